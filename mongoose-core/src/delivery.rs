@@ -1,0 +1,569 @@
+//! The delivery of a positioned item to a processor: [`Delivery`], the thread-local
+//! [`DeliveryContext`] and its delivery-complete hook.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::position::{Epoch, Position, PositionValue};
+
+/// At most this many completion registrations per delivery; past it
+/// [`DeliveryContext::on_complete`] returns `false`, so a callback that registers itself
+/// fails instead of spinning.
+pub const MAX_COMPLETIONS_PER_DELIVERY: usize = 65_536;
+
+/// Identifies a processor registration within its group (its generation). The
+/// dispatcher sets the current one while a processor handles an item, so a completion
+/// registered then belongs to it.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+pub struct ProcessorId(pub u64);
+
+/// Names one delivery-complete callback of a processor. A processor passes the key to
+/// [`DeliveryContext::on_complete`] and receives it back in
+/// [`crate::Processor::on_delivery_complete`]. Registering the same key again while it
+/// is pending keeps it once.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+pub struct CompletionKey(pub u32);
+
+impl CompletionKey {
+    /// A conventional key for "save my state and position".
+    pub const SAVE: CompletionKey = CompletionKey(0);
+}
+
+/// Where the item being processed came from: its feed, this run's publish sequence, the
+/// source's epoch and position, and how many times its dispatch has failed before.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Delivery {
+    feed: Arc<str>,
+    sequence: u64,
+    epoch: Epoch,
+    position: PositionValue,
+    attempt: u32,
+}
+
+impl Delivery {
+    /// A delivery record (engines and replay build these; processors read them).
+    pub fn new(
+        feed: Arc<str>,
+        sequence: u64,
+        epoch: Epoch,
+        position: PositionValue,
+        attempt: u32,
+    ) -> Self {
+        Delivery {
+            feed,
+            sequence,
+            epoch,
+            position,
+            attempt,
+        }
+    }
+
+    /// The feed the item was published on.
+    pub fn feed(&self) -> &str {
+        &self.feed
+    }
+
+    /// This run's publish sequence (restarts at 1 with the server: never store it).
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    /// The source's position space.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The source's position after the item (a file's byte offset after the line).
+    pub fn position(&self) -> PositionValue {
+        self.position
+    }
+
+    /// How many dispatches of this item failed before this one (0 on the first).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// True when a state saved at `(stored_epoch, stored_position)` already contains
+    /// this item: the same epoch, the same lane and a position at or before the stored
+    /// one. False for any other epoch: after a reset, new lines are applied.
+    pub fn already_applied(&self, stored_epoch: Epoch, stored_position: impl Position) -> bool {
+        let stored = stored_position.value();
+        self.epoch == stored_epoch
+            && self.position.lane == stored.lane
+            && self.position.offset <= stored.offset
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Registration {
+    owner: Option<ProcessorId>,
+    key: CompletionKey,
+}
+
+struct ContextState {
+    active: Cell<bool>,
+    feed: RefCell<Option<Arc<str>>>,
+    sequence: Cell<u64>,
+    epoch: Cell<Epoch>,
+    position: Cell<PositionValue>,
+    attempt: Cell<u32>,
+    processor: Cell<Option<ProcessorId>>,
+    registrations: RefCell<Vec<Registration>>,
+    ran: Cell<usize>,
+    registered: Cell<usize>,
+    refused: Cell<usize>,
+}
+
+thread_local! {
+    static CONTEXT: ContextState = const {
+        ContextState {
+            active: Cell::new(false),
+            feed: RefCell::new(None),
+            sequence: Cell::new(0),
+            epoch: Cell::new(Epoch::NONE),
+            position: Cell::new(PositionValue { lane: 0, offset: 0 }),
+            attempt: Cell::new(0),
+            processor: Cell::new(None),
+            registrations: RefCell::new(Vec::new()),
+            ran: Cell::new(0),
+            registered: Cell::new(0),
+            refused: Cell::new(0),
+        }
+    };
+}
+
+/// The delivery being processed on this thread, if the item has a source position.
+///
+/// A processor group's reader enters the context for each positioned item's whole
+/// dispatch (every handler, every reentrant event, the completion callbacks) and clears
+/// it after. It is `None` for items without a position, timers and service callbacks.
+#[derive(Debug)]
+pub struct DeliveryContext {
+    _private: (),
+}
+
+impl DeliveryContext {
+    /// The current delivery, or `None` when this thread handles no positioned item.
+    pub fn current() -> Option<Delivery> {
+        CONTEXT.with(|state| {
+            if !state.active.get() {
+                return None;
+            }
+            let feed = state.feed.borrow().clone()?;
+            Some(Delivery {
+                feed,
+                sequence: state.sequence.get(),
+                epoch: state.epoch.get(),
+                position: state.position.get(),
+                attempt: state.attempt.get(),
+            })
+        })
+    }
+
+    /// The current position only, without touching the feed name.
+    pub fn current_position() -> Option<(Epoch, PositionValue)> {
+        CONTEXT.with(|state| {
+            state
+                .active
+                .get()
+                .then(|| (state.epoch.get(), state.position.get()))
+        })
+    }
+
+    /// True while this thread handles a positioned item.
+    pub fn is_active() -> bool {
+        CONTEXT.with(|state| state.active.get())
+    }
+
+    /// Asks for [`crate::Processor::on_delivery_complete`] with `key` once the current
+    /// delivery is complete: after every processor's dispatch of the item (including
+    /// the events they queued reentrantly) and before the feed can acknowledge or
+    /// commit it.
+    ///
+    /// Returns `false`, keeping nothing, when no positioned item is being handled (the
+    /// caller then does its work itself), or when the delivery already has
+    /// [`MAX_COMPLETIONS_PER_DELIVERY`] registrations. The same key registered again by
+    /// the same processor while pending is kept once; a pending key registered with no
+    /// current processor is claimed by the first processor that registers it again.
+    pub fn on_complete(key: CompletionKey) -> bool {
+        CONTEXT.with(|state| {
+            if !state.active.get() {
+                return false;
+            }
+            let owner = state.processor.get();
+            let mut registrations = state.registrations.borrow_mut();
+            let ran = state.ran.get().min(registrations.len());
+            for pending in registrations[ran..].iter_mut() {
+                if pending.key != key {
+                    continue;
+                }
+                if pending.owner == owner {
+                    return true;
+                }
+                if pending.owner.is_none() && owner.is_some() {
+                    pending.owner = owner;
+                    return true;
+                }
+            }
+            if state.registered.get() >= MAX_COMPLETIONS_PER_DELIVERY {
+                state.refused.set(state.refused.get() + 1);
+                return false;
+            }
+            state.registered.set(state.registered.get() + 1);
+            registrations.push(Registration { owner, key });
+            true
+        })
+    }
+}
+
+/// Engine-side access to the delivery context: entering and leaving a delivery, the
+/// current processor, and running completions. Processor code never calls these.
+pub mod engine {
+    use super::*;
+
+    /// A pending completion: who registered it and its key.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    pub struct PendingCompletion {
+        /// The processor that registered it (`None`: registered with no current one).
+        pub owner: Option<ProcessorId>,
+        /// The key it registered.
+        pub key: CompletionKey,
+    }
+
+    /// Completions saved across duty cycles while a delivery waits for a retry.
+    #[derive(Default, Debug)]
+    pub struct SavedCompletions {
+        registrations: Vec<(Option<ProcessorId>, CompletionKey)>,
+        ran: usize,
+        registered: usize,
+    }
+
+    impl SavedCompletions {
+        /// True when nothing is saved.
+        pub fn is_empty(&self) -> bool {
+            self.registrations.len() <= self.ran
+        }
+    }
+
+    /// Enters a positioned delivery on this thread. The feed name is cloned only when
+    /// it differs from the last one entered (no per-item reference counting).
+    pub fn enter(
+        feed: &Arc<str>,
+        sequence: u64,
+        epoch: Epoch,
+        position: PositionValue,
+        attempt: u32,
+    ) {
+        CONTEXT.with(|state| {
+            {
+                let mut current = state.feed.borrow_mut();
+                let same = current.as_ref().is_some_and(|held| Arc::ptr_eq(held, feed));
+                if !same {
+                    *current = Some(Arc::clone(feed));
+                }
+            }
+            state.sequence.set(sequence);
+            state.epoch.set(epoch);
+            state.position.set(position);
+            state.attempt.set(attempt);
+            state.registrations.borrow_mut().clear();
+            state.ran.set(0);
+            state.registered.set(0);
+            state.active.set(true);
+        })
+    }
+
+    /// Enters a recorded delivery (replay).
+    pub fn enter_delivery(delivery: &Delivery) {
+        enter(
+            &delivery.feed,
+            delivery.sequence,
+            delivery.epoch,
+            delivery.position,
+            delivery.attempt,
+        )
+    }
+
+    /// Updates the attempt count of the current delivery (a retry).
+    pub fn set_attempt(attempt: u32) {
+        CONTEXT.with(|state| state.attempt.set(attempt))
+    }
+
+    /// Leaves the delivery: the context is cleared and pending completions that did not
+    /// run are discarded (a delivery that ends without completing runs none).
+    pub fn exit() {
+        CONTEXT.with(|state| {
+            state.active.set(false);
+            state.registrations.borrow_mut().clear();
+            state.ran.set(0);
+            state.registered.set(0);
+        })
+    }
+
+    /// Sets the processor being dispatched (or none); returns the previous one.
+    pub fn set_current_processor(processor: Option<ProcessorId>) -> Option<ProcessorId> {
+        CONTEXT.with(|state| state.processor.replace(processor))
+    }
+
+    /// The processor being dispatched, if any.
+    pub fn current_processor() -> Option<ProcessorId> {
+        CONTEXT.with(|state| state.processor.get())
+    }
+
+    /// Takes the next completion to run, in registration order, including completions
+    /// a running completion registered. Once taken it is no longer pending: registering
+    /// it again (from its own run) queues it again, so a callback that keeps
+    /// registering itself meets [`MAX_COMPLETIONS_PER_DELIVERY`] instead of spinning.
+    pub fn take_next_completion() -> Option<PendingCompletion> {
+        CONTEXT.with(|state| {
+            let registrations = state.registrations.borrow();
+            let next = registrations
+                .get(state.ran.get())
+                .map(|found| PendingCompletion {
+                    owner: found.owner,
+                    key: found.key,
+                });
+            if next.is_some() {
+                state.ran.set(state.ran.get() + 1);
+            }
+            next
+        })
+    }
+
+    /// Number of completions registered and not yet run.
+    pub fn pending_completions() -> usize {
+        CONTEXT.with(|state| {
+            state
+                .registrations
+                .borrow()
+                .len()
+                .saturating_sub(state.ran.get())
+        })
+    }
+
+    /// Registrations refused by the per-delivery cap on this thread so far.
+    pub fn refused_registrations() -> usize {
+        CONTEXT.with(|state| state.refused.get())
+    }
+
+    /// Discards the pending completions a failed dispatch leaves behind: those of the
+    /// failing processor and those registered with no current processor; all of them
+    /// when the failing processor is not known.
+    pub fn discard_completions_of(failing: Option<ProcessorId>) {
+        CONTEXT.with(|state| {
+            let ran = state.ran.get();
+            let mut registrations = state.registrations.borrow_mut();
+            let mut index = 0;
+            registrations.retain(|registration| {
+                let keep = index < ran
+                    || (failing.is_some()
+                        && registration.owner.is_some()
+                        && registration.owner != failing);
+                index += 1;
+                keep
+            });
+        })
+    }
+
+    /// Moves the pending completions out of the context, to resume them on a later
+    /// duty cycle (a completion that failed and waits for its retry).
+    pub fn save_completions(into: &mut SavedCompletions) {
+        CONTEXT.with(|state| {
+            into.registrations.clear();
+            into.registrations.extend(
+                state
+                    .registrations
+                    .borrow()
+                    .iter()
+                    .map(|found| (found.owner, found.key)),
+            );
+            into.ran = state.ran.get();
+            into.registered = state.registered.get();
+        })
+    }
+
+    /// Puts saved completions back after [`enter`] for the retry.
+    pub fn restore_completions(from: &mut SavedCompletions) {
+        CONTEXT.with(|state| {
+            let mut registrations = state.registrations.borrow_mut();
+            registrations.clear();
+            registrations.extend(
+                from.registrations
+                    .drain(..)
+                    .map(|(owner, key)| Registration { owner, key }),
+            );
+            state.ran.set(from.ran);
+            state.registered.set(from.registered);
+            from.ran = 0;
+            from.registered = 0;
+        })
+    }
+}
+
+impl fmt::Display for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}#{} epoch {} position {} attempt {}",
+            self.feed, self.sequence, self.epoch, self.position, self.attempt
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::engine::*;
+    use super::*;
+
+    fn feed() -> Arc<str> {
+        Arc::from("lines")
+    }
+
+    #[test]
+    fn outside_a_delivery_there_is_no_context_and_no_completion() {
+        assert!(DeliveryContext::current().is_none());
+        assert!(!DeliveryContext::on_complete(CompletionKey(1)));
+        assert_eq!(pending_completions(), 0);
+    }
+
+    #[test]
+    fn the_context_holds_the_delivery_until_exit() {
+        let feed = feed();
+        enter(&feed, 4, Epoch(9), PositionValue::at(120), 0);
+        let delivery = DeliveryContext::current().expect("entered");
+        assert_eq!(delivery.feed(), "lines");
+        assert_eq!(delivery.sequence(), 4);
+        assert_eq!(delivery.epoch(), Epoch(9));
+        assert_eq!(delivery.position(), PositionValue::at(120));
+        assert_eq!(
+            DeliveryContext::current_position(),
+            Some((Epoch(9), PositionValue::at(120)))
+        );
+        exit();
+        assert!(DeliveryContext::current().is_none());
+    }
+
+    #[test]
+    fn already_applied_needs_the_same_epoch_and_a_position_at_or_before() {
+        let delivery = Delivery::new(feed(), 1, Epoch(2), PositionValue::at(10), 0);
+        assert!(delivery.already_applied(Epoch(2), 10u64));
+        assert!(delivery.already_applied(Epoch(2), 11u64));
+        assert!(!delivery.already_applied(Epoch(2), 9u64));
+        assert!(!delivery.already_applied(Epoch(3), 100u64));
+        assert!(!delivery.already_applied(Epoch(2), (1u32, 100u64)));
+    }
+
+    #[test]
+    fn a_pending_key_is_kept_once_per_owner_and_distinct_keys_keep_their_order() {
+        let feed = feed();
+        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        set_current_processor(Some(ProcessorId(1)));
+        assert!(DeliveryContext::on_complete(CompletionKey(5)));
+        assert!(DeliveryContext::on_complete(CompletionKey(6)));
+        assert!(DeliveryContext::on_complete(CompletionKey(5)));
+        set_current_processor(Some(ProcessorId(2)));
+        assert!(DeliveryContext::on_complete(CompletionKey(5)));
+        set_current_processor(None);
+        let mut order = Vec::new();
+        while let Some(next) = take_next_completion() {
+            order.push((next.owner, next.key));
+        }
+        assert_eq!(
+            order,
+            vec![
+                (Some(ProcessorId(1)), CompletionKey(5)),
+                (Some(ProcessorId(1)), CompletionKey(6)),
+                (Some(ProcessorId(2)), CompletionKey(5)),
+            ]
+        );
+        exit();
+    }
+
+    #[test]
+    fn an_unowned_registration_is_claimed_by_the_first_processor_registering_it_again() {
+        let feed = feed();
+        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        set_current_processor(None);
+        assert!(DeliveryContext::on_complete(CompletionKey(1)));
+        set_current_processor(Some(ProcessorId(3)));
+        assert!(DeliveryContext::on_complete(CompletionKey(1)));
+        // the claim moved the owner: a failure of another processor keeps it
+        discard_completions_of(Some(ProcessorId(4)));
+        assert_eq!(
+            take_next_completion(),
+            Some(PendingCompletion {
+                owner: Some(ProcessorId(3)),
+                key: CompletionKey(1)
+            })
+        );
+        set_current_processor(None);
+        exit();
+    }
+
+    #[test]
+    fn a_failure_discards_the_failing_processors_and_unowned_completions() {
+        let feed = feed();
+        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        set_current_processor(Some(ProcessorId(1)));
+        DeliveryContext::on_complete(CompletionKey(1));
+        set_current_processor(Some(ProcessorId(2)));
+        DeliveryContext::on_complete(CompletionKey(2));
+        set_current_processor(None);
+        DeliveryContext::on_complete(CompletionKey(3));
+        discard_completions_of(Some(ProcessorId(2)));
+        assert_eq!(pending_completions(), 1);
+        assert_eq!(pending_completions(), 1);
+        discard_completions_of(None);
+        assert_eq!(pending_completions(), 0);
+        exit();
+    }
+
+    #[test]
+    fn the_cap_refuses_registrations_past_it() {
+        let feed = feed();
+        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        set_current_processor(Some(ProcessorId(1)));
+        // a callback that registers itself again each time it runs
+        assert!(DeliveryContext::on_complete(CompletionKey(1)));
+        let mut runs = 0;
+        let before = refused_registrations();
+        while take_next_completion().is_some() {
+            runs += 1;
+            if !DeliveryContext::on_complete(CompletionKey(1)) {
+                break;
+            }
+        }
+        assert_eq!(runs, MAX_COMPLETIONS_PER_DELIVERY);
+        assert_eq!(refused_registrations(), before + 1);
+        set_current_processor(None);
+        exit();
+    }
+
+    #[test]
+    fn saved_completions_resume_where_they_stopped() {
+        let feed = feed();
+        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        set_current_processor(Some(ProcessorId(1)));
+        DeliveryContext::on_complete(CompletionKey(1));
+        DeliveryContext::on_complete(CompletionKey(2));
+        assert_eq!(
+            take_next_completion().map(|c| c.key),
+            Some(CompletionKey(1))
+        );
+        let mut saved = SavedCompletions::default();
+        save_completions(&mut saved);
+        exit();
+        assert!(!saved.is_empty());
+        enter(&feed, 1, Epoch(1), PositionValue::at(1), 1);
+        restore_completions(&mut saved);
+        assert_eq!(
+            take_next_completion().map(|c| c.key),
+            Some(CompletionKey(2))
+        );
+        set_current_processor(None);
+        exit();
+    }
+}

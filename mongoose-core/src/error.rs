@@ -1,0 +1,158 @@
+//! The core error type and the failure vocabulary shared by publishers and the control
+//! plane.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Errors of the core traits.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// Overload settings that contradict each other.
+    #[error("invalid overload settings: {0}")]
+    InvalidOverload(String),
+    /// A processor subscribed to a feed with a handler for another item type.
+    #[error("feed '{feed}' carries {feed_type}, but the handler takes {handler_type}: subscribe with a handler for {feed_type}")]
+    TypeMismatch {
+        /// The feed.
+        feed: String,
+        /// The feed's item type.
+        feed_type: &'static str,
+        /// The handler's item type.
+        handler_type: &'static str,
+    },
+    /// A subscription named a feed that does not exist.
+    #[error("no feed named '{0}': check the feed name in the subscription and the configuration")]
+    NoSuchFeed(String),
+    /// A source failed.
+    #[error("source '{source_name}': {message}")]
+    Source {
+        /// The source.
+        source_name: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// An I/O error of a source or committer.
+    #[error("{context}: {error}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error.
+        #[source]
+        error: std::io::Error,
+    },
+}
+
+impl CoreError {
+    /// An I/O error with what was being done.
+    pub fn io(context: impl Into<String>, error: std::io::Error) -> Self {
+        CoreError::Io {
+            context: context.into(),
+            error,
+        }
+    }
+}
+
+/// Why a processor's handler, start, stop or completion failed. A processor returns
+/// one; the group quarantines (or, for a retry-safe processor, retries) it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessorError {
+    message: String,
+}
+
+impl ProcessorError {
+    /// An error with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        ProcessorError {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ProcessorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ProcessorError {}
+
+impl From<CoreError> for ProcessorError {
+    fn from(error: CoreError) -> Self {
+        ProcessorError::new(error.to_string())
+    }
+}
+
+impl From<std::io::Error> for ProcessorError {
+    fn from(error: std::io::Error) -> Self {
+        ProcessorError::new(error.to_string())
+    }
+}
+
+impl From<String> for ProcessorError {
+    fn from(message: String) -> Self {
+        ProcessorError::new(message)
+    }
+}
+
+impl From<&str> for ProcessorError {
+    fn from(message: &str) -> Self {
+        ProcessorError::new(message)
+    }
+}
+
+/// Why a control request or a publish was not applied, beside its outcome.
+/// [`FailureKind::None`] exactly when the outcome is APPLIED.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[allow(missing_docs)]
+pub enum FailureKind {
+    None,
+    RefusedAdmission,
+    RefusedState,
+    RefusedDeadline,
+    RefusedInvalid,
+    FailedRule,
+    FailedEffect,
+    FailedDriverFallback,
+    FailedDead,
+    FailedShutdown,
+    Quarantined,
+    Detached,
+    Unverified,
+    LeftoverRecovered,
+    ReplayIdentityMismatch,
+    ReplayStopped,
+}
+
+/// Whether the evidence behind a reply is degraded (an audit write failed).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EvidenceStatus {
+    /// No unacknowledged audit write failure when the reply was made.
+    NotDegraded,
+    /// The audit had an unacknowledged write failure.
+    Unverified,
+}
+
+/// A BLOCK_WITH_DEADLINE publish that could not be delivered to every blocking queue:
+/// no queue holds the item and no sequence number was used.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[error("publish to feed '{feed}' refused ({kind:?}): {reason}")]
+pub struct PublishRefused {
+    /// The feed.
+    pub feed: String,
+    /// Why: REFUSED_DEADLINE (no room in time), REFUSED_STATE (stopping, target gone).
+    pub kind: FailureKind,
+    /// The evidence status when refused.
+    pub evidence: EvidenceStatus,
+    /// Human detail: which queue had no room.
+    pub reason: String,
+}

@@ -1,0 +1,87 @@
+//! Traits and small shared types of Mongoose-rs.
+//!
+//! This crate has no threads and does no I/O. It defines the vocabulary every other
+//! crate speaks:
+//!
+//! * [`EventSource`] and [`SourceOutput`]: a source is driven by an agent
+//!   (`start` / `do_work` / `stop`) and publishes into an output with
+//!   [`SourceOutput::try_publish`], attaching its own [`Position`] to each item;
+//! * [`SourceCommitter`]: how a source commits what the engine acknowledged, in
+//!   publish order, once per poll;
+//! * [`OverloadPolicy`] / [`OverloadSettings`]: what a full subscriber queue does;
+//! * [`Delivery`] and [`DeliveryContext`]: the feed, sequence, epoch and position of
+//!   the item being processed, the consumer-side offset check
+//!   ([`Delivery::already_applied`]) and the delivery-complete hook
+//!   ([`DeliveryContext::on_complete`]);
+//! * [`Processor`]: the user code a processor group dispatches to;
+//! * [`agent`]: marking agent threads, which must never block.
+//!
+//! # Example: a processor that stores its position with its state
+//!
+//! ```
+//! use mongoose_core::{
+//!     CompletionKey, Delivery, DeliveryContext, Epoch, Processor, ProcessorError, Subscriptions,
+//! };
+//!
+//! #[derive(Default)]
+//! struct Counter {
+//!     applied: u64,
+//!     saved: Option<(Epoch, u64)>,
+//! }
+//!
+//! impl Counter {
+//!     fn on_line(&mut self, _line: &String) -> Result<(), ProcessorError> {
+//!         if let Some(delivery) = DeliveryContext::current() {
+//!             if let Some((epoch, position)) = self.saved {
+//!                 if delivery.already_applied(epoch, position) {
+//!                     return Ok(()); // a re-delivery after a crash: already in the state
+//!                 }
+//!             }
+//!             // ask to be called once the whole delivery is complete
+//!             DeliveryContext::on_complete(CompletionKey::SAVE);
+//!         }
+//!         self.applied += 1;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! impl Processor for Counter {
+//!     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+//!         subscriptions.subscribe("lines", Counter::on_line)
+//!     }
+//!
+//!     fn on_delivery_complete(
+//!         &mut self,
+//!         _key: CompletionKey,
+//!         delivery: &Delivery,
+//!     ) -> Result<(), ProcessorError> {
+//!         // a real processor writes (state, epoch, position) atomically here
+//!         self.saved = Some((delivery.epoch(), delivery.position().offset));
+//!         Ok(())
+//!     }
+//! }
+//!
+//! // Outside a delivery there is no context: the processor saves at once itself.
+//! let mut counter = Counter::default();
+//! counter.on_line(&"a".to_string()).unwrap();
+//! assert_eq!(counter.applied, 1);
+//! assert!(!DeliveryContext::on_complete(CompletionKey::SAVE));
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod agent;
+mod delivery;
+mod error;
+mod overload;
+mod position;
+mod processor;
+mod source;
+
+pub use delivery::{
+    engine, CompletionKey, Delivery, DeliveryContext, ProcessorId, MAX_COMPLETIONS_PER_DELIVERY,
+};
+pub use error::{CoreError, EvidenceStatus, FailureKind, ProcessorError, PublishRefused};
+pub use overload::{OverloadPolicy, OverloadSettings};
+pub use position::{Epoch, Position, PositionValue};
+pub use processor::{Handler, Processor, Subscriptions};
+pub use source::{EventSource, SourceCommitter, SourceOutput, SourceState, TryPublish, WorkDone};

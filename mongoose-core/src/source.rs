@@ -1,0 +1,140 @@
+//! Sources: what reads events from the outside world and publishes them into a feed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CoreError, PublishRefused};
+use crate::position::{Epoch, Position};
+
+/// Where a source is relative to its input.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SourceState {
+    /// Not started, or has not reported yet.
+    Starting,
+    /// There is more to read (or the source is paused behind a full queue).
+    Behind,
+    /// Everything available has been taken; more may come (tailing).
+    CaughtUp,
+    /// A bounded source ended: nothing more will ever be published.
+    EndOfStream,
+}
+
+impl SourceState {
+    /// The name used in feed status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceState::Starting => "STARTING",
+            SourceState::Behind => "BEHIND",
+            SourceState::CaughtUp => "CAUGHT_UP",
+            SourceState::EndOfStream => "END_OF_STREAM",
+        }
+    }
+}
+
+/// How much a duty cycle did; 0 lets the agent idle.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct WorkDone(pub usize);
+
+/// A source driven by an agent: `start`, then `do_work` on every duty cycle, then
+/// `stop`.
+///
+/// A re-readable source publishes with [`SourceOutput::try_publish`]; on
+/// [`TryPublish::Paused`] it keeps the item, reads nothing more and offers it again on
+/// its next cycle. At the start of each cycle it calls
+/// [`SourceOutput::poll_acknowledgements`] and [`SourceOutput::flush_paused`], and once
+/// more in `stop`.
+pub trait EventSource: Send {
+    /// The source's name (its feed's name, usually).
+    fn name(&self) -> &str;
+
+    /// Opens the input. Called once on the source's agent thread.
+    fn start(&mut self) -> Result<(), CoreError>;
+
+    /// One duty cycle: commit what was acknowledged, read and publish.
+    fn do_work(&mut self) -> Result<WorkDone, CoreError>;
+
+    /// Commits what was processed (a final poll) and closes the input.
+    fn stop(&mut self) -> Result<(), CoreError>;
+}
+
+/// How a source commits what the engine acknowledged.
+///
+/// The engine calls [`SourceCommitter::acknowledged`] for each acknowledged run of items
+/// in publish order, then [`SourceCommitter::commit`] once per poll, on the source's own
+/// thread and outside the publish lock.
+pub trait SourceCommitter<P: Position>: Send {
+    /// Every item up to and including `sequence` (at `position`, in `epoch`) was
+    /// processed by every consumer it was given to.
+    fn acknowledged(&mut self, sequence: u64, epoch: Epoch, position: P);
+
+    /// Makes the acknowledged position durable (a pointer write, a broker commit).
+    fn commit(&mut self) -> Result<(), CoreError>;
+
+    /// True when the committer can commit again after the source stopped: the server's
+    /// ordered shutdown then commits what the groups processed after the feeds stopped.
+    fn commits_after_stop(&self) -> bool {
+        false
+    }
+}
+
+/// The result of [`SourceOutput::try_publish`].
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a paused or retried item must be kept and offered again"]
+pub enum TryPublish<T> {
+    /// The item was given a sequence number and offered to every queue.
+    Published,
+    /// A queue has no room, no consumer can take it, the feed is held, or the window
+    /// is full: keep the item, read nothing more, offer it again next cycle.
+    Paused(T),
+    /// The publish is nested in a commit of the same feed (a data mapper publishing
+    /// into its own feed): offer it again later. Not counted as a pause.
+    Retry(T),
+}
+
+impl<T> TryPublish<T> {
+    /// True when published.
+    pub fn is_published(&self) -> bool {
+        matches!(self, TryPublish::Published)
+    }
+}
+
+/// What a source publishes into: a feed's publisher.
+pub trait SourceOutput<T, P: Position>: Send + Sync {
+    /// Publishes a positioned item, or returns it when the feed cannot take it now.
+    fn try_publish(&self, item: T, position: P) -> TryPublish<T>;
+
+    /// Publishes a push item (no position): the feed's overload policy decides what a
+    /// full queue does. Refused only under BLOCK_WITH_DEADLINE.
+    fn publish(&self, item: T) -> Result<(), PublishRefused>;
+
+    /// Caches a positioned item before the start completes; cached items are published
+    /// in order once it does.
+    fn cache(&self, item: T, position: P);
+
+    /// Records a positioned input that produced no item (a mapper error): nothing will
+    /// hold it, so its position is committed once the items before it are. Counted and
+    /// logged with `reason`.
+    fn filtered(&self, position: P, reason: &str);
+
+    /// Computes what has been processed and gives it to the committer, outside the
+    /// publish lock. Returns the number of items acknowledged.
+    fn poll_acknowledgements(&self) -> usize;
+
+    /// Replays cached items a full queue paused. Returns true when nothing is left.
+    fn flush_paused(&self) -> bool;
+
+    /// Registers how this source commits. A source without a committer pays nothing.
+    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<P>>);
+
+    /// Sets the epoch of the positions published from now on.
+    fn set_epoch(&self, epoch: Epoch);
+
+    /// Makes PAUSE the feed's default policy (an explicit policy still wins).
+    fn set_pause_by_default(&self, pause: bool);
+
+    /// Reports where the source is, with a reason when behind.
+    fn report_state(&self, state: SourceState, detail: Option<&str>);
+
+    /// Bytes after the last terminator that a bounded read ended without publishing.
+    fn set_unterminated_bytes(&self, bytes: u64);
+}

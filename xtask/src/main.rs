@@ -1,0 +1,4 @@
+//! `cargo xtask`: project automation.
+fn main() {
+    eprintln!("usage: cargo xtask <bench|fuzz>");
+}
