@@ -107,6 +107,7 @@ mod tests {
     }
 
     impl Lines {
+        #[allow(clippy::ptr_arg)] // the handler takes &T for a feed of T = String
         fn on_line(&mut self, line: &String) -> Result<(), ProcessorError> {
             self.seen.push(line.clone());
             Ok(())
