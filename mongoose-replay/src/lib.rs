@@ -1,8 +1,130 @@
-//! Record and replay of processor inputs.
+//! Record and replay of processor inputs: stream keys, replay entries and the replay
+//! store.
 //!
-//! This crate is a placeholder in the workspace layout of DESIGN.md; its issue fills it.
+//! A recording holds one stream per processor build, keyed by [`stream_key`] (the bare
+//! name for the first build of a name in its group, `name#2`, `name#3`, ... for later
+//! ones, with a `#` in a name doubled, so keys never alias). A stream is the processor's
+//! [`Entry`] values in order, with its [`Provenance`]. Each input ([`Entry::Indexed`],
+//! [`Entry::Inline`]) carries the [`mongoose_core::Delivery`] the processor could read
+//! through `DeliveryContext` (feed, sequence, epoch, position), so a replay can enter it
+//! for the replayed cycle (feed-delivery-guarantees §8a, "Delivery metadata is recorded
+//! and replayed").
+//!
+//! [`ReplayStore`] appends to a store file; [`Recording::read`] reads one back.
+//!
+//! # Example: write a store and read it back
 //!
 //! ```
-//! assert!(true);
+//! use std::sync::Arc;
+//! use mongoose_core::{Delivery, Epoch, PositionValue};
+//! use mongoose_replay::{
+//!     Entry, Provenance, Recording, ReplayStore, StreamKeys, Utf8Codec,
+//! };
+//!
+//! # fn main() -> Result<(), mongoose_replay::ReplayError> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("pricing.replay");
+//!
+//! // RECORD: a new store; each processor build gets its own stream
+//! let mut store = ReplayStore::open_for_record(&path)?;
+//! let mut keys = StreamKeys::new();
+//! let key = keys.built("pricer");
+//! let provenance = Provenance {
+//!     processor_type: "Pricer".into(),
+//!     handler_type: String::new(),
+//!     ordinal: key.ordinal(),
+//! };
+//! let pricer = store.begin(key.key(), Some(&provenance))?;
+//!
+//! // an input from a positioned feed that is not journalled: copied inline, with its delivery
+//! let delivery = Delivery::new(Arc::from("lines"), 1, Epoch(7), PositionValue::at(12), 0);
+//! let line = "EURUSD 1.0841".to_string();
+//! store.append(pricer, &Entry::inline(&Utf8Codec, &line, "onLine", Some(delivery.clone()), vec![1_000])?)?;
+//! store.append(pricer, &Entry::TimerFired { schedule: 1, clock: vec![2_000] })?;
+//! store.sync()?;
+//! drop(store);
+//!
+//! // REPLAY: read it back; the delivery is attached to its input
+//! let recording = Recording::read(&path)?;
+//! assert!(recording.complete());
+//! let stream = recording.stream("pricer").expect("recorded");
+//! assert_eq!(stream.provenance(), Some(&provenance));
+//! assert_eq!(stream.entries()[0].delivery(), Some(&delivery));
+//! assert_eq!(stream.entries()[0].decode_inline(&Utf8Codec).unwrap()?, line);
+//! assert_eq!(stream.entries()[1].clock(), Some(&[2_000][..]));
+//!
+//! // a store that holds a recording is never recorded into again
+//! assert!(ReplayStore::open_for_record(&path).is_err());
+//! # Ok(())
+//! # }
 //! ```
+//!
+//! # The store's format (version 1)
+//!
+//! All integers of the head and of frame heads are little-endian.
+//!
+//! ```text
+//! head    : magic "MGREPLAY" (8 bytes) | format version u32 (= 1)
+//! frame*  : length u32 (1 ..= 16 MiB) | crc32 u32 | body (length bytes)
+//! ```
+//!
+//! The checksum is CRC-32 (IEEE 802.3, the zlib/PNG one) of the 4 length bytes followed
+//! by the body. The body is one `WireFrame` encoded by postcard 1.x: a varint variant
+//! index, then the fields in order (unsigned integers as LEB128 varints, `i64` zigzag
+//! varints, `bool` one byte 0/1, `Option` a byte 0/1 then the value, strings, byte
+//! strings and lists a varint length then the items):
+//!
+//! ```text
+//! 0 Stream   { id: u32, key: str, provenance: Option<{processor_type: str, handler_type: str, ordinal: u32}> }
+//! 1 Delivery { stream: u32, feed: str, sequence: u64, epoch: u64, lane: u32, offset: u64, attempt: u32 }
+//! 2 Entry    { stream: u32, entry }
+//!   entry:
+//!   0 Indexed        { feed: str, sequence: u64, route: str, delivered: bool, clock: [i64] }
+//!   1 Inline         { payload: bytes, route: str, delivered: bool, clock: [i64] }
+//!   2 TimerFired     { schedule: u64, clock: [i64] }
+//!   3 AdminInvoked   { command: str, args: [str], clock: [i64] }
+//!   4 Failed         { reason: str }
+//!   5 Stopped        { clock: [i64] }
+//!   6 ServiceChanged { service: str, version: u64, delivered: bool, clock: [i64] }
+//!   7 ControlCall    { call: str, args: [str], failure: Option<str> }   (None: ok)
+//!   8 Dropped        { feed: str, sequence: u64 }
+//! ```
+//!
+//! Streams are numbered 0, 1, 2, ... in the order their `Stream` frame appears, and the
+//! other frames name them by that number. An input with a delivery is written as its
+//! `Delivery` frame immediately followed, in the same write, by its `Entry` frame with
+//! `delivered = true`.
+//!
+//! Reading:
+//!
+//! * a file shorter than the head whose bytes start the magic is an empty store (its
+//!   creation was interrupted); another head is refused ([`ReplayError::NotAStore`]),
+//!   and so is a version newer than this build's ([`ReplayError::NewerFormat`]);
+//! * a last frame that runs past the end of the file is torn: the recording is
+//!   incomplete ([`Incomplete::TornFrame`]) and holds every frame before it;
+//! * a frame with a bad length or checksum, or a body that does not decode, is damaged:
+//!   reading stops there and the recording is incomplete ([`Incomplete::DamagedFrame`]);
+//! * a `Delivery` frame not immediately followed by its stream's input with
+//!   `delivered = true` adds nothing and makes the recording incomplete
+//!   ([`Incomplete::OrphanDelivery`]); an input with `delivered = true` and no delivery
+//!   before it is damaged.
+//!
+//! An incomplete store opens read-only: it is replayed, never appended to, and it holds
+//! a recording, so RECORD never reuses it as empty.
 #![forbid(unsafe_code)]
+
+mod crc;
+mod entry;
+mod error;
+mod format;
+mod key;
+mod store;
+
+pub use entry::{ControlOutcome, Entry, EventCodec, PostcardCodec, Provenance, Utf8Codec};
+pub use error::ReplayError;
+pub use format::{FORMAT_VERSION, FRAME_HEAD_LEN, HEADER_LEN, MAGIC, MAX_FRAME_LEN};
+pub use key::{parse_stream_key, stream_key, StreamKey, StreamKeys};
+pub use store::{Incomplete, RecordedStream, Recording, ReplayStore, StreamHandle};
+
+#[cfg(test)]
+mod store_tests;

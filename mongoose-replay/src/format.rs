@@ -1,0 +1,569 @@
+//! The on-disk format of a replay store: its head, its frames and the wire types inside
+//! them. The wire types are this module's own, so a change to [`Entry`] or to
+//! `mongoose_core::Delivery` never changes the format silently; the layout tests pin it.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use mongoose_core::{Delivery, Epoch, PositionValue};
+use serde::{Deserialize, Serialize};
+
+use crate::crc::Crc32;
+use crate::entry::{ControlOutcome, Entry, Provenance};
+use crate::error::ReplayError;
+
+/// The first 8 bytes of every replay store.
+pub const MAGIC: [u8; 8] = *b"MGREPLAY";
+
+/// The format version this build writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The head: [`MAGIC`], then the format version as a little-endian `u32`.
+pub const HEADER_LEN: usize = 12;
+
+/// A frame's own head: the body's length, then the checksum, each a little-endian `u32`.
+pub const FRAME_HEAD_LEN: usize = 8;
+
+/// The largest frame body (16 MiB).
+pub const MAX_FRAME_LEN: usize = 16 << 20;
+
+/// The head of a store of this build's version.
+pub(crate) fn header() -> [u8; HEADER_LEN] {
+    let mut head = [0u8; HEADER_LEN];
+    head[..8].copy_from_slice(&MAGIC);
+    head[8..].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    head
+}
+
+/// What a file's head says.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Head {
+    /// No head, or a head torn while the store was being created: an empty store.
+    Empty,
+    /// A store of a version this build reads.
+    Store,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum HeadError {
+    NotAStore(&'static str),
+    Newer(u32),
+}
+
+pub(crate) fn check_head(bytes: &[u8]) -> Result<Head, HeadError> {
+    if bytes.len() < HEADER_LEN {
+        let magic_part = &bytes[..bytes.len().min(MAGIC.len())];
+        if magic_part == &MAGIC[..magic_part.len()] {
+            return Ok(Head::Empty);
+        }
+        return Err(HeadError::NotAStore(
+            "it does not start with the store's magic",
+        ));
+    }
+    if bytes[..8] != MAGIC {
+        return Err(HeadError::NotAStore(
+            "it does not start with the store's magic",
+        ));
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version == 0 {
+        return Err(HeadError::NotAStore("its format version is 0"));
+    }
+    if version > FORMAT_VERSION {
+        return Err(HeadError::Newer(version));
+    }
+    Ok(Head::Store)
+}
+
+/// The checksum of a frame: CRC-32 of the length bytes, then the body.
+fn frame_checksum(length: [u8; 4], body: &[u8]) -> u32 {
+    Crc32::new().update(&length).update(body).finish()
+}
+
+/// Appends one frame holding `frame` to `buffer`.
+pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<(), ReplayError> {
+    let start = buffer.len();
+    buffer.extend_from_slice(&[0u8; FRAME_HEAD_LEN]);
+    let mut encoded = postcard::to_extend(frame, std::mem::take(buffer)).map_err(|error| {
+        ReplayError::Encode {
+            reason: error.to_string(),
+        }
+    })?;
+    let body_len = encoded.len() - start - FRAME_HEAD_LEN;
+    if body_len > MAX_FRAME_LEN {
+        encoded.truncate(start);
+        *buffer = encoded;
+        return Err(ReplayError::FrameTooLarge {
+            size: body_len,
+            limit: MAX_FRAME_LEN,
+        });
+    }
+    // body_len <= MAX_FRAME_LEN fits a u32
+    let length = (body_len as u32).to_le_bytes();
+    let checksum = frame_checksum(length, &encoded[start + FRAME_HEAD_LEN..]);
+    encoded[start..start + 4].copy_from_slice(&length);
+    encoded[start + 4..start + FRAME_HEAD_LEN].copy_from_slice(&checksum.to_le_bytes());
+    *buffer = encoded;
+    Ok(())
+}
+
+/// One step of reading the frames.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FrameRead<'a> {
+    /// A frame whose checksum holds; the next frame starts at `next`.
+    Frame { body: &'a [u8], next: usize },
+    /// The end of the file, exactly at a frame boundary.
+    End,
+    /// The frame runs past the end of the file: a write was interrupted.
+    Torn,
+    /// The frame is damaged.
+    Damaged(&'static str),
+}
+
+pub(crate) fn read_frame(bytes: &[u8], offset: usize) -> FrameRead<'_> {
+    let rest = &bytes[offset.min(bytes.len())..];
+    if rest.is_empty() {
+        return FrameRead::End;
+    }
+    if rest.len() < FRAME_HEAD_LEN {
+        return FrameRead::Torn;
+    }
+    let length = [rest[0], rest[1], rest[2], rest[3]];
+    let body_len = u32::from_le_bytes(length) as usize;
+    if body_len == 0 || body_len > MAX_FRAME_LEN {
+        return FrameRead::Damaged("a frame length of 0 or past the limit");
+    }
+    if rest.len() - FRAME_HEAD_LEN < body_len {
+        return FrameRead::Torn;
+    }
+    let checksum = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+    let body = &rest[FRAME_HEAD_LEN..FRAME_HEAD_LEN + body_len];
+    if frame_checksum(length, body) != checksum {
+        return FrameRead::Damaged("a frame whose checksum does not match");
+    }
+    FrameRead::Frame {
+        body,
+        next: offset + FRAME_HEAD_LEN + body_len,
+    }
+}
+
+pub(crate) fn decode_frame(body: &[u8]) -> Result<WireFrame<'static>, &'static str> {
+    match postcard::take_from_bytes::<WireFrame<'static>>(body) {
+        Ok((frame, [])) => Ok(frame),
+        Ok(_) => Err("a frame with bytes after its content"),
+        Err(_) => Err("a frame this build cannot decode"),
+    }
+}
+
+/// A frame's content. postcard writes the variant's index as a varint, then the fields
+/// in order (see the crate documentation for the exact layout).
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+pub(crate) enum WireFrame<'a> {
+    /// 0: a stream begins; later frames name it by `id` (0, 1, 2, ... in file order).
+    Stream {
+        id: u32,
+        key: Cow<'a, str>,
+        provenance: Option<WireProvenance<'a>>,
+    },
+    /// 1: the delivery of the input whose frame follows it immediately.
+    Delivery {
+        stream: u32,
+        delivery: WireDelivery<'a>,
+    },
+    /// 2: an entry of a stream.
+    Entry { stream: u32, entry: WireEntry<'a> },
+}
+
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub(crate) struct WireProvenance<'a> {
+    pub(crate) processor_type: Cow<'a, str>,
+    pub(crate) handler_type: Cow<'a, str>,
+    pub(crate) ordinal: u32,
+}
+
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub(crate) struct WireDelivery<'a> {
+    pub(crate) feed: Cow<'a, str>,
+    pub(crate) sequence: u64,
+    pub(crate) epoch: u64,
+    pub(crate) lane: u32,
+    pub(crate) offset: u64,
+    pub(crate) attempt: u32,
+}
+
+/// An entry without its delivery; `delivered` says that a delivery frame of the same
+/// stream precedes it immediately.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub(crate) enum WireEntry<'a> {
+    /// 0
+    Indexed {
+        feed: Cow<'a, str>,
+        sequence: u64,
+        route: Cow<'a, str>,
+        delivered: bool,
+        clock: Cow<'a, [i64]>,
+    },
+    /// 1
+    Inline {
+        payload: Cow<'a, [u8]>,
+        route: Cow<'a, str>,
+        delivered: bool,
+        clock: Cow<'a, [i64]>,
+    },
+    /// 2
+    TimerFired {
+        schedule: u64,
+        clock: Cow<'a, [i64]>,
+    },
+    /// 3
+    AdminInvoked {
+        command: Cow<'a, str>,
+        args: Cow<'a, [String]>,
+        clock: Cow<'a, [i64]>,
+    },
+    /// 4
+    Failed { reason: Cow<'a, str> },
+    /// 5
+    Stopped { clock: Cow<'a, [i64]> },
+    /// 6
+    ServiceChanged {
+        service: Cow<'a, str>,
+        version: u64,
+        delivered: bool,
+        clock: Cow<'a, [i64]>,
+    },
+    /// 7
+    ControlCall {
+        call: Cow<'a, str>,
+        args: Cow<'a, [String]>,
+        /// `None`: ok; `Some(text)`: failed with that text.
+        failure: Option<Cow<'a, str>>,
+    },
+    /// 8
+    Dropped { feed: Cow<'a, str>, sequence: u64 },
+}
+
+impl<'a> WireEntry<'a> {
+    /// The borrowed wire form of `entry`, without its delivery.
+    pub(crate) fn of(entry: &'a Entry) -> Self {
+        let borrowed = |text: &'a String| Cow::Borrowed(text.as_str());
+        let clock_of = |clock: &'a Vec<i64>| Cow::Borrowed(clock.as_slice());
+        match entry {
+            Entry::Indexed {
+                feed,
+                sequence,
+                route,
+                delivery,
+                clock,
+            } => WireEntry::Indexed {
+                feed: borrowed(feed),
+                sequence: *sequence,
+                route: borrowed(route),
+                delivered: delivery.is_some(),
+                clock: clock_of(clock),
+            },
+            Entry::Inline {
+                payload,
+                route,
+                delivery,
+                clock,
+            } => WireEntry::Inline {
+                payload: Cow::Borrowed(payload.as_slice()),
+                route: borrowed(route),
+                delivered: delivery.is_some(),
+                clock: clock_of(clock),
+            },
+            Entry::TimerFired { schedule, clock } => WireEntry::TimerFired {
+                schedule: *schedule,
+                clock: clock_of(clock),
+            },
+            Entry::AdminInvoked {
+                command,
+                args,
+                clock,
+            } => WireEntry::AdminInvoked {
+                command: borrowed(command),
+                args: Cow::Borrowed(args.as_slice()),
+                clock: clock_of(clock),
+            },
+            Entry::Failed { reason } => WireEntry::Failed {
+                reason: borrowed(reason),
+            },
+            Entry::Stopped { clock } => WireEntry::Stopped {
+                clock: clock_of(clock),
+            },
+            Entry::ServiceChanged {
+                service,
+                version,
+                delivered,
+                clock,
+            } => WireEntry::ServiceChanged {
+                service: borrowed(service),
+                version: *version,
+                delivered: *delivered,
+                clock: clock_of(clock),
+            },
+            Entry::ControlCall {
+                call,
+                args,
+                outcome,
+            } => WireEntry::ControlCall {
+                call: borrowed(call),
+                args: Cow::Borrowed(args.as_slice()),
+                failure: match outcome {
+                    ControlOutcome::Ok => None,
+                    ControlOutcome::Failed(text) => Some(borrowed(text)),
+                },
+            },
+            Entry::Dropped { feed, sequence } => WireEntry::Dropped {
+                feed: borrowed(feed),
+                sequence: *sequence,
+            },
+        }
+    }
+
+    /// True when the wire form says a delivery frame precedes it.
+    pub(crate) fn delivered(&self) -> bool {
+        match self {
+            WireEntry::Indexed { delivered, .. } | WireEntry::Inline { delivered, .. } => {
+                *delivered
+            }
+            _ => false,
+        }
+    }
+
+    /// The entry, with `delivery` attached to an input.
+    pub(crate) fn into_entry(self, delivery: Option<Delivery>) -> Entry {
+        match self {
+            WireEntry::Indexed {
+                feed,
+                sequence,
+                route,
+                clock,
+                ..
+            } => Entry::Indexed {
+                feed: feed.into_owned(),
+                sequence,
+                route: route.into_owned(),
+                delivery,
+                clock: clock.into_owned(),
+            },
+            WireEntry::Inline {
+                payload,
+                route,
+                clock,
+                ..
+            } => Entry::Inline {
+                payload: payload.into_owned(),
+                route: route.into_owned(),
+                delivery,
+                clock: clock.into_owned(),
+            },
+            WireEntry::TimerFired { schedule, clock } => Entry::TimerFired {
+                schedule,
+                clock: clock.into_owned(),
+            },
+            WireEntry::AdminInvoked {
+                command,
+                args,
+                clock,
+            } => Entry::AdminInvoked {
+                command: command.into_owned(),
+                args: args.into_owned(),
+                clock: clock.into_owned(),
+            },
+            WireEntry::Failed { reason } => Entry::Failed {
+                reason: reason.into_owned(),
+            },
+            WireEntry::Stopped { clock } => Entry::Stopped {
+                clock: clock.into_owned(),
+            },
+            WireEntry::ServiceChanged {
+                service,
+                version,
+                delivered,
+                clock,
+            } => Entry::ServiceChanged {
+                service: service.into_owned(),
+                version,
+                delivered,
+                clock: clock.into_owned(),
+            },
+            WireEntry::ControlCall {
+                call,
+                args,
+                failure,
+            } => Entry::ControlCall {
+                call: call.into_owned(),
+                args: args.into_owned(),
+                outcome: match failure {
+                    None => ControlOutcome::Ok,
+                    Some(text) => ControlOutcome::Failed(text.into_owned()),
+                },
+            },
+            WireEntry::Dropped { feed, sequence } => Entry::Dropped {
+                feed: feed.into_owned(),
+                sequence,
+            },
+        }
+    }
+}
+
+impl<'a> WireDelivery<'a> {
+    pub(crate) fn of(delivery: &'a Delivery) -> Self {
+        WireDelivery {
+            feed: Cow::Borrowed(delivery.feed()),
+            sequence: delivery.sequence(),
+            epoch: delivery.epoch().get(),
+            lane: delivery.position().lane,
+            offset: delivery.position().offset,
+            attempt: delivery.attempt(),
+        }
+    }
+
+    /// The delivery, with its feed name shared through `feeds` (one allocation per
+    /// distinct feed name rather than per input).
+    pub(crate) fn into_delivery(self, feeds: &mut Vec<Arc<str>>) -> Delivery {
+        let feed = match feeds.iter().find(|known| ***known == *self.feed) {
+            Some(known) => Arc::clone(known),
+            None => {
+                let created: Arc<str> = Arc::from(&*self.feed);
+                if feeds.len() < 64 {
+                    feeds.push(Arc::clone(&created));
+                }
+                created
+            }
+        };
+        Delivery::new(
+            feed,
+            self.sequence,
+            Epoch(self.epoch),
+            PositionValue {
+                lane: self.lane,
+                offset: self.offset,
+            },
+            self.attempt,
+        )
+    }
+}
+
+impl<'a> WireProvenance<'a> {
+    pub(crate) fn of(provenance: &'a Provenance) -> Self {
+        WireProvenance {
+            processor_type: Cow::Borrowed(&provenance.processor_type),
+            handler_type: Cow::Borrowed(&provenance.handler_type),
+            ordinal: provenance.ordinal,
+        }
+    }
+
+    pub(crate) fn into_provenance(self) -> Provenance {
+        Provenance {
+            processor_type: self.processor_type.into_owned(),
+            handler_type: self.handler_type.into_owned(),
+            ordinal: self.ordinal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // DESIGN.md "Binary formats carry a magic/version and have layout tests": these bytes
+    // are the format of version 1; changing them needs a new FORMAT_VERSION.
+    #[test]
+    fn the_head_and_a_delivery_and_input_frame_have_the_documented_layout() {
+        assert_eq!(
+            header(),
+            [b'M', b'G', b'R', b'E', b'P', b'L', b'A', b'Y', 1, 0, 0, 0]
+        );
+        let delivery = Delivery::new(Arc::from("f"), 3, Epoch(2), PositionValue::at(300), 0);
+        let entry = Entry::Indexed {
+            feed: "f".into(),
+            sequence: 5,
+            route: "r".into(),
+            delivery: Some(delivery.clone()),
+            clock: vec![-1, 2],
+        };
+        let mut buffer = Vec::new();
+        push_frame(
+            &mut buffer,
+            &WireFrame::Delivery {
+                stream: 0,
+                delivery: WireDelivery::of(&delivery),
+            },
+        )
+        .unwrap();
+        let delivery_body: &[u8] = &[
+            1, // variant Delivery
+            0, // stream 0
+            1, b'f', // feed "f"
+            3,    // sequence
+            2,    // epoch
+            0,    // lane
+            0xAC, 0x02, // offset 300 as a varint
+            0,    // attempt
+        ];
+        assert_eq!(&buffer[..4], &(delivery_body.len() as u32).to_le_bytes());
+        assert_eq!(&buffer[8..], delivery_body);
+        let split = buffer.len();
+        push_frame(
+            &mut buffer,
+            &WireFrame::Entry {
+                stream: 0,
+                entry: WireEntry::of(&entry),
+            },
+        )
+        .unwrap();
+        let entry_body: &[u8] = &[
+            2, // variant Entry
+            0, // stream 0
+            0, // entry variant Indexed
+            1, b'f', // feed
+            5,    // sequence
+            1, b'r', // route
+            1,    // delivered
+            2, 1, 4, // clock: two readings, zigzag -1 and 2
+        ];
+        assert_eq!(&buffer[split + FRAME_HEAD_LEN..], entry_body);
+        let checksum = Crc32::new()
+            .update(&(entry_body.len() as u32).to_le_bytes())
+            .update(entry_body)
+            .finish();
+        assert_eq!(
+            &buffer[split + 4..split + FRAME_HEAD_LEN],
+            &checksum.to_le_bytes()
+        );
+    }
+
+    #[test]
+    fn every_entry_kind_round_trips_through_its_wire_form() {
+        let delivery = Delivery::new(Arc::from("lines"), 9, Epoch(4), PositionValue::at(70), 1);
+        let entries = crate::store::tests_support::every_kind(Some(delivery));
+        for entry in entries {
+            let wire = WireEntry::of(&entry);
+            let mut bytes = Vec::new();
+            push_frame(
+                &mut bytes,
+                &WireFrame::Entry {
+                    stream: 3,
+                    entry: wire,
+                },
+            )
+            .unwrap();
+            let FrameRead::Frame { body, .. } = read_frame(&bytes, 0) else {
+                panic!("no frame");
+            };
+            let WireFrame::Entry {
+                stream,
+                entry: read,
+            } = decode_frame(body).unwrap()
+            else {
+                panic!("not an entry frame");
+            };
+            assert_eq!(stream, 3);
+            let read = read.into_entry(entry.delivery().cloned());
+            assert_eq!(read, entry);
+        }
+    }
+}

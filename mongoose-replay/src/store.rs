@@ -1,0 +1,586 @@
+//! The replay store: an append-only file of checksummed frames, written by
+//! [`ReplayStore`] and read into a [`Recording`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mongoose_core::Delivery;
+
+use crate::entry::{Entry, Provenance};
+use crate::error::ReplayError;
+use crate::format::{
+    check_head, decode_frame, header, push_frame, read_frame, FrameRead, Head, HeadError,
+    WireDelivery, WireEntry, WireFrame, WireProvenance, FORMAT_VERSION, HEADER_LEN,
+};
+use crate::key::parse_stream_key;
+
+/// Tells the openings of stores apart, so a handle of one is refused by another.
+static NEXT_OPENING: AtomicU64 = AtomicU64::new(1);
+
+/// Names a stream of one opening of a [`ReplayStore`], returned by
+/// [`ReplayStore::begin`] and [`ReplayStore::stream`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct StreamHandle {
+    opening: u64,
+    id: u32,
+}
+
+/// The writing side of a replay store.
+///
+/// Each call writes whole frames with one write to the file; an input with a delivery
+/// writes its delivery frame and its own frame in that same write. Nothing is buffered
+/// between calls, so a process killed at any point leaves whole frames and at most one
+/// torn frame at the end. [`ReplayStore::sync`] makes the written frames durable.
+///
+/// A store whose recording is incomplete (a torn last frame, a damaged frame, or a
+/// delivery whose input was never written) or whose write failed is read-only: every
+/// [`ReplayStore::begin`] and [`ReplayStore::append`] refuses with
+/// [`ReplayError::ReadOnly`], and [`ReplayStore::holds_recording`] is true, so it is
+/// never reused as an empty store.
+///
+/// One process writes a store at a time: the store does not lock its file.
+#[derive(Debug)]
+pub struct ReplayStore {
+    path: PathBuf,
+    file: File,
+    opening: u64,
+    keys: Vec<String>,
+    by_key: HashMap<String, u32>,
+    holds_recording: bool,
+    read_only: Option<String>,
+    buffer: Vec<u8>,
+}
+
+impl ReplayStore {
+    /// Opens the store at `path` to append to it, creating it (with its head) when the
+    /// file does not exist, is empty, or holds only part of a head (its creation was
+    /// interrupted).
+    ///
+    /// Refuses a file that is not a store and a store of a newer format version. An
+    /// incomplete recording opens read-only (see [`ReplayStore::read_only_reason`]).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ReplayError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| ReplayError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(io)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(io)?;
+        let mut store = ReplayStore {
+            path: path.clone(),
+            file,
+            opening: NEXT_OPENING.fetch_add(1, Ordering::Relaxed),
+            keys: Vec::new(),
+            by_key: HashMap::new(),
+            holds_recording: false,
+            read_only: None,
+            buffer: Vec::with_capacity(256),
+        };
+        match check_head(&bytes).map_err(|error| head_error(&path, error))? {
+            Head::Empty => {
+                if !bytes.is_empty() {
+                    store.file.set_len(0).map_err(io)?;
+                }
+                store.file.write_all(&header()).map_err(io)?;
+                store.file.sync_data().map_err(io)?;
+            }
+            Head::Store => {
+                let recording = Recording::parse(&bytes);
+                for (id, stream) in recording.streams.iter().enumerate() {
+                    store.keys.push(stream.key.clone());
+                    // ids are checked sequential and keys unique while parsing
+                    store.by_key.insert(stream.key.clone(), id as u32);
+                }
+                store.holds_recording = recording.holds_recording;
+                if !recording.complete() {
+                    store.read_only = Some(format!(
+                        "its recording is incomplete ({})",
+                        recording.incomplete_summary()
+                    ));
+                    tracing::warn!(
+                        path = %path.display(),
+                        reason = store.read_only.as_deref().unwrap_or_default(),
+                        "replay store opened read-only"
+                    );
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    /// Opens the store at `path` for RECORD: as [`ReplayStore::open`], but refuses a
+    /// store that already holds a recording ([`ReplayError::AlreadyHoldsRecording`]),
+    /// complete or not.
+    pub fn open_for_record(path: impl AsRef<Path>) -> Result<Self, ReplayError> {
+        let store = ReplayStore::open(path)?;
+        if store.holds_recording {
+            return Err(ReplayError::AlreadyHoldsRecording { path: store.path });
+        }
+        Ok(store)
+    }
+
+    /// The store's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True once the store holds anything past its head (a frame, even a torn one).
+    pub fn holds_recording(&self) -> bool {
+        self.holds_recording
+    }
+
+    /// Why the store refuses to be appended to, or `None` when it accepts appends.
+    pub fn read_only_reason(&self) -> Option<&str> {
+        self.read_only.as_deref()
+    }
+
+    /// The handle of a stream already in the store (to continue a complete recording).
+    pub fn stream(&self, key: &str) -> Option<StreamHandle> {
+        self.by_key.get(key).map(|&id| StreamHandle {
+            opening: self.opening,
+            id,
+        })
+    }
+
+    /// Begins the stream `key` (a key of [`crate::stream_key`]), with the provenance of
+    /// the build that records it (`None` when provenance is not recorded).
+    pub fn begin(
+        &mut self,
+        key: &str,
+        provenance: Option<&Provenance>,
+    ) -> Result<StreamHandle, ReplayError> {
+        self.check_writable()?;
+        parse_stream_key(key)?;
+        if self.by_key.contains_key(key) {
+            return Err(ReplayError::StreamAlreadyBegun {
+                path: self.path.clone(),
+                key: key.to_owned(),
+            });
+        }
+        let id = u32::try_from(self.keys.len()).map_err(|_| ReplayError::ReadOnly {
+            path: self.path.clone(),
+            reason: "it holds the largest number of streams a store can hold".to_owned(),
+        })?;
+        self.buffer.clear();
+        push_frame(
+            &mut self.buffer,
+            &WireFrame::Stream {
+                id,
+                key: key.into(),
+                provenance: provenance.map(WireProvenance::of),
+            },
+        )?;
+        self.write_buffer()?;
+        self.keys.push(key.to_owned());
+        self.by_key.insert(key.to_owned(), id);
+        Ok(StreamHandle {
+            opening: self.opening,
+            id,
+        })
+    }
+
+    /// Appends `entry` to `stream`. An input with a delivery writes a delivery frame
+    /// just before the input's frame, in the same write.
+    pub fn append(&mut self, stream: StreamHandle, entry: &Entry) -> Result<(), ReplayError> {
+        self.check_writable()?;
+        if stream.opening != self.opening || stream.id as usize >= self.keys.len() {
+            return Err(ReplayError::UnknownStream {
+                path: self.path.clone(),
+                handle: stream.id,
+            });
+        }
+        self.buffer.clear();
+        if let Some(delivery) = entry.delivery() {
+            push_frame(
+                &mut self.buffer,
+                &WireFrame::Delivery {
+                    stream: stream.id,
+                    delivery: WireDelivery::of(delivery),
+                },
+            )?;
+        }
+        push_frame(
+            &mut self.buffer,
+            &WireFrame::Entry {
+                stream: stream.id,
+                entry: WireEntry::of(entry),
+            },
+        )?;
+        self.write_buffer()
+    }
+
+    /// Makes every frame written so far durable (fsync of the file's data).
+    pub fn sync(&mut self) -> Result<(), ReplayError> {
+        self.file.sync_data().map_err(|source| ReplayError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Reads the store's recording as the file holds it now.
+    pub fn read(&self) -> Result<Recording, ReplayError> {
+        Recording::read(&self.path)
+    }
+
+    fn check_writable(&self) -> Result<(), ReplayError> {
+        match &self.read_only {
+            None => Ok(()),
+            Some(reason) => Err(ReplayError::ReadOnly {
+                path: self.path.clone(),
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    fn write_buffer(&mut self) -> Result<(), ReplayError> {
+        self.holds_recording = true;
+        if let Err(source) = self.file.write_all(&self.buffer) {
+            self.read_only = Some(format!(
+                "a write failed ({source}), so it may end in a torn frame"
+            ));
+            return Err(ReplayError::Io {
+                path: self.path.clone(),
+                source,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn head_error(path: &Path, error: HeadError) -> ReplayError {
+    match error {
+        HeadError::NotAStore(reason) => ReplayError::NotAStore {
+            path: path.to_path_buf(),
+            reason,
+        },
+        HeadError::Newer(found) => ReplayError::NewerFormat {
+            path: path.to_path_buf(),
+            found,
+            supported: FORMAT_VERSION,
+        },
+    }
+}
+
+/// Why a recording is incomplete.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum Incomplete {
+    /// The last frame runs past the end of the file: the recording was interrupted while
+    /// writing it. Nothing of it is read.
+    TornFrame {
+        /// Where the frame starts.
+        offset: u64,
+    },
+    /// A frame is damaged; nothing from it on is read.
+    DamagedFrame {
+        /// Where the frame starts.
+        offset: u64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A delivery frame whose input frame was never written. It adds nothing.
+    OrphanDelivery {
+        /// Where the delivery frame starts.
+        offset: u64,
+        /// The stream it belongs to.
+        stream: String,
+    },
+}
+
+impl fmt::Display for Incomplete {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Incomplete::TornFrame { offset } => write!(
+                f,
+                "a torn frame at byte {offset}: the recording was interrupted while writing it"
+            ),
+            Incomplete::DamagedFrame { offset, reason } => {
+                write!(f, "{reason} at byte {offset}: nothing from it on is read")
+            }
+            Incomplete::OrphanDelivery { offset, stream } => write!(
+                f,
+                "a delivery of stream {stream:?} at byte {offset} whose input was never written"
+            ),
+        }
+    }
+}
+
+/// One processor build's recorded stream.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct RecordedStream {
+    key: String,
+    provenance: Option<Provenance>,
+    entries: Vec<Entry>,
+}
+
+impl RecordedStream {
+    /// The stream's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The provenance recorded when it began (`None` when it was not recorded).
+    pub fn provenance(&self) -> Option<&Provenance> {
+        self.provenance.as_ref()
+    }
+
+    /// Its entries in order, each input with the delivery recorded with it.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+}
+
+/// A store's recording as read: its streams and whether it is complete.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Recording {
+    streams: Vec<RecordedStream>,
+    by_key: HashMap<String, usize>,
+    incomplete: Vec<Incomplete>,
+    holds_recording: bool,
+}
+
+struct PendingDelivery {
+    offset: usize,
+    stream: u32,
+    delivery: Delivery,
+}
+
+impl Recording {
+    /// Reads the store at `path`. Never creates or changes the file.
+    pub fn read(path: impl AsRef<Path>) -> Result<Recording, ReplayError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| ReplayError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Recording::from_bytes_of(path, &bytes)
+    }
+
+    /// Reads a store's bytes. Any bytes give a result or an error, never a panic.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Recording, ReplayError> {
+        Recording::from_bytes_of(Path::new("(bytes in memory)"), bytes)
+    }
+
+    fn from_bytes_of(path: &Path, bytes: &[u8]) -> Result<Recording, ReplayError> {
+        match check_head(bytes).map_err(|error| head_error(path, error))? {
+            Head::Empty => Ok(Recording::default()),
+            Head::Store => Ok(Recording::parse(bytes)),
+        }
+    }
+
+    /// Parses the frames after a checked head.
+    fn parse(bytes: &[u8]) -> Recording {
+        let mut recording = Recording {
+            holds_recording: bytes.len() > HEADER_LEN,
+            ..Recording::default()
+        };
+        let mut feeds: Vec<Arc<str>> = Vec::new();
+        let mut pending: Option<PendingDelivery> = None;
+        let mut offset = HEADER_LEN;
+        loop {
+            let (body, next) = match read_frame(bytes, offset) {
+                FrameRead::Frame { body, next } => (body, next),
+                FrameRead::End => break,
+                FrameRead::Torn => {
+                    recording.incomplete.push(Incomplete::TornFrame {
+                        offset: offset as u64,
+                    });
+                    break;
+                }
+                FrameRead::Damaged(reason) => {
+                    recording.damaged(offset, reason);
+                    break;
+                }
+            };
+            let frame = match decode_frame(body) {
+                Ok(frame) => frame,
+                Err(reason) => {
+                    recording.damaged(offset, reason);
+                    break;
+                }
+            };
+            match frame {
+                WireFrame::Stream {
+                    id,
+                    key,
+                    provenance,
+                } => {
+                    recording.orphan(pending.take());
+                    if id as usize != recording.streams.len() {
+                        recording.damaged(offset, "a stream begun out of order");
+                        break;
+                    }
+                    if recording.by_key.contains_key(&*key) {
+                        recording.damaged(offset, "a stream begun twice");
+                        break;
+                    }
+                    let key = key.into_owned();
+                    recording
+                        .by_key
+                        .insert(key.clone(), recording.streams.len());
+                    recording.streams.push(RecordedStream {
+                        key,
+                        provenance: provenance.map(WireProvenance::into_provenance),
+                        entries: Vec::new(),
+                    });
+                }
+                WireFrame::Delivery { stream, delivery } => {
+                    if stream as usize >= recording.streams.len() {
+                        recording.damaged(offset, "a delivery of a stream never begun");
+                        break;
+                    }
+                    // a delivery still pending here was not followed by its input
+                    recording.orphan(pending.take());
+                    pending = Some(PendingDelivery {
+                        offset,
+                        stream,
+                        delivery: delivery.into_delivery(&mut feeds),
+                    });
+                }
+                WireFrame::Entry { stream, entry } => {
+                    if stream as usize >= recording.streams.len() {
+                        recording.damaged(offset, "an entry of a stream never begun");
+                        break;
+                    }
+                    let delivery = match pending.take() {
+                        Some(found) if found.stream == stream && entry.delivered() => {
+                            Some(found.delivery)
+                        }
+                        other => {
+                            recording.orphan(other);
+                            None
+                        }
+                    };
+                    if entry.delivered() && delivery.is_none() {
+                        recording
+                            .damaged(offset, "an input whose delivery frame does not precede it");
+                        break;
+                    }
+                    recording.streams[stream as usize]
+                        .entries
+                        .push(entry.into_entry(delivery));
+                }
+            }
+            offset = next;
+        }
+        recording.orphan(pending);
+        recording
+    }
+
+    fn damaged(&mut self, offset: usize, reason: &'static str) {
+        self.incomplete.push(Incomplete::DamagedFrame {
+            offset: offset as u64,
+            reason,
+        });
+    }
+
+    fn orphan(&mut self, pending: Option<PendingDelivery>) {
+        if let Some(orphan) = pending {
+            self.incomplete.push(Incomplete::OrphanDelivery {
+                offset: orphan.offset as u64,
+                stream: self.streams[orphan.stream as usize].key.clone(),
+            });
+        }
+    }
+
+    fn incomplete_summary(&self) -> String {
+        self.incomplete
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// True when every frame was whole and every delivery reached its input.
+    pub fn complete(&self) -> bool {
+        self.incomplete.is_empty()
+    }
+
+    /// Why the recording is incomplete (empty when it is complete).
+    pub fn incomplete(&self) -> &[Incomplete] {
+        &self.incomplete
+    }
+
+    /// True when the store held anything past its head.
+    pub fn holds_recording(&self) -> bool {
+        self.holds_recording
+    }
+
+    /// The streams, in the order they began.
+    pub fn streams(&self) -> &[RecordedStream] {
+        &self.streams
+    }
+
+    /// The stream recorded under `key`, or `None` when none was.
+    pub fn stream(&self, key: &str) -> Option<&RecordedStream> {
+        self.by_key.get(key).map(|&index| &self.streams[index])
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// One entry of every kind; the inputs carry `delivery`.
+    pub(crate) fn every_kind(delivery: Option<Delivery>) -> Vec<Entry> {
+        vec![
+            Entry::Indexed {
+                feed: "prices".into(),
+                sequence: 7,
+                route: "onPrice".into(),
+                delivery: delivery.clone(),
+                clock: vec![1_000, 1_001],
+            },
+            Entry::Inline {
+                payload: b"line a".to_vec(),
+                route: "onLine".into(),
+                delivery,
+                clock: vec![-5],
+            },
+            Entry::TimerFired {
+                schedule: 3,
+                clock: vec![2_000],
+            },
+            Entry::AdminInvoked {
+                command: "reset".into(),
+                args: vec!["all".into(), "now".into()],
+                clock: vec![],
+            },
+            Entry::ServiceChanged {
+                service: "cache".into(),
+                version: 4,
+                delivered: true,
+                clock: vec![3_000],
+            },
+            Entry::ControlCall {
+                call: "stopService".into(),
+                args: vec!["cache".into()],
+                outcome: crate::ControlOutcome::Failed("no such service".into()),
+            },
+            Entry::ControlCall {
+                call: "startService".into(),
+                args: vec![],
+                outcome: crate::ControlOutcome::Ok,
+            },
+            Entry::Dropped {
+                feed: "prices".into(),
+                sequence: 8,
+            },
+            Entry::Failed {
+                reason: "handler panicked".into(),
+            },
+            Entry::Stopped { clock: vec![4_000] },
+        ]
+    }
+}

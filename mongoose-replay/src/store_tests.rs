@@ -1,0 +1,664 @@
+//! The store's regression tests (feed-delivery-guarantees §8a, "Delivery metadata is
+//! recorded and replayed"; control-plane-contracts "Record and replay").
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mongoose_core::{Delivery, Epoch, PositionValue};
+use tempfile::TempDir;
+
+use crate::format::{
+    decode_frame, header, push_frame, read_frame, FrameRead, WireDelivery, WireEntry, WireFrame,
+    FORMAT_VERSION, HEADER_LEN,
+};
+use crate::store::tests_support::every_kind;
+use crate::{Entry, Incomplete, Provenance, Recording, ReplayError, ReplayStore};
+
+fn delivery(sequence: u64, position: u64) -> Delivery {
+    Delivery::new(
+        Arc::from("lines"),
+        sequence,
+        Epoch(0xE1),
+        PositionValue::at(position),
+        0,
+    )
+}
+
+fn indexed(sequence: u64, delivery: Option<Delivery>) -> Entry {
+    Entry::Indexed {
+        feed: "lines".into(),
+        sequence,
+        route: "onLine".into(),
+        delivery,
+        clock: vec![sequence as i64 * 10],
+    }
+}
+
+fn inline(text: &str, delivery: Option<Delivery>) -> Entry {
+    Entry::Inline {
+        payload: text.as_bytes().to_vec(),
+        route: "onLine".into(),
+        delivery,
+        clock: vec![],
+    }
+}
+
+fn provenance() -> Provenance {
+    Provenance {
+        processor_type: "Counter".into(),
+        handler_type: "LineHandler".into(),
+        ordinal: 1,
+    }
+}
+
+fn store_path() -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("run.replay");
+    (dir, path)
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).expect("metadata").len()
+}
+
+fn truncate(path: &Path, len: u64) {
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open to truncate")
+        .set_len(len)
+        .expect("truncate");
+}
+
+/// The kind of each whole frame in `bytes` with its offset, and its end.
+fn frames(bytes: &[u8]) -> Vec<(usize, &'static str, usize)> {
+    let mut found = Vec::new();
+    let mut offset = HEADER_LEN;
+    while let FrameRead::Frame { body, next } = read_frame(bytes, offset) {
+        let kind = match decode_frame(body).expect("decodable") {
+            WireFrame::Stream { .. } => "Stream",
+            WireFrame::Delivery { .. } => "Delivery",
+            WireFrame::Entry { .. } => "Entry",
+        };
+        found.push((offset, kind, next));
+        offset = next;
+    }
+    found
+}
+
+fn entries_of<'a>(recording: &'a Recording, key: &str) -> &'a [Entry] {
+    recording.stream(key).expect("stream recorded").entries()
+}
+
+// feed-delivery-guarantees §8a, independent review R3: the delivery of each positioned
+// input is stored with it and read back onto it
+#[test]
+fn a_delivery_is_read_back_onto_its_input() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", Some(&provenance())).unwrap();
+    let other = store.begin("counter#2", None).unwrap();
+    store
+        .append(counter, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    store
+        .append(other, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    store
+        .append(counter, &inline("b", Some(delivery(2, 20))))
+        .unwrap();
+    store.append(counter, &indexed(3, None)).unwrap();
+    drop(store);
+
+    let recording = Recording::read(&path).unwrap();
+    assert!(recording.complete(), "{:?}", recording.incomplete());
+    let entries = entries_of(&recording, "counter");
+    assert_eq!(entries.len(), 3);
+    assert_eq!(entries[0], indexed(1, Some(delivery(1, 10))));
+    assert_eq!(entries[1], inline("b", Some(delivery(2, 20))));
+    assert_eq!(entries[2].delivery(), None);
+    assert_eq!(
+        entries_of(&recording, "counter#2")[0].delivery(),
+        Some(&delivery(1, 10))
+    );
+    assert_eq!(
+        recording.stream("counter").unwrap().provenance(),
+        Some(&provenance())
+    );
+    let kinds: Vec<_> = frames(&std::fs::read(&path).unwrap())
+        .into_iter()
+        .map(|(_, kind, _)| kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Stream", "Stream", "Delivery", "Entry", "Delivery", "Entry", "Delivery", "Entry",
+            "Entry"
+        ]
+    );
+}
+
+// feed-delivery-guarantees §8a: a delivery whose input was never written adds nothing
+// and marks the recording incomplete, as a torn last frame does
+#[test]
+fn a_delivery_with_no_input_after_it_adds_nothing() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store
+        .append(counter, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    let before_second = file_len(&path) as usize;
+    store
+        .append(counter, &indexed(2, Some(delivery(2, 20))))
+        .unwrap();
+    drop(store);
+    let bytes = std::fs::read(&path).unwrap();
+    let tail = frames(&bytes)
+        .into_iter()
+        .find(|(offset, _, _)| *offset == before_second)
+        .expect("a frame at the second input");
+    assert_eq!(tail.1, "Delivery", "the fixture holds a delivery frame");
+    truncate(&path, tail.2 as u64);
+
+    let recording = Recording::read(&path).unwrap();
+    assert_eq!(
+        entries_of(&recording, "counter"),
+        &[indexed(1, Some(delivery(1, 10)))]
+    );
+    assert!(!recording.complete());
+    assert_eq!(
+        recording.incomplete(),
+        &[Incomplete::OrphanDelivery {
+            offset: before_second as u64,
+            stream: "counter".into()
+        }]
+    );
+}
+
+// feed-delivery-guarantees §8a: recordings of feeds without positions are unchanged: no
+// delivery frame is written and every input reads back with none
+#[test]
+fn a_store_written_without_deliveries_reads_none() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store.append(counter, &indexed(1, None)).unwrap();
+    store.append(counter, &inline("a", None)).unwrap();
+    drop(store);
+
+    let kinds: Vec<_> = frames(&std::fs::read(&path).unwrap())
+        .into_iter()
+        .map(|(_, kind, _)| kind)
+        .collect();
+    assert_eq!(kinds, ["Stream", "Entry", "Entry"]);
+    let recording = Recording::read(&path).unwrap();
+    assert!(recording.complete());
+    let entries = entries_of(&recording, "counter");
+    assert_eq!(entries, &[indexed(1, None), inline("a", None)]);
+    assert!(entries.iter().all(|entry| entry.delivery().is_none()));
+}
+
+// feed-delivery-guarantees §8a, delta review of PR #98 finding 3: before, a reopened store
+// gave the orphan delivery to the next input appended for that processor, so an
+// unpositioned input replayed with the interrupted input's feed, epoch and position
+#[test]
+fn an_interrupted_delivery_cannot_attach_to_a_later_unpositioned_input() {
+    // the store refuses to append after the interruption
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    let interrupted_at = file_len(&path) as usize;
+    store
+        .append(counter, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    drop(store);
+    let bytes = std::fs::read(&path).unwrap();
+    let (_, kind, delivery_end) = frames(&bytes)[1];
+    assert_eq!(kind, "Delivery");
+    truncate(&path, delivery_end as u64);
+    let mut reopened = ReplayStore::open(&path).unwrap();
+    let handle = reopened.stream("counter").expect("stream continues");
+    let refused = reopened.append(handle, &inline("later", None)).unwrap_err();
+    assert!(matches!(refused, ReplayError::ReadOnly { .. }), "{refused}");
+    assert_eq!(file_len(&path), delivery_end as u64, "nothing appended");
+
+    // and a reader never attaches it even to an unpositioned input that a writer without
+    // the refusal appended right after it
+    let mut crafted = bytes[..delivery_end].to_vec();
+    assert_eq!(interrupted_at, frames(&bytes)[1].0);
+    push_frame(
+        &mut crafted,
+        &WireFrame::Entry {
+            stream: 0,
+            entry: WireEntry::of(&inline("later", None)),
+        },
+    )
+    .unwrap();
+    let recording = Recording::from_bytes(&crafted).unwrap();
+    assert_eq!(entries_of(&recording, "counter"), &[inline("later", None)]);
+    assert_eq!(
+        recording.incomplete(),
+        &[Incomplete::OrphanDelivery {
+            offset: interrupted_at as u64,
+            stream: "counter".into()
+        }]
+    );
+}
+
+// feed-delivery-guarantees §8a, delta review of PR #98 finding 3: a store with an orphan
+// delivery is read, never appended to (append and begin refuse), and it holds a
+// recording, so it is never reused as an empty one
+#[test]
+fn a_store_with_an_orphan_delivery_row_is_read_but_never_appended_to() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store.append(counter, &indexed(1, None)).unwrap();
+    let before = file_len(&path) as usize;
+    store
+        .append(counter, &indexed(2, Some(delivery(2, 20))))
+        .unwrap();
+    drop(store);
+    let bytes = std::fs::read(&path).unwrap();
+    let delivery_frame = frames(&bytes)
+        .into_iter()
+        .find(|(offset, _, _)| *offset == before)
+        .unwrap();
+    // the reference: assert the fixture holds a delivery row before truncating it
+    assert_eq!(delivery_frame.1, "Delivery");
+    truncate(&path, delivery_frame.2 as u64);
+    let orphaned = std::fs::read(&path).unwrap();
+
+    let mut reopened = ReplayStore::open(&path).unwrap();
+    assert!(reopened.holds_recording());
+    let reason = reopened.read_only_reason().expect("read-only").to_owned();
+    assert!(reason.contains("whose input was never written"), "{reason}");
+    let handle = reopened.stream("counter").unwrap();
+    let append = reopened.append(handle, &indexed(3, None)).unwrap_err();
+    assert!(
+        append.to_string().contains("is read-only")
+            && append.to_string().contains("record into a new store"),
+        "{append}"
+    );
+    let begin = reopened.begin("other", None).unwrap_err();
+    assert!(matches!(begin, ReplayError::ReadOnly { .. }), "{begin}");
+    let record = ReplayStore::open_for_record(&path).unwrap_err();
+    assert!(
+        matches!(record, ReplayError::AlreadyHoldsRecording { .. }),
+        "{record}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        orphaned,
+        "the file is unchanged"
+    );
+
+    let recording = reopened.read().unwrap();
+    assert!(recording.holds_recording());
+    assert!(!recording.complete());
+    assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
+}
+
+// control-plane-contracts "Record and replay" (a reader from an older version refuses a
+// newer file); feed-delivery-guarantees §8a (refuse rather than replay without metadata)
+#[test]
+fn a_reader_refuses_a_store_of_a_newer_format_version_and_says_what_to_do() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store.append(counter, &indexed(1, None)).unwrap();
+    drop(store);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+
+    let error = Recording::read(&path).unwrap_err();
+    match &error {
+        ReplayError::NewerFormat {
+            found, supported, ..
+        } => assert_eq!((*found, *supported), (FORMAT_VERSION + 1, FORMAT_VERSION)),
+        other => panic!("not a version refusal: {other}"),
+    }
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("format version {}", FORMAT_VERSION + 1))
+            && message.contains("newer one"),
+        "{message}"
+    );
+    assert!(matches!(
+        ReplayStore::open(&path),
+        Err(ReplayError::NewerFormat { .. })
+    ));
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a refused store is left alone"
+    );
+}
+
+// control-plane-contracts "Record and replay", ReplayConfig: RECORD refuses a store that
+// already holds a recording
+#[test]
+fn record_refuses_a_store_that_already_holds_a_recording() {
+    let (_dir, path) = store_path();
+    let store = ReplayStore::open_for_record(&path).unwrap();
+    assert!(!store.holds_recording());
+    drop(store);
+    // a store with only its head is still empty
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    store.begin("counter", None).unwrap();
+    assert!(store.holds_recording());
+    drop(store);
+    // a stream begun with no entries is already a recording
+    let error = ReplayStore::open_for_record(&path).unwrap_err();
+    assert!(matches!(error, ReplayError::AlreadyHoldsRecording { .. }));
+    assert!(
+        error.to_string().contains("record into a new path"),
+        "{error}"
+    );
+}
+
+// feed-delivery-guarantees §8a: a torn last frame marks the recording incomplete
+#[test]
+fn a_torn_last_frame_marks_the_recording_incomplete_and_keeps_the_frames_before_it() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store
+        .append(counter, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    store.append(counter, &indexed(2, None)).unwrap();
+    let last_start = file_len(&path);
+    store.append(counter, &indexed(3, None)).unwrap();
+    let end = file_len(&path);
+    drop(store);
+    let whole = std::fs::read(&path).unwrap();
+
+    for cut in last_start + 1..end {
+        std::fs::write(&path, &whole[..cut as usize]).unwrap();
+        let recording = Recording::read(&path).unwrap();
+        assert_eq!(
+            entries_of(&recording, "counter"),
+            &[indexed(1, Some(delivery(1, 10))), indexed(2, None)],
+            "cut at {cut}"
+        );
+        assert_eq!(
+            recording.incomplete(),
+            &[Incomplete::TornFrame { offset: last_start }],
+            "cut at {cut}"
+        );
+    }
+    // cut exactly at the boundary: a complete recording of two inputs
+    std::fs::write(&path, &whole[..last_start as usize]).unwrap();
+    assert!(Recording::read(&path).unwrap().complete());
+}
+
+// feed-delivery-guarantees §8a: a torn input after its delivery frame adds neither
+#[test]
+fn a_torn_input_after_its_delivery_adds_neither() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    let start = file_len(&path) as usize;
+    store
+        .append(counter, &inline("a", Some(delivery(1, 10))))
+        .unwrap();
+    drop(store);
+    let whole = std::fs::read(&path).unwrap();
+    let (_, _, input_start) = frames(&whole)[1];
+    let recording = Recording::from_bytes(&whole[..whole.len() - 1]).unwrap();
+    assert!(entries_of(&recording, "counter").is_empty());
+    assert_eq!(
+        recording.incomplete(),
+        &[
+            Incomplete::TornFrame {
+                offset: input_start as u64
+            },
+            Incomplete::OrphanDelivery {
+                offset: start as u64,
+                stream: "counter".into()
+            }
+        ]
+    );
+}
+
+// feed-delivery-guarantees §8a: an incomplete store is read, never appended to
+#[test]
+fn a_store_with_a_torn_last_frame_is_never_appended_to() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store.append(counter, &indexed(1, None)).unwrap();
+    drop(store);
+    let torn_len = file_len(&path) - 2;
+    truncate(&path, torn_len);
+    let mut reopened = ReplayStore::open(&path).unwrap();
+    assert!(reopened.holds_recording());
+    assert!(reopened
+        .read_only_reason()
+        .unwrap()
+        .contains("interrupted while writing"));
+    let handle = reopened.stream("counter").unwrap();
+    assert!(matches!(
+        reopened.append(handle, &indexed(2, None)),
+        Err(ReplayError::ReadOnly { .. })
+    ));
+    assert_eq!(file_len(&path), torn_len);
+}
+
+#[test]
+fn a_head_torn_while_the_store_was_created_is_an_empty_store() {
+    let (_dir, path) = store_path();
+    for len in 0..HEADER_LEN {
+        std::fs::write(&path, &header()[..len]).unwrap();
+        let recording = Recording::read(&path).unwrap();
+        assert!(!recording.holds_recording() && recording.complete());
+        let mut store = ReplayStore::open_for_record(&path).unwrap();
+        let handle = store.begin("counter", None).unwrap();
+        store.append(handle, &indexed(1, None)).unwrap();
+        drop(store);
+        let recording = Recording::read(&path).unwrap();
+        assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_store_is_refused_and_left_alone() {
+    let (_dir, path) = store_path();
+    std::fs::write(&path, b"timestamp,kind,stream\n").unwrap();
+    let error = ReplayStore::open_for_record(&path).unwrap_err();
+    assert!(matches!(error, ReplayError::NotAStore { .. }), "{error}");
+    assert!(matches!(
+        Recording::read(&path),
+        Err(ReplayError::NotAStore { .. })
+    ));
+    assert_eq!(std::fs::read(&path).unwrap(), b"timestamp,kind,stream\n");
+}
+
+#[test]
+fn a_damaged_frame_stops_reading_there_and_marks_the_recording_incomplete() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store.append(counter, &indexed(1, None)).unwrap();
+    let second = file_len(&path) as usize;
+    store.append(counter, &indexed(2, None)).unwrap();
+    store.append(counter, &indexed(3, None)).unwrap();
+    drop(store);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[second + 12] ^= 0x10;
+    let recording = Recording::from_bytes(&bytes).unwrap();
+    assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
+    assert!(matches!(
+        recording.incomplete(),
+        [Incomplete::DamagedFrame { offset, .. }] if *offset == second as u64
+    ));
+}
+
+#[test]
+fn an_input_marked_delivered_without_its_delivery_frame_is_damaged() {
+    let mut bytes = header().to_vec();
+    push_frame(
+        &mut bytes,
+        &WireFrame::Stream {
+            id: 0,
+            key: "counter".into(),
+            provenance: None,
+        },
+    )
+    .unwrap();
+    let positioned = indexed(1, Some(delivery(1, 10)));
+    let at = bytes.len();
+    push_frame(
+        &mut bytes,
+        &WireFrame::Entry {
+            stream: 0,
+            entry: WireEntry::of(&positioned),
+        },
+    )
+    .unwrap();
+    let recording = Recording::from_bytes(&bytes).unwrap();
+    assert!(entries_of(&recording, "counter").is_empty());
+    assert!(matches!(
+        recording.incomplete(),
+        [Incomplete::DamagedFrame { offset, .. }] if *offset == at as u64
+    ));
+}
+
+#[test]
+fn a_delivery_is_not_attached_to_an_input_of_another_stream() {
+    let mut bytes = header().to_vec();
+    for (id, key) in ["a", "b"].into_iter().enumerate() {
+        push_frame(
+            &mut bytes,
+            &WireFrame::Stream {
+                id: id as u32,
+                key: key.into(),
+                provenance: None,
+            },
+        )
+        .unwrap();
+    }
+    let the_delivery = delivery(1, 10);
+    push_frame(
+        &mut bytes,
+        &WireFrame::Delivery {
+            stream: 0,
+            delivery: WireDelivery::of(&the_delivery),
+        },
+    )
+    .unwrap();
+    push_frame(
+        &mut bytes,
+        &WireFrame::Entry {
+            stream: 1,
+            entry: WireEntry::of(&indexed(1, None)),
+        },
+    )
+    .unwrap();
+    let recording = Recording::from_bytes(&bytes).unwrap();
+    assert_eq!(entries_of(&recording, "b"), &[indexed(1, None)]);
+    assert!(entries_of(&recording, "a").is_empty());
+    assert!(matches!(
+        recording.incomplete(),
+        [Incomplete::OrphanDelivery { stream, .. }] if stream == "a"
+    ));
+}
+
+#[test]
+fn every_entry_kind_reads_back_as_written_in_its_own_stream() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let first = store.begin("p", Some(&provenance())).unwrap();
+    let escaped = store.begin("p##2", None).unwrap();
+    let with = every_kind(Some(delivery(5, 50)));
+    let without = every_kind(None);
+    for (a, b) in with.iter().zip(&without) {
+        store.append(first, a).unwrap();
+        store.append(escaped, b).unwrap();
+    }
+    drop(store);
+    let recording = Recording::read(&path).unwrap();
+    assert!(recording.complete());
+    assert_eq!(entries_of(&recording, "p"), with.as_slice());
+    assert_eq!(entries_of(&recording, "p##2"), without.as_slice());
+    assert!(recording.stream("p#2").is_none());
+    let keys: Vec<_> = recording.streams().iter().map(|s| s.key()).collect();
+    assert_eq!(keys, ["p", "p##2"]);
+}
+
+#[test]
+fn a_complete_store_reopened_continues_its_streams() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store
+        .append(counter, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    drop(store);
+    let mut reopened = ReplayStore::open(&path).unwrap();
+    assert!(reopened.read_only_reason().is_none());
+    let handle = reopened.stream("counter").unwrap();
+    reopened
+        .append(handle, &indexed(2, Some(delivery(2, 20))))
+        .unwrap();
+    let later = reopened.begin("counter#2", None).unwrap();
+    reopened.append(later, &indexed(1, None)).unwrap();
+    assert!(matches!(
+        reopened.begin("counter", None),
+        Err(ReplayError::StreamAlreadyBegun { .. })
+    ));
+    let recording = reopened.read().unwrap();
+    assert!(recording.complete());
+    assert_eq!(
+        entries_of(&recording, "counter"),
+        &[
+            indexed(1, Some(delivery(1, 10))),
+            indexed(2, Some(delivery(2, 20)))
+        ]
+    );
+    assert_eq!(entries_of(&recording, "counter#2"), &[indexed(1, None)]);
+}
+
+#[test]
+fn a_handle_of_another_store_and_an_ambiguous_key_are_refused() {
+    let (_dir, path) = store_path();
+    let (_other_dir, other_path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let mut other = ReplayStore::open_for_record(&other_path).unwrap();
+    let handle = other.begin("counter", None).unwrap();
+    store.begin("counter", None).unwrap();
+    assert!(matches!(
+        store.append(handle, &indexed(1, None)),
+        Err(ReplayError::UnknownStream { .. })
+    ));
+    assert!(matches!(
+        store.begin("p#x", None),
+        Err(ReplayError::InvalidStreamKey { .. })
+    ));
+}
+
+#[test]
+fn an_entry_larger_than_a_frame_is_refused_and_the_store_stays_usable() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    let huge = Entry::Inline {
+        payload: vec![0u8; crate::MAX_FRAME_LEN + 1],
+        route: "r".into(),
+        delivery: Some(delivery(1, 10)),
+        clock: vec![],
+    };
+    let before = file_len(&path);
+    assert!(matches!(
+        store.append(counter, &huge),
+        Err(ReplayError::FrameTooLarge { .. })
+    ));
+    assert_eq!(file_len(&path), before, "neither frame was written");
+    store.append(counter, &indexed(1, None)).unwrap();
+    let recording = store.read().unwrap();
+    assert!(recording.complete());
+    assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
+}
