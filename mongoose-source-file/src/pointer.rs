@@ -1,0 +1,309 @@
+//! The pointer file: a 1,024-byte memory-mapped record beside the input file.
+//!
+//! Layout (big-endian, like the Java original, so a pointer it wrote can be adopted;
+//! feed-delivery-guarantees §4):
+//!
+//! | at | field |
+//! |---:|---|
+//! | 0  | offset: bytes of the input processed and committed |
+//! | 8  | epoch: the position space (0: none yet, a pointer of an older layout) |
+//! | 16 | file-key hash: device and inode of the input file (0: unknown) |
+//! | 24 | layout version ([`LAYOUT_VERSION`]) |
+//! | 32 | fingerprint length: bytes of the input the fingerprint covers (<= 4,096) |
+//! | 40 | fingerprint: FNV-1a 64 of those bytes |
+//!
+//! The rest of the 1,024 bytes is zero.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use memmap2::MmapMut;
+
+/// The size of a pointer file.
+pub const POINTER_FILE_SIZE: usize = 1024;
+/// Where the offset is.
+pub const OFFSET_AT: usize = 0;
+/// Where the epoch is.
+pub const EPOCH_AT: usize = 8;
+/// Where the file-key hash is.
+pub const FILE_KEY_AT: usize = 16;
+/// Where the layout version is.
+pub const LAYOUT_VERSION_AT: usize = 24;
+/// Where the fingerprint length is.
+pub const FINGERPRINT_LENGTH_AT: usize = 32;
+/// Where the fingerprint is.
+pub const FINGERPRINT_AT: usize = 40;
+/// The layout this crate writes.
+pub const LAYOUT_VERSION: u64 = 2;
+/// The most bytes a fingerprint covers.
+pub const MAX_FINGERPRINT_BYTES: u64 = 4096;
+
+// the fields fit the file (checked at compile time)
+const _: () = assert!(FINGERPRINT_AT + 8 <= POINTER_FILE_SIZE);
+const _: () = assert!(OFFSET_AT + 8 == EPOCH_AT && EPOCH_AT + 8 == FILE_KEY_AT);
+const _: () = assert!(FILE_KEY_AT + 8 == LAYOUT_VERSION_AT);
+const _: () = assert!(LAYOUT_VERSION_AT + 8 == FINGERPRINT_LENGTH_AT);
+const _: () = assert!(FINGERPRINT_LENGTH_AT + 8 == FINGERPRINT_AT);
+
+/// The fields of a pointer file.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct PointerRecord {
+    /// Bytes of the input processed and committed.
+    pub offset: u64,
+    /// The position space; 0 when the pointer has none yet.
+    pub epoch: u64,
+    /// Hash of the input file's key; 0 when unknown.
+    pub file_key: u64,
+    /// The layout version that wrote it (0 for layouts before versions).
+    pub layout_version: u64,
+    /// Bytes of the input the fingerprint covers.
+    pub fingerprint_length: u64,
+    /// FNV-1a 64 of the first `fingerprint_length` bytes.
+    pub fingerprint: u64,
+}
+
+/// What was wrong with a pointer file's bytes, if anything.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PointerDamage {
+    /// The file is empty: read from the start.
+    Empty,
+    /// Shorter than 8 bytes: no offset, read from the start.
+    TooShortForAnOffset(usize),
+    /// Shorter than [`POINTER_FILE_SIZE`]: the fields present are kept, it is extended.
+    Short(usize),
+    /// The fingerprint length is larger than a fingerprint can be: ignored.
+    BadFingerprintLength(u64),
+    /// The offset is negative as a Java long: read from the start.
+    NegativeOffset(u64),
+}
+
+/// A decoded pointer file: its record and what was wrong with it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct DecodedPointer {
+    /// The record (missing fields are 0).
+    pub record: PointerRecord,
+    /// Damage found and repaired in `record`, if any (the first one found).
+    pub damage: Option<PointerDamage>,
+}
+
+fn read_field(bytes: &[u8], at: usize) -> u64 {
+    match bytes.get(at..at + 8) {
+        Some(field) => {
+            let mut raw = [0u8; 8];
+            raw.copy_from_slice(field);
+            u64::from_be_bytes(raw)
+        }
+        None => 0,
+    }
+}
+
+impl PointerRecord {
+    /// Decodes a pointer file of any length, repairing what cannot be used: never
+    /// panics (fuzzed).
+    pub fn decode(bytes: &[u8]) -> DecodedPointer {
+        let mut damage = match bytes.len() {
+            0 => Some(PointerDamage::Empty),
+            short if short < 8 => Some(PointerDamage::TooShortForAnOffset(short)),
+            short if short < POINTER_FILE_SIZE => Some(PointerDamage::Short(short)),
+            _ => None,
+        };
+        if bytes.len() < 8 {
+            return DecodedPointer {
+                record: PointerRecord::default(),
+                damage,
+            };
+        }
+        let mut record = PointerRecord {
+            offset: read_field(bytes, OFFSET_AT),
+            epoch: read_field(bytes, EPOCH_AT),
+            file_key: read_field(bytes, FILE_KEY_AT),
+            layout_version: read_field(bytes, LAYOUT_VERSION_AT),
+            fingerprint_length: read_field(bytes, FINGERPRINT_LENGTH_AT),
+            fingerprint: read_field(bytes, FINGERPRINT_AT),
+        };
+        if record.offset > i64::MAX as u64 {
+            damage = damage.or(Some(PointerDamage::NegativeOffset(record.offset)));
+            record.offset = 0;
+        }
+        if record.fingerprint_length > MAX_FINGERPRINT_BYTES {
+            damage = damage.or(Some(PointerDamage::BadFingerprintLength(
+                record.fingerprint_length,
+            )));
+            record.fingerprint_length = 0;
+            record.fingerprint = 0;
+        }
+        DecodedPointer { record, damage }
+    }
+
+    /// Encodes the record into a pointer file's bytes (`bytes` at least 48 long).
+    pub fn encode_into(&self, bytes: &mut [u8]) {
+        bytes[OFFSET_AT..OFFSET_AT + 8].copy_from_slice(&self.offset.to_be_bytes());
+        bytes[EPOCH_AT..EPOCH_AT + 8].copy_from_slice(&self.epoch.to_be_bytes());
+        bytes[FILE_KEY_AT..FILE_KEY_AT + 8].copy_from_slice(&self.file_key.to_be_bytes());
+        bytes[LAYOUT_VERSION_AT..LAYOUT_VERSION_AT + 8]
+            .copy_from_slice(&self.layout_version.to_be_bytes());
+        bytes[FINGERPRINT_LENGTH_AT..FINGERPRINT_LENGTH_AT + 8]
+            .copy_from_slice(&self.fingerprint_length.to_be_bytes());
+        bytes[FINGERPRINT_AT..FINGERPRINT_AT + 8].copy_from_slice(&self.fingerprint.to_be_bytes());
+    }
+}
+
+/// FNV-1a 64 offset basis.
+const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+/// FNV-1a 64 prime.
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// FNV-1a 64 of `bytes`.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    fnv1a_continue(FNV_OFFSET_BASIS, bytes)
+}
+
+/// Continues an FNV-1a 64 hash.
+pub(crate) fn fnv1a_continue(mut hash: u64, bytes: &[u8]) -> u64 {
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(FNV_PRIME);
+    }
+    hash
+}
+
+/// The pointer file's name beside `input`: `<input file name>.readPointer`.
+pub fn pointer_path_for(input: &Path) -> PathBuf {
+    let mut name = input
+        .file_name()
+        .map(|name| name.to_os_string())
+        .unwrap_or_default();
+    name.push(".readPointer");
+    input.with_file_name(name)
+}
+
+/// An open, memory-mapped pointer file.
+#[derive(Debug)]
+pub(crate) struct PointerFile {
+    map: MmapMut,
+    // kept open for as long as it is mapped
+    _file: File,
+}
+
+/// A mapped pointer file and what opening it found.
+#[derive(Debug)]
+pub(crate) struct OpenedPointer {
+    pub(crate) file: PointerFile,
+    pub(crate) decoded: DecodedPointer,
+    pub(crate) created: bool,
+}
+
+impl PointerFile {
+    /// Opens (creating it if missing) and maps the pointer file at `path`, extending a
+    /// short one to [`POINTER_FILE_SIZE`] and keeping what it holds.
+    #[allow(unsafe_code)] // the one mapping of the crate
+    pub(crate) fn open(path: &Path) -> io::Result<OpenedPointer> {
+        let created = !path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        let length = file.metadata()?.len();
+        if length < POINTER_FILE_SIZE as u64 {
+            // extends with zeros, keeping the bytes present
+            file.set_len(POINTER_FILE_SIZE as u64)?;
+        }
+        // SAFETY: the pointer file belongs to this source (one source per input file by
+        // configuration) and is at least POINTER_FILE_SIZE bytes long (extended above).
+        // The mapping is only read and written through copies of whole fields while the
+        // caller holds the commit lock; another process truncating the file under us
+        // is outside the contract (it would be a SIGBUS, as for any mmap user).
+        let map = unsafe { MmapMut::map_mut(&file)? };
+        let usable = (length as usize).min(map.len());
+        let decoded = PointerRecord::decode(&map[..usable]);
+        Ok(OpenedPointer {
+            file: PointerFile { map, _file: file },
+            decoded,
+            created,
+        })
+    }
+
+    /// The record as mapped now.
+    pub(crate) fn read(&self) -> PointerRecord {
+        PointerRecord::decode(&self.map[..POINTER_FILE_SIZE]).record
+    }
+
+    /// Writes the whole record and schedules the page's write-back. The page is in
+    /// the page cache once written, so it survives a SIGKILL of this process.
+    pub(crate) fn write(&mut self, record: &PointerRecord) -> io::Result<()> {
+        record.encode_into(&mut self.map[..POINTER_FILE_SIZE]);
+        self.map.flush_async_range(0, POINTER_FILE_SIZE)
+    }
+
+    /// Writes only the offset (a commit that does not grow the fingerprint).
+    pub(crate) fn write_offset(&mut self, offset: u64) -> io::Result<()> {
+        self.map[OFFSET_AT..OFFSET_AT + 8].copy_from_slice(&offset.to_be_bytes());
+        self.map.flush_async_range(0, POINTER_FILE_SIZE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_round_trips_through_its_bytes_at_the_documented_offsets() {
+        let record = PointerRecord {
+            offset: 0x0102_0304_0506_0708,
+            epoch: 9,
+            file_key: 10,
+            layout_version: LAYOUT_VERSION,
+            fingerprint_length: 4096,
+            fingerprint: 12,
+        };
+        let mut bytes = [0u8; POINTER_FILE_SIZE];
+        record.encode_into(&mut bytes);
+        assert_eq!(bytes[..8], [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(bytes[15], 9);
+        assert_eq!(bytes[23], 10);
+        assert_eq!(bytes[31], LAYOUT_VERSION as u8);
+        assert_eq!(bytes[38..40], [0x10, 0x00]);
+        assert_eq!(bytes[47], 12);
+        let decoded = PointerRecord::decode(&bytes);
+        assert_eq!(decoded.record, record);
+        assert_eq!(decoded.damage, None);
+    }
+
+    #[test]
+    fn short_and_damaged_pointers_are_repaired() {
+        assert_eq!(
+            PointerRecord::decode(&[]).damage,
+            Some(PointerDamage::Empty)
+        );
+        let decoded = PointerRecord::decode(&[0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(decoded.record.offset, 0);
+        assert_eq!(decoded.damage, Some(PointerDamage::TooShortForAnOffset(7)));
+        let decoded = PointerRecord::decode(&[0, 0, 0, 0, 0, 0, 1, 0]);
+        assert_eq!(decoded.record.offset, 256);
+        assert_eq!(decoded.damage, Some(PointerDamage::Short(8)));
+        let mut bytes = [0u8; POINTER_FILE_SIZE];
+        bytes[0] = 0x80;
+        bytes[FINGERPRINT_LENGTH_AT + 6] = 0x20;
+        let decoded = PointerRecord::decode(&bytes);
+        assert_eq!(decoded.record.offset, 0);
+        assert_eq!(decoded.record.fingerprint_length, 0);
+    }
+
+    #[test]
+    fn fnv1a_matches_the_published_test_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn the_pointer_file_is_named_after_the_input() {
+        assert_eq!(
+            pointer_path_for(Path::new("/data/in.log")),
+            PathBuf::from("/data/in.log.readPointer")
+        );
+    }
+}

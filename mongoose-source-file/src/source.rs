@@ -1,0 +1,1090 @@
+//! [`FileEventSource`]: reading, publishing, identity checks and the committer.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use mongoose_core::{
+    CoreError, Epoch, EventSource, SourceCommitter, SourceOutput, SourceState, TryPublish, WorkDone,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info, warn};
+
+use crate::error::FileSourceError;
+use crate::identity::{key_of, FileKey};
+use crate::pointer::{
+    fnv1a, pointer_path_for, PointerDamage, PointerFile, PointerRecord, LAYOUT_VERSION,
+    MAX_FINGERPRINT_BYTES,
+};
+use crate::split::{decode_line, next_line};
+
+/// Where a file source starts and whether it ends.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum ReadStrategy {
+    /// Resume at the pointer file's committed offset and tail. The only strategy with a
+    /// pointer file. Spelled `COMMITED` in configuration, as in the Java original.
+    #[serde(rename = "COMMITED", alias = "COMMITTED")]
+    Commited,
+    /// Read from the start and tail.
+    #[serde(rename = "EARLIEST")]
+    Earliest,
+    /// Start at the end and tail: every new line is published (no conflation).
+    #[serde(rename = "LATEST")]
+    Latest,
+    /// Read from the start to the end of the file, then end.
+    #[serde(rename = "ONCE_EARLIEST")]
+    OnceEarliest,
+    /// Start at the end of the file and end there (nothing is read).
+    #[serde(rename = "ONCE_LATEST")]
+    OnceLatest,
+}
+
+impl ReadStrategy {
+    /// The configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadStrategy::Commited => "COMMITED",
+            ReadStrategy::Earliest => "EARLIEST",
+            ReadStrategy::Latest => "LATEST",
+            ReadStrategy::OnceEarliest => "ONCE_EARLIEST",
+            ReadStrategy::OnceLatest => "ONCE_LATEST",
+        }
+    }
+
+    /// True for the bounded strategies (they end with END_OF_STREAM).
+    pub fn is_once(self) -> bool {
+        matches!(self, ReadStrategy::OnceEarliest | ReadStrategy::OnceLatest)
+    }
+
+    /// True when the strategy keeps a pointer file (COMMITED only).
+    pub fn has_pointer(self) -> bool {
+        matches!(self, ReadStrategy::Commited)
+    }
+}
+
+impl fmt::Display for ReadStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ReadStrategy {
+    type Err = FileSourceError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "COMMITED" | "COMMITTED" => Ok(ReadStrategy::Commited),
+            "EARLIEST" => Ok(ReadStrategy::Earliest),
+            "LATEST" => Ok(ReadStrategy::Latest),
+            "ONCE_EARLIEST" => Ok(ReadStrategy::OnceEarliest),
+            "ONCE_LATEST" => Ok(ReadStrategy::OnceLatest),
+            other => Err(FileSourceError::UnknownStrategy(other.to_owned())),
+        }
+    }
+}
+
+/// The configuration of a [`FileEventSource`].
+#[derive(Clone, Debug)]
+pub struct FileSourceConfig {
+    /// The source's name (its feed's, usually).
+    pub name: String,
+    /// The input file.
+    pub path: PathBuf,
+    /// Where to start, and whether to end.
+    pub strategy: ReadStrategy,
+    /// Initial size of the read buffer; it grows only to hold a longer line.
+    pub read_buffer_bytes: usize,
+    /// Bytes read in one duty cycle at most, so acknowledgements are polled and the
+    /// pointer committed regularly during a long read.
+    pub max_bytes_per_cycle: usize,
+}
+
+impl FileSourceConfig {
+    /// A configuration with the default buffer sizes (256 KiB buffer, 4 MiB per cycle).
+    pub fn new(name: impl Into<String>, path: impl Into<PathBuf>, strategy: ReadStrategy) -> Self {
+        FileSourceConfig {
+            name: name.into(),
+            path: path.into(),
+            strategy,
+            read_buffer_bytes: 256 * 1024,
+            max_bytes_per_cycle: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// Turns a line into the feed's item; an error filters the line (counted and logged,
+/// its position committed with the items around it: never a silent loss).
+pub type DataMapper<T> = Box<dyn FnMut(String) -> Result<T, String> + Send>;
+
+/// A snapshot of a [`FileEventSource`]'s progress.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize)]
+pub struct FileSourceStatus {
+    /// The state last reported.
+    pub state: SourceState,
+    /// Why, when not caught up.
+    pub detail: Option<String>,
+    /// The epoch of the positions published now.
+    pub epoch: Epoch,
+    /// The byte offset after the last line taken (published, filtered or paused).
+    pub read_position: u64,
+    /// The offset in the pointer file (COMMITED), or 0.
+    pub committed_position: u64,
+    /// Lines published.
+    pub lines_published: u64,
+    /// Lines the data mapper refused.
+    pub lines_filtered: u64,
+    /// Times a publish was paused by a full queue (episodes).
+    pub pauses: u64,
+    /// Bytes after the last terminator a once read ended without publishing.
+    pub unterminated_bytes: u64,
+    /// Times the input was reopened (a replacement, rotation, truncation, read error).
+    pub reopens: u64,
+    /// Times the pointer was reset to 0 under a new epoch.
+    pub resets: u64,
+    /// Acknowledgements of an old epoch the committer ignored.
+    pub ignored_old_acknowledgements: u64,
+}
+
+/// The commit state shared by the source and its committer, under the lock that
+/// `stop` also takes.
+#[derive(Debug)]
+struct CommitShared {
+    source_name: String,
+    pointer_path: PathBuf,
+    pointer: Option<PointerFile>,
+    /// What the pointer file holds.
+    record: PointerRecord,
+    /// The highest acknowledged offset of the current epoch not yet committed.
+    acknowledged: Option<u64>,
+    /// The open input (for fingerprint growth: always the file being read).
+    input: Option<Arc<File>>,
+    stopped: bool,
+    ignored_old_acknowledgements: u64,
+}
+
+impl CommitShared {
+    fn io_error(&self, what: &str, error: io::Error) -> CoreError {
+        CoreError::io(
+            format!(
+                "source '{}': {what} pointer file {}",
+                self.source_name,
+                self.pointer_path.display()
+            ),
+            error,
+        )
+    }
+
+    fn write_record(&mut self, record: PointerRecord) -> Result<(), CoreError> {
+        match self.pointer.as_mut() {
+            Some(pointer) => pointer
+                .write(&record)
+                .map_err(|error| self.io_error("cannot write", error))?,
+            None => {
+                // after stop: re-map for this write only
+                let mut opened = PointerFile::open(&self.pointer_path)
+                    .map_err(|error| self.io_error("cannot re-map", error))?;
+                opened
+                    .file
+                    .write(&record)
+                    .map_err(|error| self.io_error("cannot write", error))?;
+            }
+        }
+        self.record = record;
+        Ok(())
+    }
+
+    /// Commits the acknowledged offset: forward only, growing the fingerprint of the
+    /// open file while it covers less than 4 KB.
+    fn commit(&mut self) -> Result<(), CoreError> {
+        let Some(offset) = self.acknowledged.take() else {
+            return Ok(());
+        };
+        if offset <= self.record.offset {
+            return Ok(());
+        }
+        if self.pointer.is_none() && !self.stopped {
+            // not started: nothing mapped to write to
+            self.acknowledged = Some(offset);
+            return Ok(());
+        }
+        let mut record = self.record;
+        record.offset = offset;
+        if record.fingerprint_length < MAX_FINGERPRINT_BYTES {
+            if let Some(input) = self.input.as_ref() {
+                // the file being read, by positional reads of its handle, never the
+                // path (review R4: the path may already name a replacement)
+                if let Some((length, fingerprint)) = fingerprint_of(input) {
+                    if length > record.fingerprint_length {
+                        record.fingerprint_length = length;
+                        record.fingerprint = fingerprint;
+                    }
+                }
+            }
+        }
+        if record.fingerprint_length == self.record.fingerprint_length && self.pointer.is_some() {
+            if let Some(pointer) = self.pointer.as_mut() {
+                pointer
+                    .write_offset(offset)
+                    .map_err(|error| CoreError::io("cannot write the pointer offset", error))?;
+            }
+            self.record = record;
+            return Ok(());
+        }
+        self.write_record(record)
+    }
+}
+
+/// The fingerprint of the first min(4096, size) bytes of an open file: `(bytes, hash)`.
+fn fingerprint_of(file: &File) -> Option<(u64, u64)> {
+    let size = file.metadata().ok()?.len();
+    let length = size.min(MAX_FINGERPRINT_BYTES) as usize;
+    let mut bytes = vec![0u8; length];
+    read_exact_at(file, &mut bytes, 0).ok()?;
+    Some((length as u64, fnv1a(&bytes)))
+}
+
+#[cfg(unix)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+}
+
+fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        match read_at(file, buf, offset) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(read) => {
+                buf = &mut buf[read..];
+                offset += read as u64;
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// The committer a COMMITED source registers with its output.
+struct PointerCommitter {
+    shared: Arc<Mutex<CommitShared>>,
+}
+
+impl SourceCommitter<u64> for PointerCommitter {
+    fn acknowledged(&mut self, sequence: u64, epoch: Epoch, position: u64) {
+        let mut shared = self.shared.lock();
+        if epoch.get() != shared.record.epoch {
+            // an item of the old file: never committed into the new file's pointer
+            // (feed-delivery-guarantees §4, review 2 finding 6, review R4)
+            shared.ignored_old_acknowledgements += 1;
+            debug!(
+                source = %shared.source_name, sequence, %epoch, position,
+                "ignoring an acknowledgement of an old epoch"
+            );
+            return;
+        }
+        shared.acknowledged = Some(shared.acknowledged.map_or(position, |at| at.max(position)));
+    }
+
+    fn commit(&mut self) -> Result<(), CoreError> {
+        self.shared.lock().commit()
+    }
+
+    fn commits_after_stop(&self) -> bool {
+        true
+    }
+}
+
+/// The open input file and the read buffer's window onto it.
+#[derive(Debug)]
+struct OpenInput {
+    file: Arc<File>,
+    key: Option<FileKey>,
+    /// The file offset of `buf[0]`.
+    buf_offset: u64,
+    /// Bytes of the buffer taken (published, filtered or held as pending).
+    consumed: usize,
+    /// Bytes of the buffer read from the file.
+    filled: usize,
+}
+
+impl OpenInput {
+    fn position(&self) -> u64 {
+        self.buf_offset + self.consumed as u64
+    }
+
+    fn read_through(&self) -> u64 {
+        self.buf_offset + self.filled as u64
+    }
+}
+
+enum EofCheck {
+    Unchanged,
+    Replaced(String),
+    Truncated(String),
+}
+
+/// Called between the open of the input file and the read of its identity (tests).
+type OpenHook = Box<dyn FnMut() + Send>;
+
+/// A file source: reads lines of a file by bytes, maps each line to an item and
+/// publishes it with the byte offset after the line as its position.
+///
+/// With [`ReadStrategy::Commited`] the offset is committed to the pointer file
+/// `<input>.readPointer` only once the line was processed by every consumer (the
+/// output's acknowledgement), never when read. See the crate documentation.
+pub struct FileEventSource<T> {
+    config: FileSourceConfig,
+    mapper: DataMapper<T>,
+    output: Arc<dyn SourceOutput<T, u64>>,
+    shared: Arc<Mutex<CommitShared>>,
+    buf: Vec<u8>,
+    input: Option<OpenInput>,
+    /// A mapped line a full queue refused, and its position.
+    pending: Option<(T, u64)>,
+    epoch: Epoch,
+    started: bool,
+    ended: bool,
+    /// Opened at least once since start (later opens are reopens).
+    opened_since_start: bool,
+    /// The reason the open file is being read to its end before a reopen.
+    draining: Option<String>,
+    /// Where the old file was read to, for the identity check of a reopen.
+    reopen_from: Option<u64>,
+    paused: bool,
+    reported: Option<(SourceState, Option<String>)>,
+    status: FileSourceStatus,
+    open_hook: Option<OpenHook>,
+}
+
+impl<T> fmt::Debug for FileEventSource<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileEventSource")
+            .field("config", &self.config)
+            .field("epoch", &self.epoch)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> FileEventSource<T> {
+    /// A source reading `config.path` into `output`, mapping each line with `mapper`.
+    /// Makes PAUSE the output's default policy (an explicit policy still wins).
+    pub fn new(
+        config: FileSourceConfig,
+        mapper: impl FnMut(String) -> Result<T, String> + Send + 'static,
+        output: Arc<dyn SourceOutput<T, u64>>,
+    ) -> Self {
+        output.set_pause_by_default(true);
+        let pointer_path = pointer_path_for(&config.path);
+        let shared = Arc::new(Mutex::new(CommitShared {
+            source_name: config.name.clone(),
+            pointer_path,
+            pointer: None,
+            record: PointerRecord::default(),
+            acknowledged: None,
+            input: None,
+            stopped: false,
+            ignored_old_acknowledgements: 0,
+        }));
+        FileEventSource {
+            buf: Vec::new(),
+            config,
+            mapper: Box::new(mapper),
+            output,
+            shared,
+            input: None,
+            pending: None,
+            epoch: Epoch::NONE,
+            started: false,
+            ended: false,
+            opened_since_start: false,
+            draining: None,
+            reopen_from: None,
+            paused: false,
+            reported: None,
+            status: FileSourceStatus {
+                state: SourceState::Starting,
+                detail: None,
+                epoch: Epoch::NONE,
+                read_position: 0,
+                committed_position: 0,
+                lines_published: 0,
+                lines_filtered: 0,
+                pauses: 0,
+                unterminated_bytes: 0,
+                reopens: 0,
+                resets: 0,
+                ignored_old_acknowledgements: 0,
+            },
+            open_hook: None,
+        }
+    }
+
+    /// A source of lines as `String`s (the identity mapper).
+    pub fn of_lines(config: FileSourceConfig, output: Arc<dyn SourceOutput<T, u64>>) -> Self
+    where
+        T: From<String>,
+    {
+        Self::new(config, |line| Ok(T::from(line)), output)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FileSourceConfig {
+        &self.config
+    }
+
+    /// The pointer file's path (used only by COMMITED).
+    pub fn pointer_path(&self) -> PathBuf {
+        self.shared.lock().pointer_path.clone()
+    }
+
+    /// The epoch of the positions published now.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The state last reported.
+    pub fn state(&self) -> SourceState {
+        self.status.state
+    }
+
+    /// The offset committed in the pointer file (COMMITED), or 0.
+    pub fn committed_position(&self) -> u64 {
+        self.shared.lock().record.offset
+    }
+
+    /// A snapshot of the source's progress.
+    pub fn status(&self) -> FileSourceStatus {
+        let mut status = self.status.clone();
+        let shared = self.shared.lock();
+        status.committed_position = shared.record.offset;
+        status.ignored_old_acknowledgements = shared.ignored_old_acknowledgements;
+        status.epoch = self.epoch;
+        status
+    }
+
+    /// Test hook: called after the input file is opened and before the opened file's
+    /// identity is read, so a test can rotate the file at exactly that moment.
+    #[doc(hidden)]
+    pub fn set_open_hook(&mut self, hook: impl FnMut() + Send + 'static) {
+        self.open_hook = Some(Box::new(hook));
+    }
+
+    fn report(&mut self, state: SourceState, detail: Option<String>) {
+        let changed = match &self.reported {
+            Some((last_state, last_detail)) => *last_state != state || *last_detail != detail,
+            None => true,
+        };
+        if !changed {
+            return;
+        }
+        if let (SourceState::Behind, Some(reason)) = (state, detail.as_deref()) {
+            info!(source = %self.config.name, state = state.as_str(), reason, "file source state");
+        } else {
+            debug!(source = %self.config.name, state = state.as_str(), "file source state");
+        }
+        self.output.report_state(state, detail.as_deref());
+        self.status.state = state;
+        self.status.detail = detail.clone();
+        self.reported = Some((state, detail));
+    }
+
+    fn set_epoch(&mut self, epoch: Epoch) {
+        self.epoch = epoch;
+        self.status.epoch = epoch;
+        self.output.set_epoch(epoch);
+    }
+
+    /// Opens the input (identity from the opened handle) and positions the reader.
+    /// Returns false when there is no input to open yet.
+    fn open_input(&mut self) -> Result<bool, CoreError> {
+        let path = self.config.path.clone();
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                self.report(
+                    SourceState::Behind,
+                    Some(format!(
+                        "waiting for the input file {} to exist",
+                        path.display()
+                    )),
+                );
+                return Ok(false);
+            }
+            Err(error) => {
+                warn!(source = %self.config.name, path = %path.display(), %error, "cannot open the input file; retrying");
+                self.report(
+                    SourceState::Behind,
+                    Some(format!(
+                        "cannot open the input file {}: {error}",
+                        path.display()
+                    )),
+                );
+                return Ok(false);
+            }
+        };
+        if let Some(hook) = self.open_hook.as_mut() {
+            hook();
+        }
+        // The identity is the opened file's (fstat of the handle), never the path's: a
+        // rotation between the open and this read cannot label the old file with the
+        // new file's key (feed-delivery-guarantees §4, delta review of PR #98 finding 1).
+        let metadata = file
+            .metadata()
+            .map_err(|error| CoreError::io("cannot read the input file's identity", error))?;
+        let key = key_of(&metadata);
+        let size = metadata.len();
+        let file = Arc::new(file);
+        let reopen_from = self.reopen_from.take();
+        let reopen = self.opened_since_start;
+        let start_at = match self.config.strategy {
+            ReadStrategy::Commited => self.adopt_pointer(&file, key, size, reopen_from)?,
+            ReadStrategy::Earliest | ReadStrategy::OnceEarliest => {
+                self.set_epoch(identity_epoch(key, &path));
+                0
+            }
+            ReadStrategy::Latest | ReadStrategy::OnceLatest => {
+                self.set_epoch(identity_epoch(key, &path));
+                // the new file of a rotation is read from its start
+                if reopen {
+                    0
+                } else {
+                    size
+                }
+            }
+        };
+        if reopen {
+            self.status.reopens += 1;
+        }
+        self.opened_since_start = true;
+        self.buf.resize(self.config.read_buffer_bytes.max(64), 0);
+        self.input = Some(OpenInput {
+            file,
+            key,
+            buf_offset: start_at,
+            consumed: 0,
+            filled: 0,
+        });
+        self.status.read_position = start_at;
+        debug!(source = %self.config.name, path = %path.display(), start_at, epoch = %self.epoch, "opened the input file");
+        Ok(true)
+    }
+
+    /// The identity check of a COMMITED open: keeps the pointer, or resets it to 0
+    /// under a new epoch when the file was replaced or truncated. Returns where to read.
+    fn adopt_pointer(
+        &mut self,
+        file: &Arc<File>,
+        key: Option<FileKey>,
+        size: u64,
+        reopen_from: Option<u64>,
+    ) -> Result<u64, CoreError> {
+        let name = self.config.name.clone();
+        let path = self.config.path.clone();
+        let mut shared = self.shared.lock();
+        let mut record = match shared.pointer.as_ref() {
+            Some(pointer) => pointer.read(),
+            None => shared.record,
+        };
+        let stored_key = record.file_key;
+        // a mid-run reopen must not resume before what it read of the same file
+        let read_through = reopen_from.unwrap_or(0).max(record.offset);
+        let reset_reason = if size < read_through {
+            Some(format!(
+                "the input file {} was truncated: {size} bytes, shorter than the {read_through} already read",
+                path.display()
+            ))
+        } else if record.fingerprint_length > 0 {
+            let matches = size >= record.fingerprint_length && {
+                let mut leading = vec![0u8; record.fingerprint_length as usize];
+                read_exact_at(file, &mut leading, 0).is_ok()
+                    && fnv1a(&leading) == record.fingerprint
+            };
+            if !matches {
+                Some(format!(
+                    "the input file {} was replaced: its first {} bytes differ from those fingerprinted",
+                    path.display(),
+                    record.fingerprint_length
+                ))
+            } else {
+                if let Some(key) = key {
+                    if stored_key != 0 && stored_key != key.0 {
+                        // an NFS remount, an overlay copy-up, a writer that renames a
+                        // copy into place (review 3, item 4)
+                        warn!(source = %name, path = %path.display(),
+                            "the input file has a new file key but the same leading bytes and is not shorter than the pointer: keeping the pointer and epoch");
+                    }
+                }
+                None
+            }
+        } else if let Some(key) = key {
+            (stored_key != 0 && stored_key != key.0).then(|| {
+                format!(
+                    "the input file {} was replaced: another file key, and no fingerprint to match",
+                    path.display()
+                )
+            })
+        } else {
+            None
+        };
+        let start_at;
+        if let Some(reason) = reset_reason {
+            let old_epoch = record.epoch;
+            warn!(source = %name, %reason, "resetting the pointer to 0 under a new epoch");
+            record.offset = 0;
+            record.epoch = new_epoch(old_epoch);
+            // forget what the old file acknowledged (review 2, finding 6)
+            shared.acknowledged = None;
+            self.status.resets += 1;
+            start_at = 0;
+        } else {
+            if record.epoch == 0 {
+                // a new pointer file, or one of a layout without epochs
+                record.epoch = new_epoch(0);
+                if record.offset > 0 {
+                    let aligned = align_to_line_start(file, record.offset, size);
+                    if aligned != record.offset {
+                        warn!(source = %name, from = record.offset, to = aligned,
+                            "a pointer without an epoch points inside a line: resuming after the line's terminator");
+                        record.offset = aligned;
+                    }
+                }
+            }
+            start_at = reopen_from.unwrap_or(0).max(record.offset);
+        }
+        record.file_key = key.map_or(0, |key| key.0);
+        record.layout_version = LAYOUT_VERSION;
+        if let Some((length, fingerprint)) = fingerprint_of(file) {
+            record.fingerprint_length = length;
+            record.fingerprint = fingerprint;
+        }
+        shared.input = Some(Arc::clone(file));
+        shared.write_record(record)?;
+        let epoch = Epoch(record.epoch);
+        drop(shared);
+        self.set_epoch(epoch);
+        Ok(start_at)
+    }
+
+    fn close_input(&mut self) {
+        self.input = None;
+        self.shared.lock().input = None;
+    }
+
+    fn on_pause(&mut self) {
+        if !self.paused {
+            self.paused = true;
+            self.status.pauses += 1;
+        }
+        self.report(
+            SourceState::Behind,
+            Some("paused: a subscriber queue is full".to_owned()),
+        );
+    }
+
+    /// Offers the pending item; true when published (or nothing was pending).
+    fn publish_pending(&mut self) -> bool {
+        let Some((item, position)) = self.pending.take() else {
+            return true;
+        };
+        match self.output.try_publish(item, position) {
+            TryPublish::Published => {
+                self.status.lines_published += 1;
+                self.paused = false;
+                true
+            }
+            TryPublish::Paused(item) => {
+                self.pending = Some((item, position));
+                self.on_pause();
+                false
+            }
+            TryPublish::Retry(item) => {
+                self.pending = Some((item, position));
+                false
+            }
+        }
+    }
+
+    /// Maps and publishes one line; false when it must wait (pending).
+    #[inline]
+    fn take_line(&mut self, text: String, position: u64) -> bool {
+        self.status.read_position = position;
+        match (self.mapper)(text) {
+            Ok(item) => match self.output.try_publish(item, position) {
+                TryPublish::Published => {
+                    self.status.lines_published += 1;
+                    self.paused = false;
+                    true
+                }
+                TryPublish::Paused(item) => {
+                    self.pending = Some((item, position));
+                    self.on_pause();
+                    false
+                }
+                TryPublish::Retry(item) => {
+                    self.pending = Some((item, position));
+                    false
+                }
+            },
+            Err(reason) => {
+                self.status.lines_filtered += 1;
+                warn!(source = %self.config.name, position, %reason, filtered = self.status.lines_filtered,
+                    "the data mapper refused a line: filtered");
+                self.output.filtered(position, &reason);
+                true
+            }
+        }
+    }
+
+    /// Publishes the complete lines in the buffer; false when paused.
+    fn publish_buffered(&mut self) -> bool {
+        loop {
+            let Some(input) = self.input.as_mut() else {
+                return true;
+            };
+            let window = &self.buf[input.consumed..input.filled];
+            let Some(span) = next_line(window, false) else {
+                return true;
+            };
+            let text = decode_line(&window[..span.text_len]);
+            input.consumed += span.consumed;
+            let position = input.position();
+            if !self.take_line(text, position) {
+                return false;
+            }
+        }
+    }
+
+    /// Reads and publishes until the end of the file, a pause or the cycle's budget.
+    fn read_and_publish(&mut self) -> Result<usize, CoreError> {
+        let published_before = self.status.lines_published;
+        if !self.publish_pending() {
+            return Ok(0);
+        }
+        let mut read_this_cycle = 0usize;
+        loop {
+            if !self.publish_buffered() {
+                break;
+            }
+            if read_this_cycle >= self.config.max_bytes_per_cycle {
+                self.report(SourceState::Behind, Some("reading".to_owned()));
+                break;
+            }
+            let Some(input) = self.input.as_mut() else {
+                break;
+            };
+            // keep the partial line, read after it
+            if input.consumed > 0 {
+                self.buf.copy_within(input.consumed..input.filled, 0);
+                input.buf_offset += input.consumed as u64;
+                input.filled -= input.consumed;
+                input.consumed = 0;
+            }
+            if input.filled == self.buf.len() {
+                // one line longer than the buffer: grow it
+                let grown = self.buf.len() * 2;
+                self.buf.resize(grown, 0);
+            }
+            let offset = input.read_through();
+            match read_at(&input.file, &mut self.buf[input.filled..], offset) {
+                Ok(0) => {
+                    if !self.at_end_of_file()? {
+                        break;
+                    }
+                }
+                Ok(read) => {
+                    input.filled += read;
+                    read_this_cycle += read;
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => {
+                    warn!(source = %self.config.name, %error, "cannot read the input file; reopening it");
+                    let from = input.position();
+                    self.close_input();
+                    self.reopen_from = Some(from);
+                    self.report(
+                        SourceState::Behind,
+                        Some(format!("reopening after a read error: {error}")),
+                    );
+                    break;
+                }
+            }
+        }
+        Ok((self.status.lines_published - published_before) as usize)
+    }
+
+    /// At the end of the open file. Returns true to read on (a rotated file being read
+    /// to its end), false to end the cycle.
+    fn at_end_of_file(&mut self) -> Result<bool, CoreError> {
+        if self.config.strategy.is_once() {
+            return Ok(self.end_once_read());
+        }
+        if let Some(reason) = self.draining.take() {
+            // the rotated or replaced file was read to its end: open the one at the
+            // path next cycle. Its unterminated last line is not published.
+            let from = self.input.as_ref().map(OpenInput::position);
+            self.close_input();
+            self.reopen_from = from;
+            self.report(SourceState::Behind, Some(reason));
+            return Ok(false);
+        }
+        match self.check_identity_at_eof() {
+            EofCheck::Unchanged => {
+                self.report(SourceState::CaughtUp, None);
+                Ok(false)
+            }
+            EofCheck::Replaced(reason) => {
+                warn!(source = %self.config.name, %reason, "reading the old file to its end, then reopening");
+                self.report(SourceState::Behind, Some(reason.clone()));
+                self.draining = Some(reason);
+                Ok(true)
+            }
+            EofCheck::Truncated(reason) => {
+                warn!(source = %self.config.name, %reason, "reopening the input file");
+                let from = self.input.as_ref().map(OpenInput::position);
+                self.close_input();
+                self.reopen_from = from;
+                self.report(SourceState::Behind, Some(reason));
+                Ok(false)
+            }
+        }
+    }
+
+    /// Before CAUGHT_UP: is the path still the open file, and is it not shorter than
+    /// what was read? (feed-delivery-guarantees §4, review R4)
+    fn check_identity_at_eof(&self) -> EofCheck {
+        let Some(input) = self.input.as_ref() else {
+            return EofCheck::Unchanged;
+        };
+        let path = &self.config.path;
+        if let Ok(open) = input.file.metadata() {
+            if open.len() < input.read_through() {
+                return EofCheck::Truncated(format!(
+                    "the input file {} was truncated while being read: {} bytes, {} read",
+                    path.display(),
+                    open.len(),
+                    input.read_through()
+                ));
+            }
+        }
+        match fs::metadata(path) {
+            // a rotation in progress: read the open file on
+            Err(_) => EofCheck::Unchanged,
+            Ok(at_path) => match (input.key, key_of(&at_path)) {
+                (Some(open_key), Some(path_key)) if open_key != path_key => {
+                    EofCheck::Replaced(format!(
+                        "the input file {} was replaced while being read",
+                        path.display()
+                    ))
+                }
+                _ => EofCheck::Unchanged,
+            },
+        }
+    }
+
+    /// The end of a once read: a last line ended by a lone `\r` is published, bytes
+    /// after the last terminator are counted as unterminated. Returns false.
+    fn end_once_read(&mut self) -> bool {
+        let Some(input) = self.input.as_mut() else {
+            return false;
+        };
+        let window = &self.buf[input.consumed..input.filled];
+        if let Some(span) = next_line(window, true) {
+            let text = decode_line(&window[..span.text_len]);
+            input.consumed += span.consumed;
+            let position = input.position();
+            if !self.take_line(text, position) {
+                return false;
+            }
+            // more lines can follow only if the buffer held more; go round again
+            return true;
+        }
+        let unterminated = (input.filled - input.consumed) as u64;
+        self.status.unterminated_bytes = unterminated;
+        self.output.set_unterminated_bytes(unterminated);
+        self.ended = true;
+        let detail = (unterminated > 0).then(|| {
+            format!("the last {unterminated} bytes have no line terminator and were not published")
+        });
+        self.close_input();
+        self.report(SourceState::EndOfStream, detail);
+        false
+    }
+}
+
+/// A new epoch, never 0 and never `previous`. Not a file time: the clock and the
+/// process's random hasher keys only make it unique.
+fn new_epoch(previous: u64) -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or_default();
+    hasher.write_u128(now);
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(previous);
+    let mut epoch = hasher.finish() >> 1; // positive as a Java long
+    if epoch == 0 || epoch == previous {
+        epoch = previous.wrapping_add(1).max(1);
+    }
+    epoch
+}
+
+/// The epoch of a strategy without a pointer: the input file's identity.
+fn identity_epoch(key: Option<FileKey>, path: &Path) -> Epoch {
+    let hash = match key {
+        Some(key) => key.0,
+        None => fnv1a(path.as_os_str().to_string_lossy().as_bytes()),
+    };
+    Epoch((hash >> 1).max(1))
+}
+
+/// A pointer of a layout without epochs may point inside a line (a v1.1.2 char
+/// count): resume after the next terminator. A line may be re-delivered, never skipped
+/// (feed-delivery-guarantees §4, review 3 item 2).
+fn align_to_line_start(file: &File, offset: u64, size: u64) -> u64 {
+    if offset == 0 || offset > size {
+        return offset;
+    }
+    let mut around = [0u8; 2];
+    let available = (size - offset).min(1) as usize + 1;
+    if read_exact_at(file, &mut around[..available], offset - 1).is_err() {
+        return offset;
+    }
+    let before = around[0];
+    let after = (available == 2).then_some(around[1]);
+    let at_line_start = before == b'\n' || (before == b'\r' && after != Some(b'\n'));
+    if at_line_start {
+        return offset;
+    }
+    let mut scan_from = offset;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while scan_from < size {
+        let wanted = ((size - scan_from) as usize).min(chunk.len());
+        if read_exact_at(file, &mut chunk[..wanted], scan_from).is_err() {
+            return offset;
+        }
+        let window = &chunk[..wanted];
+        if let Some(at) = memchr::memchr2(b'\n', b'\r', window) {
+            let after_terminator = scan_from + at as u64 + 1;
+            if window[at] == b'\r' {
+                let mut next = [0u8; 1];
+                if after_terminator < size
+                    && read_exact_at(file, &mut next, after_terminator).is_ok()
+                    && next[0] == b'\n'
+                {
+                    return after_terminator + 1;
+                }
+            }
+            return after_terminator;
+        }
+        scan_from += wanted as u64;
+    }
+    offset
+}
+
+impl<T: Send + 'static> EventSource for FileEventSource<T> {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn start(&mut self) -> Result<(), CoreError> {
+        // a restart begins clean: no buffer, no pending line (§4)
+        self.input = None;
+        self.pending = None;
+        self.draining = None;
+        self.reopen_from = None;
+        self.ended = false;
+        self.paused = false;
+        self.opened_since_start = false;
+        self.reported = None;
+        self.output.set_pause_by_default(true);
+        if self.config.strategy.has_pointer() {
+            let mut shared = self.shared.lock();
+            let pointer_path = shared.pointer_path.clone();
+            let opened = PointerFile::open(&pointer_path)
+                .map_err(|error| shared.io_error("cannot open", error))?;
+            match opened.decoded.damage {
+                Some(PointerDamage::Empty) | Some(PointerDamage::TooShortForAnOffset(_))
+                    if !opened.created =>
+                {
+                    warn!(source = %self.config.name, pointer = %pointer_path.display(), damage = ?opened.decoded.damage,
+                        "the pointer file is too short to hold an offset: reading from the start; it was extended");
+                }
+                Some(PointerDamage::Short(length)) => {
+                    warn!(source = %self.config.name, pointer = %pointer_path.display(), length,
+                        "the pointer file is shorter than 1,024 bytes: keeping its offset; it was extended");
+                }
+                Some(damage @ PointerDamage::BadFingerprintLength(_))
+                | Some(damage @ PointerDamage::NegativeOffset(_)) => {
+                    warn!(source = %self.config.name, pointer = %pointer_path.display(), ?damage,
+                        "the pointer file is damaged: repaired");
+                }
+                _ => {}
+            }
+            // a pointer without an epoch (new, short or damaged) gets one at the
+            // identity check of the first open
+            shared.record = opened.decoded.record;
+            shared.pointer = Some(opened.file);
+            shared.acknowledged = None;
+            shared.stopped = false;
+            drop(shared);
+            self.output.acknowledge_with(Box::new(PointerCommitter {
+                shared: Arc::clone(&self.shared),
+            }));
+        }
+        self.started = true;
+        self.report(SourceState::Behind, Some("starting".to_owned()));
+        Ok(())
+    }
+
+    fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+        if !self.started {
+            return Ok(WorkDone(0));
+        }
+        let mut work = self.output.poll_acknowledgements();
+        self.output.flush_paused();
+        if self.ended {
+            return Ok(WorkDone(work));
+        }
+        if self.input.is_none() {
+            if !self.open_input()? {
+                return Ok(WorkDone(work));
+            }
+            work += 1;
+        }
+        let published = self.read_and_publish()?;
+        if published > 0 {
+            // commit again after a cycle that published (§4, commit lag)
+            work += published + self.output.poll_acknowledgements();
+        }
+        Ok(WorkDone(work))
+    }
+
+    fn stop(&mut self) -> Result<(), CoreError> {
+        if !self.started {
+            return Ok(());
+        }
+        // commit what was processed
+        self.output.poll_acknowledgements();
+        self.started = false;
+        self.pending = None;
+        self.input = None;
+        let mut shared = self.shared.lock();
+        // unmap under the lock a late commit takes; it re-maps for its write
+        shared.pointer = None;
+        shared.input = None;
+        shared.stopped = true;
+        Ok(())
+    }
+}

@@ -1,0 +1,333 @@
+//! Test doubles shared by the integration tests: an output that records what a source
+//! publishes and lets the test say what the consumer processed.
+#![allow(dead_code, unreachable_pub)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mongoose_core::{
+    Epoch, EventSource, PublishRefused, SourceCommitter, SourceOutput, SourceState, TryPublish,
+};
+use mongoose_source_file::pointer::{PointerRecord, POINTER_FILE_SIZE};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use parking_lot::Mutex;
+
+/// One entry of the double's window: an item (or a filtered line) with its epoch and
+/// position.
+#[derive(Clone, Debug)]
+pub struct Entry<T> {
+    pub item: Option<T>,
+    pub epoch: Epoch,
+    pub position: u64,
+}
+
+#[derive(Debug)]
+struct Inner<T> {
+    entries: Vec<Entry<T>>,
+    /// Items (not filtered entries) the "consumer" processed, in order.
+    processed_items: usize,
+    /// Entries given to the committer.
+    acknowledged: usize,
+    /// At most this many published and unprocessed items (a queue's capacity).
+    capacity: Option<usize>,
+    epoch: Epoch,
+    states: Vec<(SourceState, Option<String>)>,
+    unterminated: Option<u64>,
+    pause_by_default: bool,
+    paused_publishes: u64,
+    hold_commits: bool,
+}
+
+/// A `SourceOutput` that records publishes; the test decides what was processed.
+pub struct RecordingOutput<T> {
+    inner: Mutex<Inner<T>>,
+    committer: Mutex<Option<Box<dyn SourceCommitter<u64>>>>,
+}
+
+impl<T: Clone + Send + 'static> RecordingOutput<T> {
+    pub fn new() -> Arc<Self> {
+        Arc::new(RecordingOutput {
+            inner: Mutex::new(Inner {
+                entries: Vec::new(),
+                processed_items: 0,
+                acknowledged: 0,
+                capacity: None,
+                epoch: Epoch::NONE,
+                states: Vec::new(),
+                unterminated: None,
+                pause_by_default: false,
+                paused_publishes: 0,
+                hold_commits: false,
+            }),
+            committer: Mutex::new(None),
+        })
+    }
+
+    /// The items published, in order.
+    pub fn items(&self) -> Vec<T> {
+        let inner = self.inner.lock();
+        inner
+            .entries
+            .iter()
+            .filter_map(|e| e.item.clone())
+            .collect()
+    }
+
+    /// Every entry (items and filtered lines).
+    pub fn entries(&self) -> Vec<Entry<T>> {
+        self.inner.lock().entries.clone()
+    }
+
+    /// The positions of the published items.
+    pub fn positions(&self) -> Vec<u64> {
+        let inner = self.inner.lock();
+        inner
+            .entries
+            .iter()
+            .filter(|e| e.item.is_some())
+            .map(|e| e.position)
+            .collect()
+    }
+
+    pub fn set_capacity(&self, capacity: Option<usize>) {
+        self.inner.lock().capacity = capacity;
+    }
+
+    /// The consumer processed the first `count` items.
+    pub fn process(&self, count: usize) {
+        let mut inner = self.inner.lock();
+        let items = inner.entries.iter().filter(|e| e.item.is_some()).count();
+        assert!(count <= items, "cannot process {count} of {items} items");
+        inner.processed_items = inner.processed_items.max(count);
+    }
+
+    pub fn process_all(&self) {
+        let items = self.items().len();
+        self.process(items);
+    }
+
+    /// While held, `poll_acknowledgements` tells the committer but does not commit.
+    pub fn hold_commits(&self, hold: bool) {
+        self.inner.lock().hold_commits = hold;
+    }
+
+    /// What the source does at the start of a duty cycle, called by the test.
+    pub fn poll_acknowledgements_for_test(&self) -> usize {
+        SourceOutput::poll_acknowledgements(self)
+    }
+
+    pub fn commit_now(&self) {
+        if let Some(committer) = self.committer.lock().as_mut() {
+            committer.commit().expect("commit");
+        }
+    }
+
+    pub fn states(&self) -> Vec<(SourceState, Option<String>)> {
+        self.inner.lock().states.clone()
+    }
+
+    pub fn last_state(&self) -> Option<SourceState> {
+        self.inner.lock().states.last().map(|(state, _)| *state)
+    }
+
+    pub fn unterminated(&self) -> Option<u64> {
+        self.inner.lock().unterminated
+    }
+
+    pub fn pause_by_default(&self) -> bool {
+        self.inner.lock().pause_by_default
+    }
+
+    pub fn paused_publishes(&self) -> u64 {
+        self.inner.lock().paused_publishes
+    }
+
+    pub fn has_committer(&self) -> bool {
+        self.committer.lock().is_some()
+    }
+
+    /// The acknowledgeable prefix: every entry up to the last processed item, and the
+    /// filtered entries right after it.
+    fn acknowledgeable(inner: &Inner<T>) -> usize {
+        let mut items = 0;
+        let mut upto = 0;
+        for (index, entry) in inner.entries.iter().enumerate() {
+            if entry.item.is_some() {
+                if items == inner.processed_items {
+                    break;
+                }
+                items += 1;
+            }
+            upto = index + 1;
+        }
+        upto
+    }
+}
+
+impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
+    fn try_publish(&self, item: T, position: u64) -> TryPublish<T> {
+        let mut inner = self.inner.lock();
+        if let Some(capacity) = inner.capacity {
+            let items = inner.entries.iter().filter(|e| e.item.is_some()).count();
+            if items - inner.processed_items >= capacity {
+                inner.paused_publishes += 1;
+                return TryPublish::Paused(item);
+            }
+        }
+        let epoch = inner.epoch;
+        inner.entries.push(Entry {
+            item: Some(item),
+            epoch,
+            position,
+        });
+        TryPublish::Published
+    }
+
+    fn publish(&self, _item: T) -> Result<(), PublishRefused> {
+        panic!("a file source publishes with positions only")
+    }
+
+    fn cache(&self, item: T, position: u64) {
+        let result = self.try_publish(item, position);
+        assert!(result.is_published(), "the double caches without limit");
+    }
+
+    fn filtered(&self, position: u64, _reason: &str) {
+        let mut inner = self.inner.lock();
+        let epoch = inner.epoch;
+        inner.entries.push(Entry {
+            item: None,
+            epoch,
+            position,
+        });
+    }
+
+    fn poll_acknowledgements(&self) -> usize {
+        let (acks, hold) = {
+            let mut inner = self.inner.lock();
+            let upto = Self::acknowledgeable(&inner);
+            let acks: Vec<(u64, Epoch, u64)> = inner.entries[inner.acknowledged..upto]
+                .iter()
+                .enumerate()
+                .map(|(index, e)| ((inner.acknowledged + index + 1) as u64, e.epoch, e.position))
+                .collect();
+            inner.acknowledged = upto;
+            (acks, inner.hold_commits)
+        };
+        let mut committer = self.committer.lock();
+        if let Some(committer) = committer.as_mut() {
+            for (sequence, epoch, position) in &acks {
+                committer.acknowledged(*sequence, *epoch, *position);
+            }
+            if !hold {
+                committer.commit().expect("commit");
+            }
+        }
+        acks.len()
+    }
+
+    fn flush_paused(&self) -> bool {
+        true
+    }
+
+    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<u64>>) {
+        *self.committer.lock() = Some(committer);
+    }
+
+    fn set_epoch(&self, epoch: Epoch) {
+        self.inner.lock().epoch = epoch;
+    }
+
+    fn set_pause_by_default(&self, pause: bool) {
+        self.inner.lock().pause_by_default = pause;
+    }
+
+    fn report_state(&self, state: SourceState, detail: Option<&str>) {
+        self.inner
+            .lock()
+            .states
+            .push((state, detail.map(str::to_owned)));
+    }
+
+    fn set_unterminated_bytes(&self, bytes: u64) {
+        self.inner.lock().unterminated = Some(bytes);
+    }
+}
+
+/// A started source of `String` lines into `output`.
+pub fn started_source(
+    path: &Path,
+    strategy: ReadStrategy,
+    output: &Arc<RecordingOutput<String>>,
+) -> FileEventSource<String> {
+    let mut source = unstarted_source(path, strategy, output);
+    source.start().expect("start");
+    source
+}
+
+pub fn unstarted_source(
+    path: &Path,
+    strategy: ReadStrategy,
+    output: &Arc<RecordingOutput<String>>,
+) -> FileEventSource<String> {
+    let output: Arc<dyn SourceOutput<String, u64>> = output.clone();
+    FileEventSource::new(
+        FileSourceConfig::new("lines", path, strategy),
+        Ok::<String, String>,
+        output,
+    )
+}
+
+/// Runs duty cycles until `done` holds, for at most 10 s.
+pub fn drive_until(source: &mut dyn EventSource, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "condition not reached in time");
+        source.do_work().expect("do_work");
+    }
+}
+
+/// Runs `cycles` duty cycles.
+pub fn drive(source: &mut dyn EventSource, cycles: usize) {
+    for _ in 0..cycles {
+        source.do_work().expect("do_work");
+    }
+}
+
+/// The pointer file's record.
+pub fn pointer_of(input: &Path) -> PointerRecord {
+    let bytes = fs::read(pointer_path(input)).expect("pointer file");
+    PointerRecord::decode(&bytes).record
+}
+
+pub fn pointer_path(input: &Path) -> PathBuf {
+    mongoose_source_file::pointer::pointer_path_for(input)
+}
+
+pub fn pointer_len(input: &Path) -> usize {
+    fs::metadata(pointer_path(input)).expect("pointer").len() as usize
+}
+
+pub const FULL_POINTER: usize = POINTER_FILE_SIZE;
+
+/// Writes `content` to a new file (a new inode) and renames it over `path`.
+pub fn replace_with(path: &Path, content: &[u8]) {
+    let temporary = path.with_extension("replacement");
+    fs::write(&temporary, content).expect("write replacement");
+    fs::rename(&temporary, path).expect("rename replacement");
+}
+
+pub fn append(path: &Path, content: &[u8]) {
+    use std::io::Write;
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("open for append");
+    file.write_all(content).expect("append");
+}
+
+pub fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}

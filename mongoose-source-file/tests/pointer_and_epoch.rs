@@ -1,0 +1,534 @@
+//! The pointer file, epochs and the input file's identity (feed-delivery-guarantees §4).
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use mongoose_core::{EventSource, SourceState};
+use mongoose_source_file::ReadStrategy;
+
+fn input(dir: &tempfile::TempDir, content: &[u8]) -> std::path::PathBuf {
+    let path = dir.path().join("input.log");
+    fs::write(&path, content).expect("write input");
+    path
+}
+
+/// Runs a COMMITED source over the file until `lines` were published, processes the
+/// first `processed` and stops (a clean stop commits them). Returns the epoch.
+fn run_and_process(path: &std::path::Path, lines: usize, processed: usize) -> mongoose_core::Epoch {
+    let output = RecordingOutput::new();
+    let mut source = started_source(path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() >= lines);
+    output.process(processed);
+    source.stop().expect("stop");
+    source.epoch()
+}
+
+// feed-delivery-guarantees §4, review F4 (thePointerCountsBytesSoARestartAfterNonAsciiLinesResumesAtALineStart)
+#[test]
+fn the_pointer_counts_bytes_so_a_restart_after_non_ascii_lines_resumes_at_a_line_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, "héllo\nwörld ✓\nçava\n".as_bytes());
+    run_and_process(&path, 3, 2);
+    let processed_bytes = "héllo\nwörld ✓\n".len() as u64;
+    assert_eq!(pointer_of(&path).offset, processed_bytes);
+
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["çava"]));
+}
+
+// feed-delivery-guarantees §4, review F4 (thePointerIsTheByteOffsetEvenForBytesThatAreNotUtf8)
+#[test]
+fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"caf\xe9\nna\xefve\nend\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() == 3);
+    assert_eq!(output.items()[0], "caf\u{fffd}");
+    assert_eq!(output.positions(), vec![5, 11, 15]);
+    output.process(2);
+    source.stop().expect("stop");
+    assert_eq!(pointer_of(&path).offset, 11);
+
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["end"]));
+}
+
+// feed-delivery-guarantees §4, independent review R4 (aCommitAfterAReplacementNeverFingerprintsTheNewFile)
+#[test]
+fn a_commit_after_a_replacement_never_fingerprints_the_new_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() == 2);
+    // the old file grows (so a commit grows its fingerprint), then is replaced before
+    // the source notices
+    append(&path, b"a3\n");
+    replace_with(&path, b"b1\nb2\nb3\nb4\n");
+    output.process(2);
+    output.poll_acknowledgements_for_test();
+    source.stop().expect("stop");
+    assert_eq!(pointer_of(&path).offset, 6);
+
+    let restarted = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &restarted);
+    drive_until(&mut source, || {
+        restarted.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(restarted.items(), strings(&["b1", "b2", "b3", "b4"]));
+    assert_ne!(pointer_of(&path).epoch, 0);
+}
+
+// feed-delivery-guarantees §4, independent review R4 (anOldFileAcknowledgementIsNotCommittedAfterALiveReplacement)
+#[test]
+fn an_old_file_acknowledgement_is_not_committed_after_a_live_replacement() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\na3\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() == 3);
+    let old_epoch = source.epoch();
+    replace_with(&path, b"b1\n");
+    drive_until(&mut source, || output.items().len() == 4);
+    assert_ne!(
+        source.epoch(),
+        old_epoch,
+        "a replacement starts a new epoch"
+    );
+    // the old file's three lines are processed now: their acknowledgements are of the
+    // old epoch
+    output.process(3);
+    drive(&mut source, 2);
+    let pointer = pointer_of(&path);
+    assert_eq!(
+        pointer.offset, 0,
+        "an old-file offset in the new file's pointer"
+    );
+    assert_eq!(pointer.epoch, source.epoch().get());
+    assert_eq!(source.status().ignored_old_acknowledgements, 3);
+    output.process(4);
+    drive(&mut source, 2);
+    assert_eq!(pointer_of(&path).offset, 3);
+}
+
+// feed-delivery-guarantees §4, independent review R4 (aRotatedFileIsReadToItsEndBeforeTheNewOne)
+#[test]
+fn a_rotated_file_is_read_to_its_end_before_the_new_one() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"1\n2\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    // the writer appends to the old file, then rotates it, between two duty cycles
+    append(&path, b"3\n");
+    fs::rename(&path, dir.path().join("input.log.1")).expect("rotate");
+    fs::write(&path, b"4\n").expect("new file");
+    drive_until(&mut source, || output.items().len() == 4);
+    assert_eq!(output.items(), strings(&["1", "2", "3", "4"]));
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert!(output
+        .states()
+        .iter()
+        .any(|(state, detail)| *state == SourceState::Behind
+            && detail.as_deref().is_some_and(|d| d.contains("replaced"))));
+}
+
+// feed-delivery-guarantees §4, independent review R4 (aPartialLineIsReadOnceAcrossAReopen)
+#[test]
+fn a_partial_line_is_read_once_across_a_reopen() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\nb\npart");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["a", "b"]));
+    let epoch = source.epoch();
+    // a writer that appends by writing a copy and renaming it into place: a new file
+    // key, the same leading bytes, so the source reopens and keeps its epoch
+    replace_with(&path, b"a\nb\npartial\nc\n");
+    drive_until(&mut source, || output.items().len() >= 4);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["a", "b", "partial", "c"]));
+    assert_eq!(source.epoch(), epoch);
+    assert_eq!(source.status().reopens, 1);
+}
+
+// feed-delivery-guarantees §4, review R5 (aPointerFileTooShortForAnOffsetReadsFromTheStart)
+#[test]
+fn a_pointer_file_too_short_for_an_offset_reads_from_the_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"x\ny\n");
+    fs::write(pointer_path(&path), [0u8, 0, 0, 0, 9]).expect("short pointer");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["x", "y"]));
+    assert_eq!(
+        pointer_len(&path),
+        FULL_POINTER,
+        "the pointer file is extended"
+    );
+    output.process_all();
+    drive(&mut source, 1);
+    assert_eq!(pointer_of(&path).offset, 4);
+}
+
+// feed-delivery-guarantees §4, review R5 (anEmptyPointerFileReadsFromTheStart)
+#[test]
+fn an_empty_pointer_file_reads_from_the_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"x\ny\n");
+    fs::write(pointer_path(&path), []).expect("empty pointer");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["x", "y"]));
+    assert_eq!(
+        pointer_len(&path),
+        FULL_POINTER,
+        "the pointer file is extended"
+    );
+    assert_ne!(pointer_of(&path).epoch, 0, "it gets an epoch");
+}
+
+// feed-delivery-guarantees §4, review 2 finding 7: a pointer file holding only the
+// offset keeps it and is upgraded
+#[test]
+fn a_pointer_file_holding_only_the_offset_is_upgraded() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"x\ny\nz\n");
+    fs::write(pointer_path(&path), 4u64.to_be_bytes()).expect("8-byte pointer");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["z"]));
+    assert_eq!(pointer_len(&path), FULL_POINTER);
+    assert_eq!(pointer_of(&path).offset, 4);
+    assert_ne!(pointer_of(&path).epoch, 0);
+}
+
+// feed-delivery-guarantees §4, review 3 item 2: a pointer without an epoch inside a
+// line resumes after that line's terminator (between \r and \n included)
+#[test]
+fn a_pointer_without_an_epoch_inside_a_line_resumes_at_the_next_line_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"first\r\nsecond\nthird\n");
+    // offset 6 sits between the \r and the \n of the first line's terminator
+    fs::write(pointer_path(&path), 6u64.to_be_bytes()).expect("8-byte pointer");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["second", "third"]));
+    assert_eq!(
+        pointer_of(&path).offset,
+        7,
+        "the aligned offset is committed at once"
+    );
+
+    let path = dir.path().join("other.log");
+    fs::write(&path, b"abc\ndef\n").expect("write");
+    fs::write(pointer_path(&path), 2u64.to_be_bytes()).expect("8-byte pointer");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["def"]));
+}
+
+// feed-delivery-guarantees §4, review 2 finding 6 (anAcknowledgementOfTheOldFileIsNotCommittedAfterAReset)
+#[test]
+fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_reset() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\na3\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() == 3);
+    source.stop().expect("stop");
+    replace_with(&path, b"b1\n");
+    // a restart on the same feed: the old items are still in its window
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() == 4);
+    output.process(3);
+    drive(&mut source, 2);
+    assert_eq!(pointer_of(&path).offset, 0);
+    assert_eq!(pointer_of(&path).epoch, source.epoch().get());
+    output.process(4);
+    drive(&mut source, 2);
+    assert_eq!(pointer_of(&path).offset, 3);
+}
+
+// feed-delivery-guarantees §4, review 3 item 7 (anAcknowledgementOfTheOldFileIsNotCommittedAfterAMidRunReopen):
+// the acknowledgement reaches the committer before the reset and the commit after it
+#[test]
+fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_mid_run_reopen() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() == 2);
+    let old_epoch = source.epoch();
+    replace_with(&path, b"b1\nb2\nb3\n");
+    output.hold_commits(true);
+    output.process(2);
+    output.poll_acknowledgements_for_test(); // acknowledged, of the current epoch, not committed
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while source.epoch() == old_epoch {
+        assert!(std::time::Instant::now() < deadline, "no reopen");
+        source.do_work().expect("do_work");
+    }
+    output.commit_now();
+    assert_eq!(
+        pointer_of(&path).offset,
+        0,
+        "the old file's offset was committed"
+    );
+    assert_eq!(pointer_of(&path).epoch, source.epoch().get());
+}
+
+// feed-delivery-guarantees §4, review 3 item 1 (aHeaderOnlyFirstOpenThenAnInPlaceRewriteWithTheSameHeaderIsAReplacement)
+#[test]
+fn a_header_only_first_open_then_an_in_place_rewrite_with_the_same_header_is_a_replacement() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"HEADER\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    append(&path, b"l1\nl2\n");
+    drive_until(&mut source, || output.items().len() == 3);
+    output.process_all();
+    source.stop().expect("stop");
+    let first_epoch = pointer_of(&path).epoch;
+    assert_eq!(pointer_of(&path).offset, 13);
+    // rewritten in place: the same file key, the same header, other lines
+    fs::write(&path, b"HEADER\nx1\nx2\nx3\n").expect("rewrite in place");
+
+    let restarted = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &restarted);
+    drive_until(&mut source, || {
+        restarted.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(restarted.items(), strings(&["HEADER", "x1", "x2", "x3"]));
+    assert_ne!(source.epoch().get(), first_epoch);
+}
+
+// feed-delivery-guarantees §4, review 3 item 4 (theSameContentUnderANewFileKeyKeepsThePointer)
+#[test]
+fn the_same_content_under_a_new_file_key_keeps_the_pointer() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\nb\n");
+    let epoch = run_and_process(&path, 2, 2);
+    replace_with(&path, b"a\nb\nc\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["c"]));
+    assert_eq!(source.epoch(), epoch);
+}
+
+// feed-delivery-guarantees §4, review 3 item 4 (aNewFileWithOtherContentAtTheSamePathIsAReplacement)
+#[test]
+fn a_new_file_with_other_content_at_the_same_path_is_a_replacement() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\nb\n");
+    let epoch = run_and_process(&path, 2, 2);
+    replace_with(&path, b"x\ny\nz\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["x", "y", "z"]));
+    assert_ne!(source.epoch(), epoch);
+    assert_eq!(source.status().resets, 1);
+}
+
+// feed-delivery-guarantees §4 (a truncated input resets the pointer to 0 under a new epoch)
+#[test]
+fn a_file_truncated_below_the_pointer_is_read_from_the_start_under_a_new_epoch() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"aaaa\nbbbb\n");
+    let epoch = run_and_process(&path, 2, 2);
+    fs::write(&path, b"aaaa\n").expect("truncate in place");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["aaaa"]));
+    assert_ne!(source.epoch(), epoch);
+}
+
+// feed-delivery-guarantees §4, review R4: truncated while tailed, read under a new epoch
+#[test]
+fn a_file_truncated_while_tailed_is_read_again_under_a_new_epoch() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"aaaa\nbbbb\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    let epoch = source.epoch();
+    fs::write(&path, b"cc\n").expect("truncate in place");
+    drive_until(&mut source, || output.items().len() == 3);
+    assert_eq!(output.items()[2], "cc");
+    assert_ne!(source.epoch(), epoch);
+}
+
+// feed-delivery-guarantees §4, FileEventSourceFeedStatusTest (committedResumesAndIsCaughtUpAtItsPointer)
+#[test]
+fn committed_resumes_and_is_caught_up_at_its_pointer() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"one\ntwo\n");
+    run_and_process(&path, 2, 2);
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert!(
+        output.items().is_empty(),
+        "re-delivered {:?}",
+        output.items()
+    );
+    assert_eq!(source.status().read_position, 8);
+    append(&path, b"three\n");
+    drive_until(&mut source, || output.items().len() == 1);
+    assert_eq!(output.items(), strings(&["three"]));
+    assert_eq!(output.positions(), vec![14]);
+}
+
+// feed-delivery-guarantees §4, review 2 finding 1 (anAppendThatMovesTheFileTimesKeepsThePointerAndEpoch)
+#[test]
+fn an_append_that_moves_the_file_times_keeps_the_pointer_and_epoch() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\n");
+    let epoch = run_and_process(&path, 1, 1);
+    append(&path, b"b\n");
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    file.set_times(fs::FileTimes::new().set_modified(later).set_accessed(later))
+        .expect("set times");
+    drop(file);
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["b"]));
+    assert_eq!(source.epoch(), epoch);
+    assert_eq!(pointer_of(&path).epoch, epoch.get());
+}
+
+// feed-delivery-guarantees §4 (the epoch is new when the pointer file is created)
+#[test]
+fn deleting_the_pointer_starts_a_new_epoch_from_the_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\nb\n");
+    let epoch = run_and_process(&path, 2, 2);
+    fs::remove_file(pointer_path(&path)).expect("delete pointer");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["a", "b"]));
+    assert_ne!(source.epoch(), epoch);
+}
+
+// feed-delivery-guarantees §4, delta review of PR #98 finding 1 (FileEventSourceOpenRaceTest, COMMITED):
+// the file is rotated between the open and the read of the opened file's identity
+#[test]
+fn a_rotation_during_the_open_of_a_committed_source_still_reaches_the_new_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    let first_epoch = run_and_process(&path, 2, 2);
+    append(&path, b"a3\n");
+    let output = RecordingOutput::new();
+    let mut source = unstarted_source(&path, ReadStrategy::Commited, &output);
+    let rotate_path = path.clone();
+    let rotated = dir.path().join("input.log.1");
+    let mut fired = false;
+    source.set_open_hook(move || {
+        if !fired {
+            fired = true;
+            fs::rename(&rotate_path, &rotated).expect("rotate");
+            fs::write(&rotate_path, b"b1\nb2\n").expect("new file");
+        }
+    });
+    source.start().expect("start");
+    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["a3", "b1", "b2"]));
+    let entries = output.entries();
+    assert_eq!(
+        entries[0].epoch, first_epoch,
+        "the old file keeps its epoch"
+    );
+    assert_ne!(
+        entries[1].epoch, first_epoch,
+        "the new file is a replacement"
+    );
+}
+
+// feed-delivery-guarantees §4, delta review of PR #98 finding 1 (FileEventSourceOpenRaceTest, EARLIEST)
+#[test]
+fn a_rotation_during_the_open_of_an_earliest_source_still_reaches_the_new_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    let output = RecordingOutput::new();
+    let mut source = unstarted_source(&path, ReadStrategy::Earliest, &output);
+    let rotate_path = path.clone();
+    let rotated = dir.path().join("input.log.1");
+    let mut fired = false;
+    source.set_open_hook(move || {
+        if !fired {
+            fired = true;
+            fs::rename(&rotate_path, &rotated).expect("rotate");
+            fs::write(&rotate_path, b"b1\n").expect("new file");
+        }
+    });
+    source.start().expect("start");
+    drive_until(&mut source, || output.items().len() == 3);
+    assert_eq!(output.items(), strings(&["a1", "a2", "b1"]));
+    assert!(!output.has_committer(), "EARLIEST has no pointer");
+    assert!(!pointer_path(&path).exists());
+}
