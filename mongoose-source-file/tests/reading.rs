@@ -1,0 +1,258 @@
+//! Reading: strategies, terminators, once reads, PAUSE and the data mapper
+//! (feed-delivery-guarantees §4, §6, §7).
+
+mod common;
+
+use std::fs;
+use std::sync::Arc;
+
+use common::*;
+use mongoose_core::{EventSource, SourceOutput, SourceState};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+
+fn input(dir: &tempfile::TempDir, content: &[u8]) -> std::path::PathBuf {
+    let path = dir.path().join("input.log");
+    fs::write(&path, content).expect("write input");
+    path
+}
+
+// feed-delivery-guarantees §7, review 2 finding 9 (FileEventSourceFeedStatusTest.anUnterminatedLastLineOfAOnceReadIsCounted)
+#[test]
+fn an_unterminated_last_line_of_a_once_read_is_counted() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\nb\ntail");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::EndOfStream)
+    });
+    assert_eq!(output.items(), strings(&["a", "b"]));
+    assert_eq!(output.unterminated(), Some(4));
+    assert_eq!(source.status().unterminated_bytes, 4);
+    let detail = output.states().last().and_then(|(_, d)| d.clone());
+    assert!(detail.is_some_and(|d| d.contains("4 bytes")));
+}
+
+// feed-delivery-guarantees §4, review 3 item 6 (FileEventSourceFeedStatusTest.aOnceReadLastLineEndedByALoneCrIsPublished)
+#[test]
+fn a_once_read_last_line_ended_by_a_lone_cr_is_published() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\r\nb\r");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::EndOfStream)
+    });
+    assert_eq!(output.items(), strings(&["a", "b"]));
+    assert_eq!(output.positions(), vec![3, 5]);
+    assert_eq!(output.unterminated(), Some(0));
+}
+
+// feed-delivery-guarantees §4, review 3 item 6: a tailing read waits for the byte after a \r
+#[test]
+fn a_tailing_read_waits_for_the_byte_after_a_cr() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\r");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert!(output.items().is_empty(), "published before the next byte");
+    append(&path, b"\nb\n");
+    drive_until(&mut source, || output.items().len() == 2);
+    assert_eq!(output.items(), strings(&["a", "b"]));
+    assert_eq!(output.positions(), vec![3, 5]);
+}
+
+// feed-delivery-guarantees §4: \n, \r and \r\n each end one line
+#[test]
+fn every_terminator_ends_one_line_and_positions_count_its_bytes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\nb\r\nc\rd\n\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::EndOfStream)
+    });
+    assert_eq!(output.items(), strings(&["a", "b", "c", "d", ""]));
+    assert_eq!(output.positions(), vec![2, 5, 7, 9, 10]);
+}
+
+// feed-delivery-guarantees §6: on a pause the source keeps the line and reads nothing more
+#[test]
+fn a_paused_line_is_kept_and_the_source_stays_behind_until_everything_is_taken() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"1\n2\n3\n4\n5\n");
+    let output = RecordingOutput::new();
+    output.set_capacity(Some(2));
+    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    assert!(output.pause_by_default(), "PAUSE is a file feed's default");
+    drive(&mut source, 3);
+    assert_eq!(output.items(), strings(&["1", "2"]));
+    assert_eq!(output.last_state(), Some(SourceState::Behind));
+    assert_eq!(source.status().pauses, 1);
+    assert!(output.paused_publishes() >= 3, "offered again each cycle");
+    output.process(1);
+    drive(&mut source, 1);
+    assert_eq!(output.items(), strings(&["1", "2", "3"]));
+    assert_eq!(output.last_state(), Some(SourceState::Behind));
+    output.set_capacity(None);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["1", "2", "3", "4", "5"]));
+    assert_eq!(output.positions(), vec![2, 4, 6, 8, 10]);
+}
+
+// feed-delivery-guarantees §3 and §4: a mapper error is an item filtered, counted and
+// committed with the items around it, never a silent loss
+#[test]
+fn a_mapper_error_filters_the_line_counts_it_and_its_position_is_committed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"1\nx\n3\n");
+    let output: Arc<RecordingOutput<u32>> = RecordingOutput::new();
+    let erased: Arc<dyn SourceOutput<u32, u64>> = output.clone();
+    let mut source = FileEventSource::new(
+        FileSourceConfig::new("numbers", &path, ReadStrategy::Commited),
+        |line: String| {
+            line.parse::<u32>()
+                .map_err(|error| format!("{line:?}: {error}"))
+        },
+        erased,
+    );
+    source.start().expect("start");
+    drive_until(&mut source, || output.items().len() == 2);
+    assert_eq!(output.items(), vec![1, 3]);
+    assert_eq!(source.status().lines_filtered, 1);
+    let entries = output.entries();
+    assert!(entries[1].item.is_none());
+    assert_eq!(entries[1].position, 4);
+    output.process(1);
+    drive(&mut source, 1);
+    assert_eq!(
+        pointer_of(&path).offset,
+        4,
+        "the filtered line follows the item before"
+    );
+    output.process(2);
+    drive(&mut source, 1);
+    assert_eq!(pointer_of(&path).offset, 6);
+}
+
+// issue 3: LATEST starts at the end and publishes every new line (no conflation)
+#[test]
+fn latest_starts_at_the_end_and_publishes_every_new_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"old1\nold2\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Latest, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert!(output.items().is_empty());
+    append(&path, b"new1\nnew2\nnew3\n");
+    drive_until(&mut source, || output.items().len() == 3);
+    assert_eq!(output.items(), strings(&["new1", "new2", "new3"]));
+    assert!(!output.has_committer());
+}
+
+// issue 3: ONCE_LATEST starts at the end and ends there
+#[test]
+fn once_latest_ends_at_the_end_of_the_file_without_publishing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"old1\nold2\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::OnceLatest, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::EndOfStream)
+    });
+    assert!(output.items().is_empty());
+    assert_eq!(output.unterminated(), Some(0));
+}
+
+// feed-delivery-guarantees §4, review R4: an EARLIEST tail re-reads a truncated file
+#[test]
+fn an_earliest_tail_re_reads_a_truncated_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"long line one\nlong line two\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    fs::write(&path, b"new\n").expect("truncate in place");
+    drive_until(&mut source, || output.items().len() == 3);
+    assert_eq!(output.items()[2], "new");
+}
+
+// a line longer than the read buffer grows the buffer; a small buffer splits the same
+#[test]
+fn lines_longer_than_the_read_buffer_are_read_whole() {
+    let dir = tempfile::tempdir().expect("dir");
+    let long = "x".repeat(1000);
+    let content = format!("{long}\nshort\r\n{long}\r");
+    let path = input(&dir, content.as_bytes());
+    let output = RecordingOutput::new();
+    let erased: Arc<dyn SourceOutput<String, u64>> = output.clone();
+    let mut config = FileSourceConfig::new("lines", &path, ReadStrategy::OnceEarliest);
+    config.read_buffer_bytes = 7;
+    config.max_bytes_per_cycle = 5;
+    let mut source = FileEventSource::new(config, Ok::<String, String>, erased);
+    source.start().expect("start");
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::EndOfStream)
+    });
+    assert_eq!(output.items(), vec![long.clone(), "short".to_owned(), long]);
+    assert_eq!(output.positions(), vec![1001, 1008, content.len() as u64]);
+}
+
+// a missing input is waited for
+#[test]
+fn a_missing_input_file_is_waited_for() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("later.log");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive(&mut source, 2);
+    assert_eq!(output.last_state(), Some(SourceState::Behind));
+    fs::write(&path, b"here\n").expect("create");
+    drive_until(&mut source, || output.items().len() == 1);
+    assert_eq!(output.items(), strings(&["here"]));
+}
+
+#[test]
+fn strategies_parse_from_their_configuration_names() {
+    assert_eq!(
+        "COMMITED".parse::<ReadStrategy>().ok(),
+        Some(ReadStrategy::Commited)
+    );
+    assert_eq!(
+        "ONCE_EARLIEST".parse::<ReadStrategy>().ok(),
+        Some(ReadStrategy::OnceEarliest)
+    );
+    let error = "SOMETIMES"
+        .parse::<ReadStrategy>()
+        .expect_err("unknown")
+        .to_string();
+    assert!(error.contains("COMMITED"), "{error}");
+    assert_eq!(ReadStrategy::Commited.to_string(), "COMMITED");
+}
+
+// feed-delivery-guarantees §4: the clean stop's final poll commits what was processed,
+// and a commit after stop (the server's commit after the groups drained) re-maps
+#[test]
+fn a_commit_after_stop_re_maps_the_pointer_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\nb\nc\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() == 3);
+    output.process(1);
+    source.stop().expect("stop");
+    assert_eq!(pointer_of(&path).offset, 2);
+    // the groups drain after the feed stopped
+    output.process(3);
+    output.poll_acknowledgements_for_test();
+    assert_eq!(pointer_of(&path).offset, 6);
+}
