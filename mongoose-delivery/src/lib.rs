@@ -1,1 +1,89 @@
-//! placeholder
+//! The delivery engine of Mongoose-rs: a source's committed position never passes an
+//! item that some consumer was given and did not process.
+//!
+//! A [`Publisher`] per feed numbers each item, offers it to one bounded queue per
+//! subscriber group under that queue's [`OverloadPolicy`](mongoose_core::OverloadPolicy),
+//! and keeps the acknowledgement window: sequence to position, in publish order. A
+//! group's [`QueueReader`] dispatches each item inside the
+//! [`DeliveryContext`](mongoose_core::DeliveryContext), runs the completion callbacks,
+//! and only then counts it dispatched. The source polls
+//! [`SourceOutput::poll_acknowledgements`](mongoose_core::SourceOutput::poll_acknowledgements)
+//! on its own thread and its [`SourceCommitter`](mongoose_core::SourceCommitter) commits
+//! what every queue has processed.
+//!
+//! # Example: a positioned feed, one slow group, commit after processing
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use mongoose_core::engine::PendingCompletion;
+//! use mongoose_core::{
+//!     Delivery, Epoch, ProcessorError, SourceCommitter, SourceOutput, TryPublish, CoreError,
+//! };
+//! use mongoose_delivery::{Dispatcher, DispatchOutcome, Feed, SubscribeOptions};
+//!
+//! // a committer that remembers the last committed position
+//! struct Pointer(Arc<Mutex<u64>>, u64);
+//! impl SourceCommitter<u64> for Pointer {
+//!     fn acknowledged(&mut self, _sequence: u64, _epoch: Epoch, position: u64) {
+//!         self.1 = position;
+//!     }
+//!     fn commit(&mut self) -> Result<(), CoreError> {
+//!         *self.0.lock().unwrap() = self.1;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! struct Sum(u64);
+//! impl Dispatcher<u64> for Sum {
+//!     fn dispatch(&mut self, item: &u64, _attempt: u32) -> DispatchOutcome {
+//!         self.0 += item;
+//!         DispatchOutcome::Done
+//!     }
+//!     fn complete(&mut self, _c: PendingCompletion, _d: &Delivery) -> Result<(), ProcessorError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let feed = Feed::<u64, u64>::builder("numbers").queue_capacity(2).build();
+//! let committed = Arc::new(Mutex::new(0));
+//! feed.acknowledge_with(Box::new(Pointer(committed.clone(), 0)));
+//! feed.set_pause_by_default(true); // a re-readable source pauses instead of dropping
+//! let mut reader = feed.subscribe("sums", SubscribeOptions::default())?.take_reader().unwrap();
+//! feed.start_complete();
+//!
+//! assert!(feed.try_publish(1, 10).is_published());
+//! assert!(feed.try_publish(2, 20).is_published());
+//! // the queue is full: the source keeps the item and reads nothing more
+//! assert!(matches!(feed.try_publish(3, 30), TryPublish::Paused(3)));
+//! // nothing was processed, so nothing is committed
+//! feed.poll_acknowledgements();
+//! assert_eq!(*committed.lock().unwrap(), 0);
+//!
+//! let mut sum = Sum(0);
+//! reader.poll(&mut sum, 1);
+//! feed.poll_acknowledgements();
+//! assert_eq!(*committed.lock().unwrap(), 10); // exactly what was processed
+//! assert_eq!(feed.status().paused, true);
+//! # Ok::<(), mongoose_delivery::DeliveryError>(())
+//! ```
+#![forbid(unsafe_code)]
+
+mod checkpoint;
+mod error;
+mod feed;
+mod publisher;
+mod queue;
+mod reader;
+mod registry;
+mod status;
+mod window;
+
+pub use checkpoint::{Mark, ProcessingCheckpoint};
+pub use error::DeliveryError;
+pub use feed::{DataMapper, Feed, FeedBuilder, SubscribeOptions, DEFAULT_QUEUE_CAPACITY};
+pub use publisher::{KillSwitch, Publisher, Subscription};
+pub use queue::{DropEvidence, FeedStatusEvent, OverloadState, QueueId, SubscriptionId};
+pub use reader::{DispatchOutcome, Dispatcher, QueueReader, RetryPolicy};
+pub use registry::{AnyFeed, FeedRegistry};
+pub use status::{FeedStatus, StatusReport, SubscriberStatus};
+pub use window::MAX_PENDING_ACKNOWLEDGEMENTS;

@@ -1,0 +1,1249 @@
+//! The publisher of one feed: sequence numbers, one binding per subscriber queue, the
+//! overload policies, the acknowledgement window, the startup cache and in-band status.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mongoose_core::{
+    agent, Epoch, EvidenceStatus, FailureKind, OverloadPolicy, OverloadSettings, Position,
+    PublishRefused, SourceCommitter, SourceOutput, SourceState, TryPublish,
+};
+use parking_lot::Mutex;
+use tracing::{error, info, warn};
+
+use crate::checkpoint::{HoldCell, ProcessingCheckpoint};
+use crate::feed::{DataMapper, FeedBuilder, SubscribeOptions};
+use crate::queue::{
+    Binding, DropEvidence, Envelope, FeedStatusEvent, HealthRecord, HoldRing, OverloadState,
+    Payload, QueueId, QueueShared, RetainedPoint, SubscriptionId,
+};
+use crate::reader::QueueReader;
+use crate::status::{FeedStatus, SubscriberStatus};
+use crate::window::{Window, WindowEntry};
+
+/// A subscription to a feed. The first subscription of a group creates the group's
+/// queue and carries its reader; later ones share the queue.
+#[derive(Debug)]
+pub struct Subscription<T> {
+    id: SubscriptionId,
+    queue: QueueId,
+    reader: Option<QueueReader<T>>,
+}
+
+impl<T> Subscription<T> {
+    /// The subscription's id, for [`Publisher::unsubscribe`].
+    pub fn id(&self) -> SubscriptionId {
+        self.id
+    }
+
+    /// The queue this subscription reads.
+    pub fn queue(&self) -> QueueId {
+        self.queue
+    }
+
+    /// The queue's reader, for the first subscription of a group.
+    pub fn take_reader(&mut self) -> Option<QueueReader<T>> {
+        self.reader.take()
+    }
+}
+
+/// Called once per latch of a BLOCK_WITH_DEADLINE queue whose settings ask for it, on
+/// a thread of its own (never an agent thread). Arguments: feed, queue.
+pub type KillSwitch = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// Why a positioned publish cannot go ahead now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    NoConsumer,
+    Fenced,
+    WindowFull,
+    QueueFull,
+    StatusWaiting,
+    CacheWaiting,
+}
+
+enum Cached<T, P> {
+    Positioned { item: T, epoch: Epoch, position: P },
+    Push(T),
+}
+
+enum Deferred<T, P> {
+    Publish(T),
+    Cache(T, P),
+    Status(SourceState),
+    Filtered(P),
+}
+
+struct State<T, P: Position> {
+    sequence: u64,
+    epoch: Epoch,
+    positioned: bool,
+    started: bool,
+    stopping: bool,
+    bindings: Vec<Binding<T>>,
+    retained: Vec<RetainedPoint>,
+    window: Window<P>,
+    cache: VecDeque<Cached<T, P>>,
+    waiting_status: Option<SourceState>,
+    published_status: Option<SourceState>,
+    startup_status_pending: bool,
+    holds: HashMap<String, Arc<HoldCell>>,
+    health: HashMap<String, HealthRecord>,
+    default_settings: OverloadSettings,
+    explicit_default: bool,
+    pause_by_default: bool,
+    overrides: HashMap<String, OverloadSettings>,
+    dropped: u64,
+    refused: u64,
+    downgraded: u64,
+    filtered: u64,
+    pauses: u64,
+    paused_now: bool,
+    completion_failures_of_removed: u64,
+    source_state: SourceState,
+    detail: Option<String>,
+    version: u64,
+    unterminated: u64,
+    bounded: bool,
+    status_events: bool,
+    fallback_warned: bool,
+    next_id: u64,
+}
+
+/// The publisher of one feed of items `T` with source positions `P`.
+///
+/// It implements [`SourceOutput`]: a source publishes with
+/// [`SourceOutput::try_publish`] and commits what [`SourceOutput::poll_acknowledgements`]
+/// reports. Groups subscribe with [`Publisher::subscribe`] and read with the
+/// [`QueueReader`] they get.
+pub struct Publisher<T, P: Position = u64> {
+    name: Arc<str>,
+    queue_capacity: usize,
+    mapper: Option<DataMapper<T>>,
+    state: Mutex<State<T, P>>,
+    committer: Mutex<Option<Box<dyn SourceCommitter<P>>>>,
+    acknowledged_scratch: Mutex<Vec<WindowEntry<P>>>,
+    committing_thread: AtomicU64,
+    deferred: Mutex<Vec<Deferred<T, P>>>,
+    kill_switch: Mutex<Option<KillSwitch>>,
+    stopping: AtomicBool,
+}
+
+impl<T, P: Position> std::fmt::Debug for Publisher<T, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("feed", &self.name)
+            .finish()
+    }
+}
+
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TOKEN.with(|token| *token)
+}
+
+fn wall_clock_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
+/// Clears the commit reservation when the outer operation ends, even on a panic.
+struct Reservation<'a> {
+    owner: &'a AtomicU64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.owner.store(0, Ordering::Release);
+    }
+}
+
+impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
+    pub(crate) fn from_builder(builder: FeedBuilder<T, P>) -> Self {
+        let explicit_default = builder.overload.is_some();
+        let state = State {
+            sequence: 0,
+            epoch: Epoch::NONE,
+            positioned: false,
+            started: false,
+            stopping: false,
+            bindings: Vec::new(),
+            retained: Vec::new(),
+            window: Window::new(),
+            cache: VecDeque::new(),
+            waiting_status: None,
+            published_status: None,
+            startup_status_pending: false,
+            holds: HashMap::new(),
+            health: HashMap::new(),
+            default_settings: builder.overload.unwrap_or_default(),
+            explicit_default,
+            pause_by_default: false,
+            overrides: builder.overrides,
+            dropped: 0,
+            refused: 0,
+            downgraded: 0,
+            filtered: 0,
+            pauses: 0,
+            paused_now: false,
+            completion_failures_of_removed: 0,
+            source_state: SourceState::Starting,
+            detail: None,
+            version: 0,
+            unterminated: 0,
+            bounded: builder.bounded,
+            status_events: builder.status_events,
+            fallback_warned: false,
+            next_id: 1,
+        };
+        Publisher {
+            name: Arc::from(builder.name.as_str()),
+            queue_capacity: builder.queue_capacity,
+            mapper: builder.mapper,
+            state: Mutex::new(state),
+            committer: Mutex::new(None),
+            acknowledged_scratch: Mutex::new(Vec::new()),
+            committing_thread: AtomicU64::new(0),
+            deferred: Mutex::new(Vec::new()),
+            kill_switch: Mutex::new(None),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// The feed's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn nested(&self) -> bool {
+        self.committing_thread.load(Ordering::Acquire) == thread_token()
+    }
+
+    /// Locks the state and reserves the commit for this thread, so that a publish nested
+    /// in it (from the data mapper) is told to retry or deferred instead of deadlocking.
+    fn reserve(&self) -> (parking_lot::MutexGuard<'_, State<T, P>>, Reservation<'_>) {
+        let guard = self.state.lock();
+        self.committing_thread
+            .store(thread_token(), Ordering::Release);
+        (
+            guard,
+            Reservation {
+                owner: &self.committing_thread,
+            },
+        )
+    }
+
+    fn effective_settings(state: &State<T, P>, group: &str) -> (OverloadSettings, bool) {
+        if let Some(settings) = state.overrides.get(group) {
+            return (*settings, true);
+        }
+        (Self::default_settings(state), state.explicit_default)
+    }
+
+    fn default_settings(state: &State<T, P>) -> OverloadSettings {
+        if state.explicit_default {
+            state.default_settings
+        } else if state.pause_by_default {
+            OverloadSettings::pause()
+        } else {
+            OverloadSettings::drop_after_spin()
+        }
+    }
+
+    // ----- subscriptions -------------------------------------------------------------
+
+    /// Subscribes `group` to the feed. The group's first subscription creates its
+    /// queue and carries the reader; later ones share it (counted, so one leaving does
+    /// not remove the queue while another still reads it).
+    pub fn subscribe(
+        &self,
+        group: &str,
+        options: SubscribeOptions,
+    ) -> Result<Subscription<T>, crate::DeliveryError> {
+        let mut state = self.state.lock();
+        if state.stopping {
+            return Err(crate::DeliveryError::Stopping(self.name.to_string()));
+        }
+        let id = SubscriptionId(state.next_id);
+        state.next_id += 1;
+        if let Some(binding) = state
+            .bindings
+            .iter_mut()
+            .find(|binding| &*binding.shared.group == group)
+        {
+            binding.subscriptions.push(id);
+            return Ok(Subscription {
+                id,
+                queue: binding.shared.id,
+                reader: None,
+            });
+        }
+        let queue = QueueId(state.next_id);
+        state.next_id += 1;
+        let capacity = options.capacity.unwrap_or(self.queue_capacity).max(1);
+        let (producer, consumer) = rtrb::RingBuffer::new(capacity);
+        let queue_name: Arc<str> = Arc::from(format!("{group}/{}", self.name).as_str());
+        let shared = Arc::new(QueueShared::new(queue, queue_name, Arc::from(group)));
+        let hold = state.holds.get(group).cloned();
+        if let Some(hold) = &hold {
+            hold.bind(Arc::clone(&shared));
+        }
+        let (settings, explicit) = Self::effective_settings(&state, group);
+        let health = state.health.entry(group.to_owned()).or_default();
+        if health.state == OverloadState::Removed {
+            health.state = OverloadState::Latched;
+        }
+        state.bindings.push(Binding {
+            shared: Arc::clone(&shared),
+            producer,
+            produced: 0,
+            holds: HoldRing::new(capacity),
+            settings,
+            explicit,
+            subscriptions: vec![id],
+            hold,
+            dropped: 0,
+            refused: 0,
+            first_drop: None,
+        });
+        info!(feed = %self.name, queue = %shared.name, policy = %settings.policy, "subscribed");
+        let reader = QueueReader::new(consumer, shared, Arc::from(&*self.name), options.retry);
+        Ok(Subscription {
+            id,
+            queue,
+            reader: Some(reader),
+        })
+    }
+
+    /// Ends a subscription. Repeating it changes nothing. When the queue's last
+    /// subscription leaves, the queue is removed: what it was given and did not process
+    /// keeps the feed's acknowledgement point (a retained point) for the rest of the run
+    /// or until [`Publisher::release`].
+    pub fn unsubscribe(&self, subscription: SubscriptionId) {
+        let mut state = self.state.lock();
+        let Some(index) = state
+            .bindings
+            .iter()
+            .position(|binding| binding.subscriptions.contains(&subscription))
+        else {
+            return;
+        };
+        state.bindings[index]
+            .subscriptions
+            .retain(|id| *id != subscription);
+        if state.bindings[index].subscriptions.is_empty() {
+            let binding = state.bindings.remove(index);
+            Self::retire(&mut state, binding, &self.name);
+        }
+    }
+
+    /// Removes every subscription of `group` (the group closed or was restarted).
+    pub fn remove_group(&self, group: &str) {
+        let mut state = self.state.lock();
+        if let Some(index) = state
+            .bindings
+            .iter()
+            .position(|binding| &*binding.shared.group == group)
+        {
+            let binding = state.bindings.remove(index);
+            Self::retire(&mut state, binding, &self.name);
+        }
+    }
+
+    fn retire(state: &mut State<T, P>, binding: Binding<T>, feed: &str) {
+        binding.shared.closed.store(true, Ordering::Release);
+        let durable = binding
+            .hold
+            .as_ref()
+            .map_or(u64::MAX, |hold| hold.durable_for(binding.shared.id));
+        if let Some(hold) = &binding.hold {
+            hold.unbind(binding.shared.id);
+        }
+        if let Some(health) = state.health.get_mut(&*binding.shared.group) {
+            if health.state == OverloadState::Latched {
+                health.state = OverloadState::Removed;
+                health.latched_while_removed = true;
+            }
+        }
+        state.completion_failures_of_removed +=
+            binding.shared.completion_failures.load(Ordering::Acquire);
+        let retained = RetainedPoint {
+            shared: Arc::clone(&binding.shared),
+            produced: binding.produced,
+            holds: binding.holds,
+            durable,
+        };
+        if retained.done_through() == u64::MAX {
+            info!(feed, queue = %binding.shared.name, "consumer removed with nothing unprocessed");
+        } else {
+            warn!(
+                feed,
+                queue = %binding.shared.name,
+                backlog = retained.backlog(),
+                "consumer removed with unprocessed items: the feed holds its position before them until a restart or an operator release"
+            );
+            state.retained.push(retained);
+        }
+    }
+
+    /// The operator release of a held position (follow-up 1 of §12): forgets the
+    /// retained points of removed consumers (all, or the one whose queue is named),
+    /// accepting the loss of their backlog. The backlog is counted in `dropped`, so the
+    /// feed is no longer lossless. Returns the number of items released.
+    pub fn release(&self, queue: Option<&str>) -> u64 {
+        let mut state = self.state.lock();
+        let mut released = 0;
+        state.retained.retain(|point| {
+            let selected = queue.is_none_or(|name| &*point.shared.name == name);
+            if selected {
+                released += point.backlog();
+            }
+            !selected
+        });
+        state.dropped += released;
+        if released > 0 {
+            warn!(feed = %self.name, released, "operator released a held position: the removed consumer's backlog is lost");
+        }
+        released
+    }
+
+    /// Takes a processing-checkpoint hold on `group`'s queue for this feed (§5).
+    pub fn hold(&self, group: &str) -> ProcessingCheckpoint {
+        let mut state = self.state.lock();
+        let cell = match state.holds.get(group) {
+            Some(cell) => {
+                cell.set_held(true);
+                Arc::clone(cell)
+            }
+            None => {
+                let cell = Arc::new(HoldCell::new());
+                if let Some(binding) = state
+                    .bindings
+                    .iter_mut()
+                    .find(|binding| &*binding.shared.group == group)
+                {
+                    cell.bind(Arc::clone(&binding.shared));
+                    binding.hold = Some(Arc::clone(&cell));
+                }
+                state.holds.insert(group.to_owned(), Arc::clone(&cell));
+                cell
+            }
+        };
+        ProcessingCheckpoint::new(cell)
+    }
+
+    // ----- lifecycle -----------------------------------------------------------------
+
+    /// The startup completed: cached items are published in order (pausing at a full
+    /// PAUSE queue; [`SourceOutput::flush_paused`] resumes), then the status reported
+    /// during startup.
+    pub fn start_complete(&self) {
+        let (mut state, _reservation) = self.reserve();
+        state.started = true;
+        self.flush(&mut state);
+        self.drain_deferred(&mut state);
+    }
+
+    /// The server began to stop: blocked publishes are refused and no kill-switch hook
+    /// starts.
+    pub fn begin_stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.state.lock().stopping = true;
+    }
+
+    /// After the groups drained: commits what they processed after the source stopped,
+    /// for a committer that can ([`SourceCommitter::commits_after_stop`]).
+    pub fn commit_processed_after_stop(&self) -> usize {
+        let commits = self
+            .committer
+            .lock()
+            .as_ref()
+            .is_some_and(|c| c.commits_after_stop());
+        if commits {
+            self.poll_acknowledgements()
+        } else {
+            0
+        }
+    }
+
+    /// Sets the hook run once per latch of a BLOCK queue with `kill_switch` on.
+    pub fn set_kill_switch(&self, hook: KillSwitch) {
+        *self.kill_switch.lock() = Some(hook);
+    }
+
+    /// Clears latched and degraded overload states (the admin `overload.clear`).
+    pub fn clear_overload(&self) {
+        let mut state = self.state.lock();
+        state
+            .health
+            .retain(|_, record| record.state != OverloadState::Removed);
+        for record in state.health.values_mut() {
+            record.state = OverloadState::Up;
+            record.last_loss = None;
+        }
+        info!(feed = %self.name, "overload states cleared");
+    }
+
+    /// Overload health per group queue (removed latches included).
+    pub fn overload_states(&self) -> Vec<(String, OverloadState)> {
+        let mut state = self.state.lock();
+        let now = Instant::now();
+        let quiet: HashMap<String, Duration> = state
+            .bindings
+            .iter()
+            .map(|binding| {
+                (
+                    binding.shared.group.to_string(),
+                    binding.settings.quiet_period,
+                )
+            })
+            .collect();
+        let mut states: Vec<(String, OverloadState)> = state
+            .health
+            .iter_mut()
+            .map(|(group, record)| {
+                if record.state == OverloadState::Degraded {
+                    let period = quiet
+                        .get(group)
+                        .copied()
+                        .unwrap_or(OverloadSettings::DEFAULT_QUIET_PERIOD);
+                    if record
+                        .last_loss
+                        .is_some_and(|at| now.duration_since(at) >= period)
+                    {
+                        record.state = OverloadState::Up;
+                    }
+                }
+                (format!("{group}/{}", self.name), record.state)
+            })
+            .collect();
+        states.sort();
+        states
+    }
+
+    /// The first drop of each queue binding that dropped.
+    pub fn first_drops(&self) -> Vec<DropEvidence> {
+        let state = self.state.lock();
+        state
+            .bindings
+            .iter()
+            .filter_map(|binding| binding.first_drop.clone())
+            .collect()
+    }
+
+    /// Copies dropped for the queue of `group` (live queues only).
+    pub fn dropped_for(&self, group: &str) -> u64 {
+        let state = self.state.lock();
+        state
+            .bindings
+            .iter()
+            .find(|binding| &*binding.shared.group == group)
+            .map_or(0, |binding| binding.dropped)
+    }
+
+    // ----- publishing ----------------------------------------------------------------
+
+    fn hold_reason(&self, state: &State<T, P>) -> Option<Hold> {
+        if !state.cache.is_empty() {
+            return Some(Hold::CacheWaiting);
+        }
+        if state.waiting_status.is_some() {
+            return Some(Hold::StatusWaiting);
+        }
+        self.room_for_positioned(state)
+    }
+
+    fn room_for_positioned(&self, state: &State<T, P>) -> Option<Hold> {
+        if state.bindings.is_empty() {
+            return Some(Hold::NoConsumer);
+        }
+        if state
+            .bindings
+            .iter()
+            .any(|binding| binding.shared.fenced_or_dead())
+        {
+            return Some(Hold::Fenced);
+        }
+        if state.window.is_full() {
+            return Some(Hold::WindowFull);
+        }
+        let full = state.bindings.iter().any(|binding| {
+            binding.settings.policy != OverloadPolicy::DropAfterSpin && !binding.has_room()
+        });
+        full.then_some(Hold::QueueFull)
+    }
+
+    fn note_pause(state: &mut State<T, P>) {
+        if !state.paused_now {
+            state.paused_now = true;
+            state.pauses += 1;
+        }
+    }
+
+    fn apply_mapper(&self, state: &mut State<T, P>, item: T) -> Option<T> {
+        match &self.mapper {
+            None => Some(item),
+            Some(mapper) => {
+                let mapped = mapper(item);
+                if mapped.is_none() {
+                    state.filtered += 1;
+                }
+                mapped
+            }
+        }
+    }
+
+    /// Numbers the item and offers it to every queue. The caller checked that every
+    /// PAUSE and BLOCK queue has room when `positioned`. Returns true when a queue took
+    /// the item.
+    fn deliver(&self, state: &mut State<T, P>, item: T, position: Option<(Epoch, P)>) {
+        state.sequence += 1;
+        let sequence = state.sequence;
+        let mut entered = false;
+        let targets = state.bindings.len();
+        let mut shared_item: Option<Arc<T>> = None;
+        let mut owned_item = Some(item);
+        if targets > 1 {
+            shared_item = owned_item.take().map(Arc::new);
+        }
+        let envelope_position = position.map(|(epoch, position)| (epoch, position.value()));
+        let mut losses: Vec<(usize, bool)> = Vec::new();
+        for index in 0..targets {
+            let payload = match (&shared_item, owned_item.take()) {
+                (Some(shared), _) => Payload::Shared(Arc::clone(shared)),
+                (None, Some(owned)) => Payload::Owned(owned),
+                (None, None) => break,
+            };
+            let envelope = Envelope::Item {
+                payload,
+                sequence,
+                position: envelope_position,
+            };
+            let binding = &mut state.bindings[index];
+            if binding.shared.fenced_or_dead() {
+                // a push feed does not wait for a fenced or dead group: counted loss (#79)
+                losses.push((index, false));
+                continue;
+            }
+            let never_drop = binding.settings.policy.never_drops();
+            if binding.has_room() || Self::spin_for_room(binding) {
+                if binding.push(envelope, sequence).is_ok() {
+                    entered = true;
+                    continue;
+                }
+            }
+            // no room after the spin: a drop; on a never-drop policy it is a fallback
+            // (a push publish into a full PAUSE queue, a BLOCK publish on an agent thread)
+            losses.push((index, never_drop));
+        }
+        for (index, downgraded) in losses {
+            self.count_drop(state, index, sequence, downgraded);
+        }
+        if let Some((epoch, position)) = position {
+            state.window.push(sequence, epoch, position, entered);
+        }
+    }
+
+    fn spin_for_room(binding: &Binding<T>) -> bool {
+        let bound = binding.settings.spin_bound;
+        if bound.is_zero() {
+            return false;
+        }
+        let started = Instant::now();
+        loop {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+                if binding.has_room() {
+                    return true;
+                }
+            }
+            if started.elapsed() >= bound {
+                return binding.has_room();
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn count_drop(&self, state: &mut State<T, P>, index: usize, sequence: u64, downgraded: bool) {
+        let feed = self.name.to_string();
+        let binding = &mut state.bindings[index];
+        binding.dropped += 1;
+        let queue = binding.shared.name.to_string();
+        let group = binding.shared.group.to_string();
+        let never_drop = binding.settings.policy.never_drops();
+        let kill_switch = binding.settings.kill_switch;
+        if binding.first_drop.is_none() {
+            let evidence = DropEvidence {
+                feed: feed.clone(),
+                queue: queue.clone(),
+                group: group.clone(),
+                sequence,
+                count: 1,
+                wall_clock_millis: wall_clock_millis(),
+            };
+            warn!(feed = %feed, queue = %queue, sequence, "first drop of this queue binding: dropping publish to slow/contended queue");
+            binding.first_drop = Some(evidence);
+        }
+        state.dropped += 1;
+        if downgraded {
+            state.downgraded += 1;
+        }
+        let record = state.health.entry(group).or_default();
+        record.last_loss = Some(Instant::now());
+        if never_drop {
+            if record.state != OverloadState::Latched {
+                record.state = OverloadState::Latched;
+                error!(feed = %feed, queue = %queue, "a never-drop queue lost an item: latched until overload.clear");
+                if kill_switch {
+                    self.run_kill_switch(&feed, &queue);
+                }
+            }
+        } else if record.state == OverloadState::Up {
+            record.state = OverloadState::Degraded;
+        }
+    }
+
+    fn run_kill_switch(&self, feed: &str, queue: &str) {
+        if self.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(hook) = self.kill_switch.lock().clone() else {
+            return;
+        };
+        let feed = feed.to_owned();
+        let queue = queue.to_owned();
+        let spawned = std::thread::Builder::new()
+            .name(format!("mongoose-kill-switch-{feed}"))
+            .spawn(move || hook(&feed, &queue));
+        if let Err(error) = spawned {
+            error!(%error, "could not start the overload kill-switch thread");
+        }
+    }
+
+    /// Publishes what the startup cache holds, in order; false when a full PAUSE queue
+    /// (or another hold) stopped it.
+    fn flush(&self, state: &mut State<T, P>) -> bool {
+        if !state.started {
+            return false;
+        }
+        while let Some(front) = state.cache.front() {
+            if matches!(front, Cached::Positioned { .. })
+                && self.room_for_positioned(state).is_some()
+            {
+                Self::note_pause(state);
+                return false;
+            }
+            let Some(cached) = state.cache.pop_front() else {
+                break;
+            };
+            match cached {
+                Cached::Positioned {
+                    item,
+                    epoch,
+                    position,
+                } => match self.apply_mapper(state, item) {
+                    Some(item) => self.deliver(state, item, Some((epoch, position))),
+                    None => {
+                        state.sequence += 1;
+                        let sequence = state.sequence;
+                        state.window.push(sequence, epoch, position, false);
+                    }
+                },
+                Cached::Push(item) => {
+                    if let Some(item) = self.apply_mapper(state, item) {
+                        self.deliver(state, item, None);
+                    }
+                }
+            }
+        }
+        if state.startup_status_pending || state.waiting_status.is_some() {
+            return self.offer_waiting_status(state);
+        }
+        true
+    }
+
+    /// Offers the waiting status: to PAUSE queues only when every one has room; to the
+    /// others with drop-after-spin semantics.
+    fn offer_waiting_status(&self, state: &mut State<T, P>) -> bool {
+        let Some(status) = state.waiting_status else {
+            state.startup_status_pending = false;
+            return true;
+        };
+        let pause_full = state
+            .bindings
+            .iter()
+            .any(|binding| binding.settings.policy == OverloadPolicy::Pause && !binding.has_room());
+        if pause_full {
+            return false;
+        }
+        let event = FeedStatusEvent {
+            feed: self.name.to_string(),
+            state: status,
+            sequence: state.sequence,
+        };
+        let holds_from = state.sequence + 1;
+        let mut losses = Vec::new();
+        for (index, binding) in state.bindings.iter_mut().enumerate() {
+            let room = binding.has_room() || Self::spin_for_room(binding);
+            if !room
+                || binding
+                    .push(Envelope::Status(event.clone()), holds_from)
+                    .is_err()
+            {
+                losses.push(index);
+            }
+        }
+        for index in losses {
+            self.count_drop(state, index, holds_from, false);
+        }
+        state.published_status = Some(status);
+        state.waiting_status = None;
+        state.startup_status_pending = false;
+        true
+    }
+
+    fn report_status(&self, state: &mut State<T, P>, status: SourceState) {
+        if let Some(waiting) = state.waiting_status {
+            if waiting == status {
+                return;
+            }
+            if state.published_status == Some(status) {
+                // subscribers already hold it: the waiting one is dropped, nothing sent
+                state.waiting_status = None;
+                if !state.started {
+                    return;
+                }
+                state.startup_status_pending = false;
+                return;
+            }
+        } else if state.published_status == Some(status) {
+            return;
+        }
+        state.waiting_status = Some(status);
+        if !state.started {
+            state.startup_status_pending = true;
+            return;
+        }
+        if state.cache.is_empty() {
+            self.offer_waiting_status(state);
+        }
+    }
+
+    fn filter_locked(state: &mut State<T, P>, position: P) {
+        state.positioned = true;
+        state.filtered += 1;
+        state.sequence += 1;
+        let sequence = state.sequence;
+        let epoch = state.epoch;
+        state.window.push(sequence, epoch, position, false);
+    }
+
+    fn drain_deferred(&self, state: &mut State<T, P>) {
+        loop {
+            let deferred: Vec<Deferred<T, P>> = std::mem::take(&mut *self.deferred.lock());
+            if deferred.is_empty() {
+                return;
+            }
+            for operation in deferred {
+                match operation {
+                    Deferred::Publish(item) => self.publish_locked(state, item),
+                    Deferred::Cache(item, position) => {
+                        let epoch = state.epoch;
+                        state.positioned = true;
+                        state.cache.push_back(Cached::Positioned {
+                            item,
+                            epoch,
+                            position,
+                        });
+                        self.flush(state);
+                    }
+                    Deferred::Status(status) => self.report_status(state, status),
+                    Deferred::Filtered(position) => Self::filter_locked(state, position),
+                }
+            }
+        }
+    }
+
+    /// A push publish with the lock held (never waits; BLOCK waiting is done by the
+    /// caller before it locks).
+    fn publish_locked(&self, state: &mut State<T, P>, item: T) {
+        if !state.started || !state.cache.is_empty() {
+            state.cache.push_back(Cached::Push(item));
+            self.flush(state);
+            return;
+        }
+        if state.waiting_status.is_some() {
+            self.offer_waiting_status(state);
+        }
+        if let Some(item) = self.apply_mapper(state, item) {
+            self.deliver(state, item, None);
+        }
+    }
+
+    fn blocking_deadline(state: &State<T, P>) -> Option<Duration> {
+        state
+            .bindings
+            .iter()
+            .filter(|binding| binding.settings.policy == OverloadPolicy::BlockWithDeadline)
+            .filter_map(|binding| binding.settings.block_deadline)
+            .min()
+    }
+
+    fn blocking_queue_without_room(state: &State<T, P>) -> Option<String> {
+        state
+            .bindings
+            .iter()
+            .find(|binding| {
+                binding.settings.policy == OverloadPolicy::BlockWithDeadline && !binding.has_room()
+            })
+            .map(|binding| binding.shared.name.to_string())
+    }
+
+    fn refuse(&self, state: &mut State<T, P>, kind: FailureKind, reason: String) -> PublishRefused {
+        state.refused += 1;
+        let mut latched = Vec::new();
+        for binding in state.bindings.iter_mut() {
+            if binding.settings.policy == OverloadPolicy::BlockWithDeadline && !binding.has_room() {
+                binding.refused += 1;
+                latched.push((
+                    binding.shared.group.to_string(),
+                    binding.shared.name.to_string(),
+                    binding.settings.kill_switch,
+                ));
+            }
+        }
+        for (group, queue, kill_switch) in latched {
+            let record = state.health.entry(group).or_default();
+            record.last_loss = Some(Instant::now());
+            if record.state != OverloadState::Latched {
+                record.state = OverloadState::Latched;
+                error!(feed = %self.name, queue = %queue, "a blocking publish was refused: latched until overload.clear");
+                if kill_switch {
+                    self.run_kill_switch(&self.name, &queue);
+                }
+            }
+        }
+        PublishRefused {
+            feed: self.name.to_string(),
+            kind,
+            evidence: EvidenceStatus::NotDegraded,
+            reason,
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, P> {
+    fn try_publish(&self, item: T, position: P) -> TryPublish<T> {
+        if self.nested() {
+            return TryPublish::Retry(item);
+        }
+        let (mut state, _reservation) = self.reserve();
+        state.positioned = true;
+        if !state.started {
+            let epoch = state.epoch;
+            state.cache.push_back(Cached::Positioned {
+                item,
+                epoch,
+                position,
+            });
+            return TryPublish::Published;
+        }
+        if !state.cache.is_empty() || state.waiting_status.is_some() {
+            self.flush(&mut state);
+        }
+        if self.hold_reason(&state).is_some() {
+            Self::note_pause(&mut state);
+            return TryPublish::Paused(item);
+        }
+        state.paused_now = false;
+        let epoch = state.epoch;
+        match self.apply_mapper(&mut state, item) {
+            Some(item) => self.deliver(&mut state, item, Some((epoch, position))),
+            None => {
+                state.sequence += 1;
+                let sequence = state.sequence;
+                state.window.push(sequence, epoch, position, false);
+            }
+        }
+        self.drain_deferred(&mut state);
+        TryPublish::Published
+    }
+
+    fn publish(&self, item: T) -> Result<(), PublishRefused> {
+        if self.nested() {
+            self.deferred.lock().push(Deferred::Publish(item));
+            return Ok(());
+        }
+        let on_agent = agent::is_agent_thread();
+        let started_waiting = Instant::now();
+        loop {
+            let (mut state, _reservation) = self.reserve();
+            let blocked = if on_agent || !state.started {
+                None
+            } else {
+                Self::blocking_queue_without_room(&state)
+            };
+            match blocked {
+                None => {
+                    // on an agent thread a full BLOCK queue drops after the spin, counted
+                    // as dropped and downgraded: an agent thread never waits
+                    self.publish_locked(&mut state, item);
+                    self.drain_deferred(&mut state);
+                    return Ok(());
+                }
+                Some(queue) => {
+                    if state.stopping {
+                        let reason = format!("server is stopping; queue {queue} had no room");
+                        return Err(self.refuse(&mut state, FailureKind::RefusedState, reason));
+                    }
+                    let deadline = Self::blocking_deadline(&state).unwrap_or_default();
+                    if started_waiting.elapsed() >= deadline {
+                        let reason = format!(
+                            "queue {queue} had no room within {} ms",
+                            deadline.as_millis()
+                        );
+                        return Err(self.refuse(&mut state, FailureKind::RefusedDeadline, reason));
+                    }
+                }
+            }
+            // wait for room without holding the publish lock
+            drop(state);
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    fn cache(&self, item: T, position: P) {
+        if self.nested() {
+            self.deferred.lock().push(Deferred::Cache(item, position));
+            return;
+        }
+        let (mut state, _reservation) = self.reserve();
+        state.positioned = true;
+        let epoch = state.epoch;
+        state.cache.push_back(Cached::Positioned {
+            item,
+            epoch,
+            position,
+        });
+        self.flush(&mut state);
+        self.drain_deferred(&mut state);
+    }
+
+    fn filtered(&self, position: P, reason: &str) {
+        warn!(feed = %self.name, ?position, reason, "input filtered: no item published for it");
+        if self.nested() {
+            self.deferred.lock().push(Deferred::Filtered(position));
+            return;
+        }
+        Self::filter_locked(&mut self.state.lock(), position);
+    }
+
+    fn poll_acknowledgements(&self) -> usize {
+        let mut committer = self.committer.lock();
+        let mut acknowledged = self.acknowledged_scratch.lock();
+        acknowledged.clear();
+        {
+            let mut state = self.state.lock();
+            let mut done = u64::MAX;
+            for binding in &state.bindings {
+                done = done.min(binding.done_through());
+            }
+            state
+                .retained
+                .retain(|point| point.done_through() != u64::MAX);
+            for point in &state.retained {
+                done = done.min(point.done_through());
+            }
+            state.window.acknowledge_through(done, &mut acknowledged);
+        }
+        let count = acknowledged.len();
+        if let Some(committer) = committer.as_mut() {
+            for entry in acknowledged.iter() {
+                committer.acknowledged(entry.sequence, entry.epoch, entry.position);
+            }
+            if count > 0 {
+                if let Err(error) = committer.commit() {
+                    error!(feed = %self.name, %error, "commit failed: the items stay uncommitted and are re-delivered after a restart");
+                }
+            }
+        }
+        count
+    }
+
+    fn flush_paused(&self) -> bool {
+        if self.nested() {
+            return false;
+        }
+        let (mut state, _reservation) = self.reserve();
+        let done = self.flush(&mut state);
+        self.drain_deferred(&mut state);
+        done
+    }
+
+    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<P>>) {
+        *self.committer.lock() = Some(committer);
+        self.state.lock().positioned = true;
+    }
+
+    fn set_epoch(&self, epoch: Epoch) {
+        self.state.lock().epoch = epoch;
+    }
+
+    fn set_pause_by_default(&self, pause: bool) {
+        let mut state = self.state.lock();
+        state.pause_by_default = pause;
+        let settings = Self::default_settings(&state);
+        for binding in state
+            .bindings
+            .iter_mut()
+            .filter(|binding| !binding.explicit)
+        {
+            binding.settings = settings;
+        }
+    }
+
+    fn report_state(&self, source_state: SourceState, detail: Option<&str>) {
+        if self.nested() {
+            self.deferred.lock().push(Deferred::Status(source_state));
+            return;
+        }
+        let (mut state, _reservation) = self.reserve();
+        let changed = state.source_state != source_state || state.detail.as_deref() != detail;
+        state.source_state = source_state;
+        state.detail = detail.map(str::to_owned);
+        if changed {
+            state.version += 1;
+        }
+        if source_state == SourceState::EndOfStream {
+            state.bounded = true;
+        }
+        if state.status_events {
+            self.report_status(&mut state, source_state);
+        }
+        self.drain_deferred(&mut state);
+    }
+
+    fn set_unterminated_bytes(&self, bytes: u64) {
+        self.state.lock().unterminated = bytes;
+    }
+}
+
+impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
+    /// The feed's delivery status (§7).
+    pub fn status(&self) -> FeedStatus {
+        let mut state = self.state.lock();
+        state
+            .retained
+            .retain(|point| point.done_through() != u64::MAX);
+        let subscribers: Vec<SubscriberStatus> = state
+            .bindings
+            .iter()
+            .map(|binding| {
+                let dispatched = binding.shared.dispatched();
+                SubscriberStatus {
+                    queue: binding.shared.name.to_string(),
+                    position: binding.produced,
+                    dispatched,
+                    drained: dispatched >= binding.produced,
+                    overload: state
+                        .health
+                        .get(&*binding.shared.group)
+                        .map_or(OverloadState::Up, |record| record.state),
+                }
+            })
+            .collect();
+        let completion_failures = state.completion_failures_of_removed
+            + state
+                .bindings
+                .iter()
+                .map(|binding| binding.shared.completion_failures.load(Ordering::Acquire))
+                .sum::<u64>()
+            + state
+                .retained
+                .iter()
+                .map(|point| point.shared.completion_failures.load(Ordering::Acquire))
+                .sum::<u64>();
+        let consumers = state
+            .bindings
+            .iter()
+            .filter(|binding| !binding.shared.fenced_or_dead())
+            .count() as u64;
+        let stalled = if state.positioned {
+            if state.bindings.is_empty() {
+                Some("no live consumer".to_owned())
+            } else if let Some(fenced) = state
+                .bindings
+                .iter()
+                .find(|binding| binding.shared.fenced_or_dead())
+            {
+                Some(format!("consumer {} fenced or dead", fenced.shared.name))
+            } else {
+                state.retained.first().map(|point| {
+                    format!(
+                        "a removed consumer left unprocessed items ({}: {} items)",
+                        point.shared.name,
+                        point.backlog()
+                    )
+                })
+            }
+        } else {
+            None
+        };
+        let drained = subscribers.iter().all(|subscriber| subscriber.drained)
+            && state.cache.is_empty()
+            && state.waiting_status.is_none()
+            && !state.startup_status_pending;
+        let pending_acks = state.window.len() as u64;
+        let lossless = state.dropped == 0 && state.refused == 0 && completion_failures == 0;
+        let source_done = matches!(
+            state.source_state,
+            SourceState::CaughtUp | SourceState::EndOfStream
+        );
+        let fallback = state.source_state == SourceState::Starting;
+        if fallback && !state.fallback_warned {
+            state.fallback_warned = true;
+            warn!(feed = %self.name, "the feed's source never reported a state: its settled verdict rests on drained alone");
+        }
+        let paused = state.paused_now;
+        let settled = (source_done || fallback)
+            && drained
+            && stalled.is_none()
+            && !paused
+            && (!state.positioned || pending_acks == 0);
+        FeedStatus {
+            feed: self.name.to_string(),
+            state: state.source_state.as_str().to_owned(),
+            bounded: state.bounded,
+            sequence: state.sequence,
+            version: state.version,
+            detail: state.detail.clone(),
+            drained,
+            settled,
+            lossless,
+            policy: Self::default_settings(&state).policy.as_str().to_owned(),
+            dropped: state.dropped,
+            refused: state.refused,
+            downgraded: state.downgraded,
+            paused,
+            pauses: state.pauses,
+            acknowledged: state.window.acknowledged(),
+            pending_acks,
+            subscribers,
+            consumers,
+            stalled,
+            unterminated: state.unterminated,
+            completion_failures,
+        }
+    }
+
+    /// Items the data mapper or the source filtered.
+    pub fn filtered_count(&self) -> u64 {
+        self.state.lock().filtered
+    }
+}

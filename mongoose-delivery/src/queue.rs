@@ -1,0 +1,269 @@
+//! Subscriber queues: the bounded ring between a publisher and one group's reader, the
+//! counters each side writes, and the publisher's per-queue bookkeeping.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use mongoose_core::{Epoch, OverloadSettings, PositionValue, SourceState};
+use serde::Serialize;
+
+use crate::checkpoint::HoldCell;
+
+/// Identifies one physical subscriber queue of a feed (a binding).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, Serialize)]
+pub struct QueueId(pub u64);
+
+/// Identifies one subscription; several subscriptions of a group share its queue.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, Serialize)]
+pub struct SubscriptionId(pub u64);
+
+/// An item as it travels in a queue: owned when the feed has one subscriber, shared
+/// when it fans out (never copied per queue).
+#[derive(Debug)]
+pub(crate) enum Payload<T> {
+    Owned(T),
+    Shared(Arc<T>),
+}
+
+impl<T> Payload<T> {
+    pub(crate) fn get(&self) -> &T {
+        match self {
+            Payload::Owned(item) => item,
+            Payload::Shared(item) => item,
+        }
+    }
+}
+
+/// An in-band feed status event, delivered in order with the items.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FeedStatusEvent {
+    /// The feed.
+    pub feed: String,
+    /// The source's state.
+    pub state: SourceState,
+    /// The last sequence published before the status.
+    pub sequence: u64,
+}
+
+#[derive(Debug)]
+pub(crate) enum Envelope<T> {
+    Item {
+        payload: Payload<T>,
+        sequence: u64,
+        /// `None` for a push item (no source position).
+        position: Option<(Epoch, PositionValue)>,
+    },
+    Status(FeedStatusEvent),
+}
+
+/// The counters and flags shared by a queue's reader and its publisher. Each counter
+/// has one writer: `dispatched` and `completion_failures` the reader, the flags the
+/// group (fence) or the publisher (closed).
+#[derive(Debug)]
+pub(crate) struct QueueShared {
+    pub(crate) id: QueueId,
+    pub(crate) name: Arc<str>,
+    pub(crate) group: Arc<str>,
+    pub(crate) dispatched: AtomicU64,
+    pub(crate) completion_failures: AtomicU64,
+    pub(crate) fenced: AtomicBool,
+    pub(crate) dead: AtomicBool,
+    pub(crate) closed: AtomicBool,
+}
+
+impl QueueShared {
+    pub(crate) fn new(id: QueueId, name: Arc<str>, group: Arc<str>) -> Self {
+        QueueShared {
+            id,
+            name,
+            group,
+            dispatched: AtomicU64::new(0),
+            completion_failures: AtomicU64::new(0),
+            fenced: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn dispatched(&self) -> u64 {
+        self.dispatched.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn fenced_or_dead(&self) -> bool {
+        self.fenced.load(Ordering::Acquire) || self.dead.load(Ordering::Acquire)
+    }
+}
+
+/// What holds a queue's acknowledgement point back: for each queue position not yet
+/// dispatched, the first sequence that slot holds back (an item's own sequence; for a
+/// status, the sequence after the last item before it). Indexed by queue position
+/// modulo the capacity: at most `capacity` positions are ever outstanding.
+#[derive(Debug)]
+pub(crate) struct HoldRing {
+    slots: Box<[u64]>,
+}
+
+impl HoldRing {
+    pub(crate) fn new(capacity: usize) -> Self {
+        HoldRing {
+            slots: vec![0; capacity.max(1)].into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn set(&mut self, queue_position: u64, holds_from: u64) {
+        let index = (queue_position % self.slots.len() as u64) as usize;
+        self.slots[index] = holds_from;
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, queue_position: u64) -> u64 {
+        self.slots[(queue_position % self.slots.len() as u64) as usize]
+    }
+}
+
+/// The acknowledgement point of one queue: every item with a sequence at or below the
+/// returned value that was offered to the queue has been dispatched (and is durable,
+/// under a checkpoint hold). `u64::MAX` when the queue holds nothing.
+pub(crate) fn done_through(
+    shared: &QueueShared,
+    produced: u64,
+    holds: &HoldRing,
+    durable: u64,
+) -> u64 {
+    let done = shared.dispatched().min(durable);
+    if done >= produced {
+        u64::MAX
+    } else {
+        holds.get(done).saturating_sub(1)
+    }
+}
+
+/// Overload health of one group's queue on a feed.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OverloadState {
+    /// No loss (or recovered after the quiet period).
+    Up,
+    /// DROP_AFTER_SPIN lost items; recovers after the quiet period without loss.
+    Degraded,
+    /// A never-drop policy (BLOCK, PAUSE) lost an item: latched until cleared.
+    Latched,
+    /// The queue was unsubscribed while latched; the latch is kept for a re-add.
+    Removed,
+}
+
+/// The first drop of a queue binding: a correlation point, not one record per loss.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DropEvidence {
+    /// The feed.
+    pub feed: String,
+    /// The queue.
+    pub queue: String,
+    /// The subscriber group.
+    pub group: String,
+    /// The sequence of the first dropped item.
+    pub sequence: u64,
+    /// Drops of this binding when the evidence was taken (1).
+    pub count: u64,
+    /// Wall-clock milliseconds since the Unix epoch.
+    pub wall_clock_millis: u64,
+}
+
+/// The publisher's side of one queue.
+pub(crate) struct Binding<T> {
+    pub(crate) shared: Arc<QueueShared>,
+    pub(crate) producer: rtrb::Producer<Envelope<T>>,
+    pub(crate) produced: u64,
+    pub(crate) holds: HoldRing,
+    pub(crate) settings: OverloadSettings,
+    /// True when the group's override or the feed's explicit policy set it.
+    pub(crate) explicit: bool,
+    pub(crate) subscriptions: Vec<SubscriptionId>,
+    pub(crate) hold: Option<Arc<HoldCell>>,
+    pub(crate) dropped: u64,
+    pub(crate) refused: u64,
+    pub(crate) first_drop: Option<DropEvidence>,
+}
+
+impl<T> std::fmt::Debug for Binding<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binding")
+            .field("queue", &self.shared.name)
+            .field("produced", &self.produced)
+            .field("dispatched", &self.shared.dispatched())
+            .field("policy", &self.settings.policy)
+            .finish()
+    }
+}
+
+impl<T> Binding<T> {
+    pub(crate) fn has_room(&self) -> bool {
+        self.producer.slots() > 0
+    }
+
+    pub(crate) fn done_through(&self) -> u64 {
+        let durable = self
+            .hold
+            .as_ref()
+            .map_or(u64::MAX, |hold| hold.durable_for(self.shared.id));
+        done_through(&self.shared, self.produced, &self.holds, durable)
+    }
+
+    /// Pushes into the ring, which the caller checked has room.
+    pub(crate) fn push(
+        &mut self,
+        envelope: Envelope<T>,
+        holds_from: u64,
+    ) -> Result<(), Envelope<T>> {
+        match self.producer.push(envelope) {
+            Ok(()) => {
+                self.holds.set(self.produced, holds_from);
+                self.produced += 1;
+                Ok(())
+            }
+            Err(rtrb::PushError::Full(envelope)) => Err(envelope),
+        }
+    }
+}
+
+/// A removed queue's acknowledgement point, kept while the window waits for it: what
+/// the removed consumer was given and did not process is never acknowledged.
+#[derive(Debug)]
+pub(crate) struct RetainedPoint {
+    pub(crate) shared: Arc<QueueShared>,
+    pub(crate) produced: u64,
+    pub(crate) holds: HoldRing,
+    /// Under a checkpoint hold, what was durable when the queue was removed: the rest
+    /// of its items are not known durable and stay held.
+    pub(crate) durable: u64,
+}
+
+impl RetainedPoint {
+    pub(crate) fn done_through(&self) -> u64 {
+        done_through(&self.shared, self.produced, &self.holds, self.durable)
+    }
+
+    pub(crate) fn backlog(&self) -> u64 {
+        self.produced.saturating_sub(self.shared.dispatched())
+    }
+}
+
+/// A health record of one group's queue on a feed, kept across unsubscribe.
+#[derive(Clone, Debug)]
+pub(crate) struct HealthRecord {
+    pub(crate) state: OverloadState,
+    pub(crate) last_loss: Option<Instant>,
+    pub(crate) latched_while_removed: bool,
+}
+
+impl Default for HealthRecord {
+    fn default() -> Self {
+        HealthRecord {
+            state: OverloadState::Up,
+            last_loss: None,
+            latched_while_removed: false,
+        }
+    }
+}

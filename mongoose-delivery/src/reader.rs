@@ -1,0 +1,376 @@
+//! The consumer side of a subscriber queue: the reader a processor group polls on its
+//! thread. It enters the [`DeliveryContext`](mongoose_core::DeliveryContext) for each
+//! positioned item's whole dispatch, runs the completion callbacks after it, and only
+//! then counts the item dispatched (§5b).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mongoose_core::engine::{self, PendingCompletion, SavedCompletions};
+use mongoose_core::{Delivery, Epoch, PositionValue, ProcessorError, ProcessorId};
+use tracing::error;
+
+use crate::queue::{Envelope, FeedStatusEvent, QueueShared};
+
+/// How often a failed dispatch (of a retry-safe processor) or a failed completion
+/// callback is retried, and how long to wait between tries. The wait never sleeps: the
+/// item stays at the head of its queue and is tried again on a later duty cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first failure (0: never retried).
+    pub max_retries: u32,
+    /// The wait before the first retry; doubled for each further one.
+    pub initial_backoff: Duration,
+    /// The longest wait.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RetryPolicy {
+    fn backoff(&self, retry: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(retry.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.initial_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+}
+
+/// What a dispatch of one item to a queue's processors did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DispatchOutcome {
+    /// Every processor handled the item (or was skipped by the dispatcher's own rules).
+    Done,
+    /// A processor failed. `retry` true: it is retry-safe and should be given the item
+    /// again (alone: the dispatcher resumes at it and never gives the item again to the
+    /// processors that handled it). `retry` false: the dispatcher quarantined it and
+    /// the delivery goes on with the others.
+    Failed {
+        /// The failing processor, when known.
+        processor: Option<ProcessorId>,
+        /// Whether it may be retried.
+        retry: bool,
+    },
+}
+
+/// Delivers a queue's items to its processors: implemented by a processor group.
+pub trait Dispatcher<T> {
+    /// Delivers `item` to the queue's processors. For a positioned item the delivery
+    /// context is entered; `attempt` counts the earlier failed attempts of this item.
+    /// Set [`engine::set_current_processor`] around each processor's call, so that the
+    /// completions it registers belong to it.
+    fn dispatch(&mut self, item: &T, attempt: u32) -> DispatchOutcome;
+
+    /// Runs one completion a processor registered (its
+    /// [`mongoose_core::Processor::on_delivery_complete`]). The context is entered.
+    fn complete(
+        &mut self,
+        completion: PendingCompletion,
+        delivery: &Delivery,
+    ) -> Result<(), ProcessorError>;
+
+    /// An in-band feed status event.
+    fn on_status(&mut self, status: &FeedStatusEvent) {
+        let _ = status;
+    }
+
+    /// A retry-safe processor's retries for `item` are exhausted: the item counts as
+    /// dispatched without it.
+    fn gave_up(&mut self, item: &T, processor: Option<ProcessorId>) {
+        let _ = (item, processor);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Dispatch,
+    Complete,
+}
+
+#[derive(Debug)]
+struct Progress {
+    phase: Phase,
+    attempt: u32,
+    completion_retries: u32,
+    not_before: Option<Instant>,
+    failed_completion: Option<PendingCompletion>,
+    saved: SavedCompletions,
+    resume: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress {
+            phase: Phase::Dispatch,
+            attempt: 0,
+            completion_retries: 0,
+            not_before: None,
+            failed_completion: None,
+            saved: SavedCompletions::default(),
+            resume: false,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.phase = Phase::Dispatch;
+        self.attempt = 0;
+        self.completion_retries = 0;
+        self.not_before = None;
+        self.failed_completion = None;
+        self.resume = false;
+    }
+}
+
+/// The reader of one subscriber queue, owned by a processor group's thread.
+pub struct QueueReader<T> {
+    consumer: rtrb::Consumer<Envelope<T>>,
+    shared: Arc<QueueShared>,
+    feed: Arc<str>,
+    policy: RetryPolicy,
+    dispatched: u64,
+    progress: Progress,
+}
+
+impl<T> std::fmt::Debug for QueueReader<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueReader")
+            .field("queue", &self.shared.name)
+            .field("dispatched", &self.dispatched)
+            .finish()
+    }
+}
+
+impl<T> QueueReader<T> {
+    pub(crate) fn new(
+        consumer: rtrb::Consumer<Envelope<T>>,
+        shared: Arc<QueueShared>,
+        feed: Arc<str>,
+        policy: RetryPolicy,
+    ) -> Self {
+        QueueReader {
+            consumer,
+            shared,
+            feed,
+            policy,
+            dispatched: 0,
+            progress: Progress::new(),
+        }
+    }
+
+    /// The queue's name (`group/feed`).
+    pub fn queue_name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The feed's name.
+    pub fn feed(&self) -> &str {
+        &self.feed
+    }
+
+    /// Items waiting in the queue.
+    pub fn len(&self) -> usize {
+        self.consumer.slots()
+    }
+
+    /// True when nothing waits in the queue.
+    pub fn is_empty(&self) -> bool {
+        self.consumer.is_empty()
+    }
+
+    /// Items this reader finished.
+    pub fn dispatched(&self) -> u64 {
+        self.dispatched
+    }
+
+    /// Fences the queue (a quarantine in progress): nothing is dispatched, and a
+    /// positioned feed pauses and holds its position until the fence lifts.
+    pub fn set_fenced(&self, fenced: bool) {
+        self.shared.fenced.store(fenced, Ordering::Release);
+    }
+
+    /// The group died: the queue stays fenced for good.
+    pub fn mark_dead(&self) {
+        self.shared.dead.store(true, Ordering::Release);
+    }
+
+    /// True once the queue was removed from its feed.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Dispatches up to `limit` items to `dispatcher`; returns how many finished.
+    ///
+    /// An item finishes when its dispatch and its completion callbacks are done; only
+    /// then is the queue's `dispatched` counter advanced (with release ordering), so the
+    /// feed can acknowledge and commit it. An item waiting for a retry stays at the head
+    /// of the queue: nothing behind it is dispatched meanwhile.
+    pub fn poll(&mut self, dispatcher: &mut dyn Dispatcher<T>, limit: usize) -> usize {
+        let mut finished = 0;
+        while finished < limit {
+            if self.shared.closed.load(Ordering::Acquire) || self.shared.fenced_or_dead() {
+                break;
+            }
+            if let Some(at) = self.progress.not_before {
+                if Instant::now() < at {
+                    break;
+                }
+                self.progress.not_before = None;
+            }
+            let Ok(envelope) = self.consumer.peek() else {
+                break;
+            };
+            let done = match envelope {
+                Envelope::Status(status) => {
+                    dispatcher.on_status(status);
+                    true
+                }
+                Envelope::Item {
+                    payload,
+                    sequence,
+                    position,
+                } => {
+                    let item = payload.get();
+                    match position {
+                        Some((epoch, position)) => {
+                            engine::enter(
+                                &self.feed,
+                                *sequence,
+                                *epoch,
+                                *position,
+                                self.progress.attempt,
+                            );
+                            if self.progress.resume {
+                                engine::restore_completions(&mut self.progress.saved);
+                                self.progress.resume = false;
+                            }
+                            let done = deliver(
+                                &mut self.progress,
+                                &self.policy,
+                                &self.shared,
+                                dispatcher,
+                                item,
+                                Some((&self.feed, *sequence, *epoch, *position)),
+                            );
+                            engine::exit();
+                            done
+                        }
+                        None => deliver(
+                            &mut self.progress,
+                            &self.policy,
+                            &self.shared,
+                            dispatcher,
+                            item,
+                            None,
+                        ),
+                    }
+                }
+            };
+            if !done {
+                break;
+            }
+            drop(self.consumer.pop());
+            self.progress.reset();
+            self.dispatched += 1;
+            self.shared
+                .dispatched
+                .store(self.dispatched, Ordering::Release);
+            finished += 1;
+        }
+        finished
+    }
+}
+
+/// Runs one item's dispatch and completions. Returns false when the item waits for a
+/// retry (its completions saved in `progress`).
+fn deliver<T>(
+    progress: &mut Progress,
+    policy: &RetryPolicy,
+    shared: &QueueShared,
+    dispatcher: &mut dyn Dispatcher<T>,
+    item: &T,
+    delivery: Option<(&Arc<str>, u64, Epoch, PositionValue)>,
+) -> bool {
+    if progress.phase == Phase::Dispatch {
+        match dispatcher.dispatch(item, progress.attempt) {
+            DispatchOutcome::Done => {}
+            DispatchOutcome::Failed { processor, retry } => {
+                engine::discard_completions_of(processor);
+                if retry && progress.attempt < policy.max_retries {
+                    progress.attempt += 1;
+                    progress.not_before = Some(Instant::now() + policy.backoff(progress.attempt));
+                    if delivery.is_some() {
+                        engine::save_completions(&mut progress.saved);
+                        progress.resume = true;
+                    }
+                    return false;
+                }
+                if retry {
+                    error!(
+                        queue = %shared.name,
+                        ?processor,
+                        attempts = progress.attempt + 1,
+                        "retries exhausted: the item counts as dispatched without this processor"
+                    );
+                    dispatcher.gave_up(item, processor);
+                }
+            }
+        }
+        progress.phase = Phase::Complete;
+    }
+    let Some((feed, sequence, epoch, position)) = delivery else {
+        return true;
+    };
+    loop {
+        let next = progress
+            .failed_completion
+            .take()
+            .or_else(engine::take_next_completion);
+        let Some(completion) = next else {
+            return true;
+        };
+        let previous = engine::set_current_processor(completion.owner);
+        let current = Delivery::new(
+            Arc::clone(feed),
+            sequence,
+            epoch,
+            position,
+            progress.attempt,
+        );
+        let result = dispatcher.complete(completion, &current);
+        engine::set_current_processor(previous);
+        match result {
+            Ok(()) => progress.completion_retries = 0,
+            Err(failure) => {
+                if progress.completion_retries < policy.max_retries {
+                    progress.completion_retries += 1;
+                    progress.failed_completion = Some(completion);
+                    progress.not_before =
+                        Some(Instant::now() + policy.backoff(progress.completion_retries));
+                    engine::save_completions(&mut progress.saved);
+                    progress.resume = true;
+                    return false;
+                }
+                error!(
+                    queue = %shared.name,
+                    owner = ?completion.owner,
+                    key = ?completion.key,
+                    %failure,
+                    "a delivery-complete callback failed after its retries: skipped, the item is acknowledged without it (counted in completionFailures)"
+                );
+                progress.completion_retries = 0;
+                shared.completion_failures.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! A registry of feeds of any item type, for the control plane and the server.
+
+use std::any::{Any, TypeId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use mongoose_core::Position;
+use parking_lot::RwLock;
+
+use crate::checkpoint::ProcessingCheckpoint;
+use crate::feed::SubscribeOptions;
+use crate::publisher::{Publisher, Subscription};
+use crate::queue::{OverloadState, SubscriptionId};
+use crate::status::{FeedStatus, StatusReport};
+use crate::DeliveryError;
+
+/// A feed seen without its item and position types.
+pub trait AnyFeed: Send + Sync {
+    /// The feed's name.
+    fn name(&self) -> &str;
+    /// The item type's id.
+    fn item_type(&self) -> TypeId;
+    /// The item type's name.
+    fn item_type_name(&self) -> &'static str;
+    /// Subscribes; the box holds a `Subscription<T>` of the feed's item type.
+    fn subscribe_any(
+        &self,
+        group: &str,
+        options: SubscribeOptions,
+    ) -> Result<Box<dyn Any + Send>, DeliveryError>;
+    /// Ends a subscription.
+    fn unsubscribe(&self, subscription: SubscriptionId);
+    /// Removes a group's queue.
+    fn remove_group(&self, group: &str);
+    /// The feed's status.
+    fn status(&self) -> FeedStatus;
+    /// A checkpoint hold on a group's queue.
+    fn hold(&self, group: &str) -> ProcessingCheckpoint;
+    /// The operator release of a held position.
+    fn release(&self, queue: Option<&str>) -> u64;
+    /// Clears overload latches.
+    fn clear_overload(&self);
+    /// Overload states per group queue.
+    fn overload_states(&self) -> Vec<(String, OverloadState)>;
+    /// The server began to stop.
+    fn begin_stop(&self);
+    /// The startup completed.
+    fn start_complete(&self);
+    /// Commits what the groups processed after the source stopped.
+    fn commit_processed_after_stop(&self) -> usize;
+}
+
+impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
+    fn name(&self) -> &str {
+        Publisher::name(self)
+    }
+    fn item_type(&self) -> TypeId {
+        TypeId::of::<T>()
+    }
+    fn item_type_name(&self) -> &'static str {
+        std::any::type_name::<T>()
+    }
+    fn subscribe_any(
+        &self,
+        group: &str,
+        options: SubscribeOptions,
+    ) -> Result<Box<dyn Any + Send>, DeliveryError> {
+        Ok(Box::new(self.subscribe(group, options)?))
+    }
+    fn unsubscribe(&self, subscription: SubscriptionId) {
+        Publisher::unsubscribe(self, subscription)
+    }
+    fn remove_group(&self, group: &str) {
+        Publisher::remove_group(self, group)
+    }
+    fn status(&self) -> FeedStatus {
+        Publisher::status(self)
+    }
+    fn hold(&self, group: &str) -> ProcessingCheckpoint {
+        Publisher::hold(self, group)
+    }
+    fn release(&self, queue: Option<&str>) -> u64 {
+        Publisher::release(self, queue)
+    }
+    fn clear_overload(&self) {
+        Publisher::clear_overload(self)
+    }
+    fn overload_states(&self) -> Vec<(String, OverloadState)> {
+        Publisher::overload_states(self)
+    }
+    fn begin_stop(&self) {
+        Publisher::begin_stop(self)
+    }
+    fn start_complete(&self) {
+        Publisher::start_complete(self)
+    }
+    fn commit_processed_after_stop(&self) -> usize {
+        Publisher::commit_processed_after_stop(self)
+    }
+}
+
+/// Feeds by name, of any item type.
+#[derive(Default, Clone)]
+pub struct FeedRegistry {
+    feeds: Arc<RwLock<BTreeMap<String, Arc<dyn AnyFeed>>>>,
+}
+
+impl std::fmt::Debug for FeedRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.feeds.read().keys()).finish()
+    }
+}
+
+impl FeedRegistry {
+    /// Registers a feed under its name.
+    pub fn register(&self, feed: Arc<dyn AnyFeed>) -> Result<(), DeliveryError> {
+        let mut feeds = self.feeds.write();
+        let name = feed.name().to_owned();
+        if feeds.contains_key(&name) {
+            return Err(DeliveryError::DuplicateFeed(name));
+        }
+        feeds.insert(name, feed);
+        Ok(())
+    }
+
+    /// The feed named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn AnyFeed>> {
+        self.feeds.read().get(name).cloned()
+    }
+
+    /// Every feed, by name.
+    pub fn feeds(&self) -> Vec<Arc<dyn AnyFeed>> {
+        self.feeds.read().values().cloned().collect()
+    }
+
+    /// Subscribes `group` to the feed `feed`, whose items must be `T`.
+    pub fn subscribe<T: 'static>(
+        &self,
+        feed: &str,
+        group: &str,
+        options: SubscribeOptions,
+    ) -> Result<Subscription<T>, DeliveryError> {
+        let found = self
+            .get(feed)
+            .ok_or_else(|| DeliveryError::NoSuchFeed(feed.to_owned()))?;
+        Self::check_type(&*found, TypeId::of::<T>(), std::any::type_name::<T>())?;
+        let subscription = found.subscribe_any(group, options)?;
+        match subscription.downcast::<Subscription<T>>() {
+            Ok(subscription) => Ok(*subscription),
+            Err(_) => Err(DeliveryError::TypeMismatch {
+                feed: feed.to_owned(),
+                feed_type: found.item_type_name(),
+                expected_type: std::any::type_name::<T>(),
+            }),
+        }
+    }
+
+    /// Checks that `feed` carries `item_type`.
+    pub fn check_type(
+        feed: &dyn AnyFeed,
+        item_type: TypeId,
+        item_type_name: &'static str,
+    ) -> Result<(), DeliveryError> {
+        if feed.item_type() == item_type {
+            Ok(())
+        } else {
+            Err(DeliveryError::TypeMismatch {
+                feed: feed.name().to_owned(),
+                feed_type: feed.item_type_name(),
+                expected_type: item_type_name,
+            })
+        }
+    }
+
+    /// The status of every feed.
+    pub fn status(&self) -> StatusReport {
+        StatusReport::from_feeds(self.feeds().iter().map(|feed| feed.status()).collect())
+    }
+}

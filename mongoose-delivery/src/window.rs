@@ -1,0 +1,137 @@
+//! The acknowledgement window: sequence to position, in publish order, between the last
+//! acknowledged item and the last published one (feed-delivery-guarantees §3).
+
+use std::collections::VecDeque;
+
+use mongoose_core::{Epoch, Position};
+
+/// The most positioned items that may await acknowledgement; `try_publish` pauses at
+/// the cap. With PAUSE queues the window is bounded by queue capacity long before it;
+/// the cap bounds memory when a DROP queue's reader is wedged.
+pub const MAX_PENDING_ACKNOWLEDGEMENTS: usize = 65_536;
+
+/// One run of items: the last item's sequence and position. An item that entered no
+/// queue (dropped everywhere, filtered) has the same condition as the item before it,
+/// so it is merged into the run before it: the window is bounded by what the queues
+/// hold, not by how many items were dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WindowEntry<P> {
+    pub(crate) sequence: u64,
+    pub(crate) epoch: Epoch,
+    pub(crate) position: P,
+}
+
+#[derive(Debug)]
+pub(crate) struct Window<P> {
+    entries: VecDeque<WindowEntry<P>>,
+    /// The highest sequence handed to the committer.
+    acknowledged: u64,
+    /// True when the newest entry may absorb an item that entered no queue.
+    tail_mergeable: bool,
+}
+
+impl<P: Position> Window<P> {
+    pub(crate) fn new() -> Self {
+        Window {
+            entries: VecDeque::new(),
+            acknowledged: 0,
+            tail_mergeable: false,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.entries.len() >= MAX_PENDING_ACKNOWLEDGEMENTS
+    }
+
+    pub(crate) fn acknowledged(&self) -> u64 {
+        self.acknowledged
+    }
+
+    /// Adds a positioned item. `entered_a_queue` is false for an item no queue holds (a
+    /// drop, a filtered input): it merges into the run before it when that run has the
+    /// same epoch.
+    pub(crate) fn push(&mut self, sequence: u64, epoch: Epoch, position: P, entered_a_queue: bool) {
+        if !entered_a_queue && self.tail_mergeable {
+            if let Some(last) = self.entries.back_mut() {
+                if last.epoch == epoch {
+                    last.sequence = sequence;
+                    last.position = position;
+                    return;
+                }
+            }
+        }
+        self.entries.push_back(WindowEntry {
+            sequence,
+            epoch,
+            position,
+        });
+        self.tail_mergeable = true;
+    }
+
+    /// Removes every entry up to and including `done_through`, in order, into `out`.
+    pub(crate) fn acknowledge_through(&mut self, done_through: u64, out: &mut Vec<WindowEntry<P>>) {
+        while let Some(head) = self.entries.front() {
+            if head.sequence > done_through {
+                break;
+            }
+            let head = *head;
+            self.entries.pop_front();
+            self.acknowledged = head.sequence;
+            out.push(head);
+        }
+        if self.entries.is_empty() {
+            // nothing left to merge into: the next item starts a run of its own
+            self.tail_mergeable = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_that_entered_no_queue_merge_into_the_run_before_them() {
+        let mut window = Window::<u64>::new();
+        window.push(1, Epoch(1), 10, true);
+        window.push(2, Epoch(1), 20, false);
+        window.push(3, Epoch(1), 30, false);
+        assert_eq!(window.len(), 1);
+        let mut out = Vec::new();
+        window.acknowledge_through(3, &mut out);
+        assert_eq!(
+            out,
+            vec![WindowEntry {
+                sequence: 3,
+                epoch: Epoch(1),
+                position: 30
+            }]
+        );
+        assert_eq!(window.acknowledged(), 3);
+    }
+
+    #[test]
+    fn a_new_epoch_never_merges_into_the_old_one() {
+        let mut window = Window::<u64>::new();
+        window.push(1, Epoch(1), 10, true);
+        window.push(2, Epoch(2), 5, false);
+        assert_eq!(window.len(), 2);
+    }
+
+    #[test]
+    fn acknowledgement_stops_at_the_first_entry_not_done() {
+        let mut window = Window::<u64>::new();
+        for sequence in 1..=5 {
+            window.push(sequence, Epoch(1), sequence * 10, true);
+        }
+        let mut out = Vec::new();
+        window.acknowledge_through(3, &mut out);
+        assert_eq!(out.len(), 3);
+        assert_eq!(window.len(), 2);
+        assert_eq!(window.acknowledged(), 3);
+    }
+}

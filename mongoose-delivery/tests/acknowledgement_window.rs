@@ -1,0 +1,242 @@
+//! The acknowledgement window through the real publisher and readers
+//! (feed-delivery-guarantees §3).
+
+mod support;
+
+use mongoose_core::{SourceOutput, TryPublish};
+use mongoose_delivery::SubscribeOptions;
+use support::*;
+
+#[test]
+fn the_pointer_follows_the_slowest_of_several_subscriber_queues() {
+    // §3 edges: several subscriber queues, the commit follows the slowest
+    let (feed, commits) = positioned_feed(64);
+    let mut fast = reader(&feed, "fast");
+    let mut middle = reader(&feed, "middle");
+    let mut slow = reader(&feed, "slow");
+    feed.start_complete();
+    publish_range(&feed, 1..=10);
+    process(&mut fast, 10);
+    process(&mut middle, 5);
+    process(&mut slow, 3);
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        30,
+        "exactly at the slowest queue's last dispatched item"
+    );
+    process(&mut slow, 7);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 50, "now the middle queue is the slowest");
+    process(&mut middle, 5);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 100);
+}
+
+#[test]
+fn removing_one_of_two_consumers_does_not_commit_its_backlog() {
+    // §3, review 2 finding 2: a removed queue's backlog is never acknowledged on the
+    // others' progress
+    let (feed, commits) = positioned_feed(64);
+    let mut stays = reader(&feed, "stays");
+    let leaves = feed
+        .subscribe("leaves", SubscribeOptions::default())
+        .expect("subscribed");
+    let mut leaving_reader = feed
+        .subscribe("leaves2", SubscribeOptions::default())
+        .expect("subscribed")
+        .take_reader()
+        .expect("reader");
+    feed.unsubscribe(leaves.id()); // a consumer with nothing given holds nothing
+    feed.start_complete();
+    publish_range(&feed, 1..=10);
+    process(&mut stays, 10);
+    process(&mut leaving_reader, 4);
+    let leaving = feed
+        .status()
+        .subscribers
+        .iter()
+        .any(|s| s.queue == "leaves2/lines");
+    assert!(leaving);
+    feed.remove_group("leaves2");
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        40,
+        "held before the removed consumer's first unprocessed item"
+    );
+    publish_range(&feed, 11..=12);
+    process(&mut stays, 2);
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        40,
+        "the other consumer's progress does not release the hold"
+    );
+    let status = feed.status();
+    assert!(status
+        .stalled
+        .as_deref()
+        .is_some_and(|reason| reason.contains("removed consumer")));
+    assert!(!status.settled);
+    assert!(status.lossless, "a hold is not a loss");
+}
+
+#[test]
+fn a_removed_subscriber_holds_the_pointer_only_for_what_it_did_not_process() {
+    // §3: a consumer that processed everything it was given leaves nothing behind
+    let (feed, commits) = positioned_feed(64);
+    let mut stays = reader(&feed, "stays");
+    let mut leaves = reader(&feed, "leaves");
+    feed.start_complete();
+    publish_range(&feed, 1..=6);
+    process(&mut leaves, 6);
+    feed.remove_group("leaves");
+    process(&mut stays, 6);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 60);
+    assert_eq!(feed.status().stalled, None);
+}
+
+#[test]
+fn the_last_subscriber_gone_stops_reading_and_committing() {
+    // §3 review F2 and PositionedFeedStallTest: no live consumer pauses the source
+    let (feed, commits) = positioned_feed(64);
+    let mut only = reader(&feed, "only");
+    feed.start_complete();
+    publish_range(&feed, 1..=5);
+    process(&mut only, 3);
+    feed.remove_group("only");
+    assert!(
+        matches!(feed.try_publish(6, 60), TryPublish::Paused(6)),
+        "reads nothing more"
+    );
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        30,
+        "commits nothing of what the gone consumer did not process"
+    );
+    let status = feed.status();
+    assert_eq!(status.consumers, 0);
+    assert_eq!(status.stalled.as_deref(), Some("no live consumer"));
+    assert!(!status.settled);
+    assert!(status.lossless);
+}
+
+#[test]
+fn the_held_point_of_a_removed_last_consumer_survives_a_later_unsubscribe() {
+    // §3 review 2 finding 3: a later removal never touches a retained point
+    let (feed, commits) = positioned_feed(64);
+    let mut first = reader(&feed, "first");
+    feed.start_complete();
+    publish_range(&feed, 1..=5);
+    process(&mut first, 2);
+    feed.remove_group("first");
+    let mut second = reader(&feed, "second");
+    publish_range(&feed, 6..=8);
+    process(&mut second, 3);
+    feed.remove_group("second");
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        20,
+        "still before the first consumer's unprocessed items"
+    );
+    assert!(feed.status().stalled.is_some());
+}
+
+#[test]
+fn an_unsubscribe_after_the_last_consumer_left_keeps_its_hold() {
+    // §3, independent review R1: a consumer that subscribed after the hold and was never
+    // given the held items leaves without releasing it
+    let (feed, commits) = positioned_feed(64);
+    let mut first = reader(&feed, "first");
+    feed.start_complete();
+    publish_range(&feed, 1..=4);
+    process(&mut first, 1);
+    feed.remove_group("first");
+    let later = feed
+        .subscribe("later", SubscribeOptions::default())
+        .expect("subscribed");
+    feed.unsubscribe(later.id());
+    feed.unsubscribe(later.id());
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 10);
+    let status = feed.status();
+    assert!(status.stalled.is_some(), "{status:?}");
+    assert!(!status.settled);
+}
+
+#[test]
+fn a_transient_fence_holds_the_pointer() {
+    // §3 review F1: a fenced queue holds acknowledgement and pauses a positioned feed
+    let (feed, commits) = positioned_feed(64);
+    let mut healthy = reader(&feed, "healthy");
+    let mut fenced = reader(&feed, "fenced");
+    feed.start_complete();
+    publish_range(&feed, 1..=4);
+    process(&mut healthy, 4);
+    fenced.set_fenced(true);
+    assert!(
+        matches!(feed.try_publish(5, 50), TryPublish::Paused(5)),
+        "nothing reaches a fenced queue"
+    );
+    assert_eq!(
+        fenced.poll(&mut Collect::default(), 10),
+        0,
+        "a fenced reader dispatches nothing"
+    );
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        0,
+        "nothing of the fenced queue's backlog is committed"
+    );
+    let status = feed.status();
+    assert_eq!(
+        status.stalled.as_deref(),
+        Some("consumer fenced/lines fenced or dead")
+    );
+    assert_eq!(status.consumers, 1);
+    fenced.set_fenced(false);
+    assert!(
+        feed.try_publish(5, 50).is_published(),
+        "reading resumes when the fence lifts"
+    );
+    process(&mut fenced, 5);
+    process(&mut healthy, 1);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 50);
+}
+
+#[test]
+fn an_explicit_drop_policy_drops_counts_and_commits_past_the_drop() {
+    // §3: an item dropped for a queue does not hold it; the drop is counted
+    let (feed, commits) = drop_feed(2);
+    let mut slow = reader(&feed, "slow");
+    feed.start_complete();
+    publish_range(&feed, 1..=5);
+    let status = feed.status();
+    assert_eq!(status.dropped, 3);
+    assert!(!status.lossless);
+    assert_eq!(status.policy, "DROP_AFTER_SPIN");
+    assert_eq!(
+        status.pending_acks, 2,
+        "the drops merged into the run before them"
+    );
+    process(&mut slow, 2);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 50, "committed past the dropped items");
+    let evidence = feed.first_drops();
+    assert_eq!(
+        evidence.len(),
+        1,
+        "one first-drop record per binding, not one per loss"
+    );
+    assert_eq!(
+        (evidence[0].sequence, evidence[0].queue.as_str()),
+        (3, "slow/lines")
+    );
+    assert_eq!(feed.dropped_for("slow"), 3);
+}

@@ -1,0 +1,433 @@
+//! Publishing: PAUSE, nesting, the startup cache, in-band status, BLOCK
+//! (feed-delivery-guarantees §3 and §6, control-plane-contracts "Overload and loss").
+
+mod support;
+
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use mongoose_core::{agent, FailureKind, OverloadSettings, SourceOutput, SourceState, TryPublish};
+use mongoose_delivery::{Feed, OverloadState, Publisher, SubscribeOptions};
+use support::*;
+
+#[test]
+fn a_publish_nested_in_a_positioned_commit_does_not_acknowledge_the_outer_item() {
+    // §3: a data mapper publishing into its own feed is told to retry (try_publish) or
+    // deferred until the outer item is committed (push publish)
+    let nested_result: Arc<Mutex<Option<String>>> = Arc::default();
+    let this: Arc<OnceLock<Weak<Publisher<u64, u64>>>> = Arc::default();
+    let mapper_this = Arc::clone(&this);
+    let mapper_result = Arc::clone(&nested_result);
+    let feed = Feed::builder("lines")
+        .queue_capacity(16)
+        .mapper(move |item: u64| {
+            if item == 1 {
+                let feed = mapper_this.get().and_then(Weak::upgrade).expect("the feed");
+                let outcome = match feed.try_publish(99, 990) {
+                    TryPublish::Retry(_) => "retry",
+                    TryPublish::Paused(_) => "paused",
+                    TryPublish::Published => "published",
+                };
+                *mapper_result.lock().unwrap() = Some(outcome.to_owned());
+                feed.publish(100)
+                    .expect("a nested push publish is deferred");
+            }
+            Some(item)
+        })
+        .build();
+    this.set(Arc::downgrade(&feed)).expect("set once");
+    let (feed, commits) = positioned_feed_with(feed);
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    assert!(feed.try_publish(1, 10).is_published());
+    assert_eq!(nested_result.lock().unwrap().as_deref(), Some("retry"));
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        0,
+        "nothing was dispatched: nothing is acknowledged"
+    );
+    assert_eq!(
+        process(&mut group, 1),
+        vec![1],
+        "the outer item is numbered before the nested one"
+    );
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 10);
+    assert_eq!(
+        process(&mut group, 1),
+        vec![100],
+        "the deferred push publish follows the outer item"
+    );
+}
+
+#[test]
+fn pause_with_ten_thousand_items_into_a_small_queue_and_a_slow_consumer_loses_nothing_and_keeps_order(
+) {
+    // §6: PAUSE is a no-drop backpressure: the source keeps the item and offers it again
+    let (feed, commits) = positioned_feed(1024);
+    let mut group = reader(&feed, "slow");
+    feed.start_complete();
+    let consumer = std::thread::spawn(move || {
+        let mut collect = Collect::default();
+        while collect.items.len() < 10_000 {
+            if group.poll(&mut collect, 7) == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        collect.items
+    });
+    let mut next = 1u64;
+    let mut paused = 0u64;
+    while next <= 10_000 {
+        feed.poll_acknowledgements();
+        match feed.try_publish(next, next * 10) {
+            TryPublish::Published => next += 1,
+            TryPublish::Paused(item) => {
+                assert_eq!(item, next, "the source keeps the item");
+                paused += 1;
+                std::thread::yield_now();
+            }
+            TryPublish::Retry(_) => unreachable!("nothing is nested here"),
+        }
+    }
+    let items = consumer.join().expect("the consumer ran");
+    assert_eq!(
+        items,
+        (1..=10_000).collect::<Vec<_>>(),
+        "every item once and in order"
+    );
+    feed.poll_acknowledgements();
+    let status = feed.status();
+    assert_eq!(status.dropped, 0);
+    assert!(status.lossless);
+    assert_eq!(status.policy, "PAUSE");
+    assert!(
+        paused > 0 && status.pauses > 0,
+        "the slow consumer paused the source"
+    );
+    assert_eq!(
+        commits.pointer(),
+        100_000,
+        "everything processed is committed"
+    );
+}
+
+#[test]
+fn an_in_band_status_waits_for_room_in_a_paused_queue() {
+    // §6: a status that finds a PAUSE queue full waits and is delivered before any later
+    // item; nothing is dropped
+    let (feed, _commits) = positioned_feed_with(
+        Feed::builder("lines")
+            .queue_capacity(2)
+            .status_events(true)
+            .build(),
+    );
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    publish_range(&feed, 1..=2);
+    feed.report_state(SourceState::CaughtUp, None);
+    assert!(
+        matches!(feed.try_publish(3, 30), TryPublish::Paused(3)),
+        "the status waits first"
+    );
+    assert!(!feed.status().drained);
+    let mut collect = Collect::default();
+    group.poll(&mut collect, 1);
+    assert!(feed.flush_paused(), "the status takes the free slot");
+    assert!(
+        matches!(feed.try_publish(3, 30), TryPublish::Paused(3)),
+        "the queue is full again"
+    );
+    group.poll(&mut collect, 1);
+    assert!(feed.try_publish(3, 30).is_published());
+    group.poll(&mut collect, 10);
+    assert_eq!(collect.items, vec![1, 2, 3]);
+    assert_eq!(collect.statuses.len(), 1);
+    assert_eq!(collect.statuses[0].state, SourceState::CaughtUp);
+    assert_eq!(
+        collect.statuses[0].sequence, 2,
+        "delivered after item 2, before item 3"
+    );
+    assert_eq!(feed.status().dropped, 0);
+}
+
+#[test]
+fn a_cached_startup_status_waits_behind_the_cache_and_is_not_dropped() {
+    // §6, independent review R6: the startup status never overtakes cached items and is
+    // not written into a full PAUSE queue with drop semantics
+    let (feed, commits) = positioned_feed_with(
+        Feed::builder("lines")
+            .queue_capacity(2)
+            .status_events(true)
+            .build(),
+    );
+    let mut group = reader(&feed, "group");
+    for item in 1..=3u64 {
+        feed.cache(item, item * 10);
+    }
+    feed.report_state(SourceState::CaughtUp, None);
+    feed.start_complete();
+    let status = feed.status();
+    assert!(!status.drained, "the cache and the status still wait");
+    assert_eq!(status.dropped, 0);
+    let mut collect = Collect::default();
+    group.poll(&mut collect, 1);
+    assert!(
+        !feed.flush_paused(),
+        "one slot: item 3 goes, the status still waits"
+    );
+    group.poll(&mut collect, 1);
+    assert!(feed.flush_paused());
+    group.poll(&mut collect, 10);
+    assert_eq!(collect.items, vec![1, 2, 3]);
+    assert_eq!(collect.statuses.len(), 1);
+    assert_eq!(
+        collect.statuses[0].sequence, 3,
+        "the status follows the whole cache"
+    );
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 30, "cached items carry their positions");
+    let status = feed.status();
+    assert_eq!(status.dropped, 0);
+    assert!(status.drained);
+}
+
+#[test]
+fn cached_startup_items_are_replayed_in_order_before_later_ones() {
+    // §6 cache replay: tryPublish replays the rest of the cache first, so order is kept
+    let (feed, _commits) = positioned_feed(2);
+    let mut group = reader(&feed, "group");
+    for item in 1..=4u64 {
+        assert!(
+            feed.try_publish(item, item * 10).is_published(),
+            "cached before the start"
+        );
+    }
+    feed.start_complete();
+    assert!(matches!(feed.try_publish(5, 50), TryPublish::Paused(5)));
+    let mut collect = Collect::default();
+    group.poll(&mut collect, 2);
+    assert!(
+        matches!(feed.try_publish(5, 50), TryPublish::Paused(5)),
+        "the cache goes first"
+    );
+    group.poll(&mut collect, 2);
+    assert!(feed.try_publish(5, 50).is_published());
+    group.poll(&mut collect, 1);
+    assert_eq!(collect.items, vec![1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn a_push_publish_into_a_full_pause_queue_drops_counts_and_latches() {
+    // §6: a push publish cannot pause: it falls back to drop-after-spin, counted as
+    // dropped and downgraded, and a loss on PAUSE latches
+    let settings = OverloadSettings {
+        spin_bound: Duration::ZERO,
+        ..OverloadSettings::pause()
+    };
+    let feed: Arc<Publisher<u64, u64>> = Feed::builder("pushes")
+        .queue_capacity(1)
+        .overload(settings)
+        .build();
+    let _group = reader(&feed, "group");
+    feed.start_complete();
+    feed.publish(1).expect("room");
+    feed.publish(2)
+        .expect("a push publish is not refused under PAUSE");
+    let status = feed.status();
+    assert_eq!((status.dropped, status.downgraded), (1, 1));
+    assert!(!status.lossless);
+    assert_eq!(
+        feed.overload_states(),
+        vec![("group/pushes".to_owned(), OverloadState::Latched)]
+    );
+    feed.clear_overload();
+    assert_eq!(
+        feed.overload_states(),
+        vec![("group/pushes".to_owned(), OverloadState::Up)]
+    );
+}
+
+fn block_feed(deadline: Duration) -> Arc<Publisher<u64, u64>> {
+    Feed::builder("orders")
+        .queue_capacity(1)
+        .overload(OverloadSettings::block_with_deadline(deadline))
+        .build()
+}
+
+#[test]
+fn a_block_refusal_is_all_or_nothing() {
+    // Overload and loss: no queue holds a refused item and no sequence number is used
+    let feed = block_feed(Duration::from_millis(20));
+    let mut roomy = feed
+        .subscribe(
+            "roomy",
+            SubscribeOptions {
+                capacity: Some(8),
+                ..Default::default()
+            },
+        )
+        .expect("subscribed")
+        .take_reader()
+        .expect("reader");
+    let _full = reader(&feed, "full");
+    feed.start_complete();
+    feed.publish(1).expect("both have room");
+    let refused = feed
+        .publish(2)
+        .expect_err("the full queue has no room within the deadline");
+    assert_eq!(refused.kind, FailureKind::RefusedDeadline);
+    assert!(refused.reason.contains("full/orders"), "{refused}");
+    assert_eq!(process(&mut roomy, 1), vec![1]);
+    assert!(
+        roomy.is_empty(),
+        "the queue with room did not get the refused item"
+    );
+    let status = feed.status();
+    assert_eq!((status.sequence, status.refused, status.dropped), (1, 1, 0));
+    assert!(!status.lossless);
+    assert!(feed
+        .overload_states()
+        .contains(&("full/orders".to_owned(), OverloadState::Latched)));
+}
+
+#[test]
+fn a_block_publish_waits_for_room_off_agent_threads() {
+    let feed = block_feed(Duration::from_secs(30));
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    feed.publish(1).expect("room");
+    let publisher = Arc::clone(&feed);
+    let waiting = std::thread::spawn(move || publisher.publish(2));
+    // the waiting publisher does not hold the publish lock: status still answers
+    while feed.status().sequence < 1 {
+        std::thread::yield_now();
+    }
+    assert_eq!(process(&mut group, 1), vec![1]);
+    waiting
+        .join()
+        .expect("thread")
+        .expect("delivered once there was room");
+    assert_eq!(process(&mut group, 1), vec![2]);
+    assert!(feed.status().lossless);
+}
+
+#[test]
+fn a_block_publish_on_an_agent_thread_downgrades_to_a_counted_drop() {
+    let feed = Feed::<u64, u64>::builder("orders")
+        .queue_capacity(1)
+        .overload(OverloadSettings {
+            spin_bound: Duration::ZERO,
+            ..OverloadSettings::block_with_deadline(Duration::from_secs(30))
+        })
+        .build();
+    let _group = reader(&feed, "group");
+    feed.start_complete();
+    let _agent = agent::mark_current_thread("source-agent");
+    feed.publish(1).expect("room");
+    feed.publish(2)
+        .expect("an agent thread never waits: the publish drops");
+    let status = feed.status();
+    assert_eq!(
+        (status.dropped, status.downgraded, status.refused),
+        (1, 1, 0)
+    );
+}
+
+#[test]
+fn the_block_latch_survives_an_unsubscribe_and_the_kill_switch_runs_once() {
+    let feed = Feed::<u64, u64>::builder("orders")
+        .queue_capacity(1)
+        .overload(OverloadSettings {
+            kill_switch: true,
+            ..OverloadSettings::block_with_deadline(Duration::from_millis(1))
+        })
+        .build();
+    let (sender, received) = std::sync::mpsc::channel();
+    feed.set_kill_switch(Arc::new(move |feed: &str, queue: &str| {
+        let on_agent = agent::is_agent_thread();
+        sender
+            .send((feed.to_owned(), queue.to_owned(), on_agent))
+            .ok();
+    }));
+    let group = feed
+        .subscribe("group", SubscribeOptions::default())
+        .expect("subscribed");
+    feed.start_complete();
+    feed.publish(1).expect("room");
+    assert!(feed.publish(2).is_err());
+    assert!(feed.publish(3).is_err());
+    let hook = received
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the hook ran");
+    assert_eq!(
+        hook,
+        ("orders".to_owned(), "group/orders".to_owned(), false)
+    );
+    assert!(
+        received.recv_timeout(Duration::from_millis(200)).is_err(),
+        "once per latch"
+    );
+    feed.unsubscribe(group.id());
+    assert_eq!(
+        feed.overload_states(),
+        vec![("group/orders".to_owned(), OverloadState::Removed)]
+    );
+    let _again = feed
+        .subscribe("group", SubscribeOptions::default())
+        .expect("re-added");
+    assert_eq!(
+        feed.overload_states(),
+        vec![("group/orders".to_owned(), OverloadState::Latched)]
+    );
+}
+
+#[test]
+fn a_feed_for_several_groups_shares_one_copy_of_each_item() {
+    let feed: Arc<Publisher<Vec<u8>, u64>> = Feed::builder("blobs").build();
+    let registry = mongoose_delivery::FeedRegistry::default();
+    registry.register(feed.clone()).expect("registered");
+    let error = registry
+        .subscribe::<String>("blobs", "g", SubscribeOptions::default())
+        .expect_err("wrong type");
+    assert!(error.to_string().contains("alloc::vec::Vec<u8>"), "{error}");
+    assert!(
+        error.to_string().contains("alloc::string::String"),
+        "{error}"
+    );
+    assert!(registry
+        .subscribe::<Vec<u8>>("nope", "g", SubscribeOptions::default())
+        .is_err());
+    let mut first = registry
+        .subscribe::<Vec<u8>>("blobs", "a", SubscribeOptions::default())
+        .expect("subscribed")
+        .take_reader()
+        .expect("reader");
+    let mut second = registry
+        .subscribe::<Vec<u8>>("blobs", "b", SubscribeOptions::default())
+        .expect("subscribed")
+        .take_reader()
+        .expect("reader");
+    feed.start_complete();
+    feed.publish(vec![7; 1024]).expect("published");
+    struct Address(Vec<usize>);
+    impl mongoose_delivery::Dispatcher<Vec<u8>> for Address {
+        fn dispatch(&mut self, item: &Vec<u8>, _: u32) -> mongoose_delivery::DispatchOutcome {
+            self.0.push(item.as_ptr() as usize);
+            mongoose_delivery::DispatchOutcome::Done
+        }
+        fn complete(
+            &mut self,
+            _: mongoose_core::engine::PendingCompletion,
+            _: &mongoose_core::Delivery,
+        ) -> Result<(), mongoose_core::ProcessorError> {
+            Ok(())
+        }
+    }
+    let mut seen = Address(Vec::new());
+    first.poll(&mut seen, 1);
+    second.poll(&mut seen, 1);
+    assert_eq!(seen.0.len(), 2);
+    assert_eq!(seen.0[0], seen.0[1], "both queues read the same allocation");
+}
