@@ -1,8 +1,85 @@
-//! Processor groups, the control mailbox and replies, processor handles, services, failure containment and the control audit.
+//! Processor groups, the control mailbox and replies, processor handles, services,
+//! failure containment and the control audit of Mongoose-rs.
 //!
-//! This crate is a placeholder in the workspace layout of DESIGN.md; its issue fills it.
+//! A [`ControlPlane`] owns a server's processor groups. Each [`ProcessorGroup`] runs one
+//! agent thread: a duty cycle over its control mailbox, its timers and its feed queues.
+//! Every control request that reaches a group is decided in order and answered by
+//! exactly one [`ControlReply`] (control-plane-contracts "Replies and outcomes").
+//!
+//! # Adding, stopping and quarantining a processor
 //!
 //! ```
-//! assert!(true);
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use mongoose_control::{memory::MemoryFeeds, ControlConfig, ControlPlane, ReplyOutcome};
+//! use mongoose_core::{FailureKind, Processor, ProcessorError, Subscriptions};
+//!
+//! struct Pricer;
+//! impl Pricer {
+//!     fn on_price(&mut self, price: &u64) -> Result<(), ProcessorError> {
+//!         if *price == 0 {
+//!             return Err("a zero price".into()); // quarantines this processor alone
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//! impl Processor for Pricer {
+//!     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+//!         subscriptions.subscribe("prices", Pricer::on_price)
+//!     }
+//! }
+//!
+//! let feeds = MemoryFeeds::default();
+//! let prices = feeds.feed::<u64>("prices");
+//! let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
+//!
+//! // add: the handle names exactly this registration
+//! let added = plane.add_processor("pricing", "pricer", || Pricer);
+//! let reply = added.reply.wait_for(Duration::from_secs(30)).unwrap();
+//! assert_eq!((reply.outcome, reply.reason.as_str()), (ReplyOutcome::Applied, "started"));
+//! let pricer = added.handle.unwrap();
+//!
+//! // stop through the handle: it can never stop a later processor of the same name
+//! let stopped = plane.stop_processor(&pricer).wait_for(Duration::from_secs(30)).unwrap();
+//! assert_eq!(stopped.reason, "stopped");
+//!
+//! // a handler that fails quarantines its processor: name and instance retained
+//! let again = plane.add_processor("pricing", "pricer", || Pricer);
+//! again.reply.wait_for(Duration::from_secs(30)).unwrap();
+//! prices.publish(0);
+//! let group = plane.group("pricing").unwrap();
+//! let deadline = std::time::Instant::now() + Duration::from_secs(30);
+//! while group.status().quarantined.is_empty() && std::time::Instant::now() < deadline {
+//!     std::thread::sleep(Duration::from_millis(1));
+//! }
+//! assert_eq!(group.status().quarantined[0].reason, "a zero price");
+//! let refused = plane.stop_processor(&again.handle.unwrap()).wait_for(Duration::from_secs(30)).unwrap();
+//! assert_eq!(refused.kind, FailureKind::Quarantined);
 //! ```
 #![forbid(unsafe_code)]
+
+pub mod audit;
+pub mod context;
+mod error;
+pub mod feeds;
+mod group;
+mod handle;
+mod idle;
+pub mod memory;
+mod plane;
+mod reply;
+pub mod services;
+
+pub use audit::{
+    read_request, verify, AuditCounts, AuditRecord, ControlAudit, RecordType, Verification,
+};
+pub use error::ControlError;
+pub use group::{
+    GroupOptions, GroupState, GroupStatus, ProcessorGroup, ProcessorStatus, QuarantinedProcessor,
+    QueueOverload, RetryPolicy,
+};
+pub use handle::{ProcessorHandle, ServerId};
+pub use idle::IdleStrategy;
+pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
+pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
+pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED};

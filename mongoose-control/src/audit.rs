@@ -1,0 +1,612 @@
+//! The control audit: every input, decision, effect outcome and reply of a group's
+//! control logic, in a bounded ring, with a verifiable export.
+//!
+//! control-plane-contracts "Control audit". Records carry a group-local gap-free `seq`,
+//! the `request_id`, the `root_id` shared by every record of one request and, for a
+//! record caused by another, its `cause_seq`. When the ring drops records, or a mirror
+//! write fails, [`ControlAudit::is_complete`] is false and the export's manifest says so.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::fs;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use mongoose_core::{EvidenceStatus, FailureKind};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::ControlError;
+
+/// The default ring capacity per group.
+pub const DEFAULT_AUDIT_CAPACITY: usize = 10_000;
+
+/// The manifest's `format` value.
+pub const EXPORT_FORMAT: &str = "mongoose-control-audit";
+
+/// The manifest's `version` value.
+pub const EXPORT_VERSION: u32 = 1;
+
+/// What a record is.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum RecordType {
+    /// A request or completion the control logic received.
+    Input,
+    /// A rule that fired, before the effects it requests.
+    Decision,
+    /// The result of an effect, pending or final.
+    EffectOutcome,
+    /// The final reply to a request.
+    Reply,
+    /// A record the group writes itself (quarantine, death, refusals at close).
+    Fallback,
+}
+
+/// One control audit record.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Group-local, gap-free sequence.
+    pub seq: u64,
+    /// What the record is.
+    pub record: RecordType,
+    /// The request (-1 for records not caused by a request).
+    pub request_id: i64,
+    /// The request this record belongs to, shared by all its records.
+    pub root_id: i64,
+    /// The record that caused this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause_seq: Option<u64>,
+    /// Input: the fact (Add, Stop, ...); Decision: the rule; EffectOutcome: the
+    /// effect; Fallback: its kind (ProcessorQuarantined, NotRunning, ...).
+    pub what: String,
+    /// Outcome (Reply, EffectOutcome).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Human detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The registration concerned, or -1.
+    pub generation: i64,
+    /// The processor or service name, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The failure kind of a reply or failed outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<FailureKind>,
+}
+
+/// A record to write; [`ControlAudit::write`] gives it its `seq`.
+#[derive(Clone, Debug)]
+pub(crate) struct NewRecord {
+    pub(crate) record: RecordType,
+    pub(crate) request_id: i64,
+    pub(crate) root_id: i64,
+    pub(crate) cause_seq: Option<u64>,
+    pub(crate) what: String,
+    pub(crate) outcome: Option<String>,
+    pub(crate) reason: Option<String>,
+    pub(crate) generation: i64,
+    pub(crate) name: Option<String>,
+    pub(crate) kind: Option<FailureKind>,
+}
+
+impl NewRecord {
+    pub(crate) fn new(record: RecordType, request_id: i64, what: impl Into<String>) -> Self {
+        NewRecord {
+            record,
+            request_id,
+            root_id: request_id,
+            cause_seq: None,
+            what: what.into(),
+            outcome: None,
+            reason: None,
+            generation: -1,
+            name: None,
+            kind: None,
+        }
+    }
+
+    pub(crate) fn cause(mut self, cause_seq: u64) -> Self {
+        self.cause_seq = Some(cause_seq);
+        self
+    }
+
+    pub(crate) fn generation(mut self, generation: i64) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    pub(crate) fn name(mut self, name: Option<&str>) -> Self {
+        self.name = name.map(str::to_owned);
+        self
+    }
+
+    pub(crate) fn outcome(mut self, outcome: impl Into<String>) -> Self {
+        self.outcome = Some(outcome.into());
+        self
+    }
+
+    pub(crate) fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    pub(crate) fn kind(mut self, kind: FailureKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+}
+
+/// Where records are mirrored as they are written (for example a log file). It must
+/// not block: it is written on the group's agent thread.
+pub type AuditMirror = Box<dyn Write + Send>;
+
+struct Ring {
+    records: VecDeque<AuditRecord>,
+    capacity: usize,
+    next_seq: u64,
+    dropped: u64,
+    sink_failures: u64,
+    unacknowledged_failures: u64,
+    mirror: Option<AuditMirror>,
+}
+
+/// The control audit of one group: a bounded ring of [`AuditRecord`]s.
+pub struct ControlAudit {
+    ring: Mutex<Ring>,
+}
+
+impl fmt::Debug for ControlAudit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let counts = self.counts();
+        f.debug_struct("ControlAudit")
+            .field("counts", &counts)
+            .finish()
+    }
+}
+
+/// The audit's counters, taken together.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct AuditCounts {
+    /// Records ever written.
+    pub total: u64,
+    /// Records in the ring now.
+    pub retained: u64,
+    /// Records dropped by the ring.
+    pub dropped: u64,
+    /// Mirror writes that failed.
+    pub sink_failures: u64,
+    /// Nothing dropped and no write failed.
+    pub complete: bool,
+}
+
+impl ControlAudit {
+    /// An audit keeping at most `capacity` records (0 means the default).
+    pub fn new(capacity: usize, mirror: Option<AuditMirror>) -> Self {
+        let capacity = if capacity == 0 {
+            DEFAULT_AUDIT_CAPACITY
+        } else {
+            capacity
+        };
+        ControlAudit {
+            ring: Mutex::new(Ring {
+                records: VecDeque::with_capacity(capacity.min(1024)),
+                capacity,
+                next_seq: 1,
+                dropped: 0,
+                sink_failures: 0,
+                unacknowledged_failures: 0,
+                mirror,
+            }),
+        }
+    }
+
+    /// Writes a record; returns its seq.
+    pub(crate) fn write(&self, new: NewRecord) -> u64 {
+        let mut ring = self.ring.lock();
+        let seq = ring.push(new);
+        if ring.mirror.is_some() {
+            let line = ring
+                .records
+                .back()
+                .and_then(|record| serde_json::to_string(record).ok());
+            let written = match (line, ring.mirror.as_mut()) {
+                (Some(line), Some(mirror)) => writeln!(mirror, "{line}").is_ok(),
+                _ => false,
+            };
+            if !written {
+                ring.sink_failures += 1;
+                ring.unacknowledged_failures += 1;
+                tracing::error!(
+                    seq,
+                    "control audit mirror write failed: evidence is degraded"
+                );
+                ring.push(
+                    NewRecord::new(RecordType::Fallback, -1, "SinkWriteFailed")
+                        .cause(seq)
+                        .reason("mirror write failed"),
+                );
+            }
+        }
+        seq
+    }
+
+    /// The records in the ring, oldest first.
+    pub fn records(&self) -> Vec<AuditRecord> {
+        self.ring.lock().records.iter().cloned().collect()
+    }
+
+    /// False once anything was dropped or failed to write.
+    pub fn is_complete(&self) -> bool {
+        self.counts().complete
+    }
+
+    /// The counters.
+    pub fn counts(&self) -> AuditCounts {
+        self.ring.lock().counts()
+    }
+
+    /// UNVERIFIED while a write failure is unacknowledged.
+    pub fn evidence(&self) -> EvidenceStatus {
+        if self.ring.lock().unacknowledged_failures > 0 {
+            EvidenceStatus::Unverified
+        } else {
+            EvidenceStatus::NotDegraded
+        }
+    }
+
+    /// Acknowledges the write failures so far (evidence is NOT_DEGRADED again; the
+    /// audit stays incomplete).
+    pub fn acknowledge_failures(&self) {
+        self.ring.lock().unacknowledged_failures = 0;
+    }
+
+    /// The records as JSON Lines, with no manifest.
+    pub fn export_text(&self) -> String {
+        let (records, _) = self.snapshot();
+        render(&records)
+    }
+
+    fn snapshot(&self) -> (Vec<AuditRecord>, AuditCounts) {
+        let ring = self.ring.lock();
+        (ring.records.iter().cloned().collect(), ring.counts())
+    }
+
+    /// Writes the records as JSON Lines to `path` and a manifest to
+    /// [`manifest_path`]`(path)`, from one snapshot. An old manifest is removed first,
+    /// so an interrupted export never claims to be complete. Returns the manifest path.
+    ///
+    /// # Errors
+    /// [`ControlError::AuditIo`] when a file cannot be removed or written.
+    pub fn export(&self, path: &Path) -> Result<PathBuf, ControlError> {
+        let manifest = manifest_path(path);
+        match fs::remove_file(&manifest) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                return Err(ControlError::AuditIo {
+                    path: manifest,
+                    error,
+                })
+            }
+        }
+        let (records, counts) = self.snapshot();
+        let text = render(&records);
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |error| ControlError::AuditIo { path, error }
+        };
+        fs::write(path, text.as_bytes()).map_err(io(path))?;
+        let body = Manifest {
+            format: EXPORT_FORMAT.to_owned(),
+            version: EXPORT_VERSION,
+            sha256: sha256_hex(text.as_bytes()),
+            total: counts.total,
+            retained: counts.retained,
+            dropped: counts.dropped,
+            sink_failures: counts.sink_failures,
+            complete: counts.complete,
+        };
+        let json = serde_json::to_vec_pretty(&body).map_err(|error| ControlError::AuditIo {
+            path: manifest.clone(),
+            error: std::io::Error::other(error),
+        })?;
+        let temporary = manifest.with_extension("json.tmp");
+        fs::write(&temporary, json).map_err(io(&temporary))?;
+        fs::rename(&temporary, &manifest).map_err(io(&manifest))?;
+        Ok(manifest)
+    }
+}
+
+impl Ring {
+    fn push(&mut self, new: NewRecord) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if self.records.len() >= self.capacity {
+            self.records.pop_front();
+            self.dropped += 1;
+        }
+        self.records.push_back(AuditRecord {
+            seq,
+            record: new.record,
+            request_id: new.request_id,
+            root_id: new.root_id,
+            cause_seq: new.cause_seq,
+            what: new.what,
+            outcome: new.outcome,
+            reason: new.reason,
+            generation: new.generation,
+            name: new.name,
+            kind: new.kind,
+        });
+        seq
+    }
+
+    fn counts(&self) -> AuditCounts {
+        AuditCounts {
+            total: self.next_seq - 1,
+            retained: self.records.len() as u64,
+            dropped: self.dropped,
+            sink_failures: self.sink_failures,
+            complete: self.dropped == 0 && self.sink_failures == 0,
+        }
+    }
+}
+
+fn render(records: &[AuditRecord]) -> String {
+    let mut text = String::new();
+    for record in records {
+        // a record of plain strings and numbers always serializes
+        if let Ok(line) = serde_json::to_string(record) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    text
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// The manifest written beside an export.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Always [`EXPORT_FORMAT`].
+    pub format: String,
+    /// Always [`EXPORT_VERSION`].
+    pub version: u32,
+    /// The sha256 of the exact exported bytes, in lowercase hex.
+    pub sha256: String,
+    /// Records ever written.
+    pub total: u64,
+    /// Records exported.
+    pub retained: u64,
+    /// Records dropped before the export.
+    pub dropped: u64,
+    /// Mirror writes that failed.
+    pub sink_failures: u64,
+    /// Nothing dropped and no write failed.
+    pub complete: bool,
+}
+
+/// The manifest path of an export: the export's file name with `.manifest.json` added.
+pub fn manifest_path(export: &Path) -> PathBuf {
+    let mut name = export.file_name().unwrap_or_default().to_os_string();
+    name.push(".manifest.json");
+    export.with_file_name(name)
+}
+
+/// What [`verify`] concludes about an export.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Verification {
+    /// The manifest matches the bytes and nothing was dropped or failed. Necessary,
+    /// not sufficient, for an invariant pass.
+    Complete,
+    /// The manifest matches, but records were dropped or failed to write.
+    Incomplete,
+    /// The manifest is missing, malformed, inconsistent or does not match the bytes.
+    Unknown,
+}
+
+impl Verification {
+    /// True only for [`Verification::Complete`].
+    pub fn permits_invariant_pass(self) -> bool {
+        self == Verification::Complete
+    }
+}
+
+/// Checks an export against its manifest, reading only the two files.
+pub fn verify(path: &Path) -> Verification {
+    let Ok(manifest_bytes) = fs::read(manifest_path(path)) else {
+        return Verification::Unknown;
+    };
+    let Ok(manifest) = serde_json::from_slice::<Manifest>(&manifest_bytes) else {
+        return Verification::Unknown;
+    };
+    let Ok(bytes) = fs::read(path) else {
+        return Verification::Unknown;
+    };
+    let lines = bytes.iter().filter(|byte| **byte == b'\n').count() as u64;
+    let consistent = manifest.format == EXPORT_FORMAT
+        && manifest.version == EXPORT_VERSION
+        && manifest.sha256 == sha256_hex(&bytes)
+        && manifest.retained == lines
+        && manifest.total == manifest.retained + manifest.dropped
+            // a failed mirror write adds a fallback record, never removes one
+        && manifest.complete == (manifest.dropped == 0 && manifest.sink_failures == 0);
+    match (consistent, manifest.complete) {
+        (false, _) => Verification::Unknown,
+        (true, true) => Verification::Complete,
+        (true, false) => Verification::Incomplete,
+    }
+}
+
+/// Reads an export and returns the records of one request (by `root_id`), in export
+/// order.
+///
+/// # Errors
+/// [`ControlError::AuditIo`] when the file cannot be read or a line is not a record.
+pub fn read_request(path: &Path, root_id: i64) -> Result<Vec<AuditRecord>, ControlError> {
+    let io = |error| ControlError::AuditIo {
+        path: path.to_path_buf(),
+        error,
+    };
+    let file = fs::File::open(path).map_err(io)?;
+    let mut found = Vec::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line.map_err(io)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: AuditRecord = serde_json::from_str(&line)
+            .map_err(|error| io(std::io::Error::new(std::io::ErrorKind::InvalidData, error)))?;
+        if record.root_id == root_id {
+            found.push(record);
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn audit_with(records: usize, capacity: usize) -> ControlAudit {
+        let audit = ControlAudit::new(capacity, None);
+        for request in 0..records as i64 {
+            let input = audit.write(NewRecord::new(RecordType::Input, request, "Add"));
+            audit.write(
+                NewRecord::new(RecordType::Reply, request, "Reply")
+                    .cause(input)
+                    .outcome("APPLIED"),
+            );
+        }
+        audit
+    }
+
+    // control-plane-contracts "Control audit": seq gap-free, completeness
+    #[test]
+    fn records_carry_gap_free_seqs_and_the_ring_marks_drops_incomplete() {
+        let audit = audit_with(3, 4);
+        let records = audit.records();
+        let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, vec![3, 4, 5, 6]);
+        let counts = audit.counts();
+        assert_eq!((counts.total, counts.retained, counts.dropped), (6, 4, 2));
+        assert!(!audit.is_complete());
+        assert!(audit_with(2, 4).is_complete());
+    }
+
+    // control-plane-contracts "Exporting it, with a completeness manifest"
+    #[test]
+    fn a_complete_export_verifies_complete() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pricing.jsonl");
+        audit_with(2, 100).export(&path).expect("exported");
+        assert_eq!(verify(&path), Verification::Complete);
+    }
+
+    #[test]
+    fn an_export_of_a_ring_that_dropped_records_verifies_incomplete() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pricing.jsonl");
+        audit_with(5, 3).export(&path).expect("exported");
+        assert_eq!(verify(&path), Verification::Incomplete);
+    }
+
+    #[test]
+    fn an_export_whose_bytes_changed_verifies_unknown() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pricing.jsonl");
+        audit_with(2, 100).export(&path).expect("exported");
+        let mut text = fs::read_to_string(&path).expect("read");
+        text = text.replacen("APPLIED", "REFUSED", 1);
+        fs::write(&path, text).expect("tampered");
+        assert_eq!(verify(&path), Verification::Unknown);
+    }
+
+    #[test]
+    fn an_export_without_a_manifest_or_with_a_malformed_one_verifies_unknown() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pricing.jsonl");
+        audit_with(2, 100).export(&path).expect("exported");
+        fs::write(manifest_path(&path), b"{ not json").expect("broken");
+        assert_eq!(verify(&path), Verification::Unknown);
+        fs::remove_file(manifest_path(&path)).expect("removed");
+        assert_eq!(verify(&path), Verification::Unknown);
+    }
+
+    #[test]
+    fn a_manifest_that_contradicts_its_counts_verifies_unknown() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pricing.jsonl");
+        audit_with(5, 3).export(&path).expect("exported");
+        let manifest = manifest_path(&path);
+        let mut body: Manifest =
+            serde_json::from_slice(&fs::read(&manifest).expect("read")).expect("parsed");
+        body.complete = true; // claims completeness despite drops
+        fs::write(&manifest, serde_json::to_vec(&body).expect("json")).expect("written");
+        assert_eq!(verify(&path), Verification::Unknown);
+    }
+
+    // control-plane-contracts: "An export started again on the same path deletes the old sidecar first"
+    #[test]
+    fn a_re_export_that_fails_leaves_no_old_manifest_claiming_completeness() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pricing.jsonl");
+        let audit = audit_with(2, 100);
+        audit.export(&path).expect("exported");
+        assert!(manifest_path(&path).exists());
+        // the export file becomes a directory: the next export fails writing it
+        fs::remove_file(&path).expect("removed");
+        fs::create_dir(&path).expect("dir");
+        audit
+            .export(&path)
+            .expect_err("cannot write over a directory");
+        assert!(!manifest_path(&path).exists());
+        assert_eq!(verify(&path), Verification::Unknown);
+    }
+
+    #[test]
+    fn reading_an_export_by_root_id_returns_only_that_requests_records() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pricing.jsonl");
+        audit_with(3, 100).export(&path).expect("exported");
+        let records = read_request(&path, 1).expect("read");
+        assert_eq!(records.len(), 2);
+        assert!(records.iter().all(|r| r.root_id == 1));
+        assert_eq!(records[1].cause_seq, Some(records[0].seq));
+    }
+
+    struct FailingMirror;
+    impl Write for FailingMirror {
+        fn write(&mut self, _buf: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::other("disk full"))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    // control-plane-contracts "Replies and outcomes": evidence UNVERIFIED while a write failure is unacknowledged
+    #[test]
+    fn a_failed_mirror_write_degrades_evidence_until_acknowledged_and_keeps_the_audit_incomplete() {
+        let audit = ControlAudit::new(100, Some(Box::new(FailingMirror)));
+        audit.write(NewRecord::new(RecordType::Input, 1, "Add"));
+        assert_eq!(audit.evidence(), EvidenceStatus::Unverified);
+        assert!(audit
+            .records()
+            .iter()
+            .any(|r| r.record == RecordType::Fallback && r.what == "SinkWriteFailed"));
+        audit.acknowledge_failures();
+        assert_eq!(audit.evidence(), EvidenceStatus::NotDegraded);
+        assert!(!audit.is_complete());
+    }
+}

@@ -1,0 +1,79 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::reply::ControlReply;
+
+/// Errors of the control plane. Each message says what to do.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// A processor name is already admitted in the group.
+    #[error("processor '{name}' is already admitted in group '{group}': wait for the reply of the stop that frees it, or choose another name")]
+    NameInUse {
+        /// The group.
+        group: String,
+        /// The name.
+        name: String,
+    },
+    /// The server (control plane) has begun to stop.
+    #[error("server is stopping: no control request is admitted once a stop has begun")]
+    ServerStopping,
+    /// The group's mailbox stayed full.
+    #[error("request refused: mailbox full (capacity {capacity}) in group '{group}': retry later, or raise the group's mailbox capacity")]
+    MailboxFull {
+        /// The group.
+        group: String,
+        /// The mailbox capacity.
+        capacity: usize,
+    },
+    /// A reply was awaited on an agent thread, which must never wait.
+    #[error("waiting for a control reply on agent thread '{agent}' is refused: agent threads never wait; attach a callback with on_reply instead")]
+    WaitOnAgentThread {
+        /// The agent the thread runs.
+        agent: String,
+    },
+    /// No reply came by the deadline (the request still applies).
+    #[error("no control reply by the deadline: the request still applies; wait again or attach a callback")]
+    ReplyTimeout,
+    /// A request was answered with an outcome other than APPLIED and the caller asked to
+    /// be told (add failure policy THROW).
+    #[error("control request not applied: {} ({:?}): {}", .0.outcome, .0.kind, .0.reason)]
+    NotApplied(Box<ControlReply>),
+    /// A service name is in use, or the instance is still being stopped by a removal.
+    #[error("service '{name}' cannot be registered: {reason}")]
+    ServiceRegistration {
+        /// The service name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A feed subscription failed (no such feed, a type mismatch).
+    #[error("subscription to feed '{feed}' failed: {reason}")]
+    Subscription {
+        /// The feed.
+        feed: String,
+        /// Why.
+        reason: String,
+    },
+    /// An audit export could not be written or read.
+    #[error("control audit file {path}: {error}: check the directory exists and is writable")]
+    AuditIo {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The group thread could not be spawned.
+    #[error("could not start the thread of group '{group}': {error}")]
+    Spawn {
+        /// The group.
+        group: String,
+        /// The error.
+        #[source]
+        error: std::io::Error,
+    },
+}

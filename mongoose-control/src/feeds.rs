@@ -1,0 +1,140 @@
+//! How a group reaches feeds: the [`FeedConnector`] it subscribes through and the
+//! [`FeedReader`] it polls, erased over the item type.
+//!
+//! A processor subscribes with a typed [`mongoose_core::Handler<T>`] in
+//! [`mongoose_core::Processor::start`]; the group only sees it as `Box<dyn Any + Send>`.
+//! The connector, which knows the feed's item type, hands back an [`InvokeFn`]
+//! ([`invoke_handler::<T>`]) that downcasts the handler and the item, so the group can
+//! call a handler without naming `T`.
+
+use std::any::{Any, TypeId};
+use std::fmt;
+
+use mongoose_core::engine::PendingCompletion;
+use mongoose_core::{Delivery, Handler, Processor, ProcessorError, ProcessorId};
+
+use crate::error::ControlError;
+
+/// Calls an erased handler (a `Handler<T>`) with an erased item (a `T`).
+pub type InvokeFn =
+    fn(&mut (dyn Any + Send), &mut dyn Processor, &dyn Any) -> Result<(), ProcessorError>;
+
+/// The [`InvokeFn`] for items of type `T`.
+///
+/// # Errors
+/// The handler's own error, or an error when the handler or the item is not of type `T`.
+pub fn invoke_handler<T: 'static>(
+    handler: &mut (dyn Any + Send),
+    processor: &mut dyn Processor,
+    item: &dyn Any,
+) -> Result<(), ProcessorError> {
+    let Some(handler) = handler.downcast_mut::<Handler<T>>() else {
+        return Err(ProcessorError::new(format!(
+            "handler is not a Handler<{}>",
+            std::any::type_name::<T>()
+        )));
+    };
+    let Some(item) = item.downcast_ref::<T>() else {
+        return Err(ProcessorError::new(format!(
+            "item is not a {}",
+            std::any::type_name::<T>()
+        )));
+    };
+    handler(processor, item)
+}
+
+/// What a processor asked to subscribe to.
+#[derive(Clone, Copy, Debug)]
+pub struct SubscribeRequest<'a> {
+    /// The feed's name.
+    pub feed: &'a str,
+    /// The subscribing group (the queue is per group and feed).
+    pub group: &'a str,
+    /// The handler's item type.
+    pub item_type: TypeId,
+    /// Its name, for errors.
+    pub item_type_name: &'static str,
+}
+
+/// A subscription made by a [`FeedConnector`].
+pub struct FeedBinding {
+    /// Identifies the subscription, for [`FeedConnector::unsubscribe`].
+    pub subscription: u64,
+    /// The group's reader of the feed's queue: `Some` for the group's first
+    /// subscription to the feed, `None` when the group already reads the queue.
+    pub reader: Option<Box<dyn FeedReader>>,
+    /// Calls a handler of this feed's item type.
+    pub invoke: InvokeFn,
+}
+
+impl fmt::Debug for FeedBinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FeedBinding")
+            .field("subscription", &self.subscription)
+            .field("reader", &self.reader.is_some())
+            .finish()
+    }
+}
+
+/// Subscribes groups to feeds by name (the delivery engine's feed registry, or a test
+/// double).
+pub trait FeedConnector: Send + Sync {
+    /// Subscribes; fails with an error naming the feed (no such feed, a type mismatch
+    /// naming both types).
+    ///
+    /// # Errors
+    /// [`ControlError::Subscription`].
+    fn subscribe(&self, request: SubscribeRequest<'_>) -> Result<FeedBinding, ControlError>;
+
+    /// Removes a subscription under the delivery engine's removed-consumer rules.
+    fn unsubscribe(&self, feed: &str, subscription: u64);
+}
+
+/// The result of dispatching one item to a group's processors of one feed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DispatchResult {
+    /// Every live processor handled it, or a failure was contained (quarantine,
+    /// retries exhausted): the item counts as dispatched.
+    Done,
+    /// A retry-safe processor failed: the reader keeps the item and calls
+    /// [`FeedDispatcher::dispatch`] again with `attempt + 1` on a later poll.
+    Failed {
+        /// The processor that failed.
+        processor: Option<ProcessorId>,
+        /// Whether the item is to be retried.
+        retry: bool,
+    },
+}
+
+/// The group side of a poll: called by a [`FeedReader`] for each item.
+pub trait FeedDispatcher {
+    /// Delivers `item` to the queue's processors; `attempt` counts earlier failed
+    /// attempts of this item. For a positioned item the delivery context is entered.
+    fn dispatch(&mut self, item: &dyn Any, attempt: u32) -> DispatchResult;
+
+    /// Runs one completion a processor registered during the delivery.
+    ///
+    /// # Errors
+    /// The processor's error (the reader retries the completion under its policy).
+    fn complete(
+        &mut self,
+        completion: PendingCompletion,
+        delivery: &Delivery,
+    ) -> Result<(), ProcessorError>;
+}
+
+/// A group's reader of one feed's queue.
+pub trait FeedReader: Send {
+    /// Dispatches up to `limit` items; returns how many were taken.
+    fn poll(&mut self, dispatcher: &mut dyn FeedDispatcher, limit: usize) -> usize;
+    /// Fences the queue (the group is closing): positioned feeds hold.
+    fn set_fenced(&mut self, fenced: bool);
+    /// Marks the queue's consumer dead (the group died).
+    fn mark_dead(&mut self);
+    /// Items waiting in the queue.
+    fn pending(&self) -> usize;
+    /// The queue's overload state, if the feed reports one.
+    fn overload_state(&self) -> Option<String> {
+        None
+    }
+}

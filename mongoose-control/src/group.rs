@@ -1,0 +1,1607 @@
+//! Processor groups: one agent thread running a duty cycle over the group's control
+//! mailbox, its timers and its feed readers.
+//!
+//! The control logic decides the mailbox's requests in order and answers each with
+//! exactly one reply. Dispatch to processors is the failure-containment boundary: a
+//! handler error or panic quarantines that processor alone, or retries it alone when it
+//! declares itself retry-safe (control-plane-contracts "Generated processor failure
+//! containment"; feed-delivery-guarantees §5b).
+
+use std::any::{Any, TypeId};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mongoose_core::engine::{self, PendingCompletion};
+use mongoose_core::{
+    agent, Delivery, FailureKind, Handler, Processor, ProcessorError, ProcessorId, Subscriptions,
+};
+use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
+
+use crate::audit::{AuditCounts, AuditMirror, ControlAudit, NewRecord, RecordType};
+use crate::context::{self, TimerOp};
+use crate::error::ControlError;
+use crate::feeds::{
+    DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader, InvokeFn,
+    SubscribeRequest,
+};
+use crate::handle::ServerId;
+use crate::idle::{IdleStrategy, Idler};
+use crate::reply::{ControlReply, ReplyExecutor, ReplyOutcome, ReplySender};
+use crate::services::{ServiceBroadcast, ServiceEvent, SERVICES_FEED};
+
+/// How a retry-safe processor's failed item is retried: alone, on a later duty cycle,
+/// after a backoff that never sleeps on the agent thread (the feed is simply not polled
+/// until it passes).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RetryPolicy {
+    /// Retries after the first failure; past them the item is skipped for that
+    /// processor with an ERROR.
+    pub max_retries: u32,
+    /// The backoff before the first retry; it doubles per retry.
+    pub initial_backoff: Duration,
+    /// The longest backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(100),
+        }
+    }
+}
+
+impl RetryPolicy {
+    fn backoff(&self, retry: u32) -> Duration {
+        let factor = 1u32 << retry.saturating_sub(1).min(16);
+        (self.initial_backoff * factor).min(self.max_backoff)
+    }
+}
+
+/// How a group is built.
+pub struct GroupOptions {
+    /// What the thread does when a cycle found no work.
+    pub idle: IdleStrategy,
+    /// Pin the group's thread to this core.
+    pub core: Option<usize>,
+    /// Requests the control mailbox holds.
+    pub mailbox_capacity: usize,
+    /// Records the control audit ring keeps (0: the default, 10 000).
+    pub audit_capacity: usize,
+    /// Where audit records are mirrored as written.
+    pub audit_mirror: Option<AuditMirror>,
+    /// The retry policy for retry-safe processors.
+    pub retry: RetryPolicy,
+    /// How long a sender off an agent thread backs off on a full mailbox at most.
+    pub full_mailbox_timeout: Duration,
+    /// Items taken from one feed per duty cycle.
+    pub poll_limit: usize,
+}
+
+impl fmt::Debug for GroupOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupOptions")
+            .field("idle", &self.idle)
+            .field("core", &self.core)
+            .field("mailbox_capacity", &self.mailbox_capacity)
+            .field("audit_capacity", &self.audit_capacity)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        GroupOptions {
+            idle: IdleStrategy::default(),
+            core: None,
+            mailbox_capacity: 1024,
+            audit_capacity: 0,
+            audit_mirror: None,
+            retry: RetryPolicy::default(),
+            full_mailbox_timeout: Duration::from_secs(10),
+            poll_limit: 256,
+        }
+    }
+}
+
+/// Where a group is in its life.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum GroupState {
+    /// Built, its thread not started: requests queue.
+    NotStarted,
+    /// Its thread runs.
+    Running,
+    /// Closing: queued requests are answered NOT_RUNNING.
+    Closing,
+    /// Closed.
+    Closed,
+    /// Its control logic died.
+    Dead,
+}
+
+/// A running processor in a [`GroupStatus`].
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct ProcessorStatus {
+    /// Its name.
+    pub name: String,
+    /// Its registration.
+    pub generation: u64,
+}
+
+/// A quarantined processor in a [`GroupStatus`]: its name stays reserved.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct QuarantinedProcessor {
+    /// Its name.
+    pub name: String,
+    /// Its registration.
+    pub generation: u64,
+    /// Why it was quarantined.
+    pub reason: String,
+}
+
+/// A queue's overload state, as its feed reports it.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct QueueOverload {
+    /// The feed.
+    pub feed: String,
+    /// The state.
+    pub state: String,
+}
+
+/// A group's status, serializable to JSON.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct GroupStatus {
+    /// The group.
+    pub group: String,
+    /// Where it is in its life.
+    pub state: GroupState,
+    /// Running processors (quarantined ones excluded).
+    pub running: Vec<ProcessorStatus>,
+    /// Quarantined processors with their reasons.
+    pub quarantined: Vec<QuarantinedProcessor>,
+    /// Requests in the control mailbox.
+    pub mailbox_depth: usize,
+    /// Its capacity.
+    pub mailbox_capacity: usize,
+    /// Items waiting in the group's feed queues.
+    pub queued_items: usize,
+    /// Overload states of its queues.
+    pub overload: Vec<QueueOverload>,
+    /// The control audit's counters (`complete` false once anything was dropped).
+    pub audit: AuditCounts,
+}
+
+pub(crate) type Supplier = Box<dyn FnOnce() -> Box<dyn Processor> + Send>;
+
+pub(crate) enum Request {
+    Add {
+        name: String,
+        generation: u64,
+        supplier: Supplier,
+    },
+    Stop {
+        name: String,
+        generation: u64,
+    },
+    Service(ServiceBroadcast),
+}
+
+impl Request {
+    fn fact(&self) -> &'static str {
+        match self {
+            Request::Add { .. } => "Add",
+            Request::Stop { .. } => "Stop",
+            Request::Service(broadcast) => match broadcast.change {
+                crate::services::ServiceChange::Registered(_) => "Register",
+                crate::services::ServiceChange::Deregistered => "Deregister",
+            },
+        }
+    }
+
+    fn subject(&self) -> (i64, Option<&str>) {
+        match self {
+            Request::Add {
+                name, generation, ..
+            }
+            | Request::Stop { name, generation } => (*generation as i64, Some(name)),
+            Request::Service(broadcast) => (-1, Some(&broadcast.name)),
+        }
+    }
+}
+
+pub(crate) struct Envelope {
+    pub(crate) request: Request,
+    pub(crate) reply: ReplySender,
+}
+
+/// How a sender waits for room in a full mailbox.
+pub(crate) enum Admission {
+    /// Refuse at once (agent threads, stage calls, broadcasts).
+    Immediate,
+    /// Back off until the deadline, leaving at once when the server begins to stop.
+    Backoff {
+        deadline: Instant,
+        stopping: Arc<AtomicBool>,
+    },
+}
+
+/// Why an envelope was not admitted.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Refusal {
+    Full,
+    Deadline,
+    NotRunning(GroupState),
+    ServerStopping,
+}
+
+struct Mailbox {
+    queue: VecDeque<Envelope>,
+    state: GroupState,
+    close_requested: bool,
+}
+
+#[derive(Default)]
+struct RuntimeStatus {
+    running: Vec<ProcessorStatus>,
+    quarantined: Vec<QuarantinedProcessor>,
+    queued_items: usize,
+    overload: Vec<QueueOverload>,
+}
+
+pub(crate) type ServiceSnapshot = Arc<dyn Fn() -> Vec<ServiceBroadcast> + Send + Sync>;
+
+struct Seed {
+    connector: Arc<dyn FeedConnector>,
+    services: ServiceSnapshot,
+    idle: IdleStrategy,
+    core: Option<usize>,
+    retry: RetryPolicy,
+    poll_limit: usize,
+}
+
+struct GroupShared {
+    name: String,
+    server: ServerId,
+    capacity: usize,
+    full_timeout: Duration,
+    mailbox: Mutex<Mailbox>,
+    names: Mutex<HashMap<String, u64>>,
+    next_generation: AtomicU64,
+    audit: ControlAudit,
+    executor: ReplyExecutor,
+    status: Mutex<RuntimeStatus>,
+    thread: Mutex<Option<std::thread::Thread>>,
+    finished: Mutex<bool>,
+    finished_signal: Condvar,
+    join: Mutex<Option<JoinHandle<()>>>,
+    seed: Mutex<Option<Seed>>,
+    fault: AtomicBool,
+}
+
+/// A processor group: one agent thread, its control mailbox, timers and feed readers.
+///
+/// Built and driven through [`crate::ControlPlane`]; this type gives its status, its
+/// audit and its lifecycle.
+#[derive(Clone)]
+pub struct ProcessorGroup {
+    shared: Arc<GroupShared>,
+}
+
+impl fmt::Debug for ProcessorGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessorGroup")
+            .field("name", &self.shared.name)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl ProcessorGroup {
+    pub(crate) fn new(
+        name: &str,
+        server: ServerId,
+        options: GroupOptions,
+        executor: ReplyExecutor,
+        connector: Arc<dyn FeedConnector>,
+        services: ServiceSnapshot,
+    ) -> Self {
+        ProcessorGroup {
+            shared: Arc::new(GroupShared {
+                name: name.to_owned(),
+                server,
+                capacity: options.mailbox_capacity.max(1),
+                full_timeout: options.full_mailbox_timeout,
+                mailbox: Mutex::new(Mailbox {
+                    queue: VecDeque::new(),
+                    state: GroupState::NotStarted,
+                    close_requested: false,
+                }),
+                names: Mutex::new(HashMap::new()),
+                next_generation: AtomicU64::new(1),
+                audit: ControlAudit::new(options.audit_capacity, options.audit_mirror),
+                executor,
+                status: Mutex::new(RuntimeStatus::default()),
+                thread: Mutex::new(None),
+                finished: Mutex::new(false),
+                finished_signal: Condvar::new(),
+                join: Mutex::new(None),
+                seed: Mutex::new(Some(Seed {
+                    connector,
+                    services,
+                    idle: options.idle,
+                    core: options.core,
+                    retry: options.retry,
+                    poll_limit: options.poll_limit.max(1),
+                })),
+                fault: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The server the group belongs to.
+    pub fn server(&self) -> ServerId {
+        self.shared.server
+    }
+
+    /// Where the group is in its life.
+    pub fn state(&self) -> GroupState {
+        self.shared.mailbox.lock().state
+    }
+
+    /// The group's control audit.
+    pub fn audit(&self) -> &ControlAudit {
+        &self.shared.audit
+    }
+
+    /// The group's status (non-blocking apart from short locks).
+    pub fn status(&self) -> GroupStatus {
+        let (state, depth) = {
+            let mailbox = self.shared.mailbox.lock();
+            (mailbox.state, mailbox.queue.len())
+        };
+        let status = self.shared.status.lock();
+        GroupStatus {
+            group: self.shared.name.clone(),
+            state,
+            running: status.running.clone(),
+            quarantined: status.quarantined.clone(),
+            mailbox_depth: depth,
+            mailbox_capacity: self.shared.capacity,
+            queued_items: status.queued_items,
+            overload: status.overload.clone(),
+            audit: self.shared.audit.counts(),
+        }
+    }
+
+    /// Starts the group's thread (once; later calls do nothing).
+    ///
+    /// # Errors
+    /// [`ControlError::Spawn`] when the thread cannot be started.
+    pub fn start(&self) -> Result<(), ControlError> {
+        let Some(seed) = self.shared.seed.lock().take() else {
+            return Ok(());
+        };
+        {
+            let mut mailbox = self.shared.mailbox.lock();
+            if mailbox.state != GroupState::NotStarted {
+                return Ok(());
+            }
+            mailbox.state = GroupState::Running;
+        }
+        let shared = Arc::clone(&self.shared);
+        let spawned = std::thread::Builder::new()
+            .name(format!("mongoose-group-{}", self.shared.name))
+            .spawn(move || run_group(shared, seed));
+        match spawned {
+            Ok(join) => {
+                *self.shared.thread.lock() = Some(join.thread().clone());
+                *self.shared.join.lock() = Some(join);
+                Ok(())
+            }
+            Err(error) => {
+                self.shared.mailbox.lock().state = GroupState::Dead;
+                Err(ControlError::Spawn {
+                    group: self.shared.name.clone(),
+                    error,
+                })
+            }
+        }
+    }
+
+    /// Asks the group to close: requests still queued are answered NOT_RUNNING ("group
+    /// closed") and their suppliers never run; running processors are stopped; the
+    /// group's queues are fenced and unsubscribed. Returns at once; see
+    /// [`ProcessorGroup::await_closed`].
+    pub fn close(&self) {
+        let not_started = {
+            let mut mailbox = self.shared.mailbox.lock();
+            mailbox.close_requested = true;
+            match mailbox.state {
+                GroupState::NotStarted => {
+                    mailbox.state = GroupState::Closed;
+                    Some(std::mem::take(&mut mailbox.queue))
+                }
+                GroupState::Running => {
+                    mailbox.state = GroupState::Closing;
+                    None
+                }
+                _ => None,
+            }
+        };
+        match not_started {
+            Some(queued) => {
+                for envelope in queued {
+                    answer_not_running(&self.shared, envelope, "group closed", None);
+                }
+                self.shared.seed.lock().take();
+                self.shared
+                    .audit
+                    .write(NewRecord::new(RecordType::Fallback, -1, "Closed"));
+                self.mark_finished();
+            }
+            None => self.wake(),
+        }
+    }
+
+    /// Waits until the group's thread has finished (closed or dead), up to `deadline`.
+    /// Returns whether it finished.
+    pub fn await_closed(&self, deadline: Instant) -> bool {
+        {
+            let mut finished = self.shared.finished.lock();
+            while !*finished {
+                if self
+                    .shared
+                    .finished_signal
+                    .wait_until(&mut finished, deadline)
+                    .timed_out()
+                {
+                    return *finished;
+                }
+            }
+        }
+        if let Some(join) = self.shared.join.lock().take() {
+            let _ = join.join();
+        }
+        true
+    }
+
+    /// Makes the control logic fail while deciding its next request, so the group
+    /// dies: for tests of what a dead group answers.
+    #[doc(hidden)]
+    pub fn inject_control_fault(&self) {
+        self.shared.fault.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    fn mark_finished(&self) {
+        *self.shared.finished.lock() = true;
+        self.shared.finished_signal.notify_all();
+    }
+
+    fn wake(&self) {
+        if let Some(thread) = self.shared.thread.lock().as_ref() {
+            thread.unpark();
+        }
+    }
+
+    pub(crate) fn is_started(&self) -> bool {
+        self.state() != GroupState::NotStarted
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.shared.capacity
+    }
+
+    /// Reserves `name` for a new registration; returns its generation.
+    pub(crate) fn reserve(&self, name: &str) -> Option<u64> {
+        let mut names = self.shared.names.lock();
+        if names.contains_key(name) {
+            return None;
+        }
+        let generation = self.shared.next_generation.fetch_add(1, Ordering::Relaxed);
+        names.insert(name.to_owned(), generation);
+        Some(generation)
+    }
+
+    /// Releases a reservation that was never admitted.
+    pub(crate) fn release_reservation(&self, name: &str, generation: u64) {
+        free_name(&self.shared, name, generation);
+    }
+
+    /// The generation admitted under `name` now.
+    pub(crate) fn admitted_generation(&self, name: &str) -> Option<u64> {
+        self.shared.names.lock().get(name).copied()
+    }
+
+    /// Puts an envelope in the mailbox.
+    pub(crate) fn admit(
+        &self,
+        envelope: Envelope,
+        admission: Admission,
+    ) -> Result<(), (Envelope, Refusal)> {
+        let mut pause = Duration::from_micros(50);
+        loop {
+            {
+                let mut mailbox = self.shared.mailbox.lock();
+                if mailbox.close_requested
+                    || !matches!(mailbox.state, GroupState::NotStarted | GroupState::Running)
+                {
+                    let state = mailbox.state;
+                    return Err((envelope, Refusal::NotRunning(state)));
+                }
+                if mailbox.queue.len() < self.shared.capacity {
+                    mailbox.queue.push_back(envelope);
+                    drop(mailbox);
+                    self.wake();
+                    return Ok(());
+                }
+            }
+            match &admission {
+                Admission::Immediate => return Err((envelope, Refusal::Full)),
+                Admission::Backoff { deadline, stopping } => {
+                    if stopping.load(Ordering::Acquire) {
+                        return Err((envelope, Refusal::ServerStopping));
+                    }
+                    let now = Instant::now();
+                    if now >= *deadline {
+                        return Err((envelope, Refusal::Deadline));
+                    }
+                    std::thread::sleep(pause.min(*deadline - now));
+                    pause = (pause * 2).min(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+
+    /// The full-mailbox timeout of this group.
+    pub(crate) fn full_timeout(&self) -> Duration {
+        self.shared.full_timeout
+    }
+
+    /// Answers an envelope the group never took (refused at admission) with `reply`,
+    /// on the caller's thread.
+    pub(crate) fn answer_refused(envelope: Envelope, reply: ControlReply) {
+        envelope.reply.complete_here(reply);
+    }
+}
+
+fn free_name(shared: &GroupShared, name: &str, generation: u64) {
+    let mut names = shared.names.lock();
+    if names.get(name) == Some(&generation) {
+        names.remove(name);
+    }
+}
+
+fn answer_not_running(shared: &GroupShared, envelope: Envelope, reason: &str, dead: Option<&str>) {
+    let Envelope { request, reply } = envelope;
+    let request_id = reply.request_id;
+    let (generation, name) = request.subject();
+    let name = name.map(str::to_owned);
+    let input = shared.audit.write(
+        NewRecord::new(RecordType::Input, request_id, request.fact())
+            .generation(generation)
+            .name(name.as_deref()),
+    );
+    if let Request::Add {
+        name: added,
+        generation: added_generation,
+        ..
+    } = &request
+    {
+        // the supplier is dropped unrun; the name is free again
+        free_name(shared, added, *added_generation);
+    }
+    let (outcome, kind, reason) = match dead {
+        Some(message) => (
+            ReplyOutcome::Failed,
+            FailureKind::FailedDead,
+            format!("group died: {message}"),
+        ),
+        None => (
+            ReplyOutcome::NotRunning,
+            FailureKind::FailedShutdown,
+            reason.to_owned(),
+        ),
+    };
+    shared.audit.write(
+        NewRecord::new(RecordType::Fallback, request_id, "NotRunning")
+            .cause(input)
+            .reason(reason.clone()),
+    );
+    let mut reply_value =
+        ControlReply::not_applied(request_id, outcome, kind, reason, generation, name);
+    reply_value.evidence = shared.audit.evidence();
+    write_reply_record(&shared.audit, &reply_value, input);
+    reply.complete_on(&shared.executor, reply_value);
+}
+
+fn write_reply_record(audit: &ControlAudit, reply: &ControlReply, cause: u64) {
+    let mut record = NewRecord::new(RecordType::Reply, reply.request_id, "Reply")
+        .cause(cause)
+        .outcome(reply.outcome.to_string())
+        .reason(reply.reason.clone())
+        .generation(reply.generation)
+        .name(reply.name.as_deref());
+    if reply.kind != FailureKind::None {
+        record = record.kind(reply.kind);
+    }
+    audit.write(record);
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic with a non-text payload".to_owned()
+    }
+}
+
+fn contained<R>(call: impl FnOnce() -> Result<R, ProcessorError>) -> Result<R, String> {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(error.message().to_owned()),
+        Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
+    }
+}
+
+// ----- the group thread -----
+
+struct Slot {
+    name: String,
+    processor: Box<dyn Processor>,
+    retry_safe: bool,
+    quarantined: Option<String>,
+    subscriptions: Vec<(String, u64)>,
+    service_handler: Option<Handler<ServiceEvent>>,
+    services_seen: HashMap<String, (u64, bool)>,
+}
+
+struct Subscriber {
+    generation: u64,
+    handler: Box<dyn Any + Send>,
+}
+
+struct RetryMeta {
+    failing: Option<u64>,
+    attempts: u32,
+    not_before: Instant,
+}
+
+struct FeedState {
+    feed: String,
+    reader: Box<dyn FeedReader>,
+    invoke: InvokeFn,
+    subscribers: Vec<Subscriber>,
+    handled: Vec<u64>,
+    retry: Option<RetryMeta>,
+}
+
+struct Runtime {
+    shared: Arc<GroupShared>,
+    connector: Arc<dyn FeedConnector>,
+    services: ServiceSnapshot,
+    policy: RetryPolicy,
+    poll_limit: usize,
+    processors: BTreeMap<u64, Slot>,
+    feeds: Vec<FeedState>,
+    timers: BinaryHeap<Reverse<(Instant, u64, u64, u64)>>,
+    timer_seq: u64,
+    timer_ops: Vec<TimerOp>,
+    service_versions: HashMap<String, u64>,
+    in_flight: Option<(ReplySender, u64)>,
+    quarantines: Vec<(u64, String)>,
+    status_dirty: bool,
+    last_queued: usize,
+}
+
+enum Cycle {
+    Worked(usize),
+    Closed,
+}
+
+fn run_group(shared: Arc<GroupShared>, seed: Seed) {
+    if let Some(core) = seed.core {
+        let pinned = core_affinity::get_core_ids()
+            .and_then(|ids| ids.into_iter().find(|id| id.id == core))
+            .is_some_and(core_affinity::set_for_current);
+        if !pinned {
+            tracing::warn!(group = %shared.name, core, "could not pin the group's thread to the core");
+        }
+    }
+    let guard = agent::mark_current_thread(&shared.name);
+    context::install(&shared.name);
+    let mut idler = Idler::new(seed.idle);
+    let mut runtime = Runtime {
+        shared: Arc::clone(&shared),
+        connector: seed.connector,
+        services: seed.services,
+        policy: seed.retry,
+        poll_limit: seed.poll_limit,
+        processors: BTreeMap::new(),
+        feeds: Vec::new(),
+        timers: BinaryHeap::new(),
+        timer_seq: 0,
+        timer_ops: Vec::new(),
+        service_versions: HashMap::new(),
+        in_flight: None,
+        quarantines: Vec::new(),
+        status_dirty: true,
+        last_queued: 0,
+    };
+    loop {
+        match catch_unwind(AssertUnwindSafe(|| runtime.duty_cycle())) {
+            Ok(Cycle::Worked(work)) => {
+                let wake_by = runtime.next_timer_in();
+                idler.idle(work, wake_by);
+            }
+            Ok(Cycle::Closed) => break,
+            Err(payload) => {
+                let message = panic_message(&*payload);
+                runtime.die(&message);
+                break;
+            }
+        }
+    }
+    context::uninstall();
+    drop(guard);
+    *shared.finished.lock() = true;
+    shared.finished_signal.notify_all();
+}
+
+impl Runtime {
+    fn duty_cycle(&mut self) -> Cycle {
+        let mut work = 0;
+        match self.drain_mailbox() {
+            Some(done) => work += done,
+            None => {
+                self.close();
+                return Cycle::Closed;
+            }
+        }
+        work += self.fire_timers();
+        work += self.poll_feeds();
+        self.settle();
+        Cycle::Worked(work)
+    }
+
+    /// Applies quarantines and timer requests made during the cycle, and publishes
+    /// the status when it changed.
+    fn settle(&mut self) {
+        while !self.quarantines.is_empty() {
+            let pending = std::mem::take(&mut self.quarantines);
+            for (generation, reason) in pending {
+                self.apply_quarantine(generation, &reason);
+            }
+        }
+        self.apply_timer_ops();
+        let queued: usize = self.feeds.iter().map(|feed| feed.reader.pending()).sum();
+        if queued != self.last_queued {
+            self.last_queued = queued;
+            self.status_dirty = true;
+        }
+        if self.status_dirty {
+            self.publish_status();
+        }
+    }
+
+    fn publish_status(&mut self) {
+        self.status_dirty = false;
+        let mut running = Vec::new();
+        let mut quarantined = Vec::new();
+        for (generation, slot) in &self.processors {
+            match &slot.quarantined {
+                None => running.push(ProcessorStatus {
+                    name: slot.name.clone(),
+                    generation: *generation,
+                }),
+                Some(reason) => quarantined.push(QuarantinedProcessor {
+                    name: slot.name.clone(),
+                    generation: *generation,
+                    reason: reason.clone(),
+                }),
+            }
+        }
+        let overload = self
+            .feeds
+            .iter()
+            .filter_map(|feed| {
+                feed.reader.overload_state().map(|state| QueueOverload {
+                    feed: feed.feed.clone(),
+                    state,
+                })
+            })
+            .collect();
+        let mut status = self.shared.status.lock();
+        status.running = running;
+        status.quarantined = quarantined;
+        status.queued_items = self.last_queued;
+        status.overload = overload;
+    }
+
+    /// Decides queued requests; `None` when the group is to close.
+    fn drain_mailbox(&mut self) -> Option<usize> {
+        let mut done = 0;
+        while done < 64 {
+            let next = {
+                let mut mailbox = self.shared.mailbox.lock();
+                if mailbox.close_requested {
+                    return None;
+                }
+                mailbox.queue.pop_front()
+            };
+            let Some(envelope) = next else {
+                break;
+            };
+            self.decide(envelope);
+            self.settle();
+            done += 1;
+        }
+        Some(done)
+    }
+
+    fn audit(&self) -> &ControlAudit {
+        &self.shared.audit
+    }
+
+    fn decide(&mut self, envelope: Envelope) {
+        let Envelope { request, reply } = envelope;
+        let request_id = reply.request_id;
+        let (generation, name) = request.subject();
+        let input = self.audit().write(
+            NewRecord::new(RecordType::Input, request_id, request.fact())
+                .generation(generation)
+                .name(name),
+        );
+        self.in_flight = Some((reply, input));
+        if self.shared.fault.swap(false, Ordering::AcqRel) {
+            panic!("injected control fault");
+        }
+        let answer = match request {
+            Request::Add {
+                name,
+                generation,
+                supplier,
+            } => self.apply_add(request_id, input, name, generation, supplier),
+            Request::Stop { name, generation } => {
+                self.apply_stop(request_id, input, name, generation)
+            }
+            Request::Service(broadcast) => self.apply_service(request_id, input, broadcast),
+        };
+        self.answer(answer);
+    }
+
+    fn answer(&mut self, mut reply: ControlReply) {
+        let Some((sender, input)) = self.in_flight.take() else {
+            return;
+        };
+        reply.evidence = self.audit().evidence();
+        write_reply_record(self.audit(), &reply, input);
+        sender.complete_on(&self.shared.executor, reply);
+    }
+
+    fn decision(&self, request_id: i64, input: u64, rule: &str, generation: i64, name: &str) {
+        self.audit().write(
+            NewRecord::new(RecordType::Decision, request_id, rule)
+                .cause(input)
+                .generation(generation)
+                .name(Some(name)),
+        );
+    }
+
+    fn effect(
+        &self,
+        request_id: i64,
+        input: u64,
+        effect: &str,
+        result: &Result<(), String>,
+        generation: i64,
+    ) {
+        let record = NewRecord::new(RecordType::EffectOutcome, request_id, effect)
+            .cause(input)
+            .generation(generation);
+        let record = match result {
+            Ok(()) => record.outcome("succeeded"),
+            Err(reason) => record
+                .outcome("failed")
+                .reason(reason.clone())
+                .kind(FailureKind::FailedEffect),
+        };
+        self.audit().write(record);
+    }
+
+    fn apply_add(
+        &mut self,
+        request_id: i64,
+        input: u64,
+        name: String,
+        generation: u64,
+        supplier: Supplier,
+    ) -> ControlReply {
+        let signed = generation as i64;
+        self.decision(request_id, input, "addStarting", signed, &name);
+        let id = ProcessorId(generation);
+        let previous = engine::set_current_processor(Some(id));
+        let built = match catch_unwind(AssertUnwindSafe(supplier)) {
+            Ok(processor) => Ok(processor),
+            Err(payload) => Err(format!("supplier panicked: {}", panic_message(&*payload))),
+        };
+        let mut processor = match built {
+            Ok(processor) => processor,
+            Err(reason) => {
+                engine::set_current_processor(previous);
+                self.effect(request_id, input, "Build", &Err(reason.clone()), signed);
+                free_name(&self.shared, &name, generation);
+                return ControlReply::not_applied(
+                    request_id,
+                    ReplyOutcome::Failed,
+                    FailureKind::FailedEffect,
+                    reason,
+                    signed,
+                    Some(name),
+                );
+            }
+        };
+        let mut subscriptions = StartSubscriptions {
+            connector: &*self.connector,
+            group: &self.shared.name,
+            bindings: Vec::new(),
+            service_handler: None,
+        };
+        let started = contained(|| processor.start(&mut subscriptions));
+        engine::set_current_processor(previous);
+        let StartSubscriptions {
+            bindings,
+            service_handler,
+            ..
+        } = subscriptions;
+        self.effect(
+            request_id,
+            input,
+            "Start",
+            &started.clone().map(|_| ()),
+            signed,
+        );
+        if let Err(reason) = started {
+            for binding in bindings {
+                self.connector
+                    .unsubscribe(&binding.feed, binding.binding.subscription);
+            }
+            self.drop_timer_ops_of(generation);
+            free_name(&self.shared, &name, generation);
+            tracing::error!(group = %self.shared.name, processor = %name, %reason, "processor start failed; processor dropped");
+            return ControlReply::not_applied(
+                request_id,
+                ReplyOutcome::Failed,
+                FailureKind::FailedEffect,
+                reason,
+                signed,
+                Some(name),
+            );
+        }
+        let retry_safe = processor.retry_safe();
+        let mut slot = Slot {
+            name: name.clone(),
+            processor,
+            retry_safe,
+            quarantined: None,
+            subscriptions: Vec::new(),
+            service_handler,
+            services_seen: HashMap::new(),
+        };
+        for pending in bindings {
+            slot.subscriptions
+                .push((pending.feed.clone(), pending.binding.subscription));
+            self.attach(generation, pending);
+        }
+        self.processors.insert(generation, slot);
+        self.status_dirty = true;
+        // a processor added later is given the registry's services when it is built
+        for broadcast in (self.services)() {
+            let event = broadcast.event();
+            let _ = self.deliver_service(generation, &event);
+        }
+        ControlReply::applied_with(request_id, "started", signed, Some(name))
+    }
+
+    fn attach(&mut self, generation: u64, pending: PendingBinding) {
+        let PendingBinding {
+            feed,
+            binding,
+            handler,
+        } = pending;
+        let subscriber = Subscriber {
+            generation,
+            handler,
+        };
+        if let Some(state) = self.feeds.iter_mut().find(|state| state.feed == feed) {
+            if let Some(reader) = binding.reader {
+                state.reader = reader;
+            }
+            state.subscribers.push(subscriber);
+            return;
+        }
+        match binding.reader {
+            Some(reader) => self.feeds.push(FeedState {
+                feed,
+                reader,
+                invoke: binding.invoke,
+                subscribers: vec![subscriber],
+                handled: Vec::new(),
+                retry: None,
+            }),
+            None => {
+                tracing::error!(group = %self.shared.name, %feed, "subscription came without a reader and the group reads no queue of the feed");
+            }
+        }
+    }
+
+    fn apply_stop(
+        &mut self,
+        request_id: i64,
+        input: u64,
+        name: String,
+        generation: u64,
+    ) -> ControlReply {
+        let signed = generation as i64;
+        let quarantined = match self.processors.get(&generation) {
+            None => {
+                self.decision(request_id, input, "stopAlreadyStopped", signed, &name);
+                return ControlReply::applied_with(
+                    request_id,
+                    "alreadyStopped",
+                    signed,
+                    Some(name),
+                );
+            }
+            Some(slot) => slot.quarantined.clone(),
+        };
+        if let Some(reason) = quarantined {
+            self.decision(request_id, input, "stopQuarantined", signed, &name);
+            return ControlReply::not_applied(
+                request_id,
+                ReplyOutcome::Failed,
+                FailureKind::Quarantined,
+                format!("quarantined: {reason}"),
+                signed,
+                Some(name),
+            );
+        }
+        self.decision(request_id, input, "stopStarted", signed, &name);
+        let result = self.release(generation);
+        self.effect(request_id, input, "Stop", &result, signed);
+        ControlReply::applied_with(request_id, "stopped", signed, Some(name))
+    }
+
+    /// Stops a running processor: off every reader, timers cancelled, `stop()` called,
+    /// its name freed. A failing `stop()` is reported and the release continues.
+    fn release(&mut self, generation: u64) -> Result<(), String> {
+        self.detach(generation);
+        let Some(mut slot) = self.processors.remove(&generation) else {
+            return Ok(());
+        };
+        let previous = engine::set_current_processor(Some(ProcessorId(generation)));
+        let result = contained(|| slot.processor.stop());
+        engine::set_current_processor(previous);
+        self.drop_timer_ops_of(generation);
+        if let Err(reason) = &result {
+            tracing::error!(group = %self.shared.name, processor = %slot.name, %reason, "processor stop failed; release continues");
+        }
+        free_name(&self.shared, &slot.name, generation);
+        self.status_dirty = true;
+        result
+    }
+
+    /// Removes a processor from every reader (unsubscribing) and cancels its timers.
+    fn detach(&mut self, generation: u64) {
+        let subscriptions = match self.processors.get_mut(&generation) {
+            Some(slot) => std::mem::take(&mut slot.subscriptions),
+            None => Vec::new(),
+        };
+        for state in &mut self.feeds {
+            state.subscribers.retain(|s| s.generation != generation);
+            if let Some(retry) = state.retry.as_mut() {
+                if retry.failing == Some(generation) {
+                    retry.failing = None;
+                    retry.not_before = Instant::now();
+                }
+            }
+        }
+        for (feed, subscription) in subscriptions {
+            self.connector.unsubscribe(&feed, subscription);
+        }
+        self.feeds.retain(|state| !state.subscribers.is_empty());
+        self.timers
+            .retain(|Reverse((_, _, owner, _))| *owner != generation);
+        self.status_dirty = true;
+    }
+
+    fn apply_quarantine(&mut self, generation: u64, reason: &str) {
+        let Some(slot) = self.processors.get_mut(&generation) else {
+            return;
+        };
+        if slot.quarantined.is_none() {
+            slot.quarantined = Some(reason.to_owned());
+        }
+        let name = slot.name.clone();
+        self.detach(generation);
+        self.drop_timer_ops_of(generation);
+        tracing::error!(group = %self.shared.name, processor = %name, generation, %reason, "processor quarantined: removed from every reader, timers cancelled, name and instance retained");
+        self.audit().write(
+            NewRecord::new(RecordType::Fallback, -1, "ProcessorQuarantined")
+                .generation(generation as i64)
+                .name(Some(&name))
+                .reason(reason.to_owned())
+                .kind(FailureKind::Quarantined),
+        );
+    }
+
+    /// A processor call failed outside dispatch (timer, service callback): quarantine
+    /// it, or report it and keep it running when it is retry-safe.
+    fn contain(&mut self, generation: u64, what: &str, reason: String) {
+        let Some(slot) = self.processors.get_mut(&generation) else {
+            return;
+        };
+        if slot.retry_safe {
+            tracing::error!(group = %self.shared.name, processor = %slot.name, %reason, "{what} failed; the retry-safe processor keeps running");
+        } else if slot.quarantined.is_none() {
+            slot.quarantined = Some(format!("{what}: {reason}"));
+            self.quarantines
+                .push((generation, format!("{what}: {reason}")));
+        }
+    }
+
+    fn apply_service(
+        &mut self,
+        request_id: i64,
+        input: u64,
+        broadcast: ServiceBroadcast,
+    ) -> ControlReply {
+        let last = self
+            .service_versions
+            .get(&broadcast.name)
+            .copied()
+            .unwrap_or(0);
+        if broadcast.version <= last {
+            self.decision(request_id, input, "serviceStale", -1, &broadcast.name);
+            return ControlReply::applied_with(
+                request_id,
+                format!("ignored: stale version {}", broadcast.version),
+                -1,
+                Some(broadcast.name),
+            );
+        }
+        self.decision(request_id, input, "serviceDeliver", -1, &broadcast.name);
+        self.service_versions
+            .insert(broadcast.name.clone(), broadcast.version);
+        let event = broadcast.event();
+        let mut failures = Vec::new();
+        let generations: Vec<u64> = self.processors.keys().copied().collect();
+        for generation in generations {
+            if let Err(reason) = self.deliver_service(generation, &event) {
+                failures.push(reason);
+            }
+        }
+        let result = if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
+        };
+        self.effect(request_id, input, "DeliverService", &result, -1);
+        match result {
+            Ok(()) => ControlReply::applied_with(request_id, "delivered", -1, Some(broadcast.name)),
+            Err(reason) => ControlReply::not_applied(
+                request_id,
+                ReplyOutcome::Failed,
+                FailureKind::FailedEffect,
+                format!("delivered with failures: {reason}"),
+                -1,
+                Some(broadcast.name),
+            ),
+        }
+    }
+
+    /// Gives one processor a service event, once per version. A quarantined processor
+    /// that holds the service cannot confirm its withdrawal.
+    fn deliver_service(&mut self, generation: u64, event: &ServiceEvent) -> Result<(), String> {
+        let Some(slot) = self.processors.get_mut(&generation) else {
+            return Ok(());
+        };
+        let (version, registering) = match event {
+            ServiceEvent::Registered { version, .. } => (*version, true),
+            ServiceEvent::Deregistered { version, .. } => (*version, false),
+        };
+        let name = event.name().to_owned();
+        let (seen_version, present) = slot.services_seen.get(&name).copied().unwrap_or((0, false));
+        if seen_version >= version {
+            return Ok(());
+        }
+        if slot.quarantined.is_some() {
+            return if !registering && present {
+                Err(format!(
+                    "quarantined processor '{}' may still hold '{name}'",
+                    slot.name
+                ))
+            } else {
+                Ok(())
+            };
+        }
+        if slot.service_handler.is_none() || (!registering && !present) {
+            slot.services_seen.insert(
+                name,
+                (version, registering && slot.service_handler.is_some()),
+            );
+            return Ok(());
+        }
+        let previous = engine::set_current_processor(Some(ProcessorId(generation)));
+        let result = {
+            let Slot {
+                processor,
+                service_handler,
+                ..
+            } = slot;
+            let handler = service_handler.as_mut();
+            contained(|| match handler {
+                Some(handler) => handler(&mut **processor, event),
+                None => Ok(()),
+            })
+        };
+        engine::set_current_processor(previous);
+        match result {
+            Ok(()) => {
+                slot.services_seen.insert(name, (version, registering));
+                Ok(())
+            }
+            Err(reason) => {
+                // a failed withdrawal leaves the service possibly held
+                slot.services_seen
+                    .insert(name.clone(), (version, !registering || present));
+                let processor_name = slot.name.clone();
+                self.contain(generation, "service callback", reason.clone());
+                Err(format!("{processor_name}: {reason}"))
+            }
+        }
+    }
+
+    fn fire_timers(&mut self) -> usize {
+        let now = Instant::now();
+        let mut fired = 0;
+        while fired < 256 {
+            match self.timers.peek() {
+                Some(Reverse((due, ..))) if *due <= now => {}
+                _ => break,
+            }
+            let Some(Reverse((_, _, owner, timer))) = self.timers.pop() else {
+                break;
+            };
+            fired += 1;
+            let Some(slot) = self.processors.get_mut(&owner) else {
+                continue;
+            };
+            if slot.quarantined.is_some() {
+                continue;
+            }
+            let previous = engine::set_current_processor(Some(ProcessorId(owner)));
+            let result = contained(|| slot.processor.on_timer(timer));
+            engine::set_current_processor(previous);
+            if let Err(reason) = result {
+                self.contain(owner, "timer", reason);
+            }
+        }
+        fired
+    }
+
+    fn apply_timer_ops(&mut self) {
+        context::take_ops(&mut self.timer_ops);
+        for op in std::mem::take(&mut self.timer_ops) {
+            match op {
+                TimerOp::Schedule { owner, timer, due } => {
+                    let live = self
+                        .processors
+                        .get(&owner)
+                        .is_some_and(|slot| slot.quarantined.is_none());
+                    if live {
+                        self.timer_seq += 1;
+                        self.timers
+                            .push(Reverse((due, self.timer_seq, owner, timer)));
+                    }
+                }
+                TimerOp::Cancel { owner, timer } => self
+                    .timers
+                    .retain(|Reverse((_, _, o, t))| !(*o == owner && *t == timer)),
+            }
+        }
+    }
+
+    fn drop_timer_ops_of(&mut self, generation: u64) {
+        context::take_ops(&mut self.timer_ops);
+        self.timer_ops.retain(|op| match op {
+            TimerOp::Schedule { owner, .. } | TimerOp::Cancel { owner, .. } => *owner != generation,
+        });
+    }
+
+    fn next_timer_in(&self) -> Option<Duration> {
+        self.timers
+            .peek()
+            .map(|Reverse((due, ..))| due.saturating_duration_since(Instant::now()))
+    }
+
+    fn poll_feeds(&mut self) -> usize {
+        let now = Instant::now();
+        let Runtime {
+            feeds,
+            processors,
+            quarantines,
+            policy,
+            poll_limit,
+            shared,
+            ..
+        } = self;
+        let mut work = 0;
+        for state in feeds.iter_mut() {
+            if state
+                .retry
+                .as_ref()
+                .is_some_and(|retry| retry.not_before > now)
+            {
+                continue;
+            }
+            let FeedState {
+                feed,
+                reader,
+                invoke,
+                subscribers,
+                handled,
+                retry,
+            } = state;
+            let mut dispatcher = GroupDispatcher {
+                group: &shared.name,
+                feed,
+                invoke: *invoke,
+                subscribers,
+                handled,
+                retry,
+                processors,
+                quarantines,
+                policy,
+            };
+            work += reader.poll(&mut dispatcher, *poll_limit);
+        }
+        work
+    }
+
+    fn close(&mut self) {
+        let queued = {
+            let mut mailbox = self.shared.mailbox.lock();
+            mailbox.state = GroupState::Closing;
+            std::mem::take(&mut mailbox.queue)
+        };
+        for envelope in queued {
+            answer_not_running(&self.shared, envelope, "group closed", None);
+        }
+        for state in &mut self.feeds {
+            state.reader.set_fenced(true);
+        }
+        let running: Vec<u64> = self
+            .processors
+            .iter()
+            .filter(|(_, slot)| slot.quarantined.is_none())
+            .map(|(generation, _)| *generation)
+            .collect();
+        for generation in running {
+            let _ = self.release(generation);
+        }
+        // quarantined processors keep their names and instances; their queues go
+        let remaining: Vec<u64> = self.processors.keys().copied().collect();
+        for generation in remaining {
+            self.detach(generation);
+        }
+        self.audit()
+            .write(NewRecord::new(RecordType::Fallback, -1, "Closed"));
+        self.publish_status();
+        self.shared.mailbox.lock().state = GroupState::Closed;
+    }
+
+    fn die(&mut self, message: &str) {
+        tracing::error!(group = %self.shared.name, %message, "group control logic died; queued requests are answered FAILED");
+        let queued = {
+            let mut mailbox = self.shared.mailbox.lock();
+            mailbox.state = GroupState::Dead;
+            std::mem::take(&mut mailbox.queue)
+        };
+        self.audit().write(
+            NewRecord::new(RecordType::Fallback, -1, "Dead")
+                .reason(message.to_owned())
+                .kind(FailureKind::FailedDead),
+        );
+        if let Some((sender, input)) = self.in_flight.take() {
+            let mut reply = ControlReply::not_applied(
+                sender.request_id,
+                ReplyOutcome::Failed,
+                FailureKind::FailedRule,
+                format!("control processor threw: {message}"),
+                -1,
+                None,
+            );
+            reply.evidence = self.audit().evidence();
+            write_reply_record(self.audit(), &reply, input);
+            sender.complete_on(&self.shared.executor, reply);
+        }
+        for envelope in queued {
+            answer_not_running(&self.shared, envelope, "group died", Some(message));
+        }
+        for state in &mut self.feeds {
+            state.reader.mark_dead();
+        }
+        self.publish_status();
+    }
+}
+
+struct GroupDispatcher<'a> {
+    group: &'a str,
+    feed: &'a str,
+    invoke: InvokeFn,
+    subscribers: &'a mut Vec<Subscriber>,
+    handled: &'a mut Vec<u64>,
+    retry: &'a mut Option<RetryMeta>,
+    processors: &'a mut BTreeMap<u64, Slot>,
+    quarantines: &'a mut Vec<(u64, String)>,
+    policy: &'a RetryPolicy,
+}
+
+impl FeedDispatcher for GroupDispatcher<'_> {
+    fn dispatch(&mut self, item: &dyn Any, attempt: u32) -> DispatchResult {
+        if attempt == 0 || self.retry.is_none() {
+            // a new item: nobody handled it yet
+            self.handled.clear();
+            *self.retry = None;
+        }
+        for index in 0..self.subscribers.len() {
+            let generation = self.subscribers[index].generation;
+            if self.handled.contains(&generation) {
+                continue;
+            }
+            let Some(slot) = self.processors.get_mut(&generation) else {
+                continue;
+            };
+            if slot.quarantined.is_some() {
+                continue;
+            }
+            let id = ProcessorId(generation);
+            let previous = engine::set_current_processor(Some(id));
+            let handler = &mut *self.subscribers[index].handler;
+            let invoke = self.invoke;
+            let processor = &mut *slot.processor;
+            let result = contained(|| invoke(handler, processor, item));
+            engine::set_current_processor(previous);
+            match result {
+                Ok(()) => {
+                    self.handled.push(generation);
+                }
+                Err(reason) => {
+                    engine::discard_completions_of(Some(id));
+                    if slot.retry_safe {
+                        let attempts = match self.retry.as_ref() {
+                            Some(retry) if retry.failing == Some(generation) => retry.attempts + 1,
+                            _ => 1,
+                        };
+                        if attempts <= self.policy.max_retries {
+                            tracing::warn!(group = self.group, feed = self.feed, processor = %slot.name, attempts, %reason, "handler failed; the retry-safe processor is retried alone on a later cycle");
+                            *self.retry = Some(RetryMeta {
+                                failing: Some(generation),
+                                attempts,
+                                not_before: Instant::now() + self.policy.backoff(attempts),
+                            });
+                            return DispatchResult::Failed {
+                                processor: Some(id),
+                                retry: true,
+                            };
+                        }
+                        tracing::error!(group = self.group, feed = self.feed, processor = %slot.name, %reason, "retries exhausted: the item is skipped for this processor");
+                        *self.retry = None;
+                        self.handled.push(generation);
+                    } else {
+                        slot.quarantined = Some(reason.clone());
+                        self.quarantines.push((generation, reason));
+                        self.handled.push(generation);
+                    }
+                }
+            }
+        }
+        *self.retry = None;
+        self.handled.clear();
+        DispatchResult::Done
+    }
+
+    fn complete(
+        &mut self,
+        completion: PendingCompletion,
+        delivery: &Delivery,
+    ) -> Result<(), ProcessorError> {
+        let Some(owner) = completion.owner else {
+            return Ok(());
+        };
+        let Some(slot) = self.processors.get_mut(&owner.0) else {
+            return Ok(());
+        };
+        if slot.quarantined.is_some() {
+            return Ok(());
+        }
+        let previous = engine::set_current_processor(Some(owner));
+        let result = contained(|| {
+            slot.processor
+                .on_delivery_complete(completion.key, delivery)
+        });
+        engine::set_current_processor(previous);
+        result.map_err(ProcessorError::new)
+    }
+}
+
+struct PendingBinding {
+    feed: String,
+    binding: FeedBinding,
+    handler: Box<dyn Any + Send>,
+}
+
+struct StartSubscriptions<'a> {
+    connector: &'a dyn FeedConnector,
+    group: &'a str,
+    bindings: Vec<PendingBinding>,
+    service_handler: Option<Handler<ServiceEvent>>,
+}
+
+impl Subscriptions for StartSubscriptions<'_> {
+    fn subscribe_erased(
+        &mut self,
+        feed: &str,
+        item_type: TypeId,
+        item_type_name: &'static str,
+        handler: Box<dyn Any + Send>,
+    ) -> Result<(), ProcessorError> {
+        if feed == SERVICES_FEED {
+            if item_type != TypeId::of::<ServiceEvent>() {
+                return Err(ProcessorError::new(format!(
+                    "feed '{SERVICES_FEED}' carries {}, but the handler takes {item_type_name}",
+                    std::any::type_name::<ServiceEvent>()
+                )));
+            }
+            let handler = handler
+                .downcast::<Handler<ServiceEvent>>()
+                .map_err(|_| ProcessorError::new("service handler of an unexpected type"))?;
+            self.service_handler = Some(*handler);
+            return Ok(());
+        }
+        let binding = self
+            .connector
+            .subscribe(SubscribeRequest {
+                feed,
+                group: self.group,
+                item_type,
+                item_type_name,
+            })
+            .map_err(|error| ProcessorError::new(error.to_string()))?;
+        self.bindings.push(PendingBinding {
+            feed: feed.to_owned(),
+            binding,
+            handler,
+        });
+        Ok(())
+    }
+}

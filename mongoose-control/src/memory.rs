@@ -1,0 +1,256 @@
+//! In-memory feeds: a small [`FeedConnector`] for tests, examples and benchmarks that
+//! need a group to read something without the delivery engine.
+//!
+//! Each group subscribed to a feed gets its own unbounded queue; a failed item that the
+//! dispatcher asks to retry stays at the head and is offered again on a later poll.
+
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::ControlError;
+use crate::feeds::{
+    invoke_handler, DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader,
+    InvokeFn, SubscribeRequest,
+};
+
+struct GroupQueue {
+    items: Mutex<VecDeque<Arc<dyn Any + Send + Sync>>>,
+    fenced: AtomicBool,
+    dead: AtomicBool,
+    removed: AtomicBool,
+    dispatched: AtomicU64,
+}
+
+struct FeedEntry {
+    item_type: TypeId,
+    item_type_name: &'static str,
+    invoke: InvokeFn,
+    queues: HashMap<String, (Arc<GroupQueue>, Vec<u64>)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    feeds: HashMap<String, FeedEntry>,
+    next_subscription: u64,
+}
+
+/// A registry of in-memory feeds.
+#[derive(Clone, Default)]
+pub struct MemoryFeeds {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl fmt::Debug for MemoryFeeds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("MemoryFeeds")
+            .field("feeds", &inner.feeds.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Publishes into one in-memory feed.
+#[derive(Clone)]
+pub struct MemoryPublisher<T> {
+    feeds: MemoryFeeds,
+    name: String,
+    _items: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T> fmt::Debug for MemoryPublisher<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryPublisher")
+            .field("feed", &self.name)
+            .finish()
+    }
+}
+
+impl MemoryFeeds {
+    /// Creates (or returns) the feed `name` of items `T`.
+    pub fn feed<T: Send + Sync + 'static>(&self, name: &str) -> MemoryPublisher<T> {
+        let mut inner = self.inner.lock();
+        inner
+            .feeds
+            .entry(name.to_owned())
+            .or_insert_with(|| FeedEntry {
+                item_type: TypeId::of::<T>(),
+                item_type_name: std::any::type_name::<T>(),
+                invoke: invoke_handler::<T>,
+                queues: HashMap::new(),
+            });
+        MemoryPublisher {
+            feeds: self.clone(),
+            name: name.to_owned(),
+            _items: std::marker::PhantomData,
+        }
+    }
+
+    /// Items dispatched so far by `group`'s queue of `feed` (0 when none).
+    pub fn dispatched(&self, feed: &str, group: &str) -> u64 {
+        self.queue(feed, group)
+            .map(|queue| queue.dispatched.load(Ordering::Acquire))
+            .unwrap_or(0)
+    }
+
+    /// Whether `group`'s queue of `feed` is fenced.
+    pub fn is_fenced(&self, feed: &str, group: &str) -> bool {
+        self.queue(feed, group)
+            .is_some_and(|queue| queue.fenced.load(Ordering::Acquire))
+    }
+
+    /// Live subscriptions of `group` to `feed`.
+    pub fn subscriptions(&self, feed: &str, group: &str) -> usize {
+        let inner = self.inner.lock();
+        inner
+            .feeds
+            .get(feed)
+            .and_then(|entry| entry.queues.get(group))
+            .map(|(_, subscriptions)| subscriptions.len())
+            .unwrap_or(0)
+    }
+
+    fn queue(&self, feed: &str, group: &str) -> Option<Arc<GroupQueue>> {
+        let inner = self.inner.lock();
+        inner
+            .feeds
+            .get(feed)
+            .and_then(|entry| entry.queues.get(group))
+            .map(|(queue, _)| Arc::clone(queue))
+    }
+}
+
+impl<T: Send + Sync + 'static> MemoryPublisher<T> {
+    /// Offers `item` to every subscribed group's queue.
+    pub fn publish(&self, item: T) {
+        let shared: Arc<dyn Any + Send + Sync> = Arc::new(item);
+        let inner = self.feeds.inner.lock();
+        if let Some(entry) = inner.feeds.get(&self.name) {
+            for (queue, _) in entry.queues.values() {
+                queue.items.lock().push_back(Arc::clone(&shared));
+            }
+        }
+    }
+}
+
+impl FeedConnector for MemoryFeeds {
+    fn subscribe(&self, request: SubscribeRequest<'_>) -> Result<FeedBinding, ControlError> {
+        let mut inner = self.inner.lock();
+        inner.next_subscription += 1;
+        let subscription = inner.next_subscription;
+        let Some(entry) = inner.feeds.get_mut(request.feed) else {
+            return Err(ControlError::Subscription {
+                feed: request.feed.to_owned(),
+                reason: format!("no feed named '{}'", request.feed),
+            });
+        };
+        if entry.item_type != request.item_type {
+            return Err(ControlError::Subscription {
+                feed: request.feed.to_owned(),
+                reason: format!(
+                    "feed '{}' carries {}, but the handler takes {}",
+                    request.feed, entry.item_type_name, request.item_type_name
+                ),
+            });
+        }
+        let invoke = entry.invoke;
+        let (queue, subscriptions) =
+            entry
+                .queues
+                .entry(request.group.to_owned())
+                .or_insert_with(|| {
+                    (
+                        Arc::new(GroupQueue {
+                            items: Mutex::new(VecDeque::new()),
+                            fenced: AtomicBool::new(false),
+                            dead: AtomicBool::new(false),
+                            removed: AtomicBool::new(false),
+                            dispatched: AtomicU64::new(0),
+                        }),
+                        Vec::new(),
+                    )
+                });
+        let first = subscriptions.is_empty();
+        subscriptions.push(subscription);
+        let reader = first.then(|| {
+            Box::new(MemoryReader {
+                queue: Arc::clone(queue),
+                attempt: 0,
+            }) as Box<dyn FeedReader>
+        });
+        Ok(FeedBinding {
+            subscription,
+            reader,
+            invoke,
+        })
+    }
+
+    fn unsubscribe(&self, feed: &str, subscription: u64) {
+        let mut inner = self.inner.lock();
+        let Some(entry) = inner.feeds.get_mut(feed) else {
+            return;
+        };
+        let mut emptied = None;
+        for (group, (queue, subscriptions)) in entry.queues.iter_mut() {
+            subscriptions.retain(|id| *id != subscription);
+            if subscriptions.is_empty() {
+                queue.removed.store(true, Ordering::Release);
+                emptied = Some(group.clone());
+            }
+        }
+        if let Some(group) = emptied {
+            entry.queues.remove(&group);
+        }
+    }
+}
+
+struct MemoryReader {
+    queue: Arc<GroupQueue>,
+    attempt: u32,
+}
+
+impl FeedReader for MemoryReader {
+    fn poll(&mut self, dispatcher: &mut dyn FeedDispatcher, limit: usize) -> usize {
+        let mut taken = 0;
+        while taken < limit {
+            if self.queue.fenced.load(Ordering::Acquire)
+                || self.queue.dead.load(Ordering::Acquire)
+                || self.queue.removed.load(Ordering::Acquire)
+            {
+                break;
+            }
+            let Some(item) = self.queue.items.lock().front().cloned() else {
+                break;
+            };
+            match dispatcher.dispatch(&*item, self.attempt) {
+                DispatchResult::Failed { retry: true, .. } => {
+                    self.attempt += 1;
+                    break;
+                }
+                DispatchResult::Done | DispatchResult::Failed { retry: false, .. } => {
+                    self.queue.items.lock().pop_front();
+                    self.attempt = 0;
+                    self.queue.dispatched.fetch_add(1, Ordering::AcqRel);
+                    taken += 1;
+                }
+            }
+        }
+        taken
+    }
+
+    fn set_fenced(&mut self, fenced: bool) {
+        self.queue.fenced.store(fenced, Ordering::Release);
+    }
+
+    fn mark_dead(&mut self) {
+        self.queue.dead.store(true, Ordering::Release);
+    }
+
+    fn pending(&self) -> usize {
+        self.queue.items.lock().len()
+    }
+}
