@@ -1,0 +1,107 @@
+//! Property: whatever the interleaving of publishes, dispatches, unsubscribes and
+//! fences, the committed position never passes an item some queue was given and did
+//! not dispatch (DESIGN.md invariant 1).
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use mongoose_core::{SourceOutput, TryPublish};
+use mongoose_delivery::QueueReader;
+use proptest::prelude::*;
+use support::*;
+
+#[derive(Clone, Debug)]
+enum Step {
+    Publish,
+    Dispatch(usize, usize),
+    Remove(usize),
+    Fence(usize, bool),
+    Subscribe(usize),
+    Poll,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => Just(Step::Publish),
+        4 => (0..3usize, 1..4usize).prop_map(|(queue, count)| Step::Dispatch(queue, count)),
+        1 => (0..3usize).prop_map(Step::Remove),
+        1 => (0..3usize, any::<bool>()).prop_map(|(queue, on)| Step::Fence(queue, on)),
+        1 => (0..3usize).prop_map(Step::Subscribe),
+        2 => Just(Step::Poll),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn the_committed_position_never_passes_an_undispatched_item(steps in proptest::collection::vec(step(), 1..120)) {
+        let (feed, commits) = positioned_feed(4);
+        let mut readers: BTreeMap<usize, QueueReader<u64>> = BTreeMap::new();
+        // per queue: the items it was given and has not dispatched
+        let mut given: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        // items given to removed queues that they never dispatched: held for the run
+        let mut abandoned: Vec<u64> = Vec::new();
+        let mut next = 1u64;
+        for queue in 0..2 {
+            readers.insert(queue, reader(&feed, &format!("g{queue}")));
+            given.insert(queue, Vec::new());
+        }
+        feed.start_complete();
+        for step in steps {
+            match step {
+                Step::Publish => {
+                    let before: Vec<usize> = readers.keys().copied().collect();
+                    if let TryPublish::Published = feed.try_publish(next, next) {
+                        for queue in before {
+                            given.get_mut(&queue).expect("tracked").push(next);
+                        }
+                        next += 1;
+                    }
+                }
+                Step::Dispatch(queue, count) => {
+                    if let Some(reader) = readers.get_mut(&queue) {
+                        let mut collect = Collect::default();
+                        reader.poll(&mut collect, count);
+                        let pending = given.get_mut(&queue).expect("tracked");
+                        for item in &collect.items {
+                            prop_assert_eq!(pending.remove(0), *item, "in order");
+                        }
+                    }
+                }
+                Step::Remove(queue) => {
+                    if readers.remove(&queue).is_some() {
+                        feed.remove_group(&format!("g{queue}"));
+                        abandoned.extend(given.remove(&queue).unwrap_or_default());
+                    }
+                }
+                Step::Fence(queue, on) => {
+                    if let Some(reader) = readers.get(&queue) {
+                        reader.set_fenced(on);
+                    }
+                }
+                Step::Subscribe(queue) => {
+                    if !readers.contains_key(&queue) {
+                        readers.insert(queue, reader(&feed, &format!("g{queue}")));
+                        given.insert(queue, Vec::new());
+                    }
+                }
+                Step::Poll => {
+                    feed.poll_acknowledgements();
+                }
+            }
+            let pointer = commits.pointer();
+            let lowest_undispatched = given
+                .values()
+                .flatten()
+                .chain(abandoned.iter())
+                .min()
+                .copied()
+                .unwrap_or(u64::MAX);
+            prop_assert!(
+                pointer < lowest_undispatched,
+                "committed {} but item {} was given and not dispatched", pointer, lowest_undispatched
+            );
+        }
+    }
+}
