@@ -80,19 +80,19 @@ fn frame_checksum(length: [u8; 4], body: &[u8]) -> u32 {
     Crc32::new().update(&length).update(body).finish()
 }
 
-/// Appends one frame holding `frame` to `buffer`.
+/// Appends one frame holding `frame` to `buffer`. On an error `buffer` is as it was.
 pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<(), ReplayError> {
     let start = buffer.len();
     buffer.extend_from_slice(&[0u8; FRAME_HEAD_LEN]);
-    let mut encoded = postcard::to_extend(frame, std::mem::take(buffer)).map_err(|error| {
-        ReplayError::Encode {
+    if let Err(error) = postcard::to_io(frame, &mut *buffer) {
+        buffer.truncate(start);
+        return Err(ReplayError::Encode {
             reason: error.to_string(),
-        }
-    })?;
-    let body_len = encoded.len() - start - FRAME_HEAD_LEN;
+        });
+    }
+    let body_len = buffer.len() - start - FRAME_HEAD_LEN;
     if body_len > MAX_FRAME_LEN {
-        encoded.truncate(start);
-        *buffer = encoded;
+        buffer.truncate(start);
         return Err(ReplayError::FrameTooLarge {
             size: body_len,
             limit: MAX_FRAME_LEN,
@@ -100,10 +100,9 @@ pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<
     }
     // body_len <= MAX_FRAME_LEN fits a u32
     let length = (body_len as u32).to_le_bytes();
-    let checksum = frame_checksum(length, &encoded[start + FRAME_HEAD_LEN..]);
-    encoded[start..start + 4].copy_from_slice(&length);
-    encoded[start + 4..start + FRAME_HEAD_LEN].copy_from_slice(&checksum.to_le_bytes());
-    *buffer = encoded;
+    let checksum = frame_checksum(length, &buffer[start + FRAME_HEAD_LEN..]);
+    buffer[start..start + 4].copy_from_slice(&length);
+    buffer[start + 4..start + FRAME_HEAD_LEN].copy_from_slice(&checksum.to_le_bytes());
     Ok(())
 }
 

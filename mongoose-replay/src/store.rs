@@ -33,9 +33,12 @@ pub struct StreamHandle {
 /// The writing side of a replay store.
 ///
 /// Each call writes whole frames with one write to the file; an input with a delivery
-/// writes its delivery frame and its own frame in that same write. Nothing is buffered
-/// between calls, so a process killed at any point leaves whole frames and at most one
-/// torn frame at the end. [`ReplayStore::sync`] makes the written frames durable.
+/// writes its delivery frame and its own frame in that same write. By default nothing
+/// is buffered between calls, so a process killed at any point leaves whole frames and
+/// at most one torn frame at the end. [`ReplayStore::set_write_buffer`] keeps whole
+/// appends in memory up to a size instead, written by [`ReplayStore::flush`] (one
+/// write per flush, still of whole appends). [`ReplayStore::sync`] flushes and makes
+/// the written frames durable; dropping the store flushes.
 ///
 /// A store whose recording is incomplete (a torn last frame, a damaged frame, or a
 /// delivery whose input was never written) or whose write failed is read-only: every
@@ -53,7 +56,10 @@ pub struct ReplayStore {
     by_key: HashMap<String, u32>,
     holds_recording: bool,
     read_only: Option<String>,
+    /// Encoded frames not yet written: whole appends only.
     buffer: Vec<u8>,
+    /// Write once this many bytes are pending (0: after every call).
+    write_buffer: usize,
 }
 
 impl ReplayStore {
@@ -86,6 +92,7 @@ impl ReplayStore {
             holds_recording: false,
             read_only: None,
             buffer: Vec::with_capacity(256),
+            write_buffer: 0,
         };
         match check_head(&bytes).map_err(|error| head_error(&path, error))? {
             Head::Empty => {
@@ -125,9 +132,27 @@ impl ReplayStore {
     pub fn open_for_record(path: impl AsRef<Path>) -> Result<Self, ReplayError> {
         let store = ReplayStore::open(path)?;
         if store.holds_recording {
-            return Err(ReplayError::AlreadyHoldsRecording { path: store.path });
+            return Err(ReplayError::AlreadyHoldsRecording {
+                path: store.path.clone(),
+            });
         }
         Ok(store)
+    }
+
+    /// Keeps appended frames in memory until `bytes` of them are pending (0, the
+    /// default: write at every call), then writes them in one write. Only whole calls
+    /// are buffered, so a write never splits a delivery frame from its input.
+    ///
+    /// Entries still in memory when the process dies are lost: the recording then ends
+    /// earlier, never torn inside an append. A recorder that buffers calls
+    /// [`ReplayStore::flush`] before the inputs it recorded can be acknowledged to their
+    /// feed, so a recording never lacks an input whose processing was committed.
+    pub fn set_write_buffer(&mut self, bytes: usize) -> Result<(), ReplayError> {
+        self.write_buffer = bytes;
+        if self.buffer.len() >= bytes {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// The store's file.
@@ -172,7 +197,6 @@ impl ReplayStore {
             path: self.path.clone(),
             reason: "it holds the largest number of streams a store can hold".to_owned(),
         })?;
-        self.buffer.clear();
         push_frame(
             &mut self.buffer,
             &WireFrame::Stream {
@@ -181,9 +205,10 @@ impl ReplayStore {
                 provenance: provenance.map(WireProvenance::of),
             },
         )?;
-        self.write_buffer()?;
+        self.holds_recording = true;
         self.keys.push(key.to_owned());
         self.by_key.insert(key.to_owned(), id);
+        self.flush_when_due()?;
         Ok(StreamHandle {
             opening: self.opening,
             id,
@@ -200,7 +225,7 @@ impl ReplayStore {
                 handle: stream.id,
             });
         }
-        self.buffer.clear();
+        let start = self.buffer.len();
         if let Some(delivery) = entry.delivery() {
             push_frame(
                 &mut self.buffer,
@@ -210,26 +235,61 @@ impl ReplayStore {
                 },
             )?;
         }
-        push_frame(
+        let pushed = push_frame(
             &mut self.buffer,
             &WireFrame::Entry {
                 stream: stream.id,
                 entry: WireEntry::of(entry),
             },
-        )?;
-        self.write_buffer()
+        );
+        if let Err(error) = pushed {
+            // never leave a delivery frame without its input
+            self.buffer.truncate(start);
+            return Err(error);
+        }
+        self.holds_recording = true;
+        self.flush_when_due()
     }
 
-    /// Makes every frame written so far durable (fsync of the file's data).
+    /// Writes the frames kept in memory (see [`ReplayStore::set_write_buffer`]).
+    pub fn flush(&mut self) -> Result<(), ReplayError> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let written = self.file.write_all(&self.buffer);
+        self.buffer.clear();
+        if let Err(source) = written {
+            self.read_only = Some(format!(
+                "a write failed ({source}), so it may end in a torn frame"
+            ));
+            return Err(ReplayError::Io {
+                path: self.path.clone(),
+                source,
+            });
+        }
+        Ok(())
+    }
+
+    fn flush_when_due(&mut self) -> Result<(), ReplayError> {
+        if self.buffer.len() >= self.write_buffer {
+            return self.flush();
+        }
+        Ok(())
+    }
+
+    /// Writes the frames kept in memory and makes every frame durable (fsync of the
+    /// file's data).
     pub fn sync(&mut self) -> Result<(), ReplayError> {
+        self.flush()?;
         self.file.sync_data().map_err(|source| ReplayError::Io {
             path: self.path.clone(),
             source,
         })
     }
 
-    /// Reads the store's recording as the file holds it now.
-    pub fn read(&self) -> Result<Recording, ReplayError> {
+    /// Writes the frames kept in memory, then reads the store's recording.
+    pub fn read(&mut self) -> Result<Recording, ReplayError> {
+        self.flush()?;
         Recording::read(&self.path)
     }
 
@@ -242,19 +302,13 @@ impl ReplayStore {
             }),
         }
     }
+}
 
-    fn write_buffer(&mut self) -> Result<(), ReplayError> {
-        self.holds_recording = true;
-        if let Err(source) = self.file.write_all(&self.buffer) {
-            self.read_only = Some(format!(
-                "a write failed ({source}), so it may end in a torn frame"
-            ));
-            return Err(ReplayError::Io {
-                path: self.path.clone(),
-                source,
-            });
+impl Drop for ReplayStore {
+    fn drop(&mut self) {
+        if let Err(error) = self.flush() {
+            tracing::error!(%error, "replay store: frames kept in memory could not be written");
         }
-        Ok(())
     }
 }
 

@@ -662,3 +662,68 @@ fn an_entry_larger_than_a_frame_is_refused_and_the_store_stays_usable() {
     assert!(recording.complete());
     assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
 }
+
+// feed-delivery-guarantees §8a: the delivery frame and its input are written in the same
+// write, buffered or not
+#[test]
+fn a_buffered_store_writes_whole_appends_only_when_flushed_or_dropped() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    store.set_write_buffer(1 << 20).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    for sequence in 1..=3 {
+        store
+            .append(
+                counter,
+                &indexed(sequence, Some(delivery(sequence, sequence * 10))),
+            )
+            .unwrap();
+    }
+    assert!(store.holds_recording());
+    assert_eq!(
+        file_len(&path),
+        HEADER_LEN as u64,
+        "nothing written before a flush"
+    );
+    store.flush().unwrap();
+    let flushed = file_len(&path);
+    assert_eq!(
+        Recording::read(&path).unwrap().streams()[0].entries().len(),
+        3
+    );
+    store
+        .append(counter, &inline("d", Some(delivery(4, 40))))
+        .unwrap();
+    assert_eq!(file_len(&path), flushed);
+    drop(store);
+    let recording = Recording::read(&path).unwrap();
+    assert!(recording.complete());
+    assert_eq!(
+        entries_of(&recording, "counter").last(),
+        Some(&inline("d", Some(delivery(4, 40))))
+    );
+}
+
+#[test]
+fn a_write_buffer_smaller_than_an_append_writes_each_append_whole() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    store.set_write_buffer(1).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    let mut lengths = vec![file_len(&path)];
+    for sequence in 1..=3 {
+        store
+            .append(
+                counter,
+                &indexed(sequence, Some(delivery(sequence, sequence * 10))),
+            )
+            .unwrap();
+        lengths.push(file_len(&path));
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    // every append ended at a point where the file reads complete
+    for length in lengths {
+        let recording = Recording::from_bytes(&bytes[..length as usize]).unwrap();
+        assert!(recording.complete(), "at {length}");
+    }
+}
