@@ -14,6 +14,7 @@ use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{Delivery, Handler, Processor, ProcessorError, ProcessorId};
 
 use crate::error::ControlError;
+use crate::group::RetryPolicy;
 
 /// Calls an erased handler (a `Handler<T>`) with an erased item (a `T`).
 pub type InvokeFn =
@@ -54,6 +55,9 @@ pub struct SubscribeRequest<'a> {
     pub item_type: TypeId,
     /// Its name, for errors.
     pub item_type_name: &'static str,
+    /// The retry policy the group's reader applies to retry-safe failures and failed
+    /// completions.
+    pub retry: RetryPolicy,
 }
 
 /// A subscription made by a [`FeedConnector`].
@@ -93,11 +97,12 @@ pub trait FeedConnector: Send + Sync {
 /// The result of dispatching one item to a group's processors of one feed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum DispatchResult {
-    /// Every live processor handled it, or a failure was contained (quarantine,
-    /// retries exhausted): the item counts as dispatched.
+    /// Every live processor handled it, or a failure was contained (quarantine): the
+    /// item goes on to its completions.
     Done,
-    /// A retry-safe processor failed: the reader keeps the item and calls
-    /// [`FeedDispatcher::dispatch`] again with `attempt + 1` on a later poll.
+    /// A retry-safe processor failed: the reader keeps the item and, under its retry
+    /// policy, calls [`FeedDispatcher::dispatch`] again with `attempt + 1` on a later
+    /// poll (never sleeping), or [`FeedDispatcher::gave_up`] once retries are spent.
     Failed {
         /// The processor that failed.
         processor: Option<ProcessorId>,
@@ -121,6 +126,10 @@ pub trait FeedDispatcher {
         completion: PendingCompletion,
         delivery: &Delivery,
     ) -> Result<(), ProcessorError>;
+
+    /// A retry-safe processor's retries for `item` are spent: the item is skipped for
+    /// it, and the processors after it that have not had it get it now.
+    fn gave_up(&mut self, item: &dyn Any, processor: Option<ProcessorId>);
 }
 
 /// A group's reader of one feed's queue.

@@ -61,7 +61,8 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    fn backoff(&self, retry: u32) -> Duration {
+    /// The wait before retry number `retry` (1-based).
+    pub fn backoff(&self, retry: u32) -> Duration {
         let factor = 1u32 << retry.saturating_sub(1).min(16);
         (self.initial_backoff * factor).min(self.max_backoff)
     }
@@ -679,19 +680,12 @@ struct Subscriber {
     handler: Box<dyn Any + Send>,
 }
 
-struct RetryMeta {
-    failing: Option<u64>,
-    attempts: u32,
-    not_before: Instant,
-}
-
 struct FeedState {
     feed: String,
     reader: Box<dyn FeedReader>,
     invoke: InvokeFn,
     subscribers: Vec<Subscriber>,
     handled: Vec<u64>,
-    retry: Option<RetryMeta>,
 }
 
 struct Runtime {
@@ -962,6 +956,7 @@ impl Runtime {
         let mut subscriptions = StartSubscriptions {
             connector: &*self.connector,
             group: &self.shared.name,
+            retry: self.policy,
             bindings: Vec::new(),
             service_handler: None,
         };
@@ -1045,7 +1040,6 @@ impl Runtime {
                 invoke: binding.invoke,
                 subscribers: vec![subscriber],
                 handled: Vec::new(),
-                retry: None,
             }),
             None => {
                 tracing::error!(group = %self.shared.name, %feed, "subscription came without a reader and the group reads no queue of the feed");
@@ -1117,12 +1111,6 @@ impl Runtime {
         };
         for state in &mut self.feeds {
             state.subscribers.retain(|s| s.generation != generation);
-            if let Some(retry) = state.retry.as_mut() {
-                if retry.failing == Some(generation) {
-                    retry.failing = None;
-                    retry.not_before = Instant::now();
-                }
-            }
         }
         for (feed, subscription) in subscriptions {
             self.connector.unsubscribe(&feed, subscription);
@@ -1344,32 +1332,22 @@ impl Runtime {
     }
 
     fn poll_feeds(&mut self) -> usize {
-        let now = Instant::now();
         let Runtime {
             feeds,
             processors,
             quarantines,
-            policy,
             poll_limit,
             shared,
             ..
         } = self;
         let mut work = 0;
         for state in feeds.iter_mut() {
-            if state
-                .retry
-                .as_ref()
-                .is_some_and(|retry| retry.not_before > now)
-            {
-                continue;
-            }
             let FeedState {
                 feed,
                 reader,
                 invoke,
                 subscribers,
                 handled,
-                retry,
             } = state;
             let mut dispatcher = GroupDispatcher {
                 group: &shared.name,
@@ -1377,10 +1355,8 @@ impl Runtime {
                 invoke: *invoke,
                 subscribers,
                 handled,
-                retry,
                 processors,
                 quarantines,
-                policy,
             };
             work += reader.poll(&mut dispatcher, *poll_limit);
         }
@@ -1460,19 +1436,15 @@ struct GroupDispatcher<'a> {
     invoke: InvokeFn,
     subscribers: &'a mut Vec<Subscriber>,
     handled: &'a mut Vec<u64>,
-    retry: &'a mut Option<RetryMeta>,
     processors: &'a mut BTreeMap<u64, Slot>,
     quarantines: &'a mut Vec<(u64, String)>,
-    policy: &'a RetryPolicy,
 }
 
-impl FeedDispatcher for GroupDispatcher<'_> {
-    fn dispatch(&mut self, item: &dyn Any, attempt: u32) -> DispatchResult {
-        if attempt == 0 || self.retry.is_none() {
-            // a new item: nobody handled it yet
-            self.handled.clear();
-            *self.retry = None;
-        }
+impl GroupDispatcher<'_> {
+    /// Gives `item` to every live subscriber that has not handled it, in order. A
+    /// non-retry-safe failure quarantines that processor alone and goes on; a
+    /// retry-safe one stops here for a retry when `may_retry`, else it is skipped.
+    fn run(&mut self, item: &dyn Any, may_retry: bool) -> DispatchResult {
         for index in 0..self.subscribers.len() {
             let generation = self.subscribers[index].generation;
             if self.handled.contains(&generation) {
@@ -1491,43 +1463,46 @@ impl FeedDispatcher for GroupDispatcher<'_> {
             let processor = &mut *slot.processor;
             let result = contained(|| invoke(handler, processor, item));
             engine::set_current_processor(previous);
-            match result {
-                Ok(()) => {
-                    self.handled.push(generation);
-                }
-                Err(reason) => {
-                    engine::discard_completions_of(Some(id));
-                    if slot.retry_safe {
-                        let attempts = match self.retry.as_ref() {
-                            Some(retry) if retry.failing == Some(generation) => retry.attempts + 1,
-                            _ => 1,
-                        };
-                        if attempts <= self.policy.max_retries {
-                            tracing::warn!(group = self.group, feed = self.feed, processor = %slot.name, attempts, %reason, "handler failed; the retry-safe processor is retried alone on a later cycle");
-                            *self.retry = Some(RetryMeta {
-                                failing: Some(generation),
-                                attempts,
-                                not_before: Instant::now() + self.policy.backoff(attempts),
-                            });
-                            return DispatchResult::Failed {
-                                processor: Some(id),
-                                retry: true,
-                            };
-                        }
-                        tracing::error!(group = self.group, feed = self.feed, processor = %slot.name, %reason, "retries exhausted: the item is skipped for this processor");
-                        *self.retry = None;
-                        self.handled.push(generation);
-                    } else {
-                        slot.quarantined = Some(reason.clone());
-                        self.quarantines.push((generation, reason));
-                        self.handled.push(generation);
-                    }
-                }
+            let Err(reason) = result else {
+                self.handled.push(generation);
+                continue;
+            };
+            // its completions of this attempt go; a retry registers them again
+            engine::discard_completions_of(Some(id));
+            if slot.retry_safe && may_retry {
+                tracing::warn!(group = self.group, feed = self.feed, processor = %slot.name, %reason, "handler failed; the retry-safe processor is retried alone on a later cycle");
+                return DispatchResult::Failed {
+                    processor: Some(id),
+                    retry: true,
+                };
+            }
+            self.handled.push(generation);
+            if slot.retry_safe {
+                tracing::error!(group = self.group, feed = self.feed, processor = %slot.name, %reason, "the item is skipped for this processor");
+            } else {
+                slot.quarantined = Some(reason.clone());
+                self.quarantines.push((generation, reason));
             }
         }
-        *self.retry = None;
         self.handled.clear();
         DispatchResult::Done
+    }
+}
+
+impl FeedDispatcher for GroupDispatcher<'_> {
+    fn dispatch(&mut self, item: &dyn Any, attempt: u32) -> DispatchResult {
+        if attempt == 0 {
+            // a new item: nobody handled it yet
+            self.handled.clear();
+        }
+        self.run(item, true)
+    }
+
+    fn gave_up(&mut self, item: &dyn Any, processor: Option<ProcessorId>) {
+        if let Some(ProcessorId(generation)) = processor {
+            self.handled.push(generation);
+        }
+        let _ = self.run(item, false);
     }
 
     fn complete(
@@ -1563,6 +1538,7 @@ struct PendingBinding {
 struct StartSubscriptions<'a> {
     connector: &'a dyn FeedConnector,
     group: &'a str,
+    retry: RetryPolicy,
     bindings: Vec<PendingBinding>,
     service_handler: Option<Handler<ServiceEvent>>,
 }
@@ -1595,6 +1571,7 @@ impl Subscriptions for StartSubscriptions<'_> {
                 group: self.group,
                 item_type,
                 item_type_name,
+                retry: self.retry,
             })
             .map_err(|error| ProcessorError::new(error.to_string()))?;
         self.bindings.push(PendingBinding {

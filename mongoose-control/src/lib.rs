@@ -60,6 +60,7 @@
 
 pub mod audit;
 pub mod context;
+mod delivery;
 mod error;
 pub mod feeds;
 mod group;
@@ -73,6 +74,7 @@ pub mod services;
 pub use audit::{
     read_request, verify, AuditCounts, AuditRecord, ControlAudit, RecordType, Verification,
 };
+pub use delivery::DeliveryFeeds;
 pub use error::ControlError;
 pub use group::{
     GroupOptions, GroupState, GroupStatus, ProcessorGroup, ProcessorStatus, QuarantinedProcessor,

@@ -9,6 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -17,6 +18,7 @@ use crate::feeds::{
     invoke_handler, DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader,
     InvokeFn, SubscribeRequest,
 };
+use crate::group::RetryPolicy;
 
 struct GroupQueue {
     items: Mutex<VecDeque<Arc<dyn Any + Send + Sync>>>,
@@ -180,6 +182,8 @@ impl FeedConnector for MemoryFeeds {
             Box::new(MemoryReader {
                 queue: Arc::clone(queue),
                 attempt: 0,
+                not_before: None,
+                policy: request.retry,
             }) as Box<dyn FeedReader>
         });
         Ok(FeedBinding {
@@ -211,6 +215,8 @@ impl FeedConnector for MemoryFeeds {
 struct MemoryReader {
     queue: Arc<GroupQueue>,
     attempt: u32,
+    not_before: Option<Instant>,
+    policy: RetryPolicy,
 }
 
 impl FeedReader for MemoryReader {
@@ -223,21 +229,32 @@ impl FeedReader for MemoryReader {
             {
                 break;
             }
+            if let Some(at) = self.not_before {
+                if Instant::now() < at {
+                    break;
+                }
+                self.not_before = None;
+            }
             let Some(item) = self.queue.items.lock().front().cloned() else {
                 break;
             };
-            match dispatcher.dispatch(&*item, self.attempt) {
-                DispatchResult::Failed { retry: true, .. } => {
+            let outcome = dispatcher.dispatch(&*item, self.attempt);
+            if let DispatchResult::Failed {
+                retry: true,
+                processor,
+            } = outcome
+            {
+                if self.attempt < self.policy.max_retries {
                     self.attempt += 1;
+                    self.not_before = Some(Instant::now() + self.policy.backoff(self.attempt));
                     break;
                 }
-                DispatchResult::Done | DispatchResult::Failed { retry: false, .. } => {
-                    self.queue.items.lock().pop_front();
-                    self.attempt = 0;
-                    self.queue.dispatched.fetch_add(1, Ordering::AcqRel);
-                    taken += 1;
-                }
+                dispatcher.gave_up(&*item, processor);
             }
+            self.queue.items.lock().pop_front();
+            self.attempt = 0;
+            self.queue.dispatched.fetch_add(1, Ordering::AcqRel);
+            taken += 1;
         }
         taken
     }

@@ -1,0 +1,236 @@
+//! The delivery engine as the groups' feed connector.
+//!
+//! [`DeliveryFeeds`] subscribes groups through a [`FeedRegistry`]. The registry's feeds
+//! are erased over their item type, and the group only holds erased handlers, so the
+//! connector needs to know each item type once: register feeds through
+//! [`DeliveryFeeds::register`] (which records it), or name the type with
+//! [`DeliveryFeeds::with_item_type`].
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use mongoose_core::engine::PendingCompletion;
+use mongoose_core::{Delivery, Position, ProcessorError, ProcessorId};
+use mongoose_delivery::{
+    AnyFeed, DeliveryError, DispatchOutcome, Dispatcher, FeedRegistry, Publisher, QueueReader,
+    SubscribeOptions, Subscription, SubscriptionId,
+};
+use parking_lot::RwLock;
+
+use crate::error::ControlError;
+use crate::feeds::{
+    invoke_handler, DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader,
+    InvokeFn, SubscribeRequest,
+};
+use crate::group::RetryPolicy;
+
+type BindFn =
+    fn(Box<dyn Any + Send>, Arc<dyn AnyFeed>, &str) -> Option<(u64, Option<Box<dyn FeedReader>>)>;
+
+#[derive(Clone, Copy)]
+struct Binder {
+    bind: BindFn,
+    invoke: InvokeFn,
+}
+
+/// A [`FeedConnector`] over the delivery engine's [`FeedRegistry`].
+#[derive(Clone, Default)]
+pub struct DeliveryFeeds {
+    registry: FeedRegistry,
+    binders: Arc<RwLock<HashMap<TypeId, Binder>>>,
+}
+
+impl fmt::Debug for DeliveryFeeds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeliveryFeeds")
+            .field("registry", &self.registry)
+            .field("item_types", &self.binders.read().len())
+            .finish()
+    }
+}
+
+impl DeliveryFeeds {
+    /// A connector over `registry`.
+    pub fn new(registry: FeedRegistry) -> Self {
+        DeliveryFeeds {
+            registry,
+            binders: Arc::default(),
+        }
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &FeedRegistry {
+        &self.registry
+    }
+
+    /// Makes feeds of item type `T` subscribable by processors.
+    pub fn with_item_type<T: Send + Sync + 'static>(self) -> Self {
+        self.allow_item_type::<T>();
+        self
+    }
+
+    /// Makes feeds of item type `T` subscribable by processors.
+    pub fn allow_item_type<T: Send + Sync + 'static>(&self) {
+        self.binders.write().insert(
+            TypeId::of::<T>(),
+            Binder {
+                bind: bind::<T>,
+                invoke: invoke_handler::<T>,
+            },
+        );
+    }
+
+    /// Registers `feed` in the registry and makes its item type subscribable.
+    ///
+    /// # Errors
+    /// [`DeliveryError::DuplicateFeed`].
+    pub fn register<T: Send + Sync + 'static, P: Position>(
+        &self,
+        feed: Arc<Publisher<T, P>>,
+    ) -> Result<(), DeliveryError> {
+        self.allow_item_type::<T>();
+        self.registry.register(feed)
+    }
+}
+
+fn bind<T: Send + Sync + 'static>(
+    boxed: Box<dyn Any + Send>,
+    feed: Arc<dyn AnyFeed>,
+    group: &str,
+) -> Option<(u64, Option<Box<dyn FeedReader>>)> {
+    let mut subscription = boxed.downcast::<Subscription<T>>().ok()?;
+    let id = subscription.id().0;
+    let reader = subscription.take_reader().map(|reader| {
+        Box::new(DeliveryReader {
+            reader,
+            feed,
+            group: group.to_owned(),
+        }) as Box<dyn FeedReader>
+    });
+    Some((id, reader))
+}
+
+fn subscription_error(feed: &str, error: impl fmt::Display) -> ControlError {
+    ControlError::Subscription {
+        feed: feed.to_owned(),
+        reason: error.to_string(),
+    }
+}
+
+fn delivery_policy(policy: RetryPolicy) -> mongoose_delivery::RetryPolicy {
+    mongoose_delivery::RetryPolicy {
+        max_retries: policy.max_retries,
+        initial_backoff: policy.initial_backoff,
+        max_backoff: policy.max_backoff,
+    }
+}
+
+impl FeedConnector for DeliveryFeeds {
+    fn subscribe(&self, request: SubscribeRequest<'_>) -> Result<FeedBinding, ControlError> {
+        let feed = self.registry.get(request.feed).ok_or_else(|| {
+            subscription_error(
+                request.feed,
+                DeliveryError::NoSuchFeed(request.feed.to_owned()),
+            )
+        })?;
+        FeedRegistry::check_type(&*feed, request.item_type, request.item_type_name)
+            .map_err(|error| subscription_error(request.feed, error))?;
+        let binder = self.binders.read().get(&request.item_type).copied().ok_or_else(|| {
+            subscription_error(
+                request.feed,
+                format!(
+                    "item type {} is not known to the control plane: register the feed through DeliveryFeeds::register, or call DeliveryFeeds::allow_item_type::<{}>()",
+                    request.item_type_name, request.item_type_name
+                ),
+            )
+        })?;
+        let options = SubscribeOptions {
+            capacity: None,
+            retry: delivery_policy(request.retry),
+        };
+        let boxed = feed
+            .subscribe_any(request.group, options)
+            .map_err(|error| subscription_error(request.feed, error))?;
+        let Some((subscription, reader)) = (binder.bind)(boxed, Arc::clone(&feed), request.group)
+        else {
+            return Err(subscription_error(
+                request.feed,
+                "the feed returned a subscription of another item type",
+            ));
+        };
+        Ok(FeedBinding {
+            subscription,
+            reader,
+            invoke: binder.invoke,
+        })
+    }
+
+    fn unsubscribe(&self, feed: &str, subscription: u64) {
+        if let Some(feed) = self.registry.get(feed) {
+            feed.unsubscribe(SubscriptionId(subscription));
+        }
+    }
+}
+
+struct DeliveryReader<T> {
+    reader: QueueReader<T>,
+    feed: Arc<dyn AnyFeed>,
+    group: String,
+}
+
+impl<T: Send + Sync + 'static> FeedReader for DeliveryReader<T> {
+    fn poll(&mut self, dispatcher: &mut dyn FeedDispatcher, limit: usize) -> usize {
+        self.reader
+            .poll(&mut TypedDispatcher { inner: dispatcher }, limit)
+    }
+
+    fn set_fenced(&mut self, fenced: bool) {
+        self.reader.set_fenced(fenced);
+    }
+
+    fn mark_dead(&mut self) {
+        self.reader.mark_dead();
+    }
+
+    fn pending(&self) -> usize {
+        self.reader.len()
+    }
+
+    fn overload_state(&self) -> Option<String> {
+        self.feed
+            .overload_states()
+            .into_iter()
+            .find(|(group, _)| *group == self.group)
+            .and_then(|(_, state)| serde_json::to_value(state).ok())
+            .and_then(|value| value.as_str().map(str::to_owned))
+    }
+}
+
+struct TypedDispatcher<'a> {
+    inner: &'a mut dyn FeedDispatcher,
+}
+
+impl<T: 'static> Dispatcher<T> for TypedDispatcher<'_> {
+    fn dispatch(&mut self, item: &T, attempt: u32) -> DispatchOutcome {
+        match self.inner.dispatch(item, attempt) {
+            DispatchResult::Done => DispatchOutcome::Done,
+            DispatchResult::Failed { processor, retry } => {
+                DispatchOutcome::Failed { processor, retry }
+            }
+        }
+    }
+
+    fn complete(
+        &mut self,
+        completion: PendingCompletion,
+        delivery: &Delivery,
+    ) -> Result<(), ProcessorError> {
+        self.inner.complete(completion, delivery)
+    }
+
+    fn gave_up(&mut self, item: &T, processor: Option<ProcessorId>) {
+        self.inner.gave_up(item, processor);
+    }
+}
