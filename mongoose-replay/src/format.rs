@@ -82,21 +82,28 @@ fn frame_checksum(length: [u8; 4], body: &[u8]) -> u32 {
 
 /// Appends one frame holding `frame` to `buffer`. On an error `buffer` is as it was.
 pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<(), ReplayError> {
-    let start = buffer.len();
-    buffer.extend_from_slice(&[0u8; FRAME_HEAD_LEN]);
-    if let Err(error) = postcard::to_io(frame, &mut *buffer) {
-        buffer.truncate(start);
-        return Err(ReplayError::Encode {
-            reason: error.to_string(),
-        });
-    }
-    let body_len = buffer.len() - start - FRAME_HEAD_LEN;
+    let encode_error = |error: postcard::Error| ReplayError::Encode {
+        reason: error.to_string(),
+    };
+    // measure first: an oversized entry is refused without building it, and the body is
+    // then written into place in one pass
+    let body_len = postcard::experimental::serialized_size(frame).map_err(encode_error)?;
     if body_len > MAX_FRAME_LEN {
-        buffer.truncate(start);
         return Err(ReplayError::FrameTooLarge {
             size: body_len,
             limit: MAX_FRAME_LEN,
         });
+    }
+    let start = buffer.len();
+    buffer.resize(start + FRAME_HEAD_LEN + body_len, 0);
+    let written = postcard::to_slice(frame, &mut buffer[start + FRAME_HEAD_LEN..])
+        .map(|body| body.len())
+        .map_err(encode_error);
+    if written.as_ref().ok() != Some(&body_len) {
+        buffer.truncate(start);
+        return Err(written.err().unwrap_or_else(|| ReplayError::Encode {
+            reason: "the encoded size differs from the measured one".to_owned(),
+        }));
     }
     // body_len <= MAX_FRAME_LEN fits a u32
     let length = (body_len as u32).to_le_bytes();
