@@ -17,10 +17,111 @@
 //! A full subscriber queue pauses the source (PAUSE is the default policy of a file
 //! feed): it keeps the line and reads nothing more until the queue has room.
 //!
-//! # Example
+//! # Example: a file feed and a processor that saves its position with its state
+//!
+//! The pointer bounds how much a restart reads again; the position saved atomically
+//! with the processor's state decides what is applied (feed-delivery-guarantees §5a).
+//! Here the first run processes every line and saves its state, then "crashes" before
+//! the pointer is committed: the restart delivers the lines again, and the processor
+//! skips them with [`Delivery::already_applied`](mongoose_core::Delivery::already_applied).
 //!
 //! ```
-//! # fn main() {}
+//! use std::fs;
+//! use std::path::Path;
+//! use std::sync::Arc;
+//!
+//! use mongoose_core::engine::PendingCompletion;
+//! use mongoose_core::{
+//!     Delivery, DeliveryContext, Epoch, EventSource, ProcessorError, SourceOutput, SourceState,
+//! };
+//! use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
+//! use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+//!
+//! /// Sums the numbers of a file; its state and the position of the last line applied
+//! /// are saved together, in one atomic write (a temporary file renamed into place).
+//! struct Summer {
+//!     sum: i64,
+//!     applied: Option<(Epoch, u64)>,
+//!     state_file: std::path::PathBuf,
+//! }
+//!
+//! impl Summer {
+//!     fn load(state_file: &Path) -> Summer {
+//!         let text = fs::read_to_string(state_file).unwrap_or_default();
+//!         let fields: Vec<u64> = text.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+//!         let (sum, applied) = match fields[..] {
+//!             [sum, epoch, position] => (sum as i64, Some((Epoch(epoch), position))),
+//!             _ => (0, None),
+//!         };
+//!         Summer { sum, applied, state_file: state_file.to_owned() }
+//!     }
+//!
+//!     fn save(&self) -> std::io::Result<()> {
+//!         let (epoch, position) = self.applied.unwrap_or_default();
+//!         let temporary = self.state_file.with_extension("tmp");
+//!         fs::write(&temporary, format!("{} {} {}", self.sum, epoch.get(), position))?;
+//!         fs::rename(&temporary, &self.state_file)
+//!     }
+//! }
+//!
+//! impl Dispatcher<i64> for Summer {
+//!     fn dispatch(&mut self, number: &i64, _attempt: u32) -> DispatchOutcome {
+//!         let delivery = DeliveryContext::current().expect("a file feed's items have positions");
+//!         if let Some((epoch, position)) = self.applied {
+//!             if delivery.already_applied(epoch, position) {
+//!                 return DispatchOutcome::Done; // a re-delivery: already in the state
+//!             }
+//!         }
+//!         self.sum += number;
+//!         self.applied = Some((delivery.epoch(), delivery.position().offset));
+//!         self.save().expect("state saved");
+//!         DispatchOutcome::Done
+//!     }
+//!
+//!     fn complete(&mut self, _: PendingCompletion, _: &Delivery) -> Result<(), ProcessorError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! /// One run: a COMMITED file feed of numbers into the processor, until caught up.
+//! fn run(input: &Path, state_file: &Path, commit: bool) -> i64 {
+//!     let feed: Arc<Publisher<i64, u64>> = Feed::builder("numbers").build();
+//!     let output: Arc<dyn SourceOutput<i64, u64>> = feed.clone();
+//!     let mut source = FileEventSource::new(
+//!         FileSourceConfig::new("numbers", input, ReadStrategy::Commited),
+//!         |line: String| line.trim().parse::<i64>().map_err(|e| format!("{line:?}: {e}")),
+//!         output,
+//!     );
+//!     let mut reader = feed
+//!         .subscribe("summer", SubscribeOptions::default())
+//!         .expect("subscribed")
+//!         .take_reader()
+//!         .expect("the group's reader");
+//!     let mut summer = Summer::load(state_file);
+//!     source.start().expect("started");
+//!     feed.start_complete();
+//!     while source.state() != SourceState::CaughtUp || !reader.is_empty() {
+//!         source.do_work().expect("duty cycle");
+//!         reader.poll(&mut summer, 256);
+//!     }
+//!     if commit {
+//!         source.stop().expect("stopped"); // commits what was processed
+//!     } // else: a crash before the pointer was written
+//!     summer.sum
+//! }
+//!
+//! let dir = tempfile::tempdir()?;
+//! let input = dir.path().join("numbers.txt");
+//! let state_file = dir.path().join("summer.state");
+//! fs::write(&input, "1\n2\n3\n")?;
+//!
+//! assert_eq!(run(&input, &state_file, false), 6);
+//! // every line is delivered again after the "crash", and none is applied twice
+//! assert_eq!(run(&input, &state_file, true), 6);
+//! use std::io::Write;
+//! fs::OpenOptions::new().append(true).open(&input)?.write_all(b"10\n")?; // the same epoch
+//! assert_eq!(run(&input, &state_file, true), 16);
+//! # Ok::<(), std::io::Error>(())
 //! ```
 #![deny(unsafe_code)]
 
