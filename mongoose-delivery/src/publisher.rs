@@ -127,6 +127,7 @@ pub struct Publisher<T, P: Position = u64> {
     acknowledged_scratch: Mutex<Vec<WindowEntry<P>>>,
     committing_thread: AtomicU64,
     deferred: Mutex<Vec<Deferred<T, P>>>,
+    has_deferred: AtomicBool,
     kill_switch: Mutex<Option<KillSwitch>>,
     stopping: AtomicBool,
 }
@@ -211,6 +212,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             acknowledged_scratch: Mutex::new(Vec::new()),
             committing_thread: AtomicU64::new(0),
             deferred: Mutex::new(Vec::new()),
+            has_deferred: AtomicBool::new(false),
             kill_switch: Mutex::new(None),
             stopping: AtomicBool::new(false),
         }
@@ -303,6 +305,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             shared: Arc::clone(&shared),
             producer,
             produced: 0,
+            known_free: capacity,
             holds: HoldRing::new(capacity),
             settings,
             explicit,
@@ -549,7 +552,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
 
     // ----- publishing ----------------------------------------------------------------
 
-    fn hold_reason(&self, state: &State<T, P>) -> Option<Hold> {
+    fn hold_reason(&self, state: &mut State<T, P>) -> Option<Hold> {
         if !state.cache.is_empty() {
             return Some(Hold::CacheWaiting);
         }
@@ -559,7 +562,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         self.room_for_positioned(state)
     }
 
-    fn room_for_positioned(&self, state: &State<T, P>) -> Option<Hold> {
+    fn room_for_positioned(&self, state: &mut State<T, P>) -> Option<Hold> {
         if state.bindings.is_empty() {
             return Some(Hold::NoConsumer);
         }
@@ -573,7 +576,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if state.window.is_full() {
             return Some(Hold::WindowFull);
         }
-        let full = state.bindings.iter().any(|binding| {
+        let full = state.bindings.iter_mut().any(|binding| {
             binding.settings.policy != OverloadPolicy::DropAfterSpin && !binding.has_room()
         });
         full.then_some(Hold::QueueFull)
@@ -632,11 +635,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 continue;
             }
             let never_drop = binding.settings.policy.never_drops();
-            if binding.has_room() || Self::spin_for_room(binding) {
-                if binding.push(envelope, sequence).is_ok() {
-                    entered = true;
-                    continue;
-                }
+            let room = binding.has_room() || Self::spin_for_room(binding);
+            if room && binding.push(envelope, sequence).is_ok() {
+                entered = true;
+                continue;
             }
             // no room after the spin: a drop; on a never-drop policy it is a fallback
             // (a push publish into a full PAUSE queue, a BLOCK publish on an agent thread)
@@ -650,7 +652,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    fn spin_for_room(binding: &Binding<T>) -> bool {
+    fn spin_for_room(binding: &mut Binding<T>) -> bool {
         let bound = binding.settings.spin_bound;
         if bound.is_zero() {
             return false;
@@ -777,7 +779,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         };
         let pause_full = state
             .bindings
-            .iter()
+            .iter_mut()
             .any(|binding| binding.settings.policy == OverloadPolicy::Pause && !binding.has_room());
         if pause_full {
             return false;
@@ -844,8 +846,17 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         state.window.push(sequence, epoch, position, false);
     }
 
+    fn defer(&self, operation: Deferred<T, P>) {
+        self.deferred.lock().push(operation);
+        self.has_deferred.store(true, Ordering::Release);
+    }
+
     fn drain_deferred(&self, state: &mut State<T, P>) {
+        if !self.has_deferred.load(Ordering::Acquire) {
+            return;
+        }
         loop {
+            self.has_deferred.store(false, Ordering::Release);
             let deferred: Vec<Deferred<T, P>> = std::mem::take(&mut *self.deferred.lock());
             if deferred.is_empty() {
                 return;
@@ -900,7 +911,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             .bindings
             .iter()
             .find(|binding| {
-                binding.settings.policy == OverloadPolicy::BlockWithDeadline && !binding.has_room()
+                binding.settings.policy == OverloadPolicy::BlockWithDeadline && !binding.room_now()
             })
             .map(|binding| binding.shared.name.to_string())
     }
@@ -909,7 +920,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         state.refused += 1;
         let mut latched = Vec::new();
         for binding in state.bindings.iter_mut() {
-            if binding.settings.policy == OverloadPolicy::BlockWithDeadline && !binding.has_room() {
+            if binding.settings.policy == OverloadPolicy::BlockWithDeadline && !binding.room_now() {
                 binding.refused += 1;
                 latched.push((
                     binding.shared.group.to_string(),
@@ -957,7 +968,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
         if !state.cache.is_empty() || state.waiting_status.is_some() {
             self.flush(&mut state);
         }
-        if self.hold_reason(&state).is_some() {
+        if self.hold_reason(&mut state).is_some() {
             Self::note_pause(&mut state);
             return TryPublish::Paused(item);
         }
@@ -977,7 +988,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
 
     fn publish(&self, item: T) -> Result<(), PublishRefused> {
         if self.nested() {
-            self.deferred.lock().push(Deferred::Publish(item));
+            self.defer(Deferred::Publish(item));
             return Ok(());
         }
         let on_agent = agent::is_agent_thread();
@@ -1020,7 +1031,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
 
     fn cache(&self, item: T, position: P) {
         if self.nested() {
-            self.deferred.lock().push(Deferred::Cache(item, position));
+            self.defer(Deferred::Cache(item, position));
             return;
         }
         let (mut state, _reservation) = self.reserve();
@@ -1038,7 +1049,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
     fn filtered(&self, position: P, reason: &str) {
         warn!(feed = %self.name, ?position, reason, "input filtered: no item published for it");
         if self.nested() {
-            self.deferred.lock().push(Deferred::Filtered(position));
+            self.defer(Deferred::Filtered(position));
             return;
         }
         Self::filter_locked(&mut self.state.lock(), position);
@@ -1110,7 +1121,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
 
     fn report_state(&self, source_state: SourceState, detail: Option<&str>) {
         if self.nested() {
-            self.deferred.lock().push(Deferred::Status(source_state));
+            self.defer(Deferred::Status(source_state));
             return;
         }
         let (mut state, _reservation) = self.reserve();

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crossbeam_utils::CachePadded;
 use mongoose_core::{Epoch, OverloadSettings, PositionValue, SourceState};
 use serde::Serialize;
 
@@ -60,12 +61,15 @@ pub(crate) enum Envelope<T> {
 /// The counters and flags shared by a queue's reader and its publisher. Each counter
 /// has one writer: `dispatched` and `completion_failures` the reader, the flags the
 /// group (fence) or the publisher (closed).
+///
+/// The reader's counters sit on a cache line of their own, so the publisher's reads of
+/// the flags do not miss on every item the reader counts.
 #[derive(Debug)]
 pub(crate) struct QueueShared {
     pub(crate) id: QueueId,
     pub(crate) name: Arc<str>,
     pub(crate) group: Arc<str>,
-    pub(crate) dispatched: AtomicU64,
+    pub(crate) dispatched: CachePadded<AtomicU64>,
     pub(crate) completion_failures: AtomicU64,
     pub(crate) fenced: AtomicBool,
     pub(crate) dead: AtomicBool,
@@ -78,7 +82,7 @@ impl QueueShared {
             id,
             name,
             group,
-            dispatched: AtomicU64::new(0),
+            dispatched: CachePadded::new(AtomicU64::new(0)),
             completion_failures: AtomicU64::new(0),
             fenced: AtomicBool::new(false),
             dead: AtomicBool::new(false),
@@ -90,6 +94,7 @@ impl QueueShared {
         self.dispatched.load(Ordering::Acquire)
     }
 
+    #[inline]
     pub(crate) fn fenced_or_dead(&self) -> bool {
         self.fenced.load(Ordering::Acquire) || self.dead.load(Ordering::Acquire)
     }
@@ -176,6 +181,9 @@ pub(crate) struct Binding<T> {
     pub(crate) shared: Arc<QueueShared>,
     pub(crate) producer: rtrb::Producer<Envelope<T>>,
     pub(crate) produced: u64,
+    /// Slots known to be free: free space only grows behind the publisher's back, so
+    /// the ring's shared head is read only when this runs out.
+    pub(crate) known_free: usize,
     pub(crate) holds: HoldRing,
     pub(crate) settings: OverloadSettings,
     /// True when the group's override or the feed's explicit policy set it.
@@ -199,8 +207,16 @@ impl<T> std::fmt::Debug for Binding<T> {
 }
 
 impl<T> Binding<T> {
-    pub(crate) fn has_room(&self) -> bool {
-        self.producer.slots() > 0
+    pub(crate) fn has_room(&mut self) -> bool {
+        if self.known_free == 0 {
+            self.known_free = self.producer.slots();
+        }
+        self.known_free > 0
+    }
+
+    /// Reads the ring's free space without caching (for `&self` checks).
+    pub(crate) fn room_now(&self) -> bool {
+        self.known_free > 0 || self.producer.slots() > 0
     }
 
     pub(crate) fn done_through(&self) -> u64 {
@@ -221,6 +237,7 @@ impl<T> Binding<T> {
             Ok(()) => {
                 self.holds.set(self.produced, holds_from);
                 self.produced += 1;
+                self.known_free = self.known_free.saturating_sub(1);
                 Ok(())
             }
             Err(rtrb::PushError::Full(envelope)) => Err(envelope),

@@ -217,10 +217,10 @@ impl<T> QueueReader<T> {
     /// of the queue: nothing behind it is dispatched meanwhile.
     pub fn poll(&mut self, dispatcher: &mut dyn Dispatcher<T>, limit: usize) -> usize {
         let mut finished = 0;
+        if self.shared.closed.load(Ordering::Acquire) || self.shared.fenced_or_dead() {
+            return 0;
+        }
         while finished < limit {
-            if self.shared.closed.load(Ordering::Acquire) || self.shared.fenced_or_dead() {
-                break;
-            }
             if let Some(at) = self.progress.not_before {
                 if Instant::now() < at {
                     break;

@@ -18,7 +18,11 @@ fn a_processing_checkpoint_holds_the_commit_until_state_is_durable() {
     let after_three = checkpoint.mark();
     process(&mut group, 2);
     feed.poll_acknowledgements();
-    assert_eq!(commits.pointer(), 0, "processed 5, nothing durable: nothing committed");
+    assert_eq!(
+        commits.pointer(),
+        0,
+        "processed 5, nothing durable: nothing committed"
+    );
     checkpoint.durable_through(after_three);
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 30);
@@ -51,7 +55,11 @@ fn a_mark_of_an_earlier_binding_does_not_release_a_resubscribed_queue() {
     process(&mut second, 2);
     checkpoint.durable_through(old_mark);
     feed.poll_acknowledgements();
-    assert_eq!(commits.pointer(), 20, "the new binding starts at nothing durable");
+    assert_eq!(
+        commits.pointer(),
+        20,
+        "the new binding starts at nothing durable"
+    );
     checkpoint.durable_through(checkpoint.mark());
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 40);
@@ -62,21 +70,41 @@ fn a_repeated_deregistration_does_not_unbind_the_other_binding_of_the_queue() {
     // §5 review 2 finding 5 and third review item 3 (ProcessingCheckpointSharedQueueTest)
     let (feed, commits) = positioned_feed(16);
     let checkpoint = feed.hold("group");
-    let mut first = feed.subscribe("group", SubscribeOptions::default()).expect("first");
-    let second = feed.subscribe("group", SubscribeOptions::default()).expect("second");
-    assert_eq!(first.queue(), second.queue(), "one queue per group and feed");
+    let mut first = feed
+        .subscribe("group", SubscribeOptions::default())
+        .expect("first");
+    let second = feed
+        .subscribe("group", SubscribeOptions::default())
+        .expect("second");
+    assert_eq!(
+        first.queue(),
+        second.queue(),
+        "one queue per group and feed"
+    );
     let mut group = first.take_reader().expect("the first subscription reads");
     feed.start_complete();
     feed.unsubscribe(second.id());
     feed.unsubscribe(second.id());
     publish_range(&feed, 1..=3);
     process(&mut group, 3);
-    assert_eq!(feed.status().subscribers.len(), 1, "the queue is still bound");
+    assert_eq!(
+        feed.status().subscribers.len(),
+        1,
+        "the queue is still bound"
+    );
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 0, "the hold still applies");
     checkpoint.durable_through(checkpoint.mark());
     feed.poll_acknowledgements();
-    assert_eq!(commits.pointer(), 30, "the durable mark of the remaining binding counts");
+    assert_eq!(
+        commits.pointer(),
+        30,
+        "the durable mark of the remaining binding counts"
+    );
     feed.unsubscribe(first.id());
-    assert_eq!(feed.status().subscribers.len(), 0, "the last subscription leaving removes the queue");
+    assert_eq!(
+        feed.status().subscribers.len(),
+        0,
+        "the last subscription leaving removes the queue"
+    );
 }

@@ -45,14 +45,19 @@ impl Dispatcher<u64> for Script {
                 }
             }
             engine::set_current_processor(None);
-            if let Some(index) =
-                self.dispatch_failures.iter().position(|(failing, _)| *failing == processor)
+            if let Some(index) = self
+                .dispatch_failures
+                .iter()
+                .position(|(failing, _)| *failing == processor)
             {
                 let (_, retry) = self.dispatch_failures.remove(index);
                 if !retry {
                     self.handled.push(processor);
                 }
-                return DispatchOutcome::Failed { processor: Some(processor), retry };
+                return DispatchOutcome::Failed {
+                    processor: Some(processor),
+                    retry,
+                };
             }
             self.handled.push(processor);
         }
@@ -84,7 +89,9 @@ impl Dispatcher<u64> for Script {
         if let Some(entry) = self
             .completion_failures
             .iter_mut()
-            .find(|(owner, key, left)| *owner == completion.owner && *key == completion.key && *left > 0)
+            .find(|(owner, key, left)| {
+                *owner == completion.owner && *key == completion.key && *left > 0
+            })
         {
             entry.2 -= 1;
             return Err(ProcessorError::new("save failed"));
@@ -102,14 +109,24 @@ const B: ProcessorId = ProcessorId(2);
 const SAVE: CompletionKey = CompletionKey(1);
 const OTHER: CompletionKey = CompletionKey(2);
 
-fn setup(retries: u32) -> (Arc<Publisher<u64, u64>>, Commits, mongoose_delivery::QueueReader<u64>) {
+fn setup(
+    retries: u32,
+) -> (
+    Arc<Publisher<u64, u64>>,
+    Commits,
+    mongoose_delivery::QueueReader<u64>,
+) {
     let (feed, commits) = positioned_feed(16);
     let reader = reader_with(&feed, "group", immediate_retries(retries));
     feed.start_complete();
     (feed, commits, reader)
 }
 
-fn poll_until_done(reader: &mut mongoose_delivery::QueueReader<u64>, script: &mut Script, items: usize) {
+fn poll_until_done(
+    reader: &mut mongoose_delivery::QueueReader<u64>,
+    script: &mut Script,
+    items: usize,
+) {
     let mut done = 0;
     for _ in 0..1_000 {
         done += reader.poll(script, 16);
@@ -132,10 +149,17 @@ fn completions_run_after_the_dispatch_and_before_the_item_counts_as_dispatched()
     publish_range(&feed, 1..=1);
     poll_until_done(&mut reader, &mut script, 1);
     assert_eq!(script.log, vec!["d:1:0", "c:1:1:0"]);
-    assert_eq!(script.dispatched_seen_in_completion, vec![0], "not dispatched while completing");
+    assert_eq!(
+        script.dispatched_seen_in_completion,
+        vec![0],
+        "not dispatched while completing"
+    );
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 10);
-    assert!(DeliveryContext::current().is_none(), "the context is cleared after the delivery");
+    assert!(
+        DeliveryContext::current().is_none(),
+        "the context is cleared after the delivery"
+    );
 }
 
 #[test]
@@ -162,7 +186,11 @@ fn an_item_without_a_position_has_no_completion() {
     feed.publish(5).expect("published");
     let mut collect = Collect::default();
     group.poll(&mut collect, 1);
-    assert_eq!(collect.deliveries, vec![None], "no delivery context for a push item");
+    assert_eq!(
+        collect.deliveries,
+        vec![None],
+        "no delivery context for a push item"
+    );
     assert!(!DeliveryContext::on_complete(SAVE));
 }
 
@@ -177,7 +205,11 @@ fn a_failed_dispatch_discards_the_failing_processors_completions_and_keeps_the_o
     };
     publish_range(&feed, 1..=1);
     poll_until_done(&mut reader, &mut script, 1);
-    assert_eq!(script.log, vec!["d:1:0", "d:2:0", "c:1:1:0"], "B's completion discarded");
+    assert_eq!(
+        script.log,
+        vec!["d:1:0", "d:2:0", "c:1:1:0"],
+        "B's completion discarded"
+    );
 }
 
 #[test]
@@ -211,7 +243,11 @@ fn a_processor_whose_retries_are_exhausted_runs_no_completion() {
     poll_until_done(&mut reader, &mut script, 1);
     assert_eq!(script.log, vec!["d:1:0", "d:2:0", "d:2:1", "c:1:1:1"]);
     feed.poll_acknowledgements();
-    assert_eq!(commits.pointer(), 10, "a failed item counts as dispatched: its fate was decided");
+    assert_eq!(
+        commits.pointer(),
+        10,
+        "a failed item counts as dispatched: its fate was decided"
+    );
 }
 
 #[test]
@@ -235,10 +271,17 @@ fn an_exhausted_callback_makes_the_feed_not_lossless() {
     assert_eq!(status.completion_failures, 1);
     assert!(!status.lossless);
     feed.poll_acknowledgements();
-    assert_eq!(commits.pointer(), 10, "the item is acknowledged once the policy gives up");
+    assert_eq!(
+        commits.pointer(),
+        10,
+        "the item is acknowledged once the policy gives up"
+    );
     let report = mongoose_delivery::StatusReport::from_feeds(vec![status]);
     let json = serde_json::to_string(&report).expect("json");
-    assert!(json.contains("\"completionFailures\":1") && json.contains("\"lossless\":false"), "{json}");
+    assert!(
+        json.contains("\"completionFailures\":1") && json.contains("\"lossless\":false"),
+        "{json}"
+    );
 }
 
 #[test]
@@ -251,9 +294,17 @@ fn a_callback_that_succeeds_on_retry_keeps_the_feed_lossless() {
         ..Script::default()
     };
     publish_range(&feed, 1..=1);
-    assert_eq!(reader.poll(&mut script, 1), 0, "the item waits for its callback's retry");
+    assert_eq!(
+        reader.poll(&mut script, 1),
+        0,
+        "the item waits for its callback's retry"
+    );
     feed.poll_acknowledgements();
-    assert_eq!(commits.pointer(), 0, "not acknowledged while its callback is retried");
+    assert_eq!(
+        commits.pointer(),
+        0,
+        "not acknowledged while its callback is retried"
+    );
     poll_until_done(&mut reader, &mut script, 1);
     let status = feed.status();
     assert_eq!(status.completion_failures, 0);
@@ -269,11 +320,23 @@ fn two_queues_each_complete_their_own_delivery_before_the_item_is_acknowledged()
     let mut second = reader(&feed, "second");
     feed.start_complete();
     publish_range(&feed, 1..=1);
-    let mut one = Script { processors: vec![A], registers: vec![(A, SAVE)], ..Script::default() };
-    let mut two = Script { processors: vec![B], registers: vec![(B, SAVE)], ..Script::default() };
+    let mut one = Script {
+        processors: vec![A],
+        registers: vec![(A, SAVE)],
+        ..Script::default()
+    };
+    let mut two = Script {
+        processors: vec![B],
+        registers: vec![(B, SAVE)],
+        ..Script::default()
+    };
     poll_until_done(&mut first, &mut one, 1);
     feed.poll_acknowledgements();
-    assert_eq!(commits.pointer(), 0, "the second queue has not completed it");
+    assert_eq!(
+        commits.pointer(),
+        0,
+        "the second queue has not completed it"
+    );
     poll_until_done(&mut second, &mut two, 1);
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 10);
@@ -293,7 +356,11 @@ fn a_delivery_that_ends_without_completing_runs_no_callback() {
     assert_eq!(reader.poll(&mut script, 1), 0);
     feed.remove_group("group"); // the group ends while the callback waits for its retry
     assert_eq!(reader.poll(&mut script, 1), 0);
-    assert_eq!(script.log, vec!["d:1:0", "c:1:1:0"], "the pending callback never ran again");
+    assert_eq!(
+        script.log,
+        vec!["d:1:0", "c:1:1:0"],
+        "the pending callback never ran again"
+    );
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 0, "and the item is not acknowledged");
 }

@@ -51,7 +51,9 @@ impl Dispatcher<u64> for Count {
 
 #[test]
 fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
-    let feed = Feed::<u64, u64>::builder("numbers").queue_capacity(1024).build();
+    let feed = Feed::<u64, u64>::builder("numbers")
+        .queue_capacity(1024)
+        .build();
     feed.acknowledge_with(Box::new(Pointer(0)));
     feed.set_pause_by_default(true);
     let mut reader = feed
@@ -81,5 +83,8 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
     run(100_000..1_100_000);
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
     assert!(count.0 > 0);
-    assert_eq!(allocations, 0, "{allocations} allocations for 1,000,000 items");
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations for 1,000,000 items"
+    );
 }

@@ -68,12 +68,17 @@ fn pause_with_ten_thousand_items_into_a_small_queue_and_a_slow_consumer_loses_no
     let (feed, commits) = positioned_feed(1024);
     let mut group = reader(&feed, "slow");
     feed.start_complete();
+    let source_paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let consumer_sees_pause = Arc::clone(&source_paused);
     let consumer = std::thread::spawn(move || {
+        // a slow consumer: it starts only once the source found the queue full
+        while !consumer_sees_pause.load(std::sync::atomic::Ordering::Acquire) {
+            std::thread::yield_now();
+        }
         let mut collect = Collect::default();
         while collect.items.len() < 10_000 {
-            if group.poll(&mut collect, 7) == 0 {
-                std::thread::sleep(Duration::from_micros(200));
-            }
+            group.poll(&mut collect, 7);
+            std::thread::sleep(Duration::from_micros(50));
         }
         collect.items
     });
@@ -86,6 +91,7 @@ fn pause_with_ten_thousand_items_into_a_small_queue_and_a_slow_consumer_loses_no
             TryPublish::Paused(item) => {
                 assert_eq!(item, next, "the source keeps the item");
                 paused += 1;
+                source_paused.store(true, std::sync::atomic::Ordering::Release);
                 std::thread::yield_now();
             }
             TryPublish::Retry(_) => unreachable!("nothing is nested here"),

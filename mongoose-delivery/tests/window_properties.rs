@@ -81,8 +81,8 @@ proptest! {
                     }
                 }
                 Step::Subscribe(queue) => {
-                    if !readers.contains_key(&queue) {
-                        readers.insert(queue, reader(&feed, &format!("g{queue}")));
+                    if let std::collections::btree_map::Entry::Vacant(slot) = readers.entry(queue) {
+                        slot.insert(reader(&feed, &format!("g{queue}")));
                         given.insert(queue, Vec::new());
                     }
                 }

@@ -1,4 +1,106 @@
 //! `cargo xtask`: project automation.
-fn main() {
-    eprintln!("usage: cargo xtask <bench|fuzz>");
+//!
+//! * `cargo xtask bench` runs the whole-pipeline benchmarks in release mode, one after
+//!   the other so they do not compete for cores, and prints their figures.
+//! * `cargo xtask fuzz [SECONDS]` runs every cargo-fuzz target of the workspace for
+//!   SECONDS each (default 60), installing cargo-fuzz first if it is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}
+
+fn run(command: &mut Command) -> bool {
+    eprintln!("xtask: running {command:?}");
+    match command.status() {
+        Ok(status) => status.success(),
+        Err(error) => {
+            eprintln!("xtask: could not start {command:?}: {error}");
+            false
+        }
+    }
+}
+
+/// (package, example, arguments) of each whole-pipeline benchmark, in order.
+const BENCHES: &[(&str, &str, &[&str])] = &[
+    ("mongoose-delivery", "pipeline_bench", &[]),
+    ("mongoose-source-file", "file_feed_bench", &[]),
+];
+
+fn bench(extra: &[String]) -> bool {
+    let root = workspace_root();
+    let mut ok = true;
+    for (package, example, arguments) in BENCHES {
+        let source = root.join(package).join("examples").join(format!("{example}.rs"));
+        if !source.exists() {
+            eprintln!("xtask: skipping {package}/{example}: not built yet");
+            continue;
+        }
+        let mut command = Command::new(env!("CARGO"));
+        command
+            .current_dir(&root)
+            .args(["run", "--release", "--quiet", "-p", package, "--example", example, "--"])
+            .args(*arguments)
+            .args(extra);
+        ok &= run(&mut command);
+    }
+    ok
+}
+
+fn fuzz(seconds: u64) -> bool {
+    let root = workspace_root();
+    let has_fuzz = Command::new(env!("CARGO"))
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !has_fuzz
+        && !run(Command::new(env!("CARGO")).args(["install", "cargo-fuzz", "--locked"]))
+    {
+        return false;
+    }
+    let mut ok = true;
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return false;
+    };
+    for entry in entries.flatten() {
+        let crate_dir = entry.path();
+        if !crate_dir.join("fuzz").join("Cargo.toml").exists() {
+            continue;
+        }
+        let listed = Command::new(env!("CARGO")).current_dir(&crate_dir).args(["fuzz", "list"]).output();
+        let Ok(listed) = listed else {
+            ok = false;
+            continue;
+        };
+        for target in String::from_utf8_lossy(&listed.stdout).lines().map(str::trim) {
+            if target.is_empty() {
+                continue;
+            }
+            let budget = format!("-max_total_time={seconds}");
+            ok &= run(Command::new(env!("CARGO")).current_dir(&crate_dir).args([
+                "fuzz", "run", "-s", "none", target, "--", &budget,
+            ]));
+        }
+    }
+    ok
+}
+
+fn main() -> ExitCode {
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let ok = match arguments.first().map(String::as_str) {
+        Some("bench") => bench(&arguments[1..]),
+        Some("fuzz") => fuzz(arguments.get(1).and_then(|text| text.parse().ok()).unwrap_or(60)),
+        _ => {
+            eprintln!("usage: cargo xtask bench [ARGS...] | cargo xtask fuzz [SECONDS]");
+            false
+        }
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
