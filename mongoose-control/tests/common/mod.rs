@@ -52,6 +52,7 @@ pub fn plane_with_feed() -> (ControlPlane, MemoryPublisher<u64>, MemoryFeeds) {
 
 type ItemFn = Box<dyn FnMut(&str, u64) -> Result<(), ProcessorError> + Send>;
 type TimerFn = Box<dyn FnMut(&str, u64) -> Result<(), ProcessorError> + Send>;
+type ServiceFn = Box<dyn FnMut(&ServiceEvent) -> Result<(), ProcessorError> + Send>;
 
 /// A processor whose behaviour each test scripts. It logs `name:item`, `name:timer:N`,
 /// `name:stop`, `name:service:+svc` / `-svc`, and `name:start-thread:<agent?>`.
@@ -64,7 +65,7 @@ pub struct Scripted {
     pub fail_start: Option<String>,
     pub on_item: Option<ItemFn>,
     pub on_timer: Option<TimerFn>,
-    pub on_service: Option<Box<dyn FnMut(&ServiceEvent) -> Result<(), ProcessorError> + Send>>,
+    pub on_service: Option<ServiceFn>,
     pub on_start: Option<Box<dyn FnMut() + Send>>,
 }
 

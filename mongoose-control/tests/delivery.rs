@@ -1,0 +1,188 @@
+//! Groups reading feeds of the delivery engine (control-plane-contracts "Generated
+//! processor failure containment"; feed-delivery-guarantees §5b).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::*;
+use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, ReplyOutcome};
+use mongoose_core::{
+    CompletionKey, Delivery, DeliveryContext, FailureKind, Processor, ProcessorError, SourceOutput,
+    Subscriptions,
+};
+use mongoose_delivery::{Feed, FeedRegistry, Publisher};
+
+fn plane_over(feeds: &DeliveryFeeds) -> ControlPlane {
+    ControlPlane::new(ControlConfig { ..config() }, Arc::new(feeds.clone()))
+}
+
+fn lines_feed() -> (DeliveryFeeds, Arc<Publisher<String, u64>>) {
+    let feeds = DeliveryFeeds::new(FeedRegistry::default());
+    let lines: Arc<Publisher<String, u64>> = Feed::builder("lines").queue_capacity(64).build();
+    feeds.register(Arc::clone(&lines)).expect("registered");
+    lines.start_complete();
+    (feeds, lines)
+}
+
+struct Lines {
+    name: &'static str,
+    log: Log,
+    fail_on: Option<&'static str>,
+}
+
+impl Lines {
+    #[allow(clippy::ptr_arg)] // a feed of String hands handlers &String
+    fn on_line(&mut self, line: &String) -> Result<(), ProcessorError> {
+        if self.fail_on == Some(line.as_str()) {
+            return Err(ProcessorError::new(format!("cannot take {line}")));
+        }
+        if DeliveryContext::current().is_some() {
+            DeliveryContext::on_complete(CompletionKey::SAVE);
+        }
+        self.log.lock().push(format!("{}:{line}", self.name));
+        Ok(())
+    }
+}
+
+impl Processor for Lines {
+    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+        subscriptions.subscribe("lines", Lines::on_line)
+    }
+
+    fn on_delivery_complete(
+        &mut self,
+        _key: CompletionKey,
+        delivery: &Delivery,
+    ) -> Result<(), ProcessorError> {
+        self.log.lock().push(format!(
+            "{}:complete@{}",
+            self.name,
+            delivery.position().offset
+        ));
+        Ok(())
+    }
+}
+
+struct Numbers;
+impl Numbers {
+    fn on_number(&mut self, _n: &u64) -> Result<(), ProcessorError> {
+        Ok(())
+    }
+}
+impl Processor for Numbers {
+    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+        subscriptions.subscribe("lines", Numbers::on_number)
+    }
+}
+
+// DESIGN "Processors": a mismatch fails at subscription naming the feed and both types
+#[test]
+fn a_subscription_to_a_feed_of_another_type_fails_naming_the_feed_and_both_types() {
+    let (feeds, _lines) = lines_feed();
+    let plane = plane_over(&feeds);
+    let reply = plane
+        .add_processor("pricing", "numbers", || Numbers)
+        .reply
+        .wait_for(WAIT)
+        .expect("answered");
+    assert_eq!(
+        (reply.outcome, reply.kind),
+        (ReplyOutcome::Failed, FailureKind::FailedEffect)
+    );
+    assert!(reply.reason.contains("'lines'"), "{}", reply.reason);
+    assert!(reply.reason.contains("String"), "{}", reply.reason);
+    assert!(reply.reason.contains("u64"), "{}", reply.reason);
+}
+
+// feed-delivery-guarantees §5b: completions run after the dispatch, with the delivery's position
+#[test]
+fn a_group_dispatches_positioned_items_to_every_processor_and_runs_completions_after_them() {
+    let (feeds, lines) = lines_feed();
+    let plane = plane_over(&feeds);
+    let log = new_log();
+    for name in ["a", "b"] {
+        let log = Arc::clone(&log);
+        let reply = plane
+            .add_processor("pricing", name, move || Lines {
+                name,
+                log,
+                fail_on: None,
+            })
+            .reply
+            .wait_for(WAIT)
+            .expect("added");
+        assert!(reply.applied(), "{reply:?}");
+    }
+    assert!(lines.try_publish("one".to_owned(), 4).is_published());
+    assert!(wait_until(|| log.lock().len() == 4));
+    assert_eq!(
+        *log.lock(),
+        vec!["a:one", "b:one", "a:complete@4", "b:complete@4"]
+    );
+}
+
+// containment: a quarantined processor leaves the reader; the peer keeps reading the feed
+#[test]
+fn a_quarantined_processor_leaves_the_delivery_queue_and_its_peer_keeps_reading() {
+    let (feeds, lines) = lines_feed();
+    let plane = plane_over(&feeds);
+    let log = new_log();
+    for (name, fail_on) in [("bad", Some("two")), ("good", None)] {
+        let log = Arc::clone(&log);
+        plane
+            .add_processor("pricing", name, move || Lines { name, log, fail_on })
+            .reply
+            .wait_for(WAIT)
+            .expect("added");
+    }
+    for (line, position) in [("one", 1u64), ("two", 2), ("three", 3)] {
+        assert!(lines.try_publish(line.to_owned(), position).is_published());
+    }
+    assert!(wait_until(|| log
+        .lock()
+        .iter()
+        .any(|e| e == "good:complete@3")));
+    let entries = log.lock().clone();
+    assert!(
+        !entries.iter().any(|e| e == "bad:two" || e == "bad:three"),
+        "{entries:?}"
+    );
+    assert!(
+        !entries.iter().any(|e| e == "bad:complete@2"),
+        "a quarantined processor runs none of its completions"
+    );
+    assert_eq!(
+        entries.iter().filter(|e| e.as_str() == "good:two").count(),
+        1
+    );
+    let status = plane.group_status("pricing").expect("status");
+    assert_eq!(status.quarantined[0].reason, "cannot take two");
+}
+
+// Shutdown: a closing group fences its queues and leaves the feed
+#[test]
+fn a_closed_group_leaves_its_delivery_queue() {
+    let (feeds, lines) = lines_feed();
+    let plane = plane_over(&feeds);
+    let log = new_log();
+    let inner = Arc::clone(&log);
+    plane
+        .add_processor("pricing", "a", move || Lines {
+            name: "a",
+            log: inner,
+            fail_on: None,
+        })
+        .reply
+        .wait_for(WAIT)
+        .expect("added");
+    assert_eq!(lines.status().subscribers.len(), 1);
+    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    assert!(
+        lines.status().subscribers.is_empty(),
+        "unsubscribed through the removed-consumer rules"
+    );
+    let group = plane.group("pricing").expect("group");
+    assert_eq!(group.state(), mongoose_control::GroupState::Closed);
+}
