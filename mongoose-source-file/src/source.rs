@@ -5,6 +5,7 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mongoose_core::{
@@ -163,7 +164,6 @@ struct CommitShared {
     /// The open input (for fingerprint growth: always the file being read).
     input: Option<Arc<File>>,
     stopped: bool,
-    ignored_old_acknowledgements: u64,
 }
 
 impl CommitShared {
@@ -272,29 +272,68 @@ fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result
     Ok(())
 }
 
+/// What the committer reads on every acknowledgement without taking the commit lock.
+#[derive(Debug, Default)]
+struct CommitFront {
+    /// The epoch of the pointer now.
+    epoch: AtomicU64,
+    /// Bumped at each reset: an acknowledgement taken before it is forgotten.
+    generation: AtomicU64,
+    /// Acknowledgements of an old epoch ignored.
+    ignored: AtomicU64,
+}
+
+impl CommitFront {
+    /// A new epoch after a reset: what was acknowledged before is forgotten.
+    fn reset_to(&self, epoch: u64) {
+        self.epoch.store(epoch, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
 /// The committer a COMMITED source registers with its output.
 struct PointerCommitter {
     shared: Arc<Mutex<CommitShared>>,
+    front: Arc<CommitFront>,
+    /// The highest acknowledged offset since the last commit, with the reset
+    /// generation it was acknowledged in.
+    pending: Option<(u64, u64)>,
+    source_name: String,
 }
 
 impl SourceCommitter<u64> for PointerCommitter {
     fn acknowledged(&mut self, sequence: u64, epoch: Epoch, position: u64) {
-        let mut shared = self.shared.lock();
-        if epoch.get() != shared.record.epoch {
+        if epoch.get() != self.front.epoch.load(Ordering::Acquire) {
             // an item of the old file: never committed into the new file's pointer
             // (feed-delivery-guarantees §4, review 2 finding 6, review R4)
-            shared.ignored_old_acknowledgements += 1;
+            self.front.ignored.fetch_add(1, Ordering::Relaxed);
             debug!(
-                source = %shared.source_name, sequence, %epoch, position,
+                source = %self.source_name, sequence, %epoch, position,
                 "ignoring an acknowledgement of an old epoch"
             );
             return;
         }
-        shared.acknowledged = Some(shared.acknowledged.map_or(position, |at| at.max(position)));
+        let generation = self.front.generation.load(Ordering::Acquire);
+        self.pending = match self.pending {
+            Some((at_generation, offset)) if at_generation == generation => {
+                Some((generation, offset.max(position)))
+            }
+            _ => Some((generation, position)),
+        };
     }
 
     fn commit(&mut self) -> Result<(), CoreError> {
-        self.shared.lock().commit()
+        let Some((generation, offset)) = self.pending.take() else {
+            return Ok(());
+        };
+        let mut shared = self.shared.lock();
+        if generation != self.front.generation.load(Ordering::Acquire) {
+            // acknowledged before a reset: an offset of the old file (review 2, finding 6)
+            debug!(source = %self.source_name, offset, "forgetting an acknowledgement made before a reset");
+            return Ok(());
+        }
+        shared.acknowledged = Some(shared.acknowledged.map_or(offset, |at| at.max(offset)));
+        shared.commit()
     }
 
     fn commits_after_stop(&self) -> bool {
@@ -345,6 +384,7 @@ pub struct FileEventSource<T> {
     mapper: DataMapper<T>,
     output: Arc<dyn SourceOutput<T, u64>>,
     shared: Arc<Mutex<CommitShared>>,
+    front: Arc<CommitFront>,
     buf: Vec<u8>,
     input: Option<OpenInput>,
     /// A mapped line a full queue refused, and its position.
@@ -392,7 +432,6 @@ impl<T: Send + 'static> FileEventSource<T> {
             acknowledged: None,
             input: None,
             stopped: false,
-            ignored_old_acknowledgements: 0,
         }));
         FileEventSource {
             buf: Vec::new(),
@@ -400,6 +439,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             mapper: Box::new(mapper),
             output,
             shared,
+            front: Arc::new(CommitFront::default()),
             input: None,
             pending: None,
             epoch: Epoch::NONE,
@@ -466,7 +506,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         let mut status = self.status.clone();
         let shared = self.shared.lock();
         status.committed_position = shared.record.offset;
-        status.ignored_old_acknowledgements = shared.ignored_old_acknowledgements;
+        status.ignored_old_acknowledgements = self.front.ignored.load(Ordering::Relaxed);
         status.epoch = self.epoch;
         status
     }
@@ -643,6 +683,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             record.epoch = new_epoch(old_epoch);
             // forget what the old file acknowledged (review 2, finding 6)
             shared.acknowledged = None;
+            self.front.reset_to(record.epoch);
             self.status.resets += 1;
             start_at = 0;
         } else {
@@ -668,6 +709,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
         shared.input = Some(Arc::clone(file));
         shared.write_record(record)?;
+        self.front.epoch.store(record.epoch, Ordering::Release);
         let epoch = Epoch(record.epoch);
         drop(shared);
         self.set_epoch(epoch);
@@ -1038,9 +1080,13 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
             shared.pointer = Some(opened.file);
             shared.acknowledged = None;
             shared.stopped = false;
+            self.front.reset_to(shared.record.epoch);
             drop(shared);
             self.output.acknowledge_with(Box::new(PointerCommitter {
                 shared: Arc::clone(&self.shared),
+                front: Arc::clone(&self.front),
+                pending: None,
+                source_name: self.config.name.clone(),
             }));
         }
         self.started = true;
