@@ -398,6 +398,8 @@ pub struct FileEventSource<T> {
     draining: Option<String>,
     /// Where the old file was read to, for the identity check of a reopen.
     reopen_from: Option<u64>,
+    /// The key of the file last opened.
+    last_key: Option<FileKey>,
     paused: bool,
     reported: Option<(SourceState, Option<String>)>,
     status: FileSourceStatus,
@@ -448,6 +450,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             opened_since_start: false,
             draining: None,
             reopen_from: None,
+            last_key: None,
             paused: false,
             reported: None,
             status: FileSourceStatus {
@@ -585,13 +588,17 @@ impl<T: Send + 'static> FileEventSource<T> {
         let file = Arc::new(file);
         let reopen_from = self.reopen_from.take();
         let reopen = self.opened_since_start;
-        let start_at = match self.config.strategy {
-            ReadStrategy::Commited => self.adopt_pointer(&file, key, size, reopen_from)?,
-            ReadStrategy::Earliest | ReadStrategy::OnceEarliest => {
+        // the same file again (a reopen after a read error) resumes where it was
+        let same_file_from =
+            reopen_from.filter(|from| key.is_some() && key == self.last_key && size >= *from);
+        let start_at = match (self.config.strategy, same_file_from) {
+            (ReadStrategy::Commited, _) => self.adopt_pointer(&file, key, size, reopen_from)?,
+            (_, Some(from)) => from,
+            (ReadStrategy::Earliest | ReadStrategy::OnceEarliest, None) => {
                 self.set_epoch(identity_epoch(key, &path));
                 0
             }
-            ReadStrategy::Latest | ReadStrategy::OnceLatest => {
+            (ReadStrategy::Latest | ReadStrategy::OnceLatest, None) => {
                 self.set_epoch(identity_epoch(key, &path));
                 // the new file of a rotation is read from its start
                 if reopen {
@@ -601,6 +608,7 @@ impl<T: Send + 'static> FileEventSource<T> {
                 }
             }
         };
+        self.last_key = key;
         if reopen {
             self.status.reopens += 1;
         }
