@@ -7,7 +7,7 @@
 //! being the byte offset just after the line.
 //!
 //! With [`ReadStrategy::Commited`] the source keeps a 1,024-byte memory-mapped pointer
-//! file beside the input (`<input file name>.readPointer`, layout in [`pointer`]). The
+//! file beside the input (`<input file name>.readPointer`, layout in [`mod@pointer`]). The
 //! pointer is written only by the source's committer, when the output acknowledges that
 //! every consumer processed the lines it covers: after a crash the lines after it are
 //! delivered again, never skipped. The pointer also holds an epoch (the position space),
