@@ -740,6 +740,14 @@ impl<T: Send + 'static> FileEventSource<T> {
         );
     }
 
+    fn on_retry(&mut self) {
+        // not a pause (not counted), but the line is not taken yet
+        self.report(
+            SourceState::Behind,
+            Some("a publish nested in a commit of this feed: offering the line again".to_owned()),
+        );
+    }
+
     /// Offers the pending item; true when published (or nothing was pending).
     fn publish_pending(&mut self) -> bool {
         let Some((item, position)) = self.pending.take() else {
@@ -758,6 +766,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             }
             TryPublish::Retry(item) => {
                 self.pending = Some((item, position));
+                self.on_retry();
                 false
             }
         }
@@ -781,6 +790,7 @@ impl<T: Send + 'static> FileEventSource<T> {
                 }
                 TryPublish::Retry(item) => {
                     self.pending = Some((item, position));
+                    self.on_retry();
                     false
                 }
             },

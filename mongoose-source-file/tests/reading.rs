@@ -105,6 +105,32 @@ fn a_paused_line_is_kept_and_the_source_stays_behind_until_everything_is_taken()
     assert_eq!(output.positions(), vec![2, 4, 6, 8, 10]);
 }
 
+// feed-delivery-guarantees §3 (a publish nested in a positioned commit is told to
+// retry): the line is kept, offered again, not counted as a pause, and the source is
+// not caught up meanwhile
+#[test]
+fn a_retried_publish_keeps_the_line_and_the_source_behind() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    append(&path, b"b\nc\n");
+    output.retry_next(2);
+    drive(&mut source, 1);
+    assert_eq!(output.items(), strings(&["a"]));
+    assert_eq!(output.last_state(), Some(SourceState::Behind));
+    drive(&mut source, 1);
+    assert_eq!(output.last_state(), Some(SourceState::Behind));
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["a", "b", "c"]));
+    assert_eq!(source.status().pauses, 0);
+}
+
 // feed-delivery-guarantees §3 and §4: a mapper error is an item filtered, counted and
 // committed with the items around it, never a silent loss
 #[test]

@@ -38,6 +38,8 @@ struct Inner<T> {
     pause_by_default: bool,
     paused_publishes: u64,
     hold_commits: bool,
+    /// The next this many publishes are told to retry (a nested publish).
+    retries: usize,
 }
 
 /// A `SourceOutput` that records publishes; the test decides what was processed.
@@ -60,6 +62,7 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
                 pause_by_default: false,
                 paused_publishes: 0,
                 hold_commits: false,
+                retries: 0,
             }),
             committer: Mutex::new(None),
         })
@@ -106,6 +109,11 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
     pub fn process_all(&self) {
         let items = self.items().len();
         self.process(items);
+    }
+
+    /// The next `count` publishes are told to retry.
+    pub fn retry_next(&self, count: usize) {
+        self.inner.lock().retries = count;
     }
 
     /// While held, `poll_acknowledgements` tells the committer but does not commit.
@@ -169,6 +177,10 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
 impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
     fn try_publish(&self, item: T, position: u64) -> TryPublish<T> {
         let mut inner = self.inner.lock();
+        if inner.retries > 0 {
+            inner.retries -= 1;
+            return TryPublish::Retry(item);
+        }
         if let Some(capacity) = inner.capacity {
             let items = inner.entries.iter().filter(|e| e.item.is_some()).count();
             if items - inner.processed_items >= capacity {
