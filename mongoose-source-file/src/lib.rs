@@ -17,6 +17,23 @@
 //! A full subscriber queue pauses the source (PAUSE is the default policy of a file
 //! feed): it keeps the line and reads nothing more until the queue has room.
 //!
+//! # Identity, rotation and the open
+//!
+//! * The identity of the input is its file key (device and inode), read from the
+//!   *opened handle* (`fstat`), and the fingerprint is read by positional reads of that
+//!   handle. The Java original could only read the path's identity, so it read it
+//!   before and after the open and retried; here a rotation between the open and the
+//!   identity read cannot mislabel the file, and the file opened is always the one read
+//!   (the old file of a rotation is read to its end, then the new one is opened).
+//! * Never a file time: an append, or a tool touching the file, keeps pointer and epoch.
+//! * While tailing, at the end of the file and before reporting CAUGHT_UP, the source
+//!   checks that the path still names the open file and that the file is not shorter
+//!   than what was read; if not it reports BEHIND with the reason, reads a rotated file
+//!   to its end and reopens through the same identity check as a restart.
+//! * LATEST starts at the file's size when first opened (a line being written at that
+//!   moment is published from where it was cut); after a rotation strategies without a
+//!   pointer read the new file from its start.
+//!
 //! # Example: a file feed and a processor that saves its position with its state
 //!
 //! The pointer bounds how much a restart reads again; the position saved atomically
