@@ -55,9 +55,14 @@ impl Dispatcher<u64> for Slow {
 }
 
 fn main() {
-    let feed = Feed::<u64, u64>::builder("numbers").queue_capacity(1024).build();
+    let feed = Feed::<u64, u64>::builder("numbers")
+        .queue_capacity(1024)
+        .build();
     let committed = Arc::new(AtomicU64::new(0));
-    feed.acknowledge_with(Box::new(Pointer { acknowledged: 0, committed: committed.clone() }));
+    feed.acknowledge_with(Box::new(Pointer {
+        acknowledged: 0,
+        committed: committed.clone(),
+    }));
     feed.set_pause_by_default(true);
     feed.set_epoch(Epoch(1));
     let mut reader = feed
@@ -69,7 +74,10 @@ fn main() {
 
     let consumer = std::thread::spawn(move || {
         let _agent = mongoose_core::agent::mark_current_thread("slow-group");
-        let mut slow = Slow { processed: 0, last_position: 0 };
+        let mut slow = Slow {
+            processed: 0,
+            last_position: 0,
+        };
         while slow.processed < ITEMS {
             if reader.poll(&mut slow, 64) == 0 {
                 std::thread::sleep(Duration::from_millis(1));
@@ -109,10 +117,22 @@ fn main() {
 
     let report = StatusReport::from_feeds(vec![feed.status()]);
     println!();
-    println!("processed {} items, last position {}", slow.processed, slow.last_position);
+    println!(
+        "processed {} items, last position {}",
+        slow.processed, slow.last_position
+    );
     println!("the source offered {paused_offers} times while paused: nothing was dropped");
-    println!("committed position {} (everything processed)", committed.load(Ordering::Acquire));
+    println!(
+        "committed position {} (everything processed)",
+        committed.load(Ordering::Acquire)
+    );
     println!("feed status:");
-    println!("{}", serde_json::to_string_pretty(&report).expect("status serializes"));
-    assert!(report.settled && report.lossless, "the run is complete and whole");
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).expect("status serializes")
+    );
+    assert!(
+        report.settled && report.lossless,
+        "the run is complete and whole"
+    );
 }

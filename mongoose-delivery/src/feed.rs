@@ -32,6 +32,7 @@ impl<T: Send + Sync + 'static, P: Position> Feed<T, P> {
             status_events: false,
             bounded: false,
             mapper: None,
+            fan_out_clone: None,
             _types: PhantomData,
         }
     }
@@ -46,6 +47,7 @@ pub struct FeedBuilder<T, P> {
     pub(crate) status_events: bool,
     pub(crate) bounded: bool,
     pub(crate) mapper: Option<DataMapper<T>>,
+    pub(crate) fan_out_clone: Option<fn(&T) -> T>,
     _types: PhantomData<fn() -> P>,
 }
 
@@ -56,6 +58,16 @@ impl<T, P> std::fmt::Debug for FeedBuilder<T, P> {
             .field("queue_capacity", &self.queue_capacity)
             .field("overload", &self.overload)
             .finish()
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static, P: Position> FeedBuilder<T, P> {
+    /// Copies the item for each queue of a fan-out instead of sharing it behind one
+    /// `Arc`: cheaper for small items (numbers, small structs), whose copies avoid an
+    /// allocation and a shared reference count per item.
+    pub fn clone_on_fan_out(mut self) -> Self {
+        self.fan_out_clone = Some(T::clone);
+        self
     }
 }
 
@@ -97,6 +109,9 @@ impl<T: Send + Sync + 'static, P: Position> FeedBuilder<T, P> {
     }
 
     /// Builds the feed, checking the overload settings.
+    ///
+    /// By default an item offered to several queues is shared behind one `Arc` (never
+    /// copied per queue); a single-subscriber feed moves it.
     pub fn try_build(self) -> Result<Arc<Publisher<T, P>>, crate::DeliveryError> {
         if let Some(settings) = &self.overload {
             settings.validate()?;

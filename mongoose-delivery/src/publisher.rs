@@ -122,6 +122,7 @@ pub struct Publisher<T, P: Position = u64> {
     name: Arc<str>,
     queue_capacity: usize,
     mapper: Option<DataMapper<T>>,
+    fan_out_clone: Option<fn(&T) -> T>,
     state: Mutex<State<T, P>>,
     committer: Mutex<Option<Box<dyn SourceCommitter<P>>>>,
     acknowledged_scratch: Mutex<Vec<WindowEntry<P>>>,
@@ -207,6 +208,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             name: Arc::from(builder.name.as_str()),
             queue_capacity: builder.queue_capacity,
             mapper: builder.mapper,
+            fan_out_clone: builder.fan_out_clone,
             state: Mutex::new(state),
             committer: Mutex::new(None),
             acknowledged_scratch: Mutex::new(Vec::new()),
@@ -612,16 +614,22 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let targets = state.bindings.len();
         let mut shared_item: Option<Arc<T>> = None;
         let mut owned_item = Some(item);
-        if targets > 1 {
+        if targets > 1 && self.fan_out_clone.is_none() {
             shared_item = owned_item.take().map(Arc::new);
         }
         let envelope_position = position.map(|(epoch, position)| (epoch, position.value()));
         let mut losses: Vec<(usize, bool)> = Vec::new();
         for index in 0..targets {
-            let payload = match (&shared_item, owned_item.take()) {
+            let payload = match (&shared_item, self.fan_out_clone) {
                 (Some(shared), _) => Payload::Shared(Arc::clone(shared)),
-                (None, Some(owned)) => Payload::Owned(owned),
-                (None, None) => break,
+                (None, Some(clone)) if index + 1 < targets => match &owned_item {
+                    Some(owned) => Payload::Owned(clone(owned)),
+                    None => break,
+                },
+                (None, _) => match owned_item.take() {
+                    Some(owned) => Payload::Owned(owned),
+                    None => break,
+                },
             };
             let envelope = Envelope::Item {
                 payload,

@@ -122,8 +122,12 @@ impl Progress {
         }
     }
 
+    #[inline]
     fn reset(&mut self) {
         self.phase = Phase::Dispatch;
+        if self.attempt == 0 && self.completion_retries == 0 && !self.resume {
+            return;
+        }
         self.attempt = 0;
         self.completion_retries = 0;
         self.not_before = None;

@@ -15,15 +15,42 @@ fn the_status_json_has_exactly_the_field_names_of_the_reference() {
     feed.start_complete();
     let report = StatusReport::from_feeds(vec![feed.status()]);
     let json: serde_json::Value = serde_json::to_value(&report).expect("json");
-    let top: Vec<&str> = json.as_object().expect("object").keys().map(String::as_str).collect();
+    let top: Vec<&str> = json
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(top, vec!["fallbackFeeds", "feeds", "lossless", "settled"]);
-    let mut fields: Vec<&str> =
-        json["feeds"][0].as_object().expect("feed").keys().map(String::as_str).collect();
+    let mut fields: Vec<&str> = json["feeds"][0]
+        .as_object()
+        .expect("feed")
+        .keys()
+        .map(String::as_str)
+        .collect();
     fields.sort_unstable();
     let mut expected = vec![
-        "feed", "state", "bounded", "sequence", "version", "detail", "drained", "settled",
-        "lossless", "policy", "dropped", "refused", "downgraded", "paused", "pauses",
-        "acknowledged", "pendingAcks", "subscribers", "consumers", "stalled", "unterminated",
+        "feed",
+        "state",
+        "bounded",
+        "sequence",
+        "version",
+        "detail",
+        "drained",
+        "settled",
+        "lossless",
+        "policy",
+        "dropped",
+        "refused",
+        "downgraded",
+        "paused",
+        "pauses",
+        "acknowledged",
+        "pendingAcks",
+        "subscribers",
+        "consumers",
+        "stalled",
+        "unterminated",
         "completionFailures",
     ];
     expected.sort_unstable();
@@ -34,7 +61,10 @@ fn the_status_json_has_exactly_the_field_names_of_the_reference() {
         .keys()
         .map(String::as_str)
         .collect();
-    assert_eq!(subscriber, vec!["dispatched", "drained", "position", "queue"]);
+    assert_eq!(
+        subscriber,
+        vec!["dispatched", "drained", "position", "queue"]
+    );
 }
 
 #[test]
@@ -44,9 +74,15 @@ fn settled_waits_for_processing_and_the_acknowledgement() {
     feed.start_complete();
     publish_range(&feed, 1..=3);
     feed.report_state(SourceState::CaughtUp, None);
-    assert!(!feed.status().settled, "published items are not processed yet");
+    assert!(
+        !feed.status().settled,
+        "published items are not processed yet"
+    );
     process(&mut group, 3);
-    assert!(!feed.status().settled, "processed but not yet acknowledged to the source");
+    assert!(
+        !feed.status().settled,
+        "processed but not yet acknowledged to the source"
+    );
     feed.poll_acknowledgements();
     let status = feed.status();
     assert!(status.settled && status.lossless, "{status:?}");
@@ -75,19 +111,27 @@ fn a_degraded_drop_queue_recovers_after_a_quiet_period() {
         quiet_period: Duration::from_secs(1),
         ..OverloadSettings::drop_after_spin()
     };
-    let feed: std::sync::Arc<Publisher<u64, u64>> =
-        Feed::builder("ticks").queue_capacity(1).overload(settings).build();
+    let feed: std::sync::Arc<Publisher<u64, u64>> = Feed::builder("ticks")
+        .queue_capacity(1)
+        .overload(settings)
+        .build();
     let _group = reader(&feed, "g");
     feed.start_complete();
     feed.publish(1).expect("room");
     feed.publish(2).expect("dropped, not refused");
-    assert_eq!(feed.overload_states(), vec![("g/ticks".to_owned(), OverloadState::Degraded)]);
+    assert_eq!(
+        feed.overload_states(),
+        vec![("g/ticks".to_owned(), OverloadState::Degraded)]
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while feed.overload_states()[0].1 != OverloadState::Up {
         assert!(Instant::now() < deadline, "never recovered");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!feed.status().lossless, "recovered health does not erase the loss");
+    assert!(
+        !feed.status().lossless,
+        "recovered health does not erase the loss"
+    );
 }
 
 #[test]
@@ -109,5 +153,8 @@ fn once_the_server_stops_a_blocked_publish_is_refused_and_no_kill_switch_starts(
     feed.begin_stop();
     let refused = feed.publish(2).expect_err("refused at once");
     assert_eq!(refused.kind, FailureKind::RefusedState);
-    assert!(received.recv_timeout(Duration::from_millis(300)).is_err(), "no hook while stopping");
+    assert!(
+        received.recv_timeout(Duration::from_millis(300)).is_err(),
+        "no hook while stopping"
+    );
 }
