@@ -30,9 +30,9 @@
 //!   checks that the path still names the open file and that the file is not shorter
 //!   than what was read; if not it reports BEHIND with the reason, reads a rotated file
 //!   to its end and reopens through the same identity check as a restart.
-//! * LATEST starts at the file's size when first opened (a line being written at that
-//!   moment is published from where it was cut); after a rotation strategies without a
-//!   pointer read the new file from its start.
+//! * LATEST starts after the last line terminator when first opened (a line being
+//!   written at that moment is published whole once it ends); after a rotation,
+//!   strategies without a pointer read the new file from its start.
 //!
 //! # Example: a file feed and a processor that saves its position with its state
 //!

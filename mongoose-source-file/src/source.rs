@@ -603,8 +603,10 @@ impl<T: Send + 'static> FileEventSource<T> {
                 // the new file of a rotation is read from its start
                 if reopen {
                     0
+                } else if self.config.strategy == ReadStrategy::Latest {
+                    end_of_last_line(&file, size)
                 } else {
-                    size
+                    size // ONCE_LATEST: nothing to read, nothing unterminated
                 }
             }
         };
@@ -1007,6 +1009,24 @@ fn identity_epoch(key: Option<FileKey>, path: &Path) -> Epoch {
         None => fnv1a(path.as_os_str().to_string_lossy().as_bytes()),
     };
     Epoch((hash >> 1).max(1))
+}
+
+/// Where LATEST starts: after the last line terminator, so that a line being written
+/// when the source starts is published whole once it ends. A file ending in a lone
+/// `\r`, or whose last 64 KiB hold no terminator, starts at its size.
+fn end_of_last_line(file: &File, size: u64) -> u64 {
+    let window = size.min(64 * 1024);
+    let mut tail = vec![0u8; window as usize];
+    if window == 0 || read_exact_at(file, &mut tail, size - window).is_err() {
+        return size;
+    }
+    if tail.last() == Some(&b'\r') {
+        return size;
+    }
+    match memchr::memrchr2(b'\n', b'\r', &tail) {
+        Some(at) => size - window + at as u64 + 1,
+        None => size,
+    }
 }
 
 /// A pointer of a layout without epochs may point inside a line (a v1.1.2 char

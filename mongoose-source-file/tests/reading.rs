@@ -183,11 +183,27 @@ fn latest_starts_at_the_end_and_publishes_every_new_line() {
     assert!(!output.has_committer());
 }
 
+// issue 3: LATEST publishes a line that was being written when it started, whole
+#[test]
+fn latest_publishes_a_line_being_written_at_its_start_whole() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"old1\nold2\npart");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Latest, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    append(&path, b"ial\nnext\n");
+    drive_until(&mut source, || output.items().len() == 2);
+    assert_eq!(output.items(), strings(&["partial", "next"]));
+    assert_eq!(output.positions(), vec![18, 23]);
+}
+
 // issue 3: ONCE_LATEST starts at the end and ends there
 #[test]
 fn once_latest_ends_at_the_end_of_the_file_without_publishing() {
     let dir = tempfile::tempdir().expect("dir");
-    let path = input(&dir, b"old1\nold2\n");
+    let path = input(&dir, b"old1\nold2\npart");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::OnceLatest, &output);
     drive_until(&mut source, || {
