@@ -113,6 +113,15 @@ pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<
     Ok(())
 }
 
+/// Appends a frame around an arbitrary `body` (tests of the reader).
+#[cfg(test)]
+pub(crate) fn push_raw_frame_for_tests(buffer: &mut Vec<u8>, body: &[u8]) {
+    let length = (body.len() as u32).to_le_bytes();
+    buffer.extend_from_slice(&length);
+    buffer.extend_from_slice(&frame_checksum(length, body).to_le_bytes());
+    buffer.extend_from_slice(body);
+}
+
 /// One step of reading the frames.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum FrameRead<'a> {
