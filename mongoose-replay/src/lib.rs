@@ -10,7 +10,9 @@
 //! for the replayed cycle (feed-delivery-guarantees §8a, "Delivery metadata is recorded
 //! and replayed").
 //!
-//! [`ReplayStore`] appends to a store file; [`Recording::read`] reads one back.
+//! [`ReplayStore`] appends to a store file (one write per call by default, or whole
+//! calls buffered up to [`ReplayStore::set_write_buffer`] bytes until
+//! [`ReplayStore::flush`]); [`Recording::read`] reads one back.
 //!
 //! # Example: write a store and read it back
 //!
