@@ -288,6 +288,10 @@ struct GroupShared {
     join: Mutex<Option<JoinHandle<()>>>,
     seed: Mutex<Option<Seed>>,
     fault: AtomicBool,
+    /// Instances the group keeps owning after its thread ended: quarantined
+    /// processors at close, every processor of a dead group. Never stopped, never
+    /// dropped while the group lives.
+    retained: Mutex<Vec<Box<dyn Processor>>>,
 }
 
 /// A processor group: one agent thread, its control mailbox, timers and feed readers.
@@ -346,6 +350,7 @@ impl ProcessorGroup {
                     poll_limit: options.poll_limit.max(1),
                 })),
                 fault: AtomicBool::new(false),
+                retained: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -1392,6 +1397,7 @@ impl Runtime {
         self.audit()
             .write(NewRecord::new(RecordType::Fallback, -1, "Closed"));
         self.publish_status();
+        self.retain_instances();
         self.shared.mailbox.lock().state = GroupState::Closed;
     }
 
@@ -1427,6 +1433,16 @@ impl Runtime {
             state.reader.mark_dead();
         }
         self.publish_status();
+        self.retain_instances();
+    }
+
+    /// Moves the processors still held (quarantined, or all of a dead group) to the
+    /// group's shared state, so ending the thread neither stops nor drops them.
+    fn retain_instances(&mut self) {
+        let mut retained = self.shared.retained.lock();
+        for (_, slot) in std::mem::take(&mut self.processors) {
+            retained.push(slot.processor);
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::ControlError;
 use crate::feeds::FeedConnector;
 use crate::group::{
-    Admission, Envelope, GroupOptions, GroupStatus, ProcessorGroup, Refusal, Request,
+    Admission, Envelope, GroupOptions, GroupState, GroupStatus, ProcessorGroup, Refusal, Request,
     ServiceSnapshot,
 };
 use crate::handle::{ProcessorHandle, ServerId};
@@ -369,16 +369,23 @@ impl ControlPlane {
                 generation,
                 name,
             ),
-            Refusal::NotRunning(_) => {
+            Refusal::NotRunning(GroupState::Dead) => {
                 let _ = group;
                 refused(
                     ReplyOutcome::NotRunning,
-                    FailureKind::FailedShutdown,
-                    "group closed",
+                    FailureKind::FailedDead,
+                    "group is dead",
                     generation,
                     name,
                 )
             }
+            Refusal::NotRunning(_) => refused(
+                ReplyOutcome::NotRunning,
+                FailureKind::FailedShutdown,
+                "group closed",
+                generation,
+                name,
+            ),
         }
     }
 
@@ -821,7 +828,7 @@ impl ControlPlane {
             );
             return;
         }
-        let withdrawal = {
+        let (withdrawal, handles) = {
             let mut state = self.registry.state.lock();
             let Some(entry) = state.entries.remove(name) else {
                 return;
@@ -848,26 +855,28 @@ impl ControlPlane {
                 done: Condvar::new(),
             });
             state.withdrawing.push(Arc::clone(&withdrawal));
-            for handle in handles {
-                let registry = Arc::clone(&self.registry);
-                let arrived = Arc::clone(&withdrawal);
-                handle.on_reply(move |reply| {
-                    let settle_here = {
-                        let mut state = arrived.state.lock();
-                        state.remaining -= 1;
-                        if !reply.applied() {
-                            state.unconfirmed = true;
-                        }
-                        arrived.done.notify_all();
-                        state.remaining == 0 && !state.caller_waiting
-                    };
-                    if settle_here {
-                        registry.settle(&arrived);
-                    }
-                });
-            }
-            withdrawal
+            (withdrawal, handles)
         };
+        // outside the service lock: a reply already in may settle at once, which
+        // takes the lock again
+        for handle in handles {
+            let registry = Arc::clone(&self.registry);
+            let arrived = Arc::clone(&withdrawal);
+            handle.on_reply(move |reply| {
+                let settle_here = {
+                    let mut state = arrived.state.lock();
+                    state.remaining -= 1;
+                    if !reply.applied() {
+                        state.unconfirmed = true;
+                    }
+                    arrived.done.notify_all();
+                    state.remaining == 0 && !state.caller_waiting
+                };
+                if settle_here {
+                    registry.settle(&arrived);
+                }
+            });
+        }
         let mut state = withdrawal.state.lock();
         while state.caller_waiting && state.remaining > 0 {
             if withdrawal.done.wait_until(&mut state, deadline).timed_out() {

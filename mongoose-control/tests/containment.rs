@@ -375,3 +375,69 @@ fn a_timer_callback_that_fails_quarantines_its_processor() {
             .contains("timer broke")
     );
 }
+
+struct DropWatch {
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+    stopped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl DropWatch {
+    fn on_number(&mut self, _n: &u64) -> Result<(), ProcessorError> {
+        panic!("generated graph wedged")
+    }
+}
+
+impl mongoose_core::Processor for DropWatch {
+    fn start(
+        &mut self,
+        subscriptions: &mut dyn mongoose_core::Subscriptions,
+    ) -> Result<(), ProcessorError> {
+        subscriptions.subscribe("numbers", DropWatch::on_number)
+    }
+    fn stop(&mut self) -> Result<(), ProcessorError> {
+        self.stopped.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Drop for DropWatch {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+// containment: "retains ownership of the failed instance ... Generated stop() and tearDown() are not invoked after quarantine"
+#[test]
+fn a_quarantined_processor_is_neither_stopped_nor_dropped_when_its_group_closes() {
+    let (plane, numbers, _) = plane_with_feed();
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (d, s) = (Arc::clone(&dropped), Arc::clone(&stopped));
+    plane
+        .add_processor("pricing", "wedged", move || DropWatch {
+            dropped: d,
+            stopped: s,
+        })
+        .reply
+        .wait_for(WAIT)
+        .expect("added");
+    numbers.publish(1);
+    assert!(wait_until(|| !plane
+        .group_status("pricing")
+        .expect("status")
+        .quarantined
+        .is_empty()));
+    let group = plane.group("pricing").expect("group");
+    group.close();
+    assert!(group.await_closed(std::time::Instant::now() + WAIT));
+    assert!(!stopped.load(Ordering::SeqCst));
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "the group keeps owning the instance"
+    );
+    assert_eq!(
+        group.status().quarantined[0].name,
+        "wedged",
+        "status keeps the quarantine"
+    );
+}

@@ -16,6 +16,7 @@ use mongoose_core::ProcessorError;
 
 struct Cache {
     log: Log,
+    stop_thread: parking_lot::Mutex<Option<String>>,
     starts: AtomicU32,
     stops: AtomicU32,
     on_start: Option<Box<dyn Fn() + Send + Sync>>,
@@ -28,6 +29,7 @@ impl Cache {
             starts: AtomicU32::new(0),
             stops: AtomicU32::new(0),
             on_start: None,
+            stop_thread: parking_lot::Mutex::new(None),
         })
     }
 }
@@ -43,6 +45,7 @@ impl Service for Cache {
 
     fn stop(&self) -> Result<(), ProcessorError> {
         self.stops.fetch_add(1, Ordering::SeqCst);
+        *self.stop_thread.lock() = std::thread::current().name().map(str::to_owned);
         self.log.lock().push("cache:stop".to_owned());
         Ok(())
     }
@@ -298,6 +301,7 @@ fn a_service_removed_before_its_registration_was_published_is_never_given_to_pro
         log: Arc::clone(&log),
         starts: AtomicU32::new(0),
         stops: AtomicU32::new(0),
+        stop_thread: parking_lot::Mutex::new(None),
         // removed between the reservation and the publication
         on_start: Some(Box::new(move || {
             if let Some(plane) = remover.upgrade() {
@@ -406,4 +410,75 @@ fn a_throwing_service_handler_is_reported_and_the_other_processors_still_receive
         status.running.iter().any(|p| p.name == "thrower"),
         "keeps running"
     );
+}
+
+// Services, removeService Guaranteed: "never stopped while a processor that was given it may still hold it"
+#[test]
+fn a_quarantined_processor_that_was_given_a_service_keeps_it_owned_on_removal() {
+    let (plane, numbers, _) = plane_with_feed();
+    let log = new_log();
+    add(
+        &plane,
+        "pricing",
+        "holder",
+        Scripted::new("holder", &log)
+            .with_services()
+            .on_item(|_, _| Err(ProcessorError::new("broken"))),
+    );
+    let cache = Cache::new(&log);
+    plane
+        .register_service("cache", cache.clone())
+        .expect("registered");
+    assert_eq!(count(&log, "holder:service:+cache:agent"), 1);
+    numbers.publish(1);
+    assert!(wait_until(|| !plane
+        .group_status("pricing")
+        .expect("status")
+        .quarantined
+        .is_empty()));
+    plane.remove_service("cache");
+    assert_eq!(
+        cache.stops.load(Ordering::SeqCst),
+        0,
+        "the quarantined holder may still use it"
+    );
+    assert_eq!(plane.owned_services(), vec!["cache".to_owned()]);
+}
+
+// Services, removeService step 3: "If the replies arrive after the wait, the stop runs then, on a reply-executor thread"
+#[test]
+fn a_removal_from_an_agent_thread_stops_the_service_on_a_reply_thread_once_every_group_confirmed() {
+    let (plane, numbers, _) = plane_with_feed();
+    let plane = Arc::new(plane);
+    let log = new_log();
+    add(
+        &plane,
+        "risk",
+        "other",
+        Scripted::new("other", &log).no_feed().with_services(),
+    );
+    let control = Arc::downgrade(&plane);
+    add(
+        &plane,
+        "pricing",
+        "remover",
+        Scripted::new("remover", &log)
+            .with_services()
+            .on_item(move |_, _| {
+                if let Some(plane) = control.upgrade() {
+                    plane.remove_service("cache"); // on an agent thread: returns without waiting
+                }
+                Ok(())
+            }),
+    );
+    let cache = Cache::new(&log);
+    plane
+        .register_service("cache", cache.clone())
+        .expect("registered");
+    numbers.publish(1);
+    assert!(wait_until(|| cache.stops.load(Ordering::SeqCst) == 1));
+    let thread = cache.stop_thread.lock().clone().expect("named thread");
+    assert!(thread.starts_with("mongoose-control-replies-"), "{thread}");
+    assert_eq!(count(&log, "remover:service:-cache:agent"), 1);
+    assert_eq!(count(&log, "other:service:-cache:agent"), 1);
 }
