@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use common::*;
@@ -40,15 +41,18 @@ proptest! {
                     let name = format!("p{n}");
                     let added = plane.add_processor("g", &name, || Scripted::new("p", &new_log()).no_feed());
                     let reply = added.reply.wait_for(WAIT).expect("one reply");
-                    if admitted.contains_key(&name) {
-                        prop_assert_eq!(reply.outcome, ReplyOutcome::Refused);
-                        prop_assert!(added.handle.is_none());
-                    } else {
-                        prop_assert_eq!(reply.reason.as_str(), "started");
-                        let handle = added.handle.expect("admitted");
-                        prop_assert!(handles.iter().all(|h| h.generation() < handle.generation()), "generations grow");
-                        admitted.insert(name, handle.generation());
-                        handles.push(handle);
+                    match admitted.entry(name) {
+                        Entry::Occupied(_) => {
+                            prop_assert_eq!(reply.outcome, ReplyOutcome::Refused);
+                            prop_assert!(added.handle.is_none());
+                        }
+                        Entry::Vacant(slot) => {
+                            prop_assert_eq!(reply.reason.as_str(), "started");
+                            let handle = added.handle.expect("admitted");
+                            prop_assert!(handles.iter().all(|h| h.generation() < handle.generation()), "generations grow");
+                            slot.insert(handle.generation());
+                            handles.push(handle);
+                        }
                     }
                 }
                 Op::StopHandle(index) => {
