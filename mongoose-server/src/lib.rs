@@ -1,8 +1,25 @@
-//! Config, wiring, lifecycle and ordered shutdown, admin API and the mongoose binary.
-//!
-//! This crate is a placeholder in the workspace layout of DESIGN.md; its issue fills it.
+//! The Mongoose-rs server: configuration, wiring, lifecycle and ordered shutdown, the
+//! admin API and metrics, used by the `mongoose` binary and by programs that host
+//! their own processors.
 //!
 //! ```
-//! assert!(true);
+//! use mongoose_server::config::ServerConfig;
+//!
+//! let config = ServerConfig::parse(
+//!     r#"
+//!     [[feeds]]
+//!     name = "lines"
+//!     source = "file"
+//!     path = "input.txt"
+//!     "#,
+//!     std::path::Path::new("."),
+//! )
+//! .unwrap();
+//! assert_eq!(config.feeds[0].name, "lines");
 //! ```
 #![forbid(unsafe_code)]
+
+pub mod config;
+mod error;
+
+pub use error::ServerError;

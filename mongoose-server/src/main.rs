@@ -1,0 +1,2 @@
+//! The `mongoose` binary.
+fn main() {}
