@@ -22,7 +22,7 @@ use parking_lot::RwLock;
 use crate::error::ControlError;
 use crate::feeds::{
     invoke_handler, DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader,
-    InvokeFn, SubscribeRequest,
+    InvokeFn, PendingProbe, QueueProbe, SubscribeRequest,
 };
 use crate::group::RetryPolicy;
 
@@ -194,15 +194,38 @@ impl<T: Send + Sync + 'static> FeedReader for DeliveryReader<T> {
         self.reader.mark_dead();
     }
 
+    fn probe(&self) -> PendingProbe {
+        Arc::new(DeliveryProbe {
+            feed: Arc::clone(&self.feed),
+            queue: self.reader.queue_name().to_owned(),
+            group: self.group.clone(),
+        })
+    }
+}
+
+struct DeliveryProbe {
+    feed: Arc<dyn AnyFeed>,
+    queue: String,
+    group: String,
+}
+
+impl QueueProbe for DeliveryProbe {
     fn pending(&self) -> usize {
-        self.reader.len()
+        self.feed
+            .status()
+            .subscribers
+            .iter()
+            .find(|subscriber| subscriber.queue == self.queue)
+            .map_or(0, |subscriber| {
+                subscriber.position.saturating_sub(subscriber.dispatched) as usize
+            })
     }
 
     fn overload_state(&self) -> Option<String> {
         self.feed
             .overload_states()
             .into_iter()
-            .find(|(group, _)| *group == self.group)
+            .find(|(queue, _)| *queue == self.queue || *queue == self.group)
             .and_then(|(_, state)| serde_json::to_value(state).ok())
             .and_then(|value| value.as_str().map(str::to_owned))
     }

@@ -9,6 +9,7 @@
 
 use std::any::{Any, TypeId};
 use std::fmt;
+use std::sync::Arc;
 
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{Delivery, Handler, Processor, ProcessorError, ProcessorId};
@@ -132,6 +133,20 @@ pub trait FeedDispatcher {
     fn gave_up(&mut self, item: &dyn Any, processor: Option<ProcessorId>);
 }
 
+/// Reads a queue's state from any thread (the group's status and its drain are read
+/// off the group's thread, even while it is busy in a handler).
+pub trait QueueProbe: Send + Sync {
+    /// Items waiting in the queue.
+    fn pending(&self) -> usize;
+    /// The queue's overload state, if the feed reports one.
+    fn overload_state(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A shared [`QueueProbe`].
+pub type PendingProbe = Arc<dyn QueueProbe>;
+
 /// A group's reader of one feed's queue.
 pub trait FeedReader: Send {
     /// Dispatches up to `limit` items; returns how many were taken.
@@ -140,10 +155,6 @@ pub trait FeedReader: Send {
     fn set_fenced(&mut self, fenced: bool);
     /// Marks the queue's consumer dead (the group died).
     fn mark_dead(&mut self);
-    /// Items waiting in the queue.
-    fn pending(&self) -> usize;
-    /// The queue's overload state, if the feed reports one.
-    fn overload_state(&self) -> Option<String> {
-        None
-    }
+    /// A probe of the queue's state, readable from any thread.
+    fn probe(&self) -> PendingProbe;
 }

@@ -28,7 +28,7 @@ use crate::audit::{AuditCounts, AuditMirror, ControlAudit, NewRecord, RecordType
 use crate::context::{self, TimerOp};
 use crate::error::ControlError;
 use crate::feeds::{
-    DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader, InvokeFn,
+    DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader, InvokeFn, PendingProbe,
     SubscribeRequest,
 };
 use crate::handle::ServerId;
@@ -256,8 +256,7 @@ struct Mailbox {
 struct RuntimeStatus {
     running: Vec<ProcessorStatus>,
     quarantined: Vec<QuarantinedProcessor>,
-    queued_items: usize,
-    overload: Vec<QueueOverload>,
+    probes: Vec<(String, PendingProbe)>,
 }
 
 pub(crate) type ServiceSnapshot = Arc<dyn Fn() -> Vec<ServiceBroadcast> + Send + Sync>;
@@ -389,8 +388,17 @@ impl ProcessorGroup {
             quarantined: status.quarantined.clone(),
             mailbox_depth: depth,
             mailbox_capacity: self.shared.capacity,
-            queued_items: status.queued_items,
-            overload: status.overload.clone(),
+            queued_items: status.probes.iter().map(|(_, probe)| probe.pending()).sum(),
+            overload: status
+                .probes
+                .iter()
+                .filter_map(|(feed, probe)| {
+                    probe.overload_state().map(|state| QueueOverload {
+                        feed: feed.clone(),
+                        state,
+                    })
+                })
+                .collect(),
             audit: self.shared.audit.counts(),
         }
     }
@@ -485,6 +493,24 @@ impl ProcessorGroup {
             let _ = join.join();
         }
         true
+    }
+
+    /// Waits until the group's feed queues hold nothing (the shutdown's drain phase),
+    /// up to `deadline`. Returns whether they drained.
+    pub fn await_drained(&self, deadline: Instant) -> bool {
+        let probes = || -> usize {
+            let status = self.shared.status.lock();
+            status.probes.iter().map(|(_, probe)| probe.pending()).sum()
+        };
+        loop {
+            if probes() == 0 {
+                return true;
+            }
+            if Instant::now() >= deadline || *self.shared.finished.lock() {
+                return probes() == 0;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// Makes the control logic fail while deciding its next request, so the group
@@ -708,7 +734,6 @@ struct Runtime {
     in_flight: Option<(ReplySender, u64)>,
     quarantines: Vec<(u64, String)>,
     status_dirty: bool,
-    last_queued: usize,
 }
 
 enum Cycle {
@@ -743,7 +768,6 @@ fn run_group(shared: Arc<GroupShared>, seed: Seed) {
         in_flight: None,
         quarantines: Vec::new(),
         status_dirty: true,
-        last_queued: 0,
     };
     loop {
         match catch_unwind(AssertUnwindSafe(|| runtime.duty_cycle())) {
@@ -791,11 +815,6 @@ impl Runtime {
             }
         }
         self.apply_timer_ops();
-        let queued: usize = self.feeds.iter().map(|feed| feed.reader.pending()).sum();
-        if queued != self.last_queued {
-            self.last_queued = queued;
-            self.status_dirty = true;
-        }
         if self.status_dirty {
             self.publish_status();
         }
@@ -818,21 +837,14 @@ impl Runtime {
                 }),
             }
         }
-        let overload = self
-            .feeds
-            .iter()
-            .filter_map(|feed| {
-                feed.reader.overload_state().map(|state| QueueOverload {
-                    feed: feed.feed.clone(),
-                    state,
-                })
-            })
-            .collect();
         let mut status = self.shared.status.lock();
         status.running = running;
         status.quarantined = quarantined;
-        status.queued_items = self.last_queued;
-        status.overload = overload;
+        status.probes = self
+            .feeds
+            .iter()
+            .map(|feed| (feed.feed.clone(), feed.reader.probe()))
+            .collect();
     }
 
     /// Decides queued requests; `None` when the group is to close.

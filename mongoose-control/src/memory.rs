@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use crate::error::ControlError;
 use crate::feeds::{
     invoke_handler, DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader,
-    InvokeFn, SubscribeRequest,
+    InvokeFn, PendingProbe, QueueProbe, SubscribeRequest,
 };
 use crate::group::RetryPolicy;
 
@@ -212,6 +212,12 @@ impl FeedConnector for MemoryFeeds {
     }
 }
 
+impl QueueProbe for GroupQueue {
+    fn pending(&self) -> usize {
+        self.items.lock().len()
+    }
+}
+
 struct MemoryReader {
     queue: Arc<GroupQueue>,
     attempt: u32,
@@ -267,7 +273,7 @@ impl FeedReader for MemoryReader {
         self.queue.dead.store(true, Ordering::Release);
     }
 
-    fn pending(&self) -> usize {
-        self.queue.items.lock().len()
+    fn probe(&self) -> PendingProbe {
+        Arc::clone(&self.queue) as PendingProbe
     }
 }

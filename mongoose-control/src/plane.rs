@@ -689,11 +689,16 @@ impl ControlPlane {
         reply
     }
 
-    fn broadcast(&self, broadcast: &ServiceBroadcast) -> (Vec<ReplyHandle>, usize) {
+    /// Publishes a broadcast to every group without waiting. Returns the replies to
+    /// expect, how many groups missed it (mailbox full), and whether a group that
+    /// has not started got it (nobody may wait for that one).
+    fn broadcast(&self, broadcast: &ServiceBroadcast) -> (Vec<ReplyHandle>, usize, bool) {
         let groups: Vec<ProcessorGroup> = self.groups.lock().values().cloned().collect();
         let mut handles = Vec::new();
         let mut missed = 0;
+        let mut unstarted = false;
         for group in groups {
+            unstarted |= !group.is_started();
             let reply = self.send_service_broadcast(&group, broadcast.clone());
             match reply.try_get() {
                 Some(answer) if answer.request_id == -1 => {
@@ -705,7 +710,7 @@ impl ControlPlane {
                 _ => handles.push(reply),
             }
         }
-        (handles, missed)
+        (handles, missed, unstarted)
     }
 
     /// Registers a service (control-plane-contracts "registerService"): the name is
@@ -779,7 +784,7 @@ impl ControlPlane {
             return Err(registration_error(&format!("start failed: {error}")));
         }
         // 3. publish under the lock, unless a removal overtook the registration
-        let (handles, missed) = {
+        let (handles, _missed, unstarted) = {
             let mut state = self.registry.state.lock();
             match state.entries.get_mut(name) {
                 Some(entry) if entry.version == version => entry.published = true,
@@ -799,9 +804,9 @@ impl ControlPlane {
                 change: ServiceChange::Registered(Arc::clone(&service)),
             })
         };
-        let _ = missed;
-        // 4. off an agent thread, wait for every group under one deadline
-        if !agent::is_agent_thread() {
+        // 4. off an agent thread, wait for every group under one deadline (not for a
+        // group that has not started: it cannot answer yet)
+        if !agent::is_agent_thread() && !unstarted {
             for handle in handles {
                 if handle.wait(deadline).is_err() {
                     tracing::warn!(
@@ -838,7 +843,7 @@ impl ControlPlane {
                 // the registering call sees the removal and stops its service itself
                 return;
             }
-            let (handles, missed) = self.broadcast(&ServiceBroadcast {
+            let (handles, missed, unstarted) = self.broadcast(&ServiceBroadcast {
                 name: name.to_owned(),
                 version,
                 change: ServiceChange::Deregistered,
@@ -849,7 +854,7 @@ impl ControlPlane {
                 state: Mutex::new(WithdrawalState {
                     remaining: handles.len(),
                     unconfirmed: missed > 0,
-                    caller_waiting: !agent::is_agent_thread(),
+                    caller_waiting: !agent::is_agent_thread() && !unstarted,
                     settled: false,
                 }),
                 done: Condvar::new(),

@@ -186,3 +186,27 @@ fn a_closed_group_leaves_its_delivery_queue() {
     let group = plane.group("pricing").expect("group");
     assert_eq!(group.state(), mongoose_control::GroupState::Closed);
 }
+
+// Combined failure and overload contract: "Group status JSON includes overload states"
+#[test]
+fn group_status_shows_the_overload_state_and_backlog_of_its_delivery_queues() {
+    let (feeds, lines) = lines_feed();
+    let plane = plane_over(&feeds);
+    let log = new_log();
+    plane
+        .add_processor("pricing", "a", move || Lines {
+            name: "a",
+            log,
+            fail_on: None,
+        })
+        .reply
+        .wait_for(WAIT)
+        .expect("added");
+    assert!(lines.try_publish("x".to_owned(), 1).is_published());
+    let group = plane.group("pricing").expect("group");
+    assert!(group.await_drained(Instant::now() + WAIT));
+    let json = serde_json::to_value(group.status()).expect("json");
+    assert_eq!(json["overload"][0]["feed"], "lines");
+    assert_eq!(json["overload"][0]["state"], "UP");
+    assert_eq!(json["queued_items"], 0);
+}

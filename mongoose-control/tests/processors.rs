@@ -666,3 +666,29 @@ fn waiting_on_a_reply_from_a_handler_is_refused_instead_of_deadlocking() {
         .processor_handle("pricing", "child")
         .is_some()));
 }
+
+// Shutdown phase 3 (the group side): drain events already queued to processors
+#[test]
+fn a_group_reports_drained_only_once_its_queued_items_were_dispatched() {
+    let (plane, numbers, _) = plane_with_feed();
+    let log = new_log();
+    let inner = Arc::clone(&log);
+    plane
+        .add_processor("pricing", "p", move || Scripted::new("p", &inner))
+        .reply
+        .wait_for(WAIT)
+        .expect("added");
+    let gate = block_group(&plane, &numbers, "pricing");
+    for item in 1..=3 {
+        numbers.publish(item);
+    }
+    let group = plane.group("pricing").expect("group");
+    assert!(wait_until(|| group.status().queued_items >= 3));
+    assert!(
+        !group.await_drained(Instant::now() + Duration::from_millis(20)),
+        "blocked: not drained"
+    );
+    gate.open();
+    assert!(group.await_drained(Instant::now() + WAIT));
+    assert_eq!(count(&log, "p:3"), 1);
+}

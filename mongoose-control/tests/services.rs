@@ -482,3 +482,42 @@ fn a_removal_from_an_agent_thread_stops_the_service_on_a_reply_thread_once_every
     assert_eq!(count(&log, "remover:service:-cache:agent"), 1);
     assert_eq!(count(&log, "other:service:-cache:agent"), 1);
 }
+
+// Threading rules: "Waiting is also skipped ... when the target group has not started (it cannot answer yet)"
+#[test]
+fn service_changes_do_not_wait_for_a_group_that_has_not_started() {
+    let plane = Arc::new(ControlPlane::new_unstarted(
+        mongoose_control::ControlConfig {
+            control_wait: WAIT * 20,
+            ..config()
+        },
+        Arc::new(mongoose_control::memory::MemoryFeeds::default()),
+    ));
+    let log = new_log();
+    let inner = Arc::clone(&log);
+    plane.add_processor("pricing", "a", move || {
+        Scripted::new("a", &inner).no_feed().with_services()
+    });
+    let cache = Cache::new(&log);
+    let caller = Arc::clone(&plane);
+    let service = cache.clone();
+    let changes = std::thread::spawn(move || {
+        caller
+            .register_service("cache", service)
+            .expect("registered");
+        caller.remove_service("cache");
+    });
+    assert!(
+        wait_until(|| changes.is_finished()),
+        "returned without waiting for the unstarted group"
+    );
+    assert_eq!(cache.stops.load(Ordering::SeqCst), 0, "not confirmed yet");
+    plane.start().expect("started");
+    assert!(
+        wait_until(|| cache.stops.load(Ordering::SeqCst) == 1),
+        "stopped once the group confirmed"
+    );
+    // broadcasts apply in order once the group runs: given, then withdrawn before the stop
+    assert_eq!(count(&log, "a:service:+cache:agent"), 1);
+    assert_eq!(count(&log, "a:service:-cache:agent"), 1);
+}
