@@ -210,3 +210,67 @@ fn group_status_shows_the_overload_state_and_backlog_of_its_delivery_queues() {
     assert_eq!(json["overload"][0]["state"], "UP");
     assert_eq!(json["queued_items"], 0);
 }
+
+struct FlakySave {
+    log: Log,
+    failures_left: u32,
+}
+
+impl FlakySave {
+    #[allow(clippy::ptr_arg)] // a feed of String hands handlers &String
+    fn on_line(&mut self, line: &String) -> Result<(), ProcessorError> {
+        DeliveryContext::on_complete(CompletionKey::SAVE);
+        self.log.lock().push(format!("handled:{line}"));
+        Ok(())
+    }
+}
+
+impl Processor for FlakySave {
+    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+        subscriptions.subscribe("lines", FlakySave::on_line)
+    }
+
+    fn on_delivery_complete(
+        &mut self,
+        _key: CompletionKey,
+        delivery: &Delivery,
+    ) -> Result<(), ProcessorError> {
+        if self.failures_left > 0 {
+            self.failures_left -= 1;
+            return Err(ProcessorError::new("disk busy"));
+        }
+        self.log
+            .lock()
+            .push(format!("saved@{}", delivery.position().offset));
+        Ok(())
+    }
+}
+
+// feed-delivery-guarantees §5b: "A callback that throws: retried alone ... the processors never given the item again"
+#[test]
+fn a_failing_completion_is_retried_alone_and_the_item_is_not_handled_again() {
+    let (feeds, lines) = lines_feed();
+    let plane = plane_over(&feeds);
+    let log = new_log();
+    let inner = Arc::clone(&log);
+    plane
+        .add_processor("pricing", "saver", move || FlakySave {
+            log: inner,
+            failures_left: 1,
+        })
+        .reply
+        .wait_for(WAIT)
+        .expect("added");
+    assert!(lines.try_publish("one".to_owned(), 3).is_published());
+    assert!(wait_until(|| log.lock().iter().any(|e| e == "saved@3")));
+    assert_eq!(*log.lock(), vec!["handled:one", "saved@3"]);
+    assert!(
+        lines.status().lossless,
+        "a callback that succeeds on retry lost nothing"
+    );
+    assert!(plane
+        .group_status("pricing")
+        .expect("status")
+        .quarantined
+        .is_empty());
+}
