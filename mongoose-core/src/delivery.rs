@@ -112,6 +112,8 @@ struct ContextState {
     attempt: Cell<u32>,
     processor: Cell<Option<ProcessorId>>,
     registrations: RefCell<Vec<Registration>>,
+    /// False while `registrations` is certainly empty: the hot path then never borrows it.
+    any_registration: Cell<bool>,
     ran: Cell<usize>,
     registered: Cell<usize>,
     refused: Cell<usize>,
@@ -128,6 +130,7 @@ thread_local! {
             attempt: Cell::new(0),
             processor: Cell::new(None),
             registrations: RefCell::new(Vec::new()),
+            any_registration: Cell::new(false),
             ran: Cell::new(0),
             registered: Cell::new(0),
             refused: Cell::new(0),
@@ -214,9 +217,19 @@ impl DeliveryContext {
             }
             state.registered.set(state.registered.get() + 1);
             registrations.push(Registration { owner, key });
+            state.any_registration.set(true);
             true
         })
     }
+}
+
+fn clear_registrations(state: &ContextState) {
+    if state.any_registration.get() {
+        state.registrations.borrow_mut().clear();
+        state.any_registration.set(false);
+    }
+    state.ran.set(0);
+    state.registered.set(0);
 }
 
 /// Engine-side access to the delivery context: entering and leaving a delivery, the
@@ -269,9 +282,7 @@ pub mod engine {
             state.epoch.set(epoch);
             state.position.set(position);
             state.attempt.set(attempt);
-            state.registrations.borrow_mut().clear();
-            state.ran.set(0);
-            state.registered.set(0);
+            clear_registrations(state);
             state.active.set(true);
         })
     }
@@ -297,9 +308,7 @@ pub mod engine {
     pub fn exit() {
         CONTEXT.with(|state| {
             state.active.set(false);
-            state.registrations.borrow_mut().clear();
-            state.ran.set(0);
-            state.registered.set(0);
+            clear_registrations(state);
         })
     }
 
@@ -319,6 +328,9 @@ pub mod engine {
     /// registering itself meets [`MAX_COMPLETIONS_PER_DELIVERY`] instead of spinning.
     pub fn take_next_completion() -> Option<PendingCompletion> {
         CONTEXT.with(|state| {
+            if !state.any_registration.get() {
+                return None;
+            }
             let registrations = state.registrations.borrow();
             let next = registrations
                 .get(state.ran.get())
@@ -395,6 +407,7 @@ pub mod engine {
                     .drain(..)
                     .map(|(owner, key)| Registration { owner, key }),
             );
+            state.any_registration.set(!registrations.is_empty());
             state.ran.set(from.ran);
             state.registered.set(from.registered);
             from.ran = 0;

@@ -84,4 +84,7 @@ pub use error::{CoreError, EvidenceStatus, FailureKind, ProcessorError, PublishR
 pub use overload::{OverloadPolicy, OverloadSettings};
 pub use position::{Epoch, Position, PositionValue};
 pub use processor::{Handler, Processor, Subscriptions};
-pub use source::{EventSource, SourceCommitter, SourceOutput, SourceState, TryPublish, WorkDone};
+pub use source::{
+    BatchEnd, EventSource, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
+    WorkDone,
+};

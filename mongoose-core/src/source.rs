@@ -98,10 +98,52 @@ impl<T> TryPublish<T> {
     }
 }
 
+/// Why [`SourceOutput::try_publish_batch`] stopped.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a returned item must be kept and offered again"]
+pub enum BatchEnd<T, P> {
+    /// The producer had nothing more: everything it gave was published.
+    Exhausted,
+    /// The feed cannot take more now; nothing was taken from the producer that was not
+    /// published. Offer the rest next cycle.
+    Paused,
+    /// This item was taken and could not be published: keep it and offer it again.
+    Returned(T, P, Refusal),
+}
+
+/// Why an item was returned to its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// See [`TryPublish::Paused`].
+    Paused,
+    /// See [`TryPublish::Retry`].
+    Retry,
+}
+
 /// What a source publishes into: a feed's publisher.
 pub trait SourceOutput<T, P: Position>: Send + Sync {
     /// Publishes a positioned item, or returns it when the feed cannot take it now.
     fn try_publish(&self, item: T, position: P) -> TryPublish<T>;
+
+    /// Publishes positioned items pulled from `next`, in order, until it returns `None`
+    /// or the feed cannot take more. A publisher pulls an item only when it can take
+    /// it, and takes its lock once for the whole batch: use it from a source that has
+    /// many items ready (a buffer of lines). The default pulls and calls
+    /// [`SourceOutput::try_publish`] per item.
+    fn try_publish_batch(&self, next: &mut dyn FnMut() -> Option<(T, P)>) -> BatchEnd<T, P> {
+        while let Some((item, position)) = next() {
+            match self.try_publish(item, position) {
+                TryPublish::Published => {}
+                TryPublish::Paused(item) => {
+                    return BatchEnd::Returned(item, position, Refusal::Paused)
+                }
+                TryPublish::Retry(item) => {
+                    return BatchEnd::Returned(item, position, Refusal::Retry)
+                }
+            }
+        }
+        BatchEnd::Exhausted
+    }
 
     /// Publishes a push item (no position): the feed's overload policy decides what a
     /// full queue does. Refused only under BLOCK_WITH_DEADLINE.

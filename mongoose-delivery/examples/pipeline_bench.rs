@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{
-    CoreError, Delivery, Epoch, ProcessorError, SourceCommitter, SourceOutput, TryPublish,
+    BatchEnd, CoreError, Delivery, Epoch, ProcessorError, SourceCommitter, SourceOutput,
 };
 use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, SubscribeOptions};
 
@@ -51,6 +51,7 @@ fn pipeline(items: u64, queues: usize) -> Duration {
             .expect("reader");
         let ready = Arc::clone(&ready);
         consumers.push(std::thread::spawn(move || {
+            pin(1 + queue);
             let mut count = Count(0);
             let mut seen = 0u64;
             ready.wait();
@@ -65,21 +66,26 @@ fn pipeline(items: u64, queues: usize) -> Duration {
         }));
     }
     feed.start_complete();
+    pin(0);
     ready.wait();
     let started = Instant::now();
-    let mut item = 1u64;
-    while item <= items {
-        match feed.try_publish(item, item) {
-            TryPublish::Published => {
-                if item % 1024 == 0 {
-                    feed.poll_acknowledgements();
-                }
-                item += 1;
-            }
-            _ => {
-                feed.poll_acknowledgements();
-                std::thread::yield_now();
-            }
+    // the source's duty cycle: commit what was acknowledged, then publish what it has
+    // ready (up to 1,024 items) in one batch
+    let mut next = 1u64;
+    while next <= items {
+        feed.poll_acknowledgements();
+        let batch_end = (next + 1024).min(items + 1);
+        let mut produce = || {
+            (next < batch_end).then(|| {
+                let item = next;
+                next += 1;
+                (item, item)
+            })
+        };
+        match feed.try_publish_batch(&mut produce) {
+            BatchEnd::Exhausted => {}
+            BatchEnd::Paused => std::thread::yield_now(),
+            BatchEnd::Returned(..) => unreachable!("the publisher pulls only what it can take"),
         }
     }
     for consumer in consumers {
@@ -91,10 +97,22 @@ fn pipeline(items: u64, queues: usize) -> Duration {
     elapsed
 }
 
+/// Pins the calling thread to a core (modulo the cores there are), so the two sides
+/// of a one-hop pipeline run on different cores as they would in production.
+fn pin(index: usize) {
+    if let Some(cores) = core_affinity::get_core_ids() {
+        if !cores.is_empty() {
+            core_affinity::set_for_current(cores[index % cores.len()]);
+        }
+    }
+}
+
 fn raw_ring(items: u64) -> Duration {
     let (mut producer, mut consumer) = rtrb::RingBuffer::<u64>::new(16 * 1024);
+    pin(0);
     let started = Instant::now();
     let reader = std::thread::spawn(move || {
+        pin(1);
         let mut sum = 0u64;
         let mut seen = 0u64;
         while seen < items {
@@ -136,10 +154,15 @@ fn single_thread(items: u64) -> Duration {
     let started = Instant::now();
     let mut item = 1u64;
     while item <= items {
-        for _ in 0..1024 {
-            let _ = feed.try_publish(item, item);
-            item += 1;
-        }
+        let end = item + 1024;
+        let mut produce = || {
+            (item < end).then(|| {
+                let current = item;
+                item += 1;
+                (current, current)
+            })
+        };
+        let _ = feed.try_publish_batch(&mut produce);
         reader.poll(&mut count, 1024);
         feed.poll_acknowledgements();
     }
@@ -156,6 +179,11 @@ fn main() {
         .and_then(|arg| arg.parse().ok())
         .unwrap_or(20_000_000);
     let single = rate(items, single_thread(items));
+    if std::env::args().nth(2).as_deref() == Some("hop") {
+        let one = rate(items, pipeline(items, 1));
+        println!("feed -> 1 queue -> counter {one:8.1} M events/s");
+        return;
+    }
     if std::env::args().nth(2).as_deref() == Some("single") {
         println!("one thread publish+dispatch+ack {single:8.1} M events/s");
         return;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mongoose_core::{
-    agent, Epoch, EvidenceStatus, FailureKind, OverloadPolicy, OverloadSettings, Position,
-    PublishRefused, SourceCommitter, SourceOutput, SourceState, TryPublish,
+    agent, BatchEnd, Epoch, EvidenceStatus, FailureKind, OverloadPolicy, OverloadSettings,
+    Position, PublishRefused, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
 };
 use parking_lot::Mutex;
 use tracing::{error, info, warn};
@@ -637,7 +637,8 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 position: envelope_position,
             };
             let binding = &mut state.bindings[index];
-            if binding.shared.fenced_or_dead() {
+            // a positioned publish checked the fences before it started (it pauses)
+            if position.is_none() && binding.shared.fenced_or_dead() {
                 // a push feed does not wait for a fenced or dead group: counted loss (#79)
                 losses.push((index, false));
                 continue;
@@ -992,6 +993,52 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
         }
         self.drain_deferred(&mut state);
         TryPublish::Published
+    }
+
+    fn try_publish_batch(&self, next: &mut dyn FnMut() -> Option<(T, P)>) -> BatchEnd<T, P> {
+        if self.nested() {
+            return match next() {
+                Some((item, position)) => BatchEnd::Returned(item, position, Refusal::Retry),
+                None => BatchEnd::Exhausted,
+            };
+        }
+        let (mut state, _reservation) = self.reserve();
+        state.positioned = true;
+        if !state.started {
+            while let Some((item, position)) = next() {
+                let epoch = state.epoch;
+                state.cache.push_back(Cached::Positioned {
+                    item,
+                    epoch,
+                    position,
+                });
+            }
+            return BatchEnd::Exhausted;
+        }
+        if !state.cache.is_empty() || state.waiting_status.is_some() {
+            self.flush(&mut state);
+        }
+        let end = loop {
+            if self.hold_reason(&mut state).is_some() {
+                Self::note_pause(&mut state);
+                break BatchEnd::Paused;
+            }
+            let Some((item, position)) = next() else {
+                break BatchEnd::Exhausted;
+            };
+            state.paused_now = false;
+            let epoch = state.epoch;
+            match self.apply_mapper(&mut state, item) {
+                Some(item) => self.deliver(&mut state, item, Some((epoch, position))),
+                None => {
+                    state.sequence += 1;
+                    let sequence = state.sequence;
+                    state.window.push(sequence, epoch, position, false);
+                }
+            }
+            self.drain_deferred(&mut state);
+        };
+        end
     }
 
     fn publish(&self, item: T) -> Result<(), PublishRefused> {
