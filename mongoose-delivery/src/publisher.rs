@@ -1018,7 +1018,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
         if !state.cache.is_empty() || state.waiting_status.is_some() {
             self.flush(&mut state);
         }
-        let end = loop {
+        loop {
             if self.hold_reason(&mut state).is_some() {
                 Self::note_pause(&mut state);
                 break BatchEnd::Paused;
@@ -1037,8 +1037,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
                 }
             }
             self.drain_deferred(&mut state);
-        };
-        end
+        }
     }
 
     fn publish(&self, item: T) -> Result<(), PublishRefused> {
