@@ -862,7 +862,6 @@ impl Runtime {
                 break;
             };
             self.decide(envelope);
-            self.settle();
             done += 1;
         }
         Some(done)
@@ -896,6 +895,8 @@ impl Runtime {
             }
             Request::Service(broadcast) => self.apply_service(request_id, input, broadcast),
         };
+        // the status shows the transition before anyone learns it applied
+        self.settle();
         self.answer(answer);
     }
 

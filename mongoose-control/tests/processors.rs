@@ -186,7 +186,11 @@ fn a_handle_from_another_server_is_refused_and_stops_nothing() {
     let (other, _, _) = plane_with_feed();
     let log = new_log();
     let inner = Arc::clone(&log);
-    plane.add_processor("pricing", "pricer", move || Scripted::new("p", &inner));
+    plane
+        .add_processor("pricing", "pricer", move || Scripted::new("p", &inner))
+        .reply
+        .wait_for(WAIT)
+        .expect("added");
     let foreign = other.add_processor("pricing", "pricer", || Scripted::new("q", &new_log()));
     foreign.reply.wait_for(WAIT).expect("added");
     let reply = plane
