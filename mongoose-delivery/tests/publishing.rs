@@ -437,3 +437,28 @@ fn a_feed_for_several_groups_shares_one_copy_of_each_item() {
     assert_eq!(seen.0.len(), 2);
     assert_eq!(seen.0[0], seen.0[1], "both queues read the same allocation");
 }
+
+#[test]
+fn a_batch_pulls_only_what_the_feed_can_take() {
+    // §6 under a batch: nothing is taken from the source that cannot be published
+    let (feed, commits) = positioned_feed(4);
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    let mut next = 1u64;
+    let mut pulled = Vec::new();
+    let mut produce = || {
+        let item = next;
+        next += 1;
+        pulled.push(item);
+        Some((item, item * 10))
+    };
+    assert_eq!(feed.try_publish_batch(&mut produce), mongoose_core::BatchEnd::Paused);
+    assert_eq!(pulled, vec![1, 2, 3, 4], "the fifth item was never taken");
+    assert_eq!(process(&mut group, 4), vec![1, 2, 3, 4]);
+    let mut rest = vec![(5u64, 50u64)].into_iter();
+    assert_eq!(feed.try_publish_batch(&mut || rest.next()), mongoose_core::BatchEnd::Exhausted);
+    assert_eq!(process(&mut group, 1), vec![5]);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 50);
+    assert_eq!(feed.status().dropped, 0);
+}
