@@ -308,6 +308,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             producer,
             produced: 0,
             known_free: capacity,
+            resume_at: (capacity / 8).clamp(1, 256),
             holds: HoldRing::new(capacity),
             settings,
             explicit,
@@ -578,8 +579,11 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if state.window.is_full() {
             return Some(Hold::WindowFull);
         }
+        let paused = state.paused_now;
         let full = state.bindings.iter_mut().any(|binding| {
-            binding.settings.policy != OverloadPolicy::DropAfterSpin && !binding.has_room()
+            let needed = if paused { binding.resume_at } else { 1 };
+            binding.settings.policy != OverloadPolicy::DropAfterSpin
+                && !binding.has_room_for(needed)
         });
         full.then_some(Hold::QueueFull)
     }

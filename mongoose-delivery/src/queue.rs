@@ -184,6 +184,9 @@ pub(crate) struct Binding<T> {
     /// Slots known to be free: free space only grows behind the publisher's back, so
     /// the ring's shared head is read only when this runs out.
     pub(crate) known_free: usize,
+    /// Free slots a paused positioned feed waits for before it publishes again, so a
+    /// source and a slow reader do not hand the last slot back and forth.
+    pub(crate) resume_at: usize,
     pub(crate) holds: HoldRing,
     pub(crate) settings: OverloadSettings,
     /// True when the group's override or the feed's explicit policy set it.
@@ -212,6 +215,15 @@ impl<T> Binding<T> {
             self.known_free = self.producer.slots();
         }
         self.known_free > 0
+    }
+
+    /// True when at least `needed` slots are free.
+    #[inline]
+    pub(crate) fn has_room_for(&mut self, needed: usize) -> bool {
+        if self.known_free < needed {
+            self.known_free = self.producer.slots();
+        }
+        self.known_free >= needed
     }
 
     /// Reads the ring's free space without caching (for `&self` checks).

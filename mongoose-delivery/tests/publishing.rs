@@ -452,11 +452,17 @@ fn a_batch_pulls_only_what_the_feed_can_take() {
         pulled.push(item);
         Some((item, item * 10))
     };
-    assert_eq!(feed.try_publish_batch(&mut produce), mongoose_core::BatchEnd::Paused);
+    assert_eq!(
+        feed.try_publish_batch(&mut produce),
+        mongoose_core::BatchEnd::Paused
+    );
     assert_eq!(pulled, vec![1, 2, 3, 4], "the fifth item was never taken");
     assert_eq!(process(&mut group, 4), vec![1, 2, 3, 4]);
     let mut rest = vec![(5u64, 50u64)].into_iter();
-    assert_eq!(feed.try_publish_batch(&mut || rest.next()), mongoose_core::BatchEnd::Exhausted);
+    assert_eq!(
+        feed.try_publish_batch(&mut || rest.next()),
+        mongoose_core::BatchEnd::Exhausted
+    );
     assert_eq!(process(&mut group, 1), vec![5]);
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 50);
