@@ -57,6 +57,9 @@ pub struct AuditRecord {
     /// The record that caused this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause_seq: Option<u64>,
+    /// The effect's operation id, `requestId.n` (EffectOutcome records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_id: Option<String>,
     /// Input: the fact (Add, Stop, ...); Decision: the rule; EffectOutcome: the
     /// effect; Fallback: its kind (ProcessorQuarantined, NotRunning, ...).
     pub what: String,
@@ -83,6 +86,7 @@ pub(crate) struct NewRecord {
     pub(crate) request_id: i64,
     pub(crate) root_id: i64,
     pub(crate) cause_seq: Option<u64>,
+    pub(crate) op_id: Option<String>,
     pub(crate) what: String,
     pub(crate) outcome: Option<String>,
     pub(crate) reason: Option<String>,
@@ -98,6 +102,7 @@ impl NewRecord {
             request_id,
             root_id: request_id,
             cause_seq: None,
+            op_id: None,
             what: what.into(),
             outcome: None,
             reason: None,
@@ -109,6 +114,11 @@ impl NewRecord {
 
     pub(crate) fn cause(mut self, cause_seq: u64) -> Self {
         self.cause_seq = Some(cause_seq);
+        self
+    }
+
+    pub(crate) fn op(mut self, op_id: String) -> Self {
+        self.op_id = Some(op_id);
         self
     }
 
@@ -333,6 +343,7 @@ impl Ring {
             request_id: new.request_id,
             root_id: new.root_id,
             cause_seq: new.cause_seq,
+            op_id: new.op_id,
             what: new.what,
             outcome: new.outcome,
             reason: new.reason,

@@ -732,6 +732,7 @@ struct Runtime {
     timer_ops: Vec<TimerOp>,
     service_versions: HashMap<String, u64>,
     in_flight: Option<(ReplySender, u64)>,
+    effects_of_request: u32,
     quarantines: Vec<(u64, String)>,
     status_dirty: bool,
 }
@@ -766,6 +767,7 @@ fn run_group(shared: Arc<GroupShared>, seed: Seed) {
         timer_ops: Vec::new(),
         service_versions: HashMap::new(),
         in_flight: None,
+        effects_of_request: 0,
         quarantines: Vec::new(),
         status_dirty: true,
     };
@@ -881,6 +883,7 @@ impl Runtime {
                 .name(name),
         );
         self.in_flight = Some((reply, input));
+        self.effects_of_request = 0;
         if self.shared.fault.swap(false, Ordering::AcqRel) {
             panic!("injected control fault");
         }
@@ -919,15 +922,17 @@ impl Runtime {
     }
 
     fn effect(
-        &self,
+        &mut self,
         request_id: i64,
         input: u64,
         effect: &str,
         result: &Result<(), String>,
         generation: i64,
     ) {
+        self.effects_of_request += 1;
         let record = NewRecord::new(RecordType::EffectOutcome, request_id, effect)
             .cause(input)
+            .op(format!("{request_id}.{}", self.effects_of_request))
             .generation(generation);
         let record = match result {
             Ok(()) => record.outcome("succeeded"),

@@ -504,6 +504,26 @@ mod tests {
         assert_eq!(reply.request_id, 9);
     }
 
+    // "an elastic pool of daemon threads": a blocking callback does not hold up other replies
+    #[test]
+    fn a_blocked_reply_callback_does_not_hold_up_other_replies() {
+        let executor = ReplyExecutor::new(4);
+        let (first, first_sender) = ReplyHandle::pending();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        first.on_reply(move |_| {
+            let _ = release_rx.recv_timeout(Duration::from_secs(30));
+        });
+        first_sender.complete_on(&executor, applied(1));
+        let (second, second_sender) = ReplyHandle::pending();
+        let (tx, rx) = std::sync::mpsc::channel();
+        second.on_reply(move |reply| {
+            let _ = tx.send(reply.request_id);
+        });
+        second_sender.complete_on(&executor, applied(2));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(2));
+        release_tx.send(()).expect("first callback waits");
+    }
+
     #[test]
     fn kind_is_none_exactly_when_applied_and_serializes_in_reference_names() {
         let reply = ControlReply::not_applied(

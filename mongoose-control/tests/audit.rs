@@ -44,6 +44,11 @@ fn every_record_of_a_request_shares_its_root_id_and_the_export_returns_them_by_r
     );
     let input = records[0].seq;
     assert!(records[1..].iter().all(|r| r.cause_seq == Some(input)));
+    assert_eq!(
+        records[2].op_id.as_deref(),
+        Some(format!("{}.1", reply.request_id).as_str()),
+        "effects carry opId requestId.n"
+    );
     assert_eq!(records[3].outcome.as_deref(), Some("APPLIED"));
 }
 

@@ -696,3 +696,84 @@ fn a_group_reports_drained_only_once_its_queued_items_were_dispatched() {
     assert!(group.await_drained(Instant::now() + WAIT));
     assert_eq!(count(&log, "p:3"), 1);
 }
+
+// Threading rules: "Called from its own stop(), it joins the release already in progress"
+#[test]
+fn a_processor_stopping_itself_from_its_own_stop_joins_the_release_in_progress() {
+    let (plane, _numbers, _) = plane_with_feed();
+    let plane = Arc::new(plane);
+    let control = Arc::downgrade(&plane);
+    let from_stop = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&from_stop);
+    struct SelfStopper {
+        control: std::sync::Weak<ControlPlane>,
+        seen: Arc<Mutex<Option<bool>>>,
+    }
+    impl mongoose_core::Processor for SelfStopper {
+        fn stop(&mut self) -> Result<(), mongoose_core::ProcessorError> {
+            if let Some(plane) = self.control.upgrade() {
+                *self.seen.lock() = Some(plane.stop_processor_by_name("pricing", "me").is_ok());
+            }
+            Ok(())
+        }
+    }
+    let added = plane.add_processor("pricing", "me", move || SelfStopper { control, seen });
+    added.reply.wait_for(WAIT).expect("added");
+    let reply = plane
+        .stop_processor(added.handle.as_ref().expect("handle"))
+        .wait_for(WAIT)
+        .expect("stopped");
+    assert_eq!(reply.reason, "stopped");
+    assert_eq!(
+        *from_stop.lock(),
+        Some(true),
+        "queued from its own stop(), no wait"
+    );
+    let group = plane.group("pricing").expect("group");
+    assert!(wait_until(|| group
+        .audit()
+        .records()
+        .iter()
+        .any(|r| r.record == mongoose_control::RecordType::Reply
+            && r.reason.as_deref() == Some("alreadyStopped"))));
+}
+
+// Threading rules / idle strategies: every strategy runs the duty cycle and wakes for control
+#[test]
+fn every_idle_strategy_runs_the_duty_cycle_and_answers_control_requests() {
+    let (plane, numbers, _) = plane_with_feed();
+    let strategies = [
+        IdleStrategy::BusySpin,
+        IdleStrategy::Yield,
+        IdleStrategy::SleepingMillis(5),
+        IdleStrategy::default(),
+    ];
+    let log = new_log();
+    for (index, idle) in strategies.into_iter().enumerate() {
+        let group = format!("g{index}");
+        plane
+            .create_group(
+                &group,
+                GroupOptions {
+                    idle,
+                    ..GroupOptions::default()
+                },
+            )
+            .expect("group");
+        let inner = Arc::clone(&log);
+        let name = format!("p{index}");
+        let label = name.clone();
+        let reply = plane
+            .add_processor(&group, &name, move || Scripted::new(&label, &inner))
+            .reply
+            .wait_for(WAIT)
+            .expect("answered");
+        assert!(reply.applied());
+    }
+    numbers.publish(1);
+    for index in 0..4 {
+        assert!(wait_until(|| count(&log, &format!("p{index}:1")) == 1));
+    }
+    // BusySpin keeps a core busy: close these groups now
+    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+}
