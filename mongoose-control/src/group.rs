@@ -1450,6 +1450,14 @@ impl Runtime {
         for state in &mut self.feeds {
             state.reader.mark_dead();
         }
+        // every processor is fenced the same way: no input, no timer, instance and
+        // name kept, nothing restarts
+        for slot in self.processors.values_mut() {
+            if slot.quarantined.is_none() {
+                slot.quarantined = Some(format!("group died: {message}"));
+            }
+        }
+        self.timers.clear();
         self.publish_status();
         self.retain_instances();
     }

@@ -920,7 +920,8 @@ impl ControlPlane {
     }
 
     /// Closes every group and waits for them until `deadline`; returns the groups not
-    /// confirmed closed.
+    /// confirmed closed. Call it from an ordinary thread (a server's stop thread), not
+    /// from a processor: it waits.
     pub fn close_groups(&self, deadline: Instant) -> Vec<String> {
         let groups: Vec<ProcessorGroup> = self.groups.lock().values().cloned().collect();
         for group in &groups {

@@ -386,6 +386,20 @@ fn a_request_queued_when_the_group_dies_is_answered_failed() {
     );
     assert!(group.await_closed(Instant::now() + WAIT));
     assert_eq!(group.state(), GroupState::Dead);
+    // containment: a dead control plane fences every processor, keeping names
+    let status = group.status();
+    assert!(status.running.is_empty());
+    assert!(status
+        .quarantined
+        .iter()
+        .any(|p| p.name == "blocker" && p.reason.starts_with("group died:")));
+    assert!(plane.processor_handle("pricing", "blocker").is_some());
+    let refused = plane.add_processor("pricing", "c", || Scripted::new("c", &new_log()));
+    let reply = refused.reply.try_get().expect("at once");
+    assert_eq!(
+        (reply.outcome, reply.kind),
+        (ReplyOutcome::NotRunning, FailureKind::FailedDead)
+    );
 }
 
 // control-plane-contracts "Threading rules": a full mailbox on an agent thread is refused at once
