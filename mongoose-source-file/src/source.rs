@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mongoose_core::{
-    CoreError, Epoch, EventSource, SourceCommitter, SourceOutput, SourceState, TryPublish, WorkDone,
+    BatchEnd, CoreError, Epoch, EventSource, Refusal, SourceCommitter, SourceOutput, SourceState,
+    TryPublish, WorkDone,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -797,30 +798,93 @@ impl<T: Send + 'static> FileEventSource<T> {
                 }
             },
             Err(reason) => {
-                self.status.lines_filtered += 1;
-                warn!(source = %self.config.name, position, %reason, filtered = self.status.lines_filtered,
-                    "the data mapper refused a line: filtered");
-                self.output.filtered(position, &reason);
+                self.filter_line(position, &reason);
                 true
             }
         }
     }
 
-    /// Publishes the complete lines in the buffer; false when paused.
+    /// Records a line the data mapper refused: counted, logged, and given to the output
+    /// so its position is committed with the items around it.
+    fn filter_line(&mut self, position: u64, reason: &str) {
+        self.status.lines_filtered += 1;
+        warn!(source = %self.config.name, position, %reason, filtered = self.status.lines_filtered,
+            "the data mapper refused a line: filtered");
+        self.output.filtered(position, reason);
+    }
+
+    /// Publishes the complete lines in the buffer; false when paused (or retried).
+    ///
+    /// The lines go out in batches ([`SourceOutput::try_publish_batch`]): the output
+    /// takes its lock once per batch and pulls a line only when it can take it, so a
+    /// paused feed leaves the rest in the buffer. A line the mapper refuses ends the
+    /// batch, and is recorded with [`SourceOutput::filtered`] outside it: never a call
+    /// nested in the output's batch, and its position stays in order between the lines
+    /// before and after it.
     fn publish_buffered(&mut self) -> bool {
         loop {
             let Some(input) = self.input.as_mut() else {
                 return true;
             };
-            let window = &self.buf[input.consumed..input.filled];
-            let Some(span) = next_line(window, false) else {
-                return true;
+            let buf = &self.buf[..];
+            let mapper = &mut self.mapper;
+            let position_before = input.position();
+            let mut taken = 0u64;
+            let mut refused: Option<(u64, String)> = None;
+            let mut next = || {
+                if refused.is_some() {
+                    return None;
+                }
+                let window = &buf[input.consumed..input.filled];
+                let span = next_line(window, false)?;
+                let text = decode_line(&window[..span.text_len]);
+                input.consumed += span.consumed;
+                let position = input.position();
+                match mapper(text) {
+                    Ok(item) => {
+                        taken += 1;
+                        Some((item, position))
+                    }
+                    Err(reason) => {
+                        refused = Some((position, reason));
+                        None
+                    }
+                }
             };
-            let text = decode_line(&window[..span.text_len]);
-            input.consumed += span.consumed;
-            let position = input.position();
-            if !self.take_line(text, position) {
-                return false;
+            let end = self.output.try_publish_batch(&mut next);
+            let position_after = input.position();
+            if position_after != position_before {
+                self.status.read_position = position_after;
+            }
+            let returned = matches!(end, BatchEnd::Returned(..));
+            let published = taken - u64::from(returned);
+            if published > 0 {
+                self.status.lines_published += published;
+                self.paused = false;
+            }
+            let filtered = refused.is_some();
+            if let Some((position, reason)) = refused {
+                // the closure ends the batch at a refused line: nothing after it was
+                // taken, so it is recorded in order before the next batch
+                self.filter_line(position, &reason);
+            }
+            match end {
+                BatchEnd::Exhausted if filtered => {}
+                BatchEnd::Exhausted => return true,
+                BatchEnd::Paused => {
+                    self.on_pause();
+                    return false;
+                }
+                BatchEnd::Returned(item, position, Refusal::Paused) => {
+                    self.pending = Some((item, position));
+                    self.on_pause();
+                    return false;
+                }
+                BatchEnd::Returned(item, position, Refusal::Retry) => {
+                    self.pending = Some((item, position));
+                    self.on_retry();
+                    return false;
+                }
             }
         }
     }

@@ -298,3 +298,50 @@ fn a_commit_after_stop_re_maps_the_pointer_file() {
     output.poll_acknowledgements_for_test();
     assert_eq!(pointer_of(&path).offset, 6);
 }
+
+// feed-delivery-guarantees §3 and §4: lines go out in batches; a refused line inside a
+// batch is recorded outside it (the double panics on a call nested in its batch) and in
+// order, so every line's position appears once, in file order, item or filtered
+#[test]
+fn mapper_errors_inside_a_batch_are_filtered_in_file_order_between_the_published_lines() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut content = Vec::new();
+    let mut line_ends = Vec::new();
+    for number in 0..200u32 {
+        if number % 7 == 3 {
+            content.extend_from_slice(b"not a number\n");
+        } else {
+            content.extend_from_slice(format!("{number}\n").as_bytes());
+        }
+        line_ends.push(content.len() as u64);
+    }
+    let path = input(&dir, &content);
+    let output: Arc<RecordingOutput<u32>> = RecordingOutput::new();
+    let erased: Arc<dyn SourceOutput<u32, u64>> = output.clone();
+    let mut source = FileEventSource::new(
+        FileSourceConfig::new("numbers", &path, ReadStrategy::Commited),
+        |line: String| line.parse::<u32>().map_err(|error| error.to_string()),
+        erased,
+    );
+    source.start().expect("start");
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    let entries = output.entries();
+    let positions: Vec<u64> = entries.iter().map(|entry| entry.position).collect();
+    assert_eq!(positions, line_ends);
+    let filtered: Vec<usize> = (0..entries.len())
+        .filter(|index| entries[*index].item.is_none())
+        .collect();
+    let expected: Vec<usize> = (0..200).filter(|number| number % 7 == 3).collect();
+    assert_eq!(filtered, expected);
+    assert_eq!(source.status().lines_filtered, expected.len() as u64);
+    assert_eq!(
+        source.status().lines_published,
+        (200 - expected.len()) as u64
+    );
+    assert_eq!(source.status().read_position, *line_ends.last().unwrap());
+    output.process_all();
+    drive(&mut source, 1);
+    assert_eq!(pointer_of(&path).offset, content.len() as u64);
+}

@@ -5,10 +5,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use mongoose_core::{
-    Epoch, EventSource, PublishRefused, SourceCommitter, SourceOutput, SourceState, TryPublish,
+    BatchEnd, Epoch, EventSource, PublishRefused, Refusal, SourceCommitter, SourceOutput,
+    SourceState, TryPublish,
 };
 use mongoose_source_file::pointer::{PointerRecord, POINTER_FILE_SIZE};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
@@ -43,9 +45,24 @@ struct Inner<T> {
 }
 
 /// A `SourceOutput` that records publishes; the test decides what was processed.
+///
+/// Its `try_publish_batch` holds its lock for the whole batch and pulls an item only
+/// when it can take it, as the real publisher does; any call into the output from
+/// inside a batch (a nested call, which would deadlock on that lock) panics.
 pub struct RecordingOutput<T> {
     inner: Mutex<Inner<T>>,
     committer: Mutex<Option<Box<dyn SourceCommitter<u64>>>>,
+    /// The thread running a batch now.
+    batch_thread: Mutex<Option<ThreadId>>,
+}
+
+/// Marks a batch in progress on this thread until dropped.
+struct BatchMark<'a>(&'a Mutex<Option<ThreadId>>);
+
+impl Drop for BatchMark<'_> {
+    fn drop(&mut self) {
+        *self.0.lock() = None;
+    }
 }
 
 impl<T: Clone + Send + 'static> RecordingOutput<T> {
@@ -65,6 +82,21 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
                 retries: 0,
             }),
             committer: Mutex::new(None),
+            batch_thread: Mutex::new(None),
+        })
+    }
+
+    /// Panics on a call made from inside this output's batch on the same thread.
+    fn not_nested(&self, call: &str) {
+        if *self.batch_thread.lock() == Some(std::thread::current().id()) {
+            panic!("{call} called from inside try_publish_batch: a nested call into the output");
+        }
+    }
+
+    fn full(inner: &Inner<T>) -> bool {
+        inner.capacity.is_some_and(|capacity| {
+            let items = inner.entries.iter().filter(|e| e.item.is_some()).count();
+            items - inner.processed_items >= capacity
         })
     }
 
@@ -176,17 +208,15 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
 
 impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
     fn try_publish(&self, item: T, position: u64) -> TryPublish<T> {
+        self.not_nested("try_publish");
         let mut inner = self.inner.lock();
         if inner.retries > 0 {
             inner.retries -= 1;
             return TryPublish::Retry(item);
         }
-        if let Some(capacity) = inner.capacity {
-            let items = inner.entries.iter().filter(|e| e.item.is_some()).count();
-            if items - inner.processed_items >= capacity {
-                inner.paused_publishes += 1;
-                return TryPublish::Paused(item);
-            }
+        if Self::full(&inner) {
+            inner.paused_publishes += 1;
+            return TryPublish::Paused(item);
         }
         let epoch = inner.epoch;
         inner.entries.push(Entry {
@@ -195,6 +225,32 @@ impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
             position,
         });
         TryPublish::Published
+    }
+
+    fn try_publish_batch(&self, next: &mut dyn FnMut() -> Option<(T, u64)>) -> BatchEnd<T, u64> {
+        self.not_nested("try_publish_batch");
+        let mut inner = self.inner.lock();
+        *self.batch_thread.lock() = Some(std::thread::current().id());
+        let _mark = BatchMark(&self.batch_thread);
+        loop {
+            if inner.retries == 0 && Self::full(&inner) {
+                inner.paused_publishes += 1;
+                return BatchEnd::Paused;
+            }
+            let Some((item, position)) = next() else {
+                return BatchEnd::Exhausted;
+            };
+            if inner.retries > 0 {
+                inner.retries -= 1;
+                return BatchEnd::Returned(item, position, Refusal::Retry);
+            }
+            let epoch = inner.epoch;
+            inner.entries.push(Entry {
+                item: Some(item),
+                epoch,
+                position,
+            });
+        }
     }
 
     fn publish(&self, _item: T) -> Result<(), PublishRefused> {
@@ -207,6 +263,7 @@ impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
     }
 
     fn filtered(&self, position: u64, _reason: &str) {
+        self.not_nested("filtered");
         let mut inner = self.inner.lock();
         let epoch = inner.epoch;
         inner.entries.push(Entry {
@@ -217,6 +274,7 @@ impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
     }
 
     fn poll_acknowledgements(&self) -> usize {
+        self.not_nested("poll_acknowledgements");
         let (acks, hold) = {
             let mut inner = self.inner.lock();
             let upto = Self::acknowledgeable(&inner);
@@ -241,22 +299,27 @@ impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
     }
 
     fn flush_paused(&self) -> bool {
+        self.not_nested("flush_paused");
         true
     }
 
     fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<u64>>) {
+        self.not_nested("acknowledge_with");
         *self.committer.lock() = Some(committer);
     }
 
     fn set_epoch(&self, epoch: Epoch) {
+        self.not_nested("set_epoch");
         self.inner.lock().epoch = epoch;
     }
 
     fn set_pause_by_default(&self, pause: bool) {
+        self.not_nested("set_pause_by_default");
         self.inner.lock().pause_by_default = pause;
     }
 
     fn report_state(&self, state: SourceState, detail: Option<&str>) {
+        self.not_nested("report_state");
         self.inner
             .lock()
             .states
@@ -264,6 +327,7 @@ impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
     }
 
     fn set_unterminated_bytes(&self, bytes: u64) {
+        self.not_nested("set_unterminated_bytes");
         self.inner.lock().unterminated = Some(bytes);
     }
 }
