@@ -410,6 +410,21 @@ impl ControlPlane {
         P: Processor,
         F: FnOnce() -> P + Send + 'static,
     {
+        self.add_processor_boxed(
+            group,
+            name,
+            Box::new(move || Box::new(supplier()) as Box<dyn Processor>),
+        )
+    }
+
+    /// [`ControlPlane::add_processor`] for a supplier of an already boxed processor
+    /// (processors built from configuration by a factory).
+    pub fn add_processor_boxed(
+        &self,
+        group: &str,
+        name: &str,
+        supplier: Box<dyn FnOnce() -> Box<dyn Processor> + Send>,
+    ) -> AddedProcessor {
         let refused_now = |reply: ControlReply| AddedProcessor {
             handle: None,
             reply: ReplyHandle::completed(reply),
@@ -444,7 +459,12 @@ impl ControlPlane {
                 Some(name),
             ));
         };
-        let (envelope, reply) = self.envelope(Self::add_request(name, generation, supplier));
+        let request = Request::Add {
+            name: name.to_owned(),
+            generation,
+            supplier,
+        };
+        let (envelope, reply) = self.envelope(request);
         match group.admit(envelope, Admission::Immediate) {
             Ok(()) => AddedProcessor {
                 handle: Some(ProcessorHandle {

@@ -146,10 +146,11 @@ pub(crate) fn done_through(
 }
 
 /// Overload health of one group's queue on a feed.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OverloadState {
     /// No loss (or recovered after the quiet period).
+    #[default]
     Up,
     /// DROP_AFTER_SPIN lost items; recovers after the quiet period without loss.
     Degraded,

@@ -1,12 +1,12 @@
 //! Feed status (§7): one report per feed and a top level, serialized with exactly the
 //! field names of the reference.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::queue::OverloadState;
 
 /// One subscriber queue of a feed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubscriberStatus {
     /// The queue's name: `group/feed`.
     pub queue: String,
@@ -17,12 +17,12 @@ pub struct SubscriberStatus {
     /// `dispatched == position`.
     pub drained: bool,
     /// The queue's overload health.
-    #[serde(skip)]
+    #[serde(skip, default)]
     pub overload: OverloadState,
 }
 
 /// The delivery status of one feed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FeedStatus {
     /// The feed.
@@ -76,7 +76,7 @@ pub struct FeedStatus {
 }
 
 /// The status of every feed, with the settled and lossless verdicts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
     /// Every feed is settled.

@@ -271,7 +271,10 @@ impl ServerConfig {
         let mut config: ServerConfig =
             serde_path_to_error::deserialize(deserializer).map_err(|error| {
                 let path = error.path().to_string();
-                ServerError::Config { path, message: error.into_inner().message().trim().to_owned() }
+                ServerError::Config {
+                    path,
+                    message: error.into_inner().message().trim().to_owned(),
+                }
             })?;
         config.base_dir = base_dir.to_path_buf();
         config.validate()?;
@@ -299,16 +302,24 @@ impl ServerConfig {
 
     /// The feed's default overload settings, if it configures a policy.
     pub fn feed_overload(&self, index: usize) -> Result<Option<OverloadSettings>, ServerError> {
-        self.feeds[index].overload.settings(&format!("feeds[{index}].overload"))
+        self.feeds[index]
+            .overload
+            .settings(&format!("feeds[{index}].overload"))
     }
 
     /// The feed's per-group overrides.
-    pub fn feed_overrides(&self, index: usize) -> Result<Vec<(String, OverloadSettings)>, ServerError> {
+    pub fn feed_overrides(
+        &self,
+        index: usize,
+    ) -> Result<Vec<(String, OverloadSettings)>, ServerError> {
         let mut overrides = Vec::new();
         for (group, block) in &self.feeds[index].overload.subscribers {
             let path = format!("feeds[{index}].overload.subscribers.{group}");
             if !block.subscribers.is_empty() {
-                return Err(ServerError::invalid(path, "an override cannot have overrides of its own"));
+                return Err(ServerError::invalid(
+                    path,
+                    "an override cannot have overrides of its own",
+                ));
             }
             match block.settings(&path)? {
                 Some(settings) => overrides.push((group.clone(), settings)),
@@ -328,12 +339,18 @@ impl ServerConfig {
         let mut feeds = BTreeSet::new();
         for (index, feed) in self.feeds.iter().enumerate() {
             if feed.name.trim().is_empty() {
-                return Err(ServerError::invalid(format!("feeds[{index}].name"), "must not be empty"));
+                return Err(ServerError::invalid(
+                    format!("feeds[{index}].name"),
+                    "must not be empty",
+                ));
             }
             if !feeds.insert(feed.name.as_str()) {
                 return Err(ServerError::invalid(
                     format!("feeds[{index}].name"),
-                    format!("a feed named '{}' is already configured: feed names must be unique", feed.name),
+                    format!(
+                        "a feed named '{}' is already configured: feed names must be unique",
+                        feed.name
+                    ),
                 ));
             }
             if feed.queue_capacity == Some(0) {
@@ -350,7 +367,10 @@ impl ServerConfig {
             if !groups.insert(group.name.as_str()) {
                 return Err(ServerError::invalid(
                     format!("groups[{index}].name"),
-                    format!("a group named '{}' is already configured: group names must be unique", group.name),
+                    format!(
+                        "a group named '{}' is already configured: group names must be unique",
+                        group.name
+                    ),
                 ));
             }
             let mut names = BTreeSet::new();
@@ -370,7 +390,10 @@ impl ServerConfig {
             if admin.address.parse::<std::net::SocketAddr>().is_err() {
                 return Err(ServerError::invalid(
                     "admin.address",
-                    format!("'{}' is not an address: expected host:port, e.g. 127.0.0.1:8089", admin.address),
+                    format!(
+                        "'{}' is not an address: expected host:port, e.g. 127.0.0.1:8089",
+                        admin.address
+                    ),
                 ));
             }
         }
@@ -413,8 +436,14 @@ settings = { state_dir = "state" }
         assert_eq!(config.control_wait_millis, 5000);
         assert_eq!(config.shutdown_timeout_millis, 30_000);
         assert_eq!(config.feeds[0].read_strategy, ReadStrategyConfig::Commited);
-        assert_eq!(config.groups[0].idle_strategy, IdleStrategyConfig::SleepingMillis(1));
-        assert_eq!(config.resolve(Path::new("input.txt")), PathBuf::from("/etc/mongoose/input.txt"));
+        assert_eq!(
+            config.groups[0].idle_strategy,
+            IdleStrategyConfig::SleepingMillis(1)
+        );
+        assert_eq!(
+            config.resolve(Path::new("input.txt")),
+            PathBuf::from("/etc/mongoose/input.txt")
+        );
         let overrides = config.feed_overrides(0).expect("valid overrides");
         assert_eq!(overrides[0].0, "audit");
         assert_eq!(overrides[0].1.policy, OverloadPolicy::DropAfterSpin);
@@ -422,11 +451,15 @@ settings = { state_dir = "state" }
 
     #[test]
     fn an_unknown_key_names_its_path_and_the_expected_keys() {
-        let error = parse(&GOOD.replace("policy = \"PAUSE\"", "polcy = \"PAUSE\"")).expect_err("unknown key");
+        let error = parse(&GOOD.replace("policy = \"PAUSE\"", "polcy = \"PAUSE\""))
+            .expect_err("unknown key");
         let message = error.to_string();
         assert!(message.contains("feeds[0].overload"), "{message}");
         assert!(message.contains("unknown field `polcy`"), "{message}");
-        assert!(message.contains("policy"), "the expected keys are listed: {message}");
+        assert!(
+            message.contains("policy"),
+            "the expected keys are listed: {message}"
+        );
     }
 
     #[test]
@@ -434,7 +467,10 @@ settings = { state_dir = "state" }
         let error = parse(&GOOD.replace("\"PAUSE\"", "\"SOMETIMES\"")).expect_err("bad value");
         let message = error.to_string();
         assert!(message.contains("feeds[0].overload.policy"), "{message}");
-        assert!(message.contains("PAUSE") && message.contains("DROP_AFTER_SPIN"), "{message}");
+        assert!(
+            message.contains("PAUSE") && message.contains("DROP_AFTER_SPIN"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -454,8 +490,14 @@ settings = { state_dir = "state" }
         let twice = format!("{GOOD}[[groups.processors]]\nname = \"ledger\"\nkind = \"ledger\"\n");
         let error = parse(&twice).expect_err("duplicate");
         let message = error.to_string();
-        assert!(message.contains("groups[0].processors[1].name"), "{message}");
-        assert!(message.contains("duplicate processor name 'ledger'"), "{message}");
+        assert!(
+            message.contains("groups[0].processors[1].name"),
+            "{message}"
+        );
+        assert!(
+            message.contains("duplicate processor name 'ledger'"),
+            "{message}"
+        );
     }
 
     #[test]

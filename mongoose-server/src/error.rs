@@ -57,6 +57,9 @@ pub enum ServerError {
 impl ServerError {
     /// A config error at `path`.
     pub fn invalid(path: impl Into<String>, message: impl Into<String>) -> Self {
-        ServerError::Config { path: path.into(), message: message.into() }
+        ServerError::Config {
+            path: path.into(),
+            message: message.into(),
+        }
     }
 }

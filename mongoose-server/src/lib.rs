@@ -19,7 +19,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod admin;
+pub mod cli;
 pub mod config;
 mod error;
+pub mod ledger;
+mod server;
 
 pub use error::ServerError;
+pub use server::{ProcessorContext, ProcessorFactory, Server, ServerBuilder, StopResult};

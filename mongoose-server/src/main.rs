@@ -1,2 +1,110 @@
-//! The `mongoose` binary.
-fn main() {}
+//! The `mongoose` binary: `run`, `validate`, `status`. Exit codes: 0 settled and
+//! lossless (or a clean signal stop), 1 failure, 2 invalid config, 3 settled but not
+//! lossless, 4 shutdown incomplete.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mongoose_server::cli::{self, EXIT_BAD_CONFIG, EXIT_FAILED};
+use mongoose_server::config::ServerConfig;
+use mongoose_server::{admin, Server, ServerError};
+
+/// Mongoose-rs: an event-processing server that loses nothing and tells the truth.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs a server from a config file until a signal (or until settled).
+    Run {
+        /// The TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Exit once every feed is settled: 0 when lossless, 3 when not.
+        #[arg(long)]
+        exit_when_settled: bool,
+    },
+    /// Checks a config file and exits (0 valid, 2 invalid).
+    Validate {
+        /// The TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Prints a running server's feed status.
+    Status {
+        /// The admin address of the server.
+        #[arg(long, default_value = "127.0.0.1:8089")]
+        admin: String,
+        /// Print the raw status JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)> {
+    let config = ServerConfig::load(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
+    let admin_address = config.admin.as_ref().map(|admin| admin.address.clone());
+    let server = Server::builder(config)
+        .build()
+        .map_err(|error| (EXIT_BAD_CONFIG, error))?;
+    server.start().map_err(|error| (EXIT_FAILED, error))?;
+    if let Some(address) = admin_address {
+        admin::serve(server.clone(), &address).map_err(|error| (EXIT_FAILED, error))?;
+    }
+    cli::run_until_done(&server, exit_when_settled).map_err(|error| (EXIT_FAILED, error))
+}
+
+fn main() -> ExitCode {
+    cli::init_logging();
+    let arguments = Cli::parse();
+    let outcome = match arguments.command {
+        Command::Run {
+            config,
+            exit_when_settled,
+        } => run(config, exit_when_settled),
+        Command::Validate { config } => match ServerConfig::load(&config)
+            .and_then(|loaded| Server::builder(loaded).build().map(|_| ()))
+        {
+            Ok(()) => {
+                println!("{}: valid", config.display());
+                Ok(0)
+            }
+            Err(error) => Err((EXIT_BAD_CONFIG, error)),
+        },
+        Command::Status {
+            admin: address,
+            json,
+        } => match admin::get_text(&address, "/status") {
+            Ok(text) if json => {
+                println!("{text}");
+                Ok(0)
+            }
+            Ok(text) => match serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|value| serde_json::from_value(value).ok())
+            {
+                Some(report) => {
+                    print!("{}", cli::status_table(&report));
+                    Ok(0)
+                }
+                None => Err((
+                    EXIT_FAILED,
+                    ServerError::State(format!("unexpected status answer: {text}")),
+                )),
+            },
+            Err(error) => Err((EXIT_FAILED, error)),
+        },
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err((code, error)) => {
+            eprintln!("mongoose: {error}");
+            ExitCode::from(code)
+        }
+    }
+}

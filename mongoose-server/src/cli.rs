@@ -1,0 +1,129 @@
+//! What the `mongoose` binary does, as library functions (the binary is a thin shell
+//! over them, and the ledger example reuses them).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mongoose_delivery::StatusReport;
+use tracing::{info, warn};
+
+use crate::server::Server;
+use crate::ServerError;
+
+/// Exit code: settled and lossless (or stopped by a signal with a complete stop).
+pub const EXIT_OK: u8 = 0;
+/// Exit code: the server could not start or failed.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code: the configuration is invalid.
+pub const EXIT_BAD_CONFIG: u8 = 2;
+/// Exit code: settled but not lossless (something was dropped, refused or skipped).
+pub const EXIT_SETTLED_LOSSY: u8 = 3;
+/// Exit code: the shutdown did not complete within its deadline.
+pub const EXIT_STOP_INCOMPLETE: u8 = 4;
+
+/// Installs the tracing subscriber: `RUST_LOG` filters (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs a started server until SIGTERM or SIGINT (a second signal ends the process at
+/// once) or, with `exit_when_settled`, until every feed is settled; then runs the
+/// ordered shutdown. Returns the exit code.
+pub fn run_until_done(server: &Server, exit_when_settled: bool) -> Result<u8, ServerError> {
+    let signalled = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // the second signal exits at once; the first sets the flag
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&signalled))
+            .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&signalled)))
+            .map_err(|error| ServerError::Io {
+                context: "cannot install signal handlers".into(),
+                error,
+            })?;
+    }
+    let mut settled_code = None;
+    loop {
+        if signalled.load(Ordering::Acquire) {
+            info!("signal received: shutting down (a second signal ends the process at once)");
+            break;
+        }
+        if exit_when_settled {
+            let report = server.status();
+            if report.settled {
+                if report.lossless {
+                    info!("settled and lossless: shutting down");
+                    settled_code = Some(EXIT_OK);
+                } else {
+                    warn!("settled but NOT lossless: the run is lossy (see dropped/refused/completionFailures per feed)");
+                    settled_code = Some(EXIT_SETTLED_LOSSY);
+                }
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let result = server.shutdown();
+    if !result.complete {
+        warn!(?result, "the shutdown did not complete");
+        return Ok(EXIT_STOP_INCOMPLETE);
+    }
+    Ok(settled_code.unwrap_or(EXIT_OK))
+}
+
+/// A readable table of a status report: one line per feed with its lag.
+pub fn status_table(report: &StatusReport) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "settled: {}   lossless: {}   fallback feeds: {}\n",
+        report.settled,
+        report.lossless,
+        if report.fallback_feeds.is_empty() {
+            "none".to_owned()
+        } else {
+            report.fallback_feeds.join(", ")
+        }
+    ));
+    out.push_str(&format!(
+        "{:<16} {:<13} {:>7} {:>8} {:<15} {:>10} {:>8} {:>6} {:>6} {:>8} {:>8}  {}\n",
+        "FEED",
+        "STATE",
+        "SETTLED",
+        "LOSSLESS",
+        "POLICY",
+        "PUBLISHED",
+        "LAG",
+        "PAUSED",
+        "PAUSES",
+        "DROPPED",
+        "PENDING",
+        "STALLED"
+    ));
+    for feed in &report.feeds {
+        let lag: u64 = feed
+            .subscribers
+            .iter()
+            .map(|queue| queue.position.saturating_sub(queue.dispatched))
+            .sum();
+        out.push_str(&format!(
+            "{:<16} {:<13} {:>7} {:>8} {:<15} {:>10} {:>8} {:>6} {:>6} {:>8} {:>8}  {}\n",
+            feed.feed,
+            feed.state,
+            feed.settled,
+            feed.lossless,
+            feed.policy,
+            feed.sequence,
+            lag,
+            feed.paused,
+            feed.pauses,
+            feed.dropped + feed.refused + feed.completion_failures,
+            feed.pending_acks,
+            feed.stalled.as_deref().unwrap_or("-"),
+        ));
+    }
+    out
+}

@@ -1,0 +1,301 @@
+//! The ledger: the reference's kill-test application made real, and a model of a
+//! stateful processor that survives `kill -9` with every line applied exactly once.
+//!
+//! Input lines are `account,amount` (account `[A-Za-z0-9_-]{1,64}`, amount a signed
+//! 64-bit integer). For each line the ledger:
+//!
+//! 1. skips it if its saved state already contains it ([`Delivery::already_applied`]
+//!    against the `(epoch, position)` saved with the state), before any change;
+//! 2. applies it, or appends a malformed line with its position and reason to
+//!    `rejected.log` (counted);
+//! 3. appends `position,account,balance` to the alerts file, unbuffered, when the
+//!    account's balance is negative after the line;
+//! 4. asks for the delivery-complete hook, which saves balances, counts and the feed's
+//!    `(epoch, position)` in one atomic write (temp file, fsync, rename, fsync dir).
+//!
+//! A crash between the alert and the save repeats at most that line's alert; the state
+//! is never applied twice, and the source's pointer is never ahead of the saved
+//! position, so no line is skipped.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use mongoose_core::{
+    CompletionKey, Delivery, DeliveryContext, Epoch, Processor, ProcessorError, Subscriptions,
+};
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+/// The ledger's durable state: what `--dump-state` prints.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerState {
+    /// Balance per account.
+    pub balances: BTreeMap<String, i64>,
+    /// Lines applied.
+    pub applied: u64,
+    /// Malformed lines (written to `rejected.log`).
+    pub rejected: u64,
+    /// The feed epoch of the last line in the state.
+    pub epoch: u64,
+    /// The feed position (byte offset after the line) of the last line in the state.
+    pub position: u64,
+}
+
+impl LedgerState {
+    /// The state file inside a state folder.
+    pub fn path(state_dir: &Path) -> PathBuf {
+        state_dir.join("state.json")
+    }
+
+    /// Reads the saved state, or the empty state when none was saved.
+    pub fn load(state_dir: &Path) -> Result<Self, ProcessorError> {
+        let path = Self::path(state_dir);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
+                ProcessorError::new(format!(
+                    "the ledger state {} is not valid JSON ({error}): restore it from a backup or remove it to start empty",
+                    path.display()
+                ))
+            }),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(error) => Err(ProcessorError::new(format!("cannot read {}: {error}", path.display()))),
+        }
+    }
+
+    /// Saves atomically: a temp file, fsync, rename over the state, fsync the folder
+    /// (when `sync` is true; without it a process crash still never tears the file,
+    /// only a power loss can lose the last saves).
+    pub fn save(&self, state_dir: &Path, sync: bool) -> std::io::Result<()> {
+        let path = Self::path(state_dir);
+        let temporary = state_dir.join("state.json.tmp");
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        let mut file = File::create(&temporary)?;
+        file.write_all(&bytes)?;
+        if sync {
+            file.sync_all()?;
+        }
+        drop(file);
+        std::fs::rename(&temporary, &path)?;
+        if sync {
+            File::open(state_dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// The ledger's settings (`[groups.processors.settings]` in the config).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerSettings {
+    /// The feed of `account,amount` lines (default `lines`).
+    #[serde(default = "default_feed")]
+    pub feed: String,
+    /// Where the state and `rejected.log` live.
+    pub state_dir: PathBuf,
+    /// The alerts file.
+    pub alerts: PathBuf,
+    /// Skip re-delivered lines by the saved position (default true; false shows what a
+    /// crash does without the consumer-side offset).
+    #[serde(default = "yes")]
+    pub guard: bool,
+    /// fsync each save (default true).
+    #[serde(default = "yes")]
+    pub sync: bool,
+}
+
+fn default_feed() -> String {
+    "lines".to_owned()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Why a line is not applied.
+fn parse_line(line: &str) -> Result<(&str, i64), &'static str> {
+    let (account, amount) = line.split_once(',').ok_or("expected account,amount")?;
+    let valid_account = !account.is_empty()
+        && account.len() <= 64
+        && account
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-');
+    if !valid_account {
+        return Err("the account must be 1 to 64 of A-Z a-z 0-9 _ -");
+    }
+    let amount = amount
+        .trim_end()
+        .parse::<i64>()
+        .map_err(|_| "the amount is not a signed 64-bit integer")?;
+    Ok((account, amount))
+}
+
+const SAVE: CompletionKey = CompletionKey::SAVE;
+
+/// The ledger processor.
+#[derive(Debug)]
+pub struct Ledger {
+    settings: LedgerSettings,
+    state: LedgerState,
+    alerts: File,
+    rejected: File,
+}
+
+impl Ledger {
+    /// Opens the ledger: restores the saved state, opens the alerts and rejected files
+    /// for appending.
+    pub fn open(settings: LedgerSettings) -> Result<Self, ProcessorError> {
+        std::fs::create_dir_all(&settings.state_dir).map_err(|error| {
+            ProcessorError::new(format!(
+                "cannot create {}: {error}",
+                settings.state_dir.display()
+            ))
+        })?;
+        let state = LedgerState::load(&settings.state_dir)?;
+        let append = |path: &Path| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|error| {
+                    ProcessorError::new(format!(
+                        "cannot open {} for appending: {error}",
+                        path.display()
+                    ))
+                })
+        };
+        let alerts = append(&settings.alerts)?;
+        let rejected = append(&settings.state_dir.join("rejected.log"))?;
+        Ok(Ledger {
+            settings,
+            state,
+            alerts,
+            rejected,
+        })
+    }
+
+    /// The state in memory.
+    pub fn state(&self) -> &LedgerState {
+        &self.state
+    }
+
+    fn on_line(&mut self, line: &String) -> Result<(), ProcessorError> {
+        let delivery = DeliveryContext::current();
+        if self.settings.guard {
+            if let Some(delivery) = &delivery {
+                if delivery.already_applied(Epoch(self.state.epoch), self.state.position) {
+                    return Ok(()); // a re-delivery: the saved state already holds it
+                }
+            }
+        }
+        let position = delivery
+            .as_ref()
+            .map_or(0, |delivery| delivery.position().offset);
+        match parse_line(line) {
+            Err(reason) => {
+                self.state.rejected += 1;
+                writeln!(self.rejected, "{position},{reason},{line}")?;
+            }
+            Ok((account, amount)) => {
+                let balance = self.state.balances.entry(account.to_owned()).or_insert(0);
+                match balance.checked_add(amount) {
+                    None => {
+                        self.state.rejected += 1;
+                        writeln!(
+                            self.rejected,
+                            "{position},the balance would overflow,{line}"
+                        )?;
+                    }
+                    Some(updated) => {
+                        *balance = updated;
+                        self.state.applied += 1;
+                        if updated < 0 {
+                            // unbuffered: one write per alert, before the state save
+                            self.alerts.write_all(
+                                format!("{position},{account},{updated}\n").as_bytes(),
+                            )?;
+                        }
+                    }
+                }
+            }
+        }
+        if !DeliveryContext::on_complete(SAVE) {
+            // no source position (not a positioned feed): save at once
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    fn save(&self) -> Result<(), ProcessorError> {
+        self.state
+            .save(&self.settings.state_dir, self.settings.sync)
+            .map_err(|error| {
+                ProcessorError::new(format!(
+                    "cannot save the ledger state in {}: {error}",
+                    self.settings.state_dir.display()
+                ))
+            })
+    }
+}
+
+impl Processor for Ledger {
+    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+        let feed = self.settings.feed.clone();
+        subscriptions.subscribe(&feed, Ledger::on_line)
+    }
+
+    fn on_delivery_complete(
+        &mut self,
+        _key: CompletionKey,
+        delivery: &Delivery,
+    ) -> Result<(), ProcessorError> {
+        if self.settings.guard || delivery.position().offset > self.state.position {
+            self.state.epoch = delivery.epoch().get();
+            self.state.position = delivery.position().offset;
+        }
+        if let Err(error) = self.save() {
+            warn!(%error, "ledger save failed: retried by the group's retry policy");
+            return Err(error);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_parse_strictly() {
+        assert_eq!(parse_line("acc_1,-42"), Ok(("acc_1", -42)));
+        assert_eq!(parse_line("A-b,9223372036854775807"), Ok(("A-b", i64::MAX)));
+        assert!(parse_line("acc").is_err());
+        assert!(parse_line(",5").is_err());
+        assert!(parse_line("bad account,5").is_err());
+        assert!(parse_line(&format!("{},1", "a".repeat(65))).is_err());
+        assert!(parse_line("acc,12x").is_err());
+        assert!(parse_line("acc,99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn the_state_saves_atomically_and_loads_back() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut state = LedgerState::default();
+        state.balances.insert("a".into(), -3);
+        state.applied = 2;
+        state.position = 17;
+        state.save(dir.path(), true).expect("saved");
+        assert!(
+            !dir.path().join("state.json.tmp").exists(),
+            "the temp file was renamed"
+        );
+        assert_eq!(LedgerState::load(dir.path()).expect("loaded"), state);
+        std::fs::write(LedgerState::path(dir.path()), b"{torn").expect("write");
+        let error = LedgerState::load(dir.path()).expect_err("a torn state is refused");
+        assert!(
+            error.message().contains("restore it from a backup"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,613 @@
+//! The server: wiring from a configuration, the lifecycle and the ordered shutdown.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mongoose_control::{
+    AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
+    GroupOptions, GroupStatus, IdleStrategy, ReplyOutcome,
+};
+use mongoose_core::{agent, EventSource, Processor, WorkDone};
+use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, Publisher, StatusReport};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use parking_lot::Mutex;
+use serde::Serialize;
+use tracing::{error, info, warn};
+
+use crate::config::{
+    AddFailurePolicy, IdleStrategyConfig, ReadStrategyConfig, ServerConfig, SourceKind,
+};
+use crate::ledger::{Ledger, LedgerSettings};
+use crate::ServerError;
+
+/// What a processor factory is given: the processor's name and group, its settings
+/// table from the config, and the config file's folder for relative paths.
+#[derive(Debug)]
+pub struct ProcessorContext<'a> {
+    /// The processor's name.
+    pub name: &'a str,
+    /// Its group.
+    pub group: &'a str,
+    /// Its `settings` table.
+    pub settings: &'a toml::Table,
+    /// The folder relative paths resolve against.
+    pub base_dir: &'a Path,
+}
+
+impl ProcessorContext<'_> {
+    /// Deserializes the settings table into `S`, naming the processor on error.
+    pub fn settings<S: serde::de::DeserializeOwned>(&self) -> Result<S, String> {
+        toml::Value::Table(self.settings.clone())
+            .try_into()
+            .map_err(|error: toml::de::Error| error.message().trim().to_owned())
+    }
+
+    /// Resolves a path against the config file's folder.
+    pub fn resolve(&self, path: &Path) -> std::path::PathBuf {
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.base_dir.join(path)
+        }
+    }
+}
+
+/// Builds a processor of a registered kind from its settings.
+pub type ProcessorFactory =
+    Arc<dyn Fn(&ProcessorContext<'_>) -> Result<Box<dyn Processor>, String> + Send + Sync>;
+
+type CodeSupplier = Box<dyn FnOnce() -> Box<dyn Processor> + Send>;
+
+/// The truthful result of a shutdown (control-plane-contracts "Shutdown").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopResult {
+    /// Everything stopped.
+    pub complete: bool,
+    /// Called on an agent thread: the stop runs on a `mongoose-server-stop` thread.
+    pub handed_off: bool,
+    /// The startup step that blocked this attempt, if any.
+    pub blocked_startup: Option<String>,
+    /// Groups (and bracketed notes such as `<event sources stopping>`) not confirmed
+    /// finished.
+    pub groups_running: Vec<String>,
+    /// Services not confirmed stopped.
+    pub services_left_running: Vec<String>,
+}
+
+/// Builds a [`Server`]: a configuration, processor kinds, and processors added by code.
+pub struct ServerBuilder {
+    config: ServerConfig,
+    kinds: BTreeMap<String, ProcessorFactory>,
+    code_processors: Vec<(String, String, CodeSupplier)>,
+}
+
+impl std::fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("kinds", &self.kinds.keys())
+            .finish()
+    }
+}
+
+impl ServerBuilder {
+    /// Registers a processor kind that config files can name.
+    pub fn processor_kind(
+        mut self,
+        kind: &str,
+        factory: impl Fn(&ProcessorContext<'_>) -> Result<Box<dyn Processor>, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.kinds.insert(kind.to_owned(), Arc::new(factory));
+        self
+    }
+
+    /// Adds a processor built by code to a group (created on demand).
+    pub fn processor<P: Processor>(
+        mut self,
+        group: &str,
+        name: &str,
+        supplier: impl FnOnce() -> P + Send + 'static,
+    ) -> Self {
+        let boxed: CodeSupplier = Box::new(move || Box::new(supplier()) as Box<dyn Processor>);
+        self.code_processors
+            .push((group.to_owned(), name.to_owned(), boxed));
+        self
+    }
+
+    /// Checks every processor's kind and builds the server (nothing runs yet).
+    pub fn build(self) -> Result<Server, ServerError> {
+        let config = self.config;
+        for (group_index, group) in config.groups.iter().enumerate() {
+            for (index, processor) in group.processors.iter().enumerate() {
+                if !self.kinds.contains_key(&processor.kind) {
+                    return Err(ServerError::UnknownProcessorKind {
+                        path: format!("groups[{group_index}].processors[{index}].kind"),
+                        kind: processor.kind.clone(),
+                        known: self.kinds.keys().cloned().collect::<Vec<_>>().join(", "),
+                    });
+                }
+            }
+        }
+        let registry = FeedRegistry::default();
+        let connector = DeliveryFeeds::new(registry.clone());
+        let plane = ControlPlane::new_unstarted(
+            ControlConfig {
+                control_wait: Duration::from_millis(config.control_wait_millis),
+                add_failure_policy: match config.add_failure_policy {
+                    AddFailurePolicy::Report => ControlAddFailurePolicy::Report,
+                    AddFailurePolicy::Throw => ControlAddFailurePolicy::Throw,
+                },
+                ..ControlConfig::default()
+            },
+            Arc::new(connector.clone()),
+        );
+        let mut feeds = Vec::new();
+        for (index, feed_config) in config.feeds.iter().enumerate() {
+            let SourceKind::File = feed_config.source;
+            let mut builder = Feed::<String, u64>::builder(&feed_config.name)
+                .status_events(feed_config.status_events);
+            if let Some(capacity) = feed_config.queue_capacity {
+                builder = builder.queue_capacity(capacity);
+            }
+            if let Some(settings) = config.feed_overload(index)? {
+                builder = builder.overload(settings);
+            }
+            for (group, settings) in config.feed_overrides(index)? {
+                builder = builder.subscriber_overload(&group, settings);
+            }
+            let strategy = match feed_config.read_strategy {
+                ReadStrategyConfig::Commited => ReadStrategy::Commited,
+                ReadStrategyConfig::Earliest => ReadStrategy::Earliest,
+                ReadStrategyConfig::Latest => ReadStrategy::Latest,
+                ReadStrategyConfig::OnceEarliest => ReadStrategy::OnceEarliest,
+                ReadStrategyConfig::OnceLatest => ReadStrategy::OnceLatest,
+            };
+            builder = builder.bounded(strategy.is_once());
+            let publisher: Arc<Publisher<String, u64>> = builder.try_build()?;
+            connector.register(Arc::clone(&publisher))?;
+            let source = FileEventSource::<String>::of_lines(
+                FileSourceConfig::new(
+                    &feed_config.name,
+                    config.resolve(&feed_config.path),
+                    strategy,
+                ),
+                publisher.clone(),
+            );
+            feeds.push(FeedRuntime {
+                name: feed_config.name.clone(),
+                publisher,
+                source: Mutex::new(SourceSlot::Ready(Box::new(source))),
+            });
+        }
+        Ok(Server {
+            inner: Arc::new(Inner {
+                config,
+                kinds: self.kinds,
+                code_processors: Mutex::new(self.code_processors),
+                registry,
+                plane,
+                feeds,
+                lifecycle: Mutex::new(Lifecycle::default()),
+            }),
+        })
+    }
+}
+
+enum SourceSlot {
+    Ready(Box<dyn EventSource>),
+    Running {
+        stop: Arc<AtomicBool>,
+        thread: JoinHandle<()>,
+    },
+    Stopped,
+}
+
+struct FeedRuntime {
+    name: String,
+    publisher: Arc<Publisher<String, u64>>,
+    source: Mutex<SourceSlot>,
+}
+
+#[derive(Default)]
+struct Lifecycle {
+    started: bool,
+    stopping: bool,
+    sources_stopped: bool,
+    drained: bool,
+    groups_closed: bool,
+    committed_after_stop: bool,
+    stopped: bool,
+    last: Option<StopResult>,
+}
+
+struct Inner {
+    config: ServerConfig,
+    kinds: BTreeMap<String, ProcessorFactory>,
+    code_processors: Mutex<Vec<(String, String, CodeSupplier)>>,
+    registry: FeedRegistry,
+    plane: ControlPlane,
+    feeds: Vec<FeedRuntime>,
+    lifecycle: Mutex<Lifecycle>,
+}
+
+/// A running Mongoose server: feeds with their sources, processor groups, the status.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("feeds", &self.inner.registry)
+            .finish()
+    }
+}
+
+fn idle_strategy(config: IdleStrategyConfig) -> IdleStrategy {
+    match config {
+        IdleStrategyConfig::BusySpin => IdleStrategy::BusySpin,
+        IdleStrategyConfig::Yield => IdleStrategy::Yield,
+        IdleStrategyConfig::SleepingMillis(millis) => IdleStrategy::SleepingMillis(millis),
+        IdleStrategyConfig::Backoff => IdleStrategy::default(),
+    }
+}
+
+impl Server {
+    /// Starts building a server from a configuration. The built-in processor kinds
+    /// (`ledger`) are registered.
+    pub fn builder(config: ServerConfig) -> ServerBuilder {
+        ServerBuilder {
+            config,
+            kinds: BTreeMap::new(),
+            code_processors: Vec::new(),
+        }
+        .processor_kind("ledger", |context| {
+            let mut settings: LedgerSettings = context.settings()?;
+            settings.state_dir = context.resolve(&settings.state_dir);
+            settings.alerts = context.resolve(&settings.alerts);
+            Ledger::open(settings)
+                .map(|ledger| Box::new(ledger) as Box<dyn Processor>)
+                .map_err(|error| error.to_string())
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    /// The feeds, for the admin API and embedders.
+    pub fn registry(&self) -> &FeedRegistry {
+        &self.inner.registry
+    }
+
+    /// The control plane.
+    pub fn control(&self) -> &ControlPlane {
+        &self.inner.plane
+    }
+
+    /// The status of every feed.
+    pub fn status(&self) -> StatusReport {
+        self.inner.registry.status()
+    }
+
+    /// The status of every processor group.
+    pub fn group_statuses(&self) -> Vec<GroupStatus> {
+        let plane = &self.inner.plane;
+        plane
+            .group_names()
+            .iter()
+            .filter_map(|name| plane.group_status(name))
+            .collect()
+    }
+
+    /// Starts the server: processor groups and their processors first (each processor
+    /// subscribes in its start), then the sources, then the start completes (cached
+    /// startup items are delivered).
+    pub fn start(&self) -> Result<(), ServerError> {
+        let inner = &self.inner;
+        {
+            let mut lifecycle = inner.lifecycle.lock();
+            if lifecycle.started {
+                return Err(ServerError::State("the server was already started".into()));
+            }
+            lifecycle.started = true;
+        }
+        info!(
+            feeds = inner.feeds.len(),
+            groups = inner.config.groups.len(),
+            "server starting"
+        );
+        for group in &inner.config.groups {
+            inner.plane.create_group(
+                &group.name,
+                GroupOptions {
+                    idle: idle_strategy(group.idle_strategy),
+                    core: group.core,
+                    ..GroupOptions::default()
+                },
+            )?;
+        }
+        inner.plane.start()?;
+        let wait = Duration::from_millis(inner.config.control_wait_millis);
+        let mut adds = Vec::new();
+        for group in &inner.config.groups {
+            for processor in &group.processors {
+                let factory = Arc::clone(&inner.kinds[&processor.kind]);
+                let context = ProcessorContext {
+                    name: &processor.name,
+                    group: &group.name,
+                    settings: &processor.settings,
+                    base_dir: &inner.config.base_dir,
+                };
+                let built =
+                    factory(&context).map_err(|message| ServerError::ProcessorSettings {
+                        name: processor.name.clone(),
+                        kind: processor.kind.clone(),
+                        message,
+                    })?;
+                let supplier: CodeSupplier = Box::new(move || built);
+                adds.push((group.name.clone(), processor.name.clone(), supplier));
+            }
+        }
+        adds.append(&mut inner.code_processors.lock());
+        for (group, name, supplier) in adds {
+            let added = inner.plane.add_processor_boxed(&group, &name, supplier);
+            match added.reply.wait_for(wait) {
+                Ok(reply) if reply.outcome == ReplyOutcome::Applied => {
+                    info!(group = %group, processor = %name, "processor started");
+                }
+                Ok(reply) => {
+                    let message = format!(
+                        "processor '{group}/{name}' not added: {:?} ({:?}): {}",
+                        reply.outcome, reply.kind, reply.reason
+                    );
+                    match inner.config.add_failure_policy {
+                        AddFailurePolicy::Report => error!("{message}"),
+                        AddFailurePolicy::Throw => return Err(ServerError::State(message)),
+                    }
+                }
+                Err(error) => {
+                    warn!(group = %group, processor = %name, %error, "no reply to the add in time; it still applies")
+                }
+            }
+        }
+        for feed in &inner.feeds {
+            Self::start_source(feed);
+        }
+        for feed in &inner.feeds {
+            feed.publisher.start_complete();
+        }
+        info!("server started");
+        Ok(())
+    }
+
+    fn start_source(feed: &FeedRuntime) {
+        let mut slot = feed.source.lock();
+        let SourceSlot::Ready(mut source) = std::mem::replace(&mut *slot, SourceSlot::Stopped)
+        else {
+            return;
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_flag = Arc::clone(&stop);
+        let name = feed.name.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("mongoose-source-{name}"))
+            .spawn(move || {
+                let _agent = agent::mark_current_thread(&format!("source:{name}"));
+                if let Err(error) = source.start() {
+                    error!(feed = %name, %error, "the source could not start");
+                    return;
+                }
+                info!(feed = %name, "source started");
+                let mut idle = 0u32;
+                while !stop_flag.load(Ordering::Acquire) {
+                    match source.do_work() {
+                        Ok(WorkDone(0)) => {
+                            idle = idle.saturating_add(1);
+                            if idle > 64 {
+                                std::thread::sleep(Duration::from_millis(1));
+                            } else {
+                                std::thread::yield_now();
+                            }
+                        }
+                        Ok(_) => idle = 0,
+                        Err(error) => {
+                            error!(feed = %name, %error, "source duty cycle failed; retrying");
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                }
+                if let Err(error) = source.stop() {
+                    error!(feed = %name, %error, "source stop failed: what it processed may be re-delivered");
+                }
+                info!(feed = %name, "source stopped");
+            });
+        match thread {
+            Ok(thread) => *slot = SourceSlot::Running { stop, thread },
+            Err(error) => error!(feed = %feed.name, %error, "cannot start the source thread"),
+        }
+    }
+
+    /// The ordered shutdown under one deadline (`shutdown_timeout_millis`): stop the
+    /// feeds (capped at 5 s), drain the queues (`shutdown_drain_timeout_millis`),
+    /// commit what the groups processed after the feeds stopped, close the groups,
+    /// commit again, stop services only if every group closed. Calling it again
+    /// resumes an incomplete stop. On an agent thread it hands the stop to a
+    /// `mongoose-server-stop` thread and returns `handed_off`.
+    pub fn shutdown(&self) -> StopResult {
+        if agent::is_agent_thread() {
+            let server = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("mongoose-server-stop".into())
+                .spawn(move || {
+                    server.shutdown();
+                });
+            if let Err(error) = spawned {
+                error!(%error, "cannot start the stop thread");
+            }
+            return StopResult {
+                handed_off: true,
+                ..StopResult::default()
+            };
+        }
+        let inner = &self.inner;
+        let mut lifecycle = inner.lifecycle.lock();
+        if lifecycle.stopped {
+            return lifecycle.last.clone().unwrap_or(StopResult {
+                complete: true,
+                ..Default::default()
+            });
+        }
+        let deadline = Instant::now() + Duration::from_millis(inner.config.shutdown_timeout_millis);
+        if !lifecycle.stopping {
+            lifecycle.stopping = true;
+            info!("shutdown: fencing startup and refusing new work");
+            inner.plane.begin_stopping();
+            for feed in inner.registry.feeds() {
+                feed.begin_stop();
+            }
+        }
+        let mut running = Vec::new();
+        if !lifecycle.sources_stopped {
+            info!("shutdown: stopping feeds");
+            let feed_deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+            lifecycle.sources_stopped = self.stop_sources(feed_deadline);
+            if !lifecycle.sources_stopped {
+                running.push("<event sources stopping>".to_owned());
+            }
+        }
+        if !lifecycle.drained {
+            let drain = Duration::from_millis(inner.config.shutdown_drain_timeout_millis);
+            let drain_deadline = deadline.min(Instant::now() + drain);
+            info!(
+                bound_ms = drain.as_millis() as u64,
+                "shutdown: draining queued events"
+            );
+            let mut drained = true;
+            for name in inner.plane.group_names() {
+                if let Some(group) = inner.plane.group(&name) {
+                    drained &= group.await_drained(drain_deadline);
+                }
+            }
+            if !drained {
+                let pending: usize = self
+                    .group_statuses()
+                    .iter()
+                    .map(|status| status.queued_items)
+                    .sum();
+                warn!(pending, "shutdown drain timed out: the pending events stay uncommitted and are re-delivered at the next start");
+            }
+            lifecycle.drained = true;
+        }
+        if lifecycle.sources_stopped {
+            self.commit_after_stop("after the drain");
+        }
+        if !lifecycle.groups_closed {
+            info!("shutdown: closing processor groups");
+            let still = inner.plane.close_groups(deadline);
+            lifecycle.groups_closed = still.is_empty();
+            running.extend(still);
+        }
+        if lifecycle.sources_stopped && lifecycle.groups_closed && !lifecycle.committed_after_stop {
+            self.commit_after_stop("after the groups closed");
+            lifecycle.committed_after_stop = true;
+        }
+        let services_left_running = if lifecycle.groups_closed {
+            inner.plane.stop_services()
+        } else {
+            inner.plane.owned_services()
+        };
+        let complete = lifecycle.sources_stopped
+            && lifecycle.groups_closed
+            && lifecycle.committed_after_stop
+            && services_left_running.is_empty()
+            && running.is_empty();
+        let result = StopResult {
+            complete,
+            handed_off: false,
+            blocked_startup: None,
+            groups_running: running,
+            services_left_running,
+        };
+        lifecycle.stopped = complete;
+        lifecycle.last = Some(result.clone());
+        if complete {
+            info!("shutdown complete");
+        } else {
+            warn!(
+                ?result,
+                "shutdown incomplete: call shutdown again to resume"
+            );
+        }
+        result
+    }
+
+    fn stop_sources(&self, deadline: Instant) -> bool {
+        for feed in &self.inner.feeds {
+            if let SourceSlot::Running { stop, .. } = &*feed.source.lock() {
+                stop.store(true, Ordering::Release);
+            }
+        }
+        let mut all = true;
+        for feed in &self.inner.feeds {
+            let mut slot = feed.source.lock();
+            match std::mem::replace(&mut *slot, SourceSlot::Stopped) {
+                SourceSlot::Running { stop, thread } => {
+                    while !thread.is_finished() && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    if thread.is_finished() {
+                        if thread.join().is_err() {
+                            error!(feed = %feed.name, "the source thread panicked");
+                        }
+                    } else {
+                        all = false;
+                        *slot = SourceSlot::Running { stop, thread };
+                    }
+                }
+                SourceSlot::Ready(_) | SourceSlot::Stopped => {}
+            }
+        }
+        all
+    }
+
+    fn commit_after_stop(&self, when: &str) {
+        for feed in &self.inner.feeds {
+            let committed = feed.publisher.commit_processed_after_stop();
+            info!(feed = %feed.name, acknowledged = committed, "committed what the groups processed {when}");
+        }
+    }
+
+    /// The last shutdown attempt's result.
+    pub fn last_stop_result(&self) -> Option<StopResult> {
+        self.inner.lifecycle.lock().last.clone()
+    }
+
+    /// Waits until a shutdown completed (use after a handed-off stop).
+    pub fn await_stopped(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.inner.lifecycle.lock().stopped {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A feed by name.
+    pub fn feed(&self, name: &str) -> Option<Arc<dyn AnyFeed>> {
+        self.inner.registry.get(name)
+    }
+}
