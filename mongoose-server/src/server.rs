@@ -11,7 +11,7 @@ use mongoose_control::{
     AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
     GroupOptions, GroupStatus, IdleStrategy, ReplyOutcome,
 };
-use mongoose_core::{agent, EventSource, Processor, WorkDone};
+use mongoose_core::{agent, EventSource, Processor, SourceOutput, SourceState, WorkDone};
 use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, Publisher, StatusReport};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
 use parking_lot::Mutex;
@@ -396,6 +396,9 @@ impl Server {
         else {
             return;
         };
+        // the feed has a source: it is behind until the source says otherwise, never a
+        // silent (fallback) feed judged on drained alone while its thread starts
+        feed.publisher.report_state(SourceState::Behind, Some("source starting"));
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
         let name = feed.name.clone();
