@@ -84,6 +84,7 @@ pub struct ServerBuilder {
     config: ServerConfig,
     kinds: BTreeMap<String, ProcessorFactory>,
     code_processors: Vec<(String, String, CodeSupplier)>,
+    code_feeds: Vec<Box<dyn FnOnce(&DeliveryFeeds) -> Result<(), ServerError>>>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -121,6 +122,20 @@ impl ServerBuilder {
         self
     }
 
+    /// Registers a feed built by code (its publisher is the caller's to publish into).
+    /// A feed whose publisher never reports a source state is a fallback feed: its
+    /// settled verdict rests on drained alone.
+    pub fn feed<T: Send + Sync + 'static, P: mongoose_core::Position>(
+        mut self,
+        publisher: Arc<Publisher<T, P>>,
+    ) -> Self {
+        self.code_feeds
+            .push(Box::new(move |connector: &DeliveryFeeds| {
+                connector.register(publisher).map_err(ServerError::from)
+            }));
+        self
+    }
+
     /// Checks every processor's kind and builds the server (nothing runs yet).
     pub fn build(self) -> Result<Server, ServerError> {
         let config = self.config;
@@ -148,6 +163,9 @@ impl ServerBuilder {
             },
             Arc::new(connector.clone()),
         );
+        for register in self.code_feeds {
+            register(&connector)?;
+        }
         let mut feeds = Vec::new();
         for (index, feed_config) in config.feeds.iter().enumerate() {
             let SourceKind::File = feed_config.source;
@@ -268,6 +286,7 @@ impl Server {
             config,
             kinds: BTreeMap::new(),
             code_processors: Vec::new(),
+            code_feeds: Vec::new(),
         }
         .processor_kind("ledger", |context| {
             let mut settings: LedgerSettings = context.settings()?;
@@ -383,8 +402,8 @@ impl Server {
         for feed in &inner.feeds {
             Self::start_source(feed);
         }
-        for feed in &inner.feeds {
-            feed.publisher.start_complete();
+        for feed in inner.registry.feeds() {
+            feed.start_complete();
         }
         info!("server started");
         Ok(())
@@ -398,7 +417,8 @@ impl Server {
         };
         // the feed has a source: it is behind until the source says otherwise, never a
         // silent (fallback) feed judged on drained alone while its thread starts
-        feed.publisher.report_state(SourceState::Behind, Some("source starting"));
+        feed.publisher
+            .report_state(SourceState::Behind, Some("source starting"));
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
         let name = feed.name.clone();

@@ -82,7 +82,10 @@ settings = {{ state_dir = "state", alerts = "alerts.txt", guard = {guard} }}
 
     fn spawn(&self, exit_when_settled: bool) -> Child {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mongoose"));
-        command.arg("run").arg("--config").arg(self.path("mongoose.toml"));
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(self.path("mongoose.toml"));
         if exit_when_settled {
             command.arg("--exit-when-settled");
         }
@@ -112,16 +115,28 @@ settings = {{ state_dir = "state", alerts = "alerts.txt", guard = {guard} }}
     fn wait_applied(&self, child: &mut Child, applied: u64) {
         let deadline = Instant::now() + Duration::from_secs(120);
         while self.state().applied < applied {
-            assert!(child.try_wait().expect("child status").is_none(), "the server exited early: {}", self.log());
-            assert!(Instant::now() < deadline, "never applied {applied} lines: {}", self.log());
+            assert!(
+                child.try_wait().expect("child status").is_none(),
+                "the server exited early: {}",
+                self.log()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "never applied {applied} lines: {}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
 
     fn append_burst(&self) {
-        let mut input =
-            std::fs::OpenOptions::new().append(true).open(self.path("input.txt")).expect("input");
-        input.write_all(lines(FIRST..FIRST + BURST).as_bytes()).expect("one write");
+        let mut input = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.path("input.txt"))
+            .expect("input");
+        input
+            .write_all(lines(FIRST..FIRST + BURST).as_bytes())
+            .expect("one write");
     }
 
     fn log(&self) -> String {
@@ -164,7 +179,12 @@ fn crash_and_restart(guard: bool, kill_delay: Duration) -> (usize, LedgerState, 
     let ends = line_ends(FIRST + BURST);
     let lines_at = |position: u64| ends.iter().take_while(|end| **end <= position).count();
     let lag = lines_at(saved.position) - lines_at(pointer);
-    assert_eq!(run.finish(), 0, "the restart settled lossless: {}", run.log());
+    assert_eq!(
+        run.finish(),
+        0,
+        "the restart settled lossless: {}",
+        run.log()
+    );
     (lag, run.state(), run)
 }
 
@@ -173,13 +193,25 @@ fn a_kill_mid_burst_applies_every_line_exactly_once_with_the_guard() {
     let expected = expected_balances(FIRST + BURST);
     for delay_ms in [20u64, 100, 250] {
         let (lag, state, run) = crash_and_restart(true, Duration::from_millis(delay_ms));
-        assert_eq!(state.applied, (FIRST + BURST) as u64, "kill after {delay_ms} ms, lag {lag}: {}", run.log());
+        assert_eq!(
+            state.applied,
+            (FIRST + BURST) as u64,
+            "kill after {delay_ms} ms, lag {lag}: {}",
+            run.log()
+        );
         assert_eq!(state.balances, expected, "kill after {delay_ms} ms");
-        assert_eq!(state.position, run.pointer(), "the final commit covers everything");
+        assert_eq!(
+            state.position,
+            run.pointer(),
+            "the final commit covers everything"
+        );
         let alerts = std::fs::read_to_string(run.path("alerts.txt")).expect("alerts");
         let mut seen = std::collections::BTreeSet::new();
         let duplicates = alerts.lines().filter(|alert| !seen.insert(*alert)).count();
-        assert!(duplicates <= 1, "at most one duplicate alert per crash, got {duplicates}");
+        assert!(
+            duplicates <= 1,
+            "at most one duplicate alert per crash, got {duplicates}"
+        );
         eprintln!("guard, kill after {delay_ms} ms: lag {lag} lines re-delivered and skipped, {duplicates} duplicate alerts");
     }
 }
@@ -195,17 +227,26 @@ fn without_the_guard_the_redelivered_lines_are_applied_twice() {
             "exactly the lines between the pointer and the saved state are applied twice"
         );
         total_lag += lag;
-        eprintln!("no guard, kill after {delay_ms} ms: applied {} for 5,000 lines", state.applied);
+        eprintln!(
+            "no guard, kill after {delay_ms} ms: applied {} for 5,000 lines",
+            state.applied
+        );
     }
-    assert!(total_lag > 0, "a kill mid-burst leaves a commit lag in at least one run");
+    assert!(
+        total_lag > 0,
+        "a kill mid-burst leaves a commit lag in at least one run"
+    );
 }
 
 #[test]
 fn a_config_error_exits_2_with_the_key_path() {
     let dir = tempfile::tempdir().expect("dir");
     let config = dir.path().join("bad.toml");
-    std::fs::write(&config, "[[feeds]]\nname = \"x\"\nsource = \"file\"\npath = \"a\"\npolcy = 1\n")
-        .expect("config");
+    std::fs::write(
+        &config,
+        "[[feeds]]\nname = \"x\"\nsource = \"file\"\npath = \"a\"\npolcy = 1\n",
+    )
+    .expect("config");
     let output = Command::new(env!("CARGO_BIN_EXE_mongoose"))
         .args(["validate", "--config"])
         .arg(&config)
@@ -213,6 +254,8 @@ fn a_config_error_exits_2_with_the_key_path() {
         .expect("runs");
     assert_eq!(output.status.code(), Some(2));
     let message = String::from_utf8_lossy(&output.stderr);
-    assert!(message.contains("feeds[0]") && message.contains("unknown field `polcy`"), "{message}");
+    assert!(
+        message.contains("feeds[0]") && message.contains("unknown field `polcy`"),
+        "{message}"
+    );
 }
-
