@@ -62,6 +62,9 @@ pub type ProcessorFactory =
 
 type CodeSupplier = Box<dyn FnOnce() -> Box<dyn Processor> + Send>;
 
+/// Registers a feed built by code with the server's feeds.
+type FeedRegistration = Box<dyn FnOnce(&DeliveryFeeds) -> Result<(), ServerError>>;
+
 /// The truthful result of a shutdown (control-plane-contracts "Shutdown").
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -84,7 +87,7 @@ pub struct ServerBuilder {
     config: ServerConfig,
     kinds: BTreeMap<String, ProcessorFactory>,
     code_processors: Vec<(String, String, CodeSupplier)>,
-    code_feeds: Vec<Box<dyn FnOnce(&DeliveryFeeds) -> Result<(), ServerError>>>,
+    code_feeds: Vec<FeedRegistration>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
