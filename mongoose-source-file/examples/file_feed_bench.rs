@@ -3,7 +3,13 @@
 //!
 //! ```text
 //! cargo run --release -p mongoose-source-file --example file_feed_bench -- --size-mib 256
+//! cargo run --release -p mongoose-source-file --example file_feed_bench -- \
+//!     --size-mib 256 --runs 3 --only engine --pin 0,1   # for perf record
 //! ```
+//!
+//! `--runs N` prints each run and the best; `--pin S,C` puts the source and the consumer
+//! threads on cores S and C (the same core, or two: on a shared machine the figures
+//! differ several-fold); `--queue N` and `--buffer-kib N` vary the queue and the buffer.
 //!
 //! Runs (a) a raw memchr line count, (b) a COMMITED file source into a counting output
 //! that acknowledges everything, and (c) the same source through the real delivery
@@ -117,27 +123,29 @@ impl Dispatcher<String> for CountingProcessor {
     }
 }
 
-/// The file through a COMMITED source, the real publisher (one 1,024 queue, PAUSE) and
+/// The file through a COMMITED source, the real publisher (one PAUSE queue) and
 /// a counting processor on its own thread; returns the seconds taken.
-fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64) -> f64 {
-    let feed: Arc<Publisher<String, u64>> = Feed::builder("bench").queue_capacity(1024).build();
+fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64, args: &Args) -> f64 {
+    let feed: Arc<Publisher<String, u64>> =
+        Feed::builder("bench").queue_capacity(args.queue).build();
     let erased: Arc<dyn SourceOutput<String, u64>> = feed.clone();
-    let mut source = FileEventSource::new(
-        FileSourceConfig::new("bench", path, ReadStrategy::Commited),
-        Ok::<String, String>,
-        erased,
-    );
+    let mut source = FileEventSource::new(source_config(path, args), Ok::<String, String>, erased);
     let mut reader = feed
         .subscribe("counter", SubscribeOptions::default())
         .expect("subscribe")
         .take_reader()
         .expect("reader");
+    let poll_batch = args.queue;
+    let consumer_core = args.pin.map(|(_, consumer)| consumer);
     let started = Instant::now();
     let consumer = std::thread::spawn(move || {
         let _agent = mongoose_core::agent::mark_current_thread("counter");
+        if let Some(core) = consumer_core {
+            pin_to(core);
+        }
         let mut counter = CountingProcessor::default();
         while counter.lines < lines {
-            if reader.poll(&mut counter, 1024) == 0 {
+            if reader.poll(&mut counter, poll_batch) == 0 {
                 // an idle strategy: the machine may have fewer free cores than threads
                 std::thread::yield_now();
             }
@@ -160,27 +168,83 @@ fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64) -> f64 {
     seconds
 }
 
-fn size_mib_from_args() -> u64 {
+/// The command line: `--size-mib N`, `--runs N` (each figure is the best of N runs; all
+/// are printed), `--only source|engine` (one phase, for `perf record`), `--pin S,C`
+/// (the source thread on core S, the consumer thread on core C), `--queue N` (the
+/// subscriber queue's capacity, 1,024 by default; the reader polls up to that many),
+/// `--buffer-kib N` (the source's read buffer and bytes per cycle, default 256 KiB).
+struct Args {
+    queue: usize,
+    buffer_kib: usize,
+    size_mib: u64,
+    runs: usize,
+    source: bool,
+    engine: bool,
+    pin: Option<(usize, usize)>,
+}
+
+fn args() -> Args {
+    let mut parsed = Args {
+        size_mib: 1024,
+        runs: 1,
+        source: true,
+        engine: true,
+        pin: None,
+        queue: 1024,
+        buffer_kib: 256,
+    };
     let mut args = std::env::args().skip(1);
-    let mut size = 1024;
     while let Some(arg) = args.next() {
-        match arg.as_str() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) => (name.to_owned(), Some(value.to_owned())),
+            None => (arg.clone(), None),
+        };
+        let mut value = || inline.clone().or_else(|| args.next());
+        match name.as_str() {
             "--size-mib" => {
-                size = args
-                    .next()
+                parsed.size_mib = value()
                     .and_then(|value| value.parse().ok())
                     .expect("--size-mib takes a number of MiB");
             }
-            other if other.starts_with("--size-mib=") => {
-                size = other["--size-mib=".len()..]
-                    .parse()
-                    .expect("--size-mib takes a number of MiB");
+            "--runs" => {
+                parsed.runs = value()
+                    .and_then(|value| value.parse().ok())
+                    .filter(|runs| *runs > 0)
+                    .expect("--runs takes a number of runs (1 or more)");
+            }
+            "--only" => match value().as_deref() {
+                Some("source") => parsed.engine = false,
+                Some("engine") => parsed.source = false,
+                _ => panic!("--only takes source or engine"),
+            },
+            "--pin" => {
+                parsed.pin = value()
+                    .and_then(|value| {
+                        let (source, consumer) = value.split_once(',')?;
+                        Some((source.parse().ok()?, consumer.parse().ok()?))
+                    })
+                    .map(Some)
+                    .expect("--pin takes SOURCE_CORE,CONSUMER_CORE");
+            }
+            "--queue" => {
+                parsed.queue = value()
+                    .and_then(|value| value.parse().ok())
+                    .filter(|queue| *queue > 0)
+                    .expect("--queue takes a capacity");
+            }
+            "--buffer-kib" => {
+                parsed.buffer_kib = value()
+                    .and_then(|value| value.parse().ok())
+                    .filter(|kib| *kib > 0)
+                    .expect("--buffer-kib takes a number of KiB");
             }
             "--bench" => {} // passed by `cargo bench`-style runners
-            other => panic!("unknown argument {other}: use --size-mib N"),
+            other => {
+                panic!("unknown argument {other}: use --size-mib N, --runs N, --only source|engine")
+            }
         }
     }
-    size
+    parsed
 }
 
 fn write_lines(path: &Path, size_mib: u64) -> u64 {
@@ -210,6 +274,18 @@ fn raw_count(path: &Path) -> u64 {
     }
 }
 
+fn source_config(path: &Path, args: &Args) -> FileSourceConfig {
+    let mut config = FileSourceConfig::new("bench", path, ReadStrategy::Commited);
+    config.read_buffer_bytes = args.buffer_kib * 1024;
+    config.max_bytes_per_cycle = config.max_bytes_per_cycle.max(config.read_buffer_bytes);
+    config
+}
+
+fn pin_to(core: usize) {
+    let pinned = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    assert!(pinned, "cannot pin a thread to core {core}");
+}
+
 fn peak_rss_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status
@@ -221,22 +297,8 @@ fn peak_rss_kib() -> Option<u64> {
         .ok()
 }
 
-fn main() {
-    let size_mib = size_mib_from_args();
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let path = dir.path().join("bench.log");
-    let lines = write_lines(&path, size_mib);
-    let bytes = std::fs::metadata(&path).expect("size").len();
-    let mib = bytes as f64 / (1024.0 * 1024.0);
-    let rss_before = peak_rss_kib();
-
-    // (a) the baseline: a raw memchr line count (warm page cache: the file was just written)
-    let started = Instant::now();
-    let counted = raw_count(&path);
-    let raw_seconds = started.elapsed().as_secs_f64();
-    assert_eq!(counted, lines);
-
-    // (b) the file through a COMMITED file source into a counting output
+/// The file through a COMMITED source into a counting output; returns the seconds.
+fn through_the_source_alone(path: &Path, lines: u64, bytes: u64, args: &Args) -> f64 {
     let output = Arc::new(CountingOutput {
         published: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
@@ -247,54 +309,119 @@ fn main() {
         committer: Mutex::new(None),
     });
     let erased: Arc<dyn SourceOutput<String, u64>> = output.clone();
-    let mut source = FileEventSource::new(
-        FileSourceConfig::new("bench", &path, ReadStrategy::Commited),
-        Ok::<String, String>,
-        erased,
-    );
+    let mut source = FileEventSource::new(source_config(path, args), Ok::<String, String>, erased);
     let started = Instant::now();
     source.start().expect("start");
     while *output.state.lock() != SourceState::CaughtUp {
         source.do_work().expect("do_work");
     }
     source.stop().expect("stop");
-    let feed_seconds = started.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64();
     assert_eq!(output.published.load(Ordering::Relaxed), lines);
     assert_eq!(source.committed_position(), bytes);
+    std::fs::remove_file(mongoose_source_file::pointer::pointer_path_for(path)).ok();
+    seconds
+}
 
-    let rss_direct = peak_rss_kib();
-    std::fs::remove_file(mongoose_source_file::pointer::pointer_path_for(&path)).ok();
+/// The best (shortest) of `runs` timings, and all of them.
+fn best_of(runs: usize, mut run: impl FnMut() -> f64) -> (f64, Vec<f64>) {
+    let all: Vec<f64> = (0..runs).map(|_| run()).collect();
+    let best = all.iter().copied().fold(f64::INFINITY, f64::min);
+    (best, all)
+}
+
+fn rates(mib: f64, seconds: &[f64]) -> String {
+    let rates: Vec<String> = seconds
+        .iter()
+        .map(|seconds| format!("{:.0}", mib / seconds))
+        .collect();
+    rates.join(", ")
+}
+
+fn main() {
+    let args = args();
+    if let Some((source, _)) = args.pin {
+        pin_to(source);
+    }
+    let size_mib = args.size_mib;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("bench.log");
+    let lines = write_lines(&path, size_mib);
+    let bytes = std::fs::metadata(&path).expect("size").len();
+    let mib = bytes as f64 / (1024.0 * 1024.0);
+    let rss_before = peak_rss_kib();
+
+    // (a) the baseline: a raw memchr line count (warm page cache: the file was just written)
+    let (raw_seconds, raw_all) = best_of(args.runs, || {
+        let started = Instant::now();
+        let counted = raw_count(&path);
+        let seconds = started.elapsed().as_secs_f64();
+        assert_eq!(counted, lines);
+        seconds
+    });
+    let raw_mib_s = mib / raw_seconds;
+    println!(
+        "file_feed_bench: {size_mib} MiB, {lines} lines of {LINE_BYTES} bytes, best of {} run(s)",
+        args.runs
+    );
+    println!(
+        "raw memchr count : {raw_mib_s:>9.1} MiB/s {:>12.0} lines/s   (runs: {} MiB/s)",
+        lines as f64 / raw_seconds,
+        rates(mib, &raw_all)
+    );
+
+    // (b) the file through a COMMITED file source into a counting output
+    let mut rss_direct = None;
+    let mut feed_mib_s = None;
+    if args.source {
+        let (seconds, all) = best_of(args.runs, || {
+            through_the_source_alone(&path, lines, bytes, &args)
+        });
+        rss_direct = peak_rss_kib();
+        feed_mib_s = Some(mib / seconds);
+        println!(
+            "COMMITED feed    : {:>9.1} MiB/s {:>12.0} lines/s   (runs: {} MiB/s)",
+            mib / seconds,
+            lines as f64 / seconds,
+            rates(mib, &all)
+        );
+    }
 
     // (c) the same through the real delivery engine to a counting processor thread
-    let engine_seconds = through_the_delivery_engine(&path, lines, bytes);
+    let mut engine_mib_s = None;
+    if args.engine {
+        let (seconds, all) = best_of(args.runs, || {
+            let seconds = through_the_delivery_engine(&path, lines, bytes, &args);
+            std::fs::remove_file(mongoose_source_file::pointer::pointer_path_for(&path)).ok();
+            seconds
+        });
+        engine_mib_s = Some(mib / seconds);
+        println!(
+            "feed + delivery  : {:>9.1} MiB/s {:>12.0} lines/s   (runs: {} MiB/s; Publisher, {} queue, counting thread)",
+            mib / seconds,
+            lines as f64 / seconds,
+            rates(mib, &all),
+            args.queue
+        );
+    }
 
     let rss_after = peak_rss_kib();
-    let raw_mib_s = mib / raw_seconds;
-    let feed_mib_s = mib / feed_seconds;
-    println!("file_feed_bench: {size_mib} MiB, {lines} lines of {LINE_BYTES} bytes");
+    let ratio = |rate: Option<f64>| {
+        rate.map_or("-".to_owned(), |rate| {
+            format!("{:.1}%", 100.0 * rate / raw_mib_s)
+        })
+    };
     println!(
-        "raw memchr count : {raw_mib_s:>9.1} MiB/s {:>12.0} lines/s",
-        lines as f64 / raw_seconds
+        "ratio feed/raw   : {} (source alone), {} (with the delivery engine)",
+        ratio(feed_mib_s),
+        ratio(engine_mib_s)
     );
-    println!(
-        "COMMITED feed    : {feed_mib_s:>9.1} MiB/s {:>12.0} lines/s",
-        lines as f64 / feed_seconds
-    );
-    let engine_mib_s = mib / engine_seconds;
-    println!(
-        "feed + delivery  : {engine_mib_s:>9.1} MiB/s {:>12.0} lines/s (Publisher, 1,024 queue, counting thread)",
-        lines as f64 / engine_seconds
-    );
-    println!(
-        "ratio feed/raw   : {:.1}% (source alone), {:.1}% (with the delivery engine)",
-        100.0 * feed_mib_s / raw_mib_s,
-        100.0 * engine_mib_s / raw_mib_s
-    );
+    let kib = |rss: Option<u64>| rss.map_or("?".to_owned(), |kib| kib.to_string());
     println!(
         "peak RSS (VmHWM) : {} KiB before the runs, {} KiB after the source alone, {} KiB after the engine run (file {} KiB)",
-        rss_before.map_or("?".to_owned(), |kib| kib.to_string()),
-        rss_direct.map_or("?".to_owned(), |kib| kib.to_string()),
-        rss_after.map_or("?".to_owned(), |kib| kib.to_string()),
+        kib(rss_before),
+        kib(rss_direct),
+        kib(rss_after),
         bytes / 1024
     );
 }
