@@ -2,9 +2,12 @@
 //!
 //! [`FileEventSource`] reads a file by bytes, splits it into lines on `\n`, `\r` and
 //! `\r\n`, decodes each line as UTF-8 (U+FFFD for bytes that are not), maps it to the
-//! feed's item with a data mapper and publishes it with
-//! [`SourceOutput::try_publish`](mongoose_core::SourceOutput::try_publish), the position
-//! being the byte offset just after the line.
+//! feed's item with a data mapper and publishes it, the position being the byte offset
+//! just after the line. The lines of a read buffer go out in batches
+//! ([`SourceOutput::try_publish_batch`](mongoose_core::SourceOutput::try_publish_batch):
+//! one publisher lock per batch, a line pulled only when the feed can take it); a line a
+//! full queue refused is kept and offered again with
+//! [`SourceOutput::try_publish`](mongoose_core::SourceOutput::try_publish).
 //!
 //! With [`ReadStrategy::Commited`] the source keeps a 1,024-byte memory-mapped pointer
 //! file beside the input (`<input file name>.readPointer`, layout in [`mod@pointer`]). The
