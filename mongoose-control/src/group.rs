@@ -33,6 +33,7 @@ use crate::feeds::{
 };
 use crate::handle::ServerId;
 use crate::idle::{IdleStrategy, Idler};
+use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyExecutor, ReplyOutcome, ReplySender};
 use crate::services::{ServiceBroadcast, ServiceEvent, SERVICES_FEED};
 
@@ -86,6 +87,9 @@ pub struct GroupOptions {
     pub full_mailbox_timeout: Duration,
     /// Items taken from one feed per duty cycle.
     pub poll_limit: usize,
+    /// RECORD mode: told about every call the group makes to its processors (see
+    /// [`crate::record`]). `None` (the default) costs one `Option` check per call.
+    pub recorder: Option<Box<dyn GroupRecorder>>,
 }
 
 impl fmt::Debug for GroupOptions {
@@ -96,6 +100,7 @@ impl fmt::Debug for GroupOptions {
             .field("mailbox_capacity", &self.mailbox_capacity)
             .field("audit_capacity", &self.audit_capacity)
             .field("retry", &self.retry)
+            .field("recorder", &self.recorder.is_some())
             .finish()
     }
 }
@@ -111,6 +116,7 @@ impl Default for GroupOptions {
             retry: RetryPolicy::default(),
             full_mailbox_timeout: Duration::from_secs(10),
             poll_limit: 256,
+            recorder: None,
         }
     }
 }
@@ -189,6 +195,8 @@ pub(crate) enum Request {
     Add {
         name: String,
         generation: u64,
+        /// The processor's type name, for a recorder's provenance ("" when unknown).
+        type_name: &'static str,
         supplier: Supplier,
     },
     Stop {
@@ -268,6 +276,7 @@ struct Seed {
     core: Option<usize>,
     retry: RetryPolicy,
     poll_limit: usize,
+    recorder: Option<Box<dyn GroupRecorder>>,
 }
 
 struct GroupShared {
@@ -347,6 +356,7 @@ impl ProcessorGroup {
                     core: options.core,
                     retry: options.retry,
                     poll_limit: options.poll_limit.max(1),
+                    recorder: options.recorder,
                 })),
                 fault: AtomicBool::new(false),
                 retained: Mutex::new(Vec::new()),
@@ -735,6 +745,7 @@ struct Runtime {
     effects_of_request: u32,
     quarantines: Vec<(u64, String)>,
     status_dirty: bool,
+    recorder: Option<Box<dyn GroupRecorder>>,
 }
 
 enum Cycle {
@@ -770,6 +781,7 @@ fn run_group(shared: Arc<GroupShared>, seed: Seed) {
         effects_of_request: 0,
         quarantines: Vec::new(),
         status_dirty: true,
+        recorder: seed.recorder,
     };
     loop {
         match catch_unwind(AssertUnwindSafe(|| runtime.duty_cycle())) {
@@ -777,7 +789,12 @@ fn run_group(shared: Arc<GroupShared>, seed: Seed) {
                 let wake_by = runtime.next_timer_in();
                 idler.idle(work, wake_by);
             }
-            Ok(Cycle::Closed) => break,
+            Ok(Cycle::Closed) => {
+                if let Some(recorder) = runtime.recorder.as_mut() {
+                    recorder.closing();
+                }
+                break;
+            }
             Err(payload) => {
                 let message = panic_message(&*payload);
                 runtime.die(&message);
@@ -891,8 +908,9 @@ impl Runtime {
             Request::Add {
                 name,
                 generation,
+                type_name,
                 supplier,
-            } => self.apply_add(request_id, input, name, generation, supplier),
+            } => self.apply_add(request_id, input, name, generation, type_name, supplier),
             Request::Stop { name, generation } => {
                 self.apply_stop(request_id, input, name, generation)
             }
@@ -950,6 +968,7 @@ impl Runtime {
         input: u64,
         name: String,
         generation: u64,
+        type_name: &'static str,
         supplier: Supplier,
     ) -> ControlReply {
         let signed = generation as i64;
@@ -1031,6 +1050,9 @@ impl Runtime {
         }
         self.processors.insert(generation, slot);
         self.status_dirty = true;
+        if let Some(recorder) = self.recorder.as_mut() {
+            recorder.processor_built(id, &name, type_name);
+        }
         // a processor added later is given the registry's services when it is built
         for broadcast in (self.services)() {
             let event = broadcast.event();
@@ -1102,20 +1124,27 @@ impl Runtime {
             );
         }
         self.decision(request_id, input, "stopStarted", signed, &name);
-        let result = self.release(generation);
+        let result = self.release(generation, true);
         self.effect(request_id, input, "Stop", &result, signed);
         ControlReply::applied_with(request_id, "stopped", signed, Some(name))
     }
 
     /// Stops a running processor: off every reader, timers cancelled, `stop()` called,
     /// its name freed. A failing `stop()` is reported and the release continues.
-    fn release(&mut self, generation: u64) -> Result<(), String> {
+    fn release(&mut self, generation: u64, by_request: bool) -> Result<(), String> {
         self.detach(generation);
         let Some(mut slot) = self.processors.remove(&generation) else {
             return Ok(());
         };
         let previous = engine::set_current_processor(Some(ProcessorId(generation)));
         let result = contained(|| slot.processor.stop());
+        if let Some(recorder) = self.recorder.as_mut() {
+            recorder.stopped(
+                ProcessorId(generation),
+                by_request,
+                result.as_ref().map(|_| ()).map_err(String::as_str),
+            );
+        }
         engine::set_current_processor(previous);
         self.drop_timer_ops_of(generation);
         if let Err(reason) = &result {
@@ -1311,6 +1340,13 @@ impl Runtime {
             }
             let previous = engine::set_current_processor(Some(ProcessorId(owner)));
             let result = contained(|| slot.processor.on_timer(timer));
+            if let Some(recorder) = self.recorder.as_mut() {
+                recorder.timer_fired(
+                    ProcessorId(owner),
+                    timer,
+                    result.as_ref().map(|_| ()).map_err(String::as_str),
+                );
+            }
             engine::set_current_processor(previous);
             if let Err(reason) = result {
                 self.contain(owner, "timer", reason);
@@ -1361,6 +1397,7 @@ impl Runtime {
             quarantines,
             poll_limit,
             shared,
+            recorder,
             ..
         } = self;
         let mut work = 0;
@@ -1380,8 +1417,12 @@ impl Runtime {
                 handled,
                 processors,
                 quarantines,
+                recorder: recorder.as_deref_mut(),
             };
             work += reader.poll(&mut dispatcher, *poll_limit);
+            if let Some(recorder) = recorder.as_mut() {
+                recorder.polled();
+            }
         }
         work
     }
@@ -1405,7 +1446,7 @@ impl Runtime {
             .map(|(generation, _)| *generation)
             .collect();
         for generation in running {
-            let _ = self.release(generation);
+            let _ = self.release(generation, false);
         }
         // quarantined processors keep their names and instances; their queues go
         let remaining: Vec<u64> = self.processors.keys().copied().collect();
@@ -1480,6 +1521,7 @@ struct GroupDispatcher<'a> {
     handled: &'a mut Vec<u64>,
     processors: &'a mut BTreeMap<u64, Slot>,
     quarantines: &'a mut Vec<(u64, String)>,
+    recorder: Option<&'a mut (dyn GroupRecorder + 'static)>,
 }
 
 impl GroupDispatcher<'_> {
@@ -1504,6 +1546,14 @@ impl GroupDispatcher<'_> {
             let invoke = self.invoke;
             let processor = &mut *slot.processor;
             let result = contained(|| invoke(handler, processor, item));
+            if let Some(recorder) = self.recorder.as_deref_mut() {
+                recorder.dispatched(
+                    id,
+                    self.feed,
+                    item,
+                    result.as_ref().map(|_| ()).map_err(String::as_str),
+                );
+            }
             engine::set_current_processor(previous);
             let Err(reason) = result else {
                 self.handled.push(generation);
@@ -1536,6 +1586,9 @@ impl FeedDispatcher for GroupDispatcher<'_> {
         if attempt == 0 {
             // a new item: nobody handled it yet
             self.handled.clear();
+            if let Some(recorder) = self.recorder.as_deref_mut() {
+                recorder.item_begins();
+            }
         }
         self.run(item, true)
     }
@@ -1566,6 +1619,13 @@ impl FeedDispatcher for GroupDispatcher<'_> {
             slot.processor
                 .on_delivery_complete(completion.key, delivery)
         });
+        if let Some(recorder) = self.recorder.as_deref_mut() {
+            recorder.completed(
+                Some(owner),
+                completion.key,
+                result.as_ref().map(|_| ()).map_err(String::as_str),
+            );
+        }
         engine::set_current_processor(previous);
         result.map_err(ProcessorError::new)
     }

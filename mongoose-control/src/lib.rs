@@ -68,6 +68,7 @@ mod handle;
 mod idle;
 pub mod memory;
 mod plane;
+pub mod record;
 mod reply;
 pub mod services;
 
@@ -83,5 +84,6 @@ pub use group::{
 pub use handle::{ProcessorHandle, ServerId};
 pub use idle::IdleStrategy;
 pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
+pub use record::GroupRecorder;
 pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
 pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED};

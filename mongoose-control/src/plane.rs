@@ -397,6 +397,7 @@ impl ControlPlane {
         Request::Add {
             name: name.to_owned(),
             generation,
+            type_name: std::any::type_name::<P>(),
             supplier: Box::new(move || Box::new(supplier()) as Box<dyn Processor>),
         }
     }
@@ -410,11 +411,24 @@ impl ControlPlane {
         P: Processor,
         F: FnOnce() -> P + Send + 'static,
     {
-        self.add_processor_boxed(
+        self.add_processor_boxed_as(
             group,
             name,
+            std::any::type_name::<P>(),
             Box::new(move || Box::new(supplier()) as Box<dyn Processor>),
         )
+    }
+
+    /// [`ControlPlane::add_processor_boxed`] naming the processor's type, which a
+    /// group's recorder keeps as the stream's provenance (`mongoose-replay`).
+    pub fn add_processor_boxed_as(
+        &self,
+        group: &str,
+        name: &str,
+        type_name: &'static str,
+        supplier: Box<dyn FnOnce() -> Box<dyn Processor> + Send>,
+    ) -> AddedProcessor {
+        self.add_processor_erased(group, name, type_name, supplier)
     }
 
     /// [`ControlPlane::add_processor`] for a supplier of an already boxed processor
@@ -423,6 +437,16 @@ impl ControlPlane {
         &self,
         group: &str,
         name: &str,
+        supplier: Box<dyn FnOnce() -> Box<dyn Processor> + Send>,
+    ) -> AddedProcessor {
+        self.add_processor_erased(group, name, "", supplier)
+    }
+
+    fn add_processor_erased(
+        &self,
+        group: &str,
+        name: &str,
+        type_name: &'static str,
         supplier: Box<dyn FnOnce() -> Box<dyn Processor> + Send>,
     ) -> AddedProcessor {
         let refused_now = |reply: ControlReply| AddedProcessor {
@@ -462,6 +486,7 @@ impl ControlPlane {
         let request = Request::Add {
             name: name.to_owned(),
             generation,
+            type_name,
             supplier,
         };
         let (envelope, reply) = self.envelope(request);

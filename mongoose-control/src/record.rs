@@ -1,0 +1,64 @@
+//! Recording hooks: what a group tells a [`GroupRecorder`] (RECORD mode of
+//! `mongoose-replay`) about the calls it makes to its processors.
+//!
+//! A group built with [`crate::GroupOptions::recorder`] calls its recorder on its own
+//! thread, after each call it makes to a processor: each dispatch of an item (the
+//! delivery context is still entered for a positioned item), each completion callback
+//! (feed-delivery-guarantees §5b: the callbacks run before the recorder learns the item
+//! is done), each timer, each stop, and once after each feed reader's poll. A group
+//! without a recorder pays one `Option` check per call.
+
+use std::any::Any;
+
+use mongoose_core::{CompletionKey, ProcessorId};
+
+/// Told by a group about every call it makes to its processors, after the call.
+///
+/// Every method runs on the group's thread, with
+/// [`mongoose_core::engine::current_processor`] still set to the processor the call was
+/// for, so the recorder can attribute what the processor did meanwhile (clock readings,
+/// outputs) to it. A recorder must not panic: a panic kills the group.
+pub trait GroupRecorder: Send {
+    /// A processor was built and started (an add that was refused, failed or never
+    /// built is never reported). `type_name` is the processor's type, or `""` when it
+    /// was added boxed without one.
+    fn processor_built(&mut self, processor: ProcessorId, name: &str, type_name: &'static str);
+
+    /// A new item of a feed is about to be dispatched (not a retry of the last one):
+    /// the previous item's dispatch and completions are over.
+    fn item_begins(&mut self);
+
+    /// `processor` was given `item` of `feed`: `Ok` when its handler returned,
+    /// `Err(reason)` when it failed (returned an error or panicked). A retry of a
+    /// retry-safe processor is reported again, without a new [`Self::item_begins`].
+    fn dispatched(
+        &mut self,
+        processor: ProcessorId,
+        feed: &str,
+        item: &dyn Any,
+        result: Result<(), &str>,
+    );
+
+    /// A delivery-complete callback of `owner` ran (a failed one may be retried and
+    /// reported again).
+    fn completed(
+        &mut self,
+        owner: Option<ProcessorId>,
+        key: CompletionKey,
+        result: Result<(), &str>,
+    );
+
+    /// `processor`'s timer `timer` fired.
+    fn timer_fired(&mut self, processor: ProcessorId, timer: u64, result: Result<(), &str>);
+
+    /// `processor` was stopped: `by_request` true for a stop request, false when its
+    /// group closed.
+    fn stopped(&mut self, processor: ProcessorId, by_request: bool, result: Result<(), &str>);
+
+    /// A feed reader's poll returned: every item it finished has had its dispatch and
+    /// its completions (an item held for a retry is not finished).
+    fn polled(&mut self);
+
+    /// The group's thread is ending: write what is pending.
+    fn closing(&mut self) {}
+}
