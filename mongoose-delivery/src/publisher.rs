@@ -1028,8 +1028,16 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
                 break BatchEnd::Paused;
             }
             let Some((item, position)) = next() else {
+                self.drain_deferred(&mut state);
                 break BatchEnd::Exhausted;
             };
+            // what the producer did while producing this item (a nested `filtered`, a
+            // push publish) happened before it: it goes first, in order
+            self.drain_deferred(&mut state);
+            if self.hold_reason(&mut state).is_some() {
+                Self::note_pause(&mut state);
+                break BatchEnd::Returned(item, position, Refusal::Paused);
+            }
             state.paused_now = false;
             let epoch = state.epoch;
             match self.apply_mapper(&mut state, item) {

@@ -468,3 +468,38 @@ fn a_batch_pulls_only_what_the_feed_can_take() {
     assert_eq!(commits.pointer(), 50);
     assert_eq!(feed.status().dropped, 0);
 }
+
+#[test]
+fn a_filtered_input_reported_while_producing_a_batch_keeps_its_place() {
+    // a producer that reports a mapper error from inside the batch: the filtered
+    // position is numbered before the line produced after it
+    let (feed, commits) = positioned_feed(16);
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    let publisher = Arc::clone(&feed);
+    let mut step = 0u64;
+    let mut produce = || {
+        step += 1;
+        match step {
+            1 => Some((1u64, 10u64)),
+            2 => {
+                publisher.filtered(20, "not a number");
+                Some((3, 30))
+            }
+            3 => {
+                publisher.filtered(40, "not a number");
+                None
+            }
+            _ => None,
+        }
+    };
+    assert_eq!(feed.try_publish_batch(&mut produce), mongoose_core::BatchEnd::Exhausted);
+    let status = feed.status();
+    assert_eq!(status.sequence, 4, "two lines and two filtered inputs, none left deferred");
+    assert_eq!(process(&mut group, 2), vec![1, 3]);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 40, "the trailing filtered input is committed with the rest");
+    let acknowledged: Vec<u64> =
+        commits.0.lock().unwrap().acknowledged.iter().map(|(_, _, position)| *position).collect();
+    assert!(acknowledged.windows(2).all(|pair| pair[0] < pair[1]), "positions in order: {acknowledged:?}");
+}

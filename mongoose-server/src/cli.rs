@@ -32,10 +32,27 @@ pub fn init_logging() {
         .try_init();
 }
 
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The process exit code.
+    pub code: u8,
+    /// The status when the run ended (before the shutdown closed the groups).
+    pub last_status: StatusReport,
+}
+
 /// Runs a started server until SIGTERM or SIGINT (a second signal ends the process at
 /// once) or, with `exit_when_settled`, until every feed is settled; then runs the
 /// ordered shutdown. Returns the exit code.
 pub fn run_until_done(server: &Server, exit_when_settled: bool) -> Result<u8, ServerError> {
+    run_until_done_with_status(server, exit_when_settled).map(|outcome| outcome.code)
+}
+
+/// [`run_until_done`], also returning the status seen when the run ended.
+pub fn run_until_done_with_status(
+    server: &Server,
+    exit_when_settled: bool,
+) -> Result<RunOutcome, ServerError> {
     let signalled = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // the second signal exits at once; the first sets the flag
@@ -47,13 +64,15 @@ pub fn run_until_done(server: &Server, exit_when_settled: bool) -> Result<u8, Se
             })?;
     }
     let mut settled_code = None;
+    let mut last_status;
     loop {
+        last_status = server.status();
         if signalled.load(Ordering::Acquire) {
             info!("signal received: shutting down (a second signal ends the process at once)");
             break;
         }
         if exit_when_settled {
-            let report = server.status();
+            let report = &last_status;
             if report.settled {
                 if report.lossless {
                     info!("settled and lossless: shutting down");
@@ -70,9 +89,15 @@ pub fn run_until_done(server: &Server, exit_when_settled: bool) -> Result<u8, Se
     let result = server.shutdown();
     if !result.complete {
         warn!(?result, "the shutdown did not complete");
-        return Ok(EXIT_STOP_INCOMPLETE);
+        return Ok(RunOutcome {
+            code: EXIT_STOP_INCOMPLETE,
+            last_status,
+        });
     }
-    Ok(settled_code.unwrap_or(EXIT_OK))
+    Ok(RunOutcome {
+        code: settled_code.unwrap_or(EXIT_OK),
+        last_status,
+    })
 }
 
 /// A readable table of a status report: one line per feed with its lag.
