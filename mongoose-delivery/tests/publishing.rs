@@ -493,13 +493,32 @@ fn a_filtered_input_reported_while_producing_a_batch_keeps_its_place() {
             _ => None,
         }
     };
-    assert_eq!(feed.try_publish_batch(&mut produce), mongoose_core::BatchEnd::Exhausted);
+    assert_eq!(
+        feed.try_publish_batch(&mut produce),
+        mongoose_core::BatchEnd::Exhausted
+    );
     let status = feed.status();
-    assert_eq!(status.sequence, 4, "two lines and two filtered inputs, none left deferred");
+    assert_eq!(
+        status.sequence, 4,
+        "two lines and two filtered inputs, none left deferred"
+    );
     assert_eq!(process(&mut group, 2), vec![1, 3]);
     feed.poll_acknowledgements();
-    assert_eq!(commits.pointer(), 40, "the trailing filtered input is committed with the rest");
-    let acknowledged: Vec<u64> =
-        commits.0.lock().unwrap().acknowledged.iter().map(|(_, _, position)| *position).collect();
-    assert!(acknowledged.windows(2).all(|pair| pair[0] < pair[1]), "positions in order: {acknowledged:?}");
+    assert_eq!(
+        commits.pointer(),
+        40,
+        "the trailing filtered input is committed with the rest"
+    );
+    let acknowledged: Vec<u64> = commits
+        .0
+        .lock()
+        .unwrap()
+        .acknowledged
+        .iter()
+        .map(|(_, _, position)| *position)
+        .collect();
+    assert!(
+        acknowledged.windows(2).all(|pair| pair[0] < pair[1]),
+        "positions in order: {acknowledged:?}"
+    );
 }

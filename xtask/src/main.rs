@@ -34,7 +34,10 @@ fn bench(extra: &[String]) -> bool {
     let root = workspace_root();
     let mut ok = true;
     for (package, example, arguments) in BENCHES {
-        let source = root.join(package).join("examples").join(format!("{example}.rs"));
+        let source = root
+            .join(package)
+            .join("examples")
+            .join(format!("{example}.rs"));
         if !source.exists() {
             eprintln!("xtask: skipping {package}/{example}: not built yet");
             continue;
@@ -42,7 +45,16 @@ fn bench(extra: &[String]) -> bool {
         let mut command = Command::new(env!("CARGO"));
         command
             .current_dir(&root)
-            .args(["run", "--release", "--quiet", "-p", package, "--example", example, "--"])
+            .args([
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                package,
+                "--example",
+                example,
+                "--",
+            ])
             .args(*arguments)
             .args(extra);
         ok &= run(&mut command);
@@ -56,9 +68,7 @@ fn fuzz(seconds: u64) -> bool {
         .args(["fuzz", "--version"])
         .output()
         .is_ok_and(|output| output.status.success());
-    if !has_fuzz
-        && !run(Command::new(env!("CARGO")).args(["install", "cargo-fuzz", "--locked"]))
-    {
+    if !has_fuzz && !run(Command::new(env!("CARGO")).args(["install", "cargo-fuzz", "--locked"])) {
         return false;
     }
     let mut ok = true;
@@ -70,19 +80,25 @@ fn fuzz(seconds: u64) -> bool {
         if !crate_dir.join("fuzz").join("Cargo.toml").exists() {
             continue;
         }
-        let listed = Command::new(env!("CARGO")).current_dir(&crate_dir).args(["fuzz", "list"]).output();
+        let listed = Command::new(env!("CARGO"))
+            .current_dir(&crate_dir)
+            .args(["fuzz", "list"])
+            .output();
         let Ok(listed) = listed else {
             ok = false;
             continue;
         };
-        for target in String::from_utf8_lossy(&listed.stdout).lines().map(str::trim) {
+        for target in String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(str::trim)
+        {
             if target.is_empty() {
                 continue;
             }
             let budget = format!("-max_total_time={seconds}");
-            ok &= run(Command::new(env!("CARGO")).current_dir(&crate_dir).args([
-                "fuzz", "run", "-s", "none", target, "--", &budget,
-            ]));
+            ok &= run(Command::new(env!("CARGO"))
+                .current_dir(&crate_dir)
+                .args(["fuzz", "run", "-s", "none", target, "--", &budget]));
         }
     }
     ok
@@ -92,7 +108,12 @@ fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     let ok = match arguments.first().map(String::as_str) {
         Some("bench") => bench(&arguments[1..]),
-        Some("fuzz") => fuzz(arguments.get(1).and_then(|text| text.parse().ok()).unwrap_or(60)),
+        Some("fuzz") => fuzz(
+            arguments
+                .get(1)
+                .and_then(|text| text.parse().ok())
+                .unwrap_or(60),
+        ),
         _ => {
             eprintln!("usage: cargo xtask bench [ARGS...] | cargo xtask fuzz [SECONDS]");
             false
