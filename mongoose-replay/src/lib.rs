@@ -115,18 +115,30 @@
 //! a recording, so RECORD never reuses it as empty.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 mod crc;
 mod entry;
 mod error;
+mod feeds;
 mod format;
 mod key;
+mod record;
+mod replay;
 mod store;
+mod tap;
 
 pub use entry::{ControlOutcome, Entry, EventCodec, PostcardCodec, Provenance, Utf8Codec};
 pub use error::ReplayError;
+pub use feeds::FeedCodecs;
 pub use format::{FORMAT_VERSION, FRAME_HEAD_LEN, HEADER_LEN, MAGIC, MAX_FRAME_LEN};
 pub use key::{parse_stream_key, stream_key, StreamKey, StreamKeys};
+pub use record::{
+    RecordConfig, RecordedOutput, Recorder, RecordingHandle, JOURNAL_FILE, OUTPUTS_FILE,
+    RECORDING_FILE,
+};
+pub use replay::{Loss, ProcessorReplay, Replay, Replayer};
 pub use store::{Incomplete, RecordedStream, Recording, ReplayStore, StreamHandle};
+pub use tap::{Clock, Collected, OutputSink};
 
 #[cfg(test)]
 mod store_tests;

@@ -1,0 +1,530 @@
+//! RECORD: a [`Recorder`] installed on a processor group writes each covered
+//! processor's inputs, timers, failures and stops into the recording's store.
+
+use std::any::Any;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mongoose_control::GroupRecorder;
+use mongoose_core::{CompletionKey, DeliveryContext, ProcessorId};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::entry::{Entry, Provenance};
+use crate::error::ReplayError;
+use crate::feeds::FeedCodecs;
+use crate::key::StreamKeys;
+use crate::store::{ReplayStore, StreamHandle};
+use crate::tap::{self, RecordTap};
+
+/// The store file of a recording directory.
+pub const RECORDING_FILE: &str = "recording.replay";
+/// The journal of a recording directory (items of journalled feeds).
+pub const JOURNAL_FILE: &str = "journal.replay";
+/// The recorded run's outputs (JSON lines of [`RecordedOutput`]).
+pub const OUTPUTS_FILE: &str = "outputs.jsonl";
+
+/// One output a recorded processor sent through an [`crate::OutputSink`].
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct RecordedOutput {
+    /// The stream key of the processor that sent it.
+    pub stream: String,
+    /// The message.
+    pub output: String,
+}
+
+/// What to record.
+#[derive(Clone, Debug, Default)]
+pub struct RecordConfig {
+    /// The processors recorded, by name (empty: every processor of the group).
+    pub processors: HashSet<String>,
+    /// The feeds whose items are copied, with their codecs.
+    pub feeds: FeedCodecs,
+    /// Record each stream's provenance (default true through [`RecordConfig::new`]).
+    pub provenance: bool,
+}
+
+impl RecordConfig {
+    /// Records `processors` (empty: all), copying the items of `feeds`.
+    pub fn new<I, S>(processors: I, feeds: FeedCodecs) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RecordConfig {
+            processors: processors.into_iter().map(Into::into).collect(),
+            feeds,
+            provenance: true,
+        }
+    }
+}
+
+/// Shared state a [`RecordingHandle`] reads while the group records.
+#[derive(Default, Debug)]
+struct Shared {
+    first_error: Option<String>,
+    entries: u64,
+    closed: bool,
+}
+
+/// Reads how a running [`Recorder`] is doing from any thread.
+#[derive(Clone, Debug)]
+pub struct RecordingHandle {
+    dir: PathBuf,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl RecordingHandle {
+    /// The recording's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The first write that failed, if any (the recording then ends before it).
+    pub fn error(&self) -> Option<String> {
+        self.shared.lock().first_error.clone()
+    }
+
+    /// Entries written so far.
+    pub fn entries(&self) -> u64 {
+        self.shared.lock().entries
+    }
+
+    /// True once the recorder wrote everything pending because its group closed.
+    pub fn closed(&self) -> bool {
+        self.shared.lock().closed
+    }
+}
+
+struct Stream {
+    handle: StreamHandle,
+    key: String,
+}
+
+/// RECORD mode for one processor group: install it with
+/// `GroupOptions { recorder: Some(Box::new(recorder)), .. }`.
+///
+/// Each covered processor's stream (keyed by [`StreamKeys`]: `name`, `name#2`, ...)
+/// holds, in order:
+///
+/// * its inputs: `Inline` (copied through the feed's codec) or `Indexed` (journalled
+///   feeds), each with the delivery the processor could read (feed, sequence, epoch,
+///   position) and the clock readings it took while handling the input and running
+///   the input's completion callbacks (§5b: callbacks belong to the input's entry);
+/// * `TimerFired` with its readings; `Stopped` for a stop by request;
+/// * `Failed` where a dispatch failed, a completion callback first failed, an input
+///   could not be copied, or a timer or stop failed. A failed input is marked once,
+///   whichever of its calls fail, and its ordinary entry is not written (§5b, D4: a
+///   retry is a failure, marked and not reproduced).
+///
+/// An input's entry is written once its item is over (when the group begins the next
+/// item or its reader's poll returns), so a callback failing after the dispatch can
+/// still replace it with `Failed`.
+pub struct Recorder {
+    store: ReplayStore,
+    journal: Option<ReplayStore>,
+    journal_streams: HashMap<String, StreamHandle>,
+    journalled: HashSet<(String, u64)>,
+    outputs: BufWriter<File>,
+    config: RecordConfig,
+    keys: StreamKeys,
+    streams: HashMap<ProcessorId, Stream>,
+    /// Entries of the current item, in order, not yet written.
+    pending: Vec<(ProcessorId, Entry)>,
+    /// Processors whose input of the current item is marked Failed.
+    failed: HashSet<ProcessorId>,
+    /// A failure was the last thing seen: the item may be held for a retry.
+    held: bool,
+    unpositioned: HashMap<String, u64>,
+    tap: RecordTap,
+    shared: Arc<Mutex<Shared>>,
+    dir: PathBuf,
+}
+
+impl fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recorder")
+            .field("dir", &self.dir)
+            .field("streams", &self.streams.len())
+            .finish()
+    }
+}
+
+impl Recorder {
+    /// Creates the recording directory `dir` (or uses it), refusing one whose store
+    /// already holds a recording ([`ReplayError::AlreadyHoldsRecording`]).
+    pub fn create(dir: impl AsRef<Path>, config: RecordConfig) -> Result<Recorder, ReplayError> {
+        let dir = dir.as_ref().to_path_buf();
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ReplayError::Io { path, source }
+        };
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let store = ReplayStore::open_for_record(dir.join(RECORDING_FILE))?;
+        let journal = if config.feeds.feeds.values().any(|feed| feed.journalled) {
+            Some(ReplayStore::open_for_record(dir.join(JOURNAL_FILE))?)
+        } else {
+            None
+        };
+        let outputs_path = dir.join(OUTPUTS_FILE);
+        let outputs = File::create(&outputs_path).map_err(io(&outputs_path))?;
+        Ok(Recorder {
+            store,
+            journal,
+            journal_streams: HashMap::new(),
+            journalled: HashSet::new(),
+            outputs: BufWriter::new(outputs),
+            config,
+            keys: StreamKeys::new(),
+            streams: HashMap::new(),
+            pending: Vec::new(),
+            failed: HashSet::new(),
+            held: false,
+            unpositioned: HashMap::new(),
+            tap: RecordTap::default(),
+            shared: Arc::default(),
+            dir,
+        })
+    }
+
+    /// A handle to watch the recording from other threads.
+    pub fn handle(&self) -> RecordingHandle {
+        RecordingHandle {
+            dir: self.dir.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    fn covers(&self, name: &str) -> bool {
+        self.config.processors.is_empty() || self.config.processors.contains(name)
+    }
+
+    fn fail(&self, error: &ReplayError) {
+        let mut shared = self.shared.lock();
+        if shared.first_error.is_none() {
+            tracing::error!(dir = %self.dir.display(), %error, "RECORD: a write failed; the recording ends before it");
+            shared.first_error = Some(error.to_string());
+        }
+    }
+
+    fn write(&mut self, processor: ProcessorId, entry: &Entry) {
+        let Some(stream) = self.streams.get(&processor) else {
+            return;
+        };
+        match self.store.append(stream.handle, entry) {
+            Ok(()) => self.shared.lock().entries += 1,
+            Err(error) => self.fail(&error),
+        }
+    }
+
+    /// Writes the pending entries of `only` (or of every processor).
+    fn flush_pending(&mut self, only: Option<ProcessorId>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let mut kept = Vec::new();
+        for (processor, entry) in pending {
+            if only.is_none_or(|only| only == processor) {
+                self.write(processor, &entry);
+            } else {
+                kept.push((processor, entry));
+            }
+        }
+        self.pending = kept;
+        if only.is_none() {
+            self.drain_outputs();
+        }
+    }
+
+    /// Moves the readings and outputs the tap collected; returns the readings of
+    /// `processor`.
+    fn drain(&mut self, processor: ProcessorId) -> Vec<i64> {
+        tap::take_recorded(&mut self.tap);
+        let mut readings = Vec::new();
+        self.tap.readings.retain(|(owner, reading)| {
+            if *owner == processor {
+                readings.push(*reading);
+                false
+            } else {
+                true
+            }
+        });
+        // readings of processors not recorded are not kept
+        self.tap.readings.clear();
+        readings
+    }
+
+    fn drain_outputs(&mut self) {
+        tap::take_recorded(&mut self.tap);
+        if self.tap.outputs.is_empty() {
+            return;
+        }
+        for (processor, output) in std::mem::take(&mut self.tap.outputs) {
+            let Some(stream) = self.streams.get(&processor) else {
+                continue;
+            };
+            let line = RecordedOutput {
+                stream: stream.key.clone(),
+                output,
+            };
+            let written = serde_json::to_writer(&mut self.outputs, &line)
+                .map_err(std::io::Error::from)
+                .and_then(|()| self.outputs.write_all(b"\n"));
+            if let Err(source) = written {
+                self.fail(&ReplayError::Io {
+                    path: self.dir.join(OUTPUTS_FILE),
+                    source,
+                });
+            }
+        }
+    }
+
+    /// Marks `processor`'s input of the current item Failed, once.
+    fn mark_failed(&mut self, processor: ProcessorId, reason: String) {
+        if !self.failed.insert(processor) {
+            return;
+        }
+        self.pending
+            .retain(|(owner, entry)| *owner != processor || !entry.is_input());
+        self.pending.push((processor, Entry::Failed { reason }));
+    }
+
+    fn copy_input(&mut self, feed: &str, item: &dyn Any, clock: Vec<i64>) -> Result<Entry, String> {
+        let Some(codec) = self.config.feeds.feeds.get(feed) else {
+            return Err(format!(
+                "an input of feed '{feed}' could not be copied: the feed is not declared in the recording's FeedCodecs"
+            ));
+        };
+        let delivery = DeliveryContext::current();
+        let mut payload = Vec::new();
+        (codec.encode)(item, &mut payload)
+            .map_err(|error| format!("an input of feed '{feed}' could not be copied: {error}"))?;
+        if !codec.journalled {
+            return Ok(Entry::Inline {
+                payload,
+                route: feed.to_owned(),
+                delivery,
+                clock,
+            });
+        }
+        // journalled: by feed and sequence (a recorder-local number for an item without
+        // a position, which has no sequence of its own)
+        let sequence = match &delivery {
+            Some(delivery) => delivery.sequence(),
+            None => {
+                let next = self.unpositioned.entry(feed.to_owned()).or_insert(0);
+                *next += 1;
+                *next | (1 << 63)
+            }
+        };
+        if !self.journalled.contains(&(feed.to_owned(), sequence)) {
+            let journal = self.journal.as_mut().ok_or("no journal")?;
+            let stream = match self.journal_streams.get(feed) {
+                Some(stream) => *stream,
+                None => {
+                    let stream = journal
+                        .begin(&crate::stream_key(feed, 1), None)
+                        .map_err(|error| format!("the journal could not be written: {error}"))?;
+                    self.journal_streams.insert(feed.to_owned(), stream);
+                    stream
+                }
+            };
+            journal
+                .append(
+                    stream,
+                    &Entry::Inline {
+                        payload,
+                        route: sequence.to_string(),
+                        delivery: None,
+                        clock: Vec::new(),
+                    },
+                )
+                .map_err(|error| format!("the journal could not be written: {error}"))?;
+            self.journalled.insert((feed.to_owned(), sequence));
+        }
+        Ok(Entry::Indexed {
+            feed: feed.to_owned(),
+            sequence,
+            route: feed.to_owned(),
+            delivery,
+            clock,
+        })
+    }
+
+    fn close_all(&mut self) {
+        self.flush_pending(None);
+        self.drain_outputs();
+        let mut result = self.store.sync();
+        if let Some(journal) = self.journal.as_mut() {
+            result = result.and(journal.sync());
+        }
+        if let Err(error) = result {
+            self.fail(&error);
+        }
+        if let Err(source) = self.outputs.flush() {
+            self.fail(&ReplayError::Io {
+                path: self.dir.join(OUTPUTS_FILE),
+                source,
+            });
+        }
+        self.shared.lock().closed = true;
+    }
+}
+
+impl GroupRecorder for Recorder {
+    fn processor_built(&mut self, processor: ProcessorId, name: &str, type_name: &'static str) {
+        tap::install_record();
+        if !self.covers(name) {
+            return;
+        }
+        let key = self.keys.built(name);
+        let provenance = self.config.provenance.then(|| Provenance {
+            processor_type: type_name.to_owned(),
+            handler_type: String::new(),
+            ordinal: key.ordinal(),
+        });
+        match self.store.begin(key.key(), provenance.as_ref()) {
+            Ok(handle) => {
+                self.streams.insert(
+                    processor,
+                    Stream {
+                        handle,
+                        key: key.key().to_owned(),
+                    },
+                );
+            }
+            Err(error) => self.fail(&error),
+        }
+    }
+
+    fn item_begins(&mut self) {
+        self.flush_pending(None);
+        self.failed.clear();
+        self.held = false;
+    }
+
+    fn dispatched(
+        &mut self,
+        processor: ProcessorId,
+        feed: &str,
+        item: &dyn Any,
+        result: Result<(), &str>,
+    ) {
+        if !self.streams.contains_key(&processor) {
+            return;
+        }
+        let clock = self.drain(processor);
+        match result {
+            Ok(()) => {
+                self.held = false;
+                if self.failed.contains(&processor) {
+                    return; // a retry after a marked failure: not reproduced (D4)
+                }
+                match self.copy_input(feed, item, clock) {
+                    Ok(entry) => self.pending.push((processor, entry)),
+                    Err(reason) => self.mark_failed(processor, reason),
+                }
+            }
+            Err(reason) => {
+                self.held = true;
+                self.mark_failed(processor, format!("the dispatch failed: {reason}"));
+            }
+        }
+    }
+
+    fn completed(
+        &mut self,
+        owner: Option<ProcessorId>,
+        key: CompletionKey,
+        result: Result<(), &str>,
+    ) {
+        let Some(owner) = owner.filter(|owner| self.streams.contains_key(owner)) else {
+            self.held = result.is_err();
+            return;
+        };
+        let readings = self.drain(owner);
+        if let Some((_, Entry::Indexed { clock, .. } | Entry::Inline { clock, .. })) = self
+            .pending
+            .iter_mut()
+            .rev()
+            .find(|(processor, entry)| *processor == owner && entry.is_input())
+        {
+            clock.extend(readings);
+        }
+        match result {
+            Ok(()) => self.held = false,
+            Err(reason) => {
+                self.held = true;
+                self.mark_failed(
+                    owner,
+                    format!(
+                        "a delivery-complete callback (key {}) failed: {reason}",
+                        key.0
+                    ),
+                );
+            }
+        }
+    }
+
+    fn timer_fired(&mut self, processor: ProcessorId, timer: u64, result: Result<(), &str>) {
+        if !self.streams.contains_key(&processor) {
+            return;
+        }
+        self.flush_pending(Some(processor));
+        let clock = self.drain(processor);
+        let entry = match result {
+            Ok(()) => Entry::TimerFired {
+                schedule: timer,
+                clock,
+            },
+            Err(reason) => Entry::Failed {
+                reason: format!("timer {timer} failed: {reason}"),
+            },
+        };
+        self.write(processor, &entry);
+        self.drain_outputs();
+    }
+
+    fn stopped(&mut self, processor: ProcessorId, by_request: bool, result: Result<(), &str>) {
+        if !self.streams.contains_key(&processor) {
+            return;
+        }
+        self.flush_pending(Some(processor));
+        let clock = self.drain(processor);
+        if by_request {
+            let entry = match result {
+                Ok(()) => Entry::Stopped { clock },
+                Err(reason) => Entry::Failed {
+                    reason: format!("its stop failed: {reason}"),
+                },
+            };
+            self.write(processor, &entry);
+        }
+        self.drain_outputs();
+        self.streams.remove(&processor);
+    }
+
+    fn polled(&mut self) {
+        if !self.held {
+            self.flush_pending(None);
+        }
+    }
+
+    fn closing(&mut self) {
+        self.close_all();
+        tap::uninstall();
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if !self.shared.lock().closed {
+            self.close_all();
+        }
+    }
+}

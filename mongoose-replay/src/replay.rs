@@ -1,0 +1,603 @@
+//! REPLAY: a [`Replayer`] feeds each recorded stream to a freshly built processor of
+//! the recorded type, alone, and reports per processor whether its replay completed or
+//! stopped, and why.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use mongoose_control::feeds::InvokeFn;
+use mongoose_control::SERVICES_FEED;
+use mongoose_core::{engine, Delivery, Processor, ProcessorError, ProcessorId, Subscriptions};
+
+use crate::entry::Entry;
+use crate::feeds::FeedCodecs;
+use crate::key::{parse_stream_key, StreamKeys};
+use crate::record::{JOURNAL_FILE, RECORDING_FILE};
+use crate::store::{RecordedStream, Recording};
+use crate::tap;
+
+type Factory = Box<dyn FnMut() -> Box<dyn Processor>>;
+/// Journalled items by (feed, sequence).
+type Journal = HashMap<(String, u64), Vec<u8>>;
+/// A replayed processor's handlers by feed, with the feed's invoke (none: undeclared).
+type Handlers = HashMap<String, (Box<dyn Any + Send>, Option<InvokeFn>)>;
+
+struct Build {
+    name: String,
+    type_name: &'static str,
+    factory: Factory,
+}
+
+/// An item the recorded processor never got: the delivery engine dropped it for its
+/// queue (a `Dropped` entry). A replay carries on past it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Loss {
+    /// The stream it was recorded in.
+    pub stream: String,
+    /// The feed.
+    pub feed: String,
+    /// The dropped item's sequence number.
+    pub sequence: u64,
+}
+
+/// The replay of one processor build.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ProcessorReplay {
+    /// The stream key (`name`, `name#2`, ...).
+    pub key: String,
+    /// The processor's name.
+    pub name: String,
+    /// The recorded processor type (empty when no provenance was recorded).
+    pub recorded_type: String,
+    /// Entries in the stream.
+    pub entries: usize,
+    /// Entries replayed before the end or the stop.
+    pub replayed: usize,
+    /// Why the replay stopped, or `None` when every entry was replayed.
+    pub stopped: Option<String>,
+    /// Items lost live (`Dropped` entries).
+    pub losses: Vec<Loss>,
+    /// What the replayed processor sent to its [`crate::OutputSink`]s (captured, not
+    /// delivered).
+    pub outputs: Vec<String>,
+}
+
+/// The result of a replay: one [`ProcessorReplay`] per replayed build.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Replay {
+    processors: Vec<ProcessorReplay>,
+    incomplete: Vec<String>,
+    unclaimed: Vec<String>,
+}
+
+impl Replay {
+    /// True when every processor's replay is done: replayed to its end, or stopped (a
+    /// stopped replay counts as done; check [`Replay::stopped`]). Not proof that the
+    /// run was reproduced: compare [`Replay::outputs`].
+    pub fn complete(&self) -> bool {
+        self.processors
+            .iter()
+            .all(|p| p.stopped.is_some() || p.replayed == p.entries)
+    }
+
+    /// True when every processor's replay reached the end of its stream.
+    pub fn all_replayed(&self) -> bool {
+        self.processors.iter().all(|p| p.stopped.is_none())
+    }
+
+    /// Why the replay of stream `key` stopped, or `None` (also `None` for a key that
+    /// was not replayed).
+    pub fn stopped(&self, key: &str) -> Option<&str> {
+        self.processor(key).and_then(|p| p.stopped.as_deref())
+    }
+
+    /// The outputs the replayed processor of stream `key` sent (empty when none).
+    pub fn outputs(&self, key: &str) -> &[String] {
+        self.processor(key).map_or(&[], |p| &p.outputs)
+    }
+
+    /// Items lost live, across every replayed stream.
+    pub fn losses(&self) -> Vec<&Loss> {
+        self.processors.iter().flat_map(|p| &p.losses).collect()
+    }
+
+    /// True when no replayed stream records a loss. Completeness checks read it beside
+    /// [`Replay::complete`].
+    pub fn lossless(&self) -> bool {
+        self.processors.iter().all(|p| p.losses.is_empty())
+    }
+
+    /// The replay of stream `key`.
+    pub fn processor(&self, key: &str) -> Option<&ProcessorReplay> {
+        self.processors.iter().find(|p| p.key == key)
+    }
+
+    /// Every replayed build, in build order.
+    pub fn processors(&self) -> &[ProcessorReplay] {
+        &self.processors
+    }
+
+    /// Why the recording is incomplete (its replay covers the prefix that was read).
+    pub fn recording_incomplete(&self) -> &[String] {
+        &self.incomplete
+    }
+
+    /// Recorded streams that no replayed build claimed.
+    pub fn unclaimed_streams(&self) -> &[String] {
+        &self.unclaimed
+    }
+}
+
+/// Replays a recording directory written by [`crate::Recorder`].
+///
+/// Declare the feeds (the same [`FeedCodecs`] as the recording) and the processor
+/// builds, in the order the recorded group built them; each build gets the stream of
+/// its key ([`StreamKeys`]). Then [`Replayer::run`] replays each stream on the calling
+/// thread, one processor at a time:
+///
+/// * `Inline` / `Indexed`: decoded (an `Indexed` item from the journal) and given to
+///   the processor's handler for the recorded feed, with the recorded delivery entered
+///   into `DeliveryContext` for the whole cycle (handler and completion callbacks) and
+///   cleared after, and its [`crate::Clock`]s pinned to the recorded readings;
+/// * `TimerFired`: `on_timer` with the recorded schedule; `Stopped`: `stop()`;
+/// * `Failed`: stops the replay; `Dropped`: a loss, the replay carries on.
+///
+/// What the processor sends to [`crate::OutputSink`]s is captured, not delivered.
+pub struct Replayer {
+    dir: PathBuf,
+    recording: Result<Recording, String>,
+    journal: Option<Result<Journal, String>>,
+    feeds: FeedCodecs,
+    builds: Vec<Build>,
+}
+
+impl fmt::Debug for Replayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Replayer")
+            .field("dir", &self.dir)
+            .field("builds", &self.builds.len())
+            .finish()
+    }
+}
+
+impl Replayer {
+    /// Opens the recording directory `dir`. A store that cannot be read is not an
+    /// error here: every processor's replay stops with "the replay store could not be
+    /// read".
+    pub fn open(dir: impl AsRef<Path>, feeds: FeedCodecs) -> Self {
+        let dir = dir.as_ref().to_path_buf();
+        let recording = Recording::read(dir.join(RECORDING_FILE)).map_err(|e| e.to_string());
+        let journal_path = dir.join(JOURNAL_FILE);
+        let journal = journal_path
+            .exists()
+            .then(|| read_journal(&journal_path).map_err(|e| e.to_string()));
+        Replayer {
+            dir,
+            recording,
+            journal,
+            feeds,
+            builds: Vec::new(),
+        }
+    }
+
+    /// Adds a build of processor `name` (its first build replays stream `name`, its
+    /// second `name#2`, ...).
+    pub fn processor<P, F>(self, name: &str, mut factory: F) -> Self
+    where
+        P: Processor,
+        F: FnMut() -> P + 'static,
+    {
+        self.processor_boxed_as(
+            name,
+            std::any::type_name::<P>(),
+            Box::new(move || Box::new(factory()) as Box<dyn Processor>),
+        )
+    }
+
+    /// [`Replayer::processor`] for a factory of boxed processors, naming their type
+    /// (`""`: not checked against the recorded provenance).
+    pub fn processor_boxed_as(
+        mut self,
+        name: &str,
+        type_name: &'static str,
+        factory: Box<dyn FnMut() -> Box<dyn Processor>>,
+    ) -> Self {
+        self.builds.push(Build {
+            name: name.to_owned(),
+            type_name,
+            factory,
+        });
+        self
+    }
+
+    /// The recording as read (`Err` with the reason when it could not be read).
+    pub fn recording(&self) -> Result<&Recording, &str> {
+        self.recording.as_ref().map_err(String::as_str)
+    }
+
+    /// Replays every build's stream.
+    pub fn run(mut self) -> Replay {
+        let mut replay = Replay::default();
+        let mut keys = StreamKeys::new();
+        let mut claimed = Vec::new();
+        let builds = std::mem::take(&mut self.builds);
+        for (index, mut build) in builds.into_iter().enumerate() {
+            let key = keys.built(&build.name);
+            let mut result = ProcessorReplay {
+                key: key.key().to_owned(),
+                name: build.name.clone(),
+                recorded_type: String::new(),
+                entries: 0,
+                replayed: 0,
+                stopped: None,
+                losses: Vec::new(),
+                outputs: Vec::new(),
+            };
+            let recording = match &self.recording {
+                Ok(recording) => recording,
+                Err(error) => {
+                    result.stopped = Some(format!("the replay store could not be read: {error}"));
+                    replay.processors.push(result);
+                    continue;
+                }
+            };
+            let stream = match recording.stream(key.key()) {
+                Some(stream) => stream,
+                None => {
+                    if key.ordinal() > 1 {
+                        result.stopped = Some(format!(
+                            "no stream was recorded for {} (build {} of {:?}): it is not replayed as empty",
+                            key.key(),
+                            key.ordinal(),
+                            build.name
+                        ));
+                    } else if let (Some(_), Err(error)) =
+                        (recording.stream(&build.name), parse_stream_key(&build.name))
+                    {
+                        claimed.push(build.name.clone());
+                        result.stopped = Some(error.to_string());
+                    }
+                    // a first build with no stream got no input live: replayed as empty
+                    replay.processors.push(result);
+                    continue;
+                }
+            };
+            claimed.push(stream.key().to_owned());
+            result.entries = stream.entries().len();
+            if let Some(provenance) = stream.provenance() {
+                result.recorded_type = provenance.processor_type.clone();
+            }
+            self.replay_stream(
+                ProcessorId(index as u64 + 1),
+                &mut build,
+                stream,
+                &mut result,
+            );
+            replay.processors.push(result);
+        }
+        if let Ok(recording) = &self.recording {
+            replay.incomplete = recording
+                .incomplete()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            replay.unclaimed = recording
+                .streams()
+                .iter()
+                .map(|stream| stream.key().to_owned())
+                .filter(|key| !claimed.contains(key))
+                .collect();
+        }
+        replay
+    }
+
+    fn replay_stream(
+        &self,
+        id: ProcessorId,
+        build: &mut Build,
+        stream: &RecordedStream,
+        result: &mut ProcessorReplay,
+    ) {
+        if let Some(provenance) = stream.provenance() {
+            if !provenance.processor_type.is_empty()
+                && !build.type_name.is_empty()
+                && provenance.processor_type != build.type_name
+            {
+                result.stopped = Some(format!(
+                    "the replayed processor is not the recorded one: stream {} was recorded by {}, the replay builds {}",
+                    stream.key(),
+                    provenance.processor_type,
+                    build.type_name
+                ));
+                return;
+            }
+        }
+        let previous = engine::set_current_processor(Some(id));
+        let built = catch_unwind(AssertUnwindSafe(&mut build.factory));
+        let mut processor = match built {
+            Ok(processor) => processor,
+            Err(payload) => {
+                engine::set_current_processor(previous);
+                result.stopped = Some(format!(
+                    "the replayed processor could not be built: {}",
+                    panic_message(&*payload)
+                ));
+                return;
+            }
+        };
+        let mut routes = Routes {
+            feeds: &self.feeds,
+            handlers: HashMap::new(),
+        };
+        let started = contained(|| processor.start(&mut routes));
+        engine::set_current_processor(previous);
+        if let Err(reason) = started {
+            result.stopped = Some(format!(
+                "the replayed processor could not be started: {reason}"
+            ));
+            return;
+        }
+        let mut handlers = routes.handlers;
+        for (index, entry) in stream.entries().iter().enumerate() {
+            let number = index + 1;
+            let outcome =
+                self.replay_entry(id, &mut *processor, &mut handlers, number, entry, result);
+            match outcome {
+                Step::Next => result.replayed += 1,
+                Step::Stop(reason) => {
+                    result.stopped = Some(reason);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn replay_entry(
+        &self,
+        id: ProcessorId,
+        processor: &mut dyn Processor,
+        handlers: &mut Handlers,
+        number: usize,
+        entry: &Entry,
+        result: &mut ProcessorReplay,
+    ) -> Step {
+        match entry {
+            Entry::Indexed {
+                feed,
+                sequence,
+                route,
+                delivery,
+                clock,
+            } => {
+                let payload = match &self.journal {
+                    None => {
+                        return Step::Stop(format!(
+                            "the journal holds no item {sequence} of feed {feed} (entry {number}): the recording has no journal"
+                        ))
+                    }
+                    Some(Err(error)) => {
+                        return Step::Stop(format!("the replay store could not be read: its journal: {error}"))
+                    }
+                    Some(Ok(journal)) => match journal.get(&(feed.clone(), *sequence)) {
+                        Some(payload) => payload,
+                        None => {
+                            return Step::Stop(format!(
+                                "the journal holds no item {sequence} of feed {feed} (entry {number})"
+                            ))
+                        }
+                    },
+                };
+                self.replay_input(
+                    id,
+                    processor,
+                    handlers,
+                    number,
+                    route,
+                    payload,
+                    delivery.as_ref(),
+                    clock,
+                    result,
+                )
+            }
+            Entry::Inline {
+                payload,
+                route,
+                delivery,
+                clock,
+            } => self.replay_input(
+                id,
+                processor,
+                handlers,
+                number,
+                route,
+                payload,
+                delivery.as_ref(),
+                clock,
+                result,
+            ),
+            Entry::TimerFired { schedule, clock } => {
+                run_pinned(id, number, clock, result, || processor.on_timer(*schedule))
+            }
+            Entry::Stopped { clock } => run_pinned(id, number, clock, result, || processor.stop()),
+            Entry::Failed { reason } => Step::Stop(format!(
+                "the recorded run failed here (entry {number}): {reason}"
+            )),
+            Entry::Dropped { feed, sequence } => {
+                result.losses.push(Loss {
+                    stream: result.key.clone(),
+                    feed: feed.clone(),
+                    sequence: *sequence,
+                });
+                Step::Next
+            }
+            other => Step::Stop(format!(
+                "entry {number} could not be replayed: {} entries are not replayed by this build",
+                other.kind()
+            )),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn replay_input(
+        &self,
+        id: ProcessorId,
+        processor: &mut dyn Processor,
+        handlers: &mut Handlers,
+        number: usize,
+        route: &str,
+        payload: &[u8],
+        delivery: Option<&Delivery>,
+        clock: &[i64],
+        result: &mut ProcessorReplay,
+    ) -> Step {
+        let Some(codec) = self.feeds.feeds.get(route) else {
+            return Step::Stop(format!(
+                "entry {number} could not be replayed: feed '{route}' is not declared in the replay's FeedCodecs"
+            ));
+        };
+        let item = match (codec.decode)(payload) {
+            Ok(item) => item,
+            Err(error) => {
+                return Step::Stop(format!("entry {number} could not be replayed: {error}"))
+            }
+        };
+        let Some((handler, Some(invoke))) = handlers.get_mut(route) else {
+            return Step::Stop(format!(
+                "entry {number} could not be replayed: the replayed processor does not subscribe to feed '{route}'"
+            ));
+        };
+        let invoke = *invoke;
+        run_pinned(id, number, clock, result, || {
+            if let Some(delivery) = delivery {
+                engine::enter_delivery(delivery);
+            }
+            let outcome = (|| {
+                invoke(&mut **handler, processor, &*item)?;
+                let Some(delivery) = delivery else {
+                    return Ok(());
+                };
+                // the callbacks run inside the input's replay, where they ran live (§5b)
+                while let Some(completion) = engine::take_next_completion() {
+                    processor
+                        .on_delivery_complete(completion.key, delivery)
+                        .map_err(|error| {
+                            ProcessorError::new(format!(
+                                "a delivery-complete callback (key {}) failed: {}",
+                                completion.key.0,
+                                error.message()
+                            ))
+                        })?;
+                }
+                Ok(())
+            })();
+            if delivery.is_some() {
+                engine::exit();
+            }
+            outcome
+        })
+    }
+}
+
+enum Step {
+    Next,
+    Stop(String),
+}
+
+/// Runs one replayed entry's call with the clock pinned; checks the readings.
+fn run_pinned(
+    id: ProcessorId,
+    number: usize,
+    clock: &[i64],
+    result: &mut ProcessorReplay,
+    call: impl FnOnce() -> Result<(), ProcessorError>,
+) -> Step {
+    tap::pin(clock);
+    let previous = engine::set_current_processor(Some(id));
+    let outcome = contained(call);
+    engine::set_current_processor(previous);
+    if outcome.is_err() && engine::pending_completions() > 0 {
+        engine::exit();
+    }
+    let pin = tap::unpin();
+    result.outputs.extend(pin.outputs);
+    if let Err(reason) = outcome {
+        return Step::Stop(format!("entry {number} could not be replayed: {reason}"));
+    }
+    let taken = clock.len() - pin.readings.len() + pin.extra;
+    if taken != clock.len() {
+        return Step::Stop(format!(
+            "clock divergence at entry {number}: the recorded cycle read the clock {} times, the replayed one {taken}",
+            clock.len()
+        ));
+    }
+    Step::Next
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic with a non-text payload".to_owned()
+    }
+}
+
+fn contained(call: impl FnOnce() -> Result<(), ProcessorError>) -> Result<(), String> {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(error.message().to_owned()),
+        Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
+    }
+}
+
+/// The handlers a replayed processor subscribes in `start`.
+struct Routes<'a> {
+    feeds: &'a FeedCodecs,
+    handlers: HashMap<String, (Box<dyn Any + Send>, Option<InvokeFn>)>,
+}
+
+impl Subscriptions for Routes<'_> {
+    fn subscribe_erased(
+        &mut self,
+        feed: &str,
+        item_type: TypeId,
+        item_type_name: &'static str,
+        handler: Box<dyn Any + Send>,
+    ) -> Result<(), ProcessorError> {
+        if feed == SERVICES_FEED {
+            return Ok(()); // services are live in a replay, not recorded
+        }
+        let invoke = match self.feeds.feeds.get(feed) {
+            Some(codec) if codec.item_type != item_type => {
+                return Err(ProcessorError::new(format!(
+                    "feed '{feed}' is declared with items {}, but the handler takes {item_type_name}",
+                    codec.type_name
+                )))
+            }
+            Some(codec) => Some(codec.invoke),
+            None => None,
+        };
+        self.handlers.insert(feed.to_owned(), (handler, invoke));
+        Ok(())
+    }
+}
+
+fn read_journal(path: &Path) -> Result<Journal, crate::ReplayError> {
+    let recording = Recording::read(path)?;
+    let mut items = HashMap::new();
+    for stream in recording.streams() {
+        let (feed, _) = parse_stream_key(stream.key())?;
+        for entry in stream.entries() {
+            if let Entry::Inline { payload, route, .. } = entry {
+                if let Ok(sequence) = route.parse::<u64>() {
+                    items.insert((feed.clone(), sequence), payload.clone());
+                }
+            }
+        }
+    }
+    Ok(items)
+}
