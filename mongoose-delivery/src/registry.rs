@@ -4,7 +4,7 @@ use std::any::{Any, TypeId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use mongoose_core::Position;
+use mongoose_core::{Position, SourceOutput, SourceState};
 use parking_lot::RwLock;
 
 use crate::checkpoint::ProcessingCheckpoint;
@@ -48,6 +48,9 @@ pub trait AnyFeed: Send + Sync {
     fn start_complete(&self);
     /// Commits what the groups processed after the source stopped.
     fn commit_processed_after_stop(&self) -> usize;
+    /// The feed has a source that is starting: it is BEHIND (not a silent fallback
+    /// feed) until the source reports.
+    fn report_source_starting(&self);
 }
 
 impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
@@ -96,6 +99,9 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     }
     fn commit_processed_after_stop(&self) -> usize {
         Publisher::commit_processed_after_stop(self)
+    }
+    fn report_source_starting(&self) {
+        SourceOutput::report_state(self, SourceState::Behind, Some("source starting"));
     }
 }
 

@@ -11,7 +11,7 @@ use mongoose_control::{
     AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
     GroupOptions, GroupStatus, IdleStrategy, ReplyOutcome,
 };
-use mongoose_core::{agent, EventSource, Processor, SourceOutput, SourceState, WorkDone};
+use mongoose_core::{agent, EventSource, Processor, WorkDone};
 use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, Publisher, StatusReport};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
 use parking_lot::Mutex;
@@ -88,6 +88,7 @@ pub struct ServerBuilder {
     kinds: BTreeMap<String, ProcessorFactory>,
     code_processors: Vec<(String, String, CodeSupplier)>,
     code_feeds: Vec<FeedRegistration>,
+    code_sources: Vec<(String, Arc<dyn AnyFeed>, Box<dyn EventSource>)>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -139,6 +140,20 @@ impl ServerBuilder {
         self
     }
 
+    /// Registers a feed built by code together with the source that publishes into it.
+    /// The server runs the source on its own agent thread, stops it in the feed phase
+    /// of the shutdown, and commits what the groups processed after it stopped.
+    pub fn source<T: Send + Sync + 'static, P: mongoose_core::Position>(
+        mut self,
+        publisher: Arc<Publisher<T, P>>,
+        source: impl EventSource + 'static,
+    ) -> Self {
+        let name = publisher.name().to_owned();
+        let any: Arc<dyn AnyFeed> = publisher.clone();
+        self.code_sources.push((name, any, Box::new(source)));
+        self.feed(publisher)
+    }
+
     /// Checks every processor's kind and builds the server (nothing runs yet).
     pub fn build(self) -> Result<Server, ServerError> {
         let config = self.config;
@@ -169,7 +184,15 @@ impl ServerBuilder {
         for register in self.code_feeds {
             register(&connector)?;
         }
-        let mut feeds = Vec::new();
+        let mut feeds: Vec<FeedRuntime> = self
+            .code_sources
+            .into_iter()
+            .map(|(name, publisher, source)| FeedRuntime {
+                name,
+                publisher,
+                source: Mutex::new(SourceSlot::Ready(source)),
+            })
+            .collect();
         for (index, feed_config) in config.feeds.iter().enumerate() {
             let SourceKind::File = feed_config.source;
             let mut builder = Feed::<String, u64>::builder(&feed_config.name)
@@ -203,7 +226,7 @@ impl ServerBuilder {
             );
             feeds.push(FeedRuntime {
                 name: feed_config.name.clone(),
-                publisher,
+                publisher: publisher as Arc<dyn AnyFeed>,
                 source: Mutex::new(SourceSlot::Ready(Box::new(source))),
             });
         }
@@ -232,7 +255,7 @@ enum SourceSlot {
 
 struct FeedRuntime {
     name: String,
-    publisher: Arc<Publisher<String, u64>>,
+    publisher: Arc<dyn AnyFeed>,
     source: Mutex<SourceSlot>,
 }
 
@@ -290,6 +313,7 @@ impl Server {
             kinds: BTreeMap::new(),
             code_processors: Vec::new(),
             code_feeds: Vec::new(),
+            code_sources: Vec::new(),
         }
         .processor_kind("ledger", |context| {
             let mut settings: LedgerSettings = context.settings()?;
@@ -420,8 +444,7 @@ impl Server {
         };
         // the feed has a source: it is behind until the source says otherwise, never a
         // silent (fallback) feed judged on drained alone while its thread starts
-        feed.publisher
-            .report_state(SourceState::Behind, Some("source starting"));
+        feed.publisher.report_source_starting();
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
         let name = feed.name.clone();
@@ -542,6 +565,14 @@ impl Server {
             let still = inner.plane.close_groups(deadline);
             lifecycle.groups_closed = still.is_empty();
             running.extend(still);
+        }
+        if !lifecycle.sources_stopped && lifecycle.groups_closed {
+            // the feed phase ran out of its bound: join the late stop now, and make the
+            // final commit only once every source has stopped (third review, item 5)
+            lifecycle.sources_stopped = self.stop_sources(deadline);
+            if lifecycle.sources_stopped {
+                running.retain(|entry| entry != "<event sources stopping>");
+            }
         }
         if lifecycle.sources_stopped && lifecycle.groups_closed && !lifecycle.committed_after_stop {
             self.commit_after_stop("after the groups closed");
