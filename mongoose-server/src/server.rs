@@ -62,6 +62,9 @@ pub type ProcessorFactory =
 
 type CodeSupplier = Box<dyn FnOnce() -> Box<dyn Processor> + Send>;
 
+/// A source added by code: its feed's name, the feed, the source.
+type CodeSource = (String, Arc<dyn AnyFeed>, Box<dyn EventSource>);
+
 /// Registers a feed built by code with the server's feeds.
 type FeedRegistration = Box<dyn FnOnce(&DeliveryFeeds) -> Result<(), ServerError>>;
 
@@ -88,7 +91,7 @@ pub struct ServerBuilder {
     kinds: BTreeMap<String, ProcessorFactory>,
     code_processors: Vec<(String, String, CodeSupplier)>,
     code_feeds: Vec<FeedRegistration>,
-    code_sources: Vec<(String, Arc<dyn AnyFeed>, Box<dyn EventSource>)>,
+    code_sources: Vec<CodeSource>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
