@@ -141,4 +141,6 @@ pub use store::{Incomplete, RecordedStream, Recording, ReplayStore, StreamHandle
 pub use tap::{Clock, Collected, OutputSink};
 
 #[cfg(test)]
+mod replay_tests;
+#[cfg(test)]
 mod store_tests;
