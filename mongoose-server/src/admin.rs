@@ -164,16 +164,16 @@ async fn export_audit(
     let result = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, String> {
         std::fs::create_dir_all(&query.dir).map_err(|error| error.to_string())?;
         let path = query.dir.join(format!("{group}.control-audit.jsonl"));
-        let written = found
+        let manifest = found
             .audit()
             .export(&path)
             .map_err(|error| error.to_string())?;
-        let verification = mongoose_control::verify(&written);
+        let verification = mongoose_control::verify(&path);
         Ok(json!({
             "group": group,
-            "export": written,
-            "manifest": mongoose_control::audit::manifest_path(&written),
-            "verification": format!("{verification:?}"),
+            "export": path,
+            "manifest": manifest,
+            "verification": verification,
         }))
     })
     .await;
