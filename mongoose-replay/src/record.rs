@@ -46,6 +46,11 @@ pub struct RecordConfig {
     pub feeds: FeedCodecs,
     /// Record each stream's provenance (default true through [`RecordConfig::new`]).
     pub provenance: bool,
+    /// Keep up to this many bytes of entries in memory, written when a feed reader's
+    /// poll returns (at most one poll's items, 256 by default). 0 (the default): each
+    /// entry is written, in one write, as soon as its item is over. See
+    /// [`ReplayStore::set_write_buffer`] for what a crash loses.
+    pub write_buffer: usize,
 }
 
 impl RecordConfig {
@@ -59,6 +64,7 @@ impl RecordConfig {
             processors: processors.into_iter().map(Into::into).collect(),
             feeds,
             provenance: true,
+            write_buffer: 0,
         }
     }
 }
@@ -164,7 +170,8 @@ impl Recorder {
             move |source| ReplayError::Io { path, source }
         };
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let store = ReplayStore::open_for_record(dir.join(RECORDING_FILE))?;
+        let mut store = ReplayStore::open_for_record(dir.join(RECORDING_FILE))?;
+        store.set_write_buffer(config.write_buffer)?;
         let journal = if config.feeds.feeds.values().any(|feed| feed.journalled) {
             Some(ReplayStore::open_for_record(dir.join(JOURNAL_FILE))?)
         } else {
@@ -226,19 +233,24 @@ impl Recorder {
         if self.pending.is_empty() {
             return;
         }
-        let pending = std::mem::take(&mut self.pending);
-        let mut kept = Vec::new();
-        for (processor, entry) in pending {
-            if only.is_none_or(|only| only == processor) {
-                self.write(processor, &entry);
-            } else {
-                kept.push((processor, entry));
+        // the vector is moved out and back, so no allocation per item
+        let mut pending = std::mem::take(&mut self.pending);
+        match only {
+            None => {
+                for (processor, entry) in &pending {
+                    self.write(*processor, entry);
+                }
+                pending.clear();
+                self.drain_outputs();
+            }
+            Some(only) => {
+                for (processor, entry) in pending.iter().filter(|(p, _)| *p == only) {
+                    self.write(*processor, entry);
+                }
+                pending.retain(|(processor, _)| *processor != only);
             }
         }
-        self.pending = kept;
-        if only.is_none() {
-            self.drain_outputs();
-        }
+        self.pending = pending;
     }
 
     /// Moves the readings and outputs the tap collected; returns the readings of
@@ -512,6 +524,11 @@ impl GroupRecorder for Recorder {
     fn polled(&mut self) {
         if !self.held {
             self.flush_pending(None);
+        }
+        if self.config.write_buffer > 0 {
+            if let Err(error) = self.store.flush() {
+                self.fail(&error);
+            }
         }
     }
 
