@@ -1,5 +1,110 @@
-//! Record and replay of processor inputs: stream keys, replay entries and the replay
-//! store.
+//! Record and replay of processor inputs: RECORD a processor group's processors as they
+//! run, then REPLAY each one alone from the recording to reproduce its run.
+//!
+//! * RECORD: a [`Recorder`] installed on a group (`GroupOptions::recorder`) writes, for
+//!   each recorded processor, its inputs (copied through the feed's codec, or by feed
+//!   and sequence for a journalled feed) with the delivery it could read through
+//!   `DeliveryContext` and the [`Clock`] readings it took, its timers, its stop, and a
+//!   `Failed` mark where its run failed (a dispatch, or a completion callback's first
+//!   failure: feed-delivery-guarantees §5b). What it sends through an [`OutputSink`] is
+//!   kept beside the recording, so a replay can be compared with it.
+//! * REPLAY: a [`Replayer`] builds each recorded processor afresh and gives it its
+//!   stream alone: the recorded delivery entered for the whole replayed cycle and
+//!   cleared after, the completion callbacks run where they ran live, its clock pinned
+//!   to the recorded readings, its outputs captured (`outputs(processor)`), never
+//!   delivered. A replay that cannot go on stops that processor only and says why
+//!   (`stopped(processor)`); `losses()` / `lossless()` report what was dropped live.
+//! * [`cli::replay_report`] runs a replay and prints, per processor, complete or
+//!   stopped (with the reason), its losses and the diff of its outputs against the
+//!   recorded run's: what `mongoose replay` shows.
+//!
+//! # Example: record a processor, then replay it
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::{Duration, Instant};
+//! use mongoose_control::{memory::MemoryFeeds, ControlConfig, ControlPlane, GroupOptions};
+//! use mongoose_core::{Processor, ProcessorError, Subscriptions};
+//! use mongoose_replay::{Clock, FeedCodecs, OutputSink, RecordConfig, Recorder, Replayer};
+//!
+//! /// Prices orders: reads the time through a Clock, writes through an OutputSink.
+//! struct Pricer {
+//!     clock: Clock,
+//!     quotes: OutputSink,
+//! }
+//! impl Pricer {
+//!     fn on_order(&mut self, quantity: &u64) -> Result<(), ProcessorError> {
+//!         let at = self.clock.now();
+//!         self.quotes.send(format!("{quantity} lots at {} (t={at})", quantity * 101));
+//!         Ok(())
+//!     }
+//! }
+//! impl Processor for Pricer {
+//!     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+//!         subscriptions.subscribe("orders", Pricer::on_order)
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! // the feeds the recording copies, with their codecs (serde + postcard here)
+//! let feeds = || FeedCodecs::new().feed::<u64>("orders");
+//!
+//! // RECORD: a group with a recorder for the processor "pricer"
+//! let orders_feeds = MemoryFeeds::default();
+//! let orders = orders_feeds.feed::<u64>("orders");
+//! let plane = ControlPlane::new(ControlConfig::default(), Arc::new(orders_feeds));
+//! let recorder = Recorder::create(dir.path(), RecordConfig::new(["pricer"], feeds()))?;
+//! plane.create_group("pricing", GroupOptions {
+//!     recorder: Some(Box::new(recorder)),
+//!     ..GroupOptions::default()
+//! })?;
+//! let (quotes, sent) = OutputSink::collecting("quotes");
+//! plane.add_processor("pricing", "pricer", move || Pricer { clock: Clock::system(), quotes })
+//!     .reply.wait_for(Duration::from_secs(30))?;
+//! orders.publish(3);
+//! orders.publish(5);
+//! let deadline = Instant::now() + Duration::from_secs(30);
+//! while sent.lock().len() < 2 && Instant::now() < deadline {
+//!     std::thread::sleep(Duration::from_millis(1));
+//! }
+//! plane.close_groups(Instant::now() + Duration::from_secs(30)); // the recorder syncs
+//!
+//! // REPLAY: the same processor type, built afresh, given its stream alone
+//! let replay = Replayer::open(dir.path(), feeds())
+//!     .processor("pricer", || Pricer {
+//!         clock: Clock::system(), // pinned to the recorded readings in the replay
+//!         quotes: OutputSink::new("quotes", |_| unreachable!("captured, never delivered")),
+//!     })
+//!     .run();
+//! assert!(replay.complete());
+//! assert_eq!(replay.stopped("pricer"), None);
+//! assert_eq!(replay.outputs("pricer"), &sent.lock()[..]); // the same times, the same quotes
+//! assert!(replay.lossless());
+//!
+//! // what `mongoose replay` prints
+//! let report = mongoose_replay::cli::replay_report(
+//!     dir.path(),
+//!     Replayer::open(dir.path(), feeds()).processor("pricer", || Pricer {
+//!         clock: Clock::system(),
+//!         quotes: OutputSink::new("quotes", |_| {}),
+//!     }),
+//! );
+//! assert!(report.reproduced());
+//! assert!(report.to_string().contains("processor pricer"));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The recording directory
+//!
+//! * `recording.replay`: the store (below): one stream per recorded processor build;
+//! * `journal.replay`: the items of journalled feeds, one stream per feed (an entry per
+//!   item, its sequence as the route), written once per item;
+//! * `outputs.jsonl`: what the recorded processors sent to [`OutputSink`]s, one JSON
+//!   object `{"stream": key, "output": text}` per line.
+//!
+//! # Stream keys and entries
 //!
 //! A recording holds one stream per processor build, keyed by [`stream_key`] (the bare
 //! name for the first build of a name in its group, `name#2`, `name#3`, ... for later
@@ -14,7 +119,7 @@
 //! calls buffered up to [`ReplayStore::set_write_buffer`] bytes until
 //! [`ReplayStore::flush`]); [`Recording::read`] reads one back.
 //!
-//! # Example: write a store and read it back
+//! # Example: write a store directly and read it back
 //!
 //! ```
 //! use std::sync::Arc;

@@ -296,6 +296,17 @@ impl Recorder {
         }
     }
 
+    /// Forgets what a processor that is not recorded read and sent, so the tap never
+    /// grows with it.
+    fn discard(&mut self) {
+        tap::take_recorded(&mut self.tap);
+        self.tap.readings.clear();
+        let streams = &self.streams;
+        self.tap
+            .outputs
+            .retain(|(processor, _)| streams.contains_key(processor));
+    }
+
     /// Marks `processor`'s input of the current item Failed, once.
     fn mark_failed(&mut self, processor: ProcessorId, reason: String) {
         if !self.failed.insert(processor) {
@@ -428,6 +439,7 @@ impl GroupRecorder for Recorder {
         result: Result<(), &str>,
     ) {
         if !self.streams.contains_key(&processor) {
+            self.discard();
             return;
         }
         let clock = self.drain(processor);
@@ -457,6 +469,7 @@ impl GroupRecorder for Recorder {
     ) {
         let Some(owner) = owner.filter(|owner| self.streams.contains_key(owner)) else {
             self.held = result.is_err();
+            self.discard();
             return;
         };
         let readings = self.drain(owner);
@@ -485,6 +498,7 @@ impl GroupRecorder for Recorder {
 
     fn timer_fired(&mut self, processor: ProcessorId, timer: u64, result: Result<(), &str>) {
         if !self.streams.contains_key(&processor) {
+            self.discard();
             return;
         }
         self.flush_pending(Some(processor));
@@ -504,6 +518,7 @@ impl GroupRecorder for Recorder {
 
     fn stopped(&mut self, processor: ProcessorId, by_request: bool, result: Result<(), &str>) {
         if !self.streams.contains_key(&processor) {
+            self.discard();
             return;
         }
         self.flush_pending(Some(processor));

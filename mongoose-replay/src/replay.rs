@@ -471,10 +471,12 @@ impl Replayer {
         };
         let invoke = *invoke;
         run_pinned(id, number, clock, result, || {
-            if let Some(delivery) = delivery {
+            // entered for the whole replayed cycle, cleared after, even on a panic
+            let _entered = delivery.map(|delivery| {
                 engine::enter_delivery(delivery);
-            }
-            let outcome = (|| {
+                ExitOnDrop
+            });
+            (|| {
                 invoke(&mut **handler, processor, &*item)?;
                 let Some(delivery) = delivery else {
                     return Ok(());
@@ -492,12 +494,17 @@ impl Replayer {
                         })?;
                 }
                 Ok(())
-            })();
-            if delivery.is_some() {
-                engine::exit();
-            }
-            outcome
+            })()
         })
+    }
+}
+
+/// Leaves the replayed delivery when dropped.
+struct ExitOnDrop;
+
+impl Drop for ExitOnDrop {
+    fn drop(&mut self) {
+        engine::exit();
     }
 }
 
@@ -518,9 +525,6 @@ fn run_pinned(
     let previous = engine::set_current_processor(Some(id));
     let outcome = contained(call);
     engine::set_current_processor(previous);
-    if outcome.is_err() && engine::pending_completions() > 0 {
-        engine::exit();
-    }
     let pin = tap::unpin();
     result.outputs.extend(pin.outputs);
     if let Err(reason) = outcome {

@@ -170,3 +170,71 @@ fn the_report_shows_each_processor_its_losses_and_where_outputs_differ() {
     );
     assert!(text.contains("NOT lossless"), "{text}");
 }
+
+/// Panics on "boom"; records what DeliveryContext said.
+struct Fragile {
+    seen: Vec<Option<u64>>,
+    sink: OutputSink,
+}
+
+impl Fragile {
+    #[allow(clippy::ptr_arg)] // a feed of String hands handlers &String
+    fn on_line(&mut self, line: &String) -> Result<(), ProcessorError> {
+        let position = mongoose_core::DeliveryContext::current().map(|d| d.position().offset);
+        self.sink.send(format!("{line} at {position:?}"));
+        self.seen.push(position);
+        assert_ne!(line, "boom", "a handler that panics");
+        Ok(())
+    }
+}
+
+impl Processor for Fragile {
+    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+        subscriptions.subscribe("lines", Fragile::on_line)
+    }
+}
+
+// feed-delivery-guarantees §8a: the replayer enters the recorded delivery for the replayed
+// cycle and clears it after (in a finally: also when the processor panics)
+#[test]
+fn a_replayed_delivery_is_cleared_after_its_cycle_even_when_the_processor_panics() {
+    use mongoose_core::{Delivery, DeliveryContext, Epoch, PositionValue};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let at = |position| {
+        Some(Delivery::new(
+            Arc::from("lines"),
+            position,
+            Epoch(1),
+            PositionValue::at(position),
+            0,
+        ))
+    };
+    let entry = |text: &str, delivery| {
+        Entry::inline(&Utf8Codec, &text.to_owned(), "lines", delivery, vec![]).unwrap()
+    };
+    write_stream(
+        dir.path(),
+        "fragile",
+        &[entry("a", at(3)), entry("b", None), entry("boom", at(9))],
+    );
+    let replay = Replayer::open(dir.path(), codecs())
+        .processor("fragile", || Fragile {
+            seen: Vec::new(),
+            sink: OutputSink::new("out", |_| {}),
+        })
+        .run();
+    assert_eq!(
+        replay.outputs("fragile"),
+        ["a at Some(3)", "b at None", "boom at Some(9)"]
+    );
+    let stopped = replay.stopped("fragile").expect("stopped");
+    assert!(
+        stopped.starts_with("entry 3 could not be replayed: panicked"),
+        "{stopped}"
+    );
+    assert!(
+        DeliveryContext::current().is_none(),
+        "the delivery was cleared"
+    );
+}
