@@ -104,6 +104,41 @@
 //! * `outputs.jsonl`: what the recorded processors sent to [`OutputSink`]s, one JSON
 //!   object `{"stream": key, "output": text}` per line.
 //!
+//! # When a replay stops
+//!
+//! A replay stops one processor's replay, never the others', and records why
+//! ([`Replay::stopped`]); a stopped replay counts as done for [`Replay::complete`].
+//!
+//! | Reason starts with | When |
+//! |---|---|
+//! | `the replayed processor is not the recorded one` | the build's type differs from the stream's recorded provenance |
+//! | `the replay store could not be read` | the store (or its journal) cannot be read: every processor stops |
+//! | `no stream was recorded for` | a later build (`name#2` and up) has no stream (it is not replayed as empty) |
+//! | `ambiguous legacy stream key` | the stream is under a legacy key with an unescaped `#` |
+//! | `the recorded run failed here` | a `Failed` entry: determinism is not claimed after a failure |
+//! | `entry N could not be replayed` | the entry fails or panics in the replay, cannot be decoded, its feed is not declared or not subscribed, or it is an entry kind this build does not replay |
+//! | `the journal holds no item` | an `Indexed` entry whose item the journal lacks |
+//! | `clock divergence` | a replayed cycle read the [`Clock`] a different number of times from the recorded one |
+//!
+//! # Not built in this version
+//!
+//! * `Dropped` is not written live: a group's reader never sees what the delivery
+//!   engine dropped for its queue (no in-band drop event, and sequence gaps also come
+//!   from filtered items). A replay reads `Dropped` entries (losses) when present.
+//! * `AdminInvoked`, `ServiceChanged` and `ControlCall` are neither recorded nor
+//!   replayed (a replay stops at one: "entry N could not be replayed"), so neither are
+//!   the control-call, registry-mutation and service-version stop reasons. Services are
+//!   live in a replay.
+//! * "entry N could not be delivered within": a replay runs on the caller's thread,
+//!   synchronously, so an entry is delivered at once or stops at once.
+//! * "the replay clock could not be installed": a [`Clock`] is a value the processor
+//!   holds; it cannot refuse the pin.
+//! * The input's entry is written when the group begins the next item (or its poll
+//!   returns), which is after the delivery engine may have counted the item dispatched:
+//!   a crash in between can leave one committed item unrecorded. Closing that window
+//!   needs a reader hook that runs before the item is counted (feed-delivery-guarantees
+//!   §5b: `recorder.afterDispatch` before `dispatched += 1`).
+//!
 //! # Stream keys and entries
 //!
 //! A recording holds one stream per processor build, keyed by [`stream_key`] (the bare
