@@ -1,0 +1,131 @@
+//! The recording hooks: what a group tells its recorder, in which order
+//! (feed-delivery-guarantees §5b: the completion callbacks run before the recorder
+//! learns the item is over).
+
+mod common;
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::*;
+use mongoose_control::{
+    ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, GroupRecorder, IdleStrategy,
+};
+use mongoose_core::{
+    CompletionKey, Delivery, DeliveryContext, Processor, ProcessorError, ProcessorId, SourceOutput,
+    Subscriptions,
+};
+use mongoose_delivery::{Feed, FeedRegistry, Publisher};
+
+struct Logging(Log);
+
+impl GroupRecorder for Logging {
+    fn processor_built(&mut self, processor: ProcessorId, name: &str, type_name: &'static str) {
+        let short = type_name.rsplit("::").next().unwrap_or_default();
+        self.0
+            .lock()
+            .push(format!("built {name} {} {short}", processor.0));
+    }
+    fn item_begins(&mut self) {
+        self.0.lock().push("item".into());
+    }
+    fn dispatched(&mut self, _: ProcessorId, feed: &str, item: &dyn Any, result: Result<(), &str>) {
+        let item = item.downcast_ref::<String>().cloned().unwrap_or_default();
+        let position = DeliveryContext::current().map(|d| d.position().offset);
+        self.0
+            .lock()
+            .push(format!("dispatched {feed} {item} {position:?} {result:?}"));
+    }
+    fn completed(&mut self, _: Option<ProcessorId>, _: CompletionKey, result: Result<(), &str>) {
+        self.0.lock().push(format!("completed {result:?}"));
+    }
+    fn timer_fired(&mut self, _: ProcessorId, timer: u64, _: Result<(), &str>) {
+        self.0.lock().push(format!("timer {timer}"));
+    }
+    fn stopped(&mut self, _: ProcessorId, by_request: bool, _: Result<(), &str>) {
+        self.0.lock().push(format!("stopped {by_request}"));
+    }
+    fn polled(&mut self) {
+        let mut log = self.0.lock();
+        if log.last().map(String::as_str) != Some("polled") {
+            log.push("polled".into());
+        }
+    }
+    fn closing(&mut self) {
+        self.0.lock().push("closing".into());
+    }
+}
+
+struct Saver;
+impl Saver {
+    #[allow(clippy::ptr_arg)] // a feed of String hands handlers &String
+    fn on_line(&mut self, _: &String) -> Result<(), ProcessorError> {
+        DeliveryContext::on_complete(CompletionKey::SAVE);
+        Ok(())
+    }
+}
+impl Processor for Saver {
+    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+        subscriptions.subscribe("lines", Saver::on_line)
+    }
+    fn on_delivery_complete(
+        &mut self,
+        _: CompletionKey,
+        _: &Delivery,
+    ) -> Result<(), ProcessorError> {
+        Ok(())
+    }
+}
+
+// feed-delivery-guarantees §5b: dispatch -> completion callbacks -> recorder, in the delivery
+#[test]
+fn a_recorder_hears_each_dispatch_then_its_callbacks_then_the_end_of_the_poll() {
+    let feeds = DeliveryFeeds::new(FeedRegistry::default());
+    let lines: Arc<Publisher<String, u64>> = Feed::builder("lines").queue_capacity(16).build();
+    feeds.register(Arc::clone(&lines)).expect("registered");
+    lines.start_complete();
+    let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
+    let log = new_log();
+    plane
+        .create_group(
+            "g",
+            GroupOptions {
+                idle: IdleStrategy::SleepingMillis(1),
+                recorder: Some(Box::new(Logging(Arc::clone(&log)))),
+                ..GroupOptions::default()
+            },
+        )
+        .expect("group");
+    let added = plane.add_processor("g", "saver", || Saver);
+    assert!(added.reply.wait_for(WAIT).unwrap().applied());
+    assert!(lines.try_publish("a".into(), 7).is_published());
+    assert!(wait_until(|| log
+        .lock()
+        .iter()
+        .any(|e| e.starts_with("completed"))));
+    assert!(plane
+        .stop_processor(&added.handle.unwrap())
+        .wait_for(WAIT)
+        .unwrap()
+        .applied());
+    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    let log = log.lock().clone();
+    let interesting: Vec<&str> = log.iter().map(String::as_str).collect();
+    let start = interesting
+        .iter()
+        .position(|e| *e == "item")
+        .expect("an item");
+    assert_eq!(interesting[0], "built saver 1 Saver");
+    assert_eq!(
+        &interesting[start..start + 4],
+        [
+            "item",
+            "dispatched lines a Some(7) Ok(())",
+            "completed Ok(())",
+            "polled"
+        ]
+    );
+    assert!(interesting.contains(&"stopped true"));
+    assert_eq!(interesting.last(), Some(&"closing"));
+}
