@@ -10,8 +10,12 @@
 //!    `rejected.log` (counted);
 //! 3. appends `position,account,balance` to the alerts file, unbuffered, when the
 //!    account's balance is negative after the line;
-//! 4. asks for the delivery-complete hook, which saves balances, counts and the feed's
-//!    `(epoch, position)` in one atomic write (temp file, fsync, rename, fsync dir).
+//! 4. asks for the delivery-complete hook, which appends one checksummed record
+//!    (the account's new balance, the counts and the feed's `(epoch, position)`) to the
+//!    state journal in one write (fsync'd when `sync`); a torn last record is detected
+//!    by its checksum and ignored. Every `compact_every` records the whole state is
+//!    written as a snapshot (temp file, fsync, rename, fsync dir) and the journal
+//!    emptied.
 //!
 //! A crash between the alert and the save repeats at most that line's alert; the state
 //! is never applied twice, and the source's pointer is never ahead of the saved
@@ -49,19 +53,54 @@ impl LedgerState {
         state_dir.join("state.json")
     }
 
-    /// Reads the saved state, or the empty state when none was saved.
+    /// The journal of per-delivery records after the snapshot.
+    pub fn journal_path(state_dir: &Path) -> PathBuf {
+        state_dir.join("journal.log")
+    }
+
+    /// Reads the saved state: the snapshot, then every whole record of the journal.
     pub fn load(state_dir: &Path) -> Result<Self, ProcessorError> {
+        Self::load_with_journal_end(state_dir).map(|(state, _)| state)
+    }
+
+    /// The saved state and the length of the journal's whole records (a torn last
+    /// record ends before it).
+    fn load_with_journal_end(state_dir: &Path) -> Result<(Self, u64), ProcessorError> {
         let path = Self::path(state_dir);
-        match std::fs::read(&path) {
+        let mut state = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
                 ProcessorError::new(format!(
                     "the ledger state {} is not valid JSON ({error}): restore it from a backup or remove it to start empty",
                     path.display()
                 ))
-            }),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(error) => Err(ProcessorError::new(format!("cannot read {}: {error}", path.display()))),
+            })?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Self::default(),
+            Err(error) => {
+                return Err(ProcessorError::new(format!("cannot read {}: {error}", path.display())))
+            }
+        };
+        let journal = Self::journal_path(state_dir);
+        let bytes = match std::fs::read(&journal) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => {
+                return Err(ProcessorError::new(format!(
+                    "cannot read {}: {error}",
+                    journal.display()
+                )))
+            }
+        };
+        let mut end = 0usize;
+        for line in bytes.split_inclusive(|byte| *byte == b'\n') {
+            match JournalRecord::decode(line) {
+                Some(record) => {
+                    record.apply(&mut state);
+                    end += line.len();
+                }
+                None => break, // a torn or damaged tail: the state ends before it
+            }
         }
+        Ok((state, end as u64))
     }
 
     /// Saves atomically: a temp file, fsync, rename over the state, fsync the folder
@@ -85,6 +124,51 @@ impl LedgerState {
     }
 }
 
+/// One journal record: what a delivery changed, with the counts and position after it.
+/// Records hold absolute values, so replaying a record again changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct JournalRecord {
+    account: Option<(String, i64)>,
+    applied: u64,
+    rejected: u64,
+    epoch: u64,
+    position: u64,
+}
+
+impl JournalRecord {
+    /// `crc32 (8 hex digits) SPACE json NEWLINE`.
+    fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        let mut line = format!("{:08x} ", crc32fast::hash(&json)).into_bytes();
+        line.extend_from_slice(&json);
+        line.push(b'\n');
+        line
+    }
+
+    fn decode(line: &[u8]) -> Option<Self> {
+        let body = line.strip_suffix(b"\n")?;
+        if body.len() < 10 || body[8] != b' ' {
+            return None;
+        }
+        let checksum = u32::from_str_radix(std::str::from_utf8(&body[..8]).ok()?, 16).ok()?;
+        let json = &body[9..];
+        if crc32fast::hash(json) != checksum {
+            return None;
+        }
+        serde_json::from_slice(json).ok()
+    }
+
+    fn apply(&self, state: &mut LedgerState) {
+        if let Some((account, balance)) = &self.account {
+            state.balances.insert(account.clone(), *balance);
+        }
+        state.applied = self.applied;
+        state.rejected = self.rejected;
+        state.epoch = self.epoch;
+        state.position = self.position;
+    }
+}
+
 /// The ledger's settings (`[groups.processors.settings]` in the config).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -100,9 +184,17 @@ pub struct LedgerSettings {
     /// crash does without the consumer-side offset).
     #[serde(default = "yes")]
     pub guard: bool,
-    /// fsync each save (default true).
+    /// fsync each journal record and snapshot (default true; without it a process
+    /// crash still loses nothing, only a power loss can).
     #[serde(default = "yes")]
     pub sync: bool,
+    /// Journal records between two snapshots (default 100,000).
+    #[serde(default = "default_compact_every")]
+    pub compact_every: u64,
+}
+
+fn default_compact_every() -> u64 {
+    100_000
 }
 
 fn default_feed() -> String {
@@ -140,6 +232,9 @@ pub struct Ledger {
     state: LedgerState,
     alerts: File,
     rejected: File,
+    journal: File,
+    journal_records: u64,
+    changed: Option<String>,
 }
 
 impl Ledger {
@@ -152,7 +247,26 @@ impl Ledger {
                 settings.state_dir.display()
             ))
         })?;
-        let state = LedgerState::load(&settings.state_dir)?;
+        let (state, journal_end) = LedgerState::load_with_journal_end(&settings.state_dir)?;
+        let journal_path = LedgerState::journal_path(&settings.state_dir);
+        let journal = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(false)
+            .open(&journal_path)
+            .map_err(|error| {
+                ProcessorError::new(format!("cannot open {}: {error}", journal_path.display()))
+            })?;
+        let length = journal.metadata().map(|meta| meta.len()).unwrap_or(0);
+        if length > journal_end {
+            warn!(journal = %journal_path.display(), torn = length - journal_end, "the journal ends with a torn record (a crash mid-write): it is cut off");
+            journal.set_len(journal_end).map_err(|error| {
+                ProcessorError::new(format!("cannot cut {}: {error}", journal_path.display()))
+            })?;
+        }
+        let mut journal = journal;
+        std::io::Seek::seek(&mut journal, std::io::SeekFrom::End(0))?;
         let append = |path: &Path| {
             OpenOptions::new()
                 .create(true)
@@ -172,6 +286,9 @@ impl Ledger {
             state,
             alerts,
             rejected,
+            journal,
+            journal_records: 0,
+            changed: None,
         })
     }
 
@@ -210,6 +327,7 @@ impl Ledger {
                     Some(updated) => {
                         *balance = updated;
                         self.state.applied += 1;
+                        self.changed = Some(account.to_owned());
                         if updated < 0 {
                             // unbuffered: one write per alert, before the state save
                             self.alerts.write_all(
@@ -227,15 +345,46 @@ impl Ledger {
         Ok(())
     }
 
-    fn save(&self) -> Result<(), ProcessorError> {
-        self.state
-            .save(&self.settings.state_dir, self.settings.sync)
-            .map_err(|error| {
-                ProcessorError::new(format!(
-                    "cannot save the ledger state in {}: {error}",
-                    self.settings.state_dir.display()
-                ))
-            })
+    /// Appends one record of what the delivery changed; compacts into a snapshot every
+    /// `compact_every` records.
+    fn save(&mut self) -> Result<(), ProcessorError> {
+        let account = self.changed.take().map(|account| {
+            let balance = self.state.balances.get(&account).copied().unwrap_or(0);
+            (account, balance)
+        });
+        let record = JournalRecord {
+            account,
+            applied: self.state.applied,
+            rejected: self.state.rejected,
+            epoch: self.state.epoch,
+            position: self.state.position,
+        };
+        let state_dir = self.settings.state_dir.clone();
+        let failed = move |error: std::io::Error| {
+            ProcessorError::new(format!(
+                "cannot save the ledger state in {}: {error}",
+                state_dir.display()
+            ))
+        };
+        self.journal.write_all(&record.encode()).map_err(&failed)?;
+        if self.settings.sync {
+            self.journal.sync_data().map_err(&failed)?;
+        }
+        self.journal_records += 1;
+        if self.journal_records >= self.settings.compact_every.max(1) {
+            // the snapshot holds everything the journal does; a crash before the journal
+            // is emptied replays records whose absolute values the snapshot already has
+            self.state
+                .save(&self.settings.state_dir, self.settings.sync)
+                .map_err(&failed)?;
+            self.journal.set_len(0).map_err(&failed)?;
+            std::io::Seek::seek(&mut self.journal, std::io::SeekFrom::Start(0)).map_err(&failed)?;
+            if self.settings.sync {
+                self.journal.sync_all().map_err(&failed)?;
+            }
+            self.journal_records = 0;
+        }
+        Ok(())
     }
 }
 
@@ -276,6 +425,46 @@ mod tests {
         assert!(parse_line(&format!("{},1", "a".repeat(65))).is_err());
         assert!(parse_line("acc,12x").is_err());
         assert!(parse_line("acc,99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn a_torn_journal_record_is_ignored_and_cut_off() {
+        let dir = tempfile::tempdir().expect("dir");
+        let settings = LedgerSettings {
+            feed: "lines".into(),
+            state_dir: dir.path().join("state"),
+            alerts: dir.path().join("alerts.txt"),
+            guard: true,
+            sync: false,
+            compact_every: 3,
+        };
+        let mut ledger = Ledger::open(settings.clone()).expect("opened");
+        for (index, line) in ["a,5", "b,-2", "a,1", "c,7", "nonsense"].iter().enumerate() {
+            ledger.state.position = (index as u64 + 1) * 10;
+            ledger.on_line(&line.to_string()).expect("handled");
+        }
+        let expected = ledger.state.clone();
+        assert_eq!(expected.applied, 4);
+        assert_eq!(expected.rejected, 1);
+        drop(ledger);
+        assert_eq!(
+            LedgerState::load(&settings.state_dir).expect("loaded"),
+            expected,
+            "snapshot + journal"
+        );
+        let journal = LedgerState::journal_path(&settings.state_dir);
+        let mut bytes = std::fs::read(&journal).expect("journal");
+        assert!(!bytes.is_empty(), "records after the last snapshot");
+        let whole = bytes.len();
+        bytes.extend_from_slice(b"0badc0de {\"account\":nul");
+        std::fs::write(&journal, &bytes).expect("torn tail");
+        let reopened = Ledger::open(settings).expect("reopened");
+        assert_eq!(reopened.state, expected, "the torn record adds nothing");
+        assert_eq!(
+            std::fs::read(&journal).expect("journal").len(),
+            whole,
+            "cut off"
+        );
     }
 
     #[test]

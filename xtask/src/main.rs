@@ -28,6 +28,15 @@ fn run(command: &mut Command) -> bool {
 const BENCHES: &[(&str, &str, &[&str])] = &[
     ("mongoose-delivery", "pipeline_bench", &[]),
     ("mongoose-source-file", "file_feed_bench", &[]),
+    ("mongoose-server", "ledger_bench", &[]),
+    ("mongoose-replay", "replay_bench", &[]),
+];
+
+/// (package, criterion bench) run with `--quick` after the pipeline benchmarks.
+const CRITERION: &[(&str, &str)] = &[
+    ("mongoose-delivery", "one_hop"),
+    ("mongoose-control", "control"),
+    ("mongoose-replay", "store"),
 ];
 
 fn bench(extra: &[String]) -> bool {
@@ -57,6 +66,21 @@ fn bench(extra: &[String]) -> bool {
             ])
             .args(*arguments)
             .args(extra);
+        ok &= run(&mut command);
+    }
+    for (package, bench) in CRITERION {
+        if !root
+            .join(package)
+            .join("benches")
+            .join(format!("{bench}.rs"))
+            .exists()
+        {
+            continue;
+        }
+        let mut command = Command::new(env!("CARGO"));
+        command
+            .current_dir(&root)
+            .args(["bench", "-p", package, "--bench", bench, "--", "--quick"]);
         ok &= run(&mut command);
     }
     ok
