@@ -206,6 +206,18 @@ pub struct SinkConfig {
     pub path: PathBuf,
 }
 
+/// RECORD mode: the inputs of the named processors (all when empty) are recorded into
+/// `dir/<group>/` for `mongoose replay`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordSection {
+    /// The recording folder (one sub-folder per group; refused if it holds a recording).
+    pub dir: PathBuf,
+    /// The processors recorded, by name; empty records every processor.
+    #[serde(default)]
+    pub processors: Vec<String>,
+}
+
 /// The admin API.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,6 +251,8 @@ pub struct ServerConfig {
     pub plugin_dir: Option<PathBuf>,
     /// The admin API; none when absent.
     pub admin: Option<AdminConfig>,
+    /// RECORD mode; none when absent.
+    pub record: Option<RecordSection>,
     /// The feeds.
     #[serde(default)]
     pub feeds: Vec<FeedConfig>,

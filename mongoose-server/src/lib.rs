@@ -27,4 +27,4 @@ pub mod ledger;
 mod server;
 
 pub use error::ServerError;
-pub use server::{ProcessorContext, ProcessorFactory, Server, ServerBuilder, StopResult};
+pub use server::{replay, ProcessorContext, ProcessorFactory, Server, ServerBuilder, StopResult};

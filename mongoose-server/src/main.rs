@@ -35,6 +35,17 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Replays a recording made with `[record]` and prints, per processor, complete or
+    /// stopped (with the reason), losses and a diff of outputs. Exits 0 only when every
+    /// processor reproduced its run.
+    Replay {
+        /// The recording folder (the `[record] dir` of the recorded run).
+        #[arg(long)]
+        recording: PathBuf,
+        /// The config to build the processors from (point their state at scratch).
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Prints a running server's feed status.
     Status {
         /// The admin address of the server.
@@ -73,6 +84,20 @@ fn main() -> ExitCode {
             Ok(()) => {
                 println!("{}: valid", config.display());
                 Ok(0)
+            }
+            Err(error) => Err((EXIT_BAD_CONFIG, error)),
+        },
+        Command::Replay { recording, config } => match ServerConfig::load(&config)
+            .and_then(|loaded| mongoose_server::replay(Server::builder(loaded), &recording))
+        {
+            Ok(reports) => {
+                let mut reproduced = true;
+                for (group, report) in reports {
+                    println!("group {group}:");
+                    println!("{report}");
+                    reproduced &= report.reproduced();
+                }
+                Ok(if reproduced { 0 } else { EXIT_FAILED })
             }
             Err(error) => Err((EXIT_BAD_CONFIG, error)),
         },

@@ -13,6 +13,8 @@ use mongoose_control::{
 };
 use mongoose_core::{agent, EventSource, Processor, WorkDone};
 use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, Publisher, StatusReport};
+use mongoose_replay::cli::{replay_report, ReplayReport};
+use mongoose_replay::{FeedCodecs, RecordConfig, Recorder, Replayer};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -298,6 +300,82 @@ impl std::fmt::Debug for Server {
     }
 }
 
+/// A processor kind's name as the `'static` type name a recording's provenance keeps
+/// (a bounded leak: one small string per configured kind).
+fn kind_name(kind: &str) -> &'static str {
+    static KINDS: std::sync::OnceLock<Mutex<BTreeMap<String, &'static str>>> =
+        std::sync::OnceLock::new();
+    let kinds = KINDS.get_or_init(|| Mutex::new(BTreeMap::new()));
+    let mut kinds = kinds.lock();
+    if let Some(name) = kinds.get(kind) {
+        return name;
+    }
+    let leaked: &'static str = Box::leak(kind.to_owned().into_boxed_str());
+    kinds.insert(kind.to_owned(), leaked);
+    leaked
+}
+
+/// Replays a recording made by a server with this configuration: per group, each
+/// configured processor is built afresh from its kind and settings and given its
+/// recorded stream alone. Point the configuration's processor settings at scratch
+/// state (a replayed ledger applies the recorded lines to the state it opens).
+pub fn replay(
+    builder: ServerBuilder,
+    recording: &Path,
+) -> Result<Vec<(String, ReplayReport)>, ServerError> {
+    let config = builder.config;
+    let codecs = || {
+        config.feeds.iter().fold(FeedCodecs::new(), |codecs, feed| {
+            codecs.feed::<String>(&feed.name)
+        })
+    };
+    let mut reports = Vec::new();
+    for (group_index, group) in config.groups.iter().enumerate() {
+        let dir = recording.join(&group.name);
+        let mut replayer = Replayer::open(&dir, codecs());
+        for (index, processor) in group.processors.iter().enumerate() {
+            let factory = builder.kinds.get(&processor.kind).cloned().ok_or_else(|| {
+                ServerError::UnknownProcessorKind {
+                    path: format!("groups[{group_index}].processors[{index}].kind"),
+                    kind: processor.kind.clone(),
+                    known: builder.kinds.keys().cloned().collect::<Vec<_>>().join(", "),
+                }
+            })?;
+            let settings = processor.settings.clone();
+            let (name, group_name, base) = (
+                processor.name.clone(),
+                group.name.clone(),
+                config.base_dir.clone(),
+            );
+            let build = move || -> Result<Box<dyn Processor>, String> {
+                factory(&ProcessorContext {
+                    name: &name,
+                    group: &group_name,
+                    settings: &settings,
+                    base_dir: &base,
+                })
+            };
+            build().map_err(|message| ServerError::ProcessorSettings {
+                name: processor.name.clone(),
+                kind: processor.kind.clone(),
+                message,
+            })?;
+            replayer = replayer.processor_boxed_as(
+                &processor.name,
+                kind_name(&processor.kind),
+                Box::new(move || match build() {
+                    Ok(built) => built,
+                    Err(message) => {
+                        panic!("the processor could not be built again for the replay: {message}")
+                    }
+                }),
+            );
+        }
+        reports.push((group.name.clone(), replay_report(&dir, replayer)));
+    }
+    Ok(reports)
+}
+
 fn idle_strategy(config: IdleStrategyConfig) -> IdleStrategy {
     match config {
         IdleStrategyConfig::BusySpin => IdleStrategy::BusySpin,
@@ -326,6 +404,17 @@ impl Server {
                 .map(|ledger| Box::new(ledger) as Box<dyn Processor>)
                 .map_err(|error| error.to_string())
         })
+    }
+
+    /// The codecs of the configured feeds (lines as `String`), for record and replay.
+    fn codecs(&self) -> FeedCodecs {
+        self.inner
+            .config
+            .feeds
+            .iter()
+            .fold(FeedCodecs::new(), |codecs, feed| {
+                codecs.feed::<String>(&feed.name)
+            })
     }
 
     /// The configuration.
@@ -376,11 +465,27 @@ impl Server {
             "server starting"
         );
         for group in &inner.config.groups {
+            let recorder = match &inner.config.record {
+                None => None,
+                Some(record) => {
+                    let dir = inner.config.resolve(&record.dir).join(&group.name);
+                    let config = RecordConfig::new(record.processors.clone(), self.codecs());
+                    let recorder = Recorder::create(&dir, config).map_err(|error| {
+                        ServerError::invalid(
+                            "record.dir",
+                            format!("cannot record into {}: {error}", dir.display()),
+                        )
+                    })?;
+                    info!(group = %group.name, dir = %dir.display(), "recording processor inputs");
+                    Some(Box::new(recorder) as Box<dyn mongoose_control::GroupRecorder>)
+                }
+            };
             inner.plane.create_group(
                 &group.name,
                 GroupOptions {
                     idle: idle_strategy(group.idle_strategy),
                     core: group.core,
+                    recorder,
                     ..GroupOptions::default()
                 },
             )?;
@@ -404,12 +509,25 @@ impl Server {
                         message,
                     })?;
                 let supplier: CodeSupplier = Box::new(move || built);
-                adds.push((group.name.clone(), processor.name.clone(), supplier));
+                adds.push((
+                    group.name.clone(),
+                    processor.name.clone(),
+                    kind_name(&processor.kind),
+                    supplier,
+                ));
             }
         }
-        adds.append(&mut inner.code_processors.lock());
-        for (group, name, supplier) in adds {
-            let added = inner.plane.add_processor_boxed(&group, &name, supplier);
+        adds.extend(
+            inner
+                .code_processors
+                .lock()
+                .drain(..)
+                .map(|(group, name, supplier)| (group, name, "", supplier)),
+        );
+        for (group, name, kind, supplier) in adds {
+            let added = inner
+                .plane
+                .add_processor_boxed_as(&group, &name, kind, supplier);
             match added.reply.wait_for(wait) {
                 Ok(reply) if reply.outcome == ReplyOutcome::Applied => {
                     info!(group = %group, processor = %name, "processor started");
