@@ -256,4 +256,8 @@ impl<T: 'static> Dispatcher<T> for TypedDispatcher<'_> {
     fn gave_up(&mut self, item: &T, processor: Option<ProcessorId>) {
         self.inner.gave_up(item, processor);
     }
+
+    fn finished(&mut self, _item: &T) {
+        self.inner.finished();
+    }
 }

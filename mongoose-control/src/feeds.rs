@@ -131,6 +131,10 @@ pub trait FeedDispatcher {
     /// A retry-safe processor's retries for `item` are spent: the item is skipped for
     /// it, and the processors after it that have not had it get it now.
     fn gave_up(&mut self, item: &dyn Any, processor: Option<ProcessorId>);
+
+    /// The item's dispatch and completions are over; it is about to count as
+    /// dispatched (and may then be committed by its feed).
+    fn finished(&mut self) {}
 }
 
 /// Reads a queue's state from any thread (the group's status and its drain are read

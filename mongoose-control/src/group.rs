@@ -1582,6 +1582,12 @@ impl GroupDispatcher<'_> {
 }
 
 impl FeedDispatcher for GroupDispatcher<'_> {
+    fn finished(&mut self) {
+        if let Some(recorder) = self.recorder.as_deref_mut() {
+            recorder.item_finished();
+        }
+    }
+
     fn dispatch(&mut self, item: &dyn Any, attempt: u32) -> DispatchResult {
         if attempt == 0 {
             // a new item: nobody handled it yet

@@ -55,6 +55,10 @@ pub trait GroupRecorder: Send {
     /// group closed.
     fn stopped(&mut self, processor: ProcessorId, by_request: bool, result: Result<(), &str>);
 
+    /// The current item's dispatch and completions are over; it is about to count as
+    /// dispatched, after which its feed may commit it. Write what belongs to it now.
+    fn item_finished(&mut self) {}
+
     /// A feed reader's poll returned: every item it finished has had its dispatch and
     /// its completions (an item held for a retry is not finished).
     fn polled(&mut self);

@@ -18,7 +18,7 @@ use mongoose_core::{
 };
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 
-struct Logging(Log);
+struct Logging(Log, Option<Arc<Publisher<String, u64>>>);
 
 impl GroupRecorder for Logging {
     fn processor_built(&mut self, processor: ProcessorId, name: &str, type_name: &'static str) {
@@ -45,6 +45,16 @@ impl GroupRecorder for Logging {
     }
     fn stopped(&mut self, _: ProcessorId, by_request: bool, _: Result<(), &str>) {
         self.0.lock().push(format!("stopped {by_request}"));
+    }
+    fn item_finished(&mut self) {
+        // the feed must not count the item as dispatched yet: it could commit it
+        let dispatched = self
+            .1
+            .as_ref()
+            .map_or(0, |feed| feed.status().subscribers[0].dispatched);
+        self.0
+            .lock()
+            .push(format!("finished, dispatched {dispatched}"));
     }
     fn polled(&mut self) {
         let mut log = self.0.lock();
@@ -92,7 +102,10 @@ fn a_recorder_hears_each_dispatch_then_its_callbacks_then_the_end_of_the_poll() 
             "g",
             GroupOptions {
                 idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(Logging(Arc::clone(&log)))),
+                recorder: Some(Box::new(Logging(
+                    Arc::clone(&log),
+                    Some(Arc::clone(&lines)),
+                ))),
                 ..GroupOptions::default()
             },
         )
@@ -118,11 +131,12 @@ fn a_recorder_hears_each_dispatch_then_its_callbacks_then_the_end_of_the_poll() 
         .expect("an item");
     assert_eq!(interesting[0], "built saver 1 Saver");
     assert_eq!(
-        &interesting[start..start + 4],
+        &interesting[start..start + 5],
         [
             "item",
             "dispatched lines a Some(7) Ok(())",
             "completed Ok(())",
+            "finished, dispatched 0",
             "polled"
         ]
     );

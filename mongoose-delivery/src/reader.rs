@@ -85,6 +85,14 @@ pub trait Dispatcher<T> {
         let _ = status;
     }
 
+    /// The item's dispatch and completion callbacks are over and it is about to count
+    /// as dispatched (so the feed may acknowledge and commit it): the last point where
+    /// work belonging to the delivery (a recording of it) comes before the commit. The
+    /// delivery context is still entered for a positioned item.
+    fn finished(&mut self, item: &T) {
+        let _ = item;
+    }
+
     /// A retry-safe processor's retries for `item` are exhausted: the item counts as
     /// dispatched without it.
     fn gave_up(&mut self, item: &T, processor: Option<ProcessorId>) {
@@ -266,17 +274,26 @@ impl<T> QueueReader<T> {
                                 item,
                                 Some((&self.feed, *sequence, *epoch, *position)),
                             );
+                            if done {
+                                dispatcher.finished(item);
+                            }
                             engine::exit();
                             done
                         }
-                        None => deliver(
-                            &mut self.progress,
-                            &self.policy,
-                            &self.shared,
-                            dispatcher,
-                            item,
-                            None,
-                        ),
+                        None => {
+                            let done = deliver(
+                                &mut self.progress,
+                                &self.policy,
+                                &self.shared,
+                                dispatcher,
+                                item,
+                                None,
+                            );
+                            if done {
+                                dispatcher.finished(item);
+                            }
+                            done
+                        }
                     }
                 }
             };

@@ -536,6 +536,14 @@ impl GroupRecorder for Recorder {
         self.streams.remove(&processor);
     }
 
+    fn item_finished(&mut self) {
+        // written before the item counts as dispatched, so its feed never commits an
+        // item whose entry was not written (with a write buffer: handed to the buffer,
+        // which the poll's end flushes); a finished item is no longer held for a retry
+        self.held = false;
+        self.flush_pending(None);
+    }
+
     fn polled(&mut self) {
         if !self.held {
             self.flush_pending(None);
