@@ -121,7 +121,7 @@ fn raw_ring(items: u64) -> Duration {
                     sum = sum.wrapping_add(value);
                     seen += 1;
                 }
-                Err(_) => std::hint::spin_loop(),
+                Err(_) => std::thread::yield_now(),
             }
         }
         sum
@@ -131,7 +131,7 @@ fn raw_ring(items: u64) -> Duration {
         if producer.push(item).is_ok() {
             item += 1;
         } else {
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
     }
     reader.join().expect("reader");
