@@ -24,7 +24,6 @@ use crate::feeds::{
     invoke_handler, DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader,
     InvokeFn, PendingProbe, QueueProbe, SubscribeRequest,
 };
-use crate::group::RetryPolicy;
 
 type BindFn =
     fn(Box<dyn Any + Send>, Arc<dyn AnyFeed>, &str) -> Option<(u64, Option<Box<dyn FeedReader>>)>;
@@ -119,14 +118,6 @@ fn subscription_error(feed: &str, error: impl fmt::Display) -> ControlError {
     }
 }
 
-fn delivery_policy(policy: RetryPolicy) -> mongoose_delivery::RetryPolicy {
-    mongoose_delivery::RetryPolicy {
-        max_retries: policy.max_retries,
-        initial_backoff: policy.initial_backoff,
-        max_backoff: policy.max_backoff,
-    }
-}
-
 impl FeedConnector for DeliveryFeeds {
     fn subscribe(&self, request: SubscribeRequest<'_>) -> Result<FeedBinding, ControlError> {
         let feed = self.registry.get(request.feed).ok_or_else(|| {
@@ -148,7 +139,7 @@ impl FeedConnector for DeliveryFeeds {
         })?;
         let options = SubscribeOptions {
             capacity: None,
-            retry: delivery_policy(request.retry),
+            retry: request.retry,
         };
         let boxed = feed
             .subscribe_any(request.group, options)

@@ -37,37 +37,10 @@ use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyExecutor, ReplyOutcome, ReplySender};
 use crate::services::{ServiceBroadcast, ServiceEvent, SERVICES_FEED};
 
-/// How a retry-safe processor's failed item is retried: alone, on a later duty cycle,
-/// after a backoff that never sleeps on the agent thread (the feed is simply not polled
-/// until it passes).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct RetryPolicy {
-    /// Retries after the first failure; past them the item is skipped for that
-    /// processor with an ERROR.
-    pub max_retries: u32,
-    /// The backoff before the first retry; it doubles per retry.
-    pub initial_backoff: Duration,
-    /// The longest backoff.
-    pub max_backoff: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_retries: 3,
-            initial_backoff: Duration::from_millis(1),
-            max_backoff: Duration::from_millis(100),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait before retry number `retry` (1-based).
-    pub fn backoff(&self, retry: u32) -> Duration {
-        let factor = 1u32 << retry.saturating_sub(1).min(16);
-        (self.initial_backoff * factor).min(self.max_backoff)
-    }
-}
+/// How a retry-safe processor's failed item (or a failed completion callback) is
+/// retried: alone, on a later duty cycle, after a backoff that never sleeps on the agent
+/// thread. The delivery engine's reader applies it; this is its policy.
+pub use mongoose_delivery::RetryPolicy;
 
 /// How a group is built.
 pub struct GroupOptions {

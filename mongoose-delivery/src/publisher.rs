@@ -762,14 +762,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                     item,
                     epoch,
                     position,
-                } => match self.apply_mapper(state, item) {
-                    Some(item) => self.deliver(state, item, Some((epoch, position))),
-                    None => {
-                        state.sequence += 1;
-                        let sequence = state.sequence;
-                        state.window.push(sequence, epoch, position, false);
-                    }
-                },
+                } => self.publish_positioned(state, item, epoch, position),
                 Cached::Push(item) => {
                     if let Some(item) = self.apply_mapper(state, item) {
                         self.deliver(state, item, None);
@@ -847,6 +840,19 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
         if state.cache.is_empty() {
             self.offer_waiting_status(state);
+        }
+    }
+
+    /// Runs the data mapper and publishes the item at its position, or records the
+    /// position as filtered (nothing will hold it: it is due with the items before it).
+    fn publish_positioned(&self, state: &mut State<T, P>, item: T, epoch: Epoch, position: P) {
+        match self.apply_mapper(state, item) {
+            Some(item) => self.deliver(state, item, Some((epoch, position))),
+            None => {
+                state.sequence += 1;
+                let sequence = state.sequence;
+                state.window.push(sequence, epoch, position, false);
+            }
         }
     }
 
@@ -987,14 +993,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
         }
         state.paused_now = false;
         let epoch = state.epoch;
-        match self.apply_mapper(&mut state, item) {
-            Some(item) => self.deliver(&mut state, item, Some((epoch, position))),
-            None => {
-                state.sequence += 1;
-                let sequence = state.sequence;
-                state.window.push(sequence, epoch, position, false);
-            }
-        }
+        self.publish_positioned(&mut state, item, epoch, position);
         self.drain_deferred(&mut state);
         TryPublish::Published
     }
@@ -1040,14 +1039,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
             }
             state.paused_now = false;
             let epoch = state.epoch;
-            match self.apply_mapper(&mut state, item) {
-                Some(item) => self.deliver(&mut state, item, Some((epoch, position))),
-                None => {
-                    state.sequence += 1;
-                    let sequence = state.sequence;
-                    state.window.push(sequence, epoch, position, false);
-                }
-            }
+            self.publish_positioned(&mut state, item, epoch, position);
             self.drain_deferred(&mut state);
         }
     }

@@ -37,7 +37,9 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    fn backoff(&self, retry: u32) -> Duration {
+    /// The wait before retry number `retry` (1-based): the initial backoff doubled per
+    /// retry, at most the longest.
+    pub fn backoff(&self, retry: u32) -> Duration {
         let factor = 1u32
             .checked_shl(retry.saturating_sub(1))
             .unwrap_or(u32::MAX);

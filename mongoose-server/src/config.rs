@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mongoose_core::{OverloadPolicy, OverloadSettings};
+use mongoose_source_file::ReadStrategy;
 use serde::Deserialize;
 
 use crate::error::ServerError;
@@ -20,27 +21,6 @@ pub enum AddFailurePolicy {
     Report,
     /// Return an error naming the outcome.
     Throw,
-}
-
-/// How a file feed reads its input.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-pub enum ReadStrategyConfig {
-    /// From the committed pointer, tailing (the default).
-    #[default]
-    #[serde(rename = "COMMITED", alias = "COMMITTED")]
-    Commited,
-    /// From the start, tailing.
-    #[serde(rename = "EARLIEST")]
-    Earliest,
-    /// From the end, tailing.
-    #[serde(rename = "LATEST")]
-    Latest,
-    /// From the start to the end, once.
-    #[serde(rename = "ONCE_EARLIEST")]
-    OnceEarliest,
-    /// Whatever is appended after the start, once caught up it ends.
-    #[serde(rename = "ONCE_LATEST")]
-    OnceLatest,
 }
 
 /// The source of a feed.
@@ -116,8 +96,8 @@ pub struct FeedConfig {
     /// The input file (relative to the config file's folder).
     pub path: PathBuf,
     /// The read strategy (default COMMITED).
-    #[serde(default)]
-    pub read_strategy: ReadStrategyConfig,
+    #[serde(default = "default_read_strategy")]
+    pub read_strategy: ReadStrategy,
     /// Each subscriber queue's capacity (default 1024).
     pub queue_capacity: Option<usize>,
     /// The overload block; a file feed without one pauses.
@@ -126,6 +106,10 @@ pub struct FeedConfig {
     /// Deliver feed status events in band.
     #[serde(default)]
     pub status_events: bool,
+}
+
+fn default_read_strategy() -> ReadStrategy {
+    ReadStrategy::Commited
 }
 
 /// How a group's thread idles when it has nothing to do.
@@ -449,7 +433,7 @@ settings = { state_dir = "state" }
         let config = parse(GOOD).expect("valid");
         assert_eq!(config.control_wait_millis, 5000);
         assert_eq!(config.shutdown_timeout_millis, 30_000);
-        assert_eq!(config.feeds[0].read_strategy, ReadStrategyConfig::Commited);
+        assert_eq!(config.feeds[0].read_strategy, ReadStrategy::Commited);
         assert_eq!(
             config.groups[0].idle_strategy,
             IdleStrategyConfig::SleepingMillis(1)

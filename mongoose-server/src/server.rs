@@ -15,14 +15,12 @@ use mongoose_core::{agent, EventSource, Processor, WorkDone};
 use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, Publisher, StatusReport};
 use mongoose_replay::cli::{replay_report, ReplayReport};
 use mongoose_replay::{FeedCodecs, RecordConfig, Recorder, Replayer};
-use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use mongoose_source_file::{FileEventSource, FileSourceConfig};
 use parking_lot::Mutex;
 use serde::Serialize;
 use tracing::{error, info, warn};
 
-use crate::config::{
-    AddFailurePolicy, IdleStrategyConfig, ReadStrategyConfig, ServerConfig, SourceKind,
-};
+use crate::config::{AddFailurePolicy, IdleStrategyConfig, ServerConfig, SourceKind};
 use crate::ledger::{Ledger, LedgerSettings};
 use crate::ServerError;
 
@@ -211,13 +209,7 @@ impl ServerBuilder {
             for (group, settings) in config.feed_overrides(index)? {
                 builder = builder.subscriber_overload(&group, settings);
             }
-            let strategy = match feed_config.read_strategy {
-                ReadStrategyConfig::Commited => ReadStrategy::Commited,
-                ReadStrategyConfig::Earliest => ReadStrategy::Earliest,
-                ReadStrategyConfig::Latest => ReadStrategy::Latest,
-                ReadStrategyConfig::OnceEarliest => ReadStrategy::OnceEarliest,
-                ReadStrategyConfig::OnceLatest => ReadStrategy::OnceLatest,
-            };
+            let strategy = feed_config.read_strategy;
             builder = builder.bounded(strategy.is_once());
             let publisher: Arc<Publisher<String, u64>> = builder.try_build()?;
             connector.register(Arc::clone(&publisher))?;
