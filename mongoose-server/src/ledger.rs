@@ -7,7 +7,8 @@
 //! 1. skips it if its saved state already contains it ([`Delivery::already_applied`]
 //!    against the `(epoch, position)` saved with the state), before any change;
 //! 2. applies it, or appends a malformed line with its position and reason to
-//!    `rejected.log` (counted);
+//!    `rejected.log` (counted in its state and in `/metrics` as
+//!    `mongoose_ledger_rejected_lines_total`);
 //! 3. appends `position,account,balance` to the alerts file, unbuffered, when the
 //!    account's balance is negative after the line;
 //! 4. asks for the delivery-complete hook, which appends one checksummed record
@@ -312,6 +313,7 @@ impl Ledger {
         match parse_line(line) {
             Err(reason) => {
                 self.state.rejected += 1;
+                metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
                 writeln!(self.rejected, "{position},{reason},{line}")?;
             }
             Ok((account, amount)) => {
@@ -319,6 +321,7 @@ impl Ledger {
                 match balance.checked_add(amount) {
                     None => {
                         self.state.rejected += 1;
+                        metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
                         writeln!(
                             self.rejected,
                             "{position},the balance would overflow,{line}"

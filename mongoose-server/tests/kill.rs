@@ -259,3 +259,29 @@ fn a_config_error_exits_2_with_the_key_path() {
         "{message}"
     );
 }
+
+#[test]
+fn sigterm_runs_the_ordered_shutdown_and_commits_what_was_processed() {
+    let run = Run::new(true);
+    let mut child = run.spawn(false);
+    run.wait_applied(&mut child, FIRST as u64);
+    let terminated = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(terminated.success());
+    let status = child.wait().expect("reaped");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "a clean stop on SIGTERM: {}",
+        run.log()
+    );
+    let state = run.state();
+    assert_eq!(state.applied, FIRST as u64);
+    assert_eq!(
+        run.pointer(),
+        state.position,
+        "the stop committed everything processed"
+    );
+}
