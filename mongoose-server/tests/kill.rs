@@ -285,3 +285,51 @@ fn sigterm_runs_the_ordered_shutdown_and_commits_what_was_processed() {
         "the stop committed everything processed"
     );
 }
+
+#[test]
+fn a_second_signal_ends_the_process_at_once() {
+    // a clean stop that takes long: a full queue of lines, each saved with fsync
+    let run = Run::new(true);
+    let mut child = run.spawn(false);
+    run.wait_applied(&mut child, FIRST as u64);
+    run.append_burst();
+    run.wait_applied(&mut child, FIRST as u64 + 10);
+    let pid = child.id().to_string();
+    for _ in 0..2 {
+        let sent = Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("status") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the process did not end");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "the second signal ended the process during the drain"
+    );
+    let state = run.state();
+    assert!(
+        run.pointer() <= state.position,
+        "nothing committed past the saved state"
+    );
+}
+
+#[test]
+fn a_valid_config_validates() {
+    let run = Run::new(true);
+    let output = Command::new(env!("CARGO_BIN_EXE_mongoose"))
+        .args(["validate", "--config"])
+        .arg(run.path("mongoose.toml"))
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("valid"));
+}
