@@ -251,4 +251,8 @@ impl<T: 'static> Dispatcher<T> for TypedDispatcher<'_> {
     fn finished(&mut self, _item: &T) {
         self.inner.finished();
     }
+
+    fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
+        self.inner.dropped(run);
+    }
 }

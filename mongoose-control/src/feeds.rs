@@ -135,6 +135,11 @@ pub trait FeedDispatcher {
     /// The item's dispatch and completions are over; it is about to count as
     /// dispatched (and may then be committed by its feed).
     fn finished(&mut self) {}
+
+    /// Items were dropped for this queue here (reported once, in queue order).
+    fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
+        let _ = run;
+    }
 }
 
 /// Reads a queue's state from any thread (the group's status and its drain are read

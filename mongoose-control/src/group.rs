@@ -1555,6 +1555,20 @@ impl GroupDispatcher<'_> {
 }
 
 impl FeedDispatcher for GroupDispatcher<'_> {
+    fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
+        if let Some(recorder) = self.recorder.as_deref_mut() {
+            for subscriber in self.subscribers.iter() {
+                recorder.dropped(
+                    ProcessorId(subscriber.generation),
+                    self.feed,
+                    run.first_sequence,
+                    run.last_sequence,
+                    run.count,
+                );
+            }
+        }
+    }
+
     fn finished(&mut self) {
         if let Some(recorder) = self.recorder.as_deref_mut() {
             recorder.item_finished();

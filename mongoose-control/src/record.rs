@@ -59,6 +59,20 @@ pub trait GroupRecorder: Send {
     /// dispatched, after which its feed may commit it. Write what belongs to it now.
     fn item_finished(&mut self) {}
 
+    /// Items of `feed` were dropped for the group's queue before the next item it is
+    /// given, for the subscribed processor `processor`: `count` items from sequence
+    /// `first_sequence` to `last_sequence`.
+    fn dropped(
+        &mut self,
+        processor: ProcessorId,
+        feed: &str,
+        first_sequence: u64,
+        last_sequence: u64,
+        count: u64,
+    ) {
+        let _ = (processor, feed, first_sequence, last_sequence, count);
+    }
+
     /// A feed reader's poll returned: every item it finished has had its dispatch and
     /// its completions (an item held for a retry is not finished).
     fn polled(&mut self);

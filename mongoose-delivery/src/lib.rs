@@ -82,7 +82,9 @@ pub use checkpoint::{Mark, ProcessingCheckpoint};
 pub use error::DeliveryError;
 pub use feed::{DataMapper, Feed, FeedBuilder, SubscribeOptions, DEFAULT_QUEUE_CAPACITY};
 pub use publisher::{KillSwitch, Publisher, Subscription};
-pub use queue::{DropEvidence, FeedStatusEvent, OverloadState, QueueId, SubscriptionId};
+pub use queue::{
+    DropEvidence, DroppedRun, FeedStatusEvent, OverloadState, QueueId, SubscriptionId,
+};
 pub use reader::{DispatchOutcome, Dispatcher, QueueReader, RetryPolicy};
 pub use registry::{AnyFeed, FeedRegistry};
 pub use status::{FeedStatus, StatusReport, SubscriberStatus};

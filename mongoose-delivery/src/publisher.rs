@@ -689,6 +689,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let feed = self.name.to_string();
         let binding = &mut state.bindings[index];
         binding.dropped += 1;
+        binding.shared.record_drop(binding.produced, sequence);
         let queue = binding.shared.name.to_string();
         let group = binding.shared.group.to_string();
         let never_drop = binding.settings.policy.never_drops();

@@ -74,6 +74,26 @@ pub(crate) struct QueueShared {
     pub(crate) fenced: AtomicBool,
     pub(crate) dead: AtomicBool,
     pub(crate) closed: AtomicBool,
+    /// Runs of items dropped for this queue, reported by the reader where they were
+    /// lost (a recording's `Dropped` entries). Written by the publisher only on a drop;
+    /// the reader looks at `drops_pending` once per poll.
+    pub(crate) drops: parking_lot::Mutex<std::collections::VecDeque<DroppedRun>>,
+    pub(crate) drops_pending: AtomicBool,
+}
+
+/// Items dropped for one queue between two items it was given: the reader reports the
+/// run once it has dispatched everything the queue held before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DroppedRun {
+    /// The queue position the run stands before (items the queue held before it).
+    pub(crate) before: u64,
+    /// The first dropped item's sequence.
+    pub first_sequence: u64,
+    /// The last dropped item's sequence.
+    pub last_sequence: u64,
+    /// How many items were dropped (sequences between the first and the last that
+    /// are not counted were filtered or given to no queue).
+    pub count: u64,
 }
 
 impl QueueShared {
@@ -87,7 +107,27 @@ impl QueueShared {
             fenced: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            drops: parking_lot::Mutex::new(std::collections::VecDeque::new()),
+            drops_pending: AtomicBool::new(false),
         }
+    }
+
+    /// Records a drop of `sequence` for this queue, at queue position `before`.
+    pub(crate) fn record_drop(&self, before: u64, sequence: u64) {
+        let mut drops = self.drops.lock();
+        match drops.back_mut() {
+            Some(run) if run.before == before => {
+                run.last_sequence = sequence;
+                run.count += 1;
+            }
+            _ => drops.push_back(DroppedRun {
+                before,
+                first_sequence: sequence,
+                last_sequence: sequence,
+                count: 1,
+            }),
+        }
+        self.drops_pending.store(true, Ordering::Release);
     }
 
     pub(crate) fn dispatched(&self) -> u64 {

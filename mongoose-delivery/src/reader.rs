@@ -11,7 +11,7 @@ use mongoose_core::engine::{self, PendingCompletion, SavedCompletions};
 use mongoose_core::{Delivery, Epoch, PositionValue, ProcessorError, ProcessorId};
 use tracing::error;
 
-use crate::queue::{Envelope, FeedStatusEvent, QueueShared};
+use crate::queue::{DroppedRun, Envelope, FeedStatusEvent, QueueShared};
 
 /// How often a failed dispatch (of a retry-safe processor) or a failed completion
 /// callback is retried, and how long to wait between tries. The wait never sleeps: the
@@ -93,6 +93,13 @@ pub trait Dispatcher<T> {
     /// delivery context is still entered for a positioned item.
     fn finished(&mut self, item: &T) {
         let _ = item;
+    }
+
+    /// Items of the feed were dropped for this queue here, before the next item it is
+    /// given (overload under DROP_AFTER_SPIN, or a fallback): reported once, in queue
+    /// order, so a recording can mark where they were lost.
+    fn dropped(&mut self, run: &DroppedRun) {
+        let _ = run;
     }
 
     /// A retry-safe processor's retries for `item` are exhausted: the item counts as
@@ -235,6 +242,9 @@ impl<T> QueueReader<T> {
             return 0;
         }
         while finished < limit {
+            if self.shared.drops_pending.load(Ordering::Acquire) {
+                self.report_drops(dispatcher);
+            }
             if let Some(at) = self.progress.not_before {
                 if Instant::now() < at {
                     break;
@@ -310,7 +320,31 @@ impl<T> QueueReader<T> {
                 .store(self.dispatched, Ordering::Release);
             finished += 1;
         }
+        if self.shared.drops_pending.load(Ordering::Acquire) {
+            self.report_drops(dispatcher);
+        }
         finished
+    }
+
+    /// Reports the dropped runs that stand before the next undispatched item.
+    fn report_drops(&mut self, dispatcher: &mut dyn Dispatcher<T>) {
+        loop {
+            let run = {
+                let mut drops = self.shared.drops.lock();
+                match drops.front() {
+                    Some(run) if run.before <= self.dispatched => drops.pop_front(),
+                    Some(_) => None,
+                    None => {
+                        self.shared.drops_pending.store(false, Ordering::Release);
+                        None
+                    }
+                }
+            };
+            match run {
+                Some(run) => dispatcher.dropped(&run),
+                None => return,
+            }
+        }
     }
 }
 

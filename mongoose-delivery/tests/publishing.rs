@@ -522,3 +522,44 @@ fn a_filtered_input_reported_while_producing_a_batch_keeps_its_place() {
         "positions in order: {acknowledged:?}"
     );
 }
+
+#[test]
+fn a_drop_is_reported_to_the_reader_where_it_was_lost() {
+    // control-plane-contracts "Overload and loss": a recording marks where items were
+    // lost, so the reader reports each dropped run before the next item it is given
+    struct Events(Vec<String>);
+    impl mongoose_delivery::Dispatcher<u64> for Events {
+        fn dispatch(&mut self, item: &u64, _: u32) -> mongoose_delivery::DispatchOutcome {
+            self.0.push(format!("item {item}"));
+            mongoose_delivery::DispatchOutcome::Done
+        }
+        fn complete(
+            &mut self,
+            _: mongoose_core::engine::PendingCompletion,
+            _: &mongoose_core::Delivery,
+        ) -> Result<(), mongoose_core::ProcessorError> {
+            Ok(())
+        }
+        fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
+            self.0.push(format!("dropped {}..={} ({})", run.first_sequence, run.last_sequence, run.count));
+        }
+    }
+    let (feed, _commits) = drop_feed(2);
+    let mut group = reader(&feed, "slow");
+    feed.start_complete();
+    publish_range(&feed, 1..=5);
+    let mut events = Events(Vec::new());
+    assert_eq!(group.poll(&mut events, 1), 1);
+    assert_eq!(events.0, vec!["item 1"], "the loss is reported where it happened, not before");
+    group.poll(&mut events, 10);
+    publish_range(&feed, 6..=6);
+    group.poll(&mut events, 10);
+    feed.publish(7).expect("queued");
+    feed.publish(8).expect("queued");
+    feed.publish(9).expect("dropped: a trailing loss with no item after it");
+    group.poll(&mut events, 10);
+    assert_eq!(
+        events.0,
+        vec!["item 1", "item 2", "dropped 3..=5 (3)", "item 6", "item 7", "item 8", "dropped 9..=9 (1)"]
+    );
+}

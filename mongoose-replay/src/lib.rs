@@ -120,11 +120,14 @@
 //! | `the journal holds no item` | an `Indexed` entry whose item the journal lacks |
 //! | `clock divergence` | a replayed cycle read the [`Clock`] a different number of times from the recorded one |
 //!
+//! A `Dropped` entry is written live where items were lost for a recorded processor's
+//! queue: the delivery engine keeps the dropped runs beside the queue and the reader
+//! reports them in queue order, before the next item (control-plane-contracts
+//! "Overload and loss": "the processor's recording gets a Dropped entry where the
+//! items were lost"). A replay carries on past it and counts it in `losses()`.
+//!
 //! # Not built in this version
 //!
-//! * `Dropped` is not written live: a group's reader never sees what the delivery
-//!   engine dropped for its queue (no in-band drop event, and sequence gaps also come
-//!   from filtered items). A replay reads `Dropped` entries (losses) when present.
 //! * `AdminInvoked`, `ServiceChanged` and `ControlCall` are neither recorded nor
 //!   replayed (a replay stops at one: "entry N could not be replayed"), so neither are
 //!   the control-call, registry-mutation and service-version stop reasons. Services are

@@ -536,6 +536,35 @@ impl GroupRecorder for Recorder {
         self.streams.remove(&processor);
     }
 
+    fn dropped(
+        &mut self,
+        processor: ProcessorId,
+        feed: &str,
+        first_sequence: u64,
+        last_sequence: u64,
+        count: u64,
+    ) {
+        if !self.streams.contains_key(&processor) {
+            return;
+        }
+        // the loss comes after everything the queue gave before it
+        self.flush_pending(None);
+        // exact when the dropped sequences are contiguous; otherwise the first ones
+        // are numbered on from the first and the last keeps its own
+        for index in 0..count {
+            let sequence = if index + 1 == count {
+                last_sequence
+            } else {
+                first_sequence + index
+            };
+            let entry = Entry::Dropped {
+                feed: feed.to_owned(),
+                sequence,
+            };
+            self.write(processor, &entry);
+        }
+    }
+
     fn item_finished(&mut self) {
         // written before the item counts as dispatched, so its feed never commits an
         // item whose entry was not written (with a write buffer: handed to the buffer,
