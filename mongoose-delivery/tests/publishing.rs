@@ -541,7 +541,10 @@ fn a_drop_is_reported_to_the_reader_where_it_was_lost() {
             Ok(())
         }
         fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
-            self.0.push(format!("dropped {}..={} ({})", run.first_sequence, run.last_sequence, run.count));
+            self.0.push(format!(
+                "dropped {}..={} ({})",
+                run.first_sequence, run.last_sequence, run.count
+            ));
         }
     }
     let (feed, _commits) = drop_feed(2);
@@ -550,16 +553,29 @@ fn a_drop_is_reported_to_the_reader_where_it_was_lost() {
     publish_range(&feed, 1..=5);
     let mut events = Events(Vec::new());
     assert_eq!(group.poll(&mut events, 1), 1);
-    assert_eq!(events.0, vec!["item 1"], "the loss is reported where it happened, not before");
+    assert_eq!(
+        events.0,
+        vec!["item 1"],
+        "the loss is reported where it happened, not before"
+    );
     group.poll(&mut events, 10);
     publish_range(&feed, 6..=6);
     group.poll(&mut events, 10);
     feed.publish(7).expect("queued");
     feed.publish(8).expect("queued");
-    feed.publish(9).expect("dropped: a trailing loss with no item after it");
+    feed.publish(9)
+        .expect("dropped: a trailing loss with no item after it");
     group.poll(&mut events, 10);
     assert_eq!(
         events.0,
-        vec!["item 1", "item 2", "dropped 3..=5 (3)", "item 6", "item 7", "item 8", "dropped 9..=9 (1)"]
+        vec![
+            "item 1",
+            "item 2",
+            "dropped 3..=5 (3)",
+            "item 6",
+            "item 7",
+            "item 8",
+            "dropped 9..=9 (1)"
+        ]
     );
 }
