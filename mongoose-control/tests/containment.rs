@@ -61,6 +61,10 @@ fn a_panicking_processor_is_quarantined_and_its_peers_keep_running() {
         numbers.publish(item);
     }
     assert!(wait_until(|| count(&log, "after:3") == 1));
+    // the group publishes its status at the end of its duty cycle
+    assert!(wait_until(|| plane
+        .group_status("pricing")
+        .is_some_and(|status| !status.quarantined.is_empty())));
     // the peers got every item exactly once, including the one that blew up
     for item in 1..=3 {
         assert_eq!(count(&log, &format!("before:{item}")), 1);

@@ -157,6 +157,10 @@ fn a_quarantined_processor_leaves_the_delivery_queue_and_its_peer_keeps_reading(
         entries.iter().filter(|e| e.as_str() == "good:two").count(),
         1
     );
+    // the group publishes its status at the end of its duty cycle
+    assert!(wait_until(|| plane
+        .group_status("pricing")
+        .is_some_and(|status| !status.quarantined.is_empty())));
     let status = plane.group_status("pricing").expect("status");
     assert_eq!(status.quarantined[0].reason, "cannot take two");
 }
