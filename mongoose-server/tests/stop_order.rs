@@ -259,3 +259,69 @@ fn a_completion_runs_before_the_feed_commits_its_line() {
     );
     assert_eq!(watch.committed.load(Ordering::Acquire), 5_000);
 }
+
+/// Calls the server's shutdown from its own handler: an agent thread.
+struct StopsTheServer {
+    server: Arc<std::sync::OnceLock<Server>>,
+    result: Arc<Mutex<Option<mongoose_server::StopResult>>>,
+}
+
+impl StopsTheServer {
+    fn on_number(&mut self, _: &u64) -> Result<(), ProcessorError> {
+        if let Some(server) = self.server.get() {
+            let mut result = self.result.lock().unwrap();
+            if result.is_none() {
+                *result = Some(server.shutdown());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Processor for StopsTheServer {
+    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+        subscriptions.subscribe("numbers", StopsTheServer::on_number)
+    }
+}
+
+#[test]
+fn a_shutdown_called_on_an_agent_thread_is_handed_off() {
+    // control-plane-contracts "Shutdown": called on one of the server's own threads, the
+    // stop runs on a mongoose-server-stop thread and returns handedOff
+    let config = ServerConfig::parse("", std::path::Path::new(".")).expect("config");
+    let watch = Arc::new(Watch::default());
+    let feed: Arc<Publisher<u64, u64>> = Feed::builder("numbers").queue_capacity(64).build();
+    let slot = Arc::new(std::sync::OnceLock::new());
+    let result = Arc::new(Mutex::new(None));
+    let (server_slot, seen) = (Arc::clone(&slot), Arc::clone(&result));
+    let server = Server::builder(config)
+        .source(
+            Arc::clone(&feed),
+            SlowStop {
+                output: Arc::clone(&feed),
+                next: 1,
+                items: 10,
+                stop_takes: Duration::ZERO,
+                watch,
+            },
+        )
+        .processor("g", "stopper", move || StopsTheServer {
+            server: server_slot,
+            result: seen,
+        })
+        .build()
+        .expect("built");
+    slot.set(server.clone()).expect("set once");
+    server.start().expect("started");
+    assert!(
+        server.await_stopped(Duration::from_secs(60)),
+        "the handed-off stop completed"
+    );
+    let handed = result
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the handler called shutdown");
+    assert!(handed.handed_off && !handed.complete, "{handed:?}");
+    assert!(server.last_stop_result().expect("a result").complete);
+}
