@@ -756,6 +756,12 @@ impl<T: Send + 'static> FileEventSource<T> {
         let Some((item, position)) = self.pending.take() else {
             return true;
         };
+        self.offer(item, position)
+    }
+
+    /// Publishes one item; on a pause or a retry keeps it pending. False when it must
+    /// wait.
+    fn offer(&mut self, item: T, position: u64) -> bool {
         match self.output.try_publish(item, position) {
             TryPublish::Published => {
                 self.status.lines_published += 1;
@@ -780,23 +786,7 @@ impl<T: Send + 'static> FileEventSource<T> {
     fn take_line(&mut self, text: String, position: u64) -> bool {
         self.status.read_position = position;
         match (self.mapper)(text) {
-            Ok(item) => match self.output.try_publish(item, position) {
-                TryPublish::Published => {
-                    self.status.lines_published += 1;
-                    self.paused = false;
-                    true
-                }
-                TryPublish::Paused(item) => {
-                    self.pending = Some((item, position));
-                    self.on_pause();
-                    false
-                }
-                TryPublish::Retry(item) => {
-                    self.pending = Some((item, position));
-                    self.on_retry();
-                    false
-                }
-            },
+            Ok(item) => self.offer(item, position),
             Err(reason) => {
                 self.filter_line(position, &reason);
                 true
