@@ -57,7 +57,7 @@ pub trait Processor: Any + Send {
 /// Where a processor subscribes to feeds, given to [`Processor::start`].
 pub trait Subscriptions {
     /// Subscribes an erased handler: `handler` is a `Handler<T>` for the item type
-    /// `item_type`. Prefer [`Subscriptions::subscribe`].
+    /// `item_type`. Prefer the typed `subscribe` on `dyn Subscriptions`.
     fn subscribe_erased(
         &mut self,
         feed: &str,
