@@ -384,6 +384,24 @@ impl ServerConfig {
                 }
             }
         }
+        let mut sinks = BTreeSet::new();
+        for (index, sink) in self.sinks.iter().enumerate() {
+            if sink.kind != "file" {
+                return Err(ServerError::invalid(
+                    format!("sinks[{index}].kind"),
+                    format!("unknown sink kind '{}': expected \"file\"", sink.kind),
+                ));
+            }
+            if !sinks.insert(sink.name.as_str()) {
+                return Err(ServerError::invalid(
+                    format!("sinks[{index}].name"),
+                    format!(
+                        "a sink named '{}' is already configured: sink names must be unique",
+                        sink.name
+                    ),
+                ));
+            }
+        }
         if let Some(admin) = &self.admin {
             if admin.address.parse::<std::net::SocketAddr>().is_err() {
                 return Err(ServerError::invalid(

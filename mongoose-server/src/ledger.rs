@@ -27,6 +27,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::sinks::FileSink;
 use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, Epoch, Processor, ProcessorError, Subscriptions,
 };
@@ -179,8 +180,12 @@ pub struct LedgerSettings {
     pub feed: String,
     /// Where the state and `rejected.log` live.
     pub state_dir: PathBuf,
-    /// The alerts file.
-    pub alerts: PathBuf,
+    /// The alerts file (or give `alerts_sink`).
+    #[serde(default)]
+    pub alerts: Option<PathBuf>,
+    /// A configured `[[sinks]]` entry to write alerts to, instead of `alerts`.
+    #[serde(default)]
+    pub alerts_sink: Option<String>,
     /// Skip re-delivered lines by the saved position (default true; false shows what a
     /// crash does without the consumer-side offset).
     #[serde(default = "yes")]
@@ -231,7 +236,7 @@ const SAVE: CompletionKey = CompletionKey::SAVE;
 pub struct Ledger {
     settings: LedgerSettings,
     state: LedgerState,
-    alerts: File,
+    alerts: FileSink,
     rejected: File,
     journal: File,
     journal_records: u64,
@@ -241,7 +246,7 @@ pub struct Ledger {
 impl Ledger {
     /// Opens the ledger: restores the saved state, opens the alerts and rejected files
     /// for appending.
-    pub fn open(settings: LedgerSettings) -> Result<Self, ProcessorError> {
+    pub fn open(settings: LedgerSettings, alerts: FileSink) -> Result<Self, ProcessorError> {
         std::fs::create_dir_all(&settings.state_dir).map_err(|error| {
             ProcessorError::new(format!(
                 "cannot create {}: {error}",
@@ -280,7 +285,6 @@ impl Ledger {
                     ))
                 })
         };
-        let alerts = append(&settings.alerts)?;
         let rejected = append(&settings.state_dir.join("rejected.log"))?;
         Ok(Ledger {
             settings,
@@ -333,9 +337,8 @@ impl Ledger {
                         self.changed = Some(account.to_owned());
                         if updated < 0 {
                             // unbuffered: one write per alert, before the state save
-                            self.alerts.write_all(
-                                format!("{position},{account},{updated}\n").as_bytes(),
-                            )?;
+                            self.alerts
+                                .write_line(&format!("{position},{account},{updated}"))?;
                         }
                     }
                 }
@@ -436,12 +439,14 @@ mod tests {
         let settings = LedgerSettings {
             feed: "lines".into(),
             state_dir: dir.path().join("state"),
-            alerts: dir.path().join("alerts.txt"),
+            alerts: None,
+            alerts_sink: None,
             guard: true,
             sync: false,
             compact_every: 3,
         };
-        let mut ledger = Ledger::open(settings.clone()).expect("opened");
+        let alerts = || FileSink::open(&dir.path().join("alerts.txt")).expect("alerts");
+        let mut ledger = Ledger::open(settings.clone(), alerts()).expect("opened");
         for (index, line) in ["a,5", "b,-2", "a,1", "c,7", "nonsense"].iter().enumerate() {
             ledger.state.position = (index as u64 + 1) * 10;
             ledger.on_line(&line.to_string()).expect("handled");
@@ -461,7 +466,7 @@ mod tests {
         let whole = bytes.len();
         bytes.extend_from_slice(b"0badc0de {\"account\":nul");
         std::fs::write(&journal, &bytes).expect("torn tail");
-        let reopened = Ledger::open(settings).expect("reopened");
+        let reopened = Ledger::open(settings, alerts()).expect("reopened");
         assert_eq!(reopened.state, expected, "the torn record adds nothing");
         assert_eq!(
             std::fs::read(&journal).expect("journal").len(),

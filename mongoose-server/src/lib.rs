@@ -25,6 +25,7 @@ pub mod config;
 mod error;
 pub mod ledger;
 mod server;
+pub mod sinks;
 
 pub use error::ServerError;
 pub use server::{replay, ProcessorContext, ProcessorFactory, Server, ServerBuilder, StopResult};

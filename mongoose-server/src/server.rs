@@ -22,6 +22,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{AddFailurePolicy, IdleStrategyConfig, ServerConfig, SourceKind};
 use crate::ledger::{Ledger, LedgerSettings};
+use crate::sinks::FileSink;
 use crate::ServerError;
 
 /// What a processor factory is given: the processor's name and group, its settings
@@ -36,6 +37,8 @@ pub struct ProcessorContext<'a> {
     pub settings: &'a toml::Table,
     /// The folder relative paths resolve against.
     pub base_dir: &'a Path,
+    /// The sinks of the configuration, by name.
+    pub sinks: &'a BTreeMap<String, FileSink>,
 }
 
 impl ProcessorContext<'_> {
@@ -44,6 +47,17 @@ impl ProcessorContext<'_> {
         toml::Value::Table(self.settings.clone())
             .try_into()
             .map_err(|error: toml::de::Error| error.message().trim().to_owned())
+    }
+
+    /// The configured sink named `name`.
+    pub fn sink(&self, name: &str) -> Result<FileSink, String> {
+        self.sinks.get(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.sinks.keys().map(String::as_str).collect();
+            format!(
+                "no sink named '{name}': configured sinks are [{}]; declare it under [[sinks]]",
+                known.join(", ")
+            )
+        })
     }
 
     /// Resolves a path against the config file's folder.
@@ -227,6 +241,7 @@ impl ServerBuilder {
                 source: Mutex::new(SourceSlot::Ready(Box::new(source))),
             });
         }
+        let sinks = open_sinks(&config)?;
         Ok(Server {
             inner: Arc::new(Inner {
                 config,
@@ -235,6 +250,7 @@ impl ServerBuilder {
                 registry,
                 plane,
                 feeds,
+                sinks,
                 lifecycle: Mutex::new(Lifecycle::default()),
             }),
         })
@@ -275,6 +291,7 @@ struct Inner {
     registry: FeedRegistry,
     plane: ControlPlane,
     feeds: Vec<FeedRuntime>,
+    sinks: BTreeMap<String, FileSink>,
     lifecycle: Mutex<Lifecycle>,
 }
 
@@ -321,6 +338,7 @@ pub fn replay(
             codecs.feed::<String>(&feed.name)
         })
     };
+    let sinks = Arc::new(open_sinks(&config)?);
     let mut reports = Vec::new();
     for (group_index, group) in config.groups.iter().enumerate() {
         let dir = recording.join(&group.name);
@@ -339,12 +357,14 @@ pub fn replay(
                 group.name.clone(),
                 config.base_dir.clone(),
             );
+            let sinks = Arc::clone(&sinks);
             let build = move || -> Result<Box<dyn Processor>, String> {
                 factory(&ProcessorContext {
                     name: &name,
                     group: &group_name,
                     settings: &settings,
                     base_dir: &base,
+                    sinks: &sinks,
                 })
             };
             build().map_err(|message| ServerError::ProcessorSettings {
@@ -366,6 +386,19 @@ pub fn replay(
         reports.push((group.name.clone(), replay_report(&dir, replayer)));
     }
     Ok(reports)
+}
+
+fn open_sinks(config: &ServerConfig) -> Result<BTreeMap<String, FileSink>, ServerError> {
+    let mut sinks = BTreeMap::new();
+    for sink in &config.sinks {
+        let path = config.resolve(&sink.path);
+        let opened = FileSink::open(&path).map_err(|error| ServerError::Io {
+            context: format!("cannot open the sink '{}' ({})", sink.name, path.display()),
+            error,
+        })?;
+        sinks.insert(sink.name.clone(), opened);
+    }
+    Ok(sinks)
 }
 
 fn idle_strategy(config: IdleStrategyConfig) -> IdleStrategy {
@@ -391,8 +424,20 @@ impl Server {
         .processor_kind("ledger", |context| {
             let mut settings: LedgerSettings = context.settings()?;
             settings.state_dir = context.resolve(&settings.state_dir);
-            settings.alerts = context.resolve(&settings.alerts);
-            Ledger::open(settings)
+            let alerts = match (&settings.alerts, &settings.alerts_sink) {
+                (Some(path), None) => FileSink::open(&context.resolve(path)).map_err(|error| {
+                    format!("cannot open the alerts file {}: {error}", path.display())
+                })?,
+                (None, Some(sink)) => context.sink(sink)?,
+                _ => {
+                    return Err(
+                        "give the ledger exactly one of alerts (a file) or alerts_sink \
+                                (a configured sink)"
+                            .to_owned(),
+                    )
+                }
+            };
+            Ledger::open(settings, alerts)
                 .map(|ledger| Box::new(ledger) as Box<dyn Processor>)
                 .map_err(|error| error.to_string())
         })
@@ -459,9 +504,6 @@ impl Server {
         if let Some(plugins) = &inner.config.plugin_dir {
             warn!(dir = %plugins.display(), "plugin_dir is set but this build loads no plugins yet (the plugin loader is a later step of the roadmap): connectors there are not loaded");
         }
-        for sink in &inner.config.sinks {
-            warn!(sink = %sink.name, path = %sink.path.display(), "sinks are declared but not yet handed to processors in this build: processors write their own outputs");
-        }
         for group in &inner.config.groups {
             let recorder = match &inner.config.record {
                 None => None,
@@ -499,6 +541,7 @@ impl Server {
                     group: &group.name,
                     settings: &processor.settings,
                     base_dir: &inner.config.base_dir,
+                    sinks: &inner.sinks,
                 };
                 let built =
                     factory(&context).map_err(|message| ServerError::ProcessorSettings {

@@ -299,3 +299,63 @@ fn a_crash_mid_burst_loses_no_line() {
         "at the snapshot, {lag} handled lines were past the pointer (re-delivered duplicates)"
     );
 }
+
+#[test]
+fn a_processor_writes_to_a_configured_sink() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("input.txt"), "a,-5\nb,3\na,1\n").expect("input");
+    let text = r#"
+[[sinks]]
+name = "alerts"
+kind = "file"
+path = "out/alerts.txt"
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+read_strategy = "ONCE_EARLIEST"
+
+[[groups]]
+name = "ledger"
+[[groups.processors]]
+name = "ledger"
+kind = "ledger"
+settings = { state_dir = "state", alerts_sink = "alerts", sync = false }
+"#;
+    std::fs::create_dir_all(dir.path().join("out")).expect("out");
+    let server = Server::builder(ServerConfig::parse(text, dir.path()).expect("config"))
+        .build()
+        .expect("built");
+    server.start().expect("started");
+    wait_until("settled", || server.status().settled);
+    assert!(server.shutdown().complete);
+    let alerts =
+        std::fs::read_to_string(dir.path().join("out/alerts.txt")).expect("the sink's file");
+    assert_eq!(alerts, "5,a,-5\n13,a,-4\n", "position (byte offset after the line),account,balance");
+
+    let unknown = Server::builder(
+        ServerConfig::parse(
+            &text.replace("alerts_sink = \"alerts\"", "alerts_sink = \"nowhere\""),
+            dir.path(),
+        )
+        .expect("config"),
+    )
+    .build()
+    .expect("built");
+    let error = unknown
+        .start()
+        .expect_err("an unknown sink fails the start")
+        .to_string();
+    assert!(
+        error.contains("no sink named 'nowhere'") && error.contains("alerts"),
+        "{error}"
+    );
+    let bad_kind = ServerConfig::parse(
+        &text.replace("kind = \"file\"", "kind = \"kafka\""),
+        dir.path(),
+    )
+    .expect_err("an unknown sink kind fails at load")
+    .to_string();
+    assert!(bad_kind.contains("sinks[0].kind"), "{bad_kind}");
+}
