@@ -173,25 +173,32 @@ fn rate(items: u64, elapsed: Duration) -> f64 {
     items as f64 / elapsed.as_secs_f64() / 1e6
 }
 
+/// The best of three runs: the machine is shared, and the best run is the one least
+/// disturbed by others.
+fn best_of_three(mut run: impl FnMut() -> f64) -> f64 {
+    (0..3).map(|_| run()).fold(0.0, f64::max)
+}
+
 fn main() {
     let items: u64 = std::env::args()
         .nth(1)
         .and_then(|arg| arg.parse().ok())
         .unwrap_or(20_000_000);
-    let single = rate(items, single_thread(items));
-    if std::env::args().nth(2).as_deref() == Some("hop") {
-        let one = rate(items, pipeline(items, 1));
+    let mode = std::env::args().nth(2);
+    if mode.as_deref() == Some("hop") {
+        let one = best_of_three(|| rate(items, pipeline(items, 1)));
         println!("feed -> 1 queue -> counter {one:8.1} M events/s");
         return;
     }
-    if std::env::args().nth(2).as_deref() == Some("single") {
+    let single = best_of_three(|| rate(items, single_thread(items)));
+    if mode.as_deref() == Some("single") {
         println!("one thread publish+dispatch+ack {single:8.1} M events/s");
         return;
     }
-    let raw = rate(items, raw_ring(items));
-    let one = rate(items, pipeline(items, 1));
-    let four = rate(items, pipeline(items, 4));
-    println!("delivery pipeline, {items} positioned items, acknowledgements on, no-op committer");
+    let raw = best_of_three(|| rate(items, raw_ring(items)));
+    let one = best_of_three(|| rate(items, pipeline(items, 1)));
+    let four = best_of_three(|| rate(items, pipeline(items, 4)));
+    println!("delivery pipeline, {items} positioned items, acknowledgements on, no-op committer, best of 3");
     println!("  one thread publish+dispatch+ack {single:8.1} M events/s");
     println!("  raw SPSC ring pass-through      {raw:8.1} M events/s");
     println!(
