@@ -332,7 +332,10 @@ settings = { state_dir = "state", alerts_sink = "alerts", sync = false }
     assert!(server.shutdown().complete);
     let alerts =
         std::fs::read_to_string(dir.path().join("out/alerts.txt")).expect("the sink's file");
-    assert_eq!(alerts, "5,a,-5\n13,a,-4\n", "position (byte offset after the line),account,balance");
+    assert_eq!(
+        alerts, "5,a,-5\n13,a,-4\n",
+        "position (byte offset after the line),account,balance"
+    );
 
     let unknown = Server::builder(
         ServerConfig::parse(
