@@ -1279,7 +1279,11 @@ impl Runtime {
         engine::set_current_processor(previous);
         match result {
             Ok(()) => {
-                slot.services_seen.insert(name, (version, registering));
+                slot.services_seen
+                    .insert(name.clone(), (version, registering));
+                if let Some(recorder) = self.recorder.as_mut() {
+                    recorder.service_changed(ProcessorId(generation), &name, version, registering);
+                }
                 Ok(())
             }
             Err(reason) => {

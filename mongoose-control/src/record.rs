@@ -73,6 +73,18 @@ pub trait GroupRecorder: Send {
         let _ = (processor, feed, first_sequence, last_sequence, count);
     }
 
+    /// A service was delivered to (`delivered` true) or withdrawn from the running
+    /// processor `processor`, at registry `version`.
+    fn service_changed(
+        &mut self,
+        processor: ProcessorId,
+        service: &str,
+        version: u64,
+        delivered: bool,
+    ) {
+        let _ = (processor, service, version, delivered);
+    }
+
     /// A feed reader's poll returned: every item it finished has had its dispatch and
     /// its completions (an item held for a retry is not finished).
     fn polled(&mut self);

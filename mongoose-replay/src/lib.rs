@@ -128,9 +128,11 @@
 //!
 //! # Not built in this version
 //!
-//! * `AdminInvoked`, `ServiceChanged` and `ControlCall` are neither recorded nor
-//!   replayed (a replay stops at one: "entry N could not be replayed"), so neither are
-//!   the control-call, registry-mutation and service-version stop reasons. Services are
+//! * `AdminInvoked` and `ControlCall` are neither recorded nor replayed (a replay
+//!   stops at one: "entry N could not be replayed"), so neither are the control-call
+//!   and registry-mutation stop reasons. `ServiceChanged` is recorded where a service
+//!   reached (or left) the processor; a replay, which has no service registry, stops
+//!   there: "recorded service S at version V is unavailable". Services are
 //!   live in a replay.
 //! * "entry N could not be delivered within": a replay runs on the caller's thread,
 //!   synchronously, so an entry is delivered at once or stops at once.

@@ -565,6 +565,28 @@ impl GroupRecorder for Recorder {
         }
     }
 
+    fn service_changed(
+        &mut self,
+        processor: ProcessorId,
+        service: &str,
+        version: u64,
+        delivered: bool,
+    ) {
+        if !self.streams.contains_key(&processor) {
+            return;
+        }
+        // a service change is an input of its own, between items
+        self.flush_pending(None);
+        let clock = self.drain(processor);
+        let entry = Entry::ServiceChanged {
+            service: service.to_owned(),
+            version,
+            delivered,
+            clock,
+        };
+        self.write(processor, &entry);
+    }
+
     fn item_finished(&mut self) {
         // written before the item counts as dispatched, so its feed never commits an
         // item whose entry was not written (with a write buffer: handed to the buffer,

@@ -433,6 +433,11 @@ impl Replayer {
                 });
                 Step::Next
             }
+            Entry::ServiceChanged { service, version, delivered, .. } => Step::Stop(format!(
+                "recorded service {service} at version {version} is unavailable: this replay has no \
+                 service registry, so the {} cannot be reproduced (entry {number})",
+                if *delivered { "delivery" } else { "withdrawal" }
+            )),
             other => Step::Stop(format!(
                 "entry {number} could not be replayed: {} entries are not replayed by this build",
                 other.kind()
