@@ -239,6 +239,8 @@ pub struct Ledger {
     alerts: FileSink,
     rejected: File,
     journal: File,
+    /// The journal's length after its last whole record.
+    journal_len: u64,
     journal_records: u64,
     changed: Option<String>,
 }
@@ -292,6 +294,7 @@ impl Ledger {
             alerts,
             rejected,
             journal,
+            journal_len: journal_end,
             journal_records: 0,
             changed: None,
         })
@@ -354,7 +357,9 @@ impl Ledger {
     /// Appends one record of what the delivery changed; compacts into a snapshot every
     /// `compact_every` records.
     fn save(&mut self) -> Result<(), ProcessorError> {
-        let account = self.changed.take().map(|account| {
+        // the changed account is forgotten only once its record is written: a failed
+        // save is retried with it
+        let account = self.changed.clone().map(|account| {
             let balance = self.state.balances.get(&account).copied().unwrap_or(0);
             (account, balance)
         });
@@ -372,10 +377,23 @@ impl Ledger {
                 state_dir.display()
             ))
         };
-        self.journal.write_all(&record.encode()).map_err(&failed)?;
+        let encoded = record.encode();
+        if let Err(error) = self.journal.write_all(&encoded) {
+            // a part of the record may have been written: cut it off, so the retry's
+            // record follows the last whole one (a torn record mid-journal would end
+            // the state there at the next load)
+            let _ = self.journal.set_len(self.journal_len);
+            let _ = std::io::Seek::seek(
+                &mut self.journal,
+                std::io::SeekFrom::Start(self.journal_len),
+            );
+            return Err(failed(error));
+        }
         if self.settings.sync {
             self.journal.sync_data().map_err(&failed)?;
         }
+        self.journal_len += encoded.len() as u64;
+        self.changed = None;
         self.journal_records += 1;
         if self.journal_records >= self.settings.compact_every.max(1) {
             // the snapshot holds everything the journal does; a crash before the journal
@@ -385,6 +403,7 @@ impl Ledger {
                 .map_err(&failed)?;
             self.journal.set_len(0).map_err(&failed)?;
             std::io::Seek::seek(&mut self.journal, std::io::SeekFrom::Start(0)).map_err(&failed)?;
+            self.journal_len = 0;
             if self.settings.sync {
                 self.journal.sync_all().map_err(&failed)?;
             }
@@ -473,6 +492,42 @@ mod tests {
             whole,
             "cut off"
         );
+    }
+
+    #[test]
+    fn a_failed_save_is_retried_with_its_change_and_leaves_no_torn_record_behind() {
+        let dir = tempfile::tempdir().expect("dir");
+        let settings = LedgerSettings {
+            feed: "lines".into(),
+            state_dir: dir.path().join("state"),
+            alerts: None,
+            alerts_sink: None,
+            guard: true,
+            sync: false,
+            compact_every: 1_000,
+        };
+        let alerts = FileSink::open(&dir.path().join("alerts.txt")).expect("alerts");
+        let mut ledger = Ledger::open(settings.clone(), alerts.clone()).expect("opened");
+        ledger.on_line(&"a,5".to_string()).expect("applied");
+        // the journal cannot be written: the save fails and keeps the change
+        let journal = LedgerState::journal_path(&settings.state_dir);
+        let writable = std::mem::replace(
+            &mut ledger.journal,
+            File::open(&journal).expect("read-only"),
+        );
+        ledger.state.balances.insert("b".into(), 7);
+        ledger.changed = Some("b".into());
+        assert!(ledger.save().is_err());
+        ledger.journal = writable;
+        ledger.save().expect("the retry saves");
+        drop(ledger);
+        let loaded = LedgerState::load(&settings.state_dir).expect("loaded");
+        assert_eq!(
+            loaded.balances.get("b"),
+            Some(&7),
+            "the retried record carries the change"
+        );
+        assert_eq!(loaded.balances.get("a"), Some(&5));
     }
 
     #[test]
