@@ -100,6 +100,37 @@ pub fn run_until_done_with_status(
     })
 }
 
+/// A readable table of processor groups: running and quarantined processors (with the
+/// reasons), mailbox depth, queued items and audit completeness.
+pub fn groups_table(groups: &[mongoose_control::GroupStatus]) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<16} {:<10} {:>7} {:>11} {:>7} {:>6} {:>6}  {}\n",
+        "GROUP", "STATE", "RUNNING", "QUARANTINED", "MAILBOX", "QUEUED", "AUDIT", "PROCESSORS"
+    ));
+    for group in groups {
+        let mut processors: Vec<String> = group.running.iter().map(|p| p.name.clone()).collect();
+        processors.extend(
+            group
+                .quarantined
+                .iter()
+                .map(|p| format!("{} (quarantined: {})", p.name, p.reason)),
+        );
+        out.push_str(&format!(
+            "{:<16} {:<10} {:>7} {:>11} {:>7} {:>6} {:>6}  {}\n",
+            group.group,
+            format!("{:?}", group.state),
+            group.running.len(),
+            group.quarantined.len(),
+            group.mailbox_depth,
+            group.queued_items,
+            if group.audit.complete { "ok" } else { "LOST" },
+            processors.join(", "),
+        ));
+    }
+    out
+}
+
 /// A readable table of a status report: one line per feed with its lag.
 pub fn status_table(report: &StatusReport) -> String {
     let mut out = String::new();

@@ -12,7 +12,7 @@ use mongoose_server::{admin, Server, ServerError};
 
 /// Mongoose-rs: an event-processing server that loses nothing and tells the truth.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,7 +46,7 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Prints a running server's feed status.
+    /// Prints a running server's feed status and its processor groups.
     Status {
         /// The admin address of the server.
         #[arg(long, default_value = "127.0.0.1:8089")]
@@ -115,6 +115,13 @@ fn main() -> ExitCode {
             {
                 Some(report) => {
                     print!("{}", cli::status_table(&report));
+                    let groups = admin::get_text(&address, "/groups").ok().and_then(|text| {
+                        serde_json::from_str::<Vec<mongoose_control::GroupStatus>>(&text).ok()
+                    });
+                    if let Some(groups) = groups {
+                        println!();
+                        print!("{}", cli::groups_table(&groups));
+                    }
                     Ok(0)
                 }
                 None => Err((

@@ -91,6 +91,10 @@ fn the_admin_api_reports_and_acts_and_the_cli_prints_a_table() {
         table.contains("settled: true") && table.contains("lines") && table.contains("PAUSE"),
         "{table}"
     );
+    assert!(
+        table.contains("GROUP") && table.contains("quiet"),
+        "the groups table: {table}"
+    );
     let json = std::process::Command::new(env!("CARGO_BIN_EXE_mongoose"))
         .args(["status", "--admin", &address, "--json"])
         .output()
