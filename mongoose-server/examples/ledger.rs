@@ -10,6 +10,11 @@
 //! cargo run --release -p mongoose-server --example ledger -- --state-dir state --dump-state
 //! ```
 
+/// mimalloc: the per-line items a file feed allocates on the source thread are freed on
+/// the processor group's thread, which it handles far more cheaply than the system allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -5,6 +5,10 @@
 //!
 //! `cargo run --release -p mongoose-server --example ledger_bench -- [--size-mib N]`
 
+/// The same allocator as the mongoose binary, so the figures are the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;

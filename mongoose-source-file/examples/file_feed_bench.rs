@@ -17,6 +17,11 @@
 //! lines/s, the ratios to the raw count, and the peak resident set size (VmHWM), which
 //! stays flat: the source holds one read buffer and the queue 1,024 lines, not the file.
 
+/// The same allocator as the mongoose binary, so the figures are the server's: a line
+/// is allocated on the source thread and freed on the consumer's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
