@@ -265,48 +265,31 @@ impl<T> QueueReader<T> {
                     position,
                 } => {
                     let item = payload.get();
-                    match position {
-                        Some((epoch, position)) => {
-                            engine::enter(
-                                &self.feed,
-                                *sequence,
-                                *epoch,
-                                *position,
-                                self.progress.attempt,
-                            );
-                            if self.progress.resume {
-                                engine::restore_completions(&mut self.progress.saved);
-                                self.progress.resume = false;
-                            }
-                            let done = deliver(
-                                &mut self.progress,
-                                &self.policy,
-                                &self.shared,
-                                dispatcher,
-                                item,
-                                Some((&self.feed, *sequence, *epoch, *position)),
-                            );
-                            if done {
-                                dispatcher.finished(item);
-                            }
-                            engine::exit();
-                            done
-                        }
-                        None => {
-                            let done = deliver(
-                                &mut self.progress,
-                                &self.policy,
-                                &self.shared,
-                                dispatcher,
-                                item,
-                                None,
-                            );
-                            if done {
-                                dispatcher.finished(item);
-                            }
-                            done
+                    let delivery = position.map(|(epoch, position)| (*sequence, epoch, position));
+                    if let Some((sequence, epoch, position)) = delivery {
+                        engine::enter(&self.feed, sequence, epoch, position, self.progress.attempt);
+                        if self.progress.resume {
+                            engine::restore_completions(&mut self.progress.saved);
+                            self.progress.resume = false;
                         }
                     }
+                    let done = deliver(
+                        &mut self.progress,
+                        &self.policy,
+                        &self.shared,
+                        dispatcher,
+                        item,
+                        delivery.map(|(sequence, epoch, position)| {
+                            (&self.feed, sequence, epoch, position)
+                        }),
+                    );
+                    if done {
+                        dispatcher.finished(item);
+                    }
+                    if delivery.is_some() {
+                        engine::exit();
+                    }
+                    done
                 }
             };
             if !done {

@@ -333,16 +333,11 @@ pub fn replay(
     recording: &Path,
 ) -> Result<Vec<(String, ReplayReport)>, ServerError> {
     let config = builder.config;
-    let codecs = || {
-        config.feeds.iter().fold(FeedCodecs::new(), |codecs, feed| {
-            codecs.feed::<String>(&feed.name)
-        })
-    };
     let sinks = Arc::new(open_sinks(&config)?);
     let mut reports = Vec::new();
     for (group_index, group) in config.groups.iter().enumerate() {
         let dir = recording.join(&group.name);
-        let mut replayer = Replayer::open(&dir, codecs());
+        let mut replayer = Replayer::open(&dir, feed_codecs(&config));
         for (index, processor) in group.processors.iter().enumerate() {
             let factory = builder.kinds.get(&processor.kind).cloned().ok_or_else(|| {
                 ServerError::UnknownProcessorKind {
@@ -386,6 +381,13 @@ pub fn replay(
         reports.push((group.name.clone(), replay_report(&dir, replayer)));
     }
     Ok(reports)
+}
+
+/// The codecs of the configured feeds (lines as `String`), for record and replay.
+fn feed_codecs(config: &ServerConfig) -> FeedCodecs {
+    config.feeds.iter().fold(FeedCodecs::new(), |codecs, feed| {
+        codecs.feed::<String>(&feed.name)
+    })
 }
 
 fn open_sinks(config: &ServerConfig) -> Result<BTreeMap<String, FileSink>, ServerError> {
@@ -443,17 +445,6 @@ impl Server {
         })
     }
 
-    /// The codecs of the configured feeds (lines as `String`), for record and replay.
-    fn codecs(&self) -> FeedCodecs {
-        self.inner
-            .config
-            .feeds
-            .iter()
-            .fold(FeedCodecs::new(), |codecs, feed| {
-                codecs.feed::<String>(&feed.name)
-            })
-    }
-
     /// The configuration.
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
@@ -509,7 +500,8 @@ impl Server {
                 None => None,
                 Some(record) => {
                     let dir = inner.config.resolve(&record.dir).join(&group.name);
-                    let config = RecordConfig::new(record.processors.clone(), self.codecs());
+                    let config =
+                        RecordConfig::new(record.processors.clone(), feed_codecs(&inner.config));
                     let recorder = Recorder::create(&dir, config).map_err(|error| {
                         ServerError::invalid(
                             "record.dir",
