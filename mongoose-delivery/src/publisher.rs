@@ -763,7 +763,11 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                     item,
                     epoch,
                     position,
-                } => self.publish_positioned(state, item, epoch, position),
+                } => {
+                    // room again: the pause (if any) ended
+                    state.paused_now = false;
+                    self.publish_positioned(state, item, epoch, position);
+                }
                 Cached::Push(item) => {
                     if let Some(item) = self.apply_mapper(state, item) {
                         self.deliver(state, item, None);
@@ -1028,6 +1032,9 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
                 break BatchEnd::Paused;
             }
             let Some((item, position)) = next() else {
+                // the feed has room and the source holds nothing: not paused, even if
+                // an earlier batch ended "paused" after its last item filled a queue
+                state.paused_now = false;
                 self.drain_deferred(&mut state);
                 break BatchEnd::Exhausted;
             };

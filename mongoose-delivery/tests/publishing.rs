@@ -197,6 +197,11 @@ fn a_cached_startup_status_waits_behind_the_cache_and_is_not_dropped() {
     let status = feed.status();
     assert_eq!(status.dropped, 0);
     assert!(status.drained);
+    assert!(
+        !status.paused,
+        "the cache was replayed in full: the pause it met has ended"
+    );
+    assert!(status.settled);
 }
 
 #[test]
@@ -467,6 +472,35 @@ fn a_batch_pulls_only_what_the_feed_can_take() {
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 50);
     assert_eq!(feed.status().dropped, 0);
+}
+
+#[test]
+fn a_batch_whose_last_item_fills_the_queue_does_not_stay_paused() {
+    // regression (CI, "never settled"): the hold is checked before the next item is
+    // pulled, so a batch whose last item filled the queue ends "paused" with nothing
+    // held. Once the queue drained and the source found nothing more to publish, the
+    // feed must not report itself paused (and so never settled).
+    let (feed, commits) = positioned_feed(4);
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    let mut batch = (1u64..=4).map(|item| (item, item * 10));
+    assert_eq!(
+        feed.try_publish_batch(&mut || batch.next()),
+        mongoose_core::BatchEnd::Paused,
+        "the queue is full: the feed cannot tell whether the source has more"
+    );
+    assert_eq!(process(&mut group, 4), vec![1, 2, 3, 4]);
+    assert_eq!(
+        feed.try_publish_batch(&mut || None),
+        mongoose_core::BatchEnd::Exhausted
+    );
+    feed.report_state(SourceState::CaughtUp, None);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 40);
+    let status = feed.status();
+    assert!(!status.paused, "nothing is held: the feed is not paused");
+    assert!(status.settled, "everything was processed and committed");
+    assert_eq!(status.pauses, 1);
 }
 
 #[test]

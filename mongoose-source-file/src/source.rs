@@ -860,7 +860,11 @@ impl<T: Send + 'static> FileEventSource<T> {
             }
             match end {
                 BatchEnd::Exhausted if filtered => {}
-                BatchEnd::Exhausted => return true,
+                BatchEnd::Exhausted => {
+                    // the feed had room for more: a pause episode (if any) is over
+                    self.paused = false;
+                    return true;
+                }
                 BatchEnd::Paused => {
                     self.on_pause();
                     return false;
