@@ -77,6 +77,21 @@ pub struct AuditRecord {
     /// The failure kind of a reply or failed outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<FailureKind>,
+    /// Decision: the state the rule found (`ABSENT`, `RUNNING`, `QUARANTINED`,
+    /// `STOPPED`, or a service's version `vN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Decision: the state the rule leads to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Decision: the effects it requests, each as `opId Effect(generation)`, in the
+    /// order they run; their outcomes are the EffectOutcome records with those opIds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effects: Vec<String>,
+    /// The effect that caused this record (a reply that follows an effect carries the
+    /// last effect's opId).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause_op: Option<String>,
 }
 
 /// A record to write; [`ControlAudit::write`] gives it its `seq`.
@@ -93,6 +108,10 @@ pub(crate) struct NewRecord {
     pub(crate) generation: i64,
     pub(crate) name: Option<String>,
     pub(crate) kind: Option<FailureKind>,
+    pub(crate) from: Option<String>,
+    pub(crate) to: Option<String>,
+    pub(crate) effects: Vec<String>,
+    pub(crate) cause_op: Option<String>,
 }
 
 impl NewRecord {
@@ -109,7 +128,27 @@ impl NewRecord {
             generation: -1,
             name: None,
             kind: None,
+            from: None,
+            to: None,
+            effects: Vec::new(),
+            cause_op: None,
         }
+    }
+
+    pub(crate) fn transition(mut self, from: &str, to: &str) -> Self {
+        self.from = Some(from.to_owned());
+        self.to = Some(to.to_owned());
+        self
+    }
+
+    pub(crate) fn effects(mut self, effects: Vec<String>) -> Self {
+        self.effects = effects;
+        self
+    }
+
+    pub(crate) fn cause_op(mut self, op: Option<String>) -> Self {
+        self.cause_op = op;
+        self
     }
 
     pub(crate) fn cause(mut self, cause_seq: u64) -> Self {
@@ -350,6 +389,10 @@ impl Ring {
             generation: new.generation,
             name: new.name,
             kind: new.kind,
+            from: new.from,
+            to: new.to,
+            effects: new.effects,
+            cause_op: new.cause_op,
         });
         seq
     }

@@ -642,13 +642,19 @@ fn answer_not_running(shared: &GroupShared, envelope: Envelope, reason: &str, de
     let mut reply_value =
         ControlReply::not_applied(request_id, outcome, kind, reason, generation, name);
     reply_value.evidence = shared.audit.evidence();
-    write_reply_record(&shared.audit, &reply_value, input);
+    write_reply_record(&shared.audit, &reply_value, input, None);
     reply.complete_on(&shared.executor, reply_value);
 }
 
-fn write_reply_record(audit: &ControlAudit, reply: &ControlReply, cause: u64) {
+fn write_reply_record(
+    audit: &ControlAudit,
+    reply: &ControlReply,
+    cause: u64,
+    cause_op: Option<String>,
+) {
     let mut record = NewRecord::new(RecordType::Reply, reply.request_id, "Reply")
         .cause(cause)
+        .cause_op(cause_op)
         .outcome(reply.outcome.to_string())
         .reason(reply.reason.clone())
         .generation(reply.generation)
@@ -700,6 +706,9 @@ struct FeedState {
     invoke: InvokeFn,
     subscribers: Vec<Subscriber>,
     handled: Vec<u64>,
+    /// The group's queue of this feed lost items and its QueueDrop record is written
+    /// (first-drop evidence, once per queue binding).
+    drop_reported: bool,
 }
 
 struct Runtime {
@@ -899,17 +908,46 @@ impl Runtime {
             return;
         };
         reply.evidence = self.audit().evidence();
-        write_reply_record(self.audit(), &reply, input);
+        let cause_op = self.last_op(reply.request_id);
+        write_reply_record(self.audit(), &reply, input, cause_op);
         sender.complete_on(&self.shared.executor, reply);
     }
 
-    fn decision(&self, request_id: i64, input: u64, rule: &str, generation: i64, name: &str) {
+    /// Writes the Decision record of `rule`: the state it found and the one it leads
+    /// to, and the effects it requests (as `opId Effect(generation)`, numbered as
+    /// [`Self::effect`] will number their outcomes), before any of them runs.
+    #[allow(clippy::too_many_arguments)]
+    fn decision(
+        &self,
+        request_id: i64,
+        input: u64,
+        rule: &str,
+        generation: i64,
+        name: &str,
+        (from, to): (&str, &str),
+        effects: &[&str],
+    ) {
+        let effects = effects
+            .iter()
+            .enumerate()
+            .map(|(index, effect)| {
+                let op = self.effects_of_request + 1 + index as u32;
+                format!("{request_id}.{op} {effect}({generation})")
+            })
+            .collect();
         self.audit().write(
             NewRecord::new(RecordType::Decision, request_id, rule)
                 .cause(input)
                 .generation(generation)
-                .name(Some(name)),
+                .name(Some(name))
+                .transition(from, to)
+                .effects(effects),
         );
+    }
+
+    /// The opId of the last effect of the request being decided, if it had one.
+    fn last_op(&self, request_id: i64) -> Option<String> {
+        (self.effects_of_request > 0).then(|| format!("{request_id}.{}", self.effects_of_request))
     }
 
     fn effect(
@@ -945,7 +983,15 @@ impl Runtime {
         supplier: Supplier,
     ) -> ControlReply {
         let signed = generation as i64;
-        self.decision(request_id, input, "addStarting", signed, &name);
+        self.decision(
+            request_id,
+            input,
+            "addStarting",
+            signed,
+            &name,
+            ("ABSENT", "RUNNING"),
+            &["Build", "Start"],
+        );
         let id = ProcessorId(generation);
         let previous = engine::set_current_processor(Some(id));
         let built = match catch_unwind(AssertUnwindSafe(supplier)) {
@@ -953,7 +999,10 @@ impl Runtime {
             Err(payload) => Err(format!("supplier panicked: {}", panic_message(&*payload))),
         };
         let mut processor = match built {
-            Ok(processor) => processor,
+            Ok(processor) => {
+                self.effect(request_id, input, "Build", &Ok(()), signed);
+                processor
+            }
             Err(reason) => {
                 engine::set_current_processor(previous);
                 self.effect(request_id, input, "Build", &Err(reason.clone()), signed);
@@ -1058,6 +1107,7 @@ impl Runtime {
                 invoke: binding.invoke,
                 subscribers: vec![subscriber],
                 handled: Vec::new(),
+                drop_reported: false,
             }),
             None => {
                 tracing::error!(group = %self.shared.name, %feed, "subscription came without a reader and the group reads no queue of the feed");
@@ -1075,7 +1125,15 @@ impl Runtime {
         let signed = generation as i64;
         let quarantined = match self.processors.get(&generation) {
             None => {
-                self.decision(request_id, input, "stopAlreadyStopped", signed, &name);
+                self.decision(
+                    request_id,
+                    input,
+                    "stopAlreadyStopped",
+                    signed,
+                    &name,
+                    ("STOPPED", "STOPPED"),
+                    &[],
+                );
                 return ControlReply::applied_with(
                     request_id,
                     "alreadyStopped",
@@ -1086,7 +1144,15 @@ impl Runtime {
             Some(slot) => slot.quarantined.clone(),
         };
         if let Some(reason) = quarantined {
-            self.decision(request_id, input, "stopQuarantined", signed, &name);
+            self.decision(
+                request_id,
+                input,
+                "stopQuarantined",
+                signed,
+                &name,
+                ("QUARANTINED", "QUARANTINED"),
+                &[],
+            );
             return ControlReply::not_applied(
                 request_id,
                 ReplyOutcome::Failed,
@@ -1096,7 +1162,15 @@ impl Runtime {
                 Some(name),
             );
         }
-        self.decision(request_id, input, "stopStarted", signed, &name);
+        self.decision(
+            request_id,
+            input,
+            "stopStarted",
+            signed,
+            &name,
+            ("RUNNING", "STOPPED"),
+            &["Stop"],
+        );
         let result = self.release(generation, true);
         self.effect(request_id, input, "Stop", &result, signed);
         ControlReply::applied_with(request_id, "stopped", signed, Some(name))
@@ -1193,7 +1267,16 @@ impl Runtime {
             .copied()
             .unwrap_or(0);
         if broadcast.version <= last {
-            self.decision(request_id, input, "serviceStale", -1, &broadcast.name);
+            let found = format!("v{last}");
+            self.decision(
+                request_id,
+                input,
+                "serviceStale",
+                -1,
+                &broadcast.name,
+                (&found, &found),
+                &[],
+            );
             return ControlReply::applied_with(
                 request_id,
                 format!("ignored: stale version {}", broadcast.version),
@@ -1201,7 +1284,15 @@ impl Runtime {
                 Some(broadcast.name),
             );
         }
-        self.decision(request_id, input, "serviceDeliver", -1, &broadcast.name);
+        self.decision(
+            request_id,
+            input,
+            "serviceDeliver",
+            -1,
+            &broadcast.name,
+            (&format!("v{last}"), &format!("v{}", broadcast.version)),
+            &["DeliverService"],
+        );
         self.service_versions
             .insert(broadcast.name.clone(), broadcast.version);
         let event = broadcast.event();
@@ -1385,6 +1476,7 @@ impl Runtime {
                 invoke,
                 subscribers,
                 handled,
+                drop_reported,
             } = state;
             let mut dispatcher = GroupDispatcher {
                 group: &shared.name,
@@ -1395,6 +1487,8 @@ impl Runtime {
                 processors,
                 quarantines,
                 recorder: recorder.as_deref_mut(),
+                audit: &shared.audit,
+                drop_reported,
             };
             work += reader.poll(&mut dispatcher, *poll_limit);
             if let Some(recorder) = recorder.as_mut() {
@@ -1459,7 +1553,8 @@ impl Runtime {
                 None,
             );
             reply.evidence = self.audit().evidence();
-            write_reply_record(self.audit(), &reply, input);
+            let cause_op = self.last_op(reply.request_id);
+            write_reply_record(self.audit(), &reply, input, cause_op);
             sender.complete_on(&self.shared.executor, reply);
         }
         for envelope in queued {
@@ -1499,6 +1594,8 @@ struct GroupDispatcher<'a> {
     processors: &'a mut BTreeMap<u64, Slot>,
     quarantines: &'a mut Vec<(u64, String)>,
     recorder: Option<&'a mut (dyn GroupRecorder + 'static)>,
+    audit: &'a ControlAudit,
+    drop_reported: &'a mut bool,
 }
 
 impl GroupDispatcher<'_> {
@@ -1560,6 +1657,37 @@ impl GroupDispatcher<'_> {
 
 impl FeedDispatcher for GroupDispatcher<'_> {
     fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
+        if !*self.drop_reported {
+            // control-plane-contracts "Overload and loss": the first drop of each queue
+            // binding leaves a QueueDrop record in the group's control fallback audit
+            *self.drop_reported = true;
+            let at_millis = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_millis());
+            tracing::warn!(
+                group = self.group,
+                feed = self.feed,
+                first_sequence = run.first_sequence,
+                count = run.count,
+                "the group's queue lost items (first drop of this queue binding)"
+            );
+            self.audit.write(
+                NewRecord::new(RecordType::Fallback, -1, "QueueDrop")
+                    .name(Some(self.feed))
+                    .reason(format!(
+                        "feed {} queue {}/{} group {}: first drop at sequence {} ({} items through \
+                         sequence {}), reached by the group at {} ms since the epoch",
+                        self.feed,
+                        self.group,
+                        self.feed,
+                        self.group,
+                        run.first_sequence,
+                        run.count,
+                        run.last_sequence,
+                        at_millis
+                    )),
+            );
+        }
         if let Some(recorder) = self.recorder.as_deref_mut() {
             for subscriber in self.subscribers.iter() {
                 recorder.dropped(

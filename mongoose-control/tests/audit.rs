@@ -39,6 +39,7 @@ fn every_record_of_a_request_shares_its_root_id_and_the_export_returns_them_by_r
             RecordType::Input,
             RecordType::Decision,
             RecordType::EffectOutcome,
+            RecordType::EffectOutcome,
             RecordType::Reply
         ]
     );
@@ -49,7 +50,38 @@ fn every_record_of_a_request_shares_its_root_id_and_the_export_returns_them_by_r
         Some(format!("{}.1", reply.request_id).as_str()),
         "effects carry opId requestId.n"
     );
-    assert_eq!(records[3].outcome.as_deref(), Some("APPLIED"));
+    assert_eq!(
+        (records[2].what.as_str(), records[3].what.as_str()),
+        ("Build", "Start")
+    );
+    assert_eq!(
+        records[3].op_id.as_deref(),
+        Some(format!("{}.2", reply.request_id).as_str())
+    );
+    assert_eq!(records[4].outcome.as_deref(), Some("APPLIED"));
+    // "Decision: rule, from and to states, effects (each as opId Effect(generation))";
+    // "records caused by an effect carry causeOp"
+    let decision = &records[1];
+    assert_eq!(decision.what, "addStarting");
+    assert_eq!(
+        (decision.from.as_deref(), decision.to.as_deref()),
+        (Some("ABSENT"), Some("RUNNING"))
+    );
+    let request = reply.request_id;
+    let generation = reply.generation;
+    assert_eq!(
+        decision.effects,
+        vec![
+            format!("{request}.1 Build({generation})"),
+            format!("{request}.2 Start({generation})")
+        ],
+        "the decision names the effects it requests, numbered as their outcomes"
+    );
+    assert_eq!(
+        records[4].cause_op.as_deref(),
+        Some(format!("{request}.2").as_str()),
+        "the reply follows the last effect that ran"
+    );
 }
 
 // Control audit, Limits: "When it drops records, isComplete() is false and the manifest says so"

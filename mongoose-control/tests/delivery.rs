@@ -278,3 +278,90 @@ fn a_failing_completion_is_retried_alone_and_the_item_is_not_handled_again() {
         .quarantined
         .is_empty());
 }
+
+/// Blocks inside its first line until the gate opens.
+struct Held {
+    gate: Gate,
+    log: Log,
+}
+
+impl Held {
+    #[allow(clippy::ptr_arg)] // a feed of String hands handlers &String
+    fn on_line(&mut self, line: &String) -> Result<(), ProcessorError> {
+        if line == "hold" {
+            self.gate.enter_and_wait();
+        }
+        self.log.lock().push(line.clone());
+        Ok(())
+    }
+}
+
+impl Processor for Held {
+    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+        subscriptions.subscribe("lines", Held::on_line)
+    }
+}
+
+// control-plane-contracts "Overload and loss": "The first drop of each queue binding
+// emits QueueDrop in the group's control fallback audit ... with feed, queue, group,
+// sequence, count and wall-clock time. This is first-ever evidence for the lifetime of
+// the queue binding, not a fresh record for every overload incident."
+#[test]
+fn the_first_drop_of_a_group_queue_leaves_one_queue_drop_record_in_its_control_audit() {
+    let feeds = DeliveryFeeds::new(FeedRegistry::default());
+    let lines: Arc<Publisher<String, u64>> = Feed::builder("lines")
+        .queue_capacity(2)
+        .overload(mongoose_core::OverloadSettings {
+            spin_bound: std::time::Duration::ZERO,
+            ..mongoose_core::OverloadSettings::drop_after_spin()
+        })
+        .build();
+    feeds.register(Arc::clone(&lines)).expect("registered");
+    lines.start_complete();
+    let plane = plane_over(&feeds);
+    let gate = Gate::default();
+    let log = new_log();
+    let (held_gate, held_log) = (gate.clone(), Arc::clone(&log));
+    let reply = plane
+        .add_processor("slow", "held", move || Held {
+            gate: held_gate,
+            log: held_log,
+        })
+        .reply
+        .wait_for(WAIT)
+        .expect("added");
+    assert!(reply.applied(), "{reply:?}");
+    lines.publish("hold".to_owned()).expect("published");
+    assert!(gate.wait_entered(), "the group is held in its first line");
+    // the queue holds 2 (the held line among them): the rest of each burst drops
+    for burst in 0..2 {
+        for index in 0..5 {
+            lines
+                .publish(format!("burst {burst} line {index}"))
+                .expect("a drop is not an error");
+        }
+        if burst == 0 {
+            gate.open();
+        }
+        assert!(
+            wait_until(|| lines.status().drained),
+            "the group drained burst {burst}"
+        );
+    }
+    assert!(lines.status().dropped >= 2, "{:?}", lines.status());
+    let records = plane.group("slow").expect("group").audit().records();
+    let drops: Vec<_> = records
+        .iter()
+        .filter(|record| record.what == "QueueDrop")
+        .collect();
+    assert_eq!(drops.len(), 1, "one record per queue binding: {drops:?}");
+    assert_eq!(drops[0].record, mongoose_control::RecordType::Fallback);
+    assert_eq!(drops[0].name.as_deref(), Some("lines"));
+    let reason = drops[0].reason.as_deref().unwrap_or_default();
+    assert!(
+        reason.contains("feed lines")
+            && reason.contains("group slow")
+            && reason.contains("first drop at sequence"),
+        "{reason}"
+    );
+}
