@@ -9,15 +9,17 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{Delivery, Position, ProcessorError, ProcessorId};
 use mongoose_delivery::{
-    AnyFeed, DeliveryError, DispatchOutcome, Dispatcher, FeedRegistry, Publisher, QueueReader,
-    SubscribeOptions, Subscription, SubscriptionId,
+    AnyFeed, DeliveryError, DispatchOutcome, Dispatcher, FeedRegistry, OverloadChange, Publisher,
+    QueueReader, SubscribeOptions, Subscription, SubscriptionId,
 };
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+
+use crate::audit::{ControlAudit, NewRecord, RecordType};
 
 use crate::error::ControlError;
 use crate::feeds::{
@@ -39,6 +41,14 @@ struct Binder {
 pub struct DeliveryFeeds {
     registry: FeedRegistry,
     binders: Arc<RwLock<HashMap<TypeId, Binder>>>,
+    /// The (feed, group, audit) whose overload changes are already observed.
+    observed: Arc<Mutex<Vec<Observed>>>,
+}
+
+struct Observed {
+    feed: String,
+    group: String,
+    audit: Weak<ControlAudit>,
 }
 
 impl fmt::Debug for DeliveryFeeds {
@@ -56,6 +66,7 @@ impl DeliveryFeeds {
         DeliveryFeeds {
             registry,
             binders: Arc::default(),
+            observed: Arc::default(),
         }
     }
 
@@ -118,6 +129,55 @@ fn subscription_error(feed: &str, error: impl fmt::Display) -> ControlError {
     }
 }
 
+impl DeliveryFeeds {
+    /// control-plane-contracts "Overload and loss": each overload state change of the
+    /// group's queue writes an `OverloadState` record to the group's control audit
+    /// (from the feed's thread, when it happens; the latch outlives an unsubscribe, so
+    /// the observer stays while the audit lives). One observer per feed, group and
+    /// audit.
+    fn observe_overload(&self, feed: &dyn AnyFeed, group: &str, audit: &Arc<ControlAudit>) {
+        let mut observed = self.observed.lock();
+        observed.retain(|entry| entry.audit.strong_count() > 0);
+        let known = observed.iter().any(|entry| {
+            entry.feed == feed.name()
+                && entry.group == group
+                && Weak::ptr_eq(&entry.audit, &Arc::downgrade(audit))
+        });
+        if known {
+            return;
+        }
+        observed.push(Observed {
+            feed: feed.name().to_owned(),
+            group: group.to_owned(),
+            audit: Arc::downgrade(audit),
+        });
+        let watched = group.to_owned();
+        let audit = Arc::downgrade(audit);
+        feed.observe_overload(Arc::new(move |change: &OverloadChange| {
+            let Some(audit) = audit.upgrade() else {
+                return false;
+            };
+            if change.group == watched {
+                audit.write(
+                    NewRecord::new(RecordType::Fallback, -1, "OverloadState")
+                        .name(Some(&change.feed))
+                        .transition(change.from.as_str(), change.to.as_str())
+                        .reason(format!(
+                            "feed {} queue {}/{}: {} -> {} ({})",
+                            change.feed,
+                            change.group,
+                            change.feed,
+                            change.from.as_str(),
+                            change.to.as_str(),
+                            change.cause
+                        )),
+                );
+            }
+            true
+        }));
+    }
+}
+
 impl FeedConnector for DeliveryFeeds {
     fn subscribe(&self, request: SubscribeRequest<'_>) -> Result<FeedBinding, ControlError> {
         let feed = self.registry.get(request.feed).ok_or_else(|| {
@@ -151,6 +211,9 @@ impl FeedConnector for DeliveryFeeds {
                 "the feed returned a subscription of another item type",
             ));
         };
+        if let Some(audit) = request.audit {
+            self.observe_overload(&*feed, request.group, audit);
+        }
         Ok(FeedBinding {
             subscription,
             reader,

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{Delivery, Handler, Processor, ProcessorError, ProcessorId};
 
+use crate::audit::ControlAudit;
 use crate::error::ControlError;
 use crate::group::RetryPolicy;
 
@@ -59,6 +60,9 @@ pub struct SubscribeRequest<'a> {
     /// The retry policy the group's reader applies to retry-safe failures and failed
     /// completions.
     pub retry: RetryPolicy,
+    /// The group's control audit, where a connector that can observe overload states
+    /// writes their changes (`OverloadState` records); `None` when there is none.
+    pub audit: Option<&'a Arc<ControlAudit>>,
 }
 
 /// A subscription made by a [`FeedConnector`].

@@ -260,7 +260,7 @@ struct GroupShared {
     mailbox: Mutex<Mailbox>,
     names: Mutex<HashMap<String, u64>>,
     next_generation: AtomicU64,
-    audit: ControlAudit,
+    audit: Arc<ControlAudit>,
     executor: ReplyExecutor,
     status: Mutex<RuntimeStatus>,
     thread: Mutex<Option<std::thread::Thread>>,
@@ -315,7 +315,10 @@ impl ProcessorGroup {
                 }),
                 names: Mutex::new(HashMap::new()),
                 next_generation: AtomicU64::new(1),
-                audit: ControlAudit::new(options.audit_capacity, options.audit_mirror),
+                audit: Arc::new(ControlAudit::new(
+                    options.audit_capacity,
+                    options.audit_mirror,
+                )),
                 executor,
                 status: Mutex::new(RuntimeStatus::default()),
                 thread: Mutex::new(None),
@@ -1020,6 +1023,7 @@ impl Runtime {
         let mut subscriptions = StartSubscriptions {
             connector: &*self.connector,
             group: &self.shared.name,
+            audit: &self.shared.audit,
             retry: self.policy,
             bindings: Vec::new(),
             service_handler: None,
@@ -1765,6 +1769,7 @@ struct PendingBinding {
 struct StartSubscriptions<'a> {
     connector: &'a dyn FeedConnector,
     group: &'a str,
+    audit: &'a Arc<ControlAudit>,
     retry: RetryPolicy,
     bindings: Vec<PendingBinding>,
     service_handler: Option<Handler<ServiceEvent>>,
@@ -1799,6 +1804,7 @@ impl Subscriptions for StartSubscriptions<'_> {
                 item_type,
                 item_type_name,
                 retry: self.retry,
+                audit: Some(self.audit),
             })
             .map_err(|error| ProcessorError::new(error.to_string()))?;
         self.bindings.push(PendingBinding {

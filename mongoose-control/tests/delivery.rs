@@ -365,3 +365,68 @@ fn the_first_drop_of_a_group_queue_leaves_one_queue_drop_record_in_its_control_a
         "{reason}"
     );
 }
+
+// control-plane-contracts "Overload and loss", BLOCK_WITH_DEADLINE: "Any loss on a
+// blocking queue latches it. The latch outlasts an unsubscribe: LATCHED→REMOVED, then
+// REMOVED→LATCHED if the queue is re-added ... Each change also writes an OverloadState
+// record to the group control audit."
+#[test]
+fn each_overload_state_change_of_a_group_queue_writes_an_overload_state_record() {
+    let feeds = DeliveryFeeds::new(FeedRegistry::default());
+    let lines: Arc<Publisher<String, u64>> = Feed::builder("lines")
+        .queue_capacity(2)
+        .overload(mongoose_core::OverloadSettings::block_with_deadline(
+            std::time::Duration::from_millis(5),
+        ))
+        .build();
+    feeds.register(Arc::clone(&lines)).expect("registered");
+    lines.start_complete();
+    let plane = plane_over(&feeds);
+    let gate = Gate::default();
+    let (held_gate, log) = (gate.clone(), new_log());
+    let held_log = Arc::clone(&log);
+    let added = plane.add_processor("slow", "held", move || Held {
+        gate: held_gate,
+        log: held_log,
+    });
+    assert!(added.reply.wait_for(WAIT).expect("added").applied());
+    lines.publish("hold".to_owned()).expect("published");
+    assert!(gate.wait_entered(), "the group is held in its first line");
+    lines.publish("fits".to_owned()).expect("the second slot");
+    let refused = lines.publish("refused".to_owned());
+    assert!(refused.is_err(), "no room before the deadline: refused");
+    gate.open();
+    assert!(wait_until(|| lines.status().drained));
+    let stopped = plane
+        .stop_processor(added.handle.as_ref().expect("handle"))
+        .wait_for(WAIT)
+        .expect("stopped");
+    assert!(stopped.applied(), "{stopped:?}");
+    let again = plane.add_processor("slow", "again", || Held {
+        gate: Gate::default(),
+        log: new_log(),
+    });
+    assert!(again.reply.wait_for(WAIT).expect("re-added").applied());
+    lines.clear_overload();
+    let records = plane.group("slow").expect("group").audit().records();
+    let changes: Vec<(String, String)> = records
+        .iter()
+        .filter(|record| record.what == "OverloadState")
+        .map(|record| {
+            (
+                record.from.clone().unwrap_or_default(),
+                record.to.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("UP", "LATCHED"),
+        ("LATCHED", "REMOVED"),
+        ("REMOVED", "LATCHED"),
+        ("LATCHED", "UP"),
+    ]
+    .iter()
+    .map(|(from, to)| (from.to_string(), to.to_string()))
+    .collect();
+    assert_eq!(changes, expected, "{records:#?}");
+}

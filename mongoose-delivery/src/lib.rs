@@ -83,7 +83,8 @@ pub use error::DeliveryError;
 pub use feed::{DataMapper, Feed, FeedBuilder, SubscribeOptions, DEFAULT_QUEUE_CAPACITY};
 pub use publisher::{KillSwitch, Publisher, Subscription};
 pub use queue::{
-    DropEvidence, DroppedRun, FeedStatusEvent, OverloadState, QueueId, SubscriptionId,
+    DropEvidence, DroppedRun, FeedStatusEvent, OverloadChange, OverloadObserver, OverloadState,
+    QueueId, SubscriptionId,
 };
 pub use reader::{DispatchOutcome, Dispatcher, QueueReader, RetryPolicy};
 pub use registry::{AnyFeed, FeedRegistry};

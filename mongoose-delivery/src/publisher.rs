@@ -16,8 +16,8 @@ use tracing::{error, info, warn};
 use crate::checkpoint::{HoldCell, ProcessingCheckpoint};
 use crate::feed::{DataMapper, FeedBuilder, SubscribeOptions};
 use crate::queue::{
-    Binding, DropEvidence, Envelope, FeedStatusEvent, HealthRecord, HoldRing, OverloadState,
-    Payload, QueueId, QueueShared, RetainedPoint, SubscriptionId,
+    Binding, DropEvidence, Envelope, FeedStatusEvent, HealthRecord, HoldRing, OverloadChange,
+    OverloadObserver, OverloadState, Payload, QueueId, QueueShared, RetainedPoint, SubscriptionId,
 };
 use crate::reader::QueueReader;
 use crate::status::{FeedStatus, SubscriberStatus};
@@ -131,6 +131,7 @@ pub struct Publisher<T, P: Position = u64> {
     has_deferred: AtomicBool,
     kill_switch: Mutex<Option<KillSwitch>>,
     stopping: AtomicBool,
+    overload_observers: Mutex<Vec<OverloadObserver>>,
 }
 
 impl<T, P: Position> std::fmt::Debug for Publisher<T, P> {
@@ -216,6 +217,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             deferred: Mutex::new(Vec::new()),
             has_deferred: AtomicBool::new(false),
             kill_switch: Mutex::new(None),
+            overload_observers: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
         }
     }
@@ -302,6 +304,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let health = state.health.entry(group.to_owned()).or_default();
         if health.state == OverloadState::Removed {
             health.state = OverloadState::Latched;
+            self.overload_changed(
+                group,
+                OverloadState::Removed,
+                OverloadState::Latched,
+                "re-added",
+            );
         }
         state.bindings.push(Binding {
             shared: Arc::clone(&shared),
@@ -345,7 +353,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             .retain(|id| *id != subscription);
         if state.bindings[index].subscriptions.is_empty() {
             let binding = state.bindings.remove(index);
-            Self::retire(&mut state, binding, &self.name);
+            self.retire(&mut state, binding, &self.name);
         }
     }
 
@@ -358,11 +366,11 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             .position(|binding| &*binding.shared.group == group)
         {
             let binding = state.bindings.remove(index);
-            Self::retire(&mut state, binding, &self.name);
+            self.retire(&mut state, binding, &self.name);
         }
     }
 
-    fn retire(state: &mut State<T, P>, binding: Binding<T>, feed: &str) {
+    fn retire(&self, state: &mut State<T, P>, binding: Binding<T>, feed: &str) {
         binding.shared.closed.store(true, Ordering::Release);
         let durable = binding
             .hold
@@ -375,6 +383,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             if health.state == OverloadState::Latched {
                 health.state = OverloadState::Removed;
                 health.latched_while_removed = true;
+                self.overload_changed(
+                    &binding.shared.group,
+                    OverloadState::Latched,
+                    OverloadState::Removed,
+                    "unsubscribed",
+                );
             }
         }
         state.completion_failures_of_removed +=
@@ -486,6 +500,11 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// Clears latched and degraded overload states (the admin `overload.clear`).
     pub fn clear_overload(&self) {
         let mut state = self.state.lock();
+        for (group, record) in state.health.iter() {
+            if record.state != OverloadState::Up {
+                self.overload_changed(group, record.state, OverloadState::Up, "cleared");
+            }
+        }
         state
             .health
             .retain(|_, record| record.state != OverloadState::Removed);
@@ -494,6 +513,34 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             record.last_loss = None;
         }
         info!(feed = %self.name, "overload states cleared");
+    }
+
+    /// Adds an observer told of every change of a group queue's overload state (the
+    /// control plane writes them into the group's control audit). It is called under
+    /// the feed's publish lock: it must be quick and must not call back into the feed.
+    pub fn observe_overload(&self, observer: OverloadObserver) {
+        self.overload_observers.lock().push(observer);
+    }
+
+    fn overload_changed(
+        &self,
+        group: &str,
+        from: OverloadState,
+        to: OverloadState,
+        cause: &'static str,
+    ) {
+        let mut observers = self.overload_observers.lock();
+        if observers.is_empty() {
+            return;
+        }
+        let change = OverloadChange {
+            feed: self.name.to_string(),
+            group: group.to_owned(),
+            from,
+            to,
+            cause,
+        };
+        observers.retain(|observer| observer(&change));
     }
 
     /// Overload health per group queue (removed latches included).
@@ -524,6 +571,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                         .is_some_and(|at| now.duration_since(at) >= period)
                     {
                         record.state = OverloadState::Up;
+                        self.overload_changed(
+                            group,
+                            OverloadState::Degraded,
+                            OverloadState::Up,
+                            "quiet period",
+                        );
                     }
                 }
                 (format!("{group}/{}", self.name), record.state)
@@ -710,11 +763,13 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if downgraded {
             state.downgraded += 1;
         }
-        let record = state.health.entry(group).or_default();
+        let record = state.health.entry(group.clone()).or_default();
         record.last_loss = Some(Instant::now());
         if never_drop {
             if record.state != OverloadState::Latched {
+                let from = record.state;
                 record.state = OverloadState::Latched;
+                self.overload_changed(&group, from, OverloadState::Latched, "loss");
                 error!(feed = %feed, queue = %queue, "a never-drop queue lost an item: latched until overload.clear");
                 if kill_switch {
                     self.run_kill_switch(&feed, &queue);
@@ -722,6 +777,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             }
         } else if record.state == OverloadState::Up {
             record.state = OverloadState::Degraded;
+            self.overload_changed(&group, OverloadState::Up, OverloadState::Degraded, "loss");
         }
     }
 
@@ -954,10 +1010,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             }
         }
         for (group, queue, kill_switch) in latched {
-            let record = state.health.entry(group).or_default();
+            let record = state.health.entry(group.clone()).or_default();
             record.last_loss = Some(Instant::now());
             if record.state != OverloadState::Latched {
+                let from = record.state;
                 record.state = OverloadState::Latched;
+                self.overload_changed(&group, from, OverloadState::Latched, "refused");
                 error!(feed = %self.name, queue = %queue, "a blocking publish was refused: latched until overload.clear");
                 if kill_switch {
                     self.run_kill_switch(&self.name, &queue);

@@ -200,6 +200,40 @@ pub enum OverloadState {
     Removed,
 }
 
+impl OverloadState {
+    /// The state as the status JSON spells it (`UP`, `DEGRADED`, `LATCHED`, `REMOVED`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverloadState::Up => "UP",
+            OverloadState::Degraded => "DEGRADED",
+            OverloadState::Latched => "LATCHED",
+            OverloadState::Removed => "REMOVED",
+        }
+    }
+}
+
+/// A change of one group queue's [`OverloadState`], told to the feed's overload
+/// observers ([`crate::Publisher::observe_overload`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OverloadChange {
+    /// The feed.
+    pub feed: String,
+    /// The subscriber group whose queue changed.
+    pub group: String,
+    /// The state before.
+    pub from: OverloadState,
+    /// The state after.
+    pub to: OverloadState,
+    /// What changed it (`loss`, `refused`, `unsubscribed`, `re-added`, `cleared`,
+    /// `quiet period`).
+    pub cause: &'static str,
+}
+
+/// Told of every [`OverloadChange`] of a feed, under the feed's publish lock: it must
+/// be quick, must not block and must not call back into the feed. It returns `false`
+/// to be removed (its listener is gone).
+pub type OverloadObserver = std::sync::Arc<dyn Fn(&OverloadChange) -> bool + Send + Sync>;
+
 /// The first drop of a queue binding: a correlation point, not one record per loss.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DropEvidence {

@@ -10,7 +10,7 @@ use parking_lot::RwLock;
 use crate::checkpoint::ProcessingCheckpoint;
 use crate::feed::SubscribeOptions;
 use crate::publisher::{Publisher, Subscription};
-use crate::queue::{OverloadState, SubscriptionId};
+use crate::queue::{OverloadObserver, OverloadState, SubscriptionId};
 use crate::status::{FeedStatus, StatusReport};
 use crate::DeliveryError;
 
@@ -42,6 +42,8 @@ pub trait AnyFeed: Send + Sync {
     fn clear_overload(&self);
     /// Overload states per group queue.
     fn overload_states(&self) -> Vec<(String, OverloadState)>;
+    /// Adds an observer of overload state changes ([`Publisher::observe_overload`]).
+    fn observe_overload(&self, observer: OverloadObserver);
     /// The server began to stop.
     fn begin_stop(&self);
     /// The startup completed.
@@ -90,6 +92,9 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     }
     fn overload_states(&self) -> Vec<(String, OverloadState)> {
         Publisher::overload_states(self)
+    }
+    fn observe_overload(&self, observer: OverloadObserver) {
+        Publisher::observe_overload(self, observer);
     }
     fn begin_stop(&self) {
         Publisher::begin_stop(self)
