@@ -52,15 +52,22 @@ struct Run {
 
 impl Run {
     fn new(guard: bool) -> Self {
+        Run::with(guard, "", "")
+    }
+
+    /// A run whose config also has `top` (top-level keys) and `feed` (keys of the feed).
+    fn with(guard: bool, top: &str, feed: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("input.txt"), lines(0..FIRST)).expect("input");
         let config = format!(
             r#"
+{top}
 [[feeds]]
 name = "lines"
 source = "file"
 path = "input.txt"
 read_strategy = "COMMITED"
+{feed}
 
 [[groups]]
 name = "ledger"
@@ -90,7 +97,8 @@ settings = {{ state_dir = "state", alerts = "alerts.txt", guard = {guard} }}
             command.arg("--exit-when-settled");
         }
         command
-            .env("RUST_LOG", "warn")
+            // the lifecycle lines of the run loop ("signal received: ...") are info
+            .env("RUST_LOG", "warn,mongoose_server::cli=info")
             .stdout(Stdio::null())
             .stderr(Stdio::from(
                 std::fs::OpenOptions::new()
@@ -288,20 +296,45 @@ fn sigterm_runs_the_ordered_shutdown_and_commits_what_was_processed() {
 
 #[test]
 fn a_second_signal_ends_the_process_at_once() {
-    // a clean stop that takes long: a full queue of lines, each saved with fsync
-    let run = Run::new(true);
+    // a clean stop that takes long: a queue of tens of thousands of lines, each saved
+    // with fsync, and a drain allowed to take minutes
+    let run = Run::with(
+        true,
+        "shutdown_timeout_millis = 600000\nshutdown_drain_timeout_millis = 590000",
+        "queue_capacity = 65536",
+    );
     let mut child = run.spawn(false);
     run.wait_applied(&mut child, FIRST as u64);
-    run.append_burst();
+    let mut input = std::fs::OpenOptions::new()
+        .append(true)
+        .open(run.path("input.txt"))
+        .expect("input");
+    input
+        .write_all(lines(FIRST..FIRST + 40_000).as_bytes())
+        .expect("one write");
     run.wait_applied(&mut child, FIRST as u64 + 10);
     let pid = child.id().to_string();
-    for _ in 0..2 {
+    let interrupt = || {
         let sent = Command::new("kill")
             .args(["-INT", &pid])
             .status()
             .expect("kill runs");
         assert!(sent.success());
+    };
+    interrupt();
+    // two signals sent back to back may reach the process as one (a pending signal is
+    // not queued twice): send the second once the first was seen
+    let seen = Instant::now() + Duration::from_secs(60);
+    while !run.log().contains("signal received") {
+        assert!(
+            child.try_wait().expect("status").is_none(),
+            "the clean stop ended before the second signal could be sent: {}",
+            run.log()
+        );
+        assert!(Instant::now() < seen, "the first signal was never seen");
+        std::thread::sleep(Duration::from_millis(2));
     }
+    interrupt();
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(status) = child.try_wait().expect("status") {
