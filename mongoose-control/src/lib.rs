@@ -60,6 +60,7 @@
 
 pub mod audit;
 pub mod context;
+pub mod controller;
 mod delivery;
 mod error;
 pub mod feeds;
@@ -75,6 +76,7 @@ pub mod services;
 pub use audit::{
     read_request, verify, AuditCounts, AuditRecord, ControlAudit, RecordType, Verification,
 };
+pub use controller::{ControlInterceptor, Controller};
 pub use delivery::DeliveryFeeds;
 pub use error::ControlError;
 pub use group::{
