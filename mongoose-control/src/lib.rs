@@ -6,6 +6,11 @@
 //! Every control request that reaches a group is decided in order and answered by
 //! exactly one [`ControlReply`] (control-plane-contracts "Replies and outcomes").
 //!
+//! A processor makes control requests of its own (stop or add a processor, register or
+//! remove a service) through a [`Controller`] it takes on its group's thread while the
+//! group calls it: see [`controller`]. They never wait, and a group's recorder is told
+//! of each ([`GroupRecorder::control_call`]).
+//!
 //! # Adding, stopping and quarantining a processor
 //!
 //! ```

@@ -146,7 +146,10 @@ impl Replay {
 ///   into `DeliveryContext` for the whole cycle (handler and completion callbacks) and
 ///   cleared after, and its [`crate::Clock`]s pinned to the recorded readings;
 /// * `TimerFired`: `on_timer` with the recorded schedule; `Stopped`: `stop()`;
-/// * `Failed`: stops the replay; `Dropped`: a loss, the replay carries on.
+/// * `Failed`: stops the replay; `Dropped`: a loss, the replay carries on;
+/// * `ControlCall`: the request the processor must make while the entry before it is
+///   replayed (before its first entry: in its build and `start()`); answered from the
+///   recording, never executed live (see the crate's "Control requests").
 ///
 /// What the processor sends to [`crate::OutputSink`]s is captured, not delivered.
 pub struct Replayer {
