@@ -12,7 +12,7 @@ use mongoose_control::controller::{self, STOP_PROCESSOR};
 use mongoose_control::{
     ControlError, GroupOptions, GroupRecorder, IdleStrategy, ReplyHandle, ReplyOutcome, Service,
 };
-use mongoose_core::{CompletionKey, ProcessorError, ProcessorId};
+use mongoose_core::{CompletionKey, Processor, ProcessorError, ProcessorId, Subscriptions};
 use parking_lot::Mutex;
 
 fn failure(error: ControlError) -> ProcessorError {
@@ -243,4 +243,57 @@ fn a_recorder_is_told_of_each_control_request_right_after_the_call_that_made_it(
             .count(),
         2
     );
+}
+
+// control-plane-contracts "Threading rules": "A processor may stop itself.
+// stopProcessor(group, ownName) from its own handler is queued and applied at the next
+// drain"; from its own stop() it joins the release in progress (alreadyStopped)
+#[test]
+fn a_processor_stops_itself_from_its_handler_and_its_stop_joins_that_release() {
+    /// Stops itself on any item, and asks again from its stop().
+    struct Quitter {
+        log: Log,
+        replies: Arc<Mutex<Vec<ReplyHandle>>>,
+    }
+    impl Quitter {
+        fn stop_myself(&mut self) -> Result<(), ProcessorError> {
+            let control = controller::controller().expect("a controller");
+            let reply = control
+                .stop_processor("pricing", "quitter")
+                .map_err(failure)?;
+            self.replies.lock().push(reply);
+            Ok(())
+        }
+        fn on_number(&mut self, _: &u64) -> Result<(), ProcessorError> {
+            self.stop_myself()
+        }
+    }
+    impl Processor for Quitter {
+        fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+            subscriptions.subscribe("numbers", Quitter::on_number)
+        }
+        fn stop(&mut self) -> Result<(), ProcessorError> {
+            self.log.lock().push("quitter:stop".to_owned());
+            self.stop_myself()
+        }
+    }
+    let (plane, numbers, _) = plane_with_feed();
+    let log = new_log();
+    let replies: Arc<Mutex<Vec<ReplyHandle>>> = Arc::default();
+    let quitter = Quitter {
+        log: Arc::clone(&log),
+        replies: Arc::clone(&replies),
+    };
+    let added = plane.add_processor("pricing", "quitter", move || quitter);
+    assert!(added.reply.wait_for(WAIT).expect("reply").applied());
+    numbers.publish(1);
+    assert!(wait_until(|| replies.lock().len() == 2));
+    let reasons: Vec<String> = replies
+        .lock()
+        .iter()
+        .map(|reply| reply.wait_for(WAIT).expect("answered").reason)
+        .collect();
+    assert_eq!(reasons, ["stopped", "alreadyStopped"]);
+    assert_eq!(count(&log, "quitter:stop"), 1);
+    assert!(plane.processor_handle("pricing", "quitter").is_none());
 }

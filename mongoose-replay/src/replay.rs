@@ -347,16 +347,11 @@ impl Replayer {
             feeds: &self.feeds,
             handlers: HashMap::new(),
         };
-        let started = contained(|| processor.start(&mut routes));
+        let started = contained(|| processor.start(&mut routes))
+            .map_err(|reason| format!("the replayed processor could not be started: {reason}"));
         engine::set_current_processor(previous);
-        if let Some(reason) = calls.borrow_mut().verdict() {
+        if let Some(reason) = calls.borrow_mut().verdict(started.err()) {
             result.stopped = Some(reason);
-            return;
-        }
-        if let Err(reason) = started {
-            result.stopped = Some(format!(
-                "the replayed processor could not be started: {reason}"
-            ));
             return;
         }
         result.replayed += index;
@@ -370,17 +365,15 @@ impl Replayer {
                 .expect(entries, index + 1, format!("at entry {number}"));
             let outcome =
                 self.replay_entry(id, &mut *processor, &mut handlers, number, entry, result);
-            if let Some(reason) = calls.borrow_mut().verdict() {
+            let failed = match outcome {
+                Step::Next => None,
+                Step::Stop(reason) => Some(reason),
+            };
+            if let Some(reason) = calls.borrow_mut().verdict(failed) {
                 result.stopped = Some(reason);
                 return;
             }
-            match outcome {
-                Step::Next => result.replayed += next - index,
-                Step::Stop(reason) => {
-                    result.stopped = Some(reason);
-                    return;
-                }
-            }
+            result.replayed += next - index;
             index = next;
         }
     }
@@ -573,11 +566,15 @@ impl CallMatch {
         index
     }
 
-    /// After the entry's replay: why the replay stops, if it does (a divergence, or a
-    /// recorded request the replay did not make).
-    fn verdict(&mut self) -> Option<String> {
+    /// After the entry's replay: why the replay stops, if it does: a divergence first,
+    /// then what the entry's replay itself reported (`failed`), then a recorded request
+    /// the replay did not make.
+    fn verdict(&mut self, failed: Option<String>) -> Option<String> {
         if let Some(reason) = self.stop.take() {
             return Some(reason);
+        }
+        if failed.is_some() {
+            return failed;
         }
         let (number, call, args, _) = self.expected.pop_front()?;
         Some(format!(

@@ -48,6 +48,8 @@ struct Caller {
     sink: OutputSink,
     /// A stop its start() requests.
     stop_in_start: Option<(&'static str, &'static str)>,
+    /// A stop its stop() requests.
+    stop_in_stop: Option<(&'static str, &'static str)>,
     /// Set when a supplier it handed to add_processor ran.
     supplier_ran: Arc<AtomicBool>,
 }
@@ -57,6 +59,7 @@ impl Caller {
         Caller {
             sink,
             stop_in_start: None,
+            stop_in_stop: None,
             supplier_ran: Arc::default(),
         }
     }
@@ -80,6 +83,7 @@ impl Caller {
                     })
                     .map(|_| ())
             }
+            ["panic"] => panic!("a handler that panics before its request"),
             _ => Ok(()),
         };
         match result {
@@ -99,6 +103,16 @@ impl Processor for Caller {
                 .map_err(|error| ProcessorError::new(error.to_string()))?;
         }
         subscriptions.subscribe("lines", Caller::on_line)
+    }
+
+    fn stop(&mut self) -> Result<(), ProcessorError> {
+        if let Some((group, name)) = self.stop_in_stop {
+            let control = controller::controller().ok_or("no controller in stop()")?;
+            control
+                .stop_processor(group, name)
+                .map_err(|error| ProcessorError::new(error.to_string()))?;
+        }
+        Ok(())
     }
 }
 
@@ -495,4 +509,78 @@ fn a_matched_stop_replays_to_completion_and_stops_nothing_live() {
         .count();
     assert_eq!(stops, 0, "no stop request reached the group");
     assert!(plane.processor_handle("live", "target").is_some());
+}
+
+// "What is recorded": a stop by request is a Stopped entry; the requests its stop() made
+// follow it, and a replay of the stop makes them in position
+#[test]
+fn a_request_made_in_stop_is_recorded_after_the_stopped_entry_and_replays() {
+    let dir = tempfile::tempdir().expect("dir");
+    let feeds = MemoryFeeds::default();
+    let lines = feeds.feed::<String>("lines");
+    let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
+    let recorder =
+        Recorder::create(dir.path(), RecordConfig::new(["caller"], codecs())).expect("recorder");
+    plane
+        .create_group(
+            "pricing",
+            GroupOptions {
+                idle: IdleStrategy::SleepingMillis(1),
+                recorder: Some(Box::new(recorder)),
+                ..GroupOptions::default()
+            },
+        )
+        .expect("group");
+    let reply = plane.add_processor("pricing", "target", || Quiet).reply;
+    assert!(reply.wait_for(WAIT).expect("reply").applied());
+    let (sink, sent) = OutputSink::collecting("out");
+    let added = plane.add_processor("pricing", "caller", move || Caller {
+        stop_in_stop: Some(("pricing", "target")),
+        ..Caller::new(sink)
+    });
+    assert!(added.reply.wait_for(WAIT).expect("reply").applied());
+    lines.publish("x".to_owned());
+    assert!(wait_until(|| sent.lock().len() == 1));
+    let caller = added.handle.expect("admitted");
+    let stopped_reply = plane.stop_processor(&caller).wait_for(WAIT).expect("reply");
+    assert!(stopped_reply.applied());
+    assert!(wait_until(|| plane
+        .processor_handle("pricing", "target")
+        .is_none()));
+    plane.close_groups(Instant::now() + WAIT);
+
+    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("read");
+    let entries = recording.stream("caller").expect("recorded").entries();
+    let kinds: Vec<&str> = entries.iter().map(Entry::kind).collect();
+    assert_eq!(kinds, ["Inline", "Stopped", "ControlCall"]);
+    assert_eq!(
+        entries[2],
+        call(STOP_PROCESSOR, &["pricing", "target"], ControlOutcome::Ok)
+    );
+    let replay = Replayer::open(dir.path(), codecs())
+        .processor("caller", || Caller {
+            stop_in_stop: Some(("pricing", "target")),
+            ..quiet_caller()
+        })
+        .run();
+    assert_eq!(replay.stopped("caller"), None);
+    assert_eq!(replay.processor("caller").expect("replayed").replayed, 3);
+}
+
+// "When a replay stops": an entry that fails in the replay before making its recorded
+// request stops with its own failure, not as a missing request
+#[test]
+fn an_entry_that_fails_before_its_request_stops_with_its_own_failure() {
+    let replay = replay_stream(
+        &[
+            line("panic"),
+            call(STOP_PROCESSOR, &["g", "a"], ControlOutcome::Ok),
+        ],
+        quiet_caller,
+    );
+    let reason = stopped(&replay);
+    assert!(
+        reason.starts_with("entry 1 could not be replayed: panicked"),
+        "{reason}"
+    );
 }
