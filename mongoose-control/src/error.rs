@@ -67,6 +67,23 @@ pub enum ControlError {
         #[source]
         error: std::io::Error,
     },
+    /// A processor's control request named a processor that is not admitted.
+    #[error("no processor '{name}' is admitted in group '{group}': check the group and processor names (a stopped processor's name is free)")]
+    NoSuchProcessor {
+        /// The group.
+        group: String,
+        /// The name.
+        name: String,
+    },
+    /// A processor's control request was refused where it was made: in a replay (which
+    /// never executes control requests), or on a thread that runs no group.
+    #[error("control request {call} refused: {reason}")]
+    ControlCallRefused {
+        /// The request ([`crate::controller::STOP_PROCESSOR`], ...).
+        call: String,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// The group thread could not be spawned.
     #[error("could not start the thread of group '{group}': {error}")]
     Spawn {

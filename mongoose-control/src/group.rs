@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::{AuditCounts, AuditMirror, ControlAudit, NewRecord, RecordType};
 use crate::context::{self, TimerOp};
+use crate::controller;
 use crate::error::ControlError;
 use crate::feeds::{
     DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader, InvokeFn, PendingProbe,
@@ -250,6 +251,8 @@ struct Seed {
     retry: RetryPolicy,
     poll_limit: usize,
     recorder: Option<Box<dyn GroupRecorder>>,
+    /// What the group's processors reach through their [`crate::Controller`].
+    plane: Option<crate::plane::ControlPlane>,
 }
 
 struct GroupShared {
@@ -301,6 +304,7 @@ impl ProcessorGroup {
         executor: ReplyExecutor,
         connector: Arc<dyn FeedConnector>,
         services: ServiceSnapshot,
+        plane: Option<crate::plane::ControlPlane>,
     ) -> Self {
         ProcessorGroup {
             shared: Arc::new(GroupShared {
@@ -333,6 +337,7 @@ impl ProcessorGroup {
                     retry: options.retry,
                     poll_limit: options.poll_limit.max(1),
                     recorder: options.recorder,
+                    plane,
                 })),
                 fault: AtomicBool::new(false),
                 retained: Mutex::new(Vec::new()),
@@ -749,6 +754,7 @@ fn run_group(shared: Arc<GroupShared>, seed: Seed) {
     }
     let guard = agent::mark_current_thread(&shared.name);
     context::install(&shared.name);
+    controller::install(seed.plane, seed.recorder.is_some());
     let mut idler = Idler::new(seed.idle);
     let mut runtime = Runtime {
         shared: Arc::clone(&shared),
@@ -788,6 +794,7 @@ fn run_group(shared: Arc<GroupShared>, seed: Seed) {
         }
     }
     context::uninstall();
+    controller::uninstall();
     drop(guard);
     *shared.finished.lock() = true;
     shared.finished_signal.notify_all();
@@ -1008,6 +1015,8 @@ impl Runtime {
             }
             Err(reason) => {
                 engine::set_current_processor(previous);
+                // a processor never built has no stream: what it asked is not recorded
+                controller::report_calls(None);
                 self.effect(request_id, input, "Build", &Err(reason.clone()), signed);
                 free_name(&self.shared, &name, generation);
                 return ControlReply::not_applied(
@@ -1043,6 +1052,7 @@ impl Runtime {
             signed,
         );
         if let Err(reason) = started {
+            controller::report_calls(None);
             for binding in bindings {
                 self.connector
                     .unsubscribe(&binding.feed, binding.binding.subscription);
@@ -1079,6 +1089,8 @@ impl Runtime {
         if let Some(recorder) = self.recorder.as_mut() {
             recorder.processor_built(id, &name, type_name);
         }
+        // the control requests its start() made come before anything else it is given
+        controller::report_calls(self.recorder.as_deref_mut());
         // a processor added later is given the registry's services when it is built
         for broadcast in (self.services)() {
             let event = broadcast.event();
@@ -1196,6 +1208,7 @@ impl Runtime {
                 result.as_ref().map(|_| ()).map_err(String::as_str),
             );
         }
+        controller::report_calls(self.recorder.as_deref_mut());
         engine::set_current_processor(previous);
         self.drop_timer_ops_of(generation);
         if let Err(reason) = &result {
@@ -1379,9 +1392,11 @@ impl Runtime {
                 if let Some(recorder) = self.recorder.as_mut() {
                     recorder.service_changed(ProcessorId(generation), &name, version, registering);
                 }
+                controller::report_calls(self.recorder.as_deref_mut());
                 Ok(())
             }
             Err(reason) => {
+                controller::report_calls(None);
                 // a failed withdrawal leaves the service possibly held
                 slot.services_seen
                     .insert(name.clone(), (version, !registering || present));
@@ -1419,6 +1434,7 @@ impl Runtime {
                     result.as_ref().map(|_| ()).map_err(String::as_str),
                 );
             }
+            controller::report_calls(self.recorder.as_deref_mut());
             engine::set_current_processor(previous);
             if let Err(reason) = result {
                 self.contain(owner, "timer", reason);
@@ -1632,6 +1648,7 @@ impl GroupDispatcher<'_> {
                     result.as_ref().map(|_| ()).map_err(String::as_str),
                 );
             }
+            controller::report_calls(self.recorder.as_deref_mut());
             engine::set_current_processor(previous);
             let Err(reason) = result else {
                 self.handled.push(generation);
@@ -1755,6 +1772,7 @@ impl FeedDispatcher for GroupDispatcher<'_> {
                 result.as_ref().map(|_| ()).map_err(String::as_str),
             );
         }
+        controller::report_calls(self.recorder.as_deref_mut());
         engine::set_current_processor(previous);
         result.map_err(ProcessorError::new)
     }

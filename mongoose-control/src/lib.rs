@@ -6,6 +6,11 @@
 //! Every control request that reaches a group is decided in order and answered by
 //! exactly one [`ControlReply`] (control-plane-contracts "Replies and outcomes").
 //!
+//! A processor makes control requests of its own (stop or add a processor, register or
+//! remove a service) through a [`Controller`] it takes on its group's thread while the
+//! group calls it: see [`controller`]. They never wait, and a group's recorder is told
+//! of each ([`GroupRecorder::control_call`]).
+//!
 //! # Adding, stopping and quarantining a processor
 //!
 //! ```
@@ -60,6 +65,7 @@
 
 pub mod audit;
 pub mod context;
+pub mod controller;
 mod delivery;
 mod error;
 pub mod feeds;
@@ -75,6 +81,7 @@ pub mod services;
 pub use audit::{
     read_request, verify, AuditCounts, AuditRecord, ControlAudit, RecordType, Verification,
 };
+pub use controller::{ControlInterceptor, Controller};
 pub use delivery::DeliveryFeeds;
 pub use error::ControlError;
 pub use group::{

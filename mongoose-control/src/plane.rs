@@ -167,11 +167,15 @@ pub struct ControlPlane {
     config: ControlConfig,
     feeds: Arc<dyn FeedConnector>,
     executor: ReplyExecutor,
-    groups: Mutex<BTreeMap<String, ProcessorGroup>>,
+    groups: Arc<Mutex<BTreeMap<String, ProcessorGroup>>>,
     stopping: Arc<AtomicBool>,
-    started: AtomicBool,
-    next_request: AtomicI64,
+    started: Arc<AtomicBool>,
+    next_request: Arc<AtomicI64>,
     registry: Arc<Registry>,
+    /// True for the view a group's thread holds for its processors' control requests
+    /// ([`crate::controller`]): it shares every piece of state and closes nothing when
+    /// dropped.
+    view: bool,
 }
 
 impl fmt::Debug for ControlPlane {
@@ -216,11 +220,31 @@ impl ControlPlane {
             config,
             feeds,
             executor,
-            groups: Mutex::new(BTreeMap::new()),
+            groups: Arc::new(Mutex::new(BTreeMap::new())),
             stopping: Arc::new(AtomicBool::new(false)),
-            started: AtomicBool::new(false),
-            next_request: AtomicI64::new(1),
+            started: Arc::new(AtomicBool::new(false)),
+            next_request: Arc::new(AtomicI64::new(1)),
             registry: Arc::new(Registry::default()),
+            view: false,
+        }
+    }
+
+    /// A view of this control plane sharing all its state, for the processors of a
+    /// group (their [`crate::Controller`]): dropping it closes nothing. A group's
+    /// thread holds one while it runs (a group not started holds it in its seed), so
+    /// the cycle plane -> group -> view ends when the group closes.
+    pub(crate) fn view(&self) -> ControlPlane {
+        ControlPlane {
+            server: self.server,
+            config: self.config.clone(),
+            feeds: Arc::clone(&self.feeds),
+            executor: self.executor.clone(),
+            groups: Arc::clone(&self.groups),
+            stopping: Arc::clone(&self.stopping),
+            started: Arc::clone(&self.started),
+            next_request: Arc::clone(&self.next_request),
+            registry: Arc::clone(&self.registry),
+            view: true,
         }
     }
 
@@ -268,6 +292,7 @@ impl ControlPlane {
                 self.executor.clone(),
                 Arc::clone(&self.feeds),
                 snapshot,
+                Some(self.view()),
             );
             groups.insert(name.to_owned(), group.clone());
             group
@@ -718,6 +743,37 @@ impl ControlPlane {
         reply.wait(deadline).ok()
     }
 
+    /// Stops what is admitted under the name at call time, admitted at once (never
+    /// backing off, never waiting): what a processor's [`crate::Controller`] does.
+    pub(crate) fn stop_processor_now(
+        &self,
+        group: &str,
+        name: &str,
+    ) -> Result<ReplyHandle, ControlError> {
+        let no_such = || ControlError::NoSuchProcessor {
+            group: group.to_owned(),
+            name: name.to_owned(),
+        };
+        let group = self.group(group).ok_or_else(no_such)?;
+        let generation = group.admitted_generation(name).ok_or_else(no_such)?;
+        let (envelope, reply) = self.envelope(Request::Stop {
+            name: name.to_owned(),
+            generation,
+        });
+        if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
+            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            ProcessorGroup::answer_refused(envelope, answer.clone());
+            return Err(match refusal {
+                Refusal::Full => ControlError::MailboxFull {
+                    group: group.name().to_owned(),
+                    capacity: group.capacity(),
+                },
+                _ => ControlError::NotApplied(Box::new(answer)),
+            });
+        }
+        Ok(reply)
+    }
+
     /// Sends a service broadcast to one group (low level: the registry uses it; an
     /// old version is answered APPLIED "ignored: stale version N"). Never backs off.
     pub fn send_service_broadcast(
@@ -1018,6 +1074,9 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        if self.view {
+            return;
+        }
         self.stopping.store(true, Ordering::Release);
         let groups: Vec<ProcessorGroup> = self.groups.lock().values().cloned().collect();
         for group in groups {

@@ -91,4 +91,23 @@ pub trait GroupRecorder: Send {
 
     /// The group's thread is ending: write what is pending.
     fn closing(&mut self) {}
+
+    /// `processor` made the control request `call` through its
+    /// [`crate::Controller`], with `args` as text: `Ok` when it was admitted, `Err`
+    /// with the error's text when it was refused. Reported in position, right after
+    /// the hook of the call that made it: after [`Self::dispatched`] for a request
+    /// made while handling an input (and after [`Self::completed`],
+    /// [`Self::timer_fired`], [`Self::service_changed`] or [`Self::stopped`] for one
+    /// made there), after [`Self::processor_built`] for one made in `start()`. Requests
+    /// made by a processor whose start failed, or whose service callback failed, are
+    /// not reported.
+    fn control_call(
+        &mut self,
+        processor: ProcessorId,
+        call: &str,
+        args: &[String],
+        outcome: Result<(), &str>,
+    ) {
+        let _ = (processor, call, args, outcome);
+    }
 }

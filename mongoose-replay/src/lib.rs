@@ -119,6 +119,25 @@
 //! | `entry N could not be replayed` | the entry fails or panics in the replay, cannot be decoded, its feed is not declared or not subscribed, or it is an entry kind this build does not replay |
 //! | `the journal holds no item` | an `Indexed` entry whose item the journal lacks |
 //! | `clock divergence` | a replayed cycle read the [`Clock`] a different number of times from the recorded one |
+//! | `control request X was not made by the recorded run here` | the replayed processor made a control request where the recording has none, or another one |
+//! | `control request differs` | it made the recorded request with other arguments |
+//! | `the recorded run made control request` | a recorded `ControlCall` the replay did not make (found at the next entry that is not one, or at the stream's end) |
+//! | `registry mutation` | it called `register_service` or `remove_service` (even where recorded): never executed |
+//! | `addEventProcessor supplier cannot be verified from the recording` | it called `add_processor`: the supplier is never run |
+//! | `recorded control exception cannot be reconstructed` | the matching recorded request failed: only its text was recorded |
+//!
+//! # Control requests
+//!
+//! A processor's control requests ([`mongoose_control::Controller`]) are recorded as
+//! [`Entry::ControlCall`] (the request's name, its arguments as text, its outcome) right
+//! after the entry of the call that made them; requests made in the processor's build
+//! and `start()` come before its first entry. A replay installs a
+//! [`mongoose_control::ControlInterceptor`] on its thread, so the replayed processor's
+//! requests never reach a live control plane: a `stop_processor` that matches the next
+//! recorded request returns its recorded outcome (ok) and nothing is executed; every
+//! other request returns an error into the processor and stops its replay with one of
+//! the reasons above. A request made off the processor's thread cannot happen: a
+//! `Controller` is not `Send`, so it does not compile.
 //!
 //! A `Dropped` entry is written live where items were lost for a recorded processor's
 //! queue: the delivery engine keeps the dropped runs beside the queue and the reader
@@ -128,9 +147,9 @@
 //!
 //! # Not built in this version
 //!
-//! * `AdminInvoked` and `ControlCall` are neither recorded nor replayed (a replay
-//!   stops at one: "entry N could not be replayed"), so neither are the control-call
-//!   and registry-mutation stop reasons. `ServiceChanged` is recorded where a service
+//! * `AdminInvoked` is neither recorded nor replayed (a replay stops at one: "entry N
+//!   could not be replayed"). "control request ... made off the processor's thread"
+//!   cannot happen (see Control requests). `ServiceChanged` is recorded where a service
 //!   reached (or left) the processor; a replay, which has no service registry, stops
 //!   there: "recorded service S at version V is unavailable". Services are
 //!   live in a replay.

@@ -14,7 +14,7 @@ use mongoose_core::{CompletionKey, DeliveryContext, ProcessorId};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::entry::{Entry, Provenance};
+use crate::entry::{ControlOutcome, Entry, Provenance};
 use crate::error::ReplayError;
 use crate::feeds::FeedCodecs;
 use crate::key::StreamKeys;
@@ -139,6 +139,9 @@ pub struct Recorder {
     config: RecordConfig,
     keys: StreamKeys,
     streams: HashMap<ProcessorId, Stream>,
+    /// The stream of the processor stopped last by a request, kept so the control
+    /// requests its `stop()` made are written after its `Stopped` entry.
+    last_stopped: Option<(ProcessorId, Stream)>,
     /// Entries of the current item, in order, not yet written.
     pending: Vec<(ProcessorId, Entry)>,
     /// Processors whose input of the current item is marked Failed.
@@ -188,6 +191,7 @@ impl Recorder {
             config,
             keys: StreamKeys::new(),
             streams: HashMap::new(),
+            last_stopped: None,
             pending: Vec::new(),
             failed: HashSet::new(),
             held: false,
@@ -307,13 +311,15 @@ impl Recorder {
             .retain(|(processor, _)| streams.contains_key(processor));
     }
 
-    /// Marks `processor`'s input of the current item Failed, once.
+    /// Marks `processor`'s input of the current item Failed, once (the control
+    /// requests it made go with the input: not reproduced).
     fn mark_failed(&mut self, processor: ProcessorId, reason: String) {
         if !self.failed.insert(processor) {
             return;
         }
-        self.pending
-            .retain(|(owner, entry)| *owner != processor || !entry.is_input());
+        self.pending.retain(|(owner, entry)| {
+            *owner != processor || !(entry.is_input() || matches!(entry, Entry::ControlCall { .. }))
+        });
         self.pending.push((processor, Entry::Failed { reason }));
     }
 
@@ -533,7 +539,11 @@ impl GroupRecorder for Recorder {
             self.write(processor, &entry);
         }
         self.drain_outputs();
-        self.streams.remove(&processor);
+        let stream = self.streams.remove(&processor);
+        // a stop by request is replayed: the requests its stop() made follow its entry
+        self.last_stopped = stream
+            .filter(|_| by_request && result.is_ok())
+            .map(|stream| (processor, stream));
     }
 
     fn dropped(
@@ -609,6 +619,43 @@ impl GroupRecorder for Recorder {
     fn closing(&mut self) {
         self.close_all();
         tap::uninstall();
+    }
+
+    fn control_call(
+        &mut self,
+        processor: ProcessorId,
+        call: &str,
+        args: &[String],
+        outcome: Result<(), &str>,
+    ) {
+        let entry = Entry::ControlCall {
+            call: call.to_owned(),
+            args: args.to_vec(),
+            outcome: match outcome {
+                Ok(()) => ControlOutcome::Ok,
+                Err(text) => ControlOutcome::Failed(text.to_owned()),
+            },
+        };
+        if let Some((stopped, stream)) = &self.last_stopped {
+            if *stopped == processor {
+                // made in the stop() whose Stopped entry was just written
+                match self.store.append(stream.handle, &entry) {
+                    Ok(()) => self.shared.lock().entries += 1,
+                    Err(error) => self.fail(&error),
+                }
+                return;
+            }
+        }
+        if !self.streams.contains_key(&processor) || self.failed.contains(&processor) {
+            return; // not recorded, or its input failed: not reproduced
+        }
+        // after the entry of the call that made it: the current item's input is still
+        // pending (written when the item is over), every other entry is written already
+        if self.pending.iter().any(|(owner, _)| *owner == processor) {
+            self.pending.push((processor, entry));
+        } else {
+            self.write(processor, &entry);
+        }
     }
 }
 

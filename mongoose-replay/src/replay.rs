@@ -3,16 +3,19 @@
 //! stopped, and why.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
+use mongoose_control::controller;
 use mongoose_control::feeds::InvokeFn;
-use mongoose_control::SERVICES_FEED;
+use mongoose_control::{ControlInterceptor, SERVICES_FEED};
 use mongoose_core::{engine, Delivery, Processor, ProcessorError, ProcessorId, Subscriptions};
 
-use crate::entry::Entry;
+use crate::entry::{ControlOutcome, Entry};
 use crate::feeds::FeedCodecs;
 use crate::key::{parse_stream_key, StreamKeys};
 use crate::record::{JOURNAL_FILE, RECORDING_FILE};
@@ -143,7 +146,10 @@ impl Replay {
 ///   into `DeliveryContext` for the whole cycle (handler and completion callbacks) and
 ///   cleared after, and its [`crate::Clock`]s pinned to the recorded readings;
 /// * `TimerFired`: `on_timer` with the recorded schedule; `Stopped`: `stop()`;
-/// * `Failed`: stops the replay; `Dropped`: a loss, the replay carries on.
+/// * `Failed`: stops the replay; `Dropped`: a loss, the replay carries on;
+/// * `ControlCall`: the request the processor must make while the entry before it is
+///   replayed (before its first entry: in its build and `start()`); answered from the
+///   recording, never executed live (see the crate's "Control requests").
 ///
 /// What the processor sends to [`crate::OutputSink`]s is captured, not delivered.
 pub struct Replayer {
@@ -315,6 +321,15 @@ impl Replayer {
                 return;
             }
         }
+        // the processor's control requests are answered from the recording, never
+        // executed live (control-plane-contracts "What a replay does with each entry")
+        let calls = Rc::new(RefCell::new(CallMatch::default()));
+        let _intercepting = Intercepting::install(Rc::clone(&calls));
+        let entries = stream.entries();
+        // the requests its build and start() made are recorded before the first input
+        let mut index = calls
+            .borrow_mut()
+            .expect(entries, 0, "in start()".to_owned());
         let previous = engine::set_current_processor(Some(id));
         let built = catch_unwind(AssertUnwindSafe(&mut build.factory));
         let mut processor = match built {
@@ -332,26 +347,34 @@ impl Replayer {
             feeds: &self.feeds,
             handlers: HashMap::new(),
         };
-        let started = contained(|| processor.start(&mut routes));
+        let started = contained(|| processor.start(&mut routes))
+            .map_err(|reason| format!("the replayed processor could not be started: {reason}"));
         engine::set_current_processor(previous);
-        if let Err(reason) = started {
-            result.stopped = Some(format!(
-                "the replayed processor could not be started: {reason}"
-            ));
+        if let Some(reason) = calls.borrow_mut().verdict(started.err()) {
+            result.stopped = Some(reason);
             return;
         }
+        result.replayed += index;
         let mut handlers = routes.handlers;
-        for (index, entry) in stream.entries().iter().enumerate() {
+        while index < entries.len() {
             let number = index + 1;
+            let entry = &entries[index];
+            // the requests made while handling this entry follow it
+            let next = calls
+                .borrow_mut()
+                .expect(entries, index + 1, format!("at entry {number}"));
             let outcome =
                 self.replay_entry(id, &mut *processor, &mut handlers, number, entry, result);
-            match outcome {
-                Step::Next => result.replayed += 1,
-                Step::Stop(reason) => {
-                    result.stopped = Some(reason);
-                    return;
-                }
+            let failed = match outcome {
+                Step::Next => None,
+                Step::Stop(reason) => Some(reason),
+            };
+            if let Some(reason) = calls.borrow_mut().verdict(failed) {
+                result.stopped = Some(reason);
+                return;
             }
+            result.replayed += next - index;
+            index = next;
         }
     }
 
@@ -501,6 +524,157 @@ impl Replayer {
                 Ok(())
             })()
         })
+    }
+}
+
+/// A recorded control request: its entry number, name, arguments and outcome.
+type RecordedCall = (usize, String, Vec<String>, ControlOutcome);
+
+fn describe(call: &str, args: &[String]) -> String {
+    format!("{call}({})", args.join(", "))
+}
+
+/// Compares the control requests a replayed processor makes with the recorded ones, in
+/// position.
+#[derive(Default)]
+struct CallMatch {
+    /// The recorded requests of the entry being replayed, in order.
+    expected: VecDeque<RecordedCall>,
+    /// Where the replay is ("in start()", "at entry N"), for the reasons.
+    at: String,
+    /// The first divergence: the processor's replay stops with it.
+    stop: Option<String>,
+}
+
+impl CallMatch {
+    /// Expects the `ControlCall` entries from `from` on; returns the index of the next
+    /// entry that is not one.
+    fn expect(&mut self, entries: &[Entry], from: usize, at: String) -> usize {
+        self.expected.clear();
+        self.at = at;
+        let mut index = from;
+        while let Some(Entry::ControlCall {
+            call,
+            args,
+            outcome,
+        }) = entries.get(index)
+        {
+            self.expected
+                .push_back((index + 1, call.clone(), args.clone(), outcome.clone()));
+            index += 1;
+        }
+        index
+    }
+
+    /// After the entry's replay: why the replay stops, if it does: a divergence first,
+    /// then what the entry's replay itself reported (`failed`), then a recorded request
+    /// the replay did not make.
+    fn verdict(&mut self, failed: Option<String>) -> Option<String> {
+        if let Some(reason) = self.stop.take() {
+            return Some(reason);
+        }
+        if failed.is_some() {
+            return failed;
+        }
+        let (number, call, args, _) = self.expected.pop_front()?;
+        Some(format!(
+            "the recorded run made control request {} (entry {number}) {}; the replay did not",
+            describe(&call, &args),
+            self.at
+        ))
+    }
+
+    fn answer(&mut self, call: &str, args: &[String]) -> Result<(), String> {
+        if let Some(reason) = &self.stop {
+            return Err(format!("this processor's replay has stopped: {reason}"));
+        }
+        let made = describe(call, args);
+        let reason = self.judge(call, args, &made);
+        match reason {
+            None => Ok(()),
+            Some(reason) => {
+                self.stop = Some(reason.clone());
+                Err(reason)
+            }
+        }
+    }
+
+    /// `None` when the request is the next recorded one, supported and recorded ok.
+    fn judge(&mut self, call: &str, args: &[String], made: &str) -> Option<String> {
+        let at = &self.at;
+        // never executed, matched or not: the supplier is code, the registry is shared
+        if call == controller::ADD_PROCESSOR {
+            self.expected.pop_front();
+            return Some(format!(
+                "addEventProcessor supplier cannot be verified from the recording: {made} {at} is never run against the live server"
+            ));
+        }
+        if call == controller::REGISTER_SERVICE || call == controller::REMOVE_SERVICE {
+            self.expected.pop_front();
+            return Some(format!(
+                "registry mutation: {made} {at} would change the live registry shared with processors that are not replayed; it is not executed (a separate replay registry would be needed)"
+            ));
+        }
+        let Some((number, recorded_call, recorded_args, outcome)) = self.expected.pop_front()
+        else {
+            return Some(format!(
+                "control request {made} was not made by the recorded run here ({at})"
+            ));
+        };
+        let recorded = describe(&recorded_call, &recorded_args);
+        if recorded_call != call {
+            return Some(format!(
+                "control request {made} was not made by the recorded run here ({at}): it made {recorded} (entry {number})"
+            ));
+        }
+        if recorded_args != args {
+            return Some(format!(
+                "control request differs {at}: the replay made {made}, the recorded run {recorded} (entry {number})"
+            ));
+        }
+        match outcome {
+            ControlOutcome::Ok if call == controller::STOP_PROCESSOR => None,
+            ControlOutcome::Ok => Some(format!(
+                "control request {made} was not made by the recorded run here ({at}): this build cannot replay it"
+            )),
+            ControlOutcome::Failed(text) => Some(format!(
+                "recorded control exception cannot be reconstructed: {made} (entry {number}) failed in the recorded run with: {text}"
+            )),
+        }
+    }
+}
+
+/// Answers the replayed processor's control requests from its [`CallMatch`].
+struct Interception(Rc<RefCell<CallMatch>>);
+
+impl ControlInterceptor for Interception {
+    fn intercept(
+        &mut self,
+        _processor: ProcessorId,
+        call: &str,
+        args: &[String],
+    ) -> Result<(), String> {
+        self.0.borrow_mut().answer(call, args)
+    }
+}
+
+/// Installs the interception for one processor's replay; restores what was installed
+/// before when dropped.
+struct Intercepting {
+    previous: Option<Box<dyn ControlInterceptor>>,
+}
+
+impl Intercepting {
+    fn install(calls: Rc<RefCell<CallMatch>>) -> Self {
+        Intercepting {
+            previous: controller::set_control_interceptor(Some(Box::new(Interception(calls)))),
+        }
+    }
+}
+
+impl Drop for Intercepting {
+    fn drop(&mut self) {
+        controller::set_control_interceptor(self.previous.take());
     }
 }
 

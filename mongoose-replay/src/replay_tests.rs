@@ -114,10 +114,10 @@ fn an_ambiguous_legacy_stream_key_stops_the_replay() {
 #[test]
 fn an_entry_kind_this_build_does_not_replay_stops_with_its_number() {
     let dir = tempfile::tempdir().unwrap();
-    let call = Entry::ControlCall {
-        call: "stopService".into(),
-        args: vec!["cache".into()],
-        outcome: crate::ControlOutcome::Ok,
+    let call = Entry::AdminInvoked {
+        command: "echo.reset".into(),
+        args: vec![],
+        clock: vec![],
     };
     write_stream(dir.path(), "echo", &[line("a"), call]);
     let replay = Replayer::open(dir.path(), codecs())
@@ -125,7 +125,7 @@ fn an_entry_kind_this_build_does_not_replay_stops_with_its_number() {
         .run();
     let stopped = replay.stopped("echo").expect("stopped");
     assert!(
-        stopped.starts_with("entry 2 could not be replayed: ControlCall"),
+        stopped.starts_with("entry 2 could not be replayed: AdminInvoked"),
         "{stopped}"
     );
     assert_eq!(replay.outputs("echo"), ["got a"]);

@@ -1,0 +1,431 @@
+//! Control requests from a processor: a [`Controller`] that a processor takes on its
+//! group's thread, while the group calls it, to stop a processor, add one, or register
+//! or remove a service (control-plane-contracts "Threading rules": "What is safe to
+//! call, and from where").
+//!
+//! [`controller()`] returns one while the group calls a processor (in `start()`, a
+//! handler, a timer, a delivery-complete callback, a service callback or `stop()`),
+//! and `None` elsewhere. Every call is made on an agent thread, so none of them waits:
+//! a request is admitted (or refused) and the call returns at once. `Ok` means
+//! admitted, with the [`ReplyHandle`] where the request has one; the reply arrives
+//! later, on the reply executor (never block on it here: the group that would answer
+//! may be the one you are blocking). A request to the processor's own group is applied
+//! at the group's next drain, after the current call returns.
+//!
+//! A [`Controller`] cannot leave the thread it was taken on: it is neither `Send` nor
+//! `Sync`. The reference's failure "control request made off the processor's thread"
+//! (a replay would stop with "control request ... made off the processor's thread") is
+//! therefore prevented at compile time instead of being detected at run time:
+//!
+//! ```compile_fail,E0277
+//! let controller = mongoose_control::controller::controller().expect("on a group thread");
+//! std::thread::spawn(move || {
+//!     // a Controller cannot be moved to another thread: this does not compile
+//!     let _ = controller.stop_processor("pricing", "pricer");
+//! });
+//! ```
+//!
+//! # Recording and replay
+//!
+//! In RECORD mode (a group with a [`crate::GroupRecorder`]) each request is reported
+//! to the recorder in position ([`crate::GroupRecorder::control_call`]) with its
+//! arguments as text and its outcome. In a replay, `mongoose-replay` installs a
+//! [`ControlInterceptor`] on the replaying thread ([`set_control_interceptor`]): the
+//! controller then asks it instead of the control plane, and nothing is executed live.
+//!
+//! # Not built
+//!
+//! `stop_service` / `start_service` are left out: [`crate::Service::start`] and
+//! [`crate::Service::stop`] are lifecycle hooks the registry calls once per
+//! registration (stop only after every group confirmed a withdrawal, or at shutdown),
+//! so a processor calling them would stop a service twice or restart a stopped one.
+//! Remove and register the service instead.
+//!
+//! # Example: a processor that stops another one
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::{Duration, Instant};
+//! use mongoose_control::{controller, memory::MemoryFeeds, ControlConfig, ControlPlane};
+//! use mongoose_core::{Processor, ProcessorError, Subscriptions};
+//!
+//! /// Stops the pricer when it reads "halt".
+//! struct Supervisor;
+//! impl Supervisor {
+//!     fn on_command(&mut self, command: &String) -> Result<(), ProcessorError> {
+//!         if command == "halt" {
+//!             let control = controller::controller().expect("called by its group");
+//!             // admitted and returns at once: a handler never waits for a reply
+//!             control
+//!                 .stop_processor("pricing", "pricer")
+//!                 .map_err(|error| ProcessorError::new(error.to_string()))?;
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//! impl Processor for Supervisor {
+//!     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+//!         subscriptions.subscribe("commands", Supervisor::on_command)
+//!     }
+//! }
+//!
+//! struct Pricer;
+//! impl Processor for Pricer {
+//!     fn start(&mut self, _: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let feeds = MemoryFeeds::default();
+//! let commands = feeds.feed::<String>("commands");
+//! let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
+//! plane.add_processor("pricing", "pricer", || Pricer).reply.wait_for(Duration::from_secs(30))?;
+//! plane.add_processor("ops", "supervisor", || Supervisor).reply.wait_for(Duration::from_secs(30))?;
+//! commands.publish("halt".to_owned());
+//! let deadline = Instant::now() + Duration::from_secs(30);
+//! while plane.processor_handle("pricing", "pricer").is_some() && Instant::now() < deadline {
+//!     std::thread::sleep(Duration::from_millis(1));
+//! }
+//! assert!(plane.processor_handle("pricing", "pricer").is_none(), "the pricer was stopped");
+//! // off a group thread there is no controller
+//! assert!(controller::controller().is_none());
+//! # Ok::<(), mongoose_control::ControlError>(())
+//! ```
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use mongoose_core::{engine, FailureKind, Processor, ProcessorId};
+
+use crate::error::ControlError;
+use crate::plane::{AddedProcessor, ControlPlane};
+use crate::record::GroupRecorder;
+use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
+use crate::services::Service;
+
+/// The recorded name of [`Controller::stop_processor`]; its arguments: group, name.
+pub const STOP_PROCESSOR: &str = "stop_processor";
+/// The recorded name of [`Controller::register_service`]; its argument: the name.
+pub const REGISTER_SERVICE: &str = "register_service";
+/// The recorded name of [`Controller::remove_service`]; its argument: the name.
+pub const REMOVE_SERVICE: &str = "remove_service";
+/// The recorded name of [`Controller::add_processor`]; its arguments: group, name and
+/// the processor's type.
+pub const ADD_PROCESSOR: &str = "add_processor";
+
+/// Answers a processor's control requests in place of the control plane, on the
+/// thread it is installed on ([`set_control_interceptor`]): what a replay installs so
+/// that a replayed processor never reaches a live server.
+pub trait ControlInterceptor {
+    /// `processor` made the request `call` (one of [`STOP_PROCESSOR`],
+    /// [`REGISTER_SERVICE`], [`REMOVE_SERVICE`], [`ADD_PROCESSOR`]) with `args`.
+    /// `Ok(())`: the call returns as admitted, and nothing is executed; `Err(reason)`:
+    /// the call returns [`ControlError::ControlCallRefused`] with the reason.
+    fn intercept(
+        &mut self,
+        processor: ProcessorId,
+        call: &str,
+        args: &[String],
+    ) -> Result<(), String>;
+}
+
+/// A request a processor made, for the group's recorder.
+#[derive(Debug)]
+struct Note {
+    processor: ProcessorId,
+    call: &'static str,
+    args: Vec<String>,
+    outcome: Result<(), String>,
+}
+
+/// What a group thread holds for its processors' controllers.
+struct GroupLink {
+    plane: Option<ControlPlane>,
+    recording: bool,
+    notes: Vec<Note>,
+}
+
+thread_local! {
+    static LINK: RefCell<Option<GroupLink>> = const { RefCell::new(None) };
+    /// True while `LINK` holds notes not yet reported (a cheap check per dispatch).
+    static NOTED: Cell<bool> = const { Cell::new(false) };
+    static INTERCEPTOR: RefCell<Option<Box<dyn ControlInterceptor>>> = const { RefCell::new(None) };
+}
+
+/// Installs the group's link on its thread; `recording` when the group has a recorder
+/// (requests are then noted for it).
+pub(crate) fn install(plane: Option<ControlPlane>, recording: bool) {
+    LINK.with(|link| {
+        *link.borrow_mut() = Some(GroupLink {
+            plane,
+            recording,
+            notes: Vec::new(),
+        })
+    });
+}
+
+/// Removes it when the group's thread ends (dropping the plane view it held).
+pub(crate) fn uninstall() {
+    let link = LINK.with(|link| link.borrow_mut().take());
+    NOTED.with(|noted| noted.set(false));
+    drop(link);
+}
+
+/// Reports the requests noted since the last call to `recorder`, in order (with no
+/// recorder: forgets them).
+pub(crate) fn report_calls(recorder: Option<&mut (dyn GroupRecorder + 'static)>) {
+    if !NOTED.with(Cell::get) {
+        return;
+    }
+    NOTED.with(|noted| noted.set(false));
+    let notes = LINK.with(|link| {
+        link.borrow_mut()
+            .as_mut()
+            .map(|link| std::mem::take(&mut link.notes))
+            .unwrap_or_default()
+    });
+    if let Some(recorder) = recorder {
+        for note in notes {
+            recorder.control_call(
+                note.processor,
+                note.call,
+                &note.args,
+                note.outcome.as_ref().map(|_| ()).map_err(String::as_str),
+            );
+        }
+    }
+}
+
+fn note(
+    processor: ProcessorId,
+    call: &'static str,
+    args: Vec<String>,
+    outcome: Result<(), String>,
+) {
+    LINK.with(|link| {
+        if let Some(link) = link.borrow_mut().as_mut() {
+            if link.recording {
+                link.notes.push(Note {
+                    processor,
+                    call,
+                    args,
+                    outcome,
+                });
+                NOTED.with(|noted| noted.set(true));
+            }
+        }
+    });
+}
+
+/// Installs (or, with `None`, removes) the control interceptor of this thread and
+/// returns the one it replaces. While one is installed, every [`Controller`] on the
+/// thread asks it instead of the control plane, and [`controller()`] returns a
+/// controller whenever a processor is being called (also off a group thread, as in a
+/// replay, which runs on the caller's thread).
+pub fn set_control_interceptor(
+    interceptor: Option<Box<dyn ControlInterceptor>>,
+) -> Option<Box<dyn ControlInterceptor>> {
+    INTERCEPTOR.with(|slot| std::mem::replace(&mut *slot.borrow_mut(), interceptor))
+}
+
+fn intercepted() -> bool {
+    INTERCEPTOR.with(|slot| slot.borrow().is_some())
+}
+
+/// The controller of the processor the group is calling on this thread, or `None`
+/// outside such a call (or on a thread with neither a group nor an interceptor).
+pub fn controller() -> Option<Controller> {
+    let processor = engine::current_processor()?;
+    let plane = LINK.with(|link| {
+        link.borrow()
+            .as_ref()
+            .and_then(|link| link.plane.as_ref().map(ControlPlane::view))
+    });
+    if plane.is_none() && !intercepted() {
+        return None;
+    }
+    Some(Controller {
+        processor,
+        plane,
+        _not_send: PhantomData,
+    })
+}
+
+/// A processor's way to make control requests, on its group's thread (see the
+/// [module documentation](self)). Take it with [`controller()`] inside the call that
+/// needs it; it is neither `Send` nor `Sync`, so it never leaves that thread.
+pub struct Controller {
+    processor: ProcessorId,
+    plane: Option<ControlPlane>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for Controller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("processor", &self.processor)
+            .field("intercepted", &intercepted())
+            .finish()
+    }
+}
+
+impl Controller {
+    /// The processor the requests are made for.
+    pub fn processor(&self) -> ProcessorId {
+        self.processor
+    }
+
+    /// Stops what is admitted under `name` in `group` at call time. Returns once the
+    /// stop is admitted, with its reply to come (APPLIED "stopped" once released; a
+    /// processor stopping itself is stopped at its group's next drain; from its own
+    /// `stop()` the reply is APPLIED "alreadyStopped").
+    ///
+    /// # Errors
+    /// [`ControlError::NoSuchProcessor`] when nothing is admitted under the name;
+    /// [`ControlError::MailboxFull`] (nothing stops; retry later);
+    /// [`ControlError::NotApplied`] when the group is closed; in a replay,
+    /// [`ControlError::ControlCallRefused`].
+    pub fn stop_processor(&self, group: &str, name: &str) -> Result<ReplyHandle, ControlError> {
+        let args = vec![group.to_owned(), name.to_owned()];
+        self.submit(
+            STOP_PROCESSOR,
+            args,
+            |plane| plane.stop_processor_now(group, name),
+            || {
+                ReplyHandle::completed(ControlReply::applied_with(
+                    -1,
+                    "replayed: not executed",
+                    -1,
+                    Some(name.to_owned()),
+                ))
+            },
+        )
+    }
+
+    /// Registers a service (control-plane-contracts "registerService"): its
+    /// injection and `start()` run here, synchronously; the broadcast to the groups is
+    /// sent and not waited for.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::register_service`]; in a replay,
+    /// [`ControlError::ControlCallRefused`] (a registry mutation is never replayed).
+    pub fn register_service(
+        &self,
+        name: &str,
+        service: Arc<dyn Service>,
+    ) -> Result<(), ControlError> {
+        self.submit(
+            REGISTER_SERVICE,
+            vec![name.to_owned()],
+            |plane| plane.register_service(name, service),
+            || (),
+        )
+    }
+
+    /// Removes a service (control-plane-contracts "removeService"): the withdrawal is
+    /// broadcast and not waited for; the service is stopped once every group
+    /// confirmed it. An unknown name is ignored.
+    ///
+    /// # Errors
+    /// In a replay, [`ControlError::ControlCallRefused`] (a registry mutation is never
+    /// replayed).
+    pub fn remove_service(&self, name: &str) -> Result<(), ControlError> {
+        self.submit(
+            REMOVE_SERVICE,
+            vec![name.to_owned()],
+            |plane| {
+                plane.remove_service(name);
+                Ok(())
+            },
+            || (),
+        )
+    }
+
+    /// Adds a processor to `group` (created on demand), like
+    /// [`ControlPlane::add_processor`]: returns its handle and its reply to come; the
+    /// supplier runs on that group's thread.
+    ///
+    /// # Errors
+    /// [`ControlError::NotApplied`] when the add was refused before it reached the
+    /// group (a name in use, a stopping server, a full mailbox); in a replay,
+    /// [`ControlError::ControlCallRefused`] (a supplier is code the recording cannot
+    /// identify: it is never run).
+    pub fn add_processor<P, F>(
+        &self,
+        group: &str,
+        name: &str,
+        supplier: F,
+    ) -> Result<AddedProcessor, ControlError>
+    where
+        P: Processor,
+        F: FnOnce() -> P + Send + 'static,
+    {
+        let type_name = std::any::type_name::<P>();
+        let args = vec![group.to_owned(), name.to_owned(), type_name.to_owned()];
+        self.submit(
+            ADD_PROCESSOR,
+            args,
+            |plane| {
+                let added = plane.add_processor_boxed_as(
+                    group,
+                    name,
+                    type_name,
+                    Box::new(move || Box::new(supplier()) as Box<dyn Processor>),
+                );
+                match (&added.handle, added.reply.try_get()) {
+                    (None, Some(reply)) => Err(ControlError::NotApplied(Box::new(reply))),
+                    _ => Ok(added),
+                }
+            },
+            || AddedProcessor {
+                handle: None,
+                reply: ReplyHandle::completed(ControlReply::not_applied(
+                    -1,
+                    ReplyOutcome::Refused,
+                    FailureKind::ReplayStopped,
+                    "replayed: not executed",
+                    -1,
+                    Some(name.to_owned()),
+                )),
+            },
+        )
+    }
+
+    /// Asks the interceptor when one is installed, else makes the request live and
+    /// notes it for the group's recorder.
+    fn submit<T>(
+        &self,
+        call: &'static str,
+        args: Vec<String>,
+        live: impl FnOnce(&ControlPlane) -> Result<T, ControlError>,
+        replayed: impl FnOnce() -> T,
+    ) -> Result<T, ControlError> {
+        // taken out while it answers, so an interceptor may not re-enter itself
+        if let Some(mut interceptor) = set_control_interceptor(None) {
+            let answer = interceptor.intercept(self.processor, call, &args);
+            set_control_interceptor(Some(interceptor));
+            return match answer {
+                Ok(()) => Ok(replayed()),
+                Err(reason) => Err(ControlError::ControlCallRefused {
+                    call: call.to_owned(),
+                    reason,
+                }),
+            };
+        }
+        let Some(plane) = &self.plane else {
+            return Err(ControlError::ControlCallRefused {
+                call: call.to_owned(),
+                reason: "this thread runs no processor group, so the request has nowhere to go: make it from a processor its group is calling".to_owned(),
+            });
+        };
+        let result = live(plane);
+        let outcome = match &result {
+            Ok(_) => Ok(()),
+            Err(error) => Err(error.to_string()),
+        };
+        note(self.processor, call, args, outcome);
+        result
+    }
+}
