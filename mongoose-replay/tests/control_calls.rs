@@ -156,21 +156,19 @@ fn quiet_caller() -> Caller {
     }))
 }
 
-fn stopped(replay: &Replay) -> String {
-    replay.stopped("caller").expect("stopped").to_owned()
-}
-
-// "What is recorded": ControlCall with its arguments as text and its outcome, in position:
-// after the input it was made in; start() requests before the first input. "What a replay
-// does": the same request in position gets its recorded outcome, and the run is reproduced
-#[test]
-fn control_requests_are_recorded_in_position_and_replay_to_the_recorded_outputs() {
-    let dir = tempfile::tempdir().expect("dir");
+/// A control plane over a memory feed "lines", with a group "pricing" recording the
+/// processor "caller" into `dir`.
+fn recording_plane(
+    dir: &Path,
+) -> (
+    ControlPlane,
+    mongoose_control::memory::MemoryPublisher<String>,
+) {
     let feeds = MemoryFeeds::default();
     let lines = feeds.feed::<String>("lines");
     let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
     let recorder =
-        Recorder::create(dir.path(), RecordConfig::new(["caller"], codecs())).expect("recorder");
+        Recorder::create(dir, RecordConfig::new(["caller"], codecs())).expect("recorder");
     plane
         .create_group(
             "pricing",
@@ -181,6 +179,20 @@ fn control_requests_are_recorded_in_position_and_replay_to_the_recorded_outputs(
             },
         )
         .expect("group");
+    (plane, lines)
+}
+
+fn stopped(replay: &Replay) -> String {
+    replay.stopped("caller").expect("stopped").to_owned()
+}
+
+// "What is recorded": ControlCall with its arguments as text and its outcome, in position:
+// after the input it was made in; start() requests before the first input. "What a replay
+// does": the same request in position gets its recorded outcome, and the run is reproduced
+#[test]
+fn control_requests_are_recorded_in_position_and_replay_to_the_recorded_outputs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (plane, lines) = recording_plane(dir.path());
     for name in ["early", "target"] {
         let reply = plane.add_processor("pricing", name, || Quiet).reply;
         assert!(reply.wait_for(WAIT).expect("reply").applied());
@@ -516,21 +528,7 @@ fn a_matched_stop_replays_to_completion_and_stops_nothing_live() {
 #[test]
 fn a_request_made_in_stop_is_recorded_after_the_stopped_entry_and_replays() {
     let dir = tempfile::tempdir().expect("dir");
-    let feeds = MemoryFeeds::default();
-    let lines = feeds.feed::<String>("lines");
-    let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
-    let recorder =
-        Recorder::create(dir.path(), RecordConfig::new(["caller"], codecs())).expect("recorder");
-    plane
-        .create_group(
-            "pricing",
-            GroupOptions {
-                idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(recorder)),
-                ..GroupOptions::default()
-            },
-        )
-        .expect("group");
+    let (plane, lines) = recording_plane(dir.path());
     let reply = plane.add_processor("pricing", "target", || Quiet).reply;
     assert!(reply.wait_for(WAIT).expect("reply").applied());
     let (sink, sent) = OutputSink::collecting("out");
