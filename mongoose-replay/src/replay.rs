@@ -8,9 +8,11 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
+use mongoose_control::admin::{self, AdminCommands};
 use mongoose_control::feeds::InvokeFn;
 use mongoose_control::SERVICES_FEED;
 use mongoose_core::{engine, Delivery, Processor, ProcessorError, ProcessorId, Subscriptions};
+use serde::{Deserialize, Serialize};
 
 use crate::entry::Entry;
 use crate::feeds::FeedCodecs;
@@ -63,6 +65,35 @@ pub struct ProcessorReplay {
     /// What the replayed processor sent to its [`crate::OutputSink`]s (captured, not
     /// delivered).
     pub outputs: Vec<String>,
+    /// What the replayed processor's admin commands answered, one per replayed
+    /// `AdminInvoked` entry, in order (the Java original's `adminReplies()`).
+    pub admin_replies: Vec<AdminReply>,
+}
+
+/// What one admin command answered: in a replay, or live (recorded beside the
+/// recording in `admin.jsonl`, see [`crate::RecordedAdminReply`]).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct AdminReply {
+    /// The command.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its output, or the error it returned.
+    pub result: Result<String, String>,
+}
+
+impl fmt::Display for AdminReply {
+    /// `command arg1 arg2 -> output`, or `... -> error: reason`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.command)?;
+        for arg in &self.args {
+            write!(f, " {arg}")?;
+        }
+        match &self.result {
+            Ok(output) => write!(f, " -> {output}"),
+            Err(error) => write!(f, " -> error: {error}"),
+        }
+    }
 }
 
 /// The result of a replay: one [`ProcessorReplay`] per replayed build.
@@ -97,6 +128,12 @@ impl Replay {
     /// The outputs the replayed processor of stream `key` sent (empty when none).
     pub fn outputs(&self, key: &str) -> &[String] {
         self.processor(key).map_or(&[], |p| &p.outputs)
+    }
+
+    /// What the replayed processor of stream `key`'s admin commands answered, one per
+    /// replayed `AdminInvoked` entry (empty when none).
+    pub fn admin_replies(&self, key: &str) -> &[AdminReply] {
+        self.processor(key).map_or(&[], |p| &p.admin_replies)
     }
 
     /// Items lost live, across every replayed stream.
@@ -143,6 +180,11 @@ impl Replay {
 ///   into `DeliveryContext` for the whole cycle (handler and completion callbacks) and
 ///   cleared after, and its [`crate::Clock`]s pinned to the recorded readings;
 /// * `TimerFired`: `on_timer` with the recorded schedule; `Stopped`: `stop()`;
+/// * `AdminInvoked`: the admin command of that name the processor registered in its
+///   `start` (`mongoose_control::admin`), with the recorded arguments and the clock
+///   pinned; its answer joins [`Replay::admin_replies`]. No such command stops the
+///   replay at once with "entry N could not be delivered within" (a replay is
+///   synchronous: there is no delivery timeout to wait for);
 /// * `Failed`: stops the replay; `Dropped`: a loss, the replay carries on.
 ///
 /// What the processor sends to [`crate::OutputSink`]s is captured, not delivered.
@@ -235,6 +277,7 @@ impl Replayer {
                 stopped: None,
                 losses: Vec::new(),
                 outputs: Vec::new(),
+                admin_replies: Vec::new(),
             };
             let recording = match &self.recording {
                 Ok(recording) => recording,
@@ -332,7 +375,9 @@ impl Replayer {
             feeds: &self.feeds,
             handlers: HashMap::new(),
         };
-        let started = contained(|| processor.start(&mut routes));
+        // the admin commands it registers in start are the ones its AdminInvoked entries call
+        let (started, mut commands) =
+            admin::collect_commands(|| contained(|| processor.start(&mut routes)));
         engine::set_current_processor(previous);
         if let Err(reason) = started {
             result.stopped = Some(format!(
@@ -343,8 +388,21 @@ impl Replayer {
         let mut handlers = routes.handlers;
         for (index, entry) in stream.entries().iter().enumerate() {
             let number = index + 1;
-            let outcome =
-                self.replay_entry(id, &mut *processor, &mut handlers, number, entry, result);
+            let outcome = match entry {
+                Entry::AdminInvoked {
+                    command,
+                    args,
+                    clock,
+                } => replay_admin(
+                    id,
+                    &mut *processor,
+                    &mut commands,
+                    number,
+                    (command, args, clock),
+                    result,
+                ),
+                _ => self.replay_entry(id, &mut *processor, &mut handlers, number, entry, result),
+            };
             match outcome {
                 Step::Next => result.replayed += 1,
                 Step::Stop(reason) => {
@@ -502,6 +560,41 @@ impl Replayer {
             })()
         })
     }
+}
+
+/// Replays an `AdminInvoked` entry: the command the replayed processor registered in
+/// its start, called with the recorded arguments and the clock pinned to the recorded
+/// readings; its answer joins the admin replies. A replay is synchronous, so a command
+/// the processor never registered stops the replay at once (the Java original waits up
+/// to its delivery timeout first).
+fn replay_admin(
+    id: ProcessorId,
+    processor: &mut dyn Processor,
+    commands: &mut AdminCommands,
+    number: usize,
+    (command, args, clock): (&String, &Vec<String>, &Vec<i64>),
+    result: &mut ProcessorReplay,
+) -> Step {
+    if !commands.contains(command) {
+        return Step::Stop(format!(
+            "entry {number} could not be delivered within the replay: the replayed processor \
+             has no admin command '{command}' (its commands: {})",
+            commands.listing()
+        ));
+    }
+    let mut answer = None;
+    let step = run_pinned(id, number, clock, result, || {
+        answer = commands.invoke(processor, command, args);
+        Ok(())
+    });
+    if let Some(answer) = answer {
+        result.admin_replies.push(AdminReply {
+            command: command.clone(),
+            args: args.clone(),
+            result: answer.map_err(|error| error.message().to_owned()),
+        });
+    }
+    step
 }
 
 /// Leaves the replayed delivery when dropped.
