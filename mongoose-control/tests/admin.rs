@@ -18,11 +18,16 @@ use mongoose_core::{agent, FailureKind, Processor, ProcessorError, Subscriptions
 struct Summer {
     total: u64,
     items: u64,
+    retry_safe: bool,
 }
 
 impl Summer {
     fn new() -> Self {
-        Summer { total: 0, items: 0 }
+        Summer {
+            total: 0,
+            items: 0,
+            retry_safe: false,
+        }
     }
 
     fn on_number(&mut self, number: &u64) -> Result<(), ProcessorError> {
@@ -65,6 +70,10 @@ impl Processor for Summer {
         admin::register_command("add", Summer::add);
         admin::register_command("explode", Summer::explode);
         Ok(())
+    }
+
+    fn retry_safe(&self) -> bool {
+        self.retry_safe
     }
 }
 
@@ -298,4 +307,33 @@ fn the_waiting_form_returns_the_reply_and_refuses_an_unknown_group_at_once() {
         .invoke_admin_command_wait("nowhere", "summer", "add", vec![], WAIT)
         .expect("refused at once");
     assert_eq!(refused.outcome, ReplyOutcome::Refused);
+}
+
+// DESIGN "Processors": a retry-safe processor is not quarantined by a failure; a panicking
+// command of one is reported FAILED and the processor keeps its commands
+#[test]
+fn a_retry_safe_processor_whose_command_panics_keeps_running_and_answering() {
+    let (plane, _numbers, _feeds) = plane_with_feed();
+    let reply = plane
+        .add_processor("g", "safe", || Summer {
+            retry_safe: true,
+            ..Summer::new()
+        })
+        .reply
+        .wait_for(WAIT)
+        .expect("reply");
+    assert!(reply.applied(), "{reply:?}");
+    let exploded = invoke(&plane, "safe", "explode", &[]);
+    assert_eq!(
+        (exploded.outcome, exploded.kind),
+        (ReplyOutcome::Failed, FailureKind::FailedEffect)
+    );
+    assert!(plane
+        .group("g")
+        .expect("group")
+        .status()
+        .quarantined
+        .is_empty());
+    let total = invoke(&plane, "safe", "add", &["2"]);
+    assert_eq!(total.output.as_deref(), Some("2"));
 }
