@@ -5,6 +5,8 @@
 //! agent thread: a duty cycle over its control mailbox, its timers and its feed queues.
 //! Every control request that reaches a group is decided in order and answered by
 //! exactly one [`ControlReply`] (control-plane-contracts "Replies and outcomes").
+//! A processor may register admin commands in its `start` ([`admin`]) that an operator
+//! runs through [`ControlPlane::invoke_admin_command`], on the group's thread.
 //!
 //! A processor makes control requests of its own (stop or add a processor, register or
 //! remove a service) through a [`Controller`] it takes on its group's thread while the
@@ -63,6 +65,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod audit;
 pub mod context;
 pub mod controller;
@@ -91,6 +94,6 @@ pub use group::{
 pub use handle::{ProcessorHandle, ServerId};
 pub use idle::IdleStrategy;
 pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
-pub use record::GroupRecorder;
+pub use record::{AdminOutcome, GroupRecorder};
 pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
 pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED};

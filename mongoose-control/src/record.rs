@@ -5,8 +5,8 @@
 //! thread, after each call it makes to a processor: each dispatch of an item (the
 //! delivery context is still entered for a positioned item), each completion callback
 //! (feed-delivery-guarantees §5b: the callbacks run before the recorder learns the item
-//! is done), each timer, each stop, and once after each feed reader's poll. A group
-//! without a recorder pays one `Option` check per call.
+//! is done), each timer, each stop, each admin command, and once after each feed
+//! reader's poll. A group without a recorder pays one `Option` check per call.
 
 use std::any::Any;
 
@@ -110,4 +110,30 @@ pub trait GroupRecorder: Send {
     ) {
         let _ = (processor, call, args, outcome);
     }
+
+    /// `processor`'s admin command `command` ran with `args`, between items, through
+    /// the group's control mailbox (see [`crate::admin`]); `outcome` is what it
+    /// answered. Called after the command, with the processor still current, so the
+    /// clock readings it took and the outputs it sent are its own.
+    fn admin_invoked(
+        &mut self,
+        processor: ProcessorId,
+        command: &str,
+        args: &[String],
+        outcome: AdminOutcome<'_>,
+    ) {
+        let _ = (processor, command, args, outcome);
+    }
+}
+
+/// What an admin command answered, as [`GroupRecorder::admin_invoked`] is told.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AdminOutcome<'a> {
+    /// It returned this output (the reply is APPLIED).
+    Output(&'a str),
+    /// It returned this error: its answer, not a failure of the processor, which keeps
+    /// running (the reply is FAILED).
+    Error(&'a str),
+    /// It panicked: a failure of the processor, contained like a failed handler's.
+    Panicked(&'a str),
 }

@@ -64,6 +64,10 @@ pub struct ControlReply {
     pub kind: FailureKind,
     /// UNVERIFIED when the group's audit had an unacknowledged write failure.
     pub evidence: EvidenceStatus,
+    /// What an admin command answered (APPLIED replies to
+    /// `ControlPlane::invoke_admin_command`); `None` for every other request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 impl ControlReply {
@@ -87,6 +91,7 @@ impl ControlReply {
             name,
             kind: FailureKind::None,
             evidence: EvidenceStatus::NotDegraded,
+            output: None,
         }
     }
 
@@ -108,6 +113,7 @@ impl ControlReply {
             name,
             kind,
             evidence: EvidenceStatus::NotDegraded,
+            output: None,
         }
     }
 }

@@ -1,13 +1,14 @@
 //! What `mongoose replay` prints: [`replay_report`] runs a replay of a recording
-//! directory and compares each processor's captured outputs with the recorded run's.
+//! directory and compares each processor's captured outputs and admin replies with the
+//! recorded run's.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-use crate::record::{RecordedOutput, OUTPUTS_FILE};
-use crate::replay::{Replay, Replayer};
+use crate::record::{RecordedAdminReply, RecordedOutput, ADMIN_REPLIES_FILE, OUTPUTS_FILE};
+use crate::replay::{AdminReply, Replay, Replayer};
 
 /// A replay with the recorded outputs beside the captured ones.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -18,6 +19,9 @@ pub struct ReplayReport {
     pub replay: Replay,
     /// The recorded run's outputs per stream key, when they were recorded.
     pub recorded_outputs: Option<HashMap<String, Vec<String>>>,
+    /// What the recorded run's admin commands answered per stream key, when it was
+    /// recorded (`admin.jsonl`).
+    pub recorded_admin_replies: Option<HashMap<String, Vec<AdminReply>>>,
 }
 
 impl ReplayReport {
@@ -31,7 +35,32 @@ impl ReplayReport {
                 .replay
                 .processors()
                 .iter()
-                .all(|p| self.diff(&p.key).is_empty())
+                .all(|p| self.diff(&p.key).is_empty() && self.admin_diff(&p.key).is_empty())
+    }
+
+    /// The differences between the recorded and the replayed admin replies of stream
+    /// `key`, as text (`command args -> output`): `(index, recorded, replayed)`, `None`
+    /// where one run has no reply at that index. Empty when they are equal or the
+    /// replies were not recorded.
+    pub fn admin_diff(&self, key: &str) -> Vec<(usize, Option<String>, Option<String>)> {
+        let Some(recorded) = &self.recorded_admin_replies else {
+            return Vec::new();
+        };
+        let recorded = recorded.get(key).map_or(&[][..], Vec::as_slice);
+        let replayed = self.replay.admin_replies(key);
+        (0..recorded.len().max(replayed.len()))
+            .filter_map(|index| {
+                let a = recorded.get(index);
+                let b = replayed.get(index);
+                (a != b).then(|| {
+                    (
+                        index,
+                        a.map(ToString::to_string),
+                        b.map(ToString::to_string),
+                    )
+                })
+            })
+            .collect()
     }
 
     /// The differences between the recorded and the replayed outputs of stream `key`:
@@ -71,11 +100,30 @@ pub fn replay_report(dir: impl AsRef<Path>, replayer: Replayer) -> ReplayReport 
     let dir = dir.as_ref().to_path_buf();
     let replay = replayer.run();
     let recorded_outputs = read_outputs(&dir.join(OUTPUTS_FILE));
+    let recorded_admin_replies = read_admin_replies(&dir.join(ADMIN_REPLIES_FILE));
     ReplayReport {
         dir,
         replay,
         recorded_outputs,
+        recorded_admin_replies,
     }
+}
+
+fn read_admin_replies(path: &Path) -> Option<HashMap<String, Vec<AdminReply>>> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut replies: HashMap<String, Vec<AdminReply>> = HashMap::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let Ok(line) = line else { break };
+        // a torn last line (a killed recorder) ends the replies
+        let Ok(recorded) = serde_json::from_str::<RecordedAdminReply>(&line) else {
+            break;
+        };
+        replies
+            .entry(recorded.stream)
+            .or_default()
+            .push(recorded.reply);
+    }
+    Some(replies)
 }
 
 fn read_outputs(path: &Path) -> Option<HashMap<String, Vec<String>>> {
@@ -168,6 +216,7 @@ impl fmt::Display for ReplayReport {
                     }
                 }
             }
+            self.write_admin_replies(f, &processor.key, processor.admin_replies.len())?;
         }
         for key in self.replay.unclaimed_streams() {
             writeln!(
@@ -196,5 +245,57 @@ impl fmt::Display for ReplayReport {
                 "NOT reproduced"
             }
         )
+    }
+}
+
+impl ReplayReport {
+    /// The admin-replies line of a processor (nothing when neither run has one).
+    fn write_admin_replies(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        key: &str,
+        replayed: usize,
+    ) -> fmt::Result {
+        let Some(recorded) = &self.recorded_admin_replies else {
+            if replayed > 0 {
+                writeln!(
+                    f,
+                    "  admin replies: {replayed} replayed (the recorded run's replies were not recorded)"
+                )?;
+            }
+            return Ok(());
+        };
+        let count = recorded.get(key).map_or(0, Vec::len);
+        if replayed == 0 && count == 0 {
+            return Ok(());
+        }
+        let diff = self.admin_diff(key);
+        if diff.is_empty() {
+            return writeln!(
+                f,
+                "  admin replies: {replayed} replayed, identical to the recorded run"
+            );
+        }
+        writeln!(
+            f,
+            "  admin replies: {replayed} replayed, {count} recorded, {} differ:",
+            diff.len()
+        )?;
+        for (index, recorded, replayed) in diff.iter().take(DIFF_LINES) {
+            writeln!(
+                f,
+                "    @{index} - {}",
+                recorded.as_deref().unwrap_or("(none)")
+            )?;
+            writeln!(
+                f,
+                "    @{index} + {}",
+                replayed.as_deref().unwrap_or("(none)")
+            )?;
+        }
+        if diff.len() > DIFF_LINES {
+            writeln!(f, "    ... {} more", diff.len() - DIFF_LINES)?;
+        }
+        Ok(())
     }
 }

@@ -6,17 +6,21 @@
 //!   and sequence for a journalled feed) with the delivery it could read through
 //!   `DeliveryContext` and the [`Clock`] readings it took, its timers, its stop, and a
 //!   `Failed` mark where its run failed (a dispatch, or a completion callback's first
-//!   failure: feed-delivery-guarantees §5b). What it sends through an [`OutputSink`] is
-//!   kept beside the recording, so a replay can be compared with it.
+//!   failure: feed-delivery-guarantees §5b), and an `AdminInvoked` entry for each of its
+//!   admin commands an operator ran (`mongoose_control::admin`). What it sends through
+//!   an [`OutputSink`], and what its admin commands answered, are kept beside the
+//!   recording, so a replay can be compared with them.
 //! * REPLAY: a [`Replayer`] builds each recorded processor afresh and gives it its
 //!   stream alone: the recorded delivery entered for the whole replayed cycle and
 //!   cleared after, the completion callbacks run where they ran live, its clock pinned
 //!   to the recorded readings, its outputs captured (`outputs(processor)`), never
-//!   delivered. A replay that cannot go on stops that processor only and says why
+//!   delivered; each recorded admin command is called again on the command the replayed
+//!   processor registered, its answers collected (`admin_replies(processor)`). A replay
+//!   that cannot go on stops that processor only and says why
 //!   (`stopped(processor)`); `losses()` / `lossless()` report what was dropped live.
 //! * [`cli::replay_report`] runs a replay and prints, per processor, complete or
-//!   stopped (with the reason), its losses and the diff of its outputs against the
-//!   recorded run's: what `mongoose replay` shows.
+//!   stopped (with the reason), its losses and the diff of its outputs and admin replies
+//!   against the recorded run's: what `mongoose replay` shows.
 //!
 //! # Example: record a processor, then replay it
 //!
@@ -102,7 +106,10 @@
 //! * `journal.replay`: the items of journalled feeds, one stream per feed (an entry per
 //!   item, its sequence as the route), written once per item;
 //! * `outputs.jsonl`: what the recorded processors sent to [`OutputSink`]s, one JSON
-//!   object `{"stream": key, "output": text}` per line.
+//!   object `{"stream": key, "output": text}` per line;
+//! * `admin.jsonl`: what the recorded processors' admin commands answered, one
+//!   [`RecordedAdminReply`] per line: `{"stream": key, "command": c, "args": [..],
+//!   "result": {"Ok": output}}` (or `{"Err": error}`).
 //!
 //! # When a replay stops
 //!
@@ -125,6 +132,7 @@
 //! | `registry mutation` | it called `register_service` or `remove_service` (even where recorded): never executed |
 //! | `addEventProcessor supplier cannot be verified from the recording` | it called `add_processor`: the supplier is never run |
 //! | `recorded control exception cannot be reconstructed` | the matching recorded request failed: only its text was recorded |
+//! | `entry N could not be delivered within` | an `AdminInvoked` entry names a command the replayed processor did not register in its `start` |
 //!
 //! # Control requests
 //!
@@ -147,14 +155,15 @@
 //!
 //! # Not built in this version
 //!
-//! * `AdminInvoked` is neither recorded nor replayed (a replay stops at one: "entry N
-//!   could not be replayed"). "control request ... made off the processor's thread"
-//!   cannot happen (see Control requests). `ServiceChanged` is recorded where a service
+//! * "control request ... made off the processor's thread" cannot happen (see Control
+//!   requests). `ServiceChanged` is recorded where a service
 //!   reached (or left) the processor; a replay, which has no service registry, stops
 //!   there: "recorded service S at version V is unavailable". Services are
 //!   live in a replay.
-//! * "entry N could not be delivered within": a replay runs on the caller's thread,
-//!   synchronously, so an entry is delivered at once or stops at once.
+//! * A delivery timeout: a replay runs on the caller's thread, synchronously, so an
+//!   entry is delivered at once or stops at once. "entry N could not be delivered
+//!   within" is given without waiting, for an admin command the replayed processor never
+//!   registered (the Java original waits up to `deliveryTimeout` for it).
 //! * "the replay clock could not be installed": a [`Clock`] is a value the processor
 //!   holds; it cannot refuse the pin.
 //! * The input's entry is written when the group begins the next item (or its poll
@@ -297,10 +306,10 @@ pub use feeds::FeedCodecs;
 pub use format::{FORMAT_VERSION, FRAME_HEAD_LEN, HEADER_LEN, MAGIC, MAX_FRAME_LEN};
 pub use key::{parse_stream_key, stream_key, StreamKey, StreamKeys};
 pub use record::{
-    RecordConfig, RecordedOutput, Recorder, RecordingHandle, JOURNAL_FILE, OUTPUTS_FILE,
-    RECORDING_FILE,
+    RecordConfig, RecordedAdminReply, RecordedOutput, Recorder, RecordingHandle,
+    ADMIN_REPLIES_FILE, JOURNAL_FILE, OUTPUTS_FILE, RECORDING_FILE,
 };
-pub use replay::{Loss, ProcessorReplay, Replay, Replayer};
+pub use replay::{AdminReply, Loss, ProcessorReplay, Replay, Replayer};
 pub use store::{Incomplete, RecordedStream, Recording, ReplayStore, StreamHandle};
 pub use tap::{Clock, Collected, OutputSink};
 

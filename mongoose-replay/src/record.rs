@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mongoose_control::GroupRecorder;
+use mongoose_control::{AdminOutcome, GroupRecorder};
 use mongoose_core::{CompletionKey, DeliveryContext, ProcessorId};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -18,6 +18,7 @@ use crate::entry::{ControlOutcome, Entry, Provenance};
 use crate::error::ReplayError;
 use crate::feeds::FeedCodecs;
 use crate::key::StreamKeys;
+use crate::replay::AdminReply;
 use crate::store::{ReplayStore, StreamHandle};
 use crate::tap::{self, RecordTap};
 
@@ -27,6 +28,21 @@ pub const RECORDING_FILE: &str = "recording.replay";
 pub const JOURNAL_FILE: &str = "journal.replay";
 /// The recorded run's outputs (JSON lines of [`RecordedOutput`]).
 pub const OUTPUTS_FILE: &str = "outputs.jsonl";
+/// What the recorded run's admin commands answered (JSON lines of
+/// [`RecordedAdminReply`]).
+pub const ADMIN_REPLIES_FILE: &str = "admin.jsonl";
+
+/// What one admin command of a recorded processor answered live, beside its
+/// `AdminInvoked` entry (the store's format has no room for it), so a replay's
+/// [`AdminReply`]s can be compared with the live ones.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct RecordedAdminReply {
+    /// The stream key of the processor whose command it was.
+    pub stream: String,
+    /// The command and what it answered.
+    #[serde(flatten)]
+    pub reply: AdminReply,
+}
 
 /// One output a recorded processor sent through an [`crate::OutputSink`].
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
@@ -122,6 +138,11 @@ struct Stream {
 ///   position) and the clock readings it took while handling the input and running
 ///   the input's completion callbacks (§5b: callbacks belong to the input's entry);
 /// * `TimerFired` with its readings; `Stopped` for a stop by request;
+/// * `AdminInvoked` for each admin command it ran (between items), with its readings;
+///   what the command answered goes beside the recording, in `admin.jsonl`
+///   ([`RecordedAdminReply`]). A command that returned an error is recorded the same
+///   way (its error is its answer and the processor kept running); one that panicked
+///   is a failure of the processor and is recorded as `Failed` instead;
 /// * `Failed` where a dispatch failed, a completion callback first failed, an input
 ///   could not be copied, or a timer or stop failed. A failed input is marked once,
 ///   whichever of its calls fail, and its ordinary entry is not written (§5b, D4: a
@@ -136,6 +157,7 @@ pub struct Recorder {
     journal_streams: HashMap<String, StreamHandle>,
     journalled: HashSet<(String, u64)>,
     outputs: BufWriter<File>,
+    admin_replies: BufWriter<File>,
     config: RecordConfig,
     keys: StreamKeys,
     streams: HashMap<ProcessorId, Stream>,
@@ -182,12 +204,15 @@ impl Recorder {
         };
         let outputs_path = dir.join(OUTPUTS_FILE);
         let outputs = File::create(&outputs_path).map_err(io(&outputs_path))?;
+        let admin_path = dir.join(ADMIN_REPLIES_FILE);
+        let admin_replies = File::create(&admin_path).map_err(io(&admin_path))?;
         Ok(Recorder {
             store,
             journal,
             journal_streams: HashMap::new(),
             journalled: HashSet::new(),
             outputs: BufWriter::new(outputs),
+            admin_replies: BufWriter::new(admin_replies),
             config,
             keys: StreamKeys::new(),
             streams: HashMap::new(),
@@ -398,6 +423,12 @@ impl Recorder {
         if let Err(source) = self.outputs.flush() {
             self.fail(&ReplayError::Io {
                 path: self.dir.join(OUTPUTS_FILE),
+                source,
+            });
+        }
+        if let Err(source) = self.admin_replies.flush() {
+            self.fail(&ReplayError::Io {
+                path: self.dir.join(ADMIN_REPLIES_FILE),
                 source,
             });
         }
@@ -657,6 +688,84 @@ impl GroupRecorder for Recorder {
             self.write(processor, &entry);
         }
     }
+
+    fn admin_invoked(
+        &mut self,
+        processor: ProcessorId,
+        command: &str,
+        args: &[String],
+        outcome: AdminOutcome<'_>,
+    ) {
+        if !self.streams.contains_key(&processor) {
+            self.discard();
+            return;
+        }
+        // a command is an input of its own, between items
+        self.flush_pending(None);
+        let clock = self.drain(processor);
+        let result = match outcome {
+            AdminOutcome::Output(output) => Ok(output.to_owned()),
+            // an error is the command's answer: the processor keeps running, and a
+            // replay calls the command again and collects the same answer
+            AdminOutcome::Error(error) => Err(error.to_owned()),
+            AdminOutcome::Panicked(reason) => {
+                // a failure of the processor, like a failed timer: marked, not reproduced
+                let entry = Entry::Failed {
+                    reason: format!(
+                        "admin command {} failed: {reason}",
+                        command_line(command, args)
+                    ),
+                };
+                self.write(processor, &entry);
+                self.drain_outputs();
+                return;
+            }
+        };
+        let entry = Entry::AdminInvoked {
+            command: command.to_owned(),
+            args: args.to_vec(),
+            clock,
+        };
+        self.write(processor, &entry);
+        self.drain_outputs();
+        self.write_admin_reply(
+            processor,
+            AdminReply {
+                command: command.to_owned(),
+                args: args.to_vec(),
+                result,
+            },
+        );
+    }
+}
+
+impl Recorder {
+    fn write_admin_reply(&mut self, processor: ProcessorId, reply: AdminReply) {
+        let Some(stream) = self.streams.get(&processor) else {
+            return;
+        };
+        let line = RecordedAdminReply {
+            stream: stream.key.clone(),
+            reply,
+        };
+        let written = serde_json::to_writer(&mut self.admin_replies, &line)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.admin_replies.write_all(b"\n"));
+        if let Err(source) = written {
+            self.fail(&ReplayError::Io {
+                path: self.dir.join(ADMIN_REPLIES_FILE),
+                source,
+            });
+        }
+    }
+}
+
+/// `command arg1 arg2`, as an operator typed it.
+fn command_line(command: &str, args: &[String]) -> String {
+    std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Drop for Recorder {

@@ -10,10 +10,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use mongoose_control::admin::{self, AdminCommands};
 use mongoose_control::controller;
 use mongoose_control::feeds::InvokeFn;
 use mongoose_control::{ControlInterceptor, SERVICES_FEED};
 use mongoose_core::{engine, Delivery, Processor, ProcessorError, ProcessorId, Subscriptions};
+use serde::{Deserialize, Serialize};
 
 use crate::entry::{ControlOutcome, Entry};
 use crate::feeds::FeedCodecs;
@@ -66,6 +68,35 @@ pub struct ProcessorReplay {
     /// What the replayed processor sent to its [`crate::OutputSink`]s (captured, not
     /// delivered).
     pub outputs: Vec<String>,
+    /// What the replayed processor's admin commands answered, one per replayed
+    /// `AdminInvoked` entry, in order (the Java original's `adminReplies()`).
+    pub admin_replies: Vec<AdminReply>,
+}
+
+/// What one admin command answered: in a replay, or live (recorded beside the
+/// recording in `admin.jsonl`, see [`crate::RecordedAdminReply`]).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct AdminReply {
+    /// The command.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its output, or the error it returned.
+    pub result: Result<String, String>,
+}
+
+impl fmt::Display for AdminReply {
+    /// `command arg1 arg2 -> output`, or `... -> error: reason`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.command)?;
+        for arg in &self.args {
+            write!(f, " {arg}")?;
+        }
+        match &self.result {
+            Ok(output) => write!(f, " -> {output}"),
+            Err(error) => write!(f, " -> error: {error}"),
+        }
+    }
 }
 
 /// The result of a replay: one [`ProcessorReplay`] per replayed build.
@@ -100,6 +131,12 @@ impl Replay {
     /// The outputs the replayed processor of stream `key` sent (empty when none).
     pub fn outputs(&self, key: &str) -> &[String] {
         self.processor(key).map_or(&[], |p| &p.outputs)
+    }
+
+    /// What the replayed processor of stream `key`'s admin commands answered, one per
+    /// replayed `AdminInvoked` entry (empty when none).
+    pub fn admin_replies(&self, key: &str) -> &[AdminReply] {
+        self.processor(key).map_or(&[], |p| &p.admin_replies)
     }
 
     /// Items lost live, across every replayed stream.
@@ -146,6 +183,11 @@ impl Replay {
 ///   into `DeliveryContext` for the whole cycle (handler and completion callbacks) and
 ///   cleared after, and its [`crate::Clock`]s pinned to the recorded readings;
 /// * `TimerFired`: `on_timer` with the recorded schedule; `Stopped`: `stop()`;
+/// * `AdminInvoked`: the admin command of that name the processor registered in its
+///   `start` (`mongoose_control::admin`), with the recorded arguments and the clock
+///   pinned; its answer joins [`Replay::admin_replies`]. No such command stops the
+///   replay at once with "entry N could not be delivered within" (a replay is
+///   synchronous: there is no delivery timeout to wait for);
 /// * `Failed`: stops the replay; `Dropped`: a loss, the replay carries on;
 /// * `ControlCall`: the request the processor must make while the entry before it is
 ///   replayed (before its first entry: in its build and `start()`); answered from the
@@ -241,6 +283,7 @@ impl Replayer {
                 stopped: None,
                 losses: Vec::new(),
                 outputs: Vec::new(),
+                admin_replies: Vec::new(),
             };
             let recording = match &self.recording {
                 Ok(recording) => recording,
@@ -347,7 +390,10 @@ impl Replayer {
             feeds: &self.feeds,
             handlers: HashMap::new(),
         };
-        let started = contained(|| processor.start(&mut routes))
+        // the admin commands it registers in start are the ones its AdminInvoked entries call
+        let (started, mut commands) =
+            admin::collect_commands(|| contained(|| processor.start(&mut routes)));
+        let started = started
             .map_err(|reason| format!("the replayed processor could not be started: {reason}"));
         engine::set_current_processor(previous);
         if let Some(reason) = calls.borrow_mut().verdict(started.err()) {
@@ -363,8 +409,21 @@ impl Replayer {
             let next = calls
                 .borrow_mut()
                 .expect(entries, index + 1, format!("at entry {number}"));
-            let outcome =
-                self.replay_entry(id, &mut *processor, &mut handlers, number, entry, result);
+            let outcome = match entry {
+                Entry::AdminInvoked {
+                    command,
+                    args,
+                    clock,
+                } => replay_admin(
+                    id,
+                    &mut *processor,
+                    &mut commands,
+                    number,
+                    (command, args, clock),
+                    result,
+                ),
+                _ => self.replay_entry(id, &mut *processor, &mut handlers, number, entry, result),
+            };
             let failed = match outcome {
                 Step::Next => None,
                 Step::Stop(reason) => Some(reason),
@@ -461,8 +520,10 @@ impl Replayer {
                  service registry, so the {} cannot be reproduced (entry {number})",
                 if *delivered { "delivery" } else { "withdrawal" }
             )),
-            other => Step::Stop(format!(
-                "entry {number} could not be replayed: {} entries are not replayed by this build",
+            // the stream loop replays these before they could get here: AdminInvoked
+            // through the processor's commands, ControlCall as the requests it expects
+            other @ (Entry::AdminInvoked { .. } | Entry::ControlCall { .. }) => Step::Stop(format!(
+                "entry {number} could not be replayed: a {} entry out of place",
                 other.kind()
             )),
         }
@@ -676,6 +737,41 @@ impl Drop for Intercepting {
     fn drop(&mut self) {
         controller::set_control_interceptor(self.previous.take());
     }
+}
+
+/// Replays an `AdminInvoked` entry: the command the replayed processor registered in
+/// its start, called with the recorded arguments and the clock pinned to the recorded
+/// readings; its answer joins the admin replies. A replay is synchronous, so a command
+/// the processor never registered stops the replay at once (the Java original waits up
+/// to its delivery timeout first).
+fn replay_admin(
+    id: ProcessorId,
+    processor: &mut dyn Processor,
+    commands: &mut AdminCommands,
+    number: usize,
+    (command, args, clock): (&String, &Vec<String>, &Vec<i64>),
+    result: &mut ProcessorReplay,
+) -> Step {
+    if !commands.contains(command) {
+        return Step::Stop(format!(
+            "entry {number} could not be delivered within the replay: the replayed processor \
+             has no admin command '{command}' (its commands: {})",
+            commands.listing()
+        ));
+    }
+    let mut answer = None;
+    let step = run_pinned(id, number, clock, result, || {
+        answer = commands.invoke(processor, command, args);
+        Ok(())
+    });
+    if let Some(answer) = answer {
+        result.admin_replies.push(AdminReply {
+            command: command.clone(),
+            args: args.clone(),
+            result: answer.map_err(|error| error.message().to_owned()),
+        });
+    }
+    step
 }
 
 /// Leaves the replayed delivery when dropped.

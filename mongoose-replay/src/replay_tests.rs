@@ -110,27 +110,6 @@ fn an_ambiguous_legacy_stream_key_stops_the_replay() {
     assert!(replay.outputs("a##b").is_empty());
 }
 
-// "When a replay stops": an entry this build cannot reproduce stops it, naming the entry
-#[test]
-fn an_entry_kind_this_build_does_not_replay_stops_with_its_number() {
-    let dir = tempfile::tempdir().unwrap();
-    let call = Entry::AdminInvoked {
-        command: "echo.reset".into(),
-        args: vec![],
-        clock: vec![],
-    };
-    write_stream(dir.path(), "echo", &[line("a"), call]);
-    let replay = Replayer::open(dir.path(), codecs())
-        .processor("echo", echo)
-        .run();
-    let stopped = replay.stopped("echo").expect("stopped");
-    assert!(
-        stopped.starts_with("entry 2 could not be replayed: AdminInvoked"),
-        "{stopped}"
-    );
-    assert_eq!(replay.outputs("echo"), ["got a"]);
-}
-
 // issue 6: the report prints per processor complete/stopped, losses and an output diff
 #[test]
 fn the_report_shows_each_processor_its_losses_and_where_outputs_differ() {

@@ -8,6 +8,8 @@
 //! cargo run --release -p mongoose-server --example ledger -- \
 //!     --input lines.txt --state-dir state --alerts alerts.txt [--admin 127.0.0.1:8089] [--exit-when-settled]
 //! cargo run --release -p mongoose-server --example ledger -- --state-dir state --dump-state
+//! # with --admin, ask the running ledger for a balance (its admin command)
+//! curl -XPOST localhost:8089/processors/ledger/ledger/commands/balance -d '{"args":["acc1"]}'
 //! ```
 
 /// mimalloc: the per-line items a file feed allocates on the source thread are freed on

@@ -5,15 +5,26 @@
 //! | `GET /status` | the feed status JSON (§7 field names) |
 //! | `GET /groups` | every processor group's status |
 //! | `POST /processors/{group}/{name}/stop` | stops a processor, waiting up to 1 s for its reply |
+//! | `GET /processors/{group}/{name}/commands` | the admin commands the running processor registered: `{"group", "processor", "commands": [..]}` (404 when no such running processor) |
+//! | `POST /processors/{group}/{name}/commands/{command}` | runs one, with the JSON body `{"args": ["..."]}` (or no body: no arguments), waiting up to 5 s; answers its control reply (the command's text in `output`) |
 //! | `POST /feeds/{feed}/overload/clear` | clears the feed's overload latches |
 //! | `POST /feeds/{feed}/release[?queue=Q]` | the operator release of a held position: accepts the loss of a removed consumer's backlog, counted in `dropped` |
 //! | `POST /groups/{group}/audit/export?dir=D` | exports the group's control audit (JSON Lines + manifest) into the new folder D and verifies it |
 //! | `GET /metrics` | Prometheus text |
+//!
+//! The HTTP status of a command run ([`command_status`]): 200 APPLIED; 404 REFUSED
+//! because the processor or the command is unknown (the reason lists what there is);
+//! 409 FAILED because the command returned an error (the processor keeps running), or
+//! REFUSED because the processor is quarantined; 500 FAILED because the command
+//! panicked and its processor was quarantined; 503 NOT_RUNNING or a full mailbox; 202
+//! when no reply came within 5 s (the command still runs); 400 for a body that is not
+//! `{"args": [strings]}`.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -23,6 +34,9 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
 use serde_json::json;
 use tracing::{error, info};
+
+use mongoose_control::{ControlReply, ReplyOutcome};
+use mongoose_core::FailureKind;
 
 use crate::server::Server;
 use crate::ServerError;
@@ -207,12 +221,98 @@ async fn metrics_text(State(server): State<Server>) -> Response {
         .into_response()
 }
 
+/// How long `POST .../commands/{command}` waits for the reply.
+const COMMAND_WAIT: Duration = Duration::from_secs(5);
+
+async fn list_commands(
+    State(server): State<Server>,
+    Path((group, name)): Path<(String, String)>,
+) -> Response {
+    match server.control().admin_commands(&group, &name) {
+        Some(commands) => {
+            Json(json!({ "group": group, "processor": name, "commands": commands })).into_response()
+        }
+        None => not_found(format!("no running processor '{name}' in group '{group}'")),
+    }
+}
+
+/// The body of `POST .../commands/{command}`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CommandBody {
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+/// The HTTP status of an admin command's reply (see the module docs).
+pub fn command_status(reply: &ControlReply) -> StatusCode {
+    match (reply.outcome, reply.kind) {
+        (ReplyOutcome::Applied, _) => StatusCode::OK,
+        (ReplyOutcome::Refused, FailureKind::RefusedState) => StatusCode::NOT_FOUND,
+        (ReplyOutcome::Refused, FailureKind::Quarantined) => StatusCode::CONFLICT,
+        (ReplyOutcome::Refused, _) => StatusCode::SERVICE_UNAVAILABLE,
+        (ReplyOutcome::Failed, FailureKind::Quarantined) => StatusCode::INTERNAL_SERVER_ERROR,
+        (ReplyOutcome::Failed, _) => StatusCode::CONFLICT,
+        (ReplyOutcome::NotRunning, _) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+async fn run_command(
+    State(server): State<Server>,
+    Path((group, name, command)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Response {
+    let body: CommandBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CommandBody::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(body) => body,
+            Err(error) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({
+                        "error": format!("the body must be {{\"args\": [\"...\"]}}: {error}")
+                    })),
+                )
+                    .into_response()
+            }
+        }
+    };
+    let reply = tokio::task::spawn_blocking(move || {
+        server
+            .control()
+            .invoke_admin_command_wait(&group, &name, &command, body.args, COMMAND_WAIT)
+            .ok_or((group, name, command))
+    })
+    .await;
+    match reply {
+        Ok(Ok(reply)) => (command_status(&reply), Json(reply)).into_response(),
+        Ok(Err((group, name, command))) => (
+            StatusCode::ACCEPTED,
+            Json(json!({
+                "pending": format!("admin command '{command}' of {group}/{name}: no reply within {}s (it still runs)", COMMAND_WAIT.as_secs())
+            })),
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "error": error.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
 /// The admin routes over a server.
 pub fn router(server: Server) -> Router {
     Router::new()
         .route("/status", get(status))
         .route("/groups", get(groups))
         .route("/processors/{group}/{name}/stop", post(stop_processor))
+        .route("/processors/{group}/{name}/commands", get(list_commands))
+        .route(
+            "/processors/{group}/{name}/commands/{command}",
+            post(run_command),
+        )
         .route("/feeds/{feed}/overload/clear", post(clear_overload))
         .route("/feeds/{feed}/release", post(release))
         .route("/groups/{group}/audit/export", post(export_audit))

@@ -21,6 +21,11 @@
 //! A crash between the alert and the save repeats at most that line's alert; the state
 //! is never applied twice, and the source's pointer is never ahead of the saved
 //! position, so no line is skipped.
+//!
+//! Its admin command `balance ACCOUNT` answers with the account's balance in memory
+//! (`POST /processors/{group}/{name}/commands/balance` with `{"args": ["ACCOUNT"]}`): it
+//! runs on the group's thread between lines, so it reads a balance every line before it
+//! is applied to ([`mongoose_control::admin`]).
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -28,6 +33,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::sinks::FileSink;
+use mongoose_control::admin;
 use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, Epoch, Processor, ProcessorError, Subscriptions,
 };
@@ -413,10 +419,26 @@ impl Ledger {
     }
 }
 
+impl Ledger {
+    /// The admin command `balance ACCOUNT`: the account's balance, or an error naming
+    /// an account the ledger never saw.
+    pub fn balance(&mut self, args: &[String]) -> Result<String, ProcessorError> {
+        let [account] = args else {
+            return Err("usage: balance ACCOUNT".into());
+        };
+        match self.state.balances.get(account) {
+            Some(balance) => Ok(balance.to_string()),
+            None => Err(format!("no account '{account}' in the ledger").into()),
+        }
+    }
+}
+
 impl Processor for Ledger {
     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
         let feed = self.settings.feed.clone();
-        subscriptions.subscribe(&feed, Ledger::on_line)
+        subscriptions.subscribe(&feed, Ledger::on_line)?;
+        admin::register_command("balance", Ledger::balance);
+        Ok(())
     }
 
     fn on_delivery_complete(
