@@ -141,30 +141,90 @@ impl QueueShared {
 }
 
 /// What holds a queue's acknowledgement point back: for each queue position not yet
-/// dispatched, the first sequence that slot holds back (an item's own sequence; for a
-/// status, the sequence after the last item before it). Indexed by queue position
-/// modulo the capacity: at most `capacity` positions are ever outstanding.
+/// acknowledged, the first sequence that position holds back (an item's own sequence;
+/// for a status, the sequence after the last item before it).
+///
+/// The acknowledgement point is the first position that is not both dispatched and
+/// durable. Without a processing checkpoint that is the first undispatched position, at
+/// most a queue's capacity behind the producer; under a checkpoint it may lag further,
+/// by as many items as the processor has dispatched but not yet made durable. So the
+/// holds are kept from the acknowledgement point on, not by queue slot: a slot the
+/// queue reuses never overwrites a hold that is still needed. The ring is twice the
+/// queue's capacity and is pruned below the acknowledgement point when it fills, so
+/// without a lagging checkpoint it never grows and recording allocates nothing; a
+/// checkpoint that lags by more doubles it.
 #[derive(Debug)]
 pub(crate) struct HoldRing {
+    /// A power of two, at least twice the queue's capacity; indexed by position & mask.
     slots: Box<[u64]>,
+    mask: u64,
+    /// The first position still kept.
+    base: u64,
+    /// The next position to record.
+    end: u64,
+    /// Positions that can be recorded before the ring must be pruned (or grown).
+    room: u64,
 }
 
 impl HoldRing {
     pub(crate) fn new(capacity: usize) -> Self {
+        let size = (capacity.max(1) * 2).next_power_of_two();
         HoldRing {
-            slots: vec![0; capacity.max(1)].into_boxed_slice(),
+            slots: vec![0; size].into_boxed_slice(),
+            mask: size as u64 - 1,
+            base: 0,
+            end: 0,
+            room: size as u64,
         }
     }
 
+    /// Records the hold of `queue_position`, the next position of the queue.
     #[inline]
     pub(crate) fn set(&mut self, queue_position: u64, holds_from: u64) {
-        let index = (queue_position % self.slots.len() as u64) as usize;
-        self.slots[index] = holds_from;
+        debug_assert_eq!(queue_position, self.end);
+        debug_assert!(self.end - self.base < self.slots.len() as u64);
+        self.slots[(queue_position & self.mask) as usize] = holds_from;
+        self.end = queue_position + 1;
+        self.room -= 1;
     }
 
+    /// The hold of `queue_position`; `None` when it was pruned (it was acknowledged).
     #[inline]
-    pub(crate) fn get(&self, queue_position: u64) -> u64 {
-        self.slots[(queue_position % self.slots.len() as u64) as usize]
+    pub(crate) fn get(&self, queue_position: u64) -> Option<u64> {
+        (self.base..self.end)
+            .contains(&queue_position)
+            .then(|| self.slots[(queue_position & self.mask) as usize])
+    }
+
+    /// True when the ring is full: prune (or grow) it before the next is recorded.
+    #[inline]
+    pub(crate) fn wants_pruning(&self) -> bool {
+        self.room == 0
+    }
+
+    /// Forgets the holds of positions below `queue_position`.
+    pub(crate) fn prune_below(&mut self, queue_position: u64) {
+        self.base = self.base.max(queue_position.min(self.end));
+        self.room = self.slots.len() as u64 - (self.end - self.base);
+    }
+
+    /// How many holds are kept.
+    pub(crate) fn len(&self) -> u64 {
+        self.end - self.base
+    }
+
+    /// Doubles the ring (a checkpoint lags by more than it holds), keeping every hold.
+    #[cold]
+    pub(crate) fn grow(&mut self) {
+        let size = self.slots.len() * 2;
+        let mask = size as u64 - 1;
+        let mut slots = vec![0; size].into_boxed_slice();
+        for position in self.base..self.end {
+            slots[(position & mask) as usize] = self.slots[(position & self.mask) as usize];
+        }
+        self.slots = slots;
+        self.mask = mask;
+        self.room = size as u64 - (self.end - self.base);
     }
 }
 
@@ -181,7 +241,10 @@ pub(crate) fn done_through(
     if done >= produced {
         u64::MAX
     } else {
-        holds.get(done).saturating_sub(1)
+        // a pruned hold was below an earlier acknowledgement point: nothing new
+        holds
+            .get(done)
+            .map_or(0, |holds_from| holds_from.saturating_sub(1))
     }
 }
 
@@ -314,7 +377,32 @@ impl<T> Binding<T> {
         done_through(&self.shared, self.produced, &self.holds, durable)
     }
 
+    /// Forgets the holds below the acknowledgement point (dispatched and durable). A
+    /// positioned feed keeps at most its window's worth of unacknowledged items, which
+    /// bounds what a lagging checkpoint keeps; past that bound (a checkpoint on a feed
+    /// without positions, which acknowledges nothing) holds below `dispatched` go too.
+    #[cold]
+    fn prune_holds(&mut self) {
+        let durable = self
+            .hold
+            .as_ref()
+            .map_or(u64::MAX, |hold| hold.durable_for(self.shared.id));
+        let dispatched = self.shared.dispatched();
+        self.holds.prune_below(dispatched.min(durable));
+        if !self.holds.wants_pruning() {
+            return;
+        }
+        let capacity = self.producer.buffer().capacity() as u64;
+        let bound = capacity + crate::window::MAX_PENDING_ACKNOWLEDGEMENTS as u64;
+        if self.holds.len() >= bound {
+            self.holds.prune_below(dispatched);
+        } else {
+            self.holds.grow();
+        }
+    }
+
     /// Pushes into the ring, which the caller checked has room.
+    #[inline]
     pub(crate) fn push(
         &mut self,
         envelope: Envelope<T>,
@@ -324,6 +412,9 @@ impl<T> Binding<T> {
             Ok(()) => {
                 self.holds.set(self.produced, holds_from);
                 self.produced += 1;
+                if self.holds.wants_pruning() {
+                    self.prune_holds();
+                }
                 self.known_free = self.known_free.saturating_sub(1);
                 Ok(())
             }

@@ -295,12 +295,15 @@ impl<T> QueueReader<T> {
             if !done {
                 break;
             }
-            drop(self.consumer.pop());
+            // `dispatched` first, then the slot: the publisher may reuse a released slot
+            // at once, overwriting its held sequence in the hold ring, and an item still
+            // counted undispatched would then be acknowledged with a later one's hold
             self.progress.reset();
             self.dispatched += 1;
             self.shared
                 .dispatched
                 .store(self.dispatched, Ordering::Release);
+            drop(self.consumer.pop());
             finished += 1;
         }
         if self.shared.drops_pending.load(Ordering::Acquire) {

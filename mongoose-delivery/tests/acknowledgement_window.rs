@@ -240,3 +240,98 @@ fn an_explicit_drop_policy_drops_counts_and_commits_past_the_drop() {
     );
     assert_eq!(feed.dropped_for("slow"), 3);
 }
+
+/// Acknowledges into `acknowledged_through`, the highest position the feed acknowledged.
+struct Highest(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl mongoose_core::SourceCommitter<u64> for Highest {
+    fn acknowledged(&mut self, _: u64, _: mongoose_core::Epoch, position: u64) {
+        self.0
+            .fetch_max(position, std::sync::atomic::Ordering::AcqRel);
+    }
+    fn commit(&mut self) -> Result<(), mongoose_core::CoreError> {
+        Ok(())
+    }
+}
+
+/// Checks, for every item it is given, that the feed has not acknowledged it yet.
+struct NeverAhead {
+    acknowledged_through: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ahead: u64,
+    seen: u64,
+}
+
+impl mongoose_delivery::Dispatcher<u64> for NeverAhead {
+    fn dispatch(&mut self, item: &u64, _: u32) -> mongoose_delivery::DispatchOutcome {
+        if self
+            .acknowledged_through
+            .load(std::sync::atomic::Ordering::Acquire)
+            >= *item
+        {
+            self.ahead += 1;
+        }
+        self.seen += 1;
+        mongoose_delivery::DispatchOutcome::Done
+    }
+    fn complete(
+        &mut self,
+        _: mongoose_core::engine::PendingCompletion,
+        _: &mongoose_core::Delivery,
+    ) -> Result<(), mongoose_core::ProcessorError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn an_item_is_never_acknowledged_before_its_reader_dispatched_it() {
+    // §3, invariant 1 (regression, seen as "committed before its completion ran" in
+    // DeliveryCompletionServerTest): the reader released the item's ring slot before it
+    // advanced `dispatched`; in that gap the publisher reused the slot, overwrote the
+    // held sequence of the item still counted undispatched, and the window acknowledged
+    // up to a whole queue of items nobody had processed. A source thread publishing and
+    // polling acknowledgements races a reader on a queue of 2.
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const ITEMS: u64 = 300_000;
+    let feed = mongoose_delivery::Feed::<u64, u64>::builder("race")
+        .queue_capacity(2)
+        .build();
+    let acknowledged_through = std::sync::Arc::new(AtomicU64::new(0));
+    feed.acknowledge_with(Box::new(Highest(std::sync::Arc::clone(
+        &acknowledged_through,
+    ))));
+    feed.set_pause_by_default(true);
+    let mut reader = feed
+        .subscribe("group", SubscribeOptions::default())
+        .expect("subscribed")
+        .take_reader()
+        .expect("reader");
+    feed.start_complete();
+    let watched = std::sync::Arc::clone(&acknowledged_through);
+    let consumer = std::thread::spawn(move || {
+        let mut check = NeverAhead {
+            acknowledged_through: watched,
+            ahead: 0,
+            seen: 0,
+        };
+        while check.seen < ITEMS {
+            if reader.poll(&mut check, 1) == 0 {
+                std::hint::spin_loop();
+            }
+        }
+        check.ahead
+    });
+    let mut next = 1u64;
+    while next <= ITEMS {
+        feed.poll_acknowledgements();
+        if let TryPublish::Published = feed.try_publish(next, next) {
+            next += 1;
+        }
+    }
+    let ahead = consumer.join().expect("the reader ran");
+    assert_eq!(
+        ahead, 0,
+        "items acknowledged before their reader dispatched them"
+    );
+    feed.poll_acknowledgements();
+    assert_eq!(acknowledged_through.load(Ordering::Acquire), ITEMS);
+}

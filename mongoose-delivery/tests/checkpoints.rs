@@ -108,3 +108,37 @@ fn a_repeated_deregistration_does_not_unbind_the_other_binding_of_the_queue() {
         "the last subscription leaving removes the queue"
     );
 }
+
+#[test]
+fn a_durable_point_more_than_a_queue_behind_still_holds_the_commit() {
+    // §5 (regression): the held acknowledgement point is looked up by queue position;
+    // a processor that makes its state durable less often than a queue's worth of items
+    // must not let the slots reused since its mark acknowledge what is not durable
+    let (feed, commits) = positioned_feed(4);
+    let checkpoint = feed.hold("group");
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    publish_range(&feed, 1..=4);
+    assert_eq!(process(&mut group, 1), vec![1]);
+    let mark = checkpoint.mark();
+    assert_eq!(process(&mut group, 3), vec![2, 3, 4]);
+    // the queue's slots are reused by items 5..8, two laps past the mark
+    publish_range(&feed, 5..=8);
+    assert_eq!(process(&mut group, 4), vec![5, 6, 7, 8]);
+    publish_range(&feed, 9..=12);
+    checkpoint.durable_through(mark);
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        10,
+        "only item 1 is durable: the commit stays at its position"
+    );
+    let later = checkpoint.mark();
+    checkpoint.durable_through(later);
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        80,
+        "through item 8, the last one dispatched"
+    );
+}
