@@ -1,6 +1,7 @@
-//! Property: whatever the interleaving of publishes, dispatches, unsubscribes and
-//! fences, the committed position never passes an item some queue was given and did
-//! not dispatch (DESIGN.md invariant 1).
+//! Property: whatever the interleaving of publishes, dispatches, unsubscribes, fences
+//! and processing checkpoints, the committed position never passes an item some queue
+//! was given and did not dispatch, nor one a checkpointed queue dispatched and did not
+//! make durable (DESIGN.md invariant 1, feed-delivery-guarantees §3 and §5).
 
 mod support;
 
@@ -19,6 +20,12 @@ enum Step {
     Fence(usize, bool),
     Subscribe(usize),
     Poll,
+    /// The checkpointed queue dispatches up to this many items.
+    DispatchHeld(usize),
+    /// Its processor takes a mark.
+    Mark,
+    /// The state covering its oldest outstanding mark became durable.
+    Durable,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -29,6 +36,9 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..3usize, any::<bool>()).prop_map(|(queue, on)| Step::Fence(queue, on)),
         1 => (0..3usize).prop_map(Step::Subscribe),
         2 => Just(Step::Poll),
+        3 => (1..6usize).prop_map(Step::DispatchHeld),
+        1 => Just(Step::Mark),
+        1 => Just(Step::Durable),
     ]
 }
 
@@ -47,6 +57,14 @@ proptest! {
             readers.insert(queue, reader(&feed, &format!("g{queue}")));
             given.insert(queue, Vec::new());
         }
+        // a queue under a processing checkpoint: its items, in order; how many it
+        // dispatched, how many are durable, and the marks not yet made durable
+        let checkpoint = feed.hold("held");
+        let mut held = reader(&feed, "held");
+        let mut held_items: Vec<u64> = Vec::new();
+        let (mut held_dispatched, mut held_durable) = (0usize, 0usize);
+        let mut marks: std::collections::VecDeque<(mongoose_delivery::Mark, usize)> =
+            std::collections::VecDeque::new();
         feed.start_complete();
         for step in steps {
             match step {
@@ -56,6 +74,7 @@ proptest! {
                         for queue in before {
                             given.get_mut(&queue).expect("tracked").push(next);
                         }
+                        held_items.push(next);
                         next += 1;
                     }
                 }
@@ -89,18 +108,34 @@ proptest! {
                 Step::Poll => {
                     feed.poll_acknowledgements();
                 }
+                Step::DispatchHeld(count) => {
+                    let mut collect = Collect::default();
+                    held.poll(&mut collect, count);
+                    for item in &collect.items {
+                        prop_assert_eq!(held_items[held_dispatched], *item, "in order");
+                        held_dispatched += 1;
+                    }
+                }
+                Step::Mark => marks.push_back((checkpoint.mark(), held_dispatched)),
+                Step::Durable => {
+                    if let Some((mark, covered)) = marks.pop_front() {
+                        checkpoint.durable_through(mark);
+                        held_durable = held_durable.max(covered);
+                    }
+                }
             }
             let pointer = commits.pointer();
             let lowest_undispatched = given
                 .values()
                 .flatten()
                 .chain(abandoned.iter())
+                .chain(held_items[held_durable..].iter())
                 .min()
                 .copied()
                 .unwrap_or(u64::MAX);
             prop_assert!(
                 pointer < lowest_undispatched,
-                "committed {} but item {} was given and not dispatched", pointer, lowest_undispatched
+                "committed {} but item {} was not finished (given and not dispatched, or not durable)", pointer, lowest_undispatched
             );
         }
     }
