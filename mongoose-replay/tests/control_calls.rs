@@ -94,8 +94,23 @@ impl Caller {
     }
 }
 
+impl Caller {
+    /// The admin command `halt GROUP NAME`: stops that processor.
+    fn halt(&mut self, args: &[String]) -> Result<String, ProcessorError> {
+        let [group, name] = args else {
+            return Err("usage: halt GROUP NAME".into());
+        };
+        let control = controller::controller().ok_or("no controller in a command")?;
+        control
+            .stop_processor(group, name)
+            .map_err(|error| ProcessorError::new(error.to_string()))?;
+        Ok(format!("halting {group}/{name}"))
+    }
+}
+
 impl Processor for Caller {
     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+        mongoose_control::admin::register_command("halt", Caller::halt);
         if let Some((group, name)) = self.stop_in_start {
             let control = controller::controller().ok_or("no controller in start()")?;
             control
@@ -581,4 +596,51 @@ fn an_entry_that_fails_before_its_request_stops_with_its_own_failure() {
         reason.starts_with("entry 1 could not be replayed: panicked"),
         "{reason}"
     );
+}
+
+// "What is recorded": a control request made by an admin command follows the command's
+// AdminInvoked entry (not the next input), and a replay of the command makes it in
+// position. The target is in another group, so nothing else reports the request early.
+#[test]
+fn a_request_made_by_an_admin_command_is_recorded_after_it_and_replays() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (plane, lines) = recording_plane(dir.path());
+    let reply = plane.add_processor("other", "target", || Quiet).reply;
+    assert!(reply.wait_for(WAIT).expect("reply").applied());
+    let (sink, sent) = OutputSink::collecting("out");
+    let reply = plane
+        .add_processor("pricing", "caller", move || Caller::new(sink))
+        .reply;
+    assert!(reply.wait_for(WAIT).expect("reply").applied());
+    let answer = plane
+        .invoke_admin_command(
+            "pricing",
+            "caller",
+            "halt",
+            vec!["other".to_owned(), "target".to_owned()],
+        )
+        .wait_for(WAIT)
+        .expect("answered");
+    assert!(answer.applied(), "{answer:?}");
+    assert!(wait_until(|| plane
+        .processor_handle("other", "target")
+        .is_none()));
+    // an input after the command: the command's request must not slip behind it
+    lines.publish("x".to_owned());
+    assert!(wait_until(|| sent.lock().len() == 1));
+    plane.close_groups(Instant::now() + WAIT);
+
+    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("read");
+    let entries = recording.stream("caller").expect("recorded").entries();
+    let kinds: Vec<&str> = entries.iter().map(Entry::kind).collect();
+    assert_eq!(kinds, ["AdminInvoked", "ControlCall", "Inline"]);
+    assert_eq!(
+        entries[1],
+        call(STOP_PROCESSOR, &["other", "target"], ControlOutcome::Ok)
+    );
+    let replay = Replayer::open(dir.path(), codecs())
+        .processor("caller", quiet_caller)
+        .run();
+    assert_eq!(replay.stopped("caller"), None, "{replay:?}");
+    assert_eq!(replay.processor("caller").expect("replayed").replayed, 3);
 }
