@@ -133,6 +133,17 @@
 //! | `addEventProcessor supplier cannot be verified from the recording` | it called `add_processor`: the supplier is never run |
 //! | `recorded control exception cannot be reconstructed` | the matching recorded request failed: only its text was recorded |
 //! | `entry N could not be delivered within` | an `AdminInvoked` entry names a command the replayed processor did not register in its `start` |
+//! | `recorded service S at version V is unavailable` | a `ServiceChanged` delivery of a service the replay was not given at that version ([`Replayer::service`]): no other instance or version is substituted |
+//! | `recorded service callback for S was not delivered` | the processor's services callback failed in the replay, it already held the service, or it takes no services |
+//! | `recorded withdrawal of service S has no delivered incarnation` | a recorded withdrawal of a service the replayed processor never held |
+//!
+//! # Services
+//!
+//! A service delivered to or withdrawn from a recorded processor (at its build or while
+//! it runs) is a `ServiceChanged` entry with the service's registry version. A replay
+//! has no live registry: give it the services the recording names, at their versions,
+//! with [`Replayer::service`]. It then delivers and withdraws them through the
+//! processor's services callback where the recorded run did, with the clock pinned.
 //!
 //! # Control requests
 //!
@@ -156,21 +167,22 @@
 //! # Not built in this version
 //!
 //! * "control request ... made off the processor's thread" cannot happen (see Control
-//!   requests). `ServiceChanged` is recorded where a service
-//!   reached (or left) the processor; a replay, which has no service registry, stops
-//!   there: "recorded service S at version V is unavailable". Services are
-//!   live in a replay.
+//!   requests).
+//! * Waiting for a service version to be published: the replay's registry is what it
+//!   was given before it ran, so "no registry binding identifies recorded service" and
+//!   the wait for a version's broadcast become the stop "recorded service S at version
+//!   V is unavailable".
 //! * A delivery timeout: a replay runs on the caller's thread, synchronously, so an
 //!   entry is delivered at once or stops at once. "entry N could not be delivered
 //!   within" is given without waiting, for an admin command the replayed processor never
 //!   registered (the Java original waits up to `deliveryTimeout` for it).
 //! * "the replay clock could not be installed": a [`Clock`] is a value the processor
 //!   holds; it cannot refuse the pin.
-//! * The input's entry is written when the group begins the next item (or its poll
-//!   returns), which is after the delivery engine may have counted the item dispatched:
-//!   a crash in between can leave one committed item unrecorded. Closing that window
-//!   needs a reader hook that runs before the item is counted (feed-delivery-guarantees
-//!   §5b: `recorder.afterDispatch` before `dispatched += 1`).
+//! * With a write buffer ([`RecordConfig`]), an input's entry is handed to the buffer
+//!   before the item counts as dispatched but written at the end of the group's poll:
+//!   a crash in between can leave committed items unrecorded. Without one (the
+//!   default) the entry is written before the item counts as dispatched
+//!   (feed-delivery-guarantees §5b: `recorder.afterDispatch` before `dispatched += 1`).
 //!
 //! # Stream keys and entries
 //!

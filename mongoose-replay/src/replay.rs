@@ -4,17 +4,20 @@
 
 use std::any::{Any, TypeId};
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use mongoose_control::admin::{self, AdminCommands};
 use mongoose_control::controller;
 use mongoose_control::feeds::InvokeFn;
-use mongoose_control::{ControlInterceptor, SERVICES_FEED};
-use mongoose_core::{engine, Delivery, Processor, ProcessorError, ProcessorId, Subscriptions};
+use mongoose_control::{ControlInterceptor, Service, ServiceEvent, SERVICES_FEED};
+use mongoose_core::{
+    engine, Delivery, Handler, Processor, ProcessorError, ProcessorId, Subscriptions,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::entry::{ControlOutcome, Entry};
@@ -188,6 +191,9 @@ impl Replay {
 ///   pinned; its answer joins [`Replay::admin_replies`]. No such command stops the
 ///   replay at once with "entry N could not be delivered within" (a replay is
 ///   synchronous: there is no delivery timeout to wait for);
+/// * `ServiceChanged`: the service the replay was given at the recorded version
+///   ([`Replayer::service`]) is delivered (or withdrawn) through the processor's
+///   services callback, with the clock pinned;
 /// * `Failed`: stops the replay; `Dropped`: a loss, the replay carries on;
 /// * `ControlCall`: the request the processor must make while the entry before it is
 ///   replayed (before its first entry: in its build and `start()`); answered from the
@@ -200,6 +206,8 @@ pub struct Replayer {
     journal: Option<Result<Journal, String>>,
     feeds: FeedCodecs,
     builds: Vec<Build>,
+    /// The replay's service registry: instances by name and registry version.
+    services: HashMap<String, BTreeMap<u64, Arc<dyn Service>>>,
 }
 
 impl fmt::Debug for Replayer {
@@ -228,7 +236,24 @@ impl Replayer {
             journal,
             feeds,
             builds: Vec::new(),
+            services: HashMap::new(),
         }
+    }
+
+    /// Gives the replay the service `name` at registry `version`: a `ServiceChanged`
+    /// entry that delivered `name` at `version` in the recorded run delivers `service`
+    /// to the replayed processor at that point (its services callback runs with the
+    /// recorded clock readings), and a recorded withdrawal withdraws it. Give the
+    /// versions the recording names (`mongoose replay` prints them when it stops): a
+    /// recorded version this replay was not given stops that processor's replay with
+    /// "recorded service S at version V is unavailable"; neither a later instance nor
+    /// another version is substituted.
+    pub fn service(mut self, name: &str, version: u64, service: Arc<dyn Service>) -> Self {
+        self.services
+            .entry(name.to_owned())
+            .or_default()
+            .insert(version, service);
+        self
     }
 
     /// Adds a build of processor `name` (its first build replays stream `name`, its
@@ -389,6 +414,7 @@ impl Replayer {
         let mut routes = Routes {
             feeds: &self.feeds,
             handlers: HashMap::new(),
+            services: None,
         };
         // the admin commands it registers in start are the ones its AdminInvoked entries call
         let (started, mut commands) =
@@ -401,7 +427,15 @@ impl Replayer {
             return;
         }
         result.replayed += index;
-        let mut handlers = routes.handlers;
+        let Routes {
+            mut handlers,
+            services: services_handler,
+            ..
+        } = routes;
+        let mut services = HeldServices {
+            handler: services_handler,
+            held: HashSet::new(),
+        };
         while index < entries.len() {
             let number = index + 1;
             let entry = &entries[index];
@@ -422,6 +456,19 @@ impl Replayer {
                     (command, args, clock),
                     result,
                 ),
+                Entry::ServiceChanged {
+                    service,
+                    version,
+                    delivered,
+                    clock,
+                } => self.replay_service(
+                    id,
+                    &mut *processor,
+                    &mut services,
+                    number,
+                    (service, *version, *delivered, clock),
+                    result,
+                ),
                 _ => self.replay_entry(id, &mut *processor, &mut handlers, number, entry, result),
             };
             let failed = match outcome {
@@ -435,6 +482,85 @@ impl Replayer {
             result.replayed += next - index;
             index = next;
         }
+    }
+
+    /// Replays a `ServiceChanged` entry from the replay's service registry
+    /// ([`Replayer::service`]), through the processor's services callback with the clock
+    /// pinned (control-plane-contracts "Record and replay", service changes).
+    #[allow(clippy::too_many_arguments)]
+    fn replay_service(
+        &self,
+        id: ProcessorId,
+        processor: &mut dyn Processor,
+        services: &mut HeldServices,
+        number: usize,
+        (service, version, delivered, clock): (&String, u64, bool, &Vec<i64>),
+        result: &mut ProcessorReplay,
+    ) -> Step {
+        let not_delivered = |why: &str| {
+            Step::Stop(format!(
+                "recorded service callback for {service} was not delivered (entry {number}): {why}"
+            ))
+        };
+        let Some(handler) = services
+            .handler
+            .as_mut()
+            .and_then(|handler| handler.downcast_mut::<Handler<ServiceEvent>>())
+        else {
+            return not_delivered("the replayed processor does not subscribe to services");
+        };
+        let event = if delivered {
+            if services.held.contains(service) {
+                return not_delivered(
+                    "the replayed processor already held it: it reached the processor before its recorded position",
+                );
+            }
+            let versions = self.services.get(service);
+            let Some(instance) = versions.and_then(|versions| versions.get(&version)) else {
+                return Step::Stop(match versions {
+                    Some(versions) => format!(
+                        "recorded service {service} at version {version} is unavailable (entry {number}): the replay was given version(s) {}",
+                        versions.keys().map(u64::to_string).collect::<Vec<_>>().join(", ")
+                    ),
+                    None => format!(
+                        "recorded service {service} at version {version} is unavailable (entry {number}): give it to the replay with Replayer::service(\"{service}\", {version}, ...)"
+                    ),
+                });
+            };
+            ServiceEvent::Registered {
+                name: service.clone(),
+                version,
+                service: Arc::clone(instance),
+            }
+        } else {
+            if !services.held.contains(service) {
+                return Step::Stop(format!(
+                    "recorded withdrawal of service {service} has no delivered incarnation (entry {number}): the replayed processor never held it"
+                ));
+            }
+            ServiceEvent::Deregistered {
+                name: service.clone(),
+                version,
+            }
+        };
+        let mut failed = None;
+        let step = run_pinned(id, number, clock, result, || {
+            if let Err(reason) = contained(|| handler(&mut *processor, &event)) {
+                failed = Some(reason);
+            }
+            Ok(())
+        });
+        if let Some(reason) = failed {
+            return not_delivered(&reason);
+        }
+        if matches!(step, Step::Next) {
+            if delivered {
+                services.held.insert(service.clone());
+            } else {
+                services.held.remove(service);
+            }
+        }
+        step
     }
 
     fn replay_entry(
@@ -515,14 +641,12 @@ impl Replayer {
                 });
                 Step::Next
             }
-            Entry::ServiceChanged { service, version, delivered, .. } => Step::Stop(format!(
-                "recorded service {service} at version {version} is unavailable: this replay has no \
-                 service registry, so the {} cannot be reproduced (entry {number})",
-                if *delivered { "delivery" } else { "withdrawal" }
-            )),
             // the stream loop replays these before they could get here: AdminInvoked
-            // through the processor's commands, ControlCall as the requests it expects
-            other @ (Entry::AdminInvoked { .. } | Entry::ControlCall { .. }) => Step::Stop(format!(
+            // through the processor's commands, ServiceChanged through its services
+            // callback, ControlCall as the requests it expects
+            other @ (Entry::AdminInvoked { .. }
+            | Entry::ServiceChanged { .. }
+            | Entry::ControlCall { .. }) => Step::Stop(format!(
                 "entry {number} could not be replayed: a {} entry out of place",
                 other.kind()
             )),
@@ -837,6 +961,14 @@ fn contained(call: impl FnOnce() -> Result<(), ProcessorError>) -> Result<(), St
 struct Routes<'a> {
     feeds: &'a FeedCodecs,
     handlers: HashMap<String, (Box<dyn Any + Send>, Option<InvokeFn>)>,
+    /// The handler of [`SERVICES_FEED`] (a `Handler<ServiceEvent>`), if it subscribed.
+    services: Option<Box<dyn Any + Send>>,
+}
+
+/// A replayed processor's services callback and the services it holds.
+struct HeldServices {
+    handler: Option<Box<dyn Any + Send>>,
+    held: HashSet<String>,
 }
 
 impl Subscriptions for Routes<'_> {
@@ -848,7 +980,9 @@ impl Subscriptions for Routes<'_> {
         handler: Box<dyn Any + Send>,
     ) -> Result<(), ProcessorError> {
         if feed == SERVICES_FEED {
-            return Ok(()); // services are live in a replay, not recorded
+            // called where the recording has ServiceChanged entries, never live
+            self.services = Some(handler);
+            return Ok(());
         }
         let invoke = match self.feeds.feeds.get(feed) {
             Some(codec) if codec.item_type != item_type => {
