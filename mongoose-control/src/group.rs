@@ -962,14 +962,7 @@ impl Runtime {
         (from, to): (&str, &str),
         effects: &[&str],
     ) {
-        let effects = effects
-            .iter()
-            .enumerate()
-            .map(|(index, effect)| {
-                let op = self.effects_of_request + 1 + index as u32;
-                format!("{request_id}.{op} {effect}({generation})")
-            })
-            .collect();
+        let effects = self.effect_ops(request_id, generation, effects);
         self.audit().write(
             NewRecord::new(RecordType::Decision, request_id, rule)
                 .cause(input)
@@ -978,6 +971,19 @@ impl Runtime {
                 .transition(from, to)
                 .effects(effects),
         );
+    }
+
+    /// The effects a decision requests, as `opId Effect(generation)`, numbered as
+    /// [`Self::effect`] will number their outcomes.
+    fn effect_ops(&self, request_id: i64, generation: i64, effects: &[&str]) -> Vec<String> {
+        effects
+            .iter()
+            .enumerate()
+            .map(|(index, effect)| {
+                let op = self.effects_of_request + 1 + index as u32;
+                format!("{request_id}.{op} {effect}({generation})")
+            })
+            .collect()
     }
 
     /// The opId of the last effect of the request being decided, if it had one.
@@ -1846,12 +1852,22 @@ impl Runtime {
         name: &str,
         command_line: &str,
     ) {
+        // the state the rule found and kept, and the effect it requests (as decision())
+        let (state, effects): (&str, &[&str]) = match rule {
+            "adminInvoke" => ("RUNNING", &["AdminCommand"]),
+            "adminNoSuchCommand" => ("RUNNING", &[]),
+            "adminQuarantined" => ("QUARANTINED", &[]),
+            _ => ("ABSENT", &[]),
+        };
+        let effects = self.effect_ops(request_id, generation, effects);
         self.audit().write(
             NewRecord::new(RecordType::Decision, request_id, rule)
                 .cause(input)
                 .generation(generation)
                 .name(Some(name))
-                .reason(format!("command: {command_line}")),
+                .reason(format!("command: {command_line}"))
+                .transition(state, state)
+                .effects(effects),
         );
     }
 }

@@ -159,7 +159,23 @@ fn a_command_runs_on_the_group_thread_between_items_and_is_answered_once_with_it
         ]
     );
     assert_eq!(request[1].reason.as_deref(), Some("command: add 10"));
+    assert_eq!(
+        request[1].effects,
+        [format!(
+            "{}.1 AdminCommand({})",
+            added.request_id, request[1].generation
+        )],
+        "the decision names the effect whose outcome follows"
+    );
+    assert_eq!(
+        request[2].op_id.as_deref(),
+        Some(format!("{}.1", added.request_id).as_str())
+    );
     assert_eq!(request[3].outcome.as_deref(), Some("APPLIED"));
+    assert_eq!(
+        request[3].cause_op, request[2].op_id,
+        "the reply follows the effect"
+    );
 }
 
 // control-plane-contracts "Replies and outcomes": REFUSED, and the reason says what there is

@@ -58,47 +58,7 @@ fn codecs() -> FeedCodecs {
 #[test]
 fn a_service_change_is_recorded_and_a_replay_without_a_registry_stops_there() {
     let dir = tempfile::tempdir().expect("dir");
-    let feeds = DeliveryFeeds::new(FeedRegistry::default());
-    let lines: Arc<Publisher<String, u64>> = Feed::builder("lines").build();
-    feeds.register(Arc::clone(&lines)).expect("registered");
-    lines.start_complete();
-    let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
-    let recorder =
-        Recorder::create(dir.path(), RecordConfig::new(["uses"], codecs())).expect("recorder");
-    plane
-        .create_group(
-            "g",
-            GroupOptions {
-                idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(recorder)),
-                ..GroupOptions::default()
-            },
-        )
-        .expect("group");
-    let (sink, sent) = OutputSink::collecting("out");
-    let reply = plane
-        .add_processor("g", "uses", move || UsesCache { sink })
-        .reply
-        .wait_for(WAIT)
-        .expect("answered");
-    assert!(reply.applied());
-    assert!(lines.try_publish("a".into(), 1).is_published());
-    let deadline = Instant::now() + WAIT;
-    while sent.lock().is_empty() {
-        assert!(Instant::now() < deadline, "timed out");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    plane
-        .register_service("cache", Arc::new(Cache))
-        .expect("registered");
-    assert!(lines.try_publish("b".into(), 2).is_published());
-    while sent.lock().len() < 3 {
-        assert!(Instant::now() < deadline, "timed out");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
-    assert_eq!(*sent.lock(), ["a", "service cache", "b"]);
-
+    record_with_a_service(dir.path());
     let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("readable");
     let kinds: Vec<String> = recording
         .stream("uses")
@@ -117,12 +77,19 @@ fn a_service_change_is_recorded_and_a_replay_without_a_registry_stops_there() {
             other => other.kind().to_owned(),
         })
         .collect();
-    assert_eq!(kinds, ["Inline", "service cache v1 true", "Inline"]);
+    assert_eq!(
+        kinds,
+        [
+            "Inline",
+            "service cache v1 true",
+            "Inline",
+            "service cache v2 false",
+            "Inline"
+        ]
+    );
 
     let replay = Replayer::open(dir.path(), codecs())
-        .processor("uses", || UsesCache {
-            sink: OutputSink::new("out", |_| {}),
-        })
+        .processor("uses", uses)
         .run();
     let reason = replay
         .stopped("uses")
