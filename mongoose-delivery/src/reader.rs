@@ -242,94 +242,142 @@ impl<T> QueueReader<T> {
             return 0;
         }
         while finished < limit {
-            if self.shared.drops_pending.load(Ordering::Acquire) {
-                self.report_drops(dispatcher);
+            // a chunk at a time: the ring's shared indices are read and written once
+            // per chunk, not once per item
+            let wanted = (limit - finished).min(READ_CHUNK);
+            let available = self.consumer.slots().min(wanted);
+            if available == 0 {
+                break;
             }
-            if let Some(at) = self.progress.not_before {
-                if Instant::now() < at {
+            let Ok(chunk) = self.consumer.read_chunk(available) else {
+                break;
+            };
+            let (first, second) = chunk.as_slices();
+            let mut done_in_chunk = 0;
+            let mut stopped = false;
+            for envelope in first.iter().chain(second) {
+                if !dispatch_one(
+                    &mut self.progress,
+                    &self.policy,
+                    &self.shared,
+                    &self.feed,
+                    &mut self.dispatched,
+                    dispatcher,
+                    envelope,
+                ) {
+                    stopped = true;
                     break;
                 }
-                self.progress.not_before = None;
+                done_in_chunk += 1;
             }
-            let Ok(envelope) = self.consumer.peek() else {
-                break;
-            };
-            let done = match envelope {
-                Envelope::Status(status) => {
-                    dispatcher.on_status(status);
-                    true
-                }
-                Envelope::Item {
-                    payload,
-                    sequence,
-                    position,
-                } => {
-                    let item = payload.get();
-                    let delivery = position.map(|(epoch, position)| (*sequence, epoch, position));
-                    if let Some((sequence, epoch, position)) = delivery {
-                        engine::enter(&self.feed, sequence, epoch, position, self.progress.attempt);
-                        if self.progress.resume {
-                            engine::restore_completions(&mut self.progress.saved);
-                            self.progress.resume = false;
-                        }
-                    }
-                    let done = deliver(
-                        &mut self.progress,
-                        &self.policy,
-                        &self.shared,
-                        dispatcher,
-                        item,
-                        delivery.map(|(sequence, epoch, position)| {
-                            (&self.feed, sequence, epoch, position)
-                        }),
-                    );
-                    if done {
-                        dispatcher.finished(item);
-                    }
-                    if delivery.is_some() {
-                        engine::exit();
-                    }
-                    done
-                }
-            };
-            if !done {
-                break;
-            }
-            // `dispatched` first, then the slot: the publisher may reuse a released slot
+            // `dispatched` first, then the slots: the publisher may reuse a released slot
             // at once, overwriting its held sequence in the hold ring, and an item still
             // counted undispatched would then be acknowledged with a later one's hold
-            self.progress.reset();
-            self.dispatched += 1;
-            self.shared
-                .dispatched
-                .store(self.dispatched, Ordering::Release);
-            drop(self.consumer.pop());
-            finished += 1;
+            if done_in_chunk > 0 {
+                self.shared
+                    .dispatched
+                    .store(self.dispatched, Ordering::Release);
+            }
+            chunk.commit(done_in_chunk);
+            finished += done_in_chunk;
+            if stopped {
+                break;
+            }
         }
         if self.shared.drops_pending.load(Ordering::Acquire) {
-            self.report_drops(dispatcher);
+            report_drops(&self.shared, self.dispatched, dispatcher);
         }
         finished
     }
+}
 
-    /// Reports the dropped runs that stand before the next undispatched item.
-    fn report_drops(&mut self, dispatcher: &mut dyn Dispatcher<T>) {
-        loop {
-            let run = {
-                let mut drops = self.shared.drops.lock();
-                match drops.front() {
-                    Some(run) if run.before <= self.dispatched => drops.pop_front(),
-                    Some(_) => None,
-                    None => {
-                        self.shared.drops_pending.store(false, Ordering::Release);
-                        None
-                    }
+/// The most items a poll takes from its ring at once: the slots of a chunk are
+/// released together, so a smaller chunk hands room back to the publisher sooner.
+const READ_CHUNK: usize = 256;
+
+/// Dispatches the envelope at the head of the queue (position `dispatched`); returns
+/// false when it waits for a retry or a backoff. On true the item is finished and
+/// `dispatched` counts it; the caller publishes the count before it releases the slot.
+#[inline]
+fn dispatch_one<T>(
+    progress: &mut Progress,
+    policy: &RetryPolicy,
+    shared: &QueueShared,
+    feed: &Arc<str>,
+    dispatched: &mut u64,
+    dispatcher: &mut dyn Dispatcher<T>,
+    envelope: &Envelope<T>,
+) -> bool {
+    if shared.drops_pending.load(Ordering::Acquire) {
+        report_drops(shared, *dispatched, dispatcher);
+    }
+    if let Some(at) = progress.not_before {
+        if Instant::now() < at {
+            return false;
+        }
+        progress.not_before = None;
+    }
+    let done = match envelope {
+        Envelope::Status(status) => {
+            dispatcher.on_status(status);
+            true
+        }
+        Envelope::Item {
+            payload,
+            sequence,
+            position,
+        } => {
+            let item = payload.get();
+            let delivery = position.map(|(epoch, position)| (*sequence, epoch, position));
+            if let Some((sequence, epoch, position)) = delivery {
+                engine::enter(feed, sequence, epoch, position, progress.attempt);
+                if progress.resume {
+                    engine::restore_completions(&mut progress.saved);
+                    progress.resume = false;
                 }
-            };
-            match run {
-                Some(run) => dispatcher.dropped(&run),
-                None => return,
             }
+            let done = deliver(
+                progress,
+                policy,
+                shared,
+                dispatcher,
+                item,
+                delivery.map(|(sequence, epoch, position)| (feed, sequence, epoch, position)),
+            );
+            if done {
+                dispatcher.finished(item);
+            }
+            if delivery.is_some() {
+                engine::exit();
+            }
+            done
+        }
+    };
+    if done {
+        progress.reset();
+        *dispatched += 1;
+    }
+    done
+}
+
+/// Reports the dropped runs that stand before the next undispatched item (queue
+/// position `dispatched`).
+fn report_drops<T>(shared: &QueueShared, dispatched: u64, dispatcher: &mut dyn Dispatcher<T>) {
+    loop {
+        let run = {
+            let mut drops = shared.drops.lock();
+            match drops.front() {
+                Some(run) if run.before <= dispatched => drops.pop_front(),
+                Some(_) => None,
+                None => {
+                    shared.drops_pending.store(false, Ordering::Release);
+                    None
+                }
+            }
+        };
+        match run {
+            Some(run) => dispatcher.dropped(&run),
+            None => return,
         }
     }
 }
