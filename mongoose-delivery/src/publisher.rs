@@ -64,6 +64,20 @@ enum Hold {
     CacheWaiting,
 }
 
+/// How [`Publisher::publish_chunk`] ended.
+enum Chunk<T, P> {
+    /// The fast path does not apply (or has no room): publish the next item the slow way.
+    Unavailable,
+    /// The chunk is full (or a fence went up): check the holds again.
+    Full,
+    /// The producer had nothing more.
+    Exhausted,
+    /// This item's production deferred an operation: it goes after it, the slow way.
+    Deferred(T, P),
+    /// The producer panicked (resumed once what was written is committed).
+    Panicked(Box<dyn std::any::Any + Send>),
+}
+
 enum Cached<T, P> {
     Positioned { item: T, epoch: Epoch, position: P },
     Push(T),
@@ -608,6 +622,94 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
 
     // ----- publishing ----------------------------------------------------------------
 
+    /// The batch fast path of a feed with one queue and no data mapper: pulls items
+    /// from `next` and writes their envelopes straight into the queue's ring, as many as
+    /// the ring, the hold ring and the acknowledgement window have room for, checked
+    /// once for the chunk. The caller checked [`Self::hold_reason`] first. Each item is
+    /// numbered, held and windowed exactly as [`Self::deliver`] would; the fence is
+    /// still checked before each item is pulled. An item whose production deferred an
+    /// operation (a nested publish, a `filtered`) is handed back to go the slow way, after
+    /// the deferred operation. A producer that panics leaves the items before it
+    /// published, as the slow way does.
+    fn publish_chunk(
+        &self,
+        state: &mut State<T, P>,
+        next: &mut dyn FnMut() -> Option<(T, P)>,
+    ) -> Chunk<T, P> {
+        if self.mapper.is_some() || state.bindings.len() != 1 {
+            return Chunk::Unavailable;
+        }
+        let State {
+            bindings,
+            window,
+            sequence,
+            epoch,
+            paused_now,
+            ..
+        } = state;
+        let binding = &mut bindings[0];
+        if !binding.has_room() {
+            return Chunk::Unavailable;
+        }
+        let budget = (binding.known_free as u64)
+            .min(binding.holds.room())
+            .min(window.room() as u64) as usize;
+        if budget == 0 {
+            return Chunk::Unavailable;
+        }
+        let Ok(chunk) = binding.producer.write_chunk_uninit(budget) else {
+            return Chunk::Unavailable;
+        };
+        let epoch = *epoch;
+        let shared = &binding.shared;
+        let holds = &mut binding.holds;
+        let produced = &mut binding.produced;
+        let mut end = Chunk::Full;
+        let envelopes = std::iter::from_fn(|| {
+            if shared.fenced_or_dead() {
+                return None;
+            }
+            // a panicking producer must not lose the items written before it: they
+            // are committed to the ring and the panic goes on after that
+            let pulled = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *next)) {
+                Ok(pulled) => pulled,
+                Err(panic) => {
+                    end = Chunk::Panicked(panic);
+                    return None;
+                }
+            };
+            let Some((item, position)) = pulled else {
+                end = Chunk::Exhausted;
+                return None;
+            };
+            if self.has_deferred.load(Ordering::Acquire) {
+                end = Chunk::Deferred(item, position);
+                return None;
+            }
+            *sequence += 1;
+            holds.set(*produced, *sequence);
+            *produced += 1;
+            window.push(*sequence, epoch, position, true);
+            Some(Envelope::Item {
+                payload: Payload::Owned(item),
+                sequence: *sequence,
+                position: Some((epoch, position.value())),
+            })
+        });
+        let written = chunk.fill_from_iter(envelopes);
+        binding.known_free -= written;
+        if binding.holds.wants_pruning() {
+            binding.prune_holds();
+        }
+        if written > 0 {
+            *paused_now = false;
+        }
+        if let Chunk::Panicked(panic) = end {
+            std::panic::resume_unwind(panic);
+        }
+        end
+    }
+
     fn hold_reason(&self, state: &mut State<T, P>) -> Option<Hold> {
         if !state.cache.is_empty() {
             return Some(Hold::CacheWaiting);
@@ -1089,7 +1191,14 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
                 Self::note_pause(&mut state);
                 break BatchEnd::Paused;
             }
-            let Some((item, position)) = next() else {
+            let pulled = match self.publish_chunk(&mut state, next) {
+                Chunk::Unavailable => next(),
+                Chunk::Full => continue,
+                Chunk::Exhausted => None,
+                Chunk::Deferred(item, position) => Some((item, position)),
+                Chunk::Panicked(panic) => std::panic::resume_unwind(panic),
+            };
+            let Some((item, position)) = pulled else {
                 // the feed has room and the source holds nothing: not paused, even if
                 // an earlier batch ended "paused" after its last item filled a queue
                 state.paused_now = false;

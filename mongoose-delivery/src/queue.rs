@@ -202,6 +202,12 @@ impl HoldRing {
         self.room == 0
     }
 
+    /// Positions that can be recorded before the ring must be pruned (or grown).
+    #[inline]
+    pub(crate) fn room(&self) -> u64 {
+        self.room
+    }
+
     /// Forgets the holds of positions below `queue_position`.
     pub(crate) fn prune_below(&mut self, queue_position: u64) {
         self.base = self.base.max(queue_position.min(self.end));
@@ -382,7 +388,7 @@ impl<T> Binding<T> {
     /// bounds what a lagging checkpoint keeps; past that bound (a checkpoint on a feed
     /// without positions, which acknowledges nothing) holds below `dispatched` go too.
     #[cold]
-    fn prune_holds(&mut self) {
+    pub(crate) fn prune_holds(&mut self) {
         let durable = self
             .hold
             .as_ref()

@@ -47,6 +47,11 @@ impl<P: Position> Window<P> {
         self.entries.len() >= MAX_PENDING_ACKNOWLEDGEMENTS
     }
 
+    /// Items that can be added before the window is full.
+    pub(crate) fn room(&self) -> usize {
+        MAX_PENDING_ACKNOWLEDGEMENTS.saturating_sub(self.entries.len())
+    }
+
     pub(crate) fn acknowledged(&self) -> u64 {
         self.acknowledged
     }

@@ -335,3 +335,64 @@ fn an_item_is_never_acknowledged_before_its_reader_dispatched_it() {
     feed.poll_acknowledgements();
     assert_eq!(acknowledged_through.load(Ordering::Acquire), ITEMS);
 }
+
+#[test]
+fn an_item_published_in_a_batch_and_read_in_a_chunk_is_never_acknowledged_before_its_dispatch() {
+    // §3, invariant 1: the batch fast path writes a chunk of envelopes straight into the
+    // ring and the reader releases a chunk of slots at once; `dispatched` must still be
+    // advanced before the slots are released, and each item's hold recorded before its
+    // slot is visible. A source publishing in batches races a reader polling several
+    // items at a time on a queue of 4.
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const ITEMS: u64 = 200_000;
+    let feed = mongoose_delivery::Feed::<u64, u64>::builder("race")
+        .queue_capacity(4)
+        .build();
+    let acknowledged_through = std::sync::Arc::new(AtomicU64::new(0));
+    feed.acknowledge_with(Box::new(Highest(std::sync::Arc::clone(
+        &acknowledged_through,
+    ))));
+    feed.set_pause_by_default(true);
+    let mut reader = feed
+        .subscribe("group", SubscribeOptions::default())
+        .expect("subscribed")
+        .take_reader()
+        .expect("reader");
+    feed.start_complete();
+    let watched = std::sync::Arc::clone(&acknowledged_through);
+    let consumer = std::thread::spawn(move || {
+        let mut check = NeverAhead {
+            acknowledged_through: watched,
+            ahead: 0,
+            seen: 0,
+        };
+        while check.seen < ITEMS {
+            if reader.poll(&mut check, 3) == 0 {
+                std::hint::spin_loop();
+            }
+        }
+        check.ahead
+    });
+    let mut next = 1u64;
+    while next <= ITEMS {
+        feed.poll_acknowledgements();
+        let end = (next + 8).min(ITEMS + 1);
+        let mut produce = || {
+            (next < end).then(|| {
+                next += 1;
+                (next - 1, next - 1)
+            })
+        };
+        match feed.try_publish_batch(&mut produce) {
+            mongoose_core::BatchEnd::Returned(..) => panic!("an item was pulled it could not take"),
+            mongoose_core::BatchEnd::Exhausted | mongoose_core::BatchEnd::Paused => {}
+        }
+    }
+    let ahead = consumer.join().expect("the reader ran");
+    assert_eq!(
+        ahead, 0,
+        "items acknowledged before their reader dispatched them"
+    );
+    feed.poll_acknowledgements();
+    assert_eq!(acknowledged_through.load(Ordering::Acquire), ITEMS);
+}

@@ -87,4 +87,32 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
         allocations, 0,
         "{allocations} allocations for 1,000,000 items"
     );
+
+    // the same through batches (the publisher's chunked fast path) and chunked reads
+    let mut batches = |items: std::ops::Range<u64>| {
+        let mut next = items.start;
+        while next < items.end {
+            let end = (next + 100).min(items.end);
+            let mut produce = || {
+                (next < end).then(|| {
+                    next += 1;
+                    (next - 1, next - 1)
+                })
+            };
+            let _ = feed.try_publish_batch(&mut produce);
+            reader.poll(&mut count, 512);
+            feed.poll_acknowledgements();
+        }
+        reader.poll(&mut count, usize::MAX);
+        feed.poll_acknowledgements();
+    };
+    batches(1_100_000..1_200_000);
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    batches(1_200_000..2_200_000);
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(feed.status().acknowledged, 2_200_000);
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations for 1,000,000 items published in batches"
+    );
 }

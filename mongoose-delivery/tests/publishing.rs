@@ -613,3 +613,68 @@ fn a_drop_is_reported_to_the_reader_where_it_was_lost() {
         ]
     );
 }
+
+#[test]
+fn a_batch_takes_nothing_more_once_its_queue_is_fenced_while_producing() {
+    // §6 under a batch (the chunked fast path of a feed with one queue): a fence raised
+    // while the source produces pauses the feed before the next item is pulled, as it
+    // does between single publishes
+    let (feed, commits) = positioned_feed(16);
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    let mut next = 1u64;
+    let mut pulled = Vec::new();
+    let mut produce = || {
+        let item = next;
+        next += 1;
+        pulled.push(item);
+        if item == 2 {
+            group.set_fenced(true);
+        }
+        Some((item, item * 10))
+    };
+    assert_eq!(
+        feed.try_publish_batch(&mut produce),
+        mongoose_core::BatchEnd::Paused
+    );
+    assert_eq!(
+        pulled,
+        vec![1, 2],
+        "nothing was pulled after the fence went up"
+    );
+    group.set_fenced(false);
+    assert_eq!(process(&mut group, 2), vec![1, 2]);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 20);
+}
+
+#[test]
+fn a_batch_whose_producer_panics_keeps_the_items_it_had_published() {
+    // §3 under a batch (the chunked fast path): items pulled before the producer
+    // panicked were handed over and are published, as single publishes would be, and
+    // the feed goes on numbering and acknowledging after it
+    let (feed, commits) = positioned_feed(16);
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    let mut next = 1u64;
+    let mut produce = || {
+        let item = next;
+        next += 1;
+        assert!(item < 3, "the producer failed");
+        Some((item, item * 10))
+    };
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = feed.try_publish_batch(&mut produce);
+    }));
+    assert!(panicked.is_err(), "the producer's panic reaches its caller");
+    assert_eq!(process(&mut group, 2), vec![1, 2]);
+    let mut rest = vec![(3u64, 30u64)].into_iter();
+    assert_eq!(
+        feed.try_publish_batch(&mut || rest.next()),
+        mongoose_core::BatchEnd::Exhausted
+    );
+    assert_eq!(process(&mut group, 1), vec![3]);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 30);
+    assert_eq!(feed.status().sequence, 3);
+}

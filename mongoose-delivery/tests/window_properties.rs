@@ -15,6 +15,9 @@ use support::*;
 #[derive(Clone, Debug)]
 enum Step {
     Publish,
+    /// A batch of up to this many items (the publisher's chunked fast path when the
+    /// feed has one queue).
+    PublishBatch(usize),
     Dispatch(usize, usize),
     Remove(usize),
     Fence(usize, bool),
@@ -31,6 +34,7 @@ enum Step {
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => Just(Step::Publish),
+        2 => (1..8usize).prop_map(Step::PublishBatch),
         4 => (0..3usize, 1..4usize).prop_map(|(queue, count)| Step::Dispatch(queue, count)),
         1 => (0..3usize).prop_map(Step::Remove),
         1 => (0..3usize, any::<bool>()).prop_map(|(queue, on)| Step::Fence(queue, on)),
@@ -77,6 +81,30 @@ proptest! {
                         held_items.push(next);
                         next += 1;
                     }
+                }
+                Step::PublishBatch(count) => {
+                    let before: Vec<usize> = readers.keys().copied().collect();
+                    let first = next;
+                    let mut pulled = next;
+                    let mut produce = || {
+                        (pulled < first + count as u64).then(|| {
+                            pulled += 1;
+                            (pulled - 1, pulled - 1)
+                        })
+                    };
+                    let end = feed.try_publish_batch(&mut produce);
+                    // a returned item was pulled and not published
+                    let published_end = match end {
+                        mongoose_core::BatchEnd::Returned(item, ..) => item,
+                        _ => pulled,
+                    };
+                    for item in first..published_end {
+                        for queue in &before {
+                            given.get_mut(queue).expect("tracked").push(item);
+                        }
+                        held_items.push(item);
+                    }
+                    next = published_end;
                 }
                 Step::Dispatch(queue, count) => {
                     if let Some(reader) = readers.get_mut(&queue) {
