@@ -161,6 +161,8 @@ pub struct QueueReader<T> {
     policy: RetryPolicy,
     dispatched: u64,
     progress: Progress,
+    /// The most items a poll takes from the ring at once (see [`READ_CHUNK`]).
+    chunk: usize,
 }
 
 impl<T> std::fmt::Debug for QueueReader<T> {
@@ -180,12 +182,13 @@ impl<T> QueueReader<T> {
         policy: RetryPolicy,
     ) -> Self {
         QueueReader {
-            consumer,
             shared,
             feed,
             policy,
             dispatched: 0,
             progress: Progress::new(),
+            chunk: (consumer.buffer().capacity() / 2).clamp(1, READ_CHUNK),
+            consumer,
         }
     }
 
@@ -244,7 +247,7 @@ impl<T> QueueReader<T> {
         while finished < limit {
             // a chunk at a time: the ring's shared indices are read and written once
             // per chunk, not once per item
-            let wanted = (limit - finished).min(READ_CHUNK);
+            let wanted = (limit - finished).min(self.chunk);
             let available = self.consumer.slots().min(wanted);
             if available == 0 {
                 break;
@@ -291,9 +294,10 @@ impl<T> QueueReader<T> {
     }
 }
 
-/// The most items a poll takes from its ring at once: the slots of a chunk are
-/// released together, so a smaller chunk hands room back to the publisher sooner.
-const READ_CHUNK: usize = 256;
+/// The most items a poll takes from its ring at once, and at most half the ring: the
+/// slots of a chunk are released together, so the publisher can fill one half while the
+/// reader works through the other.
+const READ_CHUNK: usize = 1024;
 
 /// Dispatches the envelope at the head of the queue (position `dispatched`); returns
 /// false when it waits for a retry or a backoff. On true the item is finished and
