@@ -3,7 +3,9 @@
 //! threads, with acknowledgements polled by the source and a no-op committer, against
 //! a raw SPSC ring pass-through of the same items.
 //!
-//! `cargo run --release -p mongoose-delivery --example pipeline_bench -- [items]`
+//! `cargo run --release -p mongoose-delivery --example pipeline_bench -- [items] [mode]`
+//! where mode `hop` runs only the one-hop pipeline, `single` only the one-thread run
+//! (batches) and `try` a one-thread run publishing one item at a time.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -169,6 +171,37 @@ fn single_thread(items: u64) -> Duration {
     started.elapsed()
 }
 
+/// As [`single_thread`], publishing one item at a time with `try_publish`.
+fn single_thread_one_by_one(items: u64) -> Duration {
+    let feed = Feed::<u64, u64>::builder("bench")
+        .queue_capacity(16 * 1024)
+        .build();
+    feed.acknowledge_with(Box::new(NoOpCommitter(0)));
+    feed.set_pause_by_default(true);
+    let mut reader = feed
+        .subscribe("g", SubscribeOptions::default())
+        .expect("subscribed")
+        .take_reader()
+        .expect("reader");
+    feed.start_complete();
+    let mut count = Count(0);
+    let started = Instant::now();
+    let mut item = 1u64;
+    while item <= items {
+        let end = item + 1024;
+        while item < end {
+            if feed.try_publish(item, item).is_published() {
+                item += 1;
+            } else {
+                break;
+            }
+        }
+        reader.poll(&mut count, 1024);
+        feed.poll_acknowledgements();
+    }
+    started.elapsed()
+}
+
 fn rate(items: u64, elapsed: Duration) -> f64 {
     items as f64 / elapsed.as_secs_f64() / 1e6
 }
@@ -188,6 +221,11 @@ fn main() {
     if mode.as_deref() == Some("hop") {
         let one = best_of_three(|| rate(items, pipeline(items, 1)));
         println!("feed -> 1 queue -> counter {one:8.1} M events/s");
+        return;
+    }
+    if mode.as_deref() == Some("try") {
+        let one_by_one = best_of_three(|| rate(items, single_thread_one_by_one(items)));
+        println!("one thread try_publish+dispatch+ack {one_by_one:8.1} M events/s");
         return;
     }
     let single = best_of_three(|| rate(items, single_thread(items)));

@@ -769,6 +769,22 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     fn deliver(&self, state: &mut State<T, P>, item: T, position: Option<(Epoch, P)>) {
         state.sequence += 1;
         let sequence = state.sequence;
+        if let (Some((epoch, position)), [binding]) = (position, state.bindings.as_mut_slice()) {
+            // a positioned item for a lone queue with room: no fan-out, no loss to count
+            if binding.has_room() {
+                let envelope = Envelope::Item {
+                    payload: Payload::Owned(item),
+                    sequence,
+                    position: Some((epoch, position.value())),
+                };
+                // free space only grows behind the publisher's back: the push succeeds
+                binding
+                    .push(envelope, sequence)
+                    .unwrap_or_else(|_| unreachable!("the ring had room"));
+                state.window.push(sequence, epoch, position, true);
+                return;
+            }
+        }
         let mut entered = false;
         let targets = state.bindings.len();
         let mut shared_item: Option<Arc<T>> = None;
