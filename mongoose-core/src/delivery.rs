@@ -223,6 +223,7 @@ impl DeliveryContext {
     }
 }
 
+#[inline]
 fn clear_registrations(state: &ContextState) {
     if state.any_registration.get() {
         state.registrations.borrow_mut().clear();
@@ -263,6 +264,7 @@ pub mod engine {
 
     /// Enters a positioned delivery on this thread. The feed name is cloned only when
     /// it differs from the last one entered (no per-item reference counting).
+    #[inline]
     pub fn enter(
         feed: &Arc<str>,
         sequence: u64,
@@ -305,6 +307,7 @@ pub mod engine {
 
     /// Leaves the delivery: the context is cleared and pending completions that did not
     /// run are discarded (a delivery that ends without completing runs none).
+    #[inline]
     pub fn exit() {
         CONTEXT.with(|state| {
             state.active.set(false);
@@ -326,6 +329,7 @@ pub mod engine {
     /// a running completion registered. Once taken it is no longer pending: registering
     /// it again (from its own run) queues it again, so a callback that keeps
     /// registering itself meets [`MAX_COMPLETIONS_PER_DELIVERY`] instead of spinning.
+    #[inline]
     pub fn take_next_completion() -> Option<PendingCompletion> {
         CONTEXT.with(|state| {
             if !state.any_registration.get() {
