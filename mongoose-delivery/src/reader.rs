@@ -255,8 +255,16 @@ impl<T> QueueReader<T> {
             let Ok(chunk) = self.consumer.read_chunk(available) else {
                 break;
             };
-            let (first, second) = chunk.as_slices();
-            let mut done_in_chunk = 0;
+            let mut release = Release {
+                chunk: Some(chunk),
+                done: 0,
+                dispatched: self.dispatched,
+                shared: &self.shared,
+            };
+            let (first, second) = release
+                .chunk
+                .as_ref()
+                .map_or((&[][..], &[][..]), |chunk| chunk.as_slices());
             let mut stopped = false;
             for envelope in first.iter().chain(second) {
                 if !dispatch_one(
@@ -271,18 +279,11 @@ impl<T> QueueReader<T> {
                     stopped = true;
                     break;
                 }
-                done_in_chunk += 1;
+                release.done += 1;
+                release.dispatched = self.dispatched;
             }
-            // `dispatched` first, then the slots: the publisher may reuse a released slot
-            // at once, overwriting its held sequence in the hold ring, and an item still
-            // counted undispatched would then be acknowledged with a later one's hold
-            if done_in_chunk > 0 {
-                self.shared
-                    .dispatched
-                    .store(self.dispatched, Ordering::Release);
-            }
-            chunk.commit(done_in_chunk);
-            finished += done_in_chunk;
+            finished += release.done;
+            drop(release);
             if stopped {
                 break;
             }
@@ -291,6 +292,33 @@ impl<T> QueueReader<T> {
             report_drops(&self.shared, self.dispatched, dispatcher);
         }
         finished
+    }
+}
+
+/// Releases the items of a chunk that finished, when the chunk's work ends, also when a
+/// dispatcher panics: a finished item is never given again nor counted twice.
+struct Release<'a, T> {
+    chunk: Option<rtrb::chunks::ReadChunk<'a, Envelope<T>>>,
+    /// Items of the chunk that finished, from its start.
+    done: usize,
+    /// The queue's `dispatched` after them.
+    dispatched: u64,
+    shared: &'a QueueShared,
+}
+
+impl<T> Drop for Release<'_, T> {
+    fn drop(&mut self) {
+        // `dispatched` first, then the slots: the publisher may reuse a released slot at
+        // once, overwriting its held sequence in the hold ring, and an item still counted
+        // undispatched would then be acknowledged with a later one's hold
+        if self.done > 0 {
+            self.shared
+                .dispatched
+                .store(self.dispatched, Ordering::Release);
+        }
+        if let Some(chunk) = self.chunk.take() {
+            chunk.commit(self.done);
+        }
     }
 }
 

@@ -396,3 +396,63 @@ fn an_item_published_in_a_batch_and_read_in_a_chunk_is_never_acknowledged_before
     feed.poll_acknowledgements();
     assert_eq!(acknowledged_through.load(Ordering::Acquire), ITEMS);
 }
+
+/// Collects the items it is given and panics once, on `panic_on`.
+struct PanicsOnce {
+    items: Vec<u64>,
+    panic_on: Option<u64>,
+}
+
+impl mongoose_delivery::Dispatcher<u64> for PanicsOnce {
+    fn dispatch(&mut self, item: &u64, _: u32) -> mongoose_delivery::DispatchOutcome {
+        if self.panic_on == Some(*item) {
+            self.panic_on = None;
+            panic!("the dispatcher failed on {item}");
+        }
+        self.items.push(*item);
+        mongoose_delivery::DispatchOutcome::Done
+    }
+    fn complete(
+        &mut self,
+        _: mongoose_core::engine::PendingCompletion,
+        _: &mongoose_core::Delivery,
+    ) -> Result<(), mongoose_core::ProcessorError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_dispatcher_panic_inside_a_chunk_keeps_the_items_before_it_dispatched_once() {
+    // §3, invariant 1: a reader takes several items per chunk; when a dispatch unwinds
+    // out of poll (a group catches it at its duty cycle), the items finished before it
+    // are counted and released, and the one that panicked is given again: nothing is
+    // given twice or counted twice, and nothing unfinished is acknowledged
+    let (feed, commits) = positioned_feed(16);
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    for item in 1..=5u64 {
+        assert!(feed.try_publish(item, item * 10).is_published());
+    }
+    let mut dispatcher = PanicsOnce {
+        items: Vec::new(),
+        panic_on: Some(3),
+    };
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        group.poll(&mut dispatcher, 5)
+    }));
+    assert!(
+        unwound.is_err(),
+        "the dispatcher's panic reaches the poller"
+    );
+    assert_eq!(group.dispatched(), 2);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 20, "the finished items are acknowledged");
+    assert_eq!(group.poll(&mut dispatcher, 5), 3);
+    assert_eq!(
+        dispatcher.items,
+        vec![1, 2, 3, 4, 5],
+        "each given once, in order"
+    );
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 50);
+}
