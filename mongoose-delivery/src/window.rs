@@ -79,14 +79,16 @@ impl<P: Position> Window<P> {
 
     /// Removes every entry up to and including `done_through`, in order, into `out`.
     pub(crate) fn acknowledge_through(&mut self, done_through: u64, out: &mut Vec<WindowEntry<P>>) {
-        while let Some(head) = self.entries.front() {
-            if head.sequence > done_through {
-                break;
+        // the entries are in sequence order: the acknowledged ones are a prefix, moved
+        // out at once
+        let through = self
+            .entries
+            .partition_point(|entry| entry.sequence <= done_through);
+        if through > 0 {
+            out.extend(self.entries.drain(..through));
+            if let Some(last) = out.last() {
+                self.acknowledged = last.sequence;
             }
-            let head = *head;
-            self.entries.pop_front();
-            self.acknowledged = head.sequence;
-            out.push(head);
         }
         if self.entries.is_empty() {
             // nothing left to merge into: the next item starts a run of its own
