@@ -99,13 +99,21 @@ fn pipeline(items: u64, queues: usize) -> Duration {
     elapsed
 }
 
+/// The cores of the machine, read once before any thread is pinned: the cores a thread
+/// reads are those of its own affinity mask, so a thread spawned by a pinned thread
+/// would see one core only, and every side of a pipeline would be pinned to it.
+static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
+
+fn cores() -> &'static [core_affinity::CoreId] {
+    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
+}
+
 /// Pins the calling thread to a core (modulo the cores there are), so the two sides
 /// of a one-hop pipeline run on different cores as they would in production.
 fn pin(index: usize) {
-    if let Some(cores) = core_affinity::get_core_ids() {
-        if !cores.is_empty() {
-            core_affinity::set_for_current(cores[index % cores.len()]);
-        }
+    let cores = cores();
+    if !cores.is_empty() {
+        core_affinity::set_for_current(cores[index % cores.len()]);
     }
 }
 
@@ -213,6 +221,8 @@ fn best_of_three(mut run: impl FnMut() -> f64) -> f64 {
 }
 
 fn main() {
+    // before anything is pinned (see CORES)
+    let _ = cores();
     let items: u64 = std::env::args()
         .nth(1)
         .and_then(|arg| arg.parse().ok())
