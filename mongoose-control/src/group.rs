@@ -758,9 +758,10 @@ enum Cycle {
 
 fn run_group(shared: Arc<GroupShared>, seed: Seed) {
     if let Some(core) = seed.core {
-        let pinned = core_affinity::get_core_ids()
-            .and_then(|ids| ids.into_iter().find(|id| id.id == core))
-            .is_some_and(core_affinity::set_for_current);
+        // not looked up in get_core_ids(): that lists only the cores the calling thread
+        // may run on, so a group started from a thread already pinned elsewhere would
+        // never find its core; the kernel refuses a core that does not exist
+        let pinned = core_affinity::set_for_current(core_affinity::CoreId { id: core });
         if !pinned {
             tracing::warn!(group = %shared.name, core, "could not pin the group's thread to the core");
         }

@@ -388,6 +388,10 @@ fn dispatch_one<T>(
     if done {
         progress.reset();
         *dispatched += 1;
+        // published per item, not per chunk: a slow processor's items are acknowledged
+        // (and its source commits) as each one finishes, not a chunk later. Still
+        // before the chunk's slots are released (see `Release`).
+        shared.dispatched.store(*dispatched, Ordering::Release);
     }
     done
 }

@@ -456,3 +456,49 @@ fn a_dispatcher_panic_inside_a_chunk_keeps_the_items_before_it_dispatched_once()
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 50);
 }
+
+/// On item 3, polls the feed's acknowledgements and notes the committed pointer.
+struct PollsOnThird {
+    feed: std::sync::Arc<mongoose_delivery::Publisher<u64, u64>>,
+    commits: Commits,
+    seen_at_third: Option<u64>,
+}
+
+impl mongoose_delivery::Dispatcher<u64> for PollsOnThird {
+    fn dispatch(&mut self, item: &u64, _: u32) -> mongoose_delivery::DispatchOutcome {
+        if *item == 3 {
+            self.feed.poll_acknowledgements();
+            self.seen_at_third = Some(self.commits.pointer());
+        }
+        mongoose_delivery::DispatchOutcome::Done
+    }
+    fn complete(
+        &mut self,
+        _: mongoose_core::engine::PendingCompletion,
+        _: &mongoose_core::Delivery,
+    ) -> Result<(), mongoose_core::ProcessorError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn items_finished_early_in_a_poll_are_acknowledged_before_the_poll_ends() {
+    // §3: the reader takes a chunk of the ring at a time, but each item counts as
+    // dispatched when it finishes, so a slow processor's source commits item by item,
+    // not a chunk later
+    let (feed, commits) = positioned_feed(16);
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    publish_range(&feed, 1..=4);
+    let mut dispatcher = PollsOnThird {
+        feed: std::sync::Arc::clone(&feed),
+        commits: commits.clone(),
+        seen_at_third: None,
+    };
+    assert_eq!(group.poll(&mut dispatcher, 16), 4, "one poll, one chunk");
+    assert_eq!(
+        dispatcher.seen_at_third,
+        Some(20),
+        "items 1 and 2 were committed while item 3 was handled"
+    );
+}
