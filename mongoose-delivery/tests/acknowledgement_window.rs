@@ -282,18 +282,20 @@ impl mongoose_delivery::Dispatcher<u64> for NeverAhead {
     }
 }
 
-#[test]
-fn an_item_is_never_acknowledged_before_its_reader_dispatched_it() {
-    // §3, invariant 1 (regression, seen as "committed before its completion ran" in
-    // DeliveryCompletionServerTest): the reader released the item's ring slot before it
-    // advanced `dispatched`; in that gap the publisher reused the slot, overwrote the
-    // held sequence of the item still counted undispatched, and the window acknowledged
-    // up to a whole queue of items nobody had processed. A source thread publishing and
-    // polling acknowledgements races a reader on a queue of 2.
+/// Races a reader polling up to `poll_limit` items at a time against a source thread
+/// (this one) that polls acknowledgements and calls `publish` until `items` items are
+/// published (`publish` advances `next`, the next item, which is also its position).
+/// Returns how many items were acknowledged before their reader dispatched them, and
+/// the acknowledged position once everything was dispatched.
+fn race(
+    capacity: usize,
+    items: u64,
+    poll_limit: usize,
+    mut publish: impl FnMut(&mongoose_delivery::Publisher<u64, u64>, &mut u64),
+) -> (u64, u64) {
     use std::sync::atomic::{AtomicU64, Ordering};
-    const ITEMS: u64 = 300_000;
     let feed = mongoose_delivery::Feed::<u64, u64>::builder("race")
-        .queue_capacity(2)
+        .queue_capacity(capacity)
         .build();
     let acknowledged_through = std::sync::Arc::new(AtomicU64::new(0));
     feed.acknowledge_with(Box::new(Highest(std::sync::Arc::clone(
@@ -313,27 +315,42 @@ fn an_item_is_never_acknowledged_before_its_reader_dispatched_it() {
             ahead: 0,
             seen: 0,
         };
-        while check.seen < ITEMS {
-            if reader.poll(&mut check, 1) == 0 {
+        while check.seen < items {
+            if reader.poll(&mut check, poll_limit) == 0 {
                 std::hint::spin_loop();
             }
         }
         check.ahead
     });
     let mut next = 1u64;
-    while next <= ITEMS {
+    while next <= items {
         feed.poll_acknowledgements();
-        if let TryPublish::Published = feed.try_publish(next, next) {
-            next += 1;
-        }
+        publish(&feed, &mut next);
     }
     let ahead = consumer.join().expect("the reader ran");
+    feed.poll_acknowledgements();
+    (ahead, acknowledged_through.load(Ordering::Acquire))
+}
+
+#[test]
+fn an_item_is_never_acknowledged_before_its_reader_dispatched_it() {
+    // §3, invariant 1 (regression, seen as "committed before its completion ran" in
+    // DeliveryCompletionServerTest): the reader released the item's ring slot before it
+    // advanced `dispatched`; in that gap the publisher reused the slot, overwrote the
+    // held sequence of the item still counted undispatched, and the window acknowledged
+    // up to a whole queue of items nobody had processed. A source thread publishing and
+    // polling acknowledgements races a reader on a queue of 2.
+    const ITEMS: u64 = 300_000;
+    let (ahead, acknowledged) = race(2, ITEMS, 1, |feed, next| {
+        if let TryPublish::Published = feed.try_publish(*next, *next) {
+            *next += 1;
+        }
+    });
     assert_eq!(
         ahead, 0,
         "items acknowledged before their reader dispatched them"
     );
-    feed.poll_acknowledgements();
-    assert_eq!(acknowledged_through.load(Ordering::Acquire), ITEMS);
+    assert_eq!(acknowledged, ITEMS);
 }
 
 #[test]
@@ -343,58 +360,25 @@ fn an_item_published_in_a_batch_and_read_in_a_chunk_is_never_acknowledged_before
     // advanced before the slots are released, and each item's hold recorded before its
     // slot is visible. A source publishing in batches races a reader polling several
     // items at a time on a queue of 4.
-    use std::sync::atomic::{AtomicU64, Ordering};
     const ITEMS: u64 = 200_000;
-    let feed = mongoose_delivery::Feed::<u64, u64>::builder("race")
-        .queue_capacity(4)
-        .build();
-    let acknowledged_through = std::sync::Arc::new(AtomicU64::new(0));
-    feed.acknowledge_with(Box::new(Highest(std::sync::Arc::clone(
-        &acknowledged_through,
-    ))));
-    feed.set_pause_by_default(true);
-    let mut reader = feed
-        .subscribe("group", SubscribeOptions::default())
-        .expect("subscribed")
-        .take_reader()
-        .expect("reader");
-    feed.start_complete();
-    let watched = std::sync::Arc::clone(&acknowledged_through);
-    let consumer = std::thread::spawn(move || {
-        let mut check = NeverAhead {
-            acknowledged_through: watched,
-            ahead: 0,
-            seen: 0,
-        };
-        while check.seen < ITEMS {
-            if reader.poll(&mut check, 3) == 0 {
-                std::hint::spin_loop();
-            }
-        }
-        check.ahead
-    });
-    let mut next = 1u64;
-    while next <= ITEMS {
-        feed.poll_acknowledgements();
-        let end = (next + 8).min(ITEMS + 1);
+    let (ahead, acknowledged) = race(4, ITEMS, 3, |feed, next| {
+        let end = (*next + 8).min(ITEMS + 1);
         let mut produce = || {
-            (next < end).then(|| {
-                next += 1;
-                (next - 1, next - 1)
+            (*next < end).then(|| {
+                *next += 1;
+                (*next - 1, *next - 1)
             })
         };
         match feed.try_publish_batch(&mut produce) {
             mongoose_core::BatchEnd::Returned(..) => panic!("an item was pulled it could not take"),
             mongoose_core::BatchEnd::Exhausted | mongoose_core::BatchEnd::Paused => {}
         }
-    }
-    let ahead = consumer.join().expect("the reader ran");
+    });
     assert_eq!(
         ahead, 0,
         "items acknowledged before their reader dispatched them"
     );
-    feed.poll_acknowledgements();
-    assert_eq!(acknowledged_through.load(Ordering::Acquire), ITEMS);
+    assert_eq!(acknowledged, ITEMS);
 }
 
 /// Collects the items it is given and panics once, on `panic_on`.
