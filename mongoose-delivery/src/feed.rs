@@ -63,8 +63,13 @@ impl<T, P> std::fmt::Debug for FeedBuilder<T, P> {
 
 impl<T: Clone + Send + Sync + 'static, P: Position> FeedBuilder<T, P> {
     /// Copies the item for each queue of a fan-out instead of sharing it behind one
-    /// `Arc`: cheaper for small items (numbers, small structs), whose copies avoid an
-    /// allocation and a shared reference count per item.
+    /// `Arc`: cheaper for small items (numbers, small structs), whose copies avoid a
+    /// shared reference count per item.
+    ///
+    /// Without it a fan-out shares each item behind an `Arc` taken from a pool of one
+    /// more than the largest queue, reused once every queue released it: no allocation
+    /// per item, but an item is dropped when its pooled `Arc` is reused (on the
+    /// publishing thread), not when the last queue releases it.
     pub fn clone_on_fan_out(mut self) -> Self {
         self.fan_out_clone = Some(T::clone);
         self

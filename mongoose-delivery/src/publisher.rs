@@ -100,6 +100,9 @@ struct State<T, P: Position> {
     retained: Vec<RetainedPoint>,
     window: Window<P>,
     cache: VecDeque<Cached<T, P>>,
+    /// The shared items of a fan-out, oldest first, reused once every queue released
+    /// them (see [`Publisher::share`]).
+    shared_pool: VecDeque<Arc<T>>,
     waiting_status: Option<SourceState>,
     published_status: Option<SourceState>,
     startup_status_pending: bool,
@@ -203,6 +206,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             explicit_default,
             pause_by_default: false,
             overrides: builder.overrides,
+            shared_pool: VecDeque::new(),
             dropped: 0,
             refused: 0,
             downgraded: 0,
@@ -386,6 +390,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
 
     fn retire(&self, state: &mut State<T, P>, binding: Binding<T>, feed: &str) {
         binding.shared.closed.store(true, Ordering::Release);
+        if state.bindings.len() < 2 {
+            // no fan-out any more: the pooled items it kept for reuse can go
+            state.shared_pool.clear();
+        }
         let durable = binding
             .hold
             .as_ref()
@@ -790,7 +798,9 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let mut shared_item: Option<Arc<T>> = None;
         let mut owned_item = Some(item);
         if targets > 1 && self.fan_out_clone.is_none() {
-            shared_item = owned_item.take().map(Arc::new);
+            shared_item = owned_item
+                .take()
+                .map(|item| Self::share(&mut state.shared_pool, item));
         }
         let envelope_position = position.map(|(epoch, position)| (epoch, position.value()));
         let mut losses: Vec<(usize, bool)> = Vec::new();
@@ -833,6 +843,37 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
         if let Some((epoch, position)) = position {
             state.window.push(sequence, epoch, position, entered);
+        }
+        if let Some(shared) = shared_item {
+            Self::keep_shared(state, shared);
+        }
+    }
+
+    /// The shared item of a fan-out: the oldest pooled one when every queue has
+    /// released it (the item it held is dropped here, on the publishing thread), else a
+    /// new one. Once the pool holds one more item than the largest queue, the oldest
+    /// is always released (no queue holds more than its capacity), so a fan-out
+    /// allocates nothing per item, as the Java original's pooled references.
+    fn share(pool: &mut VecDeque<Arc<T>>, item: T) -> Arc<T> {
+        if let Some(front) = pool.front_mut() {
+            if let Some(slot) = Arc::get_mut(front) {
+                *slot = item;
+                return pool.pop_front().expect("the front was just reused");
+            }
+        }
+        Arc::new(item)
+    }
+
+    /// Keeps a fan-out's shared item for reuse, up to one more than the largest queue.
+    fn keep_shared(state: &mut State<T, P>, shared: Arc<T>) {
+        let largest = state
+            .bindings
+            .iter()
+            .map(|binding| binding.producer.buffer().capacity())
+            .max()
+            .unwrap_or(0);
+        if state.shared_pool.len() <= largest {
+            state.shared_pool.push_back(shared);
         }
     }
 
