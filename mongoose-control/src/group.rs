@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::admin::{self, AdminCommands};
 use crate::audit::{AuditCounts, AuditMirror, ControlAudit, NewRecord, RecordType};
+use crate::contain::{contained, panic_message};
 use crate::context::{self, TimerOp};
 use crate::controller;
 use crate::error::ControlError;
@@ -37,7 +38,7 @@ use crate::handle::ServerId;
 use crate::idle::{IdleStrategy, Idler};
 use crate::record::{AdminOutcome, GroupRecorder};
 use crate::reply::{ControlReply, ReplyExecutor, ReplyOutcome, ReplySender};
-use crate::services::{ServiceBroadcast, ServiceEvent, SERVICES_FEED};
+use crate::services::{services_handler, ServiceBroadcast, ServiceEvent, SERVICES_FEED};
 
 /// How a retry-safe processor's failed item (or a failed completion callback) is
 /// retried: alone, on a later duty cycle, after a backoff that never sleeps on the agent
@@ -682,24 +683,6 @@ fn write_reply_record(
         record = record.kind(reply.kind);
     }
     audit.write(record);
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic with a non-text payload".to_owned()
-    }
-}
-
-fn contained<R>(call: impl FnOnce() -> Result<R, ProcessorError>) -> Result<R, String> {
-    match catch_unwind(AssertUnwindSafe(call)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(error.message().to_owned()),
-        Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
-    }
 }
 
 // ----- the group thread -----
@@ -2070,16 +2053,7 @@ impl Subscriptions for StartSubscriptions<'_> {
         handler: Box<dyn Any + Send>,
     ) -> Result<(), ProcessorError> {
         if feed == SERVICES_FEED {
-            if item_type != TypeId::of::<ServiceEvent>() {
-                return Err(ProcessorError::new(format!(
-                    "feed '{SERVICES_FEED}' carries {}, but the handler takes {item_type_name}",
-                    std::any::type_name::<ServiceEvent>()
-                )));
-            }
-            let handler = handler
-                .downcast::<Handler<ServiceEvent>>()
-                .map_err(|_| ProcessorError::new("service handler of an unexpected type"))?;
-            self.service_handler = Some(*handler);
+            self.service_handler = Some(services_handler(item_type, item_type_name, handler)?);
             return Ok(());
         }
         let binding = self

@@ -67,6 +67,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod contain;
 pub mod context;
 pub mod controller;
 mod delivery;
@@ -96,4 +97,6 @@ pub use idle::IdleStrategy;
 pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
 pub use record::{AdminOutcome, GroupRecorder};
 pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
-pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED};
+pub use services::{
+    services_handler, Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED,
+};

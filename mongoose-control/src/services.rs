@@ -4,11 +4,11 @@
 //! `start` with a handler of [`ServiceEvent`]; it is then told, on its own group
 //! thread, of every service registered (once per service registration) and removed.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::fmt;
 use std::sync::Arc;
 
-use mongoose_core::ProcessorError;
+use mongoose_core::{Handler, ProcessorError};
 
 /// The pseudo-feed a processor subscribes to for [`ServiceEvent`]s.
 pub const SERVICES_FEED: &str = "mongoose.services";
@@ -29,6 +29,26 @@ pub trait Service: Any + Send + Sync {
     fn inject(&self, name: &str, other: &Arc<dyn Service>) {
         let _ = (name, other);
     }
+}
+
+/// The services handler a processor subscribed to [`SERVICES_FEED`] (erased as
+/// `Subscriptions::subscribe_erased` hands it over), typed; an error naming both types
+/// when the handler does not take [`ServiceEvent`]s.
+pub fn services_handler(
+    item_type: TypeId,
+    item_type_name: &'static str,
+    handler: Box<dyn Any + Send>,
+) -> Result<Handler<ServiceEvent>, ProcessorError> {
+    if item_type != TypeId::of::<ServiceEvent>() {
+        return Err(ProcessorError::new(format!(
+            "feed '{SERVICES_FEED}' carries {}, but the handler takes {item_type_name}",
+            std::any::type_name::<ServiceEvent>()
+        )));
+    }
+    handler
+        .downcast::<Handler<ServiceEvent>>()
+        .map(|handler| *handler)
+        .map_err(|_| ProcessorError::new("service handler of an unexpected type"))
 }
 
 /// What a processor is told about a service.

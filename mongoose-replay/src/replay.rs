@@ -12,9 +12,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use mongoose_control::admin::{self, AdminCommands};
+use mongoose_control::contain::{contained, panic_message};
 use mongoose_control::controller;
 use mongoose_control::feeds::InvokeFn;
-use mongoose_control::{ControlInterceptor, Service, ServiceEvent, SERVICES_FEED};
+use mongoose_control::{
+    services_handler, ControlInterceptor, Service, ServiceEvent, SERVICES_FEED,
+};
 use mongoose_core::{
     engine, Delivery, Handler, Processor, ProcessorError, ProcessorId, Subscriptions,
 };
@@ -417,7 +420,7 @@ impl Replayer {
             services: None,
         };
         // the admin commands it registers in start are the ones its AdminInvoked entries call
-        let (started, mut commands) =
+        let (started, commands) =
             admin::collect_commands(|| contained(|| processor.start(&mut routes)));
         let started = started
             .map_err(|reason| format!("the replayed processor could not be started: {reason}"));
@@ -427,14 +430,13 @@ impl Replayer {
             return;
         }
         result.replayed += index;
-        let Routes {
-            mut handlers,
-            services: services_handler,
-            ..
-        } = routes;
-        let mut services = HeldServices {
-            handler: services_handler,
-            held: HashSet::new(),
+        let mut routed = Routed {
+            handlers: routes.handlers,
+            commands,
+            services: HeldServices {
+                handler: routes.services,
+                held: HashSet::new(),
+            },
         };
         while index < entries.len() {
             let number = index + 1;
@@ -443,34 +445,8 @@ impl Replayer {
             let next = calls
                 .borrow_mut()
                 .expect(entries, index + 1, format!("at entry {number}"));
-            let outcome = match entry {
-                Entry::AdminInvoked {
-                    command,
-                    args,
-                    clock,
-                } => replay_admin(
-                    id,
-                    &mut *processor,
-                    &mut commands,
-                    number,
-                    (command, args, clock),
-                    result,
-                ),
-                Entry::ServiceChanged {
-                    service,
-                    version,
-                    delivered,
-                    clock,
-                } => self.replay_service(
-                    id,
-                    &mut *processor,
-                    &mut services,
-                    number,
-                    (service, *version, *delivered, clock),
-                    result,
-                ),
-                _ => self.replay_entry(id, &mut *processor, &mut handlers, number, entry, result),
-            };
+            let outcome =
+                self.replay_entry(id, &mut *processor, &mut routed, number, entry, result);
             let failed = match outcome {
                 Step::Next => None,
                 Step::Stop(reason) => Some(reason),
@@ -502,11 +478,7 @@ impl Replayer {
                 "recorded service callback for {service} was not delivered (entry {number}): {why}"
             ))
         };
-        let Some(handler) = services
-            .handler
-            .as_mut()
-            .and_then(|handler| handler.downcast_mut::<Handler<ServiceEvent>>())
-        else {
+        let Some(handler) = services.handler.as_mut() else {
             return not_delivered("the replayed processor does not subscribe to services");
         };
         let event = if delivered {
@@ -567,7 +539,7 @@ impl Replayer {
         &self,
         id: ProcessorId,
         processor: &mut dyn Processor,
-        handlers: &mut Handlers,
+        routed: &mut Routed,
         number: usize,
         entry: &Entry,
         result: &mut ProcessorReplay,
@@ -601,7 +573,7 @@ impl Replayer {
                 self.replay_input(
                     id,
                     processor,
-                    handlers,
+                    &mut routed.handlers,
                     number,
                     route,
                     payload,
@@ -618,7 +590,7 @@ impl Replayer {
             } => self.replay_input(
                 id,
                 processor,
-                handlers,
+                &mut routed.handlers,
                 number,
                 route,
                 payload,
@@ -641,14 +613,35 @@ impl Replayer {
                 });
                 Step::Next
             }
-            // the stream loop replays these before they could get here: AdminInvoked
-            // through the processor's commands, ServiceChanged through its services
-            // callback, ControlCall as the requests it expects
-            other @ (Entry::AdminInvoked { .. }
-            | Entry::ServiceChanged { .. }
-            | Entry::ControlCall { .. }) => Step::Stop(format!(
-                "entry {number} could not be replayed: a {} entry out of place",
-                other.kind()
+            Entry::AdminInvoked {
+                command,
+                args,
+                clock,
+            } => replay_admin(
+                id,
+                processor,
+                &mut routed.commands,
+                number,
+                (command, args, clock),
+                result,
+            ),
+            Entry::ServiceChanged {
+                service,
+                version,
+                delivered,
+                clock,
+            } => self.replay_service(
+                id,
+                processor,
+                &mut routed.services,
+                number,
+                (service, *version, *delivered, clock),
+                result,
+            ),
+            // the stream loop takes these as the requests it expects after each entry
+            // (and before the first): one cannot get here
+            Entry::ControlCall { .. } => Step::Stop(format!(
+                "entry {number} could not be replayed: a ControlCall entry out of place"
             )),
         }
     }
@@ -939,35 +932,24 @@ fn run_pinned(
     Step::Next
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic with a non-text payload".to_owned()
-    }
-}
-
-fn contained(call: impl FnOnce() -> Result<(), ProcessorError>) -> Result<(), String> {
-    match catch_unwind(AssertUnwindSafe(call)) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(error.message().to_owned()),
-        Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
-    }
-}
-
 /// The handlers a replayed processor subscribes in `start`.
 struct Routes<'a> {
     feeds: &'a FeedCodecs,
     handlers: HashMap<String, (Box<dyn Any + Send>, Option<InvokeFn>)>,
-    /// The handler of [`SERVICES_FEED`] (a `Handler<ServiceEvent>`), if it subscribed.
-    services: Option<Box<dyn Any + Send>>,
+    /// The handler of [`SERVICES_FEED`], if it subscribed.
+    services: Option<Handler<ServiceEvent>>,
+}
+
+/// What a replayed processor set up in `start`, which its entries are replayed through.
+struct Routed {
+    handlers: Handlers,
+    commands: AdminCommands,
+    services: HeldServices,
 }
 
 /// A replayed processor's services callback and the services it holds.
 struct HeldServices {
-    handler: Option<Box<dyn Any + Send>>,
+    handler: Option<Handler<ServiceEvent>>,
     held: HashSet<String>,
 }
 
@@ -981,7 +963,7 @@ impl Subscriptions for Routes<'_> {
     ) -> Result<(), ProcessorError> {
         if feed == SERVICES_FEED {
             // called where the recording has ServiceChanged entries, never live
-            self.services = Some(handler);
+            self.services = Some(services_handler(item_type, item_type_name, handler)?);
             return Ok(());
         }
         let invoke = match self.feeds.feeds.get(feed) {
