@@ -258,8 +258,6 @@ impl<T> QueueReader<T> {
             let mut release = Release {
                 chunk: Some(chunk),
                 done: 0,
-                dispatched: self.dispatched,
-                shared: &self.shared,
             };
             let (first, second) = release
                 .chunk
@@ -280,7 +278,6 @@ impl<T> QueueReader<T> {
                     break;
                 }
                 release.done += 1;
-                release.dispatched = self.dispatched;
             }
             finished += release.done;
             drop(release);
@@ -297,25 +294,18 @@ impl<T> QueueReader<T> {
 
 /// Releases the items of a chunk that finished, when the chunk's work ends, also when a
 /// dispatcher panics: a finished item is never given again nor counted twice.
+///
+/// The queue's `dispatched` already counts each of them ([`dispatch_one`] publishes it
+/// per item): `dispatched` first, then the slots, since the publisher may reuse a
+/// released slot at once.
 struct Release<'a, T> {
     chunk: Option<rtrb::chunks::ReadChunk<'a, Envelope<T>>>,
     /// Items of the chunk that finished, from its start.
     done: usize,
-    /// The queue's `dispatched` after them.
-    dispatched: u64,
-    shared: &'a QueueShared,
 }
 
 impl<T> Drop for Release<'_, T> {
     fn drop(&mut self) {
-        // `dispatched` first, then the slots: the publisher may reuse a released slot at
-        // once, overwriting its held sequence in the hold ring, and an item still counted
-        // undispatched would then be acknowledged with a later one's hold
-        if self.done > 0 {
-            self.shared
-                .dispatched
-                .store(self.dispatched, Ordering::Release);
-        }
         if let Some(chunk) = self.chunk.take() {
             chunk.commit(self.done);
         }
