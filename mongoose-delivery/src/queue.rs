@@ -162,8 +162,6 @@ pub(crate) struct HoldRing {
     base: u64,
     /// The next position to record.
     end: u64,
-    /// Positions that can be recorded before the ring must be pruned (or grown).
-    room: u64,
 }
 
 impl HoldRing {
@@ -174,7 +172,6 @@ impl HoldRing {
             mask: size as u64 - 1,
             base: 0,
             end: 0,
-            room: size as u64,
         }
     }
 
@@ -185,7 +182,6 @@ impl HoldRing {
         debug_assert!(self.end - self.base < self.slots.len() as u64);
         self.slots[(queue_position & self.mask) as usize] = holds_from;
         self.end = queue_position + 1;
-        self.room -= 1;
     }
 
     /// The hold of `queue_position`; `None` when it was pruned (it was acknowledged).
@@ -199,22 +195,22 @@ impl HoldRing {
     /// True when the ring is full: prune (or grow) it before the next is recorded.
     #[inline]
     pub(crate) fn wants_pruning(&self) -> bool {
-        self.room == 0
+        self.room() == 0
     }
 
     /// Positions that can be recorded before the ring must be pruned (or grown).
     #[inline]
     pub(crate) fn room(&self) -> u64 {
-        self.room
+        self.slots.len() as u64 - self.len()
     }
 
     /// Forgets the holds of positions below `queue_position`.
     pub(crate) fn prune_below(&mut self, queue_position: u64) {
         self.base = self.base.max(queue_position.min(self.end));
-        self.room = self.slots.len() as u64 - (self.end - self.base);
     }
 
     /// How many holds are kept.
+    #[inline]
     pub(crate) fn len(&self) -> u64 {
         self.end - self.base
     }
@@ -230,7 +226,6 @@ impl HoldRing {
         }
         self.slots = slots;
         self.mask = mask;
-        self.room = size as u64 - (self.end - self.base);
     }
 }
 
