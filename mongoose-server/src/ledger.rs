@@ -462,6 +462,19 @@ impl Processor for Ledger {
 mod tests {
     use super::*;
 
+    /// Guarded, unsynced settings with state under `dir`.
+    fn test_settings(dir: &Path, compact_every: u64) -> LedgerSettings {
+        LedgerSettings {
+            feed: "lines".into(),
+            state_dir: dir.join("state"),
+            alerts: None,
+            alerts_sink: None,
+            guard: true,
+            sync: false,
+            compact_every,
+        }
+    }
+
     #[test]
     fn lines_parse_strictly() {
         assert_eq!(parse_line("acc_1,-42"), Ok(("acc_1", -42)));
@@ -477,15 +490,7 @@ mod tests {
     #[test]
     fn a_torn_journal_record_is_ignored_and_cut_off() {
         let dir = tempfile::tempdir().expect("dir");
-        let settings = LedgerSettings {
-            feed: "lines".into(),
-            state_dir: dir.path().join("state"),
-            alerts: None,
-            alerts_sink: None,
-            guard: true,
-            sync: false,
-            compact_every: 3,
-        };
+        let settings = test_settings(dir.path(), 3);
         let alerts = || FileSink::open(&dir.path().join("alerts.txt")).expect("alerts");
         let mut ledger = Ledger::open(settings.clone(), alerts()).expect("opened");
         for (index, line) in ["a,5", "b,-2", "a,1", "c,7", "nonsense"].iter().enumerate() {
@@ -519,15 +524,7 @@ mod tests {
     #[test]
     fn a_failed_save_is_retried_with_its_change_and_leaves_no_torn_record_behind() {
         let dir = tempfile::tempdir().expect("dir");
-        let settings = LedgerSettings {
-            feed: "lines".into(),
-            state_dir: dir.path().join("state"),
-            alerts: None,
-            alerts_sink: None,
-            guard: true,
-            sync: false,
-            compact_every: 1_000,
-        };
+        let settings = test_settings(dir.path(), 1_000);
         let alerts = FileSink::open(&dir.path().join("alerts.txt")).expect("alerts");
         let mut ledger = Ledger::open(settings.clone(), alerts.clone()).expect("opened");
         ledger.on_line(&"a,5".to_string()).expect("applied");
