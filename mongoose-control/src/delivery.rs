@@ -311,6 +311,10 @@ impl<T: 'static> Dispatcher<T> for TypedDispatcher<'_> {
         self.inner.gave_up(item, processor);
     }
 
+    fn describe(&self, processor: ProcessorId) -> String {
+        self.inner.describe(processor)
+    }
+
     fn finished(&mut self, _item: &T) {
         self.inner.finished();
     }

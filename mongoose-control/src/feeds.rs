@@ -102,12 +102,15 @@ pub trait FeedConnector: Send + Sync {
 /// The result of dispatching one item to a group's processors of one feed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum DispatchResult {
-    /// Every live processor handled it, or a failure was contained (quarantine): the
-    /// item goes on to its completions.
+    /// Every live processor handled it (a retry-safe one may have been skipped after
+    /// its retries): the item goes on to its completions.
     Done,
-    /// A retry-safe processor failed: the reader keeps the item and, under its retry
-    /// policy, calls [`FeedDispatcher::dispatch`] again with `attempt + 1` on a later
-    /// poll (never sleeping), or [`FeedDispatcher::gave_up`] once retries are spent.
+    /// A processor failed. `retry` true: it is retry-safe; the reader keeps the item
+    /// and, under its retry policy, calls [`FeedDispatcher::dispatch`] again with
+    /// `attempt + 1` on a later poll (never sleeping), or [`FeedDispatcher::gave_up`]
+    /// once retries are spent. `retry` false: it was quarantined and the others had
+    /// the item; the reader holds the feed's position before the item (the quarantined
+    /// processor's state does not hold it) and ends the poll.
     Failed {
         /// The processor that failed.
         processor: Option<ProcessorId>,
@@ -135,6 +138,11 @@ pub trait FeedDispatcher {
     /// A retry-safe processor's retries for `item` are spent: the item is skipped for
     /// it, and the processors after it that have not had it get it now.
     fn gave_up(&mut self, item: &dyn Any, processor: Option<ProcessorId>);
+
+    /// A name for `processor` in the reasons a feed reports (`stalled`).
+    fn describe(&self, processor: ProcessorId) -> String {
+        format!("processor #{}", processor.0)
+    }
 
     /// The item's dispatch and completions are over; it is about to count as
     /// dispatched (and may then be committed by its feed).

@@ -1874,6 +1874,7 @@ impl GroupDispatcher<'_> {
     /// non-retry-safe failure quarantines that processor alone and goes on; a
     /// retry-safe one stops here for a retry when `may_retry`, else it is skipped.
     fn run(&mut self, item: &dyn Any, may_retry: bool) -> DispatchResult {
+        let mut quarantined = None;
         for index in 0..self.subscribers.len() {
             let generation = self.subscribers[index].generation;
             if self.handled.contains(&generation) {
@@ -1920,10 +1921,19 @@ impl GroupDispatcher<'_> {
             } else {
                 slot.quarantined = Some(reason.clone());
                 self.quarantines.push((generation, reason));
+                quarantined.get_or_insert(id);
             }
         }
         self.handled.clear();
-        DispatchResult::Done
+        match quarantined {
+            // the others had the item; the reader holds the feed before it, since the
+            // quarantined processor's state does not hold it
+            Some(id) => DispatchResult::Failed {
+                processor: Some(id),
+                retry: false,
+            },
+            None => DispatchResult::Done,
+        }
     }
 }
 
@@ -1988,6 +1998,13 @@ impl FeedDispatcher for GroupDispatcher<'_> {
             }
         }
         self.run(item, true)
+    }
+
+    fn describe(&self, processor: ProcessorId) -> String {
+        match self.processors.get(&processor.0) {
+            Some(slot) => format!("processor '{}' of group '{}'", slot.name, self.group),
+            None => format!("processor #{} of group '{}'", processor.0, self.group),
+        }
     }
 
     fn gave_up(&mut self, item: &dyn Any, processor: Option<ProcessorId>) {

@@ -25,6 +25,16 @@ pub enum DeliveryError {
     /// Overload settings that contradict each other.
     #[error(transparent)]
     Core(#[from] mongoose_core::CoreError),
+    /// An operator release named a queue the feed does not have.
+    #[error("feed '{feed}' has no queue named '{queue}' (its queues: {known}): name one of them, or leave the queue out to release every hold of the feed")]
+    NoSuchQueue {
+        /// The feed.
+        feed: String,
+        /// The queue asked for.
+        queue: String,
+        /// The feed's live, removed and held queues.
+        known: String,
+    },
     /// The feed is stopping: no new subscriber.
     #[error("feed '{0}' is stopping: subscribe before shutdown begins")]
     Stopping(String),

@@ -81,7 +81,7 @@ mod window;
 pub use checkpoint::{Mark, ProcessingCheckpoint};
 pub use error::DeliveryError;
 pub use feed::{DataMapper, Feed, FeedBuilder, SubscribeOptions, DEFAULT_QUEUE_CAPACITY};
-pub use publisher::{KillSwitch, Publisher, Subscription};
+pub use publisher::{KillSwitch, Publisher, Released, Subscription};
 pub use queue::{
     DropEvidence, DroppedRun, FeedStatusEvent, OverloadChange, OverloadObserver, OverloadState,
     QueueId, SubscriptionId,

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use tracing::{error, info, warn};
 
 use crate::checkpoint::{HoldCell, ProcessingCheckpoint};
+use crate::error::DeliveryError;
 use crate::feed::{DataMapper, FeedBuilder, SubscribeOptions};
 use crate::queue::{
     Binding, DropEvidence, Envelope, FeedStatusEvent, HealthRecord, HoldRing, OverloadChange,
@@ -22,6 +23,15 @@ use crate::queue::{
 use crate::reader::QueueReader;
 use crate::status::{FeedStatus, SubscriberStatus};
 use crate::window::{Window, WindowEntry};
+
+/// What an operator release gave up ([`Publisher::release`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Released {
+    /// Items given up: counted in the feed's `dropped`.
+    pub items: u64,
+    /// The queues whose hold was released (or whose dead group's queue was removed).
+    pub queues: Vec<String>,
+}
 
 /// A subscription to a feed. The first subscription of a group creates the group's
 /// queue and carries its reader; later ones share the queue.
@@ -434,25 +444,91 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    /// The operator release of a held position (follow-up 1 of §12): forgets the
-    /// retained points of removed consumers (all, or the one whose queue is named),
-    /// accepting the loss of their backlog. The backlog is counted in `dropped`, so the
-    /// feed is no longer lossless. Returns the number of items released.
-    pub fn release(&self, queue: Option<&str>) -> u64 {
+    /// The operator release of a held position (follow-up 1 of §12), accepting the
+    /// loss of what was held: the retained points of removed consumers, the holds of
+    /// live queues whose processor was quarantined or whose completion failed, and the
+    /// queues of fenced or dead groups (removed from the feed). All of them, or those
+    /// of the queue named. The released items are counted in `dropped`, so the feed is
+    /// no longer lossless.
+    ///
+    /// # Errors
+    /// [`DeliveryError::NoSuchQueue`] when `queue` names no queue of the feed.
+    pub fn release(&self, queue: Option<&str>) -> Result<Released, DeliveryError> {
         let mut state = self.state.lock();
-        let mut released = 0;
-        state.retained.retain(|point| {
-            let selected = queue.is_none_or(|name| &*point.shared.name == name);
-            if selected {
-                released += point.backlog();
+        if let Some(name) = queue {
+            let known = state
+                .bindings
+                .iter()
+                .map(|binding| &binding.shared.name)
+                .chain(state.retained.iter().map(|point| &point.shared.name))
+                .any(|queue| &**queue == name);
+            if !known {
+                let mut names: Vec<String> = state
+                    .bindings
+                    .iter()
+                    .map(|binding| binding.shared.name.to_string())
+                    .chain(
+                        state
+                            .retained
+                            .iter()
+                            .map(|point| point.shared.name.to_string()),
+                    )
+                    .collect();
+                names.dedup();
+                return Err(DeliveryError::NoSuchQueue {
+                    feed: self.name.to_string(),
+                    queue: name.to_owned(),
+                    known: if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    },
+                });
             }
-            !selected
-        });
-        state.dropped += released;
-        if released > 0 {
-            warn!(feed = %self.name, released, "operator released a held position: the removed consumer's backlog is lost");
         }
-        released
+        let selected = |shared: &QueueShared| queue.is_none_or(|name| &*shared.name == name);
+        let mut released = Released::default();
+        state.retained.retain(|point| {
+            if !selected(&point.shared) {
+                return true;
+            }
+            released.items += point.backlog();
+            released.queues.push(point.shared.name.to_string());
+            false
+        });
+        // live queues: a dead or fenced group's queue goes (its reader never reads
+        // again); a hold left by a quarantine or a failed completion is forgotten
+        let mut index = 0;
+        while index < state.bindings.len() {
+            let binding = &state.bindings[index];
+            if !selected(&binding.shared) {
+                index += 1;
+                continue;
+            }
+            if binding.shared.fenced_or_dead() {
+                let binding = state.bindings.remove(index);
+                let backlog = binding.produced.saturating_sub(binding.shared.dispatched());
+                binding.shared.closed.store(true, Ordering::Release);
+                if let Some(hold) = &binding.hold {
+                    hold.unbind(binding.shared.id);
+                }
+                state.completion_failures_of_removed +=
+                    binding.shared.completion_failures.load(Ordering::Acquire);
+                released.items += backlog;
+                released.queues.push(binding.shared.name.to_string());
+                continue;
+            }
+            if let Some(from) = binding.shared.release_hold() {
+                released.items += binding.produced.saturating_sub(from);
+                released.queues.push(binding.shared.name.to_string());
+            }
+            index += 1;
+        }
+        state.dropped += released.items;
+        if released.items > 0 || !released.queues.is_empty() {
+            warn!(feed = %self.name, released = released.items, queues = ?released.queues, "operator released a held position: the held backlog is given up and counted as dropped (the feed is no longer lossless)");
+        }
+        Ok(released)
     }
 
     /// Takes a processing-checkpoint hold on `group`'s queue for this feed (§5).
@@ -1475,6 +1551,17 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             .iter()
             .filter(|binding| !binding.shared.fenced_or_dead())
             .count() as u64;
+        let held: Vec<String> = state
+            .bindings
+            .iter()
+            .map(|binding| &binding.shared)
+            .chain(state.retained.iter().map(|point| &point.shared))
+            .filter_map(|shared| {
+                shared
+                    .held()
+                    .map(|(_, reason)| format!("queue {} holds: {reason}", shared.name))
+            })
+            .collect();
         let stalled = if state.positioned {
             if state.bindings.is_empty() {
                 Some("no live consumer".to_owned())
@@ -1495,6 +1582,15 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             }
         } else {
             None
+        };
+        let stalled = if held.is_empty() || !state.positioned {
+            stalled
+        } else {
+            let held = held.join("; ");
+            Some(match stalled {
+                Some(reason) => format!("{reason}; {held}"),
+                None => held,
+            })
         };
         let drained = subscribers.iter().all(|subscriber| subscriber.drained)
             && state.cache.is_empty()

@@ -79,7 +79,18 @@ pub(crate) struct QueueShared {
     /// the reader looks at `drops_pending` once per poll.
     pub(crate) drops: parking_lot::Mutex<std::collections::VecDeque<DroppedRun>>,
     pub(crate) drops_pending: AtomicBool,
+    /// The queue position of the first item a consumer of this queue failed to
+    /// process for good (a quarantine, an exhausted completion): the queue's
+    /// acknowledgement point never passes it ([`NOT_HELD`] when nothing is held). Set
+    /// by the reader before it counts the item dispatched; cleared only by an operator
+    /// release.
+    pub(crate) held_from: AtomicU64,
+    /// Why the queue holds (for `stalled`), written with `held_from`.
+    pub(crate) held_because: parking_lot::Mutex<Option<String>>,
 }
+
+/// `held_from` when the queue holds nothing.
+pub(crate) const NOT_HELD: u64 = u64::MAX;
 
 /// Items dropped for one queue between two items it was given: the reader reports the
 /// run once it has dispatched everything the queue held before it.
@@ -109,7 +120,36 @@ impl QueueShared {
             closed: AtomicBool::new(false),
             drops: parking_lot::Mutex::new(std::collections::VecDeque::new()),
             drops_pending: AtomicBool::new(false),
+            held_from: AtomicU64::new(NOT_HELD),
+            held_because: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Holds the queue's acknowledgement point at `queue_position` (the first held
+    /// item) with a reason; an earlier hold is kept (the first unprocessed item is the
+    /// one that matters).
+    pub(crate) fn hold_from(&self, queue_position: u64, reason: String) {
+        let mut because = self.held_because.lock();
+        if self.held_from.load(Ordering::Acquire) == NOT_HELD {
+            *because = Some(reason);
+            self.held_from.store(queue_position, Ordering::Release);
+        }
+    }
+
+    /// The queue position held from, when something is held.
+    pub(crate) fn held(&self) -> Option<(u64, String)> {
+        let because = self.held_because.lock();
+        let from = self.held_from.load(Ordering::Acquire);
+        (from != NOT_HELD).then(|| (from, because.clone().unwrap_or_default()))
+    }
+
+    /// The operator release: forgets the hold; returns the queue position it held
+    /// from.
+    pub(crate) fn release_hold(&self) -> Option<u64> {
+        let mut because = self.held_because.lock();
+        let from = self.held_from.swap(NOT_HELD, Ordering::AcqRel);
+        *because = None;
+        (from != NOT_HELD).then_some(from)
     }
 
     /// Records a drop of `sequence` for this queue, at queue position `before`.
@@ -238,7 +278,11 @@ pub(crate) fn done_through(
     holds: &HoldRing,
     durable: u64,
 ) -> u64 {
-    let done = shared.dispatched().min(durable);
+    // dispatched first: the reader writes a hold before it counts the held item
+    let done = shared
+        .dispatched()
+        .min(durable)
+        .min(shared.held_from.load(Ordering::Acquire));
     if done >= produced {
         u64::MAX
     } else {
@@ -389,7 +433,8 @@ impl<T> Binding<T> {
             .as_ref()
             .map_or(u64::MAX, |hold| hold.durable_for(self.shared.id));
         let dispatched = self.shared.dispatched();
-        self.holds.prune_below(dispatched.min(durable));
+        let held = self.shared.held_from.load(Ordering::Acquire);
+        self.holds.prune_below(dispatched.min(durable).min(held));
         if !self.holds.wants_pruning() {
             return;
         }
@@ -442,7 +487,9 @@ impl RetainedPoint {
     }
 
     pub(crate) fn backlog(&self) -> u64 {
-        self.produced.saturating_sub(self.shared.dispatched())
+        let held = self.shared.held_from.load(Ordering::Acquire);
+        self.produced
+            .saturating_sub(self.shared.dispatched().min(held))
     }
 }
 

@@ -107,6 +107,11 @@ pub trait Dispatcher<T> {
     fn gave_up(&mut self, item: &T, processor: Option<ProcessorId>) {
         let _ = (item, processor);
     }
+
+    /// A name for `processor` in the reasons a feed reports (`stalled`).
+    fn describe(&self, processor: ProcessorId) -> String {
+        format!("processor #{}", processor.0)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,6 +129,14 @@ struct Progress {
     failed_completion: Option<PendingCompletion>,
     saved: SavedCompletions,
     resume: bool,
+    /// Why the item being delivered must hold the queue's acknowledgement point: a
+    /// processor that was given it failed for good (quarantined) or a completion was
+    /// skipped after its retries. Its consumer's state does not hold the item, so the
+    /// feed must never commit past it (feed-delivery-guarantees §3).
+    hold: Option<String>,
+    /// A processor was quarantined: end the poll after this item, so the group removes
+    /// it before any further item counts as dispatched.
+    end_poll: bool,
 }
 
 impl Progress {
@@ -136,6 +149,8 @@ impl Progress {
             failed_completion: None,
             saved: SavedCompletions::default(),
             resume: false,
+            hold: None,
+            end_poll: false,
         }
     }
 
@@ -278,6 +293,11 @@ impl<T> QueueReader<T> {
                     break;
                 }
                 release.done += 1;
+                if self.progress.end_poll {
+                    self.progress.end_poll = false;
+                    stopped = true;
+                    break;
+                }
             }
             finished += release.done;
             drop(release);
@@ -376,6 +396,9 @@ fn dispatch_one<T>(
         }
     };
     if done {
+        if let Some(reason) = progress.hold.take() {
+            hold_item(shared, feed, *dispatched, envelope, reason);
+        }
         progress.reset();
         *dispatched += 1;
         // published per item, not per chunk: a slow processor's items are acknowledged
@@ -384,6 +407,42 @@ fn dispatch_one<T>(
         shared.dispatched.store(*dispatched, Ordering::Release);
     }
     done
+}
+
+/// Holds the queue's acknowledgement point at the item at `queue_position`, before it
+/// counts as dispatched. Only a positioned item is held: a push item has no commit.
+#[cold]
+fn hold_item<T>(
+    shared: &QueueShared,
+    feed: &str,
+    queue_position: u64,
+    envelope: &Envelope<T>,
+    reason: String,
+) {
+    let Envelope::Item {
+        sequence,
+        position: Some((epoch, position)),
+        ..
+    } = envelope
+    else {
+        return;
+    };
+    error!(
+        feed,
+        queue = %shared.name,
+        sequence,
+        epoch = epoch.get(),
+        position = position.offset,
+        %reason,
+        "the feed holds its position before this item: it is never committed in this run (a restart re-delivers it, an operator release gives it up)"
+    );
+    shared.hold_from(
+        queue_position,
+        format!(
+            "{reason} (at sequence {sequence}, position {})",
+            position.offset
+        ),
+    );
 }
 
 /// Reports the dropped runs that stand before the next undispatched item (queue
@@ -431,6 +490,15 @@ fn deliver<T>(
                         progress.resume = true;
                     }
                     return false;
+                }
+                if !retry {
+                    // quarantined: its state does not hold the item
+                    let who = processor.map_or_else(
+                        || "a processor".to_owned(),
+                        |processor| dispatcher.describe(processor),
+                    );
+                    progress.hold = Some(format!("{who} of queue {} was quarantined", shared.name));
+                    progress.end_poll = true;
                 }
                 if retry {
                     error!(
@@ -483,8 +551,18 @@ fn deliver<T>(
                     owner = ?completion.owner,
                     key = ?completion.key,
                     %failure,
-                    "a delivery-complete callback failed after its retries: skipped, the item is acknowledged without it (counted in completionFailures)"
+                    "a delivery-complete callback failed after its retries: skipped; the feed holds its position before the item (counted in completionFailures)"
                 );
+                let who = completion.owner.map_or_else(
+                    || "a processor".to_owned(),
+                    |processor| dispatcher.describe(processor),
+                );
+                if progress.hold.is_none() {
+                    progress.hold = Some(format!(
+                        "a delivery-complete callback of {who} on queue {} failed after {} retries: {failure}",
+                        shared.name, policy.max_retries
+                    ));
+                }
                 progress.completion_retries = 0;
                 shared.completion_failures.fetch_add(1, Ordering::AcqRel);
             }

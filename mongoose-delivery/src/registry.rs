@@ -37,7 +37,10 @@ pub trait AnyFeed: Send + Sync {
     /// A checkpoint hold on a group's queue.
     fn hold(&self, group: &str) -> ProcessingCheckpoint;
     /// The operator release of a held position.
-    fn release(&self, queue: Option<&str>) -> u64;
+    ///
+    /// # Errors
+    /// [`crate::DeliveryError::NoSuchQueue`] when `queue` names no queue of the feed.
+    fn release(&self, queue: Option<&str>) -> Result<crate::Released, crate::DeliveryError>;
     /// Clears overload latches.
     fn clear_overload(&self);
     /// Overload states per group queue.
@@ -84,7 +87,7 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     fn hold(&self, group: &str) -> ProcessingCheckpoint {
         Publisher::hold(self, group)
     }
-    fn release(&self, queue: Option<&str>) -> u64 {
+    fn release(&self, queue: Option<&str>) -> Result<crate::Released, crate::DeliveryError> {
         Publisher::release(self, queue)
     }
     fn clear_overload(&self) {

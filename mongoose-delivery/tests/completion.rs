@@ -29,13 +29,25 @@ struct Script {
     /// a completion that registers another completion when it runs
     chain: Option<(CompletionKey, CompletionKey)>,
     handled: Vec<ProcessorId>,
+    /// (item, processor): the processor fails for good (is quarantined) at that item
+    /// and is given nothing after it.
+    quarantine_at: Option<(u64, ProcessorId)>,
+    quarantined: Vec<ProcessorId>,
 }
 
 impl Dispatcher<u64> for Script {
-    fn dispatch(&mut self, _item: &u64, attempt: u32) -> DispatchOutcome {
+    fn dispatch(&mut self, item: &u64, attempt: u32) -> DispatchOutcome {
+        let mut quarantined_now = None;
         for processor in self.processors.clone() {
-            if self.handled.contains(&processor) {
+            if self.handled.contains(&processor) || self.quarantined.contains(&processor) {
                 continue; // a retry resumes at the failing processor
+            }
+            if self.quarantine_at == Some((*item, processor)) {
+                // fails for good: the others still get the item
+                self.log.push(format!("q:{}:{item}", processor.0));
+                self.quarantined.push(processor);
+                quarantined_now = Some(processor);
+                continue;
             }
             engine::set_current_processor(Some(processor));
             self.log.push(format!("d:{}:{attempt}", processor.0));
@@ -62,7 +74,13 @@ impl Dispatcher<u64> for Script {
             self.handled.push(processor);
         }
         self.handled.clear();
-        DispatchOutcome::Done
+        match quarantined_now {
+            Some(processor) => DispatchOutcome::Failed {
+                processor: Some(processor),
+                retry: false,
+            },
+            None => DispatchOutcome::Done,
+        }
     }
 
     fn complete(
@@ -252,7 +270,8 @@ fn a_processor_whose_retries_are_exhausted_runs_no_completion() {
 
 #[test]
 fn an_exhausted_callback_makes_the_feed_not_lossless() {
-    // §5b decision after R2: an exhausted callback's item is acknowledged and counted
+    // §5b decision after R2: an exhausted callback is counted (completionFailures); and
+    // since issue 9 (item 2) its item is held, never acknowledged
     let (feed, commits, mut reader) = setup(2);
     let mut script = Script {
         processors: vec![A],
@@ -273,8 +292,8 @@ fn an_exhausted_callback_makes_the_feed_not_lossless() {
     feed.poll_acknowledgements();
     assert_eq!(
         commits.pointer(),
-        10,
-        "the item is acknowledged once the policy gives up"
+        0,
+        "the item is held: its state was never saved"
     );
     let report = mongoose_delivery::StatusReport::from_feeds(vec![status]);
     let json = serde_json::to_string(&report).expect("json");
@@ -363,4 +382,128 @@ fn a_delivery_that_ends_without_completing_runs_no_callback() {
     );
     feed.poll_acknowledgements();
     assert_eq!(commits.pointer(), 0, "and the item is not acknowledged");
+}
+
+#[test]
+fn an_exhausted_save_holds_the_position_before_its_item() {
+    // issue 9, item 2: a save that keeps failing must never let the feed commit past
+    // its item; the feed stalls with the reason and is not lossless
+    let (feed, commits, mut reader) = setup(2);
+    let mut script = Script {
+        processors: vec![A],
+        registers: vec![(A, SAVE)],
+        // item 2's save fails three times (the first try and both retries); the others
+        // succeed
+        completion_failures: vec![],
+        ..Script::default()
+    };
+    publish_range(&feed, 1..=1);
+    poll_until_done(&mut reader, &mut script, 1);
+    script.completion_failures = vec![(Some(A), SAVE, 3)];
+    publish_range(&feed, 2..=2);
+    poll_until_done(&mut reader, &mut script, 1);
+    script.completion_failures.clear();
+    publish_range(&feed, 3..=4);
+    poll_until_done(&mut reader, &mut script, 2);
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        10,
+        "committed through item 1 only: item 2 was never saved"
+    );
+    let status = feed.status();
+    assert_eq!(status.completion_failures, 1);
+    assert!(!status.lossless && !status.settled, "{status:?}");
+    let stalled = status.stalled.expect("stalled with the reason");
+    assert!(
+        stalled.contains("delivery-complete callback") && stalled.contains("save failed"),
+        "{stalled}"
+    );
+    // the operator gives the item up: the feed commits on
+    let released = feed.release(None).expect("released");
+    assert_eq!(released.items, 3, "items 2 to 4 were held");
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 40);
+    assert_eq!(feed.status().stalled, None);
+}
+
+#[test]
+fn a_quarantined_processor_holds_the_position_and_ends_the_poll() {
+    // issue 9, item 1: the rest of the poll is never given to nobody and counted; the
+    // quarantined processor's item and everything after it stay unacknowledged
+    let (feed, commits, mut reader) = setup(0);
+    let mut script = Script {
+        processors: vec![A, B],
+        registers: vec![(A, SAVE), (B, SAVE)],
+        quarantine_at: Some((2, B)),
+        ..Script::default()
+    };
+    publish_range(&feed, 1..=5);
+    assert_eq!(
+        reader.poll(&mut script, 16),
+        2,
+        "the poll ends with the item whose processor was quarantined"
+    );
+    poll_until_done(&mut reader, &mut script, 3);
+    assert!(
+        script.log.contains(&"d:1:0".to_owned()) && script.log.contains(&"q:2:2".to_owned()),
+        "{:?}",
+        script.log
+    );
+    assert_eq!(
+        script
+            .log
+            .iter()
+            .filter(|entry| entry.starts_with("d:1"))
+            .count(),
+        5,
+        "the healthy processor had every item"
+    );
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        10,
+        "committed through item 1: the quarantined processor never had item 2"
+    );
+    let status = feed.status();
+    assert!(status.lossless, "nothing lost yet: a restart re-delivers");
+    assert!(!status.settled);
+    let stalled = status.stalled.expect("stalled with the reason");
+    assert!(stalled.contains("quarantined"), "{stalled}");
+    assert!(
+        matches!(
+            feed.release(Some("nope")),
+            Err(mongoose_delivery::DeliveryError::NoSuchQueue { .. })
+        ),
+        "an unknown queue is refused"
+    );
+    let released = feed.release(Some("group/lines")).expect("released");
+    assert_eq!(released.items, 4);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 50);
+    let status = feed.status();
+    assert!(!status.lossless, "a release is a loss");
+    assert_eq!(status.dropped, 4);
+}
+
+#[test]
+fn releasing_a_dead_groups_queue_commits_past_its_backlog() {
+    // issue 9, item 6: release also covers a fenced or dead group's hold
+    let (feed, commits, mut reader) = setup(0);
+    publish_range(&feed, 1..=4);
+    let mut script = Script {
+        processors: vec![A],
+        ..Script::default()
+    };
+    assert_eq!(reader.poll(&mut script, 1), 1);
+    reader.mark_dead();
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 10);
+    let stalled = feed.status().stalled.expect("stalled");
+    assert!(stalled.contains("fenced or dead"), "{stalled}");
+    let released = feed.release(None).expect("released");
+    assert_eq!(released.items, 3, "the dead queue's backlog");
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 40, "committed past the released backlog");
+    assert_eq!(feed.status().dropped, 3);
 }

@@ -153,11 +153,16 @@ async fn release(
     Query(query): Query<ReleaseQuery>,
 ) -> Response {
     match server.feed(&feed) {
-        Some(found) => {
-            let released = found.release(query.queue.as_deref());
-            Json(json!({ "feed": feed, "queue": query.queue, "released": released }))
-                .into_response()
-        }
+        Some(found) => match found.release(query.queue.as_deref()) {
+            Ok(released) => Json(json!({
+                "feed": feed,
+                "queue": query.queue,
+                "released": released.items,
+                "queues": released.queues,
+            }))
+            .into_response(),
+            Err(error) => not_found(error.to_string()),
+        },
         None => not_found(format!("no feed named '{feed}'")),
     }
 }
