@@ -11,13 +11,16 @@ use tracing::{info, warn};
 use crate::server::Server;
 use crate::ServerError;
 
-/// Exit code: settled and lossless (or stopped by a signal with a complete stop).
+/// Exit code: settled and lossless (or stopped by a signal with a complete stop, no
+/// loss and no stalled feed).
 pub const EXIT_OK: u8 = 0;
-/// Exit code: the server could not start or failed.
+/// Exit code: the server could not start or failed (also: stopped by a signal while a
+/// feed was stalled, e.g. behind a quarantined processor).
 pub const EXIT_FAILED: u8 = 1;
 /// Exit code: the configuration is invalid.
 pub const EXIT_BAD_CONFIG: u8 = 2;
-/// Exit code: settled but not lossless (something was dropped, refused or skipped).
+/// Exit code: not lossless (something was dropped, refused, released or its save
+/// skipped), whether the run settled or was stopped by a signal.
 pub const EXIT_SETTLED_LOSSY: u8 = 3;
 /// Exit code: the shutdown did not complete within its deadline.
 pub const EXIT_STOP_INCOMPLETE: u8 = 4;
@@ -94,10 +97,36 @@ pub fn run_until_done_with_status(
             last_status,
         });
     }
-    Ok(RunOutcome {
-        code: settled_code.unwrap_or(EXIT_OK),
-        last_status,
-    })
+    // the loss counters only grow, so the status after the stop has them all; the
+    // stalled reasons are those seen before the groups closed (a closed group leaves
+    // every positioned feed without a live consumer)
+    let code = settled_code.unwrap_or_else(|| stopped_code(&last_status, &server.status()));
+    Ok(RunOutcome { code, last_status })
+}
+
+/// The exit code of a run stopped by a signal: a run that lost something is lossy
+/// (3) even when it never settled; a run whose feeds hold positions they could not
+/// commit (a quarantined processor, a save that kept failing) failed (1): a restart
+/// re-delivers what they hold.
+fn stopped_code(before_stop: &StatusReport, after_stop: &StatusReport) -> u8 {
+    if !after_stop.lossless {
+        warn!("stopped, and the run was NOT lossless (see dropped/refused/completionFailures per feed)");
+        return EXIT_SETTLED_LOSSY;
+    }
+    let stalled: Vec<String> = before_stop
+        .feeds
+        .iter()
+        .filter_map(|feed| {
+            feed.stalled
+                .as_ref()
+                .map(|reason| format!("{}: {reason}", feed.feed))
+        })
+        .collect();
+    if stalled.is_empty() {
+        return EXIT_OK;
+    }
+    warn!(stalled = %stalled.join("; "), "stopped with feeds stalled: what they hold is re-delivered at the next start");
+    EXIT_FAILED
 }
 
 /// A readable table of processor groups: running and quarantined processors (with the

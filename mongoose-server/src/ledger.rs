@@ -137,6 +137,11 @@ impl LedgerState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct JournalRecord {
     account: Option<(String, i64)>,
+    /// Accounts changed by earlier deliveries whose saves failed: a later record
+    /// carries them, so a save that succeeds after failed ones never leaves their
+    /// changes out while its position says they are applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unsaved: Vec<(String, i64)>,
     applied: u64,
     rejected: u64,
     epoch: u64,
@@ -167,7 +172,7 @@ impl JournalRecord {
     }
 
     fn apply(&self, state: &mut LedgerState) {
-        if let Some((account, balance)) = &self.account {
+        for (account, balance) in self.unsaved.iter().chain(&self.account) {
             state.balances.insert(account.clone(), *balance);
         }
         state.applied = self.applied;
@@ -248,7 +253,8 @@ pub struct Ledger {
     /// The journal's length after its last whole record.
     journal_len: u64,
     journal_records: u64,
-    changed: Option<String>,
+    /// The accounts changed since the last save that succeeded.
+    changed: std::collections::BTreeSet<String>,
 }
 
 impl Ledger {
@@ -302,7 +308,7 @@ impl Ledger {
             journal,
             journal_len: journal_end,
             journal_records: 0,
-            changed: None,
+            changed: std::collections::BTreeSet::new(),
         })
     }
 
@@ -343,7 +349,7 @@ impl Ledger {
                     Some(updated) => {
                         *balance = updated;
                         self.state.applied += 1;
-                        self.changed = Some(account.to_owned());
+                        self.changed.insert(account.to_owned());
                         if updated < 0 {
                             // unbuffered: one write per alert, before the state save
                             self.alerts
@@ -365,12 +371,14 @@ impl Ledger {
     fn save(&mut self) -> Result<(), ProcessorError> {
         // the changed account is forgotten only once its record is written: a failed
         // save is retried with it
-        let account = self.changed.clone().map(|account| {
-            let balance = self.state.balances.get(&account).copied().unwrap_or(0);
-            (account, balance)
+        let mut changed = self.changed.iter().map(|account| {
+            let balance = self.state.balances.get(account).copied().unwrap_or(0);
+            (account.clone(), balance)
         });
+        let account = changed.next();
         let record = JournalRecord {
             account,
+            unsaved: changed.collect(),
             applied: self.state.applied,
             rejected: self.state.rejected,
             epoch: self.state.epoch,
@@ -399,7 +407,7 @@ impl Ledger {
             self.journal.sync_data().map_err(&failed)?;
         }
         self.journal_len += encoded.len() as u64;
-        self.changed = None;
+        self.changed.clear();
         self.journal_records += 1;
         if self.journal_records >= self.settings.compact_every.max(1) {
             // the snapshot holds everything the journal does; a crash before the journal
@@ -535,7 +543,7 @@ mod tests {
             File::open(&journal).expect("read-only"),
         );
         ledger.state.balances.insert("b".into(), 7);
-        ledger.changed = Some("b".into());
+        ledger.changed.insert("b".into());
         assert!(ledger.save().is_err());
         ledger.journal = writable;
         ledger.save().expect("the retry saves");
