@@ -226,6 +226,15 @@ impl FeedConnector for DeliveryFeeds {
             feed.unsubscribe(SubscriptionId(subscription));
         }
     }
+
+    fn report_saved_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
+        match self.registry.get(feed) {
+            Some(feed) => feed.note_saved_position(position),
+            None => {
+                tracing::warn!(feed, consumer = %position.consumer, "a processor reported a saved position for a feed that does not exist")
+            }
+        }
+    }
 }
 
 struct DeliveryReader<T> {

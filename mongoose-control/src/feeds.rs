@@ -97,6 +97,13 @@ pub trait FeedConnector: Send + Sync {
 
     /// Removes a subscription under the delivery engine's removed-consumer rules.
     fn unsubscribe(&self, feed: &str, subscription: u64);
+
+    /// A started processor's saved position for `feed`
+    /// ([`mongoose_core::Processor::saved_positions`]), for the feed's source to
+    /// reconcile with at start. Ignored for an unknown feed.
+    fn report_saved_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
+        let _ = (feed, position);
+    }
 }
 
 /// The result of dispatching one item to a group's processors of one feed.

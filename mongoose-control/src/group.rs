@@ -1085,6 +1085,16 @@ impl Runtime {
                 Some(name),
             );
         }
+        // what its loaded state holds, for the feeds' sources to reconcile with
+        for saved in processor.saved_positions() {
+            self.connector.report_saved_position(
+                &saved.feed,
+                mongoose_core::ConsumerPosition {
+                    consumer: format!("{}/{name}", self.shared.name),
+                    saved: saved.saved,
+                },
+            );
+        }
         let retry_safe = processor.retry_safe();
         let mut slot = Slot {
             name: name.clone(),

@@ -83,7 +83,7 @@ pub use delivery::{
 pub use error::{CoreError, EvidenceStatus, FailureKind, ProcessorError, PublishRefused};
 pub use overload::{OverloadPolicy, OverloadSettings};
 pub use position::{Epoch, Position, PositionValue};
-pub use processor::{Handler, Processor, Subscriptions};
+pub use processor::{ConsumerPosition, Handler, Processor, SavedPosition, Subscriptions};
 pub use source::{
     BatchEnd, EventSource, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
     WorkDone,

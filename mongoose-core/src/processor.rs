@@ -4,6 +4,28 @@ use std::any::{Any, TypeId};
 
 use crate::delivery::{CompletionKey, Delivery};
 use crate::error::ProcessorError;
+use crate::position::{Epoch, PositionValue};
+
+/// What a processor that stores source positions with its state holds for one feed
+/// ([`Processor::saved_positions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedPosition {
+    /// The feed.
+    pub feed: String,
+    /// The `(epoch, position)` of the last item its saved state holds; `None` when its
+    /// state holds nothing of the feed yet (a new or emptied state).
+    pub saved: Option<(Epoch, PositionValue)>,
+}
+
+/// A consumer's [`SavedPosition`] for the feed it was reported to, as a source sees it
+/// at start ([`crate::SourceOutput::saved_positions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerPosition {
+    /// Who holds it: `group/processor`.
+    pub consumer: String,
+    /// What its saved state holds of the feed.
+    pub saved: Option<(Epoch, PositionValue)>,
+}
 
 /// A typed handler for the items of one feed, erased over the processor type. The
 /// group calls it with the processor it was subscribed for.
@@ -44,6 +66,17 @@ pub trait Processor: Any + Send {
     fn on_timer(&mut self, timer: u64) -> Result<(), ProcessorError> {
         let _ = timer;
         Ok(())
+    }
+
+    /// For a processor that stores the feed's `(epoch, position)` with its state
+    /// (feed-delivery-guarantees §5a): what its saved state holds, per feed it consumes.
+    /// Called once on the group's thread right after [`Processor::start`] (which loads
+    /// the state), before the feed's source starts. The saved position is the
+    /// authority: a source whose own pointer is missing, damaged or past it resumes
+    /// from it, so a lost pointer neither re-applies nor skips lines. The default (a
+    /// processor without stored positions) reports nothing.
+    fn saved_positions(&self) -> Vec<SavedPosition> {
+        Vec::new()
     }
 
     /// True when a failed handler may simply be called again with the same item (it

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CoreError, PublishRefused};
 use crate::position::{Epoch, Position};
+use crate::processor::ConsumerPosition;
 
 /// Where a source is relative to its input.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
@@ -179,4 +180,12 @@ pub trait SourceOutput<T, P: Position>: Send + Sync {
 
     /// Bytes after the last terminator that a bounded read ended without publishing.
     fn set_unterminated_bytes(&self, bytes: u64);
+
+    /// What the feed's consumers that store positions with their state hold
+    /// ([`crate::Processor::saved_positions`]), reported before the source starts: a
+    /// source reconciles its own committed position with them at start. Empty when no
+    /// consumer stores positions.
+    fn saved_positions(&self) -> Vec<ConsumerPosition> {
+        Vec::new()
+    }
 }

@@ -157,6 +157,8 @@ pub struct Publisher<T, P: Position = u64> {
     deferred: Mutex<Vec<Deferred<T, P>>>,
     has_deferred: AtomicBool,
     kill_switch: Mutex<Option<KillSwitch>>,
+    /// What the consumers that store positions hold, reported at their start.
+    saved_positions: Mutex<Vec<mongoose_core::ConsumerPosition>>,
     stopping: AtomicBool,
     overload_observers: Mutex<Vec<OverloadObserver>>,
 }
@@ -245,6 +247,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             deferred: Mutex::new(Vec::new()),
             has_deferred: AtomicBool::new(false),
             kill_switch: Mutex::new(None),
+            saved_positions: Mutex::new(Vec::new()),
             overload_observers: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
         }
@@ -529,6 +532,14 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             warn!(feed = %self.name, released = released.items, queues = ?released.queues, "operator released a held position: the held backlog is given up and counted as dropped (the feed is no longer lossless)");
         }
         Ok(released)
+    }
+
+    /// Keeps a consumer's saved position (its latest report replaces an earlier one)
+    /// for the source to reconcile with at start.
+    pub fn note_saved_position(&self, position: mongoose_core::ConsumerPosition) {
+        let mut saved = self.saved_positions.lock();
+        saved.retain(|known| known.consumer != position.consumer);
+        saved.push(position);
     }
 
     /// Takes a processing-checkpoint hold on `group`'s queue for this feed (§5).
@@ -1508,6 +1519,10 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
 
     fn set_unterminated_bytes(&self, bytes: u64) {
         self.state.lock().unterminated = bytes;
+    }
+
+    fn saved_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
+        self.saved_positions.lock().clone()
     }
 }
 

@@ -36,6 +36,9 @@ pub trait AnyFeed: Send + Sync {
     fn status(&self) -> FeedStatus;
     /// A checkpoint hold on a group's queue.
     fn hold(&self, group: &str) -> ProcessingCheckpoint;
+    /// Keeps a consumer's saved position for the feed's source to reconcile with at
+    /// start ([`mongoose_core::SourceOutput::saved_positions`]).
+    fn note_saved_position(&self, position: mongoose_core::ConsumerPosition);
     /// The operator release of a held position.
     ///
     /// # Errors
@@ -86,6 +89,9 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     }
     fn hold(&self, group: &str) -> ProcessingCheckpoint {
         Publisher::hold(self, group)
+    }
+    fn note_saved_position(&self, position: mongoose_core::ConsumerPosition) {
+        Publisher::note_saved_position(self, position);
     }
     fn release(&self, queue: Option<&str>) -> Result<crate::Released, crate::DeliveryError> {
         Publisher::release(self, queue)

@@ -35,7 +35,8 @@ use std::path::{Path, PathBuf};
 use crate::sinks::FileSink;
 use mongoose_control::admin;
 use mongoose_core::{
-    CompletionKey, Delivery, DeliveryContext, Epoch, Processor, ProcessorError, Subscriptions,
+    CompletionKey, Delivery, DeliveryContext, Epoch, PositionValue, Processor, ProcessorError,
+    SavedPosition, Subscriptions,
 };
 use serde::{Deserialize, Serialize};
 use tracing::warn;
@@ -447,6 +448,23 @@ impl Processor for Ledger {
         subscriptions.subscribe(&feed, Ledger::on_line)?;
         admin::register_command("balance", Ledger::balance);
         Ok(())
+    }
+
+    fn saved_positions(&self) -> Vec<SavedPosition> {
+        if !self.settings.guard {
+            // without the guard the saved position decides nothing
+            return Vec::new();
+        }
+        let saved = (self.state.epoch != 0).then(|| {
+            (
+                Epoch(self.state.epoch),
+                PositionValue::at(self.state.position),
+            )
+        });
+        vec![SavedPosition {
+            feed: self.settings.feed.clone(),
+            saved,
+        }]
     }
 
     fn on_delivery_complete(

@@ -275,3 +275,70 @@ fn an_exhausted_save_holds_the_position_and_a_restart_applies_the_line() {
         state.applied
     );
 }
+
+/// A run of the ledger over `lines` lines of `a,1` that settled: (the run, its state).
+fn settled_run_of_ones(lines: usize) -> Run {
+    let run = Run::new("state", "alerts.txt");
+    std::fs::write(run.path("input.txt"), "a,1\n".repeat(lines)).expect("input");
+    assert_eq!(run.finish(), 0, "the first run settles: {}", run.log());
+    assert_eq!(run.state("state").balances.get("a"), Some(&(lines as i64)));
+    run
+}
+
+fn restart_and_balance(run: &Run) -> (i32, Option<i64>) {
+    let code = run.finish();
+    (code, run.state("state").balances.get("a").copied())
+}
+
+#[test]
+fn a_deleted_pointer_resumes_from_the_saved_state() {
+    // issue 9, item 3: before, the source started at 0 under a new epoch and the
+    // ledger applied every line a second time (a: 10000 for 5,000 lines), exit 0
+    let run = settled_run_of_ones(5_000);
+    std::fs::remove_file(run.path("input.txt.readPointer")).expect("pointer deleted");
+    let (code, balance) = restart_and_balance(&run);
+    eprintln!("deleted pointer: exit {code}, a = {balance:?} for 5,000 lines");
+    assert_eq!((code, balance), (0, Some(5_000)), "{}", run.log());
+    assert!(
+        run.log()
+            .contains("resuming from the consumers' saved position"),
+        "the repair is logged: {}",
+        run.log()
+    );
+}
+
+#[test]
+fn a_garbage_pointer_never_double_applies() {
+    for (what, bytes) in [
+        (
+            "random bytes",
+            (0..1024u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect::<Vec<u8>>(),
+        ),
+        ("cut to 3 bytes", vec![0, 0, 1]),
+    ] {
+        let run = settled_run_of_ones(5_000);
+        std::fs::write(run.path("input.txt.readPointer"), &bytes).expect("pointer damaged");
+        // more lines arrive while the pointer is damaged: they must be applied once
+        let mut input = std::fs::OpenOptions::new()
+            .append(true)
+            .open(run.path("input.txt"))
+            .expect("input");
+        std::io::Write::write_all(&mut input, "a,1\n".repeat(100).as_bytes()).expect("append");
+        let (code, balance) = restart_and_balance(&run);
+        eprintln!("{what}: exit {code}, a = {balance:?} for 5,100 lines");
+        assert_eq!((code, balance), (0, Some(5_100)), "{what}: {}", run.log());
+    }
+}
+
+#[test]
+fn a_deleted_state_with_the_pointer_kept_reapplies_every_line() {
+    // issue 9, items 3 and 4: before, the pointer at the end of the file skipped every
+    // line for the new, empty state (a: None), exit 0
+    let run = settled_run_of_ones(2_000);
+    std::fs::remove_dir_all(run.path("state")).expect("state deleted");
+    let (code, balance) = restart_and_balance(&run);
+    eprintln!("deleted state: exit {code}, a = {balance:?} for 2,000 lines");
+    assert_eq!((code, balance), (0, Some(2_000)), "{}", run.log());
+}
