@@ -231,7 +231,9 @@ fn a_corrupt_record_in_the_middle_of_the_journal_refuses_to_start() {
     run.assert_refused(&journal, FIRST / 2 + 1, offset);
     let error = LedgerState::load(&run.path("state")).expect_err("the loader refuses");
     assert!(
-        error.message().contains(&format!("record {} ", FIRST / 2 + 1)),
+        error
+            .message()
+            .contains(&format!("record {} ", FIRST / 2 + 1)),
         "{error}"
     );
 }
@@ -250,7 +252,10 @@ fn only_a_damaged_last_record_is_a_torn_write() {
     std::fs::write(run.journal_path(), &torn).expect("torn tail");
     run.append_input(FIRST..FIRST + 1);
     let (code, stderr) = run.run_until_settled();
-    assert_eq!(code, 0, "a torn last record is a crash's, not damage: {stderr}");
+    assert_eq!(
+        code, 0,
+        "a torn last record is a crash's, not damage: {stderr}"
+    );
     assert!(stderr.contains("torn"), "the cut is logged: {stderr}");
     let after = run.journal();
     assert!(
@@ -316,7 +321,11 @@ fn the_recovery_the_message_gives_applies_every_line_exactly_once() {
     let (code, stderr) = run.run_until_settled();
     assert_eq!(code, 0, "the rebuild settles lossless: {stderr}");
     let state = run.state();
-    assert_eq!(state.applied, (FIRST + 30) as u64, "every line exactly once");
+    assert_eq!(
+        state.applied,
+        (FIRST + 30) as u64,
+        "every line exactly once"
+    );
     assert_eq!(state.balances, expected_balances(FIRST + 30));
 }
 
