@@ -19,7 +19,7 @@ use crate::group::{
 use crate::handle::{ProcessorHandle, ServerId};
 use crate::idle::IdleStrategy;
 use crate::reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
-use crate::services::{Service, ServiceBroadcast, ServiceChange};
+use crate::services::{Service, ServiceBroadcast, ServiceChange, ShutdownStops};
 
 /// What the void `add_event_processor` does with a reply that is not APPLIED.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -102,6 +102,8 @@ struct RegistryState {
 #[derive(Default)]
 struct Registry {
     state: Mutex<RegistryState>,
+    /// The stops shutdown started (outside the service lock: they are awaited).
+    shutdown: ShutdownStops,
 }
 
 impl Registry {
@@ -998,15 +1000,42 @@ impl ControlPlane {
         }
     }
 
-    /// Names of the services this control plane owns: registered, being withdrawn, or
-    /// removed but kept because a group did not confirm the withdrawal.
+    /// Names of the services this control plane owns and has not confirmed stopped:
+    /// registered, being withdrawn, removed but kept because a group did not confirm
+    /// the withdrawal, or handed to shutdown whose stop is still running or failed.
     pub fn owned_services(&self) -> Vec<String> {
-        let state = self.registry.state.lock();
-        let mut names: Vec<String> = state.entries.keys().cloned().collect();
-        names.extend(state.withdrawing.iter().map(|w| w.name.clone()));
-        names.extend(state.retained.iter().map(|(name, _)| name.clone()));
+        let mut names: Vec<String> = {
+            let state = self.registry.state.lock();
+            let mut names: Vec<String> = state.entries.keys().cloned().collect();
+            names.extend(state.withdrawing.iter().map(|w| w.name.clone()));
+            names.extend(state.retained.iter().map(|(name, _)| name.clone()));
+            names
+        };
+        names.extend(self.registry.shutdown.unconfirmed());
         names.sort();
         names
+    }
+
+    /// The processors the groups still hold though they no longer run them, as
+    /// `processor:<group>/<name>`, sorted: quarantined processors (a group keeps their
+    /// instances and names, also after it closed) and every processor of a dead group.
+    /// Any of them may still hold a service it was given, so while this is not empty
+    /// the services must not be stopped (control-plane-contracts "Failure
+    /// containment": "shutdown remains incomplete with dependent services retained").
+    pub fn retained_processors(&self) -> Vec<String> {
+        let groups: Vec<ProcessorGroup> = self.groups.lock().values().cloned().collect();
+        let mut held: Vec<String> = groups
+            .iter()
+            .flat_map(|group| {
+                group
+                    .status()
+                    .quarantined
+                    .into_iter()
+                    .map(move |processor| format!("processor:{}/{}", group.name(), processor.name))
+            })
+            .collect();
+        held.sort();
+        held
     }
 
     /// Begins the server's stop: senders backing off on a full mailbox leave at once
@@ -1035,9 +1064,17 @@ impl ControlPlane {
             .collect()
     }
 
-    /// Stops every service still owned (registered, withdrawing, retained), once each;
-    /// call it after every group closed. Returns the services whose stop failed.
-    pub fn stop_services(&self) -> Vec<String> {
+    /// Stops every service still owned (registered, withdrawing, retained), once each,
+    /// each on its own helper thread, and waits for them until `deadline`; call it
+    /// from an ordinary thread once every group closed and
+    /// [`ControlPlane::retained_processors`] is empty. Returns the services not
+    /// confirmed stopped, sorted: a stop still running on its helper, or one that
+    /// failed or panicked.
+    ///
+    /// Calling it again resumes: it re-joins helpers still running, and never calls a
+    /// `stop()` that failed again (its side effects are unknown, so the service stays
+    /// listed; control-plane-contracts "Resuming an incomplete stop").
+    pub fn stop_services(&self, deadline: Instant) -> Vec<String> {
         let services: Vec<(String, Arc<dyn Service>)> = {
             let mut state = self.registry.state.lock();
             let mut owned: Vec<(String, Arc<dyn Service>)> = state
@@ -1056,14 +1093,9 @@ impl ControlPlane {
             owned.append(&mut state.retained);
             owned
         };
-        let mut failed = Vec::new();
-        for (name, service) in services {
-            if let Err(error) = service.stop() {
-                tracing::error!(service = %name, %error, "service stop failed at shutdown");
-                failed.push(name);
-            }
-        }
-        failed
+        // outside the service lock: the stops run on helpers and are awaited
+        self.registry.shutdown.start(services);
+        self.registry.shutdown.await_stopped(deadline)
     }
 
     /// Shuts the reply executor down: later completions run on a late thread.

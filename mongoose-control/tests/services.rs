@@ -240,7 +240,7 @@ fn a_service_whose_withdrawal_was_not_confirmed_stays_owned_until_shutdown() {
         .register_service("cache", successor.clone())
         .expect("a new registration");
     assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
-    assert!(plane.stop_services().is_empty());
+    assert!(plane.stop_services(Instant::now() + WAIT).is_empty());
     assert_eq!(
         cache.stops.load(Ordering::SeqCst),
         1,
@@ -520,4 +520,160 @@ fn service_changes_do_not_wait_for_a_group_that_has_not_started() {
     // broadcasts apply in order once the group runs: given, then withdrawn before the stop
     assert_eq!(count(&log, "a:service:+cache:agent"), 1);
     assert_eq!(count(&log, "a:service:-cache:agent"), 1);
+}
+
+/// A service whose stop fails (or panics), counting its calls.
+struct FailingStop {
+    stops: AtomicU32,
+    panics: bool,
+}
+
+impl Service for FailingStop {
+    fn stop(&self) -> Result<(), ProcessorError> {
+        self.stops.fetch_add(1, Ordering::SeqCst);
+        if self.panics {
+            panic!("the flush thread is gone");
+        }
+        Err(ProcessorError::new("flush failed"))
+    }
+}
+
+// Shutdown, "Resuming an incomplete stop": a stop() that failed is not called again; its
+// side effects are unknown, so the service stays owned and listed
+#[test]
+fn a_service_stop_that_failed_at_shutdown_is_never_called_again_and_stays_owned() {
+    let (plane, _numbers, _) = plane_with_feed();
+    let log = new_log();
+    let failing = Arc::new(FailingStop {
+        stops: AtomicU32::new(0),
+        panics: false,
+    });
+    let panicking = Arc::new(FailingStop {
+        stops: AtomicU32::new(0),
+        panics: true,
+    });
+    let cache = Cache::new(&log);
+    plane
+        .register_service("failing", failing.clone())
+        .expect("registered");
+    plane
+        .register_service("panicking", panicking.clone())
+        .expect("registered");
+    plane
+        .register_service("cache", cache.clone())
+        .expect("registered");
+    plane.begin_stopping();
+    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    let unconfirmed = vec!["failing".to_owned(), "panicking".to_owned()];
+    assert_eq!(plane.stop_services(Instant::now() + WAIT), unconfirmed);
+    assert_eq!(plane.owned_services(), unconfirmed);
+    // resumed: nothing is called again, and nothing is reported stopped that was not
+    assert_eq!(plane.stop_services(Instant::now() + WAIT), unconfirmed);
+    assert_eq!(plane.owned_services(), unconfirmed);
+    assert_eq!(failing.stops.load(Ordering::SeqCst), 1);
+    assert_eq!(panicking.stops.load(Ordering::SeqCst), 1);
+    assert_eq!(cache.stops.load(Ordering::SeqCst), 1);
+}
+
+/// A service whose stop waits until the test lets it go (or drops the sender, as a
+/// failing test does), and records the thread it ran on.
+struct GatedStop {
+    gate: parking_lot::Mutex<std::sync::mpsc::Receiver<()>>,
+    stops: AtomicU32,
+    thread: parking_lot::Mutex<Option<String>>,
+}
+
+impl Service for GatedStop {
+    fn stop(&self) -> Result<(), ProcessorError> {
+        self.stops.fetch_add(1, Ordering::SeqCst);
+        *self.thread.lock() = std::thread::current().name().map(str::to_owned);
+        let _ = self.gate.lock().recv();
+        Ok(())
+    }
+}
+
+// Shutdown, phase 5: each service is stopped "on a helper thread"; "shutdown() returns
+// by the deadline"; a resumed stop "re-joins helpers still running"
+#[test]
+fn a_hanging_service_stop_at_shutdown_stays_unconfirmed_and_is_rejoined_later() {
+    let (plane, _numbers, _) = plane_with_feed();
+    let (release, gate) = std::sync::mpsc::channel();
+    let slow = Arc::new(GatedStop {
+        gate: parking_lot::Mutex::new(gate),
+        stops: AtomicU32::new(0),
+        thread: parking_lot::Mutex::new(None),
+    });
+    plane
+        .register_service("slow", slow.clone())
+        .expect("registered");
+    plane.begin_stopping();
+    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    let plane = Arc::new(plane);
+    let stopping = Arc::clone(&plane);
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let short = Instant::now() + std::time::Duration::from_millis(50);
+        let _ = sender.send(stopping.stop_services(short));
+    });
+    let first = receiver
+        .recv_timeout(WAIT)
+        .expect("stop_services returned by its deadline");
+    assert_eq!(first, vec!["slow".to_owned()]);
+    assert_eq!(plane.owned_services(), vec!["slow".to_owned()]);
+    release.send(()).expect("the stop waits on the gate");
+    assert!(
+        plane.stop_services(Instant::now() + WAIT).is_empty(),
+        "the helper is re-joined and its stop succeeded"
+    );
+    assert!(plane.owned_services().is_empty());
+    assert_eq!(slow.stops.load(Ordering::SeqCst), 1);
+    let thread = slow.thread.lock().clone().expect("a named thread");
+    assert_eq!(thread, "mongoose-service-stop-slow");
+}
+
+// Failure containment: a quarantined processor, and every processor of a dead group,
+// is retained with the services it may hold
+#[test]
+fn quarantined_and_dead_groups_processors_are_named_as_retained() {
+    let (plane, numbers, _) = plane_with_feed();
+    let log = new_log();
+    add(
+        &plane,
+        "pricing",
+        "holder",
+        Scripted::new("holder", &log)
+            .with_services()
+            .on_item(|_, _| Err(ProcessorError::new("broken"))),
+    );
+    add(
+        &plane,
+        "risk",
+        "fenced",
+        Scripted::new("fenced", &log).no_feed().with_services(),
+    );
+    assert!(plane.retained_processors().is_empty());
+    numbers.publish(1);
+    assert!(wait_until(|| !plane
+        .group_status("pricing")
+        .expect("status")
+        .quarantined
+        .is_empty()));
+    let risk = plane.group("risk").expect("group");
+    risk.inject_control_fault();
+    // the fault fires while the group decides its next request
+    let _ = plane.add_processor("risk", "trigger", || {
+        Scripted::new("trigger", &new_log()).no_feed()
+    });
+    assert!(wait_until(
+        || risk.state() == mongoose_control::GroupState::Dead
+    ));
+    plane.begin_stopping();
+    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    assert_eq!(
+        plane.retained_processors(),
+        vec![
+            "processor:pricing/holder".to_owned(),
+            "processor:risk/fenced".to_owned()
+        ]
+    );
 }

@@ -93,9 +93,13 @@ pub struct StopResult {
     /// The startup step that blocked this attempt, if any.
     pub blocked_startup: Option<String>,
     /// Groups (and bracketed notes such as `<event sources stopping>`) not confirmed
-    /// finished.
+    /// finished, and processors a group retains (`processor:<group>/<name>`: a
+    /// quarantined processor, or any processor of a dead group). Names for people, not
+    /// a protocol to parse.
     pub groups_running: Vec<String>,
-    /// Services not confirmed stopped.
+    /// Services not confirmed stopped: a retained processor or a group not closed may
+    /// still use them, their stop is still running on its helper, or their stop failed
+    /// (a failed stop is never called again).
     pub services_left_running: Vec<String>,
 }
 
@@ -643,8 +647,12 @@ impl Server {
     /// The ordered shutdown under one deadline (`shutdown_timeout_millis`): stop the
     /// feeds (capped at 5 s), drain the queues (`shutdown_drain_timeout_millis`),
     /// commit what the groups processed after the feeds stopped, close the groups,
-    /// commit again, stop services only if every group closed. Calling it again
-    /// resumes an incomplete stop. On an agent thread it hands the stop to a
+    /// commit again, stop services only if every group closed and no group retains a
+    /// processor (a quarantined one, or any of a dead group: it may still use them),
+    /// each on a helper thread under the deadline. Calling it again resumes an
+    /// incomplete stop: it re-joins service stops still running and never calls a
+    /// service `stop()` that failed again (that service stays in
+    /// `services_left_running`). On an agent thread it hands the stop to a
     /// `mongoose-server-stop` thread and returns `handed_off`.
     pub fn shutdown(&self) -> StopResult {
         if agent::is_agent_thread() {
@@ -732,8 +740,23 @@ impl Server {
             self.commit_after_stop("after the groups closed");
             lifecycle.committed_after_stop = true;
         }
-        let services_left_running = if lifecycle.groups_closed {
-            inner.plane.stop_services()
+        // a quarantined processor, or any processor of a dead group, keeps its instance
+        // and so whatever service it was given: services are stopped only once every
+        // group closed and no group holds a processor (control-plane-contracts
+        // "Shutdown" phase 5 and "Failure containment")
+        let held = inner.plane.retained_processors();
+        if !held.is_empty() {
+            warn!(
+                ?held,
+                "shutdown: processors are retained (quarantined or in a dead group); the services stay running because those processors may still use them"
+            );
+        }
+        running.extend(held.iter().cloned());
+        let services_left_running = if lifecycle.groups_closed && held.is_empty() {
+            info!("shutdown: stopping services");
+            // each stop runs on a helper thread; one still running at the deadline is
+            // re-joined by a resumed attempt, one that failed is never called again
+            inner.plane.stop_services(deadline)
         } else {
             inner.plane.owned_services()
         };
