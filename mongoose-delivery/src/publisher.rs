@@ -79,8 +79,18 @@ enum Chunk<T, P> {
 }
 
 enum Cached<T, P> {
-    Positioned { item: T, epoch: Epoch, position: P },
+    Positioned {
+        item: T,
+        epoch: Epoch,
+        position: P,
+    },
     Push(T),
+    /// A positioned input that produced no item, recorded while items before it were
+    /// cached: it enters the window only after them (issue 9, item 7).
+    Filtered {
+        epoch: Epoch,
+        position: P,
+    },
 }
 
 enum Deferred<T, P> {
@@ -988,6 +998,9 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                         self.deliver(state, item, None);
                     }
                 }
+                Cached::Filtered { epoch, position } => {
+                    Self::window_filtered(state, epoch, position);
+                }
             }
         }
         if state.startup_status_pending || state.waiting_status.is_some() {
@@ -1076,12 +1089,26 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
+    /// Records a positioned input that produced no item. While the startup cache (or a
+    /// replay a full queue paused) holds items published before it, it is cached behind
+    /// them: in the window now it would be acknowledged ahead of them, and a commit of
+    /// its position would pass items no consumer processed (issue 9, item 7).
     fn filter_locked(state: &mut State<T, P>, position: P) {
         state.positioned = true;
         state.filtered += 1;
+        let epoch = state.epoch;
+        if !state.started || !state.cache.is_empty() {
+            state.cache.push_back(Cached::Filtered { epoch, position });
+            return;
+        }
+        Self::window_filtered(state, epoch, position);
+    }
+
+    /// Numbers a filtered input and puts it in the window: nothing holds it, so it is
+    /// due with the items before it.
+    fn window_filtered(state: &mut State<T, P>, epoch: Epoch, position: P) {
         state.sequence += 1;
         let sequence = state.sequence;
-        let epoch = state.epoch;
         state.window.push(sequence, epoch, position, false);
     }
 
