@@ -243,6 +243,22 @@ impl PointerFile {
         self.map[OFFSET_AT..OFFSET_AT + 8].copy_from_slice(&offset.to_be_bytes());
         self.map.flush_async_range(0, POINTER_FILE_SIZE)
     }
+
+    /// Writes the whole record and waits until it is written back to the file system
+    /// (`msync` with `MS_SYNC`): the write of a commit made after the source stopped.
+    pub(crate) fn write_durable(&mut self, record: &PointerRecord) -> io::Result<()> {
+        record.encode_into(&mut self.map[..POINTER_FILE_SIZE]);
+        self.flush_durable()
+    }
+
+    /// Waits until what the mapping holds is written back to the file system (`msync`
+    /// with `MS_SYNC`, which on Linux also syncs the file's range like
+    /// `fdatasync`): at a clean stop, so that a power loss right after a clean exit
+    /// cannot take the final commit back (issue 9, item 10). During the run the
+    /// asynchronous flush of [`PointerFile::write`] is enough for a process crash.
+    pub(crate) fn flush_durable(&self) -> io::Result<()> {
+        self.map.flush_range(0, POINTER_FILE_SIZE)
+    }
 }
 
 #[cfg(test)]
