@@ -254,3 +254,81 @@ fn a_clean_stop_writes_the_pointer_back_to_the_file_system() {
         "after a clean stop the pointer was written back to the file system"
     );
 }
+
+const FULL_FS_CHILD_ENV: &str = "MONGOOSE_POINTER_FULL_FS_CHILD";
+
+/// Fills the file system holding `dir` with a file of its own until a write fails.
+fn fill(dir: &Path) {
+    use std::io::Write;
+    let mut filler = fs::File::create(dir.join("filler")).expect("filler");
+    let chunk = vec![0xA5u8; 4096];
+    while filler
+        .write_all(&chunk)
+        .and_then(|()| filler.sync_all())
+        .is_ok()
+    {}
+}
+
+/// The child half of the full-file-system test: starts a COMMITED source whose pointer
+/// file does not exist yet on a full file system, and says how the start ended.
+#[test]
+#[ignore = "run as a child process by a_pointer_created_on_a_full_file_system_fails_the_start_instead_of_killing_the_process"]
+fn full_file_system_child() {
+    let Ok(dir) = std::env::var(FULL_FS_CHILD_ENV) else {
+        return;
+    };
+    let input = Path::new(&dir).join("input.log");
+    let feed: Arc<Publisher<String, u64>> = Feed::builder("lines").build();
+    let output: Arc<dyn SourceOutput<String, u64>> = feed.clone();
+    let mut source = FileEventSource::new(
+        FileSourceConfig::new("lines", &input, ReadStrategy::Commited),
+        Ok::<String, String>,
+        output,
+    );
+    // the pointer is created at start and first written when the input is opened
+    let outcome = source.start().and_then(|()| source.do_work().map(|_| ()));
+    match outcome {
+        Ok(()) => println!("CHILD-OUTCOME: started"),
+        Err(error) => println!("CHILD-OUTCOME: refused: {error}"),
+    }
+}
+
+// issue 9 item 8 (a pointer write that fails for real): a pointer file created on a
+// full file system. Before, the file was extended with set_len and its page first
+// written through the mapping: the file system could not allocate it and the process
+// died of SIGBUS. Now the start fails with an error that names the pointer file.
+#[test]
+fn a_pointer_created_on_a_full_file_system_fails_the_start_instead_of_killing_the_process() {
+    let tmpfs = Tmpfs::mount("64k");
+    let input = tmpfs.path().join("input.log");
+    fs::write(&input, numbered_lines(10)).expect("input");
+    fill(tmpfs.path());
+    let output = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "full_file_system_child",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(FULL_FS_CHILD_ENV, tmpfs.path())
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the child did not end normally ({}): {stdout}",
+        output.status
+    );
+    let outcome = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("CHILD-OUTCOME: "))
+        .unwrap_or_else(|| panic!("no outcome from the child: {stdout}"));
+    assert!(
+        outcome.starts_with("refused: ") && outcome.contains("pointer file"),
+        "the start fails with an error naming the pointer file: {outcome}"
+    );
+    assert!(
+        outcome.contains("No space left on device"),
+        "the error is the file system's: {outcome}"
+    );
+}
