@@ -69,6 +69,11 @@ pub trait SourceCommitter<P: Position>: Send {
     fn acknowledged(&mut self, sequence: u64, epoch: Epoch, position: P);
 
     /// Makes the acknowledged position durable (a pointer write, a broker commit).
+    ///
+    /// `Ok` says that everything acknowledged so far is committed. On an error the
+    /// committer keeps what it was given: the engine calls `commit` again on each later
+    /// poll (and at stop), even when nothing new was acknowledged, until one succeeds,
+    /// and the feed is not settled meanwhile.
     fn commit(&mut self) -> Result<(), CoreError>;
 
     /// True when the committer can commit again after the source stopped: the server's

@@ -89,8 +89,18 @@ enum Chunk<T, P> {
 }
 
 enum Cached<T, P> {
-    Positioned { item: T, epoch: Epoch, position: P },
+    Positioned {
+        item: T,
+        epoch: Epoch,
+        position: P,
+    },
     Push(T),
+    /// A positioned input that produced no item, recorded while items before it were
+    /// cached: it enters the window only after them (issue 9, item 7).
+    Filtered {
+        epoch: Epoch,
+        position: P,
+    },
 }
 
 enum Deferred<T, P> {
@@ -129,6 +139,10 @@ struct State<T, P: Position> {
     pauses: u64,
     paused_now: bool,
     completion_failures_of_removed: u64,
+    /// A committer is registered ([`SourceOutput::acknowledge_with`]).
+    has_committer: bool,
+    /// The highest sequence a successful commit covered (issue 9, item 8).
+    committed: u64,
     source_state: SourceState,
     detail: Option<String>,
     version: u64,
@@ -226,6 +240,8 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             pauses: 0,
             paused_now: false,
             completion_failures_of_removed: 0,
+            has_committer: false,
+            committed: 0,
             source_state: SourceState::Starting,
             detail: None,
             version: 0,
@@ -1075,6 +1091,9 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                         self.deliver(state, item, None);
                     }
                 }
+                Cached::Filtered { epoch, position } => {
+                    Self::window_filtered(state, epoch, position);
+                }
             }
         }
         if state.startup_status_pending || state.waiting_status.is_some() {
@@ -1163,12 +1182,26 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
+    /// Records a positioned input that produced no item. While the startup cache (or a
+    /// replay a full queue paused) holds items published before it, it is cached behind
+    /// them: in the window now it would be acknowledged ahead of them, and a commit of
+    /// its position would pass items no consumer processed (issue 9, item 7).
     fn filter_locked(state: &mut State<T, P>, position: P) {
         state.positioned = true;
         state.filtered += 1;
+        let epoch = state.epoch;
+        if !state.started || !state.cache.is_empty() {
+            state.cache.push_back(Cached::Filtered { epoch, position });
+            return;
+        }
+        Self::window_filtered(state, epoch, position);
+    }
+
+    /// Numbers a filtered input and puts it in the window: nothing holds it, so it is
+    /// due with the items before it.
+    fn window_filtered(state: &mut State<T, P>, epoch: Epoch, position: P) {
         state.sequence += 1;
         let sequence = state.sequence;
-        let epoch = state.epoch;
         state.window.push(sequence, epoch, position, false);
     }
 
@@ -1436,7 +1469,10 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
         let mut committer = self.committer.lock();
         let mut acknowledged = self.acknowledged_scratch.lock();
         acknowledged.clear();
-        {
+        // the highest sequence handed to the committer, and whether a commit must cover
+        // something (new acknowledgements, or a commit that failed before: retried on
+        // every poll until it succeeds, at stop too; issue 9, item 8)
+        let (handed, uncommitted) = {
             let mut state = self.state.lock();
             let mut done = u64::MAX;
             for binding in &state.bindings {
@@ -1449,15 +1485,23 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
                 done = done.min(point.done_through());
             }
             state.window.acknowledge_through(done, &mut acknowledged);
-        }
+            let handed = state.window.acknowledged();
+            (handed, state.committed < handed)
+        };
         let count = acknowledged.len();
         if let Some(committer) = committer.as_mut() {
             for entry in acknowledged.iter() {
                 committer.acknowledged(entry.sequence, entry.epoch, entry.position);
             }
-            if count > 0 {
-                if let Err(error) = committer.commit() {
-                    error!(feed = %self.name, %error, "commit failed: the items stay uncommitted and are re-delivered after a restart");
+            if uncommitted {
+                match committer.commit() {
+                    Ok(()) => {
+                        let mut state = self.state.lock();
+                        state.committed = state.committed.max(handed);
+                    }
+                    Err(error) => {
+                        error!(feed = %self.name, %error, "commit failed: retried on the next poll; until it succeeds the feed is not settled, and a restart re-delivers the items it covers");
+                    }
                 }
             }
         }
@@ -1476,7 +1520,12 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
 
     fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<P>>) {
         *self.committer.lock() = Some(committer);
-        self.state.lock().positioned = true;
+        let mut state = self.state.lock();
+        state.positioned = true;
+        state.has_committer = true;
+        // a new committer (a restarted source) starts from its own durable position:
+        // what an earlier one failed to commit is read and published again
+        state.committed = state.window.acknowledged();
     }
 
     fn set_epoch(&self, epoch: Epoch) {
@@ -1623,11 +1672,18 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             warn!(feed = %self.name, "the feed's source never reported a state: its settled verdict rests on drained alone");
         }
         let paused = state.paused_now;
+        let acknowledged = state.window.acknowledged();
+        let committed = if state.has_committer {
+            state.committed
+        } else {
+            acknowledged
+        };
         let settled = (source_done || fallback)
             && drained
             && stalled.is_none()
             && !paused
-            && (!state.positioned || pending_acks == 0);
+            && (!state.positioned || pending_acks == 0)
+            && committed >= acknowledged;
         FeedStatus {
             feed: self.name.to_string(),
             state: state.source_state.as_str().to_owned(),
@@ -1644,7 +1700,8 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             downgraded: state.downgraded,
             paused,
             pauses: state.pauses,
-            acknowledged: state.window.acknowledged(),
+            acknowledged,
+            committed,
             pending_acks,
             subscribers,
             consumers,

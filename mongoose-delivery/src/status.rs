@@ -41,7 +41,8 @@ pub struct FeedStatus {
     /// waiting.
     pub drained: bool,
     /// The feed is complete: caught up or ended, drained, not paused, not stalled,
-    /// and (for a positioned feed) everything acknowledged to the source.
+    /// and (for a positioned feed) everything acknowledged to the source and committed
+    /// by it (`committed == acknowledged`).
     pub settled: bool,
     /// `dropped == 0 && refused == 0 && completionFailures == 0`.
     pub lossless: bool,
@@ -59,6 +60,10 @@ pub struct FeedStatus {
     pub pauses: u64,
     /// The highest sequence handed to the source's committer (0 without positions).
     pub acknowledged: u64,
+    /// The highest sequence whose commit succeeded (the source made it durable). Below
+    /// `acknowledged` while a commit failed and is being retried; equal to it for a feed
+    /// without a committer (nothing to commit).
+    pub committed: u64,
     /// Runs of positioned items awaiting acknowledgement (the window).
     pub pending_acks: u64,
     /// The subscriber queues.

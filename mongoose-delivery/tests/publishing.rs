@@ -230,6 +230,62 @@ fn cached_startup_items_are_replayed_in_order_before_later_ones() {
 }
 
 #[test]
+fn a_filtered_line_during_the_startup_cache_never_commits_past_cached_lines() {
+    // issue 9 item 7; feed-delivery-guarantees §3 ("an item filtered ... is due as soon
+    // as the items before it", never sooner) and §6 (cache replay). A source whose
+    // fallible data mapper refuses a line records it with `filtered`; during the startup
+    // cache (and while a paused replay still holds cached lines) it must wait in the
+    // cache behind the lines cached before it. The feed's own mapper filters item 2 at
+    // the replay, in order.
+    let feed = Feed::builder("lines")
+        .queue_capacity(1)
+        .mapper(|item: u64| (item != 2).then_some(item))
+        .build();
+    let (feed, commits) = positioned_feed_with(feed);
+    let mut group = reader(&feed, "group");
+    assert!(feed.try_publish(1, 10).is_published(), "cached");
+    assert!(feed.try_publish(2, 20).is_published(), "cached");
+    feed.filtered(30, "the source's mapper refused this line");
+    assert!(feed.try_publish(4, 40).is_published(), "cached");
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        0,
+        "before the start completes nothing was processed"
+    );
+    feed.start_complete();
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        0,
+        "the reader processed nothing: not even the filtered line is due"
+    );
+    // the replay paused at the full queue (item 1 in it, 2, 30 and 4 still cached): a
+    // line filtered now goes behind item 4, not into the window ahead of it
+    feed.filtered(50, "the source's mapper refused this line too");
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 0, "still nothing processed");
+    assert_eq!(process(&mut group, 1), vec![1]);
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        10,
+        "item 1, never past what is still cached"
+    );
+    assert!(feed.flush_paused(), "the rest of the cache is replayed");
+    feed.poll_acknowledgements();
+    assert_eq!(
+        commits.pointer(),
+        30,
+        "the filtered 2 and 30 after item 1 are due; item 4 is not processed yet"
+    );
+    assert_eq!(process(&mut group, 1), vec![4]);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 50);
+    assert_eq!(feed.filtered_count(), 3);
+}
+
+#[test]
 fn a_push_publish_into_a_full_pause_queue_drops_counts_and_latches() {
     // §6: a push publish cannot pause: it falls back to drop-after-spin, counted as
     // dropped and downgraded, and a loss on PAUSE latches

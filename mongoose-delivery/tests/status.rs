@@ -46,6 +46,7 @@ fn the_status_json_has_exactly_the_field_names_of_the_reference() {
         "paused",
         "pauses",
         "acknowledged",
+        "committed",
         "pendingAcks",
         "subscribers",
         "consumers",
@@ -156,5 +157,85 @@ fn once_the_server_stops_a_blocked_publish_is_refused_and_no_kill_switch_starts(
     assert!(
         received.recv_timeout(Duration::from_millis(300)).is_err(),
         "no hook while stopping"
+    );
+}
+
+/// A committer whose first `failures` commits fail, as a pointer write or a broker
+/// commit can; it keeps what was acknowledged until a commit succeeds.
+struct FailingCommitter {
+    failures: usize,
+    attempts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    durable: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pending: Option<u64>,
+}
+
+impl mongoose_core::SourceCommitter<u64> for FailingCommitter {
+    fn acknowledged(&mut self, _: u64, _: mongoose_core::Epoch, position: u64) {
+        self.pending = Some(position);
+    }
+
+    fn commit(&mut self) -> Result<(), mongoose_core::CoreError> {
+        let attempt = self
+            .attempts
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        let Some(position) = self.pending else {
+            return Ok(());
+        };
+        if attempt <= self.failures {
+            return Err(mongoose_core::CoreError::io(
+                "test: the commit target refused the write",
+                std::io::Error::other("injected at the committer"),
+            ));
+        }
+        self.durable
+            .store(position, std::sync::atomic::Ordering::SeqCst);
+        self.pending = None;
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failed_commit_is_retried_each_cycle_and_settled_waits_for_it() {
+    // issue 9 item 8: a failed commit is retried on later polls even when nothing new
+    // was acknowledged, and the feed is not settled until the commit succeeded
+    let feed: std::sync::Arc<Publisher<u64, u64>> = Feed::builder("lines").build();
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let durable = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    feed.acknowledge_with(Box::new(FailingCommitter {
+        failures: 2,
+        attempts: std::sync::Arc::clone(&attempts),
+        durable: std::sync::Arc::clone(&durable),
+        pending: None,
+    }));
+    feed.set_pause_by_default(true);
+    let mut group = reader(&feed, "g");
+    feed.start_complete();
+    publish_range(&feed, 1..=3);
+    feed.report_state(SourceState::CaughtUp, None);
+    process(&mut group, 3);
+    assert_eq!(feed.poll_acknowledgements(), 3, "three items acknowledged");
+    let durable_now = || durable.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(durable_now(), 0, "the first commit failed");
+    let status = feed.status();
+    assert!(
+        !status.settled,
+        "acknowledged but not committed: not settled: {status:?}"
+    );
+    assert_eq!((status.acknowledged, status.committed), (3, 0));
+    assert_eq!(feed.poll_acknowledgements(), 0, "nothing new");
+    assert_eq!(durable_now(), 0, "the second commit failed too");
+    assert!(!feed.status().settled);
+    assert_eq!(feed.poll_acknowledgements(), 0, "nothing new");
+    assert_eq!(durable_now(), 30, "the third attempt committed");
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 3);
+    let status = feed.status();
+    assert!(status.settled, "{status:?}");
+    assert_eq!((status.acknowledged, status.committed), (3, 3));
+    assert_eq!(feed.poll_acknowledgements(), 0);
+    assert_eq!(
+        attempts.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "nothing left to commit: no more attempts"
     );
 }

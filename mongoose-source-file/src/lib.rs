@@ -17,6 +17,13 @@
 //! the input's file key and a fingerprint of its first bytes, so a replaced or truncated
 //! input resets it to 0 under a new epoch, while an append never does.
 //!
+//! During the run a commit writes the mapped page (in the page cache: it survives a
+//! crash of the process) and schedules its write-back; a commit whose write failed is
+//! kept and written by the next one, and the feed is not settled meanwhile. At a clean
+//! stop the pointer is written back synchronously (`msync` with `MS_SYNC`), as is every
+//! commit made after the stop, so a power loss right after a clean exit cannot take
+//! the final commit back.
+//!
 //! A full subscriber queue pauses the source (PAUSE is the default policy of a file
 //! feed): it keeps the line and reads nothing more until the queue has room.
 //!

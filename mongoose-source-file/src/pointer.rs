@@ -15,7 +15,7 @@
 //! The rest of the 1,024 bytes is zero.
 
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use memmap2::MmapMut;
@@ -197,22 +197,32 @@ pub(crate) struct OpenedPointer {
 impl PointerFile {
     /// Opens (creating it if missing) and maps the pointer file at `path`, extending a
     /// short one to [`POINTER_FILE_SIZE`] and keeping what it holds.
+    ///
+    /// The record's bytes are written back with an ordinary write before the file is
+    /// mapped, so the file system allocates them now: on a full file system the open
+    /// fails with an error, where a write through the mapping into a page the file
+    /// system had not allocated (a file extended with `set_len`) would kill the
+    /// process with SIGBUS.
     #[allow(unsafe_code)] // the one mapping of the crate
     pub(crate) fn open(path: &Path) -> io::Result<OpenedPointer> {
         let created = !path.exists();
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(path)?;
         let length = file.metadata()?.len();
-        if length < POINTER_FILE_SIZE as u64 {
-            // extends with zeros, keeping the bytes present
-            file.set_len(POINTER_FILE_SIZE as u64)?;
-        }
+        // the bytes present (up to the record's size), then zeros: written in place
+        let mut bytes = Vec::with_capacity(POINTER_FILE_SIZE);
+        (&file)
+            .take(POINTER_FILE_SIZE as u64)
+            .read_to_end(&mut bytes)?;
+        bytes.resize(POINTER_FILE_SIZE, 0);
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&bytes)?;
         // SAFETY: the pointer file belongs to this source (one source per input file by
-        // configuration) and is at least POINTER_FILE_SIZE bytes long (extended above).
+        // configuration) and is at least POINTER_FILE_SIZE bytes long (written above).
         // The mapping is only read and written through copies of whole fields while the
         // caller holds the commit lock; another process truncating the file under us
         // is outside the contract (it would be a SIGBUS, as for any mmap user).
@@ -242,6 +252,22 @@ impl PointerFile {
     pub(crate) fn write_offset(&mut self, offset: u64) -> io::Result<()> {
         self.map[OFFSET_AT..OFFSET_AT + 8].copy_from_slice(&offset.to_be_bytes());
         self.map.flush_async_range(0, POINTER_FILE_SIZE)
+    }
+
+    /// Writes the whole record and waits until it is written back to the file system
+    /// (`msync` with `MS_SYNC`): the write of a commit made after the source stopped.
+    pub(crate) fn write_durable(&mut self, record: &PointerRecord) -> io::Result<()> {
+        record.encode_into(&mut self.map[..POINTER_FILE_SIZE]);
+        self.flush_durable()
+    }
+
+    /// Waits until what the mapping holds is written back to the file system (`msync`
+    /// with `MS_SYNC`, which on Linux also syncs the file's range like
+    /// `fdatasync`): at a clean stop, so that a power loss right after a clean exit
+    /// cannot take the final commit back (issue 9, item 10). During the run the
+    /// asynchronous flush of [`PointerFile::write`] is enough for a process crash.
+    pub(crate) fn flush_durable(&self) -> io::Result<()> {
+        self.map.flush_range(0, POINTER_FILE_SIZE)
     }
 }
 

@@ -160,7 +160,8 @@ struct CommitShared {
     pointer: Option<PointerFile>,
     /// What the pointer file holds.
     record: PointerRecord,
-    /// The highest acknowledged offset of the current epoch not yet committed.
+    /// The highest acknowledged offset of the current epoch not yet committed. Kept
+    /// until a write of it succeeds, so a failed commit is retried (issue 9, item 8).
     acknowledged: Option<u64>,
     /// The open input (for fingerprint growth: always the file being read).
     input: Option<Arc<File>>,
@@ -185,12 +186,13 @@ impl CommitShared {
                 .write(&record)
                 .map_err(|error| self.io_error("cannot write", error))?,
             None => {
-                // after stop: re-map for this write only
+                // after stop: re-map for this write only, and make it durable as the
+                // stop's own write is (issue 9, item 10)
                 let mut opened = PointerFile::open(&self.pointer_path)
                     .map_err(|error| self.io_error("cannot re-map", error))?;
                 opened
                     .file
-                    .write(&record)
+                    .write_durable(&record)
                     .map_err(|error| self.io_error("cannot write", error))?;
             }
         }
@@ -199,17 +201,18 @@ impl CommitShared {
     }
 
     /// Commits the acknowledged offset: forward only, growing the fingerprint of the
-    /// open file while it covers less than 4 KB.
+    /// open file while it covers less than 4 KB. On an error the offset stays
+    /// acknowledged, and the next commit writes it.
     fn commit(&mut self) -> Result<(), CoreError> {
-        let Some(offset) = self.acknowledged.take() else {
+        let Some(offset) = self.acknowledged else {
             return Ok(());
         };
         if offset <= self.record.offset {
+            self.acknowledged = None;
             return Ok(());
         }
         if self.pointer.is_none() && !self.stopped {
             // not started: nothing mapped to write to
-            self.acknowledged = Some(offset);
             return Ok(());
         }
         let mut record = self.record;
@@ -228,14 +231,17 @@ impl CommitShared {
         }
         if record.fingerprint_length == self.record.fingerprint_length && self.pointer.is_some() {
             if let Some(pointer) = self.pointer.as_mut() {
-                pointer
-                    .write_offset(offset)
-                    .map_err(|error| CoreError::io("cannot write the pointer offset", error))?;
+                if let Err(error) = pointer.write_offset(offset) {
+                    return Err(self.io_error("cannot write the offset into", error));
+                }
             }
             self.record = record;
+            self.acknowledged = None;
             return Ok(());
         }
-        self.write_record(record)
+        self.write_record(record)?;
+        self.acknowledged = None;
+        Ok(())
     }
 }
 
@@ -324,16 +330,18 @@ impl SourceCommitter<u64> for PointerCommitter {
     }
 
     fn commit(&mut self) -> Result<(), CoreError> {
-        let Some((generation, offset)) = self.pending.take() else {
-            return Ok(());
-        };
         let mut shared = self.shared.lock();
-        if generation != self.front.generation.load(Ordering::Acquire) {
-            // acknowledged before a reset: an offset of the old file (review 2, finding 6)
-            debug!(source = %self.source_name, offset, "forgetting an acknowledgement made before a reset");
-            return Ok(());
+        if let Some((generation, offset)) = self.pending.take() {
+            if generation == self.front.generation.load(Ordering::Acquire) {
+                shared.acknowledged = Some(shared.acknowledged.map_or(offset, |at| at.max(offset)));
+            } else {
+                // acknowledged before a reset: an offset of the old file (review 2,
+                // finding 6)
+                debug!(source = %self.source_name, offset, "forgetting an acknowledgement made before a reset");
+            }
         }
-        shared.acknowledged = Some(shared.acknowledged.map_or(offset, |at| at.max(offset)));
+        // what an earlier commit failed to write is still acknowledged: written now
+        // (issue 9, item 8)
         shared.commit()
     }
 
@@ -1340,16 +1348,28 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         if !self.started {
             return Ok(());
         }
-        // commit what was processed
+        // commit what was processed (and retry a commit that failed)
         self.output.poll_acknowledgements();
         self.started = false;
         self.pending = None;
         self.input = None;
         let mut shared = self.shared.lock();
+        // the final commit of a clean stop is written back before the pointer is
+        // unmapped: a power loss after a clean exit cannot take it back (issue 9, item
+        // 10). A commit made later re-maps and writes durably too.
+        let flushed = shared
+            .pointer
+            .as_ref()
+            .map_or(Ok(()), PointerFile::flush_durable);
         // unmap under the lock a late commit takes; it re-maps for its write
         shared.pointer = None;
         shared.input = None;
         shared.stopped = true;
+        if let Err(error) = flushed {
+            warn!(source = %self.config.name, %error,
+                "the pointer file could not be written back at stop: after a power loss the lines after an earlier commit are delivered again");
+            return Err(shared.io_error("cannot write back (msync) the", error));
+        }
         Ok(())
     }
 }

@@ -347,3 +347,63 @@ fn pause_with_ten_thousand_lines_into_a_1024_queue_and_a_slow_consumer_drops_not
 fn pause_with_ten_thousand_lines_and_the_startup_cache_drops_nothing() {
     pause_run(true);
 }
+
+// issue 9 item 7; feed-delivery-guarantees §3 ("an item filtered ... is due as soon as
+// the items before it") and §6 (the startup cache): a line the data mapper refuses while
+// the feed caches its startup waits behind the lines cached before it
+#[test]
+fn a_line_the_mapper_refuses_during_the_startup_cache_is_committed_only_after_the_lines_before_it()
+{
+    let dir = tempfile::tempdir().expect("dir");
+    let input = dir.path().join("input.log");
+    fs::write(&input, "line-00001\nnot a line\nline-00003\n").expect("input");
+    let feed: Arc<Publisher<String, u64>> = Feed::builder("lines").queue_capacity(16).build();
+    let output: Arc<dyn SourceOutput<String, u64>> = feed.clone();
+    let mut source = FileEventSource::new(
+        FileSourceConfig::new("lines", &input, ReadStrategy::Commited),
+        |line: String| {
+            if line.starts_with("line-") {
+                Ok(line)
+            } else {
+                Err(format!("{line:?} is not a numbered line"))
+            }
+        },
+        output,
+    );
+    let mut reader = feed
+        .subscribe("group", SubscribeOptions::default())
+        .expect("subscribe")
+        .take_reader()
+        .expect("the group's first subscription reads");
+    source.start().expect("start");
+    while source.state() != SourceState::CaughtUp {
+        source.do_work().expect("do_work");
+    }
+    for _ in 0..5 {
+        source.do_work().expect("do_work"); // each cycle polls and commits
+    }
+    assert_eq!(
+        pointer_of(&input).offset,
+        0,
+        "every line is cached, none processed: the refused line is not due"
+    );
+    feed.start_complete();
+    for _ in 0..5 {
+        source.do_work().expect("do_work");
+    }
+    assert_eq!(pointer_of(&input).offset, 0, "the reader processed nothing");
+    let mut consumer = Collect::default();
+    assert_eq!(reader.poll(&mut consumer, 1), 1);
+    source.do_work().expect("do_work");
+    assert_eq!(
+        pointer_of(&input).offset,
+        offset_after(2),
+        "line 1 and the refused line after it"
+    );
+    assert_eq!(reader.poll(&mut consumer, 1), 1);
+    source.do_work().expect("do_work");
+    assert_eq!(pointer_of(&input).offset, offset_after(3));
+    assert_eq!(consumer.lines, ["line-00001", "line-00003"]);
+    assert_eq!(source.status().lines_filtered, 1);
+    assert_eq!(feed.filtered_count(), 1);
+}
