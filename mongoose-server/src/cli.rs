@@ -92,6 +92,7 @@ pub fn run_until_done_with_status(
     let result = server.shutdown();
     if !result.complete {
         warn!(?result, "the shutdown did not complete");
+        let _ = stopped_code(&last_status, &server.status());
         return Ok(RunOutcome {
             code: EXIT_STOP_INCOMPLETE,
             last_status,

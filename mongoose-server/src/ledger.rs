@@ -750,6 +750,7 @@ mod tests {
             .flat_map(|index| {
                 JournalRecord {
                     account: Some((format!("acc{index}"), index as i64 * 10)),
+                    unsaved: Vec::new(),
                     applied: index,
                     rejected: 0,
                     epoch: 7,
