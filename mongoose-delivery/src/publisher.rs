@@ -147,6 +147,8 @@ struct State<T, P: Position> {
     detail: Option<String>,
     version: u64,
     unterminated: u64,
+    /// Loss records of earlier runs reported at this start.
+    earlier_losses: u64,
     bounded: bool,
     status_events: bool,
     fallback_warned: bool,
@@ -246,6 +248,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             detail: None,
             version: 0,
             unterminated: 0,
+            earlier_losses: 0,
             bounded: builder.bounded,
             status_events: builder.status_events,
             fallback_warned: false,
@@ -548,6 +551,13 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             warn!(feed = %self.name, released = released.items, queues = ?released.queues, "operator released a held position: the held backlog is given up and counted as dropped (the feed is no longer lossless)");
         }
         Ok(released)
+    }
+
+    /// Losses of earlier runs found at this start (records a run that was not lossless
+    /// left beside the feed's position): the feed is reported not lossless in this run,
+    /// once.
+    pub fn note_earlier_losses(&self, records: u64) {
+        self.state.lock().earlier_losses += records;
     }
 
     /// Keeps a consumer's saved position (its latest report replaces an earlier one)
@@ -1661,7 +1671,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             && state.waiting_status.is_none()
             && !state.startup_status_pending;
         let pending_acks = state.window.len() as u64;
-        let lossless = state.dropped == 0 && state.refused == 0 && completion_failures == 0;
+        let lossless = state.dropped == 0
+            && state.refused == 0
+            && completion_failures == 0
+            && state.earlier_losses == 0;
         let source_done = matches!(
             state.source_state,
             SourceState::CaughtUp | SourceState::EndOfStream
@@ -1707,6 +1720,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             consumers,
             stalled,
             unterminated: state.unterminated,
+            earlier_losses: state.earlier_losses,
             completion_failures,
         }
     }

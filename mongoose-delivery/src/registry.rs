@@ -36,6 +36,8 @@ pub trait AnyFeed: Send + Sync {
     fn status(&self) -> FeedStatus;
     /// A checkpoint hold on a group's queue.
     fn hold(&self, group: &str) -> ProcessingCheckpoint;
+    /// Loss records of earlier runs found at this start ([`Publisher::note_earlier_losses`]).
+    fn note_earlier_losses(&self, records: u64);
     /// Keeps a consumer's saved position for the feed's source to reconcile with at
     /// start ([`mongoose_core::SourceOutput::saved_positions`]).
     fn note_saved_position(&self, position: mongoose_core::ConsumerPosition);
@@ -89,6 +91,9 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     }
     fn hold(&self, group: &str) -> ProcessingCheckpoint {
         Publisher::hold(self, group)
+    }
+    fn note_earlier_losses(&self, records: u64) {
+        Publisher::note_earlier_losses(self, records);
     }
     fn note_saved_position(&self, position: mongoose_core::ConsumerPosition) {
         Publisher::note_saved_position(self, position);

@@ -75,9 +75,14 @@ pub struct FeedStatus {
     pub stalled: Option<String>,
     /// Bytes after the last terminator a bounded read ended without publishing.
     pub unterminated: u64,
-    /// Delivery-complete callbacks skipped after their retries (their items were
-    /// acknowledged without them).
+    /// Delivery-complete callbacks skipped after their retries (their items are held,
+    /// never committed, in this run).
     pub completion_failures: u64,
+    /// Losses of earlier runs reported at this start (records kept beside the feed's
+    /// pointer by a run that ended not lossless or had a position released): this run
+    /// reports them once, as not lossless, then they are marked reported.
+    #[serde(default)]
+    pub earlier_losses: u64,
 }
 
 /// The status of every feed, with the settled and lossless verdicts.

@@ -154,13 +154,25 @@ async fn release(
 ) -> Response {
     match server.feed(&feed) {
         Some(found) => match found.release(query.queue.as_deref()) {
-            Ok(released) => Json(json!({
-                "feed": feed,
-                "queue": query.queue,
-                "released": released.items,
-                "queues": released.queues,
-            }))
-            .into_response(),
+            Ok(released) => {
+                if released.items > 0 || !released.queues.is_empty() {
+                    server.record_loss(
+                        &feed,
+                        format!(
+                            "an operator released {} held items (queues: {})",
+                            released.items,
+                            released.queues.join(", ")
+                        ),
+                    );
+                }
+                Json(json!({
+                    "feed": feed,
+                    "queue": query.queue,
+                    "released": released.items,
+                    "queues": released.queues,
+                }))
+                .into_response()
+            }
             Err(error) => not_found(error.to_string()),
         },
         None => not_found(format!("no feed named '{feed}'")),

@@ -90,6 +90,7 @@ pub fn run_until_done_with_status(
         std::thread::sleep(Duration::from_millis(20));
     }
     let result = server.shutdown();
+    record_losses(server);
     if !result.complete {
         warn!(?result, "the shutdown did not complete");
         let _ = stopped_code(&last_status, &server.status());
@@ -103,6 +104,25 @@ pub fn run_until_done_with_status(
     // every positioned feed without a live consumer)
     let code = settled_code.unwrap_or_else(|| stopped_code(&last_status, &server.status()));
     Ok(RunOutcome { code, last_status })
+}
+
+/// Keeps a record of every feed that lost items in this run beside its pointer, so the
+/// next start reports it. Skipped completions are not recorded: their items are held,
+/// never committed, so the next start re-delivers them (unless an operator released
+/// them, which is in `dropped`).
+fn record_losses(server: &Server) {
+    for feed in server.status().feeds {
+        if feed.dropped + feed.refused == 0 {
+            continue;
+        }
+        server.record_loss(
+            &feed.feed,
+            format!(
+                "the run ended not lossless: dropped {} (operator releases included), refused {}",
+                feed.dropped, feed.refused
+            ),
+        );
+    }
 }
 
 /// The exit code of a run stopped by a signal: a run that lost something is lossy

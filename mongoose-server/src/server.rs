@@ -584,6 +584,7 @@ impl Server {
                 }
             }
         }
+        self.report_earlier_losses();
         for feed in &inner.feeds {
             Self::start_source(feed);
         }
@@ -843,5 +844,59 @@ impl Server {
     /// A feed by name.
     pub fn feed(&self, name: &str) -> Option<Arc<dyn AnyFeed>> {
         self.inner.registry.get(name)
+    }
+
+    /// The loss file of a configured feed that keeps a pointer
+    /// ([`crate::losses::loss_path`]); `None` for other feeds.
+    pub fn loss_file(&self, feed: &str) -> Option<std::path::PathBuf> {
+        let config = &self.inner.config;
+        config
+            .feeds
+            .iter()
+            .find(|candidate| candidate.name == feed && candidate.read_strategy.has_pointer())
+            .map(|found| {
+                crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_for(
+                    &config.resolve(&found.path),
+                ))
+            })
+    }
+
+    /// Records a loss of `feed` in the log and, for a feed that keeps a pointer, in
+    /// its loss file, so the next start reports it once.
+    pub fn record_loss(&self, feed: &str, what: String) {
+        warn!(feed, %what, "loss recorded: the next start reports it once");
+        let Some(path) = self.loss_file(feed) else {
+            return;
+        };
+        if let Err(error) =
+            crate::losses::append(&path, &crate::losses::LossRecord::now(feed, what))
+        {
+            error!(feed, file = %path.display(), %error, "cannot keep the loss record beside the pointer: the next start will not report it");
+        }
+    }
+
+    /// Reports, once, the losses earlier runs recorded beside the feeds' pointers: a
+    /// WARN each, and the feed is not lossless in this run.
+    fn report_earlier_losses(&self) {
+        for feed in &self.inner.config.feeds {
+            let Some(path) = self.loss_file(&feed.name) else {
+                continue;
+            };
+            match crate::losses::take_unreported(&path) {
+                Ok(records) if records.is_empty() => {}
+                Ok(records) => {
+                    for record in &records {
+                        warn!(feed = %feed.name, at_millis = record.at_millis, what = %record.what,
+                            "an earlier run of this feed was not lossless (reported once; this run is not lossless either)");
+                    }
+                    if let Some(found) = self.inner.registry.get(&feed.name) {
+                        found.note_earlier_losses(records.len() as u64);
+                    }
+                }
+                Err(error) => {
+                    error!(feed = %feed.name, file = %path.display(), %error, "cannot read the loss records of earlier runs");
+                }
+            }
+        }
     }
 }

@@ -83,10 +83,16 @@ impl Run {
     /// The ledger with its state in `state_dir` and its alerts in `alerts`, both
     /// relative to the run's folder.
     fn new(state_dir: &str, alerts: &str) -> Self {
+        Run::with(state_dir, alerts, "")
+    }
+
+    /// [`Run::new`] with `top` (top-level tables) added to the config.
+    fn with(state_dir: &str, alerts: &str, top: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("input.txt"), input()).expect("input");
         let config = format!(
             r#"
+{top}
 [[feeds]]
 name = "lines"
 source = "file"
@@ -348,4 +354,87 @@ fn a_deleted_state_with_the_pointer_kept_reapplies_every_line() {
     let (code, balance) = restart_and_balance(&run);
     eprintln!("deleted state: exit {code}, a = {balance:?} for 2,000 lines");
     assert_eq!((code, balance), (0, Some(2_000)), "{}", run.log());
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("address").port()
+}
+
+fn http(method: &str, address: &str, path: &str) -> (u16, serde_json::Value) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let url = format!("http://{address}{path}");
+    let mut response = if method == "POST" {
+        agent.post(&url).send_empty()
+    } else {
+        agent.get(&url).call()
+    }
+    .expect("answered");
+    let status = response.status().as_u16();
+    let body = response.body_mut().read_to_string().expect("body");
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)),
+    )
+}
+
+#[test]
+fn an_operator_release_is_a_loss_the_next_start_reports_once() {
+    // issue 9, item 6: after a release accepted a loss, SIGTERM exited 0 and the next
+    // run exited 0 as well
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let run = Run::with(
+        "state",
+        "full/alerts.txt",
+        &format!("[admin]\naddress = \"{address}\"\n"),
+    );
+    let full = Tmpfs::mount(&run.path("full"), "4k");
+    let mut child = run.spawn(false);
+    run.wait_for_log(&mut child, "the feed holds its position before this item");
+    let (code, refused) = http("POST", &address, "/feeds/lines/release?queue=nope");
+    assert_eq!(code, 404, "an unknown queue: {refused}");
+    let (code, released) = http("POST", &address, "/feeds/lines/release");
+    assert_eq!(code, 200, "{released}");
+    let items = released["released"].as_u64().expect("a count");
+    assert!(items > 0, "the held backlog was released: {released}");
+    let (_, status) = http("GET", &address, "/status");
+    assert_eq!(status["lossless"], false, "{status}");
+    let code = run.terminate(child);
+    assert_ne!(
+        code,
+        0,
+        "a run with a released loss is not clean: {}",
+        run.log()
+    );
+    assert!(run.log().contains("loss recorded"), "{}", run.log());
+    let pointer = run.pointer();
+    let saved = run.state("state");
+    assert!(
+        pointer > saved.position,
+        "the release let the feed commit past the held lines: pointer {pointer}, saved {}",
+        saved.position
+    );
+    eprintln!("released {items} lines: first run exit {code}");
+    full.grow();
+    let second = run.finish();
+    assert_eq!(
+        second,
+        3,
+        "the next start reports the loss, once: {}",
+        run.log()
+    );
+    assert!(
+        run.log()
+            .contains("an earlier run of this feed was not lossless"),
+        "{}",
+        run.log()
+    );
+    let third = run.finish();
+    assert_eq!(third, 0, "reported once only: {}", run.log());
+    eprintln!("next start exit {second}, the one after {third}");
 }
