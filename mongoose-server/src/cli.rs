@@ -25,14 +25,45 @@ pub const EXIT_SETTLED_LOSSY: u8 = 3;
 /// Exit code: the shutdown did not complete within its deadline.
 pub const EXIT_STOP_INCOMPLETE: u8 = 4;
 
-/// Installs the tracing subscriber: `RUST_LOG` filters (default `info`).
-pub fn init_logging() {
+/// How the logs on stderr are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people; coloured only when stderr is a terminal and `NO_COLOR` is
+    /// not set (a file or a pipe gets plain text).
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `message`, the event's fields,
+    /// `target`), for log shippers.
+    Json,
+}
+
+/// Installs the tracing subscriber on stderr in `format`: `RUST_LOG` filters (default
+/// `info`). Text is coloured only on a terminal, and never when `NO_COLOR` is set to
+/// anything but the empty string (<https://no-color.org>).
+pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(colour_wanted(
+                std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
+            .try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_ansi(false)
+            .try_init(),
+    };
+}
+
+/// Colour escape codes only for a terminal, and only when `NO_COLOR` is unset or empty.
+fn colour_wanted(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|value| value.is_empty())
 }
 
 /// How a run ended.
@@ -232,4 +263,26 @@ pub fn status_table(report: &StatusReport) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        let set = std::ffi::OsStr::new("1");
+        let empty = std::ffi::OsStr::new("");
+        assert!(colour_wanted(true, None));
+        assert!(
+            colour_wanted(true, Some(empty)),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!colour_wanted(true, Some(set)));
+        assert!(
+            !colour_wanted(false, None),
+            "a file or a pipe gets plain text"
+        );
+        assert!(!colour_wanted(false, Some(set)));
+    }
 }

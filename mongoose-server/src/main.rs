@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mongoose_server::cli::{self, EXIT_BAD_CONFIG, EXIT_FAILED};
+use mongoose_server::cli::{self, LogFormat, EXIT_BAD_CONFIG, EXIT_FAILED};
 use mongoose_server::config::ServerConfig;
 use mongoose_server::{admin, Server, ServerError};
 
@@ -21,6 +21,10 @@ use mongoose_server::{admin, Server, ServerError};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How the logs on stderr are written: `text` (coloured only on a terminal and
+    /// without NO_COLOR) or `json` (one object per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -76,8 +80,9 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
 }
 
 fn main() -> ExitCode {
-    cli::init_logging();
     let arguments = Cli::parse();
+    let log_format = arguments.log_format;
+    cli::init_logging(log_format);
     let outcome = match arguments.command {
         Command::Run {
             config,
@@ -140,7 +145,11 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err((code, error)) => {
-            eprintln!("mongoose: {error}");
+            match log_format {
+                LogFormat::Text => eprintln!("mongoose: {error}"),
+                // a log shipper reads stderr as JSON lines: the reason is one too
+                LogFormat::Json => tracing::error!(exit_code = code, "mongoose: {error}"),
+            }
             ExitCode::from(code)
         }
     }
