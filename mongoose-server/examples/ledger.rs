@@ -6,7 +6,8 @@
 //! cargo run --release -p mongoose-server --example ledger
 //! # your own input
 //! cargo run --release -p mongoose-server --example ledger -- \
-//!     --input lines.txt --state-dir state --alerts alerts.txt [--admin 127.0.0.1:8089] [--exit-when-settled]
+//!     --input lines.txt --state-dir state --alerts alerts.txt [--admin 127.0.0.1:8089] [--exit-when-settled] \
+//!     [--log-format text|json]
 //! cargo run --release -p mongoose-server --example ledger -- --state-dir state --dump-state
 //! # with --admin, ask the running ledger for a balance (its admin command)
 //! curl -XPOST localhost:8089/processors/ledger/ledger/commands/balance -d '{"args":["acc1"]}'
@@ -18,14 +19,13 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use mongoose_server::cli::{self, EXIT_BAD_CONFIG, EXIT_FAILED};
-use mongoose_server::config::ServerConfig;
-use mongoose_server::ledger::LedgerState;
-use mongoose_server::{admin, Server, ServerError};
+use mongoose_server::cli::{self, LogFormat, EXIT_BAD_CONFIG, EXIT_FAILED};
+use mongoose_server::ledger::{LedgerExample, LedgerState};
+use mongoose_server::{admin, ServerError};
 
 /// Lines in the bundled demo's input.
 const LINES: u64 = 10_000;
@@ -52,47 +52,27 @@ struct Arguments {
     /// Print the saved state as JSON and exit.
     #[arg(long)]
     dump_state: bool,
-}
-
-fn config_text(input: &Path, state_dir: &Path, alerts: &Path, admin: Option<&str>) -> String {
-    let admin = admin
-        .map(|address| format!("[admin]\naddress = \"{address}\"\n"))
-        .unwrap_or_default();
-    format!(
-        r#"{admin}
-[[feeds]]
-name = "lines"
-source = "file"
-path = {input:?}
-read_strategy = "COMMITED"
-
-[[groups]]
-name = "ledger"
-idle_strategy = "backoff"
-
-[[groups.processors]]
-name = "ledger"
-kind = "ledger"
-settings = {{ state_dir = {state_dir:?}, alerts = {alerts:?} }}
-"#
-    )
+    /// How the logs on stderr are written: `text` (coloured only on a terminal and
+    /// without NO_COLOR) or `json` (one object per line).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 fn run(
-    input: &Path,
-    state_dir: &Path,
-    alerts: &Path,
-    admin_address: Option<&str>,
+    example: &LedgerExample,
     exit_when_settled: bool,
 ) -> Result<cli::RunOutcome, (u8, ServerError)> {
-    let text = config_text(input, state_dir, alerts, admin_address);
-    let config =
-        ServerConfig::parse(&text, Path::new(".")).map_err(|error| (EXIT_BAD_CONFIG, error))?;
-    let server = Server::builder(config)
+    // the config and the ledger's settings are values, not TOML text: any path works
+    let config = example
+        .server_config()
+        .map_err(|error| (EXIT_BAD_CONFIG, error))?;
+    let server = example
+        .server_builder(config)
+        .map_err(|error| (EXIT_FAILED, error))?
         .build()
         .map_err(|error| (EXIT_BAD_CONFIG, error))?;
     server.start().map_err(|error| (EXIT_FAILED, error))?;
-    if let Some(address) = admin_address {
+    if let Some(address) = &example.admin {
         admin::serve(server.clone(), address).map_err(|error| (EXIT_FAILED, error))?;
     }
     cli::run_until_done_with_status(&server, exit_when_settled)
@@ -151,7 +131,13 @@ fn demo() -> Result<u8, (u8, ServerError)> {
         input.display()
     );
     let started = std::time::Instant::now();
-    let outcome = run(&input, &state_dir, &alerts, None, true)?;
+    let example = LedgerExample {
+        input: input.clone(),
+        state_dir: state_dir.clone(),
+        alerts: alerts.clone(),
+        admin: None,
+    };
+    let outcome = run(&example, true)?;
     let elapsed = started.elapsed();
     let state = LedgerState::load(&state_dir)
         .map_err(|error| (EXIT_FAILED, ServerError::State(error.to_string())))?;
@@ -184,8 +170,8 @@ fn demo() -> Result<u8, (u8, ServerError)> {
 }
 
 fn main() -> ExitCode {
-    cli::init_logging();
     let arguments = Arguments::parse();
+    cli::init_logging(arguments.log_format);
     let outcome = if arguments.dump_state {
         match &arguments.state_dir {
             None => Err((
@@ -207,10 +193,12 @@ fn main() -> ExitCode {
         match (&arguments.input, &arguments.state_dir, &arguments.alerts) {
             (None, None, None) => demo(),
             (Some(input), Some(state_dir), Some(alerts)) => run(
-                input,
-                state_dir,
-                alerts,
-                arguments.admin.as_deref(),
+                &LedgerExample {
+                    input: input.clone(),
+                    state_dir: state_dir.clone(),
+                    alerts: alerts.clone(),
+                    admin: arguments.admin.clone(),
+                },
                 arguments.exit_when_settled,
             )
             .map(|outcome| outcome.code),
@@ -225,7 +213,10 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err((code, error)) => {
-            eprintln!("ledger: {error}");
+            match arguments.log_format {
+                LogFormat::Text => eprintln!("ledger: {error}"),
+                LogFormat::Json => tracing::error!(exit_code = code, "ledger: {error}"),
+            }
             ExitCode::from(code)
         }
     }

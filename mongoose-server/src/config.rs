@@ -251,6 +251,26 @@ pub struct ServerConfig {
     pub base_dir: PathBuf,
 }
 
+impl Default for ServerConfig {
+    /// What an empty configuration file gives (base folder: the current one): for a
+    /// configuration built as a value, whose paths need not be UTF-8 as a TOML file's do.
+    fn default() -> Self {
+        ServerConfig {
+            control_wait_millis: default_control_wait(),
+            shutdown_timeout_millis: default_shutdown_timeout(),
+            shutdown_drain_timeout_millis: default_drain_timeout(),
+            add_failure_policy: AddFailurePolicy::default(),
+            plugin_dir: None,
+            admin: None,
+            record: None,
+            feeds: Vec::new(),
+            groups: Vec::new(),
+            sinks: Vec::new(),
+            base_dir: PathBuf::new(),
+        }
+    }
+}
+
 fn default_control_wait() -> u64 {
     10_000
 }
@@ -287,6 +307,12 @@ impl ServerConfig {
         })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Self::parse(&text, &base)
+    }
+
+    /// Checks a configuration built as a value as [`ServerConfig::parse`] checks a file.
+    pub fn validated(self) -> Result<Self, ServerError> {
+        self.validate()?;
+        Ok(self)
     }
 
     /// Resolves a path of the file against its folder.
@@ -463,6 +489,12 @@ settings = { state_dir = "state" }
         let overrides = config.feed_overrides(0).expect("valid overrides");
         assert_eq!(overrides[0].0, "audit");
         assert_eq!(overrides[0].1.policy, OverloadPolicy::DropAfterSpin);
+    }
+
+    #[test]
+    fn the_default_config_is_an_empty_file() {
+        let empty = ServerConfig::parse("", Path::new("")).expect("valid");
+        assert_eq!(empty, ServerConfig::default());
     }
 
     #[test]

@@ -42,12 +42,18 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::config::{
+    AdminConfig, FeedConfig, GroupConfig, IdleStrategyConfig, OverloadConfig, ServerConfig,
+    SourceKind,
+};
 use crate::sinks::FileSink;
+use crate::{Server, ServerBuilder, ServerError};
 use mongoose_control::admin;
 use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, Epoch, PositionValue, Processor, ProcessorError,
     SavedPosition, Subscriptions,
 };
+use mongoose_source_file::ReadStrategy;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
@@ -650,6 +656,97 @@ impl Processor for Ledger {
             return Err(error);
         }
         Ok(())
+    }
+}
+
+impl LedgerSettings {
+    /// The defaults of a config file's settings table, with these paths: the feed
+    /// `lines`, the guard on, fsync on, a snapshot every 100,000 records.
+    pub fn new(state_dir: PathBuf, alerts: PathBuf) -> Self {
+        LedgerSettings {
+            feed: default_feed(),
+            state_dir,
+            alerts: Some(alerts),
+            alerts_sink: None,
+            guard: true,
+            sync: true,
+            compact_every: default_compact_every(),
+        }
+    }
+}
+
+/// The ledger example's server (`cargo run --example ledger`), built as values rather
+/// than as TOML text, so its paths may hold any character a file name can, U+200B or
+/// a byte that is not UTF-8 included: a COMMITED file feed `lines` on `input`, a group
+/// `ledger` with the ledger processor `ledger`, and the admin API if asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerExample {
+    /// The input file of `account,amount` lines (tailed).
+    pub input: PathBuf,
+    /// Where the state and `rejected.log` live.
+    pub state_dir: PathBuf,
+    /// The alerts file.
+    pub alerts: PathBuf,
+    /// Serve the admin API at this address (`127.0.0.1:PORT`).
+    pub admin: Option<String>,
+}
+
+impl LedgerExample {
+    /// The group and the processor's name.
+    pub const GROUP: &'static str = "ledger";
+
+    /// The server's configuration, checked as a file's is: the feed, the group (its
+    /// processor is added by [`LedgerExample::server_builder`]: a config's processor
+    /// settings are a TOML table, which holds UTF-8 text only) and the admin address.
+    pub fn server_config(&self) -> Result<ServerConfig, ServerError> {
+        ServerConfig {
+            admin: self.admin.as_ref().map(|address| AdminConfig {
+                address: address.clone(),
+            }),
+            feeds: vec![FeedConfig {
+                name: default_feed(),
+                source: SourceKind::File,
+                path: self.input.clone(),
+                read_strategy: ReadStrategy::Commited,
+                queue_capacity: None,
+                overload: OverloadConfig::default(),
+                status_events: false,
+            }],
+            groups: vec![GroupConfig {
+                name: Self::GROUP.to_owned(),
+                idle_strategy: IdleStrategyConfig::Backoff,
+                core: None,
+                processors: Vec::new(),
+            }],
+            base_dir: PathBuf::from("."),
+            ..ServerConfig::default()
+        }
+        .validated()
+    }
+
+    /// The ledger's settings.
+    pub fn ledger_settings(&self) -> LedgerSettings {
+        LedgerSettings::new(self.state_dir.clone(), self.alerts.clone())
+    }
+
+    /// A builder of the server on `config` (from [`LedgerExample::server_config`])
+    /// with the ledger added to its group. The ledger opens here: a state it cannot
+    /// read (or an alerts file it cannot open) fails now, naming the file.
+    pub fn server_builder(&self, config: ServerConfig) -> Result<ServerBuilder, ServerError> {
+        let settings = self.ledger_settings();
+        let refused = |message: String| ServerError::ProcessorSettings {
+            name: Self::GROUP.to_owned(),
+            kind: "ledger".to_owned(),
+            message,
+        };
+        let alerts = FileSink::open(&self.alerts).map_err(|error| {
+            refused(format!(
+                "cannot open the alerts file {}: {error}",
+                self.alerts.display()
+            ))
+        })?;
+        let ledger = Ledger::open(settings, alerts).map_err(|error| refused(error.to_string()))?;
+        Ok(Server::builder(config).processor(Self::GROUP, Self::GROUP, move || ledger))
     }
 }
 
