@@ -53,6 +53,7 @@ fn the_status_json_has_exactly_the_field_names_of_the_reference() {
         "stalled",
         "unterminated",
         "completionFailures",
+        "earlierLosses",
     ];
     expected.sort_unstable();
     assert_eq!(fields, expected);
