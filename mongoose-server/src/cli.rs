@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_delivery::StatusReport;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::server::Server;
 use crate::ServerError;
@@ -14,8 +14,9 @@ use crate::ServerError;
 /// Exit code: settled and lossless (or stopped by a signal with a complete stop, no
 /// loss and no stalled feed).
 pub const EXIT_OK: u8 = 0;
-/// Exit code: the server could not start or failed (also: stopped by a signal while a
-/// feed was stalled, e.g. behind a quarantined processor).
+/// Exit code: the server could not start or failed (a source that could not start, an
+/// overload kill switch, a failed processor under `--exit-when-settled`; also: stopped by
+/// a signal while a feed was stalled, e.g. behind a quarantined processor).
 pub const EXIT_FAILED: u8 = 1;
 /// Exit code: the configuration is invalid.
 pub const EXIT_BAD_CONFIG: u8 = 2;
@@ -73,16 +74,30 @@ pub struct RunOutcome {
     pub code: u8,
     /// The status when the run ended (before the shutdown closed the groups).
     pub last_status: StatusReport,
+    /// Why the run failed (exit 1), one reason per line; empty otherwise.
+    pub failures: Vec<String>,
 }
 
 /// Runs a started server until SIGTERM or SIGINT (a second signal ends the process at
 /// once) or, with `exit_when_settled`, until every feed is settled; then runs the
 /// ordered shutdown. Returns the exit code.
+///
+/// The run also ends, with [`EXIT_FAILED`] and the reasons in
+/// [`RunOutcome::failures`]:
+/// * at once when the server reports a fatal failure ([`Server::fatal_failures`]: a
+///   source that could not start, an overload kill switch that ran), waiting to
+///   settle or not;
+/// * with `exit_when_settled`, when a processor failed ([`Server::processor_failures`]:
+///   not added at start, or quarantined) and nothing can make progress any more: every
+///   feed is settled or stalled (a stalled feed holds its position and cannot
+///   complete). A settled run with a failed processor is not a success either: the
+///   processor missed what came after its failure.
 pub fn run_until_done(server: &Server, exit_when_settled: bool) -> Result<u8, ServerError> {
     run_until_done_with_status(server, exit_when_settled).map(|outcome| outcome.code)
 }
 
-/// [`run_until_done`], also returning the status seen when the run ended.
+/// [`run_until_done`], also returning the status seen when the run ended and why it
+/// failed.
 pub fn run_until_done_with_status(
     server: &Server,
     exit_when_settled: bool,
@@ -98,6 +113,8 @@ pub fn run_until_done_with_status(
             })?;
     }
     let mut settled_code = None;
+    let mut failures = Vec::new();
+    let mut warned_stalled = false;
     let mut last_status;
     loop {
         last_status = server.status();
@@ -105,8 +122,25 @@ pub fn run_until_done_with_status(
             info!("signal received: shutting down (a second signal ends the process at once)");
             break;
         }
+        failures = server.fatal_failures();
+        if !failures.is_empty() {
+            error!(reasons = ?failures, "the run cannot go on: shutting down");
+            break;
+        }
         if exit_when_settled {
             let report = &last_status;
+            let stuck = report
+                .feeds
+                .iter()
+                .all(|feed| feed.settled || feed.stalled.is_some());
+            if report.settled || stuck {
+                failures = server.processor_failures();
+            }
+            if !failures.is_empty() {
+                error!(reasons = ?failures, settled = report.settled,
+                    "a processor failed and nothing more can make progress: shutting down");
+                break;
+            }
             if report.settled {
                 if report.lossless {
                     info!("settled and lossless: shutting down");
@@ -117,24 +151,55 @@ pub fn run_until_done_with_status(
                 }
                 break;
             }
+            if stuck && !warned_stalled {
+                warned_stalled = true;
+                let stalled: Vec<String> = report
+                    .feeds
+                    .iter()
+                    .filter_map(|feed| {
+                        let reason = feed.stalled.as_ref()?;
+                        Some(format!("{}: {reason}", feed.feed))
+                    })
+                    .collect();
+                warn!(?stalled, "waiting to settle, but every unsettled feed is stalled: add a consumer for it, or stop the server");
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let result = server.shutdown();
     record_losses(server);
+    if !failures.is_empty() {
+        if !result.complete {
+            warn!(?result, "the shutdown did not complete");
+            failures.push(format!(
+                "the shutdown did not complete either: groups running {:?}, services left running {:?}",
+                result.groups_running, result.services_left_running
+            ));
+        }
+        return Ok(RunOutcome {
+            code: EXIT_FAILED,
+            last_status,
+            failures,
+        });
+    }
     if !result.complete {
         warn!(?result, "the shutdown did not complete");
         let _ = stopped_code(&last_status, &server.status());
         return Ok(RunOutcome {
             code: EXIT_STOP_INCOMPLETE,
             last_status,
+            failures,
         });
     }
     // the loss counters only grow, so the status after the stop has them all; the
     // stalled reasons are those seen before the groups closed (a closed group leaves
     // every positioned feed without a live consumer)
     let code = settled_code.unwrap_or_else(|| stopped_code(&last_status, &server.status()));
-    Ok(RunOutcome { code, last_status })
+    Ok(RunOutcome {
+        code,
+        last_status,
+        failures,
+    })
 }
 
 /// Keeps a record of every feed that lost items in this run beside its pointer, so the

@@ -3,7 +3,7 @@
 //! the key path and what is expected.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use mongoose_core::{OverloadPolicy, OverloadSettings};
@@ -43,7 +43,10 @@ pub struct OverloadConfig {
     pub block_deadline_millis: Option<u64>,
     /// DROP_AFTER_SPIN health recovery (default 60000, at least 1000).
     pub quiet_period_millis: Option<u64>,
-    /// BLOCK_WITH_DEADLINE: run the kill-switch hook once per latch.
+    /// With BLOCK_WITH_DEADLINE (or PAUSE): when the queue latches (it lost or refused
+    /// an item), run the server's kill switch once per latch, which ends the run with
+    /// exit 1 (or the hook given to [`crate::ServerBuilder::overload_kill_switch`]).
+    /// Refused with DROP_AFTER_SPIN or without a policy: such a queue never latches.
     #[serde(default)]
     pub kill_switch: bool,
     /// Per-group overrides.
@@ -53,6 +56,17 @@ pub struct OverloadConfig {
 
 impl OverloadConfig {
     fn settings(&self, path: &str) -> Result<Option<OverloadSettings>, ServerError> {
+        if self.kill_switch && !self.policy.is_some_and(OverloadPolicy::never_drops) {
+            // a DROP_AFTER_SPIN queue drops without latching, and a block without a
+            // policy has no settings to carry the switch: it could never run (issue 9,
+            // item 12)
+            return Err(ServerError::invalid(
+                format!("{path}.kill_switch"),
+                "the kill switch runs when a queue latches, and only a BLOCK_WITH_DEADLINE or PAUSE queue \
+                 latches (on a loss): set policy = \"BLOCK_WITH_DEADLINE\" (with block_deadline_millis) \
+                 in this block, or remove kill_switch",
+            ));
+        }
         let Some(policy) = self.policy else {
             if self.block_deadline_millis.is_some() {
                 return Err(ServerError::invalid(
@@ -157,7 +171,9 @@ pub struct ProcessorConfig {
     pub name: String,
     /// The registered processor kind that builds it.
     pub kind: String,
-    /// Settings given to the kind's factory.
+    /// Settings given to the kind's factory. A string `feed` key names the feed the
+    /// processor subscribes to (the ledger's does): the build refuses one the server
+    /// does not have.
     #[serde(default)]
     pub settings: toml::Table,
 }
@@ -354,6 +370,7 @@ impl ServerConfig {
     }
 
     fn validate(&self) -> Result<(), ServerError> {
+        self.validate_paths()?;
         if self.shutdown_drain_timeout_millis > self.shutdown_timeout_millis {
             return Err(ServerError::invalid(
                 "shutdown_drain_timeout_millis",
@@ -428,6 +445,7 @@ impl ServerConfig {
                 ));
             }
         }
+        self.refuse_feeds_sharing_a_file()?;
         if let Some(admin) = &self.admin {
             if admin.address.parse::<std::net::SocketAddr>().is_err() {
                 return Err(ServerError::invalid(
@@ -441,6 +459,106 @@ impl ServerConfig {
         }
         Ok(())
     }
+}
+
+impl ServerConfig {
+    /// Refuses a path no file can have (a NUL byte): the source or sink would fail to
+    /// open it at run time (issue 9, item 11: the run never ended).
+    fn validate_paths(&self) -> Result<(), ServerError> {
+        let mut paths: Vec<(String, &Path)> = Vec::new();
+        for (index, feed) in self.feeds.iter().enumerate() {
+            paths.push((format!("feeds[{index}].path"), &feed.path));
+        }
+        for (index, sink) in self.sinks.iter().enumerate() {
+            paths.push((format!("sinks[{index}].path"), &sink.path));
+        }
+        if let Some(record) = &self.record {
+            paths.push(("record.dir".to_owned(), &record.dir));
+        }
+        if let Some(dir) = &self.plugin_dir {
+            paths.push(("plugin_dir".to_owned(), dir));
+        }
+        for (key, path) in paths {
+            if path.as_os_str().as_encoded_bytes().contains(&0) {
+                return Err(ServerError::invalid(
+                    key,
+                    format!(
+                        "the path {path:?} holds a NUL byte (\\0), which no file name can hold: fix the path"
+                    ),
+                ));
+            }
+            if path.as_os_str().is_empty() {
+                return Err(ServerError::invalid(
+                    key,
+                    "must not be empty: give a file path",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses two feeds on one input file, however their paths are spelled: they would
+    /// share the file's pointer (`<input>.readPointer`), and after a kill -9 lines were
+    /// both lost and duplicated (issue 9, item 5).
+    fn refuse_feeds_sharing_a_file(&self) -> Result<(), ServerError> {
+        let mut seen: BTreeMap<PathBuf, usize> = BTreeMap::new();
+        for (index, feed) in self.feeds.iter().enumerate() {
+            let file = file_identity(&self.resolve(&feed.path));
+            if let Some(&first) = seen.get(&file) {
+                let other = &self.feeds[first];
+                return Err(ServerError::invalid(
+                    format!("feeds[{index}].path"),
+                    format!(
+                        "feeds '{}' (path \"{}\") and '{}' (path \"{}\") both read {}: two feeds on one file \
+                         would share its pointer file and lose and duplicate lines after a crash; \
+                         keep one feed and subscribe every group that needs the lines to it",
+                        other.name,
+                        other.path.display(),
+                        feed.name,
+                        feed.path.display(),
+                        file.display()
+                    ),
+                ));
+            }
+            seen.insert(file, index);
+        }
+        Ok(())
+    }
+}
+
+/// The file a path names, to compare two feeds' inputs: the longest prefix of the
+/// path that exists is resolved by the file system (symlinks, `..`), the rest (which
+/// does not exist yet) lexically.
+fn file_identity(path: &Path) -> PathBuf {
+    let components: Vec<Component<'_>> = path.components().collect();
+    for split in (1..=components.len()).rev() {
+        let prefix: PathBuf = components[..split].iter().collect();
+        if let Ok(real) = std::fs::canonicalize(&prefix) {
+            return lexical_join(real, &components[split..]);
+        }
+    }
+    lexical_join(PathBuf::new(), &components)
+}
+
+fn lexical_join(mut base: PathBuf, components: &[Component<'_>]) -> PathBuf {
+    for component in components {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                let climbs = matches!(
+                    base.components().next_back(),
+                    None | Some(Component::ParentDir)
+                );
+                if climbs {
+                    base.push("..");
+                } else {
+                    base.pop();
+                }
+            }
+            other => base.push(other.as_os_str()),
+        }
+    }
+    base
 }
 
 #[cfg(test)]
@@ -545,6 +663,49 @@ settings = { state_dir = "state" }
         assert!(
             message.contains("duplicate processor name 'ledger'"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn two_feeds_whose_paths_differ_only_by_dots_are_refused() {
+        // issue 9 item 5, where no folder of the path exists: compared lexically
+        let twice = format!(
+            "{GOOD}[[feeds]]\nname = \"again\"\nsource = \"file\"\npath = \"x/./../input.txt\"\n"
+        );
+        let message = parse(&twice).expect_err("one file, two feeds").to_string();
+        assert!(message.contains("feeds[1].path"), "{message}");
+        assert!(
+            message.contains("'lines'") && message.contains("'again'"),
+            "{message}"
+        );
+        assert!(message.contains("/etc/mongoose/input.txt"), "{message}");
+        let apart = twice.replace("x/./../input.txt", "x/../other.txt");
+        parse(&apart).expect("two files");
+    }
+
+    #[test]
+    fn a_kill_switch_needs_a_policy_that_latches() {
+        // issue 9 item 12
+        let error = parse(&GOOD.replace(
+            "policy = \"DROP_AFTER_SPIN\"",
+            "policy = \"DROP_AFTER_SPIN\"\nkill_switch = true",
+        ))
+        .expect_err("a drop queue never latches");
+        assert!(
+            error
+                .to_string()
+                .contains("feeds[0].overload.subscribers.audit.kill_switch"),
+            "{error}"
+        );
+        let block = GOOD.replace(
+            "policy = \"DROP_AFTER_SPIN\"",
+            "policy = \"BLOCK_WITH_DEADLINE\"\nblock_deadline_millis = 50\nkill_switch = true",
+        );
+        let config = parse(&block).expect("a BLOCK queue latches");
+        assert!(
+            config.feed_overrides(0).expect("overrides")[0]
+                .1
+                .kill_switch
         );
     }
 

@@ -1,6 +1,8 @@
 //! The `mongoose` binary: `run`, `validate`, `status`. Exit codes: 0 settled and
-//! lossless (or a clean signal stop), 1 failure, 2 invalid config, 3 settled but not
-//! lossless, 4 shutdown incomplete.
+//! lossless (or a clean signal stop), 1 failure (with the reasons on stderr: a source
+//! that could not start, an overload kill switch, or with `--exit-when-settled` a
+//! failed processor that leaves nothing able to make progress), 2 invalid config, 3
+//! settled but not lossless, 4 shutdown incomplete.
 
 /// mimalloc: the per-line items a file feed allocates on the source thread are freed on
 /// the processor group's thread, which it handles far more cheaply than the system allocator.
@@ -34,7 +36,8 @@ enum Command {
         /// The TOML config file.
         #[arg(long)]
         config: PathBuf,
-        /// Exit once every feed is settled: 0 when lossless, 3 when not.
+        /// Exit once every feed is settled: 0 when lossless, 3 when not; 1 once a
+        /// processor failed (not added, or quarantined) and nothing can make progress.
         #[arg(long)]
         exit_when_settled: bool,
     },
@@ -76,7 +79,12 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
     if let Some(address) = admin_address {
         admin::serve(server.clone(), &address).map_err(|error| (EXIT_FAILED, error))?;
     }
-    cli::run_until_done(&server, exit_when_settled).map_err(|error| (EXIT_FAILED, error))
+    let outcome = cli::run_until_done_with_status(&server, exit_when_settled)
+        .map_err(|error| (EXIT_FAILED, error))?;
+    for failure in &outcome.failures {
+        eprintln!("mongoose: {failure}");
+    }
+    Ok(outcome.code)
 }
 
 fn main() -> ExitCode {

@@ -12,7 +12,7 @@ use mongoose_control::{
     GroupOptions, GroupStatus, IdleStrategy, ReplyOutcome,
 };
 use mongoose_core::{agent, EventSource, Processor, WorkDone};
-use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, Publisher, StatusReport};
+use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, KillSwitch, Publisher, StatusReport};
 use mongoose_replay::cli::{replay_report, ReplayReport};
 use mongoose_replay::{FeedCodecs, RecordConfig, Recorder, Replayer};
 use mongoose_source_file::{FileEventSource, FileSourceConfig};
@@ -110,6 +110,7 @@ pub struct ServerBuilder {
     code_processors: Vec<(String, String, CodeSupplier)>,
     code_feeds: Vec<FeedRegistration>,
     code_sources: Vec<CodeSource>,
+    kill_switch: Option<KillSwitch>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -175,6 +176,19 @@ impl ServerBuilder {
         self.feed(publisher)
     }
 
+    /// Sets the hook a configured feed runs once per latch of a queue whose overload
+    /// block has `kill_switch = true` (the reference's `setOverloadKillSwitch`), on a
+    /// thread of its own, with the feed's and the queue's names. Without one, the
+    /// server's own hook ends the run: [`Server::fatal_failures`] names the feed and
+    /// the queue, and `mongoose run` exits 1.
+    pub fn overload_kill_switch(
+        mut self,
+        hook: impl Fn(&str, &str) + Send + Sync + 'static,
+    ) -> Self {
+        self.kill_switch = Some(Arc::new(hook));
+        self
+    }
+
     /// Checks every processor's kind and builds the server (nothing runs yet).
     pub fn build(self) -> Result<Server, ServerError> {
         let config = self.config;
@@ -205,6 +219,19 @@ impl ServerBuilder {
         for register in self.code_feeds {
             register(&connector)?;
         }
+        let failures: Arc<Mutex<Vec<String>>> = Arc::default();
+        let kill_switch = self.kill_switch.unwrap_or_else(|| {
+            let failures = Arc::clone(&failures);
+            Arc::new(move |feed: &str, queue: &str| {
+                let reason = format!(
+                    "overload kill switch: feed '{feed}' queue '{queue}' latched (a \
+                     never-drop queue lost or refused an item): the run ends; the feed's \
+                     status shows the loss"
+                );
+                error!("{reason}");
+                failures.lock().push(reason);
+            })
+        });
         let mut feeds: Vec<FeedRuntime> = self
             .code_sources
             .into_iter()
@@ -230,6 +257,8 @@ impl ServerBuilder {
             let strategy = feed_config.read_strategy;
             builder = builder.bounded(strategy.is_once());
             let publisher: Arc<Publisher<String, u64>> = builder.try_build()?;
+            // run only for queues whose overload block asks for it
+            publisher.set_kill_switch(Arc::clone(&kill_switch));
             connector.register(Arc::clone(&publisher))?;
             let source = FileEventSource::<String>::of_lines(
                 FileSourceConfig::new(
@@ -245,6 +274,7 @@ impl ServerBuilder {
                 source: Mutex::new(SourceSlot::Ready(Box::new(source))),
             });
         }
+        refuse_processors_of_unknown_feeds(&config, &registry)?;
         let sinks = open_sinks(&config)?;
         Ok(Server {
             inner: Arc::new(Inner {
@@ -256,6 +286,8 @@ impl ServerBuilder {
                 feeds,
                 sinks,
                 lifecycle: Mutex::new(Lifecycle::default()),
+                failures,
+                failed_adds: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -297,6 +329,10 @@ struct Inner {
     feeds: Vec<FeedRuntime>,
     sinks: BTreeMap<String, FileSink>,
     lifecycle: Mutex<Lifecycle>,
+    /// Why the run cannot go on: a source that could not start, a kill switch.
+    failures: Arc<Mutex<Vec<String>>>,
+    /// Processors whose add at start was not applied (REPORT policy).
+    failed_adds: Mutex<Vec<String>>,
 }
 
 /// A running Mongoose server: feeds with their sources, processor groups, the status.
@@ -394,6 +430,41 @@ fn feed_codecs(config: &ServerConfig) -> FeedCodecs {
     })
 }
 
+/// A configured processor whose settings name a `feed` must name a feed the server
+/// has (configured or added by code): the config alone shows the subscription would
+/// fail (issue 9, item 11).
+fn refuse_processors_of_unknown_feeds(
+    config: &ServerConfig,
+    registry: &FeedRegistry,
+) -> Result<(), ServerError> {
+    for (group_index, group) in config.groups.iter().enumerate() {
+        for (index, processor) in group.processors.iter().enumerate() {
+            let Some(toml::Value::String(feed)) = processor.settings.get("feed") else {
+                continue;
+            };
+            if registry.get(feed).is_some() {
+                continue;
+            }
+            let known: Vec<String> = registry
+                .feeds()
+                .iter()
+                .map(|known| known.name().to_owned())
+                .collect();
+            return Err(ServerError::invalid(
+                format!("groups[{group_index}].processors[{index}].settings.feed"),
+                format!(
+                    "processor '{}/{}' subscribes to feed '{feed}', which the server does not have: \
+                     configured feeds are [{}]; fix the name or add the feed under [[feeds]]",
+                    group.name,
+                    processor.name,
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn open_sinks(config: &ServerConfig) -> Result<BTreeMap<String, FileSink>, ServerError> {
     let mut sinks = BTreeMap::new();
     for sink in &config.sinks {
@@ -426,6 +497,7 @@ impl Server {
             code_processors: Vec::new(),
             code_feeds: Vec::new(),
             code_sources: Vec::new(),
+            kill_switch: None,
         }
         .processor_kind("ledger", |context| {
             let mut settings: LedgerSettings = context.settings()?;
@@ -575,7 +647,10 @@ impl Server {
                         reply.outcome, reply.kind, reply.reason
                     );
                     match inner.config.add_failure_policy {
-                        AddFailurePolicy::Report => error!("{message}"),
+                        AddFailurePolicy::Report => {
+                            error!("{message}");
+                            inner.failed_adds.lock().push(message);
+                        }
                         AddFailurePolicy::Throw => return Err(ServerError::State(message)),
                     }
                 }
@@ -586,7 +661,7 @@ impl Server {
         }
         self.report_earlier_losses();
         for feed in &inner.feeds {
-            Self::start_source(feed);
+            Self::start_source(feed, &inner.failures);
         }
         for feed in inner.registry.feeds() {
             feed.start_complete();
@@ -595,7 +670,7 @@ impl Server {
         Ok(())
     }
 
-    fn start_source(feed: &FeedRuntime) {
+    fn start_source(feed: &FeedRuntime, failures: &Arc<Mutex<Vec<String>>>) {
         let mut slot = feed.source.lock();
         let SourceSlot::Ready(mut source) = std::mem::replace(&mut *slot, SourceSlot::Stopped)
         else {
@@ -607,12 +682,16 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
         let name = feed.name.clone();
+        let failed = Arc::clone(failures);
         let thread = std::thread::Builder::new()
             .name(format!("mongoose-source-{name}"))
             .spawn(move || {
                 let _agent = agent::mark_current_thread(&format!("source:{name}"));
                 if let Err(error) = source.start() {
-                    error!(feed = %name, %error, "the source could not start");
+                    // the feed can never deliver: the run ends (issue 9, item 11)
+                    let reason = format!("feed '{name}': the source could not start: {error}");
+                    error!("{reason}");
+                    failed.lock().push(reason);
                     return;
                 }
                 info!(feed = %name, "source started");
@@ -641,7 +720,14 @@ impl Server {
             });
         match thread {
             Ok(thread) => *slot = SourceSlot::Running { stop, thread },
-            Err(error) => error!(feed = %feed.name, %error, "cannot start the source thread"),
+            Err(error) => {
+                let reason = format!(
+                    "feed '{}': cannot start the source thread: {error}",
+                    feed.name
+                );
+                error!("{reason}");
+                failures.lock().push(reason);
+            }
         }
     }
 
@@ -820,6 +906,30 @@ impl Server {
             let committed = feed.publisher.commit_processed_after_stop();
             info!(feed = %feed.name, acknowledged = committed, "committed what the groups processed {when}");
         }
+    }
+
+    /// Why the run cannot go on, one reason each: a source that could not start, an
+    /// overload kill switch that ran. [`crate::cli::run_until_done`] ends the run (exit
+    /// 1) as soon as there is one.
+    pub fn fatal_failures(&self) -> Vec<String> {
+        self.inner.failures.lock().clone()
+    }
+
+    /// Processors that failed, one reason each: an add at start that was not applied
+    /// (REPORT policy) and every quarantined processor. The server goes on without
+    /// them; a run that waits to settle ends (exit 1) once they leave nothing able to
+    /// make progress.
+    pub fn processor_failures(&self) -> Vec<String> {
+        let mut failures = self.inner.failed_adds.lock().clone();
+        for group in self.group_statuses() {
+            for processor in &group.quarantined {
+                failures.push(format!(
+                    "processor '{}/{}' was quarantined: {}",
+                    group.group, processor.name, processor.reason
+                ));
+            }
+        }
+        failures
     }
 
     /// The last shutdown attempt's result.

@@ -438,3 +438,24 @@ fn an_operator_release_is_a_loss_the_next_start_reports_once() {
     assert_eq!(third, 0, "reported once only: {}", run.log());
     eprintln!("next start exit {second}, the one after {third}");
 }
+
+#[test]
+fn a_lost_pointer_and_state_of_another_file_refuse_to_start() {
+    // issue 9, item 3: when the saved position cannot be this file's (the input was
+    // replaced while the pointer was lost), the source refuses instead of guessing
+    let run = settled_run_of_ones(5_000);
+    std::fs::remove_file(run.path("input.txt.readPointer")).expect("pointer deleted");
+    std::fs::write(run.path("input.txt"), "b,1\n".repeat(10)).expect("another input");
+    let code = run.finish();
+    assert_eq!(code, 1, "{}", run.log());
+    assert!(
+        run.log().contains("is not a line end of the input file"),
+        "the refusal says why and what to do: {}",
+        run.log()
+    );
+    assert_eq!(
+        run.state("state").balances.get("b"),
+        None,
+        "nothing of the other file was applied"
+    );
+}
