@@ -120,23 +120,28 @@ enum Phase {
     Complete,
 }
 
+/// What the next item waits for before it is dispatched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// Nothing.
+    None,
+    /// A retry's backoff.
+    Until(Instant),
+    /// The end of this poll: a processor was quarantined at the item before, so its
+    /// group removes it before any further item counts as dispatched. Checked where
+    /// the backoff already is, so an item that does not fail pays nothing for it.
+    NextPoll,
+}
+
 #[derive(Debug)]
 struct Progress {
     phase: Phase,
     attempt: u32,
     completion_retries: u32,
-    not_before: Option<Instant>,
+    wait: Wait,
     failed_completion: Option<PendingCompletion>,
     saved: SavedCompletions,
     resume: bool,
-    /// Why the item being delivered must hold the queue's acknowledgement point: a
-    /// processor that was given it failed for good (quarantined) or a completion was
-    /// skipped after its retries. Its consumer's state does not hold the item, so the
-    /// feed must never commit past it (feed-delivery-guarantees §3).
-    hold: Option<String>,
-    /// A processor was quarantined: end the poll after this item, so the group removes
-    /// it before any further item counts as dispatched.
-    end_poll: bool,
 }
 
 impl Progress {
@@ -145,12 +150,10 @@ impl Progress {
             phase: Phase::Dispatch,
             attempt: 0,
             completion_retries: 0,
-            not_before: None,
+            wait: Wait::None,
             failed_completion: None,
             saved: SavedCompletions::default(),
             resume: false,
-            hold: None,
-            end_poll: false,
         }
     }
 
@@ -162,7 +165,9 @@ impl Progress {
         }
         self.attempt = 0;
         self.completion_retries = 0;
-        self.not_before = None;
+        if self.wait != Wait::NextPoll {
+            self.wait = Wait::None;
+        }
         self.failed_completion = None;
         self.resume = false;
     }
@@ -293,11 +298,6 @@ impl<T> QueueReader<T> {
                     break;
                 }
                 release.done += 1;
-                if self.progress.end_poll {
-                    self.progress.end_poll = false;
-                    stopped = true;
-                    break;
-                }
             }
             finished += release.done;
             drop(release);
@@ -353,11 +353,18 @@ fn dispatch_one<T>(
     if shared.drops_pending.load(Ordering::Acquire) {
         report_drops(shared, *dispatched, dispatcher);
     }
-    if let Some(at) = progress.not_before {
-        if Instant::now() < at {
+    match progress.wait {
+        Wait::None => {}
+        Wait::Until(at) => {
+            if Instant::now() < at {
+                return false;
+            }
+            progress.wait = Wait::None;
+        }
+        Wait::NextPoll => {
+            progress.wait = Wait::None;
             return false;
         }
-        progress.not_before = None;
     }
     let done = match envelope {
         Envelope::Status(status) => {
@@ -396,9 +403,6 @@ fn dispatch_one<T>(
         }
     };
     if done {
-        if let Some(reason) = progress.hold.take() {
-            hold_item(shared, feed, *dispatched, envelope, reason);
-        }
         progress.reset();
         *dispatched += 1;
         // published per item, not per chunk: a slow processor's items are acknowledged
@@ -409,26 +413,23 @@ fn dispatch_one<T>(
     done
 }
 
-/// Holds the queue's acknowledgement point at the item at `queue_position`, before it
-/// counts as dispatched. Only a positioned item is held: a push item has no commit.
+/// Holds the queue's acknowledgement point at the item being delivered (the queue
+/// position its reader has not counted yet): a processor that was given it failed for
+/// good (quarantined) or a completion was skipped after its retries, so its consumer's
+/// state does not hold the item and the feed must never commit past it
+/// (feed-delivery-guarantees §3). Only a positioned item is held: a push item has no
+/// commit.
 #[cold]
-fn hold_item<T>(
+fn hold_item(
     shared: &QueueShared,
-    feed: &str,
-    queue_position: u64,
-    envelope: &Envelope<T>,
+    delivery: Option<(&Arc<str>, u64, Epoch, PositionValue)>,
     reason: String,
 ) {
-    let Envelope::Item {
-        sequence,
-        position: Some((epoch, position)),
-        ..
-    } = envelope
-    else {
+    let Some((feed, sequence, epoch, position)) = delivery else {
         return;
     };
     error!(
-        feed,
+        feed = &**feed,
         queue = %shared.name,
         sequence,
         epoch = epoch.get(),
@@ -436,6 +437,8 @@ fn hold_item<T>(
         %reason,
         "the feed holds its position before this item: it is never committed in this run (a restart re-delivers it, an operator release gives it up)"
     );
+    // the reader alone writes `dispatched`: it still counts the items before this one
+    let queue_position = shared.dispatched.load(Ordering::Relaxed);
     shared.hold_from(
         queue_position,
         format!(
@@ -481,33 +484,10 @@ fn deliver<T>(
         match dispatcher.dispatch(item, progress.attempt) {
             DispatchOutcome::Done => {}
             DispatchOutcome::Failed { processor, retry } => {
-                engine::discard_completions_of(processor);
-                if retry && progress.attempt < policy.max_retries {
-                    progress.attempt += 1;
-                    progress.not_before = Some(Instant::now() + policy.backoff(progress.attempt));
-                    if delivery.is_some() {
-                        engine::save_completions(&mut progress.saved);
-                        progress.resume = true;
-                    }
+                if !dispatch_failed(
+                    progress, policy, shared, dispatcher, item, delivery, processor, retry,
+                ) {
                     return false;
-                }
-                if !retry {
-                    // quarantined: its state does not hold the item
-                    let who = processor.map_or_else(
-                        || "a processor".to_owned(),
-                        |processor| dispatcher.describe(processor),
-                    );
-                    progress.hold = Some(format!("{who} of queue {} was quarantined", shared.name));
-                    progress.end_poll = true;
-                }
-                if retry {
-                    error!(
-                        queue = %shared.name,
-                        ?processor,
-                        attempts = progress.attempt + 1,
-                        "retries exhausted: the item counts as dispatched without this processor"
-                    );
-                    dispatcher.gave_up(item, processor);
                 }
             }
         }
@@ -537,35 +517,113 @@ fn deliver<T>(
         match result {
             Ok(()) => progress.completion_retries = 0,
             Err(failure) => {
-                if progress.completion_retries < policy.max_retries {
-                    progress.completion_retries += 1;
-                    progress.failed_completion = Some(completion);
-                    progress.not_before =
-                        Some(Instant::now() + policy.backoff(progress.completion_retries));
-                    engine::save_completions(&mut progress.saved);
-                    progress.resume = true;
+                if !completion_failed(
+                    progress,
+                    policy,
+                    shared,
+                    dispatcher,
+                    completion,
+                    failure,
+                    (feed, sequence, epoch, position),
+                ) {
                     return false;
                 }
-                error!(
-                    queue = %shared.name,
-                    owner = ?completion.owner,
-                    key = ?completion.key,
-                    %failure,
-                    "a delivery-complete callback failed after its retries: skipped; the feed holds its position before the item (counted in completionFailures)"
-                );
-                let who = completion.owner.map_or_else(
-                    || "a processor".to_owned(),
-                    |processor| dispatcher.describe(processor),
-                );
-                if progress.hold.is_none() {
-                    progress.hold = Some(format!(
-                        "a delivery-complete callback of {who} on queue {} failed after {} retries: {failure}",
-                        shared.name, policy.max_retries
-                    ));
-                }
-                progress.completion_retries = 0;
-                shared.completion_failures.fetch_add(1, Ordering::AcqRel);
             }
         }
     }
+}
+
+/// A dispatch failed: schedules a retry (false: the item waits), or settles the item
+/// for the failing processor (true: the delivery goes on). Kept out of line, so the
+/// delivery of an item that does not fail stays small.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn dispatch_failed<T>(
+    progress: &mut Progress,
+    policy: &RetryPolicy,
+    shared: &QueueShared,
+    dispatcher: &mut dyn Dispatcher<T>,
+    item: &T,
+    delivery: Option<(&Arc<str>, u64, Epoch, PositionValue)>,
+    processor: Option<ProcessorId>,
+    retry: bool,
+) -> bool {
+    engine::discard_completions_of(processor);
+    if retry && progress.attempt < policy.max_retries {
+        progress.attempt += 1;
+        progress.wait = Wait::Until(Instant::now() + policy.backoff(progress.attempt));
+        if delivery.is_some() {
+            engine::save_completions(&mut progress.saved);
+            progress.resume = true;
+        }
+        return false;
+    }
+    if retry {
+        error!(
+            queue = %shared.name,
+            ?processor,
+            attempts = progress.attempt + 1,
+            "retries exhausted: the item counts as dispatched without this processor"
+        );
+        dispatcher.gave_up(item, processor);
+    } else {
+        // quarantined: its state does not hold the item
+        let who = processor.map_or_else(
+            || "a processor".to_owned(),
+            |processor| dispatcher.describe(processor),
+        );
+        hold_item(
+            shared,
+            delivery,
+            format!("{who} of queue {} was quarantined", shared.name),
+        );
+        progress.wait = Wait::NextPoll;
+    }
+    true
+}
+
+/// A completion callback failed: schedules its retry (false: the item waits), or, once
+/// its retries are spent, counts it and holds the item (true: the next callback runs).
+#[cold]
+#[inline(never)]
+fn completion_failed<T>(
+    progress: &mut Progress,
+    policy: &RetryPolicy,
+    shared: &QueueShared,
+    dispatcher: &mut dyn Dispatcher<T>,
+    completion: PendingCompletion,
+    failure: ProcessorError,
+    (feed, sequence, epoch, position): (&Arc<str>, u64, Epoch, PositionValue),
+) -> bool {
+    if progress.completion_retries < policy.max_retries {
+        progress.completion_retries += 1;
+        progress.failed_completion = Some(completion);
+        progress.wait = Wait::Until(Instant::now() + policy.backoff(progress.completion_retries));
+        engine::save_completions(&mut progress.saved);
+        progress.resume = true;
+        return false;
+    }
+    error!(
+        queue = %shared.name,
+        owner = ?completion.owner,
+        key = ?completion.key,
+        %failure,
+        "a delivery-complete callback failed after its retries: skipped; the feed holds its position before the item (counted in completionFailures)"
+    );
+    let who = completion.owner.map_or_else(
+        || "a processor".to_owned(),
+        |processor| dispatcher.describe(processor),
+    );
+    hold_item(
+        shared,
+        Some((feed, sequence, epoch, position)),
+        format!(
+            "a delivery-complete callback of {who} on queue {} failed after {} retries: {failure}",
+            shared.name, policy.max_retries
+        ),
+    );
+    progress.completion_retries = 0;
+    shared.completion_failures.fetch_add(1, Ordering::AcqRel);
+    true
 }
