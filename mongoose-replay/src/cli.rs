@@ -299,13 +299,15 @@ fn read_sidecar<T: DeserializeOwned>(
 
 const DIFF_LINES: usize = 20;
 
-/// What a comparison was made with: the recorded run, or what could be read of a damaged
-/// sidecar.
-fn compared_with(damaged: bool, file: &str) -> String {
+/// What a comparison was made with: the recorded run, what could be read of a damaged
+/// sidecar, or what an incomplete recording holds.
+fn compared_with(damaged: bool, file: &str, recording_complete: bool) -> String {
     if damaged {
         format!("what could be read of the damaged {file}")
-    } else {
+    } else if recording_complete {
         "the recorded run".to_owned()
+    } else {
+        "what the incomplete recording holds".to_owned()
     }
 }
 
@@ -389,7 +391,7 @@ impl fmt::Display for ReplayReport {
                             f,
                             "  outputs: {} captured, identical to {}",
                             processor.outputs.len(),
-                            compared_with(damaged, OUTPUTS_FILE)
+                            compared_with(damaged, OUTPUTS_FILE, complete)
                         )?;
                     } else {
                         writeln!(
@@ -478,7 +480,7 @@ impl ReplayReport {
             return writeln!(
                 f,
                 "  admin replies: {replayed} replayed, identical to {}",
-                compared_with(damaged, ADMIN_REPLIES_FILE)
+                compared_with(damaged, ADMIN_REPLIES_FILE, self.recording_complete())
             );
         }
         writeln!(
