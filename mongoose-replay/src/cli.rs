@@ -1,14 +1,54 @@
 //! What `mongoose replay` prints: [`replay_report`] runs a replay of a recording
 //! directory and compares each processor's captured outputs and admin replies with the
 //! recorded run's.
+//!
+//! A report says "recording: complete" only when the store ends with its closing frame
+//! and matches it, its journal does too, and every file the closing frame seals
+//! (`outputs.jsonl`, `admin.jsonl`) is whole and as sealed. Anything else is an
+//! incomplete recording ([`ReplayOutcome::RecordingIncomplete`]): what could be read is
+//! replayed and reported as partial, never as complete or reproduced.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
 
 use crate::record::{RecordedAdminReply, RecordedOutput, ADMIN_REPLIES_FILE, OUTPUTS_FILE};
 use crate::replay::{AdminReply, Replay, Replayer};
+use crate::store::{Recording, SealedFile};
+
+/// What a replay report concludes (`mongoose replay` exits 0, 1 and 4 on them).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ReplayOutcome {
+    /// The recording is complete and every processor reproduced its run: replayed to
+    /// its end, nothing lost, the same outputs and admin replies.
+    Reproduced,
+    /// The recording is complete, but a processor's replay stopped, the recorded run
+    /// lost items, or the outputs or admin replies differ.
+    NotReproduced,
+    /// The recording is incomplete or could not be read (no closing frame, a torn,
+    /// damaged or missing frame, a damaged journal, or a sidecar that is missing,
+    /// unreadable, garbage or not as sealed): what could be read was replayed and is
+    /// reported as partial.
+    RecordingIncomplete,
+}
+
+/// A file beside the store that is missing, unreadable, garbage, or not what the
+/// closing frame sealed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SidecarProblem {
+    /// The file's name (`outputs.jsonl`, `admin.jsonl`).
+    pub file: String,
+    /// What is wrong, naming the file (and the line) and what to do.
+    pub reason: String,
+}
+
+impl fmt::Display for SidecarProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
 
 /// A replay with the recorded outputs beside the captured ones.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -22,20 +62,57 @@ pub struct ReplayReport {
     /// What the recorded run's admin commands answered per stream key, when it was
     /// recorded (`admin.jsonl`).
     pub recorded_admin_replies: Option<HashMap<String, Vec<AdminReply>>>,
+    /// What is wrong with the files beside the store (empty when they are whole).
+    pub sidecar_problems: Vec<SidecarProblem>,
 }
 
 impl ReplayReport {
-    /// True when every stream replayed to its end, nothing was lost, and every
-    /// processor's captured outputs equal the recorded ones (when they were recorded).
+    /// True when the recording is complete ([`Replay::recording_complete`]) and no file
+    /// beside it is missing, damaged or changed since its close.
+    pub fn recording_complete(&self) -> bool {
+        self.replay.recording_complete() && self.sidecar_problems.is_empty()
+    }
+
+    /// Why the recording is not complete: the store could not be read, the store's and
+    /// journal's reasons, then the sidecars' problems. Empty when it is complete.
+    pub fn recording_problems(&self) -> Vec<String> {
+        self.replay
+            .recording_unreadable()
+            .map(|error| format!("the replay store could not be read: {error}"))
+            .into_iter()
+            .chain(self.replay.recording_incomplete().iter().cloned())
+            .chain(self.sidecar_problems.iter().map(ToString::to_string))
+            .collect()
+    }
+
+    /// What the report concludes.
+    pub fn outcome(&self) -> ReplayOutcome {
+        if !self.recording_complete() {
+            return ReplayOutcome::RecordingIncomplete;
+        }
+        let same = self
+            .replay
+            .processors()
+            .iter()
+            .all(|p| self.diff(&p.key).is_empty() && self.admin_diff(&p.key).is_empty());
+        if self.replay.all_replayed() && self.replay.lossless() && same {
+            ReplayOutcome::Reproduced
+        } else {
+            ReplayOutcome::NotReproduced
+        }
+    }
+
+    /// True when the recording is complete, every stream replayed to its end, nothing
+    /// was lost, and every processor's captured outputs and admin replies equal the
+    /// recorded ones (when they were recorded).
     pub fn reproduced(&self) -> bool {
-        self.replay.all_replayed()
-            && self.replay.lossless()
-            && self.replay.recording_incomplete().is_empty()
-            && self
-                .replay
-                .processors()
-                .iter()
-                .all(|p| self.diff(&p.key).is_empty() && self.admin_diff(&p.key).is_empty())
+        self.outcome() == ReplayOutcome::Reproduced
+    }
+
+    fn sidecar_damaged(&self, file: &str) -> bool {
+        self.sidecar_problems
+            .iter()
+            .any(|problem| problem.file == file)
     }
 
     /// The differences between the recorded and the replayed admin replies of stream
@@ -83,7 +160,8 @@ impl ReplayReport {
 }
 
 /// Replays the recording in `dir` with `replayer` (opened on `dir`, with the feeds and
-/// processor builds of the recorded configuration) and reads the recorded outputs.
+/// processor builds of the recorded configuration) and reads the recorded outputs and
+/// admin replies, checking them against what the store's closing frame sealed.
 ///
 /// ```no_run
 /// use mongoose_replay::{cli, FeedCodecs, Replayer};
@@ -94,68 +172,171 @@ impl ReplayReport {
 ///     .processor("counter", || Counter);
 /// let report = cli::replay_report(dir, replayer);
 /// println!("{report}");
-/// std::process::exit(if report.reproduced() { 0 } else { 1 });
+/// std::process::exit(match report.outcome() {
+///     cli::ReplayOutcome::Reproduced => 0,
+///     cli::ReplayOutcome::NotReproduced => 1,
+///     cli::ReplayOutcome::RecordingIncomplete => 4,
+/// });
 /// ```
 pub fn replay_report(dir: impl AsRef<Path>, replayer: Replayer) -> ReplayReport {
     let dir = dir.as_ref().to_path_buf();
+    let sealed: Vec<SealedFile> = replayer
+        .recording()
+        .ok()
+        .and_then(Recording::closing)
+        .map(|closing| closing.sealed_files().to_vec())
+        .unwrap_or_default();
     let replay = replayer.run();
-    let recorded_outputs = read_outputs(&dir.join(OUTPUTS_FILE));
-    let recorded_admin_replies = read_admin_replies(&dir.join(ADMIN_REPLIES_FILE));
+    let mut sidecar_problems = Vec::new();
+    let recorded_outputs = read_sidecar::<RecordedOutput>(
+        &dir,
+        OUTPUTS_FILE,
+        "a recorded output",
+        &sealed,
+        &mut sidecar_problems,
+    )
+    .map(|lines| {
+        let mut outputs: HashMap<String, Vec<String>> = HashMap::new();
+        for line in lines {
+            outputs.entry(line.stream).or_default().push(line.output);
+        }
+        outputs
+    });
+    let recorded_admin_replies = read_sidecar::<RecordedAdminReply>(
+        &dir,
+        ADMIN_REPLIES_FILE,
+        "a recorded admin reply",
+        &sealed,
+        &mut sidecar_problems,
+    )
+    .map(|lines| {
+        let mut replies: HashMap<String, Vec<AdminReply>> = HashMap::new();
+        for line in lines {
+            replies.entry(line.stream).or_default().push(line.reply);
+        }
+        replies
+    });
+    for file in &sealed {
+        if let Err(reason) = file.verify_in(&dir) {
+            sidecar_problems.push(SidecarProblem {
+                file: file.name().to_owned(),
+                reason,
+            });
+        }
+    }
     ReplayReport {
         dir,
         replay,
         recorded_outputs,
         recorded_admin_replies,
+        sidecar_problems,
     }
 }
 
-fn read_admin_replies(path: &Path) -> Option<HashMap<String, Vec<AdminReply>>> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut replies: HashMap<String, Vec<AdminReply>> = HashMap::new();
-    for line in std::io::BufReader::new(file).lines() {
-        let Ok(line) = line else { break };
-        // a torn last line (a killed recorder) ends the replies
-        let Ok(recorded) = serde_json::from_str::<RecordedAdminReply>(&line) else {
-            break;
+/// Reads the JSON lines of the sidecar `name` in `dir`, up to the first line that is not
+/// `what` (a problem naming the file and the line). `None` when the file does not exist
+/// (a problem too when the closing frame seals it: [`SealedFile::verify_in`] says so).
+fn read_sidecar<T: DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+    what: &str,
+    sealed: &[SealedFile],
+    problems: &mut Vec<SidecarProblem>,
+) -> Option<Vec<T>> {
+    let mut problem = |reason: String| {
+        problems.push(SidecarProblem {
+            file: name.to_owned(),
+            reason,
+        })
+    };
+    let bytes = match std::fs::read(dir.join(name)) {
+        Ok(bytes) => bytes,
+        // missing: not recorded, unless sealed (then verify_in reports it)
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => {
+            // a sealed file that cannot be read is reported by verify_in
+            if !sealed.iter().any(|file| file.name() == name) {
+                problem(format!(
+                    "{name}: could not be read ({error}): check its permissions"
+                ));
+            }
+            return None;
+        }
+    };
+    let mut items = Vec::new();
+    let mut rest = &bytes[..];
+    let mut number = 0usize;
+    while !rest.is_empty() {
+        number += 1;
+        let (line, torn) = match rest.iter().position(|&byte| byte == b'\n') {
+            Some(end) => {
+                let line = &rest[..end];
+                rest = &rest[end + 1..];
+                (line, false)
+            }
+            None => (std::mem::take(&mut rest), true),
         };
-        replies
-            .entry(recorded.stream)
-            .or_default()
-            .push(recorded.reply);
-    }
-    Some(replies)
-}
-
-fn read_outputs(path: &Path) -> Option<HashMap<String, Vec<String>>> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut outputs: HashMap<String, Vec<String>> = HashMap::new();
-    for line in std::io::BufReader::new(file).lines() {
-        let Ok(line) = line else { break };
-        // a torn last line (a killed recorder) ends the outputs
-        let Ok(output) = serde_json::from_str::<RecordedOutput>(&line) else {
+        if torn {
+            problem(format!(
+                "{name} line {number}: torn (it does not end with a newline): the recorder \
+                 was killed or a write failed while writing it, or the file was cut"
+            ));
             break;
-        };
-        outputs
-            .entry(output.stream)
-            .or_default()
-            .push(output.output);
+        }
+        match serde_json::from_slice::<T>(line) {
+            Ok(item) => items.push(item),
+            Err(error) => {
+                problem(format!(
+                    "{name} line {number}: not {what} ({error}): the file is damaged; restore \
+                     it from where the recording was copied, or record again"
+                ));
+                break;
+            }
+        }
     }
-    Some(outputs)
+    Some(items)
 }
 
 const DIFF_LINES: usize = 20;
 
+/// What a comparison was made with: the recorded run, what could be read of a damaged
+/// sidecar, or what an incomplete recording holds.
+fn compared_with(damaged: bool, file: &str, recording_complete: bool) -> String {
+    if damaged {
+        format!("what could be read of the damaged {file}")
+    } else if recording_complete {
+        "the recorded run".to_owned()
+    } else {
+        "what the incomplete recording holds".to_owned()
+    }
+}
+
+fn damaged_note(damaged: bool, file: &str) -> String {
+    if damaged {
+        format!(" (compared with what could be read of the damaged {file})")
+    } else {
+        String::new()
+    }
+}
+
 impl fmt::Display for ReplayReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "replay of {}", self.dir.display())?;
-        let incomplete = self.replay.recording_incomplete();
-        if incomplete.is_empty() {
+        let problems = self.recording_problems();
+        let complete = problems.is_empty();
+        if complete {
             writeln!(f, "recording: complete")?;
+        } else if self.replay.recording_unreadable().is_some() {
+            writeln!(
+                f,
+                "recording: UNREADABLE ({}): nothing could be replayed",
+                problems.join("; ")
+            )?;
         } else {
             writeln!(
                 f,
-                "recording: INCOMPLETE ({}): replayed up to where it could be read",
-                incomplete.join("; ")
+                "recording: INCOMPLETE ({}): replayed up to where it could be read, a partial replay",
+                problems.join("; ")
             )?;
         }
         for processor in self.replay.processors() {
@@ -165,9 +346,15 @@ impl fmt::Display for ReplayReport {
                 format!(" [{}]", processor.recorded_type)
             };
             match &processor.stopped {
-                None => writeln!(
+                None if complete => writeln!(
                     f,
                     "processor {}{kind}: complete, {}/{} entries replayed",
+                    processor.key, processor.replayed, processor.entries
+                )?,
+                None => writeln!(
+                    f,
+                    "processor {}{kind}: partial, {}/{} entries replayed (all that could be \
+                     read: the recording is incomplete)",
                     processor.key, processor.replayed, processor.entries
                 )?,
                 Some(reason) => writeln!(
@@ -184,7 +371,13 @@ impl fmt::Display for ReplayReport {
                     .collect();
                 writeln!(f, "  losses: {} ({})", lost.len(), lost.join(", "))?;
             }
+            let damaged = self.sidecar_damaged(OUTPUTS_FILE);
             match &self.recorded_outputs {
+                None if damaged => writeln!(
+                    f,
+                    "  outputs: {} captured, not compared ({OUTPUTS_FILE} could not be read)",
+                    processor.outputs.len()
+                )?,
                 None => writeln!(
                     f,
                     "  outputs: {} captured (the recorded run's outputs were not recorded)",
@@ -196,15 +389,17 @@ impl fmt::Display for ReplayReport {
                     if diff.is_empty() {
                         writeln!(
                             f,
-                            "  outputs: {} captured, identical to the recorded run",
-                            processor.outputs.len()
+                            "  outputs: {} captured, identical to {}",
+                            processor.outputs.len(),
+                            compared_with(damaged, OUTPUTS_FILE, complete)
                         )?;
                     } else {
                         writeln!(
                             f,
-                            "  outputs: {} captured, {count} recorded, {} differ:",
+                            "  outputs: {} captured, {count} recorded, {} differ{}:",
                             processor.outputs.len(),
-                            diff.len()
+                            diff.len(),
+                            damaged_note(damaged, OUTPUTS_FILE)
                         )?;
                         for (index, recorded, replayed) in diff.iter().take(DIFF_LINES) {
                             writeln!(f, "    @{index} - {}", recorded.unwrap_or("(none)"))?;
@@ -239,10 +434,14 @@ impl fmt::Display for ReplayReport {
             } else {
                 "NOT lossless"
             },
-            if self.reproduced() {
-                "reproduced"
-            } else {
-                "NOT reproduced"
+            match self.outcome() {
+                ReplayOutcome::Reproduced => "reproduced",
+                ReplayOutcome::NotReproduced => "NOT reproduced",
+                ReplayOutcome::RecordingIncomplete
+                    if self.replay.recording_unreadable().is_some() =>
+                    "NOT reproduced (the recording could not be read)",
+                ReplayOutcome::RecordingIncomplete =>
+                    "NOT reproduced (the recording is incomplete: the replay is partial)",
             }
         )
     }
@@ -256,7 +455,14 @@ impl ReplayReport {
         key: &str,
         replayed: usize,
     ) -> fmt::Result {
+        let damaged = self.sidecar_damaged(ADMIN_REPLIES_FILE);
         let Some(recorded) = &self.recorded_admin_replies else {
+            if damaged {
+                return writeln!(
+                    f,
+                    "  admin replies: {replayed} replayed, not compared ({ADMIN_REPLIES_FILE} could not be read)"
+                );
+            }
             if replayed > 0 {
                 writeln!(
                     f,
@@ -273,13 +479,15 @@ impl ReplayReport {
         if diff.is_empty() {
             return writeln!(
                 f,
-                "  admin replies: {replayed} replayed, identical to the recorded run"
+                "  admin replies: {replayed} replayed, identical to {}",
+                compared_with(damaged, ADMIN_REPLIES_FILE, self.recording_complete())
             );
         }
         writeln!(
             f,
-            "  admin replies: {replayed} replayed, {count} recorded, {} differ:",
-            diff.len()
+            "  admin replies: {replayed} replayed, {count} recorded, {} differ{}:",
+            diff.len(),
+            damaged_note(damaged, ADMIN_REPLIES_FILE)
         )?;
         for (index, recorded, replayed) in diff.iter().take(DIFF_LINES) {
             writeln!(

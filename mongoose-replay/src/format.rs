@@ -15,8 +15,12 @@ use crate::error::ReplayError;
 /// The first 8 bytes of every replay store.
 pub const MAGIC: [u8; 8] = *b"MGREPLAY";
 
-/// The format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes and the newest it reads. Version 2 added the
+/// closing frame; version 1 stores (no closing frame) are still read, as incomplete.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The first format version with a closing frame.
+pub(crate) const CLOSING_FRAME_VERSION: u32 = 2;
 
 /// The head: [`MAGIC`], then the format version as a little-endian `u32`.
 pub const HEADER_LEN: usize = 12;
@@ -41,7 +45,10 @@ pub(crate) enum Head {
     /// No head, or a head torn while the store was being created: an empty store.
     Empty,
     /// A store of a version this build reads.
-    Store,
+    Store {
+        /// Its format version (1 ..= [`FORMAT_VERSION`]).
+        version: u32,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -72,11 +79,11 @@ pub(crate) fn check_head(bytes: &[u8]) -> Result<Head, HeadError> {
     if version > FORMAT_VERSION {
         return Err(HeadError::Newer(version));
     }
-    Ok(Head::Store)
+    Ok(Head::Store { version })
 }
 
 /// The checksum of a frame: CRC-32 of the length bytes, then the body.
-fn frame_checksum(length: [u8; 4], body: &[u8]) -> u32 {
+pub(crate) fn frame_checksum(length: [u8; 4], body: &[u8]) -> u32 {
     Crc32::new().update(&length).update(body).finish()
 }
 
@@ -187,6 +194,27 @@ pub(crate) enum WireFrame<'a> {
     },
     /// 2: an entry of a stream.
     Entry { stream: u32, entry: WireEntry<'a> },
+    /// 3 (format 2): the closing frame, written once at a clean close, always the last
+    /// frame. `frames` counts every frame before it, `entries` the `Entry` frames among
+    /// them, and `checksum` is the CRC-32 of the 8-byte heads of those frames, in order
+    /// (each head holds its frame's length and CRC-32, so the checksum covers every
+    /// frame byte and their order, for 8 bytes of work per frame). `sealed` names the files
+    /// beside the store that the recording holds (its sidecars), each with its length
+    /// and CRC-32 at the close.
+    Close {
+        frames: u64,
+        entries: u64,
+        checksum: u32,
+        sealed: Vec<WireSealedFile<'a>>,
+    },
+}
+
+/// A file beside the store, as the closing frame seals it.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub(crate) struct WireSealedFile<'a> {
+    pub(crate) name: Cow<'a, str>,
+    pub(crate) length: u64,
+    pub(crate) checksum: u32,
 }
 
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
@@ -485,12 +513,13 @@ mod tests {
     use super::*;
 
     // DESIGN.md "Binary formats carry a magic/version and have layout tests": these bytes
-    // are the format of version 1; changing them needs a new FORMAT_VERSION.
+    // are the format of version 2 (the frames of version 1 and the closing frame);
+    // changing them needs a new FORMAT_VERSION.
     #[test]
     fn the_head_and_a_delivery_and_input_frame_have_the_documented_layout() {
         assert_eq!(
             header(),
-            [b'M', b'G', b'R', b'E', b'P', b'L', b'A', b'Y', 1, 0, 0, 0]
+            [b'M', b'G', b'R', b'E', b'P', b'L', b'A', b'Y', 2, 0, 0, 0]
         );
         let delivery = Delivery::new(Arc::from("f"), 3, Epoch(2), PositionValue::at(300), 0);
         let entry = Entry::Indexed {
@@ -549,6 +578,38 @@ mod tests {
             &buffer[split + 4..split + FRAME_HEAD_LEN],
             &checksum.to_le_bytes()
         );
+    }
+
+    // issue 10 item 10: the closing frame, written once at a clean close
+    #[test]
+    fn the_closing_frame_has_the_documented_layout() {
+        let mut buffer = Vec::new();
+        push_frame(
+            &mut buffer,
+            &WireFrame::Close {
+                frames: 3,
+                entries: 2,
+                checksum: 0x0102_0304,
+                sealed: vec![WireSealedFile {
+                    name: "o".into(),
+                    length: 300,
+                    checksum: 0xA0B0_C0D0,
+                }],
+            },
+        )
+        .unwrap();
+        let body: &[u8] = &[
+            3, // variant Close
+            3, // frames
+            2, // entries
+            0x84, 0x86, 0x88, 0x08, // checksum 0x01020304 as a varint
+            1,    // one sealed file
+            1, b'o', // its name
+            0xAC, 0x02, // its length, 300
+            0xD0, 0x81, 0xC3, 0x85, 0x0A, // its checksum 0xA0B0C0D0 as a varint
+        ];
+        assert_eq!(&buffer[FRAME_HEAD_LEN..], body);
+        assert_eq!(&buffer[..4], &(body.len() as u32).to_le_bytes());
     }
 
     #[test]

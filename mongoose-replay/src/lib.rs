@@ -72,7 +72,7 @@
 //! while sent.lock().len() < 2 && Instant::now() < deadline {
 //!     std::thread::sleep(Duration::from_millis(1));
 //! }
-//! plane.close_groups(Instant::now() + Duration::from_secs(30)); // the recorder syncs
+//! plane.close_groups(Instant::now() + Duration::from_secs(30)); // the recorder closes the recording
 //!
 //! // REPLAY: the same processor type, built afresh, given its stream alone
 //! let replay = Replayer::open(dir.path(), feeds())
@@ -197,7 +197,8 @@
 //!
 //! [`ReplayStore`] appends to a store file (one write per call by default, or whole
 //! calls buffered up to [`ReplayStore::set_write_buffer`] bytes until
-//! [`ReplayStore::flush`]); [`Recording::read`] reads one back.
+//! [`ReplayStore::flush`]) and [`ReplayStore::close`] ends it with its closing frame;
+//! [`Recording::read`] reads one back, complete only when it ends with that frame.
 //!
 //! # Example: write a store directly and read it back
 //!
@@ -228,7 +229,7 @@
 //! let line = "EURUSD 1.0841".to_string();
 //! store.append(pricer, &Entry::inline(&Utf8Codec, &line, "onLine", Some(delivery.clone()), vec![1_000])?)?;
 //! store.append(pricer, &Entry::TimerFired { schedule: 1, clock: vec![2_000] })?;
-//! store.sync()?;
+//! store.close()?; // the closing frame: without it the recording reads as incomplete
 //! drop(store);
 //!
 //! // REPLAY: read it back; the delivery is attached to its input
@@ -246,13 +247,14 @@
 //! # }
 //! ```
 //!
-//! # The store's format (version 1)
+//! # The store's format (version 2)
 //!
 //! All integers of the head and of frame heads are little-endian.
 //!
 //! ```text
-//! head    : magic "MGREPLAY" (8 bytes) | format version u32 (= 1)
+//! head    : magic "MGREPLAY" (8 bytes) | format version u32 (= 2)
 //! frame*  : length u32 (1 ..= 16 MiB) | crc32 u32 | body (length bytes)
+//! closing : one last frame whose body is a Close (below), written at a clean close
 //! ```
 //!
 //! The checksum is CRC-32 (IEEE 802.3, the zlib/PNG one) of the 4 length bytes followed
@@ -265,6 +267,7 @@
 //! 0 Stream   { id: u32, key: str, provenance: Option<{processor_type: str, handler_type: str, ordinal: u32}> }
 //! 1 Delivery { stream: u32, feed: str, sequence: u64, epoch: u64, lane: u32, offset: u64, attempt: u32 }
 //! 2 Entry    { stream: u32, entry }
+//! 3 Close    { frames: u64, entries: u64, checksum: u32, sealed: [{name: str, length: u64, checksum: u32}] }
 //!   entry:
 //!   0 Indexed        { feed: str, sequence: u64, route: str, delivered: bool, clock: [i64] }
 //!   1 Inline         { payload: bytes, route: str, delivered: bool, clock: [i64] }
@@ -278,15 +281,31 @@
 //! ```
 //!
 //! Streams are numbered 0, 1, 2, ... in the order their `Stream` frame appears, and the
-//! other frames name them by that number. An input with a delivery is written as its
+//! other frames name them by that number. The `Close` frame is the last frame of a
+//! recording closed cleanly ([`ReplayStore::close`]; a [`Recorder`] writes it when its
+//! group closes): `frames` counts the frames before it, `entries` the `Entry` frames
+//! among them, `checksum` is the CRC-32 of the 8-byte heads (`length | crc32`) of those
+//! frames, in order (each head's CRC covers its body, so this binds every frame byte
+//! and their order), and `sealed` lists the files beside the store the
+//! recording holds (`outputs.jsonl`, `admin.jsonl`) with their length and CRC-32 at the
+//! close, written and made durable before the `Close` frame. Version 1 (no `Close`
+//! frame) is still read. An input with a delivery is written as its
 //! `Delivery` frame immediately followed, in the same write, by its `Entry` frame with
 //! `delivered = true`.
 //!
 //! Reading:
 //!
+//! * a recording is complete only when it ends with a `Close` frame that matches the
+//!   frames before it; frames that end without one are incomplete
+//!   ([`Incomplete::NotClosed`]: "no closing frame (written by an older version or the
+//!   recorder was killed)"), so a store cut at a frame boundary, or to its head, never
+//!   reads as complete; a `Close` frame whose counts or checksum differ is
+//!   [`Incomplete::ClosingMismatch`], and a frame after it is damaged;
 //! * a file shorter than the head whose bytes start the magic is an empty store (its
-//!   creation was interrupted); another head is refused ([`ReplayError::NotAStore`]),
-//!   and so is a version newer than this build's ([`ReplayError::NewerFormat`]);
+//!   creation was interrupted): RECORD writes it afresh, and a reader reports it
+//!   incomplete ([`Incomplete::NoHead`]); another head is refused
+//!   ([`ReplayError::NotAStore`]), and so is a version newer than this build's
+//!   ([`ReplayError::NewerFormat`]);
 //! * a last frame that runs past the end of the file is torn: the recording is
 //!   incomplete ([`Incomplete::TornFrame`]) and holds every frame before it;
 //! * a frame with a bad length or checksum, or a body that does not decode, is damaged:
@@ -297,7 +316,9 @@
 //!   before it is damaged.
 //!
 //! An incomplete store opens read-only: it is replayed, never appended to, and it holds
-//! a recording, so RECORD never reuses it as empty.
+//! a recording, so RECORD never reuses it as empty. A closed store is read-only too;
+//! [`ReplayStore::open`] continues one, cutting its `Close` frame off at the first
+//! write (a later [`ReplayStore::close`] writes a new one).
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -322,7 +343,9 @@ pub use record::{
     ADMIN_REPLIES_FILE, JOURNAL_FILE, OUTPUTS_FILE, RECORDING_FILE,
 };
 pub use replay::{AdminReply, Loss, ProcessorReplay, Replay, Replayer};
-pub use store::{Incomplete, RecordedStream, Recording, ReplayStore, StreamHandle};
+pub use store::{
+    Closing, Incomplete, RecordedStream, Recording, ReplayStore, SealedFile, StreamHandle,
+};
 pub use tap::{Clock, Collected, OutputSink};
 
 #[cfg(test)]

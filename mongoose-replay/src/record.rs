@@ -14,12 +14,13 @@ use mongoose_core::{CompletionKey, DeliveryContext, ProcessorId};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::crc::Crc32;
 use crate::entry::{ControlOutcome, Entry, Provenance};
 use crate::error::ReplayError;
 use crate::feeds::FeedCodecs;
 use crate::key::StreamKeys;
 use crate::replay::AdminReply;
-use crate::store::{ReplayStore, StreamHandle};
+use crate::store::{ReplayStore, SealedFile, StreamHandle};
 use crate::tap::{self, RecordTap};
 
 /// The store file of a recording directory.
@@ -127,6 +128,47 @@ struct Stream {
     key: String,
 }
 
+/// A file beside the store being written: counts its bytes and their CRC-32, so the
+/// closing frame seals it without reading it back.
+struct SealingWriter {
+    file: File,
+    length: u64,
+    checksum: Crc32,
+}
+
+impl SealingWriter {
+    fn new(file: File) -> Self {
+        SealingWriter {
+            file,
+            length: 0,
+            checksum: Crc32::new(),
+        }
+    }
+
+    fn seal(&self, name: &str) -> SealedFile {
+        SealedFile::from_parts(name.to_owned(), self.length, self.checksum.finish())
+    }
+}
+
+impl Write for SealingWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let written = self.file.write(bytes)?;
+        self.length += written as u64;
+        self.checksum = self.checksum.update(&bytes[..written]);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Writes what `writer` holds and makes it durable.
+fn flush_and_sync(writer: &mut BufWriter<SealingWriter>) -> std::io::Result<()> {
+    writer.flush()?;
+    writer.get_ref().file.sync_data()
+}
+
 /// RECORD mode for one processor group: install it with
 /// `GroupOptions { recorder: Some(Box::new(recorder)), .. }`.
 ///
@@ -151,13 +193,19 @@ struct Stream {
 /// An input's entry is written once its item is over (when the group begins the next
 /// item or its reader's poll returns), so a callback failing after the dispatch can
 /// still replace it with `Failed`.
+///
+/// When its group closes, the recorder closes the recording: `outputs.jsonl` and
+/// `admin.jsonl` are written out and made durable, the journal is closed, and the store
+/// gets its closing frame, sealing both sidecars (their lengths and CRC-32s). A recorder
+/// whose write failed, whose group died, or whose process was killed leaves no closing
+/// frame: its recording reads as incomplete and its replay as partial.
 pub struct Recorder {
     store: ReplayStore,
     journal: Option<ReplayStore>,
     journal_streams: HashMap<String, StreamHandle>,
     journalled: HashSet<(String, u64)>,
-    outputs: BufWriter<File>,
-    admin_replies: BufWriter<File>,
+    outputs: BufWriter<SealingWriter>,
+    admin_replies: BufWriter<SealingWriter>,
     config: RecordConfig,
     keys: StreamKeys,
     streams: HashMap<ProcessorId, Stream>,
@@ -211,8 +259,8 @@ impl Recorder {
             journal,
             journal_streams: HashMap::new(),
             journalled: HashSet::new(),
-            outputs: BufWriter::new(outputs),
-            admin_replies: BufWriter::new(admin_replies),
+            outputs: BufWriter::new(SealingWriter::new(outputs)),
+            admin_replies: BufWriter::new(SealingWriter::new(admin_replies)),
             config,
             keys: StreamKeys::new(),
             streams: HashMap::new(),
@@ -410,27 +458,62 @@ impl Recorder {
         })
     }
 
-    fn close_all(&mut self) {
+    /// Writes everything pending. On a clean close (`unclean` is `None`) with no write
+    /// failed, closes the recording: the sidecars are made durable first, then the
+    /// journal is closed, and the store's closing frame, sealing the sidecars, is
+    /// written last, so a closing frame vouches for every file beside it. Otherwise the
+    /// store is only synced and left without a closing frame: a replay reports it
+    /// incomplete.
+    fn close_all(&mut self, unclean: Option<&str>) {
         self.flush_pending(None);
         self.drain_outputs();
-        let mut result = self.store.sync();
-        if let Some(journal) = self.journal.as_mut() {
-            result = result.and(journal.sync());
-        }
-        if let Err(error) = result {
-            self.fail(&error);
-        }
-        if let Err(source) = self.outputs.flush() {
+        if let Err(source) = flush_and_sync(&mut self.outputs) {
             self.fail(&ReplayError::Io {
                 path: self.dir.join(OUTPUTS_FILE),
                 source,
             });
         }
-        if let Err(source) = self.admin_replies.flush() {
+        if let Err(source) = flush_and_sync(&mut self.admin_replies) {
             self.fail(&ReplayError::Io {
                 path: self.dir.join(ADMIN_REPLIES_FILE),
                 source,
             });
+        }
+        let first_error = self.shared.lock().first_error.clone();
+        let unclosed = match (unclean, first_error) {
+            (Some(reason), _) => Some(reason.to_owned()),
+            (None, Some(error)) => Some(format!("a write failed ({error})")),
+            (None, None) => None,
+        };
+        match unclosed {
+            None => {
+                let sealed = [
+                    self.outputs.get_ref().seal(OUTPUTS_FILE),
+                    self.admin_replies.get_ref().seal(ADMIN_REPLIES_FILE),
+                ];
+                let mut result = Ok(());
+                if let Some(journal) = self.journal.as_mut() {
+                    result = journal.close();
+                }
+                let result = result.and_then(|()| self.store.close_sealing(&sealed));
+                if let Err(error) = result {
+                    self.fail(&error);
+                }
+            }
+            Some(reason) => {
+                let mut result = self.store.sync();
+                if let Some(journal) = self.journal.as_mut() {
+                    result = result.and(journal.sync());
+                }
+                if let Err(error) = result {
+                    self.fail(&error);
+                }
+                tracing::warn!(
+                    dir = %self.dir.display(),
+                    %reason,
+                    "RECORD: the recording is left without its closing frame; a replay reports it incomplete"
+                );
+            }
         }
         self.shared.lock().closed = true;
     }
@@ -648,7 +731,7 @@ impl GroupRecorder for Recorder {
     }
 
     fn closing(&mut self) {
-        self.close_all();
+        self.close_all(None);
         tap::uninstall();
     }
 
@@ -771,7 +854,11 @@ fn command_line(command: &str, args: &[String]) -> String {
 impl Drop for Recorder {
     fn drop(&mut self) {
         if !self.shared.lock().closed {
-            self.close_all();
+            // not closed by its group: the group died (or was never closed), so what
+            // it was given last may be missing from the recording
+            self.close_all(Some(
+                "the recorder was dropped without its group closing (the group died?)",
+            ));
         }
     }
 }

@@ -110,6 +110,7 @@ impl fmt::Display for AdminReply {
 pub struct Replay {
     processors: Vec<ProcessorReplay>,
     incomplete: Vec<String>,
+    unreadable: Option<String>,
     unclaimed: Vec<String>,
 }
 
@@ -166,9 +167,23 @@ impl Replay {
         &self.processors
     }
 
-    /// Why the recording is incomplete (its replay covers the prefix that was read).
+    /// Why the recording is incomplete (its replay covers the prefix that was read):
+    /// the store's reasons ([`crate::Incomplete`]: no closing frame, a torn or damaged
+    /// frame, ...), then its journal's, each prefixed `journal.replay: `.
     pub fn recording_incomplete(&self) -> &[String] {
         &self.incomplete
+    }
+
+    /// Why the store could not be read at all (then nothing was replayed), or `None`.
+    pub fn recording_unreadable(&self) -> Option<&str> {
+        self.unreadable.as_deref()
+    }
+
+    /// True when the store was read, ends with its closing frame and holds every frame
+    /// it counts, and so does its journal (when it has one). A replay of a recording
+    /// that is not complete covers only what could be read: it is partial.
+    pub fn recording_complete(&self) -> bool {
+        self.unreadable.is_none() && self.incomplete.is_empty()
     }
 
     /// Recorded streams that no replayed build claimed.
@@ -207,6 +222,8 @@ pub struct Replayer {
     dir: PathBuf,
     recording: Result<Recording, String>,
     journal: Option<Result<Journal, String>>,
+    /// Why the journal is incomplete (empty: complete, or no journal).
+    journal_incomplete: Vec<String>,
     feeds: FeedCodecs,
     builds: Vec<Build>,
     /// The replay's service registry: instances by name and registry version.
@@ -230,13 +247,20 @@ impl Replayer {
         let dir = dir.as_ref().to_path_buf();
         let recording = Recording::read(dir.join(RECORDING_FILE)).map_err(|e| e.to_string());
         let journal_path = dir.join(JOURNAL_FILE);
-        let journal = journal_path
-            .exists()
-            .then(|| read_journal(&journal_path).map_err(|e| e.to_string()));
+        let mut journal_incomplete = Vec::new();
+        let journal = journal_path.exists().then(|| {
+            read_journal(&journal_path)
+                .map(|(items, incomplete)| {
+                    journal_incomplete = incomplete;
+                    items
+                })
+                .map_err(|e| e.to_string())
+        });
         Replayer {
             dir,
             recording,
             journal,
+            journal_incomplete,
             feeds,
             builds: Vec::new(),
             services: HashMap::new(),
@@ -355,12 +379,24 @@ impl Replayer {
             );
             replay.processors.push(result);
         }
+        match &self.recording {
+            Ok(recording) => replay
+                .incomplete
+                .extend(recording.incomplete().iter().map(ToString::to_string)),
+            Err(error) => replay.unreadable = Some(error.clone()),
+        }
+        match &self.journal {
+            Some(Err(error)) => replay
+                .incomplete
+                .push(format!("{JOURNAL_FILE} could not be read: {error}")),
+            Some(Ok(_)) => replay.incomplete.extend(
+                self.journal_incomplete
+                    .iter()
+                    .map(|reason| format!("{JOURNAL_FILE}: {reason}")),
+            ),
+            None => {}
+        }
         if let Ok(recording) = &self.recording {
-            replay.incomplete = recording
-                .incomplete()
-                .iter()
-                .map(ToString::to_string)
-                .collect();
             replay.unclaimed = recording
                 .streams()
                 .iter()
@@ -981,8 +1017,14 @@ impl Subscriptions for Routes<'_> {
     }
 }
 
-fn read_journal(path: &Path) -> Result<Journal, crate::ReplayError> {
+/// The journal's items, and why it is incomplete (empty when it is complete).
+fn read_journal(path: &Path) -> Result<(Journal, Vec<String>), crate::ReplayError> {
     let recording = Recording::read(path)?;
+    let incomplete = recording
+        .incomplete()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let mut items = HashMap::new();
     for stream in recording.streams() {
         let (feed, _) = parse_stream_key(stream.key())?;
@@ -994,5 +1036,5 @@ fn read_journal(path: &Path) -> Result<Journal, crate::ReplayError> {
             }
         }
     }
-    Ok(items)
+    Ok((items, incomplete))
 }

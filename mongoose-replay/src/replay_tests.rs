@@ -49,7 +49,7 @@ fn write_stream(dir: &Path, key: &str, entries: &[Entry]) {
     for entry in entries {
         store.append(stream, entry).unwrap();
     }
-    store.sync().unwrap();
+    store.close().unwrap();
 }
 
 // control-plane-contracts "Overload and loss": a replay carries on past a Dropped entry and
@@ -128,8 +128,8 @@ fn the_report_shows_each_processor_its_losses_and_where_outputs_differ() {
             })
             .unwrap()
         })
-        .collect::<Vec<_>>()
-        .join("\n");
+        .map(|line| line + "\n")
+        .collect::<String>();
     std::fs::write(dir.path().join(OUTPUTS_FILE), recorded).unwrap();
     let report = replay_report(
         dir.path(),

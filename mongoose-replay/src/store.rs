@@ -11,11 +11,13 @@ use std::sync::Arc;
 
 use mongoose_core::Delivery;
 
+use crate::crc::Crc32;
 use crate::entry::{Entry, Provenance};
 use crate::error::ReplayError;
 use crate::format::{
     check_head, decode_frame, header, push_frame, read_frame, FrameRead, Head, HeadError,
-    WireDelivery, WireEntry, WireFrame, WireProvenance, FORMAT_VERSION, HEADER_LEN,
+    WireDelivery, WireEntry, WireFrame, WireProvenance, WireSealedFile, CLOSING_FRAME_VERSION,
+    FORMAT_VERSION, FRAME_HEAD_LEN, HEADER_LEN,
 };
 use crate::key::parse_stream_key;
 
@@ -40,11 +42,16 @@ pub struct StreamHandle {
 /// write per flush, still of whole appends). [`ReplayStore::sync`] flushes and makes
 /// the written frames durable; dropping the store flushes.
 ///
-/// A store whose recording is incomplete (a torn last frame, a damaged frame, or a
-/// delivery whose input was never written) or whose write failed is read-only: every
-/// [`ReplayStore::begin`] and [`ReplayStore::append`] refuses with
+/// A recording is complete only once [`ReplayStore::close`] (or
+/// [`ReplayStore::close_sealing`]) wrote its closing frame: the count of its frames and
+/// entries and a checksum over them. A store dropped without it (or a process killed
+/// before it) reads as incomplete, "no closing frame".
+///
+/// A store whose recording is incomplete (no closing frame, a torn last frame, a damaged
+/// frame, or a delivery whose input was never written) or whose write failed is
+/// read-only: every [`ReplayStore::begin`] and [`ReplayStore::append`] refuses with
 /// [`ReplayError::ReadOnly`], and [`ReplayStore::holds_recording`] is true, so it is
-/// never reused as an empty store.
+/// never reused as an empty store. So is a store once closed.
 ///
 /// One process writes a store at a time: the store does not lock its file.
 #[derive(Debug)]
@@ -60,6 +67,39 @@ pub struct ReplayStore {
     buffer: Vec<u8>,
     /// Write once this many bytes are pending (0: after every call).
     write_buffer: usize,
+    /// What the closing frame will say: the frames written, their entries and checksum.
+    tally: Tally,
+    /// A closed store reopened to continue: where its closing frame starts, cut off
+    /// before the first write (so opening alone never changes a closed store).
+    reopened_closing_at: Option<u64>,
+}
+
+/// The frames of a store so far: what its closing frame says.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+struct Tally {
+    frames: u64,
+    entries: u64,
+    /// CRC-32 of the frames' heads, in order (each head holds its frame's length and
+    /// CRC-32, so this covers every frame byte at 8 bytes of work per frame).
+    checksum: Crc32,
+    /// Where the frames end (the closing frame's start in a closed store).
+    end: usize,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Tally {
+            end: HEADER_LEN,
+            ..Tally::default()
+        }
+    }
+
+    fn add(&mut self, frame_bytes: &[u8], entry: bool) {
+        self.frames += 1;
+        self.entries += u64::from(entry);
+        self.checksum = self.checksum.update(&frame_bytes[..FRAME_HEAD_LEN]);
+        self.end += frame_bytes.len();
+    }
 }
 
 impl ReplayStore {
@@ -68,7 +108,10 @@ impl ReplayStore {
     /// interrupted).
     ///
     /// Refuses a file that is not a store and a store of a newer format version. An
-    /// incomplete recording opens read-only (see [`ReplayStore::read_only_reason`]).
+    /// incomplete recording (one without its closing frame among them) opens read-only
+    /// (see [`ReplayStore::read_only_reason`]). A closed recording opens to continue:
+    /// its closing frame is cut off at the first write, and [`ReplayStore::close`]
+    /// writes a new one over every frame.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ReplayError> {
         let path = path.as_ref().to_path_buf();
         let io = |source| ReplayError::Io {
@@ -93,24 +136,39 @@ impl ReplayStore {
             read_only: None,
             buffer: Vec::with_capacity(256),
             write_buffer: 0,
+            tally: Tally::new(),
+            reopened_closing_at: None,
         };
-        match check_head(&bytes).map_err(|error| head_error(&path, error))? {
-            Head::Empty => {
+        let head = check_head(&bytes).map_err(|error| head_error(&path, error))?;
+        // a store that holds nothing past its head is empty: written afresh (so a head
+        // of an older version becomes this version's)
+        let existing = match head {
+            Head::Store { version } if bytes.len() > HEADER_LEN || version == FORMAT_VERSION => {
+                Some(version)
+            }
+            _ => None,
+        };
+        match existing {
+            None => {
                 if !bytes.is_empty() {
                     store.file.set_len(0).map_err(io)?;
                 }
                 store.file.write_all(&header()).map_err(io)?;
                 store.file.sync_data().map_err(io)?;
             }
-            Head::Store => {
-                let recording = Recording::parse(&bytes);
+            Some(version) => {
+                let recording = Recording::parse(&bytes, version);
                 for (id, stream) in recording.streams.iter().enumerate() {
                     store.keys.push(stream.key.clone());
                     // ids are checked sequential and keys unique while parsing
                     store.by_key.insert(stream.key.clone(), id as u32);
                 }
                 store.holds_recording = recording.holds_recording;
-                if !recording.complete() {
+                store.tally = recording.tally;
+                if recording.closing.is_some() && recording.complete() {
+                    store.reopened_closing_at = Some(recording.tally.end as u64);
+                }
+                if !recording.complete() && recording.holds_recording {
                     store.read_only = Some(format!(
                         "its recording is incomplete ({})",
                         recording.incomplete_summary()
@@ -197,6 +255,7 @@ impl ReplayStore {
             path: self.path.clone(),
             reason: "it holds the largest number of streams a store can hold".to_owned(),
         })?;
+        let start = self.buffer.len();
         push_frame(
             &mut self.buffer,
             &WireFrame::Stream {
@@ -205,6 +264,7 @@ impl ReplayStore {
                 provenance: provenance.map(WireProvenance::of),
             },
         )?;
+        self.tally.add(&self.buffer[start..], false);
         self.holds_recording = true;
         self.keys.push(key.to_owned());
         self.by_key.insert(key.to_owned(), id);
@@ -235,6 +295,7 @@ impl ReplayStore {
                 },
             )?;
         }
+        let entry_start = self.buffer.len();
         let pushed = push_frame(
             &mut self.buffer,
             &WireFrame::Entry {
@@ -247,14 +308,72 @@ impl ReplayStore {
             self.buffer.truncate(start);
             return Err(error);
         }
+        if entry_start > start {
+            self.tally.add(&self.buffer[start..entry_start], false);
+        }
+        self.tally.add(&self.buffer[entry_start..], true);
         self.holds_recording = true;
         self.flush_when_due()
+    }
+
+    /// Closes the recording: writes the frames kept in memory, then the closing frame
+    /// (the count of frames and entries and a CRC-32 over the frames' heads, which covers
+    /// every frame), and makes them durable. Only a closed store reads as complete. The store is read-only after.
+    pub fn close(&mut self) -> Result<(), ReplayError> {
+        self.close_sealing(&[])
+    }
+
+    /// [`ReplayStore::close`], sealing `files` too: the files beside the store that the
+    /// recording holds (their names, lengths and checksums, taken by the caller when
+    /// each was written in full and made durable), so a reader can tell one cut,
+    /// changed or removed later ([`SealedFile::verify_in`]).
+    pub fn close_sealing(&mut self, files: &[SealedFile]) -> Result<(), ReplayError> {
+        self.check_writable()?;
+        self.flush()?;
+        let sealed = files
+            .iter()
+            .map(|file| WireSealedFile {
+                name: file.name.as_str().into(),
+                length: file.length,
+                checksum: file.checksum,
+            })
+            .collect();
+        push_frame(
+            &mut self.buffer,
+            &WireFrame::Close {
+                frames: self.tally.frames,
+                entries: self.tally.entries,
+                checksum: self.tally.checksum.finish(),
+                sealed,
+            },
+        )?;
+        self.sync()?;
+        self.holds_recording = true;
+        self.read_only = Some(
+            "it is closed (its closing frame is written): reopen it with ReplayStore::open to \
+             append more"
+                .to_owned(),
+        );
+        Ok(())
     }
 
     /// Writes the frames kept in memory (see [`ReplayStore::set_write_buffer`]).
     pub fn flush(&mut self) -> Result<(), ReplayError> {
         if self.buffer.is_empty() {
             return Ok(());
+        }
+        if let Some(closing) = self.reopened_closing_at.take() {
+            // continuing a closed recording: its old closing frame no longer covers it
+            if let Err(source) = self.file.set_len(closing) {
+                self.buffer.clear();
+                self.read_only = Some(format!(
+                    "its old closing frame could not be cut off ({source})"
+                ));
+                return Err(ReplayError::Io {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
         }
         let written = self.file.write_all(&self.buffer);
         self.buffer.clear();
@@ -305,6 +424,8 @@ impl ReplayStore {
 }
 
 impl Drop for ReplayStore {
+    /// Writes the frames kept in memory; never the closing frame (a store dropped
+    /// without [`ReplayStore::close`] reads as incomplete).
     fn drop(&mut self) {
         if let Err(error) = self.flush() {
             tracing::error!(%error, "replay store: frames kept in memory could not be written");
@@ -350,6 +471,29 @@ pub enum Incomplete {
         /// The stream it belongs to.
         stream: String,
     },
+    /// The frames end without the closing frame a clean close writes: the store was
+    /// written by an older version (format 1 has none), or the recorder was killed (or
+    /// its group died) before it closed the store, or the store was cut at a frame
+    /// boundary. Every frame before `offset` is read.
+    NotClosed {
+        /// Where the frames end.
+        offset: u64,
+    },
+    /// The file is empty, or shorter than the store's head: the recorder was killed
+    /// while creating it, or the file was cut.
+    NoHead {
+        /// The file's length.
+        length: u64,
+    },
+    /// The closing frame does not match the frames before it (their count, their
+    /// entries' count or their checksum): frames were removed or changed after the
+    /// recording closed. The frames are read; the recording is not complete.
+    ClosingMismatch {
+        /// Where the closing frame starts.
+        offset: u64,
+        /// What differs.
+        reason: String,
+    },
 }
 
 impl fmt::Display for Incomplete {
@@ -365,6 +509,21 @@ impl fmt::Display for Incomplete {
             Incomplete::OrphanDelivery { offset, stream } => write!(
                 f,
                 "a delivery of stream {stream:?} at byte {offset} whose input was never written"
+            ),
+            Incomplete::NotClosed { offset } => write!(
+                f,
+                "no closing frame (written by an older version or the recorder was killed): \
+                 the frames end at byte {offset}"
+            ),
+            Incomplete::NoHead { length } => write!(
+                f,
+                "the store is empty ({length} bytes, not even its head): the recorder was \
+                 killed while creating it, or the file was cut"
+            ),
+            Incomplete::ClosingMismatch { offset, reason } => write!(
+                f,
+                "the closing frame at byte {offset} does not match the frames before it \
+                 ({reason}): frames were removed or changed after the recording closed"
             ),
         }
     }
@@ -395,6 +554,137 @@ impl RecordedStream {
     }
 }
 
+/// A file beside a store that the store's closing frame seals: its name (in the
+/// store's folder), and its length and CRC-32 when the recording was closed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SealedFile {
+    name: String,
+    length: u64,
+    checksum: u32,
+}
+
+impl SealedFile {
+    pub(crate) fn from_parts(name: String, length: u64, checksum: u32) -> Self {
+        SealedFile {
+            name,
+            length,
+            checksum,
+        }
+    }
+
+    /// Seals the file at `path` as it is now (read in full): its file name, length and
+    /// CRC-32. Take it once the file is written in full and made durable.
+    pub fn of_file(path: impl AsRef<Path>) -> Result<SealedFile, ReplayError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| ReplayError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(SealedFile {
+            name,
+            length: bytes.len() as u64,
+            checksum: Crc32::new().update(&bytes).finish(),
+        })
+    }
+
+    /// The file's name, in the store's folder.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its length in bytes when the recording closed.
+    pub fn length(&self) -> u64 {
+        self.length
+    }
+
+    /// Its CRC-32 when the recording closed.
+    pub fn checksum(&self) -> u32 {
+        self.checksum
+    }
+
+    /// Checks that the file in `dir` is still what was sealed. `Err` says what is wrong
+    /// (missing, unreadable, another length or checksum) and what to do, naming the file.
+    pub fn verify_in(&self, dir: &Path) -> Result<(), String> {
+        let plain_name = !self.name.is_empty()
+            && self.name != ".."
+            && self.name != "."
+            && !self.name.contains(['/', '\\']);
+        if !plain_name {
+            return Err(format!(
+                "the recording's closing frame seals {:?}, which is not a file name beside the \
+                 store: the store is damaged; record again",
+                self.name
+            ));
+        }
+        let path = dir.join(&self.name);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err(format!(
+                    "{}: missing, but the recording's closing frame seals it ({} bytes): \
+                     restore it from where the recording was copied, or record again",
+                    self.name, self.length
+                ))
+            }
+            Err(error) => {
+                return Err(format!(
+                    "{}: could not be read ({error}): check its permissions",
+                    self.name
+                ))
+            }
+        };
+        let checksum = Crc32::new().update(&bytes).finish();
+        if bytes.len() as u64 != self.length || checksum != self.checksum {
+            return Err(format!(
+                "{}: {} bytes (CRC-32 {checksum:08x}), but the recording's closing frame sealed \
+                 {} bytes (CRC-32 {:08x}): it was cut or changed after the recording closed; \
+                 restore it, or record again",
+                self.name,
+                bytes.len(),
+                self.length,
+                self.checksum
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a store's closing frame says (see [`Recording::closing`]).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Closing {
+    frames: u64,
+    entries: u64,
+    checksum: u32,
+    sealed: Vec<SealedFile>,
+}
+
+impl Closing {
+    /// The number of frames before the closing frame.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// The number of entries the store holds (its `Entry` frames).
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// The CRC-32 of the heads of the frames before the closing frame, in order (each
+    /// head holds its frame's length and CRC-32, so it covers every frame byte).
+    pub fn checksum(&self) -> u32 {
+        self.checksum
+    }
+
+    /// The files beside the store that the recording holds, as they were at the close.
+    pub fn sealed_files(&self) -> &[SealedFile] {
+        &self.sealed
+    }
+}
+
 /// A store's recording as read: its streams and whether it is complete.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct Recording {
@@ -402,6 +692,9 @@ pub struct Recording {
     by_key: HashMap<String, usize>,
     incomplete: Vec<Incomplete>,
     holds_recording: bool,
+    closing: Option<Closing>,
+    /// The frames read before the closing frame (or before where reading stopped).
+    tally: Tally,
 }
 
 struct PendingDelivery {
@@ -428,28 +721,41 @@ impl Recording {
 
     fn from_bytes_of(path: &Path, bytes: &[u8]) -> Result<Recording, ReplayError> {
         match check_head(bytes).map_err(|error| head_error(path, error))? {
-            Head::Empty => Ok(Recording::default()),
-            Head::Store => Ok(Recording::parse(bytes)),
+            Head::Empty => Ok(Recording {
+                incomplete: vec![Incomplete::NoHead {
+                    length: bytes.len() as u64,
+                }],
+                ..Recording::default()
+            }),
+            Head::Store { version } => Ok(Recording::parse(bytes, version)),
         }
     }
 
-    /// Parses the frames after a checked head.
-    fn parse(bytes: &[u8]) -> Recording {
+    /// Parses the frames after a checked head of format `version`.
+    fn parse(bytes: &[u8], version: u32) -> Recording {
         let mut recording = Recording {
             holds_recording: bytes.len() > HEADER_LEN,
+            tally: Tally::new(),
             ..Recording::default()
         };
+        // where the frames ended without a closing frame (None: reading stopped at a
+        // damaged frame, or at the closing frame)
+        let mut unclosed_end = None;
         let mut feeds: Vec<Arc<str>> = Vec::new();
         let mut pending: Option<PendingDelivery> = None;
         let mut offset = HEADER_LEN;
         loop {
             let (body, next) = match read_frame(bytes, offset) {
                 FrameRead::Frame { body, next } => (body, next),
-                FrameRead::End => break,
+                FrameRead::End => {
+                    unclosed_end = Some(offset);
+                    break;
+                }
                 FrameRead::Torn => {
                     recording.incomplete.push(Incomplete::TornFrame {
                         offset: offset as u64,
                     });
+                    unclosed_end = Some(offset);
                     break;
                 }
                 FrameRead::Damaged(reason) => {
@@ -464,6 +770,7 @@ impl Recording {
                     break;
                 }
             };
+            let is_entry = matches!(frame, WireFrame::Entry { .. });
             match frame {
                 WireFrame::Stream {
                     id,
@@ -525,10 +832,73 @@ impl Recording {
                         .entries
                         .push(entry.into_entry(delivery));
                 }
+                WireFrame::Close {
+                    frames,
+                    entries,
+                    checksum,
+                    sealed,
+                } => {
+                    recording.orphan(pending.take());
+                    if version < CLOSING_FRAME_VERSION {
+                        recording.damaged(offset, "a closing frame in a store of format version 1");
+                        break;
+                    }
+                    let tally = recording.tally;
+                    let mut differs = Vec::new();
+                    if frames != tally.frames {
+                        differs.push(format!(
+                            "it counts {frames} frames, the store holds {}",
+                            tally.frames
+                        ));
+                    }
+                    if entries != tally.entries {
+                        differs.push(format!(
+                            "it counts {entries} entries, the store holds {}",
+                            tally.entries
+                        ));
+                    }
+                    let found = tally.checksum.finish();
+                    if checksum != found {
+                        differs.push(format!(
+                            "its checksum is {checksum:08x}, the frames' is {found:08x}"
+                        ));
+                    }
+                    if !differs.is_empty() {
+                        recording.incomplete.push(Incomplete::ClosingMismatch {
+                            offset: offset as u64,
+                            reason: differs.join("; "),
+                        });
+                        break;
+                    }
+                    if read_frame(bytes, next) != FrameRead::End {
+                        recording.damaged(next, "a frame after the closing frame");
+                        break;
+                    }
+                    recording.closing = Some(Closing {
+                        frames,
+                        entries,
+                        checksum,
+                        sealed: sealed
+                            .into_iter()
+                            .map(|file| SealedFile {
+                                name: file.name.into_owned(),
+                                length: file.length,
+                                checksum: file.checksum,
+                            })
+                            .collect(),
+                    });
+                    break;
+                }
             }
+            recording.tally.add(&bytes[offset..next], is_entry);
             offset = next;
         }
         recording.orphan(pending);
+        if let Some(end) = unclosed_end {
+            recording
+                .incomplete
+                .push(Incomplete::NotClosed { offset: end as u64 });
+        }
         recording
     }
 
@@ -556,9 +926,16 @@ impl Recording {
             .join("; ")
     }
 
-    /// True when every frame was whole and every delivery reached its input.
+    /// True when the store ends with its closing frame, the closing frame matches the
+    /// frames before it, every frame was whole and every delivery reached its input.
     pub fn complete(&self) -> bool {
         self.incomplete.is_empty()
+    }
+
+    /// What the store's closing frame says, or `None` when it has none (see
+    /// [`Incomplete::NotClosed`]) or it does not match the frames.
+    pub fn closing(&self) -> Option<&Closing> {
+        self.closing.as_ref()
     }
 
     /// Why the recording is incomplete (empty when it is complete).

@@ -80,6 +80,7 @@ fn frames(bytes: &[u8]) -> Vec<(usize, &'static str, usize)> {
             WireFrame::Stream { .. } => "Stream",
             WireFrame::Delivery { .. } => "Delivery",
             WireFrame::Entry { .. } => "Entry",
+            WireFrame::Close { .. } => "Close",
         };
         found.push((offset, kind, next));
         offset = next;
@@ -109,6 +110,7 @@ fn a_delivery_is_read_back_onto_its_input() {
         .append(counter, &inline("b", Some(delivery(2, 20))))
         .unwrap();
     store.append(counter, &indexed(3, None)).unwrap();
+    store.close().unwrap();
     drop(store);
 
     let recording = Recording::read(&path).unwrap();
@@ -134,7 +136,7 @@ fn a_delivery_is_read_back_onto_its_input() {
         kinds,
         [
             "Stream", "Stream", "Delivery", "Entry", "Delivery", "Entry", "Delivery", "Entry",
-            "Entry"
+            "Entry", "Close"
         ]
     );
 }
@@ -170,10 +172,15 @@ fn a_delivery_with_no_input_after_it_adds_nothing() {
     assert!(!recording.complete());
     assert_eq!(
         recording.incomplete(),
-        &[Incomplete::OrphanDelivery {
-            offset: before_second as u64,
-            stream: "counter".into()
-        }]
+        &[
+            Incomplete::OrphanDelivery {
+                offset: before_second as u64,
+                stream: "counter".into()
+            },
+            Incomplete::NotClosed {
+                offset: tail.2 as u64
+            }
+        ]
     );
 }
 
@@ -186,13 +193,14 @@ fn a_store_written_without_deliveries_reads_none() {
     let counter = store.begin("counter", None).unwrap();
     store.append(counter, &indexed(1, None)).unwrap();
     store.append(counter, &inline("a", None)).unwrap();
+    store.close().unwrap();
     drop(store);
 
     let kinds: Vec<_> = frames(&std::fs::read(&path).unwrap())
         .into_iter()
         .map(|(_, kind, _)| kind)
         .collect();
-    assert_eq!(kinds, ["Stream", "Entry", "Entry"]);
+    assert_eq!(kinds, ["Stream", "Entry", "Entry", "Close"]);
     let recording = Recording::read(&path).unwrap();
     assert!(recording.complete());
     let entries = entries_of(&recording, "counter");
@@ -240,10 +248,15 @@ fn an_interrupted_delivery_cannot_attach_to_a_later_unpositioned_input() {
     assert_eq!(entries_of(&recording, "counter"), &[inline("later", None)]);
     assert_eq!(
         recording.incomplete(),
-        &[Incomplete::OrphanDelivery {
-            offset: interrupted_at as u64,
-            stream: "counter".into()
-        }]
+        &[
+            Incomplete::OrphanDelivery {
+                offset: interrupted_at as u64,
+                stream: "counter".into()
+            },
+            Incomplete::NotClosed {
+                offset: crafted.len() as u64
+            }
+        ]
     );
 }
 
@@ -386,13 +399,22 @@ fn a_torn_last_frame_marks_the_recording_incomplete_and_keeps_the_frames_before_
         );
         assert_eq!(
             recording.incomplete(),
-            &[Incomplete::TornFrame { offset: last_start }],
+            &[
+                Incomplete::TornFrame { offset: last_start },
+                Incomplete::NotClosed { offset: last_start }
+            ],
             "cut at {cut}"
         );
     }
-    // cut exactly at the boundary: a complete recording of two inputs
+    // cut exactly at the boundary: the two inputs, and incomplete all the same (issue 10
+    // item 10: before the closing frame, such a cut read as a complete recording)
     std::fs::write(&path, &whole[..last_start as usize]).unwrap();
-    assert!(Recording::read(&path).unwrap().complete());
+    let recording = Recording::read(&path).unwrap();
+    assert_eq!(entries_of(&recording, "counter").len(), 2);
+    assert_eq!(
+        recording.incomplete(),
+        &[Incomplete::NotClosed { offset: last_start }]
+    );
 }
 
 // feed-delivery-guarantees §8a: a torn input after its delivery frame adds neither
@@ -419,6 +441,9 @@ fn a_torn_input_after_its_delivery_adds_neither() {
             Incomplete::OrphanDelivery {
                 offset: start as u64,
                 stream: "counter".into()
+            },
+            Incomplete::NotClosed {
+                offset: input_start as u64
             }
         ]
     );
@@ -454,7 +479,12 @@ fn a_head_torn_while_the_store_was_created_is_an_empty_store() {
     for len in 0..HEADER_LEN {
         std::fs::write(&path, &header()[..len]).unwrap();
         let recording = Recording::read(&path).unwrap();
-        assert!(!recording.holds_recording() && recording.complete());
+        // read as an empty store, and never as a complete recording
+        assert!(!recording.holds_recording() && !recording.complete());
+        assert_eq!(
+            recording.incomplete(),
+            &[Incomplete::NoHead { length: len as u64 }]
+        );
         let mut store = ReplayStore::open_for_record(&path).unwrap();
         let handle = store.begin("counter", None).unwrap();
         store.append(handle, &indexed(1, None)).unwrap();
@@ -462,6 +492,167 @@ fn a_head_torn_while_the_store_was_created_is_an_empty_store() {
         let recording = Recording::read(&path).unwrap();
         assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
     }
+}
+
+/// `bytes` with the head of format version 1 (which has no closing frame).
+fn as_version_1(mut bytes: Vec<u8>) -> Vec<u8> {
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    bytes
+}
+
+// issue 10 item 10: a store of format 1 (no closing frame) is still read, and reads as
+// incomplete, never complete
+#[test]
+fn a_version_1_store_is_read_as_incomplete_for_want_of_a_closing_frame() {
+    let mut bytes = header().to_vec();
+    push_frame(
+        &mut bytes,
+        &WireFrame::Stream {
+            id: 0,
+            key: "counter".into(),
+            provenance: None,
+        },
+    )
+    .unwrap();
+    push_frame(
+        &mut bytes,
+        &WireFrame::Entry {
+            stream: 0,
+            entry: WireEntry::of(&indexed(1, None)),
+        },
+    )
+    .unwrap();
+    let old = as_version_1(bytes);
+    let recording = Recording::from_bytes(&old).unwrap();
+    assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
+    assert_eq!(
+        recording.incomplete(),
+        &[Incomplete::NotClosed {
+            offset: old.len() as u64
+        }]
+    );
+    let reason = recording.incomplete()[0].to_string();
+    assert!(
+        reason
+            .contains("no closing frame (written by an older version or the recorder was killed)"),
+        "{reason}"
+    );
+    // it is never appended to, so it never gets a closing frame of format 2
+    let (_dir, path) = store_path();
+    std::fs::write(&path, &old).unwrap();
+    let store = ReplayStore::open(&path).unwrap();
+    assert!(store.read_only_reason().is_some());
+    // and a closing frame inside a format-1 store is damage, not a close
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    store.begin("counter", None).unwrap();
+    store.close().unwrap();
+    let recording = Recording::from_bytes(&as_version_1(std::fs::read(&path).unwrap())).unwrap();
+    assert!(matches!(
+        recording.incomplete(),
+        [Incomplete::DamagedFrame { reason, .. }] if reason.contains("format version 1")
+    ));
+}
+
+// issue 10 item 10: the closing frame counts the frames and entries before it and
+// checksums them, so frames removed or changed at frame boundaries are found
+#[test]
+fn a_closing_frame_that_does_not_match_the_frames_before_it_is_incomplete() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    for sequence in 1..=3 {
+        store.append(counter, &indexed(sequence, None)).unwrap();
+    }
+    store.close().unwrap();
+    let whole = std::fs::read(&path).unwrap();
+    let found = frames(&whole);
+    assert_eq!(found.last().map(|(_, kind, _)| *kind), Some("Close"));
+    let recording = Recording::from_bytes(&whole).unwrap();
+    let closing = recording.closing().expect("closed");
+    assert_eq!((closing.frames(), closing.entries()), (4, 3));
+
+    // the second entry frame removed, at its boundaries
+    let (start, _, end) = found[2];
+    let mut removed = whole[..start].to_vec();
+    removed.extend_from_slice(&whole[end..]);
+    let recording = Recording::from_bytes(&removed).unwrap();
+    assert!(recording.closing().is_none());
+    assert!(
+        matches!(
+            recording.incomplete(),
+            [Incomplete::ClosingMismatch { reason, .. }]
+                if reason.contains("counts 4 frames, the store holds 3")
+                    && reason.contains("counts 3 entries, the store holds 2")
+        ),
+        "{:?}",
+        recording.incomplete()
+    );
+
+    // two entry frames swapped: the counts hold, the checksum does not
+    let (a_start, _, a_end) = found[1];
+    let (_, _, b_end) = found[2];
+    let mut swapped = whole[..a_start].to_vec();
+    swapped.extend_from_slice(&whole[a_end..b_end]);
+    swapped.extend_from_slice(&whole[a_start..a_end]);
+    swapped.extend_from_slice(&whole[b_end..]);
+    let recording = Recording::from_bytes(&swapped).unwrap();
+    assert!(
+        matches!(
+            recording.incomplete(),
+            [Incomplete::ClosingMismatch { reason, .. }] if reason.contains("checksum")
+        ),
+        "{:?}",
+        recording.incomplete()
+    );
+
+    // a frame after the closing frame
+    let mut after = whole.clone();
+    push_frame(
+        &mut after,
+        &WireFrame::Entry {
+            stream: 0,
+            entry: WireEntry::of(&indexed(4, None)),
+        },
+    )
+    .unwrap();
+    let recording = Recording::from_bytes(&after).unwrap();
+    assert!(matches!(
+        recording.incomplete(),
+        [Incomplete::DamagedFrame { reason, .. }] if reason.contains("after the closing frame")
+    ));
+}
+
+// a closed store is read-only; a store dropped without close() is incomplete
+#[test]
+fn only_a_closed_store_reads_complete_and_a_closed_store_refuses_appends() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store.append(counter, &indexed(1, None)).unwrap();
+    store.sync().unwrap();
+    let recording = Recording::read(&path).unwrap();
+    assert!(matches!(
+        recording.incomplete(),
+        [Incomplete::NotClosed { .. }]
+    ));
+    store.close().unwrap();
+    assert!(Recording::read(&path).unwrap().complete());
+    assert!(matches!(
+        store.append(counter, &indexed(2, None)),
+        Err(ReplayError::ReadOnly { .. })
+    ));
+    assert!(matches!(store.close(), Err(ReplayError::ReadOnly { .. })));
+    // a closed recording of nothing is still a recording
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    store.close().unwrap();
+    drop(store);
+    assert!(Recording::read(&path).unwrap().complete());
+    assert!(matches!(
+        ReplayStore::open_for_record(&path),
+        Err(ReplayError::AlreadyHoldsRecording { .. })
+    ));
 }
 
 #[test]
@@ -563,7 +754,7 @@ fn a_delivery_is_not_attached_to_an_input_of_another_stream() {
     assert!(entries_of(&recording, "a").is_empty());
     assert!(matches!(
         recording.incomplete(),
-        [Incomplete::OrphanDelivery { stream, .. }] if stream == "a"
+        [Incomplete::OrphanDelivery { stream, .. }, Incomplete::NotClosed { .. }] if stream == "a"
     ));
 }
 
@@ -579,6 +770,7 @@ fn every_entry_kind_reads_back_as_written_in_its_own_stream() {
         store.append(first, a).unwrap();
         store.append(escaped, b).unwrap();
     }
+    store.close().unwrap();
     drop(store);
     let recording = Recording::read(&path).unwrap();
     assert!(recording.complete());
@@ -597,9 +789,16 @@ fn a_complete_store_reopened_continues_its_streams() {
     store
         .append(counter, &indexed(1, Some(delivery(1, 10))))
         .unwrap();
+    store.close().unwrap();
     drop(store);
+    let closed = std::fs::read(&path).unwrap();
     let mut reopened = ReplayStore::open(&path).unwrap();
     assert!(reopened.read_only_reason().is_none());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        closed,
+        "opening alone leaves a closed store as it was"
+    );
     let handle = reopened.stream("counter").unwrap();
     reopened
         .append(handle, &indexed(2, Some(delivery(2, 20))))
@@ -610,8 +809,17 @@ fn a_complete_store_reopened_continues_its_streams() {
         reopened.begin("counter", None),
         Err(ReplayError::StreamAlreadyBegun { .. })
     ));
+    // continued: not closed until closed again
     let recording = reopened.read().unwrap();
-    assert!(recording.complete());
+    assert!(recording.closing().is_none());
+    assert!(!recording.complete());
+    reopened.close().unwrap();
+    let recording = Recording::read(&path).unwrap();
+    assert!(recording.complete(), "{:?}", recording.incomplete());
+    assert_eq!(
+        recording.closing().map(|closing| closing.entries()),
+        Some(3)
+    );
     assert_eq!(
         entries_of(&recording, "counter"),
         &[
@@ -658,8 +866,9 @@ fn an_entry_larger_than_a_frame_is_refused_and_the_store_stays_usable() {
     ));
     assert_eq!(file_len(&path), before, "neither frame was written");
     store.append(counter, &indexed(1, None)).unwrap();
+    store.close().unwrap();
     let recording = store.read().unwrap();
-    assert!(recording.complete());
+    assert!(recording.complete(), "{:?}", recording.incomplete());
     assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
 }
 
@@ -697,7 +906,13 @@ fn a_buffered_store_writes_whole_appends_only_when_flushed_or_dropped() {
     assert_eq!(file_len(&path), flushed);
     drop(store);
     let recording = Recording::read(&path).unwrap();
-    assert!(recording.complete());
+    // dropped, not closed: every append written, and no closing frame
+    assert_eq!(
+        recording.incomplete(),
+        &[Incomplete::NotClosed {
+            offset: file_len(&path)
+        }]
+    );
     assert_eq!(
         entries_of(&recording, "counter").last(),
         Some(&inline("d", Some(delivery(4, 40))))
@@ -721,10 +936,15 @@ fn a_write_buffer_smaller_than_an_append_writes_each_append_whole() {
         lengths.push(file_len(&path));
     }
     let bytes = std::fs::read(&path).unwrap();
-    // every append ended at a point where the file reads complete
+    // every append ended at a point where the file holds nothing torn: only the
+    // closing frame is missing
     for length in lengths {
         let recording = Recording::from_bytes(&bytes[..length as usize]).unwrap();
-        assert!(recording.complete(), "at {length}");
+        assert_eq!(
+            recording.incomplete(),
+            &[Incomplete::NotClosed { offset: length }],
+            "at {length}"
+        );
     }
 }
 
@@ -769,6 +989,14 @@ mod frames_with_valid_checksums {
                     })
                 }
             ),
+            (0u64..6, 0u64..4, any::<bool>()).prop_map(|(frames, entries, zero)| {
+                encoded(&WireFrame::Close {
+                    frames,
+                    entries,
+                    checksum: if zero { 0 } else { u32::MAX },
+                    sealed: Vec::new(),
+                })
+            }),
             proptest::collection::vec(any::<u8>(), 1..48).prop_map(|body| {
                 let mut bytes = Vec::new();
                 crate::format::push_raw_frame_for_tests(&mut bytes, &body);
@@ -799,4 +1027,20 @@ mod frames_with_valid_checksums {
             prop_assert!(inputs <= frames.len());
         }
     }
+}
+
+// a closing frame only seals files beside the store: a damaged or crafted name never
+// makes the reader open a file elsewhere
+#[test]
+fn a_sealed_name_that_is_not_a_file_name_beside_the_store_is_refused() {
+    let (dir, _path) = store_path();
+    for name in ["../secret", "a/b", "", "..", "c:\\x"] {
+        let sealed = crate::SealedFile::from_parts(name.to_owned(), 0, 0);
+        let refused = sealed.verify_in(dir.path()).unwrap_err();
+        assert!(refused.contains("not a file name"), "{name}: {refused}");
+    }
+    std::fs::write(dir.path().join("outputs.jsonl"), b"x\n").unwrap();
+    let sealed = crate::SealedFile::of_file(dir.path().join("outputs.jsonl")).unwrap();
+    assert_eq!((sealed.name(), sealed.length()), ("outputs.jsonl", 2));
+    assert_eq!(sealed.verify_in(dir.path()), Ok(()));
 }

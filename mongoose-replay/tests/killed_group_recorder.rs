@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, IdleStrategy};
 use mongoose_core::{BatchEnd, Processor, ProcessorError, SourceOutput, Subscriptions};
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
+use mongoose_replay::cli::{replay_report, ReplayOutcome};
 use mongoose_replay::{
     Clock, FeedCodecs, OutputSink, RecordConfig, Recorder, Replayer, RECORDING_FILE,
 };
@@ -143,14 +144,38 @@ fn a_group_recorder_killed_mid_stream_leaves_a_replayable_prefix() {
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
 
-    let replay = Replayer::open(dir.path().join("recording"), codecs())
-        .processor("summer", || Summer {
+    let replayer = || {
+        Replayer::open(dir.path().join("recording"), codecs()).processor("summer", || Summer {
             sum: 0,
             sink: OutputSink::new("sums", |_| panic!("a replay never delivers")),
             clock: Clock::system(),
         })
-        .run();
+    };
+    let replay = replayer().run();
     assert_eq!(replay.stopped("summer"), None);
+    // issue 10 item 10: killed, so no closing frame: incomplete, and a partial replay
+    assert!(!replay.recording_complete());
+    assert!(
+        replay
+            .recording_incomplete()
+            .iter()
+            .any(|reason| reason.starts_with("no closing frame")),
+        "{:?}",
+        replay.recording_incomplete()
+    );
+    let report = replay_report(dir.path().join("recording"), replayer());
+    assert_eq!(
+        report.outcome(),
+        ReplayOutcome::RecordingIncomplete,
+        "{report}"
+    );
+    let text = report.to_string();
+    assert!(
+        text.contains("recording: INCOMPLETE")
+            && text.contains("processor summer")
+            && text.contains("partial"),
+        "{text}"
+    );
     let replayed = replay.processor("summer").expect("replayed").replayed;
     assert!(replayed > 1000, "only {replayed} entries");
     let live = std::fs::read_to_string(dir.path().join(LIVE_OUTPUTS)).expect("live outputs");

@@ -1,7 +1,8 @@
 //! A recorder process killed with SIGKILL while appending leaves a store that reads as a
-//! prefix of what it appended, every input with its own delivery, and that RECORD never
-//! reuses (feed-delivery-guarantees §8a: a torn last frame marks the recording
-//! incomplete; a delivery whose input was never written adds nothing).
+//! prefix of what it appended, every input with its own delivery, that reads as
+//! incomplete (no closing frame), and that RECORD never reuses (feed-delivery-guarantees
+//! §8a: a torn last frame marks the recording incomplete; a delivery whose input was never
+//! written adds nothing; issue 10 item 10: a killed recorder leaves no closing frame).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -93,11 +94,25 @@ fn kill_while_appending(buffer: usize) {
     for (index, entry) in entries.iter().enumerate() {
         assert_eq!(entry, &input(index as u64 + 1), "entry {index}");
     }
-    // anything incomplete is at the end: a torn frame, or a delivery cut from its input
+    // never complete: the store has no closing frame
+    assert!(!recording.complete());
+    assert!(recording.closing().is_none());
+    assert!(
+        matches!(
+            recording.incomplete().last(),
+            Some(Incomplete::NotClosed { .. })
+        ),
+        "{:?}",
+        recording.incomplete()
+    );
+    // anything incomplete is at the end: a torn frame, or a delivery cut from its input,
+    // and the missing closing frame
     let end = std::fs::metadata(&path).expect("metadata").len();
     for reason in recording.incomplete() {
         match reason {
-            Incomplete::TornFrame { offset } | Incomplete::OrphanDelivery { offset, .. } => {
+            Incomplete::TornFrame { offset }
+            | Incomplete::OrphanDelivery { offset, .. }
+            | Incomplete::NotClosed { offset } => {
                 assert!(end - offset < 128, "{reason} is not at the end ({end})")
             }
             other => panic!("a killed recorder left {other}"),

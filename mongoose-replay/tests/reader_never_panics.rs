@@ -1,11 +1,13 @@
 //! The store reader never panics, whatever bytes it is given, and a store cut short or
-//! with a flipped bit reads as a prefix of what was written, or is refused.
-//! (feed-delivery-guarantees §8a: a torn last frame marks the recording incomplete.)
+//! with a flipped bit reads as a prefix of what was written, or is refused, and never as
+//! complete (feed-delivery-guarantees §8a: a torn last frame marks the recording
+//! incomplete; issue 10 item 10: so does a cut at a frame boundary, which loses the
+//! closing frame).
 
 use std::sync::Arc;
 
 use mongoose_core::{Delivery, Epoch, PositionValue};
-use mongoose_replay::{Entry, Recording, ReplayStore, HEADER_LEN, MAGIC};
+use mongoose_replay::{Entry, Incomplete, Recording, ReplayStore, HEADER_LEN, MAGIC};
 use proptest::prelude::*;
 
 /// A valid store with two streams, and the file length after each write.
@@ -50,6 +52,7 @@ fn valid_store() -> (Vec<u8>, Vec<usize>, Vec<Entry>, Vec<Entry>) {
         boundaries.push(length(&path));
         second_entries.push(other);
     }
+    store.close().expect("close");
     drop(store);
     (
         std::fs::read(&path).expect("read"),
@@ -95,14 +98,26 @@ proptest! {
 }
 
 #[test]
-fn every_truncation_of_a_valid_store_reads_as_a_prefix_and_is_complete_only_at_a_boundary() {
+fn every_truncation_of_a_valid_store_reads_as_a_prefix_and_only_the_whole_store_is_complete() {
     let (bytes, boundaries, first, second) = valid_store();
     for cut in 0..=bytes.len() {
         let recording = Recording::from_bytes(&bytes[..cut]).expect("a truncation is read");
         assert_prefix_of(&recording, &first, &second);
-        // a cut between a delivery frame and its input is no write boundary
-        let at_boundary = cut < HEADER_LEN || boundaries.contains(&cut);
-        assert_eq!(recording.complete(), at_boundary, "cut at {cut}");
+        assert_eq!(recording.complete(), cut == bytes.len(), "cut at {cut}");
+        // a cut at a write boundary lacks only the closing frame (a cut between a
+        // delivery frame and its input is no write boundary)
+        if cut < HEADER_LEN {
+            assert_eq!(
+                recording.incomplete(),
+                &[Incomplete::NoHead { length: cut as u64 }]
+            );
+        } else if boundaries.contains(&cut) {
+            assert_eq!(
+                recording.incomplete(),
+                &[Incomplete::NotClosed { offset: cut as u64 }],
+                "cut at {cut}"
+            );
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_delivery::StatusReport;
+use mongoose_replay::cli::{ReplayOutcome, ReplayReport};
 use tracing::{error, info, warn};
 
 use crate::server::Server;
@@ -25,6 +26,27 @@ pub const EXIT_BAD_CONFIG: u8 = 2;
 pub const EXIT_SETTLED_LOSSY: u8 = 3;
 /// Exit code: the shutdown did not complete within its deadline.
 pub const EXIT_STOP_INCOMPLETE: u8 = 4;
+/// Exit code of `mongoose replay`: a recording is incomplete or could not be read (no
+/// closing frame: the recorder was killed or its store was cut; a damaged store or
+/// journal; a missing, garbage or changed `outputs.jsonl` / `admin.jsonl`). What it
+/// holds was replayed and is reported as partial. The same number as
+/// [`EXIT_STOP_INCOMPLETE`]: 4 always means something did not complete.
+pub const EXIT_REPLAY_INCOMPLETE: u8 = 4;
+
+/// The exit code of `mongoose replay` for its reports, one per group:
+/// [`EXIT_REPLAY_INCOMPLETE`] when any group's recording is incomplete (whatever else
+/// happened: a comparison with part of a recording proves nothing), else
+/// [`EXIT_FAILED`] when any group did not reproduce its run, else [`EXIT_OK`].
+pub fn replay_exit_code(reports: &[(String, ReplayReport)]) -> u8 {
+    let outcomes = || reports.iter().map(|(_, report)| report.outcome());
+    if outcomes().any(|outcome| outcome == ReplayOutcome::RecordingIncomplete) {
+        EXIT_REPLAY_INCOMPLETE
+    } else if outcomes().any(|outcome| outcome == ReplayOutcome::NotReproduced) {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    }
+}
 
 /// How the logs on stderr are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -1,8 +1,10 @@
-//! The `mongoose` binary: `run`, `validate`, `status`. Exit codes: 0 settled and
-//! lossless (or a clean signal stop), 1 failure (with the reasons on stderr: a source
-//! that could not start, an overload kill switch, or with `--exit-when-settled` a
-//! failed processor that leaves nothing able to make progress), 2 invalid config, 3
-//! settled but not lossless, 4 shutdown incomplete.
+//! The `mongoose` binary: `run`, `validate`, `replay`, `status`. Exit codes of `run`: 0
+//! settled and lossless (or a clean signal stop), 1 failure (with the reasons on stderr:
+//! a source that could not start, an overload kill switch, or with
+//! `--exit-when-settled` a failed processor that leaves nothing able to make progress;
+//! or a signal stop while a feed was stalled), 2 invalid config, 3 not lossless, 4
+//! shutdown incomplete. `replay`: 0 reproduced, 1 not reproduced, 2 invalid config, 4
+//! the recording is incomplete or unreadable (a partial replay).
 
 /// mimalloc: the per-line items a file feed allocates on the source thread are freed on
 /// the processor group's thread, which it handles far more cheaply than the system allocator.
@@ -48,8 +50,11 @@ enum Command {
         config: PathBuf,
     },
     /// Replays a recording made with `[record]` and prints, per processor, complete or
-    /// stopped (with the reason), losses and a diff of outputs. Exits 0 only when every
-    /// processor reproduced its run.
+    /// stopped (with the reason), losses and a diff of outputs. Exits 0 only when the
+    /// recording is complete and every processor reproduced its run, 1 when one did
+    /// not, 4 when the recording is incomplete or unreadable (no closing frame, a cut or
+    /// damaged store, a damaged outputs.jsonl or admin.jsonl): what it holds is replayed
+    /// and reported as partial.
     Replay {
         /// The recording folder (the `[record] dir` of the recorded run).
         #[arg(long)]
@@ -109,13 +114,11 @@ fn main() -> ExitCode {
             .and_then(|loaded| mongoose_server::replay(Server::builder(loaded), &recording))
         {
             Ok(reports) => {
-                let mut reproduced = true;
-                for (group, report) in reports {
+                for (group, report) in &reports {
                     println!("group {group}:");
                     println!("{report}");
-                    reproduced &= report.reproduced();
                 }
-                Ok(if reproduced { 0 } else { EXIT_FAILED })
+                Ok(cli::replay_exit_code(&reports))
             }
             Err(error) => Err((EXIT_BAD_CONFIG, error)),
         },
