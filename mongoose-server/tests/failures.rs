@@ -1,17 +1,18 @@
-//! No line lost or applied twice through a failing processor or a full disk (issue 9,
-//! items 1 and 2), with real processes and a real full file system: the `mongoose`
-//! binary runs the ledger with its alerts file, or its state folder, on a small tmpfs
-//! that fills up during the run. The first run must stop non-zero with the feed
-//! stalled; a restart with space freed must apply every line exactly once.
+//! No line lost or applied twice through a failing processor, a full disk or a damaged
+//! pointer (issue 9, items 1, 2, 3 and 6), with real processes, a real full file system
+//! and real damaged files: the `mongoose` binary runs the ledger with its alerts file,
+//! or its state folder, on a small tmpfs that fills up during the run (the first run
+//! must stop non-zero with the feed stalled; a restart with space freed must apply every
+//! line exactly once), or restarts after its pointer or its state was deleted or
+//! damaged.
 //!
 //! Needs root (to mount a tmpfs), as CI and the development machines have.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
-use mongoose_server::ledger::LedgerState;
+use std::time::Duration;
+
+use support::{balances_of, ledger_config, LedgerRun, Tmpfs};
 
 const LINES: usize = 3_000;
 
@@ -25,176 +26,21 @@ fn input() -> String {
     (0..LINES).map(line).collect()
 }
 
-fn expected_balances() -> BTreeMap<String, i64> {
-    let mut balances = BTreeMap::new();
-    for index in 0..LINES {
-        let text = line(index);
-        let (account, amount) = text.trim_end().split_once(',').expect("account,amount");
-        *balances.entry(account.to_owned()).or_insert(0) += amount.parse::<i64>().expect("amount");
-    }
-    balances
+fn expected_balances() -> std::collections::BTreeMap<String, i64> {
+    balances_of(input().lines())
 }
 
-/// A tmpfs of a few pages mounted for the test, unmounted when dropped.
-struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(dir).expect("mount point");
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .expect("mount runs");
-        assert!(
-            status.success(),
-            "cannot mount a tmpfs at {} (these tests need root)",
-            dir.display()
-        );
-        Tmpfs {
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    /// Gives the file system room again (the operator freed space).
-    fn grow(&self) {
-        let status = Command::new("mount")
-            .args(["-o", "remount,size=64m"])
-            .arg(&self.dir)
-            .status()
-            .expect("mount runs");
-        assert!(status.success(), "remount");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
-}
-
-struct Run {
-    dir: tempfile::TempDir,
-}
-
-impl Run {
-    /// The ledger with its state in `state_dir` and its alerts in `alerts`, both
-    /// relative to the run's folder.
-    fn new(state_dir: &str, alerts: &str) -> Self {
-        Run::with(state_dir, alerts, "")
-    }
-
-    /// [`Run::new`] with `top` (top-level tables) added to the config.
-    fn with(state_dir: &str, alerts: &str, top: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("input.txt"), input()).expect("input");
-        let config = format!(
-            r#"
-{top}
-[[feeds]]
-name = "lines"
-source = "file"
-path = "input.txt"
-read_strategy = "COMMITED"
-
-[[groups]]
-name = "ledger"
-idle_strategy = "sleeping-millis:1"
-
-[[groups.processors]]
-name = "ledger"
-kind = "ledger"
-settings = {{ state_dir = "{state_dir}", alerts = "{alerts}" }}
-"#
-        );
-        std::fs::write(dir.path().join("mongoose.toml"), config).expect("config");
-        Run { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn spawn(&self, exit_when_settled: bool) -> Child {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mongoose"));
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(self.path("mongoose.toml"));
-        if exit_when_settled {
-            command.arg("--exit-when-settled");
-        }
-        command
-            .env("RUST_LOG", "warn,mongoose_server::cli=info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(self.path("server.log"))
-                    .expect("log"),
-            ))
-            .spawn()
-            .expect("the mongoose binary starts")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.path("server.log")).unwrap_or_default()
-    }
-
-    fn wait_for_log(&self, child: &mut Child, text: &str) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !self.log().contains(text) {
-            assert!(
-                child.try_wait().expect("child status").is_none(),
-                "the server exited before logging '{text}': {}",
-                self.log()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "never logged '{text}': {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// SIGTERM, then the exit code.
-    fn terminate(&self, mut child: Child) -> i32 {
-        let sent = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success());
-        child.wait().expect("reaped").code().unwrap_or(-1)
-    }
-
-    /// Runs until settled; the exit code.
-    fn finish(&self) -> i32 {
-        let mut child = self.spawn(true);
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Some(status) = child.try_wait().expect("child status") {
-                return status.code().unwrap_or(-1);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("the restarted server never settled: {}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn pointer(&self) -> u64 {
-        let bytes = std::fs::read(self.path("input.txt.readPointer")).expect("pointer file");
-        u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
-    }
-
-    fn state(&self, state_dir: &str) -> LedgerState {
-        LedgerState::load(&self.path(state_dir)).expect("state readable")
-    }
+/// The ledger over [`input`] with its state in `state_dir` and its alerts in `alerts`,
+/// both relative to the run's folder; `top` goes at the top of the config.
+fn ledger_run(state_dir: &str, alerts: &str, top: &str) -> LedgerRun {
+    LedgerRun::new(
+        &input(),
+        &ledger_config(
+            top,
+            "",
+            &format!("state_dir = \"{state_dir}\", alerts = \"{alerts}\""),
+        ),
+    )
 }
 
 #[test]
@@ -202,7 +48,7 @@ fn a_quarantined_sole_processor_never_commits_the_rest_of_its_poll() {
     // issue 9, item 1: the alerts file on a tiny file system fills up; the failed alert
     // write quarantines the ledger. Before the fix the rest of that poll was counted
     // dispatched to nobody and committed: the restart lost those lines.
-    let run = Run::new("state", "full/alerts.txt");
+    let run = ledger_run("state", "full/alerts.txt", "");
     let full = Tmpfs::mount(&run.path("full"), "4k");
     let mut child = run.spawn(false);
     run.wait_for_log(&mut child, "processor quarantined");
@@ -221,7 +67,7 @@ fn a_quarantined_sole_processor_never_commits_the_rest_of_its_poll() {
         "the stall is reported: {}",
         run.log()
     );
-    let saved = run.state("state");
+    let saved = run.state_in("state");
     let pointer = run.pointer();
     assert!(
         pointer <= saved.position,
@@ -238,7 +84,7 @@ fn a_quarantined_sole_processor_never_commits_the_rest_of_its_poll() {
     );
     full.grow();
     assert_eq!(run.finish(), 0, "the restart settles: {}", run.log());
-    let state = run.state("state");
+    let state = run.state_in("state");
     assert_eq!(state.applied, LINES as u64, "{}", run.log());
     assert_eq!(state.balances, expected_balances());
     eprintln!(
@@ -252,7 +98,7 @@ fn an_exhausted_save_holds_the_position_and_a_restart_applies_the_line() {
     // issue 9, item 2: the state folder on a tiny file system fills up; every save
     // fails after its retries. Before the fix each such line was acknowledged without
     // its save and committed: the restart on free disk skipped them.
-    let run = Run::new("full/state", "alerts.txt");
+    let run = ledger_run("full/state", "alerts.txt", "");
     let full = Tmpfs::mount(&run.path("full"), "8k");
     let mut child = run.spawn(false);
     run.wait_for_log(
@@ -267,7 +113,7 @@ fn an_exhausted_save_holds_the_position_and_a_restart_applies_the_line() {
         "a save skipped after its retries makes the run not lossless: {}",
         run.log()
     );
-    let saved = run.state("full/state");
+    let saved = run.state_in("full/state");
     let pointer = run.pointer();
     assert!(
         pointer <= saved.position,
@@ -280,7 +126,7 @@ fn an_exhausted_save_holds_the_position_and_a_restart_applies_the_line() {
     );
     full.grow();
     assert_eq!(run.finish(), 0, "the restart settles: {}", run.log());
-    let state = run.state("full/state");
+    let state = run.state_in("full/state");
     assert_eq!(state.applied, LINES as u64, "{}", run.log());
     assert_eq!(state.balances, expected_balances());
     eprintln!(
@@ -290,17 +136,22 @@ fn an_exhausted_save_holds_the_position_and_a_restart_applies_the_line() {
 }
 
 /// A run of the ledger over `lines` lines of `a,1` that settled: (the run, its state).
-fn settled_run_of_ones(lines: usize) -> Run {
-    let run = Run::new("state", "alerts.txt");
-    std::fs::write(run.path("input.txt"), "a,1\n".repeat(lines)).expect("input");
+fn settled_run_of_ones(lines: usize) -> LedgerRun {
+    let run = LedgerRun::new(
+        &"a,1\n".repeat(lines),
+        &ledger_config("", "", "state_dir = \"state\", alerts = \"alerts.txt\""),
+    );
     assert_eq!(run.finish(), 0, "the first run settles: {}", run.log());
-    assert_eq!(run.state("state").balances.get("a"), Some(&(lines as i64)));
+    assert_eq!(
+        run.state_in("state").balances.get("a"),
+        Some(&(lines as i64))
+    );
     run
 }
 
-fn restart_and_balance(run: &Run) -> (i32, Option<i64>) {
+fn restart_and_balance(run: &LedgerRun) -> (i32, Option<i64>) {
     let code = run.finish();
-    (code, run.state("state").balances.get("a").copied())
+    (code, run.state_in("state").balances.get("a").copied())
 }
 
 #[test]
@@ -388,7 +239,7 @@ fn an_operator_release_is_a_loss_the_next_start_reports_once() {
     // run exited 0 as well
     let port = free_port();
     let address = format!("127.0.0.1:{port}");
-    let run = Run::with(
+    let run = ledger_run(
         "state",
         "full/alerts.txt",
         &format!("[admin]\naddress = \"{address}\"\n"),
@@ -413,7 +264,7 @@ fn an_operator_release_is_a_loss_the_next_start_reports_once() {
     );
     assert!(run.log().contains("loss recorded"), "{}", run.log());
     let pointer = run.pointer();
-    let saved = run.state("state");
+    let saved = run.state_in("state");
     assert!(
         pointer > saved.position,
         "the release let the feed commit past the held lines: pointer {pointer}, saved {}",
@@ -454,7 +305,7 @@ fn a_lost_pointer_and_state_of_another_file_refuse_to_start() {
         run.log()
     );
     assert_eq!(
-        run.state("state").balances.get("b"),
+        run.state_in("state").balances.get("b"),
         None,
         "nothing of the other file was applied"
     );

@@ -5,13 +5,15 @@
 //! position; after a restart every line is applied exactly once with the guard, and
 //! without it the re-delivered lines of the commit lag are applied twice.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use mongoose_server::ledger::LedgerState;
+use support::{balances_of, ledger_config, LedgerRun};
 
 const FIRST: usize = 2_000;
 const BURST: usize = 3_000;
@@ -37,148 +39,50 @@ fn line_ends(total: usize) -> Vec<u64> {
 }
 
 fn expected_balances(total: usize) -> BTreeMap<String, i64> {
-    let mut balances = BTreeMap::new();
-    for index in 0..total {
-        let text = line(index);
-        let (account, amount) = text.trim_end().split_once(',').expect("account,amount");
-        *balances.entry(account.to_owned()).or_insert(0) += amount.parse::<i64>().expect("amount");
-    }
-    balances
+    balances_of(lines(0..total).lines())
 }
 
-struct Run {
-    dir: tempfile::TempDir,
+/// The ledger over the first `FIRST` lines, with (`guard`) or without the consumer-side
+/// guard; `top` goes at the top of the config, `feed` into the feed's table.
+fn ledger_run(guard: bool, top: &str, feed: &str) -> LedgerRun {
+    LedgerRun::new(
+        &lines(0..FIRST),
+        &ledger_config(
+            top,
+            feed,
+            &format!("state_dir = \"state\", alerts = \"alerts.txt\", guard = {guard}"),
+        ),
+    )
 }
 
-impl Run {
-    fn new(guard: bool) -> Self {
-        Run::with(guard, "", "")
-    }
+fn wait_applied(run: &LedgerRun, child: &mut Child, applied: u64) {
+    run.wait_until(child, &format!("applied {applied} lines"), || {
+        run.state_in("state").applied >= applied
+    });
+}
 
-    /// A run whose config also has `top` (top-level keys) and `feed` (keys of the feed).
-    fn with(guard: bool, top: &str, feed: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("input.txt"), lines(0..FIRST)).expect("input");
-        let config = format!(
-            r#"
-{top}
-[[feeds]]
-name = "lines"
-source = "file"
-path = "input.txt"
-read_strategy = "COMMITED"
-{feed}
-
-[[groups]]
-name = "ledger"
-idle_strategy = "sleeping-millis:1"
-
-[[groups.processors]]
-name = "ledger"
-kind = "ledger"
-settings = {{ state_dir = "state", alerts = "alerts.txt", guard = {guard} }}
-"#
-        );
-        std::fs::write(dir.path().join("mongoose.toml"), config).expect("config");
-        Run { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn spawn(&self, exit_when_settled: bool) -> Child {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mongoose"));
-        command
-            .arg("run")
-            .arg("--config")
-            .arg(self.path("mongoose.toml"));
-        if exit_when_settled {
-            command.arg("--exit-when-settled");
-        }
-        command
-            // the lifecycle lines of the run loop ("signal received: ...") are info
-            .env("RUST_LOG", "warn,mongoose_server::cli=info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(self.path("server.log"))
-                    .expect("log"),
-            ))
-            .spawn()
-            .expect("the mongoose binary starts")
-    }
-
-    fn state(&self) -> LedgerState {
-        LedgerState::load(&self.path("state")).expect("state readable")
-    }
-
-    fn pointer(&self) -> u64 {
-        let bytes = std::fs::read(self.path("input.txt.readPointer")).expect("pointer file");
-        u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
-    }
-
-    fn wait_applied(&self, child: &mut Child, applied: u64) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while self.state().applied < applied {
-            assert!(
-                child.try_wait().expect("child status").is_none(),
-                "the server exited early: {}",
-                self.log()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "never applied {applied} lines: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn append_burst(&self) {
-        let mut input = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.path("input.txt"))
-            .expect("input");
-        input
-            .write_all(lines(FIRST..FIRST + BURST).as_bytes())
-            .expect("one write");
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.path("server.log")).unwrap_or_default()
-    }
-
-    fn finish(&self) -> i32 {
-        let mut child = self.spawn(true);
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Some(status) = child.try_wait().expect("child status") {
-                return status.code().unwrap_or(-1);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("the restarted server never settled: {}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
+fn append_burst(run: &LedgerRun) {
+    let mut input = std::fs::OpenOptions::new()
+        .append(true)
+        .open(run.path("input.txt"))
+        .expect("input");
+    input
+        .write_all(lines(FIRST..FIRST + BURST).as_bytes())
+        .expect("one write");
 }
 
 /// One crash: returns (the lag in lines between the pointer and the saved state at the
 /// kill, the state after the restart settled).
-fn crash_and_restart(guard: bool, kill_delay: Duration) -> (usize, LedgerState, Run) {
-    let run = Run::new(guard);
+fn crash_and_restart(guard: bool, kill_delay: Duration) -> (usize, LedgerState, LedgerRun) {
+    let run = ledger_run(guard, "", "");
     let mut child = run.spawn(false);
-    run.wait_applied(&mut child, FIRST as u64);
-    run.append_burst();
+    wait_applied(&run, &mut child, FIRST as u64);
+    append_burst(&run);
     std::thread::sleep(kill_delay);
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
     let pointer = run.pointer();
-    let saved = run.state();
+    let saved = run.state_in("state");
     assert!(
         pointer <= saved.position,
         "the pointer ({pointer}) is ahead of the saved position ({})",
@@ -193,7 +97,7 @@ fn crash_and_restart(guard: bool, kill_delay: Duration) -> (usize, LedgerState, 
         "the restart settled lossless: {}",
         run.log()
     );
-    (lag, run.state(), run)
+    (lag, run.state_in("state"), run)
 }
 
 #[test]
@@ -270,9 +174,9 @@ fn a_config_error_exits_2_with_the_key_path() {
 
 #[test]
 fn sigterm_runs_the_ordered_shutdown_and_commits_what_was_processed() {
-    let run = Run::new(true);
+    let run = ledger_run(true, "", "");
     let mut child = run.spawn(false);
-    run.wait_applied(&mut child, FIRST as u64);
+    wait_applied(&run, &mut child, FIRST as u64);
     let terminated = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -285,7 +189,7 @@ fn sigterm_runs_the_ordered_shutdown_and_commits_what_was_processed() {
         "a clean stop on SIGTERM: {}",
         run.log()
     );
-    let state = run.state();
+    let state = run.state_in("state");
     assert_eq!(state.applied, FIRST as u64);
     assert_eq!(
         run.pointer(),
@@ -298,13 +202,13 @@ fn sigterm_runs_the_ordered_shutdown_and_commits_what_was_processed() {
 fn a_second_signal_ends_the_process_at_once() {
     // a clean stop that takes long: a queue of tens of thousands of lines, each saved
     // with fsync, and a drain allowed to take minutes
-    let run = Run::with(
+    let run = ledger_run(
         true,
         "shutdown_timeout_millis = 600000\nshutdown_drain_timeout_millis = 590000",
         "queue_capacity = 65536",
     );
     let mut child = run.spawn(false);
-    run.wait_applied(&mut child, FIRST as u64);
+    wait_applied(&run, &mut child, FIRST as u64);
     let mut input = std::fs::OpenOptions::new()
         .append(true)
         .open(run.path("input.txt"))
@@ -312,7 +216,7 @@ fn a_second_signal_ends_the_process_at_once() {
     input
         .write_all(lines(FIRST..FIRST + 40_000).as_bytes())
         .expect("one write");
-    run.wait_applied(&mut child, FIRST as u64 + 10);
+    wait_applied(&run, &mut child, FIRST as u64 + 10);
     let pid = child.id().to_string();
     let interrupt = || {
         let sent = Command::new("kill")
@@ -348,7 +252,7 @@ fn a_second_signal_ends_the_process_at_once() {
         Some(130),
         "the second signal ended the process during the drain"
     );
-    let state = run.state();
+    let state = run.state_in("state");
     assert!(
         run.pointer() <= state.position,
         "nothing committed past the saved state"
@@ -357,7 +261,7 @@ fn a_second_signal_ends_the_process_at_once() {
 
 #[test]
 fn a_valid_config_validates() {
-    let run = Run::new(true);
+    let run = ledger_run(true, "", "");
     let output = Command::new(env!("CARGO_BIN_EXE_mongoose"))
         .args(["validate", "--config"])
         .arg(run.path("mongoose.toml"))

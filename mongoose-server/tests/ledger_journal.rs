@@ -9,13 +9,14 @@
 //! child process, damages the state folder between runs with real bytes, and starts the
 //! binary again.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use mongoose_server::ledger::LedgerState;
+use support::{balances_of, ledger_config, LedgerRun};
 
 /// Lines of the first run.
 const FIRST: usize = 200;
@@ -30,13 +31,7 @@ fn lines(range: std::ops::Range<usize>) -> String {
 }
 
 fn expected_balances(total: usize) -> BTreeMap<String, i64> {
-    let mut balances = BTreeMap::new();
-    for index in 0..total {
-        let text = line(index);
-        let (account, amount) = text.trim_end().split_once(',').expect("account,amount");
-        *balances.entry(account.to_owned()).or_insert(0) += amount.parse::<i64>().expect("amount");
-    }
-    balances
+    balances_of(lines(0..total).lines())
 }
 
 /// The journal's records as `(byte offset, bytes with the newline)`.
@@ -68,38 +63,28 @@ fn flip_a_byte_inside(journal: &mut [u8], offset: usize) -> usize {
 }
 
 struct Run {
-    dir: tempfile::TempDir,
+    run: LedgerRun,
 }
 
 impl Run {
     /// A ledger over `FIRST` lines, compacting every `compact_every` records.
     fn new(compact_every: u64) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("input.txt"), lines(0..FIRST)).expect("input");
-        let config = format!(
-            r#"
-[[feeds]]
-name = "lines"
-source = "file"
-path = "input.txt"
-read_strategy = "COMMITED"
-
-[[groups]]
-name = "ledger"
-idle_strategy = "sleeping-millis:1"
-
-[[groups.processors]]
-name = "ledger"
-kind = "ledger"
-settings = {{ state_dir = "state", alerts = "alerts.txt", compact_every = {compact_every} }}
-"#
+        let mut run = LedgerRun::new(
+            &lines(0..FIRST),
+            &ledger_config(
+                "",
+                "",
+                &format!(
+                    "state_dir = \"state\", alerts = \"alerts.txt\", compact_every = {compact_every}"
+                ),
+            ),
         );
-        std::fs::write(dir.path().join("mongoose.toml"), config).expect("config");
-        Run { dir }
+        run.log_filter = "warn";
+        Run { run }
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.run.path(name)
     }
 
     fn journal_path(&self) -> PathBuf {
@@ -111,12 +96,11 @@ settings = {{ state_dir = "state", alerts = "alerts.txt", compact_every = {compa
     }
 
     fn state(&self) -> LedgerState {
-        LedgerState::load(&self.path("state")).expect("state readable")
+        self.run.state_in("state")
     }
 
     fn pointer(&self) -> u64 {
-        let bytes = std::fs::read(self.path("input.txt.readPointer")).expect("pointer file");
-        u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
+        self.run.pointer()
     }
 
     fn append_input(&self, range: std::ops::Range<usize>) {
@@ -131,33 +115,7 @@ settings = {{ state_dir = "state", alerts = "alerts.txt", compact_every = {compa
     /// Runs the server until it settles (or fails); returns its exit code and what it
     /// wrote on stderr during this run.
     fn run_until_settled(&self) -> (i32, String) {
-        let log = self.path("server.log");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mongoose"))
-            .arg("run")
-            .arg("--config")
-            .arg(self.path("mongoose.toml"))
-            .arg("--exit-when-settled")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
-            .spawn()
-            .expect("the mongoose binary starts");
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Some(status) = child.try_wait().expect("child status") {
-                let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-                return (status.code().unwrap_or(-1), stderr);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "the server never settled: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.run.finish_with_log()
     }
 
     /// The first run: every line applied, the pointer past the last one.

@@ -1,0 +1,213 @@
+//! One harness for the tests that run the `mongoose` binary with the ledger as a child
+//! process: a folder with `input.txt` and `mongoose.toml`, the run's stderr appended to
+//! `server.log`, the pointer and the ledger's saved state read back, and a small tmpfs
+//! for the tests that need a full disk.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mongoose_server::ledger::LedgerState;
+
+/// How long a run may take to settle, or to log what a test waits for.
+const PATIENCE: Duration = Duration::from_secs(180);
+
+/// The config of one COMMITED file feed `lines` on `input.txt` and one ledger processor
+/// in group `ledger` with `settings` (the inside of its inline table); `top` goes
+/// before the feed (top-level keys and tables), `feed` into the feed's table.
+pub fn ledger_config(top: &str, feed: &str, settings: &str) -> String {
+    format!(
+        r#"
+{top}
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+read_strategy = "COMMITED"
+{feed}
+
+[[groups]]
+name = "ledger"
+idle_strategy = "sleeping-millis:1"
+
+[[groups.processors]]
+name = "ledger"
+kind = "ledger"
+settings = {{ {settings} }}
+"#
+    )
+}
+
+/// The balances `account,amount` lines add up to.
+pub fn balances_of<'a>(lines: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, i64> {
+    let mut balances = BTreeMap::new();
+    for line in lines {
+        let (account, amount) = line.trim_end().split_once(',').expect("account,amount");
+        *balances.entry(account.to_owned()).or_insert(0) += amount.parse::<i64>().expect("amount");
+    }
+    balances
+}
+
+/// A folder the `mongoose` binary runs in.
+pub struct LedgerRun {
+    pub dir: tempfile::TempDir,
+    /// `RUST_LOG` of the child.
+    pub log_filter: &'static str,
+}
+
+impl LedgerRun {
+    /// A folder with `input` as `input.txt` and `config` as `mongoose.toml`.
+    pub fn new(input: &str, config: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("input.txt"), input).expect("input");
+        std::fs::write(dir.path().join("mongoose.toml"), config).expect("config");
+        LedgerRun {
+            dir,
+            // the lifecycle lines of the run loop ("signal received: ...") are info
+            log_filter: "warn,mongoose_server::cli=info",
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Starts `mongoose run` on the folder's config.
+    pub fn spawn(&self, exit_when_settled: bool) -> Child {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mongoose"));
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(self.path("mongoose.toml"));
+        if exit_when_settled {
+            command.arg("--exit-when-settled");
+        }
+        command
+            .env("RUST_LOG", self.log_filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.path("server.log"))
+                    .expect("log"),
+            ))
+            .spawn()
+            .expect("the mongoose binary starts")
+    }
+
+    /// Everything the runs wrote on stderr.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.path("server.log")).unwrap_or_default()
+    }
+
+    /// Waits until the log holds `text` (the child must not exit first).
+    pub fn wait_for_log(&self, child: &mut Child, text: &str) {
+        self.wait_until(child, &format!("logged '{text}'"), || {
+            self.log().contains(text)
+        });
+    }
+
+    /// Waits until `done` (the child must not exit first).
+    pub fn wait_until(&self, child: &mut Child, what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + PATIENCE;
+        while !done() {
+            assert!(
+                child.try_wait().expect("child status").is_none(),
+                "the server exited before it {what}: {}",
+                self.log()
+            );
+            assert!(Instant::now() < deadline, "never {what}: {}", self.log());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGTERM, then the exit code.
+    pub fn terminate(&self, mut child: Child) -> i32 {
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        child.wait().expect("reaped").code().unwrap_or(-1)
+    }
+
+    /// Runs with `--exit-when-settled` to its end; the exit code.
+    pub fn finish(&self) -> i32 {
+        let mut child = self.spawn(true);
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = child.try_wait().expect("child status") {
+                return status.code().unwrap_or(-1);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the server never settled: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// [`LedgerRun::finish`] with a fresh log: the exit code and what this run alone
+    /// wrote on stderr.
+    pub fn finish_with_log(&self) -> (i32, String) {
+        let _ = std::fs::remove_file(self.path("server.log"));
+        let code = self.finish();
+        (code, self.log())
+    }
+
+    /// The offset the feed's pointer file holds.
+    pub fn pointer(&self) -> u64 {
+        let bytes = std::fs::read(self.path("input.txt.readPointer")).expect("pointer file");
+        u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
+    }
+
+    /// The ledger's saved state in `state_dir` (relative to the folder).
+    pub fn state_in(&self, state_dir: &str) -> LedgerState {
+        LedgerState::load(&self.path(state_dir)).expect("state readable")
+    }
+}
+
+/// A tmpfs of a few pages mounted for a test, unmounted when dropped. Needs root, as
+/// CI and the development machines have.
+pub struct Tmpfs {
+    dir: PathBuf,
+}
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("mount runs");
+        assert!(
+            status.success(),
+            "cannot mount a tmpfs at {} (these tests need root)",
+            dir.display()
+        );
+        Tmpfs {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Gives the file system room again (the operator freed space).
+    pub fn grow(&self) {
+        let status = Command::new("mount")
+            .args(["-o", "remount,size=64m"])
+            .arg(&self.dir)
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "remount");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
