@@ -957,8 +957,20 @@ impl Server {
                 }
                 info!(feed = %name, "source started");
                 let mut idle = 0u32;
+                // a failing duty cycle is logged once, then as a count at most every
+                // 10 s (issue 10, item 8: no flood of repeated lines)
+                let mut failures = 0u64;
+                let mut unlogged = 0u64;
+                let mut last_logged: Option<Instant> = None;
                 while !stop_flag.load(Ordering::Acquire) {
-                    match source.do_work() {
+                    let cycle = source.do_work();
+                    if cycle.is_ok() && failures > 0 {
+                        info!(feed = %name, failures, "the source works again");
+                        failures = 0;
+                        unlogged = 0;
+                        last_logged = None;
+                    }
+                    match cycle {
                         Ok(WorkDone(0)) => {
                             idle = idle.saturating_add(1);
                             if idle > 64 {
@@ -969,7 +981,18 @@ impl Server {
                         }
                         Ok(_) => idle = 0,
                         Err(error) => {
-                            error!(feed = %name, %error, "source duty cycle failed; retrying");
+                            failures += 1;
+                            let due = last_logged.is_none_or(|last| {
+                                last.elapsed() >= Duration::from_secs(10)
+                            });
+                            if due {
+                                error!(feed = %name, %error, failures, unlogged,
+                                    "source duty cycle failed; retrying every 100 ms (this error is repeated at most every 10 s, with a count)");
+                                last_logged = Some(Instant::now());
+                                unlogged = 0;
+                            } else {
+                                unlogged += 1;
+                            }
                             std::thread::sleep(Duration::from_millis(100));
                         }
                     }
