@@ -910,6 +910,73 @@ settings = { state_dir = "state" }
     }
 
     #[test]
+    fn names_are_1_to_64_of_a_z_digits_dot_underscore_dash_and_never_dot_or_dot_dot() {
+        // issue 10 item 5: a group named `../../../tmp/x` recorded outside record.dir
+        for good in ["a", "Az09._-", "...", ".hidden", &"n".repeat(MAX_NAME_LEN)] {
+            assert_eq!(name_problem(good), None, "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "a/b",
+            "a\\b",
+            "a b",
+            "é",
+            "a\0",
+            &"n".repeat(MAX_NAME_LEN + 1),
+        ] {
+            assert!(name_problem(bad).is_some(), "{bad:?} is refused");
+        }
+        let error = parse(&GOOD.replace("name = \"ledger\"\nidle", "name = \"../x\"\nidle"))
+            .expect_err("refused");
+        assert!(error.to_string().contains("groups[0].name"), "{error}");
+    }
+
+    #[test]
+    fn ranges_name_the_key_and_the_accepted_values() {
+        // issue 10 item 6
+        for (text, key) in [
+            (
+                "shutdown_timeout_millis = 0\nshutdown_drain_timeout_millis = 0\n",
+                "shutdown_timeout_millis",
+            ),
+            ("control_wait_millis = 3600001\n", "control_wait_millis"),
+        ] {
+            let error = parse(&format!(
+                "{text}{}",
+                GOOD.replace("control_wait_millis = 5000\n", "")
+            ))
+            .expect_err("out of range");
+            assert!(
+                matches!(&error, ServerError::Config { path, .. } if path == key),
+                "{error}"
+            );
+            assert!(error.to_string().contains("3600000"), "{error}");
+        }
+        let error = parse(&GOOD.replace("sleeping-millis:1", "sleeping-millis:60001"))
+            .expect_err("out of range");
+        assert!(
+            error.to_string().contains("groups[0].idle_strategy"),
+            "{error}"
+        );
+        parse(&GOOD.replace("sleeping-millis:1", "sleeping-millis:60000")).expect("the maximum");
+        let capacity = |capacity: usize| {
+            parse(&GOOD.replace(
+                "path = \"input.txt\"",
+                &format!("path = \"input.txt\"\nqueue_capacity = {capacity}"),
+            ))
+        };
+        capacity(MAX_QUEUE_CAPACITY).expect("the maximum");
+        let error = capacity(MAX_QUEUE_CAPACITY + 1).expect_err("over the maximum");
+        assert!(
+            error.to_string().contains("feeds[0].queue_capacity"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn a_bad_idle_strategy_and_a_bad_address_say_what_is_expected() {
         let error = parse(&GOOD.replace("sleeping-millis:1", "nap")).expect_err("bad idle");
         assert!(error.to_string().contains("sleeping-millis:N"), "{error}");
