@@ -410,10 +410,18 @@ impl ServerConfig {
         let mut config: ServerConfig =
             serde_path_to_error::deserialize(deserializer).map_err(|error| {
                 let path = error.path().to_string();
-                ServerError::Config {
-                    path,
-                    message: error.into_inner().message().trim().to_owned(),
+                let error = error.into_inner();
+                let mut message = error.message().trim().to_owned();
+                if message.is_empty() {
+                    // the parser says nothing about a value cut short at the end of
+                    // the text (found by the config_loader fuzz target)
+                    message = "not valid TOML: a value is missing or cut short".to_owned();
                 }
+                if let Some(span) = error.span() {
+                    let (line, column) = line_and_column(text, span.start);
+                    message = format!("{message} (line {line}, column {column})");
+                }
+                ServerError::Config { path, message }
             })?;
         config.base_dir = base_dir.to_path_buf();
         config.validate()?;
@@ -726,6 +734,18 @@ impl ServerConfig {
     }
 }
 
+/// The 1-based line and column (in characters) of the byte offset `at` of `text`.
+fn line_and_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
 /// The file a path names, to compare two feeds' inputs: the longest prefix of the
 /// path that exists is resolved by the file system (symlinks, `..`), the rest (which
 /// does not exist yet) lexically.
@@ -973,6 +993,18 @@ settings = { state_dir = "state" }
         assert!(
             error.to_string().contains("feeds[0].queue_capacity"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn a_value_cut_short_at_the_end_says_so_and_where() {
+        // found by the config_loader fuzz target: the message was empty
+        let error =
+            parse("control_wait_millis = 1\nshutdown_timeout_millis = ").expect_err("cut short");
+        let message = error.to_string();
+        assert!(
+            message.contains("missing or cut short") && message.contains("line 2, column 27"),
+            "{message}"
         );
     }
 
