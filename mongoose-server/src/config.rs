@@ -623,6 +623,38 @@ impl ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// Refuses a `record.dir` whose folder of a group already holds a recording (its
+    /// store is longer than a bare head): the recorder refuses it at start, which the
+    /// run reported as a config error with exit 1. Only the file's length is looked
+    /// at (a recording may be large). For a run that records: the server's build
+    /// calls it, a replay (which records nothing) does not. Call it on a validated
+    /// configuration: its group names never climb out of `record.dir`.
+    pub(crate) fn refuse_recording_over_a_recording(&self) -> Result<(), ServerError> {
+        let Some(record) = &self.record else {
+            return Ok(());
+        };
+        let dir = self.resolve(&record.dir);
+        for group in &self.groups {
+            let store = dir.join(&group.name).join(mongoose_replay::RECORDING_FILE);
+            let holds = std::fs::metadata(&store)
+                .is_ok_and(|meta| meta.len() > mongoose_replay::HEADER_LEN as u64);
+            if holds {
+                return Err(ServerError::invalid(
+                    "record.dir",
+                    format!(
+                        "{} already holds a recording (of group '{}'): RECORD never writes over one; \
+                         move it away, or give a record.dir without one",
+                        store.display(),
+                        group.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The cores this process may run on (its CPU affinity); every core up to the
 /// machine's parallelism where the affinity cannot be read.
 fn available_cores() -> Vec<usize> {

@@ -491,10 +491,12 @@ impl ServerBuilder {
         Ok(())
     }
 
-    /// Checks everything ([`ServerBuilder::check`]) and builds the server: feeds,
-    /// sinks opened (created if missing), nothing runs yet.
+    /// Checks everything ([`ServerBuilder::check`]), and that `record.dir` holds no
+    /// recording of a group already (RECORD never writes over one), and builds the
+    /// server: feeds, sinks opened (created if missing), nothing runs yet.
     pub fn build(self) -> Result<Server, ServerError> {
         self.check()?;
+        self.config.refuse_recording_over_a_recording()?;
         let config = self.config;
         let registry = FeedRegistry::default();
         let connector = DeliveryFeeds::new(registry.clone());

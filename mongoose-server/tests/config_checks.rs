@@ -328,6 +328,23 @@ fn cases() -> Vec<Case> {
             ),
             &["record.processors[1]", "'ledgr'"],
         ),
+        Case {
+            prepare: |setup| {
+                // what a finished run left: a recording (a head and a frame or more)
+                let group = setup.path("recording/ledger");
+                std::fs::create_dir_all(&group).expect("the group's folder");
+                let mut store = mongoose_replay::MAGIC.to_vec();
+                store.extend_from_slice(&mongoose_replay::FORMAT_VERSION.to_le_bytes());
+                store.extend_from_slice(&[0; 32]);
+                std::fs::write(group.join(mongoose_replay::RECORDING_FILE), store)
+                    .expect("a recording");
+            },
+            ..case(
+                "a record.dir that already holds a recording of the group (run failed at start, exit 1)",
+                format!("{}{}[record]\ndir = \"recording\"\n", feed(), ledger()),
+                &["record.dir", "already holds a recording"],
+            )
+        },
         // item 8: a feed path that is a directory (it logged 693,248 WARN lines in 5 s)
         Case {
             prepare: |setup| std::fs::create_dir(setup.path("folder")).expect("a folder"),

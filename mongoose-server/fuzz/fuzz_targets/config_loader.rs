@@ -27,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
             let _ = config.validated();
         }
         Err(ServerError::Config { path, message }) => {
-            assert!(!message.is_empty(), "a config error says what is wrong at {path}");
+            assert!(
+                !message.is_empty(),
+                "a config error says what is wrong at {path}"
+            );
         }
         Err(_) => {}
     }
