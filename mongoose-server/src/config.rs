@@ -12,6 +12,83 @@ use serde::Deserialize;
 
 use crate::error::ServerError;
 
+/// The longest name of a feed, group, processor or sink. Names are 1 to this many
+/// characters of `[A-Za-z0-9._-]`, and not `.` or `..`: a group's name becomes a folder
+/// of `record.dir`, so a name must never be able to climb out of it (issue 10, item 5).
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The largest `queue_capacity` (1,048,576 items): a subscriber queue allocates all its
+/// slots when it is created, one per item, for every group subscribed to the feed.
+pub const MAX_QUEUE_CAPACITY: usize = 1 << 20;
+
+/// The longest sleep of `idle_strategy = "sleeping-millis:N"` (one minute); N is at
+/// least 1 (`busy-spin` or `yield` never sleep). A group's thread answers control
+/// requests and its queues only between sleeps.
+pub const MAX_IDLE_SLEEP_MILLIS: u64 = 60_000;
+
+/// The longest spin of `spin_bound_millis` (one minute; 0 drops at once): a publisher
+/// spins on the source's thread for this long before dropping.
+pub const MAX_SPIN_BOUND_MILLIS: u64 = 60_000;
+
+/// The longest timeout or wait of the file (one hour): `control_wait_millis`,
+/// `shutdown_timeout_millis`, `shutdown_drain_timeout_millis`, `block_deadline_millis`
+/// and `quiet_period_millis`. Each is at least 1 ms (the drain may be 0: no drain),
+/// and the quiet period at least 1,000 ms.
+pub const MAX_TIMEOUT_MILLIS: u64 = 3_600_000;
+
+/// What is wrong with `name` as the name of a feed, group, processor or sink, if
+/// anything: see [`MAX_NAME_LEN`].
+pub fn name_problem(name: &str) -> Option<String> {
+    const RULE: &str = "a name is 1 to 64 characters of [A-Za-z0-9._-] (A-Z a-z 0-9 . _ -), other than '.' and '..' (names become parts of file paths, such as a group's folder in record.dir)";
+    if name.is_empty() {
+        return Some(format!("must not be empty: {RULE}"));
+    }
+    if name == "." || name == ".." {
+        return Some(format!("'{name}' is not a name: {RULE}"));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Some(format!(
+            "'{name}' holds {bad:?}, which a name cannot: {RULE}"
+        ));
+    }
+    let length = name.chars().count();
+    if length > MAX_NAME_LEN {
+        return Some(format!("'{name}' is {length} characters long: {RULE}"));
+    }
+    None
+}
+
+/// Refuses `name` at `key` unless it follows the names rule ([`name_problem`]).
+pub(crate) fn check_name(key: impl Into<String>, name: &str) -> Result<(), ServerError> {
+    match name_problem(name) {
+        None => Ok(()),
+        Some(problem) => Err(ServerError::invalid(key, problem)),
+    }
+}
+
+/// Refuses `value` at `key` outside `range`, saying which values are accepted.
+fn check_range(
+    key: impl Into<String>,
+    value: u64,
+    range: std::ops::RangeInclusive<u64>,
+    unit: &str,
+) -> Result<(), ServerError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(ServerError::invalid(
+        key,
+        format!(
+            "{value} is out of range: give {} to {}{unit}",
+            range.start(),
+            range.end()
+        ),
+    ))
+}
+
 /// What the void add does with a reply that is not APPLIED.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -56,6 +133,31 @@ pub struct OverloadConfig {
 
 impl OverloadConfig {
     fn settings(&self, path: &str) -> Result<Option<OverloadSettings>, ServerError> {
+        // a huge bound overflowed the publisher's deadline arithmetic (issue 10, item 6)
+        if let Some(millis) = self.spin_bound_millis {
+            check_range(
+                format!("{path}.spin_bound_millis"),
+                millis,
+                0..=MAX_SPIN_BOUND_MILLIS,
+                " ms",
+            )?;
+        }
+        if let Some(millis) = self.block_deadline_millis {
+            check_range(
+                format!("{path}.block_deadline_millis"),
+                millis,
+                1..=MAX_TIMEOUT_MILLIS,
+                " ms",
+            )?;
+        }
+        if let Some(millis) = self.quiet_period_millis {
+            check_range(
+                format!("{path}.quiet_period_millis"),
+                millis,
+                1_000..=MAX_TIMEOUT_MILLIS,
+                " ms",
+            )?;
+        }
         if self.kill_switch && !self.policy.is_some_and(OverloadPolicy::never_drops) {
             // a DROP_AFTER_SPIN queue drops without latching, and a block without a
             // policy has no settings to carry the switch: it could never run (issue 9,
@@ -112,7 +214,7 @@ pub struct FeedConfig {
     /// The read strategy (default COMMITED).
     #[serde(default = "default_read_strategy")]
     pub read_strategy: ReadStrategy,
-    /// Each subscriber queue's capacity (default 1024).
+    /// Each subscriber queue's capacity (default 1024, at most [`MAX_QUEUE_CAPACITY`]).
     pub queue_capacity: Option<usize>,
     /// The overload block; a file feed without one pauses.
     #[serde(default)]
@@ -133,7 +235,7 @@ pub enum IdleStrategyConfig {
     BusySpin,
     /// Yield the thread.
     Yield,
-    /// Sleep this many milliseconds.
+    /// Sleep this many milliseconds (1 to [`MAX_IDLE_SLEEP_MILLIS`]).
     SleepingMillis(u64),
     /// Spin, then yield, then park with growing waits (the default).
     #[default]
@@ -145,7 +247,7 @@ impl<'de> Deserialize<'de> for IdleStrategyConfig {
         let text = String::deserialize(deserializer)?;
         parse_idle(&text).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "unknown idle strategy '{text}': expected \"busy-spin\", \"yield\", \"backoff\" or \"sleeping-millis:N\""
+                "unknown idle strategy '{text}': expected \"busy-spin\", \"yield\", \"backoff\" or \"sleeping-millis:N\" (N from 1 to {MAX_IDLE_SLEEP_MILLIS})"
             ))
         })
     }
@@ -187,7 +289,8 @@ pub struct GroupConfig {
     /// How the group's thread idles.
     #[serde(default)]
     pub idle_strategy: IdleStrategyConfig,
-    /// Pin the group's thread to this core.
+    /// Pin the group's thread to this core: one this process may run on (its CPU
+    /// affinity, usually every online core: 0 to the number of cores - 1).
     pub core: Option<usize>,
     /// The group's processors.
     #[serde(default)]
@@ -235,13 +338,15 @@ fn default_admin_address() -> String {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
-    /// How long void control calls wait off agent threads (default 10000).
+    /// How long void control calls wait off agent threads (default 10000; 1 to
+    /// [`MAX_TIMEOUT_MILLIS`]).
     #[serde(default = "default_control_wait")]
     pub control_wait_millis: u64,
-    /// The end-to-end deadline of shutdown (default 30000).
+    /// The end-to-end deadline of shutdown (default 30000; 1 to [`MAX_TIMEOUT_MILLIS`]).
     #[serde(default = "default_shutdown_timeout")]
     pub shutdown_timeout_millis: u64,
-    /// The drain phase of shutdown (default 2000).
+    /// The drain phase of shutdown (default 2000; 0, no drain, to
+    /// `shutdown_timeout_millis`).
     #[serde(default = "default_drain_timeout")]
     pub shutdown_drain_timeout_millis: u64,
     /// REPORT (default) or THROW.
@@ -305,10 +410,18 @@ impl ServerConfig {
         let mut config: ServerConfig =
             serde_path_to_error::deserialize(deserializer).map_err(|error| {
                 let path = error.path().to_string();
-                ServerError::Config {
-                    path,
-                    message: error.into_inner().message().trim().to_owned(),
+                let error = error.into_inner();
+                let mut message = error.message().trim().to_owned();
+                if message.is_empty() {
+                    // the parser says nothing about a value cut short at the end of
+                    // the text (found by the config_loader fuzz target)
+                    message = "not valid TOML: a value is missing or cut short".to_owned();
                 }
+                if let Some(span) = error.span() {
+                    let (line, column) = line_and_column(text, span.start);
+                    message = format!("{message} (line {line}, column {column})");
+                }
+                ServerError::Config { path, message }
             })?;
         config.base_dir = base_dir.to_path_buf();
         config.validate()?;
@@ -369,22 +482,15 @@ impl ServerConfig {
         Ok(overrides)
     }
 
-    fn validate(&self) -> Result<(), ServerError> {
+    /// Everything the file alone (and the disk it names) shows to be wrong: names,
+    /// ranges, paths, duplicates. [`crate::ServerBuilder::check`] runs it again with
+    /// what only the builder knows (processor kinds, processors added by code).
+    pub(crate) fn validate(&self) -> Result<(), ServerError> {
         self.validate_paths()?;
-        if self.shutdown_drain_timeout_millis > self.shutdown_timeout_millis {
-            return Err(ServerError::invalid(
-                "shutdown_drain_timeout_millis",
-                "must not exceed shutdown_timeout_millis (the drain runs within the shutdown deadline)",
-            ));
-        }
+        self.validate_ranges()?;
         let mut feeds = BTreeSet::new();
         for (index, feed) in self.feeds.iter().enumerate() {
-            if feed.name.trim().is_empty() {
-                return Err(ServerError::invalid(
-                    format!("feeds[{index}].name"),
-                    "must not be empty",
-                ));
-            }
+            check_name(format!("feeds[{index}].name"), &feed.name)?;
             if !feeds.insert(feed.name.as_str()) {
                 return Err(ServerError::invalid(
                     format!("feeds[{index}].name"),
@@ -394,17 +500,23 @@ impl ServerConfig {
                     ),
                 ));
             }
-            if feed.queue_capacity == Some(0) {
-                return Err(ServerError::invalid(
+            if let Some(capacity) = feed.queue_capacity {
+                // a huge capacity panicked with "capacity overflow" at start (issue 10,
+                // item 6)
+                check_range(
                     format!("feeds[{index}].queue_capacity"),
-                    "must be at least 1",
-                ));
+                    capacity as u64,
+                    1..=MAX_QUEUE_CAPACITY as u64,
+                    " items",
+                )?;
             }
             self.feed_overload(index)?;
             self.feed_overrides(index)?;
         }
+        let cores = available_cores();
         let mut groups = BTreeSet::new();
         for (index, group) in self.groups.iter().enumerate() {
+            check_name(format!("groups[{index}].name"), &group.name)?;
             if !groups.insert(group.name.as_str()) {
                 return Err(ServerError::invalid(
                     format!("groups[{index}].name"),
@@ -414,8 +526,32 @@ impl ServerConfig {
                     ),
                 ));
             }
+            if let IdleStrategyConfig::SleepingMillis(millis) = group.idle_strategy {
+                check_range(
+                    format!("groups[{index}].idle_strategy"),
+                    millis,
+                    1..=MAX_IDLE_SLEEP_MILLIS,
+                    " ms (sleeping-millis:N)",
+                )?;
+            }
+            if let Some(core) = group.core {
+                // pinning to a core that does not exist aborted the process (exit 134)
+                if !cores.contains(&core) {
+                    return Err(ServerError::invalid(
+                        format!("groups[{index}].core"),
+                        format!(
+                            "core {core} does not exist or this process may not run on it: the cores it may use are {cores:?}; \
+                             give one of them, or remove core"
+                        ),
+                    ));
+                }
+            }
             let mut names = BTreeSet::new();
             for (position, processor) in group.processors.iter().enumerate() {
+                check_name(
+                    format!("groups[{index}].processors[{position}].name"),
+                    &processor.name,
+                )?;
                 if !names.insert(processor.name.as_str()) {
                     return Err(ServerError::invalid(
                         format!("groups[{index}].processors[{position}].name"),
@@ -429,6 +565,7 @@ impl ServerConfig {
         }
         let mut sinks = BTreeSet::new();
         for (index, sink) in self.sinks.iter().enumerate() {
+            check_name(format!("sinks[{index}].name"), &sink.name)?;
             if sink.kind != "file" {
                 return Err(ServerError::invalid(
                     format!("sinks[{index}].kind"),
@@ -459,6 +596,104 @@ impl ServerConfig {
         }
         Ok(())
     }
+
+    /// The top-level timeouts: at least 1 ms, at most [`MAX_TIMEOUT_MILLIS`] (a zero
+    /// shutdown deadline was accepted and every stop was incomplete; a huge one
+    /// overflowed the deadline arithmetic).
+    fn validate_ranges(&self) -> Result<(), ServerError> {
+        check_range(
+            "control_wait_millis",
+            self.control_wait_millis,
+            1..=MAX_TIMEOUT_MILLIS,
+            " ms",
+        )?;
+        check_range(
+            "shutdown_timeout_millis",
+            self.shutdown_timeout_millis,
+            1..=MAX_TIMEOUT_MILLIS,
+            " ms",
+        )?;
+        if self.shutdown_drain_timeout_millis > self.shutdown_timeout_millis {
+            return Err(ServerError::invalid(
+                "shutdown_drain_timeout_millis",
+                "must not exceed shutdown_timeout_millis (the drain runs within the shutdown deadline)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ServerConfig {
+    /// Refuses a `record.dir` whose folder of a group already holds a recording (its
+    /// store is longer than a bare head): the recorder refuses it at start, which the
+    /// run reported as a config error with exit 1. Only the file's length is looked
+    /// at (a recording may be large). For a run that records: the server's build
+    /// calls it, a replay (which records nothing) does not. Call it on a validated
+    /// configuration: its group names never climb out of `record.dir`.
+    pub(crate) fn refuse_recording_over_a_recording(&self) -> Result<(), ServerError> {
+        let Some(record) = &self.record else {
+            return Ok(());
+        };
+        let dir = self.resolve(&record.dir);
+        for group in &self.groups {
+            let store = dir.join(&group.name).join(mongoose_replay::RECORDING_FILE);
+            let holds = std::fs::metadata(&store)
+                .is_ok_and(|meta| meta.len() > mongoose_replay::HEADER_LEN as u64);
+            if holds {
+                return Err(ServerError::invalid(
+                    "record.dir",
+                    format!(
+                        "{} already holds a recording (of group '{}'): RECORD never writes over one; \
+                         move it away, or give a record.dir without one",
+                        store.display(),
+                        group.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The cores this process may run on: its main thread's CPU affinity on Linux (so a
+/// configuration checked on a thread already pinned to one core is not refused the
+/// others), else the calling thread's, else every core up to the machine's
+/// parallelism.
+fn available_cores() -> Vec<usize> {
+    if let Some(cores) = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| cpus_allowed_list(&status))
+    {
+        return cores;
+    }
+    match core_affinity::get_core_ids() {
+        Some(ids) if !ids.is_empty() => ids.into_iter().map(|id| id.id).collect(),
+        _ => (0..std::thread::available_parallelism().map_or(1, |count| count.get())).collect(),
+    }
+}
+
+/// The cores of the `Cpus_allowed_list:` line of a `/proc/<pid>/status` text
+/// (`0-3,8,10-11`), if it has a well-formed one.
+fn cpus_allowed_list(status: &str) -> Option<Vec<usize>> {
+    let list = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))?
+        .trim();
+    let mut cores = Vec::new();
+    for part in list.split(',') {
+        let (first, last): (usize, usize) = match part.split_once('-') {
+            Some((first, last)) => (first.parse().ok()?, last.parse().ok()?),
+            None => {
+                let core = part.parse().ok()?;
+                (core, core)
+            }
+        };
+        if first > last || last - first > 1 << 16 {
+            return None;
+        }
+        cores.extend(first..=last);
+    }
+    (!cores.is_empty()).then_some(cores)
 }
 
 impl ServerConfig {
@@ -494,6 +729,43 @@ impl ServerConfig {
                 ));
             }
         }
+        // a feed on a directory read it in a busy loop, 693,248 WARN lines in five
+        // seconds (issue 10, item 8); a sink on one can never be written
+        let files = self
+            .feeds
+            .iter()
+            .enumerate()
+            .map(|(index, feed)| (format!("feeds[{index}].path"), &feed.path))
+            .chain(
+                self.sinks
+                    .iter()
+                    .enumerate()
+                    .map(|(index, sink)| (format!("sinks[{index}].path"), &sink.path)),
+            );
+        for (key, path) in files {
+            let resolved = self.resolve(path);
+            if resolved.is_dir() {
+                return Err(ServerError::invalid(
+                    key,
+                    format!(
+                        "{} is a directory: give the path of a file (it need not exist yet)",
+                        resolved.display()
+                    ),
+                ));
+            }
+        }
+        if let Some(record) = &self.record {
+            let resolved = self.resolve(&record.dir);
+            if resolved.exists() && !resolved.is_dir() {
+                return Err(ServerError::invalid(
+                    "record.dir",
+                    format!(
+                        "{} exists and is not a directory: give a folder (it need not exist yet)",
+                        resolved.display()
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -524,6 +796,18 @@ impl ServerConfig {
         }
         Ok(())
     }
+}
+
+/// The 1-based line and column (in characters) of the byte offset `at` of `text`.
+fn line_and_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    (line, before[line_start..].chars().count() + 1)
 }
 
 /// The file a path names, to compare two feeds' inputs: the longest prefix of the
@@ -706,6 +990,95 @@ settings = { state_dir = "state" }
             config.feed_overrides(0).expect("overrides")[0]
                 .1
                 .kill_switch
+        );
+    }
+
+    #[test]
+    fn names_are_1_to_64_of_a_z_digits_dot_underscore_dash_and_never_dot_or_dot_dot() {
+        // issue 10 item 5: a group named `../../../tmp/x` recorded outside record.dir
+        for good in ["a", "Az09._-", "...", ".hidden", &"n".repeat(MAX_NAME_LEN)] {
+            assert_eq!(name_problem(good), None, "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "a/b",
+            "a\\b",
+            "a b",
+            "é",
+            "a\0",
+            &"n".repeat(MAX_NAME_LEN + 1),
+        ] {
+            assert!(name_problem(bad).is_some(), "{bad:?} is refused");
+        }
+        let error = parse(&GOOD.replace("name = \"ledger\"\nidle", "name = \"../x\"\nidle"))
+            .expect_err("refused");
+        assert!(error.to_string().contains("groups[0].name"), "{error}");
+    }
+
+    #[test]
+    fn ranges_name_the_key_and_the_accepted_values() {
+        // issue 10 item 6
+        for (text, key) in [
+            (
+                "shutdown_timeout_millis = 0\nshutdown_drain_timeout_millis = 0\n",
+                "shutdown_timeout_millis",
+            ),
+            ("control_wait_millis = 3600001\n", "control_wait_millis"),
+        ] {
+            let error = parse(&format!(
+                "{text}{}",
+                GOOD.replace("control_wait_millis = 5000\n", "")
+            ))
+            .expect_err("out of range");
+            assert!(
+                matches!(&error, ServerError::Config { path, .. } if path == key),
+                "{error}"
+            );
+            assert!(error.to_string().contains("3600000"), "{error}");
+        }
+        let error = parse(&GOOD.replace("sleeping-millis:1", "sleeping-millis:60001"))
+            .expect_err("out of range");
+        assert!(
+            error.to_string().contains("groups[0].idle_strategy"),
+            "{error}"
+        );
+        parse(&GOOD.replace("sleeping-millis:1", "sleeping-millis:60000")).expect("the maximum");
+        let capacity = |capacity: usize| {
+            parse(&GOOD.replace(
+                "path = \"input.txt\"",
+                &format!("path = \"input.txt\"\nqueue_capacity = {capacity}"),
+            ))
+        };
+        capacity(MAX_QUEUE_CAPACITY).expect("the maximum");
+        let error = capacity(MAX_QUEUE_CAPACITY + 1).expect_err("over the maximum");
+        assert!(
+            error.to_string().contains("feeds[0].queue_capacity"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_cores_allowed_are_read_from_the_process_status() {
+        let status = "Name:\tmongoose\nCpus_allowed:\tf\nCpus_allowed_list:\t0-2,5,7-8\n";
+        assert_eq!(cpus_allowed_list(status), Some(vec![0, 1, 2, 5, 7, 8]));
+        assert_eq!(cpus_allowed_list("Cpus_allowed_list:\t3\n"), Some(vec![3]));
+        assert_eq!(cpus_allowed_list("Cpus_allowed_list:\t3-x\n"), None);
+        assert_eq!(cpus_allowed_list("Name:\tx\n"), None);
+        assert!(!available_cores().is_empty());
+    }
+
+    #[test]
+    fn a_value_cut_short_at_the_end_says_so_and_where() {
+        // found by the config_loader fuzz target: the message was empty
+        let error =
+            parse("control_wait_millis = 1\nshutdown_timeout_millis = ").expect_err("cut short");
+        let message = error.to_string();
+        assert!(
+            message.contains("missing or cut short") && message.contains("line 2, column 27"),
+            "{message}"
         );
     }
 

@@ -47,7 +47,7 @@ use crate::config::{
     SourceKind,
 };
 use crate::sinks::FileSink;
-use crate::{Server, ServerBuilder, ServerError};
+use crate::{Server, ServerBuilder, ServerError, SettingsCheck, SettingsError};
 use mongoose_control::admin;
 use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, Epoch, PositionValue, Processor, ProcessorError,
@@ -660,6 +660,52 @@ impl Processor for Ledger {
 }
 
 impl LedgerSettings {
+    /// The ledger kind's settings check (its `validate(settings)` hook, run when the
+    /// server is built and by `mongoose validate`): the settings deserialize (no
+    /// unknown key, `state_dir` given), the feed is one the server has, exactly one of
+    /// `alerts` (a file, not a directory) or `alerts_sink` (a configured sink) is
+    /// given, and `state_dir` is a directory or does not exist yet. Opens nothing.
+    pub fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
+        let settings: LedgerSettings = check.settings()?;
+        check.feed("feed", &settings.feed)?;
+        match (&settings.alerts, &settings.alerts_sink) {
+            (Some(path), None) => {
+                let resolved = check.resolve(path);
+                if resolved.is_dir() {
+                    return Err(SettingsError::at(
+                        "alerts",
+                        format!(
+                            "{} is a directory: give the path of the alerts file (it need not exist yet)",
+                            resolved.display()
+                        ),
+                    ));
+                }
+            }
+            (None, Some(sink)) => check.sink("alerts_sink", sink)?,
+            (None, None) => {
+                return Err(SettingsError::new(
+                    "no alerts output: give the ledger exactly one of alerts (a file) or alerts_sink (a configured sink)",
+                ))
+            }
+            (Some(_), Some(_)) => {
+                return Err(SettingsError::new(
+                    "both alerts and alerts_sink are given: give the ledger exactly one of alerts (a file) or alerts_sink (a configured sink)",
+                ))
+            }
+        }
+        let state_dir = check.resolve(&settings.state_dir);
+        if state_dir.exists() && !state_dir.is_dir() {
+            return Err(SettingsError::at(
+                "state_dir",
+                format!(
+                    "{} exists and is not a directory: give the ledger's state folder (it is created if missing)",
+                    state_dir.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The defaults of a config file's settings table, with these paths: the feed
     /// `lines`, the guard on, fsync on, a snapshot every 100,000 records.
     pub fn new(state_dir: PathBuf, alerts: PathBuf) -> Self {

@@ -29,4 +29,7 @@ mod server;
 pub mod sinks;
 
 pub use error::ServerError;
-pub use server::{replay, ProcessorContext, ProcessorFactory, Server, ServerBuilder, StopResult};
+pub use server::{
+    replay, ProcessorContext, ProcessorFactory, ProcessorKind, Server, ServerBuilder,
+    SettingsCheck, SettingsError, SettingsValidator, StopResult,
+};

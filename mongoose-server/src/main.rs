@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use mongoose_server::cli::{self, LogFormat, EXIT_BAD_CONFIG, EXIT_FAILED};
 use mongoose_server::config::ServerConfig;
-use mongoose_server::{admin, Server, ServerError};
+use mongoose_server::{admin, Server, ServerBuilder, ServerError};
 
 /// Mongoose-rs: an event-processing server that loses nothing and tells the truth.
 #[derive(Parser)]
@@ -43,7 +43,9 @@ enum Command {
         #[arg(long)]
         exit_when_settled: bool,
     },
-    /// Checks a config file and exits (0 valid, 2 invalid).
+    /// Checks a config file as `run` does before it starts anything (the file, the
+    /// disk it names, every processor kind's settings check) and exits: 0 valid, 2
+    /// invalid, with the key path and what to do.
     Validate {
         /// The TOML config file.
         #[arg(long)]
@@ -74,10 +76,17 @@ enum Command {
     },
 }
 
+/// The server's builder with every processor kind this binary knows: `run`,
+/// `validate` and `replay` all build through it, so `validate` runs the same settings
+/// checks `run` does.
+fn builder(config: ServerConfig) -> ServerBuilder {
+    Server::builder(config)
+}
+
 fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)> {
     let config = ServerConfig::load(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
     let admin_address = config.admin.as_ref().map(|admin| admin.address.clone());
-    let server = Server::builder(config)
+    let server = builder(config)
         .build()
         .map_err(|error| (EXIT_BAD_CONFIG, error))?;
     server.start().map_err(|error| (EXIT_FAILED, error))?;
@@ -102,7 +111,7 @@ fn main() -> ExitCode {
             exit_when_settled,
         } => run(config, exit_when_settled),
         Command::Validate { config } => match ServerConfig::load(&config)
-            .and_then(|loaded| Server::builder(loaded).build().map(|_| ()))
+            .and_then(|loaded| builder(loaded).build().map(|_| ()))
         {
             Ok(()) => {
                 println!("{}: valid", config.display());
@@ -111,7 +120,7 @@ fn main() -> ExitCode {
             Err(error) => Err((EXIT_BAD_CONFIG, error)),
         },
         Command::Replay { recording, config } => match ServerConfig::load(&config)
-            .and_then(|loaded| mongoose_server::replay(Server::builder(loaded), &recording))
+            .and_then(|loaded| mongoose_server::replay(builder(loaded), &recording))
         {
             Ok(reports) => {
                 for (group, report) in &reports {

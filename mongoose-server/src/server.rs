@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tracing::{error, info, warn};
 
-use crate::config::{AddFailurePolicy, IdleStrategyConfig, ServerConfig, SourceKind};
+use crate::config::{check_name, AddFailurePolicy, IdleStrategyConfig, ServerConfig, SourceKind};
 use crate::ledger::{Ledger, LedgerSettings};
 use crate::sinks::FileSink;
 use crate::ServerError;
@@ -74,6 +74,149 @@ impl ProcessorContext<'_> {
 pub type ProcessorFactory =
     Arc<dyn Fn(&ProcessorContext<'_>) -> Result<Box<dyn Processor>, String> + Send + Sync>;
 
+/// Checks a processor's settings when the server is built, before anything runs (the
+/// `validate(settings)` hook of a processor kind): what the configuration alone shows
+/// to be wrong is refused there, so `mongoose validate` says it and `mongoose run`
+/// exits 2 for it instead of failing at start.
+pub type SettingsValidator =
+    Arc<dyn Fn(&SettingsCheck<'_>) -> Result<(), SettingsError> + Send + Sync>;
+
+/// A registered processor kind: the check of its settings and its factory.
+#[derive(Clone)]
+pub struct ProcessorKind {
+    /// Checks a processor's settings at build (and so at `mongoose validate`); `None`
+    /// checks nothing before the factory runs at start.
+    pub validate: Option<SettingsValidator>,
+    /// Builds the processor at start.
+    pub build: ProcessorFactory,
+}
+
+impl std::fmt::Debug for ProcessorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessorKind")
+            .field("validated", &self.validate.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a processor kind's settings check is given: the processor, its settings, and
+/// what the server will have (feeds, sinks), without opening anything.
+#[derive(Debug)]
+pub struct SettingsCheck<'a> {
+    /// The processor's name.
+    pub name: &'a str,
+    /// Its group.
+    pub group: &'a str,
+    /// Its `settings` table.
+    pub settings: &'a toml::Table,
+    /// The whole configuration (its `sinks`, `feeds`, `base_dir`).
+    pub config: &'a ServerConfig,
+    /// Every feed the server will have: configured and added by code.
+    pub feeds: &'a [String],
+}
+
+impl SettingsCheck<'_> {
+    /// Deserializes the settings table into `S`; an error names the key it is about
+    /// (nested keys joined with dots) when serde knows it.
+    pub fn settings<S: serde::de::DeserializeOwned>(&self) -> Result<S, SettingsError> {
+        serde_path_to_error::deserialize(toml::Value::Table(self.settings.clone())).map_err(
+            |error| {
+                let key = error.path().to_string();
+                let message = error.into_inner().message().trim().to_owned();
+                match key.as_str() {
+                    "" | "." => SettingsError::new(message),
+                    _ => SettingsError::at(key, message),
+                }
+            },
+        )
+    }
+
+    /// Resolves a path against the config file's folder.
+    pub fn resolve(&self, path: &Path) -> std::path::PathBuf {
+        self.config.resolve(path)
+    }
+
+    /// Refuses a sink name (given at settings key `key`) that is not in `[[sinks]]`.
+    pub fn sink(&self, key: &str, name: &str) -> Result<(), SettingsError> {
+        if self.config.sinks.iter().any(|sink| sink.name == name) {
+            return Ok(());
+        }
+        let known: Vec<&str> = self
+            .config
+            .sinks
+            .iter()
+            .map(|sink| sink.name.as_str())
+            .collect();
+        Err(SettingsError::at(
+            key,
+            format!(
+                "no sink named '{name}': configured sinks are [{}]; declare it under [[sinks]]",
+                known.join(", ")
+            ),
+        ))
+    }
+
+    /// Refuses a feed name (given at settings key `key`) the server will not have.
+    pub fn feed(&self, key: &str, name: &str) -> Result<(), SettingsError> {
+        if self.feeds.iter().any(|feed| feed == name) {
+            return Ok(());
+        }
+        Err(SettingsError::at(
+            key,
+            unknown_feed(self.group, self.name, name, self.feeds),
+        ))
+    }
+}
+
+/// What a processor kind's settings check refuses: the settings key it is about (if
+/// one) and what to do. The server reports it as a config error at
+/// `groups[G].processors[P].settings.KEY`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingsError {
+    /// The key within the settings table (`alerts_sink`, `a.b` for nested keys).
+    pub key: Option<String>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl SettingsError {
+    /// An error about the settings as a whole.
+    pub fn new(message: impl Into<String>) -> Self {
+        SettingsError {
+            key: None,
+            message: message.into(),
+        }
+    }
+
+    /// An error about the settings key `key`.
+    pub fn at(key: impl Into<String>, message: impl Into<String>) -> Self {
+        SettingsError {
+            key: Some(key.into()),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.key {
+            Some(key) => write!(f, "{key}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+/// The message for a processor subscribing to a feed the server does not have.
+fn unknown_feed(group: &str, processor: &str, feed: &str, known: &[String]) -> String {
+    format!(
+        "processor '{group}/{processor}' subscribes to feed '{feed}', which the server does not have: \
+         configured feeds are [{}]; fix the name or add the feed under [[feeds]]",
+        known.join(", ")
+    )
+}
+
 type CodeSupplier = Box<dyn FnOnce() -> Box<dyn Processor> + Send>;
 
 /// A source added by code: its feed's name, the feed, the source.
@@ -106,9 +249,11 @@ pub struct StopResult {
 /// Builds a [`Server`]: a configuration, processor kinds, and processors added by code.
 pub struct ServerBuilder {
     config: ServerConfig,
-    kinds: BTreeMap<String, ProcessorFactory>,
+    kinds: BTreeMap<String, ProcessorKind>,
     code_processors: Vec<(String, String, CodeSupplier)>,
     code_feeds: Vec<FeedRegistration>,
+    /// The names of the feeds added by code.
+    code_feed_names: Vec<String>,
     code_sources: Vec<CodeSource>,
     kill_switch: Option<KillSwitch>,
 }
@@ -122,7 +267,9 @@ impl std::fmt::Debug for ServerBuilder {
 }
 
 impl ServerBuilder {
-    /// Registers a processor kind that config files can name.
+    /// Registers a processor kind that config files can name, without a settings
+    /// check: its settings are first looked at by `factory`, at start (a refusal then
+    /// fails the start, exit 1). Prefer [`ServerBuilder::processor_kind_checked`].
     pub fn processor_kind(
         mut self,
         kind: &str,
@@ -131,7 +278,40 @@ impl ServerBuilder {
             + Sync
             + 'static,
     ) -> Self {
-        self.kinds.insert(kind.to_owned(), Arc::new(factory));
+        self.kinds.insert(
+            kind.to_owned(),
+            ProcessorKind {
+                validate: None,
+                build: Arc::new(factory),
+            },
+        );
+        self
+    }
+
+    /// Registers a processor kind with the check of its settings (`validate`) next to
+    /// its factory. The check runs when the server is built ([`ServerBuilder::build`],
+    /// [`ServerBuilder::check`], so `mongoose validate` too) for every configured
+    /// processor of the kind: a refusal is a config error at
+    /// `groups[G].processors[P].settings[.KEY]` (exit 2), before anything runs. It
+    /// should refuse everything the configuration alone shows the factory would
+    /// (unknown keys, missing or conflicting ones, a sink or feed that is not there, a
+    /// path that cannot be what it must be), and change nothing on disk.
+    pub fn processor_kind_checked(
+        mut self,
+        kind: &str,
+        validate: impl Fn(&SettingsCheck<'_>) -> Result<(), SettingsError> + Send + Sync + 'static,
+        factory: impl Fn(&ProcessorContext<'_>) -> Result<Box<dyn Processor>, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.kinds.insert(
+            kind.to_owned(),
+            ProcessorKind {
+                validate: Some(Arc::new(validate)),
+                build: Arc::new(factory),
+            },
+        );
         self
     }
 
@@ -155,6 +335,7 @@ impl ServerBuilder {
         mut self,
         publisher: Arc<Publisher<T, P>>,
     ) -> Self {
+        self.code_feed_names.push(publisher.name().to_owned());
         self.code_feeds
             .push(Box::new(move |connector: &DeliveryFeeds| {
                 connector.register(publisher).map_err(ServerError::from)
@@ -189,20 +370,134 @@ impl ServerBuilder {
         self
     }
 
-    /// Checks every processor's kind and builds the server (nothing runs yet).
-    pub fn build(self) -> Result<Server, ServerError> {
-        let config = self.config;
+    /// Checks everything the configuration shows, with what only the builder knows,
+    /// without opening or creating anything: the configuration itself (names, ranges,
+    /// paths, as [`ServerConfig::parse`] does), the names of processors added by code,
+    /// every processor's kind and its settings (the kind's settings check), a `feed`
+    /// setting naming a feed the server has, overload overrides naming a group, and
+    /// `record.processors` naming a processor. [`ServerBuilder::build`] runs it first.
+    pub fn check(&self) -> Result<(), ServerError> {
+        let config = &self.config;
+        config.validate()?;
+        for (group, name, _) in &self.code_processors {
+            let key = format!("the processor '{group}/{name}' added by code");
+            check_name(format!("{key}: its group"), group)?;
+            check_name(key, name)?;
+        }
+        let mut feeds: Vec<String> = config.feeds.iter().map(|feed| feed.name.clone()).collect();
+        feeds.extend(self.code_feed_names.iter().cloned());
+        let mut groups: Vec<&str> = config
+            .groups
+            .iter()
+            .map(|group| group.name.as_str())
+            .collect();
+        groups.extend(
+            self.code_processors
+                .iter()
+                .map(|(group, _, _)| group.as_str()),
+        );
+        groups.sort_unstable();
+        groups.dedup();
+        for (index, feed) in config.feeds.iter().enumerate() {
+            for group in feed.overload.subscribers.keys() {
+                if !groups.contains(&group.as_str()) {
+                    return Err(ServerError::invalid(
+                        format!("feeds[{index}].overload.subscribers.{group}"),
+                        format!(
+                            "an override for the group '{group}', which is not configured: the groups are [{}]; \
+                             fix the name or remove the override",
+                            groups.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(record) = &config.record {
+            let mut processors: Vec<&str> = config
+                .groups
+                .iter()
+                .flat_map(|group| {
+                    group
+                        .processors
+                        .iter()
+                        .map(|processor| processor.name.as_str())
+                })
+                .chain(
+                    self.code_processors
+                        .iter()
+                        .map(|(_, name, _)| name.as_str()),
+                )
+                .collect();
+            processors.sort_unstable();
+            processors.dedup();
+            for (index, name) in record.processors.iter().enumerate() {
+                if !processors.contains(&name.as_str()) {
+                    return Err(ServerError::invalid(
+                        format!("record.processors[{index}]"),
+                        format!(
+                            "'{name}' names no processor: the processors are [{}]; fix the name \
+                             (an empty list records every processor)",
+                            processors.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
         for (group_index, group) in config.groups.iter().enumerate() {
             for (index, processor) in group.processors.iter().enumerate() {
-                if !self.kinds.contains_key(&processor.kind) {
+                let Some(kind) = self.kinds.get(&processor.kind) else {
                     return Err(ServerError::UnknownProcessorKind {
                         path: format!("groups[{group_index}].processors[{index}].kind"),
                         kind: processor.kind.clone(),
                         known: self.kinds.keys().cloned().collect::<Vec<_>>().join(", "),
                     });
+                };
+                let settings_key = format!("groups[{group_index}].processors[{index}].settings");
+                // any kind's `feed` setting names the feed it subscribes to (issue 9,
+                // item 11)
+                if let Some(toml::Value::String(feed)) = processor.settings.get("feed") {
+                    if !feeds.contains(feed) {
+                        return Err(ServerError::invalid(
+                            format!("{settings_key}.feed"),
+                            unknown_feed(&group.name, &processor.name, feed, &feeds),
+                        ));
+                    }
+                }
+                let Some(validate) = &kind.validate else {
+                    continue;
+                };
+                let check = SettingsCheck {
+                    name: &processor.name,
+                    group: &group.name,
+                    settings: &processor.settings,
+                    config,
+                    feeds: &feeds,
+                };
+                if let Err(refused) = validate(&check) {
+                    let path = match &refused.key {
+                        Some(key) => format!("{settings_key}.{key}"),
+                        None => settings_key,
+                    };
+                    return Err(ServerError::invalid(
+                        path,
+                        format!(
+                            "processor '{}/{}' ({}): {}",
+                            group.name, processor.name, processor.kind, refused.message
+                        ),
+                    ));
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Checks everything ([`ServerBuilder::check`]), and that `record.dir` holds no
+    /// recording of a group already (RECORD never writes over one), and builds the
+    /// server: feeds, sinks opened (created if missing), nothing runs yet.
+    pub fn build(self) -> Result<Server, ServerError> {
+        self.check()?;
+        self.config.refuse_recording_over_a_recording()?;
+        let config = self.config;
         let registry = FeedRegistry::default();
         let connector = DeliveryFeeds::new(registry.clone());
         let plane = ControlPlane::new_unstarted(
@@ -274,7 +569,6 @@ impl ServerBuilder {
                 source: Mutex::new(SourceSlot::Ready(Box::new(source))),
             });
         }
-        refuse_processors_of_unknown_feeds(&config, &registry)?;
         let sinks = open_sinks(&config)?;
         Ok(Server {
             inner: Arc::new(Inner {
@@ -322,7 +616,7 @@ struct Lifecycle {
 
 struct Inner {
     config: ServerConfig,
-    kinds: BTreeMap<String, ProcessorFactory>,
+    kinds: BTreeMap<String, ProcessorKind>,
     code_processors: Mutex<Vec<(String, String, CodeSupplier)>>,
     registry: FeedRegistry,
     plane: ControlPlane,
@@ -372,6 +666,7 @@ pub fn replay(
     builder: ServerBuilder,
     recording: &Path,
 ) -> Result<Vec<(String, ReplayReport)>, ServerError> {
+    builder.check()?;
     let config = builder.config;
     let sinks = Arc::new(open_sinks(&config)?);
     let mut reports = Vec::new();
@@ -379,13 +674,15 @@ pub fn replay(
         let dir = recording.join(&group.name);
         let mut replayer = Replayer::open(&dir, feed_codecs(&config));
         for (index, processor) in group.processors.iter().enumerate() {
-            let factory = builder.kinds.get(&processor.kind).cloned().ok_or_else(|| {
-                ServerError::UnknownProcessorKind {
+            let factory = builder
+                .kinds
+                .get(&processor.kind)
+                .map(|kind| Arc::clone(&kind.build))
+                .ok_or_else(|| ServerError::UnknownProcessorKind {
                     path: format!("groups[{group_index}].processors[{index}].kind"),
                     kind: processor.kind.clone(),
                     known: builder.kinds.keys().cloned().collect::<Vec<_>>().join(", "),
-                }
-            })?;
+                })?;
             let settings = processor.settings.clone();
             let (name, group_name, base) = (
                 processor.name.clone(),
@@ -430,41 +727,6 @@ fn feed_codecs(config: &ServerConfig) -> FeedCodecs {
     })
 }
 
-/// A configured processor whose settings name a `feed` must name a feed the server
-/// has (configured or added by code): the config alone shows the subscription would
-/// fail (issue 9, item 11).
-fn refuse_processors_of_unknown_feeds(
-    config: &ServerConfig,
-    registry: &FeedRegistry,
-) -> Result<(), ServerError> {
-    for (group_index, group) in config.groups.iter().enumerate() {
-        for (index, processor) in group.processors.iter().enumerate() {
-            let Some(toml::Value::String(feed)) = processor.settings.get("feed") else {
-                continue;
-            };
-            if registry.get(feed).is_some() {
-                continue;
-            }
-            let known: Vec<String> = registry
-                .feeds()
-                .iter()
-                .map(|known| known.name().to_owned())
-                .collect();
-            return Err(ServerError::invalid(
-                format!("groups[{group_index}].processors[{index}].settings.feed"),
-                format!(
-                    "processor '{}/{}' subscribes to feed '{feed}', which the server does not have: \
-                     configured feeds are [{}]; fix the name or add the feed under [[feeds]]",
-                    group.name,
-                    processor.name,
-                    known.join(", ")
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn open_sinks(config: &ServerConfig) -> Result<BTreeMap<String, FileSink>, ServerError> {
     let mut sinks = BTreeMap::new();
     for sink in &config.sinks {
@@ -496,10 +758,11 @@ impl Server {
             kinds: BTreeMap::new(),
             code_processors: Vec::new(),
             code_feeds: Vec::new(),
+            code_feed_names: Vec::new(),
             code_sources: Vec::new(),
             kill_switch: None,
         }
-        .processor_kind("ledger", |context| {
+        .processor_kind_checked("ledger", LedgerSettings::check, |context| {
             let mut settings: LedgerSettings = context.settings()?;
             settings.state_dir = context.resolve(&settings.state_dir);
             let alerts = match (&settings.alerts, &settings.alerts_sink) {
@@ -603,7 +866,7 @@ impl Server {
         let mut adds = Vec::new();
         for group in &inner.config.groups {
             for processor in &group.processors {
-                let factory = Arc::clone(&inner.kinds[&processor.kind]);
+                let factory = Arc::clone(&inner.kinds[&processor.kind].build);
                 let context = ProcessorContext {
                     name: &processor.name,
                     group: &group.name,
@@ -696,8 +959,20 @@ impl Server {
                 }
                 info!(feed = %name, "source started");
                 let mut idle = 0u32;
+                // a failing duty cycle is logged once, then as a count at most every
+                // 10 s (issue 10, item 8: no flood of repeated lines)
+                let mut failures = 0u64;
+                let mut unlogged = 0u64;
+                let mut last_logged: Option<Instant> = None;
                 while !stop_flag.load(Ordering::Acquire) {
-                    match source.do_work() {
+                    let cycle = source.do_work();
+                    if cycle.is_ok() && failures > 0 {
+                        info!(feed = %name, failures, "the source works again");
+                        failures = 0;
+                        unlogged = 0;
+                        last_logged = None;
+                    }
+                    match cycle {
                         Ok(WorkDone(0)) => {
                             idle = idle.saturating_add(1);
                             if idle > 64 {
@@ -708,7 +983,18 @@ impl Server {
                         }
                         Ok(_) => idle = 0,
                         Err(error) => {
-                            error!(feed = %name, %error, "source duty cycle failed; retrying");
+                            failures += 1;
+                            let due = last_logged.is_none_or(|last| {
+                                last.elapsed() >= Duration::from_secs(10)
+                            });
+                            if due {
+                                error!(feed = %name, %error, failures, unlogged,
+                                    "source duty cycle failed; retrying every 100 ms (this error is repeated at most every 10 s, with a count)");
+                                last_logged = Some(Instant::now());
+                                unlogged = 0;
+                            } else {
+                                unlogged += 1;
+                            }
                             std::thread::sleep(Duration::from_millis(100));
                         }
                     }

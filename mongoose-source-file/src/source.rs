@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mongoose_core::{
     BatchEnd, CoreError, Epoch, EventSource, Refusal, SourceCommitter, SourceOutput, SourceState,
@@ -382,6 +383,92 @@ enum EofCheck {
 /// Called between the open of the input file and the read of its identity (tests).
 type OpenHook = Box<dyn FnMut() + Send>;
 
+/// The wait before the first reopen of an input that failed to open or to read (other
+/// than not existing yet); it doubles with each failure in a row up to
+/// [`REOPEN_BACKOFF_MAX`], and starts again once a read succeeds. Without it a path
+/// that is a directory (which opens, then fails every read) was reopened in a busy
+/// loop (issue 10, item 8).
+const REOPEN_BACKOFF_MIN: Duration = Duration::from_millis(10);
+
+/// The longest wait between two reopen attempts of a failing input.
+const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A warning that repeats (the input still cannot be opened or read) is logged the
+/// first time, then as a count of the repeats at most this often.
+const REPEATED_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The wait between reopen attempts of a failing input: none until it fails, then
+/// [`REOPEN_BACKOFF_MIN`] doubling up to [`REOPEN_BACKOFF_MAX`].
+#[derive(Debug)]
+struct ReopenBackoff {
+    delay: Duration,
+    next_attempt: Option<Instant>,
+}
+
+impl Default for ReopenBackoff {
+    fn default() -> Self {
+        ReopenBackoff {
+            delay: REOPEN_BACKOFF_MIN,
+            next_attempt: None,
+        }
+    }
+}
+
+impl ReopenBackoff {
+    /// Whether an attempt may be made now.
+    fn ready(&self) -> bool {
+        self.next_attempt
+            .is_none_or(|next_attempt| Instant::now() >= next_attempt)
+    }
+
+    /// An attempt failed: the next waits longer.
+    fn failed(&mut self) {
+        self.next_attempt = Some(Instant::now() + self.delay);
+        self.delay = (self.delay * 2).min(REOPEN_BACKOFF_MAX);
+    }
+
+    /// The input works again.
+    fn succeeded(&mut self) {
+        *self = ReopenBackoff::default();
+    }
+}
+
+/// A warning that may repeat every attempt: logged the first time, then counted, and
+/// the count logged at most every [`REPEATED_WARNING_INTERVAL`].
+#[derive(Debug, Default)]
+struct RepeatedWarning {
+    last_logged: Option<Instant>,
+    /// Occurrences since the last one logged.
+    unlogged: u64,
+    /// Occurrences since the condition began.
+    total: u64,
+}
+
+impl RepeatedWarning {
+    /// Another occurrence: `Some(unlogged)` when it is to be logged now (with the
+    /// number of occurrences not logged since the last one), `None` to stay quiet.
+    fn occurred(&mut self) -> Option<u64> {
+        self.total += 1;
+        let now = Instant::now();
+        let due = self
+            .last_logged
+            .is_none_or(|last| now.duration_since(last) >= REPEATED_WARNING_INTERVAL);
+        if !due {
+            self.unlogged += 1;
+            return None;
+        }
+        self.last_logged = Some(now);
+        Some(std::mem::take(&mut self.unlogged))
+    }
+
+    /// The condition is over: how many times it occurred, if it did.
+    fn cleared(&mut self) -> Option<u64> {
+        let total = self.total;
+        *self = RepeatedWarning::default();
+        (total > 0).then_some(total)
+    }
+}
+
 /// A file source: reads lines of a file by bytes, maps each line to an item and
 /// publishes it with the byte offset after the line as its position.
 ///
@@ -413,6 +500,12 @@ pub struct FileEventSource<T> {
     reported: Option<(SourceState, Option<String>)>,
     status: FileSourceStatus,
     open_hook: Option<OpenHook>,
+    /// The wait between reopens of an input that fails to open or to read.
+    backoff: ReopenBackoff,
+    /// The input cannot be opened (other than not existing yet).
+    open_failures: RepeatedWarning,
+    /// The input cannot be read.
+    read_failures: RepeatedWarning,
 }
 
 impl<T> fmt::Debug for FileEventSource<T> {
@@ -477,6 +570,9 @@ impl<T: Send + 'static> FileEventSource<T> {
                 ignored_old_acknowledgements: 0,
             },
             open_hook: None,
+            backoff: ReopenBackoff::default(),
+            open_failures: RepeatedWarning::default(),
+            read_failures: RepeatedWarning::default(),
         }
     }
 
@@ -558,6 +654,10 @@ impl<T: Send + 'static> FileEventSource<T> {
     /// Opens the input (identity from the opened handle) and positions the reader.
     /// Returns false when there is no input to open yet.
     fn open_input(&mut self) -> Result<bool, CoreError> {
+        if !self.backoff.ready() {
+            // the last attempt failed: no busy loop of reopens (issue 10, item 8)
+            return Ok(false);
+        }
         let path = self.config.path.clone();
         let file = match File::open(&path) {
             Ok(file) => file,
@@ -572,7 +672,12 @@ impl<T: Send + 'static> FileEventSource<T> {
                 return Ok(false);
             }
             Err(error) => {
-                warn!(source = %self.config.name, path = %path.display(), %error, "cannot open the input file; retrying");
+                self.backoff.failed();
+                if let Some(unlogged) = self.open_failures.occurred() {
+                    warn!(source = %self.config.name, path = %path.display(), %error,
+                        failures = self.open_failures.total, unlogged,
+                        "cannot open the input file; retrying with a back-off (up to 1 s; this warning is repeated at most every 10 s, with a count)");
+                }
                 self.report(
                     SourceState::Behind,
                     Some(format!(
@@ -583,6 +688,9 @@ impl<T: Send + 'static> FileEventSource<T> {
                 return Ok(false);
             }
         };
+        if let Some(failures) = self.open_failures.cleared() {
+            info!(source = %self.config.name, path = %path.display(), failures, "the input file opens again");
+        }
         if let Some(hook) = self.open_hook.as_mut() {
             hook();
         }
@@ -1032,7 +1140,14 @@ impl<T: Send + 'static> FileEventSource<T> {
                 self.buf.resize(grown, 0);
             }
             let offset = input.read_through();
-            match read_at(&input.file, &mut self.buf[input.filled..], offset) {
+            let read = read_at(&input.file, &mut self.buf[input.filled..], offset);
+            if read.is_ok() {
+                self.backoff.succeeded();
+                if let Some(failures) = self.read_failures.cleared() {
+                    info!(source = %self.config.name, failures, "the input file reads again");
+                }
+            }
+            match read {
                 Ok(0) => {
                     if !self.at_end_of_file()? {
                         break;
@@ -1044,7 +1159,12 @@ impl<T: Send + 'static> FileEventSource<T> {
                 }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) => {
-                    warn!(source = %self.config.name, %error, "cannot read the input file; reopening it");
+                    self.backoff.failed();
+                    if let Some(unlogged) = self.read_failures.occurred() {
+                        warn!(source = %self.config.name, path = %self.config.path.display(), %error,
+                            failures = self.read_failures.total, unlogged,
+                            "cannot read the input file; reopening it with a back-off (up to 1 s; this warning is repeated at most every 10 s, with a count)");
+                    }
                     let from = input.position();
                     self.close_input();
                     self.reopen_from = Some(from);
@@ -1264,6 +1384,9 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.paused = false;
         self.opened_since_start = false;
         self.reported = None;
+        self.backoff = ReopenBackoff::default();
+        self.open_failures = RepeatedWarning::default();
+        self.read_failures = RepeatedWarning::default();
         self.output.set_pause_by_default(true);
         if self.config.strategy.has_pointer() {
             let mut shared = self.shared.lock();

@@ -345,3 +345,32 @@ fn mapper_errors_inside_a_batch_are_filtered_in_file_order_between_the_published
     drive(&mut source, 1);
     assert_eq!(pointer_of(&path).offset, content.len() as u64);
 }
+
+// issue 10 item 8: a path that is a directory opened (a directory opens) and failed to
+// read at once, every cycle: a busy loop of reopens and 693,248 WARN lines in five
+// seconds. The reopens back off (doubling up to a second), so a tight loop of cycles
+// makes only a few attempts. Counted in reopens, never timed.
+#[test]
+fn an_input_path_that_is_a_directory_is_reopened_with_a_back_off() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("input.log");
+    fs::create_dir(&path).expect("a directory at the input path");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    drive(&mut source, 20_000);
+    let reopens = source.status().reopens;
+    assert!(
+        reopens < 100,
+        "{reopens} reopens in 20,000 cycles: the source retries in a busy loop"
+    );
+    let detail = output
+        .states()
+        .last()
+        .and_then(|(_, detail)| detail.clone());
+    assert!(
+        detail
+            .as_deref()
+            .is_some_and(|detail| detail.contains("Is a directory")),
+        "the status says why: {detail:?}"
+    );
+}

@@ -3,7 +3,9 @@
 //! * `cargo xtask bench` runs the whole-pipeline benchmarks in release mode, one after
 //!   the other so they do not compete for cores, and prints their figures.
 //! * `cargo xtask fuzz [SECONDS]` runs every cargo-fuzz target of the workspace for
-//!   SECONDS each (default 60), installing cargo-fuzz first if it is missing.
+//!   SECONDS each (default 60), installing cargo-fuzz first if it is missing. A target
+//!   with a folder of seed inputs, `<crate>/fuzz/seeds/<target>/` (kept in git, unlike
+//!   the corpus), starts from them as well as from its corpus.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -120,9 +122,20 @@ fn fuzz(seconds: u64) -> bool {
                 continue;
             }
             let budget = format!("-max_total_time={seconds}");
-            ok &= run(Command::new(env!("CARGO"))
+            let mut command = Command::new(env!("CARGO"));
+            command
                 .current_dir(&crate_dir)
-                .args(["fuzz", "run", "-s", "none", target, "--", &budget]));
+                .args(["fuzz", "run", "-s", "none", target]);
+            let seeds = crate_dir.join("fuzz").join("seeds").join(target);
+            if seeds.is_dir() {
+                // the corpus first: libFuzzer writes new inputs into the first folder
+                let corpus = crate_dir.join("fuzz").join("corpus").join(target);
+                if let Err(error) = std::fs::create_dir_all(&corpus) {
+                    eprintln!("xtask: cannot create {}: {error}", corpus.display());
+                }
+                command.arg(&corpus).arg(&seeds);
+            }
+            ok &= run(command.args(["--", &budget]));
         }
     }
     ok
