@@ -765,7 +765,11 @@ mod tests {
         );
         let first = &audit.records()[1];
         let reason = first.reason.as_deref().unwrap_or_default();
-        assert!(reason.len() < MAX_AUDIT_FIELD_BYTES + 64, "{}", reason.len());
+        assert!(
+            reason.len() < MAX_AUDIT_FIELD_BYTES + 64,
+            "{}",
+            reason.len()
+        );
         assert!(
             reason.ends_with("…[truncated: 1900017 bytes]"),
             "the marker gives the full length: {} bytes",
