@@ -527,8 +527,8 @@ async fn export_audit(
     let Some(found) = server.control().group(&group) else {
         return not_found(format!("no group named '{group}'"));
     };
-    let result = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, Response> {
-        let internal = |what: String| error_response(StatusCode::INTERNAL_SERVER_ERROR, what);
+    let result = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, (StatusCode, String)> {
+        let internal = |what: String| (StatusCode::INTERNAL_SERVER_ERROR, what);
         std::fs::create_dir_all(&*root).map_err(|error| {
             internal(format!(
                 "cannot create the export root {}: {error}",
@@ -538,7 +538,7 @@ async fn export_audit(
         let folder = root.join(&name);
         std::fs::create_dir(&folder).map_err(|error| {
             if error.kind() == std::io::ErrorKind::AlreadyExists {
-                error_response(
+                (
                     StatusCode::CONFLICT,
                     format!(
                         "{} already exists: an export never overwrites another, choose a new ?dir= name",
@@ -571,7 +571,7 @@ async fn export_audit(
     .await;
     match result {
         Ok(Ok(body)) => Json(body).into_response(),
-        Ok(Err(response)) => response,
+        Ok(Err((status, message))) => error_response(status, message),
         Err(error) => error_response(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
     }
 }

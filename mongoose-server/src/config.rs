@@ -558,6 +558,29 @@ settings = { state_dir = "state" }
         );
     }
 
+    // issue 10, item 1: `address = "0.0.0.0:8089"` was accepted without a word
+    #[test]
+    fn a_non_loopback_admin_address_needs_a_token_file() {
+        for address in ["0.0.0.0:9000", "[::]:9000", "10.1.2.3:9000"] {
+            let error = parse(&GOOD.replace("127.0.0.1:9000", address)).expect_err(address);
+            let message = error.to_string();
+            assert!(message.contains("admin.address"), "{message}");
+            assert!(
+                message.contains("token_file = \"admin.token\""),
+                "{message}"
+            );
+        }
+        let with_token = GOOD.replace(
+            "127.0.0.1:9000\"",
+            "0.0.0.0:9000\"\ntoken_file = \"admin.token\"\nexport_root = \"audits\"",
+        );
+        let config = parse(&with_token).expect("a token file makes it valid");
+        let admin = config.admin.expect("admin");
+        assert!(!admin.is_loopback());
+        assert_eq!(admin.export_root, Some(PathBuf::from("audits")));
+        assert!(parse(&GOOD.replace("127.0.0.1:9000", "[::1]:9000")).is_ok());
+    }
+
     #[test]
     fn a_bad_idle_strategy_and_a_bad_address_say_what_is_expected() {
         let error = parse(&GOOD.replace("sleeping-millis:1", "nap")).expect_err("bad idle");
