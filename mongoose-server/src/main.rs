@@ -156,14 +156,20 @@ fn status(
         {
             Some(report) => {
                 print!("{}", cli::status_table(&report));
-                let groups = admin::get_text_with_token(address, "/groups", token)
-                    .ok()
-                    .and_then(|text| {
-                        serde_json::from_str::<Vec<mongoose_control::GroupStatus>>(&text).ok()
+                let groups =
+                    admin::get_text_with_token(address, "/groups", token).and_then(|text| {
+                        serde_json::from_str::<Vec<mongoose_control::GroupStatus>>(&text).map_err(
+                            |error| {
+                                ServerError::State(format!("unexpected groups answer: {error}"))
+                            },
+                        )
                     });
-                if let Some(groups) = groups {
-                    println!();
-                    print!("{}", cli::groups_table(&groups));
+                match groups {
+                    Ok(groups) => {
+                        println!();
+                        print!("{}", cli::groups_table(&groups));
+                    }
+                    Err(error) => eprintln!("mongoose: no groups table: {error}"),
                 }
                 Ok(0)
             }

@@ -393,6 +393,17 @@ fn a_token_guards_every_route_off_loopback_and_every_mutating_route_on_loopback(
     wait_until_settled(&mut running, &setup, &address, None);
     let (code, _) = http("GET", &address, "/metrics", None, None);
     assert_eq!(code, 200);
+    let output = setup.mongoose(&["status", "--admin", &address]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "the status is open: {stderr}"
+    );
+    assert!(
+        stderr.contains("no groups table") && stderr.contains("--token-file"),
+        "the groups table needs the token, and says so: {stderr}"
+    );
     let guarded = [
         ("GET", "/groups", None),
         ("GET", "/processors/bank/ledger/commands", None),
