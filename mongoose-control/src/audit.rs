@@ -5,6 +5,14 @@
 //! the `request_id`, the `root_id` shared by every record of one request and, for a
 //! record caused by another, its `cause_seq`. When the ring drops records, or a mirror
 //! write fails, [`ControlAudit::is_complete`] is false and the export's manifest says so.
+//!
+//! The ring is bounded twice: by records ([`DEFAULT_AUDIT_CAPACITY`]) and by bytes
+//! ([`DEFAULT_AUDIT_BYTES`], the sum of the retained records' sizes); whichever is
+//! reached first drops the oldest records, counted in `dropped` (so the audit is no
+//! longer complete). A text field longer than [`MAX_AUDIT_FIELD_BYTES`] (a giant admin
+//! command argument, an error that quotes one) is cut with a
+//! `…[truncated: N bytes]` marker and counted in `truncated`: the record stays, its
+//! text is abridged, so one request can never pin more than a few KiB.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -21,6 +29,14 @@ use crate::error::ControlError;
 
 /// The default ring capacity per group.
 pub const DEFAULT_AUDIT_CAPACITY: usize = 10_000;
+
+/// The default bound of a group's ring in bytes: the sum of its records' sizes
+/// ([`AuditCounts::bytes`]).
+pub const DEFAULT_AUDIT_BYTES: usize = 8 << 20;
+
+/// The longest text field a record keeps (in bytes); a longer one is cut at a
+/// character boundary and ends with `…[truncated: N bytes]`, N its full length.
+pub const MAX_AUDIT_FIELD_BYTES: usize = 4096;
 
 /// The manifest's `format` value.
 pub const EXPORT_FORMAT: &str = "mongoose-control-audit";
@@ -194,6 +210,9 @@ pub type AuditMirror = Box<dyn Write + Send>;
 struct Ring {
     records: VecDeque<AuditRecord>,
     capacity: usize,
+    max_bytes: usize,
+    bytes: usize,
+    truncated: u64,
     next_seq: u64,
     dropped: u64,
     sink_failures: u64,
@@ -228,20 +247,41 @@ pub struct AuditCounts {
     pub sink_failures: u64,
     /// Nothing dropped and no write failed.
     pub complete: bool,
+    /// The retained records' size in bytes (bounded by the ring's byte capacity).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Text fields cut to [`MAX_AUDIT_FIELD_BYTES`] (the records are kept).
+    #[serde(default)]
+    pub truncated: u64,
 }
 
 impl ControlAudit {
-    /// An audit keeping at most `capacity` records (0 means the default).
+    /// An audit keeping at most `capacity` records (0 means the default) and at most
+    /// [`DEFAULT_AUDIT_BYTES`] of them.
     pub fn new(capacity: usize, mirror: Option<AuditMirror>) -> Self {
+        Self::with_limits(capacity, DEFAULT_AUDIT_BYTES, mirror)
+    }
+
+    /// An audit keeping at most `capacity` records and `max_bytes` bytes of them (0
+    /// means the default for either); the oldest records go first.
+    pub fn with_limits(capacity: usize, max_bytes: usize, mirror: Option<AuditMirror>) -> Self {
         let capacity = if capacity == 0 {
             DEFAULT_AUDIT_CAPACITY
         } else {
             capacity
         };
+        let max_bytes = if max_bytes == 0 {
+            DEFAULT_AUDIT_BYTES
+        } else {
+            max_bytes
+        };
         ControlAudit {
             ring: Mutex::new(Ring {
                 records: VecDeque::with_capacity(capacity.min(1024)),
                 capacity,
+                max_bytes,
+                bytes: 0,
+                truncated: 0,
                 next_seq: 1,
                 dropped: 0,
                 sink_failures: 0,
@@ -372,28 +412,43 @@ impl Ring {
     fn push(&mut self, new: NewRecord) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        if self.records.len() >= self.capacity {
-            self.records.pop_front();
-            self.dropped += 1;
-        }
-        self.records.push_back(AuditRecord {
+        let mut cut = 0u64;
+        let record = AuditRecord {
             seq,
             record: new.record,
             request_id: new.request_id,
             root_id: new.root_id,
             cause_seq: new.cause_seq,
-            op_id: new.op_id,
-            what: new.what,
-            outcome: new.outcome,
-            reason: new.reason,
+            op_id: bounded_option(new.op_id, &mut cut),
+            what: bounded(new.what, &mut cut),
+            outcome: bounded_option(new.outcome, &mut cut),
+            reason: bounded_option(new.reason, &mut cut),
             generation: new.generation,
-            name: new.name,
+            name: bounded_option(new.name, &mut cut),
             kind: new.kind,
-            from: new.from,
-            to: new.to,
-            effects: new.effects,
-            cause_op: new.cause_op,
-        });
+            from: bounded_option(new.from, &mut cut),
+            to: bounded_option(new.to, &mut cut),
+            effects: new
+                .effects
+                .into_iter()
+                .map(|effect| bounded(effect, &mut cut))
+                .collect(),
+            cause_op: bounded_option(new.cause_op, &mut cut),
+        };
+        self.truncated += cut;
+        let size = record_size(&record);
+        // the newest record is always kept: the oldest go first, counted as dropped
+        while self.records.len() >= self.capacity
+            || (!self.records.is_empty() && self.bytes + size > self.max_bytes)
+        {
+            let Some(oldest) = self.records.pop_front() else {
+                break;
+            };
+            self.bytes -= record_size(&oldest);
+            self.dropped += 1;
+        }
+        self.bytes += size;
+        self.records.push_back(record);
         seq
     }
 
@@ -404,8 +459,47 @@ impl Ring {
             dropped: self.dropped,
             sink_failures: self.sink_failures,
             complete: self.dropped == 0 && self.sink_failures == 0,
+            bytes: self.bytes as u64,
+            truncated: self.truncated,
         }
     }
+}
+
+/// `text`, cut to [`MAX_AUDIT_FIELD_BYTES`] at a character boundary with a marker that
+/// gives its full length when it is longer (counted in `cut`).
+fn bounded(text: String, cut: &mut u64) -> String {
+    if text.len() <= MAX_AUDIT_FIELD_BYTES {
+        return text;
+    }
+    *cut += 1;
+    let mut end = MAX_AUDIT_FIELD_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…[truncated: {} bytes]", &text[..end], text.len())
+}
+
+fn bounded_option(text: Option<String>, cut: &mut u64) -> Option<String> {
+    text.map(|text| bounded(text, cut))
+}
+
+/// The bytes a record holds: its fixed part and its texts.
+fn record_size(record: &AuditRecord) -> usize {
+    let optional = |text: &Option<String>| text.as_ref().map_or(0, String::len);
+    std::mem::size_of::<AuditRecord>()
+        + record.what.len()
+        + optional(&record.op_id)
+        + optional(&record.outcome)
+        + optional(&record.reason)
+        + optional(&record.name)
+        + optional(&record.from)
+        + optional(&record.to)
+        + optional(&record.cause_op)
+        + record
+            .effects
+            .iter()
+            .map(|effect| effect.len() + std::mem::size_of::<String>())
+            .sum::<usize>()
 }
 
 fn render(records: &[AuditRecord]) -> String {
@@ -637,6 +731,76 @@ mod tests {
         assert_eq!(records.len(), 2);
         assert!(records.iter().all(|r| r.root_id == 1));
         assert_eq!(records[1].cause_seq, Some(records[0].seq));
+    }
+
+    fn serialized_bytes(audit: &ControlAudit) -> usize {
+        audit
+            .records()
+            .iter()
+            .map(|record| serde_json::to_string(record).map_or(0, |line| line.len()))
+            .sum()
+    }
+
+    // issue 10, item 3: one 1.9 MB admin command argument pinned about 7 MB in the ring
+    // (the decision's command line, the failed effect's reason, the reply's reason), so
+    // repeated requests grew memory without bound
+    #[test]
+    fn giant_fields_are_truncated_so_repeated_requests_pin_a_bounded_number_of_bytes() {
+        let audit = ControlAudit::new(0, None);
+        let giant = "a".repeat(1_900_000);
+        for request in 0..30 {
+            let input = audit.write(NewRecord::new(RecordType::Input, request, "Admin"));
+            for _ in 0..3 {
+                audit.write(
+                    NewRecord::new(RecordType::Decision, request, "adminInvoke")
+                        .cause(input)
+                        .reason(format!("command: balance {giant}")),
+                );
+            }
+        }
+        let retained = serialized_bytes(&audit);
+        assert!(
+            retained <= DEFAULT_AUDIT_BYTES,
+            "120 records of 1.9 MB each pin {retained} bytes"
+        );
+        let first = &audit.records()[1];
+        let reason = first.reason.as_deref().unwrap_or_default();
+        assert!(
+            reason.len() < MAX_AUDIT_FIELD_BYTES + 64,
+            "{}",
+            reason.len()
+        );
+        assert!(
+            reason.ends_with("…[truncated: 1900017 bytes]"),
+            "the marker gives the full length: {} bytes",
+            reason.len()
+        );
+        let counts = audit.counts();
+        assert_eq!(counts.truncated, 90);
+        assert!(counts.complete, "truncated records are kept, not dropped");
+    }
+
+    // issue 10, item 3: the ring's bytes are bounded, not only its records; what it
+    // drops for bytes is counted like what it drops for records
+    #[test]
+    fn the_ring_is_bounded_in_bytes_and_a_drop_for_bytes_makes_it_incomplete() {
+        let audit = ControlAudit::with_limits(10_000, 64 * 1024, None);
+        for request in 0..100 {
+            audit.write(
+                NewRecord::new(RecordType::Input, request, "Admin").reason("x".repeat(3000)),
+            );
+        }
+        let counts = audit.counts();
+        assert!(counts.bytes <= 64 * 1024, "{counts:?}");
+        assert!(counts.dropped > 0 && !counts.complete, "{counts:?}");
+        assert_eq!(counts.total, counts.retained + counts.dropped, "{counts:?}");
+        let seqs: Vec<u64> = audit.records().iter().map(|r| r.seq).collect();
+        assert_eq!(seqs.last(), Some(&100), "the newest are kept");
+        assert!(seqs.windows(2).all(|pair| pair[1] == pair[0] + 1));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bank.jsonl");
+        audit.export(&path).expect("exported");
+        assert_eq!(verify(&path), Verification::Incomplete);
     }
 
     struct FailingMirror;

@@ -321,13 +321,63 @@ pub struct RecordSection {
     pub processors: Vec<String>,
 }
 
-/// The admin API.
+/// The admin API (see [`crate::admin`] for its routes and limits).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
-    /// Where to listen (default 127.0.0.1:8089; loopback only unless you say otherwise).
+    /// Where to listen (default 127.0.0.1:8089). An address that is not loopback needs
+    /// `token_file`.
     #[serde(default = "default_admin_address")]
     pub address: String,
+    /// A file holding the bearer token (relative to the config file's folder; trimmed;
+    /// not empty, not readable by others). With it, every route but `GET /status` and
+    /// `GET /metrics` on loopback needs `Authorization: Bearer <token>`.
+    pub token_file: Option<PathBuf>,
+    /// The folder audit exports are written below (relative to the config file's
+    /// folder; default `exports`).
+    pub export_root: Option<PathBuf>,
+}
+
+impl AdminConfig {
+    /// Whether the address is a loopback one (127.0.0.0/8, ::1); false when it does
+    /// not parse.
+    pub fn is_loopback(&self) -> bool {
+        self.address
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|address| address.ip().to_canonical().is_loopback())
+    }
+
+    fn validate(&self) -> Result<(), ServerError> {
+        if self.address.parse::<std::net::SocketAddr>().is_err() {
+            return Err(ServerError::invalid(
+                "admin.address",
+                format!(
+                    "'{}' is not an address: expected host:port, e.g. 127.0.0.1:8089",
+                    self.address
+                ),
+            ));
+        }
+        if !self.is_loopback() && self.token_file.is_none() {
+            return Err(ServerError::invalid(
+                "admin.address",
+                format!(
+                    "'{}' is not a loopback address, so the admin API (which can stop processors, run their commands, export files and release held items) needs a bearer token: put a random token in a file only the server's user can read (e.g. `openssl rand -hex 32 > admin.token && chmod 600 admin.token`) and set token_file = \"admin.token\" in [admin], or listen on 127.0.0.1",
+                    self.address
+                ),
+            ));
+        }
+        if self
+            .export_root
+            .as_ref()
+            .is_some_and(|root| root.as_os_str().is_empty())
+        {
+            return Err(ServerError::invalid(
+                "admin.export_root",
+                "must not be empty: name a folder (default \"exports\")",
+            ));
+        }
+        Ok(())
+    }
 }
 
 fn default_admin_address() -> String {
@@ -584,15 +634,7 @@ impl ServerConfig {
         }
         self.refuse_feeds_sharing_a_file()?;
         if let Some(admin) = &self.admin {
-            if admin.address.parse::<std::net::SocketAddr>().is_err() {
-                return Err(ServerError::invalid(
-                    "admin.address",
-                    format!(
-                        "'{}' is not an address: expected host:port, e.g. 127.0.0.1:8089",
-                        admin.address
-                    ),
-                ));
-            }
+            admin.validate()?;
         }
         Ok(())
     }
@@ -948,6 +990,29 @@ settings = { state_dir = "state" }
             message.contains("duplicate processor name 'ledger'"),
             "{message}"
         );
+    }
+
+    // issue 10, item 1: `address = "0.0.0.0:8089"` was accepted without a word
+    #[test]
+    fn a_non_loopback_admin_address_needs_a_token_file() {
+        for address in ["0.0.0.0:9000", "[::]:9000", "10.1.2.3:9000"] {
+            let error = parse(&GOOD.replace("127.0.0.1:9000", address)).expect_err(address);
+            let message = error.to_string();
+            assert!(message.contains("admin.address"), "{message}");
+            assert!(
+                message.contains("token_file = \"admin.token\""),
+                "{message}"
+            );
+        }
+        let with_token = GOOD.replace(
+            "127.0.0.1:9000\"",
+            "0.0.0.0:9000\"\ntoken_file = \"admin.token\"\nexport_root = \"audits\"",
+        );
+        let config = parse(&with_token).expect("a token file makes it valid");
+        let admin = config.admin.expect("admin");
+        assert!(!admin.is_loopback());
+        assert_eq!(admin.export_root, Some(PathBuf::from("audits")));
+        assert!(parse(&GOOD.replace("127.0.0.1:9000", "[::1]:9000")).is_ok());
     }
 
     #[test]

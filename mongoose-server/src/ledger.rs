@@ -748,6 +748,8 @@ impl LedgerExample {
         ServerConfig {
             admin: self.admin.as_ref().map(|address| AdminConfig {
                 address: address.clone(),
+                token_file: None,
+                export_root: None,
             }),
             feeds: vec![FeedConfig {
                 name: default_feed(),

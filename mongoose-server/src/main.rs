@@ -73,6 +73,9 @@ enum Command {
         /// Print the raw status JSON.
         #[arg(long)]
         json: bool,
+        /// A file holding the admin API's bearer token (the server's [admin] token_file).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
     },
 }
 
@@ -85,13 +88,14 @@ fn builder(config: ServerConfig) -> ServerBuilder {
 
 fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)> {
     let config = ServerConfig::load(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
-    let admin_address = config.admin.as_ref().map(|admin| admin.address.clone());
+    let admin_settings =
+        admin::AdminSettings::from_config(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
     let server = builder(config)
         .build()
         .map_err(|error| (EXIT_BAD_CONFIG, error))?;
     server.start().map_err(|error| (EXIT_FAILED, error))?;
-    if let Some(address) = admin_address {
-        admin::serve(server.clone(), &address).map_err(|error| (EXIT_FAILED, error))?;
+    if let Some(settings) = admin_settings {
+        admin::serve_with(server.clone(), settings).map_err(|error| (EXIT_FAILED, error))?;
     }
     let outcome = cli::run_until_done_with_status(&server, exit_when_settled)
         .map_err(|error| (EXIT_FAILED, error))?;
@@ -110,9 +114,10 @@ fn main() -> ExitCode {
             config,
             exit_when_settled,
         } => run(config, exit_when_settled),
-        Command::Validate { config } => match ServerConfig::load(&config)
-            .and_then(|loaded| builder(loaded).build().map(|_| ()))
-        {
+        Command::Validate { config } => match ServerConfig::load(&config).and_then(|loaded| {
+            admin::AdminSettings::from_config(&loaded)?;
+            builder(loaded).build().map(|_| ())
+        }) {
             Ok(()) => {
                 println!("{}: valid", config.display());
                 Ok(0)
@@ -134,33 +139,8 @@ fn main() -> ExitCode {
         Command::Status {
             admin: address,
             json,
-        } => match admin::get_text(&address, "/status") {
-            Ok(text) if json => {
-                println!("{text}");
-                Ok(0)
-            }
-            Ok(text) => match serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|value| serde_json::from_value(value).ok())
-            {
-                Some(report) => {
-                    print!("{}", cli::status_table(&report));
-                    let groups = admin::get_text(&address, "/groups").ok().and_then(|text| {
-                        serde_json::from_str::<Vec<mongoose_control::GroupStatus>>(&text).ok()
-                    });
-                    if let Some(groups) = groups {
-                        println!();
-                        print!("{}", cli::groups_table(&groups));
-                    }
-                    Ok(0)
-                }
-                None => Err((
-                    EXIT_FAILED,
-                    ServerError::State(format!("unexpected status answer: {text}")),
-                )),
-            },
-            Err(error) => Err((EXIT_FAILED, error)),
-        },
+            token_file,
+        } => status(&address, json, token_file.as_deref()),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -172,5 +152,61 @@ fn main() -> ExitCode {
             }
             ExitCode::from(code)
         }
+    }
+}
+
+/// `mongoose status`: the status table and the groups table (or the raw JSON).
+fn status(
+    address: &str,
+    json: bool,
+    token_file: Option<&std::path::Path>,
+) -> Result<u8, (u8, ServerError)> {
+    let token = match token_file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|error| {
+            (
+                EXIT_FAILED,
+                ServerError::Io {
+                    context: format!("cannot read the token file {}", path.display()),
+                    error,
+                },
+            )
+        })?),
+        None => None,
+    };
+    let token = token.as_deref().map(str::trim);
+    match admin::get_text_with_token(address, "/status", token) {
+        Ok(text) if json => {
+            println!("{text}");
+            Ok(0)
+        }
+        Ok(text) => match serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|value| serde_json::from_value(value).ok())
+        {
+            Some(report) => {
+                print!("{}", cli::status_table(&report));
+                let groups =
+                    admin::get_text_with_token(address, "/groups", token).and_then(|text| {
+                        serde_json::from_str::<Vec<mongoose_control::GroupStatus>>(&text).map_err(
+                            |error| {
+                                ServerError::State(format!("unexpected groups answer: {error}"))
+                            },
+                        )
+                    });
+                match groups {
+                    Ok(groups) => {
+                        println!();
+                        print!("{}", cli::groups_table(&groups));
+                    }
+                    Err(error) => eprintln!("mongoose: no groups table: {error}"),
+                }
+                Ok(0)
+            }
+            None => Err((
+                EXIT_FAILED,
+                ServerError::State(format!("unexpected status answer: {text}")),
+            )),
+        },
+        Err(error) => Err((EXIT_FAILED, error)),
     }
 }

@@ -115,12 +115,15 @@ fn the_admin_api_reports_and_acts_and_the_cli_prints_a_table() {
         (200, serde_json::json!(0))
     );
 
-    let export_dir = dir.path().join("audit");
-    let (code, exported) = post(
-        &address,
-        &format!("/groups/g/audit/export?dir={}", export_dir.display()),
-    );
+    // exports go below the export root (default: the config folder's exports/)
+    let (code, exported) = post(&address, "/groups/g/audit/export?dir=audit");
     assert_eq!(code, 200, "{exported}");
+    assert!(
+        exported["export"].as_str().is_some_and(
+            |path| path.starts_with(&dir.path().join("exports/audit").display().to_string())
+        ),
+        "{exported}"
+    );
     let manifest = std::fs::read_to_string(exported["manifest"].as_str().expect("manifest path"))
         .unwrap_or_default();
     let lines = format!(
