@@ -155,6 +155,7 @@
 mod error;
 mod identity;
 pub mod pointer;
+mod rotation;
 mod source;
 pub mod split;
 
