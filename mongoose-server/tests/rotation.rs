@@ -54,3 +54,38 @@ fn a_restart_after_rotation_finishes_the_rotated_files_unread_tail() {
     );
     assert_eq!(state.applied, 2_000, "{log}");
 }
+
+#[test]
+fn a_compressed_rotated_file_is_reported_as_a_loss_not_skipped_silently() {
+    let run = LedgerRun::new(
+        &lines(0..1_000),
+        &ledger_config(
+            "",
+            "",
+            "state_dir = \"state\", alerts = \"alerts.txt\", guard = true",
+        ),
+    );
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "applied some lines", || {
+        run.state_in("state").applied > 0
+    });
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    // rotated with lines after the pointer, then compressed before any restart
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(run.path("input.txt"))
+        .expect("input")
+        .write_all(lines(1_000..1_500).as_bytes())
+        .expect("appended");
+    std::fs::write(run.path("input.txt.1.gz"), b"\x1f\x8bcompressed").expect("gz");
+    std::fs::remove_file(run.path("input.txt")).expect("compressed away");
+    std::fs::write(run.path("input.txt"), lines(1_500..2_000)).expect("new file");
+
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 3, "a possible loss is a lossy exit: {log}");
+    assert!(
+        log.contains("input.txt.1.gz"),
+        "the WARN names the file: {log}"
+    );
+}

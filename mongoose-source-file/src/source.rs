@@ -811,10 +811,26 @@ impl<T: Send + 'static> FileEventSource<T> {
         if record.epoch == 0 || record.file_key == 0 {
             return Ok(false);
         }
-        if let Some((_, key, _)) = at_path {
-            if key.is_none() || key.map(|key| key.0) == Some(record.file_key) {
-                // the pointer's file is at the path (or no keys): the usual checks
+        if let Some((file, key, _)) = at_path {
+            if key.is_none() {
                 return Ok(false);
+            }
+            if key.map(|key| key.0) == Some(record.file_key) {
+                // the pointer's key at the path: the pointer's file (the usual checks:
+                // an append, or a truncation), unless its leading bytes differ: an
+                // inode reused by a new file after the old one was deleted
+                let same_bytes = record.fingerprint_length == 0 || {
+                    let mut leading = vec![0u8; record.fingerprint_length as usize];
+                    read_exact_at(file, &mut leading, 0).is_ok()
+                        && fnv1a(&leading) == record.fingerprint
+                };
+                let shorter = file
+                    .metadata()
+                    .map(|meta| meta.len() < record.offset)
+                    .unwrap_or(false);
+                if same_bytes || shorter {
+                    return Ok(false);
+                }
             }
         }
         let name = self.config.name.clone();
@@ -854,7 +870,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             self.finishing_rotated = Some(rotated_path);
             return Ok(true);
         }
-        if record.offset == 0 {
+        if record.offset == 0 && record.fingerprint_length == 0 {
+            // the pointer's file held no bytes when last seen: nothing can be unread
             return Ok(false);
         }
         if let Some((file, _, size)) = at_path {
