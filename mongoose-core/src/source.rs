@@ -186,6 +186,16 @@ pub trait SourceOutput<T, P: Position>: Send + Sync {
     /// Bytes after the last terminator that a bounded read ended without publishing.
     fn set_unterminated_bytes(&self, bytes: u64);
 
+    /// A rotated input (the file the source's committed position belongs to, found
+    /// renamed, compressed or deleted at a restart) that still held, or may have held,
+    /// unread bytes the source cannot read: `bytes` is what can be proven unread, `None`
+    /// when the amount is unknown (the file is gone or compressed). The feed is then
+    /// reported not lossless. The default does nothing (an output without a status);
+    /// the source also logs a WARN naming the file.
+    fn report_rotated_unread(&self, file: &str, bytes: Option<u64>) {
+        let _ = (file, bytes);
+    }
+
     /// What the feed's consumers that store positions with their state hold
     /// ([`crate::Processor::saved_positions`]), reported before the source starts: a
     /// source reconciles its own committed position with them at start. Empty when no

@@ -147,6 +147,10 @@ struct State<T, P: Position> {
     detail: Option<String>,
     version: u64,
     unterminated: u64,
+    /// Bytes of rotated inputs proven unread (see `report_rotated_unread`).
+    rotated_unread_bytes: u64,
+    /// Rotated inputs that held, or may have held, unread bytes.
+    rotated_unread_files: u64,
     /// Loss records of earlier runs reported at this start.
     earlier_losses: u64,
     bounded: bool,
@@ -248,6 +252,8 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             detail: None,
             version: 0,
             unterminated: 0,
+            rotated_unread_bytes: 0,
+            rotated_unread_files: 0,
             earlier_losses: 0,
             bounded: builder.bounded,
             status_events: builder.status_events,
@@ -1580,6 +1586,14 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
         self.state.lock().unterminated = bytes;
     }
 
+    fn report_rotated_unread(&self, file: &str, bytes: Option<u64>) {
+        let mut state = self.state.lock();
+        state.rotated_unread_files += 1;
+        state.rotated_unread_bytes += bytes.unwrap_or(0);
+        warn!(feed = %self.name, file, bytes = ?bytes,
+            "a rotated input was not read to its end (compressed or deleted first): the feed is not lossless");
+    }
+
     fn saved_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
         self.saved_positions.lock().clone()
     }
@@ -1674,7 +1688,9 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let lossless = state.dropped == 0
             && state.refused == 0
             && completion_failures == 0
-            && state.earlier_losses == 0;
+            && state.earlier_losses == 0
+            && state.rotated_unread_bytes == 0
+            && state.rotated_unread_files == 0;
         let source_done = matches!(
             state.source_state,
             SourceState::CaughtUp | SourceState::EndOfStream
@@ -1721,6 +1737,8 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             stalled,
             unterminated: state.unterminated,
             earlier_losses: state.earlier_losses,
+            rotated_unread_bytes: state.rotated_unread_bytes,
+            rotated_unread_files: state.rotated_unread_files,
             completion_failures,
         }
     }

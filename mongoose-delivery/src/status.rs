@@ -44,7 +44,8 @@ pub struct FeedStatus {
     /// and (for a positioned feed) everything acknowledged to the source and committed
     /// by it (`committed == acknowledged`).
     pub settled: bool,
-    /// `dropped == 0 && refused == 0 && completionFailures == 0`.
+    /// `dropped == 0 && refused == 0 && completionFailures == 0 && earlierLosses == 0
+    /// && rotatedUnreadBytes == 0 && rotatedUnreadFiles == 0`.
     pub lossless: bool,
     /// The feed's effective default policy.
     pub policy: String,
@@ -83,6 +84,15 @@ pub struct FeedStatus {
     /// reports them once, as not lossless, then they are marked reported.
     #[serde(default)]
     pub earlier_losses: u64,
+    /// Bytes of rotated inputs proven unread (a rotated file compressed or deleted
+    /// before the source read it to its end). Non-zero makes the feed not lossless.
+    #[serde(default)]
+    pub rotated_unread_bytes: u64,
+    /// Rotated inputs that held, or may have held, unread bytes the source could not
+    /// read (their byte count is in `rotatedUnreadBytes` when known, else unknown).
+    /// Non-zero makes the feed not lossless.
+    #[serde(default)]
+    pub rotated_unread_files: u64,
 }
 
 /// The status of every feed, with the settled and lossless verdicts.

@@ -222,6 +222,11 @@ pub struct FeedConfig {
     /// Deliver feed status events in band.
     #[serde(default)]
     pub status_events: bool,
+    /// A file-name glob (`*`, `?`) of the input's rotations, in the input's folder
+    /// (default `<name>.*` and `<name>-*`): at a restart the pointer's file is looked
+    /// for among them when the path names another file.
+    #[serde(default)]
+    pub rotated: Option<String>,
 }
 
 fn default_read_strategy() -> ReadStrategy {
@@ -915,6 +920,17 @@ name = "ledger"
 kind = "ledger"
 settings = { state_dir = "state" }
 "#;
+
+    #[test]
+    fn a_feed_takes_a_rotated_glob() {
+        let config = parse(&GOOD.replace(
+            "path = \"input.txt\"\n",
+            "path = \"input.txt\"\nrotated = \"input-*.txt\"\n",
+        ))
+        .expect("valid");
+        assert_eq!(config.feeds[0].rotated.as_deref(), Some("input-*.txt"));
+        assert_eq!(parse(GOOD).expect("valid").feeds[0].rotated, None);
+    }
 
     #[test]
     fn a_good_config_loads_with_defaults() {

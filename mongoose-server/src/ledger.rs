@@ -759,6 +759,7 @@ impl LedgerExample {
                 queue_capacity: None,
                 overload: OverloadConfig::default(),
                 status_events: false,
+                rotated: None,
             }],
             groups: vec![GroupConfig {
                 name: Self::GROUP.to_owned(),

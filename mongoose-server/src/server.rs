@@ -555,14 +555,13 @@ impl ServerBuilder {
             // run only for queues whose overload block asks for it
             publisher.set_kill_switch(Arc::clone(&kill_switch));
             connector.register(Arc::clone(&publisher))?;
-            let source = FileEventSource::<String>::of_lines(
-                FileSourceConfig::new(
-                    &feed_config.name,
-                    config.resolve(&feed_config.path),
-                    strategy,
-                ),
-                publisher.clone(),
+            let mut file_config = FileSourceConfig::new(
+                &feed_config.name,
+                config.resolve(&feed_config.path),
+                strategy,
             );
+            file_config.rotated = feed_config.rotated.iter().cloned().collect();
+            let source = FileEventSource::<String>::of_lines(file_config, publisher.clone());
             feeds.push(FeedRuntime {
                 name: feed_config.name.clone(),
                 publisher: publisher as Arc<dyn AnyFeed>,

@@ -40,6 +40,20 @@
 //!   checks that the path still names the open file and that the file is not shorter
 //!   than what was read; if not it reports BEHIND with the reason, reads a rotated file
 //!   to its end and reopens through the same identity check as a restart.
+//! * Follow the file, not the name, across a restart (COMMITED): at the first open
+//!   after start, when the path does not name the pointer's file, the pointer's file is
+//!   looked for among the rotation candidates (the input's folder, the
+//!   [`FileSourceConfig::rotated`] globs, default `<name>.*` and `<name>-*`), matched by
+//!   file key *and* fingerprint (a new file with the same preamble is never taken for
+//!   it). Found, it is read from the pointer to its end under its old epoch, and its
+//!   lines are processed and committed before the file at the path is opened under a
+//!   new epoch. Not found (compressed, `.gz`/`.zst`/..., or deleted before it was read)
+//!   while it held bytes, its unread tail is unknown: the source cannot know the old
+//!   file's final size, so it reports a *possible* loss of unknown bytes (a WARN naming
+//!   the compressed candidates or the missing file,
+//!   [`SourceOutput::report_rotated_unread`](mongoose_core::SourceOutput::report_rotated_unread)
+//!   with `None`, `rotatedUnreadFiles` in the feed status, not lossless), even when the
+//!   old file had in fact been read to its end: never a silent skip.
 //! * LATEST starts after the last line terminator when first opened (a line being
 //!   written at that moment is published whole once it ends); after a rotation,
 //!   strategies without a pointer read the new file from its start.
@@ -155,6 +169,7 @@
 mod error;
 mod identity;
 pub mod pointer;
+mod rotation;
 mod source;
 pub mod split;
 

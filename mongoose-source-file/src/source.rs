@@ -23,6 +23,7 @@ use crate::pointer::{
     fnv1a, pointer_path_for, PointerDamage, PointerFile, PointerRecord, LAYOUT_VERSION,
     MAX_FINGERPRINT_BYTES,
 };
+use crate::rotation;
 use crate::split::{decode_line, next_line};
 
 /// Where a file source starts and whether it ends.
@@ -104,6 +105,10 @@ pub struct FileSourceConfig {
     /// Bytes read in one duty cycle at most, so acknowledgements are polled and the
     /// pointer committed regularly during a long read.
     pub max_bytes_per_cycle: usize,
+    /// File-name globs (`*`, `?`) of the input's rotations, in the input's directory.
+    /// Empty: `<name>.*` and `<name>-*`. At a restart, when the path names another file
+    /// than the pointer's, the pointer's file is looked for among them (COMMITED only).
+    pub rotated: Vec<String>,
 }
 
 impl FileSourceConfig {
@@ -115,6 +120,7 @@ impl FileSourceConfig {
             strategy,
             read_buffer_bytes: 256 * 1024,
             max_bytes_per_cycle: 4 * 1024 * 1024,
+            rotated: Vec::new(),
         }
     }
 }
@@ -150,6 +156,12 @@ pub struct FileSourceStatus {
     pub resets: u64,
     /// Acknowledgements of an old epoch the committer ignored.
     pub ignored_old_acknowledgements: u64,
+    /// Rotated files found at a restart (by file key and fingerprint) and read from the
+    /// pointer to their end before the file at the path.
+    pub rotated_files_finished: u64,
+    /// Rotated files that held, or may have held, unread lines the source could not
+    /// read (compressed or deleted before it read them): a loss, reported, never silent.
+    pub rotated_unread_files: u64,
 }
 
 /// The commit state shared by the source and its committer, under the lock that
@@ -265,7 +277,7 @@ fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     std::os::windows::fs::FileExt::seek_read(file, buf, offset)
 }
 
-fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+pub(crate) fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
     while !buf.is_empty() {
         match read_at(file, buf, offset) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
@@ -496,6 +508,12 @@ pub struct FileEventSource<T> {
     reopen_from: Option<u64>,
     /// The key of the file last opened.
     last_key: Option<FileKey>,
+    /// The open file is the pointer's file found rotated at a restart: at its end the
+    /// source waits for its lines to be committed, then resets to the file at the path.
+    finishing_rotated: Option<PathBuf>,
+    /// A rotated file was finished: the next open is of another file (a new epoch),
+    /// even if its leading bytes are the same (a fixed preamble).
+    rotated_finished: bool,
     paused: bool,
     reported: Option<(SourceState, Option<String>)>,
     status: FileSourceStatus,
@@ -553,6 +571,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             draining: None,
             reopen_from: None,
             last_key: None,
+            finishing_rotated: None,
+            rotated_finished: false,
             paused: false,
             reported: None,
             status: FileSourceStatus {
@@ -568,6 +588,8 @@ impl<T: Send + 'static> FileEventSource<T> {
                 reopens: 0,
                 resets: 0,
                 ignored_old_acknowledgements: 0,
+                rotated_files_finished: 0,
+                rotated_unread_files: 0,
             },
             open_hook: None,
             backoff: ReopenBackoff::default(),
@@ -662,6 +684,12 @@ impl<T: Send + 'static> FileEventSource<T> {
         let file = match File::open(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                if self.config.strategy.has_pointer()
+                    && !self.opened_since_start
+                    && self.follow_rotation(None)?
+                {
+                    return Ok(true);
+                }
                 self.report(
                     SourceState::Behind,
                     Some(format!(
@@ -703,8 +731,14 @@ impl<T: Send + 'static> FileEventSource<T> {
         let key = key_of(&metadata);
         let size = metadata.len();
         let file = Arc::new(file);
-        let reopen_from = self.reopen_from.take();
         let reopen = self.opened_since_start;
+        if self.config.strategy.has_pointer()
+            && !reopen
+            && self.follow_rotation(Some((&file, key, size)))?
+        {
+            return Ok(true);
+        }
+        let reopen_from = self.reopen_from.take();
         // the same file again (a reopen after a read error) resumes where it was
         let same_file_from =
             reopen_from.filter(|from| key.is_some() && key == self.last_key && size >= *from);
@@ -743,6 +777,137 @@ impl<T: Send + 'static> FileEventSource<T> {
         self.status.read_position = start_at;
         debug!(source = %self.config.name, path = %path.display(), start_at, epoch = %self.epoch, "opened the input file");
         Ok(true)
+    }
+
+    /// The rotation globs of the input (the configured ones, or the defaults).
+    fn rotation_globs(&self) -> Vec<String> {
+        if self.config.rotated.is_empty() {
+            rotation::default_globs(&self.config.path)
+        } else {
+            self.config.rotated.clone()
+        }
+    }
+
+    /// At the first open after start (COMMITED): when the path does not name the
+    /// pointer's file (`at_path` is the file there, if any), looks for the pointer's
+    /// file among the rotation candidates, by file key and fingerprint. Found: opens it
+    /// at the pointer's offset under the pointer's epoch, to be read to its end (and its
+    /// lines committed) before the file at the path, and returns true. Not found while
+    /// the pointer's offset is past 0 and the path's file does not continue the
+    /// pointer's: the rotated file was compressed or deleted before it was read, so its
+    /// tail may be lost: a WARN naming it, counted, reported to the output (the feed is
+    /// not lossless). Returns false to open the path's file as usual.
+    fn follow_rotation(
+        &mut self,
+        at_path: Option<(&File, Option<FileKey>, u64)>,
+    ) -> Result<bool, CoreError> {
+        let record = {
+            let shared = self.shared.lock();
+            match shared.pointer.as_ref() {
+                Some(pointer) => pointer.read(),
+                None => shared.record,
+            }
+        };
+        if record.epoch == 0 || record.file_key == 0 {
+            return Ok(false);
+        }
+        if let Some((file, key, _)) = at_path {
+            if key.is_none() {
+                return Ok(false);
+            }
+            if key.map(|key| key.0) == Some(record.file_key) {
+                // the pointer's key at the path: the pointer's file (the usual checks:
+                // an append, or a truncation), unless its leading bytes differ: an
+                // inode reused by a new file after the old one was deleted
+                let same_bytes = record.fingerprint_length == 0 || {
+                    let mut leading = vec![0u8; record.fingerprint_length as usize];
+                    read_exact_at(file, &mut leading, 0).is_ok()
+                        && fnv1a(&leading) == record.fingerprint
+                };
+                let shorter = file
+                    .metadata()
+                    .map(|meta| meta.len() < record.offset)
+                    .unwrap_or(false);
+                if same_bytes || shorter {
+                    return Ok(false);
+                }
+            }
+        }
+        let name = self.config.name.clone();
+        let path = self.config.path.clone();
+        let globs = self.rotation_globs();
+        if let Some((rotated_path, file)) = rotation::find_pointer_file(&path, &globs, &record) {
+            let metadata = file
+                .metadata()
+                .map_err(|error| CoreError::io("cannot read the rotated file's identity", error))?;
+            let key = key_of(&metadata);
+            let file = Arc::new(file);
+            warn!(source = %name, path = %path.display(), rotated = %rotated_path.display(),
+                offset = record.offset, size = metadata.len(), epoch = record.epoch,
+                "the input was rotated: finishing the pointer's file (found by file key and fingerprint) from the pointer to its end, under its epoch, before the file at the path");
+            self.shared.lock().input = Some(Arc::clone(&file));
+            self.front.epoch.store(record.epoch, Ordering::Release);
+            self.set_epoch(Epoch(record.epoch));
+            self.last_key = key;
+            self.opened_since_start = true;
+            self.buf.resize(self.config.read_buffer_bytes.max(64), 0);
+            self.input = Some(OpenInput {
+                file,
+                key,
+                buf_offset: record.offset,
+                consumed: 0,
+                filled: 0,
+            });
+            self.status.read_position = record.offset;
+            self.status.rotated_files_finished += 1;
+            let reason = format!(
+                "finishing the rotated file {} before the input file {}",
+                rotated_path.display(),
+                path.display()
+            );
+            self.report(SourceState::Behind, Some(reason.clone()));
+            self.draining = Some(reason);
+            self.finishing_rotated = Some(rotated_path);
+            return Ok(true);
+        }
+        if record.offset == 0 && record.fingerprint_length == 0 {
+            // the pointer's file held no bytes when last seen: nothing can be unread
+            return Ok(false);
+        }
+        if let Some((file, _, size)) = at_path {
+            // another key but the same leading bytes and not shorter: the pointer's
+            // file copied into place (review 3, item 4), kept by the identity check
+            let continues = record.fingerprint_length > 0
+                && size >= record.offset.max(record.fingerprint_length)
+                && {
+                    let mut leading = vec![0u8; record.fingerprint_length as usize];
+                    read_exact_at(file, &mut leading, 0).is_ok()
+                        && fnv1a(&leading) == record.fingerprint
+                };
+            if continues {
+                return Ok(false);
+            }
+        }
+        let compressed = rotation::compressed_candidates(&path, &globs);
+        let named = if compressed.is_empty() {
+            format!(
+                "the input's previous file (read to byte {} under epoch {}; not found among {})",
+                record.offset,
+                record.epoch,
+                globs.join(", ")
+            )
+        } else {
+            compressed
+                .iter()
+                .map(|candidate| candidate.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        warn!(source = %name, path = %path.display(), file = %named, pointer = record.offset, epoch = record.epoch,
+            "the input was rotated and the pointer's file was compressed or deleted before it was read to its end: the lines it held after the pointer (an unknown number of bytes) cannot be read and are counted as a possible loss (the feed is not lossless). Decompress it into a file that is read by a ONCE feed if they are needed");
+        self.status.rotated_unread_files += 1;
+        self.output.report_rotated_unread(&named, None);
+        Ok(false)
     }
 
     /// Reconciles the pointer with what the feed's consumers saved with their state
@@ -874,7 +1039,12 @@ impl<T: Send + 'static> FileEventSource<T> {
         let stored_key = record.file_key;
         // a mid-run reopen must not resume before what it read of the same file
         let read_through = reopen_from.unwrap_or(0).max(record.offset);
-        let reset_reason = if size < read_through {
+        let reset_reason = if std::mem::take(&mut self.rotated_finished) {
+            Some(format!(
+                "the rotated file was read to its end: {} is a new file",
+                path.display()
+            ))
+        } else if size < read_through {
             Some(format!(
                 "the input file {} was truncated: {size} bytes, shorter than the {read_through} already read",
                 path.display()
@@ -1186,9 +1356,32 @@ impl<T: Send + 'static> FileEventSource<T> {
             return Ok(self.end_once_read());
         }
         if let Some(reason) = self.draining.take() {
+            let from = self.input.as_ref().map(OpenInput::position);
+            if let Some(rotated) = self.finishing_rotated.as_ref() {
+                // the pointer's file found rotated at a restart: its lines are
+                // committed under its epoch before the switch, so a crash after the
+                // switch cannot lose them (the new file's pointer forgets this epoch)
+                let (committed, epoch) = {
+                    let shared = self.shared.lock();
+                    (shared.record.offset, shared.record.epoch)
+                };
+                let position = from.unwrap_or(0);
+                if epoch == self.epoch.get() && committed < position {
+                    let waiting = format!(
+                        "finishing the rotated file {}: waiting for its lines to be processed and committed ({committed} of {position} bytes)",
+                        rotated.display()
+                    );
+                    self.draining = Some(reason);
+                    self.report(SourceState::Behind, Some(waiting));
+                    return Ok(false);
+                }
+                info!(source = %self.config.name, rotated = %rotated.display(), position,
+                    "the rotated file was read to its end and committed: opening the file at the path under a new epoch");
+                self.finishing_rotated = None;
+                self.rotated_finished = true;
+            }
             // the rotated or replaced file was read to its end: open the one at the
             // path next cycle. Its unterminated last line is not published.
-            let from = self.input.as_ref().map(OpenInput::position);
             self.close_input();
             self.reopen_from = from;
             self.report(SourceState::Behind, Some(reason));
@@ -1380,6 +1573,8 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.pending = None;
         self.draining = None;
         self.reopen_from = None;
+        self.finishing_rotated = None;
+        self.rotated_finished = false;
         self.ended = false;
         self.paused = false;
         self.opened_since_start = false;

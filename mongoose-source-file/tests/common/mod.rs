@@ -36,6 +36,8 @@ struct Inner<T> {
     capacity: Option<usize>,
     epoch: Epoch,
     states: Vec<(SourceState, Option<String>)>,
+    /// Rotated files reported unread: (file, bytes).
+    rotated_unread: Vec<(String, Option<u64>)>,
     unterminated: Option<u64>,
     pause_by_default: bool,
     paused_publishes: u64,
@@ -75,6 +77,7 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
                 capacity: None,
                 epoch: Epoch::NONE,
                 states: Vec::new(),
+                rotated_unread: Vec::new(),
                 unterminated: None,
                 pause_by_default: false,
                 paused_publishes: 0,
@@ -166,6 +169,10 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
 
     pub fn states(&self) -> Vec<(SourceState, Option<String>)> {
         self.inner.lock().states.clone()
+    }
+
+    pub fn rotated_unread(&self) -> Vec<(String, Option<u64>)> {
+        self.inner.lock().rotated_unread.clone()
     }
 
     pub fn last_state(&self) -> Option<SourceState> {
@@ -324,6 +331,14 @@ impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
             .lock()
             .states
             .push((state, detail.map(str::to_owned)));
+    }
+
+    fn report_rotated_unread(&self, file: &str, bytes: Option<u64>) {
+        self.not_nested("report_rotated_unread");
+        self.inner
+            .lock()
+            .rotated_unread
+            .push((file.to_owned(), bytes));
     }
 
     fn set_unterminated_bytes(&self, bytes: u64) {

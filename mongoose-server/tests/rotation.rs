@@ -1,0 +1,91 @@
+//! Follow the file, not the name, across a restart (issue 11, item 1), with the real
+//! `mongoose` binary: the ledger is killed with SIGKILL, the input is rotated like
+//! logrotate does while the server is down, and the restart applies every line of both
+//! files exactly once.
+
+mod support;
+
+use std::io::Write;
+
+use support::{balances_of, ledger_config, LedgerRun};
+
+fn line(index: usize) -> String {
+    let amount = (index % 7) as i64 - 3;
+    format!("acc{},{amount}\n", index % 20)
+}
+
+fn lines(range: std::ops::Range<usize>) -> String {
+    range.map(line).collect()
+}
+
+#[test]
+fn a_restart_after_rotation_finishes_the_rotated_files_unread_tail() {
+    let run = LedgerRun::new(
+        &lines(0..1_000),
+        &ledger_config(
+            "",
+            "",
+            "state_dir = \"state\", alerts = \"alerts.txt\", guard = true",
+        ),
+    );
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "applied some lines", || {
+        run.state_in("state").applied > 0
+    });
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    // rotate while down: rename, the writer appends to the renamed file, a new file
+    std::fs::rename(run.path("input.txt"), run.path("input.txt.1")).expect("rotate");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(run.path("input.txt.1"))
+        .expect("rotated")
+        .write_all(lines(1_000..1_500).as_bytes())
+        .expect("appended");
+    std::fs::write(run.path("input.txt"), lines(1_500..2_000)).expect("new file");
+
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "the restart settled lossless: {log}");
+    let state = run.state_in("state");
+    assert_eq!(
+        state.balances,
+        balances_of(lines(0..2_000).lines()),
+        "every line of both files applied exactly once: {log}"
+    );
+    assert_eq!(state.applied, 2_000, "{log}");
+}
+
+#[test]
+fn a_compressed_rotated_file_is_reported_as_a_loss_not_skipped_silently() {
+    let run = LedgerRun::new(
+        &lines(0..1_000),
+        &ledger_config(
+            "",
+            "",
+            "state_dir = \"state\", alerts = \"alerts.txt\", guard = true",
+        ),
+    );
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "applied some lines", || {
+        run.state_in("state").applied > 0
+    });
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    // rotated with lines after the pointer, then compressed before any restart
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(run.path("input.txt"))
+        .expect("input")
+        .write_all(lines(1_000..1_500).as_bytes())
+        .expect("appended");
+    std::fs::write(run.path("input.txt.1.gz"), b"\x1f\x8bcompressed").expect("gz");
+    std::fs::remove_file(run.path("input.txt")).expect("compressed away");
+    std::fs::write(run.path("input.txt"), lines(1_500..2_000)).expect("new file");
+
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 3, "a possible loss is a lossy exit: {log}");
+    assert!(
+        log.contains("input.txt.1.gz"),
+        "the WARN names the file: {log}"
+    );
+}

@@ -1,0 +1,159 @@
+//! Finding the pointer's file after a rotation: the candidates beside the input whose
+//! names match the feed's `rotated` globs, matched by file key *and* fingerprint.
+//!
+//! A candidate is the pointer's file only when its file key equals the key the pointer
+//! stored and its first `fingerprint_length` bytes hash to the stored fingerprint: a
+//! file with the same leading bytes under another key (a new file with a fixed
+//! preamble) is never taken for the old file's continuation, nor is a file with the
+//! old key but other leading bytes (an inode reused after a delete).
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+
+use crate::identity::key_of;
+use crate::pointer::{fnv1a, PointerRecord};
+
+/// Extensions of compressed rotations: such a file cannot be the pointer's file (its
+/// bytes are not the input's), and its existence means a rotated file may have been
+/// compressed before it was read to its end.
+const COMPRESSED_EXTENSIONS: [&str; 5] = ["gz", "zst", "bz2", "xz", "lz4"];
+
+/// The default rotation globs of an input named `name`: `<name>.*` and `<name>-*`.
+pub(crate) fn default_globs(input: &Path) -> Vec<String> {
+    let name = input
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    vec![format!("{name}.*"), format!("{name}-*")]
+}
+
+/// Whether `name` matches the file-name glob `pattern` (`*` any run, `?` one byte).
+pub(crate) fn glob_matches(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == name[n]) {
+            p += 1;
+            n += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, n));
+            p += 1;
+        } else if let Some((star_p, star_n)) = star {
+            p = star_p + 1;
+            n = star_n + 1;
+            star = Some((star_p, star_n + 1));
+        } else {
+            return false;
+        }
+    }
+    while p < pattern.len() && pattern[p] == b'*' {
+        p += 1;
+    }
+    p == pattern.len()
+}
+
+/// Whether the file is a compressed rotation (by its extension).
+pub(crate) fn is_compressed(path: &Path) -> bool {
+    path.extension()
+        .map(|extension| extension.to_string_lossy().to_ascii_lowercase())
+        .is_some_and(|extension| COMPRESSED_EXTENSIONS.contains(&extension.as_str()))
+}
+
+/// The files in the input's directory whose names match one of `globs` (the input
+/// itself and pointer files excepted), sorted by name.
+pub(crate) fn candidates(input: &Path, globs: &[String]) -> Vec<PathBuf> {
+    let directory = match input.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let input_name = input.file_name().map(|name| name.to_os_string());
+    let Ok(entries) = fs::read_dir(&directory) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|entry| Some(entry.file_name()) != input_name)
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            !name.ends_with(".readPointer")
+                && globs
+                    .iter()
+                    .any(|glob| glob_matches(glob.as_bytes(), name.as_bytes()))
+        })
+        .map(|entry| entry.path())
+        .collect();
+    found.sort();
+    found
+}
+
+/// Whether the open `file` is the one `record` describes: the same file key, the same
+/// leading bytes, and not shorter than the pointer's offset.
+pub(crate) fn is_pointer_file(file: &File, record: &PointerRecord) -> bool {
+    let Ok(metadata) = file.metadata() else {
+        return false;
+    };
+    let Some(key) = key_of(&metadata) else {
+        return false;
+    };
+    if record.file_key == 0 || key.0 != record.file_key || metadata.len() < record.offset {
+        return false;
+    }
+    if record.fingerprint_length == 0 {
+        return record.offset == 0;
+    }
+    if metadata.len() < record.fingerprint_length {
+        return false;
+    }
+    let mut leading = vec![0u8; record.fingerprint_length as usize];
+    crate::source::read_exact_at(file, &mut leading, 0).is_ok()
+        && fnv1a(&leading) == record.fingerprint
+}
+
+/// The pointer's file among the candidates, opened, with its path.
+pub(crate) fn find_pointer_file(
+    input: &Path,
+    globs: &[String],
+    record: &PointerRecord,
+) -> Option<(PathBuf, File)> {
+    candidates(input, globs)
+        .into_iter()
+        .filter(|path| !is_compressed(path))
+        .find_map(|path| {
+            let file = File::open(&path).ok()?;
+            is_pointer_file(&file, record).then_some((path, file))
+        })
+}
+
+/// The compressed candidates (a rotated file may have been compressed before it was
+/// read to its end).
+pub(crate) fn compressed_candidates(input: &Path, globs: &[String]) -> Vec<PathBuf> {
+    candidates(input, globs)
+        .into_iter()
+        .filter(|path| is_compressed(path))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_like_a_shell() {
+        assert!(glob_matches(b"tx.csv.*", b"tx.csv.1"));
+        assert!(glob_matches(b"tx.csv.*", b"tx.csv.1.gz"));
+        assert!(glob_matches(b"tx.csv-*", b"tx.csv-20261201"));
+        assert!(!glob_matches(b"tx.csv.*", b"tx.csv"));
+        assert!(!glob_matches(b"tx.csv.*", b"other.csv.1"));
+        assert!(glob_matches(b"*.log.?", b"app.log.2"));
+        assert!(!glob_matches(b"*.log.?", b"app.log.12"));
+    }
+
+    #[test]
+    fn compressed_rotations_are_known_by_their_extension() {
+        assert!(is_compressed(Path::new("tx.csv.1.gz")));
+        assert!(is_compressed(Path::new("tx.csv.2.zst")));
+        assert!(!is_compressed(Path::new("tx.csv.1")));
+    }
+}

@@ -1,0 +1,202 @@
+//! Follow the file, not the name, across a restart (issue 11, item 1): the pointer's
+//! file found rotated at a restart is read from the pointer to its end under its epoch
+//! before the file at the path; a rotated file that cannot be read (compressed,
+//! deleted) is reported as a possible loss, never skipped silently.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use mongoose_core::{Epoch, SourceState};
+use mongoose_source_file::ReadStrategy;
+
+fn input(dir: &tempfile::TempDir, content: &[u8]) -> PathBuf {
+    let path = dir.path().join("input.log");
+    fs::write(&path, content).expect("write input");
+    path
+}
+
+/// A first run that processes (and commits) the first `processed` of the file's lines,
+/// then "crashes": the source is dropped without a stop (the pointer holds what was
+/// committed). Returns the epoch of the run.
+fn run_and_crash(path: &Path, lines: usize, processed: usize) -> Epoch {
+    let output = RecordingOutput::new();
+    let mut source = started_source(path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() >= lines);
+    output.process(processed);
+    output.commit_now();
+    drive(&mut source, 2);
+    let epoch = source.epoch();
+    drop(source);
+    epoch
+}
+
+/// Rotates like logrotate: rename, the writer appends to the renamed file, a new file
+/// is created at the path.
+fn rotate(path: &Path, rotated_name: &str, appended: &[u8], new_content: &[u8]) -> PathBuf {
+    let rotated = path.with_file_name(rotated_name);
+    fs::rename(path, &rotated).expect("rotate");
+    append(&rotated, appended);
+    fs::write(path, new_content).expect("new file");
+    rotated
+}
+
+/// Runs a restarted source until caught up on the file at the path.
+fn restart_until_caught_up(
+    path: &Path,
+) -> (
+    std::sync::Arc<RecordingOutput<String>>,
+    mongoose_source_file::FileEventSource<String>,
+) {
+    let output = RecordingOutput::new();
+    let mut source = started_source(path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.process_all();
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    (output, source)
+}
+
+#[test]
+fn a_restart_after_rotation_finishes_the_rotated_files_unread_tail() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\na3\n");
+    let old_epoch = run_and_crash(&path, 3, 1);
+    assert_eq!(pointer_of(&path).offset, 3);
+    rotate(&path, "input.log.1", b"a4\na5\n", b"b1\nb2\n");
+
+    let (output, mut source) = restart_until_caught_up(&path);
+    output.process_all();
+    drive(&mut source, 3);
+    assert_eq!(
+        output.items(),
+        strings(&["a2", "a3", "a4", "a5", "b1", "b2"]),
+        "every line of both files once, in order"
+    );
+    let epochs: Vec<Epoch> = output.entries().iter().map(|entry| entry.epoch).collect();
+    assert!(
+        epochs[..4].iter().all(|epoch| *epoch == old_epoch),
+        "the rotated file's lines keep its epoch: {epochs:?}"
+    );
+    assert!(
+        epochs[4..].iter().all(|epoch| *epoch != old_epoch),
+        "the new file gets a new epoch: {epochs:?}"
+    );
+    assert_eq!(source.status().rotated_files_finished, 1);
+    assert_eq!(source.status().rotated_unread_files, 0);
+    assert!(output.rotated_unread().is_empty());
+    // the pointer now describes the new file
+    let pointer = pointer_of(&path);
+    assert_eq!(pointer.epoch, source.epoch().get());
+    assert_eq!(pointer.offset, 6);
+}
+
+#[test]
+fn the_rotated_files_lines_are_committed_before_the_new_file_is_read() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    run_and_crash(&path, 2, 1);
+    rotate(&path, "input.log-20261201", b"a3\n", b"b1\n");
+
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || output.items().len() >= 2);
+    drive(&mut source, 20);
+    // nothing processed yet: the new file waits for the rotated file's commit
+    assert_eq!(output.items(), strings(&["a2", "a3"]));
+    assert_eq!(source.state(), SourceState::Behind);
+    output.process_all();
+    drive_until(&mut source, || output.items().len() == 3);
+    assert_eq!(output.items(), strings(&["a2", "a3", "b1"]));
+}
+
+#[test]
+fn a_rotated_file_is_finished_before_the_new_file_exists() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    run_and_crash(&path, 2, 1);
+    let rotated = dir.path().join("input.log.1");
+    fs::rename(&path, &rotated).expect("rotate");
+    append(&rotated, b"a3\n");
+
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.process_all();
+        output.items().len() == 2
+    });
+    fs::write(&path, b"b1\n").expect("new file");
+    drive_until(&mut source, || {
+        output.process_all();
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["a2", "a3", "b1"]));
+}
+
+#[test]
+fn a_new_file_with_the_same_preamble_is_not_taken_for_the_rotated_files_continuation() {
+    let dir = tempfile::tempdir().expect("dir");
+    let preamble = b"id,amount\n";
+    let mut old = preamble.to_vec();
+    old.extend_from_slice(b"a1\na2\n");
+    let path = input(&dir, &old);
+    run_and_crash(&path, 3, 2);
+    // the new file starts with the same preamble and is longer than the pointer
+    let mut new = preamble.to_vec();
+    new.extend_from_slice(b"b1\nb2\nb3\nb4\n");
+    rotate(&path, "input.log.1", b"a3\n", &new);
+
+    let (output, _source) = restart_until_caught_up(&path);
+    assert_eq!(
+        output.items(),
+        strings(&["a2", "a3", "id,amount", "b1", "b2", "b3", "b4"])
+    );
+}
+
+#[test]
+fn a_compressed_rotated_file_is_reported_as_a_loss_not_skipped_silently() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\na3\n");
+    run_and_crash(&path, 3, 1);
+    let rotated = rotate(&path, "input.log.1", b"a4\n", b"b1\n");
+    // compressed before the source could read it (any bytes: never read)
+    fs::write(dir.path().join("input.log.1.gz"), b"\x1f\x8bcompressed").expect("gz");
+    fs::remove_file(&rotated).expect("compressed away");
+
+    let (output, source) = restart_until_caught_up(&path);
+    assert_eq!(output.items(), strings(&["b1"]));
+    let reported = output.rotated_unread();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(reported[0].0.contains("input.log.1.gz"), "{reported:?}");
+    assert_eq!(reported[0].1, None, "the unread amount is unknown");
+    assert_eq!(source.status().rotated_unread_files, 1);
+}
+
+#[test]
+fn a_deleted_rotated_file_with_lines_after_the_pointer_is_reported_as_a_possible_loss() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    run_and_crash(&path, 2, 1);
+    let rotated = rotate(&path, "input.log.1", b"", b"b1\n");
+    fs::remove_file(&rotated).expect("deleted");
+
+    let (output, source) = restart_until_caught_up(&path);
+    assert_eq!(output.items(), strings(&["b1"]));
+    assert_eq!(output.rotated_unread().len(), 1);
+    assert_eq!(source.status().rotated_unread_files, 1);
+}
+
+#[test]
+fn a_restart_on_the_same_file_reports_no_rotation() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    run_and_crash(&path, 2, 1);
+    // a rotation-looking name that is not the pointer's file
+    fs::write(dir.path().join("input.log.1"), b"x1\n").expect("other");
+    let (output, source) = restart_until_caught_up(&path);
+    assert_eq!(output.items(), strings(&["a2"]));
+    assert!(output.rotated_unread().is_empty());
+    assert_eq!(source.status().rotated_files_finished, 0);
+}
