@@ -1,77 +1,35 @@
 //! CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), the frame checksum of the store.
 
-/// The slicing-by-8 tables: `TABLES[0]` is the classic byte table; `TABLES[k][b]` is
-/// the CRC of byte `b` followed by `k` zero bytes, so eight bytes are folded in with
-/// eight independent lookups.
-const TABLES: [[u32; 256]; 8] = make_tables();
+/// A running CRC-32 (crc32fast: table-driven, SIMD where the CPU has it).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Crc32(crc32fast::Hasher);
 
-const fn make_tables() -> [[u32; 256]; 8] {
-    let mut tables = [[0u32; 256]; 8];
-    let mut index = 0;
-    while index < 256 {
-        let mut value = index as u32;
-        let mut bit = 0;
-        while bit < 8 {
-            value = if value & 1 != 0 {
-                0xEDB8_8320 ^ (value >> 1)
-            } else {
-                value >> 1
-            };
-            bit += 1;
-        }
-        tables[0][index] = value;
-        index += 1;
-    }
-    let mut slice = 1;
-    while slice < 8 {
-        let mut index = 0;
-        while index < 256 {
-            let previous = tables[slice - 1][index];
-            tables[slice][index] = (previous >> 8) ^ tables[0][(previous & 0xFF) as usize];
-            index += 1;
-        }
-        slice += 1;
-    }
-    tables
-}
-
-/// A running CRC-32.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct Crc32(u32);
-
-impl Default for Crc32 {
-    fn default() -> Self {
-        Crc32::new()
+impl PartialEq for Crc32 {
+    fn eq(&self, other: &Self) -> bool {
+        self.finish() == other.finish()
     }
 }
+
+impl Eq for Crc32 {}
 
 impl Crc32 {
     pub(crate) fn new() -> Self {
-        Crc32(0xFFFF_FFFF)
+        Crc32(crc32fast::Hasher::new())
     }
 
     pub(crate) fn update(mut self, bytes: &[u8]) -> Self {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let low = self.0 ^ u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-            let high = u32::from_le_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
-            self.0 = TABLES[7][(low & 0xFF) as usize]
-                ^ TABLES[6][((low >> 8) & 0xFF) as usize]
-                ^ TABLES[5][((low >> 16) & 0xFF) as usize]
-                ^ TABLES[4][(low >> 24) as usize]
-                ^ TABLES[3][(high & 0xFF) as usize]
-                ^ TABLES[2][((high >> 8) & 0xFF) as usize]
-                ^ TABLES[1][((high >> 16) & 0xFF) as usize]
-                ^ TABLES[0][(high >> 24) as usize];
-        }
-        for &byte in chunks.remainder() {
-            self.0 = TABLES[0][((self.0 ^ byte as u32) & 0xFF) as usize] ^ (self.0 >> 8);
-        }
+        self.add(bytes);
         self
     }
 
-    pub(crate) fn finish(self) -> u32 {
-        !self.0
+    /// Folds `bytes` into the running checksum in place.
+    pub(crate) fn add(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The checksum of what was given so far (the running state is kept).
+    pub(crate) fn finish(&self) -> u32 {
+        self.0.clone().finalize()
     }
 }
 
@@ -90,7 +48,7 @@ mod tests {
         assert_eq!(Crc32::new().finish(), 0);
     }
 
-    /// The byte-at-a-time CRC-32, the definition the sliced one must equal.
+    /// The byte-at-a-time CRC-32, the definition the store's checksum must equal.
     fn bytewise(bytes: &[u8]) -> u32 {
         let mut crc = 0xFFFF_FFFFu32;
         for &byte in bytes {
@@ -107,7 +65,7 @@ mod tests {
     }
 
     #[test]
-    fn the_sliced_checksum_equals_the_bytewise_one_at_every_length_and_split() {
+    fn the_checksum_equals_the_bytewise_definition_at_every_length_and_split() {
         let bytes: Vec<u8> = (0..300u32)
             .map(|n| (n.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();

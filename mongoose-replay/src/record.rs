@@ -154,7 +154,7 @@ impl Write for SealingWriter {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let written = self.file.write(bytes)?;
         self.length += written as u64;
-        self.checksum = self.checksum.update(&bytes[..written]);
+        self.checksum.add(&bytes[..written]);
         Ok(written)
     }
 

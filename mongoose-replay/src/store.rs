@@ -75,7 +75,7 @@ pub struct ReplayStore {
 }
 
 /// The frames of a store so far: what its closing frame says.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
 struct Tally {
     frames: u64,
     entries: u64,
@@ -97,7 +97,7 @@ impl Tally {
     fn add(&mut self, frame_bytes: &[u8], entry: bool) {
         self.frames += 1;
         self.entries += u64::from(entry);
-        self.checksum = self.checksum.update(&frame_bytes[..FRAME_HEAD_LEN]);
+        self.checksum.add(&frame_bytes[..FRAME_HEAD_LEN]);
         self.end += frame_bytes.len();
     }
 }
@@ -164,7 +164,7 @@ impl ReplayStore {
                     store.by_key.insert(stream.key.clone(), id as u32);
                 }
                 store.holds_recording = recording.holds_recording;
-                store.tally = recording.tally;
+                store.tally = recording.tally.clone();
                 if recording.closing.is_some() && recording.complete() {
                     store.reopened_closing_at = Some(recording.tally.end as u64);
                 }
@@ -843,7 +843,7 @@ impl Recording {
                         recording.damaged(offset, "a closing frame in a store of format version 1");
                         break;
                     }
-                    let tally = recording.tally;
+                    let tally = recording.tally.clone();
                     let mut differs = Vec::new();
                     if frames != tally.frames {
                         differs.push(format!(
