@@ -175,21 +175,18 @@ pub fn run_until_done_with_status(
             }
             if stuck && !warned_stalled {
                 warned_stalled = true;
-                let stalled: Vec<String> = report
-                    .feeds
-                    .iter()
-                    .filter_map(|feed| {
-                        let reason = feed.stalled.as_ref()?;
-                        Some(format!("{}: {reason}", feed.feed))
-                    })
-                    .collect();
+                let stalled = stalled_feeds(report);
                 warn!(?stalled, "waiting to settle, but every unsettled feed is stalled: add a consumer for it, or stop the server");
             }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let result = server.shutdown();
-    record_losses(server);
+    // the loss counters only grow, so the status after the stop has them all; the
+    // stalled reasons are those seen before the groups closed (a closed group leaves
+    // every positioned feed without a live consumer)
+    let after_stop = server.status();
+    record_losses(server, &after_stop);
     if !failures.is_empty() {
         if !result.complete {
             warn!(?result, "the shutdown did not complete");
@@ -206,17 +203,14 @@ pub fn run_until_done_with_status(
     }
     if !result.complete {
         warn!(?result, "the shutdown did not complete");
-        let _ = stopped_code(&last_status, &server.status());
+        warn_stalled(&last_status);
         return Ok(RunOutcome {
             code: EXIT_STOP_INCOMPLETE,
             last_status,
             failures,
         });
     }
-    // the loss counters only grow, so the status after the stop has them all; the
-    // stalled reasons are those seen before the groups closed (a closed group leaves
-    // every positioned feed without a live consumer)
-    let code = settled_code.unwrap_or_else(|| stopped_code(&last_status, &server.status()));
+    let code = settled_code.unwrap_or_else(|| stopped_code(&last_status, &after_stop));
     Ok(RunOutcome {
         code,
         last_status,
@@ -228,8 +222,8 @@ pub fn run_until_done_with_status(
 /// next start reports it. Skipped completions are not recorded: their items are held,
 /// never committed, so the next start re-delivers them (unless an operator released
 /// them, which is in `dropped`).
-fn record_losses(server: &Server) {
-    for feed in server.status().feeds {
+fn record_losses(server: &Server, after_stop: &StatusReport) {
+    for feed in &after_stop.feeds {
         if feed.dropped + feed.refused == 0 {
             continue;
         }
@@ -252,20 +246,32 @@ fn stopped_code(before_stop: &StatusReport, after_stop: &StatusReport) -> u8 {
         warn!("stopped, and the run was NOT lossless (see dropped/refused/completionFailures per feed)");
         return EXIT_SETTLED_LOSSY;
     }
-    let stalled: Vec<String> = before_stop
+    if warn_stalled(before_stop) {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    }
+}
+
+/// `feed: reason` for each stalled feed of `report`.
+fn stalled_feeds(report: &StatusReport) -> Vec<String> {
+    report
         .feeds
         .iter()
         .filter_map(|feed| {
-            feed.stalled
-                .as_ref()
-                .map(|reason| format!("{}: {reason}", feed.feed))
+            let reason = feed.stalled.as_ref()?;
+            Some(format!("{}: {reason}", feed.feed))
         })
-        .collect();
-    if stalled.is_empty() {
-        return EXIT_OK;
+        .collect()
+}
+
+/// Logs the feeds a stop left stalled; true when there were any.
+fn warn_stalled(before_stop: &StatusReport) -> bool {
+    let stalled = stalled_feeds(before_stop);
+    if !stalled.is_empty() {
+        warn!(stalled = %stalled.join("; "), "stopped with feeds stalled: what they hold is re-delivered at the next start");
     }
-    warn!(stalled = %stalled.join("; "), "stopped with feeds stalled: what they hold is re-delivered at the next start");
-    EXIT_FAILED
+    !stalled.is_empty()
 }
 
 /// A readable table of processor groups: running and quarantined processors (with the
