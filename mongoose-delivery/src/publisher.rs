@@ -1639,46 +1639,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             .iter()
             .filter(|binding| !binding.shared.fenced_or_dead())
             .count() as u64;
-        let held: Vec<String> = state
-            .bindings
-            .iter()
-            .map(|binding| &binding.shared)
-            .chain(state.retained.iter().map(|point| &point.shared))
-            .filter_map(|shared| {
-                shared
-                    .held()
-                    .map(|(_, reason)| format!("queue {} holds: {reason}", shared.name))
-            })
-            .collect();
         let stalled = if state.positioned {
-            if state.bindings.is_empty() {
-                Some("no live consumer".to_owned())
-            } else if let Some(fenced) = state
-                .bindings
-                .iter()
-                .find(|binding| binding.shared.fenced_or_dead())
-            {
-                Some(format!("consumer {} fenced or dead", fenced.shared.name))
-            } else {
-                state.retained.first().map(|point| {
-                    format!(
-                        "a removed consumer left unprocessed items ({}: {} items)",
-                        point.shared.name,
-                        point.backlog()
-                    )
-                })
-            }
+            Self::stalled_reason(&state)
         } else {
             None
-        };
-        let stalled = if held.is_empty() || !state.positioned {
-            stalled
-        } else {
-            let held = held.join("; ");
-            Some(match stalled {
-                Some(reason) => format!("{reason}; {held}"),
-                None => held,
-            })
         };
         let drained = subscribers.iter().all(|subscriber| subscriber.drained)
             && state.cache.is_empty()
@@ -1741,6 +1705,47 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             rotated_unread_files: state.rotated_unread_files,
             completion_failures,
         }
+    }
+
+    /// Why a positioned feed holds its position and cannot complete (§7 `stalled`):
+    /// no live consumer, a fenced or dead one, or a removed one with a backlog, then
+    /// every queue hold (a quarantine, a skipped completion) with its reason.
+    fn stalled_reason(state: &State<T, P>) -> Option<String> {
+        let consumers = if state.bindings.is_empty() {
+            Some("no live consumer".to_owned())
+        } else if let Some(fenced) = state
+            .bindings
+            .iter()
+            .find(|binding| binding.shared.fenced_or_dead())
+        {
+            Some(format!("consumer {} fenced or dead", fenced.shared.name))
+        } else {
+            state.retained.first().map(|point| {
+                format!(
+                    "a removed consumer left unprocessed items ({}: {} items)",
+                    point.shared.name,
+                    point.backlog()
+                )
+            })
+        };
+        let held: Vec<String> = state
+            .bindings
+            .iter()
+            .map(|binding| &binding.shared)
+            .chain(state.retained.iter().map(|point| &point.shared))
+            .filter_map(|shared| {
+                let reason = shared.held_reason()?;
+                Some(format!("queue {} holds: {reason}", shared.name))
+            })
+            .collect();
+        if held.is_empty() {
+            return consumers;
+        }
+        let held = held.join("; ");
+        Some(match consumers {
+            Some(reason) => format!("{reason}; {held}"),
+            None => held,
+        })
     }
 
     /// Items the data mapper or the source filtered.

@@ -136,11 +136,11 @@ impl QueueShared {
         }
     }
 
-    /// The queue position held from, when something is held.
-    pub(crate) fn held(&self) -> Option<(u64, String)> {
+    /// Why the queue holds, when it does.
+    pub(crate) fn held_reason(&self) -> Option<String> {
         let because = self.held_because.lock();
-        let from = self.held_from.load(Ordering::Acquire);
-        (from != NOT_HELD).then(|| (from, because.clone().unwrap_or_default()))
+        (self.held_from.load(Ordering::Acquire) != NOT_HELD)
+            .then(|| because.clone().unwrap_or_default())
     }
 
     /// The operator release: forgets the hold; returns the queue position it held
