@@ -11,7 +11,7 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use crate::identity::key_of;
-use crate::pointer::{fnv1a, PointerRecord};
+use crate::pointer::PointerRecord;
 
 /// Extensions of compressed rotations: such a file cannot be the pointer's file (its
 /// bytes are not the input's), and its existence means a rotated file may have been
@@ -103,12 +103,7 @@ pub(crate) fn is_pointer_file(file: &File, record: &PointerRecord) -> bool {
     if record.fingerprint_length == 0 {
         return record.offset == 0;
     }
-    if metadata.len() < record.fingerprint_length {
-        return false;
-    }
-    let mut leading = vec![0u8; record.fingerprint_length as usize];
-    crate::source::read_exact_at(file, &mut leading, 0).is_ok()
-        && fnv1a(&leading) == record.fingerprint
+    crate::source::starts_as_fingerprinted(file, record)
 }
 
 /// The pointer's file among the candidates, opened, with its path.

@@ -277,6 +277,13 @@ fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     std::os::windows::fs::FileExt::seek_read(file, buf, offset)
 }
 
+/// Whether `file` starts with the bytes `record` fingerprinted: false when it is shorter
+/// than the fingerprint or cannot be read.
+pub(crate) fn starts_as_fingerprinted(file: &File, record: &PointerRecord) -> bool {
+    let mut leading = vec![0u8; record.fingerprint_length as usize];
+    read_exact_at(file, &mut leading, 0).is_ok() && fnv1a(&leading) == record.fingerprint
+}
+
 pub(crate) fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
     while !buf.is_empty() {
         match read_at(file, buf, offset) {
@@ -819,11 +826,8 @@ impl<T: Send + 'static> FileEventSource<T> {
                 // the pointer's key at the path: the pointer's file (the usual checks:
                 // an append, or a truncation), unless its leading bytes differ: an
                 // inode reused by a new file after the old one was deleted
-                let same_bytes = record.fingerprint_length == 0 || {
-                    let mut leading = vec![0u8; record.fingerprint_length as usize];
-                    read_exact_at(file, &mut leading, 0).is_ok()
-                        && fnv1a(&leading) == record.fingerprint
-                };
+                let same_bytes =
+                    record.fingerprint_length == 0 || starts_as_fingerprinted(file, &record);
                 let shorter = file
                     .metadata()
                     .map(|meta| meta.len() < record.offset)
@@ -878,12 +882,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             // another key but the same leading bytes and not shorter: the pointer's
             // file copied into place (review 3, item 4), kept by the identity check
             let continues = record.fingerprint_length > 0
-                && size >= record.offset.max(record.fingerprint_length)
-                && {
-                    let mut leading = vec![0u8; record.fingerprint_length as usize];
-                    read_exact_at(file, &mut leading, 0).is_ok()
-                        && fnv1a(&leading) == record.fingerprint
-                };
+                && size >= record.offset
+                && starts_as_fingerprinted(file, &record);
             if continues {
                 return Ok(false);
             }
@@ -1050,11 +1050,7 @@ impl<T: Send + 'static> FileEventSource<T> {
                 path.display()
             ))
         } else if record.fingerprint_length > 0 {
-            let matches = size >= record.fingerprint_length && {
-                let mut leading = vec![0u8; record.fingerprint_length as usize];
-                read_exact_at(file, &mut leading, 0).is_ok()
-                    && fnv1a(&leading) == record.fingerprint
-            };
+            let matches = starts_as_fingerprinted(file, &record);
             if !matches {
                 Some(format!(
                     "the input file {} was replaced: its first {} bytes differ from those fingerprinted",
