@@ -18,10 +18,10 @@ fn lines(range: std::ops::Range<usize>) -> String {
     range.map(line).collect()
 }
 
-#[test]
-fn a_restart_after_rotation_finishes_the_rotated_files_unread_tail() {
+/// The ledger over the first `count` lines, killed with SIGKILL once it applied some.
+fn killed_after_some_of(count: usize) -> LedgerRun {
     let run = LedgerRun::new(
-        &lines(0..1_000),
+        &lines(0..count),
         &ledger_config(
             "",
             "",
@@ -34,6 +34,12 @@ fn a_restart_after_rotation_finishes_the_rotated_files_unread_tail() {
     });
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
+    run
+}
+
+#[test]
+fn a_restart_after_rotation_finishes_the_rotated_files_unread_tail() {
+    let run = killed_after_some_of(1_000);
     // rotate while down: rename, the writer appends to the renamed file, a new file
     std::fs::rename(run.path("input.txt"), run.path("input.txt.1")).expect("rotate");
     std::fs::OpenOptions::new()
@@ -57,20 +63,7 @@ fn a_restart_after_rotation_finishes_the_rotated_files_unread_tail() {
 
 #[test]
 fn a_compressed_rotated_file_is_reported_as_a_loss_not_skipped_silently() {
-    let run = LedgerRun::new(
-        &lines(0..1_000),
-        &ledger_config(
-            "",
-            "",
-            "state_dir = \"state\", alerts = \"alerts.txt\", guard = true",
-        ),
-    );
-    let mut child = run.spawn(false);
-    run.wait_until(&mut child, "applied some lines", || {
-        run.state_in("state").applied > 0
-    });
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reaped");
+    let run = killed_after_some_of(1_000);
     // rotated with lines after the pointer, then compressed before any restart
     std::fs::OpenOptions::new()
         .append(true)
