@@ -82,3 +82,38 @@ fn a_compressed_rotated_file_is_reported_as_a_loss_not_skipped_silently() {
         "the WARN names the file: {log}"
     );
 }
+
+#[test]
+fn a_rotation_just_before_a_kill_loses_nothing() {
+    // a queue that holds the whole file: the source reads all of it at once, far ahead
+    // of the ledger (one fsync per line), so the rotation is seen while most lines are
+    // still unprocessed
+    let run = LedgerRun::new(
+        &lines(0..20_000),
+        &ledger_config(
+            "",
+            "queue_capacity = 32768",
+            "state_dir = \"state\", alerts = \"alerts.txt\", guard = true",
+        ),
+    );
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "applied some lines", || {
+        run.state_in("state").applied > 0
+    });
+    std::fs::rename(run.path("input.txt"), run.path("input.txt.1")).expect("rotate");
+    std::fs::write(run.path("input.txt"), lines(20_000..20_500)).expect("new file");
+    run.wait_for_log(&mut child, "reading the old file to its end");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let applied_at_kill = run.state_in("state").applied;
+
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "the restart settled lossless: {log}");
+    let state = run.state_in("state");
+    assert_eq!(
+        state.balances,
+        balances_of(lines(0..20_500).lines()),
+        "every line of both files applied exactly once (killed after {applied_at_kill}): {log}"
+    );
+    assert_eq!(state.applied, 20_500, "{log}");
+}

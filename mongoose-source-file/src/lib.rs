@@ -39,7 +39,11 @@
 //! * While tailing, at the end of the file and before reporting CAUGHT_UP, the source
 //!   checks that the path still names the open file and that the file is not shorter
 //!   than what was read; if not it reports BEHIND with the reason, reads a rotated file
-//!   to its end and reopens through the same identity check as a restart.
+//!   to its end and reopens through the same identity check as a restart. With a
+//!   pointer (COMMITED) the reopen waits until the old file's lines are processed and
+//!   committed (BEHIND, "waiting for its lines to be processed and committed"): until
+//!   then the pointer names the old file, so a crash right after a rotation finds it
+//!   again among the rotation candidates at the restart instead of losing its tail.
 //! * Follow the file, not the name, across a restart (COMMITED): at the first open
 //!   after start, when the path does not name the pointer's file, the pointer's file is
 //!   looked for among the rotation candidates (the input's folder, the

@@ -1353,27 +1353,33 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
         if let Some(reason) = self.draining.take() {
             let from = self.input.as_ref().map(OpenInput::position);
-            if let Some(rotated) = self.finishing_rotated.as_ref() {
-                // the pointer's file found rotated at a restart: its lines are
-                // committed under its epoch before the switch, so a crash after the
-                // switch cannot lose them (the new file's pointer forgets this epoch)
+            if self.config.strategy.has_pointer() {
+                // the old file of a rotation (found at a restart, or seen replaced
+                // while running): its lines are committed under its epoch before the
+                // switch, so the pointer names it until then and a crash before the
+                // switch finds it again among the rotation candidates; after the
+                // switch the new file's pointer forgets this epoch (issue 11, item 1)
                 let (committed, epoch) = {
                     let shared = self.shared.lock();
                     (shared.record.offset, shared.record.epoch)
                 };
                 let position = from.unwrap_or(0);
                 if epoch == self.epoch.get() && committed < position {
+                    let old = match self.finishing_rotated.as_ref() {
+                        Some(rotated) => format!("the rotated file {}", rotated.display()),
+                        None => "the replaced file".to_owned(),
+                    };
                     let waiting = format!(
-                        "finishing the rotated file {}: waiting for its lines to be processed and committed ({committed} of {position} bytes)",
-                        rotated.display()
+                        "finishing {old}: waiting for its lines to be processed and committed ({committed} of {position} bytes)"
                     );
                     self.draining = Some(reason);
                     self.report(SourceState::Behind, Some(waiting));
                     return Ok(false);
                 }
-                info!(source = %self.config.name, rotated = %rotated.display(), position,
+            }
+            if let Some(rotated) = self.finishing_rotated.take() {
+                info!(source = %self.config.name, rotated = %rotated.display(), position = from.unwrap_or(0),
                     "the rotated file was read to its end and committed: opening the file at the path under a new epoch");
-                self.finishing_rotated = None;
                 self.rotated_finished = true;
             }
             // the rotated or replaced file was read to its end: open the one at the

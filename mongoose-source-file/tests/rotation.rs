@@ -200,3 +200,66 @@ fn a_restart_on_the_same_file_reports_no_rotation() {
     assert!(output.rotated_unread().is_empty());
     assert_eq!(source.status().rotated_files_finished, 0);
 }
+
+// issue 11, tests: a rotation while running, then a crash before the old file's lines
+// were processed: the pointer must still name the old file, so the restart finds it
+// among the rotation candidates and delivers its unprocessed lines.
+#[test]
+fn a_rotation_just_before_a_kill_loses_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    output.process(1);
+    output.commit_now();
+    // rotated live; the old file's last lines are read but not processed yet
+    rotate(&path, "input.log.1", b"a3\na4\n", b"b1\nb2\n");
+    drive(&mut source, 20);
+    // the "kill": no stop, the pointer holds what was committed
+    drop(source);
+
+    let (restarted, _source) = restart_until_caught_up(&path);
+    assert_eq!(
+        restarted.items(),
+        strings(&["a2", "a3", "a4", "b1", "b2"]),
+        "the old file's unprocessed lines, then the new file's"
+    );
+}
+
+// A live rotation reads the old file to its end and waits for its lines to be
+// processed and committed before it opens the new file: until then the pointer names
+// the old file, so a crash can lose none of its lines.
+#[test]
+fn a_live_rotation_opens_the_new_file_only_once_the_old_files_lines_are_committed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    let old_epoch = source.epoch();
+    rotate(&path, "input.log.1", b"a2\n", b"b1\n");
+    drive_until(&mut source, || output.items().len() == 2);
+    drive(&mut source, 20);
+    assert_eq!(output.items(), strings(&["a1", "a2"]), "the new file waits");
+    assert_eq!(source.epoch(), old_epoch);
+    assert!(
+        output
+            .states()
+            .iter()
+            .any(|(state, detail)| *state == SourceState::Behind
+                && detail
+                    .as_deref()
+                    .is_some_and(|d| d.contains("waiting for its lines"))),
+        "{:?}",
+        output.states()
+    );
+    output.process(2);
+    drive_until(&mut source, || output.items().len() == 3);
+    assert_eq!(output.items(), strings(&["a1", "a2", "b1"]));
+    assert_ne!(source.epoch(), old_epoch);
+}
