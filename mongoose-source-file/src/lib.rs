@@ -57,7 +57,11 @@
 //!   the compressed candidates or the missing file,
 //!   [`SourceOutput::report_rotated_unread`](mongoose_core::SourceOutput::report_rotated_unread)
 //!   with `None`, `rotatedUnreadFiles` in the feed status, not lossless), even when the
-//!   old file had in fact been read to its end: never a silent skip.
+//!   old file had in fact been read to its end: never a silent skip. A candidate
+//!   written *after* the pointer's file (other than the file at the path) is the
+//!   current file of the time between two rotations while the source was down: it
+//!   cannot be proven a rotation (reading a copy would apply lines twice), so it is not
+//!   read but reported the same way, as a possible loss naming it.
 //! * LATEST starts after the last line terminator when first opened (a line being
 //!   written at that moment is published whole once it ends); after a rotation,
 //!   strategies without a pointer read the new file from its start.

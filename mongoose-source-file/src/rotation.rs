@@ -78,6 +78,7 @@ pub(crate) fn candidates(input: &Path, globs: &[String]) -> Vec<PathBuf> {
             let name = entry.file_name();
             let name = name.to_string_lossy();
             !name.ends_with(".readPointer")
+                && !name.ends_with(".losses")
                 && globs
                     .iter()
                     .any(|glob| glob_matches(glob.as_bytes(), name.as_bytes()))
@@ -119,6 +120,35 @@ pub(crate) fn find_pointer_file(
             let file = File::open(&path).ok()?;
             is_pointer_file(&file, record).then_some((path, file))
         })
+}
+
+/// The uncompressed candidates other than `found` (the pointer's file) and the file
+/// with `at_path_key` (the one at the input's path) that were modified after `found`:
+/// files that were written after the pointer's file was rotated, so possibly the
+/// current file of the time between two rotations, which the source never read.
+pub(crate) fn written_after(
+    input: &Path,
+    globs: &[String],
+    found: &Path,
+    at_path_key: Option<u64>,
+) -> Vec<PathBuf> {
+    let Ok(found_modified) = fs::metadata(found).and_then(|meta| meta.modified()) else {
+        return Vec::new();
+    };
+    candidates(input, globs)
+        .into_iter()
+        .filter(|path| path != found && !is_compressed(path))
+        .filter(|path| {
+            fs::metadata(path).is_ok_and(|meta| {
+                let key = key_of(&meta).map(|key| key.0);
+                meta.len() > 0
+                    && (at_path_key.is_none() || key != at_path_key)
+                    && meta
+                        .modified()
+                        .is_ok_and(|modified| modified > found_modified)
+            })
+        })
+        .collect()
 }
 
 /// The compressed candidates (a rotated file may have been compressed before it was

@@ -871,6 +871,18 @@ impl<T: Send + 'static> FileEventSource<T> {
             );
             self.report(SourceState::Behind, Some(reason.clone()));
             self.draining = Some(reason);
+            // a file written after the pointer's file was rotated, other than the
+            // one at the path: the current file between two rotations while the
+            // source was down. It cannot be proven a rotation (a copy would be read
+            // twice), so it is not read: reported as a possible loss, never silent.
+            let at_path_key = at_path.and_then(|(_, key, _)| key).map(|key| key.0);
+            for skipped in rotation::written_after(&path, &globs, &rotated_path, at_path_key) {
+                warn!(source = %name, path = %path.display(), file = %skipped.display(),
+                    "the input was rotated more than once while the source was stopped: this file was written after the pointer's file and may hold lines never read (counted as a possible loss; the feed is not lossless). If it is a rotation of the input, read it with a ONCE feed; a glob feed reads every file");
+                self.status.rotated_unread_files += 1;
+                self.output
+                    .report_rotated_unread(&skipped.display().to_string(), None);
+            }
             self.finishing_rotated = Some(rotated_path);
             return Ok(true);
         }

@@ -43,6 +43,17 @@ fn rotate(path: &Path, rotated_name: &str, appended: &[u8], new_content: &[u8]) 
     rotated
 }
 
+/// Sets a file's modification time to `seconds` after an arbitrary past moment.
+fn modified_at(path: &Path, seconds: u64) {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000 + seconds);
+    fs::File::options()
+        .append(true)
+        .open(path)
+        .expect("open")
+        .set_modified(at)
+        .expect("set the modification time");
+}
+
 /// Runs a restarted source until caught up on the file at the path.
 fn restart_until_caught_up(
     path: &Path,
@@ -262,4 +273,51 @@ fn a_live_rotation_opens_the_new_file_only_once_the_old_files_lines_are_committe
     drive_until(&mut source, || output.items().len() == 3);
     assert_eq!(output.items(), strings(&["a1", "a2", "b1"]));
     assert_ne!(source.epoch(), old_epoch);
+}
+
+// Two rotations while stopped: the pointer's file is finished, but the file that was
+// current between the two rotations is neither the pointer's file nor the one at the
+// path. The source cannot prove it is a rotation (a copy would be read twice), so it
+// does not read it: it reports it as a possible loss, naming it, never silently.
+#[test]
+fn a_second_rotation_while_stopped_is_reported_as_a_possible_loss() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    run_and_crash(&path, 2, 1);
+    rotate(&path, "input.log.1", b"a3\n", b"b1\n");
+    // logrotate shifts .1 to .2, then renames the current file to .1
+    fs::rename(
+        dir.path().join("input.log.1"),
+        dir.path().join("input.log.2"),
+    )
+    .expect("shift");
+    rotate(&path, "input.log.1", b"b2\n", b"c1\n");
+    // the times of a day between the rotations, not of a fast test
+    modified_at(&dir.path().join("input.log.2"), 100);
+    modified_at(&dir.path().join("input.log.1"), 200);
+
+    let (output, _source) = restart_until_caught_up(&path);
+    assert_eq!(output.items(), strings(&["a2", "a3", "c1"]));
+    let reported = output.rotated_unread();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(reported[0].0.contains("input.log.1"), "{reported:?}");
+}
+
+// A rotated file older than the pointer's file (read before) is not reported.
+#[test]
+fn an_older_rotation_already_read_is_not_reported() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("input.log.2"), b"z1\n").expect("older rotation");
+    let path = input(&dir, b"a1\na2\n");
+    run_and_crash(&path, 2, 1);
+    rotate(&path, "input.log.1", b"a3\n", b"b1\n");
+    modified_at(&dir.path().join("input.log.2"), 100);
+    modified_at(&dir.path().join("input.log.1"), 200);
+    let (output, _source) = restart_until_caught_up(&path);
+    assert_eq!(output.items(), strings(&["a2", "a3", "b1"]));
+    assert!(
+        output.rotated_unread().is_empty(),
+        "{:?}",
+        output.rotated_unread()
+    );
 }
