@@ -521,6 +521,10 @@ pub struct FileEventSource<T> {
     /// A rotated file was finished: the next open is of another file (a new epoch),
     /// even if its leading bytes are the same (a fixed preamble).
     rotated_finished: bool,
+    /// The file at the path when the open file was seen replaced, opened then: read
+    /// next even if another rotation renamed it away meanwhile (the old file is
+    /// finished and committed first).
+    next_file: Option<File>,
     paused: bool,
     reported: Option<(SourceState, Option<String>)>,
     status: FileSourceStatus,
@@ -580,6 +584,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             last_key: None,
             finishing_rotated: None,
             rotated_finished: false,
+            next_file: None,
             paused: false,
             reported: None,
             status: FileSourceStatus {
@@ -688,7 +693,11 @@ impl<T: Send + 'static> FileEventSource<T> {
             return Ok(false);
         }
         let path = self.config.path.clone();
-        let file = match File::open(&path) {
+        let opened = match self.next_file.take() {
+            Some(file) => Ok(file),
+            None => File::open(&path),
+        };
+        let file = match opened {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
                 if self.config.strategy.has_pointer()
@@ -1408,6 +1417,9 @@ impl<T: Send + 'static> FileEventSource<T> {
             }
             EofCheck::Replaced(reason) => {
                 warn!(source = %self.config.name, %reason, "reading the old file to its end, then reopening");
+                // hold the new file now: a second rotation while the old one is
+                // finished renames it away from the path (issue 11)
+                self.next_file = File::open(&self.config.path).ok();
                 self.report(SourceState::Behind, Some(reason.clone()));
                 self.draining = Some(reason);
                 Ok(true)
@@ -1589,6 +1601,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.reopen_from = None;
         self.finishing_rotated = None;
         self.rotated_finished = false;
+        self.next_file = None;
         self.ended = false;
         self.paused = false;
         self.opened_since_start = false;

@@ -321,3 +321,31 @@ fn an_older_rotation_already_read_is_not_reported() {
         output.rotated_unread()
     );
 }
+
+// A second rotation while the source still finishes the first one's old file (it waits
+// for that file's lines to be committed): the file that was at the path when the first
+// rotation was seen is read next, even though another file is at the path by then.
+#[test]
+fn a_second_live_rotation_before_the_first_is_finished_loses_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\n");
+    let output = RecordingOutput::new();
+    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    drive_until(&mut source, || {
+        output.last_state() == Some(SourceState::CaughtUp)
+    });
+    rotate(&path, "input.log.1", b"a2\n", b"b1\n");
+    drive_until(&mut source, || output.items().len() == 2);
+    drive(&mut source, 5); // waiting for a1 and a2 to be committed
+    fs::rename(
+        dir.path().join("input.log.1"),
+        dir.path().join("input.log.2"),
+    )
+    .expect("shift");
+    rotate(&path, "input.log.1", b"b2\n", b"c1\n");
+    drive_until(&mut source, || {
+        output.process_all();
+        output.items().len() >= 5 && output.last_state() == Some(SourceState::CaughtUp)
+    });
+    assert_eq!(output.items(), strings(&["a1", "a2", "b1", "b2", "c1"]));
+}
