@@ -12,8 +12,8 @@ pub const MAX_PENDING_ACKNOWLEDGEMENTS: usize = 65_536;
 
 /// One run of items: the last item's sequence and position. An item that entered no
 /// queue (dropped everywhere, filtered) has the same condition as the item before it,
-/// so it is merged into the run before it (of the same epoch and lane): the window is bounded by what the queues
-/// hold, not by how many items were dropped.
+/// so it is merged into the run before it (of the same epoch and lane): the window is
+/// bounded by what the queues hold, not by how many items were dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WindowEntry<P> {
     pub(crate) sequence: u64,
