@@ -167,11 +167,17 @@
 #![deny(unsafe_code)]
 
 mod error;
+mod glob;
 mod identity;
+mod lanes;
 pub mod pointer;
 mod rotation;
 mod source;
 pub mod split;
 
 pub use error::FileSourceError;
+pub use glob::{
+    glob_matches, is_glob, GlobFileSource, GlobSourceConfig, DEFAULT_MAX_OPEN_FILES,
+    DEFAULT_SCAN_INTERVAL,
+};
 pub use source::{DataMapper, FileEventSource, FileSourceConfig, FileSourceStatus, ReadStrategy};
