@@ -872,6 +872,8 @@ impl LedgerExample {
                 overload: OverloadConfig::default(),
                 status_events: false,
                 rotated: None,
+                scan_interval_millis: None,
+                max_open_files: None,
             }],
             groups: vec![GroupConfig {
                 name: Self::GROUP.to_owned(),
