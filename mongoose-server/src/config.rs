@@ -861,10 +861,7 @@ impl ServerConfig {
             return Ok(());
         }
         if let Some(parent) = feed.path.parent() {
-            if parent
-                .to_string_lossy()
-                .contains(['*', '?', '['])
-            {
+            if parent.to_string_lossy().contains(['*', '?', '[']) {
                 return Err(ServerError::invalid(
                     format!("feeds[{index}].path"),
                     format!(
@@ -919,7 +916,12 @@ impl ServerConfig {
             seen.insert(file, index);
         }
         // a single-file feed on a file a glob feed matches: both would use its pointer
-        for (glob_index, glob) in self.feeds.iter().enumerate().filter(|(_, feed)| feed.is_glob()) {
+        for (glob_index, glob) in self
+            .feeds
+            .iter()
+            .enumerate()
+            .filter(|(_, feed)| feed.is_glob())
+        {
             let resolved = self.resolve(&glob.path);
             let (Some(folder), Some(pattern)) = (resolved.parent(), resolved.file_name()) else {
                 continue;
@@ -931,7 +933,8 @@ impl ServerConfig {
                     continue;
                 }
                 let resolved = self.resolve(&feed.path);
-                let (Some(feed_folder), Some(name)) = (resolved.parent(), resolved.file_name()) else {
+                let (Some(feed_folder), Some(name)) = (resolved.parent(), resolved.file_name())
+                else {
                     continue;
                 };
                 if file_identity(feed_folder) == folder
@@ -1056,20 +1059,28 @@ settings = { state_dir = "state" }
         assert_eq!(config.feeds[0].scan_interval_millis, Some(250));
         assert_eq!(config.feeds[0].max_open_files, Some(8));
         let error = glob("scan_interval_millis = 1\n").expect_err("too short");
-        assert!(error.to_string().contains("feeds[0].scan_interval_millis"), "{error}");
+        assert!(
+            error.to_string().contains("feeds[0].scan_interval_millis"),
+            "{error}"
+        );
         let error = glob("max_open_files = 0\n").expect_err("none");
-        assert!(error.to_string().contains("feeds[0].max_open_files"), "{error}");
+        assert!(
+            error.to_string().contains("feeds[0].max_open_files"),
+            "{error}"
+        );
         let error = parse(&GOOD.replace(
             "path = \"input.txt\"\n",
             "path = \"input.txt\"\nmax_open_files = 4\n",
         ))
         .expect_err("not a glob");
-        assert!(error.to_string().contains("only a feed whose path is a glob"), "{error}");
-        let error = parse(&GOOD.replace(
-            "path = \"input.txt\"\n",
-            "path = \"logs-*/*.log\"\n",
-        ))
-        .expect_err("a wildcard folder");
+        assert!(
+            error
+                .to_string()
+                .contains("only a feed whose path is a glob"),
+            "{error}"
+        );
+        let error = parse(&GOOD.replace("path = \"input.txt\"\n", "path = \"logs-*/*.log\"\n"))
+            .expect_err("a wildcard folder");
         assert!(error.to_string().contains("only the file name"), "{error}");
     }
 

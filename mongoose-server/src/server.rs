@@ -11,12 +11,12 @@ use mongoose_control::{
     AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
     GroupOptions, GroupStatus, IdleStrategy, ReplyOutcome,
 };
+use mongoose_core::Position;
 use mongoose_core::{agent, EventSource, Processor, WorkDone};
+use mongoose_delivery::FeedBuilder;
 use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, KillSwitch, Publisher, StatusReport};
 use mongoose_replay::cli::{replay_report, ReplayReport};
 use mongoose_replay::{FeedCodecs, RecordConfig, Recorder, Replayer};
-use mongoose_core::Position;
-use mongoose_delivery::FeedBuilder;
 use mongoose_source_file::{FileEventSource, FileSourceConfig, GlobFileSource, GlobSourceConfig};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -541,35 +541,35 @@ impl ServerBuilder {
         for (index, feed_config) in config.feeds.iter().enumerate() {
             let SourceKind::File = feed_config.source;
             let strategy = feed_config.read_strategy;
-            let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) =
-                if feed_config.is_glob() {
-                    // one feed over every matching file, each on its own lane: positions
-                    // are (lane, byte offset)
-                    let publisher: Arc<Publisher<String, (u32, u64)>> =
-                        feed_builder(&config, index)?.try_build()?;
-                    publisher.set_kill_switch(Arc::clone(&kill_switch));
-                    connector.register(Arc::clone(&publisher))?;
-                    let source = GlobFileSource::<String>::of_lines(
-                        glob_source_config(&config, index),
-                        publisher.clone(),
-                    );
-                    (publisher, Box::new(source))
-                } else {
-                    let publisher: Arc<Publisher<String, u64>> =
-                        feed_builder(&config, index)?.try_build()?;
-                    // run only for queues whose overload block asks for it
-                    publisher.set_kill_switch(Arc::clone(&kill_switch));
-                    connector.register(Arc::clone(&publisher))?;
-                    let mut file_config = FileSourceConfig::new(
-                        &feed_config.name,
-                        config.resolve(&feed_config.path),
-                        strategy,
-                    );
-                    file_config.rotated = feed_config.rotated.iter().cloned().collect();
-                    let source =
-                        FileEventSource::<String>::of_lines(file_config, publisher.clone());
-                    (publisher, Box::new(source))
-                };
+            let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) = if feed_config
+                .is_glob()
+            {
+                // one feed over every matching file, each on its own lane: positions
+                // are (lane, byte offset)
+                let publisher: Arc<Publisher<String, (u32, u64)>> =
+                    feed_builder(&config, index)?.try_build()?;
+                publisher.set_kill_switch(Arc::clone(&kill_switch));
+                connector.register(Arc::clone(&publisher))?;
+                let source = GlobFileSource::<String>::of_lines(
+                    glob_source_config(&config, index),
+                    publisher.clone(),
+                );
+                (publisher, Box::new(source))
+            } else {
+                let publisher: Arc<Publisher<String, u64>> =
+                    feed_builder(&config, index)?.try_build()?;
+                // run only for queues whose overload block asks for it
+                publisher.set_kill_switch(Arc::clone(&kill_switch));
+                connector.register(Arc::clone(&publisher))?;
+                let mut file_config = FileSourceConfig::new(
+                    &feed_config.name,
+                    config.resolve(&feed_config.path),
+                    strategy,
+                );
+                file_config.rotated = feed_config.rotated.iter().cloned().collect();
+                let source = FileEventSource::<String>::of_lines(file_config, publisher.clone());
+                (publisher, Box::new(source))
+            };
             feeds.push(FeedRuntime {
                 name: feed_config.name.clone(),
                 publisher,
