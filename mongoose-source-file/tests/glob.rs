@@ -222,6 +222,21 @@ fn a_new_file_matching_the_glob_is_read_from_its_start() {
     assert_eq!(first_of_c.offset, 5, "the first line of C, at its start");
     assert_eq!(pointer_of(&c).offset, fs::metadata(&c).expect("c").len());
     assert!(registry_of(dir.path()).contains("c.log"));
+    // the feed status lists each file with its lane, committed offset, size and lag
+    let c_size = fs::metadata(&c).expect("c").len();
+    pipeline.until("the status lists both files committed", |p| {
+        let files = p.feed.status().files;
+        files.len() == 2 && files.iter().all(|file| file.lag == 0 && file.committed > 0)
+    });
+    let files = pipeline.feed.status().files;
+    let listed = files
+        .iter()
+        .find(|file| file.path.ends_with("c.log"))
+        .expect("C listed");
+    assert_eq!(Some(listed.lane), pipeline.source.lane_of(&c));
+    assert_eq!((listed.committed, listed.size), (c_size, c_size));
+    let json = serde_json::to_string(&pipeline.feed.status()).expect("json");
+    assert!(json.contains("\"files\":[{\"lane\":"), "{json}");
     pipeline.source.stop().expect("stop");
 }
 
