@@ -896,6 +896,50 @@ impl<T: Send + 'static> GlobFileSource<T> {
         Ok(())
     }
 
+    /// Without a registry, files that have pointers would get new lanes: a consumer
+    /// that saved positions per lane would not know their lines and apply them again.
+    /// Refused when a consumer holds positions of lanes; a warning otherwise.
+    fn refuse_new_lanes_for_saved_ones(&self) -> Result<(), CoreError> {
+        if self.registry.existed() {
+            return Ok(());
+        }
+        let folder = self.config.folder();
+        let pattern = self.config.file_pattern();
+        let Ok(entries) = fs::read_dir(&folder) else {
+            return Ok(());
+        };
+        let with_pointers: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+            .filter_map(|name| name.strip_suffix(".readPointer").map(str::to_owned))
+            .filter(|name| glob_matches(&pattern, name))
+            .collect();
+        if with_pointers.is_empty() {
+            return Ok(());
+        }
+        let lanes_saved = self.hub.state.lock().saved.iter().any(|consumer| {
+            consumer
+                .saved
+                .is_some_and(|(_, position)| position.lane > 0)
+        });
+        let message = format!(
+            "the lane registry {} is missing but {} files of the glob have pointer files ({}): they would be read on new lanes",
+            self.registry.path().display(),
+            with_pointers.len(),
+            with_pointers.join(", ")
+        );
+        if lanes_saved {
+            return Err(CoreError::Source {
+                source_name: self.config.name.clone(),
+                message: format!(
+                    "{message}, and the feed's consumers hold saved positions of lanes, which would not match: their lines would be applied again. Restore the registry from a backup (it belongs with the pointers); or, to start over, move the pointer files and the consumers' saved state away"
+                ),
+            });
+        }
+        warn!(source = %self.config.name, "{message}: each resumes from its pointer");
+        Ok(())
+    }
+
     /// The feed's state: CAUGHT_UP when every file is, else BEHIND naming a file.
     fn report_aggregate(&mut self) {
         let (state, detail, unterminated) = {
@@ -1024,12 +1068,16 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             self.output.acknowledge_with(Box::new(LaneMultiplexer {
                 committers: Arc::clone(&self.hub.committers),
             }));
+            self.refuse_new_lanes_for_saved_ones()?;
             // every file of the registry is tracked again, on its lane: one not found
             // now is looked for among its rotations by its own source (and forgotten
-            // once nothing of it is left to commit)
+            // once nothing of it is left to commit). An entry the glob no longer
+            // matches (the glob was changed) keeps its lane, unread.
+            let pattern = self.config.file_pattern();
             let entries: Vec<(String, u32)> = self
                 .registry
                 .entries()
+                .filter(|(name, _)| glob_matches(&pattern, name))
                 .map(|(name, lane)| (name.to_owned(), lane))
                 .collect();
             for (name, lane) in entries {

@@ -31,6 +31,8 @@ pub(crate) struct LaneRegistry {
     next: u32,
     /// Written to disk (a feed without a pointer keeps its lanes in memory).
     persistent: bool,
+    /// The registry file existed when loaded.
+    existed: bool,
 }
 
 impl LaneRegistry {
@@ -41,6 +43,7 @@ impl LaneRegistry {
             lanes: BTreeMap::new(),
             next: 1,
             persistent: false,
+            existed: false,
         }
     }
 
@@ -53,8 +56,14 @@ impl LaneRegistry {
             lanes: BTreeMap::new(),
             next: 1,
             persistent: true,
+            existed: false,
         };
         let text = match fs::read_to_string(&registry.path) {
+            Ok(text) if text.is_empty() => {
+                // created, never written (a crash before the first write)
+                registry.existed = true;
+                return Ok(registry);
+            }
             Ok(text) => text,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(registry),
             Err(error) => {
@@ -68,6 +77,7 @@ impl LaneRegistry {
             path: registry.path.clone(),
             line: line.to_owned(),
         };
+        registry.existed = true;
         let mut lines = text.lines();
         if lines.next() != Some(HEADER) {
             return Err(damaged(text.lines().next().unwrap_or("")));
@@ -92,6 +102,11 @@ impl LaneRegistry {
         let highest = registry.lanes.values().copied().max().unwrap_or(0);
         registry.next = registry.next.max(highest + 1).max(1);
         Ok(registry)
+    }
+
+    /// Whether the registry file existed when loaded.
+    pub(crate) fn existed(&self) -> bool {
+        self.existed
     }
 
     /// The registry file.

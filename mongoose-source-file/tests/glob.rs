@@ -388,3 +388,35 @@ fn the_pointer_and_registry_files_are_not_inputs() {
     assert_eq!(source.files().len(), 1, "{:?}", source.files());
     source.stop().expect("stop");
 }
+
+#[test]
+fn a_lost_lane_registry_refuses_the_start_when_consumers_hold_lanes() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=3)).expect("a");
+    let mut first = Pipeline::new(dir.path(), |_| {});
+    first.until("read and settled", |p| p.lines().len() == 3 && p.settled());
+    let saved = first.collect.seen[2].clone();
+    first.source.stop().expect("stop");
+    drop(first);
+    fs::remove_file(dir.path().join("logs.lanes")).expect("registry lost");
+
+    let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
+    feed.note_saved_position(mongoose_core::ConsumerPosition {
+        consumer: "group/ledger".to_owned(),
+        saved: Some((
+            saved.epoch,
+            mongoose_core::PositionValue {
+                lane: saved.lane,
+                offset: saved.offset,
+            },
+        )),
+    });
+    let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
+    let config = GlobSourceConfig::new("logs", dir.path().join("*.log"), ReadStrategy::Commited);
+    let mut source = GlobFileSource::<String>::of_lines(config, output);
+    let error = source.start().expect_err("refused");
+    assert!(
+        error.to_string().contains("lane registry") && error.to_string().contains("a.log"),
+        "{error}"
+    );
+}
