@@ -156,6 +156,10 @@ pub struct GlobSourceConfig {
     /// At most this many files open at once (COMMITED; other strategies open every
     /// file).
     pub max_open_files: usize,
+    /// While files wait for a slot, an open file that had this many turns stops
+    /// reading and gives its slot once what it read is committed, even before its end
+    /// (so a file that never stops growing cannot keep its slot).
+    pub turns_per_slot: u64,
 }
 
 /// The default scan interval.
@@ -181,6 +185,7 @@ impl GlobSourceConfig {
             rotated: Vec::new(),
             scan_interval: DEFAULT_SCAN_INTERVAL,
             max_open_files: DEFAULT_MAX_OPEN_FILES,
+            turns_per_slot: 64,
         }
     }
 
@@ -446,7 +451,8 @@ struct Tracked<T> {
     /// Committed (or read) offset and size, as last seen.
     committed: u64,
     size: u64,
-    /// Parked: its size when it gave its slot (it wants one again when it changes).
+    /// Parked at its end: its size when it gave its slot (it wants one again when the
+    /// size changes). A file parked before its end wants one again at once.
     parked_size: Option<u64>,
     /// A deleted file's unterminated tail as seen at the last scan: forgotten when it
     /// did not change for a whole scan interval.
@@ -800,7 +806,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
         for file in self.files.values() {
             if file.source.is_none()
                 && !self.waiting.contains(&file.lane)
-                && (file.parked_size != Some(file.size) || !file.matched)
+                && (file.parked_size.is_none_or(|size| size != file.size) || !file.matched)
             {
                 self.waiting.push_back(file.lane);
             }
@@ -815,14 +821,19 @@ impl<T: Send + 'static> GlobFileSource<T> {
         Ok(())
     }
 
-    /// Closes one open file at its end with everything committed (the one whose turn
-    /// came least recently: the lowest lane after the last one parked). False when none
-    /// can give its slot now.
+    /// Closes one open file with everything it read committed: at its end, or after
+    /// its [`GlobSourceConfig::turns_per_slot`] turns (the one open the longest).
+    /// False when none can give its slot now.
     fn park_one(&mut self) -> Result<bool, CoreError> {
+        let turns = self.config.turns_per_slot;
         let candidate = self
             .files
             .values()
-            .filter(|file| file.source.as_ref().is_some_and(parkable))
+            .filter(|file| {
+                file.source
+                    .as_ref()
+                    .is_some_and(|source| parkable(source, file.cycles >= turns))
+            })
             .max_by_key(|file| file.cycles)
             .map(|file| file.lane);
         let Some(lane) = candidate else {
@@ -836,7 +847,8 @@ impl<T: Send + 'static> GlobFileSource<T> {
             source.stop()?;
             file.committed = status.committed_position;
             file.size = fs::metadata(&file.path).map_or(status.read_position, |m| m.len());
-            file.parked_size = Some(file.size);
+            // before its end (its turns were over): it waits for a slot again at once
+            file.parked_size = (status.state == SourceState::CaughtUp).then_some(file.size);
             debug!(source = %self.config.name, file = %file.path.display(), lane, "gave its open-file slot to a waiting file");
         }
         Ok(true)
@@ -1041,11 +1053,11 @@ fn forgettable<T: Send + 'static>(file: &mut Tracked<T>) -> bool {
     }
 }
 
-/// Whether an open file can give its slot: at its end, everything committed, nothing
-/// pending.
-fn parkable<T: Send + 'static>(source: &FileEventSource<T>) -> bool {
+/// Whether an open file can give its slot: everything it read committed, nothing
+/// pending, and at its end (or its turns are over).
+fn parkable<T: Send + 'static>(source: &FileEventSource<T>, turns_over: bool) -> bool {
     let status = source.status();
-    status.state == SourceState::CaughtUp
+    (turns_over || status.state == SourceState::CaughtUp)
         && status.committed_position == status.read_position
         && !source.has_pending_line()
 }
@@ -1118,14 +1130,30 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         } else {
             let first = self.turn % open.len();
             self.turn = self.turn.wrapping_add(1);
+            // with files waiting for a slot, a file that had its turns reads no more
+            // (a line it holds is still offered): once what it read is committed, it
+            // gives its slot
+            let yielding = !self.waiting.is_empty();
+            let mut skipped = false;
             for index in 0..open.len() {
                 let lane = open[(first + index) % open.len()];
                 if let Some(file) = self.files.get_mut(&lane) {
                     if let Some(source) = file.source.as_mut() {
+                        if yielding
+                            && file.cycles >= self.config.turns_per_slot
+                            && !source.has_pending_line()
+                        {
+                            skipped = true;
+                            continue;
+                        }
                         work += source.do_work()?.0;
                         file.cycles += 1;
                     }
                 }
+            }
+            if skipped {
+                // commit what the skipped files' consumers processed
+                work += self.output.poll_acknowledgements();
             }
         }
         self.report_aggregate();

@@ -420,3 +420,30 @@ fn a_lost_lane_registry_refuses_the_start_when_consumers_hold_lanes() {
         "{error}"
     );
 }
+
+#[test]
+fn a_file_that_had_its_turns_gives_its_slot_before_its_end() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=500)).expect("a");
+    fs::write(dir.path().join("b.log"), content("b", 1..=5)).expect("b");
+    let mut pipeline = Pipeline::new(dir.path(), |config| {
+        config.max_open_files = 1;
+        config.read_buffer_bytes = 64;
+        config.max_bytes_per_turn = 64; // a's 2,500 bytes take about 40 turns
+        config.turns_per_slot = 4;
+    });
+    pipeline.until("every line", |p| p.lines().len() == 505 && p.settled());
+    let lines = pipeline.lines();
+    let first_of_b = lines.iter().position(|line| line == "b001").expect("b001");
+    let last_of_a = lines.iter().position(|line| line == "a500").expect("a500");
+    assert!(
+        first_of_b < last_of_a,
+        "B was read before A's end: a file that never stops growing cannot keep its slot"
+    );
+    assert_eq!(pipeline.lines_of("a"), lines_of_range("a", 1..=500));
+    pipeline.source.stop().expect("stop");
+}
+
+fn lines_of_range(prefix: &str, range: std::ops::RangeInclusive<usize>) -> Vec<String> {
+    lines(prefix, range)
+}
