@@ -28,8 +28,16 @@
 //!   not found while its pointer held a position, it is reported as a possible loss.
 //! * **`max_open_files`** (COMMITED only; default 256): at most that many files are
 //!   open. A file at its end with everything committed gives its slot to a file that
-//!   waits with unread bytes (oldest waiter first); it is reopened later from its
-//!   pointer through the same identity check as a restart.
+//!   waits with unread bytes (oldest waiter first); so does a file that had
+//!   [`GlobSourceConfig::turns_per_slot`] turns while others wait (it stops reading
+//!   until what it read is committed), so a file that never stops growing cannot keep
+//!   its slot. A file that gave its slot is reopened later from its pointer through the
+//!   same identity check as a restart. (A file deleted while it had no slot is reopened
+//!   to be finished: its rotation is looked for as at a restart, and if it is not found
+//!   while its pointer held a position, it is reported as a possible loss.)
+//! * **Renames inside the glob**: a file renamed to another name the glob matches is
+//!   read again under a new lane (duplicates, never a loss): give rotations names the
+//!   glob does not match, or list them in `rotated`.
 //! * **Fairness**: each duty cycle gives every open file a turn of at most
 //!   [`GlobSourceConfig::max_bytes_per_turn`] bytes, starting with another file each
 //!   cycle.
