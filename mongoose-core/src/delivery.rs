@@ -81,6 +81,13 @@ impl Delivery {
         self.position
     }
 
+    /// The lane of the position: the file of a many-file (glob) feed, a partition; 0
+    /// for a source with one stream. Positions compare only within a lane
+    /// ([`Delivery::already_applied`]): keep one saved position per lane.
+    pub fn lane(&self) -> u32 {
+        self.position.lane
+    }
+
     /// How many dispatches of this item failed before this one (0 on the first).
     pub fn attempt(&self) -> u32 {
         self.attempt
@@ -471,6 +478,11 @@ mod tests {
         assert!(!delivery.already_applied(Epoch(2), 9u64));
         assert!(!delivery.already_applied(Epoch(3), 100u64));
         assert!(!delivery.already_applied(Epoch(2), (1u32, 100u64)));
+        assert_eq!(delivery.lane(), 0);
+        let laned = Delivery::new(feed(), 2, Epoch(2), PositionValue { lane: 3, offset: 7 }, 0);
+        assert_eq!(laned.lane(), 3);
+        assert!(laned.already_applied(Epoch(2), (3u32, 7u64)));
+        assert!(!laned.already_applied(Epoch(2), (2u32, 70u64)));
     }
 
     #[test]

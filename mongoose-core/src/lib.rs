@@ -85,6 +85,6 @@ pub use overload::{OverloadPolicy, OverloadSettings};
 pub use position::{Epoch, Position, PositionValue};
 pub use processor::{ConsumerPosition, Handler, Processor, SavedPosition, Subscriptions};
 pub use source::{
-    BatchEnd, EventSource, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
-    WorkDone,
+    BatchEnd, EventSource, FileLag, Refusal, SourceCommitter, SourceOutput, SourceState,
+    TryPublish, WorkDone,
 };

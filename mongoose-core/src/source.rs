@@ -32,6 +32,22 @@ impl SourceState {
     }
 }
 
+/// One input file of a many-file source, as the feed status lists it
+/// ([`SourceOutput::report_files`]).
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct FileLag {
+    /// The file's lane (`PositionValue::lane` of its items).
+    pub lane: u32,
+    /// The file's path.
+    pub path: String,
+    /// The offset committed in its pointer (or, without a pointer, read).
+    pub committed: u64,
+    /// Its size when last looked at.
+    pub size: u64,
+    /// `size - committed` (0 when the file is shorter than the committed offset).
+    pub lag: u64,
+}
+
 /// How much a duty cycle did; 0 lets the agent idle.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct WorkDone(pub usize);
@@ -194,6 +210,13 @@ pub trait SourceOutput<T, P: Position>: Send + Sync {
     /// the source also logs a WARN naming the file.
     fn report_rotated_unread(&self, file: &str, bytes: Option<u64>) {
         let _ = (file, bytes);
+    }
+
+    /// The input files of a many-file source (a glob feed), each with its lane,
+    /// committed offset, size and lag, for the feed status. Called at most once per
+    /// scan or poll interval, never per item. The default does nothing.
+    fn report_files(&self, files: &[FileLag]) {
+        let _ = files;
     }
 
     /// What the feed's consumers that store positions with their state hold

@@ -153,6 +153,8 @@ struct State<T, P: Position> {
     rotated_unread_files: u64,
     /// Loss records of earlier runs reported at this start.
     earlier_losses: u64,
+    /// The input files of a many-file source (`report_files`).
+    files: Vec<mongoose_core::FileLag>,
     bounded: bool,
     status_events: bool,
     fallback_warned: bool,
@@ -255,6 +257,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             rotated_unread_bytes: 0,
             rotated_unread_files: 0,
             earlier_losses: 0,
+            files: Vec::new(),
             bounded: builder.bounded,
             status_events: builder.status_events,
             fallback_warned: false,
@@ -1594,6 +1597,12 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
             "a rotated input was not read to its end (compressed or deleted first): the feed is not lossless");
     }
 
+    fn report_files(&self, files: &[mongoose_core::FileLag]) {
+        let mut state = self.state.lock();
+        state.files.clear();
+        state.files.extend_from_slice(files);
+    }
+
     fn saved_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
         self.saved_positions.lock().clone()
     }
@@ -1704,6 +1713,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             rotated_unread_bytes: state.rotated_unread_bytes,
             rotated_unread_files: state.rotated_unread_files,
             completion_failures,
+            files: state.files.clone(),
         }
     }
 

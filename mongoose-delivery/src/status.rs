@@ -1,6 +1,7 @@
 //! Feed status (§7): one report per feed and a top level, serialized with exactly the
 //! field names of the reference.
 
+use mongoose_core::FileLag;
 use serde::{Deserialize, Serialize};
 
 use crate::queue::OverloadState;
@@ -93,6 +94,11 @@ pub struct FeedStatus {
     /// Non-zero makes the feed not lossless.
     #[serde(default)]
     pub rotated_unread_files: u64,
+    /// The input files of a many-file (glob) feed: lane, path, committed offset, size
+    /// and lag, as of the source's last scan. Empty for other feeds (and then not
+    /// serialized).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileLag>,
 }
 
 /// The status of every feed, with the settled and lossless verdicts.

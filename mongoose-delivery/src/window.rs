@@ -12,8 +12,8 @@ pub const MAX_PENDING_ACKNOWLEDGEMENTS: usize = 65_536;
 
 /// One run of items: the last item's sequence and position. An item that entered no
 /// queue (dropped everywhere, filtered) has the same condition as the item before it,
-/// so it is merged into the run before it: the window is bounded by what the queues
-/// hold, not by how many items were dropped.
+/// so it is merged into the run before it (of the same epoch and lane): the window is
+/// bounded by what the queues hold, not by how many items were dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WindowEntry<P> {
     pub(crate) sequence: u64,
@@ -58,11 +58,12 @@ impl<P: Position> Window<P> {
 
     /// Adds a positioned item. `entered_a_queue` is false for an item no queue holds (a
     /// drop, a filtered input): it merges into the run before it when that run has the
-    /// same epoch.
+    /// same epoch and the same lane (a run ends at one lane's position: the committer
+    /// of a many-file source commits each lane on its own).
     pub(crate) fn push(&mut self, sequence: u64, epoch: Epoch, position: P, entered_a_queue: bool) {
         if !entered_a_queue && self.tail_mergeable {
             if let Some(last) = self.entries.back_mut() {
-                if last.epoch == epoch {
+                if last.epoch == epoch && last.position.value().lane == position.value().lane {
                     last.sequence = sequence;
                     last.position = position;
                     return;
@@ -127,6 +128,21 @@ mod tests {
         window.push(1, Epoch(1), 10, true);
         window.push(2, Epoch(2), 5, false);
         assert_eq!(window.len(), 2);
+    }
+
+    #[test]
+    fn an_item_of_another_lane_never_merges_into_the_run_before_it() {
+        // a filtered line of file B (lane 2) after a line of file A (lane 1), same
+        // epoch: merged, A's committer would never see A's position, and B's would get
+        // a run that ends with A's item unprocessed
+        let mut window = Window::<(u32, u64)>::new();
+        window.push(1, Epoch(1), (1, 10), true);
+        window.push(2, Epoch(1), (2, 5), false);
+        assert_eq!(window.len(), 2, "a run holds the positions of one lane");
+        let mut out = Vec::new();
+        window.acknowledge_through(1, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].position, (1, 10));
     }
 
     #[test]

@@ -227,7 +227,29 @@ pub struct FeedConfig {
     /// for among them when the path names another file.
     #[serde(default)]
     pub rotated: Option<String>,
+    /// For a glob `path` (`logs/*.log`): how often, in milliseconds, the folder is
+    /// scanned for new and deleted files (default 1000, 10 to 3,600,000).
+    #[serde(default)]
+    pub scan_interval_millis: Option<u64>,
+    /// For a glob `path`: at most this many files open at once (default 256, 1 to
+    /// 65,536; COMMITED only).
+    #[serde(default)]
+    pub max_open_files: Option<usize>,
 }
+
+impl FeedConfig {
+    /// Whether the feed's path is a glob: one feed over every matching file, each on
+    /// its own lane.
+    pub fn is_glob(&self) -> bool {
+        mongoose_source_file::is_glob(&self.path)
+    }
+}
+
+/// The shortest and longest glob scan intervals.
+pub const SCAN_INTERVAL_MILLIS: std::ops::RangeInclusive<u64> = 10..=3_600_000;
+
+/// The largest `max_open_files`.
+pub const MAX_OPEN_FILES: usize = 65_536;
 
 fn default_read_strategy() -> ReadStrategy {
     ReadStrategy::Commited
@@ -567,6 +589,7 @@ impl ServerConfig {
             }
             self.feed_overload(index)?;
             self.feed_overrides(index)?;
+            self.validate_glob(index)?;
         }
         let cores = available_cores();
         let mut groups = BTreeSet::new();
@@ -816,6 +839,57 @@ impl ServerConfig {
         Ok(())
     }
 
+    /// The glob keys of feed `index`: only on a glob path, in range, and wildcards only
+    /// in the file name.
+    fn validate_glob(&self, index: usize) -> Result<(), ServerError> {
+        let feed = &self.feeds[index];
+        if !feed.is_glob() {
+            for (key, set) in [
+                ("scan_interval_millis", feed.scan_interval_millis.is_some()),
+                ("max_open_files", feed.max_open_files.is_some()),
+            ] {
+                if set {
+                    return Err(ServerError::invalid(
+                        format!("feeds[{index}].{key}"),
+                        format!(
+                            "only a feed whose path is a glob (a file name with '*', '?' or '[', e.g. logs/*.log) takes {key}: \
+                             remove it, or give a glob path"
+                        ),
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        if let Some(parent) = feed.path.parent() {
+            if parent.to_string_lossy().contains(['*', '?', '[']) {
+                return Err(ServerError::invalid(
+                    format!("feeds[{index}].path"),
+                    format!(
+                        "the glob {} has wildcards in its folder: only the file name may hold '*', '?' or '[' (e.g. logs/*.log)",
+                        feed.path.display()
+                    ),
+                ));
+            }
+        }
+        if let Some(millis) = feed.scan_interval_millis {
+            check_range(
+                format!("feeds[{index}].scan_interval_millis"),
+                millis,
+                SCAN_INTERVAL_MILLIS,
+                " ms",
+            )?;
+        }
+        if let Some(files) = feed.max_open_files {
+            check_range(
+                format!("feeds[{index}].max_open_files"),
+                files as u64,
+                1..=MAX_OPEN_FILES as u64,
+                " files",
+            )?;
+        }
+        Ok(())
+    }
+
     /// Refuses two feeds on one input file, however their paths are spelled: they would
     /// share the file's pointer (`<input>.readPointer`), and after a kill -9 lines were
     /// both lost and duplicated (issue 9, item 5).
@@ -840,6 +914,46 @@ impl ServerConfig {
                 ));
             }
             seen.insert(file, index);
+        }
+        // a single-file feed on a file a glob feed matches: both would use its pointer
+        for (glob_index, glob) in self
+            .feeds
+            .iter()
+            .enumerate()
+            .filter(|(_, feed)| feed.is_glob())
+        {
+            let resolved = self.resolve(&glob.path);
+            let (Some(folder), Some(pattern)) = (resolved.parent(), resolved.file_name()) else {
+                continue;
+            };
+            let folder = file_identity(folder);
+            let pattern = pattern.to_string_lossy();
+            for (index, feed) in self.feeds.iter().enumerate() {
+                if index == glob_index || feed.is_glob() {
+                    continue;
+                }
+                let resolved = self.resolve(&feed.path);
+                let (Some(feed_folder), Some(name)) = (resolved.parent(), resolved.file_name())
+                else {
+                    continue;
+                };
+                if file_identity(feed_folder) == folder
+                    && mongoose_source_file::glob_matches(&pattern, &name.to_string_lossy())
+                {
+                    return Err(ServerError::invalid(
+                        format!("feeds[{index}].path"),
+                        format!(
+                            "the glob of feed '{}' (path \"{}\") matches the file of feed '{}' (path \"{}\"): \
+                             two feeds on one file would share its pointer file and lose and duplicate lines after a crash; \
+                             narrow the glob, or keep one feed",
+                            glob.name,
+                            glob.path.display(),
+                            feed.name,
+                            feed.path.display()
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -930,6 +1044,44 @@ settings = { state_dir = "state" }
         .expect("valid");
         assert_eq!(config.feeds[0].rotated.as_deref(), Some("input-*.txt"));
         assert_eq!(parse(GOOD).expect("valid").feeds[0].rotated, None);
+    }
+
+    #[test]
+    fn a_glob_feed_takes_a_scan_interval_and_max_open_files_in_range() {
+        let glob = |extra: &str| {
+            parse(&GOOD.replace(
+                "path = \"input.txt\"\n",
+                &format!("path = \"logs/*.log\"\n{extra}"),
+            ))
+        };
+        let config = glob("scan_interval_millis = 250\nmax_open_files = 8\n").expect("valid");
+        assert!(config.feeds[0].is_glob());
+        assert_eq!(config.feeds[0].scan_interval_millis, Some(250));
+        assert_eq!(config.feeds[0].max_open_files, Some(8));
+        let error = glob("scan_interval_millis = 1\n").expect_err("too short");
+        assert!(
+            error.to_string().contains("feeds[0].scan_interval_millis"),
+            "{error}"
+        );
+        let error = glob("max_open_files = 0\n").expect_err("none");
+        assert!(
+            error.to_string().contains("feeds[0].max_open_files"),
+            "{error}"
+        );
+        let error = parse(&GOOD.replace(
+            "path = \"input.txt\"\n",
+            "path = \"input.txt\"\nmax_open_files = 4\n",
+        ))
+        .expect_err("not a glob");
+        assert!(
+            error
+                .to_string()
+                .contains("only a feed whose path is a glob"),
+            "{error}"
+        );
+        let error = parse(&GOOD.replace("path = \"input.txt\"\n", "path = \"logs-*/*.log\"\n"))
+            .expect_err("a wildcard folder");
+        assert!(error.to_string().contains("only the file name"), "{error}");
     }
 
     #[test]

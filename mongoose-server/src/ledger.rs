@@ -66,10 +66,60 @@ pub struct LedgerState {
     pub applied: u64,
     /// Malformed lines (written to `rejected.log`).
     pub rejected: u64,
-    /// The feed epoch of the last line in the state.
+    /// The feed epoch of the last line of lane 0 in the state (a single-file feed's
+    /// only lane).
     pub epoch: u64,
-    /// The feed position (byte offset after the line) of the last line in the state.
+    /// The feed position (byte offset after the line) of the last line of lane 0 in
+    /// the state.
     pub position: u64,
+    /// The `(epoch, position)` of the last line of every other lane in the state: one
+    /// per file of a glob feed (lanes start at 1). A state written before lanes has
+    /// none: its `epoch`/`position` are lane 0's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lanes: BTreeMap<u32, LanePosition>,
+}
+
+/// The saved `(epoch, position)` of one lane.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LanePosition {
+    /// The lane's epoch.
+    pub epoch: u64,
+    /// The byte offset after the lane's last line in the state.
+    pub position: u64,
+}
+
+impl LedgerState {
+    /// The saved `(epoch, position)` of `lane`, if the state holds a line of it.
+    pub fn position_of(&self, lane: u32) -> Option<LanePosition> {
+        if lane == 0 {
+            return (self.epoch != 0).then_some(LanePosition {
+                epoch: self.epoch,
+                position: self.position,
+            });
+        }
+        self.lanes.get(&lane).copied()
+    }
+
+    /// What the state holds for `lane`, `(0, 0)` when nothing.
+    fn stored_position(&self, lane: u32) -> LanePosition {
+        if lane == 0 {
+            return LanePosition {
+                epoch: self.epoch,
+                position: self.position,
+            };
+        }
+        self.lanes.get(&lane).copied().unwrap_or_default()
+    }
+
+    /// Records `(epoch, position)` as the last line of `lane` in the state.
+    pub fn set_position(&mut self, lane: u32, epoch: u64, position: u64) {
+        if lane == 0 {
+            self.epoch = epoch;
+            self.position = position;
+        } else {
+            self.lanes.insert(lane, LanePosition { epoch, position });
+        }
+    }
 }
 
 impl LedgerState {
@@ -305,8 +355,21 @@ struct JournalRecord {
     unsaved: Vec<(String, i64)>,
     applied: u64,
     rejected: u64,
+    /// The lane of `epoch`/`position` (absent: lane 0, as in records written before
+    /// lanes).
+    #[serde(default, skip_serializing_if = "is_lane_zero")]
+    lane: u32,
     epoch: u64,
     position: u64,
+    /// The `(lane, epoch, position)` of other lanes changed by earlier deliveries whose
+    /// saves failed (as `unsaved` for accounts): their changes are in this record, so
+    /// their positions are too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unsaved_lanes: Vec<(u32, u64, u64)>,
+}
+
+fn is_lane_zero(lane: &u32) -> bool {
+    *lane == 0
 }
 
 impl JournalRecord {
@@ -338,8 +401,10 @@ impl JournalRecord {
         }
         state.applied = self.applied;
         state.rejected = self.rejected;
-        state.epoch = self.epoch;
-        state.position = self.position;
+        for (lane, epoch, position) in &self.unsaved_lanes {
+            state.set_position(*lane, *epoch, *position);
+        }
+        state.set_position(self.lane, self.epoch, self.position);
     }
 }
 
@@ -418,6 +483,10 @@ pub struct Ledger {
     journal_records: u64,
     /// The accounts changed since the last save that succeeded.
     changed: std::collections::BTreeSet<String>,
+    /// The lane of the last delivery: its position goes in the next record.
+    lane: u32,
+    /// The lanes whose position changed since the last save that succeeded.
+    changed_lanes: std::collections::BTreeSet<u32>,
 }
 
 impl Ledger {
@@ -473,6 +542,8 @@ impl Ledger {
             journal_cut_pending: false,
             journal_records: 0,
             changed: std::collections::BTreeSet::new(),
+            lane: 0,
+            changed_lanes: std::collections::BTreeSet::new(),
         })
     }
 
@@ -485,14 +556,20 @@ impl Ledger {
         let delivery = DeliveryContext::current();
         if self.settings.guard {
             if let Some(delivery) = &delivery {
-                if delivery.already_applied(Epoch(self.state.epoch), self.state.position) {
-                    return Ok(()); // a re-delivery: the saved state already holds it
+                // one saved position per lane (per file of a glob feed)
+                let lane = delivery.lane();
+                if let Some(saved) = self.state.position_of(lane) {
+                    if delivery.already_applied(Epoch(saved.epoch), (lane, saved.position)) {
+                        return Ok(()); // a re-delivery: the saved state already holds it
+                    }
                 }
             }
         }
-        let position = delivery
-            .as_ref()
-            .map_or(0, |delivery| delivery.position().offset);
+        // `offset`, or `lane:offset` on a lane other than 0
+        let position = delivery.as_ref().map_or_else(
+            || "0".to_owned(),
+            |delivery| delivery.position().to_string(),
+        );
         match parse_line(line) {
             Err(reason) => {
                 self.state.rejected += 1;
@@ -540,13 +617,24 @@ impl Ledger {
             (account.clone(), balance)
         });
         let account = changed.next();
+        let saved = self.state.stored_position(self.lane);
         let record = JournalRecord {
             account,
             unsaved: changed.collect(),
             applied: self.state.applied,
             rejected: self.state.rejected,
-            epoch: self.state.epoch,
-            position: self.state.position,
+            lane: self.lane,
+            epoch: saved.epoch,
+            position: saved.position,
+            unsaved_lanes: self
+                .changed_lanes
+                .iter()
+                .filter(|lane| **lane != self.lane)
+                .map(|lane| {
+                    let saved = self.state.stored_position(*lane);
+                    (*lane, saved.epoch, saved.position)
+                })
+                .collect(),
         };
         let state_dir = self.settings.state_dir.clone();
         let failed = move |error: std::io::Error| {
@@ -574,6 +662,7 @@ impl Ledger {
             self.journal.sync_data().map_err(&failed)?;
         }
         self.changed.clear();
+        self.changed_lanes.clear();
         self.journal_records += 1;
         if self.journal_records >= self.settings.compact_every.max(1) {
             // the snapshot holds everything the journal does; a crash before the journal
@@ -630,16 +719,31 @@ impl Processor for Ledger {
             // without the guard the saved position decides nothing
             return Vec::new();
         }
-        let saved = (self.state.epoch != 0).then(|| {
-            (
-                Epoch(self.state.epoch),
-                PositionValue::at(self.state.position),
-            )
-        });
-        vec![SavedPosition {
-            feed: self.settings.feed.clone(),
-            saved,
-        }]
+        // one per lane the state holds a line of (a glob feed: one per file)
+        let mut saved: Vec<SavedPosition> = self
+            .state
+            .position_of(0)
+            .into_iter()
+            .map(|lane_zero| (0, lane_zero))
+            .chain(self.state.lanes.iter().map(|(lane, saved)| (*lane, *saved)))
+            .map(|(lane, saved)| SavedPosition {
+                feed: self.settings.feed.clone(),
+                saved: Some((
+                    Epoch(saved.epoch),
+                    PositionValue {
+                        lane,
+                        offset: saved.position,
+                    },
+                )),
+            })
+            .collect();
+        if saved.is_empty() {
+            saved.push(SavedPosition {
+                feed: self.settings.feed.clone(),
+                saved: None,
+            });
+        }
+        saved
     }
 
     fn on_delivery_complete(
@@ -647,10 +751,18 @@ impl Processor for Ledger {
         _key: CompletionKey,
         delivery: &Delivery,
     ) -> Result<(), ProcessorError> {
-        if self.settings.guard || delivery.position().offset > self.state.position {
-            self.state.epoch = delivery.epoch().get();
-            self.state.position = delivery.position().offset;
+        let lane = delivery.lane();
+        let offset = delivery.position().offset;
+        let past = self
+            .state
+            .position_of(lane)
+            .is_none_or(|saved| offset > saved.position);
+        if self.settings.guard || past {
+            self.state
+                .set_position(lane, delivery.epoch().get(), offset);
         }
+        self.lane = lane;
+        self.changed_lanes.insert(lane);
         if let Err(error) = self.save() {
             warn!(%error, "ledger save failed: retried by the group's retry policy");
             return Err(error);
@@ -760,6 +872,8 @@ impl LedgerExample {
                 overload: OverloadConfig::default(),
                 status_events: false,
                 rotated: None,
+                scan_interval_millis: None,
+                max_open_files: None,
             }],
             groups: vec![GroupConfig {
                 name: Self::GROUP.to_owned(),
@@ -899,12 +1013,82 @@ mod tests {
                     unsaved: Vec::new(),
                     applied: index,
                     rejected: 0,
+                    lane: 0,
                     epoch: 7,
                     position: index * 8,
+                    unsaved_lanes: Vec::new(),
                 }
                 .encode()
             })
             .collect()
+    }
+
+    #[test]
+    fn positions_are_kept_per_lane_and_an_old_single_position_is_lane_zero() {
+        // a record and a snapshot written before lanes: their position is lane 0's
+        let old_record = br#"{"account":["a",5],"applied":1,"rejected":0,"epoch":7,"position":8}"#;
+        let mut journal = format!("{:08x} ", crc32fast::hash(old_record)).into_bytes();
+        journal.extend_from_slice(old_record);
+        journal.push(b'\n');
+        // then records of lanes 1 and 2, the second carrying lane 1's unsaved position
+        for record in [
+            JournalRecord {
+                account: Some(("b".into(), 1)),
+                unsaved: Vec::new(),
+                applied: 2,
+                rejected: 0,
+                lane: 1,
+                epoch: 11,
+                position: 30,
+                unsaved_lanes: Vec::new(),
+            },
+            JournalRecord {
+                account: Some(("c".into(), 2)),
+                unsaved: Vec::new(),
+                applied: 4,
+                rejected: 0,
+                lane: 2,
+                epoch: 12,
+                position: 6,
+                unsaved_lanes: vec![(1, 11, 40)],
+            },
+        ] {
+            journal.extend_from_slice(&record.encode());
+        }
+        let (state, _) = load_journal(&journal).expect("loaded");
+        assert_eq!((state.epoch, state.position), (7, 8));
+        assert_eq!(
+            state.position_of(0),
+            Some(LanePosition {
+                epoch: 7,
+                position: 8
+            })
+        );
+        assert_eq!(
+            state.position_of(1),
+            Some(LanePosition {
+                epoch: 11,
+                position: 40
+            })
+        );
+        assert_eq!(
+            state.position_of(2),
+            Some(LanePosition {
+                epoch: 12,
+                position: 6
+            })
+        );
+        assert_eq!(state.position_of(3), None);
+        // a snapshot round-trips the lanes; one without them reads as lane 0 only
+        let dir = tempfile::tempdir().expect("dir");
+        state.save(dir.path(), false).expect("saved");
+        assert_eq!(LedgerState::load(dir.path()).expect("loaded"), state);
+        let old: LedgerState = serde_json::from_str(
+            r#"{"balances":{},"applied":0,"rejected":0,"epoch":3,"position":9}"#,
+        )
+        .expect("old snapshot");
+        assert!(old.lanes.is_empty());
+        assert_eq!(old.position_of(0).map(|saved| saved.position), Some(9));
     }
 
     /// Loads `journal` (no snapshot) from a fresh state folder.

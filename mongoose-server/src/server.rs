@@ -11,11 +11,13 @@ use mongoose_control::{
     AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
     GroupOptions, GroupStatus, IdleStrategy, ReplyOutcome,
 };
+use mongoose_core::Position;
 use mongoose_core::{agent, EventSource, Processor, WorkDone};
+use mongoose_delivery::FeedBuilder;
 use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, KillSwitch, Publisher, StatusReport};
 use mongoose_replay::cli::{replay_report, ReplayReport};
 use mongoose_replay::{FeedCodecs, RecordConfig, Recorder, Replayer};
-use mongoose_source_file::{FileEventSource, FileSourceConfig};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, GlobFileSource, GlobSourceConfig};
 use parking_lot::Mutex;
 use serde::Serialize;
 use tracing::{error, info, warn};
@@ -538,34 +540,40 @@ impl ServerBuilder {
             .collect();
         for (index, feed_config) in config.feeds.iter().enumerate() {
             let SourceKind::File = feed_config.source;
-            let mut builder = Feed::<String, u64>::builder(&feed_config.name)
-                .status_events(feed_config.status_events);
-            if let Some(capacity) = feed_config.queue_capacity {
-                builder = builder.queue_capacity(capacity);
-            }
-            if let Some(settings) = config.feed_overload(index)? {
-                builder = builder.overload(settings);
-            }
-            for (group, settings) in config.feed_overrides(index)? {
-                builder = builder.subscriber_overload(&group, settings);
-            }
             let strategy = feed_config.read_strategy;
-            builder = builder.bounded(strategy.is_once());
-            let publisher: Arc<Publisher<String, u64>> = builder.try_build()?;
-            // run only for queues whose overload block asks for it
-            publisher.set_kill_switch(Arc::clone(&kill_switch));
-            connector.register(Arc::clone(&publisher))?;
-            let mut file_config = FileSourceConfig::new(
-                &feed_config.name,
-                config.resolve(&feed_config.path),
-                strategy,
-            );
-            file_config.rotated = feed_config.rotated.iter().cloned().collect();
-            let source = FileEventSource::<String>::of_lines(file_config, publisher.clone());
+            let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) = if feed_config
+                .is_glob()
+            {
+                // one feed over every matching file, each on its own lane: positions
+                // are (lane, byte offset)
+                let publisher: Arc<Publisher<String, (u32, u64)>> =
+                    feed_builder(&config, index)?.try_build()?;
+                publisher.set_kill_switch(Arc::clone(&kill_switch));
+                connector.register(Arc::clone(&publisher))?;
+                let source = GlobFileSource::<String>::of_lines(
+                    glob_source_config(&config, index),
+                    publisher.clone(),
+                );
+                (publisher, Box::new(source))
+            } else {
+                let publisher: Arc<Publisher<String, u64>> =
+                    feed_builder(&config, index)?.try_build()?;
+                // run only for queues whose overload block asks for it
+                publisher.set_kill_switch(Arc::clone(&kill_switch));
+                connector.register(Arc::clone(&publisher))?;
+                let mut file_config = FileSourceConfig::new(
+                    &feed_config.name,
+                    config.resolve(&feed_config.path),
+                    strategy,
+                );
+                file_config.rotated = feed_config.rotated.iter().cloned().collect();
+                let source = FileEventSource::<String>::of_lines(file_config, publisher.clone());
+                (publisher, Box::new(source))
+            };
             feeds.push(FeedRuntime {
                 name: feed_config.name.clone(),
-                publisher: publisher as Arc<dyn AnyFeed>,
-                source: Mutex::new(SourceSlot::Ready(Box::new(source))),
+                publisher,
+                source: Mutex::new(SourceSlot::Ready(source)),
             });
         }
         let sinks = open_sinks(&config)?;
@@ -584,6 +592,44 @@ impl ServerBuilder {
             }),
         })
     }
+}
+
+/// The builder of configured feed `index`: capacity, overload, status events, bounded.
+fn feed_builder<P: Position>(
+    config: &ServerConfig,
+    index: usize,
+) -> Result<FeedBuilder<String, P>, ServerError> {
+    let feed_config = &config.feeds[index];
+    let mut builder =
+        Feed::<String, P>::builder(&feed_config.name).status_events(feed_config.status_events);
+    if let Some(capacity) = feed_config.queue_capacity {
+        builder = builder.queue_capacity(capacity);
+    }
+    if let Some(settings) = config.feed_overload(index)? {
+        builder = builder.overload(settings);
+    }
+    for (group, settings) in config.feed_overrides(index)? {
+        builder = builder.subscriber_overload(&group, settings);
+    }
+    Ok(builder.bounded(feed_config.read_strategy.is_once()))
+}
+
+/// The glob source configuration of configured feed `index` (a glob path).
+fn glob_source_config(config: &ServerConfig, index: usize) -> GlobSourceConfig {
+    let feed_config = &config.feeds[index];
+    let mut glob_config = GlobSourceConfig::new(
+        &feed_config.name,
+        config.resolve(&feed_config.path),
+        feed_config.read_strategy,
+    );
+    glob_config.rotated = feed_config.rotated.iter().cloned().collect();
+    if let Some(millis) = feed_config.scan_interval_millis {
+        glob_config.scan_interval = Duration::from_millis(millis);
+    }
+    if let Some(files) = feed_config.max_open_files {
+        glob_config.max_open_files = files;
+    }
+    glob_config
 }
 
 enum SourceSlot {
@@ -1248,8 +1294,15 @@ impl Server {
         config
             .feeds
             .iter()
-            .find(|candidate| candidate.name == feed && candidate.read_strategy.has_pointer())
-            .map(|found| {
+            .position(|candidate| candidate.name == feed && candidate.read_strategy.has_pointer())
+            .map(|index| {
+                let found = &config.feeds[index];
+                if found.is_glob() {
+                    // beside the glob feed's lane registry
+                    return crate::losses::loss_path(
+                        &glob_source_config(config, index).registry_path(),
+                    );
+                }
                 crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_for(
                     &config.resolve(&found.path),
                 ))

@@ -12,6 +12,21 @@ pub enum FileSourceError {
         "unknown read strategy '{0}': use COMMITED, EARLIEST, LATEST, ONCE_EARLIEST or ONCE_LATEST"
     )]
     UnknownStrategy(String),
+    /// A glob feed's lane registry that cannot be parsed.
+    #[error(
+        "the lane registry {path} is damaged (at '{line}'): restore it from a backup; or, to start over, move it, the feed's pointer files and the consumers' saved state away"
+    )]
+    DamagedLaneRegistry {
+        /// The registry file.
+        path: std::path::PathBuf,
+        /// The line that could not be read.
+        line: String,
+    },
+    /// A glob whose folder part holds wildcards.
+    #[error(
+        "the glob {0} has wildcards in its folder: only the file name may hold '*', '?' or '[' (e.g. logs/*.log)"
+    )]
+    WildcardFolder(String),
     /// An I/O error on the input or pointer file.
     #[error("{context}: {error}: check the path and its permissions")]
     Io {

@@ -66,6 +66,15 @@
 //!   written at that moment is published whole once it ends); after a rotation,
 //!   strategies without a pointer read the new file from its start.
 //!
+//! # Many files per feed: a glob
+//!
+//! [`GlobFileSource`] reads every file whose name matches a glob (`logs/*.log`) with
+//! its own [`FileEventSource`] and its own lane: the feed's positions are `(lane, byte
+//! offset)`, each file has its own pointer and epoch and commits on its own, lanes are
+//! kept across restarts in `<folder>/<feed>.lanes`, new files are read from their
+//! start, deleted ones are forgotten once everything read from them is committed, and
+//! at most [`GlobSourceConfig::max_open_files`] are open at once. See [`GlobFileSource`].
+//!
 //! # Example: a file feed and a processor that saves its position with its state
 //!
 //! The pointer bounds how much a restart reads again; the position saved atomically
@@ -175,11 +184,17 @@
 #![deny(unsafe_code)]
 
 mod error;
+mod glob;
 mod identity;
+mod lanes;
 pub mod pointer;
 mod rotation;
 mod source;
 pub mod split;
 
 pub use error::FileSourceError;
+pub use glob::{
+    glob_matches, is_glob, GlobFileSource, GlobSourceConfig, DEFAULT_MAX_OPEN_FILES,
+    DEFAULT_SCAN_INTERVAL,
+};
 pub use source::{DataMapper, FileEventSource, FileSourceConfig, FileSourceStatus, ReadStrategy};

@@ -1718,3 +1718,20 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         Ok(())
     }
 }
+
+/// What a many-file source ([`crate::GlobFileSource`]) asks of each file's source.
+impl<T: Send + 'static> FileEventSource<T> {
+    /// Bytes of the open file after the last line taken (not read yet, or an
+    /// unterminated last line), by `fstat` of the open handle; `None` when no file is
+    /// open.
+    pub fn open_file_unread_bytes(&self) -> Option<u64> {
+        let input = self.input.as_ref()?;
+        let size = input.file.metadata().ok()?.len();
+        Some(size.saturating_sub(input.position()))
+    }
+
+    /// Whether a line a full queue refused waits to be offered again.
+    pub fn has_pending_line(&self) -> bool {
+        self.pending.is_some()
+    }
+}

@@ -1,0 +1,449 @@
+//! Many files per feed (issue 11, item 2): a glob path, one lane and one pointer per
+//! file, files discovered while running, deleted files forgotten once committed, and a
+//! bound on the open files. Real files and the real delivery engine.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{append, pointer_of, pointer_path};
+use mongoose_core::engine::PendingCompletion;
+use mongoose_core::{
+    Delivery, DeliveryContext, Epoch, EventSource, ProcessorError, SourceOutput, SourceState,
+};
+use mongoose_delivery::{
+    DispatchOutcome, Dispatcher, Feed, Publisher, QueueReader, RetryPolicy, SubscribeOptions,
+};
+use mongoose_source_file::{GlobFileSource, GlobSourceConfig, ReadStrategy};
+
+/// One delivered line with where the delivery context says it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    line: String,
+    lane: u32,
+    epoch: Epoch,
+    offset: u64,
+}
+
+/// Records every line; holds the line equal to `hold` (a retry-safe failure, retried
+/// on every poll while held), so nothing after it in the queue is processed.
+#[derive(Default)]
+struct Collect {
+    seen: Vec<Seen>,
+    hold: Option<String>,
+}
+
+impl Dispatcher<String> for Collect {
+    fn dispatch(&mut self, item: &String, _attempt: u32) -> DispatchOutcome {
+        if self.hold.as_deref() == Some(item.as_str()) {
+            return DispatchOutcome::Failed {
+                processor: None,
+                retry: true,
+            };
+        }
+        let delivery = DeliveryContext::current().expect("a positioned item");
+        self.seen.push(Seen {
+            line: item.clone(),
+            lane: delivery.position().lane,
+            epoch: delivery.epoch(),
+            offset: delivery.position().offset,
+        });
+        DispatchOutcome::Done
+    }
+
+    fn complete(&mut self, _: PendingCompletion, _: &Delivery) -> Result<(), ProcessorError> {
+        Ok(())
+    }
+}
+
+struct Pipeline {
+    feed: Arc<Publisher<String, (u32, u64)>>,
+    source: GlobFileSource<String>,
+    reader: QueueReader<String>,
+    collect: Collect,
+}
+
+impl Pipeline {
+    fn new(dir: &Path, configure: impl FnOnce(&mut GlobSourceConfig)) -> Pipeline {
+        let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
+        let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
+        let mut config = GlobSourceConfig::new("logs", dir.join("*.log"), ReadStrategy::Commited);
+        config.scan_interval = Duration::from_millis(10);
+        configure(&mut config);
+        let source = GlobFileSource::<String>::of_lines(config, output);
+        let reader = feed
+            .subscribe(
+                "group",
+                SubscribeOptions {
+                    capacity: None,
+                    retry: RetryPolicy {
+                        max_retries: u32::MAX,
+                        initial_backoff: Duration::from_millis(1),
+                        max_backoff: Duration::from_millis(1),
+                    },
+                },
+            )
+            .expect("subscribe")
+            .take_reader()
+            .expect("the group's reader");
+        let mut pipeline = Pipeline {
+            feed,
+            source,
+            reader,
+            collect: Collect::default(),
+        };
+        pipeline.source.start().expect("start");
+        pipeline.feed.start_complete();
+        pipeline
+    }
+
+    /// One duty cycle of the source and of the consumer.
+    fn cycle(&mut self) {
+        self.source.do_work().expect("duty cycle");
+        self.reader.poll(&mut self.collect, 256);
+    }
+
+    /// Cycles until `done`, for at most a minute.
+    fn until(&mut self, what: &str, mut done: impl FnMut(&mut Pipeline) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done(self) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            self.cycle();
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.collect
+            .seen
+            .iter()
+            .map(|seen| seen.line.clone())
+            .collect()
+    }
+
+    fn lines_of(&self, prefix: &str) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|line| line.starts_with(prefix))
+            .collect()
+    }
+
+    fn settled(&self) -> bool {
+        self.feed.status().settled
+    }
+}
+
+fn lines(prefix: &str, range: std::ops::RangeInclusive<usize>) -> Vec<String> {
+    range.map(|n| format!("{prefix}{n:03}")).collect()
+}
+
+fn content(prefix: &str, range: std::ops::RangeInclusive<usize>) -> String {
+    lines(prefix, range)
+        .into_iter()
+        .map(|line| line + "\n")
+        .collect()
+}
+
+fn registry_of(dir: &Path) -> String {
+    fs::read_to_string(dir.join("logs.lanes")).unwrap_or_default()
+}
+
+#[test]
+fn each_file_of_a_glob_commits_on_its_own_lane() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    let b = dir.path().join("b.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    fs::write(&b, "b1\nb2\nb3\n").expect("b");
+    let mut pipeline = Pipeline::new(dir.path(), |_| {});
+    pipeline.collect.hold = Some("b2".to_owned());
+
+    let a_size = fs::metadata(&a).expect("a").len();
+    pipeline.until("file A committed to its end", |p| {
+        p.source.committed_of(&a) == Some(a_size) && p.source.committed_of(&b) == Some(3)
+    });
+    for _ in 0..20 {
+        pipeline.cycle();
+    }
+    assert_eq!(pipeline.lines_of("a"), lines("a", 1..=3));
+    assert_eq!(pipeline.lines_of("b"), vec!["b1".to_owned()]);
+    assert_eq!(pointer_of(&a).offset, a_size, "A's pointer at A's end");
+    assert_eq!(
+        pointer_of(&b).offset,
+        3,
+        "B's pointer stays before the held line"
+    );
+    let lane_a = pipeline.collect.seen[0].lane;
+    let lane_b = pipeline.collect.seen[3].lane;
+    assert_ne!(lane_a, lane_b, "each file has its own lane");
+    assert!(pipeline.collect.seen[..3].iter().all(|s| s.lane == lane_a));
+    assert_eq!(pipeline.source.lane_of(&a), Some(lane_a));
+    assert_eq!(pipeline.source.lane_of(&b), Some(lane_b));
+    assert_ne!(
+        pipeline.collect.seen[0].epoch, pipeline.collect.seen[3].epoch,
+        "each file has its own epoch"
+    );
+    assert!(!pipeline.settled(), "a held line: not settled");
+
+    pipeline.collect.hold = None;
+    pipeline.source.stop().expect("stop");
+}
+
+#[test]
+fn a_new_file_matching_the_glob_is_read_from_its_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=2)).expect("a");
+    let mut pipeline = Pipeline::new(dir.path(), |_| {});
+    pipeline.until("A read and settled", |p| {
+        p.lines().len() == 2 && p.settled()
+    });
+
+    // lines already in it when it is first seen: written under another name, then
+    // renamed into the glob
+    let staged = dir.path().join("c.tmp");
+    fs::write(&staged, content("c", 1..=5)).expect("c");
+    let c = dir.path().join("c.log");
+    fs::rename(&staged, &c).expect("rename");
+    pipeline.until("C read and settled", |p| {
+        p.lines_of("c").len() == 5 && p.settled()
+    });
+    assert_eq!(pipeline.lines_of("c"), lines("c", 1..=5), "from byte 0");
+    let first_of_c = pipeline
+        .collect
+        .seen
+        .iter()
+        .find(|seen| seen.line == "c001")
+        .expect("c001");
+    assert_eq!(first_of_c.offset, 5, "the first line of C, at its start");
+    assert_eq!(pointer_of(&c).offset, fs::metadata(&c).expect("c").len());
+    assert!(registry_of(dir.path()).contains("c.log"));
+    // the feed status lists each file with its lane, committed offset, size and lag
+    let c_size = fs::metadata(&c).expect("c").len();
+    pipeline.until("the status lists both files committed", |p| {
+        let files = p.feed.status().files;
+        files.len() == 2 && files.iter().all(|file| file.lag == 0 && file.committed > 0)
+    });
+    let files = pipeline.feed.status().files;
+    let listed = files
+        .iter()
+        .find(|file| file.path.ends_with("c.log"))
+        .expect("C listed");
+    assert_eq!(Some(listed.lane), pipeline.source.lane_of(&c));
+    assert_eq!((listed.committed, listed.size), (c_size, c_size));
+    let json = serde_json::to_string(&pipeline.feed.status()).expect("json");
+    assert!(json.contains("\"files\":[{\"lane\":"), "{json}");
+    pipeline.source.stop().expect("stop");
+}
+
+#[test]
+fn a_deleted_file_is_forgotten_after_it_is_fully_committed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    let b = dir.path().join("b.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    fs::write(&b, content("b", 1..=3)).expect("b");
+    let mut pipeline = Pipeline::new(dir.path(), |_| {});
+    // the consumer holds b002: B's lines after it are read, not committed
+    pipeline.collect.hold = Some("b002".to_owned());
+    pipeline.until("A settled, B held", |p| {
+        p.lines_of("a").len() == 3 && p.source.committed_of(&b) == Some(5)
+    });
+    append(&b, content("b", 4..=6).as_bytes());
+    fs::remove_file(&b).expect("delete B");
+    for _ in 0..50 {
+        pipeline.cycle();
+    }
+    // not forgotten while it holds unprocessed lines
+    assert!(
+        pointer_path(&b).exists(),
+        "B's pointer kept while B is not committed"
+    );
+    assert!(registry_of(dir.path()).contains("b.log"));
+    assert!(pipeline.source.lane_of(&b).is_some());
+
+    pipeline.collect.hold = None;
+    pipeline.until("B's lines delivered and B forgotten", |p| {
+        p.lines_of("b").len() == 6 && p.source.lane_of(&b).is_none()
+    });
+    assert_eq!(
+        pipeline.lines_of("b"),
+        lines("b", 1..=6),
+        "read from the open handle"
+    );
+    assert!(!pointer_path(&b).exists(), "B's pointer removed");
+    assert!(
+        !registry_of(dir.path()).contains("b.log"),
+        "B's lane forgotten"
+    );
+    assert!(registry_of(dir.path()).contains("a.log"));
+    pipeline.until("settled", |p| p.settled());
+    pipeline.source.stop().expect("stop");
+}
+
+#[test]
+fn lanes_and_offsets_survive_a_restart_and_a_file_added_while_down_is_read_from_its_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    let b = dir.path().join("b.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    fs::write(&b, content("b", 1..=3)).expect("b");
+    let mut first = Pipeline::new(dir.path(), |_| {});
+    first.until("both read and settled", |p| {
+        p.lines().len() == 6 && p.settled()
+    });
+    let lanes: BTreeMap<PathBuf, u32> = [&a, &b]
+        .iter()
+        .map(|path| ((*path).clone(), first.source.lane_of(path).expect("lane")))
+        .collect();
+    first.source.stop().expect("stop");
+    drop(first);
+
+    // while down: A grows, C appears
+    append(&a, content("a", 4..=5).as_bytes());
+    let c = dir.path().join("c.log");
+    fs::write(&c, content("c", 1..=2)).expect("c");
+
+    let mut second = Pipeline::new(dir.path(), |_| {});
+    second.until("the rest read and settled", |p| {
+        p.lines().len() == 4 && p.settled()
+    });
+    let mut got = second.lines();
+    got.sort();
+    let mut wanted = lines("a", 4..=5);
+    wanted.extend(lines("c", 1..=2));
+    assert_eq!(got, wanted, "nothing committed is delivered again");
+    for (path, lane) in &lanes {
+        assert_eq!(
+            second.source.lane_of(path),
+            Some(*lane),
+            "{path:?} kept its lane"
+        );
+    }
+    let lane_c = second.source.lane_of(&c).expect("C's lane");
+    assert!(
+        lanes.values().all(|lane| *lane != lane_c),
+        "a new file gets a new lane"
+    );
+    second.source.stop().expect("stop");
+}
+
+#[test]
+fn with_one_open_file_every_line_of_three_files_is_delivered() {
+    let dir = tempfile::tempdir().expect("dir");
+    for name in ["a", "b", "c"] {
+        fs::write(
+            dir.path().join(format!("{name}.log")),
+            content(name, 1..=50),
+        )
+        .expect("file");
+    }
+    let mut pipeline = Pipeline::new(dir.path(), |config| config.max_open_files = 1);
+    pipeline.until("every line", |p| p.lines().len() == 150 && p.settled());
+    for name in ["a", "b", "c"] {
+        assert_eq!(pipeline.lines_of(name), lines(name, 1..=50));
+        let path = dir.path().join(format!("{name}.log"));
+        assert_eq!(
+            pointer_of(&path).offset,
+            fs::metadata(&path).expect("file").len()
+        );
+    }
+    assert!(pipeline.source.open_files() <= 1);
+    // appended later, to a parked file: read too
+    append(&dir.path().join("a.log"), content("a", 51..=52).as_bytes());
+    pipeline.until("the appended lines", |p| {
+        p.lines().len() == 152 && p.settled()
+    });
+    assert_eq!(pipeline.lines_of("a"), lines("a", 1..=52));
+    assert_eq!(pipeline.feed.status().state, SourceState::CaughtUp.as_str());
+    pipeline.source.stop().expect("stop");
+}
+
+#[test]
+fn the_pointer_and_registry_files_are_not_inputs() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), "x\n").expect("a");
+    let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
+    let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
+    // a glob that matches everything in the folder
+    let config = GlobSourceConfig::new("logs", dir.path().join("*"), ReadStrategy::Commited);
+    let mut source = GlobFileSource::<String>::of_lines(config, output);
+    let mut reader = feed
+        .subscribe("group", SubscribeOptions::default())
+        .expect("subscribe")
+        .take_reader()
+        .expect("reader");
+    source.start().expect("start");
+    feed.start_complete();
+    let mut collect = Collect::default();
+    for _ in 0..50 {
+        source.do_work().expect("cycle");
+        reader.poll(&mut collect, 64);
+    }
+    assert_eq!(source.lane_of(&dir.path().join("a.log")), Some(1));
+    assert_eq!(source.files().len(), 1, "{:?}", source.files());
+    source.stop().expect("stop");
+}
+
+#[test]
+fn a_lost_lane_registry_refuses_the_start_when_consumers_hold_lanes() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=3)).expect("a");
+    let mut first = Pipeline::new(dir.path(), |_| {});
+    first.until("read and settled", |p| p.lines().len() == 3 && p.settled());
+    let saved = first.collect.seen[2].clone();
+    first.source.stop().expect("stop");
+    drop(first);
+    fs::remove_file(dir.path().join("logs.lanes")).expect("registry lost");
+
+    let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
+    feed.note_saved_position(mongoose_core::ConsumerPosition {
+        consumer: "group/ledger".to_owned(),
+        saved: Some((
+            saved.epoch,
+            mongoose_core::PositionValue {
+                lane: saved.lane,
+                offset: saved.offset,
+            },
+        )),
+    });
+    let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
+    let config = GlobSourceConfig::new("logs", dir.path().join("*.log"), ReadStrategy::Commited);
+    let mut source = GlobFileSource::<String>::of_lines(config, output);
+    let error = source.start().expect_err("refused");
+    assert!(
+        error.to_string().contains("lane registry") && error.to_string().contains("a.log"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_file_that_had_its_turns_gives_its_slot_before_its_end() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=500)).expect("a");
+    fs::write(dir.path().join("b.log"), content("b", 1..=5)).expect("b");
+    let mut pipeline = Pipeline::new(dir.path(), |config| {
+        config.max_open_files = 1;
+        config.read_buffer_bytes = 64;
+        config.max_bytes_per_turn = 64; // a's 2,500 bytes take about 40 turns
+        config.turns_per_slot = 4;
+    });
+    pipeline.until("every line", |p| p.lines().len() == 505 && p.settled());
+    let lines = pipeline.lines();
+    let first_of_b = lines.iter().position(|line| line == "b001").expect("b001");
+    let last_of_a = lines.iter().position(|line| line == "a500").expect("a500");
+    assert!(
+        first_of_b < last_of_a,
+        "B was read before A's end: a file that never stops growing cannot keep its slot"
+    );
+    assert_eq!(pipeline.lines_of("a"), lines_of_range("a", 1..=500));
+    pipeline.source.stop().expect("stop");
+}
+
+fn lines_of_range(prefix: &str, range: std::ops::RangeInclusive<usize>) -> Vec<String> {
+    lines(prefix, range)
+}
