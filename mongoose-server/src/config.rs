@@ -228,7 +228,8 @@ pub struct FeedConfig {
     #[serde(default)]
     pub rotated: Option<String>,
     /// For a glob `path` (`logs/*.log`): how often, in milliseconds, the folder is
-    /// scanned for new and deleted files (default 1000, 10 to 3,600,000).
+    /// scanned for new and deleted files (default 1000, 10 to 3,600,000). On Linux
+    /// inotify triggers a scan at once; the periodic scan is the fallback.
     #[serde(default)]
     pub scan_interval_millis: Option<u64>,
     /// For a glob `path`: at most this many files open at once (default 256, 1 to

@@ -12,8 +12,10 @@
 //! * **Lanes** are kept in `<folder>/<feed>.lanes` (see the lanes module; COMMITED
 //!   only, other strategies number lanes in memory): a file keeps its lane while it is
 //!   tracked, and a lane number is never reused. Lanes start at 1.
-//! * **Discovery**: at start and every [`GlobSourceConfig::scan_interval`] (polling;
-//!   default 1 s). A new file is read from its start (COMMITED: no pointer yet, so from
+//! * **Discovery**: at start, at once when inotify (Linux) reports a file created,
+//!   moved or deleted in the folder, and every [`GlobSourceConfig::scan_interval`]
+//!   (default 1 s; the only way elsewhere, and the fallback when the folder cannot be
+//!   watched or the event queue overflowed). A new file is read from its start (COMMITED: no pointer yet, so from
 //!   0 under a new epoch; LATEST: the files present at start are read from their end,
 //!   later ones from their start; the ONCE strategies read the files present at start).
 //! * **Not inputs**: pointer files, the registry, loss files, and the *rotations* of a
@@ -58,6 +60,8 @@ use mongoose_core::{
 };
 use parking_lot::Mutex;
 use tracing::{debug, info, warn};
+
+use crate::watch::FolderWatch;
 
 use crate::error::FileSourceError;
 use crate::lanes::LaneRegistry;
@@ -479,6 +483,9 @@ pub struct GlobFileSource<T> {
     /// Parked files waiting for a slot, oldest first.
     waiting: VecDeque<u32>,
     next_scan: Option<Instant>,
+    /// inotify on the folder (Linux): a change scans at once instead of at the next
+    /// `scan_interval`.
+    watch: FolderWatch,
     scans: u64,
     turn: usize,
     started: bool,
@@ -548,6 +555,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
             files: BTreeMap::new(),
             waiting: VecDeque::new(),
             next_scan: None,
+            watch: FolderWatch::none(),
             scans: 0,
             turn: 0,
             started: false,
@@ -1082,6 +1090,8 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             );
         }
         self.output.set_pause_by_default(true);
+        // watched before the first scan: a file created between the two is not missed
+        self.watch = FolderWatch::new(&self.config.name, &self.config.folder());
         self.hub.state.lock().saved = self.output.saved_positions();
         if self.has_pointer() {
             self.registry = LaneRegistry::load(self.config.registry_path())?;
@@ -1118,7 +1128,7 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         let mut work = 0usize;
         let now = Instant::now();
-        if self.next_scan.is_none_or(|at| now >= at) {
+        if self.next_scan.is_none_or(|at| now >= at) || self.watch.changed() {
             self.scan()?;
             self.settle()?;
             self.output.report_files(&self.files());
@@ -1173,6 +1183,7 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             return Ok(());
         }
         self.started = false;
+        self.watch = FolderWatch::none();
         let mut first_error = None;
         for file in self.files.values_mut() {
             if let Some(source) = file.source.as_mut() {

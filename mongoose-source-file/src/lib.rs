@@ -191,6 +191,7 @@ pub mod pointer;
 mod rotation;
 mod source;
 pub mod split;
+mod watch;
 
 pub use error::FileSourceError;
 pub use glob::{

@@ -447,3 +447,21 @@ fn a_file_that_had_its_turns_gives_its_slot_before_its_end() {
 fn lines_of_range(prefix: &str, range: std::ops::RangeInclusive<usize>) -> Vec<String> {
     lines(prefix, range)
 }
+
+// issue 11, item 2: "inotify where available, with polling as the fallback": with a
+// scan interval of an hour, a file created in the folder is still found at once.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_new_file_is_found_by_inotify_without_waiting_for_the_scan() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=2)).expect("a");
+    let mut pipeline = Pipeline::new(dir.path(), |config| {
+        config.scan_interval = Duration::from_secs(3_600);
+    });
+    pipeline.until("A read and settled", |p| {
+        p.lines().len() == 2 && p.settled()
+    });
+    fs::write(dir.path().join("b.log"), content("b", 1..=3)).expect("b");
+    pipeline.until("B read", |p| p.lines_of("b").len() == 3);
+    assert_eq!(pipeline.lines_of("b"), lines("b", 1..=3));
+}
