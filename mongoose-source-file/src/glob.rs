@@ -37,9 +37,13 @@
 //!   same identity check as a restart. (A file deleted while it had no slot is reopened
 //!   to be finished: its rotation is looked for as at a restart, and if it is not found
 //!   while its pointer held a position, it is reported as a possible loss.)
-//! * **Renames inside the glob**: a file renamed to another name the glob matches is
-//!   read again under a new lane (duplicates, never a loss): give rotations names the
-//!   glob does not match, or list them in `rotated`.
+//! * **Renames inside the glob** (COMMITED): a file renamed to another name the glob
+//!   matches (`app.log` -> `app-20261201.log` with `*.log`), while running or while
+//!   down, is recognised by its pointer (file key and leading bytes) and keeps its lane:
+//!   once what was read from the open handle is committed, its pointer file and its
+//!   registry entry move to the new name and it is read on from the pointer, nothing
+//!   read twice. (Without a pointer, EARLIEST/LATEST, a renamed file is read again on a
+//!   new lane.)
 //! * **Fairness**: each duty cycle gives every open file a turn of at most
 //!   [`GlobSourceConfig::max_bytes_per_turn`] bytes, starting with another file each
 //!   cycle.
@@ -64,8 +68,9 @@ use tracing::{debug, info, warn};
 use crate::watch::FolderWatch;
 
 use crate::error::FileSourceError;
+use crate::identity::key_of;
 use crate::lanes::LaneRegistry;
-use crate::pointer::pointer_path_for;
+use crate::pointer::{pointer_path_for, PointerRecord};
 use crate::rotation;
 use crate::source::{DataMapper, FileEventSource, FileSourceConfig, ReadStrategy};
 
@@ -469,6 +474,9 @@ struct Tracked<T> {
     /// A deleted file's unterminated tail as seen at the last scan: forgotten when it
     /// did not change for a whole scan interval.
     deleted_tail: Option<u64>,
+    /// The file was renamed to this other name the glob matches: the lane moves to it
+    /// once what was read from the open handle is committed.
+    renamed_to: Option<String>,
 }
 
 /// A source of many files: a glob, one [`FileEventSource`] and one lane per file. See
@@ -745,6 +753,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 size: 0,
                 parked_size: None,
                 deleted_tail: None,
+                renamed_to: None,
             },
         );
         Ok(())
@@ -771,11 +780,109 @@ impl<T: Send + 'static> GlobFileSource<T> {
             if self.files.values().any(|file| &file.name == name) {
                 continue;
             }
+            if let Some(lane) = self.renamed_from(name) {
+                self.renamed(lane, name)?;
+                continue;
+            }
             let lane = self.registry.assign(name)?;
             info!(source = %self.config.name, file = %name, lane, "a file matching the glob: reading it on its own lane");
             self.track(lane, name, strategy, true)?;
         }
         self.refresh_sizes();
+        Ok(())
+    }
+
+    /// The lane of a tracked file whose name is gone and whose pointer describes the
+    /// file now named `name` (file key, leading bytes, not shorter than the pointer):
+    /// the same file renamed inside the glob. COMMITED only (the others have no
+    /// pointer to tell).
+    fn renamed_from(&self, name: &str) -> Option<u32> {
+        if !self.has_pointer() {
+            return None;
+        }
+        let path = self.config.folder().join(name);
+        let file = fs::File::open(&path).ok()?;
+        let key = key_of(&file.metadata().ok()?)?;
+        self.files
+            .values()
+            .filter(|tracked| fs::symlink_metadata(&tracked.path).is_err())
+            .find(|tracked| {
+                let Ok(bytes) = fs::read(pointer_path_for(&tracked.path)) else {
+                    return false;
+                };
+                let record = PointerRecord::decode(&bytes).record;
+                record.epoch != 0
+                    && record.file_key == key.0
+                    && rotation::is_pointer_file(&file, &record)
+            })
+            .map(|tracked| tracked.lane)
+    }
+
+    /// `lane`'s file is now named `name`: moved at once when its source read nothing
+    /// yet in this run (a rename while down) or gave its slot; else once what it read
+    /// from its open handle is committed ([`GlobFileSource::settle`]).
+    fn renamed(&mut self, lane: u32, name: &str) -> Result<(), CoreError> {
+        let Some(file) = self.files.get_mut(&lane) else {
+            return Ok(());
+        };
+        if file.source.is_none() || file.cycles == 0 {
+            return self.move_lane(lane, name);
+        }
+        if file.renamed_to.as_deref() != Some(name) {
+            info!(source = %self.config.name, file = %file.path.display(), renamed = %name, lane,
+                "the file was renamed inside the glob: the same file, kept on its lane (finishing what was read from the open handle first)");
+            file.renamed_to = Some(name.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Moves `lane` to the file's new name: its source stopped, its pointer file
+    /// renamed (first: a crash before the registry write leaves the pointer with the
+    /// file, never a registry entry without its pointer, which would read the file
+    /// again from its start), the registry entry renamed, and the source started on
+    /// the new name, where the pointer resumes it.
+    fn move_lane(&mut self, lane: u32, name: &str) -> Result<(), CoreError> {
+        let folder = self.config.folder();
+        let Some(file) = self.files.get_mut(&lane) else {
+            return Ok(());
+        };
+        let had_slot = file.source.is_some();
+        if let Some(mut source) = file.source.take() {
+            source.stop()?;
+        }
+        let new_path = folder.join(name);
+        let (old_pointer, new_pointer) =
+            (pointer_path_for(&file.path), pointer_path_for(&new_path));
+        match fs::rename(&old_pointer, &new_pointer) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => {
+                return Err(CoreError::io(
+                    format!(
+                        "cannot move the pointer file {} to {} after a rename inside the glob",
+                        old_pointer.display(),
+                        new_pointer.display()
+                    ),
+                    error,
+                ))
+            }
+        }
+        let old_name = std::mem::replace(&mut file.name, name.to_owned());
+        self.registry.rename(&old_name, name)?;
+        info!(source = %self.config.name, from = %file.path.display(), to = %new_path.display(), lane,
+            "a file renamed inside the glob keeps its lane and its pointer");
+        file.path = new_path;
+        file.matched = true;
+        file.renamed_to = None;
+        file.cycles = 0;
+        file.parked_size = None;
+        file.deleted_tail = None;
+        self.waiting.retain(|waiting| *waiting != lane);
+        if had_slot {
+            self.unpark(lane)?;
+        } else {
+            self.waiting.push_back(lane);
+        }
         Ok(())
     }
 
@@ -806,10 +913,22 @@ impl<T: Send + 'static> GlobFileSource<T> {
     /// Forgets deleted files that are fully committed, and gives slots to waiting
     /// files.
     fn settle(&mut self) -> Result<(), CoreError> {
+        let moving: Vec<(u32, String)> = self
+            .files
+            .values()
+            .filter_map(|file| {
+                let name = file.renamed_to.clone()?;
+                let source = file.source.as_ref()?;
+                parkable(source, false).then_some((file.lane, name))
+            })
+            .collect();
+        for (lane, name) in moving {
+            self.move_lane(lane, &name)?;
+        }
         let gone: Vec<u32> = self
             .files
             .values_mut()
-            .filter(|file| !file.matched)
+            .filter(|file| !file.matched && file.renamed_to.is_none())
             .filter_map(|file| forgettable(file).then_some(file.lane))
             .collect();
         for lane in gone {

@@ -147,6 +147,16 @@ impl LaneRegistry {
         Ok(lane)
     }
 
+    /// Gives `old`'s lane to `new` (the same file under another name) and saves the
+    /// registry.
+    pub(crate) fn rename(&mut self, old: &str, new: &str) -> Result<(), FileSourceError> {
+        if let Some(lane) = self.lanes.remove(old) {
+            self.lanes.insert(new.to_owned(), lane);
+            self.save()?;
+        }
+        Ok(())
+    }
+
     /// Forgets `name` (its lane number is never given again) and saves the registry.
     pub(crate) fn forget(&mut self, name: &str) -> Result<(), FileSourceError> {
         if self.lanes.remove(name).is_some() {

@@ -465,3 +465,80 @@ fn a_new_file_is_found_by_inotify_without_waiting_for_the_scan() {
     pipeline.until("B read", |p| p.lines_of("b").len() == 3);
     assert_eq!(pipeline.lines_of("b"), lines("b", 1..=3));
 }
+
+// A file renamed to another name the glob matches (`app.log` -> `app-20261201.log`
+// with `*.log`) is the same file: it keeps its lane and its offset, and no line of it
+// is delivered again (issue 11, item 2: files are tracked by identity).
+#[test]
+fn a_file_renamed_inside_the_glob_keeps_its_lane_and_is_not_read_again() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    let mut pipeline = Pipeline::new(dir.path(), |_| {});
+    pipeline.until("A read and settled", |p| {
+        p.lines().len() == 3 && p.settled()
+    });
+    let lane = pipeline.source.lane_of(&a).expect("A's lane");
+    let renamed = dir.path().join("a-1.log");
+    fs::rename(&a, &renamed).expect("rename");
+    append(&renamed, content("a", 4..=5).as_bytes());
+    pipeline.until("the renamed file's new lines read and settled", |p| {
+        p.lines().len() >= 5 && p.settled() && p.source.lane_of(&renamed).is_some()
+    });
+    for _ in 0..20 {
+        pipeline.cycle();
+    }
+    assert_eq!(pipeline.lines(), lines("a", 1..=5), "nothing read twice");
+    assert_eq!(
+        pipeline.source.lane_of(&renamed),
+        Some(lane),
+        "the same lane"
+    );
+    assert_eq!(pipeline.source.lane_of(&a), None);
+    assert!(
+        !pointer_path(&a).exists(),
+        "the pointer moved with the file"
+    );
+    assert_eq!(
+        pointer_of(&renamed).offset,
+        fs::metadata(&renamed).expect("renamed").len()
+    );
+    pipeline.source.stop().expect("stop");
+}
+
+#[test]
+fn a_file_renamed_inside_the_glob_while_down_keeps_its_lane_and_offset() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    let mut first = Pipeline::new(dir.path(), |_| {});
+    first.until("A read and settled", |p| {
+        p.lines().len() == 3 && p.settled()
+    });
+    let lane = first.source.lane_of(&a).expect("A's lane");
+    first.source.stop().expect("stop");
+    drop(first);
+
+    let renamed = dir.path().join("a-1.log");
+    fs::rename(&a, &renamed).expect("rename");
+    append(&renamed, content("a", 4..=5).as_bytes());
+    let mut second = Pipeline::new(dir.path(), |_| {});
+    second.until("the rest read and settled", |p| {
+        p.lines().len() >= 2 && p.settled()
+    });
+    for _ in 0..20 {
+        second.cycle();
+    }
+    assert_eq!(
+        second.lines(),
+        lines("a", 4..=5),
+        "only the lines after the pointer"
+    );
+    assert_eq!(second.source.lane_of(&renamed), Some(lane));
+    assert_eq!(
+        second.feed.status().rotated_unread_files,
+        0,
+        "no loss reported"
+    );
+    second.source.stop().expect("stop");
+}
