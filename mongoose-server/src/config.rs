@@ -916,6 +916,44 @@ impl ServerConfig {
             }
             seen.insert(file, index);
         }
+        // two glob feeds in one folder whose globs may match one file: both would use
+        // its pointer (globs are compared by their literal prefix and suffix: disjoint
+        // only when one of them tells every name apart)
+        let globs: Vec<(usize, &FeedConfig, PathBuf)> = self
+            .feeds
+            .iter()
+            .enumerate()
+            .filter(|(_, feed)| feed.is_glob())
+            .map(|(index, feed)| (index, feed, self.resolve(&feed.path)))
+            .collect();
+        for (later, (index, feed, path)) in globs.iter().enumerate() {
+            for (_, other, other_path) in &globs[..later] {
+                let (Some(folder), Some(pattern)) = (path.parent(), path.file_name()) else {
+                    continue;
+                };
+                let (Some(other_folder), Some(other_pattern)) =
+                    (other_path.parent(), other_path.file_name())
+                else {
+                    continue;
+                };
+                if file_identity(folder) == file_identity(other_folder)
+                    && !globs_disjoint(&pattern.to_string_lossy(), &other_pattern.to_string_lossy())
+                {
+                    return Err(ServerError::invalid(
+                        format!("feeds[{index}].path"),
+                        format!(
+                            "the globs of feeds '{}' (path \"{}\") and '{}' (path \"{}\") may match the same file: \
+                             two feeds on one file would share its pointer file and lose and duplicate lines after a crash; \
+                             give them different folders, or globs with distinct literal extensions or prefixes (*.log and *.csv)",
+                            other.name,
+                            other.path.display(),
+                            feed.name,
+                            feed.path.display()
+                        ),
+                    ));
+                }
+            }
+        }
         // a single-file feed on a file a glob feed matches: both would use its pointer
         for (glob_index, glob) in self
             .feeds
@@ -958,6 +996,19 @@ impl ServerConfig {
         }
         Ok(())
     }
+}
+
+/// Whether no file name can match both globs: their literal prefixes (before the first
+/// wildcard) differ with neither starting the other, or their literal suffixes (after
+/// the last wildcard) differ with neither ending the other. A sufficient test, not an
+/// exact one: globs it cannot tell apart are taken to overlap.
+fn globs_disjoint(a: &str, b: &str) -> bool {
+    let wildcard = |c: char| matches!(c, '*' | '?' | '[' | ']');
+    let prefix = |glob: &str| glob.find(wildcard).map_or(glob.len(), |at| at);
+    let suffix = |glob: &str| glob.rfind(wildcard).map_or(0, |at| at + 1);
+    let (pa, pb) = (&a[..prefix(a)], &b[..prefix(b)]);
+    let (sa, sb) = (&a[suffix(a)..], &b[suffix(b)..]);
+    !(pa.starts_with(pb) || pb.starts_with(pa)) || !(sa.ends_with(sb) || sb.ends_with(sa))
 }
 
 /// The 1-based line and column (in characters) of the byte offset `at` of `text`.
@@ -1045,6 +1096,17 @@ settings = { state_dir = "state" }
         .expect("valid");
         assert_eq!(config.feeds[0].rotated.as_deref(), Some("input-*.txt"));
         assert_eq!(parse(GOOD).expect("valid").feeds[0].rotated, None);
+    }
+
+    #[test]
+    fn globs_are_disjoint_only_when_a_literal_prefix_or_suffix_tells_them_apart() {
+        assert!(globs_disjoint("*.log", "*.csv"));
+        assert!(globs_disjoint("app-*", "web-*"));
+        assert!(!globs_disjoint("*.log", "app*"));
+        assert!(!globs_disjoint("*.log", "*.log"));
+        assert!(!globs_disjoint("*.log", "*-1.log"));
+        assert!(!globs_disjoint("a*", "ab*"));
+        assert!(globs_disjoint("[ab].log", "[ab].csv"));
     }
 
     #[test]

@@ -345,6 +345,17 @@ fn cases() -> Vec<Case> {
                 &["record.dir", "already holds a recording"],
             )
         },
+        // issue 11, item 2: two glob feeds that may match one file would share its
+        // pointer file (glob feeds keep one pointer per file beside it)
+        case(
+            "two glob feeds in one folder whose globs may match the same file",
+            format!(
+                "[[feeds]]\nname = \"app\"\nsource = \"file\"\npath = \"logs/*.log\"\n\
+                 [[feeds]]\nname = \"all\"\nsource = \"file\"\npath = \"logs/app*\"\n{}",
+                ledger_with("state_dir = \"state\", alerts = \"alerts.txt\", sync = false, feed = \"app\"")
+            ),
+            &["feeds[1].path", "'app'", "'all'", "may match the same file"],
+        ),
         // item 8: a feed path that is a directory (it logged 693,248 WARN lines in 5 s)
         Case {
             prepare: |setup| std::fs::create_dir(setup.path("folder")).expect("a folder"),
