@@ -205,6 +205,94 @@ fn a_cached_startup_status_waits_behind_the_cache_and_is_not_dropped() {
 }
 
 #[test]
+fn a_status_is_deduplicated_against_the_waiting_one_not_the_published_one() {
+    // §6, hook review R3 (CachedStartupStatusReplacementTest): A waiting, replaced by B,
+    // then A again delivers A; once subscribers hold A, B waiting then A again drops B
+    // and delivers nothing
+    let (feed, _commits) = positioned_feed_with(
+        Feed::builder("lines")
+            .queue_capacity(1)
+            .status_events(true)
+            .build(),
+    );
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    publish_range(&feed, 1..=1);
+    feed.report_state(SourceState::CaughtUp, None);
+    feed.report_state(SourceState::Behind, Some("reading"));
+    feed.report_state(SourceState::CaughtUp, None);
+    let mut collect = Collect::default();
+    group.poll(&mut collect, 1);
+    assert!(feed.flush_paused());
+    group.poll(&mut collect, 10);
+    let delivered: Vec<SourceState> = collect.statuses.iter().map(|s| s.state).collect();
+    assert_eq!(
+        delivered,
+        vec![SourceState::CaughtUp],
+        "the latest report, once"
+    );
+
+    publish_range(&feed, 2..=2);
+    feed.report_state(SourceState::Behind, Some("reading"));
+    assert!(!feed.status().drained, "BEHIND waits for room");
+    feed.report_state(SourceState::CaughtUp, None);
+    group.poll(&mut collect, 1);
+    feed.flush_paused();
+    group.poll(&mut collect, 10);
+    let delivered: Vec<SourceState> = collect.statuses.iter().map(|s| s.state).collect();
+    assert_eq!(
+        delivered,
+        vec![SourceState::CaughtUp],
+        "subscribers hold CAUGHT_UP: the waiting BEHIND is dropped and nothing is sent"
+    );
+    assert_eq!(collect.items, vec![1, 2]);
+    assert!(feed.status().drained);
+}
+
+#[test]
+fn a_report_that_replaces_the_waiting_startup_status_keeps_the_feed_undrained() {
+    // §6, delta review of PR #98 finding 2 (CachedStartupStatusReplacementTest): the hold
+    // on completion belongs to the startup status, not to whichever status waits: its
+    // replacement keeps the feed undrained until it is delivered after the cache
+    let (feed, _commits) = positioned_feed_with(
+        Feed::builder("lines")
+            .queue_capacity(1)
+            .status_events(true)
+            .build(),
+    );
+    let mut group = reader(&feed, "group");
+    for item in 1..=2u64 {
+        feed.cache(item, item * 10);
+    }
+    feed.report_state(SourceState::Behind, Some("starting"));
+    feed.start_complete();
+    feed.report_state(SourceState::CaughtUp, None);
+    assert!(
+        !feed.status().drained,
+        "the cache and the replacement still wait"
+    );
+    let mut collect = Collect::default();
+    group.poll(&mut collect, 1);
+    assert!(!feed.flush_paused(), "item 2 takes the slot");
+    assert!(!feed.status().drained, "the replacement still waits");
+    group.poll(&mut collect, 1);
+    assert!(feed.flush_paused());
+    group.poll(&mut collect, 10);
+    assert_eq!(collect.items, vec![1, 2]);
+    let delivered: Vec<(SourceState, u64)> = collect
+        .statuses
+        .iter()
+        .map(|s| (s.state, s.sequence))
+        .collect();
+    assert_eq!(
+        delivered,
+        vec![(SourceState::CaughtUp, 2)],
+        "after the whole cache"
+    );
+    assert!(feed.status().drained);
+}
+
+#[test]
 fn cached_startup_items_are_replayed_in_order_before_later_ones() {
     // §6 cache replay: tryPublish replays the rest of the cache first, so order is kept
     let (feed, _commits) = positioned_feed(2);
