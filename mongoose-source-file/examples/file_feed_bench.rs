@@ -35,7 +35,7 @@ use mongoose_core::{
     SourceState, TryPublish,
 };
 use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
-use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use parking_lot::Mutex;
 
 const LINE_BYTES: usize = 100;
@@ -52,8 +52,8 @@ struct CountingOutput {
     committer: Mutex<Option<Box<dyn SourceCommitter<u64>>>>,
 }
 
-impl SourceOutput<String, u64> for CountingOutput {
-    fn try_publish(&self, item: String, position: u64) -> TryPublish<String> {
+impl SourceOutput<Line, u64> for CountingOutput {
+    fn try_publish(&self, item: Line, position: u64) -> TryPublish<Line> {
         // one writer (the source's thread): plain loads and stores, no locked add
         let published = self.published.load(Ordering::Relaxed);
         self.published.store(published + 1, Ordering::Relaxed);
@@ -64,11 +64,11 @@ impl SourceOutput<String, u64> for CountingOutput {
         TryPublish::Published
     }
 
-    fn publish(&self, _item: String) -> Result<(), PublishRefused> {
+    fn publish(&self, _item: Line) -> Result<(), PublishRefused> {
         Ok(())
     }
 
-    fn cache(&self, item: String, position: u64) {
+    fn cache(&self, item: Line, position: u64) {
         let _ = self.try_publish(item, position);
     }
 
@@ -116,8 +116,8 @@ struct CountingProcessor {
     bytes: u64,
 }
 
-impl Dispatcher<String> for CountingProcessor {
-    fn dispatch(&mut self, item: &String, _attempt: u32) -> DispatchOutcome {
+impl Dispatcher<Line> for CountingProcessor {
+    fn dispatch(&mut self, item: &Line, _attempt: u32) -> DispatchOutcome {
         self.lines += 1;
         self.bytes += item.len() as u64;
         DispatchOutcome::Done
@@ -131,10 +131,9 @@ impl Dispatcher<String> for CountingProcessor {
 /// The file through a COMMITED source, the real publisher (one PAUSE queue) and
 /// a counting processor on its own thread; returns the seconds taken.
 fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64, args: &Args) -> f64 {
-    let feed: Arc<Publisher<String, u64>> =
-        Feed::builder("bench").queue_capacity(args.queue).build();
-    let erased: Arc<dyn SourceOutput<String, u64>> = feed.clone();
-    let mut source = FileEventSource::new(source_config(path, args), Ok::<String, String>, erased);
+    let feed: Arc<Publisher<Line, u64>> = Feed::builder("bench").queue_capacity(args.queue).build();
+    let erased: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
+    let mut source = FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
     let mut reader = feed
         .subscribe("counter", SubscribeOptions::default())
         .expect("subscribe")
@@ -313,8 +312,8 @@ fn through_the_source_alone(path: &Path, lines: u64, bytes: u64, args: &Args) ->
         state: Mutex::new(SourceState::Starting),
         committer: Mutex::new(None),
     });
-    let erased: Arc<dyn SourceOutput<String, u64>> = output.clone();
-    let mut source = FileEventSource::new(source_config(path, args), Ok::<String, String>, erased);
+    let erased: Arc<dyn SourceOutput<Line, u64>> = output.clone();
+    let mut source = FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
     let started = Instant::now();
     source.start().expect("start");
     while *output.state.lock() != SourceState::CaughtUp {
