@@ -239,6 +239,11 @@ const SPARE_BUFFERS: usize = 4;
 /// Chunks kept for reuse at most.
 const SPARE_CHUNKS: usize = 16;
 
+/// The read after the end of the file was reached: small, so polling a file that
+/// does not grow zeroes 4 KiB a cycle, not a whole read buffer. Each read that fills
+/// what it asked for doubles the next, up to the read buffer's size.
+const READ_AFTER_END: usize = 4 * 1024;
+
 /// The source's read side: the buffer the next read goes into, and the buffers and
 /// chunks of earlier reads, reused once every line cut from them was dropped.
 #[derive(Debug)]
@@ -249,6 +254,9 @@ pub(crate) struct ReadBuffers {
     spare_chunks: Vec<Arc<Chunk>>,
     /// The read size: the configured buffer size.
     read_bytes: usize,
+    /// The next read's size: [`READ_AFTER_END`] after the end of the file was reached,
+    /// doubling up to `read_bytes` while reads fill what they ask for.
+    next_read: usize,
     /// `buf` was allocated (the initial one has no memory to keep).
     allocated: bool,
 }
@@ -261,6 +269,7 @@ impl ReadBuffers {
             spare_buffers: Vec::new(),
             spare_chunks: Vec::new(),
             read_bytes: read_bytes.max(64),
+            next_read: read_bytes.max(64),
             allocated: false,
         }
     }
@@ -278,7 +287,7 @@ impl ReadBuffers {
     ) -> io::Result<Option<(Arc<Chunk>, usize)>> {
         // a line longer than the read size: read as much again as it has, so its
         // carried bytes are copied a logarithmic number of times
-        let wanted = self.read_bytes.max(carried.len());
+        let wanted = self.next_read.max(carried.len());
         self.make_room(carried.len() + wanted.div_ceil(2));
         let room = (self.buf.capacity() - carried.len()).min(wanted);
         // zeroed, then overwritten: no unsafe read into uninitialised memory
@@ -289,6 +298,12 @@ impl ReadBuffers {
                 self.buf.clear();
                 return Err(error);
             }
+        };
+        self.next_read = if read < room {
+            // the end of the file (for now)
+            READ_AFTER_END.min(self.read_bytes)
+        } else {
+            (self.next_read * 2).min(self.read_bytes)
         };
         if read == 0 {
             self.buf.clear();

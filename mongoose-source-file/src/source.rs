@@ -403,6 +403,7 @@ impl OpenInput {
         }
     }
 
+    #[inline]
     fn position(&self) -> u64 {
         self.chunk_offset + self.consumed as u64
     }
@@ -412,6 +413,7 @@ impl OpenInput {
     }
 
     /// The bytes read and not taken yet.
+    #[inline]
     fn unread(&self) -> &[u8] {
         &self.chunk.bytes()[self.consumed..]
     }
