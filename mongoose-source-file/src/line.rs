@@ -290,9 +290,8 @@ impl ReadBuffers {
         let wanted = self.next_read.max(carried.len());
         self.make_room(carried.len() + wanted.div_ceil(2));
         let room = (self.buf.capacity() - carried.len()).min(wanted);
-        // zeroed, then overwritten: no unsafe read into uninitialised memory
-        self.buf.resize(carried.len() + room, 0);
-        let read = match crate::source::read_at(file, &mut self.buf[carried.len()..], offset) {
+        self.buf.extend_from_slice(carried);
+        let read = match read_into_spare(file, &mut self.buf, room, offset) {
             Ok(read) => read,
             Err(error) => {
                 self.buf.clear();
@@ -309,8 +308,6 @@ impl ReadBuffers {
             self.buf.clear();
             return Ok(None);
         }
-        self.buf[..carried.len()].copy_from_slice(carried);
-        self.buf.truncate(carried.len() + read);
         let bytes = self.buf.split().freeze();
         Ok(Some((self.chunk(path, bytes), read)))
     }
@@ -380,6 +377,48 @@ impl ReadBuffers {
         }
         self.spare_buffers.push(buffer);
     }
+}
+
+/// Reads from `file` at `offset` into the first `room` bytes of `buf`'s spare
+/// capacity (which holds them), appending what was read; returns its length.
+///
+/// Without zeroing the spare capacity first: a `pread` into it, then the length set to
+/// what the kernel wrote. Zeroing it cost a `memset` of every read (and of every poll
+/// of a file that does not grow).
+#[cfg(unix)]
+#[allow(unsafe_code)] // a read into uninitialised memory, the zero-copy read path
+fn read_into_spare(file: &File, buf: &mut BytesMut, room: usize, offset: u64) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let offset = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a file offset past i64"))?;
+    let spare = buf.spare_capacity_mut();
+    let room = room.min(spare.len());
+    let target = spare.as_mut_ptr().cast::<libc::c_void>();
+    // SAFETY: `target` points to `room` bytes of `buf`'s spare capacity, valid for
+    // writes and not aliased while the call runs (`buf` is borrowed mutably); pread
+    // writes at most `room` bytes there and reads none of them. The descriptor is
+    // `file`'s, open for the duration of the call.
+    let read = unsafe { libc::pread(file.as_raw_fd(), target, room, offset) };
+    if read < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let read = read as usize;
+    debug_assert!(read <= room);
+    // SAFETY: pread initialised the first `read` (<= `room` <= spare capacity) bytes
+    // after the buffer's length.
+    unsafe { buf.set_len(buf.len() + read) };
+    Ok(read)
+}
+
+/// Reads from `file` at `offset` into `room` zeroed bytes appended to `buf`, keeping
+/// what was read; returns its length.
+#[cfg(not(unix))]
+fn read_into_spare(file: &File, buf: &mut BytesMut, room: usize, offset: u64) -> io::Result<usize> {
+    let start = buf.len();
+    buf.resize(start + room, 0);
+    let read = crate::source::read_at(file, &mut buf[start..], offset);
+    buf.truncate(start + *read.as_ref().unwrap_or(&0));
+    read
 }
 
 #[cfg(test)]
