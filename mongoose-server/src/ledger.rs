@@ -53,7 +53,7 @@ use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, Epoch, PositionValue, Processor, ProcessorError,
     SavedPosition, Subscriptions,
 };
-use mongoose_source_file::ReadStrategy;
+use mongoose_source_file::{Line, ReadStrategy};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
@@ -552,7 +552,7 @@ impl Ledger {
         &self.state
     }
 
-    fn on_line(&mut self, line: &String) -> Result<(), ProcessorError> {
+    fn on_line(&mut self, line: &Line) -> Result<(), ProcessorError> {
         let delivery = DeliveryContext::current();
         if self.settings.guard {
             if let Some(delivery) = &delivery {
@@ -570,7 +570,9 @@ impl Ledger {
             || "0".to_owned(),
             |delivery| delivery.position().to_string(),
         );
-        match parse_line(line) {
+        // a line that is not UTF-8 has U+FFFD in its account or amount: rejected
+        let text = line.text();
+        match parse_line(&text) {
             Err(reason) => {
                 self.state.rejected += 1;
                 metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
@@ -950,7 +952,7 @@ mod tests {
         let mut ledger = Ledger::open(settings.clone(), alerts()).expect("opened");
         for (index, line) in ["a,5", "b,-2", "a,1", "c,7", "nonsense"].iter().enumerate() {
             ledger.state.position = (index as u64 + 1) * 10;
-            ledger.on_line(&line.to_string()).expect("handled");
+            ledger.on_line(&Line::from(*line)).expect("handled");
         }
         let expected = ledger.state.clone();
         assert_eq!(expected.applied, 4);
@@ -982,7 +984,7 @@ mod tests {
         let settings = test_settings(dir.path(), 1_000);
         let alerts = FileSink::open(&dir.path().join("alerts.txt")).expect("alerts");
         let mut ledger = Ledger::open(settings.clone(), alerts.clone()).expect("opened");
-        ledger.on_line(&"a,5".to_string()).expect("applied");
+        ledger.on_line(&Line::from("a,5")).expect("applied");
         // the journal cannot be written: the save fails and keeps the change
         let journal = LedgerState::journal_path(&settings.state_dir);
         let writable = std::mem::replace(

@@ -29,6 +29,9 @@ mod server;
 pub mod sinks;
 
 pub use error::ServerError;
+/// The item of the server's file feeds: a line that borrows its read chunk (no
+/// allocation per line); a handler takes `&Line` (`fn on_line(&mut self, line: &Line)`).
+pub use mongoose_source_file::Line;
 pub use server::{
     replay, ProcessorContext, ProcessorFactory, ProcessorKind, Server, ServerBuilder,
     SettingsCheck, SettingsError, SettingsValidator, StopResult,

@@ -17,7 +17,9 @@ use mongoose_delivery::FeedBuilder;
 use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, KillSwitch, Publisher, StatusReport};
 use mongoose_replay::cli::{replay_report, ReplayReport};
 use mongoose_replay::{FeedCodecs, RecordConfig, Recorder, Replayer};
-use mongoose_source_file::{FileEventSource, FileSourceConfig, GlobFileSource, GlobSourceConfig};
+use mongoose_source_file::{
+    FileEventSource, FileSourceConfig, GlobFileSource, GlobSourceConfig, Line,
+};
 use parking_lot::Mutex;
 use serde::Serialize;
 use tracing::{error, info, warn};
@@ -541,35 +543,34 @@ impl ServerBuilder {
         for (index, feed_config) in config.feeds.iter().enumerate() {
             let SourceKind::File = feed_config.source;
             let strategy = feed_config.read_strategy;
-            let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) = if feed_config
-                .is_glob()
-            {
-                // one feed over every matching file, each on its own lane: positions
-                // are (lane, byte offset)
-                let publisher: Arc<Publisher<String, (u32, u64)>> =
-                    feed_builder(&config, index)?.try_build()?;
-                publisher.set_kill_switch(Arc::clone(&kill_switch));
-                connector.register(Arc::clone(&publisher))?;
-                let source = GlobFileSource::<String>::of_lines(
-                    glob_source_config(&config, index),
-                    publisher.clone(),
-                );
-                (publisher, Box::new(source))
-            } else {
-                let publisher: Arc<Publisher<String, u64>> =
-                    feed_builder(&config, index)?.try_build()?;
-                // run only for queues whose overload block asks for it
-                publisher.set_kill_switch(Arc::clone(&kill_switch));
-                connector.register(Arc::clone(&publisher))?;
-                let mut file_config = FileSourceConfig::new(
-                    &feed_config.name,
-                    config.resolve(&feed_config.path),
-                    strategy,
-                );
-                file_config.rotated = feed_config.rotated.iter().cloned().collect();
-                let source = FileEventSource::<String>::of_lines(file_config, publisher.clone());
-                (publisher, Box::new(source))
-            };
+            let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) =
+                if feed_config.is_glob() {
+                    // one feed over every matching file, each on its own lane: positions
+                    // are (lane, byte offset)
+                    let publisher: Arc<Publisher<Line, (u32, u64)>> =
+                        feed_builder(&config, index)?.try_build()?;
+                    publisher.set_kill_switch(Arc::clone(&kill_switch));
+                    connector.register(Arc::clone(&publisher))?;
+                    let source = GlobFileSource::<Line>::of_lines(
+                        glob_source_config(&config, index),
+                        publisher.clone(),
+                    );
+                    (publisher, Box::new(source))
+                } else {
+                    let publisher: Arc<Publisher<Line, u64>> =
+                        feed_builder(&config, index)?.try_build()?;
+                    // run only for queues whose overload block asks for it
+                    publisher.set_kill_switch(Arc::clone(&kill_switch));
+                    connector.register(Arc::clone(&publisher))?;
+                    let mut file_config = FileSourceConfig::new(
+                        &feed_config.name,
+                        config.resolve(&feed_config.path),
+                        strategy,
+                    );
+                    file_config.rotated = feed_config.rotated.iter().cloned().collect();
+                    let source = FileEventSource::<Line>::of_lines(file_config, publisher.clone());
+                    (publisher, Box::new(source))
+                };
             feeds.push(FeedRuntime {
                 name: feed_config.name.clone(),
                 publisher,
@@ -598,10 +599,10 @@ impl ServerBuilder {
 fn feed_builder<P: Position>(
     config: &ServerConfig,
     index: usize,
-) -> Result<FeedBuilder<String, P>, ServerError> {
+) -> Result<FeedBuilder<Line, P>, ServerError> {
     let feed_config = &config.feeds[index];
     let mut builder =
-        Feed::<String, P>::builder(&feed_config.name).status_events(feed_config.status_events);
+        Feed::<Line, P>::builder(&feed_config.name).status_events(feed_config.status_events);
     if let Some(capacity) = feed_config.queue_capacity {
         builder = builder.queue_capacity(capacity);
     }
@@ -765,11 +766,57 @@ pub fn replay(
     Ok(reports)
 }
 
-/// The codecs of the configured feeds (lines as `String`), for record and replay.
+/// The codecs of the configured feeds (their [`Line`]s), for record and replay.
 fn feed_codecs(config: &ServerConfig) -> FeedCodecs {
     config.feeds.iter().fold(FeedCodecs::new(), |codecs, feed| {
-        codecs.feed::<String>(&feed.name)
+        let codec = LineCodec {
+            path: config.resolve(&feed.path),
+        };
+        codecs.feed_with::<Line, _>(&feed.name, codec, false)
     })
+}
+
+/// The recorded form of a file feed's line: its length (a postcard varint) and its
+/// bytes as they were on disk, which is also how a `String` line was recorded before
+/// lines were [`Line`]s: those recordings replay unchanged. A replayed line's path is
+/// the feed's configured input.
+#[derive(Debug)]
+struct LineCodec {
+    path: std::path::PathBuf,
+}
+
+impl mongoose_replay::EventCodec<Line> for LineCodec {
+    fn encode(&self, line: &Line, out: &mut Vec<u8>) -> Result<(), mongoose_replay::ReplayError> {
+        let mut length = line.len();
+        while length >= 0x80 {
+            out.push((length as u8) | 0x80);
+            length >>= 7;
+        }
+        out.push(length as u8);
+        out.extend_from_slice(line.as_bytes());
+        Ok(())
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Line, mongoose_replay::ReplayError> {
+        let mut length = 0usize;
+        for (index, &byte) in bytes.iter().enumerate().take(10) {
+            length |= usize::from(byte & 0x7f) << (7 * index);
+            if byte & 0x80 == 0 {
+                let text = &bytes[index + 1..];
+                if text.len() != length {
+                    break;
+                }
+                return Ok(Line::new(&self.path, text.to_vec()));
+            }
+        }
+        Err(mongoose_replay::ReplayError::Codec {
+            action: "decode",
+            reason: format!(
+                "a recorded line is not a length and that many bytes ({} bytes)",
+                bytes.len()
+            ),
+        })
+    }
 }
 
 fn open_sinks(config: &ServerConfig) -> Result<BTreeMap<String, FileSink>, ServerError> {
@@ -1346,5 +1393,38 @@ impl Server {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongoose_replay::{EventCodec, PostcardCodec};
+
+    #[test]
+    fn a_recorded_line_decodes_with_its_bytes_and_a_string_recording_still_replays() {
+        let codec = LineCodec {
+            path: "in.csv".into(),
+        };
+        let long = "x".repeat(300);
+        for bytes in [&b"a,5"[..], b"caf\xe9", b"", long.as_bytes()] {
+            let mut encoded = Vec::new();
+            codec
+                .encode(&Line::new("in.csv", bytes.to_vec()), &mut encoded)
+                .expect("encoded");
+            let decoded = codec.decode(&encoded).expect("decoded");
+            assert_eq!(decoded.as_bytes(), bytes);
+            assert_eq!(decoded.path(), std::path::Path::new("in.csv"));
+        }
+        // lines were recorded as postcard Strings before they were Lines
+        let mut recorded = Vec::new();
+        PostcardCodec::<String>::new()
+            .encode(&format!("héllo,{long}"), &mut recorded)
+            .expect("encoded");
+        assert_eq!(
+            codec.decode(&recorded).expect("decoded"),
+            format!("héllo,{long}")
+        );
+        assert!(codec.decode(&[5, b'a']).is_err(), "a short record");
     }
 }

@@ -4,13 +4,12 @@ use std::time::{Duration, Instant};
 
 use mongoose_core::{Processor, ProcessorError, Subscriptions};
 use mongoose_server::config::ServerConfig;
-use mongoose_server::{admin, Server};
+use mongoose_server::{admin, Line, Server};
 
 struct Quiet;
 
 impl Quiet {
-    #[allow(clippy::ptr_arg)] // handlers take &T for a feed of T = String
-    fn on_line(&mut self, _line: &String) -> Result<(), ProcessorError> {
+    fn on_line(&mut self, _line: &Line) -> Result<(), ProcessorError> {
         Ok(())
     }
 }

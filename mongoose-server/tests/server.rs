@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use mongoose_core::{DeliveryContext, Processor, ProcessorError, Subscriptions};
 use mongoose_delivery::{Feed, Publisher};
 use mongoose_server::config::ServerConfig;
-use mongoose_server::Server;
+use mongoose_server::{Line, Server};
 
 /// Records the position of every line it handles; optionally slow.
 struct Recorder {
@@ -18,8 +18,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    #[allow(clippy::ptr_arg)] // handlers take &T for a feed of T = String
-    fn on_line(&mut self, _line: &String) -> Result<(), ProcessorError> {
+    fn on_line(&mut self, _line: &Line) -> Result<(), ProcessorError> {
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
         }
@@ -132,8 +131,7 @@ struct Gated {
 }
 
 impl Gated {
-    #[allow(clippy::ptr_arg)] // handlers take &T for a feed of T = String
-    fn on_line(&mut self, _line: &String) -> Result<(), ProcessorError> {
+    fn on_line(&mut self, _line: &Line) -> Result<(), ProcessorError> {
         while !self.gate.load(std::sync::atomic::Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use mongoose_core::{Processor, ProcessorError, Subscriptions};
 use mongoose_server::cli::{self, EXIT_BAD_CONFIG, EXIT_FAILED};
 use mongoose_server::config::ServerConfig;
-use mongoose_server::Server;
+use mongoose_server::{Line, Server};
 
 /// How long a run may take before the test calls it a hang.
 const HANG: Duration = Duration::from_secs(120);
@@ -262,8 +262,7 @@ struct Gated {
 }
 
 impl Gated {
-    #[allow(clippy::ptr_arg)] // handlers take &T for a feed of T = String
-    fn on_line(&mut self, _line: &String) -> Result<(), ProcessorError> {
+    fn on_line(&mut self, _line: &Line) -> Result<(), ProcessorError> {
         while !self.gate.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -7,7 +7,7 @@
 //!     --size-mib 256 --runs 3 --only engine --pin 0,1   # for perf record
 //! ```
 //!
-//! `--runs N` prints each run and the best; `--pin S,C` puts the source and the consumer
+//! `--runs N` prints each run and the median; `--pin S,C` puts the source and the consumer
 //! threads on cores S and C (the same core, or two: on a shared machine the figures
 //! differ several-fold); `--queue N` and `--buffer-kib N` vary the queue and the buffer.
 //!
@@ -15,10 +15,14 @@
 //! that acknowledges everything, and (c) the same source through the real delivery
 //! engine (a 1,024-slot PAUSE queue) to a counting processor thread. Prints MiB/s and
 //! lines/s, the ratios to the raw count, and the peak resident set size (VmHWM), which
-//! stays flat: the source holds one read buffer and the queue 1,024 lines, not the file.
+//! stays flat: the source holds a few read buffers and the queue 1,024 lines, not the
+//! file. (d) times a restart of a COMMITED source whose pointer is committed at the end
+//! of the file, from `start()` to CAUGHT_UP: nothing of the file is read again.
+//!
+//! The settings are the server's defaults: a 1,024-slot PAUSE queue, a 256 KiB read
+//! buffer, 4 MiB per duty cycle, items of type `Line` (no allocation per line).
 
-/// The same allocator as the mongoose binary, so the figures are the server's: a line
-/// is allocated on the source thread and freed on the consumer's.
+/// The same allocator as the mongoose binary, so the figures are the server's.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -35,7 +39,7 @@ use mongoose_core::{
     SourceState, TryPublish,
 };
 use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
-use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use parking_lot::Mutex;
 
 const LINE_BYTES: usize = 100;
@@ -52,23 +56,23 @@ struct CountingOutput {
     committer: Mutex<Option<Box<dyn SourceCommitter<u64>>>>,
 }
 
-impl SourceOutput<String, u64> for CountingOutput {
-    fn try_publish(&self, item: String, position: u64) -> TryPublish<String> {
+impl SourceOutput<Line, u64> for CountingOutput {
+    fn try_publish(&self, item: Line, position: u64) -> TryPublish<Line> {
         // one writer (the source's thread): plain loads and stores, no locked add
         let published = self.published.load(Ordering::Relaxed);
         self.published.store(published + 1, Ordering::Relaxed);
         let bytes = self.bytes.load(Ordering::Relaxed);
         self.bytes
-            .store(bytes + item.len() as u64, Ordering::Relaxed);
+            .store(bytes + item.as_bytes().len() as u64, Ordering::Relaxed);
         self.last_position.store(position, Ordering::Relaxed);
         TryPublish::Published
     }
 
-    fn publish(&self, _item: String) -> Result<(), PublishRefused> {
+    fn publish(&self, _item: Line) -> Result<(), PublishRefused> {
         Ok(())
     }
 
-    fn cache(&self, item: String, position: u64) {
+    fn cache(&self, item: Line, position: u64) {
         let _ = self.try_publish(item, position);
     }
 
@@ -116,10 +120,10 @@ struct CountingProcessor {
     bytes: u64,
 }
 
-impl Dispatcher<String> for CountingProcessor {
-    fn dispatch(&mut self, item: &String, _attempt: u32) -> DispatchOutcome {
+impl Dispatcher<Line> for CountingProcessor {
+    fn dispatch(&mut self, item: &Line, _attempt: u32) -> DispatchOutcome {
         self.lines += 1;
-        self.bytes += item.len() as u64;
+        self.bytes += item.as_bytes().len() as u64;
         DispatchOutcome::Done
     }
 
@@ -131,10 +135,9 @@ impl Dispatcher<String> for CountingProcessor {
 /// The file through a COMMITED source, the real publisher (one PAUSE queue) and
 /// a counting processor on its own thread; returns the seconds taken.
 fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64, args: &Args) -> f64 {
-    let feed: Arc<Publisher<String, u64>> =
-        Feed::builder("bench").queue_capacity(args.queue).build();
-    let erased: Arc<dyn SourceOutput<String, u64>> = feed.clone();
-    let mut source = FileEventSource::new(source_config(path, args), Ok::<String, String>, erased);
+    let feed: Arc<Publisher<Line, u64>> = Feed::builder("bench").queue_capacity(args.queue).build();
+    let erased: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
+    let mut source = FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
     let mut reader = feed
         .subscribe("counter", SubscribeOptions::default())
         .expect("subscribe")
@@ -173,8 +176,8 @@ fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64, args: &Args)
     seconds
 }
 
-/// The command line: `--size-mib N`, `--runs N` (each figure is the best of N runs; all
-/// are printed), `--only source|engine` (one phase, for `perf record`), `--pin S,C`
+/// The command line: `--size-mib N`, `--runs N` (each figure is the median of N runs;
+/// all are printed), `--only source|engine` (one phase, for `perf record`), `--pin S,C`
 /// (the source thread on core S, the consumer thread on core C), `--queue N` (the
 /// subscriber queue's capacity, 1,024 by default; the reader polls up to that many),
 /// `--buffer-kib N` (the source's read buffer and bytes per cycle, default 256 KiB).
@@ -313,8 +316,8 @@ fn through_the_source_alone(path: &Path, lines: u64, bytes: u64, args: &Args) ->
         state: Mutex::new(SourceState::Starting),
         committer: Mutex::new(None),
     });
-    let erased: Arc<dyn SourceOutput<String, u64>> = output.clone();
-    let mut source = FileEventSource::new(source_config(path, args), Ok::<String, String>, erased);
+    let erased: Arc<dyn SourceOutput<Line, u64>> = output.clone();
+    let mut source = FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
     let started = Instant::now();
     source.start().expect("start");
     while *output.state.lock() != SourceState::CaughtUp {
@@ -328,11 +331,62 @@ fn through_the_source_alone(path: &Path, lines: u64, bytes: u64, args: &Args) ->
     seconds
 }
 
-/// The best (shortest) of `runs` timings, and all of them.
-fn best_of(runs: usize, mut run: impl FnMut() -> f64) -> (f64, Vec<f64>) {
+/// The median of `runs` timings, and all of them.
+fn median_of(runs: usize, mut run: impl FnMut() -> f64) -> (f64, Vec<f64>) {
     let all: Vec<f64> = (0..runs).map(|_| run()).collect();
-    let best = all.iter().copied().fold(f64::INFINITY, f64::min);
-    (best, all)
+    let mut sorted = all.clone();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    let median = if sorted.len() % 2 == 1 {
+        sorted[middle]
+    } else {
+        (sorted[middle - 1] + sorted[middle]) / 2.0
+    };
+    (median, all)
+}
+
+/// A COMMITED source over the whole file, its pointer committed at the end; then
+/// restarts timed from `start()` to CAUGHT_UP. Returns the median seconds, all of
+/// them, and the lines a restart published (0: nothing re-read).
+fn restart_to_caught_up(path: &Path, bytes: u64, args: &Args) -> (f64, Vec<f64>, u64) {
+    let counting = || {
+        Arc::new(CountingOutput {
+            published: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            last_position: AtomicU64::new(0),
+            acknowledged: AtomicU64::new(0),
+            epoch: Mutex::new(Epoch::NONE),
+            state: Mutex::new(SourceState::Starting),
+            committer: Mutex::new(None),
+        })
+    };
+    let output = counting();
+    let erased: Arc<dyn SourceOutput<Line, u64>> = output.clone();
+    let mut source = FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
+    source.start().expect("start");
+    while *output.state.lock() != SourceState::CaughtUp {
+        source.do_work().expect("do_work");
+    }
+    source.stop().expect("stop");
+    assert_eq!(source.committed_position(), bytes);
+    let mut republished = 0;
+    let (median, all) = median_of(args.runs, || {
+        let output = counting();
+        let erased: Arc<dyn SourceOutput<Line, u64>> = output.clone();
+        let mut source =
+            FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
+        let started = Instant::now();
+        source.start().expect("start");
+        while *output.state.lock() != SourceState::CaughtUp {
+            source.do_work().expect("do_work");
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        source.stop().expect("stop");
+        republished += output.published.load(Ordering::Relaxed);
+        seconds
+    });
+    std::fs::remove_file(mongoose_source_file::pointer::pointer_path_for(path)).ok();
+    (median, all, republished)
 }
 
 fn rates(mib: f64, seconds: &[f64]) -> String {
@@ -357,7 +411,7 @@ fn main() {
     let rss_before = peak_rss_kib();
 
     // (a) the baseline: a raw memchr line count (warm page cache: the file was just written)
-    let (raw_seconds, raw_all) = best_of(args.runs, || {
+    let (raw_seconds, raw_all) = median_of(args.runs, || {
         let started = Instant::now();
         let counted = raw_count(&path);
         let seconds = started.elapsed().as_secs_f64();
@@ -366,7 +420,7 @@ fn main() {
     });
     let raw_mib_s = mib / raw_seconds;
     println!(
-        "file_feed_bench: {size_mib} MiB, {lines} lines of {LINE_BYTES} bytes, best of {} run(s)",
+        "file_feed_bench: {size_mib} MiB, {lines} lines of {LINE_BYTES} bytes, median of {} run(s)",
         args.runs
     );
     println!(
@@ -379,7 +433,7 @@ fn main() {
     let mut rss_direct = None;
     let mut feed_mib_s = None;
     if args.source {
-        let (seconds, all) = best_of(args.runs, || {
+        let (seconds, all) = median_of(args.runs, || {
             through_the_source_alone(&path, lines, bytes, &args)
         });
         rss_direct = peak_rss_kib();
@@ -395,7 +449,7 @@ fn main() {
     // (c) the same through the real delivery engine to a counting processor thread
     let mut engine_mib_s = None;
     if args.engine {
-        let (seconds, all) = best_of(args.runs, || {
+        let (seconds, all) = median_of(args.runs, || {
             let seconds = through_the_delivery_engine(&path, lines, bytes, &args);
             std::fs::remove_file(mongoose_source_file::pointer::pointer_path_for(&path)).ok();
             seconds
@@ -407,6 +461,20 @@ fn main() {
             lines as f64 / seconds,
             rates(mib, &all),
             args.queue
+        );
+    }
+
+    // (d) a restart whose pointer is committed at the end of the file: to CAUGHT_UP
+    if args.source {
+        let (seconds, all, republished) = restart_to_caught_up(&path, bytes, &args);
+        let runs: Vec<String> = all
+            .iter()
+            .map(|seconds| format!("{:.3}", seconds * 1000.0))
+            .collect();
+        println!(
+            "restart to CAUGHT_UP (pointer at the end): {:.3} ms (runs: {} ms; {republished} lines published again)",
+            seconds * 1000.0,
+            runs.join(", ")
         );
     }
 

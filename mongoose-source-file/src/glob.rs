@@ -70,6 +70,7 @@ use crate::watch::FolderWatch;
 use crate::error::FileSourceError;
 use crate::identity::key_of;
 use crate::lanes::LaneRegistry;
+use crate::line::Line;
 use crate::pointer::{pointer_path_for, PointerRecord};
 use crate::rotation;
 use crate::source::{DataMapper, FileEventSource, FileSourceConfig, ReadStrategy};
@@ -531,7 +532,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
     /// A source of lines (the identity mapper of [`FileEventSource::of_lines`]).
     pub fn of_lines(config: GlobSourceConfig, output: Arc<dyn SourceOutput<T, (u32, u64)>>) -> Self
     where
-        T: From<String>,
+        T: From<Line>,
     {
         Self::with_builder(
             config,

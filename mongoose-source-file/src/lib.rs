@@ -1,9 +1,15 @@
 //! A tailing file source whose pointer is never ahead of processing.
 //!
 //! [`FileEventSource`] reads a file by bytes, splits it into lines on `\n`, `\r` and
-//! `\r\n`, decodes each line as UTF-8 (U+FFFD for bytes that are not), maps it to the
-//! feed's item with a data mapper and publishes it, the position being the byte offset
-//! just after the line. The lines of a read buffer go out in batches
+//! `\r\n`, maps each [`Line`] to the feed's item with a data mapper and publishes it,
+//! the position being the byte offset just after the line.
+//!
+//! A [`Line`] borrows the read chunk it was cut from (an `Arc` and a range), so a feed of
+//! `Line`s ([`FileEventSource::of_lines`]) publishes without allocating; the chunks are
+//! reused once their lines were dropped. Its bytes are kept as they were on disk:
+//! [`Line::as_bytes`] and [`Line::to_str`] are lossless, [`Line::text`] gives U+FFFD
+//! for bytes that are not UTF-8. A feed of `String`s still works (`T: From<Line>`),
+//! with a lossy copy of each line. The lines of a read buffer go out in batches
 //! ([`SourceOutput::try_publish_batch`](mongoose_core::SourceOutput::try_publish_batch):
 //! one publisher lock per batch, a line pulled only when the feed can take it); a line a
 //! full queue refused is kept and offered again with
@@ -93,7 +99,7 @@
 //!     Delivery, DeliveryContext, Epoch, EventSource, ProcessorError, SourceOutput, SourceState,
 //! };
 //! use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
-//! use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+//! use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 //!
 //! /// Sums the numbers of a file; its state and the position of the last line applied
 //! /// are saved together, in one atomic write (a temporary file renamed into place).
@@ -147,7 +153,7 @@
 //!     let output: Arc<dyn SourceOutput<i64, u64>> = feed.clone();
 //!     let mut source = FileEventSource::new(
 //!         FileSourceConfig::new("numbers", input, ReadStrategy::Commited),
-//!         |line: String| line.trim().parse::<i64>().map_err(|e| format!("{line:?}: {e}")),
+//!         |line: Line| line.text().trim().parse::<i64>().map_err(|e| format!("{line:?}: {e}")),
 //!         output,
 //!     );
 //!     let mut reader = feed
@@ -187,6 +193,7 @@ mod error;
 mod glob;
 mod identity;
 mod lanes;
+mod line;
 pub mod pointer;
 mod rotation;
 mod source;
@@ -198,4 +205,5 @@ pub use glob::{
     glob_matches, is_glob, GlobFileSource, GlobSourceConfig, DEFAULT_MAX_OPEN_FILES,
     DEFAULT_SCAN_INTERVAL,
 };
+pub use line::Line;
 pub use source::{DataMapper, FileEventSource, FileSourceConfig, FileSourceStatus, ReadStrategy};

@@ -19,12 +19,13 @@ use tracing::{debug, info, warn};
 
 use crate::error::FileSourceError;
 use crate::identity::{key_of, FileKey};
+use crate::line::{Chunk, Line, ReadBuffers};
 use crate::pointer::{
     fnv1a, pointer_path_for, PointerDamage, PointerFile, PointerRecord, LAYOUT_VERSION,
     MAX_FINGERPRINT_BYTES,
 };
 use crate::rotation;
-use crate::split::{decode_line, next_line};
+use crate::split::next_line;
 
 /// Where a file source starts and whether it ends.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
@@ -127,7 +128,11 @@ impl FileSourceConfig {
 
 /// Turns a line into the feed's item; an error filters the line (counted and logged,
 /// its position committed with the items around it: never a silent loss).
-pub type DataMapper<T> = Box<dyn FnMut(String) -> Result<T, String> + Send>;
+///
+/// It takes the [`Line`] by value: the identity mapper of a feed of `Line`s moves it
+/// into the feed without touching its reference count, and a mapper that parses the
+/// line drops it when done.
+pub type DataMapper<T> = Box<dyn FnMut(Line) -> Result<T, String> + Send>;
 
 /// A snapshot of a [`FileEventSource`]'s progress.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize)]
@@ -268,12 +273,12 @@ fn fingerprint_of(file: &File) -> Option<(u64, u64)> {
 }
 
 #[cfg(unix)]
-fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     std::os::unix::fs::FileExt::read_at(file, buf, offset)
 }
 
 #[cfg(windows)]
-fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     std::os::windows::fs::FileExt::seek_read(file, buf, offset)
 }
 
@@ -370,26 +375,47 @@ impl SourceCommitter<u64> for PointerCommitter {
     }
 }
 
-/// The open input file and the read buffer's window onto it.
+/// The open input file and the last chunk read from it.
 #[derive(Debug)]
 struct OpenInput {
     file: Arc<File>,
     key: Option<FileKey>,
-    /// The file offset of `buf[0]`.
-    buf_offset: u64,
-    /// Bytes of the buffer taken (published, filtered or held as pending).
+    /// The file being read (the lines' [`Line::path`]).
+    path: Arc<Path>,
+    /// The last read: its lines not yet taken, then a partial line.
+    chunk: Arc<Chunk>,
+    /// The file offset of `chunk[0]`.
+    chunk_offset: u64,
+    /// Bytes of the chunk taken (published, filtered or held as pending).
     consumed: usize,
-    /// Bytes of the buffer read from the file.
-    filled: usize,
 }
 
 impl OpenInput {
+    /// `file` (of `path`), to be read from `start_at`.
+    fn new(file: Arc<File>, key: Option<FileKey>, path: Arc<Path>, start_at: u64) -> OpenInput {
+        OpenInput {
+            file,
+            key,
+            chunk: Chunk::empty(Arc::clone(&path)),
+            path,
+            chunk_offset: start_at,
+            consumed: 0,
+        }
+    }
+
+    #[inline]
     fn position(&self) -> u64 {
-        self.buf_offset + self.consumed as u64
+        self.chunk_offset + self.consumed as u64
     }
 
     fn read_through(&self) -> u64 {
-        self.buf_offset + self.filled as u64
+        self.chunk_offset + self.chunk.bytes().len() as u64
+    }
+
+    /// The bytes read and not taken yet.
+    #[inline]
+    fn unread(&self) -> &[u8] {
+        &self.chunk.bytes()[self.consumed..]
     }
 }
 
@@ -500,7 +526,10 @@ pub struct FileEventSource<T> {
     output: Arc<dyn SourceOutput<T, u64>>,
     shared: Arc<Mutex<CommitShared>>,
     front: Arc<CommitFront>,
-    buf: Vec<u8>,
+    /// The read buffers and the chunks the lines borrow.
+    buffers: ReadBuffers,
+    /// `config.path`, shared by the lines read from it.
+    path: Arc<Path>,
     input: Option<OpenInput>,
     /// A mapped line a full queue refused, and its position.
     pending: Option<(T, u64)>,
@@ -552,7 +581,7 @@ impl<T: Send + 'static> FileEventSource<T> {
     /// Makes PAUSE the output's default policy (an explicit policy still wins).
     pub fn new(
         config: FileSourceConfig,
-        mapper: impl FnMut(String) -> Result<T, String> + Send + 'static,
+        mapper: impl FnMut(Line) -> Result<T, String> + Send + 'static,
         output: Arc<dyn SourceOutput<T, u64>>,
     ) -> Self {
         output.set_pause_by_default(true);
@@ -567,7 +596,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             stopped: false,
         }));
         FileEventSource {
-            buf: Vec::new(),
+            buffers: ReadBuffers::new(config.read_buffer_bytes),
+            path: Arc::from(config.path.as_path()),
             config,
             mapper: Box::new(mapper),
             output,
@@ -610,10 +640,12 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
     }
 
-    /// A source of lines as `String`s (the identity mapper).
+    /// A source of lines: `FileEventSource::<Line>::of_lines` publishes each [`Line`]
+    /// as it is (no allocation per line); a feed of `String`s gets a lossy copy of
+    /// each (U+FFFD for bytes that are not UTF-8).
     pub fn of_lines(config: FileSourceConfig, output: Arc<dyn SourceOutput<T, u64>>) -> Self
     where
-        T: From<String>,
+        T: From<Line>,
     {
         Self::new(config, |line| Ok(T::from(line)), output)
     }
@@ -661,22 +693,30 @@ impl<T: Send + 'static> FileEventSource<T> {
     }
 
     fn report(&mut self, state: SourceState, detail: Option<String>) {
+        self.report_str(state, detail.as_deref());
+    }
+
+    /// Reports a state: nothing when it is the one last reported (no allocation: a
+    /// pause per queue-full of lines reports the same state each time).
+    fn report_str(&mut self, state: SourceState, detail: Option<&str>) {
         let changed = match &self.reported {
-            Some((last_state, last_detail)) => *last_state != state || *last_detail != detail,
+            Some((last_state, last_detail)) => {
+                *last_state != state || last_detail.as_deref() != detail
+            }
             None => true,
         };
         if !changed {
             return;
         }
-        if let (SourceState::Behind, Some(reason)) = (state, detail.as_deref()) {
+        if let (SourceState::Behind, Some(reason)) = (state, detail) {
             info!(source = %self.config.name, state = state.as_str(), reason, "file source state");
         } else {
             debug!(source = %self.config.name, state = state.as_str(), "file source state");
         }
-        self.output.report_state(state, detail.as_deref());
+        self.output.report_state(state, detail);
         self.status.state = state;
-        self.status.detail = detail.clone();
-        self.reported = Some((state, detail));
+        self.status.detail = detail.map(str::to_owned);
+        self.reported = Some((state, detail.map(str::to_owned)));
     }
 
     fn set_epoch(&mut self, epoch: Epoch) {
@@ -782,14 +822,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             self.status.reopens += 1;
         }
         self.opened_since_start = true;
-        self.buf.resize(self.config.read_buffer_bytes.max(64), 0);
-        self.input = Some(OpenInput {
-            file,
-            key,
-            buf_offset: start_at,
-            consumed: 0,
-            filled: 0,
-        });
+        self.input = Some(OpenInput::new(file, key, Arc::clone(&self.path), start_at));
         self.status.read_position = start_at;
         debug!(source = %self.config.name, path = %path.display(), start_at, epoch = %self.epoch, "opened the input file");
         Ok(true)
@@ -863,14 +896,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             self.set_epoch(Epoch(record.epoch));
             self.last_key = key;
             self.opened_since_start = true;
-            self.buf.resize(self.config.read_buffer_bytes.max(64), 0);
-            self.input = Some(OpenInput {
-                file,
-                key,
-                buf_offset: record.offset,
-                consumed: 0,
-                filled: 0,
-            });
+            let lines_path = Arc::from(rotated_path.as_path());
+            self.input = Some(OpenInput::new(file, key, lines_path, record.offset));
             self.status.read_position = record.offset;
             self.status.rotated_files_finished += 1;
             let reason = format!(
@@ -1141,7 +1168,9 @@ impl<T: Send + 'static> FileEventSource<T> {
     }
 
     fn close_input(&mut self) {
-        self.input = None;
+        if let Some(input) = self.input.take() {
+            self.buffers.retire(input.chunk);
+        }
         self.shared.lock().input = None;
     }
 
@@ -1150,17 +1179,17 @@ impl<T: Send + 'static> FileEventSource<T> {
             self.paused = true;
             self.status.pauses += 1;
         }
-        self.report(
+        self.report_str(
             SourceState::Behind,
-            Some("paused: a subscriber queue is full".to_owned()),
+            Some("paused: a subscriber queue is full"),
         );
     }
 
     fn on_retry(&mut self) {
         // not a pause (not counted), but the line is not taken yet
-        self.report(
+        self.report_str(
             SourceState::Behind,
-            Some("a publish nested in a commit of this feed: offering the line again".to_owned()),
+            Some("a publish nested in a commit of this feed: offering the line again"),
         );
     }
 
@@ -1196,9 +1225,9 @@ impl<T: Send + 'static> FileEventSource<T> {
 
     /// Maps and publishes one line; false when it must wait (pending).
     #[inline]
-    fn take_line(&mut self, text: String, position: u64) -> bool {
+    fn take_line(&mut self, line: Line, position: u64) -> bool {
         self.status.read_position = position;
-        match (self.mapper)(text) {
+        match (self.mapper)(line) {
             Ok(item) => self.offer(item, position),
             Err(reason) => {
                 self.filter_line(position, &reason);
@@ -1229,7 +1258,6 @@ impl<T: Send + 'static> FileEventSource<T> {
             let Some(input) = self.input.as_mut() else {
                 return true;
             };
-            let buf = &self.buf[..];
             let mapper = &mut self.mapper;
             let position_before = input.position();
             let mut taken = 0u64;
@@ -1238,12 +1266,12 @@ impl<T: Send + 'static> FileEventSource<T> {
                 if refused.is_some() {
                     return None;
                 }
-                let window = &buf[input.consumed..input.filled];
-                let span = next_line(window, false)?;
-                let text = decode_line(&window[..span.text_len]);
+                let span = next_line(input.unread(), false)?;
+                let start = input.consumed;
+                let line = Line::of_chunk(&input.chunk, start, start + span.text_len);
                 input.consumed += span.consumed;
                 let position = input.position();
-                match mapper(text) {
+                match mapper(line) {
                     Ok(item) => {
                         taken += 1;
                         Some((item, position))
@@ -1308,26 +1336,18 @@ impl<T: Send + 'static> FileEventSource<T> {
                 break;
             }
             if read_this_cycle >= self.config.max_bytes_per_cycle {
-                self.report(SourceState::Behind, Some("reading".to_owned()));
+                self.report_str(SourceState::Behind, Some("reading"));
                 break;
             }
             let Some(input) = self.input.as_mut() else {
                 break;
             };
-            // keep the partial line, read after it
-            if input.consumed > 0 {
-                self.buf.copy_within(input.consumed..input.filled, 0);
-                input.buf_offset += input.consumed as u64;
-                input.filled -= input.consumed;
-                input.consumed = 0;
-            }
-            if input.filled == self.buf.len() {
-                // one line longer than the buffer: grow it
-                let grown = self.buf.len() * 2;
-                self.buf.resize(grown, 0);
-            }
+            // a new chunk: the partial line carried over (copied), then what is read
+            // after it. The chunk before stays with the lines cut from it.
             let offset = input.read_through();
-            let read = read_at(&input.file, &mut self.buf[input.filled..], offset);
+            let read = self
+                .buffers
+                .read(&input.file, offset, &input.path, input.unread());
             if read.is_ok() {
                 self.backoff.succeeded();
                 if let Some(failures) = self.read_failures.cleared() {
@@ -1335,13 +1355,16 @@ impl<T: Send + 'static> FileEventSource<T> {
                 }
             }
             match read {
-                Ok(0) => {
+                Ok(None) => {
                     if !self.at_end_of_file()? {
                         break;
                     }
                 }
-                Ok(read) => {
-                    input.filled += read;
+                Ok(Some((chunk, read))) => {
+                    input.chunk_offset += input.consumed as u64;
+                    input.consumed = 0;
+                    let before = std::mem::replace(&mut input.chunk, chunk);
+                    self.buffers.retire(before);
                     read_this_cycle += read;
                 }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
@@ -1473,18 +1496,18 @@ impl<T: Send + 'static> FileEventSource<T> {
         let Some(input) = self.input.as_mut() else {
             return false;
         };
-        let window = &self.buf[input.consumed..input.filled];
-        if let Some(span) = next_line(window, true) {
-            let text = decode_line(&window[..span.text_len]);
+        if let Some(span) = next_line(input.unread(), true) {
+            let start = input.consumed;
+            let line = Line::of_chunk(&input.chunk, start, start + span.text_len);
             input.consumed += span.consumed;
             let position = input.position();
-            if !self.take_line(text, position) {
+            if !self.take_line(line, position) {
                 return false;
             }
             // more lines can follow only if the buffer held more; go round again
             return true;
         }
-        let unterminated = (input.filled - input.consumed) as u64;
+        let unterminated = input.unread().len() as u64;
         self.status.unterminated_bytes = unterminated;
         self.output.set_unterminated_bytes(unterminated);
         self.ended = true;

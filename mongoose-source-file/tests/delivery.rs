@@ -20,7 +20,7 @@ use mongoose_core::{
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, Feed, Publisher, QueueReader, SubscribeOptions,
 };
-use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use parking_lot::Mutex;
 
 /// A consumer that records each line with the position the delivery context gives,
@@ -32,12 +32,12 @@ struct Collect {
     applied: Option<File>,
 }
 
-impl Dispatcher<String> for Collect {
-    fn dispatch(&mut self, item: &String, _attempt: u32) -> DispatchOutcome {
+impl Dispatcher<Line> for Collect {
+    fn dispatch(&mut self, item: &Line, _attempt: u32) -> DispatchOutcome {
         let delivery = DeliveryContext::current().expect("a positioned item");
         self.positions
             .push((delivery.epoch(), delivery.position().offset));
-        self.lines.push(item.clone());
+        self.lines.push(item.to_string());
         if let Some(file) = self.applied.as_mut() {
             writeln!(file, "{item}").expect("append applied line");
         }
@@ -67,17 +67,17 @@ fn offset_after(count: usize) -> u64 {
 }
 
 struct Pipeline {
-    feed: Arc<Publisher<String, u64>>,
-    source: FileEventSource<String>,
-    reader: QueueReader<String>,
+    feed: Arc<Publisher<Line, u64>>,
+    source: FileEventSource<Line>,
+    reader: QueueReader<Line>,
 }
 
 fn pipeline(path: &Path, capacity: usize) -> Pipeline {
-    let feed: Arc<Publisher<String, u64>> = Feed::builder("lines").queue_capacity(capacity).build();
-    let output: Arc<dyn SourceOutput<String, u64>> = feed.clone();
+    let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").queue_capacity(capacity).build();
+    let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let source = FileEventSource::new(
         FileSourceConfig::new("lines", path, ReadStrategy::Commited),
-        Ok::<String, String>,
+        Ok::<Line, String>,
         output,
     );
     let reader = feed
@@ -357,12 +357,12 @@ fn a_line_the_mapper_refuses_during_the_startup_cache_is_committed_only_after_th
     let dir = tempfile::tempdir().expect("dir");
     let input = dir.path().join("input.log");
     fs::write(&input, "line-00001\nnot a line\nline-00003\n").expect("input");
-    let feed: Arc<Publisher<String, u64>> = Feed::builder("lines").queue_capacity(16).build();
-    let output: Arc<dyn SourceOutput<String, u64>> = feed.clone();
+    let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").queue_capacity(16).build();
+    let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let mut source = FileEventSource::new(
         FileSourceConfig::new("lines", &input, ReadStrategy::Commited),
-        |line: String| {
-            if line.starts_with("line-") {
+        |line: Line| {
+            if line.as_bytes().starts_with(b"line-") {
                 Ok(line)
             } else {
                 Err(format!("{line:?} is not a numbered line"))

@@ -13,14 +13,14 @@ use mongoose_delivery::{
     DispatchOutcome, Dispatcher, Feed, Publisher, QueueReader, SubscribeOptions,
 };
 use mongoose_source_file::pointer::{pointer_path_for, PointerRecord, POINTER_FILE_SIZE};
-use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 
 /// Counts what it was given.
 #[derive(Default)]
 struct Count(usize);
 
-impl Dispatcher<String> for Count {
-    fn dispatch(&mut self, _item: &String, _attempt: u32) -> DispatchOutcome {
+impl Dispatcher<Line> for Count {
+    fn dispatch(&mut self, _item: &Line, _attempt: u32) -> DispatchOutcome {
         self.0 += 1;
         DispatchOutcome::Done
     }
@@ -102,17 +102,17 @@ fn pointer_offset(input: &Path) -> u64 {
 }
 
 struct Pipeline {
-    feed: Arc<Publisher<String, u64>>,
-    source: FileEventSource<String>,
-    reader: QueueReader<String>,
+    feed: Arc<Publisher<Line, u64>>,
+    source: FileEventSource<Line>,
+    reader: QueueReader<Line>,
 }
 
 fn started_pipeline(input: &Path) -> Pipeline {
-    let feed: Arc<Publisher<String, u64>> = Feed::builder("lines").build();
-    let output: Arc<dyn SourceOutput<String, u64>> = feed.clone();
+    let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").build();
+    let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let mut source = FileEventSource::new(
         FileSourceConfig::new("lines", input, ReadStrategy::Commited),
-        Ok::<String, String>,
+        Ok::<Line, String>,
         output,
     );
     let reader = feed
@@ -278,11 +278,11 @@ fn full_file_system_child() {
         return;
     };
     let input = Path::new(&dir).join("input.log");
-    let feed: Arc<Publisher<String, u64>> = Feed::builder("lines").build();
-    let output: Arc<dyn SourceOutput<String, u64>> = feed.clone();
+    let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").build();
+    let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let mut source = FileEventSource::new(
         FileSourceConfig::new("lines", &input, ReadStrategy::Commited),
-        Ok::<String, String>,
+        Ok::<Line, String>,
         output,
     );
     // the pointer is created at start and first written when the input is opened

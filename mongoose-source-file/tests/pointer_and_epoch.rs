@@ -51,7 +51,12 @@ fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::Commited, &output);
     drive_until(&mut source, || output.items().len() == 3);
-    assert_eq!(output.items()[0], "caf\u{fffd}");
+    // the bytes as they were on disk (issue 11, item 3), the old lossy text on request
+    assert_eq!(output.items()[0].as_bytes(), b"caf\xe9");
+    assert!(output.items()[0].to_str().is_err());
+    assert_eq!(output.items()[0].text(), "caf\u{fffd}");
+    assert_eq!(output.items()[1].as_bytes(), b"na\xefve");
+    assert_eq!(output.items()[0].path(), path.as_path());
     assert_eq!(output.positions(), vec![5, 11, 15]);
     output.process(2);
     source.stop().expect("stop");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use mongoose_core::{EventSource, SourceOutput, SourceState};
-use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 
 fn input(dir: &tempfile::TempDir, content: &[u8]) -> std::path::PathBuf {
     let path = dir.path().join("input.log");
@@ -141,8 +141,9 @@ fn a_mapper_error_filters_the_line_counts_it_and_its_position_is_committed() {
     let erased: Arc<dyn SourceOutput<u32, u64>> = output.clone();
     let mut source = FileEventSource::new(
         FileSourceConfig::new("numbers", &path, ReadStrategy::Commited),
-        |line: String| {
-            line.parse::<u32>()
+        |line: Line| {
+            line.text()
+                .parse::<u32>()
                 .map_err(|error| format!("{line:?}: {error}"))
         },
         erased,
@@ -236,11 +237,11 @@ fn lines_longer_than_the_read_buffer_are_read_whole() {
     let content = format!("{long}\nshort\r\n{long}\r");
     let path = input(&dir, content.as_bytes());
     let output = RecordingOutput::new();
-    let erased: Arc<dyn SourceOutput<String, u64>> = output.clone();
+    let erased: Arc<dyn SourceOutput<Line, u64>> = output.clone();
     let mut config = FileSourceConfig::new("lines", &path, ReadStrategy::OnceEarliest);
     config.read_buffer_bytes = 7;
     config.max_bytes_per_cycle = 5;
-    let mut source = FileEventSource::new(config, Ok::<String, String>, erased);
+    let mut source = FileEventSource::new(config, Ok::<Line, String>, erased);
     source.start().expect("start");
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::EndOfStream)
@@ -320,7 +321,11 @@ fn mapper_errors_inside_a_batch_are_filtered_in_file_order_between_the_published
     let erased: Arc<dyn SourceOutput<u32, u64>> = output.clone();
     let mut source = FileEventSource::new(
         FileSourceConfig::new("numbers", &path, ReadStrategy::Commited),
-        |line: String| line.parse::<u32>().map_err(|error| error.to_string()),
+        |line: Line| {
+            line.text()
+                .parse::<u32>()
+                .map_err(|error| error.to_string())
+        },
         erased,
     );
     source.start().expect("start");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use mongoose_core::{Epoch, SourceState};
-use mongoose_source_file::ReadStrategy;
+use mongoose_source_file::{Line, ReadStrategy};
 
 fn input(dir: &tempfile::TempDir, content: &[u8]) -> PathBuf {
     let path = dir.path().join("input.log");
@@ -58,8 +58,8 @@ fn modified_at(path: &Path, seconds: u64) {
 fn restart_until_caught_up(
     path: &Path,
 ) -> (
-    std::sync::Arc<RecordingOutput<String>>,
-    mongoose_source_file::FileEventSource<String>,
+    std::sync::Arc<RecordingOutput<Line>>,
+    mongoose_source_file::FileEventSource<Line>,
 ) {
     let output = RecordingOutput::new();
     let mut source = started_source(path, ReadStrategy::Commited, &output);

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use common::*;
 use mongoose_core::{Epoch, EventSource, SourceState};
-use mongoose_source_file::{FileEventSource, ReadStrategy};
+use mongoose_source_file::{FileEventSource, Line, ReadStrategy};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -66,8 +66,8 @@ struct Run {
     next_line: usize,
     written: Vec<String>,
     consumer: Consumer,
-    output: Arc<RecordingOutput<String>>,
-    source: FileEventSource<String>,
+    output: Arc<RecordingOutput<Line>>,
+    source: FileEventSource<Line>,
     /// Items of `output` the consumer has seen.
     seen: usize,
     /// A rotation whose new file the source has not opened yet.
@@ -127,7 +127,7 @@ impl Run {
             });
             if !skip {
                 let line = entry.item.clone().expect("an item");
-                self.consumer.applied.push(line);
+                self.consumer.applied.push(line.text().into_owned());
                 self.consumer.saved = Some((entry.epoch, entry.position));
             }
         }

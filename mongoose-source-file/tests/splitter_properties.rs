@@ -10,7 +10,7 @@ use common::*;
 use mongoose_core::{EventSource, SourceOutput, SourceState};
 use mongoose_source_file::pointer::{PointerRecord, MAX_FINGERPRINT_BYTES};
 use mongoose_source_file::split::{decode_line, split_lines};
-use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use proptest::prelude::*;
 
 fn line_bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -80,22 +80,25 @@ proptest! {
         let path = dir.path().join("input.bin");
         fs::write(&path, &bytes).expect("write");
         let output = RecordingOutput::new();
-        let erased: Arc<dyn SourceOutput<String, u64>> = output.clone();
+        let erased: Arc<dyn SourceOutput<Line, u64>> = output.clone();
         let mut config = FileSourceConfig::new("lines", &path, ReadStrategy::OnceEarliest);
         config.read_buffer_bytes = buffer;
         config.max_bytes_per_cycle = buffer;
-        let mut source = FileEventSource::new(config, Ok::<String, String>, erased);
+        let mut source = FileEventSource::new(config, Ok::<Line, String>, erased);
         source.start().expect("start");
         drive_until(&mut source, || output.last_state() == Some(SourceState::EndOfStream));
         let expected = split_lines(&bytes, true);
         let positions: Vec<u64> = expected.lines.iter().map(|&(_, _, end)| end as u64).collect();
-        let lines: Vec<String> = expected
+        // the bytes as they are, never decoded: a line that is not UTF-8 is kept
+        let lines: Vec<&[u8]> = expected
             .lines
             .iter()
-            .map(|&(start, text_end, _)| decode_line(&bytes[start..text_end]))
+            .map(|&(start, text_end, _)| &bytes[start..text_end])
             .collect();
+        let items = output.items();
+        let read: Vec<&[u8]> = items.iter().map(Line::as_bytes).collect();
         prop_assert_eq!(output.positions(), positions);
-        prop_assert_eq!(output.items(), lines);
+        prop_assert_eq!(read, lines);
         prop_assert_eq!(output.unterminated(), Some(expected.rest as u64));
     }
 }

@@ -13,7 +13,7 @@ use mongoose_core::{
     SourceState, TryPublish,
 };
 use mongoose_source_file::pointer::{PointerRecord, POINTER_FILE_SIZE};
-use mongoose_source_file::{FileEventSource, FileSourceConfig, ReadStrategy};
+use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use parking_lot::Mutex;
 
 /// One entry of the double's window: an item (or a filtered line) with its epoch and
@@ -351,8 +351,8 @@ impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
 pub fn started_source(
     path: &Path,
     strategy: ReadStrategy,
-    output: &Arc<RecordingOutput<String>>,
-) -> FileEventSource<String> {
+    output: &Arc<RecordingOutput<Line>>,
+) -> FileEventSource<Line> {
     let mut source = unstarted_source(path, strategy, output);
     source.start().expect("start");
     source
@@ -361,12 +361,12 @@ pub fn started_source(
 pub fn unstarted_source(
     path: &Path,
     strategy: ReadStrategy,
-    output: &Arc<RecordingOutput<String>>,
-) -> FileEventSource<String> {
-    let output: Arc<dyn SourceOutput<String, u64>> = output.clone();
+    output: &Arc<RecordingOutput<Line>>,
+) -> FileEventSource<Line> {
+    let output: Arc<dyn SourceOutput<Line, u64>> = output.clone();
     FileEventSource::new(
         FileSourceConfig::new("lines", path, strategy),
-        Ok::<String, String>,
+        Ok::<Line, String>,
         output,
     )
 }
