@@ -1104,11 +1104,13 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                     // room again: the pause (if any) ended
                     state.paused_now = false;
                     self.publish_positioned(state, item, epoch, position);
+                    self.defer_to_front(state);
                 }
                 Cached::Push(item) => {
                     if let Some(item) = self.apply_mapper(state, item) {
                         self.deliver(state, item, None);
                     }
+                    self.defer_to_front(state);
                 }
                 Cached::Filtered { epoch, position } => {
                     Self::window_filtered(state, epoch, position);
@@ -1227,6 +1229,36 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     fn defer(&self, operation: Deferred<T, P>) {
         self.deferred.lock().push(operation);
         self.has_deferred.store(true, Ordering::Release);
+    }
+
+    /// What the mapper of a cached item deferred (a push publish, a positioned cache, a
+    /// filtered input) goes to the front of the cache, in order: it follows the item
+    /// that deferred it, before the next cached one, so positions stay in order
+    /// (feed-delivery-guarantees §3, independent review R2). Statuses are reported.
+    fn defer_to_front(&self, state: &mut State<T, P>) {
+        if !self.has_deferred.load(Ordering::Acquire) {
+            return;
+        }
+        self.has_deferred.store(false, Ordering::Release);
+        let deferred: Vec<Deferred<T, P>> = std::mem::take(&mut *self.deferred.lock());
+        let epoch = state.epoch;
+        for operation in deferred.into_iter().rev() {
+            match operation {
+                Deferred::Publish(item) => state.cache.push_front(Cached::Push(item)),
+                Deferred::Cache(item, position) => {
+                    state.positioned = true;
+                    state.cache.push_front(Cached::Positioned {
+                        item,
+                        epoch,
+                        position,
+                    });
+                }
+                Deferred::Filtered(position) => {
+                    state.cache.push_front(Cached::Filtered { epoch, position });
+                }
+                Deferred::Status(status) => self.report_status(state, status),
+            }
+        }
     }
 
     fn drain_deferred(&self, state: &mut State<T, P>) {

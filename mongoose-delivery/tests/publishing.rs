@@ -293,6 +293,57 @@ fn a_report_that_replaces_the_waiting_startup_status_keeps_the_feed_undrained() 
 }
 
 #[test]
+fn a_publish_nested_in_a_positioned_cache_never_takes_the_outer_items_position() {
+    // §3, independent review R2 (PositionedCacheNestingTest): the mapper of an item
+    // cached before the start runs inside the cache's reservation: a nested try_publish
+    // is told to retry, a nested push publish and a nested positioned cache are deferred
+    // and follow the outer item, the cache keeping its own position. Before, the nested
+    // item was cached ahead of the outer one with the outer one's position, so consuming
+    // only the nested item acknowledged past the outer one.
+    let nested_result: Arc<Mutex<Option<String>>> = Arc::default();
+    let this: Arc<OnceLock<Weak<Publisher<u64, u64>>>> = Arc::default();
+    let mapper_this = Arc::clone(&this);
+    let mapper_result = Arc::clone(&nested_result);
+    let feed = Feed::builder("lines")
+        .queue_capacity(16)
+        .mapper(move |item: u64| {
+            if item == 1 {
+                let feed = mapper_this.get().and_then(Weak::upgrade).expect("the feed");
+                let outcome = match feed.try_publish(99, 990) {
+                    TryPublish::Retry(_) => "retry",
+                    TryPublish::Paused(_) => "paused",
+                    TryPublish::Published => "published",
+                };
+                *mapper_result.lock().unwrap() = Some(outcome.to_owned());
+                feed.publish(100)
+                    .expect("a nested push publish is deferred");
+                feed.cache(50, 15);
+            }
+            Some(item)
+        })
+        .build();
+    this.set(Arc::downgrade(&feed)).expect("set once");
+    let (feed, commits) = positioned_feed_with(feed);
+    let mut group = reader(&feed, "group");
+    feed.cache(1, 10);
+    feed.cache(2, 20);
+    feed.start_complete();
+    feed.flush_paused();
+    assert_eq!(nested_result.lock().unwrap().as_deref(), Some("retry"));
+    assert_eq!(process(&mut group, 1), vec![1], "the outer item first");
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 10, "the outer item's own position");
+    let rest = process(&mut group, 3);
+    assert_eq!(
+        rest,
+        vec![100, 50, 2],
+        "the deferred ones follow the outer item, in order"
+    );
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 20);
+}
+
+#[test]
 fn cached_startup_items_are_replayed_in_order_before_later_ones() {
     // §6 cache replay: tryPublish replays the rest of the cache first, so order is kept
     let (feed, _commits) = positioned_feed(2);
