@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mongoose_core::engine::{self, PendingCompletion};
+use mongoose_core::engine;
 use mongoose_core::{
-    agent, Delivery, FailureKind, Handler, Processor, ProcessorError, ProcessorId, Subscriptions,
+    agent, FailureKind, Handler, Processor, ProcessorError, ProcessorId, Subscriptions,
 };
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
@@ -31,8 +31,7 @@ use crate::context::{self, TimerOp};
 use crate::controller;
 use crate::error::ControlError;
 use crate::feeds::{
-    DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader, InvokeFn, PendingProbe,
-    SubscribeRequest,
+    FeedBinding, FeedConnector, FeedReader, InvokeFn, PendingProbe, SubscribeRequest,
 };
 use crate::handle::ServerId;
 use crate::idle::{IdleStrategy, Idler};
@@ -40,7 +39,10 @@ use crate::record::{AdminOutcome, GroupRecorder};
 use crate::reply::{ControlReply, ReplyExecutor, ReplyOutcome, ReplySender};
 use crate::services::{services_handler, ServiceBroadcast, ServiceEvent, SERVICES_FEED};
 
+mod dispatch;
 mod timers;
+
+use dispatch::GroupDispatcher;
 
 /// How a retry-safe processor's failed item (or a failed completion callback) is
 /// retried: alone, on a later duty cycle, after a backoff that never sleeps on the agent
@@ -1794,196 +1796,6 @@ impl Runtime {
                 .transition(state, state)
                 .effects(effects),
         );
-    }
-}
-
-struct GroupDispatcher<'a> {
-    group: &'a str,
-    feed: &'a str,
-    invoke: InvokeFn,
-    subscribers: &'a mut Vec<Subscriber>,
-    handled: &'a mut Vec<u64>,
-    processors: &'a mut BTreeMap<u64, Slot>,
-    quarantines: &'a mut Vec<(u64, String)>,
-    recorder: Option<&'a mut (dyn GroupRecorder + 'static)>,
-    audit: &'a ControlAudit,
-    drop_reported: &'a mut bool,
-}
-
-impl GroupDispatcher<'_> {
-    /// Gives `item` to every live subscriber that has not handled it, in order. A
-    /// non-retry-safe failure quarantines that processor alone and goes on; a
-    /// retry-safe one stops here for a retry when `may_retry`, else it is skipped.
-    fn run(&mut self, item: &dyn Any, may_retry: bool) -> DispatchResult {
-        let mut quarantined = None;
-        for index in 0..self.subscribers.len() {
-            let generation = self.subscribers[index].generation;
-            if self.handled.contains(&generation) {
-                continue;
-            }
-            let Some(slot) = self.processors.get_mut(&generation) else {
-                continue;
-            };
-            if slot.quarantined.is_some() {
-                continue;
-            }
-            let id = ProcessorId(generation);
-            let previous = engine::set_current_processor(Some(id));
-            let handler = &mut *self.subscribers[index].handler;
-            let invoke = self.invoke;
-            let processor = &mut *slot.processor;
-            let result = contained(|| invoke(handler, processor, item));
-            if let Some(recorder) = self.recorder.as_deref_mut() {
-                recorder.dispatched(
-                    id,
-                    self.feed,
-                    item,
-                    result.as_ref().map(|_| ()).map_err(String::as_str),
-                );
-            }
-            controller::report_calls(self.recorder.as_deref_mut());
-            engine::set_current_processor(previous);
-            let Err(reason) = result else {
-                self.handled.push(generation);
-                continue;
-            };
-            // its completions of this attempt go; a retry registers them again
-            engine::discard_completions_of(Some(id));
-            if slot.retry_safe && may_retry {
-                tracing::warn!(group = self.group, feed = self.feed, processor = %slot.name, %reason, "handler failed; the retry-safe processor is retried alone on a later cycle");
-                return DispatchResult::Failed {
-                    processor: Some(id),
-                    retry: true,
-                };
-            }
-            self.handled.push(generation);
-            if slot.retry_safe {
-                tracing::error!(group = self.group, feed = self.feed, processor = %slot.name, %reason, "the item is skipped for this processor");
-            } else {
-                slot.quarantined = Some(reason.clone());
-                self.quarantines.push((generation, reason));
-                quarantined.get_or_insert(id);
-            }
-        }
-        self.handled.clear();
-        match quarantined {
-            // the others had the item; the reader holds the feed before it, since the
-            // quarantined processor's state does not hold it
-            Some(id) => DispatchResult::Failed {
-                processor: Some(id),
-                retry: false,
-            },
-            None => DispatchResult::Done,
-        }
-    }
-}
-
-impl FeedDispatcher for GroupDispatcher<'_> {
-    fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
-        if !*self.drop_reported {
-            // control-plane-contracts "Overload and loss": the first drop of each queue
-            // binding leaves a QueueDrop record in the group's control fallback audit
-            *self.drop_reported = true;
-            let at_millis = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |elapsed| elapsed.as_millis());
-            tracing::warn!(
-                group = self.group,
-                feed = self.feed,
-                first_sequence = run.first_sequence,
-                count = run.count,
-                "the group's queue lost items (first drop of this queue binding)"
-            );
-            self.audit.write(
-                NewRecord::new(RecordType::Fallback, -1, "QueueDrop")
-                    .name(Some(self.feed))
-                    .reason(format!(
-                        "feed {} queue {}/{} group {}: first drop at sequence {} ({} items through \
-                         sequence {}), reached by the group at {} ms since the epoch",
-                        self.feed,
-                        self.group,
-                        self.feed,
-                        self.group,
-                        run.first_sequence,
-                        run.count,
-                        run.last_sequence,
-                        at_millis
-                    )),
-            );
-        }
-        if let Some(recorder) = self.recorder.as_deref_mut() {
-            for subscriber in self.subscribers.iter() {
-                recorder.dropped(
-                    ProcessorId(subscriber.generation),
-                    self.feed,
-                    run.first_sequence,
-                    run.last_sequence,
-                    run.count,
-                );
-            }
-        }
-    }
-
-    fn finished(&mut self) {
-        if let Some(recorder) = self.recorder.as_deref_mut() {
-            recorder.item_finished();
-        }
-    }
-
-    fn dispatch(&mut self, item: &dyn Any, attempt: u32) -> DispatchResult {
-        if attempt == 0 {
-            // a new item: nobody handled it yet
-            self.handled.clear();
-            if let Some(recorder) = self.recorder.as_deref_mut() {
-                recorder.item_begins();
-            }
-        }
-        self.run(item, true)
-    }
-
-    fn describe(&self, processor: ProcessorId) -> String {
-        match self.processors.get(&processor.0) {
-            Some(slot) => format!("processor '{}' of group '{}'", slot.name, self.group),
-            None => format!("processor #{} of group '{}'", processor.0, self.group),
-        }
-    }
-
-    fn gave_up(&mut self, item: &dyn Any, processor: Option<ProcessorId>) {
-        if let Some(ProcessorId(generation)) = processor {
-            self.handled.push(generation);
-        }
-        let _ = self.run(item, false);
-    }
-
-    fn complete(
-        &mut self,
-        completion: PendingCompletion,
-        delivery: &Delivery,
-    ) -> Result<(), ProcessorError> {
-        let Some(owner) = completion.owner else {
-            return Ok(());
-        };
-        let Some(slot) = self.processors.get_mut(&owner.0) else {
-            return Ok(());
-        };
-        if slot.quarantined.is_some() {
-            return Ok(());
-        }
-        let previous = engine::set_current_processor(Some(owner));
-        let result = contained(|| {
-            slot.processor
-                .on_delivery_complete(completion.key, delivery)
-        });
-        if let Some(recorder) = self.recorder.as_deref_mut() {
-            recorder.completed(
-                Some(owner),
-                completion.key,
-                result.as_ref().map(|_| ()).map_err(String::as_str),
-            );
-        }
-        controller::report_calls(self.recorder.as_deref_mut());
-        engine::set_current_processor(previous);
-        result.map_err(ProcessorError::new)
     }
 }
 
