@@ -39,8 +39,10 @@ mod dispatch;
 mod lifecycle;
 mod services;
 mod timers;
+mod trail;
 
 use dispatch::GroupDispatcher;
+use trail::write_reply_record;
 
 /// How a retry-safe processor's failed item (or a failed completion callback) is
 /// retried: alone, on a later duty cycle, after a backoff that never sleeps on the agent
@@ -668,25 +670,6 @@ fn answer_not_running(shared: &GroupShared, envelope: Envelope, reason: &str, de
     reply.complete_on(&shared.executor, reply_value);
 }
 
-fn write_reply_record(
-    audit: &ControlAudit,
-    reply: &ControlReply,
-    cause: u64,
-    cause_op: Option<String>,
-) {
-    let mut record = NewRecord::new(RecordType::Reply, reply.request_id, "Reply")
-        .cause(cause)
-        .cause_op(cause_op)
-        .outcome(reply.outcome.to_string())
-        .reason(reply.reason.clone())
-        .generation(reply.generation)
-        .name(reply.name.as_deref());
-    if reply.kind != FailureKind::None {
-        record = record.kind(reply.kind);
-    }
-    audit.write(record);
-}
-
 // ----- the group thread -----
 
 struct Slot {
@@ -884,10 +867,6 @@ impl Runtime {
         Some(done)
     }
 
-    fn audit(&self) -> &ControlAudit {
-        &self.shared.audit
-    }
-
     fn decide(&mut self, envelope: Envelope) {
         let Envelope { request, reply } = envelope;
         let request_id = reply.request_id;
@@ -922,82 +901,6 @@ impl Runtime {
         // the status shows the transition before anyone learns it applied
         self.settle();
         self.answer(answer);
-    }
-
-    fn answer(&mut self, mut reply: ControlReply) {
-        let Some((sender, input)) = self.in_flight.take() else {
-            return;
-        };
-        reply.evidence = self.audit().evidence();
-        let cause_op = self.last_op(reply.request_id);
-        write_reply_record(self.audit(), &reply, input, cause_op);
-        sender.complete_on(&self.shared.executor, reply);
-    }
-
-    /// Writes the Decision record of `rule`: the state it found and the one it leads
-    /// to, and the effects it requests (as `opId Effect(generation)`, numbered as
-    /// [`Self::effect`] will number their outcomes), before any of them runs.
-    #[allow(clippy::too_many_arguments)]
-    fn decision(
-        &self,
-        request_id: i64,
-        input: u64,
-        rule: &str,
-        generation: i64,
-        name: &str,
-        (from, to): (&str, &str),
-        effects: &[&str],
-    ) {
-        let effects = self.effect_ops(request_id, generation, effects);
-        self.audit().write(
-            NewRecord::new(RecordType::Decision, request_id, rule)
-                .cause(input)
-                .generation(generation)
-                .name(Some(name))
-                .transition(from, to)
-                .effects(effects),
-        );
-    }
-
-    /// The effects a decision requests, as `opId Effect(generation)`, numbered as
-    /// [`Self::effect`] will number their outcomes.
-    fn effect_ops(&self, request_id: i64, generation: i64, effects: &[&str]) -> Vec<String> {
-        effects
-            .iter()
-            .enumerate()
-            .map(|(index, effect)| {
-                let op = self.effects_of_request + 1 + index as u32;
-                format!("{request_id}.{op} {effect}({generation})")
-            })
-            .collect()
-    }
-
-    /// The opId of the last effect of the request being decided, if it had one.
-    fn last_op(&self, request_id: i64) -> Option<String> {
-        (self.effects_of_request > 0).then(|| format!("{request_id}.{}", self.effects_of_request))
-    }
-
-    fn effect(
-        &mut self,
-        request_id: i64,
-        input: u64,
-        effect: &str,
-        result: &Result<(), String>,
-        generation: i64,
-    ) {
-        self.effects_of_request += 1;
-        let record = NewRecord::new(RecordType::EffectOutcome, request_id, effect)
-            .cause(input)
-            .op(format!("{request_id}.{}", self.effects_of_request))
-            .generation(generation);
-        let record = match result {
-            Ok(()) => record.outcome("succeeded"),
-            Err(reason) => record
-                .outcome("failed")
-                .reason(reason.clone())
-                .kind(FailureKind::FailedEffect),
-        };
-        self.audit().write(record);
     }
 
     fn poll_feeds(&mut self) -> usize {
