@@ -67,7 +67,7 @@
 
 pub mod admin;
 pub mod audit;
-pub mod contain;
+mod contain;
 pub mod context;
 pub mod controller;
 mod delivery;
@@ -75,6 +75,7 @@ mod error;
 pub mod feeds;
 mod group;
 mod handle;
+mod host;
 mod idle;
 pub mod memory;
 mod plane;
@@ -93,10 +94,9 @@ pub use group::{
     QueueOverload, RetryPolicy,
 };
 pub use handle::{ProcessorHandle, ServerId};
+pub use host::{HandlerCall, ProcessorHost, Recording};
 pub use idle::IdleStrategy;
 pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
 pub use record::{AdminOutcome, GroupRecorder};
 pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
-pub use services::{
-    services_handler, Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED,
-};
+pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED};

@@ -1,16 +1,10 @@
 //! Admin commands: a running processor's commands, listed for the operator and run on
 //! the group's thread through its control mailbox (see [`crate::admin`]).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use mongoose_core::FailureKind;
 
-use mongoose_core::engine;
-use mongoose_core::{FailureKind, ProcessorId};
-
-use super::{ProcessorGroup, Runtime, Slot};
+use super::{ProcessorGroup, Runtime};
 use crate::audit::{NewRecord, RecordType};
-use crate::contain::panic_message;
-use crate::controller;
-use crate::record::AdminOutcome;
 use crate::reply::{ControlReply, ReplyOutcome};
 
 /// Admin commands (see [`crate::admin`]).
@@ -98,7 +92,7 @@ impl Runtime {
             );
         }
         let listing = match self.processors.get(&generation) {
-            Some(slot) if !slot.admin.contains(&command) => Some(slot.admin.listing()),
+            Some(slot) if !slot.host.has_command(&command) => Some(slot.host.command_listing()),
             _ => None,
         };
         if let Some(listing) = listing {
@@ -132,37 +126,10 @@ impl Runtime {
         let Some(slot) = self.processors.get_mut(&generation) else {
             unreachable!("the processor was found above");
         };
-        let id = ProcessorId(generation);
-        let previous = engine::set_current_processor(Some(id));
-        let Slot {
-            processor, admin, ..
-        } = slot;
         // Ok(answer) when the command returned, Err(reason) when it panicked
-        let ran: Result<Result<String, String>, String> =
-            match catch_unwind(AssertUnwindSafe(|| {
-                admin.invoke(&mut **processor, &command, &args)
-            })) {
-                Ok(Some(Ok(output))) => Ok(Ok(output)),
-                Ok(Some(Err(error))) => Ok(Err(error.message().to_owned())),
-                Ok(None) => Ok(Err(format!("no admin command '{command}'"))),
-                Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
-            };
-        if let Some(recorder) = self.recorder.as_mut() {
-            let outcome = match &ran {
-                Ok(Ok(output)) => AdminOutcome::Output(output),
-                Ok(Err(error)) => AdminOutcome::Error(error),
-                Err(reason) => AdminOutcome::Panicked(reason),
-            };
-            recorder.admin_invoked(id, &command, &args, outcome);
-        }
-        // the control requests the command made follow its entry; a command that
-        // panicked is not reproduced, nor are its requests
-        if ran.is_ok() {
-            controller::report_calls(self.recorder.as_deref_mut());
-        } else {
-            controller::report_calls(None);
-        }
-        engine::set_current_processor(previous);
+        let ran = slot
+            .host
+            .invoke_admin(&command, &args, self.recorder.as_deref_mut());
         let effect = match &ran {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.clone()),

@@ -11,15 +11,14 @@ use mongoose_core::{Delivery, ProcessorError, ProcessorId};
 
 use super::{Slot, Subscriber};
 use crate::audit::{ControlAudit, NewRecord, RecordType};
-use crate::contain::contained;
-use crate::controller;
-use crate::feeds::{DispatchResult, FeedDispatcher, InvokeFn};
+use crate::feeds::{DispatchResult, FeedDispatcher};
+use crate::host::HandlerCall;
 use crate::record::GroupRecorder;
 
 pub(super) struct GroupDispatcher<'a> {
     pub(super) group: &'a str,
     pub(super) feed: &'a str,
-    pub(super) invoke: InvokeFn,
+    pub(super) invoke: HandlerCall,
     pub(super) subscribers: &'a mut Vec<Subscriber>,
     pub(super) handled: &'a mut Vec<u64>,
     pub(super) processors: &'a mut BTreeMap<u64, Slot>,
@@ -47,21 +46,14 @@ impl GroupDispatcher<'_> {
                 continue;
             }
             let id = ProcessorId(generation);
-            let previous = engine::set_current_processor(Some(id));
             let handler = &mut *self.subscribers[index].handler;
-            let invoke = self.invoke;
-            let processor = &mut *slot.processor;
-            let result = contained(|| invoke(handler, processor, item));
-            if let Some(recorder) = self.recorder.as_deref_mut() {
-                recorder.dispatched(
-                    id,
-                    self.feed,
-                    item,
-                    result.as_ref().map(|_| ()).map_err(String::as_str),
-                );
-            }
-            controller::report_calls(self.recorder.as_deref_mut());
-            engine::set_current_processor(previous);
+            let result = slot.host.dispatch(
+                handler,
+                self.invoke,
+                self.feed,
+                item,
+                self.recorder.as_deref_mut(),
+            );
             let Err(reason) = result else {
                 self.handled.push(generation);
                 continue;
@@ -188,20 +180,8 @@ impl FeedDispatcher for GroupDispatcher<'_> {
         if slot.quarantined.is_some() {
             return Ok(());
         }
-        let previous = engine::set_current_processor(Some(owner));
-        let result = contained(|| {
-            slot.processor
-                .on_delivery_complete(completion.key, delivery)
-        });
-        if let Some(recorder) = self.recorder.as_deref_mut() {
-            recorder.completed(
-                Some(owner),
-                completion.key,
-                result.as_ref().map(|_| ()).map_err(String::as_str),
-            );
-        }
-        controller::report_calls(self.recorder.as_deref_mut());
-        engine::set_current_processor(previous);
-        result.map_err(ProcessorError::new)
+        slot.host
+            .complete(completion.key, delivery, self.recorder.as_deref_mut())
+            .map_err(ProcessorError::new)
     }
 }

@@ -5,19 +5,15 @@
 use std::any::{Any, TypeId};
 use std::cmp::Reverse;
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use mongoose_core::engine;
-use mongoose_core::{FailureKind, Handler, ProcessorError, ProcessorId, Subscriptions};
+use mongoose_core::{FailureKind, ProcessorError, ProcessorId, Subscriptions};
 
 use super::{free_name, FeedState, RetryPolicy, Runtime, Slot, Subscriber, Supplier};
 use crate::audit::{ControlAudit, NewRecord, RecordType};
-use crate::contain::{contained, panic_message};
-use crate::controller;
 use crate::feeds::{FeedBinding, FeedConnector, SubscribeRequest};
+use crate::host::ProcessorHost;
 use crate::reply::{ControlReply, ReplyOutcome};
-use crate::services::{services_handler, ServiceEvent, SERVICES_FEED};
 
 impl Runtime {
     pub(super) fn apply_add(
@@ -40,20 +36,15 @@ impl Runtime {
             &["Build", "Start"],
         );
         let id = ProcessorId(generation);
-        let previous = engine::set_current_processor(Some(id));
-        let built = match catch_unwind(AssertUnwindSafe(supplier)) {
-            Ok(processor) => Ok(processor),
-            Err(payload) => Err(format!("supplier panicked: {}", panic_message(&*payload))),
-        };
-        let mut processor = match built {
-            Ok(processor) => {
+        // a processor never built has no stream: what it asked is not recorded
+        let built = ProcessorHost::build(id, &name, type_name, supplier)
+            .map_err(|panic| format!("supplier panicked: {panic}"));
+        let mut host = match built {
+            Ok(host) => {
                 self.effect(request_id, input, "Build", &Ok(()), signed);
-                processor
+                host
             }
             Err(reason) => {
-                engine::set_current_processor(previous);
-                // a processor never built has no stream: what it asked is not recorded
-                controller::report_calls(None);
                 self.effect(request_id, input, "Build", &Err(reason.clone()), signed);
                 free_name(&self.shared, &name, generation);
                 return ControlReply::not_applied(
@@ -72,16 +63,11 @@ impl Runtime {
             audit: &self.shared.audit,
             retry: self.policy,
             bindings: Vec::new(),
-            service_handler: None,
         };
-        let (started, admin) =
-            crate::admin::collect_commands(|| contained(|| processor.start(&mut subscriptions)));
-        engine::set_current_processor(previous);
-        let StartSubscriptions {
-            bindings,
-            service_handler,
-            ..
-        } = subscriptions;
+        // once started, the recorder learns it was built, then the control requests its
+        // start() made, before anything else it is given
+        let started = host.start(&mut subscriptions, self.recorder.as_deref_mut());
+        let StartSubscriptions { bindings, .. } = subscriptions;
         self.effect(
             request_id,
             input,
@@ -90,7 +76,6 @@ impl Runtime {
             signed,
         );
         if let Err(reason) = started {
-            controller::report_calls(None);
             for binding in bindings {
                 self.connector
                     .unsubscribe(&binding.feed, binding.binding.subscription);
@@ -108,7 +93,7 @@ impl Runtime {
             );
         }
         // what its loaded state holds, for the feeds' sources to reconcile with
-        for saved in processor.saved_positions() {
+        for saved in host.processor().saved_positions() {
             self.connector.report_saved_position(
                 &saved.feed,
                 mongoose_core::ConsumerPosition {
@@ -117,16 +102,14 @@ impl Runtime {
                 },
             );
         }
-        let retry_safe = processor.retry_safe();
+        let retry_safe = host.processor().retry_safe();
         let mut slot = Slot {
             name: name.clone(),
-            processor,
+            host,
             retry_safe,
             quarantined: None,
             subscriptions: Vec::new(),
-            service_handler,
             services_seen: HashMap::new(),
-            admin,
         };
         for pending in bindings {
             slot.subscriptions
@@ -135,11 +118,6 @@ impl Runtime {
         }
         self.processors.insert(generation, slot);
         self.status_dirty = true;
-        if let Some(recorder) = self.recorder.as_mut() {
-            recorder.processor_built(id, &name, type_name);
-        }
-        // the control requests its start() made come before anything else it is given
-        controller::report_calls(self.recorder.as_deref_mut());
         // a processor added later is given the registry's services when it is built
         for broadcast in (self.services)() {
             let event = broadcast.event();
@@ -248,17 +226,7 @@ impl Runtime {
         let Some(mut slot) = self.processors.remove(&generation) else {
             return Ok(());
         };
-        let previous = engine::set_current_processor(Some(ProcessorId(generation)));
-        let result = contained(|| slot.processor.stop());
-        if let Some(recorder) = self.recorder.as_mut() {
-            recorder.stopped(
-                ProcessorId(generation),
-                by_request,
-                result.as_ref().map(|_| ()).map_err(String::as_str),
-            );
-        }
-        controller::report_calls(self.recorder.as_deref_mut());
-        engine::set_current_processor(previous);
+        let result = slot.host.stop(by_request, self.recorder.as_deref_mut());
         self.drop_timer_ops_of(generation);
         if let Err(reason) = &result {
             tracing::error!(group = %self.shared.name, processor = %slot.name, %reason, "processor stop failed; release continues");
@@ -294,7 +262,7 @@ impl Runtime {
             slot.quarantined = Some(reason.to_owned());
         }
         // its admin commands go with its routes
-        slot.admin.clear();
+        slot.host.clear_commands();
         let name = slot.name.clone();
         self.detach(generation);
         self.drop_timer_ops_of(generation);
@@ -336,7 +304,6 @@ pub(super) struct StartSubscriptions<'a> {
     pub(super) audit: &'a Arc<ControlAudit>,
     pub(super) retry: RetryPolicy,
     pub(super) bindings: Vec<PendingBinding>,
-    pub(super) service_handler: Option<Handler<ServiceEvent>>,
 }
 
 impl Subscriptions for StartSubscriptions<'_> {
@@ -347,10 +314,6 @@ impl Subscriptions for StartSubscriptions<'_> {
         item_type_name: &'static str,
         handler: Box<dyn Any + Send>,
     ) -> Result<(), ProcessorError> {
-        if feed == SERVICES_FEED {
-            self.service_handler = Some(services_handler(item_type, item_type_name, handler)?);
-            return Ok(());
-        }
         let binding = self
             .connector
             .subscribe(SubscribeRequest {

@@ -9,33 +9,31 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use mongoose_core::{agent, FailureKind, Handler, Processor};
+use mongoose_core::{agent, FailureKind};
 
 use super::{
     answer_not_running, write_reply_record, GroupDispatcher, GroupShared, GroupState,
     ProcessorStatus, QuarantinedProcessor, RetryPolicy, Seed, ServiceSnapshot,
 };
-use crate::admin::AdminCommands;
 use crate::audit::{NewRecord, RecordType};
 use crate::contain::panic_message;
 use crate::context::{self, TimerOp};
 use crate::controller;
-use crate::feeds::{FeedConnector, FeedReader, InvokeFn};
+use crate::feeds::{FeedConnector, FeedReader};
+use crate::host::{HandlerCall, ProcessorHost};
 use crate::idle::Idler;
 use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyOutcome, ReplySender};
-use crate::services::ServiceEvent;
 
 pub(super) struct Slot {
     pub(super) name: String,
-    pub(super) processor: Box<dyn Processor>,
+    /// The processor and every call made to it (its admin commands are cleared when
+    /// it is quarantined).
+    pub(super) host: ProcessorHost,
     pub(super) retry_safe: bool,
     pub(super) quarantined: Option<String>,
     pub(super) subscriptions: Vec<(String, u64)>,
-    pub(super) service_handler: Option<Handler<ServiceEvent>>,
     pub(super) services_seen: HashMap<String, (u64, bool)>,
-    /// The admin commands it registered in `start`; emptied when it is quarantined.
-    pub(super) admin: AdminCommands,
 }
 
 pub(super) struct Subscriber {
@@ -46,7 +44,7 @@ pub(super) struct Subscriber {
 pub(super) struct FeedState {
     pub(super) feed: String,
     pub(super) reader: Box<dyn FeedReader>,
-    pub(super) invoke: InvokeFn,
+    pub(super) invoke: HandlerCall,
     pub(super) subscribers: Vec<Subscriber>,
     pub(super) handled: Vec<u64>,
     /// The group's queue of this feed lost items and its QueueDrop record is written
@@ -187,8 +185,8 @@ impl Runtime {
         let commands = self
             .processors
             .values()
-            .filter(|slot| slot.quarantined.is_none() && !slot.admin.is_empty())
-            .map(|slot| (slot.name.clone(), slot.admin.names()))
+            .filter(|slot| slot.quarantined.is_none() && !slot.host.has_no_commands())
+            .map(|slot| (slot.name.clone(), slot.host.command_names()))
             .collect();
         let mut status = self.shared.status.lock();
         status.commands = commands;
@@ -323,7 +321,7 @@ impl Runtime {
     pub(super) fn retain_instances(&mut self) {
         let mut retained = self.shared.retained.lock();
         for (_, slot) in std::mem::take(&mut self.processors) {
-            retained.push(slot.processor);
+            retained.push(slot.host.into_processor());
         }
     }
 }

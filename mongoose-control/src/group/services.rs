@@ -1,12 +1,9 @@
 //! Services: a registry broadcast decided in order (a stale version is ignored) and
 //! delivered once per version to each processor's services callback.
 
-use mongoose_core::engine;
-use mongoose_core::{FailureKind, ProcessorId};
+use mongoose_core::FailureKind;
 
-use super::{Runtime, Slot};
-use crate::contain::contained;
-use crate::controller;
+use super::Runtime;
 use crate::reply::{ControlReply, ReplyOutcome};
 use crate::services::{ServiceBroadcast, ServiceEvent};
 
@@ -107,39 +104,22 @@ impl Runtime {
                 Ok(())
             };
         }
-        if slot.service_handler.is_none() || (!registering && !present) {
-            slot.services_seen.insert(
-                name,
-                (version, registering && slot.service_handler.is_some()),
-            );
+        let subscribed = slot.host.subscribes_to_services();
+        if !subscribed || (!registering && !present) {
+            slot.services_seen
+                .insert(name, (version, registering && subscribed));
             return Ok(());
         }
-        let previous = engine::set_current_processor(Some(ProcessorId(generation)));
-        let result = {
-            let Slot {
-                processor,
-                service_handler,
-                ..
-            } = slot;
-            let handler = service_handler.as_mut();
-            contained(|| match handler {
-                Some(handler) => handler(&mut **processor, event),
-                None => Ok(()),
-            })
-        };
-        engine::set_current_processor(previous);
-        match result {
+        match slot
+            .host
+            .deliver_service(event, self.recorder.as_deref_mut())
+        {
             Ok(()) => {
                 slot.services_seen
                     .insert(name.clone(), (version, registering));
-                if let Some(recorder) = self.recorder.as_mut() {
-                    recorder.service_changed(ProcessorId(generation), &name, version, registering);
-                }
-                controller::report_calls(self.recorder.as_deref_mut());
                 Ok(())
             }
             Err(reason) => {
-                controller::report_calls(None);
                 // a failed withdrawal leaves the service possibly held
                 slot.services_seen
                     .insert(name.clone(), (version, !registering || present));

@@ -4,13 +4,8 @@
 use std::cmp::Reverse;
 use std::time::{Duration, Instant};
 
-use mongoose_core::engine;
-use mongoose_core::ProcessorId;
-
 use super::Runtime;
-use crate::contain::contained;
 use crate::context::{self, TimerOp};
-use crate::controller;
 
 impl Runtime {
     pub(super) fn fire_timers(&mut self) -> usize {
@@ -31,17 +26,7 @@ impl Runtime {
             if slot.quarantined.is_some() {
                 continue;
             }
-            let previous = engine::set_current_processor(Some(ProcessorId(owner)));
-            let result = contained(|| slot.processor.on_timer(timer));
-            if let Some(recorder) = self.recorder.as_mut() {
-                recorder.timer_fired(
-                    ProcessorId(owner),
-                    timer,
-                    result.as_ref().map(|_| ()).map_err(String::as_str),
-                );
-            }
-            controller::report_calls(self.recorder.as_deref_mut());
-            engine::set_current_processor(previous);
+            let result = slot.host.fire_timer(timer, self.recorder.as_deref_mut());
             if let Err(reason) = result {
                 self.contain(owner, "timer", reason);
             }
