@@ -9,8 +9,7 @@
 //!
 //! 1. the processor becomes the thread's current processor (what
 //!    [`mongoose_core::engine::current_processor`], [`crate::controller()`] and a
-//!    recorder's clock read), and the host's [`ControlInterceptor`], if it has one, is
-//!    installed;
+//!    recorder's clock read);
 //! 2. the call is made with its failure contained: an error becomes its message, a
 //!    panic `"panicked: <message>"`;
 //! 3. the [`GroupRecorder`], if one is given, is told of the call, and the control
@@ -20,8 +19,9 @@
 //!
 //! A group calls its processors only through their hosts; a replay
 //! (`mongoose-replay`) rebuilds a recorded processor in a host of its own
-//! ([`ProcessorHost::build_intercepted`]), so a replayed processor is called through
-//! exactly the code that called it live. What to do with a failure (quarantine,
+//! ([`ProcessorHost::build_intercepted`]: its [`ControlInterceptor`] answers the
+//! processor's control requests from the recording), so a replayed processor is called
+//! through exactly the code that called it live. What to do with a failure (quarantine,
 //! retry, stop the replay) is the caller's policy, not the host's.
 //!
 //! ```
@@ -120,8 +120,20 @@ pub struct ProcessorHost {
     commands: AdminCommands,
     /// Its services callback, when it subscribed to [`SERVICES_FEED`] in `start`.
     services: Option<Handler<ServiceEvent>>,
-    /// Answers its control requests instead of the control plane (a replay).
-    interceptor: Option<Box<dyn ControlInterceptor>>,
+    /// Its interceptor's installation on this thread (a replay's host).
+    intercepting: Option<Intercepting>,
+}
+
+/// A [`ControlInterceptor`] installed on this thread; what was installed before is
+/// restored when it is dropped.
+struct Intercepting {
+    previous: Option<Box<dyn ControlInterceptor>>,
+}
+
+impl Drop for Intercepting {
+    fn drop(&mut self) {
+        controller::set_control_interceptor(self.previous.take());
+    }
 }
 
 impl fmt::Debug for ProcessorHost {
@@ -132,29 +144,9 @@ impl fmt::Debug for ProcessorHost {
             .field("type_name", &self.type_name)
             .field("commands", &self.commands)
             .field("services", &self.services.is_some())
-            .field("intercepted", &self.interceptor.is_some())
+            .field("intercepted", &self.intercepting.is_some())
             .finish()
     }
-}
-
-/// Runs `call` as processor `id`'s: current processor set and `interceptor` installed
-/// around it, both restored after (`call` contains its own panics).
-#[inline]
-fn hosted<R>(
-    id: ProcessorId,
-    interceptor: &mut Option<Box<dyn ControlInterceptor>>,
-    call: impl FnOnce() -> R,
-) -> R {
-    let previous = engine::set_current_processor(Some(id));
-    let outer = interceptor
-        .take()
-        .map(|mine| controller::set_control_interceptor(Some(mine)));
-    let result = call();
-    if let Some(outer) = outer {
-        *interceptor = controller::set_control_interceptor(outer);
-    }
-    engine::set_current_processor(previous);
-    result
 }
 
 fn as_outcome(result: &Result<(), String>) -> Result<(), &str> {
@@ -179,8 +171,11 @@ impl ProcessorHost {
     }
 
     /// [`ProcessorHost::build`] for a processor whose control requests `interceptor`
-    /// answers, from its build on, instead of the control plane: what a replay builds,
-    /// so that a replayed processor never reaches a live server.
+    /// answers instead of the control plane: what a replay builds, so that a replayed
+    /// processor never reaches a live server. The interceptor is installed on this
+    /// thread from the build on until the host is dropped (what was installed before
+    /// is restored then): keep the host on this thread, and drop intercepted hosts in
+    /// the reverse order of their builds.
     ///
     /// # Errors
     /// As [`ProcessorHost::build`].
@@ -199,11 +194,15 @@ impl ProcessorHost {
         name: &str,
         type_name: &'static str,
         supplier: impl FnOnce() -> Box<dyn Processor>,
-        mut interceptor: Option<Box<dyn ControlInterceptor>>,
+        interceptor: Option<Box<dyn ControlInterceptor>>,
     ) -> Result<Self, String> {
-        let built = hosted(id, &mut interceptor, || {
-            catch_unwind(AssertUnwindSafe(supplier)).map_err(|payload| panic_message(&*payload))
+        // installed from the build on, for as long as the host lives
+        let intercepting = interceptor.map(|interceptor| Intercepting {
+            previous: controller::set_control_interceptor(Some(interceptor)),
         });
+        let previous = engine::set_current_processor(Some(id));
+        let built = catch_unwind(AssertUnwindSafe(supplier));
+        engine::set_current_processor(previous);
         match built {
             Ok(processor) => Ok(ProcessorHost {
                 id,
@@ -212,11 +211,11 @@ impl ProcessorHost {
                 processor,
                 commands: AdminCommands::default(),
                 services: None,
-                interceptor,
+                intercepting,
             }),
-            Err(reason) => {
+            Err(payload) => {
                 controller::report_calls(None);
-                Err(reason)
+                Err(panic_message(&*payload))
             }
         }
     }
@@ -235,19 +234,14 @@ impl ProcessorHost {
         subscriptions: &mut dyn Subscriptions,
         mut recorder: Recording<'_>,
     ) -> Result<(), String> {
-        let ProcessorHost {
-            id,
-            processor,
-            interceptor,
-            ..
-        } = self;
         let mut layered = HostSubscriptions {
             inner: subscriptions,
             services: None,
         };
-        let (started, commands) = hosted(*id, interceptor, || {
-            collect_commands(|| contained(|| processor.start(&mut layered)))
-        });
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut self.processor;
+        let (started, commands) = collect_commands(|| contained(|| processor.start(&mut layered)));
+        engine::set_current_processor(previous);
         self.commands = commands;
         self.services = layered.services;
         if let Err(reason) = started {
@@ -277,21 +271,15 @@ impl ProcessorHost {
         item: &dyn Any,
         mut recorder: Recording<'_>,
     ) -> Result<(), String> {
-        let ProcessorHost {
-            id,
-            processor,
-            interceptor,
-            ..
-        } = self;
-        let id = *id;
-        hosted(id, interceptor, || {
-            let result = contained(|| (call.0)(handler, &mut **processor, item));
-            if let Some(recorder) = recorder.as_deref_mut() {
-                recorder.dispatched(id, feed, item, as_outcome(&result));
-            }
-            controller::report_calls(recorder);
-            result
-        })
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let result = contained(|| (call.0)(handler, processor, item));
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.dispatched(self.id, feed, item, as_outcome(&result));
+        }
+        controller::report_calls(recorder);
+        engine::set_current_processor(previous);
+        result
     }
 
     /// Runs the delivery-complete callback `key` the processor registered during
@@ -299,27 +287,22 @@ impl ProcessorHost {
     ///
     /// # Errors
     /// The callback's error or panic, as text.
+    #[inline]
     pub fn complete(
         &mut self,
         key: CompletionKey,
         delivery: &Delivery,
         mut recorder: Recording<'_>,
     ) -> Result<(), String> {
-        let ProcessorHost {
-            id,
-            processor,
-            interceptor,
-            ..
-        } = self;
-        let id = *id;
-        hosted(id, interceptor, || {
-            let result = contained(|| processor.on_delivery_complete(key, delivery));
-            if let Some(recorder) = recorder.as_deref_mut() {
-                recorder.completed(Some(id), key, as_outcome(&result));
-            }
-            controller::report_calls(recorder);
-            result
-        })
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let result = contained(|| processor.on_delivery_complete(key, delivery));
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.completed(Some(self.id), key, as_outcome(&result));
+        }
+        controller::report_calls(recorder);
+        engine::set_current_processor(previous);
+        result
     }
 
     /// Fires the processor's timer `timer` ([`GroupRecorder::timer_fired`]).
@@ -327,21 +310,15 @@ impl ProcessorHost {
     /// # Errors
     /// `on_timer`'s error or panic, as text.
     pub fn fire_timer(&mut self, timer: u64, mut recorder: Recording<'_>) -> Result<(), String> {
-        let ProcessorHost {
-            id,
-            processor,
-            interceptor,
-            ..
-        } = self;
-        let id = *id;
-        hosted(id, interceptor, || {
-            let result = contained(|| processor.on_timer(timer));
-            if let Some(recorder) = recorder.as_deref_mut() {
-                recorder.timer_fired(id, timer, as_outcome(&result));
-            }
-            controller::report_calls(recorder);
-            result
-        })
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let result = contained(|| processor.on_timer(timer));
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.timer_fired(self.id, timer, as_outcome(&result));
+        }
+        controller::report_calls(recorder);
+        engine::set_current_processor(previous);
+        result
     }
 
     /// Gives `event` to the processor's services callback (nothing happens, `Ok`, when
@@ -356,20 +333,14 @@ impl ProcessorHost {
         event: &ServiceEvent,
         mut recorder: Recording<'_>,
     ) -> Result<(), String> {
-        let ProcessorHost {
-            id,
-            processor,
-            services,
-            interceptor,
-            ..
-        } = self;
-        let handler = services.as_mut();
-        let result = hosted(*id, interceptor, || {
-            contained(|| match handler {
-                Some(handler) => handler(&mut **processor, event),
-                None => Ok(()),
-            })
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let handler = self.services.as_mut();
+        let result = contained(|| match handler {
+            Some(handler) => handler(processor, event),
+            None => Ok(()),
         });
+        engine::set_current_processor(previous);
         match &result {
             Ok(()) => {
                 let (version, registering) = match event {
@@ -397,41 +368,38 @@ impl ProcessorHost {
         args: &[String],
         mut recorder: Recording<'_>,
     ) -> Result<Result<String, String>, String> {
+        let previous = engine::set_current_processor(Some(self.id));
         let ProcessorHost {
-            id,
             processor,
             commands,
-            interceptor,
             ..
         } = self;
-        let id = *id;
-        hosted(id, interceptor, || {
-            let ran: Result<Result<String, String>, String> =
-                match catch_unwind(AssertUnwindSafe(|| {
-                    commands.invoke(&mut **processor, command, args)
-                })) {
-                    Ok(Some(Ok(output))) => Ok(Ok(output)),
-                    Ok(Some(Err(error))) => Ok(Err(error.message().to_owned())),
-                    Ok(None) => Ok(Err(format!("no admin command '{command}'"))),
-                    Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
-                };
-            if let Some(recorder) = recorder.as_deref_mut() {
-                let outcome = match &ran {
-                    Ok(Ok(output)) => AdminOutcome::Output(output),
-                    Ok(Err(error)) => AdminOutcome::Error(error),
-                    Err(reason) => AdminOutcome::Panicked(reason),
-                };
-                recorder.admin_invoked(id, command, args, outcome);
-            }
-            // the control requests the command made follow its entry; a command that
-            // panicked is not reproduced, nor are its requests
-            if ran.is_ok() {
-                controller::report_calls(recorder);
-            } else {
-                controller::report_calls(None);
-            }
-            ran
-        })
+        let ran: Result<Result<String, String>, String> =
+            match catch_unwind(AssertUnwindSafe(|| {
+                commands.invoke(&mut **processor, command, args)
+            })) {
+                Ok(Some(Ok(output))) => Ok(Ok(output)),
+                Ok(Some(Err(error))) => Ok(Err(error.message().to_owned())),
+                Ok(None) => Ok(Err(format!("no admin command '{command}'"))),
+                Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
+            };
+        if let Some(recorder) = recorder.as_deref_mut() {
+            let outcome = match &ran {
+                Ok(Ok(output)) => AdminOutcome::Output(output),
+                Ok(Err(error)) => AdminOutcome::Error(error),
+                Err(reason) => AdminOutcome::Panicked(reason),
+            };
+            recorder.admin_invoked(self.id, command, args, outcome);
+        }
+        // the control requests the command made follow its entry; a command that
+        // panicked is not reproduced, nor are its requests
+        if ran.is_ok() {
+            controller::report_calls(recorder);
+        } else {
+            controller::report_calls(None);
+        }
+        engine::set_current_processor(previous);
+        ran
     }
 
     /// Stops the processor ([`GroupRecorder::stopped`]): `by_request` true for a stop
@@ -440,21 +408,15 @@ impl ProcessorHost {
     /// # Errors
     /// `stop`'s error or panic, as text.
     pub fn stop(&mut self, by_request: bool, mut recorder: Recording<'_>) -> Result<(), String> {
-        let ProcessorHost {
-            id,
-            processor,
-            interceptor,
-            ..
-        } = self;
-        let id = *id;
-        hosted(id, interceptor, || {
-            let result = contained(|| processor.stop());
-            if let Some(recorder) = recorder.as_deref_mut() {
-                recorder.stopped(id, by_request, as_outcome(&result));
-            }
-            controller::report_calls(recorder);
-            result
-        })
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let result = contained(|| processor.stop());
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.stopped(self.id, by_request, as_outcome(&result));
+        }
+        controller::report_calls(recorder);
+        engine::set_current_processor(previous);
+        result
     }
 
     /// The processor's id.
