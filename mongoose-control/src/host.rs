@@ -8,7 +8,7 @@
 //! follows the same steps:
 //!
 //! 1. the processor becomes the thread's current processor (what
-//!    [`mongoose_core::engine::current_processor`], [`crate::controller()`] and a
+//!    [`mongoose_core::engine::current_processor`], [`crate::controller::controller()`] and a
 //!    recorder's clock read);
 //! 2. the call is made with its failure contained: an error becomes its message, a
 //!    panic `"panicked: <message>"`;

@@ -6,6 +6,22 @@
 //! handler error or panic quarantines that processor alone, or retries it alone when it
 //! declares itself retry-safe (control-plane-contracts "Generated processor failure
 //! containment"; feed-delivery-guarantees §5b).
+//!
+//! Every call to a processor goes through its [`crate::ProcessorHost`] (current
+//! processor, containment, recorder, control calls); the group decides what a failure
+//! means. One file per job:
+//!
+//! | file | its job |
+//! |---|---|
+//! | `mod.rs` | the handle: [`ProcessorGroup`], its options, status types and lifecycle from outside (start, close, await) |
+//! | `mailbox.rs` | the control mailbox: requests, admission, reserved names, deciding in order, answers to what is never decided |
+//! | `runtime.rs` | the group's thread: its state, the duty cycle, the published status, close and death |
+//! | `trail.rs` | the audit trail of a decision: Decision, EffectOutcome and Reply records |
+//! | `lifecycle.rs` | a processor's add, stop, release and quarantine, and its subscriptions in `start` |
+//! | `dispatch.rs` | the group side of a feed reader's poll: dispatch, retries, completions, first drop |
+//! | `services.rs` | service broadcasts and their delivery once per version |
+//! | `timers.rs` | the processors' timers |
+//! | `admin.rs` | admin commands: their listing and running them |
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
