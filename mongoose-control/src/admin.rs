@@ -62,7 +62,8 @@
 //!     }
 //! }
 //!
-//! // A group collects the commands around start(); so can a test or a replay.
+//! // A processor host (what a group and a replay call processors through) collects
+//! // the commands around start().
 //! struct NoFeeds;
 //! impl Subscriptions for NoFeeds {
 //!     fn subscribe_erased(
@@ -76,18 +77,24 @@
 //!     }
 //! }
 //! let mut ledger = Ledger::default();
-//! let (started, mut commands) = admin::collect_commands(|| ledger.start(&mut NoFeeds));
-//! started.unwrap();
-//! assert_eq!(commands.names(), ["balance"]);
-//!
 //! ledger.balances.insert("acc1".into(), -7);
-//! let reply = commands.invoke(&mut ledger, "balance", &["acc1".to_string()]);
-//! assert_eq!(reply.unwrap().unwrap(), "-7");
-//! let unknown = commands.invoke(&mut ledger, "balance", &["nobody".to_string()]);
-//! assert_eq!(unknown.unwrap().unwrap_err().message(), "no account 'nobody'");
-//! assert!(commands.invoke(&mut ledger, "close", &[]).is_none());
+//! let mut host = mongoose_control::ProcessorHost::build(
+//!     mongoose_core::ProcessorId(1),
+//!     "ledger",
+//!     "Ledger",
+//!     move || Box::new(ledger),
+//! )
+//! .unwrap();
+//! host.start(&mut NoFeeds, None).unwrap();
+//! assert_eq!(host.command_names(), ["balance"]);
 //!
-//! // outside a start that a group (or collect_commands) watches, nothing registers
+//! let reply = host.invoke_admin("balance", &["acc1".to_string()], None);
+//! assert_eq!(reply, Ok(Ok("-7".to_owned())));
+//! let unknown = host.invoke_admin("balance", &["nobody".to_string()], None);
+//! assert_eq!(unknown, Ok(Err("no account 'nobody'".to_owned())));
+//! assert!(!host.has_command("close"));
+//!
+//! // outside a start that a host runs, nothing registers
 //! assert!(!admin::register_command("balance", Ledger::balance));
 //! ```
 
@@ -188,9 +195,9 @@ impl Drop for Collection {
 }
 
 /// Runs `start` (a processor's `start`) while collecting the admin commands it
-/// registers with [`register_command`], and returns them. Groups call it around each
-/// processor's `start`; a replay does the same for the processor it rebuilds.
-pub fn collect_commands<R>(start: impl FnOnce() -> R) -> (R, AdminCommands) {
+/// registers with [`register_command`], and returns them. A [`crate::ProcessorHost`]
+/// calls it around its processor's `start`, live and in a replay.
+pub(crate) fn collect_commands<R>(start: impl FnOnce() -> R) -> (R, AdminCommands) {
     let previous = COLLECTING.with(|slot| slot.replace(Some(AdminCommands::default())));
     let guard = Collection { previous };
     let result = start();
@@ -216,8 +223,8 @@ pub fn is_valid_command_name(name: &str) -> bool {
 /// like a feed handler; what it returns is the invocation's reply (see the module
 /// docs).
 ///
-/// Returns `false`, registering nothing, outside a `start` that a group (or
-/// [`collect_commands`]) watches, for a name that is not
+/// Returns `false`, registering nothing, outside a `start` that a
+/// [`crate::ProcessorHost`] runs, for a name that is not
 /// [valid](is_valid_command_name), and for a name the processor already registered
 /// (the first stays). Commands are registered only in `start`, so a replay that
 /// rebuilds the processor registers the same ones.

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use mongoose_core::ProcessorError;
 
 /// The text of a panic's payload (a `&str` or `String`), or a placeholder.
-pub fn panic_message(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(text) = payload.downcast_ref::<&str>() {
         (*text).to_owned()
     } else if let Some(text) = payload.downcast_ref::<String>() {
@@ -19,7 +19,7 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 
 /// Runs a processor call; an error becomes its message and a panic
 /// `"panicked: <message>"`.
-pub fn contained<R>(call: impl FnOnce() -> Result<R, ProcessorError>) -> Result<R, String> {
+pub(crate) fn contained<R>(call: impl FnOnce() -> Result<R, ProcessorError>) -> Result<R, String> {
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(error.message().to_owned()),

@@ -29,9 +29,11 @@
 //!
 //! In RECORD mode (a group with a [`crate::GroupRecorder`]) each request is reported
 //! to the recorder in position ([`crate::GroupRecorder::control_call`]) with its
-//! arguments as text and its outcome. In a replay, `mongoose-replay` installs a
-//! [`ControlInterceptor`] on the replaying thread ([`set_control_interceptor`]): the
-//! controller then asks it instead of the control plane, and nothing is executed live.
+//! arguments as text and its outcome. In a replay, `mongoose-replay` builds the
+//! replayed processor in a [`crate::ProcessorHost`] with a [`ControlInterceptor`]
+//! ([`crate::ProcessorHost::build_intercepted`]): while the host calls it, its
+//! controller asks the interceptor instead of the control plane, and nothing is
+//! executed live.
 //!
 //! # Not built
 //!
@@ -115,9 +117,10 @@ pub const REMOVE_SERVICE: &str = "remove_service";
 /// the processor's type.
 pub const ADD_PROCESSOR: &str = "add_processor";
 
-/// Answers a processor's control requests in place of the control plane, on the
-/// thread it is installed on ([`set_control_interceptor`]): what a replay installs so
-/// that a replayed processor never reaches a live server.
+/// Answers a processor's control requests in place of the control plane while its
+/// [`crate::ProcessorHost`] calls it ([`crate::ProcessorHost::build_intercepted`]):
+/// what a replay gives the host of a replayed processor so that it never reaches a
+/// live server.
 pub trait ControlInterceptor {
     /// `processor` made the request `call` (one of [`STOP_PROCESSOR`],
     /// [`REGISTER_SERVICE`], [`REMOVE_SERVICE`], [`ADD_PROCESSOR`]) with `args`.
@@ -224,7 +227,7 @@ fn note(
 /// thread asks it instead of the control plane, and [`controller()`] returns a
 /// controller whenever a processor is being called (also off a group thread, as in a
 /// replay, which runs on the caller's thread).
-pub fn set_control_interceptor(
+pub(crate) fn set_control_interceptor(
     interceptor: Option<Box<dyn ControlInterceptor>>,
 ) -> Option<Box<dyn ControlInterceptor>> {
     INTERCEPTOR.with(|slot| std::mem::replace(&mut *slot.borrow_mut(), interceptor))

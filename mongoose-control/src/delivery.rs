@@ -23,9 +23,10 @@ use crate::audit::{ControlAudit, NewRecord, RecordType};
 
 use crate::error::ControlError;
 use crate::feeds::{
-    invoke_handler, DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader,
-    InvokeFn, PendingProbe, QueueProbe, SubscribeRequest,
+    DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader, PendingProbe,
+    QueueProbe, SubscribeRequest,
 };
+use crate::host::HandlerCall;
 
 type BindFn =
     fn(Box<dyn Any + Send>, Arc<dyn AnyFeed>, &str) -> Option<(u64, Option<Box<dyn FeedReader>>)>;
@@ -33,7 +34,7 @@ type BindFn =
 #[derive(Clone, Copy)]
 struct Binder {
     bind: BindFn,
-    invoke: InvokeFn,
+    invoke: HandlerCall,
 }
 
 /// A [`FeedConnector`] over the delivery engine's [`FeedRegistry`].
@@ -87,7 +88,7 @@ impl DeliveryFeeds {
             TypeId::of::<T>(),
             Binder {
                 bind: bind::<T>,
-                invoke: invoke_handler::<T>,
+                invoke: HandlerCall::of::<T>(),
             },
         );
     }

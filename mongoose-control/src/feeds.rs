@@ -3,9 +3,9 @@
 //!
 //! A processor subscribes with a typed [`mongoose_core::Handler<T>`] in
 //! [`mongoose_core::Processor::start`]; the group only sees it as `Box<dyn Any + Send>`.
-//! The connector, which knows the feed's item type, hands back an [`InvokeFn`]
-//! ([`invoke_handler::<T>`]) that downcasts the handler and the item, so the group can
-//! call a handler without naming `T`.
+//! The connector, which knows the feed's item type, hands back a
+//! [`HandlerCall`] (`HandlerCall::of::<T>()`) that downcasts the handler and the item, so
+//! the group's [`crate::ProcessorHost`]s can call a handler without naming `T`.
 
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -17,16 +17,17 @@ use mongoose_core::{Delivery, Handler, Processor, ProcessorError, ProcessorId};
 use crate::audit::ControlAudit;
 use crate::error::ControlError;
 use crate::group::RetryPolicy;
+use crate::host::HandlerCall;
 
 /// Calls an erased handler (a `Handler<T>`) with an erased item (a `T`).
-pub type InvokeFn =
+pub(crate) type InvokeFn =
     fn(&mut (dyn Any + Send), &mut dyn Processor, &dyn Any) -> Result<(), ProcessorError>;
 
 /// The [`InvokeFn`] for items of type `T`.
 ///
 /// # Errors
 /// The handler's own error, or an error when the handler or the item is not of type `T`.
-pub fn invoke_handler<T: 'static>(
+pub(crate) fn invoke_handler<T: 'static>(
     handler: &mut (dyn Any + Send),
     processor: &mut dyn Processor,
     item: &dyn Any,
@@ -73,7 +74,7 @@ pub struct FeedBinding {
     /// subscription to the feed, `None` when the group already reads the queue.
     pub reader: Option<Box<dyn FeedReader>>,
     /// Calls a handler of this feed's item type.
-    pub invoke: InvokeFn,
+    pub invoke: HandlerCall,
 }
 
 impl fmt::Debug for FeedBinding {

@@ -8,6 +8,11 @@
 //! A processor may register admin commands in its `start` ([`admin`]) that an operator
 //! runs through [`ControlPlane::invoke_admin_command`], on the group's thread.
 //!
+//! Every call to a processor (build, `start`, an item, a completion, a timer, a service,
+//! an admin command, `stop`) goes through its [`ProcessorHost`]: the processor made
+//! current, its failure contained, the recorder told, its control requests reported. A
+//! replay (`mongoose-replay`) calls a replayed processor through a host too.
+//!
 //! A processor makes control requests of its own (stop or add a processor, register or
 //! remove a service) through a [`Controller`] it takes on its group's thread while the
 //! group calls it: see [`controller`]. They never wait, and a group's recorder is told
@@ -67,7 +72,7 @@
 
 pub mod admin;
 pub mod audit;
-pub mod contain;
+mod contain;
 pub mod context;
 pub mod controller;
 mod delivery;
@@ -75,6 +80,7 @@ mod error;
 pub mod feeds;
 mod group;
 mod handle;
+pub mod host;
 mod idle;
 pub mod memory;
 mod plane;
@@ -93,10 +99,9 @@ pub use group::{
     QueueOverload, RetryPolicy,
 };
 pub use handle::{ProcessorHandle, ServerId};
+pub use host::{HandlerCall, ProcessorHost, Recording};
 pub use idle::IdleStrategy;
 pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
 pub use record::{AdminOutcome, GroupRecorder};
 pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
-pub use services::{
-    services_handler, Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED,
-};
+pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED};

@@ -15,10 +15,11 @@ use parking_lot::Mutex;
 
 use crate::error::ControlError;
 use crate::feeds::{
-    invoke_handler, DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader,
-    InvokeFn, PendingProbe, QueueProbe, SubscribeRequest,
+    DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader, PendingProbe,
+    QueueProbe, SubscribeRequest,
 };
 use crate::group::RetryPolicy;
+use crate::host::HandlerCall;
 
 struct GroupQueue {
     items: Mutex<VecDeque<Arc<dyn Any + Send + Sync>>>,
@@ -31,7 +32,7 @@ struct GroupQueue {
 struct FeedEntry {
     item_type: TypeId,
     item_type_name: &'static str,
-    invoke: InvokeFn,
+    invoke: HandlerCall,
     queues: HashMap<String, (Arc<GroupQueue>, Vec<u64>)>,
 }
 
@@ -82,7 +83,7 @@ impl MemoryFeeds {
             .or_insert_with(|| FeedEntry {
                 item_type: TypeId::of::<T>(),
                 item_type_name: std::any::type_name::<T>(),
-                invoke: invoke_handler::<T>,
+                invoke: HandlerCall::of::<T>(),
                 queues: HashMap::new(),
             });
         MemoryPublisher {

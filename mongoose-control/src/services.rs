@@ -39,7 +39,7 @@ pub trait Service: Any + Send + Sync {
 /// The services handler a processor subscribed to [`SERVICES_FEED`] (erased as
 /// `Subscriptions::subscribe_erased` hands it over), typed; an error naming both types
 /// when the handler does not take [`ServiceEvent`]s.
-pub fn services_handler(
+pub(crate) fn services_handler(
     item_type: TypeId,
     item_type_name: &'static str,
     handler: Box<dyn Any + Send>,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use mongoose_control::feeds::{invoke_handler, InvokeFn};
+use mongoose_control::HandlerCall;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -23,7 +23,7 @@ pub(crate) struct ErasedFeed {
     pub(crate) journalled: bool,
     pub(crate) encode: EncodeFn,
     pub(crate) decode: DecodeFn,
-    pub(crate) invoke: InvokeFn,
+    pub(crate) invoke: HandlerCall,
 }
 
 /// The feeds whose items a recording copies, each with its item type and codec.
@@ -99,7 +99,7 @@ impl FeedCodecs {
                 journalled,
                 encode,
                 decode,
-                invoke: invoke_handler::<T>,
+                invoke: HandlerCall::of::<T>(),
             },
         );
         self

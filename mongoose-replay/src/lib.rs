@@ -10,8 +10,9 @@
 //!   admin commands an operator ran (`mongoose_control::admin`). What it sends through
 //!   an [`OutputSink`], and what its admin commands answered, are kept beside the
 //!   recording, so a replay can be compared with them.
-//! * REPLAY: a [`Replayer`] builds each recorded processor afresh and gives it its
-//!   stream alone: the recorded delivery entered for the whole replayed cycle and
+//! * REPLAY: a [`Replayer`] builds each recorded processor afresh, in a
+//!   `mongoose_control::ProcessorHost` (the code a live group calls it through), and
+//!   gives it its stream alone: the recorded delivery entered for the whole replayed cycle and
 //!   cleared after, the completion callbacks run where they ran live, its clock pinned
 //!   to the recorded readings, its outputs captured (`outputs(processor)`), never
 //!   delivered; each recorded admin command is called again on the command the replayed

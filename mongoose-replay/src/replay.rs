@@ -6,21 +6,13 @@ use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mongoose_control::admin::{self, AdminCommands};
-use mongoose_control::contain::{contained, panic_message};
 use mongoose_control::controller;
-use mongoose_control::feeds::InvokeFn;
-use mongoose_control::{
-    services_handler, ControlInterceptor, Service, ServiceEvent, SERVICES_FEED,
-};
-use mongoose_core::{
-    engine, Delivery, Handler, Processor, ProcessorError, ProcessorId, Subscriptions,
-};
+use mongoose_control::{ControlInterceptor, HandlerCall, ProcessorHost, Service, ServiceEvent};
+use mongoose_core::{engine, Delivery, Processor, ProcessorError, ProcessorId, Subscriptions};
 use serde::{Deserialize, Serialize};
 
 use crate::entry::{ControlOutcome, Entry};
@@ -34,7 +26,7 @@ type Factory = Box<dyn FnMut() -> Box<dyn Processor>>;
 /// Journalled items by (feed, sequence).
 type Journal = HashMap<(String, u64), Vec<u8>>;
 /// A replayed processor's handlers by feed, with the feed's invoke (none: undeclared).
-type Handlers = HashMap<String, (Box<dyn Any + Send>, Option<InvokeFn>)>;
+type Handlers = HashMap<String, (Box<dyn Any + Send>, Option<HandlerCall>)>;
 
 struct Build {
     name: String,
@@ -431,21 +423,25 @@ impl Replayer {
         // the processor's control requests are answered from the recording, never
         // executed live (control-plane-contracts "What a replay does with each entry")
         let calls = Rc::new(RefCell::new(CallMatch::default()));
-        let _intercepting = Intercepting::install(Rc::clone(&calls));
         let entries = stream.entries();
         // the requests its build and start() made are recorded before the first input
         let mut index = calls
             .borrow_mut()
             .expect(entries, 0, "in start()".to_owned());
-        let previous = engine::set_current_processor(Some(id));
-        let built = catch_unwind(AssertUnwindSafe(&mut build.factory));
-        let mut processor = match built {
-            Ok(processor) => processor,
-            Err(payload) => {
-                engine::set_current_processor(previous);
+        // called through the host a live group calls it through; its control requests
+        // are answered from the recording
+        let built = ProcessorHost::build_intercepted(
+            id,
+            &build.name,
+            build.type_name,
+            &mut build.factory,
+            Box::new(Interception(Rc::clone(&calls))),
+        );
+        let mut host = match built {
+            Ok(host) => host,
+            Err(panic) => {
                 result.stopped = Some(format!(
-                    "the replayed processor could not be built: {}",
-                    panic_message(&*payload)
+                    "the replayed processor could not be built: {panic}"
                 ));
                 return;
             }
@@ -453,14 +449,12 @@ impl Replayer {
         let mut routes = Routes {
             feeds: &self.feeds,
             handlers: HashMap::new(),
-            services: None,
         };
-        // the admin commands it registers in start are the ones its AdminInvoked entries call
-        let (started, commands) =
-            admin::collect_commands(|| contained(|| processor.start(&mut routes)));
-        let started = started
+        // the admin commands it registers in start are the ones its AdminInvoked
+        // entries call; its services callback is the one ServiceChanged entries call
+        let started = host
+            .start(&mut routes, None)
             .map_err(|reason| format!("the replayed processor could not be started: {reason}"));
-        engine::set_current_processor(previous);
         if let Some(reason) = calls.borrow_mut().verdict(started.err()) {
             result.stopped = Some(reason);
             return;
@@ -468,11 +462,7 @@ impl Replayer {
         result.replayed += index;
         let mut routed = Routed {
             handlers: routes.handlers,
-            commands,
-            services: HeldServices {
-                handler: routes.services,
-                held: HashSet::new(),
-            },
+            services: HashSet::new(),
         };
         while index < entries.len() {
             let number = index + 1;
@@ -481,8 +471,7 @@ impl Replayer {
             let next = calls
                 .borrow_mut()
                 .expect(entries, index + 1, format!("at entry {number}"));
-            let outcome =
-                self.replay_entry(id, &mut *processor, &mut routed, number, entry, result);
+            let outcome = self.replay_entry(&mut host, &mut routed, number, entry, result);
             let failed = match outcome {
                 Step::Next => None,
                 Step::Stop(reason) => Some(reason),
@@ -502,9 +491,8 @@ impl Replayer {
     #[allow(clippy::too_many_arguments)]
     fn replay_service(
         &self,
-        id: ProcessorId,
-        processor: &mut dyn Processor,
-        services: &mut HeldServices,
+        host: &mut ProcessorHost,
+        held: &mut HashSet<String>,
         number: usize,
         (service, version, delivered, clock): (&String, u64, bool, &Vec<i64>),
         result: &mut ProcessorReplay,
@@ -514,11 +502,11 @@ impl Replayer {
                 "recorded service callback for {service} was not delivered (entry {number}): {why}"
             ))
         };
-        let Some(handler) = services.handler.as_mut() else {
+        if !host.subscribes_to_services() {
             return not_delivered("the replayed processor does not subscribe to services");
-        };
+        }
         let event = if delivered {
-            if services.held.contains(service) {
+            if held.contains(service) {
                 return not_delivered(
                     "the replayed processor already held it: it reached the processor before its recorded position",
                 );
@@ -541,7 +529,7 @@ impl Replayer {
                 service: Arc::clone(instance),
             }
         } else {
-            if !services.held.contains(service) {
+            if !held.contains(service) {
                 return Step::Stop(format!(
                     "recorded withdrawal of service {service} has no delivered incarnation (entry {number}): the replayed processor never held it"
                 ));
@@ -552,8 +540,8 @@ impl Replayer {
             }
         };
         let mut failed = None;
-        let step = run_pinned(id, number, clock, result, || {
-            if let Err(reason) = contained(|| handler(&mut *processor, &event)) {
+        let step = run_pinned(number, clock, result, || {
+            if let Err(reason) = host.deliver_service(&event, None) {
                 failed = Some(reason);
             }
             Ok(())
@@ -563,9 +551,9 @@ impl Replayer {
         }
         if matches!(step, Step::Next) {
             if delivered {
-                services.held.insert(service.clone());
+                held.insert(service.clone());
             } else {
-                services.held.remove(service);
+                held.remove(service);
             }
         }
         step
@@ -573,8 +561,7 @@ impl Replayer {
 
     fn replay_entry(
         &self,
-        id: ProcessorId,
-        processor: &mut dyn Processor,
+        host: &mut ProcessorHost,
         routed: &mut Routed,
         number: usize,
         entry: &Entry,
@@ -607,8 +594,7 @@ impl Replayer {
                     },
                 };
                 self.replay_input(
-                    id,
-                    processor,
+                    host,
                     &mut routed.handlers,
                     number,
                     route,
@@ -624,8 +610,7 @@ impl Replayer {
                 delivery,
                 clock,
             } => self.replay_input(
-                id,
-                processor,
+                host,
                 &mut routed.handlers,
                 number,
                 route,
@@ -635,9 +620,11 @@ impl Replayer {
                 result,
             ),
             Entry::TimerFired { schedule, clock } => {
-                run_pinned(id, number, clock, result, || processor.on_timer(*schedule))
+                run_pinned(number, clock, result, || host.fire_timer(*schedule, None))
             }
-            Entry::Stopped { clock } => run_pinned(id, number, clock, result, || processor.stop()),
+            Entry::Stopped { clock } => {
+                run_pinned(number, clock, result, || host.stop(false, None))
+            }
             Entry::Failed { reason } => Step::Stop(format!(
                 "the recorded run failed here (entry {number}): {reason}"
             )),
@@ -653,22 +640,14 @@ impl Replayer {
                 command,
                 args,
                 clock,
-            } => replay_admin(
-                id,
-                processor,
-                &mut routed.commands,
-                number,
-                (command, args, clock),
-                result,
-            ),
+            } => replay_admin(host, number, (command, args, clock), result),
             Entry::ServiceChanged {
                 service,
                 version,
                 delivered,
                 clock,
             } => self.replay_service(
-                id,
-                processor,
+                host,
                 &mut routed.services,
                 number,
                 (service, *version, *delivered, clock),
@@ -685,8 +664,7 @@ impl Replayer {
     #[allow(clippy::too_many_arguments)]
     fn replay_input(
         &self,
-        id: ProcessorId,
-        processor: &mut dyn Processor,
+        host: &mut ProcessorHost,
         handlers: &mut Handlers,
         number: usize,
         route: &str,
@@ -706,37 +684,33 @@ impl Replayer {
                 return Step::Stop(format!("entry {number} could not be replayed: {error}"))
             }
         };
-        let Some((handler, Some(invoke))) = handlers.get_mut(route) else {
+        let Some((handler, Some(call))) = handlers.get_mut(route) else {
             return Step::Stop(format!(
                 "entry {number} could not be replayed: the replayed processor does not subscribe to feed '{route}'"
             ));
         };
-        let invoke = *invoke;
-        run_pinned(id, number, clock, result, || {
-            // entered for the whole replayed cycle, cleared after, even on a panic
+        let call = *call;
+        run_pinned(number, clock, result, || {
+            // entered for the whole replayed cycle, cleared after
             let _entered = delivery.map(|delivery| {
                 engine::enter_delivery(delivery);
                 ExitOnDrop
             });
-            (|| {
-                invoke(&mut **handler, processor, &*item)?;
-                let Some(delivery) = delivery else {
-                    return Ok(());
-                };
-                // the callbacks run inside the input's replay, where they ran live (§5b)
-                while let Some(completion) = engine::take_next_completion() {
-                    processor
-                        .on_delivery_complete(completion.key, delivery)
-                        .map_err(|error| {
-                            ProcessorError::new(format!(
-                                "a delivery-complete callback (key {}) failed: {}",
-                                completion.key.0,
-                                error.message()
-                            ))
-                        })?;
-                }
-                Ok(())
-            })()
+            host.dispatch(&mut **handler, call, route, &*item, None)?;
+            let Some(delivery) = delivery else {
+                return Ok(());
+            };
+            // the callbacks run inside the input's replay, where they ran live (§5b)
+            while let Some(completion) = engine::take_next_completion() {
+                host.complete(completion.key, delivery, None)
+                    .map_err(|reason| {
+                        format!(
+                            "a delivery-complete callback (key {}) failed: {reason}",
+                            completion.key.0
+                        )
+                    })?;
+            }
+            Ok(())
         })
     }
 }
@@ -872,56 +846,35 @@ impl ControlInterceptor for Interception {
     }
 }
 
-/// Installs the interception for one processor's replay; restores what was installed
-/// before when dropped.
-struct Intercepting {
-    previous: Option<Box<dyn ControlInterceptor>>,
-}
-
-impl Intercepting {
-    fn install(calls: Rc<RefCell<CallMatch>>) -> Self {
-        Intercepting {
-            previous: controller::set_control_interceptor(Some(Box::new(Interception(calls)))),
-        }
-    }
-}
-
-impl Drop for Intercepting {
-    fn drop(&mut self) {
-        controller::set_control_interceptor(self.previous.take());
-    }
-}
-
 /// Replays an `AdminInvoked` entry: the command the replayed processor registered in
 /// its start, called with the recorded arguments and the clock pinned to the recorded
 /// readings; its answer joins the admin replies. A replay is synchronous, so a command
 /// the processor never registered stops the replay at once (the Java original waits up
 /// to its delivery timeout first).
 fn replay_admin(
-    id: ProcessorId,
-    processor: &mut dyn Processor,
-    commands: &mut AdminCommands,
+    host: &mut ProcessorHost,
     number: usize,
     (command, args, clock): (&String, &Vec<String>, &Vec<i64>),
     result: &mut ProcessorReplay,
 ) -> Step {
-    if !commands.contains(command) {
+    if !host.has_command(command) {
         return Step::Stop(format!(
             "entry {number} could not be delivered within the replay: the replayed processor \
              has no admin command '{command}' (its commands: {})",
-            commands.listing()
+            host.command_listing()
         ));
     }
     let mut answer = None;
-    let step = run_pinned(id, number, clock, result, || {
-        answer = commands.invoke(processor, command, args);
+    let step = run_pinned(number, clock, result, || {
+        // a command that panicked stops the replay here, as it failed live
+        answer = Some(host.invoke_admin(command, args, None)?);
         Ok(())
     });
     if let Some(answer) = answer {
         result.admin_replies.push(AdminReply {
             command: command.clone(),
             args: args.clone(),
-            result: answer.map_err(|error| error.message().to_owned()),
+            result: answer,
         });
     }
     step
@@ -941,18 +894,16 @@ enum Step {
     Stop(String),
 }
 
-/// Runs one replayed entry's call with the clock pinned; checks the readings.
+/// Runs one replayed entry's calls (through the processor's host, which contains
+/// their failures) with the clock pinned; checks the readings.
 fn run_pinned(
-    id: ProcessorId,
     number: usize,
     clock: &[i64],
     result: &mut ProcessorReplay,
-    call: impl FnOnce() -> Result<(), ProcessorError>,
+    call: impl FnOnce() -> Result<(), String>,
 ) -> Step {
     tap::pin(clock);
-    let previous = engine::set_current_processor(Some(id));
-    let outcome = contained(call);
-    engine::set_current_processor(previous);
+    let outcome = call();
     let pin = tap::unpin();
     result.outputs.extend(pin.outputs);
     if let Err(reason) = outcome {
@@ -971,22 +922,15 @@ fn run_pinned(
 /// The handlers a replayed processor subscribes in `start`.
 struct Routes<'a> {
     feeds: &'a FeedCodecs,
-    handlers: HashMap<String, (Box<dyn Any + Send>, Option<InvokeFn>)>,
-    /// The handler of [`SERVICES_FEED`], if it subscribed.
-    services: Option<Handler<ServiceEvent>>,
+    handlers: Handlers,
 }
 
-/// What a replayed processor set up in `start`, which its entries are replayed through.
+/// What a replayed processor set up in `start` beside what its host keeps (its admin
+/// commands and services callback), which its entries are replayed through.
 struct Routed {
     handlers: Handlers,
-    commands: AdminCommands,
-    services: HeldServices,
-}
-
-/// A replayed processor's services callback and the services it holds.
-struct HeldServices {
-    handler: Option<Handler<ServiceEvent>>,
-    held: HashSet<String>,
+    /// The services it holds.
+    services: HashSet<String>,
 }
 
 impl Subscriptions for Routes<'_> {
@@ -997,11 +941,6 @@ impl Subscriptions for Routes<'_> {
         item_type_name: &'static str,
         handler: Box<dyn Any + Send>,
     ) -> Result<(), ProcessorError> {
-        if feed == SERVICES_FEED {
-            // called where the recording has ServiceChanged entries, never live
-            self.services = Some(services_handler(item_type, item_type_name, handler)?);
-            return Ok(());
-        }
         let invoke = match self.feeds.feeds.get(feed) {
             Some(codec) if codec.item_type != item_type => {
                 return Err(ProcessorError::new(format!(

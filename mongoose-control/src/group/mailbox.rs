@@ -1,0 +1,279 @@
+//! The control mailbox: the requests a group decides in order, how a sender is
+//! admitted or refused, the names reserved for adds, and the answer to a request the
+//! group will never decide (closed, or dead).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mongoose_core::FailureKind;
+
+use super::{write_reply_record, GroupShared, GroupState, ProcessorGroup, Runtime, Supplier};
+use crate::audit::{NewRecord, RecordType};
+use crate::reply::{ControlReply, ReplyOutcome, ReplySender};
+use crate::services::ServiceBroadcast;
+
+pub(crate) enum Request {
+    Add {
+        name: String,
+        generation: u64,
+        /// The processor's type name, for a recorder's provenance ("" when unknown).
+        type_name: &'static str,
+        supplier: Supplier,
+    },
+    Stop {
+        name: String,
+        generation: u64,
+    },
+    Service(ServiceBroadcast),
+    /// Runs a processor's admin command (see [`crate::admin`]).
+    Admin {
+        name: String,
+        command: String,
+        args: Vec<String>,
+    },
+}
+
+impl Request {
+    fn fact(&self) -> &'static str {
+        match self {
+            Request::Add { .. } => "Add",
+            Request::Stop { .. } => "Stop",
+            Request::Service(broadcast) => match broadcast.change {
+                crate::services::ServiceChange::Registered(_) => "Register",
+                crate::services::ServiceChange::Deregistered => "Deregister",
+            },
+            Request::Admin { .. } => "Admin",
+        }
+    }
+
+    fn subject(&self) -> (i64, Option<&str>) {
+        match self {
+            Request::Add {
+                name, generation, ..
+            }
+            | Request::Stop { name, generation } => (*generation as i64, Some(name)),
+            Request::Service(broadcast) => (-1, Some(&broadcast.name)),
+            Request::Admin { name, .. } => (-1, Some(name)),
+        }
+    }
+}
+
+pub(crate) struct Envelope {
+    pub(crate) request: Request,
+    pub(crate) reply: ReplySender,
+}
+
+/// How a sender waits for room in a full mailbox.
+pub(crate) enum Admission {
+    /// Refuse at once (agent threads, stage calls, broadcasts).
+    Immediate,
+    /// Back off until the deadline, leaving at once when the server begins to stop.
+    Backoff {
+        deadline: Instant,
+        stopping: Arc<AtomicBool>,
+    },
+}
+
+/// Why an envelope was not admitted.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Refusal {
+    Full,
+    Deadline,
+    NotRunning(GroupState),
+    ServerStopping,
+}
+
+pub(super) struct Mailbox {
+    pub(super) queue: VecDeque<Envelope>,
+    pub(super) state: GroupState,
+    pub(super) close_requested: bool,
+}
+
+impl ProcessorGroup {
+    /// Reserves `name` for a new registration; returns its generation.
+    pub(crate) fn reserve(&self, name: &str) -> Option<u64> {
+        let mut names = self.shared.names.lock();
+        if names.contains_key(name) {
+            return None;
+        }
+        let generation = self.shared.next_generation.fetch_add(1, Ordering::Relaxed);
+        names.insert(name.to_owned(), generation);
+        Some(generation)
+    }
+
+    /// Releases a reservation that was never admitted.
+    pub(crate) fn release_reservation(&self, name: &str, generation: u64) {
+        free_name(&self.shared, name, generation);
+    }
+
+    /// The generation admitted under `name` now.
+    pub(crate) fn admitted_generation(&self, name: &str) -> Option<u64> {
+        self.shared.names.lock().get(name).copied()
+    }
+
+    /// Puts an envelope in the mailbox.
+    pub(crate) fn admit(
+        &self,
+        envelope: Envelope,
+        admission: Admission,
+    ) -> Result<(), (Envelope, Refusal)> {
+        let mut pause = Duration::from_micros(50);
+        loop {
+            {
+                let mut mailbox = self.shared.mailbox.lock();
+                if mailbox.close_requested
+                    || !matches!(mailbox.state, GroupState::NotStarted | GroupState::Running)
+                {
+                    let state = mailbox.state;
+                    return Err((envelope, Refusal::NotRunning(state)));
+                }
+                if mailbox.queue.len() < self.shared.capacity {
+                    mailbox.queue.push_back(envelope);
+                    drop(mailbox);
+                    self.wake();
+                    return Ok(());
+                }
+            }
+            match &admission {
+                Admission::Immediate => return Err((envelope, Refusal::Full)),
+                Admission::Backoff { deadline, stopping } => {
+                    if stopping.load(Ordering::Acquire) {
+                        return Err((envelope, Refusal::ServerStopping));
+                    }
+                    let now = Instant::now();
+                    if now >= *deadline {
+                        return Err((envelope, Refusal::Deadline));
+                    }
+                    std::thread::sleep(pause.min(*deadline - now));
+                    pause = (pause * 2).min(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+
+    /// The full-mailbox timeout of this group.
+    pub(crate) fn full_timeout(&self) -> Duration {
+        self.shared.full_timeout
+    }
+
+    /// Answers an envelope the group never took (refused at admission) with `reply`,
+    /// on the caller's thread.
+    pub(crate) fn answer_refused(envelope: Envelope, reply: ControlReply) {
+        envelope.reply.complete_here(reply);
+    }
+}
+
+pub(super) fn free_name(shared: &GroupShared, name: &str, generation: u64) {
+    let mut names = shared.names.lock();
+    if names.get(name) == Some(&generation) {
+        names.remove(name);
+    }
+}
+
+pub(super) fn answer_not_running(
+    shared: &GroupShared,
+    envelope: Envelope,
+    reason: &str,
+    dead: Option<&str>,
+) {
+    let Envelope { request, reply } = envelope;
+    let request_id = reply.request_id;
+    let (generation, name) = request.subject();
+    let name = name.map(str::to_owned);
+    let input = shared.audit.write(
+        NewRecord::new(RecordType::Input, request_id, request.fact())
+            .generation(generation)
+            .name(name.as_deref()),
+    );
+    if let Request::Add {
+        name: added,
+        generation: added_generation,
+        ..
+    } = &request
+    {
+        // the supplier is dropped unrun; the name is free again
+        free_name(shared, added, *added_generation);
+    }
+    let (outcome, kind, reason) = match dead {
+        Some(message) => (
+            ReplyOutcome::Failed,
+            FailureKind::FailedDead,
+            format!("group died: {message}"),
+        ),
+        None => (
+            ReplyOutcome::NotRunning,
+            FailureKind::FailedShutdown,
+            reason.to_owned(),
+        ),
+    };
+    shared.audit.write(
+        NewRecord::new(RecordType::Fallback, request_id, "NotRunning")
+            .cause(input)
+            .reason(reason.clone()),
+    );
+    let mut reply_value =
+        ControlReply::not_applied(request_id, outcome, kind, reason, generation, name);
+    reply_value.evidence = shared.audit.evidence();
+    write_reply_record(&shared.audit, &reply_value, input, None);
+    reply.complete_on(&shared.executor, reply_value);
+}
+
+impl Runtime {
+    /// Decides queued requests; `None` when the group is to close.
+    pub(super) fn drain_mailbox(&mut self) -> Option<usize> {
+        let mut done = 0;
+        while done < 64 {
+            let next = {
+                let mut mailbox = self.shared.mailbox.lock();
+                if mailbox.close_requested {
+                    return None;
+                }
+                mailbox.queue.pop_front()
+            };
+            let Some(envelope) = next else {
+                break;
+            };
+            self.decide(envelope);
+            done += 1;
+        }
+        Some(done)
+    }
+
+    pub(super) fn decide(&mut self, envelope: Envelope) {
+        let Envelope { request, reply } = envelope;
+        let request_id = reply.request_id;
+        let (generation, name) = request.subject();
+        let input = self.audit().write(
+            NewRecord::new(RecordType::Input, request_id, request.fact())
+                .generation(generation)
+                .name(name),
+        );
+        self.in_flight = Some((reply, input));
+        self.effects_of_request = 0;
+        if self.shared.fault.swap(false, Ordering::AcqRel) {
+            panic!("injected control fault");
+        }
+        let answer = match request {
+            Request::Add {
+                name,
+                generation,
+                type_name,
+                supplier,
+            } => self.apply_add(request_id, input, name, generation, type_name, supplier),
+            Request::Stop { name, generation } => {
+                self.apply_stop(request_id, input, name, generation)
+            }
+            Request::Service(broadcast) => self.apply_service(request_id, input, broadcast),
+            Request::Admin {
+                name,
+                command,
+                args,
+            } => self.apply_admin(request_id, input, name, command, args),
+        };
+        // the status shows the transition before anyone learns it applied
+        self.settle();
+        self.answer(answer);
+    }
+}

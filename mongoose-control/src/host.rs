@@ -1,0 +1,497 @@
+//! The processor host: the one place that calls a processor, for a live group and for
+//! a replay alike.
+//!
+//! A [`ProcessorHost`] owns one processor and every call made to it: its build, its
+//! `start` (with the admin commands and the services callback it registers there),
+//! the dispatch of an item to one of its handlers, its delivery-complete callbacks,
+//! its timers, its services callback, its admin commands and its `stop`. Each call
+//! follows the same steps:
+//!
+//! 1. the processor becomes the thread's current processor (what
+//!    [`mongoose_core::engine::current_processor`], [`crate::controller::controller()`] and a
+//!    recorder's clock read);
+//! 2. the call is made with its failure contained: an error becomes its message, a
+//!    panic `"panicked: <message>"`;
+//! 3. the [`GroupRecorder`], if one is given, is told of the call, and the control
+//!    requests the processor made meanwhile are reported to it in position (or
+//!    forgotten, where a failed call's requests are not reproduced);
+//! 4. what was current before is restored.
+//!
+//! A group calls its processors only through their hosts; a replay
+//! (`mongoose-replay`) rebuilds a recorded processor in a host of its own
+//! ([`ProcessorHost::build_intercepted`]: its [`ControlInterceptor`] answers the
+//! processor's control requests from the recording), so a replayed processor is called
+//! through exactly the code that called it live. What to do with a failure (quarantine,
+//! retry, stop the replay) is the caller's policy, not the host's.
+//!
+//! ```
+//! use mongoose_control::{admin, ProcessorHost};
+//! use mongoose_core::{Processor, ProcessorError, ProcessorId, Subscriptions};
+//!
+//! #[derive(Default)]
+//! struct Counter {
+//!     count: u64,
+//! }
+//! impl Counter {
+//!     fn count(&mut self, _args: &[String]) -> Result<String, ProcessorError> {
+//!         Ok(self.count.to_string())
+//!     }
+//! }
+//! impl Processor for Counter {
+//!     fn start(&mut self, _: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+//!         admin::register_command("count", Counter::count);
+//!         Ok(())
+//!     }
+//!     fn on_timer(&mut self, _timer: u64) -> Result<(), ProcessorError> {
+//!         self.count += 1;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! struct NoFeeds;
+//! impl Subscriptions for NoFeeds {
+//!     fn subscribe_erased(
+//!         &mut self,
+//!         _: &str,
+//!         _: std::any::TypeId,
+//!         _: &'static str,
+//!         _: Box<dyn std::any::Any + Send>,
+//!     ) -> Result<(), ProcessorError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let mut host = ProcessorHost::build(ProcessorId(1), "counter", "Counter", || {
+//!     Box::new(Counter::default())
+//! })
+//! .unwrap();
+//! host.start(&mut NoFeeds, None).unwrap();
+//! assert_eq!(host.command_names(), ["count"]);
+//! host.fire_timer(7, None).unwrap();
+//! let answer = host.invoke_admin("count", &[], None);
+//! assert_eq!(answer, Ok(Ok("1".to_owned())));
+//! ```
+
+use std::any::{Any, TypeId};
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use mongoose_core::engine;
+use mongoose_core::{
+    CompletionKey, Delivery, Handler, Processor, ProcessorError, ProcessorId, Subscriptions,
+};
+
+use crate::admin::{collect_commands, AdminCommands};
+use crate::contain::{contained, panic_message};
+use crate::controller::{self, ControlInterceptor};
+use crate::feeds::{invoke_handler, InvokeFn};
+use crate::record::{AdminOutcome, GroupRecorder};
+use crate::services::{services_handler, ServiceEvent, SERVICES_FEED};
+
+/// A group's recorder as a host is given it for one call (`None`: no recorder).
+pub type Recording<'a> = Option<&'a mut (dyn GroupRecorder + 'static)>;
+
+/// How a host calls the handlers of one feed's item type, made where the type is known
+/// (a feed connector, a replay's codecs) with [`HandlerCall::of`]: the host calls a
+/// handler without naming the item type.
+#[derive(Clone, Copy)]
+pub struct HandlerCall(pub(crate) InvokeFn);
+
+impl HandlerCall {
+    /// The call of handlers of items of type `T` (a `Handler<T>` given a `T`).
+    pub fn of<T: 'static>() -> Self {
+        HandlerCall(invoke_handler::<T>)
+    }
+}
+
+impl fmt::Debug for HandlerCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("HandlerCall")
+    }
+}
+
+/// One processor and every call made to it (see the [module documentation](self)).
+pub struct ProcessorHost {
+    id: ProcessorId,
+    name: String,
+    type_name: &'static str,
+    processor: Box<dyn Processor>,
+    /// The admin commands it registered in `start`.
+    commands: AdminCommands,
+    /// Its services callback, when it subscribed to [`SERVICES_FEED`] in `start`.
+    services: Option<Handler<ServiceEvent>>,
+    /// Its interceptor's installation on this thread (a replay's host).
+    intercepting: Option<Intercepting>,
+}
+
+/// A [`ControlInterceptor`] installed on this thread; what was installed before is
+/// restored when it is dropped.
+struct Intercepting {
+    previous: Option<Box<dyn ControlInterceptor>>,
+}
+
+impl Drop for Intercepting {
+    fn drop(&mut self) {
+        controller::set_control_interceptor(self.previous.take());
+    }
+}
+
+impl fmt::Debug for ProcessorHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessorHost")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("type_name", &self.type_name)
+            .field("commands", &self.commands)
+            .field("services", &self.services.is_some())
+            .field("intercepted", &self.intercepting.is_some())
+            .finish()
+    }
+}
+
+fn as_outcome(result: &Result<(), String>) -> Result<(), &str> {
+    result.as_ref().map(|_| ()).map_err(String::as_str)
+}
+
+impl ProcessorHost {
+    /// Builds processor `name` (of type `type_name`, `""` when unknown) with
+    /// `supplier`, as processor `id`, for a live group.
+    ///
+    /// # Errors
+    /// The panic's message when the supplier panicked; what the processor asked of the
+    /// control plane meanwhile is not reported (a processor never built has no
+    /// stream).
+    pub fn build(
+        id: ProcessorId,
+        name: &str,
+        type_name: &'static str,
+        supplier: impl FnOnce() -> Box<dyn Processor>,
+    ) -> Result<Self, String> {
+        Self::build_with(id, name, type_name, supplier, None)
+    }
+
+    /// [`ProcessorHost::build`] for a processor whose control requests `interceptor`
+    /// answers instead of the control plane: what a replay builds, so that a replayed
+    /// processor never reaches a live server. The interceptor is installed on this
+    /// thread from the build on until the host is dropped (what was installed before
+    /// is restored then): keep the host on this thread, and drop intercepted hosts in
+    /// the reverse order of their builds.
+    ///
+    /// # Errors
+    /// As [`ProcessorHost::build`].
+    pub fn build_intercepted(
+        id: ProcessorId,
+        name: &str,
+        type_name: &'static str,
+        supplier: impl FnOnce() -> Box<dyn Processor>,
+        interceptor: Box<dyn ControlInterceptor>,
+    ) -> Result<Self, String> {
+        Self::build_with(id, name, type_name, supplier, Some(interceptor))
+    }
+
+    fn build_with(
+        id: ProcessorId,
+        name: &str,
+        type_name: &'static str,
+        supplier: impl FnOnce() -> Box<dyn Processor>,
+        interceptor: Option<Box<dyn ControlInterceptor>>,
+    ) -> Result<Self, String> {
+        // installed from the build on, for as long as the host lives
+        let intercepting = interceptor.map(|interceptor| Intercepting {
+            previous: controller::set_control_interceptor(Some(interceptor)),
+        });
+        let previous = engine::set_current_processor(Some(id));
+        let built = catch_unwind(AssertUnwindSafe(supplier));
+        engine::set_current_processor(previous);
+        match built {
+            Ok(processor) => Ok(ProcessorHost {
+                id,
+                name: name.to_owned(),
+                type_name,
+                processor,
+                commands: AdminCommands::default(),
+                services: None,
+                intercepting,
+            }),
+            Err(payload) => {
+                controller::report_calls(None);
+                Err(panic_message(&*payload))
+            }
+        }
+    }
+
+    /// Starts the processor: its subscriptions go to `subscriptions`, except the
+    /// services callback ([`SERVICES_FEED`]) and the admin commands it registers,
+    /// which the host keeps. Once started, `recorder` is told it was built
+    /// ([`GroupRecorder::processor_built`]) and then of the control requests its build
+    /// and start made.
+    ///
+    /// # Errors
+    /// Its start's error or panic, as text; its control requests are then not
+    /// reported.
+    pub fn start(
+        &mut self,
+        subscriptions: &mut dyn Subscriptions,
+        mut recorder: Recording<'_>,
+    ) -> Result<(), String> {
+        let mut layered = HostSubscriptions {
+            inner: subscriptions,
+            services: None,
+        };
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut self.processor;
+        let (started, commands) = collect_commands(|| contained(|| processor.start(&mut layered)));
+        engine::set_current_processor(previous);
+        self.commands = commands;
+        self.services = layered.services;
+        if let Err(reason) = started {
+            controller::report_calls(None);
+            return Err(reason);
+        }
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.processor_built(self.id, &self.name, self.type_name);
+        }
+        // the control requests its start() made come before anything else it is given
+        controller::report_calls(recorder);
+        Ok(())
+    }
+
+    /// Gives `item` of `feed` to `handler` (one of the processor's handlers, erased as
+    /// it subscribed it), which `call` knows the item type of; `recorder` is told
+    /// ([`GroupRecorder::dispatched`]) with the processor still current.
+    ///
+    /// # Errors
+    /// The handler's error or panic, as text.
+    #[inline]
+    pub fn dispatch(
+        &mut self,
+        handler: &mut (dyn Any + Send),
+        call: HandlerCall,
+        feed: &str,
+        item: &dyn Any,
+        mut recorder: Recording<'_>,
+    ) -> Result<(), String> {
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let result = contained(|| (call.0)(handler, processor, item));
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.dispatched(self.id, feed, item, as_outcome(&result));
+        }
+        controller::report_calls(recorder);
+        engine::set_current_processor(previous);
+        result
+    }
+
+    /// Runs the delivery-complete callback `key` the processor registered during
+    /// `delivery` ([`GroupRecorder::completed`]).
+    ///
+    /// # Errors
+    /// The callback's error or panic, as text.
+    #[inline]
+    pub fn complete(
+        &mut self,
+        key: CompletionKey,
+        delivery: &Delivery,
+        mut recorder: Recording<'_>,
+    ) -> Result<(), String> {
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let result = contained(|| processor.on_delivery_complete(key, delivery));
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.completed(Some(self.id), key, as_outcome(&result));
+        }
+        controller::report_calls(recorder);
+        engine::set_current_processor(previous);
+        result
+    }
+
+    /// Fires the processor's timer `timer` ([`GroupRecorder::timer_fired`]).
+    ///
+    /// # Errors
+    /// `on_timer`'s error or panic, as text.
+    pub fn fire_timer(&mut self, timer: u64, mut recorder: Recording<'_>) -> Result<(), String> {
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let result = contained(|| processor.on_timer(timer));
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.timer_fired(self.id, timer, as_outcome(&result));
+        }
+        controller::report_calls(recorder);
+        engine::set_current_processor(previous);
+        result
+    }
+
+    /// Gives `event` to the processor's services callback (nothing happens, `Ok`, when
+    /// it has none); once it returned, `recorder` is told the service was delivered or
+    /// withdrawn ([`GroupRecorder::service_changed`]).
+    ///
+    /// # Errors
+    /// The callback's error or panic, as text; its control requests are then not
+    /// reported.
+    pub fn deliver_service(
+        &mut self,
+        event: &ServiceEvent,
+        mut recorder: Recording<'_>,
+    ) -> Result<(), String> {
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let handler = self.services.as_mut();
+        let result = contained(|| match handler {
+            Some(handler) => handler(processor, event),
+            None => Ok(()),
+        });
+        engine::set_current_processor(previous);
+        match &result {
+            Ok(()) => {
+                let (version, registering) = match event {
+                    ServiceEvent::Registered { version, .. } => (*version, true),
+                    ServiceEvent::Deregistered { version, .. } => (*version, false),
+                };
+                if let Some(recorder) = recorder.as_deref_mut() {
+                    recorder.service_changed(self.id, event.name(), version, registering);
+                }
+                controller::report_calls(recorder);
+            }
+            Err(_) => controller::report_calls(None),
+        }
+        result
+    }
+
+    /// Runs the processor's admin command `command` with `args`
+    /// ([`GroupRecorder::admin_invoked`]): `Ok(Ok(output))` when it returned its
+    /// output, `Ok(Err(error))` when it returned an error (its answer, not a failure of
+    /// the processor; also when it registered no such command), `Err(reason)` when it
+    /// panicked (`"panicked: <message>"`; its control requests are then not reported).
+    pub fn invoke_admin(
+        &mut self,
+        command: &str,
+        args: &[String],
+        mut recorder: Recording<'_>,
+    ) -> Result<Result<String, String>, String> {
+        let previous = engine::set_current_processor(Some(self.id));
+        let ProcessorHost {
+            processor,
+            commands,
+            ..
+        } = self;
+        let ran: Result<Result<String, String>, String> =
+            match catch_unwind(AssertUnwindSafe(|| {
+                commands.invoke(&mut **processor, command, args)
+            })) {
+                Ok(Some(Ok(output))) => Ok(Ok(output)),
+                Ok(Some(Err(error))) => Ok(Err(error.message().to_owned())),
+                Ok(None) => Ok(Err(format!("no admin command '{command}'"))),
+                Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
+            };
+        if let Some(recorder) = recorder.as_deref_mut() {
+            let outcome = match &ran {
+                Ok(Ok(output)) => AdminOutcome::Output(output),
+                Ok(Err(error)) => AdminOutcome::Error(error),
+                Err(reason) => AdminOutcome::Panicked(reason),
+            };
+            recorder.admin_invoked(self.id, command, args, outcome);
+        }
+        // the control requests the command made follow its entry; a command that
+        // panicked is not reproduced, nor are its requests
+        if ran.is_ok() {
+            controller::report_calls(recorder);
+        } else {
+            controller::report_calls(None);
+        }
+        engine::set_current_processor(previous);
+        ran
+    }
+
+    /// Stops the processor ([`GroupRecorder::stopped`]): `by_request` true for a stop
+    /// request, false when its group closes.
+    ///
+    /// # Errors
+    /// `stop`'s error or panic, as text.
+    pub fn stop(&mut self, by_request: bool, mut recorder: Recording<'_>) -> Result<(), String> {
+        let previous = engine::set_current_processor(Some(self.id));
+        let processor = &mut *self.processor;
+        let result = contained(|| processor.stop());
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.stopped(self.id, by_request, as_outcome(&result));
+        }
+        controller::report_calls(recorder);
+        engine::set_current_processor(previous);
+        result
+    }
+
+    /// The processor's id.
+    pub fn id(&self) -> ProcessorId {
+        self.id
+    }
+
+    /// The processor's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The processor, for what is read without calling it as its own (its
+    /// `retry_safe` declaration, its saved positions).
+    pub fn processor(&self) -> &dyn Processor {
+        &*self.processor
+    }
+
+    /// True when it registered the admin command `command` (and it was not cleared).
+    pub fn has_command(&self, command: &str) -> bool {
+        self.commands.contains(command)
+    }
+
+    /// Its admin commands' names, sorted.
+    pub fn command_names(&self) -> Vec<String> {
+        self.commands.names()
+    }
+
+    /// Its admin commands as a listing for an operator's error message.
+    pub fn command_listing(&self) -> String {
+        self.commands.listing()
+    }
+
+    /// True when it has no admin command.
+    pub fn has_no_commands(&self) -> bool {
+        self.commands.is_empty()
+    }
+
+    /// Removes its admin commands (they go with its routes when it is quarantined).
+    pub fn clear_commands(&mut self) {
+        self.commands.clear();
+    }
+
+    /// True when it subscribed to [`SERVICES_FEED`] in `start`.
+    pub fn subscribes_to_services(&self) -> bool {
+        self.services.is_some()
+    }
+
+    /// The processor, out of its host (a group keeps the instances of processors it
+    /// never stopped).
+    pub fn into_processor(self) -> Box<dyn Processor> {
+        self.processor
+    }
+}
+
+/// A processor's subscriptions in `start` as its host sees them: the services
+/// callback stays with the host, every feed goes on to the caller's subscriptions.
+struct HostSubscriptions<'a> {
+    inner: &'a mut dyn Subscriptions,
+    services: Option<Handler<ServiceEvent>>,
+}
+
+impl Subscriptions for HostSubscriptions<'_> {
+    fn subscribe_erased(
+        &mut self,
+        feed: &str,
+        item_type: TypeId,
+        item_type_name: &'static str,
+        handler: Box<dyn Any + Send>,
+    ) -> Result<(), ProcessorError> {
+        if feed == SERVICES_FEED {
+            self.services = Some(services_handler(item_type, item_type_name, handler)?);
+            return Ok(());
+        }
+        self.inner
+            .subscribe_erased(feed, item_type, item_type_name, handler)
+    }
+}
