@@ -13,19 +13,6 @@ pub enum CoreError {
     /// Overload settings that contradict each other.
     #[error("invalid overload settings: {0}")]
     InvalidOverload(String),
-    /// A processor subscribed to a feed with a handler for another item type.
-    #[error("feed '{feed}' carries {feed_type}, but the handler takes {handler_type}: subscribe with a handler for {feed_type}")]
-    TypeMismatch {
-        /// The feed.
-        feed: String,
-        /// The feed's item type.
-        feed_type: &'static str,
-        /// The handler's item type.
-        handler_type: &'static str,
-    },
-    /// A subscription named a feed that does not exist.
-    #[error("no feed named '{0}': check the feed name in the subscription and the configuration")]
-    NoSuchFeed(String),
     /// A source failed.
     #[error("source '{source_name}': {message}")]
     Source {
@@ -112,23 +99,30 @@ impl From<&str> for ProcessorError {
 /// [`FailureKind::None`] exactly when the outcome is APPLIED.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[allow(missing_docs)]
 pub enum FailureKind {
+    /// Nothing failed: the outcome is APPLIED.
     None,
+    /// Not admitted: the group's mailbox was full or closed to new requests.
     RefusedAdmission,
+    /// The target is not in a state that allows the request: no such group or
+    /// processor, a name already taken, a quarantined processor, a stopping server.
     RefusedState,
+    /// The request (or a BLOCK_WITH_DEADLINE publish) could not be done before its
+    /// deadline.
     RefusedDeadline,
+    /// The request itself is invalid (a bad name, bad arguments): nothing was tried.
     RefusedInvalid,
+    /// The processor that decides the request failed (returned an error or panicked).
     FailedRule,
+    /// The decision was made but carrying it out failed (a build, a start, a stop).
     FailedEffect,
-    FailedDriverFallback,
+    /// The group died while the request was being carried out.
     FailedDead,
+    /// The server shut down before the request was answered.
     FailedShutdown,
+    /// The processor was quarantined by the failure.
     Quarantined,
-    Detached,
-    Unverified,
-    LeftoverRecovered,
-    ReplayIdentityMismatch,
+    /// A replay stopped: the recorded run made no such request here.
     ReplayStopped,
 }
 

@@ -117,24 +117,24 @@ impl OverloadSettings {
         match (self.policy, self.block_deadline) {
             (OverloadPolicy::BlockWithDeadline, None) => {
                 return Err(CoreError::InvalidOverload(
-                    "BLOCK_WITH_DEADLINE needs a block deadline (blockDeadlineMillis)".into(),
+                    "BLOCK_WITH_DEADLINE needs a block deadline: set block_deadline_millis".into(),
                 ))
             }
             (OverloadPolicy::Pause, Some(_)) => {
                 return Err(CoreError::InvalidOverload(
-                    "blockDeadlineMillis is not allowed with PAUSE: PAUSE never waits; remove it or use BLOCK_WITH_DEADLINE".into(),
+                    "block_deadline_millis is not allowed with PAUSE: PAUSE never waits; remove it or use BLOCK_WITH_DEADLINE".into(),
                 ))
             }
             (OverloadPolicy::DropAfterSpin, Some(_)) => {
                 return Err(CoreError::InvalidOverload(
-                    "blockDeadlineMillis is only allowed with BLOCK_WITH_DEADLINE".into(),
+                    "block_deadline_millis is only allowed with BLOCK_WITH_DEADLINE: remove it or use that policy".into(),
                 ))
             }
             _ => {}
         }
         if self.quiet_period < Duration::from_secs(1) {
             return Err(CoreError::InvalidOverload(
-                "quietPeriodMillis must be at least 1000".into(),
+                "quiet_period_millis must be at least 1000 (one second)".into(),
             ));
         }
         Ok(())
@@ -184,5 +184,32 @@ mod tests {
                 .as_deref(),
             Some("\"PAUSE\"")
         );
+    }
+
+    // issue 12, item 6: the messages name the TOML keys an operator writes, not the
+    // Java original's
+    #[test]
+    fn the_messages_name_the_toml_keys() {
+        let no_deadline = OverloadSettings {
+            policy: OverloadPolicy::BlockWithDeadline,
+            ..OverloadSettings::drop_after_spin()
+        };
+        let short_quiet = OverloadSettings {
+            quiet_period: Duration::from_millis(10),
+            ..OverloadSettings::drop_after_spin()
+        };
+        let drop_with_deadline = OverloadSettings {
+            block_deadline: Some(Duration::from_millis(5)),
+            ..OverloadSettings::drop_after_spin()
+        };
+        for (settings, key) in [
+            (no_deadline, "block_deadline_millis"),
+            (short_quiet, "quiet_period_millis"),
+            (drop_with_deadline, "block_deadline_millis"),
+        ] {
+            let error = settings.validate().expect_err("rejected").to_string();
+            assert!(error.contains(key), "{error}");
+            assert!(!error.contains("Millis"), "a Java key: {error}");
+        }
     }
 }

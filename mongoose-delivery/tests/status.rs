@@ -109,7 +109,7 @@ fn a_silent_source_is_a_fallback_feed_judged_on_drained() {
 
 #[test]
 fn a_degraded_drop_queue_recovers_after_a_quiet_period() {
-    // Overload and loss: DROP_AFTER_SPIN health returns to UP after quietPeriodMillis
+    // Overload and loss: DROP_AFTER_SPIN health returns to UP after quiet_period_millis
     let settings = OverloadSettings {
         spin_bound: Duration::ZERO,
         quiet_period: Duration::from_secs(1),
