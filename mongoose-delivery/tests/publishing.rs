@@ -10,11 +10,16 @@ use mongoose_core::{agent, FailureKind, OverloadSettings, SourceOutput, SourceSt
 use mongoose_delivery::{Feed, OverloadState, Publisher, SubscribeOptions};
 use support::*;
 
-#[test]
-fn a_publish_nested_in_a_positioned_commit_does_not_acknowledge_the_outer_item() {
-    // §3: a data mapper publishing into its own feed is told to retry (try_publish) or
-    // deferred until the outer item is committed (push publish)
-    let nested_result: Arc<Mutex<Option<String>>> = Arc::default();
+/// What a nested `try_publish` was told, once the mapper ran.
+type NestedOutcome = Arc<Mutex<Option<String>>>;
+
+/// A feed whose mapper, given item 1, calls `nested` with the feed itself (a data
+/// mapper publishing into its own feed). Returns the feed and what the nested
+/// `try_publish(99, 990)` was told.
+fn self_publishing_feed(
+    nested: impl Fn(&Publisher<u64, u64>) + Send + Sync + 'static,
+) -> (Arc<Publisher<u64, u64>>, NestedOutcome) {
+    let nested_result: NestedOutcome = Arc::default();
     let this: Arc<OnceLock<Weak<Publisher<u64, u64>>>> = Arc::default();
     let mapper_this = Arc::clone(&this);
     let mapper_result = Arc::clone(&nested_result);
@@ -29,13 +34,23 @@ fn a_publish_nested_in_a_positioned_commit_does_not_acknowledge_the_outer_item()
                     TryPublish::Published => "published",
                 };
                 *mapper_result.lock().unwrap() = Some(outcome.to_owned());
-                feed.publish(100)
-                    .expect("a nested push publish is deferred");
+                nested(&feed);
             }
             Some(item)
         })
         .build();
     this.set(Arc::downgrade(&feed)).expect("set once");
+    (feed, nested_result)
+}
+
+#[test]
+fn a_publish_nested_in_a_positioned_commit_does_not_acknowledge_the_outer_item() {
+    // §3: a data mapper publishing into its own feed is told to retry (try_publish) or
+    // deferred until the outer item is committed (push publish)
+    let (feed, nested_result) = self_publishing_feed(|feed| {
+        feed.publish(100)
+            .expect("a nested push publish is deferred");
+    });
     let (feed, commits) = positioned_feed_with(feed);
     let mut group = reader(&feed, "group");
     feed.start_complete();
@@ -300,29 +315,11 @@ fn a_publish_nested_in_a_positioned_cache_never_takes_the_outer_items_position()
     // and follow the outer item, the cache keeping its own position. Before, the nested
     // item was cached ahead of the outer one with the outer one's position, so consuming
     // only the nested item acknowledged past the outer one.
-    let nested_result: Arc<Mutex<Option<String>>> = Arc::default();
-    let this: Arc<OnceLock<Weak<Publisher<u64, u64>>>> = Arc::default();
-    let mapper_this = Arc::clone(&this);
-    let mapper_result = Arc::clone(&nested_result);
-    let feed = Feed::builder("lines")
-        .queue_capacity(16)
-        .mapper(move |item: u64| {
-            if item == 1 {
-                let feed = mapper_this.get().and_then(Weak::upgrade).expect("the feed");
-                let outcome = match feed.try_publish(99, 990) {
-                    TryPublish::Retry(_) => "retry",
-                    TryPublish::Paused(_) => "paused",
-                    TryPublish::Published => "published",
-                };
-                *mapper_result.lock().unwrap() = Some(outcome.to_owned());
-                feed.publish(100)
-                    .expect("a nested push publish is deferred");
-                feed.cache(50, 15);
-            }
-            Some(item)
-        })
-        .build();
-    this.set(Arc::downgrade(&feed)).expect("set once");
+    let (feed, nested_result) = self_publishing_feed(|feed| {
+        feed.publish(100)
+            .expect("a nested push publish is deferred");
+        feed.cache(50, 15);
+    });
     let (feed, commits) = positioned_feed_with(feed);
     let mut group = reader(&feed, "group");
     feed.cache(1, 10);
