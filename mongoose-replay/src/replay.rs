@@ -2,30 +2,33 @@
 //! the recorded type, alone, and reports per processor whether its replay completed or
 //! stopped, and why.
 //!
+//! * [`calls`]: the replayed processor's control requests, matched with the recorded
+//!   ones and answered from the recording;
 //! * [`report`]: what a replay returns ([`Replay`], [`ProcessorReplay`], [`Loss`],
 //!   [`AdminReply`]).
 
 use std::any::{Any, TypeId};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mongoose_control::controller;
-use mongoose_control::{ControlInterceptor, HandlerCall, ProcessorHost, Service, ServiceEvent};
+use mongoose_control::{HandlerCall, ProcessorHost, Service, ServiceEvent};
 use mongoose_core::{engine, Delivery, Processor, ProcessorError, ProcessorId, Subscriptions};
 
-use crate::entry::{ControlOutcome, Entry};
+use crate::entry::Entry;
 use crate::feeds::FeedCodecs;
 use crate::key::{parse_stream_key, StreamKeys};
 use crate::record::{JOURNAL_FILE, RECORDING_FILE};
 use crate::store::{RecordedStream, Recording};
 use crate::tap;
 
+mod calls;
 mod report;
 
+use calls::{CallMatch, Interception};
 pub use report::{AdminReply, Loss, ProcessorReplay, Replay};
 
 type Factory = Box<dyn FnMut() -> Box<dyn Processor>>;
@@ -568,137 +571,6 @@ impl Replayer {
             }
             Ok(())
         })
-    }
-}
-
-/// A recorded control request: its entry number, name, arguments and outcome.
-type RecordedCall = (usize, String, Vec<String>, ControlOutcome);
-
-fn describe(call: &str, args: &[String]) -> String {
-    format!("{call}({})", args.join(", "))
-}
-
-/// Compares the control requests a replayed processor makes with the recorded ones, in
-/// position.
-#[derive(Default)]
-struct CallMatch {
-    /// The recorded requests of the entry being replayed, in order.
-    expected: VecDeque<RecordedCall>,
-    /// Where the replay is ("in start()", "at entry N"), for the reasons.
-    at: String,
-    /// The first divergence: the processor's replay stops with it.
-    stop: Option<String>,
-}
-
-impl CallMatch {
-    /// Expects the `ControlCall` entries from `from` on; returns the index of the next
-    /// entry that is not one.
-    fn expect(&mut self, entries: &[Entry], from: usize, at: String) -> usize {
-        self.expected.clear();
-        self.at = at;
-        let mut index = from;
-        while let Some(Entry::ControlCall {
-            call,
-            args,
-            outcome,
-        }) = entries.get(index)
-        {
-            self.expected
-                .push_back((index + 1, call.clone(), args.clone(), outcome.clone()));
-            index += 1;
-        }
-        index
-    }
-
-    /// After the entry's replay: why the replay stops, if it does: a divergence first,
-    /// then what the entry's replay itself reported (`failed`), then a recorded request
-    /// the replay did not make.
-    fn verdict(&mut self, failed: Option<String>) -> Option<String> {
-        if let Some(reason) = self.stop.take() {
-            return Some(reason);
-        }
-        if failed.is_some() {
-            return failed;
-        }
-        let (number, call, args, _) = self.expected.pop_front()?;
-        Some(format!(
-            "the recorded run made control request {} (entry {number}) {}; the replay did not",
-            describe(&call, &args),
-            self.at
-        ))
-    }
-
-    fn answer(&mut self, call: &str, args: &[String]) -> Result<(), String> {
-        if let Some(reason) = &self.stop {
-            return Err(format!("this processor's replay has stopped: {reason}"));
-        }
-        let made = describe(call, args);
-        let reason = self.judge(call, args, &made);
-        match reason {
-            None => Ok(()),
-            Some(reason) => {
-                self.stop = Some(reason.clone());
-                Err(reason)
-            }
-        }
-    }
-
-    /// `None` when the request is the next recorded one, supported and recorded ok.
-    fn judge(&mut self, call: &str, args: &[String], made: &str) -> Option<String> {
-        let at = &self.at;
-        // never executed, matched or not: the supplier is code, the registry is shared
-        if call == controller::ADD_PROCESSOR {
-            self.expected.pop_front();
-            return Some(format!(
-                "addEventProcessor supplier cannot be verified from the recording: {made} {at} is never run against the live server"
-            ));
-        }
-        if call == controller::REGISTER_SERVICE || call == controller::REMOVE_SERVICE {
-            self.expected.pop_front();
-            return Some(format!(
-                "registry mutation: {made} {at} would change the live registry shared with processors that are not replayed; it is not executed (a separate replay registry would be needed)"
-            ));
-        }
-        let Some((number, recorded_call, recorded_args, outcome)) = self.expected.pop_front()
-        else {
-            return Some(format!(
-                "control request {made} was not made by the recorded run here ({at})"
-            ));
-        };
-        let recorded = describe(&recorded_call, &recorded_args);
-        if recorded_call != call {
-            return Some(format!(
-                "control request {made} was not made by the recorded run here ({at}): it made {recorded} (entry {number})"
-            ));
-        }
-        if recorded_args != args {
-            return Some(format!(
-                "control request differs {at}: the replay made {made}, the recorded run {recorded} (entry {number})"
-            ));
-        }
-        match outcome {
-            ControlOutcome::Ok if call == controller::STOP_PROCESSOR => None,
-            ControlOutcome::Ok => Some(format!(
-                "control request {made} was not made by the recorded run here ({at}): this build cannot replay it"
-            )),
-            ControlOutcome::Failed(text) => Some(format!(
-                "recorded control exception cannot be reconstructed: {made} (entry {number}) failed in the recorded run with: {text}"
-            )),
-        }
-    }
-}
-
-/// Answers the replayed processor's control requests from its [`CallMatch`].
-struct Interception(Rc<RefCell<CallMatch>>);
-
-impl ControlInterceptor for Interception {
-    fn intercept(
-        &mut self,
-        _processor: ProcessorId,
-        call: &str,
-        args: &[String],
-    ) -> Result<(), String> {
-        self.0.borrow_mut().answer(call, args)
     }
 }
 
