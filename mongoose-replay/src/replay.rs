@@ -4,6 +4,7 @@
 //!
 //! * [`calls`]: the replayed processor's control requests, matched with the recorded
 //!   ones and answered from the recording;
+//! * [`journal`]: the items of journalled feeds, read from `journal.replay`;
 //! * [`report`]: what a replay returns ([`Replay`], [`ProcessorReplay`], [`Loss`],
 //!   [`AdminReply`]).
 
@@ -26,14 +27,14 @@ use crate::store::{RecordedStream, Recording};
 use crate::tap;
 
 mod calls;
+mod journal;
 mod report;
 
 use calls::{CallMatch, Interception};
+use journal::{read_journal, Journal};
 pub use report::{AdminReply, Loss, ProcessorReplay, Replay};
 
 type Factory = Box<dyn FnMut() -> Box<dyn Processor>>;
-/// Journalled items by (feed, sequence).
-type Journal = HashMap<(String, u64), Vec<u8>>;
 /// A replayed processor's handlers by feed, with the feed's invoke (none: undeclared).
 type Handlers = HashMap<String, (Box<dyn Any + Send>, Option<HandlerCall>)>;
 
@@ -682,26 +683,4 @@ impl Subscriptions for Routes<'_> {
         self.handlers.insert(feed.to_owned(), (handler, invoke));
         Ok(())
     }
-}
-
-/// The journal's items, and why it is incomplete (empty when it is complete).
-fn read_journal(path: &Path) -> Result<(Journal, Vec<String>), crate::ReplayError> {
-    let recording = Recording::read(path)?;
-    let incomplete = recording
-        .incomplete()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let mut items = HashMap::new();
-    for stream in recording.streams() {
-        let (feed, _) = parse_stream_key(stream.key())?;
-        for entry in stream.entries() {
-            if let Entry::Inline { payload, route, .. } = entry {
-                if let Ok(sequence) = route.parse::<u64>() {
-                    items.insert((feed.clone(), sequence), payload.clone());
-                }
-            }
-        }
-    }
-    Ok((items, incomplete))
 }
