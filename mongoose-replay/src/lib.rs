@@ -350,6 +350,8 @@ pub use store::{
 pub use tap::{Clock, Collected, OutputSink};
 
 #[cfg(test)]
+mod recording_tests;
+#[cfg(test)]
 mod replay_tests;
 #[cfg(test)]
 mod store_tests;
