@@ -320,6 +320,20 @@
 //! a recording, so RECORD never reuses it as empty. A closed store is read-only too;
 //! [`ReplayStore::open`] continues one, cutting its `Close` frame off at the first
 //! write (a later [`ReplayStore::close`] writes a new one).
+//!
+//! # Where things are
+//!
+//! One job per file: `record.rs` (the [`Recorder`], its files and configuration) and
+//! `record/hooks.rs` (what it writes for each group event); `replay.rs` (the
+//! [`Replayer`] and its loop over a stream), `replay/calls.rs` (control requests
+//! matched with the recorded ones), `replay/journal.rs` (journalled items) and
+//! `replay/report.rs` (what a replay returns: [`Replay`]); `store.rs` (the
+//! [`ReplayStore`] writer), `store/recording.rs` (the reader: [`Recording`]) and
+//! `store/sealed.rs` ([`SealedFile`]); `format.rs` (the frames), `entry.rs`, `key.rs`,
+//! `feeds.rs`, `tap.rs` ([`Clock`], [`OutputSink`]) and `cli.rs` (the report). The
+//! store's unit tests are `store_tests.rs` (writing) and `recording_tests.rs` (reading)
+//! with their fixtures in `store/tests_support.rs`; the integration tests share
+//! `tests/support/mod.rs` (a recording group, a hand-written store, waiting).
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -349,6 +363,8 @@ pub use store::{
 };
 pub use tap::{Clock, Collected, OutputSink};
 
+#[cfg(test)]
+mod recording_tests;
 #[cfg(test)]
 mod replay_tests;
 #[cfg(test)]

@@ -1,30 +1,40 @@
 //! REPLAY: a [`Replayer`] feeds each recorded stream to a freshly built processor of
 //! the recorded type, alone, and reports per processor whether its replay completed or
 //! stopped, and why.
+//!
+//! * [`calls`]: the replayed processor's control requests, matched with the recorded
+//!   ones and answered from the recording;
+//! * [`journal`]: the items of journalled feeds, read from `journal.replay`;
+//! * [`report`]: what a replay returns ([`Replay`], [`ProcessorReplay`], [`Loss`],
+//!   [`AdminReply`]).
 
 use std::any::{Any, TypeId};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mongoose_control::controller;
-use mongoose_control::{ControlInterceptor, HandlerCall, ProcessorHost, Service, ServiceEvent};
+use mongoose_control::{HandlerCall, ProcessorHost, Service, ServiceEvent};
 use mongoose_core::{engine, Delivery, Processor, ProcessorError, ProcessorId, Subscriptions};
-use serde::{Deserialize, Serialize};
 
-use crate::entry::{ControlOutcome, Entry};
+use crate::entry::Entry;
 use crate::feeds::FeedCodecs;
 use crate::key::{parse_stream_key, StreamKeys};
 use crate::record::{JOURNAL_FILE, RECORDING_FILE};
 use crate::store::{RecordedStream, Recording};
 use crate::tap;
 
+mod calls;
+mod journal;
+mod report;
+
+use calls::{CallMatch, Interception};
+use journal::{read_journal, Journal};
+pub use report::{AdminReply, Loss, ProcessorReplay, Replay};
+
 type Factory = Box<dyn FnMut() -> Box<dyn Processor>>;
-/// Journalled items by (feed, sequence).
-type Journal = HashMap<(String, u64), Vec<u8>>;
 /// A replayed processor's handlers by feed, with the feed's invoke (none: undeclared).
 type Handlers = HashMap<String, (Box<dyn Any + Send>, Option<HandlerCall>)>;
 
@@ -32,156 +42,6 @@ struct Build {
     name: String,
     type_name: &'static str,
     factory: Factory,
-}
-
-/// An item the recorded processor never got: the delivery engine dropped it for its
-/// queue (a `Dropped` entry). A replay carries on past it.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Loss {
-    /// The stream it was recorded in.
-    pub stream: String,
-    /// The feed.
-    pub feed: String,
-    /// The dropped item's sequence number.
-    pub sequence: u64,
-}
-
-/// The replay of one processor build.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct ProcessorReplay {
-    /// The stream key (`name`, `name#2`, ...).
-    pub key: String,
-    /// The processor's name.
-    pub name: String,
-    /// The recorded processor type (empty when no provenance was recorded).
-    pub recorded_type: String,
-    /// Entries in the stream.
-    pub entries: usize,
-    /// Entries replayed before the end or the stop.
-    pub replayed: usize,
-    /// Why the replay stopped, or `None` when every entry was replayed.
-    pub stopped: Option<String>,
-    /// Items lost live (`Dropped` entries).
-    pub losses: Vec<Loss>,
-    /// What the replayed processor sent to its [`crate::OutputSink`]s (captured, not
-    /// delivered).
-    pub outputs: Vec<String>,
-    /// What the replayed processor's admin commands answered, one per replayed
-    /// `AdminInvoked` entry, in order (the Java original's `adminReplies()`).
-    pub admin_replies: Vec<AdminReply>,
-}
-
-/// What one admin command answered: in a replay, or live (recorded beside the
-/// recording in `admin.jsonl`, see [`crate::RecordedAdminReply`]).
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
-pub struct AdminReply {
-    /// The command.
-    pub command: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Its output, or the error it returned.
-    pub result: Result<String, String>,
-}
-
-impl fmt::Display for AdminReply {
-    /// `command arg1 arg2 -> output`, or `... -> error: reason`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.command)?;
-        for arg in &self.args {
-            write!(f, " {arg}")?;
-        }
-        match &self.result {
-            Ok(output) => write!(f, " -> {output}"),
-            Err(error) => write!(f, " -> error: {error}"),
-        }
-    }
-}
-
-/// The result of a replay: one [`ProcessorReplay`] per replayed build.
-#[derive(Clone, PartialEq, Eq, Debug, Default)]
-pub struct Replay {
-    processors: Vec<ProcessorReplay>,
-    incomplete: Vec<String>,
-    unreadable: Option<String>,
-    unclaimed: Vec<String>,
-}
-
-impl Replay {
-    /// True when every processor's replay is done: replayed to its end, or stopped (a
-    /// stopped replay counts as done; check [`Replay::stopped`]). Not proof that the
-    /// run was reproduced: compare [`Replay::outputs`].
-    pub fn complete(&self) -> bool {
-        self.processors
-            .iter()
-            .all(|p| p.stopped.is_some() || p.replayed == p.entries)
-    }
-
-    /// True when every processor's replay reached the end of its stream.
-    pub fn all_replayed(&self) -> bool {
-        self.processors.iter().all(|p| p.stopped.is_none())
-    }
-
-    /// Why the replay of stream `key` stopped, or `None` (also `None` for a key that
-    /// was not replayed).
-    pub fn stopped(&self, key: &str) -> Option<&str> {
-        self.processor(key).and_then(|p| p.stopped.as_deref())
-    }
-
-    /// The outputs the replayed processor of stream `key` sent (empty when none).
-    pub fn outputs(&self, key: &str) -> &[String] {
-        self.processor(key).map_or(&[], |p| &p.outputs)
-    }
-
-    /// What the replayed processor of stream `key`'s admin commands answered, one per
-    /// replayed `AdminInvoked` entry (empty when none).
-    pub fn admin_replies(&self, key: &str) -> &[AdminReply] {
-        self.processor(key).map_or(&[], |p| &p.admin_replies)
-    }
-
-    /// Items lost live, across every replayed stream.
-    pub fn losses(&self) -> Vec<&Loss> {
-        self.processors.iter().flat_map(|p| &p.losses).collect()
-    }
-
-    /// True when no replayed stream records a loss. Completeness checks read it beside
-    /// [`Replay::complete`].
-    pub fn lossless(&self) -> bool {
-        self.processors.iter().all(|p| p.losses.is_empty())
-    }
-
-    /// The replay of stream `key`.
-    pub fn processor(&self, key: &str) -> Option<&ProcessorReplay> {
-        self.processors.iter().find(|p| p.key == key)
-    }
-
-    /// Every replayed build, in build order.
-    pub fn processors(&self) -> &[ProcessorReplay] {
-        &self.processors
-    }
-
-    /// Why the recording is incomplete (its replay covers the prefix that was read):
-    /// the store's reasons ([`crate::Incomplete`]: no closing frame, a torn or damaged
-    /// frame, ...), then its journal's, each prefixed `journal.replay: `.
-    pub fn recording_incomplete(&self) -> &[String] {
-        &self.incomplete
-    }
-
-    /// Why the store could not be read at all (then nothing was replayed), or `None`.
-    pub fn recording_unreadable(&self) -> Option<&str> {
-        self.unreadable.as_deref()
-    }
-
-    /// True when the store was read, ends with its closing frame and holds every frame
-    /// it counts, and so does its journal (when it has one). A replay of a recording
-    /// that is not complete covers only what could be read: it is partial.
-    pub fn recording_complete(&self) -> bool {
-        self.unreadable.is_none() && self.incomplete.is_empty()
-    }
-
-    /// Recorded streams that no replayed build claimed.
-    pub fn unclaimed_streams(&self) -> &[String] {
-        &self.unclaimed
-    }
 }
 
 /// Replays a recording directory written by [`crate::Recorder`].
@@ -715,137 +575,6 @@ impl Replayer {
     }
 }
 
-/// A recorded control request: its entry number, name, arguments and outcome.
-type RecordedCall = (usize, String, Vec<String>, ControlOutcome);
-
-fn describe(call: &str, args: &[String]) -> String {
-    format!("{call}({})", args.join(", "))
-}
-
-/// Compares the control requests a replayed processor makes with the recorded ones, in
-/// position.
-#[derive(Default)]
-struct CallMatch {
-    /// The recorded requests of the entry being replayed, in order.
-    expected: VecDeque<RecordedCall>,
-    /// Where the replay is ("in start()", "at entry N"), for the reasons.
-    at: String,
-    /// The first divergence: the processor's replay stops with it.
-    stop: Option<String>,
-}
-
-impl CallMatch {
-    /// Expects the `ControlCall` entries from `from` on; returns the index of the next
-    /// entry that is not one.
-    fn expect(&mut self, entries: &[Entry], from: usize, at: String) -> usize {
-        self.expected.clear();
-        self.at = at;
-        let mut index = from;
-        while let Some(Entry::ControlCall {
-            call,
-            args,
-            outcome,
-        }) = entries.get(index)
-        {
-            self.expected
-                .push_back((index + 1, call.clone(), args.clone(), outcome.clone()));
-            index += 1;
-        }
-        index
-    }
-
-    /// After the entry's replay: why the replay stops, if it does: a divergence first,
-    /// then what the entry's replay itself reported (`failed`), then a recorded request
-    /// the replay did not make.
-    fn verdict(&mut self, failed: Option<String>) -> Option<String> {
-        if let Some(reason) = self.stop.take() {
-            return Some(reason);
-        }
-        if failed.is_some() {
-            return failed;
-        }
-        let (number, call, args, _) = self.expected.pop_front()?;
-        Some(format!(
-            "the recorded run made control request {} (entry {number}) {}; the replay did not",
-            describe(&call, &args),
-            self.at
-        ))
-    }
-
-    fn answer(&mut self, call: &str, args: &[String]) -> Result<(), String> {
-        if let Some(reason) = &self.stop {
-            return Err(format!("this processor's replay has stopped: {reason}"));
-        }
-        let made = describe(call, args);
-        let reason = self.judge(call, args, &made);
-        match reason {
-            None => Ok(()),
-            Some(reason) => {
-                self.stop = Some(reason.clone());
-                Err(reason)
-            }
-        }
-    }
-
-    /// `None` when the request is the next recorded one, supported and recorded ok.
-    fn judge(&mut self, call: &str, args: &[String], made: &str) -> Option<String> {
-        let at = &self.at;
-        // never executed, matched or not: the supplier is code, the registry is shared
-        if call == controller::ADD_PROCESSOR {
-            self.expected.pop_front();
-            return Some(format!(
-                "addEventProcessor supplier cannot be verified from the recording: {made} {at} is never run against the live server"
-            ));
-        }
-        if call == controller::REGISTER_SERVICE || call == controller::REMOVE_SERVICE {
-            self.expected.pop_front();
-            return Some(format!(
-                "registry mutation: {made} {at} would change the live registry shared with processors that are not replayed; it is not executed (a separate replay registry would be needed)"
-            ));
-        }
-        let Some((number, recorded_call, recorded_args, outcome)) = self.expected.pop_front()
-        else {
-            return Some(format!(
-                "control request {made} was not made by the recorded run here ({at})"
-            ));
-        };
-        let recorded = describe(&recorded_call, &recorded_args);
-        if recorded_call != call {
-            return Some(format!(
-                "control request {made} was not made by the recorded run here ({at}): it made {recorded} (entry {number})"
-            ));
-        }
-        if recorded_args != args {
-            return Some(format!(
-                "control request differs {at}: the replay made {made}, the recorded run {recorded} (entry {number})"
-            ));
-        }
-        match outcome {
-            ControlOutcome::Ok if call == controller::STOP_PROCESSOR => None,
-            ControlOutcome::Ok => Some(format!(
-                "control request {made} was not made by the recorded run here ({at}): this build cannot replay it"
-            )),
-            ControlOutcome::Failed(text) => Some(format!(
-                "recorded control exception cannot be reconstructed: {made} (entry {number}) failed in the recorded run with: {text}"
-            )),
-        }
-    }
-}
-
-/// Answers the replayed processor's control requests from its [`CallMatch`].
-struct Interception(Rc<RefCell<CallMatch>>);
-
-impl ControlInterceptor for Interception {
-    fn intercept(
-        &mut self,
-        _processor: ProcessorId,
-        call: &str,
-        args: &[String],
-    ) -> Result<(), String> {
-        self.0.borrow_mut().answer(call, args)
-    }
-}
-
 /// Replays an `AdminInvoked` entry: the command the replayed processor registered in
 /// its start, called with the recorded arguments and the clock pinned to the recorded
 /// readings; its answer joins the admin replies. A replay is synchronous, so a command
@@ -954,26 +683,4 @@ impl Subscriptions for Routes<'_> {
         self.handlers.insert(feed.to_owned(), (handler, invoke));
         Ok(())
     }
-}
-
-/// The journal's items, and why it is incomplete (empty when it is complete).
-fn read_journal(path: &Path) -> Result<(Journal, Vec<String>), crate::ReplayError> {
-    let recording = Recording::read(path)?;
-    let incomplete = recording
-        .incomplete()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    let mut items = HashMap::new();
-    for stream in recording.streams() {
-        let (feed, _) = parse_stream_key(stream.key())?;
-        for entry in stream.entries() {
-            if let Entry::Inline { payload, route, .. } = entry {
-                if let Ok(sequence) = route.parse::<u64>() {
-                    items.insert((feed.clone(), sequence), payload.clone());
-                }
-            }
-        }
-    }
-    Ok((items, incomplete))
 }

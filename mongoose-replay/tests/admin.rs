@@ -7,26 +7,18 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use mongoose_control::memory::MemoryFeeds;
-use mongoose_control::{admin, ControlConfig, ControlPlane, GroupOptions, IdleStrategy};
+use mongoose_control::{admin, ControlConfig, ControlPlane};
 use mongoose_core::{Processor, ProcessorError, Subscriptions};
 use mongoose_replay::cli::replay_report;
 use mongoose_replay::{
-    AdminReply, Clock, Entry, FeedCodecs, OutputSink, RecordConfig, RecordedAdminReply, Recorder,
-    Recording, Replayer, ADMIN_REPLIES_FILE, RECORDING_FILE,
+    AdminReply, Clock, Entry, FeedCodecs, OutputSink, RecordedAdminReply, Replayer,
+    ADMIN_REPLIES_FILE,
 };
 
-const WAIT: Duration = Duration::from_secs(30);
-
-fn wait_until(mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
+mod support;
+use support::{assert_eventually, close_groups, read_recording, recording_group, WAIT};
 
 /// Applies `account,amount` lines; `balance ACCOUNT` answers with the balance and the
 /// time it read; `audit` sends an output; `crash` panics.
@@ -105,18 +97,7 @@ fn record(dir: &std::path::Path, script: &[&str]) -> Vec<Result<String, String>>
     let feeds = MemoryFeeds::default();
     let lines = feeds.feed::<String>("lines");
     let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds.clone()));
-    let recorder =
-        Recorder::create(dir, RecordConfig::new(["teller"], codecs())).expect("recorder");
-    plane
-        .create_group(
-            "bank",
-            GroupOptions {
-                idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(recorder)),
-                ..GroupOptions::default()
-            },
-        )
-        .expect("group");
+    recording_group(&plane, dir, "bank", &["teller"], codecs());
     let (sink, _sent) = OutputSink::collecting("out");
     let added = plane
         .add_processor("bank", "teller", move || teller(true, sink))
@@ -132,7 +113,7 @@ fn record(dir: &std::path::Path, script: &[&str]) -> Vec<Result<String, String>>
                 lines.publish((*step).to_owned());
                 published += 1;
                 // the command comes after the line in the processor's stream
-                wait_until(|| feeds.dispatched("lines", "bank") == published);
+                assert_eventually(|| feeds.dispatched("lines", "bank") == published);
             }
             Some(command_line) => {
                 let mut words = command_line.split(' ').map(str::to_owned);
@@ -145,7 +126,7 @@ fn record(dir: &std::path::Path, script: &[&str]) -> Vec<Result<String, String>>
             }
         }
     }
-    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    close_groups(&plane);
     replies
 }
 
@@ -173,7 +154,7 @@ fn an_admin_command_is_recorded_in_position_with_its_arguments_and_clock_reading
         ]
     );
 
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("readable");
+    let recording = read_recording(dir.path());
     let entries = recording.stream("teller").expect("stream").entries();
     let shape: Vec<String> = entries
         .iter()
@@ -321,7 +302,7 @@ fn a_command_that_panicked_live_is_recorded_failed_and_the_replay_stops_there() 
             "admin command 'crash' panicked: the teller crashed".to_owned()
         )]
     );
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("readable");
+    let recording = read_recording(dir.path());
     let entries = recording.stream("teller").expect("stream").entries();
     assert_eq!(entries.len(), 2);
     assert_eq!(

@@ -6,30 +6,17 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mongoose_control::controller::{self, ADD_PROCESSOR, REGISTER_SERVICE, STOP_PROCESSOR};
 use mongoose_control::memory::MemoryFeeds;
-use mongoose_control::{ControlConfig, ControlPlane, GroupOptions, IdleStrategy, Service};
+use mongoose_control::{ControlConfig, ControlPlane, Service};
 use mongoose_core::{Processor, ProcessorError, Subscriptions};
-use mongoose_replay::{
-    ControlOutcome, Entry, FeedCodecs, OutputSink, RecordConfig, Recorder, Recording, Replay,
-    ReplayStore, Replayer, Utf8Codec, RECORDING_FILE,
-};
+use mongoose_replay::{ControlOutcome, Entry, FeedCodecs, OutputSink, Replay, Replayer, Utf8Codec};
 use parking_lot::Mutex;
 
-const WAIT: Duration = Duration::from_secs(30);
-
-fn wait_until(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + WAIT;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    condition()
-}
+mod support;
+use support::{read_recording, recording_group, wait_until, write_stream, WAIT};
 
 struct Cache;
 impl Service for Cache {}
@@ -147,15 +134,6 @@ fn call(name: &str, args: &[&str], outcome: ControlOutcome) -> Entry {
     }
 }
 
-fn write_stream(dir: &Path, key: &str, entries: &[Entry]) {
-    let mut store = ReplayStore::open_for_record(dir.join(RECORDING_FILE)).expect("store");
-    let stream = store.begin(key, None).expect("stream");
-    for entry in entries {
-        store.append(stream, entry).expect("appended");
-    }
-    store.sync().expect("synced");
-}
-
 /// Replays `entries` as the stream of "caller", built by `build`.
 fn replay_stream(entries: &[Entry], build: impl FnMut() -> Caller + 'static) -> Replay {
     let dir = tempfile::tempdir().expect("dir");
@@ -182,18 +160,7 @@ fn recording_plane(
     let feeds = MemoryFeeds::default();
     let lines = feeds.feed::<String>("lines");
     let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
-    let recorder =
-        Recorder::create(dir, RecordConfig::new(["caller"], codecs())).expect("recorder");
-    plane
-        .create_group(
-            "pricing",
-            GroupOptions {
-                idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(recorder)),
-                ..GroupOptions::default()
-            },
-        )
-        .expect("group");
+    recording_group(&plane, dir, "pricing", &["caller"], codecs());
     (plane, lines)
 }
 
@@ -228,7 +195,7 @@ fn control_requests_are_recorded_in_position_and_replay_to_the_recorded_outputs(
         && plane.processor_handle("pricing", "early").is_none()));
     plane.close_groups(Instant::now() + WAIT);
 
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("read");
+    let recording = read_recording(dir.path());
     let entries = recording.stream("caller").expect("recorded").entries();
     let kinds: Vec<&str> = entries.iter().map(Entry::kind).collect();
     assert_eq!(
@@ -562,7 +529,7 @@ fn a_request_made_in_stop_is_recorded_after_the_stopped_entry_and_replays() {
         .is_none()));
     plane.close_groups(Instant::now() + WAIT);
 
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("read");
+    let recording = read_recording(dir.path());
     let entries = recording.stream("caller").expect("recorded").entries();
     let kinds: Vec<&str> = entries.iter().map(Entry::kind).collect();
     assert_eq!(kinds, ["Inline", "Stopped", "ControlCall"]);
@@ -630,7 +597,7 @@ fn a_request_made_by_an_admin_command_is_recorded_after_it_and_replays() {
     assert!(wait_until(|| sent.lock().len() == 1));
     plane.close_groups(Instant::now() + WAIT);
 
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("read");
+    let recording = read_recording(dir.path());
     let entries = recording.stream("caller").expect("recorded").entries();
     let kinds: Vec<&str> = entries.iter().map(Entry::kind).collect();
     assert_eq!(kinds, ["AdminInvoked", "ControlCall", "Inline"]);

@@ -5,24 +5,15 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, IdleStrategy};
+use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds};
 use mongoose_core::{OverloadSettings, Processor, ProcessorError, SourceOutput, Subscriptions};
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
-use mongoose_replay::{
-    Entry, FeedCodecs, OutputSink, RecordConfig, Recorder, Recording, Replayer, RECORDING_FILE,
-};
+use mongoose_replay::{Entry, FeedCodecs, OutputSink, Replayer};
 
-const WAIT: Duration = Duration::from_secs(30);
-
-fn wait_until(mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
+mod support;
+use support::{assert_eventually, close_groups, read_recording, recording_group, WAIT};
 
 /// Holds its first item until the gate opens, then echoes every line to its sink.
 struct Gated {
@@ -67,18 +58,7 @@ fn a_recording_marks_where_items_were_dropped_and_the_replay_reports_the_loss() 
     feeds.register(Arc::clone(&lines)).expect("registered");
     lines.start_complete();
     let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
-    let recorder =
-        Recorder::create(dir.path(), RecordConfig::new(["gated"], codecs())).expect("recorder");
-    plane
-        .create_group(
-            "g",
-            GroupOptions {
-                idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(recorder)),
-                ..GroupOptions::default()
-            },
-        )
-        .expect("group");
+    recording_group(&plane, dir.path(), "g", &["gated"], codecs());
     let (sink, sent) = OutputSink::collecting("out");
     let started = Arc::new(AtomicBool::new(false));
     let gate = Arc::new(AtomicBool::new(false));
@@ -94,7 +74,7 @@ fn a_recording_marks_where_items_were_dropped_and_the_replay_reports_the_loss() 
         .expect("answered");
     assert!(reply.applied());
     assert!(lines.try_publish("a".into(), 1).is_published());
-    wait_until(|| started.load(Ordering::Acquire));
+    assert_eventually(|| started.load(Ordering::Acquire));
     // "a" is being handled and still holds its slot: "b" fills the queue, "c" and "d"
     // are dropped for it
     for (line, position) in [("b", 2), ("c", 3), ("d", 4)] {
@@ -102,12 +82,12 @@ fn a_recording_marks_where_items_were_dropped_and_the_replay_reports_the_loss() 
     }
     assert_eq!(lines.status().dropped, 2);
     gate.store(true, Ordering::Release);
-    wait_until(|| sent.lock().len() == 2);
+    assert_eventually(|| sent.lock().len() == 2);
     assert!(lines.try_publish("e".into(), 5).is_published());
-    wait_until(|| sent.lock().len() == 3);
-    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    assert_eventually(|| sent.lock().len() == 3);
+    close_groups(&plane);
 
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("readable");
+    let recording = read_recording(dir.path());
     let stream = recording.stream("gated").expect("stream");
     let kinds: Vec<String> = stream
         .entries()

@@ -6,7 +6,6 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, IdleStrategy};
 use mongoose_core::{
@@ -15,23 +14,13 @@ use mongoose_core::{
 };
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 use mongoose_replay::{
-    Clock, Collected, Entry, FeedCodecs, OutputSink, RecordConfig, Recorder, Recording, Replayer,
+    Clock, Collected, Entry, FeedCodecs, OutputSink, RecordConfig, Recorder, Replayer,
     RECORDING_FILE,
 };
 use parking_lot::Mutex;
 
-const WAIT: Duration = Duration::from_secs(30);
-
-fn wait_until(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + WAIT;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    condition()
-}
+mod support;
+use support::{close_groups, read_recording, wait_until, WAIT};
 
 /// A durable store of (epoch, position): what survives a crash.
 type Durable = Arc<Mutex<Option<(Epoch, u64)>>>;
@@ -166,7 +155,7 @@ impl Run {
     }
 
     fn close(self) {
-        assert!(self.plane.close_groups(Instant::now() + WAIT).is_empty());
+        close_groups(&self.plane);
     }
 }
 
@@ -220,7 +209,7 @@ fn replay_ledger(
 fn a_recorded_run_replays_each_input_with_its_delivery_clock_and_outputs() {
     let dir = tempfile::tempdir().unwrap();
     let live = record_ledger(dir.path(), codecs(), None, &[("a", 10), ("b", 20)]);
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).unwrap();
+    let recording = read_recording(dir.path());
     assert!(recording.complete());
     let stream = recording
         .stream("ledger")
@@ -268,7 +257,7 @@ fn a_restarted_run_records_exactly_its_re_delivered_items_and_replays_to_its_out
         "{live2:?}"
     );
 
-    let recording = Recording::read(run2.path().join(RECORDING_FILE)).unwrap();
+    let recording = read_recording(run2.path());
     let entries = recording.stream("ledger").unwrap().entries();
     assert_eq!(entries.len(), 2, "{entries:?}");
     // run 2's own sequence numbers: the publisher's sequence restarted with the run
@@ -278,8 +267,7 @@ fn a_restarted_run_records_exactly_its_re_delivered_items_and_replays_to_its_out
         .collect();
     assert_eq!(sequences, vec![1, 2]);
     assert_eq!(
-        Recording::read(run1.path().join(RECORDING_FILE))
-            .unwrap()
+        read_recording(run1.path())
             .stream("ledger")
             .unwrap()
             .entries()
@@ -304,8 +292,7 @@ fn indexed_and_inline_recordings_replay_the_same_delivery() {
     let live_indexed = record_ledger(indexed.path(), journalled(), None, &lines);
     assert_eq!(live_inline, live_indexed);
     let kinds = |dir: &Path| -> Vec<&'static str> {
-        Recording::read(dir.join(RECORDING_FILE))
-            .unwrap()
+        read_recording(dir)
             .stream("ledger")
             .unwrap()
             .entries()
@@ -376,7 +363,7 @@ fn a_callback_that_failed_live_is_recorded() {
     ));
     run.close();
 
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).unwrap();
+    let recording = read_recording(dir.path());
     let entries = recording.stream("ledger").unwrap().entries();
     let kinds: Vec<&str> = entries.iter().map(Entry::kind).collect();
     assert_eq!(kinds, vec!["Inline", "Failed", "Inline"], "{entries:?}");
@@ -437,7 +424,7 @@ fn later_builds_record_under_numbered_keys_that_never_alias_a_name_with_a_hash()
     assert!(wait_until(|| sinks[2].1.lock().len() == 1));
     run.close();
 
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).unwrap();
+    let recording = read_recording(dir.path());
     let keys: HashSet<&str> = recording.streams().iter().map(|s| s.key()).collect();
     assert_eq!(keys, HashSet::from(["p", "p##2", "p#2"]));
     let kinds = |key: &str| -> Vec<&'static str> {

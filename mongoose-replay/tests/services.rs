@@ -6,17 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mongoose_control::{
-    ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, IdleStrategy, Service, ServiceEvent,
-    SERVICES_FEED,
+    ControlConfig, ControlPlane, DeliveryFeeds, Service, ServiceEvent, SERVICES_FEED,
 };
 use mongoose_core::{Processor, ProcessorError, SourceOutput, Subscriptions};
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
-use mongoose_replay::{
-    Entry, FeedCodecs, OutputSink, RecordConfig, Recorder, Recording, ReplayStore, Replayer,
-    RECORDING_FILE,
-};
+use mongoose_replay::{Entry, FeedCodecs, OutputSink, Replayer};
 
-const WAIT: Duration = Duration::from_secs(30);
+mod support;
+use support::{close_groups, read_recording, recording_group, write_stream, WAIT};
 
 struct Cache;
 impl Service for Cache {}
@@ -59,7 +56,7 @@ fn codecs() -> FeedCodecs {
 fn a_service_change_is_recorded_and_a_replay_without_a_registry_stops_there() {
     let dir = tempfile::tempdir().expect("dir");
     record_with_a_service(dir.path());
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("readable");
+    let recording = read_recording(dir.path());
     let kinds: Vec<String> = recording
         .stream("uses")
         .expect("stream")
@@ -113,17 +110,7 @@ fn record_with_a_service(dir: &std::path::Path) -> Vec<String> {
     feeds.register(Arc::clone(&lines)).expect("registered");
     lines.start_complete();
     let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
-    let recorder = Recorder::create(dir, RecordConfig::new(["uses"], codecs())).expect("recorder");
-    plane
-        .create_group(
-            "g",
-            GroupOptions {
-                idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(recorder)),
-                ..GroupOptions::default()
-            },
-        )
-        .expect("group");
+    recording_group(&plane, dir, "g", &["uses"], codecs());
     let (sink, sent) = OutputSink::collecting("out");
     let reply = plane
         .add_processor("g", "uses", move || UsesCache { sink })
@@ -148,7 +135,7 @@ fn record_with_a_service(dir: &std::path::Path) -> Vec<String> {
     plane.remove_service("cache");
     assert!(lines.try_publish("c".into(), 3).is_published());
     wait_for(5);
-    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    close_groups(&plane);
     let live = sent.lock().clone();
     live
 }
@@ -202,12 +189,7 @@ fn a_replay_given_another_version_of_the_service_stops_at_the_change() {
 
 fn replay_entries(entries: &[Entry], replayer: impl FnOnce(Replayer) -> Replayer) -> String {
     let dir = tempfile::tempdir().expect("dir");
-    let mut store = ReplayStore::open_for_record(dir.path().join(RECORDING_FILE)).expect("store");
-    let stream = store.begin("uses", None).expect("stream");
-    for entry in entries {
-        store.append(stream, entry).expect("appended");
-    }
-    store.sync().expect("synced");
+    write_stream(dir.path(), "uses", entries);
     let replay = replayer(Replayer::open(dir.path(), codecs())).run();
     replay.stopped("uses").expect("stopped").to_owned()
 }

@@ -3,30 +3,17 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mongoose_control::memory::MemoryFeeds;
 use mongoose_control::{
     context, ControlConfig, ControlPlane, GroupOptions, IdleStrategy, RetryPolicy,
 };
 use mongoose_core::{Processor, ProcessorError, Subscriptions};
-use mongoose_replay::{
-    Clock, Entry, FeedCodecs, OutputSink, RecordConfig, Recorder, Recording, Replayer,
-    RECORDING_FILE,
-};
+use mongoose_replay::{Clock, Entry, FeedCodecs, OutputSink, Replayer};
 
-const WAIT: Duration = Duration::from_secs(30);
-
-fn wait_until(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + WAIT;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    condition()
-}
+mod support;
+use support::{close_groups, read_recording, recording_group_with, wait_until, WAIT};
 
 /// Schedules a timer per number; fails on 2 while `failures` lasts (retry-safe).
 struct Ticker {
@@ -81,22 +68,15 @@ fn timers_are_recorded_with_their_readings_and_a_retried_dispatch_is_marked_fail
     let numbers = feeds.feed::<u64>("numbers");
     let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
     let codecs = || FeedCodecs::new().feed::<u64>("numbers");
-    let recorder = Recorder::create(dir.path(), RecordConfig::new(["ticker"], codecs())).unwrap();
-    let handle = recorder.handle();
-    plane
-        .create_group(
-            "g",
-            GroupOptions {
-                idle: IdleStrategy::SleepingMillis(1),
-                retry: RetryPolicy {
-                    max_retries: 5,
-                    ..RetryPolicy::default()
-                },
-                recorder: Some(Box::new(recorder)),
-                ..GroupOptions::default()
-            },
-        )
-        .unwrap();
+    let options = GroupOptions {
+        idle: IdleStrategy::SleepingMillis(1),
+        retry: RetryPolicy {
+            max_retries: 5,
+            ..RetryPolicy::default()
+        },
+        ..GroupOptions::default()
+    };
+    let handle = recording_group_with(&plane, dir.path(), "g", &["ticker"], codecs(), options);
     let (sink, sent) = OutputSink::collecting("out");
     let ticks = Arc::new(AtomicI64::new(100));
     let clock = Clock::from_fn(move || ticks.fetch_add(1, Ordering::AcqRel));
@@ -120,10 +100,10 @@ fn timers_are_recorded_with_their_readings_and_a_retried_dispatch_is_marked_fail
             .iter()
             .any(|s| s.starts_with(&format!("timer {number} ")))));
     }
-    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    close_groups(&plane);
     assert!(handle.closed() && handle.error().is_none());
 
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).unwrap();
+    let recording = read_recording(dir.path());
     assert_eq!(recording.streams().len(), 1, "only the recorded set");
     let entries = recording.stream("ticker").unwrap().entries();
     let kinds: Vec<&str> = entries.iter().map(Entry::kind).collect();

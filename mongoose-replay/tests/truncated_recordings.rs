@@ -13,12 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use mongoose_control::memory::MemoryFeeds;
-use mongoose_control::{
-    admin, ControlConfig, ControlPlane, GroupOptions, GroupRecorder, IdleStrategy,
-};
+use mongoose_control::{admin, ControlConfig, ControlPlane, GroupRecorder};
 use mongoose_core::{Processor, ProcessorError, ProcessorId, Subscriptions};
 use mongoose_replay::cli::{replay_report, ReplayOutcome, ReplayReport};
 use mongoose_replay::{
@@ -26,16 +23,10 @@ use mongoose_replay::{
     Replayer, ADMIN_REPLIES_FILE, FRAME_HEAD_LEN, HEADER_LEN, OUTPUTS_FILE, RECORDING_FILE,
 };
 
-const WAIT: Duration = Duration::from_secs(30);
-const LINES: usize = 40;
+mod support;
+use support::{assert_eventually, close_groups, read_recording, recording_group, WAIT};
 
-fn wait_until(mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
+const LINES: usize = 40;
 
 /// Applies `account,amount` lines and reports each; `balance ACCOUNT` answers with the
 /// balance and the time it read.
@@ -108,19 +99,7 @@ fn record_lines(dir: &Path, script: &[String]) -> RecordingHandle {
     let feeds = MemoryFeeds::default();
     let lines = feeds.feed::<String>("lines");
     let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds.clone()));
-    let recorder =
-        Recorder::create(dir, RecordConfig::new(["teller"], codecs())).expect("recorder");
-    let handle = recorder.handle();
-    plane
-        .create_group(
-            "bank",
-            GroupOptions {
-                idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(recorder)),
-                ..GroupOptions::default()
-            },
-        )
-        .expect("group");
+    let handle = recording_group(&plane, dir, "bank", &["teller"], codecs());
     let (sink, _sent) = OutputSink::collecting("out");
     let added = plane
         .add_processor("bank", "teller", move || teller(sink))
@@ -130,7 +109,7 @@ fn record_lines(dir: &Path, script: &[String]) -> RecordingHandle {
     assert!(added.applied(), "{added:?}");
     for (index, line) in script.iter().enumerate() {
         lines.publish(line.clone());
-        wait_until(|| feeds.dispatched("lines", "bank") == index as u64 + 1);
+        assert_eventually(|| feeds.dispatched("lines", "bank") == index as u64 + 1);
         if index % 10 == 9 {
             let account = line.split_once(',').map_or("", |(account, _)| account);
             let reply = plane
@@ -140,7 +119,7 @@ fn record_lines(dir: &Path, script: &[String]) -> RecordingHandle {
             assert!(reply.output.is_some(), "{reply:?}");
         }
     }
-    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    close_groups(&plane);
     assert!(handle.closed());
     handle
 }
@@ -227,7 +206,7 @@ fn a_recording_closed_cleanly_is_complete_and_reproduced() {
     assert!(report.reproduced(), "{text}");
     assert_eq!(report.outcome(), ReplayOutcome::Reproduced, "{text}");
     assert!(text.contains("recording: complete"), "{text}");
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("readable");
+    let recording = read_recording(dir.path());
     assert!(recording.complete(), "{:?}", recording.incomplete());
     let closing = recording.closing().expect("a closing frame");
     // LINES inputs and LINES / 10 admin commands
@@ -412,7 +391,7 @@ fn a_recording_whose_write_failed_on_a_full_disk_gets_no_closing_frame() {
     let handle = record_lines(&dir, &script);
     let error = handle.error().expect("the full disk failed a write");
     assert!(error.contains("No space left"), "{error}");
-    let recording = Recording::read(dir.join(RECORDING_FILE)).expect("readable");
+    let recording = read_recording(&dir);
     assert!(recording.closing().is_none());
     assert!(!recording.complete());
     let text = assert_reported_incomplete(&report(&dir), "a full disk");
@@ -434,7 +413,7 @@ fn a_recorder_dropped_without_its_group_closing_gets_no_closing_frame() {
     recorder.dispatched(teller, "lines", &"acc0,5".to_owned(), Ok(()));
     recorder.item_finished();
     drop(recorder);
-    let recording = Recording::read(dir.path().join(RECORDING_FILE)).expect("readable");
+    let recording = read_recording(dir.path());
     assert_eq!(
         recording
             .stream("teller")
