@@ -241,9 +241,56 @@ fn clear_registrations(state: &ContextState) {
 }
 
 /// Engine-side access to the delivery context: entering and leaving a delivery, the
-/// current processor, and running completions. Processor code never calls these.
+/// current processor, and running completions. Processor code never calls these, and
+/// they are not a stable API: the module is hidden from the documentation. A
+/// [`Dispatcher`](../../mongoose_delivery/trait.Dispatcher.html) implementor needs only
+/// [`PendingCompletion`](crate::PendingCompletion), re-exported at the crate root.
+#[doc(hidden)]
 pub mod engine {
+    use std::marker::PhantomData;
+
     use super::*;
+
+    /// A delivery entered on this thread ([`enter`]): left (the context cleared, pending
+    /// completions that did not run discarded) when dropped. Not `Send`: the context is
+    /// the thread's.
+    #[must_use = "the delivery is left as soon as the guard is dropped"]
+    #[derive(Debug)]
+    pub struct Entered {
+        _thread_bound: PhantomData<*const ()>,
+    }
+
+    impl Drop for Entered {
+        #[inline]
+        fn drop(&mut self) {
+            exit();
+        }
+    }
+
+    /// The current processor set on this thread ([`processor_scope`]): the previous one
+    /// is restored when dropped, also when the call it covers panics.
+    #[must_use = "the previous processor is restored as soon as the guard is dropped"]
+    #[derive(Debug)]
+    pub struct ProcessorScope {
+        previous: Option<ProcessorId>,
+        _thread_bound: PhantomData<*const ()>,
+    }
+
+    impl Drop for ProcessorScope {
+        #[inline]
+        fn drop(&mut self) {
+            CONTEXT.with(|state| state.processor.set(self.previous));
+        }
+    }
+
+    /// Makes `processor` the current one until the returned scope is dropped.
+    #[inline]
+    pub fn processor_scope(processor: Option<ProcessorId>) -> ProcessorScope {
+        ProcessorScope {
+            previous: set_current_processor(processor),
+            _thread_bound: PhantomData,
+        }
+    }
 
     /// A pending completion: who registered it and its key.
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -278,7 +325,7 @@ pub mod engine {
         epoch: Epoch,
         position: PositionValue,
         attempt: u32,
-    ) {
+    ) -> Entered {
         CONTEXT.with(|state| {
             {
                 let mut current = state.feed.borrow_mut();
@@ -293,11 +340,14 @@ pub mod engine {
             state.attempt.set(attempt);
             clear_registrations(state);
             state.active.set(true);
-        })
+        });
+        Entered {
+            _thread_bound: PhantomData,
+        }
     }
 
     /// Enters a recorded delivery (replay).
-    pub fn enter_delivery(delivery: &Delivery) {
+    pub fn enter_delivery(delivery: &Delivery) -> Entered {
         enter(
             &delivery.feed,
             delivery.sequence,
@@ -315,7 +365,7 @@ pub mod engine {
     /// Leaves the delivery: the context is cleared and pending completions that did not
     /// run are discarded (a delivery that ends without completing runs none).
     #[inline]
-    pub fn exit() {
+    fn exit() {
         CONTEXT.with(|state| {
             state.active.set(false);
             clear_registrations(state);
@@ -456,7 +506,7 @@ mod tests {
     #[test]
     fn the_context_holds_the_delivery_until_exit() {
         let feed = feed();
-        enter(&feed, 4, Epoch(9), PositionValue::at(120), 0);
+        let entered = enter(&feed, 4, Epoch(9), PositionValue::at(120), 0);
         let delivery = DeliveryContext::current().expect("entered");
         assert_eq!(delivery.feed(), "lines");
         assert_eq!(delivery.sequence(), 4);
@@ -466,7 +516,7 @@ mod tests {
             DeliveryContext::current_position(),
             Some((Epoch(9), PositionValue::at(120)))
         );
-        exit();
+        drop(entered);
         assert!(DeliveryContext::current().is_none());
     }
 
@@ -488,7 +538,7 @@ mod tests {
     #[test]
     fn a_pending_key_is_kept_once_per_owner_and_distinct_keys_keep_their_order() {
         let feed = feed();
-        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        let entered = enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
         set_current_processor(Some(ProcessorId(1)));
         assert!(DeliveryContext::on_complete(CompletionKey(5)));
         assert!(DeliveryContext::on_complete(CompletionKey(6)));
@@ -508,13 +558,13 @@ mod tests {
                 (Some(ProcessorId(2)), CompletionKey(5)),
             ]
         );
-        exit();
+        drop(entered);
     }
 
     #[test]
     fn an_unowned_registration_is_claimed_by_the_first_processor_registering_it_again() {
         let feed = feed();
-        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        let entered = enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
         set_current_processor(None);
         assert!(DeliveryContext::on_complete(CompletionKey(1)));
         set_current_processor(Some(ProcessorId(3)));
@@ -529,13 +579,13 @@ mod tests {
             })
         );
         set_current_processor(None);
-        exit();
+        drop(entered);
     }
 
     #[test]
     fn a_failure_discards_the_failing_processors_and_unowned_completions() {
         let feed = feed();
-        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        let entered = enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
         set_current_processor(Some(ProcessorId(1)));
         DeliveryContext::on_complete(CompletionKey(1));
         set_current_processor(Some(ProcessorId(2)));
@@ -547,13 +597,13 @@ mod tests {
         assert_eq!(pending_completions(), 1);
         discard_completions_of(None);
         assert_eq!(pending_completions(), 0);
-        exit();
+        drop(entered);
     }
 
     #[test]
     fn the_cap_refuses_registrations_past_it() {
         let feed = feed();
-        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        let entered = enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
         set_current_processor(Some(ProcessorId(1)));
         // a callback that registers itself again each time it runs
         assert!(DeliveryContext::on_complete(CompletionKey(1)));
@@ -568,13 +618,13 @@ mod tests {
         assert_eq!(runs, MAX_COMPLETIONS_PER_DELIVERY);
         assert_eq!(refused_registrations(), before + 1);
         set_current_processor(None);
-        exit();
+        drop(entered);
     }
 
     #[test]
     fn saved_completions_resume_where_they_stopped() {
         let feed = feed();
-        enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
+        let entered = enter(&feed, 1, Epoch(1), PositionValue::at(1), 0);
         set_current_processor(Some(ProcessorId(1)));
         DeliveryContext::on_complete(CompletionKey(1));
         DeliveryContext::on_complete(CompletionKey(2));
@@ -584,15 +634,15 @@ mod tests {
         );
         let mut saved = SavedCompletions::default();
         save_completions(&mut saved);
-        exit();
+        drop(entered);
         assert!(!saved.is_empty());
-        enter(&feed, 1, Epoch(1), PositionValue::at(1), 1);
+        let entered = enter(&feed, 1, Epoch(1), PositionValue::at(1), 1);
         restore_completions(&mut saved);
         assert_eq!(
             take_next_completion().map(|c| c.key),
             Some(CompletionKey(2))
         );
         set_current_processor(None);
-        exit();
+        drop(entered);
     }
 }

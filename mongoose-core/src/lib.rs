@@ -77,6 +77,7 @@ mod position;
 mod processor;
 mod source;
 
+pub use delivery::engine::PendingCompletion;
 pub use delivery::{
     engine, CompletionKey, Delivery, DeliveryContext, ProcessorId, MAX_COMPLETIONS_PER_DELIVERY,
 };

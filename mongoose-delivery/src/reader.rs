@@ -378,13 +378,16 @@ fn dispatch_one<T>(
         } => {
             let item = payload.get();
             let delivery = position.map(|(epoch, position)| (*sequence, epoch, position));
-            if let Some((sequence, epoch, position)) = delivery {
-                engine::enter(feed, sequence, epoch, position, progress.attempt);
+            // entered for the whole dispatch (handlers, completions), left at the end
+            // of this arm
+            let _entered = delivery.map(|(sequence, epoch, position)| {
+                let entered = engine::enter(feed, sequence, epoch, position, progress.attempt);
                 if progress.resume {
                     engine::restore_completions(&mut progress.saved);
                     progress.resume = false;
                 }
-            }
+                entered
+            });
             let done = deliver(
                 progress,
                 policy,
@@ -395,9 +398,6 @@ fn dispatch_one<T>(
             );
             if done {
                 dispatcher.finished(item);
-            }
-            if delivery.is_some() {
-                engine::exit();
             }
             done
         }

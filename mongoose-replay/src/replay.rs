@@ -552,10 +552,7 @@ impl Replayer {
         let call = *call;
         run_pinned(number, clock, result, || {
             // entered for the whole replayed cycle, cleared after
-            let _entered = delivery.map(|delivery| {
-                engine::enter_delivery(delivery);
-                ExitOnDrop
-            });
+            let _entered = delivery.map(engine::enter_delivery);
             host.dispatch(&mut **handler, call, route, &*item, None)?;
             let Some(delivery) = delivery else {
                 return Ok(());
@@ -607,15 +604,6 @@ fn replay_admin(
         });
     }
     step
-}
-
-/// Leaves the replayed delivery when dropped.
-struct ExitOnDrop;
-
-impl Drop for ExitOnDrop {
-    fn drop(&mut self) {
-        engine::exit();
-    }
 }
 
 enum Step {
