@@ -22,35 +22,15 @@ use crate::queue::{
 use crate::status::{FeedStatus, SubscriberStatus};
 use crate::window::{Window, WindowEntry};
 
+mod cache;
 mod overload;
 mod publish;
 mod subscriptions;
 
+use cache::{Cached, Deferred};
 pub use overload::KillSwitch;
 use publish::Chunk;
 pub use subscriptions::{Released, Subscription};
-
-enum Cached<T, P> {
-    Positioned {
-        item: T,
-        epoch: Epoch,
-        position: P,
-    },
-    Push(T),
-    /// A positioned input that produced no item, recorded while items before it were
-    /// cached: it enters the window only after them (issue 9, item 7).
-    Filtered {
-        epoch: Epoch,
-        position: P,
-    },
-}
-
-enum Deferred<T, P> {
-    Publish(T),
-    Cache(T, P),
-    Status(SourceState),
-    Filtered(P),
-}
 
 struct State<T, P: Position> {
     sequence: u64,
@@ -280,18 +260,6 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         ProcessingCheckpoint::new(cell)
     }
 
-    // ----- lifecycle -----------------------------------------------------------------
-
-    /// The startup completed: cached items are published in order (pausing at a full
-    /// PAUSE queue; [`SourceOutput::flush_paused`] resumes), then the status reported
-    /// during startup.
-    pub fn start_complete(&self) {
-        let (mut state, _reservation) = self.reserve();
-        state.started = true;
-        self.flush(&mut state);
-        self.drain_deferred(&mut state);
-    }
-
     /// The server began to stop: blocked publishes are refused and no kill-switch hook
     /// starts.
     pub fn begin_stop(&self) {
@@ -312,50 +280,6 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         } else {
             0
         }
-    }
-
-    /// Publishes what the startup cache holds, in order; false when a full PAUSE queue
-    /// (or another hold) stopped it.
-    fn flush(&self, state: &mut State<T, P>) -> bool {
-        if !state.started {
-            return false;
-        }
-        while let Some(front) = state.cache.front() {
-            if matches!(front, Cached::Positioned { .. })
-                && self.room_for_positioned(state).is_some()
-            {
-                Self::note_pause(state);
-                return false;
-            }
-            let Some(cached) = state.cache.pop_front() else {
-                break;
-            };
-            match cached {
-                Cached::Positioned {
-                    item,
-                    epoch,
-                    position,
-                } => {
-                    // room again: the pause (if any) ended
-                    state.paused_now = false;
-                    self.publish_positioned(state, item, epoch, position);
-                    self.defer_to_front(state);
-                }
-                Cached::Push(item) => {
-                    if let Some(item) = self.apply_mapper(state, item) {
-                        self.deliver(state, item, None);
-                    }
-                    self.defer_to_front(state);
-                }
-                Cached::Filtered { epoch, position } => {
-                    Self::window_filtered(state, epoch, position);
-                }
-            }
-        }
-        if state.startup_status_pending || state.waiting_status.is_some() {
-            return self.offer_waiting_status(state);
-        }
-        true
     }
 
     /// Offers the waiting status: to PAUSE queues only when every one has room; to the
@@ -422,94 +346,6 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
         if state.cache.is_empty() {
             self.offer_waiting_status(state);
-        }
-    }
-
-    /// Records a positioned input that produced no item. While the startup cache (or a
-    /// replay a full queue paused) holds items published before it, it is cached behind
-    /// them: in the window now it would be acknowledged ahead of them, and a commit of
-    /// its position would pass items no consumer processed (issue 9, item 7).
-    fn filter_locked(state: &mut State<T, P>, position: P) {
-        state.positioned = true;
-        state.filtered += 1;
-        let epoch = state.epoch;
-        if !state.started || !state.cache.is_empty() {
-            state.cache.push_back(Cached::Filtered { epoch, position });
-            return;
-        }
-        Self::window_filtered(state, epoch, position);
-    }
-
-    /// Numbers a filtered input and puts it in the window: nothing holds it, so it is
-    /// due with the items before it.
-    fn window_filtered(state: &mut State<T, P>, epoch: Epoch, position: P) {
-        state.sequence += 1;
-        let sequence = state.sequence;
-        state.window.push(sequence, epoch, position, false);
-    }
-
-    fn defer(&self, operation: Deferred<T, P>) {
-        self.deferred.lock().push(operation);
-        self.has_deferred.store(true, Ordering::Release);
-    }
-
-    /// What the mapper of a cached item deferred (a push publish, a positioned cache, a
-    /// filtered input) goes to the front of the cache, in order: it follows the item
-    /// that deferred it, before the next cached one, so positions stay in order
-    /// (feed-delivery-guarantees §3, independent review R2). Statuses are reported.
-    fn defer_to_front(&self, state: &mut State<T, P>) {
-        if !self.has_deferred.load(Ordering::Acquire) {
-            return;
-        }
-        self.has_deferred.store(false, Ordering::Release);
-        let deferred: Vec<Deferred<T, P>> = std::mem::take(&mut *self.deferred.lock());
-        let epoch = state.epoch;
-        for operation in deferred.into_iter().rev() {
-            match operation {
-                Deferred::Publish(item) => state.cache.push_front(Cached::Push(item)),
-                Deferred::Cache(item, position) => {
-                    state.positioned = true;
-                    state.cache.push_front(Cached::Positioned {
-                        item,
-                        epoch,
-                        position,
-                    });
-                }
-                Deferred::Filtered(position) => {
-                    state.cache.push_front(Cached::Filtered { epoch, position });
-                }
-                Deferred::Status(status) => self.report_status(state, status),
-            }
-        }
-    }
-
-    fn drain_deferred(&self, state: &mut State<T, P>) {
-        if !self.has_deferred.load(Ordering::Acquire) {
-            return;
-        }
-        loop {
-            self.has_deferred.store(false, Ordering::Release);
-            let deferred: Vec<Deferred<T, P>> = std::mem::take(&mut *self.deferred.lock());
-            if deferred.is_empty() {
-                return;
-            }
-            for operation in deferred {
-                match operation {
-                    Deferred::Publish(item) => self.publish_locked(state, item),
-                    Deferred::Cache(item, position) => {
-                        let epoch = state.epoch;
-                        state.positioned = true;
-                        state.cache.push_back(Cached::Positioned {
-                            item,
-                            epoch,
-                            position,
-                        });
-                        self.flush(state);
-                    }
-                    Deferred::Status(status) => self.report_status(state, status),
-                    Deferred::Filtered(position) => Self::filter_locked(state, position),
-                }
-            }
         }
     }
 }
