@@ -1,0 +1,243 @@
+//! Status: the in-band status events offered to the queues in order with the items
+//! (held behind the startup cache and a full PAUSE queue), and the feed's delivery
+//! status (§7): `drained`, `settled`, `lossless`, `stalled` with its reason, and the
+//! counters behind them.
+
+use std::sync::atomic::Ordering;
+
+use mongoose_core::{OverloadPolicy, Position, SourceState};
+use tracing::warn;
+
+use super::{Publisher, State};
+use crate::queue::{Envelope, FeedStatusEvent, OverloadState};
+use crate::status::{FeedStatus, SubscriberStatus};
+
+impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
+    /// Losses of earlier runs found at this start (records a run that was not lossless
+    /// left beside the feed's position): the feed is reported not lossless in this run,
+    /// once.
+    pub fn note_earlier_losses(&self, records: u64) {
+        self.state.lock().earlier_losses += records;
+    }
+
+    /// Offers the waiting status: to PAUSE queues only when every one has room; to the
+    /// others with drop-after-spin semantics.
+    pub(super) fn offer_waiting_status(&self, state: &mut State<T, P>) -> bool {
+        let Some(status) = state.waiting_status else {
+            state.startup_status_pending = false;
+            return true;
+        };
+        let pause_full = state
+            .bindings
+            .iter_mut()
+            .any(|binding| binding.settings.policy == OverloadPolicy::Pause && !binding.has_room());
+        if pause_full {
+            return false;
+        }
+        let event = FeedStatusEvent {
+            feed: self.name.to_string(),
+            state: status,
+            sequence: state.sequence,
+        };
+        let holds_from = state.sequence + 1;
+        let mut losses = Vec::new();
+        for (index, binding) in state.bindings.iter_mut().enumerate() {
+            let room = binding.has_room() || Self::spin_for_room(binding);
+            if !room
+                || binding
+                    .push(Envelope::Status(event.clone()), holds_from)
+                    .is_err()
+            {
+                losses.push(index);
+            }
+        }
+        for index in losses {
+            self.count_drop(state, index, holds_from, false);
+        }
+        state.published_status = Some(status);
+        state.waiting_status = None;
+        state.startup_status_pending = false;
+        true
+    }
+
+    pub(super) fn report_status(&self, state: &mut State<T, P>, status: SourceState) {
+        if let Some(waiting) = state.waiting_status {
+            if waiting == status {
+                return;
+            }
+            if state.published_status == Some(status) {
+                // subscribers already hold it: the waiting one is dropped, nothing sent
+                state.waiting_status = None;
+                if !state.started {
+                    return;
+                }
+                state.startup_status_pending = false;
+                return;
+            }
+        } else if state.published_status == Some(status) {
+            return;
+        }
+        state.waiting_status = Some(status);
+        if !state.started {
+            state.startup_status_pending = true;
+            return;
+        }
+        if state.cache.is_empty() {
+            self.offer_waiting_status(state);
+        }
+    }
+
+    /// The feed's delivery status (§7).
+    pub fn status(&self) -> FeedStatus {
+        let mut state = self.state.lock();
+        state
+            .retained
+            .retain(|point| point.done_through() != u64::MAX);
+        let subscribers: Vec<SubscriberStatus> = state
+            .bindings
+            .iter()
+            .map(|binding| {
+                let dispatched = binding.shared.dispatched();
+                SubscriberStatus {
+                    queue: binding.shared.name.to_string(),
+                    position: binding.produced,
+                    dispatched,
+                    drained: dispatched >= binding.produced,
+                    overload: state
+                        .health
+                        .get(&*binding.shared.group)
+                        .map_or(OverloadState::Up, |record| record.state),
+                }
+            })
+            .collect();
+        let completion_failures = state.completion_failures_of_removed
+            + state
+                .bindings
+                .iter()
+                .map(|binding| binding.shared.completion_failures.load(Ordering::Acquire))
+                .sum::<u64>()
+            + state
+                .retained
+                .iter()
+                .map(|point| point.shared.completion_failures.load(Ordering::Acquire))
+                .sum::<u64>();
+        let consumers = state
+            .bindings
+            .iter()
+            .filter(|binding| !binding.shared.fenced_or_dead())
+            .count() as u64;
+        let stalled = if state.positioned {
+            Self::stalled_reason(&state)
+        } else {
+            None
+        };
+        let drained = subscribers.iter().all(|subscriber| subscriber.drained)
+            && state.cache.is_empty()
+            && state.waiting_status.is_none()
+            && !state.startup_status_pending;
+        let pending_acks = state.window.len() as u64;
+        let lossless = state.dropped == 0
+            && state.refused == 0
+            && completion_failures == 0
+            && state.earlier_losses == 0
+            && state.rotated_unread_bytes == 0
+            && state.rotated_unread_files == 0;
+        let source_done = matches!(
+            state.source_state,
+            SourceState::CaughtUp | SourceState::EndOfStream
+        );
+        let fallback = state.source_state == SourceState::Starting;
+        if fallback && !state.fallback_warned {
+            state.fallback_warned = true;
+            warn!(feed = %self.name, "the feed's source never reported a state: its settled verdict rests on drained alone");
+        }
+        let paused = state.paused_now;
+        let acknowledged = state.window.acknowledged();
+        let committed = if state.has_committer {
+            state.committed
+        } else {
+            acknowledged
+        };
+        let settled = (source_done || fallback)
+            && drained
+            && stalled.is_none()
+            && !paused
+            && (!state.positioned || pending_acks == 0)
+            && committed >= acknowledged;
+        FeedStatus {
+            feed: self.name.to_string(),
+            state: state.source_state.as_str().to_owned(),
+            bounded: state.bounded,
+            sequence: state.sequence,
+            version: state.version,
+            detail: state.detail.clone(),
+            drained,
+            settled,
+            lossless,
+            policy: Self::default_settings(&state).policy.as_str().to_owned(),
+            dropped: state.dropped,
+            refused: state.refused,
+            downgraded: state.downgraded,
+            paused,
+            pauses: state.pauses,
+            acknowledged,
+            committed,
+            pending_acks,
+            subscribers,
+            consumers,
+            stalled,
+            unterminated: state.unterminated,
+            earlier_losses: state.earlier_losses,
+            rotated_unread_bytes: state.rotated_unread_bytes,
+            rotated_unread_files: state.rotated_unread_files,
+            completion_failures,
+            files: state.files.clone(),
+        }
+    }
+
+    /// Why a positioned feed holds its position and cannot complete (§7 `stalled`):
+    /// no live consumer, a fenced or dead one, or a removed one with a backlog, then
+    /// every queue hold (a quarantine, a skipped completion) with its reason.
+    fn stalled_reason(state: &State<T, P>) -> Option<String> {
+        let consumers = if state.bindings.is_empty() {
+            Some("no live consumer".to_owned())
+        } else if let Some(fenced) = state
+            .bindings
+            .iter()
+            .find(|binding| binding.shared.fenced_or_dead())
+        {
+            Some(format!("consumer {} fenced or dead", fenced.shared.name))
+        } else {
+            state.retained.first().map(|point| {
+                format!(
+                    "a removed consumer left unprocessed items ({}: {} items)",
+                    point.shared.name,
+                    point.backlog()
+                )
+            })
+        };
+        let held: Vec<String> = state
+            .bindings
+            .iter()
+            .map(|binding| &binding.shared)
+            .chain(state.retained.iter().map(|point| &point.shared))
+            .filter_map(|shared| {
+                let reason = shared.held_reason()?;
+                Some(format!("queue {} holds: {reason}", shared.name))
+            })
+            .collect();
+        if held.is_empty() {
+            return consumers;
+        }
+        let held = held.join("; ");
+        Some(match consumers {
+            Some(reason) => format!("{reason}; {held}"),
+            None => held,
+        })
+    }
+
+    /// Items the data mapper or the source filtered.
+    pub fn filtered_count(&self) -> u64 {
+        self.state.lock().filtered
+    }
+}
