@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use mongoose_core::{Position, SourceOutput};
+use mongoose_core::{Epoch, Position, SourceCommitter, SourceOutput};
+use tracing::error;
 
 use super::Publisher;
 use crate::checkpoint::{HoldCell, ProcessingCheckpoint};
@@ -56,5 +57,70 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         } else {
             0
         }
+    }
+
+    /// Hands the committer what every queue processed and commits it ([`SourceOutput::poll_acknowledgements`]).
+    pub(super) fn acknowledge_processed(&self) -> usize {
+        let mut committer = self.committer.lock();
+        let mut acknowledged = self.acknowledged_scratch.lock();
+        acknowledged.clear();
+        // the highest sequence handed to the committer, and whether a commit must cover
+        // something (new acknowledgements, or a commit that failed before: retried on
+        // every poll until it succeeds, at stop too; issue 9, item 8)
+        let (handed, uncommitted) = {
+            let mut state = self.state.lock();
+            let mut done = u64::MAX;
+            for binding in &state.bindings {
+                done = done.min(binding.done_through());
+            }
+            state
+                .retained
+                .retain(|point| point.done_through() != u64::MAX);
+            for point in &state.retained {
+                done = done.min(point.done_through());
+            }
+            state.window.acknowledge_through(done, &mut acknowledged);
+            let handed = state.window.acknowledged();
+            (handed, state.committed < handed)
+        };
+        let count = acknowledged.len();
+        if let Some(committer) = committer.as_mut() {
+            for entry in acknowledged.iter() {
+                committer.acknowledged(entry.sequence, entry.epoch, entry.position);
+            }
+            if uncommitted {
+                match committer.commit() {
+                    Ok(()) => {
+                        let mut state = self.state.lock();
+                        state.committed = state.committed.max(handed);
+                    }
+                    Err(error) => {
+                        error!(feed = %self.name, %error, "commit failed: retried on the next poll; until it succeeds the feed is not settled, and a restart re-delivers the items it covers");
+                    }
+                }
+            }
+        }
+        count
+    }
+
+    /// Registers the source's committer ([`SourceOutput::acknowledge_with`]).
+    pub(super) fn register_committer(&self, committer: Box<dyn SourceCommitter<P>>) {
+        *self.committer.lock() = Some(committer);
+        let mut state = self.state.lock();
+        state.positioned = true;
+        state.has_committer = true;
+        // a new committer (a restarted source) starts from its own durable position:
+        // what an earlier one failed to commit is read and published again
+        state.committed = state.window.acknowledged();
+    }
+
+    /// The epoch of the positions published from now on ([`SourceOutput::set_epoch`]).
+    pub(super) fn enter_epoch(&self, epoch: Epoch) {
+        self.state.lock().epoch = epoch;
+    }
+
+    /// What the consumers that store positions hold ([`SourceOutput::saved_positions`]).
+    pub(super) fn consumer_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
+        self.saved_positions.lock().clone()
     }
 }

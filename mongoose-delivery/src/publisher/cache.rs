@@ -7,6 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use mongoose_core::{Epoch, Position, SourceState};
+use tracing::warn;
 
 use super::{Publisher, State};
 
@@ -91,7 +92,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// replay a full queue paused) holds items published before it, it is cached behind
     /// them: in the window now it would be acknowledged ahead of them, and a commit of
     /// its position would pass items no consumer processed (issue 9, item 7).
-    pub(super) fn filter_locked(state: &mut State<T, P>, position: P) {
+    fn filter_locked(state: &mut State<T, P>, position: P) {
         state.positioned = true;
         state.filtered += 1;
         let epoch = state.epoch;
@@ -173,5 +174,44 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 }
             }
         }
+    }
+
+    /// Caches a positioned item, published in order with the cache ([`SourceOutput::cache`]).
+    pub(super) fn cache_at(&self, item: T, position: P) {
+        if self.nested() {
+            self.defer(Deferred::Cache(item, position));
+            return;
+        }
+        let (mut state, _reservation) = self.reserve();
+        state.positioned = true;
+        let epoch = state.epoch;
+        state.cache.push_back(Cached::Positioned {
+            item,
+            epoch,
+            position,
+        });
+        self.flush(&mut state);
+        self.drain_deferred(&mut state);
+    }
+
+    /// A positioned input that produced no item ([`SourceOutput::filtered`]).
+    pub(super) fn filter_at(&self, position: P, reason: &str) {
+        warn!(feed = %self.name, ?position, reason, "input filtered: no item published for it");
+        if self.nested() {
+            self.defer(Deferred::Filtered(position));
+            return;
+        }
+        Self::filter_locked(&mut self.state.lock(), position);
+    }
+
+    /// Publishes what a full PAUSE queue held back ([`SourceOutput::flush_paused`]).
+    pub(super) fn resume_paused(&self) -> bool {
+        if self.nested() {
+            return false;
+        }
+        let (mut state, _reservation) = self.reserve();
+        let done = self.flush(&mut state);
+        self.drain_deferred(&mut state);
+        done
     }
 }

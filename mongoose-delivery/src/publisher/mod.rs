@@ -4,14 +4,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use mongoose_core::{
-    agent, BatchEnd, Epoch, FailureKind, OverloadSettings, Position, PublishRefused, Refusal,
-    SourceCommitter, SourceOutput, SourceState, TryPublish,
+    BatchEnd, Epoch, OverloadSettings, Position, PublishRefused, SourceCommitter, SourceOutput,
+    SourceState, TryPublish,
 };
 use parking_lot::Mutex;
-use tracing::{error, warn};
 
 use crate::checkpoint::HoldCell;
 use crate::feed::{DataMapper, FeedBuilder};
@@ -27,7 +25,6 @@ mod subscriptions;
 
 use cache::{Cached, Deferred};
 pub use overload::KillSwitch;
-use publish::Chunk;
 pub use subscriptions::{Released, Subscription};
 
 struct State<T, P: Position> {
@@ -228,279 +225,62 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
 
 impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, P> {
     fn try_publish(&self, item: T, position: P) -> TryPublish<T> {
-        if self.nested() {
-            return TryPublish::Retry(item);
-        }
-        let (mut state, _reservation) = self.reserve();
-        state.positioned = true;
-        if !state.started {
-            let epoch = state.epoch;
-            state.cache.push_back(Cached::Positioned {
-                item,
-                epoch,
-                position,
-            });
-            return TryPublish::Published;
-        }
-        if !state.cache.is_empty() || state.waiting_status.is_some() {
-            self.flush(&mut state);
-        }
-        if self.hold_reason(&mut state).is_some() {
-            Self::note_pause(&mut state);
-            return TryPublish::Paused(item);
-        }
-        state.paused_now = false;
-        let epoch = state.epoch;
-        self.publish_positioned(&mut state, item, epoch, position);
-        self.drain_deferred(&mut state);
-        TryPublish::Published
+        self.try_publish_at(item, position)
     }
 
     fn try_publish_batch(&self, next: &mut dyn FnMut() -> Option<(T, P)>) -> BatchEnd<T, P> {
-        if self.nested() {
-            return match next() {
-                Some((item, position)) => BatchEnd::Returned(item, position, Refusal::Retry),
-                None => BatchEnd::Exhausted,
-            };
-        }
-        let (mut state, _reservation) = self.reserve();
-        state.positioned = true;
-        if !state.started {
-            while let Some((item, position)) = next() {
-                let epoch = state.epoch;
-                state.cache.push_back(Cached::Positioned {
-                    item,
-                    epoch,
-                    position,
-                });
-            }
-            return BatchEnd::Exhausted;
-        }
-        if !state.cache.is_empty() || state.waiting_status.is_some() {
-            self.flush(&mut state);
-        }
-        loop {
-            if self.hold_reason(&mut state).is_some() {
-                Self::note_pause(&mut state);
-                break BatchEnd::Paused;
-            }
-            let pulled = match self.publish_chunk(&mut state, next) {
-                Chunk::Unavailable => next(),
-                Chunk::Full => continue,
-                Chunk::Exhausted => None,
-                Chunk::Deferred(item, position) => Some((item, position)),
-                Chunk::Panicked(panic) => std::panic::resume_unwind(panic),
-            };
-            let Some((item, position)) = pulled else {
-                // the feed has room and the source holds nothing: not paused, even if
-                // an earlier batch ended "paused" after its last item filled a queue
-                state.paused_now = false;
-                self.drain_deferred(&mut state);
-                break BatchEnd::Exhausted;
-            };
-            // what the producer did while producing this item (a nested `filtered`, a
-            // push publish) happened before it: it goes first, in order
-            self.drain_deferred(&mut state);
-            if self.hold_reason(&mut state).is_some() {
-                Self::note_pause(&mut state);
-                break BatchEnd::Returned(item, position, Refusal::Paused);
-            }
-            state.paused_now = false;
-            let epoch = state.epoch;
-            self.publish_positioned(&mut state, item, epoch, position);
-            self.drain_deferred(&mut state);
-        }
+        self.try_publish_from(next)
     }
 
     fn publish(&self, item: T) -> Result<(), PublishRefused> {
-        if self.nested() {
-            self.defer(Deferred::Publish(item));
-            return Ok(());
-        }
-        let on_agent = agent::is_agent_thread();
-        let started_waiting = Instant::now();
-        loop {
-            let (mut state, _reservation) = self.reserve();
-            let blocked = if on_agent || !state.started {
-                None
-            } else {
-                Self::blocking_queue_without_room(&state)
-            };
-            match blocked {
-                None => {
-                    // on an agent thread a full BLOCK queue drops after the spin, counted
-                    // as dropped and downgraded: an agent thread never waits
-                    self.publish_locked(&mut state, item);
-                    self.drain_deferred(&mut state);
-                    return Ok(());
-                }
-                Some(queue) => {
-                    if state.stopping {
-                        let reason = format!("server is stopping; queue {queue} had no room");
-                        return Err(self.refuse(&mut state, FailureKind::RefusedState, reason));
-                    }
-                    let deadline = Self::blocking_deadline(&state).unwrap_or_default();
-                    if started_waiting.elapsed() >= deadline {
-                        let reason = format!(
-                            "queue {queue} had no room within {} ms",
-                            deadline.as_millis()
-                        );
-                        return Err(self.refuse(&mut state, FailureKind::RefusedDeadline, reason));
-                    }
-                }
-            }
-            // wait for room without holding the publish lock
-            drop(state);
-            std::thread::sleep(Duration::from_micros(50));
-        }
+        self.publish_push(item)
     }
 
     fn cache(&self, item: T, position: P) {
-        if self.nested() {
-            self.defer(Deferred::Cache(item, position));
-            return;
-        }
-        let (mut state, _reservation) = self.reserve();
-        state.positioned = true;
-        let epoch = state.epoch;
-        state.cache.push_back(Cached::Positioned {
-            item,
-            epoch,
-            position,
-        });
-        self.flush(&mut state);
-        self.drain_deferred(&mut state);
+        self.cache_at(item, position)
     }
 
     fn filtered(&self, position: P, reason: &str) {
-        warn!(feed = %self.name, ?position, reason, "input filtered: no item published for it");
-        if self.nested() {
-            self.defer(Deferred::Filtered(position));
-            return;
-        }
-        Self::filter_locked(&mut self.state.lock(), position);
+        self.filter_at(position, reason)
     }
 
     fn poll_acknowledgements(&self) -> usize {
-        let mut committer = self.committer.lock();
-        let mut acknowledged = self.acknowledged_scratch.lock();
-        acknowledged.clear();
-        // the highest sequence handed to the committer, and whether a commit must cover
-        // something (new acknowledgements, or a commit that failed before: retried on
-        // every poll until it succeeds, at stop too; issue 9, item 8)
-        let (handed, uncommitted) = {
-            let mut state = self.state.lock();
-            let mut done = u64::MAX;
-            for binding in &state.bindings {
-                done = done.min(binding.done_through());
-            }
-            state
-                .retained
-                .retain(|point| point.done_through() != u64::MAX);
-            for point in &state.retained {
-                done = done.min(point.done_through());
-            }
-            state.window.acknowledge_through(done, &mut acknowledged);
-            let handed = state.window.acknowledged();
-            (handed, state.committed < handed)
-        };
-        let count = acknowledged.len();
-        if let Some(committer) = committer.as_mut() {
-            for entry in acknowledged.iter() {
-                committer.acknowledged(entry.sequence, entry.epoch, entry.position);
-            }
-            if uncommitted {
-                match committer.commit() {
-                    Ok(()) => {
-                        let mut state = self.state.lock();
-                        state.committed = state.committed.max(handed);
-                    }
-                    Err(error) => {
-                        error!(feed = %self.name, %error, "commit failed: retried on the next poll; until it succeeds the feed is not settled, and a restart re-delivers the items it covers");
-                    }
-                }
-            }
-        }
-        count
+        self.acknowledge_processed()
     }
 
     fn flush_paused(&self) -> bool {
-        if self.nested() {
-            return false;
-        }
-        let (mut state, _reservation) = self.reserve();
-        let done = self.flush(&mut state);
-        self.drain_deferred(&mut state);
-        done
+        self.resume_paused()
     }
 
     fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<P>>) {
-        *self.committer.lock() = Some(committer);
-        let mut state = self.state.lock();
-        state.positioned = true;
-        state.has_committer = true;
-        // a new committer (a restarted source) starts from its own durable position:
-        // what an earlier one failed to commit is read and published again
-        state.committed = state.window.acknowledged();
+        self.register_committer(committer)
     }
 
     fn set_epoch(&self, epoch: Epoch) {
-        self.state.lock().epoch = epoch;
+        self.enter_epoch(epoch)
     }
 
     fn set_pause_by_default(&self, pause: bool) {
-        let mut state = self.state.lock();
-        state.pause_by_default = pause;
-        let settings = Self::default_settings(&state);
-        for binding in state
-            .bindings
-            .iter_mut()
-            .filter(|binding| !binding.explicit)
-        {
-            binding.settings = settings;
-        }
+        self.default_to_pause(pause)
     }
 
     fn report_state(&self, source_state: SourceState, detail: Option<&str>) {
-        if self.nested() {
-            self.defer(Deferred::Status(source_state));
-            return;
-        }
-        let (mut state, _reservation) = self.reserve();
-        let changed = state.source_state != source_state || state.detail.as_deref() != detail;
-        state.source_state = source_state;
-        state.detail = detail.map(str::to_owned);
-        if changed {
-            state.version += 1;
-        }
-        if source_state == SourceState::EndOfStream {
-            state.bounded = true;
-        }
-        if state.status_events {
-            self.report_status(&mut state, source_state);
-        }
-        self.drain_deferred(&mut state);
+        self.record_source_state(source_state, detail)
     }
 
     fn set_unterminated_bytes(&self, bytes: u64) {
-        self.state.lock().unterminated = bytes;
+        self.record_unterminated_bytes(bytes)
     }
 
     fn report_rotated_unread(&self, file: &str, bytes: Option<u64>) {
-        let mut state = self.state.lock();
-        state.rotated_unread_files += 1;
-        state.rotated_unread_bytes += bytes.unwrap_or(0);
-        warn!(feed = %self.name, file, bytes = ?bytes,
-            "a rotated input was not read to its end (compressed or deleted first): the feed is not lossless");
+        self.record_rotated_unread(file, bytes)
     }
 
     fn report_files(&self, files: &[mongoose_core::FileLag]) {
-        let mut state = self.state.lock();
-        state.files.clear();
-        state.files.extend_from_slice(files);
+        self.record_files(files)
     }
 
     fn saved_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
-        self.saved_positions.lock().clone()
+        self.consumer_positions()
     }
 }

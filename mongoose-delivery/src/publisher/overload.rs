@@ -281,4 +281,18 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             reason,
         }
     }
+
+    /// Queues without an explicit policy pause (a re-readable source) or drop ([`SourceOutput::set_pause_by_default`]).
+    pub(super) fn default_to_pause(&self, pause: bool) {
+        let mut state = self.state.lock();
+        state.pause_by_default = pause;
+        let settings = Self::default_settings(&state);
+        for binding in state
+            .bindings
+            .iter_mut()
+            .filter(|binding| !binding.explicit)
+        {
+            binding.settings = settings;
+        }
+    }
 }

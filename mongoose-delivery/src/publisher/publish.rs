@@ -5,11 +5,14 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use mongoose_core::{Epoch, OverloadPolicy, Position};
+use mongoose_core::{
+    agent, BatchEnd, Epoch, FailureKind, OverloadPolicy, Position, PublishRefused, Refusal,
+    TryPublish,
+};
 
-use super::{Cached, Publisher, State};
+use super::{Cached, Deferred, Publisher, State};
 use crate::queue::{Binding, Envelope, Payload};
 
 /// Why a positioned publish cannot go ahead now.
@@ -24,7 +27,7 @@ pub(super) enum Hold {
 }
 
 /// How [`Publisher::publish_chunk`] ended.
-pub(super) enum Chunk<T, P> {
+enum Chunk<T, P> {
     /// The fast path does not apply (or has no room): publish the next item the slow way.
     Unavailable,
     /// The chunk is full (or a fence went up): check the holds again.
@@ -47,7 +50,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// operation (a nested publish, a `filtered`) is handed back to go the slow way, after
     /// the deferred operation. A producer that panics leaves the items before it
     /// published, as the slow way does.
-    pub(super) fn publish_chunk(
+    fn publish_chunk(
         &self,
         state: &mut State<T, P>,
         next: &mut dyn FnMut() -> Option<(T, P)>,
@@ -126,7 +129,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         end
     }
 
-    pub(super) fn hold_reason(&self, state: &mut State<T, P>) -> Option<Hold> {
+    fn hold_reason(&self, state: &mut State<T, P>) -> Option<Hold> {
         if !state.cache.is_empty() {
             return Some(Hold::CacheWaiting);
         }
@@ -337,6 +340,140 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
         if let Some(item) = self.apply_mapper(state, item) {
             self.deliver(state, item, None);
+        }
+    }
+
+    /// A positioned publish ([`SourceOutput::try_publish`]).
+    pub(super) fn try_publish_at(&self, item: T, position: P) -> TryPublish<T> {
+        if self.nested() {
+            return TryPublish::Retry(item);
+        }
+        let (mut state, _reservation) = self.reserve();
+        state.positioned = true;
+        if !state.started {
+            let epoch = state.epoch;
+            state.cache.push_back(Cached::Positioned {
+                item,
+                epoch,
+                position,
+            });
+            return TryPublish::Published;
+        }
+        if !state.cache.is_empty() || state.waiting_status.is_some() {
+            self.flush(&mut state);
+        }
+        if self.hold_reason(&mut state).is_some() {
+            Self::note_pause(&mut state);
+            return TryPublish::Paused(item);
+        }
+        state.paused_now = false;
+        let epoch = state.epoch;
+        self.publish_positioned(&mut state, item, epoch, position);
+        self.drain_deferred(&mut state);
+        TryPublish::Published
+    }
+
+    /// A positioned batch publish ([`SourceOutput::try_publish_batch`]).
+    pub(super) fn try_publish_from(
+        &self,
+        next: &mut dyn FnMut() -> Option<(T, P)>,
+    ) -> BatchEnd<T, P> {
+        if self.nested() {
+            return match next() {
+                Some((item, position)) => BatchEnd::Returned(item, position, Refusal::Retry),
+                None => BatchEnd::Exhausted,
+            };
+        }
+        let (mut state, _reservation) = self.reserve();
+        state.positioned = true;
+        if !state.started {
+            while let Some((item, position)) = next() {
+                let epoch = state.epoch;
+                state.cache.push_back(Cached::Positioned {
+                    item,
+                    epoch,
+                    position,
+                });
+            }
+            return BatchEnd::Exhausted;
+        }
+        if !state.cache.is_empty() || state.waiting_status.is_some() {
+            self.flush(&mut state);
+        }
+        loop {
+            if self.hold_reason(&mut state).is_some() {
+                Self::note_pause(&mut state);
+                break BatchEnd::Paused;
+            }
+            let pulled = match self.publish_chunk(&mut state, next) {
+                Chunk::Unavailable => next(),
+                Chunk::Full => continue,
+                Chunk::Exhausted => None,
+                Chunk::Deferred(item, position) => Some((item, position)),
+                Chunk::Panicked(panic) => std::panic::resume_unwind(panic),
+            };
+            let Some((item, position)) = pulled else {
+                // the feed has room and the source holds nothing: not paused, even if
+                // an earlier batch ended "paused" after its last item filled a queue
+                state.paused_now = false;
+                self.drain_deferred(&mut state);
+                break BatchEnd::Exhausted;
+            };
+            // what the producer did while producing this item (a nested `filtered`, a
+            // push publish) happened before it: it goes first, in order
+            self.drain_deferred(&mut state);
+            if self.hold_reason(&mut state).is_some() {
+                Self::note_pause(&mut state);
+                break BatchEnd::Returned(item, position, Refusal::Paused);
+            }
+            state.paused_now = false;
+            let epoch = state.epoch;
+            self.publish_positioned(&mut state, item, epoch, position);
+            self.drain_deferred(&mut state);
+        }
+    }
+
+    /// A push publish, waiting for a full BLOCK queue off agent threads ([`SourceOutput::publish`]).
+    pub(super) fn publish_push(&self, item: T) -> Result<(), PublishRefused> {
+        if self.nested() {
+            self.defer(Deferred::Publish(item));
+            return Ok(());
+        }
+        let on_agent = agent::is_agent_thread();
+        let started_waiting = Instant::now();
+        loop {
+            let (mut state, _reservation) = self.reserve();
+            let blocked = if on_agent || !state.started {
+                None
+            } else {
+                Self::blocking_queue_without_room(&state)
+            };
+            match blocked {
+                None => {
+                    // on an agent thread a full BLOCK queue drops after the spin, counted
+                    // as dropped and downgraded: an agent thread never waits
+                    self.publish_locked(&mut state, item);
+                    self.drain_deferred(&mut state);
+                    return Ok(());
+                }
+                Some(queue) => {
+                    if state.stopping {
+                        let reason = format!("server is stopping; queue {queue} had no room");
+                        return Err(self.refuse(&mut state, FailureKind::RefusedState, reason));
+                    }
+                    let deadline = Self::blocking_deadline(&state).unwrap_or_default();
+                    if started_waiting.elapsed() >= deadline {
+                        let reason = format!(
+                            "queue {queue} had no room within {} ms",
+                            deadline.as_millis()
+                        );
+                        return Err(self.refuse(&mut state, FailureKind::RefusedDeadline, reason));
+                    }
+                }
+            }
+            // wait for room without holding the publish lock
+            drop(state);
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use mongoose_core::{OverloadPolicy, Position, SourceState};
 use tracing::warn;
 
-use super::{Publisher, State};
+use super::{Deferred, Publisher, State};
 use crate::queue::{Envelope, FeedStatusEvent, OverloadState};
 use crate::status::{FeedStatus, SubscriberStatus};
 
@@ -239,5 +239,48 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// Items the data mapper or the source filtered.
     pub fn filtered_count(&self) -> u64 {
         self.state.lock().filtered
+    }
+
+    /// The source's state, and its in-band status event ([`SourceOutput::report_state`]).
+    pub(super) fn record_source_state(&self, source_state: SourceState, detail: Option<&str>) {
+        if self.nested() {
+            self.defer(Deferred::Status(source_state));
+            return;
+        }
+        let (mut state, _reservation) = self.reserve();
+        let changed = state.source_state != source_state || state.detail.as_deref() != detail;
+        state.source_state = source_state;
+        state.detail = detail.map(str::to_owned);
+        if changed {
+            state.version += 1;
+        }
+        if source_state == SourceState::EndOfStream {
+            state.bounded = true;
+        }
+        if state.status_events {
+            self.report_status(&mut state, source_state);
+        }
+        self.drain_deferred(&mut state);
+    }
+
+    /// Bytes the source read after its last complete input ([`SourceOutput::set_unterminated_bytes`]).
+    pub(super) fn record_unterminated_bytes(&self, bytes: u64) {
+        self.state.lock().unterminated = bytes;
+    }
+
+    /// A rotated input that was not read to its end ([`SourceOutput::report_rotated_unread`]).
+    pub(super) fn record_rotated_unread(&self, file: &str, bytes: Option<u64>) {
+        let mut state = self.state.lock();
+        state.rotated_unread_files += 1;
+        state.rotated_unread_bytes += bytes.unwrap_or(0);
+        warn!(feed = %self.name, file, bytes = ?bytes,
+            "a rotated input was not read to its end (compressed or deleted first): the feed is not lossless");
+    }
+
+    /// The input files of a many-file source ([`SourceOutput::report_files`]).
+    pub(super) fn record_files(&self, files: &[mongoose_core::FileLag]) {
+        let mut state = self.state.lock();
+        state.files.clear();
+        state.files.extend_from_slice(files);
     }
 }
