@@ -2,6 +2,7 @@
 //! dispatched counters (processing-checkpoint holds, consumers' saved positions), and
 //! the commit of what was processed after the source stopped.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use mongoose_core::{Epoch, Position, SourceCommitter, SourceOutput};
@@ -9,6 +10,30 @@ use tracing::error;
 
 use super::Publisher;
 use crate::checkpoint::{HoldCell, ProcessingCheckpoint};
+use crate::window::Window;
+
+/// The acknowledgement part of the feed's state.
+pub(super) struct AckState<P: Position> {
+    /// Sequence to position, in publish order, until every queue processed it.
+    pub(super) window: Window<P>,
+    /// The processing-checkpoint hold of each group that took one (§5).
+    pub(super) holds: HashMap<String, Arc<HoldCell>>,
+    /// A committer is registered ([`SourceOutput::acknowledge_with`]).
+    pub(super) has_committer: bool,
+    /// The highest sequence a successful commit covered (issue 9, item 8).
+    pub(super) committed: u64,
+}
+
+impl<P: Position> AckState<P> {
+    pub(super) fn new() -> Self {
+        AckState {
+            window: Window::new(),
+            holds: HashMap::new(),
+            has_committer: false,
+            committed: 0,
+        }
+    }
+}
 
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// Keeps a consumer's saved position (its latest report replaces an earlier one)
@@ -22,7 +47,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// Takes a processing-checkpoint hold on `group`'s queue for this feed (§5).
     pub fn hold(&self, group: &str) -> ProcessingCheckpoint {
         let mut state = self.state.lock();
-        let cell = match state.holds.get(group) {
+        let cell = match state.ack.holds.get(group) {
             Some(cell) => {
                 cell.set_held(true);
                 Arc::clone(cell)
@@ -37,7 +62,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                     cell.bind(Arc::clone(&binding.shared));
                     binding.hold = Some(Arc::clone(&cell));
                 }
-                state.holds.insert(group.to_owned(), Arc::clone(&cell));
+                state.ack.holds.insert(group.to_owned(), Arc::clone(&cell));
                 cell
             }
         };
@@ -79,9 +104,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             for point in &state.retained {
                 done = done.min(point.done_through());
             }
-            state.window.acknowledge_through(done, &mut acknowledged);
-            let handed = state.window.acknowledged();
-            (handed, state.committed < handed)
+            state
+                .ack
+                .window
+                .acknowledge_through(done, &mut acknowledged);
+            let handed = state.ack.window.acknowledged();
+            (handed, state.ack.committed < handed)
         };
         let count = acknowledged.len();
         if let Some(committer) = committer.as_mut() {
@@ -92,7 +120,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 match committer.commit() {
                     Ok(()) => {
                         let mut state = self.state.lock();
-                        state.committed = state.committed.max(handed);
+                        state.ack.committed = state.ack.committed.max(handed);
                     }
                     Err(error) => {
                         error!(feed = %self.name, %error, "commit failed: retried on the next poll; until it succeeds the feed is not settled, and a restart re-delivers the items it covers");
@@ -108,10 +136,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         *self.committer.lock() = Some(committer);
         let mut state = self.state.lock();
         state.positioned = true;
-        state.has_committer = true;
+        state.ack.has_committer = true;
         // a new committer (a restarted source) starts from its own durable position:
         // what an earlier one failed to commit is read and published again
-        state.committed = state.window.acknowledged();
+        state.ack.committed = state.ack.window.acknowledged();
     }
 
     /// The epoch of the positions published from now on ([`SourceOutput::set_epoch`]).

@@ -4,6 +4,7 @@
 //! publish, cache, filtered input or status) is deferred and replayed in order after
 //! the item that caused it.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use mongoose_core::{Epoch, Position, SourceState};
@@ -33,6 +34,20 @@ pub(super) enum Deferred<T, P> {
     Filtered(P),
 }
 
+/// The startup-cache part of the feed's state.
+pub(super) struct CacheState<T, P> {
+    /// What waits for the startup to complete (or for room in a PAUSE queue), in order.
+    pub(super) items: VecDeque<Cached<T, P>>,
+}
+
+impl<T, P> CacheState<T, P> {
+    pub(super) fn new() -> Self {
+        CacheState {
+            items: VecDeque::new(),
+        }
+    }
+}
+
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// The startup completed: cached items are published in order (pausing at a full
     /// PAUSE queue; [`SourceOutput::flush_paused`] resumes), then the status reported
@@ -50,14 +65,14 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if !state.started {
             return false;
         }
-        while let Some(front) = state.cache.front() {
+        while let Some(front) = state.cache.items.front() {
             if matches!(front, Cached::Positioned { .. })
                 && self.room_for_positioned(state).is_some()
             {
                 Self::note_pause(state);
                 return false;
             }
-            let Some(cached) = state.cache.pop_front() else {
+            let Some(cached) = state.cache.items.pop_front() else {
                 break;
             };
             match cached {
@@ -82,7 +97,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 }
             }
         }
-        if state.startup_status_pending || state.waiting_status.is_some() {
+        if state.events.startup_pending || state.events.waiting.is_some() {
             return self.offer_waiting_status(state);
         }
         true
@@ -94,10 +109,13 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// its position would pass items no consumer processed (issue 9, item 7).
     fn filter_locked(state: &mut State<T, P>, position: P) {
         state.positioned = true;
-        state.filtered += 1;
+        state.counts.filtered += 1;
         let epoch = state.epoch;
-        if !state.started || !state.cache.is_empty() {
-            state.cache.push_back(Cached::Filtered { epoch, position });
+        if !state.started || !state.cache.items.is_empty() {
+            state
+                .cache
+                .items
+                .push_back(Cached::Filtered { epoch, position });
             return;
         }
         Self::window_filtered(state, epoch, position);
@@ -108,7 +126,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     fn window_filtered(state: &mut State<T, P>, epoch: Epoch, position: P) {
         state.sequence += 1;
         let sequence = state.sequence;
-        state.window.push(sequence, epoch, position, false);
+        state.ack.window.push(sequence, epoch, position, false);
     }
 
     pub(super) fn defer(&self, operation: Deferred<T, P>) {
@@ -129,17 +147,20 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let epoch = state.epoch;
         for operation in deferred.into_iter().rev() {
             match operation {
-                Deferred::Publish(item) => state.cache.push_front(Cached::Push(item)),
+                Deferred::Publish(item) => state.cache.items.push_front(Cached::Push(item)),
                 Deferred::Cache(item, position) => {
                     state.positioned = true;
-                    state.cache.push_front(Cached::Positioned {
+                    state.cache.items.push_front(Cached::Positioned {
                         item,
                         epoch,
                         position,
                     });
                 }
                 Deferred::Filtered(position) => {
-                    state.cache.push_front(Cached::Filtered { epoch, position });
+                    state
+                        .cache
+                        .items
+                        .push_front(Cached::Filtered { epoch, position });
                 }
                 Deferred::Status(status) => self.report_status(state, status),
             }
@@ -162,7 +183,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                     Deferred::Cache(item, position) => {
                         let epoch = state.epoch;
                         state.positioned = true;
-                        state.cache.push_back(Cached::Positioned {
+                        state.cache.items.push_back(Cached::Positioned {
                             item,
                             epoch,
                             position,
@@ -185,7 +206,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let (mut state, _reservation) = self.reserve();
         state.positioned = true;
         let epoch = state.epoch;
-        state.cache.push_back(Cached::Positioned {
+        state.cache.items.push_back(Cached::Positioned {
             item,
             epoch,
             position,

@@ -1,20 +1,19 @@
 //! The publisher of one feed: sequence numbers, one binding per subscriber queue, the
 //! overload policies, the acknowledgement window, the startup cache and in-band status.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mongoose_core::{
-    BatchEnd, Epoch, OverloadSettings, Position, PublishRefused, SourceCommitter, SourceOutput,
-    SourceState, TryPublish,
+    BatchEnd, Epoch, Position, PublishRefused, SourceCommitter, SourceOutput, SourceState,
+    TryPublish,
 };
 use parking_lot::Mutex;
 
-use crate::checkpoint::HoldCell;
 use crate::feed::{DataMapper, FeedBuilder};
-use crate::queue::{Binding, HealthRecord, OverloadObserver, RetainedPoint};
-use crate::window::{Window, WindowEntry};
+use crate::queue::{Binding, OverloadObserver, RetainedPoint};
+use crate::window::WindowEntry;
 
 mod acknowledge;
 mod cache;
@@ -23,59 +22,49 @@ mod publish;
 mod status;
 mod subscriptions;
 
-use cache::{Cached, Deferred};
+use acknowledge::AckState;
+use cache::{CacheState, Cached, Deferred};
 pub use overload::KillSwitch;
+use overload::Overload;
+use status::{Counts, SourceReport, StatusEvents};
 pub use subscriptions::{Released, Subscription};
 
+/// The feed's state under its one publish lock: the queues and the numbering every
+/// job reads, then one part per job.
 struct State<T, P: Position> {
+    /// The last sequence number given (an item, a filtered input).
     sequence: u64,
+    /// The epoch of the positions published now ([`SourceOutput::set_epoch`]).
     epoch: Epoch,
+    /// The feed has a source with positions (a positioned publish or a committer).
     positioned: bool,
+    /// The startup completed ([`Publisher::start_complete`]).
     started: bool,
+    /// The server began to stop ([`Publisher::begin_stop`]).
     stopping: bool,
+    /// The next id of a subscription or a queue.
+    next_id: u64,
+    /// One binding per live subscriber queue.
     bindings: Vec<Binding<T>>,
+    /// What removed queues were given and did not process.
     retained: Vec<RetainedPoint>,
-    window: Window<P>,
-    cache: VecDeque<Cached<T, P>>,
     /// The shared items of a fan-out, oldest first, reused once every queue released
     /// them (see [`Publisher::share`]).
     shared_pool: VecDeque<Arc<T>>,
-    waiting_status: Option<SourceState>,
-    published_status: Option<SourceState>,
-    startup_status_pending: bool,
-    holds: HashMap<String, Arc<HoldCell>>,
-    health: HashMap<String, HealthRecord>,
-    default_settings: OverloadSettings,
-    explicit_default: bool,
-    pause_by_default: bool,
-    overrides: HashMap<String, OverloadSettings>,
-    dropped: u64,
-    refused: u64,
-    downgraded: u64,
-    filtered: u64,
-    pauses: u64,
+    /// The last positioned publish found a hold (counted once per pause in `pauses`).
     paused_now: bool,
-    completion_failures_of_removed: u64,
-    /// A committer is registered ([`SourceOutput::acknowledge_with`]).
-    has_committer: bool,
-    /// The highest sequence a successful commit covered (issue 9, item 8).
-    committed: u64,
-    source_state: SourceState,
-    detail: Option<String>,
-    version: u64,
-    unterminated: u64,
-    /// Bytes of rotated inputs proven unread (see `report_rotated_unread`).
-    rotated_unread_bytes: u64,
-    /// Rotated inputs that held, or may have held, unread bytes.
-    rotated_unread_files: u64,
-    /// Loss records of earlier runs reported at this start.
-    earlier_losses: u64,
-    /// The input files of a many-file source (`report_files`).
-    files: Vec<mongoose_core::FileLag>,
-    bounded: bool,
-    status_events: bool,
-    fallback_warned: bool,
-    next_id: u64,
+    /// The acknowledgement window, checkpoint holds and commit progress.
+    ack: AckState<P>,
+    /// The startup cache.
+    cache: CacheState<T, P>,
+    /// The queues' policies and overload health.
+    overload: Overload,
+    /// Loss and pause counters.
+    counts: Counts,
+    /// The in-band status events.
+    events: StatusEvents,
+    /// What the source reported about itself.
+    source: SourceReport,
 }
 
 /// The publisher of one feed of items `T` with source positions `P`.
@@ -131,48 +120,23 @@ impl Drop for Reservation<'_> {
 
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     pub(crate) fn from_builder(builder: FeedBuilder<T, P>) -> Self {
-        let explicit_default = builder.overload.is_some();
-        let state = State {
+        let state: State<T, P> = State {
             sequence: 0,
             epoch: Epoch::NONE,
             positioned: false,
             started: false,
             stopping: false,
+            next_id: 1,
             bindings: Vec::new(),
             retained: Vec::new(),
-            window: Window::new(),
-            cache: VecDeque::new(),
-            waiting_status: None,
-            published_status: None,
-            startup_status_pending: false,
-            holds: HashMap::new(),
-            health: HashMap::new(),
-            default_settings: builder.overload.unwrap_or_default(),
-            explicit_default,
-            pause_by_default: false,
-            overrides: builder.overrides,
             shared_pool: VecDeque::new(),
-            dropped: 0,
-            refused: 0,
-            downgraded: 0,
-            filtered: 0,
-            pauses: 0,
             paused_now: false,
-            completion_failures_of_removed: 0,
-            has_committer: false,
-            committed: 0,
-            source_state: SourceState::Starting,
-            detail: None,
-            version: 0,
-            unterminated: 0,
-            rotated_unread_bytes: 0,
-            rotated_unread_files: 0,
-            earlier_losses: 0,
-            files: Vec::new(),
-            bounded: builder.bounded,
-            status_events: builder.status_events,
-            fallback_warned: false,
-            next_id: 1,
+            ack: AckState::new(),
+            cache: CacheState::new(),
+            overload: Overload::new(builder.overload, builder.overrides),
+            counts: Counts::default(),
+            events: StatusEvents::new(builder.status_events),
+            source: SourceReport::new(builder.bounded),
         };
         Publisher {
             name: Arc::from(builder.name.as_str()),

@@ -14,7 +14,7 @@ use mongoose_core::{
 use tracing::{error, info, warn};
 
 use super::{Publisher, State};
-use crate::queue::{DropEvidence, OverloadChange, OverloadObserver, OverloadState};
+use crate::queue::{DropEvidence, HealthRecord, OverloadChange, OverloadObserver, OverloadState};
 
 /// Called once per latch of a BLOCK_WITH_DEADLINE queue whose settings ask for it, on
 /// a thread of its own (never an agent thread). Arguments: feed, queue.
@@ -26,18 +26,50 @@ fn wall_clock_millis() -> u64 {
         .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
+/// The overload part of the feed's state: the policies and each group's health.
+pub(super) struct Overload {
+    /// The health of each group's queue (kept after it is removed while latched).
+    pub(super) health: HashMap<String, HealthRecord>,
+    /// The feed's default settings, when the builder gave them (`explicit_default`).
+    pub(super) default_settings: OverloadSettings,
+    /// The builder gave the feed's default settings.
+    pub(super) explicit_default: bool,
+    /// Without explicit settings, queues pause (a re-readable source) instead of dropping.
+    pub(super) pause_by_default: bool,
+    /// The settings of each group that has its own.
+    pub(super) overrides: HashMap<String, OverloadSettings>,
+}
+
+impl Overload {
+    pub(super) fn new(
+        default_settings: Option<OverloadSettings>,
+        overrides: HashMap<String, OverloadSettings>,
+    ) -> Self {
+        Overload {
+            health: HashMap::new(),
+            explicit_default: default_settings.is_some(),
+            default_settings: default_settings.unwrap_or_default(),
+            pause_by_default: false,
+            overrides,
+        }
+    }
+}
+
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     pub(super) fn effective_settings(state: &State<T, P>, group: &str) -> (OverloadSettings, bool) {
-        if let Some(settings) = state.overrides.get(group) {
+        if let Some(settings) = state.overload.overrides.get(group) {
             return (*settings, true);
         }
-        (Self::default_settings(state), state.explicit_default)
+        (
+            Self::default_settings(state),
+            state.overload.explicit_default,
+        )
     }
 
     pub(super) fn default_settings(state: &State<T, P>) -> OverloadSettings {
-        if state.explicit_default {
-            state.default_settings
-        } else if state.pause_by_default {
+        if state.overload.explicit_default {
+            state.overload.default_settings
+        } else if state.overload.pause_by_default {
             OverloadSettings::pause()
         } else {
             OverloadSettings::drop_after_spin()
@@ -52,15 +84,16 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// Clears latched and degraded overload states (the admin `overload.clear`).
     pub fn clear_overload(&self) {
         let mut state = self.state.lock();
-        for (group, record) in state.health.iter() {
+        for (group, record) in state.overload.health.iter() {
             if record.state != OverloadState::Up {
                 self.overload_changed(group, record.state, OverloadState::Up, "cleared");
             }
         }
         state
+            .overload
             .health
             .retain(|_, record| record.state != OverloadState::Removed);
-        for record in state.health.values_mut() {
+        for record in state.overload.health.values_mut() {
             record.state = OverloadState::Up;
             record.last_loss = None;
         }
@@ -110,6 +143,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             })
             .collect();
         let mut states: Vec<(String, OverloadState)> = state
+            .overload
             .health
             .iter_mut()
             .map(|(group, record)| {
@@ -185,11 +219,11 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             warn!(feed = %feed, queue = %queue, sequence, "first drop of this queue binding: dropping publish to slow/contended queue");
             binding.first_drop = Some(evidence);
         }
-        state.dropped += 1;
+        state.counts.dropped += 1;
         if downgraded {
-            state.downgraded += 1;
+            state.counts.downgraded += 1;
         }
-        let record = state.health.entry(group.clone()).or_default();
+        let record = state.overload.health.entry(group.clone()).or_default();
         record.last_loss = Some(Instant::now());
         if never_drop {
             if record.state != OverloadState::Latched {
@@ -249,7 +283,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         kind: FailureKind,
         reason: String,
     ) -> PublishRefused {
-        state.refused += 1;
+        state.counts.refused += 1;
         let mut latched = Vec::new();
         for binding in state.bindings.iter_mut() {
             if binding.settings.policy == OverloadPolicy::BlockWithDeadline && !binding.room_now() {
@@ -262,7 +296,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             }
         }
         for (group, queue, kill_switch) in latched {
-            let record = state.health.entry(group.clone()).or_default();
+            let record = state.overload.health.entry(group.clone()).or_default();
             record.last_loss = Some(Instant::now());
             if record.state != OverloadState::Latched {
                 let from = record.state;
@@ -285,7 +319,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// Queues without an explicit policy pause (a re-readable source) or drop ([`SourceOutput::set_pause_by_default`]).
     pub(super) fn default_to_pause(&self, pause: bool) {
         let mut state = self.state.lock();
-        state.pause_by_default = pause;
+        state.overload.pause_by_default = pause;
         let settings = Self::default_settings(&state);
         for binding in state
             .bindings

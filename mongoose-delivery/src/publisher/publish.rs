@@ -60,12 +60,13 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
         let State {
             bindings,
-            window,
+            ack,
             sequence,
             epoch,
             paused_now,
             ..
         } = state;
+        let window = &mut ack.window;
         let binding = &mut bindings[0];
         if !binding.has_room() {
             return Chunk::Unavailable;
@@ -130,10 +131,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     }
 
     fn hold_reason(&self, state: &mut State<T, P>) -> Option<Hold> {
-        if !state.cache.is_empty() {
+        if !state.cache.items.is_empty() {
             return Some(Hold::CacheWaiting);
         }
-        if state.waiting_status.is_some() {
+        if state.events.waiting.is_some() {
             return Some(Hold::StatusWaiting);
         }
         self.room_for_positioned(state)
@@ -150,7 +151,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         {
             return Some(Hold::Fenced);
         }
-        if state.window.is_full() {
+        if state.ack.window.is_full() {
             return Some(Hold::WindowFull);
         }
         let paused = state.paused_now;
@@ -165,7 +166,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     pub(super) fn note_pause(state: &mut State<T, P>) {
         if !state.paused_now {
             state.paused_now = true;
-            state.pauses += 1;
+            state.counts.pauses += 1;
         }
     }
 
@@ -175,7 +176,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             Some(mapper) => {
                 let mapped = mapper(item);
                 if mapped.is_none() {
-                    state.filtered += 1;
+                    state.counts.filtered += 1;
                 }
                 mapped
             }
@@ -200,7 +201,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 binding
                     .push(envelope, sequence)
                     .unwrap_or_else(|_| unreachable!("the ring had room"));
-                state.window.push(sequence, epoch, position, true);
+                state.ack.window.push(sequence, epoch, position, true);
                 return;
             }
         }
@@ -253,7 +254,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             self.count_drop(state, index, sequence, downgraded);
         }
         if let Some((epoch, position)) = position {
-            state.window.push(sequence, epoch, position, entered);
+            state.ack.window.push(sequence, epoch, position, entered);
         }
         if let Some(shared) = shared_item {
             Self::keep_shared(state, shared);
@@ -322,7 +323,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             None => {
                 state.sequence += 1;
                 let sequence = state.sequence;
-                state.window.push(sequence, epoch, position, false);
+                state.ack.window.push(sequence, epoch, position, false);
             }
         }
     }
@@ -330,12 +331,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// A push publish with the lock held (never waits; BLOCK waiting is done by the
     /// caller before it locks).
     pub(super) fn publish_locked(&self, state: &mut State<T, P>, item: T) {
-        if !state.started || !state.cache.is_empty() {
-            state.cache.push_back(Cached::Push(item));
+        if !state.started || !state.cache.items.is_empty() {
+            state.cache.items.push_back(Cached::Push(item));
             self.flush(state);
             return;
         }
-        if state.waiting_status.is_some() {
+        if state.events.waiting.is_some() {
             self.offer_waiting_status(state);
         }
         if let Some(item) = self.apply_mapper(state, item) {
@@ -352,14 +353,14 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         state.positioned = true;
         if !state.started {
             let epoch = state.epoch;
-            state.cache.push_back(Cached::Positioned {
+            state.cache.items.push_back(Cached::Positioned {
                 item,
                 epoch,
                 position,
             });
             return TryPublish::Published;
         }
-        if !state.cache.is_empty() || state.waiting_status.is_some() {
+        if !state.cache.items.is_empty() || state.events.waiting.is_some() {
             self.flush(&mut state);
         }
         if self.hold_reason(&mut state).is_some() {
@@ -389,7 +390,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if !state.started {
             while let Some((item, position)) = next() {
                 let epoch = state.epoch;
-                state.cache.push_back(Cached::Positioned {
+                state.cache.items.push_back(Cached::Positioned {
                     item,
                     epoch,
                     position,
@@ -397,7 +398,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             }
             return BatchEnd::Exhausted;
         }
-        if !state.cache.is_empty() || state.waiting_status.is_some() {
+        if !state.cache.items.is_empty() || state.events.waiting.is_some() {
             self.flush(&mut state);
         }
         loop {

@@ -12,19 +12,100 @@ use super::{Deferred, Publisher, State};
 use crate::queue::{Envelope, FeedStatusEvent, OverloadState};
 use crate::status::{FeedStatus, SubscriberStatus};
 
+/// The loss and pause counters of the feed's state.
+#[derive(Default)]
+pub(super) struct Counts {
+    /// Items lost (queue drops and operator releases).
+    pub(super) dropped: u64,
+    /// Blocking publishes refused.
+    pub(super) refused: u64,
+    /// Drops of a never-drop queue (a fallback).
+    pub(super) downgraded: u64,
+    /// Inputs the data mapper or the source filtered.
+    pub(super) filtered: u64,
+    /// Times a positioned publish paused.
+    pub(super) pauses: u64,
+    /// Completion failures of queues removed since.
+    pub(super) completion_failures_of_removed: u64,
+}
+
+/// The in-band status events part of the feed's state.
+pub(super) struct StatusEvents {
+    /// The feed sends status events to its queues.
+    pub(super) enabled: bool,
+    /// A status not yet offered to the queues.
+    pub(super) waiting: Option<SourceState>,
+    /// The status the queues were last given.
+    pub(super) published: Option<SourceState>,
+    /// A status reported during startup waits for the startup cache.
+    pub(super) startup_pending: bool,
+}
+
+impl StatusEvents {
+    pub(super) fn new(enabled: bool) -> Self {
+        StatusEvents {
+            enabled,
+            waiting: None,
+            published: None,
+            startup_pending: false,
+        }
+    }
+}
+
+/// What the source reported about itself.
+pub(super) struct SourceReport {
+    /// The source's state ([`SourceOutput::report_state`]).
+    pub(super) state: SourceState,
+    /// The detail of that state.
+    pub(super) detail: Option<String>,
+    /// Changes of state or detail.
+    pub(super) version: u64,
+    /// The source is bounded (or reached its end of stream).
+    pub(super) bounded: bool,
+    /// Bytes read after the last complete input.
+    pub(super) unterminated: u64,
+    /// Bytes of rotated inputs proven unread (see `report_rotated_unread`).
+    pub(super) rotated_unread_bytes: u64,
+    /// Rotated inputs that held, or may have held, unread bytes.
+    pub(super) rotated_unread_files: u64,
+    /// Loss records of earlier runs reported at this start.
+    pub(super) earlier_losses: u64,
+    /// The input files of a many-file source (`report_files`).
+    pub(super) files: Vec<mongoose_core::FileLag>,
+    /// The status warned once that the source never reported a state.
+    pub(super) fallback_warned: bool,
+}
+
+impl SourceReport {
+    pub(super) fn new(bounded: bool) -> Self {
+        SourceReport {
+            state: SourceState::Starting,
+            detail: None,
+            version: 0,
+            bounded,
+            unterminated: 0,
+            rotated_unread_bytes: 0,
+            rotated_unread_files: 0,
+            earlier_losses: 0,
+            files: Vec::new(),
+            fallback_warned: false,
+        }
+    }
+}
+
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// Losses of earlier runs found at this start (records a run that was not lossless
     /// left beside the feed's position): the feed is reported not lossless in this run,
     /// once.
     pub fn note_earlier_losses(&self, records: u64) {
-        self.state.lock().earlier_losses += records;
+        self.state.lock().source.earlier_losses += records;
     }
 
     /// Offers the waiting status: to PAUSE queues only when every one has room; to the
     /// others with drop-after-spin semantics.
     pub(super) fn offer_waiting_status(&self, state: &mut State<T, P>) -> bool {
-        let Some(status) = state.waiting_status else {
-            state.startup_status_pending = false;
+        let Some(status) = state.events.waiting else {
+            state.events.startup_pending = false;
             return true;
         };
         let pause_full = state
@@ -54,35 +135,35 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         for index in losses {
             self.count_drop(state, index, holds_from, false);
         }
-        state.published_status = Some(status);
-        state.waiting_status = None;
-        state.startup_status_pending = false;
+        state.events.published = Some(status);
+        state.events.waiting = None;
+        state.events.startup_pending = false;
         true
     }
 
     pub(super) fn report_status(&self, state: &mut State<T, P>, status: SourceState) {
-        if let Some(waiting) = state.waiting_status {
+        if let Some(waiting) = state.events.waiting {
             if waiting == status {
                 return;
             }
-            if state.published_status == Some(status) {
+            if state.events.published == Some(status) {
                 // subscribers already hold it: the waiting one is dropped, nothing sent
-                state.waiting_status = None;
+                state.events.waiting = None;
                 if !state.started {
                     return;
                 }
-                state.startup_status_pending = false;
+                state.events.startup_pending = false;
                 return;
             }
-        } else if state.published_status == Some(status) {
+        } else if state.events.published == Some(status) {
             return;
         }
-        state.waiting_status = Some(status);
+        state.events.waiting = Some(status);
         if !state.started {
-            state.startup_status_pending = true;
+            state.events.startup_pending = true;
             return;
         }
-        if state.cache.is_empty() {
+        if state.cache.items.is_empty() {
             self.offer_waiting_status(state);
         }
     }
@@ -104,13 +185,14 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                     dispatched,
                     drained: dispatched >= binding.produced,
                     overload: state
+                        .overload
                         .health
                         .get(&*binding.shared.group)
                         .map_or(OverloadState::Up, |record| record.state),
                 }
             })
             .collect();
-        let completion_failures = state.completion_failures_of_removed
+        let completion_failures = state.counts.completion_failures_of_removed
             + state
                 .bindings
                 .iter()
@@ -132,29 +214,29 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             None
         };
         let drained = subscribers.iter().all(|subscriber| subscriber.drained)
-            && state.cache.is_empty()
-            && state.waiting_status.is_none()
-            && !state.startup_status_pending;
-        let pending_acks = state.window.len() as u64;
-        let lossless = state.dropped == 0
-            && state.refused == 0
+            && state.cache.items.is_empty()
+            && state.events.waiting.is_none()
+            && !state.events.startup_pending;
+        let pending_acks = state.ack.window.len() as u64;
+        let lossless = state.counts.dropped == 0
+            && state.counts.refused == 0
             && completion_failures == 0
-            && state.earlier_losses == 0
-            && state.rotated_unread_bytes == 0
-            && state.rotated_unread_files == 0;
+            && state.source.earlier_losses == 0
+            && state.source.rotated_unread_bytes == 0
+            && state.source.rotated_unread_files == 0;
         let source_done = matches!(
-            state.source_state,
+            state.source.state,
             SourceState::CaughtUp | SourceState::EndOfStream
         );
-        let fallback = state.source_state == SourceState::Starting;
-        if fallback && !state.fallback_warned {
-            state.fallback_warned = true;
+        let fallback = state.source.state == SourceState::Starting;
+        if fallback && !state.source.fallback_warned {
+            state.source.fallback_warned = true;
             warn!(feed = %self.name, "the feed's source never reported a state: its settled verdict rests on drained alone");
         }
         let paused = state.paused_now;
-        let acknowledged = state.window.acknowledged();
-        let committed = if state.has_committer {
-            state.committed
+        let acknowledged = state.ack.window.acknowledged();
+        let committed = if state.ack.has_committer {
+            state.ack.committed
         } else {
             acknowledged
         };
@@ -166,32 +248,32 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             && committed >= acknowledged;
         FeedStatus {
             feed: self.name.to_string(),
-            state: state.source_state.as_str().to_owned(),
-            bounded: state.bounded,
+            state: state.source.state.as_str().to_owned(),
+            bounded: state.source.bounded,
             sequence: state.sequence,
-            version: state.version,
-            detail: state.detail.clone(),
+            version: state.source.version,
+            detail: state.source.detail.clone(),
             drained,
             settled,
             lossless,
             policy: Self::default_settings(&state).policy.as_str().to_owned(),
-            dropped: state.dropped,
-            refused: state.refused,
-            downgraded: state.downgraded,
+            dropped: state.counts.dropped,
+            refused: state.counts.refused,
+            downgraded: state.counts.downgraded,
             paused,
-            pauses: state.pauses,
+            pauses: state.counts.pauses,
             acknowledged,
             committed,
             pending_acks,
             subscribers,
             consumers,
             stalled,
-            unterminated: state.unterminated,
-            earlier_losses: state.earlier_losses,
-            rotated_unread_bytes: state.rotated_unread_bytes,
-            rotated_unread_files: state.rotated_unread_files,
+            unterminated: state.source.unterminated,
+            earlier_losses: state.source.earlier_losses,
+            rotated_unread_bytes: state.source.rotated_unread_bytes,
+            rotated_unread_files: state.source.rotated_unread_files,
             completion_failures,
-            files: state.files.clone(),
+            files: state.source.files.clone(),
         }
     }
 
@@ -238,7 +320,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
 
     /// Items the data mapper or the source filtered.
     pub fn filtered_count(&self) -> u64 {
-        self.state.lock().filtered
+        self.state.lock().counts.filtered
     }
 
     /// The source's state, and its in-band status event ([`SourceOutput::report_state`]).
@@ -248,16 +330,17 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             return;
         }
         let (mut state, _reservation) = self.reserve();
-        let changed = state.source_state != source_state || state.detail.as_deref() != detail;
-        state.source_state = source_state;
-        state.detail = detail.map(str::to_owned);
+        let changed =
+            state.source.state != source_state || state.source.detail.as_deref() != detail;
+        state.source.state = source_state;
+        state.source.detail = detail.map(str::to_owned);
         if changed {
-            state.version += 1;
+            state.source.version += 1;
         }
         if source_state == SourceState::EndOfStream {
-            state.bounded = true;
+            state.source.bounded = true;
         }
-        if state.status_events {
+        if state.events.enabled {
             self.report_status(&mut state, source_state);
         }
         self.drain_deferred(&mut state);
@@ -265,14 +348,14 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
 
     /// Bytes the source read after its last complete input ([`SourceOutput::set_unterminated_bytes`]).
     pub(super) fn record_unterminated_bytes(&self, bytes: u64) {
-        self.state.lock().unterminated = bytes;
+        self.state.lock().source.unterminated = bytes;
     }
 
     /// A rotated input that was not read to its end ([`SourceOutput::report_rotated_unread`]).
     pub(super) fn record_rotated_unread(&self, file: &str, bytes: Option<u64>) {
         let mut state = self.state.lock();
-        state.rotated_unread_files += 1;
-        state.rotated_unread_bytes += bytes.unwrap_or(0);
+        state.source.rotated_unread_files += 1;
+        state.source.rotated_unread_bytes += bytes.unwrap_or(0);
         warn!(feed = %self.name, file, bytes = ?bytes,
             "a rotated input was not read to its end (compressed or deleted first): the feed is not lossless");
     }
@@ -280,7 +363,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// The input files of a many-file source ([`SourceOutput::report_files`]).
     pub(super) fn record_files(&self, files: &[mongoose_core::FileLag]) {
         let mut state = self.state.lock();
-        state.files.clear();
-        state.files.extend_from_slice(files);
+        state.source.files.clear();
+        state.source.files.extend_from_slice(files);
     }
 }

@@ -85,12 +85,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let (producer, consumer) = rtrb::RingBuffer::new(capacity);
         let queue_name: Arc<str> = Arc::from(format!("{group}/{}", self.name).as_str());
         let shared = Arc::new(QueueShared::new(queue, queue_name, Arc::from(group)));
-        let hold = state.holds.get(group).cloned();
+        let hold = state.ack.holds.get(group).cloned();
         if let Some(hold) = &hold {
             hold.bind(Arc::clone(&shared));
         }
         let (settings, explicit) = Self::effective_settings(&state, group);
-        let health = state.health.entry(group.to_owned()).or_default();
+        let health = state.overload.health.entry(group.to_owned()).or_default();
         if health.state == OverloadState::Removed {
             health.state = OverloadState::Latched;
             self.overload_changed(
@@ -172,7 +172,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if let Some(hold) = &binding.hold {
             hold.unbind(binding.shared.id);
         }
-        if let Some(health) = state.health.get_mut(&*binding.shared.group) {
+        if let Some(health) = state.overload.health.get_mut(&*binding.shared.group) {
             if health.state == OverloadState::Latched {
                 health.state = OverloadState::Removed;
                 health.latched_while_removed = true;
@@ -184,7 +184,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 );
             }
         }
-        state.completion_failures_of_removed +=
+        state.counts.completion_failures_of_removed +=
             binding.shared.completion_failures.load(Ordering::Acquire);
         let retained = RetainedPoint {
             shared: Arc::clone(&binding.shared),
@@ -273,7 +273,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 if let Some(hold) = &binding.hold {
                     hold.unbind(binding.shared.id);
                 }
-                state.completion_failures_of_removed +=
+                state.counts.completion_failures_of_removed +=
                     binding.shared.completion_failures.load(Ordering::Acquire);
                 released.items += backlog;
                 released.queues.push(binding.shared.name.to_string());
@@ -285,7 +285,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             }
             index += 1;
         }
-        state.dropped += released.items;
+        state.counts.dropped += released.items;
         if released.items > 0 || !released.queues.is_empty() {
             warn!(feed = %self.name, released = released.items, queues = ?released.queues, "operator released a held position: the held backlog is given up and counted as dropped (the feed is no longer lossless)");
         }
