@@ -70,7 +70,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     }
 
     /// After the groups drained: commits what they processed after the source stopped,
-    /// for a committer that can ([`SourceCommitter::commits_after_stop`](mongoose_core::SourceCommitter::commits_after_stop)).
+    /// for a committer that can ([`SourceCommitter::commits_after_stop`]).
     pub fn commit_processed_after_stop(&self) -> usize {
         let commits = self
             .committer

@@ -50,7 +50,7 @@ impl<T, P> CacheState<T, P> {
 
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// The startup completed: cached items are published in order (pausing at a full
-    /// PAUSE queue; [`SourceOutput::flush_paused`] resumes), then the status reported
+    /// PAUSE queue; [`SourceOutput::flush_paused`](mongoose_core::SourceOutput::flush_paused) resumes), then the status reported
     /// during startup.
     pub fn start_complete(&self) {
         let (mut state, _reservation) = self.reserve();
@@ -197,7 +197,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    /// Caches a positioned item, published in order with the cache ([`SourceOutput::cache`]).
+    /// Caches a positioned item, published in order with the cache ([`SourceOutput::cache`](mongoose_core::SourceOutput::cache)).
     pub(super) fn cache_at(&self, item: T, position: P) {
         if self.nested() {
             self.defer(Deferred::Cache(item, position));
@@ -215,7 +215,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         self.drain_deferred(&mut state);
     }
 
-    /// A positioned input that produced no item ([`SourceOutput::filtered`]).
+    /// A positioned input that produced no item ([`SourceOutput::filtered`](mongoose_core::SourceOutput::filtered)).
     pub(super) fn filter_at(&self, position: P, reason: &str) {
         warn!(feed = %self.name, ?position, reason, "input filtered: no item published for it");
         if self.nested() {
@@ -225,7 +225,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         Self::filter_locked(&mut self.state.lock(), position);
     }
 
-    /// Publishes what a full PAUSE queue held back ([`SourceOutput::flush_paused`]).
+    /// Publishes what a full PAUSE queue held back ([`SourceOutput::flush_paused`](mongoose_core::SourceOutput::flush_paused)).
     pub(super) fn resume_paused(&self) -> bool {
         if self.nested() {
             return false;

@@ -1,5 +1,21 @@
 //! The publisher of one feed: sequence numbers, one binding per subscriber queue, the
 //! overload policies, the acknowledgement window, the startup cache and in-band status.
+//!
+//! One file per job, each an `impl Publisher` block working on its part of the one
+//! locked [`State`]:
+//!
+//! - `subscriptions`: subscribe, unsubscribe, retire a queue, the operator release;
+//! - `publish`: the holds of a positioned publish, the batch fast path, delivering an
+//!   item to every queue, the push publish;
+//! - `cache`: the startup cache and the operations deferred by a data mapper;
+//! - `overload`: the queues' policies, drops and refusals, health, the kill switch;
+//! - `acknowledge`: the acknowledgement poll and commit, checkpoint holds, epochs;
+//! - `status`: the in-band status events and the feed's status (§7).
+//!
+//! This file holds the types, the constructor, the commit reservation (a publish nested
+//! in a data mapper is deferred, not deadlocked) and the [`SourceOutput`] implementation,
+//! each method of which delegates to its job's file. One `Mutex<State>` guards what a
+//! publish touches; the committer's lock is taken before it, never while it is held.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

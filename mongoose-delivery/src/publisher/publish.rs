@@ -344,7 +344,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    /// A positioned publish ([`SourceOutput::try_publish`]).
+    /// A positioned publish ([`SourceOutput::try_publish`](mongoose_core::SourceOutput::try_publish)).
     pub(super) fn try_publish_at(&self, item: T, position: P) -> TryPublish<T> {
         if self.nested() {
             return TryPublish::Retry(item);
@@ -374,7 +374,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         TryPublish::Published
     }
 
-    /// A positioned batch publish ([`SourceOutput::try_publish_batch`]).
+    /// A positioned batch publish ([`SourceOutput::try_publish_batch`](mongoose_core::SourceOutput::try_publish_batch)).
     pub(super) fn try_publish_from(
         &self,
         next: &mut dyn FnMut() -> Option<(T, P)>,
@@ -434,7 +434,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    /// A push publish, waiting for a full BLOCK queue off agent threads ([`SourceOutput::publish`]).
+    /// A push publish, waiting for a full BLOCK queue off agent threads ([`SourceOutput::publish`](mongoose_core::SourceOutput::publish)).
     pub(super) fn publish_push(&self, item: T) -> Result<(), PublishRefused> {
         if self.nested() {
             self.defer(Deferred::Publish(item));

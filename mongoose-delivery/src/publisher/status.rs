@@ -54,7 +54,7 @@ impl StatusEvents {
 
 /// What the source reported about itself.
 pub(super) struct SourceReport {
-    /// The source's state ([`SourceOutput::report_state`]).
+    /// The source's state ([`SourceOutput::report_state`](mongoose_core::SourceOutput::report_state)).
     pub(super) state: SourceState,
     /// The detail of that state.
     pub(super) detail: Option<String>,
@@ -323,7 +323,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         self.state.lock().counts.filtered
     }
 
-    /// The source's state, and its in-band status event ([`SourceOutput::report_state`]).
+    /// The source's state, and its in-band status event ([`SourceOutput::report_state`](mongoose_core::SourceOutput::report_state)).
     pub(super) fn record_source_state(&self, source_state: SourceState, detail: Option<&str>) {
         if self.nested() {
             self.defer(Deferred::Status(source_state));
@@ -346,12 +346,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         self.drain_deferred(&mut state);
     }
 
-    /// Bytes the source read after its last complete input ([`SourceOutput::set_unterminated_bytes`]).
+    /// Bytes the source read after its last complete input ([`SourceOutput::set_unterminated_bytes`](mongoose_core::SourceOutput::set_unterminated_bytes)).
     pub(super) fn record_unterminated_bytes(&self, bytes: u64) {
         self.state.lock().source.unterminated = bytes;
     }
 
-    /// A rotated input that was not read to its end ([`SourceOutput::report_rotated_unread`]).
+    /// A rotated input that was not read to its end ([`SourceOutput::report_rotated_unread`](mongoose_core::SourceOutput::report_rotated_unread)).
     pub(super) fn record_rotated_unread(&self, file: &str, bytes: Option<u64>) {
         let mut state = self.state.lock();
         state.source.rotated_unread_files += 1;
@@ -360,7 +360,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             "a rotated input was not read to its end (compressed or deleted first): the feed is not lossless");
     }
 
-    /// The input files of a many-file source ([`SourceOutput::report_files`]).
+    /// The input files of a many-file source ([`SourceOutput::report_files`](mongoose_core::SourceOutput::report_files)).
     pub(super) fn record_files(&self, files: &[mongoose_core::FileLag]) {
         let mut state = self.state.lock();
         state.source.files.clear();
