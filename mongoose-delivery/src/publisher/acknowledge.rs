@@ -1,6 +1,9 @@
-//! Acknowledgement: what bounds the feed's acknowledgement point besides the queues'
-//! dispatched counters (processing-checkpoint holds, consumers' saved positions), and
-//! the commit of what was processed after the source stopped.
+//! Acknowledgement: the source's poll that advances the window's head while every
+//! live queue and retained point processed it, hands the entries to the committer and
+//! commits (a failed commit is retried on the next poll); the committer and the epoch a
+//! source registers; what else bounds the acknowledgement point (processing-checkpoint
+//! holds, consumers' saved positions); and the commit of what was processed after the
+//! source stopped.
 
 use std::collections::HashMap;
 use std::sync::Arc;

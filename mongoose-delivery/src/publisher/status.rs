@@ -1,7 +1,8 @@
-//! Status: the in-band status events offered to the queues in order with the items
-//! (held behind the startup cache and a full PAUSE queue), and the feed's delivery
-//! status (§7): `drained`, `settled`, `lossless`, `stalled` with its reason, and the
-//! counters behind them.
+//! Status: what the source reports about itself (its state, unterminated bytes,
+//! rotated inputs left unread, its files, earlier runs' losses), the in-band status
+//! events offered to the queues in order with the items (held behind the startup cache
+//! and a full PAUSE queue), and the feed's delivery status (§7): `drained`, `settled`,
+//! `lossless`, `stalled` with its reason, and the counters behind them.
 
 use std::sync::atomic::Ordering;
 
