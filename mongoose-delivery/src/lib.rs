@@ -11,6 +11,11 @@
 //! on its own thread and its [`SourceCommitter`](mongoose_core::SourceCommitter) commits
 //! what every queue has processed.
 //!
+//! The publisher lives in `publisher/`, one file per job (subscriptions, publish, the
+//! startup cache, overload, acknowledge, status) over the one locked state; the queues
+//! and their health records in `queue.rs`, the reader in `reader.rs`, the window in
+//! `window.rs`, checkpoint holds in `checkpoint.rs`, the status types in `status.rs`.
+//!
 //! # Example: a positioned feed, one slow group, commit after processing
 //!
 //! ```

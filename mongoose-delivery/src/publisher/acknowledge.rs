@@ -1,0 +1,157 @@
+//! Acknowledgement: the source's poll that advances the window's head while every
+//! live queue and retained point processed it, hands the entries to the committer and
+//! commits (a failed commit is retried on the next poll); the committer and the epoch a
+//! source registers; what else bounds the acknowledgement point (processing-checkpoint
+//! holds, consumers' saved positions); and the commit of what was processed after the
+//! source stopped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mongoose_core::{Epoch, Position, SourceCommitter, SourceOutput};
+use tracing::error;
+
+use super::Publisher;
+use crate::checkpoint::{HoldCell, ProcessingCheckpoint};
+use crate::window::Window;
+
+/// The acknowledgement part of the feed's state.
+pub(super) struct AckState<P: Position> {
+    /// Sequence to position, in publish order, until every queue processed it.
+    pub(super) window: Window<P>,
+    /// The processing-checkpoint hold of each group that took one (§5).
+    pub(super) holds: HashMap<String, Arc<HoldCell>>,
+    /// A committer is registered ([`SourceOutput::acknowledge_with`]).
+    pub(super) has_committer: bool,
+    /// The highest sequence a successful commit covered (issue 9, item 8).
+    pub(super) committed: u64,
+}
+
+impl<P: Position> AckState<P> {
+    pub(super) fn new() -> Self {
+        AckState {
+            window: Window::new(),
+            holds: HashMap::new(),
+            has_committer: false,
+            committed: 0,
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
+    /// Keeps a consumer's saved position (its latest report replaces an earlier one)
+    /// for the source to reconcile with at start.
+    pub fn note_saved_position(&self, position: mongoose_core::ConsumerPosition) {
+        let mut saved = self.saved_positions.lock();
+        saved.retain(|known| known.consumer != position.consumer);
+        saved.push(position);
+    }
+
+    /// Takes a processing-checkpoint hold on `group`'s queue for this feed (§5).
+    pub fn hold(&self, group: &str) -> ProcessingCheckpoint {
+        let mut state = self.state.lock();
+        let cell = match state.ack.holds.get(group) {
+            Some(cell) => {
+                cell.set_held(true);
+                Arc::clone(cell)
+            }
+            None => {
+                let cell = Arc::new(HoldCell::new());
+                if let Some(binding) = state
+                    .bindings
+                    .iter_mut()
+                    .find(|binding| &*binding.shared.group == group)
+                {
+                    cell.bind(Arc::clone(&binding.shared));
+                    binding.hold = Some(Arc::clone(&cell));
+                }
+                state.ack.holds.insert(group.to_owned(), Arc::clone(&cell));
+                cell
+            }
+        };
+        ProcessingCheckpoint::new(cell)
+    }
+
+    /// After the groups drained: commits what they processed after the source stopped,
+    /// for a committer that can ([`SourceCommitter::commits_after_stop`]).
+    pub fn commit_processed_after_stop(&self) -> usize {
+        let commits = self
+            .committer
+            .lock()
+            .as_ref()
+            .is_some_and(|c| c.commits_after_stop());
+        if commits {
+            self.poll_acknowledgements()
+        } else {
+            0
+        }
+    }
+
+    /// Hands the committer what every queue processed and commits it ([`SourceOutput::poll_acknowledgements`]).
+    pub(super) fn acknowledge_processed(&self) -> usize {
+        let mut committer = self.committer.lock();
+        let mut acknowledged = self.acknowledged_scratch.lock();
+        acknowledged.clear();
+        // the highest sequence handed to the committer, and whether a commit must cover
+        // something (new acknowledgements, or a commit that failed before: retried on
+        // every poll until it succeeds, at stop too; issue 9, item 8)
+        let (handed, uncommitted) = {
+            let mut state = self.state.lock();
+            let mut done = u64::MAX;
+            for binding in &state.bindings {
+                done = done.min(binding.done_through());
+            }
+            state
+                .retained
+                .retain(|point| point.done_through() != u64::MAX);
+            for point in &state.retained {
+                done = done.min(point.done_through());
+            }
+            state
+                .ack
+                .window
+                .acknowledge_through(done, &mut acknowledged);
+            let handed = state.ack.window.acknowledged();
+            (handed, state.ack.committed < handed)
+        };
+        let count = acknowledged.len();
+        if let Some(committer) = committer.as_mut() {
+            for entry in acknowledged.iter() {
+                committer.acknowledged(entry.sequence, entry.epoch, entry.position);
+            }
+            if uncommitted {
+                match committer.commit() {
+                    Ok(()) => {
+                        let mut state = self.state.lock();
+                        state.ack.committed = state.ack.committed.max(handed);
+                    }
+                    Err(error) => {
+                        error!(feed = %self.name, %error, "commit failed: retried on the next poll; until it succeeds the feed is not settled, and a restart re-delivers the items it covers");
+                    }
+                }
+            }
+        }
+        count
+    }
+
+    /// Registers the source's committer ([`SourceOutput::acknowledge_with`]).
+    pub(super) fn register_committer(&self, committer: Box<dyn SourceCommitter<P>>) {
+        *self.committer.lock() = Some(committer);
+        let mut state = self.state.lock();
+        state.positioned = true;
+        state.ack.has_committer = true;
+        // a new committer (a restarted source) starts from its own durable position:
+        // what an earlier one failed to commit is read and published again
+        state.ack.committed = state.ack.window.acknowledged();
+    }
+
+    /// The epoch of the positions published from now on ([`SourceOutput::set_epoch`]).
+    pub(super) fn enter_epoch(&self, epoch: Epoch) {
+        self.state.lock().epoch = epoch;
+    }
+
+    /// What the consumers that store positions hold ([`SourceOutput::saved_positions`]).
+    pub(super) fn consumer_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
+        self.saved_positions.lock().clone()
+    }
+}

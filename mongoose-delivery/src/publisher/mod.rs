@@ -1,0 +1,266 @@
+//! The publisher of one feed: sequence numbers, one binding per subscriber queue, the
+//! overload policies, the acknowledgement window, the startup cache and in-band status.
+//!
+//! One file per job, each an `impl Publisher` block working on its part of the one
+//! locked [`State`]:
+//!
+//! - `subscriptions`: subscribe, unsubscribe, retire a queue, the operator release;
+//! - `publish`: the holds of a positioned publish, the batch fast path, delivering an
+//!   item to every queue, the push publish;
+//! - `cache`: the startup cache and the operations deferred by a data mapper;
+//! - `overload`: the queues' policies, drops and refusals, health, the kill switch;
+//! - `acknowledge`: the acknowledgement poll and commit, checkpoint holds, epochs;
+//! - `status`: the in-band status events and the feed's status (§7).
+//!
+//! This file holds the types, the constructor, the commit reservation (a publish nested
+//! in a data mapper is deferred, not deadlocked) and the [`SourceOutput`] implementation,
+//! each method of which delegates to its job's file. One `Mutex<State>` guards what a
+//! publish touches; the committer's lock is taken before it, never while it is held.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mongoose_core::{
+    BatchEnd, Epoch, Position, PublishRefused, SourceCommitter, SourceOutput, SourceState,
+    TryPublish,
+};
+use parking_lot::Mutex;
+
+use crate::feed::{DataMapper, FeedBuilder};
+use crate::queue::{Binding, OverloadObserver, RetainedPoint};
+use crate::window::WindowEntry;
+
+mod acknowledge;
+mod cache;
+mod overload;
+mod publish;
+mod status;
+mod subscriptions;
+
+use acknowledge::AckState;
+use cache::{CacheState, Cached, Deferred};
+pub use overload::KillSwitch;
+use overload::Overload;
+use status::{Counts, SourceReport, StatusEvents};
+pub use subscriptions::{Released, Subscription};
+
+/// The feed's state under its one publish lock: the queues and the numbering every
+/// job reads, then one part per job.
+struct State<T, P: Position> {
+    /// The last sequence number given (an item, a filtered input).
+    sequence: u64,
+    /// The epoch of the positions published now ([`SourceOutput::set_epoch`]).
+    epoch: Epoch,
+    /// The feed has a source with positions (a positioned publish or a committer).
+    positioned: bool,
+    /// The startup completed ([`Publisher::start_complete`]).
+    started: bool,
+    /// The server began to stop ([`Publisher::begin_stop`]).
+    stopping: bool,
+    /// The next id of a subscription or a queue.
+    next_id: u64,
+    /// One binding per live subscriber queue.
+    bindings: Vec<Binding<T>>,
+    /// What removed queues were given and did not process.
+    retained: Vec<RetainedPoint>,
+    /// The shared items of a fan-out, oldest first, reused once every queue released
+    /// them (see [`Publisher::share`]).
+    shared_pool: VecDeque<Arc<T>>,
+    /// The last positioned publish found a hold (counted once per pause in `pauses`).
+    paused_now: bool,
+    /// The acknowledgement window, checkpoint holds and commit progress.
+    ack: AckState<P>,
+    /// The startup cache.
+    cache: CacheState<T, P>,
+    /// The queues' policies and overload health.
+    overload: Overload,
+    /// Loss and pause counters.
+    counts: Counts,
+    /// The in-band status events.
+    events: StatusEvents,
+    /// What the source reported about itself.
+    source: SourceReport,
+}
+
+/// The publisher of one feed of items `T` with source positions `P`.
+///
+/// It implements [`SourceOutput`]: a source publishes with
+/// [`SourceOutput::try_publish`] and commits what [`SourceOutput::poll_acknowledgements`]
+/// reports. Groups subscribe with [`Publisher::subscribe`] and read with the
+/// [`QueueReader`](crate::QueueReader) they get.
+pub struct Publisher<T, P: Position = u64> {
+    name: Arc<str>,
+    queue_capacity: usize,
+    mapper: Option<DataMapper<T>>,
+    fan_out_clone: Option<fn(&T) -> T>,
+    state: Mutex<State<T, P>>,
+    committer: Mutex<Option<Box<dyn SourceCommitter<P>>>>,
+    acknowledged_scratch: Mutex<Vec<WindowEntry<P>>>,
+    committing_thread: AtomicU64,
+    deferred: Mutex<Vec<Deferred<T, P>>>,
+    has_deferred: AtomicBool,
+    kill_switch: Mutex<Option<KillSwitch>>,
+    /// What the consumers that store positions hold, reported at their start.
+    saved_positions: Mutex<Vec<mongoose_core::ConsumerPosition>>,
+    stopping: AtomicBool,
+    overload_observers: Mutex<Vec<OverloadObserver>>,
+}
+
+impl<T, P: Position> std::fmt::Debug for Publisher<T, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("feed", &self.name)
+            .finish()
+    }
+}
+
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    TOKEN.with(|token| *token)
+}
+
+/// Clears the commit reservation when the outer operation ends, even on a panic.
+struct Reservation<'a> {
+    owner: &'a AtomicU64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.owner.store(0, Ordering::Release);
+    }
+}
+
+impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
+    pub(crate) fn from_builder(builder: FeedBuilder<T, P>) -> Self {
+        let state: State<T, P> = State {
+            sequence: 0,
+            epoch: Epoch::NONE,
+            positioned: false,
+            started: false,
+            stopping: false,
+            next_id: 1,
+            bindings: Vec::new(),
+            retained: Vec::new(),
+            shared_pool: VecDeque::new(),
+            paused_now: false,
+            ack: AckState::new(),
+            cache: CacheState::new(),
+            overload: Overload::new(builder.overload, builder.overrides),
+            counts: Counts::default(),
+            events: StatusEvents::new(builder.status_events),
+            source: SourceReport::new(builder.bounded),
+        };
+        Publisher {
+            name: Arc::from(builder.name.as_str()),
+            queue_capacity: builder.queue_capacity,
+            mapper: builder.mapper,
+            fan_out_clone: builder.fan_out_clone,
+            state: Mutex::new(state),
+            committer: Mutex::new(None),
+            acknowledged_scratch: Mutex::new(Vec::new()),
+            committing_thread: AtomicU64::new(0),
+            deferred: Mutex::new(Vec::new()),
+            has_deferred: AtomicBool::new(false),
+            kill_switch: Mutex::new(None),
+            saved_positions: Mutex::new(Vec::new()),
+            overload_observers: Mutex::new(Vec::new()),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// The feed's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn nested(&self) -> bool {
+        self.committing_thread.load(Ordering::Acquire) == thread_token()
+    }
+
+    /// Locks the state and reserves the commit for this thread, so that a publish nested
+    /// in it (from the data mapper) is told to retry or deferred instead of deadlocking.
+    fn reserve(&self) -> (parking_lot::MutexGuard<'_, State<T, P>>, Reservation<'_>) {
+        let guard = self.state.lock();
+        self.committing_thread
+            .store(thread_token(), Ordering::Release);
+        (
+            guard,
+            Reservation {
+                owner: &self.committing_thread,
+            },
+        )
+    }
+
+    /// The server began to stop: blocked publishes are refused and no kill-switch hook
+    /// starts.
+    pub fn begin_stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.state.lock().stopping = true;
+    }
+}
+
+impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, P> {
+    fn try_publish(&self, item: T, position: P) -> TryPublish<T> {
+        self.try_publish_at(item, position)
+    }
+
+    fn try_publish_batch(&self, next: &mut dyn FnMut() -> Option<(T, P)>) -> BatchEnd<T, P> {
+        self.try_publish_from(next)
+    }
+
+    fn publish(&self, item: T) -> Result<(), PublishRefused> {
+        self.publish_push(item)
+    }
+
+    fn cache(&self, item: T, position: P) {
+        self.cache_at(item, position)
+    }
+
+    fn filtered(&self, position: P, reason: &str) {
+        self.filter_at(position, reason)
+    }
+
+    fn poll_acknowledgements(&self) -> usize {
+        self.acknowledge_processed()
+    }
+
+    fn flush_paused(&self) -> bool {
+        self.resume_paused()
+    }
+
+    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<P>>) {
+        self.register_committer(committer)
+    }
+
+    fn set_epoch(&self, epoch: Epoch) {
+        self.enter_epoch(epoch)
+    }
+
+    fn set_pause_by_default(&self, pause: bool) {
+        self.default_to_pause(pause)
+    }
+
+    fn report_state(&self, source_state: SourceState, detail: Option<&str>) {
+        self.record_source_state(source_state, detail)
+    }
+
+    fn set_unterminated_bytes(&self, bytes: u64) {
+        self.record_unterminated_bytes(bytes)
+    }
+
+    fn report_rotated_unread(&self, file: &str, bytes: Option<u64>) {
+        self.record_rotated_unread(file, bytes)
+    }
+
+    fn report_files(&self, files: &[mongoose_core::FileLag]) {
+        self.record_files(files)
+    }
+
+    fn saved_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
+        self.consumer_positions()
+    }
+}
