@@ -67,13 +67,14 @@ use tracing::{debug, info, warn};
 
 use crate::watch::FolderWatch;
 
+use crate::config::{FileSourceConfig, ReadStrategy};
 use crate::error::FileSourceError;
 use crate::identity::key_of;
 use crate::lanes::LaneRegistry;
 use crate::line::Line;
 use crate::pointer::{pointer_path_for, PointerRecord};
 use crate::rotation;
-use crate::source::{DataMapper, FileEventSource, FileSourceConfig, ReadStrategy};
+use crate::source::{DataMapper, FileEventSource};
 
 /// Whether `path` is a glob: its file name holds `*`, `?` or `[`.
 pub fn is_glob(path: &Path) -> bool {

@@ -189,6 +189,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+mod config;
 mod error;
 mod glob;
 mod identity;
@@ -200,10 +201,11 @@ mod source;
 pub mod split;
 mod watch;
 
+pub use config::{FileSourceConfig, FileSourceStatus, ReadStrategy};
 pub use error::FileSourceError;
 pub use glob::{
     glob_matches, is_glob, GlobFileSource, GlobSourceConfig, DEFAULT_MAX_OPEN_FILES,
     DEFAULT_SCAN_INTERVAL,
 };
 pub use line::Line;
-pub use source::{DataMapper, FileEventSource, FileSourceConfig, FileSourceStatus, ReadStrategy};
+pub use source::{DataMapper, FileEventSource};

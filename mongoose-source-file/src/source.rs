@@ -4,7 +4,6 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,10 +13,9 @@ use mongoose_core::{
     TryPublish, WorkDone,
 };
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use crate::error::FileSourceError;
+use crate::config::{FileSourceConfig, FileSourceStatus, ReadStrategy};
 use crate::identity::{key_of, FileKey};
 use crate::line::{Chunk, Line, ReadBuffers};
 use crate::pointer::{
@@ -27,105 +25,6 @@ use crate::pointer::{
 use crate::rotation;
 use crate::split::next_line;
 
-/// Where a file source starts and whether it ends.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
-pub enum ReadStrategy {
-    /// Resume at the pointer file's committed offset and tail. The only strategy with a
-    /// pointer file. Spelled `COMMITED` in configuration, as in the Java original.
-    #[serde(rename = "COMMITED", alias = "COMMITTED")]
-    Commited,
-    /// Read from the start and tail.
-    #[serde(rename = "EARLIEST")]
-    Earliest,
-    /// Start at the end and tail: every new line is published (no conflation).
-    #[serde(rename = "LATEST")]
-    Latest,
-    /// Read from the start to the end of the file, then end.
-    #[serde(rename = "ONCE_EARLIEST")]
-    OnceEarliest,
-    /// Start at the end of the file and end there (nothing is read).
-    #[serde(rename = "ONCE_LATEST")]
-    OnceLatest,
-}
-
-impl ReadStrategy {
-    /// The configuration name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReadStrategy::Commited => "COMMITED",
-            ReadStrategy::Earliest => "EARLIEST",
-            ReadStrategy::Latest => "LATEST",
-            ReadStrategy::OnceEarliest => "ONCE_EARLIEST",
-            ReadStrategy::OnceLatest => "ONCE_LATEST",
-        }
-    }
-
-    /// True for the bounded strategies (they end with END_OF_STREAM).
-    pub fn is_once(self) -> bool {
-        matches!(self, ReadStrategy::OnceEarliest | ReadStrategy::OnceLatest)
-    }
-
-    /// True when the strategy keeps a pointer file (COMMITED only).
-    pub fn has_pointer(self) -> bool {
-        matches!(self, ReadStrategy::Commited)
-    }
-}
-
-impl fmt::Display for ReadStrategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ReadStrategy {
-    type Err = FileSourceError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "COMMITED" | "COMMITTED" => Ok(ReadStrategy::Commited),
-            "EARLIEST" => Ok(ReadStrategy::Earliest),
-            "LATEST" => Ok(ReadStrategy::Latest),
-            "ONCE_EARLIEST" => Ok(ReadStrategy::OnceEarliest),
-            "ONCE_LATEST" => Ok(ReadStrategy::OnceLatest),
-            other => Err(FileSourceError::UnknownStrategy(other.to_owned())),
-        }
-    }
-}
-
-/// The configuration of a [`FileEventSource`].
-#[derive(Clone, Debug)]
-pub struct FileSourceConfig {
-    /// The source's name (its feed's, usually).
-    pub name: String,
-    /// The input file.
-    pub path: PathBuf,
-    /// Where to start, and whether to end.
-    pub strategy: ReadStrategy,
-    /// Initial size of the read buffer; it grows only to hold a longer line.
-    pub read_buffer_bytes: usize,
-    /// Bytes read in one duty cycle at most, so acknowledgements are polled and the
-    /// pointer committed regularly during a long read.
-    pub max_bytes_per_cycle: usize,
-    /// File-name globs (`*`, `?`) of the input's rotations, in the input's directory.
-    /// Empty: `<name>.*` and `<name>-*`. At a restart, when the path names another file
-    /// than the pointer's, the pointer's file is looked for among them (COMMITED only).
-    pub rotated: Vec<String>,
-}
-
-impl FileSourceConfig {
-    /// A configuration with the default buffer sizes (256 KiB buffer, 4 MiB per cycle).
-    pub fn new(name: impl Into<String>, path: impl Into<PathBuf>, strategy: ReadStrategy) -> Self {
-        FileSourceConfig {
-            name: name.into(),
-            path: path.into(),
-            strategy,
-            read_buffer_bytes: 256 * 1024,
-            max_bytes_per_cycle: 4 * 1024 * 1024,
-            rotated: Vec::new(),
-        }
-    }
-}
-
 /// Turns a line into the feed's item; an error filters the line (counted and logged,
 /// its position committed with the items around it: never a silent loss).
 ///
@@ -133,41 +32,6 @@ impl FileSourceConfig {
 /// into the feed without touching its reference count, and a mapper that parses the
 /// line drops it when done.
 pub type DataMapper<T> = Box<dyn FnMut(Line) -> Result<T, String> + Send>;
-
-/// A snapshot of a [`FileEventSource`]'s progress.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize)]
-pub struct FileSourceStatus {
-    /// The state last reported.
-    pub state: SourceState,
-    /// Why, when not caught up.
-    pub detail: Option<String>,
-    /// The epoch of the positions published now.
-    pub epoch: Epoch,
-    /// The byte offset after the last line taken (published, filtered or paused).
-    pub read_position: u64,
-    /// The offset in the pointer file (COMMITED), or 0.
-    pub committed_position: u64,
-    /// Lines published.
-    pub lines_published: u64,
-    /// Lines the data mapper refused.
-    pub lines_filtered: u64,
-    /// Times a publish was paused by a full queue (episodes).
-    pub pauses: u64,
-    /// Bytes after the last terminator a once read ended without publishing.
-    pub unterminated_bytes: u64,
-    /// Times the input was reopened (a replacement, rotation, truncation, read error).
-    pub reopens: u64,
-    /// Times the pointer was reset to 0 under a new epoch.
-    pub resets: u64,
-    /// Acknowledgements of an old epoch the committer ignored.
-    pub ignored_old_acknowledgements: u64,
-    /// Rotated files found at a restart (by file key and fingerprint) and read from the
-    /// pointer to their end before the file at the path.
-    pub rotated_files_finished: u64,
-    /// Rotated files that held, or may have held, unread lines the source could not
-    /// read (compressed or deleted before it read them): a loss, reported, never silent.
-    pub rotated_unread_files: u64,
-}
 
 /// The commit state shared by the source and its committer, under the lock that
 /// `stop` also takes.
