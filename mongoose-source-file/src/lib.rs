@@ -196,6 +196,7 @@ mod identity;
 mod lanes;
 mod line;
 pub mod pointer;
+mod positional;
 mod rotation;
 mod source;
 pub mod split;
