@@ -189,6 +189,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+mod committer;
 mod config;
 mod error;
 mod glob;

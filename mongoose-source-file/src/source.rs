@@ -4,23 +4,23 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, Refusal, SourceCommitter, SourceOutput, SourceState,
-    TryPublish, WorkDone,
+    BatchEnd, CoreError, Epoch, EventSource, Refusal, SourceOutput, SourceState, TryPublish,
+    WorkDone,
 };
 use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
+use crate::committer::{CommitFront, CommitShared, PointerCommitter};
 use crate::config::{FileSourceConfig, FileSourceStatus, ReadStrategy};
 use crate::identity::{key_of, FileKey};
 use crate::line::{Chunk, Line, ReadBuffers};
 use crate::pointer::{
     fnv1a, pointer_path_for, PointerDamage, PointerFile, PointerRecord, LAYOUT_VERSION,
-    MAX_FINGERPRINT_BYTES,
 };
 use crate::positional::{
     align_to_line_start, end_of_last_line, fingerprint_of, read_exact_at, starts_as_fingerprinted,
@@ -35,171 +35,6 @@ use crate::split::next_line;
 /// into the feed without touching its reference count, and a mapper that parses the
 /// line drops it when done.
 pub type DataMapper<T> = Box<dyn FnMut(Line) -> Result<T, String> + Send>;
-
-/// The commit state shared by the source and its committer, under the lock that
-/// `stop` also takes.
-#[derive(Debug)]
-struct CommitShared {
-    source_name: String,
-    pointer_path: PathBuf,
-    pointer: Option<PointerFile>,
-    /// What the pointer file holds.
-    record: PointerRecord,
-    /// The highest acknowledged offset of the current epoch not yet committed. Kept
-    /// until a write of it succeeds, so a failed commit is retried (issue 9, item 8).
-    acknowledged: Option<u64>,
-    /// The open input (for fingerprint growth: always the file being read).
-    input: Option<Arc<File>>,
-    stopped: bool,
-}
-
-impl CommitShared {
-    fn io_error(&self, what: &str, error: io::Error) -> CoreError {
-        CoreError::io(
-            format!(
-                "source '{}': {what} pointer file {}",
-                self.source_name,
-                self.pointer_path.display()
-            ),
-            error,
-        )
-    }
-
-    fn write_record(&mut self, record: PointerRecord) -> Result<(), CoreError> {
-        match self.pointer.as_mut() {
-            Some(pointer) => pointer
-                .write(&record)
-                .map_err(|error| self.io_error("cannot write", error))?,
-            None => {
-                // after stop: re-map for this write only, and make it durable as the
-                // stop's own write is (issue 9, item 10)
-                let mut opened = PointerFile::open(&self.pointer_path)
-                    .map_err(|error| self.io_error("cannot re-map", error))?;
-                opened
-                    .file
-                    .write_durable(&record)
-                    .map_err(|error| self.io_error("cannot write", error))?;
-            }
-        }
-        self.record = record;
-        Ok(())
-    }
-
-    /// Commits the acknowledged offset: forward only, growing the fingerprint of the
-    /// open file while it covers less than 4 KB. On an error the offset stays
-    /// acknowledged, and the next commit writes it.
-    fn commit(&mut self) -> Result<(), CoreError> {
-        let Some(offset) = self.acknowledged else {
-            return Ok(());
-        };
-        if offset <= self.record.offset {
-            self.acknowledged = None;
-            return Ok(());
-        }
-        if self.pointer.is_none() && !self.stopped {
-            // not started: nothing mapped to write to
-            return Ok(());
-        }
-        let mut record = self.record;
-        record.offset = offset;
-        if record.fingerprint_length < MAX_FINGERPRINT_BYTES {
-            if let Some(input) = self.input.as_ref() {
-                // the file being read, by positional reads of its handle, never the
-                // path (review R4: the path may already name a replacement)
-                if let Some((length, fingerprint)) = fingerprint_of(input) {
-                    if length > record.fingerprint_length {
-                        record.fingerprint_length = length;
-                        record.fingerprint = fingerprint;
-                    }
-                }
-            }
-        }
-        if record.fingerprint_length == self.record.fingerprint_length && self.pointer.is_some() {
-            if let Some(pointer) = self.pointer.as_mut() {
-                if let Err(error) = pointer.write_offset(offset) {
-                    return Err(self.io_error("cannot write the offset into", error));
-                }
-            }
-            self.record = record;
-            self.acknowledged = None;
-            return Ok(());
-        }
-        self.write_record(record)?;
-        self.acknowledged = None;
-        Ok(())
-    }
-}
-
-/// What the committer reads on every acknowledgement without taking the commit lock.
-#[derive(Debug, Default)]
-struct CommitFront {
-    /// The epoch of the pointer now.
-    epoch: AtomicU64,
-    /// Bumped at each reset: an acknowledgement taken before it is forgotten.
-    generation: AtomicU64,
-    /// Acknowledgements of an old epoch ignored.
-    ignored: AtomicU64,
-}
-
-impl CommitFront {
-    /// A new epoch after a reset: what was acknowledged before is forgotten.
-    fn reset_to(&self, epoch: u64) {
-        self.epoch.store(epoch, Ordering::Release);
-        self.generation.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
-/// The committer a COMMITED source registers with its output.
-struct PointerCommitter {
-    shared: Arc<Mutex<CommitShared>>,
-    front: Arc<CommitFront>,
-    /// The highest acknowledged offset since the last commit, with the reset
-    /// generation it was acknowledged in.
-    pending: Option<(u64, u64)>,
-    source_name: String,
-}
-
-impl SourceCommitter<u64> for PointerCommitter {
-    fn acknowledged(&mut self, sequence: u64, epoch: Epoch, position: u64) {
-        if epoch.get() != self.front.epoch.load(Ordering::Acquire) {
-            // an item of the old file: never committed into the new file's pointer
-            // (feed-delivery-guarantees §4, review 2 finding 6, review R4)
-            self.front.ignored.fetch_add(1, Ordering::Relaxed);
-            debug!(
-                source = %self.source_name, sequence, %epoch, position,
-                "ignoring an acknowledgement of an old epoch"
-            );
-            return;
-        }
-        let generation = self.front.generation.load(Ordering::Acquire);
-        self.pending = match self.pending {
-            Some((at_generation, offset)) if at_generation == generation => {
-                Some((generation, offset.max(position)))
-            }
-            _ => Some((generation, position)),
-        };
-    }
-
-    fn commit(&mut self) -> Result<(), CoreError> {
-        let mut shared = self.shared.lock();
-        if let Some((generation, offset)) = self.pending.take() {
-            if generation == self.front.generation.load(Ordering::Acquire) {
-                shared.acknowledged = Some(shared.acknowledged.map_or(offset, |at| at.max(offset)));
-            } else {
-                // acknowledged before a reset: an offset of the old file (review 2,
-                // finding 6)
-                debug!(source = %self.source_name, offset, "forgetting an acknowledgement made before a reset");
-            }
-        }
-        // what an earlier commit failed to write is still acknowledged: written now
-        // (issue 9, item 8)
-        shared.commit()
-    }
-
-    fn commits_after_stop(&self) -> bool {
-        true
-    }
-}
 
 /// The open input file and the last chunk read from it.
 #[derive(Debug)]
