@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use super::read::OpenInput;
 use super::FileEventSource;
 use crate::config::ReadStrategy;
-use crate::identity::{key_of, FileKey};
+use crate::identity::{key_of, new_key_same_bytes, reset_reason, FileKey, Observed};
 use crate::pointer::{fnv1a, PointerRecord, LAYOUT_VERSION};
 use crate::positional::{
     align_to_line_start, end_of_last_line, fingerprint_of, read_exact_at, starts_as_fingerprinted,
@@ -382,50 +382,23 @@ impl<T: Send + 'static> FileEventSource<T> {
             Some(pointer) => pointer.read(),
             None => shared.record,
         };
-        let stored_key = record.file_key;
-        // a mid-run reopen must not resume before what it read of the same file
-        let read_through = reopen_from.unwrap_or(0).max(record.offset);
-        let reset_reason = if std::mem::take(&mut self.rotated_finished) {
-            Some(format!(
-                "the rotated file was read to its end: {} is a new file",
-                path.display()
-            ))
-        } else if size < read_through {
-            Some(format!(
-                "the input file {} was truncated: {size} bytes, shorter than the {read_through} already read",
-                path.display()
-            ))
-        } else if record.fingerprint_length > 0 {
-            let matches = starts_as_fingerprinted(file, &record);
-            if !matches {
-                Some(format!(
-                    "the input file {} was replaced: its first {} bytes differ from those fingerprinted",
-                    path.display(),
-                    record.fingerprint_length
-                ))
-            } else {
-                if let Some(key) = key {
-                    if stored_key != 0 && stored_key != key.0 {
-                        // an NFS remount, an overlay copy-up, a writer that renames a
-                        // copy into place (review 3, item 4)
-                        warn!(source = %name, path = %path.display(),
-                            "the input file has a new file key but the same leading bytes and is not shorter than the pointer: keeping the pointer and epoch");
-                    }
-                }
-                None
-            }
-        } else if let Some(key) = key {
-            (stored_key != 0 && stored_key != key.0).then(|| {
-                format!(
-                    "the input file {} was replaced: another file key, and no fingerprint to match",
-                    path.display()
-                )
-            })
-        } else {
-            None
+        let observed = Observed {
+            key,
+            size,
+            same_leading_bytes: record.fingerprint_length > 0
+                && starts_as_fingerprinted(file, &record),
+            rotated_finished: std::mem::take(&mut self.rotated_finished),
+            read_through: reopen_from,
         };
+        let reason_to_reset = reset_reason(&record, &observed).map(|reason| reason.message(&path));
+        if reason_to_reset.is_none() && new_key_same_bytes(&record, &observed) {
+            // an NFS remount, an overlay copy-up, a writer that renames a copy into
+            // place (review 3, item 4)
+            warn!(source = %name, path = %path.display(),
+                "the input file has a new file key but the same leading bytes and is not shorter than the pointer: keeping the pointer and epoch");
+        }
         let start_at;
-        if let Some(reason) = reset_reason {
+        if let Some(reason) = reason_to_reset {
             let old_epoch = record.epoch;
             warn!(source = %name, %reason, "resetting the pointer to 0 under a new epoch");
             record.offset = 0;

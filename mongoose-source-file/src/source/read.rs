@@ -12,7 +12,7 @@ use mongoose_core::{BatchEnd, CoreError, Refusal, SourceState, TryPublish};
 use tracing::{info, warn};
 
 use super::FileEventSource;
-use crate::identity::{key_of, FileKey};
+use crate::identity::{end_of_file_change, key_of, EndOfFileChange, FileKey, ObservedAtEnd};
 use crate::line::{Chunk, Line};
 use crate::split::next_line;
 
@@ -370,28 +370,25 @@ impl<T: Send + 'static> FileEventSource<T> {
             return EofCheck::Unchanged;
         };
         let path = &self.config.path;
-        if let Ok(open) = input.file.metadata() {
-            if open.len() < input.read_through() {
-                return EofCheck::Truncated(format!(
-                    "the input file {} was truncated while being read: {} bytes, {} read",
+        let observed = ObservedAtEnd {
+            open_size: input.file.metadata().ok().map(|open| open.len()),
+            read_through: input.read_through(),
+            open_key: input.key,
+            // none: a rotation in progress, the open file is read on
+            path_key: fs::metadata(path).ok().map(|at_path| key_of(&at_path)),
+        };
+        match end_of_file_change(&observed) {
+            None => EofCheck::Unchanged,
+            Some(EndOfFileChange::Truncated { size, read_through }) => {
+                EofCheck::Truncated(format!(
+                    "the input file {} was truncated while being read: {size} bytes, {read_through} read",
                     path.display(),
-                    open.len(),
-                    input.read_through()
-                ));
+                ))
             }
-        }
-        match fs::metadata(path) {
-            // a rotation in progress: read the open file on
-            Err(_) => EofCheck::Unchanged,
-            Ok(at_path) => match (input.key, key_of(&at_path)) {
-                (Some(open_key), Some(path_key)) if open_key != path_key => {
-                    EofCheck::Replaced(format!(
-                        "the input file {} was replaced while being read",
-                        path.display()
-                    ))
-                }
-                _ => EofCheck::Unchanged,
-            },
+            Some(EndOfFileChange::Replaced) => EofCheck::Replaced(format!(
+                "the input file {} was replaced while being read",
+                path.display()
+            )),
         }
     }
 
