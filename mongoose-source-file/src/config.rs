@@ -18,7 +18,7 @@ pub enum ReadStrategy {
     /// Resume at the pointer file's committed offset and tail. The only strategy with a
     /// pointer file. Spelled `COMMITED` in configuration, as in the Java original.
     #[serde(rename = "COMMITED", alias = "COMMITTED")]
-    Commited,
+    Committed,
     /// Read from the start and tail.
     #[serde(rename = "EARLIEST")]
     Earliest,
@@ -37,7 +37,7 @@ impl ReadStrategy {
     /// The configuration name.
     pub fn as_str(self) -> &'static str {
         match self {
-            ReadStrategy::Commited => "COMMITED",
+            ReadStrategy::Committed => "COMMITED",
             ReadStrategy::Earliest => "EARLIEST",
             ReadStrategy::Latest => "LATEST",
             ReadStrategy::OnceEarliest => "ONCE_EARLIEST",
@@ -52,7 +52,7 @@ impl ReadStrategy {
 
     /// True when the strategy keeps a pointer file (COMMITED only).
     pub fn has_pointer(self) -> bool {
-        matches!(self, ReadStrategy::Commited)
+        matches!(self, ReadStrategy::Committed)
     }
 }
 
@@ -67,7 +67,7 @@ impl FromStr for ReadStrategy {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text {
-            "COMMITED" | "COMMITTED" => Ok(ReadStrategy::Commited),
+            "COMMITED" | "COMMITTED" => Ok(ReadStrategy::Committed),
             "EARLIEST" => Ok(ReadStrategy::Earliest),
             "LATEST" => Ok(ReadStrategy::Latest),
             "ONCE_EARLIEST" => Ok(ReadStrategy::OnceEarliest),
@@ -144,4 +144,52 @@ pub struct FileSourceStatus {
     /// Rotated files that held, or may have held, unread lines the source could not
     /// read (compressed or deleted before it read them): a loss, reported, never silent.
     pub rotated_unread_files: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_is_spelled_commited_in_configuration_and_read_either_way() {
+        // the Java original's spelling stays the configuration's (issue 12, item 6)
+        assert_eq!(ReadStrategy::Committed.to_string(), "COMMITED");
+        assert_eq!(ReadStrategy::Committed.as_str(), "COMMITED");
+        for spelling in ["COMMITED", "COMMITTED"] {
+            assert_eq!(
+                spelling.parse::<ReadStrategy>().expect("a strategy"),
+                ReadStrategy::Committed
+            );
+            let quoted = format!("\"{spelling}\"");
+            let read: ReadStrategy = serde_json::from_str(&quoted).expect("a strategy");
+            assert_eq!(read, ReadStrategy::Committed);
+        }
+        assert_eq!(
+            serde_json::to_string(&ReadStrategy::Committed).expect("serialised"),
+            "\"COMMITED\""
+        );
+    }
+
+    #[test]
+    fn every_strategy_reads_back_what_it_writes() {
+        for strategy in [
+            ReadStrategy::Committed,
+            ReadStrategy::Earliest,
+            ReadStrategy::Latest,
+            ReadStrategy::OnceEarliest,
+            ReadStrategy::OnceLatest,
+        ] {
+            assert_eq!(
+                strategy.as_str().parse::<ReadStrategy>().ok(),
+                Some(strategy)
+            );
+            let json = serde_json::to_string(&strategy).expect("serialised");
+            assert_eq!(json, format!("\"{strategy}\""));
+            assert_eq!(
+                serde_json::from_str::<ReadStrategy>(&json).ok(),
+                Some(strategy)
+            );
+        }
+        assert!("COMMITTING".parse::<ReadStrategy>().is_err());
+    }
 }

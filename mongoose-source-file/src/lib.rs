@@ -15,7 +15,7 @@
 //! full queue refused is kept and offered again with
 //! [`SourceOutput::try_publish`](mongoose_core::SourceOutput::try_publish).
 //!
-//! With [`ReadStrategy::Commited`] the source keeps a 1,024-byte memory-mapped pointer
+//! With [`ReadStrategy::Committed`] the source keeps a 1,024-byte memory-mapped pointer
 //! file beside the input (`<input file name>.readPointer`, layout in [`mod@pointer`]). The
 //! pointer is written only by the source's committer, when the output acknowledges that
 //! every consumer processed the lines it covers: after a crash the lines after it are
@@ -152,7 +152,7 @@
 //!     let feed: Arc<Publisher<i64, u64>> = Feed::builder("numbers").build();
 //!     let output: Arc<dyn SourceOutput<i64, u64>> = feed.clone();
 //!     let mut source = FileEventSource::new(
-//!         FileSourceConfig::new("numbers", input, ReadStrategy::Commited),
+//!         FileSourceConfig::new("numbers", input, ReadStrategy::Committed),
 //!         |line: Line| line.text().trim().parse::<i64>().map_err(|e| format!("{line:?}: {e}")),
 //!         output,
 //!     );
@@ -210,4 +210,4 @@ pub use glob::{
     DEFAULT_SCAN_INTERVAL,
 };
 pub use line::Line;
-pub use source::{DataMapper, FileEventSource};
+pub use source::{FileEventSource, LineMapper};

@@ -76,7 +76,7 @@ fn pipeline(path: &Path, capacity: usize) -> Pipeline {
     let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").queue_capacity(capacity).build();
     let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let source = FileEventSource::new(
-        FileSourceConfig::new("lines", path, ReadStrategy::Commited),
+        FileSourceConfig::new("lines", path, ReadStrategy::Committed),
         Ok::<Line, String>,
         output,
     );
@@ -360,7 +360,7 @@ fn a_line_the_mapper_refuses_during_the_startup_cache_is_committed_only_after_th
     let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").queue_capacity(16).build();
     let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let mut source = FileEventSource::new(
-        FileSourceConfig::new("lines", &input, ReadStrategy::Commited),
+        FileSourceConfig::new("lines", &input, ReadStrategy::Committed),
         |line: Line| {
             if line.as_bytes().starts_with(b"line-") {
                 Ok(line)

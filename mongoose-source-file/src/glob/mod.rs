@@ -76,7 +76,7 @@ use crate::config::{FileSourceConfig, ReadStrategy};
 use crate::error::FileSourceError;
 use crate::lanes::LaneRegistry;
 use crate::line::Line;
-use crate::source::{DataMapper, FileEventSource};
+use crate::source::{FileEventSource, LineMapper};
 use crate::watch::FolderWatch;
 
 /// Builds the source of one file (its mapper is made per file).
@@ -226,7 +226,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
     /// `mappers` makes for its file (called with the file's path).
     pub fn new(
         config: GlobSourceConfig,
-        mut mappers: impl FnMut(&Path) -> DataMapper<T> + Send + 'static,
+        mut mappers: impl FnMut(&Path) -> LineMapper<T> + Send + 'static,
         output: Arc<dyn SourceOutput<T, (u32, u64)>>,
     ) -> Self {
         Self::with_builder(

@@ -37,20 +37,21 @@ use crate::pointer::{pointer_path_for, PointerDamage, PointerFile, PointerRecord
 /// It takes the [`Line`] by value: the identity mapper of a feed of `Line`s moves it
 /// into the feed without touching its reference count, and a mapper that parses the
 /// line drops it when done.
-pub type DataMapper<T> = Box<dyn FnMut(Line) -> Result<T, String> + Send>;
+pub type LineMapper<T> = Box<dyn FnMut(Line) -> Result<T, String> + Send>;
 
 /// Called between the open of the input file and the read of its identity (tests).
+#[cfg(feature = "testsuite")]
 type OpenHook = Box<dyn FnMut() + Send>;
 
 /// A file source: reads lines of a file by bytes, maps each line to an item and
 /// publishes it with the byte offset after the line as its position.
 ///
-/// With [`ReadStrategy::Commited`] the offset is committed to the pointer file
+/// With [`ReadStrategy::Committed`] the offset is committed to the pointer file
 /// `<input>.readPointer` only once the line was processed by every consumer (the
 /// output's acknowledgement), never when read. See the crate documentation.
 pub struct FileEventSource<T> {
     config: FileSourceConfig,
-    mapper: DataMapper<T>,
+    mapper: LineMapper<T>,
     output: Arc<dyn SourceOutput<T, u64>>,
     shared: Arc<Mutex<CommitShared>>,
     front: Arc<CommitFront>,
@@ -85,6 +86,7 @@ pub struct FileEventSource<T> {
     paused: bool,
     reported: Option<(SourceState, Option<String>)>,
     status: FileSourceStatus,
+    #[cfg(feature = "testsuite")]
     open_hook: Option<OpenHook>,
     /// The wait between reopens of an input that fails to open or to read.
     backoff: ReopenBackoff,
@@ -161,6 +163,7 @@ impl<T: Send + 'static> FileEventSource<T> {
                 rotated_files_finished: 0,
                 rotated_unread_files: 0,
             },
+            #[cfg(feature = "testsuite")]
             open_hook: None,
             backoff: ReopenBackoff::default(),
             open_failures: RepeatedWarning::default(),
@@ -213,9 +216,10 @@ impl<T: Send + 'static> FileEventSource<T> {
         status
     }
 
-    /// Test hook: called after the input file is opened and before the opened file's
-    /// identity is read, so a test can rotate the file at exactly that moment.
-    #[doc(hidden)]
+    /// Test hook (feature `testsuite`, for this crate's tests): called after the input
+    /// file is opened and before the opened file's identity is read, so a test can
+    /// rotate the file at exactly that moment.
+    #[cfg(feature = "testsuite")]
     pub fn set_open_hook(&mut self, hook: impl FnMut() + Send + 'static) {
         self.open_hook = Some(Box::new(hook));
     }

@@ -73,6 +73,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         if let Some(failures) = self.open_failures.cleared() {
             info!(source = %self.config.name, path = %path.display(), failures, "the input file opens again");
         }
+        #[cfg(feature = "testsuite")]
         if let Some(hook) = self.open_hook.as_mut() {
             hook();
         }
@@ -97,7 +98,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         let same_file_from =
             reopen_from.filter(|from| key.is_some() && key == self.last_key && size >= *from);
         let start_at = match (self.config.strategy, same_file_from) {
-            (ReadStrategy::Commited, _) => self.adopt_pointer(&file, key, size, reopen_from)?,
+            (ReadStrategy::Committed, _) => self.adopt_pointer(&file, key, size, reopen_from)?,
             (_, Some(from)) => from,
             (ReadStrategy::Earliest | ReadStrategy::OnceEarliest, None) => {
                 self.set_epoch(identity_epoch(key, &path));
