@@ -126,7 +126,7 @@ pub struct FileSourceStatus {
     pub committed_position: u64,
     /// Lines published.
     pub lines_published: u64,
-    /// Lines the data mapper refused.
+    /// Lines the line mapper refused.
     pub lines_filtered: u64,
     /// Times a publish was paused by a full queue (episodes).
     pub pauses: u64,

@@ -1,8 +1,8 @@
 //! A tailing file source whose pointer is never ahead of processing.
 //!
 //! [`FileEventSource`] reads a file by bytes, splits it into lines on `\n`, `\r` and
-//! `\r\n`, maps each [`Line`] to the feed's item with a data mapper and publishes it,
-//! the position being the byte offset just after the line.
+//! `\r\n`, maps each [`Line`] to the feed's item with a [`LineMapper`] and publishes
+//! it, the position being the byte offset just after the line.
 //!
 //! A [`Line`] borrows the read chunk it was cut from (an `Arc` and a range), so a feed of
 //! `Line`s ([`FileEventSource::of_lines`]) publishes without allocating; the chunks are
@@ -80,6 +80,21 @@
 //! kept across restarts in `<folder>/<feed>.lanes`, new files are read from their
 //! start, deleted ones are forgotten once everything read from them is committed, and
 //! at most [`GlobSourceConfig::max_open_files`] are open at once. See [`GlobFileSource`].
+//!
+//! # The crate's parts
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `config` | [`ReadStrategy`], [`FileSourceConfig`], [`FileSourceStatus`] |
+//! | `source` | [`FileEventSource`]: its state, start, stop and duty cycle; `source::open` (the open, the pointer's identity check, following a rotation at a restart, reconciling with the consumers' saved positions), `source::read` (reading, cutting lines, publishing, the end-of-file checks), `source::backoff` (reopening a failing input) |
+//! | `identity` | the file key, and the identity rules as pure functions: `reset_reason` (keep the pointer or reset it under a new epoch) and `end_of_file_change` (truncated, or replaced at the path) |
+//! | `committer` | the commit state shared with the output's committer, and the pointer committer (a [`SourceCommitter`](mongoose_core::SourceCommitter)) a COMMITED source registers with its output |
+//! | `positional` | positional reads of the open handle: the fingerprint, where LATEST starts, aligning a pointer without an epoch |
+//! | [`mod@pointer`] | the pointer file: layout, decoding of damaged files, the mapped page |
+//! | `rotation` | the rotation candidates of an input, and finding the pointer's file among them |
+//! | `line`, [`mod@split`] | [`Line`], the read chunks it borrows, and cutting lines on terminators |
+//! | `glob` | [`GlobFileSource`]: `glob::pattern` (file-name globs), `glob::adapter` (the lane adapter and the multiplexing committer), `glob::scan` (discovery, renames inside the glob), `glob::slots` (open-file slots, parking, forgetting deleted files) |
+//! | `lanes`, `watch` | the lane registry of a glob, and inotify on its folder |
 //!
 //! # Example: a file feed and a processor that saves its position with its state
 //!

@@ -1,4 +1,4 @@
-//! Reading: strategies, terminators, once reads, PAUSE and the data mapper
+//! Reading: strategies, terminators, once reads, PAUSE and the line mapper
 //! (feed-delivery-guarantees §4, §6, §7).
 
 mod common;

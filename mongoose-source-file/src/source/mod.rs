@@ -46,7 +46,7 @@ type OpenHook = Box<dyn FnMut() + Send>;
 /// A file source: reads lines of a file by bytes, maps each line to an item and
 /// publishes it with the byte offset after the line as its position.
 ///
-/// With [`ReadStrategy::Committed`] the offset is committed to the pointer file
+/// With [`ReadStrategy::Committed`](crate::ReadStrategy::Committed) the offset is committed to the pointer file
 /// `<input>.readPointer` only once the line was processed by every consumer (the
 /// output's acknowledgement), never when read. See the crate documentation.
 pub struct FileEventSource<T> {

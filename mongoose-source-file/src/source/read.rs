@@ -141,12 +141,12 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
     }
 
-    /// Records a line the data mapper refused: counted, logged, and given to the output
+    /// Records a line the line mapper refused: counted, logged, and given to the output
     /// so its position is committed with the items around it.
     fn filter_line(&mut self, position: u64, reason: &str) {
         self.status.lines_filtered += 1;
         warn!(source = %self.config.name, position, %reason, filtered = self.status.lines_filtered,
-            "the data mapper refused a line: filtered");
+            "the line mapper refused a line: filtered");
         self.output.filtered(position, reason);
     }
 
