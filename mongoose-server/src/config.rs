@@ -253,7 +253,7 @@ pub const SCAN_INTERVAL_MILLIS: std::ops::RangeInclusive<u64> = 10..=3_600_000;
 pub const MAX_OPEN_FILES: usize = 65_536;
 
 fn default_read_strategy() -> ReadStrategy {
-    ReadStrategy::Commited
+    ReadStrategy::Committed
 }
 
 /// How a group's thread idles when it has nothing to do.
@@ -1152,7 +1152,7 @@ settings = { state_dir = "state" }
         let config = parse(GOOD).expect("valid");
         assert_eq!(config.control_wait_millis, 5000);
         assert_eq!(config.shutdown_timeout_millis, 30_000);
-        assert_eq!(config.feeds[0].read_strategy, ReadStrategy::Commited);
+        assert_eq!(config.feeds[0].read_strategy, ReadStrategy::Committed);
         assert_eq!(
             config.groups[0].idle_strategy,
             IdleStrategyConfig::SleepingMillis(1)

@@ -869,7 +869,7 @@ impl LedgerExample {
                 name: default_feed(),
                 source: SourceKind::File,
                 path: self.input.clone(),
-                read_strategy: ReadStrategy::Commited,
+                read_strategy: ReadStrategy::Committed,
                 queue_capacity: None,
                 overload: OverloadConfig::default(),
                 status_events: false,

@@ -283,7 +283,7 @@ fn raw_count(path: &Path) -> u64 {
 }
 
 fn source_config(path: &Path, args: &Args) -> FileSourceConfig {
-    let mut config = FileSourceConfig::new("bench", path, ReadStrategy::Commited);
+    let mut config = FileSourceConfig::new("bench", path, ReadStrategy::Committed);
     config.read_buffer_bytes = args.buffer_kib * 1024;
     config.max_bytes_per_cycle = config.max_bytes_per_cycle.max(config.read_buffer_bytes);
     config

@@ -1,8 +1,8 @@
 //! A tailing file source whose pointer is never ahead of processing.
 //!
 //! [`FileEventSource`] reads a file by bytes, splits it into lines on `\n`, `\r` and
-//! `\r\n`, maps each [`Line`] to the feed's item with a data mapper and publishes it,
-//! the position being the byte offset just after the line.
+//! `\r\n`, maps each [`Line`] to the feed's item with a [`LineMapper`] and publishes
+//! it, the position being the byte offset just after the line.
 //!
 //! A [`Line`] borrows the read chunk it was cut from (an `Arc` and a range), so a feed of
 //! `Line`s ([`FileEventSource::of_lines`]) publishes without allocating; the chunks are
@@ -15,7 +15,7 @@
 //! full queue refused is kept and offered again with
 //! [`SourceOutput::try_publish`](mongoose_core::SourceOutput::try_publish).
 //!
-//! With [`ReadStrategy::Commited`] the source keeps a 1,024-byte memory-mapped pointer
+//! With [`ReadStrategy::Committed`] the source keeps a 1,024-byte memory-mapped pointer
 //! file beside the input (`<input file name>.readPointer`, layout in [`mod@pointer`]). The
 //! pointer is written only by the source's committer, when the output acknowledges that
 //! every consumer processed the lines it covers: after a crash the lines after it are
@@ -80,6 +80,21 @@
 //! kept across restarts in `<folder>/<feed>.lanes`, new files are read from their
 //! start, deleted ones are forgotten once everything read from them is committed, and
 //! at most [`GlobSourceConfig::max_open_files`] are open at once. See [`GlobFileSource`].
+//!
+//! # The crate's parts
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `config` | [`ReadStrategy`], [`FileSourceConfig`], [`FileSourceStatus`] |
+//! | `source` | [`FileEventSource`]: its state, start, stop and duty cycle; `source::open` (the open, the pointer's identity check, following a rotation at a restart, reconciling with the consumers' saved positions), `source::read` (reading, cutting lines, publishing, the end-of-file checks), `source::backoff` (reopening a failing input) |
+//! | `identity` | the file key, and the identity rules as pure functions: `reset_reason` (keep the pointer or reset it under a new epoch) and `end_of_file_change` (truncated, or replaced at the path) |
+//! | `committer` | the commit state shared with the output's committer, and the pointer committer (a [`SourceCommitter`](mongoose_core::SourceCommitter)) a COMMITED source registers with its output |
+//! | `positional` | positional reads of the open handle: the fingerprint, where LATEST starts, aligning a pointer without an epoch |
+//! | [`mod@pointer`] | the pointer file: layout, decoding of damaged files, the mapped page |
+//! | `rotation` | the rotation candidates of an input, and finding the pointer's file among them |
+//! | `line`, [`mod@split`] | [`Line`], the read chunks it borrows, and cutting lines on terminators |
+//! | `glob` | [`GlobFileSource`]: `glob::pattern` (file-name globs), `glob::adapter` (the lane adapter and the multiplexing committer), `glob::scan` (discovery, renames inside the glob), `glob::slots` (open-file slots, parking, forgetting deleted files) |
+//! | `lanes`, `watch` | the lane registry of a glob, and inotify on its folder |
 //!
 //! # Example: a file feed and a processor that saves its position with its state
 //!
@@ -152,7 +167,7 @@
 //!     let feed: Arc<Publisher<i64, u64>> = Feed::builder("numbers").build();
 //!     let output: Arc<dyn SourceOutput<i64, u64>> = feed.clone();
 //!     let mut source = FileEventSource::new(
-//!         FileSourceConfig::new("numbers", input, ReadStrategy::Commited),
+//!         FileSourceConfig::new("numbers", input, ReadStrategy::Committed),
 //!         |line: Line| line.text().trim().parse::<i64>().map_err(|e| format!("{line:?}: {e}")),
 //!         output,
 //!     );
@@ -189,21 +204,25 @@
 //! ```
 #![deny(unsafe_code)]
 
+mod committer;
+mod config;
 mod error;
 mod glob;
 mod identity;
 mod lanes;
 mod line;
 pub mod pointer;
+mod positional;
 mod rotation;
 mod source;
 pub mod split;
 mod watch;
 
+pub use config::{FileSourceConfig, FileSourceStatus, ReadStrategy};
 pub use error::FileSourceError;
 pub use glob::{
     glob_matches, is_glob, GlobFileSource, GlobSourceConfig, DEFAULT_MAX_OPEN_FILES,
     DEFAULT_SCAN_INTERVAL,
 };
 pub use line::Line;
-pub use source::{DataMapper, FileEventSource, FileSourceConfig, FileSourceStatus, ReadStrategy};
+pub use source::{FileEventSource, LineMapper};

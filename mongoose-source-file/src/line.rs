@@ -416,7 +416,7 @@ fn read_into_spare(file: &File, buf: &mut BytesMut, room: usize, offset: u64) ->
 fn read_into_spare(file: &File, buf: &mut BytesMut, room: usize, offset: u64) -> io::Result<usize> {
     let start = buf.len();
     buf.resize(start + room, 0);
-    let read = crate::source::read_at(file, &mut buf[start..], offset);
+    let read = crate::positional::read_at(file, &mut buf[start..], offset);
     buf.truncate(start + *read.as_ref().unwrap_or(&0));
     read
 }

@@ -104,7 +104,7 @@ pub(crate) fn is_pointer_file(file: &File, record: &PointerRecord) -> bool {
     if record.fingerprint_length == 0 {
         return record.offset == 0;
     }
-    crate::source::starts_as_fingerprinted(file, record)
+    crate::positional::starts_as_fingerprinted(file, record)
 }
 
 /// The pointer's file among the candidates, opened, with its path.

@@ -76,7 +76,7 @@ fn pipeline(path: &Path, capacity: usize) -> Pipeline {
     let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").queue_capacity(capacity).build();
     let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let source = FileEventSource::new(
-        FileSourceConfig::new("lines", path, ReadStrategy::Commited),
+        FileSourceConfig::new("lines", path, ReadStrategy::Committed),
         Ok::<Line, String>,
         output,
     );
@@ -349,7 +349,7 @@ fn pause_with_ten_thousand_lines_and_the_startup_cache_drops_nothing() {
 }
 
 // issue 9 item 7; feed-delivery-guarantees §3 ("an item filtered ... is due as soon as
-// the items before it") and §6 (the startup cache): a line the data mapper refuses while
+// the items before it") and §6 (the startup cache): a line the line mapper refuses while
 // the feed caches its startup waits behind the lines cached before it
 #[test]
 fn a_line_the_mapper_refuses_during_the_startup_cache_is_committed_only_after_the_lines_before_it()
@@ -360,7 +360,7 @@ fn a_line_the_mapper_refuses_during_the_startup_cache_is_committed_only_after_th
     let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").queue_capacity(16).build();
     let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let mut source = FileEventSource::new(
-        FileSourceConfig::new("lines", &input, ReadStrategy::Commited),
+        FileSourceConfig::new("lines", &input, ReadStrategy::Committed),
         |line: Line| {
             if line.as_bytes().starts_with(b"line-") {
                 Ok(line)

@@ -111,7 +111,7 @@ fn started_pipeline(input: &Path) -> Pipeline {
     let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").build();
     let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let mut source = FileEventSource::new(
-        FileSourceConfig::new("lines", input, ReadStrategy::Commited),
+        FileSourceConfig::new("lines", input, ReadStrategy::Committed),
         Ok::<Line, String>,
         output,
     );
@@ -281,7 +281,7 @@ fn full_file_system_child() {
     let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").build();
     let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let mut source = FileEventSource::new(
-        FileSourceConfig::new("lines", &input, ReadStrategy::Commited),
+        FileSourceConfig::new("lines", &input, ReadStrategy::Committed),
         Ok::<Line, String>,
         output,
     );

@@ -72,7 +72,7 @@ impl Pipeline {
     fn new(dir: &Path, configure: impl FnOnce(&mut GlobSourceConfig)) -> Pipeline {
         let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
         let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
-        let mut config = GlobSourceConfig::new("logs", dir.join("*.log"), ReadStrategy::Commited);
+        let mut config = GlobSourceConfig::new("logs", dir.join("*.log"), ReadStrategy::Committed);
         config.scan_interval = Duration::from_millis(10);
         configure(&mut config);
         let source = GlobFileSource::<String>::of_lines(config, output);
@@ -370,7 +370,7 @@ fn the_pointer_and_registry_files_are_not_inputs() {
     let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
     let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
     // a glob that matches everything in the folder
-    let config = GlobSourceConfig::new("logs", dir.path().join("*"), ReadStrategy::Commited);
+    let config = GlobSourceConfig::new("logs", dir.path().join("*"), ReadStrategy::Committed);
     let mut source = GlobFileSource::<String>::of_lines(config, output);
     let mut reader = feed
         .subscribe("group", SubscribeOptions::default())
@@ -412,7 +412,7 @@ fn a_lost_lane_registry_refuses_the_start_when_consumers_hold_lanes() {
         )),
     });
     let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
-    let config = GlobSourceConfig::new("logs", dir.path().join("*.log"), ReadStrategy::Commited);
+    let config = GlobSourceConfig::new("logs", dir.path().join("*.log"), ReadStrategy::Committed);
     let mut source = GlobFileSource::<String>::of_lines(config, output);
     let error = source.start().expect_err("refused");
     assert!(

@@ -85,7 +85,7 @@ fn publishing_lines_from_a_file_allocates_nothing_per_line() {
     // the server's defaults: a COMMITED feed, 1,024-slot PAUSE queue, 256 KiB buffer
     let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").queue_capacity(1024).build();
     let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
-    let config = FileSourceConfig::new("lines", &path, ReadStrategy::Commited);
+    let config = FileSourceConfig::new("lines", &path, ReadStrategy::Committed);
     let read_buffer = config.read_buffer_bytes as u64;
     let mut source = FileEventSource::<Line>::of_lines(config, output);
     let mut reader = feed

@@ -19,7 +19,7 @@ fn input(dir: &tempfile::TempDir, content: &[u8]) -> std::path::PathBuf {
 /// first `processed` and stops (a clean stop commits them). Returns the epoch.
 fn run_and_process(path: &std::path::Path, lines: usize, processed: usize) -> mongoose_core::Epoch {
     let output = RecordingOutput::new();
-    let mut source = started_source(path, ReadStrategy::Commited, &output);
+    let mut source = started_source(path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() >= lines);
     output.process(processed);
     source.stop().expect("stop");
@@ -36,7 +36,7 @@ fn the_pointer_counts_bytes_so_a_restart_after_non_ascii_lines_resumes_at_a_line
     assert_eq!(pointer_of(&path).offset, processed_bytes);
 
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -49,7 +49,7 @@ fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"caf\xe9\nna\xefve\nend\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() == 3);
     // the bytes as they were on disk (issue 11, item 3), the old lossy text on request
     assert_eq!(output.items()[0].as_bytes(), b"caf\xe9");
@@ -63,7 +63,7 @@ fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
     assert_eq!(pointer_of(&path).offset, 11);
 
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -76,7 +76,7 @@ fn a_commit_after_a_replacement_never_fingerprints_the_new_file() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() == 2);
     // the old file grows (so a commit grows its fingerprint), then is replaced before
     // the source notices
@@ -88,7 +88,7 @@ fn a_commit_after_a_replacement_never_fingerprints_the_new_file() {
     assert_eq!(pointer_of(&path).offset, 6);
 
     let restarted = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &restarted);
+    let mut source = started_source(&path, ReadStrategy::Committed, &restarted);
     drive_until(&mut source, || {
         restarted.last_state() == Some(SourceState::CaughtUp)
     });
@@ -106,7 +106,7 @@ fn an_old_file_acknowledgement_is_not_committed_after_a_live_replacement() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\na3\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() == 3);
     let old_epoch = source.epoch();
     replace_with(&path, b"b1\n");
@@ -141,7 +141,7 @@ fn a_rotated_file_is_read_to_its_end_before_the_new_one() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"1\n2\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -170,7 +170,7 @@ fn a_partial_line_is_read_once_across_a_reopen() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\npart");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -199,7 +199,7 @@ fn a_pointer_file_too_short_for_an_offset_reads_from_the_start() {
     let path = input(&dir, b"x\ny\n");
     fs::write(pointer_path(&path), [0u8, 0, 0, 0, 9]).expect("short pointer");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -221,7 +221,7 @@ fn an_empty_pointer_file_reads_from_the_start() {
     let path = input(&dir, b"x\ny\n");
     fs::write(pointer_path(&path), []).expect("empty pointer");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -242,7 +242,7 @@ fn a_pointer_file_holding_only_the_offset_is_upgraded() {
     let path = input(&dir, b"x\ny\nz\n");
     fs::write(pointer_path(&path), 4u64.to_be_bytes()).expect("8-byte pointer");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -261,7 +261,7 @@ fn a_pointer_without_an_epoch_inside_a_line_resumes_at_the_next_line_start() {
     // offset 6 sits between the \r and the \n of the first line's terminator
     fs::write(pointer_path(&path), 6u64.to_be_bytes()).expect("8-byte pointer");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -276,7 +276,7 @@ fn a_pointer_without_an_epoch_inside_a_line_resumes_at_the_next_line_start() {
     fs::write(&path, b"abc\ndef\n").expect("write");
     fs::write(pointer_path(&path), 2u64.to_be_bytes()).expect("8-byte pointer");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -289,12 +289,12 @@ fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_reset() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\na3\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() == 3);
     source.stop().expect("stop");
     replace_with(&path, b"b1\n");
     // a restart on the same feed: the old items are still in its window
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() == 4);
     output.process(3);
     drive(&mut source, 2);
@@ -314,7 +314,7 @@ fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_mid_run_reopen() 
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() == 2);
     let old_epoch = source.epoch();
     replace_with(&path, b"b1\nb2\nb3\n");
@@ -354,7 +354,7 @@ fn a_header_only_first_open_then_an_in_place_rewrite_with_the_same_header_is_a_r
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"HEADER\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -368,7 +368,7 @@ fn a_header_only_first_open_then_an_in_place_rewrite_with_the_same_header_is_a_r
     fs::write(&path, b"HEADER\nx1\nx2\nx3\n").expect("rewrite in place");
 
     let restarted = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &restarted);
+    let mut source = started_source(&path, ReadStrategy::Committed, &restarted);
     drive_until(&mut source, || {
         restarted.last_state() == Some(SourceState::CaughtUp)
     });
@@ -384,7 +384,7 @@ fn the_same_content_under_a_new_file_key_keeps_the_pointer() {
     let epoch = run_and_process(&path, 2, 2);
     replace_with(&path, b"a\nb\nc\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -400,7 +400,7 @@ fn a_new_file_with_other_content_at_the_same_path_is_a_replacement() {
     let epoch = run_and_process(&path, 2, 2);
     replace_with(&path, b"x\ny\nz\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -425,7 +425,7 @@ fn a_file_truncated_below_the_pointer_is_read_from_the_start_under_a_new_epoch()
     file.set_len(4500).expect("truncate in place");
     drop(file);
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -439,7 +439,7 @@ fn a_file_truncated_while_tailed_is_read_again_under_a_new_epoch() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"aaaa\nbbbb\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -457,7 +457,7 @@ fn committed_resumes_and_is_caught_up_at_its_pointer() {
     let path = input(&dir, b"one\ntwo\n");
     run_and_process(&path, 2, 2);
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -489,7 +489,7 @@ fn an_append_that_moves_the_file_times_keeps_the_pointer_and_epoch() {
         .expect("set times");
     drop(file);
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -506,7 +506,7 @@ fn deleting_the_pointer_starts_a_new_epoch_from_the_start() {
     let epoch = run_and_process(&path, 2, 2);
     fs::remove_file(pointer_path(&path)).expect("delete pointer");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -523,7 +523,7 @@ fn a_rotation_during_the_open_of_a_committed_source_still_reaches_the_new_file()
     let first_epoch = run_and_process(&path, 2, 2);
     append(&path, b"a3\n");
     let output = RecordingOutput::new();
-    let mut source = unstarted_source(&path, ReadStrategy::Commited, &output);
+    let mut source = unstarted_source(&path, ReadStrategy::Committed, &output);
     let rotate_path = path.clone();
     let rotated = dir.path().join("input.log.1");
     let mut fired = false;

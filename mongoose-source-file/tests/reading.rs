@@ -1,4 +1,4 @@
-//! Reading: strategies, terminators, once reads, PAUSE and the data mapper
+//! Reading: strategies, terminators, once reads, PAUSE and the line mapper
 //! (feed-delivery-guarantees §4, §6, §7).
 
 mod common;
@@ -140,7 +140,7 @@ fn a_mapper_error_filters_the_line_counts_it_and_its_position_is_committed() {
     let output: Arc<RecordingOutput<u32>> = RecordingOutput::new();
     let erased: Arc<dyn SourceOutput<u32, u64>> = output.clone();
     let mut source = FileEventSource::new(
-        FileSourceConfig::new("numbers", &path, ReadStrategy::Commited),
+        FileSourceConfig::new("numbers", &path, ReadStrategy::Committed),
         |line: Line| {
             line.text()
                 .parse::<u32>()
@@ -256,7 +256,7 @@ fn a_missing_input_file_is_waited_for() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("later.log");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive(&mut source, 2);
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     fs::write(&path, b"here\n").expect("create");
@@ -268,7 +268,7 @@ fn a_missing_input_file_is_waited_for() {
 fn strategies_parse_from_their_configuration_names() {
     assert_eq!(
         "COMMITED".parse::<ReadStrategy>().ok(),
-        Some(ReadStrategy::Commited)
+        Some(ReadStrategy::Committed)
     );
     assert_eq!(
         "ONCE_EARLIEST".parse::<ReadStrategy>().ok(),
@@ -279,7 +279,7 @@ fn strategies_parse_from_their_configuration_names() {
         .expect_err("unknown")
         .to_string();
     assert!(error.contains("COMMITED"), "{error}");
-    assert_eq!(ReadStrategy::Commited.to_string(), "COMMITED");
+    assert_eq!(ReadStrategy::Committed.to_string(), "COMMITED");
 }
 
 // feed-delivery-guarantees §4: the clean stop's final poll commits what was processed,
@@ -289,7 +289,7 @@ fn a_commit_after_stop_re_maps_the_pointer_file() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\nc\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() == 3);
     output.process(1);
     source.stop().expect("stop");
@@ -320,7 +320,7 @@ fn mapper_errors_inside_a_batch_are_filtered_in_file_order_between_the_published
     let output: Arc<RecordingOutput<u32>> = RecordingOutput::new();
     let erased: Arc<dyn SourceOutput<u32, u64>> = output.clone();
     let mut source = FileEventSource::new(
-        FileSourceConfig::new("numbers", &path, ReadStrategy::Commited),
+        FileSourceConfig::new("numbers", &path, ReadStrategy::Committed),
         |line: Line| {
             line.text()
                 .parse::<u32>()

@@ -23,7 +23,7 @@ fn input(dir: &tempfile::TempDir, content: &[u8]) -> PathBuf {
 /// committed). Returns the epoch of the run.
 fn run_and_crash(path: &Path, lines: usize, processed: usize) -> Epoch {
     let output = RecordingOutput::new();
-    let mut source = started_source(path, ReadStrategy::Commited, &output);
+    let mut source = started_source(path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() >= lines);
     output.process(processed);
     output.commit_now();
@@ -62,7 +62,7 @@ fn restart_until_caught_up(
     mongoose_source_file::FileEventSource<Line>,
 ) {
     let output = RecordingOutput::new();
-    let mut source = started_source(path, ReadStrategy::Commited, &output);
+    let mut source = started_source(path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.process_all();
         output.last_state() == Some(SourceState::CaughtUp)
@@ -112,7 +112,7 @@ fn the_rotated_files_lines_are_committed_before_the_new_file_is_read() {
     rotate(&path, "input.log-20261201", b"a3\n", b"b1\n");
 
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || output.items().len() >= 2);
     drive(&mut source, 20);
     // nothing processed yet: the new file waits for the rotated file's commit
@@ -133,7 +133,7 @@ fn a_rotated_file_is_finished_before_the_new_file_exists() {
     append(&rotated, b"a3\n");
 
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.process_all();
         output.items().len() == 2
@@ -220,7 +220,7 @@ fn a_rotation_just_before_a_kill_loses_nothing() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -248,7 +248,7 @@ fn a_live_rotation_opens_the_new_file_only_once_the_old_files_lines_are_committe
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -330,7 +330,7 @@ fn a_second_live_rotation_before_the_first_is_finished_loses_nothing() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\n");
     let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Commited, &output);
+    let mut source = started_source(&path, ReadStrategy::Committed, &output);
     drive_until(&mut source, || {
         output.last_state() == Some(SourceState::CaughtUp)
     });

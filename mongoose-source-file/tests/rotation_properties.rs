@@ -85,7 +85,7 @@ impl Run {
         let path = dir.path().join("input.log");
         fs::write(&path, b"").expect("input");
         let output = RecordingOutput::new();
-        let mut source = started_source(&path, ReadStrategy::Commited, &output);
+        let mut source = started_source(&path, ReadStrategy::Committed, &output);
         // the source opens the file before the writer writes (a rotation between the
         // very first start and the first open is a rotation before the feed existed)
         drive(&mut source, 1);
@@ -140,7 +140,7 @@ impl Run {
             self.source.stop().expect("stop");
         }
         let output = RecordingOutput::new();
-        let source = started_source(&self.path, ReadStrategy::Commited, &output);
+        let source = started_source(&self.path, ReadStrategy::Committed, &output);
         // the old source and output go: a crash keeps nothing but the pointer
         self.source = source;
         self.output = output;

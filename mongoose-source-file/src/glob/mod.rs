@@ -1,0 +1,517 @@
+//! [`GlobFileSource`]: many files per feed, one lane and one pointer per file.
+//!
+//! The feed's path is a glob whose file name holds `*`, `?` or `[...]` (`logs/*.log`;
+//! the folder is literal). Each matching file is read by its own [`FileEventSource`]
+//! (everything the single-file source does: the pointer `<file>.readPointer`, epochs,
+//! identity and fingerprint, commit after processing, the write-back at stop, following
+//! a rotation), publishing through a *lane adapter* into the feed's one output, whose
+//! positions are `(lane, byte offset)`. So each file commits on its own: a slow or held
+//! file never holds another file's pointer back (within one subscriber queue the items
+//! are still processed in publish order).
+//!
+//! * **Lanes** are kept in `<folder>/<feed>.lanes` (see the lanes module; COMMITED
+//!   only, other strategies number lanes in memory): a file keeps its lane while it is
+//!   tracked, and a lane number is never reused. Lanes start at 1.
+//! * **Discovery**: at start, at once when inotify (Linux) reports a file created,
+//!   moved or deleted in the folder, and every [`GlobSourceConfig::scan_interval`]
+//!   (default 1 s; the only way elsewhere, and the fallback when the folder cannot be
+//!   watched or the event queue overflowed). A new file is read from its start (COMMITED: no pointer yet, so from
+//!   0 under a new epoch; LATEST: the files present at start are read from their end,
+//!   later ones from their start; the ONCE strategies read the files present at start).
+//! * **Not inputs**: pointer files, the registry, loss files, and the *rotations* of a
+//!   tracked or matched file (`<name>.*`, `<name>-*`, or the configured `rotated`
+//!   globs): a rotated file is read as its file's rotation by that file's own source,
+//!   never as a new file (which would deliver its lines twice).
+//! * **A deleted file is forgotten once fully committed**: when the scan no longer
+//!   finds it and its source read its open handle to the end and committed all of it
+//!   (or it has no open file), its source is stopped, its pointer file and its registry
+//!   entry removed (INFO). Until then it is read from the open handle. A file deleted
+//!   while the server was down is looked for among its rotations like a single file's;
+//!   not found while its pointer held a position, it is reported as a possible loss.
+//! * **`max_open_files`** (COMMITED only; default 256): at most that many files are
+//!   open. A file at its end with everything committed gives its slot to a file that
+//!   waits with unread bytes (oldest waiter first); so does a file that had
+//!   [`GlobSourceConfig::turns_per_slot`] turns while others wait (it stops reading
+//!   until what it read is committed), so a file that never stops growing cannot keep
+//!   its slot. A file that gave its slot is reopened later from its pointer through the
+//!   same identity check as a restart. (A file deleted while it had no slot is reopened
+//!   to be finished: its rotation is looked for as at a restart, and if it is not found
+//!   while its pointer held a position, it is reported as a possible loss.)
+//! * **Renames inside the glob** (COMMITED): a file renamed to another name the glob
+//!   matches (`app.log` -> `app-20261201.log` with `*.log`), while running or while
+//!   down, is recognised by its pointer (file key and leading bytes) and keeps its lane:
+//!   once what was read from the open handle is committed, its pointer file and its
+//!   registry entry move to the new name and it is read on from the pointer, nothing
+//!   read twice. (Without a pointer, EARLIEST/LATEST, a renamed file is read again on a
+//!   new lane.)
+//! * **Fairness**: each duty cycle gives every open file a turn of at most
+//!   [`GlobSourceConfig::max_bytes_per_turn`] bytes, starting with another file each
+//!   cycle.
+//! * **Status**: the feed is CAUGHT_UP only when every file is; otherwise BEHIND with
+//!   the file named. The files, with lane, committed offset, size and lag, are given to
+//!   [`SourceOutput::report_files`] once per scan.
+//!
+//! The parts: `pattern` (file-name globs), `adapter` (the lane adapter and the
+//! multiplexing committer), `scan` (discovery and renames), `slots` (open-file slots,
+//! parking, forgetting deleted files); this module holds the configuration, the source
+//! and its duty cycle.
+
+mod adapter;
+mod pattern;
+mod scan;
+mod slots;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mongoose_core::{CoreError, EventSource, FileLag, SourceOutput, SourceState, WorkDone};
+use parking_lot::Mutex;
+
+pub use self::pattern::{glob_matches, is_glob};
+
+use self::adapter::{Hub, HubState, LaneMultiplexer};
+use crate::config::{FileSourceConfig, ReadStrategy};
+use crate::error::FileSourceError;
+use crate::lanes::LaneRegistry;
+use crate::line::Line;
+use crate::source::{FileEventSource, LineMapper};
+use crate::watch::FolderWatch;
+
+/// Builds the source of one file (its mapper is made per file).
+type InnerBuilder<T> =
+    Box<dyn FnMut(FileSourceConfig, Arc<dyn SourceOutput<T, u64>>) -> FileEventSource<T> + Send>;
+
+/// The configuration of a [`GlobFileSource`].
+#[derive(Clone, Debug)]
+pub struct GlobSourceConfig {
+    /// The source's name (its feed's).
+    pub name: String,
+    /// The glob: a literal folder and a file-name pattern (`logs/*.log`).
+    pub pattern: PathBuf,
+    /// Where each file starts (see the module documentation for files found later).
+    pub strategy: ReadStrategy,
+    /// Initial read buffer of each open file.
+    pub read_buffer_bytes: usize,
+    /// Bytes one file reads in one duty cycle at most (its turn).
+    pub max_bytes_per_turn: usize,
+    /// File-name globs of the files' rotations; empty: `<name>.*` and `<name>-*` per
+    /// file.
+    pub rotated: Vec<String>,
+    /// How often the folder is scanned for new and deleted files.
+    pub scan_interval: Duration,
+    /// At most this many files open at once (COMMITED; other strategies open every
+    /// file).
+    pub max_open_files: usize,
+    /// While files wait for a slot, an open file that had this many turns stops
+    /// reading and gives its slot once what it read is committed, even before its end
+    /// (so a file that never stops growing cannot keep its slot).
+    pub turns_per_slot: u64,
+}
+
+/// The default scan interval.
+pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The default bound on open files.
+pub const DEFAULT_MAX_OPEN_FILES: usize = 256;
+
+impl GlobSourceConfig {
+    /// A configuration with the defaults: a 1 s scan, 256 open files, 64 KiB buffers
+    /// and 256 KiB per file per turn.
+    pub fn new(
+        name: impl Into<String>,
+        pattern: impl Into<PathBuf>,
+        strategy: ReadStrategy,
+    ) -> Self {
+        GlobSourceConfig {
+            name: name.into(),
+            pattern: pattern.into(),
+            strategy,
+            read_buffer_bytes: 64 * 1024,
+            max_bytes_per_turn: 256 * 1024,
+            rotated: Vec::new(),
+            scan_interval: DEFAULT_SCAN_INTERVAL,
+            max_open_files: DEFAULT_MAX_OPEN_FILES,
+            turns_per_slot: 64,
+        }
+    }
+
+    /// The folder the glob scans.
+    pub fn folder(&self) -> PathBuf {
+        match self.pattern.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+
+    /// The file-name pattern.
+    pub fn file_pattern(&self) -> String {
+        self.pattern
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The lane registry file: `<folder>/<feed>.lanes`.
+    pub fn registry_path(&self) -> PathBuf {
+        let name: String = self
+            .name
+            .chars()
+            .map(|c| if c == '/' || c == '\\' { '_' } else { c })
+            .collect();
+        self.folder().join(format!("{name}.lanes"))
+    }
+}
+
+/// One file of the glob.
+struct Tracked<T> {
+    lane: u32,
+    path: PathBuf,
+    name: String,
+    /// Its source; `None` while it gave its open-file slot to another file.
+    source: Option<FileEventSource<T>>,
+    strategy: ReadStrategy,
+    /// Found by the last scan.
+    matched: bool,
+    /// Duty cycles of its source since its start.
+    cycles: u64,
+    /// Committed (or read) offset and size, as last seen.
+    committed: u64,
+    size: u64,
+    /// Parked at its end: its size when it gave its slot (it wants one again when the
+    /// size changes). A file parked before its end wants one again at once.
+    parked_size: Option<u64>,
+    /// A deleted file's unterminated tail as seen at the last scan: forgotten when it
+    /// did not change for a whole scan interval.
+    deleted_tail: Option<u64>,
+    /// The file was renamed to this other name the glob matches: the lane moves to it
+    /// once what was read from the open handle is committed.
+    renamed_to: Option<String>,
+}
+
+/// A source of many files: a glob, one [`FileEventSource`] and one lane per file. See
+/// the module documentation.
+pub struct GlobFileSource<T> {
+    config: GlobSourceConfig,
+    build: InnerBuilder<T>,
+    output: Arc<dyn SourceOutput<T, (u32, u64)>>,
+    hub: Arc<Hub<T>>,
+    registry: LaneRegistry,
+    files: BTreeMap<u32, Tracked<T>>,
+    /// Parked files waiting for a slot, oldest first.
+    waiting: VecDeque<u32>,
+    next_scan: Option<Instant>,
+    /// inotify on the folder (Linux): a change scans at once instead of at the next
+    /// `scan_interval`.
+    watch: FolderWatch,
+    scans: u64,
+    turn: usize,
+    started: bool,
+    reported: Option<(SourceState, Option<String>)>,
+    unterminated: u64,
+}
+
+impl<T> std::fmt::Debug for GlobFileSource<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GlobFileSource")
+            .field("config", &self.config)
+            .field("files", &self.files.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> GlobFileSource<T> {
+    /// A source of the files matching `config.pattern`, each line mapped by a mapper
+    /// `mappers` makes for its file (called with the file's path).
+    pub fn new(
+        config: GlobSourceConfig,
+        mut mappers: impl FnMut(&Path) -> LineMapper<T> + Send + 'static,
+        output: Arc<dyn SourceOutput<T, (u32, u64)>>,
+    ) -> Self {
+        Self::with_builder(
+            config,
+            Box::new(move |file_config, lane_output| {
+                let mapper = mappers(&file_config.path);
+                FileEventSource::new(file_config, mapper, lane_output)
+            }),
+            output,
+        )
+    }
+
+    /// A source of lines (the identity mapper of [`FileEventSource::of_lines`]).
+    pub fn of_lines(config: GlobSourceConfig, output: Arc<dyn SourceOutput<T, (u32, u64)>>) -> Self
+    where
+        T: From<Line>,
+    {
+        Self::with_builder(
+            config,
+            Box::new(|file_config, lane_output| {
+                FileEventSource::of_lines(file_config, lane_output)
+            }),
+            output,
+        )
+    }
+
+    fn with_builder(
+        config: GlobSourceConfig,
+        build: InnerBuilder<T>,
+        output: Arc<dyn SourceOutput<T, (u32, u64)>>,
+    ) -> Self {
+        output.set_pause_by_default(true);
+        let hub = Arc::new(Hub {
+            output: Arc::clone(&output),
+            state: Mutex::new(HubState::default()),
+            committers: Arc::default(),
+        });
+        let registry = LaneRegistry::in_memory(config.registry_path());
+        GlobFileSource {
+            config,
+            build,
+            output,
+            hub,
+            registry,
+            files: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            next_scan: None,
+            watch: FolderWatch::none(),
+            scans: 0,
+            turn: 0,
+            started: false,
+            reported: None,
+            unterminated: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GlobSourceConfig {
+        &self.config
+    }
+
+    /// The lane of a tracked file.
+    pub fn lane_of(&self, path: &Path) -> Option<u32> {
+        self.files
+            .values()
+            .find(|file| file.path == path)
+            .map(|file| file.lane)
+    }
+
+    /// The committed offset (COMMITED) of a tracked file.
+    pub fn committed_of(&self, path: &Path) -> Option<u64> {
+        let file = self.files.values().find(|file| file.path == path)?;
+        Some(match file.source.as_ref() {
+            Some(source) => source.committed_position(),
+            None => file.committed,
+        })
+    }
+
+    /// Files with an open source now.
+    pub fn open_files(&self) -> usize {
+        self.files
+            .values()
+            .filter(|file| file.source.is_some())
+            .count()
+    }
+
+    /// The tracked files, with lane, committed offset, size and lag.
+    pub fn files(&self) -> Vec<FileLag> {
+        self.files
+            .values()
+            .map(|file| FileLag {
+                lane: file.lane,
+                path: file.path.display().to_string(),
+                committed: file.committed,
+                size: file.size,
+                lag: file.size.saturating_sub(file.committed),
+            })
+            .collect()
+    }
+
+    fn has_pointer(&self) -> bool {
+        self.config.strategy.has_pointer()
+    }
+
+    /// The feed's state: CAUGHT_UP when every file is, else BEHIND naming a file.
+    fn report_aggregate(&mut self) {
+        let (state, detail, unterminated) = {
+            let hub = self.hub.state.lock();
+            let mut unterminated = 0u64;
+            let mut behind: Vec<(u32, Option<String>)> = Vec::new();
+            let mut all_ended = true;
+            for (lane, lane_state) in &hub.lanes {
+                unterminated += lane_state.unterminated;
+                match lane_state.state {
+                    SourceState::CaughtUp => all_ended = false,
+                    SourceState::EndOfStream => {}
+                    SourceState::Behind | SourceState::Starting => {
+                        all_ended = false;
+                        behind.push((*lane, lane_state.detail.clone()));
+                    }
+                }
+            }
+            let waiting = self.waiting.len();
+            let name_of = |lane: u32| {
+                self.files.get(&lane).map_or_else(
+                    || format!("lane {lane}"),
+                    |file| file.path.display().to_string(),
+                )
+            };
+            if let Some((lane, detail)) = behind.first() {
+                let more = behind.len() - 1 + waiting;
+                let mut text = format!(
+                    "{}: {}",
+                    name_of(*lane),
+                    detail.as_deref().unwrap_or("starting")
+                );
+                if more > 0 {
+                    text.push_str(&format!(" (and {more} more files behind)"));
+                }
+                (SourceState::Behind, Some(text), unterminated)
+            } else if waiting > 0 {
+                (
+                    SourceState::Behind,
+                    Some(format!(
+                        "{waiting} files wait for an open-file slot (max_open_files {})",
+                        self.config.max_open_files
+                    )),
+                    unterminated,
+                )
+            } else if self.config.strategy.is_once() && all_ended {
+                (SourceState::EndOfStream, None, unterminated)
+            } else {
+                (SourceState::CaughtUp, None, unterminated)
+            }
+        };
+        if unterminated != self.unterminated {
+            self.unterminated = unterminated;
+            self.output.set_unterminated_bytes(unterminated);
+        }
+        let changed = self
+            .reported
+            .as_ref()
+            .is_none_or(|(last, last_detail)| *last != state || *last_detail != detail);
+        if changed {
+            self.output.report_state(state, detail.as_deref());
+            self.reported = Some((state, detail));
+        }
+    }
+}
+
+impl<T: Send + 'static> EventSource for GlobFileSource<T> {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn start(&mut self) -> Result<(), CoreError> {
+        if is_glob(&self.config.folder()) {
+            return Err(
+                FileSourceError::WildcardFolder(self.config.pattern.display().to_string()).into(),
+            );
+        }
+        self.output.set_pause_by_default(true);
+        // watched before the first scan: a file created between the two is not missed
+        self.watch = FolderWatch::new(&self.config.name, &self.config.folder());
+        self.hub.state.lock().saved = self.output.saved_positions();
+        if self.has_pointer() {
+            self.registry = LaneRegistry::load(self.config.registry_path())?;
+            self.output.acknowledge_with(Box::new(LaneMultiplexer {
+                committers: Arc::clone(&self.hub.committers),
+            }));
+            self.refuse_new_lanes_for_saved_ones()?;
+            // every file of the registry is tracked again, on its lane: one not found
+            // now is looked for among its rotations by its own source (and forgotten
+            // once nothing of it is left to commit). An entry the glob no longer
+            // matches (the glob was changed) keeps its lane, unread.
+            let pattern = self.config.file_pattern();
+            let entries: Vec<(String, u32)> = self
+                .registry
+                .entries()
+                .filter(|(name, _)| glob_matches(&pattern, name))
+                .map(|(name, lane)| (name.to_owned(), lane))
+                .collect();
+            for (name, lane) in entries {
+                self.track(lane, &name, self.config.strategy, false)?;
+            }
+        }
+        self.started = true;
+        self.scans = 0;
+        self.scan()?;
+        self.next_scan = Some(Instant::now() + self.config.scan_interval);
+        self.report_aggregate();
+        Ok(())
+    }
+
+    fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+        if !self.started {
+            return Ok(WorkDone(0));
+        }
+        let mut work = 0usize;
+        let now = Instant::now();
+        if self.next_scan.is_none_or(|at| now >= at) || self.watch.changed() {
+            self.scan()?;
+            self.settle()?;
+            self.output.report_files(&self.files());
+            self.next_scan = Some(now + self.config.scan_interval);
+        } else if !self.waiting.is_empty() {
+            self.settle()?;
+        }
+        let open: Vec<u32> = self
+            .files
+            .values()
+            .filter(|file| file.source.is_some())
+            .map(|file| file.lane)
+            .collect();
+        if open.is_empty() {
+            work += self.output.poll_acknowledgements();
+            self.output.flush_paused();
+        } else {
+            let first = self.turn % open.len();
+            self.turn = self.turn.wrapping_add(1);
+            // with files waiting for a slot, a file that had its turns reads no more
+            // (a line it holds is still offered): once what it read is committed, it
+            // gives its slot
+            let yielding = !self.waiting.is_empty();
+            let mut skipped = false;
+            for index in 0..open.len() {
+                let lane = open[(first + index) % open.len()];
+                if let Some(file) = self.files.get_mut(&lane) {
+                    if let Some(source) = file.source.as_mut() {
+                        if yielding
+                            && file.cycles >= self.config.turns_per_slot
+                            && !source.has_pending_line()
+                        {
+                            skipped = true;
+                            continue;
+                        }
+                        work += source.do_work()?.0;
+                        file.cycles += 1;
+                    }
+                }
+            }
+            if skipped {
+                // commit what the skipped files' consumers processed
+                work += self.output.poll_acknowledgements();
+            }
+        }
+        self.report_aggregate();
+        Ok(WorkDone(work))
+    }
+
+    fn stop(&mut self) -> Result<(), CoreError> {
+        if !self.started {
+            return Ok(());
+        }
+        self.started = false;
+        self.watch = FolderWatch::none();
+        let mut first_error = None;
+        for file in self.files.values_mut() {
+            if let Some(source) = file.source.as_mut() {
+                if let Err(error) = source.stop() {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        self.output.poll_acknowledgements();
+        first_error.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,258 @@
+//! A file's life in a [`GlobFileSource`]: started in an open-file slot or left waiting
+//! for one, parked to give its slot to a waiting file, reopened from its pointer, and
+//! forgotten once deleted and fully committed.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use mongoose_core::{CoreError, EventSource, SourceOutput, SourceState};
+use tracing::{debug, info, warn};
+
+use super::adapter::LaneOutput;
+use super::{GlobFileSource, Tracked};
+use crate::config::{FileSourceConfig, ReadStrategy};
+use crate::pointer::pointer_path_for;
+use crate::source::FileEventSource;
+
+impl<T: Send + 'static> GlobFileSource<T> {
+    /// Starts a source for a file on its lane. Returns it started.
+    fn start_file(
+        &mut self,
+        lane: u32,
+        path: &Path,
+        strategy: ReadStrategy,
+    ) -> Result<FileEventSource<T>, CoreError> {
+        let name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut file_config =
+            FileSourceConfig::new(format!("{}:{name}", self.config.name), path, strategy);
+        file_config.read_buffer_bytes = self.config.read_buffer_bytes;
+        file_config.max_bytes_per_cycle = self.config.max_bytes_per_turn;
+        file_config.rotated = self.config.rotated.clone();
+        self.hub.state.lock().lanes.entry(lane).or_default();
+        let lane_output: Arc<dyn SourceOutput<T, u64>> = Arc::new(LaneOutput {
+            lane,
+            hub: Arc::clone(&self.hub),
+        });
+        let mut source = (self.build)(file_config, lane_output);
+        source.start()?;
+        Ok(source)
+    }
+
+    /// Tracks a file on `lane`: opened now when a slot is free, else waiting.
+    pub(super) fn track(
+        &mut self,
+        lane: u32,
+        name: &str,
+        strategy: ReadStrategy,
+        matched: bool,
+    ) -> Result<(), CoreError> {
+        let path = self.config.folder().join(name);
+        let slot_free = !self.has_pointer() || self.open_files() < self.config.max_open_files;
+        let source = if slot_free {
+            Some(self.start_file(lane, &path, strategy)?)
+        } else {
+            self.waiting.push_back(lane);
+            None
+        };
+        self.files.insert(
+            lane,
+            Tracked {
+                lane,
+                path,
+                name: name.to_owned(),
+                source,
+                strategy,
+                matched,
+                cycles: 0,
+                committed: 0,
+                size: 0,
+                parked_size: None,
+                deleted_tail: None,
+                renamed_to: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Forgets deleted files that are fully committed, and gives slots to waiting
+    /// files.
+    pub(super) fn settle(&mut self) -> Result<(), CoreError> {
+        let moving: Vec<(u32, String)> = self
+            .files
+            .values()
+            .filter_map(|file| {
+                let name = file.renamed_to.clone()?;
+                let source = file.source.as_ref()?;
+                parkable(source, false).then_some((file.lane, name))
+            })
+            .collect();
+        for (lane, name) in moving {
+            self.move_lane(lane, &name)?;
+        }
+        let gone: Vec<u32> = self
+            .files
+            .values_mut()
+            .filter(|file| !file.matched && file.renamed_to.is_none())
+            .filter_map(|file| forgettable(file).then_some(file.lane))
+            .collect();
+        for lane in gone {
+            self.forget(lane)?;
+        }
+        if !self.has_pointer() {
+            return Ok(());
+        }
+        // parked files that changed want a slot again
+        for file in self.files.values() {
+            if file.source.is_none()
+                && !self.waiting.contains(&file.lane)
+                && (file.parked_size.is_none_or(|size| size != file.size) || !file.matched)
+            {
+                self.waiting.push_back(file.lane);
+            }
+        }
+        while let Some(&lane) = self.waiting.front() {
+            if self.open_files() >= self.config.max_open_files && !self.park_one()? {
+                break;
+            }
+            self.waiting.pop_front();
+            self.unpark(lane)?;
+        }
+        Ok(())
+    }
+
+    /// Closes one open file with everything it read committed: at its end, or after
+    /// its [`GlobSourceConfig::turns_per_slot`] turns (the one open the longest).
+    /// False when none can give its slot now.
+    fn park_one(&mut self) -> Result<bool, CoreError> {
+        let turns = self.config.turns_per_slot;
+        let candidate = self
+            .files
+            .values()
+            .filter(|file| {
+                file.source
+                    .as_ref()
+                    .is_some_and(|source| parkable(source, file.cycles >= turns))
+            })
+            .max_by_key(|file| file.cycles)
+            .map(|file| file.lane);
+        let Some(lane) = candidate else {
+            return Ok(false);
+        };
+        let Some(file) = self.files.get_mut(&lane) else {
+            return Ok(false);
+        };
+        if let Some(mut source) = file.source.take() {
+            let status = source.status();
+            source.stop()?;
+            file.committed = status.committed_position;
+            file.size = fs::metadata(&file.path).map_or(status.read_position, |m| m.len());
+            // before its end (its turns were over): it waits for a slot again at once
+            file.parked_size = (status.state == SourceState::CaughtUp).then_some(file.size);
+            debug!(source = %self.config.name, file = %file.path.display(), lane, "gave its open-file slot to a waiting file");
+        }
+        Ok(true)
+    }
+
+    pub(super) fn unpark(&mut self, lane: u32) -> Result<(), CoreError> {
+        let Some((path, strategy)) = self
+            .files
+            .get(&lane)
+            .filter(|file| file.source.is_none())
+            .map(|file| (file.path.clone(), file.strategy))
+        else {
+            return Ok(());
+        };
+        let source = self.start_file(lane, &path, strategy)?;
+        if let Some(file) = self.files.get_mut(&lane) {
+            file.source = Some(source);
+            file.cycles = 0;
+            file.parked_size = None;
+        }
+        Ok(())
+    }
+
+    /// Stops a deleted file's source, removes its pointer file and its lane.
+    fn forget(&mut self, lane: u32) -> Result<(), CoreError> {
+        let Some(mut file) = self.files.remove(&lane) else {
+            return Ok(());
+        };
+        if let Some(mut source) = file.source.take() {
+            source.stop()?;
+        }
+        self.waiting.retain(|waiting| *waiting != lane);
+        self.hub.committers.lock().remove(&lane);
+        self.hub.state.lock().lanes.remove(&lane);
+        if self.has_pointer() {
+            // the pointer first: a crash before the registry write leaves a lane whose
+            // file and pointer are gone, forgotten again at the next start
+            let pointer = pointer_path_for(&file.path);
+            match fs::remove_file(&pointer) {
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    return Err(CoreError::io(
+                        format!("cannot remove the pointer file {}", pointer.display()),
+                        error,
+                    ))
+                }
+            }
+        }
+        self.registry.forget(&file.name)?;
+        if let Some(tail) = file.deleted_tail.filter(|tail| *tail > 0) {
+            warn!(source = %self.config.name, file = %file.path.display(), lane, bytes = tail,
+                "the deleted file ended with bytes after its last line terminator: they were not published");
+        }
+        info!(source = %self.config.name, file = %file.path.display(), lane,
+            "the file was deleted and everything read from it is committed: forgotten (its pointer and lane removed)");
+        Ok(())
+    }
+}
+
+/// Whether a deleted file's source read its handle to the end and committed all of it
+/// (or never had the file open in this run).
+fn forgettable<T: Send + 'static>(file: &mut Tracked<T>) -> bool {
+    if fs::symlink_metadata(&file.path).is_ok() {
+        // the path names a file again (not matched: a rotation, or not a file)
+        return false;
+    }
+    let Some(source) = file.source.as_ref() else {
+        // parked: reopened to finish it (settle gives it a slot)
+        return false;
+    };
+    if file.cycles == 0 || source.has_pending_line() {
+        return false;
+    }
+    let status = source.status();
+    let committed =
+        !file.strategy.has_pointer() || status.committed_position == status.read_position;
+    match source.open_file_unread_bytes() {
+        None => true,
+        Some(unread) => {
+            if status.state != SourceState::CaughtUp || !committed {
+                file.deleted_tail = None;
+                return false;
+            }
+            if unread == 0 {
+                return true;
+            }
+            // an unterminated last line: forgotten once it stopped growing
+            let stable = file.deleted_tail == Some(unread);
+            file.deleted_tail = Some(unread);
+            stable
+        }
+    }
+}
+
+/// Whether an open file can give its slot: everything it read committed, nothing
+/// pending, and at its end (or its turns are over).
+fn parkable<T: Send + 'static>(source: &FileEventSource<T>, turns_over: bool) -> bool {
+    let status = source.status();
+    (turns_over || status.state == SourceState::CaughtUp)
+        && status.committed_position == status.read_position
+        && !source.has_pending_line()
+}

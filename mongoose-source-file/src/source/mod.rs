@@ -1,0 +1,407 @@
+//! [`FileEventSource`]: the source itself (its state, its start and stop, its duty
+//! cycle). Its parts live beside it:
+//!
+//! * `open`: opening the input, the identity check of the pointer, following a
+//!   rotation across a restart, reconciling with the consumers' saved positions;
+//! * `read`: reading, cutting lines, publishing, and the checks at the end of the file;
+//! * `backoff`: the wait between reopens of a failing input and its repeated warnings.
+//!
+//! The commit side is in [`crate::committer`], the positional reads in
+//! [`crate::positional`], the configuration in [`crate::config`].
+
+mod backoff;
+mod open;
+mod read;
+
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mongoose_core::{CoreError, Epoch, EventSource, SourceOutput, SourceState, WorkDone};
+use parking_lot::Mutex;
+use tracing::{debug, info, warn};
+
+use self::backoff::{ReopenBackoff, RepeatedWarning};
+use self::read::OpenInput;
+use crate::committer::{CommitFront, CommitShared, PointerCommitter};
+use crate::config::{FileSourceConfig, FileSourceStatus};
+use crate::identity::FileKey;
+use crate::line::{Line, ReadBuffers};
+use crate::pointer::{pointer_path_for, PointerDamage, PointerFile, PointerRecord, LAYOUT_VERSION};
+
+/// Turns a line into the feed's item; an error filters the line (counted and logged,
+/// its position committed with the items around it: never a silent loss).
+///
+/// It takes the [`Line`] by value: the identity mapper of a feed of `Line`s moves it
+/// into the feed without touching its reference count, and a mapper that parses the
+/// line drops it when done.
+pub type LineMapper<T> = Box<dyn FnMut(Line) -> Result<T, String> + Send>;
+
+/// Called between the open of the input file and the read of its identity (tests).
+#[cfg(feature = "testsuite")]
+type OpenHook = Box<dyn FnMut() + Send>;
+
+/// A file source: reads lines of a file by bytes, maps each line to an item and
+/// publishes it with the byte offset after the line as its position.
+///
+/// With [`ReadStrategy::Committed`](crate::ReadStrategy::Committed) the offset is committed to the pointer file
+/// `<input>.readPointer` only once the line was processed by every consumer (the
+/// output's acknowledgement), never when read. See the crate documentation.
+pub struct FileEventSource<T> {
+    config: FileSourceConfig,
+    mapper: LineMapper<T>,
+    output: Arc<dyn SourceOutput<T, u64>>,
+    shared: Arc<Mutex<CommitShared>>,
+    front: Arc<CommitFront>,
+    /// The read buffers and the chunks the lines borrow.
+    buffers: ReadBuffers,
+    /// `config.path`, shared by the lines read from it.
+    path: Arc<Path>,
+    input: Option<OpenInput>,
+    /// A mapped line a full queue refused, and its position.
+    pending: Option<(T, u64)>,
+    epoch: Epoch,
+    started: bool,
+    ended: bool,
+    /// Opened at least once since start (later opens are reopens).
+    opened_since_start: bool,
+    /// The reason the open file is being read to its end before a reopen.
+    draining: Option<String>,
+    /// Where the old file was read to, for the identity check of a reopen.
+    reopen_from: Option<u64>,
+    /// The key of the file last opened.
+    last_key: Option<FileKey>,
+    /// The open file is the pointer's file found rotated at a restart: at its end the
+    /// source waits for its lines to be committed, then resets to the file at the path.
+    finishing_rotated: Option<PathBuf>,
+    /// A rotated file was finished: the next open is of another file (a new epoch),
+    /// even if its leading bytes are the same (a fixed preamble).
+    rotated_finished: bool,
+    /// The file at the path when the open file was seen replaced, opened then: read
+    /// next even if another rotation renamed it away meanwhile (the old file is
+    /// finished and committed first).
+    next_file: Option<File>,
+    paused: bool,
+    reported: Option<(SourceState, Option<String>)>,
+    status: FileSourceStatus,
+    #[cfg(feature = "testsuite")]
+    open_hook: Option<OpenHook>,
+    /// The wait between reopens of an input that fails to open or to read.
+    backoff: ReopenBackoff,
+    /// The input cannot be opened (other than not existing yet).
+    open_failures: RepeatedWarning,
+    /// The input cannot be read.
+    read_failures: RepeatedWarning,
+}
+
+impl<T> fmt::Debug for FileEventSource<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileEventSource")
+            .field("config", &self.config)
+            .field("epoch", &self.epoch)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> FileEventSource<T> {
+    /// A source reading `config.path` into `output`, mapping each line with `mapper`.
+    /// Makes PAUSE the output's default policy (an explicit policy still wins).
+    pub fn new(
+        config: FileSourceConfig,
+        mapper: impl FnMut(Line) -> Result<T, String> + Send + 'static,
+        output: Arc<dyn SourceOutput<T, u64>>,
+    ) -> Self {
+        output.set_pause_by_default(true);
+        let pointer_path = pointer_path_for(&config.path);
+        let shared = Arc::new(Mutex::new(CommitShared {
+            source_name: config.name.clone(),
+            pointer_path,
+            pointer: None,
+            record: PointerRecord::default(),
+            acknowledged: None,
+            input: None,
+            stopped: false,
+        }));
+        FileEventSource {
+            buffers: ReadBuffers::new(config.read_buffer_bytes),
+            path: Arc::from(config.path.as_path()),
+            config,
+            mapper: Box::new(mapper),
+            output,
+            shared,
+            front: Arc::new(CommitFront::default()),
+            input: None,
+            pending: None,
+            epoch: Epoch::NONE,
+            started: false,
+            ended: false,
+            opened_since_start: false,
+            draining: None,
+            reopen_from: None,
+            last_key: None,
+            finishing_rotated: None,
+            rotated_finished: false,
+            next_file: None,
+            paused: false,
+            reported: None,
+            status: FileSourceStatus {
+                state: SourceState::Starting,
+                detail: None,
+                epoch: Epoch::NONE,
+                read_position: 0,
+                committed_position: 0,
+                lines_published: 0,
+                lines_filtered: 0,
+                pauses: 0,
+                unterminated_bytes: 0,
+                reopens: 0,
+                resets: 0,
+                ignored_old_acknowledgements: 0,
+                rotated_files_finished: 0,
+                rotated_unread_files: 0,
+            },
+            #[cfg(feature = "testsuite")]
+            open_hook: None,
+            backoff: ReopenBackoff::default(),
+            open_failures: RepeatedWarning::default(),
+            read_failures: RepeatedWarning::default(),
+        }
+    }
+
+    /// A source of lines: `FileEventSource::<Line>::of_lines` publishes each [`Line`]
+    /// as it is (no allocation per line); a feed of `String`s gets a lossy copy of
+    /// each (U+FFFD for bytes that are not UTF-8).
+    pub fn of_lines(config: FileSourceConfig, output: Arc<dyn SourceOutput<T, u64>>) -> Self
+    where
+        T: From<Line>,
+    {
+        Self::new(config, |line| Ok(T::from(line)), output)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FileSourceConfig {
+        &self.config
+    }
+
+    /// The pointer file's path (used only by COMMITED).
+    pub fn pointer_path(&self) -> PathBuf {
+        self.shared.lock().pointer_path.clone()
+    }
+
+    /// The epoch of the positions published now.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The state last reported.
+    pub fn state(&self) -> SourceState {
+        self.status.state
+    }
+
+    /// The offset committed in the pointer file (COMMITED), or 0.
+    pub fn committed_position(&self) -> u64 {
+        self.shared.lock().record.offset
+    }
+
+    /// A snapshot of the source's progress.
+    pub fn status(&self) -> FileSourceStatus {
+        let mut status = self.status.clone();
+        let shared = self.shared.lock();
+        status.committed_position = shared.record.offset;
+        status.ignored_old_acknowledgements = self.front.ignored.load(Ordering::Relaxed);
+        status.epoch = self.epoch;
+        status
+    }
+
+    /// Test hook (feature `testsuite`, for this crate's tests): called after the input
+    /// file is opened and before the opened file's identity is read, so a test can
+    /// rotate the file at exactly that moment.
+    #[cfg(feature = "testsuite")]
+    pub fn set_open_hook(&mut self, hook: impl FnMut() + Send + 'static) {
+        self.open_hook = Some(Box::new(hook));
+    }
+
+    fn report(&mut self, state: SourceState, detail: Option<String>) {
+        self.report_str(state, detail.as_deref());
+    }
+
+    /// Reports a state: nothing when it is the one last reported (no allocation: a
+    /// pause per queue-full of lines reports the same state each time).
+    fn report_str(&mut self, state: SourceState, detail: Option<&str>) {
+        let changed = match &self.reported {
+            Some((last_state, last_detail)) => {
+                *last_state != state || last_detail.as_deref() != detail
+            }
+            None => true,
+        };
+        if !changed {
+            return;
+        }
+        if let (SourceState::Behind, Some(reason)) = (state, detail) {
+            info!(source = %self.config.name, state = state.as_str(), reason, "file source state");
+        } else {
+            debug!(source = %self.config.name, state = state.as_str(), "file source state");
+        }
+        self.output.report_state(state, detail);
+        self.status.state = state;
+        self.status.detail = detail.map(str::to_owned);
+        self.reported = Some((state, detail.map(str::to_owned)));
+    }
+
+    fn set_epoch(&mut self, epoch: Epoch) {
+        self.epoch = epoch;
+        self.status.epoch = epoch;
+        self.output.set_epoch(epoch);
+    }
+}
+
+impl<T: Send + 'static> EventSource for FileEventSource<T> {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn start(&mut self) -> Result<(), CoreError> {
+        // a restart begins clean: no buffer, no pending line (§4)
+        self.input = None;
+        self.pending = None;
+        self.draining = None;
+        self.reopen_from = None;
+        self.finishing_rotated = None;
+        self.rotated_finished = false;
+        self.next_file = None;
+        self.ended = false;
+        self.paused = false;
+        self.opened_since_start = false;
+        self.reported = None;
+        self.backoff = ReopenBackoff::default();
+        self.open_failures = RepeatedWarning::default();
+        self.read_failures = RepeatedWarning::default();
+        self.output.set_pause_by_default(true);
+        if self.config.strategy.has_pointer() {
+            let mut shared = self.shared.lock();
+            let pointer_path = shared.pointer_path.clone();
+            let opened = PointerFile::open(&pointer_path)
+                .map_err(|error| shared.io_error("cannot open", error))?;
+            match opened.decoded.damage {
+                Some(PointerDamage::Empty) | Some(PointerDamage::TooShortForAnOffset(_))
+                    if !opened.created =>
+                {
+                    warn!(source = %self.config.name, pointer = %pointer_path.display(), damage = ?opened.decoded.damage,
+                        "the pointer file is too short to hold an offset: reading from the start; it was extended");
+                }
+                Some(PointerDamage::Short(length)) => {
+                    warn!(source = %self.config.name, pointer = %pointer_path.display(), length,
+                        "the pointer file is shorter than 1,024 bytes: keeping its offset; it was extended");
+                }
+                Some(damage @ PointerDamage::BadFingerprintLength(_))
+                | Some(damage @ PointerDamage::NegativeOffset(_)) => {
+                    warn!(source = %self.config.name, pointer = %pointer_path.display(), ?damage,
+                        "the pointer file is damaged: repaired");
+                }
+                _ => {}
+            }
+            let trusted = !opened.created
+                && opened.decoded.damage.is_none()
+                && opened.decoded.record.layout_version == LAYOUT_VERSION
+                && opened.decoded.record.epoch != 0;
+            if opened.created {
+                info!(source = %self.config.name, pointer = %pointer_path.display(),
+                    "no pointer file: a new one was created");
+            }
+            // a pointer without an epoch (new, short or damaged) gets one at the
+            // identity check of the first open, unless the consumers' saved state
+            // says where to resume
+            shared.record = self.reconcile(opened.decoded.record, trusted, &pointer_path)?;
+            shared.pointer = Some(opened.file);
+            if shared.record != opened.decoded.record {
+                let record = shared.record;
+                shared.write_record(record)?;
+            }
+            shared.acknowledged = None;
+            shared.stopped = false;
+            self.front.reset_to(shared.record.epoch);
+            drop(shared);
+            self.output.acknowledge_with(Box::new(PointerCommitter {
+                shared: Arc::clone(&self.shared),
+                front: Arc::clone(&self.front),
+                pending: None,
+                source_name: self.config.name.clone(),
+            }));
+        }
+        self.started = true;
+        self.report(SourceState::Behind, Some("starting".to_owned()));
+        Ok(())
+    }
+
+    fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+        if !self.started {
+            return Ok(WorkDone(0));
+        }
+        let mut work = self.output.poll_acknowledgements();
+        self.output.flush_paused();
+        if self.ended {
+            return Ok(WorkDone(work));
+        }
+        if self.input.is_none() {
+            if !self.open_input()? {
+                return Ok(WorkDone(work));
+            }
+            work += 1;
+        }
+        let published = self.read_and_publish()?;
+        if published > 0 {
+            // commit again after a cycle that published (§4, commit lag)
+            work += published + self.output.poll_acknowledgements();
+        }
+        Ok(WorkDone(work))
+    }
+
+    fn stop(&mut self) -> Result<(), CoreError> {
+        if !self.started {
+            return Ok(());
+        }
+        // commit what was processed (and retry a commit that failed)
+        self.output.poll_acknowledgements();
+        self.started = false;
+        self.pending = None;
+        self.input = None;
+        let mut shared = self.shared.lock();
+        // the final commit of a clean stop is written back before the pointer is
+        // unmapped: a power loss after a clean exit cannot take it back (issue 9, item
+        // 10). A commit made later re-maps and writes durably too.
+        let flushed = shared
+            .pointer
+            .as_ref()
+            .map_or(Ok(()), PointerFile::flush_durable);
+        // unmap under the lock a late commit takes; it re-maps for its write
+        shared.pointer = None;
+        shared.input = None;
+        shared.stopped = true;
+        if let Err(error) = flushed {
+            warn!(source = %self.config.name, %error,
+                "the pointer file could not be written back at stop: after a power loss the lines after an earlier commit are delivered again");
+            return Err(shared.io_error("cannot write back (msync) the", error));
+        }
+        Ok(())
+    }
+}
+
+/// What a many-file source ([`crate::GlobFileSource`]) asks of each file's source.
+impl<T: Send + 'static> FileEventSource<T> {
+    /// Bytes of the open file after the last line taken (not read yet, or an
+    /// unterminated last line), by `fstat` of the open handle; `None` when no file is
+    /// open.
+    pub fn open_file_unread_bytes(&self) -> Option<u64> {
+        let input = self.input.as_ref()?;
+        let size = input.file.metadata().ok()?.len();
+        Some(size.saturating_sub(input.position()))
+    }
+
+    /// Whether a line a full queue refused waits to be offered again.
+    pub fn has_pending_line(&self) -> bool {
+        self.pending.is_some()
+    }
+}

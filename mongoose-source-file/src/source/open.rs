@@ -1,0 +1,470 @@
+//! Opening the input of a [`FileEventSource`]: the identity of the opened handle, the
+//! identity check of the pointer (keep it, or reset it under a new epoch), following
+//! the pointer's file among the rotation candidates at a restart, and reconciling the
+//! pointer with what the consumers saved with their state.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mongoose_core::{CoreError, Epoch, SourceState};
+use tracing::{debug, info, warn};
+
+use super::read::OpenInput;
+use super::FileEventSource;
+use crate::config::ReadStrategy;
+use crate::identity::{key_of, new_key_same_bytes, reset_reason, FileKey, Observed};
+use crate::pointer::{fnv1a, PointerRecord, LAYOUT_VERSION};
+use crate::positional::{
+    align_to_line_start, end_of_last_line, fingerprint_of, read_exact_at, starts_as_fingerprinted,
+};
+use crate::rotation;
+
+impl<T: Send + 'static> FileEventSource<T> {
+    /// Opens the input (identity from the opened handle) and positions the reader.
+    /// Returns false when there is no input to open yet.
+    pub(super) fn open_input(&mut self) -> Result<bool, CoreError> {
+        if !self.backoff.ready() {
+            // the last attempt failed: no busy loop of reopens (issue 10, item 8)
+            return Ok(false);
+        }
+        let path = self.config.path.clone();
+        let opened = match self.next_file.take() {
+            Some(file) => Ok(file),
+            None => File::open(&path),
+        };
+        let file = match opened {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                if self.config.strategy.has_pointer()
+                    && !self.opened_since_start
+                    && self.follow_rotation(None)?
+                {
+                    return Ok(true);
+                }
+                self.report(
+                    SourceState::Behind,
+                    Some(format!(
+                        "waiting for the input file {} to exist",
+                        path.display()
+                    )),
+                );
+                return Ok(false);
+            }
+            Err(error) => {
+                self.backoff.failed();
+                if let Some(unlogged) = self.open_failures.occurred() {
+                    warn!(source = %self.config.name, path = %path.display(), %error,
+                        failures = self.open_failures.total, unlogged,
+                        "cannot open the input file; retrying with a back-off (up to 1 s; this warning is repeated at most every 10 s, with a count)");
+                }
+                self.report(
+                    SourceState::Behind,
+                    Some(format!(
+                        "cannot open the input file {}: {error}",
+                        path.display()
+                    )),
+                );
+                return Ok(false);
+            }
+        };
+        if let Some(failures) = self.open_failures.cleared() {
+            info!(source = %self.config.name, path = %path.display(), failures, "the input file opens again");
+        }
+        #[cfg(feature = "testsuite")]
+        if let Some(hook) = self.open_hook.as_mut() {
+            hook();
+        }
+        // The identity is the opened file's (fstat of the handle), never the path's: a
+        // rotation between the open and this read cannot label the old file with the
+        // new file's key (feed-delivery-guarantees §4, delta review of PR #98 finding 1).
+        let metadata = file
+            .metadata()
+            .map_err(|error| CoreError::io("cannot read the input file's identity", error))?;
+        let key = key_of(&metadata);
+        let size = metadata.len();
+        let file = Arc::new(file);
+        let reopen = self.opened_since_start;
+        if self.config.strategy.has_pointer()
+            && !reopen
+            && self.follow_rotation(Some((&file, key, size)))?
+        {
+            return Ok(true);
+        }
+        let reopen_from = self.reopen_from.take();
+        // the same file again (a reopen after a read error) resumes where it was
+        let same_file_from =
+            reopen_from.filter(|from| key.is_some() && key == self.last_key && size >= *from);
+        let start_at = match (self.config.strategy, same_file_from) {
+            (ReadStrategy::Committed, _) => self.adopt_pointer(&file, key, size, reopen_from)?,
+            (_, Some(from)) => from,
+            (ReadStrategy::Earliest | ReadStrategy::OnceEarliest, None) => {
+                self.set_epoch(identity_epoch(key, &path));
+                0
+            }
+            (ReadStrategy::Latest | ReadStrategy::OnceLatest, None) => {
+                self.set_epoch(identity_epoch(key, &path));
+                // the new file of a rotation is read from its start
+                if reopen {
+                    0
+                } else if self.config.strategy == ReadStrategy::Latest {
+                    end_of_last_line(&file, size)
+                } else {
+                    size // ONCE_LATEST: nothing to read, nothing unterminated
+                }
+            }
+        };
+        self.last_key = key;
+        if reopen {
+            self.status.reopens += 1;
+        }
+        self.opened_since_start = true;
+        self.input = Some(OpenInput::new(file, key, Arc::clone(&self.path), start_at));
+        self.status.read_position = start_at;
+        debug!(source = %self.config.name, path = %path.display(), start_at, epoch = %self.epoch, "opened the input file");
+        Ok(true)
+    }
+
+    /// The rotation globs of the input (the configured ones, or the defaults).
+    fn rotation_globs(&self) -> Vec<String> {
+        if self.config.rotated.is_empty() {
+            rotation::default_globs(&self.config.path)
+        } else {
+            self.config.rotated.clone()
+        }
+    }
+
+    /// At the first open after start (COMMITED): when the path does not name the
+    /// pointer's file (`at_path` is the file there, if any), looks for the pointer's
+    /// file among the rotation candidates, by file key and fingerprint. Found: opens it
+    /// at the pointer's offset under the pointer's epoch, to be read to its end (and its
+    /// lines committed) before the file at the path, and returns true. Not found while
+    /// the pointer's offset is past 0 and the path's file does not continue the
+    /// pointer's: the rotated file was compressed or deleted before it was read, so its
+    /// tail may be lost: a WARN naming it, counted, reported to the output (the feed is
+    /// not lossless). Returns false to open the path's file as usual.
+    fn follow_rotation(
+        &mut self,
+        at_path: Option<(&File, Option<FileKey>, u64)>,
+    ) -> Result<bool, CoreError> {
+        let record = {
+            let shared = self.shared.lock();
+            match shared.pointer.as_ref() {
+                Some(pointer) => pointer.read(),
+                None => shared.record,
+            }
+        };
+        if record.epoch == 0 || record.file_key == 0 {
+            return Ok(false);
+        }
+        if let Some((file, key, _)) = at_path {
+            if key.is_none() {
+                return Ok(false);
+            }
+            if key.map(|key| key.0) == Some(record.file_key) {
+                // the pointer's key at the path: the pointer's file (the usual checks:
+                // an append, or a truncation), unless its leading bytes differ: an
+                // inode reused by a new file after the old one was deleted
+                let same_bytes =
+                    record.fingerprint_length == 0 || starts_as_fingerprinted(file, &record);
+                let shorter = file
+                    .metadata()
+                    .map(|meta| meta.len() < record.offset)
+                    .unwrap_or(false);
+                if same_bytes || shorter {
+                    return Ok(false);
+                }
+            }
+        }
+        let name = self.config.name.clone();
+        let path = self.config.path.clone();
+        let globs = self.rotation_globs();
+        if let Some((rotated_path, file)) = rotation::find_pointer_file(&path, &globs, &record) {
+            let metadata = file
+                .metadata()
+                .map_err(|error| CoreError::io("cannot read the rotated file's identity", error))?;
+            let key = key_of(&metadata);
+            let file = Arc::new(file);
+            warn!(source = %name, path = %path.display(), rotated = %rotated_path.display(),
+                offset = record.offset, size = metadata.len(), epoch = record.epoch,
+                "the input was rotated: finishing the pointer's file (found by file key and fingerprint) from the pointer to its end, under its epoch, before the file at the path");
+            self.shared.lock().input = Some(Arc::clone(&file));
+            self.front.epoch.store(record.epoch, Ordering::Release);
+            self.set_epoch(Epoch(record.epoch));
+            self.last_key = key;
+            self.opened_since_start = true;
+            let lines_path = Arc::from(rotated_path.as_path());
+            self.input = Some(OpenInput::new(file, key, lines_path, record.offset));
+            self.status.read_position = record.offset;
+            self.status.rotated_files_finished += 1;
+            let reason = format!(
+                "finishing the rotated file {} before the input file {}",
+                rotated_path.display(),
+                path.display()
+            );
+            self.report(SourceState::Behind, Some(reason.clone()));
+            self.draining = Some(reason);
+            // a file written after the pointer's file was rotated, other than the
+            // one at the path: the current file between two rotations while the
+            // source was down. It cannot be proven a rotation (a copy would be read
+            // twice), so it is not read: reported as a possible loss, never silent.
+            let at_path_key = at_path.and_then(|(_, key, _)| key).map(|key| key.0);
+            for skipped in rotation::written_after(&path, &globs, &rotated_path, at_path_key) {
+                warn!(source = %name, path = %path.display(), file = %skipped.display(),
+                    "the input was rotated more than once while the source was stopped: this file was written after the pointer's file and may hold lines never read (counted as a possible loss; the feed is not lossless). If it is a rotation of the input, read it with a ONCE feed; a glob feed reads every file");
+                self.status.rotated_unread_files += 1;
+                self.output
+                    .report_rotated_unread(&skipped.display().to_string(), None);
+            }
+            self.finishing_rotated = Some(rotated_path);
+            return Ok(true);
+        }
+        if record.offset == 0 && record.fingerprint_length == 0 {
+            // the pointer's file held no bytes when last seen: nothing can be unread
+            return Ok(false);
+        }
+        if let Some((file, _, size)) = at_path {
+            // another key but the same leading bytes and not shorter: the pointer's
+            // file copied into place (review 3, item 4), kept by the identity check
+            let continues = record.fingerprint_length > 0
+                && size >= record.offset
+                && starts_as_fingerprinted(file, &record);
+            if continues {
+                return Ok(false);
+            }
+        }
+        let compressed = rotation::compressed_candidates(&path, &globs);
+        let named = if compressed.is_empty() {
+            format!(
+                "the input's previous file (read to byte {} under epoch {}; not found among {})",
+                record.offset,
+                record.epoch,
+                globs.join(", ")
+            )
+        } else {
+            compressed
+                .iter()
+                .map(|candidate| candidate.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        warn!(source = %name, path = %path.display(), file = %named, pointer = record.offset, epoch = record.epoch,
+            "the input was rotated and the pointer's file was compressed or deleted before it was read to its end: the lines it held after the pointer (an unknown number of bytes) cannot be read and are counted as a possible loss (the feed is not lossless). Decompress it into a file that is read by a ONCE feed if they are needed");
+        self.status.rotated_unread_files += 1;
+        self.output.report_rotated_unread(&named, None);
+        Ok(false)
+    }
+
+    /// Reconciles the pointer with what the feed's consumers saved with their state
+    /// (feed-delivery-guarantees §5a: the saved position is the authority), before the
+    /// first open. A trusted pointer past a consumer's saved position of the same epoch
+    /// (or past 0, for a consumer whose state holds nothing of the feed) moves back to
+    /// it: the lines between are re-read, and the consumers that have them skip them.
+    /// A missing or damaged pointer resumes at the consumers' saved `(epoch,
+    /// position)` instead of the start of the file under a new epoch (which would apply
+    /// every line a second time). When the saved positions disagree on the epoch, or do
+    /// not fit the input file, the start is refused with what to do.
+    pub(super) fn reconcile(
+        &self,
+        record: PointerRecord,
+        trusted: bool,
+        pointer_path: &Path,
+    ) -> Result<PointerRecord, CoreError> {
+        let name = &self.config.name;
+        let saved = self.output.saved_positions();
+        if saved.is_empty() {
+            return Ok(record);
+        }
+        let refuse = |message: String| CoreError::Source {
+            source_name: name.clone(),
+            message,
+        };
+        if trusted {
+            let mut resume = record.offset;
+            for consumer in &saved {
+                let wanted = match consumer.saved {
+                    None => 0,
+                    Some((epoch, position)) if epoch.get() == record.epoch => position.offset,
+                    // saved under another epoch (an earlier file): it takes every
+                    // line of this epoch anyway
+                    Some(_) => continue,
+                };
+                if wanted < resume {
+                    warn!(source = %name, consumer = %consumer.consumer, pointer = record.offset, resume_at = wanted,
+                        "the pointer is past what this consumer's saved state holds (its state was deleted or restored from an older copy?): re-reading from there so nothing is skipped");
+                    resume = wanted;
+                }
+            }
+            return Ok(PointerRecord {
+                offset: resume,
+                ..record
+            });
+        }
+        let positioned: Vec<_> = saved
+            .iter()
+            .filter_map(|consumer| {
+                consumer
+                    .saved
+                    .map(|(epoch, position)| (consumer, epoch, position))
+            })
+            .collect();
+        let Some((_, epoch, _)) = positioned.first().copied() else {
+            info!(source = %name, pointer = %pointer_path.display(),
+                "no usable pointer and no consumer holds a saved position: reading from the start under a new epoch");
+            return Ok(record);
+        };
+        if let Some((other, other_epoch, _)) =
+            positioned.iter().find(|(_, other, _)| *other != epoch)
+        {
+            return Err(refuse(format!(
+                "the pointer file {} is missing or damaged, and the consumers' saved states disagree on the epoch ({} holds epoch {}, {} holds epoch {}):                  the source cannot tell where to resume. Restore the pointer file, or move the state of the consumers whose epoch is stale away so that they start over",
+                pointer_path.display(),
+                positioned[0].0.consumer,
+                epoch,
+                other.consumer,
+                other_epoch,
+            )));
+        }
+        // a consumer whose state holds nothing needs the file from its start
+        let resume = if saved.iter().any(|consumer| consumer.saved.is_none()) {
+            0
+        } else {
+            positioned
+                .iter()
+                .map(|(_, _, position)| position.offset)
+                .min()
+                .unwrap_or(0)
+        };
+        let fits = match File::open(&self.config.path) {
+            Ok(file) => {
+                let size = file.metadata().map(|meta| meta.len()).unwrap_or(0);
+                let mut last = [0u8; 1];
+                resume == 0
+                    || (size >= resume
+                        && read_exact_at(&file, &mut last, resume - 1).is_ok()
+                        && (last[0] == b'\n' || last[0] == b'\r'))
+            }
+            Err(_) => resume == 0,
+        };
+        if !fits {
+            return Err(refuse(format!(
+                "the pointer file {} is missing or damaged, and the consumers' saved position {resume} (epoch {epoch}) is not a line end of the input file {}:                  the input is not the file their state was built from. If it was replaced on purpose, move the consumers' state away so that they start over;                  otherwise restore the input file or the pointer file",
+                pointer_path.display(),
+                self.config.path.display(),
+            )));
+        }
+        warn!(source = %name, pointer = %pointer_path.display(), %epoch, resume_at = resume,
+            "the pointer file is missing or damaged: resuming from the consumers' saved position, under their epoch (nothing re-applied, nothing skipped)");
+        Ok(PointerRecord {
+            offset: resume,
+            epoch: epoch.get(),
+            file_key: 0,
+            layout_version: LAYOUT_VERSION,
+            fingerprint_length: 0,
+            fingerprint: 0,
+        })
+    }
+
+    /// The identity check of a COMMITED open: keeps the pointer, or resets it to 0
+    /// under a new epoch when the file was replaced or truncated. Returns where to read.
+    fn adopt_pointer(
+        &mut self,
+        file: &Arc<File>,
+        key: Option<FileKey>,
+        size: u64,
+        reopen_from: Option<u64>,
+    ) -> Result<u64, CoreError> {
+        let name = self.config.name.clone();
+        let path = self.config.path.clone();
+        let mut shared = self.shared.lock();
+        let mut record = match shared.pointer.as_ref() {
+            Some(pointer) => pointer.read(),
+            None => shared.record,
+        };
+        let observed = Observed {
+            key,
+            size,
+            same_leading_bytes: record.fingerprint_length > 0
+                && starts_as_fingerprinted(file, &record),
+            rotated_finished: std::mem::take(&mut self.rotated_finished),
+            read_through: reopen_from,
+        };
+        let reason_to_reset = reset_reason(&record, &observed).map(|reason| reason.message(&path));
+        if reason_to_reset.is_none() && new_key_same_bytes(&record, &observed) {
+            // an NFS remount, an overlay copy-up, a writer that renames a copy into
+            // place (review 3, item 4)
+            warn!(source = %name, path = %path.display(),
+                "the input file has a new file key but the same leading bytes and is not shorter than the pointer: keeping the pointer and epoch");
+        }
+        let start_at;
+        if let Some(reason) = reason_to_reset {
+            let old_epoch = record.epoch;
+            warn!(source = %name, %reason, "resetting the pointer to 0 under a new epoch");
+            record.offset = 0;
+            record.epoch = new_epoch(old_epoch);
+            // forget what the old file acknowledged (review 2, finding 6)
+            shared.acknowledged = None;
+            self.front.reset_to(record.epoch);
+            self.status.resets += 1;
+            start_at = 0;
+        } else {
+            if record.epoch == 0 {
+                // a new pointer file, or one of a layout without epochs
+                record.epoch = new_epoch(0);
+                if record.offset > 0 {
+                    let aligned = align_to_line_start(file, record.offset, size);
+                    if aligned != record.offset {
+                        warn!(source = %name, from = record.offset, to = aligned,
+                            "a pointer without an epoch points inside a line: resuming after the line's terminator");
+                        record.offset = aligned;
+                    }
+                }
+            }
+            start_at = reopen_from.unwrap_or(0).max(record.offset);
+        }
+        record.file_key = key.map_or(0, |key| key.0);
+        record.layout_version = LAYOUT_VERSION;
+        if let Some((length, fingerprint)) = fingerprint_of(file) {
+            record.fingerprint_length = length;
+            record.fingerprint = fingerprint;
+        }
+        shared.input = Some(Arc::clone(file));
+        shared.write_record(record)?;
+        self.front.epoch.store(record.epoch, Ordering::Release);
+        let epoch = Epoch(record.epoch);
+        drop(shared);
+        self.set_epoch(epoch);
+        Ok(start_at)
+    }
+}
+
+/// A new epoch, never 0 and never `previous`. Not a file time: the clock and the
+/// process's random hasher keys only make it unique.
+fn new_epoch(previous: u64) -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or_default();
+    hasher.write_u128(now);
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(previous);
+    let mut epoch = hasher.finish() >> 1; // positive as a Java long
+    if epoch == 0 || epoch == previous {
+        epoch = previous.wrapping_add(1).max(1);
+    }
+    epoch
+}
+
+/// The epoch of a strategy without a pointer: the input file's identity.
+fn identity_epoch(key: Option<FileKey>, path: &Path) -> Epoch {
+    let hash = match key {
+        Some(key) => key.0,
+        None => fnv1a(path.as_os_str().to_string_lossy().as_bytes()),
+    };
+    Epoch((hash >> 1).max(1))
+}

@@ -1,0 +1,423 @@
+//! Reading a [`FileEventSource`]'s input: chunks of the open file cut into lines,
+//! mapped and published in batches (a refused line kept pending), and what happens at
+//! the end of the file (a once read ends, a rotated file is finished, the path's
+//! identity is checked before CAUGHT_UP).
+
+use std::fs::{self, File};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use mongoose_core::{BatchEnd, CoreError, Refusal, SourceState, TryPublish};
+use tracing::{info, warn};
+
+use super::FileEventSource;
+use crate::identity::{end_of_file_change, key_of, EndOfFileChange, FileKey, ObservedAtEnd};
+use crate::line::{Chunk, Line};
+use crate::split::next_line;
+
+/// The open input file and the last chunk read from it.
+#[derive(Debug)]
+pub(super) struct OpenInput {
+    pub(super) file: Arc<File>,
+    key: Option<FileKey>,
+    /// The file being read (the lines' [`Line::path`]).
+    path: Arc<Path>,
+    /// The last read: its lines not yet taken, then a partial line.
+    chunk: Arc<Chunk>,
+    /// The file offset of `chunk[0]`.
+    chunk_offset: u64,
+    /// Bytes of the chunk taken (published, filtered or held as pending).
+    consumed: usize,
+}
+
+impl OpenInput {
+    /// `file` (of `path`), to be read from `start_at`.
+    pub(super) fn new(
+        file: Arc<File>,
+        key: Option<FileKey>,
+        path: Arc<Path>,
+        start_at: u64,
+    ) -> OpenInput {
+        OpenInput {
+            file,
+            key,
+            chunk: Chunk::empty(Arc::clone(&path)),
+            path,
+            chunk_offset: start_at,
+            consumed: 0,
+        }
+    }
+
+    #[inline]
+    pub(super) fn position(&self) -> u64 {
+        self.chunk_offset + self.consumed as u64
+    }
+
+    fn read_through(&self) -> u64 {
+        self.chunk_offset + self.chunk.bytes().len() as u64
+    }
+
+    /// The bytes read and not taken yet.
+    #[inline]
+    fn unread(&self) -> &[u8] {
+        &self.chunk.bytes()[self.consumed..]
+    }
+}
+
+enum EofCheck {
+    Unchanged,
+    Replaced(String),
+    Truncated(String),
+}
+
+impl<T: Send + 'static> FileEventSource<T> {
+    fn close_input(&mut self) {
+        if let Some(input) = self.input.take() {
+            self.buffers.retire(input.chunk);
+        }
+        self.shared.lock().input = None;
+    }
+
+    fn on_pause(&mut self) {
+        if !self.paused {
+            self.paused = true;
+            self.status.pauses += 1;
+        }
+        self.report_str(
+            SourceState::Behind,
+            Some("paused: a subscriber queue is full"),
+        );
+    }
+
+    fn on_retry(&mut self) {
+        // not a pause (not counted), but the line is not taken yet
+        self.report_str(
+            SourceState::Behind,
+            Some("a publish nested in a commit of this feed: offering the line again"),
+        );
+    }
+
+    /// Offers the pending item; true when published (or nothing was pending).
+    fn publish_pending(&mut self) -> bool {
+        let Some((item, position)) = self.pending.take() else {
+            return true;
+        };
+        self.offer(item, position)
+    }
+
+    /// Publishes one item; on a pause or a retry keeps it pending. False when it must
+    /// wait.
+    fn offer(&mut self, item: T, position: u64) -> bool {
+        match self.output.try_publish(item, position) {
+            TryPublish::Published => {
+                self.status.lines_published += 1;
+                self.paused = false;
+                true
+            }
+            TryPublish::Paused(item) => {
+                self.pending = Some((item, position));
+                self.on_pause();
+                false
+            }
+            TryPublish::Retry(item) => {
+                self.pending = Some((item, position));
+                self.on_retry();
+                false
+            }
+        }
+    }
+
+    /// Maps and publishes one line; false when it must wait (pending).
+    #[inline]
+    fn take_line(&mut self, line: Line, position: u64) -> bool {
+        self.status.read_position = position;
+        match (self.mapper)(line) {
+            Ok(item) => self.offer(item, position),
+            Err(reason) => {
+                self.filter_line(position, &reason);
+                true
+            }
+        }
+    }
+
+    /// Records a line the line mapper refused: counted, logged, and given to the output
+    /// so its position is committed with the items around it.
+    fn filter_line(&mut self, position: u64, reason: &str) {
+        self.status.lines_filtered += 1;
+        warn!(source = %self.config.name, position, %reason, filtered = self.status.lines_filtered,
+            "the line mapper refused a line: filtered");
+        self.output.filtered(position, reason);
+    }
+
+    /// Publishes the complete lines in the buffer; false when paused (or retried).
+    ///
+    /// The lines go out in batches ([`SourceOutput::try_publish_batch`]): the output
+    /// takes its lock once per batch and pulls a line only when it can take it, so a
+    /// paused feed leaves the rest in the buffer. A line the mapper refuses ends the
+    /// batch, and is recorded with [`SourceOutput::filtered`] outside it: never a call
+    /// nested in the output's batch, and its position stays in order between the lines
+    /// before and after it.
+    fn publish_buffered(&mut self) -> bool {
+        loop {
+            let Some(input) = self.input.as_mut() else {
+                return true;
+            };
+            let mapper = &mut self.mapper;
+            let position_before = input.position();
+            let mut taken = 0u64;
+            let mut refused: Option<(u64, String)> = None;
+            let mut next = || {
+                if refused.is_some() {
+                    return None;
+                }
+                let span = next_line(input.unread(), false)?;
+                let start = input.consumed;
+                let line = Line::of_chunk(&input.chunk, start, start + span.text_len);
+                input.consumed += span.consumed;
+                let position = input.position();
+                match mapper(line) {
+                    Ok(item) => {
+                        taken += 1;
+                        Some((item, position))
+                    }
+                    Err(reason) => {
+                        refused = Some((position, reason));
+                        None
+                    }
+                }
+            };
+            let end = self.output.try_publish_batch(&mut next);
+            let position_after = input.position();
+            if position_after != position_before {
+                self.status.read_position = position_after;
+            }
+            let returned = matches!(end, BatchEnd::Returned(..));
+            let published = taken - u64::from(returned);
+            if published > 0 {
+                self.status.lines_published += published;
+                self.paused = false;
+            }
+            let filtered = refused.is_some();
+            if let Some((position, reason)) = refused {
+                // the closure ends the batch at a refused line: nothing after it was
+                // taken, so it is recorded in order before the next batch
+                self.filter_line(position, &reason);
+            }
+            match end {
+                BatchEnd::Exhausted if filtered => {}
+                BatchEnd::Exhausted => {
+                    // the feed had room for more: a pause episode (if any) is over
+                    self.paused = false;
+                    return true;
+                }
+                BatchEnd::Paused => {
+                    self.on_pause();
+                    return false;
+                }
+                BatchEnd::Returned(item, position, Refusal::Paused) => {
+                    self.pending = Some((item, position));
+                    self.on_pause();
+                    return false;
+                }
+                BatchEnd::Returned(item, position, Refusal::Retry) => {
+                    self.pending = Some((item, position));
+                    self.on_retry();
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Reads and publishes until the end of the file, a pause or the cycle's budget.
+    pub(super) fn read_and_publish(&mut self) -> Result<usize, CoreError> {
+        let published_before = self.status.lines_published;
+        if !self.publish_pending() {
+            return Ok(0);
+        }
+        let mut read_this_cycle = 0usize;
+        loop {
+            if !self.publish_buffered() {
+                break;
+            }
+            if read_this_cycle >= self.config.max_bytes_per_cycle {
+                self.report_str(SourceState::Behind, Some("reading"));
+                break;
+            }
+            let Some(input) = self.input.as_mut() else {
+                break;
+            };
+            // a new chunk: the partial line carried over (copied), then what is read
+            // after it. The chunk before stays with the lines cut from it.
+            let offset = input.read_through();
+            let read = self
+                .buffers
+                .read(&input.file, offset, &input.path, input.unread());
+            if read.is_ok() {
+                self.backoff.succeeded();
+                if let Some(failures) = self.read_failures.cleared() {
+                    info!(source = %self.config.name, failures, "the input file reads again");
+                }
+            }
+            match read {
+                Ok(None) => {
+                    if !self.at_end_of_file()? {
+                        break;
+                    }
+                }
+                Ok(Some((chunk, read))) => {
+                    input.chunk_offset += input.consumed as u64;
+                    input.consumed = 0;
+                    let before = std::mem::replace(&mut input.chunk, chunk);
+                    self.buffers.retire(before);
+                    read_this_cycle += read;
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => {
+                    self.backoff.failed();
+                    if let Some(unlogged) = self.read_failures.occurred() {
+                        warn!(source = %self.config.name, path = %self.config.path.display(), %error,
+                            failures = self.read_failures.total, unlogged,
+                            "cannot read the input file; reopening it with a back-off (up to 1 s; this warning is repeated at most every 10 s, with a count)");
+                    }
+                    let from = input.position();
+                    self.close_input();
+                    self.reopen_from = Some(from);
+                    self.report(
+                        SourceState::Behind,
+                        Some(format!("reopening after a read error: {error}")),
+                    );
+                    break;
+                }
+            }
+        }
+        Ok((self.status.lines_published - published_before) as usize)
+    }
+
+    /// At the end of the open file. Returns true to read on (a rotated file being read
+    /// to its end), false to end the cycle.
+    fn at_end_of_file(&mut self) -> Result<bool, CoreError> {
+        if self.config.strategy.is_once() {
+            return Ok(self.end_once_read());
+        }
+        if let Some(reason) = self.draining.take() {
+            let from = self.input.as_ref().map(OpenInput::position);
+            if self.config.strategy.has_pointer() {
+                // the old file of a rotation (found at a restart, or seen replaced
+                // while running): its lines are committed under its epoch before the
+                // switch, so the pointer names it until then and a crash before the
+                // switch finds it again among the rotation candidates; after the
+                // switch the new file's pointer forgets this epoch (issue 11, item 1)
+                let (committed, epoch) = {
+                    let shared = self.shared.lock();
+                    (shared.record.offset, shared.record.epoch)
+                };
+                let position = from.unwrap_or(0);
+                if epoch == self.epoch.get() && committed < position {
+                    let old = match self.finishing_rotated.as_ref() {
+                        Some(rotated) => format!("the rotated file {}", rotated.display()),
+                        None => "the replaced file".to_owned(),
+                    };
+                    let waiting = format!(
+                        "finishing {old}: waiting for its lines to be processed and committed ({committed} of {position} bytes)"
+                    );
+                    self.draining = Some(reason);
+                    self.report(SourceState::Behind, Some(waiting));
+                    return Ok(false);
+                }
+            }
+            if let Some(rotated) = self.finishing_rotated.take() {
+                info!(source = %self.config.name, rotated = %rotated.display(), position = from.unwrap_or(0),
+                    "the rotated file was read to its end and committed: opening the file at the path under a new epoch");
+                self.rotated_finished = true;
+            }
+            // the rotated or replaced file was read to its end: open the one at the
+            // path next cycle. Its unterminated last line is not published.
+            self.close_input();
+            self.reopen_from = from;
+            self.report(SourceState::Behind, Some(reason));
+            return Ok(false);
+        }
+        match self.check_identity_at_eof() {
+            EofCheck::Unchanged => {
+                self.report(SourceState::CaughtUp, None);
+                Ok(false)
+            }
+            EofCheck::Replaced(reason) => {
+                warn!(source = %self.config.name, %reason, "reading the old file to its end, then reopening");
+                // hold the new file now: a second rotation while the old one is
+                // finished renames it away from the path (issue 11)
+                self.next_file = File::open(&self.config.path).ok();
+                self.report(SourceState::Behind, Some(reason.clone()));
+                self.draining = Some(reason);
+                Ok(true)
+            }
+            EofCheck::Truncated(reason) => {
+                warn!(source = %self.config.name, %reason, "reopening the input file");
+                let from = self.input.as_ref().map(OpenInput::position);
+                self.close_input();
+                self.reopen_from = from;
+                self.report(SourceState::Behind, Some(reason));
+                Ok(false)
+            }
+        }
+    }
+
+    /// Before CAUGHT_UP: is the path still the open file, and is it not shorter than
+    /// what was read? (feed-delivery-guarantees §4, review R4)
+    fn check_identity_at_eof(&self) -> EofCheck {
+        let Some(input) = self.input.as_ref() else {
+            return EofCheck::Unchanged;
+        };
+        let path = &self.config.path;
+        let observed = ObservedAtEnd {
+            open_size: input.file.metadata().ok().map(|open| open.len()),
+            read_through: input.read_through(),
+            open_key: input.key,
+            // none: a rotation in progress, the open file is read on
+            path_key: fs::metadata(path).ok().map(|at_path| key_of(&at_path)),
+        };
+        match end_of_file_change(&observed) {
+            None => EofCheck::Unchanged,
+            Some(EndOfFileChange::Truncated { size, read_through }) => {
+                EofCheck::Truncated(format!(
+                    "the input file {} was truncated while being read: {size} bytes, {read_through} read",
+                    path.display(),
+                ))
+            }
+            Some(EndOfFileChange::Replaced) => EofCheck::Replaced(format!(
+                "the input file {} was replaced while being read",
+                path.display()
+            )),
+        }
+    }
+
+    /// The end of a once read: a last line ended by a lone `\r` is published, bytes
+    /// after the last terminator are counted as unterminated. Returns false.
+    fn end_once_read(&mut self) -> bool {
+        let Some(input) = self.input.as_mut() else {
+            return false;
+        };
+        if let Some(span) = next_line(input.unread(), true) {
+            let start = input.consumed;
+            let line = Line::of_chunk(&input.chunk, start, start + span.text_len);
+            input.consumed += span.consumed;
+            let position = input.position();
+            if !self.take_line(line, position) {
+                return false;
+            }
+            // more lines can follow only if the buffer held more; go round again
+            return true;
+        }
+        let unterminated = input.unread().len() as u64;
+        self.status.unterminated_bytes = unterminated;
+        self.output.set_unterminated_bytes(unterminated);
+        self.ended = true;
+        let detail = (unterminated > 0).then(|| {
+            format!("the last {unterminated} bytes have no line terminator and were not published")
+        });
+        self.close_input();
+        self.report(SourceState::EndOfStream, detail);
+        false
+    }
+}
