@@ -1,4 +1,3 @@
-
 use super::validate::{available_cores, cpus_allowed_list, globs_disjoint};
 use super::*;
 

@@ -9,7 +9,6 @@ use crate::error::ServerError;
 
 use super::{FeedConfig, IdleStrategyConfig, ServerConfig, MAX_OPEN_FILES, SCAN_INTERVAL_MILLIS};
 
-
 /// The longest name of a feed, group, processor or sink. Names are 1 to this many
 /// characters of `[A-Za-z0-9._-]`, and not `.` or `..`: a group's name becomes a folder
 /// of `record.dir`, so a name must never be able to climb out of it (issue 10, item 5).
