@@ -17,6 +17,7 @@ use super::builder::open_sinks;
 use super::kinds::ProcessorContext;
 use super::ServerBuilder;
 
+/// A processor kind's name as the `'static` type name a recording's provenance keeps
 /// (a bounded leak: one small string per configured kind).
 pub(super) fn kind_name(kind: &str) -> &'static str {
     static KINDS: std::sync::OnceLock<Mutex<BTreeMap<String, &'static str>>> =

@@ -42,6 +42,7 @@ pub struct StopResult {
 }
 
 impl Server {
+    /// Starts the server: processor groups and their processors first (each processor
     /// subscribes in its start), then the sources, then the start completes (cached
     /// startup items are delivered).
     pub fn start(&self) -> Result<(), ServerError> {

@@ -92,8 +92,6 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// A processor kind's name as the `'static` type name a recording's provenance keeps
-
 impl Server {
     /// The configuration.
     pub fn config(&self) -> &ServerConfig {
@@ -124,8 +122,6 @@ impl Server {
             .filter_map(|name| plane.group_status(name))
             .collect()
     }
-
-    /// Starts the server: processor groups and their processors first (each processor
 
     /// Why the run cannot go on, one reason each: a source that could not start, an
     /// overload kill switch that ran. [`crate::cli::run_until_done`] ends the run (exit
