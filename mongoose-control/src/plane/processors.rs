@@ -4,76 +4,41 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mongoose_core::{FailureKind, Processor};
+use mongoose_core::FailureKind;
 
 use crate::error::ControlError;
 use crate::group::{Admission, ProcessorGroup, Refusal, Request};
 use crate::handle::ProcessorHandle;
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
+use crate::supplier::ProcessorSupplier;
 
 use super::{refused, AddFailurePolicy, AddedProcessor, ControlPlane};
 
 impl ControlPlane {
-    fn add_request<P, F>(name: &str, generation: u64, supplier: F) -> Request
-    where
-        P: Processor,
-        F: FnOnce() -> P + Send + 'static,
-    {
+    fn add_request(name: &str, generation: u64, supplier: ProcessorSupplier) -> Request {
+        let (type_name, supplier) = supplier.into_parts();
         Request::Add {
             name: name.to_owned(),
             generation,
-            type_name: std::any::type_name::<P>(),
-            supplier: Box::new(move || Box::new(supplier()) as Box<dyn Processor>),
+            type_name,
+            supplier,
         }
     }
 
     /// Adds a processor and returns its handle and reply at once, without waiting and
     /// without backing off (control-plane-contracts "addProcessor"). Never fails: a
     /// duplicate name comes back REFUSED (name in use), a stopping server NOT_RUNNING.
-    /// The supplier runs on the group's thread.
-    pub fn add_processor<P, F>(&self, group: &str, name: &str, supplier: F) -> AddedProcessor
-    where
-        P: Processor,
-        F: FnOnce() -> P + Send + 'static,
-    {
-        self.add_processor_boxed_as(
-            group,
-            name,
-            std::any::type_name::<P>(),
-            Box::new(move || Box::new(supplier()) as Box<dyn Processor>),
-        )
-    }
-
-    /// [`ControlPlane::add_processor_boxed`] naming the processor's type, which a
-    /// group's recorder keeps as the stream's provenance (`mongoose-replay`).
-    pub fn add_processor_boxed_as(
+    ///
+    /// The supplier runs on the group's thread: a closure returning a processor
+    /// (`|| Pricer`), or a [`ProcessorSupplier::boxed`] factory of configured
+    /// processors, named for the group's recorder with [`ProcessorSupplier::named`].
+    pub fn add_processor(
         &self,
         group: &str,
         name: &str,
-        type_name: &'static str,
-        supplier: Box<dyn FnOnce() -> Box<dyn Processor> + Send>,
+        supplier: impl Into<ProcessorSupplier>,
     ) -> AddedProcessor {
-        self.add_processor_erased(group, name, type_name, supplier)
-    }
-
-    /// [`ControlPlane::add_processor`] for a supplier of an already boxed processor
-    /// (processors built from configuration by a factory).
-    pub fn add_processor_boxed(
-        &self,
-        group: &str,
-        name: &str,
-        supplier: Box<dyn FnOnce() -> Box<dyn Processor> + Send>,
-    ) -> AddedProcessor {
-        self.add_processor_erased(group, name, "", supplier)
-    }
-
-    fn add_processor_erased(
-        &self,
-        group: &str,
-        name: &str,
-        type_name: &'static str,
-        supplier: Box<dyn FnOnce() -> Box<dyn Processor> + Send>,
-    ) -> AddedProcessor {
+        let supplier = supplier.into();
         let refused_now = |reply: ControlReply| AddedProcessor {
             handle: None,
             reply: ReplyHandle::completed(reply),
@@ -108,13 +73,7 @@ impl ControlPlane {
                 Some(name),
             ));
         };
-        let request = Request::Add {
-            name: name.to_owned(),
-            generation,
-            type_name,
-            supplier,
-        };
-        let (envelope, reply) = self.envelope(request);
+        let (envelope, reply) = self.envelope(Self::add_request(name, generation, supplier));
         match group.admit(envelope, Admission::Immediate) {
             Ok(()) => AddedProcessor {
                 handle: Some(ProcessorHandle {
@@ -146,16 +105,13 @@ impl ControlPlane {
     /// [`ControlError::NameInUse`] at once; [`ControlError::ServerStopping`];
     /// [`ControlError::MailboxFull`] (the name is released); with
     /// [`AddFailurePolicy::Throw`], [`ControlError::NotApplied`].
-    pub fn add_event_processor<P, F>(
+    pub fn add_event_processor(
         &self,
         group: &str,
         name: &str,
-        supplier: F,
-    ) -> Result<(), ControlError>
-    where
-        P: Processor,
-        F: FnOnce() -> P + Send + 'static,
-    {
+        supplier: impl Into<ProcessorSupplier>,
+    ) -> Result<(), ControlError> {
+        let supplier = supplier.into();
         let deadline = Instant::now() + self.config.control_wait;
         if self.stopping.load(Ordering::Acquire) {
             return Err(ControlError::ServerStopping);

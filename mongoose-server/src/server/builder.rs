@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mongoose_control::{
     AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
-    IdleStrategy,
+    IdleStrategy, ProcessorSupplier,
 };
 use mongoose_core::Position;
 use mongoose_core::{EventSource, Processor};
@@ -27,8 +27,6 @@ use crate::ServerError;
 use super::kinds::{unknown_feed, ProcessorContext, ProcessorKind, SettingsCheck, SettingsError};
 use super::{FeedRuntime, Inner, Lifecycle, Server, SourceSlot};
 
-pub(super) type CodeSupplier = Box<dyn FnOnce() -> Box<dyn Processor> + Send>;
-
 /// A source added by code: its feed's name, the feed, the source.
 type CodeSource = (String, Arc<dyn AnyFeed>, Box<dyn EventSource>);
 
@@ -39,7 +37,7 @@ type FeedRegistration = Box<dyn FnOnce(&DeliveryFeeds) -> Result<(), ServerError
 pub struct ServerBuilder {
     pub(super) config: ServerConfig,
     pub(super) kinds: BTreeMap<String, ProcessorKind>,
-    code_processors: Vec<(String, String, CodeSupplier)>,
+    code_processors: Vec<(String, String, ProcessorSupplier)>,
     code_feeds: Vec<FeedRegistration>,
     /// The names of the feeds added by code.
     code_feed_names: Vec<String>,
@@ -104,16 +102,17 @@ impl ServerBuilder {
         self
     }
 
-    /// Adds a processor built by code to a group (created on demand).
-    pub fn processor<P: Processor>(
+    /// Adds a processor built by code to a group (created on demand): a closure
+    /// returning a processor, or any [`ProcessorSupplier`]; its type name is what a
+    /// recording keeps as the stream's provenance.
+    pub fn processor(
         mut self,
         group: &str,
         name: &str,
-        supplier: impl FnOnce() -> P + Send + 'static,
+        supplier: impl Into<ProcessorSupplier>,
     ) -> Self {
-        let boxed: CodeSupplier = Box::new(move || Box::new(supplier()) as Box<dyn Processor>);
         self.code_processors
-            .push((group.to_owned(), name.to_owned(), boxed));
+            .push((group.to_owned(), name.to_owned(), supplier.into()));
         self
     }
 

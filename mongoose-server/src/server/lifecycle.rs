@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mongoose_control::{GroupOptions, ReplyOutcome};
+use mongoose_control::{GroupOptions, ProcessorSupplier, ReplyOutcome};
 use mongoose_core::{agent, WorkDone};
 use mongoose_replay::{RecordConfig, Recorder};
 use parking_lot::Mutex;
@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 use crate::config::AddFailurePolicy;
 use crate::ServerError;
 
-use super::builder::{idle_strategy, CodeSupplier};
+use super::builder::idle_strategy;
 use super::codecs::{feed_codecs, kind_name};
 use super::kinds::ProcessorContext;
 use super::{FeedRuntime, Server, SourceSlot};
@@ -108,26 +108,14 @@ impl Server {
                         kind: processor.kind.clone(),
                         message,
                     })?;
-                let supplier: CodeSupplier = Box::new(move || built);
-                adds.push((
-                    group.name.clone(),
-                    processor.name.clone(),
-                    kind_name(&processor.kind),
-                    supplier,
-                ));
+                let supplier =
+                    ProcessorSupplier::boxed(move || built).named(kind_name(&processor.kind));
+                adds.push((group.name.clone(), processor.name.clone(), supplier));
             }
         }
-        adds.extend(
-            inner
-                .code_processors
-                .lock()
-                .drain(..)
-                .map(|(group, name, supplier)| (group, name, "", supplier)),
-        );
-        for (group, name, kind, supplier) in adds {
-            let added = inner
-                .plane
-                .add_processor_boxed_as(&group, &name, kind, supplier);
+        adds.extend(inner.code_processors.lock().drain(..));
+        for (group, name, supplier) in adds {
+            let added = inner.plane.add_processor(&group, &name, supplier);
             match added.reply.wait_for(wait) {
                 Ok(reply) if reply.outcome == ReplyOutcome::Applied => {
                     info!(group = %group, processor = %name, "processor started");

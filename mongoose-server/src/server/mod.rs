@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mongoose_control::{ControlPlane, GroupStatus};
+use mongoose_control::{ControlPlane, GroupStatus, ProcessorSupplier};
 use mongoose_core::EventSource;
 use mongoose_delivery::{AnyFeed, FeedRegistry, StatusReport};
 use parking_lot::Mutex;
@@ -34,7 +34,7 @@ use tracing::{error, warn};
 use crate::config::ServerConfig;
 use crate::sinks::FileSink;
 
-use builder::{glob_source_config, CodeSupplier};
+use builder::glob_source_config;
 
 enum SourceSlot {
     Ready(Box<dyn EventSource>),
@@ -66,7 +66,7 @@ struct Lifecycle {
 struct Inner {
     config: ServerConfig,
     kinds: BTreeMap<String, ProcessorKind>,
-    code_processors: Mutex<Vec<(String, String, CodeSupplier)>>,
+    code_processors: Mutex<Vec<(String, String, ProcessorSupplier)>>,
     registry: FeedRegistry,
     plane: ControlPlane,
     feeds: Vec<FeedRuntime>,
