@@ -99,13 +99,14 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use mongoose_core::{engine, FailureKind, Processor, ProcessorId};
+use mongoose_core::{engine, FailureKind, ProcessorId};
 
 use crate::error::ControlError;
 use crate::plane::{AddedProcessor, ControlPlane};
 use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
 use crate::services::Service;
+use crate::supplier::ProcessorSupplier;
 
 /// The recorded name of [`Controller::stop_processor`]; its arguments: group, name.
 pub const STOP_PROCESSOR: &str = "stop_processor";
@@ -355,28 +356,20 @@ impl Controller {
     /// group (a name in use, a stopping server, a full mailbox); in a replay,
     /// [`ControlError::ControlCallRefused`] (a supplier is code the recording cannot
     /// identify: it is never run).
-    pub fn add_processor<P, F>(
+    pub fn add_processor(
         &self,
         group: &str,
         name: &str,
-        supplier: F,
-    ) -> Result<AddedProcessor, ControlError>
-    where
-        P: Processor,
-        F: FnOnce() -> P + Send + 'static,
-    {
-        let type_name = std::any::type_name::<P>();
+        supplier: impl Into<ProcessorSupplier>,
+    ) -> Result<AddedProcessor, ControlError> {
+        let supplier = supplier.into();
+        let type_name = supplier.type_name();
         let args = vec![group.to_owned(), name.to_owned(), type_name.to_owned()];
         self.submit(
             ADD_PROCESSOR,
             args,
             |plane| {
-                let added = plane.add_processor_boxed_as(
-                    group,
-                    name,
-                    type_name,
-                    Box::new(move || Box::new(supplier()) as Box<dyn Processor>),
-                );
+                let added = plane.add_processor(group, name, supplier);
                 match (&added.handle, added.reply.try_get()) {
                     (None, Some(reply)) => Err(ControlError::NotApplied(Box::new(reply))),
                     _ => Ok(added),

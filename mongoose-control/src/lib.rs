@@ -18,6 +18,11 @@
 //! group calls it: see [`controller`]. They never wait, and a group's recorder is told
 //! of each ([`GroupRecorder::control_call`]).
 //!
+//! The control plane's own jobs live in its submodules: adding and stopping processors
+//! (each add takes one [`ProcessorSupplier`]: a closure returning a processor, or a boxed
+//! factory of configured ones), the service registry, and processor-owned admin
+//! commands.
+//!
 //! # Adding, stopping and quarantining a processor
 //!
 //! ```
@@ -87,6 +92,7 @@ mod plane;
 pub mod record;
 mod reply;
 pub mod services;
+mod supplier;
 
 pub use audit::{
     read_request, verify, AuditCounts, AuditRecord, ControlAudit, RecordType, Verification,
@@ -105,3 +111,4 @@ pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
 pub use record::{AdminOutcome, GroupRecorder};
 pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
 pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED};
+pub use supplier::ProcessorSupplier;

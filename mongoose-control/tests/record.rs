@@ -11,6 +11,7 @@ use std::time::Instant;
 use common::*;
 use mongoose_control::{
     ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, GroupRecorder, IdleStrategy,
+    ProcessorSupplier,
 };
 use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, Processor, ProcessorError, ProcessorId, SourceOutput,
@@ -142,4 +143,58 @@ fn a_recorder_hears_each_dispatch_then_its_callbacks_then_the_end_of_the_poll() 
     );
     assert!(interesting.contains(&"stopped true"));
     assert_eq!(interesting.last(), Some(&"closing"));
+}
+
+// issue 12 item 5: one `add_processor` takes every kind of supplier (a closure of a
+// typed processor, a boxed factory named or not) and the recorder hears each type
+// name, which a recording keeps as the stream's provenance
+#[test]
+fn one_add_processor_takes_a_closure_or_a_boxed_factory_and_the_recorder_hears_its_type() {
+    let feeds = DeliveryFeeds::new(FeedRegistry::default());
+    let lines: Arc<Publisher<String, u64>> = Feed::builder("lines").queue_capacity(16).build();
+    feeds.register(Arc::clone(&lines)).expect("registered");
+    lines.start_complete();
+    let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
+    let log = new_log();
+    plane
+        .create_group(
+            "g",
+            GroupOptions {
+                idle: IdleStrategy::SleepingMillis(1),
+                recorder: Some(Box::new(Logging(Arc::clone(&log), None))),
+                ..GroupOptions::default()
+            },
+        )
+        .expect("group");
+    let typed = plane.add_processor("g", "typed", || Saver);
+    let factory: Box<dyn FnOnce() -> Box<dyn Processor> + Send> =
+        Box::new(|| Box::new(Saver) as Box<dyn Processor>);
+    let named = plane.add_processor(
+        "g",
+        "named",
+        ProcessorSupplier::boxed(factory).named("configured::saver"),
+    );
+    let anonymous = plane.add_processor(
+        "g",
+        "anonymous",
+        ProcessorSupplier::boxed(|| Box::new(Saver) as Box<dyn Processor>),
+    );
+    for added in [typed, named, anonymous] {
+        assert!(added.reply.wait_for(WAIT).unwrap().applied());
+    }
+    assert!(plane.close_groups(Instant::now() + WAIT).is_empty());
+    let built: Vec<String> = log
+        .lock()
+        .iter()
+        .filter(|entry| entry.starts_with("built"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        built,
+        [
+            "built typed 1 Saver",
+            "built named 2 saver",
+            "built anonymous 3 "
+        ]
+    );
 }

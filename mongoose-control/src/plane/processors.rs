@@ -1,0 +1,342 @@
+//! Adding and stopping processors through a control plane (control-plane-contracts
+//! "addProcessor", "addEventProcessor", "stopProcessor").
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mongoose_core::FailureKind;
+
+use crate::error::ControlError;
+use crate::group::{Admission, ProcessorGroup, Refusal, Request};
+use crate::handle::ProcessorHandle;
+use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
+use crate::supplier::ProcessorSupplier;
+
+use super::{refused, AddFailurePolicy, AddedProcessor, ControlPlane};
+
+impl ControlPlane {
+    fn add_request(name: &str, generation: u64, supplier: ProcessorSupplier) -> Request {
+        let (type_name, supplier) = supplier.into_parts();
+        Request::Add {
+            name: name.to_owned(),
+            generation,
+            type_name,
+            supplier,
+        }
+    }
+
+    /// Adds a processor and returns its handle and reply at once, without waiting and
+    /// without backing off (control-plane-contracts "addProcessor"). Never fails: a
+    /// duplicate name comes back REFUSED (name in use), a stopping server NOT_RUNNING.
+    ///
+    /// The supplier runs on the group's thread: a closure returning a processor
+    /// (`|| Pricer`), or a [`ProcessorSupplier::boxed`] factory of configured
+    /// processors, named for the group's recorder with [`ProcessorSupplier::named`].
+    pub fn add_processor(
+        &self,
+        group: &str,
+        name: &str,
+        supplier: impl Into<ProcessorSupplier>,
+    ) -> AddedProcessor {
+        let supplier = supplier.into();
+        let refused_now = |reply: ControlReply| AddedProcessor {
+            handle: None,
+            reply: ReplyHandle::completed(reply),
+        };
+        if self.stopping.load(Ordering::Acquire) {
+            return refused_now(refused(
+                ReplyOutcome::NotRunning,
+                FailureKind::FailedShutdown,
+                "server is stopping",
+                -1,
+                Some(name),
+            ));
+        }
+        let group = match self.group_or_create(group) {
+            Ok(group) => group,
+            Err(error) => {
+                return refused_now(refused(
+                    ReplyOutcome::NotRunning,
+                    FailureKind::FailedShutdown,
+                    &error.to_string(),
+                    -1,
+                    Some(name),
+                ))
+            }
+        };
+        let Some(generation) = group.reserve(name) else {
+            return refused_now(refused(
+                ReplyOutcome::Refused,
+                FailureKind::RefusedState,
+                "name in use",
+                -1,
+                Some(name),
+            ));
+        };
+        let (envelope, reply) = self.envelope(Self::add_request(name, generation, supplier));
+        match group.admit(envelope, Admission::Immediate) {
+            Ok(()) => AddedProcessor {
+                handle: Some(ProcessorHandle {
+                    server: self.server,
+                    group: group.name().to_owned(),
+                    name: name.to_owned(),
+                    generation,
+                }),
+                reply,
+            },
+            Err((envelope, refusal)) => {
+                group.release_reservation(name, generation);
+                let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+                ProcessorGroup::answer_refused(envelope, answer);
+                AddedProcessor {
+                    handle: None,
+                    reply,
+                }
+            }
+        }
+    }
+
+    /// Adds a processor, waiting up to `control_wait` (admission and reply together)
+    /// off agent threads (control-plane-contracts "addEventProcessor"). On an agent
+    /// thread, or before the group started, it returns once queued. A timeout logs and
+    /// returns; the add still applies.
+    ///
+    /// # Errors
+    /// [`ControlError::NameInUse`] at once; [`ControlError::ServerStopping`];
+    /// [`ControlError::MailboxFull`] (the name is released); with
+    /// [`AddFailurePolicy::Throw`], [`ControlError::NotApplied`].
+    pub fn add_event_processor(
+        &self,
+        group: &str,
+        name: &str,
+        supplier: impl Into<ProcessorSupplier>,
+    ) -> Result<(), ControlError> {
+        let supplier = supplier.into();
+        let deadline = Instant::now() + self.config.control_wait;
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(ControlError::ServerStopping);
+        }
+        let group = self.group_or_create(group)?;
+        let Some(generation) = group.reserve(name) else {
+            return Err(ControlError::NameInUse {
+                group: group.name().to_owned(),
+                name: name.to_owned(),
+            });
+        };
+        let (envelope, reply) = self.envelope(Self::add_request(name, generation, supplier));
+        if let Err((envelope, refusal)) =
+            group.admit(envelope, self.backoff_admission(&group, deadline))
+        {
+            group.release_reservation(name, generation);
+            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            ProcessorGroup::answer_refused(envelope, answer);
+            return Err(match refusal {
+                Refusal::Full | Refusal::Deadline => ControlError::MailboxFull {
+                    group: group.name().to_owned(),
+                    capacity: group.capacity(),
+                },
+                Refusal::ServerStopping | Refusal::NotRunning(_) => ControlError::ServerStopping,
+            });
+        }
+        if !self.may_wait(&group) {
+            log_outcome(&reply, "add");
+            return Ok(());
+        }
+        match reply.wait(deadline) {
+            Ok(answer) if answer.applied() => Ok(()),
+            Ok(answer) => match self.config.add_failure_policy {
+                AddFailurePolicy::Report => {
+                    tracing::warn!(group = group.name(), processor = name, outcome = %answer.outcome, kind = ?answer.kind, reason = %answer.reason, "processor not added");
+                    Ok(())
+                }
+                AddFailurePolicy::Throw => Err(ControlError::NotApplied(Box::new(answer))),
+            },
+            Err(_) => {
+                tracing::warn!(
+                    group = group.name(),
+                    processor = name,
+                    "no add reply within control_wait; the add still applies"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// A handle for what is admitted under the name now (prefer the handle from
+    /// [`ControlPlane::add_processor`], which cannot name a replacement).
+    pub fn processor_handle(&self, group: &str, name: &str) -> Option<ProcessorHandle> {
+        let group = self.group(group)?;
+        let generation = group.admitted_generation(name)?;
+        Some(ProcessorHandle {
+            server: self.server,
+            group: group.name().to_owned(),
+            name: name.to_owned(),
+            generation,
+        })
+    }
+
+    /// Stops exactly the registration the handle names; returns the reply at once
+    /// without backing off. A handle from another server is refused and stops nothing.
+    pub fn stop_processor(&self, handle: &ProcessorHandle) -> ReplyHandle {
+        let generation = handle.generation as i64;
+        if handle.server != self.server {
+            return ReplyHandle::completed(refused(
+                ReplyOutcome::Refused,
+                FailureKind::RefusedInvalid,
+                "handle belongs to another server",
+                generation,
+                Some(&handle.name),
+            ));
+        }
+        let Some(group) = self.group(&handle.group) else {
+            return ReplyHandle::completed(refused(
+                ReplyOutcome::Refused,
+                FailureKind::RefusedState,
+                "no such group",
+                generation,
+                Some(&handle.name),
+            ));
+        };
+        let (envelope, reply) = self.envelope(Request::Stop {
+            name: handle.name.clone(),
+            generation: handle.generation,
+        });
+        if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
+            let answer = Self::refusal_reply(&group, refusal, generation, &handle.name);
+            ProcessorGroup::answer_refused(envelope, answer);
+        }
+        reply
+    }
+
+    /// Stops what is admitted under the name at call time (void form). No group or no
+    /// such name: returns at once. Off an agent thread it waits up to `control_wait`;
+    /// a timeout logs and returns (the stop still applies).
+    ///
+    /// # Errors
+    /// [`ControlError::MailboxFull`]: nothing is stopped and the name stays reserved.
+    pub fn stop_processor_by_name(&self, group: &str, name: &str) -> Result<(), ControlError> {
+        let deadline = Instant::now() + self.config.control_wait;
+        let Some(group) = self.group(group) else {
+            return Ok(());
+        };
+        let Some(generation) = group.admitted_generation(name) else {
+            return Ok(());
+        };
+        let (envelope, reply) = self.envelope(Request::Stop {
+            name: name.to_owned(),
+            generation,
+        });
+        if let Err((envelope, refusal)) =
+            group.admit(envelope, self.backoff_admission(&group, deadline))
+        {
+            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            ProcessorGroup::answer_refused(envelope, answer);
+            return match refusal {
+                Refusal::Full | Refusal::Deadline => Err(ControlError::MailboxFull {
+                    group: group.name().to_owned(),
+                    capacity: group.capacity(),
+                }),
+                Refusal::ServerStopping | Refusal::NotRunning(_) => Ok(()),
+            };
+        }
+        if !self.may_wait(&group) {
+            log_outcome(&reply, "stop");
+            return Ok(());
+        }
+        if reply.wait(deadline).is_err() {
+            tracing::warn!(
+                group = group.name(),
+                processor = name,
+                "no stop reply within control_wait; the stop still applies"
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops what is admitted under the name at call time and returns the reply; one
+    /// deadline, `wait` from the call, covers admission and reply. `None` when the
+    /// caller may not wait (agent thread, group not started) or no reply came in time
+    /// (the stop still applies).
+    pub fn stop_processor_wait(
+        &self,
+        group: &str,
+        name: &str,
+        wait: Duration,
+    ) -> Option<ControlReply> {
+        let deadline = Instant::now() + wait;
+        let Some(group) = self.group(group) else {
+            return Some(refused(
+                ReplyOutcome::Refused,
+                FailureKind::RefusedState,
+                "no such group",
+                -1,
+                Some(name),
+            ));
+        };
+        let Some(generation) = group.admitted_generation(name) else {
+            return Some(refused(
+                ReplyOutcome::Refused,
+                FailureKind::RefusedState,
+                "no such processor",
+                -1,
+                Some(name),
+            ));
+        };
+        let (envelope, reply) = self.envelope(Request::Stop {
+            name: name.to_owned(),
+            generation,
+        });
+        if let Err((envelope, refusal)) =
+            group.admit(envelope, self.backoff_admission(&group, deadline))
+        {
+            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            ProcessorGroup::answer_refused(envelope, answer.clone());
+            return Some(answer);
+        }
+        if !self.may_wait(&group) {
+            return None;
+        }
+        reply.wait(deadline).ok()
+    }
+
+    /// Stops what is admitted under the name at call time, admitted at once (never
+    /// backing off, never waiting): what a processor's [`crate::Controller`] does.
+    pub(crate) fn stop_processor_now(
+        &self,
+        group: &str,
+        name: &str,
+    ) -> Result<ReplyHandle, ControlError> {
+        let no_such = || ControlError::NoSuchProcessor {
+            group: group.to_owned(),
+            name: name.to_owned(),
+        };
+        let group = self.group(group).ok_or_else(no_such)?;
+        let generation = group.admitted_generation(name).ok_or_else(no_such)?;
+        let (envelope, reply) = self.envelope(Request::Stop {
+            name: name.to_owned(),
+            generation,
+        });
+        if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
+            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            ProcessorGroup::answer_refused(envelope, answer.clone());
+            return Err(match refusal {
+                Refusal::Full => ControlError::MailboxFull {
+                    group: group.name().to_owned(),
+                    capacity: group.capacity(),
+                },
+                _ => ControlError::NotApplied(Box::new(answer)),
+            });
+        }
+        Ok(reply)
+    }
+}
+
+fn log_outcome(reply: &ReplyHandle, what: &'static str) {
+    reply.on_reply(move |answer| {
+        if answer.applied() {
+            tracing::debug!(request_id = answer.request_id, "{what} applied");
+        } else {
+            tracing::warn!(request_id = answer.request_id, outcome = %answer.outcome, kind = ?answer.kind, reason = %answer.reason, "{what} not applied");
+        }
+    });
+}

@@ -1,0 +1,356 @@
+//! The admin routes' handlers (status, groups, stop, commands, overload, release,
+//! audit export) and the Prometheus metrics.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use serde::Deserialize;
+use serde_json::json;
+use tracing::{error, info};
+
+use mongoose_control::{ControlReply, ReplyOutcome};
+use mongoose_core::FailureKind;
+
+use crate::server::Server;
+
+use super::auth::{body_too_large, error_response};
+use super::{MAX_BODY_BYTES, MAX_EXPORT_NAME};
+
+fn prometheus() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            error!(
+                "another metrics recorder is installed: /metrics shows only what this one records"
+            );
+        }
+        handle
+    })
+}
+
+/// Updates the gauges from the current status (per feed and queue, per group).
+pub fn record_metrics(server: &Server) {
+    prometheus();
+    let report = server.status();
+    for feed in &report.feeds {
+        let name = feed.feed.clone();
+        metrics::gauge!("mongoose_feed_published", "feed" => name.clone())
+            .set(feed.sequence as f64);
+        metrics::gauge!("mongoose_feed_dropped", "feed" => name.clone()).set(feed.dropped as f64);
+        metrics::gauge!("mongoose_feed_refused", "feed" => name.clone()).set(feed.refused as f64);
+        metrics::gauge!("mongoose_feed_paused", "feed" => name.clone()).set(if feed.paused {
+            1.0
+        } else {
+            0.0
+        });
+        metrics::gauge!("mongoose_feed_pauses", "feed" => name.clone()).set(feed.pauses as f64);
+        metrics::gauge!("mongoose_feed_pending_acks", "feed" => name.clone())
+            .set(feed.pending_acks as f64);
+        metrics::gauge!("mongoose_feed_lossless", "feed" => name.clone()).set(if feed.lossless {
+            1.0
+        } else {
+            0.0
+        });
+        for queue in &feed.subscribers {
+            let depth = queue.position.saturating_sub(queue.dispatched);
+            metrics::gauge!("mongoose_queue_depth", "queue" => queue.queue.clone())
+                .set(depth as f64);
+            metrics::gauge!("mongoose_queue_dispatched", "queue" => queue.queue.clone())
+                .set(queue.dispatched as f64);
+        }
+    }
+    for group in server.group_statuses() {
+        metrics::gauge!("mongoose_group_processors", "group" => group.group.clone())
+            .set(group.running.len() as f64);
+        metrics::gauge!("mongoose_group_quarantined", "group" => group.group.clone())
+            .set(group.quarantined.len() as f64);
+    }
+}
+
+fn not_found(what: String) -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({ "error": what }))).into_response()
+}
+
+pub(super) async fn status(State(server): State<Server>) -> Response {
+    Json(server.status()).into_response()
+}
+
+pub(super) async fn groups(State(server): State<Server>) -> Response {
+    Json(server.group_statuses()).into_response()
+}
+
+pub(super) async fn stop_processor(
+    State(server): State<Server>,
+    Path((group, name)): Path<(String, String)>,
+) -> Response {
+    let reply = tokio::task::spawn_blocking(move || {
+        server
+            .control()
+            .stop_processor_wait(&group, &name, Duration::from_secs(1))
+            .ok_or((group, name))
+    })
+    .await;
+    match reply {
+        Ok(Ok(reply)) => Json(reply).into_response(),
+        Ok(Err((group, name))) => (
+            StatusCode::ACCEPTED,
+            Json(json!({ "pending": format!("stop pending (still applies): {group}/{name}") })),
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "error": error.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+pub(super) async fn clear_overload(
+    State(server): State<Server>,
+    Path(feed): Path<String>,
+) -> Response {
+    match server.feed(&feed) {
+        Some(found) => {
+            found.clear_overload();
+            Json(json!({ "feed": feed, "cleared": true })).into_response()
+        }
+        None => not_found(format!("no feed named '{feed}'")),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct ReleaseQuery {
+    queue: Option<String>,
+}
+
+pub(super) async fn release(
+    State(server): State<Server>,
+    Path(feed): Path<String>,
+    Query(query): Query<ReleaseQuery>,
+) -> Response {
+    match server.feed(&feed) {
+        Some(found) => match found.release(query.queue.as_deref()) {
+            Ok(released) => {
+                if released.items > 0 || !released.queues.is_empty() {
+                    server.record_loss(
+                        &feed,
+                        format!(
+                            "an operator released {} held items (queues: {})",
+                            released.items,
+                            released.queues.join(", ")
+                        ),
+                    );
+                }
+                Json(json!({
+                    "feed": feed,
+                    "queue": query.queue,
+                    "released": released.items,
+                    "queues": released.queues,
+                }))
+                .into_response()
+            }
+            Err(error) => not_found(error.to_string()),
+        },
+        None => not_found(format!("no feed named '{feed}'")),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct ExportQuery {
+    dir: Option<String>,
+}
+
+/// Where exports go (the router's extension).
+#[derive(Clone, Debug)]
+pub(super) struct ExportRoot(pub(super) Arc<PathBuf>);
+
+/// Whether `name` may name an export folder: `[A-Za-z0-9._-]{1,64}`, not `.` or `..`.
+fn is_export_name(name: &str) -> bool {
+    (1..=MAX_EXPORT_NAME).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+}
+
+pub(super) async fn export_audit(
+    State(server): State<Server>,
+    Extension(ExportRoot(root)): Extension<ExportRoot>,
+    Path(group): Path<String>,
+    query: Result<Query<ExportQuery>, QueryRejection>,
+) -> Response {
+    let name = match query {
+        Ok(Query(ExportQuery { dir: Some(name) })) if is_export_name(&name) => name,
+        _ => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "?dir= must name a new folder directly below the export root {}: [A-Za-z0-9._-]{{1,{MAX_EXPORT_NAME}}}, not '.' or '..' (no paths)",
+                    root.display()
+                ),
+            )
+        }
+    };
+    let Some(found) = server.control().group(&group) else {
+        return not_found(format!("no group named '{group}'"));
+    };
+    let result = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, (StatusCode, String)> {
+        let internal = |what: String| (StatusCode::INTERNAL_SERVER_ERROR, what);
+        std::fs::create_dir_all(&*root).map_err(|error| {
+            internal(format!(
+                "cannot create the export root {}: {error}",
+                root.display()
+            ))
+        })?;
+        let folder = root.join(&name);
+        std::fs::create_dir(&folder).map_err(|error| {
+            if error.kind() == std::io::ErrorKind::AlreadyExists {
+                (
+                    StatusCode::CONFLICT,
+                    format!(
+                        "{} already exists: an export never overwrites another, choose a new ?dir= name",
+                        folder.display()
+                    ),
+                )
+            } else {
+                internal(format!("cannot create {}: {error}", folder.display()))
+            }
+        })?;
+        let file = if is_export_name(&group) {
+            format!("{group}.control-audit.jsonl")
+        } else {
+            "control-audit.jsonl".to_owned()
+        };
+        let path = folder.join(file);
+        let manifest = found
+            .audit()
+            .export(&path)
+            .map_err(|error| internal(format!("the export failed: {error}")))?;
+        let verification = mongoose_control::verify(&path);
+        info!(group, export = %path.display(), ?verification, "control audit exported");
+        Ok(json!({
+            "group": group,
+            "export": path,
+            "manifest": manifest,
+            "verification": verification,
+        }))
+    })
+    .await;
+    match result {
+        Ok(Ok(body)) => Json(body).into_response(),
+        Ok(Err((status, message))) => error_response(status, message),
+        Err(error) => error_response(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
+    }
+}
+
+pub(super) async fn metrics_text(State(server): State<Server>) -> Response {
+    let text = tokio::task::spawn_blocking(move || {
+        record_metrics(&server);
+        prometheus().render()
+    })
+    .await
+    .unwrap_or_default();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// How long `POST .../commands/{command}` waits for the reply.
+const COMMAND_WAIT: Duration = Duration::from_secs(5);
+
+pub(super) async fn list_commands(
+    State(server): State<Server>,
+    Path((group, name)): Path<(String, String)>,
+) -> Response {
+    match server.control().admin_commands(&group, &name) {
+        Some(commands) => {
+            Json(json!({ "group": group, "processor": name, "commands": commands })).into_response()
+        }
+        None => not_found(format!("no running processor '{name}' in group '{group}'")),
+    }
+}
+
+/// The body of `POST .../commands/{command}`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CommandBody {
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+/// The HTTP status of an admin command's reply (see the module docs).
+pub fn command_status(reply: &ControlReply) -> StatusCode {
+    match (reply.outcome, reply.kind) {
+        (ReplyOutcome::Applied, _) => StatusCode::OK,
+        (ReplyOutcome::Refused, FailureKind::RefusedState) => StatusCode::NOT_FOUND,
+        (ReplyOutcome::Refused, FailureKind::Quarantined) => StatusCode::CONFLICT,
+        (ReplyOutcome::Refused, _) => StatusCode::SERVICE_UNAVAILABLE,
+        (ReplyOutcome::Failed, FailureKind::Quarantined) => StatusCode::INTERNAL_SERVER_ERROR,
+        (ReplyOutcome::Failed, _) => StatusCode::CONFLICT,
+        (ReplyOutcome::NotRunning, _) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+pub(super) async fn run_command(
+    State(server): State<Server>,
+    Path((group, name, command)): Path<(String, String, String)>,
+    body: Body,
+) -> Response {
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return body_too_large();
+    };
+    let body: CommandBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CommandBody::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(body) => body,
+            Err(error) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({
+                        "error": format!("the body must be {{\"args\": [\"...\"]}}: {error}")
+                    })),
+                )
+                    .into_response()
+            }
+        }
+    };
+    let reply = tokio::task::spawn_blocking(move || {
+        server
+            .control()
+            .invoke_admin_command_wait(&group, &name, &command, body.args, COMMAND_WAIT)
+            .ok_or((group, name, command))
+    })
+    .await;
+    match reply {
+        Ok(Ok(reply)) => (command_status(&reply), Json(reply)).into_response(),
+        Ok(Err((group, name, command))) => (
+            StatusCode::ACCEPTED,
+            Json(json!({
+                "pending": format!("admin command '{command}' of {group}/{name}: no reply within {}s (it still runs)", COMMAND_WAIT.as_secs())
+            })),
+        )
+            .into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({ "error": error.to_string() })),
+        )
+            .into_response(),
+    }
+}

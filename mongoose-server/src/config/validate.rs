@@ -1,0 +1,574 @@
+//! What a configuration must pass beyond its TOML types: names, ranges, paths the
+//! disk can hold, feeds that do not share a file, and a record folder that holds no
+//! recording yet.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::ServerError;
+
+use super::{FeedConfig, IdleStrategyConfig, ServerConfig, MAX_OPEN_FILES, SCAN_INTERVAL_MILLIS};
+
+/// The longest name of a feed, group, processor or sink. Names are 1 to this many
+/// characters of `[A-Za-z0-9._-]`, and not `.` or `..`: a group's name becomes a folder
+/// of `record.dir`, so a name must never be able to climb out of it (issue 10, item 5).
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The largest `queue_capacity` (1,048,576 items): a subscriber queue allocates all its
+/// slots when it is created, one per item, for every group subscribed to the feed.
+pub const MAX_QUEUE_CAPACITY: usize = 1 << 20;
+
+/// The longest sleep of `idle_strategy = "sleeping-millis:N"` (one minute); N is at
+/// least 1 (`busy-spin` or `yield` never sleep). A group's thread answers control
+/// requests and its queues only between sleeps.
+pub const MAX_IDLE_SLEEP_MILLIS: u64 = 60_000;
+
+/// The longest spin of `spin_bound_millis` (one minute; 0 drops at once): a publisher
+/// spins on the source's thread for this long before dropping.
+pub const MAX_SPIN_BOUND_MILLIS: u64 = 60_000;
+
+/// The longest timeout or wait of the file (one hour): `control_wait_millis`,
+/// `shutdown_timeout_millis`, `shutdown_drain_timeout_millis`, `block_deadline_millis`
+/// and `quiet_period_millis`. Each is at least 1 ms (the drain may be 0: no drain),
+/// and the quiet period at least 1,000 ms.
+pub const MAX_TIMEOUT_MILLIS: u64 = 3_600_000;
+
+/// What is wrong with `name` as the name of a feed, group, processor or sink, if
+/// anything: see [`MAX_NAME_LEN`].
+pub fn name_problem(name: &str) -> Option<String> {
+    const RULE: &str = "a name is 1 to 64 characters of [A-Za-z0-9._-] (A-Z a-z 0-9 . _ -), other than '.' and '..' (names become parts of file paths, such as a group's folder in record.dir)";
+    if name.is_empty() {
+        return Some(format!("must not be empty: {RULE}"));
+    }
+    if name == "." || name == ".." {
+        return Some(format!("'{name}' is not a name: {RULE}"));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Some(format!(
+            "'{name}' holds {bad:?}, which a name cannot: {RULE}"
+        ));
+    }
+    let length = name.chars().count();
+    if length > MAX_NAME_LEN {
+        return Some(format!("'{name}' is {length} characters long: {RULE}"));
+    }
+    None
+}
+
+/// Refuses `name` at `key` unless it follows the names rule ([`name_problem`]).
+pub(crate) fn check_name(key: impl Into<String>, name: &str) -> Result<(), ServerError> {
+    match name_problem(name) {
+        None => Ok(()),
+        Some(problem) => Err(ServerError::invalid(key, problem)),
+    }
+}
+
+/// Refuses `value` at `key` outside `range`, saying which values are accepted.
+pub(super) fn check_range(
+    key: impl Into<String>,
+    value: u64,
+    range: std::ops::RangeInclusive<u64>,
+    unit: &str,
+) -> Result<(), ServerError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(ServerError::invalid(
+        key,
+        format!(
+            "{value} is out of range: give {} to {}{unit}",
+            range.start(),
+            range.end()
+        ),
+    ))
+}
+
+impl ServerConfig {
+    /// Everything the file alone (and the disk it names) shows to be wrong: names,
+    /// ranges, paths, duplicates. [`crate::ServerBuilder::check`] runs it again with
+    /// what only the builder knows (processor kinds, processors added by code).
+    pub(crate) fn validate(&self) -> Result<(), ServerError> {
+        self.validate_paths()?;
+        self.validate_ranges()?;
+        let mut feeds = BTreeSet::new();
+        for (index, feed) in self.feeds.iter().enumerate() {
+            check_name(format!("feeds[{index}].name"), &feed.name)?;
+            if !feeds.insert(feed.name.as_str()) {
+                return Err(ServerError::invalid(
+                    format!("feeds[{index}].name"),
+                    format!(
+                        "a feed named '{}' is already configured: feed names must be unique",
+                        feed.name
+                    ),
+                ));
+            }
+            if let Some(capacity) = feed.queue_capacity {
+                // a huge capacity panicked with "capacity overflow" at start (issue 10,
+                // item 6)
+                check_range(
+                    format!("feeds[{index}].queue_capacity"),
+                    capacity as u64,
+                    1..=MAX_QUEUE_CAPACITY as u64,
+                    " items",
+                )?;
+            }
+            self.feed_overload(index)?;
+            self.feed_overrides(index)?;
+            self.validate_glob(index)?;
+        }
+        let cores = available_cores();
+        let mut groups = BTreeSet::new();
+        for (index, group) in self.groups.iter().enumerate() {
+            check_name(format!("groups[{index}].name"), &group.name)?;
+            if !groups.insert(group.name.as_str()) {
+                return Err(ServerError::invalid(
+                    format!("groups[{index}].name"),
+                    format!(
+                        "a group named '{}' is already configured: group names must be unique",
+                        group.name
+                    ),
+                ));
+            }
+            if let IdleStrategyConfig::SleepingMillis(millis) = group.idle_strategy {
+                check_range(
+                    format!("groups[{index}].idle_strategy"),
+                    millis,
+                    1..=MAX_IDLE_SLEEP_MILLIS,
+                    " ms (sleeping-millis:N)",
+                )?;
+            }
+            if let Some(core) = group.core {
+                // pinning to a core that does not exist aborted the process (exit 134)
+                if !cores.contains(&core) {
+                    return Err(ServerError::invalid(
+                        format!("groups[{index}].core"),
+                        format!(
+                            "core {core} does not exist or this process may not run on it: the cores it may use are {cores:?}; \
+                             give one of them, or remove core"
+                        ),
+                    ));
+                }
+            }
+            let mut names = BTreeSet::new();
+            for (position, processor) in group.processors.iter().enumerate() {
+                check_name(
+                    format!("groups[{index}].processors[{position}].name"),
+                    &processor.name,
+                )?;
+                if !names.insert(processor.name.as_str()) {
+                    return Err(ServerError::invalid(
+                        format!("groups[{index}].processors[{position}].name"),
+                        format!(
+                            "duplicate processor name '{}' in group '{}': a name is unique within its group",
+                            processor.name, group.name
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut sinks = BTreeSet::new();
+        for (index, sink) in self.sinks.iter().enumerate() {
+            check_name(format!("sinks[{index}].name"), &sink.name)?;
+            if sink.kind != "file" {
+                return Err(ServerError::invalid(
+                    format!("sinks[{index}].kind"),
+                    format!("unknown sink kind '{}': expected \"file\"", sink.kind),
+                ));
+            }
+            if !sinks.insert(sink.name.as_str()) {
+                return Err(ServerError::invalid(
+                    format!("sinks[{index}].name"),
+                    format!(
+                        "a sink named '{}' is already configured: sink names must be unique",
+                        sink.name
+                    ),
+                ));
+            }
+        }
+        self.refuse_feeds_sharing_a_file()?;
+        if let Some(admin) = &self.admin {
+            admin.validate()?;
+        }
+        Ok(())
+    }
+
+    /// The top-level timeouts: at least 1 ms, at most [`MAX_TIMEOUT_MILLIS`] (a zero
+    /// shutdown deadline was accepted and every stop was incomplete; a huge one
+    /// overflowed the deadline arithmetic).
+    fn validate_ranges(&self) -> Result<(), ServerError> {
+        check_range(
+            "control_wait_millis",
+            self.control_wait_millis,
+            1..=MAX_TIMEOUT_MILLIS,
+            " ms",
+        )?;
+        check_range(
+            "shutdown_timeout_millis",
+            self.shutdown_timeout_millis,
+            1..=MAX_TIMEOUT_MILLIS,
+            " ms",
+        )?;
+        if self.shutdown_drain_timeout_millis > self.shutdown_timeout_millis {
+            return Err(ServerError::invalid(
+                "shutdown_drain_timeout_millis",
+                "must not exceed shutdown_timeout_millis (the drain runs within the shutdown deadline)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ServerConfig {
+    /// Refuses a `record.dir` whose folder of a group already holds a recording (its
+    /// store is longer than a bare head): the recorder refuses it at start, which the
+    /// run reported as a config error with exit 1. Only the file's length is looked
+    /// at (a recording may be large). For a run that records: the server's build
+    /// calls it, a replay (which records nothing) does not. Call it on a validated
+    /// configuration: its group names never climb out of `record.dir`.
+    pub(crate) fn refuse_recording_over_a_recording(&self) -> Result<(), ServerError> {
+        let Some(record) = &self.record else {
+            return Ok(());
+        };
+        let dir = self.resolve(&record.dir);
+        for group in &self.groups {
+            let store = dir.join(&group.name).join(mongoose_replay::RECORDING_FILE);
+            let holds = std::fs::metadata(&store)
+                .is_ok_and(|meta| meta.len() > mongoose_replay::HEADER_LEN as u64);
+            if holds {
+                return Err(ServerError::invalid(
+                    "record.dir",
+                    format!(
+                        "{} already holds a recording (of group '{}'): RECORD never writes over one; \
+                         move it away, or give a record.dir without one",
+                        store.display(),
+                        group.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The cores this process may run on: its main thread's CPU affinity on Linux (so a
+/// configuration checked on a thread already pinned to one core is not refused the
+/// others), else the calling thread's, else every core up to the machine's
+/// parallelism.
+pub(super) fn available_cores() -> Vec<usize> {
+    if let Some(cores) = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| cpus_allowed_list(&status))
+    {
+        return cores;
+    }
+    match core_affinity::get_core_ids() {
+        Some(ids) if !ids.is_empty() => ids.into_iter().map(|id| id.id).collect(),
+        _ => (0..std::thread::available_parallelism().map_or(1, |count| count.get())).collect(),
+    }
+}
+
+/// The cores of the `Cpus_allowed_list:` line of a `/proc/<pid>/status` text
+/// (`0-3,8,10-11`), if it has a well-formed one.
+pub(super) fn cpus_allowed_list(status: &str) -> Option<Vec<usize>> {
+    let list = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))?
+        .trim();
+    let mut cores = Vec::new();
+    for part in list.split(',') {
+        let (first, last): (usize, usize) = match part.split_once('-') {
+            Some((first, last)) => (first.parse().ok()?, last.parse().ok()?),
+            None => {
+                let core = part.parse().ok()?;
+                (core, core)
+            }
+        };
+        if first > last || last - first > 1 << 16 {
+            return None;
+        }
+        cores.extend(first..=last);
+    }
+    (!cores.is_empty()).then_some(cores)
+}
+
+impl ServerConfig {
+    /// Refuses a path no file can have (a NUL byte): the source or sink would fail to
+    /// open it at run time (issue 9, item 11: the run never ended).
+    fn validate_paths(&self) -> Result<(), ServerError> {
+        let mut paths: Vec<(String, &Path)> = Vec::new();
+        for (index, feed) in self.feeds.iter().enumerate() {
+            paths.push((format!("feeds[{index}].path"), &feed.path));
+        }
+        for (index, sink) in self.sinks.iter().enumerate() {
+            paths.push((format!("sinks[{index}].path"), &sink.path));
+        }
+        if let Some(record) = &self.record {
+            paths.push(("record.dir".to_owned(), &record.dir));
+        }
+        if let Some(dir) = &self.plugin_dir {
+            paths.push(("plugin_dir".to_owned(), dir));
+        }
+        for (key, path) in paths {
+            if path.as_os_str().as_encoded_bytes().contains(&0) {
+                return Err(ServerError::invalid(
+                    key,
+                    format!(
+                        "the path {path:?} holds a NUL byte (\\0), which no file name can hold: fix the path"
+                    ),
+                ));
+            }
+            if path.as_os_str().is_empty() {
+                return Err(ServerError::invalid(
+                    key,
+                    "must not be empty: give a file path",
+                ));
+            }
+        }
+        // a feed on a directory read it in a busy loop, 693,248 WARN lines in five
+        // seconds (issue 10, item 8); a sink on one can never be written
+        let files = self
+            .feeds
+            .iter()
+            .enumerate()
+            .map(|(index, feed)| (format!("feeds[{index}].path"), &feed.path))
+            .chain(
+                self.sinks
+                    .iter()
+                    .enumerate()
+                    .map(|(index, sink)| (format!("sinks[{index}].path"), &sink.path)),
+            );
+        for (key, path) in files {
+            let resolved = self.resolve(path);
+            if resolved.is_dir() {
+                return Err(ServerError::invalid(
+                    key,
+                    format!(
+                        "{} is a directory: give the path of a file (it need not exist yet)",
+                        resolved.display()
+                    ),
+                ));
+            }
+        }
+        if let Some(record) = &self.record {
+            let resolved = self.resolve(&record.dir);
+            if resolved.exists() && !resolved.is_dir() {
+                return Err(ServerError::invalid(
+                    "record.dir",
+                    format!(
+                        "{} exists and is not a directory: give a folder (it need not exist yet)",
+                        resolved.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The glob keys of feed `index`: only on a glob path, in range, and wildcards only
+    /// in the file name.
+    fn validate_glob(&self, index: usize) -> Result<(), ServerError> {
+        let feed = &self.feeds[index];
+        if !feed.is_glob() {
+            for (key, set) in [
+                ("scan_interval_millis", feed.scan_interval_millis.is_some()),
+                ("max_open_files", feed.max_open_files.is_some()),
+            ] {
+                if set {
+                    return Err(ServerError::invalid(
+                        format!("feeds[{index}].{key}"),
+                        format!(
+                            "only a feed whose path is a glob (a file name with '*', '?' or '[', e.g. logs/*.log) takes {key}: \
+                             remove it, or give a glob path"
+                        ),
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        if let Some(parent) = feed.path.parent() {
+            if parent.to_string_lossy().contains(['*', '?', '[']) {
+                return Err(ServerError::invalid(
+                    format!("feeds[{index}].path"),
+                    format!(
+                        "the glob {} has wildcards in its folder: only the file name may hold '*', '?' or '[' (e.g. logs/*.log)",
+                        feed.path.display()
+                    ),
+                ));
+            }
+        }
+        if let Some(millis) = feed.scan_interval_millis {
+            check_range(
+                format!("feeds[{index}].scan_interval_millis"),
+                millis,
+                SCAN_INTERVAL_MILLIS,
+                " ms",
+            )?;
+        }
+        if let Some(files) = feed.max_open_files {
+            check_range(
+                format!("feeds[{index}].max_open_files"),
+                files as u64,
+                1..=MAX_OPEN_FILES as u64,
+                " files",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Refuses two feeds on one input file, however their paths are spelled: they would
+    /// share the file's pointer (`<input>.readPointer`), and after a kill -9 lines were
+    /// both lost and duplicated (issue 9, item 5).
+    fn refuse_feeds_sharing_a_file(&self) -> Result<(), ServerError> {
+        let mut seen: BTreeMap<PathBuf, usize> = BTreeMap::new();
+        for (index, feed) in self.feeds.iter().enumerate() {
+            let file = file_identity(&self.resolve(&feed.path));
+            if let Some(&first) = seen.get(&file) {
+                let other = &self.feeds[first];
+                return Err(ServerError::invalid(
+                    format!("feeds[{index}].path"),
+                    format!(
+                        "feeds '{}' (path \"{}\") and '{}' (path \"{}\") both read {}: two feeds on one file \
+                         would share its pointer file and lose and duplicate lines after a crash; \
+                         keep one feed and subscribe every group that needs the lines to it",
+                        other.name,
+                        other.path.display(),
+                        feed.name,
+                        feed.path.display(),
+                        file.display()
+                    ),
+                ));
+            }
+            seen.insert(file, index);
+        }
+        // two glob feeds in one folder whose globs may match one file: both would use
+        // its pointer (globs are compared by their literal prefix and suffix: disjoint
+        // only when one of them tells every name apart)
+        let globs: Vec<(usize, &FeedConfig, PathBuf)> = self
+            .feeds
+            .iter()
+            .enumerate()
+            .filter(|(_, feed)| feed.is_glob())
+            .map(|(index, feed)| (index, feed, self.resolve(&feed.path)))
+            .collect();
+        for (later, (index, feed, path)) in globs.iter().enumerate() {
+            for (_, other, other_path) in &globs[..later] {
+                let (Some(folder), Some(pattern)) = (path.parent(), path.file_name()) else {
+                    continue;
+                };
+                let (Some(other_folder), Some(other_pattern)) =
+                    (other_path.parent(), other_path.file_name())
+                else {
+                    continue;
+                };
+                if file_identity(folder) == file_identity(other_folder)
+                    && !globs_disjoint(&pattern.to_string_lossy(), &other_pattern.to_string_lossy())
+                {
+                    return Err(ServerError::invalid(
+                        format!("feeds[{index}].path"),
+                        format!(
+                            "the globs of feeds '{}' (path \"{}\") and '{}' (path \"{}\") may match the same file: \
+                             two feeds on one file would share its pointer file and lose and duplicate lines after a crash; \
+                             give them different folders, or globs with distinct literal extensions or prefixes (*.log and *.csv)",
+                            other.name,
+                            other.path.display(),
+                            feed.name,
+                            feed.path.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        // a single-file feed on a file a glob feed matches: both would use its pointer
+        for (glob_index, glob) in self
+            .feeds
+            .iter()
+            .enumerate()
+            .filter(|(_, feed)| feed.is_glob())
+        {
+            let resolved = self.resolve(&glob.path);
+            let (Some(folder), Some(pattern)) = (resolved.parent(), resolved.file_name()) else {
+                continue;
+            };
+            let folder = file_identity(folder);
+            let pattern = pattern.to_string_lossy();
+            for (index, feed) in self.feeds.iter().enumerate() {
+                if index == glob_index || feed.is_glob() {
+                    continue;
+                }
+                let resolved = self.resolve(&feed.path);
+                let (Some(feed_folder), Some(name)) = (resolved.parent(), resolved.file_name())
+                else {
+                    continue;
+                };
+                if file_identity(feed_folder) == folder
+                    && mongoose_source_file::glob_matches(&pattern, &name.to_string_lossy())
+                {
+                    return Err(ServerError::invalid(
+                        format!("feeds[{index}].path"),
+                        format!(
+                            "the glob of feed '{}' (path \"{}\") matches the file of feed '{}' (path \"{}\"): \
+                             two feeds on one file would share its pointer file and lose and duplicate lines after a crash; \
+                             narrow the glob, or keep one feed",
+                            glob.name,
+                            glob.path.display(),
+                            feed.name,
+                            feed.path.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether no file name can match both globs: their literal prefixes (before the first
+/// wildcard) differ with neither starting the other, or their literal suffixes (after
+/// the last wildcard) differ with neither ending the other. A sufficient test, not an
+/// exact one: globs it cannot tell apart are taken to overlap.
+pub(super) fn globs_disjoint(a: &str, b: &str) -> bool {
+    let wildcard = |c: char| matches!(c, '*' | '?' | '[' | ']');
+    let prefix = |glob: &str| glob.find(wildcard).map_or(glob.len(), |at| at);
+    let suffix = |glob: &str| glob.rfind(wildcard).map_or(0, |at| at + 1);
+    let (pa, pb) = (&a[..prefix(a)], &b[..prefix(b)]);
+    let (sa, sb) = (&a[suffix(a)..], &b[suffix(b)..]);
+    !(pa.starts_with(pb) || pb.starts_with(pa)) || !(sa.ends_with(sb) || sb.ends_with(sa))
+}
+
+/// The file a path names, to compare two feeds' inputs: the longest prefix of the
+/// path that exists is resolved by the file system (symlinks, `..`), the rest (which
+/// does not exist yet) lexically.
+fn file_identity(path: &Path) -> PathBuf {
+    let components: Vec<Component<'_>> = path.components().collect();
+    for split in (1..=components.len()).rev() {
+        let prefix: PathBuf = components[..split].iter().collect();
+        if let Ok(real) = std::fs::canonicalize(&prefix) {
+            return lexical_join(real, &components[split..]);
+        }
+    }
+    lexical_join(PathBuf::new(), &components)
+}
+
+fn lexical_join(mut base: PathBuf, components: &[Component<'_>]) -> PathBuf {
+    for component in components {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                let climbs = matches!(
+                    base.components().next_back(),
+                    None | Some(Component::ParentDir)
+                );
+                if climbs {
+                    base.push("..");
+                } else {
+                    base.pop();
+                }
+            }
+            other => base.push(other.as_os_str()),
+        }
+    }
+    base
+}

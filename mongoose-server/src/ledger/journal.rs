@@ -1,0 +1,191 @@
+//! The ledger's on-disk formats: the checksummed snapshot, the checksummed journal
+//! records, and how damage is told from a torn last record.
+
+use super::LedgerState;
+use serde::{Deserialize, Serialize};
+use tracing::debug;
+
+/// The snapshot layout this ledger writes: `{"format":2,"crc32":N,"state":STATE}` and a
+/// newline, where `N` is the crc32 of the exact bytes of `STATE` (the
+/// [`LedgerState`] as compact JSON). Format 1 is a bare [`LedgerState`] without a
+/// checksum (read, never written).
+const SNAPSHOT_FORMAT: u32 = 2;
+
+/// What comes before the state's bytes in a snapshot with checksum `crc32`.
+fn snapshot_prefix(crc32: u32) -> String {
+    format!("{{\"format\":{SNAPSHOT_FORMAT},\"crc32\":{crc32},\"state\":")
+}
+
+pub(super) fn encode_snapshot(state: &LedgerState) -> std::io::Result<Vec<u8>> {
+    let body = serde_json::to_vec(state).map_err(std::io::Error::other)?;
+    let mut bytes = snapshot_prefix(crc32fast::hash(&body)).into_bytes();
+    bytes.extend_from_slice(&body);
+    bytes.extend_from_slice(b"}\n");
+    Ok(bytes)
+}
+
+/// The fields that tell a snapshot's layout (the others are ignored here).
+#[derive(Deserialize)]
+struct SnapshotHeader {
+    format: Option<u32>,
+    crc32: Option<u32>,
+}
+
+/// The state in a snapshot, or what is wrong with it (completing "the ledger snapshot
+/// PATH ...").
+pub(super) fn decode_snapshot(bytes: &[u8]) -> Result<LedgerState, String> {
+    let header: SnapshotHeader = serde_json::from_slice(bytes)
+        .map_err(|error| format!("is damaged: it is not valid JSON ({error})"))?;
+    match (header.format, header.crc32) {
+        (None, _) => {
+            // format 1, written before snapshots had a checksum: the next one has it
+            let state = serde_json::from_slice(bytes).map_err(|error| {
+                format!("is damaged: it is not a ledger state ({error})")
+            })?;
+            debug!("the ledger snapshot has no checksum (format 1); the next snapshot has one");
+            Ok(state)
+        }
+        (Some(SNAPSHOT_FORMAT), Some(crc32)) => {
+            let body = bytes
+                .strip_prefix(snapshot_prefix(crc32).as_bytes())
+                .and_then(|rest| rest.strip_suffix(b"}\n"))
+                .ok_or_else(|| {
+                    format!("is damaged: it is not laid out as the ledger writes it (format {SNAPSHOT_FORMAT})")
+                })?;
+            if crc32fast::hash(body) != crc32 {
+                return Err(
+                    "fails its checksum: it was changed after it was written (a crash never does that: snapshots are renamed into place whole)"
+                        .to_owned(),
+                );
+            }
+            serde_json::from_slice(body).map_err(|error| {
+                format!("is damaged: its state does not decode although its checksum matches ({error})")
+            })
+        }
+        (Some(SNAPSHOT_FORMAT), None) => Err("is damaged: it has no crc32".to_owned()),
+        (Some(format), _) => Err(format!(
+            "has format {format}, which this ledger does not read (it reads {SNAPSHOT_FORMAT}, and 1 without a format field): it was written by a newer version, or it is damaged"
+        )),
+    }
+}
+
+/// The length of the first line of `bytes` with its newline, if it has one.
+pub(super) fn first_line_length(bytes: &[u8]) -> Option<usize> {
+    bytes
+        .iter()
+        .position(|byte| *byte == b'\n')
+        .map(|index| index + 1)
+}
+
+/// Whether the journal bytes from a record that fails its checksum to the end are
+/// damage (`Some`, completing "record N at byte offset B fails its checksum and ..."),
+/// or a torn write (`None`).
+///
+/// A crash cuts the record being written short: what it leaves has no newline (the
+/// newline is a record's last byte, and JSON holds none) and is the journal's end.
+/// Anything else (a newline in it, whole records after it, or a whole record whose
+/// newline alone is damaged) was changed after it was written.
+pub(super) fn journal_damage(rest: &[u8]) -> Option<String> {
+    let whole_after = whole_records_in(&rest[1..]);
+    if whole_after > 0 {
+        let follow = if whole_after == 1 {
+            "whole record follows"
+        } else {
+            "whole records follow"
+        };
+        return Some(format!(
+            "{whole_after} {follow} it: a crash only ever cuts the last record short, so this is damage, not a torn write"
+        ));
+    }
+    let whole_but_damaged = rest.contains(&b'\n')
+        || rest.split_last().is_some_and(|(_, body)| {
+            let mut terminated = body.to_vec();
+            terminated.push(b'\n');
+            JournalRecord::decode(&terminated).is_some()
+        });
+    whole_but_damaged.then(|| {
+        "it is the last record but a whole one (it has its newline, or only its newline is damaged): a crash only ever cuts a record short, so this is damage, and the line it saved may already be committed by the feed's pointer (cutting the record off would skip that line)"
+            .to_owned()
+    })
+}
+
+/// How many whole records with a valid checksum start anywhere in `bytes`, at a line
+/// start or not (a lost newline merges two records into one line).
+pub(super) fn whole_records_in(bytes: &[u8]) -> usize {
+    (0..bytes.len())
+        .filter(|start| {
+            let candidate = &bytes[*start..];
+            candidate.len() > 9
+                && candidate[8] == b' '
+                && candidate[..8].iter().all(u8::is_ascii_hexdigit)
+                && first_line_length(candidate)
+                    .and_then(|length| JournalRecord::decode(&candidate[..length]))
+                    .is_some()
+        })
+        .count()
+}
+
+/// One journal record: what a delivery changed, with the counts and position after it.
+/// Records hold absolute values, so replaying a record again changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct JournalRecord {
+    pub(super) account: Option<(String, i64)>,
+    /// Accounts changed by earlier deliveries whose saves failed: a later record
+    /// carries them, so a save that succeeds after failed ones never leaves their
+    /// changes out while its position says they are applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) unsaved: Vec<(String, i64)>,
+    pub(super) applied: u64,
+    pub(super) rejected: u64,
+    /// The lane of `epoch`/`position` (absent: lane 0, as in records written before
+    /// lanes).
+    #[serde(default, skip_serializing_if = "is_lane_zero")]
+    pub(super) lane: u32,
+    pub(super) epoch: u64,
+    pub(super) position: u64,
+    /// The `(lane, epoch, position)` of other lanes changed by earlier deliveries whose
+    /// saves failed (as `unsaved` for accounts): their changes are in this record, so
+    /// their positions are too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) unsaved_lanes: Vec<(u32, u64, u64)>,
+}
+
+fn is_lane_zero(lane: &u32) -> bool {
+    *lane == 0
+}
+
+impl JournalRecord {
+    /// `crc32 (8 hex digits) SPACE json NEWLINE`.
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        let mut line = format!("{:08x} ", crc32fast::hash(&json)).into_bytes();
+        line.extend_from_slice(&json);
+        line.push(b'\n');
+        line
+    }
+
+    pub(super) fn decode(line: &[u8]) -> Option<Self> {
+        let body = line.strip_suffix(b"\n")?;
+        if body.len() < 10 || body[8] != b' ' {
+            return None;
+        }
+        let checksum = u32::from_str_radix(std::str::from_utf8(&body[..8]).ok()?, 16).ok()?;
+        let json = &body[9..];
+        if crc32fast::hash(json) != checksum {
+            return None;
+        }
+        serde_json::from_slice(json).ok()
+    }
+
+    pub(super) fn apply(&self, state: &mut LedgerState) {
+        for (account, balance) in self.unsaved.iter().chain(&self.account) {
+            state.balances.insert(account.clone(), *balance);
+        }
+        state.applied = self.applied;
+        state.rejected = self.rejected;
+        for (lane, epoch, position) in &self.unsaved_lanes {
+            state.set_position(*lane, *epoch, *position);
+        }
+        state.set_position(self.lane, self.epoch, self.position);
+    }
+}

@@ -1,0 +1,179 @@
+//! The ledger's durable state: balances, counts and the saved positions, loaded from
+//! its snapshot and journal and saved atomically.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::journal::{
+    decode_snapshot, encode_snapshot, first_line_length, journal_damage, JournalRecord,
+};
+use mongoose_core::ProcessorError;
+use serde::{Deserialize, Serialize};
+
+/// The ledger's durable state: what `--dump-state` prints.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerState {
+    /// Balance per account.
+    pub balances: BTreeMap<String, i64>,
+    /// Lines applied.
+    pub applied: u64,
+    /// Malformed lines (written to `rejected.log`).
+    pub rejected: u64,
+    /// The feed epoch of the last line of lane 0 in the state (a single-file feed's
+    /// only lane).
+    pub epoch: u64,
+    /// The feed position (byte offset after the line) of the last line of lane 0 in
+    /// the state.
+    pub position: u64,
+    /// The `(epoch, position)` of the last line of every other lane in the state: one
+    /// per file of a glob feed (lanes start at 1). A state written before lanes has
+    /// none: its `epoch`/`position` are lane 0's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lanes: BTreeMap<u32, LanePosition>,
+}
+
+/// The saved `(epoch, position)` of one lane.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LanePosition {
+    /// The lane's epoch.
+    pub epoch: u64,
+    /// The byte offset after the lane's last line in the state.
+    pub position: u64,
+}
+
+impl LedgerState {
+    /// The saved `(epoch, position)` of `lane`, if the state holds a line of it.
+    pub fn position_of(&self, lane: u32) -> Option<LanePosition> {
+        if lane == 0 {
+            return (self.epoch != 0).then_some(LanePosition {
+                epoch: self.epoch,
+                position: self.position,
+            });
+        }
+        self.lanes.get(&lane).copied()
+    }
+
+    /// What the state holds for `lane`, `(0, 0)` when nothing.
+    pub(super) fn stored_position(&self, lane: u32) -> LanePosition {
+        if lane == 0 {
+            return LanePosition {
+                epoch: self.epoch,
+                position: self.position,
+            };
+        }
+        self.lanes.get(&lane).copied().unwrap_or_default()
+    }
+
+    /// Records `(epoch, position)` as the last line of `lane` in the state.
+    pub fn set_position(&mut self, lane: u32, epoch: u64, position: u64) {
+        if lane == 0 {
+            self.epoch = epoch;
+            self.position = position;
+        } else {
+            self.lanes.insert(lane, LanePosition { epoch, position });
+        }
+    }
+}
+
+impl LedgerState {
+    /// The state file inside a state folder.
+    pub fn path(state_dir: &Path) -> PathBuf {
+        state_dir.join("state.json")
+    }
+
+    /// The journal of per-delivery records after the snapshot.
+    pub fn journal_path(state_dir: &Path) -> PathBuf {
+        state_dir.join("journal.log")
+    }
+
+    /// Reads the saved state: the snapshot, then every whole record of the journal. A
+    /// torn last record (a crash mid-write) is left out; a damaged snapshot or journal
+    /// record is an error that names the file, the record and what to do, and nothing
+    /// is changed on disk.
+    pub fn load(state_dir: &Path) -> Result<Self, ProcessorError> {
+        Self::load_with_journal_end(state_dir).map(|(state, _)| state)
+    }
+
+    /// The saved state and the length of the journal's whole records (a torn last
+    /// record ends before it).
+    pub(super) fn load_with_journal_end(state_dir: &Path) -> Result<(Self, u64), ProcessorError> {
+        let path = Self::path(state_dir);
+        let mut state = match std::fs::read(&path) {
+            Ok(bytes) => decode_snapshot(&bytes).map_err(|damage| {
+                ProcessorError::new(format!(
+                    "the ledger snapshot {} {damage}: the ledger does not start, and leaves the file as it is. {}",
+                    path.display(),
+                    recovery(state_dir)
+                ))
+            })?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Self::default(),
+            Err(error) => {
+                return Err(ProcessorError::new(format!("cannot read {}: {error}", path.display())))
+            }
+        };
+        let journal = Self::journal_path(state_dir);
+        let bytes = match std::fs::read(&journal) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => {
+                return Err(ProcessorError::new(format!(
+                    "cannot read {}: {error}",
+                    journal.display()
+                )))
+            }
+        };
+        let mut end = 0usize;
+        let mut number = 0usize;
+        while end < bytes.len() {
+            let rest = &bytes[end..];
+            let whole = first_line_length(rest).and_then(|length| {
+                JournalRecord::decode(&rest[..length]).map(|record| (record, length))
+            });
+            let Some((record, length)) = whole else {
+                if let Some(damage) = journal_damage(rest) {
+                    return Err(ProcessorError::new(format!(
+                        "the ledger journal {} is damaged: record {} at byte offset {end} fails its checksum and {damage}. The ledger does not start, and leaves the journal as it is. {}",
+                        journal.display(),
+                        number + 1,
+                        recovery(state_dir)
+                    )));
+                }
+                break; // a torn last record (a crash mid-write): the state ends before it
+            };
+            record.apply(&mut state);
+            end += length;
+            number += 1;
+        }
+        Ok((state, end as u64))
+    }
+
+    /// Saves atomically: a temp file, fsync, rename over the state, fsync the folder
+    /// (when `sync` is true; without it a process crash still never tears the file,
+    /// only a power loss can lose the last saves).
+    pub fn save(&self, state_dir: &Path, sync: bool) -> std::io::Result<()> {
+        let path = Self::path(state_dir);
+        let temporary = state_dir.join("state.json.tmp");
+        let bytes = encode_snapshot(self)?;
+        let mut file = File::create(&temporary)?;
+        file.write_all(&bytes)?;
+        if sync {
+            file.sync_all()?;
+        }
+        drop(file);
+        std::fs::rename(&temporary, &path)?;
+        if sync {
+            File::open(state_dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// What an operator can do about a damaged state folder, for the error messages.
+pub(super) fn recovery(state_dir: &Path) -> String {
+    format!(
+        "To recover, with the server stopped, either restore the state folder {dir} from a backup together with the feed's pointer file saved with it (for a file feed, `<input file>.readPointer` beside the input), or move {dir} away (keep it to inspect) and remove that pointer file, so that the input is read again from its start and every line is applied once into a new state (this needs the input to still hold every line the ledger has read; the alerts of the lines read again are written again)",
+        dir = state_dir.display()
+    )
+}

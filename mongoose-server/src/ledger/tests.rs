@@ -1,0 +1,294 @@
+use super::journal::JournalRecord;
+use super::*;
+
+/// Guarded, unsynced settings with state under `dir`.
+fn test_settings(dir: &Path, compact_every: u64) -> LedgerSettings {
+    LedgerSettings {
+        feed: "lines".into(),
+        state_dir: dir.join("state"),
+        alerts: None,
+        alerts_sink: None,
+        guard: true,
+        sync: false,
+        compact_every,
+    }
+}
+
+#[test]
+fn lines_parse_strictly() {
+    assert_eq!(parse_line("acc_1,-42"), Ok(("acc_1", -42)));
+    assert_eq!(parse_line("A-b,9223372036854775807"), Ok(("A-b", i64::MAX)));
+    assert!(parse_line("acc").is_err());
+    assert!(parse_line(",5").is_err());
+    assert!(parse_line("bad account,5").is_err());
+    assert!(parse_line(&format!("{},1", "a".repeat(65))).is_err());
+    assert!(parse_line("acc,12x").is_err());
+    assert!(parse_line("acc,99999999999999999999").is_err());
+}
+
+#[test]
+fn a_torn_journal_record_is_ignored_and_cut_off() {
+    let dir = tempfile::tempdir().expect("dir");
+    let settings = test_settings(dir.path(), 3);
+    let alerts = || FileSink::open(&dir.path().join("alerts.txt")).expect("alerts");
+    let mut ledger = Ledger::open(settings.clone(), alerts()).expect("opened");
+    for (index, line) in ["a,5", "b,-2", "a,1", "c,7", "nonsense"].iter().enumerate() {
+        ledger.state.position = (index as u64 + 1) * 10;
+        ledger.on_line(&Line::from(*line)).expect("handled");
+    }
+    let expected = ledger.state.clone();
+    assert_eq!(expected.applied, 4);
+    assert_eq!(expected.rejected, 1);
+    drop(ledger);
+    assert_eq!(
+        LedgerState::load(&settings.state_dir).expect("loaded"),
+        expected,
+        "snapshot + journal"
+    );
+    let journal = LedgerState::journal_path(&settings.state_dir);
+    let mut bytes = std::fs::read(&journal).expect("journal");
+    assert!(!bytes.is_empty(), "records after the last snapshot");
+    let whole = bytes.len();
+    bytes.extend_from_slice(b"0badc0de {\"account\":nul");
+    std::fs::write(&journal, &bytes).expect("torn tail");
+    let reopened = Ledger::open(settings, alerts()).expect("reopened");
+    assert_eq!(reopened.state, expected, "the torn record adds nothing");
+    assert_eq!(
+        std::fs::read(&journal).expect("journal").len(),
+        whole,
+        "cut off"
+    );
+}
+
+#[test]
+fn a_failed_save_is_retried_with_its_change_and_leaves_no_torn_record_behind() {
+    let dir = tempfile::tempdir().expect("dir");
+    let settings = test_settings(dir.path(), 1_000);
+    let alerts = FileSink::open(&dir.path().join("alerts.txt")).expect("alerts");
+    let mut ledger = Ledger::open(settings.clone(), alerts.clone()).expect("opened");
+    ledger.on_line(&Line::from("a,5")).expect("applied");
+    // the journal cannot be written: the save fails and keeps the change
+    let journal = LedgerState::journal_path(&settings.state_dir);
+    let writable = std::mem::replace(
+        &mut ledger.journal,
+        File::open(&journal).expect("read-only"),
+    );
+    ledger.state.balances.insert("b".into(), 7);
+    ledger.changed.insert("b".into());
+    assert!(ledger.save().is_err());
+    ledger.journal = writable;
+    ledger.save().expect("the retry saves");
+    drop(ledger);
+    let loaded = LedgerState::load(&settings.state_dir).expect("loaded");
+    assert_eq!(
+        loaded.balances.get("b"),
+        Some(&7),
+        "the retried record carries the change"
+    );
+    assert_eq!(loaded.balances.get("a"), Some(&5));
+}
+
+/// Three whole records, as the ledger writes them.
+fn three_records() -> Vec<u8> {
+    (1..=3u64)
+        .flat_map(|index| {
+            JournalRecord {
+                account: Some((format!("acc{index}"), index as i64 * 10)),
+                unsaved: Vec::new(),
+                applied: index,
+                rejected: 0,
+                lane: 0,
+                epoch: 7,
+                position: index * 8,
+                unsaved_lanes: Vec::new(),
+            }
+            .encode()
+        })
+        .collect()
+}
+
+#[test]
+fn positions_are_kept_per_lane_and_an_old_single_position_is_lane_zero() {
+    // a record and a snapshot written before lanes: their position is lane 0's
+    let old_record = br#"{"account":["a",5],"applied":1,"rejected":0,"epoch":7,"position":8}"#;
+    let mut journal = format!("{:08x} ", crc32fast::hash(old_record)).into_bytes();
+    journal.extend_from_slice(old_record);
+    journal.push(b'\n');
+    // then records of lanes 1 and 2, the second carrying lane 1's unsaved position
+    for record in [
+        JournalRecord {
+            account: Some(("b".into(), 1)),
+            unsaved: Vec::new(),
+            applied: 2,
+            rejected: 0,
+            lane: 1,
+            epoch: 11,
+            position: 30,
+            unsaved_lanes: Vec::new(),
+        },
+        JournalRecord {
+            account: Some(("c".into(), 2)),
+            unsaved: Vec::new(),
+            applied: 4,
+            rejected: 0,
+            lane: 2,
+            epoch: 12,
+            position: 6,
+            unsaved_lanes: vec![(1, 11, 40)],
+        },
+    ] {
+        journal.extend_from_slice(&record.encode());
+    }
+    let (state, _) = load_journal(&journal).expect("loaded");
+    assert_eq!((state.epoch, state.position), (7, 8));
+    assert_eq!(
+        state.position_of(0),
+        Some(LanePosition {
+            epoch: 7,
+            position: 8
+        })
+    );
+    assert_eq!(
+        state.position_of(1),
+        Some(LanePosition {
+            epoch: 11,
+            position: 40
+        })
+    );
+    assert_eq!(
+        state.position_of(2),
+        Some(LanePosition {
+            epoch: 12,
+            position: 6
+        })
+    );
+    assert_eq!(state.position_of(3), None);
+    // a snapshot round-trips the lanes; one without them reads as lane 0 only
+    let dir = tempfile::tempdir().expect("dir");
+    state.save(dir.path(), false).expect("saved");
+    assert_eq!(LedgerState::load(dir.path()).expect("loaded"), state);
+    let old: LedgerState =
+        serde_json::from_str(r#"{"balances":{},"applied":0,"rejected":0,"epoch":3,"position":9}"#)
+            .expect("old snapshot");
+    assert!(old.lanes.is_empty());
+    assert_eq!(old.position_of(0).map(|saved| saved.position), Some(9));
+}
+
+/// Loads `journal` (no snapshot) from a fresh state folder.
+fn load_journal(journal: &[u8]) -> Result<(LedgerState, u64), ProcessorError> {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(LedgerState::journal_path(dir.path()), journal).expect("journal");
+    LedgerState::load_with_journal_end(dir.path())
+}
+
+#[test]
+fn only_a_record_cut_short_at_the_end_is_a_torn_write() {
+    let whole = three_records();
+    let last_start = whole[..whole.len() - 1]
+        .iter()
+        .rposition(|byte| *byte == b'\n')
+        .expect("two newlines")
+        + 1;
+    let (state, end) = load_journal(&whole).expect("whole");
+    assert_eq!((state.applied, end), (3, whole.len() as u64));
+    // cut short anywhere, or followed by zeros (a power loss before the sync): torn
+    for torn in [
+        whole[..whole.len() - 1].to_vec(),
+        whole[..last_start + 5].to_vec(),
+        [whole.as_slice(), &[0u8; 300]].concat(),
+    ] {
+        let (state, end) = load_journal(&torn).expect("a torn tail is not damage");
+        assert!(end as usize <= whole.len() && state.applied >= 2);
+    }
+    let damaged = |journal: Vec<u8>, record: &str, offset: usize| {
+        let error = load_journal(&journal).expect_err("damage is refused");
+        assert!(
+            error
+                .message()
+                .contains(&format!("record {record} at byte offset {offset} ")),
+            "{error}"
+        );
+    };
+    // a flipped byte in the last whole record
+    let mut flipped = whole.clone();
+    flipped[last_start + 12] ^= 0x01;
+    damaged(flipped, "3", last_start);
+    // its newline turned into another byte, the record otherwise whole
+    let mut no_newline = whole.clone();
+    *no_newline.last_mut().expect("bytes") = b' ';
+    damaged(no_newline, "3", last_start);
+    // a newline made inside the last record
+    let mut split = whole.clone();
+    split[last_start + 20] = b'\n';
+    damaged(split, "3", last_start);
+    // the newline between the last two records lost: the last record is whole
+    // inside the damaged one, found by its frame
+    let mut merged = whole.clone();
+    merged[last_start - 1] = b'x';
+    let second_start = whole[..last_start - 1]
+        .iter()
+        .rposition(|byte| *byte == b'\n')
+        .expect("a newline")
+        + 1;
+    let error = load_journal(&merged).expect_err("refused");
+    assert!(
+            error
+                .message()
+                .contains(&format!("record 2 at byte offset {second_start} fails its checksum and 1 whole record follows it")),
+            "{error}"
+        );
+}
+
+#[test]
+fn a_snapshot_is_checksummed_and_one_without_a_checksum_is_still_read() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut state = LedgerState::default();
+    state.balances.insert("acc1".into(), 1234);
+    state.applied = 9;
+    state.save(dir.path(), false).expect("saved");
+    let path = LedgerState::path(dir.path());
+    let bytes = std::fs::read(&path).expect("snapshot");
+    assert!(bytes.starts_with(b"{\"format\":2,\"crc32\":"), "{bytes:?}");
+    let _: serde_json::Value = serde_json::from_slice(&bytes).expect("still JSON");
+    assert_eq!(LedgerState::load(dir.path()).expect("loaded"), state);
+    // a flipped digit keeps the JSON valid: the checksum catches it
+    let mut flipped = bytes.clone();
+    let digit = flipped
+        .windows(4)
+        .position(|window| window == b"1234")
+        .expect("the balance");
+    flipped[digit + 3] ^= 0x01; // 1235: a leading 0 would not be JSON
+    std::fs::write(&path, &flipped).expect("damaged");
+    let error = LedgerState::load(dir.path()).expect_err("refused");
+    assert!(error.message().contains("fails its checksum"), "{error}");
+    // a newer format is refused by name
+    let newer = String::from_utf8(bytes.clone()).expect("utf-8").replacen(
+        "\"format\":2",
+        "\"format\":3",
+        1,
+    );
+    std::fs::write(&path, newer).expect("newer");
+    let error = LedgerState::load(dir.path()).expect_err("refused");
+    assert!(error.message().contains("format 3"), "{error}");
+    // format 1 (a bare state, written before snapshots had a checksum) is read
+    std::fs::write(&path, serde_json::to_vec(&state).expect("json")).expect("format 1");
+    assert_eq!(LedgerState::load(dir.path()).expect("format 1"), state);
+}
+
+#[test]
+fn the_state_saves_atomically_and_loads_back() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut state = LedgerState::default();
+    state.balances.insert("a".into(), -3);
+    state.applied = 2;
+    state.position = 17;
+    state.save(dir.path(), true).expect("saved");
+    assert!(
+        !dir.path().join("state.json.tmp").exists(),
+        "the temp file was renamed"
+    );
+    assert_eq!(LedgerState::load(dir.path()).expect("loaded"), state);
+    std::fs::write(LedgerState::path(dir.path()), b"{torn").expect("write");
+    let error = LedgerState::load(dir.path()).expect_err("a torn state is refused");
+    assert!(error.message().contains("from a backup"), "{error}");
+}

@@ -1,0 +1,476 @@
+//! The [`ServerBuilder`]: a configuration, processor kinds and what code adds, checked
+//! and wired into a [`Server`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mongoose_control::{
+    AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
+    IdleStrategy, ProcessorSupplier,
+};
+use mongoose_core::Position;
+use mongoose_core::{EventSource, Processor};
+use mongoose_delivery::FeedBuilder;
+use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, KillSwitch, Publisher};
+use mongoose_source_file::{
+    FileEventSource, FileSourceConfig, GlobFileSource, GlobSourceConfig, Line,
+};
+use parking_lot::Mutex;
+use tracing::error;
+
+use crate::config::{check_name, AddFailurePolicy, IdleStrategyConfig, ServerConfig, SourceKind};
+use crate::ledger::{Ledger, LedgerSettings};
+use crate::sinks::FileSink;
+use crate::ServerError;
+
+use super::kinds::{unknown_feed, ProcessorContext, ProcessorKind, SettingsCheck, SettingsError};
+use super::{FeedRuntime, Inner, Lifecycle, Server, SourceSlot};
+
+/// A source added by code: its feed's name, the feed, the source.
+type CodeSource = (String, Arc<dyn AnyFeed>, Box<dyn EventSource>);
+
+/// Registers a feed built by code with the server's feeds.
+type FeedRegistration = Box<dyn FnOnce(&DeliveryFeeds) -> Result<(), ServerError>>;
+
+/// Builds a [`Server`]: a configuration, processor kinds, and processors added by code.
+pub struct ServerBuilder {
+    pub(super) config: ServerConfig,
+    pub(super) kinds: BTreeMap<String, ProcessorKind>,
+    code_processors: Vec<(String, String, ProcessorSupplier)>,
+    code_feeds: Vec<FeedRegistration>,
+    /// The names of the feeds added by code.
+    code_feed_names: Vec<String>,
+    code_sources: Vec<CodeSource>,
+    kill_switch: Option<KillSwitch>,
+}
+
+impl std::fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("kinds", &self.kinds.keys())
+            .finish()
+    }
+}
+
+impl ServerBuilder {
+    /// Registers a processor kind that config files can name, without a settings
+    /// check: its settings are first looked at by `factory`, at start (a refusal then
+    /// fails the start, exit 1). Prefer [`ServerBuilder::processor_kind_checked`].
+    pub fn processor_kind(
+        mut self,
+        kind: &str,
+        factory: impl Fn(&ProcessorContext<'_>) -> Result<Box<dyn Processor>, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.kinds.insert(
+            kind.to_owned(),
+            ProcessorKind {
+                validate: None,
+                build: Arc::new(factory),
+            },
+        );
+        self
+    }
+
+    /// Registers a processor kind with the check of its settings (`validate`) next to
+    /// its factory. The check runs when the server is built ([`ServerBuilder::build`],
+    /// [`ServerBuilder::check`], so `mongoose validate` too) for every configured
+    /// processor of the kind: a refusal is a config error at
+    /// `groups[G].processors[P].settings[.KEY]` (exit 2), before anything runs. It
+    /// should refuse everything the configuration alone shows the factory would
+    /// (unknown keys, missing or conflicting ones, a sink or feed that is not there, a
+    /// path that cannot be what it must be), and change nothing on disk.
+    pub fn processor_kind_checked(
+        mut self,
+        kind: &str,
+        validate: impl Fn(&SettingsCheck<'_>) -> Result<(), SettingsError> + Send + Sync + 'static,
+        factory: impl Fn(&ProcessorContext<'_>) -> Result<Box<dyn Processor>, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.kinds.insert(
+            kind.to_owned(),
+            ProcessorKind {
+                validate: Some(Arc::new(validate)),
+                build: Arc::new(factory),
+            },
+        );
+        self
+    }
+
+    /// Adds a processor built by code to a group (created on demand): a closure
+    /// returning a processor, or any [`ProcessorSupplier`]; its type name is what a
+    /// recording keeps as the stream's provenance.
+    pub fn processor(
+        mut self,
+        group: &str,
+        name: &str,
+        supplier: impl Into<ProcessorSupplier>,
+    ) -> Self {
+        self.code_processors
+            .push((group.to_owned(), name.to_owned(), supplier.into()));
+        self
+    }
+
+    /// Registers a feed built by code (its publisher is the caller's to publish into).
+    /// A feed whose publisher never reports a source state is a fallback feed: its
+    /// settled verdict rests on drained alone.
+    pub fn feed<T: Send + Sync + 'static, P: mongoose_core::Position>(
+        mut self,
+        publisher: Arc<Publisher<T, P>>,
+    ) -> Self {
+        self.code_feed_names.push(publisher.name().to_owned());
+        self.code_feeds
+            .push(Box::new(move |connector: &DeliveryFeeds| {
+                connector.register(publisher).map_err(ServerError::from)
+            }));
+        self
+    }
+
+    /// Registers a feed built by code together with the source that publishes into it.
+    /// The server runs the source on its own agent thread, stops it in the feed phase
+    /// of the shutdown, and commits what the groups processed after it stopped.
+    pub fn source<T: Send + Sync + 'static, P: mongoose_core::Position>(
+        mut self,
+        publisher: Arc<Publisher<T, P>>,
+        source: impl EventSource + 'static,
+    ) -> Self {
+        let name = publisher.name().to_owned();
+        let any: Arc<dyn AnyFeed> = publisher.clone();
+        self.code_sources.push((name, any, Box::new(source)));
+        self.feed(publisher)
+    }
+
+    /// Sets the hook a configured feed runs once per latch of a queue whose overload
+    /// block has `kill_switch = true` (the reference's `setOverloadKillSwitch`), on a
+    /// thread of its own, with the feed's and the queue's names. Without one, the
+    /// server's own hook ends the run: [`Server::fatal_failures`] names the feed and
+    /// the queue, and `mongoose run` exits 1.
+    pub fn overload_kill_switch(
+        mut self,
+        hook: impl Fn(&str, &str) + Send + Sync + 'static,
+    ) -> Self {
+        self.kill_switch = Some(Arc::new(hook));
+        self
+    }
+
+    /// Checks everything the configuration shows, with what only the builder knows,
+    /// without opening or creating anything: the configuration itself (names, ranges,
+    /// paths, as [`ServerConfig::parse`] does), the names of processors added by code,
+    /// every processor's kind and its settings (the kind's settings check), a `feed`
+    /// setting naming a feed the server has, overload overrides naming a group, and
+    /// `record.processors` naming a processor. [`ServerBuilder::build`] runs it first.
+    pub fn check(&self) -> Result<(), ServerError> {
+        let config = &self.config;
+        config.validate()?;
+        for (group, name, _) in &self.code_processors {
+            let key = format!("the processor '{group}/{name}' added by code");
+            check_name(format!("{key}: its group"), group)?;
+            check_name(key, name)?;
+        }
+        let mut feeds: Vec<String> = config.feeds.iter().map(|feed| feed.name.clone()).collect();
+        feeds.extend(self.code_feed_names.iter().cloned());
+        let mut groups: Vec<&str> = config
+            .groups
+            .iter()
+            .map(|group| group.name.as_str())
+            .collect();
+        groups.extend(
+            self.code_processors
+                .iter()
+                .map(|(group, _, _)| group.as_str()),
+        );
+        groups.sort_unstable();
+        groups.dedup();
+        for (index, feed) in config.feeds.iter().enumerate() {
+            for group in feed.overload.subscribers.keys() {
+                if !groups.contains(&group.as_str()) {
+                    return Err(ServerError::invalid(
+                        format!("feeds[{index}].overload.subscribers.{group}"),
+                        format!(
+                            "an override for the group '{group}', which is not configured: the groups are [{}]; \
+                             fix the name or remove the override",
+                            groups.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(record) = &config.record {
+            let mut processors: Vec<&str> = config
+                .groups
+                .iter()
+                .flat_map(|group| {
+                    group
+                        .processors
+                        .iter()
+                        .map(|processor| processor.name.as_str())
+                })
+                .chain(
+                    self.code_processors
+                        .iter()
+                        .map(|(_, name, _)| name.as_str()),
+                )
+                .collect();
+            processors.sort_unstable();
+            processors.dedup();
+            for (index, name) in record.processors.iter().enumerate() {
+                if !processors.contains(&name.as_str()) {
+                    return Err(ServerError::invalid(
+                        format!("record.processors[{index}]"),
+                        format!(
+                            "'{name}' names no processor: the processors are [{}]; fix the name \
+                             (an empty list records every processor)",
+                            processors.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        for (group_index, group) in config.groups.iter().enumerate() {
+            for (index, processor) in group.processors.iter().enumerate() {
+                let Some(kind) = self.kinds.get(&processor.kind) else {
+                    return Err(ServerError::UnknownProcessorKind {
+                        path: format!("groups[{group_index}].processors[{index}].kind"),
+                        kind: processor.kind.clone(),
+                        known: self.kinds.keys().cloned().collect::<Vec<_>>().join(", "),
+                    });
+                };
+                let settings_key = format!("groups[{group_index}].processors[{index}].settings");
+                // any kind's `feed` setting names the feed it subscribes to (issue 9,
+                // item 11)
+                if let Some(toml::Value::String(feed)) = processor.settings.get("feed") {
+                    if !feeds.contains(feed) {
+                        return Err(ServerError::invalid(
+                            format!("{settings_key}.feed"),
+                            unknown_feed(&group.name, &processor.name, feed, &feeds),
+                        ));
+                    }
+                }
+                let Some(validate) = &kind.validate else {
+                    continue;
+                };
+                let check = SettingsCheck {
+                    name: &processor.name,
+                    group: &group.name,
+                    settings: &processor.settings,
+                    config,
+                    feeds: &feeds,
+                };
+                if let Err(refused) = validate(&check) {
+                    let path = match &refused.key {
+                        Some(key) => format!("{settings_key}.{key}"),
+                        None => settings_key,
+                    };
+                    return Err(ServerError::invalid(
+                        path,
+                        format!(
+                            "processor '{}/{}' ({}): {}",
+                            group.name, processor.name, processor.kind, refused.message
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks everything ([`ServerBuilder::check`]), and that `record.dir` holds no
+    /// recording of a group already (RECORD never writes over one), and builds the
+    /// server: feeds, sinks opened (created if missing), nothing runs yet.
+    pub fn build(self) -> Result<Server, ServerError> {
+        self.check()?;
+        self.config.refuse_recording_over_a_recording()?;
+        let config = self.config;
+        let registry = FeedRegistry::default();
+        let connector = DeliveryFeeds::new(registry.clone());
+        let plane = ControlPlane::new_unstarted(
+            ControlConfig {
+                control_wait: Duration::from_millis(config.control_wait_millis),
+                add_failure_policy: match config.add_failure_policy {
+                    AddFailurePolicy::Report => ControlAddFailurePolicy::Report,
+                    AddFailurePolicy::Throw => ControlAddFailurePolicy::Throw,
+                },
+                ..ControlConfig::default()
+            },
+            Arc::new(connector.clone()),
+        );
+        for register in self.code_feeds {
+            register(&connector)?;
+        }
+        let failures: Arc<Mutex<Vec<String>>> = Arc::default();
+        let kill_switch = self.kill_switch.unwrap_or_else(|| {
+            let failures = Arc::clone(&failures);
+            Arc::new(move |feed: &str, queue: &str| {
+                let reason = format!(
+                    "overload kill switch: feed '{feed}' queue '{queue}' latched (a \
+                     never-drop queue lost or refused an item): the run ends; the feed's \
+                     status shows the loss"
+                );
+                error!("{reason}");
+                failures.lock().push(reason);
+            })
+        });
+        let mut feeds: Vec<FeedRuntime> = self
+            .code_sources
+            .into_iter()
+            .map(|(name, publisher, source)| FeedRuntime {
+                name,
+                publisher,
+                source: Mutex::new(SourceSlot::Ready(source)),
+            })
+            .collect();
+        for (index, feed_config) in config.feeds.iter().enumerate() {
+            let SourceKind::File = feed_config.source;
+            let strategy = feed_config.read_strategy;
+            let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) =
+                if feed_config.is_glob() {
+                    // one feed over every matching file, each on its own lane: positions
+                    // are (lane, byte offset)
+                    let publisher: Arc<Publisher<Line, (u32, u64)>> =
+                        feed_builder(&config, index)?.try_build()?;
+                    publisher.set_kill_switch(Arc::clone(&kill_switch));
+                    connector.register(Arc::clone(&publisher))?;
+                    let source = GlobFileSource::<Line>::of_lines(
+                        glob_source_config(&config, index),
+                        publisher.clone(),
+                    );
+                    (publisher, Box::new(source))
+                } else {
+                    let publisher: Arc<Publisher<Line, u64>> =
+                        feed_builder(&config, index)?.try_build()?;
+                    // run only for queues whose overload block asks for it
+                    publisher.set_kill_switch(Arc::clone(&kill_switch));
+                    connector.register(Arc::clone(&publisher))?;
+                    let mut file_config = FileSourceConfig::new(
+                        &feed_config.name,
+                        config.resolve(&feed_config.path),
+                        strategy,
+                    );
+                    file_config.rotated = feed_config.rotated.iter().cloned().collect();
+                    let source = FileEventSource::<Line>::of_lines(file_config, publisher.clone());
+                    (publisher, Box::new(source))
+                };
+            feeds.push(FeedRuntime {
+                name: feed_config.name.clone(),
+                publisher,
+                source: Mutex::new(SourceSlot::Ready(source)),
+            });
+        }
+        let sinks = open_sinks(&config)?;
+        Ok(Server {
+            inner: Arc::new(Inner {
+                config,
+                kinds: self.kinds,
+                code_processors: Mutex::new(self.code_processors),
+                registry,
+                plane,
+                feeds,
+                sinks,
+                lifecycle: Mutex::new(Lifecycle::default()),
+                failures,
+                failed_adds: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+}
+
+/// The builder of configured feed `index`: capacity, overload, status events, bounded.
+fn feed_builder<P: Position>(
+    config: &ServerConfig,
+    index: usize,
+) -> Result<FeedBuilder<Line, P>, ServerError> {
+    let feed_config = &config.feeds[index];
+    let mut builder =
+        Feed::<Line, P>::builder(&feed_config.name).status_events(feed_config.status_events);
+    if let Some(capacity) = feed_config.queue_capacity {
+        builder = builder.queue_capacity(capacity);
+    }
+    if let Some(settings) = config.feed_overload(index)? {
+        builder = builder.overload(settings);
+    }
+    for (group, settings) in config.feed_overrides(index)? {
+        builder = builder.subscriber_overload(&group, settings);
+    }
+    Ok(builder.bounded(feed_config.read_strategy.is_once()))
+}
+
+/// The glob source configuration of configured feed `index` (a glob path).
+pub(super) fn glob_source_config(config: &ServerConfig, index: usize) -> GlobSourceConfig {
+    let feed_config = &config.feeds[index];
+    let mut glob_config = GlobSourceConfig::new(
+        &feed_config.name,
+        config.resolve(&feed_config.path),
+        feed_config.read_strategy,
+    );
+    glob_config.rotated = feed_config.rotated.iter().cloned().collect();
+    if let Some(millis) = feed_config.scan_interval_millis {
+        glob_config.scan_interval = Duration::from_millis(millis);
+    }
+    if let Some(files) = feed_config.max_open_files {
+        glob_config.max_open_files = files;
+    }
+    glob_config
+}
+
+pub(super) fn open_sinks(config: &ServerConfig) -> Result<BTreeMap<String, FileSink>, ServerError> {
+    let mut sinks = BTreeMap::new();
+    for sink in &config.sinks {
+        let path = config.resolve(&sink.path);
+        let opened = FileSink::open(&path).map_err(|error| ServerError::Io {
+            context: format!("cannot open the sink '{}' ({})", sink.name, path.display()),
+            error,
+        })?;
+        sinks.insert(sink.name.clone(), opened);
+    }
+    Ok(sinks)
+}
+
+pub(super) fn idle_strategy(config: IdleStrategyConfig) -> IdleStrategy {
+    match config {
+        IdleStrategyConfig::BusySpin => IdleStrategy::BusySpin,
+        IdleStrategyConfig::Yield => IdleStrategy::Yield,
+        IdleStrategyConfig::SleepingMillis(millis) => IdleStrategy::SleepingMillis(millis),
+        IdleStrategyConfig::Backoff => IdleStrategy::default(),
+    }
+}
+
+impl Server {
+    /// Starts building a server from a configuration. The built-in processor kinds
+    /// (`ledger`) are registered.
+    pub fn builder(config: ServerConfig) -> ServerBuilder {
+        ServerBuilder {
+            config,
+            kinds: BTreeMap::new(),
+            code_processors: Vec::new(),
+            code_feeds: Vec::new(),
+            code_feed_names: Vec::new(),
+            code_sources: Vec::new(),
+            kill_switch: None,
+        }
+        .processor_kind_checked("ledger", LedgerSettings::check, |context| {
+            let mut settings: LedgerSettings = context.settings()?;
+            settings.state_dir = context.resolve(&settings.state_dir);
+            let alerts = match (&settings.alerts, &settings.alerts_sink) {
+                (Some(path), None) => FileSink::open(&context.resolve(path)).map_err(|error| {
+                    format!("cannot open the alerts file {}: {error}", path.display())
+                })?,
+                (None, Some(sink)) => context.sink(sink)?,
+                _ => {
+                    return Err(
+                        "give the ledger exactly one of alerts (a file) or alerts_sink \
+                                (a configured sink)"
+                            .to_owned(),
+                    )
+                }
+            };
+            Ledger::open(settings, alerts)
+                .map(|ledger| Box::new(ledger) as Box<dyn Processor>)
+                .map_err(|error| error.to_string())
+        })
+    }
+}

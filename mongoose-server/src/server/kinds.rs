@@ -1,0 +1,203 @@
+//! Processor kinds: what a factory building a configured processor is given, and how
+//! a kind checks its settings at boot.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use mongoose_core::Processor;
+
+use crate::config::ServerConfig;
+use crate::sinks::FileSink;
+
+/// What a processor factory is given: the processor's name and group, its settings
+/// table from the config, and the config file's folder for relative paths.
+#[derive(Debug)]
+pub struct ProcessorContext<'a> {
+    /// The processor's name.
+    pub name: &'a str,
+    /// Its group.
+    pub group: &'a str,
+    /// Its `settings` table.
+    pub settings: &'a toml::Table,
+    /// The folder relative paths resolve against.
+    pub base_dir: &'a Path,
+    /// The sinks of the configuration, by name.
+    pub sinks: &'a BTreeMap<String, FileSink>,
+}
+
+impl ProcessorContext<'_> {
+    /// Deserializes the settings table into `S`, naming the processor on error.
+    pub fn settings<S: serde::de::DeserializeOwned>(&self) -> Result<S, String> {
+        toml::Value::Table(self.settings.clone())
+            .try_into()
+            .map_err(|error: toml::de::Error| error.message().trim().to_owned())
+    }
+
+    /// The configured sink named `name`.
+    pub fn sink(&self, name: &str) -> Result<FileSink, String> {
+        self.sinks.get(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.sinks.keys().map(String::as_str).collect();
+            format!(
+                "no sink named '{name}': configured sinks are [{}]; declare it under [[sinks]]",
+                known.join(", ")
+            )
+        })
+    }
+
+    /// Resolves a path against the config file's folder.
+    pub fn resolve(&self, path: &Path) -> std::path::PathBuf {
+        if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.base_dir.join(path)
+        }
+    }
+}
+
+/// Builds a processor of a registered kind from its settings.
+pub type ProcessorFactory =
+    Arc<dyn Fn(&ProcessorContext<'_>) -> Result<Box<dyn Processor>, String> + Send + Sync>;
+
+/// Checks a processor's settings when the server is built, before anything runs (the
+/// `validate(settings)` hook of a processor kind): what the configuration alone shows
+/// to be wrong is refused there, so `mongoose validate` says it and `mongoose run`
+/// exits 2 for it instead of failing at start.
+pub type SettingsValidator =
+    Arc<dyn Fn(&SettingsCheck<'_>) -> Result<(), SettingsError> + Send + Sync>;
+
+/// A registered processor kind: the check of its settings and its factory.
+#[derive(Clone)]
+pub struct ProcessorKind {
+    /// Checks a processor's settings at build (and so at `mongoose validate`); `None`
+    /// checks nothing before the factory runs at start.
+    pub validate: Option<SettingsValidator>,
+    /// Builds the processor at start.
+    pub build: ProcessorFactory,
+}
+
+impl std::fmt::Debug for ProcessorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessorKind")
+            .field("validated", &self.validate.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a processor kind's settings check is given: the processor, its settings, and
+/// what the server will have (feeds, sinks), without opening anything.
+#[derive(Debug)]
+pub struct SettingsCheck<'a> {
+    /// The processor's name.
+    pub name: &'a str,
+    /// Its group.
+    pub group: &'a str,
+    /// Its `settings` table.
+    pub settings: &'a toml::Table,
+    /// The whole configuration (its `sinks`, `feeds`, `base_dir`).
+    pub config: &'a ServerConfig,
+    /// Every feed the server will have: configured and added by code.
+    pub feeds: &'a [String],
+}
+
+impl SettingsCheck<'_> {
+    /// Deserializes the settings table into `S`; an error names the key it is about
+    /// (nested keys joined with dots) when serde knows it.
+    pub fn settings<S: serde::de::DeserializeOwned>(&self) -> Result<S, SettingsError> {
+        serde_path_to_error::deserialize(toml::Value::Table(self.settings.clone())).map_err(
+            |error| {
+                let key = error.path().to_string();
+                let message = error.into_inner().message().trim().to_owned();
+                match key.as_str() {
+                    "" | "." => SettingsError::new(message),
+                    _ => SettingsError::at(key, message),
+                }
+            },
+        )
+    }
+
+    /// Resolves a path against the config file's folder.
+    pub fn resolve(&self, path: &Path) -> std::path::PathBuf {
+        self.config.resolve(path)
+    }
+
+    /// Refuses a sink name (given at settings key `key`) that is not in `[[sinks]]`.
+    pub fn sink(&self, key: &str, name: &str) -> Result<(), SettingsError> {
+        if self.config.sinks.iter().any(|sink| sink.name == name) {
+            return Ok(());
+        }
+        let known: Vec<&str> = self
+            .config
+            .sinks
+            .iter()
+            .map(|sink| sink.name.as_str())
+            .collect();
+        Err(SettingsError::at(
+            key,
+            format!(
+                "no sink named '{name}': configured sinks are [{}]; declare it under [[sinks]]",
+                known.join(", ")
+            ),
+        ))
+    }
+
+    /// Refuses a feed name (given at settings key `key`) the server will not have.
+    pub fn feed(&self, key: &str, name: &str) -> Result<(), SettingsError> {
+        if self.feeds.iter().any(|feed| feed == name) {
+            return Ok(());
+        }
+        Err(SettingsError::at(
+            key,
+            unknown_feed(self.group, self.name, name, self.feeds),
+        ))
+    }
+}
+
+/// What a processor kind's settings check refuses: the settings key it is about (if
+/// one) and what to do. The server reports it as a config error at
+/// `groups[G].processors[P].settings.KEY`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingsError {
+    /// The key within the settings table (`alerts_sink`, `a.b` for nested keys).
+    pub key: Option<String>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl SettingsError {
+    /// An error about the settings as a whole.
+    pub fn new(message: impl Into<String>) -> Self {
+        SettingsError {
+            key: None,
+            message: message.into(),
+        }
+    }
+
+    /// An error about the settings key `key`.
+    pub fn at(key: impl Into<String>, message: impl Into<String>) -> Self {
+        SettingsError {
+            key: Some(key.into()),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.key {
+            Some(key) => write!(f, "{key}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+/// The message for a processor subscribing to a feed the server does not have.
+pub(super) fn unknown_feed(group: &str, processor: &str, feed: &str, known: &[String]) -> String {
+    format!(
+        "processor '{group}/{processor}' subscribes to feed '{feed}', which the server does not have: \
+         configured feeds are [{}]; fix the name or add the feed under [[feeds]]",
+        known.join(", ")
+    )
+}

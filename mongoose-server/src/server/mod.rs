@@ -1,0 +1,234 @@
+//! The server: wiring from a configuration, the lifecycle and the ordered shutdown.
+//!
+//! Its jobs live in submodules: `kinds` (processor kinds and what their factories and
+//! settings checks are given), `builder` (the [`ServerBuilder`]: checks and wiring),
+//! `lifecycle` (start, the ordered shutdown and its [`StopResult`]) and `codecs` (the
+//! feeds' record codecs and [`replay`] of a recording). This module holds the
+//! [`Server`] itself: its state, its status and its loss records.
+
+mod builder;
+mod codecs;
+mod kinds;
+mod lifecycle;
+
+pub use builder::ServerBuilder;
+pub use codecs::replay;
+pub use kinds::{
+    ProcessorContext, ProcessorFactory, ProcessorKind, SettingsCheck, SettingsError,
+    SettingsValidator,
+};
+pub use lifecycle::StopResult;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mongoose_control::{ControlPlane, GroupStatus, ProcessorSupplier};
+use mongoose_core::EventSource;
+use mongoose_delivery::{AnyFeed, FeedRegistry, StatusReport};
+use parking_lot::Mutex;
+use tracing::{error, warn};
+
+use crate::config::ServerConfig;
+use crate::sinks::FileSink;
+
+use builder::glob_source_config;
+
+enum SourceSlot {
+    Ready(Box<dyn EventSource>),
+    Running {
+        stop: Arc<AtomicBool>,
+        thread: JoinHandle<()>,
+    },
+    Stopped,
+}
+
+struct FeedRuntime {
+    name: String,
+    publisher: Arc<dyn AnyFeed>,
+    source: Mutex<SourceSlot>,
+}
+
+#[derive(Default)]
+struct Lifecycle {
+    started: bool,
+    stopping: bool,
+    sources_stopped: bool,
+    drained: bool,
+    groups_closed: bool,
+    committed_after_stop: bool,
+    stopped: bool,
+    last: Option<StopResult>,
+}
+
+struct Inner {
+    config: ServerConfig,
+    kinds: BTreeMap<String, ProcessorKind>,
+    code_processors: Mutex<Vec<(String, String, ProcessorSupplier)>>,
+    registry: FeedRegistry,
+    plane: ControlPlane,
+    feeds: Vec<FeedRuntime>,
+    sinks: BTreeMap<String, FileSink>,
+    lifecycle: Mutex<Lifecycle>,
+    /// Why the run cannot go on: a source that could not start, a kill switch.
+    failures: Arc<Mutex<Vec<String>>>,
+    /// Processors whose add at start was not applied (REPORT policy).
+    failed_adds: Mutex<Vec<String>>,
+}
+
+/// A running Mongoose server: feeds with their sources, processor groups, the status.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("feeds", &self.inner.registry)
+            .finish()
+    }
+}
+
+impl Server {
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    /// The feeds, for the admin API and embedders.
+    pub fn registry(&self) -> &FeedRegistry {
+        &self.inner.registry
+    }
+
+    /// The control plane.
+    pub fn control(&self) -> &ControlPlane {
+        &self.inner.plane
+    }
+
+    /// The status of every feed.
+    pub fn status(&self) -> StatusReport {
+        self.inner.registry.status()
+    }
+
+    /// The status of every processor group.
+    pub fn group_statuses(&self) -> Vec<GroupStatus> {
+        let plane = &self.inner.plane;
+        plane
+            .group_names()
+            .iter()
+            .filter_map(|name| plane.group_status(name))
+            .collect()
+    }
+
+    /// Why the run cannot go on, one reason each: a source that could not start, an
+    /// overload kill switch that ran. [`crate::cli::run_until_done`] ends the run (exit
+    /// 1) as soon as there is one.
+    pub fn fatal_failures(&self) -> Vec<String> {
+        self.inner.failures.lock().clone()
+    }
+
+    /// Processors that failed, one reason each: an add at start that was not applied
+    /// (REPORT policy) and every quarantined processor. The server goes on without
+    /// them; a run that waits to settle ends (exit 1) once they leave nothing able to
+    /// make progress.
+    pub fn processor_failures(&self) -> Vec<String> {
+        let mut failures = self.inner.failed_adds.lock().clone();
+        for group in self.group_statuses() {
+            for processor in &group.quarantined {
+                failures.push(format!(
+                    "processor '{}/{}' was quarantined: {}",
+                    group.group, processor.name, processor.reason
+                ));
+            }
+        }
+        failures
+    }
+
+    /// The last shutdown attempt's result.
+    pub fn last_stop_result(&self) -> Option<StopResult> {
+        self.inner.lifecycle.lock().last.clone()
+    }
+
+    /// Waits until a shutdown completed (use after a handed-off stop).
+    pub fn await_stopped(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.inner.lifecycle.lock().stopped {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A feed by name.
+    pub fn feed(&self, name: &str) -> Option<Arc<dyn AnyFeed>> {
+        self.inner.registry.get(name)
+    }
+
+    /// The loss file of a configured feed that keeps a pointer
+    /// ([`crate::losses::loss_path`]); `None` for other feeds.
+    pub fn loss_file(&self, feed: &str) -> Option<std::path::PathBuf> {
+        let config = &self.inner.config;
+        config
+            .feeds
+            .iter()
+            .position(|candidate| candidate.name == feed && candidate.read_strategy.has_pointer())
+            .map(|index| {
+                let found = &config.feeds[index];
+                if found.is_glob() {
+                    // beside the glob feed's lane registry
+                    return crate::losses::loss_path(
+                        &glob_source_config(config, index).registry_path(),
+                    );
+                }
+                crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_for(
+                    &config.resolve(&found.path),
+                ))
+            })
+    }
+
+    /// Records a loss of `feed` in the log and, for a feed that keeps a pointer, in
+    /// its loss file, so the next start reports it once.
+    pub fn record_loss(&self, feed: &str, what: String) {
+        warn!(feed, %what, "loss recorded: the next start reports it once");
+        let Some(path) = self.loss_file(feed) else {
+            return;
+        };
+        if let Err(error) =
+            crate::losses::append(&path, &crate::losses::LossRecord::now(feed, what))
+        {
+            error!(feed, file = %path.display(), %error, "cannot keep the loss record beside the pointer: the next start will not report it");
+        }
+    }
+
+    /// Reports, once, the losses earlier runs recorded beside the feeds' pointers: a
+    /// WARN each, and the feed is not lossless in this run.
+    fn report_earlier_losses(&self) {
+        for feed in &self.inner.config.feeds {
+            let Some(path) = self.loss_file(&feed.name) else {
+                continue;
+            };
+            match crate::losses::take_unreported(&path) {
+                Ok(records) if records.is_empty() => {}
+                Ok(records) => {
+                    for record in &records {
+                        warn!(feed = %feed.name, at_millis = record.at_millis, what = %record.what,
+                            "an earlier run of this feed was not lossless (reported once; this run is not lossless either)");
+                    }
+                    if let Some(found) = self.inner.registry.get(&feed.name) {
+                        found.note_earlier_losses(records.len() as u64);
+                    }
+                }
+                Err(error) => {
+                    error!(feed = %feed.name, file = %path.display(), %error, "cannot read the loss records of earlier runs");
+                }
+            }
+        }
+    }
+}
