@@ -57,9 +57,17 @@ pub struct WorkDone(pub usize);
 ///
 /// A re-readable source publishes with [`SourceOutput::try_publish`]; on
 /// [`TryPublish::Paused`] it keeps the item, reads nothing more and offers it again on
-/// its next cycle. At the start of each cycle it calls
-/// [`SourceOutput::poll_acknowledgements`] and [`SourceOutput::flush_paused`], and once
-/// more in `stop`.
+/// its next cycle; on [`TryPublish::Retry`] (a publish nested in a commit of the same
+/// feed) it keeps it too, without counting a pause. In `start` it registers its
+/// committer ([`SourceOutput::acknowledge_with`]) and its epoch
+/// ([`SourceOutput::set_epoch`]), and it reports BEHIND and CAUGHT_UP
+/// ([`SourceOutput::report_state`]).
+///
+/// Run it with the engine's source driver (`mongoose_delivery::SourceDriver`): the
+/// driver marks the agent thread, calls [`SourceOutput::poll_acknowledgements`] and
+/// [`SourceOutput::flush_paused`] around each cycle and once more after `stop`, idles
+/// and retries failing cycles, so a source does not have to. (The file source also
+/// polls at the start of its own cycles, so that it can be driven by hand in tests.)
 pub trait EventSource: Send {
     /// The source's name (its feed's name, usually).
     fn name(&self) -> &str;
@@ -76,9 +84,65 @@ pub trait EventSource: Send {
 
 /// How a source commits what the engine acknowledged.
 ///
-/// The engine calls [`SourceCommitter::acknowledged`] for each acknowledged run of items
-/// in publish order, then [`SourceCommitter::commit`] once per poll, on the source's own
-/// thread and outside the publish lock.
+/// The contract:
+/// * **Order.** The engine calls [`SourceCommitter::acknowledged`] for each
+///   acknowledged run of items in publish order (never one whose items were not all
+///   processed by every consumer they were given to), then [`SourceCommitter::commit`]
+///   once per poll, outside the publish lock.
+/// * **Threads.** Polls run on the source's agent thread (its driver polls around each
+///   duty cycle and once after `stop`). After the sources stopped, the server's ordered
+///   shutdown polls again, on the **shutdown thread**, for a committer whose
+///   [`SourceCommitter::commits_after_stop`] is true: such a committer must accept calls
+///   from another thread than its source's (it is `Send`, and the engine never calls it
+///   from two threads at once).
+/// * **Epochs.** After the source reset its position space ([`SourceOutput::set_epoch`]
+///   with a new epoch: a replaced file, a reassigned partition), acknowledgements of an
+///   older epoch may still arrive for items published before the reset. The committer
+///   must ignore them: committing an old file's offset into the new file's position
+///   would skip or repeat the new file's items.
+/// * **Errors.** A failed `commit` keeps what it was given; the engine calls `commit`
+///   again on every later poll, even with nothing new acknowledged, until one succeeds.
+///   The feed is not settled meanwhile, and a restart re-delivers what the failed commits
+///   covered, never skips it.
+/// * **Never backwards.** Within one epoch and lane, the committed position never
+///   decreases (acknowledgements come in publish order, positions increase).
+///
+/// ```
+/// use mongoose_core::{CoreError, Epoch, SourceCommitter};
+///
+/// /// Commits the highest offset of the current epoch into `stored`.
+/// struct OffsetCommitter {
+///     epoch: Epoch,
+///     pending: Option<u64>,
+///     stored: u64,
+/// }
+///
+/// impl SourceCommitter<u64> for OffsetCommitter {
+///     fn acknowledged(&mut self, _sequence: u64, epoch: Epoch, position: u64) {
+///         if epoch != self.epoch {
+///             return; // an item of the input before the reset: never committed here
+///         }
+///         debug_assert!(self.pending.is_none_or(|at| position >= at), "never backwards");
+///         self.pending = Some(position);
+///     }
+///
+///     fn commit(&mut self) -> Result<(), CoreError> {
+///         if let Some(position) = self.pending {
+///             // a durable write here; on an error, return it and keep `pending`
+///             self.stored = position;
+///             self.pending = None;
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let mut committer = OffsetCommitter { epoch: Epoch(2), pending: None, stored: 0 };
+/// committer.acknowledged(1, Epoch(1), 900); // the old input's item: ignored
+/// committer.acknowledged(2, Epoch(2), 40);
+/// committer.commit()?;
+/// assert_eq!(committer.stored, 40);
+/// # Ok::<(), CoreError>(())
+/// ```
 pub trait SourceCommitter<P: Position>: Send {
     /// Every item up to and including `sequence` (at `position`, in `epoch`) was
     /// processed by every consumer it was given to.

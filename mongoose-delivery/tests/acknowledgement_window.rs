@@ -486,3 +486,19 @@ fn items_finished_early_in_a_poll_are_acknowledged_before_the_poll_ends() {
         "items 1 and 2 were committed while item 3 was handled"
     );
 }
+
+// issue 12, item 4, invariant 1: in a debug build, a position handed to the committer
+// that goes backwards within its epoch and lane (a source publishing out of order) is
+// caught where it happens, not found later as a skipped item after a restart
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "acknowledged after")]
+fn a_position_that_goes_backwards_within_an_epoch_is_caught_in_debug_builds() {
+    let (feed, _commits) = positioned_feed(16);
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    assert!(feed.try_publish(1, 20).is_published());
+    assert!(feed.try_publish(2, 10).is_published());
+    process(&mut group, 2);
+    feed.poll_acknowledgements();
+}

@@ -115,6 +115,23 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             (handed, state.ack.committed < handed)
         };
         let count = acknowledged.len();
+        #[cfg(debug_assertions)]
+        {
+            // invariant 1: within an epoch and lane, what is handed to the committer
+            // (and so committed) never goes backwards
+            let mut last = self.last_handed.lock();
+            for entry in acknowledged.iter() {
+                let position = entry.position.value();
+                if let Some((epoch, offset)) = last.get(&position.lane) {
+                    debug_assert!(
+                        *epoch != entry.epoch || position.offset >= *offset,
+                        "feed '{}': position {position} acknowledged after {offset} in epoch {epoch}",
+                        self.name
+                    );
+                }
+                last.insert(position.lane, (entry.epoch, position.offset));
+            }
+        }
         if let Some(committer) = committer.as_mut() {
             for entry in acknowledged.iter() {
                 committer.acknowledged(entry.sequence, entry.epoch, entry.position);

@@ -97,6 +97,10 @@ pub struct Publisher<T, P: Position = u64> {
     state: Mutex<State<T, P>>,
     committer: Mutex<Option<Box<dyn SourceCommitter<P>>>>,
     acknowledged_scratch: Mutex<Vec<WindowEntry<P>>>,
+    /// Debug builds: the last position handed to the committer per lane, with its
+    /// epoch, to check it never goes backwards within an epoch and lane (invariant 1).
+    #[cfg(debug_assertions)]
+    last_handed: Mutex<std::collections::HashMap<u32, (mongoose_core::Epoch, u64)>>,
     committing_thread: AtomicU64,
     deferred: Mutex<Vec<Deferred<T, P>>>,
     has_deferred: AtomicBool,
@@ -162,6 +166,8 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             state: Mutex::new(state),
             committer: Mutex::new(None),
             acknowledged_scratch: Mutex::new(Vec::new()),
+            #[cfg(debug_assertions)]
+            last_handed: Mutex::new(std::collections::HashMap::new()),
             committing_thread: AtomicU64::new(0),
             deferred: Mutex::new(Vec::new()),
             has_deferred: AtomicBool::new(false),
