@@ -66,10 +66,13 @@ pub struct AuditRecord {
     pub seq: u64,
     /// What the record is.
     pub record: RecordType,
-    /// The request (-1 for records not caused by a request).
-    pub request_id: i64,
-    /// The request this record belongs to, shared by all its records.
-    pub root_id: i64,
+    /// The request (`None` for records not caused by a request; `-1` in an export).
+    #[serde(with = "crate::sentinel")]
+    pub request_id: Option<u64>,
+    /// The request this record belongs to, shared by all its records (`-1` in an
+    /// export when `None`).
+    #[serde(with = "crate::sentinel")]
+    pub root_id: Option<u64>,
     /// The record that caused this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause_seq: Option<u64>,
@@ -85,8 +88,9 @@ pub struct AuditRecord {
     /// Human detail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The registration concerned, or -1.
-    pub generation: i64,
+    /// The registration concerned, if any (`-1` in an export when `None`).
+    #[serde(with = "crate::sentinel")]
+    pub generation: Option<u64>,
     /// The processor or service name, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -114,14 +118,14 @@ pub struct AuditRecord {
 #[derive(Clone, Debug)]
 pub(crate) struct NewRecord {
     pub(crate) record: RecordType,
-    pub(crate) request_id: i64,
-    pub(crate) root_id: i64,
+    pub(crate) request_id: Option<u64>,
+    pub(crate) root_id: Option<u64>,
     pub(crate) cause_seq: Option<u64>,
     pub(crate) op_id: Option<String>,
     pub(crate) what: String,
     pub(crate) outcome: Option<String>,
     pub(crate) reason: Option<String>,
-    pub(crate) generation: i64,
+    pub(crate) generation: Option<u64>,
     pub(crate) name: Option<String>,
     pub(crate) kind: Option<FailureKind>,
     pub(crate) from: Option<String>,
@@ -131,7 +135,11 @@ pub(crate) struct NewRecord {
 }
 
 impl NewRecord {
-    pub(crate) fn new(record: RecordType, request_id: i64, what: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        record: RecordType,
+        request_id: Option<u64>,
+        what: impl Into<String>,
+    ) -> Self {
         NewRecord {
             record,
             request_id,
@@ -141,7 +149,7 @@ impl NewRecord {
             what: what.into(),
             outcome: None,
             reason: None,
-            generation: -1,
+            generation: None,
             name: None,
             kind: None,
             from: None,
@@ -177,7 +185,7 @@ impl NewRecord {
         self
     }
 
-    pub(crate) fn generation(mut self, generation: i64) -> Self {
+    pub(crate) fn generation(mut self, generation: Option<u64>) -> Self {
         self.generation = generation;
         self
     }
@@ -312,7 +320,7 @@ impl ControlAudit {
                     "control audit mirror write failed: evidence is degraded"
                 );
                 ring.push(
-                    NewRecord::new(RecordType::Fallback, -1, "SinkWriteFailed")
+                    NewRecord::new(RecordType::Fallback, None, "SinkWriteFailed")
                         .cause(seq)
                         .reason("mirror write failed"),
                 );
@@ -601,7 +609,7 @@ pub fn verify(path: &Path) -> Verification {
 ///
 /// # Errors
 /// [`ControlError::AuditIo`] when the file cannot be read or a line is not a record.
-pub fn read_request(path: &Path, root_id: i64) -> Result<Vec<AuditRecord>, ControlError> {
+pub fn read_request(path: &Path, root_id: Option<u64>) -> Result<Vec<AuditRecord>, ControlError> {
     let io = |error| ControlError::AuditIo {
         path: path.to_path_buf(),
         error,
@@ -628,10 +636,10 @@ mod tests {
 
     fn audit_with(records: usize, capacity: usize) -> ControlAudit {
         let audit = ControlAudit::new(capacity, None);
-        for request in 0..records as i64 {
-            let input = audit.write(NewRecord::new(RecordType::Input, request, "Add"));
+        for request in 0..records as u64 {
+            let input = audit.write(NewRecord::new(RecordType::Input, Some(request), "Add"));
             audit.write(
-                NewRecord::new(RecordType::Reply, request, "Reply")
+                NewRecord::new(RecordType::Reply, Some(request), "Reply")
                     .cause(input)
                     .outcome("APPLIED"),
             );
@@ -727,9 +735,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("pricing.jsonl");
         audit_with(3, 100).export(&path).expect("exported");
-        let records = read_request(&path, 1).expect("read");
+        let records = read_request(&path, Some(1)).expect("read");
         assert_eq!(records.len(), 2);
-        assert!(records.iter().all(|r| r.root_id == 1));
+        assert!(records.iter().all(|r| r.root_id == Some(1)));
         assert_eq!(records[1].cause_seq, Some(records[0].seq));
     }
 
@@ -749,10 +757,10 @@ mod tests {
         let audit = ControlAudit::new(0, None);
         let giant = "a".repeat(1_900_000);
         for request in 0..30 {
-            let input = audit.write(NewRecord::new(RecordType::Input, request, "Admin"));
+            let input = audit.write(NewRecord::new(RecordType::Input, Some(request), "Admin"));
             for _ in 0..3 {
                 audit.write(
-                    NewRecord::new(RecordType::Decision, request, "adminInvoke")
+                    NewRecord::new(RecordType::Decision, Some(request), "adminInvoke")
                         .cause(input)
                         .reason(format!("command: balance {giant}")),
                 );
@@ -787,7 +795,7 @@ mod tests {
         let audit = ControlAudit::with_limits(10_000, 64 * 1024, None);
         for request in 0..100 {
             audit.write(
-                NewRecord::new(RecordType::Input, request, "Admin").reason("x".repeat(3000)),
+                NewRecord::new(RecordType::Input, Some(request), "Admin").reason("x".repeat(3000)),
             );
         }
         let counts = audit.counts();
@@ -817,7 +825,7 @@ mod tests {
     #[test]
     fn a_failed_mirror_write_degrades_evidence_until_acknowledged_and_keeps_the_audit_incomplete() {
         let audit = ControlAudit::new(100, Some(Box::new(FailingMirror)));
-        audit.write(NewRecord::new(RecordType::Input, 1, "Add"));
+        audit.write(NewRecord::new(RecordType::Input, Some(1), "Add"));
         assert_eq!(audit.evidence(), EvidenceStatus::Unverified);
         assert!(audit
             .records()

@@ -299,9 +299,9 @@ impl Controller {
             |plane| plane.stop_processor_now(group, name),
             || {
                 ReplyHandle::completed(ControlReply::applied_with(
-                    -1,
+                    None,
                     "replayed: not executed",
-                    -1,
+                    None,
                     Some(name.to_owned()),
                 ))
             },
@@ -378,11 +378,11 @@ impl Controller {
             || AddedProcessor {
                 handle: None,
                 reply: ReplyHandle::completed(ControlReply::not_applied(
-                    -1,
+                    None,
                     ReplyOutcome::Refused,
                     FailureKind::ReplayStopped,
                     "replayed: not executed",
-                    -1,
+                    None,
                     Some(name.to_owned()),
                 )),
             },

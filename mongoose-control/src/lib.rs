@@ -91,6 +91,7 @@ pub mod memory;
 mod plane;
 pub mod record;
 mod reply;
+mod sentinel;
 pub mod services;
 mod supplier;
 

@@ -410,7 +410,7 @@ impl ProcessorGroup {
                 self.shared.seed.lock().take();
                 self.shared
                     .audit
-                    .write(NewRecord::new(RecordType::Fallback, -1, "Closed"));
+                    .write(NewRecord::new(RecordType::Fallback, None, "Closed"));
                 self.mark_finished();
             }
             None => self.wake(),

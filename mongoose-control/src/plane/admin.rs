@@ -23,7 +23,7 @@ impl ControlPlane {
                 ReplyOutcome::Refused,
                 FailureKind::RefusedState,
                 &format!("no such group '{group}'"),
-                -1,
+                None,
                 Some(processor),
             ));
         };
@@ -54,7 +54,7 @@ impl ControlPlane {
             Err(refusal) => return ReplyHandle::completed(refusal),
         };
         if let Err((envelope, refusal)) = found.admit(envelope, Admission::Immediate) {
-            let answer = Self::refusal_reply(&found, refusal, -1, processor);
+            let answer = Self::refusal_reply(&found, refusal, None, processor);
             ProcessorGroup::answer_refused(envelope, answer);
         }
         reply
@@ -80,7 +80,7 @@ impl ControlPlane {
         if let Err((envelope, refusal)) =
             found.admit(envelope, self.backoff_admission(&found, deadline))
         {
-            let answer = Self::refusal_reply(&found, refusal, -1, processor);
+            let answer = Self::refusal_reply(&found, refusal, None, processor);
             ProcessorGroup::answer_refused(envelope, answer.clone());
             return Some(answer);
         }

@@ -13,7 +13,7 @@ use registry::Registry;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -89,7 +89,7 @@ pub struct ControlPlane {
     groups: Arc<Mutex<BTreeMap<String, ProcessorGroup>>>,
     stopping: Arc<AtomicBool>,
     started: Arc<AtomicBool>,
-    next_request: Arc<AtomicI64>,
+    next_request: Arc<AtomicU64>,
     registry: Arc<Registry>,
     /// True for the view a group's thread holds for its processors' control requests
     /// ([`crate::controller`]): it shares every piece of state and closes nothing when
@@ -110,11 +110,11 @@ fn refused(
     outcome: ReplyOutcome,
     kind: FailureKind,
     reason: &str,
-    generation: i64,
+    generation: Option<u64>,
     name: Option<&str>,
 ) -> ControlReply {
     ControlReply::not_applied(
-        -1,
+        None,
         outcome,
         kind,
         reason,
@@ -142,7 +142,7 @@ impl ControlPlane {
             groups: Arc::new(Mutex::new(BTreeMap::new())),
             stopping: Arc::new(AtomicBool::new(false)),
             started: Arc::new(AtomicBool::new(false)),
-            next_request: Arc::new(AtomicI64::new(1)),
+            next_request: Arc::new(AtomicU64::new(1)),
             registry: Arc::new(Registry::default()),
             view: false,
         }
@@ -252,8 +252,8 @@ impl ControlPlane {
         self.group(name).map(|group| group.status())
     }
 
-    fn next_request_id(&self) -> i64 {
-        self.next_request.fetch_add(1, Ordering::Relaxed)
+    fn next_request_id(&self) -> Option<u64> {
+        Some(self.next_request.fetch_add(1, Ordering::Relaxed))
     }
 
     fn envelope(&self, request: Request) -> (Envelope, ReplyHandle) {
@@ -287,7 +287,7 @@ impl ControlPlane {
     fn refusal_reply(
         group: &ProcessorGroup,
         refusal: Refusal,
-        generation: i64,
+        generation: Option<u64>,
         name: &str,
     ) -> ControlReply {
         let name = Some(name);

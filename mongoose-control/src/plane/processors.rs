@@ -48,7 +48,7 @@ impl ControlPlane {
                 ReplyOutcome::NotRunning,
                 FailureKind::FailedShutdown,
                 "server is stopping",
-                -1,
+                None,
                 Some(name),
             ));
         }
@@ -59,7 +59,7 @@ impl ControlPlane {
                     ReplyOutcome::NotRunning,
                     FailureKind::FailedShutdown,
                     &error.to_string(),
-                    -1,
+                    None,
                     Some(name),
                 ))
             }
@@ -69,7 +69,7 @@ impl ControlPlane {
                 ReplyOutcome::Refused,
                 FailureKind::RefusedState,
                 "name in use",
-                -1,
+                None,
                 Some(name),
             ));
         };
@@ -86,7 +86,7 @@ impl ControlPlane {
             },
             Err((envelope, refusal)) => {
                 group.release_reservation(name, generation);
-                let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+                let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
                 ProcessorGroup::answer_refused(envelope, answer);
                 AddedProcessor {
                     handle: None,
@@ -128,7 +128,7 @@ impl ControlPlane {
             group.admit(envelope, self.backoff_admission(&group, deadline))
         {
             group.release_reservation(name, generation);
-            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
             ProcessorGroup::answer_refused(envelope, answer);
             return Err(match refusal {
                 Refusal::Full | Refusal::Deadline => ControlError::MailboxFull {
@@ -178,7 +178,7 @@ impl ControlPlane {
     /// Stops exactly the registration the handle names; returns the reply at once
     /// without backing off. A handle from another server is refused and stops nothing.
     pub fn stop_processor(&self, handle: &ProcessorHandle) -> ReplyHandle {
-        let generation = handle.generation as i64;
+        let generation = Some(handle.generation);
         if handle.server != self.server {
             return ReplyHandle::completed(refused(
                 ReplyOutcome::Refused,
@@ -229,7 +229,7 @@ impl ControlPlane {
         if let Err((envelope, refusal)) =
             group.admit(envelope, self.backoff_admission(&group, deadline))
         {
-            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
             ProcessorGroup::answer_refused(envelope, answer);
             return match refusal {
                 Refusal::Full | Refusal::Deadline => Err(ControlError::MailboxFull {
@@ -269,7 +269,7 @@ impl ControlPlane {
                 ReplyOutcome::Refused,
                 FailureKind::RefusedState,
                 "no such group",
-                -1,
+                None,
                 Some(name),
             ));
         };
@@ -278,7 +278,7 @@ impl ControlPlane {
                 ReplyOutcome::Refused,
                 FailureKind::RefusedState,
                 "no such processor",
-                -1,
+                None,
                 Some(name),
             ));
         };
@@ -289,7 +289,7 @@ impl ControlPlane {
         if let Err((envelope, refusal)) =
             group.admit(envelope, self.backoff_admission(&group, deadline))
         {
-            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
             ProcessorGroup::answer_refused(envelope, answer.clone());
             return Some(answer);
         }
@@ -317,7 +317,7 @@ impl ControlPlane {
             generation,
         });
         if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
-            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
             ProcessorGroup::answer_refused(envelope, answer.clone());
             return Err(match refusal {
                 Refusal::Full => ControlError::MailboxFull {

@@ -120,7 +120,7 @@ impl ControlPlane {
         let name = broadcast.name.clone();
         let (envelope, reply) = self.envelope(Request::Service(broadcast));
         if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
-            let answer = Self::refusal_reply(group, refusal, -1, &name);
+            let answer = Self::refusal_reply(group, refusal, None, &name);
             ProcessorGroup::answer_refused(envelope, answer);
         }
         reply
@@ -138,7 +138,7 @@ impl ControlPlane {
             unstarted |= !group.is_started();
             let reply = self.send_service_broadcast(&group, broadcast.clone());
             match reply.try_get() {
-                Some(answer) if answer.request_id == -1 => {
+                Some(answer) if answer.request_id.is_none() => {
                     if answer.outcome == ReplyOutcome::Refused {
                         missed += 1;
                         tracing::error!(group = group.name(), service = %broadcast.name, version = broadcast.version, "group missed a service broadcast: mailbox full");
