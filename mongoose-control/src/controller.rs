@@ -102,7 +102,7 @@ use std::sync::Arc;
 use mongoose_core::{engine, FailureKind, ProcessorId};
 
 use crate::error::ControlError;
-use crate::plane::{AddedProcessor, ControlPlane};
+use crate::plane::{AddedProcessor, Plane};
 use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
 use crate::services::Service;
@@ -146,7 +146,7 @@ struct Note {
 
 /// What a group thread holds for its processors' controllers.
 struct GroupLink {
-    plane: Option<ControlPlane>,
+    plane: Option<Arc<Plane>>,
     recording: bool,
     notes: Vec<Note>,
 }
@@ -160,7 +160,7 @@ thread_local! {
 
 /// Installs the group's link on its thread; `recording` when the group has a recorder
 /// (requests are then noted for it).
-pub(crate) fn install(plane: Option<ControlPlane>, recording: bool) {
+pub(crate) fn install(plane: Option<Arc<Plane>>, recording: bool) {
     LINK.with(|link| {
         *link.borrow_mut() = Some(GroupLink {
             plane,
@@ -245,7 +245,7 @@ pub fn controller() -> Option<Controller> {
     let plane = LINK.with(|link| {
         link.borrow()
             .as_ref()
-            .and_then(|link| link.plane.as_ref().map(ControlPlane::view))
+            .and_then(|link| link.plane.as_ref().map(Arc::clone))
     });
     if plane.is_none() && !intercepted() {
         return None;
@@ -262,7 +262,7 @@ pub fn controller() -> Option<Controller> {
 /// needs it; it is neither `Send` nor `Sync`, so it never leaves that thread.
 pub struct Controller {
     processor: ProcessorId,
-    plane: Option<ControlPlane>,
+    plane: Option<Arc<Plane>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -395,7 +395,7 @@ impl Controller {
         &self,
         call: &'static str,
         args: Vec<String>,
-        live: impl FnOnce(&ControlPlane) -> Result<T, ControlError>,
+        live: impl FnOnce(&Plane) -> Result<T, ControlError>,
         replayed: impl FnOnce() -> T,
     ) -> Result<T, ControlError> {
         // taken out while it answers, so an interceptor may not re-enter itself

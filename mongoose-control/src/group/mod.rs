@@ -205,7 +205,7 @@ struct Seed {
     poll_limit: usize,
     recorder: Option<Box<dyn GroupRecorder>>,
     /// What the group's processors reach through their [`crate::Controller`].
-    plane: Option<crate::plane::ControlPlane>,
+    plane: Option<Arc<crate::plane::Plane>>,
 }
 
 struct GroupShared {
@@ -257,7 +257,7 @@ impl ProcessorGroup {
         executor: ReplyExecutor,
         connector: Arc<dyn FeedConnector>,
         services: ServiceSnapshot,
-        plane: Option<crate::plane::ControlPlane>,
+        plane: Option<Arc<crate::plane::Plane>>,
     ) -> Self {
         ProcessorGroup {
             shared: Arc::new(GroupShared {
