@@ -313,7 +313,7 @@ impl Controller {
     /// sent and not waited for.
     ///
     /// # Errors
-    /// As [`ControlPlane::register_service`]; in a replay,
+    /// As [`crate::ControlPlane::register_service`]; in a replay,
     /// [`ControlError::ControlCallRefused`] (a registry mutation is never replayed).
     pub fn register_service(
         &self,
@@ -348,7 +348,7 @@ impl Controller {
     }
 
     /// Adds a processor to `group` (created on demand), like
-    /// [`ControlPlane::add_processor`]: returns its handle and its reply to come; the
+    /// [`crate::ControlPlane::add_processor`]: returns its handle and its reply to come; the
     /// supplier runs on that group's thread.
     ///
     /// # Errors

@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -458,10 +458,13 @@ impl ProcessorGroup {
     }
 
     /// Makes the control logic fail while deciding its next request, so the group
-    /// dies: for tests of what a dead group answers.
-    #[doc(hidden)]
+    /// dies: for tests of what a dead group answers. Only with the `testsuite`
+    /// feature.
+    #[cfg(feature = "testsuite")]
     pub fn inject_control_fault(&self) {
-        self.shared.fault.store(true, Ordering::Release);
+        self.shared
+            .fault
+            .store(true, std::sync::atomic::Ordering::Release);
         self.wake();
     }
 

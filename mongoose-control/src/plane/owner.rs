@@ -148,7 +148,7 @@ impl ControlPlane {
     /// # Errors
     /// [`ControlError::NameInUse`] at once; [`ControlError::ServerStopping`];
     /// [`ControlError::MailboxFull`] (the name is released); with
-    /// [`AddFailurePolicy::Throw`], [`ControlError::NotApplied`].
+    /// [`AddFailurePolicy::Throw`](super::AddFailurePolicy::Throw), [`ControlError::NotApplied`].
     pub fn add_event_processor(
         &self,
         group: &str,
