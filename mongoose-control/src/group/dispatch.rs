@@ -89,6 +89,8 @@ impl GroupDispatcher<'_> {
     }
 }
 
+impl crate::feeds::Sealed for GroupDispatcher<'_> {}
+
 impl FeedDispatcher for GroupDispatcher<'_> {
     fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
         if !*self.drop_reported {
