@@ -102,7 +102,7 @@ use std::sync::Arc;
 use mongoose_core::{engine, FailureKind, ProcessorId};
 
 use crate::error::ControlError;
-use crate::plane::{AddedProcessor, ControlPlane};
+use crate::plane::{AddedProcessor, Plane};
 use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
 use crate::services::Service;
@@ -146,7 +146,7 @@ struct Note {
 
 /// What a group thread holds for its processors' controllers.
 struct GroupLink {
-    plane: Option<ControlPlane>,
+    plane: Option<Arc<Plane>>,
     recording: bool,
     notes: Vec<Note>,
 }
@@ -160,7 +160,7 @@ thread_local! {
 
 /// Installs the group's link on its thread; `recording` when the group has a recorder
 /// (requests are then noted for it).
-pub(crate) fn install(plane: Option<ControlPlane>, recording: bool) {
+pub(crate) fn install(plane: Option<Arc<Plane>>, recording: bool) {
     LINK.with(|link| {
         *link.borrow_mut() = Some(GroupLink {
             plane,
@@ -245,7 +245,7 @@ pub fn controller() -> Option<Controller> {
     let plane = LINK.with(|link| {
         link.borrow()
             .as_ref()
-            .and_then(|link| link.plane.as_ref().map(ControlPlane::view))
+            .and_then(|link| link.plane.as_ref().map(Arc::clone))
     });
     if plane.is_none() && !intercepted() {
         return None;
@@ -262,7 +262,7 @@ pub fn controller() -> Option<Controller> {
 /// needs it; it is neither `Send` nor `Sync`, so it never leaves that thread.
 pub struct Controller {
     processor: ProcessorId,
-    plane: Option<ControlPlane>,
+    plane: Option<Arc<Plane>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -299,9 +299,9 @@ impl Controller {
             |plane| plane.stop_processor_now(group, name),
             || {
                 ReplyHandle::completed(ControlReply::applied_with(
-                    -1,
+                    None,
                     "replayed: not executed",
-                    -1,
+                    None,
                     Some(name.to_owned()),
                 ))
             },
@@ -313,7 +313,7 @@ impl Controller {
     /// sent and not waited for.
     ///
     /// # Errors
-    /// As [`ControlPlane::register_service`]; in a replay,
+    /// As [`crate::ControlPlane::register_service`]; in a replay,
     /// [`ControlError::ControlCallRefused`] (a registry mutation is never replayed).
     pub fn register_service(
         &self,
@@ -348,7 +348,7 @@ impl Controller {
     }
 
     /// Adds a processor to `group` (created on demand), like
-    /// [`ControlPlane::add_processor`]: returns its handle and its reply to come; the
+    /// [`crate::ControlPlane::add_processor`]: returns its handle and its reply to come; the
     /// supplier runs on that group's thread.
     ///
     /// # Errors
@@ -378,11 +378,11 @@ impl Controller {
             || AddedProcessor {
                 handle: None,
                 reply: ReplyHandle::completed(ControlReply::not_applied(
-                    -1,
+                    None,
                     ReplyOutcome::Refused,
                     FailureKind::ReplayStopped,
                     "replayed: not executed",
-                    -1,
+                    None,
                     Some(name.to_owned()),
                 )),
             },
@@ -395,7 +395,7 @@ impl Controller {
         &self,
         call: &'static str,
         args: Vec<String>,
-        live: impl FnOnce(&ControlPlane) -> Result<T, ControlError>,
+        live: impl FnOnce(&Plane) -> Result<T, ControlError>,
         replayed: impl FnOnce() -> T,
     ) -> Result<T, ControlError> {
         // taken out while it answers, so an interceptor may not re-enter itself

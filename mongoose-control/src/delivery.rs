@@ -160,7 +160,7 @@ impl DeliveryFeeds {
             };
             if change.group == watched {
                 audit.write(
-                    NewRecord::new(RecordType::Fallback, -1, "OverloadState")
+                    NewRecord::new(RecordType::Fallback, None, "OverloadState")
                         .name(Some(&change.feed))
                         .transition(change.from.as_str(), change.to.as_str())
                         .reason(format!(

@@ -128,7 +128,27 @@ pub enum DispatchResult {
 }
 
 /// The group side of a poll: called by a [`FeedReader`] for each item.
-pub trait FeedDispatcher {
+///
+/// Sealed: only a group dispatches (a reader calls it, never implements it), so a type
+/// outside this crate cannot implement it:
+///
+/// ```compile_fail
+/// use std::any::Any;
+/// use mongoose_control::feeds::{DispatchResult, FeedDispatcher};
+/// use mongoose_core::{Delivery, PendingCompletion, ProcessorError, ProcessorId};
+///
+/// struct NotAGroup;
+/// impl FeedDispatcher for NotAGroup {
+///     fn dispatch(&mut self, _item: &dyn Any, _attempt: u32) -> DispatchResult {
+///         DispatchResult::Done
+///     }
+///     fn complete(&mut self, _: PendingCompletion, _: &Delivery) -> Result<(), ProcessorError> {
+///         Ok(())
+///     }
+///     fn gave_up(&mut self, _item: &dyn Any, _processor: Option<ProcessorId>) {}
+/// }
+/// ```
+pub trait FeedDispatcher: sealed::Sealed {
     /// Delivers `item` to the queue's processors; `attempt` counts earlier failed
     /// attempts of this item. For a positioned item the delivery context is entered.
     fn dispatch(&mut self, item: &dyn Any, attempt: u32) -> DispatchResult;
@@ -161,6 +181,15 @@ pub trait FeedDispatcher {
         let _ = run;
     }
 }
+
+/// The private supertrait that seals [`FeedDispatcher`]: only this crate's types
+/// implement it.
+mod sealed {
+    /// Implemented by the group's dispatcher alone.
+    pub trait Sealed {}
+}
+
+pub(crate) use sealed::Sealed;
 
 /// Reads a queue's state from any thread (the group's status and its drain are read
 /// off the group's thread, even while it is busy in a handler).

@@ -18,6 +18,11 @@
 //! group calls it: see [`controller`]. They never wait, and a group's recorder is told
 //! of each ([`GroupRecorder::control_call`]).
 //!
+//! Test doubles and hooks are behind the `testsuite` cargo feature: the in-memory
+//! feeds of the `memory` module (`memory::MemoryFeeds`, used by the examples here) and
+//! `ProcessorGroup::inject_control_fault`. Tests and examples enable it
+//! through a dev-dependency: `mongoose-control = { ..., features = ["testsuite"] }`.
+//!
 //! The control plane's own jobs live in its submodules: adding and stopping processors
 //! (each add takes one [`ProcessorSupplier`]: a closure returning a processor, or a boxed
 //! factory of configured ones), the service registry, and processor-owned admin
@@ -87,10 +92,12 @@ mod group;
 mod handle;
 pub mod host;
 mod idle;
+#[cfg(feature = "testsuite")]
 pub mod memory;
 mod plane;
 pub mod record;
 mod reply;
+mod sentinel;
 pub mod services;
 mod supplier;
 

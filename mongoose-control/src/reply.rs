@@ -45,19 +45,22 @@ impl fmt::Display for ReplyOutcome {
 
 /// The one final reply to a control request.
 ///
-/// `kind` is [`FailureKind::None`] exactly when `outcome` is APPLIED. `request_id` is -1
-/// for a request refused before it reached a group; `generation` is -1 when the reply is
-/// not about one registration.
+/// `kind` is [`FailureKind::None`] exactly when `outcome` is APPLIED. `request_id` is
+/// `None` for a request refused before it reached a group; `generation` is `None` when
+/// the reply is not about one registration. Both are written `-1` when `None` (the wire
+/// form replies have always had).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct ControlReply {
-    /// The request's id (-1: refused before it reached a group).
-    pub request_id: i64,
+    /// The request's id (`None`: refused before it reached a group; `-1` on the wire).
+    #[serde(with = "crate::sentinel")]
+    pub request_id: Option<u64>,
     /// What happened.
     pub outcome: ReplyOutcome,
     /// Human detail; classify by `outcome` and `kind`, not by this text.
     pub reason: String,
-    /// The registration the reply is about, or -1.
-    pub generation: i64,
+    /// The registration the reply is about, if any (`-1` on the wire when `None`).
+    #[serde(with = "crate::sentinel")]
+    pub generation: Option<u64>,
     /// The processor (or service) name, if any.
     pub name: Option<String>,
     /// Why it was not applied; NONE exactly when APPLIED.
@@ -78,9 +81,9 @@ impl ControlReply {
 
     /// An APPLIED reply.
     pub(crate) fn applied_with(
-        request_id: i64,
+        request_id: Option<u64>,
         reason: impl Into<String>,
-        generation: i64,
+        generation: Option<u64>,
         name: Option<String>,
     ) -> Self {
         ControlReply {
@@ -97,11 +100,11 @@ impl ControlReply {
 
     /// A reply that is not APPLIED; `kind` must not be NONE.
     pub(crate) fn not_applied(
-        request_id: i64,
+        request_id: Option<u64>,
         outcome: ReplyOutcome,
         kind: FailureKind,
         reason: impl Into<String>,
-        generation: i64,
+        generation: Option<u64>,
         name: Option<String>,
     ) -> Self {
         debug_assert!(outcome != ReplyOutcome::Applied && kind != FailureKind::None);
@@ -162,7 +165,7 @@ impl ReplyHandle {
             },
             ReplySender {
                 cell: Some(cell),
-                request_id: -1,
+                request_id: None,
             },
         )
     }
@@ -227,7 +230,7 @@ impl ReplyHandle {
 /// uncompleted sender is a bug the debug build reports.
 pub(crate) struct ReplySender {
     cell: Option<Arc<ReplyCell>>,
-    pub(crate) request_id: i64,
+    pub(crate) request_id: Option<u64>,
 }
 
 impl fmt::Debug for ReplySender {
@@ -263,7 +266,11 @@ impl Drop for ReplySender {
                 request_id = self.request_id,
                 "a control request was dropped without a reply"
             );
-            debug_assert!(false, "request {} dropped without a reply", self.request_id);
+            debug_assert!(
+                false,
+                "request {:?} dropped without a reply",
+                self.request_id
+            );
         }
     }
 }
@@ -427,8 +434,8 @@ fn worker(shared: Arc<ExecutorShared>) {
 mod tests {
     use super::*;
 
-    fn applied(request_id: i64) -> ControlReply {
-        ControlReply::applied_with(request_id, "started", 1, Some("p".into()))
+    fn applied(request_id: u64) -> ControlReply {
+        ControlReply::applied_with(Some(request_id), "started", Some(1), Some("p".into()))
     }
 
     // control-plane-contracts "Threading rules": ControlReplies.await refuses on an agent thread
@@ -467,8 +474,8 @@ mod tests {
             .expect("named thread")
             .starts_with("mongoose-control-replies-"));
         assert!(!on_agent);
-        assert_eq!(id, 7);
-        assert_eq!(handle.try_get().map(|r| r.request_id), Some(7));
+        assert_eq!(id, Some(7));
+        assert_eq!(handle.try_get().map(|r| r.request_id), Some(Some(7)));
     }
 
     // control-plane-contracts "Where reply stages complete": late completions
@@ -507,7 +514,7 @@ mod tests {
         assert!(matches!(error, ControlError::ReplyTimeout));
         sender.complete_on(&executor, applied(9));
         let reply = handle.wait_for(Duration::from_secs(30)).expect("arrives");
-        assert_eq!(reply.request_id, 9);
+        assert_eq!(reply.request_id, Some(9));
     }
 
     // "an elastic pool of daemon threads": a blocking callback does not hold up other replies
@@ -526,18 +533,18 @@ mod tests {
             let _ = tx.send(reply.request_id);
         });
         second_sender.complete_on(&executor, applied(2));
-        assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(2));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(Some(2)));
         release_tx.send(()).expect("first callback waits");
     }
 
     #[test]
     fn kind_is_none_exactly_when_applied_and_serializes_in_reference_names() {
         let reply = ControlReply::not_applied(
-            -1,
+            None,
             ReplyOutcome::NotRunning,
             FailureKind::FailedShutdown,
             "server is stopping",
-            -1,
+            None,
             None,
         );
         let json = serde_json::to_string(&reply).expect("serializes");

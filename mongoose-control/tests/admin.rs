@@ -163,13 +163,14 @@ fn a_command_runs_on_the_group_thread_between_items_and_is_answered_once_with_it
         request[1].effects,
         [format!(
             "{}.1 AdminCommand({})",
-            added.request_id, request[1].generation
+            added.request_id.expect("reached the group"),
+            request[1].generation.expect("about one registration")
         )],
         "the decision names the effect whose outcome follows"
     );
     assert_eq!(
         request[2].op_id.as_deref(),
-        Some(format!("{}.1", added.request_id).as_str())
+        Some(format!("{}.1", added.request_id.expect("reached the group")).as_str())
     );
     assert_eq!(request[3].outcome.as_deref(), Some("APPLIED"));
     assert_eq!(

@@ -47,7 +47,7 @@ fn every_record_of_a_request_shares_its_root_id_and_the_export_returns_them_by_r
     assert!(records[1..].iter().all(|r| r.cause_seq == Some(input)));
     assert_eq!(
         records[2].op_id.as_deref(),
-        Some(format!("{}.1", reply.request_id).as_str()),
+        Some(format!("{}.1", reply.request_id.expect("reached the group")).as_str()),
         "effects carry opId requestId.n"
     );
     assert_eq!(
@@ -56,7 +56,7 @@ fn every_record_of_a_request_shares_its_root_id_and_the_export_returns_them_by_r
     );
     assert_eq!(
         records[3].op_id.as_deref(),
-        Some(format!("{}.2", reply.request_id).as_str())
+        Some(format!("{}.2", reply.request_id.expect("reached the group")).as_str())
     );
     assert_eq!(records[4].outcome.as_deref(), Some("APPLIED"));
     // "Decision: rule, from and to states, effects (each as opId Effect(generation))";
@@ -67,8 +67,8 @@ fn every_record_of_a_request_shares_its_root_id_and_the_export_returns_them_by_r
         (decision.from.as_deref(), decision.to.as_deref()),
         (Some("ABSENT"), Some("RUNNING"))
     );
-    let request = reply.request_id;
-    let generation = reply.generation;
+    let request = reply.request_id.expect("reached the group");
+    let generation = reply.generation.expect("about one registration");
     assert_eq!(
         decision.effects,
         vec![
@@ -285,8 +285,8 @@ fn concurrent_adds_stops_and_service_changes_each_get_exactly_one_reply_and_the_
         for (index, record) in records.iter().enumerate() {
             assert_eq!(record.seq, index as u64 + 1, "gap-free seq in {group}");
         }
-        let mut inputs: HashMap<i64, usize> = HashMap::new();
-        let mut replies: HashMap<i64, usize> = HashMap::new();
+        let mut inputs: HashMap<Option<u64>, usize> = HashMap::new();
+        let mut replies: HashMap<Option<u64>, usize> = HashMap::new();
         for record in &records {
             match record.record {
                 RecordType::Input => *inputs.entry(record.request_id).or_default() += 1,
@@ -300,4 +300,63 @@ fn concurrent_adds_stops_and_service_changes_each_get_exactly_one_reply_and_the_
         );
         assert!(inputs.values().all(|n| *n == 1));
     }
+}
+
+// issue 12 item 6: ids are `Option<u64>` in memory and `-1` on the wire, so an audit
+// exported before the change (tests/fixtures/audit-v1.jsonl, written by the i64 code:
+// a service broadcast with generation -1, a quarantine Fallback with request_id -1)
+// still verifies, reads, and writes back byte for byte.
+#[test]
+fn an_audit_exported_with_minus_one_ids_still_verifies_and_reads_back_byte_for_byte() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/audit-v1.jsonl");
+    assert_eq!(verify(&path), Verification::Complete);
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    for line in text.lines() {
+        let record: mongoose_control::AuditRecord = serde_json::from_str(line).expect("reads");
+        assert_eq!(serde_json::to_string(&record).expect("writes"), line);
+    }
+    let service = read_request(&path, Some(4)).expect("read");
+    assert_eq!(service.len(), 4);
+    assert!(service.iter().all(|r| r.generation.is_none()));
+    assert_eq!(
+        service[1].effects,
+        vec!["4.1 DeliverService(-1)".to_owned()]
+    );
+    let fallbacks = read_request(&path, None).expect("read");
+    assert_eq!(fallbacks.len(), 1);
+    assert_eq!(fallbacks[0].what, "ProcessorQuarantined");
+    assert_eq!(
+        (fallbacks[0].request_id, fallbacks[0].generation),
+        (None, Some(2))
+    );
+}
+
+#[test]
+fn missing_ids_are_minus_one_on_the_wire_and_minus_one_reads_back_as_none() {
+    let (plane, _numbers, _) = plane_with_feed();
+    let added = plane.add_processor("pricing", "pricer", || Scripted::new("p", &new_log()));
+    let mut reply = added.reply.wait_for(WAIT).expect("added");
+    assert!(reply.request_id.is_some() && reply.generation.is_some());
+    for (request_id, generation, wire) in [
+        (None, None, (-1, -1)),
+        (Some(7), None, (7, -1)),
+        (None, Some(3), (-1, 3)),
+        (Some(0), Some(u64::from(u32::MAX)), (0, i64::from(u32::MAX))),
+    ] {
+        reply.request_id = request_id;
+        reply.generation = generation;
+        let json: serde_json::Value = serde_json::to_value(&reply).expect("writes");
+        assert_eq!(
+            (json["request_id"].as_i64(), json["generation"].as_i64()),
+            (Some(wire.0), Some(wire.1))
+        );
+        let back: mongoose_control::ControlReply = serde_json::from_value(json).expect("reads");
+        assert_eq!(back, reply);
+    }
+    let mut json = serde_json::to_value(&reply).expect("writes");
+    json["request_id"] = serde_json::json!(-2);
+    let refused =
+        serde_json::from_value::<mongoose_control::ControlReply>(json).expect_err("-2 is no id");
+    assert!(refused.to_string().contains("only -1"), "{refused}");
 }

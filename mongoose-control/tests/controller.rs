@@ -297,3 +297,41 @@ fn a_processor_stops_itself_from_its_handler_and_its_stop_joins_that_release() {
     assert_eq!(count(&log, "quitter:stop"), 1);
     assert!(plane.processor_handle("pricing", "quitter").is_none());
 }
+
+// issue 12 item 6: the plane a user holds owns the groups and closes them when dropped;
+// the views its processors' controllers hold share its state and close nothing when
+// dropped (a controller taken and dropped in every call)
+#[test]
+fn dropping_the_plane_closes_its_groups_and_a_dropped_controller_closes_nothing() {
+    let (plane, numbers, _) = plane_with_feed();
+    let log = new_log();
+    let taker = Scripted::new("taker", &log).on_item(|_, _| {
+        let control = controller::controller().expect("a handler has a controller");
+        drop(control);
+        Ok(())
+    });
+    let added = plane.add_processor("pricing", "taker", move || taker);
+    assert!(added.reply.wait_for(WAIT).expect("reply").applied());
+    for item in 0..3 {
+        numbers.publish(item);
+    }
+    assert!(
+        wait_until(|| count(&log, "taker:2") == 1),
+        "{:?}",
+        log.lock()
+    );
+    let group = plane.group("pricing").expect("group");
+    assert_eq!(group.state(), mongoose_control::GroupState::Running);
+    // the views dropped closed nothing: the group still answers requests
+    let again = plane.add_processor("pricing", "second", || {
+        Scripted::new("second", &new_log()).no_feed()
+    });
+    assert!(again.reply.wait_for(WAIT).expect("reply").applied());
+    assert!(!plane.is_stopping());
+    drop(plane);
+    assert!(
+        wait_until(|| group.state() == mongoose_control::GroupState::Closed),
+        "dropping the plane closes its groups: {:?}",
+        group.state()
+    );
+}

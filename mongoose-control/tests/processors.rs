@@ -51,7 +51,7 @@ fn an_applied_add_means_the_processor_started_and_the_supplier_ran_on_the_group_
     // control-plane-contracts "addEventProcessor": the supplier runs on the group's agent thread
     assert_eq!(supplier_thread.lock().as_deref(), Some("pricing"));
     let handle = added.handle.expect("admitted");
-    assert_eq!(reply.generation, handle.generation() as i64);
+    assert_eq!(reply.generation, Some(handle.generation()));
 }
 
 // control-plane-contracts "Duplicate names": reserved at admission, before the call returns
@@ -83,7 +83,7 @@ fn an_admitted_add_reserves_the_name_before_the_call_returns_even_before_the_gro
         (ReplyOutcome::Refused, FailureKind::RefusedState)
     );
     assert_eq!(reply.reason, "name in use");
-    assert_eq!(reply.request_id, -1);
+    assert_eq!(reply.request_id, None);
     plane.start().expect("started");
     assert!(wait_until(
         || count(&log, "pricer:start-thread:pricing") == 1
@@ -290,12 +290,12 @@ fn mailbox_requests_are_decided_in_publication_order() {
         replies.push(plane.stop_processor(&added.handle.expect("admitted")));
     }
     gate.open();
-    let ids: Vec<i64> = replies
+    let ids: Vec<Option<u64>> = replies
         .iter()
         .map(|reply| reply.wait_for(WAIT).expect("answered").request_id)
         .collect();
     let group = plane.group("pricing").expect("group");
-    let decided: Vec<i64> = group
+    let decided: Vec<Option<u64>> = group
         .audit()
         .records()
         .into_iter()

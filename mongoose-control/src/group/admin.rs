@@ -25,7 +25,7 @@ impl Runtime {
     /// and answers with its output (see [`crate::admin`] for every reply).
     pub(super) fn apply_admin(
         &mut self,
-        request_id: i64,
+        request_id: Option<u64>,
         input: u64,
         name: String,
         command: String,
@@ -45,7 +45,7 @@ impl Runtime {
                 request_id,
                 input,
                 "adminNoSuchProcessor",
-                -1,
+                None,
                 &name,
                 &command_line,
             );
@@ -68,11 +68,11 @@ impl Runtime {
                     "no such processor '{name}' in group '{}' (running: {running})",
                     self.shared.name
                 ),
-                -1,
+                None,
                 Some(name),
             );
         };
-        let signed = generation as i64;
+        let signed = Some(generation);
         if let Some(reason) = quarantined {
             self.admin_decision(
                 request_id,
@@ -185,10 +185,10 @@ impl Runtime {
     /// A decision record of an admin request, with its command line.
     fn admin_decision(
         &self,
-        request_id: i64,
+        request_id: Option<u64>,
         input: u64,
         rule: &str,
-        generation: i64,
+        generation: Option<u64>,
         name: &str,
         command_line: &str,
     ) {

@@ -89,6 +89,8 @@ impl GroupDispatcher<'_> {
     }
 }
 
+impl crate::feeds::Sealed for GroupDispatcher<'_> {}
+
 impl FeedDispatcher for GroupDispatcher<'_> {
     fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
         if !*self.drop_reported {
@@ -106,7 +108,7 @@ impl FeedDispatcher for GroupDispatcher<'_> {
                 "the group's queue lost items (first drop of this queue binding)"
             );
             self.audit.write(
-                NewRecord::new(RecordType::Fallback, -1, "QueueDrop")
+                NewRecord::new(RecordType::Fallback, None, "QueueDrop")
                     .name(Some(self.feed))
                     .reason(format!(
                         "feed {} queue {}/{} group {}: first drop at sequence {} ({} items through \

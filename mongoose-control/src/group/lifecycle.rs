@@ -18,14 +18,14 @@ use crate::reply::{ControlReply, ReplyOutcome};
 impl Runtime {
     pub(super) fn apply_add(
         &mut self,
-        request_id: i64,
+        request_id: Option<u64>,
         input: u64,
         name: String,
         generation: u64,
         type_name: &'static str,
         supplier: Supplier,
     ) -> ControlReply {
-        let signed = generation as i64;
+        let signed = Some(generation);
         self.decision(
             request_id,
             input,
@@ -160,12 +160,12 @@ impl Runtime {
 
     pub(super) fn apply_stop(
         &mut self,
-        request_id: i64,
+        request_id: Option<u64>,
         input: u64,
         name: String,
         generation: u64,
     ) -> ControlReply {
-        let signed = generation as i64;
+        let signed = Some(generation);
         let quarantined = match self.processors.get(&generation) {
             None => {
                 self.decision(
@@ -268,8 +268,8 @@ impl Runtime {
         self.drop_timer_ops_of(generation);
         tracing::error!(group = %self.shared.name, processor = %name, generation, %reason, "processor quarantined: removed from every reader, timers cancelled, name and instance retained");
         self.audit().write(
-            NewRecord::new(RecordType::Fallback, -1, "ProcessorQuarantined")
-                .generation(generation as i64)
+            NewRecord::new(RecordType::Fallback, None, "ProcessorQuarantined")
+                .generation(Some(generation))
                 .name(Some(&name))
                 .reason(reason.to_owned())
                 .kind(FailureKind::Quarantined),

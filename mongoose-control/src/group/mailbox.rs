@@ -48,14 +48,14 @@ impl Request {
         }
     }
 
-    fn subject(&self) -> (i64, Option<&str>) {
+    fn subject(&self) -> (Option<u64>, Option<&str>) {
         match self {
             Request::Add {
                 name, generation, ..
             }
-            | Request::Stop { name, generation } => (*generation as i64, Some(name)),
-            Request::Service(broadcast) => (-1, Some(&broadcast.name)),
-            Request::Admin { name, .. } => (-1, Some(name)),
+            | Request::Stop { name, generation } => (Some(*generation), Some(name)),
+            Request::Service(broadcast) => (None, Some(&broadcast.name)),
+            Request::Admin { name, .. } => (None, Some(name)),
         }
     }
 }

@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -205,7 +205,7 @@ struct Seed {
     poll_limit: usize,
     recorder: Option<Box<dyn GroupRecorder>>,
     /// What the group's processors reach through their [`crate::Controller`].
-    plane: Option<crate::plane::ControlPlane>,
+    plane: Option<Arc<crate::plane::Plane>>,
 }
 
 struct GroupShared {
@@ -257,7 +257,7 @@ impl ProcessorGroup {
         executor: ReplyExecutor,
         connector: Arc<dyn FeedConnector>,
         services: ServiceSnapshot,
-        plane: Option<crate::plane::ControlPlane>,
+        plane: Option<Arc<crate::plane::Plane>>,
     ) -> Self {
         ProcessorGroup {
             shared: Arc::new(GroupShared {
@@ -410,7 +410,7 @@ impl ProcessorGroup {
                 self.shared.seed.lock().take();
                 self.shared
                     .audit
-                    .write(NewRecord::new(RecordType::Fallback, -1, "Closed"));
+                    .write(NewRecord::new(RecordType::Fallback, None, "Closed"));
                 self.mark_finished();
             }
             None => self.wake(),
@@ -458,10 +458,13 @@ impl ProcessorGroup {
     }
 
     /// Makes the control logic fail while deciding its next request, so the group
-    /// dies: for tests of what a dead group answers.
-    #[doc(hidden)]
+    /// dies: for tests of what a dead group answers. Only with the `testsuite`
+    /// feature.
+    #[cfg(feature = "testsuite")]
     pub fn inject_control_fault(&self) {
-        self.shared.fault.store(true, Ordering::Release);
+        self.shared
+            .fault
+            .store(true, std::sync::atomic::Ordering::Release);
         self.wake();
     }
 

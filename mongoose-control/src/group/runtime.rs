@@ -266,7 +266,7 @@ impl Runtime {
             self.detach(generation);
         }
         self.audit()
-            .write(NewRecord::new(RecordType::Fallback, -1, "Closed"));
+            .write(NewRecord::new(RecordType::Fallback, None, "Closed"));
         self.publish_status();
         self.retain_instances();
         self.shared.mailbox.lock().state = GroupState::Closed;
@@ -280,7 +280,7 @@ impl Runtime {
             std::mem::take(&mut mailbox.queue)
         };
         self.audit().write(
-            NewRecord::new(RecordType::Fallback, -1, "Dead")
+            NewRecord::new(RecordType::Fallback, None, "Dead")
                 .reason(message.to_owned())
                 .kind(FailureKind::FailedDead),
         );
@@ -290,7 +290,7 @@ impl Runtime {
                 ReplyOutcome::Failed,
                 FailureKind::FailedRule,
                 format!("control processor threw: {message}"),
-                -1,
+                None,
                 None,
             );
             reply.evidence = self.audit().evidence();

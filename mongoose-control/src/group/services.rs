@@ -10,7 +10,7 @@ use crate::services::{ServiceBroadcast, ServiceEvent};
 impl Runtime {
     pub(super) fn apply_service(
         &mut self,
-        request_id: i64,
+        request_id: Option<u64>,
         input: u64,
         broadcast: ServiceBroadcast,
     ) -> ControlReply {
@@ -25,7 +25,7 @@ impl Runtime {
                 request_id,
                 input,
                 "serviceStale",
-                -1,
+                None,
                 &broadcast.name,
                 (&found, &found),
                 &[],
@@ -33,7 +33,7 @@ impl Runtime {
             return ControlReply::applied_with(
                 request_id,
                 format!("ignored: stale version {}", broadcast.version),
-                -1,
+                None,
                 Some(broadcast.name),
             );
         }
@@ -41,7 +41,7 @@ impl Runtime {
             request_id,
             input,
             "serviceDeliver",
-            -1,
+            None,
             &broadcast.name,
             (&format!("v{last}"), &format!("v{}", broadcast.version)),
             &["DeliverService"],
@@ -61,15 +61,17 @@ impl Runtime {
         } else {
             Err(failures.join("; "))
         };
-        self.effect(request_id, input, "DeliverService", &result, -1);
+        self.effect(request_id, input, "DeliverService", &result, None);
         match result {
-            Ok(()) => ControlReply::applied_with(request_id, "delivered", -1, Some(broadcast.name)),
+            Ok(()) => {
+                ControlReply::applied_with(request_id, "delivered", None, Some(broadcast.name))
+            }
             Err(reason) => ControlReply::not_applied(
                 request_id,
                 ReplyOutcome::Failed,
                 FailureKind::FailedEffect,
                 format!("delivered with failures: {reason}"),
-                -1,
+                None,
                 Some(broadcast.name),
             ),
         }

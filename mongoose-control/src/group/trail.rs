@@ -8,6 +8,7 @@ use mongoose_core::FailureKind;
 use super::Runtime;
 use crate::audit::{ControlAudit, NewRecord, RecordType};
 use crate::reply::ControlReply;
+use crate::sentinel;
 
 impl Runtime {
     pub(super) fn audit(&self) -> &ControlAudit {
@@ -30,10 +31,10 @@ impl Runtime {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn decision(
         &self,
-        request_id: i64,
+        request_id: Option<u64>,
         input: u64,
         rule: &str,
-        generation: i64,
+        generation: Option<u64>,
         name: &str,
         (from, to): (&str, &str),
         effects: &[&str],
@@ -53,8 +54,8 @@ impl Runtime {
     /// [`Self::effect`] will number their outcomes.
     pub(super) fn effect_ops(
         &self,
-        request_id: i64,
-        generation: i64,
+        request_id: Option<u64>,
+        generation: Option<u64>,
         effects: &[&str],
     ) -> Vec<String> {
         effects
@@ -62,28 +63,37 @@ impl Runtime {
             .enumerate()
             .map(|(index, effect)| {
                 let op = self.effects_of_request + 1 + index as u32;
-                format!("{request_id}.{op} {effect}({generation})")
+                format!(
+                    "{}.{op} {effect}({})",
+                    sentinel::text(request_id),
+                    sentinel::text(generation)
+                )
             })
             .collect()
     }
 
     /// The opId of the last effect of the request being decided, if it had one.
-    pub(super) fn last_op(&self, request_id: i64) -> Option<String> {
-        (self.effects_of_request > 0).then(|| format!("{request_id}.{}", self.effects_of_request))
+    pub(super) fn last_op(&self, request_id: Option<u64>) -> Option<String> {
+        (self.effects_of_request > 0)
+            .then(|| format!("{}.{}", sentinel::text(request_id), self.effects_of_request))
     }
 
     pub(super) fn effect(
         &mut self,
-        request_id: i64,
+        request_id: Option<u64>,
         input: u64,
         effect: &str,
         result: &Result<(), String>,
-        generation: i64,
+        generation: Option<u64>,
     ) {
         self.effects_of_request += 1;
         let record = NewRecord::new(RecordType::EffectOutcome, request_id, effect)
             .cause(input)
-            .op(format!("{request_id}.{}", self.effects_of_request))
+            .op(format!(
+                "{}.{}",
+                sentinel::text(request_id),
+                self.effects_of_request
+            ))
             .generation(generation);
         let record = match result {
             Ok(()) => record.outcome("succeeded"),

@@ -7,10 +7,10 @@ use mongoose_core::FailureKind;
 use crate::group::{Admission, Envelope, ProcessorGroup, Request};
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
 
-use super::{refused, ControlPlane};
+use super::{refused, Plane};
 
 /// Processor-owned admin commands (see [`crate::admin`]).
-impl ControlPlane {
+impl Plane {
     fn admin_envelope(
         &self,
         group: &str,
@@ -23,7 +23,7 @@ impl ControlPlane {
                 ReplyOutcome::Refused,
                 FailureKind::RefusedState,
                 &format!("no such group '{group}'"),
-                -1,
+                None,
                 Some(processor),
             ));
         };
@@ -35,14 +35,8 @@ impl ControlPlane {
         Ok((found, envelope, reply))
     }
 
-    /// Runs `processor`'s admin command `command` with `args` on its group's thread,
-    /// through the group's control mailbox (between items, never while a handler
-    /// runs), and returns the reply handle at once, without backing off on a full
-    /// mailbox. The reply is APPLIED with the command's [`ControlReply::output`], FAILED
-    /// when the command returned an error or panicked, REFUSED for an unknown group,
-    /// processor or command (the reason lists what there is). Every request that
-    /// reaches the group is written to its control audit. See [`crate::admin`].
-    pub fn invoke_admin_command(
+    /// See [`ControlPlane::invoke_admin_command`].
+    pub(crate) fn invoke_admin_command(
         &self,
         group: &str,
         processor: &str,
@@ -54,17 +48,14 @@ impl ControlPlane {
             Err(refusal) => return ReplyHandle::completed(refusal),
         };
         if let Err((envelope, refusal)) = found.admit(envelope, Admission::Immediate) {
-            let answer = Self::refusal_reply(&found, refusal, -1, processor);
+            let answer = Self::refusal_reply(&found, refusal, None, processor);
             ProcessorGroup::answer_refused(envelope, answer);
         }
         reply
     }
 
-    /// [`ControlPlane::invoke_admin_command`], waiting for the reply: one deadline,
-    /// `wait` from the call, covers admission (backing off on a full mailbox) and the
-    /// reply. `None` when the caller may not wait (an agent thread, a group not
-    /// started) or no reply came in time: the command still runs.
-    pub fn invoke_admin_command_wait(
+    /// See [`ControlPlane::invoke_admin_command_wait`].
+    pub(crate) fn invoke_admin_command_wait(
         &self,
         group: &str,
         processor: &str,
@@ -80,7 +71,7 @@ impl ControlPlane {
         if let Err((envelope, refusal)) =
             found.admit(envelope, self.backoff_admission(&found, deadline))
         {
-            let answer = Self::refusal_reply(&found, refusal, -1, processor);
+            let answer = Self::refusal_reply(&found, refusal, None, processor);
             ProcessorGroup::answer_refused(envelope, answer.clone());
             return Some(answer);
         }
@@ -90,9 +81,8 @@ impl ControlPlane {
         reply.wait(deadline).ok()
     }
 
-    /// The admin commands the running processor `processor` of `group` registered,
-    /// sorted; `None` when there is no such group or running processor.
-    pub fn admin_commands(&self, group: &str, processor: &str) -> Option<Vec<String>> {
+    /// See [`ControlPlane::admin_commands`].
+    pub(crate) fn admin_commands(&self, group: &str, processor: &str) -> Option<Vec<String>> {
         self.group(group)?.admin_commands(processor)
     }
 }

@@ -1,20 +1,28 @@
 //! The control plane of one server: its groups, the processor and service calls, and
 //! the group-side pieces of shutdown.
 //!
+//! The [`ControlPlane`] a user holds is the owner (`owner`): it shuts the plane down
+//! when dropped. It and the views a group's processors reach through their controllers
+//! share one [`Plane`], which holds the state and does the work and never shuts down
+//! by itself.
+//!
 //! Its jobs live in submodules: `processors` (add and stop a processor),
 //! `registry` (the service registry: register, remove, withdraw and stop services)
 //! and `admin` (processor-owned admin commands).
 
 mod admin;
+mod owner;
 mod processors;
 mod registry;
+
+pub use owner::ControlPlane;
 
 use registry::Registry;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use mongoose_core::{agent, FailureKind};
@@ -80,8 +88,11 @@ pub struct AddedProcessor {
     pub reply: ReplyHandle,
 }
 
-/// The control plane of one server.
-pub struct ControlPlane {
+/// The state a control plane's owner ([`ControlPlane`]) and its views share, with
+/// everything the plane does. Nothing here shuts down on drop: only the owner does.
+pub(crate) struct Plane {
+    /// This plane itself, for the views handed to groups ([`Plane::view`]).
+    me: Weak<Plane>,
     server: ServerId,
     config: ControlConfig,
     feeds: Arc<dyn FeedConnector>,
@@ -89,15 +100,11 @@ pub struct ControlPlane {
     groups: Arc<Mutex<BTreeMap<String, ProcessorGroup>>>,
     stopping: Arc<AtomicBool>,
     started: Arc<AtomicBool>,
-    next_request: Arc<AtomicI64>,
+    next_request: Arc<AtomicU64>,
     registry: Arc<Registry>,
-    /// True for the view a group's thread holds for its processors' control requests
-    /// ([`crate::controller`]): it shares every piece of state and closes nothing when
-    /// dropped.
-    view: bool,
 }
 
-impl fmt::Debug for ControlPlane {
+impl fmt::Debug for Plane {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ControlPlane")
             .field("server", &self.server)
@@ -110,11 +117,11 @@ fn refused(
     outcome: ReplyOutcome,
     kind: FailureKind,
     reason: &str,
-    generation: i64,
+    generation: Option<u64>,
     name: Option<&str>,
 ) -> ControlReply {
     ControlReply::not_applied(
-        -1,
+        None,
         outcome,
         kind,
         reason,
@@ -123,18 +130,15 @@ fn refused(
     )
 }
 
-impl ControlPlane {
-    /// A started control plane: groups start their threads when created.
-    pub fn new(config: ControlConfig, feeds: Arc<dyn FeedConnector>) -> Self {
-        let plane = ControlPlane::new_unstarted(config, feeds);
-        plane.started.store(true, Ordering::Release);
-        plane
-    }
-
-    /// A control plane whose groups queue requests until [`ControlPlane::start`].
-    pub fn new_unstarted(config: ControlConfig, feeds: Arc<dyn FeedConnector>) -> Self {
+impl Plane {
+    /// A plane whose groups queue requests until [`Plane::start`].
+    pub(super) fn new_unstarted(
+        config: ControlConfig,
+        feeds: Arc<dyn FeedConnector>,
+    ) -> Arc<Plane> {
         let executor = ReplyExecutor::new(config.reply_threads);
-        ControlPlane {
+        Arc::new_cyclic(|me| Plane {
+            me: me.clone(),
             server: ServerId::fresh(),
             config,
             feeds,
@@ -142,41 +146,45 @@ impl ControlPlane {
             groups: Arc::new(Mutex::new(BTreeMap::new())),
             stopping: Arc::new(AtomicBool::new(false)),
             started: Arc::new(AtomicBool::new(false)),
-            next_request: Arc::new(AtomicI64::new(1)),
+            next_request: Arc::new(AtomicU64::new(1)),
             registry: Arc::new(Registry::default()),
-            view: false,
-        }
+        })
     }
 
-    /// A view of this control plane sharing all its state, for the processors of a
-    /// group (their [`crate::Controller`]): dropping it closes nothing. A group's
-    /// thread holds one while it runs (a group not started holds it in its seed), so
-    /// the cycle plane -> group -> view ends when the group closes.
-    pub(crate) fn view(&self) -> ControlPlane {
-        ControlPlane {
-            server: self.server,
-            config: self.config.clone(),
-            feeds: Arc::clone(&self.feeds),
-            executor: self.executor.clone(),
-            groups: Arc::clone(&self.groups),
-            stopping: Arc::clone(&self.stopping),
-            started: Arc::clone(&self.started),
-            next_request: Arc::clone(&self.next_request),
-            registry: Arc::clone(&self.registry),
-            view: true,
-        }
+    /// Marks the plane started: groups created later start at once.
+    pub(super) fn mark_started(&self) {
+        self.started.store(true, Ordering::Release);
     }
 
-    /// This server's id (handles carry it).
-    pub fn server_id(&self) -> ServerId {
+    /// A view of this plane, for the processors of a group (their
+    /// [`crate::Controller`]): it shares all the plane's state and, being no
+    /// [`ControlPlane`], closes nothing when dropped. A group's thread holds one while
+    /// it runs (a group not started holds it in its seed), so the cycle plane -> group
+    /// -> view ends when the owner's drop closes the group.
+    pub(crate) fn view(&self) -> Arc<Plane> {
+        self.me
+            .upgrade()
+            .expect("a plane is borrowed, so its owner or a view still holds it")
+    }
+
+    /// What dropping the owner does: stop admitting, close every group, shut the
+    /// reply executor down.
+    pub(super) fn shut_down(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let groups: Vec<ProcessorGroup> = self.groups.lock().values().cloned().collect();
+        for group in groups {
+            group.close();
+        }
+        self.executor.shut_down();
+    }
+
+    /// See [`ControlPlane::server_id`].
+    pub(crate) fn server_id(&self) -> ServerId {
         self.server
     }
 
-    /// Starts every group's thread; groups created later start at once.
-    ///
-    /// # Errors
-    /// [`ControlError::Spawn`] when a thread cannot be started.
-    pub fn start(&self) -> Result<(), ControlError> {
+    /// See [`ControlPlane::start`].
+    pub(crate) fn start(&self) -> Result<(), ControlError> {
         self.started.store(true, Ordering::Release);
         let groups: Vec<ProcessorGroup> = self.groups.lock().values().cloned().collect();
         for group in groups {
@@ -185,11 +193,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Creates a group with `options` (or returns the existing one of that name).
-    ///
-    /// # Errors
-    /// [`ControlError::ServerStopping`] once a stop began; [`ControlError::Spawn`].
-    pub fn create_group(
+    /// See [`ControlPlane::create_group`].
+    pub(crate) fn create_group(
         &self,
         name: &str,
         options: GroupOptions,
@@ -237,23 +242,23 @@ impl ControlPlane {
         )
     }
 
-    /// The group of that name.
-    pub fn group(&self, name: &str) -> Option<ProcessorGroup> {
+    /// See [`ControlPlane::group`].
+    pub(crate) fn group(&self, name: &str) -> Option<ProcessorGroup> {
         self.groups.lock().get(name).cloned()
     }
 
-    /// Every group's name.
-    pub fn group_names(&self) -> Vec<String> {
+    /// See [`ControlPlane::group_names`].
+    pub(crate) fn group_names(&self) -> Vec<String> {
         self.groups.lock().keys().cloned().collect()
     }
 
-    /// A group's status.
-    pub fn group_status(&self, name: &str) -> Option<GroupStatus> {
+    /// See [`ControlPlane::group_status`].
+    pub(crate) fn group_status(&self, name: &str) -> Option<GroupStatus> {
         self.group(name).map(|group| group.status())
     }
 
-    fn next_request_id(&self) -> i64 {
-        self.next_request.fetch_add(1, Ordering::Relaxed)
+    fn next_request_id(&self) -> Option<u64> {
+        Some(self.next_request.fetch_add(1, Ordering::Relaxed))
     }
 
     fn envelope(&self, request: Request) -> (Envelope, ReplyHandle) {
@@ -287,7 +292,7 @@ impl ControlPlane {
     fn refusal_reply(
         group: &ProcessorGroup,
         refusal: Refusal,
-        generation: i64,
+        generation: Option<u64>,
         name: &str,
     ) -> ControlReply {
         let name = Some(name);
@@ -333,13 +338,8 @@ impl ControlPlane {
         }
     }
 
-    /// The processors the groups still hold though they no longer run them, as
-    /// `processor:<group>/<name>`, sorted: quarantined processors (a group keeps their
-    /// instances and names, also after it closed) and every processor of a dead group.
-    /// Any of them may still hold a service it was given, so while this is not empty
-    /// the services must not be stopped (control-plane-contracts "Failure
-    /// containment": "shutdown remains incomplete with dependent services retained").
-    pub fn retained_processors(&self) -> Vec<String> {
+    /// See [`ControlPlane::retained_processors`].
+    pub(crate) fn retained_processors(&self) -> Vec<String> {
         let groups: Vec<ProcessorGroup> = self.groups.lock().values().cloned().collect();
         let mut held: Vec<String> = groups
             .iter()
@@ -355,21 +355,18 @@ impl ControlPlane {
         held
     }
 
-    /// Begins the server's stop: senders backing off on a full mailbox leave at once
-    /// (NOT_RUNNING "server is stopping"), and new adds and registrations are refused.
-    pub fn begin_stopping(&self) {
+    /// See [`ControlPlane::begin_stopping`].
+    pub(crate) fn begin_stopping(&self) {
         self.stopping.store(true, Ordering::Release);
     }
 
-    /// True once [`ControlPlane::begin_stopping`] was called.
-    pub fn is_stopping(&self) -> bool {
+    /// See [`ControlPlane::is_stopping`].
+    pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
     }
 
-    /// Closes every group and waits for them until `deadline`; returns the groups not
-    /// confirmed closed. Call it from an ordinary thread (a server's stop thread), not
-    /// from a processor: it waits.
-    pub fn close_groups(&self, deadline: Instant) -> Vec<String> {
+    /// See [`ControlPlane::close_groups`].
+    pub(crate) fn close_groups(&self, deadline: Instant) -> Vec<String> {
         let groups: Vec<ProcessorGroup> = self.groups.lock().values().cloned().collect();
         for group in &groups {
             group.close();
@@ -380,22 +377,8 @@ impl ControlPlane {
             .map(|group| group.name().to_owned())
             .collect()
     }
-    /// Shuts the reply executor down: later completions run on a late thread.
-    pub fn shut_down_replies(&self) {
-        self.executor.shut_down();
-    }
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        if self.view {
-            return;
-        }
-        self.stopping.store(true, Ordering::Release);
-        let groups: Vec<ProcessorGroup> = self.groups.lock().values().cloned().collect();
-        for group in groups {
-            group.close();
-        }
+    /// See [`ControlPlane::shut_down_replies`].
+    pub(crate) fn shut_down_replies(&self) {
         self.executor.shut_down();
     }
 }

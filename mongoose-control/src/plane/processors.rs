@@ -12,9 +12,9 @@ use crate::handle::ProcessorHandle;
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
 use crate::supplier::ProcessorSupplier;
 
-use super::{refused, AddFailurePolicy, AddedProcessor, ControlPlane};
+use super::{refused, AddFailurePolicy, AddedProcessor, Plane};
 
-impl ControlPlane {
+impl Plane {
     fn add_request(name: &str, generation: u64, supplier: ProcessorSupplier) -> Request {
         let (type_name, supplier) = supplier.into_parts();
         Request::Add {
@@ -25,14 +25,8 @@ impl ControlPlane {
         }
     }
 
-    /// Adds a processor and returns its handle and reply at once, without waiting and
-    /// without backing off (control-plane-contracts "addProcessor"). Never fails: a
-    /// duplicate name comes back REFUSED (name in use), a stopping server NOT_RUNNING.
-    ///
-    /// The supplier runs on the group's thread: a closure returning a processor
-    /// (`|| Pricer`), or a [`ProcessorSupplier::boxed`] factory of configured
-    /// processors, named for the group's recorder with [`ProcessorSupplier::named`].
-    pub fn add_processor(
+    /// See [`ControlPlane::add_processor`].
+    pub(crate) fn add_processor(
         &self,
         group: &str,
         name: &str,
@@ -48,7 +42,7 @@ impl ControlPlane {
                 ReplyOutcome::NotRunning,
                 FailureKind::FailedShutdown,
                 "server is stopping",
-                -1,
+                None,
                 Some(name),
             ));
         }
@@ -59,7 +53,7 @@ impl ControlPlane {
                     ReplyOutcome::NotRunning,
                     FailureKind::FailedShutdown,
                     &error.to_string(),
-                    -1,
+                    None,
                     Some(name),
                 ))
             }
@@ -69,7 +63,7 @@ impl ControlPlane {
                 ReplyOutcome::Refused,
                 FailureKind::RefusedState,
                 "name in use",
-                -1,
+                None,
                 Some(name),
             ));
         };
@@ -86,7 +80,7 @@ impl ControlPlane {
             },
             Err((envelope, refusal)) => {
                 group.release_reservation(name, generation);
-                let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+                let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
                 ProcessorGroup::answer_refused(envelope, answer);
                 AddedProcessor {
                     handle: None,
@@ -96,16 +90,8 @@ impl ControlPlane {
         }
     }
 
-    /// Adds a processor, waiting up to `control_wait` (admission and reply together)
-    /// off agent threads (control-plane-contracts "addEventProcessor"). On an agent
-    /// thread, or before the group started, it returns once queued. A timeout logs and
-    /// returns; the add still applies.
-    ///
-    /// # Errors
-    /// [`ControlError::NameInUse`] at once; [`ControlError::ServerStopping`];
-    /// [`ControlError::MailboxFull`] (the name is released); with
-    /// [`AddFailurePolicy::Throw`], [`ControlError::NotApplied`].
-    pub fn add_event_processor(
+    /// See [`ControlPlane::add_event_processor`].
+    pub(crate) fn add_event_processor(
         &self,
         group: &str,
         name: &str,
@@ -128,7 +114,7 @@ impl ControlPlane {
             group.admit(envelope, self.backoff_admission(&group, deadline))
         {
             group.release_reservation(name, generation);
-            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
             ProcessorGroup::answer_refused(envelope, answer);
             return Err(match refusal {
                 Refusal::Full | Refusal::Deadline => ControlError::MailboxFull {
@@ -162,9 +148,8 @@ impl ControlPlane {
         }
     }
 
-    /// A handle for what is admitted under the name now (prefer the handle from
-    /// [`ControlPlane::add_processor`], which cannot name a replacement).
-    pub fn processor_handle(&self, group: &str, name: &str) -> Option<ProcessorHandle> {
+    /// See [`ControlPlane::processor_handle`].
+    pub(crate) fn processor_handle(&self, group: &str, name: &str) -> Option<ProcessorHandle> {
         let group = self.group(group)?;
         let generation = group.admitted_generation(name)?;
         Some(ProcessorHandle {
@@ -175,10 +160,9 @@ impl ControlPlane {
         })
     }
 
-    /// Stops exactly the registration the handle names; returns the reply at once
-    /// without backing off. A handle from another server is refused and stops nothing.
-    pub fn stop_processor(&self, handle: &ProcessorHandle) -> ReplyHandle {
-        let generation = handle.generation as i64;
+    /// See [`ControlPlane::stop_processor`].
+    pub(crate) fn stop_processor(&self, handle: &ProcessorHandle) -> ReplyHandle {
+        let generation = Some(handle.generation);
         if handle.server != self.server {
             return ReplyHandle::completed(refused(
                 ReplyOutcome::Refused,
@@ -208,13 +192,12 @@ impl ControlPlane {
         reply
     }
 
-    /// Stops what is admitted under the name at call time (void form). No group or no
-    /// such name: returns at once. Off an agent thread it waits up to `control_wait`;
-    /// a timeout logs and returns (the stop still applies).
-    ///
-    /// # Errors
-    /// [`ControlError::MailboxFull`]: nothing is stopped and the name stays reserved.
-    pub fn stop_processor_by_name(&self, group: &str, name: &str) -> Result<(), ControlError> {
+    /// See [`ControlPlane::stop_processor_by_name`].
+    pub(crate) fn stop_processor_by_name(
+        &self,
+        group: &str,
+        name: &str,
+    ) -> Result<(), ControlError> {
         let deadline = Instant::now() + self.config.control_wait;
         let Some(group) = self.group(group) else {
             return Ok(());
@@ -229,7 +212,7 @@ impl ControlPlane {
         if let Err((envelope, refusal)) =
             group.admit(envelope, self.backoff_admission(&group, deadline))
         {
-            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
             ProcessorGroup::answer_refused(envelope, answer);
             return match refusal {
                 Refusal::Full | Refusal::Deadline => Err(ControlError::MailboxFull {
@@ -253,11 +236,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Stops what is admitted under the name at call time and returns the reply; one
-    /// deadline, `wait` from the call, covers admission and reply. `None` when the
-    /// caller may not wait (agent thread, group not started) or no reply came in time
-    /// (the stop still applies).
-    pub fn stop_processor_wait(
+    /// See [`ControlPlane::stop_processor_wait`].
+    pub(crate) fn stop_processor_wait(
         &self,
         group: &str,
         name: &str,
@@ -269,7 +249,7 @@ impl ControlPlane {
                 ReplyOutcome::Refused,
                 FailureKind::RefusedState,
                 "no such group",
-                -1,
+                None,
                 Some(name),
             ));
         };
@@ -278,7 +258,7 @@ impl ControlPlane {
                 ReplyOutcome::Refused,
                 FailureKind::RefusedState,
                 "no such processor",
-                -1,
+                None,
                 Some(name),
             ));
         };
@@ -289,7 +269,7 @@ impl ControlPlane {
         if let Err((envelope, refusal)) =
             group.admit(envelope, self.backoff_admission(&group, deadline))
         {
-            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
             ProcessorGroup::answer_refused(envelope, answer.clone());
             return Some(answer);
         }
@@ -317,7 +297,7 @@ impl ControlPlane {
             generation,
         });
         if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
-            let answer = Self::refusal_reply(&group, refusal, generation as i64, name);
+            let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
             ProcessorGroup::answer_refused(envelope, answer.clone());
             return Err(match refusal {
                 Refusal::Full => ControlError::MailboxFull {

@@ -15,7 +15,7 @@ use crate::group::{Admission, ProcessorGroup, Request};
 use crate::reply::{ReplyHandle, ReplyOutcome};
 use crate::services::{Service, ServiceBroadcast, ServiceChange, ShutdownStops};
 
-use super::ControlPlane;
+use super::Plane;
 
 struct ServiceEntry {
     version: u64,
@@ -109,10 +109,9 @@ fn same_instance(a: &Arc<dyn Service>, b: &Arc<dyn Service>) -> bool {
     std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
-impl ControlPlane {
-    /// Sends a service broadcast to one group (low level: the registry uses it; an
-    /// old version is answered APPLIED "ignored: stale version N"). Never backs off.
-    pub fn send_service_broadcast(
+impl Plane {
+    /// See [`ControlPlane::send_service_broadcast`].
+    pub(crate) fn send_service_broadcast(
         &self,
         group: &ProcessorGroup,
         broadcast: ServiceBroadcast,
@@ -120,7 +119,7 @@ impl ControlPlane {
         let name = broadcast.name.clone();
         let (envelope, reply) = self.envelope(Request::Service(broadcast));
         if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
-            let answer = Self::refusal_reply(group, refusal, -1, &name);
+            let answer = Self::refusal_reply(group, refusal, None, &name);
             ProcessorGroup::answer_refused(envelope, answer);
         }
         reply
@@ -138,7 +137,7 @@ impl ControlPlane {
             unstarted |= !group.is_started();
             let reply = self.send_service_broadcast(&group, broadcast.clone());
             match reply.try_get() {
-                Some(answer) if answer.request_id == -1 => {
+                Some(answer) if answer.request_id.is_none() => {
                     if answer.outcome == ReplyOutcome::Refused {
                         missed += 1;
                         tracing::error!(group = group.name(), service = %broadcast.name, version = broadcast.version, "group missed a service broadcast: mailbox full");
@@ -150,16 +149,8 @@ impl ControlPlane {
         (handles, missed, unstarted)
     }
 
-    /// Registers a service (control-plane-contracts "registerService"): the name is
-    /// reserved under the service lock, injection and `start()` run outside it, then a
-    /// versioned broadcast goes to every group; off an agent thread the call waits up
-    /// to `control_wait` for every group's reply.
-    ///
-    /// # Errors
-    /// [`ControlError::ServerStopping`]; [`ControlError::ServiceRegistration`] for a
-    /// name in use, an instance still being stopped by an earlier removal, a failed
-    /// `start()`, or a removal that overtook the registration.
-    pub fn register_service(
+    /// See [`ControlPlane::register_service`].
+    pub(crate) fn register_service(
         &self,
         name: &str,
         service: Arc<dyn Service>,
@@ -257,11 +248,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Removes a service (control-plane-contracts "removeService"): unbinds it from
-    /// every group first and stops it only when every group confirmed the withdrawal;
-    /// otherwise the control plane keeps owning it until [`ControlPlane::stop_services`].
-    /// Unknown names and calls during a stop are ignored.
-    pub fn remove_service(&self, name: &str) {
+    /// See [`ControlPlane::remove_service`].
+    pub(crate) fn remove_service(&self, name: &str) {
         let deadline = Instant::now() + self.config.control_wait;
         if self.stopping.load(Ordering::Acquire) {
             tracing::info!(
@@ -334,10 +322,8 @@ impl ControlPlane {
         }
     }
 
-    /// Names of the services this control plane owns and has not confirmed stopped:
-    /// registered, being withdrawn, removed but kept because a group did not confirm
-    /// the withdrawal, or handed to shutdown whose stop is still running or failed.
-    pub fn owned_services(&self) -> Vec<String> {
+    /// See [`ControlPlane::owned_services`].
+    pub(crate) fn owned_services(&self) -> Vec<String> {
         let mut names: Vec<String> = {
             let state = self.registry.state.lock();
             let mut names: Vec<String> = state.entries.keys().cloned().collect();
@@ -350,17 +336,8 @@ impl ControlPlane {
         names
     }
 
-    /// Stops every service still owned (registered, withdrawing, retained), once each,
-    /// each on its own helper thread, and waits for them until `deadline`; call it
-    /// from an ordinary thread once every group closed and
-    /// [`ControlPlane::retained_processors`] is empty. Returns the services not
-    /// confirmed stopped, sorted: a stop still running on its helper, or one that
-    /// failed or panicked.
-    ///
-    /// Calling it again resumes: it re-joins helpers still running, and never calls a
-    /// `stop()` that failed again (its side effects are unknown, so the service stays
-    /// listed; control-plane-contracts "Resuming an incomplete stop").
-    pub fn stop_services(&self, deadline: Instant) -> Vec<String> {
+    /// See [`ControlPlane::stop_services`].
+    pub(crate) fn stop_services(&self, deadline: Instant) -> Vec<String> {
         let services: Vec<(String, Arc<dyn Service>)> = {
             let mut state = self.registry.state.lock();
             let mut owned: Vec<(String, Arc<dyn Service>)> = state
