@@ -14,6 +14,7 @@ use mongoose_delivery::{
 };
 use mongoose_source_file::pointer::{pointer_path_for, PointerRecord, POINTER_FILE_SIZE};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
+use mongoose_testkit::Tmpfs;
 
 /// Counts what it was given.
 #[derive(Default)]
@@ -27,63 +28,6 @@ impl Dispatcher<Line> for Count {
 
     fn complete(&mut self, _: PendingCompletion, _: &Delivery) -> Result<(), ProcessorError> {
         Ok(())
-    }
-}
-
-/// A tmpfs mounted on a temporary directory, unmounted when dropped.
-struct Tmpfs {
-    mount_point: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|error| format!("cannot run {program}: {error}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let dir = tempfile::tempdir().expect("dir");
-        let mount_point = dir.path().join("fs");
-        fs::create_dir(&mount_point).expect("mount point");
-        let point = mount_point.to_str().expect("a UTF-8 path");
-        run(
-            "mount",
-            &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", point],
-        )
-        .unwrap_or_else(|error| panic!("this test mounts a real tmpfs and needs root: {error}"));
-        Tmpfs {
-            mount_point,
-            _dir: dir,
-        }
-    }
-
-    fn path(&self) -> &Path {
-        &self.mount_point
-    }
-
-    fn remount(&self, mode: &str) {
-        let point = self.mount_point.to_str().expect("a UTF-8 path");
-        run("mount", &["-o", &format!("remount,{mode}"), point]).expect("remount");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let point = self.mount_point.to_string_lossy().into_owned();
-        if let Err(error) = run("umount", &[&point]) {
-            eprintln!("cannot unmount the test's tmpfs: {error}");
-        }
     }
 }
 

@@ -171,43 +171,5 @@ impl LedgerRun {
     }
 }
 
-/// A tmpfs of a few pages mounted for a test, unmounted when dropped. Needs root, as
-/// CI and the development machines have.
-pub struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    pub fn mount(dir: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(dir).expect("mount point");
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .expect("mount runs");
-        assert!(
-            status.success(),
-            "cannot mount a tmpfs at {} (these tests need root)",
-            dir.display()
-        );
-        Tmpfs {
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    /// Gives the file system room again (the operator freed space).
-    pub fn grow(&self) {
-        let status = Command::new("mount")
-            .args(["-o", "remount,size=64m"])
-            .arg(&self.dir)
-            .status()
-            .expect("mount runs");
-        assert!(status.success(), "remount");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
-}
+/// A tmpfs of a few pages mounted for a test, unmounted when dropped (needs root).
+pub use mongoose_testkit::Tmpfs;
