@@ -10,12 +10,6 @@ use common::*;
 use mongoose_core::{EventSource, SourceOutput, SourceState};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 
-fn input(dir: &tempfile::TempDir, content: &[u8]) -> std::path::PathBuf {
-    let path = dir.path().join("input.log");
-    fs::write(&path, content).expect("write input");
-    path
-}
-
 // feed-delivery-guarantees §7, review 2 finding 9 (FileEventSourceFeedStatusTest.anUnterminatedLastLineOfAOnceReadIsCounted)
 #[test]
 fn an_unterminated_last_line_of_a_once_read_is_counted() {
@@ -255,8 +249,7 @@ fn lines_longer_than_the_read_buffer_are_read_whole() {
 fn a_missing_input_file_is_waited_for() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("later.log");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive(&mut source, 2);
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     fs::write(&path, b"here\n").expect("create");
@@ -288,8 +281,7 @@ fn strategies_parse_from_their_configuration_names() {
 fn a_commit_after_stop_re_maps_the_pointer_file() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\nc\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || output.items().len() == 3);
     output.process(1);
     source.stop().expect("stop");
