@@ -2,9 +2,11 @@
 //! nothing per item, with one subscriber and with a fan-out to two, measured with a
 //! counting allocator.
 
+mod support;
+
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{CoreError, Delivery, Epoch, ProcessorError, SourceCommitter, SourceOutput};
-use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, SubscribeOptions};
+use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed};
 use mongoose_testkit::CountingAllocator;
 
 #[global_allocator]
@@ -38,11 +40,7 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
         .build();
     feed.acknowledge_with(Box::new(Pointer(0)));
     feed.set_pause_by_default(true);
-    let mut reader = feed
-        .subscribe("group", SubscribeOptions::default())
-        .expect("subscribed")
-        .take_reader()
-        .expect("reader");
+    let mut reader = support::reader(&feed, "group");
     feed.start_complete();
     let mut count = Count(0);
     let mut run = |items: std::ops::Range<u64>| {
@@ -105,12 +103,7 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
     fan.set_pause_by_default(true);
     let mut readers: Vec<_> = ["left", "right"]
         .iter()
-        .map(|group| {
-            fan.subscribe(group, SubscribeOptions::default())
-                .expect("subscribed")
-                .take_reader()
-                .expect("reader")
-        })
+        .map(|group| support::reader(&fan, group))
         .collect();
     fan.start_complete();
     let mut fan_out = |items: std::ops::Range<u64>| {
