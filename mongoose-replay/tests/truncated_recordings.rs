@@ -9,7 +9,7 @@
 //! fed lines and admin commands, closed cleanly. The damage is then done to the files.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 

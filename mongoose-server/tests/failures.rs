@@ -12,7 +12,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{balances_of, ledger_config, LedgerRun, Tmpfs};
+use mongoose_testkit::Tmpfs;
+use support::{balances_of, ledger_config, LedgerRun};
 
 const LINES: usize = 3_000;
 

@@ -12,7 +12,7 @@ pub struct Tmpfs {
     mount_point: PathBuf,
     /// The temporary directory that holds the mount point, when the tmpfs made one;
     /// removed after the unmount.
-    _dir: Option<tempfile::TempDir>,
+    temporary_dir: Option<tempfile::TempDir>,
 }
 
 impl Tmpfs {
@@ -21,7 +21,7 @@ impl Tmpfs {
     pub fn mount(size: &str) -> Tmpfs {
         let dir = tempfile::tempdir().expect("a temporary directory for the mount point");
         let mut tmpfs = Tmpfs::mount_at(&dir.path().join("fs"), size);
-        tmpfs._dir = Some(dir);
+        tmpfs.temporary_dir = Some(dir);
         tmpfs
     }
 
@@ -38,7 +38,7 @@ impl Tmpfs {
         });
         Tmpfs {
             mount_point: dir.to_path_buf(),
-            _dir: None,
+            temporary_dir: None,
         }
     }
 

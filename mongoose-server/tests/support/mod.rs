@@ -1,11 +1,11 @@
 //! One harness for the tests that run the `mongoose` binary with the ledger as a child
 //! process: a folder with `input.txt` and `mongoose.toml`, the run's stderr appended to
-//! `server.log`, the pointer and the ledger's saved state read back, and a small tmpfs
-//! for the tests that need a full disk.
+//! `server.log`, the pointer and the ledger's saved state read back. The small tmpfs of
+//! the tests that need a full disk is `mongoose_testkit::Tmpfs`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -170,6 +170,3 @@ impl LedgerRun {
         LedgerState::load(&self.path(state_dir)).expect("state readable")
     }
 }
-
-/// A tmpfs of a few pages mounted for a test, unmounted when dropped (needs root).
-pub use mongoose_testkit::Tmpfs;
