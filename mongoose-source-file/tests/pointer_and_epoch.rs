@@ -118,9 +118,7 @@ fn a_rotated_file_is_read_to_its_end_before_the_new_one() {
         output.items().len() == 4
     });
     assert_eq!(output.items(), strings(&["1", "2", "3", "4"]));
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output
         .states()
         .iter()
@@ -144,9 +142,7 @@ fn a_partial_line_is_read_once_across_a_reopen() {
         output.process_all();
         output.items().len() >= 4
     });
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert_eq!(output.items(), strings(&["a", "b", "partial", "c"]));
     assert_eq!(source.epoch(), epoch);
     assert_eq!(source.status().reopens, 1);
@@ -441,9 +437,7 @@ fn a_rotation_during_the_open_of_a_committed_source_still_reaches_the_new_file()
         output.process_all();
         output.items().len() == 3
     });
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert_eq!(output.items(), strings(&["a3", "b1", "b2"]));
     let entries = output.entries();
     assert_eq!(

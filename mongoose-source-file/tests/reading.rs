@@ -17,9 +17,7 @@ fn an_unterminated_last_line_of_a_once_read_is_counted() {
     let path = input(&dir, b"a\nb\ntail");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), strings(&["a", "b"]));
     assert_eq!(output.unterminated(), Some(4));
     assert_eq!(source.status().unterminated_bytes, 4);
@@ -34,9 +32,7 @@ fn a_once_read_last_line_ended_by_a_lone_cr_is_published() {
     let path = input(&dir, b"a\r\nb\r");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), strings(&["a", "b"]));
     assert_eq!(output.positions(), vec![3, 5]);
     assert_eq!(output.unterminated(), Some(0));
@@ -49,9 +45,7 @@ fn a_tailing_read_waits_for_the_byte_after_a_cr() {
     let path = input(&dir, b"a\r");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::Earliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output.items().is_empty(), "published before the next byte");
     append(&path, b"\nb\n");
     drive_until(&mut source, || output.items().len() == 2);
@@ -66,9 +60,7 @@ fn every_terminator_ends_one_line_and_positions_count_its_bytes() {
     let path = input(&dir, b"a\nb\r\nc\rd\n\n");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), strings(&["a", "b", "c", "d", ""]));
     assert_eq!(output.positions(), vec![2, 5, 7, 9, 10]);
 }
@@ -92,9 +84,7 @@ fn a_paused_line_is_kept_and_the_source_stays_behind_until_everything_is_taken()
     assert_eq!(output.items(), strings(&["1", "2", "3"]));
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     output.set_capacity(None);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert_eq!(output.items(), strings(&["1", "2", "3", "4", "5"]));
     assert_eq!(output.positions(), vec![2, 4, 6, 8, 10]);
 }
@@ -108,9 +98,7 @@ fn a_retried_publish_keeps_the_line_and_the_source_behind() {
     let path = input(&dir, b"a\n");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::Earliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     append(&path, b"b\nc\n");
     output.retry_next(2);
     drive(&mut source, 1);
@@ -118,9 +106,7 @@ fn a_retried_publish_keeps_the_line_and_the_source_behind() {
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     drive(&mut source, 1);
     assert_eq!(output.last_state(), Some(SourceState::Behind));
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert_eq!(output.items(), strings(&["a", "b", "c"]));
     assert_eq!(source.status().pauses, 0);
 }
@@ -168,9 +154,7 @@ fn latest_starts_at_the_end_and_publishes_every_new_line() {
     let path = input(&dir, b"old1\nold2\n");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::Latest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output.items().is_empty());
     append(&path, b"new1\nnew2\nnew3\n");
     drive_until(&mut source, || output.items().len() == 3);
@@ -185,9 +169,7 @@ fn latest_publishes_a_line_being_written_at_its_start_whole() {
     let path = input(&dir, b"old1\nold2\npart");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::Latest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     append(&path, b"ial\nnext\n");
     drive_until(&mut source, || output.items().len() == 2);
     assert_eq!(output.items(), strings(&["partial", "next"]));
@@ -201,9 +183,7 @@ fn once_latest_ends_at_the_end_of_the_file_without_publishing() {
     let path = input(&dir, b"old1\nold2\npart");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::OnceLatest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert!(output.items().is_empty());
     assert_eq!(output.unterminated(), Some(0));
 }
@@ -215,9 +195,7 @@ fn an_earliest_tail_re_reads_a_truncated_file() {
     let path = input(&dir, b"long line one\nlong line two\n");
     let output = RecordingOutput::new();
     let mut source = started_source(&path, ReadStrategy::Earliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     fs::write(&path, b"new\n").expect("truncate in place");
     drive_until(&mut source, || output.items().len() == 3);
     assert_eq!(output.items()[2], "new");
@@ -237,9 +215,7 @@ fn lines_longer_than_the_read_buffer_are_read_whole() {
     config.max_bytes_per_cycle = 5;
     let mut source = FileEventSource::new(config, Ok::<Line, String>, erased);
     source.start().expect("start");
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), vec![long.clone(), "short".to_owned(), long]);
     assert_eq!(output.positions(), vec![1001, 1008, content.len() as u64]);
 }
@@ -321,9 +297,7 @@ fn mapper_errors_inside_a_batch_are_filtered_in_file_order_between_the_published
         erased,
     );
     source.start().expect("start");
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     let entries = output.entries();
     let positions: Vec<u64> = entries.iter().map(|entry| entry.position).collect();
     assert_eq!(positions, line_ends);

@@ -390,9 +390,7 @@ pub fn committed_source(path: &Path) -> (Arc<RecordingOutput<Line>>, FileEventSo
 /// reports CAUGHT_UP (nothing processed).
 pub fn caught_up_source(path: &Path) -> (Arc<RecordingOutput<Line>>, FileEventSource<Line>) {
     let (output, mut source) = committed_source(path);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     (output, source)
 }
 
@@ -427,6 +425,16 @@ pub fn drive_until(source: &mut dyn EventSource, mut done: impl FnMut() -> bool)
         assert!(Instant::now() < deadline, "condition not reached in time");
         source.do_work().expect("do_work");
     }
+}
+
+/// Runs duty cycles until the source last reported `state` to `output`, for at most
+/// 10 s.
+pub fn drive_until_state<T: Clone + Send + 'static>(
+    source: &mut dyn EventSource,
+    output: &RecordingOutput<T>,
+    state: SourceState,
+) {
+    drive_until(source, || output.last_state() == Some(state));
 }
 
 /// Runs `cycles` duty cycles.
