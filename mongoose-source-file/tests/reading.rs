@@ -15,8 +15,7 @@ use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy
 fn an_unterminated_last_line_of_a_once_read_is_counted() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\ntail");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::OnceEarliest);
     drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), strings(&["a", "b"]));
     assert_eq!(output.unterminated(), Some(4));
@@ -30,8 +29,7 @@ fn an_unterminated_last_line_of_a_once_read_is_counted() {
 fn a_once_read_last_line_ended_by_a_lone_cr_is_published() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\r\nb\r");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::OnceEarliest);
     drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), strings(&["a", "b"]));
     assert_eq!(output.positions(), vec![3, 5]);
@@ -43,8 +41,7 @@ fn a_once_read_last_line_ended_by_a_lone_cr_is_published() {
 fn a_tailing_read_waits_for_the_byte_after_a_cr() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\r");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output.items().is_empty(), "published before the next byte");
     append(&path, b"\nb\n");
@@ -58,8 +55,7 @@ fn a_tailing_read_waits_for_the_byte_after_a_cr() {
 fn every_terminator_ends_one_line_and_positions_count_its_bytes() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\r\nc\rd\n\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::OnceEarliest);
     drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), strings(&["a", "b", "c", "d", ""]));
     assert_eq!(output.positions(), vec![2, 5, 7, 9, 10]);
@@ -96,8 +92,7 @@ fn a_paused_line_is_kept_and_the_source_stays_behind_until_everything_is_taken()
 fn a_retried_publish_keeps_the_line_and_the_source_behind() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     append(&path, b"b\nc\n");
     output.retry_next(2);
@@ -152,8 +147,7 @@ fn a_mapper_error_filters_the_line_counts_it_and_its_position_is_committed() {
 fn latest_starts_at_the_end_and_publishes_every_new_line() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"old1\nold2\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Latest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::Latest);
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output.items().is_empty());
     append(&path, b"new1\nnew2\nnew3\n");
@@ -167,8 +161,7 @@ fn latest_starts_at_the_end_and_publishes_every_new_line() {
 fn latest_publishes_a_line_being_written_at_its_start_whole() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"old1\nold2\npart");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Latest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::Latest);
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     append(&path, b"ial\nnext\n");
     drive_until(&mut source, || output.items().len() == 2);
@@ -181,8 +174,7 @@ fn latest_publishes_a_line_being_written_at_its_start_whole() {
 fn once_latest_ends_at_the_end_of_the_file_without_publishing() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"old1\nold2\npart");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::OnceLatest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::OnceLatest);
     drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert!(output.items().is_empty());
     assert_eq!(output.unterminated(), Some(0));
@@ -193,8 +185,7 @@ fn once_latest_ends_at_the_end_of_the_file_without_publishing() {
 fn an_earliest_tail_re_reads_a_truncated_file() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"long line one\nlong line two\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     fs::write(&path, b"new\n").expect("truncate in place");
     drive_until(&mut source, || output.items().len() == 3);
@@ -326,8 +317,7 @@ fn an_input_path_that_is_a_directory_is_reopened_with_a_back_off() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("input.log");
     fs::create_dir(&path).expect("a directory at the input path");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
     drive(&mut source, 20_000);
     let reopens = source.status().reopens;
     assert!(

@@ -379,11 +379,19 @@ pub fn unstarted_source(
     )
 }
 
+/// A started source of `path` with `strategy` into a new recording output.
+pub fn source_with(
+    path: &Path,
+    strategy: ReadStrategy,
+) -> (Arc<RecordingOutput<Line>>, FileEventSource<Line>) {
+    let output = RecordingOutput::new();
+    let source = started_source(path, strategy, &output);
+    (output, source)
+}
+
 /// A started COMMITED source of `path` into a new recording output.
 pub fn committed_source(path: &Path) -> (Arc<RecordingOutput<Line>>, FileEventSource<Line>) {
-    let output = RecordingOutput::new();
-    let source = started_source(path, ReadStrategy::Committed, &output);
-    (output, source)
+    source_with(path, ReadStrategy::Committed)
 }
 
 /// A started COMMITED source of `path` into a new recording output, driven until it
