@@ -72,6 +72,7 @@
 pub mod agent;
 mod delivery;
 mod error;
+mod idle;
 mod overload;
 mod position;
 mod processor;
@@ -82,6 +83,7 @@ pub use delivery::{
     engine, CompletionKey, Delivery, DeliveryContext, ProcessorId, MAX_COMPLETIONS_PER_DELIVERY,
 };
 pub use error::{CoreError, EvidenceStatus, FailureKind, ProcessorError, PublishRefused};
+pub use idle::IdleStrategy;
 pub use overload::{OverloadPolicy, OverloadSettings};
 pub use position::{Epoch, Position, PositionValue};
 pub use processor::{ConsumerPosition, Handler, Processor, SavedPosition, Subscriptions};

@@ -74,8 +74,10 @@
 #![forbid(unsafe_code)]
 
 mod checkpoint;
+mod driver;
 mod error;
 mod feed;
+mod idle;
 mod publisher;
 mod queue;
 mod reader;
@@ -84,8 +86,10 @@ mod status;
 mod window;
 
 pub use checkpoint::{Mark, ProcessingCheckpoint};
+pub use driver::{DriverStop, SourceDriver};
 pub use error::DeliveryError;
 pub use feed::{DataMapper, Feed, FeedBuilder, SubscribeOptions, DEFAULT_QUEUE_CAPACITY};
+pub use idle::Idler;
 pub use publisher::{KillSwitch, Publisher, Released, Subscription};
 pub use queue::{
     DropEvidence, DroppedRun, FeedStatusEvent, OverloadChange, OverloadObserver, OverloadState,

@@ -61,6 +61,12 @@ pub trait AnyFeed: Send + Sync {
     /// The feed has a source that is starting: it is BEHIND (not a silent fallback
     /// feed) until the source reports.
     fn report_source_starting(&self);
+    /// Gives what was processed to the source's committer
+    /// ([`SourceOutput::poll_acknowledgements`]); the [`crate::SourceDriver`] calls it
+    /// around each duty cycle.
+    fn poll_acknowledgements(&self) -> usize;
+    /// Replays items a full queue paused ([`SourceOutput::flush_paused`]).
+    fn flush_paused(&self) -> bool;
 }
 
 impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
@@ -121,6 +127,12 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     }
     fn report_source_starting(&self) {
         SourceOutput::report_state(self, SourceState::Behind, Some("source starting"));
+    }
+    fn poll_acknowledgements(&self) -> usize {
+        SourceOutput::poll_acknowledgements(self)
+    }
+    fn flush_paused(&self) -> bool {
+        SourceOutput::flush_paused(self)
     }
 }
 

@@ -62,6 +62,9 @@ fn run(
     example: &LedgerExample,
     exit_when_settled: bool,
 ) -> Result<cli::RunOutcome, (u8, ServerError)> {
+    // before anything starts: a SIGTERM during the start stops the run cleanly once
+    // it begins, instead of killing the process with the default action
+    let signals = cli::Signals::install().map_err(|error| (EXIT_FAILED, error))?;
     // the config and the ledger's settings are values, not TOML text: any path works
     let config = example
         .server_config()
@@ -75,7 +78,7 @@ fn run(
     if let Some(address) = &example.admin {
         admin::serve(server.clone(), address).map_err(|error| (EXIT_FAILED, error))?;
     }
-    cli::run_until_done_with_status(&server, exit_when_settled)
+    cli::run_until_done_with_signals(&server, exit_when_settled, &signals)
         .map_err(|error| (EXIT_FAILED, error))
 }
 

@@ -124,16 +124,52 @@ pub fn run_until_done_with_status(
     server: &Server,
     exit_when_settled: bool,
 ) -> Result<RunOutcome, ServerError> {
-    let signalled = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        // the second signal exits at once; the first sets the flag
-        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&signalled))
-            .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&signalled)))
-            .map_err(|error| ServerError::Io {
-                context: "cannot install signal handlers".into(),
-                error,
-            })?;
+    let signals = Signals::install()?;
+    run_until_done_with_signals(server, exit_when_settled, &signals)
+}
+
+/// SIGTERM and SIGINT caught into a flag: the first sets it (the run loop then runs the
+/// ordered shutdown), a second ends the process at once (exit 130).
+///
+/// Install it before [`Server::start`]: a signal that arrives while the server starts
+/// is then kept and stops the run cleanly as soon as the loop begins. Installed after
+/// the start (as [`run_until_done`] does for a caller that did not), a signal in
+/// between would end the process with the default action, without the ordered stop.
+#[derive(Debug, Clone)]
+pub struct Signals {
+    signalled: Arc<AtomicBool>,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    pub fn install() -> Result<Self, ServerError> {
+        let signalled = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            // the second signal exits at once; the first sets the flag
+            signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&signalled))
+                .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&signalled)))
+                .map_err(|error| ServerError::Io {
+                    context: "cannot install signal handlers".into(),
+                    error,
+                })?;
+        }
+        Ok(Signals { signalled })
     }
+
+    /// True once a signal arrived.
+    pub fn received(&self) -> bool {
+        self.signalled.load(Ordering::Acquire)
+    }
+}
+
+/// [`run_until_done_with_status`] with signal handlers installed earlier (before the
+/// server started: see [`Signals`]).
+pub fn run_until_done_with_signals(
+    server: &Server,
+    exit_when_settled: bool,
+    signals: &Signals,
+) -> Result<RunOutcome, ServerError> {
+    let signalled = &signals.signalled;
     let mut settled_code = None;
     let mut failures = Vec::new();
     let mut warned_stalled = false;

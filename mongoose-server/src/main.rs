@@ -87,6 +87,9 @@ fn builder(config: ServerConfig) -> ServerBuilder {
 }
 
 fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)> {
+    // before anything starts: a SIGTERM during the start stops the run cleanly once
+    // it begins, instead of killing the process with the default action
+    let signals = cli::Signals::install().map_err(|error| (EXIT_FAILED, error))?;
     let config = ServerConfig::load(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
     let admin_settings =
         admin::AdminSettings::from_config(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
@@ -97,7 +100,7 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
     if let Some(settings) = admin_settings {
         admin::serve_with(server.clone(), settings).map_err(|error| (EXIT_FAILED, error))?;
     }
-    let outcome = cli::run_until_done_with_status(&server, exit_when_settled)
+    let outcome = cli::run_until_done_with_signals(&server, exit_when_settled, &signals)
         .map_err(|error| (EXIT_FAILED, error))?;
     for failure in &outcome.failures {
         eprintln!("mongoose: {failure}");

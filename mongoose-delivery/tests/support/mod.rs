@@ -186,3 +186,10 @@ pub fn process(reader: &mut QueueReader<u64>, count: usize) -> Vec<u64> {
     }
     collect.items
 }
+
+/// Polls whatever is waiting (up to 1,024 items).
+pub fn process_available(reader: &mut QueueReader<u64>) -> Vec<u64> {
+    let mut collect = Collect::default();
+    reader.poll(&mut collect, 1_024);
+    collect.items
+}

@@ -1,12 +1,12 @@
 //! The server's lifecycle: the start (groups and processors, then sources) and the
 //! ordered shutdown with its truthful [`StopResult`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mongoose_control::{GroupOptions, ProcessorSupplier, ReplyOutcome};
-use mongoose_core::{agent, WorkDone};
+use mongoose_core::{agent, IdleStrategy};
+use mongoose_delivery::SourceDriver;
 use mongoose_replay::{RecordConfig, Recorder};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -158,67 +158,22 @@ impl Server {
         // the feed has a source: it is behind until the source says otherwise, never a
         // silent (fallback) feed judged on drained alone while its thread starts
         feed.publisher.report_source_starting();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop_flag = Arc::clone(&stop);
+        // the driver polls acknowledgements and flushes paused items around each duty
+        // cycle, idles, retries a failing cycle and polls once more at the stop
+        let driver = SourceDriver::new(&feed.name, IdleStrategy::default());
+        let stop = driver.stop_handle();
+        let publisher = Arc::clone(&feed.publisher);
         let name = feed.name.clone();
         let failed = Arc::clone(failures);
         let thread = std::thread::Builder::new()
             .name(format!("mongoose-source-{name}"))
             .spawn(move || {
-                let _agent = agent::mark_current_thread(&format!("source:{name}"));
-                if let Err(error) = source.start() {
+                if let Err(error) = driver.run(&mut *source, &*publisher) {
                     // the feed can never deliver: the run ends (issue 9, item 11)
                     let reason = format!("feed '{name}': the source could not start: {error}");
                     error!("{reason}");
                     failed.lock().push(reason);
-                    return;
                 }
-                info!(feed = %name, "source started");
-                let mut idle = 0u32;
-                // a failing duty cycle is logged once, then as a count at most every
-                // 10 s (issue 10, item 8: no flood of repeated lines)
-                let mut failures = 0u64;
-                let mut unlogged = 0u64;
-                let mut last_logged: Option<Instant> = None;
-                while !stop_flag.load(Ordering::Acquire) {
-                    let cycle = source.do_work();
-                    if cycle.is_ok() && failures > 0 {
-                        info!(feed = %name, failures, "the source works again");
-                        failures = 0;
-                        unlogged = 0;
-                        last_logged = None;
-                    }
-                    match cycle {
-                        Ok(WorkDone(0)) => {
-                            idle = idle.saturating_add(1);
-                            if idle > 64 {
-                                std::thread::sleep(Duration::from_millis(1));
-                            } else {
-                                std::thread::yield_now();
-                            }
-                        }
-                        Ok(_) => idle = 0,
-                        Err(error) => {
-                            failures += 1;
-                            let due = last_logged.is_none_or(|last| {
-                                last.elapsed() >= Duration::from_secs(10)
-                            });
-                            if due {
-                                error!(feed = %name, %error, failures, unlogged,
-                                    "source duty cycle failed; retrying every 100 ms (this error is repeated at most every 10 s, with a count)");
-                                last_logged = Some(Instant::now());
-                                unlogged = 0;
-                            } else {
-                                unlogged += 1;
-                            }
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
-                    }
-                }
-                if let Err(error) = source.stop() {
-                    error!(feed = %name, %error, "source stop failed: what it processed may be re-delivered");
-                }
-                info!(feed = %name, "source stopped");
             });
         match thread {
             Ok(thread) => *slot = SourceSlot::Running { stop, thread },
@@ -377,7 +332,7 @@ impl Server {
     fn stop_sources(&self, deadline: Instant) -> bool {
         for feed in &self.inner.feeds {
             if let SourceSlot::Running { stop, .. } = &*feed.source.lock() {
-                stop.store(true, Ordering::Release);
+                stop.stop();
             }
         }
         let mut all = true;

@@ -20,14 +20,13 @@ pub use kinds::{
 pub use lifecycle::StopResult;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mongoose_control::{ControlPlane, GroupStatus, ProcessorSupplier};
 use mongoose_core::EventSource;
-use mongoose_delivery::{AnyFeed, FeedRegistry, StatusReport};
+use mongoose_delivery::{AnyFeed, DriverStop, FeedRegistry, StatusReport};
 use parking_lot::Mutex;
 use tracing::{error, warn};
 
@@ -39,7 +38,7 @@ use builder::glob_source_config;
 enum SourceSlot {
     Ready(Box<dyn EventSource>),
     Running {
-        stop: Arc<AtomicBool>,
+        stop: DriverStop,
         thread: JoinHandle<()>,
     },
     Stopped,

@@ -1,0 +1,126 @@
+//! The source driver: runs an [`EventSource`] on its own thread against its feed, so a
+//! connector only reads and publishes.
+//!
+//! The driver does, for every source, what each one had to remember before:
+//! * marks the thread as the source's agent thread (`source:<name>`), so a blocking
+//!   publish on it is refused instead of waiting on itself;
+//! * around each duty cycle, gives what the consumers processed to the source's
+//!   committer ([`AnyFeed::poll_acknowledgements`]) and replays what a full queue
+//!   paused ([`AnyFeed::flush_paused`]);
+//! * idles by the feed's [`IdleStrategy`] after a cycle that did nothing;
+//! * retries a failing cycle every 100 ms, logging it once and then as a count at most
+//!   every 10 s (no flood);
+//! * at the stop, stops the source and polls the acknowledgements once more, so what
+//!   was processed meanwhile is committed (the server's ordered shutdown commits again
+//!   after the groups drained, on the shutdown thread).
+//!
+//! What stays the source's job: publish with positions, keep an item a full queue
+//! paused (`TryPublish::Paused`) and offer it again, treat `Retry` (a nested publish)
+//! unlike a pause, register its committer and epoch in `start`, report BEHIND and
+//! CAUGHT_UP.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mongoose_core::{agent, CoreError, EventSource, IdleStrategy, WorkDone};
+use tracing::{error, info};
+
+use crate::idle::Idler;
+use crate::registry::AnyFeed;
+
+/// How long a failing duty cycle waits before the next try.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
+/// How often a failing cycle is logged at most (with a count of the others).
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Asks a running [`SourceDriver`] to stop after its current cycle.
+#[derive(Clone, Debug, Default)]
+pub struct DriverStop(Arc<AtomicBool>);
+
+impl DriverStop {
+    /// Asks the driver to stop.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// True once asked.
+    pub fn requested(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Runs one source against its feed until stopped. See the module documentation.
+#[derive(Debug)]
+pub struct SourceDriver {
+    name: String,
+    idle: IdleStrategy,
+    stop: DriverStop,
+}
+
+impl SourceDriver {
+    /// A driver for the source of feed `name`, idling by `idle`.
+    pub fn new(name: impl Into<String>, idle: IdleStrategy) -> Self {
+        SourceDriver {
+            name: name.into(),
+            idle,
+            stop: DriverStop::default(),
+        }
+    }
+
+    /// The handle that stops [`SourceDriver::run`] after its current cycle.
+    pub fn stop_handle(&self) -> DriverStop {
+        self.stop.clone()
+    }
+
+    /// Starts the source and runs its duty cycles on the calling thread until the stop
+    /// handle is used, then stops it. A source that cannot start returns the error (the
+    /// feed can never deliver); a failing cycle is retried.
+    pub fn run(&self, source: &mut dyn EventSource, feed: &dyn AnyFeed) -> Result<(), CoreError> {
+        let name = &self.name;
+        let _agent = agent::mark_current_thread(&format!("source:{name}"));
+        source.start()?;
+        info!(feed = %name, "source started");
+        let mut idler = Idler::new(self.idle);
+        let mut failures = 0u64;
+        let mut unlogged = 0u64;
+        let mut last_logged: Option<Instant> = None;
+        while !self.stop.requested() {
+            let mut work = feed.poll_acknowledgements();
+            feed.flush_paused();
+            match source.do_work() {
+                Ok(WorkDone(done)) => {
+                    if failures > 0 {
+                        info!(feed = %name, failures, "the source works again");
+                        failures = 0;
+                        unlogged = 0;
+                        last_logged = None;
+                    }
+                    work += done;
+                    idler.idle(work, None);
+                }
+                Err(error) => {
+                    failures += 1;
+                    let due = last_logged.is_none_or(|last| last.elapsed() >= FAILURE_LOG_EVERY);
+                    if due {
+                        error!(feed = %name, %error, failures, unlogged,
+                            "source duty cycle failed; retrying every 100 ms (this error is repeated at most every 10 s, with a count)");
+                        last_logged = Some(Instant::now());
+                        unlogged = 0;
+                    } else {
+                        unlogged += 1;
+                    }
+                    std::thread::sleep(RETRY_AFTER_FAILURE);
+                }
+            }
+        }
+        let stopped = source.stop();
+        // what the consumers processed while the source stopped
+        feed.poll_acknowledgements();
+        if let Err(error) = &stopped {
+            error!(feed = %name, %error, "source stop failed: what it processed may be re-delivered");
+        }
+        info!(feed = %name, "source stopped");
+        stopped
+    }
+}
