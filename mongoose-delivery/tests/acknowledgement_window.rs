@@ -10,11 +10,8 @@ use support::*;
 #[test]
 fn the_pointer_follows_the_slowest_of_several_subscriber_queues() {
     // §3 edges: several subscriber queues, the commit follows the slowest
-    let (feed, commits) = positioned_feed(64);
-    let mut fast = reader(&feed, "fast");
-    let mut middle = reader(&feed, "middle");
-    let mut slow = reader(&feed, "slow");
-    feed.start_complete();
+    let (feed, commits, [mut fast, mut middle, mut slow]) =
+        started_with_readers(positioned_feed(64), ["fast", "middle", "slow"]);
     publish_range(&feed, 1..=10);
     process(&mut fast, 10);
     process(&mut middle, 5);
@@ -42,11 +39,7 @@ fn removing_one_of_two_consumers_does_not_commit_its_backlog() {
     let leaves = feed
         .subscribe("leaves", SubscribeOptions::default())
         .expect("subscribed");
-    let mut leaving_reader = feed
-        .subscribe("leaves2", SubscribeOptions::default())
-        .expect("subscribed")
-        .take_reader()
-        .expect("reader");
+    let mut leaving_reader = reader(&feed, "leaves2");
     feed.unsubscribe(leaves.id()); // a consumer with nothing given holds nothing
     feed.start_complete();
     publish_range(&feed, 1..=10);
@@ -85,10 +78,8 @@ fn removing_one_of_two_consumers_does_not_commit_its_backlog() {
 #[test]
 fn a_removed_subscriber_holds_the_pointer_only_for_what_it_did_not_process() {
     // §3: a consumer that processed everything it was given leaves nothing behind
-    let (feed, commits) = positioned_feed(64);
-    let mut stays = reader(&feed, "stays");
-    let mut leaves = reader(&feed, "leaves");
-    feed.start_complete();
+    let (feed, commits, [mut stays, mut leaves]) =
+        started_with_readers(positioned_feed(64), ["stays", "leaves"]);
     publish_range(&feed, 1..=6);
     process(&mut leaves, 6);
     feed.remove_group("leaves");
@@ -101,9 +92,7 @@ fn a_removed_subscriber_holds_the_pointer_only_for_what_it_did_not_process() {
 #[test]
 fn the_last_subscriber_gone_stops_reading_and_committing() {
     // §3 review F2 and PositionedFeedStallTest: no live consumer pauses the source
-    let (feed, commits) = positioned_feed(64);
-    let mut only = reader(&feed, "only");
-    feed.start_complete();
+    let (feed, commits, [mut only]) = started_with_readers(positioned_feed(64), ["only"]);
     publish_range(&feed, 1..=5);
     process(&mut only, 3);
     feed.remove_group("only");
@@ -127,9 +116,7 @@ fn the_last_subscriber_gone_stops_reading_and_committing() {
 #[test]
 fn the_held_point_of_a_removed_last_consumer_survives_a_later_unsubscribe() {
     // §3 review 2 finding 3: a later removal never touches a retained point
-    let (feed, commits) = positioned_feed(64);
-    let mut first = reader(&feed, "first");
-    feed.start_complete();
+    let (feed, commits, [mut first]) = started_with_readers(positioned_feed(64), ["first"]);
     publish_range(&feed, 1..=5);
     process(&mut first, 2);
     feed.remove_group("first");
@@ -150,9 +137,7 @@ fn the_held_point_of_a_removed_last_consumer_survives_a_later_unsubscribe() {
 fn an_unsubscribe_after_the_last_consumer_left_keeps_its_hold() {
     // §3, independent review R1: a consumer that subscribed after the hold and was never
     // given the held items leaves without releasing it
-    let (feed, commits) = positioned_feed(64);
-    let mut first = reader(&feed, "first");
-    feed.start_complete();
+    let (feed, commits, [mut first]) = started_with_readers(positioned_feed(64), ["first"]);
     publish_range(&feed, 1..=4);
     process(&mut first, 1);
     feed.remove_group("first");
@@ -171,10 +156,8 @@ fn an_unsubscribe_after_the_last_consumer_left_keeps_its_hold() {
 #[test]
 fn a_transient_fence_holds_the_pointer() {
     // §3 review F1: a fenced queue holds acknowledgement and pauses a positioned feed
-    let (feed, commits) = positioned_feed(64);
-    let mut healthy = reader(&feed, "healthy");
-    let mut fenced = reader(&feed, "fenced");
-    feed.start_complete();
+    let (feed, commits, [mut healthy, mut fenced]) =
+        started_with_readers(positioned_feed(64), ["healthy", "fenced"]);
     publish_range(&feed, 1..=4);
     process(&mut healthy, 4);
     fenced.set_fenced(true);
@@ -213,9 +196,7 @@ fn a_transient_fence_holds_the_pointer() {
 #[test]
 fn an_explicit_drop_policy_drops_counts_and_commits_past_the_drop() {
     // §3: an item dropped for a queue does not hold it; the drop is counted
-    let (feed, commits) = drop_feed(2);
-    let mut slow = reader(&feed, "slow");
-    feed.start_complete();
+    let (feed, commits, [mut slow]) = started_with_readers(drop_feed(2), ["slow"]);
     publish_range(&feed, 1..=5);
     let status = feed.status();
     assert_eq!(status.dropped, 3);
@@ -302,11 +283,7 @@ fn race(
         &acknowledged_through,
     ))));
     feed.set_pause_by_default(true);
-    let mut reader = feed
-        .subscribe("group", SubscribeOptions::default())
-        .expect("subscribed")
-        .take_reader()
-        .expect("reader");
+    let mut reader = reader(&feed, "group");
     feed.start_complete();
     let watched = std::sync::Arc::clone(&acknowledged_through);
     let consumer = std::thread::spawn(move || {
@@ -411,9 +388,7 @@ fn a_dispatcher_panic_inside_a_chunk_keeps_the_items_before_it_dispatched_once()
     // out of poll (a group catches it at its duty cycle), the items finished before it
     // are counted and released, and the one that panicked is given again: nothing is
     // given twice or counted twice, and nothing unfinished is acknowledged
-    let (feed, commits) = positioned_feed(16);
-    let mut group = reader(&feed, "group");
-    feed.start_complete();
+    let (feed, commits, [mut group]) = started_with_readers(positioned_feed(16), ["group"]);
     for item in 1..=5u64 {
         assert!(feed.try_publish(item, item * 10).is_published());
     }
@@ -470,9 +445,7 @@ fn items_finished_early_in_a_poll_are_acknowledged_before_the_poll_ends() {
     // §3: the reader takes a chunk of the ring at a time, but each item counts as
     // dispatched when it finishes, so a slow processor's source commits item by item,
     // not a chunk later
-    let (feed, commits) = positioned_feed(16);
-    let mut group = reader(&feed, "group");
-    feed.start_complete();
+    let (feed, commits, [mut group]) = started_with_readers(positioned_feed(16), ["group"]);
     publish_range(&feed, 1..=4);
     let mut dispatcher = PollsOnThird {
         feed: std::sync::Arc::clone(&feed),

@@ -334,10 +334,8 @@ fn a_callback_that_succeeds_on_retry_keeps_the_feed_lossless() {
 
 #[test]
 fn two_queues_each_complete_their_own_delivery_before_the_item_is_acknowledged() {
-    let (feed, commits) = positioned_feed(16);
-    let mut first = reader(&feed, "first");
-    let mut second = reader(&feed, "second");
-    feed.start_complete();
+    let (feed, commits, [mut first, mut second]) =
+        started_with_readers(positioned_feed(16), ["first", "second"]);
     publish_range(&feed, 1..=1);
     let mut one = Script {
         processors: vec![A],

@@ -2,32 +2,15 @@
 //! nothing per item, with one subscriber and with a fan-out to two, measured with a
 //! counting allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod support;
 
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{CoreError, Delivery, Epoch, ProcessorError, SourceCommitter, SourceOutput};
-use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, SubscribeOptions};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: delegates every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's layout contract is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: ptr was allocated by System with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed};
+use mongoose_testkit::CountingAllocator;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator::new();
 
 struct Pointer(u64);
 impl SourceCommitter<u64> for Pointer {
@@ -57,11 +40,7 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
         .build();
     feed.acknowledge_with(Box::new(Pointer(0)));
     feed.set_pause_by_default(true);
-    let mut reader = feed
-        .subscribe("group", SubscribeOptions::default())
-        .expect("subscribed")
-        .take_reader()
-        .expect("reader");
+    let mut reader = support::reader(&feed, "group");
     feed.start_complete();
     let mut count = Count(0);
     let mut run = |items: std::ops::Range<u64>| {
@@ -80,9 +59,9 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
     };
     // warm up: the window and scratch buffers reach their working size
     run(0..100_000);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = GLOBAL.allocations();
     run(100_000..1_100_000);
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = GLOBAL.allocations() - before;
     assert!(count.0 > 0);
     assert_eq!(
         allocations, 0,
@@ -108,9 +87,9 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
         feed.poll_acknowledgements();
     };
     batches(1_100_000..1_200_000);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = GLOBAL.allocations();
     batches(1_200_000..2_200_000);
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = GLOBAL.allocations() - before;
     assert_eq!(feed.status().acknowledged, 2_200_000);
     assert_eq!(
         allocations, 0,
@@ -124,12 +103,7 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
     fan.set_pause_by_default(true);
     let mut readers: Vec<_> = ["left", "right"]
         .iter()
-        .map(|group| {
-            fan.subscribe(group, SubscribeOptions::default())
-                .expect("subscribed")
-                .take_reader()
-                .expect("reader")
-        })
+        .map(|group| support::reader(&fan, group))
         .collect();
     fan.start_complete();
     let mut fan_out = |items: std::ops::Range<u64>| {
@@ -155,9 +129,9 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
         fan.poll_acknowledgements();
     };
     fan_out(0..100_000);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = GLOBAL.allocations();
     fan_out(100_000..1_100_000);
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = GLOBAL.allocations() - before;
     assert_eq!(fan.status().acknowledged, 1_100_000);
     assert_eq!(
         allocations, 0,

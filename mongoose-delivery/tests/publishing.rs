@@ -80,9 +80,7 @@ fn a_publish_nested_in_a_positioned_commit_does_not_acknowledge_the_outer_item()
 fn pause_with_ten_thousand_items_into_a_small_queue_and_a_slow_consumer_loses_nothing_and_keeps_order(
 ) {
     // §6: PAUSE is a no-drop backpressure: the source keeps the item and offers it again
-    let (feed, commits) = positioned_feed(1024);
-    let mut group = reader(&feed, "slow");
-    feed.start_complete();
+    let (feed, commits, [mut group]) = started_with_readers(positioned_feed(1024), ["slow"]);
     let source_paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let consumer_sees_pause = Arc::clone(&source_paused);
     let consumer = std::thread::spawn(move || {
@@ -638,9 +636,7 @@ fn a_feed_for_several_groups_shares_one_copy_of_each_item() {
 #[test]
 fn a_batch_pulls_only_what_the_feed_can_take() {
     // §6 under a batch: nothing is taken from the source that cannot be published
-    let (feed, commits) = positioned_feed(4);
-    let mut group = reader(&feed, "group");
-    feed.start_complete();
+    let (feed, commits, [mut group]) = started_with_readers(positioned_feed(4), ["group"]);
     let mut next = 1u64;
     let mut pulled = Vec::new();
     let mut produce = || {
@@ -672,9 +668,7 @@ fn a_batch_whose_last_item_fills_the_queue_does_not_stay_paused() {
     // pulled, so a batch whose last item filled the queue ends "paused" with nothing
     // held. Once the queue drained and the source found nothing more to publish, the
     // feed must not report itself paused (and so never settled).
-    let (feed, commits) = positioned_feed(4);
-    let mut group = reader(&feed, "group");
-    feed.start_complete();
+    let (feed, commits, [mut group]) = started_with_readers(positioned_feed(4), ["group"]);
     let mut batch = (1u64..=4).map(|item| (item, item * 10));
     assert_eq!(
         feed.try_publish_batch(&mut || batch.next()),
@@ -699,9 +693,7 @@ fn a_batch_whose_last_item_fills_the_queue_does_not_stay_paused() {
 fn a_filtered_input_reported_while_producing_a_batch_keeps_its_place() {
     // a producer that reports a mapper error from inside the batch: the filtered
     // position is numbered before the line produced after it
-    let (feed, commits) = positioned_feed(16);
-    let mut group = reader(&feed, "group");
-    feed.start_complete();
+    let (feed, commits, [mut group]) = started_with_readers(positioned_feed(16), ["group"]);
     let publisher = Arc::clone(&feed);
     let mut step = 0u64;
     let mut produce = || {
@@ -773,9 +765,7 @@ fn a_drop_is_reported_to_the_reader_where_it_was_lost() {
             ));
         }
     }
-    let (feed, _commits) = drop_feed(2);
-    let mut group = reader(&feed, "slow");
-    feed.start_complete();
+    let (feed, _commits, [mut group]) = started_with_readers(drop_feed(2), ["slow"]);
     publish_range(&feed, 1..=5);
     let mut events = Events(Vec::new());
     assert_eq!(group.poll(&mut events, 1), 1);
@@ -811,9 +801,7 @@ fn a_batch_takes_nothing_more_once_its_queue_is_fenced_while_producing() {
     // §6 under a batch (the chunked fast path of a feed with one queue): a fence raised
     // while the source produces pauses the feed before the next item is pulled, as it
     // does between single publishes
-    let (feed, commits) = positioned_feed(16);
-    let mut group = reader(&feed, "group");
-    feed.start_complete();
+    let (feed, commits, [mut group]) = started_with_readers(positioned_feed(16), ["group"]);
     let mut next = 1u64;
     let mut pulled = Vec::new();
     let mut produce = || {
@@ -845,9 +833,7 @@ fn a_batch_whose_producer_panics_keeps_the_items_it_had_published() {
     // §3 under a batch (the chunked fast path): items pulled before the producer
     // panicked were handed over and are published, as single publishes would be, and
     // the feed goes on numbering and acknowledging after it
-    let (feed, commits) = positioned_feed(16);
-    let mut group = reader(&feed, "group");
-    feed.start_complete();
+    let (feed, commits, [mut group]) = started_with_readers(positioned_feed(16), ["group"]);
     let mut next = 1u64;
     let mut produce = || {
         let item = next;

@@ -10,9 +10,7 @@ use support::*;
 
 #[test]
 fn the_status_json_has_exactly_the_field_names_of_the_reference() {
-    let (feed, _commits) = positioned_feed(4);
-    let _group = reader(&feed, "g");
-    feed.start_complete();
+    let (feed, _commits, [_group]) = started_with_readers(positioned_feed(4), ["g"]);
     let report = StatusReport::from_feeds(vec![feed.status()]);
     let json: serde_json::Value = serde_json::to_value(&report).expect("json");
     let top: Vec<&str> = json
@@ -73,9 +71,7 @@ fn the_status_json_has_exactly_the_field_names_of_the_reference() {
 
 #[test]
 fn settled_waits_for_processing_and_the_acknowledgement() {
-    let (feed, _commits) = positioned_feed(8);
-    let mut group = reader(&feed, "g");
-    feed.start_complete();
+    let (feed, _commits, [mut group]) = started_with_readers(positioned_feed(8), ["g"]);
     publish_range(&feed, 1..=3);
     feed.report_state(SourceState::CaughtUp, None);
     assert!(

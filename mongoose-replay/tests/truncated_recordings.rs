@@ -9,8 +9,7 @@
 //! fed lines and admin commands, closed cleanly. The damage is then done to the files.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -22,6 +21,7 @@ use mongoose_replay::{
     Clock, FeedCodecs, Incomplete, OutputSink, RecordConfig, Recorder, Recording, RecordingHandle,
     Replayer, ADMIN_REPLIES_FILE, FRAME_HEAD_LEN, HEADER_LEN, OUTPUTS_FILE, RECORDING_FILE,
 };
+use mongoose_testkit::Tmpfs;
 
 mod support;
 use support::{assert_eventually, close_groups, read_recording, recording_group, WAIT};
@@ -330,60 +330,12 @@ fn a_deleted_sidecar_of_a_closed_recording_is_an_error() {
     }
 }
 
-/// A tmpfs mounted on a temporary directory, unmounted when dropped.
-struct Tmpfs {
-    mount_point: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|error| format!("cannot run {program}: {error}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let dir = tempfile::tempdir().expect("dir");
-        let mount_point = dir.path().join("fs");
-        std::fs::create_dir(&mount_point).expect("mount point");
-        let point = mount_point.to_str().expect("a UTF-8 path");
-        run(
-            "mount",
-            &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", point],
-        )
-        .unwrap_or_else(|error| panic!("this test mounts a real tmpfs and needs root: {error}"));
-        Tmpfs {
-            mount_point,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let point = self.mount_point.to_string_lossy().into_owned();
-        if let Err(error) = run("umount", &[&point]) {
-            eprintln!("cannot unmount the test's tmpfs: {error}");
-        }
-    }
-}
-
 // a closing frame vouches for every write: a recording whose write failed (a real full
 // disk: a 64 KiB tmpfs) is closed without it, and reads as incomplete
 #[test]
 fn a_recording_whose_write_failed_on_a_full_disk_gets_no_closing_frame() {
     let disk = Tmpfs::mount("64k");
-    let dir = disk.mount_point.join("recording");
+    let dir = disk.path().join("recording");
     let padding = "x".repeat(900);
     let script: Vec<String> = (0..120)
         .map(|index| format!("acc{}{padding},{index}", index % 3))

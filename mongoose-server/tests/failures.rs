@@ -12,7 +12,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{balances_of, ledger_config, LedgerRun, Tmpfs};
+use mongoose_testkit::Tmpfs;
+use support::{balances_of, ledger_config, LedgerRun};
 
 const LINES: usize = 3_000;
 
@@ -49,7 +50,7 @@ fn a_quarantined_sole_processor_never_commits_the_rest_of_its_poll() {
     // write quarantines the ledger. Before the fix the rest of that poll was counted
     // dispatched to nobody and committed: the restart lost those lines.
     let run = ledger_run("state", "full/alerts.txt", "");
-    let full = Tmpfs::mount(&run.path("full"), "4k");
+    let full = Tmpfs::mount_at(&run.path("full"), "4k");
     let mut child = run.spawn(false);
     run.wait_for_log(&mut child, "processor quarantined");
     run.wait_for_log(&mut child, "the feed holds its position before this item");
@@ -82,7 +83,7 @@ fn a_quarantined_sole_processor_never_commits_the_rest_of_its_poll() {
         "first run: exit {code}, {} of {LINES} lines saved, pointer {pointer}, saved position {}",
         saved.applied, saved.position
     );
-    full.grow();
+    full.remount("size=64m"); // the operator freed space
     assert_eq!(run.finish(), 0, "the restart settles: {}", run.log());
     let state = run.state_in("state");
     assert_eq!(state.applied, LINES as u64, "{}", run.log());
@@ -99,7 +100,7 @@ fn an_exhausted_save_holds_the_position_and_a_restart_applies_the_line() {
     // fails after its retries. Before the fix each such line was acknowledged without
     // its save and committed: the restart on free disk skipped them.
     let run = ledger_run("full/state", "alerts.txt", "");
-    let full = Tmpfs::mount(&run.path("full"), "8k");
+    let full = Tmpfs::mount_at(&run.path("full"), "8k");
     let mut child = run.spawn(false);
     run.wait_for_log(
         &mut child,
@@ -124,7 +125,7 @@ fn an_exhausted_save_holds_the_position_and_a_restart_applies_the_line() {
         "first run: exit {code}, {} of {LINES} lines saved, pointer {pointer}, saved position {}",
         saved.applied, saved.position
     );
-    full.grow();
+    full.remount("size=64m"); // the operator freed space
     assert_eq!(run.finish(), 0, "the restart settles: {}", run.log());
     let state = run.state_in("full/state");
     assert_eq!(state.applied, LINES as u64, "{}", run.log());
@@ -244,7 +245,7 @@ fn an_operator_release_is_a_loss_the_next_start_reports_once() {
         "full/alerts.txt",
         &format!("[admin]\naddress = \"{address}\"\n"),
     );
-    let full = Tmpfs::mount(&run.path("full"), "4k");
+    let full = Tmpfs::mount_at(&run.path("full"), "4k");
     let mut child = run.spawn(false);
     run.wait_for_log(&mut child, "the feed holds its position before this item");
     let (code, refused) = http("POST", &address, "/feeds/lines/release?queue=nope");
@@ -271,7 +272,7 @@ fn an_operator_release_is_a_loss_the_next_start_reports_once() {
         saved.position
     );
     eprintln!("released {items} lines: first run exit {code}");
-    full.grow();
+    full.remount("size=64m"); // the operator freed space
     let second = run.finish();
     assert_eq!(
         second,

@@ -5,21 +5,19 @@ mod common;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::pointer_of;
+use common::{numbered_lines, offset_after, pipeline, pointer_of, Pipeline};
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{
     Delivery, DeliveryContext, Epoch, EventSource, ProcessorError, SourceOutput, SourceState,
 };
-use mongoose_delivery::{
-    DispatchOutcome, Dispatcher, Feed, Publisher, QueueReader, SubscribeOptions,
-};
+use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use parking_lot::Mutex;
 
@@ -53,43 +51,8 @@ impl Dispatcher<Line> for Collect {
     }
 }
 
-fn numbered_lines(count: usize) -> String {
-    (1..=count).map(|n| format!("line-{n:05}\n")).collect()
-}
-
 fn expected(range: std::ops::RangeInclusive<usize>) -> Vec<String> {
     range.map(|n| format!("line-{n:05}")).collect()
-}
-
-/// Bytes of the first `count` lines of `numbered_lines`.
-fn offset_after(count: usize) -> u64 {
-    (count * "line-00000\n".len()) as u64
-}
-
-struct Pipeline {
-    feed: Arc<Publisher<Line, u64>>,
-    source: FileEventSource<Line>,
-    reader: QueueReader<Line>,
-}
-
-fn pipeline(path: &Path, capacity: usize) -> Pipeline {
-    let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").queue_capacity(capacity).build();
-    let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
-    let source = FileEventSource::new(
-        FileSourceConfig::new("lines", path, ReadStrategy::Committed),
-        Ok::<Line, String>,
-        output,
-    );
-    let reader = feed
-        .subscribe("group", SubscribeOptions::default())
-        .expect("subscribe")
-        .take_reader()
-        .expect("the group's first subscription reads");
-    Pipeline {
-        feed,
-        source,
-        reader,
-    }
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {

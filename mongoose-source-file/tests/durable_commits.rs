@@ -2,18 +2,20 @@
 //! 10), with the real delivery engine. Failures come from the file system: a small
 //! tmpfs remounted read-only (this needs root, as the crash tests' tmpfs do).
 
+mod common;
+
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use common::{numbered_lines, offset_after, pipeline, pointer_of, Pipeline};
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{Delivery, EventSource, ProcessorError, SourceOutput, SourceState};
-use mongoose_delivery::{
-    DispatchOutcome, Dispatcher, Feed, Publisher, QueueReader, SubscribeOptions,
-};
-use mongoose_source_file::pointer::{pointer_path_for, PointerRecord, POINTER_FILE_SIZE};
+use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, DEFAULT_QUEUE_CAPACITY};
+use mongoose_source_file::pointer::{pointer_path_for, POINTER_FILE_SIZE};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
+use mongoose_testkit::Tmpfs;
 
 /// Counts what it was given.
 #[derive(Default)]
@@ -30,106 +32,15 @@ impl Dispatcher<Line> for Count {
     }
 }
 
-/// A tmpfs mounted on a temporary directory, unmounted when dropped.
-struct Tmpfs {
-    mount_point: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|error| format!("cannot run {program}: {error}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let dir = tempfile::tempdir().expect("dir");
-        let mount_point = dir.path().join("fs");
-        fs::create_dir(&mount_point).expect("mount point");
-        let point = mount_point.to_str().expect("a UTF-8 path");
-        run(
-            "mount",
-            &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", point],
-        )
-        .unwrap_or_else(|error| panic!("this test mounts a real tmpfs and needs root: {error}"));
-        Tmpfs {
-            mount_point,
-            _dir: dir,
-        }
-    }
-
-    fn path(&self) -> &Path {
-        &self.mount_point
-    }
-
-    fn remount(&self, mode: &str) {
-        let point = self.mount_point.to_str().expect("a UTF-8 path");
-        run("mount", &["-o", &format!("remount,{mode}"), point]).expect("remount");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let point = self.mount_point.to_string_lossy().into_owned();
-        if let Err(error) = run("umount", &[&point]) {
-            eprintln!("cannot unmount the test's tmpfs: {error}");
-        }
-    }
-}
-
-fn numbered_lines(count: usize) -> String {
-    (1..=count).map(|n| format!("line-{n:05}\n")).collect()
-}
-
-/// Bytes of the first `count` lines of `numbered_lines`.
-fn offset_after(count: usize) -> u64 {
-    (count * "line-00000\n".len()) as u64
-}
-
-fn pointer_offset(input: &Path) -> u64 {
-    let bytes = fs::read(pointer_path_for(input)).expect("the pointer file");
-    PointerRecord::decode(&bytes).record.offset
-}
-
-struct Pipeline {
-    feed: Arc<Publisher<Line, u64>>,
-    source: FileEventSource<Line>,
-    reader: QueueReader<Line>,
-}
-
+/// A pipeline with the default queue capacity, started and caught up.
 fn started_pipeline(input: &Path) -> Pipeline {
-    let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").build();
-    let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
-    let mut source = FileEventSource::new(
-        FileSourceConfig::new("lines", input, ReadStrategy::Committed),
-        Ok::<Line, String>,
-        output,
-    );
-    let reader = feed
-        .subscribe("group", SubscribeOptions::default())
-        .expect("subscribe")
-        .take_reader()
-        .expect("the group's first subscription reads");
-    source.start().expect("start");
-    feed.start_complete();
-    while source.state() != SourceState::CaughtUp {
-        source.do_work().expect("do_work");
+    let mut pipeline = pipeline(input, DEFAULT_QUEUE_CAPACITY);
+    pipeline.source.start().expect("start");
+    pipeline.feed.start_complete();
+    while pipeline.source.state() != SourceState::CaughtUp {
+        pipeline.source.do_work().expect("do_work");
     }
-    Pipeline {
-        feed,
-        source,
-        reader,
-    }
+    pipeline
 }
 
 // issue 9 item 8; feed-delivery-guarantees §4 (clean stop, review 2 finding 4): the
@@ -149,7 +60,7 @@ fn a_failed_pointer_write_is_retried_and_settled_waits_for_it() {
     let mut consumer = Count::default();
     assert_eq!(reader.poll(&mut consumer, 30), 30);
     source.stop().expect("stop");
-    assert_eq!(pointer_offset(&input), offset_after(30));
+    assert_eq!(pointer_of(&input).offset, offset_after(30));
     // the group goes on after the feed stopped, as in the server's ordered shutdown
     feed.begin_stop();
     while consumer.0 < 100 {
@@ -159,7 +70,7 @@ fn a_failed_pointer_write_is_retried_and_settled_waits_for_it() {
     tmpfs.remount("ro");
     feed.commit_processed_after_stop();
     assert_eq!(
-        pointer_offset(&input),
+        pointer_of(&input).offset,
         offset_after(30),
         "the write failed: the pointer is where the stop left it"
     );
@@ -175,7 +86,7 @@ fn a_failed_pointer_write_is_retried_and_settled_waits_for_it() {
     tmpfs.remount("rw");
     feed.commit_processed_after_stop();
     assert_eq!(
-        pointer_offset(&input),
+        pointer_of(&input).offset,
         offset_after(100),
         "the failed commit was retried though nothing new was acknowledged"
     );
@@ -245,10 +156,10 @@ fn a_clean_stop_writes_the_pointer_back_to_the_file_system() {
     source.do_work().expect("a duty cycle commits");
     // during the run the commit is in the page cache, usually not yet written back
     // (not asserted: the kernel's background writeback may write it at any time)
-    assert_eq!(pointer_offset(&input), offset_after(40));
+    assert_eq!(pointer_of(&input).offset, offset_after(40));
     assert_eq!(reader.poll(&mut consumer, 30), 30);
     source.stop().expect("stop");
-    assert_eq!(pointer_offset(&input), offset_after(70));
+    assert_eq!(pointer_of(&input).offset, offset_after(70));
     assert!(
         !first_page_is_dirty(&pointer),
         "after a clean stop the pointer was written back to the file system"

@@ -2,42 +2,19 @@
 //! per line: the lines borrow the source's read chunks, which are reused once their
 //! lines were dropped. Measured with a counting allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{Delivery, EventSource, ProcessorError, SourceOutput, SourceState};
 use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: delegates every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's layout contract is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: ptr was allocated by System with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on as is.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use mongoose_testkit::CountingAllocator;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator::new();
 
 /// The consumer: counts lines and their bytes, and checks their numbers are in order.
 struct Count {
@@ -114,9 +91,9 @@ fn publishing_lines_from_a_file_allocates_nothing_per_line() {
 
     let mut measure = |count: &mut Count, from: u64, lines: u64| {
         append_lines(&path, from, from + lines);
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = GLOBAL.allocations();
         run_until_caught_up(count, from + lines);
-        (ALLOCATIONS.load(Ordering::Relaxed) - before) as u64
+        (GLOBAL.allocations() - before) as u64
     };
     let for_10_000 = measure(&mut count, 20_000, 10_000);
     let for_20_000 = measure(&mut count, 30_000, 20_000);

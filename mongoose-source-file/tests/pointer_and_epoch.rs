@@ -9,23 +9,6 @@ use common::*;
 use mongoose_core::{EventSource, SourceState};
 use mongoose_source_file::ReadStrategy;
 
-fn input(dir: &tempfile::TempDir, content: &[u8]) -> std::path::PathBuf {
-    let path = dir.path().join("input.log");
-    fs::write(&path, content).expect("write input");
-    path
-}
-
-/// Runs a COMMITED source over the file until `lines` were published, processes the
-/// first `processed` and stops (a clean stop commits them). Returns the epoch.
-fn run_and_process(path: &std::path::Path, lines: usize, processed: usize) -> mongoose_core::Epoch {
-    let output = RecordingOutput::new();
-    let mut source = started_source(path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || output.items().len() >= lines);
-    output.process(processed);
-    source.stop().expect("stop");
-    source.epoch()
-}
-
 // feed-delivery-guarantees §4, review F4 (thePointerCountsBytesSoARestartAfterNonAsciiLinesResumesAtALineStart)
 #[test]
 fn the_pointer_counts_bytes_so_a_restart_after_non_ascii_lines_resumes_at_a_line_start() {
@@ -35,11 +18,7 @@ fn the_pointer_counts_bytes_so_a_restart_after_non_ascii_lines_resumes_at_a_line
     let processed_bytes = "héllo\nwörld ✓\n".len() as u64;
     assert_eq!(pointer_of(&path).offset, processed_bytes);
 
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, _source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["çava"]));
 }
 
@@ -48,8 +27,7 @@ fn the_pointer_counts_bytes_so_a_restart_after_non_ascii_lines_resumes_at_a_line
 fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"caf\xe9\nna\xefve\nend\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || output.items().len() == 3);
     // the bytes as they were on disk (issue 11, item 3), the old lossy text on request
     assert_eq!(output.items()[0].as_bytes(), b"caf\xe9");
@@ -62,11 +40,7 @@ fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
     source.stop().expect("stop");
     assert_eq!(pointer_of(&path).offset, 11);
 
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, _source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["end"]));
 }
 
@@ -75,8 +49,7 @@ fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
 fn a_commit_after_a_replacement_never_fingerprints_the_new_file() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || output.items().len() == 2);
     // the old file grows (so a commit grows its fingerprint), then is replaced before
     // the source notices
@@ -87,11 +60,7 @@ fn a_commit_after_a_replacement_never_fingerprints_the_new_file() {
     source.stop().expect("stop");
     assert_eq!(pointer_of(&path).offset, 6);
 
-    let restarted = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &restarted);
-    drive_until(&mut source, || {
-        restarted.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (restarted, _source) = caught_up_source(&path);
     assert_eq!(restarted.items(), strings(&["b1", "b2", "b3", "b4"]));
     assert_ne!(pointer_of(&path).epoch, 0);
 }
@@ -105,8 +74,7 @@ fn a_commit_after_a_replacement_never_fingerprints_the_new_file() {
 fn an_old_file_acknowledgement_is_not_committed_after_a_live_replacement() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\na3\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || output.items().len() == 3);
     let old_epoch = source.epoch();
     replace_with(&path, b"b1\n");
@@ -140,11 +108,7 @@ fn an_old_file_acknowledgement_is_not_committed_after_a_live_replacement() {
 fn a_rotated_file_is_read_to_its_end_before_the_new_one() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"1\n2\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = caught_up_source(&path);
     // the writer appends to the old file, then rotates it, between two duty cycles
     append(&path, b"3\n");
     fs::rename(&path, dir.path().join("input.log.1")).expect("rotate");
@@ -154,9 +118,7 @@ fn a_rotated_file_is_read_to_its_end_before_the_new_one() {
         output.items().len() == 4
     });
     assert_eq!(output.items(), strings(&["1", "2", "3", "4"]));
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output
         .states()
         .iter()
@@ -169,11 +131,7 @@ fn a_rotated_file_is_read_to_its_end_before_the_new_one() {
 fn a_partial_line_is_read_once_across_a_reopen() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\npart");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["a", "b"]));
     let epoch = source.epoch();
     // a writer that appends by writing a copy and renaming it into place: a new file
@@ -184,9 +142,7 @@ fn a_partial_line_is_read_once_across_a_reopen() {
         output.process_all();
         output.items().len() >= 4
     });
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert_eq!(output.items(), strings(&["a", "b", "partial", "c"]));
     assert_eq!(source.epoch(), epoch);
     assert_eq!(source.status().reopens, 1);
@@ -198,11 +154,7 @@ fn a_pointer_file_too_short_for_an_offset_reads_from_the_start() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"x\ny\n");
     fs::write(pointer_path(&path), [0u8, 0, 0, 0, 9]).expect("short pointer");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["x", "y"]));
     assert_eq!(
         pointer_len(&path),
@@ -220,11 +172,7 @@ fn an_empty_pointer_file_reads_from_the_start() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"x\ny\n");
     fs::write(pointer_path(&path), []).expect("empty pointer");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, _source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["x", "y"]));
     assert_eq!(
         pointer_len(&path),
@@ -241,11 +189,7 @@ fn a_pointer_file_holding_only_the_offset_is_upgraded() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"x\ny\nz\n");
     fs::write(pointer_path(&path), 4u64.to_be_bytes()).expect("8-byte pointer");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, _source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["z"]));
     assert_eq!(pointer_len(&path), FULL_POINTER);
     assert_eq!(pointer_of(&path).offset, 4);
@@ -260,11 +204,7 @@ fn a_pointer_without_an_epoch_inside_a_line_resumes_at_the_next_line_start() {
     let path = input(&dir, b"first\r\nsecond\nthird\n");
     // offset 6 sits between the \r and the \n of the first line's terminator
     fs::write(pointer_path(&path), 6u64.to_be_bytes()).expect("8-byte pointer");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, _source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["second", "third"]));
     assert_eq!(
         pointer_of(&path).offset,
@@ -275,11 +215,7 @@ fn a_pointer_without_an_epoch_inside_a_line_resumes_at_the_next_line_start() {
     let path = dir.path().join("other.log");
     fs::write(&path, b"abc\ndef\n").expect("write");
     fs::write(pointer_path(&path), 2u64.to_be_bytes()).expect("8-byte pointer");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, _source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["def"]));
 }
 
@@ -288,8 +224,7 @@ fn a_pointer_without_an_epoch_inside_a_line_resumes_at_the_next_line_start() {
 fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_reset() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\na3\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || output.items().len() == 3);
     source.stop().expect("stop");
     replace_with(&path, b"b1\n");
@@ -313,8 +248,7 @@ fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_reset() {
 fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_mid_run_reopen() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || output.items().len() == 2);
     let old_epoch = source.epoch();
     replace_with(&path, b"b1\nb2\nb3\n");
@@ -353,11 +287,7 @@ fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_mid_run_reopen() 
 fn a_header_only_first_open_then_an_in_place_rewrite_with_the_same_header_is_a_replacement() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"HEADER\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = caught_up_source(&path);
     append(&path, b"l1\nl2\n");
     drive_until(&mut source, || output.items().len() == 3);
     output.process_all();
@@ -367,11 +297,7 @@ fn a_header_only_first_open_then_an_in_place_rewrite_with_the_same_header_is_a_r
     // rewritten in place: the same file key, the same header, other lines
     fs::write(&path, b"HEADER\nx1\nx2\nx3\n").expect("rewrite in place");
 
-    let restarted = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &restarted);
-    drive_until(&mut source, || {
-        restarted.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (restarted, source) = caught_up_source(&path);
     assert_eq!(restarted.items(), strings(&["HEADER", "x1", "x2", "x3"]));
     assert_ne!(source.epoch().get(), first_epoch);
 }
@@ -383,11 +309,7 @@ fn the_same_content_under_a_new_file_key_keeps_the_pointer() {
     let path = input(&dir, b"a\nb\n");
     let epoch = run_and_process(&path, 2, 2);
     replace_with(&path, b"a\nb\nc\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["c"]));
     assert_eq!(source.epoch(), epoch);
 }
@@ -399,11 +321,7 @@ fn a_new_file_with_other_content_at_the_same_path_is_a_replacement() {
     let path = input(&dir, b"a\nb\n");
     let epoch = run_and_process(&path, 2, 2);
     replace_with(&path, b"x\ny\nz\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["x", "y", "z"]));
     assert_ne!(source.epoch(), epoch);
     assert_eq!(source.status().resets, 1);
@@ -424,11 +342,7 @@ fn a_file_truncated_below_the_pointer_is_read_from_the_start_under_a_new_epoch()
         .expect("open");
     file.set_len(4500).expect("truncate in place");
     drop(file);
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, source) = caught_up_source(&path);
     assert_eq!(output.items().len(), 45);
     assert_ne!(source.epoch(), epoch);
 }
@@ -438,11 +352,7 @@ fn a_file_truncated_below_the_pointer_is_read_from_the_start_under_a_new_epoch()
 fn a_file_truncated_while_tailed_is_read_again_under_a_new_epoch() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"aaaa\nbbbb\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = caught_up_source(&path);
     let epoch = source.epoch();
     fs::write(&path, b"cc\n").expect("truncate in place");
     drive_until(&mut source, || output.items().len() == 3);
@@ -456,11 +366,7 @@ fn committed_resumes_and_is_caught_up_at_its_pointer() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"one\ntwo\n");
     run_and_process(&path, 2, 2);
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = caught_up_source(&path);
     assert!(
         output.items().is_empty(),
         "re-delivered {:?}",
@@ -488,11 +394,7 @@ fn an_append_that_moves_the_file_times_keeps_the_pointer_and_epoch() {
     file.set_times(fs::FileTimes::new().set_modified(later).set_accessed(later))
         .expect("set times");
     drop(file);
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["b"]));
     assert_eq!(source.epoch(), epoch);
     assert_eq!(pointer_of(&path).epoch, epoch.get());
@@ -505,11 +407,7 @@ fn deleting_the_pointer_starts_a_new_epoch_from_the_start() {
     let path = input(&dir, b"a\nb\n");
     let epoch = run_and_process(&path, 2, 2);
     fs::remove_file(pointer_path(&path)).expect("delete pointer");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["a", "b"]));
     assert_ne!(source.epoch(), epoch);
 }
@@ -539,9 +437,7 @@ fn a_rotation_during_the_open_of_a_committed_source_still_reaches_the_new_file()
         output.process_all();
         output.items().len() == 3
     });
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert_eq!(output.items(), strings(&["a3", "b1", "b2"]));
     let entries = output.entries();
     assert_eq!(

@@ -10,22 +10,13 @@ use common::*;
 use mongoose_core::{EventSource, SourceOutput, SourceState};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 
-fn input(dir: &tempfile::TempDir, content: &[u8]) -> std::path::PathBuf {
-    let path = dir.path().join("input.log");
-    fs::write(&path, content).expect("write input");
-    path
-}
-
 // feed-delivery-guarantees §7, review 2 finding 9 (FileEventSourceFeedStatusTest.anUnterminatedLastLineOfAOnceReadIsCounted)
 #[test]
 fn an_unterminated_last_line_of_a_once_read_is_counted() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\ntail");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    let (output, mut source) = source_with(&path, ReadStrategy::OnceEarliest);
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), strings(&["a", "b"]));
     assert_eq!(output.unterminated(), Some(4));
     assert_eq!(source.status().unterminated_bytes, 4);
@@ -38,11 +29,8 @@ fn an_unterminated_last_line_of_a_once_read_is_counted() {
 fn a_once_read_last_line_ended_by_a_lone_cr_is_published() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\r\nb\r");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    let (output, mut source) = source_with(&path, ReadStrategy::OnceEarliest);
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), strings(&["a", "b"]));
     assert_eq!(output.positions(), vec![3, 5]);
     assert_eq!(output.unterminated(), Some(0));
@@ -53,11 +41,8 @@ fn a_once_read_last_line_ended_by_a_lone_cr_is_published() {
 fn a_tailing_read_waits_for_the_byte_after_a_cr() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\r");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output.items().is_empty(), "published before the next byte");
     append(&path, b"\nb\n");
     drive_until(&mut source, || output.items().len() == 2);
@@ -70,11 +55,8 @@ fn a_tailing_read_waits_for_the_byte_after_a_cr() {
 fn every_terminator_ends_one_line_and_positions_count_its_bytes() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\r\nc\rd\n\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::OnceEarliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    let (output, mut source) = source_with(&path, ReadStrategy::OnceEarliest);
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), strings(&["a", "b", "c", "d", ""]));
     assert_eq!(output.positions(), vec![2, 5, 7, 9, 10]);
 }
@@ -98,9 +80,7 @@ fn a_paused_line_is_kept_and_the_source_stays_behind_until_everything_is_taken()
     assert_eq!(output.items(), strings(&["1", "2", "3"]));
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     output.set_capacity(None);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert_eq!(output.items(), strings(&["1", "2", "3", "4", "5"]));
     assert_eq!(output.positions(), vec![2, 4, 6, 8, 10]);
 }
@@ -112,11 +92,8 @@ fn a_paused_line_is_kept_and_the_source_stays_behind_until_everything_is_taken()
 fn a_retried_publish_keeps_the_line_and_the_source_behind() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     append(&path, b"b\nc\n");
     output.retry_next(2);
     drive(&mut source, 1);
@@ -124,9 +101,7 @@ fn a_retried_publish_keeps_the_line_and_the_source_behind() {
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     drive(&mut source, 1);
     assert_eq!(output.last_state(), Some(SourceState::Behind));
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert_eq!(output.items(), strings(&["a", "b", "c"]));
     assert_eq!(source.status().pauses, 0);
 }
@@ -172,11 +147,8 @@ fn a_mapper_error_filters_the_line_counts_it_and_its_position_is_committed() {
 fn latest_starts_at_the_end_and_publishes_every_new_line() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"old1\nold2\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Latest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = source_with(&path, ReadStrategy::Latest);
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output.items().is_empty());
     append(&path, b"new1\nnew2\nnew3\n");
     drive_until(&mut source, || output.items().len() == 3);
@@ -189,11 +161,8 @@ fn latest_starts_at_the_end_and_publishes_every_new_line() {
 fn latest_publishes_a_line_being_written_at_its_start_whole() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"old1\nold2\npart");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Latest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = source_with(&path, ReadStrategy::Latest);
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     append(&path, b"ial\nnext\n");
     drive_until(&mut source, || output.items().len() == 2);
     assert_eq!(output.items(), strings(&["partial", "next"]));
@@ -205,11 +174,8 @@ fn latest_publishes_a_line_being_written_at_its_start_whole() {
 fn once_latest_ends_at_the_end_of_the_file_without_publishing() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"old1\nold2\npart");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::OnceLatest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    let (output, mut source) = source_with(&path, ReadStrategy::OnceLatest);
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert!(output.items().is_empty());
     assert_eq!(output.unterminated(), Some(0));
 }
@@ -219,11 +185,8 @@ fn once_latest_ends_at_the_end_of_the_file_without_publishing() {
 fn an_earliest_tail_re_reads_a_truncated_file() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"long line one\nlong line two\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     fs::write(&path, b"new\n").expect("truncate in place");
     drive_until(&mut source, || output.items().len() == 3);
     assert_eq!(output.items()[2], "new");
@@ -243,9 +206,7 @@ fn lines_longer_than_the_read_buffer_are_read_whole() {
     config.max_bytes_per_cycle = 5;
     let mut source = FileEventSource::new(config, Ok::<Line, String>, erased);
     source.start().expect("start");
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::EndOfStream)
-    });
+    drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), vec![long.clone(), "short".to_owned(), long]);
     assert_eq!(output.positions(), vec![1001, 1008, content.len() as u64]);
 }
@@ -255,8 +216,7 @@ fn lines_longer_than_the_read_buffer_are_read_whole() {
 fn a_missing_input_file_is_waited_for() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("later.log");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive(&mut source, 2);
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     fs::write(&path, b"here\n").expect("create");
@@ -288,8 +248,7 @@ fn strategies_parse_from_their_configuration_names() {
 fn a_commit_after_stop_re_maps_the_pointer_file() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\nc\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || output.items().len() == 3);
     output.process(1);
     source.stop().expect("stop");
@@ -329,9 +288,7 @@ fn mapper_errors_inside_a_batch_are_filtered_in_file_order_between_the_published
         erased,
     );
     source.start().expect("start");
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     let entries = output.entries();
     let positions: Vec<u64> = entries.iter().map(|entry| entry.position).collect();
     assert_eq!(positions, line_ends);
@@ -360,8 +317,7 @@ fn an_input_path_that_is_a_directory_is_reopened_with_a_back_off() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("input.log");
     fs::create_dir(&path).expect("a directory at the input path");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Earliest, &output);
+    let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
     drive(&mut source, 20_000);
     let reopens = source.status().reopens;
     assert!(

@@ -38,8 +38,7 @@ fn a_restart_at_the_committed_end_of_a_1_gib_file_reads_nothing_before_caught_up
 
     // a first run commits the first lines: the pointer gets its epoch, file key and a
     // fingerprint of the first 4 KiB
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || output.items().len() == 80);
     output.process_all();
     drive_until(&mut source, || pointer_of(&path).offset == 8_000);
@@ -65,9 +64,7 @@ fn a_restart_at_the_committed_end_of_a_1_gib_file_reads_nothing_before_caught_up
     let output = RecordingOutput::new();
     let before = bytes_read_by_this_process();
     let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
     let read = bytes_read_by_this_process() - before;
     assert!(
         read < 64 * 1024,

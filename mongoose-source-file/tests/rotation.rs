@@ -10,28 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use mongoose_core::{Epoch, SourceState};
-use mongoose_source_file::{Line, ReadStrategy};
-
-fn input(dir: &tempfile::TempDir, content: &[u8]) -> PathBuf {
-    let path = dir.path().join("input.log");
-    fs::write(&path, content).expect("write input");
-    path
-}
-
-/// A first run that processes (and commits) the first `processed` of the file's lines,
-/// then "crashes": the source is dropped without a stop (the pointer holds what was
-/// committed). Returns the epoch of the run.
-fn run_and_crash(path: &Path, lines: usize, processed: usize) -> Epoch {
-    let output = RecordingOutput::new();
-    let mut source = started_source(path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || output.items().len() >= lines);
-    output.process(processed);
-    output.commit_now();
-    drive(&mut source, 2);
-    let epoch = source.epoch();
-    drop(source);
-    epoch
-}
+use mongoose_source_file::Line;
 
 /// Rotates like logrotate: rename, the writer appends to the renamed file, a new file
 /// is created at the path.
@@ -61,8 +40,7 @@ fn restart_until_caught_up(
     std::sync::Arc<RecordingOutput<Line>>,
     mongoose_source_file::FileEventSource<Line>,
 ) {
-    let output = RecordingOutput::new();
-    let mut source = started_source(path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(path);
     drive_until(&mut source, || {
         output.process_all();
         output.last_state() == Some(SourceState::CaughtUp)
@@ -111,8 +89,7 @@ fn the_rotated_files_lines_are_committed_before_the_new_file_is_read() {
     run_and_crash(&path, 2, 1);
     rotate(&path, "input.log-20261201", b"a3\n", b"b1\n");
 
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || output.items().len() >= 2);
     drive(&mut source, 20);
     // nothing processed yet: the new file waits for the rotated file's commit
@@ -132,8 +109,7 @@ fn a_rotated_file_is_finished_before_the_new_file_exists() {
     fs::rename(&path, &rotated).expect("rotate");
     append(&rotated, b"a3\n");
 
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
+    let (output, mut source) = committed_source(&path);
     drive_until(&mut source, || {
         output.process_all();
         output.items().len() == 2
@@ -219,11 +195,7 @@ fn a_restart_on_the_same_file_reports_no_rotation() {
 fn a_rotation_just_before_a_kill_loses_nothing() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = caught_up_source(&path);
     output.process(1);
     output.commit_now();
     // rotated live; the old file's last lines are read but not processed yet
@@ -247,11 +219,7 @@ fn a_rotation_just_before_a_kill_loses_nothing() {
 fn a_live_rotation_opens_the_new_file_only_once_the_old_files_lines_are_committed() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = caught_up_source(&path);
     let old_epoch = source.epoch();
     rotate(&path, "input.log.1", b"a2\n", b"b1\n");
     drive_until(&mut source, || output.items().len() == 2);
@@ -329,11 +297,7 @@ fn an_older_rotation_already_read_is_not_reported() {
 fn a_second_live_rotation_before_the_first_is_finished_loses_nothing() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\n");
-    let output = RecordingOutput::new();
-    let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || {
-        output.last_state() == Some(SourceState::CaughtUp)
-    });
+    let (output, mut source) = caught_up_source(&path);
     rotate(&path, "input.log.1", b"a2\n", b"b1\n");
     drive_until(&mut source, || output.items().len() == 2);
     drive(&mut source, 5); // waiting for a1 and a2 to be committed

@@ -1,4 +1,7 @@
-//! Test doubles: a committer that records commits and dispatchers that count.
+//! Fixtures of the acknowledgement window: a positioned feed (PAUSE by default, a
+//! committer that records what it was told and committed), its readers, started with
+//! them ([`started_with_readers`]), items published and processed, and a dispatcher
+//! that records what it was given.
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::{Arc, Mutex};
@@ -97,6 +100,20 @@ pub fn drop_feed(capacity: usize) -> (Arc<Publisher<u64, u64>>, Commits) {
     )
 }
 
+/// Subscribes one reader per group (in order) to a feed from [`positioned_feed`] or
+/// [`drop_feed`], then ends the feed's startup: the usual setup of a window test.
+///
+/// `let (feed, commits, [mut fast, mut slow]) = started_with_readers(positioned_feed(64), ["fast", "slow"]);`
+pub fn started_with_readers<const N: usize>(
+    (feed, commits): (Arc<Publisher<u64, u64>>, Commits),
+    groups: [&str; N],
+) -> (Arc<Publisher<u64, u64>>, Commits, [QueueReader<u64>; N]) {
+    let readers = groups.map(|group| reader(&feed, group));
+    feed.start_complete();
+    (feed, commits, readers)
+}
+
+/// The reader of `group`'s first subscription to `feed`.
 pub fn reader(feed: &Publisher<u64, u64>, group: &str) -> QueueReader<u64> {
     reader_with(feed, group, RetryPolicy::default())
 }

@@ -1,11 +1,11 @@
 //! One harness for the tests that run the `mongoose` binary with the ledger as a child
 //! process: a folder with `input.txt` and `mongoose.toml`, the run's stderr appended to
-//! `server.log`, the pointer and the ledger's saved state read back, and a small tmpfs
-//! for the tests that need a full disk.
+//! `server.log`, the pointer and the ledger's saved state read back. The small tmpfs of
+//! the tests that need a full disk is `mongoose_testkit::Tmpfs`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -168,46 +168,5 @@ impl LedgerRun {
     /// The ledger's saved state in `state_dir` (relative to the folder).
     pub fn state_in(&self, state_dir: &str) -> LedgerState {
         LedgerState::load(&self.path(state_dir)).expect("state readable")
-    }
-}
-
-/// A tmpfs of a few pages mounted for a test, unmounted when dropped. Needs root, as
-/// CI and the development machines have.
-pub struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    pub fn mount(dir: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(dir).expect("mount point");
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .expect("mount runs");
-        assert!(
-            status.success(),
-            "cannot mount a tmpfs at {} (these tests need root)",
-            dir.display()
-        );
-        Tmpfs {
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    /// Gives the file system room again (the operator freed space).
-    pub fn grow(&self) {
-        let status = Command::new("mount")
-            .args(["-o", "remount,size=64m"])
-            .arg(&self.dir)
-            .status()
-            .expect("mount runs");
-        assert!(status.success(), "remount");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
     }
 }

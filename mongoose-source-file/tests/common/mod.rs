@@ -1,5 +1,12 @@
-//! Test doubles shared by the integration tests: an output that records what a source
-//! publishes and lets the test say what the consumer processed.
+//! Fixtures shared by the integration tests:
+//!
+//! - the pointer/epoch setups: an input file ([`input`]), a started source into a
+//!   [`RecordingOutput`] (an output double that records what a source publishes and
+//!   lets the test say what the consumer processed), duty-cycle drivers, a first run
+//!   that stops cleanly ([`run_and_process`]) or "crashes" ([`run_and_crash`]), and the
+//!   pointer file read back;
+//! - a [`Pipeline`] of a source into the real delivery engine, for numbered lines
+//!   ([`numbered_lines`], [`offset_after`]).
 #![allow(dead_code, unreachable_pub)]
 
 use std::fs;
@@ -12,6 +19,7 @@ use mongoose_core::{
     BatchEnd, Epoch, EventSource, PublishRefused, Refusal, SourceCommitter, SourceOutput,
     SourceState, TryPublish,
 };
+use mongoose_delivery::{Feed, Publisher, QueueReader, SubscribeOptions};
 use mongoose_source_file::pointer::{PointerRecord, POINTER_FILE_SIZE};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use parking_lot::Mutex;
@@ -371,6 +379,53 @@ pub fn unstarted_source(
     )
 }
 
+/// A started source of `path` with `strategy` into a new recording output.
+pub fn source_with(
+    path: &Path,
+    strategy: ReadStrategy,
+) -> (Arc<RecordingOutput<Line>>, FileEventSource<Line>) {
+    let output = RecordingOutput::new();
+    let source = started_source(path, strategy, &output);
+    (output, source)
+}
+
+/// A started COMMITED source of `path` into a new recording output.
+pub fn committed_source(path: &Path) -> (Arc<RecordingOutput<Line>>, FileEventSource<Line>) {
+    source_with(path, ReadStrategy::Committed)
+}
+
+/// A started COMMITED source of `path` into a new recording output, driven until it
+/// reports CAUGHT_UP (nothing processed).
+pub fn caught_up_source(path: &Path) -> (Arc<RecordingOutput<Line>>, FileEventSource<Line>) {
+    let (output, mut source) = committed_source(path);
+    drive_until_state(&mut source, &output, SourceState::CaughtUp);
+    (output, source)
+}
+
+/// Runs a COMMITED source over the file until `lines` were published, processes the
+/// first `processed` and stops (a clean stop commits them). Returns the epoch.
+pub fn run_and_process(path: &Path, lines: usize, processed: usize) -> Epoch {
+    let (output, mut source) = committed_source(path);
+    drive_until(&mut source, || output.items().len() >= lines);
+    output.process(processed);
+    source.stop().expect("stop");
+    source.epoch()
+}
+
+/// A first run that processes (and commits) the first `processed` of the file's lines,
+/// then "crashes": the source is dropped without a stop (the pointer holds what was
+/// committed). Returns the epoch of the run.
+pub fn run_and_crash(path: &Path, lines: usize, processed: usize) -> Epoch {
+    let (output, mut source) = committed_source(path);
+    drive_until(&mut source, || output.items().len() >= lines);
+    output.process(processed);
+    output.commit_now();
+    drive(&mut source, 2);
+    let epoch = source.epoch();
+    drop(source);
+    epoch
+}
+
 /// Runs duty cycles until `done` holds, for at most 10 s.
 pub fn drive_until(source: &mut dyn EventSource, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -378,6 +433,16 @@ pub fn drive_until(source: &mut dyn EventSource, mut done: impl FnMut() -> bool)
         assert!(Instant::now() < deadline, "condition not reached in time");
         source.do_work().expect("do_work");
     }
+}
+
+/// Runs duty cycles until the source last reported `state` to `output`, for at most
+/// 10 s.
+pub fn drive_until_state<T: Clone + Send + 'static>(
+    source: &mut dyn EventSource,
+    output: &RecordingOutput<T>,
+    state: SourceState,
+) {
+    drive_until(source, || output.last_state() == Some(state));
 }
 
 /// Runs `cycles` duty cycles.
@@ -403,6 +468,13 @@ pub fn pointer_len(input: &Path) -> usize {
 
 pub const FULL_POINTER: usize = POINTER_FILE_SIZE;
 
+/// Writes `content` to `input.log` in `dir`; its path.
+pub fn input(dir: &tempfile::TempDir, content: &[u8]) -> PathBuf {
+    let path = dir.path().join("input.log");
+    fs::write(&path, content).expect("write input");
+    path
+}
+
 /// Writes `content` to a new file (a new inode) and renames it over `path`.
 pub fn replace_with(path: &Path, content: &[u8]) {
     let temporary = path.with_extension("replacement");
@@ -421,4 +493,43 @@ pub fn append(path: &Path, content: &[u8]) {
 
 pub fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// `count` numbered lines, `line-00001` on.
+pub fn numbered_lines(count: usize) -> String {
+    (1..=count).map(|n| format!("line-{n:05}\n")).collect()
+}
+
+/// Bytes of the first `count` lines of `numbered_lines`.
+pub fn offset_after(count: usize) -> u64 {
+    (count * "line-00000\n".len()) as u64
+}
+
+/// A COMMITED source of lines into a real feed, and the reader of the feed's one
+/// subscriber (group `group`).
+pub struct Pipeline {
+    pub feed: Arc<Publisher<Line, u64>>,
+    pub source: FileEventSource<Line>,
+    pub reader: QueueReader<Line>,
+}
+
+/// A pipeline on `path` with queues of `capacity`; the source is not started.
+pub fn pipeline(path: &Path, capacity: usize) -> Pipeline {
+    let feed: Arc<Publisher<Line, u64>> = Feed::builder("lines").queue_capacity(capacity).build();
+    let output: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
+    let source = FileEventSource::new(
+        FileSourceConfig::new("lines", path, ReadStrategy::Committed),
+        Ok::<Line, String>,
+        output,
+    );
+    let reader = feed
+        .subscribe("group", SubscribeOptions::default())
+        .expect("subscribe")
+        .take_reader()
+        .expect("the group's first subscription reads");
+    Pipeline {
+        feed,
+        source,
+        reader,
+    }
 }
