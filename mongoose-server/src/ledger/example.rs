@@ -6,7 +6,6 @@ use crate::config::{
     AdminConfig, FeedConfig, GroupConfig, IdleStrategyConfig, OverloadConfig, ServerConfig,
     SourceKind,
 };
-use crate::sinks::FileSink;
 use crate::{Server, ServerBuilder, ServerError};
 
 use super::{default_feed, Ledger, LedgerSettings};
@@ -81,13 +80,14 @@ impl LedgerExample {
             kind: "ledger".to_owned(),
             message,
         };
-        let alerts = FileSink::open(&self.alerts).map_err(|error| {
+        let alerts = Ledger::open_alerts_file(&self.alerts).map_err(|error| {
             refused(format!(
                 "cannot open the alerts file {}: {error}",
                 self.alerts.display()
             ))
         })?;
-        let ledger = Ledger::open(settings, alerts).map_err(|error| refused(error.to_string()))?;
+        let ledger =
+            Ledger::open(settings, Box::new(alerts)).map_err(|error| refused(error.to_string()))?;
         Ok(Server::builder(config).processor(Self::GROUP, Self::GROUP, move || ledger))
     }
 }
