@@ -9,6 +9,9 @@
 //! 0). A run whose input path turns into a directory (or whose folder is a file) keeps
 //! its log small: a warning once and a count, not a busy loop.
 
+#[path = "../src/ledger_kind.rs"]
+mod ledger_kind;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -455,7 +458,7 @@ fn the_names_rule_accepts_every_allowed_character() {
     let parsed = ServerConfig::parse(&config, dir.path()).expect("a valid config");
     assert_eq!(parsed.groups[0].name, name);
     // the ledger's feed setting defaults to `lines`, which is no longer a feed
-    let error = Server::builder(parsed)
+    let error = ledger_kind::register(Server::builder(parsed))
         .build()
         .expect_err("no feed 'lines'");
     assert!(error.to_string().contains("settings.feed"), "{error}");

@@ -20,7 +20,6 @@ use parking_lot::Mutex;
 use tracing::error;
 
 use crate::config::{check_name, AddFailurePolicy, IdleStrategyConfig, ServerConfig, SourceKind};
-use crate::ledger::{AlertSink, Ledger, LedgerSettings};
 use crate::sinks::FileSink;
 use crate::ServerError;
 
@@ -440,8 +439,10 @@ pub(super) fn idle_strategy(config: IdleStrategyConfig) -> IdleStrategy {
 }
 
 impl Server {
-    /// Starts building a server from a configuration. The built-in processor kinds
-    /// (`ledger`) are registered.
+    /// Starts building a server from a configuration, with no processor kind
+    /// registered: register those its config files name with
+    /// [`ServerBuilder::processor_kind_checked`] (the `mongoose` binary registers the
+    /// ledger's).
     pub fn builder(config: ServerConfig) -> ServerBuilder {
         ServerBuilder {
             config,
@@ -452,55 +453,5 @@ impl Server {
             code_sources: Vec::new(),
             kill_switch: None,
         }
-        .processor_kind_checked("ledger", check_ledger, |context| {
-            let mut settings: LedgerSettings = context.settings()?;
-            settings.state_dir = context.resolve(&settings.state_dir);
-            let open = |alerts: Box<dyn AlertSink>| {
-                Ledger::open(settings.clone(), alerts)
-                    .map(|ledger| Box::new(ledger) as Box<dyn Processor>)
-                    .map_err(|error| error.to_string())
-            };
-            match (&settings.alerts, &settings.alerts_sink) {
-                (Some(path), None) => open(Box::new(
-                    Ledger::open_alerts_file(&context.resolve(path)).map_err(|error| {
-                        format!("cannot open the alerts file {}: {error}", path.display())
-                    })?,
-                )),
-                (None, Some(sink)) => open(Box::new(SinkAlerts(context.sink(sink)?))),
-                _ => Err(
-                    "give the ledger exactly one of alerts (a file) or alerts_sink \
-                          (a configured sink)"
-                        .to_owned(),
-                ),
-            }
-        })
-    }
-}
-
-/// The ledger kind's settings check (its `validate(settings)` hook, run when the
-/// server is built and by `mongoose validate`): the settings deserialize (no unknown
-/// key, `state_dir` given), the feed is one the server has, an `alerts_sink` is a
-/// configured sink, and the ledger's own checks ([`LedgerSettings::check`]).
-fn check_ledger(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
-    let settings: LedgerSettings = check.settings()?;
-    check.feed("feed", &settings.feed)?;
-    if let (None, Some(sink)) = (&settings.alerts, &settings.alerts_sink) {
-        check.sink("alerts_sink", sink)?;
-    }
-    settings
-        .check(|path| check.resolve(path))
-        .map_err(|refusal| match refusal.key {
-            Some(key) => SettingsError::at(key, refusal.message),
-            None => SettingsError::new(refusal.message),
-        })
-}
-
-/// A configured sink the ledger writes its alerts to.
-#[derive(Debug)]
-struct SinkAlerts(FileSink);
-
-impl AlertSink for SinkAlerts {
-    fn write_line(&self, line: &str) -> std::io::Result<()> {
-        self.0.write_line(line)
     }
 }

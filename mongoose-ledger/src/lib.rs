@@ -37,17 +37,23 @@
 //! runs on the group's thread between lines, so it reads a balance every line before it
 //! is applied to ([`mongoose_control::admin`]).
 //!
-//! This module holds the processor and its settings; `state` the durable state and
+//! This crate is an application of Mongoose-rs, not a part of the server: it knows
+//! the processor API (core, control's admin commands, the file source's [`Line`]) and
+//! nothing of the server. The `mongoose` binary registers it as the processor kind
+//! `ledger` (`mongoose-server/src/ledger_kind.rs`: the server's feeds and sinks are
+//! checked there, the rest by [`LedgerSettings::check`]), and the example
+//! `cargo run -p mongoose-server --example ledger` builds its server as values.
+//!
+//! The crate root holds the processor and its settings; `state` the durable state and
 //! its load and atomic save; `journal` the checksummed snapshot and journal record
-//! formats and the damage checks; `example` the example's server ([`LedgerExample`]).
+//! formats and the damage checks.
+#![forbid(unsafe_code)]
 
-mod example;
 mod journal;
 mod state;
 #[cfg(test)]
 mod tests;
 
-pub use example::LedgerExample;
 pub use state::{LanePosition, LedgerState};
 
 use std::fs::{File, OpenOptions};
@@ -96,7 +102,7 @@ fn default_compact_every() -> u64 {
     100_000
 }
 
-pub(super) fn default_feed() -> String {
+fn default_feed() -> String {
     "lines".to_owned()
 }
 
