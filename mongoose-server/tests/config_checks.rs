@@ -465,6 +465,30 @@ fn the_names_rule_accepts_every_allowed_character() {
 }
 
 #[test]
+fn the_servers_library_registers_no_processor_kind_and_the_binary_registers_the_ledger() {
+    // issue 12 item 8: the ledger is an application (the mongoose-ledger crate), not
+    // library code of the server. Before, `Server::builder` registered the kind
+    // `ledger` itself and this config built; now only the binary (and whoever
+    // includes its `ledger_kind` module) registers it
+    let setup = Setup::new(&format!("{}{}", feed(), ledger()));
+    let parsed = || ServerConfig::load(&setup.path("mongoose.toml")).expect("a valid config");
+    let error = Server::builder(parsed())
+        .build()
+        .expect_err("the library knows no kind 'ledger'");
+    assert!(
+        error
+            .to_string()
+            .contains("unknown processor kind 'ledger'"),
+        "{error}"
+    );
+    ledger_kind::register(Server::builder(parsed()))
+        .build()
+        .expect("the binary's ledger kind builds");
+    let (code, stderr) = setup.mongoose("validate", &[]);
+    assert_eq!(code, Ok(0), "the binary knows the ledger: {stderr}");
+}
+
+#[test]
 fn a_kind_registered_with_a_settings_check_is_checked_at_build() {
     // issue 10 item 7: the hook next to the factory runs when the server is built (so
     // `validate` runs it too); the key it names is appended to the settings' path
