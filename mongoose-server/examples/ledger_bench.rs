@@ -13,8 +13,11 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
+#[path = "../src/ledger_kind.rs"]
+mod ledger_kind;
+
+use mongoose_ledger::LedgerState;
 use mongoose_server::config::ServerConfig;
-use mongoose_server::ledger::LedgerState;
 use mongoose_server::Server;
 
 fn main() {
@@ -59,7 +62,9 @@ settings = { state_dir = "state", alerts = "alerts.txt", sync = false }
         &dir,
     )
     .expect("config");
-    let server = Server::builder(config).build().expect("built");
+    let server = ledger_kind::register(Server::builder(config))
+        .build()
+        .expect("built");
     let started = Instant::now();
     server.start().expect("started");
     while !server.status().settled {

@@ -23,7 +23,6 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 mod error;
-pub mod ledger;
 pub mod losses;
 mod server;
 pub mod sinks;

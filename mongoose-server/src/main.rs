@@ -11,6 +11,8 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod ledger_kind;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -83,7 +85,7 @@ enum Command {
 /// `validate` and `replay` all build through it, so `validate` runs the same settings
 /// checks `run` does.
 fn builder(config: ServerConfig) -> ServerBuilder {
-    Server::builder(config)
+    ledger_kind::register(Server::builder(config))
 }
 
 fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)> {

@@ -3,6 +3,9 @@
 //! /processors/{group}/{name}/commands/{command}`; recorded as AdminInvoked and replayed
 //! (control-plane-contracts "Record and replay": AdminInvoked, adminReplies()).
 
+#[path = "../src/ledger_kind.rs"]
+mod ledger_kind;
+
 use std::time::{Duration, Instant};
 
 use mongoose_server::config::ServerConfig;
@@ -78,7 +81,9 @@ fn the_ledgers_balance_command_runs_over_http_and_replays_to_the_same_answers() 
     std::fs::write(dir.path().join("input.txt"), "acc1,5\nacc2,-3\nacc1,7\n").expect("input");
     let live =
         ServerConfig::parse(&config("live", "live-alerts.txt", true), dir.path()).expect("config");
-    let server = Server::builder(live).build().expect("built");
+    let server = ledger_kind::register(Server::builder(live))
+        .build()
+        .expect("built");
     server.start().expect("started");
     let handle = admin::serve(server.clone(), "127.0.0.1:0").expect("admin");
     let address = handle.address.to_string();
@@ -141,8 +146,11 @@ fn the_ledgers_balance_command_runs_over_http_and_replays_to_the_same_answers() 
     // ledger registered
     let scratch = ServerConfig::parse(&config("scratch", "scratch-alerts.txt", false), dir.path())
         .expect("config");
-    let reports =
-        replay(Server::builder(scratch), &dir.path().join("recording")).expect("replayed");
+    let reports = replay(
+        ledger_kind::register(Server::builder(scratch)),
+        &dir.path().join("recording"),
+    )
+    .expect("replayed");
     let (group, report) = &reports[0];
     assert_eq!(group, "bank");
     assert!(report.reproduced(), "{report}");

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use mongoose_server::ledger::LedgerState;
+use mongoose_ledger::LedgerState;
 
 const TOKEN: &str = "s3cret-admin-token-0123456789abcdef";
 

@@ -9,6 +9,9 @@
 //! 0). A run whose input path turns into a directory (or whose folder is a file) keeps
 //! its log small: a warning once and a count, not a busy loop.
 
+#[path = "../src/ledger_kind.rs"]
+mod ledger_kind;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -455,10 +458,34 @@ fn the_names_rule_accepts_every_allowed_character() {
     let parsed = ServerConfig::parse(&config, dir.path()).expect("a valid config");
     assert_eq!(parsed.groups[0].name, name);
     // the ledger's feed setting defaults to `lines`, which is no longer a feed
-    let error = Server::builder(parsed)
+    let error = ledger_kind::register(Server::builder(parsed))
         .build()
         .expect_err("no feed 'lines'");
     assert!(error.to_string().contains("settings.feed"), "{error}");
+}
+
+#[test]
+fn the_servers_library_registers_no_processor_kind_and_the_binary_registers_the_ledger() {
+    // issue 12 item 8: the ledger is an application (the mongoose-ledger crate), not
+    // library code of the server. Before, `Server::builder` registered the kind
+    // `ledger` itself and this config built; now only the binary (and whoever
+    // includes its `ledger_kind` module) registers it
+    let setup = Setup::new(&format!("{}{}", feed(), ledger()));
+    let parsed = || ServerConfig::load(&setup.path("mongoose.toml")).expect("a valid config");
+    let error = Server::builder(parsed())
+        .build()
+        .expect_err("the library knows no kind 'ledger'");
+    assert!(
+        error
+            .to_string()
+            .contains("unknown processor kind 'ledger'"),
+        "{error}"
+    );
+    ledger_kind::register(Server::builder(parsed()))
+        .build()
+        .expect("the binary's ledger kind builds");
+    let (code, stderr) = setup.mongoose("validate", &[]);
+    assert_eq!(code, Ok(0), "the binary knows the ledger: {stderr}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use mongoose_server::ledger::LedgerState;
+use mongoose_ledger::LedgerState;
 use support::{balances_of, ledger_config, LedgerRun};
 
 const FIRST: usize = 2_000;

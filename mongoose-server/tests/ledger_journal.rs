@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use mongoose_server::ledger::LedgerState;
+use mongoose_ledger::LedgerState;
 use support::{balances_of, ledger_config, LedgerRun};
 
 /// Lines of the first run.

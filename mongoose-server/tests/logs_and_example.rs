@@ -16,8 +16,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../examples/ledger/example.rs"]
+mod example;
+
+use example::LedgerExample;
+use mongoose_ledger::LedgerState;
 use mongoose_server::cli;
-use mongoose_server::ledger::{LedgerExample, LedgerState};
 
 /// Lines of `account,amount`; every 10th drives its account negative (an alert).
 fn input_lines(count: usize) -> String {

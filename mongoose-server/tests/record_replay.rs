@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use mongoose_server::ledger::LedgerState;
+use mongoose_ledger::LedgerState;
 
 fn config(state: &str, alerts: &str, record: bool) -> String {
     let record = if record {

@@ -1,6 +1,9 @@
 //! The booted server (feed-delivery-guarantees §4 clean stop, §7 the settled rule, §11
 //! FeedDeliveryServerTest, FeedDeliveryCleanStopTest, FeedStatusServerTest).
 
+#[path = "../src/ledger_kind.rs"]
+mod ledger_kind;
+
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -388,9 +391,11 @@ kind = "ledger"
 settings = { state_dir = "state", alerts_sink = "alerts", sync = false }
 "#;
     std::fs::create_dir_all(dir.path().join("out")).expect("out");
-    let server = Server::builder(ServerConfig::parse(text, dir.path()).expect("config"))
-        .build()
-        .expect("built");
+    let server = ledger_kind::register(Server::builder(
+        ServerConfig::parse(text, dir.path()).expect("config"),
+    ))
+    .build()
+    .expect("built");
     server.start().expect("started");
     wait_until("settled", || server.status().settled);
     assert!(server.shutdown().complete);
@@ -403,13 +408,13 @@ settings = { state_dir = "state", alerts_sink = "alerts", sync = false }
 
     // the ledger kind's settings check refuses it when the server is built, before
     // anything starts (issue 10, item 7: it used to fail the start)
-    let error = Server::builder(
+    let error = ledger_kind::register(Server::builder(
         ServerConfig::parse(
             &text.replace("alerts_sink = \"alerts\"", "alerts_sink = \"nowhere\""),
             dir.path(),
         )
         .expect("config"),
-    )
+    ))
     .build()
     .expect_err("an unknown sink fails the build")
     .to_string();

@@ -20,7 +20,6 @@ use parking_lot::Mutex;
 use tracing::error;
 
 use crate::config::{check_name, AddFailurePolicy, IdleStrategyConfig, ServerConfig, SourceKind};
-use crate::ledger::{Ledger, LedgerSettings};
 use crate::sinks::FileSink;
 use crate::ServerError;
 
@@ -440,8 +439,10 @@ pub(super) fn idle_strategy(config: IdleStrategyConfig) -> IdleStrategy {
 }
 
 impl Server {
-    /// Starts building a server from a configuration. The built-in processor kinds
-    /// (`ledger`) are registered.
+    /// Starts building a server from a configuration, with no processor kind
+    /// registered: register those its config files name with
+    /// [`ServerBuilder::processor_kind_checked`] (the `mongoose` binary registers the
+    /// ledger's).
     pub fn builder(config: ServerConfig) -> ServerBuilder {
         ServerBuilder {
             config,
@@ -452,25 +453,5 @@ impl Server {
             code_sources: Vec::new(),
             kill_switch: None,
         }
-        .processor_kind_checked("ledger", LedgerSettings::check, |context| {
-            let mut settings: LedgerSettings = context.settings()?;
-            settings.state_dir = context.resolve(&settings.state_dir);
-            let alerts = match (&settings.alerts, &settings.alerts_sink) {
-                (Some(path), None) => FileSink::open(&context.resolve(path)).map_err(|error| {
-                    format!("cannot open the alerts file {}: {error}", path.display())
-                })?,
-                (None, Some(sink)) => context.sink(sink)?,
-                _ => {
-                    return Err(
-                        "give the ledger exactly one of alerts (a file) or alerts_sink \
-                                (a configured sink)"
-                            .to_owned(),
-                    )
-                }
-            };
-            Ledger::open(settings, alerts)
-                .map(|ledger| Box::new(ledger) as Box<dyn Processor>)
-                .map_err(|error| error.to_string())
-        })
     }
 }

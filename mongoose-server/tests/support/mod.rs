@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mongoose_server::ledger::LedgerState;
+use mongoose_ledger::LedgerState;
 
 /// How long a run may take to settle, or to log what a test waits for.
 const PATIENCE: Duration = Duration::from_secs(180);

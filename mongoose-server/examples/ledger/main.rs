@@ -1,5 +1,6 @@
 //! The ledger: a stateful processor that survives `kill -9` with every line applied
-//! exactly once (see `mongoose_server::ledger`).
+//! exactly once (see the `mongoose-ledger` crate), on a server built as values
+//! (`example.rs`).
 //!
 //! ```sh
 //! # the bundled demo: generates an input, processes it, prints the status table
@@ -22,9 +23,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod example;
+
 use clap::Parser;
+use example::LedgerExample;
+use mongoose_ledger::LedgerState;
 use mongoose_server::cli::{self, LogFormat, EXIT_BAD_CONFIG, EXIT_FAILED};
-use mongoose_server::ledger::{LedgerExample, LedgerState};
 use mongoose_server::{admin, ServerError};
 
 /// Lines in the bundled demo's input.

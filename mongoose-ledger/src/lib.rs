@@ -37,25 +37,28 @@
 //! runs on the group's thread between lines, so it reads a balance every line before it
 //! is applied to ([`mongoose_control::admin`]).
 //!
-//! This module holds the processor and its settings; `state` the durable state and
+//! This crate is an application of Mongoose-rs, not a part of the server: it knows
+//! the processor API (core, control's admin commands, the file source's [`Line`]) and
+//! nothing of the server. The `mongoose` binary registers it as the processor kind
+//! `ledger` (`mongoose-server/src/ledger_kind.rs`: the server's feeds and sinks are
+//! checked there, the rest by [`LedgerSettings::check`]), and the example
+//! `cargo run -p mongoose-server --example ledger` builds its server as values.
+//!
+//! The crate root holds the processor and its settings; `state` the durable state and
 //! its load and atomic save; `journal` the checksummed snapshot and journal record
-//! formats and the damage checks; `example` the example's server ([`LedgerExample`]).
+//! formats and the damage checks.
+#![forbid(unsafe_code)]
 
-mod example;
 mod journal;
 mod state;
 #[cfg(test)]
 mod tests;
 
-pub use example::LedgerExample;
 pub use state::{LanePosition, LedgerState};
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-use crate::sinks::FileSink;
-use crate::{SettingsCheck, SettingsError};
 
 use journal::JournalRecord;
 use mongoose_control::admin;
@@ -99,7 +102,7 @@ fn default_compact_every() -> u64 {
     100_000
 }
 
-pub(super) fn default_feed() -> String {
+fn default_feed() -> String {
     "lines".to_owned()
 }
 
@@ -132,7 +135,7 @@ const SAVE: CompletionKey = CompletionKey::SAVE;
 pub struct Ledger {
     settings: LedgerSettings,
     state: LedgerState,
-    alerts: FileSink,
+    alerts: Box<dyn AlertSink>,
     rejected: File,
     journal: File,
     /// The journal's length after its last whole record.
@@ -149,9 +152,13 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Opens the ledger: restores the saved state, opens the alerts and rejected files
-    /// for appending.
-    pub fn open(settings: LedgerSettings, alerts: FileSink) -> Result<Self, ProcessorError> {
+    /// Opens the ledger: restores the saved state, opens the rejected file for
+    /// appending; alerts go to `alerts` (a file from [`Ledger::open_alerts_file`], or a
+    /// server's sink).
+    pub fn open(
+        settings: LedgerSettings,
+        alerts: Box<dyn AlertSink>,
+    ) -> Result<Self, ProcessorError> {
         std::fs::create_dir_all(&settings.state_dir).map_err(|error| {
             ProcessorError::new(format!(
                 "cannot create {}: {error}",
@@ -194,8 +201,8 @@ impl Ledger {
         Ok(Ledger {
             settings,
             state,
-            alerts,
             rejected,
+            alerts,
             journal,
             journal_len: journal_end,
             journal_cut_pending: false,
@@ -204,6 +211,11 @@ impl Ledger {
             lane: 0,
             changed_lanes: std::collections::BTreeSet::new(),
         })
+    }
+
+    /// Opens (creating) the alerts file `path` for appending.
+    pub fn open_alerts_file(path: &Path) -> std::io::Result<File> {
+        OpenOptions::new().create(true).append(true).open(path)
     }
 
     /// The state in memory.
@@ -433,19 +445,18 @@ impl Processor for Ledger {
 }
 
 impl LedgerSettings {
-    /// The ledger kind's settings check (its `validate(settings)` hook, run when the
-    /// server is built and by `mongoose validate`): the settings deserialize (no
-    /// unknown key, `state_dir` given), the feed is one the server has, exactly one of
-    /// `alerts` (a file, not a directory) or `alerts_sink` (a configured sink) is
-    /// given, and `state_dir` is a directory or does not exist yet. Opens nothing.
-    pub fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
-        let settings: LedgerSettings = check.settings()?;
-        check.feed("feed", &settings.feed)?;
-        match (&settings.alerts, &settings.alerts_sink) {
+    /// The ledger's own checks of its settings (the part of its kind's
+    /// `validate(settings)` hook that needs no server: the server's part checks that
+    /// the feed, and an `alerts_sink`, exist): exactly one of `alerts` (a file, not a
+    /// directory) or `alerts_sink` is given, and `state_dir` is a directory or does not
+    /// exist yet. `resolve` resolves a relative path as the config's folder does. Opens
+    /// nothing.
+    pub fn check(&self, resolve: impl Fn(&Path) -> PathBuf) -> Result<(), SettingsRefusal> {
+        match (&self.alerts, &self.alerts_sink) {
             (Some(path), None) => {
-                let resolved = check.resolve(path);
+                let resolved = resolve(path);
                 if resolved.is_dir() {
-                    return Err(SettingsError::at(
+                    return Err(SettingsRefusal::at(
                         "alerts",
                         format!(
                             "{} is a directory: give the path of the alerts file (it need not exist yet)",
@@ -454,21 +465,21 @@ impl LedgerSettings {
                     ));
                 }
             }
-            (None, Some(sink)) => check.sink("alerts_sink", sink)?,
+            (None, Some(_)) => {}
             (None, None) => {
-                return Err(SettingsError::new(
+                return Err(SettingsRefusal::new(
                     "no alerts output: give the ledger exactly one of alerts (a file) or alerts_sink (a configured sink)",
                 ))
             }
             (Some(_), Some(_)) => {
-                return Err(SettingsError::new(
+                return Err(SettingsRefusal::new(
                     "both alerts and alerts_sink are given: give the ledger exactly one of alerts (a file) or alerts_sink (a configured sink)",
                 ))
             }
         }
-        let state_dir = check.resolve(&settings.state_dir);
+        let state_dir = resolve(&self.state_dir);
         if state_dir.exists() && !state_dir.is_dir() {
-            return Err(SettingsError::at(
+            return Err(SettingsRefusal::at(
                 "state_dir",
                 format!(
                     "{} exists and is not a directory: give the ledger's state folder (it is created if missing)",
@@ -491,5 +502,59 @@ impl LedgerSettings {
             sync: true,
             compact_every: default_compact_every(),
         }
+    }
+}
+
+/// What [`LedgerSettings::check`] refuses: the settings key it is about (if one) and
+/// what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingsRefusal {
+    /// The key within the settings table (`alerts`, `state_dir`).
+    pub key: Option<&'static str>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl SettingsRefusal {
+    fn new(message: &str) -> Self {
+        SettingsRefusal {
+            key: None,
+            message: message.to_owned(),
+        }
+    }
+
+    fn at(key: &'static str, message: String) -> Self {
+        SettingsRefusal {
+            key: Some(key),
+            message,
+        }
+    }
+}
+
+impl std::fmt::Display for SettingsRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.key {
+            Some(key) => write!(f, "{key}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for SettingsRefusal {}
+
+/// Where the ledger appends its alerts: each line and its newline in one unbuffered
+/// write, so an alert written before a crash is on disk after it. An alerts file
+/// ([`Ledger::open_alerts_file`]) is one; a server passes its configured sinks as one.
+pub trait AlertSink: Send + std::fmt::Debug {
+    /// Appends `line` and a newline in one write.
+    fn write_line(&self, line: &str) -> std::io::Result<()>;
+}
+
+impl AlertSink for File {
+    fn write_line(&self, line: &str) -> std::io::Result<()> {
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        (&*self).write_all(&bytes)
     }
 }

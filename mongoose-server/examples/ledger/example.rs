@@ -1,15 +1,14 @@
-//! The ledger example's server, built as values.
+//! The ledger example's server, built as values. A module of the example
+//! (`examples/ledger/main.rs`); `tests/logs_and_example.rs` includes it too.
 
 use std::path::PathBuf;
 
-use crate::config::{
+use mongoose_ledger::{Ledger, LedgerSettings};
+use mongoose_server::config::{
     AdminConfig, FeedConfig, GroupConfig, IdleStrategyConfig, OverloadConfig, ServerConfig,
     SourceKind,
 };
-use crate::sinks::FileSink;
-use crate::{Server, ServerBuilder, ServerError};
-
-use super::{default_feed, Ledger, LedgerSettings};
+use mongoose_server::{Server, ServerBuilder, ServerError};
 use mongoose_source_file::ReadStrategy;
 
 /// The ledger example's server (`cargo run --example ledger`), built as values rather
@@ -17,25 +16,25 @@ use mongoose_source_file::ReadStrategy;
 /// a byte that is not UTF-8 included: a COMMITED file feed `lines` on `input`, a group
 /// `ledger` with the ledger processor `ledger`, and the admin API if asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LedgerExample {
+pub(crate) struct LedgerExample {
     /// The input file of `account,amount` lines (tailed).
-    pub input: PathBuf,
+    pub(crate) input: PathBuf,
     /// Where the state and `rejected.log` live.
-    pub state_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
     /// The alerts file.
-    pub alerts: PathBuf,
+    pub(crate) alerts: PathBuf,
     /// Serve the admin API at this address (`127.0.0.1:PORT`).
-    pub admin: Option<String>,
+    pub(crate) admin: Option<String>,
 }
 
 impl LedgerExample {
     /// The group and the processor's name.
-    pub const GROUP: &'static str = "ledger";
+    pub(crate) const GROUP: &'static str = "ledger";
 
     /// The server's configuration, checked as a file's is: the feed, the group (its
     /// processor is added by [`LedgerExample::server_builder`]: a config's processor
     /// settings are a TOML table, which holds UTF-8 text only) and the admin address.
-    pub fn server_config(&self) -> Result<ServerConfig, ServerError> {
+    pub(crate) fn server_config(&self) -> Result<ServerConfig, ServerError> {
         ServerConfig {
             admin: self.admin.as_ref().map(|address| AdminConfig {
                 address: address.clone(),
@@ -43,7 +42,7 @@ impl LedgerExample {
                 export_root: None,
             }),
             feeds: vec![FeedConfig {
-                name: default_feed(),
+                name: self.ledger_settings().feed,
                 source: SourceKind::File,
                 path: self.input.clone(),
                 read_strategy: ReadStrategy::Committed,
@@ -67,27 +66,31 @@ impl LedgerExample {
     }
 
     /// The ledger's settings.
-    pub fn ledger_settings(&self) -> LedgerSettings {
+    pub(crate) fn ledger_settings(&self) -> LedgerSettings {
         LedgerSettings::new(self.state_dir.clone(), self.alerts.clone())
     }
 
     /// A builder of the server on `config` (from [`LedgerExample::server_config`])
     /// with the ledger added to its group. The ledger opens here: a state it cannot
     /// read (or an alerts file it cannot open) fails now, naming the file.
-    pub fn server_builder(&self, config: ServerConfig) -> Result<ServerBuilder, ServerError> {
+    pub(crate) fn server_builder(
+        &self,
+        config: ServerConfig,
+    ) -> Result<ServerBuilder, ServerError> {
         let settings = self.ledger_settings();
         let refused = |message: String| ServerError::ProcessorSettings {
             name: Self::GROUP.to_owned(),
             kind: "ledger".to_owned(),
             message,
         };
-        let alerts = FileSink::open(&self.alerts).map_err(|error| {
+        let alerts = Ledger::open_alerts_file(&self.alerts).map_err(|error| {
             refused(format!(
                 "cannot open the alerts file {}: {error}",
                 self.alerts.display()
             ))
         })?;
-        let ledger = Ledger::open(settings, alerts).map_err(|error| refused(error.to_string()))?;
+        let ledger =
+            Ledger::open(settings, Box::new(alerts)).map_err(|error| refused(error.to_string()))?;
         Ok(Server::builder(config).processor(Self::GROUP, Self::GROUP, move || ledger))
     }
 }

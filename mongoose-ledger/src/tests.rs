@@ -30,8 +30,8 @@ fn lines_parse_strictly() {
 fn a_torn_journal_record_is_ignored_and_cut_off() {
     let dir = tempfile::tempdir().expect("dir");
     let settings = test_settings(dir.path(), 3);
-    let alerts = || FileSink::open(&dir.path().join("alerts.txt")).expect("alerts");
-    let mut ledger = Ledger::open(settings.clone(), alerts()).expect("opened");
+    let alerts = || Ledger::open_alerts_file(&dir.path().join("alerts.txt")).expect("alerts");
+    let mut ledger = Ledger::open(settings.clone(), Box::new(alerts())).expect("opened");
     for (index, line) in ["a,5", "b,-2", "a,1", "c,7", "nonsense"].iter().enumerate() {
         ledger.state.position = (index as u64 + 1) * 10;
         ledger.on_line(&Line::from(*line)).expect("handled");
@@ -51,7 +51,7 @@ fn a_torn_journal_record_is_ignored_and_cut_off() {
     let whole = bytes.len();
     bytes.extend_from_slice(b"0badc0de {\"account\":nul");
     std::fs::write(&journal, &bytes).expect("torn tail");
-    let reopened = Ledger::open(settings, alerts()).expect("reopened");
+    let reopened = Ledger::open(settings, Box::new(alerts())).expect("reopened");
     assert_eq!(reopened.state, expected, "the torn record adds nothing");
     assert_eq!(
         std::fs::read(&journal).expect("journal").len(),
@@ -64,8 +64,8 @@ fn a_torn_journal_record_is_ignored_and_cut_off() {
 fn a_failed_save_is_retried_with_its_change_and_leaves_no_torn_record_behind() {
     let dir = tempfile::tempdir().expect("dir");
     let settings = test_settings(dir.path(), 1_000);
-    let alerts = FileSink::open(&dir.path().join("alerts.txt")).expect("alerts");
-    let mut ledger = Ledger::open(settings.clone(), alerts.clone()).expect("opened");
+    let alerts = Ledger::open_alerts_file(&dir.path().join("alerts.txt")).expect("alerts");
+    let mut ledger = Ledger::open(settings.clone(), Box::new(alerts)).expect("opened");
     ledger.on_line(&Line::from("a,5")).expect("applied");
     // the journal cannot be written: the save fails and keeps the change
     let journal = LedgerState::journal_path(&settings.state_dir);
