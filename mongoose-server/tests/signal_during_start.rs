@@ -5,6 +5,8 @@
 //! signal in between ended the process with the default action, no ordered stop (a
 //! test saw exit -1 on a loaded machine). Its own test binary: it signals itself.
 
+#[path = "../src/ledger_kind.rs"]
+mod ledger_kind;
 mod support;
 
 use mongoose_server::cli::{self, EXIT_OK};
@@ -24,7 +26,9 @@ fn a_sigterm_during_the_start_stops_the_run_cleanly() {
     );
     let config = ServerConfig::load(&run.path("mongoose.toml")).expect("config");
     let signals = cli::Signals::install().expect("handlers");
-    let server = Server::builder(config).build().expect("built");
+    let server = ledger_kind::register(Server::builder(config))
+        .build()
+        .expect("built");
     // the signal arrives while the server is being started
     signal_hook::low_level::raise(signal_hook::consts::SIGTERM).expect("raised");
     assert!(signals.received(), "kept, not the default action");
