@@ -89,28 +89,33 @@ impl Processor for Saver {
     }
 }
 
-// feed-delivery-guarantees §5b: dispatch -> completion callbacks -> recorder, in the delivery
-#[test]
-fn a_recorder_hears_each_dispatch_then_its_callbacks_then_the_end_of_the_poll() {
+/// A plane with feed `lines` and group `g` recorded by [`Logging`] into the returned
+/// log (with the feed's status at each poll's end when `with_feed`).
+fn recorded_group(with_feed: bool) -> (ControlPlane, Arc<Publisher<String, u64>>, Log) {
     let feeds = DeliveryFeeds::new(FeedRegistry::default());
     let lines: Arc<Publisher<String, u64>> = Feed::builder("lines").queue_capacity(16).build();
     feeds.register(Arc::clone(&lines)).expect("registered");
     lines.start_complete();
     let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
     let log = new_log();
+    let feed = with_feed.then(|| Arc::clone(&lines));
     plane
         .create_group(
             "g",
             GroupOptions {
                 idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(Logging(
-                    Arc::clone(&log),
-                    Some(Arc::clone(&lines)),
-                ))),
+                recorder: Some(Box::new(Logging(Arc::clone(&log), feed))),
                 ..GroupOptions::default()
             },
         )
         .expect("group");
+    (plane, lines, log)
+}
+
+// feed-delivery-guarantees §5b: dispatch -> completion callbacks -> recorder, in the delivery
+#[test]
+fn a_recorder_hears_each_dispatch_then_its_callbacks_then_the_end_of_the_poll() {
+    let (plane, lines, log) = recorded_group(true);
     let added = plane.add_processor("g", "saver", || Saver);
     assert!(added.reply.wait_for(WAIT).unwrap().applied());
     assert!(lines.try_publish("a".into(), 7).is_published());
@@ -150,22 +155,7 @@ fn a_recorder_hears_each_dispatch_then_its_callbacks_then_the_end_of_the_poll() 
 // name, which a recording keeps as the stream's provenance
 #[test]
 fn one_add_processor_takes_a_closure_or_a_boxed_factory_and_the_recorder_hears_its_type() {
-    let feeds = DeliveryFeeds::new(FeedRegistry::default());
-    let lines: Arc<Publisher<String, u64>> = Feed::builder("lines").queue_capacity(16).build();
-    feeds.register(Arc::clone(&lines)).expect("registered");
-    lines.start_complete();
-    let plane = ControlPlane::new(ControlConfig::default(), Arc::new(feeds));
-    let log = new_log();
-    plane
-        .create_group(
-            "g",
-            GroupOptions {
-                idle: IdleStrategy::SleepingMillis(1),
-                recorder: Some(Box::new(Logging(Arc::clone(&log), None))),
-                ..GroupOptions::default()
-            },
-        )
-        .expect("group");
+    let (plane, _lines, log) = recorded_group(false);
     let typed = plane.add_processor("g", "typed", || Saver);
     let factory: Box<dyn FnOnce() -> Box<dyn Processor> + Send> =
         Box::new(|| Box::new(Saver) as Box<dyn Processor>);

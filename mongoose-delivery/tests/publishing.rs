@@ -136,12 +136,7 @@ fn pause_with_ten_thousand_items_into_a_small_queue_and_a_slow_consumer_loses_no
 fn an_in_band_status_waits_for_room_in_a_paused_queue() {
     // §6: a status that finds a PAUSE queue full waits and is delivered before any later
     // item; nothing is dropped
-    let (feed, _commits) = positioned_feed_with(
-        Feed::builder("lines")
-            .queue_capacity(2)
-            .status_events(true)
-            .build(),
-    );
+    let (feed, _commits) = status_feed(2);
     let mut group = reader(&feed, "group");
     feed.start_complete();
     publish_range(&feed, 1..=2);
@@ -175,12 +170,7 @@ fn an_in_band_status_waits_for_room_in_a_paused_queue() {
 fn a_cached_startup_status_waits_behind_the_cache_and_is_not_dropped() {
     // §6, independent review R6: the startup status never overtakes cached items and is
     // not written into a full PAUSE queue with drop semantics
-    let (feed, commits) = positioned_feed_with(
-        Feed::builder("lines")
-            .queue_capacity(2)
-            .status_events(true)
-            .build(),
-    );
+    let (feed, commits) = status_feed(2);
     let mut group = reader(&feed, "group");
     for item in 1..=3u64 {
         feed.cache(item, item * 10);
@@ -222,12 +212,7 @@ fn a_status_is_deduplicated_against_the_waiting_one_not_the_published_one() {
     // §6, hook review R3 (CachedStartupStatusReplacementTest): A waiting, replaced by B,
     // then A again delivers A; once subscribers hold A, B waiting then A again drops B
     // and delivers nothing
-    let (feed, _commits) = positioned_feed_with(
-        Feed::builder("lines")
-            .queue_capacity(1)
-            .status_events(true)
-            .build(),
-    );
+    let (feed, _commits) = status_feed(1);
     let mut group = reader(&feed, "group");
     feed.start_complete();
     publish_range(&feed, 1..=1);
@@ -267,12 +252,7 @@ fn a_report_that_replaces_the_waiting_startup_status_keeps_the_feed_undrained() 
     // §6, delta review of PR #98 finding 2 (CachedStartupStatusReplacementTest): the hold
     // on completion belongs to the startup status, not to whichever status waits: its
     // replacement keeps the feed undrained until it is delivered after the cache
-    let (feed, _commits) = positioned_feed_with(
-        Feed::builder("lines")
-            .queue_capacity(1)
-            .status_events(true)
-            .build(),
-    );
+    let (feed, _commits) = status_feed(1);
     let mut group = reader(&feed, "group");
     for item in 1..=2u64 {
         feed.cache(item, item * 10);

@@ -76,6 +76,17 @@ pub fn positioned_feed(capacity: usize) -> (Arc<Publisher<u64, u64>>, Commits) {
     positioned_feed_with(Feed::builder("lines").queue_capacity(capacity).build())
 }
 
+/// A positioned feed of `capacity` slots whose status reports reach subscribers in
+/// band ([`FeedStatusEvent`]s).
+pub fn status_feed(capacity: usize) -> (Arc<Publisher<u64, u64>>, Commits) {
+    positioned_feed_with(
+        Feed::builder("lines")
+            .queue_capacity(capacity)
+            .status_events(true)
+            .build(),
+    )
+}
+
 pub fn positioned_feed_with(feed: Arc<Publisher<u64, u64>>) -> (Arc<Publisher<u64, u64>>, Commits) {
     let commits = Commits::default();
     feed.acknowledge_with(Box::new(RecordingCommitter {
