@@ -60,23 +60,29 @@ fn add(plane: &ControlPlane, group: &str, name: &str, processor: Scripted) {
     assert!(reply.applied(), "{reply:?}");
 }
 
+/// Processor `name` in `group`, reading no feed, taking services and logging what it
+/// is given into `log`.
+fn add_service_user(plane: &ControlPlane, group: &str, name: &str, log: &Log) {
+    add(
+        plane,
+        group,
+        name,
+        Scripted::new(name, log).no_feed().with_services(),
+    );
+}
+
+/// Processor `a` in group `pricing` and `b` in group `risk`, both taking services.
+fn add_two_service_users(plane: &ControlPlane, log: &Log) {
+    add_service_user(plane, "pricing", "a", log);
+    add_service_user(plane, "risk", "b", log);
+}
+
 // Services, registerService Guaranteed 1: running processors receive it on their own thread, once
 #[test]
 fn running_processors_receive_a_registered_service_once_on_their_own_agent_thread() {
     let (plane, _numbers, _) = plane_with_feed();
     let log = new_log();
-    add(
-        &plane,
-        "pricing",
-        "a",
-        Scripted::new("a", &log).no_feed().with_services(),
-    );
-    add(
-        &plane,
-        "risk",
-        "b",
-        Scripted::new("b", &log).no_feed().with_services(),
-    );
+    add_two_service_users(&plane, &log);
     let cache = Cache::new(&log);
     plane
         .register_service("cache", cache.clone())
@@ -122,12 +128,7 @@ fn a_processor_added_later_is_given_the_registrys_services_when_it_is_built() {
 fn a_stale_service_broadcast_changes_nothing() {
     let (plane, _numbers, _) = plane_with_feed();
     let log = new_log();
-    add(
-        &plane,
-        "pricing",
-        "a",
-        Scripted::new("a", &log).no_feed().with_services(),
-    );
+    add_service_user(&plane, "pricing", "a", &log);
     let cache: Arc<dyn Service> = Cache::new(&log);
     plane
         .register_service("cache", Arc::clone(&cache))
@@ -162,18 +163,7 @@ fn a_stale_service_broadcast_changes_nothing() {
 fn a_removed_service_is_withdrawn_from_every_processor_before_it_is_stopped() {
     let (plane, _numbers, _) = plane_with_feed();
     let log = new_log();
-    add(
-        &plane,
-        "pricing",
-        "a",
-        Scripted::new("a", &log).no_feed().with_services(),
-    );
-    add(
-        &plane,
-        "risk",
-        "b",
-        Scripted::new("b", &log).no_feed().with_services(),
-    );
+    add_two_service_users(&plane, &log);
     let cache = Cache::new(&log);
     plane
         .register_service("cache", cache.clone())
@@ -264,12 +254,7 @@ fn a_group_that_missed_the_withdrawal_because_its_mailbox_was_full_keeps_the_ser
         )
         .expect("group");
     let log = new_log();
-    add(
-        &plane,
-        "pricing",
-        "a",
-        Scripted::new("a", &log).no_feed().with_services(),
-    );
+    add_service_user(&plane, "pricing", "a", &log);
     let cache = Cache::new(&log);
     plane
         .register_service("cache", cache.clone())
@@ -290,12 +275,7 @@ fn a_service_removed_before_its_registration_was_published_is_never_given_to_pro
     let (plane, _numbers, _) = plane_with_feed();
     let plane = Arc::new(plane);
     let log = new_log();
-    add(
-        &plane,
-        "pricing",
-        "a",
-        Scripted::new("a", &log).no_feed().with_services(),
-    );
+    add_service_user(&plane, "pricing", "a", &log);
     let remover = Arc::downgrade(&plane);
     let cache = Arc::new(Cache {
         log: Arc::clone(&log),
@@ -351,12 +331,7 @@ fn registering_a_name_in_use_or_while_stopping_fails_and_removing_while_stopping
 fn an_instance_still_being_withdrawn_cannot_be_registered_again() {
     let (plane, numbers, _) = plane_with_feed();
     let log = new_log();
-    add(
-        &plane,
-        "pricing",
-        "a",
-        Scripted::new("a", &log).no_feed().with_services(),
-    );
+    add_service_user(&plane, "pricing", "a", &log);
     let cache: Arc<dyn Service> = Cache::new(&log);
     plane
         .register_service("cache", Arc::clone(&cache))
@@ -395,12 +370,7 @@ fn a_throwing_service_handler_is_reported_and_the_other_processors_still_receive
             .retry_safe()
             .on_service(|_| Err(ProcessorError::new("no thanks"))),
     );
-    add(
-        &plane,
-        "pricing",
-        "fine",
-        Scripted::new("fine", &log).no_feed().with_services(),
-    );
+    add_service_user(&plane, "pricing", "fine", &log);
     plane
         .register_service("cache", Cache::new(&log))
         .expect("registered");
@@ -451,12 +421,7 @@ fn a_removal_from_an_agent_thread_stops_the_service_on_a_reply_thread_once_every
     let (plane, numbers, _) = plane_with_feed();
     let plane = Arc::new(plane);
     let log = new_log();
-    add(
-        &plane,
-        "risk",
-        "other",
-        Scripted::new("other", &log).no_feed().with_services(),
-    );
+    add_service_user(&plane, "risk", "other", &log);
     let control = Arc::downgrade(&plane);
     add(
         &plane,
@@ -645,12 +610,7 @@ fn quarantined_and_dead_groups_processors_are_named_as_retained() {
             .with_services()
             .on_item(|_, _| Err(ProcessorError::new("broken"))),
     );
-    add(
-        &plane,
-        "risk",
-        "fenced",
-        Scripted::new("fenced", &log).no_feed().with_services(),
-    );
+    add_service_user(&plane, "risk", "fenced", &log);
     assert!(plane.retained_processors().is_empty());
     numbers.publish(1);
     assert!(wait_until(|| !plane
