@@ -161,12 +161,16 @@ impl<T: Send + 'static> SourceOutput<T, u64> for LaneOutput<T> {
         self.hub.output.filtered((self.lane, position), reason);
     }
 
+    /// Nothing: the feed's acknowledgements are polled (for every lane at once) by the
+    /// glob source around its cycle, not once per file and cycle.
     fn poll_acknowledgements(&self) -> usize {
-        self.hub.output.poll_acknowledgements()
+        0
     }
 
+    /// Nothing: the feed's paused items are replayed by the glob source once per cycle.
+    /// Returns true, which no file source reads.
     fn flush_paused(&self) -> bool {
-        self.hub.output.flush_paused()
+        true
     }
 
     fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<u64>>) {

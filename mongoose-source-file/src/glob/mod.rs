@@ -461,10 +461,11 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             .filter(|file| file.source.is_some())
             .map(|file| file.lane)
             .collect();
-        if open.is_empty() {
-            work += self.output.poll_acknowledgements();
-            self.output.flush_paused();
-        } else {
+        // one poll and one flush of the feed for every lane (the lane adapters do
+        // neither): what the consumers processed is committed, paused items replayed
+        work += self.output.poll_acknowledgements();
+        self.output.flush_paused();
+        if !open.is_empty() {
             let first = self.turn % open.len();
             self.turn = self.turn.wrapping_add(1);
             // with files waiting for a slot, a file that had its turns reads no more
@@ -472,6 +473,7 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             // gives its slot
             let yielding = !self.waiting.is_empty();
             let mut skipped = false;
+            let mut read = 0usize;
             for index in 0..open.len() {
                 let lane = open[(first + index) % open.len()];
                 if let Some(file) = self.files.get_mut(&lane) {
@@ -483,13 +485,15 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                             skipped = true;
                             continue;
                         }
-                        work += source.do_work()?.0;
+                        read += source.do_work()?.0;
                         file.cycles += 1;
                     }
                 }
             }
-            if skipped {
-                // commit what the skipped files' consumers processed
+            work += read;
+            if read > 0 || skipped {
+                // commit again after a cycle that published (the commit lag of a
+                // single file's cycle), and what the skipped files' consumers processed
                 work += self.output.poll_acknowledgements();
             }
         }
