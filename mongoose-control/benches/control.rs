@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use mongoose_control::memory::MemoryFeeds;
 use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, IdleStrategy};
-use mongoose_core::{Processor, ProcessorError, SourceOutput, Subscriptions};
+use mongoose_core::{Processor, ProcessorError, SourceOutput, StartContext};
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -29,8 +29,8 @@ impl Counting {
 }
 
 impl Processor for Counting {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", Counting::on_number)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("numbers", Counting::on_number)
     }
 }
 

@@ -4,7 +4,8 @@
 //!
 //! A command is a method of the processor, typed like a feed handler:
 //! `fn(&mut P, &[String]) -> Result<String, ProcessorError>`. It is registered with
-//! [`register_command`] from [`mongoose_core::Processor::start`] and runs on the group's
+//! [`mongoose_core::StartContext::register_command`] in [`mongoose_core::Processor::start`]
+//! and runs on the group's
 //! thread, through the group's control mailbox: between two items, never while a
 //! handler runs, so it reads and changes the processor's state without locks.
 //!
@@ -34,8 +35,8 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use mongoose_control::admin;
-//! use mongoose_core::{Processor, ProcessorError, Subscriptions};
+//! use mongoose_control::FeedSubscriptions;
+//! use mongoose_core::{ErasedHandler, Processor, ProcessorError, StartContext};
 //!
 //! #[derive(Default)]
 //! struct Ledger {
@@ -56,24 +57,18 @@
 //! }
 //!
 //! impl Processor for Ledger {
-//!     fn start(&mut self, _subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-//!         admin::register_command("balance", Ledger::balance);
+//!     fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+//!         context.register_command("balance", Ledger::balance);
 //!         Ok(())
 //!     }
 //! }
 //!
-//! // A processor host (what a group and a replay call processors through) collects
-//! // the commands around start().
+//! // A processor host (what a group and a replay call processors through) keeps the
+//! // commands its processor registers in start().
 //! struct NoFeeds;
-//! impl Subscriptions for NoFeeds {
-//!     fn subscribe_erased(
-//!         &mut self,
-//!         _: &str,
-//!         _: std::any::TypeId,
-//!         _: &'static str,
-//!         _: Box<dyn std::any::Any + Send>,
-//!     ) -> Result<(), ProcessorError> {
-//!         Ok(())
+//! impl FeedSubscriptions for NoFeeds {
+//!     fn subscribe(&mut self, feed: &str, _: ErasedHandler) -> Result<(), ProcessorError> {
+//!         Err(format!("no feed '{feed}'").into())
 //!     }
 //! }
 //! let mut ledger = Ledger::default();
@@ -93,30 +88,19 @@
 //! let unknown = host.invoke_admin("balance", &["nobody".to_string()], None);
 //! assert_eq!(unknown, Ok(Err("no account 'nobody'".to_owned())));
 //! assert!(!host.has_command("close"));
-//!
-//! // outside a start that a host runs, nothing registers
-//! assert!(!admin::register_command("balance", Ledger::balance));
 //! ```
 
-use std::any::Any;
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use mongoose_core::{Processor, ProcessorError};
+use mongoose_core::{CommandHandler, Processor, ProcessorError};
 
-/// An admin command erased over the processor type: the group calls it with the
-/// processor that registered it.
-pub type AdminHandler =
-    Box<dyn FnMut(&mut dyn Processor, &[String]) -> Result<String, ProcessorError> + Send>;
-
-/// The longest command name.
-pub const MAX_COMMAND_NAME: usize = 64;
+pub use mongoose_core::{is_valid_command_name, MAX_COMMAND_NAME};
 
 /// The admin commands one processor registered in its `start`, by name.
 #[derive(Default)]
 pub struct AdminCommands {
-    commands: BTreeMap<String, AdminHandler>,
+    commands: BTreeMap<String, CommandHandler>,
 }
 
 impl fmt::Debug for AdminCommands {
@@ -156,7 +140,7 @@ impl AdminCommands {
         command: &str,
         args: &[String],
     ) -> Option<Result<String, ProcessorError>> {
-        let handler = self.commands.get_mut(command)?;
+        let handler = self.commands.get(command)?;
         Some(handler(processor, args))
     }
 
@@ -169,102 +153,13 @@ impl AdminCommands {
         }
     }
 
-    fn insert(&mut self, name: &str, handler: AdminHandler) -> bool {
+    pub(crate) fn insert(&mut self, name: &str, handler: CommandHandler) -> bool {
         if self.commands.contains_key(name) {
             return false;
         }
         self.commands.insert(name.to_owned(), handler);
         true
     }
-}
-
-thread_local! {
-    static COLLECTING: RefCell<Option<AdminCommands>> = const { RefCell::new(None) };
-}
-
-/// Restores the previous collection when dropped (also on a panic).
-struct Collection {
-    previous: Option<AdminCommands>,
-}
-
-impl Drop for Collection {
-    fn drop(&mut self) {
-        let previous = self.previous.take();
-        COLLECTING.with(|slot| *slot.borrow_mut() = previous);
-    }
-}
-
-/// Runs `start` (a processor's `start`) while collecting the admin commands it
-/// registers with [`register_command`], and returns them. A [`crate::ProcessorHost`]
-/// calls it around its processor's `start`, live and in a replay.
-pub(crate) fn collect_commands<R>(start: impl FnOnce() -> R) -> (R, AdminCommands) {
-    let previous = COLLECTING.with(|slot| slot.replace(Some(AdminCommands::default())));
-    let guard = Collection { previous };
-    let result = start();
-    let commands = COLLECTING
-        .with(|slot| slot.borrow_mut().take())
-        .unwrap_or_default();
-    drop(guard);
-    (result, commands)
-}
-
-/// True for a name an operator can type and a URL path segment can carry:
-/// 1 to [`MAX_COMMAND_NAME`] of `A-Z a-z 0-9 _ - .`.
-pub fn is_valid_command_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_COMMAND_NAME
-        && name
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
-}
-
-/// Registers the admin command `name` of the processor being started: call it from
-/// [`mongoose_core::Processor::start`]. `handler` is a method of the processor, typed
-/// like a feed handler; what it returns is the invocation's reply (see the module
-/// docs).
-///
-/// Returns `false`, registering nothing, outside a `start` that a
-/// [`crate::ProcessorHost`] runs, for a name that is not
-/// [valid](is_valid_command_name), and for a name the processor already registered
-/// (the first stays). Commands are registered only in `start`, so a replay that
-/// rebuilds the processor registers the same ones.
-pub fn register_command<P>(
-    name: &str,
-    handler: fn(&mut P, &[String]) -> Result<String, ProcessorError>,
-) -> bool
-where
-    P: Processor,
-{
-    if !is_valid_command_name(name) {
-        tracing::warn!(
-            command = name,
-            "admin command not registered: a name is 1 to {MAX_COMMAND_NAME} of A-Z a-z 0-9 _ - ."
-        );
-        return false;
-    }
-    let erased: AdminHandler = Box::new(move |processor: &mut dyn Processor, args: &[String]| {
-        let any: &mut dyn Any = processor;
-        match any.downcast_mut::<P>() {
-            Some(processor) => handler(processor, args),
-            None => Err(ProcessorError::new(format!(
-                "admin command registered for {} called with another processor type",
-                std::any::type_name::<P>()
-            ))),
-        }
-    });
-    COLLECTING.with(|slot| match slot.borrow_mut().as_mut() {
-        Some(commands) => {
-            let inserted = commands.insert(name, erased);
-            if !inserted {
-                tracing::warn!(
-                    command = name,
-                    "admin command registered twice by one processor: the first stays"
-                );
-            }
-            inserted
-        }
-        None => false,
-    })
 }
 
 #[cfg(test)]
@@ -275,65 +170,44 @@ mod tests {
         count: u64,
     }
 
-    impl Counter {
-        fn add(&mut self, args: &[String]) -> Result<String, ProcessorError> {
-            let by: u64 = match args {
-                [] => 1,
-                [by] => by
-                    .parse()
-                    .map_err(|_| ProcessorError::new("not a number"))?,
-                _ => return Err("usage: add [N]".into()),
-            };
-            self.count += by;
-            Ok(self.count.to_string())
-        }
-    }
-
     impl Processor for Counter {}
 
     struct Other;
     impl Processor for Other {}
 
+    fn add(processor: &mut dyn Processor, args: &[String]) -> Result<String, ProcessorError> {
+        let any: &mut dyn std::any::Any = processor;
+        let Some(counter) = any.downcast_mut::<Counter>() else {
+            return Err("another processor type".into());
+        };
+        let by: u64 = match args {
+            [] => 1,
+            [by] => by
+                .parse()
+                .map_err(|_| ProcessorError::new("not a number"))?,
+            _ => return Err("usage: add [N]".into()),
+        };
+        counter.count += by;
+        Ok(counter.count.to_string())
+    }
+
     #[test]
-    fn commands_registered_during_a_collected_start_are_returned_and_run() {
-        let (registered, mut commands) = collect_commands(|| {
-            [
-                register_command("add", Counter::add),
-                register_command("add", Counter::add),
-                register_command("bad name", Counter::add),
-            ]
-        });
-        assert_eq!(registered, [true, false, false]);
+    fn the_first_registration_of_a_name_stays_and_commands_run_on_their_processor() {
+        let mut commands = AdminCommands::default();
+        assert!(commands.insert("add", Box::new(add)));
+        assert!(!commands.insert("add", Box::new(|_, _| Ok("second".into()))));
         assert_eq!(commands.names(), ["add"]);
+        assert_eq!(commands.listing(), "add");
         let mut counter = Counter { count: 0 };
         let reply = commands.invoke(&mut counter, "add", &["5".into()]);
         assert_eq!(reply.expect("registered").expect("ran"), "5");
         assert_eq!(counter.count, 5);
-        let error = commands
+        assert!(commands
             .invoke(&mut Other, "add", &[])
             .expect("registered")
-            .expect_err("another type");
-        assert!(
-            error.message().contains("another processor type"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn nothing_registers_outside_a_collection_and_a_panicking_start_restores_it() {
-        assert!(!register_command("add", Counter::add));
-        let outer = collect_commands(|| {
-            let inner = std::panic::catch_unwind(|| {
-                collect_commands(|| {
-                    register_command("inner", Counter::add);
-                    panic!("start panicked");
-                })
-            });
-            assert!(inner.is_err());
-            register_command("outer", Counter::add)
-        });
-        assert!(outer.0);
-        assert_eq!(outer.1.names(), ["outer"]);
-        assert!(!register_command("add", Counter::add));
+            .is_err());
+        assert!(commands.invoke(&mut counter, "nope", &[]).is_none());
+        commands.clear();
+        assert_eq!(commands.listing(), "none");
     }
 }

@@ -49,7 +49,7 @@
 //! use std::sync::Arc;
 //! use std::time::{Duration, Instant};
 //! use mongoose_control::{controller, memory::MemoryFeeds, ControlConfig, ControlPlane};
-//! use mongoose_core::{Processor, ProcessorError, Subscriptions};
+//! use mongoose_core::{Processor, ProcessorError, StartContext};
 //!
 //! /// Stops the pricer when it reads "halt".
 //! struct Supervisor;
@@ -66,14 +66,14 @@
 //!     }
 //! }
 //! impl Processor for Supervisor {
-//!     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-//!         subscriptions.subscribe("commands", Supervisor::on_command)
+//!     fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+//!         context.subscribe("commands", Supervisor::on_command)
 //!     }
 //! }
 //!
 //! struct Pricer;
 //! impl Processor for Pricer {
-//!     fn start(&mut self, _: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+//!     fn start(&mut self, _: &mut StartContext<'_>) -> Result<(), ProcessorError> {
 //!         Ok(())
 //!     }
 //! }
@@ -423,5 +423,36 @@ impl Controller {
         };
         note(self.processor, call, args, outcome);
         result
+    }
+}
+
+/// The controller on the context a processor's `start` is given: `context.controller()`
+/// is [`controller()`] (a [`Controller`] while the group runs the processor's start),
+/// so that everything a processor can ask for in `start` is found on its
+/// [`mongoose_core::StartContext`]. (The context is defined in `mongoose-core`, which
+/// cannot name the control plane's types; this trait adds the method.)
+///
+/// ```
+/// use mongoose_control::StartContextExt;
+/// use mongoose_core::{Processor, ProcessorError, StartContext};
+///
+/// struct Starter;
+/// impl Processor for Starter {
+///     fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+///         let control = context.controller().ok_or("started outside a group")?;
+///         control
+///             .remove_service("cache")
+///             .map_err(|error| ProcessorError::new(error.to_string()))
+///     }
+/// }
+/// ```
+pub trait StartContextExt {
+    /// The controller of the processor being started; `None` outside a group's call.
+    fn controller(&self) -> Option<Controller>;
+}
+
+impl StartContextExt for mongoose_core::StartContext<'_> {
+    fn controller(&self) -> Option<Controller> {
+        controller()
     }
 }

@@ -1,47 +1,28 @@
 //! The delivery engine as the groups' feed connector.
 //!
-//! [`DeliveryFeeds`] subscribes groups through a [`FeedRegistry`]. The registry's feeds
-//! are erased over their item type, and the group only holds erased handlers, so the
-//! connector needs to know each item type once: register feeds through
-//! [`DeliveryFeeds::register`] (which records it), or name the type with
-//! [`DeliveryFeeds::with_item_type`].
+//! [`DeliveryFeeds`] subscribes groups through a [`FeedRegistry`]. Each feed knows its
+//! item type and makes the group's typed binding to its queue itself
+//! ([`AnyFeed::subscribe_group`]), so any feed in the registry can be subscribed to.
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Weak};
 
-use mongoose_core::engine::PendingCompletion;
-use mongoose_core::{Delivery, Position, ProcessorError, ProcessorId};
+use mongoose_core::Position;
 use mongoose_delivery::{
-    AnyFeed, DeliveryError, DispatchOutcome, Dispatcher, FeedRegistry, OverloadChange, Publisher,
-    QueueReader, SubscribeOptions, Subscription, SubscriptionId,
+    AnyFeed, DeliveryError, FeedRegistry, OverloadChange, Publisher, SubscribeOptions,
+    SubscriptionId,
 };
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use crate::audit::{ControlAudit, NewRecord, RecordType};
 
 use crate::error::ControlError;
-use crate::feeds::{
-    DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader, PendingProbe,
-    QueueProbe, SubscribeRequest,
-};
-use crate::host::HandlerCall;
-
-type BindFn =
-    fn(Box<dyn Any + Send>, Arc<dyn AnyFeed>, &str) -> Option<(u64, Option<Box<dyn FeedReader>>)>;
-
-#[derive(Clone, Copy)]
-struct Binder {
-    bind: BindFn,
-    invoke: HandlerCall,
-}
+use crate::feeds::{FeedBinding, FeedConnector, PendingProbe, QueueProbe, SubscribeRequest};
 
 /// A [`FeedConnector`] over the delivery engine's [`FeedRegistry`].
 #[derive(Clone, Default)]
 pub struct DeliveryFeeds {
     registry: FeedRegistry,
-    binders: Arc<RwLock<HashMap<TypeId, Binder>>>,
     /// The (feed, group, audit) whose overload changes are already observed.
     observed: Arc<Mutex<Vec<Observed>>>,
 }
@@ -56,7 +37,6 @@ impl fmt::Debug for DeliveryFeeds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeliveryFeeds")
             .field("registry", &self.registry)
-            .field("item_types", &self.binders.read().len())
             .finish()
     }
 }
@@ -66,7 +46,6 @@ impl DeliveryFeeds {
     pub fn new(registry: FeedRegistry) -> Self {
         DeliveryFeeds {
             registry,
-            binders: Arc::default(),
             observed: Arc::default(),
         }
     }
@@ -76,24 +55,7 @@ impl DeliveryFeeds {
         &self.registry
     }
 
-    /// Makes feeds of item type `T` subscribable by processors.
-    pub fn with_item_type<T: Send + Sync + 'static>(self) -> Self {
-        self.allow_item_type::<T>();
-        self
-    }
-
-    /// Makes feeds of item type `T` subscribable by processors.
-    pub fn allow_item_type<T: Send + Sync + 'static>(&self) {
-        self.binders.write().insert(
-            TypeId::of::<T>(),
-            Binder {
-                bind: bind::<T>,
-                invoke: HandlerCall::of::<T>(),
-            },
-        );
-    }
-
-    /// Registers `feed` in the registry and makes its item type subscribable.
+    /// Registers `feed` in the registry.
     ///
     /// # Errors
     /// [`DeliveryError::DuplicateFeed`].
@@ -101,26 +63,8 @@ impl DeliveryFeeds {
         &self,
         feed: Arc<Publisher<T, P>>,
     ) -> Result<(), DeliveryError> {
-        self.allow_item_type::<T>();
         self.registry.register(feed)
     }
-}
-
-fn bind<T: Send + Sync + 'static>(
-    boxed: Box<dyn Any + Send>,
-    feed: Arc<dyn AnyFeed>,
-    group: &str,
-) -> Option<(u64, Option<Box<dyn FeedReader>>)> {
-    let mut subscription = boxed.downcast::<Subscription<T>>().ok()?;
-    let id = subscription.id().0;
-    let reader = subscription.take_reader().map(|reader| {
-        Box::new(DeliveryReader {
-            reader,
-            feed,
-            group: group.to_owned(),
-        }) as Box<dyn FeedReader>
-    });
-    Some((id, reader))
 }
 
 fn subscription_error(feed: &str, error: impl fmt::Display) -> ControlError {
@@ -189,36 +133,24 @@ impl FeedConnector for DeliveryFeeds {
         })?;
         FeedRegistry::check_type(&*feed, request.item_type, request.item_type_name)
             .map_err(|error| subscription_error(request.feed, error))?;
-        let binder = self.binders.read().get(&request.item_type).copied().ok_or_else(|| {
-            subscription_error(
-                request.feed,
-                format!(
-                    "item type {} is not known to the control plane: register the feed through DeliveryFeeds::register, or call DeliveryFeeds::allow_item_type::<{}>()",
-                    request.item_type_name, request.item_type_name
-                ),
-            )
-        })?;
         let options = SubscribeOptions {
             capacity: None,
             retry: request.retry,
         };
-        let boxed = feed
-            .subscribe_any(request.group, options)
+        let subscription = feed
+            .subscribe_group(request.group, options)
             .map_err(|error| subscription_error(request.feed, error))?;
-        let Some((subscription, reader)) = (binder.bind)(boxed, Arc::clone(&feed), request.group)
-        else {
-            return Err(subscription_error(
-                request.feed,
-                "the feed returned a subscription of another item type",
-            ));
-        };
         if let Some(audit) = request.audit {
             self.observe_overload(&*feed, request.group, audit);
         }
+        let probe = Arc::new(DeliveryProbe {
+            feed: Arc::clone(&feed),
+            queue: subscription.queue,
+            group: request.group.to_owned(),
+        }) as PendingProbe;
         Ok(FeedBinding {
-            subscription,
-            reader,
-            invoke: binder.invoke,
+            subscription: subscription.id.0,
+            reader: subscription.reader.map(|reader| (reader, probe)),
         })
     }
 
@@ -235,35 +167,6 @@ impl FeedConnector for DeliveryFeeds {
                 tracing::warn!(feed, consumer = %position.consumer, "a processor reported a saved position for a feed that does not exist")
             }
         }
-    }
-}
-
-struct DeliveryReader<T> {
-    reader: QueueReader<T>,
-    feed: Arc<dyn AnyFeed>,
-    group: String,
-}
-
-impl<T: Send + Sync + 'static> FeedReader for DeliveryReader<T> {
-    fn poll(&mut self, dispatcher: &mut dyn FeedDispatcher, limit: usize) -> usize {
-        self.reader
-            .poll(&mut TypedDispatcher { inner: dispatcher }, limit)
-    }
-
-    fn set_fenced(&mut self, fenced: bool) {
-        self.reader.set_fenced(fenced);
-    }
-
-    fn mark_dead(&mut self) {
-        self.reader.mark_dead();
-    }
-
-    fn probe(&self) -> PendingProbe {
-        Arc::new(DeliveryProbe {
-            feed: Arc::clone(&self.feed),
-            queue: self.reader.queue_name().to_owned(),
-            group: self.group.clone(),
-        })
     }
 }
 
@@ -292,44 +195,5 @@ impl QueueProbe for DeliveryProbe {
             .find(|(queue, _)| *queue == self.queue || *queue == self.group)
             .and_then(|(_, state)| serde_json::to_value(state).ok())
             .and_then(|value| value.as_str().map(str::to_owned))
-    }
-}
-
-struct TypedDispatcher<'a> {
-    inner: &'a mut dyn FeedDispatcher,
-}
-
-impl<T: 'static> Dispatcher<T> for TypedDispatcher<'_> {
-    fn dispatch(&mut self, item: &T, attempt: u32) -> DispatchOutcome {
-        match self.inner.dispatch(item, attempt) {
-            DispatchResult::Done => DispatchOutcome::Done,
-            DispatchResult::Failed { processor, retry } => {
-                DispatchOutcome::Failed { processor, retry }
-            }
-        }
-    }
-
-    fn complete(
-        &mut self,
-        completion: PendingCompletion,
-        delivery: &Delivery,
-    ) -> Result<(), ProcessorError> {
-        self.inner.complete(completion, delivery)
-    }
-
-    fn gave_up(&mut self, item: &T, processor: Option<ProcessorId>) {
-        self.inner.gave_up(item, processor);
-    }
-
-    fn describe(&self, processor: ProcessorId) -> String {
-        self.inner.describe(processor)
-    }
-
-    fn finished(&mut self, _item: &T) {
-        self.inner.finished();
-    }
-
-    fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
-        self.inner.dropped(run);
     }
 }

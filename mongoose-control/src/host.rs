@@ -25,8 +25,8 @@
 //! retry, stop the replay) is the caller's policy, not the host's.
 //!
 //! ```
-//! use mongoose_control::{admin, ProcessorHost};
-//! use mongoose_core::{Processor, ProcessorError, ProcessorId, Subscriptions};
+//! use mongoose_control::{FeedSubscriptions, ProcessorHost};
+//! use mongoose_core::{ErasedHandler, Processor, ProcessorError, ProcessorId, StartContext};
 //!
 //! #[derive(Default)]
 //! struct Counter {
@@ -38,8 +38,8 @@
 //!     }
 //! }
 //! impl Processor for Counter {
-//!     fn start(&mut self, _: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-//!         admin::register_command("count", Counter::count);
+//!     fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+//!         context.register_command("count", Counter::count);
 //!         Ok(())
 //!     }
 //!     fn on_timer(&mut self, _timer: u64) -> Result<(), ProcessorError> {
@@ -49,15 +49,9 @@
 //! }
 //!
 //! struct NoFeeds;
-//! impl Subscriptions for NoFeeds {
-//!     fn subscribe_erased(
-//!         &mut self,
-//!         _: &str,
-//!         _: std::any::TypeId,
-//!         _: &'static str,
-//!         _: Box<dyn std::any::Any + Send>,
-//!     ) -> Result<(), ProcessorError> {
-//!         Ok(())
+//! impl FeedSubscriptions for NoFeeds {
+//!     fn subscribe(&mut self, feed: &str, _: ErasedHandler) -> Result<(), ProcessorError> {
+//!         Err(format!("no feed '{feed}'").into())
 //!     }
 //! }
 //!
@@ -72,42 +66,32 @@
 //! assert_eq!(answer, Ok(Ok("1".to_owned())));
 //! ```
 
-use std::any::{Any, TypeId};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 use mongoose_core::engine;
 use mongoose_core::{
-    CompletionKey, Delivery, Handler, Processor, ProcessorError, ProcessorId, Subscriptions,
+    CommandHandler, CompletionKey, Delivery, ErasedHandler, Handler, Offer, Processor,
+    ProcessorError, ProcessorId, ServiceEvent, StartBackend, StartContext,
 };
 
-use crate::admin::{collect_commands, AdminCommands};
+use crate::admin::AdminCommands;
 use crate::contain::{contained, panic_message};
 use crate::controller::{self, ControlInterceptor};
-use crate::feeds::{invoke_handler, InvokeFn};
 use crate::record::{AdminOutcome, GroupRecorder};
-use crate::services::{services_handler, ServiceEvent, SERVICES_FEED};
 
 /// A group's recorder as a host is given it for one call (`None`: no recorder).
 pub type Recording<'a> = Option<&'a mut (dyn GroupRecorder + 'static)>;
 
-/// How a host calls the handlers of one feed's item type, made where the type is known
-/// (a feed connector, a replay's codecs) with [`HandlerCall::of`]: the host calls a
-/// handler without naming the item type.
-#[derive(Clone, Copy)]
-pub struct HandlerCall(pub(crate) InvokeFn);
-
-impl HandlerCall {
-    /// The call of handlers of items of type `T` (a `Handler<T>` given a `T`).
-    pub fn of<T: 'static>() -> Self {
-        HandlerCall(invoke_handler::<T>)
-    }
-}
-
-impl fmt::Debug for HandlerCall {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("HandlerCall")
-    }
+/// Where the feeds a processor subscribes to in `start` go: its group's subscriptions
+/// (or a replay's).
+pub trait FeedSubscriptions {
+    /// Subscribes the processor's `handler` to `feed`.
+    ///
+    /// # Errors
+    /// No such feed, or a feed of another item type (naming both types).
+    fn subscribe(&mut self, feed: &str, handler: ErasedHandler) -> Result<(), ProcessorError>;
 }
 
 /// One processor and every call made to it (see the [module documentation](self)).
@@ -118,7 +102,7 @@ pub struct ProcessorHost {
     processor: Box<dyn Processor>,
     /// The admin commands it registered in `start`.
     commands: AdminCommands,
-    /// Its services callback, when it subscribed to [`SERVICES_FEED`] in `start`.
+    /// Its services callback, when it asked for one in `start`.
     services: Option<Handler<ServiceEvent>>,
     /// Its interceptor's installation on this thread (a replay's host).
     intercepting: Option<Intercepting>,
@@ -220,9 +204,9 @@ impl ProcessorHost {
         }
     }
 
-    /// Starts the processor: its subscriptions go to `subscriptions`, except the
-    /// services callback ([`SERVICES_FEED`]) and the admin commands it registers,
-    /// which the host keeps. Once started, `recorder` is told it was built
+    /// Starts the processor: its feed subscriptions go to `feeds`; its services
+    /// callback and the admin commands it registers stay with the host; its timers go
+    /// to its group ([`crate::context::schedule_timer`]). Once started, `recorder` is told it was built
     /// ([`GroupRecorder::processor_built`]) and then of the control requests its build
     /// and start made.
     ///
@@ -231,19 +215,21 @@ impl ProcessorHost {
     /// reported.
     pub fn start(
         &mut self,
-        subscriptions: &mut dyn Subscriptions,
+        feeds: &mut dyn FeedSubscriptions,
         mut recorder: Recording<'_>,
     ) -> Result<(), String> {
-        let mut layered = HostSubscriptions {
-            inner: subscriptions,
+        let mut backend = HostStart {
+            feeds,
             services: None,
+            commands: AdminCommands::default(),
         };
-        let previous = engine::set_current_processor(Some(self.id));
-        let processor = &mut self.processor;
-        let (started, commands) = collect_commands(|| contained(|| processor.start(&mut layered)));
-        engine::set_current_processor(previous);
-        self.commands = commands;
-        self.services = layered.services;
+        let started = {
+            let _current = engine::processor_scope(Some(self.id));
+            let processor = &mut self.processor;
+            contained(|| processor.start(&mut StartContext::new(&mut backend)))
+        };
+        self.commands = backend.commands;
+        self.services = backend.services;
         if let Err(reason) = started {
             controller::report_calls(None);
             return Err(reason);
@@ -256,8 +242,8 @@ impl ProcessorHost {
         Ok(())
     }
 
-    /// Gives `item` of `feed` to `handler` (one of the processor's handlers, erased as
-    /// it subscribed it), which `call` knows the item type of; `recorder` is told
+    /// Calls subscriber `index` of `offer` (a handler of this processor, for an item
+    /// of `feed`) with the offer's item; `recorder` is told
     /// ([`GroupRecorder::dispatched`]) with the processor still current.
     ///
     /// # Errors
@@ -265,17 +251,16 @@ impl ProcessorHost {
     #[inline]
     pub fn dispatch(
         &mut self,
-        handler: &mut (dyn Any + Send),
-        call: HandlerCall,
+        offer: &dyn Offer,
+        index: usize,
         feed: &str,
-        item: &dyn Any,
         mut recorder: Recording<'_>,
     ) -> Result<(), String> {
         let previous = engine::set_current_processor(Some(self.id));
         let processor = &mut *self.processor;
-        let result = contained(|| (call.0)(handler, processor, item));
+        let result = contained(|| offer.call(index, processor));
         if let Some(recorder) = recorder.as_deref_mut() {
-            recorder.dispatched(self.id, feed, item, as_outcome(&result));
+            recorder.dispatched(self.id, feed, offer.item(), as_outcome(&result));
         }
         controller::report_calls(recorder);
         engine::set_current_processor(previous);
@@ -460,7 +445,7 @@ impl ProcessorHost {
         self.commands.clear();
     }
 
-    /// True when it subscribed to [`SERVICES_FEED`] in `start`.
+    /// True when it asked for services in `start`.
     pub fn subscribes_to_services(&self) -> bool {
         self.services.is_some()
     }
@@ -472,26 +457,40 @@ impl ProcessorHost {
     }
 }
 
-/// A processor's subscriptions in `start` as its host sees them: the services
-/// callback stays with the host, every feed goes on to the caller's subscriptions.
-struct HostSubscriptions<'a> {
-    inner: &'a mut dyn Subscriptions,
+/// What a processor's `start` is given, as its host provides it: feeds go on to the
+/// caller's subscriptions, the services callback and the admin commands stay with the
+/// host, timers go to the group.
+struct HostStart<'a> {
+    feeds: &'a mut dyn FeedSubscriptions,
     services: Option<Handler<ServiceEvent>>,
+    commands: AdminCommands,
 }
 
-impl Subscriptions for HostSubscriptions<'_> {
-    fn subscribe_erased(
-        &mut self,
-        feed: &str,
-        item_type: TypeId,
-        item_type_name: &'static str,
-        handler: Box<dyn Any + Send>,
-    ) -> Result<(), ProcessorError> {
-        if feed == SERVICES_FEED {
-            self.services = Some(services_handler(item_type, item_type_name, handler)?);
-            return Ok(());
+impl StartBackend for HostStart<'_> {
+    fn subscribe(&mut self, feed: &str, handler: ErasedHandler) -> Result<(), ProcessorError> {
+        self.feeds.subscribe(feed, handler)
+    }
+
+    fn services(&mut self, handler: Handler<ServiceEvent>) {
+        self.services = Some(handler);
+    }
+
+    fn register_command(&mut self, name: &str, handler: CommandHandler) -> bool {
+        let inserted = self.commands.insert(name, handler);
+        if !inserted {
+            tracing::warn!(
+                command = name,
+                "admin command registered twice by one processor: the first stays"
+            );
         }
-        self.inner
-            .subscribe_erased(feed, item_type, item_type_name, handler)
+        inserted
+    }
+
+    fn schedule_timer(&mut self, delay: Duration, timer: u64) -> bool {
+        crate::context::schedule_timer(delay, timer)
+    }
+
+    fn cancel_timer(&mut self, timer: u64) -> bool {
+        crate::context::cancel_timer(timer)
     }
 }

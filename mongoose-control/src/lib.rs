@@ -34,7 +34,7 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use mongoose_control::{memory::MemoryFeeds, ControlConfig, ControlPlane, ReplyOutcome};
-//! use mongoose_core::{FailureKind, Processor, ProcessorError, Subscriptions};
+//! use mongoose_core::{FailureKind, Processor, ProcessorError, StartContext};
 //!
 //! struct Pricer;
 //! impl Pricer {
@@ -46,8 +46,8 @@
 //!     }
 //! }
 //! impl Processor for Pricer {
-//!     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-//!         subscriptions.subscribe("prices", Pricer::on_price)
+//!     fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+//!         context.subscribe("prices", Pricer::on_price)
 //!     }
 //! }
 //!
@@ -104,7 +104,7 @@ mod supplier;
 pub use audit::{
     read_request, verify, AuditCounts, AuditRecord, ControlAudit, RecordType, Verification,
 };
-pub use controller::{ControlInterceptor, Controller};
+pub use controller::{ControlInterceptor, Controller, StartContextExt};
 pub use delivery::DeliveryFeeds;
 pub use error::ControlError;
 pub use group::{
@@ -112,10 +112,10 @@ pub use group::{
     QueueOverload, RetryPolicy,
 };
 pub use handle::{ProcessorHandle, ServerId};
-pub use host::{HandlerCall, ProcessorHost, Recording};
+pub use host::{FeedSubscriptions, ProcessorHost, Recording};
 pub use idle::IdleStrategy;
 pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
 pub use record::{AdminOutcome, GroupRecorder};
 pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
-pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent, SERVICES_FEED};
+pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent};
 pub use supplier::ProcessorSupplier;

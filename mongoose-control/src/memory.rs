@@ -13,13 +13,14 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use crate::error::ControlError;
-use crate::feeds::{
-    DispatchResult, FeedBinding, FeedConnector, FeedDispatcher, FeedReader, PendingProbe,
-    QueueProbe, SubscribeRequest,
+use mongoose_core::dispatch::OfferDispatch;
+use mongoose_core::{
+    DispatchOutcome, Dispatcher, ErasedHandler, GroupReader, ProcessorError, ProcessorId,
+    RetryPolicy, Subscribers,
 };
-use crate::group::RetryPolicy;
-use crate::host::HandlerCall;
+
+use crate::error::ControlError;
+use crate::feeds::{FeedBinding, FeedConnector, PendingProbe, QueueProbe, SubscribeRequest};
 
 struct GroupQueue {
     items: Mutex<VecDeque<Arc<dyn Any + Send + Sync>>>,
@@ -32,7 +33,7 @@ struct GroupQueue {
 struct FeedEntry {
     item_type: TypeId,
     item_type_name: &'static str,
-    invoke: HandlerCall,
+    make_reader: fn(Arc<GroupQueue>, RetryPolicy) -> Box<dyn GroupReader>,
     queues: HashMap<String, (Arc<GroupQueue>, Vec<u64>)>,
 }
 
@@ -83,7 +84,7 @@ impl MemoryFeeds {
             .or_insert_with(|| FeedEntry {
                 item_type: TypeId::of::<T>(),
                 item_type_name: std::any::type_name::<T>(),
-                invoke: HandlerCall::of::<T>(),
+                make_reader: MemoryReader::<T>::boxed,
                 queues: HashMap::new(),
             });
         MemoryPublisher {
@@ -160,7 +161,7 @@ impl FeedConnector for MemoryFeeds {
                 ),
             });
         }
-        let invoke = entry.invoke;
+        let make_reader = entry.make_reader;
         let (queue, subscriptions) =
             entry
                 .queues
@@ -180,17 +181,14 @@ impl FeedConnector for MemoryFeeds {
         let first = subscriptions.is_empty();
         subscriptions.push(subscription);
         let reader = first.then(|| {
-            Box::new(MemoryReader {
-                queue: Arc::clone(queue),
-                attempt: 0,
-                not_before: None,
-                policy: request.retry,
-            }) as Box<dyn FeedReader>
+            (
+                make_reader(Arc::clone(queue), request.retry),
+                Arc::clone(queue) as PendingProbe,
+            )
         });
         Ok(FeedBinding {
             subscription,
             reader,
-            invoke,
         })
     }
 
@@ -219,15 +217,49 @@ impl QueueProbe for GroupQueue {
     }
 }
 
-struct MemoryReader {
+struct MemoryReader<T> {
     queue: Arc<GroupQueue>,
+    subscribers: Subscribers<T>,
     attempt: u32,
     not_before: Option<Instant>,
     policy: RetryPolicy,
 }
 
-impl FeedReader for MemoryReader {
-    fn poll(&mut self, dispatcher: &mut dyn FeedDispatcher, limit: usize) -> usize {
+impl<T: Send + Sync + 'static> MemoryReader<T> {
+    fn boxed(queue: Arc<GroupQueue>, policy: RetryPolicy) -> Box<dyn GroupReader> {
+        Box::new(MemoryReader::<T> {
+            queue,
+            subscribers: Subscribers::new(),
+            attempt: 0,
+            not_before: None,
+            policy,
+        })
+    }
+}
+
+impl<T: Send + Sync + 'static> GroupReader for MemoryReader<T> {
+    fn add(
+        &mut self,
+        processor: ProcessorId,
+        handler: ErasedHandler,
+    ) -> Result<(), ProcessorError> {
+        self.subscribers.add(processor, handler)
+    }
+
+    fn remove(&mut self, processor: ProcessorId) -> bool {
+        self.subscribers.remove(processor)
+    }
+
+    fn take_handlers(&mut self) -> Vec<(ProcessorId, ErasedHandler)> {
+        self.subscribers.take()
+    }
+
+    fn handlers(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    fn poll(&mut self, dispatcher: &mut OfferDispatch<'_>, limit: usize) -> usize {
+        let mut dispatcher = self.subscribers.dispatcher(dispatcher);
         let mut taken = 0;
         while taken < limit {
             if self.queue.fenced.load(Ordering::Acquire)
@@ -245,8 +277,13 @@ impl FeedReader for MemoryReader {
             let Some(item) = self.queue.items.lock().front().cloned() else {
                 break;
             };
-            let outcome = dispatcher.dispatch(&*item, self.attempt);
-            if let DispatchResult::Failed {
+            // the feed was made for Ts: every item is one
+            let Some(item) = item.downcast_ref::<T>() else {
+                self.queue.items.lock().pop_front();
+                continue;
+            };
+            let outcome = dispatcher.dispatch(item, self.attempt);
+            if let DispatchOutcome::Failed {
                 retry: true,
                 processor,
             } = outcome
@@ -256,7 +293,7 @@ impl FeedReader for MemoryReader {
                     self.not_before = Some(Instant::now() + self.policy.backoff(self.attempt));
                     break;
                 }
-                dispatcher.gave_up(&*item, processor);
+                dispatcher.gave_up(item, processor);
             }
             self.queue.items.lock().pop_front();
             self.attempt = 0;
@@ -272,9 +309,5 @@ impl FeedReader for MemoryReader {
 
     fn mark_dead(&mut self) {
         self.queue.dead.store(true, Ordering::Release);
-    }
-
-    fn probe(&self) -> PendingProbe {
-        Arc::clone(&self.queue) as PendingProbe
     }
 }

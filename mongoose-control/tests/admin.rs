@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use mongoose_control::{admin, ControlReply, RecordType, ReplyOutcome};
-use mongoose_core::{agent, FailureKind, Processor, ProcessorError, Subscriptions};
+use mongoose_control::{ControlReply, RecordType, ReplyOutcome};
+use mongoose_core::{agent, FailureKind, Processor, ProcessorError, StartContext};
 
 /// Sums the numbers it is given; its admin commands read and change the sum.
 struct Summer {
@@ -64,11 +64,11 @@ impl Summer {
 }
 
 impl Processor for Summer {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", Summer::on_number)?;
-        admin::register_command("total", Summer::total);
-        admin::register_command("add", Summer::add);
-        admin::register_command("explode", Summer::explode);
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("numbers", Summer::on_number)?;
+        context.register_command("total", Summer::total);
+        context.register_command("add", Summer::add);
+        context.register_command("explode", Summer::explode);
         Ok(())
     }
 

@@ -394,9 +394,9 @@ impl DropWatch {
 impl mongoose_core::Processor for DropWatch {
     fn start(
         &mut self,
-        subscriptions: &mut dyn mongoose_core::Subscriptions,
+        context: &mut mongoose_core::StartContext<'_>,
     ) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", DropWatch::on_number)
+        context.subscribe("numbers", DropWatch::on_number)
     }
     fn stop(&mut self) -> Result<(), ProcessorError> {
         self.stopped.store(true, Ordering::SeqCst);

@@ -12,7 +12,7 @@ use mongoose_control::controller::{self, STOP_PROCESSOR};
 use mongoose_control::{
     ControlError, GroupOptions, GroupRecorder, IdleStrategy, ReplyHandle, ReplyOutcome, Service,
 };
-use mongoose_core::{CompletionKey, Processor, ProcessorError, ProcessorId, Subscriptions};
+use mongoose_core::{CompletionKey, Processor, ProcessorError, ProcessorId, StartContext};
 use parking_lot::Mutex;
 
 fn failure(error: ControlError) -> ProcessorError {
@@ -269,8 +269,8 @@ fn a_processor_stops_itself_from_its_handler_and_its_stop_joins_that_release() {
         }
     }
     impl Processor for Quitter {
-        fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-            subscriptions.subscribe("numbers", Quitter::on_number)
+        fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+            context.subscribe("numbers", Quitter::on_number)
         }
         fn stop(&mut self) -> Result<(), ProcessorError> {
             self.log.lock().push("quitter:stop".to_owned());

@@ -10,7 +10,7 @@ use common::*;
 use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, ReplyOutcome};
 use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, FailureKind, Processor, ProcessorError, SourceOutput,
-    Subscriptions,
+    StartContext,
 };
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 
@@ -47,8 +47,8 @@ impl Lines {
 }
 
 impl Processor for Lines {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Lines::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Lines::on_line)
     }
 
     fn on_delivery_complete(
@@ -72,8 +72,8 @@ impl Numbers {
     }
 }
 impl Processor for Numbers {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Numbers::on_number)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Numbers::on_number)
     }
 }
 
@@ -230,8 +230,8 @@ impl FlakySave {
 }
 
 impl Processor for FlakySave {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", FlakySave::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", FlakySave::on_line)
     }
 
     fn on_delivery_complete(
@@ -297,8 +297,8 @@ impl Held {
 }
 
 impl Processor for Held {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Held::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Held::on_line)
     }
 }
 

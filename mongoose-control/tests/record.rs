@@ -15,7 +15,7 @@ use mongoose_control::{
 };
 use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, Processor, ProcessorError, ProcessorId, SourceOutput,
-    Subscriptions,
+    StartContext,
 };
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 
@@ -77,8 +77,8 @@ impl Saver {
     }
 }
 impl Processor for Saver {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Saver::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Saver::on_line)
     }
     fn on_delivery_complete(
         &mut self,

@@ -13,14 +13,18 @@
 //!   the item being processed, the consumer-side offset check
 //!   ([`Delivery::already_applied`]) and the delivery-complete hook
 //!   ([`DeliveryContext::on_complete`]);
-//! * [`Processor`]: the user code a processor group dispatches to;
+//! * [`Processor`]: the user code a processor group dispatches to, and the
+//!   [`StartContext`] its `start` is given (feeds, services, admin commands, timers);
+//! * [`dispatch`]: how a queue's items reach the processors subscribed to it: one
+//!   [`Dispatcher`] trait for a typed reader and for a group that reads feeds of any
+//!   type (through an [`Offer`] of the item to its typed [`Subscribers`]);
 //! * [`agent`]: marking agent threads, which must never block.
 //!
 //! # Example: a processor that stores its position with its state
 //!
 //! ```
 //! use mongoose_core::{
-//!     CompletionKey, Delivery, DeliveryContext, Epoch, Processor, ProcessorError, Subscriptions,
+//!     CompletionKey, Delivery, DeliveryContext, Epoch, Processor, ProcessorError, StartContext,
 //! };
 //!
 //! #[derive(Default)]
@@ -46,8 +50,8 @@
 //! }
 //!
 //! impl Processor for Counter {
-//!     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-//!         subscriptions.subscribe("lines", Counter::on_line)
+//!     fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+//!         context.subscribe("lines", Counter::on_line)
 //!     }
 //!
 //!     fn on_delivery_complete(
@@ -71,22 +75,32 @@
 
 pub mod agent;
 mod delivery;
+pub mod dispatch;
 mod error;
 mod idle;
 mod overload;
 mod position;
 mod processor;
+mod services;
 mod source;
 
 pub use delivery::engine::PendingCompletion;
 pub use delivery::{
     engine, CompletionKey, Delivery, DeliveryContext, ProcessorId, MAX_COMPLETIONS_PER_DELIVERY,
 };
+pub use dispatch::{
+    DispatchOutcome, Dispatcher, DroppedRun, ErasedHandler, FeedStatusEvent, GroupReader, Offer,
+    RetryPolicy, Subscribers,
+};
 pub use error::{CoreError, EvidenceStatus, FailureKind, ProcessorError, PublishRefused};
 pub use idle::IdleStrategy;
 pub use overload::{OverloadPolicy, OverloadSettings};
 pub use position::{Epoch, Position, PositionValue};
-pub use processor::{ConsumerPosition, Handler, Processor, SavedPosition, Subscriptions};
+pub use processor::{
+    is_valid_command_name, CommandHandler, ConsumerPosition, Handler, Processor, SavedPosition,
+    StartBackend, StartContext, MAX_COMMAND_NAME,
+};
+pub use services::{Service, ServiceEvent};
 pub use source::{
     BatchEnd, EventSource, FileLag, Refusal, SourceCommitter, SourceOutput, SourceState,
     TryPublish, WorkDone,

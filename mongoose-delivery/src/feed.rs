@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mongoose_core::{OverloadSettings, Position};
 
 use crate::publisher::Publisher;
-use crate::reader::RetryPolicy;
+use mongoose_core::RetryPolicy;
 
 /// The default capacity of a subscriber queue.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;

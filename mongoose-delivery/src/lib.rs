@@ -77,6 +77,7 @@ mod checkpoint;
 mod driver;
 mod error;
 mod feed;
+mod group;
 mod idle;
 mod publisher;
 mod queue;
@@ -89,13 +90,16 @@ pub use checkpoint::{Mark, ProcessingCheckpoint};
 pub use driver::{DriverStop, SourceDriver};
 pub use error::DeliveryError;
 pub use feed::{DataMapper, Feed, FeedBuilder, SubscribeOptions, DEFAULT_QUEUE_CAPACITY};
+pub use group::{GroupQueue, GroupSubscription};
 pub use idle::Idler;
+pub use mongoose_core::dispatch::{
+    DispatchOutcome, Dispatcher, DroppedRun, FeedStatusEvent, RetryPolicy,
+};
 pub use publisher::{KillSwitch, Publisher, Released, Subscription};
 pub use queue::{
-    DropEvidence, DroppedRun, FeedStatusEvent, OverloadChange, OverloadObserver, OverloadState,
-    QueueId, SubscriptionId,
+    DropEvidence, OverloadChange, OverloadObserver, OverloadState, QueueId, SubscriptionId,
 };
-pub use reader::{DispatchOutcome, Dispatcher, QueueReader, RetryPolicy};
+pub use reader::QueueReader;
 pub use registry::{AnyFeed, FeedRegistry};
 pub use status::{FeedStatus, StatusReport, SubscriberStatus};
 pub use window::MAX_PENDING_ACKNOWLEDGEMENTS;

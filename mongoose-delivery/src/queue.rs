@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
-use mongoose_core::{Epoch, OverloadSettings, PositionValue, SourceState};
+use mongoose_core::{DroppedRun, Epoch, FeedStatusEvent, OverloadSettings, PositionValue};
 use serde::Serialize;
 
 use crate::checkpoint::HoldCell;
@@ -34,17 +34,6 @@ impl<T> Payload<T> {
             Payload::Shared(item) => item,
         }
     }
-}
-
-/// An in-band feed status event, delivered in order with the items.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FeedStatusEvent {
-    /// The feed.
-    pub feed: String,
-    /// The source's state.
-    pub state: SourceState,
-    /// The last sequence published before the status.
-    pub sequence: u64,
 }
 
 #[derive(Debug)]
@@ -91,21 +80,6 @@ pub(crate) struct QueueShared {
 
 /// `held_from` when the queue holds nothing.
 pub(crate) const NOT_HELD: u64 = u64::MAX;
-
-/// Items dropped for one queue between two items it was given: the reader reports the
-/// run once it has dispatched everything the queue held before it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DroppedRun {
-    /// The queue position the run stands before (items the queue held before it).
-    pub(crate) before: u64,
-    /// The first dropped item's sequence.
-    pub first_sequence: u64,
-    /// The last dropped item's sequence.
-    pub last_sequence: u64,
-    /// How many items were dropped (sequences between the first and the last that
-    /// are not counted were filtered or given to no queue).
-    pub count: u64,
-}
 
 impl QueueShared {
     pub(crate) fn new(id: QueueId, name: Arc<str>, group: Arc<str>) -> Self {

@@ -5,114 +5,15 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mongoose_core::engine::{self, PendingCompletion, SavedCompletions};
 use mongoose_core::{Delivery, Epoch, PositionValue, ProcessorError, ProcessorId};
 use tracing::error;
 
-use crate::queue::{DroppedRun, Envelope, FeedStatusEvent, QueueShared};
+use mongoose_core::{DispatchOutcome, Dispatcher, RetryPolicy};
 
-/// How often a failed dispatch (of a retry-safe processor) or a failed completion
-/// callback is retried, and how long to wait between tries. The wait never sleeps: the
-/// item stays at the head of its queue and is tried again on a later duty cycle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Retries after the first failure (0: never retried).
-    pub max_retries: u32,
-    /// The wait before the first retry; doubled for each further one.
-    pub initial_backoff: Duration,
-    /// The longest wait.
-    pub max_backoff: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_retries: 3,
-            initial_backoff: Duration::from_millis(1),
-            max_backoff: Duration::from_secs(1),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait before retry number `retry` (1-based): the initial backoff doubled per
-    /// retry, at most the longest.
-    pub fn backoff(&self, retry: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(retry.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.initial_backoff
-            .saturating_mul(factor)
-            .min(self.max_backoff)
-    }
-}
-
-/// What a dispatch of one item to a queue's processors did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DispatchOutcome {
-    /// Every processor handled the item (or was skipped by the dispatcher's own rules).
-    Done,
-    /// A processor failed. `retry` true: it is retry-safe and should be given the item
-    /// again (alone: the dispatcher resumes at it and never gives the item again to the
-    /// processors that handled it). `retry` false: the dispatcher quarantined it and
-    /// the delivery goes on with the others.
-    Failed {
-        /// The failing processor, when known.
-        processor: Option<ProcessorId>,
-        /// Whether it may be retried.
-        retry: bool,
-    },
-}
-
-/// Delivers a queue's items to its processors: implemented by a processor group.
-pub trait Dispatcher<T> {
-    /// Delivers `item` to the queue's processors. For a positioned item the delivery
-    /// context is entered; `attempt` counts the earlier failed attempts of this item.
-    /// Set [`engine::set_current_processor`] around each processor's call, so that the
-    /// completions it registers belong to it.
-    fn dispatch(&mut self, item: &T, attempt: u32) -> DispatchOutcome;
-
-    /// Runs one completion a processor registered (its
-    /// [`mongoose_core::Processor::on_delivery_complete`]). The context is entered.
-    fn complete(
-        &mut self,
-        completion: PendingCompletion,
-        delivery: &Delivery,
-    ) -> Result<(), ProcessorError>;
-
-    /// An in-band feed status event.
-    fn on_status(&mut self, status: &FeedStatusEvent) {
-        let _ = status;
-    }
-
-    /// The item's dispatch and completion callbacks are over and it is about to count
-    /// as dispatched (so the feed may acknowledge and commit it): the last point where
-    /// work belonging to the delivery (a recording of it) comes before the commit. The
-    /// delivery context is still entered for a positioned item.
-    fn finished(&mut self, item: &T) {
-        let _ = item;
-    }
-
-    /// Items of the feed were dropped for this queue here, before the next item it is
-    /// given (overload under DROP_AFTER_SPIN, or a fallback): reported once, in queue
-    /// order, so a recording can mark where they were lost.
-    fn dropped(&mut self, run: &DroppedRun) {
-        let _ = run;
-    }
-
-    /// A retry-safe processor's retries for `item` are exhausted: the item counts as
-    /// dispatched without it.
-    fn gave_up(&mut self, item: &T, processor: Option<ProcessorId>) {
-        let _ = (item, processor);
-    }
-
-    /// A name for `processor` in the reasons a feed reports (`stalled`).
-    fn describe(&self, processor: ProcessorId) -> String {
-        format!("processor #{}", processor.0)
-    }
-}
+use crate::queue::{Envelope, QueueShared};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {

@@ -1,15 +1,16 @@
 //! A registry of feeds of any item type, for the control plane and the server.
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use mongoose_core::{Position, SourceOutput, SourceState};
+use mongoose_core::{GroupReader, Position, SourceOutput, SourceState};
 use parking_lot::RwLock;
 
 use crate::checkpoint::ProcessingCheckpoint;
 use crate::feed::SubscribeOptions;
-use crate::publisher::{Publisher, Subscription};
+use crate::group::{GroupQueue, GroupSubscription};
+use crate::publisher::Publisher;
 use crate::queue::{OverloadObserver, OverloadState, SubscriptionId};
 use crate::status::{FeedStatus, StatusReport};
 use crate::DeliveryError;
@@ -22,12 +23,13 @@ pub trait AnyFeed: Send + Sync {
     fn item_type(&self) -> TypeId;
     /// The item type's name.
     fn item_type_name(&self) -> &'static str;
-    /// Subscribes; the box holds a `Subscription<T>` of the feed's item type.
-    fn subscribe_any(
+    /// Subscribes `group`: its first subscription to the feed carries the group's
+    /// binding to its queue ([`GroupQueue`]), typed inside, erased here.
+    fn subscribe_group(
         &self,
         group: &str,
         options: SubscribeOptions,
-    ) -> Result<Box<dyn Any + Send>, DeliveryError>;
+    ) -> Result<GroupSubscription, DeliveryError>;
     /// Ends a subscription.
     fn unsubscribe(&self, subscription: SubscriptionId);
     /// Removes a group's queue.
@@ -79,12 +81,25 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     fn item_type_name(&self) -> &'static str {
         std::any::type_name::<T>()
     }
-    fn subscribe_any(
+    fn subscribe_group(
         &self,
         group: &str,
         options: SubscribeOptions,
-    ) -> Result<Box<dyn Any + Send>, DeliveryError> {
-        Ok(Box::new(self.subscribe(group, options)?))
+    ) -> Result<GroupSubscription, DeliveryError> {
+        let mut subscription = self.subscribe(group, options)?;
+        let Some(reader) = subscription.take_reader() else {
+            return Ok(GroupSubscription {
+                id: subscription.id(),
+                reader: None,
+                queue: format!("{group}/{}", Publisher::name(self)),
+            });
+        };
+        let queue = reader.queue_name().to_owned();
+        Ok(GroupSubscription {
+            id: subscription.id(),
+            reader: Some(Box::new(GroupQueue::new(reader)) as Box<dyn GroupReader>),
+            queue,
+        })
     }
     fn unsubscribe(&self, subscription: SubscriptionId) {
         Publisher::unsubscribe(self, subscription)
@@ -168,28 +183,6 @@ impl FeedRegistry {
     /// Every feed, by name.
     pub fn feeds(&self) -> Vec<Arc<dyn AnyFeed>> {
         self.feeds.read().values().cloned().collect()
-    }
-
-    /// Subscribes `group` to the feed `feed`, whose items must be `T`.
-    pub fn subscribe<T: 'static>(
-        &self,
-        feed: &str,
-        group: &str,
-        options: SubscribeOptions,
-    ) -> Result<Subscription<T>, DeliveryError> {
-        let found = self
-            .get(feed)
-            .ok_or_else(|| DeliveryError::NoSuchFeed(feed.to_owned()))?;
-        Self::check_type(&*found, TypeId::of::<T>(), std::any::type_name::<T>())?;
-        let subscription = found.subscribe_any(group, options)?;
-        match subscription.downcast::<Subscription<T>>() {
-            Ok(subscription) => Ok(*subscription),
-            Err(_) => Err(DeliveryError::TypeMismatch {
-                feed: feed.to_owned(),
-                feed_type: found.item_type_name(),
-                expected_type: std::any::type_name::<T>(),
-            }),
-        }
     }
 
     /// Checks that `feed` carries `item_type`.

@@ -61,10 +61,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use journal::JournalRecord;
-use mongoose_control::admin;
+
 use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, Epoch, PositionValue, Processor, ProcessorError,
-    SavedPosition, Subscriptions,
+    SavedPosition, StartContext,
 };
 use mongoose_source_file::Line;
 use serde::Deserialize;
@@ -380,10 +380,10 @@ impl Ledger {
 }
 
 impl Processor for Ledger {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
         let feed = self.settings.feed.clone();
-        subscriptions.subscribe(&feed, Ledger::on_line)?;
-        admin::register_command("balance", Ledger::balance);
+        context.subscribe(&feed, Ledger::on_line)?;
+        context.register_command("balance", Ledger::balance);
         Ok(())
     }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, IdleStrategy};
 use mongoose_core::{
     BatchEnd, CoreError, Epoch, Processor, ProcessorError, SourceCommitter, SourceOutput,
-    Subscriptions,
+    StartContext,
 };
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 use mongoose_replay::{FeedCodecs, RecordConfig, Recorder, Replayer};
@@ -39,8 +39,8 @@ impl Counter {
 }
 
 impl Processor for Counter {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("bench", Counter::on_item)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("bench", Counter::on_item)
     }
 }
 

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use mongoose_control::HandlerCall;
+use mongoose_control::ProcessorHost;
+use mongoose_core::{ErasedHandler, ProcessorError, ProcessorId, Subscribers};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -23,7 +24,43 @@ pub(crate) struct ErasedFeed {
     pub(crate) journalled: bool,
     pub(crate) encode: EncodeFn,
     pub(crate) decode: DecodeFn,
-    pub(crate) invoke: HandlerCall,
+    /// Makes a replayed processor's typed route of the feed from its handler.
+    pub(crate) route: fn(ErasedHandler) -> Result<Box<dyn ReplayRoute>, ProcessorError>,
+}
+
+/// A replayed processor's handler of one feed, typed inside: calls it with decoded
+/// items through the processor's host, as a live group does.
+pub(crate) trait ReplayRoute {
+    /// Calls the handler with `item` (what the feed's codec decoded: a `T`).
+    fn dispatch(&self, host: &mut ProcessorHost, route: &str, item: &dyn Any)
+        -> Result<(), String>;
+}
+
+struct TypedRoute<T> {
+    subscribers: Subscribers<T>,
+}
+
+fn route_of<T: 'static>(handler: ErasedHandler) -> Result<Box<dyn ReplayRoute>, ProcessorError> {
+    let mut subscribers = Subscribers::<T>::new();
+    subscribers.add(ProcessorId(0), handler)?;
+    Ok(Box::new(TypedRoute { subscribers }))
+}
+
+impl<T: 'static> ReplayRoute for TypedRoute<T> {
+    fn dispatch(
+        &self,
+        host: &mut ProcessorHost,
+        route: &str,
+        item: &dyn Any,
+    ) -> Result<(), String> {
+        let Some(item) = item.downcast_ref::<T>() else {
+            return Err(format!(
+                "the decoded item is not a {}",
+                std::any::type_name::<T>()
+            ));
+        };
+        host.dispatch(&self.subscribers.offer(item), 0, route, None)
+    }
 }
 
 /// The feeds whose items a recording copies, each with its item type and codec.
@@ -99,7 +136,7 @@ impl FeedCodecs {
                 journalled,
                 encode,
                 decode,
-                invoke: HandlerCall::of::<T>(),
+                route: route_of::<T>,
             },
         );
         self

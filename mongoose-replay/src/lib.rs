@@ -29,7 +29,7 @@
 //! use std::sync::Arc;
 //! use std::time::{Duration, Instant};
 //! use mongoose_control::{memory::MemoryFeeds, ControlConfig, ControlPlane, GroupOptions};
-//! use mongoose_core::{Processor, ProcessorError, Subscriptions};
+//! use mongoose_core::{Processor, ProcessorError, StartContext};
 //! use mongoose_replay::{Clock, FeedCodecs, OutputSink, RecordConfig, Recorder, Replayer};
 //!
 //! /// Prices orders: reads the time through a Clock, writes through an OutputSink.
@@ -45,8 +45,8 @@
 //!     }
 //! }
 //! impl Processor for Pricer {
-//!     fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-//!         subscriptions.subscribe("orders", Pricer::on_order)
+//!     fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+//!         context.subscribe("orders", Pricer::on_order)
 //!     }
 //! }
 //!

@@ -8,7 +8,6 @@
 //! * [`report`]: what a replay returns ([`Replay`], [`ProcessorReplay`], [`Loss`],
 //!   [`AdminReply`]).
 
-use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -16,11 +15,11 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mongoose_control::{HandlerCall, ProcessorHost, Service, ServiceEvent};
-use mongoose_core::{engine, Delivery, Processor, ProcessorError, ProcessorId, Subscriptions};
+use mongoose_control::{FeedSubscriptions, ProcessorHost, Service, ServiceEvent};
+use mongoose_core::{engine, Delivery, ErasedHandler, Processor, ProcessorError, ProcessorId};
 
 use crate::entry::Entry;
-use crate::feeds::FeedCodecs;
+use crate::feeds::{FeedCodecs, ReplayRoute};
 use crate::key::{parse_stream_key, StreamKeys};
 use crate::record::{JOURNAL_FILE, RECORDING_FILE};
 use crate::store::{RecordedStream, Recording};
@@ -35,8 +34,9 @@ use journal::{read_journal, Journal};
 pub use report::{AdminReply, Loss, ProcessorReplay, Replay};
 
 type Factory = Box<dyn FnMut() -> Box<dyn Processor>>;
-/// A replayed processor's handlers by feed, with the feed's invoke (none: undeclared).
-type Handlers = HashMap<String, (Box<dyn Any + Send>, Option<HandlerCall>)>;
+/// A replayed processor's handlers by feed, typed through the feed's codec (none: a
+/// feed the replay's codecs do not declare).
+type Handlers = HashMap<String, Option<Box<dyn ReplayRoute>>>;
 
 struct Build {
     name: String,
@@ -544,16 +544,15 @@ impl Replayer {
                 return Step::Stop(format!("entry {number} could not be replayed: {error}"))
             }
         };
-        let Some((handler, Some(call))) = handlers.get_mut(route) else {
+        let Some(Some(typed)) = handlers.get(route) else {
             return Step::Stop(format!(
                 "entry {number} could not be replayed: the replayed processor does not subscribe to feed '{route}'"
             ));
         };
-        let call = *call;
         run_pinned(number, clock, result, || {
             // entered for the whole replayed cycle, cleared after
             let _entered = delivery.map(engine::enter_delivery);
-            host.dispatch(&mut **handler, call, route, &*item, None)?;
+            typed.dispatch(host, route, &*item)?;
             let Some(delivery) = delivery else {
                 return Ok(());
             };
@@ -650,25 +649,20 @@ struct Routed {
     services: HashSet<String>,
 }
 
-impl Subscriptions for Routes<'_> {
-    fn subscribe_erased(
-        &mut self,
-        feed: &str,
-        item_type: TypeId,
-        item_type_name: &'static str,
-        handler: Box<dyn Any + Send>,
-    ) -> Result<(), ProcessorError> {
-        let invoke = match self.feeds.feeds.get(feed) {
-            Some(codec) if codec.item_type != item_type => {
+impl FeedSubscriptions for Routes<'_> {
+    fn subscribe(&mut self, feed: &str, handler: ErasedHandler) -> Result<(), ProcessorError> {
+        let route = match self.feeds.feeds.get(feed) {
+            Some(codec) if codec.item_type != handler.item_type() => {
                 return Err(ProcessorError::new(format!(
-                    "feed '{feed}' is declared with items {}, but the handler takes {item_type_name}",
-                    codec.type_name
+                    "feed '{feed}' is declared with items {}, but the handler takes {}",
+                    codec.type_name,
+                    handler.item_type_name()
                 )))
             }
-            Some(codec) => Some(codec.invoke),
+            Some(codec) => Some((codec.route)(handler)?),
             None => None,
         };
-        self.handlers.insert(feed.to_owned(), (handler, invoke));
+        self.handlers.insert(feed.to_owned(), route);
         Ok(())
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use mongoose_core::{Processor, ProcessorError, Subscriptions};
+use mongoose_core::{Processor, ProcessorError, StartContext};
 
 use crate::cli::replay_report;
 use crate::format::{header, push_frame, WireEntry, WireFrame};
@@ -24,8 +24,8 @@ impl Echo {
 }
 
 impl Processor for Echo {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Echo::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Echo::on_line)
     }
 }
 
@@ -168,8 +168,8 @@ impl Fragile {
 }
 
 impl Processor for Fragile {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Fragile::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Fragile::on_line)
     }
 }
 

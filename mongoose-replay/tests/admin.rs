@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use mongoose_control::memory::MemoryFeeds;
-use mongoose_control::{admin, ControlConfig, ControlPlane};
-use mongoose_core::{Processor, ProcessorError, Subscriptions};
+use mongoose_control::{ControlConfig, ControlPlane};
+use mongoose_core::{Processor, ProcessorError, StartContext};
 use mongoose_replay::cli::replay_report;
 use mongoose_replay::{
     AdminReply, Clock, Entry, FeedCodecs, OutputSink, RecordedAdminReply, Replayer,
@@ -62,12 +62,12 @@ impl Teller {
 }
 
 impl Processor for Teller {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Teller::on_line)?;
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Teller::on_line)?;
         if self.register {
-            admin::register_command("balance", Teller::balance);
-            admin::register_command("audit", Teller::audit);
-            admin::register_command("crash", Teller::crash);
+            context.register_command("balance", Teller::balance);
+            context.register_command("audit", Teller::audit);
+            context.register_command("crash", Teller::crash);
         }
         Ok(())
     }

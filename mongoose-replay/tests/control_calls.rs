@@ -11,7 +11,7 @@ use std::time::Instant;
 use mongoose_control::controller::{self, ADD_PROCESSOR, REGISTER_SERVICE, STOP_PROCESSOR};
 use mongoose_control::memory::MemoryFeeds;
 use mongoose_control::{ControlConfig, ControlPlane, Service};
-use mongoose_core::{Processor, ProcessorError, Subscriptions};
+use mongoose_core::{Processor, ProcessorError, StartContext};
 use mongoose_replay::{ControlOutcome, Entry, FeedCodecs, OutputSink, Replay, Replayer, Utf8Codec};
 use parking_lot::Mutex;
 
@@ -24,7 +24,7 @@ impl Service for Cache {}
 /// A processor with no inputs.
 struct Quiet;
 impl Processor for Quiet {
-    fn start(&mut self, _: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+    fn start(&mut self, _: &mut StartContext<'_>) -> Result<(), ProcessorError> {
         Ok(())
     }
 }
@@ -96,15 +96,15 @@ impl Caller {
 }
 
 impl Processor for Caller {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        mongoose_control::admin::register_command("halt", Caller::halt);
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.register_command("halt", Caller::halt);
         if let Some((group, name)) = self.stop_in_start {
             let control = controller::controller().ok_or("no controller in start()")?;
             control
                 .stop_processor(group, name)
                 .map_err(|error| ProcessorError::new(error.to_string()))?;
         }
-        subscriptions.subscribe("lines", Caller::on_line)
+        context.subscribe("lines", Caller::on_line)
     }
 
     fn stop(&mut self) -> Result<(), ProcessorError> {
@@ -451,8 +451,8 @@ impl Host {
 }
 
 impl Processor for Host {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("commands", Host::on_command)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("commands", Host::on_command)
     }
 }
 

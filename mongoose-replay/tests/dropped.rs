@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds};
-use mongoose_core::{OverloadSettings, Processor, ProcessorError, SourceOutput, Subscriptions};
+use mongoose_core::{OverloadSettings, Processor, ProcessorError, SourceOutput, StartContext};
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 use mongoose_replay::{Entry, FeedCodecs, OutputSink, Replayer};
 
@@ -35,8 +35,8 @@ impl Gated {
 }
 
 impl Processor for Gated {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Gated::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Gated::on_line)
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, IdleStrategy};
-use mongoose_core::{BatchEnd, Processor, ProcessorError, SourceOutput, Subscriptions};
+use mongoose_core::{BatchEnd, Processor, ProcessorError, SourceOutput, StartContext};
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 use mongoose_replay::cli::{replay_report, ReplayOutcome};
 use mongoose_replay::{
@@ -38,8 +38,8 @@ impl Summer {
 }
 
 impl Processor for Summer {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", Summer::on_number)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("numbers", Summer::on_number)
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, GroupOptions, IdleStrategy};
 use mongoose_core::{
     CompletionKey, Delivery, DeliveryContext, Epoch, Processor, ProcessorError, SourceOutput,
-    Subscriptions,
+    StartContext,
 };
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 use mongoose_replay::{
@@ -75,8 +75,8 @@ impl Ledger {
 }
 
 impl Processor for Ledger {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Ledger::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Ledger::on_line)
     }
 
     fn on_delivery_complete(
@@ -98,8 +98,8 @@ impl Processor for Ledger {
 /// A processor of another type, for provenance.
 struct Other;
 impl Processor for Other {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", |_: &mut Other, _: &String| Ok(()))
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", |_: &mut Other, _: &String| Ok(()))
     }
 }
 

@@ -5,10 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mongoose_control::{
-    ControlConfig, ControlPlane, DeliveryFeeds, Service, ServiceEvent, SERVICES_FEED,
-};
-use mongoose_core::{Processor, ProcessorError, SourceOutput, Subscriptions};
+use mongoose_control::{ControlConfig, ControlPlane, DeliveryFeeds, Service, ServiceEvent};
+use mongoose_core::{Processor, ProcessorError, SourceOutput, StartContext};
 use mongoose_delivery::{Feed, FeedRegistry, Publisher};
 use mongoose_replay::{Entry, FeedCodecs, OutputSink, Replayer};
 
@@ -42,9 +40,10 @@ impl UsesCache {
 }
 
 impl Processor for UsesCache {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", UsesCache::on_line)?;
-        subscriptions.subscribe(SERVICES_FEED, UsesCache::on_service)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", UsesCache::on_line)?;
+        context.services(UsesCache::on_service);
+        Ok(())
     }
 }
 
@@ -245,8 +244,9 @@ impl RefusesServices {
 }
 
 impl Processor for RefusesServices {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe(SERVICES_FEED, RefusesServices::on_service)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.services(RefusesServices::on_service);
+        Ok(())
     }
 }
 

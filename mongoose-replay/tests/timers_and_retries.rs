@@ -9,7 +9,7 @@ use mongoose_control::memory::MemoryFeeds;
 use mongoose_control::{
     context, ControlConfig, ControlPlane, GroupOptions, IdleStrategy, RetryPolicy,
 };
-use mongoose_core::{Processor, ProcessorError, Subscriptions};
+use mongoose_core::{Processor, ProcessorError, StartContext};
 use mongoose_replay::{Clock, Entry, FeedCodecs, OutputSink, Replayer};
 
 mod support;
@@ -36,8 +36,8 @@ impl Ticker {
 }
 
 impl Processor for Ticker {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", Ticker::on_number)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("numbers", Ticker::on_number)
     }
 
     fn on_timer(&mut self, timer: u64) -> Result<(), ProcessorError> {
@@ -54,8 +54,8 @@ impl Processor for Ticker {
 
 struct Quiet;
 impl Processor for Quiet {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", |_: &mut Quiet, _: &u64| Ok(()))
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("numbers", |_: &mut Quiet, _: &u64| Ok(()))
     }
 }
 

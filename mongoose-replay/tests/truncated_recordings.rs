@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use mongoose_control::memory::MemoryFeeds;
-use mongoose_control::{admin, ControlConfig, ControlPlane, GroupRecorder};
-use mongoose_core::{Processor, ProcessorError, ProcessorId, Subscriptions};
+use mongoose_control::{ControlConfig, ControlPlane, GroupRecorder};
+use mongoose_core::{Processor, ProcessorError, ProcessorId, StartContext};
 use mongoose_replay::cli::{replay_report, ReplayOutcome, ReplayReport};
 use mongoose_replay::{
     Clock, FeedCodecs, Incomplete, OutputSink, RecordConfig, Recorder, Recording, RecordingHandle,
@@ -60,9 +60,9 @@ impl Teller {
 }
 
 impl Processor for Teller {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Teller::on_line)?;
-        admin::register_command("balance", Teller::balance);
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Teller::on_line)?;
+        context.register_command("balance", Teller::balance);
         Ok(())
     }
 }

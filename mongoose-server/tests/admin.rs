@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use mongoose_core::{Processor, ProcessorError, Subscriptions};
+use mongoose_core::{Processor, ProcessorError, StartContext};
 use mongoose_server::config::ServerConfig;
 use mongoose_server::{admin, Line, Server};
 
@@ -15,8 +15,8 @@ impl Quiet {
 }
 
 impl Processor for Quiet {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Quiet::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Quiet::on_line)
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mongoose_core::{DeliveryContext, Processor, ProcessorError, Subscriptions};
+use mongoose_core::{DeliveryContext, Processor, ProcessorError, StartContext};
 use mongoose_delivery::{Feed, Publisher};
 use mongoose_server::config::ServerConfig;
 use mongoose_server::{Line, Server};
@@ -33,9 +33,9 @@ impl Recorder {
 }
 
 impl Processor for Recorder {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
         let feed = self.feed.clone();
-        subscriptions.subscribe(&feed, Recorder::on_line)
+        context.subscribe(&feed, Recorder::on_line)
     }
 }
 
@@ -146,8 +146,8 @@ impl Gated {
 }
 
 impl Processor for Gated {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("lines", Gated::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("lines", Gated::on_line)
     }
 }
 

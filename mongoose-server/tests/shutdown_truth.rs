@@ -8,8 +8,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mongoose_control::{GroupState, Service, ServiceEvent, SERVICES_FEED};
-use mongoose_core::{Processor, ProcessorError, SourceOutput, Subscriptions};
+use mongoose_control::{GroupState, Service, ServiceEvent};
+use mongoose_core::{Processor, ProcessorError, SourceOutput, StartContext};
 use mongoose_delivery::{Feed, Publisher};
 use mongoose_server::config::ServerConfig;
 use mongoose_server::{Server, StopResult};
@@ -109,9 +109,10 @@ impl Holder {
 }
 
 impl Processor for Holder {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", Holder::on_number)?;
-        subscriptions.subscribe(SERVICES_FEED, Holder::on_service)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("numbers", Holder::on_number)?;
+        context.services(Holder::on_service);
+        Ok(())
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mongoose_core::{Processor, ProcessorError, Subscriptions};
+use mongoose_core::{Processor, ProcessorError, StartContext};
 use mongoose_server::cli::{self, EXIT_BAD_CONFIG, EXIT_FAILED};
 use mongoose_server::config::ServerConfig;
 use mongoose_server::{Line, Server};
@@ -271,8 +271,8 @@ impl Gated {
 }
 
 impl Processor for Gated {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe(self.feed, Gated::on_line)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe(self.feed, Gated::on_line)
     }
 }
 

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use mongoose_core::{
     CompletionKey, CoreError, Delivery, DeliveryContext, Epoch, EventSource, Processor,
-    ProcessorError, SourceCommitter, SourceOutput, SourceState, Subscriptions, TryPublish,
-    WorkDone,
+    ProcessorError, SourceCommitter, SourceOutput, SourceState, StartContext, TryPublish, WorkDone,
 };
 use mongoose_delivery::{Feed, Publisher};
 use mongoose_server::config::ServerConfig;
@@ -109,8 +108,8 @@ impl Slow {
 }
 
 impl Processor for Slow {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", Slow::on_number)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("numbers", Slow::on_number)
     }
 }
 
@@ -199,8 +198,8 @@ impl Completes {
 }
 
 impl Processor for Completes {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", Completes::on_number)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("numbers", Completes::on_number)
     }
     fn on_delivery_complete(
         &mut self,
@@ -279,8 +278,8 @@ impl StopsTheServer {
 }
 
 impl Processor for StopsTheServer {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
-        subscriptions.subscribe("numbers", StopsTheServer::on_number)
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        context.subscribe("numbers", StopsTheServer::on_number)
     }
 }
 

@@ -3,23 +3,22 @@
 //! retry for a retry-safe processor), runs their completions and records the first
 //! drop of the group's queue.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 
 use mongoose_core::engine::{self, PendingCompletion};
-use mongoose_core::{Delivery, ProcessorError, ProcessorId};
+use mongoose_core::{
+    Delivery, DispatchOutcome, Dispatcher, DroppedRun, Offer, ProcessorError, ProcessorId,
+};
 
-use super::{Slot, Subscriber};
+use super::Slot;
 use crate::audit::{ControlAudit, NewRecord, RecordType};
-use crate::feeds::{DispatchResult, FeedDispatcher};
-use crate::host::HandlerCall;
 use crate::record::GroupRecorder;
 
 pub(super) struct GroupDispatcher<'a> {
     pub(super) group: &'a str,
     pub(super) feed: &'a str,
-    pub(super) invoke: HandlerCall,
-    pub(super) subscribers: &'a mut Vec<Subscriber>,
+    /// The generations subscribed to the feed, in the reader's order.
+    pub(super) subscribers: &'a [u64],
     pub(super) handled: &'a mut Vec<u64>,
     pub(super) processors: &'a mut BTreeMap<u64, Slot>,
     pub(super) quarantines: &'a mut Vec<(u64, String)>,
@@ -29,13 +28,13 @@ pub(super) struct GroupDispatcher<'a> {
 }
 
 impl GroupDispatcher<'_> {
-    /// Gives `item` to every live subscriber that has not handled it, in order. A
-    /// non-retry-safe failure quarantines that processor alone and goes on; a
+    /// Gives the offered item to every live subscriber that has not handled it, in
+    /// order. A non-retry-safe failure quarantines that processor alone and goes on; a
     /// retry-safe one stops here for a retry when `may_retry`, else it is skipped.
-    fn run(&mut self, item: &dyn Any, may_retry: bool) -> DispatchResult {
+    fn run(&mut self, offer: &dyn Offer, may_retry: bool) -> DispatchOutcome {
         let mut quarantined = None;
-        for index in 0..self.subscribers.len() {
-            let generation = self.subscribers[index].generation;
+        for index in 0..offer.len() {
+            let generation = offer.processor(index).0;
             if self.handled.contains(&generation) {
                 continue;
             }
@@ -46,14 +45,9 @@ impl GroupDispatcher<'_> {
                 continue;
             }
             let id = ProcessorId(generation);
-            let handler = &mut *self.subscribers[index].handler;
-            let result = slot.host.dispatch(
-                handler,
-                self.invoke,
-                self.feed,
-                item,
-                self.recorder.as_deref_mut(),
-            );
+            let result = slot
+                .host
+                .dispatch(offer, index, self.feed, self.recorder.as_deref_mut());
             let Err(reason) = result else {
                 self.handled.push(generation);
                 continue;
@@ -62,7 +56,7 @@ impl GroupDispatcher<'_> {
             engine::discard_completions_of(Some(id));
             if slot.retry_safe && may_retry {
                 tracing::warn!(group = self.group, feed = self.feed, processor = %slot.name, %reason, "handler failed; the retry-safe processor is retried alone on a later cycle");
-                return DispatchResult::Failed {
+                return DispatchOutcome::Failed {
                     processor: Some(id),
                     retry: true,
                 };
@@ -80,19 +74,17 @@ impl GroupDispatcher<'_> {
         match quarantined {
             // the others had the item; the reader holds the feed before it, since the
             // quarantined processor's state does not hold it
-            Some(id) => DispatchResult::Failed {
+            Some(id) => DispatchOutcome::Failed {
                 processor: Some(id),
                 retry: false,
             },
-            None => DispatchResult::Done,
+            None => DispatchOutcome::Done,
         }
     }
 }
 
-impl crate::feeds::Sealed for GroupDispatcher<'_> {}
-
-impl FeedDispatcher for GroupDispatcher<'_> {
-    fn dropped(&mut self, run: &mongoose_delivery::DroppedRun) {
+impl Dispatcher<dyn Offer + '_> for GroupDispatcher<'_> {
+    fn dropped(&mut self, run: &DroppedRun) {
         if !*self.drop_reported {
             // control-plane-contracts "Overload and loss": the first drop of each queue
             // binding leaves a QueueDrop record in the group's control fallback audit
@@ -125,9 +117,9 @@ impl FeedDispatcher for GroupDispatcher<'_> {
             );
         }
         if let Some(recorder) = self.recorder.as_deref_mut() {
-            for subscriber in self.subscribers.iter() {
+            for generation in self.subscribers {
                 recorder.dropped(
-                    ProcessorId(subscriber.generation),
+                    ProcessorId(*generation),
                     self.feed,
                     run.first_sequence,
                     run.last_sequence,
@@ -137,13 +129,14 @@ impl FeedDispatcher for GroupDispatcher<'_> {
         }
     }
 
-    fn finished(&mut self) {
+    fn finished(&mut self, _offer: &(dyn Offer + '_)) {
         if let Some(recorder) = self.recorder.as_deref_mut() {
             recorder.item_finished();
         }
     }
 
-    fn dispatch(&mut self, item: &dyn Any, attempt: u32) -> DispatchResult {
+    #[inline]
+    fn dispatch(&mut self, offer: &(dyn Offer + '_), attempt: u32) -> DispatchOutcome {
         if attempt == 0 {
             // a new item: nobody handled it yet
             self.handled.clear();
@@ -151,7 +144,7 @@ impl FeedDispatcher for GroupDispatcher<'_> {
                 recorder.item_begins();
             }
         }
-        self.run(item, true)
+        self.run(offer, true)
     }
 
     fn describe(&self, processor: ProcessorId) -> String {
@@ -161,11 +154,11 @@ impl FeedDispatcher for GroupDispatcher<'_> {
         }
     }
 
-    fn gave_up(&mut self, item: &dyn Any, processor: Option<ProcessorId>) {
+    fn gave_up(&mut self, offer: &(dyn Offer + '_), processor: Option<ProcessorId>) {
         if let Some(ProcessorId(generation)) = processor {
             self.handled.push(generation);
         }
-        let _ = self.run(item, false);
+        let _ = self.run(offer, false);
     }
 
     fn complete(

@@ -2,17 +2,16 @@
 //! (released from its readers and timers), quarantined (fenced, name and instance
 //! kept), and the subscriptions it makes while it starts.
 
-use std::any::{Any, TypeId};
 use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mongoose_core::{FailureKind, ProcessorError, ProcessorId, Subscriptions};
+use mongoose_core::{ErasedHandler, FailureKind, GroupReader, ProcessorError, ProcessorId};
 
-use super::{free_name, FeedState, RetryPolicy, Runtime, Slot, Subscriber, Supplier};
+use super::{free_name, FeedState, RetryPolicy, Runtime, Slot, Supplier};
 use crate::audit::{ControlAudit, NewRecord, RecordType};
 use crate::feeds::{FeedBinding, FeedConnector, SubscribeRequest};
-use crate::host::ProcessorHost;
+use crate::host::{FeedSubscriptions, ProcessorHost};
 use crate::reply::{ControlReply, ReplyOutcome};
 
 impl Runtime {
@@ -132,26 +131,38 @@ impl Runtime {
             binding,
             handler,
         } = pending;
-        let subscriber = Subscriber {
-            generation,
-            handler,
+        let group = &self.shared.name;
+        let add = |reader: &mut dyn GroupReader, id: u64, handler: ErasedHandler| {
+            if let Err(error) = reader.add(ProcessorId(id), handler) {
+                // the connector checked the type when it subscribed: a connector's bug
+                tracing::error!(%group, %feed, processor = id, %error, "a subscribed handler does not fit its feed's reader");
+            }
         };
         if let Some(state) = self.feeds.iter_mut().find(|state| state.feed == feed) {
-            if let Some(reader) = binding.reader {
+            if let Some((mut reader, probe)) = binding.reader {
+                // a new queue of a feed the group reads: its subscribers move to it
+                for (id, moved) in state.reader.take_handlers() {
+                    add(&mut *reader, id.0, moved);
+                }
                 state.reader = reader;
+                state.probe = probe;
             }
-            state.subscribers.push(subscriber);
+            add(&mut *state.reader, generation, handler);
+            state.subscribers.push(generation);
             return;
         }
         match binding.reader {
-            Some(reader) => self.feeds.push(FeedState {
-                feed,
-                reader,
-                invoke: binding.invoke,
-                subscribers: vec![subscriber],
-                handled: Vec::new(),
-                drop_reported: false,
-            }),
+            Some((mut reader, probe)) => {
+                add(&mut *reader, generation, handler);
+                self.feeds.push(FeedState {
+                    feed,
+                    reader,
+                    probe,
+                    subscribers: vec![generation],
+                    handled: Vec::new(),
+                    drop_reported: false,
+                });
+            }
             None => {
                 tracing::error!(group = %self.shared.name, %feed, "subscription came without a reader and the group reads no queue of the feed");
             }
@@ -243,7 +254,8 @@ impl Runtime {
             None => Vec::new(),
         };
         for state in &mut self.feeds {
-            state.subscribers.retain(|s| s.generation != generation);
+            state.subscribers.retain(|s| *s != generation);
+            state.reader.remove(ProcessorId(generation));
         }
         for (feed, subscription) in subscriptions {
             self.connector.unsubscribe(&feed, subscription);
@@ -295,9 +307,12 @@ impl Runtime {
 pub(super) struct PendingBinding {
     pub(super) feed: String,
     pub(super) binding: FeedBinding,
-    pub(super) handler: Box<dyn Any + Send>,
+    pub(super) handler: ErasedHandler,
 }
 
+/// Where a starting processor's subscriptions go: each is made at once (so an unknown
+/// feed or a wrong type fails the start), and attached to the group's readers once
+/// the start succeeded.
 pub(super) struct StartSubscriptions<'a> {
     pub(super) connector: &'a dyn FeedConnector,
     pub(super) group: &'a str,
@@ -306,21 +321,15 @@ pub(super) struct StartSubscriptions<'a> {
     pub(super) bindings: Vec<PendingBinding>,
 }
 
-impl Subscriptions for StartSubscriptions<'_> {
-    fn subscribe_erased(
-        &mut self,
-        feed: &str,
-        item_type: TypeId,
-        item_type_name: &'static str,
-        handler: Box<dyn Any + Send>,
-    ) -> Result<(), ProcessorError> {
+impl FeedSubscriptions for StartSubscriptions<'_> {
+    fn subscribe(&mut self, feed: &str, handler: ErasedHandler) -> Result<(), ProcessorError> {
         let binding = self
             .connector
             .subscribe(SubscribeRequest {
                 feed,
                 group: self.group,
-                item_type,
-                item_type_name,
+                item_type: handler.item_type(),
+                item_type_name: handler.item_type_name(),
                 retry: self.retry,
                 audit: Some(self.audit),
             })

@@ -55,13 +55,13 @@ mod trail;
 use dispatch::GroupDispatcher;
 use mailbox::{answer_not_running, free_name, Mailbox};
 pub(crate) use mailbox::{Admission, Envelope, Refusal, Request};
-use runtime::{run_group, FeedState, Runtime, Slot, Subscriber};
+use runtime::{run_group, FeedState, Runtime, Slot};
 use trail::write_reply_record;
 
 /// How a retry-safe processor's failed item (or a failed completion callback) is
 /// retried: alone, on a later duty cycle, after a backoff that never sleeps on the agent
 /// thread. The delivery engine's reader applies it; this is its policy.
-pub use mongoose_delivery::RetryPolicy;
+pub use mongoose_core::RetryPolicy;
 
 /// How a group is built.
 pub struct GroupOptions {

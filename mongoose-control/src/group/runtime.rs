@@ -2,14 +2,13 @@
 //! cycle over the mailbox, the timers and the feeds, the status it publishes, and how
 //! the thread ends (closed, or dead).
 
-use std::any::Any;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use mongoose_core::{agent, FailureKind};
+use mongoose_core::{agent, FailureKind, GroupReader};
 
 use super::{
     answer_not_running, write_reply_record, GroupDispatcher, GroupShared, GroupState,
@@ -19,8 +18,8 @@ use crate::audit::{NewRecord, RecordType};
 use crate::contain::panic_message;
 use crate::context::{self, TimerOp};
 use crate::controller;
-use crate::feeds::{FeedConnector, FeedReader};
-use crate::host::{HandlerCall, ProcessorHost};
+use crate::feeds::{FeedConnector, PendingProbe};
+use crate::host::ProcessorHost;
 use crate::idle::Idler;
 use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyOutcome, ReplySender};
@@ -36,16 +35,15 @@ pub(super) struct Slot {
     pub(super) services_seen: HashMap<String, (u64, bool)>,
 }
 
-pub(super) struct Subscriber {
-    pub(super) generation: u64,
-    pub(super) handler: Box<dyn Any + Send>,
-}
-
 pub(super) struct FeedState {
     pub(super) feed: String,
-    pub(super) reader: Box<dyn FeedReader>,
-    pub(super) invoke: HandlerCall,
-    pub(super) subscribers: Vec<Subscriber>,
+    /// The group's queue of the feed with its subscribers' typed handlers.
+    pub(super) reader: Box<dyn GroupReader>,
+    /// The queue's state, read off the group's thread.
+    pub(super) probe: PendingProbe,
+    /// The generations of the processors subscribed, in subscription order (the
+    /// reader's handlers are theirs).
+    pub(super) subscribers: Vec<u64>,
     pub(super) handled: Vec<u64>,
     /// The group's queue of this feed lost items and its QueueDrop record is written
     /// (first-drop evidence, once per queue binding).
@@ -195,7 +193,7 @@ impl Runtime {
         status.probes = self
             .feeds
             .iter()
-            .map(|feed| (feed.feed.clone(), feed.reader.probe()))
+            .map(|feed| (feed.feed.clone(), Arc::clone(&feed.probe)))
             .collect();
     }
 
@@ -214,15 +212,14 @@ impl Runtime {
             let FeedState {
                 feed,
                 reader,
-                invoke,
                 subscribers,
                 handled,
                 drop_reported,
+                ..
             } = state;
             let mut dispatcher = GroupDispatcher {
                 group: &shared.name,
                 feed,
-                invoke: *invoke,
                 subscribers,
                 handled,
                 processors,

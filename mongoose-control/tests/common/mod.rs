@@ -5,10 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mongoose_control::memory::{MemoryFeeds, MemoryPublisher};
-use mongoose_control::{
-    context, ControlConfig, ControlPlane, IdleStrategy, ServiceEvent, SERVICES_FEED,
-};
-use mongoose_core::{agent, Processor, ProcessorError, Subscriptions};
+use mongoose_control::{context, ControlConfig, ControlPlane, IdleStrategy, ServiceEvent};
+use mongoose_core::{agent, Processor, ProcessorError, StartContext};
 use parking_lot::Mutex;
 
 /// Generous: the machine is shared and noisy; tests wait for conditions, not times.
@@ -165,7 +163,7 @@ impl Scripted {
 }
 
 impl Processor for Scripted {
-    fn start(&mut self, subscriptions: &mut dyn Subscriptions) -> Result<(), ProcessorError> {
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
         self.log.lock().push(format!(
             "{}:start-thread:{}",
             self.name,
@@ -178,10 +176,10 @@ impl Processor for Scripted {
             return Err(ProcessorError::new(reason.clone()));
         }
         if let Some(feed) = self.feed {
-            subscriptions.subscribe(feed, Scripted::handle)?;
+            context.subscribe(feed, Scripted::handle)?;
         }
         if self.services {
-            subscriptions.subscribe(SERVICES_FEED, Scripted::service)?;
+            context.services(Scripted::service);
         }
         Ok(())
     }

@@ -10,7 +10,9 @@ use mongoose_core::{OverloadPolicy, Position, SourceState};
 use tracing::warn;
 
 use super::{Deferred, Publisher, State};
-use crate::queue::{Envelope, FeedStatusEvent, OverloadState};
+use mongoose_core::FeedStatusEvent;
+
+use crate::queue::{Envelope, OverloadState};
 use crate::status::{FeedStatus, SubscriberStatus};
 
 /// The loss and pause counters of the feed's state.
