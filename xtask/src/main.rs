@@ -29,6 +29,7 @@ fn run(command: &mut Command) -> bool {
 /// (package, example, arguments) of each whole-pipeline benchmark, in order.
 const BENCHES: &[(&str, &str, &[&str])] = &[
     ("mongoose-delivery", "pipeline_bench", &[]),
+    ("mongoose-control", "group_dispatch_bench", &[]),
     ("mongoose-source-file", "file_feed_bench", &[]),
     ("mongoose-server", "ledger_bench", &[]),
     ("mongoose-replay", "replay_bench", &[]),
