@@ -66,6 +66,11 @@ impl Delivery {
         &self.feed
     }
 
+    /// The feed's name, shared (no copy of the text).
+    pub fn feed_arc(&self) -> &Arc<str> {
+        &self.feed
+    }
+
     /// This run's publish sequence (restarts at 1 with the server: never store it).
     pub fn sequence(&self) -> u64 {
         self.sequence

@@ -18,6 +18,9 @@
 //! * [`dispatch`]: how a queue's items reach the processors subscribed to it: one
 //!   [`Dispatcher`] trait for a typed reader and for a group that reads feeds of any
 //!   type (through an [`Offer`] of the item to its typed [`Subscribers`]);
+//! * [`sink`]: the output side: prepared outputs keyed by the input that caused them,
+//!   the [`sink::Sink`] trait and the honest outcome of each attempt
+//!   ([`sink::SinkOutcome`]: published, verified not published, or uncertain);
 //! * [`agent`]: marking agent threads, which must never block.
 //!
 //! # Example: a processor that stores its position with its state
@@ -82,6 +85,7 @@ mod overload;
 mod position;
 mod processor;
 mod services;
+pub mod sink;
 mod source;
 
 pub use delivery::engine::PendingCompletion;
