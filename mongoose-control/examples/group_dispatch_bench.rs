@@ -99,8 +99,7 @@ fn main() {
         feed: Arc::clone(&feed),
         reader: None,
     };
-    let mut host = ProcessorHost::build(ProcessorId(1), "sum", "Sum", || Box::new(Sum::default()))
-        .expect("built");
+    let mut host = ProcessorHost::build(ProcessorId(1), "sum", Sum::default).expect("built");
     host.start(&mut subscribe, None).expect("started");
     let mut reader = subscribe.reader.expect("subscribed");
     feed.start_complete();

@@ -73,13 +73,9 @@
 //! }
 //! let mut ledger = Ledger::default();
 //! ledger.balances.insert("acc1".into(), -7);
-//! let mut host = mongoose_control::ProcessorHost::build(
-//!     mongoose_core::ProcessorId(1),
-//!     "ledger",
-//!     "Ledger",
-//!     move || Box::new(ledger),
-//! )
-//! .unwrap();
+//! let mut host =
+//!     mongoose_control::ProcessorHost::build(mongoose_core::ProcessorId(1), "ledger", move || ledger)
+//!         .unwrap();
 //! host.start(&mut NoFeeds, None).unwrap();
 //! assert_eq!(host.command_names(), ["balance"]);
 //!

@@ -55,10 +55,7 @@
 //!     }
 //! }
 //!
-//! let mut host = ProcessorHost::build(ProcessorId(1), "counter", "Counter", || {
-//!     Box::new(Counter::default())
-//! })
-//! .unwrap();
+//! let mut host = ProcessorHost::build(ProcessorId(1), "counter", Counter::default).unwrap();
 //! host.start(&mut NoFeeds, None).unwrap();
 //! assert_eq!(host.command_names(), ["count"]);
 //! host.fire_timer(7, None).unwrap();
@@ -80,6 +77,7 @@ use crate::admin::AdminCommands;
 use crate::contain::{contained, panic_message};
 use crate::controller::{self, ControlInterceptor};
 use crate::record::{AdminOutcome, GroupRecorder};
+use crate::supplier::ProcessorSupplier;
 
 /// A group's recorder as a host is given it for one call (`None`: no recorder).
 pub type Recording<'a> = Option<&'a mut (dyn GroupRecorder + 'static)>;
@@ -138,8 +136,8 @@ fn as_outcome(result: &Result<(), String>) -> Result<(), &str> {
 }
 
 impl ProcessorHost {
-    /// Builds processor `name` (of type `type_name`, `""` when unknown) with
-    /// `supplier`, as processor `id`, for a live group.
+    /// Builds processor `name` with `supplier` (which names its type, `""` when
+    /// unknown), as processor `id`, for a live group.
     ///
     /// # Errors
     /// The panic's message when the supplier panicked; what the processor asked of the
@@ -148,10 +146,9 @@ impl ProcessorHost {
     pub fn build(
         id: ProcessorId,
         name: &str,
-        type_name: &'static str,
-        supplier: impl FnOnce() -> Box<dyn Processor>,
+        supplier: impl Into<ProcessorSupplier>,
     ) -> Result<Self, String> {
-        Self::build_with(id, name, type_name, supplier, None)
+        Self::build_with(id, name, supplier.into(), None)
     }
 
     /// [`ProcessorHost::build`] for a processor whose control requests `interceptor`
@@ -166,20 +163,19 @@ impl ProcessorHost {
     pub fn build_intercepted(
         id: ProcessorId,
         name: &str,
-        type_name: &'static str,
-        supplier: impl FnOnce() -> Box<dyn Processor>,
+        supplier: impl Into<ProcessorSupplier>,
         interceptor: Box<dyn ControlInterceptor>,
     ) -> Result<Self, String> {
-        Self::build_with(id, name, type_name, supplier, Some(interceptor))
+        Self::build_with(id, name, supplier.into(), Some(interceptor))
     }
 
     fn build_with(
         id: ProcessorId,
         name: &str,
-        type_name: &'static str,
-        supplier: impl FnOnce() -> Box<dyn Processor>,
+        supplier: ProcessorSupplier,
         interceptor: Option<Box<dyn ControlInterceptor>>,
     ) -> Result<Self, String> {
+        let (type_name, supplier) = supplier.into_parts();
         // installed from the build on, for as long as the host lives
         let intercepting = interceptor.map(|interceptor| Intercepting {
             previous: controller::set_control_interceptor(Some(interceptor)),

@@ -100,8 +100,7 @@ fn offering_items_to_a_processor_through_its_host_allocates_nothing_per_item() {
         feed: Arc::clone(&feed),
         reader: None,
     };
-    let mut host = ProcessorHost::build(ProcessorId(1), "sum", "Sum", || Box::new(Sum::default()))
-        .expect("built");
+    let mut host = ProcessorHost::build(ProcessorId(1), "sum", Sum::default).expect("built");
     host.start(&mut subscribe, None).expect("started");
     let mut reader = subscribe.reader.expect("subscribed");
     feed.start_complete();

@@ -15,8 +15,10 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use mongoose_control::{FeedSubscriptions, ProcessorHost, Service, ServiceEvent};
-use mongoose_core::{engine, Delivery, ErasedHandler, Processor, ProcessorError, ProcessorId};
+use mongoose_control::{
+    FeedSubscriptions, ProcessorHost, ProcessorSupplier, Service, ServiceEvent,
+};
+use mongoose_core::{engine, Delivery, ErasedHandler, ProcessorError, ProcessorId};
 
 use crate::entry::Entry;
 use crate::feeds::{FeedCodecs, ReplayRoute};
@@ -33,7 +35,6 @@ use calls::{CallMatch, Interception};
 use journal::{read_journal, Journal};
 pub use report::{AdminReply, Loss, ProcessorReplay, Replay};
 
-type Factory = Box<dyn FnMut() -> Box<dyn Processor>>;
 /// A replayed processor's handlers by feed, typed through the feed's codec (none: a
 /// feed the replay's codecs do not declare).
 type Handlers = HashMap<String, Option<Box<dyn ReplayRoute>>>;
@@ -41,7 +42,8 @@ type Handlers = HashMap<String, Option<Box<dyn ReplayRoute>>>;
 struct Build {
     name: String,
     type_name: &'static str,
-    factory: Factory,
+    /// Taken when the build is replayed.
+    supplier: Option<ProcessorSupplier>,
 }
 
 /// Replays a recording directory written by [`crate::Recorder`].
@@ -137,30 +139,17 @@ impl Replayer {
 
     /// Adds a build of processor `name` (its first build replays stream `name`, its
     /// second `name#2`, ...).
-    pub fn processor<P, F>(self, name: &str, mut factory: F) -> Self
-    where
-        P: Processor,
-        F: FnMut() -> P + 'static,
-    {
-        self.processor_boxed_as(
-            name,
-            std::any::type_name::<P>(),
-            Box::new(move || Box::new(factory()) as Box<dyn Processor>),
-        )
-    }
-
-    /// [`Replayer::processor`] for a factory of boxed processors, naming their type
-    /// (`""`: not checked against the recorded provenance).
-    pub fn processor_boxed_as(
-        mut self,
-        name: &str,
-        type_name: &'static str,
-        factory: Box<dyn FnMut() -> Box<dyn Processor>>,
-    ) -> Self {
+    ///
+    /// `supplier` is what a live group is given: a closure returning the processor
+    /// (named after its type, which is checked against the recorded provenance), or a
+    /// [`ProcessorSupplier::boxed`] factory of a configured one, named or not (`""`:
+    /// not checked).
+    pub fn processor(mut self, name: &str, supplier: impl Into<ProcessorSupplier>) -> Self {
+        let supplier = supplier.into();
         self.builds.push(Build {
             name: name.to_owned(),
-            type_name,
-            factory,
+            type_name: supplier.type_name(),
+            supplier: Some(supplier),
         });
         self
     }
@@ -290,11 +279,14 @@ impl Replayer {
             .expect(entries, 0, "in start()".to_owned());
         // called through the host a live group calls it through; its control requests
         // are answered from the recording
+        let Some(supplier) = build.supplier.take() else {
+            result.stopped = Some(format!("processor {} was already replayed", build.name));
+            return;
+        };
         let built = ProcessorHost::build_intercepted(
             id,
             &build.name,
-            build.type_name,
-            &mut build.factory,
+            supplier,
             Box::new(Interception(Rc::clone(&calls))),
         );
         let mut host = match built {

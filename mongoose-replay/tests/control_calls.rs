@@ -135,7 +135,7 @@ fn call(name: &str, args: &[&str], outcome: ControlOutcome) -> Entry {
 }
 
 /// Replays `entries` as the stream of "caller", built by `build`.
-fn replay_stream(entries: &[Entry], build: impl FnMut() -> Caller + 'static) -> Replay {
+fn replay_stream(entries: &[Entry], build: impl FnMut() -> Caller + Send + 'static) -> Replay {
     let dir = tempfile::tempdir().expect("dir");
     write_stream(dir.path(), "caller", entries);
     Replayer::open(dir.path(), codecs())

@@ -13,6 +13,7 @@ use crate::audit::{ControlAudit, NewRecord, RecordType};
 use crate::feeds::{FeedBinding, FeedConnector, SubscribeRequest};
 use crate::host::{FeedSubscriptions, ProcessorHost};
 use crate::reply::{ControlReply, ReplyOutcome};
+use crate::supplier::ProcessorSupplier;
 
 impl Runtime {
     pub(super) fn apply_add(
@@ -36,7 +37,8 @@ impl Runtime {
         );
         let id = ProcessorId(generation);
         // a processor never built has no stream: what it asked is not recorded
-        let built = ProcessorHost::build(id, &name, type_name, supplier)
+        let supplier = ProcessorSupplier::boxed(supplier).named(type_name);
+        let built = ProcessorHost::build(id, &name, supplier)
             .map_err(|panic| format!("supplier panicked: {panic}"));
         let mut host = match built {
             Ok(host) => {

@@ -78,15 +78,15 @@ pub fn replay(
                 kind: processor.kind.clone(),
                 message,
             })?;
-            replayer = replayer.processor_boxed_as(
+            replayer = replayer.processor(
                 &processor.name,
-                kind_name(&processor.kind),
-                Box::new(move || match build() {
+                mongoose_control::ProcessorSupplier::boxed(move || match build() {
                     Ok(built) => built,
                     Err(message) => {
                         panic!("the processor could not be built again for the replay: {message}")
                     }
-                }),
+                })
+                .named(kind_name(&processor.kind)),
             );
         }
         reports.push((group.name.clone(), replay_report(&dir, replayer)));
