@@ -1,0 +1,29 @@
+//! Sinks of Mongoose-rs: where processors' outputs go, each attempt answered with an
+//! honest [`mongoose_core::sink::SinkOutcome`] (published, verified not published, or
+//! uncertain).
+//!
+//! The contract (keys, outputs, outcomes, the retry budget) is in
+//! [`mongoose_core::sink`]; this crate holds the sinks that implement it.
+//!
+//! ```
+//! use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
+//! use mongoose_core::Epoch;
+//!
+//! struct Discard;
+//! impl Sink for Discard {
+//!     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+//!         outcomes.extend(outputs.iter().map(|_| SinkOutcome::NotPublished {
+//!             evidence: "discarded".into(),
+//!             retryable: false,
+//!         }));
+//!     }
+//! }
+//! let mut outcomes = Vec::new();
+//! Discard.publish(&[Output::new(OutputKey::new("f", Epoch(1), 0, 1, 0, 1), b"x".to_vec())], &mut outcomes);
+//! assert!(!outcomes[0].may_retry());
+//! ```
+#![forbid(unsafe_code)]
+
+mod error;
+
+pub use error::SinkError;
