@@ -5,8 +5,8 @@
 //! * marks the thread as the source's agent thread (`source:<name>`), so a blocking
 //!   publish on it is refused instead of waiting on itself;
 //! * runs each duty cycle through [`SourceDriver::cycle`]: gives what the consumers
-//!   processed to the source's committer ([`AnyFeed::poll_acknowledgements`]), replays
-//!   what a full queue paused ([`AnyFeed::flush_paused`]), calls `do_work`, and, after a
+//!   processed to the source's committer ([`DrivenOutput::poll_acknowledgements`]), replays
+//!   what a full queue paused ([`DrivenOutput::flush_paused`]), calls `do_work`, and, after a
 //!   cycle that did work, polls the acknowledgements once more (the commit lag: what the
 //!   consumers processed during the cycle is committed now, not a cycle later);
 //! * idles by the feed's [`IdleStrategy`] after a cycle that did nothing;
@@ -35,16 +35,50 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mongoose_core::{agent, CoreError, EventSource, IdleStrategy, WorkDone};
+use mongoose_core::{
+    agent, CoreError, EventSource, IdleStrategy, Position, SourceOutput, WorkDone,
+};
 use tracing::{error, info};
 
 use crate::idle::Idler;
+use crate::publisher::Publisher;
 use crate::registry::AnyFeed;
 
 /// How long a failing duty cycle waits before the next try.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
 /// How often a failing cycle is logged at most (with a count of the others).
 const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// What the [`SourceDriver`] does to a source's output around its duty cycles: every
+/// feed ([`AnyFeed`], a [`Publisher`]) is one; an output of a source driven by hand
+/// (a test's recording output) implements it by calling its
+/// [`SourceOutput`] methods of the same names.
+pub trait DrivenOutput {
+    /// Gives what was processed to the source's committer
+    /// ([`SourceOutput::poll_acknowledgements`]); returns the commits made.
+    fn poll_acknowledgements(&self) -> usize;
+    /// Replays items a full queue paused ([`SourceOutput::flush_paused`]); true when
+    /// none is left paused.
+    fn flush_paused(&self) -> bool;
+}
+
+impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
+    fn poll_acknowledgements(&self) -> usize {
+        (**self).poll_acknowledgements()
+    }
+    fn flush_paused(&self) -> bool {
+        (**self).flush_paused()
+    }
+}
+
+impl<T: Send + Sync + 'static, P: Position> DrivenOutput for Publisher<T, P> {
+    fn poll_acknowledgements(&self) -> usize {
+        SourceOutput::poll_acknowledgements(self)
+    }
+    fn flush_paused(&self) -> bool {
+        SourceOutput::flush_paused(self)
+    }
+}
 
 /// Asks a running [`SourceDriver`] to stop after its current cycle.
 #[derive(Clone, Debug, Default)]
@@ -140,7 +174,7 @@ impl SourceDriver {
     pub fn cycle<S, F>(source: &mut S, feed: &F) -> Result<WorkDone, CoreError>
     where
         S: EventSource + ?Sized,
-        F: AnyFeed + ?Sized,
+        F: DrivenOutput + ?Sized,
     {
         let mut work = feed.poll_acknowledgements();
         feed.flush_paused();
@@ -159,7 +193,7 @@ impl SourceDriver {
     pub fn stop_source<S, F>(source: &mut S, feed: &F) -> Result<(), CoreError>
     where
         S: EventSource + ?Sized,
-        F: AnyFeed + ?Sized,
+        F: DrivenOutput + ?Sized,
     {
         feed.poll_acknowledgements();
         let stopped = source.stop();
