@@ -543,3 +543,33 @@ fn a_file_renamed_inside_the_glob_while_down_keeps_its_lane_and_offset() {
     );
     SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
 }
+
+// issue 12, item 4: the source driver is the one place that polls the acknowledgements;
+// the glob source's own cycles and stop commit nothing
+#[test]
+fn a_glob_source_commits_only_through_the_driver() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    let mut pipeline = Pipeline::new(dir.path(), |_| {});
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // the source's own cycles read and publish; the consumer processes everything
+    while pipeline.collect.seen.len() < 3 {
+        assert!(Instant::now() < deadline, "never read");
+        pipeline.source.do_work().expect("a cycle");
+        pipeline.reader.poll(&mut pipeline.collect, 256);
+    }
+    for _ in 0..5 {
+        pipeline.source.do_work().expect("a cycle");
+    }
+    assert_eq!(
+        pipeline.source.committed_of(&a),
+        Some(0),
+        "do_work alone commits nothing"
+    );
+    let size = fs::metadata(&a).expect("a").len();
+    SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("a driver cycle");
+    assert_eq!(pipeline.source.committed_of(&a), Some(size));
+    assert_eq!(pointer_of(&a).offset, size);
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
+}

@@ -474,3 +474,30 @@ fn a_rotation_during_the_open_of_an_earliest_source_still_reaches_the_new_file()
     assert!(!output.has_committer(), "EARLIEST has no pointer");
     assert!(!pointer_path(&path).exists());
 }
+
+// issue 12, item 4: the source driver is the one place that polls the acknowledgements;
+// the file source's own cycles and stop commit nothing, the driver's cycle and stop do
+#[test]
+fn a_file_source_commits_only_through_the_driver() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\nb\nc\nd\n");
+    let (output, mut source) = committed_source(&path);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while output.items().len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "never read");
+        source.do_work().expect("a cycle");
+    }
+    output.process(2);
+    for _ in 0..5 {
+        source.do_work().expect("a cycle");
+    }
+    assert_eq!(pointer_of(&path).offset, 0, "do_work alone commits nothing");
+    SourceDriver::cycle(&mut source, &output).expect("a driver cycle");
+    assert_eq!(pointer_of(&path).offset, 4, "the driver's cycle commits");
+    output.process(3);
+    source.stop().expect("stop");
+    assert_eq!(pointer_of(&path).offset, 4, "stop alone commits nothing");
+    // a late commit re-maps the pointer: the driver's stop still commits
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
+    assert_eq!(pointer_of(&path).offset, 6, "the driver's stop commits");
+}
