@@ -65,9 +65,11 @@ pub struct WorkDone(pub usize);
 ///
 /// Run it with the engine's source driver (`mongoose_delivery::SourceDriver`): the
 /// driver marks the agent thread, calls [`SourceOutput::poll_acknowledgements`] and
-/// [`SourceOutput::flush_paused`] around each cycle and once more after `stop`, idles
-/// and retries failing cycles, so a source does not have to. (The file source also
-/// polls at the start of its own cycles, so that it can be driven by hand in tests.)
+/// [`SourceOutput::flush_paused`] around each cycle and before and after `stop`, idles
+/// and retries failing cycles. It is the one place that does: a source must not poll
+/// nor flush itself, and a test driving a source by hand calls the driver's
+/// `SourceDriver::cycle` and `SourceDriver::stop_source` instead of `do_work` and
+/// `stop`.
 pub trait EventSource: Send {
     /// The source's name (its feed's name, usually).
     fn name(&self) -> &str;
@@ -75,10 +77,11 @@ pub trait EventSource: Send {
     /// Opens the input. Called once on the source's agent thread.
     fn start(&mut self) -> Result<(), CoreError>;
 
-    /// One duty cycle: commit what was acknowledged, read and publish.
+    /// One duty cycle: read and publish (the driver commits what was acknowledged
+    /// around it).
     fn do_work(&mut self) -> Result<WorkDone, CoreError>;
 
-    /// Commits what was processed (a final poll) and closes the input.
+    /// Closes the input (the driver commits what was processed before and after it).
     fn stop(&mut self) -> Result<(), CoreError>;
 }
 

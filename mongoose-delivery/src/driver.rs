@@ -4,15 +4,27 @@
 //! The driver does, for every source, what each one had to remember before:
 //! * marks the thread as the source's agent thread (`source:<name>`), so a blocking
 //!   publish on it is refused instead of waiting on itself;
-//! * around each duty cycle, gives what the consumers processed to the source's
-//!   committer ([`AnyFeed::poll_acknowledgements`]) and replays what a full queue
-//!   paused ([`AnyFeed::flush_paused`]);
+//! * runs each duty cycle through [`SourceDriver::cycle`]: gives what the consumers
+//!   processed to the source's committer ([`DrivenOutput::poll_acknowledgements`]), replays
+//!   what a full queue paused ([`DrivenOutput::flush_paused`]), calls `do_work`, and, after a
+//!   cycle that did work, polls the acknowledgements once more (the commit lag: what the
+//!   consumers processed during the cycle is committed now, not a cycle later);
 //! * idles by the feed's [`IdleStrategy`] after a cycle that did nothing;
 //! * retries a failing cycle every 100 ms, logging it once and then as a count at most
 //!   every 10 s (no flood);
-//! * at the stop, stops the source and polls the acknowledgements once more, so what
-//!   was processed meanwhile is committed (the server's ordered shutdown commits again
-//!   after the groups drained, on the shutdown thread).
+//! * stops the source through [`SourceDriver::stop_source`]: polls the
+//!   acknowledgements BEFORE `stop` (what was processed is committed while the source's
+//!   committer is still fully open: a file source writes its pointer back and unmaps
+//!   it in `stop`) and once more after it (what was processed meanwhile; the server's
+//!   ordered shutdown commits again after the groups drained, on the shutdown thread).
+//!
+//! The contract for a source: it must NOT poll the acknowledgements nor flush paused
+//! items itself, in `do_work` or in `stop` ([`SourceDriver`] is the one place that
+//! does). Whoever drives a source by hand (a test, a benchmark) calls
+//! [`SourceDriver::cycle`] instead of `do_work` and [`SourceDriver::stop_source`]
+//! instead of `stop`, or the positions it published are never committed. What a
+//! source waits for that needs commits (a file's rotation settling, a slot handed
+//! over) progresses because every cycle polls before `do_work`.
 //!
 //! What stays the source's job: publish with positions, keep an item a full queue
 //! paused (`TryPublish::Paused`) and offer it again, treat `Retry` (a nested publish)
@@ -23,16 +35,50 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mongoose_core::{agent, CoreError, EventSource, IdleStrategy, WorkDone};
+use mongoose_core::{
+    agent, CoreError, EventSource, IdleStrategy, Position, SourceOutput, WorkDone,
+};
 use tracing::{error, info};
 
 use crate::idle::Idler;
+use crate::publisher::Publisher;
 use crate::registry::AnyFeed;
 
 /// How long a failing duty cycle waits before the next try.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
 /// How often a failing cycle is logged at most (with a count of the others).
 const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// What the [`SourceDriver`] does to a source's output around its duty cycles: every
+/// feed ([`AnyFeed`], a [`Publisher`]) is one; an output of a source driven by hand
+/// (a test's recording output) implements it by calling its
+/// [`SourceOutput`] methods of the same names.
+pub trait DrivenOutput {
+    /// Gives what was processed to the source's committer
+    /// ([`SourceOutput::poll_acknowledgements`]); returns the commits made.
+    fn poll_acknowledgements(&self) -> usize;
+    /// Replays items a full queue paused ([`SourceOutput::flush_paused`]); true when
+    /// none is left paused.
+    fn flush_paused(&self) -> bool;
+}
+
+impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
+    fn poll_acknowledgements(&self) -> usize {
+        (**self).poll_acknowledgements()
+    }
+    fn flush_paused(&self) -> bool {
+        (**self).flush_paused()
+    }
+}
+
+impl<T: Send + Sync + 'static, P: Position> DrivenOutput for Publisher<T, P> {
+    fn poll_acknowledgements(&self) -> usize {
+        SourceOutput::poll_acknowledgements(self)
+    }
+    fn flush_paused(&self) -> bool {
+        SourceOutput::flush_paused(self)
+    }
+}
 
 /// Asks a running [`SourceDriver`] to stop after its current cycle.
 #[derive(Clone, Debug, Default)]
@@ -86,17 +132,14 @@ impl SourceDriver {
         let mut unlogged = 0u64;
         let mut last_logged: Option<Instant> = None;
         while !self.stop.requested() {
-            let mut work = feed.poll_acknowledgements();
-            feed.flush_paused();
-            match source.do_work() {
-                Ok(WorkDone(done)) => {
+            match Self::cycle(source, feed) {
+                Ok(WorkDone(work)) => {
                     if failures > 0 {
                         info!(feed = %name, failures, "the source works again");
                         failures = 0;
                         unlogged = 0;
                         last_logged = None;
                     }
-                    work += done;
                     idler.idle(work, None);
                 }
                 Err(error) => {
@@ -114,13 +157,47 @@ impl SourceDriver {
                 }
             }
         }
-        let stopped = source.stop();
-        // what the consumers processed while the source stopped
-        feed.poll_acknowledgements();
+        let stopped = Self::stop_source(source, feed);
         if let Err(error) = &stopped {
             error!(feed = %name, %error, "source stop failed: what it processed may be re-delivered");
         }
         info!(feed = %name, "source stopped");
+        stopped
+    }
+
+    /// One duty cycle of `source` against its `feed`: polls the acknowledgements
+    /// (commits what the consumers processed), replays paused items, calls `do_work`,
+    /// and, when the cycle did work, polls the acknowledgements once more (what was
+    /// processed during the cycle is committed now). Returns the work of the cycle,
+    /// commits included. [`SourceDriver::run`] uses it; a test or benchmark driving a
+    /// source by hand calls it instead of `do_work`, which no longer commits.
+    pub fn cycle<S, F>(source: &mut S, feed: &F) -> Result<WorkDone, CoreError>
+    where
+        S: EventSource + ?Sized,
+        F: DrivenOutput + ?Sized,
+    {
+        let mut work = feed.poll_acknowledgements();
+        feed.flush_paused();
+        let WorkDone(done) = source.do_work()?;
+        if done > 0 {
+            // commit again after a cycle that published (the commit lag)
+            work += done + feed.poll_acknowledgements();
+        }
+        Ok(WorkDone(work))
+    }
+
+    /// Stops `source`: polls the acknowledgements before its `stop` (commits what was
+    /// processed while the source's committer is fully open) and once more after it
+    /// (what was processed while it stopped). [`SourceDriver::run`] uses it; a test or
+    /// benchmark driving a source by hand calls it instead of `stop`.
+    pub fn stop_source<S, F>(source: &mut S, feed: &F) -> Result<(), CoreError>
+    where
+        S: EventSource + ?Sized,
+        F: DrivenOutput + ?Sized,
+    {
+        feed.poll_acknowledgements();
+        let stopped = source.stop();
+        feed.poll_acknowledgements();
         stopped
     }
 }

@@ -8,6 +8,7 @@ use mongoose_core::{GroupReader, Position, SourceOutput, SourceState};
 use parking_lot::RwLock;
 
 use crate::checkpoint::ProcessingCheckpoint;
+use crate::driver::DrivenOutput;
 use crate::feed::SubscribeOptions;
 use crate::group::{GroupQueue, GroupSubscription};
 use crate::publisher::Publisher;
@@ -15,8 +16,9 @@ use crate::queue::{OverloadObserver, OverloadState, SubscriptionId};
 use crate::status::{FeedStatus, StatusReport};
 use crate::DeliveryError;
 
-/// A feed seen without its item and position types.
-pub trait AnyFeed: Send + Sync {
+/// A feed seen without its item and position types; the [`crate::SourceDriver`] polls
+/// its acknowledgements and replays its paused items ([`DrivenOutput`]).
+pub trait AnyFeed: DrivenOutput + Send + Sync {
     /// The feed's name.
     fn name(&self) -> &str;
     /// The item type's id.
@@ -63,12 +65,6 @@ pub trait AnyFeed: Send + Sync {
     /// The feed has a source that is starting: it is BEHIND (not a silent fallback
     /// feed) until the source reports.
     fn report_source_starting(&self);
-    /// Gives what was processed to the source's committer
-    /// ([`SourceOutput::poll_acknowledgements`]); the [`crate::SourceDriver`] calls it
-    /// around each duty cycle.
-    fn poll_acknowledgements(&self) -> usize;
-    /// Replays items a full queue paused ([`SourceOutput::flush_paused`]).
-    fn flush_paused(&self) -> bool;
 }
 
 impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
@@ -142,12 +138,6 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     }
     fn report_source_starting(&self) {
         SourceOutput::report_state(self, SourceState::Behind, Some("source starting"));
-    }
-    fn poll_acknowledgements(&self) -> usize {
-        SourceOutput::poll_acknowledgements(self)
-    }
-    fn flush_paused(&self) -> bool {
-        SourceOutput::flush_paused(self)
     }
 }
 

@@ -134,3 +134,96 @@ fn the_driver_commits_what_was_processed_when_it_stops() {
         .expect("ran");
     assert_eq!(commits.pointer(), 10);
 }
+
+/// Publishes `count` items in its first cycle and lets its group process them inside
+/// the same cycle (as a consumer on another thread would meanwhile); at its stop it
+/// notes what was committed then. It never polls the acknowledgements itself.
+struct SelfConsuming {
+    inner: Counter,
+    group: mongoose_delivery::QueueReader<u64>,
+    processed: Vec<u64>,
+    committed_at_stop: Option<u64>,
+    commits: Commits,
+}
+
+impl EventSource for SelfConsuming {
+    fn name(&self) -> &str {
+        "self-consuming"
+    }
+
+    fn start(&mut self) -> Result<(), CoreError> {
+        self.inner.start()
+    }
+
+    fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+        let done = self.inner.do_work()?;
+        self.processed.extend(process_available(&mut self.group));
+        Ok(done)
+    }
+
+    fn stop(&mut self) -> Result<(), CoreError> {
+        self.committed_at_stop = Some(self.commits.pointer());
+        Ok(())
+    }
+}
+
+fn self_consuming(count: u64) -> (SelfConsuming, Arc<Publisher<u64, u64>>) {
+    let (feed, commits) = positioned_feed(16);
+    let group = reader(&feed, "group");
+    feed.start_complete();
+    let source = SelfConsuming {
+        inner: Counter {
+            output: Arc::clone(&feed),
+            next: 1,
+            count,
+            paused: None,
+            on_agent_thread: false,
+        },
+        group,
+        processed: Vec::new(),
+        committed_at_stop: None,
+        commits,
+    };
+    (source, feed)
+}
+
+#[test]
+fn one_driver_cycle_commits_what_was_processed_during_it() {
+    let (mut source, feed) = self_consuming(3);
+    source.start().expect("started");
+    let work = SourceDriver::cycle(&mut source, &*feed).expect("a cycle");
+    assert_eq!(source.processed, vec![1, 2, 3]);
+    assert!(work.0 >= 3, "the cycle reports what it published: {work:?}");
+    assert_eq!(
+        source.commits.pointer(),
+        30,
+        "a cycle that published polls the acknowledgements once more (the commit lag)"
+    );
+    SourceDriver::stop_source(&mut source, &*feed).expect("stopped");
+}
+
+#[test]
+fn the_driver_commits_before_and_after_the_source_stops() {
+    let (mut source, feed) = self_consuming(2);
+    source.start().expect("started");
+    // published and processed by hand, uncommitted: the stop must commit it before the
+    // source stops (a file source writes its pointer back and unmaps it then)
+    assert!(source.inner.output.try_publish(7, 5).is_published());
+    assert_eq!(process(&mut source.group, 1), vec![7]);
+    SourceDriver::stop_source(&mut source, &*feed).expect("stopped");
+    assert_eq!(
+        source.committed_at_stop,
+        Some(5),
+        "committed before the source's stop"
+    );
+    // through run: a stop requested before it starts still commits before the stop
+    let (mut source, feed) = self_consuming(2);
+    assert!(source.inner.output.try_publish(7, 5).is_published());
+    assert_eq!(process(&mut source.group, 1), vec![7]);
+    let driver = SourceDriver::new("self-consuming", IdleStrategy::Yield);
+    driver.stop_handle().stop();
+    driver
+        .run(&mut source, &*feed as &dyn AnyFeed)
+        .expect("ran");
+    assert_eq!(source.committed_at_stop, Some(5));
+}

@@ -72,8 +72,8 @@ impl EventSource for SlowStop {
         self.output.set_pause_by_default(true);
         Ok(())
     }
+    // the source driver polls the acknowledgements around each cycle and its stop
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
-        self.output.poll_acknowledgements();
         if self.next > self.items {
             self.output.report_state(SourceState::CaughtUp, None);
             return Ok(WorkDone(0));
@@ -89,7 +89,6 @@ impl EventSource for SlowStop {
     fn stop(&mut self) -> Result<(), CoreError> {
         self.watch.stopping.store(true, Ordering::Release);
         std::thread::sleep(self.stop_takes);
-        self.output.poll_acknowledgements();
         self.watch.stopping.store(false, Ordering::Release);
         Ok(())
     }

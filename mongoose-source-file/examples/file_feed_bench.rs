@@ -38,7 +38,9 @@ use mongoose_core::{
     Delivery, Epoch, EventSource, ProcessorError, PublishRefused, SourceCommitter, SourceOutput,
     SourceState, TryPublish,
 };
-use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
+use mongoose_delivery::{
+    DispatchOutcome, Dispatcher, DrivenOutput, Feed, Publisher, SourceDriver, SubscribeOptions,
+};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use parking_lot::Mutex;
 
@@ -54,6 +56,16 @@ struct CountingOutput {
     epoch: Mutex<Epoch>,
     state: Mutex<SourceState>,
     committer: Mutex<Option<Box<dyn SourceCommitter<u64>>>>,
+}
+
+/// The source driver polls its acknowledgements around each duty cycle, as a feed's.
+impl DrivenOutput for CountingOutput {
+    fn poll_acknowledgements(&self) -> usize {
+        SourceOutput::poll_acknowledgements(self)
+    }
+    fn flush_paused(&self) -> bool {
+        SourceOutput::flush_paused(self)
+    }
 }
 
 impl SourceOutput<Line, u64> for CountingOutput {
@@ -164,12 +176,16 @@ fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64, args: &Args)
     source.start().expect("start");
     feed.start_complete();
     while source.committed_position() < bytes {
-        if source.do_work().expect("do_work").0 == 0 {
+        if SourceDriver::cycle(&mut source, &feed)
+            .expect("duty cycle")
+            .0
+            == 0
+        {
             std::thread::yield_now();
         }
     }
     let counter = consumer.join().expect("consumer");
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &feed).expect("stop");
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(counter.lines, lines);
     assert_eq!(feed.status().dropped, 0);
@@ -321,9 +337,9 @@ fn through_the_source_alone(path: &Path, lines: u64, bytes: u64, args: &Args) ->
     let started = Instant::now();
     source.start().expect("start");
     while *output.state.lock() != SourceState::CaughtUp {
-        source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut source, &output).expect("duty cycle");
     }
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(output.published.load(Ordering::Relaxed), lines);
     assert_eq!(source.committed_position(), bytes);
@@ -365,9 +381,9 @@ fn restart_to_caught_up(path: &Path, bytes: u64, args: &Args) -> (f64, Vec<f64>,
     let mut source = FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
     source.start().expect("start");
     while *output.state.lock() != SourceState::CaughtUp {
-        source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut source, &output).expect("duty cycle");
     }
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
     assert_eq!(source.committed_position(), bytes);
     let mut republished = 0;
     let (median, all) = median_of(args.runs, || {
@@ -378,10 +394,10 @@ fn restart_to_caught_up(path: &Path, bytes: u64, args: &Args) -> (f64, Vec<f64>,
         let started = Instant::now();
         source.start().expect("start");
         while *output.state.lock() != SourceState::CaughtUp {
-            source.do_work().expect("do_work");
+            SourceDriver::cycle(&mut source, &output).expect("duty cycle");
         }
         let seconds = started.elapsed().as_secs_f64();
-        source.stop().expect("stop");
+        SourceDriver::stop_source(&mut source, &output).expect("stop");
         republished += output.published.load(Ordering::Relaxed);
         seconds
     });

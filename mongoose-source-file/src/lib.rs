@@ -113,7 +113,9 @@
 //! use mongoose_core::{
 //!     Delivery, DeliveryContext, Epoch, EventSource, ProcessorError, SourceOutput, SourceState,
 //! };
-//! use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
+//! use mongoose_delivery::{
+//!     DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, SubscribeOptions,
+//! };
 //! use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 //!
 //! /// Sums the numbers of a file; its state and the position of the last line applied
@@ -180,11 +182,13 @@
 //!     source.start().expect("started");
 //!     feed.start_complete();
 //!     while source.state() != SourceState::CaughtUp || !reader.is_empty() {
-//!         source.do_work().expect("duty cycle");
+//!         // the driver's cycle commits what was processed; `do_work` alone does not
+//!         SourceDriver::cycle(&mut source, &*feed).expect("duty cycle");
 //!         reader.poll(&mut summer, 256);
 //!     }
 //!     if commit {
-//!         source.stop().expect("stopped"); // commits what was processed
+//!         // commits what was processed, then stops the source
+//!         SourceDriver::stop_source(&mut source, &*feed).expect("stopped");
 //!     } // else: a crash before the pointer was written
 //!     summer.sum
 //! }

@@ -17,7 +17,9 @@ use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{
     Delivery, DeliveryContext, Epoch, EventSource, ProcessorError, SourceOutput, SourceState,
 };
-use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
+use mongoose_delivery::{
+    DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, SubscribeOptions,
+};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use parking_lot::Mutex;
 
@@ -88,7 +90,7 @@ fn crash_child() {
     while pipeline.feed.status().sequence < 1024 && pipeline.source.state() != SourceState::CaughtUp
     {
         assert!(Instant::now() < deadline);
-        pipeline.source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("do_work");
     }
     if cache {
         pipeline.feed.start_complete();
@@ -108,15 +110,15 @@ fn crash_child() {
     }
     while pipeline.source.committed_position() < offset_after(PROCESSED) {
         assert!(Instant::now() < deadline);
-        pipeline.source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("do_work");
     }
     // more duty cycles: a pointer that ran ahead of processing would move now
     for _ in 0..50 {
-        pipeline.source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("do_work");
     }
     fs::write(dir.join("ready"), b"ready").expect("marker");
     loop {
-        pipeline.source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("do_work");
         thread::sleep(Duration::from_millis(5));
     }
 }
@@ -163,7 +165,7 @@ fn crash_and_restart(cache: bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while consumer.lines.len() < LINES - PROCESSED {
         assert!(Instant::now() < deadline, "re-delivery incomplete");
-        restarted.source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut restarted.source, &restarted.feed).expect("do_work");
         if !completed && restarted.source.state() == SourceState::CaughtUp {
             restarted.feed.start_complete();
             completed = true;
@@ -200,11 +202,11 @@ fn a_clean_stop_commits_only_processed_lines() {
     pipeline.source.start().expect("start");
     pipeline.feed.start_complete();
     while pipeline.source.state() != SourceState::CaughtUp {
-        pipeline.source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("do_work");
     }
     let mut consumer = Collect::default();
     pipeline.reader.poll(&mut consumer, 30);
-    pipeline.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
     assert_eq!(pointer_of(&input).offset, offset_after(30));
     // the group goes on after the feed stopped; the server commits once it drained
     pipeline.feed.begin_stop();
@@ -258,14 +260,14 @@ fn pause_run(cache: bool) {
             }
             let mut completed = !cache;
             while !done.load(Ordering::Acquire) {
-                source.do_work().expect("do_work");
+                SourceDriver::cycle(&mut source, &feed).expect("do_work");
                 if !completed && source.state() == SourceState::CaughtUp {
                     feed.start_complete();
                     completed = true;
                 }
                 thread::sleep(Duration::from_micros(200));
             }
-            source.stop().expect("stop");
+            SourceDriver::stop_source(&mut source, &feed).expect("stop");
             source
         })
     };
@@ -340,10 +342,10 @@ fn a_line_the_mapper_refuses_during_the_startup_cache_is_committed_only_after_th
         .expect("the group's first subscription reads");
     source.start().expect("start");
     while source.state() != SourceState::CaughtUp {
-        source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut source, &feed).expect("do_work");
     }
     for _ in 0..5 {
-        source.do_work().expect("do_work"); // each cycle polls and commits
+        SourceDriver::cycle(&mut source, &feed).expect("do_work"); // each cycle polls and commits
     }
     assert_eq!(
         pointer_of(&input).offset,
@@ -352,19 +354,19 @@ fn a_line_the_mapper_refuses_during_the_startup_cache_is_committed_only_after_th
     );
     feed.start_complete();
     for _ in 0..5 {
-        source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut source, &feed).expect("do_work");
     }
     assert_eq!(pointer_of(&input).offset, 0, "the reader processed nothing");
     let mut consumer = Collect::default();
     assert_eq!(reader.poll(&mut consumer, 1), 1);
-    source.do_work().expect("do_work");
+    SourceDriver::cycle(&mut source, &feed).expect("do_work");
     assert_eq!(
         pointer_of(&input).offset,
         offset_after(2),
         "line 1 and the refused line after it"
     );
     assert_eq!(reader.poll(&mut consumer, 1), 1);
-    source.do_work().expect("do_work");
+    SourceDriver::cycle(&mut source, &feed).expect("do_work");
     assert_eq!(pointer_of(&input).offset, offset_after(3));
     assert_eq!(consumer.lines, ["line-00001", "line-00003"]);
     assert_eq!(source.status().lines_filtered, 1);

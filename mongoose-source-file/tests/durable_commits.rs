@@ -12,7 +12,9 @@ use std::sync::Arc;
 use common::{numbered_lines, offset_after, pipeline, pointer_of, Pipeline};
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{Delivery, EventSource, ProcessorError, SourceOutput, SourceState};
-use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, DEFAULT_QUEUE_CAPACITY};
+use mongoose_delivery::{
+    DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, DEFAULT_QUEUE_CAPACITY,
+};
 use mongoose_source_file::pointer::{pointer_path_for, POINTER_FILE_SIZE};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use mongoose_testkit::Tmpfs;
@@ -38,7 +40,7 @@ fn started_pipeline(input: &Path) -> Pipeline {
     pipeline.source.start().expect("start");
     pipeline.feed.start_complete();
     while pipeline.source.state() != SourceState::CaughtUp {
-        pipeline.source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("do_work");
     }
     pipeline
 }
@@ -59,7 +61,7 @@ fn a_failed_pointer_write_is_retried_and_settled_waits_for_it() {
     } = started_pipeline(&input);
     let mut consumer = Count::default();
     assert_eq!(reader.poll(&mut consumer, 30), 30);
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &feed).expect("stop");
     assert_eq!(pointer_of(&input).offset, offset_after(30));
     // the group goes on after the feed stopped, as in the server's ordered shutdown
     feed.begin_stop();
@@ -147,18 +149,18 @@ fn a_clean_stop_writes_the_pointer_back_to_the_file_system() {
     fs::write(&input, numbered_lines(100)).expect("input");
     let pointer = pointer_path_for(&input);
     let Pipeline {
-        feed: _feed,
+        feed,
         mut source,
         mut reader,
     } = started_pipeline(&input);
     let mut consumer = Count::default();
     assert_eq!(reader.poll(&mut consumer, 40), 40);
-    source.do_work().expect("a duty cycle commits");
+    SourceDriver::cycle(&mut source, &feed).expect("a duty cycle commits");
     // during the run the commit is in the page cache, usually not yet written back
     // (not asserted: the kernel's background writeback may write it at any time)
     assert_eq!(pointer_of(&input).offset, offset_after(40));
     assert_eq!(reader.poll(&mut consumer, 30), 30);
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &feed).expect("stop");
     assert_eq!(pointer_of(&input).offset, offset_after(70));
     assert!(
         !first_page_is_dirty(&pointer),
@@ -197,7 +199,9 @@ fn full_file_system_child() {
         output,
     );
     // the pointer is created at start and first written when the input is opened
-    let outcome = source.start().and_then(|()| source.do_work().map(|_| ()));
+    let outcome = source
+        .start()
+        .and_then(|()| SourceDriver::cycle(&mut source, &feed).map(|_| ()));
     match outcome {
         Ok(()) => println!("CHILD-OUTCOME: started"),
         Err(error) => println!("CHILD-OUTCOME: refused: {error}"),

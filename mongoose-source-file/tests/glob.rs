@@ -17,7 +17,8 @@ use mongoose_core::{
     Delivery, DeliveryContext, Epoch, EventSource, ProcessorError, SourceOutput, SourceState,
 };
 use mongoose_delivery::{
-    DispatchOutcome, Dispatcher, Feed, Publisher, QueueReader, RetryPolicy, SubscribeOptions,
+    DispatchOutcome, Dispatcher, Feed, Publisher, QueueReader, RetryPolicy, SourceDriver,
+    SubscribeOptions,
 };
 use mongoose_source_file::{GlobFileSource, GlobSourceConfig, ReadStrategy};
 
@@ -104,7 +105,7 @@ impl Pipeline {
 
     /// One duty cycle of the source and of the consumer.
     fn cycle(&mut self) {
-        self.source.do_work().expect("duty cycle");
+        SourceDriver::cycle(&mut self.source, &self.feed).expect("duty cycle");
         self.reader.poll(&mut self.collect, 256);
     }
 
@@ -191,7 +192,7 @@ fn each_file_of_a_glob_commits_on_its_own_lane() {
     assert!(!pipeline.settled(), "a held line: not settled");
 
     pipeline.collect.hold = None;
-    pipeline.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }
 
 #[test]
@@ -237,7 +238,7 @@ fn a_new_file_matching_the_glob_is_read_from_its_start() {
     assert_eq!((listed.committed, listed.size), (c_size, c_size));
     let json = serde_json::to_string(&pipeline.feed.status()).expect("json");
     assert!(json.contains("\"files\":[{\"lane\":"), "{json}");
-    pipeline.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }
 
 #[test]
@@ -282,7 +283,7 @@ fn a_deleted_file_is_forgotten_after_it_is_fully_committed() {
     );
     assert!(registry_of(dir.path()).contains("a.log"));
     pipeline.until("settled", |p| p.settled());
-    pipeline.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }
 
 #[test]
@@ -300,7 +301,7 @@ fn lanes_and_offsets_survive_a_restart_and_a_file_added_while_down_is_read_from_
         .iter()
         .map(|path| ((*path).clone(), first.source.lane_of(path).expect("lane")))
         .collect();
-    first.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut first.source, &first.feed).expect("stop");
     drop(first);
 
     // while down: A grows, C appears
@@ -329,7 +330,7 @@ fn lanes_and_offsets_survive_a_restart_and_a_file_added_while_down_is_read_from_
         lanes.values().all(|lane| *lane != lane_c),
         "a new file gets a new lane"
     );
-    second.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
 }
 
 #[test]
@@ -360,7 +361,7 @@ fn with_one_open_file_every_line_of_three_files_is_delivered() {
     });
     assert_eq!(pipeline.lines_of("a"), lines("a", 1..=52));
     assert_eq!(pipeline.feed.status().state, SourceState::CaughtUp.as_str());
-    pipeline.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }
 
 #[test]
@@ -381,12 +382,12 @@ fn the_pointer_and_registry_files_are_not_inputs() {
     feed.start_complete();
     let mut collect = Collect::default();
     for _ in 0..50 {
-        source.do_work().expect("cycle");
+        SourceDriver::cycle(&mut source, &feed).expect("cycle");
         reader.poll(&mut collect, 64);
     }
     assert_eq!(source.lane_of(&dir.path().join("a.log")), Some(1));
     assert_eq!(source.files().len(), 1, "{:?}", source.files());
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &feed).expect("stop");
 }
 
 #[test]
@@ -396,7 +397,7 @@ fn a_lost_lane_registry_refuses_the_start_when_consumers_hold_lanes() {
     let mut first = Pipeline::new(dir.path(), |_| {});
     first.until("read and settled", |p| p.lines().len() == 3 && p.settled());
     let saved = first.collect.seen[2].clone();
-    first.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut first.source, &first.feed).expect("stop");
     drop(first);
     fs::remove_file(dir.path().join("logs.lanes")).expect("registry lost");
 
@@ -441,7 +442,7 @@ fn a_file_that_had_its_turns_gives_its_slot_before_its_end() {
         "B was read before A's end: a file that never stops growing cannot keep its slot"
     );
     assert_eq!(pipeline.lines_of("a"), lines_of_range("a", 1..=500));
-    pipeline.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }
 
 fn lines_of_range(prefix: &str, range: std::ops::RangeInclusive<usize>) -> Vec<String> {
@@ -503,7 +504,7 @@ fn a_file_renamed_inside_the_glob_keeps_its_lane_and_is_not_read_again() {
         pointer_of(&renamed).offset,
         fs::metadata(&renamed).expect("renamed").len()
     );
-    pipeline.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }
 
 #[test]
@@ -516,7 +517,7 @@ fn a_file_renamed_inside_the_glob_while_down_keeps_its_lane_and_offset() {
         p.lines().len() == 3 && p.settled()
     });
     let lane = first.source.lane_of(&a).expect("A's lane");
-    first.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut first.source, &first.feed).expect("stop");
     drop(first);
 
     let renamed = dir.path().join("a-1.log");
@@ -540,5 +541,35 @@ fn a_file_renamed_inside_the_glob_while_down_keeps_its_lane_and_offset() {
         0,
         "no loss reported"
     );
-    second.source.stop().expect("stop");
+    SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
+}
+
+// issue 12, item 4: the source driver is the one place that polls the acknowledgements;
+// the glob source's own cycles and stop commit nothing
+#[test]
+fn a_glob_source_commits_only_through_the_driver() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    let mut pipeline = Pipeline::new(dir.path(), |_| {});
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // the source's own cycles read and publish; the consumer processes everything
+    while pipeline.collect.seen.len() < 3 {
+        assert!(Instant::now() < deadline, "never read");
+        pipeline.source.do_work().expect("a cycle");
+        pipeline.reader.poll(&mut pipeline.collect, 256);
+    }
+    for _ in 0..5 {
+        pipeline.source.do_work().expect("a cycle");
+    }
+    assert_eq!(
+        pipeline.source.committed_of(&a),
+        Some(0),
+        "do_work alone commits nothing"
+    );
+    let size = fs::metadata(&a).expect("a").len();
+    SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("a driver cycle");
+    assert_eq!(pipeline.source.committed_of(&a), Some(size));
+    assert_eq!(pointer_of(&a).offset, size);
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }

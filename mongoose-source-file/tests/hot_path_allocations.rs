@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{Delivery, EventSource, ProcessorError, SourceOutput, SourceState};
-use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, Publisher, SubscribeOptions};
+use mongoose_delivery::{
+    DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, SubscribeOptions,
+};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use mongoose_testkit::CountingAllocator;
 
@@ -75,10 +77,10 @@ fn publishing_lines_from_a_file_allocates_nothing_per_line() {
     source.start().expect("started");
     feed.start_complete();
     let mut run_until_caught_up = |count: &mut Count, lines: u64| loop {
-        source.do_work().expect("duty cycle");
+        SourceDriver::cycle(&mut source, &feed).expect("duty cycle");
         reader.poll(count, 256);
         if count.lines == lines && source.state() == SourceState::CaughtUp {
-            source.do_work().expect("the last commit");
+            SourceDriver::cycle(&mut source, &feed).expect("the last commit");
             if source.committed_position() == lines * 100 {
                 return;
             }
@@ -106,5 +108,5 @@ fn publishing_lines_from_a_file_allocates_nothing_per_line() {
         for_20_000 <= for_10_000 && for_20_000 < chunks_read,
         "{for_20_000} allocations for 20,000 lines, {for_10_000} for 10,000 ({chunks_read} chunks read)"
     );
-    source.stop().expect("stopped");
+    SourceDriver::stop_source(&mut source, &feed).expect("stopped");
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use mongoose_core::{EventSource, SourceState};
+use mongoose_delivery::SourceDriver;
 use mongoose_source_file::ReadStrategy;
 
 // feed-delivery-guarantees §4, review F4 (thePointerCountsBytesSoARestartAfterNonAsciiLinesResumesAtALineStart)
@@ -28,7 +29,7 @@ fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"caf\xe9\nna\xefve\nend\n");
     let (output, mut source) = committed_source(&path);
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     // the bytes as they were on disk (issue 11, item 3), the old lossy text on request
     assert_eq!(output.items()[0].as_bytes(), b"caf\xe9");
     assert!(output.items()[0].to_str().is_err());
@@ -37,7 +38,7 @@ fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
     assert_eq!(output.items()[0].path(), path.as_path());
     assert_eq!(output.positions(), vec![5, 11, 15]);
     output.process(2);
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
     assert_eq!(pointer_of(&path).offset, 11);
 
     let (output, _source) = caught_up_source(&path);
@@ -50,14 +51,14 @@ fn a_commit_after_a_replacement_never_fingerprints_the_new_file() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\n");
     let (output, mut source) = committed_source(&path);
-    drive_until(&mut source, || output.items().len() == 2);
+    drive_until(&mut source, &output, || output.items().len() == 2);
     // the old file grows (so a commit grows its fingerprint), then is replaced before
     // the source notices
     append(&path, b"a3\n");
     replace_with(&path, b"b1\nb2\nb3\nb4\n");
     output.process(2);
     output.poll_acknowledgements_for_test();
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
     assert_eq!(pointer_of(&path).offset, 6);
 
     let (restarted, _source) = caught_up_source(&path);
@@ -75,10 +76,10 @@ fn an_old_file_acknowledgement_is_not_committed_after_a_live_replacement() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\na3\n");
     let (output, mut source) = committed_source(&path);
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     let old_epoch = source.epoch();
     replace_with(&path, b"b1\n");
-    drive(&mut source, 20);
+    drive(&mut source, &output, 20);
     assert_eq!(
         output.items().len(),
         3,
@@ -86,7 +87,7 @@ fn an_old_file_acknowledgement_is_not_committed_after_a_live_replacement() {
     );
     assert_eq!(pointer_of(&path).epoch, old_epoch.get());
     output.process(3);
-    drive_until(&mut source, || output.items().len() == 4);
+    drive_until(&mut source, &output, || output.items().len() == 4);
     assert_ne!(
         source.epoch(),
         old_epoch,
@@ -99,7 +100,7 @@ fn an_old_file_acknowledgement_is_not_committed_after_a_live_replacement() {
     );
     assert_eq!(pointer.epoch, source.epoch().get());
     output.process(4);
-    drive(&mut source, 2);
+    drive(&mut source, &output, 2);
     assert_eq!(pointer_of(&path).offset, 3);
 }
 
@@ -113,7 +114,7 @@ fn a_rotated_file_is_read_to_its_end_before_the_new_one() {
     append(&path, b"3\n");
     fs::rename(&path, dir.path().join("input.log.1")).expect("rotate");
     fs::write(&path, b"4\n").expect("new file");
-    drive_until(&mut source, || {
+    drive_until(&mut source, &output, || {
         output.process_all();
         output.items().len() == 4
     });
@@ -138,7 +139,7 @@ fn a_partial_line_is_read_once_across_a_reopen() {
     // key, the same leading bytes, so the source reopens and keeps its epoch
     replace_with(&path, b"a\nb\npartial\nc\n");
     // the old file's lines are processed and committed before the reopen
-    drive_until(&mut source, || {
+    drive_until(&mut source, &output, || {
         output.process_all();
         output.items().len() >= 4
     });
@@ -162,7 +163,7 @@ fn a_pointer_file_too_short_for_an_offset_reads_from_the_start() {
         "the pointer file is extended"
     );
     output.process_all();
-    drive(&mut source, 1);
+    drive(&mut source, &output, 1);
     assert_eq!(pointer_of(&path).offset, 4);
 }
 
@@ -225,18 +226,18 @@ fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_reset() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\na3\n");
     let (output, mut source) = committed_source(&path);
-    drive_until(&mut source, || output.items().len() == 3);
-    source.stop().expect("stop");
+    drive_until(&mut source, &output, || output.items().len() == 3);
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
     replace_with(&path, b"b1\n");
     // a restart on the same feed: the old items are still in its window
     let mut source = started_source(&path, ReadStrategy::Committed, &output);
-    drive_until(&mut source, || output.items().len() == 4);
+    drive_until(&mut source, &output, || output.items().len() == 4);
     output.process(3);
-    drive(&mut source, 2);
+    drive(&mut source, &output, 2);
     assert_eq!(pointer_of(&path).offset, 0);
     assert_eq!(pointer_of(&path).epoch, source.epoch().get());
     output.process(4);
-    drive(&mut source, 2);
+    drive(&mut source, &output, 2);
     assert_eq!(pointer_of(&path).offset, 3);
 }
 
@@ -249,13 +250,13 @@ fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_mid_run_reopen() 
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a1\na2\n");
     let (output, mut source) = committed_source(&path);
-    drive_until(&mut source, || output.items().len() == 2);
+    drive_until(&mut source, &output, || output.items().len() == 2);
     let old_epoch = source.epoch();
     replace_with(&path, b"b1\nb2\nb3\n");
     output.hold_commits(true);
     output.process(2);
     output.poll_acknowledgements_for_test(); // acknowledged, of the current epoch, not committed
-    drive(&mut source, 20);
+    drive(&mut source, &output, 20);
     assert_eq!(
         source.epoch(),
         old_epoch,
@@ -272,7 +273,7 @@ fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_mid_run_reopen() 
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while source.epoch() == old_epoch {
         assert!(std::time::Instant::now() < deadline, "no reopen");
-        source.do_work().expect("do_work");
+        SourceDriver::cycle(&mut source, &output).expect("duty cycle");
     }
     assert_eq!(
         pointer_of(&path).offset,
@@ -289,9 +290,9 @@ fn a_header_only_first_open_then_an_in_place_rewrite_with_the_same_header_is_a_r
     let path = input(&dir, b"HEADER\n");
     let (output, mut source) = caught_up_source(&path);
     append(&path, b"l1\nl2\n");
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     output.process_all();
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
     let first_epoch = pointer_of(&path).epoch;
     assert_eq!(pointer_of(&path).offset, 13);
     // rewritten in place: the same file key, the same header, other lines
@@ -355,7 +356,7 @@ fn a_file_truncated_while_tailed_is_read_again_under_a_new_epoch() {
     let (output, mut source) = caught_up_source(&path);
     let epoch = source.epoch();
     fs::write(&path, b"cc\n").expect("truncate in place");
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     assert_eq!(output.items()[2], "cc");
     assert_ne!(source.epoch(), epoch);
 }
@@ -374,7 +375,7 @@ fn committed_resumes_and_is_caught_up_at_its_pointer() {
     );
     assert_eq!(source.status().read_position, 8);
     append(&path, b"three\n");
-    drive_until(&mut source, || output.items().len() == 1);
+    drive_until(&mut source, &output, || output.items().len() == 1);
     assert_eq!(output.items(), strings(&["three"]));
     assert_eq!(output.positions(), vec![14]);
 }
@@ -433,7 +434,7 @@ fn a_rotation_during_the_open_of_a_committed_source_still_reaches_the_new_file()
         }
     });
     source.start().expect("start");
-    drive_until(&mut source, || {
+    drive_until(&mut source, &output, || {
         output.process_all();
         output.items().len() == 3
     });
@@ -468,8 +469,35 @@ fn a_rotation_during_the_open_of_an_earliest_source_still_reaches_the_new_file()
         }
     });
     source.start().expect("start");
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     assert_eq!(output.items(), strings(&["a1", "a2", "b1"]));
     assert!(!output.has_committer(), "EARLIEST has no pointer");
     assert!(!pointer_path(&path).exists());
+}
+
+// issue 12, item 4: the source driver is the one place that polls the acknowledgements;
+// the file source's own cycles and stop commit nothing, the driver's cycle and stop do
+#[test]
+fn a_file_source_commits_only_through_the_driver() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a\nb\nc\nd\n");
+    let (output, mut source) = committed_source(&path);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while output.items().len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "never read");
+        source.do_work().expect("a cycle");
+    }
+    output.process(2);
+    for _ in 0..5 {
+        source.do_work().expect("a cycle");
+    }
+    assert_eq!(pointer_of(&path).offset, 0, "do_work alone commits nothing");
+    SourceDriver::cycle(&mut source, &output).expect("a driver cycle");
+    assert_eq!(pointer_of(&path).offset, 4, "the driver's cycle commits");
+    output.process(3);
+    source.stop().expect("stop");
+    assert_eq!(pointer_of(&path).offset, 4, "stop alone commits nothing");
+    // a late commit re-maps the pointer: the driver's stop still commits
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
+    assert_eq!(pointer_of(&path).offset, 6, "the driver's stop commits");
 }

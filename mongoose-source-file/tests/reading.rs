@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use mongoose_core::{EventSource, SourceOutput, SourceState};
+use mongoose_delivery::SourceDriver;
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 
 // feed-delivery-guarantees §7, review 2 finding 9 (FileEventSourceFeedStatusTest.anUnterminatedLastLineOfAOnceReadIsCounted)
@@ -45,7 +46,7 @@ fn a_tailing_read_waits_for_the_byte_after_a_cr() {
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output.items().is_empty(), "published before the next byte");
     append(&path, b"\nb\n");
-    drive_until(&mut source, || output.items().len() == 2);
+    drive_until(&mut source, &output, || output.items().len() == 2);
     assert_eq!(output.items(), strings(&["a", "b"]));
     assert_eq!(output.positions(), vec![3, 5]);
 }
@@ -70,13 +71,13 @@ fn a_paused_line_is_kept_and_the_source_stays_behind_until_everything_is_taken()
     output.set_capacity(Some(2));
     let mut source = started_source(&path, ReadStrategy::Earliest, &output);
     assert!(output.pause_by_default(), "PAUSE is a file feed's default");
-    drive(&mut source, 3);
+    drive(&mut source, &output, 3);
     assert_eq!(output.items(), strings(&["1", "2"]));
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     assert_eq!(source.status().pauses, 1);
     assert!(output.paused_publishes() >= 3, "offered again each cycle");
     output.process(1);
-    drive(&mut source, 1);
+    drive(&mut source, &output, 1);
     assert_eq!(output.items(), strings(&["1", "2", "3"]));
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     output.set_capacity(None);
@@ -96,10 +97,10 @@ fn a_retried_publish_keeps_the_line_and_the_source_behind() {
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     append(&path, b"b\nc\n");
     output.retry_next(2);
-    drive(&mut source, 1);
+    drive(&mut source, &output, 1);
     assert_eq!(output.items(), strings(&["a"]));
     assert_eq!(output.last_state(), Some(SourceState::Behind));
-    drive(&mut source, 1);
+    drive(&mut source, &output, 1);
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert_eq!(output.items(), strings(&["a", "b", "c"]));
@@ -124,21 +125,21 @@ fn a_mapper_error_filters_the_line_counts_it_and_its_position_is_committed() {
         erased,
     );
     source.start().expect("start");
-    drive_until(&mut source, || output.items().len() == 2);
+    drive_until(&mut source, &output, || output.items().len() == 2);
     assert_eq!(output.items(), vec![1, 3]);
     assert_eq!(source.status().lines_filtered, 1);
     let entries = output.entries();
     assert!(entries[1].item.is_none());
     assert_eq!(entries[1].position, 4);
     output.process(1);
-    drive(&mut source, 1);
+    drive(&mut source, &output, 1);
     assert_eq!(
         pointer_of(&path).offset,
         4,
         "the filtered line follows the item before"
     );
     output.process(2);
-    drive(&mut source, 1);
+    drive(&mut source, &output, 1);
     assert_eq!(pointer_of(&path).offset, 6);
 }
 
@@ -151,7 +152,7 @@ fn latest_starts_at_the_end_and_publishes_every_new_line() {
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     assert!(output.items().is_empty());
     append(&path, b"new1\nnew2\nnew3\n");
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     assert_eq!(output.items(), strings(&["new1", "new2", "new3"]));
     assert!(!output.has_committer());
 }
@@ -164,7 +165,7 @@ fn latest_publishes_a_line_being_written_at_its_start_whole() {
     let (output, mut source) = source_with(&path, ReadStrategy::Latest);
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     append(&path, b"ial\nnext\n");
-    drive_until(&mut source, || output.items().len() == 2);
+    drive_until(&mut source, &output, || output.items().len() == 2);
     assert_eq!(output.items(), strings(&["partial", "next"]));
     assert_eq!(output.positions(), vec![18, 23]);
 }
@@ -188,7 +189,7 @@ fn an_earliest_tail_re_reads_a_truncated_file() {
     let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     fs::write(&path, b"new\n").expect("truncate in place");
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     assert_eq!(output.items()[2], "new");
 }
 
@@ -217,10 +218,10 @@ fn a_missing_input_file_is_waited_for() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("later.log");
     let (output, mut source) = committed_source(&path);
-    drive(&mut source, 2);
+    drive(&mut source, &output, 2);
     assert_eq!(output.last_state(), Some(SourceState::Behind));
     fs::write(&path, b"here\n").expect("create");
-    drive_until(&mut source, || output.items().len() == 1);
+    drive_until(&mut source, &output, || output.items().len() == 1);
     assert_eq!(output.items(), strings(&["here"]));
 }
 
@@ -249,9 +250,9 @@ fn a_commit_after_stop_re_maps_the_pointer_file() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\nc\n");
     let (output, mut source) = committed_source(&path);
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     output.process(1);
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
     assert_eq!(pointer_of(&path).offset, 2);
     // the groups drain after the feed stopped
     output.process(3);
@@ -304,7 +305,7 @@ fn mapper_errors_inside_a_batch_are_filtered_in_file_order_between_the_published
     );
     assert_eq!(source.status().read_position, *line_ends.last().unwrap());
     output.process_all();
-    drive(&mut source, 1);
+    drive(&mut source, &output, 1);
     assert_eq!(pointer_of(&path).offset, content.len() as u64);
 }
 
@@ -318,7 +319,7 @@ fn an_input_path_that_is_a_directory_is_reopened_with_a_back_off() {
     let path = dir.path().join("input.log");
     fs::create_dir(&path).expect("a directory at the input path");
     let (output, mut source) = source_with(&path, ReadStrategy::Earliest);
-    drive(&mut source, 20_000);
+    drive(&mut source, &output, 20_000);
     let reopens = source.status().reopens;
     assert!(
         reopens < 100,

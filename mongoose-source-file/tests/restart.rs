@@ -9,7 +9,8 @@ use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
 
 use common::*;
-use mongoose_core::{EventSource, SourceState};
+use mongoose_core::SourceState;
+use mongoose_delivery::SourceDriver;
 use mongoose_source_file::pointer::PointerRecord;
 use mongoose_source_file::ReadStrategy;
 
@@ -39,10 +40,10 @@ fn a_restart_at_the_committed_end_of_a_1_gib_file_reads_nothing_before_caught_up
     // a first run commits the first lines: the pointer gets its epoch, file key and a
     // fingerprint of the first 4 KiB
     let (output, mut source) = committed_source(&path);
-    drive_until(&mut source, || output.items().len() == 80);
+    drive_until(&mut source, &output, || output.items().len() == 80);
     output.process_all();
-    drive_until(&mut source, || pointer_of(&path).offset == 8_000);
-    source.stop().expect("stopped");
+    drive_until(&mut source, &output, || pointer_of(&path).offset == 8_000);
+    SourceDriver::stop_source(&mut source, &output).expect("stopped");
 
     // the file grows to 1 GiB (sparse: a hole, then a line end) and everything in it
     // was committed: the pointer is at its end
@@ -73,5 +74,5 @@ fn a_restart_at_the_committed_end_of_a_1_gib_file_reads_nothing_before_caught_up
     assert!(output.items().is_empty(), "nothing published again");
     assert_eq!(source.epoch().get(), committed.epoch, "the same epoch");
     assert_eq!(pointer_of(&path).offset, SIZE, "the pointer kept");
-    source.stop().expect("stopped");
+    SourceDriver::stop_source(&mut source, &output).expect("stopped");
 }

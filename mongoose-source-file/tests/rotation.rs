@@ -41,7 +41,7 @@ fn restart_until_caught_up(
     mongoose_source_file::FileEventSource<Line>,
 ) {
     let (output, mut source) = committed_source(path);
-    drive_until(&mut source, || {
+    drive_until(&mut source, &output, || {
         output.process_all();
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -58,7 +58,7 @@ fn a_restart_after_rotation_finishes_the_rotated_files_unread_tail() {
 
     let (output, mut source) = restart_until_caught_up(&path);
     output.process_all();
-    drive(&mut source, 3);
+    drive(&mut source, &output, 3);
     assert_eq!(
         output.items(),
         strings(&["a2", "a3", "a4", "a5", "b1", "b2"]),
@@ -90,13 +90,13 @@ fn the_rotated_files_lines_are_committed_before_the_new_file_is_read() {
     rotate(&path, "input.log-20261201", b"a3\n", b"b1\n");
 
     let (output, mut source) = committed_source(&path);
-    drive_until(&mut source, || output.items().len() >= 2);
-    drive(&mut source, 20);
+    drive_until(&mut source, &output, || output.items().len() >= 2);
+    drive(&mut source, &output, 20);
     // nothing processed yet: the new file waits for the rotated file's commit
     assert_eq!(output.items(), strings(&["a2", "a3"]));
     assert_eq!(source.state(), SourceState::Behind);
     output.process_all();
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     assert_eq!(output.items(), strings(&["a2", "a3", "b1"]));
 }
 
@@ -110,12 +110,12 @@ fn a_rotated_file_is_finished_before_the_new_file_exists() {
     append(&rotated, b"a3\n");
 
     let (output, mut source) = committed_source(&path);
-    drive_until(&mut source, || {
+    drive_until(&mut source, &output, || {
         output.process_all();
         output.items().len() == 2
     });
     fs::write(&path, b"b1\n").expect("new file");
-    drive_until(&mut source, || {
+    drive_until(&mut source, &output, || {
         output.process_all();
         output.last_state() == Some(SourceState::CaughtUp)
     });
@@ -200,7 +200,7 @@ fn a_rotation_just_before_a_kill_loses_nothing() {
     output.commit_now();
     // rotated live; the old file's last lines are read but not processed yet
     rotate(&path, "input.log.1", b"a3\na4\n", b"b1\nb2\n");
-    drive(&mut source, 20);
+    drive(&mut source, &output, 20);
     // the "kill": no stop, the pointer holds what was committed
     drop(source);
 
@@ -222,8 +222,8 @@ fn a_live_rotation_opens_the_new_file_only_once_the_old_files_lines_are_committe
     let (output, mut source) = caught_up_source(&path);
     let old_epoch = source.epoch();
     rotate(&path, "input.log.1", b"a2\n", b"b1\n");
-    drive_until(&mut source, || output.items().len() == 2);
-    drive(&mut source, 20);
+    drive_until(&mut source, &output, || output.items().len() == 2);
+    drive(&mut source, &output, 20);
     assert_eq!(output.items(), strings(&["a1", "a2"]), "the new file waits");
     assert_eq!(source.epoch(), old_epoch);
     assert!(
@@ -238,7 +238,7 @@ fn a_live_rotation_opens_the_new_file_only_once_the_old_files_lines_are_committe
         output.states()
     );
     output.process(2);
-    drive_until(&mut source, || output.items().len() == 3);
+    drive_until(&mut source, &output, || output.items().len() == 3);
     assert_eq!(output.items(), strings(&["a1", "a2", "b1"]));
     assert_ne!(source.epoch(), old_epoch);
 }
@@ -299,15 +299,15 @@ fn a_second_live_rotation_before_the_first_is_finished_loses_nothing() {
     let path = input(&dir, b"a1\n");
     let (output, mut source) = caught_up_source(&path);
     rotate(&path, "input.log.1", b"a2\n", b"b1\n");
-    drive_until(&mut source, || output.items().len() == 2);
-    drive(&mut source, 5); // waiting for a1 and a2 to be committed
+    drive_until(&mut source, &output, || output.items().len() == 2);
+    drive(&mut source, &output, 5); // waiting for a1 and a2 to be committed
     fs::rename(
         dir.path().join("input.log.1"),
         dir.path().join("input.log.2"),
     )
     .expect("shift");
     rotate(&path, "input.log.1", b"b2\n", b"c1\n");
-    drive_until(&mut source, || {
+    drive_until(&mut source, &output, || {
         output.process_all();
         output.items().len() >= 5 && output.last_state() == Some(SourceState::CaughtUp)
     });

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::*;
-use mongoose_core::{Epoch, EventSource, SourceState};
+use mongoose_core::{Epoch, SourceState};
+use mongoose_delivery::SourceDriver;
 use mongoose_source_file::{FileEventSource, Line, ReadStrategy};
 use proptest::prelude::*;
 
@@ -88,7 +89,7 @@ impl Run {
         let mut source = started_source(&path, ReadStrategy::Committed, &output);
         // the source opens the file before the writer writes (a rotation between the
         // very first start and the first open is a rotation before the feed existed)
-        drive(&mut source, 1);
+        drive(&mut source, &output, 1);
         Run {
             dir,
             path,
@@ -137,7 +138,7 @@ impl Run {
 
     fn restart(&mut self, clean: bool) {
         if clean {
-            self.source.stop().expect("stop");
+            SourceDriver::stop_source(&mut self.source, &self.output).expect("stop");
         }
         let output = RecordingOutput::new();
         let source = started_source(&self.path, ReadStrategy::Committed, &output);
@@ -157,7 +158,7 @@ impl Run {
             assert!(std::time::Instant::now() < deadline, "never caught up");
             let items = self.output.items().len();
             self.process(items - self.seen);
-            drive(&mut self.source, 1);
+            drive(&mut self.source, &self.output, 1);
             let after = self.output.items().len();
             if after == items && self.output.last_state() == Some(SourceState::CaughtUp) {
                 quiet += 1;
@@ -191,7 +192,7 @@ impl Run {
                 write_lines(&self.path, &lines);
                 self.rotation_pending = true;
             }
-            Op::Drive(cycles) => drive(&mut self.source, cycles),
+            Op::Drive(cycles) => drive(&mut self.source, &self.output, cycles),
             Op::Process(count) => self.process(count),
             Op::Crash => self.restart(false),
             Op::Restart => self.restart(true),

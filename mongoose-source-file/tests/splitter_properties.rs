@@ -86,7 +86,7 @@ proptest! {
         config.max_bytes_per_cycle = buffer;
         let mut source = FileEventSource::new(config, Ok::<Line, String>, erased);
         source.start().expect("start");
-        drive_until(&mut source, || output.last_state() == Some(SourceState::EndOfStream));
+        drive_until(&mut source, &output, || output.last_state() == Some(SourceState::EndOfStream));
         let expected = split_lines(&bytes, true);
         let positions: Vec<u64> = expected.lines.iter().map(|&(_, _, end)| end as u64).collect();
         // the bytes as they are, never decoded: a line that is not UTF-8 is kept

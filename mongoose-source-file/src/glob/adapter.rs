@@ -162,12 +162,12 @@ impl<T: Send + 'static> SourceOutput<T, u64> for LaneOutput<T> {
     }
 
     /// Nothing: the feed's acknowledgements are polled (for every lane at once) by the
-    /// glob source around its cycle, not once per file and cycle.
+    /// source driver around the glob source's cycle, not once per file and cycle.
     fn poll_acknowledgements(&self) -> usize {
         0
     }
 
-    /// Nothing: the feed's paused items are replayed by the glob source once per cycle.
+    /// Nothing: the feed's paused items are replayed by the source driver once per cycle.
     /// Returns true, which no file source reads.
     fn flush_paused(&self) -> bool {
         true

@@ -461,10 +461,10 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             .filter(|file| file.source.is_some())
             .map(|file| file.lane)
             .collect();
-        // one poll and one flush of the feed for every lane (the lane adapters do
-        // neither): what the consumers processed is committed, paused items replayed
-        work += self.output.poll_acknowledgements();
-        self.output.flush_paused();
+        // the source driver polls the feed's acknowledgements and replays its paused
+        // items for every lane at once around this cycle (the lane adapters do
+        // neither); it polls before the cycle, so what settle() and a slot hand-over
+        // wait for (commits) progresses between cycles
         if !open.is_empty() {
             let first = self.turn % open.len();
             self.turn = self.turn.wrapping_add(1);
@@ -472,7 +472,6 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             // (a line it holds is still offered): once what it read is committed, it
             // gives its slot
             let yielding = !self.waiting.is_empty();
-            let mut skipped = false;
             let mut read = 0usize;
             for index in 0..open.len() {
                 let lane = open[(first + index) % open.len()];
@@ -482,7 +481,6 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                             && file.cycles >= self.config.turns_per_slot
                             && !source.has_pending_line()
                         {
-                            skipped = true;
                             continue;
                         }
                         read += source.do_work()?.0;
@@ -491,11 +489,6 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                 }
             }
             work += read;
-            if read > 0 || skipped {
-                // commit again after a cycle that published (the commit lag of a
-                // single file's cycle), and what the skipped files' consumers processed
-                work += self.output.poll_acknowledgements();
-            }
         }
         self.report_aggregate();
         Ok(WorkDone(work))
@@ -515,7 +508,7 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                 }
             }
         }
-        self.output.poll_acknowledgements();
+        // the source driver commits what was processed before and after this stop
         first_error.map_or(Ok(()), Err)
     }
 }

@@ -340,22 +340,19 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         if !self.started {
             return Ok(WorkDone(0));
         }
-        let mut work = self.output.poll_acknowledgements();
-        self.output.flush_paused();
+        // the source driver polls the acknowledgements and replays paused items around
+        // this cycle (and commits again after a cycle that published, §4 commit lag)
         if self.ended {
-            return Ok(WorkDone(work));
+            return Ok(WorkDone(0));
         }
+        let mut work = 0;
         if self.input.is_none() {
             if !self.open_input()? {
-                return Ok(WorkDone(work));
+                return Ok(WorkDone(0));
             }
             work += 1;
         }
-        let published = self.read_and_publish()?;
-        if published > 0 {
-            // commit again after a cycle that published (§4, commit lag)
-            work += published + self.output.poll_acknowledgements();
-        }
+        work += self.read_and_publish()?;
         Ok(WorkDone(work))
     }
 
@@ -363,8 +360,8 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         if !self.started {
             return Ok(());
         }
-        // commit what was processed (and retry a commit that failed)
-        self.output.poll_acknowledgements();
+        // what was processed is committed by the source driver before this stop (and a
+        // commit that failed retried), once more after it
         self.started = false;
         self.pending = None;
         self.input = None;

@@ -19,7 +19,9 @@ use mongoose_core::{
     BatchEnd, Epoch, EventSource, PublishRefused, Refusal, SourceCommitter, SourceOutput,
     SourceState, TryPublish,
 };
-use mongoose_delivery::{Feed, Publisher, QueueReader, SubscribeOptions};
+use mongoose_delivery::{
+    DrivenOutput, Feed, Publisher, QueueReader, SourceDriver, SubscribeOptions,
+};
 use mongoose_source_file::pointer::{PointerRecord, POINTER_FILE_SIZE};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 use parking_lot::Mutex;
@@ -221,6 +223,17 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
     }
 }
 
+/// The source driver polls the double's acknowledgements and flushes it around each
+/// duty cycle, as it does a real feed's.
+impl<T: Clone + Send + 'static> DrivenOutput for RecordingOutput<T> {
+    fn poll_acknowledgements(&self) -> usize {
+        SourceOutput::poll_acknowledgements(self)
+    }
+    fn flush_paused(&self) -> bool {
+        SourceOutput::flush_paused(self)
+    }
+}
+
 impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
     fn try_publish(&self, item: T, position: u64) -> TryPublish<T> {
         self.not_nested("try_publish");
@@ -406,9 +419,9 @@ pub fn caught_up_source(path: &Path) -> (Arc<RecordingOutput<Line>>, FileEventSo
 /// first `processed` and stops (a clean stop commits them). Returns the epoch.
 pub fn run_and_process(path: &Path, lines: usize, processed: usize) -> Epoch {
     let (output, mut source) = committed_source(path);
-    drive_until(&mut source, || output.items().len() >= lines);
+    drive_until(&mut source, &output, || output.items().len() >= lines);
     output.process(processed);
-    source.stop().expect("stop");
+    SourceDriver::stop_source(&mut source, &output).expect("stop");
     source.epoch()
 }
 
@@ -417,21 +430,26 @@ pub fn run_and_process(path: &Path, lines: usize, processed: usize) -> Epoch {
 /// committed). Returns the epoch of the run.
 pub fn run_and_crash(path: &Path, lines: usize, processed: usize) -> Epoch {
     let (output, mut source) = committed_source(path);
-    drive_until(&mut source, || output.items().len() >= lines);
+    drive_until(&mut source, &output, || output.items().len() >= lines);
     output.process(processed);
     output.commit_now();
-    drive(&mut source, 2);
+    drive(&mut source, &output, 2);
     let epoch = source.epoch();
     drop(source);
     epoch
 }
 
-/// Runs duty cycles until `done` holds, for at most 10 s.
-pub fn drive_until(source: &mut dyn EventSource, mut done: impl FnMut() -> bool) {
+/// Runs the driver's duty cycles of `source` into `output` until `done` holds, for at
+/// most 10 s.
+pub fn drive_until(
+    source: &mut dyn EventSource,
+    output: &dyn DrivenOutput,
+    mut done: impl FnMut() -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !done() {
         assert!(Instant::now() < deadline, "condition not reached in time");
-        source.do_work().expect("do_work");
+        SourceDriver::cycle(source, output).expect("duty cycle");
     }
 }
 
@@ -442,13 +460,13 @@ pub fn drive_until_state<T: Clone + Send + 'static>(
     output: &RecordingOutput<T>,
     state: SourceState,
 ) {
-    drive_until(source, || output.last_state() == Some(state));
+    drive_until(source, output, || output.last_state() == Some(state));
 }
 
-/// Runs `cycles` duty cycles.
-pub fn drive(source: &mut dyn EventSource, cycles: usize) {
+/// Runs `cycles` of the driver's duty cycles of `source` into `output`.
+pub fn drive(source: &mut dyn EventSource, output: &dyn DrivenOutput, cycles: usize) {
     for _ in 0..cycles {
-        source.do_work().expect("do_work");
+        SourceDriver::cycle(source, output).expect("duty cycle");
     }
 }
 
