@@ -218,6 +218,30 @@ pub trait Sink: Send {
     }
 }
 
+/// Holds the commit of an input until the outputs it made are over: what makes outputs
+/// part of processing (an input's position is committed only after every output it
+/// produced is published, or given up by the operator's policy).
+///
+/// The writer of an output calls [`CommitGate::pending`] on the processor's thread,
+/// while the processor handles the input, before the output leaves for its sink; the
+/// sink's runner calls [`CommitGate::complete`] from its own thread once the output is
+/// over. Tags increase in the order `pending` is called; `complete` may come in any
+/// order. The delivery engine's implementation is a participant in the processing
+/// checkpoint of the input's feed and group (`mongoose_delivery::CheckpointParticipant`).
+pub trait CommitGate: Send + Sync {
+    /// The input being handled may not be committed until `complete(tag)`.
+    fn pending(&self, tag: u64);
+
+    /// The output tagged `tag` is over (published, or given up by policy).
+    fn complete(&self, tag: u64);
+
+    /// The output tagged `tag` is held by the `hold` policy (it stays pending): the
+    /// feed should report why its commit does not advance.
+    fn held(&self, tag: u64, reason: &str) {
+        let _ = (tag, reason);
+    }
+}
+
 /// How many attempts an output gets and until when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryBudget {

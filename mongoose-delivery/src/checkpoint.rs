@@ -3,10 +3,19 @@
 //! An application that saves its state asynchronously or in batches takes a hold on
 //! its group's queue for a feed. While held, the queue's acknowledgement point is
 //! `min(dispatched, durable_through)` instead of `dispatched`.
+//!
+//! A hold has either one owner, which calls [`ProcessingCheckpoint::durable_through`],
+//! or several participants ([`ProcessingCheckpoint::participant`]: the sinks a
+//! group's processors write to, an outbox), each holding the items it has work
+//! pending for: the acknowledgement point is then `dispatched`, lowered to the first
+//! item any participant still has pending, computed when the feed polls its
+//! acknowledgements.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
+use mongoose_core::sink::CommitGate;
 use parking_lot::Mutex;
 
 use crate::queue::{QueueId, QueueShared};
@@ -31,6 +40,15 @@ pub(crate) struct HoldCell {
     held: AtomicBool,
     current: Mutex<Option<Arc<QueueShared>>>,
     durable: AtomicU64,
+    /// The participants, when the hold is driven by them.
+    participants: Mutex<Vec<Weak<Pending>>>,
+    has_participants: AtomicBool,
+}
+
+/// A participant's pending work: `(tag, mark, done)` in tag order.
+#[derive(Debug, Default)]
+struct Pending {
+    entries: Mutex<VecDeque<(u64, Mark, bool)>>,
 }
 
 impl HoldCell {
@@ -39,6 +57,8 @@ impl HoldCell {
             held: AtomicBool::new(true),
             current: Mutex::new(None),
             durable: AtomicU64::new(0),
+            participants: Mutex::new(Vec::new()),
+            has_participants: AtomicBool::new(false),
         }
     }
 
@@ -66,9 +86,34 @@ impl HoldCell {
         }
         let current = self.current.lock();
         match current.as_ref() {
-            Some(shared) if shared.id == queue => self.durable.load(Ordering::Acquire),
+            Some(shared) if shared.id == queue => {
+                if self.has_participants.load(Ordering::Acquire) {
+                    self.participants_floor(shared)
+                } else {
+                    self.durable.load(Ordering::Acquire)
+                }
+            }
             _ => 0,
         }
+    }
+
+    /// What the queue dispatched, lowered to the first item a participant still has
+    /// pending. `dispatched` is read first: a participant registers an item's pending
+    /// work before the item counts as dispatched, so what is read after it includes
+    /// the work of every item it counts.
+    fn participants_floor(&self, shared: &QueueShared) -> u64 {
+        let mut floor = shared.dispatched();
+        let mut participants = self.participants.lock();
+        participants.retain(|participant| participant.strong_count() > 0);
+        for participant in participants.iter().filter_map(Weak::upgrade) {
+            let entries = participant.entries.lock();
+            if let Some((_, mark, _)) = entries.front() {
+                if mark.binding == Some(shared.id) {
+                    floor = floor.min(mark.count);
+                }
+            }
+        }
+        floor
     }
 
     pub(crate) fn set_held(&self, held: bool) {
@@ -138,5 +183,101 @@ impl ProcessingCheckpoint {
     /// True while the hold is in force.
     pub fn is_held(&self) -> bool {
         self.cell.held.load(Ordering::Acquire)
+    }
+
+    /// A participant in this hold: from now on the hold is driven by its
+    /// participants (see the module documentation), not by
+    /// [`ProcessingCheckpoint::durable_through`].
+    pub fn participant(&self) -> CheckpointParticipant {
+        let pending = Arc::new(Pending::default());
+        self.cell
+            .participants
+            .lock()
+            .push(Arc::downgrade(&pending));
+        self.cell.has_participants.store(true, Ordering::Release);
+        CheckpointParticipant {
+            cell: Arc::clone(&self.cell),
+            pending,
+        }
+    }
+}
+
+/// One participant of a [`ProcessingCheckpoint`]: holds the items it has work pending
+/// for (the outputs a sink has not published yet), as a
+/// [`mongoose_core::sink::CommitGate`].
+///
+/// ```
+/// use mongoose_core::sink::CommitGate;
+/// use mongoose_delivery::{Feed, SubscribeOptions};
+///
+/// let feed = Feed::<u64, u64>::builder("lines").build();
+/// let gate = feed.hold("group-a").participant();
+/// let subscription = feed.subscribe("group-a", SubscribeOptions::default()).unwrap();
+/// // on the processor's thread, while it handles an item that makes an output:
+/// gate.pending(1);
+/// // on the sink's thread, once the output is published:
+/// gate.complete(1);
+/// # drop(subscription);
+/// ```
+#[derive(Clone, Debug)]
+pub struct CheckpointParticipant {
+    cell: Arc<HoldCell>,
+    pending: Arc<Pending>,
+}
+
+impl CheckpointParticipant {
+    /// How many tags are pending (not yet complete, or complete behind one that is
+    /// not).
+    pub fn pending_count(&self) -> usize {
+        self.pending.entries.lock().len()
+    }
+}
+
+impl CommitGate for CheckpointParticipant {
+    fn pending(&self, tag: u64) {
+        let mark = {
+            let current = self.cell.current.lock();
+            match current.as_ref() {
+                Some(shared) => Mark {
+                    binding: Some(shared.id),
+                    count: shared.dispatched(),
+                },
+                None => Mark {
+                    binding: None,
+                    count: 0,
+                },
+            }
+        };
+        self.pending.entries.lock().push_back((tag, mark, false));
+    }
+
+    fn complete(&self, tag: u64) {
+        let mut entries = self.pending.entries.lock();
+        let at = entries.partition_point(|(pending, _, _)| *pending < tag);
+        if let Some(entry) = entries.get_mut(at) {
+            if entry.0 == tag {
+                entry.2 = true;
+            }
+        }
+        while entries.front().is_some_and(|(_, _, done)| *done) {
+            entries.pop_front();
+        }
+    }
+
+    fn held(&self, tag: u64, reason: &str) {
+        let mark = {
+            let entries = self.pending.entries.lock();
+            let at = entries.partition_point(|(pending, _, _)| *pending < tag);
+            entries
+                .get(at)
+                .filter(|(pending, _, _)| *pending == tag)
+                .map(|(_, mark, _)| *mark)
+        };
+        let current = self.cell.current.lock();
+        if let (Some(mark), Some(shared)) = (mark, current.as_ref()) {
+            if mark.binding == Some(shared.id) {
+                shared.hold_from(mark.count, reason.to_owned());
+            }
+        }
     }
 }

@@ -86,7 +86,7 @@ mod registry;
 mod status;
 mod window;
 
-pub use checkpoint::{Mark, ProcessingCheckpoint};
+pub use checkpoint::{CheckpointParticipant, Mark, ProcessingCheckpoint};
 pub use driver::{DrivenOutput, DriverStop, SourceDriver};
 pub use error::DeliveryError;
 pub use feed::{DataMapper, Feed, FeedBuilder, SubscribeOptions, DEFAULT_QUEUE_CAPACITY};
