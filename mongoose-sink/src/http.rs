@@ -171,7 +171,9 @@ impl HttpSink {
         let mut headers = Vec::with_capacity(config.headers.len());
         for (key, value) in &config.headers {
             let header_name = HeaderName::from_bytes(key.as_bytes()).map_err(|_| {
-                settings(format!("header name '{key}' is not a valid HTTP header name"))
+                settings(format!(
+                    "header name '{key}' is not a valid HTTP header name"
+                ))
             })?;
             if header_name == "idempotency-key" || header_name == "x-mongoose-attempt" {
                 return Err(settings(format!(
@@ -250,18 +252,16 @@ impl HttpSink {
 
     /// The outcome of a request that ended in `error` (`transmitted`: whether any
     /// byte of it was handed to a socket).
-    fn classify_error(
-        &self,
-        key: &OutputKey,
-        error: UreqError,
-        transmitted: bool,
-    ) -> SinkOutcome {
+    fn classify_error(&self, key: &OutputKey, error: UreqError, transmitted: bool) -> SinkOutcome {
         let outcome = match &error {
             UreqError::BadUri(_) | UreqError::Http(_) | UreqError::RequireHttpsOnly(_)
                 if !transmitted =>
             {
                 SinkOutcome::NotPublished {
-                    evidence: format!("request not sent: {error}: fix the sink's url or headers"),
+                    evidence: format!(
+                        "request not sent, it could not be built ({error}): the url, a \
+                         header or the output's key holds characters HTTP does not allow"
+                    ),
                     retryable: false,
                 }
             }

@@ -83,9 +83,11 @@ impl TcpSink {
             sink: name.to_string(),
             message,
         };
-        if config.address.rsplit_once(':').is_none_or(|(host, port)| {
-            host.is_empty() || port.parse::<u16>().is_err()
-        }) {
+        if config
+            .address
+            .rsplit_once(':')
+            .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+        {
             return Err(settings(format!(
                 "address '{}' is not host:port (for example 127.0.0.1:5140)",
                 config.address
@@ -153,11 +155,14 @@ fn check_open(stream: &mut TcpStream) -> Result<(), String> {
     stream
         .set_nonblocking(true)
         .map_err(|error| error.to_string())?;
-    let mut scratch = [0u8; 512];
+    let mut scratch = [0u8; 4096];
+    // Bounded: a peer that keeps sending cannot keep the sink reading.
+    let mut reads_left = 64;
     let result = loop {
         match stream.read(&mut scratch) {
             Ok(0) => break Err("end of stream".to_string()),
-            Ok(_) => continue,
+            Ok(_) if reads_left == 0 => break Ok(()),
+            Ok(_) => reads_left -= 1,
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => break Ok(()),
             Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
             Err(error) => break Err(error.to_string()),
@@ -226,14 +231,15 @@ impl Sink for TcpSink {
             return;
         }
 
-        let deadline = Instant::now() + Duration::from_millis(self.config.write_timeout_millis);
+        let write_timeout = Duration::from_millis(self.config.write_timeout_millis);
         let batch = std::mem::take(&mut self.batch);
         let result = match self.connection() {
             Err(reason) => {
                 tracing::warn!(sink = %self.name, %reason, "tcp sink could not connect");
                 Err((None, reason))
             }
-            Ok(stream) => write_before(stream, &batch, deadline)
+            // The bound on the write starts once connected.
+            Ok(stream) => write_before(stream, &batch, Instant::now() + write_timeout)
                 .map_err(|(written, reason)| (Some(written), reason)),
         };
         self.batch = batch;

@@ -44,16 +44,21 @@ fn an_uncertain_publish_is_never_reported_as_not_published() {
                 "{evidence}"
             );
         }
-        other => panic!("a request the server took and never answered must be uncertain, got {other:?}"),
+        other => {
+            panic!("a request the server took and never answered must be uncertain, got {other:?}")
+        }
     }
     assert_eq!(server.requests().len(), 1, "the server did get the request");
 
-    // A retry of the same output carries the same key (the runner sends it again).
+    // A retry of the same output carries the same key (the runner sends it again;
+    // here through a sink with a roomier bound, so that a loaded machine cannot make
+    // the answer late).
     let retry = Output {
         attempt: 1,
         ..first.clone()
     };
-    let outcomes = publish(&mut sink, &[retry]);
+    let mut patient = self::sink(server.url(), 10_000);
+    let outcomes = publish(&mut patient, &[retry]);
     assert_eq!(
         outcomes[0],
         SinkOutcome::Published {
@@ -145,7 +150,10 @@ fn nothing_listening_is_not_published_and_retryable() {
             "nothing was sent: {outcome:?}"
         );
     }
-    assert!(outcomes[0].evidence().contains("could not connect"), "{outcomes:?}");
+    assert!(
+        outcomes[0].evidence().contains("could not connect"),
+        "{outcomes:?}"
+    );
 }
 
 #[test]
@@ -186,15 +194,28 @@ fn a_batch_stops_at_the_first_output_that_may_be_retried() {
     let outputs: Vec<Output> = (0..5).map(|index| output(7, index, "line")).collect();
     let outcomes = publish(&mut sink, &outputs);
     assert!(outcomes[0].is_published());
-    assert!(!outcomes[1].may_retry(), "a permanent refusal concerns that output alone");
-    assert!(matches!(outcomes[2], SinkOutcome::NotPublished { retryable: true, .. }));
+    assert!(
+        !outcomes[1].may_retry(),
+        "a permanent refusal concerns that output alone"
+    );
+    assert!(matches!(
+        outcomes[2],
+        SinkOutcome::NotPublished {
+            retryable: true,
+            ..
+        }
+    ));
     for outcome in &outcomes[3..] {
         assert!(
             matches!(outcome, SinkOutcome::NotPublished { retryable: true, evidence } if evidence.starts_with("not sent")),
             "{outcome:?}"
         );
     }
-    assert_eq!(server.requests().len(), 3, "the rest of the batch was not sent");
+    assert_eq!(
+        server.requests().len(),
+        3,
+        "the rest of the batch was not sent"
+    );
 }
 
 #[test]
@@ -227,4 +248,20 @@ fn an_idle_connection_the_target_closed_is_not_mistaken_for_a_failed_publish() {
     // is uncertain.
     assert!(publish(&mut sink, &[output(2, 0, "b")])[0].is_published());
     assert_eq!(server.connections(), 2);
+}
+
+#[test]
+fn an_output_key_http_cannot_carry_is_refused_for_good_without_sending() {
+    use mongoose_core::sink::OutputKey;
+    use mongoose_core::Epoch;
+    let server = TestHttpServer::start();
+    let mut sink = sink(server.url(), 5_000);
+    let key = OutputKey::new("bad\nfeed", Epoch(1), 0, 1, 0, 1);
+    let outcomes = publish(&mut sink, &[Output::new(key, b"x".to_vec())]);
+    assert!(
+        matches!(&outcomes[0], SinkOutcome::NotPublished { retryable: false, evidence } if evidence.contains("could not be built")),
+        "{:?}",
+        outcomes[0]
+    );
+    assert!(server.requests().is_empty());
 }
