@@ -9,7 +9,8 @@
 //!
 //! Plain `http://` only: **https is not built yet** (a `https://` url is refused when
 //! the sink is made). Connections are kept alive between requests; redirects are not
-//! followed.
+//! followed; proxies named in the environment (`HTTP_PROXY`, `ALL_PROXY`) are not
+//! used: the sink posts to its url.
 //!
 //! ```
 //! use mongoose_sink::{HttpSink, HttpSinkConfig};
@@ -31,10 +32,10 @@
 //! | what happened | outcome |
 //! |---|---|
 //! | 2xx | `Published { evidence: "HTTP 201" }` |
-//! | 408, 429, 502, 503, 504 (the target says it did not take it) | `NotPublished { retryable: true }` |
+//! | 408, 429, 503 (the target says it did not take it) | `NotPublished { retryable: true }` |
 //! | 301, 307, 308 (the target says "not here", redirects are not followed) | `NotPublished { retryable: false }` |
 //! | any other 4xx (the body's first 200 bytes in the evidence) | `NotPublished { retryable: false }` |
-//! | 500 and every other 5xx (the target may have acted before failing) | `Uncertain` |
+//! | 500 and every other 5xx, 502 and 504 included (the target may have acted before failing; a gateway answers 502/504 after it forwarded the request) | `Uncertain` |
 //! | any other status (1xx, 302, 303, ...: the target may have acted) | `Uncertain` |
 //! | no byte of the request was handed to the socket (refused, unreachable, DNS failure, connect timeout) | `NotPublished { retryable: true }` |
 //! | any failure after the first byte of the request was handed to the socket (a timeout, a reset, an unreadable response) | `Uncertain` |
@@ -192,6 +193,8 @@ impl HttpSink {
         let response = Duration::from_millis(config.response_timeout_millis);
         let agent_config = Agent::config_builder()
             .http_status_as_error(false)
+            // Post to the url, never through a proxy named in the environment.
+            .proxy(None)
             .max_redirects(0)
             .max_redirects_will_error(false)
             .timeout_resolve(Some(connect))
@@ -307,7 +310,7 @@ fn classify_status(status: u16, head: &[u8], location: Option<&str>) -> SinkOutc
         200..=299 => SinkOutcome::Published {
             evidence: format!("HTTP {status}"),
         },
-        408 | 429 | 502 | 503 | 504 => SinkOutcome::NotPublished {
+        408 | 429 | 503 => SinkOutcome::NotPublished {
             evidence: with_body(format!("HTTP {status}")),
             retryable: true,
         },
@@ -441,7 +444,7 @@ mod tests {
                 retryable: false
             }
         );
-        for status in [408, 429, 502, 503, 504] {
+        for status in [408, 429, 503] {
             assert!(matches!(
                 classify_status(status, b"", None),
                 SinkOutcome::NotPublished {
@@ -450,7 +453,7 @@ mod tests {
                 }
             ));
         }
-        for status in [500, 501, 505, 599, 302, 303, 102] {
+        for status in [500, 501, 502, 504, 505, 599, 302, 303, 102] {
             assert!(matches!(
                 classify_status(status, b"", None),
                 SinkOutcome::Uncertain { .. }

@@ -94,6 +94,7 @@ fn each_status_is_classified_by_what_the_target_said() {
         Reply::Status(503, "busy"),
         Reply::Status(500, "boom"),
         Reply::Status(429, ""),
+        Reply::Status(504, "upstream timed out"),
     ]);
     let mut sink = sink(server.url(), 5_000);
     let mut outcome_of = |position| publish(&mut sink, &[output(position, 0, "x")]).remove(0);
@@ -130,7 +131,14 @@ fn each_status_is_classified_by_what_the_target_said() {
             ..
         }
     ));
-    // Keep-alive: all five on one connection.
+    // A gateway answers 504 after it forwarded the request: the target behind it may
+    // have acted.
+    let gateway_timeout = outcome_of(6);
+    assert!(
+        matches!(&gateway_timeout, SinkOutcome::Uncertain { evidence } if evidence.starts_with("HTTP 504")),
+        "{gateway_timeout:?}"
+    );
+    // Keep-alive: all six on one connection.
     assert_eq!(server.connections(), 1);
 }
 
