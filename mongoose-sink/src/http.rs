@@ -74,6 +74,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
+use serde::{Deserialize, Serialize};
 use ureq::http::{HeaderName, HeaderValue, Uri};
 use ureq::unversioned::resolver::DefaultResolver;
 use ureq::unversioned::transport::{
@@ -89,7 +90,7 @@ const EVIDENCE_BODY_BYTES: usize = 200;
 const DRAIN_LIMIT: u64 = 64 * 1024;
 
 /// The settings of an [`HttpSink`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HttpSinkConfig {
     /// Where outputs are posted: `http://host:port/path` (https is not built yet).
     pub url: String,

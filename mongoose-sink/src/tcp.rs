@@ -43,6 +43,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
+use serde::{Deserialize, Serialize};
 
 use crate::SinkError;
 
@@ -50,7 +51,7 @@ use crate::SinkError;
 const WRITTEN: &str = "written to the socket (no acknowledgement in a plain TCP line protocol)";
 
 /// The settings of a [`TcpSink`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpSinkConfig {
     /// The peer: `host:port`.
     pub address: String,
