@@ -25,5 +25,9 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod http;
+pub mod tcp;
 
 pub use error::SinkError;
+pub use http::{HttpSink, HttpSinkConfig};
+pub use tcp::{TcpSink, TcpSinkConfig};
