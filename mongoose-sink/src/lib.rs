@@ -3,7 +3,12 @@
 //! uncertain).
 //!
 //! The contract (keys, outputs, outcomes, the retry budget) is in
-//! [`mongoose_core::sink`]; this crate holds the sinks that implement it.
+//! [`mongoose_core::sink`]; this crate holds the sinks that implement it ([`file`]:
+//! the file sink with exactly-once lines and the stdout sink; [`tcp`]; [`http`]), the
+//! [`runner`] that runs one sink on its own thread (batches, retries within a budget,
+//! the operator's policy for what cannot be published, status), and the [`writer`] a
+//! processor writes through, which keys each output by its input and holds the input's
+//! commit until the output is over.
 //!
 //! ```
 //! use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
@@ -25,9 +30,15 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod file;
 pub mod http;
+pub mod runner;
 pub mod tcp;
+pub mod writer;
 
 pub use error::SinkError;
+pub use file::{FileSink, FileSinkConfig, StdoutSink};
+pub use runner::{RunnerConfig, SendError, SinkHandle, SinkRunner, SinkStatus};
+pub use writer::{GateSource, SinkWriter};
 pub use http::{HttpSink, HttpSinkConfig};
 pub use tcp::{TcpSink, TcpSinkConfig};

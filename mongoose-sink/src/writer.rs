@@ -1,0 +1,177 @@
+//! What a processor writes outputs through: a [`SinkWriter`] keys each output by the
+//! input being handled ([`OutputKey::for_delivery`]: its feed, epoch, lane, position,
+//! the output's index within the delivery and the processor's generation) and holds
+//! that input's commit until the output is over (its feed and group's
+//! [`CommitGate`]).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use mongoose_core::sink::{Output, Sink, SinkOutcome};
+//! use mongoose_sink::{RunnerConfig, SinkRunner, SinkWriter};
+//!
+//! struct Count(Arc<std::sync::atomic::AtomicU64>);
+//! impl Sink for Count {
+//!     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+//!         for _ in outputs {
+//!             self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+//!             outcomes.push(SinkOutcome::Published { evidence: "counted".into() });
+//!         }
+//!     }
+//! }
+//!
+//! let counted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+//! let runner = SinkRunner::start(Box::new(Count(Arc::clone(&counted))), RunnerConfig::new("count", "memory")).unwrap();
+//! // outside a delivery an output has no input to hold (a timer's output, say)
+//! let mut writer = SinkWriter::new(runner.handle(), Arc::new(|_feed: &str| None));
+//! writer.write(b"hello".to_vec()).unwrap();
+//! let status = runner.stop(std::time::Instant::now() + std::time::Duration::from_secs(30));
+//! assert_eq!(status.published, 1);
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use mongoose_core::engine;
+use mongoose_core::sink::{CommitGate, Output, OutputKey};
+use mongoose_core::{DeliveryContext, Epoch};
+
+use crate::runner::{SendError, SinkHandle};
+
+/// Finds the commit gate of an input's feed for the writer's group (`None`: the feed's
+/// commits are not held, e.g. a feed without positions).
+pub type GateSource = Arc<dyn Fn(&str) -> Option<Arc<dyn CommitGate>> + Send + Sync>;
+
+/// The feed name of outputs made outside a delivery (a timer's, a service callback's):
+/// they hold no input.
+pub const NO_INPUT: &str = "-";
+
+struct FeedGate {
+    feed: Arc<str>,
+    gate: Option<Arc<dyn CommitGate>>,
+    next_tag: u64,
+}
+
+/// Writes a processor's outputs to one sink, keyed by the input being handled and
+/// holding that input's commit until each output is published (or given up by the
+/// sink's policy). Use it on the processor's thread.
+pub struct SinkWriter {
+    handle: SinkHandle,
+    gates: GateSource,
+    feeds: Vec<FeedGate>,
+    /// The delivery the last output belonged to (feed, sequence, attempt) and the
+    /// next index within it.
+    current: Option<(Arc<str>, u64, u32)>,
+    index: u32,
+    /// Outputs made outside a delivery, numbered.
+    unpositioned: u64,
+}
+
+impl fmt::Debug for SinkWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkWriter")
+            .field("sink", &self.handle.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SinkWriter {
+    /// A writer to the sink behind `handle`; `gates` finds an input feed's commit gate
+    /// (taken the first time the writer writes an output of an input of that feed).
+    pub fn new(handle: SinkHandle, gates: GateSource) -> Self {
+        SinkWriter {
+            handle,
+            gates,
+            feeds: Vec::new(),
+            current: None,
+            index: 0,
+            unpositioned: 0,
+        }
+    }
+
+    /// The sink's name.
+    pub fn sink(&self) -> &str {
+        self.handle.name()
+    }
+
+    /// Writes one output (a line sink adds the newline). Inside a delivery it is keyed
+    /// by the delivery and holds its input's commit until it is over; outside one it
+    /// is keyed `-/0/0/N/0/generation` and holds nothing.
+    ///
+    /// # Errors
+    /// [`SendError::Full`] when the sink's queue is full (fail the handler: a
+    /// retry-safe processor is given the item again later); [`SendError::Stopped`]
+    /// when the sink stopped. The output was not taken.
+    pub fn write(&mut self, payload: Vec<u8>) -> Result<OutputKey, SendError> {
+        let generation = engine::current_processor().map_or(0, |processor| processor.0);
+        let Some(delivery) = DeliveryContext::current() else {
+            self.unpositioned += 1;
+            let key = OutputKey::new(NO_INPUT, Epoch(0), 0, self.unpositioned, 0, generation);
+            self.handle
+                .send(Output::new(key.clone(), payload), None)?;
+            return Ok(key);
+        };
+        let same = self.current.as_ref().is_some_and(|(feed, sequence, attempt)| {
+            Arc::ptr_eq(feed, delivery.feed_arc())
+                && *sequence == delivery.sequence()
+                && *attempt == delivery.attempt()
+        });
+        if !same {
+            // a new delivery, or another attempt of one: its outputs count from 0 again,
+            // so a retried input makes the same keys
+            self.current = Some((
+                Arc::clone(delivery.feed_arc()),
+                delivery.sequence(),
+                delivery.attempt(),
+            ));
+            self.index = 0;
+        }
+        let key = OutputKey::for_delivery(&delivery, self.index, generation);
+        self.index += 1;
+        let gate = self.gate_for(delivery.feed_arc());
+        let output = Output::new(key.clone(), payload);
+        match gate {
+            Some((gate, tag)) => {
+                gate.pending(tag);
+                if let Err(error) = self
+                    .handle
+                    .send(output, Some((Arc::clone(&gate), tag)))
+                {
+                    // not taken: nothing to wait for
+                    gate.complete(tag);
+                    self.index -= 1;
+                    return Err(error);
+                }
+            }
+            None => {
+                if let Err(error) = self.handle.send(output, None) {
+                    self.index -= 1;
+                    return Err(error);
+                }
+            }
+        }
+        Ok(key)
+    }
+
+    /// The gate of `feed` with the next tag.
+    fn gate_for(&mut self, feed: &Arc<str>) -> Option<(Arc<dyn CommitGate>, u64)> {
+        let at = match self
+            .feeds
+            .iter()
+            .position(|known| Arc::ptr_eq(&known.feed, feed) || *known.feed == **feed)
+        {
+            Some(at) => at,
+            None => {
+                self.feeds.push(FeedGate {
+                    feed: Arc::clone(feed),
+                    gate: (self.gates)(feed),
+                    next_tag: 0,
+                });
+                self.feeds.len() - 1
+            }
+        };
+        let known = &mut self.feeds[at];
+        let gate = known.gate.as_ref()?;
+        known.next_tag += 1;
+        Some((Arc::clone(gate), known.next_tag))
+    }
+}

@@ -1,0 +1,262 @@
+//! The sink runner: retries within the budget, expiry, the operator's policy, and the
+//! commit gates it tells.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mongoose_core::sink::{
+    CommitGate, ExhaustedPolicy, Output, OutputKey, RetryBudget, Sink, SinkOutcome,
+};
+use mongoose_core::Epoch;
+use mongoose_sink::{RunnerConfig, SinkRunner, SinkStatus};
+use parking_lot::Mutex;
+
+/// Answers every attempt with the same outcome, counting attempts per key.
+struct Always {
+    outcome: SinkOutcome,
+    attempts: Arc<Mutex<Vec<(String, u32)>>>,
+}
+
+impl Sink for Always {
+    fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+        for output in outputs {
+            self.attempts
+                .lock()
+                .push((output.key.to_string(), output.attempt));
+            outcomes.push(self.outcome.clone());
+        }
+    }
+}
+
+#[derive(Default)]
+struct Gate {
+    pending: Mutex<Vec<u64>>,
+    completed: Mutex<Vec<u64>>,
+    held: Mutex<Vec<(u64, String)>>,
+}
+
+impl CommitGate for Gate {
+    fn pending(&self, tag: u64) {
+        self.pending.lock().push(tag);
+    }
+    fn complete(&self, tag: u64) {
+        self.completed.lock().push(tag);
+    }
+    fn held(&self, tag: u64, reason: &str) {
+        self.held.lock().push((tag, reason.to_owned()));
+    }
+}
+
+fn key(position: u64) -> OutputKey {
+    OutputKey::new("lines", Epoch(1), 0, position, 0, 1)
+}
+
+fn wait_for(runner: &SinkRunner, done: impl Fn(&SinkStatus) -> bool) -> SinkStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = runner.handle().status();
+        if done(&status) || Instant::now() > deadline {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn run(
+    outcome: SinkOutcome,
+    budget: RetryBudget,
+    policy: ExhaustedPolicy,
+) -> (SinkStatus, Arc<Gate>, Vec<(String, u32)>) {
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let mut config = RunnerConfig::new("test", "memory");
+    config.budget = budget;
+    config.policy = policy;
+    let runner = SinkRunner::start(
+        Box::new(Always {
+            outcome,
+            attempts: Arc::clone(&attempts),
+        }),
+        config,
+    )
+    .expect("started");
+    let gate = Arc::new(Gate::default());
+    let as_gate: Arc<dyn CommitGate> = gate.clone();
+    runner
+        .handle()
+        .send(
+            Output::new(key(10), b"one".to_vec()),
+            Some((Arc::clone(&as_gate), 1)),
+        )
+        .expect("taken");
+    let status = wait_for(&runner, |status| {
+        status.held_count + status.lost + status.published > 0
+    });
+    let attempts = attempts.lock().clone();
+    drop(runner);
+    (status, gate, attempts)
+}
+
+fn quick(max_retries: u32, expire_after: Duration) -> RetryBudget {
+    RetryBudget {
+        max_retries,
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(2),
+        expire_after,
+    }
+}
+
+#[test]
+fn retries_stop_at_the_budget_and_expiry_and_the_policy_decides() {
+    let uncertain = SinkOutcome::Uncertain {
+        evidence: "no response".into(),
+    };
+
+    // the budget: three retries after the first attempt, all with the same key; then
+    // the hold policy keeps it, uncertain, and its gate is never told it is over
+    let (status, gate, attempts) = run(
+        uncertain.clone(),
+        quick(3, Duration::from_secs(3600)),
+        ExhaustedPolicy::Hold,
+    );
+    assert_eq!(
+        attempts,
+        (0..4)
+            .map(|attempt| ("lines/1/0/10/0/1".to_owned(), attempt))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        (status.uncertain, status.expired, status.held_count, status.lost),
+        (4, 1, 1, 0)
+    );
+    assert!(gate.completed.lock().is_empty(), "a held output is never over");
+    let held = gate.held.lock().clone();
+    assert_eq!(held.len(), 1);
+    assert!(held[0].1.contains("spent its retries"), "{}", held[0].1);
+    assert!(held[0].1.contains("uncertain"), "{}", held[0].1);
+
+    // the count_loss policy gives it up: counted lost, its gate told
+    let (status, gate, _) = run(
+        uncertain.clone(),
+        quick(1, Duration::from_secs(3600)),
+        ExhaustedPolicy::CountLoss,
+    );
+    assert_eq!((status.expired, status.lost, status.held_count), (1, 1, 0));
+    assert_eq!(*gate.completed.lock(), [1]);
+
+    // expiry ends the retries before the budget does
+    let (status, _, attempts) = run(
+        uncertain,
+        quick(1_000, Duration::ZERO),
+        ExhaustedPolicy::CountLoss,
+    );
+    assert_eq!(attempts.len(), 1, "expired at its first failure");
+    assert_eq!((status.expired, status.lost), (1, 1));
+
+    // a permanent error ends them at once, without counting an expiry
+    let (status, gate, attempts) = run(
+        SinkOutcome::NotPublished {
+            evidence: "HTTP 400".into(),
+            retryable: false,
+        },
+        quick(5, Duration::from_secs(3600)),
+        ExhaustedPolicy::Hold,
+    );
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(
+        (status.not_published, status.expired, status.held_count),
+        (1, 0, 1)
+    );
+    assert!(gate.held.lock()[0].1.contains("failed permanently"));
+}
+
+/// Fails the first `failures` attempts of each output with a retryable refusal.
+struct Flaky {
+    failures: u32,
+    seen: Arc<AtomicU32>,
+}
+
+impl Sink for Flaky {
+    fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+        for output in outputs {
+            self.seen.fetch_add(1, Ordering::Relaxed);
+            outcomes.push(if output.attempt < self.failures {
+                SinkOutcome::NotPublished {
+                    evidence: "503".into(),
+                    retryable: true,
+                }
+            } else {
+                SinkOutcome::Published {
+                    evidence: "201".into(),
+                }
+            });
+        }
+    }
+}
+
+#[test]
+fn a_retried_output_is_published_and_its_gate_told_once() {
+    let seen = Arc::new(AtomicU32::new(0));
+    let mut config = RunnerConfig::new("flaky", "memory");
+    config.budget = quick(5, Duration::from_secs(3600));
+    let runner = SinkRunner::start(
+        Box::new(Flaky {
+            failures: 2,
+            seen: Arc::clone(&seen),
+        }),
+        config,
+    )
+    .expect("started");
+    let gate = Arc::new(Gate::default());
+    let as_gate: Arc<dyn CommitGate> = gate.clone();
+    for tag in 1..=20u64 {
+        runner
+            .handle()
+            .send(
+                Output::new(key(tag), tag.to_string().into_bytes()),
+                Some((Arc::clone(&as_gate), tag)),
+            )
+            .expect("taken");
+    }
+    let status = wait_for(&runner, |status| status.published == 20);
+    assert_eq!(
+        (status.published, status.not_published, status.retrying),
+        (20, 40, 0)
+    );
+    assert_eq!(seen.load(Ordering::Relaxed), 60);
+    let mut completed = gate.completed.lock().clone();
+    completed.sort_unstable();
+    assert_eq!(completed, (1..=20).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_full_queue_refuses_without_blocking_and_a_stop_publishes_what_is_queued() {
+    struct Slow;
+    impl Sink for Slow {
+        fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+            std::thread::sleep(Duration::from_millis(20));
+            outcomes.extend(outputs.iter().map(|_| SinkOutcome::Published {
+                evidence: "slow".into(),
+            }));
+        }
+    }
+    let mut config = RunnerConfig::new("slow", "memory");
+    config.capacity = 4;
+    config.batch = 1;
+    let runner = SinkRunner::start(Box::new(Slow), config).expect("started");
+    let handle = runner.handle();
+    let mut refused = 0;
+    let mut taken = 0;
+    for position in 0..100 {
+        match handle.send(Output::new(key(position), b"x".to_vec()), None) {
+            Ok(()) => taken += 1,
+            Err(error) => {
+                assert!(error.to_string().contains("4 outputs queued"), "{error}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "a queue of 4 refused some of 100 outputs sent at once");
+    let status = runner.stop(Instant::now() + Duration::from_secs(60));
+    assert_eq!(status.published, taken, "the stop published what was queued");
+}
