@@ -24,7 +24,7 @@ use std::fmt::{self, Write as _};
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -388,81 +388,144 @@ settings = {{ feed = "lines", sink = "out" }}
 // ---------------------------------------------------------------------------------------
 // processes
 
-/// How a process ended, as `wait4` saw it.
+/// How a process ended.
 #[derive(Clone, Copy, Debug)]
 struct Ended {
-    /// When `wait4` returned.
+    /// When it exited (seen by the watching thread).
     at: Instant,
     /// The exit code, or 128 + the signal that ended it.
     code: i32,
-    /// Peak resident set size, bytes (`ru_maxrss`).
+    /// Peak resident set size, bytes (`wait4`'s `ru_maxrss`).
     max_rss_bytes: u64,
 }
 
-/// Waits for the child `pid` on a thread of its own (so the exit time is exact) and
-/// sends how it ended.
-fn wait_on_thread(pid: u32) -> mpsc::Receiver<io::Result<Ended>> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(wait4(pid));
-    });
-    receiver
+/// A child process under watch. A thread waits for its exit without reaping it
+/// (`waitid` with `WNOWAIT`), so the exit time is exact; only this struct reaps it (with
+/// `wait4`, which also gives its peak RSS), so a signal it sends before that cannot reach
+/// another process that reused the id. Dropped unreaped, it kills and reaps the child.
+#[derive(Debug)]
+struct Watched {
+    pid: libc::pid_t,
+    exited: mpsc::Receiver<io::Result<Instant>>,
+    reaped: bool,
 }
 
-fn wait4(pid: u32) -> io::Result<Ended> {
-    let pid = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
-    let mut status: libc::c_int = 0;
-    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+impl Watched {
+    fn spawn(command: &mut Command) -> io::Result<Watched> {
+        let child = command.spawn()?;
+        let pid = libc::pid_t::try_from(child.id()).map_err(io::Error::other)?;
+        // `child` is dropped without waiting: this struct reaps the process
+        drop(child);
+        let (sender, exited) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(wait_for_exit_unreaped(pid));
+        });
+        Ok(Watched {
+            pid,
+            exited,
+            reaped: false,
+        })
+    }
+
+    fn id(&self) -> u32 {
+        self.pid.unsigned_abs()
+    }
+
+    /// Waits up to `timeout` for the exit: `None` while it runs, else how it ended
+    /// (reaped).
+    fn wait_timeout(&mut self, timeout: Duration) -> Option<io::Result<Ended>> {
+        let at = match self.exited.recv_timeout(timeout) {
+            Ok(Ok(at)) => at,
+            Ok(Err(error)) => return Some(Err(error)),
+            Err(mpsc::RecvTimeoutError::Timeout) => return None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Some(Err(io::Error::other("the watching thread is gone")))
+            }
+        };
+        Some(self.reap(at))
+    }
+
+    fn reap(&mut self, at: Instant) -> io::Result<Ended> {
+        let mut status: libc::c_int = 0;
+        // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: `status` and `usage` are valid and writable for the call; `pid` is
+            // our child, reaped nowhere else.
+            let waited = unsafe { libc::wait4(self.pid, &mut status, 0, &mut usage) };
+            if waited == self.pid {
+                break;
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
+        self.reaped = true;
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            128 + libc::WTERMSIG(status)
+        };
+        Ok(Ended {
+            at,
+            code,
+            max_rss_bytes: u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024,
+        })
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        if self.reaped {
+            return;
+        }
+        // SAFETY: kill has no memory effects; `pid` is our child and not reaped yet (a
+        // zombie keeps its id), so it cannot name another process.
+        unsafe {
+            libc::kill(self.pid, signal);
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit (SIGKILL after [`STOP_DEADLINE`]).
+    fn stop(&mut self) -> io::Result<Ended> {
+        self.signal(libc::SIGTERM);
+        if let Some(ended) = self.wait_timeout(STOP_DEADLINE) {
+            return ended;
+        }
+        eprintln!(
+            "xtask: process {} did not exit within {STOP_DEADLINE:?} of SIGTERM: killing it",
+            self.pid
+        );
+        self.signal(libc::SIGKILL);
+        self.wait_timeout(Duration::MAX)
+            .unwrap_or_else(|| Err(io::Error::other("the process did not exit")))
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.signal(libc::SIGKILL);
+            let _ = self.wait_timeout(STOP_DEADLINE);
+        }
+    }
+}
+
+/// Blocks until the child `pid` has exited, leaving it unreaped, and says when.
+fn wait_for_exit_unreaped(pid: libc::pid_t) -> io::Result<Instant> {
+    let id = libc::id_t::try_from(pid).map_err(io::Error::other)?;
     loop {
-        // SAFETY: `status` and `usage` are valid, writable and live for the call; `pid`
-        // is our own child, never waited for elsewhere (its `Child` is not waited on).
-        let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if waited == pid {
-            break;
+        // SAFETY: an all-zero `siginfo_t` is a valid value of this plain C struct.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is valid and writable for the call; WNOWAIT leaves the child
+        // to be reaped by its `Watched`.
+        let waited =
+            unsafe { libc::waitid(libc::P_PID, id, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if waited == 0 {
+            return Ok(Instant::now());
         }
         let error = io::Error::last_os_error();
         if error.kind() != io::ErrorKind::Interrupted {
             return Err(error);
-        }
-    }
-    let at = Instant::now();
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
-    };
-    Ok(Ended {
-        at,
-        code,
-        max_rss_bytes: u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024,
-    })
-}
-
-fn signal(child: &Child, signal: libc::c_int) {
-    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: kill has no memory effects; `pid` is our child, not yet reaped (its
-        // waiting thread has not reported), so the id cannot name another process.
-        unsafe {
-            libc::kill(pid, signal);
-        }
-    }
-}
-
-/// Sends SIGTERM and waits for the exit (SIGKILL after [`STOP_DEADLINE`]).
-fn stop(child: &Child, waiter: &mpsc::Receiver<io::Result<Ended>>) -> io::Result<Ended> {
-    signal(child, libc::SIGTERM);
-    match waiter.recv_timeout(STOP_DEADLINE) {
-        Ok(result) => result,
-        Err(_) => {
-            eprintln!(
-                "xtask: process {} did not exit within {STOP_DEADLINE:?} of SIGTERM: killing it",
-                child.id()
-            );
-            signal(child, libc::SIGKILL);
-            waiter
-                .recv()
-                .unwrap_or_else(|_| Err(io::Error::other("the waiting thread is gone")))
         }
     }
 }
@@ -586,39 +649,33 @@ fn run_rsyslog(
     .map_err(io_error("cannot write", &config))?;
     let (stdout, stderr) = log_file(&log)?;
     let started = Instant::now();
-    let child = Command::new(rsyslogd_path().unwrap_or_else(|| PathBuf::from("rsyslogd")))
-        .arg("-n")
-        .arg("-f")
-        .arg(&config)
-        .arg("-i")
-        .arg(dir.join("rsyslogd.pid"))
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .spawn()
-        .map_err(io_error("cannot start", Path::new("rsyslogd")))?;
-    let waiter = wait_on_thread(child.id());
+    let mut child = Watched::spawn(
+        Command::new(rsyslogd_path().unwrap_or_else(|| PathBuf::from("rsyslogd")))
+            .arg("-n")
+            .arg("-f")
+            .arg(&config)
+            .arg("-i")
+            .arg(dir.join("rsyslogd.pid"))
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr),
+    )
+    .map_err(io_error("cannot start", Path::new("rsyslogd")))?;
     let expected_lines = options.lines();
     let mut counted = GrowingFileLines::default();
     let mut last_progress = Instant::now();
     let finished = loop {
-        match waiter.recv_timeout(RSYSLOG_POLL) {
-            Ok(result) => {
-                let how = match result {
-                    Ok(ended) => format!("exit code {}", ended.code),
-                    Err(error) => error.to_string(),
-                };
-                return Ok(Err(format!(
-                    "rsyslogd ended before writing every line ({how}, {} of {expected_lines} lines): {}",
-                    counted.lines,
-                    tail_of(&log, 5)
-                )));
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Ok(Err("lost the thread waiting for rsyslogd".to_owned()))
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        if let Some(result) = child.wait_timeout(RSYSLOG_POLL) {
+            let how = match result {
+                Ok(ended) => format!("exit code {}", ended.code),
+                Err(error) => error.to_string(),
+            };
+            return Ok(Err(format!(
+                "rsyslogd ended before writing every line ({how}, {} of {expected_lines} lines): {}",
+                counted.lines,
+                tail_of(&log, 5)
+            )));
         }
         if counted.advance(&output)? {
             last_progress = Instant::now();
@@ -635,7 +692,7 @@ fn run_rsyslog(
         }
     };
     let peak_before_stop = peak_rss_of_live(child.id());
-    let stopped = stop(&child, &waiter);
+    let stopped = child.stop();
     let elapsed = match finished {
         Ok(elapsed) => elapsed,
         Err(reason) => return Ok(Err(reason)),
@@ -665,28 +722,25 @@ fn run_ours(layout: &Layout, binary: &Path, run: usize) -> Result<RunResult, Ver
         .map_err(io_error("cannot write", &config))?;
     let (stdout, stderr) = log_file(&log)?;
     let started = Instant::now();
-    let child = Command::new(binary)
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--exit-when-settled")
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .spawn()
-        .map_err(io_error("cannot start", binary))?;
-    let waiter = wait_on_thread(child.id());
+    let mut child = Watched::spawn(
+        Command::new(binary)
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .arg("--exit-when-settled")
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr),
+    )
+    .map_err(io_error("cannot start", binary))?;
     let mut last_size = 0;
     let mut last_progress = Instant::now();
     let ended = loop {
-        match waiter.recv_timeout(Duration::from_millis(500)) {
-            Ok(Ok(ended)) => break ended,
-            Ok(Err(error)) => return Ok(Err(format!("cannot wait for mongoose: {error}"))),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Ok(Err("lost the thread waiting for mongoose".to_owned()))
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        match child.wait_timeout(Duration::from_millis(500)) {
+            Some(Ok(ended)) => break ended,
+            Some(Err(error)) => return Ok(Err(format!("cannot wait for mongoose: {error}"))),
+            None => {}
         }
         let size = fs::metadata(&output).map_or(0, |metadata| metadata.len());
         if size != last_size {
@@ -694,7 +748,7 @@ fn run_ours(layout: &Layout, binary: &Path, run: usize) -> Result<RunResult, Ver
             last_progress = Instant::now();
         }
         if last_progress.elapsed() > STALL_DEADLINE {
-            let _ = stop(&child, &waiter);
+            let _ = child.stop();
             return Ok(Err(format!(
                 "mongoose wrote nothing for {STALL_DEADLINE:?} at {last_size} bytes and was stopped: {}",
                 tail_of(&log, 5)

@@ -263,3 +263,75 @@ fn rsyslog_copies_a_small_input_line_for_line_when_installed() {
         "imfile's state file is in the private work directory"
     );
 }
+
+/// A stand-in for `mongoose` (a shell script that copies the config's input path to its
+/// output path, then does `tail`), to check how the harness times, measures and checks
+/// our side until the `forward` kind is merged.
+fn stand_in(folder: &Path, tail: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = folder.join("mongoose-stand-in");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             [ \"$1 $2 $4\" = 'run --config --exit-when-settled' ] || {{ echo \"bad arguments: $*\" >&2; exit 2; }}\n\
+             paths=$(sed -n 's/^path = \"\\(.*\\)\"$/\\1/p' \"$3\")\n\
+             input=$(echo \"$paths\" | sed -n 1p)\n\
+             output=$(echo \"$paths\" | sed -n 2p)\n\
+             cp \"$input\" \"$output\"\n\
+             {tail}\n"
+        ),
+    )
+    .expect("write the stand-in");
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).expect("chmod");
+    script
+}
+
+#[test]
+fn our_side_is_timed_to_its_exit_and_its_output_checked_line_for_line() {
+    let folder = tempfile::tempdir().expect("a temp folder");
+    let input_dir = folder.path().join("input");
+    fs::create_dir_all(&input_dir).expect("create");
+    let layout = Layout {
+        work: folder.path().to_path_buf(),
+        input: input_dir.join(INPUT_NAME),
+        keep: false,
+    };
+    write_input(&small_options(), &layout.input).expect("the input is written");
+    // a pointer file left by an earlier run is removed: the next run reads from the start
+    fs::write(input_dir.join("lines.txt.readPointer"), b"old").expect("write");
+
+    let copies = stand_in(folder.path(), "exit 0");
+    let measured = run_ours(&layout, &copies, 1)
+        .expect("the harness runs")
+        .expect("an exact copy is measured");
+    assert!(measured.seconds > 0.0);
+    assert!(measured.peak_rss_bytes > 0, "ru_maxrss of the exited child");
+    assert!(!input_dir.join("lines.txt.readPointer").exists());
+    assert!(
+        !layout.run_dir("ours", 1).join("output.txt").exists(),
+        "a checked output is removed unless kept"
+    );
+
+    let adds_a_line = stand_in(folder.path(), "echo extra >> \"$output\"");
+    let mismatch = run_ours(&layout, &adds_a_line, 2)
+        .expect("the harness runs")
+        .expect_err("an extra line is no success");
+    assert!(mismatch.starts_with("MISMATCH"), "{mismatch}");
+    assert!(
+        mismatch.contains(&format!("line {}", small_options().lines() + 1)),
+        "{mismatch}"
+    );
+
+    let refuses = stand_in(
+        folder.path(),
+        "echo \"unknown processor kind 'forward'\" >&2; exit 2",
+    );
+    let unavailable = run_ours(&layout, &refuses, 3)
+        .expect("the harness runs")
+        .expect_err("a failed run has no figures");
+    assert!(
+        unavailable.contains("exited with 2") && unavailable.contains("unknown processor kind"),
+        "{unavailable}"
+    );
+}
