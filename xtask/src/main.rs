@@ -1,11 +1,18 @@
 //! `cargo xtask`: project automation.
 //!
-//! * `cargo xtask bench` runs the whole-pipeline benchmarks in release mode, one after
-//!   the other so they do not compete for cores, and prints their figures.
+//! * `cargo xtask bench [--versus-rsyslog]` runs the whole-pipeline benchmarks in release
+//!   mode, one after the other so they do not compete for cores, and prints their
+//!   figures; with `--versus-rsyslog`, `versus-rsyslog` with its defaults as a last step.
+//! * `cargo xtask versus-rsyslog [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep
+//!   DIR]` tails the same file of lines into an output file with `mongoose run` and with
+//!   rsyslog, alternately, and prints the throughput and peak RSS of each (see
+//!   [`versus`]).
 //! * `cargo xtask fuzz [SECONDS]` runs every cargo-fuzz target of the workspace for
 //!   SECONDS each (default 60), installing cargo-fuzz first if it is missing. A target
 //!   with a folder of seed inputs, `<crate>/fuzz/seeds/<target>/` (kept in git, unlike
 //!   the corpus), starts from them as well as from its corpus.
+
+mod versus;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -42,8 +49,15 @@ const CRITERION: &[(&str, &str)] = &[
     ("mongoose-replay", "store"),
 ];
 
-fn bench(extra: &[String]) -> bool {
+fn bench(arguments: &[String]) -> bool {
     let root = workspace_root();
+    let versus_rsyslog = arguments
+        .iter()
+        .any(|argument| argument == "--versus-rsyslog");
+    let extra: Vec<&String> = arguments
+        .iter()
+        .filter(|argument| *argument != "--versus-rsyslog")
+        .collect();
     let mut ok = true;
     for (package, example, arguments) in BENCHES {
         let source = root
@@ -68,7 +82,7 @@ fn bench(extra: &[String]) -> bool {
                 "--",
             ])
             .args(*arguments)
-            .args(extra);
+            .args(&extra);
         ok &= run(&mut command);
     }
     for (package, bench) in CRITERION {
@@ -85,6 +99,9 @@ fn bench(extra: &[String]) -> bool {
             .current_dir(&root)
             .args(["bench", "-p", package, "--bench", bench, "--", "--quick"]);
         ok &= run(&mut command);
+    }
+    if versus_rsyslog {
+        ok &= versus::versus_rsyslog(&root, &[]);
     }
     ok
 }
@@ -146,6 +163,7 @@ fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     let ok = match arguments.first().map(String::as_str) {
         Some("bench") => bench(&arguments[1..]),
+        Some("versus-rsyslog") => versus::versus_rsyslog(&workspace_root(), &arguments[1..]),
         Some("fuzz") => fuzz(
             arguments
                 .get(1)
@@ -153,7 +171,10 @@ fn main() -> ExitCode {
                 .unwrap_or(60),
         ),
         _ => {
-            eprintln!("usage: cargo xtask bench [ARGS...] | cargo xtask fuzz [SECONDS]");
+            eprintln!(
+                "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
+                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask fuzz [SECONDS]"
+            );
             false
         }
     };
