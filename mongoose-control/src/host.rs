@@ -92,6 +92,22 @@ pub trait FeedSubscriptions {
     fn subscribe(&mut self, feed: &str, handler: ErasedHandler) -> Result<(), ProcessorError>;
 }
 
+/// A handler call that failed ([`ProcessorHost::dispatch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandlerFailure {
+    /// The error's message, or `"panicked: <message>"`.
+    pub reason: String,
+    /// The processor said it is busy ([`mongoose_core::ProcessorError::busy`]): not a
+    /// failure; offer the item again later.
+    pub busy: bool,
+}
+
+impl std::fmt::Display for HandlerFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
 /// One processor and every call made to it (see the [module documentation](self)).
 pub struct ProcessorHost {
     id: ProcessorId,
@@ -240,10 +256,12 @@ impl ProcessorHost {
 
     /// Calls subscriber `index` of `offer` (a handler of this processor, for an item
     /// of `feed`) with the offer's item; `recorder` is told
-    /// ([`GroupRecorder::dispatched`]) with the processor still current.
+    /// ([`GroupRecorder::dispatched`]) with the processor still current. A busy
+    /// processor's call ([`mongoose_core::ProcessorError::busy`]) is not a processing of
+    /// the item: the recorder is not told, and its control requests are forgotten.
     ///
     /// # Errors
-    /// The handler's error or panic, as text.
+    /// The handler's error or panic.
     #[inline]
     pub fn dispatch(
         &mut self,
@@ -251,14 +269,32 @@ impl ProcessorHost {
         index: usize,
         feed: &str,
         mut recorder: Recording<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), HandlerFailure> {
         let previous = engine::set_current_processor(Some(self.id));
         let processor = &mut *self.processor;
-        let result = contained(|| offer.call(index, processor));
-        if let Some(recorder) = recorder.as_deref_mut() {
-            recorder.dispatched(self.id, feed, offer.item(), as_outcome(&result));
+        let result = match catch_unwind(AssertUnwindSafe(|| offer.call(index, processor))) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(HandlerFailure {
+                busy: error.is_busy(),
+                reason: error.message().to_owned(),
+            }),
+            Err(payload) => Err(HandlerFailure {
+                reason: format!("panicked: {}", panic_message(&*payload)),
+                busy: false,
+            }),
+        };
+        if result.as_ref().is_err_and(|failure| failure.busy) {
+            controller::report_calls(None);
+        } else {
+            if let Some(recorder) = recorder.as_deref_mut() {
+                let outcome = result
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|failure| failure.reason.as_str());
+                recorder.dispatched(self.id, feed, offer.item(), outcome);
+            }
+            controller::report_calls(recorder);
         }
-        controller::report_calls(recorder);
         engine::set_current_processor(previous);
         result
     }

@@ -112,7 +112,7 @@ pub use group::{
     QueueOverload, RetryPolicy,
 };
 pub use handle::{ProcessorHandle, ServerId};
-pub use host::{FeedSubscriptions, ProcessorHost, Recording};
+pub use host::{FeedSubscriptions, HandlerFailure, ProcessorHost, Recording};
 pub use idle::IdleStrategy;
 pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
 pub use record::{AdminOutcome, GroupRecorder};

@@ -283,6 +283,11 @@ impl<T: Send + Sync + 'static> GroupReader for MemoryReader<T> {
                 continue;
             };
             let outcome = dispatcher.dispatch(item, self.attempt);
+            if let DispatchOutcome::Busy { .. } = outcome {
+                self.attempt += 1;
+                self.not_before = Some(Instant::now() + self.policy.initial_backoff);
+                break;
+            }
             if let DispatchOutcome::Failed {
                 retry: true,
                 processor,

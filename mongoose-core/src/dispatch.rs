@@ -118,6 +118,13 @@ pub enum DispatchOutcome {
         /// Whether it may be retried.
         retry: bool,
     },
+    /// A processor cannot take the item now ([`ProcessorError::busy`]): the reader
+    /// keeps the item and offers it again a little later, without counting it against
+    /// the retry policy, never giving up (the dispatcher resumes at that processor).
+    Busy {
+        /// The busy processor.
+        processor: Option<ProcessorId>,
+    },
 }
 
 /// Items dropped for one queue between two items it was given: the reader reports the

@@ -47,6 +47,7 @@ impl CoreError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessorError {
     message: String,
+    busy: bool,
 }
 
 impl ProcessorError {
@@ -54,12 +55,30 @@ impl ProcessorError {
     pub fn new(message: impl Into<String>) -> Self {
         ProcessorError {
             message: message.into(),
+            busy: false,
+        }
+    }
+
+    /// The processor cannot take the item now (a sink's queue is full): not a failure.
+    /// Its group offers the item again a little later, as often as it takes, and never
+    /// skips it or quarantines the processor; meanwhile the feed's queue fills and a
+    /// re-readable source pauses. Return it only before the handler changed anything
+    /// (a retry calls the handler again with the same item).
+    pub fn busy(message: impl Into<String>) -> Self {
+        ProcessorError {
+            message: message.into(),
+            busy: true,
         }
     }
 
     /// The message.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// True for [`ProcessorError::busy`].
+    pub fn is_busy(&self) -> bool {
+        self.busy
     }
 }
 

@@ -190,10 +190,7 @@ impl ProcessingCheckpoint {
     /// [`ProcessingCheckpoint::durable_through`].
     pub fn participant(&self) -> CheckpointParticipant {
         let pending = Arc::new(Pending::default());
-        self.cell
-            .participants
-            .lock()
-            .push(Arc::downgrade(&pending));
+        self.cell.participants.lock().push(Arc::downgrade(&pending));
         self.cell.has_participants.store(true, Ordering::Release);
         CheckpointParticipant {
             cell: Arc::clone(&self.cell),

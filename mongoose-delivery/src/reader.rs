@@ -38,6 +38,8 @@ enum Wait {
 struct Progress {
     phase: Phase,
     attempt: u32,
+    /// The attempts that were a busy processor's (not counted against the policy).
+    busy: u32,
     completion_retries: u32,
     wait: Wait,
     failed_completion: Option<PendingCompletion>,
@@ -50,6 +52,7 @@ impl Progress {
         Progress {
             phase: Phase::Dispatch,
             attempt: 0,
+            busy: 0,
             completion_retries: 0,
             wait: Wait::None,
             failed_completion: None,
@@ -65,6 +68,7 @@ impl Progress {
             return;
         }
         self.attempt = 0;
+        self.busy = 0;
         self.completion_retries = 0;
         if self.wait != Wait::NextPoll {
             self.wait = Wait::None;
@@ -391,6 +395,10 @@ fn deliver<T>(
                     return false;
                 }
             }
+            DispatchOutcome::Busy { processor } => {
+                dispatch_busy(progress, policy, delivery.is_some(), processor);
+                return false;
+            }
         }
         progress.phase = Phase::Complete;
     }
@@ -451,7 +459,7 @@ fn dispatch_failed<T>(
     retry: bool,
 ) -> bool {
     engine::discard_completions_of(processor);
-    if retry && progress.attempt < policy.max_retries {
+    if retry && progress.attempt - progress.busy < policy.max_retries {
         progress.attempt += 1;
         progress.wait = Wait::Until(Instant::now() + policy.backoff(progress.attempt));
         if delivery.is_some() {
@@ -464,7 +472,7 @@ fn dispatch_failed<T>(
         error!(
             queue = %shared.name,
             ?processor,
-            attempts = progress.attempt + 1,
+            attempts = progress.attempt - progress.busy + 1,
             "retries exhausted: the item counts as dispatched without this processor"
         );
         dispatcher.gave_up(item, processor);
@@ -482,6 +490,27 @@ fn dispatch_failed<T>(
         progress.wait = Wait::NextPoll;
     }
     true
+}
+
+/// A processor is busy: the item waits a little and is offered again, as another
+/// attempt (so a retried handler makes the same output keys) that does not count
+/// against the retry policy.
+#[cold]
+#[inline(never)]
+fn dispatch_busy(
+    progress: &mut Progress,
+    policy: &RetryPolicy,
+    positioned: bool,
+    processor: Option<ProcessorId>,
+) {
+    engine::discard_completions_of(processor);
+    progress.attempt += 1;
+    progress.busy += 1;
+    progress.wait = Wait::Until(Instant::now() + policy.initial_backoff);
+    if positioned {
+        engine::save_completions(&mut progress.saved);
+        progress.resume = true;
+    }
 }
 
 /// A completion callback failed: schedules its retry (false: the item waits), or, once

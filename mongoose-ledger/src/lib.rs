@@ -542,16 +542,18 @@ impl std::fmt::Display for SettingsRefusal {
 
 impl std::error::Error for SettingsRefusal {}
 
-/// Where the ledger appends its alerts: each line and its newline in one unbuffered
-/// write, so an alert written before a crash is on disk after it. An alerts file
-/// ([`Ledger::open_alerts_file`]) is one; a server passes its configured sinks as one.
+/// Where the ledger appends its alerts. An alerts file ([`Ledger::open_alerts_file`])
+/// appends each line and its newline in one unbuffered write, so an alert written
+/// before a crash is on disk after it; a server passes a configured sink as one (its
+/// writer keys the alert by the line and holds the line's commit until the alert is
+/// published).
 pub trait AlertSink: Send + std::fmt::Debug {
-    /// Appends `line` and a newline in one write.
-    fn write_line(&self, line: &str) -> std::io::Result<()>;
+    /// Appends `line` (a newline follows it).
+    fn write_line(&mut self, line: &str) -> std::io::Result<()>;
 }
 
 impl AlertSink for File {
-    fn write_line(&self, line: &str) -> std::io::Result<()> {
+    fn write_line(&mut self, line: &str) -> std::io::Result<()> {
         let mut bytes = Vec::with_capacity(line.len() + 1);
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');

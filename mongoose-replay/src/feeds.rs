@@ -60,6 +60,7 @@ impl<T: 'static> ReplayRoute for TypedRoute<T> {
             ));
         };
         host.dispatch(&self.subscribers.offer(item), 0, route, None)
+            .map_err(|failure| failure.reason)
     }
 }
 

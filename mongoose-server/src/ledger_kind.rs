@@ -10,8 +10,8 @@
 
 use mongoose_core::Processor;
 use mongoose_ledger::{AlertSink, Ledger, LedgerSettings};
-use mongoose_server::sinks::FileSink;
 use mongoose_server::{ServerBuilder, SettingsCheck, SettingsError};
+use mongoose_sink::SinkWriter;
 
 /// Registers the processor kind `ledger` on `builder`: its settings are checked when
 /// the server is built (and by `mongoose validate`), the ledger opens at start.
@@ -60,10 +60,13 @@ fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
 
 /// A configured sink the ledger writes its alerts to.
 #[derive(Debug)]
-struct SinkAlerts(FileSink);
+struct SinkAlerts(SinkWriter);
 
 impl AlertSink for SinkAlerts {
-    fn write_line(&self, line: &str) -> std::io::Result<()> {
-        self.0.write_line(line)
+    fn write_line(&mut self, line: &str) -> std::io::Result<()> {
+        self.0
+            .write(line.as_bytes().to_vec())
+            .map(|_| ())
+            .map_err(std::io::Error::other)
     }
 }

@@ -23,6 +23,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 mod error;
+pub mod forward;
 pub mod losses;
 mod server;
 pub mod sinks;

@@ -1,41 +1,208 @@
-//! Sinks declared in the configuration (`[[sinks]]`) that processors write their
-//! outputs to. This build has one kind, `file`: lines appended to a file, one unbuffered
-//! write per line, so a line written before a crash is on disk after it.
+//! The sinks declared in the configuration (`[[sinks]]`): each runs on its own thread
+//! ([`mongoose_sink::SinkRunner`]), and a processor writes to one through a
+//! [`SinkWriter`] its kind's factory takes from [`crate::ProcessorContext::sink`]. The
+//! writer holds each output's input (its feed and the processor's group) until the
+//! output is published, so the feed's position is committed only then.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use mongoose_core::sink::{CommitGate, ExhaustedPolicy, RetryBudget, Sink};
+use mongoose_delivery::FeedRegistry;
+use mongoose_sink::{
+    FileSink, FileSinkConfig, HttpSink, HttpSinkConfig, RunnerConfig, SinkRunner, SinkStatus,
+    SinkWriter, StdoutSink, TcpSink, TcpSinkConfig,
+};
 use parking_lot::Mutex;
 
-/// A file sink: appends lines, one write each.
-#[derive(Clone, Debug)]
-pub struct FileSink {
-    path: PathBuf,
-    file: Arc<Mutex<File>>,
+use crate::config::{ServerConfig, SinkConfig};
+use crate::error::ServerError;
+
+/// The configured sinks, running, by name.
+#[derive(Debug, Default)]
+pub struct Sinks {
+    runners: Mutex<BTreeMap<String, SinkRunner>>,
+    /// The statuses of the sinks once stopped.
+    stopped: Mutex<Vec<SinkStatus>>,
+    names: Vec<String>,
+    /// The feeds whose commits the writers hold (none: a replay's sinks hold nothing).
+    registry: Option<FeedRegistry>,
 }
 
-impl FileSink {
-    /// Opens (creating) `path` for appending.
-    pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(FileSink {
-            path: path.to_path_buf(),
-            file: Arc::new(Mutex::new(file)),
+fn runner_config(sink: &SinkConfig) -> RunnerConfig {
+    let mut config = RunnerConfig::new(&sink.name, &sink.kind);
+    let defaults = RetryBudget::default();
+    config.budget = RetryBudget {
+        max_retries: sink.max_retries.unwrap_or(defaults.max_retries),
+        initial_backoff: sink
+            .initial_backoff_millis
+            .map_or(defaults.initial_backoff, Duration::from_millis),
+        max_backoff: sink
+            .max_backoff_millis
+            .map_or(defaults.max_backoff, Duration::from_millis),
+        expire_after: sink
+            .expire_after_millis
+            .map_or(defaults.expire_after, Duration::from_millis),
+    };
+    config.policy = sink.on_exhausted.unwrap_or(ExhaustedPolicy::Hold);
+    let file = sink.kind == "file";
+    config.batch = sink.batch.unwrap_or(if file { 65_536 } else { 1_024 });
+    config.capacity = sink
+        .queue_capacity
+        .unwrap_or(if file { 262_144 } else { 65_536 });
+    config
+}
+
+/// Opens the sink a `[[sinks]]` entry describes (a file sink creates its file and cuts
+/// off what was written past its durable length).
+fn open_sink(config: &ServerConfig, sink: &SinkConfig) -> Result<Box<dyn Sink>, ServerError> {
+    let refused = |error: mongoose_sink::SinkError| {
+        ServerError::invalid(format!("sinks.{}", sink.name), error.to_string())
+    };
+    let connect = sink.connect_timeout_millis.unwrap_or(5_000);
+    Ok(match sink.kind.as_str() {
+        "file" => {
+            let path = config.resolve(sink.path.as_deref().unwrap_or(std::path::Path::new("")));
+            Box::new(
+                FileSink::open(
+                    &sink.name,
+                    &FileSinkConfig {
+                        path,
+                        sync: sink.sync.unwrap_or(true),
+                    },
+                )
+                .map_err(refused)?,
+            )
+        }
+        "stdout" => Box::new(StdoutSink::default()),
+        "tcp" => Box::new(
+            TcpSink::new(
+                &sink.name,
+                TcpSinkConfig {
+                    address: sink.address.clone().unwrap_or_default(),
+                    connect_timeout_millis: connect,
+                    write_timeout_millis: sink.write_timeout_millis.unwrap_or(10_000),
+                },
+            )
+            .map_err(refused)?,
+        ),
+        "http" => Box::new(
+            HttpSink::new(
+                &sink.name,
+                HttpSinkConfig {
+                    url: sink.url.clone().unwrap_or_default(),
+                    timeout_millis: connect,
+                    response_timeout_millis: sink.response_timeout_millis.unwrap_or(10_000),
+                    headers: sink
+                        .headers
+                        .iter()
+                        .flatten()
+                        .map(|(name, value)| (name.clone(), value.clone()))
+                        .collect(),
+                },
+            )
+            .map_err(refused)?,
+        ),
+        other => {
+            return Err(ServerError::invalid(
+                format!("sinks.{}", sink.name),
+                format!("unknown sink kind '{other}'"),
+            ))
+        }
+    })
+}
+
+impl Sinks {
+    /// Opens and starts every configured sink. `registry`: the feeds whose commits the
+    /// writers hold (`None` for a replay).
+    ///
+    /// # Errors
+    /// A sink that cannot be opened (its file, its settings), or a thread that cannot
+    /// start.
+    pub fn open(
+        config: &ServerConfig,
+        registry: Option<FeedRegistry>,
+    ) -> Result<Self, ServerError> {
+        let mut runners = BTreeMap::new();
+        for sink in &config.sinks {
+            let opened = open_sink(config, sink)?;
+            let runner = SinkRunner::start(opened, runner_config(sink)).map_err(|error| {
+                ServerError::invalid(
+                    format!("sinks.{}", sink.name),
+                    format!("cannot start the sink's thread: {error}"),
+                )
+            })?;
+            runners.insert(sink.name.clone(), runner);
+        }
+        Ok(Sinks {
+            names: runners.keys().cloned().collect(),
+            runners: Mutex::new(runners),
+            stopped: Mutex::new(Vec::new()),
+            registry,
         })
     }
 
-    /// Appends `line` and a newline in one write.
-    pub fn write_line(&self, line: &str) -> std::io::Result<()> {
-        let mut bytes = Vec::with_capacity(line.len() + 1);
-        bytes.extend_from_slice(line.as_bytes());
-        bytes.push(b'\n');
-        self.file.lock().write_all(&bytes)
+    /// A writer to sink `name` for a processor of `group`: each output it writes
+    /// holds its input's commit (its feed, this group) until the output is over.
+    ///
+    /// # Errors
+    /// No sink of that name (the message lists the configured ones).
+    pub fn writer(&self, name: &str, group: &str) -> Result<SinkWriter, String> {
+        let runners = self.runners.lock();
+        let Some(runner) = runners.get(name) else {
+            return Err(format!(
+                "no sink named '{name}': configured sinks are [{}]; declare it under [[sinks]]",
+                self.names.join(", ")
+            ));
+        };
+        let registry = self.registry.clone();
+        let group = group.to_owned();
+        let gates: mongoose_sink::GateSource = Arc::new(move |feed: &str| {
+            let feed = registry.as_ref()?.get(feed)?;
+            let gate: Arc<dyn CommitGate> = Arc::new(feed.hold(&group).participant());
+            Some(gate)
+        });
+        Ok(SinkWriter::new(runner.handle(), gates))
     }
 
-    /// The file it appends to.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// What each sink has done.
+    pub fn statuses(&self) -> Vec<SinkStatus> {
+        let mut statuses: Vec<SinkStatus> = self
+            .runners
+            .lock()
+            .values()
+            .map(|runner| runner.handle().status())
+            .collect();
+        statuses.extend(self.stopped.lock().iter().cloned());
+        statuses.sort_by(|a, b| a.name.cmp(&b.name));
+        statuses
+    }
+
+    /// Waits until every sink has nothing queued or waiting for a retry, or until
+    /// `deadline`; true when they are idle.
+    pub fn await_idle(&self, deadline: Instant) -> bool {
+        loop {
+            let idle = self
+                .statuses()
+                .iter()
+                .all(|status| status.queued == 0 && status.retrying == 0);
+            if idle || Instant::now() >= deadline {
+                return idle;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Stops every sink: each publishes what is queued until `deadline`; what is left
+    /// keeps its inputs uncommitted.
+    pub fn stop(&self, deadline: Instant) -> Vec<SinkStatus> {
+        let runners = std::mem::take(&mut *self.runners.lock());
+        let stopped: Vec<SinkStatus> = runners
+            .into_values()
+            .map(|runner| runner.stop(deadline))
+            .collect();
+        self.stopped.lock().extend(stopped.iter().cloned());
+        stopped
     }
 }

@@ -156,12 +156,15 @@ impl FileSink {
                         "cutting off what was written after the last durable batch: its outputs were never reported published and come again");
                     sink.file.set_len(written.length).map_err(io(
                         name,
-                        format!("cutting {} back to {} bytes", path.display(), written.length),
+                        format!(
+                            "cutting {} back to {} bytes",
+                            path.display(),
+                            written.length
+                        ),
                     ))?;
-                    sink.file.sync_all().map_err(io(
-                        name,
-                        format!("syncing {}", path.display()),
-                    ))?;
+                    sink.file
+                        .sync_all()
+                        .map_err(io(name, format!("syncing {}", path.display())))?;
                 }
                 sink.length = written.length;
                 for (feed, lane, epoch, position, index) in written.last {
@@ -224,8 +227,7 @@ impl FileSink {
                 self.last.len()
             )));
         }
-        self.state
-            .write_all_at(&slot, (counter % 2) * SLOT_BYTES)?;
+        self.state.write_all_at(&slot, (counter % 2) * SLOT_BYTES)?;
         if self.sync {
             self.state.sync_data()?;
         }

@@ -38,7 +38,7 @@ pub mod writer;
 
 pub use error::SinkError;
 pub use file::{FileSink, FileSinkConfig, StdoutSink};
-pub use runner::{RunnerConfig, SendError, SinkHandle, SinkRunner, SinkStatus};
-pub use writer::{GateSource, SinkWriter};
 pub use http::{HttpSink, HttpSinkConfig};
+pub use runner::{RunnerConfig, SendError, SinkHandle, SinkRunner, SinkStatus};
 pub use tcp::{TcpSink, TcpSinkConfig};
+pub use writer::{GateSource, SinkWriter};

@@ -416,7 +416,10 @@ impl Run {
             return;
         }
         for waiting in self.waiting.drain(..due).rev() {
-            self.shared.counters.retrying.fetch_sub(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .retrying
+                .fetch_sub(1, Ordering::Relaxed);
             self.outputs.push_front(waiting.queued.output);
             self.meta.push_front(Meta {
                 gate: waiting.queued.gate,

@@ -106,15 +106,17 @@ impl SinkWriter {
         let Some(delivery) = DeliveryContext::current() else {
             self.unpositioned += 1;
             let key = OutputKey::new(NO_INPUT, Epoch(0), 0, self.unpositioned, 0, generation);
-            self.handle
-                .send(Output::new(key.clone(), payload), None)?;
+            self.handle.send(Output::new(key.clone(), payload), None)?;
             return Ok(key);
         };
-        let same = self.current.as_ref().is_some_and(|(feed, sequence, attempt)| {
-            Arc::ptr_eq(feed, delivery.feed_arc())
-                && *sequence == delivery.sequence()
-                && *attempt == delivery.attempt()
-        });
+        let same = self
+            .current
+            .as_ref()
+            .is_some_and(|(feed, sequence, attempt)| {
+                Arc::ptr_eq(feed, delivery.feed_arc())
+                    && *sequence == delivery.sequence()
+                    && *attempt == delivery.attempt()
+            });
         if !same {
             // a new delivery, or another attempt of one: its outputs count from 0 again,
             // so a retried input makes the same keys
@@ -132,10 +134,7 @@ impl SinkWriter {
         match gate {
             Some((gate, tag)) => {
                 gate.pending(tag);
-                if let Err(error) = self
-                    .handle
-                    .send(output, Some((Arc::clone(&gate), tag)))
-                {
+                if let Err(error) = self.handle.send(output, Some((Arc::clone(&gate), tag))) {
                     // not taken: nothing to wait for
                     gate.complete(tag);
                     self.index -= 1;

@@ -126,10 +126,18 @@ fn retries_stop_at_the_budget_and_expiry_and_the_policy_decides() {
             .collect::<Vec<_>>()
     );
     assert_eq!(
-        (status.uncertain, status.expired, status.held_count, status.lost),
+        (
+            status.uncertain,
+            status.expired,
+            status.held_count,
+            status.lost
+        ),
         (4, 1, 1, 0)
     );
-    assert!(gate.completed.lock().is_empty(), "a held output is never over");
+    assert!(
+        gate.completed.lock().is_empty(),
+        "a held output is never over"
+    );
     let held = gate.held.lock().clone();
     assert_eq!(held.len(), 1);
     assert!(held[0].1.contains("spent its retries"), "{}", held[0].1);
@@ -256,7 +264,13 @@ fn a_full_queue_refuses_without_blocking_and_a_stop_publishes_what_is_queued() {
             }
         }
     }
-    assert!(refused > 0, "a queue of 4 refused some of 100 outputs sent at once");
+    assert!(
+        refused > 0,
+        "a queue of 4 refused some of 100 outputs sent at once"
+    );
     let status = runner.stop(Instant::now() + Duration::from_secs(60));
-    assert_eq!(status.published, taken, "the stop published what was queued");
+    assert_eq!(
+        status.published, taken,
+        "the stop published what was queued"
+    );
 }

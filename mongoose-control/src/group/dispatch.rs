@@ -48,12 +48,19 @@ impl GroupDispatcher<'_> {
             let result = slot
                 .host
                 .dispatch(offer, index, self.feed, self.recorder.as_deref_mut());
-            let Err(reason) = result else {
+            let Err(failure) = result else {
                 self.handled.push(generation);
                 continue;
             };
             // its completions of this attempt go; a retry registers them again
             engine::discard_completions_of(Some(id));
+            if failure.busy && may_retry {
+                // not a failure: the item is offered to it again later
+                return DispatchOutcome::Busy {
+                    processor: Some(id),
+                };
+            }
+            let reason = failure.reason;
             if slot.retry_safe && may_retry {
                 tracing::warn!(group = self.group, feed = self.feed, processor = %slot.name, %reason, "handler failed; the retry-safe processor is retried alone on a later cycle");
                 return DispatchOutcome::Failed {

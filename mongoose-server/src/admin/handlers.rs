@@ -75,6 +75,24 @@ pub fn record_metrics(server: &Server) {
         metrics::gauge!("mongoose_group_quarantined", "group" => group.group.clone())
             .set(group.quarantined.len() as f64);
     }
+    for sink in server.sink_statuses() {
+        for (outcome, count) in [
+            ("published", sink.published),
+            ("not_published", sink.not_published),
+            ("uncertain", sink.uncertain),
+            ("expired", sink.expired),
+            ("lost", sink.lost),
+        ] {
+            metrics::gauge!("mongoose_sink_outputs", "sink" => sink.name.clone(), "outcome" => outcome)
+                .set(count as f64);
+        }
+        metrics::gauge!("mongoose_sink_retrying", "sink" => sink.name.clone())
+            .set(sink.retrying as f64);
+        metrics::gauge!("mongoose_sink_queued", "sink" => sink.name.clone())
+            .set(sink.queued as f64);
+        metrics::gauge!("mongoose_sink_held", "sink" => sink.name.clone())
+            .set(sink.held_count as f64);
+    }
 }
 
 fn not_found(what: String) -> Response {
@@ -82,7 +100,11 @@ fn not_found(what: String) -> Response {
 }
 
 pub(super) async fn status(State(server): State<Server>) -> Response {
-    Json(server.status()).into_response()
+    let mut status = serde_json::to_value(server.status()).unwrap_or_default();
+    if let Some(object) = status.as_object_mut() {
+        object.insert("sinks".to_owned(), json!(server.sink_statuses()));
+    }
+    Json(status).into_response()
 }
 
 pub(super) async fn groups(State(server): State<Server>) -> Response {

@@ -263,16 +263,77 @@ pub struct GroupConfig {
     pub processors: Vec<ProcessorConfig>,
 }
 
-/// A sink processors write to.
+/// A sink processors write to (`[[sinks]]`): its kind and the kind's settings, and how
+/// its outputs are retried and what happens to one that cannot be published.
+///
+/// ```toml
+/// [[sinks]]
+/// name = "out"
+/// kind = "file"            # file | stdout | tcp | http
+/// path = "out.log"         # file: lines appended, each batch fdatasync'd (sync = false: not)
+/// # address = "127.0.0.1:5140"            # tcp
+/// # url = "http://127.0.0.1:8080/events"  # http (one POST per output, Idempotency-Key)
+/// max_retries = 10
+/// expire_after_millis = 300000
+/// on_exhausted = "hold"    # hold (the feed's commit stays before the input) | count_loss
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     /// The sink's name.
     pub name: String,
-    /// The sink kind: `file` (lines appended, unbuffered).
+    /// The sink kind: `file`, `stdout`, `tcp` or `http`.
     pub kind: String,
-    /// The output file.
-    pub path: PathBuf,
+    /// `file`: the output file (created when absent).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// `file`: fdatasync each batch before its outputs count as published (default
+    /// true).
+    #[serde(default)]
+    pub sync: Option<bool>,
+    /// `tcp`: the peer, `host:port`.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// `http`: the URL each output is POSTed to (`http://` only).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// `http`: extra request headers.
+    #[serde(default)]
+    pub headers: Option<std::collections::BTreeMap<String, String>>,
+    /// `tcp`, `http`: the bound on connecting (default 5,000 ms).
+    #[serde(default)]
+    pub connect_timeout_millis: Option<u64>,
+    /// `http`: the bound on waiting for a response once the request is sent (default
+    /// 10,000 ms); past it the output is uncertain.
+    #[serde(default)]
+    pub response_timeout_millis: Option<u64>,
+    /// `tcp`: the bound on writing one batch (default 10,000 ms).
+    #[serde(default)]
+    pub write_timeout_millis: Option<u64>,
+    /// Retries after an output's first attempt (default 10).
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+    /// The wait before the first retry, doubled per retry (default 100 ms).
+    #[serde(default)]
+    pub initial_backoff_millis: Option<u64>,
+    /// The longest wait between retries (default 10,000 ms).
+    #[serde(default)]
+    pub max_backoff_millis: Option<u64>,
+    /// How long after its first attempt an output expires (default 300,000 ms).
+    #[serde(default)]
+    pub expire_after_millis: Option<u64>,
+    /// What an output that failed permanently, spent its retries or expired does:
+    /// `hold` (default: its feed's commit stays before its input, the feed reports
+    /// it, a restart tries it again) or `count_loss` (counted lost, `lossless: false`).
+    #[serde(default)]
+    pub on_exhausted: Option<mongoose_core::sink::ExhaustedPolicy>,
+    /// The most outputs given to the sink at once (default 1,024; 65,536 for `file`).
+    #[serde(default)]
+    pub batch: Option<usize>,
+    /// The most outputs queued for the sink (default 65,536; 262,144 for `file`); past
+    /// it a processor's output is refused and its item tried again later.
+    #[serde(default)]
+    pub queue_capacity: Option<usize>,
 }
 
 /// RECORD mode: the inputs of the named processors (all when empty) are recorded into

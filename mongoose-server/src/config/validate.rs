@@ -172,12 +172,7 @@ impl ServerConfig {
         let mut sinks = BTreeSet::new();
         for (index, sink) in self.sinks.iter().enumerate() {
             check_name(format!("sinks[{index}].name"), &sink.name)?;
-            if sink.kind != "file" {
-                return Err(ServerError::invalid(
-                    format!("sinks[{index}].kind"),
-                    format!("unknown sink kind '{}': expected \"file\"", sink.kind),
-                ));
-            }
+            sink.check_kind_settings(index)?;
             if !sinks.insert(sink.name.as_str()) {
                 return Err(ServerError::invalid(
                     format!("sinks[{index}].name"),
@@ -303,7 +298,9 @@ impl ServerConfig {
             paths.push((format!("feeds[{index}].path"), &feed.path));
         }
         for (index, sink) in self.sinks.iter().enumerate() {
-            paths.push((format!("sinks[{index}].path"), &sink.path));
+            if let Some(path) = &sink.path {
+                paths.push((format!("sinks[{index}].path"), path));
+            }
         }
         if let Some(record) = &self.record {
             paths.push(("record.dir".to_owned(), &record.dir));
@@ -334,12 +331,11 @@ impl ServerConfig {
             .iter()
             .enumerate()
             .map(|(index, feed)| (format!("feeds[{index}].path"), &feed.path))
-            .chain(
-                self.sinks
-                    .iter()
-                    .enumerate()
-                    .map(|(index, sink)| (format!("sinks[{index}].path"), &sink.path)),
-            );
+            .chain(self.sinks.iter().enumerate().filter_map(|(index, sink)| {
+                sink.path
+                    .as_ref()
+                    .map(|path| (format!("sinks[{index}].path"), path))
+            }));
         for (key, path) in files {
             let resolved = self.resolve(path);
             if resolved.is_dir() {
@@ -571,4 +567,83 @@ fn lexical_join(mut base: PathBuf, components: &[Component<'_>]) -> PathBuf {
         }
     }
     base
+}
+
+impl crate::config::SinkConfig {
+    /// Refuses an unknown kind, a missing setting of the kind, and a setting of
+    /// another kind (it would be ignored).
+    fn check_kind_settings(&self, index: usize) -> Result<(), ServerError> {
+        let at = |key: &str| format!("sinks[{index}].{key}");
+        let given: [(&str, bool); 8] = [
+            ("path", self.path.is_some()),
+            ("sync", self.sync.is_some()),
+            ("address", self.address.is_some()),
+            ("url", self.url.is_some()),
+            ("headers", self.headers.is_some()),
+            (
+                "connect_timeout_millis",
+                self.connect_timeout_millis.is_some(),
+            ),
+            (
+                "response_timeout_millis",
+                self.response_timeout_millis.is_some(),
+            ),
+            ("write_timeout_millis", self.write_timeout_millis.is_some()),
+        ];
+        let (required, allowed): (&[&str], &[&str]) = match self.kind.as_str() {
+            "file" => (&["path"], &["path", "sync"]),
+            "stdout" => (&[], &[]),
+            "tcp" => (
+                &["address"],
+                &["address", "connect_timeout_millis", "write_timeout_millis"],
+            ),
+            "http" => (
+                &["url"],
+                &["url", "headers", "connect_timeout_millis", "response_timeout_millis"],
+            ),
+            other => {
+                return Err(ServerError::invalid(
+                    at("kind"),
+                    format!(
+                        "unknown sink kind '{other}': expected \"file\", \"stdout\", \"tcp\" or \"http\""
+                    ),
+                ))
+            }
+        };
+        for key in required {
+            if !given.iter().any(|(name, set)| name == key && *set) {
+                return Err(ServerError::invalid(
+                    at(key),
+                    format!("a {} sink needs `{key}`", self.kind),
+                ));
+            }
+        }
+        for (key, set) in given {
+            if set && !allowed.contains(&key) {
+                return Err(ServerError::invalid(
+                    at(key),
+                    format!(
+                        "`{key}` is not a setting of a {} sink (its settings: {})",
+                        self.kind,
+                        if allowed.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            allowed.join(", ")
+                        }
+                    ),
+                ));
+            }
+        }
+        if self.batch == Some(0) || self.queue_capacity == Some(0) {
+            return Err(ServerError::invalid(
+                at(if self.batch == Some(0) {
+                    "batch"
+                } else {
+                    "queue_capacity"
+                }),
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
 }

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use tracing::error;
 
 use crate::config::{check_name, AddFailurePolicy, IdleStrategyConfig, ServerConfig, SourceKind};
-use crate::sinks::FileSink;
+use crate::sinks::Sinks;
 use crate::ServerError;
 
 use super::kinds::{unknown_feed, ProcessorContext, ProcessorKind, SettingsCheck, SettingsError};
@@ -360,7 +360,7 @@ impl ServerBuilder {
                 source: Mutex::new(SourceSlot::Ready(source)),
             });
         }
-        let sinks = open_sinks(&config)?;
+        let sinks = Sinks::open(&config, Some(registry.clone()))?;
         Ok(Server {
             inner: Arc::new(Inner {
                 config,
@@ -416,19 +416,6 @@ pub(super) fn glob_source_config(config: &ServerConfig, index: usize) -> GlobSou
     glob_config
 }
 
-pub(super) fn open_sinks(config: &ServerConfig) -> Result<BTreeMap<String, FileSink>, ServerError> {
-    let mut sinks = BTreeMap::new();
-    for sink in &config.sinks {
-        let path = config.resolve(&sink.path);
-        let opened = FileSink::open(&path).map_err(|error| ServerError::Io {
-            context: format!("cannot open the sink '{}' ({})", sink.name, path.display()),
-            error,
-        })?;
-        sinks.insert(sink.name.clone(), opened);
-    }
-    Ok(sinks)
-}
-
 pub(super) fn idle_strategy(config: IdleStrategyConfig) -> IdleStrategy {
     match config {
         IdleStrategyConfig::BusySpin => IdleStrategy::BusySpin,
@@ -439,12 +426,12 @@ pub(super) fn idle_strategy(config: IdleStrategyConfig) -> IdleStrategy {
 }
 
 impl Server {
-    /// Starts building a server from a configuration, with no processor kind
-    /// registered: register those its config files name with
-    /// [`ServerBuilder::processor_kind_checked`] (the `mongoose` binary registers the
-    /// ledger's).
+    /// Starts building a server from a configuration, with the built-in processor
+    /// kind `forward` ([`crate::forward`]) registered: register the others its config
+    /// files name with [`ServerBuilder::processor_kind_checked`] (the `mongoose` binary
+    /// registers the ledger's).
     pub fn builder(config: ServerConfig) -> ServerBuilder {
-        ServerBuilder {
+        crate::forward::register(ServerBuilder {
             config,
             kinds: BTreeMap::new(),
             code_processors: Vec::new(),
@@ -452,6 +439,6 @@ impl Server {
             code_feed_names: Vec::new(),
             code_sources: Vec::new(),
             kill_switch: None,
-        }
+        })
     }
 }

@@ -11,9 +11,9 @@ use mongoose_source_file::Line;
 use parking_lot::Mutex;
 
 use crate::config::ServerConfig;
+use crate::sinks::Sinks;
 use crate::ServerError;
 
-use super::builder::open_sinks;
 use super::kinds::ProcessorContext;
 use super::ServerBuilder;
 
@@ -42,7 +42,8 @@ pub fn replay(
 ) -> Result<Vec<(String, ReplayReport)>, ServerError> {
     builder.check()?;
     let config = builder.config;
-    let sinks = Arc::new(open_sinks(&config)?);
+    // a replay's sinks hold no feed's commit
+    let sinks = Arc::new(Sinks::open(&config, None)?);
     let mut reports = Vec::new();
     for (group_index, group) in config.groups.iter().enumerate() {
         let dir = recording.join(&group.name);

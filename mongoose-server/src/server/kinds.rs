@@ -1,14 +1,14 @@
 //! Processor kinds: what a factory building a configured processor is given, and how
 //! a kind checks its settings at boot.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use mongoose_core::Processor;
 
 use crate::config::ServerConfig;
-use crate::sinks::FileSink;
+use crate::sinks::Sinks;
+use mongoose_sink::SinkWriter;
 
 /// What a processor factory is given: the processor's name and group, its settings
 /// table from the config, and the config file's folder for relative paths.
@@ -22,8 +22,8 @@ pub struct ProcessorContext<'a> {
     pub settings: &'a toml::Table,
     /// The folder relative paths resolve against.
     pub base_dir: &'a Path,
-    /// The sinks of the configuration, by name.
-    pub sinks: &'a BTreeMap<String, FileSink>,
+    /// The sinks of the configuration.
+    pub sinks: &'a Sinks,
 }
 
 impl ProcessorContext<'_> {
@@ -34,15 +34,14 @@ impl ProcessorContext<'_> {
             .map_err(|error: toml::de::Error| error.message().trim().to_owned())
     }
 
-    /// The configured sink named `name`.
-    pub fn sink(&self, name: &str) -> Result<FileSink, String> {
-        self.sinks.get(name).cloned().ok_or_else(|| {
-            let known: Vec<&str> = self.sinks.keys().map(String::as_str).collect();
-            format!(
-                "no sink named '{name}': configured sinks are [{}]; declare it under [[sinks]]",
-                known.join(", ")
-            )
-        })
+    /// A writer to the configured sink named `name` for this processor: each output
+    /// it writes is keyed by the input being handled and holds that input's commit
+    /// until the output is published (or given up by the sink's policy).
+    ///
+    /// # Errors
+    /// No sink of that name (the message lists the configured ones).
+    pub fn sink(&self, name: &str) -> Result<SinkWriter, String> {
+        self.sinks.writer(name, self.group)
     }
 
     /// Resolves a path against the config file's folder.

@@ -262,6 +262,11 @@ impl Server {
                 warn!(pending, "shutdown drain timed out: the pending events stay uncommitted and are re-delivered at the next start");
             }
             lifecycle.drained = true;
+            // what the groups wrote is published before the commit after the drain, so
+            // that commit covers the inputs whose outputs are out
+            if !inner.sinks.await_idle(drain_deadline) {
+                warn!("shutdown: sinks still hold outputs after the drain: their inputs stay uncommitted and are delivered again at the next start");
+            }
         }
         if lifecycle.sources_stopped {
             self.commit_after_stop("after the drain");
@@ -281,6 +286,14 @@ impl Server {
             }
         }
         if lifecycle.sources_stopped && lifecycle.groups_closed && !lifecycle.committed_after_stop {
+            // what processors wrote while they stopped is published (until the deadline)
+            // and the sinks stop before the last commit
+            for status in inner.sinks.stop(deadline) {
+                if status.queued + status.retrying + status.held_count > 0 {
+                    warn!(sink = %status.name, queued = status.queued, retrying = status.retrying, held = status.held_count,
+                        "sink stopped with outputs not published: their inputs stay uncommitted and are delivered again at the next start");
+                }
+            }
             self.commit_after_stop("after the groups closed");
             lifecycle.committed_after_stop = true;
         }

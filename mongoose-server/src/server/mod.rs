@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use tracing::{error, warn};
 
 use crate::config::ServerConfig;
-use crate::sinks::FileSink;
+use crate::sinks::Sinks;
 
 use builder::glob_source_config;
 
@@ -69,7 +69,7 @@ struct Inner {
     registry: FeedRegistry,
     plane: ControlPlane,
     feeds: Vec<FeedRuntime>,
-    sinks: BTreeMap<String, FileSink>,
+    sinks: Sinks,
     lifecycle: Mutex<Lifecycle>,
     /// Why the run cannot go on: a source that could not start, a kill switch.
     failures: Arc<Mutex<Vec<String>>>,
@@ -107,9 +107,21 @@ impl Server {
         &self.inner.plane
     }
 
-    /// The status of every feed.
+    /// The status of every feed. A sink that counted an output lost makes the run not
+    /// `lossless`; outputs queued or waiting for a retry make it not `settled`.
     pub fn status(&self) -> StatusReport {
-        self.inner.registry.status()
+        let mut report = self.inner.registry.status();
+        for sink in self.inner.sinks.statuses() {
+            report.lossless &= sink.lost == 0;
+            report.settled &= sink.queued == 0 && sink.retrying == 0 && sink.held_count == 0;
+        }
+        report
+    }
+
+    /// What each configured sink has done (`published`, `not_published`,
+    /// `uncertain`, `retrying`, `expired`, `lost`, `queued`, `held`).
+    pub fn sink_statuses(&self) -> Vec<mongoose_sink::SinkStatus> {
+        self.inner.sinks.statuses()
     }
 
     /// The status of every processor group.
