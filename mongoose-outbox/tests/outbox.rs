@@ -157,7 +157,7 @@ fn a_kill_at_any_point_loses_no_durable_admission() {
     let mut random = Random(seed);
     let mut last_number = 0;
     let mut last_seq = 0;
-    for round in 0..8 {
+    for round in 0..12 {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", KILL_TEST, "--nocapture", "--test-threads=1"])
             .env(CHILD_DIR, dir.path())
