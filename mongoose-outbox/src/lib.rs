@@ -9,9 +9,10 @@
 //!
 //! ```text
 //! writer (group thread)            syncer thread
-//! admit(&Admission) -> seq         waits for a group: group_records records, or
-//!   encodes into a buffer  ------>   group_micros after its first one, or group_bytes
-//!   (short lock, no syscall)       swaps buffers under the lock, then outside it:
+//! admit(&Admission) -> seq         waits for a group: group_records records pending,
+//!   encodes into a buffer  ------>   or group_micros after the first one; takes all
+//!   (short lock, no syscall)         that is pending (groups grow while it syncs):
+//!                                  swaps buffers under the lock, then outside it:
 //!                                    write(2) the group, fdatasync
 //!                                    durable := the group's last seq
 //!                                    on_durable(seq)  -> the owner's checkpoint

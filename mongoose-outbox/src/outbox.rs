@@ -26,15 +26,16 @@ use crate::{Admission, OutboxError, Outcome};
 pub struct OutboxConfig {
     /// The folder of its segments (created when missing). One outbox per folder.
     pub dir: PathBuf,
-    /// A group is written and synced once it holds this many records (default 1024).
-    /// The writer waits when a full group is pending while the one before is still
-    /// being synced (backpressure: the disk sets the pace).
+    /// A group is written and synced as soon as this many records are pending
+    /// (default 1024) ...
     pub group_records: usize,
     /// ... or once its first record has waited this long, in microseconds (default
-    /// 2000).
+    /// 2000). While the syncer is busy with a group, records keep coming and the next
+    /// group takes all of them: groups grow when the disk is slow.
     pub group_micros: u64,
-    /// ... or once it holds this many bytes (default 8 MiB).
-    pub group_bytes: usize,
+    /// The writer waits while this many bytes are pending and the syncer is busy
+    /// (default 16 MiB): the bound on memory, and how the disk sets the pace.
+    pub max_pending_bytes: usize,
     /// A segment is closed and a new one started once it would grow past this many
     /// bytes (default 64 MiB; a record larger than it gets a segment of its own).
     pub segment_bytes: u64,
@@ -51,7 +52,7 @@ impl OutboxConfig {
             dir: dir.into(),
             group_records: 1024,
             group_micros: 2000,
-            group_bytes: 8 << 20,
+            max_pending_bytes: 16 << 20,
             segment_bytes: 64 << 20,
             sync: true,
         }
@@ -63,9 +64,9 @@ impl OutboxConfig {
                 "group_records is 0: set it to 1 or more (1024 is the default)".into(),
             ));
         }
-        if self.group_bytes == 0 {
+        if self.max_pending_bytes == 0 {
             return Err(OutboxError::Config(
-                "group_bytes is 0: set it to 1 or more (8 MiB is the default)".into(),
+                "max_pending_bytes is 0: set it to 1 or more (16 MiB is the default)".into(),
             ));
         }
         if self.segment_bytes < 4096 {
@@ -241,7 +242,7 @@ impl Outbox {
         let thread_shared = Arc::clone(&shared);
         let group = Group {
             records: config.group_records,
-            bytes: config.group_bytes,
+            bytes: config.max_pending_bytes,
             wait: Duration::from_micros(config.group_micros),
         };
         let handle = std::thread::Builder::new()
@@ -262,8 +263,9 @@ impl Outbox {
 
     /// Admits one record: the processor's state change, its source positions and its
     /// outputs, as one checksummed record (the point of no return once durable). Cheap:
-    /// it encodes into a buffer the syncer writes; it waits only when a full group is
-    /// pending while the one before is still being synced. The record's sequence;
+    /// it encodes into a buffer the syncer writes; it waits only while
+    /// `max_pending_bytes` are pending (the disk is slower than the writer). The
+    /// record's sequence;
     /// durable once [`durable`](Self::durable) reaches it.
     ///
     /// A failed write (a full disk) is returned here, now or on the next call, and
@@ -395,9 +397,7 @@ impl Outbox {
         let seq = self.next_seq;
         let shared = Arc::clone(&self.shared);
         let mut pending = shared.pending.lock();
-        while pending.records >= self.config.group_records
-            || pending.buffer.len() >= self.config.group_bytes
-        {
+        while pending.buffer.len() >= self.config.max_pending_bytes {
             if let Some(error) = &pending.failed {
                 return Err(self.write_error(error));
             }
@@ -434,8 +434,8 @@ impl Outbox {
         if pending.records == 1 {
             pending.first_at = Some(Instant::now());
             shared.work.notify_one();
-        } else if pending.records >= self.config.group_records
-            || pending.buffer.len() >= self.config.group_bytes
+        } else if pending.records == self.config.group_records
+            || pending.buffer.len() >= self.config.max_pending_bytes
         {
             shared.work.notify_one();
         }
