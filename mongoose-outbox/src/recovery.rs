@@ -140,10 +140,10 @@ pub(crate) fn scan(dir: &Path) -> Result<Scan, OutboxError> {
             path: path.clone(),
             source,
         })?;
-        if bytes.len() < HEADER_LEN
-            && is_last
-            && bytes[..] == segment_header(first_seq)[..bytes.len()]
-        {
+        let torn_header = (bytes.len() < HEADER_LEN
+            && bytes[..] == segment_header(first_seq)[..bytes.len()])
+            || (bytes.len() <= HEADER_LEN && bytes.iter().all(|&byte| byte == 0));
+        if is_last && torn_header {
             // The segment was being created when the process stopped: its header is a
             // torn write.
             if !bytes.is_empty() {
@@ -222,8 +222,15 @@ pub(crate) fn scan(dir: &Path) -> Result<Scan, OutboxError> {
                     offset = next;
                     continue;
                 }
-                Frame::CutShort(reason) | Frame::Bad(reason) => reason,
+                Frame::CutShort(reason) => (reason, true),
+                // Zeros to the end: space the file system extended but the data never
+                // reached (a power loss); a torn write too.
+                Frame::Bad(reason) => {
+                    let zeros = bytes[offset..].iter().all(|&byte| byte == 0);
+                    (reason, zeros)
+                }
             };
+            let (reason, torn_shape) = reason;
             if !is_last {
                 return Err(damaged(
                     offset,
@@ -234,6 +241,15 @@ pub(crate) fn scan(dir: &Path) -> Result<Scan, OutboxError> {
                 return Err(damaged(
                     offset,
                     format!("{reason}, and a whole record follows it at byte {whole}"),
+                ));
+            }
+            if !torn_shape {
+                return Err(damaged(
+                    offset,
+                    format!(
+                        "{reason}, at the end of the last segment but not cut short, so not a \
+                         torn write"
+                    ),
                 ));
             }
             recovery.torn = Some(TornTail {

@@ -322,6 +322,33 @@ fn a_torn_tail_is_cut_and_damage_refuses_naming_the_file_and_offset() {
     assert!(recovery.torn.is_none());
     assert_eq!(recovery.admissions.len(), 10);
 
+    // A zero-filled tail (a file system that extended the file but never wrote the
+    // data): a torn write too.
+    let dir = tempfile::tempdir().unwrap();
+    write_admissions(config(dir.path()), 4);
+    let last = segments(dir.path()).pop().unwrap();
+    let length = fs::metadata(&last).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&last)
+        .unwrap()
+        .set_len(length + 300)
+        .unwrap();
+    let (outbox, recovery) = Outbox::open(config(dir.path())).unwrap();
+    assert_eq!(recovery.torn.unwrap().offset, length);
+    assert_eq!(recovery.admissions.len(), 4);
+    outbox.close().unwrap();
+
+    // The last record whole but wrong (not cut short): damage, not a torn write.
+    let dir = tempfile::tempdir().unwrap();
+    write_admissions(config(dir.path()), 10);
+    let last = segments(dir.path()).pop().unwrap();
+    let offsets = record_offsets(&last);
+    let mut bytes = fs::read(&last).unwrap();
+    bytes[offsets[9] + 30] ^= 0x01;
+    fs::write(&last, &bytes).unwrap();
+    assert_damaged_at(dir.path(), &last, offsets[9] as u64);
+
     // A flipped byte in a record with whole records after it: damage.
     let dir = tempfile::tempdir().unwrap();
     write_admissions(config(dir.path()), 10);
