@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -200,10 +200,8 @@ impl Outbox {
                 (file, keep.max(HEADER_LEN as u64))
             }
             None => {
-                let path = dir.join(segment_file_name(1));
                 let file = create_segment(&dir, 1)?;
                 sync_dir(&dir).map_err(|source| io_error("sync the folder", &dir, source))?;
-                let _ = path;
                 segments.push_back(SegmentMeta {
                     first_seq: 1,
                     last_seq: 0,
@@ -214,7 +212,6 @@ impl Outbox {
             }
         };
         let mut file = file;
-        use std::io::Seek;
         file.seek(io::SeekFrom::End(0))
             .map_err(|source| io_error("seek", &dir, source))?;
 

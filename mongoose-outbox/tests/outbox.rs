@@ -159,7 +159,7 @@ fn a_kill_at_any_point_loses_no_durable_admission() {
     let mut random = Random(seed);
     let mut last_number = 0;
     let mut last_seq = 0;
-    for round in 0..12 {
+    for round in 0..20 {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", KILL_TEST, "--nocapture", "--test-threads=1"])
             .env(CHILD_DIR, dir.path())
@@ -194,7 +194,7 @@ fn a_kill_at_any_point_loses_no_durable_admission() {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        std::thread::sleep(Duration::from_millis(random.below(300)));
+        std::thread::sleep(Duration::from_millis(random.below(200)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         reader.join().unwrap();
