@@ -186,7 +186,7 @@ fn a_kill_at_any_point_loses_no_durable_admission() {
             })
         };
         // Let it get going (at least one durable group), then kill it at a random time.
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_secs(300);
         while reports.load(Ordering::Relaxed) < 1 {
             assert!(
                 Instant::now() < deadline,
@@ -195,6 +195,15 @@ fn a_kill_at_any_point_loses_no_durable_admission() {
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(random.below(200)));
+        if round % 2 == 1 {
+            // Every other round, right after a durable report: the next group is being
+            // written, and the one reported must already be whole on disk.
+            let seen = reports.load(Ordering::Relaxed);
+            while reports.load(Ordering::Relaxed) == seen {
+                assert!(Instant::now() < deadline, "the child stopped reporting");
+                std::hint::spin_loop();
+            }
+        }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         reader.join().unwrap();
