@@ -224,6 +224,49 @@ mod tests {
     }
 
     #[test]
+    fn a_borrowed_admission_encodes_to_the_same_bytes_as_an_owned_one() {
+        use crate::{
+            Admission, AdmissionRef, AdmittedOutput, AdmittedOutputRef, AdmittedPosition,
+            AdmittedPositionRef,
+        };
+        use mongoose_core::sink::OutputKey;
+        use mongoose_core::Epoch;
+        let key = OutputKey::new("lines", Epoch(2), 1, 99, 0, 3);
+        let owned = Admission {
+            state: b"state".to_vec(),
+            positions: vec![AdmittedPosition {
+                feed: "lines".into(),
+                epoch: Epoch(2),
+                lane: 1,
+                position: 99,
+            }],
+            outputs: vec![AdmittedOutput {
+                sink: "out".into(),
+                key: key.clone(),
+                payload: b"payload".to_vec(),
+            }],
+        };
+        let borrowed = AdmissionRef {
+            state: b"state",
+            positions: &[AdmittedPositionRef {
+                feed: "lines",
+                epoch: Epoch(2),
+                lane: 1,
+                position: 99,
+            }],
+            outputs: &[AdmittedOutputRef {
+                sink: "out",
+                key: &key,
+                payload: b"payload",
+            }],
+        };
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        encode_record(&mut first, KIND_ADMISSION, 1, &owned).unwrap();
+        encode_record(&mut second, KIND_ADMISSION, 1, &borrowed).unwrap();
+        assert_eq!(first, second);
+    }
+
+    #[test]
     fn the_segment_header_and_name_carry_the_first_sequence() {
         assert_eq!(segment_file_name(42), "outbox-00000000000000000042.log");
         assert_eq!(parse_segment_file_name(&segment_file_name(42)), Some(42));

@@ -143,6 +143,42 @@ pub struct AdmittedOutput {
     pub payload: Vec<u8>,
 }
 
+/// An [`Admission`] from borrowed parts, for [`Outbox::admit_ref`]: it encodes to the
+/// same bytes, so it reads back as an [`Admission`].
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct AdmissionRef<'a> {
+    /// The state change, opaque to the outbox.
+    pub state: &'a [u8],
+    /// The source positions the admission covers.
+    pub positions: &'a [AdmittedPositionRef<'a>],
+    /// The outputs to publish.
+    pub outputs: &'a [AdmittedOutputRef<'a>],
+}
+
+/// An [`AdmittedPosition`] from borrowed parts.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct AdmittedPositionRef<'a> {
+    /// The feed.
+    pub feed: &'a str,
+    /// The position's epoch.
+    pub epoch: Epoch,
+    /// The lane (0 for a single-lane feed).
+    pub lane: u32,
+    /// The position (offset within the lane).
+    pub position: u64,
+}
+
+/// An [`AdmittedOutput`] from borrowed parts.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct AdmittedOutputRef<'a> {
+    /// The sink's name.
+    pub sink: &'a str,
+    /// Its de-duplication key.
+    pub key: &'a OutputKey,
+    /// What is published.
+    pub payload: &'a [u8],
+}
+
 /// A terminal outcome of an admitted output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Outcome {

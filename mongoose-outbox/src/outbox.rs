@@ -19,7 +19,7 @@ use crate::format::{
     KIND_OUTCOMES,
 };
 use crate::recovery::{scan, Recovery, SegmentMeta};
-use crate::{Admission, OutboxError, Outcome};
+use crate::{Admission, AdmissionRef, OutboxError, Outcome};
 
 /// How an outbox is laid out and how it groups its fsyncs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -269,16 +269,29 @@ impl Outbox {
     /// nothing after [`durable`](Self::durable) counts as durable.
     pub fn admit(&mut self, admission: &Admission) -> Result<u64, OutboxError> {
         let seq = self.append(KIND_ADMISSION, admission)?;
+        self.count_admitted(seq, admission.outputs.iter().map(|output| &output.key));
+        Ok(seq)
+    }
+
+    /// [`admit`](Self::admit) from borrowed parts, without building an owned
+    /// [`Admission`]: the same record on disk (it reads back as an [`Admission`]).
+    pub fn admit_ref(&mut self, admission: &AdmissionRef<'_>) -> Result<u64, OutboxError> {
+        let seq = self.append(KIND_ADMISSION, admission)?;
+        self.count_admitted(seq, admission.outputs.iter().map(|output| output.key));
+        Ok(seq)
+    }
+
+    /// Notes admission `seq` and its outputs (unsettled) in the last segment.
+    fn count_admitted<'k>(&mut self, seq: u64, keys: impl Iterator<Item = &'k OutputKey>) {
         let segment = self.segments.back_mut().expect("a last segment");
         segment.last_admission = seq;
         let first_seq = segment.first_seq;
-        for output in &admission.outputs {
-            if let Some(earlier) = self.unsettled.insert(output.key.clone(), first_seq) {
+        for key in keys {
+            if let Some(earlier) = self.unsettled.insert(key.clone(), first_seq) {
                 self.uncount(earlier);
             }
             self.segments.back_mut().expect("a last segment").unsettled += 1;
         }
-        Ok(seq)
     }
 
     /// Records terminal outcomes of admitted outputs (group-committed like
