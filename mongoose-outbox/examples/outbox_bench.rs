@@ -5,7 +5,8 @@
 //! - `group_records = 1` (a group as soon as one record is pending; groups still grow
 //!   while the syncer is busy);
 //! - one fdatasync per record: `group_records = 1` and the writer waits for each record
-//!   to be durable before the next (what a caller that fsyncs each line pays).
+//!   to be durable before the next (what a caller that fsyncs each line pays);
+//! - sync off: what the writer and the syncer's write(2)s reach without fdatasync.
 //!
 //! ```text
 //! cargo run --release -p mongoose-outbox --example outbox_bench -- [--dir DIR] [--records N] [--single N]
@@ -38,23 +39,33 @@ fn main() {
     let parent = dir.unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&parent).expect("the bench folder");
 
-    for (label, group_records, count, wait_each) in [
+    let runs: [(&str, usize, u64, bool, bool); 4] = [
         (
             "default group commit (1024 records / 2 ms)",
             1024,
             records,
             false,
+            true,
         ),
-        ("group_records 1", 1, records, false),
+        ("group_records 1", 1, records, false, true),
         (
-            "group_records 1, each record waited for (fdatasync per record)",
+            "fdatasync per record (group_records 1, each waited for)",
             1,
             single,
             true,
+            true,
         ),
-    ] {
+        (
+            "sync off (no fdatasync: the ceiling)",
+            1024,
+            records,
+            false,
+            false,
+        ),
+    ];
+    for (label, group_records, count, wait_each, sync) in runs {
         let mut rates: Vec<f64> = (0..3)
-            .map(|_| run(&parent, group_records, count, wait_each))
+            .map(|_| run(&parent, group_records, count, wait_each, sync))
             .collect();
         rates.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!(
@@ -66,10 +77,11 @@ fn main() {
 
 /// Admits `count` records into a fresh outbox and waits until they are durable (each
 /// one, with `wait_each`): records per second.
-fn run(parent: &Path, group_records: usize, count: u64, wait_each: bool) -> f64 {
+fn run(parent: &Path, group_records: usize, count: u64, wait_each: bool, sync: bool) -> f64 {
     let dir = tempfile::tempdir_in(parent).expect("a temporary folder");
     let mut config = OutboxConfig::new(dir.path());
     config.group_records = group_records;
+    config.sync = sync;
     let (mut outbox, _) = Outbox::open(config).expect("the outbox opens");
     let mut admission = Admission {
         state: vec![7u8; 100],
