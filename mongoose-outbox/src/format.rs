@@ -264,6 +264,19 @@ mod tests {
         encode_record(&mut first, KIND_ADMISSION, 1, &owned).unwrap();
         encode_record(&mut second, KIND_ADMISSION, 1, &borrowed).unwrap();
         assert_eq!(first, second);
+        // Byte fields are written in one piece, in the format of a sequence of u8.
+        let as_sequences = postcard::to_stdvec(&(b"state"
+            .to_vec()
+            .into_iter()
+            .collect::<std::collections::VecDeque<u8>>(),))
+        .unwrap();
+        assert_eq!(postcard::to_stdvec(&owned).unwrap()[..6], as_sequences[..]);
+        match read_frame(&first, 0) {
+            Frame::Whole { body, .. } => {
+                assert_eq!(postcard::from_bytes::<Admission>(body).unwrap(), owned)
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

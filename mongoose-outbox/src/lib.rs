@@ -112,6 +112,7 @@ pub use recovery::{Recovery, TornTail};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Admission {
     /// The state change, opaque to the outbox.
+    #[serde(serialize_with = "serialize_bytes")]
     pub state: Vec<u8>,
     /// The source positions the admission covers.
     pub positions: Vec<AdmittedPosition>,
@@ -140,6 +141,7 @@ pub struct AdmittedOutput {
     /// Its de-duplication key.
     pub key: OutputKey,
     /// What is published.
+    #[serde(serialize_with = "serialize_bytes")]
     pub payload: Vec<u8>,
 }
 
@@ -148,6 +150,7 @@ pub struct AdmittedOutput {
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct AdmissionRef<'a> {
     /// The state change, opaque to the outbox.
+    #[serde(serialize_with = "serialize_bytes")]
     pub state: &'a [u8],
     /// The source positions the admission covers.
     pub positions: &'a [AdmittedPositionRef<'a>],
@@ -176,6 +179,7 @@ pub struct AdmittedOutputRef<'a> {
     /// Its de-duplication key.
     pub key: &'a OutputKey,
     /// What is published.
+    #[serde(serialize_with = "serialize_bytes")]
     pub payload: &'a [u8],
 }
 
@@ -188,4 +192,11 @@ pub enum Outcome {
     NotPublished,
     /// Its retries were spent or it expired, and the policy counted it lost.
     LostByPolicy,
+}
+
+/// Writes a byte field in one piece: postcard encodes bytes exactly as a sequence of
+/// `u8` (a varint length, then the bytes), so the default `Vec<u8>` deserializer reads
+/// it back, without a call per byte.
+fn serialize_bytes<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_bytes(bytes)
 }
