@@ -195,8 +195,10 @@ impl Outbox {
                 };
                 // What a killed process left in the page cache counts as durable once
                 // it is synced.
-                file.sync_data()
-                    .map_err(|source| io_error("sync", &path, source))?;
+                if config.sync {
+                    file.sync_data()
+                        .map_err(|source| io_error("sync", &path, source))?;
+                }
                 (file, keep.max(HEADER_LEN as u64))
             }
             None => {

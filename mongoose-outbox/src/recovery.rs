@@ -123,6 +123,12 @@ pub(crate) fn scan(dir: &Path) -> Result<Scan, OutboxError> {
             reason,
             dir: dir.to_path_buf(),
         };
+        if first_seq == 0 || first_seq > u64::MAX / 2 {
+            return Err(damaged(
+                0,
+                format!("the segment's name says it starts at sequence {first_seq}, which no outbox writes"),
+            ));
+        }
         if let Some(expected) = expected_seq {
             if first_seq != expected {
                 return Err(damaged(

@@ -402,6 +402,14 @@ fn a_torn_tail_is_cut_and_damage_refuses_naming_the_file_and_offset() {
     fs::write(&last, &bytes).unwrap();
     assert_damaged_at(dir.path(), &last, 0);
 
+    // A segment named for sequence 0 (no outbox writes one): damage, not a panic.
+    let dir = tempfile::tempdir().unwrap();
+    write_admissions(config(dir.path()), 3);
+    let last = segments(dir.path()).pop().unwrap();
+    let zero = dir.path().join("outbox-00000000000000000000.log");
+    fs::rename(&last, &zero).unwrap();
+    assert_damaged_at(dir.path(), &zero, 0);
+
     // A missing segment in the middle: damage.
     let dir = tempfile::tempdir().unwrap();
     let mut small = config(dir.path());
@@ -410,6 +418,62 @@ fn a_torn_tail_is_cut_and_damage_refuses_naming_the_file_and_offset() {
     let all = segments(dir.path());
     fs::remove_file(&all[1]).unwrap();
     assert_damaged_at(dir.path(), &all[2], 0);
+}
+
+#[test]
+fn every_flipped_byte_is_refused_or_cut_and_nothing_is_invented() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut small = config(dir.path());
+    small.segment_bytes = 4096;
+    write_admissions(small, 60);
+    let all = segments(dir.path());
+    assert!(all.len() >= 2, "{all:?}");
+    let originals: Vec<(PathBuf, Vec<u8>)> = all
+        .iter()
+        .map(|path| (path.clone(), fs::read(path).unwrap()))
+        .collect();
+    let (mut refused, mut cut) = (0, 0);
+    for (path, original) in &originals {
+        for at in 0..original.len() {
+            // Every byte of the header and of the last records, every fifth elsewhere.
+            if at >= 24 && at + 300 < original.len() && at % 5 != 0 {
+                continue;
+            }
+            let mut bytes = original.clone();
+            bytes[at] ^= 0xA5;
+            fs::write(path, &bytes).unwrap();
+            let mut unsynced = config(dir.path());
+            unsynced.sync = false;
+            match Outbox::open(unsynced) {
+                Err(OutboxError::Damaged { file, .. }) => {
+                    assert_eq!(&file, path);
+                    assert_eq!(fs::read(path).unwrap(), bytes, "refusing changed the file");
+                    refused += 1;
+                }
+                Err(other) => panic!("byte {at} of {}: {other}", path.display()),
+                Ok((outbox, recovery)) => {
+                    // Only a cut-short end of the last segment may be cut: what is
+                    // recovered is the originals' prefix, intact.
+                    assert!(recovery.torn.is_some(), "byte {at} of {}", path.display());
+                    let numbers: Vec<u64> = recovery
+                        .admissions
+                        .iter()
+                        .map(|(_, a)| number_of(a))
+                        .collect();
+                    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+                    assert!(
+                        numbers.len() >= 59,
+                        "byte {at}: more than the last record cut"
+                    );
+                    drop(outbox);
+                    cut += 1;
+                }
+            }
+            fs::write(path, original).unwrap();
+        }
+    }
+    eprintln!("{refused} flips refused, {cut} cut as a torn tail");
+    assert!(refused > 0);
 }
 
 // ---------------------------------------------------------------------------------
