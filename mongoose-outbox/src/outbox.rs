@@ -246,7 +246,24 @@ impl Outbox {
         };
         let handle = std::thread::Builder::new()
             .name("outbox-syncer".into())
-            .spawn(move || run_syncer(thread_shared, syncer, group))
+            .spawn(move || {
+                let shared = Arc::clone(&thread_shared);
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_syncer(thread_shared, syncer, group)
+                }));
+                if run.is_err() {
+                    // A panic (in the on_durable callback, say) must not leave the
+                    // writer waiting for a syncer that is gone: it fails the outbox.
+                    tracing::error!(
+                        "outbox: the syncer thread panicked; the outbox takes no more records"
+                    );
+                    let mut pending = shared.pending.lock();
+                    pending.failed.get_or_insert_with(|| {
+                        Arc::new(io::Error::other("the outbox's syncer thread panicked"))
+                    });
+                    shared.progress.notify_all();
+                }
+            })
             .map_err(|source| io_error("start the syncer thread for", &dir, source))?;
         let outbox = Outbox {
             shared,

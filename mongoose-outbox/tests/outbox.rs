@@ -629,6 +629,28 @@ fn compaction_keeps_segments_with_unsettled_outputs() {
     assert_eq!(number_of(&recovery.admissions.last().unwrap().1), 300);
 }
 
+#[test]
+fn a_panicking_durable_callback_fails_the_outbox_instead_of_hanging_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut small = config(dir.path());
+    small.max_pending_bytes = 4096;
+    let (mut outbox, _) = Outbox::open(small).unwrap();
+    outbox.on_durable(Box::new(|_| panic!("a callback bug")));
+    let mut result = Ok(0);
+    for number in 1..=10_000 {
+        result = outbox.admit(&admission(number, 1, 100));
+        if result.is_err() {
+            break;
+        }
+    }
+    assert!(
+        matches!(result, Err(OutboxError::Write { .. })),
+        "{result:?}"
+    );
+    assert!(outbox.sync().is_err());
+    assert!(outbox.close().is_err());
+}
+
 /// A recovered outbox with nothing in it.
 #[test]
 fn an_empty_folder_opens_empty() {
