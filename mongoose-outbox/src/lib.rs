@@ -51,6 +51,15 @@
 //! assert!(recovery.unsettled().is_empty());
 //! ```
 //!
+//! # Threads
+//!
+//! One writer: [`Outbox::admit`], [`Outbox::record_outcomes`] and
+//! [`Outbox::compact`] take `&mut self`. [`Outbox`] is `Send + Sync`, so an owner
+//! whose outcomes come from other threads (sink runners) either sends them to the
+//! writer's thread or shares the outbox behind a mutex: the lock is then held only
+//! while a record is encoded, never across a write or an fdatasync (those are the
+//! syncer's).
+//!
 //! # On disk
 //!
 //! A folder of segments named by the sequence of their first record,
@@ -199,4 +208,15 @@ pub enum Outcome {
 /// it back, without a call per byte.
 fn serialize_bytes<S: serde::Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The owner may share the outbox behind a mutex with its sink threads.
+    #[test]
+    fn the_outbox_can_be_shared_between_threads() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<crate::Outbox>();
+        send_and_sync::<crate::Recovery>();
+    }
 }
