@@ -129,8 +129,8 @@ pub struct Outbox {
     /// Oldest first; the last is the one being written.
     segments: VecDeque<SegmentMeta>,
     /// Every admitted output without a terminal outcome and its segment's first
-    /// sequence.
-    unsettled: HashMap<OutputKey, u64>,
+    /// sequence (foldhash: one insert per output is on the writer's hot path).
+    unsettled: HashMap<OutputKey, u64, foldhash::fast::RandomState>,
 }
 
 impl fmt::Debug for Outbox {
@@ -271,7 +271,7 @@ impl Outbox {
             next_seq: recovery.last_seq + 1,
             segment_len,
             segments,
-            unsettled: scanned.unsettled_keys,
+            unsettled: scanned.unsettled_keys.into_iter().collect(),
             config,
         };
         Ok((outbox, recovery))
