@@ -25,6 +25,15 @@ pub enum OutboxError {
         #[source]
         source: io::Error,
     },
+    /// Another outbox (in this process or another one) has the folder open.
+    #[error(
+        "the outbox folder {dir} is in use by another outbox (this process or another \
+         one holds its LOCK file): stop the other one first; two writers would corrupt it"
+    )]
+    Locked {
+        /// The outbox folder.
+        dir: PathBuf,
+    },
     /// A record or a segment header that is not a torn write fails its checks. Nothing
     /// on disk was changed.
     #[error(

@@ -119,6 +119,9 @@ struct Shared {
 /// syncer thread writes and fdatasyncs them in groups and reports the highest durable
 /// sequence. See the crate docs.
 pub struct Outbox {
+    /// The folder's LOCK file, flock'ed while the outbox is open (the kernel lets go
+    /// when the process dies).
+    _lock: File,
     shared: Arc<Shared>,
     syncer: Option<JoinHandle<()>>,
     config: OutboxConfig,
@@ -158,6 +161,9 @@ impl Outbox {
             path: dir.clone(),
             source,
         })?;
+        // Before reading anything: a live writer's half-written group must not be
+        // mistaken for a torn write and cut.
+        let lock = lock_folder(&dir)?;
         let scanned = scan(&dir)?;
         let recovery = scanned.recovery;
         let mut segments: VecDeque<SegmentMeta> = scanned.segments.into();
@@ -266,6 +272,7 @@ impl Outbox {
             })
             .map_err(|source| io_error("start the syncer thread for", &dir, source))?;
         let outbox = Outbox {
+            _lock: lock,
             shared,
             syncer: Some(handle),
             next_seq: recovery.last_seq + 1,
@@ -646,6 +653,28 @@ fn write_header(mut file: File, path: &Path, first_seq: u64) -> Result<File, Out
     file.write_all(&segment_header(first_seq))
         .map_err(|source| io_error("write", path, source))?;
     Ok(file)
+}
+
+/// The name of the lock file in an outbox folder.
+const LOCK_FILE: &str = "LOCK";
+
+/// Takes the folder's lock (an exclusive flock on its LOCK file), or says who has it.
+fn lock_folder(dir: &Path) -> Result<File, OutboxError> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|source| io_error("create", &path, source))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(OutboxError::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(errno) => Err(io_error("lock", &path, errno.into())),
+    }
 }
 
 /// Makes the folder's entries durable.

@@ -651,6 +651,23 @@ fn a_panicking_durable_callback_fails_the_outbox_instead_of_hanging_the_writer()
     assert!(outbox.close().is_err());
 }
 
+#[test]
+fn a_second_opener_is_refused_while_the_outbox_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut outbox, _) = Outbox::open(config(dir.path())).unwrap();
+    outbox.admit(&admission(1, 1, 10)).unwrap();
+    outbox.sync().unwrap();
+    let before = fs::read(&segments(dir.path())[0]).unwrap();
+    let error = Outbox::open(config(dir.path())).expect_err("a second writer");
+    assert!(matches!(error, OutboxError::Locked { .. }), "{error}");
+    assert!(error.to_string().contains("stop the other one"), "{error}");
+    assert_eq!(fs::read(&segments(dir.path())[0]).unwrap(), before);
+    outbox.admit(&admission(2, 1, 10)).unwrap();
+    outbox.close().unwrap();
+    let (_, recovery) = Outbox::open(config(dir.path())).unwrap();
+    assert_eq!(recovery.admissions.len(), 2);
+}
+
 /// A recovered outbox with nothing in it.
 #[test]
 fn an_empty_folder_opens_empty() {
