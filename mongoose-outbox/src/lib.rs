@@ -65,7 +65,9 @@
 //! A folder of segments named by the sequence of their first record,
 //! `outbox-{first_seq:020}.log`. A segment is closed once it would grow past
 //! `segment_bytes`; [`Outbox::compact`] removes the oldest ones once their admissions
-//! are saved elsewhere and their outputs settled. All integers are little-endian.
+//! are saved elsewhere and their outputs settled. A `LOCK` file, flock'ed while an
+//! outbox is open, keeps a second writer out ([`OutboxError::Locked`]); the kernel
+//! lets go of it when the process dies. All integers are little-endian.
 //!
 //! ```text
 //! segment header (24 bytes)
