@@ -1,0 +1,691 @@
+//! The outbox: the writer's side (admit, record outcomes, compact) and the syncer
+//! thread (write and fdatasync each group, report what is durable).
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mongoose_core::sink::OutputKey;
+use parking_lot::{Condvar, Mutex};
+
+use crate::format::{
+    encode_record, segment_file_name, segment_header, EncodeError, HEADER_LEN, KIND_ADMISSION,
+    KIND_OUTCOMES,
+};
+use crate::recovery::{scan, Recovery, SegmentMeta};
+use crate::{Admission, AdmissionRef, OutboxError, Outcome};
+
+/// How an outbox is laid out and how it groups its fsyncs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxConfig {
+    /// The folder of its segments (created when missing). One outbox per folder.
+    pub dir: PathBuf,
+    /// A group is written and synced as soon as this many records are pending
+    /// (default 1024) ...
+    pub group_records: usize,
+    /// ... or once its first record has waited this long, in microseconds (default
+    /// 2000). While the syncer is busy with a group, records keep coming and the next
+    /// group takes all of them: groups grow when the disk is slow.
+    pub group_micros: u64,
+    /// The writer waits while this many bytes are pending and the syncer is busy
+    /// (default 16 MiB): the bound on memory, and how the disk sets the pace.
+    pub max_pending_bytes: usize,
+    /// A segment is closed and a new one started once it would grow past this many
+    /// bytes (default 64 MiB; a record larger than it gets a segment of its own).
+    pub segment_bytes: u64,
+    /// fdatasync each group before it counts as durable (default true). Without it a
+    /// group counts as durable once written: it survives a killed process, not a
+    /// power loss.
+    pub sync: bool,
+}
+
+impl OutboxConfig {
+    /// The defaults, in `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        OutboxConfig {
+            dir: dir.into(),
+            group_records: 1024,
+            group_micros: 2000,
+            max_pending_bytes: 16 << 20,
+            segment_bytes: 64 << 20,
+            sync: true,
+        }
+    }
+
+    fn check(&self) -> Result<(), OutboxError> {
+        if self.group_records == 0 {
+            return Err(OutboxError::Config(
+                "group_records is 0: set it to 1 or more (1024 is the default)".into(),
+            ));
+        }
+        if self.max_pending_bytes == 0 {
+            return Err(OutboxError::Config(
+                "max_pending_bytes is 0: set it to 1 or more (16 MiB is the default)".into(),
+            ));
+        }
+        if self.segment_bytes < 4096 {
+            return Err(OutboxError::Config(format!(
+                "segment_bytes is {}: set it to 4096 or more (64 MiB is the default)",
+                self.segment_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What the writer hands the syncer, under a short lock.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Encoded records not yet taken by the syncer.
+    buffer: Vec<u8>,
+    /// How many records `buffer` holds.
+    records: usize,
+    /// The sequence of the last record in `buffer`.
+    last_seq: u64,
+    /// Where in `buffer` a new segment starts, and its first sequence.
+    rolls: Vec<(usize, u64)>,
+    /// When the first record of `buffer` came.
+    first_at: Option<Instant>,
+    /// The writer asked for the group now (sync, close).
+    flush: bool,
+    /// The writer is closing the outbox.
+    closing: bool,
+    /// The first write error; the outbox takes no more records after it.
+    failed: Option<Arc<io::Error>>,
+}
+
+/// A callback told of each new durable sequence.
+type DurableCallback = Box<dyn Fn(u64) + Send>;
+
+/// What the writer and the syncer share.
+struct Shared {
+    pending: Mutex<Pending>,
+    /// The syncer waits on it for a group.
+    work: Condvar,
+    /// The writer waits on it for room (backpressure) or for durability (sync).
+    progress: Condvar,
+    /// Every record up to this sequence is durable.
+    durable: AtomicU64,
+    on_durable: Mutex<Option<DurableCallback>>,
+}
+
+/// A durable outbox: one writer (the processor's group thread) admits records, a
+/// syncer thread writes and fdatasyncs them in groups and reports the highest durable
+/// sequence. See the crate docs.
+pub struct Outbox {
+    /// The folder's LOCK file, flock'ed while the outbox is open (the kernel lets go
+    /// when the process dies).
+    _lock: File,
+    shared: Arc<Shared>,
+    syncer: Option<JoinHandle<()>>,
+    config: OutboxConfig,
+    /// The sequence the next record gets.
+    next_seq: u64,
+    /// The length of the last segment, counting what is pending.
+    segment_len: u64,
+    /// Oldest first; the last is the one being written.
+    segments: VecDeque<SegmentMeta>,
+    /// Every admitted output without a terminal outcome and its segment's first
+    /// sequence (foldhash: one insert per output is on the writer's hot path).
+    unsettled: HashMap<OutputKey, u64, foldhash::fast::RandomState>,
+}
+
+impl fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Outbox")
+            .field("dir", &self.config.dir)
+            .field("next_seq", &self.next_seq)
+            .field("durable", &self.durable())
+            .field("segments", &self.segments.len())
+            .field("unsettled", &self.unsettled.len())
+            .finish()
+    }
+}
+
+impl Outbox {
+    /// Opens (or creates) the outbox in `config.dir`: reads every segment back, cuts a
+    /// torn write off the end of the last one (a WARN names the file, the offset and
+    /// the bytes), syncs what is there and starts the syncer. Damage anywhere else is
+    /// [`OutboxError::Damaged`] and changes nothing on disk.
+    pub fn open(config: OutboxConfig) -> Result<(Outbox, Recovery), OutboxError> {
+        config.check()?;
+        let dir = config.dir.clone();
+        fs::create_dir_all(&dir).map_err(|source| OutboxError::Io {
+            action: "create the folder",
+            path: dir.clone(),
+            source,
+        })?;
+        // Before reading anything: a live writer's half-written group must not be
+        // mistaken for a torn write and cut.
+        let lock = lock_folder(&dir)?;
+        let scanned = scan(&dir)?;
+        let recovery = scanned.recovery;
+        let mut segments: VecDeque<SegmentMeta> = scanned.segments.into();
+
+        let (file, segment_len) = match scanned.tail {
+            Some((path, keep)) => {
+                if let Some(torn) = &recovery.torn {
+                    tracing::warn!(
+                        file = %torn.file.display(),
+                        offset = torn.offset,
+                        bytes = torn.bytes,
+                        "outbox: cutting a torn write off the end of the last segment"
+                    );
+                }
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map_err(|source| io_error("open", &path, source))?;
+                let first_seq = segments.back().expect("a last segment").first_seq;
+                let file = if keep < HEADER_LEN as u64 {
+                    file.set_len(0)
+                        .map_err(|source| io_error("truncate", &path, source))?;
+                    write_header(file, &path, first_seq)?
+                } else {
+                    let length = file
+                        .metadata()
+                        .map_err(|source| io_error("read", &path, source))?
+                        .len();
+                    if length != keep {
+                        file.set_len(keep)
+                            .map_err(|source| io_error("truncate", &path, source))?;
+                    }
+                    file
+                };
+                // What a killed process left in the page cache counts as durable once
+                // it is synced.
+                if config.sync {
+                    file.sync_data()
+                        .map_err(|source| io_error("sync", &path, source))?;
+                }
+                (file, keep.max(HEADER_LEN as u64))
+            }
+            None => {
+                let file = create_segment(&dir, 1)?;
+                sync_dir(&dir).map_err(|source| io_error("sync the folder", &dir, source))?;
+                segments.push_back(SegmentMeta {
+                    first_seq: 1,
+                    last_seq: 0,
+                    last_admission: 0,
+                    unsettled: 0,
+                });
+                (file, HEADER_LEN as u64)
+            }
+        };
+        let mut file = file;
+        file.seek(io::SeekFrom::End(0))
+            .map_err(|source| io_error("seek", &dir, source))?;
+
+        tracing::info!(
+            dir = %dir.display(),
+            segments = segments.len(),
+            admissions = recovery.admissions.len(),
+            unsettled = scanned.unsettled_keys.len(),
+            last_seq = recovery.last_seq,
+            "outbox: opened"
+        );
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+            durable: AtomicU64::new(recovery.last_seq),
+            on_durable: Mutex::new(None),
+        });
+        let syncer = SegmentWriter {
+            dir: dir.clone(),
+            file,
+            length: segment_len,
+            sync: config.sync,
+        };
+        let thread_shared = Arc::clone(&shared);
+        let group = Group {
+            records: config.group_records,
+            bytes: config.max_pending_bytes,
+            wait: Duration::from_micros(config.group_micros),
+        };
+        let handle = std::thread::Builder::new()
+            .name("outbox-syncer".into())
+            .spawn(move || {
+                let shared = Arc::clone(&thread_shared);
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_syncer(thread_shared, syncer, group)
+                }));
+                if run.is_err() {
+                    // A panic (in the on_durable callback, say) must not leave the
+                    // writer waiting for a syncer that is gone: it fails the outbox.
+                    tracing::error!(
+                        "outbox: the syncer thread panicked; the outbox takes no more records"
+                    );
+                    let mut pending = shared.pending.lock();
+                    pending.failed.get_or_insert_with(|| {
+                        Arc::new(io::Error::other("the outbox's syncer thread panicked"))
+                    });
+                    shared.progress.notify_all();
+                }
+            })
+            .map_err(|source| io_error("start the syncer thread for", &dir, source))?;
+        let outbox = Outbox {
+            _lock: lock,
+            shared,
+            syncer: Some(handle),
+            next_seq: recovery.last_seq + 1,
+            segment_len,
+            segments,
+            unsettled: scanned.unsettled_keys.into_iter().collect(),
+            config,
+        };
+        Ok((outbox, recovery))
+    }
+
+    /// Admits one record: the processor's state change, its source positions and its
+    /// outputs, as one checksummed record (the point of no return once durable). Cheap:
+    /// it encodes into a buffer the syncer writes; it waits only while
+    /// `max_pending_bytes` are pending (the disk is slower than the writer). The
+    /// record's sequence;
+    /// durable once [`durable`](Self::durable) reaches it.
+    ///
+    /// A failed write (a full disk) is returned here, now or on the next call, and
+    /// nothing after [`durable`](Self::durable) counts as durable.
+    pub fn admit(&mut self, admission: &Admission) -> Result<u64, OutboxError> {
+        let seq = self.append(KIND_ADMISSION, admission)?;
+        self.count_admitted(seq, admission.outputs.iter().map(|output| &output.key));
+        Ok(seq)
+    }
+
+    /// [`admit`](Self::admit) from borrowed parts, without building an owned
+    /// [`Admission`]: the same record on disk (it reads back as an [`Admission`]).
+    pub fn admit_ref(&mut self, admission: &AdmissionRef<'_>) -> Result<u64, OutboxError> {
+        let seq = self.append(KIND_ADMISSION, admission)?;
+        self.count_admitted(seq, admission.outputs.iter().map(|output| output.key));
+        Ok(seq)
+    }
+
+    /// Notes admission `seq` and its outputs (unsettled) in the last segment.
+    fn count_admitted<'k>(&mut self, seq: u64, keys: impl Iterator<Item = &'k OutputKey>) {
+        let segment = self.segments.back_mut().expect("a last segment");
+        segment.last_admission = seq;
+        let first_seq = segment.first_seq;
+        for key in keys {
+            if let Some(earlier) = self.unsettled.insert(key.clone(), first_seq) {
+                self.uncount(earlier);
+            }
+            self.segments.back_mut().expect("a last segment").unsettled += 1;
+        }
+    }
+
+    /// Records terminal outcomes of admitted outputs (group-committed like
+    /// admissions): they are no longer [`Recovery::unsettled`] after a restart, and
+    /// their segments may be compacted. The record's sequence.
+    pub fn record_outcomes(
+        &mut self,
+        outcomes: &[(OutputKey, Outcome)],
+    ) -> Result<u64, OutboxError> {
+        let seq = self.append(KIND_OUTCOMES, outcomes)?;
+        for (key, _) in outcomes {
+            if let Some(segment) = self.unsettled.remove(key) {
+                self.uncount(segment);
+            }
+        }
+        Ok(seq)
+    }
+
+    /// Every record up to this sequence is durable (0: none yet).
+    pub fn durable(&self) -> u64 {
+        self.shared.durable.load(Ordering::Acquire)
+    }
+
+    /// The sequence of the last record admitted or recorded (0: none yet).
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    /// Calls `callback` from the syncer thread with the highest durable sequence after
+    /// each group is synced (written, when `sync` is off). It must be quick: the next
+    /// group waits for it. Replaces an earlier callback.
+    pub fn on_durable(&self, callback: Box<dyn Fn(u64) + Send>) {
+        *self.shared.on_durable.lock() = Some(callback);
+    }
+
+    /// Writes and syncs what is pending now and waits until it is durable: the
+    /// highest durable sequence.
+    pub fn sync(&mut self) -> Result<u64, OutboxError> {
+        let target = self.last_seq();
+        let mut pending = self.shared.pending.lock();
+        pending.flush = true;
+        self.shared.work.notify_one();
+        loop {
+            if let Some(error) = &pending.failed {
+                return Err(self.write_error(error));
+            }
+            if self.durable() >= target {
+                return Ok(self.durable());
+            }
+            self.shared.progress.wait(&mut pending);
+        }
+    }
+
+    /// Removes the oldest segments, in order, while all of a segment's admissions are
+    /// at or before `through_seq`, all its outputs have terminal outcomes and all its
+    /// records are durable; never the segment being written. Call it after the state
+    /// the admissions carry is saved elsewhere (a snapshot). How many were removed.
+    pub fn compact(&mut self, through_seq: u64) -> Result<usize, OutboxError> {
+        let durable = self.durable();
+        let mut removed = 0;
+        while self.segments.len() > 1 {
+            let oldest = &self.segments[0];
+            if oldest.last_admission > through_seq
+                || oldest.unsettled > 0
+                || oldest.last_seq > durable
+            {
+                break;
+            }
+            let path = self.config.dir.join(segment_file_name(oldest.first_seq));
+            fs::remove_file(&path).map_err(|source| io_error("remove", &path, source))?;
+            // One removal at a time reaches the disk, oldest first, so a crash never
+            // leaves a gap between the kept segments.
+            sync_dir(&self.config.dir)
+                .map_err(|source| io_error("sync the folder", &self.config.dir, source))?;
+            tracing::debug!(file = %path.display(), "outbox: compacted a segment");
+            self.segments.pop_front();
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Writes and syncs what is pending, stops the syncer, and says whether every
+    /// record became durable.
+    pub fn close(mut self) -> Result<(), OutboxError> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<(), OutboxError> {
+        let Some(handle) = self.syncer.take() else {
+            return Ok(());
+        };
+        {
+            let mut pending = self.shared.pending.lock();
+            pending.closing = true;
+            self.shared.work.notify_one();
+        }
+        if handle.join().is_err() {
+            tracing::error!(dir = %self.config.dir.display(), "outbox: the syncer thread panicked");
+        }
+        let pending = self.shared.pending.lock();
+        match &pending.failed {
+            Some(error) => Err(self.write_error(error)),
+            None => Ok(()),
+        }
+    }
+
+    /// Encodes one record into the pending group; its sequence.
+    fn append<T: serde::Serialize + ?Sized>(
+        &mut self,
+        kind: u8,
+        body: &T,
+    ) -> Result<u64, OutboxError> {
+        let seq = self.next_seq;
+        let shared = Arc::clone(&self.shared);
+        let mut pending = shared.pending.lock();
+        while pending.buffer.len() >= self.config.max_pending_bytes {
+            if let Some(error) = &pending.failed {
+                return Err(self.write_error(error));
+            }
+            shared.work.notify_one();
+            shared.progress.wait(&mut pending);
+        }
+        if let Some(error) = &pending.failed {
+            return Err(self.write_error(error));
+        }
+        let start = pending.buffer.len();
+        encode_record(&mut pending.buffer, kind, seq, body).map_err(|error| match error {
+            EncodeError::Postcard(error) => OutboxError::Encode(error.to_string()),
+            EncodeError::TooLarge(bytes) => OutboxError::Encode(format!(
+                "the record would be {bytes} bytes, more than the 1 GiB limit: split it"
+            )),
+        })?;
+        let record_len = (pending.buffer.len() - start) as u64;
+        if self.segment_len > HEADER_LEN as u64
+            && self.segment_len + record_len > self.config.segment_bytes
+        {
+            pending.rolls.push((start, seq));
+            self.segments.push_back(SegmentMeta {
+                first_seq: seq,
+                last_seq: seq - 1,
+                last_admission: 0,
+                unsettled: 0,
+            });
+            self.segment_len = HEADER_LEN as u64;
+        }
+        self.segment_len += record_len;
+        self.segments.back_mut().expect("a last segment").last_seq = seq;
+        pending.records += 1;
+        pending.last_seq = seq;
+        if pending.records == 1 {
+            pending.first_at = Some(Instant::now());
+            shared.work.notify_one();
+        } else if pending.records == self.config.group_records
+            || pending.buffer.len() >= self.config.max_pending_bytes
+        {
+            shared.work.notify_one();
+        }
+        drop(pending);
+        self.next_seq += 1;
+        Ok(seq)
+    }
+
+    /// One fewer unsettled output in the segment that starts at `first_seq`.
+    fn uncount(&mut self, first_seq: u64) {
+        if let Ok(index) = self
+            .segments
+            .binary_search_by_key(&first_seq, |segment| segment.first_seq)
+        {
+            self.segments[index].unsettled -= 1;
+        }
+    }
+
+    fn write_error(&self, error: &Arc<io::Error>) -> OutboxError {
+        OutboxError::Write {
+            dir: self.config.dir.clone(),
+            durable_through: self.durable(),
+            source: Arc::clone(error),
+        }
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        if let Err(error) = self.shut_down() {
+            tracing::error!(%error, "outbox: records were not all made durable when it was dropped");
+        }
+    }
+}
+
+/// When the syncer takes a group.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    records: usize,
+    bytes: usize,
+    wait: Duration,
+}
+
+/// The syncer's side: the segment being written.
+#[derive(Debug)]
+struct SegmentWriter {
+    dir: PathBuf,
+    file: File,
+    /// Its length on disk, as far as writes succeeded.
+    length: u64,
+    sync: bool,
+}
+
+impl SegmentWriter {
+    /// Writes one group, rolling to new segments where the writer said, and syncs it.
+    fn write_group(&mut self, buffer: &[u8], rolls: &[(usize, u64)]) -> io::Result<()> {
+        let mut start = 0;
+        for &(offset, first_seq) in rolls {
+            self.write(&buffer[start..offset])?;
+            if self.sync {
+                self.file.sync_data()?;
+            }
+            self.file = create_segment_file(&self.dir, first_seq)?;
+            self.length = HEADER_LEN as u64;
+            // The new name must be durable before its records count as durable.
+            sync_dir(&self.dir)?;
+            start = offset;
+        }
+        self.write(&buffer[start..])?;
+        if self.sync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if let Err(error) = self.file.write_all(bytes) {
+            // Leave no partial record behind when the disk allows it (the next open
+            // would cut it as a torn write anyway).
+            let _ = self.file.set_len(self.length);
+            return Err(error);
+        }
+        self.length += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// The syncer thread: takes each group (swapping buffers under the lock), writes and
+/// syncs it outside the lock, then publishes the durable sequence.
+fn run_syncer(shared: Arc<Shared>, mut writer: SegmentWriter, group: Group) {
+    let mut spare_buffer = Vec::new();
+    let mut spare_rolls = Vec::new();
+    loop {
+        let last_seq = {
+            let mut pending = shared.pending.lock();
+            loop {
+                if pending.failed.is_some() {
+                    return;
+                }
+                if pending.records == 0 {
+                    pending.flush = false;
+                    if pending.closing {
+                        return;
+                    }
+                    shared.work.wait(&mut pending);
+                    continue;
+                }
+                if pending.closing
+                    || pending.flush
+                    || pending.records >= group.records
+                    || pending.buffer.len() >= group.bytes
+                {
+                    break;
+                }
+                let deadline = pending.first_at.expect("set with the first record") + group.wait;
+                if Instant::now() >= deadline {
+                    break;
+                }
+                shared.work.wait_until(&mut pending, deadline);
+            }
+            std::mem::swap(&mut pending.buffer, &mut spare_buffer);
+            std::mem::swap(&mut pending.rolls, &mut spare_rolls);
+            pending.records = 0;
+            pending.first_at = None;
+            pending.flush = false;
+            shared.progress.notify_all();
+            pending.last_seq
+        };
+        let written = writer.write_group(&spare_buffer, &spare_rolls);
+        spare_buffer.clear();
+        spare_rolls.clear();
+        if let Err(error) = written {
+            tracing::error!(
+                dir = %writer.dir.display(),
+                %error,
+                durable_through = shared.durable.load(Ordering::Acquire),
+                "outbox: a group could not be written; no record after the durable one counts"
+            );
+            let mut pending = shared.pending.lock();
+            pending.failed = Some(Arc::new(error));
+            shared.progress.notify_all();
+            return;
+        }
+        shared.durable.store(last_seq, Ordering::Release);
+        {
+            let _pending = shared.pending.lock();
+            shared.progress.notify_all();
+        }
+        if let Some(callback) = shared.on_durable.lock().as_ref() {
+            callback(last_seq);
+        }
+    }
+}
+
+/// Creates a segment with its header and makes its name durable.
+fn create_segment(dir: &Path, first_seq: u64) -> Result<File, OutboxError> {
+    let path = dir.join(segment_file_name(first_seq));
+    let file =
+        create_segment_file(dir, first_seq).map_err(|source| io_error("create", &path, source))?;
+    file.sync_data()
+        .map_err(|source| io_error("sync", &path, source))?;
+    Ok(file)
+}
+
+/// Creates a segment file with its header (not synced).
+fn create_segment_file(dir: &Path, first_seq: u64) -> io::Result<File> {
+    let path = dir.join(segment_file_name(first_seq));
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    file.write_all(&segment_header(first_seq))?;
+    Ok(file)
+}
+
+/// Writes the header of a segment whose header was torn.
+fn write_header(mut file: File, path: &Path, first_seq: u64) -> Result<File, OutboxError> {
+    file.write_all(&segment_header(first_seq))
+        .map_err(|source| io_error("write", path, source))?;
+    Ok(file)
+}
+
+/// The name of the lock file in an outbox folder.
+const LOCK_FILE: &str = "LOCK";
+
+/// Takes the folder's lock (an exclusive flock on its LOCK file), or says who has it.
+fn lock_folder(dir: &Path) -> Result<File, OutboxError> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|source| io_error("create", &path, source))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(OutboxError::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(errno) => Err(io_error("lock", &path, errno.into())),
+    }
+}
+
+/// Makes the folder's entries durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn io_error(action: &'static str, path: &Path, source: io::Error) -> OutboxError {
+    OutboxError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
