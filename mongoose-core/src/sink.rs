@@ -235,6 +235,10 @@ pub trait CommitGate: Send + Sync {
     /// The output tagged `tag` is over (published, or given up by policy).
     fn complete(&self, tag: u64);
 
+    /// Every pending tag up to `tag` is over (an outbox's group commit made them
+    /// durable together).
+    fn complete_through(&self, tag: u64);
+
     /// The output tagged `tag` is held by the `hold` policy (it stays pending): the
     /// feed should report why its commit does not advance.
     fn held(&self, tag: u64, reason: &str) {

@@ -261,6 +261,19 @@ impl CommitGate for CheckpointParticipant {
         }
     }
 
+    fn complete_through(&self, tag: u64) {
+        let mut entries = self.pending.entries.lock();
+        for entry in entries.iter_mut() {
+            if entry.0 > tag {
+                break;
+            }
+            entry.2 = true;
+        }
+        while entries.front().is_some_and(|(_, _, done)| *done) {
+            entries.pop_front();
+        }
+    }
+
     fn held(&self, tag: u64, reason: &str) {
         let mark = {
             let entries = self.pending.entries.lock();

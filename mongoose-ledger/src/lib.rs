@@ -59,6 +59,10 @@ pub use state::{LanePosition, LedgerState};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mongoose_core::sink::CommitGate;
+use mongoose_outbox::{AdmissionRef, AdmittedPositionRef, Outbox, OutboxConfig};
 
 use journal::JournalRecord;
 
@@ -68,7 +72,7 @@ use mongoose_core::{
 };
 use mongoose_source_file::Line;
 use serde::Deserialize;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// The ledger's settings (`[groups.processors.settings]` in the config).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -96,6 +100,28 @@ pub struct LedgerSettings {
     /// Journal records between two snapshots (default 100,000).
     #[serde(default = "default_compact_every")]
     pub compact_every: u64,
+    /// With `sync` and a commit gate (a server gives one): fsync the records in
+    /// groups (default true): every `group_records` records or `group_micros`
+    /// microseconds, whichever comes first, and the feed commits a line only once its
+    /// record is durable. False, or without a gate: one fsync per line, before the
+    /// line counts as processed.
+    #[serde(default = "yes")]
+    pub group_commit: bool,
+    /// Records per fsync group (default 1,024).
+    #[serde(default = "default_group_records")]
+    pub group_records: usize,
+    /// The longest a record waits for its group's fsync, in microseconds (default
+    /// 2,000).
+    #[serde(default = "default_group_micros")]
+    pub group_micros: u64,
+}
+
+fn default_group_records() -> usize {
+    1024
+}
+
+fn default_group_micros() -> u64 {
+    2000
 }
 
 fn default_compact_every() -> u64 {
@@ -130,6 +156,19 @@ fn parse_line(line: &str) -> Result<(&str, i64), &'static str> {
 
 const SAVE: CompletionKey = CompletionKey::SAVE;
 
+/// The commit gate a ledger holds, if any.
+struct Gate(Option<Arc<dyn CommitGate>>);
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Gate(held)"
+        } else {
+            "Gate(none)"
+        })
+    }
+}
+
 /// The ledger processor.
 #[derive(Debug)]
 pub struct Ledger {
@@ -137,11 +176,12 @@ pub struct Ledger {
     state: LedgerState,
     alerts: Box<dyn AlertSink>,
     rejected: File,
-    journal: File,
-    /// The journal's length after its last whole record.
-    journal_len: u64,
-    /// A failed write left bytes after `journal_len` that could not be cut off yet.
-    journal_cut_pending: bool,
+    /// Where each delivery's record is admitted, fsync'd in groups.
+    outbox: Outbox,
+    /// Holds the feed's commit of a line until its record is durable (`None`: each
+    /// record is synced before the line counts as processed).
+    gate: Gate,
+    /// Records since the last snapshot.
     journal_records: u64,
     /// The accounts changed since the last save that succeeded.
     changed: std::collections::BTreeSet<String>,
@@ -152,12 +192,17 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Opens the ledger: restores the saved state, opens the rejected file for
-    /// appending; alerts go to `alerts` (a file from [`Ledger::open_alerts_file`], or a
-    /// server's sink).
+    /// Opens the ledger: restores the saved state (the snapshot, then the records of
+    /// its outbox after it), opens the rejected file for appending; alerts go to
+    /// `alerts` (a file from [`Ledger::open_alerts_file`], or a server's sink). With a
+    /// commit `gate` (the feed's processing checkpoint for the ledger's group) and
+    /// `group_commit`, records are fsync'd in groups and the gate holds each line's
+    /// commit until its record is durable; without one, each record is synced before
+    /// its line counts as processed.
     pub fn open(
         settings: LedgerSettings,
         alerts: Box<dyn AlertSink>,
+        gate: Option<Arc<dyn CommitGate>>,
     ) -> Result<Self, ProcessorError> {
         std::fs::create_dir_all(&settings.state_dir).map_err(|error| {
             ProcessorError::new(format!(
@@ -165,26 +210,56 @@ impl Ledger {
                 settings.state_dir.display()
             ))
         })?;
-        let (state, journal_end) = LedgerState::load_with_journal_end(&settings.state_dir)?;
+        let (mut state, journal_end) = LedgerState::load_with_journal_end(&settings.state_dir)?;
         let journal_path = LedgerState::journal_path(&settings.state_dir);
-        let journal = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(false)
-            .open(&journal_path)
-            .map_err(|error| {
-                ProcessorError::new(format!("cannot open {}: {error}", journal_path.display()))
-            })?;
-        let length = journal.metadata().map(|meta| meta.len()).unwrap_or(0);
-        if length > journal_end {
-            warn!(journal = %journal_path.display(), at = journal_end, torn_bytes = length - journal_end, "the ledger journal ends with a torn record (a crash cut its write short; its line was not committed and is read again): it is cut off");
-            journal.set_len(journal_end).map_err(|error| {
-                ProcessorError::new(format!("cannot cut {}: {error}", journal_path.display()))
-            })?;
+        let cannot = |what: &str, path: &Path, error: std::io::Error| {
+            ProcessorError::new(format!("cannot {what} {}: {error}", path.display()))
+        };
+        let mut config = OutboxConfig::new(LedgerState::outbox_path(&settings.state_dir));
+        config.sync = settings.sync;
+        config.group_records = settings.group_records.max(1);
+        config.group_micros = settings.group_micros;
+        let (mut outbox, recovery) = Outbox::open(config).map_err(|error| {
+            ProcessorError::new(format!(
+                "{error}. The ledger does not start. {}",
+                state::recovery(&settings.state_dir)
+            ))
+        })?;
+        let applied = state.apply_admissions(
+            recovery
+                .admissions
+                .iter()
+                .map(|(seq, admission)| (*seq, admission.state.as_slice())),
+        )?;
+        if applied > 0 {
+            info!(
+                records = applied,
+                "ledger: the records of the outbox after the snapshot are applied"
+            );
         }
-        let mut journal = journal;
-        std::io::Seek::seek(&mut journal, std::io::SeekFrom::End(0))?;
+        // a journal of an earlier build (one fsync per record): its records are in the
+        // state now; a snapshot takes them in, and the journal goes
+        let legacy = std::fs::metadata(&journal_path).map_or(0, |meta| meta.len());
+        if legacy > 0 {
+            if legacy > journal_end {
+                warn!(journal = %journal_path.display(), at = journal_end, torn_bytes = legacy - journal_end, "the ledger journal ends with a torn record (a crash cut its write short; its line was not committed and is read again): it is cut off");
+            }
+            outbox
+                .sync()
+                .map_err(|error| ProcessorError::new(error.to_string()))?;
+            state.outbox_seq = outbox.last_seq();
+            state
+                .save(&settings.state_dir, settings.sync)
+                .map_err(|error| cannot("save the state in", &settings.state_dir, error))?;
+            std::fs::remove_file(&journal_path)
+                .map_err(|error| cannot("remove", &journal_path, error))?;
+            info!(journal = %journal_path.display(), "ledger: the journal of an earlier build is taken into a snapshot; records go to the outbox now");
+        }
+        let gate = gate.filter(|_| settings.group_commit);
+        if let Some(gate) = &gate {
+            let gate = Arc::clone(gate);
+            outbox.on_durable(Box::new(move |seq| gate.complete_through(seq)));
+        }
         let append = |path: &Path| {
             OpenOptions::new()
                 .create(true)
@@ -203,9 +278,8 @@ impl Ledger {
             state,
             rejected,
             alerts,
-            journal,
-            journal_len: journal_end,
-            journal_cut_pending: false,
+            outbox,
+            gate: Gate(gate),
             journal_records: 0,
             changed: std::collections::BTreeSet::new(),
             lane: 0,
@@ -310,45 +384,62 @@ impl Ledger {
                 .collect(),
         };
         let state_dir = self.settings.state_dir.clone();
-        let failed = move |error: std::io::Error| {
+        let failed = move |error: &dyn std::fmt::Display| {
             ProcessorError::new(format!(
                 "cannot save the ledger state in {}: {error}",
                 state_dir.display()
             ))
         };
         let encoded = record.encode();
-        if self.journal_cut_pending {
-            // a failed write left a part of a record that could not be cut off then: a
-            // whole record after it would make it damage at the next start
-            self.cut_journal_to_whole_records().map_err(&failed)?;
+        let saved = self.state.stored_position(self.lane);
+        let position = AdmittedPositionRef {
+            feed: &self.settings.feed,
+            epoch: Epoch(saved.epoch),
+            lane: self.lane,
+            position: saved.position,
+        };
+        // the tag is the record's sequence, registered before the record can become
+        // durable (one writer: the next sequence is the one after the last)
+        let tag = self.outbox.last_seq() + 1;
+        if let Some(gate) = &self.gate.0 {
+            gate.pending(tag);
         }
-        if let Err(error) = self.journal.write_all(&encoded) {
-            // a part of the record may have been written: cut it off, so the retry's
-            // record follows the last whole one
-            self.journal_cut_pending = self.cut_journal_to_whole_records().is_err();
-            return Err(failed(error));
-        }
-        // the record is in the file even if the sync below fails (a retry then writes
-        // the same absolute values again after it)
-        self.journal_len += encoded.len() as u64;
-        if self.settings.sync {
-            self.journal.sync_data().map_err(&failed)?;
+        let admitted = self.outbox.admit_ref(&AdmissionRef {
+            state: &encoded,
+            positions: std::slice::from_ref(&position),
+            outputs: &[],
+        });
+        let seq = match admitted {
+            Ok(seq) => seq,
+            Err(error) => {
+                // not admitted: nothing to wait for; the retry admits it again
+                if let Some(gate) = &self.gate.0 {
+                    gate.complete(tag);
+                }
+                return Err(failed(&error));
+            }
+        };
+        debug_assert_eq!(seq, tag, "the outbox has one writer");
+        self.state.outbox_seq = seq;
+        if self.gate.0.is_none() {
+            // no gate holds the commit: durable before the line counts as processed
+            self.outbox.sync().map_err(|error| failed(&error))?;
         }
         self.changed.clear();
         self.changed_lanes.clear();
         self.journal_records += 1;
         if self.journal_records >= self.settings.compact_every.max(1) {
-            // the snapshot holds everything the journal does; a crash before the journal
-            // is emptied replays records whose absolute values the snapshot already has
+            // the snapshot holds everything up to the last record; the outbox's older
+            // segments go once it is saved (a crash in between replays records whose
+            // absolute values the snapshot already has)
+            let through = self.outbox.sync().map_err(|error| failed(&error))?;
+            self.state.outbox_seq = through;
             self.state
                 .save(&self.settings.state_dir, self.settings.sync)
-                .map_err(&failed)?;
-            self.journal.set_len(0).map_err(&failed)?;
-            std::io::Seek::seek(&mut self.journal, std::io::SeekFrom::Start(0)).map_err(&failed)?;
-            self.journal_len = 0;
-            if self.settings.sync {
-                self.journal.sync_all().map_err(&failed)?;
-            }
+                .map_err(|error| failed(&error))?;
+            self.outbox
+                .compact(through)
+                .map_err(|error| failed(&error))?;
             self.journal_records = 0;
         }
         Ok(())
@@ -356,16 +447,6 @@ impl Ledger {
 }
 
 impl Ledger {
-    /// Cuts the journal back to its whole records and puts the write position there.
-    fn cut_journal_to_whole_records(&mut self) -> std::io::Result<()> {
-        self.journal.set_len(self.journal_len)?;
-        std::io::Seek::seek(
-            &mut self.journal,
-            std::io::SeekFrom::Start(self.journal_len),
-        )?;
-        Ok(())
-    }
-
     /// The admin command `balance ACCOUNT`: the account's balance, or an error naming
     /// an account the ledger never saw.
     pub fn balance(&mut self, args: &[String]) -> Result<String, ProcessorError> {
@@ -501,6 +582,9 @@ impl LedgerSettings {
             guard: true,
             sync: true,
             compact_every: default_compact_every(),
+            group_commit: true,
+            group_records: default_group_records(),
+            group_micros: default_group_micros(),
         }
     }
 }

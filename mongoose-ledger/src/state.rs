@@ -32,6 +32,14 @@ pub struct LedgerState {
     /// none: its `epoch`/`position` are lane 0's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lanes: BTreeMap<u32, LanePosition>,
+    /// The last outbox record the snapshot holds: at load, only the records after it
+    /// are applied.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub outbox_seq: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// The saved `(epoch, position)` of one lane.
@@ -92,8 +100,53 @@ impl LedgerState {
     /// torn last record (a crash mid-write) is left out; a damaged snapshot or journal
     /// record is an error that names the file, the record and what to do, and nothing
     /// is changed on disk.
+    ///
+    /// Reads the outbox without taking it over (a running ledger may be writing it):
+    /// a group being written reads as not there yet.
     pub fn load(state_dir: &Path) -> Result<Self, ProcessorError> {
-        Self::load_with_journal_end(state_dir).map(|(state, _)| state)
+        let (mut state, _) = Self::load_with_journal_end(state_dir)?;
+        let outbox = Self::outbox_path(state_dir);
+        let recovery = mongoose_outbox::read(&outbox)
+            .map_err(|error| ProcessorError::new(format!("{error}. {}", recovery(state_dir))))?;
+        state.apply_admissions(
+            recovery
+                .admissions
+                .iter()
+                .map(|(seq, admission)| (*seq, admission.state.as_slice())),
+        )?;
+        Ok(state)
+    }
+
+    /// The folder of the ledger's outbox in `state_dir`.
+    pub fn outbox_path(state_dir: &Path) -> PathBuf {
+        state_dir.join("outbox")
+    }
+
+    /// Applies the records (each an outbox admission's state: one journal record)
+    /// after the snapshot's `outbox_seq`, in order; how many.
+    ///
+    /// # Errors
+    /// A record that is not a journal record (the outbox checked its bytes: a record
+    /// of another program).
+    pub(super) fn apply_admissions<'a>(
+        &mut self,
+        admissions: impl Iterator<Item = (u64, &'a [u8])>,
+    ) -> Result<u64, ProcessorError> {
+        let mut applied = 0;
+        for (seq, bytes) in admissions {
+            if seq <= self.outbox_seq {
+                continue;
+            }
+            let Some(record) = JournalRecord::decode(bytes) else {
+                return Err(ProcessorError::new(format!(
+                    "outbox record {seq} is not a ledger journal record: the ledger does not start"
+                )));
+            };
+            record.apply(self);
+            self.outbox_seq = seq;
+            applied += 1;
+        }
+        Ok(applied)
     }
 
     /// The saved state and the length of the journal's whole records (a torn last

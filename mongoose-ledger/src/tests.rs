@@ -11,6 +11,9 @@ fn test_settings(dir: &Path, compact_every: u64) -> LedgerSettings {
         guard: true,
         sync: false,
         compact_every,
+        group_commit: true,
+        group_records: 1024,
+        group_micros: 2000,
     }
 }
 
@@ -27,11 +30,11 @@ fn lines_parse_strictly() {
 }
 
 #[test]
-fn a_torn_journal_record_is_ignored_and_cut_off() {
+fn records_go_to_the_outbox_and_load_back_after_the_snapshot() {
     let dir = tempfile::tempdir().expect("dir");
     let settings = test_settings(dir.path(), 3);
     let alerts = || Ledger::open_alerts_file(&dir.path().join("alerts.txt")).expect("alerts");
-    let mut ledger = Ledger::open(settings.clone(), Box::new(alerts())).expect("opened");
+    let mut ledger = Ledger::open(settings.clone(), Box::new(alerts()), None).expect("opened");
     for (index, line) in ["a,5", "b,-2", "a,1", "c,7", "nonsense"].iter().enumerate() {
         ledger.state.position = (index as u64 + 1) * 10;
         ledger.on_line(&Line::from(*line)).expect("handled");
@@ -39,53 +42,44 @@ fn a_torn_journal_record_is_ignored_and_cut_off() {
     let expected = ledger.state.clone();
     assert_eq!(expected.applied, 4);
     assert_eq!(expected.rejected, 1);
+    // read beside the running ledger (no lock taken), then after it closed
+    assert_eq!(
+        LedgerState::load(&settings.state_dir).expect("loaded"),
+        expected,
+        "snapshot + the outbox records after it, read while open"
+    );
     drop(ledger);
     assert_eq!(
         LedgerState::load(&settings.state_dir).expect("loaded"),
         expected,
-        "snapshot + journal"
+        "snapshot + the outbox records after it"
     );
-    let journal = LedgerState::journal_path(&settings.state_dir);
-    let mut bytes = std::fs::read(&journal).expect("journal");
-    assert!(!bytes.is_empty(), "records after the last snapshot");
-    let whole = bytes.len();
-    bytes.extend_from_slice(b"0badc0de {\"account\":nul");
-    std::fs::write(&journal, &bytes).expect("torn tail");
-    let reopened = Ledger::open(settings, Box::new(alerts())).expect("reopened");
-    assert_eq!(reopened.state, expected, "the torn record adds nothing");
-    assert_eq!(
-        std::fs::read(&journal).expect("journal").len(),
-        whole,
-        "cut off"
+    let reopened = Ledger::open(settings.clone(), Box::new(alerts()), None).expect("reopened");
+    assert_eq!(reopened.state, expected, "the same state at the next start");
+    assert!(
+        !LedgerState::journal_path(&settings.state_dir).exists(),
+        "no journal file: records go to the outbox"
     );
 }
 
 #[test]
-fn a_failed_save_is_retried_with_its_change_and_leaves_no_torn_record_behind() {
+fn a_journal_of_an_earlier_build_is_taken_into_a_snapshot_and_its_torn_tail_ignored() {
     let dir = tempfile::tempdir().expect("dir");
     let settings = test_settings(dir.path(), 1_000);
-    let alerts = Ledger::open_alerts_file(&dir.path().join("alerts.txt")).expect("alerts");
-    let mut ledger = Ledger::open(settings.clone(), Box::new(alerts)).expect("opened");
-    ledger.on_line(&Line::from("a,5")).expect("applied");
-    // the journal cannot be written: the save fails and keeps the change
+    std::fs::create_dir_all(&settings.state_dir).expect("state dir");
     let journal = LedgerState::journal_path(&settings.state_dir);
-    let writable = std::mem::replace(
-        &mut ledger.journal,
-        File::open(&journal).expect("read-only"),
-    );
-    ledger.state.balances.insert("b".into(), 7);
-    ledger.changed.insert("b".into());
-    assert!(ledger.save().is_err());
-    ledger.journal = writable;
-    ledger.save().expect("the retry saves");
+    let mut bytes = three_records();
+    bytes.extend_from_slice(b"0badc0de {\"account\":nul");
+    std::fs::write(&journal, &bytes).expect("an old journal with a torn tail");
+    let alerts = Ledger::open_alerts_file(&dir.path().join("alerts.txt")).expect("alerts");
+    let ledger = Ledger::open(settings.clone(), Box::new(alerts), None).expect("opened");
+    assert_eq!(ledger.state.applied, 3, "its three whole records");
+    assert_eq!(ledger.state.balances.get("acc3"), Some(&30));
     drop(ledger);
+    assert!(!journal.exists(), "taken into the snapshot, then removed");
     let loaded = LedgerState::load(&settings.state_dir).expect("loaded");
-    assert_eq!(
-        loaded.balances.get("b"),
-        Some(&7),
-        "the retried record carries the change"
-    );
-    assert_eq!(loaded.balances.get("a"), Some(&5));
+    assert_eq!(loaded.applied, 3);
+    assert_eq!(loaded.balances.get("acc1"), Some(&10));
 }
 
 /// Three whole records, as the ledger writes them.

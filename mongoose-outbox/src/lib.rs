@@ -116,7 +116,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::OutboxError;
 pub use outbox::{Outbox, OutboxConfig};
-pub use recovery::{Recovery, TornTail};
+pub use recovery::{read, Recovery, TornTail};
 
 /// One atomic admission: a processor's state change, the source positions it covers
 /// and the outputs it produced.

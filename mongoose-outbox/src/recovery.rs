@@ -84,6 +84,20 @@ pub(crate) struct Scan {
     pub(crate) tail: Option<(PathBuf, u64)>,
 }
 
+/// Reads the outbox in `dir` without opening it for writing: no lock, nothing changed
+/// on disk, a torn tail left in place (and reported in [`Recovery::torn`]). For a
+/// reader beside a running writer (a status tool, a test): the last group being
+/// written may read as a torn tail. A missing folder reads as an empty outbox.
+///
+/// # Errors
+/// [`OutboxError::Damaged`] as [`crate::Outbox::open`] would refuse it; an I/O error.
+pub fn read(dir: &Path) -> Result<Recovery, OutboxError> {
+    if !dir.exists() {
+        return Ok(Recovery::default());
+    }
+    scan(dir).map(|scanned| scanned.recovery)
+}
+
 /// Reads every segment of `dir`; refuses damage without changing anything.
 pub(crate) fn scan(dir: &Path) -> Result<Scan, OutboxError> {
     let mut names = Vec::new();

@@ -20,9 +20,13 @@ pub(crate) fn register(builder: ServerBuilder) -> ServerBuilder {
         let mut settings: LedgerSettings = context.settings()?;
         settings.state_dir = context.resolve(&settings.state_dir);
         let open = |alerts: Box<dyn AlertSink>| {
-            Ledger::open(settings.clone(), alerts)
-                .map(|ledger| Box::new(ledger) as Box<dyn Processor>)
-                .map_err(|error| error.to_string())
+            Ledger::open(
+                settings.clone(),
+                alerts,
+                context.commit_gate(&settings.feed),
+            )
+            .map(|ledger| Box::new(ledger) as Box<dyn Processor>)
+            .map_err(|error| error.to_string())
         };
         match (&settings.alerts, &settings.alerts_sink) {
             (Some(path), None) => open(Box::new(

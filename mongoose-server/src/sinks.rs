@@ -166,6 +166,13 @@ impl Sinks {
         Ok(SinkWriter::new(runner.handle(), gates))
     }
 
+    /// The commit gate of `feed` for processors of `group` (`None`: no registry, as in a
+    /// replay, or no such feed).
+    pub fn gate(&self, feed: &str, group: &str) -> Option<Arc<dyn CommitGate>> {
+        let feed = self.registry.as_ref()?.get(feed)?;
+        Some(Arc::new(feed.hold(group).participant()))
+    }
+
     /// What each sink has done.
     pub fn statuses(&self) -> Vec<SinkStatus> {
         let mut statuses: Vec<SinkStatus> = self

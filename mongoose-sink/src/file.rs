@@ -176,11 +176,16 @@ impl FileSink {
                 warn!(sink = name, file = %path.display(), size = actual, durable_length = written.length,
                     "the file is shorter than the sink wrote (truncated or replaced by someone else): starting at its size; a re-delivered input may be written again");
             }
-            None if actual > 0 => {
-                warn!(sink = name, file = %path.display(), size = actual,
-                    "the file has no sink state (written by something else, or by an older build): appending after it; a re-delivered input may be written again");
+            None => {
+                if actual > 0 {
+                    warn!(sink = name, file = %path.display(), size = actual,
+                        "the file has no sink state (written by something else, or by an older build): appending after it; a re-delivered input may be written again");
+                }
+                // recorded before the first batch, so a batch written and not recorded
+                // (a crash before its state record) is cut off at the next start
+                sink.write_state(actual)
+                    .map_err(io(name, format!("writing {}", state_file.display())))?;
             }
-            None => {}
         }
         Ok(sink)
     }

@@ -43,6 +43,11 @@ impl CommitGate for Gate {
     fn complete(&self, tag: u64) {
         self.completed.lock().push(tag);
     }
+    fn complete_through(&self, tag: u64) {
+        let pending = self.pending.lock().clone();
+        let mut completed = self.completed.lock();
+        completed.extend(pending.into_iter().filter(|pending| *pending <= tag));
+    }
     fn held(&self, tag: u64, reason: &str) {
         self.held.lock().push((tag, reason.to_owned()));
     }

@@ -89,8 +89,12 @@ impl LedgerExample {
                 self.alerts.display()
             ))
         })?;
-        let ledger =
-            Ledger::open(settings, Box::new(alerts)).map_err(|error| refused(error.to_string()))?;
-        Ok(Server::builder(config).processor(Self::GROUP, Self::GROUP, move || ledger))
+        let builder = Server::builder(config);
+        // the ledger's records are fsync'd in groups: the feed commits a line once its
+        // record is durable
+        let gate = builder.commit_gate(&settings.feed, Self::GROUP);
+        let ledger = Ledger::open(settings, Box::new(alerts), Some(gate))
+            .map_err(|error| refused(error.to_string()))?;
+        Ok(builder.processor(Self::GROUP, Self::GROUP, move || ledger))
     }
 }

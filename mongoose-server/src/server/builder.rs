@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use mongoose_core::sink::CommitGate;
 use std::time::Duration;
 
 use mongoose_control::{
@@ -42,6 +44,9 @@ pub struct ServerBuilder {
     code_feed_names: Vec<String>,
     code_sources: Vec<CodeSource>,
     kill_switch: Option<KillSwitch>,
+    /// The feeds once the server is built, for gates handed out before
+    /// ([`ServerBuilder::commit_gate`]).
+    built_registry: Arc<std::sync::OnceLock<FeedRegistry>>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -99,6 +104,21 @@ impl ServerBuilder {
             },
         );
         self
+    }
+
+    /// The commit gate of `feed` for processors of `group`, for a processor built by
+    /// code before the server is (the ledger example's): a participant in the feed's
+    /// processing checkpoint for the group, taken when first used (once the server is
+    /// built). Pass it to a processor that makes its state or outputs durable after
+    /// the line was handled (an outbox with group commit): the feed then commits a line
+    /// only once the processor said it is durable ([`CommitGate::complete_through`]).
+    pub fn commit_gate(&self, feed: &str, group: &str) -> Arc<dyn CommitGate> {
+        Arc::new(DeferredGate {
+            registry: Arc::clone(&self.built_registry),
+            feed: feed.to_owned(),
+            group: group.to_owned(),
+            participant: std::sync::OnceLock::new(),
+        })
     }
 
     /// Adds a processor built by code to a group (created on demand): a closure
@@ -286,6 +306,7 @@ impl ServerBuilder {
         self.config.refuse_recording_over_a_recording()?;
         let config = self.config;
         let registry = FeedRegistry::default();
+        let _ = self.built_registry.set(registry.clone());
         let connector = DeliveryFeeds::new(registry.clone());
         let plane = ControlPlane::new_unstarted(
             ControlConfig {
@@ -439,6 +460,52 @@ impl Server {
             code_feed_names: Vec::new(),
             code_sources: Vec::new(),
             kill_switch: None,
+            built_registry: Arc::default(),
         })
+    }
+}
+
+/// A commit gate resolved on first use, once the server (its feed registry) exists.
+struct DeferredGate {
+    registry: Arc<std::sync::OnceLock<FeedRegistry>>,
+    feed: String,
+    group: String,
+    participant: std::sync::OnceLock<Option<mongoose_delivery::CheckpointParticipant>>,
+}
+
+impl DeferredGate {
+    fn participant(&self) -> Option<&mongoose_delivery::CheckpointParticipant> {
+        self.participant
+            .get_or_init(|| {
+                let feed = self.registry.get()?.get(&self.feed)?;
+                Some(feed.hold(&self.group).participant())
+            })
+            .as_ref()
+    }
+}
+
+impl CommitGate for DeferredGate {
+    fn pending(&self, tag: u64) {
+        if let Some(participant) = self.participant() {
+            participant.pending(tag);
+        }
+    }
+
+    fn complete(&self, tag: u64) {
+        if let Some(participant) = self.participant() {
+            participant.complete(tag);
+        }
+    }
+
+    fn complete_through(&self, tag: u64) {
+        if let Some(participant) = self.participant() {
+            participant.complete_through(tag);
+        }
+    }
+
+    fn held(&self, tag: u64, reason: &str) {
+        if let Some(participant) = self.participant() {
+            participant.held(tag, reason);
+        }
     }
 }

@@ -44,6 +44,14 @@ impl ProcessorContext<'_> {
         self.sinks.writer(name, self.group)
     }
 
+    /// The commit gate of `feed` for this processor's group: a processor that makes
+    /// its state durable after a line was handled (an outbox with group commit) holds
+    /// the line's commit with it until the state is durable. `None` where no feed's
+    /// commit is held (a replay, an unknown feed).
+    pub fn commit_gate(&self, feed: &str) -> Option<Arc<dyn mongoose_core::sink::CommitGate>> {
+        self.sinks.gate(feed, self.group)
+    }
+
     /// Resolves a path against the config file's folder.
     pub fn resolve(&self, path: &Path) -> std::path::PathBuf {
         if path.is_absolute() {
