@@ -250,7 +250,15 @@ impl CommitGate for CheckpointParticipant {
 
     fn complete(&self, tag: u64) {
         let mut entries = self.pending.entries.lock();
-        let at = entries.partition_point(|(pending, _, _)| *pending < tag);
+        // in order, the usual case: the first entry
+        let at = if entries
+            .front()
+            .is_some_and(|(pending, _, _)| *pending == tag)
+        {
+            0
+        } else {
+            entries.partition_point(|(pending, _, _)| *pending < tag)
+        };
         if let Some(entry) = entries.get_mut(at) {
             if entry.0 == tag {
                 entry.2 = true;

@@ -62,7 +62,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mongoose_core::sink::CommitGate;
-use mongoose_outbox::{AdmissionRef, AdmittedPositionRef, Outbox, OutboxConfig};
+use mongoose_core::sink::OutputKey;
+use mongoose_outbox::{
+    AdmissionRef, AdmittedOutput, AdmittedOutputRef, AdmittedPositionRef, Outbox, OutboxConfig,
+    Outcome,
+};
 
 use journal::JournalRecord;
 
@@ -183,6 +187,11 @@ pub struct Ledger {
     gate: Gate,
     /// Records since the last snapshot.
     journal_records: u64,
+    /// The keyed alerts of the delivery being handled, admitted with its record.
+    outputs: Vec<AdmittedOutput>,
+    /// The keys of the alerts admitted since the last compaction (recorded published
+    /// once the sink is settled, so the outbox may forget them).
+    admitted_keys: Vec<OutputKey>,
     /// The accounts changed since the last save that succeeded.
     changed: std::collections::BTreeSet<String>,
     /// The lane of the last delivery: its position goes in the next record.
@@ -255,6 +264,21 @@ impl Ledger {
                 .map_err(|error| cannot("remove", &journal_path, error))?;
             info!(journal = %journal_path.display(), "ledger: the journal of an earlier build is taken into a snapshot; records go to the outbox now");
         }
+        // alerts admitted before a crash and never confirmed published go out again,
+        // under their keys (a sink that de-duplicates writes each once)
+        let mut alerts = alerts;
+        let mut admitted_keys = Vec::new();
+        for (_, output) in recovery.unsettled() {
+            alerts
+                .republish(output.key.clone(), output.payload.clone())
+                .map_err(|error| {
+                    ProcessorError::new(format!("cannot publish an admitted alert again: {error}"))
+                })?;
+            admitted_keys.push(output.key.clone());
+        }
+        if !admitted_keys.is_empty() {
+            info!(alerts = admitted_keys.len(), "ledger: alerts admitted before the last stop and not confirmed published are published again under their keys");
+        }
         let gate = gate.filter(|_| settings.group_commit);
         if let Some(gate) = &gate {
             let gate = Arc::clone(gate);
@@ -281,6 +305,8 @@ impl Ledger {
             outbox,
             gate: Gate(gate),
             journal_records: 0,
+            outputs: Vec::new(),
+            admitted_keys,
             changed: std::collections::BTreeSet::new(),
             lane: 0,
             changed_lanes: std::collections::BTreeSet::new(),
@@ -340,8 +366,16 @@ impl Ledger {
                         self.changed.insert(account.to_owned());
                         if updated < 0 {
                             // unbuffered: one write per alert, before the state save
-                            self.alerts
-                                .write_line(&format!("{position},{account},{updated}"))?;
+                            let alert = format!("{position},{account},{updated}");
+                            if let Some((key, sink)) = self.alerts.write_line(&alert)? {
+                                // admitted with the state: published again after a
+                                // crash if it was not confirmed
+                                self.outputs.push(AdmittedOutput {
+                                    sink,
+                                    key,
+                                    payload: alert.into_bytes(),
+                                });
+                            }
                         }
                     }
                 }
@@ -404,11 +438,21 @@ impl Ledger {
         if let Some(gate) = &self.gate.0 {
             gate.pending(tag);
         }
+        let outputs: Vec<AdmittedOutputRef<'_>> = self
+            .outputs
+            .iter()
+            .map(|output| AdmittedOutputRef {
+                sink: &output.sink,
+                key: &output.key,
+                payload: &output.payload,
+            })
+            .collect();
         let admitted = self.outbox.admit_ref(&AdmissionRef {
             state: &encoded,
             positions: std::slice::from_ref(&position),
-            outputs: &[],
+            outputs: &outputs,
         });
+        drop(outputs);
         let seq = match admitted {
             Ok(seq) => seq,
             Err(error) => {
@@ -427,8 +471,21 @@ impl Ledger {
         }
         self.changed.clear();
         self.changed_lanes.clear();
+        self.admitted_keys
+            .extend(self.outputs.drain(..).map(|output| output.key));
         self.journal_records += 1;
-        if self.journal_records >= self.settings.compact_every.max(1) {
+        if self.journal_records >= self.settings.compact_every.max(1) && self.alerts.is_settled() {
+            // every alert admitted so far is over: the outbox may forget them
+            if !self.admitted_keys.is_empty() {
+                let outcomes: Vec<(OutputKey, Outcome)> = self
+                    .admitted_keys
+                    .drain(..)
+                    .map(|key| (key, Outcome::Published))
+                    .collect();
+                self.outbox
+                    .record_outcomes(&outcomes)
+                    .map_err(|error| failed(&error))?;
+            }
             // the snapshot holds everything up to the last record; the outbox's older
             // segments go once it is saved (a crash in between replays records whose
             // absolute values the snapshot already has)
@@ -630,17 +687,32 @@ impl std::error::Error for SettingsRefusal {}
 /// appends each line and its newline in one unbuffered write, so an alert written
 /// before a crash is on disk after it; a server passes a configured sink as one (its
 /// writer keys the alert by the line and holds the line's commit until the alert is
-/// published).
+/// published), whose alerts the ledger also admits with its state, so an alert not yet
+/// published at a crash is published again, under its key, at the next start.
 pub trait AlertSink: Send + std::fmt::Debug {
-    /// Appends `line` (a newline follows it).
-    fn write_line(&mut self, line: &str) -> std::io::Result<()>;
+    /// Appends `line` (a newline follows it). A keyed sink returns the alert's output
+    /// key and its name, for the ledger's outbox.
+    fn write_line(&mut self, line: &str) -> std::io::Result<Option<(OutputKey, String)>>;
+
+    /// Publishes again, under its key, an alert admitted before a crash and never
+    /// confirmed published. A file has nothing to do (its alerts are written at once).
+    fn republish(&mut self, key: OutputKey, payload: Vec<u8>) -> std::io::Result<()> {
+        let _ = (key, payload);
+        Ok(())
+    }
+
+    /// True when every alert given so far is over (published, or given up by the
+    /// sink's policy): the outbox may forget them.
+    fn is_settled(&self) -> bool {
+        true
+    }
 }
 
 impl AlertSink for File {
-    fn write_line(&mut self, line: &str) -> std::io::Result<()> {
+    fn write_line(&mut self, line: &str) -> std::io::Result<Option<(OutputKey, String)>> {
         let mut bytes = Vec::with_capacity(line.len() + 1);
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
-        (&*self).write_all(&bytes)
+        (&*self).write_all(&bytes).map(|()| None)
     }
 }

@@ -67,10 +67,28 @@ fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
 struct SinkAlerts(SinkWriter);
 
 impl AlertSink for SinkAlerts {
-    fn write_line(&mut self, line: &str) -> std::io::Result<()> {
-        self.0
+    fn write_line(
+        &mut self,
+        line: &str,
+    ) -> std::io::Result<Option<(mongoose_core::sink::OutputKey, String)>> {
+        let key = self
+            .0
             .write(line.as_bytes().to_vec())
-            .map(|_| ())
+            .map_err(std::io::Error::other)?;
+        Ok(Some((key, self.0.sink().to_owned())))
+    }
+
+    fn republish(
+        &mut self,
+        key: mongoose_core::sink::OutputKey,
+        payload: Vec<u8>,
+    ) -> std::io::Result<()> {
+        self.0
+            .republish(key, payload)
             .map_err(std::io::Error::other)
+    }
+
+    fn is_settled(&self) -> bool {
+        self.0.is_settled()
     }
 }

@@ -182,3 +182,62 @@ fn an_input_is_committed_only_after_its_outputs_are_published() {
     assert_eq!(run.terminate(child), 0, "{}", run.log());
     assert_eq!(accepted.join().expect("server"), 100);
 }
+
+/// Issue 13, item 3: the ledger admits its alerts with its state in its outbox. Run 1
+/// applies every line (its state durable) while its alerts sink cannot publish (an
+/// HTTP sink toward a closed port); it is killed with SIGKILL. Run 2, whose alerts
+/// sink is a file, publishes the admitted alerts again under their keys at start (the
+/// re-delivered lines are skipped by the ledger's guard and make no alert): every
+/// alert is in the file exactly once.
+#[test]
+fn admitted_outputs_without_an_outcome_are_republished_with_the_same_key_after_a_crash() {
+    let input: String = (0..40)
+        .map(|index| format!("acc{},-1\n", index % 4))
+        .collect();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("address").port();
+    drop(listener);
+    let ledger = |sink: &str| {
+        support::ledger_config(
+            sink,
+            "",
+            "state_dir = \"state\", alerts_sink = \"alerts\", group_commit = true",
+        )
+    };
+    let http = format!(
+        "[[sinks]]\nname = \"alerts\"\nkind = \"http\"\nurl = \"http://127.0.0.1:{port}/alerts\"\nmax_retries = 1000000\ninitial_backoff_millis = 1\nmax_backoff_millis = 5\n"
+    );
+    let run = LedgerRun::new(&input, &ledger(&http));
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "applied every line", || {
+        run.path("state").exists() && run.state_in("state").applied == 40
+    });
+    // the alerts were never published: no line may be committed
+    assert_eq!(
+        run.pointer(),
+        0,
+        "a line whose alert is not published is not committed"
+    );
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+
+    std::fs::write(
+        run.path("mongoose.toml"),
+        ledger("[[sinks]]\nname = \"alerts\"\nkind = \"file\"\npath = \"alerts.txt\"\n"),
+    )
+    .expect("the second config");
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "settled lossless: {log}");
+    assert!(log.is_empty() || !log.contains("ERROR"), "{log}");
+    let alerts = std::fs::read_to_string(run.path("alerts.txt")).expect("alerts");
+    let mut lines: Vec<&str> = alerts.lines().collect();
+    assert_eq!(
+        lines.len(),
+        40,
+        "every line made an alert, each written once: {alerts}"
+    );
+    lines.sort_unstable();
+    lines.dedup();
+    assert_eq!(lines.len(), 40, "no alert twice: {alerts}");
+    assert_eq!(run.state_in("state").applied, 40, "no line applied twice");
+}

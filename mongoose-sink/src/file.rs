@@ -26,7 +26,6 @@
 //! With `sync = false` nothing is fsync'd: a `kill -9` loses nothing (the page cache
 //! survives it), a power loss can.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -59,6 +58,18 @@ fn yes() -> bool {
 const SLOT_BYTES: u64 = 64 * 1024;
 const MAGIC: &[u8; 8] = b"MGSINK01";
 
+/// The evidence of an output found already written.
+const ALREADY_WRITTEN: &str = "already in the file (at or before its last durable key)";
+
+/// The last key written for one input feed and lane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LastKey {
+    feed: Arc<str>,
+    lane: u32,
+    /// (epoch, position, index).
+    key: (u64, u64, u32),
+}
+
 /// The last key written per input feed and lane: (epoch, position, index).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Written {
@@ -75,8 +86,11 @@ pub struct FileSink {
     sync: bool,
     /// The durable length.
     length: u64,
-    /// The last key per (feed, lane): (epoch, position, index).
-    last: HashMap<(Arc<str>, u32), (u64, u64, u32)>,
+    /// The last key per (feed, lane): (epoch, position, index). Few entries (one per
+    /// file of the inputs): a list, searched by the feed's pointer first.
+    last: Vec<LastKey>,
+    /// `last` before the batch being written (restored when it fails).
+    before: Vec<LastKey>,
     /// The state record's counter (the slot is its parity).
     counter: u64,
     buffer: Vec<u8>,
@@ -144,7 +158,8 @@ impl FileSink {
             state,
             sync: config.sync,
             length: actual,
-            last: HashMap::new(),
+            last: Vec::new(),
+            before: Vec::new(),
             counter,
             buffer: Vec::new(),
             written: Vec::new(),
@@ -168,8 +183,11 @@ impl FileSink {
                 }
                 sink.length = written.length;
                 for (feed, lane, epoch, position, index) in written.last {
-                    sink.last
-                        .insert((Arc::from(feed.as_str()), lane), (epoch, position, index));
+                    sink.last.push(LastKey {
+                        feed: Arc::from(feed.as_str()),
+                        lane,
+                        key: (epoch, position, index),
+                    });
                 }
             }
             Some(written) => {
@@ -195,13 +213,33 @@ impl FileSink {
         self.length
     }
 
+    /// The entry of `key`'s feed and lane in `last`.
+    fn last_of(&self, key: &OutputKey) -> Option<usize> {
+        self.last.iter().position(|last| {
+            last.lane == key.lane && (Arc::ptr_eq(&last.feed, &key.feed) || last.feed == key.feed)
+        })
+    }
+
     /// True when `key` is at or before the last key written for its feed and lane.
     fn already_written(&self, key: &OutputKey) -> bool {
-        match self.last.get(&(Arc::clone(&key.feed), key.lane)) {
-            Some(&(epoch, position, index)) => {
+        match self.last_of(key).map(|at| self.last[at].key) {
+            Some((epoch, position, index)) => {
                 epoch == key.epoch.0 && (key.position, key.index) <= (position, index)
             }
             None => false,
+        }
+    }
+
+    /// Records `key` as the last written of its feed and lane.
+    fn note_written(&mut self, key: &OutputKey) {
+        let value = (key.epoch.0, key.position, key.index);
+        match self.last_of(key) {
+            Some(at) => self.last[at].key = value,
+            None => self.last.push(LastKey {
+                feed: Arc::clone(&key.feed),
+                lane: key.lane,
+                key: value,
+            }),
         }
     }
 
@@ -211,8 +249,9 @@ impl FileSink {
             last: self
                 .last
                 .iter()
-                .map(|((feed, lane), (epoch, position, index))| {
-                    (feed.to_string(), *lane, *epoch, *position, *index)
+                .map(|last| {
+                    let (epoch, position, index) = last.key;
+                    (last.feed.to_string(), last.lane, epoch, position, index)
                 })
                 .collect(),
         };
@@ -287,7 +326,7 @@ impl Sink for FileSink {
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
         self.buffer.clear();
         self.written.clear();
-        let before = self.last.clone();
+        self.before.clone_from(&self.last);
         for output in outputs {
             if self.already_written(&output.key) {
                 self.written.push(false);
@@ -296,11 +335,7 @@ impl Sink for FileSink {
             self.written.push(true);
             self.buffer.extend_from_slice(&output.payload);
             self.buffer.push(b'\n');
-            let key = &output.key;
-            self.last.insert(
-                (Arc::clone(&key.feed), key.lane),
-                (key.epoch.0, key.position, key.index),
-            );
+            self.note_written(&output.key);
         }
         let length = self.length + self.buffer.len() as u64;
         let result = (|| -> std::io::Result<()> {
@@ -316,18 +351,20 @@ impl Sink for FileSink {
         match result {
             Ok(()) => {
                 self.length = length;
+                // one text per batch, copied per output
+                let durable = format!("durable through byte {length}");
                 for written in &self.written {
                     outcomes.push(SinkOutcome::Published {
                         evidence: if *written {
-                            format!("durable in {} through byte {length}", self.path.display())
+                            durable.clone()
                         } else {
-                            "already in the file (at or before its last durable key)".to_owned()
+                            ALREADY_WRITTEN.to_owned()
                         },
                     });
                 }
             }
             Err(error) => {
-                self.last = before;
+                std::mem::swap(&mut self.last, &mut self.before);
                 let cut = self.cut_back();
                 for _ in outputs {
                     outcomes.push(if cut {
@@ -355,7 +392,7 @@ impl Sink for FileSink {
 
     fn verify(&mut self, key: &OutputKey) -> Option<SinkOutcome> {
         self.already_written(key).then(|| SinkOutcome::Published {
-            evidence: "already in the file (at or before its last durable key)".to_owned(),
+            evidence: ALREADY_WRITTEN.to_owned(),
         })
     }
 }

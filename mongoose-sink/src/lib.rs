@@ -3,7 +3,7 @@
 //! uncertain).
 //!
 //! The contract (keys, outputs, outcomes, the retry budget) is in
-//! [`mongoose_core::sink`]; this crate holds the sinks that implement it ([`file`]:
+//! [`mongoose_core::sink`]; this crate holds the sinks that implement it ([`file`](mod@file):
 //! the file sink with exactly-once lines and the stdout sink; [`tcp`]; [`http`]), the
 //! [`runner`] that runs one sink on its own thread (batches, retries within a budget,
 //! the operator's policy for what cannot be published, status), and the [`writer`] a

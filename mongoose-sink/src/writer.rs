@@ -151,6 +151,24 @@ impl SinkWriter {
         Ok(key)
     }
 
+    /// Publishes again an output admitted before a crash (an outbox's unsettled output)
+    /// under its original key; it holds no input (its input is already in the
+    /// processor's durable state). A sink that de-duplicates by key (the file sink)
+    /// writes it once.
+    ///
+    /// # Errors
+    /// As [`SinkWriter::write`].
+    pub fn republish(&mut self, key: OutputKey, payload: Vec<u8>) -> Result<(), SendError> {
+        self.handle.send(Output::new(key, payload), None)
+    }
+
+    /// True when nothing this sink was given is queued, waiting for a retry or held:
+    /// every output sent so far is over.
+    pub fn is_settled(&self) -> bool {
+        let status = self.handle.status();
+        status.queued == 0 && status.retrying == 0 && status.held_count == 0
+    }
+
     /// The gate of `feed` with the next tag.
     fn gate_for(&mut self, feed: &Arc<str>) -> Option<(Arc<dyn CommitGate>, u64)> {
         let at = match self

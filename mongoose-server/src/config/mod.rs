@@ -327,11 +327,12 @@ pub struct SinkConfig {
     /// it, a restart tries it again) or `count_loss` (counted lost, `lossless: false`).
     #[serde(default)]
     pub on_exhausted: Option<mongoose_core::sink::ExhaustedPolicy>,
-    /// The most outputs given to the sink at once (default 1,024; 65,536 for `file`).
+    /// The most outputs given to the sink at once (default 1,024; 8,192 for `file`).
     #[serde(default)]
     pub batch: Option<usize>,
-    /// The most outputs queued for the sink (default 65,536; 262,144 for `file`); past
-    /// it a processor's output is refused and its item tried again later.
+    /// The most outputs queued or in flight for the sink (default 16,384); past it a
+    /// processor is busy and its item is offered again later (the feed's queue fills
+    /// and a re-readable source pauses).
     #[serde(default)]
     pub queue_capacity: Option<usize>,
 }
