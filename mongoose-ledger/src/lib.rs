@@ -9,17 +9,21 @@
 //! 2. applies it, or appends a malformed line with its position and reason to
 //!    `rejected.log` (counted in its state and in `/metrics` as
 //!    `mongoose_ledger_rejected_lines_total`);
-//! 3. appends `position,account,balance` to the alerts file, unbuffered, when the
-//!    account's balance is negative after the line;
-//! 4. asks for the delivery-complete hook, which appends one checksummed record
-//!    (the account's new balance, the counts and the feed's `(epoch, position)`) to the
-//!    state journal in one write (fsync'd when `sync`). Every `compact_every` records
-//!    the whole state is written as a checksummed snapshot (temp file, fsync, rename,
-//!    fsync dir) and the journal emptied.
+//! 3. writes `position,account,balance` as an alert when the account's balance is
+//!    negative after the line: to an alerts sink ([`FileAlerts`], or a server's
+//!    configured sink), keyed by the line, holding the line's commit until the alert is
+//!    published;
+//! 4. asks for the delivery-complete hook, which admits one checksummed record (the
+//!    account's new balance, the counts, the feed's `(epoch, position)` and the
+//!    delivery's alerts) into its outbox (`mongoose-outbox`), fsync'd in groups when a
+//!    commit gate holds the line until the record is durable, else synced at once.
+//!    Every `compact_every` records the whole state is written as a checksummed
+//!    snapshot (temp file, fsync, rename, fsync dir) and the outbox compacted.
 //!
-//! A crash between the alert and the save repeats at most that line's alert; the state
-//! is never applied twice, and the source's pointer is never ahead of the saved
-//! position, so no line is skipped.
+//! The state is never applied twice and the source's pointer is never ahead of the
+//! durable state, so no line is skipped; an alert admitted with its line's record and
+//! not confirmed published at a crash is published again at the next start under its
+//! key, and the file sink writes each key once.
 //!
 //! # Torn writes and damage
 //!
@@ -67,6 +71,7 @@ use mongoose_outbox::{
     AdmissionRef, AdmittedOutput, AdmittedOutputRef, AdmittedPositionRef, Outbox, OutboxConfig,
     Outcome,
 };
+use mongoose_sink::{FileSink, FileSinkConfig, RunnerConfig, SinkRunner, SinkWriter};
 
 use journal::JournalRecord;
 
@@ -365,7 +370,7 @@ impl Ledger {
                         self.state.applied += 1;
                         self.changed.insert(account.to_owned());
                         if updated < 0 {
-                            // unbuffered: one write per alert, before the state save
+                            // keyed by the line; admitted with its record below
                             let alert = format!("{position},{account},{updated}");
                             if let Some((key, sink)) = self.alerts.write_line(&alert)? {
                                 // admitted with the state: published again after a
@@ -518,6 +523,12 @@ impl Ledger {
 }
 
 impl Processor for Ledger {
+    fn stop(&mut self) -> Result<(), ProcessorError> {
+        // what the alerts sink holds is published before the last commit
+        self.alerts.stop();
+        Ok(())
+    }
+
     fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
         let feed = self.settings.feed.clone();
         context.subscribe(&feed, Ledger::on_line)?;
@@ -705,6 +716,84 @@ pub trait AlertSink: Send + std::fmt::Debug {
     /// sink's policy): the outbox may forget them.
     fn is_settled(&self) -> bool {
         true
+    }
+
+    /// The ledger stops: publish what is queued (until a deadline).
+    fn stop(&mut self) {}
+}
+
+/// The ledger's own alerts file as a file sink (`mongoose_sink::FileSink` on its own
+/// thread): each alert is keyed by its line, admitted with the line's record, written
+/// in durable batches, and written once across any crash (a restart publishes again
+/// what was admitted and not confirmed, and the sink drops a key it already holds).
+pub struct FileAlerts {
+    writer: SinkWriter,
+    runner: Option<SinkRunner>,
+}
+
+impl std::fmt::Debug for FileAlerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileAlerts")
+            .field("writer", &self.writer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileAlerts {
+    /// Opens the alerts file `path` as a sink (fdatasync'd batches when `sync`); each
+    /// alert holds its line's commit through `gate` (its own participant in the
+    /// feed's checkpoint: not the one the ledger's records use) until it is written.
+    ///
+    /// # Errors
+    /// The file or its `.sinkstate` cannot be opened, or the sink's thread not started.
+    pub fn open(
+        path: &Path,
+        sync: bool,
+        gate: Option<Arc<dyn CommitGate>>,
+    ) -> Result<Self, ProcessorError> {
+        let sink = FileSink::open(
+            "alerts",
+            &FileSinkConfig {
+                path: path.to_path_buf(),
+                sync,
+            },
+        )
+        .map_err(|error| ProcessorError::new(error.to_string()))?;
+        let runner = SinkRunner::start(Box::new(sink), RunnerConfig::new("alerts", "file"))
+            .map_err(|error| {
+                ProcessorError::new(format!("cannot start the alerts sink's thread: {error}"))
+            })?;
+        let writer = SinkWriter::new(runner.handle(), Arc::new(move |_feed: &str| gate.clone()));
+        Ok(FileAlerts {
+            writer,
+            runner: Some(runner),
+        })
+    }
+}
+
+impl AlertSink for FileAlerts {
+    fn write_line(&mut self, line: &str) -> std::io::Result<Option<(OutputKey, String)>> {
+        let key = self
+            .writer
+            .write(line.as_bytes().to_vec())
+            .map_err(std::io::Error::other)?;
+        Ok(Some((key, self.writer.sink().to_owned())))
+    }
+
+    fn republish(&mut self, key: OutputKey, payload: Vec<u8>) -> std::io::Result<()> {
+        self.writer
+            .republish(key, payload)
+            .map_err(std::io::Error::other)
+    }
+
+    fn is_settled(&self) -> bool {
+        self.writer.is_settled()
+    }
+
+    fn stop(&mut self) {
+        if let Some(runner) = self.runner.take() {
+            runner.stop(std::time::Instant::now() + std::time::Duration::from_secs(10));
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! binary depends on the ledger (a cycle).
 
 use mongoose_core::Processor;
-use mongoose_ledger::{AlertSink, Ledger, LedgerSettings};
+use mongoose_ledger::{AlertSink, FileAlerts, Ledger, LedgerSettings};
 use mongoose_server::{ServerBuilder, SettingsCheck, SettingsError};
 use mongoose_sink::SinkWriter;
 
@@ -30,7 +30,12 @@ pub(crate) fn register(builder: ServerBuilder) -> ServerBuilder {
         };
         match (&settings.alerts, &settings.alerts_sink) {
             (Some(path), None) => open(Box::new(
-                Ledger::open_alerts_file(&context.resolve(path)).map_err(|error| {
+                FileAlerts::open(
+                    &context.resolve(path),
+                    settings.sync,
+                    context.commit_gate(&settings.feed),
+                )
+                .map_err(|error| {
                     format!("cannot open the alerts file {}: {error}", path.display())
                 })?,
             )),

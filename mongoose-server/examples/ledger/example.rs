@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use mongoose_ledger::{Ledger, LedgerSettings};
+use mongoose_ledger::{FileAlerts, Ledger, LedgerSettings};
 use mongoose_server::config::{
     AdminConfig, FeedConfig, GroupConfig, IdleStrategyConfig, OverloadConfig, ServerConfig,
     SourceKind,
@@ -83,13 +83,19 @@ impl LedgerExample {
             kind: "ledger".to_owned(),
             message,
         };
-        let alerts = Ledger::open_alerts_file(&self.alerts).map_err(|error| {
+        let builder = Server::builder(config);
+        // the alerts file is a sink: each alert written once across any crash
+        let alerts = FileAlerts::open(
+            &self.alerts,
+            settings.sync,
+            Some(builder.commit_gate(&settings.feed, Self::GROUP)),
+        )
+        .map_err(|error| {
             refused(format!(
                 "cannot open the alerts file {}: {error}",
                 self.alerts.display()
             ))
         })?;
-        let builder = Server::builder(config);
         // the ledger's records are fsync'd in groups: the feed commits a line once its
         // record is durable
         let gate = builder.commit_gate(&settings.feed, Self::GROUP);
