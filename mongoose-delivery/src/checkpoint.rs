@@ -116,6 +116,14 @@ impl HoldCell {
         floor
     }
 
+    /// The operator release: every participant's pending work is given up (marked
+    /// over), so the queue's acknowledgement point is no longer held by it.
+    pub(crate) fn release_participants(&self) {
+        for participant in self.participants.lock().iter().filter_map(Weak::upgrade) {
+            participant.entries.lock().clear();
+        }
+    }
+
     pub(crate) fn set_held(&self, held: bool) {
         self.held.store(held, Ordering::Release);
     }

@@ -66,7 +66,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mongoose_core::sink::CommitGate;
-use mongoose_core::sink::OutputKey;
+use mongoose_core::sink::{OutputKey, RetryBudget};
 use mongoose_outbox::{
     AdmissionRef, AdmittedOutput, AdmittedOutputRef, AdmittedPositionRef, Outbox, OutboxConfig,
     Outcome,
@@ -759,10 +759,18 @@ impl FileAlerts {
             },
         )
         .map_err(|error| ProcessorError::new(error.to_string()))?;
-        let runner = SinkRunner::start(Box::new(sink), RunnerConfig::new("alerts", "file"))
-            .map_err(|error| {
-                ProcessorError::new(format!("cannot start the alerts sink's thread: {error}"))
-            })?;
+        // a few quick retries: an alert that cannot be written (a full disk) is held
+        // within a second, and the ledger's next alert fails its handler
+        let mut config = RunnerConfig::new("alerts", "file");
+        config.budget = RetryBudget {
+            max_retries: 3,
+            initial_backoff: std::time::Duration::from_millis(20),
+            max_backoff: std::time::Duration::from_millis(100),
+            expire_after: std::time::Duration::from_secs(5),
+        };
+        let runner = SinkRunner::start(Box::new(sink), config).map_err(|error| {
+            ProcessorError::new(format!("cannot start the alerts sink's thread: {error}"))
+        })?;
         let writer = SinkWriter::new(runner.handle(), Arc::new(move |_feed: &str| gate.clone()));
         Ok(FileAlerts {
             writer,
@@ -773,6 +781,14 @@ impl FileAlerts {
 
 impl AlertSink for FileAlerts {
     fn write_line(&mut self, line: &str) -> std::io::Result<Option<(OutputKey, String)>> {
+        let status = self.writer.status();
+        if let Some(held) = status.held.first() {
+            // an alert could not be written: the ledger fails (its line's commit is
+            // held already; a restart writes it)
+            return Err(std::io::Error::other(format!(
+                "the alerts file cannot be written: {held}"
+            )));
+        }
         let key = self
             .writer
             .write(line.as_bytes().to_vec())

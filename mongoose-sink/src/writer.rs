@@ -162,6 +162,11 @@ impl SinkWriter {
         self.handle.send(Output::new(key, payload), None)
     }
 
+    /// What the sink has done so far.
+    pub fn status(&self) -> crate::SinkStatus {
+        self.handle.status()
+    }
+
     /// True when nothing this sink was given is queued, waiting for a retry or held:
     /// every output sent so far is over.
     pub fn is_settled(&self) -> bool {

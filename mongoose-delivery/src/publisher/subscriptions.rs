@@ -282,6 +282,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             if let Some(from) = binding.shared.release_hold() {
                 released.items += binding.produced.saturating_sub(from);
                 released.queues.push(binding.shared.name.to_string());
+                // what participants hold (an output never published) is given up too
+                if let Some(hold) = &binding.hold {
+                    hold.release_participants();
+                }
             }
             index += 1;
         }

@@ -159,8 +159,8 @@ fn demo() -> Result<u8, (u8, ServerError)> {
         elapsed.as_secs_f64()
     );
     println!(
-        "state (a checksummed journal record per delivery, with its epoch and position; snapshots): {} and {}",
-        LedgerState::journal_path(&state_dir).display(),
+        "state (a checksummed outbox record per delivery, with its epoch and position, fsync'd in groups; snapshots): {} and {}",
+        LedgerState::outbox_path(&state_dir).display(),
         LedgerState::path(&state_dir).display()
     );
     println!("alerts (position,account,balance):  {}", alerts.display());
