@@ -479,30 +479,32 @@ impl Ledger {
         self.admitted_keys
             .extend(self.outputs.drain(..).map(|output| output.key));
         self.journal_records += 1;
-        if self.journal_records >= self.settings.compact_every.max(1) && self.alerts.is_settled() {
-            // every alert admitted so far is over: the outbox may forget them
-            if !self.admitted_keys.is_empty() {
-                let outcomes: Vec<(OutputKey, Outcome)> = self
-                    .admitted_keys
-                    .drain(..)
-                    .map(|key| (key, Outcome::Published))
-                    .collect();
-                self.outbox
-                    .record_outcomes(&outcomes)
-                    .map_err(|error| failed(&error))?;
-            }
-            // the snapshot holds everything up to the last record; the outbox's older
-            // segments go once it is saved (a crash in between replays records whose
-            // absolute values the snapshot already has)
+        if self.journal_records >= self.settings.compact_every.max(1) {
+            // the snapshot holds everything up to the last record (a crash before the
+            // outbox is compacted replays records whose absolute values it already has)
             let through = self.outbox.sync().map_err(|error| failed(&error))?;
             self.state.outbox_seq = through;
             self.state
                 .save(&self.settings.state_dir, self.settings.sync)
                 .map_err(|error| failed(&error))?;
-            self.outbox
-                .compact(through)
-                .map_err(|error| failed(&error))?;
             self.journal_records = 0;
+            // the outbox forgets its older segments once every alert admitted in them is
+            // over; while the alerts sink still holds some, a later snapshot does it
+            if self.alerts.is_settled() {
+                if !self.admitted_keys.is_empty() {
+                    let outcomes: Vec<(OutputKey, Outcome)> = self
+                        .admitted_keys
+                        .drain(..)
+                        .map(|key| (key, Outcome::Published))
+                        .collect();
+                    self.outbox
+                        .record_outcomes(&outcomes)
+                        .map_err(|error| failed(&error))?;
+                }
+                self.outbox
+                    .compact(through)
+                    .map_err(|error| failed(&error))?;
+            }
         }
         Ok(())
     }

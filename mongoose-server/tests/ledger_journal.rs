@@ -1,9 +1,10 @@
-//! The ledger's state store under damage (issue 9, item 4): a crc32-framed journal
-//! (`journal.log`) after a checksummed snapshot (`state.json`). A crash only ever cuts
-//! the last journal record short, and that record's line was never committed (the
-//! feed's pointer moves only after the record is saved), so the restart cuts it off and
-//! the line is read again. Anything else that fails its checksum is damage: the ledger
-//! refuses to start, leaves its files as they are and says which record and what to do.
+//! The ledger's state store under damage (issue 9, item 4): its records in a crc32-framed
+//! outbox segment (`state/outbox/outbox-<first seq>.log`, issue 13) after a checksummed
+//! snapshot (`state.json`). A crash only ever cuts the last record short, and that
+//! record's line was never committed (the feed's pointer moves only after the record is
+//! durable), so the restart cuts it off and the line is read again. Anything else that
+//! fails its checksum is damage: the ledger refuses to start, leaves its files as they
+//! are and says which file, which byte and what to do.
 //!
 //! Each test runs the `mongoose` binary with the ledger on a COMMITED file feed as a
 //! child process, damages the state folder between runs with real bytes, and starts the
@@ -34,31 +35,32 @@ fn expected_balances(total: usize) -> BTreeMap<String, i64> {
     balances_of(lines(0..total).lines())
 }
 
-/// The journal's records as `(byte offset, bytes with the newline)`.
-fn records(journal: &[u8]) -> Vec<(usize, Vec<u8>)> {
-    let mut offset = 0;
-    journal
-        .split_inclusive(|byte| *byte == b'\n')
-        .map(|record| {
-            let at = offset;
-            offset += record.len();
-            (at, record.to_vec())
-        })
-        .collect()
+/// The segment header's length.
+const HEADER: usize = 24;
+
+/// The segment's records as `(byte offset, whole frame)`: a u32 length, a u32 crc32,
+/// then the payload (a kind byte, the sequence, the postcard body).
+fn records(segment: &[u8]) -> Vec<(usize, Vec<u8>)> {
+    let mut records = Vec::new();
+    let mut offset = HEADER;
+    while offset + 8 <= segment.len() {
+        let length =
+            u32::from_le_bytes(segment[offset..offset + 4].try_into().expect("4 bytes")) as usize;
+        let end = offset + 8 + length;
+        if end > segment.len() {
+            break;
+        }
+        records.push((offset, segment[offset..end].to_vec()));
+        offset = end;
+    }
+    records
 }
 
-/// Flips one bit of a byte inside the JSON of the record at `offset` (a digit stays a
-/// digit, a letter a letter: the record keeps its shape, only its checksum fails).
-fn flip_a_byte_inside(journal: &mut [u8], offset: usize) -> usize {
-    let record_end = offset
-        + journal[offset..]
-            .iter()
-            .position(|byte| *byte == b'\n')
-            .expect("a whole record");
-    let at = (offset + 9..record_end)
-        .find(|at| journal[*at].is_ascii_digit())
-        .expect("a digit in the record");
-    journal[at] ^= 0x01;
+/// Flips one bit in the body of the record at `offset` (past its kind byte and
+/// sequence): the record keeps its shape, only its checksum fails.
+fn flip_a_byte_inside(segment: &mut [u8], offset: usize) -> usize {
+    let at = offset + 8 + 1 + 8 + 2;
+    segment[at] ^= 0x01;
     at
 }
 
@@ -87,12 +89,13 @@ impl Run {
         self.run.path(name)
     }
 
+    /// The outbox's first (here: only) segment.
     fn journal_path(&self) -> PathBuf {
-        LedgerState::journal_path(&self.path("state"))
+        LedgerState::outbox_path(&self.path("state")).join("outbox-00000000000000000001.log")
     }
 
     fn journal(&self) -> Vec<u8> {
-        std::fs::read(self.journal_path()).expect("journal")
+        std::fs::read(self.journal_path()).expect("the outbox segment")
     }
 
     fn state(&self) -> LedgerState {
@@ -132,9 +135,9 @@ impl Run {
         );
     }
 
-    /// A restart that must be refused: non-zero, the journal and the pointer untouched,
-    /// and a message naming the journal, the record, its offset and what to do.
-    fn assert_refused(&self, journal: &[u8], record: usize, offset: usize) -> String {
+    /// A restart that must be refused: non-zero, the segment and the pointer untouched,
+    /// and a message naming the segment, the byte and what to do.
+    fn assert_refused(&self, journal: &[u8], offset: usize) -> String {
         let pointer = self.pointer();
         let (code, stderr) = self.run_until_settled();
         assert_ne!(
@@ -148,14 +151,13 @@ impl Run {
         assert_eq!(
             self.journal(),
             journal,
-            "the journal is left byte for byte as it was"
+            "the segment is left byte for byte as it was"
         );
         assert_eq!(self.pointer(), pointer, "nothing was read or committed");
         let journal_name = self.journal_path().display().to_string();
         for expected in [
             journal_name.as_str(),
-            &format!("record {record} "),
-            &format!("byte offset {offset}"),
+            &format!("at byte {offset}"),
             ".readPointer",
             "backup",
         ] {
@@ -180,18 +182,13 @@ fn a_corrupt_record_in_the_middle_of_the_journal_refuses_to_start() {
     std::fs::write(run.journal_path(), &journal).expect("damaged");
     // lines a silent restart would apply on top of the wrong state and commit
     run.append_input(FIRST..FIRST + 50);
-    let stderr = run.assert_refused(&journal, FIRST / 2 + 1, offset);
-    assert!(
-        stderr.contains(&format!("{} whole records follow it", FIRST / 2 - 1)),
-        "{stderr}"
-    );
+    let stderr = run.assert_refused(&journal, offset);
+    assert!(stderr.contains("a whole record follows it"), "{stderr}");
     // still refused on a second attempt, and --dump-state's loader refuses too
-    run.assert_refused(&journal, FIRST / 2 + 1, offset);
+    run.assert_refused(&journal, offset);
     let error = LedgerState::load(&run.path("state")).expect_err("the loader refuses");
     assert!(
-        error
-            .message()
-            .contains(&format!("record {} ", FIRST / 2 + 1)),
+        error.message().contains(&format!("at byte {offset}")),
         "{error}"
     );
 }
@@ -237,7 +234,7 @@ fn only_a_damaged_last_record_is_a_torn_write() {
     flip_a_byte_inside(&mut journal, offset);
     std::fs::write(run.journal_path(), &journal).expect("damaged");
     run.append_input(FIRST + 1..FIRST + 2);
-    run.assert_refused(&journal, FIRST, offset);
+    run.assert_refused(&journal, offset);
 }
 
 #[test]
@@ -251,16 +248,15 @@ fn a_whole_last_record_that_fails_its_checksum_is_damage_not_a_torn_write() {
     let (offset, _) = records(&journal)[FIRST - 1];
     let flipped = flip_a_byte_inside(&mut journal, offset);
     std::fs::write(run.journal_path(), &journal).expect("damaged");
-    let stderr = run.assert_refused(&journal, FIRST, offset);
-    assert!(stderr.contains("whole"), "{stderr}");
+    let stderr = run.assert_refused(&journal, offset);
+    assert!(stderr.contains("not a torn write"), "{stderr}");
 
-    // the same with its newline damaged instead
+    // the same with its checksum field damaged instead
     let mut journal = run.journal();
     journal[flipped] ^= 0x01; // undo the flip
-    let newline = journal.len() - 1;
-    journal[newline] = b'x';
-    std::fs::write(run.journal_path(), &journal).expect("damaged newline");
-    run.assert_refused(&journal, FIRST, offset);
+    journal[offset + 4] ^= 0x01;
+    std::fs::write(run.journal_path(), &journal).expect("damaged checksum");
+    run.assert_refused(&journal, offset);
 }
 
 #[test]
@@ -272,7 +268,7 @@ fn the_recovery_the_message_gives_applies_every_line_exactly_once() {
     flip_a_byte_inside(&mut journal, offset);
     std::fs::write(run.journal_path(), &journal).expect("damaged");
     run.append_input(FIRST..FIRST + 30);
-    run.assert_refused(&journal, FIRST / 3 + 1, offset);
+    run.assert_refused(&journal, offset);
     // what the message says: move the state folder away, remove the pointer file
     std::fs::rename(run.path("state"), run.path("state.damaged")).expect("moved away");
     std::fs::remove_file(run.path("input.txt.readPointer")).expect("pointer removed");
@@ -290,7 +286,7 @@ fn the_recovery_the_message_gives_applies_every_line_exactly_once() {
 #[test]
 fn a_snapshot_that_fails_its_checksum_refuses_to_start() {
     // 110 lines with a snapshot every 100 records: state.json holds lines 1-100, the
-    // journal lines 101-110 (accounts acc0 to acc9)
+    // outbox lines 101-110 (accounts acc0 to acc9)
     let run = Run::new(100);
     std::fs::write(run.path("input.txt"), lines(0..110)).expect("input");
     let (code, stderr) = run.run_until_settled();
