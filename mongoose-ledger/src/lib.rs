@@ -355,7 +355,7 @@ impl Ledger {
                 writeln!(self.rejected, "{position},{reason},{line}")?;
             }
             Ok((account, amount)) => {
-                let balance = self.state.balances.entry(account.to_owned()).or_insert(0);
+                let balance = self.state.balances.get(account).copied().unwrap_or(0);
                 match balance.checked_add(amount) {
                     None => {
                         self.state.rejected += 1;
@@ -366,13 +366,18 @@ impl Ledger {
                         )?;
                     }
                     Some(updated) => {
-                        *balance = updated;
-                        self.state.applied += 1;
-                        self.changed.insert(account.to_owned());
                         if updated < 0 {
-                            // keyed by the line; admitted with its record below
+                            // keyed by the line, before the state changes: a full alerts
+                            // sink makes the ledger busy, and the line comes again
                             let alert = format!("{position},{account},{updated}");
-                            if let Some((key, sink)) = self.alerts.write_line(&alert)? {
+                            let written = self.alerts.write_line(&alert).map_err(|error| {
+                                if error.kind() == std::io::ErrorKind::WouldBlock {
+                                    ProcessorError::busy(error.to_string())
+                                } else {
+                                    ProcessorError::new(error.to_string())
+                                }
+                            })?;
+                            if let Some((key, sink)) = written {
                                 // admitted with the state: published again after a
                                 // crash if it was not confirmed
                                 self.outputs.push(AdmittedOutput {
@@ -382,6 +387,9 @@ impl Ledger {
                                 });
                             }
                         }
+                        self.state.balances.insert(account.to_owned(), updated);
+                        self.state.applied += 1;
+                        self.changed.insert(account.to_owned());
                     }
                 }
             }
@@ -724,6 +732,16 @@ pub trait AlertSink: Send + std::fmt::Debug {
     fn stop(&mut self) {}
 }
 
+/// A refused alert as an I/O error: `WouldBlock` for a full sink (the ledger is busy
+/// and the line comes again), another kind for a stopped one.
+pub fn send_error(error: mongoose_sink::SendError) -> std::io::Error {
+    let kind = match error {
+        mongoose_sink::SendError::Full { .. } => std::io::ErrorKind::WouldBlock,
+        mongoose_sink::SendError::Stopped { .. } => std::io::ErrorKind::Other,
+    };
+    std::io::Error::new(kind, error.to_string())
+}
+
 /// The ledger's own alerts file as a file sink (`mongoose_sink::FileSink` on its own
 /// thread): each alert is keyed by its line, admitted with the line's record, written
 /// in durable batches, and written once across any crash (a restart publishes again
@@ -794,7 +812,7 @@ impl AlertSink for FileAlerts {
         let key = self
             .writer
             .write(line.as_bytes().to_vec())
-            .map_err(std::io::Error::other)?;
+            .map_err(send_error)?;
         Ok(Some((key, self.writer.sink().to_owned())))
     }
 

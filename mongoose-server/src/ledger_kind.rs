@@ -79,7 +79,7 @@ impl AlertSink for SinkAlerts {
         let key = self
             .0
             .write(line.as_bytes().to_vec())
-            .map_err(std::io::Error::other)?;
+            .map_err(mongoose_ledger::send_error)?;
         Ok(Some((key, self.0.sink().to_owned())))
     }
 

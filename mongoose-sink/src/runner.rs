@@ -84,7 +84,8 @@ pub struct SinkStatus {
     pub expired: u64,
     /// Outputs given up by the `count_loss` policy.
     pub lost: u64,
-    /// Outputs queued, not yet tried.
+    /// Outputs not over yet: queued, being tried, or waiting for a retry (what the
+    /// queue's capacity counts).
     pub queued: u64,
     /// Outputs held by the `hold` policy (their feeds' commits are held), with why;
     /// the first ten.
@@ -450,7 +451,6 @@ impl Run {
             else {
                 break;
             };
-            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.settle(output, meta, outcome, now, wall);
         }
         self.outcomes = outcomes;
@@ -467,6 +467,8 @@ impl Run {
         let counters = &self.shared.counters;
         match outcome {
             SinkOutcome::Published { .. } => {
+                // over: it leaves the queue (a retried output stays counted until then)
+                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
                 counters.published.fetch_add(1, Ordering::Relaxed);
                 if let Some((gate, tag)) = &meta.gate {
                     gate.complete(*tag);
@@ -520,6 +522,8 @@ impl Run {
     }
 
     fn give_up(&mut self, queued: Queued, why: &str, outcome: &SinkOutcome) {
+        // over for the queue (a held output is kept aside, not queued)
+        self.shared.queued.fetch_sub(1, Ordering::AcqRel);
         let key: &OutputKey = &queued.output.key;
         let state = if matches!(outcome, SinkOutcome::Uncertain { .. }) {
             "uncertain"

@@ -236,6 +236,13 @@ fn a_retried_output_is_published_and_its_gate_told_once() {
         (status.published, status.not_published, status.retrying),
         (20, 40, 0)
     );
+    // a retried output left the queue once (counting each attempt out wrapped the
+    // count around and refused every later output as "full")
+    assert_eq!(status.queued, 0, "{status:?}");
+    runner
+        .handle()
+        .send(Output::new(key(99), b"after".to_vec()), None)
+        .expect("taken after the retries");
     assert_eq!(seen.load(Ordering::Relaxed), 60);
     let mut completed = gate.completed.lock().clone();
     completed.sort_unstable();
