@@ -668,12 +668,24 @@ fn lock_folder(dir: &Path) -> Result<File, OutboxError> {
         .truncate(false)
         .open(&path)
         .map_err(|source| io_error("create", &path, source))?;
-    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(file),
-        Err(rustix::io::Errno::WOULDBLOCK) => Err(OutboxError::Locked {
-            dir: dir.to_path_buf(),
-        }),
-        Err(errno) => Err(io_error("lock", &path, errno.into())),
+    // a lock can be held for an instant by a process forked from one that just let go
+    // of it (the child shares the open file until it execs): a lock still held after a
+    // few tries is another outbox's
+    let mut tries = 0;
+    loop {
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(rustix::io::Errno::WOULDBLOCK) if tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(OutboxError::Locked {
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Err(errno) => return Err(io_error("lock", &path, errno.into())),
+        }
     }
 }
 
