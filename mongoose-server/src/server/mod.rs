@@ -77,6 +77,10 @@ struct Inner {
     failed_adds: Mutex<Vec<String>>,
 }
 
+/// What the reason of a feed held by a sink's `hold` policy says (see
+/// `mongoose_sink::runner`).
+const HELD_OUTPUT: &str = "its feed's commit is held";
+
 /// A running Mongoose server: feeds with their sources, processor groups, the status.
 #[derive(Clone)]
 pub struct Server {
@@ -153,6 +157,18 @@ impl Server {
                     "processor '{}/{}' was quarantined: {}",
                     group.group, processor.name, processor.reason
                 ));
+            }
+        }
+        // an output a sink gave up under the hold policy holds its feed for the rest
+        // of the run: nothing more can make progress there
+        for feed in self.status().feeds {
+            if let Some(reason) = feed.stalled {
+                if reason.contains(HELD_OUTPUT) {
+                    failures.push(format!(
+                        "feed '{}' is held by an output its sink could not publish: {reason}",
+                        feed.feed
+                    ));
+                }
             }
         }
         failures
