@@ -93,13 +93,16 @@ impl RetryPolicy {
     /// The wait before retry number `retry` (1-based): the initial backoff doubled per
     /// retry, at most the longest.
     pub fn backoff(&self, retry: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(retry.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.initial_backoff
-            .saturating_mul(factor)
-            .min(self.max_backoff)
+        doubling_backoff(self.initial_backoff, self.max_backoff, retry)
     }
+}
+
+/// `initial` doubled per retry after the first (`retry` is 1-based), at most `max`.
+pub(crate) fn doubling_backoff(initial: Duration, max: Duration, retry: u32) -> Duration {
+    let factor = 1u32
+        .checked_shl(retry.saturating_sub(1))
+        .unwrap_or(u32::MAX);
+    initial.saturating_mul(factor).min(max)
 }
 
 /// What a dispatch of one item to a queue's processors did.

@@ -273,12 +273,7 @@ impl Default for RetryBudget {
 impl RetryBudget {
     /// The wait before retry number `retry` (1-based).
     pub fn backoff(&self, retry: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(retry.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.initial_backoff
-            .saturating_mul(factor)
-            .min(self.max_backoff)
+        crate::dispatch::doubling_backoff(self.initial_backoff, self.max_backoff, retry)
     }
 
     /// When an output first tried at `first` expires.

@@ -116,6 +116,21 @@ impl HoldCell {
         floor
     }
 
+    /// What the bound queue has dispatched now, as a mark of its binding.
+    fn mark(&self) -> Mark {
+        let current = self.current.lock();
+        match current.as_ref() {
+            Some(shared) => Mark {
+                binding: Some(shared.id),
+                count: shared.dispatched(),
+            },
+            None => Mark {
+                binding: None,
+                count: 0,
+            },
+        }
+    }
+
     /// The operator release: every participant's pending work is given up (marked
     /// over), so the queue's acknowledgement point is no longer held by it.
     pub(crate) fn release_participants(&self) {
@@ -159,17 +174,7 @@ impl ProcessingCheckpoint {
     /// count the item being handled (conservative: that item is re-delivered after a
     /// crash).
     pub fn mark(&self) -> Mark {
-        let current = self.cell.current.lock();
-        match current.as_ref() {
-            Some(shared) => Mark {
-                binding: Some(shared.id),
-                count: shared.dispatched(),
-            },
-            None => Mark {
-                binding: None,
-                count: 0,
-            },
-        }
+        self.cell.mark()
     }
 
     /// The state covering `mark` is durable: the feed may commit through it. Marks only
@@ -240,19 +245,7 @@ impl CheckpointParticipant {
 
 impl CommitGate for CheckpointParticipant {
     fn pending(&self, tag: u64) {
-        let mark = {
-            let current = self.cell.current.lock();
-            match current.as_ref() {
-                Some(shared) => Mark {
-                    binding: Some(shared.id),
-                    count: shared.dispatched(),
-                },
-                None => Mark {
-                    binding: None,
-                    count: 0,
-                },
-            }
-        };
+        let mark = self.cell.mark();
         self.pending.entries.lock().push_back((tag, mark, false));
     }
 
