@@ -297,10 +297,15 @@ impl SinkRunner {
     }
 }
 
+/// How long a dropped runner goes on publishing what is queued.
+const DROP_DEADLINE: Duration = Duration::from_secs(10);
+
 impl Drop for SinkRunner {
+    /// Publishes what is queued (for at most ten seconds: what is left keeps its
+    /// inputs uncommitted), then stops the thread.
     fn drop(&mut self) {
         if self.thread.is_some() {
-            self.stop_now(Instant::now());
+            self.stop_now(Instant::now() + DROP_DEADLINE);
         }
     }
 }
