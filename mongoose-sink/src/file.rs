@@ -82,7 +82,9 @@ pub struct FileSink {
     name: String,
     path: PathBuf,
     file: File,
-    state: File,
+    /// The state file; `None` for a target that is not a regular file (a device):
+    /// nothing is recorded beside it, and its lines are not de-duplicated.
+    state: Option<File>,
     sync: bool,
     /// The durable length.
     length: u64,
@@ -137,16 +139,27 @@ impl FileSink {
             .truncate(false)
             .open(&path)
             .map_err(io(name, format!("opening {}", path.display())))?;
+        let regular = file
+            .metadata()
+            .map_err(io(name, format!("reading {}", path.display())))?
+            .is_file();
         let state_file = state_path(&path);
-        let mut state = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(false)
-            .open(&state_file)
-            .map_err(io(name, format!("opening {}", state_file.display())))?;
-        let (counter, recorded) = read_state(&mut state)
-            .map_err(io(name, format!("reading {}", state_file.display())))?;
+        let (state, counter, recorded) = if regular {
+            let mut state = OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(false)
+                .open(&state_file)
+                .map_err(io(name, format!("opening {}", state_file.display())))?;
+            let (counter, recorded) = read_state(&mut state)
+                .map_err(io(name, format!("reading {}", state_file.display())))?;
+            (Some(state), counter, recorded)
+        } else {
+            warn!(sink = name, file = %path.display(),
+                "the file sink's target is not a regular file (a device): no state is recorded beside it, so its lines are not de-duplicated after a crash");
+            (None, 0, None)
+        };
         let actual = file
             .metadata()
             .map_err(io(name, format!("reading the size of {}", path.display())))?
@@ -194,6 +207,7 @@ impl FileSink {
                 warn!(sink = name, file = %path.display(), size = actual, durable_length = written.length,
                     "the file is shorter than the sink wrote (truncated or replaced by someone else): starting at its size; a re-delivered input may be written again");
             }
+            None if !regular => {}
             None => {
                 if actual > 0 {
                     warn!(sink = name, file = %path.display(), size = actual,
@@ -271,9 +285,12 @@ impl FileSink {
                 self.last.len()
             )));
         }
-        self.state.write_all_at(&slot, (counter % 2) * SLOT_BYTES)?;
+        let Some(state) = &self.state else {
+            return Ok(());
+        };
+        state.write_all_at(&slot, (counter % 2) * SLOT_BYTES)?;
         if self.sync {
-            self.state.sync_data()?;
+            state.sync_data()?;
         }
         self.counter = counter;
         Ok(())
@@ -340,7 +357,10 @@ impl Sink for FileSink {
         let length = self.length + self.buffer.len() as u64;
         let result = (|| -> std::io::Result<()> {
             if !self.buffer.is_empty() {
-                self.file.seek(SeekFrom::Start(self.length))?;
+                if self.state.is_some() {
+                    // a regular file: after its durable length (a device has none)
+                    self.file.seek(SeekFrom::Start(self.length))?;
+                }
                 self.file.write_all(&self.buffer)?;
                 if self.sync {
                     self.file.sync_data()?;

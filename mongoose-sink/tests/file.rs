@@ -142,3 +142,22 @@ fn a_full_disk_cuts_the_batch_back_and_reports_it_not_published() {
     );
     assert_eq!(sink.durable_length(), durable + 10 * 1001);
 }
+
+#[test]
+fn a_device_gets_no_state_beside_it() {
+    // /dev/null: a target that is not a regular file; nothing is written into /dev
+    let config = FileSinkConfig {
+        path: "/dev/null".into(),
+        sync: false,
+    };
+    let mut sink = FileSink::open("null", &config).expect("opened");
+    let outcomes = publish(&mut sink, &[output(1, "a"), output(2, "b")]);
+    assert!(
+        outcomes.iter().all(SinkOutcome::is_published),
+        "{outcomes:?}"
+    );
+    assert!(
+        !std::path::Path::new("/dev/null.sinkstate").exists(),
+        "no state file beside a device"
+    );
+}
