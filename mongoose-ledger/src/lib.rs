@@ -10,7 +10,7 @@
 //!    `rejected.log` (counted in its state and in `/metrics` as
 //!    `mongoose_ledger_rejected_lines_total`);
 //! 3. writes `position,account,balance` as an alert when the account's balance is
-//!    negative after the line: to an alerts sink ([`FileAlerts`], or a server's
+//!    negative after the line: to an alerts sink ([`SinkAlerts`]: its own file, or a server's
 //!    configured sink), keyed by the line, holding the line's commit until the alert is
 //!    published;
 //! 4. asks for the delivery-complete hook, which admits one checksummed record (the
@@ -742,31 +742,43 @@ pub fn send_error(error: mongoose_sink::SendError) -> std::io::Error {
     std::io::Error::new(kind, error.to_string())
 }
 
-/// The ledger's own alerts file as a file sink (`mongoose_sink::FileSink` on its own
-/// thread): each alert is keyed by its line, admitted with the line's record, written
-/// in durable batches, and written once across any crash (a restart publishes again
-/// what was admitted and not confirmed, and the sink drops a key it already holds).
-pub struct FileAlerts {
+/// Alerts written through a sink's writer: the ledger's own alerts file
+/// ([`SinkAlerts::file`], a `mongoose_sink::FileSink` on its own thread) or a server's
+/// configured sink ([`SinkAlerts::writer`]). Each alert is keyed by its line, admitted
+/// with the line's record, and written once across any crash (a restart publishes again
+/// what was admitted and not confirmed, and a file sink drops a key it already holds).
+pub struct SinkAlerts {
     writer: SinkWriter,
+    /// The runner of the ledger's own alerts file (`None` for a server's sink, which
+    /// the server runs and whose held outputs it reports).
     runner: Option<SinkRunner>,
 }
 
-impl std::fmt::Debug for FileAlerts {
+impl std::fmt::Debug for SinkAlerts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileAlerts")
+        f.debug_struct("SinkAlerts")
             .field("writer", &self.writer)
-            .finish_non_exhaustive()
+            .field("own_file", &self.runner.is_some())
+            .finish()
     }
 }
 
-impl FileAlerts {
+impl SinkAlerts {
+    /// Alerts to a server's configured sink, through `writer`.
+    pub fn writer(writer: SinkWriter) -> Self {
+        SinkAlerts {
+            writer,
+            runner: None,
+        }
+    }
+
     /// Opens the alerts file `path` as a sink (fdatasync'd batches when `sync`); each
     /// alert holds its line's commit through `gate` (its own participant in the
     /// feed's checkpoint: not the one the ledger's records use) until it is written.
     ///
     /// # Errors
     /// The file or its `.sinkstate` cannot be opened, or the sink's thread not started.
-    pub fn open(
+    pub fn file(
         path: &Path,
         sync: bool,
         gate: Option<Arc<dyn CommitGate>>,
@@ -792,22 +804,23 @@ impl FileAlerts {
             ProcessorError::new(format!("cannot start the alerts sink's thread: {error}"))
         })?;
         let writer = SinkWriter::new(runner.handle(), Arc::new(move |_feed: &str| gate.clone()));
-        Ok(FileAlerts {
+        Ok(SinkAlerts {
             writer,
             runner: Some(runner),
         })
     }
 }
 
-impl AlertSink for FileAlerts {
+impl AlertSink for SinkAlerts {
     fn write_line(&mut self, line: &str) -> std::io::Result<Option<(OutputKey, String)>> {
-        let status = self.writer.status();
-        if let Some(held) = status.held.first() {
-            // an alert could not be written: the ledger fails (its line's commit is
-            // held already; a restart writes it)
-            return Err(std::io::Error::other(format!(
-                "the alerts file cannot be written: {held}"
-            )));
+        if self.runner.is_some() {
+            if let Some(held) = self.writer.first_held() {
+                // the ledger's own alerts file could not be written: the ledger fails
+                // (its line's commit is held already; a restart writes it)
+                return Err(std::io::Error::other(format!(
+                    "the alerts file cannot be written: {held}"
+                )));
+            }
         }
         let key = self
             .writer

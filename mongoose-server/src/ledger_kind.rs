@@ -9,9 +9,8 @@
 //! binary depends on the ledger (a cycle).
 
 use mongoose_core::Processor;
-use mongoose_ledger::{AlertSink, FileAlerts, Ledger, LedgerSettings};
+use mongoose_ledger::{AlertSink, Ledger, LedgerSettings, SinkAlerts};
 use mongoose_server::{ServerBuilder, SettingsCheck, SettingsError};
-use mongoose_sink::SinkWriter;
 
 /// Registers the processor kind `ledger` on `builder`: its settings are checked when
 /// the server is built (and by `mongoose validate`), the ledger opens at start.
@@ -30,7 +29,7 @@ pub(crate) fn register(builder: ServerBuilder) -> ServerBuilder {
         };
         match (&settings.alerts, &settings.alerts_sink) {
             (Some(path), None) => open(Box::new(
-                FileAlerts::open(
+                SinkAlerts::file(
                     &context.resolve(path),
                     settings.sync,
                     context.commit_gate(&settings.feed),
@@ -39,7 +38,7 @@ pub(crate) fn register(builder: ServerBuilder) -> ServerBuilder {
                     format!("cannot open the alerts file {}: {error}", path.display())
                 })?,
             )),
-            (None, Some(sink)) => open(Box::new(SinkAlerts(context.sink(sink)?))),
+            (None, Some(sink)) => open(Box::new(SinkAlerts::writer(context.sink(sink)?))),
             _ => Err(
                 "give the ledger exactly one of alerts (a file) or alerts_sink \
                  (a configured sink)"
@@ -65,35 +64,4 @@ fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
             Some(key) => SettingsError::at(key, refusal.message),
             None => SettingsError::new(refusal.message),
         })
-}
-
-/// A configured sink the ledger writes its alerts to.
-#[derive(Debug)]
-struct SinkAlerts(SinkWriter);
-
-impl AlertSink for SinkAlerts {
-    fn write_line(
-        &mut self,
-        line: &str,
-    ) -> std::io::Result<Option<(mongoose_core::sink::OutputKey, String)>> {
-        let key = self
-            .0
-            .write(line.as_bytes().to_vec())
-            .map_err(mongoose_ledger::send_error)?;
-        Ok(Some((key, self.0.sink().to_owned())))
-    }
-
-    fn republish(
-        &mut self,
-        key: mongoose_core::sink::OutputKey,
-        payload: Vec<u8>,
-    ) -> std::io::Result<()> {
-        self.0
-            .republish(key, payload)
-            .map_err(std::io::Error::other)
-    }
-
-    fn is_settled(&self) -> bool {
-        self.0.is_settled()
-    }
 }

@@ -113,6 +113,17 @@ fn open_sink(config: &ServerConfig, sink: &SinkConfig) -> Result<Box<dyn Sink>, 
     })
 }
 
+/// A new participant in the processing checkpoint of `feed` for `group` (`None`: no
+/// registry, as in a replay, or no such feed).
+fn gate_of(
+    registry: Option<&FeedRegistry>,
+    feed: &str,
+    group: &str,
+) -> Option<Arc<dyn CommitGate>> {
+    let feed = registry?.get(feed)?;
+    Some(Arc::new(feed.hold(group).participant()))
+}
+
 impl Sinks {
     /// Opens and starts every configured sink. `registry`: the feeds whose commits the
     /// writers hold (`None` for a replay).
@@ -158,19 +169,15 @@ impl Sinks {
         };
         let registry = self.registry.clone();
         let group = group.to_owned();
-        let gates: mongoose_sink::GateSource = Arc::new(move |feed: &str| {
-            let feed = registry.as_ref()?.get(feed)?;
-            let gate: Arc<dyn CommitGate> = Arc::new(feed.hold(&group).participant());
-            Some(gate)
-        });
+        let gates: mongoose_sink::GateSource =
+            Arc::new(move |feed: &str| gate_of(registry.as_ref(), feed, &group));
         Ok(SinkWriter::new(runner.handle(), gates))
     }
 
     /// The commit gate of `feed` for processors of `group` (`None`: no registry, as in a
     /// replay, or no such feed).
     pub fn gate(&self, feed: &str, group: &str) -> Option<Arc<dyn CommitGate>> {
-        let feed = self.registry.as_ref()?.get(feed)?;
-        Some(Arc::new(feed.hold(group).participant()))
+        gate_of(self.registry.as_ref(), feed, group)
     }
 
     /// What each sink has done.

@@ -205,6 +205,12 @@ impl SinkHandle {
         &self.shared.name
     }
 
+    /// Why the first output the hold policy keeps is held, if there is one (cheap: no
+    /// status is built).
+    pub fn first_held(&self) -> Option<String> {
+        self.shared.held.lock().first().cloned()
+    }
+
     /// What the sink has done so far.
     pub fn status(&self) -> SinkStatus {
         let counters = &self.shared.counters;

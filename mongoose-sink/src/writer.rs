@@ -167,6 +167,11 @@ impl SinkWriter {
         self.handle.status()
     }
 
+    /// Why the first output the sink's hold policy keeps is held, if there is one.
+    pub fn first_held(&self) -> Option<String> {
+        self.handle.first_held()
+    }
+
     /// True when nothing this sink was given is queued, waiting for a retry or held:
     /// every output sent so far is over.
     pub fn is_settled(&self) -> bool {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use mongoose_ledger::{FileAlerts, Ledger, LedgerSettings};
+use mongoose_ledger::{Ledger, LedgerSettings, SinkAlerts};
 use mongoose_server::config::{
     AdminConfig, FeedConfig, GroupConfig, IdleStrategyConfig, OverloadConfig, ServerConfig,
     SourceKind,
@@ -85,7 +85,7 @@ impl LedgerExample {
         };
         let builder = Server::builder(config);
         // the alerts file is a sink: each alert written once across any crash
-        let alerts = FileAlerts::open(
+        let alerts = SinkAlerts::file(
             &self.alerts,
             settings.sync,
             Some(builder.commit_gate(&settings.feed, Self::GROUP)),
