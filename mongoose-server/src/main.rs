@@ -8,6 +8,9 @@
 
 /// mimalloc: the per-line items a file feed allocates on the source thread are freed on
 /// the processor group's thread, which it handles far more cheaply than the system allocator.
+/// Built with `no_thp`: mimalloc otherwise asks for transparent huge pages on its arenas,
+/// so every touched arena page costs 2 MiB of resident memory (a forward run's peak RSS
+/// was 54-62 MB with them, 22-24 MB without, at the same throughput).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
