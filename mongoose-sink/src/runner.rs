@@ -457,16 +457,58 @@ impl Run {
         let now = Instant::now();
         let wall = SystemTime::now();
         let outcomes = std::mem::take(&mut self.outcomes);
+        // Published outputs are counted once per batch, and a run of one gate's tags is
+        // completed with one `complete_through`: exact while no earlier output of this
+        // runner is waiting for a retry or held, and until the batch's first output that
+        // was not published (tags reach the runner in increasing order per gate).
+        let mut coalesce = self.waiting.is_empty() && self.held.is_empty();
+        let mut run: Option<(Arc<dyn CommitGate>, u64)> = None;
+        let mut published = 0usize;
         for outcome in &outcomes {
             let (Some(output), Some(meta)) = (self.outputs.pop_front(), self.meta.pop_front())
             else {
                 break;
             };
+            if outcome.is_published() {
+                published += 1;
+                let Some((gate, tag)) = meta.gate else {
+                    continue;
+                };
+                if !coalesce {
+                    gate.complete(tag);
+                    continue;
+                }
+                match &mut run {
+                    Some((same, through)) if Arc::ptr_eq(same, &gate) => *through = tag,
+                    _ => {
+                        if let Some((gate, through)) = run.replace((gate, tag)) {
+                            gate.complete_through(through);
+                        }
+                    }
+                }
+                continue;
+            }
+            coalesce = false;
+            if let Some((gate, through)) = run.take() {
+                gate.complete_through(through);
+            }
             self.settle(output, meta, outcome, now, wall);
+        }
+        if let Some((gate, through)) = run {
+            gate.complete_through(through);
+        }
+        if published > 0 {
+            // over: they leave the queue (a retried output stays counted until then)
+            self.shared.queued.fetch_sub(published, Ordering::AcqRel);
+            self.shared
+                .counters
+                .published
+                .fetch_add(published as u64, Ordering::Relaxed);
         }
         self.outcomes = outcomes;
     }
 
+    /// An output that was not published: retried, or given up by the policy.
     fn settle(
         &mut self,
         mut output: Output,
@@ -478,12 +520,7 @@ impl Run {
         let counters = &self.shared.counters;
         match outcome {
             SinkOutcome::Published { .. } => {
-                // over: it leaves the queue (a retried output stays counted until then)
-                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                counters.published.fetch_add(1, Ordering::Relaxed);
-                if let Some((gate, tag)) = &meta.gate {
-                    gate.complete(*tag);
-                }
+                debug_assert!(false, "publish_batch settles published outputs itself");
                 return;
             }
             SinkOutcome::NotPublished { .. } => {

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use mongoose_core::engine;
 use mongoose_core::sink::{CommitGate, Output, OutputKey};
-use mongoose_core::{DeliveryContext, Epoch};
+use mongoose_core::{DeliveryContext, DeliveryRef, Epoch};
 
 use crate::runner::{SendError, SinkHandle};
 
@@ -46,7 +46,11 @@ pub type GateSource = Arc<dyn Fn(&str) -> Option<Arc<dyn CommitGate>> + Send + S
 pub const NO_INPUT: &str = "-";
 
 struct FeedGate {
+    /// The engine's name of the feed (matched by pointer first).
     feed: Arc<str>,
+    /// The writer's own copy of the name, for the keys: its count is touched only by
+    /// this writer and the sink's thread, never by the feed's source.
+    key_name: Arc<str>,
     gate: Option<Arc<dyn CommitGate>>,
     next_tag: u64,
 }
@@ -58,9 +62,9 @@ pub struct SinkWriter {
     handle: SinkHandle,
     gates: GateSource,
     feeds: Vec<FeedGate>,
-    /// The delivery the last output belonged to (feed, sequence, attempt) and the
-    /// next index within it.
-    current: Option<(Arc<str>, u64, u32)>,
+    /// The delivery the last output belonged to (its feed's entry, sequence, attempt)
+    /// and the next index within it.
+    current: Option<(usize, u64, u32)>,
     index: u32,
     /// Outputs made outside a delivery, numbered.
     unpositioned: u64,
@@ -103,35 +107,18 @@ impl SinkWriter {
     /// when the sink stopped. The output was not taken.
     pub fn write(&mut self, payload: Vec<u8>) -> Result<OutputKey, SendError> {
         let generation = engine::current_processor().map_or(0, |processor| processor.0);
-        let Some(delivery) = DeliveryContext::current() else {
+        // borrowed: this runs per output, and the engine's feed name is shared with the
+        // source's thread, so cloning it would bounce its count between the threads
+        let positioned =
+            DeliveryContext::with_current(|delivery| self.key_for(delivery, generation));
+        let Some((key, at)) = positioned else {
             self.unpositioned += 1;
             let key = OutputKey::new(NO_INPUT, Epoch(0), 0, self.unpositioned, 0, generation);
             self.handle.send(Output::new(key.clone(), payload), None)?;
             return Ok(key);
         };
-        let same = self
-            .current
-            .as_ref()
-            .is_some_and(|(feed, sequence, attempt)| {
-                Arc::ptr_eq(feed, delivery.feed_arc())
-                    && *sequence == delivery.sequence()
-                    && *attempt == delivery.attempt()
-            });
-        if !same {
-            // a new delivery, or another attempt of one: its outputs count from 0 again,
-            // so a retried input makes the same keys
-            self.current = Some((
-                Arc::clone(delivery.feed_arc()),
-                delivery.sequence(),
-                delivery.attempt(),
-            ));
-            self.index = 0;
-        }
-        let key = OutputKey::for_delivery(&delivery, self.index, generation);
-        self.index += 1;
-        let gate = self.gate_for(delivery.feed_arc());
         let output = Output::new(key.clone(), payload);
-        match gate {
+        match self.next_gate(at) {
             Some((gate, tag)) => {
                 gate.pending(tag);
                 if let Err(error) = self.handle.send(output, Some((Arc::clone(&gate), tag))) {
@@ -179,23 +166,50 @@ impl SinkWriter {
         status.queued == 0 && status.retrying == 0 && status.held_count == 0
     }
 
-    /// The gate of `feed` with the next tag.
-    fn gate_for(&mut self, feed: &Arc<str>) -> Option<(Arc<dyn CommitGate>, u64)> {
-        let at = match self
+    /// The key of the next output of `delivery`, and the index of its feed's entry.
+    fn key_for(&mut self, delivery: DeliveryRef<'_>, generation: u64) -> (OutputKey, usize) {
+        let at = self.feed_entry(delivery.feed);
+        let same = self.current.is_some_and(|(feed, sequence, attempt)| {
+            feed == at && sequence == delivery.sequence && attempt == delivery.attempt
+        });
+        if !same {
+            // a new delivery, or another attempt of one: its outputs count from 0 again,
+            // so a retried input makes the same keys
+            self.current = Some((at, delivery.sequence, delivery.attempt));
+            self.index = 0;
+        }
+        let key = OutputKey {
+            feed: Arc::clone(&self.feeds[at].key_name),
+            epoch: delivery.epoch,
+            lane: delivery.position.lane,
+            position: delivery.position.offset,
+            index: self.index,
+            generation,
+        };
+        self.index += 1;
+        (key, at)
+    }
+
+    /// The index of `feed`'s entry, made the first time the writer sees the feed.
+    fn feed_entry(&mut self, feed: &Arc<str>) -> usize {
+        if let Some(at) = self
             .feeds
             .iter()
             .position(|known| Arc::ptr_eq(&known.feed, feed) || *known.feed == **feed)
         {
-            Some(at) => at,
-            None => {
-                self.feeds.push(FeedGate {
-                    feed: Arc::clone(feed),
-                    gate: (self.gates)(feed),
-                    next_tag: 0,
-                });
-                self.feeds.len() - 1
-            }
-        };
+            return at;
+        }
+        self.feeds.push(FeedGate {
+            feed: Arc::clone(feed),
+            key_name: Arc::from(&**feed),
+            gate: (self.gates)(feed),
+            next_tag: 0,
+        });
+        self.feeds.len() - 1
+    }
+
+    /// The gate of the feed at `at` with the next tag.
+    fn next_gate(&mut self, at: usize) -> Option<(Arc<dyn CommitGate>, u64)> {
         let known = &mut self.feeds[at];
         let gate = known.gate.as_ref()?;
         known.next_tag += 1;

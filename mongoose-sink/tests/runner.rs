@@ -44,9 +44,15 @@ impl CommitGate for Gate {
         self.completed.lock().push(tag);
     }
     fn complete_through(&self, tag: u64) {
+        // every pending tag up to `tag` not completed yet (a real gate forgets a tag
+        // once it is complete, so none is completed twice)
         let pending = self.pending.lock().clone();
         let mut completed = self.completed.lock();
-        completed.extend(pending.into_iter().filter(|pending| *pending <= tag));
+        let fresh: Vec<u64> = pending
+            .into_iter()
+            .filter(|pending| *pending <= tag && !completed.contains(pending))
+            .collect();
+        completed.extend(fresh);
     }
     fn held(&self, tag: u64, reason: &str) {
         self.held.lock().push((tag, reason.to_owned()));
@@ -87,6 +93,7 @@ fn run(
     .expect("started");
     let gate = Arc::new(Gate::default());
     let as_gate: Arc<dyn CommitGate> = gate.clone();
+    as_gate.pending(1);
     runner
         .handle()
         .send(
@@ -223,6 +230,8 @@ fn a_retried_output_is_published_and_its_gate_told_once() {
     let gate = Arc::new(Gate::default());
     let as_gate: Arc<dyn CommitGate> = gate.clone();
     for tag in 1..=20u64 {
+        // as a writer does: pending before the output leaves
+        as_gate.pending(tag);
         runner
             .handle()
             .send(
@@ -285,4 +294,84 @@ fn a_full_queue_refuses_without_blocking_and_a_stop_publishes_what_is_queued() {
         status.published, taken,
         "the stop published what was queued"
     );
+}
+
+#[test]
+fn an_output_retried_in_the_middle_of_a_batch_is_not_completed_by_the_outputs_after_it() {
+    /// Holds its first publish until released, then refuses position 5 once.
+    struct RefusesFive {
+        release: Arc<std::sync::Barrier>,
+        first: bool,
+        refused: bool,
+    }
+    impl Sink for RefusesFive {
+        fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+            if std::mem::take(&mut self.first) {
+                self.release.wait();
+            }
+            for output in outputs {
+                if output.key.position == 5 && !self.refused {
+                    self.refused = true;
+                    outcomes.push(SinkOutcome::NotPublished {
+                        evidence: "503".into(),
+                        retryable: true,
+                    });
+                } else {
+                    outcomes.push(SinkOutcome::Published {
+                        evidence: "201".into(),
+                    });
+                }
+            }
+        }
+    }
+    let release = Arc::new(std::sync::Barrier::new(2));
+    let mut config = RunnerConfig::new("refuses-five", "memory");
+    // the refused output waits for its retry far longer than the test runs
+    config.budget = RetryBudget {
+        max_retries: 3,
+        initial_backoff: Duration::from_secs(3600),
+        max_backoff: Duration::from_secs(3600),
+        expire_after: Duration::from_secs(7200),
+    };
+    let runner = SinkRunner::start(
+        Box::new(RefusesFive {
+            release: Arc::clone(&release),
+            first: true,
+            refused: false,
+        }),
+        config,
+    )
+    .expect("started");
+    // an opener the runner takes alone and holds in its first publish, so the ten
+    // gated outputs sent meanwhile go out in one batch
+    runner
+        .handle()
+        .send(Output::new(key(0), b"opener".to_vec()), None)
+        .expect("taken");
+    wait_for(&runner, |status| status.queued == 1);
+    let gate = Arc::new(Gate::default());
+    let as_gate: Arc<dyn CommitGate> = gate.clone();
+    for tag in 1..=10u64 {
+        as_gate.pending(tag);
+        runner
+            .handle()
+            .send(
+                Output::new(key(tag), tag.to_string().into_bytes()),
+                Some((Arc::clone(&as_gate), tag)),
+            )
+            .expect("taken");
+    }
+    release.wait();
+    let status = wait_for(&runner, |status| {
+        status.published == 10 && status.retrying == 1
+    });
+    assert_eq!((status.published, status.retrying), (10, 1), "{status:?}");
+    let mut completed = gate.completed.lock().clone();
+    completed.sort_unstable();
+    assert_eq!(
+        completed,
+        vec![1, 2, 3, 4, 6, 7, 8, 9, 10],
+        "the output at 5 waits for its retry: its input must stay uncommitted"
+    );
+    runner.stop(Instant::now());
 }
