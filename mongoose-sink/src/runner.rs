@@ -113,12 +113,19 @@ struct Shared {
     stop: AtomicBool,
     /// Stop only once this instant is passed, even with outputs left.
     deadline: Mutex<Option<Instant>>,
+    /// The gates registered with [`SinkHandle::register_gate`], by [`GateId`].
+    gates: Mutex<Vec<Arc<dyn CommitGate>>>,
 }
+
+/// A commit gate registered with a sink's runner ([`SinkHandle::register_gate`]): an
+/// output names its gate by this id, so sending one touches no reference count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GateId(u32);
 
 /// One output with what the runner keeps about it.
 struct Queued {
     output: Output,
-    gate: Option<(Arc<dyn CommitGate>, u64)>,
+    gate: Option<(GateId, u64)>,
 }
 
 struct Waiting {
@@ -164,17 +171,24 @@ pub enum SendError {
 }
 
 impl SinkHandle {
-    /// Queues `output`; once it is over (published, or given up by policy) `gate` is
-    /// told `complete(tag)`. Never blocks.
+    /// Registers `gate` (once: the same gate registered again gets the same id), for
+    /// [`SinkHandle::send`].
+    pub fn register_gate(&self, gate: Arc<dyn CommitGate>) -> GateId {
+        let mut gates = self.shared.gates.lock();
+        if let Some(at) = gates.iter().position(|known| Arc::ptr_eq(known, &gate)) {
+            return GateId(at as u32);
+        }
+        gates.push(gate);
+        GateId(u32::try_from(gates.len() - 1).expect("fewer than 2^32 gates"))
+    }
+
+    /// Queues `output`; once it is over (published, or given up by policy) the gate
+    /// `gate` names is told `complete(tag)`. Never blocks.
     ///
     /// # Errors
     /// [`SendError::Full`] when the queue is full, [`SendError::Stopped`] when the
     /// runner stopped; the output was not taken and the gate not told.
-    pub fn send(
-        &self,
-        output: Output,
-        gate: Option<(Arc<dyn CommitGate>, u64)>,
-    ) -> Result<(), SendError> {
+    pub fn send(&self, output: Output, gate: Option<(GateId, u64)>) -> Result<(), SendError> {
         if self.shared.queued.load(Ordering::Acquire) >= self.capacity {
             return Err(SendError::Full {
                 sink: self.shared.name.clone(),
@@ -261,6 +275,7 @@ impl SinkRunner {
             held: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             deadline: Mutex::new(None),
+            gates: Mutex::new(Vec::new()),
         });
         let thread = std::thread::Builder::new()
             .name(format!("sink:{}", config.name))
@@ -330,10 +345,12 @@ struct Run {
     /// Outputs kept by the hold policy.
     held: Vec<Queued>,
     outcomes: Vec<SinkOutcome>,
+    /// The registered gates this thread has seen (refreshed when an id is new to it).
+    gates: Vec<Arc<dyn CommitGate>>,
 }
 
 struct Meta {
-    gate: Option<(Arc<dyn CommitGate>, u64)>,
+    gate: Option<(GateId, u64)>,
     first_attempt: Option<SystemTime>,
 }
 
@@ -353,6 +370,7 @@ impl Run {
             waiting: Vec::new(),
             held: Vec::new(),
             outcomes: Vec::with_capacity(config.batch),
+            gates: Vec::new(),
             config,
         }
     }
@@ -462,7 +480,7 @@ impl Run {
         // runner is waiting for a retry or held, and until the batch's first output that
         // was not published (tags reach the runner in increasing order per gate).
         let mut coalesce = self.waiting.is_empty() && self.held.is_empty();
-        let mut run: Option<(Arc<dyn CommitGate>, u64)> = None;
+        let mut run: Option<(GateId, u64)> = None;
         let mut published = 0usize;
         for outcome in &outcomes {
             let (Some(output), Some(meta)) = (self.outputs.pop_front(), self.meta.pop_front())
@@ -475,14 +493,14 @@ impl Run {
                     continue;
                 };
                 if !coalesce {
-                    gate.complete(tag);
+                    self.gate(gate).complete(tag);
                     continue;
                 }
                 match &mut run {
-                    Some((same, through)) if Arc::ptr_eq(same, &gate) => *through = tag,
+                    Some((same, through)) if *same == gate => *through = tag,
                     _ => {
                         if let Some((gate, through)) = run.replace((gate, tag)) {
-                            gate.complete_through(through);
+                            self.gate(gate).complete_through(through);
                         }
                     }
                 }
@@ -490,12 +508,12 @@ impl Run {
             }
             coalesce = false;
             if let Some((gate, through)) = run.take() {
-                gate.complete_through(through);
+                self.gate(gate).complete_through(through);
             }
             self.settle(output, meta, outcome, now, wall);
         }
         if let Some((gate, through)) = run {
-            gate.complete_through(through);
+            self.gate(gate).complete_through(through);
         }
         if published > 0 {
             // over: they leave the queue (a retried output stays counted until then)
@@ -506,6 +524,16 @@ impl Run {
                 .fetch_add(published as u64, Ordering::Relaxed);
         }
         self.outcomes = outcomes;
+    }
+
+    /// The gate registered as `id`.
+    fn gate(&mut self, id: GateId) -> &Arc<dyn CommitGate> {
+        let at = id.0 as usize;
+        if at >= self.gates.len() {
+            // registered before any output naming it was sent
+            self.gates.clone_from(&self.shared.gates.lock());
+        }
+        &self.gates[at]
     }
 
     /// An output that was not published: retried, or given up by the policy.
@@ -582,8 +610,8 @@ impl Run {
             ExhaustedPolicy::CountLoss => {
                 self.shared.counters.lost.fetch_add(1, Ordering::Relaxed);
                 error!(sink = %self.shared.name, key = %key, evidence = outcome.evidence(), "output {why} ({state}): counted lost by the count_loss policy; its input is committed");
-                if let Some((gate, tag)) = &queued.gate {
-                    gate.complete(*tag);
+                if let Some((gate, tag)) = queued.gate {
+                    self.gate(gate).complete(tag);
                 }
             }
             ExhaustedPolicy::Hold => {
@@ -593,8 +621,8 @@ impl Run {
                     outcome.evidence()
                 );
                 error!(sink = %self.shared.name, key = %key, evidence = outcome.evidence(), "output {why} ({state}): held by the hold policy; its feed's commit stays before its input");
-                if let Some((gate, tag)) = &queued.gate {
-                    gate.held(*tag, &reason);
+                if let Some((gate, tag)) = queued.gate {
+                    self.gate(gate).held(tag, &reason);
                 }
                 self.shared.held.lock().push(reason);
                 self.held.push(queued);

@@ -35,7 +35,7 @@ use mongoose_core::engine;
 use mongoose_core::sink::{CommitGate, Output, OutputKey};
 use mongoose_core::{DeliveryContext, DeliveryRef, Epoch};
 
-use crate::runner::{SendError, SinkHandle};
+use crate::runner::{GateId, SendError, SinkHandle};
 
 /// Finds the commit gate of an input's feed for the writer's group (`None`: the feed's
 /// commits are not held, e.g. a feed without positions).
@@ -51,7 +51,8 @@ struct FeedGate {
     /// The writer's own copy of the name, for the keys: its count is touched only by
     /// this writer and the sink's thread, never by the feed's source.
     key_name: Arc<str>,
-    gate: Option<Arc<dyn CommitGate>>,
+    /// The feed's commit gate and its id at the runner.
+    gate: Option<(Arc<dyn CommitGate>, GateId)>,
     next_tag: u64,
 }
 
@@ -118,22 +119,24 @@ impl SinkWriter {
             return Ok(key);
         };
         let output = Output::new(key.clone(), payload);
-        match self.next_gate(at) {
-            Some((gate, tag)) => {
+        let known = &mut self.feeds[at];
+        let sent = match &known.gate {
+            Some((gate, id)) => {
+                known.next_tag += 1;
+                let tag = known.next_tag;
                 gate.pending(tag);
-                if let Err(error) = self.handle.send(output, Some((Arc::clone(&gate), tag))) {
+                let sent = self.handle.send(output, Some((*id, tag)));
+                if sent.is_err() {
                     // not taken: nothing to wait for
                     gate.complete(tag);
-                    self.index -= 1;
-                    return Err(error);
                 }
+                sent
             }
-            None => {
-                if let Err(error) = self.handle.send(output, None) {
-                    self.index -= 1;
-                    return Err(error);
-                }
-            }
+            None => self.handle.send(output, None),
+        };
+        if let Err(error) = sent {
+            self.index -= 1;
+            return Err(error);
         }
         Ok(key)
     }
@@ -202,17 +205,12 @@ impl SinkWriter {
         self.feeds.push(FeedGate {
             feed: Arc::clone(feed),
             key_name: Arc::from(&**feed),
-            gate: (self.gates)(feed),
+            gate: (self.gates)(feed).map(|gate| {
+                let id = self.handle.register_gate(Arc::clone(&gate));
+                (gate, id)
+            }),
             next_tag: 0,
         });
         self.feeds.len() - 1
-    }
-
-    /// The gate of the feed at `at` with the next tag.
-    fn next_gate(&mut self, at: usize) -> Option<(Arc<dyn CommitGate>, u64)> {
-        let known = &mut self.feeds[at];
-        let gate = known.gate.as_ref()?;
-        known.next_tag += 1;
-        Some((Arc::clone(gate), known.next_tag))
     }
 }

@@ -93,13 +93,11 @@ fn run(
     .expect("started");
     let gate = Arc::new(Gate::default());
     let as_gate: Arc<dyn CommitGate> = gate.clone();
+    let gate_id = runner.handle().register_gate(Arc::clone(&as_gate));
     as_gate.pending(1);
     runner
         .handle()
-        .send(
-            Output::new(key(10), b"one".to_vec()),
-            Some((Arc::clone(&as_gate), 1)),
-        )
+        .send(Output::new(key(10), b"one".to_vec()), Some((gate_id, 1)))
         .expect("taken");
     let status = wait_for(&runner, |status| {
         status.held_count + status.lost + status.published > 0
@@ -229,6 +227,7 @@ fn a_retried_output_is_published_and_its_gate_told_once() {
     .expect("started");
     let gate = Arc::new(Gate::default());
     let as_gate: Arc<dyn CommitGate> = gate.clone();
+    let gate_id = runner.handle().register_gate(Arc::clone(&as_gate));
     for tag in 1..=20u64 {
         // as a writer does: pending before the output leaves
         as_gate.pending(tag);
@@ -236,7 +235,7 @@ fn a_retried_output_is_published_and_its_gate_told_once() {
             .handle()
             .send(
                 Output::new(key(tag), tag.to_string().into_bytes()),
-                Some((Arc::clone(&as_gate), tag)),
+                Some((gate_id, tag)),
             )
             .expect("taken");
     }
@@ -351,13 +350,14 @@ fn an_output_retried_in_the_middle_of_a_batch_is_not_completed_by_the_outputs_af
     wait_for(&runner, |status| status.queued == 1);
     let gate = Arc::new(Gate::default());
     let as_gate: Arc<dyn CommitGate> = gate.clone();
+    let gate_id = runner.handle().register_gate(Arc::clone(&as_gate));
     for tag in 1..=10u64 {
         as_gate.pending(tag);
         runner
             .handle()
             .send(
                 Output::new(key(tag), tag.to_string().into_bytes()),
-                Some((Arc::clone(&as_gate), tag)),
+                Some((gate_id, tag)),
             )
             .expect("taken");
     }
