@@ -476,10 +476,19 @@ impl Run {
         let wall = SystemTime::now();
         let outcomes = std::mem::take(&mut self.outcomes);
         // Published outputs are counted once per batch, and a run of one gate's tags is
-        // completed with one `complete_through`: exact while no earlier output of this
-        // runner is waiting for a retry or held, and until the batch's first output that
-        // was not published (tags reach the runner in increasing order per gate).
-        let mut coalesce = self.waiting.is_empty() && self.held.is_empty();
+        // completed with one `complete_through`. That is exact only while every tag up
+        // to the run's last is published: so no output of this runner may be waiting
+        // for a retry or held, the batch may hold no retried output (retries come back
+        // in the order they fall due, not in tag order, and ahead of the new outputs),
+        // and the run ends at the batch's first output that was not published. New
+        // outputs reach the runner in increasing tag order per gate.
+        let mut coalesce = self.waiting.is_empty()
+            && self.held.is_empty()
+            && self
+                .meta
+                .iter()
+                .take(count)
+                .all(|meta| meta.first_attempt.is_none());
         let mut run: Option<(GateId, u64)> = None;
         let mut published = 0usize;
         for outcome in &outcomes {

@@ -247,11 +247,12 @@ fn a_retried_output_is_published_and_its_gate_told_once() {
     // a retried output left the queue once (counting each attempt out wrapped the
     // count around and refused every later output as "full")
     assert_eq!(status.queued, 0, "{status:?}");
+    // read before the next send: the runner may try that one at once
+    assert_eq!(seen.load(Ordering::Relaxed), 60);
     runner
         .handle()
         .send(Output::new(key(99), b"after".to_vec()), None)
         .expect("taken after the retries");
-    assert_eq!(seen.load(Ordering::Relaxed), 60);
     let mut completed = gate.completed.lock().clone();
     completed.sort_unstable();
     assert_eq!(completed, (1..=20).collect::<Vec<_>>());
@@ -373,5 +374,94 @@ fn an_output_retried_in_the_middle_of_a_batch_is_not_completed_by_the_outputs_af
         vec![1, 2, 3, 4, 6, 7, 8, 9, 10],
         "the output at 5 waits for its retry: its input must stay uncommitted"
     );
+    runner.stop(Instant::now());
+}
+
+#[test]
+fn retried_outputs_that_fall_due_out_of_order_are_each_completed() {
+    // Output 1 fails twice (its second backoff is longer), output 2 once: 2 falls due
+    // before 1. Output 3's publish is slow, so both are due when it returns and they
+    // come back in the order they fell due: [2, 1]. Completing that run "through" its
+    // last tag (1) left tag 2 pending for ever: its input was never committed.
+    struct Scripted {
+        attempts: Arc<Mutex<Vec<(u64, u32)>>>,
+    }
+    impl Sink for Scripted {
+        fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+            for output in outputs {
+                let (position, attempt) = (output.key.position, output.attempt);
+                self.attempts.lock().push((position, attempt));
+                if position == 3 {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                let fails = match position {
+                    1 => attempt < 2,
+                    2 => attempt < 1,
+                    _ => false,
+                };
+                outcomes.push(if fails {
+                    SinkOutcome::NotPublished {
+                        evidence: "503".into(),
+                        retryable: true,
+                    }
+                } else {
+                    SinkOutcome::Published {
+                        evidence: "201".into(),
+                    }
+                });
+            }
+        }
+    }
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let mut config = RunnerConfig::new("scripted", "memory");
+    config.budget = RetryBudget {
+        max_retries: 10,
+        initial_backoff: Duration::from_millis(40),
+        max_backoff: Duration::from_millis(1000),
+        expire_after: Duration::from_secs(3600),
+    };
+    let runner = SinkRunner::start(
+        Box::new(Scripted {
+            attempts: Arc::clone(&attempts),
+        }),
+        config,
+    )
+    .expect("started");
+    let gate = Arc::new(Gate::default());
+    let as_gate: Arc<dyn CommitGate> = gate.clone();
+    let gate_id = runner.handle().register_gate(Arc::clone(&as_gate));
+    let send = |tag: u64| {
+        as_gate.pending(tag);
+        runner
+            .handle()
+            .send(
+                Output::new(key(tag), tag.to_string().into_bytes()),
+                Some((gate_id, tag)),
+            )
+            .expect("taken");
+    };
+    let tried = |position: u64, attempt: u32| attempts.lock().contains(&(position, attempt));
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "never {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    send(1);
+    wait("retried output 1", &|| tried(1, 1));
+    // 1 now waits 80 ms (its second backoff); 2 fails once and waits 40 ms
+    send(2);
+    wait("tried output 2", &|| tried(2, 0));
+    // 3's slow publish outlasts both backoffs
+    send(3);
+    let status = wait_for(&runner, |status| status.published == 3);
+    assert_eq!(status.published, 3, "{status:?}");
+    wait("every output completed at its gate", &|| {
+        gate.completed.lock().len() == 3
+    });
+    let mut completed = gate.completed.lock().clone();
+    completed.sort_unstable();
+    assert_eq!(completed, vec![1, 2, 3]);
     runner.stop(Instant::now());
 }
