@@ -111,8 +111,14 @@ fn a_reader_in_another_process_sees_a_writer_appending() {
     });
     let status = child.wait().expect("the child");
     assert!(status.success(), "the child failed: {status}");
-    assert!(tailer.next().expect("read").is_none(), "nothing more than was appended");
-    assert!(journal.segment_numbers().expect("segments").len() > 10, "it rolled");
+    assert!(
+        tailer.next().expect("read").is_none(),
+        "nothing more than was appended"
+    );
+    assert!(
+        journal.segment_numbers().expect("segments").len() > 10,
+        "it rolled"
+    );
     assert!(
         empty_polls_before_the_end > 0,
         "the reader caught up with the writer at least once (it tailed a live writer)"
@@ -166,22 +172,36 @@ fn a_second_appender_is_refused() {
     let dir = tempfile::tempdir().expect("dir");
     let journal = open_small(&dir.path().join("journal"));
     let first = journal.appender().expect("the first appender");
-    let second = journal.appender().expect_err("a second appender is refused");
-    assert!(matches!(second, JournalError::AppenderHeld { .. }), "{second:?}");
+    let second = journal
+        .appender()
+        .expect_err("a second appender is refused");
+    assert!(
+        matches!(second, JournalError::AppenderHeld { .. }),
+        "{second:?}"
+    );
     let message = second.to_string();
     assert!(message.contains("another appender"), "{message}");
     let again = open_small(&dir.path().join("journal"));
     assert!(again.appender().is_err(), "also through another Journal");
     drop(first);
-    drop(journal.appender().expect("free again once the first is dropped"));
+    drop(
+        journal
+            .appender()
+            .expect("free again once the first is dropped"),
+    );
 
     // across processes: refused while a child holds it, free once the child is killed
     let child = spawn_child("hold", dir.path());
     wait_for("the child to hold the appender", || {
         dir.path().join("holding").exists()
     });
-    let refused = journal.appender().expect_err("refused while the child holds it");
-    assert!(matches!(refused, JournalError::AppenderHeld { .. }), "{refused:?}");
+    let refused = journal
+        .appender()
+        .expect_err("refused while the child holds it");
+    assert!(
+        matches!(refused, JournalError::AppenderHeld { .. }),
+        "{refused:?}"
+    );
     kill(child);
     let mut appender = journal.appender().expect("free once the holder died");
     assert_eq!(appender.append(b"after the holder").expect("append"), 0);

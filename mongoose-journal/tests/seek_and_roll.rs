@@ -16,7 +16,11 @@ fn seek_by_index_across_segments() {
     let total = 20_000;
     append_payloads(&journal, 0..total);
     let segments = journal.segment_numbers().expect("segments");
-    assert!(segments.len() > 20, "many rolls: {} segments", segments.len());
+    assert!(
+        segments.len() > 20,
+        "many rolls: {} segments",
+        segments.len()
+    );
 
     let mut tailer = journal.tailer();
     // a small deterministic pseudo-random walk over the indexes, both directions
@@ -45,25 +49,37 @@ fn seek_by_index_across_segments() {
     for window in 0..total {
         if window % 997 == 0 {
             assert!(tailer.seek(window).expect("seek"));
-            assert_eq!(tailer.next().expect("read").expect("excerpt").index(), window);
+            assert_eq!(
+                tailer.next().expect("read").expect("excerpt").index(),
+                window
+            );
         }
     }
 
     // the end: `total` is the next index, beyond it is refused and leaves the tailer at
     // the end
-    assert!(tailer.seek(total).expect("seek"), "the next index to append");
+    assert!(
+        tailer.seek(total).expect("seek"),
+        "the next index to append"
+    );
     assert!(tailer.next().expect("read").is_none());
     assert!(!tailer.seek(total + 10).expect("seek"), "beyond the end");
     assert_eq!(tailer.index(), total, "left at the end");
     append_payloads(&journal, total..total + 5);
     for index in total..total + 5 {
-        let excerpt = tailer.next().expect("read").expect("appended after the seek");
+        let excerpt = tailer
+            .next()
+            .expect("read")
+            .expect("appended after the seek");
         assert_eq!(excerpt.index(), index);
         assert_eq!(excerpt.bytes(), &payload(index)[..]);
     }
     // and back to the start
     assert!(tailer.seek(0).expect("seek"));
-    assert_eq!(tailer.next().expect("read").expect("first").bytes(), &payload(0)[..]);
+    assert_eq!(
+        tailer.next().expect("read").expect("first").bytes(),
+        &payload(0)[..]
+    );
 }
 
 #[test]
@@ -83,7 +99,9 @@ fn rolls_by_size_and_time() {
     assert!(segments.len() >= 5, "{} segments", segments.len());
     assert_eq!(segments, (0..segments.len() as u64).collect::<Vec<_>>());
     for number in &segments {
-        let size = fs::metadata(journal.segment_path(*number)).expect("segment").len();
+        let size = fs::metadata(journal.segment_path(*number))
+            .expect("segment")
+            .len();
         assert_eq!(size, 64 * 1024, "segment {number} has the configured size");
     }
     let mut tailer = journal.tailer();
@@ -95,7 +113,9 @@ fn rolls_by_size_and_time() {
     assert_eq!(read, 300);
     // an excerpt that cannot fit in any segment is refused, and nothing is appended
     let mut appender = journal.appender().expect("appender");
-    let error = appender.append(&vec![0u8; 64 * 1024]).expect_err("too large");
+    let error = appender
+        .append(&vec![0u8; 64 * 1024])
+        .expect_err("too large");
     assert!(error.to_string().contains("segment_bytes"), "{error}");
     assert_eq!(appender.next_index(), 300);
     drop(appender);

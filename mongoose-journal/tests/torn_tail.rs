@@ -30,7 +30,11 @@ fn last_entry(journal: &Journal) -> DumpEntry {
         .expect("dump")
         .map(|entry| entry.expect("a dump entry"))
         .collect();
-    assert_eq!(entries.len() as u64, EXCERPTS, "the dump lists every excerpt");
+    assert_eq!(
+        entries.len() as u64,
+        EXCERPTS,
+        "the dump lists every excerpt"
+    );
     assert!(entries.iter().all(|entry| entry.checksum_ok));
     entries.last().cloned().expect("a last excerpt")
 }
@@ -53,7 +57,8 @@ fn damage(journal: &Journal, entry: &DumpEntry, damage: Damage) {
             let at = payload_at + u64::from(entry.len) / 2;
             let mut byte = [0u8];
             file.read_exact_at(&mut byte, at).expect("read a byte");
-            file.write_all_at(&[byte[0] ^ 0x40], at).expect("flip a bit");
+            file.write_all_at(&[byte[0] ^ 0x40], at)
+                .expect("flip a bit");
         }
     }
 }
@@ -72,17 +77,36 @@ fn a_damaged_last_excerpt_is_not_read_and_is_replaced(kind: Damage) {
     let mut stopped = journal.tailer();
     let mut read = 0;
     while let Some(excerpt) = stopped.next().expect("read") {
-        assert_eq!(excerpt.bytes(), &payload(read)[..], "{kind:?}: excerpt {read}");
+        assert_eq!(
+            excerpt.bytes(),
+            &payload(read)[..],
+            "{kind:?}: excerpt {read}"
+        );
         read += 1;
     }
-    assert_eq!(read, EXCERPTS - 1, "{kind:?}: the reader stops before the damage");
+    assert_eq!(
+        read,
+        EXCERPTS - 1,
+        "{kind:?}: the reader stops before the damage"
+    );
     for _ in 0..3 {
-        assert!(stopped.next().expect("read").is_none(), "{kind:?}: never read");
+        assert!(
+            stopped.next().expect("read").is_none(),
+            "{kind:?}: never read"
+        );
     }
     assert_eq!(stopped.index(), EXCERPTS - 1);
-    let dumped = journal.dump().expect("dump").last().expect("an entry").expect("ok");
+    let dumped = journal
+        .dump()
+        .expect("dump")
+        .last()
+        .expect("an entry")
+        .expect("ok");
     assert_eq!(dumped.index, EXCERPTS - 1);
-    assert!(!dumped.checksum_ok, "{kind:?}: the dump flags the damaged excerpt");
+    assert!(
+        !dumped.checksum_ok,
+        "{kind:?}: the dump flags the damaged excerpt"
+    );
 
     // the next appender cuts the torn tail and resumes at its index
     let mut appender = journal.appender().expect("the appender after damage");
@@ -91,7 +115,10 @@ fn a_damaged_last_excerpt_is_not_read_and_is_replaced(kind: Damage) {
         appender.append(&payload(EXCERPTS - 1)).expect("append"),
         EXCERPTS - 1
     );
-    assert_eq!(appender.append(&payload(EXCERPTS)).expect("append"), EXCERPTS);
+    assert_eq!(
+        appender.append(&payload(EXCERPTS)).expect("append"),
+        EXCERPTS
+    );
     drop(appender);
 
     // the stopped reader goes on with the new excerpts; a fresh one reads them all
