@@ -31,7 +31,10 @@ fn main() {
         .next()
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| temporary.path().to_path_buf());
-    println!("{count} excerpts of {EXCERPT_BYTES} bytes under {}", base.display());
+    println!(
+        "{count} excerpts of {EXCERPT_BYTES} bytes under {}",
+        base.display()
+    );
 
     let journal = Journal::open(base.join("sequential"), JournalConfig::default()).expect("open");
     let mut appender = journal.appender().expect("appender");
@@ -44,13 +47,22 @@ fn main() {
     report("append", count, started.elapsed());
     let started = Instant::now();
     appender.sync().expect("sync");
-    println!("sync after the appends: {:.3} s", started.elapsed().as_secs_f64());
+    println!(
+        "sync after the appends: {:.3} s",
+        started.elapsed().as_secs_f64()
+    );
     drop(appender);
 
     let passes: usize = std::env::var("JOURNAL_BENCH_TAIL_PASSES")
         .map(|passes| passes.parse().expect("a number of passes"))
         .unwrap_or(2);
-    for pass in (0..passes).map(|pass| if pass == 0 { "tail (first read)" } else { "tail (again)" }) {
+    for pass in (0..passes).map(|pass| {
+        if pass == 0 {
+            "tail (first read)"
+        } else {
+            "tail (again)"
+        }
+    }) {
         let mut tailer = journal.tailer();
         let mut sum = 0u64;
         let started = Instant::now();

@@ -473,3 +473,68 @@ fn map(file: &File, len: usize, writable: bool, path: &Path) -> Result<MmapRaw> 
     };
     mapped.map_err(|error| JournalError::io("cannot map the segment", path, error))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> SegmentHeader {
+        SegmentHeader {
+            number: 3,
+            first_index: 0x0102_0304_0506_0708,
+            geometry: Geometry {
+                segment_bytes: 64 * 1024,
+                index_slots: 1024,
+            },
+            created_unix_nanos: 42,
+        }
+    }
+
+    #[test]
+    fn the_segment_header_layout_is_fixed() {
+        let bytes = header().encode();
+        assert_eq!(&bytes[0..8], b"MGJRNSEG");
+        assert_eq!(bytes[8..12], 1u32.to_le_bytes());
+        assert_eq!(bytes[12..16], 4096u32.to_le_bytes());
+        assert_eq!(bytes[16..24], 3u64.to_le_bytes());
+        assert_eq!(bytes[24..32], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(bytes[32..40], (64u64 * 1024).to_le_bytes());
+        assert_eq!(bytes[40..48], 1024u64.to_le_bytes());
+        assert_eq!(bytes[48..56], 42u64.to_le_bytes());
+        assert_eq!(bytes[56..60], [0; 4]);
+        assert_eq!(bytes[60..64], crc32fast::hash(&bytes[0..60]).to_le_bytes());
+        assert_eq!(
+            SegmentHeader::decode(&bytes, Path::new("s")).expect("decode"),
+            header()
+        );
+        // 4 KiB header page, 1024 slots of 4 bytes, then data on a page boundary
+        assert_eq!(header().geometry.data_start(), 4096 + 4096);
+        assert_eq!(EXCERPT_HEADER_BYTES, 8);
+    }
+
+    #[test]
+    fn a_foreign_or_damaged_or_newer_header_is_refused_with_its_reason() {
+        let mut foreign = header().encode();
+        foreign[0] = b'X';
+        let error = SegmentHeader::decode(&foreign, Path::new("s")).expect_err("magic");
+        assert!(error.to_string().contains("no segment magic"), "{error}");
+
+        let mut damaged = header().encode();
+        damaged[30] ^= 1;
+        let error = SegmentHeader::decode(&damaged, Path::new("s")).expect_err("crc");
+        assert!(error.to_string().contains("checksum"), "{error}");
+
+        let mut newer = header().encode();
+        newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32fast::hash(&newer[0..60]);
+        newer[60..64].copy_from_slice(&crc.to_le_bytes());
+        let error = SegmentHeader::decode(&newer, Path::new("s")).expect_err("version");
+        assert!(error.to_string().contains("format version 2"), "{error}");
+    }
+
+    #[test]
+    fn the_checksum_depends_on_the_index() {
+        assert_ne!(checksum(1, b"same"), checksum(2, b"same"));
+        assert_eq!(checksum(7, b"same"), checksum(7, b"same"));
+    }
+}

@@ -69,6 +69,7 @@ impl Tailer {
     /// once an appender has cut the damage and appended again). The excerpt borrows the
     /// tailer.
     #[inline]
+    #[allow(clippy::should_implement_trait)] // a lending read: the excerpt borrows the tailer
     pub fn next(&mut self) -> Result<Option<Excerpt<'_>>> {
         let (start, len) = loop {
             let Some(segment) = &self.segment else {

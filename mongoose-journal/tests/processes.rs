@@ -91,15 +91,10 @@ fn a_reader_in_another_process_sees_a_writer_appending() {
     let mut read = 0;
     let mut empty_polls_before_the_end = 0u64;
     wait_for("every excerpt the child appends", || {
-        loop {
-            match tailer.next().expect("read") {
-                Some(excerpt) => {
-                    assert_eq!(excerpt.index(), read, "each excerpt once, in order");
-                    assert_eq!(excerpt.bytes(), &payload(read)[..], "excerpt {read}");
-                    read += 1;
-                }
-                None => break,
-            }
+        while let Some(excerpt) = tailer.next().expect("read") {
+            assert_eq!(excerpt.index(), read, "each excerpt once, in order");
+            assert_eq!(excerpt.bytes(), &payload(read)[..], "excerpt {read}");
+            read += 1;
         }
         if read < APPENDED_BY_CHILD {
             empty_polls_before_the_end += 1;
