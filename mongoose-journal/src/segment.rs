@@ -228,12 +228,6 @@ impl Segment {
         fs::rename(&temporary, &path)
             .map_err(|error| JournalError::io("cannot rename into place", &path, error))?;
         let map = map(&file, geometry.segment_bytes as usize, true, &path)?;
-        // fault every page in at once rather than one page fault per 4 KiB of appends
-        // (measured: 2.8 -> 4.6 M appends/s on ext4); an old kernel without it just
-        // takes the faults
-        if let Err(error) = map.advise(memmap2::Advice::PopulateWrite) {
-            tracing::debug!(%error, "cannot pre-fault the new segment");
-        }
         Ok(Segment {
             path,
             header,
@@ -418,6 +412,22 @@ impl Segment {
         debug_assert!(self.writable && start + len <= self.mapped_len);
         // SAFETY: the caller promises exclusive access to a mapped, unpublished range.
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(start), len) }
+    }
+
+    /// Faults in the pages of `start..start + len` for writing in one call
+    /// (`MADV_POPULATE_WRITE`), rather than one page fault per 4 KiB of appends. An old
+    /// kernel without it just takes the faults.
+    pub(crate) fn populate_for_writing(&self, start: usize, len: usize) {
+        let len = len.min(self.mapped_len.saturating_sub(start));
+        if len == 0 {
+            return;
+        }
+        if let Err(error) = self
+            .map
+            .advise_range(memmap2::Advice::PopulateWrite, start, len)
+        {
+            tracing::debug!(%error, "cannot pre-fault the segment's pages");
+        }
     }
 
     /// Writes the mapped pages back and waits (`msync(MS_SYNC)`).
