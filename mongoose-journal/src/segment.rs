@@ -215,18 +215,28 @@ impl Segment {
             .create_new(true)
             .open(&temporary)
             .map_err(|error| JournalError::io("cannot create the segment", &temporary, error))?;
-        reserve(&file, geometry.segment_bytes)
-            .map_err(|error| JournalError::io("cannot reserve space for", &temporary, error))?;
         let header = SegmentHeader {
             number,
             first_index,
             geometry,
             created_unix_nanos,
         };
-        file.write_all_at(&header.encode(), 0)
-            .map_err(|error| JournalError::io("cannot write the header of", &temporary, error))?;
-        fs::rename(&temporary, &path)
-            .map_err(|error| JournalError::io("cannot rename into place", &path, error))?;
+        let prepared = reserve(&file, geometry.segment_bytes)
+            .map_err(|error| JournalError::io("cannot reserve space for", &temporary, error))
+            .and_then(|()| {
+                file.write_all_at(&header.encode(), 0).map_err(|error| {
+                    JournalError::io("cannot write the header of", &temporary, error)
+                })
+            })
+            .and_then(|()| {
+                fs::rename(&temporary, &path)
+                    .map_err(|error| JournalError::io("cannot rename into place", &path, error))
+            });
+        if let Err(error) = prepared {
+            // a half-made segment must not keep the space it took
+            let _ = fs::remove_file(&temporary);
+            return Err(error);
+        }
         let map = map(&file, geometry.segment_bytes as usize, true, &path)?;
         Ok(Segment {
             path,
