@@ -107,9 +107,9 @@ impl Appender {
     }
 
     /// Appends an excerpt of `len` bytes that `fill` writes in place, in the mapped
-    /// segment (no copy); its index. `fill` must write the whole buffer (it holds
-    /// zeroes when it is called). The excerpt is published when `fill` returns; if `fill`
-    /// panics, nothing is appended.
+    /// segment (no copy); its index. `fill` must write the whole buffer: what it holds
+    /// before is unspecified (zeroes, unless an earlier `fill` panicked). The excerpt is
+    /// published when `fill` returns; if `fill` panics, nothing is appended.
     pub fn append_with<F: FnOnce(&mut [u8])>(&mut self, len: usize, fill: F) -> Result<u64> {
         let footprint = EXCERPT_HEADER_BYTES.saturating_add(len.saturating_add(7) & !7);
         if self.ended || !self.fits(footprint) || self.roll_is_due() {

@@ -76,6 +76,6 @@ fn a_full_file_system_refuses_the_roll_and_appending_resumes_once_space_is_freed
     );
     drop(appender);
     assert_eq!(read_all_checked(&journal), appended + 1);
-    let mut appender = journal.appender().expect("a new appender");
+    let appender = journal.appender().expect("a new appender");
     assert_eq!(appender.next_index(), appended + 1);
 }
