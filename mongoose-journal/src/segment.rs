@@ -35,7 +35,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -304,7 +304,7 @@ impl Segment {
         self.mapped_len as u64 >= self.header.geometry.segment_bytes
     }
 
-    /// The index slot `slot`, loaded with `Acquire`: `SLOT_EMPTY`, `SLOT_END` or the
+    /// The index slot `slot`, loaded with acquire ordering: `SLOT_EMPTY`, `SLOT_END` or the
     /// offset of the excerpt. A slot beyond the index, or beyond a truncated file, reads
     /// as empty.
     #[inline]
@@ -319,9 +319,13 @@ impl Segment {
         // SAFETY: `at + 4 <= mapped_len`, so the 4 bytes are inside the mapping, which
         // lives as long as `self`; `at` is a multiple of 4 from a page-aligned base, so
         // the pointer is aligned for a u32. Other processes write this word only with
-        // atomic stores (or not at all), so an atomic view of it is sound.
+        // atomic stores (or not at all), so an atomic view of it is sound. A reader's
+        // mapping is read-only: the load is `Relaxed` (the atomic load the standard
+        // library allows on read-only memory) and the fence after it gives it `Acquire`.
         let word = unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(at).cast::<u32>()) };
-        word.load(Ordering::Acquire)
+        let value = word.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        value
     }
 
     /// Stores index slot `slot` with `Release`: everything written before (the excerpt)
