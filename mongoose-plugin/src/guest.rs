@@ -257,6 +257,60 @@ impl PluginOutput {
         &self.feed
     }
 
+    /// See [`SourceOutput::filtered`].
+    pub fn filtered(&self, position: PositionValue, reason: &str) {
+        // SAFETY: as in try_publish.
+        unsafe {
+            (self.vtable().filtered)(
+                self.host.context,
+                position.lane,
+                position.offset,
+                Str::new(reason),
+            )
+        }
+    }
+
+    /// See [`SourceOutput::acknowledge_with`]: the host owns the committer from now on.
+    pub fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<PositionValue>>) {
+        let handle = Box::into_raw(Box::new(committer)) as *mut c_void;
+        // SAFETY: the host takes the committer and frees it through its vtable's
+        // `destroy`, which frees it here, on the side that allocated it.
+        unsafe {
+            (self.vtable().acknowledge_with)(
+                self.host.context,
+                CommitterRef {
+                    handle,
+                    vtable: &COMMITTER_VTABLE,
+                },
+            )
+        }
+    }
+
+    /// See [`SourceOutput::set_epoch`].
+    pub fn set_epoch(&self, epoch: Epoch) {
+        // SAFETY: as in try_publish.
+        unsafe { (self.vtable().set_epoch)(self.host.context, epoch.0) }
+    }
+
+    /// See [`SourceOutput::set_pause_by_default`].
+    pub fn set_pause_by_default(&self, pause: bool) {
+        // SAFETY: as in try_publish.
+        unsafe { (self.vtable().set_pause_by_default)(self.host.context, u8::from(pause)) }
+    }
+
+    /// See [`SourceOutput::report_state`].
+    pub fn report_state(&self, state: SourceState, detail: Option<&str>) {
+        let detail = detail.map_or(Str::NONE, Str::new);
+        // SAFETY: as in try_publish.
+        unsafe { (self.vtable().report_state)(self.host.context, state_code(state), detail) }
+    }
+
+    /// See [`SourceOutput::set_unterminated_bytes`].
+    pub fn set_unterminated_bytes(&self, bytes: u64) {
+        // SAFETY: as in try_publish.
+        unsafe { (self.vtable().set_unterminated_bytes)(self.host.context, bytes) }
+    }
+
     fn vtable(&self) -> &abi::HostOutputVTable {
         // SAFETY: the host's vtable is valid while the source lives.
         unsafe { &*self.host.vtable }
@@ -330,15 +384,7 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
     }
 
     fn filtered(&self, position: PositionValue, reason: &str) {
-        // SAFETY: as in try_publish.
-        unsafe {
-            (self.vtable().filtered)(
-                self.host.context,
-                position.lane,
-                position.offset,
-                Str::new(reason),
-            )
-        }
+        PluginOutput::filtered(self, position, reason)
     }
 
     fn poll_acknowledgements(&self) -> usize {
@@ -350,39 +396,23 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
     }
 
     fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<PositionValue>>) {
-        let handle = Box::into_raw(Box::new(committer)) as *mut c_void;
-        // SAFETY: the host takes the committer and frees it through its vtable's
-        // `destroy`, which frees it here, on the side that allocated it.
-        unsafe {
-            (self.vtable().acknowledge_with)(
-                self.host.context,
-                CommitterRef {
-                    handle,
-                    vtable: &COMMITTER_VTABLE,
-                },
-            )
-        }
+        PluginOutput::acknowledge_with(self, committer)
     }
 
     fn set_epoch(&self, epoch: Epoch) {
-        // SAFETY: as in try_publish.
-        unsafe { (self.vtable().set_epoch)(self.host.context, epoch.0) }
+        PluginOutput::set_epoch(self, epoch)
     }
 
     fn set_pause_by_default(&self, pause: bool) {
-        // SAFETY: as in try_publish.
-        unsafe { (self.vtable().set_pause_by_default)(self.host.context, u8::from(pause)) }
+        PluginOutput::set_pause_by_default(self, pause)
     }
 
     fn report_state(&self, state: SourceState, detail: Option<&str>) {
-        let detail = detail.map_or(Str::NONE, Str::new);
-        // SAFETY: as in try_publish.
-        unsafe { (self.vtable().report_state)(self.host.context, state_code(state), detail) }
+        PluginOutput::report_state(self, state, detail)
     }
 
     fn set_unterminated_bytes(&self, bytes: u64) {
-        // SAFETY: as in try_publish.
-        unsafe { (self.vtable().set_unterminated_bytes)(self.host.context, bytes) }
+        PluginOutput::set_unterminated_bytes(self, bytes)
     }
 }
 

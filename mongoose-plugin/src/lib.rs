@@ -60,6 +60,7 @@
 
 pub mod abi;
 pub mod guest;
+pub mod settings;
 #[cfg(feature = "host")]
 pub mod host;
 
