@@ -175,7 +175,7 @@ impl OverloadConfig {
 }
 
 /// One feed.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeedConfig {
     /// The feed's name, unique.
@@ -332,7 +332,7 @@ pub struct GroupConfig {
 /// expire_after_millis = 300000
 /// on_exhausted = "hold"    # hold (the feed's commit stays before the input) | count_loss
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     /// The sink's name.
