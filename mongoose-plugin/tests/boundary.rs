@@ -260,3 +260,37 @@ fn the_sink_of_a_plugin_publishes_with_outcomes() {
         Err(PluginError::UnknownKind { .. })
     ));
 }
+
+#[test]
+fn a_panicking_plugin_sink_answers_its_batch_uncertain_and_is_not_called_again() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let registry = registry_of(scratch.path(), &["panic-sink"]);
+    let out = scratch.path().join("appended.txt");
+    let mut sink = PluginSink::create(
+        &registry,
+        "append",
+        "out",
+        &format!("path = \"{}\"", out.display()),
+    )
+    .expect("created");
+    let outputs = vec![
+        Output::new(OutputKey::new("lines", Epoch(1), 0, 5, 0, 1), b"a".to_vec()),
+        Output::new(OutputKey::new("lines", Epoch(1), 0, 5, 1, 1), b"b".to_vec()),
+    ];
+    let mut outcomes = Vec::new();
+    sink.publish(&outputs, &mut outcomes);
+    assert_eq!(outcomes.len(), 2);
+    for outcome in &outcomes {
+        let SinkOutcome::Uncertain { evidence } = outcome else {
+            panic!("a panic after the hand-off is uncertain, not {outcome:?}");
+        };
+        assert!(evidence.contains("panics on purpose"), "{evidence}");
+    }
+    // never called again: not sent, with the reason
+    let mut later = Vec::new();
+    sink.publish(&outputs[..1], &mut later);
+    let [SinkOutcome::NotPublished { evidence, retryable: false }] = &later[..] else {
+        panic!("{later:?}");
+    };
+    assert!(evidence.starts_with("not sent:"), "{evidence}");
+}

@@ -266,6 +266,19 @@ fn a_source_kind_no_plugin_declares_is_refused_naming_the_known_kinds_and_the_pl
     let stderr = String::from_utf8_lossy(&validated.stderr);
     assert_eq!(validated.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no plugin_dir is set"), "{stderr}");
+    // a plugin the handshake refuses in the folder: the start is refused with its reason
+    std::fs::copy(template(&["wrong-abi"]), root.join("plugins").join("libold.so"))
+        .expect("copied");
+    std::fs::write(root.join("mongoose.toml"), config).expect("config");
+    let validated = mongoose(root, &["validate", "--config", "mongoose.toml"])
+        .output()
+        .expect("validate ran");
+    let stderr = String::from_utf8_lossy(&validated.stderr);
+    assert_eq!(validated.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("plugin_dir") && stderr.contains("libold.so was built for ABI 999"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -10,7 +10,7 @@
 //!
 //! Test builds (cargo features): `wrong-abi` declares ABI 999, `wrong-layout` a wrong
 //! layout fingerprint (the host must refuse both), `panic-source` makes `do_work`
-//! panic (the host must contain it).
+//! panic and `panic-sink` makes `publish` panic (the host must contain both).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -161,6 +161,9 @@ impl Append {
 
 impl Sink for Append {
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+        if cfg!(feature = "panic-sink") {
+            panic!("the template sink panics on purpose (feature panic-sink)");
+        }
         let mut batch = Vec::new();
         for output in outputs {
             batch.extend_from_slice(&output.payload);
