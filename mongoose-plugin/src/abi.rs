@@ -297,8 +297,12 @@ pub struct CommitterRef {
 #[derive(Debug)]
 pub struct HostOutputVTable {
     /// Copies `item` and publishes it at `(lane, offset)`; returns a [`publish`] code.
-    pub try_publish:
-        unsafe extern "C" fn(context: *const c_void, item: ByteSlice, lane: u32, offset: u64) -> u32,
+    pub try_publish: unsafe extern "C" fn(
+        context: *const c_void,
+        item: ByteSlice,
+        lane: u32,
+        offset: u64,
+    ) -> u32,
     /// A push publish (no position); [`Status::ERROR`] when refused, with the message.
     pub publish:
         unsafe extern "C" fn(context: *const c_void, item: ByteSlice, error: MessageOut) -> Status,

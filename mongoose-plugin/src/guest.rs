@@ -45,7 +45,11 @@ impl std::fmt::Debug for Plugin {
             .field("version", &self.version)
             .field(
                 "sources",
-                &self.sources.iter().map(|(kind, _)| kind).collect::<Vec<_>>(),
+                &self
+                    .sources
+                    .iter()
+                    .map(|(kind, _)| kind)
+                    .collect::<Vec<_>>(),
             )
             .field(
                 "sinks",
@@ -486,7 +490,12 @@ unsafe fn source<'a>(handle: *mut c_void) -> &'a mut SourceHandle {
 
 unsafe extern "C" fn source_start(handle: *mut c_void, error: MessageOut) -> Status {
     // SAFETY: the host's contract (see `source`).
-    guarded(error, || unsafe { source(handle) }.source.start().map_err(core_message))
+    guarded(error, || {
+        unsafe { source(handle) }
+            .source
+            .start()
+            .map_err(core_message)
+    })
 }
 
 unsafe extern "C" fn source_do_work(
@@ -496,7 +505,10 @@ unsafe extern "C" fn source_do_work(
 ) -> Status {
     guarded(error, || {
         // SAFETY: the host's contract (see `source`).
-        let done = unsafe { source(handle) }.source.do_work().map_err(core_message)?;
+        let done = unsafe { source(handle) }
+            .source
+            .do_work()
+            .map_err(core_message)?;
         // SAFETY: the host passes a valid out pointer.
         unsafe { *work = done.0 };
         Ok(())
@@ -505,7 +517,12 @@ unsafe extern "C" fn source_do_work(
 
 unsafe extern "C" fn source_stop(handle: *mut c_void, error: MessageOut) -> Status {
     // SAFETY: the host's contract (see `source`).
-    guarded(error, || unsafe { source(handle) }.source.stop().map_err(core_message))
+    guarded(error, || {
+        unsafe { source(handle) }
+            .source
+            .stop()
+            .map_err(core_message)
+    })
 }
 
 unsafe extern "C" fn source_destroy(handle: *mut c_void) {
@@ -547,7 +564,9 @@ unsafe extern "C" fn committer_acknowledged(
 
 unsafe extern "C" fn committer_commit(handle: *mut c_void, error: MessageOut) -> Status {
     // SAFETY: the host's contract (see `committer`).
-    guarded(error, || unsafe { committer(handle) }.commit().map_err(core_message))
+    guarded(error, || {
+        unsafe { committer(handle) }.commit().map_err(core_message)
+    })
 }
 
 unsafe extern "C" fn committer_commits_after_stop(handle: *mut c_void) -> u8 {

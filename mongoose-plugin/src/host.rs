@@ -169,18 +169,16 @@ impl PluginLibrary {
         let file = path.display();
         // SAFETY: loading a library runs its initialisers: a plugin is code the
         // operator chose to run (it is in the configured plugin folder).
-        let library = unsafe { libloading::Library::new(path) }.map_err(|error| {
-            PluginError::Open {
+        let library =
+            unsafe { libloading::Library::new(path) }.map_err(|error| PluginError::Open {
                 path: path.to_path_buf(),
                 reason: error.to_string(),
-            }
-        })?;
+            })?;
         // SAFETY: the symbol's type is the SDK's `extern "C" fn() -> *const
         // PluginDeclaration`; a library without it is refused below.
         let declare = unsafe {
-            library.get::<unsafe extern "C" fn() -> *const PluginDeclaration>(
-                abi::DECLARATION_SYMBOL,
-            )
+            library
+                .get::<unsafe extern "C" fn() -> *const PluginDeclaration>(abi::DECLARATION_SYMBOL)
         }
         .map_err(|_| {
             PluginError::Refused(format!(
@@ -782,12 +780,13 @@ impl<I: Send + 'static> PluginSource<I> {
         output: Arc<dyn SourceOutput<I, PositionValue>>,
         codec: Arc<dyn ItemCodec<I>>,
     ) -> Result<Self, PluginError> {
-        let library = registry
-            .find(Role::Source, kind)
-            .ok_or_else(|| PluginError::UnknownKind {
-                role: "source",
-                kind: kind.to_owned(),
-            })?;
+        let library =
+            registry
+                .find(Role::Source, kind)
+                .ok_or_else(|| PluginError::UnknownKind {
+                    role: "source",
+                    kind: kind.to_owned(),
+                })?;
         Self::create_in(library, kind, name, settings, output, codec)
     }
 
@@ -800,12 +799,13 @@ impl<I: Send + 'static> PluginSource<I> {
         output: Arc<dyn SourceOutput<I, PositionValue>>,
         codec: Arc<dyn ItemCodec<I>>,
     ) -> Result<Self, PluginError> {
-        let declared = library
-            .kind(Role::Source, kind)
-            .ok_or_else(|| PluginError::UnknownKind {
-                role: "source",
-                kind: kind.to_owned(),
-            })?;
+        let declared =
+            library
+                .kind(Role::Source, kind)
+                .ok_or_else(|| PluginError::UnknownKind {
+                    role: "source",
+                    kind: kind.to_owned(),
+                })?;
         let vtable = declared.source;
         let context = Box::new(HostContext {
             output,
@@ -930,9 +930,8 @@ impl<I: Send + 'static> EventSource for PluginSource<I> {
         let mut work = 0usize;
         let mut message = String::new();
         // SAFETY: as in `start`.
-        let status = unsafe {
-            (self.vtable().do_work)(self.handle, &mut work, message_out(&mut message))
-        };
+        let status =
+            unsafe { (self.vtable().do_work)(self.handle, &mut work, message_out(&mut message)) };
         self.check("do_work", status, message)?;
         Ok(WorkDone(work))
     }
@@ -1129,11 +1128,17 @@ impl Sink for PluginSink {
         };
         if status == Status::OK {
             // SAFETY: the evidence is valid until our next call on the sink.
-            outcomes.extend(self.answers.iter().map(|answer| unsafe { owned_outcome(answer) }));
+            outcomes.extend(
+                self.answers
+                    .iter()
+                    .map(|answer| unsafe { owned_outcome(answer) }),
+            );
             return;
         }
         let evidence = if status == Status::ERROR {
-            format!("the plugin sink failed the batch: {message}: the outputs may or may not be held")
+            format!(
+                "the plugin sink failed the batch: {message}: the outputs may or may not be held"
+            )
         } else {
             let failed = self.fail(&message);
             format!("{failed}: the outputs of the batch may or may not be held")

@@ -60,9 +60,9 @@
 
 pub mod abi;
 pub mod guest;
-pub mod settings;
 #[cfg(feature = "host")]
 pub mod host;
+pub mod settings;
 
 pub use guest::{Plugin, PluginOutput};
 

@@ -60,16 +60,20 @@ impl Settings {
     pub fn u64(&self, key: &str) -> Result<Option<u64>, String> {
         self.text(key)
             .map(|text| {
-                text.replace('_', "")
-                    .parse()
-                    .map_err(|_| format!("settings: '{key}' must be a whole number, found '{text}'"))
+                text.replace('_', "").parse().map_err(|_| {
+                    format!("settings: '{key}' must be a whole number, found '{text}'")
+                })
             })
             .transpose()
     }
 
     /// Refuses a key not in `known` (a typo must not be ignored).
     pub fn only(&self, known: &[&str]) -> Result<(), String> {
-        match self.values.keys().find(|key| !known.contains(&key.as_str())) {
+        match self
+            .values
+            .keys()
+            .find(|key| !known.contains(&key.as_str()))
+        {
             Some(key) => Err(format!(
                 "settings: unknown key '{key}': the known keys are [{}]",
                 known.join(", ")

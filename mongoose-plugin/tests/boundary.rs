@@ -83,9 +83,15 @@ fn a_plugin_built_from_plugins_is_loaded_and_its_source_delivers() {
     let pointer_file = scratch.path().join("counter.pointer");
     let settings = format!("limit = 300\npointer = \"{}\"\n", pointer_file.display());
     let output: Arc<dyn SourceOutput<Bytes, PositionValue>> = feed.clone();
-    let mut source =
-        PluginSource::create(&registry, "counter", "counted", &settings, output, bytes_codec())
-            .expect("the plugin creates its source");
+    let mut source = PluginSource::create(
+        &registry,
+        "counter",
+        "counted",
+        &settings,
+        output,
+        bytes_codec(),
+    )
+    .expect("the plugin creates its source");
     assert_eq!(source.name(), "counted");
     feed.start_complete();
     let driver = SourceDriver::new("counted", IdleStrategy::Yield);
@@ -121,7 +127,10 @@ fn a_plugin_built_from_plugins_is_loaded_and_its_source_delivers() {
     let expected: Vec<String> = (0..300).map(|n| n.to_string()).collect();
     assert_eq!(processed.0, expected, "every item once, in order");
     let status = feed.status();
-    assert!(status.pauses > 0, "a queue of 4 paused the source: {status:?}");
+    assert!(
+        status.pauses > 0,
+        "a queue of 4 paused the source: {status:?}"
+    );
     assert_eq!(status.dropped, 0);
     assert_eq!(status.state, "END_OF_STREAM");
 
@@ -130,9 +139,15 @@ fn a_plugin_built_from_plugins_is_loaded_and_its_source_delivers() {
     let mut again = reader(&restarted);
     restarted.start_complete();
     let output: Arc<dyn SourceOutput<Bytes, PositionValue>> = restarted.clone();
-    let mut source =
-        PluginSource::create(&registry, "counter", "counted", &settings, output, bytes_codec())
-            .expect("created again");
+    let mut source = PluginSource::create(
+        &registry,
+        "counter",
+        "counted",
+        &settings,
+        output,
+        bytes_codec(),
+    )
+    .expect("created again");
     source.start().expect("started");
     SourceDriver::cycle(&mut source, &*restarted).expect("a cycle");
     let mut nothing = Collect::default();
@@ -190,18 +205,29 @@ fn a_panicking_plugin_source_is_caught_at_the_boundary_and_not_called_again() {
     feed.start_complete();
     let settings = format!("pointer = \"{}\"", scratch.path().join("p").display());
     let output: Arc<dyn SourceOutput<Bytes, PositionValue>> = feed.clone();
-    let mut source =
-        PluginSource::create(&registry, "counter", "panics", &settings, output, bytes_codec())
-            .expect("created");
+    let mut source = PluginSource::create(
+        &registry,
+        "counter",
+        "panics",
+        &settings,
+        output,
+        bytes_codec(),
+    )
+    .expect("created");
     source.start().expect("started");
     let failed = SourceDriver::cycle(&mut source, &*feed).expect_err("the cycle failed");
     assert!(
-        failed.to_string().contains("panicked: the template source panics on purpose"),
+        failed
+            .to_string()
+            .contains("panicked: the template source panics on purpose"),
         "{failed}"
     );
     assert!(source.failure().is_some());
     let detail = feed.status().detail.expect("a detail");
-    assert!(detail.contains("FAILED") && detail.contains("panics on purpose"), "{detail}");
+    assert!(
+        detail.contains("FAILED") && detail.contains("panics on purpose"),
+        "{detail}"
+    );
     // never called again: the same failure, without a second panic
     let again = SourceDriver::cycle(&mut source, &*feed).expect_err("still failed");
     assert_eq!(again.to_string(), failed.to_string());
@@ -245,11 +271,15 @@ fn the_sink_of_a_plugin_publishes_with_outcomes() {
         std::fs::read_to_string(&out).expect("written"),
         "alpha\nbeta\ngamma\n"
     );
-    assert_eq!(sink.verify(&outputs[0].key), None, "the template cannot verify");
+    assert_eq!(
+        sink.verify(&outputs[0].key),
+        None,
+        "the template cannot verify"
+    );
 
     // settings the plugin refuses: its message, naming the kind
-    let refused = PluginSink::create(&registry, "append", "bad", "colour = \"red\"")
-        .expect_err("refused");
+    let refused =
+        PluginSink::create(&registry, "append", "bad", "colour = \"red\"").expect_err("refused");
     let message = refused.to_string();
     assert!(
         message.contains("kind 'append'") && message.contains("unknown key 'colour'"),
@@ -289,7 +319,11 @@ fn a_panicking_plugin_sink_answers_its_batch_uncertain_and_is_not_called_again()
     // never called again: not sent, with the reason
     let mut later = Vec::new();
     sink.publish(&outputs[..1], &mut later);
-    let [SinkOutcome::NotPublished { evidence, retryable: false }] = &later[..] else {
+    let [SinkOutcome::NotPublished {
+        evidence,
+        retryable: false,
+    }] = &later[..]
+    else {
         panic!("{later:?}");
     };
     assert!(evidence.starts_with("not sent:"), "{evidence}");

@@ -192,10 +192,9 @@ pub fn run_until_done_with_signals(
             let stuck = report.feeds.iter().all(|feed| {
                 feed.settled
                     || feed.stalled.is_some()
-                    || feed
-                        .detail
-                        .as_deref()
-                        .is_some_and(|detail| detail.starts_with(mongoose_plugin::host::SOURCE_FAILED))
+                    || feed.detail.as_deref().is_some_and(|detail| {
+                        detail.starts_with(mongoose_plugin::host::SOURCE_FAILED)
+                    })
             });
             if report.settled || stuck {
                 failures = server.processor_failures();

@@ -117,8 +117,8 @@ fn open_sink(
                     format!("unknown sink kind '{other}' and no plugin_dir is set"),
                 ));
             };
-            let settings = toml::to_string(&sink.settings.clone().unwrap_or_default())
-                .map_err(|error| {
+            let settings =
+                toml::to_string(&sink.settings.clone().unwrap_or_default()).map_err(|error| {
                     ServerError::invalid(format!("sinks.{}.settings", sink.name), error.to_string())
                 })?;
             Box::new(

@@ -148,11 +148,18 @@ settings = {{ path = "{out}" }}
         "{}",
         String::from_utf8_lossy(&validated.stderr)
     );
-    let mut child = spawn(root, &["run", "--config", "mongoose.toml", "--exit-when-settled"]);
+    let mut child = spawn(
+        root,
+        &["run", "--config", "mongoose.toml", "--exit-when-settled"],
+    );
     let code = wait_exit(&mut child, root);
     assert_eq!(code, 0, "{}", log(root));
     let expected: Vec<String> = (0..2000).map(|n| n.to_string()).collect();
-    assert_eq!(lines_of(&root.join("out.txt")), expected, "every item once, in order");
+    assert_eq!(
+        lines_of(&root.join("out.txt")),
+        expected,
+        "every item once, in order"
+    );
     assert_eq!(
         std::fs::read_to_string(root.join("counter.pointer")).expect("pointer"),
         "2000",
@@ -209,9 +216,9 @@ path = "out.txt"
             .flatten()
             .any(|feed| {
                 feed["feed"] == "counted"
-                    && feed["detail"]
-                        .as_str()
-                        .is_some_and(|detail| detail.contains("FAILED") && detail.contains("panics on purpose"))
+                    && feed["detail"].as_str().is_some_and(|detail| {
+                        detail.contains("FAILED") && detail.contains("panics on purpose")
+                    })
             })
     });
     // and the server keeps running: lines appended now are copied too
@@ -236,7 +243,10 @@ path = "out.txt"
         log.contains("feed 'counted'") && log.contains("panics on purpose"),
         "the reason is on stderr: {log}"
     );
-    assert!(!log.contains("SIGABRT") && !log.contains("aborting"), "{log}");
+    assert!(
+        !log.contains("SIGABRT") && !log.contains("aborting"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -267,8 +277,11 @@ fn a_source_kind_no_plugin_declares_is_refused_naming_the_known_kinds_and_the_pl
     assert_eq!(validated.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no plugin_dir is set"), "{stderr}");
     // a plugin the handshake refuses in the folder: the start is refused with its reason
-    std::fs::copy(template(&["wrong-abi"]), root.join("plugins").join("libold.so"))
-        .expect("copied");
+    std::fs::copy(
+        template(&["wrong-abi"]),
+        root.join("plugins").join("libold.so"),
+    )
+    .expect("copied");
     std::fs::write(root.join("mongoose.toml"), config).expect("config");
     let validated = mongoose(root, &["validate", "--config", "mongoose.toml"])
         .output()
@@ -290,8 +303,18 @@ fn plugins_list_prints_each_plugin_and_each_refusal_with_its_reason() {
         .output()
         .expect("list ran");
     let stdout = String::from_utf8_lossy(&listed.stdout);
-    assert!(listed.status.success(), "{stdout}{}", String::from_utf8_lossy(&listed.stderr));
-    for part in ["libtemplate_plugin.so", "template", "0.1.0", "counter (source)", "append (sink)"] {
+    assert!(
+        listed.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    for part in [
+        "libtemplate_plugin.so",
+        "template",
+        "0.1.0",
+        "counter (source)",
+        "append (sink)",
+    ] {
         assert!(stdout.contains(part), "'{part}' is not in: {stdout}");
     }
     // a refused plugin beside it: listed with its reason, exit 1

@@ -1,7 +1,6 @@
 //! Building the plugins of `plugins/` from a test: the real cdylib, with cargo features,
 //! into a cache shared by every test process (builds are serialized by a file lock).
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,8 +22,7 @@ pub fn build_plugin(package: &str, features: &[&str]) -> PathBuf {
     let root = workspace_root();
     let builds = root.join("target").join("plugin-builds");
     std::fs::create_dir_all(&builds).expect("create target/plugin-builds");
-    let lock = File::create(builds.join(".lock")).expect("create the build lock");
-    lock.lock().expect("take the plugin build lock");
+    let _lock = BuildLock::take(&builds.join(".lock"));
     let target_dir = builds.join("target");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
@@ -68,4 +66,52 @@ pub fn plugin_dir(parent: &Path, libraries: &[&Path]) -> PathBuf {
         std::fs::copy(library, dir.join(name)).expect("copy the plugin");
     }
     dir
+}
+
+/// A lock across test processes: a folder created atomically, holding the owner's pid;
+/// a lock whose owner is gone (a killed test) is taken over. (`File::lock` needs Rust
+/// 1.89; the workspace's minimum is 1.86.)
+struct BuildLock {
+    dir: PathBuf,
+}
+
+impl BuildLock {
+    fn take(dir: &Path) -> BuildLock {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+        loop {
+            match std::fs::create_dir(dir) {
+                Ok(()) => {
+                    std::fs::write(dir.join("pid"), std::process::id().to_string())
+                        .expect("write the lock's pid");
+                    return BuildLock {
+                        dir: dir.to_path_buf(),
+                    };
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let owner = std::fs::read_to_string(dir.join("pid")).unwrap_or_default();
+                    let gone = !owner.is_empty() && !Path::new("/proc").join(owner.trim()).exists();
+                    if gone {
+                        let _ = std::fs::remove_dir_all(dir);
+                        continue;
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the plugin build lock {} was held for 10 minutes",
+                        dir.display()
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(error) => panic!(
+                    "cannot take the plugin build lock {}: {error}",
+                    dir.display()
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for BuildLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

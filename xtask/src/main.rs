@@ -234,7 +234,11 @@ fn plugins(arguments: &[String]) -> bool {
         match copied {
             Ok(()) => println!("{}", out.join(&file).display()),
             Err(error) => {
-                eprintln!("xtask: cannot copy {} into {}: {error}", built.display(), out.display());
+                eprintln!(
+                    "xtask: cannot copy {} into {}: {error}",
+                    built.display(),
+                    out.display()
+                );
                 return false;
             }
         }

@@ -295,7 +295,10 @@ pub(super) fn cpus_allowed_list(status: &str) -> Option<Vec<usize>> {
 impl ServerConfig {
     /// The feeds that read files (`source = "file"`), with their indexes.
     fn file_feeds(&self) -> impl Iterator<Item = (usize, &FeedConfig)> {
-        self.feeds.iter().enumerate().filter(|(_, feed)| feed.is_file())
+        self.feeds
+            .iter()
+            .enumerate()
+            .filter(|(_, feed)| feed.is_file())
     }
 
     /// A file feed has a path and no plugin keys; a plugin feed has no file keys.
@@ -307,10 +310,16 @@ impl ServerConfig {
         match feed.plugin_kind() {
             None => {
                 if !feed.settings.is_empty() || feed.codec.is_some() {
-                    let key = if feed.codec.is_some() { "codec" } else { "settings" };
+                    let key = if feed.codec.is_some() {
+                        "codec"
+                    } else {
+                        "settings"
+                    };
                     return Err(ServerError::invalid(
                         at(key),
-                        format!("`{key}` is a setting of a plugin feed, not of a file feed: remove it"),
+                        format!(
+                            "`{key}` is a setting of a plugin feed, not of a file feed: remove it"
+                        ),
                     ));
                 }
             }
@@ -653,7 +662,12 @@ impl crate::config::SinkConfig {
             ),
             "http" => (
                 &["url"],
-                &["url", "headers", "connect_timeout_millis", "response_timeout_millis"],
+                &[
+                    "url",
+                    "headers",
+                    "connect_timeout_millis",
+                    "response_timeout_millis",
+                ],
             ),
             // a plugin's sink kind (checked against the loaded plugins when the server
             // is built): its settings are in its `settings` table

@@ -11,11 +11,11 @@ use mongoose_control::{
     AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
     IdleStrategy, ProcessorSupplier,
 };
-use mongoose_core::{EventSource, PositionValue, Processor, SourceOutput};
 use mongoose_core::Position;
-use mongoose_plugin::host::{ItemCodec, PluginRegistry, PluginSource, Role};
+use mongoose_core::{EventSource, PositionValue, Processor, SourceOutput};
 use mongoose_delivery::FeedBuilder;
 use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, KillSwitch, Publisher};
+use mongoose_plugin::host::{ItemCodec, PluginRegistry, PluginSource, Role};
 use mongoose_source_file::{
     FileEventSource, FileSourceConfig, GlobFileSource, GlobSourceConfig, Line,
 };
@@ -28,6 +28,9 @@ use crate::ServerError;
 
 use super::kinds::{unknown_feed, ProcessorContext, ProcessorKind, SettingsCheck, SettingsError};
 use super::{FeedRuntime, Inner, Lifecycle, Server, SourceSlot};
+
+/// A configured feed and its source.
+type FeedAndSource = (Arc<dyn AnyFeed>, Box<dyn EventSource>);
 
 /// A source added by code: its feed's name, the feed, the source.
 type CodeSource = (String, Arc<dyn AnyFeed>, Box<dyn EventSource>);
@@ -235,18 +238,28 @@ impl ServerBuilder {
             .enumerate()
             .filter_map(|(index, feed)| {
                 let kind = feed.plugin_kind()?;
-                Some((format!("feeds[{index}].source"), Role::Source, kind, vec!["file"]))
+                Some((
+                    format!("feeds[{index}].source"),
+                    Role::Source,
+                    kind,
+                    vec!["file"],
+                ))
             })
-            .chain(config.sinks.iter().enumerate().filter_map(|(index, sink)| {
-                (!sink.is_built_in()).then(|| {
-                    (
-                        format!("sinks[{index}].kind"),
-                        Role::Sink,
-                        sink.kind.as_str(),
-                        crate::config::SinkConfig::BUILT_IN.to_vec(),
-                    )
-                })
-            }))
+            .chain(
+                config
+                    .sinks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, sink)| !sink.is_built_in())
+                    .map(|(index, sink)| {
+                        (
+                            format!("sinks[{index}].kind"),
+                            Role::Sink,
+                            sink.kind.as_str(),
+                            crate::config::SinkConfig::BUILT_IN.to_vec(),
+                        )
+                    }),
+            )
             .collect::<Vec<_>>();
         if wanted.is_empty() {
             // a plugin folder nothing uses is still loaded (and checked) by `build`
@@ -265,7 +278,8 @@ impl ServerBuilder {
                 ));
             };
             if registry.find(role, kind).is_none() {
-                let mut known: Vec<String> = built_in.iter().map(|kind| (*kind).to_owned()).collect();
+                let mut known: Vec<String> =
+                    built_in.iter().map(|kind| (*kind).to_owned()).collect();
                 known.extend(registry.kinds(role));
                 return Err(ServerError::invalid(
                     key,
@@ -550,7 +564,7 @@ fn plugin_feed(
     plugins: &PluginRegistry,
     kill_switch: &KillSwitch,
     connector: &DeliveryFeeds,
-) -> Result<(Arc<dyn AnyFeed>, Box<dyn EventSource>), ServerError> {
+) -> Result<FeedAndSource, ServerError> {
     let feed_config = &config.feeds[index];
     let settings = toml::to_string(&feed_config.settings).map_err(|error| {
         ServerError::invalid(format!("feeds[{index}].settings"), error.to_string())
@@ -570,15 +584,9 @@ fn plugin_feed(
             let codec: Arc<dyn ItemCodec<Line>> =
                 Arc::new(move |bytes: bytes::Bytes| Line::new(&origin, bytes));
             let output: Arc<dyn SourceOutput<Line, PositionValue>> = publisher.clone();
-            let source = PluginSource::create(
-                plugins,
-                kind,
-                &feed_config.name,
-                &settings,
-                output,
-                codec,
-            )
-            .map_err(refused)?;
+            let source =
+                PluginSource::create(plugins, kind, &feed_config.name, &settings, output, codec)
+                    .map_err(refused)?;
             (publisher, Box::new(source))
         }
         FeedCodec::Bytes => {
@@ -588,15 +596,9 @@ fn plugin_feed(
             connector.register(Arc::clone(&publisher))?;
             let codec: Arc<dyn ItemCodec<bytes::Bytes>> = Arc::new(|bytes: bytes::Bytes| bytes);
             let output: Arc<dyn SourceOutput<bytes::Bytes, PositionValue>> = publisher.clone();
-            let source = PluginSource::create(
-                plugins,
-                kind,
-                &feed_config.name,
-                &settings,
-                output,
-                codec,
-            )
-            .map_err(refused)?;
+            let source =
+                PluginSource::create(plugins, kind, &feed_config.name, &settings, output, codec)
+                    .map_err(refused)?;
             (publisher, Box::new(source))
         }
     })

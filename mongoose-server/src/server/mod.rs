@@ -230,7 +230,9 @@ impl Server {
             .feeds
             .iter()
             .position(|candidate| {
-                candidate.name == feed && candidate.is_file() && candidate.read_strategy.has_pointer()
+                candidate.name == feed
+                    && candidate.is_file()
+                    && candidate.read_strategy.has_pointer()
             })
             .map(|index| {
                 let found = &config.feeds[index];

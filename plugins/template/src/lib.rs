@@ -82,7 +82,10 @@ impl EventSource for Counter {
         let mut done = 0;
         while self.next < self.limit && done < BATCH {
             let item = self.next.to_string();
-            match self.output.try_publish(item, PositionValue::at(self.next + 1)) {
+            match self
+                .output
+                .try_publish(item, PositionValue::at(self.next + 1))
+            {
                 TryPublish::Published => {
                     self.next += 1;
                     done += 1;
