@@ -175,7 +175,7 @@ impl ServerConfig {
         let mut sinks = BTreeSet::new();
         for (index, sink) in self.sinks.iter().enumerate() {
             check_name(format!("sinks[{index}].name"), &sink.name)?;
-            sink.check_kind_settings(index)?;
+            sink.check_kind_settings(index, self.plugin_dir.is_some())?;
             if !sinks.insert(sink.name.as_str()) {
                 return Err(ServerError::invalid(
                     format!("sinks[{index}].name"),
@@ -324,6 +324,15 @@ impl ServerConfig {
                 }
             }
             Some(kind) => {
+                if self.plugin_dir.is_none() {
+                    return Err(ServerError::invalid(
+                        at("source"),
+                        format!(
+                            "'{kind}' is not a built-in source kind (file) and no plugin_dir is set: set plugin_dir \
+                             to the folder holding the plugin that declares it (cargo xtask plugins --out DIR builds them)"
+                        ),
+                    ));
+                }
                 if let Some(problem) = name_problem(kind) {
                     return Err(ServerError::invalid(at("source"), problem));
                 }
@@ -635,7 +644,7 @@ impl crate::config::SinkConfig {
 
     /// Refuses an unknown kind, a missing setting of the kind, and a setting of
     /// another kind (it would be ignored).
-    fn check_kind_settings(&self, index: usize) -> Result<(), ServerError> {
+    fn check_kind_settings(&self, index: usize, plugins: bool) -> Result<(), ServerError> {
         let at = |key: &str| format!("sinks[{index}].{key}");
         let given: [(&str, bool); 8] = [
             ("path", self.path.is_some()),
@@ -672,6 +681,15 @@ impl crate::config::SinkConfig {
             // a plugin's sink kind (checked against the loaded plugins when the server
             // is built): its settings are in its `settings` table
             other => {
+                if !plugins {
+                    return Err(ServerError::invalid(
+                        at("kind"),
+                        format!(
+                            "unknown sink kind '{other}': expected \"file\", \"stdout\", \"tcp\" or \"http\", \
+                             or a plugin's sink kind (set plugin_dir to the folder of the plugin that declares it)"
+                        ),
+                    ));
+                }
                 if let Some(problem) = name_problem(other) {
                     return Err(ServerError::invalid(at("kind"), problem));
                 }
