@@ -250,6 +250,67 @@ path = "out.txt"
 }
 
 #[test]
+fn a_panicking_plugin_source_ends_a_run_that_waits_to_settle_with_exit_1() {
+    // the failed feed has a consumer, so it is not stalled for want of one: only its
+    // failure can end the wait
+    let dir = tempfile::tempdir().expect("scratch");
+    let root = dir.path();
+    plugin_dir(root, &[&template(&["panic-source"])]);
+    std::fs::write(root.join("input.txt"), "a\nb\n").expect("input");
+    let config = format!(
+        r#"
+plugin_dir = "plugins"
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+
+[[feeds]]
+name = "counted"
+source = "counter"
+[feeds.settings]
+pointer = "{pointer}"
+
+[[sinks]]
+name = "out"
+kind = "file"
+path = "out.txt"
+
+[[sinks]]
+name = "counted-out"
+kind = "file"
+path = "counted.txt"
+{forward}
+
+[[groups.processors]]
+name = "copy-counted"
+kind = "forward"
+settings = {{ feed = "counted", sink = "counted-out" }}
+"#,
+        pointer = root.join("counter.pointer").display(),
+        forward = forward("copy", "lines", "out"),
+    );
+    std::fs::write(root.join("mongoose.toml"), config).expect("config");
+    let mut child = spawn(
+        root,
+        &["run", "--config", "mongoose.toml", "--exit-when-settled"],
+    );
+    let code = wait_exit(&mut child, root);
+    let log = log(root);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains("mongoose: feed 'counted': FAILED") && log.contains("panics on purpose"),
+        "{log}"
+    );
+    assert_eq!(
+        lines_of(&root.join("out.txt")),
+        vec!["a", "b"],
+        "the file feed was copied"
+    );
+}
+
+#[test]
 fn a_source_kind_no_plugin_declares_is_refused_naming_the_known_kinds_and_the_plugin_dir() {
     let dir = tempfile::tempdir().expect("scratch");
     let root = dir.path();
