@@ -328,3 +328,18 @@ fn a_panicking_plugin_sink_answers_its_batch_uncertain_and_is_not_called_again()
     };
     assert!(evidence.starts_with("not sent:"), "{evidence}");
 }
+
+#[test]
+fn a_kind_declared_by_two_plugins_is_an_error_naming_both_files() {
+    let scratch = tempfile::tempdir().expect("scratch");
+    let dir = plugin_dir(scratch.path(), &[&template(&[])]);
+    std::fs::copy(template(&[]), dir.join("libcopy.so")).expect("a second copy");
+    let error = PluginRegistry::load_dir(&dir).expect_err("refused");
+    let message = error.to_string();
+    assert!(
+        message.contains("kind 'counter'")
+            && message.contains("libcopy.so")
+            && message.contains("libtemplate_plugin.so"),
+        "{message}"
+    );
+}
