@@ -3,8 +3,9 @@
 //! `cargo build --release -p template-plugin`) run by the source driver on its thread,
 //! a counting consumer on another, bytes items (1 to 8 bytes of decimal text).
 //!
-//! `cargo run --release -p mongoose-plugin --example plugin_source_bench -- [PLUGIN_DIR] [ITEMS]`
-//! (default `target/release`, 10,000,000 items).
+//! `cargo run --release -p mongoose-plugin --example plugin_source_bench -- [PLUGIN_DIR] [ITEMS] [batch]`
+//! (default `target/release`, 10,000,000 items, one `try_publish` per item; `batch`:
+//! `try_publish_batch`, one boundary crossing per batch).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,6 +41,7 @@ fn main() {
         .get(1)
         .and_then(|text| text.parse().ok())
         .unwrap_or(10_000_000);
+    let batch = arguments.get(2).is_some_and(|text| text == "batch");
     // only the template: a folder of its own holding it
     let scratch = tempfile::tempdir_in("/dev/shm")
         .or_else(|_| tempfile::tempdir())
@@ -52,6 +54,9 @@ fn main() {
     )
     .expect("the template plugin is built (cargo build --release -p template-plugin)");
     let registry = PluginRegistry::load_dir(&plugins).expect("loaded");
+    if let Some(refused) = registry.refused().first() {
+        panic!("{}", refused.reason);
+    }
     let feed: Arc<Publisher<Bytes, PositionValue>> =
         Feed::builder("counted").queue_capacity(65_536).build();
     let mut reader = feed
@@ -60,7 +65,7 @@ fn main() {
         .take_reader()
         .expect("reader");
     let settings = format!(
-        "limit = {items}\npointer = \"{}\"",
+        "limit = {items}\npointer = \"{}\"\nbatch = {batch}",
         scratch.path().join("pointer").display()
     );
     let output: Arc<dyn SourceOutput<Bytes, PositionValue>> = feed.clone();
@@ -88,7 +93,7 @@ fn main() {
     stop.stop();
     thread.join().expect("driver");
     println!(
-        "plugin source: {items} items in {:.2} s: {:.2} M items/s",
+        "plugin source (batch: {batch}): {items} items in {:.2} s: {:.2} M items/s",
         elapsed.as_secs_f64(),
         items as f64 / elapsed.as_secs_f64() / 1e6
     );

@@ -150,6 +150,21 @@ pub mod publish {
     pub const FAILED: u32 = 3;
 }
 
+/// The result of the host's `try_publish_batch` (`mongoose_core::BatchEnd`).
+pub mod batch {
+    /// The plugin had no more: everything it gave was published.
+    pub const EXHAUSTED: u32 = 0;
+    /// The feed cannot take more now; every item pulled was published.
+    pub const PAUSED: u32 = 1;
+    /// The last item pulled was not published (the feed is paused): keep it.
+    pub const RETURNED_PAUSED: u32 = 2;
+    /// The last item pulled was not published (a nested publish): keep it.
+    pub const RETURNED_RETRY: u32 = 3;
+    /// The host panicked (a host bug): the plugin keeps the last item pulled, which
+    /// may then be published twice, never lost.
+    pub const FAILED: u32 = 4;
+}
+
 /// [`mongoose_core::SourceState`] as a number.
 pub mod state {
     /// Starting.
@@ -292,6 +307,25 @@ pub struct CommitterRef {
     pub vtable: *const CommitterVTable,
 }
 
+/// One item a plugin hands the host during a batch ([`PullFn`]): the bytes are
+/// borrowed until the next pull or the end of the batch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ItemRef {
+    /// The item's bytes.
+    pub bytes: ByteSlice,
+    /// Its position's offset.
+    pub offset: u64,
+    /// Its position's lane.
+    pub lane: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// Pulls the next item of a batch into `*item`: 1 when it did, 0 when the plugin has
+/// no more. Called by the host only while it can take the item.
+pub type PullFn = unsafe extern "C" fn(context: *mut c_void, item: *mut ItemRef) -> u8;
+
 /// The host's side of a plugin source: the feed it publishes into.
 #[repr(C)]
 #[derive(Debug)]
@@ -302,6 +336,13 @@ pub struct HostOutputVTable {
         item: ByteSlice,
         lane: u32,
         offset: u64,
+    ) -> u32,
+    /// `SourceOutput::try_publish_batch`: pulls items with `pull(pull_context, ...)`
+    /// while the feed can take them, copying each at once; returns a [`batch`] code.
+    pub try_publish_batch: unsafe extern "C" fn(
+        context: *const c_void,
+        pull: PullFn,
+        pull_context: *mut c_void,
     ) -> u32,
     /// A push publish (no position); [`Status::ERROR`] when refused, with the message.
     pub publish:
@@ -479,6 +520,7 @@ const LAYOUT: &[usize] = &[
     size_of::<CommitterRef>(),
     offset_of!(CommitterRef, vtable),
     size_of::<HostOutputVTable>(),
+    offset_of!(HostOutputVTable, try_publish_batch),
     offset_of!(HostOutputVTable, publish),
     offset_of!(HostOutputVTable, cache),
     offset_of!(HostOutputVTable, filtered),
@@ -487,6 +529,9 @@ const LAYOUT: &[usize] = &[
     offset_of!(HostOutputVTable, report_state),
     offset_of!(HostOutputVTable, set_unterminated_bytes),
     offset_of!(HostOutputVTable, acknowledge_with),
+    size_of::<ItemRef>(),
+    offset_of!(ItemRef, offset),
+    offset_of!(ItemRef, lane),
     size_of::<HostOutput>(),
     offset_of!(HostOutput, vtable),
     size_of::<KeyRef>(),

@@ -12,12 +12,12 @@ use std::sync::{Arc, OnceLock};
 
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use mongoose_core::{
-    CoreError, Epoch, EventSource, EvidenceStatus, FailureKind, PositionValue, PublishRefused,
-    SourceCommitter, SourceOutput, SourceState, TryPublish,
+    BatchEnd, CoreError, Epoch, EventSource, EvidenceStatus, FailureKind, PositionValue,
+    PublishRefused, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
 };
 
 use crate::abi::{
-    self, ByteSlice, CommitterRef, CommitterVTable, HostOutput, KeyRef, KindDeclaration,
+    self, ByteSlice, CommitterRef, CommitterVTable, HostOutput, ItemRef, KeyRef, KindDeclaration,
     MessageOut, OutcomeRef, OutputRef, PluginDeclaration, SinkVTable, SourceVTable, Status, Str,
 };
 
@@ -349,6 +349,48 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
         }
     }
 
+    /// Publishes items pulled from `next` in one call to the host (the host takes its
+    /// feed's lock once and pulls an item only when it can take it), so a source with
+    /// many items ready crosses the boundary once per batch, not once per item.
+    fn try_publish_batch(
+        &self,
+        next: &mut dyn FnMut() -> Option<(T, PositionValue)>,
+    ) -> BatchEnd<T, PositionValue> {
+        let mut state = Pull {
+            next,
+            current: None,
+            panic: None,
+        };
+        // SAFETY: the host pulls through `pull::<T>` with `state`, alive for the call;
+        // each item stays in `state.current` until the next pull, so its bytes are
+        // valid while the host copies them.
+        let code = unsafe {
+            (self.vtable().try_publish_batch)(
+                self.host.context,
+                pull::<T>,
+                &mut state as *mut Pull<'_, T> as *mut c_void,
+            )
+        };
+        if let Some(payload) = state.panic {
+            // the source's own producer panicked: unwind in the plugin, as it would
+            // without the boundary (the boundary around do_work catches it)
+            std::panic::resume_unwind(payload);
+        }
+        let current = state.current.take();
+        let returned = |refusal| match current {
+            Some((item, position)) => BatchEnd::Returned(item, position, refusal),
+            None => BatchEnd::Paused,
+        };
+        match code {
+            abi::batch::EXHAUSTED => BatchEnd::Exhausted,
+            abi::batch::PAUSED => BatchEnd::Paused,
+            abi::batch::RETURNED_RETRY => returned(Refusal::Retry),
+            // RETURNED_PAUSED, or a host failure: keep the last item (a duplicate at
+            // worst, never a gap)
+            _ => returned(Refusal::Paused),
+        }
+    }
+
     fn publish(&self, item: T) -> Result<(), PublishRefused> {
         let mut message = String::new();
         // SAFETY: as in try_publish; `message` outlives the call.
@@ -417,6 +459,44 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
 
     fn set_unterminated_bytes(&self, bytes: u64) {
         PluginOutput::set_unterminated_bytes(self, bytes)
+    }
+}
+
+/// The state of a batch the host pulls from: the source's producer and the item
+/// pulled last (kept so its bytes stay valid, and given back if it is not published).
+struct Pull<'a, T> {
+    next: &'a mut dyn FnMut() -> Option<(T, PositionValue)>,
+    current: Option<(T, PositionValue)>,
+    panic: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// The host's pull of the next item of a batch.
+unsafe extern "C" fn pull<T: AsRef<[u8]>>(context: *mut c_void, item: *mut ItemRef) -> u8 {
+    // SAFETY: `context` is the `Pull` of the running `try_publish_batch`.
+    let state = unsafe { &mut *(context as *mut Pull<'_, T>) };
+    if state.panic.is_some() {
+        return 0;
+    }
+    state.current = None;
+    match catch_unwind(AssertUnwindSafe(|| (state.next)())) {
+        Ok(Some(pulled)) => {
+            let (value, position) = state.current.insert(pulled);
+            // SAFETY: the host's out pointer, valid for the call.
+            unsafe {
+                *item = ItemRef {
+                    bytes: ByteSlice::new(value.as_ref()),
+                    offset: position.offset,
+                    lane: position.lane,
+                    reserved: 0,
+                };
+            }
+            1
+        }
+        Ok(None) => 0,
+        Err(payload) => {
+            state.panic = Some(payload);
+            0
+        }
     }
 }
 

@@ -14,13 +14,13 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use mongoose_core::{
-    CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
-    TryPublish, WorkDone,
+    BatchEnd, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
+    SourceState, TryPublish, WorkDone,
 };
 use tracing::{error, warn};
 
 use crate::abi::{
-    self, ByteSlice, CommitterRef, CommitterVTable, HostOutput, HostOutputVTable, KeyRef,
+    self, ByteSlice, CommitterRef, CommitterVTable, HostOutput, HostOutputVTable, ItemRef, KeyRef,
     MessageOut, OutcomeRef, OutputRef, PluginDeclaration, SinkVTable, SourceVTable, Status, Str,
 };
 use crate::guest::{message_out, panic_message};
@@ -462,18 +462,26 @@ struct HostContext<I> {
 }
 
 impl<I> HostContext<I> {
-    fn copy(&self, bytes: &[u8]) -> Bytes {
-        let mut buffer = self
-            .buffer
+    fn buffer(&self) -> std::sync::MutexGuard<'_, BytesMut> {
+        self.buffer
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if buffer.capacity() - buffer.len() < bytes.len() {
-            // a new chunk: the items split off the old one keep it alive
-            *buffer = BytesMut::with_capacity(COPY_CHUNK.max(bytes.len()));
-        }
-        buffer.extend_from_slice(bytes);
-        buffer.split().freeze()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    fn copy(&self, bytes: &[u8]) -> Bytes {
+        copy_into(&mut self.buffer(), bytes)
+    }
+}
+
+/// Copies `bytes` into the chunk `buffer` (a new chunk when it is full) and splits
+/// them off, frozen.
+fn copy_into(buffer: &mut BytesMut, bytes: &[u8]) -> Bytes {
+    if buffer.capacity() - buffer.len() < bytes.len() {
+        // a new chunk: the items split off the old one keep it alive
+        *buffer = BytesMut::with_capacity(COPY_CHUNK.max(bytes.len()));
+    }
+    buffer.extend_from_slice(bytes);
+    buffer.split().freeze()
 }
 
 /// The host context behind a plugin's pointer.
@@ -514,6 +522,46 @@ unsafe extern "C" fn host_try_publish<I: 'static>(
             TryPublish::Published => abi::publish::PUBLISHED,
             TryPublish::Paused(_) => abi::publish::PAUSED,
             TryPublish::Retry(_) => abi::publish::RETRY,
+        }
+    })
+}
+
+unsafe extern "C" fn host_try_publish_batch<I: 'static>(
+    context: *const c_void,
+    pull: abi::PullFn,
+    pull_context: *mut c_void,
+) -> u32 {
+    host_guard(String::new, abi::batch::FAILED, || {
+        // SAFETY: the plugin calls with our context.
+        let context = unsafe { host_context::<I>(context) };
+        let mut buffer = context.buffer();
+        let mut next = || {
+            let mut item = ItemRef {
+                bytes: ByteSlice::new(&[]),
+                offset: 0,
+                lane: 0,
+                reserved: 0,
+            };
+            // SAFETY: the plugin's pull function and context, valid for this batch; the
+            // item's bytes are borrowed until the next pull, and copied now.
+            if unsafe { pull(pull_context, &mut item) } == 0 {
+                return None;
+            }
+            // SAFETY: as above.
+            let bytes = copy_into(&mut buffer, unsafe { item.bytes.as_slice() });
+            Some((
+                context.codec.decode(bytes),
+                PositionValue {
+                    lane: item.lane,
+                    offset: item.offset,
+                },
+            ))
+        };
+        match context.output.try_publish_batch(&mut next) {
+            BatchEnd::Exhausted => abi::batch::EXHAUSTED,
+            BatchEnd::Paused => abi::batch::PAUSED,
+            BatchEnd::Returned(_, _, mongoose_core::Refusal::Paused) => abi::batch::RETURNED_PAUSED,
+            BatchEnd::Returned(_, _, mongoose_core::Refusal::Retry) => abi::batch::RETURNED_RETRY,
         }
     })
 }
@@ -813,6 +861,7 @@ impl<I: Send + 'static> PluginSource<I> {
             buffer: Mutex::new(BytesMut::new()),
             vtable: HostOutputVTable {
                 try_publish: host_try_publish::<I>,
+                try_publish_batch: host_try_publish_batch::<I>,
                 publish: host_publish::<I>,
                 cache: host_cache::<I>,
                 filtered: host_filtered::<I>,

@@ -67,6 +67,17 @@ fn pointer(path: &Path) -> u64 {
 
 #[test]
 fn a_plugin_built_from_plugins_is_loaded_and_its_source_delivers() {
+    delivers_through_the_driver(false);
+}
+
+#[test]
+fn a_plugin_source_publishing_in_batches_delivers_the_same() {
+    delivers_through_the_driver(true);
+}
+
+/// The template's counter (per item, or in batches) through the source driver to a
+/// slow consumer: every item once, in order, committed only after it was processed.
+fn delivers_through_the_driver(batch: bool) {
     let scratch = tempfile::tempdir().expect("scratch");
     let registry = registry_of(scratch.path(), &[]);
     assert!(registry.refused().is_empty(), "{:?}", registry.refused());
@@ -81,7 +92,10 @@ fn a_plugin_built_from_plugins_is_loaded_and_its_source_delivers() {
         Feed::builder("counted").queue_capacity(4).build();
     let mut group = reader(&feed);
     let pointer_file = scratch.path().join("counter.pointer");
-    let settings = format!("limit = 300\npointer = \"{}\"\n", pointer_file.display());
+    let settings = format!(
+        "limit = 300\npointer = \"{}\"\nbatch = {batch}\n",
+        pointer_file.display()
+    );
     let output: Arc<dyn SourceOutput<Bytes, PositionValue>> = feed.clone();
     let mut source = PluginSource::create(
         &registry,

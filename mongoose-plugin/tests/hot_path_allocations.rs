@@ -33,6 +33,11 @@ impl Dispatcher<Bytes> for Count {
 
 #[test]
 fn a_plugin_source_publishes_without_a_host_allocation_per_item() {
+    publishes_without_a_host_allocation_per_item(false);
+    publishes_without_a_host_allocation_per_item(true);
+}
+
+fn publishes_without_a_host_allocation_per_item(batch: bool) {
     // the counter's pointer is written at every commit: keep it off the disk
     let shm = std::path::Path::new("/dev/shm");
     let scratch = if shm.is_dir() {
@@ -51,7 +56,7 @@ fn a_plugin_source_publishes_without_a_host_allocation_per_item() {
         .take_reader()
         .expect("the reader");
     let settings = format!(
-        "limit = 1100000\npointer = \"{}\"",
+        "limit = 1100000\npointer = \"{}\"\nbatch = {batch}",
         scratch.path().join("pointer").display()
     );
     let output: Arc<dyn SourceOutput<Bytes, PositionValue>> = feed.clone();
@@ -75,7 +80,7 @@ fn a_plugin_source_publishes_without_a_host_allocation_per_item() {
     run_until(1_100_000);
     let allocations = GLOBAL.allocations() - before;
     assert_eq!(count.0, 1_100_000);
-    println!("{allocations} host allocations for 1,000,000 plugin items");
+    println!("{allocations} host allocations for 1,000,000 plugin items (batch: {batch})");
     // 1,000,000 items of up to 7 bytes fill about 110 chunks of 64 KiB
     assert!(
         allocations < 1_000,

@@ -4,7 +4,9 @@
 //!   `n` is at position `n + 1` (the offset after it, as a file source's byte offset
 //!   after a line). Its committer writes the committed position to the `pointer` file
 //!   after the items were processed, and a restart resumes there. Settings: `limit`
-//!   (default 100), `pointer` (required).
+//!   (default 100), `pointer` (required), `batch` (true: publish with
+//!   `try_publish_batch`, one boundary crossing per batch; default false: one
+//!   `try_publish` per item).
 //! * Sink kind `append`: appends each output's payload and a newline to the file
 //!   `path`, syncs it, and answers published with the file's length as evidence.
 //!
@@ -18,8 +20,8 @@ use std::path::PathBuf;
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_core::{
-    CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
-    TryPublish, WorkDone,
+    BatchEnd, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
+    SourceState, TryPublish, WorkDone,
 };
 use mongoose_plugin::settings::Settings;
 use mongoose_plugin::PluginOutput;
@@ -33,6 +35,7 @@ pub struct Counter {
     output: PluginOutput,
     limit: u64,
     pointer: PathBuf,
+    batch: bool,
     next: u64,
     ended: bool,
 }
@@ -41,11 +44,12 @@ impl Counter {
     /// A counter from its settings.
     pub fn new(settings: &str, output: PluginOutput) -> Result<Counter, String> {
         let settings = Settings::parse(settings)?;
-        settings.only(&["limit", "pointer"])?;
+        settings.only(&["limit", "pointer", "batch"])?;
         Ok(Counter {
             output,
             limit: settings.u64("limit")?.unwrap_or(100),
             pointer: PathBuf::from(settings.required("pointer")?),
+            batch: settings.text("batch") == Some("true"),
             next: 0,
             ended: false,
         })
@@ -80,7 +84,25 @@ impl EventSource for Counter {
             panic!("the template source panics on purpose (feature panic-source)");
         }
         let mut done = 0;
-        while self.next < self.limit && done < BATCH {
+        if self.batch {
+            let end = self.limit.min(self.next + BATCH);
+            let mut pulled = self.next;
+            let ended =
+                SourceOutput::<String, PositionValue>::try_publish_batch(&self.output, &mut || {
+                    (pulled < end).then(|| {
+                        pulled += 1;
+                        ((pulled - 1).to_string(), PositionValue::at(pulled))
+                    })
+                });
+            // every item pulled was published, but a returned one (offered again next
+            // cycle: `next` stays before it)
+            if let BatchEnd::Returned(..) = ended {
+                pulled -= 1;
+            }
+            done = pulled - self.next;
+            self.next = pulled;
+        }
+        while !self.batch && self.next < self.limit && done < BATCH {
             let item = self.next.to_string();
             match self
                 .output
