@@ -1,4 +1,4 @@
-//! The `mongoose` binary: `run`, `validate`, `replay`, `status`. Exit codes of `run`: 0
+//! The `mongoose` binary: `run`, `validate`, `replay`, `status`, `plugins list`. Exit codes of `run`: 0
 //! settled and lossless (or a clean signal stop), 1 failure (with the reasons on stderr:
 //! a source that could not start, an overload kill switch, or with
 //! `--exit-when-settled` a failed processor that leaves nothing able to make progress;
@@ -70,6 +70,13 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Connector plugins: `plugins list --plugin-dir DIR` loads every plugin of DIR and
+    /// prints its file, name, version, SDK, ABI and kinds, and each refused file with the
+    /// reason; exits 1 when one was refused (or the folder cannot be read).
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
     /// Prints a running server's feed status and its processor groups.
     Status {
         /// The admin address of the server.
@@ -82,6 +89,32 @@ enum Command {
         #[arg(long)]
         token_file: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// Lists the plugins of a folder, their kinds, and the refused ones with reasons.
+    List {
+        /// The plugin folder (a config's plugin_dir).
+        #[arg(long)]
+        plugin_dir: PathBuf,
+    },
+}
+
+/// `mongoose plugins list`.
+fn plugins_list(dir: &std::path::Path) -> Result<u8, (u8, ServerError)> {
+    let registry = mongoose_plugin::host::PluginRegistry::load_dir(dir).map_err(|error| {
+        (
+            EXIT_FAILED,
+            ServerError::invalid("--plugin-dir", error.to_string()),
+        )
+    })?;
+    print!("{}", cli::plugins_table(&registry));
+    Ok(if registry.refused().is_empty() {
+        0
+    } else {
+        EXIT_FAILED
+    })
 }
 
 /// The server's builder with every processor kind this binary knows: `run`,
@@ -144,6 +177,9 @@ fn main() -> ExitCode {
             }
             Err(error) => Err((EXIT_BAD_CONFIG, error)),
         },
+        Command::Plugins {
+            command: PluginsCommand::List { plugin_dir },
+        } => plugins_list(&plugin_dir),
         Command::Status {
             admin: address,
             json,
