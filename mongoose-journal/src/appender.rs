@@ -8,7 +8,7 @@ use crate::config::{Geometry, JournalConfig};
 use crate::error::{JournalError, Result};
 use crate::lock::FileLock;
 use crate::segment::{
-    self, checksum, Segment, EXCERPT_HEADER_BYTES, PAGE_BYTES, SLOT_EMPTY, SLOT_END,
+    self, checksum, Segment, EXCERPT_HEADER_BYTES, HEADER_BYTES, PAGE_BYTES, SLOT_EMPTY, SLOT_END,
 };
 
 /// The name of the lock file an appender holds (`flock`) in the journal directory.
@@ -39,7 +39,16 @@ pub struct Appender {
     unsynced_segments: Vec<File>,
     /// A segment was created since the last sync (the directory entry is not durable).
     directory_unsynced: bool,
+    /// The current segment's pages are faulted in up to this offset (data) and this
+    /// slot (index): see `prepare_pages`.
+    data_populated_to: usize,
+    slots_populated_to: u64,
 }
+
+/// How far ahead of the appends a segment's data pages are faulted in at once.
+const POPULATE_DATA_BYTES: usize = 1 << 20;
+/// How many index slots' pages are faulted in at once (64 KiB of slots).
+const POPULATE_SLOTS: u64 = 16 * 1024;
 
 impl Appender {
     /// Takes the appender lock of the journal in `dir` and opens its last segment for
@@ -67,6 +76,8 @@ impl Appender {
                 ended: false,
                 unsynced_segments: Vec::new(),
                 directory_unsynced: true,
+                data_populated_to: 0,
+                slots_populated_to: 0,
             });
         };
         let path = segment::segment_path(dir, last);
@@ -85,6 +96,8 @@ impl Appender {
             segment,
             unsynced_segments: Vec::new(),
             directory_unsynced: false,
+            data_populated_to: 0,
+            slots_populated_to: 0,
         })
     }
 
@@ -94,11 +107,11 @@ impl Appender {
     }
 
     /// Appends an excerpt of `len` bytes that `fill` writes in place, in the mapped
-    /// segment (no copy); its index. `fill` must write the whole buffer (it holds
-    /// zeroes when it is called). The excerpt is published when `fill` returns; if `fill`
-    /// panics, nothing is appended.
+    /// segment (no copy); its index. `fill` must write the whole buffer: what it holds
+    /// before is unspecified (zeroes, unless an earlier `fill` panicked). The excerpt is
+    /// published when `fill` returns; if `fill` panics, nothing is appended.
     pub fn append_with<F: FnOnce(&mut [u8])>(&mut self, len: usize, fill: F) -> Result<u64> {
-        let footprint = EXCERPT_HEADER_BYTES + len.next_multiple_of(8);
+        let footprint = EXCERPT_HEADER_BYTES.saturating_add(len.saturating_add(7) & !7);
         if self.ended || !self.fits(footprint) || self.roll_is_due() {
             if len > self.geometry.max_payload() {
                 return Err(JournalError::ExcerptTooLarge {
@@ -111,6 +124,9 @@ impl Appender {
         }
         let offset = self.write_offset;
         let index = self.next_index;
+        if offset + footprint > self.data_populated_to || self.slot >= self.slots_populated_to {
+            self.prepare_pages(offset + footprint);
+        }
         // SAFETY: this appender holds the journal's lock, so it is the segment's only
         // writer; `fits` checked the range is inside the segment (mapped whole for
         // writing); nothing past the last published excerpt is published, so no reader
@@ -161,6 +177,28 @@ impl Appender {
         Ok(())
     }
 
+    /// Faults in, in one call each, the data pages from `data_end` on and the index
+    /// pages from the current slot on, a stretch ahead: each first write to a page of a
+    /// reserved segment is otherwise a page fault of its own (100-byte excerpts, median
+    /// of 3 runs on a shared 2-core VM: ext4 4.3 -> 7.0 M appends/s, tmpfs 6.8 -> 8.0). Only
+    /// a stretch ahead, not the whole segment, since pre-faulted pages are dirty and a
+    /// sync writes them back.
+    #[cold]
+    fn prepare_pages(&mut self, data_end: usize) {
+        if data_end > self.data_populated_to {
+            let start = self.write_offset.max(self.data_populated_to);
+            let end = (data_end + POPULATE_DATA_BYTES).next_multiple_of(PAGE_BYTES);
+            self.segment.populate_for_writing(start, end - start);
+            self.data_populated_to = end;
+        }
+        if self.slot >= self.slots_populated_to {
+            let start = HEADER_BYTES + self.slot as usize * 4;
+            self.segment
+                .populate_for_writing(start, POPULATE_SLOTS as usize * 4);
+            self.slots_populated_to = self.slot + POPULATE_SLOTS;
+        }
+    }
+
     fn fits(&self, footprint: usize) -> bool {
         let geometry = self.segment.header.geometry;
         // one slot stays free for the end mark
@@ -206,6 +244,8 @@ impl Appender {
         self.slot = 0;
         self.write_offset = self.segment.header.geometry.data_start() as usize;
         self.ended = false;
+        self.data_populated_to = 0;
+        self.slots_populated_to = 0;
         Ok(())
     }
 }

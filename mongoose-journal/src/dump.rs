@@ -11,8 +11,8 @@ use crate::segment::{self, Segment, SLOT_EMPTY, SLOT_END};
 pub struct DumpEntry {
     /// The excerpt's index.
     pub index: u64,
-    /// The number of the segment that holds it ([`Journal::segment_path`]
-    /// (crate::Journal::segment_path) gives its file).
+    /// The number of the segment that holds it
+    /// ([`Journal::segment_path`](crate::Journal::segment_path) gives its file).
     pub segment: u64,
     /// The offset of the excerpt's 8-byte header (length, checksum) in the segment file;
     /// its payload follows.

@@ -35,7 +35,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -215,18 +215,28 @@ impl Segment {
             .create_new(true)
             .open(&temporary)
             .map_err(|error| JournalError::io("cannot create the segment", &temporary, error))?;
-        reserve(&file, geometry.segment_bytes)
-            .map_err(|error| JournalError::io("cannot reserve space for", &temporary, error))?;
         let header = SegmentHeader {
             number,
             first_index,
             geometry,
             created_unix_nanos,
         };
-        file.write_all_at(&header.encode(), 0)
-            .map_err(|error| JournalError::io("cannot write the header of", &temporary, error))?;
-        fs::rename(&temporary, &path)
-            .map_err(|error| JournalError::io("cannot rename into place", &path, error))?;
+        let prepared = reserve(&file, geometry.segment_bytes)
+            .map_err(|error| JournalError::io("cannot reserve space for", &temporary, error))
+            .and_then(|()| {
+                file.write_all_at(&header.encode(), 0).map_err(|error| {
+                    JournalError::io("cannot write the header of", &temporary, error)
+                })
+            })
+            .and_then(|()| {
+                fs::rename(&temporary, &path)
+                    .map_err(|error| JournalError::io("cannot rename into place", &path, error))
+            });
+        if let Err(error) = prepared {
+            // a half-made segment must not keep the space it took
+            let _ = fs::remove_file(&temporary);
+            return Err(error);
+        }
         let map = map(&file, geometry.segment_bytes as usize, true, &path)?;
         Ok(Segment {
             path,
@@ -294,7 +304,7 @@ impl Segment {
         self.mapped_len as u64 >= self.header.geometry.segment_bytes
     }
 
-    /// The index slot `slot`, loaded with `Acquire`: `SLOT_EMPTY`, `SLOT_END` or the
+    /// The index slot `slot`, loaded with acquire ordering: `SLOT_EMPTY`, `SLOT_END` or the
     /// offset of the excerpt. A slot beyond the index, or beyond a truncated file, reads
     /// as empty.
     #[inline]
@@ -309,9 +319,13 @@ impl Segment {
         // SAFETY: `at + 4 <= mapped_len`, so the 4 bytes are inside the mapping, which
         // lives as long as `self`; `at` is a multiple of 4 from a page-aligned base, so
         // the pointer is aligned for a u32. Other processes write this word only with
-        // atomic stores (or not at all), so an atomic view of it is sound.
+        // atomic stores (or not at all), so an atomic view of it is sound. A reader's
+        // mapping is read-only: the load is `Relaxed` (the atomic load the standard
+        // library allows on read-only memory) and the fence after it gives it `Acquire`.
         let word = unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(at).cast::<u32>()) };
-        word.load(Ordering::Acquire)
+        let value = word.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        value
     }
 
     /// Stores index slot `slot` with `Release`: everything written before (the excerpt)
@@ -414,6 +428,22 @@ impl Segment {
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(start), len) }
     }
 
+    /// Faults in the pages of `start..start + len` for writing in one call
+    /// (`MADV_POPULATE_WRITE`), rather than one page fault per 4 KiB of appends. An old
+    /// kernel without it just takes the faults.
+    pub(crate) fn populate_for_writing(&self, start: usize, len: usize) {
+        let len = len.min(self.mapped_len.saturating_sub(start));
+        if len == 0 {
+            return;
+        }
+        if let Err(error) = self
+            .map
+            .advise_range(memmap2::Advice::PopulateWrite, start, len)
+        {
+            tracing::debug!(%error, "cannot pre-fault the segment's pages");
+        }
+    }
+
     /// Writes the mapped pages back and waits (`msync(MS_SYNC)`).
     pub(crate) fn sync(&self) -> Result<()> {
         self.map
@@ -466,4 +496,69 @@ fn map(file: &File, len: usize, writable: bool, path: &Path) -> Result<MmapRaw> 
         options.map_raw_read_only(file)
     };
     mapped.map_err(|error| JournalError::io("cannot map the segment", path, error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> SegmentHeader {
+        SegmentHeader {
+            number: 3,
+            first_index: 0x0102_0304_0506_0708,
+            geometry: Geometry {
+                segment_bytes: 64 * 1024,
+                index_slots: 1024,
+            },
+            created_unix_nanos: 42,
+        }
+    }
+
+    #[test]
+    fn the_segment_header_layout_is_fixed() {
+        let bytes = header().encode();
+        assert_eq!(&bytes[0..8], b"MGJRNSEG");
+        assert_eq!(bytes[8..12], 1u32.to_le_bytes());
+        assert_eq!(bytes[12..16], 4096u32.to_le_bytes());
+        assert_eq!(bytes[16..24], 3u64.to_le_bytes());
+        assert_eq!(bytes[24..32], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(bytes[32..40], (64u64 * 1024).to_le_bytes());
+        assert_eq!(bytes[40..48], 1024u64.to_le_bytes());
+        assert_eq!(bytes[48..56], 42u64.to_le_bytes());
+        assert_eq!(bytes[56..60], [0; 4]);
+        assert_eq!(bytes[60..64], crc32fast::hash(&bytes[0..60]).to_le_bytes());
+        assert_eq!(
+            SegmentHeader::decode(&bytes, Path::new("s")).expect("decode"),
+            header()
+        );
+        // 4 KiB header page, 1024 slots of 4 bytes, then data on a page boundary
+        assert_eq!(header().geometry.data_start(), 4096 + 4096);
+        assert_eq!(EXCERPT_HEADER_BYTES, 8);
+    }
+
+    #[test]
+    fn a_foreign_or_damaged_or_newer_header_is_refused_with_its_reason() {
+        let mut foreign = header().encode();
+        foreign[0] = b'X';
+        let error = SegmentHeader::decode(&foreign, Path::new("s")).expect_err("magic");
+        assert!(error.to_string().contains("no segment magic"), "{error}");
+
+        let mut damaged = header().encode();
+        damaged[30] ^= 1;
+        let error = SegmentHeader::decode(&damaged, Path::new("s")).expect_err("crc");
+        assert!(error.to_string().contains("checksum"), "{error}");
+
+        let mut newer = header().encode();
+        newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32fast::hash(&newer[0..60]);
+        newer[60..64].copy_from_slice(&crc.to_le_bytes());
+        let error = SegmentHeader::decode(&newer, Path::new("s")).expect_err("version");
+        assert!(error.to_string().contains("format version 2"), "{error}");
+    }
+
+    #[test]
+    fn the_checksum_depends_on_the_index() {
+        assert_ne!(checksum(1, b"same"), checksum(2, b"same"));
+        assert_eq!(checksum(7, b"same"), checksum(7, b"same"));
+    }
 }

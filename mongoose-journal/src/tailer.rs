@@ -51,6 +51,8 @@ pub struct Tailer {
     expected_offset: Option<usize>,
     /// The index the tailer last warned about (a damaged excerpt), to warn once.
     warned_at: Option<u64>,
+    /// The excerpt a `peek` checked: its index, payload offset and length.
+    located: Option<(u64, usize, usize)>,
 }
 
 impl Tailer {
@@ -61,16 +63,47 @@ impl Tailer {
             next_index: 0,
             expected_offset: None,
             warned_at: None,
+            located: None,
         }
     }
 
     /// The next excerpt, or `None` if it is not (yet) readable: not appended yet, or
     /// torn or damaged (logged once as a warning; the tailer stays before it and reads it
     /// once an appender has cut the damage and appended again). The excerpt borrows the
-    /// tailer.
+    /// tailer; [`Tailer::index`] is then the index after it.
     #[inline]
+    #[allow(clippy::should_implement_trait)] // a lending read: the excerpt borrows the tailer
     pub fn next(&mut self) -> Result<Option<Excerpt<'_>>> {
-        let (start, len) = loop {
+        let Some((start, len)) = self.locate()? else {
+            return Ok(None);
+        };
+        self.located = None;
+        let index = self.next_index;
+        self.next_index += 1;
+        self.expected_offset = Some((start + len).next_multiple_of(8));
+        Ok(Some(self.excerpt_at(index, start, len)))
+    }
+
+    /// The next excerpt, as [`Tailer::next`] would give it, without moving past it: a
+    /// source that cannot hand it on yet (PAUSE) keeps its place, and the following
+    /// `peek` or `next` gives the same excerpt again (checked once).
+    #[inline]
+    pub fn peek(&mut self) -> Result<Option<Excerpt<'_>>> {
+        let Some((start, len)) = self.locate()? else {
+            return Ok(None);
+        };
+        Ok(Some(self.excerpt_at(self.next_index, start, len)))
+    }
+
+    /// Finds and checks excerpt `next_index`: the payload's offset and length.
+    #[inline]
+    fn locate(&mut self) -> Result<Option<(usize, usize)>> {
+        if let Some((index, start, len)) = self.located {
+            if index == self.next_index {
+                return Ok(Some((start, len)));
+            }
+        }
+        let found = loop {
             let Some(segment) = &self.segment else {
                 match self.find_segment(self.next_index)? {
                     Some(found) => {
@@ -114,15 +147,19 @@ impl Tailer {
                 }
             }
         };
-        let index = self.next_index;
-        self.next_index += 1;
-        self.expected_offset = Some((start + len).next_multiple_of(8));
+        self.located = Some((self.next_index, found.0, found.1));
+        Ok(Some(found))
+    }
+
+    /// The excerpt `index` whose payload `locate` found at `start..start + len`.
+    #[inline]
+    fn excerpt_at(&self, index: u64, start: usize, len: usize) -> Excerpt<'_> {
         let segment = self.segment.as_ref().expect("the segment just read");
         // SAFETY: `check_excerpt` checked the range is inside the mapping and holds the
         // published excerpt `index`, which no one writes again; the slice borrows `self`,
         // so the mapping outlives it.
         let bytes = unsafe { segment.payload(start, len) };
-        Ok(Some(Excerpt { index, bytes }))
+        Excerpt { index, bytes }
     }
 
     /// Positions the tailer so that [`Tailer::next`] reads excerpt `index`: O(1) in its
@@ -131,6 +168,7 @@ impl Tailer {
     /// `false` if `index` is beyond that: the tailer is then left at the end (see
     /// [`Tailer::index`]).
     pub fn seek(&mut self, index: u64) -> Result<bool> {
+        self.located = None;
         self.warned_at = None;
         self.expected_offset = None;
         let Some(segment) = self.find_segment(index)? else {

@@ -176,3 +176,25 @@ fn read_up_to(file: &File, buffer: &mut [u8]) -> io::Result<usize> {
     }
     Ok(read)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tailer_store_slot_layout_is_fixed() {
+        let slot = encode_slot(5, 0x1122_3344_5566_7788);
+        assert_eq!(&slot[0..4], b"MGTS");
+        assert_eq!(slot[4..6], 1u16.to_le_bytes());
+        assert_eq!(slot[6..8], [0; 2]);
+        assert_eq!(slot[8..16], 5u64.to_le_bytes());
+        assert_eq!(slot[16..24], 0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(slot[24..28], [0; 4]);
+        assert_eq!(slot[28..32], crc32fast::hash(&slot[0..28]).to_le_bytes());
+        assert_eq!(decode_slot(&slot), Some((5, 0x1122_3344_5566_7788)));
+        assert_eq!(STORE_BYTES, 64);
+        let mut torn = slot;
+        torn[20] ^= 0xFF;
+        assert_eq!(decode_slot(&torn), None);
+    }
+}

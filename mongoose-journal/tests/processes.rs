@@ -35,6 +35,10 @@ fn journal_child() {
             wait_for("the parent's go", || dir.join("go").exists());
             for index in 0..APPENDED_BY_CHILD {
                 assert_eq!(appender.append(&payload(index)).expect("append"), index);
+                if index + 1 == APPENDED_BY_CHILD / 2 {
+                    // half way: wait until the reader has caught up with a live writer
+                    wait_for("the parent to catch up", || dir.join("caught-up").exists());
+                }
                 if index % 5_000 == 0 {
                     // let the reader catch up now and then, so it really tails
                     thread::sleep(Duration::from_millis(1));
@@ -90,16 +94,17 @@ fn a_reader_in_another_process_sees_a_writer_appending() {
 
     let mut read = 0;
     let mut empty_polls_before_the_end = 0u64;
+    let mut told_the_child = false;
     wait_for("every excerpt the child appends", || {
-        loop {
-            match tailer.next().expect("read") {
-                Some(excerpt) => {
-                    assert_eq!(excerpt.index(), read, "each excerpt once, in order");
-                    assert_eq!(excerpt.bytes(), &payload(read)[..], "excerpt {read}");
-                    read += 1;
-                }
-                None => break,
-            }
+        while let Some(excerpt) = tailer.next().expect("read") {
+            assert_eq!(excerpt.index(), read, "each excerpt once, in order");
+            assert_eq!(excerpt.bytes(), &payload(read)[..], "excerpt {read}");
+            read += 1;
+        }
+        if read == APPENDED_BY_CHILD / 2 && !told_the_child {
+            // the child waits here: the reader has caught up with a live writer
+            fs::write(dir.path().join("caught-up"), b"caught up").expect("marker");
+            told_the_child = true;
         }
         if read < APPENDED_BY_CHILD {
             empty_polls_before_the_end += 1;

@@ -145,3 +145,37 @@ fn rolls_by_size_and_time() {
     drop(appender);
     assert_eq!(read_all_checked(&journal), 4);
 }
+
+#[test]
+fn a_peeked_excerpt_is_given_again_until_it_is_taken() {
+    // a source that cannot hand an excerpt on (PAUSE) keeps its place with `peek`
+    let dir = tempfile::tempdir().expect("dir");
+    let journal = open_small(dir.path());
+    append_payloads(&journal, 0..3);
+    let mut tailer = journal.tailer();
+    for _ in 0..3 {
+        let peeked = tailer.peek().expect("peek").expect("excerpt 0");
+        assert_eq!((peeked.index(), peeked.bytes()), (0, &payload(0)[..]));
+        assert_eq!(tailer.index(), 0, "a peek does not move the tailer");
+    }
+    assert_eq!(tailer.next().expect("read").expect("excerpt 0").index(), 0);
+    assert_eq!(tailer.peek().expect("peek").expect("excerpt 1").index(), 1);
+    assert!(tailer.seek(2).expect("seek"));
+    assert_eq!(tailer.peek().expect("peek").expect("excerpt 2").index(), 2);
+    assert_eq!(tailer.next().expect("read").expect("excerpt 2").index(), 2);
+    assert!(tailer.peek().expect("peek").is_none());
+    append_payloads(&journal, 3..4);
+    assert_eq!(
+        tailer.peek().expect("peek").expect("excerpt 3").bytes(),
+        &payload(3)[..]
+    );
+}
+
+#[test]
+fn the_journal_types_move_to_other_threads() {
+    fn send<T: Send>() {}
+    send::<Journal>();
+    send::<mongoose_journal::Appender>();
+    send::<mongoose_journal::Tailer>();
+    send::<mongoose_journal::TailerStore>();
+}
