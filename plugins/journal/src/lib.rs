@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_core::{
     CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
-    TryPublish, WorkDone,
+    WorkDone,
 };
 use mongoose_journal::{Appender, Journal, JournalConfig, Tailer, TailerStore};
 use mongoose_plugin::settings::Settings;
@@ -144,26 +144,25 @@ impl EventSource for JournalSource {
         let mut paused = false;
         while done < self.batch {
             let Some(excerpt) = tailer
-                .next()
+                .peek()
                 .map_err(|error| core_error("cannot read the journal", error))?
             else {
                 break;
             };
-            let index = excerpt.index();
-            match self
+            let position = PositionValue::at(excerpt.index() + 1);
+            if !self
                 .output
-                .try_publish(excerpt.bytes(), PositionValue::at(index + 1))
+                .try_publish(excerpt.bytes(), position)
+                .is_published()
             {
-                TryPublish::Published => done += 1,
-                TryPublish::Paused(_) | TryPublish::Retry(_) => {
-                    // keep the excerpt: read it again next cycle
-                    tailer
-                        .seek(index)
-                        .map_err(|error| core_error("cannot seek the journal", error))?;
-                    paused = true;
-                    break;
-                }
+                // PAUSE: the excerpt stays next; it is offered again next cycle
+                paused = true;
+                break;
             }
+            tailer
+                .next()
+                .map_err(|error| core_error("cannot read the journal", error))?;
+            done += 1;
         }
         let caught_up = !paused && done < self.batch;
         if caught_up != self.caught_up {
