@@ -89,6 +89,77 @@ enum Command {
         #[arg(long)]
         token_file: Option<PathBuf>,
     },
+    /// Operator tools for a journal (the journal connector's files): append lines,
+    /// tail excerpts, dump the index with checksums.
+    Journal {
+        #[command(subcommand)]
+        action: JournalAction,
+    },
+}
+
+/// `mongoose journal ...`.
+#[derive(Debug, Subcommand)]
+enum JournalAction {
+    /// Appends each line of standard input as one excerpt (creating the journal), then
+    /// prints how many and the last index. Exits 1 when another appender holds the
+    /// journal or the disk is full.
+    Append {
+        /// The journal directory.
+        dir: PathBuf,
+        /// Sync (msync) every this many lines (0: only at the end).
+        #[arg(long, default_value_t = 0)]
+        sync_every: u64,
+    },
+    /// Prints `index<TAB>text` for each excerpt from `--from`; never prints a torn or
+    /// damaged excerpt (it stops before it).
+    Tail {
+        /// The journal directory.
+        dir: PathBuf,
+        /// The first index to print.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Wait for more excerpts until interrupted.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Prints every indexed excerpt, whole or not (index, segment, offset, length,
+    /// checksum); exits 1 when one is damaged.
+    Dump {
+        /// The journal directory.
+        dir: PathBuf,
+    },
+}
+
+fn journal(action: JournalAction) -> Result<u8, (u8, ServerError)> {
+    let failed = |error| (EXIT_FAILED, error);
+    match action {
+        JournalAction::Append { dir, sync_every } => {
+            let stdin = std::io::stdin().lock();
+            let (count, last) =
+                mongoose_server::journal_cli::append(&dir, stdin, sync_every).map_err(failed)?;
+            match last {
+                Some(last) => println!("appended {count} excerpts; the last is index {last}"),
+                None => println!("appended nothing (standard input was empty)"),
+            }
+            Ok(cli::EXIT_OK)
+        }
+        JournalAction::Tail { dir, from, follow } => {
+            let mut out = std::io::stdout().lock();
+            mongoose_server::journal_cli::tail(&dir, from, follow, &mut out, &|| false)
+                .map_err(failed)?;
+            Ok(cli::EXIT_OK)
+        }
+        JournalAction::Dump { dir } => {
+            let mut out = std::io::stdout().lock();
+            let (total, damaged) =
+                mongoose_server::journal_cli::dump(&dir, &mut out).map_err(failed)?;
+            if damaged > 0 {
+                eprintln!("mongoose: {damaged} of {total} excerpts are damaged (a tailer stops before the first); an appender opening the journal cuts them");
+                return Ok(EXIT_FAILED);
+            }
+            Ok(cli::EXIT_OK)
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -185,6 +256,7 @@ fn main() -> ExitCode {
             json,
             token_file,
         } => status(&address, json, token_file.as_deref()),
+        Command::Journal { action } => journal(action),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
