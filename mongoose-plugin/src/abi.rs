@@ -177,6 +177,14 @@ pub mod state {
     pub const END_OF_STREAM: u32 = 3;
 }
 
+/// A log level of [`HostOutputVTable::log`].
+pub mod level {
+    /// Something the operator should know: the source goes on.
+    pub const WARN: u32 = 1;
+    /// A normal event.
+    pub const INFO: u32 = 2;
+}
+
 /// [`mongoose_core::sink::SinkOutcome`]'s variant as a number.
 pub mod outcome {
     /// Published.
@@ -363,6 +371,9 @@ pub struct HostOutputVTable {
     /// `SourceOutput::acknowledge_with`: the host takes the committer (and frees it with
     /// its `destroy`).
     pub acknowledge_with: unsafe extern "C" fn(context: *const c_void, committer: CommitterRef),
+    /// Writes `message` to the host's log at a [`level`] (a plugin's own `tracing`
+    /// events go to the plugin's copy of the crate, which has no subscriber).
+    pub log: unsafe extern "C" fn(context: *const c_void, level: u32, message: Str),
 }
 
 /// The feed a plugin source publishes into: the host's context and functions. Valid
@@ -529,6 +540,7 @@ const LAYOUT: &[usize] = &[
     offset_of!(HostOutputVTable, report_state),
     offset_of!(HostOutputVTable, set_unterminated_bytes),
     offset_of!(HostOutputVTable, acknowledge_with),
+    offset_of!(HostOutputVTable, log),
     size_of::<ItemRef>(),
     offset_of!(ItemRef, offset),
     offset_of!(ItemRef, lane),

@@ -309,6 +309,19 @@ impl PluginOutput {
         unsafe { (self.vtable().report_state)(self.host.context, state_code(state), detail) }
     }
 
+    /// Logs `message` as a WARN in the host's log, with the feed's name (a plugin's own
+    /// `tracing` events reach no subscriber).
+    pub fn warn(&self, message: &str) {
+        // SAFETY: as in try_publish.
+        unsafe { (self.vtable().log)(self.host.context, abi::level::WARN, Str::new(message)) }
+    }
+
+    /// Logs `message` as an INFO in the host's log, with the feed's name.
+    pub fn info(&self, message: &str) {
+        // SAFETY: as in try_publish.
+        unsafe { (self.vtable().log)(self.host.context, abi::level::INFO, Str::new(message)) }
+    }
+
     /// See [`SourceOutput::set_unterminated_bytes`].
     pub fn set_unterminated_bytes(&self, bytes: u64) {
         // SAFETY: as in try_publish.

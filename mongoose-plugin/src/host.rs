@@ -50,7 +50,8 @@ pub enum PluginError {
         #[source]
         error: std::io::Error,
     },
-    /// Two plugins (or one, twice) declare the same kind.
+    /// Two plugins (or one, twice) declare the same kind for the same role (a source
+    /// kind and a sink kind may share a name: the journal plugin's `journal`).
     #[error("kind '{kind}' is declared by {first} and by {second}: remove one of the two plugins from the plugin folder")]
     DuplicateKind {
         /// The kind.
@@ -370,12 +371,17 @@ impl PluginRegistry {
                         let first = registry
                             .plugins
                             .iter()
-                            .find(|other| other.kinds.iter().any(|o| o.name == kind.name))
+                            .find(|other| {
+                                other
+                                    .kinds
+                                    .iter()
+                                    .any(|o| o.name == kind.name && o.role == kind.role)
+                            })
                             .map(|other| other.path.clone())
                             .or_else(|| {
                                 plugin.kinds[..index]
                                     .iter()
-                                    .any(|o| o.name == kind.name)
+                                    .any(|o| o.name == kind.name && o.role == kind.role)
                                     .then(|| plugin.path.clone())
                             });
                         if let Some(first) = first {
@@ -663,6 +669,21 @@ unsafe extern "C" fn host_set_unterminated_bytes<I: 'static>(context: *const c_v
     })
 }
 
+unsafe extern "C" fn host_log<I: 'static>(context: *const c_void, level: u32, message: Str) {
+    host_guard(String::new, (), || {
+        // SAFETY: as in `host_try_publish`.
+        let context = unsafe { host_context::<I>(context) };
+        // SAFETY: borrowed for the call.
+        let message = unsafe { message.as_str() };
+        let plugin = context.library.name();
+        if level == abi::level::WARN {
+            tracing::warn!(feed = %context.feed, plugin, "{message}");
+        } else {
+            tracing::info!(feed = %context.feed, plugin, "{message}");
+        }
+    })
+}
+
 unsafe extern "C" fn host_acknowledge_with<I: 'static>(
     context: *const c_void,
     committer: CommitterRef,
@@ -870,6 +891,7 @@ impl<I: Send + 'static> PluginSource<I> {
                 report_state: host_report_state::<I>,
                 set_unterminated_bytes: host_set_unterminated_bytes::<I>,
                 acknowledge_with: host_acknowledge_with::<I>,
+                log: host_log::<I>,
             },
             library: Arc::clone(library),
             feed: name.to_owned(),

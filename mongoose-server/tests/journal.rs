@@ -93,7 +93,7 @@ fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_
         let mut child = run.spawn(false);
         let target = (applied + 3_000 + round * 2_000).min(TOTAL as u64);
         run.wait_until(&mut child, &format!("applied {target} lines"), || {
-            applied(&run) >= target
+            applied_lines(&run) >= target
         });
         child.kill().expect("SIGKILL");
         child.wait().expect("reaped");
@@ -119,7 +119,12 @@ fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_
     };
     assert!(status.success(), "the journal writer failed: {status}");
 
-    assert_eq!(run.finish(), 0, "the last run settled lossless: {}", run.log());
+    assert_eq!(
+        run.finish(),
+        0,
+        "the last run settled lossless: {}",
+        run.log()
+    );
     let state = run.state_in("state");
     let expected: Vec<String> = (0..TOTAL).map(line).collect();
     assert_eq!(
@@ -128,7 +133,10 @@ fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_
         "every excerpt applied once: {}",
         run.log()
     );
-    assert_eq!(state.balances, balances_of(expected.iter().map(String::as_str)));
+    assert_eq!(
+        state.balances,
+        balances_of(expected.iter().map(String::as_str))
+    );
     assert_eq!(state.position, TOTAL as u64, "the last excerpt's position");
     assert_eq!(
         committed(run.dir.path()),
@@ -138,6 +146,6 @@ fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_
 }
 
 /// The ledger's applied count, 0 before its state exists.
-fn applied(run: &LedgerRun) -> u64 {
+fn applied_lines(run: &LedgerRun) -> u64 {
     mongoose_ledger::LedgerState::load(&run.path("state")).map_or(0, |state| state.applied)
 }
