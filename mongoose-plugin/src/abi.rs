@@ -371,6 +371,11 @@ pub struct HostOutputVTable {
     /// `SourceOutput::acknowledge_with`: the host takes the committer (and frees it with
     /// its `destroy`).
     pub acknowledge_with: unsafe extern "C" fn(context: *const c_void, committer: CommitterRef),
+    /// `SourceOutput::poll_acknowledgements`, for a source that must commit what was
+    /// processed before it gives part of its input up (a Kafka partition revoked inside
+    /// its poll); the host's driver polls around every cycle anyway. Returns the number
+    /// of items acknowledged.
+    pub poll_acknowledgements: unsafe extern "C" fn(context: *const c_void) -> u64,
     /// Writes `message` to the host's log at a [`level`] (a plugin's own `tracing`
     /// events go to the plugin's copy of the crate, which has no subscriber).
     pub log: unsafe extern "C" fn(context: *const c_void, level: u32, message: Str),
@@ -540,6 +545,7 @@ const LAYOUT: &[usize] = &[
     offset_of!(HostOutputVTable, report_state),
     offset_of!(HostOutputVTable, set_unterminated_bytes),
     offset_of!(HostOutputVTable, acknowledge_with),
+    offset_of!(HostOutputVTable, poll_acknowledgements),
     offset_of!(HostOutputVTable, log),
     size_of::<ItemRef>(),
     offset_of!(ItemRef, offset),

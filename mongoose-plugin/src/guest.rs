@@ -447,7 +447,11 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
     }
 
     fn poll_acknowledgements(&self) -> usize {
-        0 // the host's driver polls around every cycle
+        // the host's driver polls around every cycle; this is for a source that must
+        // commit before it gives input up (a revoked partition)
+        // SAFETY: as in try_publish.
+        let polled = unsafe { (self.vtable().poll_acknowledgements)(self.host.context) };
+        usize::try_from(polled).unwrap_or(usize::MAX)
     }
 
     fn flush_paused(&self) -> bool {

@@ -669,6 +669,16 @@ unsafe extern "C" fn host_set_unterminated_bytes<I: 'static>(context: *const c_v
     })
 }
 
+unsafe extern "C" fn host_poll_acknowledgements<I: 'static>(context: *const c_void) -> u64 {
+    host_guard(String::new, 0, || {
+        // SAFETY: as in `host_try_publish`.
+        let polled = unsafe { host_context::<I>(context) }
+            .output
+            .poll_acknowledgements();
+        u64::try_from(polled).unwrap_or(u64::MAX)
+    })
+}
+
 unsafe extern "C" fn host_log<I: 'static>(context: *const c_void, level: u32, message: Str) {
     host_guard(String::new, (), || {
         // SAFETY: as in `host_try_publish`.
@@ -891,6 +901,7 @@ impl<I: Send + 'static> PluginSource<I> {
                 report_state: host_report_state::<I>,
                 set_unterminated_bytes: host_set_unterminated_bytes::<I>,
                 acknowledge_with: host_acknowledge_with::<I>,
+                poll_acknowledgements: host_poll_acknowledgements::<I>,
                 log: host_log::<I>,
             },
             library: Arc::clone(library),
