@@ -82,6 +82,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod capture;
 mod contain;
 pub mod context;
 pub mod controller;

@@ -33,6 +33,17 @@ pub(crate) enum Request {
         command: String,
         args: Vec<String>,
     },
+    /// Starts an audit capture of processor `identity.generation` (see
+    /// [`crate::capture`]).
+    CaptureStart {
+        identity: crate::capture::CaptureIdentity,
+        settings: crate::capture::CaptureSettings,
+    },
+    /// Stops processor `generation`'s audit capture.
+    CaptureStop {
+        name: String,
+        generation: u64,
+    },
 }
 
 impl Request {
@@ -45,6 +56,8 @@ impl Request {
                 crate::services::ServiceChange::Deregistered => "Deregister",
             },
             Request::Admin { .. } => "Admin",
+            Request::CaptureStart { .. } => "CaptureStart",
+            Request::CaptureStop { .. } => "CaptureStop",
         }
     }
 
@@ -53,7 +66,11 @@ impl Request {
             Request::Add {
                 name, generation, ..
             }
-            | Request::Stop { name, generation } => (Some(*generation), Some(name)),
+            | Request::Stop { name, generation }
+            | Request::CaptureStop { name, generation } => (Some(*generation), Some(name)),
+            Request::CaptureStart { identity, .. } => {
+                (Some(identity.generation), Some(&identity.name))
+            }
             Request::Service(broadcast) => (None, Some(&broadcast.name)),
             Request::Admin { name, .. } => (None, Some(name)),
         }
@@ -89,6 +106,9 @@ pub(super) struct Mailbox {
     pub(super) queue: VecDeque<Envelope>,
     pub(super) state: GroupState,
     pub(super) close_requested: bool,
+    /// Capture opens their helpers handed back, for the group's thread to install
+    /// between event cycles (never refused for room: each holds a resource).
+    pub(super) opened: Vec<super::OpenedCapture>,
 }
 
 impl ProcessorGroup {
@@ -261,19 +281,28 @@ impl Runtime {
                 generation,
                 type_name,
                 supplier,
-            } => self.apply_add(request_id, input, name, generation, type_name, supplier),
+            } => Some(self.apply_add(request_id, input, name, generation, type_name, supplier)),
             Request::Stop { name, generation } => {
-                self.apply_stop(request_id, input, name, generation)
+                Some(self.apply_stop(request_id, input, name, generation))
             }
-            Request::Service(broadcast) => self.apply_service(request_id, input, broadcast),
+            Request::Service(broadcast) => Some(self.apply_service(request_id, input, broadcast)),
             Request::Admin {
                 name,
                 command,
                 args,
-            } => self.apply_admin(request_id, input, name, command, args),
+            } => Some(self.apply_admin(request_id, input, name, command, args)),
+            // answered once the capture is installed (or its open failed or timed out)
+            Request::CaptureStart { identity, settings } => {
+                self.apply_capture_start(request_id, input, identity, settings)
+            }
+            Request::CaptureStop { name, generation } => {
+                Some(self.apply_capture_stop(request_id, input, name, generation))
+            }
         };
         // the status shows the transition before anyone learns it applied
         self.settle();
-        self.answer(answer);
+        if let Some(answer) = answer {
+            self.answer(answer);
+        }
     }
 }
