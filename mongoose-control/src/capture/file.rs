@@ -6,21 +6,25 @@
 //!
 //! ```
 //! use mongoose_control::capture::file::{read_capture, FileCaptureResources};
-//! use mongoose_control::capture::{CaptureIdentity, CaptureRecord, CaptureResources};
+//! use mongoose_control::capture::{
+//!     create_session_folder, CaptureIdentity, CaptureRecord, CaptureResources,
+//! };
 //!
-//! let dir = tempfile::tempdir().unwrap();
+//! let root = tempfile::tempdir().unwrap();
 //! let identity = CaptureIdentity {
 //!     group: "bank".into(),
 //!     name: "ledger".into(),
 //!     generation: 1,
 //!     capture_id: "1".into(),
 //! };
-//! let mut writer = FileCaptureResources.open(&identity, dir.path()).unwrap();
+//! let dir = create_session_folder(root.path(), &identity).unwrap();
+//! let mut writer = FileCaptureResources.open(&identity, &dir).unwrap();
 //! let record = CaptureRecord::Record { at_micros: 1, bytes: b"hello".to_vec() };
 //! writer.write(&record.encode()).unwrap();
 //! writer.close().unwrap();
-//! let read = read_capture(dir.path()).unwrap();
+//! let read = read_capture(&dir).unwrap();
 //! assert_eq!(read.records, [record]);
+//! assert_eq!(read.sidecar.name, "ledger");
 //! assert!(read.torn_tail.is_none());
 //! ```
 
@@ -201,7 +205,7 @@ mod tests {
             generation: 3,
             capture_id: "x".into(),
         };
-        let folder = super::super::make_session_folder(dir.path(), &identity).unwrap();
+        let folder = super::super::create_session_folder(dir.path(), &identity).unwrap();
         let mut writer = FileCaptureResources.open(&identity, &folder).unwrap();
         let first = CaptureRecord::Record {
             at_micros: 1,

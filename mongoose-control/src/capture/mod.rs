@@ -247,8 +247,14 @@ pub(crate) fn now_millis() -> u64 {
         .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
-/// Makes the fresh session folder below `root` and writes its sidecar.
-pub(crate) fn make_session_folder(
+/// Creates the fresh session folder `root/capture-<id>` (refusing one that exists) and
+/// writes its identity sidecar; returns the folder. A group calls it on the open's
+/// helper thread before [`CaptureResources::open`].
+///
+/// # Errors
+/// The root or the folder cannot be created (or the folder exists), or the sidecar
+/// cannot be written.
+pub fn create_session_folder(
     root: &Path,
     identity: &CaptureIdentity,
 ) -> Result<PathBuf, CaptureFailure> {

@@ -15,7 +15,7 @@ use super::{write_reply_record, GroupShared, GroupState, Runtime};
 use crate::audit::{NewRecord, RecordType};
 use crate::capture::routing::{ActiveCapture, SessionCounters};
 use crate::capture::{
-    make_session_folder, CaptureIdentity, CaptureSettings, CaptureState, CaptureStatus,
+    create_session_folder, CaptureIdentity, CaptureSettings, CaptureState, CaptureStatus,
     CaptureWriter,
 };
 use crate::reply::{ControlReply, ReplyOutcome, ReplySender};
@@ -715,7 +715,7 @@ fn open_on_helper(
     identity: &CaptureIdentity,
     settings: &CaptureSettings,
 ) {
-    let result = make_session_folder(&settings.root, identity)
+    let result = create_session_folder(&settings.root, identity)
         .and_then(|dir| settings.resources.open(identity, &dir))
         .map_err(|error| error.to_string());
     group.captures.open_returned();
