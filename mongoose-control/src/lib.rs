@@ -23,6 +23,10 @@
 //! `ProcessorGroup::inject_control_fault`. Tests and examples enable it
 //! through a dev-dependency: `mongoose-control = { ..., features = ["testsuite"] }`.
 //!
+//! An operator captures one processor's audit log (its `tracing` events while its group
+//! calls it, and the records it writes through [`mongoose_core::audit`]) with
+//! [`ControlPlane::start_capture`] / [`ControlPlane::stop_capture`]: see [`capture`].
+//!
 //! The control plane's own jobs live in its submodules: adding and stopping processors
 //! (each add takes one [`ProcessorSupplier`]: a closure returning a processor, or a boxed
 //! factory of configured ones), the service registry, and processor-owned admin

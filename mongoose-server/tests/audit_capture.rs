@@ -110,7 +110,9 @@ fn server(dir: &Path, groups: &[&str], handled: &Arc<AtomicUsize>) -> (Server, S
     std::fs::write(dir.join("input.txt"), "").expect("input");
     let group_tables: String = groups
         .iter()
-        .map(|group| format!("[[groups]]\nname = \"{group}\"\nidle_strategy = \"sleeping-millis:1\"\n"))
+        .map(|group| {
+            format!("[[groups]]\nname = \"{group}\"\nidle_strategy = \"sleeping-millis:1\"\n")
+        })
         .collect();
     let parsed = ServerConfig::parse(&config(&group_tables), dir).expect("config");
     let mut builder = Server::builder(parsed);
@@ -138,17 +140,29 @@ fn audit_capture_start_records_a_processors_tracing_events_and_audit_records_the
     assert_eq!(started["outcome"], "APPLIED");
     assert_eq!(started["reason"], "recording");
     let (code, again) = request("POST", &address, "/audit/audited%2Fpricer/start");
-    assert_eq!((code, again["reason"].clone()), (200, "already recording".into()));
+    assert_eq!(
+        (code, again["reason"].clone()),
+        (200, "already recording".into())
+    );
 
     append(dir.path(), "a\nb\n");
     wait_until("both lines handled", || handled.load(Ordering::SeqCst) == 2);
     let (code, stopped) = request("POST", &address, "/audit/pricer/stop");
-    assert_eq!((code, stopped["reason"].clone()), (200, "stopped recording".into()), "{stopped}");
+    assert_eq!(
+        (code, stopped["reason"].clone()),
+        (200, "stopped recording".into()),
+        "{stopped}"
+    );
     let (code, noop) = request("POST", &address, "/audit/pricer/stop");
-    assert_eq!((code, noop["reason"].clone()), (200, "not recording".into()));
+    assert_eq!(
+        (code, noop["reason"].clone()),
+        (200, "not recording".into())
+    );
     // after the stop nothing more is captured
     append(dir.path(), "c\n");
-    wait_until("the third line handled", || handled.load(Ordering::SeqCst) == 3);
+    wait_until("the third line handled", || {
+        handled.load(Ordering::SeqCst) == 3
+    });
 
     let mut sessions = serde_json::Value::Null;
     wait_until("the session closed", || {
@@ -217,7 +231,11 @@ fn an_ambiguous_processor_name_is_refused_naming_the_groups() {
     let (code, unknown) = request("POST", &address, "/audit/nobody/start");
     assert_eq!(code, 404, "{unknown}");
     let (code, started) = request("POST", &address, "/audit/east%2Fpricer/start");
-    assert_eq!((code, started["reason"].clone()), (200, "recording".into()), "{started}");
+    assert_eq!(
+        (code, started["reason"].clone()),
+        (200, "recording".into()),
+        "{started}"
+    );
     let (_, sessions) = request("GET", &address, "/audit/status");
     assert_eq!(sessions[0]["selector"], "east/pricer");
     assert_eq!(sessions[0]["recording"], true);

@@ -469,6 +469,11 @@ impl Runtime {
         }
         if let Some(opening) = self.captures.opening.remove(&generation) {
             let reason = format!("the capture open was cancelled: the processor was {why}");
+            self.shared.captures.ledger.lock().set_state(
+                &opening.identity.capture_id,
+                CaptureState::OpenFailed,
+                Some(format!("cancelled: the processor was {why}")),
+            );
             self.fail_waiters(
                 opening,
                 ReplyOutcome::Failed,

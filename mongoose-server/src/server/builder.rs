@@ -322,8 +322,7 @@ impl ServerBuilder {
         );
         if config.audit.enabled {
             // the capture root is made at the first start of a capture, not here
-            let mut capture =
-                CaptureSettings::files(config.resolve(&config.audit.capture_dir));
+            let mut capture = CaptureSettings::files(config.resolve(&config.audit.capture_dir));
             capture.open_timeout = Duration::from_millis(config.audit.open_timeout_millis);
             plane.enable_capture(capture);
         }

@@ -285,7 +285,10 @@ impl Server {
             // "Shutdown" phase 6, "Open and resource limits")
             let unresolved = inner.plane.await_captures_resolved(deadline);
             if !unresolved.is_empty() {
-                warn!(?unresolved, "shutdown: audit capture resources are not closed");
+                warn!(
+                    ?unresolved,
+                    "shutdown: audit capture resources are not closed"
+                );
             }
             running.extend(unresolved);
         }
