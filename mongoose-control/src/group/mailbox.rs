@@ -35,10 +35,7 @@ pub(crate) enum Request {
     },
     /// Starts an audit capture of processor `identity.generation` (see
     /// [`crate::capture`]).
-    CaptureStart {
-        identity: crate::capture::CaptureIdentity,
-        settings: crate::capture::CaptureSettings,
-    },
+    CaptureStart(Box<CaptureStart>),
     /// Stops processor `generation`'s audit capture.
     CaptureStop {
         name: String,
@@ -56,7 +53,7 @@ impl Request {
                 crate::services::ServiceChange::Deregistered => "Deregister",
             },
             Request::Admin { .. } => "Admin",
-            Request::CaptureStart { .. } => "CaptureStart",
+            Request::CaptureStart(_) => "CaptureStart",
             Request::CaptureStop { .. } => "CaptureStop",
         }
     }
@@ -68,13 +65,19 @@ impl Request {
             }
             | Request::Stop { name, generation }
             | Request::CaptureStop { name, generation } => (Some(*generation), Some(name)),
-            Request::CaptureStart { identity, .. } => {
-                (Some(identity.generation), Some(&identity.name))
+            Request::CaptureStart(start) => {
+                (Some(start.identity.generation), Some(&start.identity.name))
             }
             Request::Service(broadcast) => (None, Some(&broadcast.name)),
             Request::Admin { name, .. } => (None, Some(name)),
         }
     }
+}
+
+/// What a capture start carries (boxed: the mailbox's requests stay small).
+pub(crate) struct CaptureStart {
+    pub(crate) identity: crate::capture::CaptureIdentity,
+    pub(crate) settings: crate::capture::CaptureSettings,
 }
 
 pub(crate) struct Envelope {
@@ -292,7 +295,8 @@ impl Runtime {
                 args,
             } => Some(self.apply_admin(request_id, input, name, command, args)),
             // answered once the capture is installed (or its open failed or timed out)
-            Request::CaptureStart { identity, settings } => {
+            Request::CaptureStart(start) => {
+                let CaptureStart { identity, settings } = *start;
                 self.apply_capture_start(request_id, input, identity, settings)
             }
             Request::CaptureStop { name, generation } => {

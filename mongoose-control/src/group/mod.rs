@@ -57,7 +57,7 @@ pub(crate) use capture::CaptureShared;
 use capture::{Captures, OpenedCapture};
 use dispatch::GroupDispatcher;
 use mailbox::{answer_not_running, free_name, Mailbox};
-pub(crate) use mailbox::{Admission, Envelope, Refusal, Request};
+pub(crate) use mailbox::{Admission, CaptureStart, Envelope, Refusal, Request};
 use runtime::{run_group, FeedState, Runtime, Slot};
 use trail::write_reply_record;
 

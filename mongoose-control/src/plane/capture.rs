@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::capture::{CaptureIdentity, CaptureSettings, CaptureStatus, ProcessorSelector};
 use crate::error::ControlError;
-use crate::group::{ProcessorGroup, Request};
+use crate::group::{CaptureStart, ProcessorGroup, Request};
 use crate::reply::{ControlReply, ReplyHandle};
 
 use super::Plane;
@@ -114,7 +114,7 @@ impl Plane {
         };
         Ok(self.send_capture_request(
             &group,
-            Request::CaptureStart { identity, settings },
+            Request::CaptureStart(Box::new(CaptureStart { identity, settings })),
             generation,
             &name,
         ))
