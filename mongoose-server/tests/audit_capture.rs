@@ -4,6 +4,9 @@
 //! with the file reader, names across groups, and a failed close that keeps the stop
 //! incomplete.
 
+#[allow(dead_code, unreachable_pub)]
+mod support;
+
 use std::io::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -293,4 +296,77 @@ fn a_failed_capture_close_keeps_the_shutdown_incomplete() {
     // resuming does not retry the close, and does not claim it closed
     let again = server.shutdown();
     assert!(!again.complete, "{again:?}");
+}
+
+/// Runs `mongoose audit ARGS --admin ADDRESS`; its exit code, stdout and stderr.
+fn mongoose_audit(address: &str, args: &[&str]) -> (i32, String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mongoose"))
+        .arg("audit")
+        .args(args)
+        .args(["--admin", address])
+        .output()
+        .expect("the mongoose binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+// control-plane-contracts "Audit capture": the admin commands audit.start / audit.stop
+// print the outcome; audit.status prints id, selector and path
+#[test]
+fn the_mongoose_audit_commands_start_list_and_stop_a_capture_of_a_running_server() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let run = support::LedgerRun::new(
+        "acc1,5\n",
+        &support::ledger_config(
+            &format!("[admin]\naddress = \"{address}\"\n[audit]\ncapture_dir = \"caps\"\n"),
+            "",
+            "state_dir = \"state\", alerts = \"alerts.txt\"",
+        ),
+    );
+    let mut child = run.spawn(false);
+    let mut started = (0, String::new(), String::new());
+    run.wait_until(&mut child, "answered an audit start", || {
+        started = mongoose_audit(&address, &["start", "ledger"]);
+        !started.2.contains("cannot reach the admin API")
+    });
+    assert_eq!(started.0, 0, "{started:?}");
+    assert_eq!(started.1.trim(), "audit: RECORDING ledger");
+    let again = mongoose_audit(&address, &["start", "ledger/ledger"]);
+    assert_eq!(
+        again.1.trim(),
+        "audit: ledger/ledger: already recording",
+        "{again:?}"
+    );
+    let unknown = mongoose_audit(&address, &["start", "nobody"]);
+    assert_eq!(unknown.0, 1, "{unknown:?}");
+    assert!(unknown.2.contains("no processor 'nobody'"), "{unknown:?}");
+
+    let (code, table, _) = mongoose_audit(&address, &["status"]);
+    assert_eq!(code, 0);
+    assert!(
+        table.contains("ledger/ledger") && table.contains("recording"),
+        "{table}"
+    );
+    assert!(
+        table.contains(&run.path("caps").display().to_string()),
+        "{table}"
+    );
+    let stopped = mongoose_audit(&address, &["stop", "ledger"]);
+    assert_eq!(
+        stopped.1.trim(),
+        "audit: ledger: stopped recording",
+        "{stopped:?}"
+    );
+    let (_, json, _) = mongoose_audit(&address, &["status", "--json"]);
+    let sessions: serde_json::Value = serde_json::from_str(&json).expect("json");
+    let folder = std::path::PathBuf::from(sessions[0]["path"].as_str().expect("path"));
+    assert!(folder.join(".mongoose-capture.json").is_file(), "{json}");
+    assert_eq!(run.terminate(child), 0, "{}", run.log());
 }
