@@ -4,7 +4,6 @@
 //! with the file reader, names across groups, and a failed close that keeps the stop
 //! incomplete.
 
-#[allow(dead_code, unreachable_pub)]
 mod support;
 
 use std::io::Write as _;
