@@ -561,6 +561,14 @@ impl Runtime {
     /// Takes the opens their helpers handed back: installs each still wanted on its
     /// processor and answers its starts; closes a late one.
     pub(super) fn take_opened_captures(&mut self) -> usize {
+        // one atomic load per cycle when no open came back
+        if !self
+            .shared
+            .captures_opened
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            return 0;
+        }
         let opened = {
             let mut mailbox = self.shared.mailbox.lock();
             if mailbox.opened.is_empty() {
@@ -736,6 +744,9 @@ fn open_on_helper(
                 id: identity.capture_id.clone(),
                 result,
             });
+            group
+                .captures_opened
+                .store(true, std::sync::atomic::Ordering::Release);
             None
         }
     };

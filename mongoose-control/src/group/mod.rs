@@ -234,6 +234,9 @@ struct GroupShared {
     retained: Mutex<Vec<Box<dyn Processor>>>,
     /// Its audit captures' counters and sessions, shared with their helper threads.
     captures: Arc<CaptureShared>,
+    /// A helper handed an open back (`Mailbox::opened` is not empty): the duty cycle
+    /// takes the mailbox lock for it only then.
+    captures_opened: AtomicBool,
 }
 
 /// A processor group: one agent thread, its control mailbox, timers and feed readers.
@@ -301,6 +304,7 @@ impl ProcessorGroup {
                 fault: AtomicBool::new(false),
                 retained: Mutex::new(Vec::new()),
                 captures: Arc::new(CaptureShared::default()),
+                captures_opened: AtomicBool::new(false),
             }),
         }
     }
