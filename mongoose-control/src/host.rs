@@ -456,6 +456,9 @@ impl ProcessorHost {
     /// a processor that is not captured costs one `Option` check.
     #[inline]
     fn enter_capture(&mut self) -> Option<Option<Box<ActiveCapture>>> {
+        if self.capture.is_none() {
+            return None;
+        }
         self.capture.take().map(routing::enter)
     }
 

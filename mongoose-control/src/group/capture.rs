@@ -561,14 +561,19 @@ impl Runtime {
     /// Takes the opens their helpers handed back: installs each still wanted on its
     /// processor and answers its starts; closes a late one.
     pub(super) fn take_opened_captures(&mut self) -> usize {
-        // one atomic load per cycle when no open came back
+        // one plain atomic load per cycle when no open came back (a helper sets the
+        // flag under the mailbox lock after its push, so clearing it before taking
+        // the lock loses nothing)
         if !self
             .shared
             .captures_opened
-            .swap(false, std::sync::atomic::Ordering::AcqRel)
+            .load(std::sync::atomic::Ordering::Acquire)
         {
             return 0;
         }
+        self.shared
+            .captures_opened
+            .store(false, std::sync::atomic::Ordering::Release);
         let opened = {
             let mut mailbox = self.shared.mailbox.lock();
             if mailbox.opened.is_empty() {
