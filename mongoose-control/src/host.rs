@@ -456,9 +456,8 @@ impl ProcessorHost {
     /// a processor that is not captured costs one `Option` check.
     #[inline]
     fn enter_capture(&mut self) -> Option<Option<Box<ActiveCapture>>> {
-        if self.capture.is_none() {
-            return None;
-        }
+        // read first: nothing is written when the processor is not captured
+        self.capture.as_ref()?;
         self.capture.take().map(routing::enter)
     }
 
