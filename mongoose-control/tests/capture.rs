@@ -400,3 +400,47 @@ fn the_open_limit_refuses_with_its_reason() {
     let now = plane.start_capture_wait("c").expect("reply");
     assert_eq!(now.reason, "recording", "{now:?}");
 }
+
+// control-plane-contracts "Audit capture": the request is bound to the processor
+// admitted under the name when it is sent; a late open never installs on a
+// replacement processor, it is closed instead
+#[test]
+fn a_late_open_never_installs_on_a_replacement_processor() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (plane, numbers, _feeds) = plane_with_feed();
+    let resources = TestResources::gated();
+    enable(&plane, dir.path(), &resources, |_| {});
+    let log = new_log();
+    add(&plane, "pricing", recording("pricer", &log));
+    let first = plane
+        .processor_handle("pricing", "pricer")
+        .expect("admitted");
+
+    let reply = plane.start_capture("pricer").expect("sent");
+    assert!(wait_until(
+        || resources.opens_begun.load(Ordering::SeqCst) == 1
+    ));
+    let stopped = plane.stop_processor(&first).wait_for(WAIT).expect("reply");
+    assert!(stopped.applied(), "{stopped:?}");
+    let answer = reply.wait_for(WAIT).expect("reply");
+    assert_eq!(answer.outcome, ReplyOutcome::Failed, "{answer:?}");
+    assert!(answer.reason.contains("cancelled"), "{}", answer.reason);
+    add(&plane, "pricing", recording("pricer", &log));
+    let id = capture_id(&plane, "pricing/pricer");
+
+    resources.open_gate();
+    assert!(
+        wait_until(|| resources.closed(&id)),
+        "the late writer is closed"
+    );
+    numbers.publish(7);
+    assert!(wait_until(|| common::count(&log, "pricer:7") == 1));
+    assert!(resources.records_of(&id).is_empty(), "never installed");
+    let status = plane.capture_statuses();
+    assert_eq!(status.len(), 1, "{status:?}");
+    assert!(!status[0].recording);
+    // the replacement starts its own session
+    let own = plane.start_capture_wait("pricer").expect("reply");
+    assert_eq!(own.reason, "recording", "{own:?}");
+    assert_ne!(own.generation, Some(first.generation()));
+}
