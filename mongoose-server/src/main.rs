@@ -276,18 +276,7 @@ fn status(
     json: bool,
     token_file: Option<&std::path::Path>,
 ) -> Result<u8, (u8, ServerError)> {
-    let token = match token_file {
-        Some(path) => Some(std::fs::read_to_string(path).map_err(|error| {
-            (
-                EXIT_FAILED,
-                ServerError::Io {
-                    context: format!("cannot read the token file {}", path.display()),
-                    error,
-                },
-            )
-        })?),
-        None => None,
-    };
+    let token = read_token(token_file)?;
     let token = token.as_deref().map(str::trim);
     match admin::get_text_with_token(address, "/status", token) {
         Ok(text) if json => {
