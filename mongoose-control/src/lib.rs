@@ -24,7 +24,7 @@
 //! through a dev-dependency: `mongoose-control = { ..., features = ["testsuite"] }`.
 //!
 //! An operator captures one processor's audit log (its `tracing` events while its group
-//! calls it, and the records it writes through [`mongoose_core::audit`]) with
+//! calls it, and the records it writes through [`mongoose_core::audit`](mod@mongoose_core::audit)) with
 //! [`ControlPlane::start_capture`] / [`ControlPlane::stop_capture`]: see [`capture`].
 //!
 //! The control plane's own jobs live in its submodules: adding and stopping processors

@@ -22,7 +22,7 @@
 //!   the [`sink::Sink`] trait and the honest outcome of each attempt
 //!   ([`sink::SinkOutcome`]: published, verified not published, or uncertain);
 //! * [`agent`]: marking agent threads, which must never block;
-//! * [`audit`]: a processor's audit records, kept while an operator captures it.
+//! * [`audit`](mod@audit): a processor's audit records, kept while an operator captures it.
 //!
 //! # Example: a processor that stores its position with its state
 //!
