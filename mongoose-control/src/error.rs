@@ -93,4 +93,35 @@ pub enum ControlError {
         #[source]
         error: std::io::Error,
     },
+    /// An audit capture could not be read, or a capture call failed.
+    #[error("audit capture: {reason}")]
+    Capture {
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// A processor selector that is neither `name` nor `group/name`.
+    #[error("'{selector}' is not a processor selector: write NAME or GROUP/NAME, percent-encoding a '/' or '%' inside a part (%2F, %25)")]
+    BadSelector {
+        /// What was given.
+        selector: String,
+    },
+    /// A processor name admitted in several groups, given without its group.
+    #[error("processor name '{name}' is admitted in several groups ({}): address one as GROUP/NAME, e.g. '{}/{name}'", .groups.join(", "), .groups[0])]
+    AmbiguousProcessor {
+        /// The name.
+        name: String,
+        /// The groups that admit it (at least two).
+        groups: Vec<String>,
+    },
+    /// A processor name admitted in no group.
+    #[error("no processor '{name}' is admitted in any group (groups: {}): check the name with GET /groups", if .groups.is_empty() { "none".to_owned() } else { .groups.join(", ") })]
+    UnknownProcessor {
+        /// The name.
+        name: String,
+        /// The groups there are.
+        groups: Vec<String>,
+    },
+    /// Audit capture was asked of a control plane that has none.
+    #[error("audit capture is not enabled on this control plane: give it CaptureSettings (the server does, with [audit] capture_dir)")]
+    CaptureDisabled,
 }

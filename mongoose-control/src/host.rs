@@ -74,6 +74,7 @@ use mongoose_core::{
 };
 
 use crate::admin::AdminCommands;
+use crate::capture::routing::{self, ActiveCapture};
 use crate::contain::{contained, panic_message};
 use crate::controller::{self, ControlInterceptor};
 use crate::record::{AdminOutcome, GroupRecorder};
@@ -120,6 +121,9 @@ pub struct ProcessorHost {
     services: Option<Handler<ServiceEvent>>,
     /// Its interceptor's installation on this thread (a replay's host).
     intercepting: Option<Intercepting>,
+    /// Its audit capture, while an operator captures it: moved into the thread for
+    /// the length of each call (see [`crate::capture`]).
+    capture: Option<Box<ActiveCapture>>,
 }
 
 /// A [`ControlInterceptor`] installed on this thread; what was installed before is
@@ -143,6 +147,7 @@ impl fmt::Debug for ProcessorHost {
             .field("commands", &self.commands)
             .field("services", &self.services.is_some())
             .field("intercepted", &self.intercepting.is_some())
+            .field("captured", &self.capture.is_some())
             .finish()
     }
 }
@@ -208,6 +213,7 @@ impl ProcessorHost {
                 commands: AdminCommands::default(),
                 services: None,
                 intercepting,
+                capture: None,
             }),
             Err(payload) => {
                 controller::report_calls(None);
@@ -271,6 +277,7 @@ impl ProcessorHost {
         mut recorder: Recording<'_>,
     ) -> Result<(), HandlerFailure> {
         let previous = engine::set_current_processor(Some(self.id));
+        let entered = self.enter_capture();
         let processor = &mut *self.processor;
         let result = match catch_unwind(AssertUnwindSafe(|| offer.call(index, processor))) {
             Ok(Ok(())) => Ok(()),
@@ -295,6 +302,7 @@ impl ProcessorHost {
             }
             controller::report_calls(recorder);
         }
+        self.leave_capture(entered);
         engine::set_current_processor(previous);
         result
     }
@@ -312,8 +320,10 @@ impl ProcessorHost {
         mut recorder: Recording<'_>,
     ) -> Result<(), String> {
         let previous = engine::set_current_processor(Some(self.id));
+        let entered = self.enter_capture();
         let processor = &mut *self.processor;
         let result = contained(|| processor.on_delivery_complete(key, delivery));
+        self.leave_capture(entered);
         if let Some(recorder) = recorder.as_deref_mut() {
             recorder.completed(Some(self.id), key, as_outcome(&result));
         }
@@ -328,8 +338,10 @@ impl ProcessorHost {
     /// `on_timer`'s error or panic, as text.
     pub fn fire_timer(&mut self, timer: u64, mut recorder: Recording<'_>) -> Result<(), String> {
         let previous = engine::set_current_processor(Some(self.id));
+        let entered = self.enter_capture();
         let processor = &mut *self.processor;
         let result = contained(|| processor.on_timer(timer));
+        self.leave_capture(entered);
         if let Some(recorder) = recorder.as_deref_mut() {
             recorder.timer_fired(self.id, timer, as_outcome(&result));
         }
@@ -351,12 +363,14 @@ impl ProcessorHost {
         mut recorder: Recording<'_>,
     ) -> Result<(), String> {
         let previous = engine::set_current_processor(Some(self.id));
+        let entered = self.enter_capture();
         let processor = &mut *self.processor;
         let handler = self.services.as_mut();
         let result = contained(|| match handler {
             Some(handler) => handler(processor, event),
             None => Ok(()),
         });
+        self.leave_capture(entered);
         engine::set_current_processor(previous);
         match &result {
             Ok(()) => {
@@ -386,6 +400,7 @@ impl ProcessorHost {
         mut recorder: Recording<'_>,
     ) -> Result<Result<String, String>, String> {
         let previous = engine::set_current_processor(Some(self.id));
+        let entered = self.enter_capture();
         let ProcessorHost {
             processor,
             commands,
@@ -400,6 +415,7 @@ impl ProcessorHost {
                 Ok(None) => Ok(Err(format!("no admin command '{command}'"))),
                 Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
             };
+        self.leave_capture(entered);
         if let Some(recorder) = recorder.as_deref_mut() {
             let outcome = match &ran {
                 Ok(Ok(output)) => AdminOutcome::Output(output),
@@ -434,6 +450,39 @@ impl ProcessorHost {
         controller::report_calls(recorder);
         engine::set_current_processor(previous);
         result
+    }
+
+    /// Moves the processor's capture, if it has one, into this thread for one call:
+    /// a processor that is not captured costs one `Option` check.
+    #[inline]
+    fn enter_capture(&mut self) -> Option<Option<Box<ActiveCapture>>> {
+        // read first: nothing is written when the processor is not captured
+        self.capture.as_ref()?;
+        self.capture.take().map(routing::enter)
+    }
+
+    /// Takes the call's capture back from the thread (see [`Self::enter_capture`]).
+    #[inline]
+    fn leave_capture(&mut self, entered: Option<Option<Box<ActiveCapture>>>) {
+        if let Some(previous) = entered {
+            self.capture = routing::leave(previous);
+        }
+    }
+
+    /// Installs a capture: the processor's later calls are recorded into it.
+    pub(crate) fn install_capture(&mut self, capture: Box<ActiveCapture>) {
+        debug_assert!(self.capture.is_none(), "one capture per processor");
+        self.capture = Some(capture);
+    }
+
+    /// Takes its capture off, without calling the processor.
+    pub(crate) fn take_capture(&mut self) -> Option<Box<ActiveCapture>> {
+        self.capture.take()
+    }
+
+    /// True while a capture is installed.
+    pub fn is_captured(&self) -> bool {
+        self.capture.is_some()
     }
 
     /// The processor's id.

@@ -23,6 +23,10 @@
 //! `ProcessorGroup::inject_control_fault`. Tests and examples enable it
 //! through a dev-dependency: `mongoose-control = { ..., features = ["testsuite"] }`.
 //!
+//! An operator captures one processor's audit log (its `tracing` events while its group
+//! calls it, and the records it writes through [`mongoose_core::audit`](mod@mongoose_core::audit)) with
+//! [`ControlPlane::start_capture`] / [`ControlPlane::stop_capture`]: see [`capture`].
+//!
 //! The control plane's own jobs live in its submodules: adding and stopping processors
 //! (each add takes one [`ProcessorSupplier`]: a closure returning a processor, or a boxed
 //! factory of configured ones), the service registry, and processor-owned admin
@@ -82,6 +86,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod capture;
 mod contain;
 pub mod context;
 pub mod controller;

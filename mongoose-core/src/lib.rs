@@ -21,7 +21,8 @@
 //! * [`sink`]: the output side: prepared outputs keyed by the input that caused them,
 //!   the [`sink::Sink`] trait and the honest outcome of each attempt
 //!   ([`sink::SinkOutcome`]: published, verified not published, or uncertain);
-//! * [`agent`]: marking agent threads, which must never block.
+//! * [`agent`]: marking agent threads, which must never block;
+//! * [`audit`](mod@audit): a processor's audit records, kept while an operator captures it.
 //!
 //! # Example: a processor that stores its position with its state
 //!
@@ -77,6 +78,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod audit;
 mod delivery;
 pub mod dispatch;
 mod error;

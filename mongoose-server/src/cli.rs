@@ -63,26 +63,64 @@ pub enum LogFormat {
 
 /// Installs the tracing subscriber on stderr in `format`: `RUST_LOG` filters (default
 /// `info`). Text is coloured only on a terminal, and never when `NO_COLOR` is set to
-/// anything but the empty string (<https://no-color.org>).
+/// anything but the empty string (<https://no-color.org>). The subscriber also carries
+/// the audit capture layer ([`mongoose_control::capture::CaptureLayer`]): an event a
+/// captured processor emits while its group calls it (and that passes `RUST_LOG`) is
+/// written to its capture too.
 pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder
+    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let stderr = match format {
+        LogFormat::Text => stderr
             .with_ansi(colour_wanted(
                 std::io::IsTerminal::is_terminal(&std::io::stderr()),
                 std::env::var_os("NO_COLOR").as_deref(),
             ))
-            .try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_ansi(false)
-            .try_init(),
+            .boxed(),
+        LogFormat::Json => stderr.json().flatten_event(true).with_ansi(false).boxed(),
     };
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(stderr)
+        .with(mongoose_control::capture::CaptureLayer)
+        .try_init();
+}
+
+/// The capture sessions as a table: id, selector, state, records written, folder.
+pub fn capture_table(sessions: &[mongoose_control::capture::CaptureStatus]) -> String {
+    use std::fmt::Write as _;
+    let mut table = format!(
+        "{:<28} {:<24} {:<10} {:>8}  {}\n",
+        "capture", "processor", "state", "records", "folder"
+    );
+    for session in sessions {
+        let state = serde_json::to_value(session.state)
+            .ok()
+            .and_then(|value| value.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let _ = writeln!(
+            table,
+            "{:<28} {:<24} {:<10} {:>8}  {}{}",
+            session.id,
+            session.selector,
+            state,
+            session.records_written,
+            session.path.display(),
+            session
+                .error
+                .as_ref()
+                .map(|error| format!("  ({error})"))
+                .unwrap_or_default()
+        );
+    }
+    if sessions.is_empty() {
+        table.push_str("(no capture sessions)\n");
+    }
+    table
 }
 
 /// Colour escape codes only for a terminal, and only when `NO_COLOR` is unset or empty.

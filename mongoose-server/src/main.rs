@@ -77,6 +77,20 @@ enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
+    /// Audit capture of a running server's processors: `start SELECTOR`, `stop
+    /// SELECTOR` (SELECTOR is NAME or GROUP/NAME) and `status`. Exits 0 when applied, 1
+    /// otherwise, printing the reason.
+    Audit {
+        /// What to do.
+        #[command(subcommand)]
+        action: AuditAction,
+        /// The admin address of the server.
+        #[arg(long, global = true, default_value = "127.0.0.1:8089")]
+        admin: String,
+        /// A file holding the admin API's bearer token (the server's [admin] token_file).
+        #[arg(long, global = true)]
+        token_file: Option<PathBuf>,
+    },
     /// Prints a running server's feed status and its processor groups.
     Status {
         /// The admin address of the server.
@@ -188,6 +202,28 @@ fn plugins_list(dir: &std::path::Path) -> Result<u8, (u8, ServerError)> {
     })
 }
 
+/// `mongoose audit ...`.
+#[derive(Subcommand)]
+enum AuditAction {
+    /// Starts capturing a processor's audit log into a fresh capture-* folder; prints
+    /// `audit: RECORDING <selector>` once it records.
+    Start {
+        /// NAME, or GROUP/NAME when the name is admitted in several groups.
+        selector: String,
+    },
+    /// Stops capturing a processor (a processor not recording: a no-op).
+    Stop {
+        /// NAME or GROUP/NAME.
+        selector: String,
+    },
+    /// Lists the capture sessions: id, selector, recording, records written, folder.
+    Status {
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// The server's builder with every processor kind this binary knows: `run`,
 /// `validate` and `replay` all build through it, so `validate` runs the same settings
 /// checks `run` does.
@@ -257,6 +293,11 @@ fn main() -> ExitCode {
             token_file,
         } => status(&address, json, token_file.as_deref()),
         Command::Journal { action } => journal(action),
+        Command::Audit {
+            action,
+            admin: address,
+            token_file,
+        } => audit(&address, action, token_file.as_deref()),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -271,13 +312,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// `mongoose status`: the status table and the groups table (or the raw JSON).
-fn status(
-    address: &str,
-    json: bool,
-    token_file: Option<&std::path::Path>,
-) -> Result<u8, (u8, ServerError)> {
-    let token = match token_file {
+/// The token in `token_file`, if one is named.
+fn read_token(token_file: Option<&std::path::Path>) -> Result<Option<String>, (u8, ServerError)> {
+    Ok(match token_file {
         Some(path) => Some(std::fs::read_to_string(path).map_err(|error| {
             (
                 EXIT_FAILED,
@@ -288,7 +325,69 @@ fn status(
             )
         })?),
         None => None,
+    })
+}
+
+/// `mongoose audit start|stop|status`.
+fn audit(
+    address: &str,
+    action: AuditAction,
+    token_file: Option<&std::path::Path>,
+) -> Result<u8, (u8, ServerError)> {
+    let token = read_token(token_file)?;
+    let token = token.as_deref().map(str::trim);
+    let (verb, selector) = match action {
+        AuditAction::Status { json } => {
+            let text = admin::get_text_with_token(address, "/audit/status", token)
+                .map_err(|error| (EXIT_FAILED, error))?;
+            if json {
+                println!("{text}");
+                return Ok(0);
+            }
+            let sessions: Vec<mongoose_control::capture::CaptureStatus> =
+                serde_json::from_str(&text).map_err(|error| {
+                    (
+                        EXIT_FAILED,
+                        ServerError::State(format!("unexpected audit status answer: {error}")),
+                    )
+                })?;
+            print!("{}", cli::capture_table(&sessions));
+            return Ok(0);
+        }
+        AuditAction::Start { selector } => ("start", selector),
+        AuditAction::Stop { selector } => ("stop", selector),
     };
+    // the selector is one path segment: its '/' travels encoded
+    let path = format!(
+        "/audit/{}/{verb}",
+        mongoose_control::capture::encode_component(&selector)
+    );
+    let (code, text) =
+        admin::post_with_token(address, &path, token).map_err(|error| (EXIT_FAILED, error))?;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let reason = answer["reason"]
+        .as_str()
+        .or_else(|| answer["error"].as_str())
+        .or_else(|| answer["pending"].as_str())
+        .unwrap_or(&text);
+    match (code, verb) {
+        (200, "start") if reason == "recording" => println!("audit: RECORDING {selector}"),
+        (200, _) => println!("audit: {selector}: {reason}"),
+        _ => {
+            eprintln!("mongoose: audit {verb} {selector}: {reason}");
+            return Ok(EXIT_FAILED);
+        }
+    }
+    Ok(0)
+}
+
+/// `mongoose status`: the status table and the groups table (or the raw JSON).
+fn status(
+    address: &str,
+    json: bool,
+    token_file: Option<&std::path::Path>,
+) -> Result<u8, (u8, ServerError)> {
+    let token = read_token(token_file)?;
     let token = token.as_deref().map(str::trim);
     match admin::get_text_with_token(address, "/status", token) {
         Ok(text) if json => {

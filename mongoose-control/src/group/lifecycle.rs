@@ -235,6 +235,9 @@ impl Runtime {
     /// Stops a running processor: off every reader, timers cancelled, `stop()` called,
     /// its name freed. A failing `stop()` is reported and the release continues.
     pub(super) fn release(&mut self, generation: u64, by_request: bool) -> Result<(), String> {
+        // its capture ends before its stop() (control-plane-contracts "Audit capture":
+        // stopping or removing the processor stops its capture)
+        self.end_capture_of(generation, "stopped");
         self.detach(generation);
         let Some(mut slot) = self.processors.remove(&generation) else {
             return Ok(());
@@ -278,6 +281,8 @@ impl Runtime {
         // its admin commands go with its routes
         slot.host.clear_commands();
         let name = slot.name.clone();
+        // its capture is detached without calling it
+        self.end_capture_of(generation, "quarantined");
         self.detach(generation);
         self.drop_timer_ops_of(generation);
         tracing::error!(group = %self.shared.name, processor = %name, generation, %reason, "processor quarantined: removed from every reader, timers cancelled, name and instance retained");

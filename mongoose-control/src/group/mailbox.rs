@@ -33,6 +33,14 @@ pub(crate) enum Request {
         command: String,
         args: Vec<String>,
     },
+    /// Starts an audit capture of processor `identity.generation` (see
+    /// [`crate::capture`]).
+    CaptureStart(Box<CaptureStart>),
+    /// Stops processor `generation`'s audit capture.
+    CaptureStop {
+        name: String,
+        generation: u64,
+    },
 }
 
 impl Request {
@@ -45,6 +53,8 @@ impl Request {
                 crate::services::ServiceChange::Deregistered => "Deregister",
             },
             Request::Admin { .. } => "Admin",
+            Request::CaptureStart(_) => "CaptureStart",
+            Request::CaptureStop { .. } => "CaptureStop",
         }
     }
 
@@ -53,11 +63,21 @@ impl Request {
             Request::Add {
                 name, generation, ..
             }
-            | Request::Stop { name, generation } => (Some(*generation), Some(name)),
+            | Request::Stop { name, generation }
+            | Request::CaptureStop { name, generation } => (Some(*generation), Some(name)),
+            Request::CaptureStart(start) => {
+                (Some(start.identity.generation), Some(&start.identity.name))
+            }
             Request::Service(broadcast) => (None, Some(&broadcast.name)),
             Request::Admin { name, .. } => (None, Some(name)),
         }
     }
+}
+
+/// What a capture start carries (boxed: the mailbox's requests stay small).
+pub(crate) struct CaptureStart {
+    pub(crate) identity: crate::capture::CaptureIdentity,
+    pub(crate) settings: crate::capture::CaptureSettings,
 }
 
 pub(crate) struct Envelope {
@@ -89,6 +109,9 @@ pub(super) struct Mailbox {
     pub(super) queue: VecDeque<Envelope>,
     pub(super) state: GroupState,
     pub(super) close_requested: bool,
+    /// Capture opens their helpers handed back, for the group's thread to install
+    /// between event cycles (never refused for room: each holds a resource).
+    pub(super) opened: Vec<super::OpenedCapture>,
 }
 
 impl ProcessorGroup {
@@ -261,19 +284,29 @@ impl Runtime {
                 generation,
                 type_name,
                 supplier,
-            } => self.apply_add(request_id, input, name, generation, type_name, supplier),
+            } => Some(self.apply_add(request_id, input, name, generation, type_name, supplier)),
             Request::Stop { name, generation } => {
-                self.apply_stop(request_id, input, name, generation)
+                Some(self.apply_stop(request_id, input, name, generation))
             }
-            Request::Service(broadcast) => self.apply_service(request_id, input, broadcast),
+            Request::Service(broadcast) => Some(self.apply_service(request_id, input, broadcast)),
             Request::Admin {
                 name,
                 command,
                 args,
-            } => self.apply_admin(request_id, input, name, command, args),
+            } => Some(self.apply_admin(request_id, input, name, command, args)),
+            // answered once the capture is installed (or its open failed or timed out)
+            Request::CaptureStart(start) => {
+                let CaptureStart { identity, settings } = *start;
+                self.apply_capture_start(request_id, input, identity, settings)
+            }
+            Request::CaptureStop { name, generation } => {
+                Some(self.apply_capture_stop(request_id, input, name, generation))
+            }
         };
         // the status shows the transition before anyone learns it applied
         self.settle();
-        self.answer(answer);
+        if let Some(answer) = answer {
+            self.answer(answer);
+        }
     }
 }

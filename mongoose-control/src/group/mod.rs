@@ -44,6 +44,7 @@ use crate::reply::ReplyExecutor;
 use crate::services::ServiceBroadcast;
 
 mod admin;
+mod capture;
 mod dispatch;
 mod lifecycle;
 mod mailbox;
@@ -52,9 +53,11 @@ mod services;
 mod timers;
 mod trail;
 
+pub(crate) use capture::CaptureShared;
+use capture::{Captures, OpenedCapture};
 use dispatch::GroupDispatcher;
 use mailbox::{answer_not_running, free_name, Mailbox};
-pub(crate) use mailbox::{Admission, Envelope, Refusal, Request};
+pub(crate) use mailbox::{Admission, CaptureStart, Envelope, Refusal, Request};
 use runtime::{run_group, FeedState, Runtime, Slot};
 use trail::write_reply_record;
 
@@ -229,6 +232,11 @@ struct GroupShared {
     /// processors at close, every processor of a dead group. Never stopped, never
     /// dropped while the group lives.
     retained: Mutex<Vec<Box<dyn Processor>>>,
+    /// Its audit captures' counters and sessions, shared with their helper threads.
+    captures: Arc<CaptureShared>,
+    /// A helper handed an open back (`Mailbox::opened` is not empty): the duty cycle
+    /// takes the mailbox lock for it only then.
+    captures_opened: AtomicBool,
 }
 
 /// A processor group: one agent thread, its control mailbox, timers and feed readers.
@@ -269,6 +277,7 @@ impl ProcessorGroup {
                     queue: VecDeque::new(),
                     state: GroupState::NotStarted,
                     close_requested: false,
+                    opened: Vec::new(),
                 }),
                 names: Mutex::new(HashMap::new()),
                 next_generation: AtomicU64::new(1),
@@ -294,6 +303,8 @@ impl ProcessorGroup {
                 })),
                 fault: AtomicBool::new(false),
                 retained: Mutex::new(Vec::new()),
+                captures: Arc::new(CaptureShared::default()),
+                captures_opened: AtomicBool::new(false),
             }),
         }
     }
@@ -485,5 +496,17 @@ impl ProcessorGroup {
 
     pub(crate) fn capacity(&self) -> usize {
         self.shared.capacity
+    }
+
+    /// Its audit capture sessions (see [`crate::capture`]), oldest first.
+    pub fn capture_statuses(&self) -> Vec<crate::capture::CaptureStatus> {
+        self.shared.captures.statuses()
+    }
+
+    /// Capture resource slots it holds (opening, recording, closing, failed closes),
+    /// and the failed closes among them (control-plane-contracts "Open and resource
+    /// limits"): a closed group holding any has unresolved capture resources.
+    pub fn capture_resources_held(&self) -> (usize, Vec<String>) {
+        self.shared.captures.unresolved()
     }
 }

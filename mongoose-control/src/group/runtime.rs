@@ -11,7 +11,7 @@ use std::time::Instant;
 use mongoose_core::{agent, FailureKind, GroupReader};
 
 use super::{
-    answer_not_running, write_reply_record, GroupDispatcher, GroupShared, GroupState,
+    answer_not_running, write_reply_record, Captures, GroupDispatcher, GroupShared, GroupState,
     ProcessorStatus, QuarantinedProcessor, RetryPolicy, Seed, ServiceSnapshot,
 };
 use crate::audit::{NewRecord, RecordType};
@@ -67,6 +67,8 @@ pub(super) struct Runtime {
     pub(super) quarantines: Vec<(u64, String)>,
     pub(super) status_dirty: bool,
     pub(super) recorder: Option<Box<dyn GroupRecorder>>,
+    /// Its processors' audit captures: opens in progress and installed sessions.
+    pub(super) captures: Captures,
 }
 
 pub(super) enum Cycle {
@@ -86,6 +88,8 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
     }
     let guard = agent::mark_current_thread(&shared.name);
     context::install(&shared.name);
+    // a processor's audit records reach its capture while the group calls it
+    let previous_hook = mongoose_core::audit::install_hook(Some(crate::capture::routing::HOOK));
     controller::install(seed.plane, seed.recorder.is_some());
     let mut idler = Idler::new(seed.idle);
     let mut runtime = Runtime {
@@ -105,11 +109,15 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
         quarantines: Vec::new(),
         status_dirty: true,
         recorder: seed.recorder,
+        captures: Captures::default(),
     };
     loop {
         match catch_unwind(AssertUnwindSafe(|| runtime.duty_cycle())) {
             Ok(Cycle::Worked(work)) => {
-                let wake_by = runtime.next_timer_in();
+                let wake_by = match (runtime.next_timer_in(), runtime.captures.next_deadline_in()) {
+                    (Some(timer), Some(open)) => Some(timer.min(open)),
+                    (timer, open) => timer.or(open),
+                };
                 idler.idle(work, wake_by);
             }
             Ok(Cycle::Closed) => {
@@ -127,6 +135,7 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
     }
     context::uninstall();
     controller::uninstall();
+    mongoose_core::audit::install_hook(previous_hook);
     drop(guard);
     *shared.finished.lock() = true;
     shared.finished_signal.notify_all();
@@ -142,6 +151,8 @@ impl Runtime {
                 return Cycle::Closed;
             }
         }
+        work += self.take_opened_captures();
+        work += self.expire_capture_opens();
         work += self.fire_timers();
         work += self.poll_feeds();
         self.settle();
@@ -257,6 +268,7 @@ impl Runtime {
         for generation in running {
             let _ = self.release(generation, false);
         }
+        self.close_captures();
         // quarantined processors keep their names and instances; their queues go
         let remaining: Vec<u64> = self.processors.keys().copied().collect();
         for generation in remaining {
@@ -308,6 +320,8 @@ impl Runtime {
                 slot.quarantined = Some(format!("group died: {message}"));
             }
         }
+        // captures are detached without calling the processors, and closed
+        self.close_captures();
         self.timers.clear();
         self.publish_status();
         self.retain_instances();

@@ -11,6 +11,7 @@
 //! and `admin` (processor-owned admin commands).
 
 mod admin;
+mod capture;
 mod owner;
 mod processors;
 mod registry;
@@ -102,6 +103,10 @@ pub(crate) struct Plane {
     started: Arc<AtomicBool>,
     next_request: Arc<AtomicU64>,
     registry: Arc<Registry>,
+    /// Audit capture, once enabled ([`ControlPlane::enable_capture`]).
+    capture: Mutex<Option<crate::capture::CaptureSettings>>,
+    /// The next capture session's sequence number.
+    next_capture: AtomicU64,
 }
 
 impl fmt::Debug for Plane {
@@ -148,6 +153,8 @@ impl Plane {
             started: Arc::new(AtomicBool::new(false)),
             next_request: Arc::new(AtomicU64::new(1)),
             registry: Arc::new(Registry::default()),
+            capture: Mutex::new(None),
+            next_capture: AtomicU64::new(1),
         })
     }
 

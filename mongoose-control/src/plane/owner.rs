@@ -193,6 +193,69 @@ impl ControlPlane {
         self.plane.stop_processor_wait(group, name, wait)
     }
 
+    /// Enables audit capture (see [`crate::capture`]): sessions go below
+    /// `settings.root`, opened by `settings.resources`. Without it, capture calls fail
+    /// with [`ControlError::CaptureDisabled`].
+    pub fn enable_capture(&self, settings: crate::capture::CaptureSettings) {
+        self.plane.enable_capture(settings);
+    }
+
+    /// Starts capturing the processor `selector` names (`name`, or `group/name` with
+    /// each part percent-encoded when it holds `/` or `%`): a request to its group,
+    /// answered APPLIED "recording" once the capture is installed on the processor's
+    /// thread, APPLIED "already recording" when it records, FAILED with the reason
+    /// when the open failed, timed out ("open timed out") or a limit was reached.
+    ///
+    /// # Errors
+    /// [`ControlError::UnknownProcessor`], [`ControlError::AmbiguousProcessor`] (a
+    /// name admitted in several groups: address it as `group/name`),
+    /// [`ControlError::NoSuchProcessor`], [`ControlError::BadSelector`],
+    /// [`ControlError::CaptureDisabled`].
+    pub fn start_capture(&self, selector: &str) -> Result<ReplyHandle, ControlError> {
+        self.plane.start_capture(selector)
+    }
+
+    /// [`ControlPlane::start_capture`], waiting for the reply up to the open timeout
+    /// plus 5 s.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::start_capture`], and [`ControlError::ReplyTimeout`] (the
+    /// start may still complete) or [`ControlError::WaitOnAgentThread`].
+    pub fn start_capture_wait(&self, selector: &str) -> Result<ControlReply, ControlError> {
+        self.plane.start_capture_wait(selector)
+    }
+
+    /// Stops the capture of the processor `selector` names: APPLIED "stopped
+    /// recording" once it is uninstalled (its writer is closed afterwards on a closer
+    /// thread), APPLIED "not recording" when it does not record.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::start_capture`].
+    pub fn stop_capture(&self, selector: &str) -> Result<ReplyHandle, ControlError> {
+        self.plane.stop_capture(selector)
+    }
+
+    /// [`ControlPlane::stop_capture`], waiting for the reply.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::start_capture_wait`].
+    pub fn stop_capture_wait(&self, selector: &str) -> Result<ControlReply, ControlError> {
+        self.plane.stop_capture_wait(selector)
+    }
+
+    /// Every group's capture sessions (this run's, the newest ended ones kept).
+    pub fn capture_statuses(&self) -> Vec<crate::capture::CaptureStatus> {
+        self.plane.capture_statuses()
+    }
+
+    /// Waits, up to `deadline`, until no group holds a capture resource (after the
+    /// groups closed, their closes run on closer threads); returns one line per group
+    /// still holding some (failed closes are never retried, so they are not waited
+    /// for). Empty: every capture resource is closed.
+    pub fn await_captures_resolved(&self, deadline: Instant) -> Vec<String> {
+        self.plane.await_captures_resolved(deadline)
+    }
+
     /// Sends a service broadcast to one group (low level: the registry uses it; an
     /// old version is answered APPLIED "ignored: stale version N"). Never backs off.
     pub fn send_service_broadcast(

@@ -10,6 +10,9 @@
 //! | `POST /feeds/{feed}/overload/clear` | clears the feed's overload latches |
 //! | `POST /feeds/{feed}/release[?queue=Q]` | the operator release of a held position: accepts the loss of a removed consumer's backlog, counted in `dropped` |
 //! | `POST /groups/{group}/audit/export?dir=D` | exports the group's control audit (JSON Lines + manifest) into the new folder `<export root>/D` and verifies it |
+//! | `POST /audit/{selector}/start` | starts an audit capture of a processor (`NAME` or `GROUP%2FNAME`), answering once it records |
+//! | `POST /audit/{selector}/stop` | stops it, answering once it is uninstalled |
+//! | `GET /audit/status` | every capture session: id, selector, path, recording, records written |
 //! | `GET /metrics` | Prometheus text |
 //!
 //! The HTTP status of a command run ([`command_status`]): 200 APPLIED; 404 REFUSED
@@ -44,6 +47,7 @@
 //! token, the settings and the guard every request passes; `handlers` the routes'
 //! handlers and the metrics.
 
+mod audit;
 mod auth;
 mod handlers;
 
@@ -125,6 +129,9 @@ pub fn router(server: Server, settings: &AdminSettings) -> Router {
         .route("/feeds/{feed}/overload/clear", post(clear_overload))
         .route("/feeds/{feed}/release", post(release))
         .route("/groups/{group}/audit/export", post(export_audit))
+        .route("/audit/{selector}/start", post(audit::start_capture))
+        .route("/audit/{selector}/stop", post(audit::stop_capture))
+        .route("/audit/status", get(audit::capture_status))
         .route("/metrics", get(metrics_text))
         .layer(Extension(ExportRoot(Arc::new(
             settings.export_root.clone(),
@@ -251,6 +258,43 @@ async fn accept_connections(listener: tokio::net::TcpListener, router: Router) {
             }
         });
     }
+}
+
+/// `POST http://ADDRESS/PATH` (no body) with `Authorization: Bearer TOKEN` when a token
+/// is given; the HTTP status and the body as text.
+///
+/// # Errors
+/// The admin API cannot be reached, or refused the token.
+pub fn post_with_token(
+    address: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), ServerError> {
+    let url = format!("http://{address}{path}");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(REQUEST_TIMEOUT + Duration::from_secs(5)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut request = agent.post(&url);
+    if let Some(token) = token {
+        request = request.header("authorization", &format!("Bearer {}", token.trim()));
+    }
+    let mut response = request.send_empty().map_err(|error| ServerError::State(format!(
+        "cannot reach the admin API at {address} ({error}): is the server running with an [admin] address?"
+    )))?;
+    let status = response.status();
+    let text = response
+        .body_mut()
+        .read_to_string()
+        .map_err(|error| ServerError::State(format!("cannot read the answer of {url}: {error}")))?;
+    if status == StatusCode::UNAUTHORIZED {
+        return Err(ServerError::State(format!(
+            "the admin API at {address} needs its token{}: pass --token-file FILE, the file named by [admin] token_file",
+            if token.is_some() { " and refused the one given" } else { "" }
+        )));
+    }
+    Ok((status.as_u16(), text))
 }
 
 /// `GET http://ADDRESS/PATH` with a short timeout; the body as text.

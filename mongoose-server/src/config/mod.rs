@@ -466,6 +466,46 @@ impl AdminConfig {
     }
 }
 
+/// Audit capture (control-plane-contracts "Audit capture"): each session of `POST
+/// /audit/{selector}/start` records into a fresh `capture-<id>` folder below
+/// `capture_dir`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSection {
+    /// Whether the admin API may start captures (default true).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// The capture root (relative to the config file's folder; default `captures`).
+    #[serde(default = "default_capture_dir")]
+    pub capture_dir: PathBuf,
+    /// How long one capture open may take before the start is answered FAILED "open
+    /// timed out" (default 30000; 1 to [`MAX_TIMEOUT_MILLIS`]).
+    #[serde(default = "default_open_timeout")]
+    pub open_timeout_millis: u64,
+}
+
+impl Default for AuditSection {
+    fn default() -> Self {
+        AuditSection {
+            enabled: true,
+            capture_dir: default_capture_dir(),
+            open_timeout_millis: default_open_timeout(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_capture_dir() -> PathBuf {
+    PathBuf::from("captures")
+}
+
+fn default_open_timeout() -> u64 {
+    30_000
+}
+
 fn default_admin_address() -> String {
     "127.0.0.1:8089".to_owned()
 }
@@ -496,6 +536,9 @@ pub struct ServerConfig {
     pub admin: Option<AdminConfig>,
     /// RECORD mode; none when absent.
     pub record: Option<RecordSection>,
+    /// Audit capture of processors (enabled by default, below `captures`).
+    #[serde(default)]
+    pub audit: AuditSection,
     /// The feeds.
     #[serde(default)]
     pub feeds: Vec<FeedConfig>,
@@ -522,6 +565,7 @@ impl Default for ServerConfig {
             plugin_dir: None,
             admin: None,
             record: None,
+            audit: AuditSection::default(),
             feeds: Vec::new(),
             groups: Vec::new(),
             sinks: Vec::new(),

@@ -324,3 +324,28 @@ fn a_bad_idle_strategy_and_a_bad_address_say_what_is_expected() {
     let error = parse(&GOOD.replace("127.0.0.1:9000", "localhost")).expect_err("bad address");
     assert!(error.to_string().contains("admin.address"), "{error}");
 }
+
+#[test]
+fn the_audit_section_takes_a_capture_dir_and_an_open_timeout_in_range() {
+    let config = parse(&format!(
+        "{GOOD}[audit]\ncapture_dir = \"caps\"\nopen_timeout_millis = 500\n"
+    ))
+    .expect("valid");
+    assert_eq!(
+        config.audit,
+        AuditSection {
+            enabled: true,
+            capture_dir: PathBuf::from("caps"),
+            open_timeout_millis: 500,
+        }
+    );
+    assert_eq!(parse(GOOD).expect("valid").audit, AuditSection::default());
+    let error =
+        parse(&format!("{GOOD}[audit]\nopen_timeout_millis = 0\n")).expect_err("out of range");
+    assert!(
+        matches!(&error, ServerError::Config { path, .. } if path == "audit.open_timeout_millis"),
+        "{error}"
+    );
+    let error = parse(&format!("{GOOD}[audit]\ncapture_dir = \"\"\n")).expect_err("empty");
+    assert!(error.to_string().contains("audit.capture_dir"), "{error}");
+}

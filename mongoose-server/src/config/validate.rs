@@ -209,6 +209,12 @@ impl ServerConfig {
             1..=MAX_TIMEOUT_MILLIS,
             " ms",
         )?;
+        check_range(
+            "audit.open_timeout_millis",
+            self.audit.open_timeout_millis,
+            1..=MAX_TIMEOUT_MILLIS,
+            " ms",
+        )?;
         if self.shutdown_drain_timeout_millis > self.shutdown_timeout_millis {
             return Err(ServerError::invalid(
                 "shutdown_drain_timeout_millis",
@@ -374,6 +380,7 @@ impl ServerConfig {
         if let Some(dir) = &self.plugin_dir {
             paths.push(("plugin_dir".to_owned(), dir));
         }
+        paths.push(("audit.capture_dir".to_owned(), &self.audit.capture_dir));
         for (key, path) in paths {
             if path.as_os_str().as_encoded_bytes().contains(&0) {
                 return Err(ServerError::invalid(

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use mongoose_core::sink::CommitGate;
 use std::time::Duration;
 
+use mongoose_control::capture::CaptureSettings;
 use mongoose_control::{
     AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
     IdleStrategy, ProcessorSupplier,
@@ -441,6 +442,12 @@ impl ServerBuilder {
             },
             Arc::new(connector.clone()),
         );
+        if config.audit.enabled {
+            // the capture root is made at the first start of a capture, not here
+            let mut capture = CaptureSettings::files(config.resolve(&config.audit.capture_dir));
+            capture.open_timeout = Duration::from_millis(config.audit.open_timeout_millis);
+            plane.enable_capture(capture);
+        }
         for register in self.code_feeds {
             register(&connector)?;
         }

@@ -30,8 +30,9 @@ pub struct StopResult {
     pub handed_off: bool,
     /// The startup step that blocked this attempt, if any.
     pub blocked_startup: Option<String>,
-    /// Groups (and bracketed notes such as `<event sources stopping>`) not confirmed
-    /// finished, and processors a group retains (`processor:<group>/<name>`: a
+    /// Groups (and bracketed notes such as `<event sources stopping>`, and
+    /// `capture:<group> <audit capture stopping>` for capture resources not closed or
+    /// whose close failed) not confirmed finished, and processors a group retains (`processor:<group>/<name>`: a
     /// quarantined processor, or any processor of a dead group). Names for people, not
     /// a protocol to parse.
     pub groups_running: Vec<String>,
@@ -273,6 +274,20 @@ impl Server {
             let still = inner.plane.close_groups(deadline);
             lifecycle.groups_closed = still.is_empty();
             running.extend(still);
+        }
+        if lifecycle.groups_closed {
+            // each group ended its captures as it closed; their writers close on
+            // closer threads: a failed close (never retried) or one still running at
+            // the deadline keeps the stop incomplete (control-plane-contracts
+            // "Shutdown" phase 6, "Open and resource limits")
+            let unresolved = inner.plane.await_captures_resolved(deadline);
+            if !unresolved.is_empty() {
+                warn!(
+                    ?unresolved,
+                    "shutdown: audit capture resources are not closed"
+                );
+            }
+            running.extend(unresolved);
         }
         if !lifecycle.sources_stopped && lifecycle.groups_closed {
             // the feed phase ran out of its bound: join the late stop now, and make the
