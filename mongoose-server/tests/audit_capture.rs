@@ -12,12 +12,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
-use mongoose_control::capture::file::read_capture;
 use mongoose_control::capture::{
     CaptureFailure, CaptureIdentity, CaptureLayer, CaptureRecord, CaptureResources,
-    CaptureSettings, CaptureWriter,
+    CaptureSettings, CaptureSidecar, CaptureWriter,
 };
 use mongoose_core::{audit, Processor, ProcessorError, StartContext};
+use mongoose_server::audit_journal::read_journal_capture;
 use mongoose_server::config::ServerConfig;
 use mongoose_server::{admin, Server};
 use mongoose_source_file::Line;
@@ -183,15 +183,15 @@ fn audit_capture_start_records_a_processors_tracing_events_and_audit_records_the
         .and_then(|name| name.to_str())
         .is_some_and(|name| name.starts_with("capture-")));
 
-    let read = read_capture(&folder).expect("read back");
-    assert!(read.torn_tail.is_none(), "{:?}", read.torn_tail);
+    // the default store: a journal in the session's folder, beside the sidecar
+    let sidecar = CaptureSidecar::read(&folder).expect("the identity sidecar");
     assert_eq!(
-        (read.sidecar.group.as_str(), read.sidecar.name.as_str()),
+        (sidecar.group.as_str(), sidecar.name.as_str()),
         ("audited", "pricer")
     );
-    assert_eq!(read.sidecar.capture_id, session["id"].as_str().expect("id"));
-    let seen: Vec<String> = read
-        .records
+    assert_eq!(sidecar.capture_id, session["id"].as_str().expect("id"));
+    let records = read_journal_capture(&folder).expect("read back");
+    let seen: Vec<String> = records
         .iter()
         .map(|record| match record {
             CaptureRecord::Event {

@@ -482,6 +482,22 @@ pub struct AuditSection {
     /// timed out" (default 30000; 1 to [`MAX_TIMEOUT_MILLIS`]).
     #[serde(default = "default_open_timeout")]
     pub open_timeout_millis: u64,
+    /// Where a session's records go: `journal` (default: a `mongoose-journal` in the
+    /// session's folder, readable with `mongoose journal tail`) or `file` (one
+    /// checksummed records file).
+    #[serde(default)]
+    pub store: CaptureStore,
+}
+
+/// The storage of audit capture sessions ([`AuditSection::store`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CaptureStore {
+    /// A journal per session (`<session>/journal`).
+    #[default]
+    Journal,
+    /// A checksummed records file per session.
+    File,
 }
 
 impl Default for AuditSection {
@@ -490,6 +506,7 @@ impl Default for AuditSection {
             enabled: true,
             capture_dir: default_capture_dir(),
             open_timeout_millis: default_open_timeout(),
+            store: CaptureStore::default(),
         }
     }
 }

@@ -23,7 +23,9 @@ use mongoose_source_file::{
 use parking_lot::Mutex;
 use tracing::error;
 
-use crate::config::{check_name, AddFailurePolicy, FeedCodec, IdleStrategyConfig, ServerConfig};
+use crate::config::{
+    check_name, AddFailurePolicy, CaptureStore, FeedCodec, IdleStrategyConfig, ServerConfig,
+};
 use crate::sinks::Sinks;
 use crate::ServerError;
 
@@ -444,7 +446,14 @@ impl ServerBuilder {
         );
         if config.audit.enabled {
             // the capture root is made at the first start of a capture, not here
-            let mut capture = CaptureSettings::files(config.resolve(&config.audit.capture_dir));
+            let root = config.resolve(&config.audit.capture_dir);
+            let mut capture = match config.audit.store {
+                CaptureStore::Journal => CaptureSettings::new(
+                    root,
+                    Arc::new(crate::audit_journal::JournalCaptureResources),
+                ),
+                CaptureStore::File => CaptureSettings::files(root),
+            };
             capture.open_timeout = Duration::from_millis(config.audit.open_timeout_millis);
             plane.enable_capture(capture);
         }
