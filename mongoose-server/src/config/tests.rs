@@ -328,7 +328,7 @@ fn a_bad_idle_strategy_and_a_bad_address_say_what_is_expected() {
 #[test]
 fn the_audit_section_takes_a_capture_dir_and_an_open_timeout_in_range() {
     let config = parse(&format!(
-        "{GOOD}[audit]\ncapture_dir = \"caps\"\nopen_timeout_millis = 500\n"
+        "{GOOD}[audit]\ncapture_dir = \"caps\"\nopen_timeout_millis = 500\nstore = \"file\"\n"
     ))
     .expect("valid");
     assert_eq!(
@@ -337,6 +337,7 @@ fn the_audit_section_takes_a_capture_dir_and_an_open_timeout_in_range() {
             enabled: true,
             capture_dir: PathBuf::from("caps"),
             open_timeout_millis: 500,
+            store: CaptureStore::File,
         }
     );
     assert_eq!(parse(GOOD).expect("valid").audit, AuditSection::default());
