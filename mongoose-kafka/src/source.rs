@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -20,7 +21,7 @@ use rdkafka::message::Message;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
-use crate::epoch::{decide, EpochDecision, EpochTag};
+use crate::epoch::{decide, tag, EpochDecision, EpochFile, EpochSlot};
 use crate::error::KafkaConnectorError;
 
 /// One Kafka record as a feed item: its key and payload (shared, not copied again on
@@ -62,10 +63,11 @@ pub struct KafkaSourceConfig {
     pub group: String,
     /// The topic read (one topic per source: a lane is a partition).
     pub topic: String,
-    /// The identity of the state that processes this member's partitions (for a server,
-    /// its state directory's name): a partition that comes back to the same owner keeps
-    /// its epoch ([`crate::epoch`]). `None`: every assignment gets a new epoch.
-    pub owner: Option<String>,
+    /// The owner's epoch file, kept with the state that processes this member's
+    /// partitions (for a server, in its state directory): a partition that comes back
+    /// to this owner with nobody else having committed it since keeps its epoch
+    /// ([`crate::epoch`]). `None`: every assignment gets a new epoch.
+    pub epoch_file: Option<PathBuf>,
     /// `session.timeout.ms`.
     pub session_timeout: Duration,
     /// `max.poll.interval.ms`: the source calls `poll` every cycle, also while paused.
@@ -92,7 +94,7 @@ impl KafkaSourceConfig {
             brokers: brokers.to_owned(),
             group: group.to_owned(),
             topic: topic.to_owned(),
-            owner: None,
+            epoch_file: None,
             session_timeout: Duration::from_secs(10),
             max_poll_interval: Duration::from_secs(300),
             batch: 500,
@@ -175,6 +177,9 @@ struct Assigned {
     high: Option<i64>,
     /// Acknowledged, not yet committed.
     pending: Option<i64>,
+    /// The group's committed offset as last known (read at the first record, then each
+    /// commit of this member).
+    committed_at: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -184,6 +189,8 @@ struct Partitions {
     /// assignments so that a partition that comes back in the same epoch never commits
     /// backwards).
     committed: BTreeMap<i32, (Epoch, i64)>,
+    /// Per partition: the greatest epoch used in this run.
+    seen: BTreeMap<i32, Epoch>,
     next_assignment: u64,
     paused: bool,
 }
@@ -193,7 +200,7 @@ struct Shared {
     name: String,
     topic: String,
     brokers: String,
-    owner: Option<String>,
+    epochs: Option<EpochFile>,
     request_timeout: Duration,
     partitions: Mutex<Partitions>,
     counters: Arc<SourceCounters>,
@@ -209,14 +216,6 @@ impl fmt::Debug for Shared {
 }
 
 impl Shared {
-    fn tag(&self, epoch: Epoch) -> String {
-        EpochTag {
-            epoch,
-            owner: self.owner.clone().unwrap_or_default(),
-        }
-        .encode()
-    }
-
     fn broker_error(&self, action: &str, error: KafkaError) -> KafkaConnectorError {
         KafkaConnectorError::Broker {
             name: self.name.clone(),
@@ -228,13 +227,18 @@ impl Shared {
 
     /// Commits every pending position synchronously. On an error they stay pending.
     fn commit_pending(&self, consumer: &BaseConsumer<SourceContext>) -> Result<(), CoreError> {
-        let pending: Vec<(i32, Epoch, i64)> = {
+        let pending: Vec<(i32, Epoch, i64, Option<i64>)> = {
             let partitions = self.partitions.lock();
             partitions
                 .assigned
                 .iter()
                 .filter_map(|(partition, assigned)| {
-                    Some((*partition, assigned.epoch?, assigned.pending?))
+                    Some((
+                        *partition,
+                        assigned.epoch?,
+                        assigned.pending?,
+                        assigned.committed_at,
+                    ))
                 })
                 .collect()
         };
@@ -242,12 +246,25 @@ impl Shared {
             return Ok(());
         }
         let mut list = TopicPartitionList::with_capacity(pending.len());
-        for (partition, epoch, offset) in &pending {
+        for (partition, epoch, offset, previous) in &pending {
+            // the slot first: a crash before the commit leaves the broker at `previous`,
+            // which the slot still matches
+            if let Some(epochs) = &self.epochs {
+                let slot = EpochSlot {
+                    epoch: *epoch,
+                    previous: previous.unwrap_or(-1),
+                    offset: *offset,
+                };
+                if let Err(error) = epochs.write(*partition, slot) {
+                    warn!(feed = %self.name, partition, %error, file = %epochs.path().display(),
+                        "could not write the epoch file: after a restart this partition gets a new epoch (the guard re-applies what the state held past the committed offset)");
+                }
+            }
             let mut element = list.add_partition(&self.topic, *partition);
             element
                 .set_offset(Offset::Offset(*offset))
                 .map_err(|error| self.broker_error("building a commit", error))?;
-            element.set_metadata(self.tag(*epoch));
+            element.set_metadata(tag(*epoch));
         }
         if let Err(error) = consumer.commit(&list, CommitMode::Sync) {
             self.counters.commit_failures.fetch_add(1, Ordering::Relaxed);
@@ -255,11 +272,12 @@ impl Shared {
         }
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         let mut partitions = self.partitions.lock();
-        for (partition, epoch, offset) in pending {
+        for (partition, epoch, offset, _) in pending {
             if let Some(assigned) = partitions.assigned.get_mut(&partition) {
                 if assigned.pending == Some(offset) {
                     assigned.pending = None;
                 }
+                assigned.committed_at = Some(offset);
             }
             partitions.committed.insert(partition, (epoch, offset));
         }
@@ -335,6 +353,7 @@ impl ConsumerContext for SourceContext {
                             epoch: None,
                             high: None,
                             pending: None,
+                            committed_at: None,
                         },
                     );
                     shared.counters.assigned.fetch_add(1, Ordering::Relaxed);
@@ -453,20 +472,35 @@ impl fmt::Debug for KafkaSource {
 
 impl KafkaSource {
     /// A source for `config` publishing into `output`; it connects in `start`.
+    ///
+    /// Fails when the configured epoch file cannot be opened or is not one.
     pub fn new(
         config: KafkaSourceConfig,
         output: Arc<dyn SourceOutput<KafkaRecord, PositionValue>>,
-    ) -> Self {
+    ) -> Result<Self, CoreError> {
+        let epochs = match &config.epoch_file {
+            None => None,
+            Some(path) => Some(EpochFile::open(path).map_err(|error| {
+                CoreError::io(
+                    format!(
+                        "kafka '{}': opening the epoch file {}",
+                        config.name,
+                        path.display()
+                    ),
+                    error,
+                )
+            })?),
+        };
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             topic: config.topic.clone(),
             brokers: config.brokers.clone(),
-            owner: config.owner.clone(),
+            epochs,
             request_timeout: config.request_timeout,
             partitions: Mutex::new(Partitions::default()),
             counters: Arc::new(SourceCounters::default()),
         });
-        KafkaSource {
+        Ok(KafkaSource {
             config,
             output,
             shared,
@@ -474,7 +508,7 @@ impl KafkaSource {
             tail: VecDeque::new(),
             output_epoch: None,
             state: SourceState::Starting,
-        }
+        })
     }
 
     /// Counters that can be read from any thread while the source runs.
@@ -562,17 +596,16 @@ impl KafkaSource {
         Ok(read)
     }
 
-    /// The epoch of `partition` for the record at `offset`, deciding it (and committing
-    /// a new one) on the first record of an assignment. `None`: the partition is no
-    /// longer assigned under `assignment`.
+    /// The epoch of `partition`, decided (and, when new, written to the epoch file) on
+    /// the first record of an assignment. `None`: the partition is no longer assigned
+    /// under `assignment`.
     fn epoch_for(
         &self,
         consumer: &BaseConsumer<SourceContext>,
         partition: i32,
         assignment: u64,
-        offset: i64,
     ) -> Result<Option<Epoch>, CoreError> {
-        {
+        let seen = {
             let partitions = self.shared.partitions.lock();
             match partitions.assigned.get(&partition) {
                 Some(assigned) if assigned.assignment == assignment => {
@@ -582,46 +615,67 @@ impl KafkaSource {
                 }
                 _ => return Ok(None),
             }
-        }
+            partitions.seen.get(&partition).copied()
+        };
         let shared = &self.shared;
         let mut list = TopicPartitionList::new();
         list.add_partition(&shared.topic, partition);
         let committed = consumer
             .committed_offsets(list, shared.request_timeout)
             .map_err(|error| shared.broker_error("reading the committed offset", error))?;
-        let metadata = committed
+        let committed = committed
             .find_partition(&shared.topic, partition)
-            .filter(|element| element.offset() != Offset::Invalid)
-            .map(|element| element.metadata().to_owned());
-        let decision = decide(shared.owner.as_deref(), metadata.as_deref());
-        if let EpochDecision::Mint(epoch) = decision {
-            // the new epoch is durable before any record of it is published: a state
-            // saved from now on is in an epoch a restart of this owner finds again
-            let mut list = TopicPartitionList::new();
-            let mut element = list.add_partition(&shared.topic, partition);
-            element
-                .set_offset(Offset::Offset(offset))
-                .map_err(|error| shared.broker_error("building a commit", error))?;
-            element.set_metadata(shared.tag(epoch));
-            consumer
-                .commit(&list, CommitMode::Sync)
-                .map_err(|error| shared.broker_error("committing a new epoch", error))?;
-            info!(feed = %shared.name, partition, %epoch, offset, previous = ?metadata,
-                "partition taken over: new epoch");
-        } else {
-            info!(feed = %shared.name, partition, epoch = %decision.epoch(), offset,
-                "partition back with its last owner: same epoch");
-        }
+            .and_then(|element| match element.offset() {
+                Offset::Offset(offset) => Some(offset),
+                _ => None,
+            });
+        let slot = shared.epochs.as_ref().and_then(|epochs| epochs.read(partition));
+        let decision = decide(slot, committed, seen);
         let epoch = decision.epoch();
+        match decision {
+            EpochDecision::Mint(_) => {
+                // durable before any record of the new epoch is published: a state saved
+                // from now on is in an epoch a restart of this owner finds again
+                if let Some(epochs) = &shared.epochs {
+                    let at = committed.unwrap_or(-1);
+                    let slot = EpochSlot {
+                        epoch,
+                        previous: at,
+                        offset: at,
+                    };
+                    epochs.write(partition, slot).map_err(|error| {
+                        CoreError::io(
+                            format!(
+                                "kafka '{}': writing the epoch file {} (check its directory and disk; the partition's records wait)",
+                                shared.name,
+                                epochs.path().display()
+                            ),
+                            error,
+                        )
+                    })?;
+                }
+                info!(feed = %shared.name, partition, %epoch, ?committed, previous = ?slot,
+                    "partition taken over: new epoch");
+            }
+            EpochDecision::Keep(_) => {
+                info!(feed = %shared.name, partition, %epoch, ?committed,
+                    "partition back with its owner, nobody committed it since: same epoch");
+            }
+        }
         let mut partitions = shared.partitions.lock();
-        let committed = partitions.committed.get(&partition).copied();
+        let last = partitions.committed.get(&partition).copied();
+        let seen = partitions.seen.entry(partition).or_insert(epoch);
+        *seen = (*seen).max(epoch);
         match partitions.assigned.get_mut(&partition) {
             Some(assigned) if assigned.assignment == assignment => {
                 assigned.epoch = Some(epoch);
-                // never commit backwards within an epoch
-                assigned.high = match committed {
-                    Some((committed_epoch, at)) if committed_epoch == epoch => Some(at.max(offset)),
-                    _ => Some(offset),
+                assigned.committed_at = committed;
+                // never commit backwards, nor re-commit what is committed
+                assigned.high = match (last, committed) {
+                    (Some((last_epoch, at)), Some(committed)) if last_epoch == epoch => {
+                        Some(at.max(committed))
+                    }
+                    (_, committed) => committed,
                 };
                 Ok(Some(epoch))
             }
@@ -639,7 +693,7 @@ impl KafkaSource {
         while let Some(front) = self.tail.front() {
             let partition = front.record.partition;
             let assignment = front.assignment;
-            let Some(epoch) = self.epoch_for(consumer, partition, assignment, front.record.offset)?
+            let Some(epoch) = self.epoch_for(consumer, partition, assignment)?
             else {
                 // revoked (or reassigned) since it was read: the owner reads it again
                 self.tail.pop_front();
