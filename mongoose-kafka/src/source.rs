@@ -593,6 +593,10 @@ impl KafkaSource {
             self.tail.push_back(Held { record, assignment });
             read += 1;
         }
+        if read > 0 {
+            debug!(feed = %self.config.name, read, first = ?self.tail.front().map(|held| (held.record.partition, held.record.offset)),
+                last = ?self.tail.back().map(|held| (held.record.partition, held.record.offset)), "records read");
+        }
         Ok(read)
     }
 
@@ -683,12 +687,9 @@ impl KafkaSource {
         }
     }
 
-    /// Publishes the tail in order. Returns how many were published and whether the
-    /// feed took them all.
-    fn publish_tail(
-        &mut self,
-        consumer: &BaseConsumer<SourceContext>,
-    ) -> Result<(usize, bool), CoreError> {
+    /// Publishes the tail in order, until the feed takes no more. Returns how many were
+    /// published (the tail keeps the rest).
+    fn publish_tail(&mut self, consumer: &BaseConsumer<SourceContext>) -> Result<usize, CoreError> {
         let mut published = 0;
         while let Some(front) = self.tail.front() {
             let partition = front.record.partition;
@@ -727,7 +728,7 @@ impl KafkaSource {
                 BatchEnd::Exhausted => published += taken,
                 BatchEnd::Paused => {
                     published += taken;
-                    return Ok((published, false));
+                    break;
                 }
                 BatchEnd::Returned(record, _, refusal) => {
                     published += taken - 1;
@@ -735,11 +736,15 @@ impl KafkaSource {
                     if refusal == Refusal::Retry {
                         debug!(feed = %self.config.name, "publish nested in a commit: retried next cycle");
                     }
-                    return Ok((published, false));
+                    break;
                 }
             }
         }
-        Ok((published, true))
+        self.shared
+            .counters
+            .published
+            .fetch_add(published as u64, Ordering::Relaxed);
+        Ok(published)
     }
 
     fn pause(&self, consumer: &BaseConsumer<SourceContext>) {
@@ -824,37 +829,31 @@ impl EventSource for KafkaSource {
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
         let consumer = self.consumer()?;
+        let mut published = 0;
         if !self.tail.is_empty() {
-            let (published, all) = self.publish_tail(&consumer)?;
-            self.shared
-                .counters
-                .published
-                .fetch_add(published as u64, Ordering::Relaxed);
-            if !all {
-                self.pause(&consumer);
-                // keep polling while paused: the group sees this member alive, and the
-                // rebalance callbacks run; a paused partition returns nothing (a record
-                // that comes anyway joins the tail, in order)
-                self.read(&consumer)?;
-                self.report(SourceState::Behind, Some("paused: the feed is full"));
-                return Ok(WorkDone(published));
-            }
-            self.resume(&consumer);
-            if published > 0 {
-                return Ok(WorkDone(published));
-            }
+            published += self.publish_tail(&consumer)?;
         }
+        if !self.tail.is_empty() {
+            self.pause(&consumer);
+            // keep polling while paused: the group sees this member alive, and the
+            // rebalance callbacks run; a paused partition returns nothing (a record
+            // that comes anyway joins the tail, in order)
+            self.read(&consumer)?;
+            self.report(SourceState::Behind, Some("paused: the feed is full"));
+            return Ok(WorkDone(published));
+        }
+        // the tail is out (a batch may end "paused" with its last record taken: an
+        // empty tail is what says the feed took everything)
+        self.resume(&consumer);
         let read = self.read(&consumer)?;
         if read == 0 {
-            self.report(SourceState::CaughtUp, None);
-            return Ok(WorkDone(0));
+            if published == 0 {
+                self.report(SourceState::CaughtUp, None);
+            }
+            return Ok(WorkDone(published));
         }
-        let (published, all) = self.publish_tail(&consumer)?;
-        self.shared
-            .counters
-            .published
-            .fetch_add(published as u64, Ordering::Relaxed);
-        if all {
+        published += self.publish_tail(&consumer)?;
+        if self.tail.is_empty() {
             self.report(SourceState::Behind, None);
         } else {
             self.pause(&consumer);

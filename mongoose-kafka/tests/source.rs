@@ -120,6 +120,9 @@ fn a_paused_kafka_feed_keeps_heartbeating_and_resumes() {
     let mut config = source_config(&brokers, &group, &topic);
     config.session_timeout = Duration::from_secs(6);
     config.max_poll_interval = Duration::from_secs(6);
+    if let Ok(debug) = std::env::var("MONGOOSE_KAFKA_DEBUG") {
+        config.properties.push(("debug".into(), debug));
+    }
     let mut pipeline = pipeline(config, 2);
     let counters = pipeline.source.counters();
     let feed = pipeline.feed.clone();
