@@ -45,14 +45,17 @@ fn main() {
         [&NewTopic::new(&topic, 2, TopicReplication::Fixed(1))],
         &options,
     ));
-    report("create topic (2 partitions)", match created {
-        Ok(results) => match results.into_iter().next() {
-            Some(Ok(name)) => Ok(name),
-            Some(Err((name, code))) => Err(format!("{name}: {code:?}")),
-            None => Err("no result".into()),
+    report(
+        "create topic (2 partitions)",
+        match created {
+            Ok(results) => match results.into_iter().next() {
+                Some(Ok(name)) => Ok(name),
+                Some(Err((name, code))) => Err(format!("{name}: {code:?}")),
+                None => Err("no result".into()),
+            },
+            Err(error) => Err(error.to_string()),
         },
-        Err(error) => Err(error.to_string()),
-    });
+    );
 
     // idempotent producer
     let producer: BaseProducer = ClientConfig::new()
@@ -88,7 +91,10 @@ fn main() {
     report(
         "consumer group join/sync/fetch (one member)",
         if read == 20 {
-            Ok(format!("read {read}, assignment {:?}", first.assignment().map(|a| a.count())))
+            Ok(format!(
+                "read {read}, assignment {:?}",
+                first.assignment().map(|a| a.count())
+            ))
         } else {
             Err(format!("read {read} of 20 in 30 s"))
         },
@@ -96,28 +102,29 @@ fn main() {
 
     // offset commit with metadata, read back
     let mut list = TopicPartitionList::new();
-    list.add_partition_offset(&topic, 0, Offset::Offset(3)).expect("offset");
-    list.find_partition(&topic, 0).expect("p0");
-    for mut element in list.elements() {
-        let _ = &mut element;
-    }
-    let mut list = TopicPartitionList::new();
     {
         let mut element = list.add_partition(&topic, 0);
         element.set_offset(Offset::Offset(3)).expect("offset");
         element.set_metadata("mongoose:1:ab:probe");
     }
-    let committed = first.commit(&list, CommitMode::Sync).map_err(|e| e.to_string()).and_then(|()| {
-        let mut query = TopicPartitionList::new();
-        query.add_partition(&topic, 0);
-        first
-            .committed_offsets(query, Duration::from_secs(10))
-            .map_err(|e| e.to_string())
-            .map(|back| {
-                let element = back.find_partition(&topic, 0).expect("p0");
-                format!("committed {:?} with metadata {:?}", element.offset(), element.metadata())
-            })
-    });
+    let committed = first
+        .commit(&list, CommitMode::Sync)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            let mut query = TopicPartitionList::new();
+            query.add_partition(&topic, 0);
+            first
+                .committed_offsets(query, Duration::from_secs(10))
+                .map_err(|e| e.to_string())
+                .map(|back| {
+                    let element = back.find_partition(&topic, 0).expect("p0");
+                    format!(
+                        "committed {:?} with metadata {:?}",
+                        element.offset(),
+                        element.metadata()
+                    )
+                })
+        });
     report("offset commit with metadata (and OffsetFetch)", committed);
 
     // a second member: a rebalance
@@ -187,7 +194,14 @@ fn main() {
     let single = common::unique("probe-single");
     common::create_topic(&brokers, &single, 1, &[]);
     common::produce(&brokers, &single, 0, 50, 1); // one record per batch
-    for (batched, start) in [(&batched, 0i64), (&batched, 1), (&batched, 15), (&batched, 49), (&single, 15), (&single, 49)] {
+    for (probed, start) in [
+        (batched.as_str(), 0i64),
+        (batched.as_str(), 1),
+        (batched.as_str(), 15),
+        (batched.as_str(), 49),
+        (single.as_str(), 15),
+        (single.as_str(), 49),
+    ] {
         let reader: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &brokers)
             .set("group.id", common::unique("probe-mid"))
@@ -195,7 +209,7 @@ fn main() {
             .create()
             .expect("consumer");
         let mut list = TopicPartitionList::new();
-        list.add_partition_offset(&batched, 0, Offset::Offset(start))
+        list.add_partition_offset(probed, 0, Offset::Offset(start))
             .expect("offset");
         reader.assign(&list).expect("assign");
         let mut first = None;
@@ -210,7 +224,11 @@ fn main() {
         report(
             &format!(
                 "fetch from offset {start} of a 50-record partition written {}",
-                if *batched == single { "one record per batch" } else { "in batches" }
+                if probed == single {
+                    "one record per batch"
+                } else {
+                    "in batches"
+                }
             ),
             if first == Some(start) && count == 50 - start {
                 Ok(format!("{count} records from {first:?}"))
@@ -221,21 +239,31 @@ fn main() {
     }
     // compaction
     let compacted = common::unique("probe-compact");
-    let created = common::block_on(admin.create_topics(
-        [&NewTopic::new(&compacted, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact")],
-        &options,
-    ));
-    report("create a topic with cleanup.policy=compact", match created {
-        Ok(results) => match results.into_iter().next() {
-            Some(Ok(name)) => Ok(name),
-            Some(Err((name, code))) => Err(format!("{name}: {code:?}")),
-            None => Err("no result".into()),
+    let created = common::block_on(
+        admin.create_topics(
+            [&NewTopic::new(&compacted, 1, TopicReplication::Fixed(1))
+                .set("cleanup.policy", "compact")],
+            &options,
+        ),
+    );
+    report(
+        "create a topic with cleanup.policy=compact",
+        match created {
+            Ok(results) => match results.into_iter().next() {
+                Some(Ok(name)) => Ok(name),
+                Some(Err((name, code))) => Err(format!("{name}: {code:?}")),
+                None => Err("no result".into()),
+            },
+            Err(error) => Err(error.to_string()),
         },
-        Err(error) => Err(error.to_string()),
-    });
+    );
     for n in 0..50 {
         producer
-            .send(BaseRecord::to(&compacted).key("same").payload(&n.to_string()))
+            .send(
+                BaseRecord::to(&compacted)
+                    .key("same")
+                    .payload(&n.to_string()),
+            )
             .expect("queued");
     }
     producer.flush(Duration::from_secs(20)).expect("flushed");

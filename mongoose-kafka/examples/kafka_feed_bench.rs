@@ -79,7 +79,9 @@ fn main() {
             .expect("producer");
         for n in 0..records {
             let key = (n % 64).to_string();
-            while let Err((_, _)) = producer.send(BaseRecord::to(&topic).key(&key).payload(&payload)) {
+            while let Err((_, _)) =
+                producer.send(BaseRecord::to(&topic).key(&key).payload(&payload))
+            {
                 producer.poll(Duration::from_millis(5));
             }
             if n % 1000 == 0 {
@@ -117,7 +119,10 @@ fn main() {
         } else if first.is_none() {
             first = Some(Instant::now());
         }
-        assert!(started.elapsed() < Duration::from_secs(600), "the run took over 10 min");
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the run took over 10 min"
+        );
     }
     let processed = started.elapsed();
     let from_first = first.map_or(processed, |first| first.elapsed());

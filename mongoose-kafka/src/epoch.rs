@@ -210,9 +210,15 @@ pub fn mint_epoch(previous: Option<Epoch>) -> Epoch {
 /// Decides the epoch of a partition assigned to this owner, from its epoch-file slot
 /// (`None`: no file, never written, damaged) and the group's committed offset (`None`:
 /// nothing committed); `seen` is the greatest epoch seen for it otherwise (in this run).
-pub fn decide(slot: Option<EpochSlot>, committed: Option<i64>, seen: Option<Epoch>) -> EpochDecision {
+pub fn decide(
+    slot: Option<EpochSlot>,
+    committed: Option<i64>,
+    seen: Option<Epoch>,
+) -> EpochDecision {
     match slot {
-        Some(slot) if slot.epoch.0 != 0 && slot.matches(committed) => EpochDecision::Keep(slot.epoch),
+        Some(slot) if slot.epoch.0 != 0 && slot.matches(committed) => {
+            EpochDecision::Keep(slot.epoch)
+        }
         _ => {
             let previous = match (slot.map(|slot| slot.epoch), seen) {
                 (Some(a), Some(b)) => Some(a.max(b)),
@@ -240,10 +246,18 @@ mod tests {
         assert_eq!(&bytes[8..16], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(&bytes[24..32], &9i64.to_be_bytes());
         assert_eq!(EpochSlot::decode(3, &bytes), Some(slot));
-        assert_eq!(EpochSlot::decode(4, &bytes), None, "another partition's slot");
+        assert_eq!(
+            EpochSlot::decode(4, &bytes),
+            None,
+            "another partition's slot"
+        );
         let mut torn = bytes;
         torn[20] ^= 1;
-        assert_eq!(EpochSlot::decode(3, &torn), None, "a damaged slot fails its check");
+        assert_eq!(
+            EpochSlot::decode(3, &torn),
+            None,
+            "a damaged slot fails its check"
+        );
         assert_eq!(EpochFile::slot_at(0), HEADER_SIZE);
         assert_eq!(EpochFile::slot_at(2), HEADER_SIZE + 2 * SLOT_SIZE);
     }
@@ -266,14 +280,23 @@ mod tests {
         assert_eq!(file.read(0), None);
         // the broker at the owner's last commit, or at the one before (a crash between
         // the slot's write and the commit): the same epoch
-        assert_eq!(decide(file.read(1), Some(150), None), EpochDecision::Keep(Epoch(77)));
-        assert_eq!(decide(file.read(1), Some(100), None), EpochDecision::Keep(Epoch(77)));
+        assert_eq!(
+            decide(file.read(1), Some(150), None),
+            EpochDecision::Keep(Epoch(77))
+        );
+        assert_eq!(
+            decide(file.read(1), Some(100), None),
+            EpochDecision::Keep(Epoch(77))
+        );
         // someone else committed since: a new, greater epoch
         let other = decide(file.read(1), Some(180), None);
         assert!(matches!(other, EpochDecision::Mint(epoch) if epoch > Epoch(77)));
         // nothing in the file: a new epoch, greater than what this run saw
         let far = Epoch(u64::MAX - 1);
-        assert_eq!(decide(None, Some(3), Some(far)), EpochDecision::Mint(Epoch(u64::MAX)));
+        assert_eq!(
+            decide(None, Some(3), Some(far)),
+            EpochDecision::Mint(Epoch(u64::MAX))
+        );
         // a file of something else is refused
         std::fs::write(dir.path().join("other"), b"not an epoch file").expect("write");
         assert!(EpochFile::open(&dir.path().join("other")).is_err());

@@ -11,7 +11,7 @@ pub enum KafkaConnectorError {
         /// The feed or sink.
         name: String,
         /// librdkafka's error.
-        error: rdkafka::error::KafkaError,
+        error: Box<rdkafka::error::KafkaError>,
     },
     /// A call to the broker failed.
     #[error("kafka '{name}': {action} failed: {error}. Check that the broker at {brokers} runs and answers; the call is retried")]
@@ -23,7 +23,7 @@ pub enum KafkaConnectorError {
         /// The bootstrap servers.
         brokers: String,
         /// librdkafka's error.
-        error: rdkafka::error::KafkaError,
+        error: Box<rdkafka::error::KafkaError>,
     },
     /// The consumer is closed (the source stopped).
     #[error("kafka '{name}': the consumer is closed: {what} was not committed and will be read again at the next start")]

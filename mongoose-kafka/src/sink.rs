@@ -58,8 +58,14 @@ impl KafkaSinkConfig {
 /// A delivery report as the callback saw it.
 #[derive(Debug)]
 enum Report {
-    Delivered { partition: i32, offset: i64 },
-    Failed { error: KafkaError, status: rd_kafka_msg_status_t },
+    Delivered {
+        partition: i32,
+        offset: i64,
+    },
+    Failed {
+        error: KafkaError,
+        status: rd_kafka_msg_status_t,
+    },
 }
 
 /// The producer's context: collects delivery reports by `(batch, index)`.
@@ -74,7 +80,9 @@ impl ClientContext for SinkContext {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
             | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => error!(sink = %self.name, facility, "librdkafka: {message}"),
+            | RDKafkaLogLevel::Error => {
+                error!(sink = %self.name, facility, "librdkafka: {message}")
+            }
             RDKafkaLogLevel::Warning => warn!(sink = %self.name, facility, "librdkafka: {message}"),
             _ => debug!(sink = %self.name, facility, "librdkafka: {message}"),
         }
@@ -197,7 +205,7 @@ impl KafkaSink {
                 .create_with_context(context)
                 .map_err(|error| KafkaConnectorError::Config {
                     name: config.name.clone(),
-                    error,
+                    error: Box::new(error),
                 })?;
         let context = Arc::clone(producer.context());
         Ok(KafkaSink {
@@ -214,7 +222,7 @@ impl KafkaSink {
             name: self.config.name.clone(),
             action: action.to_owned(),
             brokers: self.config.brokers.clone(),
-            error,
+            error: Box::new(error),
         }
     }
 
@@ -374,8 +382,10 @@ impl KafkaSink {
             match self.producer.commit_transaction(timeout) {
                 Ok(()) => return,
                 Err(error) => {
-                    let retriable = matches!(&error, KafkaError::Transaction(rd) if rd.is_retriable());
-                    let abortable = matches!(&error, KafkaError::Transaction(rd) if rd.txn_requires_abort());
+                    let retriable =
+                        matches!(&error, KafkaError::Transaction(rd) if rd.is_retriable());
+                    let abortable =
+                        matches!(&error, KafkaError::Transaction(rd) if rd.txn_requires_abort());
                     if !abortable && !retriable {
                         // fate of the commit unknown
                         for outcome in outcomes.iter_mut() {

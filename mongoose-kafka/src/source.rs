@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, PositionValue, Refusal, SourceCommitter,
-    SourceOutput, SourceState, WorkDone,
+    BatchEnd, CoreError, Epoch, EventSource, PositionValue, Refusal, SourceCommitter, SourceOutput,
+    SourceState, WorkDone,
 };
 use parking_lot::Mutex;
 use rdkafka::config::RDKafkaLogLevel;
@@ -221,7 +221,7 @@ impl Shared {
             name: self.name.clone(),
             action: action.to_owned(),
             brokers: self.brokers.clone(),
-            error,
+            error: Box::new(error),
         }
     }
 
@@ -267,7 +267,9 @@ impl Shared {
             element.set_metadata(tag(*epoch));
         }
         if let Err(error) = consumer.commit(&list, CommitMode::Sync) {
-            self.counters.commit_failures.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .commit_failures
+                .fetch_add(1, Ordering::Relaxed);
             return Err(self.broker_error("committing offsets", error).into());
         }
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -585,7 +587,9 @@ impl KafkaSource {
             };
             let record = KafkaRecord {
                 key: message.key().map(Bytes::copy_from_slice),
-                payload: message.payload().map_or_else(Bytes::new, Bytes::copy_from_slice),
+                payload: message
+                    .payload()
+                    .map_or_else(Bytes::new, Bytes::copy_from_slice),
                 partition,
                 offset: message.offset(),
                 timestamp: message.timestamp().to_millis(),
@@ -633,7 +637,10 @@ impl KafkaSource {
                 Offset::Offset(offset) => Some(offset),
                 _ => None,
             });
-        let slot = shared.epochs.as_ref().and_then(|epochs| epochs.read(partition));
+        let slot = shared
+            .epochs
+            .as_ref()
+            .and_then(|epochs| epochs.read(partition));
         let decision = decide(slot, committed, seen);
         let epoch = decision.epoch();
         match decision {
@@ -694,8 +701,7 @@ impl KafkaSource {
         while let Some(front) = self.tail.front() {
             let partition = front.record.partition;
             let assignment = front.assignment;
-            let Some(epoch) = self.epoch_for(consumer, partition, assignment)?
-            else {
+            let Some(epoch) = self.epoch_for(consumer, partition, assignment)? else {
                 // revoked (or reassigned) since it was read: the owner reads it again
                 self.tail.pop_front();
                 self.shared
@@ -809,7 +815,7 @@ impl EventSource for KafkaSource {
             .create_with_context(context)
             .map_err(|error| KafkaConnectorError::Config {
                 name: self.config.name.clone(),
-                error,
+                error: Box::new(error),
             })?;
         consumer
             .subscribe(&[&self.config.topic])

@@ -64,7 +64,13 @@ impl Dispatcher<KafkaRecord> for Guard {
         let delivery = DeliveryContext::current().expect("a positioned record");
         let lane = delivery.lane();
         if let Some((epoch, position)) = self.saved.get(&lane) {
-            if delivery.already_applied(*epoch, PositionValue { lane, offset: *position }) {
+            if delivery.already_applied(
+                *epoch,
+                PositionValue {
+                    lane,
+                    offset: *position,
+                },
+            ) {
                 self.skipped += 1;
                 return DispatchOutcome::Done;
             }

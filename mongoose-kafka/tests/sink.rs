@@ -18,10 +18,12 @@ use mongoose_kafka::{KafkaSink, KafkaSinkConfig};
 /// The tansu binary: `$MONGOOSE_TANSU`, else `$HOME/.cache/mongoose-tansu/bin/tansu`
 /// (where `cargo xtask broker start` installs it).
 fn tansu() -> Option<PathBuf> {
-    let binary = std::env::var_os("MONGOOSE_TANSU").map(PathBuf::from).or_else(|| {
-        std::env::var_os("HOME")
-            .map(|home| PathBuf::from(home).join(".cache/mongoose-tansu/bin/tansu"))
-    })?;
+    let binary = std::env::var_os("MONGOOSE_TANSU")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|home| PathBuf::from(home).join(".cache/mongoose-tansu/bin/tansu"))
+        })?;
     binary.exists().then_some(binary)
 }
 
@@ -41,7 +43,13 @@ impl PrivateBroker {
         let address = format!("127.0.0.1:{port}");
         let url = format!("tcp://{address}");
         let child = Command::new(binary)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
             .args(["--storage-engine", "memory://tansu/"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -75,7 +83,10 @@ impl Drop for PrivateBroker {
 }
 
 fn output(position: u64, payload: Vec<u8>) -> Output {
-    Output::new(OutputKey::new("lines", Epoch(7), 0, position, 0, 1), payload)
+    Output::new(
+        OutputKey::new("lines", Epoch(7), 0, position, 0, 1),
+        payload,
+    )
 }
 
 // delivery-uncertainty: a delivery report is Published with its partition and offset; a
@@ -99,12 +110,22 @@ fn the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering() {
     let mut sink = KafkaSink::new(config).expect("sink");
 
     let mut outcomes = Vec::new();
-    sink.publish(&[output(10, b"first".to_vec()), output(20, b"second".to_vec())], &mut outcomes);
+    sink.publish(
+        &[
+            output(10, b"first".to_vec()),
+            output(20, b"second".to_vec()),
+        ],
+        &mut outcomes,
+    );
     assert_eq!(
         outcomes,
         vec![
-            SinkOutcome::Published { evidence: format!("{topic}/0@0") },
-            SinkOutcome::Published { evidence: format!("{topic}/0@1") },
+            SinkOutcome::Published {
+                evidence: format!("{topic}/0@0")
+            },
+            SinkOutcome::Published {
+                evidence: format!("{topic}/0@1")
+            },
         ]
     );
 
@@ -112,7 +133,13 @@ fn the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering() {
     outcomes.clear();
     sink.publish(&[output(30, vec![b'x'; 2_000_000])], &mut outcomes);
     assert!(
-        matches!(&outcomes[..], [SinkOutcome::NotPublished { retryable: false, .. }]),
+        matches!(
+            &outcomes[..],
+            [SinkOutcome::NotPublished {
+                retryable: false,
+                ..
+            }]
+        ),
         "{outcomes:?}"
     );
 

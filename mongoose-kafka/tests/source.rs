@@ -10,8 +10,8 @@ use std::thread;
 use std::time::Duration;
 
 use common::{
-    broker_or_skip, committed, create_topic, pipeline, produce, source_config,
-    unique, wait_for, Collect,
+    broker_or_skip, committed, create_topic, pipeline, produce, source_config, unique, wait_for,
+    Collect,
 };
 use mongoose_core::IdleStrategy;
 use mongoose_delivery::SourceDriver;
@@ -20,10 +20,16 @@ use mongoose_delivery::SourceDriver;
 fn assert_each_once(payloads: impl IntoIterator<Item = String>, count: u64) {
     let mut times: BTreeMap<u64, u32> = BTreeMap::new();
     for payload in payloads {
-        *times.entry(payload.parse().expect("a numbered payload")).or_default() += 1;
+        *times
+            .entry(payload.parse().expect("a numbered payload"))
+            .or_default() += 1;
     }
     let missing: Vec<u64> = (0..count).filter(|n| !times.contains_key(n)).collect();
-    let twice: Vec<(u64, u32)> = times.iter().filter(|(_, t)| **t > 1).map(|(n, t)| (*n, *t)).collect();
+    let twice: Vec<(u64, u32)> = times
+        .iter()
+        .filter(|(_, t)| **t > 1)
+        .map(|(n, t)| (*n, *t))
+        .collect();
     assert!(
         missing.is_empty() && twice.is_empty() && times.len() as u64 == count,
         "records missing: {} (first {:?}), applied more than once: {} (first {:?})",
@@ -69,8 +75,13 @@ fn the_source_delivers_every_record_once_and_commits_the_end() {
     wait_for("300 records processed", 120, || {
         pipeline.reader.poll(&mut consumer, 64);
         if started.elapsed() > Duration::from_secs(20) && consumer.seen.len() < 300 {
-            let per: Vec<usize> = (0..3).map(|p| consumer.seen.iter().filter(|s| s.partition == p).count()).collect();
-            eprintln!("seen {per:?} counters {counters:?} status {:?}", pipeline.feed.status());
+            let per: Vec<usize> = (0..3)
+                .map(|p| consumer.seen.iter().filter(|s| s.partition == p).count())
+                .collect();
+            eprintln!(
+                "seen {per:?} counters {counters:?} status {:?}",
+                pipeline.feed.status()
+            );
             thread::sleep(Duration::from_secs(2));
         }
         consumer.seen.len() >= 300
@@ -98,7 +109,10 @@ fn the_source_delivers_every_record_once_and_commits_the_end() {
             list.push(seen.epoch);
         }
     }
-    assert!(epochs.values().all(|list| list.len() == 1 && list[0].0 > 0), "{epochs:?}");
+    assert!(
+        epochs.values().all(|list| list.len() == 1 && list[0].0 > 0),
+        "{epochs:?}"
+    );
     let _ = Duration::ZERO;
 }
 
@@ -145,12 +159,23 @@ fn a_paused_kafka_feed_keeps_heartbeating_and_resumes() {
         "the processing must outlast max.poll.interval.ms for this test to mean anything"
     );
     let ends = ends_of(&consumer.seen, 2);
-    wait_for("the end committed", 60, || committed(&brokers, &group, &topic, 2) == ends);
+    wait_for("the end committed", 60, || {
+        committed(&brokers, &group, &topic, 2) == ends
+    });
     stop.stop();
     running.join().expect("driver thread").expect("clean stop");
-    assert_each_once(consumer.seen.iter().map(|seen| seen.payload.clone()), RECORDS);
-    assert!(counters.pauses.load(Ordering::Relaxed) >= 1, "the feed paused: {counters:?}");
-    assert!(counters.resumes.load(Ordering::Relaxed) >= 1, "and resumed: {counters:?}");
+    assert_each_once(
+        consumer.seen.iter().map(|seen| seen.payload.clone()),
+        RECORDS,
+    );
+    assert!(
+        counters.pauses.load(Ordering::Relaxed) >= 1,
+        "the feed paused: {counters:?}"
+    );
+    assert!(
+        counters.resumes.load(Ordering::Relaxed) >= 1,
+        "and resumed: {counters:?}"
+    );
     assert_eq!(
         counters.assigned.load(Ordering::Relaxed),
         2,
@@ -247,6 +272,9 @@ fn a_revoked_partition_commits_what_was_processed_before_it_goes() {
         "A never commits into a partition it lost (it processed up to {later:?} since)"
     );
     let kept = 1 - lost;
-    assert_eq!(after[kept], later[kept], "A commits what it processed of the partition it kept");
+    assert_eq!(
+        after[kept], later[kept],
+        "A commits what it processed of the partition it kept"
+    );
     SourceDriver::stop_source(&mut a.source, &*a.feed).expect("stop");
 }

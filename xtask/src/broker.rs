@@ -95,7 +95,14 @@ fn ensure_installed() -> bool {
     );
     let installed = crate::run(
         Command::new(env!("CARGO"))
-            .args(["install", "tansu", "--locked", "--features", "dynostore", "--root"])
+            .args([
+                "install",
+                "tansu",
+                "--locked",
+                "--features",
+                "dynostore",
+                "--root",
+            ])
             .arg(&root),
     );
     installed && binary.exists()
@@ -117,7 +124,10 @@ fn start(root: &Path) -> bool {
         return false;
     }
     if let Err(error) = fs::create_dir_all(state_dir(root)) {
-        eprintln!("xtask: cannot create {}: {error}", state_dir(root).display());
+        eprintln!(
+            "xtask: cannot create {}: {error}",
+            state_dir(root).display()
+        );
         return false;
     }
     let log = match fs::File::create(log_file(root)) {
@@ -179,7 +189,10 @@ fn start(root: &Path) -> bool {
 
 fn stop(root: &Path) -> bool {
     let Some(pid) = running_pid(root) else {
-        eprintln!("xtask: no broker runs (no live pid in {})", pid_file(root).display());
+        eprintln!(
+            "xtask: no broker runs (no live pid in {})",
+            pid_file(root).display()
+        );
         let _ = fs::remove_file(pid_file(root));
         return true;
     };
@@ -215,7 +228,11 @@ fn status(root: &Path) -> bool {
             let answering = port_answers();
             println!(
                 "broker running: pid {pid}, {BROKER_ADDRESS} {}",
-                if answering { "answers" } else { "does not answer" }
+                if answering {
+                    "answers"
+                } else {
+                    "does not answer"
+                }
             );
             answering
         }

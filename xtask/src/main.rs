@@ -44,6 +44,8 @@ const BENCHES: &[(&str, &str, &[&str])] = &[
     ("mongoose-source-file", "file_feed_bench", &[]),
     ("mongoose-server", "ledger_bench", &[]),
     ("mongoose-replay", "replay_bench", &[]),
+    // needs the test broker (`cargo xtask broker start`); prints a skip message without it
+    ("mongoose-kafka", "kafka_feed_bench", &[]),
 ];
 
 /// (package, criterion bench) run with `--quick` after the pipeline benchmarks.

@@ -119,7 +119,14 @@ pub fn produce(brokers: &str, topic: &str, first: u64, count: u64, keys: u64) {
 }
 
 /// [`produce`], in batches of many records when `batched` (what a real producer does).
-pub fn produce_batched(brokers: &str, topic: &str, first: u64, count: u64, keys: u64, batched: bool) {
+pub fn produce_batched(
+    brokers: &str,
+    topic: &str,
+    first: u64,
+    count: u64,
+    keys: u64,
+    batched: bool,
+) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
@@ -148,7 +155,9 @@ pub fn produce_batched(brokers: &str, topic: &str, first: u64, count: u64, keys:
         }
         producer.poll(Duration::ZERO);
     }
-    producer.flush(Duration::from_secs(60)).expect("every record acknowledged");
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("every record acknowledged");
 }
 
 /// Waits until `done` holds, failing after `seconds`.
@@ -163,7 +172,9 @@ pub fn wait_for(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
 /// A Kafka source into the real delivery engine: the feed, its one reader, and the
 /// source (not started).
 pub struct Pipeline {
-    pub feed: Arc<mongoose_delivery::Publisher<mongoose_kafka::KafkaRecord, mongoose_core::PositionValue>>,
+    pub feed: Arc<
+        mongoose_delivery::Publisher<mongoose_kafka::KafkaRecord, mongoose_core::PositionValue>,
+    >,
     pub source: mongoose_kafka::KafkaSource,
     pub reader: mongoose_delivery::QueueReader<mongoose_kafka::KafkaRecord>,
 }
@@ -223,7 +234,11 @@ impl mongoose_core::Dispatcher<mongoose_kafka::KafkaRecord> for Collect {
     ) -> mongoose_core::DispatchOutcome {
         let delivery = mongoose_core::DeliveryContext::current().expect("a positioned record");
         assert_eq!(delivery.lane(), item.partition as u32, "lane = partition");
-        assert_eq!(delivery.position().offset, item.offset as u64 + 1, "position = offset + 1");
+        assert_eq!(
+            delivery.position().offset,
+            item.offset as u64 + 1,
+            "position = offset + 1"
+        );
         self.seen.push(Seen {
             partition: item.partition,
             offset: item.offset,
