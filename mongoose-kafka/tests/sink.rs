@@ -99,7 +99,7 @@ fn the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering() {
         if std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_some() {
             panic!("tansu is not installed and MONGOOSE_REQUIRE_BROKER is set: run `cargo xtask broker start` (it installs tansu)");
         }
-        eprintln!("SKIPPED the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering: tansu is not installed (`cargo xtask broker start` installs it)");
+        common::skipped("SKIPPED the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering: tansu is not installed (`cargo xtask broker start` installs it)");
         return;
     };
     let broker = PrivateBroker::start(&binary);

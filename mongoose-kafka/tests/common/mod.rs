@@ -35,6 +35,13 @@ fn reachable(brokers: &str) -> bool {
     })
 }
 
+/// Says that a test was skipped, past the test harness's capture (which takes only the
+/// print macros' output), so that it shows in a plain `cargo test`.
+pub fn skipped(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
+
 /// The broker's address, or `None` (with a message) when it does not answer and
 /// `MONGOOSE_REQUIRE_BROKER` is unset; with it set (CI), a missing broker fails.
 pub fn broker_or_skip(test: &str) -> Option<String> {
@@ -52,7 +59,7 @@ pub fn broker_or_skip(test: &str) -> Option<String> {
     if std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_some() {
         panic!("{test}: no Kafka broker answers at {brokers} and MONGOOSE_REQUIRE_BROKER is set: start it with `cargo xtask broker start`");
     }
-    eprintln!("SKIPPED {test}: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start` (CI sets MONGOOSE_REQUIRE_BROKER so that a missing broker fails)");
+    skipped(&format!("SKIPPED {test}: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start` (CI sets MONGOOSE_REQUIRE_BROKER so that a missing broker fails)"));
     None
 }
 
