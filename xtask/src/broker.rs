@@ -7,7 +7,8 @@
 //!   group in the background, with its pid in `target/tansu/broker.pid` and its output in
 //!   `target/tansu/broker.log`, and waits until the port answers. A broker already
 //!   running (the pid file's process alive) is left as it is.
-//! * `stop` sends SIGTERM, waits up to 10 s, then SIGKILL, and removes the pid file.
+//! * `stop` sends SIGINT (tansu ignores SIGTERM), waits up to 10 s, then SIGKILL, and
+//!   removes the pid file.
 //! * `status` prints whether it runs; exits non-zero when it does not.
 //!
 //! The cache folder is `$MONGOOSE_TANSU_ROOT`, else `$HOME/.cache/mongoose-tansu`; the
@@ -55,6 +56,14 @@ fn port_answers() -> bool {
 }
 
 fn alive(pid: i32) -> bool {
+    // an exited process its parent has not reaped yet (a zombie) is not running
+    if let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) {
+        if let Some((_, after_name)) = stat.rsplit_once(')') {
+            if after_name.trim_start().starts_with('Z') {
+                return false;
+            }
+        }
+    }
     // SAFETY: kill with signal 0 only checks that the process exists; no memory is shared.
     unsafe { libc::kill(pid, 0) == 0 }
 }
@@ -196,16 +205,17 @@ fn stop(root: &Path) -> bool {
         let _ = fs::remove_file(pid_file(root));
         return true;
     };
-    // a SIGSTOPped broker (a test's) must be continued to act on SIGTERM
+    // a stopped broker must be continued to act on a signal; tansu 0.6 stops on SIGINT
+    // (Ctrl-C) and ignores SIGTERM
     signal(pid, libc::SIGCONT);
-    signal(pid, libc::SIGTERM);
+    signal(pid, libc::SIGINT);
     let deadline = Instant::now() + Duration::from_secs(10);
     while alive(pid) && Instant::now() < deadline {
         reap(pid);
         std::thread::sleep(Duration::from_millis(100));
     }
     if alive(pid) {
-        eprintln!("xtask: the broker (pid {pid}) did not stop on SIGTERM in 10 s: SIGKILL");
+        eprintln!("xtask: the broker (pid {pid}) did not stop on SIGINT in 10 s: SIGKILL");
         signal(pid, libc::SIGKILL);
     }
     let _ = fs::remove_file(pid_file(root));
