@@ -58,6 +58,13 @@ fn argument(name: &str, default: u64) -> u64 {
 }
 
 fn main() {
+    // warnings only (the tests' fixtures log at info)
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
     let Some(brokers) = common::broker_or_skip("kafka_feed_bench") else {
         return;
     };

@@ -613,7 +613,9 @@ impl KafkaSource {
         partition: i32,
         assignment: u64,
     ) -> Result<Option<Epoch>, CoreError> {
-        let seen = {
+        // the partitions of this assignment whose epoch is not decided yet: one
+        // committed-offset fetch for all of them (a round trip each is slow)
+        let undecided: Vec<(i32, u64, Option<Epoch>)> = {
             let partitions = self.shared.partitions.lock();
             match partitions.assigned.get(&partition) {
                 Some(assigned) if assigned.assignment == assignment => {
@@ -623,20 +625,54 @@ impl KafkaSource {
                 }
                 _ => return Ok(None),
             }
-            partitions.seen.get(&partition).copied()
+            partitions
+                .assigned
+                .iter()
+                .filter(|(_, assigned)| assigned.epoch.is_none())
+                .map(|(partition, assigned)| {
+                    (
+                        *partition,
+                        assigned.assignment,
+                        partitions.seen.get(partition).copied(),
+                    )
+                })
+                .collect()
         };
         let shared = &self.shared;
         let mut list = TopicPartitionList::new();
-        list.add_partition(&shared.topic, partition);
+        for (undecided_partition, _, _) in &undecided {
+            list.add_partition(&shared.topic, *undecided_partition);
+        }
         let committed = consumer
             .committed_offsets(list, shared.request_timeout)
-            .map_err(|error| shared.broker_error("reading the committed offset", error))?;
-        let committed = committed
-            .find_partition(&shared.topic, partition)
-            .and_then(|element| match element.offset() {
-                Offset::Offset(offset) => Some(offset),
-                _ => None,
-            });
+            .map_err(|error| shared.broker_error("reading the committed offsets", error))?;
+        let mut decided = None;
+        for (undecided_partition, undecided_assignment, seen) in undecided {
+            let offset = committed
+                .find_partition(&shared.topic, undecided_partition)
+                .and_then(|element| match element.offset() {
+                    Offset::Offset(offset) => Some(offset),
+                    _ => None,
+                });
+            let epoch =
+                self.decide_epoch(undecided_partition, undecided_assignment, seen, offset)?;
+            if undecided_partition == partition {
+                decided = epoch;
+            }
+        }
+        Ok(decided)
+    }
+
+    /// Decides the epoch of `partition` (assigned as `assignment`) whose committed offset
+    /// is `committed`, writing a new one to the epoch file.
+    fn decide_epoch(
+        &self,
+        partition: i32,
+        assignment: u64,
+        seen: Option<Epoch>,
+        committed: Option<i64>,
+    ) -> Result<Option<Epoch>, CoreError> {
+        let shared = &self.shared;
         let slot = shared
             .epochs
             .as_ref()
