@@ -153,3 +153,29 @@ fn the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering() {
     );
     drop(broker);
 }
+
+// The transactional sink against tansu 0.6, which has no EndTxn (the broker_probe example:
+// "EndTxnRequest (KIP-98) not supported by broker"): the records went out inside a
+// transaction that can be neither committed nor aborted, so a read_committed reader never
+// sees them and a read_uncommitted one does. The honest outcome is Uncertain, never
+// Published. (Against a broker with transactions, the same batch is Published.)
+#[test]
+fn a_transactional_sink_on_a_broker_without_end_txn_reports_uncertain() {
+    let Some(brokers) = common::broker_or_skip(
+        "a_transactional_sink_on_a_broker_without_end_txn_reports_uncertain",
+    ) else {
+        return;
+    };
+    let topic = unique("sink-tx");
+    create_topic(&brokers, &topic, 1, &[]);
+    let mut config = KafkaSinkConfig::new("alerts", &brokers, &topic);
+    config.delivery_timeout = Duration::from_secs(10);
+    config.transactional_id = Some(unique("sink-tx-id"));
+    let mut sink = KafkaSink::new(config).expect("sink");
+    let mut outcomes = Vec::new();
+    sink.publish(&[output(10, b"first".to_vec())], &mut outcomes);
+    assert!(
+        matches!(&outcomes[..], [SinkOutcome::Uncertain { evidence }] if evidence.contains("EndTxn")),
+        "{outcomes:?}"
+    );
+}
