@@ -109,6 +109,22 @@ impl Delivery {
     }
 }
 
+/// The current delivery as [`DeliveryContext::with_current`] lends it: the same parts
+/// as a [`Delivery`], the feed name borrowed.
+#[derive(Clone, Copy, Debug)]
+pub struct DeliveryRef<'a> {
+    /// The feed the item was published on (the engine's shared name).
+    pub feed: &'a Arc<str>,
+    /// This run's publish sequence.
+    pub sequence: u64,
+    /// The source's epoch.
+    pub epoch: Epoch,
+    /// The source position.
+    pub position: PositionValue,
+    /// How many dispatches of the item failed before this one.
+    pub attempt: u32,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Registration {
     owner: Option<ProcessorId>,
@@ -175,6 +191,33 @@ impl DeliveryContext {
                 position: state.position.get(),
                 attempt: state.attempt.get(),
             })
+        })
+    }
+
+    /// Calls `f` with the current delivery, its feed name borrowed: unlike
+    /// [`DeliveryContext::current`] it touches no reference count, for code that runs
+    /// per item (an output writer). `None` when this thread handles no positioned item.
+    ///
+    /// ```
+    /// use mongoose_core::DeliveryContext;
+    ///
+    /// // no positioned item is being handled on this thread
+    /// assert_eq!(DeliveryContext::with_current(|delivery| delivery.sequence), None);
+    /// ```
+    pub fn with_current<R>(f: impl FnOnce(DeliveryRef<'_>) -> R) -> Option<R> {
+        CONTEXT.with(|state| {
+            if !state.active.get() {
+                return None;
+            }
+            let feed = state.feed.borrow();
+            let feed = feed.as_ref()?;
+            Some(f(DeliveryRef {
+                feed,
+                sequence: state.sequence.get(),
+                epoch: state.epoch.get(),
+                position: state.position.get(),
+                attempt: state.attempt.get(),
+            }))
         })
     }
 

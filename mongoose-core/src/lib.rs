@@ -90,7 +90,8 @@ mod source;
 
 pub use delivery::engine::PendingCompletion;
 pub use delivery::{
-    engine, CompletionKey, Delivery, DeliveryContext, ProcessorId, MAX_COMPLETIONS_PER_DELIVERY,
+    engine, CompletionKey, Delivery, DeliveryContext, DeliveryRef, ProcessorId,
+    MAX_COMPLETIONS_PER_DELIVERY,
 };
 pub use dispatch::{
     DispatchOutcome, Dispatcher, DroppedRun, ErasedHandler, FeedStatusEvent, GroupReader, Offer,

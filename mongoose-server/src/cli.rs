@@ -17,7 +17,8 @@ use crate::ServerError;
 pub const EXIT_OK: u8 = 0;
 /// Exit code: the server could not start or failed (a source that could not start, an
 /// overload kill switch, a failed processor under `--exit-when-settled`; also: stopped by
-/// a signal while a feed was stalled, e.g. behind a quarantined processor).
+/// a signal while a feed was stalled, e.g. behind a quarantined processor, or after a
+/// plugin source failed).
 pub const EXIT_FAILED: u8 = 1;
 /// Exit code: the configuration is invalid.
 pub const EXIT_BAD_CONFIG: u8 = 2;
@@ -187,10 +188,14 @@ pub fn run_until_done_with_signals(
         }
         if exit_when_settled {
             let report = &last_status;
-            let stuck = report
-                .feeds
-                .iter()
-                .all(|feed| feed.settled || feed.stalled.is_some());
+            // a failed plugin source can make no more progress either
+            let stuck = report.feeds.iter().all(|feed| {
+                feed.settled
+                    || feed.stalled.is_some()
+                    || feed.detail.as_deref().is_some_and(|detail| {
+                        detail.starts_with(mongoose_plugin::host::SOURCE_FAILED)
+                    })
+            });
             if report.settled || stuck {
                 failures = server.processor_failures();
             }
@@ -246,7 +251,17 @@ pub fn run_until_done_with_signals(
             failures,
         });
     }
-    let code = settled_code.unwrap_or_else(|| stopped_code(&last_status, &after_stop));
+    let mut code = settled_code.unwrap_or_else(|| stopped_code(&last_status, &after_stop));
+    // a plugin source that failed (a caught panic) made the run fail, even though the
+    // other feeds went on to a clean stop
+    let failed_sources = crate::server::source_failures_in(&last_status);
+    if !failed_sources.is_empty() {
+        warn!(failed = ?failed_sources, "stopped, and a plugin source had failed in this run");
+        if code == EXIT_OK {
+            code = EXIT_FAILED;
+        }
+        failures = failed_sources;
+    }
     Ok(RunOutcome {
         code,
         last_status,
@@ -308,6 +323,47 @@ fn warn_stalled(before_stop: &StatusReport) -> bool {
         warn!(stalled = %stalled.join("; "), "stopped with feeds stalled: what they hold is re-delivered at the next start");
     }
     !stalled.is_empty()
+}
+
+/// `mongoose plugins list`: each loaded plugin (file, name, version, SDK, ABI, kinds)
+/// and each refused file with its reason.
+pub fn plugins_table(registry: &mongoose_plugin::host::PluginRegistry) -> String {
+    let mut out = format!(
+        "{:<32} {:<16} {:<10} {:<8} {:>3}  {}\n",
+        "FILE", "NAME", "VERSION", "SDK", "ABI", "KINDS"
+    );
+    for plugin in registry.plugins() {
+        let kinds: Vec<String> = plugin
+            .kinds()
+            .iter()
+            .map(|kind| format!("{} ({})", kind.name, kind.role.as_str()))
+            .collect();
+        out.push_str(&format!(
+            "{:<32} {:<16} {:<10} {:<8} {:>3}  {}\n",
+            plugin
+                .path()
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            plugin.name(),
+            plugin.version(),
+            plugin.sdk_version(),
+            plugin.abi_version(),
+            kinds.join(", ")
+        ));
+    }
+    for refusal in registry.refused() {
+        out.push_str(&format!(
+            "refused: {}: {}\n",
+            refusal
+                .path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            refusal.reason
+        ));
+    }
+    out
 }
 
 /// A readable table of processor groups: running and quarantined processors (with the

@@ -23,6 +23,9 @@ pub enum ServerError {
         #[source]
         error: std::io::Error,
     },
+    /// A journal could not be opened, read or appended to.
+    #[error(transparent)]
+    Journal(#[from] mongoose_journal::JournalError),
     /// The delivery engine refused something.
     #[error(transparent)]
     Delivery(#[from] mongoose_delivery::DeliveryError),

@@ -24,6 +24,7 @@ pub mod cli;
 pub mod config;
 mod error;
 pub mod forward;
+pub mod journal_cli;
 pub mod losses;
 mod server;
 pub mod sinks;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use mongoose_core::sink::{CommitGate, ExhaustedPolicy, RetryBudget, Sink};
 use mongoose_delivery::FeedRegistry;
+use mongoose_plugin::host::{PluginRegistry, PluginSink};
 use mongoose_sink::{
     FileSink, FileSinkConfig, HttpSink, HttpSinkConfig, RunnerConfig, SinkRunner, SinkStatus,
     SinkWriter, StdoutSink, TcpSink, TcpSinkConfig,
@@ -56,7 +57,11 @@ fn runner_config(sink: &SinkConfig) -> RunnerConfig {
 
 /// Opens the sink a `[[sinks]]` entry describes (a file sink creates its file and cuts
 /// off what was written past its durable length).
-fn open_sink(config: &ServerConfig, sink: &SinkConfig) -> Result<Box<dyn Sink>, ServerError> {
+fn open_sink(
+    config: &ServerConfig,
+    sink: &SinkConfig,
+    plugins: Option<&PluginRegistry>,
+) -> Result<Box<dyn Sink>, ServerError> {
     let refused = |error: mongoose_sink::SinkError| {
         ServerError::invalid(format!("sinks.{}", sink.name), error.to_string())
     };
@@ -104,11 +109,23 @@ fn open_sink(config: &ServerConfig, sink: &SinkConfig) -> Result<Box<dyn Sink>, 
             )
             .map_err(refused)?,
         ),
+        // a plugin's sink kind (the build checked that a loaded plugin declares it)
         other => {
-            return Err(ServerError::invalid(
-                format!("sinks.{}", sink.name),
-                format!("unknown sink kind '{other}'"),
-            ))
+            let Some(plugins) = plugins else {
+                return Err(ServerError::invalid(
+                    format!("sinks.{}", sink.name),
+                    format!("unknown sink kind '{other}' and no plugin_dir is set"),
+                ));
+            };
+            let settings =
+                toml::to_string(&sink.settings.clone().unwrap_or_default()).map_err(|error| {
+                    ServerError::invalid(format!("sinks.{}.settings", sink.name), error.to_string())
+                })?;
+            Box::new(
+                PluginSink::create(plugins, other, &sink.name, &settings).map_err(|error| {
+                    ServerError::invalid(format!("sinks.{}.settings", sink.name), error.to_string())
+                })?,
+            )
         }
     })
 }
@@ -126,7 +143,8 @@ fn gate_of(
 
 impl Sinks {
     /// Opens and starts every configured sink. `registry`: the feeds whose commits the
-    /// writers hold (`None` for a replay).
+    /// writers hold (`None` for a replay); `plugins`: the loaded plugins, for a sink of a
+    /// plugin's kind.
     ///
     /// # Errors
     /// A sink that cannot be opened (its file, its settings), or a thread that cannot
@@ -134,10 +152,11 @@ impl Sinks {
     pub fn open(
         config: &ServerConfig,
         registry: Option<FeedRegistry>,
+        plugins: Option<&PluginRegistry>,
     ) -> Result<Self, ServerError> {
         let mut runners = BTreeMap::new();
         for sink in &config.sinks {
-            let opened = open_sink(config, sink)?;
+            let opened = open_sink(config, sink, plugins)?;
             let runner = SinkRunner::start(opened, runner_config(sink)).map_err(|error| {
                 ServerError::invalid(
                     format!("sinks.{}", sink.name),

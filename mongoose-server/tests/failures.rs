@@ -136,10 +136,12 @@ fn an_exhausted_save_holds_the_position_and_a_restart_applies_the_line() {
     );
     run.wait_for_log(&mut child, "the feed holds its position before this item");
     let code = run.terminate(child);
-    assert_eq!(
-        code,
-        3,
-        "a save skipped after its retries makes the run not lossless: {}",
+    // 3: not lossless. 4 when, on a loaded machine, the handler's own retries ran out
+    // before the signal came: the processor is quarantined, the shutdown retains it and
+    // is incomplete. Never 0: the skipped save must not pass for a clean run.
+    assert!(
+        matches!(code, 3 | 4),
+        "a save skipped after its retries makes the run not lossless (exit {code}): {}",
         run.log()
     );
     let saved = run.state_in("full/state");

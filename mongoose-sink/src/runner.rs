@@ -113,12 +113,19 @@ struct Shared {
     stop: AtomicBool,
     /// Stop only once this instant is passed, even with outputs left.
     deadline: Mutex<Option<Instant>>,
+    /// The gates registered with [`SinkHandle::register_gate`], by [`GateId`].
+    gates: Mutex<Vec<Arc<dyn CommitGate>>>,
 }
+
+/// A commit gate registered with a sink's runner ([`SinkHandle::register_gate`]): an
+/// output names its gate by this id, so sending one touches no reference count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GateId(u32);
 
 /// One output with what the runner keeps about it.
 struct Queued {
     output: Output,
-    gate: Option<(Arc<dyn CommitGate>, u64)>,
+    gate: Option<(GateId, u64)>,
 }
 
 struct Waiting {
@@ -164,17 +171,24 @@ pub enum SendError {
 }
 
 impl SinkHandle {
-    /// Queues `output`; once it is over (published, or given up by policy) `gate` is
-    /// told `complete(tag)`. Never blocks.
+    /// Registers `gate` (once: the same gate registered again gets the same id), for
+    /// [`SinkHandle::send`].
+    pub fn register_gate(&self, gate: Arc<dyn CommitGate>) -> GateId {
+        let mut gates = self.shared.gates.lock();
+        if let Some(at) = gates.iter().position(|known| Arc::ptr_eq(known, &gate)) {
+            return GateId(at as u32);
+        }
+        gates.push(gate);
+        GateId(u32::try_from(gates.len() - 1).expect("fewer than 2^32 gates"))
+    }
+
+    /// Queues `output`; once it is over (published, or given up by policy) the gate
+    /// `gate` names is told `complete(tag)`. Never blocks.
     ///
     /// # Errors
     /// [`SendError::Full`] when the queue is full, [`SendError::Stopped`] when the
     /// runner stopped; the output was not taken and the gate not told.
-    pub fn send(
-        &self,
-        output: Output,
-        gate: Option<(Arc<dyn CommitGate>, u64)>,
-    ) -> Result<(), SendError> {
+    pub fn send(&self, output: Output, gate: Option<(GateId, u64)>) -> Result<(), SendError> {
         if self.shared.queued.load(Ordering::Acquire) >= self.capacity {
             return Err(SendError::Full {
                 sink: self.shared.name.clone(),
@@ -261,6 +275,7 @@ impl SinkRunner {
             held: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             deadline: Mutex::new(None),
+            gates: Mutex::new(Vec::new()),
         });
         let thread = std::thread::Builder::new()
             .name(format!("sink:{}", config.name))
@@ -330,10 +345,12 @@ struct Run {
     /// Outputs kept by the hold policy.
     held: Vec<Queued>,
     outcomes: Vec<SinkOutcome>,
+    /// The registered gates this thread has seen (refreshed when an id is new to it).
+    gates: Vec<Arc<dyn CommitGate>>,
 }
 
 struct Meta {
-    gate: Option<(Arc<dyn CommitGate>, u64)>,
+    gate: Option<(GateId, u64)>,
     first_attempt: Option<SystemTime>,
 }
 
@@ -353,6 +370,7 @@ impl Run {
             waiting: Vec::new(),
             held: Vec::new(),
             outcomes: Vec::with_capacity(config.batch),
+            gates: Vec::new(),
             config,
         }
     }
@@ -457,16 +475,77 @@ impl Run {
         let now = Instant::now();
         let wall = SystemTime::now();
         let outcomes = std::mem::take(&mut self.outcomes);
+        // Published outputs are counted once per batch, and a run of one gate's tags is
+        // completed with one `complete_through`. That is exact only while every tag up
+        // to the run's last is published: so no output of this runner may be waiting
+        // for a retry or held, the batch may hold no retried output (retries come back
+        // in the order they fall due, not in tag order, and ahead of the new outputs),
+        // and the run ends at the batch's first output that was not published. New
+        // outputs reach the runner in increasing tag order per gate.
+        let mut coalesce = self.waiting.is_empty()
+            && self.held.is_empty()
+            && self
+                .meta
+                .iter()
+                .take(count)
+                .all(|meta| meta.first_attempt.is_none());
+        let mut run: Option<(GateId, u64)> = None;
+        let mut published = 0usize;
         for outcome in &outcomes {
             let (Some(output), Some(meta)) = (self.outputs.pop_front(), self.meta.pop_front())
             else {
                 break;
             };
+            if outcome.is_published() {
+                published += 1;
+                let Some((gate, tag)) = meta.gate else {
+                    continue;
+                };
+                if !coalesce {
+                    self.gate(gate).complete(tag);
+                    continue;
+                }
+                match &mut run {
+                    Some((same, through)) if *same == gate => *through = tag,
+                    _ => {
+                        if let Some((gate, through)) = run.replace((gate, tag)) {
+                            self.gate(gate).complete_through(through);
+                        }
+                    }
+                }
+                continue;
+            }
+            coalesce = false;
+            if let Some((gate, through)) = run.take() {
+                self.gate(gate).complete_through(through);
+            }
             self.settle(output, meta, outcome, now, wall);
+        }
+        if let Some((gate, through)) = run {
+            self.gate(gate).complete_through(through);
+        }
+        if published > 0 {
+            // over: they leave the queue (a retried output stays counted until then)
+            self.shared.queued.fetch_sub(published, Ordering::AcqRel);
+            self.shared
+                .counters
+                .published
+                .fetch_add(published as u64, Ordering::Relaxed);
         }
         self.outcomes = outcomes;
     }
 
+    /// The gate registered as `id`.
+    fn gate(&mut self, id: GateId) -> &Arc<dyn CommitGate> {
+        let at = id.0 as usize;
+        if at >= self.gates.len() {
+            // registered before any output naming it was sent
+            self.gates.clone_from(&self.shared.gates.lock());
+        }
+        &self.gates[at]
+    }
+
+    /// An output that was not published: retried, or given up by the policy.
     fn settle(
         &mut self,
         mut output: Output,
@@ -478,12 +557,7 @@ impl Run {
         let counters = &self.shared.counters;
         match outcome {
             SinkOutcome::Published { .. } => {
-                // over: it leaves the queue (a retried output stays counted until then)
-                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                counters.published.fetch_add(1, Ordering::Relaxed);
-                if let Some((gate, tag)) = &meta.gate {
-                    gate.complete(*tag);
-                }
+                debug_assert!(false, "publish_batch settles published outputs itself");
                 return;
             }
             SinkOutcome::NotPublished { .. } => {
@@ -545,8 +619,8 @@ impl Run {
             ExhaustedPolicy::CountLoss => {
                 self.shared.counters.lost.fetch_add(1, Ordering::Relaxed);
                 error!(sink = %self.shared.name, key = %key, evidence = outcome.evidence(), "output {why} ({state}): counted lost by the count_loss policy; its input is committed");
-                if let Some((gate, tag)) = &queued.gate {
-                    gate.complete(*tag);
+                if let Some((gate, tag)) = queued.gate {
+                    self.gate(gate).complete(tag);
                 }
             }
             ExhaustedPolicy::Hold => {
@@ -556,8 +630,8 @@ impl Run {
                     outcome.evidence()
                 );
                 error!(sink = %self.shared.name, key = %key, evidence = outcome.evidence(), "output {why} ({state}): held by the hold policy; its feed's commit stays before its input");
-                if let Some((gate, tag)) = &queued.gate {
-                    gate.held(*tag, &reason);
+                if let Some((gate, tag)) = queued.gate {
+                    self.gate(gate).held(tag, &reason);
                 }
                 self.shared.held.lock().push(reason);
                 self.held.push(queued);

@@ -33,9 +33,9 @@ use std::sync::Arc;
 
 use mongoose_core::engine;
 use mongoose_core::sink::{CommitGate, Output, OutputKey};
-use mongoose_core::{DeliveryContext, Epoch};
+use mongoose_core::{DeliveryContext, DeliveryRef, Epoch};
 
-use crate::runner::{SendError, SinkHandle};
+use crate::runner::{GateId, SendError, SinkHandle};
 
 /// Finds the commit gate of an input's feed for the writer's group (`None`: the feed's
 /// commits are not held, e.g. a feed without positions).
@@ -46,8 +46,13 @@ pub type GateSource = Arc<dyn Fn(&str) -> Option<Arc<dyn CommitGate>> + Send + S
 pub const NO_INPUT: &str = "-";
 
 struct FeedGate {
+    /// The engine's name of the feed (matched by pointer first).
     feed: Arc<str>,
-    gate: Option<Arc<dyn CommitGate>>,
+    /// The writer's own copy of the name, for the keys: its count is touched only by
+    /// this writer and the sink's thread, never by the feed's source.
+    key_name: Arc<str>,
+    /// The feed's commit gate and its id at the runner.
+    gate: Option<(Arc<dyn CommitGate>, GateId)>,
     next_tag: u64,
 }
 
@@ -58,9 +63,9 @@ pub struct SinkWriter {
     handle: SinkHandle,
     gates: GateSource,
     feeds: Vec<FeedGate>,
-    /// The delivery the last output belonged to (feed, sequence, attempt) and the
-    /// next index within it.
-    current: Option<(Arc<str>, u64, u32)>,
+    /// The delivery the last output belonged to (its feed's entry, sequence, attempt)
+    /// and the next index within it.
+    current: Option<(usize, u64, u32)>,
     index: u32,
     /// Outputs made outside a delivery, numbered.
     unpositioned: u64,
@@ -103,50 +108,35 @@ impl SinkWriter {
     /// when the sink stopped. The output was not taken.
     pub fn write(&mut self, payload: Vec<u8>) -> Result<OutputKey, SendError> {
         let generation = engine::current_processor().map_or(0, |processor| processor.0);
-        let Some(delivery) = DeliveryContext::current() else {
+        // borrowed: this runs per output, and the engine's feed name is shared with the
+        // source's thread, so cloning it would bounce its count between the threads
+        let positioned =
+            DeliveryContext::with_current(|delivery| self.key_for(delivery, generation));
+        let Some((key, at)) = positioned else {
             self.unpositioned += 1;
             let key = OutputKey::new(NO_INPUT, Epoch(0), 0, self.unpositioned, 0, generation);
             self.handle.send(Output::new(key.clone(), payload), None)?;
             return Ok(key);
         };
-        let same = self
-            .current
-            .as_ref()
-            .is_some_and(|(feed, sequence, attempt)| {
-                Arc::ptr_eq(feed, delivery.feed_arc())
-                    && *sequence == delivery.sequence()
-                    && *attempt == delivery.attempt()
-            });
-        if !same {
-            // a new delivery, or another attempt of one: its outputs count from 0 again,
-            // so a retried input makes the same keys
-            self.current = Some((
-                Arc::clone(delivery.feed_arc()),
-                delivery.sequence(),
-                delivery.attempt(),
-            ));
-            self.index = 0;
-        }
-        let key = OutputKey::for_delivery(&delivery, self.index, generation);
-        self.index += 1;
-        let gate = self.gate_for(delivery.feed_arc());
         let output = Output::new(key.clone(), payload);
-        match gate {
-            Some((gate, tag)) => {
+        let known = &mut self.feeds[at];
+        let sent = match &known.gate {
+            Some((gate, id)) => {
+                known.next_tag += 1;
+                let tag = known.next_tag;
                 gate.pending(tag);
-                if let Err(error) = self.handle.send(output, Some((Arc::clone(&gate), tag))) {
+                let sent = self.handle.send(output, Some((*id, tag)));
+                if sent.is_err() {
                     // not taken: nothing to wait for
                     gate.complete(tag);
-                    self.index -= 1;
-                    return Err(error);
                 }
+                sent
             }
-            None => {
-                if let Err(error) = self.handle.send(output, None) {
-                    self.index -= 1;
-                    return Err(error);
-                }
-            }
+            None => self.handle.send(output, None),
+        };
+        if let Err(error) = sent {
+            self.index -= 1;
+            return Err(error);
         }
         Ok(key)
     }
@@ -179,26 +169,48 @@ impl SinkWriter {
         status.queued == 0 && status.retrying == 0 && status.held_count == 0
     }
 
-    /// The gate of `feed` with the next tag.
-    fn gate_for(&mut self, feed: &Arc<str>) -> Option<(Arc<dyn CommitGate>, u64)> {
-        let at = match self
+    /// The key of the next output of `delivery`, and the index of its feed's entry.
+    fn key_for(&mut self, delivery: DeliveryRef<'_>, generation: u64) -> (OutputKey, usize) {
+        let at = self.feed_entry(delivery.feed);
+        let same = self.current.is_some_and(|(feed, sequence, attempt)| {
+            feed == at && sequence == delivery.sequence && attempt == delivery.attempt
+        });
+        if !same {
+            // a new delivery, or another attempt of one: its outputs count from 0 again,
+            // so a retried input makes the same keys
+            self.current = Some((at, delivery.sequence, delivery.attempt));
+            self.index = 0;
+        }
+        let key = OutputKey {
+            feed: Arc::clone(&self.feeds[at].key_name),
+            epoch: delivery.epoch,
+            lane: delivery.position.lane,
+            position: delivery.position.offset,
+            index: self.index,
+            generation,
+        };
+        self.index += 1;
+        (key, at)
+    }
+
+    /// The index of `feed`'s entry, made the first time the writer sees the feed.
+    fn feed_entry(&mut self, feed: &Arc<str>) -> usize {
+        if let Some(at) = self
             .feeds
             .iter()
             .position(|known| Arc::ptr_eq(&known.feed, feed) || *known.feed == **feed)
         {
-            Some(at) => at,
-            None => {
-                self.feeds.push(FeedGate {
-                    feed: Arc::clone(feed),
-                    gate: (self.gates)(feed),
-                    next_tag: 0,
-                });
-                self.feeds.len() - 1
-            }
-        };
-        let known = &mut self.feeds[at];
-        let gate = known.gate.as_ref()?;
-        known.next_tag += 1;
-        Some((Arc::clone(gate), known.next_tag))
+            return at;
+        }
+        self.feeds.push(FeedGate {
+            feed: Arc::clone(feed),
+            key_name: Arc::from(&**feed),
+            gate: (self.gates)(feed).map(|gate| {
+                let id = self.handle.register_gate(Arc::clone(&gate));
+                (gate, id)
+            }),
+            next_tag: 0,
+        });
+        self.feeds.len() - 1
     }
 }

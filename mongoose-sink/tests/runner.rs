@@ -44,9 +44,15 @@ impl CommitGate for Gate {
         self.completed.lock().push(tag);
     }
     fn complete_through(&self, tag: u64) {
+        // every pending tag up to `tag` not completed yet (a real gate forgets a tag
+        // once it is complete, so none is completed twice)
         let pending = self.pending.lock().clone();
         let mut completed = self.completed.lock();
-        completed.extend(pending.into_iter().filter(|pending| *pending <= tag));
+        let fresh: Vec<u64> = pending
+            .into_iter()
+            .filter(|pending| *pending <= tag && !completed.contains(pending))
+            .collect();
+        completed.extend(fresh);
     }
     fn held(&self, tag: u64, reason: &str) {
         self.held.lock().push((tag, reason.to_owned()));
@@ -87,12 +93,11 @@ fn run(
     .expect("started");
     let gate = Arc::new(Gate::default());
     let as_gate: Arc<dyn CommitGate> = gate.clone();
+    let gate_id = runner.handle().register_gate(Arc::clone(&as_gate));
+    as_gate.pending(1);
     runner
         .handle()
-        .send(
-            Output::new(key(10), b"one".to_vec()),
-            Some((Arc::clone(&as_gate), 1)),
-        )
+        .send(Output::new(key(10), b"one".to_vec()), Some((gate_id, 1)))
         .expect("taken");
     let status = wait_for(&runner, |status| {
         status.held_count + status.lost + status.published > 0
@@ -222,12 +227,15 @@ fn a_retried_output_is_published_and_its_gate_told_once() {
     .expect("started");
     let gate = Arc::new(Gate::default());
     let as_gate: Arc<dyn CommitGate> = gate.clone();
+    let gate_id = runner.handle().register_gate(Arc::clone(&as_gate));
     for tag in 1..=20u64 {
+        // as a writer does: pending before the output leaves
+        as_gate.pending(tag);
         runner
             .handle()
             .send(
                 Output::new(key(tag), tag.to_string().into_bytes()),
-                Some((Arc::clone(&as_gate), tag)),
+                Some((gate_id, tag)),
             )
             .expect("taken");
     }
@@ -239,11 +247,12 @@ fn a_retried_output_is_published_and_its_gate_told_once() {
     // a retried output left the queue once (counting each attempt out wrapped the
     // count around and refused every later output as "full")
     assert_eq!(status.queued, 0, "{status:?}");
+    // read before the next send: the runner may try that one at once
+    assert_eq!(seen.load(Ordering::Relaxed), 60);
     runner
         .handle()
         .send(Output::new(key(99), b"after".to_vec()), None)
         .expect("taken after the retries");
-    assert_eq!(seen.load(Ordering::Relaxed), 60);
     let mut completed = gate.completed.lock().clone();
     completed.sort_unstable();
     assert_eq!(completed, (1..=20).collect::<Vec<_>>());
@@ -285,4 +294,174 @@ fn a_full_queue_refuses_without_blocking_and_a_stop_publishes_what_is_queued() {
         status.published, taken,
         "the stop published what was queued"
     );
+}
+
+#[test]
+fn an_output_retried_in_the_middle_of_a_batch_is_not_completed_by_the_outputs_after_it() {
+    /// Holds its first publish until released, then refuses position 5 once.
+    struct RefusesFive {
+        release: Arc<std::sync::Barrier>,
+        first: bool,
+        refused: bool,
+    }
+    impl Sink for RefusesFive {
+        fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+            if std::mem::take(&mut self.first) {
+                self.release.wait();
+            }
+            for output in outputs {
+                if output.key.position == 5 && !self.refused {
+                    self.refused = true;
+                    outcomes.push(SinkOutcome::NotPublished {
+                        evidence: "503".into(),
+                        retryable: true,
+                    });
+                } else {
+                    outcomes.push(SinkOutcome::Published {
+                        evidence: "201".into(),
+                    });
+                }
+            }
+        }
+    }
+    let release = Arc::new(std::sync::Barrier::new(2));
+    let mut config = RunnerConfig::new("refuses-five", "memory");
+    // the refused output waits for its retry far longer than the test runs
+    config.budget = RetryBudget {
+        max_retries: 3,
+        initial_backoff: Duration::from_secs(3600),
+        max_backoff: Duration::from_secs(3600),
+        expire_after: Duration::from_secs(7200),
+    };
+    let runner = SinkRunner::start(
+        Box::new(RefusesFive {
+            release: Arc::clone(&release),
+            first: true,
+            refused: false,
+        }),
+        config,
+    )
+    .expect("started");
+    // an opener the runner takes alone and holds in its first publish, so the ten
+    // gated outputs sent meanwhile go out in one batch
+    runner
+        .handle()
+        .send(Output::new(key(0), b"opener".to_vec()), None)
+        .expect("taken");
+    wait_for(&runner, |status| status.queued == 1);
+    let gate = Arc::new(Gate::default());
+    let as_gate: Arc<dyn CommitGate> = gate.clone();
+    let gate_id = runner.handle().register_gate(Arc::clone(&as_gate));
+    for tag in 1..=10u64 {
+        as_gate.pending(tag);
+        runner
+            .handle()
+            .send(
+                Output::new(key(tag), tag.to_string().into_bytes()),
+                Some((gate_id, tag)),
+            )
+            .expect("taken");
+    }
+    release.wait();
+    let status = wait_for(&runner, |status| {
+        status.published == 10 && status.retrying == 1
+    });
+    assert_eq!((status.published, status.retrying), (10, 1), "{status:?}");
+    let mut completed = gate.completed.lock().clone();
+    completed.sort_unstable();
+    assert_eq!(
+        completed,
+        vec![1, 2, 3, 4, 6, 7, 8, 9, 10],
+        "the output at 5 waits for its retry: its input must stay uncommitted"
+    );
+    runner.stop(Instant::now());
+}
+
+#[test]
+fn retried_outputs_that_fall_due_out_of_order_are_each_completed() {
+    // Output 1 fails twice (its second backoff is longer), output 2 once: 2 falls due
+    // before 1. Output 3's publish is slow, so both are due when it returns and they
+    // come back in the order they fell due: [2, 1]. Completing that run "through" its
+    // last tag (1) left tag 2 pending for ever: its input was never committed.
+    struct Scripted {
+        attempts: Arc<Mutex<Vec<(u64, u32)>>>,
+    }
+    impl Sink for Scripted {
+        fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+            for output in outputs {
+                let (position, attempt) = (output.key.position, output.attempt);
+                self.attempts.lock().push((position, attempt));
+                if position == 3 {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                let fails = match position {
+                    1 => attempt < 2,
+                    2 => attempt < 1,
+                    _ => false,
+                };
+                outcomes.push(if fails {
+                    SinkOutcome::NotPublished {
+                        evidence: "503".into(),
+                        retryable: true,
+                    }
+                } else {
+                    SinkOutcome::Published {
+                        evidence: "201".into(),
+                    }
+                });
+            }
+        }
+    }
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let mut config = RunnerConfig::new("scripted", "memory");
+    config.budget = RetryBudget {
+        max_retries: 10,
+        initial_backoff: Duration::from_millis(40),
+        max_backoff: Duration::from_millis(1000),
+        expire_after: Duration::from_secs(3600),
+    };
+    let runner = SinkRunner::start(
+        Box::new(Scripted {
+            attempts: Arc::clone(&attempts),
+        }),
+        config,
+    )
+    .expect("started");
+    let gate = Arc::new(Gate::default());
+    let as_gate: Arc<dyn CommitGate> = gate.clone();
+    let gate_id = runner.handle().register_gate(Arc::clone(&as_gate));
+    let send = |tag: u64| {
+        as_gate.pending(tag);
+        runner
+            .handle()
+            .send(
+                Output::new(key(tag), tag.to_string().into_bytes()),
+                Some((gate_id, tag)),
+            )
+            .expect("taken");
+    };
+    let tried = |position: u64, attempt: u32| attempts.lock().contains(&(position, attempt));
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "never {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    send(1);
+    wait("retried output 1", &|| tried(1, 1));
+    // 1 now waits 80 ms (its second backoff); 2 fails once and waits 40 ms
+    send(2);
+    wait("tried output 2", &|| tried(2, 0));
+    // 3's slow publish outlasts both backoffs
+    send(3);
+    let status = wait_for(&runner, |status| status.published == 3);
+    assert_eq!(status.published, 3, "{status:?}");
+    wait("every output completed at its gate", &|| {
+        gate.completed.lock().len() == 3
+    });
+    let mut completed = gate.completed.lock().clone();
+    completed.sort_unstable();
+    assert_eq!(completed, vec![1, 2, 3]);
+    runner.stop(Instant::now());
 }

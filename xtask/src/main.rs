@@ -7,6 +7,9 @@
 //!   DIR]` tails the same file of lines into an output file with `mongoose run` and with
 //!   rsyslog, alternately, and prints the throughput and peak RSS of each (see
 //!   [`versus`]).
+//! * `cargo xtask plugins [--out DIR]` builds every connector crate under `plugins/` in
+//!   release mode and copies each one's shared library into DIR (default
+//!   `target/plugins`): point a config's `plugin_dir` at it.
 //! * `cargo xtask fuzz [SECONDS]` runs every cargo-fuzz target of the workspace for
 //!   SECONDS each (default 60), installing cargo-fuzz first if it is missing. A target
 //!   with a folder of seed inputs, `<crate>/fuzz/seeds/<target>/` (kept in git, unlike
@@ -165,11 +168,102 @@ fn fuzz(seconds: u64) -> bool {
     ok
 }
 
+/// The package name of the crate whose manifest is `manifest` (its `[package]` `name`).
+fn package_name(manifest: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let mut in_package = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+            continue;
+        }
+        if in_package {
+            if let Some(value) = line.strip_prefix("name") {
+                let value = value.trim_start().strip_prefix('=')?.trim();
+                return Some(value.trim_matches('"').to_owned());
+            }
+        }
+    }
+    None
+}
+
+/// `cargo xtask plugins [--out DIR]`: builds every crate under `plugins/` in release
+/// and copies its `lib<crate>.so` into DIR (replaced atomically: a running server that
+/// loaded the old file keeps it).
+fn plugins(arguments: &[String]) -> bool {
+    let root = workspace_root();
+    let out = match arguments {
+        [] => root.join("target").join("plugins"),
+        [flag, dir] if flag == "--out" => PathBuf::from(dir),
+        _ => {
+            eprintln!("usage: cargo xtask plugins [--out DIR]");
+            return false;
+        }
+    };
+    let mut packages = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root.join("plugins")) else {
+        eprintln!("xtask: no plugins/ folder in {}", root.display());
+        return false;
+    };
+    for entry in entries.flatten() {
+        if let Some(name) = package_name(&entry.path().join("Cargo.toml")) {
+            packages.push(name);
+        }
+    }
+    packages.sort();
+    if packages.is_empty() {
+        eprintln!("xtask: no plugin crates under plugins/");
+        return false;
+    }
+    let mut command = Command::new(env!("CARGO"));
+    command.current_dir(&root).args(["build", "--release"]);
+    for package in &packages {
+        command.args(["-p", package]);
+    }
+    if !run(&mut command) {
+        return false;
+    }
+    if let Err(error) = std::fs::create_dir_all(&out) {
+        eprintln!("xtask: cannot create {}: {error}", out.display());
+        return false;
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    for package in &packages {
+        let file = format!("lib{}.so", package.replace('-', "_"));
+        let built = target.join("release").join(&file);
+        let temporary = out.join(format!(".{file}.tmp"));
+        let copied = std::fs::copy(&built, &temporary)
+            .and_then(|_| std::fs::rename(&temporary, out.join(&file)));
+        match copied {
+            Ok(()) => println!("{}", out.join(&file).display()),
+            Err(error) => {
+                eprintln!(
+                    "xtask: cannot copy {} into {}: {error}",
+                    built.display(),
+                    out.display()
+                );
+                return false;
+            }
+        }
+    }
+    eprintln!(
+        "xtask: {} plugin(s) in {}: set plugin_dir = \"{}\" in the server's config",
+        packages.len(),
+        out.display(),
+        out.display()
+    );
+    true
+}
+
 fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     let ok = match arguments.first().map(String::as_str) {
         Some("bench") => bench(&arguments[1..]),
         Some("broker") => broker::broker(&workspace_root(), &arguments[1..]),
+        Some("plugins") => plugins(&arguments[1..]),
         Some("versus-rsyslog") => versus::versus_rsyslog(&workspace_root(), &arguments[1..]),
         Some("fuzz") => fuzz(
             arguments
@@ -180,7 +274,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
-                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start|stop|status"
+                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start|stop|status"
             );
             false
         }

@@ -45,6 +45,8 @@ impl LedgerExample {
                 name: self.ledger_settings().feed,
                 source: SourceKind::File,
                 path: self.input.clone(),
+                settings: Default::default(),
+                codec: None,
                 read_strategy: ReadStrategy::Committed,
                 queue_capacity: None,
                 overload: OverloadConfig::default(),

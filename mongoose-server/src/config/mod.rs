@@ -38,12 +38,47 @@ pub enum AddFailurePolicy {
     Throw,
 }
 
-/// The source of a feed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// The source of a feed: `"file"` (built in), or a source kind a plugin of
+/// `plugin_dir` declares (`"counter"`, `"journal"`, ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceKind {
     /// A tailed or once-read file of lines.
     File,
+    /// A source kind declared by a loaded plugin.
+    Plugin(String),
+}
+
+impl SourceKind {
+    /// The kind's name as the config spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            SourceKind::File => "file",
+            SourceKind::Plugin(kind) => kind,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SourceKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let kind = String::deserialize(deserializer)?;
+        Ok(match kind.as_str() {
+            "file" => SourceKind::File,
+            _ => SourceKind::Plugin(kind),
+        })
+    }
+}
+
+/// How a plugin feed's items (bytes, as the plugin publishes them) become the feed's
+/// item type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FeedCodec {
+    /// Each item is a [`mongoose_source_file::Line`] (the ledger and `forward` read
+    /// them as they read a file feed's lines). The default.
+    #[default]
+    Line,
+    /// Each item is the plugin's bytes ([`bytes::Bytes`]), for processors added by code.
+    Bytes,
 }
 
 /// An overload block: a policy and its bounds.
@@ -140,15 +175,22 @@ impl OverloadConfig {
 }
 
 /// One feed.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeedConfig {
     /// The feed's name, unique.
     pub name: String,
-    /// The source kind.
+    /// The source kind: `file`, or a kind a plugin of `plugin_dir` declares.
     pub source: SourceKind,
-    /// The input file (relative to the config file's folder).
+    /// The input file (relative to the config file's folder): a file feed's only.
+    #[serde(default)]
     pub path: PathBuf,
+    /// A plugin feed's settings, given to the plugin's source as TOML text.
+    #[serde(default)]
+    pub settings: toml::Table,
+    /// A plugin feed's item type: `line` (default) or `bytes`.
+    #[serde(default)]
+    pub codec: Option<FeedCodec>,
     /// The read strategy (default COMMITED).
     #[serde(default = "default_read_strategy")]
     pub read_strategy: ReadStrategy,
@@ -180,7 +222,20 @@ impl FeedConfig {
     /// Whether the feed's path is a glob: one feed over every matching file, each on
     /// its own lane.
     pub fn is_glob(&self) -> bool {
-        mongoose_source_file::is_glob(&self.path)
+        self.is_file() && mongoose_source_file::is_glob(&self.path)
+    }
+
+    /// Whether the feed reads a file (`source = "file"`), not a plugin's source.
+    pub fn is_file(&self) -> bool {
+        self.source == SourceKind::File
+    }
+
+    /// A plugin feed's source kind, `None` for a file feed.
+    pub fn plugin_kind(&self) -> Option<&str> {
+        match &self.source {
+            SourceKind::File => None,
+            SourceKind::Plugin(kind) => Some(kind),
+        }
     }
 }
 
@@ -269,7 +324,7 @@ pub struct GroupConfig {
 /// ```toml
 /// [[sinks]]
 /// name = "out"
-/// kind = "file"            # file | stdout | tcp | http
+/// kind = "file"            # file | stdout | tcp | http | a plugin's sink kind
 /// path = "out.log"         # file: lines appended, each batch fdatasync'd (sync = false: not)
 /// # address = "127.0.0.1:5140"            # tcp
 /// # url = "http://127.0.0.1:8080/events"  # http (one POST per output, Idempotency-Key)
@@ -277,7 +332,7 @@ pub struct GroupConfig {
 /// expire_after_millis = 300000
 /// on_exhausted = "hold"    # hold (the feed's commit stays before the input) | count_loss
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     /// The sink's name.
@@ -327,6 +382,9 @@ pub struct SinkConfig {
     /// it, a restart tries it again) or `count_loss` (counted lost, `lossless: false`).
     #[serde(default)]
     pub on_exhausted: Option<mongoose_core::sink::ExhaustedPolicy>,
+    /// A plugin sink's settings, given to the plugin's sink as TOML text.
+    #[serde(default)]
+    pub settings: Option<toml::Table>,
     /// The most outputs given to the sink at once (default 1,024; 8,192 for `file`).
     #[serde(default)]
     pub batch: Option<usize>,
@@ -430,7 +488,9 @@ pub struct ServerConfig {
     /// REPORT (default) or THROW.
     #[serde(default)]
     pub add_failure_policy: AddFailurePolicy,
-    /// Connector plugins to load at start.
+    /// The folder of connector plugins (`*.so`, built by `cargo xtask plugins`), loaded
+    /// when the server is built: a feed's `source` and a sink's `kind` may name a kind
+    /// they declare.
     pub plugin_dir: Option<PathBuf>,
     /// The admin API; none when absent.
     pub admin: Option<AdminConfig>,

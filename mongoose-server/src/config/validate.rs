@@ -117,7 +117,10 @@ impl ServerConfig {
             }
             self.feed_overload(index)?;
             self.feed_overrides(index)?;
-            self.validate_glob(index)?;
+            self.validate_source(index)?;
+            if feed.is_file() {
+                self.validate_glob(index)?;
+            }
         }
         let cores = available_cores();
         let mut groups = BTreeSet::new();
@@ -172,7 +175,7 @@ impl ServerConfig {
         let mut sinks = BTreeSet::new();
         for (index, sink) in self.sinks.iter().enumerate() {
             check_name(format!("sinks[{index}].name"), &sink.name)?;
-            sink.check_kind_settings(index)?;
+            sink.check_kind_settings(index, self.plugin_dir.is_some())?;
             if !sinks.insert(sink.name.as_str()) {
                 return Err(ServerError::invalid(
                     format!("sinks[{index}].name"),
@@ -290,11 +293,74 @@ pub(super) fn cpus_allowed_list(status: &str) -> Option<Vec<usize>> {
 }
 
 impl ServerConfig {
+    /// The feeds that read files (`source = "file"`), with their indexes.
+    fn file_feeds(&self) -> impl Iterator<Item = (usize, &FeedConfig)> {
+        self.feeds
+            .iter()
+            .enumerate()
+            .filter(|(_, feed)| feed.is_file())
+    }
+
+    /// A file feed has a path and no plugin keys; a plugin feed has no file keys.
+    /// Whether a plugin declares its kind is checked when the plugins are loaded
+    /// ([`crate::ServerBuilder::check`]).
+    fn validate_source(&self, index: usize) -> Result<(), ServerError> {
+        let feed = &self.feeds[index];
+        let at = |key: &str| format!("feeds[{index}].{key}");
+        match feed.plugin_kind() {
+            None => {
+                if !feed.settings.is_empty() || feed.codec.is_some() {
+                    let key = if feed.codec.is_some() {
+                        "codec"
+                    } else {
+                        "settings"
+                    };
+                    return Err(ServerError::invalid(
+                        at(key),
+                        format!(
+                            "`{key}` is a setting of a plugin feed, not of a file feed: remove it"
+                        ),
+                    ));
+                }
+            }
+            Some(kind) => {
+                if self.plugin_dir.is_none() {
+                    return Err(ServerError::invalid(
+                        at("source"),
+                        format!(
+                            "'{kind}' is not a built-in source kind (file) and no plugin_dir is set: set plugin_dir \
+                             to the folder holding the plugin that declares it (cargo xtask plugins --out DIR builds them)"
+                        ),
+                    ));
+                }
+                if let Some(problem) = name_problem(kind) {
+                    return Err(ServerError::invalid(at("source"), problem));
+                }
+                let file_keys = [
+                    ("path", !feed.path.as_os_str().is_empty()),
+                    ("rotated", feed.rotated.is_some()),
+                    ("scan_interval_millis", feed.scan_interval_millis.is_some()),
+                    ("max_open_files", feed.max_open_files.is_some()),
+                ];
+                if let Some((key, _)) = file_keys.iter().find(|(_, set)| *set) {
+                    return Err(ServerError::invalid(
+                        at(key),
+                        format!(
+                            "`{key}` is a setting of a file feed; feed '{}' reads the plugin source '{kind}':                              put what the plugin needs in its [feeds.settings] table",
+                            feed.name
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses a path no file can have (a NUL byte): the source or sink would fail to
     /// open it at run time (issue 9, item 11: the run never ended).
     fn validate_paths(&self) -> Result<(), ServerError> {
         let mut paths: Vec<(String, &Path)> = Vec::new();
-        for (index, feed) in self.feeds.iter().enumerate() {
+        for (index, feed) in self.file_feeds() {
             paths.push((format!("feeds[{index}].path"), &feed.path));
         }
         for (index, sink) in self.sinks.iter().enumerate() {
@@ -327,9 +393,7 @@ impl ServerConfig {
         // a feed on a directory read it in a busy loop, 693,248 WARN lines in five
         // seconds (issue 10, item 8); a sink on one can never be written
         let files = self
-            .feeds
-            .iter()
-            .enumerate()
+            .file_feeds()
             .map(|(index, feed)| (format!("feeds[{index}].path"), &feed.path))
             .chain(self.sinks.iter().enumerate().filter_map(|(index, sink)| {
                 sink.path
@@ -419,7 +483,7 @@ impl ServerConfig {
     /// both lost and duplicated (issue 9, item 5).
     fn refuse_feeds_sharing_a_file(&self) -> Result<(), ServerError> {
         let mut seen: BTreeMap<PathBuf, usize> = BTreeMap::new();
-        for (index, feed) in self.feeds.iter().enumerate() {
+        for (index, feed) in self.file_feeds() {
             let file = file_identity(&self.resolve(&feed.path));
             if let Some(&first) = seen.get(&file) {
                 let other = &self.feeds[first];
@@ -490,7 +554,7 @@ impl ServerConfig {
             };
             let folder = file_identity(folder);
             let pattern = pattern.to_string_lossy();
-            for (index, feed) in self.feeds.iter().enumerate() {
+            for (index, feed) in self.file_feeds() {
                 if index == glob_index || feed.is_glob() {
                     continue;
                 }
@@ -570,9 +634,17 @@ fn lexical_join(mut base: PathBuf, components: &[Component<'_>]) -> PathBuf {
 }
 
 impl crate::config::SinkConfig {
+    /// The sink kinds built in: `file`, `stdout`, `tcp`, `http`.
+    pub const BUILT_IN: [&'static str; 4] = ["file", "stdout", "tcp", "http"];
+
+    /// Whether its kind is built in (else a plugin declares it).
+    pub fn is_built_in(&self) -> bool {
+        Self::BUILT_IN.contains(&self.kind.as_str())
+    }
+
     /// Refuses an unknown kind, a missing setting of the kind, and a setting of
     /// another kind (it would be ignored).
-    fn check_kind_settings(&self, index: usize) -> Result<(), ServerError> {
+    fn check_kind_settings(&self, index: usize, plugins: bool) -> Result<(), ServerError> {
         let at = |key: &str| format!("sinks[{index}].{key}");
         let given: [(&str, bool); 8] = [
             ("path", self.path.is_some()),
@@ -599,17 +671,40 @@ impl crate::config::SinkConfig {
             ),
             "http" => (
                 &["url"],
-                &["url", "headers", "connect_timeout_millis", "response_timeout_millis"],
+                &[
+                    "url",
+                    "headers",
+                    "connect_timeout_millis",
+                    "response_timeout_millis",
+                ],
             ),
+            // a plugin's sink kind (checked against the loaded plugins when the server
+            // is built): its settings are in its `settings` table
             other => {
-                return Err(ServerError::invalid(
-                    at("kind"),
-                    format!(
-                        "unknown sink kind '{other}': expected \"file\", \"stdout\", \"tcp\" or \"http\""
-                    ),
-                ))
+                if !plugins {
+                    return Err(ServerError::invalid(
+                        at("kind"),
+                        format!(
+                            "unknown sink kind '{other}': expected \"file\", \"stdout\", \"tcp\" or \"http\", \
+                             or a plugin's sink kind (set plugin_dir to the folder of the plugin that declares it)"
+                        ),
+                    ));
+                }
+                if let Some(problem) = name_problem(other) {
+                    return Err(ServerError::invalid(at("kind"), problem));
+                }
+                (&[], &[])
             }
         };
+        if self.settings.is_some() && self.is_built_in() {
+            return Err(ServerError::invalid(
+                at("settings"),
+                format!(
+                    "a {} sink has no `settings` table (that is for a plugin's sink kind): put its keys in the sink's table",
+                    self.kind
+                ),
+            ));
+        }
         for key in required {
             if !given.iter().any(|(name, set)| name == key && *set) {
                 return Err(ServerError::invalid(

@@ -12,21 +12,25 @@ use mongoose_control::{
     IdleStrategy, ProcessorSupplier,
 };
 use mongoose_core::Position;
-use mongoose_core::{EventSource, Processor};
+use mongoose_core::{EventSource, PositionValue, Processor, SourceOutput};
 use mongoose_delivery::FeedBuilder;
 use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, KillSwitch, Publisher};
+use mongoose_plugin::host::{ItemCodec, PluginRegistry, PluginSource, Role};
 use mongoose_source_file::{
     FileEventSource, FileSourceConfig, GlobFileSource, GlobSourceConfig, Line,
 };
 use parking_lot::Mutex;
 use tracing::error;
 
-use crate::config::{check_name, AddFailurePolicy, IdleStrategyConfig, ServerConfig, SourceKind};
+use crate::config::{check_name, AddFailurePolicy, FeedCodec, IdleStrategyConfig, ServerConfig};
 use crate::sinks::Sinks;
 use crate::ServerError;
 
 use super::kinds::{unknown_feed, ProcessorContext, ProcessorKind, SettingsCheck, SettingsError};
 use super::{FeedRuntime, Inner, Lifecycle, Server, SourceSlot};
+
+/// A configured feed and its source.
+type FeedAndSource = (Arc<dyn AnyFeed>, Box<dyn EventSource>);
 
 /// A source added by code: its feed's name, the feed, the source.
 type CodeSource = (String, Arc<dyn AnyFeed>, Box<dyn EventSource>);
@@ -47,6 +51,8 @@ pub struct ServerBuilder {
     /// The feeds once the server is built, for gates handed out before
     /// ([`ServerBuilder::commit_gate`]).
     built_registry: Arc<std::sync::OnceLock<FeedRegistry>>,
+    /// The plugins of `plugin_dir`, once loaded.
+    plugins: std::sync::OnceLock<Option<Arc<PluginRegistry>>>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -177,6 +183,118 @@ impl ServerBuilder {
         self
     }
 
+    /// The plugins of the configuration's `plugin_dir` (`None` without one), loaded once
+    /// (by [`ServerBuilder::check`] or [`ServerBuilder::build`]). A plugin the handshake
+    /// refuses, an unreadable folder or a kind two plugins declare is a config error
+    /// at `plugin_dir`.
+    pub fn plugins(&self) -> Result<Option<Arc<PluginRegistry>>, ServerError> {
+        if let Some(loaded) = self.plugins.get() {
+            return Ok(loaded.clone());
+        }
+        let Some(dir) = &self.config.plugin_dir else {
+            return Ok(self.plugins.get_or_init(|| None).clone());
+        };
+        let dir = self.config.resolve(dir);
+        let registry = PluginRegistry::load_dir(&dir)
+            .map_err(|error| ServerError::invalid("plugin_dir", error.to_string()))?;
+        if !registry.refused().is_empty() {
+            let reasons: Vec<String> = registry
+                .refused()
+                .iter()
+                .map(|refusal| refusal.reason.clone())
+                .collect();
+            return Err(ServerError::invalid(
+                "plugin_dir",
+                format!(
+                    "{} plugin(s) of {} refused: {}; rebuild them (cargo xtask plugins --out {}) or remove them from the folder",
+                    reasons.len(),
+                    dir.display(),
+                    reasons.join("; "),
+                    dir.display()
+                ),
+            ));
+        }
+        for plugin in registry.plugins() {
+            let kinds: Vec<String> = plugin
+                .kinds()
+                .iter()
+                .map(|kind| format!("{} ({})", kind.name, kind.role.as_str()))
+                .collect();
+            tracing::info!(plugin = %plugin.name(), version = %plugin.version(), file = %plugin.path().display(), kinds = %kinds.join(", "), "plugin loaded");
+        }
+        Ok(self
+            .plugins
+            .get_or_init(|| Some(Arc::new(registry)))
+            .clone())
+    }
+
+    /// Refuses a feed's source or a sink's kind that is neither built in nor declared
+    /// by a loaded plugin, naming the known kinds and the plugin folder.
+    fn check_plugin_kinds(&self) -> Result<(), ServerError> {
+        let config = &self.config;
+        let wanted = config
+            .feeds
+            .iter()
+            .enumerate()
+            .filter_map(|(index, feed)| {
+                let kind = feed.plugin_kind()?;
+                Some((
+                    format!("feeds[{index}].source"),
+                    Role::Source,
+                    kind,
+                    vec!["file"],
+                ))
+            })
+            .chain(
+                config
+                    .sinks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, sink)| !sink.is_built_in())
+                    .map(|(index, sink)| {
+                        (
+                            format!("sinks[{index}].kind"),
+                            Role::Sink,
+                            sink.kind.as_str(),
+                            crate::config::SinkConfig::BUILT_IN.to_vec(),
+                        )
+                    }),
+            )
+            .collect::<Vec<_>>();
+        if wanted.is_empty() {
+            // a plugin folder nothing uses is still loaded (and checked) by `build`
+            return Ok(());
+        }
+        let plugins = self.plugins()?;
+        for (key, role, kind, built_in) in wanted {
+            let role_name = role.as_str();
+            let Some(registry) = plugins.as_deref() else {
+                return Err(ServerError::invalid(
+                    key,
+                    format!(
+                        "'{kind}' is not a built-in {role_name} kind ({}) and no plugin_dir is set: set plugin_dir                          to the folder holding the plugin that declares it (cargo xtask plugins --out DIR builds them)",
+                        built_in.join(", ")
+                    ),
+                ));
+            };
+            if registry.find(role, kind).is_none() {
+                let mut known: Vec<String> =
+                    built_in.iter().map(|kind| (*kind).to_owned()).collect();
+                known.extend(registry.kinds(role));
+                return Err(ServerError::invalid(
+                    key,
+                    format!(
+                        "no plugin in {} declares the {role_name} kind '{kind}': the known {role_name} kinds are [{}];                          fix the kind, or build the plugin that declares it into that folder (cargo xtask plugins --out {})",
+                        registry.dir().display(),
+                        known.join(", "),
+                        registry.dir().display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks everything the configuration shows, with what only the builder knows,
     /// without opening or creating anything: the configuration itself (names, ranges,
     /// paths, as [`ServerConfig::parse`] does), the names of processors added by code,
@@ -186,6 +304,7 @@ impl ServerBuilder {
     pub fn check(&self) -> Result<(), ServerError> {
         let config = &self.config;
         config.validate()?;
+        self.check_plugin_kinds()?;
         for (group, name, _) in &self.code_processors {
             let key = format!("the processor '{group}/{name}' added by code");
             check_name(format!("{key}: its group"), group)?;
@@ -304,6 +423,9 @@ impl ServerBuilder {
     pub fn build(self) -> Result<Server, ServerError> {
         self.check()?;
         self.config.refuse_recording_over_a_recording()?;
+        // loaded by `check` when a feed or sink needs them; a folder nothing uses is
+        // loaded (and its refusals reported) here
+        let plugins = self.plugins()?;
         let config = self.config;
         let registry = FeedRegistry::default();
         let _ = self.built_registry.set(registry.clone());
@@ -345,7 +467,20 @@ impl ServerBuilder {
             })
             .collect();
         for (index, feed_config) in config.feeds.iter().enumerate() {
-            let SourceKind::File = feed_config.source;
+            if let Some(kind) = feed_config.plugin_kind() {
+                // checked: a plugin of plugin_dir declares the kind
+                let Some(loaded) = plugins.as_deref() else {
+                    continue;
+                };
+                let (publisher, source) =
+                    plugin_feed(&config, index, kind, loaded, &kill_switch, &connector)?;
+                feeds.push(FeedRuntime {
+                    name: feed_config.name.clone(),
+                    publisher,
+                    source: Mutex::new(SourceSlot::Ready(source)),
+                });
+                continue;
+            }
             let strategy = feed_config.read_strategy;
             let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) =
                 if feed_config.is_glob() {
@@ -381,7 +516,7 @@ impl ServerBuilder {
                 source: Mutex::new(SourceSlot::Ready(source)),
             });
         }
-        let sinks = Sinks::open(&config, Some(registry.clone()))?;
+        let sinks = Sinks::open(&config, Some(registry.clone()), plugins.as_deref())?;
         Ok(Server {
             inner: Arc::new(Inner {
                 config,
@@ -400,13 +535,13 @@ impl ServerBuilder {
 }
 
 /// The builder of configured feed `index`: capacity, overload, status events, bounded.
-fn feed_builder<P: Position>(
+fn feed_builder<T: Send + Sync + 'static, P: Position>(
     config: &ServerConfig,
     index: usize,
-) -> Result<FeedBuilder<Line, P>, ServerError> {
+) -> Result<FeedBuilder<T, P>, ServerError> {
     let feed_config = &config.feeds[index];
     let mut builder =
-        Feed::<Line, P>::builder(&feed_config.name).status_events(feed_config.status_events);
+        Feed::<T, P>::builder(&feed_config.name).status_events(feed_config.status_events);
     if let Some(capacity) = feed_config.queue_capacity {
         builder = builder.queue_capacity(capacity);
     }
@@ -416,7 +551,57 @@ fn feed_builder<P: Position>(
     for (group, settings) in config.feed_overrides(index)? {
         builder = builder.subscriber_overload(&group, settings);
     }
-    Ok(builder.bounded(feed_config.read_strategy.is_once()))
+    Ok(builder.bounded(feed_config.is_file() && feed_config.read_strategy.is_once()))
+}
+
+/// The feed and source of configured plugin feed `index` (source kind `kind`): a feed
+/// of [`Line`]s or of [`bytes::Bytes`] (its `codec`), positioned by
+/// [`PositionValue`], and the plugin's source publishing into it.
+fn plugin_feed(
+    config: &ServerConfig,
+    index: usize,
+    kind: &str,
+    plugins: &PluginRegistry,
+    kill_switch: &KillSwitch,
+    connector: &DeliveryFeeds,
+) -> Result<FeedAndSource, ServerError> {
+    let feed_config = &config.feeds[index];
+    let settings = toml::to_string(&feed_config.settings).map_err(|error| {
+        ServerError::invalid(format!("feeds[{index}].settings"), error.to_string())
+    })?;
+    let refused = |error: mongoose_plugin::host::PluginError| {
+        ServerError::invalid(format!("feeds[{index}].settings"), error.to_string())
+    };
+    Ok(match feed_config.codec.unwrap_or_default() {
+        FeedCodec::Line => {
+            let publisher: Arc<Publisher<Line, PositionValue>> =
+                feed_builder(config, index)?.try_build()?;
+            publisher.set_kill_switch(Arc::clone(kill_switch));
+            connector.register(Arc::clone(&publisher))?;
+            // a plugin line's "path" is its source kind (what `{path}` of a forward
+            // template prints)
+            let origin = std::path::PathBuf::from(kind);
+            let codec: Arc<dyn ItemCodec<Line>> =
+                Arc::new(move |bytes: bytes::Bytes| Line::new(&origin, bytes));
+            let output: Arc<dyn SourceOutput<Line, PositionValue>> = publisher.clone();
+            let source =
+                PluginSource::create(plugins, kind, &feed_config.name, &settings, output, codec)
+                    .map_err(refused)?;
+            (publisher, Box::new(source))
+        }
+        FeedCodec::Bytes => {
+            let publisher: Arc<Publisher<bytes::Bytes, PositionValue>> =
+                feed_builder(config, index)?.try_build()?;
+            publisher.set_kill_switch(Arc::clone(kill_switch));
+            connector.register(Arc::clone(&publisher))?;
+            let codec: Arc<dyn ItemCodec<bytes::Bytes>> = Arc::new(|bytes: bytes::Bytes| bytes);
+            let output: Arc<dyn SourceOutput<bytes::Bytes, PositionValue>> = publisher.clone();
+            let source =
+                PluginSource::create(plugins, kind, &feed_config.name, &settings, output, codec)
+                    .map_err(refused)?;
+            (publisher, Box::new(source))
+        }
+    })
 }
 
 /// The glob source configuration of configured feed `index` (a glob path).
@@ -461,6 +646,7 @@ impl Server {
             code_sources: Vec::new(),
             kill_switch: None,
             built_registry: Arc::default(),
+            plugins: std::sync::OnceLock::new(),
         })
     }
 }

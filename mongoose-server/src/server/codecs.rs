@@ -10,7 +10,7 @@ use mongoose_replay::{FeedCodecs, Replayer};
 use mongoose_source_file::Line;
 use parking_lot::Mutex;
 
-use crate::config::ServerConfig;
+use crate::config::{FeedCodec, ServerConfig};
 use crate::sinks::Sinks;
 use crate::ServerError;
 
@@ -41,9 +41,10 @@ pub fn replay(
     recording: &Path,
 ) -> Result<Vec<(String, ReplayReport)>, ServerError> {
     builder.check()?;
+    let plugins = builder.plugins()?;
     let config = builder.config;
     // a replay's sinks hold no feed's commit
-    let sinks = Arc::new(Sinks::open(&config, None)?);
+    let sinks = Arc::new(Sinks::open(&config, None, plugins.as_deref())?);
     let mut reports = Vec::new();
     for (group_index, group) in config.groups.iter().enumerate() {
         let dir = recording.join(&group.name);
@@ -98,10 +99,16 @@ pub fn replay(
 /// The codecs of the configured feeds (their [`Line`]s), for record and replay.
 pub(super) fn feed_codecs(config: &ServerConfig) -> FeedCodecs {
     config.feeds.iter().fold(FeedCodecs::new(), |codecs, feed| {
-        let codec = LineCodec {
-            path: config.resolve(&feed.path),
+        let path = match feed.plugin_kind() {
+            None => config.resolve(&feed.path),
+            // a plugin feed of lines: its lines' path is the source kind
+            Some(kind) if feed.codec.unwrap_or_default() == FeedCodec::Line => {
+                std::path::PathBuf::from(kind)
+            }
+            // a plugin feed of bytes has no codec here: its processors are not recorded
+            Some(_) => return codecs,
         };
-        codecs.feed_with::<Line, _>(&feed.name, codec, false)
+        codecs.feed_with::<Line, _>(&feed.name, LineCodec { path }, false)
     })
 }
 

@@ -59,9 +59,6 @@ impl Server {
             groups = inner.config.groups.len(),
             "server starting"
         );
-        if let Some(plugins) = &inner.config.plugin_dir {
-            warn!(dir = %plugins.display(), "plugin_dir is set but this build loads no plugins yet (the plugin loader is a later step of the roadmap): connectors there are not loaded");
-        }
         for group in &inner.config.groups {
             let recorder = match &inner.config.record {
                 None => None,

@@ -77,6 +77,21 @@ struct Inner {
     failed_adds: Mutex<Vec<String>>,
 }
 
+/// The failed plugin sources of `report`, one reason each (see
+/// [`Server::source_failures`]).
+pub(crate) fn source_failures_in(report: &StatusReport) -> Vec<String> {
+    report
+        .feeds
+        .iter()
+        .filter_map(|feed| {
+            let detail = feed.detail.as_deref()?;
+            detail
+                .starts_with(mongoose_plugin::host::SOURCE_FAILED)
+                .then(|| format!("feed '{}': {detail}", feed.feed))
+        })
+        .collect()
+}
+
 /// What the reason of a feed held by a sink's `hold` policy says (see
 /// `mongoose_sink::runner`).
 const HELD_OUTPUT: &str = "its feed's commit is held";
@@ -145,12 +160,21 @@ impl Server {
         self.inner.failures.lock().clone()
     }
 
-    /// Processors that failed, one reason each: an add at start that was not applied
-    /// (REPORT policy) and every quarantined processor. The server goes on without
+    /// Plugin sources that failed (a panic caught at the plugin boundary), one reason
+    /// each (`feed 'NAME': ...`, with the panic's message): such a feed delivers nothing
+    /// more in this run and keeps its committed position; the other feeds go on.
+    pub fn source_failures(&self) -> Vec<String> {
+        source_failures_in(&self.status())
+    }
+
+    /// Processors (and plugin sources) that failed, one reason each: an add at start
+    /// that was not applied (REPORT policy), every quarantined processor and every
+    /// failed plugin source ([`Server::source_failures`]). The server goes on without
     /// them; a run that waits to settle ends (exit 1) once they leave nothing able to
     /// make progress.
     pub fn processor_failures(&self) -> Vec<String> {
         let mut failures = self.inner.failed_adds.lock().clone();
+        failures.extend(self.source_failures());
         for group in self.group_statuses() {
             for processor in &group.quarantined {
                 failures.push(format!(
@@ -205,7 +229,11 @@ impl Server {
         config
             .feeds
             .iter()
-            .position(|candidate| candidate.name == feed && candidate.read_strategy.has_pointer())
+            .position(|candidate| {
+                candidate.name == feed
+                    && candidate.is_file()
+                    && candidate.read_strategy.has_pointer()
+            })
             .map(|index| {
                 let found = &config.feeds[index];
                 if found.is_glob() {

@@ -1,0 +1,283 @@
+//! Readers: any number, in any process, with no lock.
+
+use std::fmt;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{JournalError, Result};
+use crate::segment::{self, Segment, SegmentHeader, HEADER_USED_BYTES, SLOT_EMPTY, SLOT_END};
+
+/// One excerpt, borrowed from the mapped segment (no copy).
+#[derive(Clone, Copy)]
+pub struct Excerpt<'a> {
+    index: u64,
+    bytes: &'a [u8],
+}
+
+impl<'a> Excerpt<'a> {
+    /// The excerpt's index in the journal (dense from 0).
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The excerpt's bytes, as appended.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+impl fmt::Debug for Excerpt<'_> {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("Excerpt")
+            .field("index", &self.index)
+            .field("len", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// A reader of a journal: yields its excerpts in index order, each once, and waits (by
+/// returning `None`) at the end, at an excerpt not yet appended, and before a torn or
+/// damaged excerpt, which it never yields. Needs no lock: any number of tailers, in any
+/// number of processes, read while the appender appends.
+#[derive(Debug)]
+pub struct Tailer {
+    dir: PathBuf,
+    segment: Option<Segment>,
+    next_index: u64,
+    /// Where the next excerpt must start in the current segment, when known (after a
+    /// read; not after a seek).
+    expected_offset: Option<usize>,
+    /// The index the tailer last warned about (a damaged excerpt), to warn once.
+    warned_at: Option<u64>,
+    /// The excerpt a `peek` checked: its index, payload offset and length.
+    located: Option<(u64, usize, usize)>,
+}
+
+impl Tailer {
+    pub(crate) fn new(dir: &Path) -> Tailer {
+        Tailer {
+            dir: dir.to_path_buf(),
+            segment: None,
+            next_index: 0,
+            expected_offset: None,
+            warned_at: None,
+            located: None,
+        }
+    }
+
+    /// The next excerpt, or `None` if it is not (yet) readable: not appended yet, or
+    /// torn or damaged (logged once as a warning; the tailer stays before it and reads it
+    /// once an appender has cut the damage and appended again). The excerpt borrows the
+    /// tailer; [`Tailer::index`] is then the index after it.
+    #[inline]
+    #[allow(clippy::should_implement_trait)] // a lending read: the excerpt borrows the tailer
+    pub fn next(&mut self) -> Result<Option<Excerpt<'_>>> {
+        let Some((start, len)) = self.locate()? else {
+            return Ok(None);
+        };
+        self.located = None;
+        let index = self.next_index;
+        self.next_index += 1;
+        self.expected_offset = Some((start + len).next_multiple_of(8));
+        Ok(Some(self.excerpt_at(index, start, len)))
+    }
+
+    /// The next excerpt, as [`Tailer::next`] would give it, without moving past it: a
+    /// source that cannot hand it on yet (PAUSE) keeps its place, and the following
+    /// `peek` or `next` gives the same excerpt again (checked once).
+    #[inline]
+    pub fn peek(&mut self) -> Result<Option<Excerpt<'_>>> {
+        let Some((start, len)) = self.locate()? else {
+            return Ok(None);
+        };
+        Ok(Some(self.excerpt_at(self.next_index, start, len)))
+    }
+
+    /// Finds and checks excerpt `next_index`: the payload's offset and length.
+    #[inline]
+    fn locate(&mut self) -> Result<Option<(usize, usize)>> {
+        if let Some((index, start, len)) = self.located {
+            if index == self.next_index {
+                return Ok(Some((start, len)));
+            }
+        }
+        let found = loop {
+            let Some(segment) = &self.segment else {
+                match self.find_segment(self.next_index)? {
+                    Some(found) => {
+                        self.segment = Some(found);
+                        self.expected_offset = None;
+                        continue;
+                    }
+                    None => return Ok(None),
+                }
+            };
+            let slot = self.next_index - segment.header.first_index;
+            let value = segment.slot(slot);
+            if value == SLOT_EMPTY {
+                if !segment.is_whole() && self.remap()? {
+                    continue;
+                }
+                return Ok(None);
+            }
+            if value == SLOT_END {
+                if self.open_next_segment()? {
+                    continue;
+                }
+                return Ok(None);
+            }
+            match segment.check_excerpt(self.next_index, value, self.expected_offset) {
+                Ok(found) => break found,
+                Err(problem) => {
+                    if !segment.is_whole() && self.remap()? {
+                        continue;
+                    }
+                    if self.warned_at != Some(self.next_index) {
+                        tracing::warn!(
+                            index = self.next_index,
+                            ?problem,
+                            "a journal excerpt is torn or damaged: the tailer stops before it \
+                             (an appender opening the journal cuts it)"
+                        );
+                        self.warned_at = Some(self.next_index);
+                    }
+                    return Ok(None);
+                }
+            }
+        };
+        self.located = Some((self.next_index, found.0, found.1));
+        Ok(Some(found))
+    }
+
+    /// The excerpt `index` whose payload `locate` found at `start..start + len`.
+    #[inline]
+    fn excerpt_at(&self, index: u64, start: usize, len: usize) -> Excerpt<'_> {
+        let segment = self.segment.as_ref().expect("the segment just read");
+        // SAFETY: `check_excerpt` checked the range is inside the mapping and holds the
+        // published excerpt `index`, which no one writes again; the slice borrows `self`,
+        // so the mapping outlives it.
+        let bytes = unsafe { segment.payload(start, len) };
+        Excerpt { index, bytes }
+    }
+
+    /// Positions the tailer so that [`Tailer::next`] reads excerpt `index`: O(1) in its
+    /// segment (the segment's index slot gives its offset), after a binary search of the
+    /// segments' headers. `true` if excerpt `index` exists or is the next to be appended;
+    /// `false` if `index` is beyond that: the tailer is then left at the end (see
+    /// [`Tailer::index`]).
+    pub fn seek(&mut self, index: u64) -> Result<bool> {
+        self.located = None;
+        self.warned_at = None;
+        self.expected_offset = None;
+        let Some(segment) = self.find_segment(index)? else {
+            self.segment = None;
+            self.next_index = 0;
+            return Ok(index == 0);
+        };
+        let first = segment.header.first_index;
+        let slot = index - first;
+        let value = segment.slot(slot);
+        if value != SLOT_EMPTY && value != SLOT_END {
+            self.segment = Some(segment);
+            self.next_index = index;
+            return Ok(true);
+        }
+        let end = first_unfilled_slot(&segment, slot.min(segment.header.geometry.index_slots));
+        self.segment = Some(segment);
+        self.next_index = first + end;
+        Ok(end == slot)
+    }
+
+    /// The index of the excerpt [`Tailer::next`] reads next.
+    pub fn index(&self) -> u64 {
+        self.next_index
+    }
+
+    /// The segment holding excerpt `index` (the last one whose first index is not above
+    /// it), mapped; `None` if the journal has no segment yet.
+    fn find_segment(&self, index: u64) -> Result<Option<Segment>> {
+        let numbers = segment::list_segments(&self.dir)?;
+        if numbers.is_empty() {
+            return Ok(None);
+        }
+        let (mut low, mut high) = (0, numbers.len());
+        // invariant: numbers[..low] start at or before `index`, numbers[high..] after it
+        while low < high {
+            let middle = (low + high) / 2;
+            let header = read_header(&segment::segment_path(&self.dir, numbers[middle]))?;
+            if header.is_some_and(|header| header.first_index <= index) {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        if low == 0 {
+            let first = read_header(&segment::segment_path(&self.dir, numbers[0]))?
+                .map_or(0, |header| header.first_index);
+            return Err(JournalError::IndexBeforeStart { index, first });
+        }
+        Segment::open(&segment::segment_path(&self.dir, numbers[low - 1]), false)
+    }
+
+    /// Moves on to the segment after the current one, if it exists yet.
+    fn open_next_segment(&mut self) -> Result<bool> {
+        let current = self.segment.as_ref().expect("a current segment");
+        let path = segment::segment_path(&self.dir, current.header.number + 1);
+        let Some(next) = Segment::open(&path, false)? else {
+            return Ok(false);
+        };
+        if next.header.first_index != self.next_index {
+            return Err(JournalError::bad_segment(
+                &path,
+                format!(
+                    "its first index is {}, the segment before ends at {}",
+                    next.header.first_index, self.next_index
+                ),
+            ));
+        }
+        self.expected_offset = Some(next.header.geometry.data_start() as usize);
+        self.segment = Some(next);
+        Ok(true)
+    }
+
+    fn remap(&mut self) -> Result<bool> {
+        match self.segment.as_mut() {
+            Some(segment) => segment.remap_if_grown(),
+            None => Ok(false),
+        }
+    }
+}
+
+/// The first slot below `limit` that holds no excerpt (empty, or the end mark), or
+/// `limit`: slots fill in order, so a binary search finds it.
+pub(crate) fn first_unfilled_slot(segment: &Segment, limit: u64) -> u64 {
+    let filled = |slot: u64| {
+        let value = segment.slot(slot);
+        value != SLOT_EMPTY && value != SLOT_END
+    };
+    let (mut low, mut high) = (0, limit);
+    while low < high {
+        let middle = low + (high - low) / 2;
+        if filled(middle) {
+            low = middle + 1;
+        } else {
+            high = middle;
+        }
+    }
+    low
+}
+
+/// The header of the segment at `path`; `None` if it is gone.
+pub(crate) fn read_header(path: &Path) -> Result<Option<SegmentHeader>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(JournalError::io("cannot open the segment", path, error)),
+    };
+    let mut bytes = [0u8; HEADER_USED_BYTES];
+    file.read_exact_at(&mut bytes, 0)
+        .map_err(|_| JournalError::bad_segment(path, "shorter than its header"))?;
+    SegmentHeader::decode(&bytes, path).map(Some)
+}

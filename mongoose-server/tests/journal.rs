@@ -1,0 +1,151 @@
+//! The journal connector in the server (issue 14): the `mongoose` binary loads the
+//! `journal` plugin (built by cargo in the test from `plugins/journal`) from its
+//! `plugin_dir` and runs the ledger on a journal feed while another process
+//! (`mongoose journal append`) appends to the journal. The server is killed with
+//! SIGKILL several times and restarted: the tailer's committed index is never ahead of
+//! the ledger's saved position, and in the end every excerpt is applied exactly once
+//! (the consumer-side guard skips what the commit lag gives again).
+
+mod support;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mongoose_journal::TailerStore;
+use mongoose_testkit::{build_plugin, plugin_dir};
+use support::{balances_of, LedgerRun};
+
+const TOTAL: usize = 40_000;
+
+fn line(index: usize) -> String {
+    let amount = (index % 7) as i64 - 3;
+    format!("acc{},{amount}", index % 50)
+}
+
+fn config(dir: &Path, guard: bool) -> String {
+    let journal = dir.join("journal");
+    format!(
+        r#"
+plugin_dir = "{plugins}"
+
+[[feeds]]
+name = "lines"
+source = "journal"
+codec = "line"
+settings = {{ path = "{journal}", tailer = "ledger" }}
+
+[[groups]]
+name = "ledger"
+idle_strategy = "sleeping-millis:1"
+
+[[groups.processors]]
+name = "ledger"
+kind = "ledger"
+settings = {{ state_dir = "state", alerts = "alerts.txt", guard = {guard} }}
+"#,
+        plugins = dir.join("plugins").display(),
+        journal = journal.display(),
+    )
+}
+
+/// The next index the ledger's tailer committed (0 before any commit).
+fn committed(dir: &Path) -> u64 {
+    let store = TailerStore::open(dir.join("journal").join("tailers"), "ledger")
+        .expect("the tailer store opens once the server is dead");
+    store.load().unwrap_or(0)
+}
+
+/// `mongoose journal append` fed `TOTAL` lines in small paced chunks by a thread.
+fn writer(dir: &Path) -> (Child, std::thread::JoinHandle<()>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mongoose"))
+        .args(["journal", "append"])
+        .arg(dir.join("journal"))
+        .args(["--sync-every", "1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the journal writer starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let feeder = std::thread::spawn(move || {
+        for chunk in (0..TOTAL).collect::<Vec<_>>().chunks(400) {
+            let text: String = chunk.iter().map(|index| line(*index) + "\n").collect();
+            stdin.write_all(text.as_bytes()).expect("the writer reads");
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    });
+    (child, feeder)
+}
+
+#[test]
+fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_guard() {
+    let library = build_plugin("journal-plugin", &[]);
+    let run = LedgerRun::new("", "");
+    plugin_dir(run.dir.path(), &[&library]);
+    std::fs::write(run.path("mongoose.toml"), config(run.dir.path(), true)).expect("config");
+
+    let (mut appender, feeder) = writer(run.dir.path());
+    let mut kills = 0;
+    let mut applied = 0u64;
+    for round in 0..5u64 {
+        let mut child = run.spawn(false);
+        let target = (applied + 3_000 + round * 2_000).min(TOTAL as u64);
+        run.wait_until(&mut child, &format!("applied {target} lines"), || {
+            applied_lines(&run) >= target
+        });
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        kills += 1;
+        let saved = run.state_in("state");
+        let committed = committed(run.dir.path());
+        assert!(
+            committed <= saved.position,
+            "after kill {kills}: the tailer's committed index ({committed}) is ahead of the ledger's saved position ({})",
+            saved.position
+        );
+        applied = saved.applied;
+    }
+    assert!(kills >= 3, "killed while it worked ({kills} kills)");
+    feeder.join().expect("the feeder thread");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = appender.try_wait().expect("writer status") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the journal writer never ended");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the journal writer failed: {status}");
+
+    assert_eq!(
+        run.finish(),
+        0,
+        "the last run settled lossless: {}",
+        run.log()
+    );
+    let state = run.state_in("state");
+    let expected: Vec<String> = (0..TOTAL).map(line).collect();
+    assert_eq!(
+        state.applied,
+        TOTAL as u64,
+        "every excerpt applied once: {}",
+        run.log()
+    );
+    assert_eq!(
+        state.balances,
+        balances_of(expected.iter().map(String::as_str))
+    );
+    assert_eq!(state.position, TOTAL as u64, "the last excerpt's position");
+    assert_eq!(
+        committed(run.dir.path()),
+        TOTAL as u64,
+        "the final commit covers everything"
+    );
+}
+
+/// The ledger's applied count, 0 before its state exists.
+fn applied_lines(run: &LedgerRun) -> u64 {
+    mongoose_ledger::LedgerState::load(&run.path("state")).map_or(0, |state| state.applied)
+}

@@ -1,0 +1,293 @@
+//! The journal connector: a plugin that reads and writes a
+//! [`mongoose_journal::Journal`] (memory-mapped, segmented, append-only).
+//!
+//! * **Source kind `journal`.** Tails the journal in `path` and publishes each excerpt
+//!   (its bytes; the feed's codec makes it a line or keeps the bytes) at position
+//!   `index + 1` of lane 0 (the offset after the excerpt, as a file source's byte offset
+//!   after a line): a processor that stores positions with its state compares them
+//!   with `DeliveryContext::already_applied`. After the engine says the excerpts were
+//!   processed, its committer stores the next index to read in the named tailer's store
+//!   (`<tailers>/<tailer>.tailer`, fsync'd), and a restart (or a `kill -9`) resumes
+//!   there: nothing lost, and only what was processed after the last commit is given
+//!   again. PAUSE (a full queue) keeps the excerpt and reads nothing more until it is
+//!   taken. A committed index beyond the journal's end (the journal was replaced) is
+//!   reported with a WARN and reading starts again at 0 in a new epoch.
+//!
+//!   Settings: `path` (the journal directory, required), `tailer` (the tailer's name,
+//!   default: the feed's name), `tailers` (the directory of tailer stores, default
+//!   `<path>/tailers`), `batch` (excerpts per duty cycle, default 4096).
+//! * **Sink kind `journal`.** Appends each output's payload as one excerpt to the
+//!   journal in `path` and syncs the batch (`msync`) before it answers published, with
+//!   the excerpt's index as evidence: a journal is also an outbox, its append the
+//!   output's admission record. Settings: `path` (required), `segment_bytes` (for new
+//!   segments, default 64 MiB).
+//!
+//! ```toml
+//! plugin_dir = "target/plugins"
+//!
+//! [[feeds]]
+//! name = "payments"
+//! source = "journal"
+//! codec = "line"
+//! settings = { path = "data/payments.journal", tailer = "ledger" }
+//! ```
+
+use std::path::PathBuf;
+
+use mongoose_core::sink::{Output, Sink, SinkOutcome};
+use mongoose_core::{
+    CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
+    WorkDone,
+};
+use mongoose_journal::{Appender, Journal, JournalConfig, Tailer, TailerStore};
+use mongoose_plugin::settings::Settings;
+use mongoose_plugin::PluginOutput;
+
+/// Excerpts one duty cycle publishes at most, unless the `batch` setting says otherwise.
+const DEFAULT_BATCH: u64 = 4096;
+
+/// The epoch of a journal read from its beginning or a committed index.
+const FIRST_EPOCH: Epoch = Epoch(1);
+
+fn core_error(context: &'static str, error: mongoose_journal::JournalError) -> CoreError {
+    CoreError::io(context, std::io::Error::other(error.to_string()))
+}
+
+/// Tails a journal and commits a named tailer's index after processing.
+#[derive(Debug)]
+pub struct JournalSource {
+    output: PluginOutput,
+    path: PathBuf,
+    tailer_name: String,
+    tailers: PathBuf,
+    batch: u64,
+    journal: Option<Journal>,
+    tailer: Option<Tailer>,
+    epoch: Epoch,
+    caught_up: bool,
+}
+
+impl JournalSource {
+    /// A source from its settings (see the crate docs).
+    pub fn new(settings: &str, output: PluginOutput) -> Result<JournalSource, String> {
+        let settings = Settings::parse(settings)?;
+        settings.only(&["path", "tailer", "tailers", "batch"])?;
+        let path = PathBuf::from(settings.required("path")?);
+        let tailer_name = settings
+            .text("tailer")
+            .map_or_else(|| output.feed().to_owned(), str::to_owned);
+        let tailers = settings
+            .text("tailers")
+            .map_or_else(|| path.join("tailers"), PathBuf::from);
+        let batch = settings.u64("batch")?.unwrap_or(DEFAULT_BATCH).max(1);
+        Ok(JournalSource {
+            output,
+            path,
+            tailer_name,
+            tailers,
+            batch,
+            journal: None,
+            tailer: None,
+            epoch: FIRST_EPOCH,
+            caught_up: false,
+        })
+    }
+}
+
+impl EventSource for JournalSource {
+    fn name(&self) -> &str {
+        self.output.feed()
+    }
+
+    fn start(&mut self) -> Result<(), CoreError> {
+        let journal = Journal::open(&self.path, JournalConfig::default())
+            .map_err(|error| core_error("cannot open the journal", error))?;
+        let store = TailerStore::open(&self.tailers, &self.tailer_name)
+            .map_err(|error| core_error("cannot open the journal tailer's store", error))?;
+        let committed = store.load().unwrap_or(0);
+        let mut tailer = journal.tailer();
+        let exists = tailer
+            .seek(committed)
+            .map_err(|error| core_error("cannot seek the journal", error))?;
+        if !exists {
+            // the committed index is beyond the journal's end: another journal now
+            self.output.warn(&format!(
+                "journal {}: tailer '{}' committed index {committed}, but the journal ends at {}: it was replaced; reading it again from index 0 in a new epoch",
+                self.path.display(),
+                self.tailer_name,
+                tailer.index()
+            ));
+            self.epoch = Epoch(FIRST_EPOCH.0 + 1);
+            tailer
+                .seek(0)
+                .map_err(|error| core_error("cannot seek the journal", error))?;
+        }
+        let output = &self.output;
+        output.set_pause_by_default(true);
+        output.set_epoch(self.epoch);
+        output.acknowledge_with(Box::new(TailerCommitter {
+            store,
+            epoch: self.epoch,
+            pending: None,
+        }));
+        output.report_state(SourceState::Behind, Some("reading the journal"));
+        self.journal = Some(journal);
+        self.tailer = Some(tailer);
+        Ok(())
+    }
+
+    fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+        let Some(tailer) = self.tailer.as_mut() else {
+            return Ok(WorkDone(0));
+        };
+        let mut done = 0u64;
+        let mut paused = false;
+        while done < self.batch {
+            let Some(excerpt) = tailer
+                .peek()
+                .map_err(|error| core_error("cannot read the journal", error))?
+            else {
+                break;
+            };
+            let position = PositionValue::at(excerpt.index() + 1);
+            if !self
+                .output
+                .try_publish(excerpt.bytes(), position)
+                .is_published()
+            {
+                // PAUSE: the excerpt stays next; it is offered again next cycle
+                paused = true;
+                break;
+            }
+            tailer
+                .next()
+                .map_err(|error| core_error("cannot read the journal", error))?;
+            done += 1;
+        }
+        let caught_up = !paused && done < self.batch;
+        if caught_up != self.caught_up {
+            self.caught_up = caught_up;
+            if caught_up {
+                self.output.report_state(SourceState::CaughtUp, None);
+            } else {
+                self.output
+                    .report_state(SourceState::Behind, Some("reading the journal"));
+            }
+        }
+        Ok(WorkDone(usize::try_from(done).unwrap_or(usize::MAX)))
+    }
+
+    fn stop(&mut self) -> Result<(), CoreError> {
+        self.tailer = None;
+        self.journal = None;
+        Ok(())
+    }
+}
+
+/// Stores the next index to read after the excerpts before it were processed.
+#[derive(Debug)]
+struct TailerCommitter {
+    store: TailerStore,
+    epoch: Epoch,
+    pending: Option<u64>,
+}
+
+impl SourceCommitter<PositionValue> for TailerCommitter {
+    fn acknowledged(&mut self, _sequence: u64, epoch: Epoch, position: PositionValue) {
+        if epoch == self.epoch {
+            // the position is the offset after the excerpt: the next index to read
+            self.pending = Some(position.offset);
+        }
+    }
+
+    fn commit(&mut self) -> Result<(), CoreError> {
+        let Some(next) = self.pending else {
+            return Ok(());
+        };
+        self.store
+            .store(next)
+            .map_err(|error| core_error("cannot store the journal tailer's index", error))?;
+        self.pending = None;
+        Ok(())
+    }
+
+    fn commits_after_stop(&self) -> bool {
+        true
+    }
+}
+
+/// Appends outputs to a journal.
+#[derive(Debug)]
+pub struct JournalSink {
+    appender: Appender,
+    _journal: Journal,
+}
+
+impl JournalSink {
+    /// Opens the journal of the `path` setting (creating it) and takes its appender.
+    pub fn open(settings: &str) -> Result<JournalSink, String> {
+        let settings = Settings::parse(settings)?;
+        settings.only(&["path", "segment_bytes"])?;
+        let path = settings.required("path")?;
+        let mut config = JournalConfig::default();
+        if let Some(bytes) = settings.u64("segment_bytes")? {
+            config.segment_bytes = bytes;
+        }
+        let journal = Journal::open(path, config).map_err(|error| error.to_string())?;
+        let appender = journal.appender().map_err(|error| error.to_string())?;
+        Ok(JournalSink {
+            appender,
+            _journal: journal,
+        })
+    }
+}
+
+impl Sink for JournalSink {
+    fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+        let mut appended = Vec::with_capacity(outputs.len());
+        let mut failed = None;
+        for output in outputs {
+            match self.appender.append(&output.payload) {
+                Ok(index) => appended.push(index),
+                Err(error) => {
+                    failed = Some(error.to_string());
+                    break;
+                }
+            }
+        }
+        let synced = if appended.is_empty() {
+            Ok(())
+        } else {
+            self.appender.sync().map_err(|error| error.to_string())
+        };
+        for (at, _) in outputs.iter().enumerate() {
+            outcomes.push(match (appended.get(at), &synced) {
+                (Some(index), Ok(())) => SinkOutcome::Published {
+                    evidence: format!("journal index {index}"),
+                },
+                // appended, visible to readers, but not known durable
+                (Some(index), Err(error)) => SinkOutcome::Uncertain {
+                    evidence: format!("appended at index {index}, the sync failed: {error}"),
+                },
+                (None, _) => SinkOutcome::NotPublished {
+                    evidence: format!(
+                        "not appended: {}",
+                        failed.as_deref().unwrap_or("an earlier append failed")
+                    ),
+                    retryable: true,
+                },
+            });
+        }
+    }
+}
+
+mongoose_plugin::export_plugin! {
+    name: "journal",
+    version: env!("CARGO_PKG_VERSION"),
+    sources: {
+        "journal" => |settings: &str, output| JournalSource::new(settings, output),
+    },
+    sinks: {
+        "journal" => |settings: &str| JournalSink::open(settings),
+    },
+}
