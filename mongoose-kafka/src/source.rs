@@ -41,6 +41,13 @@ pub struct KafkaRecord {
     pub timestamp: Option<i64>,
 }
 
+/// A record's bytes are its value (what crosses the plugin boundary).
+impl AsRef<[u8]> for KafkaRecord {
+    fn as_ref(&self) -> &[u8] {
+        &self.payload
+    }
+}
+
 impl fmt::Debug for KafkaRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KafkaRecord")
