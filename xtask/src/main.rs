@@ -14,7 +14,11 @@
 //!   SECONDS each (default 60), installing cargo-fuzz first if it is missing. A target
 //!   with a folder of seed inputs, `<crate>/fuzz/seeds/<target>/` (kept in git, unlike
 //!   the corpus), starts from them as well as from its corpus.
+//! * `cargo xtask broker start|stop|status` runs the Kafka-protocol test broker (tansu)
+//!   on 127.0.0.1:19092 in the background, installing it first when missing (see
+//!   [`broker`]).
 
+mod broker;
 mod versus;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +47,8 @@ const BENCHES: &[(&str, &str, &[&str])] = &[
     ("mongoose-source-file", "file_feed_bench", &[]),
     ("mongoose-server", "ledger_bench", &[]),
     ("mongoose-replay", "replay_bench", &[]),
+    // needs the test broker (`cargo xtask broker start`); prints a skip message without it
+    ("mongoose-kafka", "kafka_feed_bench", &[]),
 ];
 
 /// (package, criterion bench) run with `--quick` after the pipeline benchmarks.
@@ -256,6 +262,7 @@ fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     let ok = match arguments.first().map(String::as_str) {
         Some("bench") => bench(&arguments[1..]),
+        Some("broker") => broker::broker(&workspace_root(), &arguments[1..]),
         Some("plugins") => plugins(&arguments[1..]),
         Some("versus-rsyslog") => versus::versus_rsyslog(&workspace_root(), &arguments[1..]),
         Some("fuzz") => fuzz(
@@ -267,7 +274,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
-                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS]"
+                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start|stop|status"
             );
             false
         }

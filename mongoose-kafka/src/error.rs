@@ -1,0 +1,50 @@
+//! The crate's one error type.
+
+use mongoose_core::CoreError;
+
+/// What can go wrong in the Kafka connector.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaConnectorError {
+    /// librdkafka refused the configuration.
+    #[error("kafka '{name}': the client configuration was refused: {error}. Check the connector's settings (brokers, group, extra properties)")]
+    Config {
+        /// The feed or sink.
+        name: String,
+        /// librdkafka's error.
+        error: Box<rdkafka::error::KafkaError>,
+    },
+    /// A call to the broker failed.
+    #[error("kafka '{name}': {action} failed: {error}. Check that the broker at {brokers} runs and answers; the call is retried")]
+    Broker {
+        /// The feed or sink.
+        name: String,
+        /// What was being done.
+        action: String,
+        /// The bootstrap servers.
+        brokers: String,
+        /// librdkafka's error.
+        error: Box<rdkafka::error::KafkaError>,
+    },
+    /// The consumer is closed (the source stopped).
+    #[error("kafka '{name}': the consumer is closed: {what} was not committed and will be read again at the next start")]
+    Closed {
+        /// The feed.
+        name: String,
+        /// What could not be committed.
+        what: String,
+    },
+}
+
+impl From<KafkaConnectorError> for CoreError {
+    fn from(error: KafkaConnectorError) -> Self {
+        let source_name = match &error {
+            KafkaConnectorError::Config { name, .. }
+            | KafkaConnectorError::Broker { name, .. }
+            | KafkaConnectorError::Closed { name, .. } => name.clone(),
+        };
+        CoreError::Source {
+            source_name,
+            message: error.to_string(),
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! [`KafkaSink`]: outputs as Kafka records, each answered by its delivery report.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mongoose_core::sink::{Output, Sink, SinkOutcome};
+use parking_lot::Mutex;
+use rdkafka::bindings::{rd_kafka_message_status, rd_kafka_msg_status_t};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext, TopicPartitionList};
+use tracing::{debug, error, warn};
+
+use crate::error::KafkaConnectorError;
+
+/// The header that carries an output's key (the record key carries it too).
+pub const OUTPUT_KEY_HEADER: &str = "mongoose-output-key";
+
+/// How a [`KafkaSink`] connects and publishes.
+#[derive(Clone, Debug)]
+pub struct KafkaSinkConfig {
+    /// The sink's name (also the client id).
+    pub name: String,
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// The topic written.
+    pub topic: String,
+    /// `message.timeout.ms`: how long librdkafka tries to deliver a record. A record
+    /// without a delivery report this long (plus a margin) after it was handed over is
+    /// `Uncertain`.
+    pub delivery_timeout: Duration,
+    /// With a transactional id, each `publish` batch is one transaction (and
+    /// [`KafkaSink::publish_with_offsets`] adds a consumer's offsets to it).
+    pub transactional_id: Option<String>,
+    /// More librdkafka properties, set last (they win).
+    pub properties: Vec<(String, String)>,
+}
+
+impl KafkaSinkConfig {
+    /// An idempotent sink with a 30 s delivery timeout.
+    pub fn new(name: &str, brokers: &str, topic: &str) -> Self {
+        KafkaSinkConfig {
+            name: name.to_owned(),
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+            delivery_timeout: Duration::from_secs(30),
+            transactional_id: None,
+            properties: Vec::new(),
+        }
+    }
+}
+
+/// A delivery report as the callback saw it.
+#[derive(Debug)]
+enum Report {
+    Delivered {
+        partition: i32,
+        offset: i64,
+    },
+    Failed {
+        error: KafkaError,
+        status: rd_kafka_msg_status_t,
+    },
+}
+
+/// The producer's context: collects delivery reports by `(batch, index)`.
+pub(crate) struct SinkContext {
+    name: String,
+    reports: Mutex<HashMap<(u64, usize), Report>>,
+}
+
+impl ClientContext for SinkContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                error!(sink = %self.name, facility, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Warning => warn!(sink = %self.name, facility, "librdkafka: {message}"),
+            _ => debug!(sink = %self.name, facility, "librdkafka: {message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        warn!(sink = %self.name, %error, reason, "kafka producer error (librdkafka retries)");
+    }
+}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = Box<(u64, usize)>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: Self::DeliveryOpaque) {
+        let report = match result {
+            Ok(message) => Report::Delivered {
+                partition: message.partition(),
+                offset: message.offset(),
+            },
+            Err((error, message)) => {
+                // SAFETY: `message.ptr()` is the live message of this delivery report,
+                // valid for the duration of the callback; the call only reads it.
+                let status = unsafe { rd_kafka_message_status(message.ptr()) };
+                Report::Failed {
+                    error: error.clone(),
+                    status,
+                }
+            }
+        };
+        self.reports.lock().insert(*opaque, report);
+    }
+}
+
+/// True when no later attempt can deliver the record (the target refuses it for good).
+fn permanent(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidMessage
+                | RDKafkaErrorCode::InvalidMessageSize
+                | RDKafkaErrorCode::InvalidRecord
+                | RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed
+                | RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+                | RDKafkaErrorCode::InvalidTopic
+                | RDKafkaErrorCode::InvalidRequiredAcks
+                | RDKafkaErrorCode::UnsupportedVersion
+                | RDKafkaErrorCode::UnsupportedForMessageFormat
+                | RDKafkaErrorCode::PolicyViolation
+                | RDKafkaErrorCode::InvalidArgument
+        )
+    )
+}
+
+/// The outcome of one failed delivery, from librdkafka's persistence status: never
+/// sent is `NotPublished`, possibly sent (a timeout or a broken connection after the
+/// request left) is `Uncertain`.
+fn failed_outcome(topic: &str, error: &KafkaError, status: rd_kafka_msg_status_t) -> SinkOutcome {
+    match status {
+        rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_NOT_PERSISTED => SinkOutcome::NotPublished {
+            evidence: format!("{topic}: not sent: {error}"),
+            retryable: !permanent(error),
+        },
+        rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED => SinkOutcome::Uncertain {
+            evidence: format!("{topic}: possibly written: {error}"),
+        },
+        rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_PERSISTED => SinkOutcome::Uncertain {
+            evidence: format!("{topic}: written, then failed: {error}"),
+        },
+    }
+}
+
+/// Publishes outputs as records of one topic. See the crate documentation.
+pub struct KafkaSink {
+    config: KafkaSinkConfig,
+    producer: BaseProducer<SinkContext>,
+    context: Arc<SinkContext>,
+    batch: u64,
+    transactions_ready: bool,
+}
+
+impl fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaSink")
+            .field("sink", &self.config.name)
+            .field("topic", &self.config.topic)
+            .field("transactional", &self.config.transactional_id.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSink {
+    /// Creates the producer (it connects lazily). A transactional sink initialises its
+    /// transactions on its first publish.
+    pub fn new(config: KafkaSinkConfig) -> Result<Self, KafkaConnectorError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.brokers)
+            .set("client.id", &config.name)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set(
+                "message.timeout.ms",
+                config.delivery_timeout.as_millis().to_string(),
+            )
+            .set_log_level(RDKafkaLogLevel::Warning);
+        if let Some(id) = &config.transactional_id {
+            client.set("transactional.id", id);
+        }
+        for (key, value) in &config.properties {
+            client.set(key, value);
+        }
+        let context = SinkContext {
+            name: config.name.clone(),
+            reports: Mutex::new(HashMap::new()),
+        };
+        let producer: BaseProducer<SinkContext> =
+            client
+                .create_with_context(context)
+                .map_err(|error| KafkaConnectorError::Config {
+                    name: config.name.clone(),
+                    error: Box::new(error),
+                })?;
+        let context = Arc::clone(producer.context());
+        Ok(KafkaSink {
+            config,
+            producer,
+            context,
+            batch: 0,
+            transactions_ready: false,
+        })
+    }
+
+    fn broker_error(&self, action: &str, error: KafkaError) -> KafkaConnectorError {
+        KafkaConnectorError::Broker {
+            name: self.config.name.clone(),
+            action: action.to_owned(),
+            brokers: self.config.brokers.clone(),
+            error: Box::new(error),
+        }
+    }
+
+    /// Publishes `outputs` and, in the same transaction, commits `offsets` for the
+    /// consumer group of `group` (Kafka's exactly-once read-process-write). Needs a
+    /// `transactional_id`; the outcomes are those of [`Sink::publish`].
+    pub fn publish_with_offsets(
+        &mut self,
+        outputs: &[Output],
+        offsets: &TopicPartitionList,
+        group: &ConsumerGroupMetadata,
+        outcomes: &mut Vec<SinkOutcome>,
+    ) {
+        self.publish_batch(outputs, Some((offsets, group)), outcomes);
+    }
+
+    fn all(outputs: &[Output], outcomes: &mut Vec<SinkOutcome>, outcome: SinkOutcome) {
+        outcomes.extend(outputs.iter().map(|_| outcome.clone()));
+    }
+
+    fn publish_batch(
+        &mut self,
+        outputs: &[Output],
+        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
+        outcomes: &mut Vec<SinkOutcome>,
+    ) {
+        let transactional = self.config.transactional_id.is_some();
+        if !transactional && offsets.is_some() {
+            let error = "offsets can be committed with outputs only by a transactional sink: set transactional_id";
+            Self::all(
+                outputs,
+                outcomes,
+                SinkOutcome::NotPublished {
+                    evidence: error.to_owned(),
+                    retryable: false,
+                },
+            );
+            return;
+        }
+        if transactional {
+            if let Err(error) = self.begin() {
+                // nothing was handed over
+                Self::all(
+                    outputs,
+                    outcomes,
+                    SinkOutcome::NotPublished {
+                        evidence: error.to_string(),
+                        retryable: true,
+                    },
+                );
+                return;
+            }
+        }
+        self.batch += 1;
+        let batch = self.batch;
+        let topic = self.config.topic.as_str();
+        let mut sent: Vec<Option<SinkOutcome>> = Vec::with_capacity(outputs.len());
+        let mut waiting = 0usize;
+        for (index, output) in outputs.iter().enumerate() {
+            let key = output.key.to_string();
+            let headers = OwnedHeaders::new().insert(Header {
+                key: OUTPUT_KEY_HEADER,
+                value: Some(key.as_bytes()),
+            });
+            let record = BaseRecord::with_opaque_to(topic, Box::new((batch, index)))
+                .key(key.as_bytes())
+                .payload(output.payload.as_slice())
+                .headers(headers);
+            match self.producer.send(record) {
+                Ok(()) => {
+                    sent.push(None);
+                    waiting += 1;
+                }
+                Err((error, _record)) => {
+                    // refused before the hand-off: a full local queue, a record too large
+                    sent.push(Some(SinkOutcome::NotPublished {
+                        evidence: format!("{topic}: refused by the producer: {error}"),
+                        retryable: !permanent(&error),
+                    }));
+                }
+            }
+        }
+        // every record handed over gets a report within message.timeout.ms; the margin
+        // covers a slow callback
+        let deadline = Instant::now() + self.config.delivery_timeout + Duration::from_secs(5);
+        while waiting > 0 && Instant::now() < deadline {
+            self.producer.poll(Duration::from_millis(50));
+            let mut reports = self.context.reports.lock();
+            for (index, slot) in sent.iter_mut().enumerate() {
+                if slot.is_some() {
+                    continue;
+                }
+                if let Some(report) = reports.remove(&(batch, index)) {
+                    waiting -= 1;
+                    *slot = Some(match report {
+                        Report::Delivered { partition, offset } => SinkOutcome::Published {
+                            evidence: format!("{topic}/{partition}@{offset}"),
+                        },
+                        Report::Failed { error, status } => failed_outcome(topic, &error, status),
+                    });
+                }
+            }
+        }
+        // a report that never came: handed over, fate unknown
+        let mut handed: Vec<SinkOutcome> = sent
+            .into_iter()
+            .map(|slot| {
+                slot.unwrap_or_else(|| SinkOutcome::Uncertain {
+                    evidence: format!(
+                        "{topic}: no delivery report within {:?} of the hand-off",
+                        self.config.delivery_timeout
+                    ),
+                })
+            })
+            .collect();
+        if transactional {
+            self.end(&mut handed, offsets);
+        }
+        outcomes.extend(handed);
+    }
+
+    fn begin(&mut self) -> Result<(), KafkaConnectorError> {
+        if !self.transactions_ready {
+            self.producer
+                .init_transactions(self.config.delivery_timeout)
+                .map_err(|error| self.broker_error("initialising transactions", error))?;
+            self.transactions_ready = true;
+        }
+        self.producer
+            .begin_transaction()
+            .map_err(|error| self.broker_error("beginning a transaction", error))
+    }
+
+    /// Commits the transaction (with the offsets), or aborts it when a record failed:
+    /// an aborted transaction's records are invisible to `read_committed` consumers.
+    fn end(
+        &mut self,
+        outcomes: &mut [SinkOutcome],
+        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
+    ) {
+        let timeout = self.config.delivery_timeout;
+        let all_published = outcomes.iter().all(SinkOutcome::is_published);
+        let mut failure: Option<String> = None;
+        if all_published {
+            if let Some((offsets, group)) = offsets {
+                if let Err(error) = self
+                    .producer
+                    .send_offsets_to_transaction(offsets, group, timeout)
+                {
+                    failure = Some(format!("sending the offsets: {error}"));
+                }
+            }
+        } else {
+            failure = Some("a record of the transaction failed".to_owned());
+        }
+        if failure.is_none() {
+            match self.producer.commit_transaction(timeout) {
+                Ok(()) => return,
+                Err(error) => {
+                    let retriable =
+                        matches!(&error, KafkaError::Transaction(rd) if rd.is_retriable());
+                    let abortable =
+                        matches!(&error, KafkaError::Transaction(rd) if rd.txn_requires_abort());
+                    if !abortable && !retriable {
+                        // fate of the commit unknown
+                        for outcome in outcomes.iter_mut() {
+                            *outcome = SinkOutcome::Uncertain {
+                                evidence: format!("committing the transaction: {error}"),
+                            };
+                        }
+                        return;
+                    }
+                    failure = Some(format!("committing the transaction: {error}"));
+                }
+            }
+        }
+        let reason = failure.unwrap_or_default();
+        match self.producer.abort_transaction(timeout) {
+            Ok(()) => {
+                for outcome in outcomes.iter_mut() {
+                    *outcome = SinkOutcome::NotPublished {
+                        evidence: format!("transaction aborted ({reason})"),
+                        retryable: true,
+                    };
+                }
+            }
+            Err(error) => {
+                for outcome in outcomes.iter_mut() {
+                    *outcome = SinkOutcome::Uncertain {
+                        evidence: format!("{reason}; the abort failed too: {error}"),
+                    };
+                }
+                // a fatal producer error needs a new producer
+                self.transactions_ready = false;
+            }
+        }
+    }
+}
+
+impl Sink for KafkaSink {
+    fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+        self.publish_batch(outputs, None, outcomes);
+    }
+}
+
+impl Drop for KafkaSink {
+    fn drop(&mut self) {
+        if let Err(error) = self.producer.flush(Duration::from_secs(5)) {
+            warn!(sink = %self.config.name, %error, "records still queued when the sink closed");
+        }
+    }
+}

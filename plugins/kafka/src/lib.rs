@@ -1,0 +1,109 @@
+//! The Kafka connector as a plugin: [`mongoose_kafka::KafkaSource`] and
+//! [`mongoose_kafka::KafkaSink`] behind the plugin boundary (`mongoose-plugin`).
+//!
+//! * **Source kind `kafka`.** A member of a consumer group reading one topic; an item
+//!   is a record's value (its key stays in the plugin: only bytes cross the boundary),
+//!   at position `(lane = partition, offset = record offset + 1)`. Offsets are committed
+//!   after processing, from the source's thread; PAUSE pauses the assignment and keeps
+//!   polling; a revoked partition commits what was processed before it goes. Settings:
+//!   `brokers`, `group`, `topic` (required), `epoch_file` (the owner's epoch file, kept
+//!   with the state of the processors that consume the feed: with it a member restarted
+//!   after `kill -9` recognises its own saved positions), `batch` (records per cycle,
+//!   default 500), `session_timeout_ms` (default 10000), `max_poll_interval_ms` (default
+//!   300000), `start_from` (`earliest`, the default, or `latest`).
+//! * **Sink kind `kafka`.** An idempotent producer (`acks=all`); each output is one
+//!   record keyed by its output key. Settings: `brokers`, `topic` (required),
+//!   `delivery_timeout_ms` (default 30000), `transactional_id` (each batch one
+//!   transaction, where the broker supports it).
+//!
+//! ```toml
+//! plugin_dir = "target/plugins"
+//!
+//! [[feeds]]
+//! name = "payments"
+//! source = "kafka"
+//! settings = { brokers = "127.0.0.1:19092", group = "ledgers", topic = "payments", epoch_file = "/var/lib/mongoose/payments.epochs" }
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mongoose_core::{PositionValue, SourceOutput};
+use mongoose_kafka::{KafkaRecord, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig};
+use mongoose_plugin::settings::Settings;
+use mongoose_plugin::PluginOutput;
+
+/// Builds the source of a `kafka` feed from its settings.
+pub fn source(settings: &str, output: PluginOutput) -> Result<KafkaSource, String> {
+    let settings = Settings::parse(settings)?;
+    settings.only(&[
+        "brokers",
+        "group",
+        "topic",
+        "epoch_file",
+        "batch",
+        "session_timeout_ms",
+        "max_poll_interval_ms",
+        "start_from",
+    ])?;
+    let mut config = KafkaSourceConfig::new(
+        output.feed(),
+        settings.required("brokers")?,
+        settings.required("group")?,
+        settings.required("topic")?,
+    );
+    config.epoch_file = settings.text("epoch_file").map(Into::into);
+    if let Some(batch) = settings.u64("batch")? {
+        config.batch = usize::try_from(batch.max(1)).unwrap_or(usize::MAX);
+    }
+    if let Some(millis) = settings.u64("session_timeout_ms")? {
+        config.session_timeout = Duration::from_millis(millis);
+    }
+    if let Some(millis) = settings.u64("max_poll_interval_ms")? {
+        config.max_poll_interval = Duration::from_millis(millis);
+    }
+    if let Some(start) = settings.text("start_from") {
+        if start != "earliest" && start != "latest" {
+            return Err(format!(
+                "settings: 'start_from' is earliest or latest, found '{start}'"
+            ));
+        }
+        config.start_from = start.to_owned();
+    }
+    let output: Arc<dyn SourceOutput<KafkaRecord, PositionValue>> = Arc::new(output);
+    KafkaSource::new(config, output).map_err(|error| error.to_string())
+}
+
+/// Builds a `kafka` sink from its settings.
+pub fn sink(settings: &str) -> Result<KafkaSink, String> {
+    let settings = Settings::parse(settings)?;
+    settings.only(&[
+        "brokers",
+        "topic",
+        "delivery_timeout_ms",
+        "transactional_id",
+        "name",
+    ])?;
+    let name = settings.text("name").unwrap_or("kafka-sink");
+    let mut config = KafkaSinkConfig::new(
+        name,
+        settings.required("brokers")?,
+        settings.required("topic")?,
+    );
+    if let Some(millis) = settings.u64("delivery_timeout_ms")? {
+        config.delivery_timeout = Duration::from_millis(millis);
+    }
+    config.transactional_id = settings.text("transactional_id").map(str::to_owned);
+    KafkaSink::new(config).map_err(|error| error.to_string())
+}
+
+mongoose_plugin::export_plugin! {
+    name: "kafka",
+    version: env!("CARGO_PKG_VERSION"),
+    sources: {
+        "kafka" => |settings: &str, output| source(settings, output),
+    },
+    sinks: {
+        "kafka" => |settings: &str| sink(settings),
+    },
+}
