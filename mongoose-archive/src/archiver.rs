@@ -170,8 +170,8 @@ impl Archiver {
         }
         let socket = match config.udp_bind {
             Some(addr) => {
-                let socket =
-                    UdpSocket::bind(addr).map_err(ArchiveError::socket("bind the archiver's UDP socket"))?;
+                let socket = UdpSocket::bind(addr)
+                    .map_err(ArchiveError::socket("bind the archiver's UDP socket"))?;
                 socket
                     .set_nonblocking(true)
                     .map_err(ArchiveError::socket("make the UDP socket non-blocking"))?;
@@ -205,11 +205,22 @@ impl Archiver {
             .recordings
             .values()
             .filter(|recording| recording.stop_position.is_none())
-            .map(|recording| (recording.id, recording.stream, recording.session, recording.start_position))
+            .map(|recording| {
+                (
+                    recording.id,
+                    recording.stream,
+                    recording.session,
+                    recording.start_position,
+                )
+            })
             .collect();
         for (id, stream, session, start) in unfinished {
-            let (writer, recovered) =
-                SegmentWriter::recover(&self.config.archive_dir, id, start, self.config.segment_bytes)?;
+            let (writer, recovered) = SegmentWriter::recover(
+                &self.config.archive_dir,
+                id,
+                start,
+                self.config.segment_bytes,
+            )?;
             if recovered.torn_bytes > 0 {
                 self.catalog.append(CatalogEvent::TornTailCut {
                     id,
@@ -253,7 +264,9 @@ impl Archiver {
 
     /// The UDP address publications send to (with the port the system picked).
     pub fn udp_addr(&self) -> Option<SocketAddr> {
-        self.socket.as_ref().and_then(|socket| socket.local_addr().ok())
+        self.socket
+            .as_ref()
+            .and_then(|socket| socket.local_addr().ok())
     }
 
     /// Counters of this run.
@@ -386,7 +399,12 @@ impl Archiver {
     fn ensure_recording(&mut self, key: (u32, u32), start: u64, source: String) -> Result<()> {
         if !self.active.contains_key(&key) {
             let id = self.catalog.state.next_id();
-            let writer = SegmentWriter::create(&self.config.archive_dir, id, start, self.config.segment_bytes)?;
+            let writer = SegmentWriter::create(
+                &self.config.archive_dir,
+                id,
+                start,
+                self.config.segment_bytes,
+            )?;
             self.catalog.append(CatalogEvent::Started {
                 id,
                 stream: key.0,
@@ -546,12 +564,7 @@ impl Archiver {
         let Transport::Udp(udp) = &mut active.transport else {
             unreachable!("set above")
         };
-        let gap_end = udp
-            .held
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or(udp.announced);
+        let gap_end = udp.held.keys().next().copied().unwrap_or(udp.announced);
         if gap_end > expected {
             let due = match udp.nak {
                 Some((asked_to, at)) => asked_to != gap_end || at.elapsed() >= nak_retry,
@@ -560,7 +573,12 @@ impl Archiver {
             if due {
                 udp.nak = Some((gap_end, Instant::now()));
                 counters.naks_sent += 1;
-                send(socket, udp.peer, wire_header(Kind::Nak, key, expected), Some(gap_end));
+                send(
+                    socket,
+                    udp.peer,
+                    wire_header(Kind::Nak, key, expected),
+                    Some(gap_end),
+                );
             }
         } else {
             udp.nak = None;
@@ -587,9 +605,11 @@ impl Archiver {
             };
             let mut position = active.writer.end();
             let writer = &mut active.writer;
-            let frames = ipc.ring.read_frames(&mut position, 4096, &mut ipc.scratch, |at, payload| {
-                writer.append_message(at, payload)
-            })?;
+            let frames =
+                ipc.ring
+                    .read_frames(&mut position, 4096, &mut ipc.scratch, |at, payload| {
+                        writer.append_message(at, payload)
+                    })?;
             if frames > 0 {
                 self.counters.messages += frames as u64;
                 active.dirty = true;
@@ -606,7 +626,8 @@ impl Archiver {
     }
 
     fn scan_rings(&mut self, ipc_dir: &Path) -> Result<()> {
-        let entries = fs::read_dir(ipc_dir).map_err(ArchiveError::io("list the IPC directory", ipc_dir))?;
+        let entries =
+            fs::read_dir(ipc_dir).map_err(ArchiveError::io("list the IPC directory", ipc_dir))?;
         for entry in entries {
             let entry = entry.map_err(ArchiveError::io("list the IPC directory", ipc_dir))?;
             let path = entry.path();
@@ -635,9 +656,18 @@ impl Archiver {
             let oldest_intact = ring.write_position().saturating_sub(ring.capacity());
             if from < oldest_intact {
                 // only after a torn tail was cut: bytes the ring no longer holds
-                tracing::warn!(recording = active.id, from, to = oldest_intact, "the IPC ring no longer holds the cut tail; recording it as lost");
+                tracing::warn!(
+                    recording = active.id,
+                    from,
+                    to = oldest_intact,
+                    "the IPC ring no longer holds the cut tail; recording it as lost"
+                );
                 active.writer.append_gap(from, oldest_intact)?;
-                self.catalog.append(CatalogEvent::Gap { id: active.id, from, to: oldest_intact })?;
+                self.catalog.append(CatalogEvent::Gap {
+                    id: active.id,
+                    from,
+                    to: oldest_intact,
+                })?;
                 self.counters.gaps_recorded += 1;
                 ring.set_reader_position(oldest_intact);
             }
@@ -658,7 +688,9 @@ impl Archiver {
         for (key, active) in self.active.iter_mut() {
             match &mut active.transport {
                 Transport::Ipc(_) => {}
-                Transport::Awaiting | Transport::Udp(_) if active.last_heard.elapsed() >= timeout => {
+                Transport::Awaiting | Transport::Udp(_)
+                    if active.last_heard.elapsed() >= timeout =>
+                {
                     timed_out.push(*key);
                 }
                 Transport::Udp(udp) => {
@@ -668,7 +700,12 @@ impl Archiver {
                             udp.nak = Some((gap_end, Instant::now()));
                             self.counters.naks_sent += 1;
                             if let Some(socket) = &self.socket {
-                                send(socket, udp.peer, header(Kind::Nak, *key, expected), Some(gap_end));
+                                send(
+                                    socket,
+                                    udp.peer,
+                                    header(Kind::Nak, *key, expected),
+                                    Some(gap_end),
+                                );
                             }
                         }
                     }
@@ -677,7 +714,11 @@ impl Archiver {
             }
         }
         for key in timed_out {
-            tracing::warn!(stream = key.0, session = key.1, "the publication was not heard for the timeout; stopping its recording");
+            tracing::warn!(
+                stream = key.0,
+                session = key.1,
+                "the publication was not heard for the timeout; stopping its recording"
+            );
             self.stop_recording(key, StopReason::PublicationTimedOut)?;
         }
         Ok(())

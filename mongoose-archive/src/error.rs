@@ -27,7 +27,9 @@ pub enum ArchiveError {
         source: std::io::Error,
     },
     /// Another archiver holds the archive directory.
-    #[error("the archive {0} is in use by another archiver (stop it first, or use another directory)")]
+    #[error(
+        "the archive {0} is in use by another archiver (stop it first, or use another directory)"
+    )]
     ArchiveLocked(PathBuf),
     /// A file is not in the expected format (wrong magic or version).
     #[error("{path} is not a {what} of this version ({detail}); it was not written by this release of mongoose-archive")]

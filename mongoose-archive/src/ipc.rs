@@ -264,8 +264,8 @@ impl IpcPublication {
             .map_err(ArchiveError::io("create the IPC ring", &temporary))?;
         file.set_len((HEADER_LEN + capacity) as u64)
             .map_err(ArchiveError::io("size the IPC ring", &temporary))?;
-        let map = MmapRaw::map_raw(&file)
-            .map_err(ArchiveError::io("map the IPC ring", &temporary))?;
+        let map =
+            MmapRaw::map_raw(&file).map_err(ArchiveError::io("map the IPC ring", &temporary))?;
         let mut header = [0u8; 32];
         header[0..8].copy_from_slice(MAGIC);
         header[8..12].copy_from_slice(&VERSION.to_le_bytes());

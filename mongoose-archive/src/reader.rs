@@ -173,7 +173,11 @@ impl RecordingReader {
     /// Hands out up to `limit` events to `handler`, in order; returns how many. Zero
     /// means nothing new is recorded yet (or the recording ended: see
     /// [`RecordingReader::is_ended`]).
-    pub fn poll(&mut self, limit: usize, mut handler: impl FnMut(ReplayEvent<'_>)) -> Result<usize> {
+    pub fn poll(
+        &mut self,
+        limit: usize,
+        mut handler: impl FnMut(ReplayEvent<'_>),
+    ) -> Result<usize> {
         let mut events = 0;
         let mut refilled = false;
         while events < limit && !self.ended {
@@ -293,7 +297,10 @@ impl RecordingReader {
         loop {
             let read = self
                 .file
-                .read_at(&mut self.buf[self.filled..], self.buf_offset + self.filled as u64)
+                .read_at(
+                    &mut self.buf[self.filled..],
+                    self.buf_offset + self.filled as u64,
+                )
                 .map_err(ArchiveError::io("read a segment", &self.path))?;
             if read == 0 {
                 return Ok(());

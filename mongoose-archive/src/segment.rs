@@ -240,7 +240,8 @@ impl SegmentWriter {
     /// Starts a new recording at `start`.
     pub(crate) fn create(archive: &Path, id: u64, start: u64, segment_bytes: u64) -> Result<Self> {
         let dir = recording_dir(archive, id);
-        fs::create_dir_all(&dir).map_err(ArchiveError::io("create the recording directory", &dir))?;
+        fs::create_dir_all(&dir)
+            .map_err(ArchiveError::io("create the recording directory", &dir))?;
         let (file, path) = SegmentWriter::new_segment(archive, id, start)?;
         Ok(SegmentWriter {
             archive: archive.to_path_buf(),
@@ -255,17 +256,21 @@ impl SegmentWriter {
         })
     }
 
+    /// Creates a segment: written under a temporary name and renamed into place, so
+    /// a reader never finds a segment without its header.
     fn new_segment(archive: &Path, id: u64, start: u64) -> Result<(File, PathBuf)> {
         let path = segment_path(archive, id, start);
+        let temporary = path.with_extension("seg.new");
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&path)
-            .map_err(ArchiveError::io("create a segment", &path))?;
+            .open(&temporary)
+            .map_err(ArchiveError::io("create a segment", &temporary))?;
         file.write_all(&segment_header(id, start))
-            .map_err(ArchiveError::io("write a segment header", &path))?;
+            .map_err(ArchiveError::io("write a segment header", &temporary))?;
+        fs::rename(&temporary, &path).map_err(ArchiveError::io("name a new segment", &path))?;
         Ok((file, path))
     }
 
@@ -341,7 +346,12 @@ impl SegmentWriter {
                     records += 1;
                 }
                 Decoded::Record(record) => {
-                    tracing::warn!(recording = id, expected = end, found = record.position, "a record out of sequence at the tail; cutting it");
+                    tracing::warn!(
+                        recording = id,
+                        expected = end,
+                        found = record.position,
+                        "a record out of sequence at the tail; cutting it"
+                    );
                     break;
                 }
                 Decoded::Incomplete { .. } | Decoded::Invalid(_) => break,

@@ -106,9 +106,9 @@ impl UdpPublication {
             "[::]:0".parse().expect("an address")
         };
         let socket = UdpSocket::bind(local).map_err(ArchiveError::socket("bind a UDP socket"))?;
-        socket
-            .connect(archiver)
-            .map_err(ArchiveError::socket("connect the UDP socket to the archiver"))?;
+        socket.connect(archiver).map_err(ArchiveError::socket(
+            "connect the UDP socket to the archiver",
+        ))?;
         socket
             .set_nonblocking(true)
             .map_err(ArchiveError::socket("make the UDP socket non-blocking"))?;
@@ -285,9 +285,10 @@ impl Publication for UdpPublication {
         let len_bytes = (message.len() as u32).to_le_bytes();
         self.buffer.append(&len_bytes, message);
         self.data_datagrams += 1;
-        let dropped = self.config.loss.is_some_and(|loss| {
-            loss.drop_every != 0 && self.data_datagrams % loss.drop_every == 0
-        });
+        let dropped = self
+            .config
+            .loss
+            .is_some_and(|loss| loss.drop_every != 0 && self.data_datagrams % loss.drop_every == 0);
         if !dropped {
             let mut datagram = std::mem::take(&mut self.datagram);
             wire::put_header(&mut datagram, self.header(Kind::Data, position));

@@ -98,9 +98,7 @@ pub(crate) fn control(header: Header, to: Option<u64>) -> ([u8; HEADER_LEN + 8],
 
 /// Decodes a header; `None` for a datagram that is not ours.
 pub(crate) fn header(buf: &[u8]) -> Option<Header> {
-    if buf.len() < HEADER_LEN
-        || u16::from_le_bytes([buf[0], buf[1]]) != MAGIC
-        || buf[2] != VERSION
+    if buf.len() < HEADER_LEN || u16::from_le_bytes([buf[0], buf[1]]) != MAGIC || buf[2] != VERSION
     {
         return None;
     }

@@ -34,7 +34,11 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 /// Offers until the message is accepted (a back-pressured offer is offered again).
-fn offer_until_accepted(publication: &mut dyn Publication, bytes: &[u8], service: &mut dyn FnMut()) {
+fn offer_until_accepted(
+    publication: &mut dyn Publication,
+    bytes: &[u8],
+    service: &mut dyn FnMut(),
+) {
     loop {
         match publication.offer(bytes).expect("offer") {
             Offer::Accepted { .. } => return,
@@ -200,7 +204,7 @@ fn ipc_config(archive: &Path, ipc: &Path) -> ArchiverConfig {
     config
 }
 
-fn publisher_outcome(child: &mut std::process::Child) -> String {
+fn publisher_outcome(child: &mut ChildGuard) -> String {
     let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
     let outcome = wait_for_line(&mut stdout, "PUBLISHER-CLOSED:");
     wait_success(child, "the publisher");
@@ -238,15 +242,27 @@ fn a_udp_recording_has_no_gap_after_retransmits() {
     let mut publisher = spawn_child(
         "child_udp_publisher",
         &[
-            ("ARCHIVE_TEST_UDP_ADDR", archiver.udp.expect("udp").to_string()),
+            (
+                "ARCHIVE_TEST_UDP_ADDR",
+                archiver.udp.expect("udp").to_string(),
+            ),
             ("ARCHIVE_TEST_COUNT", count.to_string()),
             ("ARCHIVE_TEST_DROP_EVERY", "7".to_string()),
         ],
     );
     let outcome = publisher_outcome(&mut publisher);
-    assert!(outcome.starts_with("acknowledged=true"), "the archiver confirmed the end: {outcome}");
-    assert!(!outcome.contains("retransmitted=0 "), "the dropped datagrams were sent again: {outcome}");
-    assert!(outcome.ends_with("gaps_lost=0"), "nothing left the buffer: {outcome}");
+    assert!(
+        outcome.starts_with("acknowledged=true"),
+        "the archiver confirmed the end: {outcome}"
+    );
+    assert!(
+        !outcome.contains("retransmitted=0 "),
+        "the dropped datagrams were sent again: {outcome}"
+    );
+    assert!(
+        outcome.ends_with("gaps_lost=0"),
+        "nothing left the buffer: {outcome}"
+    );
     let id = only_recording(&archive);
     let descriptor = wait_stopped(&archive, id);
     assert_eq!(descriptor.stop_reason, Some(StopReason::PublicationEnded));
@@ -276,7 +292,10 @@ fn a_gap_beyond_the_retransmit_buffer_is_recorded_and_reported_never_silent() {
     let mut publisher = spawn_child(
         "child_udp_publisher",
         &[
-            ("ARCHIVE_TEST_UDP_ADDR", archiver.udp.expect("udp").to_string()),
+            (
+                "ARCHIVE_TEST_UDP_ADDR",
+                archiver.udp.expect("udp").to_string(),
+            ),
             ("ARCHIVE_TEST_COUNT", count.to_string()),
             ("ARCHIVE_TEST_DROP_EVERY", "100".to_string()),
             ("ARCHIVE_TEST_BUFFER", "1024".to_string()),
@@ -284,8 +303,14 @@ fn a_gap_beyond_the_retransmit_buffer_is_recorded_and_reported_never_silent() {
         ],
     );
     let outcome = publisher_outcome(&mut publisher);
-    assert!(outcome.starts_with("acknowledged=true"), "the archiver confirmed the end: {outcome}");
-    assert!(!outcome.ends_with("gaps_lost=0"), "gaps were lost: {outcome}");
+    assert!(
+        outcome.starts_with("acknowledged=true"),
+        "the archiver confirmed the end: {outcome}"
+    );
+    assert!(
+        !outcome.ends_with("gaps_lost=0"),
+        "gaps were lost: {outcome}"
+    );
     let id = only_recording(&archive);
     let descriptor = wait_stopped(&archive, id);
     let counters = archiver.stop().counters();
@@ -297,7 +322,10 @@ fn a_gap_beyond_the_retransmit_buffer_is_recorded_and_reported_never_silent() {
         RecordingReader::open(&archive, RecordingSelector::Id(id), None).expect("open");
     let seen = read_until(&mut reader, DEADLINE, |_| false);
     assert!(reader.is_ended());
-    assert_eq!(seen.gaps, descriptor.gaps, "the reader reports each gap the catalog counts");
+    assert_eq!(
+        seen.gaps, descriptor.gaps,
+        "the reader reports each gap the catalog counts"
+    );
     assert_eq!(reader.lost_bytes(), descriptor.lost_bytes());
     // every message is read once, in order, or lies in a reported gap
     let mut lost: Vec<u64> = Vec::new();
@@ -307,7 +335,10 @@ fn a_gap_beyond_the_retransmit_buffer_is_recorded_and_reported_never_silent() {
         lost.extend(from / FRAME_LEN..to / FRAME_LEN);
     }
     let mut all: Vec<u64> = seen.indexes.iter().chain(lost.iter()).copied().collect();
-    assert!(seen.indexes.windows(2).all(|pair| pair[0] < pair[1]), "in order, no duplicate");
+    assert!(
+        seen.indexes.windows(2).all(|pair| pair[0] < pair[1]),
+        "in order, no duplicate"
+    );
     all.sort_unstable();
     assert_each_once_in_order(&all, count);
     assert!(!lost.is_empty());
@@ -336,13 +367,17 @@ fn an_ipc_publication_is_recorded_from_another_process() {
     let descriptor = wait_stopped(&archive, id);
     assert_eq!(descriptor.stop_reason, Some(StopReason::PublicationEnded));
     assert_eq!(descriptor.stop_position, Some(count * FRAME_LEN));
-    assert!(descriptor.source.starts_with("ipc "), "{}", descriptor.source);
+    assert!(
+        descriptor.source.starts_with("ipc "),
+        "{}",
+        descriptor.source
+    );
     wait_until("the ring to be removed", DEADLINE, || {
         !IpcPublication::ring_path(&ipc, 20, 1).exists()
     });
     drop(archiver);
-    let mut reader =
-        RecordingReader::open(&archive, RecordingSelector::LatestForStream(20), None).expect("open");
+    let mut reader = RecordingReader::open(&archive, RecordingSelector::LatestForStream(20), None)
+        .expect("open");
     let seen = read_until(&mut reader, DEADLINE, |_| false);
     assert_each_once_in_order(&seen.indexes, count);
     assert!(seen.gaps.is_empty());
@@ -371,22 +406,31 @@ fn replay_then_live_under_a_continuous_publisher_has_no_gap_and_no_duplicate() {
     let mut stdout = BufReader::new(publisher.stdout.take().expect("piped"));
     // mid-way: the publisher has sent a quarter
     loop {
-        let published: u64 = wait_for_line(&mut stdout, "PUBLISHED:").parse().expect("a number");
+        let published: u64 = wait_for_line(&mut stdout, "PUBLISHED:")
+            .parse()
+            .expect("a number");
         if published >= count / 4 {
             break;
         }
     }
-    wait_until("a recording", DEADLINE, || !list(&archive).expect("list").is_empty());
+    wait_until("a recording", DEADLINE, || {
+        !list(&archive).expect("list").is_empty()
+    });
     let mut reader =
         RecordingReader::open(&archive, RecordingSelector::LatestForStream(20), Some(0))
             .expect("open");
-    let seen = read_until(&mut reader, DEADLINE, |seen| seen.indexes.len() as u64 == count);
+    let seen = read_until(&mut reader, DEADLINE, |seen| {
+        seen.indexes.len() as u64 == count
+    });
     let published = wait_for_line(&mut stdout, "PUBLISHER-CLOSED:");
     wait_success(&mut publisher, "the publisher");
     assert_eq!(published, (count * FRAME_LEN).to_string());
     assert_each_once_in_order(&seen.indexes, count);
     assert!(seen.gaps.is_empty());
-    assert!(seen.empty_polls > 0, "the reader reached the live tail while the publisher ran");
+    assert!(
+        seen.empty_polls > 0,
+        "the reader reached the live tail while the publisher ran"
+    );
     assert_eq!(reader.position(), count * FRAME_LEN);
     // nothing more after the end
     let seen_after = read_until(&mut reader, DEADLINE, |_| false);
@@ -427,11 +471,16 @@ fn an_archiver_killed_with_sigkill_restarts_and_keeps_its_recordings() {
             ("ARCHIVE_TEST_PAUSE_EVERY", "20".to_string()),
         ],
     );
-    wait_until("a recording", DEADLINE, || !list(&archive).expect("list").is_empty());
+    wait_until("a recording", DEADLINE, || {
+        !list(&archive).expect("list").is_empty()
+    });
     let id = only_recording(&archive);
-    let mut reader = RecordingReader::open(&archive, RecordingSelector::Id(id), None).expect("open");
+    let mut reader =
+        RecordingReader::open(&archive, RecordingSelector::Id(id), None).expect("open");
     let epoch = reader.epoch();
-    let mut seen = read_until(&mut reader, DEADLINE, |seen| seen.indexes.len() as u64 >= count / 4);
+    let mut seen = read_until(&mut reader, DEADLINE, |seen| {
+        seen.indexes.len() as u64 >= count / 4
+    });
 
     // first crash, and a torn write at the tail
     archiver.kill().expect("SIGKILL the archiver");
@@ -466,11 +515,18 @@ fn an_archiver_killed_with_sigkill_restarts_and_keeps_its_recordings() {
     assert_eq!(reader.epoch(), epoch, "the same recording, the same epoch");
     assert!(reader.is_ended());
     let descriptor = describe(&archive, id).expect("describe");
-    assert_eq!(only_recording(&archive), id, "the recording was resumed, not replaced");
+    assert_eq!(
+        only_recording(&archive),
+        id,
+        "the recording was resumed, not replaced"
+    );
     assert_eq!(descriptor.stop_reason, Some(StopReason::PublicationEnded));
     assert_eq!(descriptor.stop_position, Some(count * FRAME_LEN));
     assert!(
-        descriptor.torn_tails_cut.iter().any(|&(_, bytes)| bytes == torn.len() as u64),
+        descriptor
+            .torn_tails_cut
+            .iter()
+            .any(|&(_, bytes)| bytes == torn.len() as u64),
         "the torn tail was cut and counted: {:?}",
         descriptor.torn_tails_cut
     );
@@ -478,7 +534,8 @@ fn an_archiver_killed_with_sigkill_restarts_and_keeps_its_recordings() {
     wait_for_line(&mut stdout, "ARCHIVER-STOPPED:");
     wait_success(&mut archiver, "the archiver");
     // a fresh reader replays the whole recording the same way
-    let mut replay = RecordingReader::open(&archive, RecordingSelector::Id(id), None).expect("open");
+    let mut replay =
+        RecordingReader::open(&archive, RecordingSelector::Id(id), None).expect("open");
     let replayed = read_until(&mut replay, DEADLINE, |_| false);
     assert_each_once_in_order(&replayed.indexes, count);
 }
@@ -521,14 +578,16 @@ fn a_reader_with_a_committed_position_resumes_after_it() {
         ],
     );
     let _ = publisher_outcome(&mut publisher);
-    wait_until("a recording", DEADLINE, || !list(&archive).expect("list").is_empty());
+    wait_until("a recording", DEADLINE, || {
+        !list(&archive).expect("list").is_empty()
+    });
     let id = only_recording(&archive);
     wait_stopped(&archive, id);
     drop(archiver);
 
     let k = 37;
-    let mut reader =
-        RecordingReader::open(&archive, RecordingSelector::LatestForStream(20), None).expect("open");
+    let mut reader = RecordingReader::open(&archive, RecordingSelector::LatestForStream(20), None)
+        .expect("open");
     let first = read_until(&mut reader, DEADLINE, |seen| seen.indexes.len() >= k);
     let committed_epoch = reader.epoch();
     let committed = first.positions[k - 1];
@@ -543,13 +602,20 @@ fn a_reader_with_a_committed_position_resumes_after_it() {
     .expect("reopen");
     assert_eq!(resumed.position(), committed);
     let rest = read_until(&mut resumed, DEADLINE, |_| false);
-    assert_eq!(rest.indexes.first(), Some(&(k as u64)), "continues after the committed message");
+    assert_eq!(
+        rest.indexes.first(),
+        Some(&(k as u64)),
+        "continues after the committed message"
+    );
     let expected: Vec<u64> = (k as u64..count).collect();
     assert_eq!(rest.indexes, expected);
 
     let mut inside =
-        RecordingReader::open(&archive, RecordingSelector::Id(id), Some(committed + 1)).expect("open");
-    let refused = inside.poll(10, |_| panic!("nothing is handed out from inside a message"));
+        RecordingReader::open(&archive, RecordingSelector::Id(id), Some(committed + 1))
+            .expect("open");
+    let refused = inside.poll(10, |_| {
+        panic!("nothing is handed out from inside a message")
+    });
     assert!(
         matches!(refused, Err(ArchiveError::NotABoundary { .. })),
         "{refused:?}"

@@ -33,17 +33,50 @@ pub fn index_of(payload: &[u8]) -> u64 {
     index
 }
 
+/// A child process killed (SIGKILL) and reaped when dropped, so a failing test leaves
+/// no process behind.
+#[derive(Debug)]
+pub struct ChildGuard(pub Child);
+
+impl std::ops::Deref for ChildGuard {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ChildGuard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Runs this test binary again as the child `role` (an ignored test) with `envs`.
-pub fn spawn_child(role: &str, envs: &[(&str, String)]) -> Child {
+pub fn spawn_child(role: &str, envs: &[(&str, String)]) -> ChildGuard {
     let mut command = Command::new(std::env::current_exe().expect("the test binary"));
     command
-        .args(["--exact", role, "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            role,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     for (key, value) in envs {
         command.env(key, value);
     }
-    command.spawn().expect("spawn a child")
+    ChildGuard(command.spawn().expect("spawn a child"))
 }
 
 /// Reads the child's stdout until a line starting with `prefix`; returns the rest.
@@ -52,8 +85,13 @@ pub fn wait_for_line(stdout: &mut BufReader<ChildStdout>, prefix: &str) -> Strin
     let mut output = String::new();
     loop {
         line.clear();
-        let read = stdout.read_line(&mut line).expect("read the child's output");
-        assert!(read > 0, "the child ended before printing {prefix:?}: {output}");
+        let read = stdout
+            .read_line(&mut line)
+            .expect("read the child's output");
+        assert!(
+            read > 0,
+            "the child ended before printing {prefix:?}: {output}"
+        );
         output.push_str(&line);
         // libtest prints "test NAME ... " before the child's first line
         if let Some(at) = line.find(prefix) {
