@@ -514,7 +514,7 @@ fn an_archiver_killed_with_sigkill_restarts_and_keeps_its_recordings() {
     assert!(seen.gaps.is_empty(), "no gap: {:?}", seen.gaps);
     assert_eq!(reader.epoch(), epoch, "the same recording, the same epoch");
     assert!(reader.is_ended());
-    let descriptor = describe(&archive, id).expect("describe");
+    let descriptor = wait_stopped(&archive, id);
     assert_eq!(
         only_recording(&archive),
         id,
