@@ -231,7 +231,9 @@ impl UdpPublication {
     }
 
     fn retransmit(&mut self, from: u64, to: u64) {
-        let to = to.min(self.buffer.end);
+        // at most 1 MiB per NAK: the archiver asks again for the rest (a restarted
+        // archiver asking for a whole window must not overflow the socket buffers)
+        let to = to.min(self.buffer.end).min(from.saturating_add(1 << 20));
         if from >= to {
             return;
         }
