@@ -72,7 +72,12 @@ fn child_udp_publisher() {
     let mut publication =
         UdpPublication::connect_with(addr, 10, env_u64("ARCHIVE_TEST_SESSION", 1) as u32, config)
             .expect("connect");
+    let pause_every = env_u64("ARCHIVE_TEST_PAUSE_EVERY", 0);
     for index in 0..count {
+        if pause_every > 0 && index % pause_every == pause_every - 1 {
+            publication.service().expect("service");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let bytes = message(index);
         loop {
             match publication.offer(&bytes).expect("offer") {
@@ -125,8 +130,8 @@ fn child_archiver() {
     let mut config = ArchiverConfig::new(&archive);
     config.ipc_dir = env("ARCHIVE_TEST_IPC_DIR").map(PathBuf::from);
     config.segment_bytes = env_u64("ARCHIVE_TEST_SEGMENT_BYTES", 1 << 20);
-    if env("ARCHIVE_TEST_UDP").is_some() {
-        config.udp_bind = Some("127.0.0.1:0".parse().expect("an address"));
+    if let Some(port) = env("ARCHIVE_TEST_UDP_PORT") {
+        config.udp_bind = Some(format!("127.0.0.1:{port}").parse().expect("an address"));
     }
     let mut archiver = Archiver::open(config).expect("open the archiver");
     if let Some(addr) = archiver.udp_addr() {
@@ -620,4 +625,68 @@ fn a_reader_with_a_committed_position_resumes_after_it() {
         matches!(refused, Err(ArchiveError::NotABoundary { .. })),
         "{refused:?}"
     );
+}
+
+// issue 16 item 2 (crash, UDP): the archiver process is killed with SIGKILL while a UDP
+// publisher process sends, and started again on the same port. The recovered recording
+// is resumed: the restarted archiver asks the publication (NAK) for everything after
+// what it holds, which flow control kept in the publication's retransmit buffer. A
+// reader following the recording reads every message once, in order, under one epoch.
+#[test]
+fn an_archiver_killed_with_sigkill_resumes_a_udp_recording_from_the_publishers_buffer() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let archive = dir.path().join("archive");
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|socket| socket.local_addr())
+        .expect("a free port")
+        .port();
+    let archiver_env = [
+        ("ARCHIVE_TEST_ARCHIVE_DIR", archive.display().to_string()),
+        ("ARCHIVE_TEST_UDP_PORT", port.to_string()),
+        ("ARCHIVE_TEST_SEGMENT_BYTES", (256u64 << 10).to_string()),
+    ];
+    let start_archiver = || {
+        let mut child = spawn_child("child_archiver", &archiver_env);
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        wait_for_line(&mut stdout, "ARCHIVER-READY:");
+        (child, stdout)
+    };
+    let (mut archiver, _stdout) = start_archiver();
+    let count: u64 = 40_000;
+    let mut publisher = spawn_child(
+        "child_udp_publisher",
+        &[
+            ("ARCHIVE_TEST_UDP_ADDR", format!("127.0.0.1:{port}")),
+            ("ARCHIVE_TEST_COUNT", count.to_string()),
+            ("ARCHIVE_TEST_PAUSE_EVERY", "20".to_string()),
+        ],
+    );
+    wait_until("a recording", DEADLINE, || {
+        !list(&archive).expect("list").is_empty()
+    });
+    let id = only_recording(&archive);
+    let mut reader =
+        RecordingReader::open(&archive, RecordingSelector::Id(id), None).expect("open");
+    let mut seen = read_until(&mut reader, DEADLINE, |seen| {
+        seen.indexes.len() as u64 >= count / 4
+    });
+    archiver.kill().expect("SIGKILL the archiver");
+    archiver.wait().expect("reap the archiver");
+    // the publication goes on meanwhile (its datagrams are refused)
+    std::thread::sleep(Duration::from_millis(200));
+    let (mut archiver, mut stdout) = start_archiver();
+    let rest = read_until(&mut reader, DEADLINE, |_| false);
+    seen.indexes.extend(rest.indexes);
+    seen.gaps.extend(rest.gaps);
+    let outcome = publisher_outcome(&mut publisher);
+    assert!(outcome.starts_with("acknowledged=true"), "{outcome}");
+    assert!(outcome.ends_with("gaps_lost=0"), "{outcome}");
+    assert_each_once_in_order(&seen.indexes, count);
+    assert!(seen.gaps.is_empty(), "no gap: {:?}", seen.gaps);
+    assert_eq!(only_recording(&archive), id, "the recording was resumed");
+    let descriptor = wait_stopped(&archive, id);
+    assert_eq!(descriptor.stop_reason, Some(StopReason::PublicationEnded));
+    fs::write(stop_file(dir.path()), b"").expect("ask the archiver to stop");
+    wait_for_line(&mut stdout, "ARCHIVER-STOPPED:");
+    wait_success(&mut archiver, "the archiver");
 }
