@@ -5,7 +5,7 @@
 mod common;
 
 use std::fs::{self, OpenOptions};
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -210,7 +210,7 @@ fn ipc_config(archive: &Path, ipc: &Path) -> ArchiverConfig {
 }
 
 fn publisher_outcome(child: &mut ChildGuard) -> String {
-    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut stdout = lines(child);
     let outcome = wait_for_line(&mut stdout, "PUBLISHER-CLOSED:");
     wait_success(child, "the publisher");
     outcome
@@ -408,7 +408,7 @@ fn replay_then_live_under_a_continuous_publisher_has_no_gap_and_no_duplicate() {
             ("ARCHIVE_TEST_PAUSE_EVERY", "20".to_string()),
         ],
     );
-    let mut stdout = BufReader::new(publisher.stdout.take().expect("piped"));
+    let mut stdout = lines(&mut publisher);
     // mid-way: the publisher has sent a quarter
     loop {
         let published: u64 = wait_for_line(&mut stdout, "PUBLISHED:")
@@ -462,7 +462,7 @@ fn an_archiver_killed_with_sigkill_restarts_and_keeps_its_recordings() {
     ];
     let start_archiver = || {
         let mut child = spawn_child("child_archiver", &archiver_env);
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut stdout = lines(&mut child);
         wait_for_line(&mut stdout, "ARCHIVER-READY:");
         (child, stdout)
     };
@@ -647,7 +647,7 @@ fn an_archiver_killed_with_sigkill_resumes_a_udp_recording_from_the_publishers_b
     ];
     let start_archiver = || {
         let mut child = spawn_child("child_archiver", &archiver_env);
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut stdout = lines(&mut child);
         wait_for_line(&mut stdout, "ARCHIVER-READY:");
         (child, stdout)
     };
@@ -689,4 +689,70 @@ fn an_archiver_killed_with_sigkill_resumes_a_udp_recording_from_the_publishers_b
     fs::write(stop_file(dir.path()), b"").expect("ask the archiver to stop");
     wait_for_line(&mut stdout, "ARCHIVER-STOPPED:");
     wait_success(&mut archiver, "the archiver");
+}
+
+// A full file system (a real 1 MiB tmpfs) under the archive: the archiver stops with
+// an error that names the segment and the cause, and nothing is lost: the IPC
+// publication is back-pressured meanwhile (the ring is not released past what is
+// recorded). With space again, a new archiver resumes the recording (the partly
+// written tail cut) and records every message once.
+#[test]
+fn an_archive_on_a_full_file_system_stops_the_archiver_and_loses_nothing() {
+    let tmpfs = mongoose_testkit::Tmpfs::mount("1m");
+    let dir = tempfile::tempdir().expect("a directory");
+    let archive = tmpfs.path().join("archive");
+    let ipc = dir.path().join("ipc");
+    let count: u64 = 20_000; // about 2.5 MB recorded
+    let mut publisher = spawn_child(
+        "child_ipc_publisher",
+        &[
+            ("ARCHIVE_TEST_IPC_DIR", ipc.display().to_string()),
+            ("ARCHIVE_TEST_COUNT", count.to_string()),
+        ],
+    );
+    // one segment larger than the file system: the write of a batch fails
+    let mut config = ipc_config(&archive, &ipc);
+    config.segment_bytes = 64 << 20;
+    let mut archiver = Archiver::open(config.clone()).expect("open");
+    let never = AtomicBool::new(false);
+    let error = archiver
+        .run_until(&never)
+        .expect_err("the file system fills up");
+    drop(archiver);
+    let message = error.to_string();
+    assert!(message.contains("No space left on device"), "{message}");
+    assert!(
+        message.contains(".seg") || message.contains("catalog"),
+        "names the file: {message}"
+    );
+    assert!(
+        publisher.try_wait().expect("the publisher").is_none(),
+        "the publisher waits (back-pressured) instead of losing messages"
+    );
+
+    // the publisher fills the ring up to what the archiver recorded, no further
+    // (ring header layout: write position at byte 64, reader position at byte 128)
+    let ring = IpcPublication::ring_path(&ipc, 20, 1);
+    let ring_positions = || {
+        let bytes = fs::read(&ring).expect("the ring");
+        let at =
+            |offset: usize| u64::from_le_bytes(bytes[offset..offset + 8].try_into().expect("8"));
+        (at(64), at(128))
+    };
+    wait_until("the publisher to fill the ring", DEADLINE, || {
+        let (written, recorded) = ring_positions();
+        written + FRAME_LEN > recorded + (1 << 16)
+    });
+    tmpfs.remount("size=64m");
+    let archiver = ArchiverThread::start(config);
+    let _ = publisher_outcome(&mut publisher);
+    let id = only_recording(&archive);
+    let descriptor = wait_stopped(&archive, id);
+    drop(archiver);
+    assert_eq!(descriptor.stop_reason, Some(StopReason::PublicationEnded));
+    let mut reader =
+        RecordingReader::open(&archive, RecordingSelector::Id(id), None).expect("open");
+    let seen = read_until(&mut reader, DEADLINE, |_| false);
+    assert_each_once_in_order(&seen.indexes, count);
+    assert!(seen.gaps.is_empty());
 }

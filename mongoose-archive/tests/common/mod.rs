@@ -5,7 +5,8 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use mongoose_archive::{RecordingReader, ReplayEvent};
@@ -79,20 +80,44 @@ pub fn spawn_child(role: &str, envs: &[(&str, String)]) -> ChildGuard {
     ChildGuard(command.spawn().expect("spawn a child"))
 }
 
-/// Reads the child's stdout until a line starting with `prefix`; returns the rest.
-pub fn wait_for_line(stdout: &mut BufReader<ChildStdout>, prefix: &str) -> String {
-    let mut line = String::new();
+/// The lines a child prints, read by a thread (so a test waits for them with a
+/// deadline instead of blocking on a child that hangs).
+#[derive(Debug)]
+pub struct ChildLines(Receiver<String>);
+
+/// Starts reading the child's stdout.
+pub fn lines(child: &mut ChildGuard) -> ChildLines {
+    let stdout = child.stdout.take().expect("a piped stdout");
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    ChildLines(receiver)
+}
+
+/// Waits (up to two minutes) for a line of the child's that contains `prefix`;
+/// returns the rest of it.
+pub fn wait_for_line(lines: &mut ChildLines, prefix: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
     let mut output = String::new();
     loop {
-        line.clear();
-        let read = stdout
-            .read_line(&mut line)
-            .expect("read the child's output");
-        assert!(
-            read > 0,
-            "the child ended before printing {prefix:?}: {output}"
-        );
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = match lines.0.recv_timeout(left) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("timed out waiting for the child to print {prefix:?}: {output}")
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("the child ended before printing {prefix:?}: {output}")
+            }
+        };
         output.push_str(&line);
+        output.push('\n');
         // libtest prints "test NAME ... " before the child's first line
         if let Some(at) = line.find(prefix) {
             return line[at + prefix.len()..].trim().to_string();
