@@ -37,7 +37,9 @@ pub struct ArchiverConfig {
     pub hold_bytes: usize,
     /// A UDP publication not heard from for this long is stopped
     /// ([`StopReason::PublicationTimedOut`]); so is a recording recovered after a crash
-    /// whose publication does not come back.
+    /// whose publication does not come back. An IPC ring does not time out: the ring
+    /// file is the publication (an idle publisher and a dead one look the same), and
+    /// its recording stays active until the ring is closed or the archiver stops.
     pub publication_timeout: Duration,
     /// How often new IPC rings are looked for.
     pub ipc_scan_interval: Duration,
