@@ -37,7 +37,9 @@ pub struct ArchiverConfig {
     pub hold_bytes: usize,
     /// A UDP publication not heard from for this long is stopped
     /// ([`StopReason::PublicationTimedOut`]); so is a recording recovered after a crash
-    /// whose publication does not come back.
+    /// whose publication does not come back. An IPC ring does not time out: the ring
+    /// file is the publication (an idle publisher and a dead one look the same), and
+    /// its recording stays active until the ring is closed or the archiver stops.
     pub publication_timeout: Duration,
     /// How often new IPC rings are looked for.
     pub ipc_scan_interval: Duration,
@@ -651,25 +653,30 @@ impl Archiver {
             self.ensure_recording(key, start, source)?;
             let active = self.active.get_mut(&key).expect("ensured above");
             let from = active.writer.end();
+            // The previous reader position is a frame start, and the writer never
+            // overwrote anything after it; bytes before it may be overwritten.
+            let released = ring.reader_position();
             // the writer may reuse nothing before `from` from now on
-            ring.set_reader_position(from);
+            ring.set_reader_position(from.min(released));
             let oldest_intact = ring.write_position().saturating_sub(ring.capacity());
-            if from < oldest_intact {
-                // only after a torn tail was cut: bytes the ring no longer holds
+            if from < oldest_intact && from < released {
+                // the recording lost a tail the ring had already released (a power
+                // loss took unsynced segment bytes): the ring resumes at the released
+                // position, a frame start; what lies between is recorded as lost
                 tracing::warn!(
                     recording = active.id,
                     from,
-                    to = oldest_intact,
+                    to = released,
                     "the IPC ring no longer holds the cut tail; recording it as lost"
                 );
-                active.writer.append_gap(from, oldest_intact)?;
+                active.writer.append_gap(from, released)?;
                 self.catalog.append(CatalogEvent::Gap {
                     id: active.id,
                     from,
-                    to: oldest_intact,
+                    to: released,
                 })?;
                 self.counters.gaps_recorded += 1;
-                ring.set_reader_position(oldest_intact);
+                ring.set_reader_position(released);
             }
             tracing::info!(recording = active.id, ring = %path.display(), from = active.writer.end(), "recording an IPC ring");
             active.transport = Transport::Ipc(IpcState {

@@ -198,6 +198,16 @@ impl Ring {
             let mut len = [0u8; 4];
             self.copy_out(*position, &mut len);
             let len = u32::from_le_bytes(len) as usize;
+            if *position + 4 + len as u64 > end || len as u64 + 4 > self.capacity {
+                return Err(ArchiveError::BadFormat {
+                    path: self.path.clone(),
+                    what: "mongoose-archive IPC ring",
+                    detail: format!(
+                        "a frame of {len} bytes at position {} runs past the written end {end}",
+                        *position
+                    ),
+                });
+            }
             scratch.resize(len, 0);
             self.copy_out(*position + 4, scratch);
             handler(*position, scratch)?;

@@ -96,6 +96,21 @@ pub(crate) fn segment_starts(archive: &Path, id: u64) -> Result<Vec<u64>> {
     Ok(starts)
 }
 
+/// Removes segments a crash left under their temporary name (never read).
+fn remove_temporary_segments(archive: &Path, id: u64) {
+    let Ok(entries) = fs::read_dir(recording_dir(archive, id)) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.to_str().is_some_and(|name| name.ends_with(".seg.new")) {
+            if let Err(error) = fs::remove_file(&path) {
+                tracing::warn!(segment = %path.display(), %error, "cannot remove a temporary segment");
+            }
+        }
+    }
+}
+
 /// Encodes a record into `out`.
 pub(crate) fn encode_record(out: &mut Vec<u8>, kind: RecordKind, position: u64, payload: &[u8]) {
     let mut header = [0u8; RECORD_HEADER_LEN];
@@ -283,6 +298,7 @@ impl SegmentWriter {
         start: u64,
         segment_bytes: u64,
     ) -> Result<(SegmentWriter, Recovered)> {
+        remove_temporary_segments(archive, id);
         let starts = segment_starts(archive, id)?;
         let Some(&last_start) = starts.last() else {
             let writer = SegmentWriter::create(archive, id, start, segment_bytes)?;
@@ -463,5 +479,56 @@ impl SegmentWriter {
         self.file_len = SEGMENT_HEADER_LEN;
         self.records_in_segment = 0;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // the record layout the module documents: a 24-byte little-endian header
+    #[test]
+    fn a_record_has_the_documented_layout() {
+        let mut bytes = Vec::new();
+        encode_record(
+            &mut bytes,
+            RecordKind::Message,
+            0x0102_0304_0506_0708,
+            b"abc",
+        );
+        assert_eq!(bytes.len(), RECORD_HEADER_LEN + 3);
+        assert_eq!(bytes[0..4], 3u32.to_le_bytes());
+        assert_eq!(bytes[8..16], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(bytes[16..20], 1u32.to_le_bytes());
+        assert_eq!(bytes[20..24], [0; 4]);
+        let crc = crc32fast::hash(&bytes[8..]);
+        assert_eq!(bytes[4..8], crc.to_le_bytes());
+        match decode_record(&bytes) {
+            Decoded::Record(record) => {
+                assert_eq!(record.payload, b"abc");
+                assert_eq!(record.end(), 0x0102_0304_0506_0708 + 7);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_or_a_short_record_is_never_a_record() {
+        let mut bytes = Vec::new();
+        encode_record(&mut bytes, RecordKind::Gap, 10, &20u64.to_le_bytes());
+        assert!(matches!(
+            decode_record(&bytes[..bytes.len() - 1]),
+            Decoded::Incomplete { needed: Some(32) }
+        ));
+        bytes[RECORD_HEADER_LEN] ^= 1;
+        assert!(matches!(decode_record(&bytes), Decoded::Invalid(_)));
+    }
+
+    #[test]
+    fn a_segment_header_is_32_bytes_with_magic_id_and_start() {
+        let header = segment_header(7, 99);
+        assert_eq!(&header[0..8], MAGIC);
+        assert_eq!(header[16..24], 7u64.to_le_bytes());
+        assert_eq!(header[24..32], 99u64.to_le_bytes());
     }
 }

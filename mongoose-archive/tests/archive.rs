@@ -756,3 +756,47 @@ fn an_archive_on_a_full_file_system_stops_the_archiver_and_loses_nothing() {
     assert_each_once_in_order(&seen.indexes, count);
     assert!(seen.gaps.is_empty());
 }
+
+// The catalog is append-only with checksummed records: a record torn by a crash (here
+// half a record appended for real to the file) is cut when the archiver opens the
+// archive again, and the recordings before it stay readable, to readers meanwhile too.
+#[test]
+fn a_torn_catalog_tail_is_cut_and_the_catalog_stays_readable() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let archive = dir.path().join("archive");
+    let ipc = dir.path().join("ipc");
+    let mut archiver = Archiver::open(ipc_config(&archive, &ipc)).expect("open");
+    let mut publication = IpcPublication::create(&ipc, 5, 9).expect("create");
+    for index in 0..10 {
+        offer_until_accepted(&mut publication, &message(index), &mut || {});
+    }
+    publication.close().expect("close");
+    wait_until("the recording to stop", DEADLINE, || {
+        archiver.do_work().expect("work");
+        list(&archive)
+            .expect("list")
+            .iter()
+            .any(|recording| recording.stop_position.is_some())
+    });
+    drop(archiver);
+    let catalog = archive.join("catalog");
+    let intact = fs::metadata(&catalog).expect("the catalog").len();
+    OpenOptions::new()
+        .append(true)
+        .open(&catalog)
+        .expect("open the catalog")
+        .write_all(&[40, 0, 0, 0, 1, 2, 3, 4, 5])
+        .expect("a torn record");
+    let before = list(&archive).expect("a reader ignores the torn record");
+    assert_eq!(before.len(), 1);
+    let archiver = Archiver::open(ipc_config(&archive, &ipc)).expect("open again");
+    assert_eq!(
+        fs::metadata(&catalog).expect("the catalog").len(),
+        intact,
+        "the torn record was cut"
+    );
+    drop(archiver);
+    let after = list(&archive).expect("list");
+    assert_eq!(after, before);
+    assert_eq!(after[0].stop_position, Some(10 * FRAME_LEN));
+}
