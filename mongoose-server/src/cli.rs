@@ -199,6 +199,11 @@ impl Signals {
     pub fn received(&self) -> bool {
         self.signalled.load(Ordering::Acquire)
     }
+
+    /// The flag a signal sets (for a loop that stops on it, as the archiver's).
+    pub fn flag(&self) -> &AtomicBool {
+        &self.signalled
+    }
 }
 
 /// [`run_until_done_with_status`] with signal handlers installed earlier (before the

@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod archive_cli;
 pub mod audit_journal;
 pub mod cli;
 pub mod config;

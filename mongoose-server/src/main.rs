@@ -103,12 +103,146 @@ enum Command {
         #[arg(long)]
         token_file: Option<PathBuf>,
     },
+    /// The archive (aeron-like): run an archiver, publish lines, list and describe
+    /// recordings, replay one.
+    Archive {
+        #[command(subcommand)]
+        action: ArchiveAction,
+    },
     /// Operator tools for a journal (the journal connector's files): append lines,
     /// tail excerpts, dump the index with checksums.
     Journal {
         #[command(subcommand)]
         action: JournalAction,
     },
+}
+
+/// `mongoose archive ...`.
+#[derive(Debug, Subcommand)]
+enum ArchiveAction {
+    /// Runs an archiver recording every publication it receives (UDP on `--udp`, IPC
+    /// rings created in `--ipc`) until SIGTERM or SIGINT.
+    Serve {
+        /// The archive directory (catalog and recordings).
+        dir: PathBuf,
+        /// Receive UDP publications on this address (e.g. 127.0.0.1:40123).
+        #[arg(long)]
+        udp: Option<std::net::SocketAddr>,
+        /// Record the IPC rings publishers create in this folder.
+        #[arg(long)]
+        ipc: Option<PathBuf>,
+    },
+    /// Publishes each line of standard input as one message, then waits until the
+    /// archiver confirms it has everything.
+    Publish {
+        /// Send to an archiver's UDP address.
+        #[arg(long)]
+        udp: Option<std::net::SocketAddr>,
+        /// Create an IPC ring in this folder (the archiver's `--ipc`).
+        #[arg(long)]
+        ipc: Option<PathBuf>,
+        /// The stream id.
+        #[arg(long)]
+        stream: u32,
+        /// The session id.
+        #[arg(long, default_value_t = 1)]
+        session: u32,
+    },
+    /// Lists the recordings of an archive.
+    List {
+        /// The archive directory.
+        dir: PathBuf,
+    },
+    /// Describes one recording: positions, stop reason, gaps, torn tails cut.
+    Describe {
+        /// The archive directory.
+        dir: PathBuf,
+        /// The recording id.
+        id: u64,
+    },
+    /// Prints `position<TAB>text` per message of a recording (a gap as `GAP`).
+    Replay {
+        /// The archive directory.
+        dir: PathBuf,
+        /// The recording id.
+        #[arg(long)]
+        recording: Option<u64>,
+        /// The newest recording of this stream id.
+        #[arg(long)]
+        stream: Option<u32>,
+        /// The stream position to start from (one a reader handed out).
+        #[arg(long)]
+        from: Option<u64>,
+        /// Wait for more messages until the recording stops.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+fn archive(action: ArchiveAction) -> Result<u8, (u8, ServerError)> {
+    use mongoose_server::archive_cli;
+    let failed = |error| (EXIT_FAILED, error);
+    match action {
+        ArchiveAction::Serve { dir, udp, ipc } => {
+            let signals = cli::Signals::install().map_err(failed)?;
+            archive_cli::serve(&dir, udp, ipc.as_deref(), signals.flag()).map_err(failed)?;
+            Ok(cli::EXIT_OK)
+        }
+        ArchiveAction::Publish {
+            udp,
+            ipc,
+            stream,
+            session,
+        } => {
+            let stdin = std::io::stdin().lock();
+            let (count, position) =
+                archive_cli::publish(udp, ipc.as_deref(), stream, session, stdin)
+                    .map_err(failed)?;
+            println!("published {count} messages; the stream is at position {position}");
+            Ok(cli::EXIT_OK)
+        }
+        ArchiveAction::List { dir } => {
+            archive_cli::list(&dir, &mut std::io::stdout().lock()).map_err(failed)?;
+            Ok(cli::EXIT_OK)
+        }
+        ArchiveAction::Describe { dir, id } => {
+            archive_cli::describe(&dir, id, &mut std::io::stdout().lock()).map_err(failed)?;
+            Ok(cli::EXIT_OK)
+        }
+        ArchiveAction::Replay {
+            dir,
+            recording,
+            stream,
+            from,
+            follow,
+        } => {
+            let selector = match (recording, stream) {
+                (Some(id), None) => mongoose_archive::RecordingSelector::Id(id),
+                (None, Some(stream)) => {
+                    mongoose_archive::RecordingSelector::LatestForStream(stream)
+                }
+                _ => {
+                    return Err((
+                        EXIT_BAD_CONFIG,
+                        ServerError::invalid(
+                            "archive replay",
+                            "give one of --recording ID or --stream S",
+                        ),
+                    ))
+                }
+            };
+            archive_cli::replay(
+                &dir,
+                selector,
+                from,
+                follow,
+                &mut std::io::stdout().lock(),
+                &|| false,
+            )
+            .map_err(failed)?;
+            Ok(cli::EXIT_OK)
+        }
+    }
 }
 
 /// `mongoose journal ...`.
@@ -293,6 +427,7 @@ fn main() -> ExitCode {
             token_file,
         } => status(&address, json, token_file.as_deref()),
         Command::Journal { action } => journal(action),
+        Command::Archive { action } => archive(action),
         Command::Audit {
             action,
             admin: address,

@@ -1,0 +1,306 @@
+//! The archive connector: a plugin source over [`mongoose_archive::RecordingReader`].
+//!
+//! **Source kind `archive`.** Reads one recording of the archive in `archive` (the
+//! recording `recording`, or the newest of stream `stream`): first what is recorded
+//! from the committed position (replay), then what the archiver appends (live), from
+//! the same files, so the hand-over has no gap and no duplicate. A message is published
+//! at position `(lane 0, stream position after it)` in the epoch of its recording id.
+//! After the engine says the messages were processed, the committer writes `<recording
+//! id> <position>` to the `pointer` file (a temporary file, fsync'd, renamed); a
+//! restart (or a `kill -9`) resumes after the last committed message. PAUSE keeps the
+//! message (copied once, only then) and stops polling: the archive is the buffer. A
+//! pointer of another recording (the stream's recording was replaced) is logged as a
+//! WARN and the new recording is read from its start in its own epoch. A gap the
+//! archive recorded (UDP data the publication had lost) is logged as a WARN and its
+//! position committed past: a loss, reported, never silent.
+//!
+//! Settings: `archive` and `pointer` (required), `recording` or `stream` (one of
+//! them), `batch` (messages per duty cycle, default 1024).
+//!
+//! ```toml
+//! [[feeds]]
+//! name = "ticks"
+//! source = "archive"
+//! settings = { archive = "/var/lib/mongoose/archive", stream = 7, pointer = "/var/lib/mongoose/ticks.pointer" }
+//! ```
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use mongoose_archive::{ArchiveError, RecordingReader, RecordingSelector, ReplayEvent};
+use mongoose_core::{
+    CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
+    WorkDone,
+};
+use mongoose_plugin::settings::Settings;
+use mongoose_plugin::PluginOutput;
+
+/// Messages one duty cycle publishes at most, unless `batch` says otherwise.
+const DEFAULT_BATCH: u64 = 1024;
+
+fn core_error(context: String, error: ArchiveError) -> CoreError {
+    CoreError::io(context, std::io::Error::other(error.to_string()))
+}
+
+/// The committed `(recording id, position)` of a pointer file, if any.
+fn load_pointer(path: &Path) -> Result<Option<(u64, u64)>, CoreError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => {
+            return Err(CoreError::io(
+                format!("cannot read the archive pointer {}", path.display()),
+                error,
+            ))
+        }
+    };
+    let mut parts = text.split_whitespace().map(str::parse::<u64>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(recording)), Some(Ok(position))) => Ok(Some((recording, position))),
+        _ => Err(CoreError::io(
+            format!(
+                "the archive pointer {} is damaged ('{}'): delete it to read the recording from its start",
+                path.display(),
+                text.trim()
+            ),
+            std::io::Error::from(std::io::ErrorKind::InvalidData),
+        )),
+    }
+}
+
+/// Replays a recording from its committed position, then follows it live.
+#[derive(Debug)]
+pub struct ArchiveSource {
+    output: PluginOutput,
+    archive: PathBuf,
+    selector: RecordingSelector,
+    pointer: PathBuf,
+    batch: u64,
+    reader: Option<RecordingReader>,
+    /// A message the feed could not take yet (PAUSE), with its position.
+    held: Option<(Vec<u8>, u64)>,
+    /// The bytes of the message being offered.
+    scratch: Vec<u8>,
+    caught_up: bool,
+    waiting_reported: bool,
+}
+
+impl ArchiveSource {
+    /// A source from its settings (see the crate docs).
+    pub fn new(settings: &str, output: PluginOutput) -> Result<ArchiveSource, String> {
+        let settings = Settings::parse(settings)?;
+        settings.only(&["archive", "recording", "stream", "pointer", "batch"])?;
+        let selector = match (settings.u64("recording")?, settings.u64("stream")?) {
+            (Some(id), None) => RecordingSelector::Id(id),
+            (None, Some(stream)) => RecordingSelector::LatestForStream(
+                u32::try_from(stream).map_err(|_| format!("settings: stream {stream} is not a stream id"))?,
+            ),
+            _ => return Err("settings: give one of 'recording' (an id) or 'stream' (the newest recording of a stream id)".to_owned()),
+        };
+        Ok(ArchiveSource {
+            output,
+            archive: PathBuf::from(settings.required("archive")?),
+            selector,
+            pointer: PathBuf::from(settings.required("pointer")?),
+            batch: settings.u64("batch")?.unwrap_or(DEFAULT_BATCH).max(1),
+            reader: None,
+            held: None,
+            scratch: Vec::new(),
+            caught_up: false,
+            waiting_reported: false,
+        })
+    }
+
+    /// Opens the recording at its committed position; `None` while the archive has no
+    /// such recording yet.
+    fn open(&mut self) -> Result<Option<RecordingReader>, CoreError> {
+        let opening = format!("cannot open the recording in {}", self.archive.display());
+        let reader = match RecordingReader::open(&self.archive, self.selector, None) {
+            Ok(reader) => reader,
+            Err(ArchiveError::NoSuchRecording(_) | ArchiveError::NoRecordingForStream(_)) => {
+                if !self.waiting_reported {
+                    self.waiting_reported = true;
+                    self.output.report_state(
+                        SourceState::Starting,
+                        Some("waiting for the archive to record the stream"),
+                    );
+                }
+                return Ok(None);
+            }
+            Err(error) => return Err(core_error(opening, error)),
+        };
+        let id = reader.recording_id();
+        let reader = match load_pointer(&self.pointer)? {
+            Some((recording, position)) if recording == id => {
+                RecordingReader::open(&self.archive, RecordingSelector::Id(id), Some(position))
+                    .map_err(|error| core_error(opening, error))?
+            }
+            Some((recording, _)) => {
+                self.output.warn(&format!(
+                    "archive {}: the pointer {} holds recording {recording}, but the recording read now is {id} (the stream's recording was replaced): reading recording {id} from its start in its own epoch",
+                    self.archive.display(),
+                    self.pointer.display()
+                ));
+                reader
+            }
+            None => reader,
+        };
+        let epoch = reader.epoch();
+        let output = &self.output;
+        output.set_pause_by_default(true);
+        output.set_epoch(epoch);
+        output.acknowledge_with(Box::new(PointerCommitter {
+            path: self.pointer.clone(),
+            recording: id,
+            epoch,
+            pending: None,
+        }));
+        output.report_state(SourceState::Behind, Some("replaying the recording"));
+        Ok(Some(reader))
+    }
+}
+
+impl EventSource for ArchiveSource {
+    fn name(&self) -> &str {
+        self.output.feed()
+    }
+
+    fn start(&mut self) -> Result<(), CoreError> {
+        self.reader = self.open()?;
+        Ok(())
+    }
+
+    fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+        if self.reader.is_none() {
+            self.reader = self.open()?;
+        }
+        let mut done = 0u64;
+        if let Some((bytes, position)) = self.held.take() {
+            if !self
+                .output
+                .try_publish(&bytes[..], PositionValue::at(position))
+                .is_published()
+            {
+                self.held = Some((bytes, position));
+                return Ok(WorkDone(0));
+            }
+            done += 1;
+        }
+        let Some(reader) = self.reader.as_mut() else {
+            return Ok(WorkDone(0));
+        };
+        let mut paused = false;
+        let mut drained = false;
+        while done < self.batch {
+            let scratch = &mut self.scratch;
+            let mut event: Option<(u64, Option<u64>)> = None;
+            let polled = reader
+                .poll(1, |replayed| match replayed {
+                    ReplayEvent::Message { position, payload } => {
+                        scratch.clear();
+                        scratch.extend_from_slice(payload);
+                        event = Some((position, None));
+                    }
+                    ReplayEvent::Gap { from, to } => event = Some((to, Some(from))),
+                })
+                .map_err(|error| core_error("cannot read the recording".to_owned(), error))?;
+            let Some((position, gap)) = event.filter(|_| polled > 0) else {
+                drained = true;
+                break;
+            };
+            if let Some(from) = gap {
+                self.output.warn(&format!(
+                    "archive {}: recording {} lost stream bytes [{from}, {position}) (the publication no longer had them): a loss, committed past",
+                    self.archive.display(),
+                    reader.recording_id()
+                ));
+                self.output
+                    .filtered(PositionValue::at(position), "a gap in the recording");
+                continue;
+            }
+            if !self
+                .output
+                .try_publish(&self.scratch[..], PositionValue::at(position))
+                .is_published()
+            {
+                // keep the message: offered again next cycle
+                self.held = Some((std::mem::take(&mut self.scratch), position));
+                paused = true;
+                break;
+            }
+            done += 1;
+        }
+        let caught_up = drained && !paused;
+        if caught_up != self.caught_up {
+            self.caught_up = caught_up;
+            let (state, detail) = if caught_up {
+                (SourceState::CaughtUp, None)
+            } else {
+                (SourceState::Behind, Some("replaying the recording"))
+            };
+            self.output.report_state(state, detail);
+        }
+        Ok(WorkDone(usize::try_from(done).unwrap_or(usize::MAX)))
+    }
+
+    fn stop(&mut self) -> Result<(), CoreError> {
+        self.reader = None;
+        Ok(())
+    }
+}
+
+/// Writes `<recording> <position>` after the messages before it were processed.
+#[derive(Debug)]
+struct PointerCommitter {
+    path: PathBuf,
+    recording: u64,
+    epoch: Epoch,
+    pending: Option<u64>,
+}
+
+impl SourceCommitter<PositionValue> for PointerCommitter {
+    fn acknowledged(&mut self, _sequence: u64, epoch: Epoch, position: PositionValue) {
+        if epoch == self.epoch {
+            self.pending = Some(position.offset);
+        }
+    }
+
+    fn commit(&mut self) -> Result<(), CoreError> {
+        let Some(position) = self.pending else {
+            return Ok(());
+        };
+        let temporary = self.path.with_extension("tmp");
+        let write = || -> std::io::Result<()> {
+            let mut file = File::create(&temporary)?;
+            writeln!(file, "{} {position}", self.recording)?;
+            file.sync_data()?;
+            std::fs::rename(&temporary, &self.path)?;
+            if let Some(dir) = self.path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+                File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|error| {
+            CoreError::io(
+                format!("cannot write the archive pointer {}", self.path.display()),
+                error,
+            )
+        })?;
+        self.pending = None;
+        Ok(())
+    }
+
+    fn commits_after_stop(&self) -> bool {
+        true
+    }
+}
+
+mongoose_plugin::export_plugin! {
+    name: "archive",
+    version: env!("CARGO_PKG_VERSION"),
+    sources: {
+        "archive" => |settings: &str, output| ArchiveSource::new(settings, output),
+    },
+    sinks: {},
+}
