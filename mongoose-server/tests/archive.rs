@@ -44,7 +44,9 @@ fn publisher(dir: &Path) -> (Child, std::thread::JoinHandle<()>) {
     let feeder = std::thread::spawn(move || {
         for chunk in (0..MESSAGES).collect::<Vec<_>>().chunks(500) {
             let text: String = chunk.iter().map(|index| line(*index) + "\n").collect();
-            stdin.write_all(text.as_bytes()).expect("the publisher reads");
+            stdin
+                .write_all(text.as_bytes())
+                .expect("the publisher reads");
             std::thread::sleep(Duration::from_millis(5));
         }
     });
@@ -81,7 +83,9 @@ fn committed(dir: &Path) -> (u64, u64) {
     let Ok(text) = std::fs::read_to_string(dir.join("lines.pointer")) else {
         return (0, 0);
     };
-    let mut parts = text.split_whitespace().map(|part| part.parse().expect("a number"));
+    let mut parts = text
+        .split_whitespace()
+        .map(|part| part.parse().expect("a number"));
     (
         parts.next().expect("a recording"),
         parts.next().expect("a position"),
@@ -143,7 +147,12 @@ fn a_publisher_and_an_archiver_while_the_server_is_killed_apply_every_message_ex
     let status = wait_exit(&mut publishing, "the publisher");
     assert!(status.success(), "the publisher failed: {status}");
 
-    assert_eq!(run.finish(), 0, "the last run settled lossless: {}", run.log());
+    assert_eq!(
+        run.finish(),
+        0,
+        "the last run settled lossless: {}",
+        run.log()
+    );
     let state = run.state_in("state");
     let expected: Vec<String> = (0..MESSAGES).map(line).collect();
     assert_eq!(
@@ -152,8 +161,15 @@ fn a_publisher_and_an_archiver_while_the_server_is_killed_apply_every_message_ex
         "every message applied once after {kills} kills: {}",
         run.log()
     );
-    assert_eq!(state.balances, balances_of(expected.iter().map(String::as_str)));
-    assert_eq!(committed(&dir).1, state.position, "the final commit covers everything");
+    assert_eq!(
+        state.balances,
+        balances_of(expected.iter().map(String::as_str))
+    );
+    assert_eq!(
+        committed(&dir).1,
+        state.position,
+        "the final commit covers everything"
+    );
 
     let stopped = Command::new("kill")
         .args(["-TERM", &archiver.id().to_string()])
