@@ -92,10 +92,6 @@ fn committed(dir: &Path) -> (u64, u64) {
     )
 }
 
-fn applied_lines(run: &LedgerRun) -> u64 {
-    mongoose_ledger::LedgerState::load(&run.path("state")).map_or(0, |state| state.applied)
-}
-
 fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -129,7 +125,7 @@ fn a_publisher_and_an_archiver_while_the_server_is_killed_apply_every_message_ex
         let mut child = run.spawn(false);
         let target = (applied + 2_000 + round * 1_500).min(MESSAGES as u64);
         run.wait_until(&mut child, &format!("applied {target} lines"), || {
-            applied_lines(&run) >= target
+            run.applied() >= target
         });
         child.kill().expect("SIGKILL");
         child.wait().expect("reaped");

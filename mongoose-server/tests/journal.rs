@@ -93,7 +93,7 @@ fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_
         let mut child = run.spawn(false);
         let target = (applied + 3_000 + round * 2_000).min(TOTAL as u64);
         run.wait_until(&mut child, &format!("applied {target} lines"), || {
-            applied_lines(&run) >= target
+            run.applied() >= target
         });
         child.kill().expect("SIGKILL");
         child.wait().expect("reaped");
@@ -143,9 +143,4 @@ fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_
         TOTAL as u64,
         "the final commit covers everything"
     );
-}
-
-/// The ledger's applied count, 0 before its state exists.
-fn applied_lines(run: &LedgerRun) -> u64 {
-    mongoose_ledger::LedgerState::load(&run.path("state")).map_or(0, |state| state.applied)
 }

@@ -137,10 +137,6 @@ settings = {{ state_dir = "state", alerts = "alerts.txt", guard = true }}
     )
 }
 
-fn applied(run: &LedgerRun) -> u64 {
-    mongoose_ledger::LedgerState::load(&run.path("state")).map_or(0, |state| state.applied)
-}
-
 #[test]
 fn a_kafka_feed_in_the_server_survives_kill_9_with_every_record_applied_once() {
     let Some(brokers) = brokers() else {
@@ -163,7 +159,7 @@ fn a_kafka_feed_in_the_server_survives_kill_9_with_every_record_applied_once() {
     for target in [600u64, 1_500] {
         let mut child = run.spawn(false);
         run.wait_until(&mut child, &format!("applied {target} records"), || {
-            applied(&run) >= target
+            run.applied() >= target
         });
         child.kill().expect("SIGKILL");
         child.wait().expect("reaped");
@@ -172,7 +168,7 @@ fn a_kafka_feed_in_the_server_survives_kill_9_with_every_record_applied_once() {
     assert_eq!(kills, 2);
     let mut child = run.spawn(false);
     run.wait_until(&mut child, "applied every record", || {
-        applied(&run) >= RECORDS as u64
+        run.applied() >= RECORDS as u64
     });
     // what is left in flight (a record given again after the kills) is skipped by the
     // guard: let the server settle on it, then stop it cleanly

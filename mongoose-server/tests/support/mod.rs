@@ -165,6 +165,11 @@ impl LedgerRun {
         u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
     }
 
+    /// The lines the ledger in `state` has applied (0 before its state exists).
+    pub fn applied(&self) -> u64 {
+        LedgerState::load(&self.path("state")).map_or(0, |state| state.applied)
+    }
+
     /// The ledger's saved state in `state_dir` (relative to the folder).
     pub fn state_in(&self, state_dir: &str) -> LedgerState {
         LedgerState::load(&self.path(state_dir)).expect("state readable")
