@@ -43,7 +43,9 @@
 //! the epoch lives in the owner's file, not on the broker); it cannot fetch from an
 //! offset inside a record batch (it returns nothing; a consumer does that after a
 //! pause, a rebalance or a restart from a committed offset, so the tests write one record
-//! per batch); its high watermark (ListOffsets) reads 1; `commit_transaction` fails with
+//! per batch); its high watermark (ListOffsets) read 1 for partitions holding 86 to 128
+//! records written in one batch each (the tests take the end from the records read);
+//! `commit_transaction` fails with
 //! "EndTxnRequest (KIP-98) not supported by broker" (init, begin and
 //! send_offsets_to_transaction succeed); `cleanup.policy=compact` is accepted and
 //! has no effect.

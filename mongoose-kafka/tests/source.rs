@@ -10,8 +10,8 @@ use std::thread;
 use std::time::Duration;
 
 use common::{
-    broker_or_skip, committed, create_topic, pipeline, produce, source_config, unique, wait_for,
-    Collect,
+    broker_or_skip, committed, create_topic, pipeline, produce, produce_to, source_config, unique,
+    wait_for, Collect,
 };
 use mongoose_core::IdleStrategy;
 use mongoose_delivery::SourceDriver;
@@ -185,22 +185,30 @@ fn a_revoked_partition_commits_what_was_processed_before_it_goes() {
     let topic = unique("revoked");
     let group = unique("revoked-group");
     create_topic(&brokers, &topic, 2, &[]);
-    const RECORDS: u64 = 100;
-    produce(&brokers, &topic, 0, RECORDS, 10);
+    // 15 records in each partition, read by A; then 50 more in each, read by A too: A's
+    // queue holds the first 30 before the others, so its processor can take exactly
+    // those and leave unprocessed records of both partitions
+    produce_to(&brokers, &topic, 0, 0, 15);
+    produce_to(&brokers, &topic, 1, 15, 15);
     let config = source_config(&brokers, &group, &topic);
     let mut a = pipeline(config, 1000);
     a.source.start().expect("start");
-    // A reads everything (cycles commit nothing: nothing is processed yet)
+    // A reads (cycles commit nothing: nothing is processed yet)
+    wait_for("A read the first 30 records", 60, || {
+        SourceDriver::cycle(&mut a.source, &*a.feed).expect("cycle");
+        a.feed.status().sequence >= 30
+    });
+    produce_to(&brokers, &topic, 0, 30, 50);
+    produce_to(&brokers, &topic, 1, 80, 50);
     wait_for("A read every record", 60, || {
         SourceDriver::cycle(&mut a.source, &*a.feed).expect("cycle");
-        a.feed.status().sequence >= RECORDS
+        a.feed.status().sequence >= 130
     });
-    // A's processor takes 15 records of each partition ... (the queue is in order of
-    // reading, so take until both have 15)
     let mut consumer = Collect::default();
-    wait_for("15 records of each partition processed", 30, || {
-        a.reader.poll(&mut consumer, 1);
-        (0..2).all(|p| consumer.seen.iter().filter(|s| s.partition == p).count() >= 15)
+    wait_for("the first 30 records processed", 30, || {
+        let left = 30 - consumer.seen.len();
+        a.reader.poll(&mut consumer, left);
+        consumer.seen.len() >= 30
     });
     let processed = ends_of(&consumer.seen, 2);
     assert_eq!(
@@ -246,6 +254,10 @@ fn a_revoked_partition_commits_what_was_processed_before_it_goes() {
         idle_rounds > 50
     });
     let later = ends_of(&consumer.seen, 2);
+    assert!(
+        later[lost] > processed[lost],
+        "A processed records of the lost partition after it went ({processed:?} then {later:?}): the check below means something"
+    );
     let after = committed(&brokers, &group, &topic, 2);
     assert_eq!(
         after[lost], processed[lost],

@@ -312,3 +312,29 @@ pub fn end_offsets(brokers: &str, topic: &str, partitions: i32) -> Vec<i64> {
         })
         .collect()
 }
+
+/// Writes `count` records `"<n>"` (n from `first`) to `partition` of `topic`, one per
+/// batch, and waits until all are acknowledged.
+pub fn produce_to(brokers: &str, topic: &str, partition: i32, first: u64, count: u64) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "0")
+        .set("batch.num.messages", "1")
+        .create()
+        .expect("producer");
+    for n in first..first + count {
+        let payload = n.to_string();
+        producer
+            .send(
+                BaseRecord::<str, str>::to(topic)
+                    .partition(partition)
+                    .payload(&payload),
+            )
+            .expect("queued");
+        producer.poll(Duration::ZERO);
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("every record acknowledged");
+}
