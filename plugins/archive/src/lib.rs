@@ -6,11 +6,14 @@
 //! the same files, so the hand-over has no gap and no duplicate. A message is published
 //! at position `(lane 0, stream position after it)` in the epoch of its recording id.
 //! After the engine says the messages were processed, the committer writes `<recording
-//! id> <position>` to the `pointer` file (a temporary file, fsync'd, renamed); a
+//! id> <position> <epoch>` to the `pointer` file (a temporary file, fsync'd, renamed); a
 //! restart (or a `kill -9`) resumes after the last committed message. PAUSE keeps the
 //! message (copied once, only then) and stops polling: the archive is the buffer. A
 //! pointer of another recording (the stream's recording was replaced) is logged as a
-//! WARN and the new recording is read from its start in its own epoch. A gap the
+//! WARN and the new recording is read from its start in its own epoch; a recording
+//! that no longer holds the committed position (truncated) is logged as a WARN and read
+//! again from its start in a new epoch, which the pointer keeps (`<recording>
+//! <position> <epoch>`). A gap the
 //! archive recorded (UDP data the publication had lost) is logged as a WARN and its
 //! position committed past: a loss, reported, never silent.
 //!
@@ -43,8 +46,22 @@ fn core_error(context: String, error: ArchiveError) -> CoreError {
     CoreError::io(context, std::io::Error::other(error.to_string()))
 }
 
-/// The committed `(recording id, position)` of a pointer file, if any.
-fn load_pointer(path: &Path) -> Result<Option<(u64, u64)>, CoreError> {
+/// What a pointer file holds: the recording, the committed position, and the epoch of
+/// the positions (the recording id, unless the recording was found truncated below a
+/// committed position: then a new epoch, kept here so a restart keeps it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pointer {
+    recording: u64,
+    position: u64,
+    epoch: u64,
+}
+
+/// The bit that marks the epoch of a recording read again from its start after it was
+/// found truncated (recording ids never reach it).
+const REREAD_EPOCH: u64 = 1 << 63;
+
+/// The pointer file's content, if any.
+fn load_pointer(path: &Path) -> Result<Option<Pointer>, CoreError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -55,9 +72,18 @@ fn load_pointer(path: &Path) -> Result<Option<(u64, u64)>, CoreError> {
             ))
         }
     };
-    let mut parts = text.split_whitespace().map(str::parse::<u64>);
-    match (parts.next(), parts.next()) {
-        (Some(Ok(recording)), Some(Ok(position))) => Ok(Some((recording, position))),
+    let numbers: Result<Vec<u64>, _> = text.split_whitespace().map(str::parse::<u64>).collect();
+    match numbers.as_deref() {
+        Ok([recording, position]) => Ok(Some(Pointer {
+            recording: *recording,
+            position: *position,
+            epoch: *recording,
+        })),
+        Ok([recording, position, epoch]) => Ok(Some(Pointer {
+            recording: *recording,
+            position: *position,
+            epoch: *epoch,
+        })),
         _ => Err(CoreError::io(
             format!(
                 "the archive pointer {} is damaged ('{}'): delete it to read the recording from its start",
@@ -67,6 +93,11 @@ fn load_pointer(path: &Path) -> Result<Option<(u64, u64)>, CoreError> {
             std::io::Error::from(std::io::ErrorKind::InvalidData),
         )),
     }
+}
+
+/// The epoch of a recording read from its start or a committed position: its id.
+fn reader_epoch(id: u64) -> Epoch {
+    Epoch(id)
 }
 
 /// Replays a recording from its committed position, then follows it live.
@@ -131,22 +162,39 @@ impl ArchiveSource {
             Err(error) => return Err(core_error(opening, error)),
         };
         let id = reader.recording_id();
-        let reader = match load_pointer(&self.pointer)? {
-            Some((recording, position)) if recording == id => {
-                RecordingReader::open(&self.archive, RecordingSelector::Id(id), Some(position))
-                    .map_err(|error| core_error(opening, error))?
+        let (reader, epoch) = match load_pointer(&self.pointer)? {
+            Some(pointer) if pointer.recording == id => {
+                match RecordingReader::open(
+                    &self.archive,
+                    RecordingSelector::Id(id),
+                    Some(pointer.position),
+                ) {
+                    Ok(reader) => (reader, Epoch(pointer.epoch)),
+                    Err(ArchiveError::NotABoundary { .. }) => {
+                        // the recording no longer holds the committed position
+                        let epoch = Epoch(id | REREAD_EPOCH);
+                        self.output.warn(&format!(
+                            "archive {}: recording {id} no longer holds the committed position {} (it was truncated): reading it again from its start in a new epoch ({})",
+                            self.archive.display(),
+                            pointer.position,
+                            epoch.0
+                        ));
+                        (reader, epoch)
+                    }
+                    Err(error) => return Err(core_error(opening, error)),
+                }
             }
-            Some((recording, _)) => {
+            Some(pointer) => {
                 self.output.warn(&format!(
-                    "archive {}: the pointer {} holds recording {recording}, but the recording read now is {id} (the stream's recording was replaced): reading recording {id} from its start in its own epoch",
+                    "archive {}: the pointer {} holds recording {}, but the recording read now is {id} (the stream's recording was replaced): reading recording {id} from its start in its own epoch",
                     self.archive.display(),
-                    self.pointer.display()
+                    self.pointer.display(),
+                    pointer.recording
                 ));
-                reader
+                (reader, reader_epoch(id))
             }
-            None => reader,
+            None => (reader, reader_epoch(id)),
         };
-        let epoch = reader.epoch();
         let output = &self.output;
         output.set_pause_by_default(true);
         output.set_epoch(epoch);
@@ -273,7 +321,7 @@ impl SourceCommitter<PositionValue> for PointerCommitter {
         let temporary = self.path.with_extension("tmp");
         let write = || -> std::io::Result<()> {
             let mut file = File::create(&temporary)?;
-            writeln!(file, "{} {position}", self.recording)?;
+            writeln!(file, "{} {position} {}", self.recording, self.epoch.0)?;
             file.sync_data()?;
             std::fs::rename(&temporary, &self.path)?;
             if let Some(dir) = self.path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
