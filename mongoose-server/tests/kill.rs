@@ -152,8 +152,14 @@ fn a_kill_mid_burst_applies_every_line_exactly_once_with_the_guard() {
 
 #[test]
 fn without_the_guard_the_redelivered_lines_are_applied_twice() {
+    // a kill must land while the commit lags the saved state for the test to show
+    // anything: where it lands depends on the machine's load, so try more moments
+    // until one did (every run checks the exact count either way)
     let mut total_lag = 0;
-    for delay_ms in [20u64, 100, 250] {
+    for (run, delay_ms) in [20u64, 100, 250, 0, 5, 50, 10, 150].into_iter().enumerate() {
+        if run >= 3 && total_lag > 0 {
+            break;
+        }
         let (lag, state, _run) = crash_and_restart(false, Duration::from_millis(delay_ms));
         assert_eq!(
             state.applied,
