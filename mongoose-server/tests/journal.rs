@@ -144,3 +144,51 @@ fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_
         "the final commit covers everything"
     );
 }
+
+/// The journal plugin's sink: a `forward` run from a file feed into a journal appends
+/// every line once, in order, each answered published with its index (the run settles
+/// lossless only once every output is published).
+#[test]
+fn a_forward_run_into_a_journal_sink_appends_every_line_once() {
+    let library = build_plugin("journal-plugin", &[]);
+    let lines: Vec<String> = (0..5_000).map(line).collect();
+    let input: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    let run = LedgerRun::new(&input, "");
+    plugin_dir(run.dir.path(), &[&library]);
+    let journal = run.path("out.journal");
+    let config = format!(
+        r#"
+plugin_dir = "plugins"
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+read_strategy = "COMMITED"
+
+[[sinks]]
+name = "out"
+kind = "journal"
+settings = {{ path = "{journal}" }}
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = {{ feed = "lines", sink = "out" }}
+"#,
+        journal = journal.display()
+    );
+    std::fs::write(run.path("mongoose.toml"), config).expect("config");
+    assert_eq!(run.finish(), 0, "settled lossless: {}", run.log());
+    let journal =
+        mongoose_journal::Journal::open(&journal, mongoose_journal::JournalConfig::default())
+            .expect("the sink's journal");
+    let mut tailer = journal.tailer();
+    let mut appended = Vec::new();
+    while let Some(excerpt) = tailer.next().expect("readable") {
+        appended.push(String::from_utf8(excerpt.bytes().to_vec()).expect("text"));
+    }
+    assert_eq!(appended, lines, "every line once, in order");
+}
