@@ -106,7 +106,7 @@ pub use appender::Appender;
 pub use config::JournalConfig;
 pub use dump::{Dump, DumpEntry};
 pub use error::{JournalError, Result};
-pub use tailer::{Excerpt, Tailer};
+pub use tailer::{Excerpt, ExcerptBatch, Tailer};
 pub use tailer_store::TailerStore;
 
 /// A journal: a directory of segment files. Opening one does not lock or change

@@ -36,6 +36,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -188,7 +189,9 @@ pub(crate) struct Segment {
     pub(crate) path: PathBuf,
     pub(crate) header: SegmentHeader,
     pub(crate) file: File,
-    map: MmapRaw,
+    /// Shared with the excerpt batches handed out from it, which keep an older mapping
+    /// alive after a remap.
+    map: Arc<MmapRaw>,
     /// How many bytes are mapped: the file's size when it was mapped, at most the
     /// segment's size (a truncated file maps less).
     mapped_len: usize,
@@ -242,7 +245,7 @@ impl Segment {
             path,
             header,
             file,
-            map,
+            map: Arc::new(map),
             mapped_len: geometry.segment_bytes as usize,
             writable: true,
         })
@@ -277,7 +280,7 @@ impl Segment {
             path: path.to_path_buf(),
             header,
             file,
-            map,
+            map: Arc::new(map),
             mapped_len,
             writable,
         }))
@@ -294,7 +297,7 @@ impl Segment {
         if len <= self.mapped_len {
             return Ok(false);
         }
-        self.map = map(&self.file, len, self.writable, &self.path)?;
+        self.map = Arc::new(map(&self.file, len, self.writable, &self.path)?);
         self.mapped_len = len;
         Ok(true)
     }
@@ -411,6 +414,11 @@ impl Segment {
         debug_assert!(start + len <= self.mapped_len);
         // SAFETY: the caller promises the range is mapped and not written meanwhile.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), len) }
+    }
+
+    /// The mapping, shared (an excerpt batch keeps it alive).
+    pub(crate) fn shared_map(&self) -> &Arc<MmapRaw> {
+        &self.map
     }
 
     /// The mapped bytes `start..start + len`, for the appender to write an excerpt

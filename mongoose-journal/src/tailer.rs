@@ -4,6 +4,9 @@ use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::MmapRaw;
 
 use crate::error::{JournalError, Result};
 use crate::segment::{self, Segment, SegmentHeader, HEADER_USED_BYTES, SLOT_EMPTY, SLOT_END};
@@ -33,6 +36,55 @@ impl fmt::Debug for Excerpt<'_> {
             .debug_struct("Excerpt")
             .field("index", &self.index)
             .field("len", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// Excerpts read together ([`Tailer::next_batch`]): they borrow the batch, not the
+/// tailer, which has moved past them (each excerpt was checked as [`Tailer::next`]
+/// checks it). The batch keeps the mappings they are in alive.
+#[derive(Default)]
+pub struct ExcerptBatch {
+    maps: Vec<Arc<MmapRaw>>,
+    /// (index, mapping, payload offset, length)
+    entries: Vec<(u64, usize, usize, usize)>,
+}
+
+impl ExcerptBatch {
+    /// How many excerpts it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The index of its first excerpt, if any.
+    pub fn first_index(&self) -> Option<u64> {
+        self.entries.first().map(|entry| entry.0)
+    }
+
+    /// Its excerpts, in index order.
+    pub fn iter(&self) -> impl Iterator<Item = Excerpt<'_>> + '_ {
+        self.entries.iter().map(|&(index, map, start, len)| {
+            // SAFETY: the tailer checked that the range is inside this mapping and holds
+            // the published excerpt `index`, which no one writes again; the batch owns a
+            // reference to the mapping, and the slice borrows the batch.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(self.maps[map].as_ptr().add(start), len) };
+            Excerpt { index, bytes }
+        })
+    }
+}
+
+impl fmt::Debug for ExcerptBatch {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("ExcerptBatch")
+            .field("excerpts", &self.entries.len())
+            .field("first", &self.first_index())
             .finish()
     }
 }
@@ -82,6 +134,34 @@ impl Tailer {
         self.next_index += 1;
         self.expected_offset = Some((start + len).next_multiple_of(8));
         Ok(Some(self.excerpt_at(index, start, len)))
+    }
+
+    /// Reads up to `max` excerpts, as that many [`Tailer::next`] calls would, into
+    /// `batch` (cleared first) and moves past them. The excerpts borrow the batch, so a
+    /// source can hand them on together; to give some back (PAUSE), [`Tailer::seek`] to
+    /// the first one not taken.
+    pub fn next_batch(&mut self, max: usize, batch: &mut ExcerptBatch) -> Result<()> {
+        batch.maps.clear();
+        batch.entries.clear();
+        while batch.entries.len() < max {
+            let Some((start, len)) = self.locate()? else {
+                break;
+            };
+            let segment = self.segment.as_ref().expect("the segment just located");
+            let map = segment.shared_map();
+            let slot = match batch.maps.last() {
+                Some(last) if Arc::ptr_eq(last, map) => batch.maps.len() - 1,
+                _ => {
+                    batch.maps.push(Arc::clone(map));
+                    batch.maps.len() - 1
+                }
+            };
+            batch.entries.push((self.next_index, slot, start, len));
+            self.located = None;
+            self.next_index += 1;
+            self.expected_offset = Some((start + len).next_multiple_of(8));
+        }
+        Ok(())
     }
 
     /// The next excerpt, as [`Tailer::next`] would give it, without moving past it: a

@@ -179,3 +179,50 @@ fn the_journal_types_move_to_other_threads() {
     send::<mongoose_journal::Tailer>();
     send::<mongoose_journal::TailerStore>();
 }
+
+#[test]
+fn a_batch_read_gives_what_next_gives_across_segments_and_appends() {
+    let dir = tempfile::tempdir().expect("dir");
+    let journal = open_small(&dir.path().join("journal"));
+    append_payloads(&journal, 0..500);
+    let mut tailer = journal.tailer();
+    let mut batch = mongoose_journal::ExcerptBatch::default();
+    let mut seen = Vec::new();
+    let mut appended = 500;
+    loop {
+        tailer.next_batch(64, &mut batch).expect("a batch");
+        if batch.is_empty() {
+            if appended == 1_000 {
+                break;
+            }
+            // the appender goes on meanwhile: the tailer's mapping grows or moves on
+            append_payloads(&journal, appended..appended + 250);
+            appended += 250;
+            continue;
+        }
+        // a batch's excerpts stay readable while the tailer reads on (they hold their
+        // own mapping): read the next batch before checking this one
+        let held: Vec<(u64, Vec<u8>)> = batch
+            .iter()
+            .map(|excerpt| (excerpt.index(), excerpt.bytes().to_vec()))
+            .collect();
+        for (index, bytes) in held {
+            assert_eq!(bytes, payload(index), "excerpt {index}");
+            seen.push(index);
+        }
+    }
+    assert_eq!(
+        seen,
+        (0..1_000).collect::<Vec<_>>(),
+        "each excerpt once, in order"
+    );
+
+    // giving back what was not taken: seek to the first excerpt not handed on
+    tailer.seek(900).expect("seek");
+    tailer.next_batch(10, &mut batch).expect("a batch");
+    assert_eq!(batch.first_index(), Some(900));
+    assert_eq!(batch.len(), 10);
+    tailer.seek(905).expect("give five back");
+    let next = tailer.next().expect("readable").expect("an excerpt");
+    assert_eq!(next.index(), 905);
+}

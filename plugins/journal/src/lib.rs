@@ -9,8 +9,9 @@
 //!   processed, its committer stores the next index to read in the named tailer's store
 //!   (`<tailers>/<tailer>.tailer`, fsync'd), and a restart (or a `kill -9`) resumes
 //!   there: nothing lost, and only what was processed after the last commit is given
-//!   again. PAUSE (a full queue) keeps the excerpt and reads nothing more until it is
-//!   taken. A committed index beyond the journal's end (the journal was replaced) is
+//!   again. PAUSE (a full queue) keeps the excerpts not taken and reads nothing more until
+//!   they are. Each cycle reads up to `batch` excerpts and hands them to the host in one
+//!   boundary crossing. A committed index beyond the journal's end (the journal was replaced) is
 //!   reported with a WARN and reading starts again at 0 in a new epoch.
 //!
 //!   Settings: `path` (the journal directory, required), `tailer` (the tailer's name,
@@ -36,10 +37,10 @@ use std::path::PathBuf;
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_core::{
-    CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
-    WorkDone,
+    BatchEnd, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
+    SourceState, WorkDone,
 };
-use mongoose_journal::{Appender, Journal, JournalConfig, Tailer, TailerStore};
+use mongoose_journal::{Appender, ExcerptBatch, Journal, JournalConfig, Tailer, TailerStore};
 use mongoose_plugin::settings::Settings;
 use mongoose_plugin::PluginOutput;
 
@@ -63,6 +64,8 @@ pub struct JournalSource {
     batch: u64,
     journal: Option<Journal>,
     tailer: Option<Tailer>,
+    /// The excerpts of the current cycle (reused).
+    excerpts: ExcerptBatch,
     epoch: Epoch,
     caught_up: bool,
 }
@@ -88,6 +91,7 @@ impl JournalSource {
             batch,
             journal: None,
             tailer: None,
+            excerpts: ExcerptBatch::default(),
             epoch: FIRST_EPOCH,
             caught_up: false,
         })
@@ -140,30 +144,38 @@ impl EventSource for JournalSource {
         let Some(tailer) = self.tailer.as_mut() else {
             return Ok(WorkDone(0));
         };
-        let mut done = 0u64;
-        let mut paused = false;
-        while done < self.batch {
-            let Some(excerpt) = tailer
-                .peek()
-                .map_err(|error| core_error("cannot read the journal", error))?
-            else {
-                break;
-            };
-            let position = PositionValue::at(excerpt.index() + 1);
-            if !self
-                .output
-                .try_publish(excerpt.bytes(), position)
-                .is_published()
-            {
-                // PAUSE: the excerpt stays next; it is offered again next cycle
-                paused = true;
-                break;
+        let max = usize::try_from(self.batch).unwrap_or(usize::MAX);
+        tailer
+            .next_batch(max, &mut self.excerpts)
+            .map_err(|error| core_error("cannot read the journal", error))?;
+        let (done, paused) = match self.excerpts.first_index() {
+            None => (0, false),
+            Some(first) => {
+                // one boundary crossing for the whole batch: the host pulls excerpts
+                // until its feed is full
+                let total = self.excerpts.len() as u64;
+                let mut pulled = 0u64;
+                let mut excerpts = self.excerpts.iter();
+                let end = self.output.try_publish_batch(&mut || {
+                    let excerpt = excerpts.next()?;
+                    pulled += 1;
+                    Some((excerpt.bytes(), PositionValue::at(excerpt.index() + 1)))
+                });
+                let taken = match end {
+                    BatchEnd::Exhausted => total,
+                    BatchEnd::Paused => pulled,
+                    // the position is the offset after the excerpt: index + 1
+                    BatchEnd::Returned(_, position, _) => position.offset - 1 - first,
+                };
+                if taken < total {
+                    // PAUSE: what was not taken is read again next cycle
+                    tailer
+                        .seek(first + taken)
+                        .map_err(|error| core_error("cannot seek the journal", error))?;
+                }
+                (taken, taken < total)
             }
-            tailer
-                .next()
-                .map_err(|error| core_error("cannot read the journal", error))?;
-            done += 1;
-        }
+        };
         let caught_up = !paused && done < self.batch;
         if caught_up != self.caught_up {
             self.caught_up = caught_up;
