@@ -72,8 +72,12 @@ fn a_compressed_rotated_file_is_reported_as_a_loss_not_skipped_silently() {
         .write_all(lines(1_000..1_500).as_bytes())
         .expect("appended");
     std::fs::write(run.path("input.txt.1.gz"), b"\x1f\x8bcompressed").expect("gz");
+    // hold the old file open while the new one is made: a freed inode can be given
+    // to the new file at once, which then passes for the old file truncated
+    let old = std::fs::File::open(run.path("input.txt")).expect("the old file");
     std::fs::remove_file(run.path("input.txt")).expect("compressed away");
     std::fs::write(run.path("input.txt"), lines(1_500..2_000)).expect("new file");
+    drop(old);
 
     let (code, log) = run.finish_with_log();
     assert_eq!(code, 3, "a possible loss is a lossy exit: {log}");
