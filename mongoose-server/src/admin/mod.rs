@@ -280,7 +280,19 @@ pub fn post_with_token(
     if let Some(token) = token {
         request = request.header("authorization", &format!("Bearer {}", token.trim()));
     }
-    let mut response = request.send_empty().map_err(|error| ServerError::State(format!(
+    let (status, text) = answer(request.send_empty(), address, &url, token)?;
+    Ok((status.as_u16(), text))
+}
+
+/// The status and body text of an admin API answer: an unreachable API, an unreadable
+/// body and a refused token are errors that say what to do.
+fn answer(
+    sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    address: &str,
+    url: &str,
+    token: Option<&str>,
+) -> Result<(StatusCode, String), ServerError> {
+    let mut response = sent.map_err(|error| ServerError::State(format!(
         "cannot reach the admin API at {address} ({error}): is the server running with an [admin] address?"
     )))?;
     let status = response.status();
@@ -294,7 +306,7 @@ pub fn post_with_token(
             if token.is_some() { " and refused the one given" } else { "" }
         )));
     }
-    Ok((status.as_u16(), text))
+    Ok((status, text))
 }
 
 /// `GET http://ADDRESS/PATH` with a short timeout; the body as text.
@@ -318,20 +330,7 @@ pub fn get_text_with_token(
     if let Some(token) = token {
         request = request.header("authorization", &format!("Bearer {}", token.trim()));
     }
-    let mut response = request.call().map_err(|error| ServerError::State(format!(
-        "cannot reach the admin API at {address} ({error}): is the server running with an [admin] address?"
-    )))?;
-    let status = response.status();
-    let text = response
-        .body_mut()
-        .read_to_string()
-        .map_err(|error| ServerError::State(format!("cannot read the answer of {url}: {error}")))?;
-    if status == StatusCode::UNAUTHORIZED {
-        return Err(ServerError::State(format!(
-            "the admin API at {address} needs its token{}: pass --token-file FILE, the file named by [admin] token_file",
-            if token.is_some() { " and refused the one given" } else { "" }
-        )));
-    }
+    let (status, text) = answer(request.call(), address, &url, token)?;
     if !status.is_success() {
         return Err(ServerError::State(format!(
             "{url} answered {status}: {text}"
