@@ -11,10 +11,10 @@ mod support;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mongoose_testkit::{build_plugin, plugin_dir};
-use support::{balances_of, LedgerRun};
+use support::{balances_of, wait_exit, LedgerRun};
 
 const MESSAGES: usize = 20_000;
 const STREAM: u32 = 7;
@@ -92,17 +92,6 @@ fn committed(dir: &Path) -> (u64, u64) {
     )
 }
 
-fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(status) = child.try_wait().expect("status") {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "{what} never ended");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_publisher_and_an_archiver_while_the_server_is_killed_apply_every_message_exactly_once() {
     let library = build_plugin("archive-plugin", &[]);
@@ -119,26 +108,7 @@ fn a_publisher_and_an_archiver_while_the_server_is_killed_apply_every_message_ex
         .expect("the archiver starts");
     let (mut publishing, feeder) = publisher(&dir);
 
-    let mut kills = 0;
-    let mut applied = 0u64;
-    for round in 0..4u64 {
-        let mut child = run.spawn(false);
-        let target = (applied + 2_000 + round * 1_500).min(MESSAGES as u64);
-        run.wait_until(&mut child, &format!("applied {target} lines"), || {
-            run.applied() >= target
-        });
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reaped");
-        kills += 1;
-        let saved = run.state_in("state");
-        let (_, position) = committed(&dir);
-        assert!(
-            position <= saved.position,
-            "after kill {kills}: the committed position ({position}) is ahead of the ledger's saved position ({})",
-            saved.position
-        );
-        applied = saved.applied;
-    }
+    let kills = run.kill_rounds(4, (2_000, 1_500, MESSAGES as u64), || committed(&dir).1);
     feeder.join().expect("feeder");
     let status = wait_exit(&mut publishing, "the publisher");
     assert!(status.success(), "the publisher failed: {status}");

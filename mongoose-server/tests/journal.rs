@@ -11,11 +11,11 @@ mod support;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mongoose_journal::TailerStore;
 use mongoose_testkit::{build_plugin, plugin_dir};
-use support::{balances_of, LedgerRun};
+use support::{balances_of, wait_exit, LedgerRun};
 
 const TOTAL: usize = 40_000;
 
@@ -87,36 +87,12 @@ fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_
     std::fs::write(run.path("mongoose.toml"), config(run.dir.path(), true)).expect("config");
 
     let (mut appender, feeder) = writer(run.dir.path());
-    let mut kills = 0;
-    let mut applied = 0u64;
-    for round in 0..5u64 {
-        let mut child = run.spawn(false);
-        let target = (applied + 3_000 + round * 2_000).min(TOTAL as u64);
-        run.wait_until(&mut child, &format!("applied {target} lines"), || {
-            run.applied() >= target
-        });
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reaped");
-        kills += 1;
-        let saved = run.state_in("state");
-        let committed = committed(run.dir.path());
-        assert!(
-            committed <= saved.position,
-            "after kill {kills}: the tailer's committed index ({committed}) is ahead of the ledger's saved position ({})",
-            saved.position
-        );
-        applied = saved.applied;
-    }
+    let kills = run.kill_rounds(5, (3_000, 2_000, TOTAL as u64), || {
+        committed(run.dir.path())
+    });
     assert!(kills >= 3, "killed while it worked ({kills} kills)");
     feeder.join().expect("the feeder thread");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = appender.try_wait().expect("writer status") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the journal writer never ended");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut appender, "the journal writer");
     assert!(status.success(), "the journal writer failed: {status}");
 
     assert_eq!(

@@ -165,6 +165,38 @@ impl LedgerRun {
         u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
     }
 
+    /// `rounds` runs, each killed with SIGKILL once the ledger (state in `state`) has
+    /// applied `first + round * step` more lines (at most `total`); after each kill the
+    /// source's committed position (`committed`, read while the server is dead) must not
+    /// be ahead of the ledger's saved one. Returns the number of kills.
+    pub fn kill_rounds(
+        &self,
+        rounds: u64,
+        (first, step, total): (u64, u64, u64),
+        committed: impl Fn() -> u64,
+    ) -> u64 {
+        let mut applied = 0;
+        for round in 0..rounds {
+            let mut child = self.spawn(false);
+            let target = (applied + first + round * step).min(total);
+            self.wait_until(&mut child, &format!("applied {target} lines"), || {
+                self.applied() >= target
+            });
+            child.kill().expect("SIGKILL");
+            child.wait().expect("reaped");
+            let saved = self.state_in("state");
+            let committed = committed();
+            assert!(
+                committed <= saved.position,
+                "after kill {}: the committed position ({committed}) is ahead of the ledger's saved position ({})",
+                round + 1,
+                saved.position
+            );
+            applied = saved.applied;
+        }
+        rounds
+    }
+
     /// The lines the ledger in `state` has applied (0 before its state exists).
     pub fn applied(&self) -> u64 {
         LedgerState::load(&self.path("state")).map_or(0, |state| state.applied)
@@ -173,5 +205,17 @@ impl LedgerRun {
     /// The ledger's saved state in `state_dir` (relative to the folder).
     pub fn state_in(&self, state_dir: &str) -> LedgerState {
         LedgerState::load(&self.path(state_dir)).expect("state readable")
+    }
+}
+
+/// Waits for `child` to exit (up to 120 s); its status.
+pub fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().expect("child status") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{what} never ended");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
