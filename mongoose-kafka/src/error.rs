@@ -25,6 +25,14 @@ pub enum KafkaConnectorError {
         /// librdkafka's error.
         error: Box<rdkafka::error::KafkaError>,
     },
+    /// The changelog state store cannot do what was asked.
+    #[error("kafka changelog of '{name}': {message}")]
+    Changelog {
+        /// The processor.
+        name: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// The consumer is closed (the source stopped).
     #[error("kafka '{name}': the consumer is closed: {what} was not committed and will be read again at the next start")]
     Closed {
@@ -40,7 +48,8 @@ impl From<KafkaConnectorError> for CoreError {
         let source_name = match &error {
             KafkaConnectorError::Config { name, .. }
             | KafkaConnectorError::Broker { name, .. }
-            | KafkaConnectorError::Closed { name, .. } => name.clone(),
+            | KafkaConnectorError::Closed { name, .. }
+            | KafkaConnectorError::Changelog { name, .. } => name.clone(),
         };
         CoreError::Source {
             source_name,

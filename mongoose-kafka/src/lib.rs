@@ -65,6 +65,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod changelog;
 pub mod epoch;
 mod error;
 mod sink;
@@ -75,3 +76,23 @@ pub use sink::{KafkaSink, KafkaSinkConfig, OUTPUT_KEY_HEADER};
 pub use source::{
     KafkaCommitter, KafkaRecord, KafkaSource, KafkaSourceConfig, KafkaSourceStats, SourceCounters,
 };
+
+/// Runs `future` to its end on this thread (the admin client's calls are futures; the
+/// connector has no async runtime).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut context = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::park_timeout(std::time::Duration::from_millis(50));
+    }
+}

@@ -4,13 +4,10 @@
 //! and waiting for a condition with a generous deadline.
 #![allow(dead_code, unreachable_pub)]
 
-use std::future::Future;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -76,27 +73,8 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Runs a future to completion on this thread (the admin client's futures are driven
-/// by librdkafka's own thread; this only waits).
-pub fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut context = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
-            return output;
-        }
-        thread::park_timeout(Duration::from_millis(50));
-    }
-}
+/// Runs a future to completion on this thread (the crate's own).
+pub use mongoose_kafka::block_on;
 
 /// Creates `topic` with `partitions` partitions and the `config` pairs.
 pub fn create_topic(brokers: &str, topic: &str, partitions: i32, config: &[(&str, &str)]) {
