@@ -75,12 +75,18 @@ fn main() {
     let topic = common::unique("bench");
     common::create_topic(&brokers, &topic, partitions, &[]);
     let payload = vec![b'x'; bytes];
+    // `--one-per-batch 1`: one record per batch, as the tests write them
+    let one_per_batch = argument("--one-per-batch", 0) == 1;
     let started = Instant::now();
     {
         use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
         let producer: BaseProducer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", &brokers)
-            .set("linger.ms", "5")
+            .set("linger.ms", if one_per_batch { "0" } else { "5" })
+            .set(
+                "batch.num.messages",
+                if one_per_batch { "1" } else { "10000" },
+            )
             .set("queue.buffering.max.messages", "1000000")
             .create()
             .expect("producer");

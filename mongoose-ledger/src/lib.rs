@@ -54,10 +54,12 @@
 #![forbid(unsafe_code)]
 
 mod journal;
+mod partitioned;
 mod state;
 #[cfg(test)]
 mod tests;
 
+pub use partitioned::{partition_state, ChangelogTarget, PartitionedLedger};
 pub use state::{LanePosition, LedgerState};
 
 use std::fs::{File, OpenOptions};
@@ -123,6 +125,29 @@ pub struct LedgerSettings {
     /// 2,000).
     #[serde(default = "default_group_micros")]
     pub group_micros: u64,
+    /// Where the state lives: `local` (in `state_dir`), `changelog` (per partition in
+    /// a Kafka changelog topic: [`PartitionedLedger`]), or `auto` (the default: the
+    /// server picks `changelog` when the feed is a Kafka feed, else `local`).
+    #[serde(default)]
+    pub state: StateMode,
+    /// The changelog topic with `state = "changelog"` (default
+    /// `<consumer group>-<processor>-changelog`).
+    #[serde(default)]
+    pub changelog_topic: Option<String>,
+}
+
+/// Where a ledger keeps its state ([`LedgerSettings::state`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateMode {
+    /// `changelog` on a Kafka feed, else `local`.
+    #[default]
+    Auto,
+    /// A snapshot and an outbox in `state_dir`.
+    Local,
+    /// Per partition in a changelog topic, following the partition across the members
+    /// of a consumer group.
+    Changelog,
 }
 
 fn default_group_records() -> usize {
@@ -346,53 +371,28 @@ impl Ledger {
             || "0".to_owned(),
             |delivery| delivery.position().to_string(),
         );
-        // a line that is not UTF-8 has U+FFFD in its account or amount: rejected
-        let text = line.text();
-        match parse_line(&text) {
-            Err(reason) => {
-                self.state.rejected += 1;
-                metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
-                writeln!(self.rejected, "{position},{reason},{line}")?;
+        let outcome = apply_line(
+            Book {
+                balances: &mut self.state.balances,
+                applied: &mut self.state.applied,
+                rejected: &mut self.state.rejected,
+            },
+            &mut self.rejected,
+            self.alerts.as_mut(),
+            &position,
+            line,
+        )?;
+        if let Applied::Account { account, alert, .. } = outcome {
+            if let Some(AlertWritten {
+                key: Some((key, sink)),
+                payload,
+            }) = alert
+            {
+                // admitted with the state: published again after a crash if it was
+                // not confirmed
+                self.outputs.push(AdmittedOutput { sink, key, payload });
             }
-            Ok((account, amount)) => {
-                let balance = self.state.balances.get(account).copied().unwrap_or(0);
-                match balance.checked_add(amount) {
-                    None => {
-                        self.state.rejected += 1;
-                        metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
-                        writeln!(
-                            self.rejected,
-                            "{position},the balance would overflow,{line}"
-                        )?;
-                    }
-                    Some(updated) => {
-                        if updated < 0 {
-                            // keyed by the line, before the state changes: a full alerts
-                            // sink makes the ledger busy, and the line comes again
-                            let alert = format!("{position},{account},{updated}");
-                            let written = self.alerts.write_line(&alert).map_err(|error| {
-                                if error.kind() == std::io::ErrorKind::WouldBlock {
-                                    ProcessorError::busy(error.to_string())
-                                } else {
-                                    ProcessorError::new(error.to_string())
-                                }
-                            })?;
-                            if let Some((key, sink)) = written {
-                                // admitted with the state: published again after a
-                                // crash if it was not confirmed
-                                self.outputs.push(AdmittedOutput {
-                                    sink,
-                                    key,
-                                    payload: alert.into_bytes(),
-                                });
-                            }
-                        }
-                        self.state.balances.insert(account.to_owned(), updated);
-                        self.state.applied += 1;
-                        self.changed.insert(account.to_owned());
-                    }
-                }
-            }
+            self.changed.insert(account);
         }
         if !DeliveryContext::on_complete(SAVE) {
             // no source position (not a positioned feed): save at once
@@ -516,6 +516,83 @@ impl Ledger {
         }
         Ok(())
     }
+}
+
+/// The balances and counts a line is applied to (the ledger's whole state, or one
+/// partition's).
+pub(crate) struct Book<'a> {
+    pub(crate) balances: &'a mut std::collections::BTreeMap<String, i64>,
+    pub(crate) applied: &'a mut u64,
+    pub(crate) rejected: &'a mut u64,
+}
+
+/// An alert written for a line: its text, and its output key when a keyed sink took it.
+pub(crate) struct AlertWritten {
+    pub(crate) key: Option<(OutputKey, String)>,
+    pub(crate) payload: Vec<u8>,
+}
+
+/// What applying a line did.
+pub(crate) enum Applied {
+    /// The account's balance is now `balance`; `alert` when it went negative.
+    Account {
+        account: String,
+        balance: i64,
+        alert: Option<AlertWritten>,
+    },
+    /// The line was rejected (malformed, or the balance would overflow).
+    Rejected,
+}
+
+/// Applies one line to `book`: a malformed line (or one that would overflow the
+/// balance) is appended to `rejected_log` with its `position` and reason; a balance that
+/// goes negative writes the alert `position,account,balance` first (a full alerts sink
+/// makes the ledger busy before anything changes, and the line comes again).
+pub(crate) fn apply_line(
+    book: Book<'_>,
+    rejected_log: &mut File,
+    alerts: &mut dyn AlertSink,
+    position: &str,
+    line: &Line,
+) -> Result<Applied, ProcessorError> {
+    // a line that is not UTF-8 has U+FFFD in its account or amount: rejected
+    let text = line.text();
+    let mut reject = |reason: &str, rejected_log: &mut File| -> Result<Applied, ProcessorError> {
+        *book.rejected += 1;
+        metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
+        writeln!(rejected_log, "{position},{reason},{line}")?;
+        Ok(Applied::Rejected)
+    };
+    let (account, amount) = match parse_line(&text) {
+        Err(reason) => return reject(reason, rejected_log),
+        Ok(parsed) => parsed,
+    };
+    let balance = book.balances.get(account).copied().unwrap_or(0);
+    let Some(updated) = balance.checked_add(amount) else {
+        return reject("the balance would overflow", rejected_log);
+    };
+    let mut alert = None;
+    if updated < 0 {
+        let payload = format!("{position},{account},{updated}");
+        let key = alerts.write_line(&payload).map_err(|error| {
+            if error.kind() == std::io::ErrorKind::WouldBlock {
+                ProcessorError::busy(error.to_string())
+            } else {
+                ProcessorError::new(error.to_string())
+            }
+        })?;
+        alert = Some(AlertWritten {
+            key,
+            payload: payload.into_bytes(),
+        });
+    }
+    book.balances.insert(account.to_owned(), updated);
+    *book.applied += 1;
+    Ok(Applied::Account {
+        account: account.to_owned(),
+        balance: updated,
+        alert,
+    })
 }
 
 impl Ledger {
@@ -663,6 +740,8 @@ impl LedgerSettings {
             group_commit: true,
             group_records: default_group_records(),
             group_micros: default_group_micros(),
+            state: StateMode::Auto,
+            changelog_topic: None,
         }
     }
 }

@@ -14,6 +14,8 @@ fn test_settings(dir: &Path, compact_every: u64) -> LedgerSettings {
         group_commit: true,
         group_records: 1024,
         group_micros: 2000,
+        state: StateMode::Local,
+        changelog_topic: None,
     }
 }
 

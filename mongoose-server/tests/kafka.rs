@@ -10,6 +10,7 @@ mod support;
 
 use std::time::Duration;
 
+use mongoose_kafka::block_on;
 use mongoose_testkit::{build_plugin, plugin_dir};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -44,30 +45,16 @@ fn brokers() -> Option<String> {
 
 fn line(index: usize) -> String {
     let amount = (index % 7) as i64 - 3;
-    format!("acc{},{amount}", index % 20)
+    format!("acc{},{amount}", index % 50)
 }
 
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
-    let mut context = std::task::Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut context) {
-            return output;
-        }
-        std::thread::park_timeout(Duration::from_millis(50));
-    }
-}
-
-/// A topic with `partitions` partitions and `RECORDS` ledger lines, one record per
-/// batch (tansu 0.6 returns nothing for a fetch from inside a batch).
+/// A topic with `partitions` partitions and `RECORDS` ledger lines.
 fn topic_with_lines(brokers: &str, topic: &str, partitions: i32) {
+    create_topic(brokers, topic, partitions);
+    produce_lines(brokers, topic, 0..RECORDS);
+}
+
+fn create_topic(brokers: &str, topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()
@@ -85,6 +72,12 @@ fn topic_with_lines(brokers: &str, topic: &str, partitions: i32) {
     for result in created {
         result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code:?}"));
     }
+}
+
+/// Writes the ledger lines `indexes` keyed by their account (an account's lines are in
+/// one partition), one record per batch (tansu 0.6 returns nothing for a fetch from
+/// inside a batch, which a consumer does from a committed offset).
+fn produce_lines(brokers: &str, topic: &str, indexes: std::ops::Range<usize>) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
@@ -92,9 +85,12 @@ fn topic_with_lines(brokers: &str, topic: &str, partitions: i32) {
         .set("batch.num.messages", "1")
         .create()
         .expect("producer");
-    for index in 0..RECORDS {
-        let key = format!("k{}", index % 20);
+    for index in indexes {
         let payload = line(index);
+        let key = payload
+            .split_once(',')
+            .map_or("", |(account, _)| account)
+            .to_owned();
         while let Err((error, _)) = producer.send(BaseRecord::to(topic).key(&key).payload(&payload))
         {
             assert!(
@@ -131,7 +127,7 @@ idle_strategy = "sleeping-millis:1"
 [[groups.processors]]
 name = "ledger"
 kind = "ledger"
-settings = {{ state_dir = "state", alerts = "alerts.txt", guard = true }}
+settings = {{ state_dir = "state", alerts = "alerts.txt", guard = true, state = "local" }}
 "#,
         epochs = run.path("kafka.epochs").display(),
     )
@@ -187,4 +183,368 @@ fn a_kafka_feed_in_the_server_survives_kill_9_with_every_record_applied_once() {
         state.balances,
         balances_of(expected.iter().map(String::as_str))
     );
+}
+
+/// The config of one member of a consumer group of ledgers with their state in the
+/// changelog (the default on a Kafka feed: no epoch file, every assignment restores).
+fn member_config(brokers: &str, topic: &str, group: &str) -> String {
+    format!(
+        r#"
+plugin_dir = "plugins"
+
+[[feeds]]
+name = "lines"
+source = "kafka"
+codec = "line"
+settings = {{ brokers = "{brokers}", group = "{group}", topic = "{topic}", session_timeout_ms = 6000 }}
+
+[[groups]]
+name = "ledger"
+idle_strategy = "sleeping-millis:1"
+
+[[groups.processors]]
+name = "ledger"
+kind = "ledger"
+settings = {{ state_dir = "state", alerts = "alerts.txt" }}
+"#
+    )
+}
+
+/// The group's committed offset per partition (-1: none).
+fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut list = rdkafka::TopicPartitionList::new();
+    for partition in 0..partitions {
+        list.add_partition(topic, partition);
+    }
+    let offsets = consumer
+        .committed_offsets(list, Duration::from_secs(10))
+        .expect("committed offsets");
+    (0..partitions)
+        .map(|partition| {
+            match offsets
+                .find_partition(topic, partition)
+                .map(|element| element.offset())
+            {
+                Some(rdkafka::Offset::Offset(offset)) => offset,
+                _ => -1,
+            }
+        })
+        .collect()
+}
+
+/// The input positions of a partition's counted changelog changes are `1..=end`, each
+/// once and in order: every record of the partition applied exactly once.
+fn assert_each_once(partition: i32, positions: &[u64], end: u64) {
+    let mut seen = std::collections::BTreeMap::new();
+    for position in positions {
+        *seen.entry(*position).or_insert(0u32) += 1;
+    }
+    let twice: Vec<u64> = seen
+        .iter()
+        .filter(|(_, count)| **count > 1)
+        .map(|(position, _)| *position)
+        .collect();
+    let missing: Vec<u64> = (1..=end)
+        .filter(|position| !seen.contains_key(position))
+        .collect();
+    assert!(
+        twice.is_empty() && missing.is_empty() && positions.windows(2).all(|pair| pair[0] < pair[1]),
+        "partition {partition}: {} records applied more than once (first {:?}), {} never (first {:?}), of {end}",
+        twice.len(),
+        twice.iter().take(5).collect::<Vec<_>>(),
+        missing.len(),
+        missing.iter().take(5).collect::<Vec<_>>()
+    );
+    assert_eq!(positions.len() as u64, end, "partition {partition}");
+}
+
+/// One `mongoose` process of the group, in its own folder.
+struct Member {
+    run: LedgerRun,
+    child: Option<std::process::Child>,
+}
+
+impl Member {
+    fn start(library: &std::path::Path, config: &str) -> Self {
+        let mut run = LedgerRun::new("", config);
+        run.log_filter = "warn,mongoose_server::cli=info,mongoose_ledger=info";
+        plugin_dir(run.dir.path(), &[library]);
+        let child = Some(run.spawn(false));
+        Member { run, child }
+    }
+
+    fn alive(&mut self) -> &mut std::process::Child {
+        let child = self.child.as_mut().expect("running");
+        assert!(
+            child.try_wait().expect("status").is_none(),
+            "a member exited: {}",
+            self.run.log()
+        );
+        child
+    }
+
+    /// Partitions this member restored from the changelog (took over).
+    fn takeovers(&self) -> usize {
+        self.run
+            .log()
+            .matches("state restored from the changelog")
+            .count()
+    }
+}
+
+#[test]
+fn three_servers_in_one_group_then_one_killed_lose_nothing() {
+    const PARTITIONS: i32 = 6;
+    const FIRST: usize = 20_000;
+    const MORE: usize = 6_000;
+    let Some(brokers) = brokers() else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = format!(
+        "scale-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis())
+    );
+    let group = format!("{topic}-ledgers");
+    create_topic(&brokers, &topic, PARTITIONS);
+    // the records come while the members join and work (one record per batch: a few
+    // seconds), so every member gets records of its partitions and the kill lands
+    // mid-run
+    let producer = {
+        let brokers = brokers.clone();
+        let topic = topic.clone();
+        std::thread::spawn(move || produce_lines(&brokers, &topic, 0..FIRST))
+    };
+    let config = member_config(&brokers, &topic, &group);
+    let progress = || -> i64 {
+        committed(&brokers, &group, &topic, PARTITIONS)
+            .iter()
+            .map(|offset| (*offset).max(0))
+            .sum()
+    };
+    let wait = |members: &mut [&mut Member], what: &str, done: &dyn Fn(&[&mut Member]) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(240);
+        while !done(members) {
+            for member in members.iter_mut() {
+                member.alive();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never {what}: {}",
+                members
+                    .iter()
+                    .map(|member| member.run.log())
+                    .collect::<Vec<_>>()
+                    .join("\n----\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    let mut a = Member::start(&library, &config);
+    let mut b = Member::start(&library, &config);
+    let mut c = Member::start(&library, &config);
+    // B works on its partitions, then is killed mid-run
+    wait(
+        &mut [&mut a, &mut b, &mut c],
+        "B took partitions over and some records are committed",
+        &|members| members[1].takeovers() > 0 && progress() > 1_000,
+    );
+    let killed = b.child.take().expect("running");
+    let mut killed = killed;
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("reaped");
+    let at_kill = progress();
+    assert!(
+        at_kill < FIRST as i64,
+        "the kill landed after the whole topic was committed ({at_kill} of {FIRST}): nothing to lose; raise FIRST"
+    );
+    // another member joins later, and more records come
+    let mut d = Member::start(&library, &config);
+    producer.join().expect("the producer");
+    wait(
+        &mut [&mut a, &mut c, &mut d],
+        "the first records all committed",
+        &|_| progress() >= FIRST as i64,
+    );
+    produce_lines(&brokers, &topic, FIRST..FIRST + MORE);
+    let total = (FIRST + MORE) as i64;
+    wait(
+        &mut [&mut a, &mut c, &mut d],
+        "every record committed",
+        &|_| progress() >= total,
+    );
+    assert!(
+        d.takeovers() > 0,
+        "the member started later took no partition: {}",
+        d.run.log()
+    );
+    for member in [&mut a, &mut c, &mut d] {
+        let child = member.child.take().expect("running");
+        let code = member.run.terminate(child);
+        assert_eq!(code, 0, "stopped clean: {}", member.run.log());
+    }
+
+    // the changelog is the state: per partition, the records counted by the fold are
+    // each input record exactly once, and the balances add up
+    let changelog = mongoose_kafka::changelog::Changelog::open(
+        mongoose_kafka::changelog::ChangelogConfig::new(
+            "check",
+            &brokers,
+            &format!("{group}-ledger-changelog"),
+        ),
+        &topic,
+        std::sync::Arc::new(|_, _| {}),
+    )
+    .expect("the changelog opens");
+    let ends = committed(&brokers, &group, &topic, PARTITIONS);
+    eprintln!("committed per partition at the end: {ends:?}");
+    let mut applied = 0;
+    let mut balances = std::collections::BTreeMap::new();
+    let mut fenced_or_skipped = 0;
+    for (partition, end) in ends.iter().enumerate() {
+        let records = changelog.read(partition as i32).expect("read");
+        let mut positions = Vec::new();
+        let restored =
+            mongoose_kafka::changelog::fold(&records, |record| positions.push(record.offset));
+        let end = (*end).max(0) as u64; // -1: a partition no account hashed to
+        assert_each_once(partition as i32, &positions, end);
+        fenced_or_skipped += restored.fenced;
+        let state = mongoose_ledger::partition_state(&restored).expect("ledger changes");
+        assert_eq!(state.applied, end, "partition {partition}");
+        applied += state.applied;
+        for (account, balance) in state.balances {
+            *balances.entry(account).or_insert(0) += balance;
+        }
+    }
+    assert_eq!(applied, total as u64, "every record applied once");
+    let lines: Vec<String> = (0..FIRST + MORE).map(line).collect();
+    assert_eq!(balances, balances_of(lines.iter().map(String::as_str)));
+    let skipped: usize = [&a, &b, &c, &d]
+        .iter()
+        .map(|member| {
+            member
+                .run
+                .log()
+                .matches("lines already in the restored state were skipped")
+                .count()
+        })
+        .sum();
+    eprintln!(
+        "killed at {at_kill} committed of {FIRST}; takeovers after the kill skipped lines {skipped} times; fenced writes {fenced_or_skipped}"
+    );
+}
+
+/// The config of a member of `group` whose ledger keeps its state in `changelog`.
+fn member_config_with_changelog(
+    brokers: &str,
+    topic: &str,
+    group: &str,
+    changelog: &str,
+) -> String {
+    member_config(brokers, topic, group).replace(
+        r#"settings = { state_dir = "state", alerts = "alerts.txt" }"#,
+        &format!(r#"settings = {{ state_dir = "state", alerts = "alerts.txt", changelog_topic = "{changelog}" }}"#),
+    )
+}
+
+/// Runs one member of `group` (its own folder) until the group's committed offsets
+/// cover `total` records, then stops it with SIGTERM; its log.
+fn run_member_to_the_end(
+    library: &std::path::Path,
+    config: &str,
+    (brokers, group, topic, partitions): (&str, &str, &str, i32),
+    total: i64,
+) -> String {
+    let mut member = Member::start(library, config);
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while committed(brokers, group, topic, partitions)
+        .iter()
+        .map(|offset| (*offset).max(0))
+        .sum::<i64>()
+        < total
+    {
+        member.alive();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never committed every record: {}",
+            member.run.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let child = member.child.take().expect("running");
+    let code = member.run.terminate(child);
+    let log = member.run.log();
+    assert_eq!(code, 0, "stopped clean: {log}");
+    log
+}
+
+/// The position check on restore, made certain: the first member applies every record
+/// and saves it in the changelog, but commits its offsets to another group; the second
+/// member (a group with nothing committed: it reads every record again) restores each
+/// partition from the changelog and must skip every record the state already holds.
+/// Without the check every balance comes out doubled.
+#[test]
+fn a_member_taking_a_partition_over_skips_what_its_changelog_holds_past_the_commit() {
+    const PARTITIONS: i32 = 3;
+    let Some(brokers) = brokers() else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = format!(
+        "takeover-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis())
+    );
+    create_topic(&brokers, &topic, PARTITIONS);
+    produce_lines(&brokers, &topic, 0..RECORDS);
+    let changelog = format!("{topic}-changelog");
+    for group in ["first", "second"] {
+        let group = format!("{topic}-{group}");
+        let log = run_member_to_the_end(
+            &library,
+            &member_config_with_changelog(&brokers, &topic, &group, &changelog),
+            (&brokers, &group, &topic, PARTITIONS),
+            RECORDS as i64,
+        );
+        assert!(
+            log.contains("state restored from the changelog"),
+            "the member took its partitions over from the changelog: {log}"
+        );
+    }
+    let store = mongoose_kafka::changelog::Changelog::open(
+        mongoose_kafka::changelog::ChangelogConfig::new("check", &brokers, &changelog),
+        &topic,
+        std::sync::Arc::new(|_, _| {}),
+    )
+    .expect("the changelog opens");
+    let mut applied = 0;
+    let mut balances = std::collections::BTreeMap::new();
+    for partition in 0..PARTITIONS {
+        let records = store.read(partition).expect("read");
+        let mut positions = Vec::new();
+        let restored =
+            mongoose_kafka::changelog::fold(&records, |record| positions.push(record.offset));
+        let state = mongoose_ledger::partition_state(&restored).expect("ledger changes");
+        assert_each_once(partition, &positions, state.applied);
+        applied += state.applied;
+        for (account, balance) in state.balances {
+            *balances.entry(account).or_insert(0) += balance;
+        }
+    }
+    assert_eq!(applied, RECORDS as u64);
+    let lines: Vec<String> = (0..RECORDS).map(line).collect();
+    assert_eq!(balances, balances_of(lines.iter().map(String::as_str)));
 }

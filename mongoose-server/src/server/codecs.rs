@@ -73,6 +73,8 @@ pub fn replay(
                     settings: &settings,
                     base_dir: &base,
                     sinks: &sinks,
+                    // a replay never reaches the feeds' systems
+                    feeds: &[],
                 })
             };
             build().map_err(|message| ServerError::ProcessorSettings {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use mongoose_core::Processor;
 
-use crate::config::ServerConfig;
+use crate::config::{FeedConfig, ServerConfig};
 use crate::sinks::Sinks;
 use mongoose_sink::SinkWriter;
 
@@ -24,9 +24,17 @@ pub struct ProcessorContext<'a> {
     pub base_dir: &'a Path,
     /// The sinks of the configuration.
     pub sinks: &'a Sinks,
+    /// The configured feeds (none in a replay: a processor replayed runs on recorded
+    /// inputs only, and must not reach the feeds' systems).
+    pub feeds: &'a [FeedConfig],
 }
 
 impl ProcessorContext<'_> {
+    /// The configured feed named `name` (its source kind and settings), if any.
+    pub fn feed(&self, name: &str) -> Option<&FeedConfig> {
+        self.feeds.iter().find(|feed| feed.name == name)
+    }
+
     /// Deserializes the settings table into `S`, naming the processor on error.
     pub fn settings<S: serde::de::DeserializeOwned>(&self) -> Result<S, String> {
         toml::Value::Table(self.settings.clone())

@@ -99,6 +99,7 @@ impl Server {
                     settings: &processor.settings,
                     base_dir: &inner.config.base_dir,
                     sinks: &inner.sinks,
+                    feeds: &inner.config.feeds,
                 };
                 let built =
                     factory(&context).map_err(|message| ServerError::ProcessorSettings {

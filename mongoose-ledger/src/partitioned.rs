@@ -1,0 +1,414 @@
+//! The ledger on a Kafka feed shared by a consumer group: [`PartitionedLedger`], whose
+//! state is kept per input partition in a changelog topic
+//! ([`mongoose_kafka::changelog`]) and follows the partition to whichever member owns it.
+//!
+//! * **One state per partition.** Each partition has its own balances and counts (a
+//!   producer that keys records by account puts each account in one partition, so
+//!   its balance is whole there; otherwise an account's balance is the sum of its
+//!   partitions' balances).
+//! * **Saved before the commit.** Each applied line writes one changelog record, keyed
+//!   by the account (`#rejected` for a rejected line), holding the account's balance,
+//!   the partition's counts, the line's alert if any, and the line's `(epoch,
+//!   partition, offset)`. The line's commit is held through the feed's commit gate
+//!   until the broker acknowledged the record.
+//! * **Restored by the new owner.** The first line of a partition in an epoch the
+//!   ledger does not hold (every assignment gets a new epoch) restores the partition
+//!   from its changelog: the new owner's marker fences off what an old owner still
+//!   writes, and the restored state says through which offset it holds the partition.
+//!   Lines at or below it (applied and saved by the old owner, not yet committed) are
+//!   skipped: each line is applied once across owners. The alerts of the skipped lines
+//!   are written again (the old owner may have been killed before its alert was out:
+//!   across a takeover an alert is written at least once).
+//! * **A failed write.** A changelog write the producer gives up holds its line's
+//!   commit for good, and every later line fails (the group's retry policy quarantines
+//!   the ledger): a restart restores from the changelog and reads the line again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mongoose_core::sink::CommitGate;
+use mongoose_core::{
+    DeliveryContext, Epoch, Processor, ProcessorError, SavedPosition, StartContext,
+};
+use mongoose_kafka::changelog::{Changelog, ChangelogConfig, OnDurable, RestoredPartition};
+use mongoose_source_file::Line;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::{apply_line, AlertSink, Applied, Book, LedgerSettings, LedgerState};
+
+/// Where a partitioned ledger keeps its state: filled in by the server from the Kafka
+/// feed's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangelogTarget {
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// The feed's topic (the changelog is co-partitioned with it).
+    pub input_topic: String,
+    /// The changelog topic.
+    pub topic: String,
+    /// A name for logs and client ids (`group/processor`).
+    pub name: String,
+}
+
+/// The key of the record a rejected line writes (an account never holds `#`).
+const REJECTED_KEY: &[u8] = b"#rejected";
+
+/// One changelog record's value: what the line changed and the partition's counts
+/// after it (postcard).
+#[derive(Debug, Serialize, Deserialize)]
+struct Change {
+    /// The account's balance after the line (`None`: the line was rejected).
+    balance: Option<i64>,
+    /// Lines of the partition applied.
+    applied: u64,
+    /// Lines of the partition rejected.
+    rejected: u64,
+    /// The line's alert, if its balance went negative.
+    alert: Option<String>,
+}
+
+/// The ledger state a partition's changelog folds to: the last balance of each
+/// account, the counts of the last record, and the `(epoch, position)` of the last
+/// record as lane 0's.
+///
+/// # Errors
+/// A record that is not a ledger change (another program's, or another version's).
+pub fn partition_state(restored: &RestoredPartition) -> Result<LedgerState, String> {
+    let mut state = LedgerState::default();
+    for (key, (_, value)) in &restored.entries {
+        let change: Change = postcard::from_bytes(value).map_err(|error| {
+            format!(
+                "a record of key {:?} is not a ledger change ({error})",
+                String::from_utf8_lossy(key)
+            )
+        })?;
+        if let (Some(balance), Ok(account)) = (change.balance, std::str::from_utf8(key)) {
+            state.balances.insert(account.to_owned(), balance);
+        }
+    }
+    if let Some(last) = restored.last_entry() {
+        let change: Change = postcard::from_bytes(last)
+            .map_err(|error| format!("the last record is not a ledger change ({error})"))?;
+        state.applied = change.applied;
+        state.rejected = change.rejected;
+    }
+    if let Some((epoch, offset)) = restored.position {
+        state.set_position(0, epoch.0, offset);
+    }
+    Ok(state)
+}
+
+/// One partition's state in memory.
+#[derive(Debug, Default)]
+struct Partition {
+    /// The balances and counts, with the `(epoch, position)` of the last line in them.
+    state: LedgerState,
+    /// The alerts of the lines the restored state holds, by position: written again
+    /// when such a line is delivered again (skipped); dropped at the first new line.
+    restored_alerts: BTreeMap<u64, String>,
+    /// Lines skipped since the restore (delivered again, already in the state).
+    skipped: u64,
+}
+
+/// The ledger on a Kafka feed: state per partition in a changelog topic (see the
+/// [module docs](self)).
+pub struct PartitionedLedger {
+    settings: LedgerSettings,
+    changelog: Changelog,
+    partitions: HashMap<u32, Partition>,
+    alerts: Box<dyn AlertSink>,
+    rejected: File,
+    gate: Option<Arc<dyn CommitGate>>,
+    /// The first changelog write the producer gave up, if any.
+    failure: Arc<Mutex<Option<String>>>,
+    next_tag: u64,
+}
+
+impl std::fmt::Debug for PartitionedLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionedLedger")
+            .field("changelog", &self.changelog)
+            .field("partitions", &self.partitions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartitionedLedger {
+    /// Opens the changelog (creating its topic if missing) and the rejected file in
+    /// `state_dir`; alerts go to `alerts`. With a commit `gate`, each line's commit
+    /// waits for its changelog record's acknowledgement; without one, each record is
+    /// flushed before the line counts as processed.
+    ///
+    /// # Errors
+    /// The broker does not answer, the input topic is missing, the changelog has fewer
+    /// partitions than the input, or the rejected file cannot be opened.
+    pub fn open(
+        settings: LedgerSettings,
+        target: &ChangelogTarget,
+        alerts: Box<dyn AlertSink>,
+        gate: Option<Arc<dyn CommitGate>>,
+    ) -> Result<Self, ProcessorError> {
+        std::fs::create_dir_all(&settings.state_dir).map_err(|error| {
+            ProcessorError::new(format!(
+                "cannot create {}: {error}",
+                settings.state_dir.display()
+            ))
+        })?;
+        let failure = Arc::new(Mutex::new(None));
+        let on_durable: OnDurable = {
+            let gate = gate.clone();
+            let failure = Arc::clone(&failure);
+            Arc::new(move |tag, result: Result<(), String>| match result {
+                Ok(()) => {
+                    if let Some(gate) = &gate {
+                        gate.complete(tag);
+                    }
+                }
+                Err(error) => {
+                    // the line's commit stays held: it is read again after a restart
+                    let mut failure = failure.lock();
+                    if failure.is_none() {
+                        *failure = Some(error);
+                    }
+                }
+            })
+        };
+        let changelog = Changelog::open(
+            ChangelogConfig::new(&target.name, &target.brokers, &target.topic),
+            &target.input_topic,
+            on_durable,
+        )
+        .map_err(|error| ProcessorError::new(error.to_string()))?;
+        let path = settings.state_dir.join("rejected.log");
+        let rejected = crate::Ledger::open_alerts_file(&path).map_err(|error| {
+            ProcessorError::new(format!(
+                "cannot open {} for appending: {error}",
+                path.display()
+            ))
+        })?;
+        info!(changelog = %target.topic, input = %target.input_topic, gate = gate.is_some(),
+            "ledger: state per partition in the changelog, restored by the member that takes a partition");
+        Ok(PartitionedLedger {
+            settings,
+            changelog,
+            partitions: HashMap::new(),
+            alerts,
+            rejected,
+            gate,
+            failure,
+            next_tag: 0,
+        })
+    }
+
+    /// The state of each partition held in memory, with its `(epoch, position)`.
+    pub fn partitions(&self) -> BTreeMap<u32, &LedgerState> {
+        self.partitions
+            .iter()
+            .map(|(lane, partition)| (*lane, &partition.state))
+            .collect()
+    }
+
+    /// Restores `lane` from the changelog for `epoch`.
+    fn restore(&mut self, lane: u32, epoch: u64) -> Result<(), ProcessorError> {
+        let partition = i32::try_from(lane)
+            .map_err(|_| ProcessorError::new(format!("lane {lane} is not a Kafka partition")))?;
+        let mut restored_alerts = BTreeMap::new();
+        let restored = self
+            .changelog
+            .restore(partition, Epoch(epoch), |record| {
+                if let Ok(change) = postcard::from_bytes::<Change>(&record.value) {
+                    if let Some(alert) = change.alert {
+                        restored_alerts.insert(record.offset, alert);
+                    }
+                }
+            })
+            .map_err(|error| ProcessorError::new(error.to_string()))?;
+        let mut state = partition_state(&restored).map_err(|error| {
+            ProcessorError::new(format!(
+                "changelog {} partition {partition}: {error}: the ledger does not start on it; name a new changelog_topic (the feed is then read from its committed offsets into a new state) or restore the topic",
+                self.changelog.topic()
+            ))
+        })?;
+        // the consumer-side position check: Kafka offsets never repeat within a
+        // partition, so the restored position holds in the new epoch too
+        let through = restored.position.map_or(0, |(_, offset)| offset);
+        state.set_position(0, epoch, through);
+        info!(
+            partition,
+            epoch,
+            through,
+            applied = state.applied,
+            accounts = state.balances.len(),
+            fenced = restored.fenced,
+            "ledger: partition taken over, state restored from the changelog"
+        );
+        self.partitions.insert(
+            lane,
+            Partition {
+                state,
+                restored_alerts,
+                skipped: 0,
+            },
+        );
+        Ok(())
+    }
+
+    fn on_line(&mut self, line: &Line) -> Result<(), ProcessorError> {
+        if let Some(error) = self.failure.lock().as_ref() {
+            return Err(ProcessorError::new(format!(
+                "a changelog write was given up by the producer ({error}): its line is not committed; restart the server to restore the partitions from the changelog (topic {})",
+                self.changelog.topic()
+            )));
+        }
+        let Some(delivery) = DeliveryContext::current() else {
+            return Err(ProcessorError::new(
+                "the ledger with a changelog reads a Kafka feed (a positioned feed): this line has no position",
+            ));
+        };
+        let lane = delivery.lane();
+        let epoch = delivery.epoch().get();
+        let offset = delivery.position().offset;
+        if self
+            .partitions
+            .get(&lane)
+            .is_none_or(|partition| partition.state.epoch != epoch)
+        {
+            self.restore(lane, epoch)?;
+        }
+        let position = delivery.position().to_string();
+        let Some(partition) = self.partitions.get_mut(&lane) else {
+            unreachable!("restored above");
+        };
+        if offset <= partition.state.position {
+            // applied and saved by an earlier owner (or this one before a restart), not
+            // committed: skipped, and its alert written again
+            partition.skipped += 1;
+            if let Some(alert) = partition.restored_alerts.get(&offset) {
+                self.alerts.write_line(alert).map_err(|error| {
+                    if error.kind() == std::io::ErrorKind::WouldBlock {
+                        ProcessorError::busy(error.to_string())
+                    } else {
+                        ProcessorError::new(error.to_string())
+                    }
+                })?;
+            }
+            return Ok(());
+        }
+        if partition.skipped > 0 {
+            info!(
+                partition = lane,
+                skipped = partition.skipped,
+                "ledger: lines already in the restored state were skipped"
+            );
+            partition.skipped = 0;
+        }
+        partition.restored_alerts.clear();
+        let applied = apply_line(
+            Book {
+                balances: &mut partition.state.balances,
+                applied: &mut partition.state.applied,
+                rejected: &mut partition.state.rejected,
+            },
+            &mut self.rejected,
+            self.alerts.as_mut(),
+            &position,
+            line,
+        )?;
+        partition.state.set_position(0, epoch, offset);
+        let (key, change) = match applied {
+            Applied::Account {
+                account,
+                balance,
+                alert,
+            } => (
+                account.into_bytes(),
+                Change {
+                    balance: Some(balance),
+                    applied: partition.state.applied,
+                    rejected: partition.state.rejected,
+                    alert: alert.map(|alert| String::from_utf8_lossy(&alert.payload).into_owned()),
+                },
+            ),
+            Applied::Rejected => (
+                REJECTED_KEY.to_vec(),
+                Change {
+                    balance: None,
+                    applied: partition.state.applied,
+                    rejected: partition.state.rejected,
+                    alert: None,
+                },
+            ),
+        };
+        let value = postcard::to_allocvec(&change)
+            .map_err(|error| ProcessorError::new(error.to_string()))?;
+        self.next_tag += 1;
+        let tag = self.next_tag;
+        if let Some(gate) = &self.gate {
+            gate.pending(tag);
+        }
+        let written = self
+            .changelog
+            .write(lane as i32, Epoch(epoch), offset, &key, &value, tag);
+        if let Err(error) = written {
+            // the state in memory is ahead of the changelog: no later line may be
+            // saved on it (a restart restores)
+            let message = error.to_string();
+            *self.failure.lock() = Some(message.clone());
+            return Err(ProcessorError::new(message));
+        }
+        if self.gate.is_none() {
+            self.changelog
+                .flush(Duration::from_secs(60))
+                .map_err(|error| ProcessorError::new(error.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The admin command `balance ACCOUNT`: the account's balance summed over the
+    /// partitions this member holds in memory.
+    pub fn balance(&mut self, args: &[String]) -> Result<String, ProcessorError> {
+        let [account] = args else {
+            return Err("usage: balance ACCOUNT".into());
+        };
+        let balances: Vec<i64> = self
+            .partitions
+            .values()
+            .filter_map(|partition| partition.state.balances.get(account).copied())
+            .collect();
+        if balances.is_empty() {
+            return Err(
+                format!("no account '{account}' in the partitions this member holds").into(),
+            );
+        }
+        Ok(balances.iter().sum::<i64>().to_string())
+    }
+}
+
+impl Processor for PartitionedLedger {
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        let feed = self.settings.feed.clone();
+        context.subscribe(&feed, PartitionedLedger::on_line)?;
+        context.register_command("balance", PartitionedLedger::balance);
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<(), ProcessorError> {
+        self.alerts.stop();
+        if let Err(error) = self.changelog.flush(Duration::from_secs(10)) {
+            warn!(%error, "ledger: changelog writes still in flight at stop: their lines are not committed and are read again");
+        }
+        Ok(())
+    }
+
+    fn saved_positions(&self) -> Vec<SavedPosition> {
+        // the positions live in the changelog, per partition, read at each takeover
+        vec![SavedPosition {
+            feed: self.settings.feed.clone(),
+            saved: None,
+        }]
+    }
+}
