@@ -548,3 +548,58 @@ fn a_member_taking_a_partition_over_skips_what_its_changelog_holds_past_the_comm
     let lines: Vec<String> = (0..RECORDS).map(line).collect();
     assert_eq!(balances, balances_of(lines.iter().map(String::as_str)));
 }
+
+/// `mongoose validate` on `config` (a folder with the kafka plugin): exit code and stderr.
+fn validate(library: &std::path::Path, config: &str) -> (Option<i32>, String) {
+    let run = LedgerRun::new("", config);
+    plugin_dir(run.dir.path(), &[library]);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mongoose"))
+        .args(["validate", "--config"])
+        .arg(run.path("mongoose.toml"))
+        .output()
+        .expect("the mongoose binary runs");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Where the ledger's state lives is checked before anything runs (no broker needed):
+/// a changelog needs a Kafka feed, and a feed whose epochs survive a reassignment (an
+/// epoch file) would keep a returning member from restoring what another one changed.
+#[test]
+fn the_ledgers_state_mode_is_checked_against_its_feed() {
+    let library = build_plugin("kafka-plugin", &[]);
+    let kafka = member_config("127.0.0.1:1", "input", "group");
+    let (code, stderr) = validate(&library, &kafka);
+    assert_eq!(code, Some(0), "a ledger on a Kafka feed, state in the changelog: {stderr}");
+
+    let with_epochs = kafka.replace(
+        "session_timeout_ms = 6000",
+        "session_timeout_ms = 6000, epoch_file = \"kafka.epochs\"",
+    );
+    let (code, stderr) = validate(&library, &with_epochs);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("settings.state") && stderr.contains("remove epoch_file"),
+        "{stderr}"
+    );
+    let local = with_epochs.replace(
+        r#"alerts = "alerts.txt" }"#,
+        r#"alerts = "alerts.txt", state = "local" }"#,
+    );
+    let (code, stderr) = validate(&library, &local);
+    assert_eq!(code, Some(0), "state = local keeps the epoch file's use: {stderr}");
+
+    let file_feed = format!(
+        "[[feeds]]\nname = \"lines\"\nsource = \"file\"\npath = \"input.txt\"\n\
+         [[groups]]\nname = \"ledger\"\n[[groups.processors]]\nname = \"ledger\"\nkind = \"ledger\"\n\
+         settings = {{ state_dir = \"state\", alerts = \"alerts.txt\", state = \"changelog\" }}\n"
+    );
+    let (code, stderr) = validate(&library, &file_feed);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("settings.state") && stderr.contains("is not one"),
+        "{stderr}"
+    );
+}
