@@ -37,6 +37,13 @@
 //!   never fooled across owners), while a member restarted after `kill -9` recognises
 //!   what its own saved state holds (exactly once with a guard).
 //!
+//! # State that follows its partitions ([`changelog`])
+//!
+//! A per-partition state store in a compacted changelog topic, co-partitioned with the
+//! input: writes acknowledged before the input's commit, and a restore for the member
+//! that takes a partition over, fenced by the new owner's marker, with the position the
+//! state holds the partition through (the consumer-side position check).
+//!
 //! # What the test broker (tansu 0.6) does not do
 //!
 //! Found with the `broker_probe` example: it returns offset-commit metadata empty (so
@@ -48,7 +55,9 @@
 //! `commit_transaction` fails with
 //! "EndTxnRequest (KIP-98) not supported by broker" (init, begin and
 //! send_offsets_to_transaction succeed); `cleanup.policy=compact` is accepted and
-//! has no effect.
+//! has no effect (a changelog grows with every change; a restore reads all of it); an
+//! offset lookup for the earliest offset is answered after about 500 ms (a restore
+//! reads from offset 0 instead).
 //!
 //! # The sink ([`KafkaSink`])
 //!

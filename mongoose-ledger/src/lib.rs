@@ -48,9 +48,19 @@
 //! checked there, the rest by [`LedgerSettings::check`]), and the example
 //! `cargo run -p mongoose-server --example ledger` builds its server as values.
 //!
+//! # On a Kafka feed shared by several servers
+//!
+//! [`PartitionedLedger`] keeps the same balances per input partition in a changelog
+//! topic ([`mongoose_kafka::changelog`]) instead of `state_dir`: each line's change is
+//! acknowledged by the broker before the line's offset is committed, and the member
+//! that takes a partition over restores it (fenced by its marker) and skips the lines
+//! the restored state already holds. The server picks it for a Kafka feed
+//! ([`LedgerSettings::state`]).
+//!
 //! The crate root holds the processor and its settings; `state` the durable state and
 //! its load and atomic save; `journal` the checksummed snapshot and journal record
-//! formats and the damage checks.
+//! formats and the damage checks; `partitioned` the ledger with its state in a
+//! changelog.
 #![forbid(unsafe_code)]
 
 mod journal;

@@ -114,8 +114,9 @@ struct Partition {
     skipped: u64,
 }
 
-/// The ledger on a Kafka feed: state per partition in a changelog topic (see the
-/// [module docs](self)).
+/// The ledger on a Kafka feed: one state per input partition in a changelog topic,
+/// saved before each line's commit and restored by the member that takes a partition
+/// over, which skips the lines the restored state holds (see the crate docs).
 pub struct PartitionedLedger {
     settings: LedgerSettings,
     changelog: Changelog,

@@ -572,7 +572,11 @@ fn the_ledgers_state_mode_is_checked_against_its_feed() {
     let library = build_plugin("kafka-plugin", &[]);
     let kafka = member_config("127.0.0.1:1", "input", "group");
     let (code, stderr) = validate(&library, &kafka);
-    assert_eq!(code, Some(0), "a ledger on a Kafka feed, state in the changelog: {stderr}");
+    assert_eq!(
+        code,
+        Some(0),
+        "a ledger on a Kafka feed, state in the changelog: {stderr}"
+    );
 
     let with_epochs = kafka.replace(
         "session_timeout_ms = 6000",
@@ -589,7 +593,11 @@ fn the_ledgers_state_mode_is_checked_against_its_feed() {
         r#"alerts = "alerts.txt", state = "local" }"#,
     );
     let (code, stderr) = validate(&library, &local);
-    assert_eq!(code, Some(0), "state = local keeps the epoch file's use: {stderr}");
+    assert_eq!(
+        code,
+        Some(0),
+        "state = local keeps the epoch file's use: {stderr}"
+    );
 
     let file_feed = format!(
         "[[feeds]]\nname = \"lines\"\nsource = \"file\"\npath = \"input.txt\"\n\
