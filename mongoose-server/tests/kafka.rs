@@ -599,12 +599,10 @@ fn the_ledgers_state_mode_is_checked_against_its_feed() {
         "state = local keeps the epoch file's use: {stderr}"
     );
 
-    let file_feed = format!(
-        "[[feeds]]\nname = \"lines\"\nsource = \"file\"\npath = \"input.txt\"\n\
+    let file_feed = "[[feeds]]\nname = \"lines\"\nsource = \"file\"\npath = \"input.txt\"\n\
          [[groups]]\nname = \"ledger\"\n[[groups.processors]]\nname = \"ledger\"\nkind = \"ledger\"\n\
-         settings = {{ state_dir = \"state\", alerts = \"alerts.txt\", state = \"changelog\" }}\n"
-    );
-    let (code, stderr) = validate(&library, &file_feed);
+         settings = { state_dir = \"state\", alerts = \"alerts.txt\", state = \"changelog\" }\n";
+    let (code, stderr) = validate(&library, file_feed);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("settings.state") && stderr.contains("is not one"),
