@@ -376,8 +376,9 @@ pub struct HostOutputVTable {
     /// its poll); the host's driver polls around every cycle anyway. Returns the number
     /// of items acknowledged.
     pub poll_acknowledgements: unsafe extern "C" fn(context: *const c_void) -> u64,
-    /// Writes `message` to the host's log at a [`level`] (a plugin's own `tracing`
-    /// events go to the plugin's copy of the crate, which has no subscriber).
+    /// Writes `message` to the host's log at a [`level`]. The SDK also forwards a
+    /// plugin's own `tracing` events (INFO and above) through it, while the host calls
+    /// into the plugin's source on that thread.
     pub log: unsafe extern "C" fn(context: *const c_void, level: u32, message: Str),
 }
 

@@ -20,6 +20,7 @@ use crate::abi::{
     self, ByteSlice, CommitterRef, CommitterVTable, HostOutput, ItemRef, KeyRef, KindDeclaration,
     MessageOut, OutcomeRef, OutputRef, PluginDeclaration, SinkVTable, SourceVTable, Status, Str,
 };
+use crate::guest_log::Forwarding;
 
 /// Builds a source of a kind from the feed's settings (TOML text) and the output it
 /// publishes into.
@@ -309,8 +310,9 @@ impl PluginOutput {
         unsafe { (self.vtable().report_state)(self.host.context, state_code(state), detail) }
     }
 
-    /// Logs `message` as a WARN in the host's log, with the feed's name (a plugin's own
-    /// `tracing` events reach no subscriber).
+    /// Logs `message` as a WARN in the host's log, with the feed's name, from any
+    /// thread. (A plugin's own `tracing` events at INFO and above reach the host's log
+    /// too, but only on the thread the host is calling into the source from.)
     pub fn warn(&self, message: &str) {
         // SAFETY: as in try_publish.
         unsafe { (self.vtable().log)(self.host.context, abi::level::WARN, Str::new(message)) }
@@ -533,9 +535,11 @@ pub(crate) fn message_out(message: &mut String) -> MessageOut {
     }
 }
 
-/// A plugin source behind a handle.
+/// A plugin source behind a handle, with its feed (where its `tracing` events go
+/// while the host calls into it).
 struct SourceHandle {
     source: Box<dyn EventSource>,
+    host: HostOutput,
 }
 
 fn core_message(error: CoreError) -> String {
@@ -567,8 +571,9 @@ unsafe extern "C" fn source_create(
             host,
             feed: Arc::from(&*name),
         };
+        let _forwarding = Forwarding::to(host);
         let source = factory(&config, output)?;
-        let boxed = Box::new(SourceHandle { source });
+        let boxed = Box::new(SourceHandle { source, host });
         // SAFETY: the host passes a valid out pointer.
         unsafe { *handle = Box::into_raw(boxed) as *mut c_void };
         Ok(())
@@ -588,10 +593,9 @@ unsafe fn source<'a>(handle: *mut c_void) -> &'a mut SourceHandle {
 unsafe extern "C" fn source_start(handle: *mut c_void, error: MessageOut) -> Status {
     // SAFETY: the host's contract (see `source`).
     guarded(error, || {
-        unsafe { source(handle) }
-            .source
-            .start()
-            .map_err(core_message)
+        let handle = unsafe { source(handle) };
+        let _forwarding = Forwarding::to(handle.host);
+        handle.source.start().map_err(core_message)
     })
 }
 
@@ -602,10 +606,9 @@ unsafe extern "C" fn source_do_work(
 ) -> Status {
     guarded(error, || {
         // SAFETY: the host's contract (see `source`).
-        let done = unsafe { source(handle) }
-            .source
-            .do_work()
-            .map_err(core_message)?;
+        let handle = unsafe { source(handle) };
+        let _forwarding = Forwarding::to(handle.host);
+        let done = handle.source.do_work().map_err(core_message)?;
         // SAFETY: the host passes a valid out pointer.
         unsafe { *work = done.0 };
         Ok(())
@@ -615,10 +618,9 @@ unsafe extern "C" fn source_do_work(
 unsafe extern "C" fn source_stop(handle: *mut c_void, error: MessageOut) -> Status {
     // SAFETY: the host's contract (see `source`).
     guarded(error, || {
-        unsafe { source(handle) }
-            .source
-            .stop()
-            .map_err(core_message)
+        let handle = unsafe { source(handle) };
+        let _forwarding = Forwarding::to(handle.host);
+        handle.source.stop().map_err(core_message)
     })
 }
 

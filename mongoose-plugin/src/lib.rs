@@ -60,6 +60,7 @@
 
 pub mod abi;
 pub mod guest;
+mod guest_log;
 #[cfg(feature = "host")]
 pub mod host;
 pub mod settings;

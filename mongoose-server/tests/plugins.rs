@@ -165,6 +165,14 @@ settings = {{ path = "{out}" }}
         "2000",
         "committed after processing, to the end"
     );
+    // the plugin's own `tracing` event, forwarded by the SDK with the feed's name
+    let log = log(root);
+    let forwarded = log
+        .lines()
+        .find(|line| line.contains("counter source starting from=0"))
+        .unwrap_or_else(|| panic!("the plugin's info event is in the server's log: {log}"));
+    assert!(forwarded.contains("counted"), "{forwarded}");
+    assert!(!log.contains("not forwarded"), "{log}");
 }
 
 #[test]

@@ -76,6 +76,10 @@ impl EventSource for Counter {
             pending: None,
         }));
         output.report_state(SourceState::Behind, Some("counting"));
+        // a plugin's own tracing events reach the server's log (INFO and above, with
+        // the feed's name) while the server calls into the source
+        tracing::info!(from = self.next, "counter source starting");
+        tracing::debug!("not forwarded: below INFO");
         Ok(())
     }
 
