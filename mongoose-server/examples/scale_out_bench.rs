@@ -174,6 +174,15 @@ fn main() {
         eprintln!("SKIPPED: no broker at {brokers}: start one with `cargo xtask broker start`");
         return;
     }
+    if !mongoose.exists() || !plugins.join("libkafka_plugin.so").exists() {
+        eprintln!(
+            "SKIPPED: needs {} (cargo build --release -p mongoose-server --bin mongoose) and {}/libkafka_plugin.so (cargo xtask plugins --out {})",
+            mongoose.display(),
+            plugins.display(),
+            plugins.display()
+        );
+        return;
+    }
     let work = tempfile::tempdir().expect("temp dir");
     let mut results: Vec<(usize, Vec<f64>)> =
         servers.iter().map(|count| (*count, Vec::new())).collect();

@@ -49,6 +49,9 @@ const BENCHES: &[(&str, &str, &[&str])] = &[
     ("mongoose-replay", "replay_bench", &[]),
     // needs the test broker (`cargo xtask broker start`); prints a skip message without it
     ("mongoose-kafka", "kafka_feed_bench", &[]),
+    // the same broker, the release `mongoose` binary and the plugins in target/plugins
+    // (built first, below): one server vs three in one consumer group
+    ("mongoose-server", "scale_out_bench", &[]),
 ];
 
 /// (package, criterion bench) run with `--quick` after the pipeline benchmarks.
@@ -67,7 +70,18 @@ fn bench(arguments: &[String]) -> bool {
         .iter()
         .filter(|argument| *argument != "--versus-rsyslog")
         .collect();
-    let mut ok = true;
+    // the scale-out bench runs `mongoose` processes with the Kafka plugin
+    let mut ok = run(Command::new(env!("CARGO")).current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "mongoose-server",
+        "--bin",
+        "mongoose",
+    ])) && plugins(&[
+        "--out".to_owned(),
+        root.join("target").join("plugins").display().to_string(),
+    ]);
     for (package, example, arguments) in BENCHES {
         let source = root
             .join(package)
