@@ -71,6 +71,31 @@
 //! transaction ([`KafkaSink::publish_with_offsets`] adds a consumer group's offsets to it,
 //! Kafka's exactly-once read-process-write); an aborted transaction is `NotPublished`, a
 //! commit whose fate is unknown `Uncertain`.
+//!
+//! # Example
+//!
+//! A source reading `payments` as a member of the group `ledgers` into a feed of the
+//! delivery engine (`output`), and a sink writing to `alerts`:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use mongoose_core::{PositionValue, SourceOutput};
+//! use mongoose_kafka::{KafkaRecord, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig};
+//!
+//! # fn run(output: Arc<dyn SourceOutput<KafkaRecord, PositionValue>>) -> Result<(), Box<dyn std::error::Error>> {
+//! let mut config = KafkaSourceConfig::new("payments", "127.0.0.1:19092", "ledgers", "payments");
+//! config.session_timeout = Duration::from_secs(6);
+//! // the driver (mongoose_delivery::SourceDriver) starts it, runs its duty cycles and
+//! // polls the acknowledgements that its committer turns into offset commits
+//! let source = KafkaSource::new(config, output)?;
+//!
+//! let mut sink = KafkaSinkConfig::new("alerts", "127.0.0.1:19092", "alerts");
+//! sink.delivery_timeout = Duration::from_secs(30);
+//! let sink = KafkaSink::new(sink)?;
+//! # let _ = (source, sink);
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -57,6 +57,24 @@
 //! the restored state already holds. The server picks it for a Kafka feed
 //! ([`LedgerSettings::state`]).
 //!
+//! # Example
+//!
+//! Opening a ledger on a state folder, as the server's `ledger` kind does (the server
+//! then adds it to a processor group, which subscribes it to its feed):
+//!
+//! ```
+//! use mongoose_ledger::{Ledger, LedgerSettings};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let settings = LedgerSettings::new(dir.path().join("state"), dir.path().join("alerts.txt"));
+//! let alerts = Ledger::open_alerts_file(&dir.path().join("alerts.txt"))?;
+//! // no commit gate: each record is synced before its line counts as processed
+//! let ledger = Ledger::open(settings, Box::new(alerts), None)?;
+//! assert_eq!(ledger.state().applied, 0);
+//! # Ok(()) }
+//! ```
+//!
 //! The crate root holds the processor and its settings; `state` the durable state and
 //! its load and atomic save; `journal` the checksummed snapshot and journal record
 //! formats and the damage checks; `partitioned` the ledger with its state in a
@@ -568,9 +586,11 @@ pub(crate) fn apply_line(
     // a line that is not UTF-8 has U+FFFD in its account or amount: rejected
     let text = line.text();
     let mut reject = |reason: &str, rejected_log: &mut File| -> Result<Applied, ProcessorError> {
+        // written before it counts: a write that fails (a full disk) leaves the count
+        // as it was, and the retry of the line counts it once
+        writeln!(rejected_log, "{position},{reason},{line}")?;
         *book.rejected += 1;
         metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
-        writeln!(rejected_log, "{position},{reason},{line}")?;
         Ok(Applied::Rejected)
     };
     let (account, amount) = match parse_line(&text) {

@@ -9,6 +9,20 @@
 //!
 //! Fixtures that one crate's tests share stay in that crate's `tests/common` or
 //! `tests/support` module.
+//!
+//! # Example
+//!
+//! A server test's plugin folder holding the template plugin built with a test feature:
+//!
+//! ```no_run
+//! use mongoose_testkit::{build_plugin, plugin_dir};
+//!
+//! let library = build_plugin("template-plugin", &["panic-source"]);
+//! let scratch = tempfile::tempdir().expect("scratch");
+//! // `<scratch>/plugins/libtemplate_plugin.so`: `plugin_dir = "plugins"` in its config
+//! let plugins = plugin_dir(scratch.path(), &[&library]);
+//! assert!(plugins.join("libtemplate_plugin.so").exists());
+//! ```
 
 mod allocator;
 mod plugin_build;

@@ -10,6 +10,25 @@
 //! * Sink kind `append`: appends each output's payload and a newline to the file
 //!   `path`, syncs it, and answers published with the file's length as evidence.
 //!
+//! # Example
+//!
+//! Built into a plugin folder (`cargo xtask plugins --out target/plugins`), a server
+//! runs it with:
+//!
+//! ```toml
+//! plugin_dir = "target/plugins"
+//!
+//! [[feeds]]
+//! name = "counted"
+//! source = "counter"
+//! settings = { limit = 1000, pointer = "/var/lib/mongoose/counter.pointer" }
+//!
+//! [[sinks]]
+//! name = "copy"
+//! kind = "append"
+//! settings = { path = "/var/lib/mongoose/copy.txt" }
+//! ```
+//!
 //! Test builds (cargo features): `wrong-abi` declares ABI 999, `wrong-layout` a wrong
 //! layout fingerprint (the host must refuse both), `panic-source` makes `do_work`
 //! panic and `panic-sink` makes `publish` panic (the host must contain both).
