@@ -179,3 +179,63 @@ fn a_transactional_sink_on_a_broker_without_end_txn_reports_uncertain() {
         "{outcomes:?}"
     );
 }
+
+// Kafka's read-process-write: `publish_with_offsets` hands a consumer group's offsets to
+// the transaction (`send_offsets_to_transaction`) before committing it. On tansu 0.6
+// the offsets are taken and only the commit fails (no EndTxn), so the batch is
+// Uncertain with the commit named as the step whose fate is unknown, never "sending
+// the offsets" (which would mean the offsets never joined the transaction), and the
+// group's offsets stay where they were. What tansu cannot show: that a committed
+// transaction moves the group's offsets with its records.
+#[test]
+fn a_transactional_sink_send_offsets_to_transaction_then_reports_the_commit_uncertain() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let Some(brokers) = common::broker_or_skip(
+        "a_transactional_sink_send_offsets_to_transaction_then_reports_the_commit_uncertain",
+    ) else {
+        return;
+    };
+    let input = unique("sink-tx-input");
+    create_topic(&brokers, &input, 1, &[]);
+    let topic = unique("sink-tx-offsets");
+    create_topic(&brokers, &topic, 1, &[]);
+    let group = unique("sink-tx-group");
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", &group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let metadata = consumer
+        .group_metadata()
+        .expect("a consumer group's metadata");
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    offsets
+        .add_partition_offset(&input, 0, rdkafka::Offset::Offset(5))
+        .expect("offset");
+
+    let mut config = KafkaSinkConfig::new("alerts", &brokers, &topic);
+    config.delivery_timeout = Duration::from_secs(10);
+    config.transactional_id = Some(unique("sink-tx-offsets-id"));
+    let mut sink = KafkaSink::new(config).expect("sink");
+    let mut outcomes = Vec::new();
+    sink.publish_with_offsets(
+        &[output(1, b"first".to_vec()), output(2, b"second".to_vec())],
+        &offsets,
+        &metadata,
+        &mut outcomes,
+    );
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+    for outcome in &outcomes {
+        assert!(
+            matches!(outcome, SinkOutcome::Uncertain { evidence }
+                if evidence.starts_with("committing the transaction") && evidence.contains("EndTxn")),
+            "the offsets joined the transaction and only its commit failed: {outcomes:?}"
+        );
+    }
+    assert_eq!(
+        common::committed(&brokers, &group, &input, 1),
+        vec![-1],
+        "the offsets of a transaction never committed are not the group's"
+    );
+}
