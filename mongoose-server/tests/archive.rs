@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use mongoose_testkit::{build_plugin, plugin_dir};
-use support::{balances_of, wait_exit, LedgerRun};
+use support::{assert_applied_once, wait_exit, LedgerRun};
 
 const MESSAGES: usize = 20_000;
 const STREAM: u32 = 7;
@@ -121,15 +121,10 @@ fn a_publisher_and_an_archiver_while_the_server_is_killed_apply_every_message_ex
     );
     let state = run.state_in("state");
     let expected: Vec<String> = (0..MESSAGES).map(line).collect();
-    assert_eq!(
-        state.applied,
-        MESSAGES as u64,
-        "every message applied once after {kills} kills: {}",
-        run.log()
-    );
-    assert_eq!(
-        state.balances,
-        balances_of(expected.iter().map(String::as_str))
+    assert_applied_once(
+        &state,
+        &expected,
+        &format!("the messages after {kills} kills: {}", run.log()),
     );
     assert_eq!(
         committed(&dir).1,

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use mongoose_journal::TailerStore;
 use mongoose_testkit::{build_plugin, plugin_dir};
-use support::{balances_of, wait_exit, LedgerRun};
+use support::{assert_applied_once, wait_exit, LedgerRun};
 
 const TOTAL: usize = 40_000;
 
@@ -103,16 +103,7 @@ fn the_journal_source_under_sigkill_applies_every_excerpt_exactly_once_with_the_
     );
     let state = run.state_in("state");
     let expected: Vec<String> = (0..TOTAL).map(line).collect();
-    assert_eq!(
-        state.applied,
-        TOTAL as u64,
-        "every excerpt applied once: {}",
-        run.log()
-    );
-    assert_eq!(
-        state.balances,
-        balances_of(expected.iter().map(String::as_str))
-    );
+    assert_applied_once(&state, &expected, &format!("the excerpts: {}", run.log()));
     assert_eq!(state.position, TOTAL as u64, "the last excerpt's position");
     assert_eq!(
         committed(run.dir.path()),

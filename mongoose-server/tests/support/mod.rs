@@ -50,6 +50,21 @@ pub fn balances_of<'a>(lines: impl IntoIterator<Item = &'a str>) -> BTreeMap<Str
     balances
 }
 
+/// Asserts that `state` holds each of `lines` applied exactly once: as many applied
+/// as there are lines, and the balances they add up to. `context` says which run.
+pub fn assert_applied_once(state: &LedgerState, lines: &[String], context: &str) {
+    assert_eq!(
+        state.applied,
+        lines.len() as u64,
+        "every line applied once: {context}"
+    );
+    assert_eq!(
+        state.balances,
+        balances_of(lines.iter().map(String::as_str)),
+        "the balances of every line applied once: {context}"
+    );
+}
+
 /// A folder the `mongoose` binary runs in.
 pub struct LedgerRun {
     pub dir: tempfile::TempDir,
