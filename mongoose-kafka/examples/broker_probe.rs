@@ -41,7 +41,7 @@ fn main() {
         .create()
         .expect("admin");
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let created = common::block_on(admin.create_topics(
+    let created = mongoose_kafka::block_on(admin.create_topics(
         [&NewTopic::new(&topic, 2, TopicReplication::Fixed(1))],
         &options,
     ));
@@ -239,7 +239,7 @@ fn main() {
     }
     // compaction
     let compacted = common::unique("probe-compact");
-    let created = common::block_on(
+    let created = mongoose_kafka::block_on(
         admin.create_topics(
             [&NewTopic::new(&compacted, 1, TopicReplication::Fixed(1))
                 .set("cleanup.policy", "compact")],

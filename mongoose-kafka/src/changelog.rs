@@ -61,8 +61,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Sender};
 use mongoose_core::Epoch;
 use parking_lot::Mutex;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -393,36 +391,15 @@ impl Changelog {
             }
             return Ok(());
         }
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &self.config.brokers)
-            .create()
-            .map_err(|error| KafkaConnectorError::Config {
-                name: self.config.name.clone(),
-                error: Box::new(error),
-            })?;
-        let topic = NewTopic::new(
+        let created = crate::admin::create_topic(
+            &self.config.brokers,
             &self.config.topic,
             i32::try_from(input).unwrap_or(i32::MAX),
-            TopicReplication::Fixed(1),
-        )
-        .set("cleanup.policy", "compact");
-        let options = AdminOptions::new().operation_timeout(Some(self.config.request_timeout));
-        let created = crate::block_on(admin.create_topics([&topic], &options))
-            .map_err(|error| self.broker_error("creating the changelog topic", error))?;
-        for result in created {
-            match result {
-                Ok(_) => {
-                    info!(changelog = %self.config.topic, partitions = input, "changelog topic created (compacted)");
-                }
-                // another member made it first
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((name, code)) => {
-                    return Err(KafkaConnectorError::Changelog {
-                        name: self.config.name.clone(),
-                        message: format!("creating the changelog topic '{name}': {code}"),
-                    })
-                }
-            }
+            &[("cleanup.policy", "compact")],
+            self.config.request_timeout,
+        )?;
+        if created {
+            info!(changelog = %self.config.topic, partitions = input, "changelog topic created (compacted)");
         }
         Ok(())
     }

@@ -99,6 +99,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod admin;
 pub mod changelog;
 pub mod epoch;
 mod error;

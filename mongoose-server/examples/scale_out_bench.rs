@@ -29,9 +29,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mongoose_kafka::block_on;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
@@ -44,26 +41,6 @@ fn argument(name: &str, default: &str) -> String {
         .and_then(|at| arguments.get(at + 1))
         .cloned()
         .unwrap_or_else(|| default.to_owned())
-}
-
-fn create_topic(brokers: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("admin client");
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    for result in block_on(admin.create_topics(
-        [&NewTopic::new(
-            topic,
-            partitions,
-            TopicReplication::Fixed(1),
-        )],
-        &options,
-    ))
-    .expect("create the topic")
-    {
-        result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code:?}"));
-    }
 }
 
 fn produce(brokers: &str, topic: &str, records: usize, shift: i64) {
@@ -195,7 +172,14 @@ fn main() {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |since| since.as_millis())
             );
-            create_topic(&brokers, &topic, partitions);
+            mongoose_kafka::admin::create_topic(
+                &brokers,
+                &topic,
+                partitions,
+                &[],
+                Duration::from_secs(30),
+            )
+            .expect("create the topic");
             let group = format!("{topic}-ledgers");
             let processor = if state == "forward" {
                 "[[sinks]]\nname = \"out\"\nkind = \"file\"\npath = \"out.log\"\n[[groups.processors]]\nname = \"forward\"\nkind = \"forward\"\nsettings = { feed = \"lines\", sink = \"out\" }".to_owned()

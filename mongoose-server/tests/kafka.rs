@@ -10,13 +10,10 @@ mod support;
 
 use std::time::Duration;
 
-use mongoose_kafka::block_on;
 use mongoose_testkit::{build_plugin, plugin_dir};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
-use support::{balances_of, LedgerRun};
+use support::{assert_applied_once, LedgerRun};
 
 const RECORDS: usize = 3_000;
 
@@ -55,23 +52,15 @@ fn topic_with_lines(brokers: &str, topic: &str, partitions: i32) {
 }
 
 fn create_topic(brokers: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("admin client");
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let created = block_on(admin.create_topics(
-        [&NewTopic::new(
-            topic,
-            partitions,
-            TopicReplication::Fixed(1),
-        )],
-        &options,
-    ))
+    let created = mongoose_kafka::admin::create_topic(
+        brokers,
+        topic,
+        partitions,
+        &[],
+        Duration::from_secs(30),
+    )
     .expect("create the topic");
-    for result in created {
-        result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code:?}"));
-    }
+    assert!(created, "the topic {topic} is new");
 }
 
 /// Writes the ledger lines `indexes` keyed by their account (an account's lines are in
@@ -167,15 +156,10 @@ fn a_kafka_feed_in_the_server_survives_kill_9_with_every_record_applied_once() {
     assert_eq!(code, 0, "stopped clean and lossless: {}", run.log());
     let state = run.state_in("state");
     let expected: Vec<String> = (0..RECORDS).map(line).collect();
-    assert_eq!(
-        state.applied,
-        RECORDS as u64,
-        "every record applied once after {kills} kills: {}",
-        run.log()
-    );
-    assert_eq!(
-        state.balances,
-        balances_of(expected.iter().map(String::as_str))
+    assert_applied_once(
+        &state,
+        &expected,
+        &format!("the records after {kills} kills: {}", run.log()),
     );
 }
 
@@ -206,31 +190,14 @@ settings = {{ state_dir = "state", alerts = "alerts.txt" }}
 
 /// The group's committed offset per partition (-1: none).
 fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut list = rdkafka::TopicPartitionList::new();
-    for partition in 0..partitions {
-        list.add_partition(topic, partition);
-    }
-    let offsets = consumer
-        .committed_offsets(list, Duration::from_secs(10))
-        .expect("committed offsets");
-    (0..partitions)
-        .map(|partition| {
-            match offsets
-                .find_partition(topic, partition)
-                .map(|element| element.offset())
-            {
-                Some(rdkafka::Offset::Offset(offset)) => offset,
-                _ => -1,
-            }
-        })
-        .collect()
+    mongoose_kafka::admin::committed_offsets(
+        brokers,
+        group,
+        topic,
+        partitions,
+        Duration::from_secs(10),
+    )
+    .expect("committed offsets")
 }
 
 /// The input positions of a partition's counted changelog changes are `1..=end`, each
@@ -277,9 +244,8 @@ fn check_changelog(
         std::sync::Arc::new(|_, _| {}),
     )
     .expect("the changelog opens");
-    let mut applied = 0;
+    let mut summed = mongoose_ledger::LedgerState::default();
     let mut fenced = 0;
-    let mut balances = std::collections::BTreeMap::new();
     for (partition, end) in ends.iter().enumerate() {
         let partition = partition as i32;
         let records = store.read(partition).expect("read");
@@ -291,13 +257,12 @@ fn check_changelog(
         fenced += restored.fenced;
         let state = mongoose_ledger::partition_state(&restored).expect("ledger changes");
         assert_eq!(state.applied, end, "partition {partition}");
-        applied += state.applied;
+        summed.applied += state.applied;
         for (account, balance) in state.balances {
-            *balances.entry(account).or_insert(0) += balance;
+            *summed.balances.entry(account).or_insert(0) += balance;
         }
     }
-    assert_eq!(applied, lines.len() as u64, "every record applied once");
-    assert_eq!(balances, balances_of(lines.iter().map(String::as_str)));
+    assert_applied_once(&summed, lines, "the partitions of the changelog summed");
     fenced
 }
 

@@ -1,7 +1,7 @@
 //! Fixtures shared by the tests against the real broker: the broker's address (and the
 //! skip rule when it is not running), unique topic and group names, topic creation,
-//! a producer of numbered records, a tiny `block_on` for the admin client's futures,
-//! and waiting for a condition with a generous deadline.
+//! a producer of numbered records, and waiting for a condition with a generous
+//! deadline.
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::{TcpStream, ToSocketAddrs};
@@ -10,8 +10,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
@@ -73,24 +71,17 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-/// Runs a future to completion on this thread (the crate's own).
-pub use mongoose_kafka::block_on;
-
 /// Creates `topic` with `partitions` partitions and the `config` pairs.
 pub fn create_topic(brokers: &str, topic: &str, partitions: i32, config: &[(&str, &str)]) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("admin client");
-    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    for (key, value) in config {
-        new_topic = new_topic.set(key, value);
-    }
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = block_on(admin.create_topics([&new_topic], &options)).expect("create topics");
-    for result in results {
-        result.unwrap_or_else(|(name, code)| panic!("creating topic {name}: {code:?}"));
-    }
+    let created = mongoose_kafka::admin::create_topic(
+        brokers,
+        topic,
+        partitions,
+        config,
+        Duration::from_secs(30),
+    )
+    .expect("create the topic");
+    assert!(created, "the topic {topic} is new");
 }
 
 /// Writes `count` records `"<n>"` (n from `first`) keyed `"k<n % keys>"` to `topic` and
@@ -247,31 +238,14 @@ impl mongoose_core::Dispatcher<mongoose_kafka::KafkaRecord> for Collect {
 
 /// The group's committed offsets of `topic`'s partitions `0..partitions` (-1: none).
 pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut list = rdkafka::TopicPartitionList::new();
-    for partition in 0..partitions {
-        list.add_partition(topic, partition);
-    }
-    let committed = consumer
-        .committed_offsets(list, Duration::from_secs(10))
-        .expect("committed offsets");
-    (0..partitions)
-        .map(|partition| {
-            match committed
-                .find_partition(topic, partition)
-                .map(|element| element.offset())
-            {
-                Some(rdkafka::Offset::Offset(offset)) => offset,
-                _ => -1,
-            }
-        })
-        .collect()
+    mongoose_kafka::admin::committed_offsets(
+        brokers,
+        group,
+        topic,
+        partitions,
+        Duration::from_secs(10),
+    )
+    .expect("committed offsets")
 }
 
 /// The end offsets (high watermarks) of `topic`'s partitions `0..partitions`.

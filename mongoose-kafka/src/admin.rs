@@ -1,0 +1,109 @@
+//! The two broker calls the connector, its tools, benches and tests share: creating a
+//! topic, and reading a consumer group's committed offsets.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::error::KafkaConnectorError;
+
+fn broker_error(name: &str, action: &str, brokers: &str, error: KafkaError) -> KafkaConnectorError {
+    KafkaConnectorError::Broker {
+        name: name.to_owned(),
+        action: action.to_owned(),
+        brokers: brokers.to_owned(),
+        error: Box::new(error),
+    }
+}
+
+/// Creates `topic` with `partitions` partitions (replication 1) and the topic
+/// settings `config` (`("cleanup.policy", "compact")`). `Ok(true)`: created;
+/// `Ok(false)`: it existed already (another member made it first, for instance).
+///
+/// # Errors
+/// The admin client cannot be made, or the broker refuses the topic.
+pub fn create_topic(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    config: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<bool, KafkaConnectorError> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .map_err(|error| KafkaConnectorError::Config {
+            name: topic.to_owned(),
+            error: Box::new(error),
+        })?;
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (key, value) in config {
+        new_topic = new_topic.set(key, value);
+    }
+    let options = AdminOptions::new().operation_timeout(Some(timeout));
+    let results = crate::block_on(admin.create_topics([&new_topic], &options))
+        .map_err(|error| broker_error(topic, "creating the topic", brokers, error))?;
+    let mut created = false;
+    for result in results {
+        match result {
+            Ok(_) => created = true,
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => {
+                return Err(broker_error(
+                    topic,
+                    "creating the topic",
+                    brokers,
+                    KafkaError::AdminOp(code),
+                ))
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// The committed offsets of consumer group `group` for `topic`'s partitions
+/// `0..partitions`, in partition order; -1 for a partition the group has committed
+/// nothing of. Reads without joining the group.
+///
+/// # Errors
+/// The consumer cannot be made, or the broker does not answer within `timeout`.
+pub fn committed_offsets(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> Result<Vec<i64>, KafkaConnectorError> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|error| KafkaConnectorError::Config {
+            name: group.to_owned(),
+            error: Box::new(error),
+        })?;
+    let mut list = TopicPartitionList::new();
+    for partition in 0..partitions {
+        list.add_partition(topic, partition);
+    }
+    let committed = consumer
+        .committed_offsets(list, timeout)
+        .map_err(|error| broker_error(group, "reading the committed offsets", brokers, error))?;
+    Ok((0..partitions)
+        .map(|partition| {
+            match committed
+                .find_partition(topic, partition)
+                .map(|element| element.offset())
+            {
+                Some(Offset::Offset(offset)) => offset,
+                _ => -1,
+            }
+        })
+        .collect())
+}
