@@ -342,19 +342,7 @@ impl Ledger {
             let gate = Arc::clone(gate);
             outbox.on_durable(Box::new(move |seq| gate.complete_through(seq)));
         }
-        let append = |path: &Path| {
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|error| {
-                    ProcessorError::new(format!(
-                        "cannot open {} for appending: {error}",
-                        path.display()
-                    ))
-                })
-        };
-        let rejected = append(&settings.state_dir.join("rejected.log"))?;
+        let rejected = open_rejected_log(&settings.state_dir)?;
         Ok(Ledger {
             settings,
             state,
@@ -546,6 +534,31 @@ impl Ledger {
     }
 }
 
+/// Opens (creating) `rejected.log` in `state_dir` for appending.
+pub(crate) fn open_rejected_log(state_dir: &Path) -> Result<File, ProcessorError> {
+    let path = state_dir.join("rejected.log");
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|error| {
+            ProcessorError::new(format!(
+                "cannot open {} for appending: {error}",
+                path.display()
+            ))
+        })
+}
+
+/// An alert the alerts sink did not take, as the processor's error: busy when the sink
+/// is full (the line comes again), failed otherwise.
+pub(crate) fn alert_error(error: std::io::Error) -> ProcessorError {
+    if error.kind() == std::io::ErrorKind::WouldBlock {
+        ProcessorError::busy(error.to_string())
+    } else {
+        ProcessorError::new(error.to_string())
+    }
+}
+
 /// The balances and counts a line is applied to (the ledger's whole state, or one
 /// partition's).
 pub(crate) struct Book<'a> {
@@ -604,13 +617,7 @@ pub(crate) fn apply_line(
     let mut alert = None;
     if updated < 0 {
         let payload = format!("{position},{account},{updated}");
-        let key = alerts.write_line(&payload).map_err(|error| {
-            if error.kind() == std::io::ErrorKind::WouldBlock {
-                ProcessorError::busy(error.to_string())
-            } else {
-                ProcessorError::new(error.to_string())
-            }
-        })?;
+        let key = alerts.write_line(&payload).map_err(alert_error)?;
         alert = Some(AlertWritten {
             key,
             payload: payload.into_bytes(),

@@ -38,7 +38,10 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::{apply_line, AlertSink, Applied, Book, LedgerSettings, LedgerState};
+use crate::{
+    alert_error, apply_line, open_rejected_log, AlertSink, Applied, Book, LedgerSettings,
+    LedgerState,
+};
 
 /// Where a partitioned ledger keeps its state: filled in by the server from the Kafka
 /// feed's settings.
@@ -184,13 +187,7 @@ impl PartitionedLedger {
             on_durable,
         )
         .map_err(|error| ProcessorError::new(error.to_string()))?;
-        let path = settings.state_dir.join("rejected.log");
-        let rejected = crate::Ledger::open_alerts_file(&path).map_err(|error| {
-            ProcessorError::new(format!(
-                "cannot open {} for appending: {error}",
-                path.display()
-            ))
-        })?;
+        let rejected = open_rejected_log(&settings.state_dir)?;
         info!(changelog = %target.topic, input = %target.input_topic, gate = gate.is_some(),
             "ledger: state per partition in the changelog, restored by the member that takes a partition");
         Ok(PartitionedLedger {
@@ -203,14 +200,6 @@ impl PartitionedLedger {
             failure,
             next_tag: 0,
         })
-    }
-
-    /// The state of each partition held in memory, with its `(epoch, position)`.
-    pub fn partitions(&self) -> BTreeMap<u32, &LedgerState> {
-        self.partitions
-            .iter()
-            .map(|(lane, partition)| (*lane, &partition.state))
-            .collect()
     }
 
     /// Restores `lane` from the changelog for `epoch`.
@@ -236,7 +225,7 @@ impl PartitionedLedger {
         })?;
         // the consumer-side position check: Kafka offsets never repeat within a
         // partition, so the restored position holds in the new epoch too
-        let through = restored.position.map_or(0, |(_, offset)| offset);
+        let through = state.position;
         state.set_position(0, epoch, through);
         info!(
             partition,
@@ -289,13 +278,7 @@ impl PartitionedLedger {
             // committed: skipped, and its alert written again
             partition.skipped += 1;
             if let Some(alert) = partition.restored_alerts.get(&offset) {
-                self.alerts.write_line(alert).map_err(|error| {
-                    if error.kind() == std::io::ErrorKind::WouldBlock {
-                        ProcessorError::busy(error.to_string())
-                    } else {
-                        ProcessorError::new(error.to_string())
-                    }
-                })?;
+                self.alerts.write_line(alert).map_err(alert_error)?;
             }
             return Ok(());
         }
