@@ -12,15 +12,6 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::error::KafkaConnectorError;
 
-fn broker_error(name: &str, action: &str, brokers: &str, error: KafkaError) -> KafkaConnectorError {
-    KafkaConnectorError::Broker {
-        name: name.to_owned(),
-        action: action.to_owned(),
-        brokers: brokers.to_owned(),
-        error: Box::new(error),
-    }
-}
-
 /// Creates `topic` with `partitions` partitions (replication 1) and the topic
 /// settings `config` (`("cleanup.policy", "compact")`). `Ok(true)`: created;
 /// `Ok(false)`: it existed already (another member made it first, for instance).
@@ -46,15 +37,17 @@ pub fn create_topic(
         new_topic = new_topic.set(key, value);
     }
     let options = AdminOptions::new().operation_timeout(Some(timeout));
-    let results = crate::block_on(admin.create_topics([&new_topic], &options))
-        .map_err(|error| broker_error(topic, "creating the topic", brokers, error))?;
+    let results =
+        crate::block_on(admin.create_topics([&new_topic], &options)).map_err(|error| {
+            KafkaConnectorError::broker(topic, "creating the topic", brokers, error)
+        })?;
     let mut created = false;
     for result in results {
         match result {
             Ok(_) => created = true,
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((_, code)) => {
-                return Err(broker_error(
+                return Err(KafkaConnectorError::broker(
                     topic,
                     "creating the topic",
                     brokers,
@@ -92,9 +85,9 @@ pub fn committed_offsets(
     for partition in 0..partitions {
         list.add_partition(topic, partition);
     }
-    let committed = consumer
-        .committed_offsets(list, timeout)
-        .map_err(|error| broker_error(group, "reading the committed offsets", brokers, error))?;
+    let committed = consumer.committed_offsets(list, timeout).map_err(|error| {
+        KafkaConnectorError::broker(group, "reading the committed offsets", brokers, error)
+    })?;
     Ok((0..partitions)
         .map(|partition| {
             match committed

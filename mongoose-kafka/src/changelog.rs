@@ -345,12 +345,7 @@ impl Changelog {
     }
 
     fn broker_error(&self, action: &str, error: KafkaError) -> KafkaConnectorError {
-        KafkaConnectorError::Broker {
-            name: self.config.name.clone(),
-            action: action.to_owned(),
-            brokers: self.config.brokers.clone(),
-            error: Box::new(error),
-        }
+        KafkaConnectorError::broker(&self.config.name, action, &self.config.brokers, error)
     }
 
     fn partitions_of(&self, topic: &str) -> Result<Option<usize>, KafkaConnectorError> {

@@ -43,6 +43,23 @@ pub enum KafkaConnectorError {
     },
 }
 
+impl KafkaConnectorError {
+    /// A failed broker call: `action` of `name` against `brokers`.
+    pub(crate) fn broker(
+        name: &str,
+        action: &str,
+        brokers: &str,
+        error: rdkafka::error::KafkaError,
+    ) -> Self {
+        KafkaConnectorError::Broker {
+            name: name.to_owned(),
+            action: action.to_owned(),
+            brokers: brokers.to_owned(),
+            error: Box::new(error),
+        }
+    }
+}
+
 impl From<KafkaConnectorError> for CoreError {
     fn from(error: KafkaConnectorError) -> Self {
         let source_name = match &error {

@@ -218,12 +218,7 @@ impl KafkaSink {
     }
 
     fn broker_error(&self, action: &str, error: KafkaError) -> KafkaConnectorError {
-        KafkaConnectorError::Broker {
-            name: self.config.name.clone(),
-            action: action.to_owned(),
-            brokers: self.config.brokers.clone(),
-            error: Box::new(error),
-        }
+        KafkaConnectorError::broker(&self.config.name, action, &self.config.brokers, error)
     }
 
     /// Publishes `outputs` and, in the same transaction, commits `offsets` for the

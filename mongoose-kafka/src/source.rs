@@ -224,12 +224,7 @@ impl fmt::Debug for Shared {
 
 impl Shared {
     fn broker_error(&self, action: &str, error: KafkaError) -> KafkaConnectorError {
-        KafkaConnectorError::Broker {
-            name: self.name.clone(),
-            action: action.to_owned(),
-            brokers: self.brokers.clone(),
-            error: Box::new(error),
-        }
+        KafkaConnectorError::broker(&self.name, action, &self.brokers, error)
     }
 
     /// Commits every pending position synchronously. On an error they stay pending.
