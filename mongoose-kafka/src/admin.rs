@@ -81,13 +81,27 @@ pub fn committed_offsets(
             name: group.to_owned(),
             error: Box::new(error),
         })?;
+    committed_offsets_of(&consumer, topic, partitions, timeout).map_err(|error| {
+        KafkaConnectorError::broker(group, "reading the committed offsets", brokers, error)
+    })
+}
+
+/// [`committed_offsets`] through `consumer` (its `group.id` is the group read), for a
+/// caller that reads them again and again.
+///
+/// # Errors
+/// The broker does not answer within `timeout`.
+pub fn committed_offsets_of<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> Result<Vec<i64>, KafkaError> {
     let mut list = TopicPartitionList::new();
     for partition in 0..partitions {
         list.add_partition(topic, partition);
     }
-    let committed = consumer.committed_offsets(list, timeout).map_err(|error| {
-        KafkaConnectorError::broker(group, "reading the committed offsets", brokers, error)
-    })?;
+    let committed = consumer.committed_offsets(list, timeout)?;
     Ok((0..partitions)
         .map(|partition| {
             match committed

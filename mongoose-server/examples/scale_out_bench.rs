@@ -71,22 +71,18 @@ fn produce(brokers: &str, topic: &str, records: usize, shift: i64) {
         .expect("every record acknowledged");
 }
 
+/// The records the group has committed, over all partitions (0 while the broker does
+/// not answer).
 fn committed(consumer: &BaseConsumer, topic: &str, partitions: i32) -> i64 {
-    let mut list = rdkafka::TopicPartitionList::new();
-    for partition in 0..partitions {
-        list.add_partition(topic, partition);
-    }
-    let Ok(offsets) = consumer.committed_offsets(list, Duration::from_secs(10)) else {
-        return 0;
-    };
-    offsets
-        .elements()
-        .iter()
-        .map(|element| match element.offset() {
-            rdkafka::Offset::Offset(offset) => offset,
-            _ => 0,
-        })
-        .sum()
+    mongoose_kafka::admin::committed_offsets_of(
+        consumer,
+        topic,
+        partitions,
+        Duration::from_secs(10),
+    )
+    .map_or(0, |offsets| {
+        offsets.iter().map(|offset| (*offset).max(0)).sum()
+    })
 }
 
 fn start(mongoose: &Path, plugins: &Path, dir: &Path, config: &str) -> Child {
