@@ -87,14 +87,7 @@ fn committed(consumer: &BaseConsumer, topic: &str, partitions: i32) -> i64 {
 
 fn start(mongoose: &Path, plugins: &Path, dir: &Path, config: &str) -> Child {
     std::fs::create_dir_all(dir).expect("server folder");
-    let plugin_dir = dir.join("plugins");
-    std::fs::create_dir_all(&plugin_dir).expect("plugin folder");
-    for entry in
-        std::fs::read_dir(plugins).expect("the plugin folder (cargo xtask plugins --out ...)")
-    {
-        let entry = entry.expect("entry");
-        std::fs::copy(entry.path(), plugin_dir.join(entry.file_name())).expect("copy plugin");
-    }
+    mongoose_testkit::plugin_dir(dir, &[&plugins.join("libkafka_plugin.so")]);
     std::fs::write(dir.join("mongoose.toml"), config).expect("config");
     Command::new(mongoose)
         .args(["run", "--config"])
