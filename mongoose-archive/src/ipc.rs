@@ -243,8 +243,9 @@ impl IpcPublication {
         dir.join(format!("{stream}-{session}.{RING_EXTENSION}"))
     }
 
-    /// Creates the ring file with a capacity (a power of two, at least 4 KiB). Fails if
-    /// a ring of the same `(stream, session)` is still there (not yet recorded).
+    /// Creates the ring file with a capacity (a power of two, at least 4 KiB), and `dir`
+    /// if it is missing. Fails if a ring of the same `(stream, session)` is still there
+    /// (not yet recorded).
     pub fn create_with_capacity(
         dir: &Path,
         stream: u32,
@@ -264,6 +265,8 @@ impl IpcPublication {
                 path.display()
             )));
         }
+        // the publisher may start before the archiver that would create the directory
+        fs::create_dir_all(dir).map_err(ArchiveError::io("create the IPC directory", dir))?;
         let temporary = dir.join(format!(".{stream}-{session}.{RING_EXTENSION}.new"));
         let file = OpenOptions::new()
             .read(true)

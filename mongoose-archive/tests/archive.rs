@@ -9,6 +9,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -389,6 +390,19 @@ fn an_ipc_publication_is_recorded_from_another_process() {
     assert!(reader.is_ended());
 }
 
+// A publisher may start before any archiver has created the IPC directory (two
+// processes, started in any order): it creates the directory itself. Failing before
+// its fix: the ring's create failed with "No such file or directory", and the full
+// file system test below hung on CI when its publisher won that race.
+#[test]
+fn a_publisher_started_before_any_archiver_creates_the_ipc_directory() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let ipc = dir.path().join("not-yet").join("ipc");
+    let mut publication = IpcPublication::create(&ipc, 7, 3).expect("create");
+    offer_until_accepted(&mut publication, &message(0), &mut || {});
+    assert!(IpcPublication::ring_path(&ipc, 7, 3).exists());
+}
+
 // issue 16 item 2 (the hand-over): a publisher process sends numbered messages
 // continuously; a reader starts mid-way from position 0, replays what is recorded and
 // follows the live tail: it reads 0..N-1 exactly once, in order, and did wait at the
@@ -714,10 +728,22 @@ fn an_archive_on_a_full_file_system_stops_the_archiver_and_loses_nothing() {
     let mut config = ipc_config(&archive, &ipc);
     config.segment_bytes = 64 << 20;
     let mut archiver = Archiver::open(config.clone()).expect("open");
-    let never = AtomicBool::new(false);
-    let error = archiver
-        .run_until(&never)
-        .expect_err("the file system fills up");
+    // a watchdog ends the run if the file system never fills (a publisher that died),
+    // so the test fails instead of hanging
+    let gave_up = Arc::new(AtomicBool::new(false));
+    let (finished, watching) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn({
+        let gave_up = gave_up.clone();
+        move || {
+            if let Err(RecvTimeoutError::Timeout) = watching.recv_timeout(DEADLINE) {
+                gave_up.store(true, Ordering::Release);
+            }
+        }
+    });
+    let outcome = archiver.run_until(&gave_up);
+    drop(finished);
+    watchdog.join().expect("the watchdog");
+    let error = outcome.expect_err("the file system fills up");
     drop(archiver);
     let message = error.to_string();
     assert!(message.contains("No space left on device"), "{message}");
