@@ -240,7 +240,15 @@ pub struct PluginDeclaration {
     pub kinds: *const KindDeclaration,
     /// How many.
     pub kind_count: usize,
+    /// Gives the plugin the host's [`PluginLogFn`], for the events it raises outside
+    /// any call of the host's. The host calls it once, after the handshake passed.
+    pub set_log: unsafe extern "C" fn(log: PluginLogFn),
 }
+
+/// The host's log for a plugin's events raised outside any call of the host's (on the
+/// plugin's own threads, librdkafka's for one): `level` is a [`level`] code, `plugin`
+/// the plugin's name. Callable from any thread for as long as the library is loaded.
+pub type PluginLogFn = unsafe extern "C" fn(plugin: Str, level: u32, message: Str);
 
 /// One kind a plugin declares.
 #[repr(C)]
@@ -478,7 +486,7 @@ pub struct SinkVTable {
 mod fixed {
     use super::*;
     const_assert_eq!(size_of::<Str>(), 16);
-    const_assert_eq!(size_of::<PluginDeclaration>(), 104);
+    const_assert_eq!(size_of::<PluginDeclaration>(), 112);
     const_assert_eq!(offset_of!(PluginDeclaration, magic), 0);
     const_assert_eq!(offset_of!(PluginDeclaration, abi_version), 8);
     const_assert_eq!(offset_of!(PluginDeclaration, sdk_version), 16);
@@ -521,6 +529,7 @@ const LAYOUT: &[usize] = &[
     align_of::<PluginDeclaration>(),
     offset_of!(PluginDeclaration, kinds),
     offset_of!(PluginDeclaration, kind_count),
+    offset_of!(PluginDeclaration, set_log),
     size_of::<KindDeclaration>(),
     offset_of!(KindDeclaration, role),
     offset_of!(KindDeclaration, source),

@@ -168,6 +168,7 @@ pub fn declare(
                     version: Str::NONE,
                     kinds: std::ptr::null(),
                     kind_count: 0,
+                    set_log: guest_set_log,
                 },
                 plugin,
             };
@@ -201,6 +202,16 @@ pub fn declare(
         &declared.declaration as *const PluginDeclaration
     }));
     declared.unwrap_or(std::ptr::null())
+}
+
+/// [`PluginDeclaration::set_log`]: keeps the host's plugin-wide log for the events
+/// raised outside its calls.
+unsafe extern "C" fn guest_set_log(log: abi::PluginLogFn) {
+    let _ = catch_unwind(|| {
+        if let Some(declared) = DECLARED.get() {
+            crate::guest_log::set_plugin_log(log, &declared.plugin.name);
+        }
+    });
 }
 
 /// The text of a panic's payload.
@@ -312,7 +323,8 @@ impl PluginOutput {
 
     /// Logs `message` as a WARN in the host's log, with the feed's name, from any
     /// thread. (A plugin's own `tracing` events at INFO and above reach the host's log
-    /// too, but only on the thread the host is calling into the source from.)
+    /// too: with the feed's name on the thread the host is calling into the source
+    /// from, with the plugin's name elsewhere.)
     pub fn warn(&self, message: &str) {
         // SAFETY: as in try_publish.
         unsafe { (self.vtable().log)(self.host.context, abi::level::WARN, Str::new(message)) }

@@ -6,23 +6,44 @@
 //! server. So the SDK installs, in the plugin's copy, a subscriber that forwards every
 //! event at INFO and above to the host's `log` function, as the feed of the source the
 //! host is calling into on that thread (while it runs `create`, `start`, `do_work` or
-//! `stop`: the Kafka source's rebalance callbacks run inside `do_work`). An event on
-//! another thread (librdkafka's own) or between calls is dropped, as before.
+//! `stop`: the Kafka source's rebalance callbacks run inside `do_work`). An event
+//! raised outside such a call (on a thread of the plugin's own, as librdkafka's
+//! callbacks are, or by a sink) goes to the host's plugin-wide log instead, with the
+//! plugin's name: [`abi::PluginDeclaration::set_log`].
 
 use std::cell::Cell;
 use std::fmt::Write as _;
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
 use tracing::{span, Event, Level, Metadata, Subscriber};
 
-use crate::abi::{self, HostOutput, Str};
+use crate::abi::{self, HostOutput, PluginLogFn, Str};
 
 thread_local! {
     /// The feed the host is calling into on this thread.
     static TARGET: Cell<Option<HostOutput>> = const { Cell::new(None) };
+}
+
+/// The host's plugin-wide log and this plugin's name, for events outside a host call.
+static PLUGIN_LOG: OnceLock<(PluginLogFn, &'static str)> = OnceLock::new();
+
+/// Installs the plugin's subscriber (once).
+fn install() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // fails only when something in the plugin set one already: that one stays
+        let _ = tracing::subscriber::set_global_default(Forward);
+    });
+}
+
+/// Sends the events raised outside any host call to `log`, as plugin `name`'s (the
+/// first host's log stays: every host in a process is the same `mongoose-plugin`).
+pub(crate) fn set_plugin_log(log: PluginLogFn, name: &'static str) {
+    let _ = PLUGIN_LOG.set((log, name));
+    install();
 }
 
 /// While alive, this thread's events go to `host`'s log; dropping it restores what was
@@ -33,11 +54,7 @@ impl Forwarding {
     /// Forwards this thread's events to `host` until dropped (installing the plugin's
     /// subscriber at the first call).
     pub(crate) fn to(host: HostOutput) -> Self {
-        static INSTALL: Once = Once::new();
-        INSTALL.call_once(|| {
-            // fails only when something in the plugin set one already: that one stays
-            let _ = tracing::subscriber::set_global_default(Forward);
-        });
+        install();
         Forwarding(TARGET.replace(Some(host)))
     }
 }
@@ -76,12 +93,13 @@ impl Visit for Line {
     }
 }
 
-/// The plugin's subscriber: INFO and above, to the host of the current call.
+/// The plugin's subscriber: INFO and above, to the host of the current call, else to
+/// the host's plugin-wide log.
 struct Forward;
 
 impl Subscriber for Forward {
     fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
-        // asked again at each event (whether a host call is in progress changes)
+        // asked again at each event (whether a log to forward to is there changes)
         if *metadata.level() <= Level::INFO {
             Interest::sometimes()
         } else {
@@ -94,7 +112,8 @@ impl Subscriber for Forward {
     }
 
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        *metadata.level() <= Level::INFO && TARGET.with(|target| target.get().is_some())
+        *metadata.level() <= Level::INFO
+            && (TARGET.with(|target| target.get().is_some()) || PLUGIN_LOG.get().is_some())
     }
 
     fn new_span(&self, _span: &span::Attributes<'_>) -> span::Id {
@@ -106,9 +125,11 @@ impl Subscriber for Forward {
     fn record_follows_from(&self, _span: &span::Id, _follows: &span::Id) {}
 
     fn event(&self, event: &Event<'_>) {
-        let Some(host) = TARGET.with(Cell::get) else {
+        let host = TARGET.with(Cell::get);
+        let plugin_log = PLUGIN_LOG.get();
+        if host.is_none() && plugin_log.is_none() {
             return;
-        };
+        }
         let mut line = Line::default();
         event.record(&mut line);
         let level = if *event.metadata().level() <= Level::WARN {
@@ -116,9 +137,19 @@ impl Subscriber for Forward {
         } else {
             abi::level::INFO
         };
-        // SAFETY: `host` is the output of the source the host is calling into on this
-        // thread (set for the call's length), valid until that source is destroyed.
-        unsafe { ((*host.vtable).log)(host.context, level, Str::new(&line.0)) }
+        match (host, plugin_log) {
+            // SAFETY: `host` is the output of the source the host is calling into on
+            // this thread (set for the call's length), valid until that source is
+            // destroyed.
+            (Some(host), _) => unsafe {
+                ((*host.vtable).log)(host.context, level, Str::new(&line.0))
+            },
+            // SAFETY: the host's plugin-wide log is callable from any thread while the
+            // library is loaded (the contract of `set_log`); the strings are borrowed
+            // for the call.
+            (None, Some((log, name))) => unsafe { log(Str::new(name), level, Str::new(&line.0)) },
+            (None, None) => {}
+        }
     }
 
     fn enter(&self, _span: &span::Id) {}

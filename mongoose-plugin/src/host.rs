@@ -274,6 +274,9 @@ impl PluginLibrary {
                 });
             }
         }
+        // SAFETY: the handshake passed: `set_log` is the SDK's, and `plugin_log` is
+        // callable from any thread for the life of the process.
+        unsafe { (header.set_log)(plugin_log) };
         Ok(PluginLibrary {
             path: path.to_path_buf(),
             name,
@@ -509,6 +512,20 @@ fn host_guard<T>(feed_of: impl FnOnce() -> String, fallback: T, body: impl FnOnc
             fallback
         }
     }
+}
+
+/// [`abi::PluginLogFn`]: a plugin's event raised outside the host's calls (on a thread
+/// of the plugin's own), logged with the plugin's name.
+unsafe extern "C" fn plugin_log(plugin: Str, level: u32, message: Str) {
+    host_guard(String::new, (), || {
+        // SAFETY: the plugin passes strings valid for the call.
+        let (plugin, message) = unsafe { (plugin.as_str(), message.as_str()) };
+        if level == abi::level::WARN {
+            tracing::warn!(plugin = %plugin, "{message}");
+        } else {
+            tracing::info!(plugin = %plugin, "{message}");
+        }
+    })
 }
 
 unsafe extern "C" fn host_try_publish<I: 'static>(

@@ -173,6 +173,13 @@ settings = {{ path = "{out}" }}
         .unwrap_or_else(|| panic!("the plugin's info event is in the server's log: {log}"));
     assert!(forwarded.contains("counted"), "{forwarded}");
     assert!(!log.contains("not forwarded"), "{log}");
+    // and one raised on a thread of the plugin's own, outside any call of the server's
+    let from_thread = log
+        .lines()
+        .find(|line| line.contains("counter source: an event from a plugin thread"))
+        .unwrap_or_else(|| panic!("the plugin thread's event is in the server's log: {log}"));
+    assert!(from_thread.contains("WARN"), "{from_thread}");
+    assert!(from_thread.contains("template"), "{from_thread}");
 }
 
 #[test]

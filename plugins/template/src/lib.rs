@@ -99,6 +99,14 @@ impl EventSource for Counter {
         // the feed's name) while the server calls into the source
         tracing::info!(from = self.next, "counter source starting");
         tracing::debug!("not forwarded: below INFO");
+        // an event on a thread of the plugin's own (as librdkafka's callbacks are)
+        // reaches it too, with the plugin's name
+        std::thread::spawn(|| tracing::warn!("counter source: an event from a plugin thread"))
+            .join()
+            .map_err(|_| CoreError::Source {
+                source_name: self.output.feed().to_owned(),
+                message: "the template's logging thread panicked".into(),
+            })?;
         Ok(())
     }
 
