@@ -32,7 +32,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 
 /// The version of this boundary. Bumped by any change a fingerprint cannot see (the
 /// meaning of a field, a status code, a calling rule).
-pub const ABI_VERSION: u32 = 1;
+///
+/// 2: `create` takes the config file's folder (`base_dir`) for the relative paths of a
+/// plugin's settings.
+pub const ABI_VERSION: u32 = 2;
 
 /// The symbol every plugin exports: `extern "C" fn() -> *const PluginDeclaration`.
 pub const DECLARATION_SYMBOL: &[u8] = b"mongoose_plugin_declaration\0";
@@ -270,12 +273,15 @@ pub struct KindDeclaration {
 #[derive(Debug)]
 pub struct SourceVTable {
     /// The constructor: builds a source of kind `kind` for feed `name` from `config`
-    /// (TOML text of the feed's settings table), publishing into `host`, and writes its
-    /// handle into `*handle`. `host`'s context stays valid until `destroy` returns.
+    /// (TOML text of the feed's settings table; its relative paths resolve against
+    /// `base_dir`, the config file's folder, empty for the working directory),
+    /// publishing into `host`, and writes its handle into `*handle`. `host`'s context
+    /// stays valid until `destroy` returns.
     pub create: unsafe extern "C" fn(
         kind: Str,
         name: Str,
         config: Str,
+        base_dir: Str,
         host: HostOutput,
         handle: *mut *mut c_void,
         error: MessageOut,
@@ -451,11 +457,13 @@ pub struct OutcomeRef {
 #[derive(Debug)]
 pub struct SinkVTable {
     /// The constructor: builds a sink of kind `kind` named `name` from `config` (TOML
-    /// text) and writes its handle into `*handle`.
+    /// text; relative paths resolve against `base_dir`, as a source's) and writes its
+    /// handle into `*handle`.
     pub create: unsafe extern "C" fn(
         kind: Str,
         name: Str,
         config: Str,
+        base_dir: Str,
         handle: *mut *mut c_void,
         error: MessageOut,
     ) -> Status,

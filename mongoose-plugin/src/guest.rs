@@ -21,6 +21,7 @@ use crate::abi::{
     MessageOut, OutcomeRef, OutputRef, PluginDeclaration, SinkVTable, SourceVTable, Status, Str,
 };
 use crate::guest_log::Forwarding;
+use crate::settings;
 
 /// Builds a source of a kind from the feed's settings (TOML text) and the output it
 /// publishes into.
@@ -562,13 +563,21 @@ unsafe extern "C" fn source_create(
     kind: Str,
     name: Str,
     config: Str,
+    base_dir: Str,
     host: HostOutput,
     handle: *mut *mut c_void,
     error: MessageOut,
 ) -> Status {
     guarded(error, || {
         // SAFETY: the host passes text valid for this call.
-        let (kind, name, config) = unsafe { (kind.as_str(), name.as_str(), config.as_str()) };
+        let (kind, name, config, base_dir) = unsafe {
+            (
+                kind.as_str(),
+                name.as_str(),
+                config.as_str(),
+                base_dir.as_str(),
+            )
+        };
         let declared = DECLARED
             .get()
             .ok_or("the plugin was not declared (no declaration was read)")?;
@@ -584,7 +593,7 @@ unsafe extern "C" fn source_create(
             feed: Arc::from(&*name),
         };
         let _forwarding = Forwarding::to(host);
-        let source = factory(&config, output)?;
+        let source = settings::resolving_against(&base_dir, || factory(&config, output))?;
         let boxed = Box::new(SourceHandle { source, host });
         // SAFETY: the host passes a valid out pointer.
         unsafe { *handle = Box::into_raw(boxed) as *mut c_void };
@@ -756,12 +765,14 @@ unsafe extern "C" fn sink_create(
     kind: Str,
     _name: Str,
     config: Str,
+    base_dir: Str,
     handle: *mut *mut c_void,
     error: MessageOut,
 ) -> Status {
     guarded(error, || {
         // SAFETY: the host passes text valid for this call.
-        let (kind, config) = unsafe { (kind.as_str(), config.as_str()) };
+        let (kind, config, base_dir) =
+            unsafe { (kind.as_str(), config.as_str(), base_dir.as_str()) };
         let declared = DECLARED
             .get()
             .ok_or("the plugin was not declared (no declaration was read)")?;
@@ -772,7 +783,7 @@ unsafe extern "C" fn sink_create(
             .find(|(declared, _)| *declared == kind)
             .map(|(_, factory)| factory)
             .ok_or_else(|| format!("this plugin declares no sink kind '{kind}'"))?;
-        let sink = factory(&config)?;
+        let sink = settings::resolving_against(&base_dir, || factory(&config))?;
         let boxed = Box::new(SinkHandle {
             sink,
             outputs: Vec::new(),

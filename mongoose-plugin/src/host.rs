@@ -338,6 +338,7 @@ pub struct Refusal {
 #[derive(Debug, Default)]
 pub struct PluginRegistry {
     dir: PathBuf,
+    base_dir: String,
     plugins: Vec<Arc<PluginLibrary>>,
     refused: Vec<Refusal>,
 }
@@ -404,6 +405,21 @@ impl PluginRegistry {
             }
         }
         Ok(registry)
+    }
+
+    /// Makes the relative paths in the settings of the sources and sinks created from
+    /// now on resolve against `base_dir` (the config file's folder) instead of the
+    /// working directory; refused when it is not UTF-8 (the boundary passes text).
+    pub fn set_base_dir(&mut self, base_dir: &Path) -> Result<(), PluginError> {
+        let text = base_dir.to_str().ok_or_else(|| {
+            PluginError::Refused(format!(
+                "the folder {} is not UTF-8: plugin settings cannot resolve paths against it; \
+                 move the config file to a folder whose path is UTF-8",
+                base_dir.display()
+            ))
+        })?;
+        self.base_dir = text.to_owned();
+        Ok(())
     }
 
     /// The folder.
@@ -883,15 +899,25 @@ impl<I: Send + 'static> PluginSource<I> {
                     role: "source",
                     kind: kind.to_owned(),
                 })?;
-        Self::create_in(library, kind, name, settings, output, codec)
+        Self::create_in(
+            library,
+            kind,
+            name,
+            settings,
+            &registry.base_dir,
+            output,
+            codec,
+        )
     }
 
-    /// [`PluginSource::create`] with the plugin given.
+    /// [`PluginSource::create`] with the plugin given, and the folder relative paths in
+    /// `settings` resolve against (empty: the working directory).
     pub fn create_in(
         library: &Arc<PluginLibrary>,
         kind: &str,
         name: &str,
         settings: &str,
+        base_dir: &str,
         output: Arc<dyn SourceOutput<I, PositionValue>>,
         codec: Arc<dyn ItemCodec<I>>,
     ) -> Result<Self, PluginError> {
@@ -937,6 +963,7 @@ impl<I: Send + 'static> PluginSource<I> {
                 Str::new(kind),
                 Str::new(name),
                 Str::new(settings),
+                Str::new(base_dir),
                 host,
                 &mut handle,
                 message_out(&mut message),
@@ -1146,6 +1173,7 @@ impl PluginSink {
                 Str::new(kind),
                 Str::new(name),
                 Str::new(settings),
+                Str::new(&registry.base_dir),
                 &mut handle,
                 message_out(&mut message),
             )

@@ -2,18 +2,49 @@
 //! `settings` table. [`Settings`] reads a flat table (`key = "text"`, `key = 12`,
 //! `key = true`) without a TOML dependency; a connector with nested settings parses the
 //! text with the `toml` crate instead.
+//!
+//! Relative paths in settings mean what they mean in the rest of the server's config:
+//! relative to the config file's folder. Read them with [`Settings::path`] (or resolve
+//! them with [`base_dir`]), not as plain text, or a server started from another working
+//! directory writes (and looks for) your files somewhere else.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+thread_local! {
+    /// The config file's folder, while the host creates a source or sink on this thread.
+    static BASE_DIR: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+}
+
+/// Runs `create` (a plugin factory) with `base_dir` as the folder relative paths resolve
+/// against (empty: the working directory).
+pub(crate) fn resolving_against<T>(base_dir: &str, create: impl FnOnce() -> T) -> T {
+    let base = (!base_dir.is_empty()).then(|| PathBuf::from(base_dir));
+    let before = BASE_DIR.replace(base);
+    let created = create();
+    BASE_DIR.set(before);
+    created
+}
+
+/// The folder relative paths of the settings being created resolve against: the config
+/// file's folder, while the host calls a plugin's factory; `None` elsewhere (the working
+/// directory).
+pub fn base_dir() -> Option<PathBuf> {
+    BASE_DIR.with(|base| base.borrow().clone())
+}
 
 /// A flat settings table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Settings {
     values: BTreeMap<String, String>,
+    base_dir: Option<PathBuf>,
 }
 
 impl Settings {
     /// Parses `key = value` lines (comments and blank lines skipped; strings in double
-    /// quotes with `\"` and `\\` escapes).
+    /// quotes with `\"` and `\\` escapes). Relative paths read with
+    /// [`Settings::path`] resolve against [`base_dir`] as it is now.
     pub fn parse(text: &str) -> Result<Settings, String> {
         let mut values = BTreeMap::new();
         for (number, line) in text.lines().enumerate() {
@@ -42,7 +73,10 @@ impl Settings {
             };
             values.insert(key, value);
         }
-        Ok(Settings { values })
+        Ok(Settings {
+            values,
+            base_dir: base_dir(),
+        })
     }
 
     /// The text of `key`, if set.
@@ -54,6 +88,22 @@ impl Settings {
     pub fn required(&self, key: &str) -> Result<&str, String> {
         self.text(key)
             .ok_or_else(|| format!("settings: '{key}' is required"))
+    }
+
+    /// The path of `key`, if set: a relative one resolved against the config file's
+    /// folder.
+    pub fn optional_path(&self, key: &str) -> Option<PathBuf> {
+        let path = Path::new(self.text(key)?);
+        Some(match &self.base_dir {
+            Some(base) if path.is_relative() => base.join(path),
+            _ => path.to_path_buf(),
+        })
+    }
+
+    /// The path of `key` (see [`Settings::optional_path`]), or an error naming it.
+    pub fn path(&self, key: &str) -> Result<PathBuf, String> {
+        self.required(key)?;
+        Ok(self.optional_path(key).unwrap_or_default())
     }
 
     /// The unsigned integer of `key`, if set.
@@ -97,5 +147,25 @@ mod tests {
         assert_eq!(settings.text("flag"), Some("true"));
         assert!(settings.only(&["limit", "path"]).is_err());
         assert!(Settings::parse("nonsense").is_err());
+    }
+
+    #[test]
+    fn a_relative_path_resolves_against_the_folder_of_the_create_call() {
+        let text = "pointer = \"state/p\"\nout = \"/var/out\"\n";
+        let settings =
+            resolving_against("/etc/mongoose", || Settings::parse(text)).expect("parsed");
+        assert_eq!(
+            settings.path("pointer"),
+            Ok(PathBuf::from("/etc/mongoose/state/p"))
+        );
+        assert_eq!(
+            settings.optional_path("out"),
+            Some(PathBuf::from("/var/out"))
+        );
+        assert!(settings.path("missing").is_err());
+        // outside a create call: the working directory, and the folder is gone again
+        assert_eq!(base_dir(), None);
+        let plain = Settings::parse(text).expect("parsed");
+        assert_eq!(plain.path("pointer"), Ok(PathBuf::from("state/p")));
     }
 }

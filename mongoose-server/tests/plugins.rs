@@ -112,6 +112,57 @@ settings = {{ feed = "{feed}", sink = "{sink}" }}
     )
 }
 
+// A plugin's relative paths resolve against the config file's folder, as the server's
+// own do: a server started from another working directory finds the same pointer
+// (committed position) again. Failing before its fix: they resolved against the
+// working directory, so a restart from elsewhere read the source from the start again.
+#[test]
+fn a_plugins_relative_paths_resolve_against_the_config_files_folder() {
+    let dir = tempfile::tempdir().expect("scratch");
+    let root = dir.path();
+    let conf = root.join("conf");
+    std::fs::create_dir(&conf).expect("conf");
+    plugin_dir(&conf, &[&template(&[])]);
+    let config = format!(
+        r#"
+plugin_dir = "plugins"
+
+[[feeds]]
+name = "counted"
+source = "counter"
+[feeds.settings]
+limit = 100
+pointer = "counter.pointer"
+
+[[sinks]]
+name = "appended"
+kind = "append"
+settings = {{ path = "out.txt" }}
+{forward}"#,
+        forward = forward("copy", "counted", "appended"),
+    );
+    std::fs::write(conf.join("mongoose.toml"), config).expect("config");
+    // started from `root`, not from the config's folder
+    let mut child = spawn(
+        root,
+        &[
+            "run",
+            "--config",
+            "conf/mongoose.toml",
+            "--exit-when-settled",
+        ],
+    );
+    let code = wait_exit(&mut child, root);
+    assert_eq!(code, 0, "{}", log(root));
+    let expected: Vec<String> = (0..100).map(|n| n.to_string()).collect();
+    assert_eq!(lines_of(&conf.join("out.txt")), expected, "{}", log(root));
+    assert_eq!(
+        std::fs::read_to_string(conf.join("counter.pointer")).expect("the pointer"),
+        "100"
+    );
+    assert!(!root.join("out.txt").exists() && !root.join("counter.pointer").exists());
+}
+
 #[test]
 fn a_plugin_source_and_sink_run_in_the_server_until_settled() {
     let dir = tempfile::tempdir().expect("scratch");

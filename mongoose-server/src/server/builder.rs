@@ -198,7 +198,11 @@ impl ServerBuilder {
             return Ok(self.plugins.get_or_init(|| None).clone());
         };
         let dir = self.config.resolve(dir);
-        let registry = PluginRegistry::load_dir(&dir)
+        let mut registry = PluginRegistry::load_dir(&dir)
+            .map_err(|error| ServerError::invalid("plugin_dir", error.to_string()))?;
+        // a plugin's relative paths mean what the rest of the config's mean
+        registry
+            .set_base_dir(&self.config.base_dir)
             .map_err(|error| ServerError::invalid("plugin_dir", error.to_string()))?;
         if !registry.refused().is_empty() {
             let reasons: Vec<String> = registry

@@ -131,9 +131,9 @@ impl ArchiveSource {
         };
         Ok(ArchiveSource {
             output,
-            archive: PathBuf::from(settings.required("archive")?),
+            archive: settings.path("archive")?,
             selector,
-            pointer: PathBuf::from(settings.required("pointer")?),
+            pointer: settings.path("pointer")?,
             batch: settings.u64("batch")?.unwrap_or(DEFAULT_BATCH).max(1),
             reader: None,
             held: None,

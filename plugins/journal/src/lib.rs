@@ -75,7 +75,7 @@ impl JournalSource {
     pub fn new(settings: &str, output: PluginOutput) -> Result<JournalSource, String> {
         let settings = Settings::parse(settings)?;
         settings.only(&["path", "tailer", "tailers", "batch"])?;
-        let path = PathBuf::from(settings.required("path")?);
+        let path = settings.path("path")?;
         let tailer_name = settings
             .text("tailer")
             .map_or_else(|| output.feed().to_owned(), str::to_owned);
@@ -240,12 +240,12 @@ impl JournalSink {
     pub fn open(settings: &str) -> Result<JournalSink, String> {
         let settings = Settings::parse(settings)?;
         settings.only(&["path", "segment_bytes"])?;
-        let path = settings.required("path")?;
+        let path = settings.path("path")?;
         let mut config = JournalConfig::default();
         if let Some(bytes) = settings.u64("segment_bytes")? {
             config.segment_bytes = bytes;
         }
-        let journal = Journal::open(path, config).map_err(|error| error.to_string())?;
+        let journal = Journal::open(&path, config).map_err(|error| error.to_string())?;
         let appender = journal.appender().map_err(|error| error.to_string())?;
         Ok(JournalSink {
             appender,

@@ -52,7 +52,7 @@ pub fn source(settings: &str, output: PluginOutput) -> Result<KafkaSource, Strin
         settings.required("group")?,
         settings.required("topic")?,
     );
-    config.epoch_file = settings.text("epoch_file").map(Into::into);
+    config.epoch_file = settings.optional_path("epoch_file");
     if let Some(batch) = settings.u64("batch")? {
         config.batch = usize::try_from(batch.max(1)).unwrap_or(usize::MAX);
     }

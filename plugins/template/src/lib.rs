@@ -67,7 +67,7 @@ impl Counter {
         Ok(Counter {
             output,
             limit: settings.u64("limit")?.unwrap_or(100),
-            pointer: PathBuf::from(settings.required("pointer")?),
+            pointer: settings.path("pointer")?,
             batch: settings.text("batch") == Some("true"),
             next: 0,
             ended: false,
@@ -205,12 +205,12 @@ impl Append {
     pub fn open(settings: &str) -> Result<Append, String> {
         let settings = Settings::parse(settings)?;
         settings.only(&["path"])?;
-        let path = settings.required("path")?;
+        let path = settings.path("path")?;
         let file = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(path)
-            .map_err(|error| format!("cannot open {path}: {error}"))?;
+            .open(&path)
+            .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
         Ok(Append { file })
     }
 }
