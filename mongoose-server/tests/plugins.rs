@@ -112,6 +112,31 @@ settings = {{ feed = "{feed}", sink = "{sink}" }}
     )
 }
 
+/// The template's counter feed (`feed_lines` added to its table) copied by a forward
+/// processor to the template's append sink at `out`.
+fn counter_to_append(feed_lines: &str, limit: u64, pointer: &str, out: &str) -> String {
+    format!(
+        r#"
+plugin_dir = "plugins"
+
+[[feeds]]
+name = "counted"
+source = "counter"
+{feed_lines}
+[feeds.settings]
+limit = {limit}
+pointer = "{pointer}"
+
+[[sinks]]
+name = "appended"
+kind = "append"
+settings = {{ path = "{out}" }}
+{forward}
+"#,
+        forward = forward("copy", "counted", "appended"),
+    )
+}
+
 // A plugin's relative paths resolve against the config file's folder, as the server's
 // own do: a server started from another working directory finds the same pointer
 // (committed position) again. Failing before its fix: they resolved against the
@@ -123,24 +148,7 @@ fn a_plugins_relative_paths_resolve_against_the_config_files_folder() {
     let conf = root.join("conf");
     std::fs::create_dir(&conf).expect("conf");
     plugin_dir(&conf, &[&template(&[])]);
-    let config = format!(
-        r#"
-plugin_dir = "plugins"
-
-[[feeds]]
-name = "counted"
-source = "counter"
-[feeds.settings]
-limit = 100
-pointer = "counter.pointer"
-
-[[sinks]]
-name = "appended"
-kind = "append"
-settings = {{ path = "out.txt" }}
-{forward}"#,
-        forward = forward("copy", "counted", "appended"),
-    );
+    let config = counter_to_append("", 100, "counter.pointer", "out.txt");
     std::fs::write(conf.join("mongoose.toml"), config).expect("config");
     // started from `root`, not from the config's folder
     let mut child = spawn(
@@ -168,27 +176,11 @@ fn a_plugin_source_and_sink_run_in_the_server_until_settled() {
     let dir = tempfile::tempdir().expect("scratch");
     let root = dir.path();
     plugin_dir(root, &[&template(&[])]);
-    let config = format!(
-        r#"
-plugin_dir = "plugins"
-
-[[feeds]]
-name = "counted"
-source = "counter"
-queue_capacity = 16
-[feeds.settings]
-limit = 2000
-pointer = "{pointer}"
-
-[[sinks]]
-name = "appended"
-kind = "append"
-settings = {{ path = "{out}" }}
-{forward}
-"#,
-        pointer = root.join("counter.pointer").display(),
-        out = root.join("out.txt").display(),
-        forward = forward("copy", "counted", "appended"),
+    let config = counter_to_append(
+        "queue_capacity = 16",
+        2000,
+        &root.join("counter.pointer").display().to_string(),
+        &root.join("out.txt").display().to_string(),
     );
     std::fs::write(root.join("mongoose.toml"), config).expect("config");
     let validated = mongoose(root, &["validate", "--config", "mongoose.toml"])
