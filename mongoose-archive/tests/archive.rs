@@ -70,6 +70,10 @@ fn child_udp_publisher() {
     if env("ARCHIVE_TEST_NO_FLOW_CONTROL").is_some() {
         config.flow_control_window = None;
     }
+    // every test expects the end confirmed: wait for it as long as the tests wait for
+    // anything (a SIGKILLed archiver restarted on a loaded machine once took longer
+    // than the default 10 s, and the publisher gave up before it was back)
+    config.linger = DEADLINE;
     let mut publication =
         UdpPublication::connect_with(addr, 10, env_u64("ARCHIVE_TEST_SESSION", 1) as u32, config)
             .expect("connect");
@@ -693,7 +697,12 @@ fn an_archiver_killed_with_sigkill_resumes_a_udp_recording_from_the_publishers_b
     seen.indexes.extend(rest.indexes);
     seen.gaps.extend(rest.gaps);
     let outcome = publisher_outcome(&mut publisher);
-    assert!(outcome.starts_with("acknowledged=true"), "{outcome}");
+    let read = seen.indexes.len();
+    let stopped = describe(&archive, id).map(|recording| recording.stop_reason);
+    assert!(
+        outcome.starts_with("acknowledged=true"),
+        "{outcome}; {read} messages read; the recording's stop: {stopped:?}"
+    );
     assert!(outcome.ends_with("gaps_lost=0"), "{outcome}");
     assert_each_once_in_order(&seen.indexes, count);
     assert!(seen.gaps.is_empty(), "no gap: {:?}", seen.gaps);
