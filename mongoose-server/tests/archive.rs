@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use mongoose_testkit::{build_plugin, plugin_dir};
-use support::{assert_applied_once, wait_exit, LedgerRun};
+use support::{assert_applied_once, plugin_ledger_config, wait_exit, LedgerRun};
 
 const MESSAGES: usize = 20_000;
 const STREAM: u32 = 7;
@@ -54,27 +54,15 @@ fn publisher(dir: &Path) -> (Child, std::thread::JoinHandle<()>) {
 }
 
 fn config(dir: &Path) -> String {
-    format!(
-        r#"
-plugin_dir = "plugins"
-
-[[feeds]]
-name = "lines"
-source = "archive"
-codec = "line"
-settings = {{ archive = "{archive}", stream = {STREAM}, pointer = "{pointer}" }}
-
-[[groups]]
-name = "ledger"
-idle_strategy = "sleeping-millis:1"
-
-[[groups.processors]]
-name = "ledger"
-kind = "ledger"
-settings = {{ state_dir = "state", alerts = "alerts.txt", guard = true }}
-"#,
-        archive = dir.join("archive").display(),
-        pointer = dir.join("lines.pointer").display(),
+    plugin_ledger_config(
+        "plugins",
+        "archive",
+        &format!(
+            r#"archive = "{}", stream = {STREAM}, pointer = "{}""#,
+            dir.join("archive").display(),
+            dir.join("lines.pointer").display()
+        ),
+        r#"state_dir = "state", alerts = "alerts.txt", guard = true"#,
     )
 }
 

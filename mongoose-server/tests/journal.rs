@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use mongoose_journal::TailerStore;
 use mongoose_testkit::{build_plugin, plugin_dir};
-use support::{assert_applied_once, wait_exit, LedgerRun};
+use support::{assert_applied_once, plugin_ledger_config, wait_exit, LedgerRun};
 
 const TOTAL: usize = 40_000;
 
@@ -25,28 +25,14 @@ fn line(index: usize) -> String {
 }
 
 fn config(dir: &Path, guard: bool) -> String {
-    let journal = dir.join("journal");
-    format!(
-        r#"
-plugin_dir = "{plugins}"
-
-[[feeds]]
-name = "lines"
-source = "journal"
-codec = "line"
-settings = {{ path = "{journal}", tailer = "ledger" }}
-
-[[groups]]
-name = "ledger"
-idle_strategy = "sleeping-millis:1"
-
-[[groups.processors]]
-name = "ledger"
-kind = "ledger"
-settings = {{ state_dir = "state", alerts = "alerts.txt", guard = {guard} }}
-"#,
-        plugins = dir.join("plugins").display(),
-        journal = journal.display(),
+    plugin_ledger_config(
+        &dir.join("plugins").display().to_string(),
+        "journal",
+        &format!(
+            r#"path = "{}", tailer = "ledger""#,
+            dir.join("journal").display()
+        ),
+        &format!(r#"state_dir = "state", alerts = "alerts.txt", guard = {guard}"#),
     )
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use mongoose_testkit::{build_plugin, plugin_dir};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
-use support::{assert_applied_once, LedgerRun};
+use support::{assert_applied_once, plugin_ledger_config, LedgerRun};
 
 const RECORDS: usize = 3_000;
 
@@ -99,26 +99,14 @@ fn produce_lines(brokers: &str, topic: &str, indexes: std::ops::Range<usize>) {
 }
 
 fn config(run: &LedgerRun, brokers: &str, topic: &str) -> String {
-    format!(
-        r#"
-plugin_dir = "plugins"
-
-[[feeds]]
-name = "lines"
-source = "kafka"
-codec = "line"
-settings = {{ brokers = "{brokers}", group = "{topic}-ledgers", topic = "{topic}", epoch_file = "{epochs}", session_timeout_ms = 6000 }}
-
-[[groups]]
-name = "ledger"
-idle_strategy = "sleeping-millis:1"
-
-[[groups.processors]]
-name = "ledger"
-kind = "ledger"
-settings = {{ state_dir = "state", alerts = "alerts.txt", guard = true, state = "local" }}
-"#,
-        epochs = run.path("kafka.epochs").display(),
+    plugin_ledger_config(
+        "plugins",
+        "kafka",
+        &format!(
+            r#"brokers = "{brokers}", group = "{topic}-ledgers", topic = "{topic}", epoch_file = "{}", session_timeout_ms = 6000"#,
+            run.path("kafka.epochs").display()
+        ),
+        r#"state_dir = "state", alerts = "alerts.txt", guard = true, state = "local""#,
     )
 }
 
@@ -166,25 +154,18 @@ fn a_kafka_feed_in_the_server_survives_kill_9_with_every_record_applied_once() {
 /// The config of one member of a consumer group of ledgers with their state in the
 /// changelog (the default on a Kafka feed: no epoch file, every assignment restores).
 fn member_config(brokers: &str, topic: &str, group: &str) -> String {
-    format!(
-        r#"
-plugin_dir = "plugins"
+    member_config_with(brokers, topic, group, "")
+}
 
-[[feeds]]
-name = "lines"
-source = "kafka"
-codec = "line"
-settings = {{ brokers = "{brokers}", group = "{group}", topic = "{topic}", session_timeout_ms = 6000 }}
-
-[[groups]]
-name = "ledger"
-idle_strategy = "sleeping-millis:1"
-
-[[groups.processors]]
-name = "ledger"
-kind = "ledger"
-settings = {{ state_dir = "state", alerts = "alerts.txt" }}
-"#
+/// [`member_config`] with `more` added to the ledger's settings.
+fn member_config_with(brokers: &str, topic: &str, group: &str, more: &str) -> String {
+    plugin_ledger_config(
+        "plugins",
+        "kafka",
+        &format!(
+            r#"brokers = "{brokers}", group = "{group}", topic = "{topic}", session_timeout_ms = 6000"#
+        ),
+        &format!(r#"state_dir = "state", alerts = "alerts.txt"{more}"#),
     )
 }
 
@@ -443,9 +424,11 @@ fn member_config_with_changelog(
     group: &str,
     changelog: &str,
 ) -> String {
-    member_config(brokers, topic, group).replace(
-        r#"settings = { state_dir = "state", alerts = "alerts.txt" }"#,
-        &format!(r#"settings = {{ state_dir = "state", alerts = "alerts.txt", changelog_topic = "{changelog}" }}"#),
+    member_config_with(
+        brokers,
+        topic,
+        group,
+        &format!(r#", changelog_topic = "{changelog}""#),
     )
 }
 

@@ -18,14 +18,48 @@ const PATIENCE: Duration = Duration::from_secs(180);
 /// in group `ledger` with `settings` (the inside of its inline table); `top` goes
 /// before the feed (top-level keys and tables), `feed` into the feed's table.
 pub fn ledger_config(top: &str, feed: &str, settings: &str) -> String {
-    format!(
-        r#"
-{top}
-[[feeds]]
+    config_with_feed(
+        top,
+        &format!(
+            r#"[[feeds]]
 name = "lines"
 source = "file"
 path = "input.txt"
 read_strategy = "COMMITED"
+{feed}"#
+        ),
+        settings,
+    )
+}
+
+/// The config of the feed `lines` of a plugin's `source` kind (line items, the plugin
+/// folder `plugin_dir`, `feed_settings` the inside of its settings table) and one ledger
+/// processor in group `ledger` with `settings`.
+pub fn plugin_ledger_config(
+    plugin_dir: &str,
+    source: &str,
+    feed_settings: &str,
+    settings: &str,
+) -> String {
+    config_with_feed(
+        &format!(r#"plugin_dir = "{plugin_dir}""#),
+        &format!(
+            r#"[[feeds]]
+name = "lines"
+source = "{source}"
+codec = "line"
+settings = {{ {feed_settings} }}"#
+        ),
+        settings,
+    )
+}
+
+/// `top`, then the feed table `feed`, then group `ledger` with one ledger processor
+/// with `settings`.
+fn config_with_feed(top: &str, feed: &str, settings: &str) -> String {
+    format!(
+        r#"
+{top}
 {feed}
 
 [[groups]]
