@@ -71,17 +71,14 @@ fn bench(arguments: &[String]) -> bool {
         .filter(|argument| *argument != "--versus-rsyslog")
         .collect();
     // the scale-out bench runs `mongoose` processes with the Kafka plugin
-    let mut ok = run(Command::new(env!("CARGO")).current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "mongoose-server",
-        "--bin",
-        "mongoose",
-    ])) && plugins(&[
-        "--out".to_owned(),
-        root.join("target").join("plugins").display().to_string(),
-    ]);
+    let built = versus::build_mongoose(&root)
+        .map_err(|error| eprintln!("xtask: {error}"))
+        .is_ok();
+    let mut ok = built
+        && plugins(&[
+            "--out".to_owned(),
+            root.join("target").join("plugins").display().to_string(),
+        ]);
     for (package, example, arguments) in BENCHES {
         let source = root
             .join(package)

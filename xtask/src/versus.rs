@@ -813,7 +813,7 @@ fn ensure_rsyslog() -> Result<PathBuf, VersusError> {
 }
 
 /// Builds the release `mongoose` binary and returns its path.
-fn build_mongoose(root: &Path) -> Result<PathBuf, String> {
+pub(crate) fn build_mongoose(root: &Path) -> Result<PathBuf, String> {
     let built = crate::run(Command::new(env!("CARGO")).current_dir(root).args([
         "build",
         "--release",
