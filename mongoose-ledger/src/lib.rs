@@ -388,11 +388,7 @@ impl Ledger {
             |delivery| delivery.position().to_string(),
         );
         let outcome = apply_line(
-            Book {
-                balances: &mut self.state.balances,
-                applied: &mut self.state.applied,
-                rejected: &mut self.state.rejected,
-            },
+            &mut self.state,
             &mut self.rejected,
             self.alerts.as_mut(),
             &position,
@@ -559,14 +555,6 @@ pub(crate) fn alert_error(error: std::io::Error) -> ProcessorError {
     }
 }
 
-/// The balances and counts a line is applied to (the ledger's whole state, or one
-/// partition's).
-pub(crate) struct Book<'a> {
-    pub(crate) balances: &'a mut std::collections::BTreeMap<String, i64>,
-    pub(crate) applied: &'a mut u64,
-    pub(crate) rejected: &'a mut u64,
-}
-
 /// An alert written for a line: its text, and its output key when a keyed sink took it.
 pub(crate) struct AlertWritten {
     pub(crate) key: Option<(OutputKey, String)>,
@@ -585,12 +573,13 @@ pub(crate) enum Applied {
     Rejected,
 }
 
-/// Applies one line to `book`: a malformed line (or one that would overflow the
+/// Applies one line to `state` (the ledger's whole state, or one partition's): its
+/// balances and counts, never its position. A malformed line (or one that would overflow the
 /// balance) is appended to `rejected_log` with its `position` and reason; a balance that
 /// goes negative writes the alert `position,account,balance` first (a full alerts sink
 /// makes the ledger busy before anything changes, and the line comes again).
 pub(crate) fn apply_line(
-    book: Book<'_>,
+    state: &mut LedgerState,
     rejected_log: &mut File,
     alerts: &mut dyn AlertSink,
     position: &str,
@@ -602,7 +591,7 @@ pub(crate) fn apply_line(
         // written before it counts: a write that fails (a full disk) leaves the count
         // as it was, and the retry of the line counts it once
         writeln!(rejected_log, "{position},{reason},{line}")?;
-        *book.rejected += 1;
+        state.rejected += 1;
         metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
         Ok(Applied::Rejected)
     };
@@ -610,7 +599,7 @@ pub(crate) fn apply_line(
         Err(reason) => return reject(reason, rejected_log),
         Ok(parsed) => parsed,
     };
-    let balance = book.balances.get(account).copied().unwrap_or(0);
+    let balance = state.balances.get(account).copied().unwrap_or(0);
     let Some(updated) = balance.checked_add(amount) else {
         return reject("the balance would overflow", rejected_log);
     };
@@ -623,8 +612,8 @@ pub(crate) fn apply_line(
             payload: payload.into_bytes(),
         });
     }
-    book.balances.insert(account.to_owned(), updated);
-    *book.applied += 1;
+    state.balances.insert(account.to_owned(), updated);
+    state.applied += 1;
     Ok(Applied::Account {
         account: account.to_owned(),
         balance: updated,

@@ -39,8 +39,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::{
-    alert_error, apply_line, open_rejected_log, AlertSink, Applied, Book, LedgerSettings,
-    LedgerState,
+    alert_error, apply_line, open_rejected_log, AlertSink, Applied, LedgerSettings, LedgerState,
 };
 
 /// Where a partitioned ledger keeps its state: filled in by the server from the Kafka
@@ -292,11 +291,7 @@ impl PartitionedLedger {
         }
         partition.restored_alerts.clear();
         let applied = apply_line(
-            Book {
-                balances: &mut partition.state.balances,
-                applied: &mut partition.state.applied,
-                rejected: &mut partition.state.rejected,
-            },
+            &mut partition.state,
             &mut self.rejected,
             self.alerts.as_mut(),
             &position,

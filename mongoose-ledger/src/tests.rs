@@ -299,35 +299,30 @@ fn a_rejected_line_whose_log_write_fails_is_not_counted_until_it_is_written() {
     std::fs::write(&path, b"").expect("file");
     let mut read_only = File::open(&path).expect("open read-only");
     let mut alerts = Ledger::open_alerts_file(&dir.path().join("alerts.txt")).expect("alerts");
-    let mut balances = std::collections::BTreeMap::new();
-    let (mut applied, mut rejected) = (0, 0);
+    let mut state = LedgerState::default();
     let attempt = apply_line(
-        Book {
-            balances: &mut balances,
-            applied: &mut applied,
-            rejected: &mut rejected,
-        },
+        &mut state,
         &mut read_only,
         &mut alerts,
         "12",
         &Line::from("not a ledger line"),
     );
     assert!(attempt.is_err(), "the write to a read-only file fails");
-    assert_eq!(rejected, 0, "not counted before it is written");
+    assert_eq!(state.rejected, 0, "not counted before it is written");
     let mut writable = Ledger::open_alerts_file(&path).expect("append");
     let retried = apply_line(
-        Book {
-            balances: &mut balances,
-            applied: &mut applied,
-            rejected: &mut rejected,
-        },
+        &mut state,
         &mut writable,
         &mut alerts,
         "12",
         &Line::from("not a ledger line"),
     );
     assert!(matches!(retried, Ok(Applied::Rejected)));
-    assert_eq!((applied, rejected), (0, 1), "counted once across the retry");
+    assert_eq!(
+        (state.applied, state.rejected),
+        (0, 1),
+        "counted once across the retry"
+    );
     assert_eq!(
         std::fs::read_to_string(&path).expect("log"),
         "12,expected account,amount,not a ledger line\n"
