@@ -14,11 +14,15 @@
 //!   SECONDS each (default 60), installing cargo-fuzz first if it is missing. A target
 //!   with a folder of seed inputs, `<crate>/fuzz/seeds/<target>/` (kept in git, unlike
 //!   the corpus), starts from them as well as from its corpus.
+//! * `cargo xtask chaos [--minutes N | --seed S | ARGS...]` builds the release
+//!   binaries and runs the chaos harness (`mongoose-chaos`): the fixed CI seeds, random
+//!   seeds for N minutes, or one seed (see [`chaos`]).
 //! * `cargo xtask broker start|stop|status` runs the Kafka-protocol test broker (tansu)
 //!   on 127.0.0.1:19092 in the background, installing it first when missing (see
 //!   [`broker`]).
 
 mod broker;
+mod chaos;
 mod versus;
 
 use std::path::{Path, PathBuf};
@@ -275,6 +279,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&arguments[1..]),
         Some("broker") => broker::broker(&workspace_root(), &arguments[1..]),
         Some("plugins") => plugins(&arguments[1..]),
+        Some("chaos") => chaos::chaos(&workspace_root(), &arguments[1..]),
         Some("versus-rsyslog") => versus::versus_rsyslog(&workspace_root(), &arguments[1..]),
         Some("fuzz") => fuzz(
             arguments
@@ -285,7 +290,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
-                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start|stop|status"
+                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...]"
             );
             false
         }

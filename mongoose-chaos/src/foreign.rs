@@ -1,0 +1,89 @@
+//! "Another run's file": the state of a second, short run of the same workload over
+//! another input, made once per harness folder and copied in place by a `foreign`
+//! damage.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::scenario::{Options, Scenario, StateFile, Step};
+use crate::world::World;
+
+/// The path of `what` in a finished run of `world`'s workload over other lines
+/// (made the first time it is asked for, beside `world`'s folder).
+///
+/// # Errors
+/// The other run could not be made.
+pub fn foreign_state(world: &World, what: StateFile) -> Result<PathBuf, String> {
+    let scenario = &world.scenario;
+    let parent = world
+        .dir
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = parent.join(format!(
+        "foreign-{}",
+        scenario.label().replace([' ', '>', '-'], "_")
+    ));
+    let ready = dir.join("ready");
+    if !ready.exists() {
+        let other = Scenario {
+            seed: scenario.seed.wrapping_add(1_000_003),
+            workload: scenario.workload,
+            source: scenario.source,
+            sink: scenario.sink,
+            writers: scenario.writers,
+            options: Options {
+                output_tmpfs_kib: None,
+                state_tmpfs_kib: None,
+                ..scenario.options.clone()
+            },
+            steps: Vec::new(),
+        };
+        let mut foreign = World::create(other, world.bins.clone(), &dir)?;
+        foreign.step(&Step::Append {
+            lines: 700,
+            stream: 0,
+            bytes: None,
+        })?;
+        foreign.heal()?;
+        foreign.start_server(true)?;
+        let ended = foreign
+            .server
+            .as_mut()
+            .and_then(|server| server.wait_for(Duration::from_secs(60)));
+        if ended.is_none() {
+            return Err(format!(
+                "the other run for a foreign {what:?} did not settle in 60 s (in {})",
+                dir.display()
+            ));
+        }
+        foreign.server = None;
+        drop(foreign);
+        std::fs::write(&ready, b"").map_err(|error| error.to_string())?;
+    }
+    // the same relative path in the other run's folder (its own newest outbox segment)
+    let path = world.state_path(what);
+    let relative = path
+        .strip_prefix(&world.dir)
+        .map_err(|_| format!("{} is not in the scenario's folder", path.display()))?;
+    let foreign = if what == StateFile::LedgerOutbox {
+        let outbox = dir.join("state/outbox");
+        let mut segments: Vec<PathBuf> = std::fs::read_dir(&outbox)
+            .map_err(|error| format!("cannot list {}: {error}", outbox.display()))?
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| path.is_file())
+            .collect();
+        segments.sort();
+        segments.pop().unwrap_or(outbox)
+    } else {
+        dir.join(relative)
+    };
+    if foreign.exists() {
+        Ok(foreign)
+    } else {
+        Err(format!(
+            "the other run has no {what:?} at {}",
+            foreign.display()
+        ))
+    }
+}

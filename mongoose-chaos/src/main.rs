@@ -1,0 +1,388 @@
+//! `mongoose-chaos`: runs chaos schedules against the real binaries (see the library's
+//! documentation). `cargo xtask chaos` builds the binaries and runs it.
+//!
+//! ```text
+//! mongoose-chaos ci                       the fixed seeds and schedules (CI)
+//! mongoose-chaos run --seed 17 [--seed 18] one or more seeds, reported
+//! mongoose-chaos run --schedule FILE       a schedule file (printed TOML)
+//! mongoose-chaos show --seed 17            the schedule of a seed, as TOML
+//! mongoose-chaos list --start 0 --count 40  seeds with their family, shape and faults
+//! mongoose-chaos soak --minutes 30         random seeds for a while, then a table
+//! mongoose-chaos minimise --seed 17        drop the steps a failure does not need
+//! ```
+//!
+//! Exit codes: 0 every run passed (known holes aside), 1 a run failed, 2 bad usage.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use mongoose_chaos::seeds::{crate_dir, planned, read_schedule};
+use mongoose_chaos::{
+    family_of, generate, minimise, run_scenario, Binaries, Launcher, Outcome, Scenario,
+};
+
+/// The chaos harness of Mongoose-rs.
+#[derive(Parser)]
+#[command(version)]
+struct Cli {
+    /// The folder of the `mongoose` binary (default: target/release).
+    #[arg(long, global = true)]
+    bin_dir: Option<PathBuf>,
+    /// The plugin folder (default: target/plugins).
+    #[arg(long, global = true)]
+    plugin_dir: Option<PathBuf>,
+    /// Where the runs' folders go (default: target/chaos).
+    #[arg(long, global = true)]
+    work: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The fixed set of `seeds.toml`: fails on any failure that is not a known hole.
+    Ci,
+    /// Runs seeds or schedule files and reports each.
+    Run {
+        /// A seed (repeatable).
+        #[arg(long)]
+        seed: Vec<u64>,
+        /// A schedule file (repeatable).
+        #[arg(long)]
+        schedule: Vec<PathBuf>,
+    },
+    /// Lists seeds with their family, workload, source, sink and faults.
+    List {
+        /// The first seed.
+        #[arg(long, default_value_t = 0)]
+        start: u64,
+        /// How many.
+        #[arg(long, default_value_t = 40)]
+        count: u64,
+    },
+    /// Prints a seed's schedule as TOML (what `--schedule` reads).
+    Show {
+        /// The seed.
+        #[arg(long)]
+        seed: u64,
+    },
+    /// Runs random seeds for a while and prints a table.
+    Soak {
+        /// How long.
+        #[arg(long, default_value_t = 10)]
+        minutes: u64,
+        /// The first seed (default: from the clock).
+        #[arg(long)]
+        start: Option<u64>,
+        /// Only seeds of this family.
+        #[arg(long)]
+        family: Option<String>,
+    },
+    /// Minimises a failing seed or schedule and prints the smallest failing schedule.
+    Minimise {
+        /// The seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// A schedule file.
+        #[arg(long)]
+        schedule: Option<PathBuf>,
+        /// Write the result here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    if let Some(code) = mongoose_chaos::peer::run_from_env() {
+        return ExitCode::from(code as u8);
+    }
+    let cli = Cli::parse();
+    let root = crate_dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let bins = Binaries {
+        mongoose: cli
+            .bin_dir
+            .clone()
+            .unwrap_or_else(|| root.join("target/release"))
+            .join("mongoose"),
+        plugin_dir: cli
+            .plugin_dir
+            .clone()
+            .unwrap_or_else(|| root.join("target/plugins")),
+        peer: Launcher {
+            program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("mongoose-chaos")),
+            args: Vec::new(),
+        },
+    };
+    let work = cli
+        .work
+        .clone()
+        .unwrap_or_else(|| root.join("target/chaos"));
+    if !bins.mongoose.exists() {
+        eprintln!(
+            "mongoose-chaos: no mongoose binary at {} (build it: cargo build --release -p mongoose-server, or run cargo xtask chaos)",
+            bins.mongoose.display()
+        );
+        return ExitCode::from(2);
+    }
+    let ok = match cli.command {
+        Command::Ci => ci(&bins, &work),
+        Command::Run { seed, schedule } => {
+            let mut scenarios: Vec<Scenario> = seed.into_iter().map(generate).collect();
+            for file in schedule {
+                match read_schedule(&file) {
+                    Ok(scenario) => scenarios.push(scenario),
+                    Err(error) => {
+                        eprintln!("mongoose-chaos: {error}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            let mut ok = true;
+            for scenario in scenarios {
+                let outcome = run_scenario(&scenario, &bins, &work.join(folder_of(&scenario)));
+                print!("{}", outcome.report());
+                if !outcome.passed() {
+                    println!(
+                        "--- schedule (replay with --schedule FILE) ---\n{}",
+                        scenario.to_toml()
+                    );
+                }
+                ok &= outcome.passed();
+            }
+            ok
+        }
+        Command::List { start, count } => {
+            for seed in start..start + count {
+                let scenario = generate(seed);
+                println!(
+                    "{seed:<8} {:<16} {:<32} {:>6} lines  {}",
+                    family_of(seed),
+                    scenario.label(),
+                    scenario
+                        .steps
+                        .iter()
+                        .map(|step| match step {
+                            mongoose_chaos::scenario::Step::Append { lines, .. } => *lines,
+                            _ => 0,
+                        })
+                        .sum::<u32>(),
+                    scenario.fault_families().join(",")
+                );
+            }
+            true
+        }
+        Command::Show { seed } => {
+            let scenario = generate(seed);
+            print!(
+                "# {}\n# family {}\n{}",
+                scenario.describe().replace('\n', "\n# "),
+                family_of(seed),
+                scenario.to_toml()
+            );
+            true
+        }
+        Command::Soak {
+            minutes,
+            start,
+            family,
+        } => soak(&bins, &work, minutes, start, family.as_deref()),
+        Command::Minimise {
+            seed,
+            schedule,
+            out,
+        } => {
+            let scenario = match (seed, schedule) {
+                (Some(seed), None) => generate(seed),
+                (None, Some(file)) => match read_schedule(&file) {
+                    Ok(scenario) => scenario,
+                    Err(error) => {
+                        eprintln!("mongoose-chaos: {error}");
+                        return ExitCode::from(2);
+                    }
+                },
+                _ => {
+                    eprintln!("mongoose-chaos: give one of --seed or --schedule");
+                    return ExitCode::from(2);
+                }
+            };
+            match minimise(&scenario, &bins, &work.join("minimise"), |line| {
+                eprintln!("minimise: {line}")
+            }) {
+                Some((smallest, outcome)) => {
+                    print!("{}", outcome.report());
+                    let text = format!(
+                        "# minimised from seed {} ({}); fails with: {}\n{}",
+                        scenario.seed,
+                        family_of(scenario.seed),
+                        outcome
+                            .failures
+                            .iter()
+                            .map(|failure| failure.kind.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        smallest.to_toml()
+                    );
+                    println!("--- minimised schedule ---\n{text}");
+                    if let Some(out) = out {
+                        if let Err(error) = std::fs::write(&out, text) {
+                            eprintln!("mongoose-chaos: cannot write {}: {error}", out.display());
+                        }
+                    }
+                    false
+                }
+                None => true,
+            }
+        }
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn folder_of(scenario: &Scenario) -> String {
+    format!("seed-{}", scenario.seed)
+}
+
+/// The fixed set: every failure that is not a known hole fails the command.
+fn ci(bins: &Binaries, work: &Path) -> bool {
+    let planned = match planned(&crate_dir()) {
+        Ok(planned) => planned,
+        Err(error) => {
+            eprintln!("mongoose-chaos: {error}");
+            return false;
+        }
+    };
+    let began = Instant::now();
+    let mut unexpected = Vec::new();
+    let mut still_known = Vec::new();
+    let mut now_passing = Vec::new();
+    for (index, plan) in planned.iter().enumerate() {
+        let outcome = run_scenario(&plan.scenario, bins, &work.join(format!("ci-{index}")));
+        println!(
+            "[{:>3}/{}] {:<28} {:<18} {:<34} {} ({:.1}s){}",
+            index + 1,
+            planned.len(),
+            plan.name,
+            family_of(plan.scenario.seed),
+            plan.scenario.label(),
+            if outcome.passed() { "pass" } else { "FAIL" },
+            outcome.elapsed.as_secs_f64(),
+            plan.known
+                .as_ref()
+                .map_or(String::new(), |known| format!(" [known: {known}]"))
+        );
+        match (&plan.known, outcome.passed()) {
+            (None, false) => {
+                print!("{}", outcome.report());
+                unexpected.push(plan.name.clone());
+            }
+            (Some(known), false) => {
+                for failure in &outcome.failures {
+                    println!("      {failure}");
+                }
+                still_known.push(format!("{} ({known})", plan.name));
+            }
+            (Some(known), true) => now_passing.push(format!("{} ({known})", plan.name)),
+            (None, true) => {}
+        }
+    }
+    println!(
+        "\nchaos ci: {} runs in {:.0}s: {} unexpected failures, {} known holes still found, {} known holes not found this time",
+        planned.len(),
+        began.elapsed().as_secs_f64(),
+        unexpected.len(),
+        still_known.len(),
+        now_passing.len()
+    );
+    for name in &still_known {
+        println!("  known hole still open: {name}");
+    }
+    for name in &now_passing {
+        println!("  known hole not found this time (fixed? then drop its `known`): {name}");
+    }
+    for name in &unexpected {
+        println!("  UNEXPECTED failure: {name}");
+    }
+    unexpected.is_empty()
+}
+
+/// A row of the soak's table: runs, failures, failing seeds, what failed.
+#[derive(Default)]
+struct Row(u32, u32, Vec<u64>, Vec<String>);
+
+/// Random seeds for `minutes`, then the table.
+fn soak(
+    bins: &Binaries,
+    work: &Path,
+    minutes: u64,
+    start: Option<u64>,
+    family: Option<&str>,
+) -> bool {
+    let mut seed = start.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |elapsed| elapsed.as_secs() * 1000)
+    });
+    let deadline = Instant::now() + Duration::from_secs(minutes * 60);
+    let mut table: BTreeMap<(String, String), Row> = BTreeMap::new();
+    let mut total = 0;
+    let mut failed = 0;
+    while Instant::now() < deadline {
+        if family.is_some_and(|family| family_of(seed) != family) {
+            seed += 1;
+            continue;
+        }
+        let scenario = generate(seed);
+        let outcome: Outcome = run_scenario(&scenario, bins, &work.join("soak"));
+        total += 1;
+        let row = table
+            .entry((family_of(seed).to_owned(), scenario.label()))
+            .or_default();
+        row.0 += 1;
+        println!(
+            "seed {seed:<14} {:<18} {:<34} {} ({:.1}s)",
+            family_of(seed),
+            scenario.label(),
+            if outcome.passed() { "pass" } else { "FAIL" },
+            outcome.elapsed.as_secs_f64()
+        );
+        if !outcome.passed() {
+            failed += 1;
+            row.1 += 1;
+            row.2.push(seed);
+            for failure in &outcome.failures {
+                println!("      {failure}");
+                let kind = failure.kind.to_string();
+                if !row.3.contains(&kind) {
+                    row.3.push(kind);
+                }
+            }
+            // keep the failing folder for a look
+            let kept = work.join(format!("failed-{seed}"));
+            let _ = std::fs::remove_dir_all(&kept);
+            let _ = std::fs::rename(work.join("soak"), &kept);
+        }
+        seed += 1;
+    }
+    println!("\n| workload | source -> sink | faults | seeds run | failures | failing seeds | what failed |");
+    println!("|---|---|---|---|---|---|---|");
+    for ((family, label), Row(runs, failures, seeds, kinds)) in &table {
+        let (workload, path) = label.split_once(' ').unwrap_or((label.as_str(), ""));
+        let shown: Vec<String> = seeds.iter().take(4).map(u64::to_string).collect();
+        println!(
+            "| {workload} | {path} | {family} | {runs} | {failures} | {} | {} |",
+            shown.join(" "),
+            kinds.join(", ")
+        );
+    }
+    println!("\nsoak: {total} seeds in {minutes} min, {failed} failed");
+    failed == 0
+}

@@ -1,0 +1,366 @@
+//! The harness's own peer processes: an HTTP target that fails on command, a TCP
+//! receiver, and a UDP archive publisher that drops datagrams and keeps a small
+//! retransmit buffer. Each runs as a process of its own (so it can be killed and
+//! paused like any peer), started from the harness's executable with the peer's
+//! settings in [`PEER_ENV`].
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mongoose_archive::{LossInjection, Offer, Publication, UdpPublication, UdpPublicationConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::HttpMode;
+
+/// The environment variable that makes the harness's executable (or a test binary's
+/// peer entry) run a peer: the peer's [`PeerSpec`] as JSON.
+pub const PEER_ENV: &str = "MONGOOSE_CHAOS_PEER";
+
+/// What a peer process does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "peer", rename_all = "snake_case")]
+pub enum PeerSpec {
+    /// An HTTP target on `port`: each request logged to `log` as
+    /// `status<TAB>key<TAB>attempt<TAB>body`, answered as the [`HttpMode`] in `mode_file`
+    /// says (JSON; absent: 200), the failing requests chosen by `seed`.
+    HttpTarget {
+        /// The port on 127.0.0.1.
+        port: u16,
+        /// The request log.
+        log: PathBuf,
+        /// The mode file.
+        mode_file: PathBuf,
+        /// Chooses which requests fail.
+        seed: u64,
+    },
+    /// A TCP receiver on `port` appending every whole line it receives to `out`.
+    TcpReceiver {
+        /// The port on 127.0.0.1.
+        port: u16,
+        /// The lines received.
+        out: PathBuf,
+    },
+    /// A UDP publication to an archiver of each line of standard input.
+    UdpPublisher {
+        /// The archiver's UDP address.
+        archiver: SocketAddr,
+        /// The stream id.
+        stream: u32,
+        /// The session id.
+        session: u32,
+        /// Drop every n-th data datagram on its first send (0: none).
+        drop_every: u64,
+        /// The retransmit buffer (flow control off when given).
+        retransmit_bytes: Option<usize>,
+        /// Where the count of gaps the publisher answered "lost" is kept.
+        gaps_file: PathBuf,
+    },
+}
+
+/// Runs the peer named in [`PEER_ENV`], if any: `Some(exit code)` when it was a peer.
+pub fn run_from_env() -> Option<i32> {
+    let spec = std::env::var(PEER_ENV).ok()?;
+    let spec: PeerSpec = match serde_json::from_str(&spec) {
+        Ok(spec) => spec,
+        Err(error) => {
+            eprintln!("mongoose-chaos peer: cannot read {PEER_ENV}: {error}");
+            return Some(2);
+        }
+    };
+    let result = match spec {
+        PeerSpec::HttpTarget {
+            port,
+            log,
+            mode_file,
+            seed,
+        } => http_target(port, &log, &mode_file, seed),
+        PeerSpec::TcpReceiver { port, out } => tcp_receiver(port, &out),
+        PeerSpec::UdpPublisher {
+            archiver,
+            stream,
+            session,
+            drop_every,
+            retransmit_bytes,
+            gaps_file,
+        } => udp_publisher(
+            archiver,
+            (stream, session),
+            drop_every,
+            retransmit_bytes,
+            &gaps_file,
+        ),
+    };
+    Some(match result {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("mongoose-chaos peer: {error}");
+            1
+        }
+    })
+}
+
+/// Reads the HTTP target's mode file (absent or unreadable: answer 200).
+pub fn read_mode(mode_file: &Path) -> HttpMode {
+    std::fs::read(mode_file)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or(HttpMode::Ok)
+}
+
+/// Writes the HTTP target's mode file (atomically: a temporary file renamed).
+pub fn write_mode(mode_file: &Path, mode: HttpMode) -> std::io::Result<()> {
+    let temporary = mode_file.with_extension("tmp");
+    std::fs::write(
+        &temporary,
+        serde_json::to_vec(&mode).map_err(std::io::Error::other)?,
+    )?;
+    std::fs::rename(temporary, mode_file)
+}
+
+/// A well-mixed number from `seed` and `count` (splitmix64).
+fn roll(seed: u64, count: u64) -> u64 {
+    let mut z = seed ^ count.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn http_target(port: u16, log: &Path, mode_file: &Path, seed: u64) -> std::io::Result<()> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let log = Arc::new(Mutex::new(
+        OpenOptions::new().create(true).append(true).open(log)?,
+    ));
+    let requests = Arc::new(AtomicU64::new(0));
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let log = Arc::clone(&log);
+        let requests = Arc::clone(&requests);
+        let mode_file = mode_file.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = serve_connection(stream, &log, &mode_file, seed, &requests);
+        });
+    }
+    Ok(())
+}
+
+/// One request as the target read it.
+struct Request {
+    key: String,
+    attempt: String,
+    body: Vec<u8>,
+}
+
+fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<Request>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut length = 0usize;
+    let mut key = String::from("-");
+    let mut attempt = String::from("-");
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header)? == 0 {
+            return Ok(None);
+        }
+        if header == "\r\n" || header == "\n" {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            let value = value.trim();
+            match name.trim().to_ascii_lowercase().as_str() {
+                "content-length" => length = value.parse().unwrap_or(0),
+                "idempotency-key" => key = value.to_owned(),
+                "x-mongoose-attempt" => attempt = value.to_owned(),
+                _ => {}
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok(Some(Request { key, attempt, body }))
+}
+
+fn serve_connection(
+    stream: TcpStream,
+    log: &Mutex<File>,
+    mode_file: &Path,
+    seed: u64,
+    requests: &AtomicU64,
+) -> std::io::Result<()> {
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    while let Some(request) = read_request(&mut reader)? {
+        let count = requests.fetch_add(1, Ordering::Relaxed);
+        let dice = roll(seed, count) % 100;
+        let (status, answer): (String, Option<u16>) = match read_mode(mode_file) {
+            HttpMode::Ok => ("200".to_owned(), Some(200)),
+            HttpMode::Fail { percent, status } if dice < u64::from(percent) => {
+                (status.to_string(), Some(status))
+            }
+            HttpMode::Timeout { percent } if dice < u64::from(percent) => {
+                ("timeout".to_owned(), None)
+            }
+            HttpMode::Close { percent } if dice < u64::from(percent) => ("close".to_owned(), None),
+            _ => ("200".to_owned(), Some(200)),
+        };
+        let body = String::from_utf8_lossy(&request.body).replace(['\n', '\t'], " ");
+        {
+            let mut log = log.lock().map_err(|_| std::io::Error::other("log lock"))?;
+            log.write_all(
+                format!("{status}\t{}\t{}\t{body}\n", request.key, request.attempt).as_bytes(),
+            )?;
+        }
+        match (status.as_str(), answer) {
+            (_, Some(code)) => {
+                writer.write_all(
+                    format!("HTTP/1.1 {code} Chaos\r\ncontent-length: 0\r\n\r\n").as_bytes(),
+                )?;
+            }
+            ("timeout", None) => {
+                // never answered: wait until the client gives up and closes
+                let mut inner = reader.into_inner();
+                inner.set_read_timeout(Some(Duration::from_secs(120)))?;
+                let mut sink = [0u8; 1024];
+                while matches!(inner.read(&mut sink), Ok(read) if read > 0) {}
+                return Ok(());
+            }
+            _ => {
+                let _ = writer.shutdown(Shutdown::Both);
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn tcp_receiver(port: u16, out: &Path) -> std::io::Result<()> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let out = Arc::new(Mutex::new(
+        OpenOptions::new().create(true).append(true).open(out)?,
+    ));
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        let out = Arc::clone(&out);
+        std::thread::spawn(move || {
+            let mut pending = Vec::new();
+            let mut buffer = vec![0u8; 64 * 1024];
+            while let Ok(read) = stream.read(&mut buffer) {
+                if read == 0 {
+                    break;
+                }
+                pending.extend_from_slice(&buffer[..read]);
+                // whole lines only: a line cut by a broken connection is not received
+                if let Some(end) = pending.iter().rposition(|byte| *byte == b'\n') {
+                    if let Ok(mut out) = out.lock() {
+                        let _ = out.write_all(&pending[..=end]);
+                    }
+                    pending.drain(..=end);
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+fn udp_publisher(
+    archiver: SocketAddr,
+    (stream, session): (u32, u32),
+    drop_every: u64,
+    retransmit_bytes: Option<usize>,
+    gaps_file: &Path,
+) -> std::io::Result<()> {
+    let mut config = UdpPublicationConfig {
+        linger: Duration::from_secs(60),
+        ..UdpPublicationConfig::default()
+    };
+    if let Some(bytes) = retransmit_bytes {
+        config.retransmit_buffer_bytes = bytes;
+        config.flow_control_window = None;
+    }
+    if drop_every > 0 {
+        config.loss = Some(LossInjection { drop_every });
+    }
+    let mut publication = UdpPublication::connect_with(archiver, stream, session, config)
+        .map_err(std::io::Error::other)?;
+    let (lines, incoming) = mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin().lock();
+        for line in stdin.split(b'\n') {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut gaps = 0;
+    let note_gaps = |publication: &UdpPublication, gaps: &mut u64| -> std::io::Result<()> {
+        if publication.gaps_lost() != *gaps {
+            *gaps = publication.gaps_lost();
+            std::fs::write(gaps_file, gaps.to_string())?;
+        }
+        Ok(())
+    };
+    loop {
+        match incoming.recv_timeout(Duration::from_millis(10)) {
+            Ok(line) => loop {
+                match publication.offer(&line).map_err(std::io::Error::other)? {
+                    Offer::Accepted { .. } => break,
+                    Offer::BackPressured => {
+                        publication.service().map_err(std::io::Error::other)?;
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            },
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                publication.service().map_err(std::io::Error::other)?;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        note_gaps(&publication, &mut gaps)?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !publication.close().map_err(std::io::Error::other)? && Instant::now() < deadline {
+        note_gaps(&publication, &mut gaps)?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    note_gaps(&publication, &mut gaps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mode_file_reads_back() {
+        let dir = tempfile_dir();
+        let file = dir.join("mode");
+        assert_eq!(read_mode(&file), HttpMode::Ok, "absent: 200");
+        let mode = HttpMode::Fail {
+            percent: 25,
+            status: 503,
+        };
+        write_mode(&file, mode).expect("written");
+        assert_eq!(read_mode(&file), mode);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_dice_are_spread() {
+        let failing = (0..10_000)
+            .filter(|count| roll(5, *count) % 100 < 25)
+            .count();
+        assert!((2_000..3_000).contains(&failing), "{failing}");
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("chaos-peer-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a folder");
+        dir
+    }
+}

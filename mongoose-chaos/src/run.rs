@@ -1,0 +1,424 @@
+//! Running one scenario: its steps, the heal, the final `--exit-when-settled` run, and
+//! the checks of what the run did against the truth.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mongoose_ledger::LedgerState;
+
+use crate::process::code_of;
+use crate::scenario::{Scenario, SinkKind, Workload};
+use crate::steps::{last_error, stalled_reasons, Flow};
+use crate::truth::{Failure, FailureKind, OutputRecord, Promise};
+use crate::world::{Binaries, World};
+
+/// What one scenario did.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// What the checks found (empty: it passed).
+    pub failures: Vec<Failure>,
+    /// A start refused after a state fault (a pass when the refusal changed nothing).
+    pub refused: Option<String>,
+    /// The final run's exit code (`None`: it did not end, or never ran).
+    pub exit_code: Option<i32>,
+    /// Lines written.
+    pub lines: usize,
+    /// How long it took.
+    pub elapsed: Duration,
+    /// What happened, with times.
+    pub events: Vec<String>,
+    /// Its folder (kept for a failing run).
+    pub dir: PathBuf,
+}
+
+impl Outcome {
+    /// Whether every check held.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// The failure kinds, sorted and without repeats (the run's signature).
+    pub fn signature(&self) -> Vec<FailureKind> {
+        let mut kinds: Vec<FailureKind> =
+            self.failures.iter().map(|failure| failure.kind).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        kinds
+    }
+
+    /// A report for people: the schedule, the findings, the events.
+    pub fn report(&self) -> String {
+        let mut text = self.scenario.describe();
+        text.push_str(&format!(
+            "  => {} in {:.1}s, {} lines, final exit {}{}\n",
+            if self.passed() { "PASS" } else { "FAIL" },
+            self.elapsed.as_secs_f64(),
+            self.lines,
+            self.exit_code
+                .map_or("-".to_owned(), |code| code.to_string()),
+            self.refused
+                .as_ref()
+                .map_or(String::new(), |said| format!(", refused: {said}"))
+        ));
+        for failure in &self.failures {
+            text.push_str(&format!("  !! {failure}\n"));
+        }
+        if !self.passed() {
+            text.push_str(&format!("  folder: {}\n  events:\n", self.dir.display()));
+            for event in &self.events {
+                text.push_str(&format!("    {event}\n"));
+            }
+        }
+        text
+    }
+}
+
+/// Runs `scenario` with `bins` in `dir` (emptied first) and checks it.
+pub fn run_scenario(scenario: &Scenario, bins: &Binaries, dir: &Path) -> Outcome {
+    let began = Instant::now();
+    let mut world = match World::create(scenario.clone(), bins.clone(), dir) {
+        Ok(world) => world,
+        Err(error) => {
+            return Outcome {
+                scenario: scenario.clone(),
+                failures: vec![Failure::new(FailureKind::Harness, error)],
+                refused: None,
+                exit_code: None,
+                lines: 0,
+                elapsed: began.elapsed(),
+                events: Vec::new(),
+                dir: dir.to_path_buf(),
+            }
+        }
+    };
+    let mut refused = false;
+    for step in &scenario.steps {
+        match world.step(step) {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Refused) => {
+                refused = true;
+                break;
+            }
+            Err(error) => {
+                world.fail(FailureKind::Harness, error);
+                break;
+            }
+        }
+    }
+    let exit_code = if refused
+        || world
+            .failures
+            .iter()
+            .any(|f| f.kind == FailureKind::Harness)
+    {
+        None
+    } else {
+        finish(&mut world)
+    };
+    if world.refused.is_none()
+        && !world
+            .failures
+            .iter()
+            .any(|f| f.kind == FailureKind::Harness)
+    {
+        check(&mut world, exit_code);
+    }
+    world.kill_server();
+    world.unmount();
+    Outcome {
+        scenario: scenario.clone(),
+        failures: std::mem::take(&mut world.failures),
+        refused: world.refused.take(),
+        exit_code,
+        lines: world.truth.lines.len(),
+        elapsed: began.elapsed(),
+        events: std::mem::take(&mut world.events),
+        dir: dir.to_path_buf(),
+    }
+}
+
+/// Heals the faults and runs the server with `--exit-when-settled` to its end; its exit
+/// code (`None` when it did not end by the scenario's deadline or refused to start).
+fn finish(world: &mut World) -> Option<i32> {
+    if let Err(error) = world.heal() {
+        world.fail(FailureKind::Harness, error);
+        return None;
+    }
+    if world.check_server() == Flow::Refused {
+        return None;
+    }
+    if world.server_running() {
+        world.stop_server();
+    }
+    if let Err(error) = world.start_server(true) {
+        world.fail(FailureKind::Harness, error);
+        return None;
+    }
+    let deadline = Instant::now() + Duration::from_secs(world.scenario.options.finish_seconds);
+    let mut last_status = None;
+    loop {
+        let exited = world.server.as_mut().and_then(|server| server.exited());
+        if let Some(status) = exited {
+            let code = code_of(status);
+            world.event(format!("the final run exited {code}"));
+            if world.run_after_touch && (code == 1 || code == 2) {
+                world.server = None;
+                let said = last_error(&world.server_log_of_run());
+                world.event(format!("the final run refused to start: {said}"));
+                world.refused = Some(said);
+                return None;
+            }
+            if code == 1 && world.input_damaged {
+                // a damaged input may stop the run: it must say where
+                let said = last_error(&world.server_log_of_run());
+                world.event(format!(
+                    "the final run stopped at the damaged input: {said}"
+                ));
+            } else if code != 0 && code != 3 {
+                let said = last_error(&world.server_log_of_run());
+                world.fail(
+                    FailureKind::BadExit,
+                    format!("the final run exited {code}: {said}"),
+                );
+            }
+            world.server = None;
+            return Some(code);
+        }
+        if Instant::now() >= deadline {
+            let reasons = world
+                .status()
+                .or(last_status)
+                .map(|status| stalled_reasons(&status))
+                .unwrap_or_else(|| "no status".to_owned());
+            world.fail(
+                FailureKind::NeverEnded,
+                format!(
+                    "the final --exit-when-settled run did not end in {} s: {reasons}",
+                    world.scenario.options.finish_seconds
+                ),
+            );
+            world.kill_server();
+            return None;
+        }
+        if let Some(status) = world.status() {
+            last_status = Some(status);
+        }
+        world.sample_http();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The outputs the sink's target holds, and what it promises.
+fn outputs(world: &World) -> Result<(Vec<OutputRecord>, Promise), String> {
+    let plain = |text: &str| -> Vec<OutputRecord> {
+        text.split_inclusive('\n')
+            .map(|line| OutputRecord {
+                key: None,
+                // a torn last line keeps no newline and matches nothing
+                body: line
+                    .strip_suffix('\n')
+                    .map_or_else(|| format!("{line}<torn>"), str::to_owned),
+            })
+            .collect()
+    };
+    Ok(match world.scenario.sink {
+        SinkKind::File => {
+            let text = std::fs::read(world.path("out/out.txt")).unwrap_or_default();
+            (plain(&String::from_utf8_lossy(&text)), Promise::ExactlyOnce)
+        }
+        SinkKind::Tcp => {
+            let text = std::fs::read_to_string(world.path("peers/tcp.txt")).unwrap_or_default();
+            (plain(&text), Promise::AtLeastOnce)
+        }
+        SinkKind::Http => {
+            let log = std::fs::read_to_string(world.path("peers/http.log")).unwrap_or_default();
+            let records = log
+                .lines()
+                .filter_map(|line| {
+                    let mut fields = line.splitn(4, '\t');
+                    let status = fields.next()?;
+                    let key = fields.next()?;
+                    let _attempt = fields.next()?;
+                    let body = fields.next()?;
+                    status.starts_with('2').then(|| OutputRecord {
+                        key: Some(key.to_owned()),
+                        body: body.to_owned(),
+                    })
+                })
+                .collect();
+            (records, Promise::AtLeastOnceKeyed)
+        }
+        SinkKind::Journal => {
+            let output = world
+                .mongoose(&["journal", "tail", "out/journal"])
+                .output()
+                .map_err(|error| format!("cannot run journal tail: {error}"))?;
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            let records = text
+                .lines()
+                .filter_map(|line| line.split_once('\t'))
+                .map(|(_, body)| OutputRecord {
+                    key: None,
+                    body: body.to_owned(),
+                })
+                .collect();
+            (records, Promise::AtLeastOnce)
+        }
+    })
+}
+
+/// The checks of a finished scenario.
+fn check(world: &mut World, exit_code: Option<i32>) {
+    let mut missing_reported = 0usize;
+    if world.udp_gaps() > 0 {
+        // the publisher lost some of its messages before the archiver had them
+        let every: Vec<usize> = (0..world.truth.lines.len()).collect();
+        world.truth.mark_maybe(every, true);
+        world.lossy.push("UDP gaps".to_owned());
+    }
+    if world.scenario.workload == Workload::Ledger {
+        match LedgerState::load(&world.path("state")) {
+            Ok(state) => {
+                let (failures, missing) = world.truth.check_ledger(&state);
+                missing_reported += missing;
+                world.failures.extend(failures);
+            }
+            Err(error) => world.fail(
+                FailureKind::Lost,
+                format!("the ledger's state cannot be read after the final run: {error}"),
+            ),
+        }
+    }
+    let excused = exhausted_outputs(world);
+    match outputs(world) {
+        Ok((records, promise)) => {
+            let (failures, counts) = world.truth.check_outputs(&records, promise, &excused);
+            missing_reported += counts.missing_maybe;
+            world.failures.extend(failures);
+        }
+        Err(error) => world.fail(FailureKind::Harness, error),
+    }
+    check_http_counts(world);
+    let gaps = world.udp_gaps();
+    match exit_code {
+        Some(0) => {
+            if missing_reported > 0 {
+                world.fail(
+                    FailureKind::FalseLossless,
+                    format!(
+                        "{missing_reported} lines (or their outputs) that a fault took away ({}) are missing, and the run exited 0 (lossless)",
+                        world.lossy.join(", ")
+                    ),
+                );
+            }
+            if gaps > 0 {
+                world.fail(
+                    FailureKind::FalseLossless,
+                    format!("the UDP publisher answered {gaps} gaps lost, and the run exited 0 (lossless)"),
+                );
+            }
+            if !excused.is_empty() {
+                world.fail(
+                    FailureKind::FalseLossless,
+                    format!(
+                        "{} outputs were refused by the target as often as the sink's retries allow (count_loss), and the run exited 0 (lossless)",
+                        excused.len()
+                    ),
+                );
+            }
+        }
+        Some(3) => {
+            let could_lose = missing_reported > 0
+                || gaps > 0
+                || !excused.is_empty()
+                || !world.lossy.is_empty()
+                || world.scenario.options.on_exhausted.as_deref() == Some("count_loss");
+            if !could_lose {
+                world.fail(
+                    FailureKind::FalseAlarm,
+                    "the run exited 3 (not lossless) with nothing lost and no fault that could lose",
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The identities of outputs the HTTP target refused as often as the sink may try
+/// (`count_loss` may count them lost).
+fn exhausted_outputs(world: &World) -> HashSet<String> {
+    let options = &world.scenario.options;
+    if world.scenario.sink != SinkKind::Http
+        || options.on_exhausted.as_deref() != Some("count_loss")
+    {
+        return HashSet::new();
+    }
+    let tries = u64::from(options.max_retries.unwrap_or(10)) + 1;
+    let log = std::fs::read_to_string(world.path("peers/http.log")).unwrap_or_default();
+    let mut by_body: HashMap<&str, (u64, bool)> = HashMap::new();
+    for line in log.lines() {
+        let mut fields = line.splitn(4, '\t');
+        let (Some(status), Some(_key), Some(_attempt), Some(body)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let entry = by_body.entry(body).or_insert((0, false));
+        if status.starts_with('2') {
+            entry.1 = true;
+        } else {
+            entry.0 += 1;
+        }
+    }
+    by_body
+        .into_iter()
+        .filter(|(_, (failures, published))| !published && *failures >= tries)
+        .filter_map(|(body, _)| crate::truth::identity_of(world.scenario.workload, body))
+        .collect()
+}
+
+/// The HTTP sink's counters against the target's own record: a failed attempt the
+/// sink counts must be a request the target failed (while the target was up all run
+/// long, nothing else can fail), and an output counted lost must have been refused.
+fn check_http_counts(world: &mut World) {
+    let mut worst: Option<(u32, u64, u64)> = None;
+    for sample in &world.http_samples {
+        if sample.target_was_down || sample.failed_attempts <= sample.target_failures {
+            continue;
+        }
+        let excess = sample.failed_attempts - sample.target_failures;
+        if worst.is_none_or(|(_, failed, seen)| excess > failed - seen) {
+            worst = Some((sample.run, sample.failed_attempts, sample.target_failures));
+        }
+    }
+    if let Some((run, failed, seen)) = worst {
+        world.fail(
+            FailureKind::DishonestCount,
+            format!(
+                "server run {run}: the HTTP sink counted {failed} failed attempts (not_published + uncertain) while the target failed {seen} requests"
+            ),
+        );
+    }
+    let lost = world
+        .http_samples
+        .iter()
+        .map(|sample| sample.lost)
+        .max()
+        .unwrap_or(0);
+    let any_down = world
+        .http_samples
+        .iter()
+        .any(|sample| sample.target_was_down);
+    let refused = exhausted_outputs(world).len() as u64;
+    if lost > refused && !any_down {
+        world.fail(
+            FailureKind::DishonestCount,
+            format!(
+                "the HTTP sink counted {lost} outputs lost; the target refused only {refused} outputs as often as its retries allow"
+            ),
+        );
+    }
+}

@@ -1,0 +1,584 @@
+//! What one chaos run does: a workload over a source kind into a sink kind, and the
+//! steps of its schedule. A scenario is plain data (serde), printed as TOML so that a
+//! failing schedule can be read, edited, minimised and replayed (`--schedule FILE`).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// One chaos schedule: what runs, and the steps done to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// The seed the schedule was generated from (0 for a hand-written one); the runtime
+    /// choices (kill delays, which byte is flipped, which HTTP request fails) derive from
+    /// it too.
+    pub seed: u64,
+    /// What the server runs.
+    pub workload: Workload,
+    /// Where its input comes from.
+    pub source: SourceKind,
+    /// Where its outputs go (the ledger's alerts, or the forwarded lines).
+    pub sink: SinkKind,
+    /// Writers into the one sink: 1, or 2 (two `forward` processors with disjoint
+    /// filters, or the ledger's alerts plus a `forward` of its input).
+    #[serde(default = "one")]
+    pub writers: u8,
+    /// Sizes and settings.
+    #[serde(default)]
+    pub options: Options,
+    /// The schedule, in order. After the last step the harness heals every fault (frees
+    /// the disks, brings the peers back) and runs the server with
+    /// `--exit-when-settled` to its end.
+    pub steps: Vec<Step>,
+}
+
+fn one() -> u8 {
+    1
+}
+
+/// The processors the server runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// The ledger: `account,amount` lines into balances and counts (exactly once), an
+    /// alert per negative balance into the sink.
+    Ledger,
+    /// The built-in `forward`: each line copied into the sink.
+    Forward,
+}
+
+/// The input's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// One tailed file (`in/input.log`), COMMITED.
+    File,
+    /// A glob feed over `in/logs/*.log`, one file per stream.
+    Glob,
+    /// A journal (the journal plugin), appended to by `mongoose journal append`.
+    Journal,
+    /// An archive recording (the archive plugin) of an IPC publication
+    /// (`mongoose archive publish --ipc`).
+    ArchiveIpc,
+    /// An archive recording of a UDP publication (the harness's own publisher peer,
+    /// which can drop datagrams and keep a small retransmit buffer: recorded gaps).
+    ArchiveUdp,
+}
+
+/// The sink's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SinkKind {
+    /// A file sink (`out/out.txt`): exactly once.
+    File,
+    /// An HTTP sink toward the harness's HTTP target peer: at least once, one key each.
+    Http,
+    /// A journal sink (the journal plugin): at least once.
+    Journal,
+    /// A TCP sink toward the harness's TCP receiver peer: at least once while the peer
+    /// is not faulted.
+    Tcp,
+}
+
+/// Sizes and settings of a scenario; every field has a default.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// Streams of input: the files of a glob feed (each its own lane). Other sources
+    /// have one stream.
+    pub streams: u32,
+    /// `max_open_files` of a glob feed.
+    pub max_open_files: Option<u32>,
+    /// Bytes of padding in each forwarded line.
+    pub line_bytes: u32,
+    /// Percent of the ledger's lines that subtract (and so make an alert).
+    pub negative_percent: u32,
+    /// Percent of the ledger's lines on a few shared accounts per stream (balances that
+    /// carry over); the others each have an account of their own.
+    pub hot_percent: u32,
+    /// Mount the output folder (`out/`) on a tmpfs of this many KiB.
+    pub output_tmpfs_kib: Option<u32>,
+    /// Mount the ledger's state folder (`state/`) on a tmpfs of this many KiB.
+    pub state_tmpfs_kib: Option<u32>,
+    /// The sink's `batch`.
+    pub batch: Option<u32>,
+    /// The sink's `queue_capacity`.
+    pub sink_queue_capacity: Option<u32>,
+    /// The HTTP sink's `on_exhausted` (`hold` or `count_loss`).
+    pub on_exhausted: Option<String>,
+    /// The HTTP sink's `max_retries`.
+    pub max_retries: Option<u32>,
+    /// The HTTP sink's `initial_backoff_millis`.
+    pub initial_backoff_millis: Option<u64>,
+    /// The HTTP sink's `max_backoff_millis`.
+    pub max_backoff_millis: Option<u64>,
+    /// The HTTP sink's `response_timeout_millis`.
+    pub response_timeout_millis: Option<u64>,
+    /// Two file sinks on the same path, each written by its own `forward`.
+    pub two_sinks_one_path: bool,
+    /// The UDP publisher drops every n-th data datagram on its first send.
+    pub udp_drop_every: Option<u32>,
+    /// The UDP publisher's retransmit buffer, in bytes (flow control off when given:
+    /// what leaves it before the archiver has it is a recorded gap).
+    pub udp_retransmit_bytes: Option<u32>,
+    /// The ledger's `compact_every`.
+    pub compact_every: Option<u64>,
+    /// How long the final run may take to end, in seconds.
+    pub finish_seconds: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            streams: 1,
+            max_open_files: None,
+            line_bytes: 24,
+            negative_percent: 30,
+            hot_percent: 10,
+            output_tmpfs_kib: None,
+            state_tmpfs_kib: None,
+            batch: None,
+            sink_queue_capacity: None,
+            on_exhausted: None,
+            max_retries: None,
+            initial_backoff_millis: None,
+            max_backoff_millis: None,
+            response_timeout_millis: None,
+            two_sinks_one_path: false,
+            udp_drop_every: None,
+            udp_retransmit_bytes: None,
+            compact_every: None,
+            finish_seconds: 90,
+        }
+    }
+}
+
+/// One step of a schedule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// Appends `lines` new lines to stream `stream` (a glob's file, else the one input).
+    Append {
+        /// How many.
+        lines: u32,
+        /// Which stream.
+        #[serde(default)]
+        stream: u32,
+        /// Bytes of padding of these forwarded lines (default: `options.line_bytes`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bytes: Option<u32>,
+    },
+    /// Starts the server (`mongoose run`, no `--exit-when-settled`) when it is not
+    /// running.
+    Start,
+    /// Waits.
+    Wait {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// Waits (bounded) until the server's status says settled.
+    Settle,
+    /// SIGKILL of the server.
+    Kill,
+    /// SIGSTOP of the server, then SIGCONT after `ms`.
+    Pause {
+        /// Milliseconds stopped.
+        ms: u64,
+    },
+    /// SIGTERM of the server, waiting for its exit.
+    Term,
+    /// A crash loop: `kills` times, append a burst, start, SIGKILL `min_ms..=max_ms`
+    /// after the start.
+    CrashLoop {
+        /// How many kills.
+        kills: u32,
+        /// The shortest life.
+        min_ms: u64,
+        /// The longest life.
+        max_ms: u64,
+        /// The smallest burst of lines appended before each start.
+        burst_min: u32,
+        /// The largest burst.
+        burst_max: u32,
+    },
+    /// A logrotate of stream `stream`'s file.
+    Rotate {
+        /// How.
+        mode: RotateMode,
+        /// Which stream.
+        #[serde(default)]
+        stream: u32,
+    },
+    /// Renames a glob's file to another name the glob matches.
+    RenameInGlob {
+        /// Which stream.
+        stream: u32,
+    },
+    /// Deletes a glob's file (its unread lines are gone: a loss the run must report).
+    DeleteInput {
+        /// Which stream.
+        stream: u32,
+    },
+    /// Deletes the source itself and makes it again at the same path (a journal
+    /// `rm -rf` and new appends, an archive folder re-created, the input file
+    /// deleted and written anew).
+    RecreateSource,
+    /// Deletes a piece of state (the server is stopped first).
+    Delete {
+        /// Which.
+        what: StateFile,
+    },
+    /// Damages a piece of state (the server is stopped first).
+    Damage {
+        /// Which.
+        what: StateFile,
+        /// How.
+        how: Damage,
+    },
+    /// Keeps a copy of a piece of state, for a later `older_copy` damage.
+    KeepCopy {
+        /// Which.
+        what: StateFile,
+    },
+    /// Fills a tmpfs (the scenario mounts it) to its last byte.
+    FillDisk {
+        /// Which.
+        under: Disk,
+        /// Bytes given back after filling it (a nearly full disk: a small write fits,
+        /// a large one does not).
+        #[serde(default)]
+        leave: u32,
+    },
+    /// Frees what `fill_disk` took.
+    FreeDisk {
+        /// Which.
+        under: Disk,
+    },
+    /// Does something to a peer process.
+    Peer {
+        /// Which peer.
+        peer: PeerKind,
+        /// What.
+        action: PeerAction,
+    },
+    /// How the HTTP target answers from now on.
+    Http {
+        /// The mode.
+        mode: HttpMode,
+    },
+}
+
+/// The logrotate modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RotateMode {
+    /// `mv f f.N`; the writer makes `f` anew at its next line.
+    Rename,
+    /// logrotate's default `create`: the file is renamed, a new empty one made at once.
+    /// Under a glob the new name matches the glob (`app0-1.log`, as `dateext` gives).
+    Create,
+    /// `copytruncate`: copied to `f.N`, then cut to 0 in place.
+    Copytruncate,
+    /// `compress` with `delaycompress`: `f.1` (the last rotation) is gzipped to
+    /// `f.2.gz`, `f` becomes `f.1`, a new `f` is made.
+    Compress,
+}
+
+/// A piece of durable state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateFile {
+    /// The file sink's `<file>.sinkstate`.
+    SinkState,
+    /// The ledger's whole state folder.
+    LedgerStateDir,
+    /// The ledger's outbox segment(s).
+    LedgerOutbox,
+    /// The ledger's snapshot.
+    LedgerSnapshot,
+    /// A file feed's `.readPointer` (a glob's: the first stream's file).
+    Pointer,
+    /// A glob feed's lane registry.
+    Lanes,
+    /// The journal feed's tailer store.
+    TailerStore,
+    /// The archive feed's pointer.
+    ArchivePointer,
+    /// The input journal itself: one excerpt in its middle (a flipped byte of its
+    /// payload). The excerpts from it on may stay unread; the run must say so.
+    JournalExcerpt,
+}
+
+/// How a state file is damaged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Damage {
+    /// One byte flipped, at this per-mille of the file (of its newest record where the
+    /// harness knows the layout).
+    FlipByte {
+        /// Per-mille.
+        at: u32,
+    },
+    /// The tail cut: the file keeps this per-mille of its bytes.
+    CutTail {
+        /// Per-mille kept.
+        keep: u32,
+    },
+    /// Put back the copy a `keep_copy` step took.
+    OlderCopy,
+    /// Put in place the same file of another run (another input, another sink).
+    Foreign,
+}
+
+/// A folder the scenario may mount on a small tmpfs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disk {
+    /// `state/`: the ledger's state.
+    State,
+    /// `out/`: the file sink's output.
+    Outputs,
+}
+
+/// The processes beside the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerKind {
+    /// The HTTP target of an HTTP sink.
+    HttpTarget,
+    /// `mongoose archive serve`.
+    Archiver,
+    /// `mongoose journal append` (a journal source's writer).
+    Appender,
+    /// The archive publisher.
+    Publisher,
+    /// The TCP receiver of a TCP sink.
+    TcpReceiver,
+}
+
+/// What is done to a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerAction {
+    /// SIGKILL (it stays down until `restart` or the final heal).
+    Kill,
+    /// SIGSTOP, then SIGCONT after `ms`.
+    Pause {
+        /// Milliseconds stopped.
+        ms: u64,
+    },
+    /// Starts it again when it is down.
+    Restart,
+}
+
+/// How the HTTP target answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpMode {
+    /// 200 to everything.
+    Ok,
+    /// `percent` of the requests answered with `status` (5xx, 503, 429...).
+    Fail {
+        /// Percent failing.
+        percent: u32,
+        /// The status they get.
+        status: u16,
+    },
+    /// `percent` of the requests never answered (the sink's response timeout runs out).
+    Timeout {
+        /// Percent.
+        percent: u32,
+    },
+    /// `percent` of the requests read, then the connection closed without an answer.
+    Close {
+        /// Percent.
+        percent: u32,
+    },
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Append {
+                lines,
+                stream,
+                bytes,
+            } => match bytes {
+                Some(bytes) => write!(f, "append {lines} lines of {bytes} bytes to stream {stream}"),
+                None => write!(f, "append {lines} lines to stream {stream}"),
+            },
+            Step::Start => write!(f, "start the server"),
+            Step::Wait { ms } => write!(f, "wait {ms} ms"),
+            Step::Settle => write!(f, "wait until settled"),
+            Step::Kill => write!(f, "SIGKILL the server"),
+            Step::Pause { ms } => write!(f, "SIGSTOP the server for {ms} ms"),
+            Step::Term => write!(f, "SIGTERM the server"),
+            Step::CrashLoop {
+                kills,
+                min_ms,
+                max_ms,
+                burst_min,
+                burst_max,
+            } => write!(
+                f,
+                "crash loop: {kills} kills {min_ms}-{max_ms} ms after each start, {burst_min}-{burst_max} lines before each"
+            ),
+            Step::Rotate { mode, stream } => write!(f, "logrotate {mode:?} of stream {stream}"),
+            Step::RenameInGlob { stream } => {
+                write!(f, "rename stream {stream}'s file to another name the glob matches")
+            }
+            Step::DeleteInput { stream } => write!(f, "delete stream {stream}'s file"),
+            Step::RecreateSource => write!(f, "delete the source and make it again at its path"),
+            Step::Delete { what } => write!(f, "delete {what:?}"),
+            Step::Damage { what, how } => write!(f, "damage {what:?}: {how:?}"),
+            Step::KeepCopy { what } => write!(f, "keep a copy of {what:?}"),
+            Step::FillDisk { under, leave } => {
+                write!(f, "fill the {under:?} tmpfs, leaving {leave} bytes")
+            }
+            Step::FreeDisk { under } => write!(f, "free the {under:?} tmpfs"),
+            Step::Peer { peer, action } => write!(f, "{action:?} the {peer:?}"),
+            Step::Http { mode } => write!(f, "the HTTP target answers {mode:?}"),
+        }
+    }
+}
+
+impl Scenario {
+    /// The scenario as TOML (what `--schedule FILE` reads back).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|error| format!("# cannot print: {error}\n"))
+    }
+
+    /// A scenario read back from TOML.
+    ///
+    /// # Errors
+    /// The text is not a scenario (the message names the key).
+    pub fn from_toml(text: &str) -> Result<Scenario, String> {
+        toml::from_str(text).map_err(|error| error.to_string())
+    }
+
+    /// One line saying what runs: `ledger glob->file x2`.
+    pub fn label(&self) -> String {
+        format!(
+            "{:?} {:?}->{:?}{}",
+            self.workload,
+            self.source,
+            self.sink,
+            if self.writers > 1 {
+                format!(" x{}", self.writers)
+            } else {
+                String::new()
+            }
+        )
+        .to_lowercase()
+    }
+
+    /// The fault families the schedule uses, for the table.
+    pub fn fault_families(&self) -> Vec<&'static str> {
+        let mut families: Vec<&'static str> = self
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                Step::Kill => Some("kill"),
+                Step::Pause { .. } => Some("pause"),
+                Step::CrashLoop { .. } => Some("crash-loop"),
+                Step::Rotate { mode, .. } => Some(match mode {
+                    RotateMode::Rename => "rotate-rename",
+                    RotateMode::Create => "rotate-create",
+                    RotateMode::Copytruncate => "rotate-copytruncate",
+                    RotateMode::Compress => "rotate-compress",
+                }),
+                Step::RenameInGlob { .. } => Some("glob-rename"),
+                Step::DeleteInput { .. } => Some("delete-input"),
+                Step::RecreateSource => Some("recreate-source"),
+                Step::Delete { .. } => Some("delete-state"),
+                Step::Damage { .. } => Some("damage-state"),
+                Step::FillDisk { .. } => Some("full-disk"),
+                Step::Peer { .. } => Some("peer"),
+                Step::Http { mode } => Some(match mode {
+                    HttpMode::Ok => "http-ok",
+                    HttpMode::Fail { .. } => "http-5xx",
+                    HttpMode::Timeout { .. } => "http-timeout",
+                    HttpMode::Close { .. } => "http-close",
+                }),
+                _ => None,
+            })
+            .collect();
+        if self.writers > 1 {
+            families.push("two-writers");
+        }
+        if self.options.two_sinks_one_path {
+            families.push("two-sinks-one-path");
+        }
+        if self.options.max_open_files.is_some() {
+            families.push("max-open-files");
+        }
+        if self.options.udp_drop_every.is_some() {
+            families.push("udp-loss");
+        }
+        families.sort_unstable();
+        families.dedup();
+        families
+    }
+
+    /// The schedule, one numbered step a line.
+    pub fn describe(&self) -> String {
+        let mut text = format!("seed {} | {}\n", self.seed, self.label());
+        for (index, step) in self.steps.iter().enumerate() {
+            text.push_str(&format!("  {index:>2}. {step}\n"));
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_reads_back_from_its_toml() {
+        let scenario = Scenario {
+            seed: 7,
+            workload: Workload::Forward,
+            source: SourceKind::Glob,
+            sink: SinkKind::Http,
+            writers: 2,
+            options: Options {
+                max_open_files: Some(1),
+                ..Options::default()
+            },
+            steps: vec![
+                Step::Append {
+                    lines: 10,
+                    stream: 1,
+                    bytes: Some(3),
+                },
+                Step::FillDisk {
+                    under: Disk::Outputs,
+                    leave: 100,
+                },
+                Step::Start,
+                Step::Damage {
+                    what: StateFile::SinkState,
+                    how: Damage::FlipByte { at: 10 },
+                },
+                Step::Peer {
+                    peer: PeerKind::HttpTarget,
+                    action: PeerAction::Pause { ms: 5 },
+                },
+                Step::Http {
+                    mode: HttpMode::Fail {
+                        percent: 25,
+                        status: 503,
+                    },
+                },
+                Step::Rotate {
+                    mode: RotateMode::Create,
+                    stream: 0,
+                },
+            ],
+        };
+        let text = scenario.to_toml();
+        assert_eq!(Scenario::from_toml(&text), Ok(scenario), "{text}");
+    }
+}

@@ -1,0 +1,724 @@
+//! The folder one scenario runs in: its config, its inputs (and where each line went),
+//! its processes, its small file systems and the state files a fault may touch.
+//!
+//! ```text
+//! <dir>/mongoose.toml      the server's config (relative paths resolve against it)
+//! <dir>/in/               the inputs: input.log, logs/*.log, journal/, archive/, ipc/
+//! <dir>/out/              the sink's output (a tmpfs when the scenario asks)
+//! <dir>/state/            the ledger's state (a tmpfs when the scenario asks)
+//! <dir>/peers/            the peers' records (HTTP requests, TCP lines, UDP gaps)
+//! <dir>/copies/           copies kept for `older_copy`
+//! <dir>/server.log        every server run's stderr, each after a marker line
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mongoose_ledger::LedgerState;
+use mongoose_testkit::Tmpfs;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::peer::{PeerSpec, PEER_ENV};
+use crate::process::{free_tcp_port, free_udp_port, Proc};
+use crate::scenario::{Disk, PeerKind, Scenario, SinkKind, SourceKind, StateFile, Workload};
+use crate::truth::{Failure, FailureKind, Truth};
+
+/// The stream id of the archive scenarios.
+pub const ARCHIVE_STREAM: u32 = 7;
+
+/// How the harness starts a peer process: a program (the harness's executable, or a
+/// test binary with its peer entry) given the peer's spec in [`PEER_ENV`].
+#[derive(Clone, Debug)]
+pub struct Launcher {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+/// The binaries a scenario runs.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    /// The `mongoose` binary.
+    pub mongoose: PathBuf,
+    /// The plugin folder (the journal and archive plugins).
+    pub plugin_dir: PathBuf,
+    /// How peers are started.
+    pub peer: Launcher,
+}
+
+/// One file (or journal, or recording) of a stream and the lines it holds.
+#[derive(Clone, Debug)]
+pub struct InputFile {
+    /// Where it is now.
+    pub path: PathBuf,
+    /// The truth's indexes of its lines, in order.
+    pub lines: Vec<usize>,
+}
+
+/// A stream's files: the live one last.
+#[derive(Clone, Debug, Default)]
+pub struct StreamFiles {
+    /// The path new lines go to.
+    pub live: PathBuf,
+    /// Every file of the stream (the live one, when it exists, is the last).
+    pub files: Vec<InputFile>,
+    /// Rotations done (names the rotated files).
+    pub rotations: u32,
+    /// The file of the last rotation since the server last settled: a second rotation
+    /// before the server caught up may leave it a middle file that cannot be proven a
+    /// rotation (read, or reported lost).
+    pub unsettled_rotation: Option<PathBuf>,
+}
+
+/// The ports of a scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct Ports {
+    /// The admin API.
+    pub admin: u16,
+    /// The HTTP target.
+    pub http: u16,
+    /// The TCP receiver.
+    pub tcp: u16,
+    /// The archiver's UDP address.
+    pub udp: u16,
+}
+
+/// A status sample of an HTTP sink and what the target had seen when it was taken.
+#[derive(Clone, Debug)]
+pub struct HttpSample {
+    /// The server run it belongs to.
+    pub run: u32,
+    /// `not_published + uncertain` of the sink.
+    pub failed_attempts: u64,
+    /// `lost` of the sink.
+    pub lost: u64,
+    /// Requests the target failed since the run started.
+    pub target_failures: u64,
+    /// Whether the target was down (killed or paused) at some point of the run.
+    pub target_was_down: bool,
+}
+
+/// One scenario's folder, processes and bookkeeping.
+#[derive(Debug)]
+pub struct World {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The binaries.
+    pub bins: Binaries,
+    /// The folder.
+    pub dir: PathBuf,
+    /// Runtime choices (kill delays, bytes to damage).
+    pub random: ChaCha8Rng,
+    /// Every line written.
+    pub truth: Truth,
+    /// The streams' files.
+    pub streams: Vec<StreamFiles>,
+    /// The server, while it runs.
+    pub server: Option<Proc>,
+    /// Server runs started so far.
+    pub runs: u32,
+    /// When the current server run started.
+    pub started: Option<Instant>,
+    /// Whether a state file was deleted or damaged since the server last started.
+    pub state_touched: bool,
+    /// Whether the current (or last) server run started after a state fault.
+    pub run_after_touch: bool,
+    /// The peers that run.
+    pub peers: BTreeMap<PeerKind, Proc>,
+    /// Ports.
+    pub ports: Ports,
+    /// The small file systems, by folder.
+    pub tmpfs: BTreeMap<Disk, Tmpfs>,
+    /// The copies `keep_copy` took.
+    pub copies: BTreeMap<StateFile, PathBuf>,
+    /// The journal's generation (a re-created journal is a new one).
+    pub generation: u32,
+    /// The archive publisher's session.
+    pub session: u32,
+    /// What happened, with times, for the report.
+    pub events: Vec<String>,
+    /// Findings made during the schedule.
+    pub failures: Vec<Failure>,
+    /// Faults that may lose lines whose loss the run must report.
+    pub lossy: Vec<String>,
+    /// Whether an input was damaged (a run may then end with exit 1, naming it).
+    pub input_damaged: bool,
+    /// A start refused after a state fault: the refusal.
+    pub refused: Option<String>,
+    /// HTTP sink status samples.
+    pub http_samples: Vec<HttpSample>,
+    /// The HTTP target's log length when the current run started.
+    pub http_log_at_start: u64,
+    /// Whether the HTTP target was down during the current run.
+    pub http_down_in_run: bool,
+    /// The output's bytes when the server last started (a refusal must leave them).
+    pub output_at_start: Option<Vec<u8>>,
+    began: Instant,
+}
+
+impl World {
+    /// Makes the folder `dir` (emptied first) for `scenario`, mounts its small file
+    /// systems, writes its config and starts its peers.
+    ///
+    /// # Errors
+    /// The folder, a mount or a peer could not be made.
+    pub fn create(scenario: Scenario, bins: Binaries, dir: &Path) -> Result<World, String> {
+        if dir.exists() {
+            unmount_below(dir);
+            std::fs::remove_dir_all(dir)
+                .map_err(|error| format!("cannot empty {}: {error}", dir.display()))?;
+        }
+        for sub in ["in/logs", "in/ipc", "out", "state", "peers", "copies"] {
+            std::fs::create_dir_all(dir.join(sub))
+                .map_err(|error| format!("cannot make {}: {error}", dir.join(sub).display()))?;
+        }
+        let mut tmpfs = BTreeMap::new();
+        if let Some(kib) = scenario.options.output_tmpfs_kib {
+            tmpfs.insert(Disk::Outputs, mount(&dir.join("out"), kib)?);
+        }
+        if let Some(kib) = scenario.options.state_tmpfs_kib {
+            tmpfs.insert(Disk::State, mount(&dir.join("state"), kib)?);
+        }
+        let streams = (0..scenario.options.streams.max(1))
+            .map(|stream| StreamFiles {
+                live: live_path(dir, scenario.source, stream),
+                ..StreamFiles::default()
+            })
+            .collect();
+        let truth = Truth::new(
+            scenario.workload,
+            scenario.writers,
+            &scenario.options,
+            scenario.seed,
+        );
+        let mut world = World {
+            random: ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x0072_756e_7469_6d65),
+            truth,
+            streams,
+            server: None,
+            runs: 0,
+            started: None,
+            state_touched: false,
+            run_after_touch: false,
+            peers: BTreeMap::new(),
+            ports: Ports {
+                admin: free_tcp_port(),
+                http: free_tcp_port(),
+                tcp: free_tcp_port(),
+                udp: free_udp_port(),
+            },
+            tmpfs,
+            copies: BTreeMap::new(),
+            generation: 0,
+            session: 1,
+            events: Vec::new(),
+            failures: Vec::new(),
+            lossy: Vec::new(),
+            refused: None,
+            input_damaged: false,
+            http_samples: Vec::new(),
+            http_log_at_start: 0,
+            http_down_in_run: false,
+            output_at_start: None,
+            began: Instant::now(),
+            dir: dir.to_path_buf(),
+            scenario,
+            bins,
+        };
+        std::fs::write(world.path("mongoose.toml"), world.config())
+            .map_err(|error| format!("cannot write the config: {error}"))?;
+        for peer in world.peer_kinds() {
+            world.start_peer(peer)?;
+        }
+        Ok(world)
+    }
+
+    /// A path inside the folder.
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.join(relative)
+    }
+
+    /// Notes an event with the time since the scenario began.
+    pub fn event(&mut self, text: impl Into<String>) {
+        let text = text.into();
+        self.events.push(format!(
+            "{:>7.3}s {text}",
+            self.began.elapsed().as_secs_f64()
+        ));
+    }
+
+    /// Notes a failure found during the schedule.
+    pub fn fail(&mut self, kind: FailureKind, detail: impl Into<String>) {
+        let failure = Failure::new(kind, detail);
+        self.event(format!("FAILURE {failure}"));
+        self.failures.push(failure);
+    }
+
+    /// The peers the scenario needs from its start.
+    fn peer_kinds(&self) -> Vec<PeerKind> {
+        let mut peers = Vec::new();
+        match self.scenario.sink {
+            SinkKind::Http => peers.push(PeerKind::HttpTarget),
+            SinkKind::Tcp => peers.push(PeerKind::TcpReceiver),
+            SinkKind::File | SinkKind::Journal => {}
+        }
+        if matches!(
+            self.scenario.source,
+            SourceKind::ArchiveIpc | SourceKind::ArchiveUdp
+        ) {
+            peers.push(PeerKind::Archiver);
+        }
+        peers
+    }
+
+    /// The config of the scenario.
+    pub fn config(&self) -> String {
+        let scenario = &self.scenario;
+        let options = &scenario.options;
+        let mut text = format!(
+            "plugin_dir = \"{}\"\nshutdown_timeout_millis = 20000\n\n[admin]\naddress = \"127.0.0.1:{}\"\n\n",
+            self.bins.plugin_dir.display(),
+            self.ports.admin
+        );
+        text.push_str("[[feeds]]\nname = \"lines\"\n");
+        match scenario.source {
+            SourceKind::File => text.push_str(
+                "source = \"file\"\npath = \"in/input.log\"\nread_strategy = \"COMMITED\"\n",
+            ),
+            SourceKind::Glob => {
+                text.push_str(
+                    "source = \"file\"\npath = \"in/logs/*.log\"\nread_strategy = \"COMMITED\"\nscan_interval_millis = 50\n",
+                );
+                if let Some(max) = options.max_open_files {
+                    text.push_str(&format!("max_open_files = {max}\n"));
+                }
+            }
+            SourceKind::Journal => text.push_str(
+                "source = \"journal\"\ncodec = \"line\"\nsettings = { path = \"in/journal\" }\n",
+            ),
+            SourceKind::ArchiveIpc | SourceKind::ArchiveUdp => text.push_str(&format!(
+                "source = \"archive\"\ncodec = \"line\"\nsettings = {{ archive = \"in/archive\", stream = {ARCHIVE_STREAM}, pointer = \"in/lines.pointer\" }}\n",
+            )),
+        }
+        text.push('\n');
+        let sinks: &[&str] = if options.two_sinks_one_path {
+            &["out", "out2"]
+        } else {
+            &["out"]
+        };
+        for name in sinks {
+            text.push_str(&format!("[[sinks]]\nname = \"{name}\"\n"));
+            match scenario.sink {
+                SinkKind::File => text.push_str("kind = \"file\"\npath = \"out/out.txt\"\n"),
+                SinkKind::Http => {
+                    text.push_str(&format!(
+                        "kind = \"http\"\nurl = \"http://127.0.0.1:{}/events\"\n",
+                        self.ports.http
+                    ));
+                    let http_settings = [
+                        ("max_retries", options.max_retries.map(u64::from)),
+                        ("initial_backoff_millis", options.initial_backoff_millis),
+                        ("max_backoff_millis", options.max_backoff_millis),
+                        ("response_timeout_millis", options.response_timeout_millis),
+                    ];
+                    for (key, value) in http_settings {
+                        if let Some(value) = value {
+                            text.push_str(&format!("{key} = {value}\n"));
+                        }
+                    }
+                    if let Some(policy) = &options.on_exhausted {
+                        text.push_str(&format!("on_exhausted = \"{policy}\"\n"));
+                    }
+                }
+                SinkKind::Journal => {
+                    text.push_str("kind = \"journal\"\nsettings = { path = \"out/journal\" }\n")
+                }
+                SinkKind::Tcp => text.push_str(&format!(
+                    "kind = \"tcp\"\naddress = \"127.0.0.1:{}\"\n",
+                    self.ports.tcp
+                )),
+            }
+            if let Some(batch) = options.batch {
+                text.push_str(&format!("batch = {batch}\n"));
+            }
+            if let Some(capacity) = options.sink_queue_capacity {
+                text.push_str(&format!("queue_capacity = {capacity}\n"));
+            }
+            text.push('\n');
+        }
+        let second_sink = sinks.last().copied().unwrap_or("out");
+        match scenario.workload {
+            Workload::Ledger => {
+                let mut settings = String::from("state_dir = \"state\", alerts_sink = \"out\"");
+                if let Some(every) = options.compact_every {
+                    settings.push_str(&format!(", compact_every = {every}"));
+                }
+                text.push_str(&format!(
+                    "[[groups]]\nname = \"ledger\"\n[[groups.processors]]\nname = \"ledger\"\nkind = \"ledger\"\nsettings = {{ {settings} }}\n\n"
+                ));
+                if scenario.writers > 1 {
+                    text.push_str(&format!(
+                        "[[groups]]\nname = \"copy\"\n[[groups.processors]]\nname = \"copy\"\nkind = \"forward\"\nsettings = {{ feed = \"lines\", sink = \"{second_sink}\" }}\n"
+                    ));
+                }
+            }
+            Workload::Forward => {
+                text.push_str("[[groups]]\nname = \"forward\"\n");
+                if scenario.writers > 1 {
+                    text.push_str(
+                        "[[groups.processors]]\nname = \"copy-e\"\nkind = \"forward\"\nsettings = { feed = \"lines\", sink = \"out\", keep = \"^E\" }\n",
+                    );
+                    // the second writer in a group of its own on odd seeds
+                    if scenario.seed % 2 == 1 {
+                        text.push_str("\n[[groups]]\nname = \"forward-w\"\n");
+                    }
+                    text.push_str(&format!(
+                        "[[groups.processors]]\nname = \"copy-w\"\nkind = \"forward\"\nsettings = {{ feed = \"lines\", sink = \"{second_sink}\", keep = \"^W\" }}\n"
+                    ));
+                } else {
+                    text.push_str(
+                        "[[groups.processors]]\nname = \"copy\"\nkind = \"forward\"\nsettings = { feed = \"lines\", sink = \"out\" }\n",
+                    );
+                }
+            }
+        }
+        text
+    }
+
+    /// The command of a peer.
+    fn peer_command(&self, spec: &PeerSpec, log: &str) -> Result<Command, String> {
+        let mut command = Command::new(&self.bins.peer.program);
+        command
+            .args(&self.bins.peer.args)
+            .env(
+                PEER_ENV,
+                serde_json::to_string(spec).map_err(|error| error.to_string())?,
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(self.log_file(log)?);
+        Ok(command)
+    }
+
+    /// A log file of the folder, opened for appending (a child's stderr).
+    pub fn log_file(&self, name: &str) -> Result<std::fs::File, String> {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(name))
+            .map_err(|error| format!("cannot open {name}: {error}"))
+    }
+
+    /// A `mongoose` command in the folder.
+    pub fn mongoose(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.bins.mongoose);
+        command.args(args).current_dir(&self.dir);
+        command
+    }
+
+    /// Starts `peer` when it is not running.
+    ///
+    /// # Errors
+    /// It cannot be started.
+    pub fn start_peer(&mut self, peer: PeerKind) -> Result<(), String> {
+        if let Some(running) = self.peers.get_mut(&peer) {
+            if running.exited().is_none() {
+                return Ok(());
+            }
+        }
+        let (mut command, stdin) = match peer {
+            PeerKind::HttpTarget => (
+                self.peer_command(
+                    &PeerSpec::HttpTarget {
+                        port: self.ports.http,
+                        log: self.path("peers/http.log"),
+                        mode_file: self.path("peers/http.mode"),
+                        seed: self.scenario.seed,
+                    },
+                    "peers/http-target.stderr",
+                )?,
+                false,
+            ),
+            PeerKind::TcpReceiver => (
+                self.peer_command(
+                    &PeerSpec::TcpReceiver {
+                        port: self.ports.tcp,
+                        out: self.path("peers/tcp.txt"),
+                    },
+                    "peers/tcp-receiver.stderr",
+                )?,
+                false,
+            ),
+            PeerKind::Archiver => {
+                let mut command =
+                    self.mongoose(&["archive", "serve", "in/archive", "--ipc", "in/ipc"]);
+                if self.scenario.source == SourceKind::ArchiveUdp {
+                    command
+                        .arg("--udp")
+                        .arg(format!("127.0.0.1:{}", self.ports.udp));
+                }
+                command
+                    .stdout(std::process::Stdio::null())
+                    .stderr(self.log_file("peers/archiver.stderr")?);
+                (command, false)
+            }
+            PeerKind::Appender => {
+                let mut command = self.mongoose(&["journal", "append", "in/journal"]);
+                command
+                    .stdout(std::process::Stdio::null())
+                    .stderr(self.log_file("peers/appender.stderr")?);
+                (command, true)
+            }
+            PeerKind::Publisher => match self.scenario.source {
+                SourceKind::ArchiveUdp => (
+                    self.peer_command(
+                        &PeerSpec::UdpPublisher {
+                            archiver: ([127, 0, 0, 1], self.ports.udp).into(),
+                            stream: ARCHIVE_STREAM,
+                            session: self.session,
+                            drop_every: self.scenario.options.udp_drop_every.map_or(0, u64::from),
+                            retransmit_bytes: self
+                                .scenario
+                                .options
+                                .udp_retransmit_bytes
+                                .map(|bytes| bytes as usize),
+                            gaps_file: self.path("peers/udp-gaps"),
+                        },
+                        "peers/publisher.stderr",
+                    )?,
+                    true,
+                ),
+                _ => {
+                    let session = self.session.to_string();
+                    let stream = ARCHIVE_STREAM.to_string();
+                    let mut command = self.mongoose(&[
+                        "archive",
+                        "publish",
+                        "--ipc",
+                        "in/ipc",
+                        "--stream",
+                        &stream,
+                        "--session",
+                        &session,
+                    ]);
+                    command
+                        .stdout(std::process::Stdio::null())
+                        .stderr(self.log_file("peers/publisher.stderr")?);
+                    (command, true)
+                }
+            },
+        };
+        let name = format!("{peer:?}");
+        let process = Proc::spawn(&name, &mut command, stdin)
+            .map_err(|error| format!("cannot start the {name}: {error}"))?;
+        self.event(format!("{name} started (pid {})", process.pid()));
+        self.peers.insert(peer, process);
+        if matches!(peer, PeerKind::HttpTarget | PeerKind::TcpReceiver) {
+            let port = if peer == PeerKind::HttpTarget {
+                self.ports.http
+            } else {
+                self.ports.tcp
+            };
+            wait_listening(port, Duration::from_secs(10))
+                .map_err(|()| format!("the {name} never listened on {port}"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether `peer` runs (and is not stopped).
+    pub fn peer_up(&mut self, peer: PeerKind) -> bool {
+        self.peers
+            .get_mut(&peer)
+            .is_some_and(|process| process.exited().is_none())
+    }
+
+    /// The path of a piece of state.
+    pub fn state_path(&self, what: StateFile) -> PathBuf {
+        let state = self.path("state");
+        match what {
+            StateFile::SinkState => self.path("out/out.txt.sinkstate"),
+            StateFile::LedgerStateDir => state,
+            StateFile::LedgerOutbox => newest_file(&LedgerState::outbox_path(&state))
+                .unwrap_or_else(|| LedgerState::outbox_path(&state).join("missing")),
+            StateFile::LedgerSnapshot => LedgerState::path(&state),
+            StateFile::Pointer => {
+                let mut name = self.streams[0].live.as_os_str().to_owned();
+                name.push(".readPointer");
+                PathBuf::from(name)
+            }
+            StateFile::Lanes => self.path("in/logs/lines.lanes"),
+            StateFile::TailerStore => self.path("in/journal/tailers/lines.tailer"),
+            StateFile::ArchivePointer => self.path("in/lines.pointer"),
+            StateFile::JournalExcerpt => self.path("in/journal"),
+        }
+    }
+
+    /// Appends `lines` new lines to `stream`: to its live file, or through its writer
+    /// process (journal appender, archive publisher).
+    ///
+    /// # Errors
+    /// The input could not be written (the harness cannot go on).
+    pub fn append(&mut self, stream: u32, lines: u32, pad: Option<u32>) -> Result<(), String> {
+        let stream = stream.min(self.streams.len() as u32 - 1);
+        let range = self.truth.new_lines(stream, lines, pad);
+        let text = self.truth.text_of(range.clone());
+        let files = &mut self.streams[stream as usize];
+        let live = files.live.clone();
+        match files.files.last_mut() {
+            Some(file) if file.path == live => file.lines.extend(range.clone()),
+            _ => files.files.push(InputFile {
+                path: live.clone(),
+                lines: range.clone().collect(),
+            }),
+        }
+        match self.scenario.source {
+            SourceKind::File | SourceKind::Glob => {
+                let mut file = OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&live)
+                    .map_err(|error| format!("cannot open {}: {error}", live.display()))?;
+                file.write_all(text.as_bytes())
+                    .map_err(|error| format!("cannot append to {}: {error}", live.display()))?;
+            }
+            SourceKind::Journal => {
+                if let Err(error) = self.write_through(PeerKind::Appender, text.as_bytes()) {
+                    // an appender that refuses the journal (a damaged one) takes nothing
+                    self.event(format!("the appender did not take the lines: {error}"));
+                    if let Some(mut appender) = self.peers.remove(&PeerKind::Appender) {
+                        appender.kill();
+                    }
+                    self.reconcile_journal()?;
+                }
+            }
+            SourceKind::ArchiveIpc | SourceKind::ArchiveUdp => {
+                self.write_through(PeerKind::Publisher, text.as_bytes())?
+            }
+        }
+        self.event(format!(
+            "appended {lines} lines to stream {stream} ({} written in all)",
+            self.truth.lines.len()
+        ));
+        Ok(())
+    }
+
+    /// Writes `bytes` to a writer peer's standard input, (re)starting it first.
+    fn write_through(&mut self, peer: PeerKind, bytes: &[u8]) -> Result<(), String> {
+        self.start_peer(peer)?;
+        let result = self
+            .peers
+            .get_mut(&peer)
+            .map(|process| process.write_stdin(bytes));
+        match result {
+            Some(Ok(())) => Ok(()),
+            Some(Err(error)) => Err(format!("cannot write to the {peer:?}: {error}")),
+            None => Err(format!("the {peer:?} is not running")),
+        }
+    }
+
+    /// Ends the input writers (their standard input closed) and waits for each to
+    /// exit: everything appended is then in the journal or recorded by the archiver.
+    pub fn close_writers(&mut self) {
+        for peer in [PeerKind::Appender, PeerKind::Publisher] {
+            if let Some(mut process) = self.peers.remove(&peer) {
+                process.resume();
+                process.close_stdin();
+                match process.wait_for(Duration::from_secs(90)) {
+                    Some(status) if status.success() => {
+                        self.event(format!("{peer:?} finished its input"));
+                    }
+                    Some(status) => {
+                        self.event(format!("{peer:?} ended with {status}"));
+                    }
+                    None => {
+                        process.kill();
+                        self.fail(
+                            FailureKind::Harness,
+                            format!("the {peer:?} did not finish its input in 90 s"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The gaps the UDP publisher answered "lost" (0 without one).
+    pub fn udp_gaps(&self) -> u64 {
+        std::fs::read_to_string(self.path("peers/udp-gaps"))
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Unmounts the small file systems (also done when the world is dropped).
+    pub fn unmount(&mut self) {
+        self.tmpfs.clear();
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            server.kill();
+        }
+        self.peers.clear();
+        self.tmpfs.clear();
+    }
+}
+
+/// The path new lines of `stream` go to.
+fn live_path(dir: &Path, source: SourceKind, stream: u32) -> PathBuf {
+    match source {
+        SourceKind::File => dir.join("in/input.log"),
+        SourceKind::Glob => dir.join(format!("in/logs/s{stream}.log")),
+        SourceKind::Journal => dir.join("in/journal"),
+        SourceKind::ArchiveIpc | SourceKind::ArchiveUdp => dir.join("in/archive"),
+    }
+}
+
+fn mount(dir: &Path, kib: u32) -> Result<Tmpfs, String> {
+    std::panic::catch_unwind(|| Tmpfs::mount_at(dir, &format!("{kib}k")))
+        .map_err(|_| format!("cannot mount a tmpfs on {} (needs root)", dir.display()))
+}
+
+/// Unmounts whatever an earlier run left mounted below `dir` (a killed harness).
+fn unmount_below(dir: &Path) {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
+        return;
+    };
+    let prefix = dir.to_string_lossy().into_owned();
+    for line in mounts.lines() {
+        if let Some(point) = line.split_whitespace().nth(1) {
+            if point.starts_with(&prefix) {
+                let _ = Command::new("umount").arg("-l").arg(point).status();
+            }
+        }
+    }
+}
+
+/// The file of `dir` whose name sorts last.
+fn newest_file(dir: &Path) -> Option<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    files.pop()
+}
+
+fn wait_listening(port: u16, patience: Duration) -> Result<(), ()> {
+    let deadline = Instant::now() + patience;
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Err(())
+}

@@ -1,0 +1,78 @@
+//! `cargo xtask chaos [ARGS]`: builds the release `mongoose` binary, the journal and
+//! archive plugins (into `target/chaos-plugins`) and the `mongoose-chaos` harness, then
+//! runs the harness. Without arguments it runs the fixed CI set (`ci`);
+//! `--minutes N` runs random seeds for N minutes (`soak`); `--seed S` runs one seed;
+//! anything else is passed to `mongoose-chaos` as it is (`run --schedule FILE`,
+//! `minimise --seed S`, `show --seed S`).
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::run;
+
+/// The plugins the chaos scenarios load.
+const PLUGINS: &[&str] = &["journal-plugin", "archive-plugin"];
+
+pub(crate) fn chaos(root: &Path, arguments: &[String]) -> bool {
+    let mut build = Command::new(env!("CARGO"));
+    build.current_dir(root).args([
+        "build",
+        "--release",
+        "-p",
+        "mongoose-server",
+        "--bin",
+        "mongoose",
+        "-p",
+        "mongoose-chaos",
+        "--bin",
+        "mongoose-chaos",
+    ]);
+    for plugin in PLUGINS {
+        build.args(["-p", plugin]);
+    }
+    if !run(&mut build) {
+        return false;
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let plugin_dir = target.join("chaos-plugins");
+    if let Err(error) = std::fs::create_dir_all(&plugin_dir) {
+        eprintln!("xtask: cannot create {}: {error}", plugin_dir.display());
+        return false;
+    }
+    for plugin in PLUGINS {
+        let file = format!("lib{}.so", plugin.replace('-', "_"));
+        let temporary = plugin_dir.join(format!(".{file}.tmp"));
+        let copied = std::fs::copy(target.join("release").join(&file), &temporary)
+            .and_then(|_| std::fs::rename(&temporary, plugin_dir.join(&file)));
+        if let Err(error) = copied {
+            eprintln!(
+                "xtask: cannot copy {file} into {}: {error}",
+                plugin_dir.display()
+            );
+            return false;
+        }
+    }
+    let passed: Vec<String> = match arguments {
+        [] => vec!["ci".to_owned()],
+        [flag, minutes] if flag == "--minutes" => {
+            vec!["soak".to_owned(), "--minutes".to_owned(), minutes.clone()]
+        }
+        [flag, seed] if flag == "--seed" => {
+            vec!["run".to_owned(), "--seed".to_owned(), seed.clone()]
+        }
+        other => other.to_vec(),
+    };
+    let mut harness = Command::new(target.join("release").join("mongoose-chaos"));
+    harness
+        .current_dir(root)
+        .arg("--bin-dir")
+        .arg(target.join("release"))
+        .arg("--plugin-dir")
+        .arg(&plugin_dir)
+        .arg("--work")
+        .arg(target.join("chaos"))
+        .args(&passed);
+    run(&mut harness)
+}
