@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-/// When a repeating message is due; see the [module documentation](self).
+/// When a repeating message is due: the first time at once, then at most once per
+/// interval with the count of the times it was not logged in between.
 ///
 /// ```
 /// use std::time::Duration;
