@@ -59,13 +59,15 @@
 //!
 //! # A batch
 //!
-//! Outputs are posted in order, one at a time. A batch goes on after `Published` and
-//! after a permanent refusal (`NotPublished { retryable: false }`, which concerns
-//! that output alone); after any other outcome (uncertain, or a retryable refusal)
-//! the rest of the batch is not sent and each is answered
-//! `NotPublished { retryable: true }` ("not sent: ..."), so that a retry keeps the
-//! outputs' order at the target and a target that is down costs one timeout per
-//! batch, not one per output.
+//! Outputs are posted in order, one at a time, and each is answered by what the target
+//! said of it: a target that answers (any status, 2xx to 5xx) is asked about every
+//! output of the batch, so a failure concerns the request that failed and no other.
+//! A batch stops only when the target does not answer: nothing could be sent (it is
+//! down or unreachable) or a request timed out (it hangs). The outputs after that one
+//! were **not sent**: they get no outcome (the answer is shorter than the batch, as
+//! [`Sink::publish`] allows), so the runner charges them no attempt and gives them
+//! again once the failed one's retry falls due; a target that is down costs one probe
+//! per backoff, not one timeout (or one charged attempt) per output.
 
 use std::fmt;
 use std::io::Read;
@@ -220,8 +222,9 @@ impl HttpSink {
         })
     }
 
-    /// Posts one output and classifies the answer.
-    fn post(&mut self, output: &Output) -> SinkOutcome {
+    /// Posts one output and classifies the answer; whether the target answered (a
+    /// batch goes on only while it does).
+    fn post(&mut self, output: &Output) -> (SinkOutcome, Answered) {
         let mut request = self
             .agent
             .post(&self.url)
@@ -248,15 +251,36 @@ impl HttpSink {
                     .get("location")
                     .and_then(|value| value.to_str().ok())
                     .map(str::to_string);
-                classify_status(status, &head, location.as_deref())
+                (
+                    classify_status(status, &head, location.as_deref()),
+                    Answered::Answering,
+                )
             }
             Err(error) => self.classify_error(&output.key, error, transmitted),
         }
     }
 
     /// The outcome of a request that ended in `error` (`transmitted`: whether any
-    /// byte of it was handed to a socket).
-    fn classify_error(&self, key: &OutputKey, error: UreqError, transmitted: bool) -> SinkOutcome {
+    /// byte of it was handed to a socket), and whether the target is answering: not
+    /// when nothing could be sent (it is down or unreachable) or a request timed out
+    /// (it hangs); a connection it closed or reset is one request's failure.
+    fn classify_error(
+        &self,
+        key: &OutputKey,
+        error: UreqError,
+        transmitted: bool,
+    ) -> (SinkOutcome, Answered) {
+        let answered = match &error {
+            UreqError::BadUri(_) | UreqError::Http(_) | UreqError::RequireHttpsOnly(_)
+                if !transmitted =>
+            {
+                // this output's key or headers: the next output may be fine
+                Answered::Answering
+            }
+            _ if !transmitted => Answered::NotAnswering,
+            UreqError::Timeout(_) => Answered::NotAnswering,
+            _ => Answered::Answering,
+        };
         let outcome = match &error {
             UreqError::BadUri(_) | UreqError::Http(_) | UreqError::RequireHttpsOnly(_)
                 if !transmitted =>
@@ -292,8 +316,19 @@ impl HttpSink {
             },
         };
         tracing::debug!(sink = %self.name, key = %key, outcome = ?outcome, "http publish failed");
-        outcome
+        (outcome, answered)
     }
+}
+
+/// Whether the target answered a request (with any status), so that the batch goes
+/// on to the next output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answered {
+    /// It answered, or the failure concerns this request alone.
+    Answering,
+    /// Nothing could be sent, or the request timed out: the rest of the batch is not
+    /// sent.
+    NotAnswering,
 }
 
 /// The outcome of a response with `status`, `head` (the first bytes of its body) and
@@ -338,44 +373,15 @@ fn classify_status(status: u16, head: &[u8], location: Option<&str>) -> SinkOutc
     }
 }
 
-/// True when a batch goes on after `outcome`: it was published, or refused for good
-/// (which concerns that output alone).
-pub(crate) fn batch_goes_on(outcome: &SinkOutcome) -> bool {
-    match outcome {
-        SinkOutcome::Published { .. } => true,
-        SinkOutcome::NotPublished { retryable, .. } => !retryable,
-        SinkOutcome::Uncertain { .. } => false,
-    }
-}
-
-/// The outcome of an output left unsent after an earlier one of its batch ended as
-/// `stopper`.
-pub(crate) fn not_sent_after(stopper: &SinkOutcome) -> SinkOutcome {
-    SinkOutcome::NotPublished {
-        evidence: format!(
-            "not sent: an earlier output of the batch ended {}",
-            match stopper {
-                SinkOutcome::Uncertain { evidence } => format!("uncertain ({evidence})"),
-                other => format!("not published ({})", other.evidence()),
-            }
-        ),
-        retryable: true,
-    }
-}
-
 impl Sink for HttpSink {
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
-        let mut stopper: Option<SinkOutcome> = None;
         for output in outputs {
-            if let Some(stopper) = &stopper {
-                outcomes.push(not_sent_after(stopper));
-                continue;
-            }
-            let outcome = self.post(output);
-            if !batch_goes_on(&outcome) {
-                stopper = Some(outcome.clone());
-            }
+            let (outcome, answered) = self.post(output);
             outcomes.push(outcome);
+            if answered == Answered::NotAnswering {
+                // the rest is not sent: no outcome, so no attempt is charged to it
+                break;
+            }
         }
     }
 }
