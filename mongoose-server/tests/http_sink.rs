@@ -29,6 +29,12 @@ struct Rules {
     poison: Option<(&'static str, u16)>,
     /// Every request is answered with this status.
     all: Option<u16>,
+    /// No request is answered (logged with status 0): the connection is held until
+    /// the client gives up and closes it.
+    hang: bool,
+    /// Every n-th request is read, logged with status 0, and its connection closed
+    /// without an answer.
+    close_every: Option<u64>,
 }
 
 /// One request as the target read it, and its answer.
@@ -165,7 +171,11 @@ fn serve(stream: TcpStream, state: &Mutex<TargetState>) {
             let mut state = state.lock();
             state.count += 1;
             let rules = &state.rules;
+            let closes = rules
+                .close_every
+                .is_some_and(|every| state.count % every == 0);
             let status = match (rules.all, rules.poison, rules.fail_every) {
+                _ if rules.hang || closes => 0,
                 (Some(status), _, _) => status,
                 (_, Some((marker, status)), _) if body.contains(marker) => status,
                 (_, _, Some((every, status))) if state.count % every == 0 => status,
@@ -179,6 +189,15 @@ fn serve(stream: TcpStream, state: &Mutex<TargetState>) {
             });
             status
         };
+        if status == 0 {
+            if state.lock().rules.hang {
+                // never answered: wait until the client gives up
+                let mut rest = Vec::new();
+                let _ = reader.read_to_end(&mut rest);
+            }
+            let _ = writer.shutdown(Shutdown::Both);
+            return;
+        }
         let answer = format!("HTTP/1.1 {status} Target\r\ncontent-length: 0\r\n\r\n");
         if writer.write_all(answer.as_bytes()).is_err() {
             return;
@@ -699,4 +718,155 @@ fn losses_counted_by_a_sink_are_reported_again_at_the_next_start() {
     );
     let (code, log) = run.finish_with_log();
     assert_eq!(code, 0, "reported once: {log}");
+}
+
+#[test]
+fn a_target_that_hangs_or_hangs_up_costs_one_attempt_per_request_and_heals() {
+    // hostile operator: a target that takes requests and never answers (a paused or
+    // wedged server), then one that hangs up on every third request. A timeout stops
+    // the batch: only the probe is sent (and charged) while the target hangs, the rest
+    // waits unsent; a hang-up concerns that request alone. Every request the target
+    // saw and did not answer is counted uncertain exactly once, nothing is held once
+    // the target answers again, every line is delivered, and the run exits 0.
+    let mut target = Target::start(Rules {
+        hang: true,
+        ..Rules::default()
+    });
+    let admin = format!("127.0.0.1:{}", free_port());
+    let mut run = LedgerRun::new(
+        &lines(0..100),
+        &forward_config(
+            &target.url(),
+            "max_retries = 2\ninitial_backoff_millis = 10\nmax_backoff_millis = 200",
+            &admin,
+        )
+        .replace(
+            "response_timeout_millis = 10000",
+            "response_timeout_millis = 2000",
+        ),
+    );
+    run.log_filter = "warn,mongoose_sink::http=debug";
+    let mut child = run.spawn(false);
+    wait_for_status(
+        &run,
+        &mut child,
+        &admin,
+        "held the probe of a hanging target",
+        Duration::from_secs(120),
+        |status| count(sink_of(status), "held_count") == 1 && target.seen().len() >= 5,
+    );
+    // one probe at a time: the target saw every attempt counted, and at most one more
+    // (in flight)
+    let before = target.seen().len() as u64;
+    let during = admin_get(&admin, "/status").expect("a status");
+    let seen = target.seen();
+    let sink = sink_of(&during);
+    assert!(
+        seen.iter().all(|request| request.key == seen[0].key),
+        "only the probe is sent while the target hangs: {seen:?}"
+    );
+    let uncertain = count(sink, "uncertain");
+    assert!(
+        uncertain + 1 >= before && uncertain <= seen.len() as u64,
+        "one uncertain attempt per request the target saw: {sink}, {before} to {} requests",
+        seen.len()
+    );
+    assert_eq!(count(sink, "queued"), 99, "the rest waits unsent: {sink}");
+    assert_eq!(sink["held_outputs"][0]["state"], "uncertain", "{sink}");
+
+    target.set_rules(Rules {
+        close_every: Some(3),
+        ..Rules::default()
+    });
+    let after = wait_for_status(
+        &run,
+        &mut child,
+        &admin,
+        "published every line",
+        Duration::from_secs(120),
+        |status| count(sink_of(status), "published") == 100 && status["settled"] == true,
+    );
+    let sink = sink_of(&after);
+    let seen = target.seen();
+    let unanswered = seen.iter().filter(|request| request.status == 0).count();
+    assert_eq!(
+        count(sink, "uncertain") + count(sink, "not_published"),
+        unanswered as u64,
+        "every failed attempt counted is a request the target did not answer: {sink}: {}",
+        {
+            let mut failed: BTreeMap<String, (i64, Vec<String>)> = BTreeMap::new();
+            for line in run
+                .log()
+                .lines()
+                .filter(|line| line.contains("http publish failed"))
+            {
+                let key = line
+                    .split("key=")
+                    .nth(1)
+                    .and_then(|rest| rest.split(' ').next())
+                    .unwrap_or("")
+                    .to_owned();
+                let entry = failed.entry(key).or_default();
+                entry.0 += 1;
+                entry
+                    .1
+                    .push(line.split("outcome=").nth(1).unwrap_or("").to_owned());
+            }
+            for request in seen.iter().filter(|request| request.status == 0) {
+                failed.entry(request.key.clone()).or_default().0 -= 1;
+            }
+            failed
+                .into_iter()
+                .filter(|(_, (balance, _))| *balance != 0)
+                .map(|(key, (balance, outcomes))| format!("{key}: {balance:+} {outcomes:?}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    );
+    assert_eq!(published_per_key(&seen).len(), 100);
+    assert_eq!(count(sink, "held_count"), 0);
+    assert_eq!(run.terminate(child), 0, "{}", run.log());
+    target.down();
+}
+
+#[test]
+fn a_server_killed_while_it_retries_a_held_output_loses_nothing() {
+    // hostile operator: the target is down past the budget, the output is held and
+    // retried, the server is killed with SIGKILL, the target comes back, the server
+    // starts again: every line is delivered, nothing lost, exit 0
+    let mut target = Target::start(Rules::default());
+    let admin = format!("127.0.0.1:{}", free_port());
+    target.down();
+    let run = LedgerRun::new(
+        &lines(0..50),
+        &forward_config(
+            &target.url(),
+            "max_retries = 1\ninitial_backoff_millis = 10\nmax_backoff_millis = 100\non_exhausted = \"hold\"",
+            &admin,
+        ),
+    );
+    let mut child = run.spawn(false);
+    wait_for_status(
+        &run,
+        &mut child,
+        &admin,
+        "held an output while the target is down",
+        Duration::from_secs(120),
+        |status| count(sink_of(status), "held_count") == 1,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let committed = std::fs::read(run.path("input.txt.readPointer")).map_or(0, |bytes| {
+        u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
+    });
+    assert_eq!(
+        committed, 0,
+        "nothing committed while its output is not published"
+    );
+    target.up();
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(published_per_key(&target.seen()).len(), 50);
+    assert_eq!(run.pointer(), lines(0..50).len() as u64);
 }

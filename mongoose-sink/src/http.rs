@@ -49,6 +49,7 @@
 //! |---|---|---|
 //! | `Timeout(Resolve)`, `HostNotFound` | resolving the host | yes: `NotPublished { retryable: true }` |
 //! | `Timeout(Connect)`, `Io(ConnectionRefused / HostUnreachable / NetworkUnreachable / NetworkDown / AddrNotAvailable)`, `ConnectionFailed` | `TcpStream::connect` | yes: `NotPublished { retryable: true }` |
+//! | `Timeout(SendRequest)`, `Timeout(SendBody)` before any byte was handed to the socket | the sink's own time budget ran out first (a loaded host): no attempt was made | yes: sent again at once (up to 3 times), then `NotPublished { retryable: true }` |
 //! | `Timeout(SendRequest)`, `Timeout(SendBody)`, `Io(..)` from a write | part of the request may be with the target | no: `Uncertain` |
 //! | `Timeout(RecvResponse)`, `Io(..)` from a read, `Protocol(..)`, `LargeResponseHeader` | the whole request was sent, the answer is missing or unreadable | no: `Uncertain` |
 //! | `BadUri`, `Http(..)`, `RequireHttpsOnly` | before connecting (checked when the sink is made) | yes: `NotPublished { retryable: false }` |
@@ -90,6 +91,10 @@ use crate::SinkError;
 const EVIDENCE_BODY_BYTES: usize = 200;
 /// How much of a response body is read so that its connection can be kept alive.
 const DRAIN_LIMIT: u64 = 64 * 1024;
+/// How often a request whose own time budget ran out before any byte of it was sent
+/// (no attempt: the target saw nothing) is sent again at once before that counts as a
+/// failed attempt.
+const LOCAL_TRIES: u32 = 3;
 
 /// The settings of an [`HttpSink`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,17 +230,34 @@ impl HttpSink {
     /// Posts one output and classifies the answer; whether the target answered (a
     /// batch goes on only while it does).
     fn post(&mut self, output: &Output) -> (SinkOutcome, Answered) {
-        let mut request = self
-            .agent
-            .post(&self.url)
-            .header("Idempotency-Key", output.key.to_string())
-            .header("X-Mongoose-Attempt", output.attempt.to_string());
-        for (header_name, header_value) in &self.headers {
-            request = request.header(header_name, header_value);
-        }
-        self.transmitted.store(false, Ordering::SeqCst);
-        let result = request.send(&output.payload[..]);
-        let transmitted = self.transmitted.load(Ordering::SeqCst);
+        let mut tries = 0;
+        let (result, transmitted) = loop {
+            tries += 1;
+            let mut request = self
+                .agent
+                .post(&self.url)
+                .header("Idempotency-Key", output.key.to_string())
+                .header("X-Mongoose-Attempt", output.attempt.to_string());
+            for (header_name, header_value) in &self.headers {
+                request = request.header(header_name, header_value);
+            }
+            self.transmitted.store(false, Ordering::SeqCst);
+            let result = request.send(&output.payload[..]);
+            let transmitted = self.transmitted.load(Ordering::SeqCst);
+            match &result {
+                // connected, then the sink's own budget ran out before a byte left
+                // (a loaded host): no attempt was made, so none is charged; send it
+                // again at once, with fresh time
+                Err(UreqError::Timeout(timeout))
+                    if !transmitted
+                        && !matches!(timeout, Timeout::Resolve | Timeout::Connect)
+                        && tries < LOCAL_TRIES =>
+                {
+                    tracing::debug!(sink = %self.name, key = %output.key, ?timeout, "the request's time budget ran out before it was sent: sent again");
+                }
+                _ => break (result, transmitted),
+            }
+        };
         match result {
             Ok(mut response) => {
                 let status = response.status().as_u16();
@@ -291,6 +313,17 @@ impl HttpSink {
                          header or the output's key holds characters HTTP does not allow"
                     ),
                     retryable: false,
+                }
+            }
+            UreqError::Timeout(timeout)
+                if !transmitted && !matches!(timeout, Timeout::Resolve | Timeout::Connect) =>
+            {
+                SinkOutcome::NotPublished {
+                    evidence: format!(
+                        "not sent: the request's time budget ran out {LOCAL_TRIES} times before \
+                         any byte of it left ({error}): the host may be overloaded"
+                    ),
+                    retryable: true,
                 }
             }
             _ if !transmitted => SinkOutcome::NotPublished {
