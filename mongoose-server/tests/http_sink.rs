@@ -583,6 +583,14 @@ fn an_outage_longer_than_the_retry_budget_heals_when_the_target_returns() {
             .is_ok_and(|attempt| attempt >= 11),
         "{first_after:?}"
     );
+    assert!(
+        seen[101..].iter().all(|request| request.attempt == "0"),
+        "the lines behind the probe were never charged an attempt: {:?}",
+        seen[101..]
+            .iter()
+            .filter(|request| request.attempt != "0")
+            .collect::<Vec<_>>()
+    );
 
     // a clean restart has nothing left to send
     assert_eq!(run.finish(), 0, "{}", run.log());

@@ -47,7 +47,8 @@
 //!
 //! | ureq error | when ureq raises it | nothing sent? |
 //! |---|---|---|
-//! | `Timeout(Resolve)`, `HostNotFound` | resolving the host | yes: `NotPublished { retryable: true }` |
+//! | `HostNotFound` | resolving the host | yes: `NotPublished { retryable: true }` |
+//! | `Timeout(Resolve)` | resolving took longer than the connect bound (a slow resolver, or a loaded host) | yes: sent again at once (up to 3 times), then `NotPublished { retryable: true }` |
 //! | `Timeout(Connect)`, `Io(ConnectionRefused / HostUnreachable / NetworkUnreachable / NetworkDown / AddrNotAvailable)`, `ConnectionFailed` | `TcpStream::connect` | yes: `NotPublished { retryable: true }` |
 //! | `Timeout(SendRequest)`, `Timeout(SendBody)` before any byte was handed to the socket | the sink's own time budget ran out first (a loaded host): no attempt was made | yes: sent again at once (up to 3 times), then `NotPublished { retryable: true }` |
 //! | `Timeout(SendRequest)`, `Timeout(SendBody)`, `Io(..)` from a write | part of the request may be with the target | no: `Uncertain` |
@@ -245,13 +246,13 @@ impl HttpSink {
             let result = request.send(&output.payload[..]);
             let transmitted = self.transmitted.load(Ordering::SeqCst);
             match &result {
-                // connected, then the sink's own budget ran out before a byte left
-                // (a loaded host): no attempt was made, so none is charged; send it
-                // again at once, with fresh time
+                // the sink's own budget ran out before a byte left (resolving an
+                // address, or connected and then not scheduled in time: a loaded
+                // host): no attempt was made, so none is charged; send it again at
+                // once, with fresh time. A connect that timed out is the target's
+                // silence: an attempt.
                 Err(UreqError::Timeout(timeout))
-                    if !transmitted
-                        && !matches!(timeout, Timeout::Resolve | Timeout::Connect)
-                        && tries < LOCAL_TRIES =>
+                    if !transmitted && *timeout != Timeout::Connect && tries < LOCAL_TRIES =>
                 {
                     tracing::debug!(sink = %self.name, key = %output.key, ?timeout, "the request's time budget ran out before it was sent: sent again");
                 }
@@ -315,9 +316,7 @@ impl HttpSink {
                     retryable: false,
                 }
             }
-            UreqError::Timeout(timeout)
-                if !transmitted && !matches!(timeout, Timeout::Resolve | Timeout::Connect) =>
-            {
+            UreqError::Timeout(timeout) if !transmitted && *timeout != Timeout::Connect => {
                 SinkOutcome::NotPublished {
                     evidence: format!(
                         "not sent: the request's time budget ran out {LOCAL_TRIES} times before \
