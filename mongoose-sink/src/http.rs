@@ -73,14 +73,16 @@
 
 use std::fmt;
 use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use serde::{Deserialize, Serialize};
+use ureq::config::Config as UreqConfig;
 use ureq::http::{HeaderName, HeaderValue, Uri};
-use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, NextTimeout, TcpConnector, Transport,
 };
@@ -217,7 +219,7 @@ impl HttpSink {
         let connector = TcpConnector::default().chain(TransmitRecorder {
             transmitted: Arc::clone(&transmitted),
         });
-        let agent = Agent::with_parts(agent_config, connector, DefaultResolver::default());
+        let agent = Agent::with_parts(agent_config, connector, LiteralFirst::default());
         Ok(HttpSink {
             name: name.to_string(),
             url: config.url,
@@ -418,6 +420,41 @@ impl Sink for HttpSink {
     }
 }
 
+/// A resolver that answers an address written in the url (`http://127.0.0.1:8080/`)
+/// itself and asks ureq's default resolver for a name. The default one resolves on a
+/// thread of its own to bound the wait, one per new connection: on a loaded host that
+/// thread alone outlasted the connect bound, for an address that needs no resolving.
+#[derive(Debug, Default)]
+struct LiteralFirst {
+    names: DefaultResolver,
+}
+
+impl Resolver for LiteralFirst {
+    fn resolve(
+        &self,
+        uri: &Uri,
+        config: &UreqConfig,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, UreqError> {
+        let literal = uri.authority().and_then(|authority| {
+            let host = authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let address: IpAddr = host.parse().ok()?;
+            Some(SocketAddr::new(address, authority.port_u16().unwrap_or(80)))
+        });
+        match literal {
+            Some(address) => {
+                let mut addresses = self.empty();
+                addresses.push(address);
+                Ok(addresses)
+            }
+            None => self.names.resolve(uri, config, timeout),
+        }
+    }
+}
+
 /// A connector at the end of ureq's chain that wraps the TCP transport in a
 /// [`RecordedTransport`].
 #[derive(Debug)]
@@ -499,6 +536,29 @@ mod tests {
             ));
         }
         assert!(!classify_status(308, b"", Some("http://x/")).may_retry());
+    }
+
+    #[test]
+    fn an_address_written_in_the_url_needs_no_resolver() {
+        let config = Agent::config_builder().build();
+        let resolve = |url: &str| {
+            LiteralFirst::default()
+                .resolve(
+                    &url.parse().expect("a url"),
+                    &config,
+                    NextTimeout::default(),
+                )
+                .expect("resolved")
+                .to_vec()
+        };
+        assert_eq!(
+            resolve("http://127.0.0.1:9/events"),
+            ["127.0.0.1:9".parse::<SocketAddr>().expect("an address")]
+        );
+        assert_eq!(
+            resolve("http://[::1]/events"),
+            ["[::1]:80".parse::<SocketAddr>().expect("an address")]
+        );
     }
 
     #[test]
