@@ -215,6 +215,16 @@ pub trait Sink: Send {
     /// runner gives them again, unchanged, once the failed one's retry falls due.
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>);
 
+    /// True when the last [`Sink::publish`] ended on an output whose target did not
+    /// answer (nothing could be sent to it, or it did not answer in time), whether
+    /// or not outputs were left unsent: the runner then sends nothing more until that
+    /// output's retry falls due, so a target that is down costs one attempt per
+    /// backoff, charged to one output. The default is false (every failure concerns
+    /// its own output).
+    fn target_not_answering(&self) -> bool {
+        false
+    }
+
     /// What the sink can verify of `key` after a restart: `Some(Published)` when it
     /// holds it (a file sink that finds the key below its durable length), `None`
     /// when it cannot tell (the output is then sent again with the same key).

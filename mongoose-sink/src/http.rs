@@ -125,6 +125,8 @@ pub struct HttpSink {
     /// Set by the transport when ureq hands request bytes to a socket; cleared
     /// before each request.
     transmitted: Arc<AtomicBool>,
+    /// The last publish ended on a request the target did not answer.
+    not_answering: bool,
 }
 
 impl fmt::Debug for HttpSink {
@@ -227,6 +229,7 @@ impl HttpSink {
             response_timeout_millis: config.response_timeout_millis,
             agent,
             transmitted,
+            not_answering: false,
         })
     }
 
@@ -409,14 +412,20 @@ fn classify_status(status: u16, head: &[u8], location: Option<&str>) -> SinkOutc
 
 impl Sink for HttpSink {
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+        self.not_answering = false;
         for output in outputs {
             let (outcome, answered) = self.post(output);
             outcomes.push(outcome);
             if answered == Answered::NotAnswering {
                 // the rest is not sent: no outcome, so no attempt is charged to it
+                self.not_answering = true;
                 break;
             }
         }
+    }
+
+    fn target_not_answering(&self) -> bool {
+        self.not_answering
     }
 }
 

@@ -16,10 +16,11 @@
 //! Every attempt counted is an attempt made: `not_published + uncertain` is the number
 //! of failed requests the target could have seen, never more.
 //!
-//! When the sink stops a batch early (its target does not answer), the runner pauses:
-//! nothing is sent until the failed output's retry falls due, and that output is the
-//! probe that is sent first. A target that is down therefore costs one attempt per
-//! backoff, charged to one output.
+//! When the sink's target does not answer (the sink stops a batch early, or says so
+//! with [`Sink::target_not_answering`]), the runner pauses: nothing is sent until the
+//! failed output's retry falls due, and that output is the probe that is sent first.
+//! A target that is down therefore costs one attempt per backoff, charged to one
+//! output.
 //!
 //! Outputs are first tried in the order they were sent; an output waiting for a retry
 //! does not hold back the ones after it (a retried output can land after later ones).
@@ -684,7 +685,10 @@ impl Run {
         let now = Instant::now();
         let wall = SystemTime::now();
         let outcomes = std::mem::take(&mut self.outcomes);
-        let stopped = outcomes.len() < count;
+        // the rest of the batch was not sent, or the target stopped answering (a
+        // batch of one says so too): nothing more goes out until the failed output
+        // is tried again
+        let stopped = outcomes.len() < count || self.sink.target_not_answering();
         // Published outputs are counted once per batch, and a run of one gate's tags is
         // completed with one `complete_through`. That is exact only while every tag up
         // to the run's last is published: so no output of this runner may be waiting
@@ -759,8 +763,8 @@ impl Run {
             }
         }
         if stopped {
-            // the rest of the batch was not sent: it waits, uncharged, in its place
-            // until the output the sink stopped at is tried again
+            // what the batch did not send waits, uncharged, in its place until the
+            // output the sink stopped at is tried again
             let last = outcomes.last().filter(|last| !last.is_published());
             if let (Some(next), Some(last)) = (next_try, last) {
                 self.paused_until = Some(next);

@@ -256,6 +256,15 @@ fn a_batch_stops_when_the_target_does_not_answer_and_leaves_the_rest_unanswered(
         2,
         "the rest of the batch was not sent"
     );
+    assert!(sink.target_not_answering(), "the runner is told to pause");
+
+    // a batch of one that times out says so too; one the target answers does not
+    server.script([Reply::Silence]);
+    assert_eq!(publish(&mut sink, &[output(9, 0, "line")]).len(), 1);
+    assert!(sink.target_not_answering());
+    server.script([Reply::Status(503, "busy")]);
+    assert!(publish(&mut sink, &[output(9, 0, "line")])[0].may_retry());
+    assert!(!sink.target_not_answering(), "a 503 is an answer");
 }
 
 #[test]

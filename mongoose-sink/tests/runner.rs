@@ -741,3 +741,69 @@ fn a_sink_that_answers_nothing_is_charged_for_its_first_output() {
     assert_eq!((status.lost, status.uncertain), (2, 6), "{status:?}");
     runner.stop(Instant::now());
 }
+
+#[test]
+fn a_target_that_does_not_answer_is_probed_by_one_output_even_in_batches_of_one() {
+    // issue 24, item 5: outputs that trickle in one at a time are each a batch of one,
+    // so a stop leaves nothing unsent to show it; the sink says its target does not
+    // answer, and the runner sends nothing else until the failed output is retried
+    struct Silent {
+        down: Arc<std::sync::atomic::AtomicBool>,
+        attempts: Arc<Mutex<Vec<u64>>>,
+    }
+    impl Sink for Silent {
+        fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+            self.attempts.lock().push(outputs[0].key.position);
+            outcomes.push(if self.down.load(Ordering::Acquire) {
+                SinkOutcome::Uncertain {
+                    evidence: "no response within 10 ms".into(),
+                }
+            } else {
+                SinkOutcome::Published {
+                    evidence: "201".into(),
+                }
+            });
+        }
+        fn target_not_answering(&self) -> bool {
+            self.down.load(Ordering::Acquire)
+        }
+    }
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let mut config = RunnerConfig::new("silent", "memory");
+    config.batch = 1;
+    config.budget = RetryBudget {
+        max_retries: 1_000,
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(20),
+        expire_after: Duration::from_secs(3600),
+    };
+    let runner = SinkRunner::start(
+        Box::new(Silent {
+            down: Arc::clone(&down),
+            attempts: Arc::clone(&attempts),
+        }),
+        config,
+    )
+    .expect("started");
+    for position in 0..5 {
+        runner
+            .handle()
+            .send(Output::new(key(position), b"x".to_vec()), None)
+            .expect("taken");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while attempts.lock().len() < 10 {
+        assert!(Instant::now() < deadline, "the probe is tried again");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        attempts.lock().iter().all(|position| *position == 0),
+        "only the probe is sent while the target does not answer: {:?}",
+        attempts.lock()
+    );
+    down.store(false, Ordering::Release);
+    let status = wait_for(&runner, |status| status.published == 5);
+    assert_eq!(status.published, 5, "{status:?}");
+    runner.stop(Instant::now());
+}
