@@ -199,15 +199,31 @@ impl SinkOutcome {
 /// A sink of outputs: a file, a socket, an HTTP endpoint, a broker.
 ///
 /// A sink runs on its own thread (its runner's), is given outputs in order, in
-/// batches, and answers one outcome per output, in order. It never panics on a bad
-/// output (that is [`SinkOutcome::NotPublished`] with `retryable: false`) and never
-/// blocks without a bound (a timeout is [`SinkOutcome::Uncertain`] when the output
-/// may have been handed over).
+/// batches, and answers one outcome per output it tried, in order. It never panics on
+/// a bad output (that is [`SinkOutcome::NotPublished`] with `retryable: false`) and
+/// never blocks without a bound (a timeout is [`SinkOutcome::Uncertain`] when the
+/// output may have been handed over).
 pub trait Sink: Send {
     /// Publishes `outputs` in order, pushing one outcome per output onto `outcomes`,
     /// in the same order. A sink that makes outputs durable (a file's fsync) does so
     /// before it answers [`SinkOutcome::Published`].
+    ///
+    /// A sink may stop early, after an output whose attempt failed, when going on is
+    /// pointless (its target does not answer): it answers the outputs it tried (at
+    /// least the first) and nothing for the rest. The rest were **not sent**: an
+    /// outcome is an attempt, and an output that was never sent is charged none; the
+    /// runner gives them again, unchanged, once the failed one's retry falls due.
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>);
+
+    /// True when the last [`Sink::publish`] ended on an output whose target did not
+    /// answer (nothing could be sent to it, or it did not answer in time), whether
+    /// or not outputs were left unsent: the runner then sends nothing more until that
+    /// output's retry falls due, so a target that is down costs one attempt per
+    /// backoff, charged to one output. The default is false (every failure concerns
+    /// its own output).
+    fn target_not_answering(&self) -> bool {
+        false
+    }
 
     /// What the sink can verify of `key` after a restart: `Some(Published)` when it
     /// holds it (a file sink that finds the key below its durable length), `None`
@@ -246,7 +262,8 @@ pub trait CommitGate: Send + Sync {
     }
 }
 
-/// How many attempts an output gets and until when.
+/// How many attempts an output gets and until when (under
+/// [`ExhaustedPolicy::Hold`]: until it is reported held; it is tried on after that).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryBudget {
     /// Attempts after the first (0: one attempt only).
@@ -288,7 +305,9 @@ impl RetryBudget {
 #[serde(rename_all = "snake_case")]
 pub enum ExhaustedPolicy {
     /// Hold the feed: its position is not committed past the input, the feed reports
-    /// `stalled` naming the sink and the output, and a restart sends it again.
+    /// `stalled` naming the sink and the output, and the sink goes on trying it at its
+    /// longest backoff (an output refused for good: when an operator asks, or after a
+    /// restart), so that an outage longer than the budget heals by itself.
     #[default]
     Hold,
     /// Count the output lost (`lossless: false`) and go on.

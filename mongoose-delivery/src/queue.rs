@@ -122,6 +122,20 @@ impl QueueShared {
         }
     }
 
+    /// Forgets the hold from `queue_position` with `reason`, if it is the one in
+    /// force (a held output published at last); true when it was.
+    pub(crate) fn lift_hold_if(&self, queue_position: u64, reason: &str) -> bool {
+        let mut because = self.held_because.lock();
+        if self.held_from.load(Ordering::Acquire) == queue_position
+            && because.as_deref() == Some(reason)
+        {
+            self.held_from.store(NOT_HELD, Ordering::Release);
+            *because = None;
+            return true;
+        }
+        false
+    }
+
     /// Why the queue holds, when it does.
     pub(crate) fn held_reason(&self) -> Option<String> {
         let because = self.held_because.lock();

@@ -263,7 +263,20 @@ pub fn run_until_done_with_signals(
             if stuck && !warned_stalled {
                 warned_stalled = true;
                 let stalled = stalled_feeds(report);
-                warn!(?stalled, "waiting to settle, but every unsettled feed is stalled: add a consumer for it, or stop the server");
+                // a sink that still holds or retries outputs keeps the run unsettled
+                // while every feed looks settled: say which, and that it goes on
+                let sinks: Vec<String> = server
+                    .sink_statuses()
+                    .iter()
+                    .filter(|sink| sink.held_count + sink.retrying + sink.queued > 0)
+                    .map(|sink| {
+                        format!(
+                            "{}: {} held, {} retrying, {} queued (held outputs are tried again by themselves; POST /sinks/{}/retry tries now)",
+                            sink.name, sink.held_count, sink.retrying, sink.queued, sink.name
+                        )
+                    })
+                    .collect();
+                warn!(?stalled, ?sinks, "waiting to settle, but every unsettled feed is stalled: add a consumer for it, or stop the server");
             }
             // a sink still trying an output may get it through (a target that comes
             // back): only a stall nothing works on any more needs an operator

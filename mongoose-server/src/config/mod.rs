@@ -365,21 +365,29 @@ pub struct SinkConfig {
     /// `tcp`: the bound on writing one batch (default 10,000 ms).
     #[serde(default)]
     pub write_timeout_millis: Option<u64>,
-    /// Retries after an output's first attempt (default 10).
+    /// Retries after an output's first attempt (default 10). Only attempts made
+    /// count: an output a batch did not send (its target stopped answering) is charged
+    /// none.
     #[serde(default)]
     pub max_retries: Option<u32>,
     /// The wait before the first retry, doubled per retry (default 100 ms).
     #[serde(default)]
     pub initial_backoff_millis: Option<u64>,
-    /// The longest wait between retries (default 10,000 ms).
+    /// The longest wait between retries (default 10,000 ms): also the pace at which
+    /// `hold` goes on trying a held output.
     #[serde(default)]
     pub max_backoff_millis: Option<u64>,
     /// How long after its first attempt an output expires (default 300,000 ms).
     #[serde(default)]
     pub expire_after_millis: Option<u64>,
     /// What an output that failed permanently, spent its retries or expired does:
-    /// `hold` (default: its feed's commit stays before its input, the feed reports
-    /// it, a restart tries it again) or `count_loss` (counted lost, `lossless: false`).
+    /// `hold` (default: its feed's commit stays before its input, the feed reports it
+    /// `stalled` and the sink lists it in `held_outputs`; one whose retries are spent
+    /// or that expired is still tried every `max_backoff_millis`, for as long as it
+    /// takes, and published when the target returns; one refused for good waits for
+    /// `POST /sinks/{name}/retry` or a restart) or `count_loss` (counted lost,
+    /// `lossless: false`, recorded beside the feed's pointer so the next start
+    /// reports it once).
     #[serde(default)]
     pub on_exhausted: Option<mongoose_core::sink::ExhaustedPolicy>,
     /// A plugin sink's settings, given to the plugin's sink as TOML text.

@@ -143,6 +143,15 @@ impl Server {
         self.inner.sinks.statuses()
     }
 
+    /// Asks sink `name` to try every output waiting for a retry, and every held one,
+    /// now (`POST /sinks/{name}/retry`).
+    ///
+    /// # Errors
+    /// No running sink of that name (the message lists the configured ones).
+    pub fn retry_sink(&self, name: &str) -> Result<mongoose_sink::RetryRequested, String> {
+        self.inner.sinks.retry_now(name)
+    }
+
     /// The status of every processor group.
     pub fn group_statuses(&self) -> Vec<GroupStatus> {
         let plane = &self.inner.plane;
@@ -225,41 +234,13 @@ impl Server {
     /// The loss file of a configured feed that keeps a pointer
     /// ([`crate::losses::loss_path`]); `None` for other feeds.
     pub fn loss_file(&self, feed: &str) -> Option<std::path::PathBuf> {
-        let config = &self.inner.config;
-        config
-            .feeds
-            .iter()
-            .position(|candidate| {
-                candidate.name == feed
-                    && candidate.is_file()
-                    && candidate.read_strategy.has_pointer()
-            })
-            .map(|index| {
-                let found = &config.feeds[index];
-                if found.is_glob() {
-                    // beside the glob feed's lane registry
-                    return crate::losses::loss_path(
-                        &glob_source_config(config, index).registry_path(),
-                    );
-                }
-                crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_for(
-                    &config.resolve(&found.path),
-                ))
-            })
+        loss_file_of(&self.inner.config, feed)
     }
 
     /// Records a loss of `feed` in the log and, for a feed that keeps a pointer, in
     /// its loss file, so the next start reports it once.
     pub fn record_loss(&self, feed: &str, what: String) {
-        warn!(feed, %what, "loss recorded: the next start reports it once");
-        let Some(path) = self.loss_file(feed) else {
-            return;
-        };
-        if let Err(error) =
-            crate::losses::append(&path, &crate::losses::LossRecord::now(feed, what))
-        {
-            error!(feed, file = %path.display(), %error, "cannot keep the loss record beside the pointer: the next start will not report it");
-        }
+        record_loss_of(&self.inner.config, feed, what);
     }
 
     /// Reports, once, the losses earlier runs recorded beside the feeds' pointers: a
@@ -285,5 +266,43 @@ impl Server {
                 }
             }
         }
+    }
+}
+
+/// The loss file of `feed` when `config` has it keep a pointer
+/// ([`crate::losses::loss_path`]); `None` for other feeds.
+pub(crate) fn loss_file_of(config: &ServerConfig, feed: &str) -> Option<std::path::PathBuf> {
+    config
+        .feeds
+        .iter()
+        .position(|candidate| {
+            candidate.name == feed && candidate.is_file() && candidate.read_strategy.has_pointer()
+        })
+        .map(|index| {
+            let found = &config.feeds[index];
+            if found.is_glob() {
+                // beside the glob feed's lane registry
+                return crate::losses::loss_path(
+                    &glob_source_config(config, index).registry_path(),
+                );
+            }
+            crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_for(
+                &config.resolve(&found.path),
+            ))
+        })
+}
+
+/// [`Server::record_loss`] with the server's `config`.
+pub(crate) fn record_loss_of(config: &ServerConfig, feed: &str, what: String) {
+    warn!(feed, %what, "loss recorded: the next start reports it once");
+    let Some(path) = loss_file_of(config, feed) else {
+        warn!(
+            feed,
+            "the feed keeps no pointer, so no loss file: the next start cannot report this loss"
+        );
+        return;
+    };
+    if let Err(error) = crate::losses::append(&path, &crate::losses::LossRecord::now(feed, what)) {
+        error!(feed, file = %path.display(), %error, "cannot keep the loss record beside the pointer: the next start will not report it");
     }
 }
