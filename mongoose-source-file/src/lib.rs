@@ -95,6 +95,7 @@
 //! | `line`, [`mod@split`] | [`Line`], the read chunks it borrows, and cutting lines on terminators |
 //! | `glob` | [`GlobFileSource`]: `glob::pattern` (file-name globs), `glob::adapter` (the lane adapter and the multiplexing committer), `glob::scan` (discovery, renames inside the glob), `glob::slots` (open-file slots, parking, forgetting deleted files) |
 //! | `lanes`, `watch` | the lane registry of a glob, and inotify on its folder |
+//! | [`mod@losses`] | the loss records kept beside a pointer (or a glob's registry) until a start reports them |
 //!
 //! # Example: a file feed and a processor that saves its position with its state
 //!
@@ -215,6 +216,7 @@ mod glob;
 mod identity;
 mod lanes;
 mod line;
+pub mod losses;
 pub mod pointer;
 mod positional;
 mod rotation;

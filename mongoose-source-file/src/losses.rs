@@ -2,9 +2,14 @@
 //! an operator released a held position, leaves a record there, so the next start
 //! reports it once (and that run is not lossless either) instead of looking clean.
 //!
-//! The file is `<pointer file>.losses`, JSON Lines, appended and synced. At a start its
-//! records are reported (a WARN each, counted in the feed's `earlierLosses`) and moved
-//! to `<pointer file>.losses.reported`, which keeps the history.
+//! The file is `<pointer file>.losses` (a glob feed's: `<lane registry>.losses`), JSON
+//! Lines, appended and synced. A file source appends a record the moment it finds a
+//! loss it reports (a rotated file compressed or deleted before it was read to its end,
+//! a glob's file deleted before it was opened): a kill right after cannot make the
+//! loss forgotten. The server appends one at a clean stop for what its feeds dropped.
+//! At a start the server reports the records (a WARN each, counted in the feed's
+//! `earlierLosses`) and moves them to `<pointer file>.losses.reported`, which keeps the
+//! history.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
