@@ -169,7 +169,7 @@ struct Tracked<T> {
     lane: u32,
     path: PathBuf,
     name: String,
-    /// Its source; `None` while it gave its open-file slot to another file.
+    /// Its source; `None` while it waits for an open-file slot (or gave its slot).
     source: Option<FileEventSource<T>>,
     strategy: ReadStrategy,
     /// Found by the last scan.
@@ -185,9 +185,14 @@ struct Tracked<T> {
     /// A deleted file's unterminated tail as seen at the last scan: forgotten when it
     /// did not change for a whole scan interval.
     deleted_tail: Option<u64>,
-    /// The file was renamed to this other name the glob matches: the lane moves to it
-    /// once what was read from the open handle is committed.
-    renamed_to: Option<String>,
+    /// The file key of the lane's file (COMMITED: its pointer's) when it has no open
+    /// handle: how a scan tells the lane's file from another one at its path.
+    key: Option<u64>,
+    /// The size of the lane's own file as last seen in this run (by a scan, or from
+    /// the open handle); `None` before.
+    seen_size: Option<u64>,
+    /// Written to (inotify) since `seen_size` was taken.
+    written: bool,
 }
 
 /// A source of many files: a glob, one [`FileEventSource`] and one lane per file. See
@@ -263,6 +268,11 @@ impl<T: Send + 'static> GlobFileSource<T> {
             output: Arc::clone(&output),
             state: Mutex::new(HubState::default()),
             committers: Arc::default(),
+            feed: config.name.clone(),
+            loss_file: config
+                .strategy
+                .has_pointer()
+                .then(|| crate::losses::loss_path(&config.registry_path())),
         });
         let registry = LaneRegistry::in_memory(config.registry_path());
         GlobFileSource {
@@ -429,8 +439,18 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                 .filter(|(name, _)| glob_matches(&pattern, name))
                 .map(|(name, lane)| (name.to_owned(), lane))
                 .collect();
+            self.complete_moves()?;
             for (name, lane) in entries {
-                self.track(lane, &name, self.config.strategy, false)?;
+                let pointer = crate::pointer::pointer_path_for(&self.config.folder().join(&name));
+                let key = std::fs::read(pointer)
+                    .ok()
+                    .map(|bytes| {
+                        crate::pointer::PointerRecord::decode(&bytes)
+                            .record
+                            .file_key
+                    })
+                    .filter(|key| *key != 0);
+                self.track(lane, &name, self.config.strategy, false, key)?;
             }
         }
         self.started = true;
@@ -447,7 +467,9 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         let mut work = 0usize;
         let now = Instant::now();
-        if self.next_scan.is_none_or(|at| now >= at) || self.watch.changed() {
+        let changes = self.watch.poll();
+        self.note_written(&changes);
+        if self.next_scan.is_none_or(|at| now >= at) || changes.entries {
             self.scan()?;
             self.settle()?;
             self.output.report_files(&self.files());
@@ -489,6 +511,22 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                 }
             }
             work += read;
+        }
+        // a file whose path names another file now: where did the open file go? A
+        // scan now says (renamed inside the glob: followed); if it is not in the glob
+        // any more, its source reads it to its end and goes on with the new file
+        if self.files.values().any(|file| {
+            file.source
+                .as_ref()
+                .is_some_and(FileEventSource::path_replaced)
+        }) {
+            self.scan()?;
+            for file in self.files.values_mut() {
+                if let Some(source) = file.source.as_mut() {
+                    source.confirm_replacement();
+                }
+            }
+            self.settle()?;
         }
         self.report_aggregate();
         Ok(WorkDone(work))
