@@ -550,3 +550,42 @@ fn rotated_unread_counts_each_file_once() {
         true
     });
 }
+
+// ---------------------------------------------------------------------------------
+// Issue 25, item 2: a `rotated` glob that matches every file of the feed's own glob
+// took each for a rotation: 0 of 400 lines read, "settled and lossless". Refused at
+// load (validate and run), with its key path.
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn a_rotated_glob_that_matches_the_feeds_own_files_is_refused_at_load() {
+    for rotated in ["*.log", "*", "*.lo?"] {
+        let run = glob_ledger_run("", &format!("rotated = \"{rotated}\""));
+        append_lines(&run.path("logs/app.log"), &ledger_lines("a", 400));
+        for command in ["validate", "run"] {
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_mongoose"))
+                .arg(command)
+                .arg("--config")
+                .arg(run.path("mongoose.toml"))
+                .args((command == "run").then_some("--exit-when-settled"))
+                .output()
+                .expect("the mongoose binary runs");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(
+                output.status.code(),
+                Some(mongoose_server::cli::EXIT_BAD_CONFIG as i32),
+                "`mongoose {command}` with rotated = {rotated:?}: {stderr}"
+            );
+            assert!(
+                stderr.contains("feeds[0].rotated") && stderr.contains(rotated),
+                "names the key and the glob: {stderr}"
+            );
+        }
+    }
+    // a rotated glob that leaves the feed's files alone is taken
+    let run = glob_ledger_run("", "rotated = \"*.log.[0-9]\"");
+    append_lines(&run.path("logs/app.log"), &ledger_lines("a", 400));
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    support::assert_applied_once(&run.state_in("state"), &ledger_lines("a", 400), &log);
+}

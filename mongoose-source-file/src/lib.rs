@@ -227,7 +227,7 @@ mod watch;
 pub use config::{FileSourceConfig, FileSourceStatus, ReadStrategy};
 pub use error::FileSourceError;
 pub use glob::{
-    glob_matches, is_glob, GlobFileSource, GlobSourceConfig, DEFAULT_MAX_OPEN_FILES,
+    glob_covers, glob_matches, is_glob, GlobFileSource, GlobSourceConfig, DEFAULT_MAX_OPEN_FILES,
     DEFAULT_SCAN_INTERVAL,
 };
 pub use line::Line;

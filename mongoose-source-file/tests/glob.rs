@@ -573,3 +573,22 @@ fn a_glob_source_commits_only_through_the_driver() {
     assert_eq!(pointer_of(&a).offset, size);
     SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }
+
+// issue 25, item 2: `rotated` equal to the glob took every file for a rotation: nothing
+// read, "settled and lossless". The start is refused.
+#[test]
+fn a_rotated_glob_that_covers_the_feeds_glob_refuses_the_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=3)).expect("a");
+    let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
+    let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
+    let mut config =
+        GlobSourceConfig::new("logs", dir.path().join("*.log"), ReadStrategy::Committed);
+    config.rotated = vec!["*.log".to_owned()];
+    let mut source = GlobFileSource::<String>::of_lines(config, output);
+    let error = source.start().expect_err("refused");
+    assert!(
+        error.to_string().contains("'*.log' matches every file"),
+        "{error}"
+    );
+}

@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 use mongoose_core::{CoreError, EventSource, FileLag, SourceOutput, SourceState, WorkDone};
 use parking_lot::Mutex;
 
-pub use self::pattern::{glob_matches, is_glob};
+pub use self::pattern::{glob_covers, glob_matches, is_glob};
 
 use self::adapter::{Hub, HubState, LaneMultiplexer};
 use crate::config::{FileSourceConfig, ReadStrategy};
@@ -417,6 +417,19 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             return Err(
                 FileSourceError::WildcardFolder(self.config.pattern.display().to_string()).into(),
             );
+        }
+        let pattern = self.config.file_pattern();
+        if let Some(rotated) = self
+            .config
+            .rotated
+            .iter()
+            .find(|rotated| glob_covers(rotated, &pattern))
+        {
+            return Err(FileSourceError::RotatedCoversGlob {
+                rotated: rotated.clone(),
+                pattern,
+            }
+            .into());
         }
         self.output.set_pause_by_default(true);
         // watched before the first scan: a file created between the two is not missed

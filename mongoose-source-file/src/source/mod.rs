@@ -500,14 +500,16 @@ impl<T: Send + 'static> FileEventSource<T> {
                 match std::fs::rename(&shared.pointer_path, &new_pointer) {
                     Ok(()) => {}
                     Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(error) => return Err(CoreError::io(
-                        format!(
+                    Err(error) => {
+                        return Err(CoreError::io(
+                            format!(
                             "cannot move the pointer file {} to {} after a rename inside the glob",
                             shared.pointer_path.display(),
                             new_pointer.display()
                         ),
-                        error,
-                    )),
+                            error,
+                        ))
+                    }
                 }
             }
             shared.pointer_path = new_pointer;
