@@ -498,11 +498,18 @@ fn a_loss_found_before_a_kill_is_reported_after_it() {
         });
         child.kill().expect("SIGKILL");
         child.wait().expect("reaped");
+        // the next start reports it, and is killed too before it ends
+        let mut child = run.spawn(false);
+        run.wait_until(&mut child, "reported the earlier loss", || {
+            feed_status(port).is_some_and(|feed| feed["earlierLosses"].as_u64() >= Some(1))
+        });
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
         let killed = run.log();
         let (code, log) = run.finish_with_log();
         assert_eq!(
             code, 3,
-            "the loss found by the killed run is reported after the kill: {killed}{log}"
+            "the loss found by a killed run is reported until a run that reports it ends: {killed}{log}"
         );
         assert!(log.contains("b.log"), "the loss names the file: {log}");
         support::assert_applied_once(&run.state_in("state"), &first, &log);

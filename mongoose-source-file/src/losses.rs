@@ -63,19 +63,20 @@ pub fn append(path: &Path, record: &LossRecord) -> std::io::Result<()> {
     file.sync_data()
 }
 
-/// Takes the records at `path` that no start has reported yet: they are appended to
-/// `<path>.reported` and the loss file is removed. A line that is not a record (a torn
-/// last write) is reported as such, never dropped silently.
+/// The records at `path` that no run has reported to its end yet (a start reports
+/// them, and only a run that ends after reporting them marks them reported: a run
+/// killed after its start reported them leaves them for the next start). A line that is
+/// not a record (a torn last write) is reported as such, never dropped silently.
 ///
 /// # Errors
-/// The file exists but cannot be read or moved.
-pub fn take_unreported(path: &Path) -> std::io::Result<Vec<LossRecord>> {
+/// The file exists but cannot be read.
+pub fn read_unreported(path: &Path) -> std::io::Result<Vec<LossRecord>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(error) => return Err(error),
     };
-    let records: Vec<LossRecord> = text
+    Ok(text
         .lines()
         .filter(|line| !line.trim().is_empty())
         .map(|line| {
@@ -85,16 +86,68 @@ pub fn take_unreported(path: &Path) -> std::io::Result<Vec<LossRecord>> {
                 what: format!("an unreadable loss record: {line}"),
             })
         })
+        .collect())
+}
+
+/// Marks the first `count` records at `path` reported (a run that reported them at its
+/// start has ended): they are appended to `<path>.reported`, which keeps the history,
+/// and the records written after them (losses found in that run) stay for the next
+/// start. The file is rewritten atomically (a temporary file renamed over it), or
+/// removed when nothing stays.
+///
+/// # Errors
+/// The file cannot be read, or the history or the rest cannot be written.
+pub fn mark_reported(path: &Path, count: usize) -> std::io::Result<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
         .collect();
+    let split = count.min(lines.len());
+    let (done, rest) = lines.split_at(split);
     let mut reported = path.as_os_str().to_owned();
     reported.push(".reported");
     let mut history = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(PathBuf::from(reported))?;
-    history.write_all(text.as_bytes())?;
+    for line in done {
+        history.write_all(line.as_bytes())?;
+        history.write_all(b"\n")?;
+    }
     history.sync_data()?;
-    std::fs::remove_file(path)?;
+    if rest.is_empty() {
+        return std::fs::remove_file(path);
+    }
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    {
+        let mut file = std::fs::File::create(&temporary)?;
+        for line in rest {
+            file.write_all(line.as_bytes())?;
+            file.write_all(b"\n")?;
+        }
+        file.sync_all()?;
+    }
+    std::fs::rename(&temporary, path)
+}
+
+/// Reads the records at `path` and marks them reported at once ([`read_unreported`],
+/// then [`mark_reported`]).
+///
+/// # Errors
+/// As those two.
+pub fn take_unreported(path: &Path) -> std::io::Result<Vec<LossRecord>> {
+    let records = read_unreported(path)?;
+    mark_reported(path, records.len())?;
     Ok(records)
 }
 
@@ -118,5 +171,26 @@ mod tests {
             std::fs::read_to_string(dir.path().join("input.txt.readPointer.losses.reported"))
                 .expect("history");
         assert_eq!(history.lines().count(), 2);
+    }
+
+    #[test]
+    fn records_stay_until_a_run_that_reported_them_ends() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = loss_path(&dir.path().join("input.txt.readPointer"));
+        append(&path, &LossRecord::now("lines", "lost a.log".into())).expect("written");
+        // a start reports it, the run is killed: reported again by the next start
+        assert_eq!(read_unreported(&path).expect("read").len(), 1);
+        let at_start = read_unreported(&path).expect("read");
+        assert_eq!(at_start.len(), 1);
+        // that run finds another loss, then ends: only the first is marked reported
+        append(&path, &LossRecord::now("lines", "lost b.log".into())).expect("written");
+        mark_reported(&path, at_start.len()).expect("marked");
+        let left = read_unreported(&path).expect("read");
+        assert_eq!(
+            left.iter().map(|r| r.what.as_str()).collect::<Vec<_>>(),
+            ["lost b.log"]
+        );
+        mark_reported(&path, 1).expect("marked");
+        assert!(!path.exists());
     }
 }

@@ -106,6 +106,7 @@ impl FolderWatch {
             let Some(inotify) = self.inotify.as_mut() else {
                 return changes;
             };
+            let mut renamed: Vec<std::ffi::OsString> = Vec::new();
             loop {
                 match inotify.read_events(&mut self.buffer) {
                     Ok(events) => {
@@ -113,8 +114,12 @@ impl FolderWatch {
                         for event in events {
                             any = true;
                             if event.mask.contains(EventMask::MODIFY) {
+                                // a write after the name was created, moved or deleted
+                                // in this batch is another file's (a file made again)
                                 if let Some(name) = event.name {
-                                    if !changes.written.iter().any(|seen| seen == name) {
+                                    if !changes.written.iter().any(|seen| seen == name)
+                                        && !renamed.iter().any(|seen| seen == name)
+                                    {
                                         changes.written.push(name.to_owned());
                                     }
                                 }
@@ -122,6 +127,9 @@ impl FolderWatch {
                                 // created, moved, deleted, or the queue overflowed
                                 changes.entries = true;
                                 changes.overflowed |= event.mask.contains(EventMask::Q_OVERFLOW);
+                                if let Some(name) = event.name {
+                                    renamed.push(name.to_owned());
+                                }
                             }
                         }
                         if !any {

@@ -185,14 +185,27 @@ struct Tracked<T> {
     /// A deleted file's unterminated tail as seen at the last scan: forgotten when it
     /// did not change for a whole scan interval.
     deleted_tail: Option<u64>,
-    /// The file key of the lane's file (COMMITED: its pointer's) when it has no open
-    /// handle: how a scan tells the lane's file from another one at its path.
-    key: Option<u64>,
+    /// What the lane's pointer held when it was last seen without an open handle
+    /// (COMMITED: found, loaded at the start, or parked): how a scan tells the lane's
+    /// file from another one at its path.
+    record: Option<crate::pointer::PointerRecord>,
     /// The size of the lane's own file as last seen in this run (by a scan, or from
     /// the open handle); `None` before.
     seen_size: Option<u64>,
     /// Written to (inotify) since `seen_size` was taken.
     written: bool,
+    /// (No slot) the path names another file than the lane's now, as last seen by a
+    /// scan (another file key, shorter than the pointer, or other leading bytes).
+    replaced: bool,
+}
+
+impl<T> Tracked<T> {
+    /// The file key of the lane's file when it has no open handle.
+    fn key(&self) -> Option<u64> {
+        self.record
+            .map(|record| record.file_key)
+            .filter(|key| *key != 0)
+    }
 }
 
 /// A source of many files: a glob, one [`FileEventSource`] and one lane per file. See
@@ -455,15 +468,11 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             self.complete_moves()?;
             for (name, lane) in entries {
                 let pointer = crate::pointer::pointer_path_for(&self.config.folder().join(&name));
-                let key = std::fs::read(pointer)
+                let record = std::fs::read(pointer)
                     .ok()
-                    .map(|bytes| {
-                        crate::pointer::PointerRecord::decode(&bytes)
-                            .record
-                            .file_key
-                    })
-                    .filter(|key| *key != 0);
-                self.track(lane, &name, self.config.strategy, false, key)?;
+                    .map(|bytes| crate::pointer::PointerRecord::decode(&bytes).record)
+                    .filter(|record| record.epoch != 0);
+                self.track(lane, &name, self.config.strategy, false, record)?;
             }
         }
         self.started = true;

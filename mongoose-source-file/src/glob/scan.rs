@@ -17,6 +17,7 @@ use super::GlobFileSource;
 use crate::config::ReadStrategy;
 use crate::identity::key_of;
 use crate::pointer::{pointer_path_for, PointerRecord};
+use crate::positional::starts_as_fingerprinted;
 use crate::rotation;
 use crate::source::{write_identity, FileEventSource};
 use crate::watch::FolderChanges;
@@ -153,14 +154,14 @@ impl<T: Send + 'static> GlobFileSource<T> {
             }
             // its identity first (COMMITED): a crash after it and before the registry
             // write leaves a pointer at offset 0, nothing read
-            let key = if self.has_pointer() {
+            let record = if self.has_pointer() {
                 write_identity(&self.config.folder().join(name))?
             } else {
                 None
             };
             let lane = self.registry.assign(name)?;
             info!(source = %self.config.name, file = %name, lane, "a file matching the glob: reading it on its own lane");
-            self.track(lane, name, strategy, true, key)?;
+            self.track(lane, name, strategy, true, record)?;
         }
         self.refresh_sizes();
         Ok(())
@@ -191,7 +192,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 {
                     return open == key && at_path != Some(open);
                 }
-                if tracked.key != Some(key.0) || at_path == Some(key) {
+                if tracked.key() != Some(key.0) || at_path == Some(key) {
                     return false;
                 }
                 let Ok(bytes) = fs::read(pointer_path_for(&tracked.path)) else {
@@ -289,13 +290,27 @@ impl<T: Send + 'static> GlobFileSource<T> {
                     status.read_position
                 };
             }
-            let own_key = open_key.map(|key| key.0).or(file.key);
+            let own_key = open_key.map(|key| key.0).or(file.key());
             if let Ok(metadata) = fs::metadata(&file.path) {
+                let grew = metadata.len() != file.size;
                 file.size = metadata.len();
-                if own_key.is_some() && key_of(&metadata).map(|key| key.0) == own_key {
+                let path_key = key_of(&metadata).map(|key| key.0);
+                if own_key.is_some() && path_key == own_key {
                     file.seen_size = Some(metadata.len());
                     file.written = false;
                 }
+                // no slot: is the file at the path still the lane's? (another key; or
+                // the same key, an inode reused by a new file: shorter than the
+                // pointer, or other leading bytes, looked at when the size changed)
+                file.replaced = open_key.is_none()
+                    && file.record.is_some_and(|record| {
+                        path_key != own_key
+                            || metadata.len() < record.offset
+                            || ((grew || file.written)
+                                && record.fingerprint_length > 0
+                                && !fs::File::open(&file.path)
+                                    .is_ok_and(|opened| starts_as_fingerprinted(&opened, &record)))
+                    });
             } else if let Some(unread) = file
                 .source
                 .as_ref()

@@ -46,15 +46,15 @@ impl<T: Send + 'static> GlobFileSource<T> {
         Ok(source)
     }
 
-    /// Tracks a file on `lane`: opened now when a slot is free, else waiting. `key`:
-    /// the file key its pointer holds, if known.
+    /// Tracks a file on `lane`: opened now when a slot is free, else waiting.
+    /// `record`: what its pointer holds, if known.
     pub(super) fn track(
         &mut self,
         lane: u32,
         name: &str,
         strategy: ReadStrategy,
         matched: bool,
-        key: Option<u64>,
+        record: Option<PointerRecord>,
     ) -> Result<(), CoreError> {
         let path = self.config.folder().join(name);
         let slot_free = !self.has_pointer() || self.open_files() < self.config.max_open_files;
@@ -78,9 +78,10 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 size: 0,
                 parked_size: None,
                 deleted_tail: None,
-                key,
+                record,
                 seen_size: None,
                 written: false,
+                replaced: false,
             },
         );
         Ok(())
@@ -99,6 +100,18 @@ impl<T: Send + 'static> GlobFileSource<T> {
         }
         if !self.has_pointer() {
             return Ok(());
+        }
+        // files not open whose path names another file now (deleted and made again,
+        // or rotated): not among their rotations, they are gone, and the new file is
+        // another file, on a new lane
+        let replaced: Vec<u32> = self
+            .files
+            .values()
+            .filter(|file| file.source.is_none() && file.matched && file.replaced)
+            .map(|file| file.lane)
+            .collect();
+        for lane in replaced {
+            self.settle_replaced(lane)?;
         }
         // parked files that changed want a slot again
         for file in self.files.values() {
@@ -154,7 +167,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 let status = source.status();
                 if file.cycles == 0
                     || source.has_pending_line()
-                    || status.committed_position != status.read_position
+                    || status.read_position > status.committed_position
                 {
                     return Ok(());
                 }
@@ -187,6 +200,36 @@ impl<T: Send + 'static> GlobFileSource<T> {
         }
     }
 
+    /// A file without a slot whose path names another file now. Its pointer's file
+    /// among its rotations: its source finishes it there when it gets a slot (then
+    /// the file at the path, under a new epoch). Else it is gone: forgotten (its loss
+    /// counted once if it may have held unread lines), and the file at the path is a
+    /// new file that the next scan reads on a new lane.
+    fn settle_replaced(&mut self, lane: u32) -> Result<(), CoreError> {
+        let Some(file) = self.files.get_mut(&lane) else {
+            return Ok(());
+        };
+        let record = fs::read(pointer_path_for(&file.path))
+            .map(|bytes| PointerRecord::decode(&bytes).record)
+            .unwrap_or_default();
+        if record.epoch == 0 || Some(record.file_key) != file.key() {
+            return Ok(());
+        }
+        let globs = if self.config.rotated.is_empty() {
+            rotation::default_globs(&file.path)
+        } else {
+            self.config.rotated.clone()
+        };
+        if rotation::find_pointer_file(&file.path, &globs, &record).is_some() {
+            return Ok(());
+        }
+        file.committed = record.offset;
+        let unread = unread_of(file, &record, self.watch.is_active());
+        info!(source = %self.config.name, file = %file.path.display(), lane,
+            "the file at the path is another file, and the lane's file is not among its rotations: the lane's file is gone; the new file is read on a new lane");
+        self.forget(lane, unread)
+    }
+
     /// Closes one open file with everything it read committed: at its end, or after
     /// its [`GlobSourceConfig::turns_per_slot`] turns (the one open the longest).
     /// False when none can give its slot now.
@@ -215,7 +258,8 @@ impl<T: Send + 'static> GlobFileSource<T> {
             let record = source.pointer_record();
             source.stop()?;
             file.committed = status.committed_position;
-            file.key = Some(record.file_key).filter(|key| *key != 0);
+            file.record = Some(record).filter(|record| record.epoch != 0);
+            file.replaced = false;
             file.size = fs::metadata(&file.path).map_or(status.read_position, |m| m.len());
             // before its end (its turns were over): it waits for a slot again at once
             file.parked_size = (status.state == SourceState::CaughtUp).then_some(file.size);

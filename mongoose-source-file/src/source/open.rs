@@ -533,9 +533,9 @@ impl<T: Send + 'static> FileEventSource<T> {
 /// From then on the file is known by identity even while it waits for an open-file
 /// slot: renamed inside the glob it keeps its lane, rotated it is followed, and gone
 /// before it was opened its lines are counted lost. A pointer file already there is
-/// left as it is (the identity check of the first open decides). Returns the file's
-/// key, or `None` when the file cannot be opened (gone already).
-pub(crate) fn write_identity(input: &Path) -> Result<Option<u64>, CoreError> {
+/// left as it is (the identity check of the first open decides). Returns what the
+/// pointer holds, or `None` when the file cannot be opened (gone already).
+pub(crate) fn write_identity(input: &Path) -> Result<Option<PointerRecord>, CoreError> {
     let file = match File::open(input) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -561,7 +561,7 @@ pub(crate) fn write_identity(input: &Path) -> Result<Option<u64>, CoreError> {
     })?;
     let existing = opened.decoded.record;
     if !opened.created && existing.epoch != 0 {
-        return Ok(Some(existing.file_key).filter(|key| *key != 0));
+        return Ok(Some(existing));
     }
     let (fingerprint_length, fingerprint) = fingerprint_of(&file).unwrap_or((0, 0));
     let record = PointerRecord {
@@ -578,7 +578,7 @@ pub(crate) fn write_identity(input: &Path) -> Result<Option<u64>, CoreError> {
             error,
         )
     })?;
-    Ok(Some(key.0))
+    Ok(Some(record))
 }
 
 /// A new epoch, never 0 and never `previous`. Not a file time: the clock and the
