@@ -15,35 +15,54 @@
 //! * **Discovery**: at start, at once when inotify (Linux) reports a file created,
 //!   moved or deleted in the folder, and every [`GlobSourceConfig::scan_interval`]
 //!   (default 1 s; the only way elsewhere, and the fallback when the folder cannot be
-//!   watched or the event queue overflowed). A new file is read from its start (COMMITED: no pointer yet, so from
-//!   0 under a new epoch; LATEST: the files present at start are read from their end,
-//!   later ones from their start; the ONCE strategies read the files present at start).
+//!   watched or the event queue overflowed). A new file is read from its start
+//!   (COMMITED: from 0 under a new epoch; LATEST: the files present at start are read
+//!   from their end, later ones from their start; the ONCE strategies read the files
+//!   present at start). COMMITED: its identity (a new epoch, its file key and the
+//!   fingerprint of its first bytes) is written to its pointer when it is found, so a
+//!   file is known by identity even while it waits for a slot.
 //! * **Not inputs**: pointer files, the registry, loss files, and the *rotations* of a
 //!   tracked or matched file (`<name>.*`, `<name>-*`, or the configured `rotated`
 //!   globs): a rotated file is read as its file's rotation by that file's own source,
-//!   never as a new file (which would deliver its lines twice).
-//! * **A deleted file is forgotten once fully committed**: when the scan no longer
-//!   finds it and its source read its open handle to the end and committed all of it
-//!   (or it has no open file), its source is stopped, its pointer file and its registry
-//!   entry removed (INFO). Until then it is read from the open handle. A file deleted
-//!   while the server was down is looked for among its rotations like a single file's;
-//!   not found while its pointer held a position, it is reported as a possible loss.
+//!   never as a new file (which would deliver its lines twice). A `rotated` glob that
+//!   matches every name of the feed's own glob ([`glob_covers`]) is refused at the
+//!   start: no file would ever be read.
+//! * **A lane follows its file** (COMMITED). A file renamed to another name the glob
+//!   matches (logrotate's `create` with `dateext`: `app.log` -> `app-20261201.log`
+//!   with `*.log`), while running or while down, keeps its lane: renames are resolved
+//!   before new files are taken, by the open handle's file key (or, without a slot, by
+//!   its pointer: file key and leading bytes), whether or not the old name already
+//!   holds a new file. The registry entry moves, then the pointer file; an open source
+//!   reads on from its handle (nothing stops, nothing in flight is read twice), and a
+//!   start completes a pointer move that a crash interrupted. The new file at the old
+//!   name is another file, on a new lane. A file whose name is taken by another file
+//!   while it is open, and that is not under another name of the glob (rotated out of
+//!   it, `app.log.1`, or deleted) is read to its end on its lane, then the new file is
+//!   read on the same lane under a new epoch, as a single file's source does.
+//!   (Without a pointer, EARLIEST/LATEST, a renamed file is read again on a new lane.)
+//! * **A file gone from the glob** (not found by a scan under any name): still open,
+//!   it is read from its handle to its end and forgotten once everything read is
+//!   committed (its source stopped, its pointer file and registry entry removed).
+//!   Rotated away while it had no slot, it is finished where it is once it gets one.
+//!   Otherwise it was gone before it could be read to its end: its lane is forgotten,
+//!   and if it may have held unread lines it is a loss, counted once
+//!   (`rotatedUnreadFiles`, not lossless) and appended to the loss file beside the
+//!   registry (`<feed>.lanes.losses`, see [`crate::losses`]) before the lane is
+//!   removed, so a kill cannot make it forgotten. It may have held unread lines when a
+//!   scan saw it longer than what was committed, when it was written to (inotify)
+//!   after the last scan saw it, when the folder is not watched (a scan cannot tell),
+//!   or, not seen in this run (deleted while down), when its pointer held bytes. A
+//!   file seen at its end with everything committed and not written to since lost
+//!   nothing. A file without a slot deleted and made again (another file, or the same
+//!   inode with other leading bytes) is handled the same way, and the new file is read
+//!   on a new lane.
 //! * **`max_open_files`** (COMMITED only; default 256): at most that many files are
 //!   open. A file at its end with everything committed gives its slot to a file that
 //!   waits with unread bytes (oldest waiter first); so does a file that had
 //!   [`GlobSourceConfig::turns_per_slot`] turns while others wait (it stops reading
 //!   until what it read is committed), so a file that never stops growing cannot keep
 //!   its slot. A file that gave its slot is reopened later from its pointer through the
-//!   same identity check as a restart. (A file deleted while it had no slot is reopened
-//!   to be finished: its rotation is looked for as at a restart, and if it is not found
-//!   while its pointer held a position, it is reported as a possible loss.)
-//! * **Renames inside the glob** (COMMITED): a file renamed to another name the glob
-//!   matches (`app.log` -> `app-20261201.log` with `*.log`), while running or while
-//!   down, is recognised by its pointer (file key and leading bytes) and keeps its lane:
-//!   once what was read from the open handle is committed, its pointer file and its
-//!   registry entry move to the new name and it is read on from the pointer, nothing
-//!   read twice. (Without a pointer, EARLIEST/LATEST, a renamed file is read again on a
-//!   new lane.)
+//!   same identity check as a restart.
 //! * **Fairness**: each duty cycle gives every open file a turn of at most
 //!   [`GlobSourceConfig::max_bytes_per_turn`] bytes, starting with another file each
 //!   cycle.
@@ -51,10 +70,10 @@
 //!   the file named. The files, with lane, committed offset, size and lag, are given to
 //!   [`SourceOutput::report_files`] once per scan.
 //!
-//! The parts: `pattern` (file-name globs), `adapter` (the lane adapter and the
-//! multiplexing committer), `scan` (discovery and renames), `slots` (open-file slots,
-//! parking, forgetting deleted files); this module holds the configuration, the source
-//! and its duty cycle.
+//! The parts: `pattern` (file-name globs), `adapter` (the lane adapter, the
+//! multiplexing committer, the loss records), `scan` (discovery, renames, sizes),
+//! `slots` (open-file slots, parking, files gone from the glob); this module holds the
+//! configuration, the source and its duty cycle.
 
 mod adapter;
 mod pattern;
