@@ -781,3 +781,37 @@ fn a_pointer_move_interrupted_by_a_crash_is_completed_at_the_start() {
     assert!(pointer_path(&renamed).exists() && !pointer_path(&a).exists());
     SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
 }
+
+// A file renamed over another tracked file of the glob (`mv tmp-1.log app.log`, a
+// writer that replaces a file atomically): the renamed file keeps its lane under its
+// new name, and the replaced file is finished from its handle and forgotten. Before,
+// the replaced file's lane switched to the renamed file under a new epoch and read it
+// again from its start.
+#[test]
+fn a_file_renamed_over_another_tracked_file_is_not_read_twice() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    let b = dir.path().join("b.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    fs::write(&b, content("b", 1..=3)).expect("b");
+    let mut pipeline = Pipeline::new(dir.path(), |_| {});
+    pipeline.until("read", |p| p.lines().len() == 6 && p.settled());
+    let lane_a = pipeline.source.lane_of(&a).expect("a's lane");
+    fs::rename(&a, &b).expect("a over b");
+    append(&b, content("a", 4..=4).as_bytes());
+    pipeline.until("the new line", |p| {
+        p.lines_of("a").len() >= 4 && p.settled()
+    });
+    for _ in 0..50 {
+        pipeline.cycle();
+    }
+    assert_eq!(pipeline.lines_of("a"), lines("a", 1..=4), "a read once");
+    assert_eq!(pipeline.lines_of("b"), lines("b", 1..=3));
+    assert_eq!(
+        pipeline.source.lane_of(&b),
+        Some(lane_a),
+        "a's file keeps its lane"
+    );
+    assert_eq!(pointer_of(&b).offset, fs::metadata(&b).expect("b").len());
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
+}

@@ -140,10 +140,15 @@ impl<T: Send + 'static> GlobFileSource<T> {
         // (logrotate's `create`), which is another file, on a new lane
         if self.has_pointer() {
             for name in &found {
-                if self.is_tracked(name) {
+                let holder = self.lane_named(name);
+                if holder.is_some_and(|lane| self.holds_own_file(lane)) {
                     continue;
                 }
                 if let Some(lane) = self.renamed_from(name) {
+                    if let Some(replaced) = holder {
+                        // renamed over another tracked file: that one lost its name
+                        self.detach(replaced)?;
+                    }
                     self.follow(lane, name)?;
                 }
             }
@@ -169,6 +174,59 @@ impl<T: Send + 'static> GlobFileSource<T> {
 
     fn is_tracked(&self, name: &str) -> bool {
         self.files.values().any(|file| file.name == name)
+    }
+
+    /// The lane tracked under `name`.
+    fn lane_named(&self, name: &str) -> Option<u32> {
+        self.files
+            .values()
+            .find(|file| file.name == name)
+            .map(|file| file.lane)
+    }
+
+    /// Whether `lane`'s path names the lane's own file (as far as its open handle, or
+    /// its pointer's file key, tells; unknown counts as yes).
+    fn holds_own_file(&self, lane: u32) -> bool {
+        let Some(file) = self.files.get(&lane) else {
+            return true;
+        };
+        let own = file
+            .source
+            .as_ref()
+            .and_then(FileEventSource::open_file_key)
+            .map(|key| key.0)
+            .or(file.key());
+        let Some(own) = own else {
+            return true;
+        };
+        fs::metadata(&file.path)
+            .ok()
+            .and_then(|metadata| key_of(&metadata))
+            .is_none_or(|key| key.0 == own)
+    }
+
+    /// `lane`'s name was taken by another tracked file renamed over it: the lane
+    /// lets go of the name (its registry entry goes, its pointer file moves to a
+    /// bookkeeping name) and is then a file gone from the glob: read from its open
+    /// handle to its end, or counted lost if it may have held unread lines.
+    fn detach(&mut self, lane: u32) -> Result<(), CoreError> {
+        let folder = self.config.folder();
+        let Some(file) = self.files.get_mut(&lane) else {
+            return Ok(());
+        };
+        let gone_name = format!(".{}.lane-{lane}.replaced", file.name);
+        let gone_path = folder.join(&gone_name);
+        let old_name = std::mem::replace(&mut file.name, gone_name);
+        let old_path = std::mem::replace(&mut file.path, gone_path.clone());
+        file.matched = false;
+        self.registry.forget(&old_name)?;
+        match file.source.as_mut() {
+            Some(source) => source.follow_rename(&gone_path)?,
+            None => move_pointer(&old_path, &gone_path)?,
+        }
+        warn!(source = %self.config.name, file = %old_path.display(), lane,
+            "another file of the glob was renamed over this one: this lane's file is read to its end from its open handle (or, not open, counted lost if it held unread lines), then forgotten");
+        Ok(())
     }
 
     /// The lane whose file is now named `name` (another name of the glob): a tracked
