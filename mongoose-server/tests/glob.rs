@@ -596,3 +596,31 @@ fn a_rotated_glob_that_matches_the_feeds_own_files_is_refused_at_load() {
     assert_eq!(code, 0, "{log}");
     support::assert_applied_once(&run.state_in("state"), &ledger_lines("a", 400), &log);
 }
+
+// Found by the glob-churn soak: the ledger reports one saved position per lane, and the
+// feed kept only the last one. With the glob's pointer files lost, every other file
+// looked unknown to the ledger and was read again from its start under a new epoch:
+// applied twice.
+#[test]
+fn a_glob_whose_pointers_are_lost_resumes_every_file_at_the_ledgers_saved_position() {
+    let run = glob_ledger_run("", "");
+    let names = ["a.log", "b.log", "c.log"];
+    let mut every_line = Vec::new();
+    for (index, name) in names.iter().enumerate() {
+        let lines = ledger_lines(&format!("f{index}x"), 500);
+        append_lines(&run.path("logs").join(name), &lines);
+        every_line.extend(lines);
+    }
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    for name in names {
+        std::fs::remove_file(run.path("logs").join(format!("{name}.readPointer")))
+            .expect("pointer lost");
+    }
+    let more = ledger_lines("more", 100);
+    append_lines(&run.path("logs/b.log"), &more);
+    every_line.extend(more);
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    support::assert_applied_once(&run.state_in("state"), &every_line, &log);
+}

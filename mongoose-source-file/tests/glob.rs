@@ -815,3 +815,64 @@ fn a_file_renamed_over_another_tracked_file_is_not_read_twice() {
     assert_eq!(pointer_of(&b).offset, fs::metadata(&b).expect("b").len());
     SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }
+
+// A consumer that saved positions of several lanes (the ledger on a glob: one per
+// file) reports one position per lane; the feed kept only the last one, so every other
+// file looked unknown to the consumer at the next start and was read again from its
+// start ("the pointer is past what this consumer's saved state holds ... resume_at=0";
+// with a lost pointer, from 0 under a new epoch: applied twice).
+#[test]
+fn a_consumers_saved_positions_of_every_lane_are_kept() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=3)).expect("a");
+    fs::write(dir.path().join("b.log"), content("b", 1..=3)).expect("b");
+    let mut first = Pipeline::new(dir.path(), |_| {});
+    first.until("read", |p| p.lines().len() == 6 && p.settled());
+    let last_of = |prefix: &str| {
+        first
+            .collect
+            .seen
+            .iter()
+            .rev()
+            .find(|seen| seen.line.starts_with(prefix))
+            .cloned()
+            .expect("a line")
+    };
+    let (a, b) = (last_of("a"), last_of("b"));
+    SourceDriver::stop_source(&mut first.source, &first.feed).expect("stop");
+    drop(first);
+
+    let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
+    for seen in [&a, &b] {
+        feed.note_saved_position(mongoose_core::ConsumerPosition {
+            consumer: "group/ledger".to_owned(),
+            saved: Some((
+                seen.epoch,
+                mongoose_core::PositionValue {
+                    lane: seen.lane,
+                    offset: seen.offset,
+                },
+            )),
+        });
+    }
+    let saved = feed.saved_positions();
+    assert_eq!(saved.len(), 2, "one per lane: {saved:?}");
+    // a later report of one lane replaces that lane's only
+    feed.note_saved_position(mongoose_core::ConsumerPosition {
+        consumer: "group/ledger".to_owned(),
+        saved: Some((
+            a.epoch,
+            mongoose_core::PositionValue {
+                lane: a.lane,
+                offset: a.offset,
+            },
+        )),
+    });
+    assert_eq!(feed.saved_positions().len(), 2);
+    // a state that holds nothing replaces every lane's
+    feed.note_saved_position(mongoose_core::ConsumerPosition {
+        consumer: "group/ledger".to_owned(),
+        saved: None,
+    });
+    assert_eq!(feed.saved_positions().len(), 1);
+}
