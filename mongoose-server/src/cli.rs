@@ -306,6 +306,11 @@ pub fn run_until_done_with_signals(
     // stalled reasons are those seen before the groups closed (a closed group leaves
     // every positioned feed without a live consumer)
     let after_stop = server.status();
+    if result.complete {
+        // the run ends and tells its status (not lossless): the earlier losses its
+        // start reported are reported now; a killed run leaves them for the next start
+        server.mark_earlier_losses_reported();
+    }
     record_losses(server, &after_stop);
     if !failures.is_empty() {
         if !result.complete {

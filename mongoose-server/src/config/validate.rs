@@ -481,6 +481,23 @@ impl ServerConfig {
                 ));
             }
         }
+        if let Some(rotated) = feed.rotated.as_deref() {
+            let pattern = feed
+                .path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if mongoose_source_file::glob_covers(rotated, &pattern) {
+                return Err(ServerError::invalid(
+                    format!("feeds[{index}].rotated"),
+                    format!(
+                        "the rotated glob '{rotated}' matches every file of the feed's glob '{pattern}': each would be taken for \
+                         a rotation and none read. Give the pattern of the rotated names only (e.g. '{pattern}.[0-9]', or \
+                         'app-*.log' for dateext names), or remove `rotated` (the default is <name>.* and <name>-* per file)"
+                    ),
+                ));
+            }
+        }
         if let Some(millis) = feed.scan_interval_millis {
             check_range(
                 format!("feeds[{index}].scan_interval_millis"),

@@ -75,6 +75,9 @@ struct Inner {
     failures: Arc<Mutex<Vec<String>>>,
     /// Processors whose add at start was not applied (REPORT policy).
     failed_adds: Mutex<Vec<String>>,
+    /// The loss records of earlier runs this start reported, per loss file: marked
+    /// reported once this run ends ([`Server::mark_earlier_losses_reported`]).
+    earlier_losses: Mutex<Vec<(std::path::PathBuf, usize)>>,
 }
 
 /// The failed plugin sources of `report`, one reason each (see
@@ -243,27 +246,44 @@ impl Server {
         record_loss_of(&self.inner.config, feed, what);
     }
 
-    /// Reports, once, the losses earlier runs recorded beside the feeds' pointers: a
-    /// WARN each, and the feed is not lossless in this run.
+    /// Reports the losses earlier runs recorded beside the feeds' pointers: a WARN
+    /// each, and the feed is not lossless in this run. They are marked reported only
+    /// when this run ends ([`Server::mark_earlier_losses_reported`]): a run killed
+    /// after its start reported them leaves them for the next start.
     fn report_earlier_losses(&self) {
+        let mut reported = Vec::new();
         for feed in &self.inner.config.feeds {
             let Some(path) = self.loss_file(&feed.name) else {
                 continue;
             };
-            match crate::losses::take_unreported(&path) {
+            match crate::losses::read_unreported(&path) {
                 Ok(records) if records.is_empty() => {}
                 Ok(records) => {
                     for record in &records {
                         warn!(feed = %feed.name, at_millis = record.at_millis, what = %record.what,
-                            "an earlier run of this feed was not lossless (reported once; this run is not lossless either)");
+                            "an earlier run of this feed was not lossless (reported until a run that reports it ends; this run is not lossless either)");
                     }
                     if let Some(found) = self.inner.registry.get(&feed.name) {
                         found.note_earlier_losses(records.len() as u64);
                     }
+                    reported.push((path, records.len()));
                 }
                 Err(error) => {
                     error!(feed = %feed.name, file = %path.display(), %error, "cannot read the loss records of earlier runs");
                 }
+            }
+        }
+        *self.inner.earlier_losses.lock() = reported;
+    }
+
+    /// Marks the earlier losses this run's start reported as reported: call it once
+    /// the run has ended (its status, not lossless, was told). Losses found during
+    /// this run stay for the next start.
+    pub fn mark_earlier_losses_reported(&self) {
+        let reported = std::mem::take(&mut *self.inner.earlier_losses.lock());
+        for (path, count) in reported {
+            if let Err(error) = crate::losses::mark_reported(&path, count) {
+                error!(file = %path.display(), %error, "cannot mark the loss records of earlier runs reported: the next start reports them again");
             }
         }
     }
