@@ -2,7 +2,7 @@
 //!
 //! Every output is a prepared command ([`Output`]): its payload, the [`OutputKey`] that
 //! names it for good (the input that caused it and its index within that input's
-//! delivery, plus the generation of the processor that made it) and the attempt count.
+//! delivery, plus the writer that made it) and the attempt count.
 //! A sink answers each attempt with a [`SinkOutcome`]:
 //!
 //! - [`SinkOutcome::Published`]: the target holds it (with what proves it: a file's
@@ -57,9 +57,11 @@ use crate::delivery::Delivery;
 use crate::position::Epoch;
 
 /// Names one output for good: the input that caused it (`feed`, `epoch`, `lane`,
-/// `position`), its index among the outputs of that input's delivery, and the
-/// generation of the processor that made it. The same input re-delivered after a
-/// crash makes the same keys, so a sink can drop a key it already holds.
+/// `position`), its index among the outputs of that input's delivery, and the writer
+/// that made it (a stable id of the processor: [`writer_id`] of its group and name). The
+/// same input re-delivered after a crash makes the same keys, so a sink can drop a key
+/// it already holds; two processors writing outputs of one input into one sink make
+/// different keys, so neither is taken for the other's.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct OutputKey {
     /// The input's feed.
@@ -72,8 +74,28 @@ pub struct OutputKey {
     pub position: u64,
     /// The output's index within the delivery of the input (0, 1, ...).
     pub index: u32,
-    /// The generation of the processor registration that made it.
-    pub generation: u64,
+    /// The writer that made it: [`writer_id`] of its name (the server names a
+    /// processor's writer `group/processor`), 0 for a writer given no name. Never a
+    /// position in a configuration, so keys survive a change of the configuration.
+    pub writer: u64,
+}
+
+/// The stable 64-bit id of the writer named `name` (FNV-1a: the same on every build and
+/// machine; never 0, which is the id of a writer given no name).
+///
+/// ```
+/// use mongoose_core::sink::writer_id;
+/// assert_eq!(writer_id("forward/copy"), writer_id("forward/copy"));
+/// assert_ne!(writer_id("forward/copy-e"), writer_id("forward/copy-w"));
+/// assert_ne!(writer_id(""), 0);
+/// ```
+pub fn writer_id(name: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = name.bytes().fold(OFFSET, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    });
+    hash.max(1)
 }
 
 impl OutputKey {
@@ -84,7 +106,7 @@ impl OutputKey {
         lane: u32,
         position: u64,
         index: u32,
-        generation: u64,
+        writer: u64,
     ) -> Self {
         OutputKey {
             feed: Arc::from(feed),
@@ -92,12 +114,12 @@ impl OutputKey {
             lane,
             position,
             index,
-            generation,
+            writer,
         }
     }
 
-    /// The key of output `index` of `delivery`, made by processor `generation`.
-    pub fn for_delivery(delivery: &Delivery, index: u32, generation: u64) -> Self {
+    /// The key of output `index` of `delivery`, made by `writer`.
+    pub fn for_delivery(delivery: &Delivery, index: u32, writer: u64) -> Self {
         let position = delivery.position();
         OutputKey {
             feed: Arc::clone(delivery.feed_arc()),
@@ -105,19 +127,19 @@ impl OutputKey {
             lane: position.lane,
             position: position.offset,
             index,
-            generation,
+            writer,
         }
     }
 }
 
 impl fmt::Display for OutputKey {
-    /// `feed/epoch/lane/position/index/generation`: what a sink sends as a
+    /// `feed/epoch/lane/position/index/writer`: what a sink sends as a
     /// de-duplication key (an HTTP `Idempotency-Key`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "{}/{}/{}/{}/{}/{}",
-            self.feed, self.epoch.0, self.lane, self.position, self.index, self.generation
+            self.feed, self.epoch.0, self.lane, self.position, self.index, self.writer
         )
     }
 }

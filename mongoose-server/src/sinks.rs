@@ -62,8 +62,13 @@ fn open_sink(
     sink: &SinkConfig,
     plugins: Option<&PluginRegistry>,
 ) -> Result<Box<dyn Sink>, ServerError> {
-    let refused = |error: mongoose_sink::SinkError| {
-        ServerError::invalid(format!("sinks.{}", sink.name), error.to_string())
+    let refused = |error: mongoose_sink::SinkError| match error {
+        // not the configuration: its state (the run is refused, exit 1)
+        mongoose_sink::SinkError::State { .. } => ServerError::StateRefused {
+            what: format!("sinks.{}", sink.name),
+            message: error.to_string(),
+        },
+        _ => ServerError::invalid(format!("sinks.{}", sink.name), error.to_string()),
     };
     let connect = sink.connect_timeout_millis.unwrap_or(5_000);
     Ok(match sink.kind.as_str() {
@@ -219,12 +224,14 @@ impl Sinks {
         })
     }
 
-    /// A writer to sink `name` for a processor of `group`: each output it writes
-    /// holds its input's commit (its feed, this group) until the output is over.
+    /// A writer to sink `name` for processor `processor` of `group`: each output it
+    /// writes holds its input's commit (its feed, this group) until the output is over,
+    /// and is keyed by its writer, `group/processor` (so two processors writing into one
+    /// sink never share keys, whatever their place in the configuration).
     ///
     /// # Errors
     /// No sink of that name (the message lists the configured ones).
-    pub fn writer(&self, name: &str, group: &str) -> Result<SinkWriter, String> {
+    pub fn writer(&self, name: &str, group: &str, processor: &str) -> Result<SinkWriter, String> {
         let runners = self.runners.lock();
         let Some(runner) = runners.get(name) else {
             return Err(format!(
@@ -233,10 +240,10 @@ impl Sinks {
             ));
         };
         let registry = self.registry.clone();
-        let group = group.to_owned();
+        let gate_group = group.to_owned();
         let gates: mongoose_sink::GateSource =
-            Arc::new(move |feed: &str| gate_of(registry.as_ref(), feed, &group));
-        Ok(SinkWriter::new(runner.handle(), gates))
+            Arc::new(move |feed: &str| gate_of(registry.as_ref(), feed, &gate_group));
+        Ok(SinkWriter::new(runner.handle(), gates).named(&format!("{group}/{processor}")))
     }
 
     /// The commit gate of `feed` for processors of `group` (`None`: no registry, as in a

@@ -196,6 +196,7 @@ impl ServerConfig {
         }
         self.refuse_feeds_sharing_a_file()?;
         self.refuse_feedback_loops()?;
+        self.refuse_file_sinks_sharing_a_file()?;
         if let Some(admin) = &self.admin {
             admin.validate()?;
         }
@@ -717,6 +718,56 @@ impl ServerConfig {
                     );
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The file sink (`kind = "file"`) that writes the file `path` names (resolved
+    /// against the config file's folder, however it is spelled), if any: a ledger's own
+    /// alerts file must not be one (two writers into one file overwrite each other's
+    /// lines).
+    pub fn file_sink_writing(&self, path: &Path) -> Option<&super::SinkConfig> {
+        let file = file_identity(&self.resolve(path));
+        self.sinks.iter().find(|sink| {
+            sink.kind == "file"
+                && sink
+                    .path
+                    .as_ref()
+                    .is_some_and(|own| file_identity(&self.resolve(own)) == file)
+        })
+    }
+
+    /// Refuses two file sinks on one file, however their paths are spelled: each keeps
+    /// its own state of what the file holds, and they overwrite each other's lines
+    /// (issue 24, item 3: 200,000 of 400,000 lines overwritten).
+    fn refuse_file_sinks_sharing_a_file(&self) -> Result<(), ServerError> {
+        let mut seen: BTreeMap<PathBuf, usize> = BTreeMap::new();
+        for (index, sink) in self.sinks.iter().enumerate() {
+            let Some(path) = sink.path.as_ref().filter(|_| sink.kind == "file") else {
+                continue;
+            };
+            let file = file_identity(&self.resolve(path));
+            if file.starts_with("/dev") {
+                // a device (/dev/null, /dev/stdout) keeps no state: several sinks may
+                continue;
+            }
+            if let Some(&first) = seen.get(&file) {
+                let other = &self.sinks[first];
+                return Err(ServerError::invalid(
+                    format!("sinks[{index}].path"),
+                    format!(
+                        "file sinks '{}' (path \"{}\") and '{}' (path \"{}\") write the same file, {}: \
+                         two file sinks on one file overwrite each other's lines; give each sink a file of its own, \
+                         or let the processors write into one sink (its outputs are keyed by processor)",
+                        other.name,
+                        other.path.as_deref().unwrap_or(Path::new("")).display(),
+                        sink.name,
+                        path.display(),
+                        file.display()
+                    ),
+                ));
+            }
+            seen.insert(file, index);
         }
         Ok(())
     }
