@@ -164,17 +164,13 @@ fn major_minor(version: &str) -> &str {
 impl PluginLibrary {
     /// Loads the plugin at `path` and checks its declaration: the magic, the ABI
     /// version, the SDK version (same major.minor), the target triple and the layout
-    /// fingerprint. A mismatch is [`PluginError::Refused`] naming both sides' values and
+    /// fingerprint. The file is checked before anything of it is mapped (a file cut
+    /// short is refused, never a SIGBUS) and a private copy of it is loaded, so a file
+    /// replaced or overwritten on disk never touches a running server. A mismatch is [`PluginError::Refused`] naming both sides' values and
     /// what to rebuild; the library is unloaded again.
     pub fn load(path: &Path) -> Result<PluginLibrary, PluginError> {
         let file = path.display();
-        // SAFETY: loading a library runs its initialisers: a plugin is code the
-        // operator chose to run (it is in the configured plugin folder).
-        let library =
-            unsafe { libloading::Library::new(path) }.map_err(|error| PluginError::Open {
-                path: path.to_path_buf(),
-                reason: error.to_string(),
-            })?;
+        let library = crate::plugin_file::load_private_copy(path)?;
         // SAFETY: the symbol's type is the SDK's `extern "C" fn() -> *const
         // PluginDeclaration`; a library without it is refused below.
         let declare = unsafe {

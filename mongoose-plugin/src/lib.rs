@@ -63,6 +63,8 @@ pub mod guest;
 mod guest_log;
 #[cfg(feature = "host")]
 pub mod host;
+#[cfg(feature = "host")]
+mod plugin_file;
 pub mod settings;
 
 pub use guest::{Plugin, PluginOutput};
