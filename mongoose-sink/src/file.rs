@@ -193,6 +193,9 @@ struct LaneName {
 /// A key within its lane: (position, index).
 type At = (u64, u32);
 
+/// A lane as the replay of the state log found it: its name, last key and gaps.
+type ReplayedLane = (LaneName, At, Vec<At>);
+
 /// One lane in memory.
 #[derive(Debug)]
 struct Lane {
@@ -702,16 +705,22 @@ impl FileSink {
                 "the file sink's target is not a regular file (a device): no state is recorded beside it, so its lines are not de-duplicated after a crash");
             return Ok(sink);
         }
-        match sink.file.try_lock() {
+        // `File::try_lock` needs Rust 1.89 (the workspace's minimum is 1.86): flock(2)
+        match rustix::fs::flock(
+            &sink.file,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        ) {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
+            Err(rustix::io::Errno::WOULDBLOCK) => {
                 return Err(SinkError::InUse {
                     sink: name.to_owned(),
                     path: path.display().to_string(),
                 })
             }
-            Err(std::fs::TryLockError::Error(error)) => {
-                return Err(io(name, format!("locking {}", path.display()))(error))
+            Err(error) => {
+                return Err(io(name, format!("locking {}", path.display()))(
+                    std::io::Error::from(error),
+                ))
             }
         }
         if let Err(error) = sink.open_state(meta.len(), meta.dev(), meta.ino()) {
@@ -941,7 +950,7 @@ impl FileSink {
                 "the last record of the sink state was cut short by a crash (its batch was not written): ignored");
         }
         self.length = replayed.length;
-        let mut slots: Vec<(u32, (LaneName, At, Vec<At>))> = replayed.lanes.into_iter().collect();
+        let mut slots: Vec<(u32, ReplayedLane)> = replayed.lanes.into_iter().collect();
         slots.sort_unstable_by_key(|(slot, _)| *slot);
         let next_slot = slots.last().map_or(0, |(slot, _)| slot + 1);
         for (slot, (name, last, gaps)) in slots {
