@@ -1204,6 +1204,11 @@ impl FileSink {
 
     /// Cuts the file back to its durable length after a failed batch.
     fn cut_back(&mut self) -> bool {
+        if self.state.is_none() {
+            // a device (/dev/null, /dev/full, a FIFO) has no length to cut back to, and
+            // keeps no state: the batch is simply not written
+            return true;
+        }
         let cut = self.file.set_len(self.length).is_ok();
         self.data_dirty = !cut;
         cut
@@ -1406,11 +1411,15 @@ impl Sink for FileSink {
                         }
                     } else if cut {
                         SinkOutcome::NotPublished {
-                            evidence: format!(
-                                "writing {} failed ({error}); cut back to its durable {} bytes",
-                                self.path.display(),
-                                self.length
-                            ),
+                            evidence: if self.state.is_none() {
+                                format!("writing {} failed ({error})", self.path.display())
+                            } else {
+                                format!(
+                                    "writing {} failed ({error}); cut back to its durable {} bytes",
+                                    self.path.display(),
+                                    self.length
+                                )
+                            },
                             retryable: true,
                         }
                     } else {
