@@ -110,12 +110,13 @@ impl<T: Send + 'static> GlobFileSource<T> {
         {
             return true;
         }
-        owners.iter().any(|owner| {
-            owner != name
-                && rotation::default_globs(Path::new(owner))
-                    .iter()
-                    .any(|glob| glob_matches(glob, name))
-        })
+        // the default rotation globs of an owner are `<owner>.*` and `<owner>-*`: `name`
+        // is a rotation of an owner that is its prefix up to a '.' or '-' of it. Looking
+        // those prefixes up (rather than matching every owner's globs) keeps a scan
+        // linear in the files: with a thousand files per glob the scan took seconds.
+        name.char_indices()
+            .filter(|&(at, c)| at > 0 && (c == '.' || c == '-'))
+            .any(|(at, _)| owners.contains(&name[..at]))
     }
 
     /// Scans the folder: files renamed inside the glob are followed, new files are
