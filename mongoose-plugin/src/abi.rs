@@ -35,7 +35,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 ///
 /// 2: `create` takes the config file's folder (`base_dir`) for the relative paths of a
 /// plugin's settings.
-pub const ABI_VERSION: u32 = 2;
+///
+/// 3: a [`HostOutput`] is counted ([`HostOutputVTable::retain`] and `release`): the host
+/// keeps its context for as long as the plugin holds a reference, not only while the
+/// source lives (a committer called after its source was destroyed may still use it).
+pub const ABI_VERSION: u32 = 3;
 
 /// The symbol every plugin exports: `extern "C" fn() -> *const PluginDeclaration`.
 pub const DECLARATION_SYMBOL: &[u8] = b"mongoose_plugin_declaration\0";
@@ -394,10 +398,25 @@ pub struct HostOutputVTable {
     /// plugin's own `tracing` events (INFO and above) through it, while the host calls
     /// into the plugin's source on that thread.
     pub log: unsafe extern "C" fn(context: *const c_void, level: u32, message: Str),
+    /// Takes one more reference on the context: it stays valid (and every function of
+    /// this vtable callable with it) until the matching [`HostOutputVTable::release`].
+    /// Callable from any thread.
+    pub retain: unsafe extern "C" fn(context: *const c_void),
+    /// Gives back a reference taken with [`HostOutputVTable::retain`]; the context may be
+    /// freed by it. Callable from any thread.
+    pub release: unsafe extern "C" fn(context: *const c_void),
 }
 
-/// The feed a plugin source publishes into: the host's context and functions. Valid
-/// until the source's `destroy` returns; callable from the source's thread.
+/// The feed a plugin source publishes into: the host's context and functions.
+///
+/// Lifetime: the value given to a source's `create` is valid until that source's
+/// `destroy` returns. To use it longer (a committer that outlives its source, a thread
+/// of the plugin's own), take a reference with [`HostOutputVTable::retain`] and give it
+/// back with `release`: the context stays valid in between. After the source was
+/// destroyed the host's functions are still safe to call, but the feed takes nothing
+/// more: a publish is refused ([`publish::PAUSED`] or [`Status::ERROR`]), the other
+/// calls do nothing, and `log` still logs. The SDK's `PluginOutput` does all of this
+/// (its `Clone` retains, its `Drop` releases).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct HostOutput {
@@ -566,6 +585,8 @@ const LAYOUT: &[usize] = &[
     offset_of!(HostOutputVTable, acknowledge_with),
     offset_of!(HostOutputVTable, poll_acknowledgements),
     offset_of!(HostOutputVTable, log),
+    offset_of!(HostOutputVTable, retain),
+    offset_of!(HostOutputVTable, release),
     size_of::<ItemRef>(),
     offset_of!(ItemRef, offset),
     offset_of!(ItemRef, lane),

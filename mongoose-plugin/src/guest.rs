@@ -256,19 +256,51 @@ fn guarded(out: MessageOut, body: impl FnOnce() -> Result<(), String>) -> Status
 /// as usual. [`SourceOutput::poll_acknowledgements`] and
 /// [`SourceOutput::flush_paused`] do nothing here: the host's source driver calls them
 /// around every duty cycle.
-#[derive(Clone, Debug)]
+///
+/// # Lifetime
+///
+/// A `PluginOutput` holds a reference on the host's context (taken when it is made or
+/// cloned, given back when it is dropped), so every call on it is safe for as long as
+/// it lives: a clone may be kept by a committer that the host calls after the source
+/// was stopped and destroyed, or by a thread of the plugin's own. Once the source was
+/// destroyed the feed takes nothing more: a publish is refused (`Paused`, or an error
+/// for a push publish), the other calls do nothing, and the log calls still log. A
+/// clone kept for ever keeps the host's context (and the plugin loaded) for ever: drop
+/// it when the work it was kept for is done.
+#[derive(Debug)]
 pub struct PluginOutput {
     host: HostOutput,
     feed: Arc<str>,
 }
 
-// SAFETY: the host's output context is `Sync` (a feed's publisher behind an `Arc`) and
-// stays valid until the source's `destroy` returns, which outlives every use here.
+// SAFETY: the host's output context is `Sync` (a feed's publisher behind an `Arc`, its
+// reference count atomic) and stays valid while this value holds its reference.
 unsafe impl Send for PluginOutput {}
 // SAFETY: as above.
 unsafe impl Sync for PluginOutput {}
 
+impl Clone for PluginOutput {
+    fn clone(&self) -> Self {
+        PluginOutput::retained(self.host, Arc::clone(&self.feed))
+    }
+}
+
+impl Drop for PluginOutput {
+    fn drop(&mut self) {
+        // SAFETY: gives back the reference this value took (`retained`).
+        unsafe { (self.vtable().release)(self.host.context) }
+    }
+}
+
 impl PluginOutput {
+    /// An output over `host` with a reference of its own.
+    fn retained(host: HostOutput, feed: Arc<str>) -> Self {
+        // SAFETY: `host` is valid (the source's, while it lives, or one a live
+        // `PluginOutput` holds); the reference taken is given back by `Drop`.
+        unsafe { ((*host.vtable).retain)(host.context) };
+        PluginOutput { host, feed }
+    }
+
     /// The feed's name (the source's name).
     pub fn feed(&self) -> &str {
         &self.feed
@@ -344,7 +376,8 @@ impl PluginOutput {
     }
 
     fn vtable(&self) -> &abi::HostOutputVTable {
-        // SAFETY: the host's vtable is valid while the source lives.
+        // SAFETY: the host's vtable is in its context, valid while this value holds its
+        // reference.
         unsafe { &*self.host.vtable }
     }
 }
@@ -588,10 +621,7 @@ unsafe extern "C" fn source_create(
             .find(|(declared, _)| *declared == kind)
             .map(|(_, factory)| factory)
             .ok_or_else(|| format!("this plugin declares no source kind '{kind}'"))?;
-        let output = PluginOutput {
-            host,
-            feed: Arc::from(&*name),
-        };
+        let output = PluginOutput::retained(host, Arc::from(&*name));
         let _forwarding = Forwarding::to(host);
         let source = settings::resolving_against(&base_dir, || factory(&config, output))?;
         let boxed = Box::new(SourceHandle { source, host });

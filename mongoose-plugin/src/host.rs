@@ -2,14 +2,17 @@
 //! registry of a plugin folder, and the proxies that make a plugin's source, committer
 //! and sink ordinary [`EventSource`], [`SourceCommitter`] and [`Sink`] values.
 //!
-//! Every proxy holds an `Arc` of its [`PluginLibrary`], so the library stays loaded
-//! while any object made from it lives; each proxy frees the plugin's object through
-//! the plugin's `destroy` before it lets go of the library.
+//! A plugin that passed its handshake stays loaded until the process exits (its
+//! threads and the outputs it keeps may outlive every host object). Each proxy frees
+//! the plugin's object through the plugin's `destroy`. The context a plugin source
+//! publishes through is counted: the proxy holds one reference and each
+//! `PluginOutput` the plugin keeps holds one, so no safe plugin code reaches freed
+//! host memory (see the SDK's `PluginOutput`).
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{Bytes, BytesMut};
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
@@ -125,8 +128,12 @@ pub struct PluginLibrary {
     sdk_version: String,
     abi_version: u32,
     kinds: Vec<DeclaredKind>,
-    // last: dropped after everything above; held only to keep the code loaded
-    _library: libloading::Library,
+    // held only to keep the code loaded, and never unloaded: a plugin's own threads,
+    // thread-locals and the outputs it keeps (a `PluginOutput` given back from a thread
+    // of the plugin's own may free the last host object) can outlive every host object,
+    // and returning into unloaded code would crash the process. A plugin that passed
+    // its handshake stays loaded until the process exits.
+    _library: std::mem::ManuallyDrop<libloading::Library>,
 }
 
 // SAFETY: the raw pointers in `kinds` point to the plugin's static vtables, immutable
@@ -280,7 +287,7 @@ impl PluginLibrary {
             sdk_version,
             abi_version: header.abi_version,
             kinds,
-            _library: library,
+            _library: std::mem::ManuallyDrop::new(library),
         })
     }
 
@@ -471,10 +478,14 @@ impl<I, F: Fn(Bytes) -> I + Send + Sync> ItemCodec<I> for F {
 /// until it is full, so copying allocates once per chunk, not per item.
 const COPY_CHUNK: usize = 64 * 1024;
 
-/// The host's output context a plugin source publishes through (boxed: its address
-/// is what the plugin holds).
+/// The host's output context a plugin source publishes through. It is counted (an
+/// `Arc`): the source's proxy holds one reference and the plugin one per
+/// `PluginOutput` it keeps (`retain`/`release`), so a committer or a thread of the
+/// plugin that outlives the source never reaches freed memory. When the source is
+/// destroyed the feed is let go (`output` becomes `None`): later publishes are refused,
+/// the other calls do nothing, logging still works.
 struct HostContext<I> {
-    output: Arc<dyn SourceOutput<I, PositionValue>>,
+    output: RwLock<Option<Arc<dyn SourceOutput<I, PositionValue>>>>,
     codec: Arc<dyn ItemCodec<I>>,
     buffer: Mutex<BytesMut>,
     vtable: HostOutputVTable,
@@ -483,6 +494,32 @@ struct HostContext<I> {
 }
 
 impl<I> HostContext<I> {
+    /// Runs `f` with the feed, or gives `closed` once the source was destroyed.
+    fn with_output<R>(
+        &self,
+        closed: R,
+        f: impl FnOnce(&dyn SourceOutput<I, PositionValue>) -> R,
+    ) -> R {
+        let output = self
+            .output
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match output.as_deref() {
+            Some(output) => f(output),
+            None => closed,
+        }
+    }
+
+    /// Lets the feed go: the source was destroyed.
+    fn close(&self) {
+        let taken = self
+            .output
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        drop(taken);
+    }
+
     fn buffer(&self) -> std::sync::MutexGuard<'_, BytesMut> {
         self.buffer
             .lock()
@@ -508,8 +545,8 @@ fn copy_into(buffer: &mut BytesMut, bytes: &[u8]) -> Bytes {
 /// The host context behind a plugin's pointer.
 ///
 /// # Safety
-/// `context` is a `HostContext<I>` alive for the call (the plugin source's proxy owns
-/// it and destroys the plugin's source before it).
+/// `context` is a `HostContext<I>` alive for the call: the plugin holds a reference (the
+/// one its source was created with, while the source lives, or one it retained).
 unsafe fn host_context<'a, I>(context: *const c_void) -> &'a HostContext<I> {
     // SAFETY: see the function's contract.
     unsafe { &*(context as *const HostContext<I>) }
@@ -549,15 +586,14 @@ unsafe extern "C" fn host_try_publish<I: 'static>(
     host_guard(String::new, abi::publish::FAILED, || {
         // SAFETY: the plugin calls with our context and bytes valid for the call.
         let (context, bytes) = unsafe { (host_context::<I>(context), item.as_slice()) };
-        let item = context.codec.decode(context.copy(bytes));
-        match context
-            .output
-            .try_publish(item, PositionValue { lane, offset })
-        {
-            TryPublish::Published => abi::publish::PUBLISHED,
-            TryPublish::Paused(_) => abi::publish::PAUSED,
-            TryPublish::Retry(_) => abi::publish::RETRY,
-        }
+        context.with_output(abi::publish::PAUSED, |output| {
+            let item = context.codec.decode(context.copy(bytes));
+            match output.try_publish(item, PositionValue { lane, offset }) {
+                TryPublish::Published => abi::publish::PUBLISHED,
+                TryPublish::Paused(_) => abi::publish::PAUSED,
+                TryPublish::Retry(_) => abi::publish::RETRY,
+            }
+        })
     })
 }
 
@@ -592,12 +628,19 @@ unsafe extern "C" fn host_try_publish_batch<I: 'static>(
                 },
             ))
         };
-        match context.output.try_publish_batch(&mut next) {
-            BatchEnd::Exhausted => abi::batch::EXHAUSTED,
-            BatchEnd::Paused => abi::batch::PAUSED,
-            BatchEnd::Returned(_, _, mongoose_core::Refusal::Paused) => abi::batch::RETURNED_PAUSED,
-            BatchEnd::Returned(_, _, mongoose_core::Refusal::Retry) => abi::batch::RETURNED_RETRY,
-        }
+        // nothing is pulled once the source was destroyed
+        context.with_output(abi::batch::PAUSED, |output| {
+            match output.try_publish_batch(&mut next) {
+                BatchEnd::Exhausted => abi::batch::EXHAUSTED,
+                BatchEnd::Paused => abi::batch::PAUSED,
+                BatchEnd::Returned(_, _, mongoose_core::Refusal::Paused) => {
+                    abi::batch::RETURNED_PAUSED
+                }
+                BatchEnd::Returned(_, _, mongoose_core::Refusal::Retry) => {
+                    abi::batch::RETURNED_RETRY
+                }
+            }
+        })
     })
 }
 
@@ -609,11 +652,19 @@ unsafe extern "C" fn host_publish<I: 'static>(
     host_guard(String::new, Status::PANIC, || {
         // SAFETY: as in `host_try_publish`.
         let (context, bytes) = unsafe { (host_context::<I>(context), item.as_slice()) };
-        let item = context.codec.decode(context.copy(bytes));
-        match context.output.publish(item) {
-            Ok(()) => Status::OK,
-            Err(refused) => {
-                let text = format!("{:?}: {}", refused.kind, refused.reason);
+        let refusal = context.with_output(
+            Some("the feed's source was destroyed: it takes nothing more".to_owned()),
+            |output| {
+                let item = context.codec.decode(context.copy(bytes));
+                output
+                    .publish(item)
+                    .err()
+                    .map(|refused| format!("{:?}: {}", refused.kind, refused.reason))
+            },
+        );
+        match refusal {
+            None => Status::OK,
+            Some(text) => {
                 // SAFETY: the plugin's callback, valid for the call.
                 unsafe { (error.write)(error.context, Str::new(&text)) };
                 Status::ERROR
@@ -631,8 +682,10 @@ unsafe extern "C" fn host_cache<I: 'static>(
     host_guard(String::new, (), || {
         // SAFETY: as in `host_try_publish`.
         let (context, bytes) = unsafe { (host_context::<I>(context), item.as_slice()) };
-        let item = context.codec.decode(context.copy(bytes));
-        context.output.cache(item, PositionValue { lane, offset });
+        context.with_output((), |output| {
+            let item = context.codec.decode(context.copy(bytes));
+            output.cache(item, PositionValue { lane, offset });
+        });
     })
 }
 
@@ -645,9 +698,9 @@ unsafe extern "C" fn host_filtered<I: 'static>(
     host_guard(String::new, (), || {
         // SAFETY: as in `host_try_publish`.
         let (context, reason) = unsafe { (host_context::<I>(context), reason.as_str()) };
-        context
-            .output
-            .filtered(PositionValue { lane, offset }, &reason);
+        context.with_output((), |output| {
+            output.filtered(PositionValue { lane, offset }, &reason)
+        });
     })
 }
 
@@ -655,8 +708,7 @@ unsafe extern "C" fn host_set_epoch<I: 'static>(context: *const c_void, epoch: u
     host_guard(String::new, (), || {
         // SAFETY: as in `host_try_publish`.
         unsafe { host_context::<I>(context) }
-            .output
-            .set_epoch(Epoch(epoch));
+            .with_output((), |output| output.set_epoch(Epoch(epoch)));
     })
 }
 
@@ -664,8 +716,7 @@ unsafe extern "C" fn host_set_pause_by_default<I: 'static>(context: *const c_voi
     host_guard(String::new, (), || {
         // SAFETY: as in `host_try_publish`.
         unsafe { host_context::<I>(context) }
-            .output
-            .set_pause_by_default(pause != 0);
+            .with_output((), |output| output.set_pause_by_default(pause != 0));
     })
 }
 
@@ -685,7 +736,7 @@ unsafe extern "C" fn host_report_state<I: 'static>(
         };
         // SAFETY: borrowed for the call.
         let detail = (!detail.is_none()).then(|| unsafe { detail.as_str() });
-        context.output.report_state(state, detail.as_deref());
+        context.with_output((), |output| output.report_state(state, detail.as_deref()));
     })
 }
 
@@ -693,8 +744,7 @@ unsafe extern "C" fn host_set_unterminated_bytes<I: 'static>(context: *const c_v
     host_guard(String::new, (), || {
         // SAFETY: as in `host_try_publish`.
         unsafe { host_context::<I>(context) }
-            .output
-            .set_unterminated_bytes(bytes);
+            .with_output((), |output| output.set_unterminated_bytes(bytes));
     })
 }
 
@@ -702,8 +752,7 @@ unsafe extern "C" fn host_poll_acknowledgements<I: 'static>(context: *const c_vo
     host_guard(String::new, 0, || {
         // SAFETY: as in `host_try_publish`.
         let polled = unsafe { host_context::<I>(context) }
-            .output
-            .poll_acknowledgements();
+            .with_output(0, |output| output.poll_acknowledgements());
         u64::try_from(polled).unwrap_or(u64::MAX)
     })
 }
@@ -730,14 +779,27 @@ unsafe extern "C" fn host_acknowledge_with<I: 'static>(
     host_guard(String::new, (), || {
         // SAFETY: as in `host_try_publish`.
         let context = unsafe { host_context::<I>(context) };
-        context.output.acknowledge_with(Box::new(PluginCommitter {
+        let committer = Box::new(PluginCommitter {
             handle: committer.handle,
             vtable: committer.vtable,
             feed: context.feed.clone(),
             failed: None,
             library: Arc::clone(&context.library),
-        }));
+        });
+        // once the source was destroyed the committer is freed at once (its destroy)
+        context.with_output((), |output| output.acknowledge_with(committer));
     })
+}
+
+unsafe extern "C" fn host_retain<I: 'static>(context: *const c_void) {
+    // SAFETY: the plugin holds a reference (see `host_context`): the count is at least
+    // one, and the pointer came from `Arc::as_ptr` of a `HostContext<I>`.
+    unsafe { Arc::increment_strong_count(context as *const HostContext<I>) }
+}
+
+unsafe extern "C" fn host_release<I: 'static>(context: *const c_void) {
+    // SAFETY: the plugin gives back a reference it holds (one taken with `retain`).
+    unsafe { Arc::decrement_strong_count(context as *const HostContext<I>) }
 }
 
 /// A plugin's committer as a [`SourceCommitter<PositionValue>`]. A panic in the
@@ -854,7 +916,7 @@ pub struct PluginSource<I: 'static> {
     handle: *mut c_void,
     vtable: *const SourceVTable,
     failed: Option<String>,
-    context: Box<HostContext<I>>,
+    context: Arc<HostContext<I>>,
     // last: outlives the handle and the context's vtable use
     library: Arc<PluginLibrary>,
 }
@@ -925,8 +987,8 @@ impl<I: Send + 'static> PluginSource<I> {
                     kind: kind.to_owned(),
                 })?;
         let vtable = declared.source;
-        let context = Box::new(HostContext {
-            output,
+        let context = Arc::new(HostContext {
+            output: RwLock::new(Some(output)),
             codec,
             buffer: Mutex::new(BytesMut::new()),
             vtable: HostOutputVTable {
@@ -942,12 +1004,14 @@ impl<I: Send + 'static> PluginSource<I> {
                 acknowledge_with: host_acknowledge_with::<I>,
                 poll_acknowledgements: host_poll_acknowledgements::<I>,
                 log: host_log::<I>,
+                retain: host_retain::<I>,
+                release: host_release::<I>,
             },
             library: Arc::clone(library),
             feed: name.to_owned(),
         });
         let host = HostOutput {
-            context: &*context as *const HostContext<I> as *const c_void,
+            context: Arc::as_ptr(&context) as *const c_void,
             vtable: &context.vtable,
         };
         let mut handle: *mut c_void = std::ptr::null_mut();
@@ -1020,9 +1084,9 @@ impl<I: Send + 'static> PluginSource<I> {
                     self.library.path.display()
                 );
                 error!(feed = %self.name, "{detail}");
-                self.context
-                    .output
-                    .report_state(SourceState::Behind, Some(&detail));
+                self.context.with_output((), |output| {
+                    output.report_state(SourceState::Behind, Some(&detail))
+                });
                 self.failed = Some(detail.clone());
                 Err(self.error(detail))
             }
@@ -1072,9 +1136,12 @@ impl<I: Send + 'static> EventSource for PluginSource<I> {
 
 impl<I: 'static> Drop for PluginSource<I> {
     fn drop(&mut self) {
-        // SAFETY: freed once, by the plugin that allocated it, before the context it
-        // points to is dropped (fields drop after this).
+        // SAFETY: freed once, by the plugin that allocated it, before the proxy's
+        // reference on the context is dropped (fields drop after this).
         unsafe { ((*self.vtable).destroy)(self.handle) }
+        // the feed is let go; a reference the plugin kept (a committer's output) keeps
+        // the context itself valid
+        self.context.close();
     }
 }
 

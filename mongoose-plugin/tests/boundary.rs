@@ -178,7 +178,7 @@ fn a_plugin_with_a_wrong_abi_version_is_refused_with_both_versions_named() {
     };
     for part in [
         "was built for ABI 999 with mongoose-plugin 0.1.0",
-        "this server speaks ABI 2 (mongoose-plugin 0.1.0)",
+        "this server speaks ABI 3 (mongoose-plugin 0.1.0)",
         "rebuild the plugin against mongoose-plugin 0.1.x",
         "libtemplate_plugin.so",
     ] {

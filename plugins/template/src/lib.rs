@@ -93,6 +93,7 @@ impl EventSource for Counter {
         output.acknowledge_with(Box::new(PointerCommitter {
             path: self.pointer.clone(),
             pending: None,
+            output: cfg!(feature = "keep-output").then(|| output.clone()),
         }));
         output.report_state(SourceState::Behind, Some("counting"));
         // a plugin's own tracing events reach the server's log (INFO and above, with
@@ -164,6 +165,10 @@ impl EventSource for Counter {
 struct PointerCommitter {
     path: PathBuf,
     pending: Option<u64>,
+    /// With the `keep-output` feature: the source's output, kept to log each commit
+    /// (a committer may be called after its source was stopped and destroyed: the SDK
+    /// keeps the output valid for as long as a clone of it lives).
+    output: Option<PluginOutput>,
 }
 
 impl SourceCommitter<PositionValue> for PointerCommitter {
@@ -186,6 +191,9 @@ impl SourceCommitter<PositionValue> for PointerCommitter {
         };
         write().map_err(|error| CoreError::io("cannot write the counter's pointer", error))?;
         self.pending = None;
+        if let Some(output) = &self.output {
+            output.info(&format!("counter committed through {offset}"));
+        }
         Ok(())
     }
 
