@@ -333,13 +333,18 @@ impl Truth {
                 ),
             ));
         }
+        // each account's first line's stream: a lookup, not a scan of every line per
+        // account (that made the check quadratic: minutes for a large run)
+        let mut stream_of: std::collections::HashMap<&str, u32> =
+            std::collections::HashMap::with_capacity(self.lines.len());
+        for record in &self.lines {
+            stream_of
+                .entry(record.account.as_str())
+                .or_insert(record.stream);
+        }
         let mut hot_ok = true;
         for (account, expected) in &hot_sums {
-            let stream = self
-                .lines
-                .iter()
-                .find(|record| record.account == *account)
-                .map(|record| record.stream);
+            let stream = stream_of.get(account).copied();
             if stream.is_some_and(|stream| uncertain.contains(&stream)) {
                 hot_ok = false;
                 continue;
@@ -364,7 +369,7 @@ impl Truth {
             .keys()
             .filter(|account| {
                 !hot_sums.contains_key(account.as_str())
-                    && !self.lines.iter().any(|record| &record.account == *account)
+                    && !stream_of.contains_key(account.as_str())
             })
             .collect();
         if !invented.is_empty() {
