@@ -807,25 +807,19 @@ impl FileSink {
                 )),
             };
         }
-        let identity = Self::read_header(&bytes).map_err(|problem| {
+        let refused = |problem| {
             refuse(
                 &name,
                 &state_file,
                 problem,
                 restore_or_move(&path, &state_file),
             )
-        })?;
+        };
+        let identity = Self::read_header(&bytes).map_err(refused)?;
         let header_len = HEADER_BYTES
             + (u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize);
         let mut replayed =
-            Replayed::read(&bytes, header_len, identity.state_id).map_err(|problem| {
-                refuse(
-                    &name,
-                    &state_file,
-                    problem,
-                    restore_or_move(&path, &state_file),
-                )
-            })?;
+            Replayed::read(&bytes, header_len, identity.state_id).map_err(refused)?;
         let same_file = identity.device == device && identity.inode == inode;
         // the file decides whether the last record's batch was written
         let mut cut_to = None;
