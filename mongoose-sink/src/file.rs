@@ -112,6 +112,11 @@ const OLD_SLOT_BYTES: usize = 64 * 1024;
 /// The log is compacted once it is longer than this and twice its last snapshot.
 const COMPACT_AFTER_BYTES: u64 = 48 * 1024;
 
+/// How often, and how far apart, a file held locked is tried again before it is taken
+/// for another writer's (about a second: longer than any fork-to-exec window).
+const LOCK_TRIES: u32 = 50;
+const LOCK_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The evidence of an output found already written.
 const ALREADY_WRITTEN: &str = "already in the file (its key is recorded as written)";
 
@@ -705,11 +710,25 @@ impl FileSink {
                 "the file sink's target is not a regular file (a device): no state is recorded beside it, so its lines are not de-duplicated after a crash");
             return Ok(sink);
         }
-        // `File::try_lock` needs Rust 1.89 (the workspace's minimum is 1.86): flock(2)
-        match rustix::fs::flock(
-            &sink.file,
-            rustix::fs::FlockOperation::NonBlockingLockExclusive,
-        ) {
+        // `File::try_lock` needs Rust 1.89 (the workspace's minimum is 1.86): flock(2).
+        // A lock is held by an open file description, which a child process forked by
+        // another thread shares until it execs (and closes it): a lock held so briefly
+        // is waited for, a second writer is not.
+        let lock = || {
+            rustix::fs::flock(
+                &sink.file,
+                rustix::fs::FlockOperation::NonBlockingLockExclusive,
+            )
+        };
+        let mut locked = lock();
+        for _ in 0..LOCK_TRIES {
+            if locked != Err(rustix::io::Errno::WOULDBLOCK) {
+                break;
+            }
+            std::thread::sleep(LOCK_PAUSE);
+            locked = lock();
+        }
+        match locked {
             Ok(()) => {}
             Err(rustix::io::Errno::WOULDBLOCK) => {
                 return Err(SinkError::InUse {
