@@ -89,6 +89,18 @@ pub enum JournalError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The journal's identity file is damaged.
+    #[error(
+        "the journal identity {path} is damaged ({reason}); the journal it names is \
+         unknown: restore the file from a copy, or delete it to make the journal a new one \
+         (its readers then read it again from its start in a new epoch: duplicates, no loss)"
+    )]
+    IdentityDamaged {
+        /// The identity file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The tailer store is open elsewhere.
     #[error(
         "the tailer store {path} is open in another tailer (here or in another process); \

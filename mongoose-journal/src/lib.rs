@@ -94,6 +94,7 @@ mod appender;
 mod config;
 mod dump;
 mod error;
+mod identity;
 mod lock;
 mod segment;
 mod tailer;
@@ -109,17 +110,20 @@ pub use error::{JournalError, Result};
 pub use tailer::{Excerpt, ExcerptBatch, Tailer};
 pub use tailer_store::TailerStore;
 
-/// A journal: a directory of segment files. Opening one does not lock or change
-/// anything; [`Journal::appender`] does, [`Journal::tailer`] never does.
+/// A journal: a directory of segment files and its identity. Opening one does not lock
+/// or change anything (but for making a new journal's directory and identity);
+/// [`Journal::appender`] does, [`Journal::tailer`] never does.
 #[derive(Debug, Clone)]
 pub struct Journal {
     dir: PathBuf,
     config: JournalConfig,
+    identity: u64,
 }
 
 impl Journal {
-    /// Opens the journal in `dir`, creating the directory if needed. Checks the
-    /// configuration and the header of the last segment.
+    /// Opens the journal in `dir`, creating the directory and the journal's identity if
+    /// needed (see [`Journal::identity`]). Checks the configuration and the header of the
+    /// last segment.
     pub fn open(dir: impl AsRef<Path>, config: JournalConfig) -> Result<Journal> {
         let dir = dir.as_ref().to_path_buf();
         config.geometry()?;
@@ -129,7 +133,21 @@ impl Journal {
         if let Some(&last) = segment::list_segments(&dir)?.last() {
             tailer::read_header(&segment::segment_path(&dir, last))?;
         }
-        Ok(Journal { dir, config })
+        let identity = identity::load_or_create(&dir)?;
+        Ok(Journal {
+            dir,
+            config,
+            identity,
+        })
+    }
+
+    /// The journal's identity: a random number (never 0) written once, when the journal
+    /// is created (file `identity` in its directory). A journal removed and made again at
+    /// the same path has another one: its excerpt indexes start again at 0, so a
+    /// committed index or a saved position of the old journal must not be applied to it
+    /// (a [`TailerStore`] records the identity its index belongs to).
+    pub fn identity(&self) -> u64 {
+        self.identity
     }
 
     /// Takes the journal's one appender (refused with [`JournalError::AppenderHeld`] while

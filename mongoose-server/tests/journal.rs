@@ -145,3 +145,84 @@ settings = {{ feed = "lines", sink = "out" }}
     }
     assert_eq!(appended, lines, "every line once, in order");
 }
+
+/// Appends `lines` to the journal in `journal` with `mongoose journal append`.
+fn append_lines(journal: &Path, lines: &[String]) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mongoose"))
+        .args(["journal", "append"])
+        .arg(journal)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the journal writer starts");
+    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("the writer reads");
+    let status = wait_exit(&mut child, "the journal writer");
+    assert!(status.success(), "the journal writer failed: {status}");
+}
+
+/// Issue 25, item 3: a journal removed (`rm -rf`) and made again at the same path is
+/// another journal. Its first excerpts have the indexes the old one's had: neither the
+/// tailer's committed index (a store kept outside the journal) nor the ledger's saved
+/// position (the store went with the journal) may skip them. Before the fix: 100 of 250
+/// and 0 of 50 new excerpts applied, epoch 1 again, exit 0.
+#[test]
+fn a_recreated_journal_is_a_new_epoch_and_nothing_is_skipped() {
+    let library = build_plugin("journal-plugin", &[]);
+    // (a store outside the journal, new excerpts); (the default store inside it, new)
+    for (outside, new) in [(true, 150usize), (false, 50usize)] {
+        let run = LedgerRun::new("", "");
+        plugin_dir(run.dir.path(), &[&library]);
+        let journal = run.path("journal");
+        let tailers = if outside {
+            format!(r#", tailers = "{}""#, run.path("tailers").display())
+        } else {
+            String::new()
+        };
+        let config = plugin_ledger_config(
+            &run.path("plugins").display().to_string(),
+            "journal",
+            &format!(
+                r#"path = "{}", tailer = "ledger"{tailers}"#,
+                journal.display()
+            ),
+            r#"state_dir = "state", alerts = "alerts.txt", guard = true"#,
+        );
+        std::fs::write(run.path("mongoose.toml"), config).expect("config");
+
+        let old: Vec<String> = (0..100)
+            .map(|index| format!("old{},1", index % 10))
+            .collect();
+        append_lines(&journal, &old);
+        let (code, log) = run.finish_with_log();
+        assert_eq!(code, 0, "the first run settles lossless: {log}");
+        assert_applied_once(&run.state_in("state"), &old, &format!("first run: {log}"));
+
+        std::fs::remove_dir_all(&journal).expect("rm -rf the journal");
+        let fresh: Vec<String> = (0..new)
+            .map(|index| format!("new{},{}", index % 10, 1 + index % 3))
+            .collect();
+        append_lines(&journal, &fresh);
+        let (code, log) = run.finish_with_log();
+        let all: Vec<String> = old.iter().chain(&fresh).cloned().collect();
+        let state = run.state_in("state");
+        assert_applied_once(
+            &state,
+            &all,
+            &format!("store outside: {outside}; the re-created journal's run: {log}"),
+        );
+        assert_eq!(code, 0, "settled lossless: {log}");
+        if outside {
+            assert!(
+                log.contains("another journal"),
+                "a tailer store of another journal is reported: {log}"
+            );
+        }
+    }
+}

@@ -11,8 +11,11 @@
 //!   there: nothing lost, and only what was processed after the last commit is given
 //!   again. PAUSE (a full queue) keeps the excerpts not taken and reads nothing more until
 //!   they are. Each cycle reads up to `batch` excerpts and hands them to the host in one
-//!   boundary crossing. A committed index beyond the journal's end (the journal was replaced) is
-//!   reported with a WARN and reading starts again at 0 in a new epoch.
+//!   boundary crossing. The epoch is made of the journal's identity (written when the
+//!   journal is created), so a journal removed and made again at its path is a new epoch
+//!   and a consumer's saved position of the old one never skips the new one's excerpts.
+//!   A committed index of another journal (the store records the identity), or beyond the
+//!   journal's end, is reported with a WARN and reading starts again at 0 in a new epoch.
 //!
 //!   Settings: `path` (the journal directory, required), `tailer` (the tailer's name,
 //!   default: the feed's name), `tailers` (the directory of tailer stores, default
@@ -47,8 +50,14 @@ use mongoose_plugin::PluginOutput;
 /// Excerpts one duty cycle publishes at most, unless the `batch` setting says otherwise.
 const DEFAULT_BATCH: u64 = 4096;
 
-/// The epoch of a journal read from its beginning or a committed index.
+/// The epoch of the source before it opened its journal.
 const FIRST_EPOCH: Epoch = Epoch(1);
+
+/// The epoch of the journal with `identity` read from its beginning or a committed
+/// index: positive as a Java long, never 0.
+fn identity_epoch(identity: u64) -> Epoch {
+    Epoch((identity >> 1).max(1))
+}
 
 fn core_error(context: &'static str, error: mongoose_journal::JournalError) -> CoreError {
     CoreError::io(context, std::io::Error::other(error.to_string()))
@@ -106,22 +115,39 @@ impl EventSource for JournalSource {
     fn start(&mut self) -> Result<(), CoreError> {
         let journal = Journal::open(&self.path, JournalConfig::default())
             .map_err(|error| core_error("cannot open the journal", error))?;
-        let store = TailerStore::open(&self.tailers, &self.tailer_name)
+        let mut store = TailerStore::open(&self.tailers, &self.tailer_name)
             .map_err(|error| core_error("cannot open the journal tailer's store", error))?;
-        let committed = store.load().unwrap_or(0);
+        let identity = journal.identity();
+        // the journal's identity is part of the epoch: a consumer's saved position of
+        // another journal at this path is never taken for one of this journal
+        self.epoch = identity_epoch(identity);
+        let mut committed = store.load().unwrap_or(0);
+        if let Some(other) = store.journal().filter(|&other| other != identity) {
+            self.output.warn(&format!(
+                "journal {}: tailer '{}' committed index {committed} of another journal                  (identity {other:016x}; this one is {identity:016x}): the journal was made                  again at its path; reading it from index 0 in a new epoch",
+                self.path.display(),
+                self.tailer_name,
+            ));
+            committed = 0;
+        }
+        store.bind(identity);
         let mut tailer = journal.tailer();
         let exists = tailer
             .seek(committed)
             .map_err(|error| core_error("cannot seek the journal", error))?;
         if !exists {
-            // the committed index is beyond the journal's end: another journal now
+            // the committed index is beyond the journal's end: its end was lost
             self.output.warn(&format!(
-                "journal {}: tailer '{}' committed index {committed}, but the journal ends at {}: it was replaced; reading it again from index 0 in a new epoch",
+                "journal {}: tailer '{}' committed index {committed}, but the journal ends at {}: it was replaced or cut; reading it again from index 0 in a new epoch",
                 self.path.display(),
                 self.tailer_name,
                 tailer.index()
             ));
-            self.epoch = Epoch(FIRST_EPOCH.0 + 1);
+            self.epoch = Epoch(if self.epoch.0 >= u64::MAX >> 1 {
+                1
+            } else {
+                self.epoch.0 + 1
+            });
             tailer
                 .seek(0)
                 .map_err(|error| core_error("cannot seek the journal", error))?;
