@@ -226,3 +226,102 @@ fn a_recreated_journal_is_a_new_epoch_and_nothing_is_skipped() {
         }
     }
 }
+
+/// Issue 25, item 4: one damaged excerpt in the middle of a journal is not a torn tail.
+/// Before the fix a ledger reading the journal stopped there and exited 0 ("settled and
+/// lossless") with 5,000 excerpts unread, and the next `mongoose journal append` took the
+/// damage for a torn tail and cut the 4,999 whole excerpts after it. Now the reader stops
+/// with an error naming the segment and offset (the run is stalled and ends with exit 1),
+/// and the appender refuses and changes nothing.
+#[test]
+fn a_damaged_excerpt_in_the_middle_is_refused_by_appender_and_tailer() {
+    const EXCERPTS: usize = 10_000;
+    const DAMAGED: u64 = 5_000;
+    let library = build_plugin("journal-plugin", &[]);
+    let run = LedgerRun::new("", "");
+    plugin_dir(run.dir.path(), &[&library]);
+    let journal = run.path("journal");
+    let config = format!(
+        "stalled_exit_millis = 3000\n{}",
+        config(run.dir.path(), true)
+    );
+    std::fs::write(run.path("mongoose.toml"), config).expect("config");
+    let lines: Vec<String> = (0..EXCERPTS).map(line).collect();
+    append_lines(&journal, &lines);
+
+    // flip the first payload byte of excerpt 5,000
+    let opened =
+        mongoose_journal::Journal::open(&journal, mongoose_journal::JournalConfig::default())
+            .expect("the journal");
+    let entry = opened
+        .dump()
+        .expect("dump")
+        .map(|entry| entry.expect("a dump entry"))
+        .find(|entry| entry.index == DAMAGED)
+        .expect("excerpt 5,000");
+    let segment = opened.segment_path(entry.segment);
+    let mut bytes = std::fs::read(&segment).expect("the segment");
+    bytes[entry.offset as usize + 8] ^= 0x5a;
+    std::fs::write(&segment, &bytes).expect("damage the excerpt");
+    drop(opened);
+    let segment_name = segment
+        .file_name()
+        .expect("a file name")
+        .to_string_lossy()
+        .into_owned();
+
+    // the ledger stops before the damage, and says so: not settled and lossless
+    let (code, log) = run.finish_with_log();
+    let state = run.state_in("state");
+    assert_eq!(
+        state.applied, DAMAGED,
+        "the excerpts before the damage are applied: {log}"
+    );
+    assert_eq!(
+        code, 1,
+        "a run stopped by a damaged excerpt ends with exit 1: {log}"
+    );
+    assert!(
+        log.contains(&segment_name) && log.contains(&format!("offset {}", entry.offset)),
+        "the run names the damaged segment ({segment_name}) and offset ({}): {log}",
+        entry.offset
+    );
+
+    // the next appender refuses, names the place, and cuts nothing
+    let before = std::fs::read(&segment).expect("the segment");
+    let appended = Command::new(env!("CARGO_BIN_EXE_mongoose"))
+        .args(["journal", "append"])
+        .arg(&journal)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child.stdin.take().expect("stdin").write_all(b"late,1\n")?;
+            child.wait_with_output()
+        })
+        .expect("the journal writer ran");
+    let said = String::from_utf8_lossy(&appended.stderr);
+    assert!(
+        !appended.status.success(),
+        "the appender refuses a journal damaged in the middle: {said}"
+    );
+    assert!(
+        said.contains(&segment_name) && said.contains(&format!("offset {}", entry.offset)),
+        "the refusal names the segment and offset: {said}"
+    );
+    assert!(
+        std::fs::read(&segment).expect("the segment") == before,
+        "the refused appender changed nothing"
+    );
+    let opened =
+        mongoose_journal::Journal::open(&journal, mongoose_journal::JournalConfig::default())
+            .expect("the journal");
+    let whole = opened
+        .dump()
+        .expect("dump")
+        .map(|entry| entry.expect("a dump entry"))
+        .filter(|entry| entry.checksum_ok)
+        .count();
+    assert_eq!(whole, EXCERPTS - 1, "every whole excerpt is still there");
+}

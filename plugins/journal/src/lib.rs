@@ -171,9 +171,18 @@ impl EventSource for JournalSource {
             return Ok(WorkDone(0));
         };
         let max = usize::try_from(self.batch).unwrap_or(usize::MAX);
-        tailer
-            .next_batch(max, &mut self.excerpts)
-            .map_err(|error| core_error("cannot read the journal", error))?;
+        if let Err(error) = tailer.next_batch(max, &mut self.excerpts) {
+            // a damaged excerpt: the feed is behind it, never caught up (so never
+            // settled), until the driver reports it stalled with this error
+            let error = core_error("cannot read the journal", error);
+            self.caught_up = false;
+            self.output
+                .report_state(SourceState::Behind, Some(&error.to_string()));
+            return Err(error);
+        }
+        // a batch that ended early may have ended before a damaged excerpt: then the
+        // feed is not caught up (the next cycle fails with the error)
+        let blocked = self.excerpts.len() < max && tailer.peek().is_err();
         let (done, paused) = match self.excerpts.first_index() {
             None => (0, false),
             Some(first) => {
@@ -202,7 +211,7 @@ impl EventSource for JournalSource {
                 (taken, taken < total)
             }
         };
-        let caught_up = !paused && done < self.batch;
+        let caught_up = !paused && !blocked && done < self.batch;
         if caught_up != self.caught_up {
             self.caught_up = caught_up;
             if caught_up {
