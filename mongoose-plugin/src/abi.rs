@@ -35,7 +35,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 ///
 /// 2: `create` takes the config file's folder (`base_dir`) for the relative paths of a
 /// plugin's settings.
-pub const ABI_VERSION: u32 = 2;
+/// 3: the host output has `report_loss` (a source's known loss, such as an archive gap,
+/// makes the feed not lossless).
+pub const ABI_VERSION: u32 = 3;
 
 /// The symbol every plugin exports: `extern "C" fn() -> *const PluginDeclaration`.
 pub const DECLARATION_SYMBOL: &[u8] = b"mongoose_plugin_declaration\0";
@@ -394,6 +396,8 @@ pub struct HostOutputVTable {
     /// plugin's own `tracing` events (INFO and above) through it, while the host calls
     /// into the plugin's source on that thread.
     pub log: unsafe extern "C" fn(context: *const c_void, level: u32, message: Str),
+    /// `SourceOutput::report_loss`: `bytes` is the bytes lost when `known` is 1.
+    pub report_loss: unsafe extern "C" fn(context: *const c_void, what: Str, bytes: u64, known: u8),
 }
 
 /// The feed a plugin source publishes into: the host's context and functions. Valid
@@ -566,6 +570,7 @@ const LAYOUT: &[usize] = &[
     offset_of!(HostOutputVTable, acknowledge_with),
     offset_of!(HostOutputVTable, poll_acknowledgements),
     offset_of!(HostOutputVTable, log),
+    offset_of!(HostOutputVTable, report_loss),
     size_of::<ItemRef>(),
     offset_of!(ItemRef, offset),
     offset_of!(ItemRef, lane),

@@ -337,6 +337,20 @@ impl PluginOutput {
         unsafe { (self.vtable().log)(self.host.context, abi::level::INFO, Str::new(message)) }
     }
 
+    /// See [`SourceOutput::report_loss`]: a loss the source knows of (input it will
+    /// never deliver) makes the feed not lossless.
+    pub fn report_loss(&self, what: &str, bytes: Option<u64>) {
+        // SAFETY: as in try_publish.
+        unsafe {
+            (self.vtable().report_loss)(
+                self.host.context,
+                Str::new(what),
+                bytes.unwrap_or(0),
+                u8::from(bytes.is_some()),
+            )
+        }
+    }
+
     /// See [`SourceOutput::set_unterminated_bytes`].
     pub fn set_unterminated_bytes(&self, bytes: u64) {
         // SAFETY: as in try_publish.
@@ -491,6 +505,10 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
 
     fn set_unterminated_bytes(&self, bytes: u64) {
         PluginOutput::set_unterminated_bytes(self, bytes)
+    }
+
+    fn report_loss(&self, what: &str, bytes: Option<u64>) {
+        PluginOutput::report_loss(self, what, bytes)
     }
 }
 

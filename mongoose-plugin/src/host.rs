@@ -702,6 +702,21 @@ unsafe extern "C" fn host_set_unterminated_bytes<I: 'static>(context: *const c_v
     })
 }
 
+unsafe extern "C" fn host_report_loss<I: 'static>(
+    context: *const c_void,
+    what: Str,
+    bytes: u64,
+    known: u8,
+) {
+    host_guard(String::new, (), || {
+        // SAFETY: as in `host_try_publish`; `what` is borrowed for the call.
+        let (context, what) = unsafe { (host_context::<I>(context), what.as_str()) };
+        context
+            .output
+            .report_loss(&what, (known != 0).then_some(bytes));
+    })
+}
+
 unsafe extern "C" fn host_poll_acknowledgements<I: 'static>(context: *const c_void) -> u64 {
     host_guard(String::new, 0, || {
         // SAFETY: as in `host_try_publish`.
@@ -946,6 +961,7 @@ impl<I: Send + 'static> PluginSource<I> {
                 acknowledge_with: host_acknowledge_with::<I>,
                 poll_acknowledgements: host_poll_acknowledgements::<I>,
                 log: host_log::<I>,
+                report_loss: host_report_loss::<I>,
             },
             library: Arc::clone(library),
             feed: name.to_owned(),

@@ -128,3 +128,257 @@ fn a_publisher_and_an_archiver_while_the_server_is_killed_apply_every_message_ex
     let status = wait_exit(&mut archiver, "the archiver");
     assert!(status.success(), "the archiver stopped cleanly: {status}");
 }
+
+/// An archiver of the `mongoose-archive` library on a thread of the test.
+struct ArchiverThread {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+    udp: Option<std::net::SocketAddr>,
+}
+
+impl ArchiverThread {
+    fn start(config: mongoose_archive::ArchiverConfig) -> ArchiverThread {
+        let mut archiver = mongoose_archive::Archiver::open(config).expect("open the archiver");
+        let udp = archiver.udp_addr();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let handle = std::thread::spawn(move || {
+            archiver.run_until(&stopping).expect("run the archiver");
+        });
+        ArchiverThread {
+            stop,
+            handle: Some(handle),
+            udp,
+        }
+    }
+}
+
+impl Drop for ArchiverThread {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Offers each of `lines` until it is accepted.
+fn offer_all(publication: &mut dyn mongoose_archive::Publication, lines: &[String]) {
+    for line in lines {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while matches!(
+            publication.offer(line.as_bytes()).expect("offer"),
+            mongoose_archive::Offer::BackPressured
+        ) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the archiver never took a message"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Waits until the archive in `archive` recorded `position` bytes of its newest
+/// recording of `STREAM`.
+fn wait_recorded(archive: &Path, lines: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut reader = mongoose_archive::RecordingReader::open(
+            archive,
+            mongoose_archive::RecordingSelector::LatestForStream(STREAM),
+            None,
+        );
+        if let Ok(reader) = reader.as_mut() {
+            let mut messages = 0;
+            while reader.poll(1024, |_| messages += 1).expect("read") > 0 {}
+            if messages >= lines {
+                return;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the archiver never recorded {lines} messages"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue 25, item 5: a gap the archive recorded (the UDP publication answered a NAK with
+/// "gap lost": its retransmit buffer no longer had the bytes) is a loss. Before the fix
+/// it was committed past as if filtered: the run said lossless and exited 0.
+#[test]
+fn an_archive_gap_is_a_loss_not_a_filter() {
+    const COUNT: usize = 2_000;
+    let library = build_plugin("archive-plugin", &[]);
+    let run = LedgerRun::new("", "");
+    let dir = run.dir.path().to_path_buf();
+    plugin_dir(&dir, &[&library]);
+    std::fs::write(run.path("mongoose.toml"), config(&dir)).expect("config");
+
+    let archive = dir.join("archive");
+    let mut archiver_config = mongoose_archive::ArchiverConfig::new(&archive);
+    archiver_config.udp_bind = Some("127.0.0.1:0".parse().expect("an address"));
+    let archiver = ArchiverThread::start(archiver_config);
+    let mut publication = mongoose_archive::UdpPublication::connect_with(
+        archiver.udp.expect("a UDP address"),
+        STREAM,
+        1,
+        mongoose_archive::UdpPublicationConfig {
+            retransmit_buffer_bytes: 1024,
+            flow_control_window: None,
+            loss: Some(mongoose_archive::LossInjection { drop_every: 100 }),
+            ..mongoose_archive::UdpPublicationConfig::default()
+        },
+    )
+    .expect("a UDP publication");
+    let lines: Vec<String> = (0..COUNT).map(line).collect();
+    offer_all(&mut publication, &lines);
+    use mongoose_archive::Publication;
+    assert!(
+        publication.close().expect("close"),
+        "the archiver has the end"
+    );
+    drop(archiver);
+    let recording = mongoose_archive::list(&archive).expect("the recordings")[0].clone();
+    assert!(!recording.gaps.is_empty(), "the recording has gaps");
+    let lost = recording.gaps.len();
+
+    let (code, log) = run.finish_with_log();
+    let state = run.state_in("state");
+    assert!(
+        state.applied < COUNT as u64,
+        "the messages in the gaps are not applied: {}",
+        state.applied
+    );
+    assert_eq!(
+        code, 3,
+        "a run that committed past {lost} recorded gaps is not lossless: {log}"
+    );
+    assert!(
+        log.contains("lost stream bytes"),
+        "each gap is logged: {log}"
+    );
+
+    // a later run over the same recording still says what the recording lost
+    let (code, log) = run.finish_with_log();
+    assert_eq!(
+        code, 3,
+        "the recording's known losses are reported again: {log}"
+    );
+    assert_eq!(
+        run.state_in("state").applied,
+        state.applied,
+        "nothing applied twice"
+    );
+}
+
+/// Issue 25, item 5: the archive folder re-created (`rm -rf`) under a feed whose pointer
+/// holds recording 1 at a position past the end of the new live recording 1. Before the
+/// fix the new recording's messages up to the old position were skipped silently
+/// (settled and lossless). A recording that is not the pointer's is detected by its
+/// identity: a new epoch, read from its start.
+#[test]
+fn a_pointer_past_a_recreated_recording_never_skips() {
+    let library = build_plugin("archive-plugin", &[]);
+    let run = LedgerRun::new("", "");
+    let dir = run.dir.path().to_path_buf();
+    plugin_dir(&dir, &[&library]);
+    std::fs::write(run.path("mongoose.toml"), config(&dir)).expect("config");
+    let archive = dir.join("archive");
+    let ipc = dir.join("ipc");
+    let archiver_config = || {
+        let mut config = mongoose_archive::ArchiverConfig::new(&archive);
+        config.ipc_dir = Some(ipc.clone());
+        config
+    };
+
+    let old: Vec<String> = (0..100)
+        .map(|index| format!("old{},1", index % 10))
+        .collect();
+    let archiver = ArchiverThread::start(archiver_config());
+    let mut publication =
+        mongoose_archive::IpcPublication::create(&ipc, STREAM, 1).expect("a publication");
+    offer_all(&mut publication, &old);
+    wait_recorded(&archive, old.len());
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "the first run settles lossless: {log}");
+    assert_applied_once(&run.state_in("state"), &old, &format!("first run: {log}"));
+    drop(publication);
+    drop(archiver);
+
+    // the archive is made again; its recording 1 is live and shorter than the pointer
+    std::fs::remove_dir_all(&archive).expect("rm -rf the archive");
+    std::fs::remove_dir_all(&ipc).expect("rm -rf the rings");
+    let fresh: Vec<String> = (0..50)
+        .map(|index| format!("new{},{}", index % 10, 1 + index % 3))
+        .collect();
+    let archiver = ArchiverThread::start(archiver_config());
+    let mut publication =
+        mongoose_archive::IpcPublication::create(&ipc, STREAM, 2).expect("a publication");
+    offer_all(&mut publication, &fresh);
+    wait_recorded(&archive, fresh.len());
+    assert_eq!(
+        mongoose_archive::list(&archive).expect("the recordings")[0].id,
+        committed(&dir).0,
+        "the new recording has the pointer's id"
+    );
+    let (code, log) = run.finish_with_log();
+    let all: Vec<String> = old.iter().chain(&fresh).cloned().collect();
+    assert_applied_once(
+        &run.state_in("state"),
+        &all,
+        &format!("the re-created archive's run: {log}"),
+    );
+    assert_eq!(code, 0, "settled lossless: {log}");
+    assert!(
+        log.contains("not the recording"),
+        "the other recording is reported: {log}"
+    );
+    drop(publication);
+    drop(archiver);
+}
+
+/// Issue 25, item 5 (the companion of the driver's
+/// `a_source_whose_cycle_keeps_failing_stalls_with_its_reason`, on the binary): a
+/// pointer inside a frame made every cycle fail for ever (BEHIND, stalled null,
+/// `--exit-when-settled` never ended). The feed is reported stalled with the reason,
+/// and the run ends with exit 1.
+#[test]
+fn a_pointer_inside_a_frame_stalls_the_run_with_its_reason() {
+    let library = build_plugin("archive-plugin", &[]);
+    let run = LedgerRun::new("", "");
+    let dir = run.dir.path().to_path_buf();
+    plugin_dir(&dir, &[&library]);
+    std::fs::write(
+        run.path("mongoose.toml"),
+        format!("stalled_exit_millis = 3000\n{}", config(&dir)),
+    )
+    .expect("config");
+    let archive = dir.join("archive");
+    let ipc = dir.join("ipc");
+    let mut archiver_config = mongoose_archive::ArchiverConfig::new(&archive);
+    archiver_config.ipc_dir = Some(ipc.clone());
+    let archiver = ArchiverThread::start(archiver_config);
+    let lines: Vec<String> = (0..100).map(line).collect();
+    let mut publication =
+        mongoose_archive::IpcPublication::create(&ipc, STREAM, 1).expect("a publication");
+    offer_all(&mut publication, &lines);
+    wait_recorded(&archive, lines.len());
+    // the position after message 10, plus 2: inside message 11's frame
+    let inside: u64 = lines[..10]
+        .iter()
+        .map(|line| 4 + line.len() as u64)
+        .sum::<u64>()
+        + 2;
+    std::fs::write(dir.join("lines.pointer"), format!("1 {inside} 1\n")).expect("pointer");
+
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 1, "a run that cannot go on ends with exit 1: {log}");
+    assert!(
+        log.contains(&inside.to_string()) && log.contains("failed 30 times"),
+        "the stall names the position and the failures: {log}"
+    );
+    drop(publication);
+    drop(archiver);
+}

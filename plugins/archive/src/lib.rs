@@ -4,18 +4,22 @@
 //! recording `recording`, or the newest of stream `stream`): first what is recorded
 //! from the committed position (replay), then what the archiver appends (live), from
 //! the same files, so the hand-over has no gap and no duplicate. A message is published
-//! at position `(lane 0, stream position after it)` in the epoch of its recording id.
-//! After the engine says the messages were processed, the committer writes `<recording
-//! id> <position> <epoch>` to the `pointer` file (a temporary file, fsync'd, renamed); a
-//! restart (or a `kill -9`) resumes after the last committed message. PAUSE keeps the
-//! message (copied once, only then) and stops polling: the archive is the buffer. A
-//! pointer of another recording (the stream's recording was replaced) is logged as a
-//! WARN and the new recording is read from its start in its own epoch; a recording
-//! that no longer holds the committed position (truncated) is logged as a WARN and read
-//! again from its start in a new epoch, which the pointer keeps (`<recording>
-//! <position> <epoch>`). A gap the
-//! archive recorded (UDP data the publication had lost) is logged as a WARN and its
-//! position committed past: a loss, reported, never silent.
+//! at position `(lane 0, stream position after it)` in the epoch of its recording (made of
+//! the recording's identity: its id, stream, session, start position and start time, so
+//! the recording 1 of an archive made again at the same path is another epoch). After
+//! the engine says the messages were processed, the committer writes `<recording id>
+//! <position> <epoch> <identity>` to the `pointer` file (a temporary file, fsync'd,
+//! renamed); a restart (or a `kill -9`) resumes after the last committed message. PAUSE
+//! keeps the message (copied once, only then) and stops polling: the archive is the
+//! buffer. A pointer of another recording (the stream's recording was replaced, or the
+//! archive was made again and its recording has the pointer's id but not its identity)
+//! is logged as a WARN and the recording is read from its start in its own epoch; a
+//! recording that no longer holds the committed position (truncated) is logged as a
+//! WARN and read again from its start in a new epoch, which the pointer keeps. A gap
+//! the archive recorded (UDP data the publication had lost) is a loss: logged as a
+//! WARN, reported to the feed (`report_loss`: the run is not lossless, the status counts
+//! it) and its position committed past. A run that resumes after such gaps reports them
+//! again, as the recording's known losses: the data it delivers has those holes.
 //!
 //! Settings: `archive` and `pointer` (required), `recording` or `stream` (one of
 //! them), `batch` (messages per duty cycle, default 1024).
@@ -31,7 +35,9 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use mongoose_archive::{ArchiveError, RecordingReader, RecordingSelector, ReplayEvent};
+use mongoose_archive::{
+    ArchiveError, RecordingDescriptor, RecordingReader, RecordingSelector, ReplayEvent,
+};
 use mongoose_core::{
     CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
     WorkDone,
@@ -54,6 +60,35 @@ struct Pointer {
     recording: u64,
     position: u64,
     epoch: u64,
+    /// The recording's identity ([`recording_identity`]); `None` in a pointer an older
+    /// version wrote.
+    identity: Option<u64>,
+}
+
+/// A recording's identity: a hash (FNV-1a, stable across processes and builds) of what
+/// the catalog says of it when it starts. An archive made again at the same path numbers
+/// its recordings from 1 again, but they start at another time, in another session.
+fn recording_identity(recording: &RecordingDescriptor) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &byte in bytes {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    eat(&recording.id.to_le_bytes());
+    eat(&recording.stream.to_le_bytes());
+    eat(&recording.session.to_le_bytes());
+    eat(&recording.start_position.to_le_bytes());
+    eat(&recording.started_unix_ms.to_le_bytes());
+    eat(recording.source.as_bytes());
+    hash
+}
+
+/// The epoch of a recording read from its start: made of its identity, never 0, below
+/// [`REREAD_EPOCH`].
+fn identity_epoch(identity: u64) -> Epoch {
+    Epoch((identity >> 2).max(1))
 }
 
 /// The bit that marks the epoch of a recording read again from its start after it was
@@ -78,11 +113,19 @@ fn load_pointer(path: &Path) -> Result<Option<Pointer>, CoreError> {
             recording: *recording,
             position: *position,
             epoch: *recording,
+            identity: None,
         })),
         Ok([recording, position, epoch]) => Ok(Some(Pointer {
             recording: *recording,
             position: *position,
             epoch: *epoch,
+            identity: None,
+        })),
+        Ok([recording, position, epoch, identity]) => Ok(Some(Pointer {
+            recording: *recording,
+            position: *position,
+            epoch: *epoch,
+            identity: Some(*identity),
         })),
         _ => Err(CoreError::io(
             format!(
@@ -93,11 +136,6 @@ fn load_pointer(path: &Path) -> Result<Option<Pointer>, CoreError> {
             std::io::Error::from(std::io::ErrorKind::InvalidData),
         )),
     }
-}
-
-/// The epoch of a recording read from its start or a committed position: its id.
-fn reader_epoch(id: u64) -> Epoch {
-    Epoch(id)
 }
 
 /// Replays a recording from its committed position, then follows it live.
@@ -162,17 +200,37 @@ impl ArchiveSource {
             Err(error) => return Err(core_error(opening, error)),
         };
         let id = reader.recording_id();
+        let identity = recording_identity(reader.descriptor());
         let (reader, epoch) = match load_pointer(&self.pointer)? {
-            Some(pointer) if pointer.recording == id => {
+            Some(pointer)
+                if pointer.recording == id
+                    && pointer.identity.is_none_or(|known| known == identity) =>
+            {
                 match RecordingReader::open(
                     &self.archive,
                     RecordingSelector::Id(id),
                     Some(pointer.position),
                 ) {
-                    Ok(reader) => (reader, Epoch(pointer.epoch)),
+                    Ok(resumed) => {
+                        // the losses of the recording before the committed position
+                        // are known losses of the data this feed delivers
+                        for &(from, to) in &resumed.descriptor().gaps {
+                            if to <= pointer.position {
+                                self.output.report_loss(
+                                    &format!(
+                                        "archive {}: recording {id} lost stream bytes [{from}, {to}) (a gap it recorded, before the committed position {})",
+                                        self.archive.display(),
+                                        pointer.position
+                                    ),
+                                    Some(to - from),
+                                );
+                            }
+                        }
+                        (resumed, Epoch(pointer.epoch))
+                    }
                     Err(ArchiveError::NotABoundary { .. }) => {
                         // the recording no longer holds the committed position
-                        let epoch = Epoch(id | REREAD_EPOCH);
+                        let epoch = Epoch(identity_epoch(identity).0 | REREAD_EPOCH);
                         self.output.warn(&format!(
                             "archive {}: recording {id} no longer holds the committed position {} (it was truncated): reading it again from its start in a new epoch ({})",
                             self.archive.display(),
@@ -184,6 +242,16 @@ impl ArchiveSource {
                     Err(error) => return Err(core_error(opening, error)),
                 }
             }
+            Some(pointer) if pointer.recording == id => {
+                self.output.warn(&format!(
+                    "archive {}: the pointer {} holds recording {id} at position {}, but it is not the recording {id} the archive holds now (identity {:016x}, now {identity:016x}: the archive was made again): reading recording {id} from its start in a new epoch",
+                    self.archive.display(),
+                    self.pointer.display(),
+                    pointer.position,
+                    pointer.identity.unwrap_or_default(),
+                ));
+                (reader, identity_epoch(identity))
+            }
             Some(pointer) => {
                 self.output.warn(&format!(
                     "archive {}: the pointer {} holds recording {}, but the recording read now is {id} (the stream's recording was replaced): reading recording {id} from its start in its own epoch",
@@ -191,9 +259,9 @@ impl ArchiveSource {
                     self.pointer.display(),
                     pointer.recording
                 ));
-                (reader, reader_epoch(id))
+                (reader, identity_epoch(identity))
             }
-            None => (reader, reader_epoch(id)),
+            None => (reader, identity_epoch(identity)),
         };
         let output = &self.output;
         output.set_pause_by_default(true);
@@ -201,6 +269,7 @@ impl ArchiveSource {
         output.acknowledge_with(Box::new(PointerCommitter {
             path: self.pointer.clone(),
             recording: id,
+            identity,
             epoch,
             pending: None,
         }));
@@ -258,11 +327,14 @@ impl EventSource for ArchiveSource {
                 break;
             };
             if let Some(from) = gap {
-                self.output.warn(&format!(
-                    "archive {}: recording {} lost stream bytes [{from}, {position}) (the publication no longer had them): a loss, committed past",
-                    self.archive.display(),
-                    reader.recording_id()
-                ));
+                self.output.report_loss(
+                    &format!(
+                        "archive {}: recording {} lost stream bytes [{from}, {position}) (the publication no longer had them): a loss, committed past",
+                        self.archive.display(),
+                        reader.recording_id()
+                    ),
+                    Some(position - from),
+                );
                 self.output
                     .filtered(PositionValue::at(position), "a gap in the recording");
                 continue;
@@ -298,11 +370,13 @@ impl EventSource for ArchiveSource {
     }
 }
 
-/// Writes `<recording> <position>` after the messages before it were processed.
+/// Writes `<recording> <position> <epoch> <identity>` after the messages before it were
+/// processed.
 #[derive(Debug)]
 struct PointerCommitter {
     path: PathBuf,
     recording: u64,
+    identity: u64,
     epoch: Epoch,
     pending: Option<u64>,
 }
@@ -321,7 +395,11 @@ impl SourceCommitter<PositionValue> for PointerCommitter {
         let temporary = self.path.with_extension("tmp");
         let write = || -> std::io::Result<()> {
             let mut file = File::create(&temporary)?;
-            writeln!(file, "{} {position} {}", self.recording, self.epoch.0)?;
+            writeln!(
+                file,
+                "{} {position} {} {}",
+                self.recording, self.epoch.0, self.identity
+            )?;
             file.sync_data()?;
             std::fs::rename(&temporary, &self.path)?;
             if let Some(dir) = self.path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
