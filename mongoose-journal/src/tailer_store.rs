@@ -171,6 +171,12 @@ impl TailerStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Checks that `name` can name a tailer store (what [`TailerStore::open`] checks
+    /// first), without touching any file.
+    pub fn check_name(name: &str) -> Result<()> {
+        validate_name(name)
+    }
 }
 
 fn validate_name(name: &str) -> Result<()> {

@@ -36,7 +36,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 /// 2: `create` takes the config file's folder (`base_dir`) for the relative paths of a
 /// plugin's settings.
 /// 3: the host output has `report_loss` (a source's known loss, such as an archive gap,
-/// makes the feed not lossless).
+/// makes the feed not lossless); the source and sink vtables have `check` (a kind's
+/// settings checked when the plugin is loaded, by `validate` and before `run` starts).
 pub const ABI_VERSION: u32 = 3;
 
 /// The symbol every plugin exports: `extern "C" fn() -> *const PluginDeclaration`.
@@ -297,7 +298,21 @@ pub struct SourceVTable {
     pub stop: unsafe extern "C" fn(handle: *mut c_void, error: MessageOut) -> Status,
     /// Frees the source (the plugin's allocation). Called once, last.
     pub destroy: unsafe extern "C" fn(handle: *mut c_void),
+    /// Checks the settings of a source of kind `kind` (as `create` takes them) without
+    /// opening or creating anything: [`Status::OK`], or [`Status::ERROR`] after writing
+    /// the settings key at fault to `key` (nothing for the table as a whole) and what is
+    /// wrong to `error`.
+    pub check: CheckFn,
 }
+
+/// A kind's settings check (see [`SourceVTable::check`]).
+pub type CheckFn = unsafe extern "C" fn(
+    kind: Str,
+    config: Str,
+    base_dir: Str,
+    key: MessageOut,
+    error: MessageOut,
+) -> Status;
 
 /// A plugin's committer (`SourceCommitter<PositionValue>`), handed to the host by
 /// `acknowledge_with`. The host owns it from then on and frees it with `destroy`.
@@ -492,6 +507,8 @@ pub struct SinkVTable {
     ) -> Status,
     /// Frees the sink (the plugin's allocation).
     pub destroy: unsafe extern "C" fn(handle: *mut c_void),
+    /// Checks the settings of a sink of kind `kind`, as [`SourceVTable::check`].
+    pub check: CheckFn,
 }
 
 // The header never changes: these pin it on the 64-bit targets the server runs on.
@@ -552,6 +569,7 @@ const LAYOUT: &[usize] = &[
     offset_of!(SourceVTable, do_work),
     offset_of!(SourceVTable, stop),
     offset_of!(SourceVTable, destroy),
+    offset_of!(SourceVTable, check),
     size_of::<CommitterVTable>(),
     offset_of!(CommitterVTable, commit),
     offset_of!(CommitterVTable, commits_after_stop),
@@ -592,6 +610,7 @@ const LAYOUT: &[usize] = &[
     offset_of!(SinkVTable, publish),
     offset_of!(SinkVTable, verify),
     offset_of!(SinkVTable, destroy),
+    offset_of!(SinkVTable, check),
 ];
 
 /// The hash of every shared struct's layout (see the module documentation).

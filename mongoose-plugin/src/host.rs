@@ -456,6 +456,49 @@ impl PluginRegistry {
             .iter()
             .find(|plugin| plugin.kind(role, kind).is_some())
     }
+
+    /// Runs the settings check the plugin declaring `kind` for `role` has for it on
+    /// `settings` (TOML text, relative paths against the registry's base folder),
+    /// opening and creating nothing: the key at fault (empty for the whole table) and
+    /// what is wrong when it refuses them. A kind no plugin declares, or without a
+    /// check, passes.
+    pub fn check_settings(
+        &self,
+        role: Role,
+        kind: &str,
+        settings: &str,
+    ) -> Result<(), crate::settings::SettingsError> {
+        let Some(declared) = self
+            .find(role, kind)
+            .and_then(|plugin| plugin.kind(role, kind))
+        else {
+            return Ok(());
+        };
+        // SAFETY: a vtable of a loaded plugin (the registry keeps the library loaded),
+        // declared for this role.
+        let check = unsafe {
+            match role {
+                Role::Source => (*declared.source).check,
+                Role::Sink => (*declared.sink).check,
+            }
+        };
+        let (mut key, mut message) = (String::new(), String::new());
+        // SAFETY: the texts are borrowed for the call; the callbacks copy what they get.
+        let status = unsafe {
+            check(
+                Str::new(kind),
+                Str::new(settings),
+                Str::new(&self.base_dir),
+                message_out(&mut key),
+                message_out(&mut message),
+            )
+        };
+        if status == Status::OK {
+            Ok(())
+        } else {
+            Err(crate::settings::SettingsError::new(key, message))
+        }
+    }
 }
 
 /// Turns the bytes a plugin source publishes into the feed's item type: the host's

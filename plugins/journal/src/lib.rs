@@ -44,7 +44,7 @@ use mongoose_core::{
     SourceState, WorkDone,
 };
 use mongoose_journal::{Appender, ExcerptBatch, Journal, JournalConfig, Tailer, TailerStore};
-use mongoose_plugin::settings::Settings;
+use mongoose_plugin::settings::{Settings, SettingsError};
 use mongoose_plugin::PluginOutput;
 
 /// Excerpts one duty cycle publishes at most, unless the `batch` setting says otherwise.
@@ -77,6 +77,49 @@ pub struct JournalSource {
     excerpts: ExcerptBatch,
     epoch: Epoch,
     caught_up: bool,
+}
+
+/// Checks a source's settings (see the crate docs) without opening anything: run when
+/// the server loads its configuration, so a bad value is refused with its key.
+pub fn check_source_settings(settings: &str) -> Result<(), SettingsError> {
+    let settings = Settings::parse(settings).map_err(|error| SettingsError::new("", error))?;
+    settings
+        .only(&["path", "tailer", "tailers", "batch"])
+        .map_err(|error| SettingsError::new("", error))?;
+    settings
+        .path("path")
+        .map_err(|error| SettingsError::new("path", error))?;
+    if let Some(name) = settings.text("tailer") {
+        TailerStore::check_name(name)
+            .map_err(|error| SettingsError::new("tailer", error.to_string()))?;
+    }
+    settings
+        .u64("batch")
+        .map_err(|error| SettingsError::new("batch", error))?;
+    Ok(())
+}
+
+/// Checks a sink's settings (see the crate docs) without opening anything.
+pub fn check_sink_settings(settings: &str) -> Result<(), SettingsError> {
+    let settings = Settings::parse(settings).map_err(|error| SettingsError::new("", error))?;
+    settings
+        .only(&["path", "segment_bytes"])
+        .map_err(|error| SettingsError::new("", error))?;
+    settings
+        .path("path")
+        .map_err(|error| SettingsError::new("path", error))?;
+    if let Some(bytes) = settings
+        .u64("segment_bytes")
+        .map_err(|error| SettingsError::new("segment_bytes", error))?
+    {
+        JournalConfig {
+            segment_bytes: bytes,
+            ..JournalConfig::default()
+        }
+        .check()
+        .map_err(|error| SettingsError::new("segment_bytes", error.to_string()))?;
+    }
+    Ok(())
 }
 
 impl JournalSource {
@@ -336,5 +379,11 @@ mongoose_plugin::export_plugin! {
     },
     sinks: {
         "journal" => |settings: &str| JournalSink::open(settings),
+    },
+    source_checks: {
+        "journal" => check_source_settings,
+    },
+    sink_checks: {
+        "journal" => check_sink_settings,
     },
 }
