@@ -37,7 +37,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 /// plugin's settings.
 /// 3: the host output has `report_loss` (a source's known loss, such as an archive gap,
 /// makes the feed not lossless); the source and sink vtables have `check` (a kind's
-/// settings checked when the plugin is loaded, by `validate` and before `run` starts).
+/// settings checked when the plugin is loaded, by `validate` and before `run` starts);
+/// the host output has `saved_positions` (what the feed's consumers saved with their
+/// state, for a source to reconcile its own committed position with at start).
 pub const ABI_VERSION: u32 = 3;
 
 /// The symbol every plugin exports: `extern "C" fn() -> *const PluginDeclaration`.
@@ -413,7 +415,26 @@ pub struct HostOutputVTable {
     pub log: unsafe extern "C" fn(context: *const c_void, level: u32, message: Str),
     /// `SourceOutput::report_loss`: `bytes` is the bytes lost when `known` is 1.
     pub report_loss: unsafe extern "C" fn(context: *const c_void, what: Str, bytes: u64, known: u8),
+    /// `SourceOutput::saved_positions`: calls `each(each_context, ...)` once per consumer
+    /// that stores positions with its state, before it returns.
+    pub saved_positions: unsafe extern "C" fn(
+        context: *const c_void,
+        each: SavedPositionFn,
+        each_context: *mut c_void,
+    ),
 }
+
+/// One consumer's saved position ([`HostOutputVTable::saved_positions`]): its name
+/// (`group/processor`), and, when `saved` is 1, the `(epoch, lane, offset)` its state
+/// holds of the feed (0: its state holds nothing of the feed).
+pub type SavedPositionFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    consumer: Str,
+    saved: u8,
+    epoch: u64,
+    lane: u32,
+    offset: u64,
+);
 
 /// The feed a plugin source publishes into: the host's context and functions. Valid
 /// until the source's `destroy` returns; callable from the source's thread.
@@ -589,6 +610,7 @@ const LAYOUT: &[usize] = &[
     offset_of!(HostOutputVTable, poll_acknowledgements),
     offset_of!(HostOutputVTable, log),
     offset_of!(HostOutputVTable, report_loss),
+    offset_of!(HostOutputVTable, saved_positions),
     size_of::<ItemRef>(),
     offset_of!(ItemRef, offset),
     offset_of!(ItemRef, lane),

@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, EvidenceStatus, FailureKind, PositionValue,
-    PublishRefused, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
+    BatchEnd, ConsumerPosition, CoreError, Epoch, EventSource, EvidenceStatus, FailureKind,
+    PositionValue, PublishRefused, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
 };
 
 use crate::abi::{
@@ -380,6 +380,41 @@ impl PluginOutput {
         }
     }
 
+    /// See [`SourceOutput::saved_positions`]: what the feed's consumers that store
+    /// positions with their state hold, for the source to reconcile its own committed
+    /// position with at start (a lost or damaged store resumes there instead of
+    /// re-applying or skipping).
+    pub fn saved_positions(&self) -> Vec<ConsumerPosition> {
+        unsafe extern "C" fn each(
+            context: *mut c_void,
+            consumer: Str,
+            saved: u8,
+            epoch: u64,
+            lane: u32,
+            offset: u64,
+        ) {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                // SAFETY: `context` is the vector `saved_positions` passed, alive for
+                // the call; `consumer` is borrowed for this call.
+                let positions = unsafe { &mut *(context as *mut Vec<ConsumerPosition>) };
+                positions.push(ConsumerPosition {
+                    consumer: unsafe { consumer.as_str() }.into_owned(),
+                    saved: (saved != 0).then_some((Epoch(epoch), PositionValue { lane, offset })),
+                });
+            }));
+        }
+        let mut positions: Vec<ConsumerPosition> = Vec::new();
+        // SAFETY: as in try_publish; the callback and its context live for the call.
+        unsafe {
+            (self.vtable().saved_positions)(
+                self.host.context,
+                each,
+                &mut positions as *mut Vec<ConsumerPosition> as *mut c_void,
+            )
+        };
+        positions
+    }
+
     /// See [`SourceOutput::set_unterminated_bytes`].
     pub fn set_unterminated_bytes(&self, bytes: u64) {
         // SAFETY: as in try_publish.
@@ -538,6 +573,10 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
 
     fn report_loss(&self, what: &str, bytes: Option<u64>) {
         PluginOutput::report_loss(self, what, bytes)
+    }
+
+    fn saved_positions(&self) -> Vec<ConsumerPosition> {
+        PluginOutput::saved_positions(self)
     }
 }
 

@@ -760,6 +760,35 @@ unsafe extern "C" fn host_report_loss<I: 'static>(
     })
 }
 
+unsafe extern "C" fn host_saved_positions<I: 'static>(
+    context: *const c_void,
+    each: abi::SavedPositionFn,
+    each_context: *mut c_void,
+) {
+    host_guard(String::new, (), || {
+        // SAFETY: as in `host_try_publish`.
+        let context = unsafe { host_context::<I>(context) };
+        for position in context.output.saved_positions() {
+            let (saved, epoch, lane, offset) = match position.saved {
+                Some((epoch, position)) => (1, epoch.0, position.lane, position.offset),
+                None => (0, 0, 0, 0),
+            };
+            // SAFETY: the plugin's callback and context, valid for this call; the name
+            // is borrowed for the call.
+            unsafe {
+                each(
+                    each_context,
+                    Str::new(&position.consumer),
+                    saved,
+                    epoch,
+                    lane,
+                    offset,
+                )
+            };
+        }
+    })
+}
+
 unsafe extern "C" fn host_poll_acknowledgements<I: 'static>(context: *const c_void) -> u64 {
     host_guard(String::new, 0, || {
         // SAFETY: as in `host_try_publish`.
@@ -1005,6 +1034,7 @@ impl<I: Send + 'static> PluginSource<I> {
                 poll_acknowledgements: host_poll_acknowledgements::<I>,
                 log: host_log::<I>,
                 report_loss: host_report_loss::<I>,
+                saved_positions: host_saved_positions::<I>,
             },
             library: Arc::clone(library),
             feed: name.to_owned(),

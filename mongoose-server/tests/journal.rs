@@ -325,3 +325,67 @@ fn a_damaged_excerpt_in_the_middle_is_refused_by_appender_and_tailer() {
         .count();
     assert_eq!(whole, EXCERPTS - 1, "every whole excerpt is still there");
 }
+
+/// Copies the files of `from` into `to` (made first), one level deep or more.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("a folder");
+    for entry in std::fs::read_dir(from).expect("a folder") {
+        let entry = entry.expect("an entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("a copy");
+        }
+    }
+}
+
+/// Issue 25, item 7 (the journal's part): the plugin boundary carries the consumers'
+/// saved positions. A ledger state restored from an older copy is behind the tailer's
+/// committed index: before, the source resumed at its committed index and the excerpts
+/// between were never applied (1,000 of 2,000). Now it resumes at the saved position.
+/// And a deleted tailer store resumes at the saved position, not at 0.
+#[test]
+fn a_tailer_store_ahead_of_or_without_the_ledgers_state_resumes_at_the_saved_position() {
+    let library = build_plugin("journal-plugin", &[]);
+    let run = LedgerRun::new("", "");
+    plugin_dir(run.dir.path(), &[&library]);
+    std::fs::write(run.path("mongoose.toml"), config(run.dir.path(), true)).expect("config");
+    let journal = run.path("journal");
+    let lines: Vec<String> = (0..3_000).map(line).collect();
+
+    append_lines(&journal, &lines[..1_000]);
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    copy_dir(&run.path("state"), &run.path("state-copy"));
+    append_lines(&journal, &lines[1_000..2_000]);
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(committed(run.dir.path()), 2_000);
+
+    // the state restored from the older copy: 1,000 lines behind the committed index
+    std::fs::remove_dir_all(run.path("state")).expect("the state");
+    copy_dir(&run.path("state-copy"), &run.path("state"));
+    let (code, log) = run.finish_with_log();
+    assert_applied_once(
+        &run.state_in("state"),
+        &lines[..2_000],
+        &format!("after the state was restored: {log}"),
+    );
+    assert_eq!(code, 0, "{log}");
+
+    // the tailer store deleted: resumes at the saved position, not at 0
+    std::fs::remove_dir_all(journal.join("tailers")).expect("the tailer store");
+    append_lines(&journal, &lines[2_000..]);
+    let (code, log) = run.finish_with_log();
+    assert_applied_once(
+        &run.state_in("state"),
+        &lines,
+        &format!("after the tailer store was deleted: {log}"),
+    );
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        log.contains("resuming at the consumers' saved position 2000"),
+        "the source resumes at the ledger's saved position: {log}"
+    );
+}

@@ -150,6 +150,64 @@ impl JournalSource {
     }
 }
 
+impl JournalSource {
+    /// Reconciles the committed index with what the feed's consumers saved with their
+    /// state (the saved position is the authority, as for the file source): a committed
+    /// index past a consumer's saved position of this epoch (its state was restored from
+    /// an older copy, or its outbox was cut) moves back to it, and a consumer whose state
+    /// holds nothing of the feed moves it to 0: the excerpts between are read again, and
+    /// the consumers that have them skip them. Without a committed index of this
+    /// journal (a lost tailer store), reading resumes at the consumers' saved positions
+    /// of this epoch instead of the start (which would give every excerpt again).
+    fn reconcile(&self, committed: u64, trusted: bool) -> u64 {
+        let saved = self.output.saved_positions();
+        if saved.is_empty() {
+            return committed;
+        }
+        let wanted = |consumer: &mongoose_core::ConsumerPosition| match consumer.saved {
+            None => Some(0),
+            Some((epoch, position)) if epoch == self.epoch && position.lane == 0 => {
+                Some(position.offset)
+            }
+            // saved under another epoch (another journal): it takes every excerpt of
+            // this one anyway
+            Some(_) => None,
+        };
+        if trusted {
+            let mut resume = committed;
+            for consumer in &saved {
+                if let Some(wanted) = wanted(consumer).filter(|&wanted| wanted < resume) {
+                    self.output.warn(&format!(
+                        "journal {}: tailer '{}' committed index {committed}, but consumer {} saved its state at {wanted} (its state was restored from an older copy, or cut?): reading again from there so nothing is skipped",
+                        self.path.display(),
+                        self.tailer_name,
+                        consumer.consumer
+                    ));
+                    resume = wanted;
+                }
+            }
+            return resume;
+        }
+        // no committed index: every consumer must have saved this epoch's position
+        let mut resume: Option<u64> = None;
+        for consumer in &saved {
+            match wanted(consumer) {
+                Some(wanted) => resume = Some(resume.map_or(wanted, |at| at.min(wanted))),
+                None => return 0,
+            }
+        }
+        let resume = resume.unwrap_or(0);
+        if resume > 0 {
+            self.output.warn(&format!(
+                "journal {}: tailer '{}' has no committed index of this journal; resuming at the consumers' saved position {resume} (not the start, which would give every excerpt again)",
+                self.path.display(),
+                self.tailer_name
+            ));
+        }
+        resume
+    }
+}
+
 impl EventSource for JournalSource {
     fn name(&self) -> &str {
         self.output.feed()
@@ -165,6 +223,7 @@ impl EventSource for JournalSource {
         // another journal at this path is never taken for one of this journal
         self.epoch = identity_epoch(identity);
         let mut committed = store.load().unwrap_or(0);
+        let mut trusted = store.load().is_some();
         if let Some(other) = store.journal().filter(|&other| other != identity) {
             self.output.warn(&format!(
                 "journal {}: tailer '{}' committed index {committed} of another journal                  (identity {other:016x}; this one is {identity:016x}): the journal was made                  again at its path; reading it from index 0 in a new epoch",
@@ -172,8 +231,10 @@ impl EventSource for JournalSource {
                 self.tailer_name,
             ));
             committed = 0;
+            trusted = false;
         }
         store.bind(identity);
+        committed = self.reconcile(committed, trusted);
         let mut tailer = journal.tailer();
         let exists = tailer
             .seek(committed)
