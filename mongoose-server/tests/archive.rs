@@ -382,3 +382,78 @@ fn a_pointer_inside_a_frame_stalls_the_run_with_its_reason() {
     drop(publication);
     drop(archiver);
 }
+
+/// Copies the files of `from` into `to` (made first).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("a folder");
+    for entry in std::fs::read_dir(from).expect("a folder") {
+        let entry = entry.expect("an entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("a copy");
+        }
+    }
+}
+
+/// Issue 25, item 7 (the archive's part): the plugin boundary carries the consumers'
+/// saved positions. A ledger state restored from an older copy is behind the archive
+/// pointer: before, the source resumed at the pointer and the messages between were
+/// never applied. Now it resumes at the saved position; and a deleted pointer resumes
+/// at the saved position, not at the recording's start.
+#[test]
+fn an_archive_pointer_ahead_of_or_without_the_ledgers_state_resumes_at_the_saved_position() {
+    let library = build_plugin("archive-plugin", &[]);
+    let run = LedgerRun::new("", "");
+    let dir = run.dir.path().to_path_buf();
+    plugin_dir(&dir, &[&library]);
+    std::fs::write(run.path("mongoose.toml"), config(&dir)).expect("config");
+    let archive = dir.join("archive");
+    let ipc = dir.join("ipc");
+    let mut archiver_config = mongoose_archive::ArchiverConfig::new(&archive);
+    archiver_config.ipc_dir = Some(ipc.clone());
+    let archiver = ArchiverThread::start(archiver_config);
+    let mut publication =
+        mongoose_archive::IpcPublication::create(&ipc, STREAM, 1).expect("a publication");
+    let lines: Vec<String> = (0..3_000).map(line).collect();
+
+    offer_all(&mut publication, &lines[..1_000]);
+    wait_recorded(&archive, 1_000);
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    copy_dir(&run.path("state"), &run.path("state-copy"));
+    offer_all(&mut publication, &lines[1_000..2_000]);
+    wait_recorded(&archive, 2_000);
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+
+    // the state restored from the older copy: 1,000 messages behind the pointer
+    std::fs::remove_dir_all(run.path("state")).expect("the state");
+    copy_dir(&run.path("state-copy"), &run.path("state"));
+    let (code, log) = run.finish_with_log();
+    assert_applied_once(
+        &run.state_in("state"),
+        &lines[..2_000],
+        &format!("after the state was restored: {log}"),
+    );
+    assert_eq!(code, 0, "{log}");
+
+    // the pointer deleted: resumes at the saved position, not at the start
+    std::fs::remove_file(dir.join("lines.pointer")).expect("the pointer");
+    offer_all(&mut publication, &lines[2_000..]);
+    wait_recorded(&archive, 3_000);
+    let (code, log) = run.finish_with_log();
+    assert_applied_once(
+        &run.state_in("state"),
+        &lines,
+        &format!("after the pointer was deleted: {log}"),
+    );
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        log.contains("resuming at the consumers' saved position"),
+        "the source resumes at the ledger's saved position: {log}"
+    );
+    drop(publication);
+    drop(archiver);
+}

@@ -206,21 +206,22 @@ impl ArchiveSource {
                 if pointer.recording == id
                     && pointer.identity.is_none_or(|known| known == identity) =>
             {
-                match RecordingReader::open(
-                    &self.archive,
-                    RecordingSelector::Id(id),
+                let resume = self.reconcile(
+                    Epoch(pointer.epoch),
                     Some(pointer.position),
-                ) {
+                    reader.descriptor().start_position,
+                );
+                match RecordingReader::open(&self.archive, RecordingSelector::Id(id), Some(resume))
+                {
                     Ok(resumed) => {
                         // the losses of the recording before the committed position
                         // are known losses of the data this feed delivers
                         for &(from, to) in &resumed.descriptor().gaps {
-                            if to <= pointer.position {
+                            if to <= resume {
                                 self.output.report_loss(
                                     &format!(
-                                        "archive {}: recording {id} lost stream bytes [{from}, {to}) (a gap it recorded, before the committed position {})",
+                                        "archive {}: recording {id} lost stream bytes [{from}, {to}) (a gap it recorded, before the committed position {resume})",
                                         self.archive.display(),
-                                        pointer.position
                                     ),
                                     Some(to - from),
                                 );
@@ -261,7 +262,33 @@ impl ArchiveSource {
                 ));
                 (reader, identity_epoch(identity))
             }
-            None => (reader, identity_epoch(identity)),
+            None => {
+                let epoch = identity_epoch(identity);
+                let start = reader.descriptor().start_position;
+                let resume = self.reconcile(epoch, None, start);
+                if resume == start {
+                    (reader, epoch)
+                } else {
+                    let resumed = RecordingReader::open(
+                        &self.archive,
+                        RecordingSelector::Id(id),
+                        Some(resume),
+                    )
+                    .map_err(|error| core_error(opening.clone(), error))?;
+                    for &(from, to) in &resumed.descriptor().gaps {
+                        if to <= resume {
+                            self.output.report_loss(
+                                &format!(
+                                    "archive {}: recording {id} lost stream bytes [{from}, {to}) (a gap it recorded, before the saved position {resume})",
+                                    self.archive.display(),
+                                ),
+                                Some(to - from),
+                            );
+                        }
+                    }
+                    (resumed, epoch)
+                }
+            }
         };
         let output = &self.output;
         output.set_pause_by_default(true);
@@ -275,6 +302,61 @@ impl ArchiveSource {
         }));
         output.report_state(SourceState::Behind, Some("replaying the recording"));
         Ok(Some(reader))
+    }
+}
+
+impl ArchiveSource {
+    /// Reconciles the committed position (`None`: no pointer) with what the feed's
+    /// consumers saved with their state (the saved position is the authority, as for the
+    /// file source): a committed position past a consumer's saved position of `epoch`
+    /// moves back to it, and to the recording's `start` for a consumer whose state holds
+    /// nothing of the feed. Without a pointer, reading resumes at the consumers' saved
+    /// positions of `epoch` (when every consumer has one) instead of the start, which
+    /// would give every message again.
+    fn reconcile(&self, epoch: Epoch, committed: Option<u64>, start: u64) -> u64 {
+        let saved = self.output.saved_positions();
+        let wanted = |consumer: &mongoose_core::ConsumerPosition| match consumer.saved {
+            None => Some(start),
+            Some((saved_epoch, position)) if saved_epoch == epoch && position.lane == 0 => {
+                Some(position.offset.max(start))
+            }
+            // saved under another epoch: it takes every message of this one anyway
+            Some(_) => None,
+        };
+        if let Some(committed) = committed {
+            let mut resume = committed;
+            for consumer in &saved {
+                if let Some(wanted) = wanted(consumer).filter(|&wanted| wanted < resume) {
+                    self.output.warn(&format!(
+                        "archive {}: the pointer {} committed position {committed}, but consumer {} saved its state at {wanted} (its state was restored from an older copy, or cut?): reading again from there so nothing is skipped",
+                        self.archive.display(),
+                        self.pointer.display(),
+                        consumer.consumer
+                    ));
+                    resume = wanted;
+                }
+            }
+            return resume;
+        }
+        if saved.is_empty() {
+            return start;
+        }
+        let mut resume: Option<u64> = None;
+        for consumer in &saved {
+            match wanted(consumer) {
+                Some(wanted) => resume = Some(resume.map_or(wanted, |at| at.min(wanted))),
+                None => return start,
+            }
+        }
+        let resume = resume.unwrap_or(start);
+        if resume > start {
+            self.output.warn(&format!(
+                "archive {}: no pointer at {}; resuming at the consumers' saved position {resume} (not the start, which would give every message again)",
+                self.archive.display(),
+                self.pointer.display()
+            ));
+        }
+        resume
     }
 }
 
