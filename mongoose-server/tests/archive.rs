@@ -460,6 +460,22 @@ fn an_archive_pointer_ahead_of_or_without_the_ledgers_state_resumes_at_the_saved
         log.contains("resuming at the consumers' saved position"),
         "the source resumes at the ledger's saved position: {log}"
     );
+
+    // the pointer damaged: resumes at the saved position too, where it refused to start
+    // before (exit 1, "delete it to read the recording from its start")
+    std::fs::write(dir.join("lines.pointer"), "1 10261 1790959763141874x1c9\n")
+        .expect("damage the pointer");
+    let (code, log) = run.finish_with_log();
+    assert_eq!(
+        code, 0,
+        "a damaged pointer with saved positions is not a refusal: {log}"
+    );
+    assert!(log.contains("is damaged"), "the damage is reported: {log}");
+    assert_applied_once(
+        &run.state_in("state"),
+        &lines,
+        &format!("after the pointer was damaged: {log}"),
+    );
     drop(publication);
     drop(archiver);
 }

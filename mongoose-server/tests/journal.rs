@@ -388,4 +388,21 @@ fn a_tailer_store_ahead_of_or_without_the_ledgers_state_resumes_at_the_saved_pos
         log.contains("resuming at the consumers' saved position 2000"),
         "the source resumes at the ledger's saved position: {log}"
     );
+
+    // the tailer store damaged (both slots): resumes at the saved position too, where
+    // it refused to start before (exit 1, "delete the file to re-read the journal")
+    let store = journal.join("tailers").join("ledger.tailer");
+    let len = std::fs::metadata(&store).expect("the store").len() as usize;
+    std::fs::write(&store, vec![0xA5; len]).expect("damage the store");
+    let (code, log) = run.finish_with_log();
+    assert_eq!(
+        code, 0,
+        "a damaged store with saved positions is not a refusal: {log}"
+    );
+    assert!(log.contains("is damaged"), "the damage is reported: {log}");
+    assert_applied_once(
+        &run.state_in("state"),
+        &lines,
+        &format!("after the tailer store was damaged: {log}"),
+    );
 }

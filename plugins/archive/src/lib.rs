@@ -201,7 +201,28 @@ impl ArchiveSource {
         };
         let id = reader.recording_id();
         let identity = recording_identity(reader.descriptor());
-        let (reader, epoch) = match load_pointer(&self.pointer)? {
+        let pointer = match load_pointer(&self.pointer) {
+            Ok(pointer) => pointer,
+            Err(error) if self.consumers_saved_for(recording_identity(reader.descriptor())) => {
+                // the consumers' saved positions say where to resume: keep the damaged
+                // pointer for inspection
+                let kept = self.pointer.with_extension("damaged");
+                std::fs::rename(&self.pointer, &kept).map_err(|rename| {
+                    CoreError::io(
+                        format!("cannot move the damaged pointer {}", self.pointer.display()),
+                        rename,
+                    )
+                })?;
+                self.output.warn(&format!(
+                    "archive {}: {error}; it is kept as {} and reading resumes at the consumers' saved positions",
+                    self.archive.display(),
+                    kept.display()
+                ));
+                None
+            }
+            Err(error) => return Err(error),
+        };
+        let (reader, epoch) = match pointer {
             Some(pointer)
                 if pointer.recording == id
                     && pointer.identity.is_none_or(|known| known == identity) =>
@@ -306,6 +327,19 @@ impl ArchiveSource {
 }
 
 impl ArchiveSource {
+    /// Whether every consumer that stores positions holds one of the epoch of the
+    /// recording with `identity` read from its start (so a lost or damaged pointer can
+    /// resume there), and there is one.
+    fn consumers_saved_for(&self, identity: u64) -> bool {
+        let saved = self.output.saved_positions();
+        !saved.is_empty()
+            && saved.iter().all(|consumer| {
+                consumer.saved.is_some_and(|(epoch, position)| {
+                    epoch == identity_epoch(identity) && position.lane == 0
+                })
+            })
+    }
+
     /// Reconciles the committed position (`None`: no pointer) with what the feed's
     /// consumers saved with their state (the saved position is the authority, as for the
     /// file source): a committed position past a consumer's saved position of `epoch`

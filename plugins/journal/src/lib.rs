@@ -151,6 +151,18 @@ impl JournalSource {
 }
 
 impl JournalSource {
+    /// Whether every consumer that stores positions holds one of this journal's epoch
+    /// (so a lost or damaged tailer store can resume there), and there is one.
+    fn consumers_saved_this_epoch(&self) -> bool {
+        let saved = self.output.saved_positions();
+        !saved.is_empty()
+            && saved.iter().all(|consumer| {
+                consumer
+                    .saved
+                    .is_some_and(|(epoch, position)| epoch == self.epoch && position.lane == 0)
+            })
+    }
+
     /// Reconciles the committed index with what the feed's consumers saved with their
     /// state (the saved position is the authority, as for the file source): a committed
     /// index past a consumer's saved position of this epoch (its state was restored from
@@ -216,12 +228,35 @@ impl EventSource for JournalSource {
     fn start(&mut self) -> Result<(), CoreError> {
         let journal = Journal::open(&self.path, JournalConfig::default())
             .map_err(|error| core_error("cannot open the journal", error))?;
-        let mut store = TailerStore::open(&self.tailers, &self.tailer_name)
-            .map_err(|error| core_error("cannot open the journal tailer's store", error))?;
         let identity = journal.identity();
         // the journal's identity is part of the epoch: a consumer's saved position of
         // another journal at this path is never taken for one of this journal
         self.epoch = identity_epoch(identity);
+        let mut store = match TailerStore::open(&self.tailers, &self.tailer_name) {
+            Ok(store) => store,
+            Err(mongoose_journal::JournalError::TailerStoreDamaged { path, reason })
+                if self.consumers_saved_this_epoch() =>
+            {
+                // the consumers' saved positions say where to resume: keep the damaged
+                // file for inspection and start a new store
+                let kept = path.with_extension("tailer.damaged");
+                std::fs::rename(&path, &kept).map_err(|error| {
+                    CoreError::io(
+                        format!("cannot move the damaged tailer store {}", path.display()),
+                        error,
+                    )
+                })?;
+                self.output.warn(&format!(
+                    "journal {}: the tailer store {} is damaged ({reason}); it is kept as {} and reading resumes at the consumers' saved positions",
+                    self.path.display(),
+                    path.display(),
+                    kept.display()
+                ));
+                TailerStore::open(&self.tailers, &self.tailer_name)
+                    .map_err(|error| core_error("cannot open the journal tailer's store", error))?
+            }
+            Err(error) => return Err(core_error("cannot open the journal tailer's store", error)),
+        };
         let mut committed = store.load().unwrap_or(0);
         let mut trusted = store.load().is_some();
         if let Some(other) = store.journal().filter(|&other| other != identity) {
