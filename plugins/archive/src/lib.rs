@@ -95,11 +95,17 @@ fn identity_epoch(identity: u64) -> Epoch {
 /// found truncated (recording ids never reach it).
 const REREAD_EPOCH: u64 = 1 << 63;
 
-/// The pointer file's content, if any.
-fn load_pointer(path: &Path) -> Result<Option<Pointer>, CoreError> {
+/// The pointer file's content, if any; `Ok(Err(text))` when its content is damaged.
+fn load_pointer(path: &Path) -> Result<Result<Option<Pointer>, String>, CoreError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Ok(None)),
+        Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+            return Ok(Err(format!(
+                "the archive pointer {} is damaged (not text)",
+                path.display()
+            )))
+        }
         Err(error) => {
             return Err(CoreError::io(
                 format!("cannot read the archive pointer {}", path.display()),
@@ -109,32 +115,29 @@ fn load_pointer(path: &Path) -> Result<Option<Pointer>, CoreError> {
     };
     let numbers: Result<Vec<u64>, _> = text.split_whitespace().map(str::parse::<u64>).collect();
     match numbers.as_deref() {
-        Ok([recording, position]) => Ok(Some(Pointer {
+        Ok([recording, position]) => Ok(Ok(Some(Pointer {
             recording: *recording,
             position: *position,
             epoch: *recording,
             identity: None,
-        })),
-        Ok([recording, position, epoch]) => Ok(Some(Pointer {
+        }))),
+        Ok([recording, position, epoch]) => Ok(Ok(Some(Pointer {
             recording: *recording,
             position: *position,
             epoch: *epoch,
             identity: None,
-        })),
-        Ok([recording, position, epoch, identity]) => Ok(Some(Pointer {
+        }))),
+        Ok([recording, position, epoch, identity]) => Ok(Ok(Some(Pointer {
             recording: *recording,
             position: *position,
             epoch: *epoch,
             identity: Some(*identity),
-        })),
-        _ => Err(CoreError::io(
-            format!(
-                "the archive pointer {} is damaged ('{}'): delete it to read the recording from its start",
-                path.display(),
-                text.trim()
-            ),
-            std::io::Error::from(std::io::ErrorKind::InvalidData),
-        )),
+        }))),
+        _ => Ok(Err(format!(
+            "the archive pointer {} is damaged ('{}')",
+            path.display(),
+            text.trim()
+        ))),
     }
 }
 
@@ -201,11 +204,12 @@ impl ArchiveSource {
         };
         let id = reader.recording_id();
         let identity = recording_identity(reader.descriptor());
-        let pointer = match load_pointer(&self.pointer) {
+        let pointer = match load_pointer(&self.pointer)? {
             Ok(pointer) => pointer,
-            Err(error) if self.consumers_saved_for(recording_identity(reader.descriptor())) => {
-                // the consumers' saved positions say where to resume: keep the damaged
-                // pointer for inspection
+            Err(error) => {
+                // keep the damaged pointer for inspection: reading resumes at the
+                // consumers' saved positions, or at the start when they hold none
+                // (duplicates, never a loss)
                 let kept = self.pointer.with_extension("damaged");
                 std::fs::rename(&self.pointer, &kept).map_err(|rename| {
                     CoreError::io(
@@ -214,13 +218,12 @@ impl ArchiveSource {
                     )
                 })?;
                 self.output.warn(&format!(
-                    "archive {}: {error}; it is kept as {} and reading resumes at the consumers' saved positions",
+                    "archive {}: {error}; it is kept as {} and reading resumes at the consumers' saved positions (at the recording's start if they hold none: duplicates, no loss)",
                     self.archive.display(),
                     kept.display()
                 ));
                 None
             }
-            Err(error) => return Err(error),
         };
         let (reader, epoch) = match pointer {
             Some(pointer)
@@ -327,19 +330,6 @@ impl ArchiveSource {
 }
 
 impl ArchiveSource {
-    /// Whether every consumer that stores positions holds one of the epoch of the
-    /// recording with `identity` read from its start (so a lost or damaged pointer can
-    /// resume there), and there is one.
-    fn consumers_saved_for(&self, identity: u64) -> bool {
-        let saved = self.output.saved_positions();
-        !saved.is_empty()
-            && saved.iter().all(|consumer| {
-                consumer.saved.is_some_and(|(epoch, position)| {
-                    epoch == identity_epoch(identity) && position.lane == 0
-                })
-            })
-    }
-
     /// Reconciles the committed position (`None`: no pointer) with what the feed's
     /// consumers saved with their state (the saved position is the authority, as for the
     /// file source): a committed position past a consumer's saved position of `epoch`

@@ -151,18 +151,6 @@ impl JournalSource {
 }
 
 impl JournalSource {
-    /// Whether every consumer that stores positions holds one of this journal's epoch
-    /// (so a lost or damaged tailer store can resume there), and there is one.
-    fn consumers_saved_this_epoch(&self) -> bool {
-        let saved = self.output.saved_positions();
-        !saved.is_empty()
-            && saved.iter().all(|consumer| {
-                consumer
-                    .saved
-                    .is_some_and(|(epoch, position)| epoch == self.epoch && position.lane == 0)
-            })
-    }
-
     /// Reconciles the committed index with what the feed's consumers saved with their
     /// state (the saved position is the authority, as for the file source): a committed
     /// index past a consumer's saved position of this epoch (its state was restored from
@@ -234,11 +222,10 @@ impl EventSource for JournalSource {
         self.epoch = identity_epoch(identity);
         let mut store = match TailerStore::open(&self.tailers, &self.tailer_name) {
             Ok(store) => store,
-            Err(mongoose_journal::JournalError::TailerStoreDamaged { path, reason })
-                if self.consumers_saved_this_epoch() =>
-            {
-                // the consumers' saved positions say where to resume: keep the damaged
-                // file for inspection and start a new store
+            Err(mongoose_journal::JournalError::TailerStoreDamaged { path, reason }) => {
+                // keep the damaged file for inspection and start a new store: reading
+                // resumes at the consumers' saved positions, or at 0 when they hold none
+                // (duplicates, never a loss)
                 let kept = path.with_extension("tailer.damaged");
                 std::fs::rename(&path, &kept).map_err(|error| {
                     CoreError::io(
@@ -247,7 +234,7 @@ impl EventSource for JournalSource {
                     )
                 })?;
                 self.output.warn(&format!(
-                    "journal {}: the tailer store {} is damaged ({reason}); it is kept as {} and reading resumes at the consumers' saved positions",
+                    "journal {}: the tailer store {} is damaged ({reason}); it is kept as {} and reading resumes at the consumers' saved positions (at 0 if they hold none: duplicates, no loss)",
                     self.path.display(),
                     path.display(),
                     kept.display()
