@@ -279,6 +279,14 @@ pub trait SourceOutput<T, P: Position>: Send + Sync {
         let _ = (file, bytes);
     }
 
+    /// A loss the source knows of: input it will never deliver, such as a gap an archive
+    /// recorded (stream bytes the publication no longer had), `what` saying which, with
+    /// the bytes lost when known. The feed is then reported not lossless and the loss is
+    /// counted in its status. The default does nothing (an output without a status).
+    fn report_loss(&self, what: &str, bytes: Option<u64>) {
+        let _ = (what, bytes);
+    }
+
     /// The input files of a many-file source (a glob feed), each with its lane,
     /// committed offset, size and lag, for the feed status. Called at most once per
     /// scan or poll interval, never per item. The default does nothing.

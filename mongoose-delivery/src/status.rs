@@ -94,6 +94,14 @@ pub struct FeedStatus {
     /// Non-zero makes the feed not lossless.
     #[serde(default)]
     pub rotated_unread_files: u64,
+    /// Losses the source reported: input it knows it will never deliver (a gap an
+    /// archive recorded: stream bytes the publication no longer had). Non-zero makes the
+    /// feed not lossless.
+    #[serde(default)]
+    pub losses: u64,
+    /// The bytes of those losses, where the source knows them.
+    #[serde(default)]
+    pub lost_bytes: u64,
     /// The input files of a many-file (glob) feed: lane, path, committed offset, size
     /// and lag, as of the source's last scan. Empty for other feeds (and then not
     /// serialized).

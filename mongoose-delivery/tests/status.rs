@@ -54,6 +54,8 @@ fn the_status_json_has_exactly_the_field_names_of_the_reference() {
         "earlierLosses",
         "rotatedUnreadBytes",
         "rotatedUnreadFiles",
+        "losses",
+        "lostBytes",
     ];
     expected.sort_unstable();
     assert_eq!(fields, expected);

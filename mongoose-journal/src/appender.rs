@@ -83,7 +83,7 @@ impl Appender {
         let path = segment::segment_path(dir, last);
         let segment = Segment::open(&path, true)?
             .ok_or_else(|| JournalError::bad_segment(&path, "removed while opening"))?;
-        let recovered = recover(&segment);
+        let recovered = recover(&segment)?;
         Ok(Appender {
             dir: dir.to_path_buf(),
             geometry,
@@ -258,10 +258,12 @@ struct Recovered {
 }
 
 /// Walks the last segment's excerpts from its start, checking each, and cuts what follows
-/// the last whole one: a torn excerpt (a crash in the middle of an append), a damaged
-/// one, and anything a crash left past them (slots and data are zeroed, so a later
-/// excerpt can never meet stale bytes).
-fn recover(segment: &Segment) -> Recovered {
+/// the last whole one: a torn tail (a crash in the middle of the last appends: the
+/// excerpts that fail their checks, with nothing whole after them), and anything a crash
+/// left past it (slots and data are zeroed, so a later excerpt can never meet stale
+/// bytes). An excerpt that fails with a whole excerpt after it is damage, not a torn
+/// write: refused, and nothing is changed.
+fn recover(segment: &Segment) -> Result<Recovered> {
     let header = segment.header;
     let geometry = header.geometry;
     let mut slot = 0;
@@ -283,11 +285,14 @@ fn recover(segment: &Segment) -> Recovered {
                 slot += 1;
             }
             Err(problem) => {
+                if segment.whole_after(slot) {
+                    return Err(segment.damaged(index, value, problem));
+                }
                 tracing::warn!(
                     segment = %segment.path.display(),
                     index,
                     ?problem,
-                    "the journal has a torn or damaged tail: excerpt {index} and anything \
+                    "the journal has a torn tail: excerpt {index} and anything \
                      after it are cut; appending resumes at {index}"
                 );
                 break;
@@ -311,11 +316,11 @@ fn recover(segment: &Segment) -> Recovered {
             "cleared what an interrupted append left after the last whole excerpt"
         );
     }
-    Recovered {
+    Ok(Recovered {
         slot,
         write_offset,
         ended,
-    }
+    })
 }
 
 /// Zeroes the non-zero bytes of the segment from `from` to its end (reading holes and

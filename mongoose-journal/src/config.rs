@@ -66,6 +66,12 @@ impl Geometry {
 }
 
 impl JournalConfig {
+    /// Checks that the configuration can work (what [`Journal::open`](crate::Journal::open)
+    /// checks first), without touching any file.
+    pub fn check(&self) -> Result<()> {
+        self.geometry().map(|_| ())
+    }
+
     pub(crate) fn geometry(&self) -> Result<Geometry> {
         let segment_bytes = self.segment_bytes.next_multiple_of(PAGE_BYTES as u64);
         if segment_bytes < 16 * 1024 {

@@ -89,6 +89,37 @@ pub enum JournalError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An excerpt that fails its checks with whole excerpts (or a next segment) after
+    /// it: damage in the middle of the journal, not a torn tail (only an excerpt cut short
+    /// at the very end is one).
+    #[error(
+        "excerpt {index} of the journal is damaged ({reason}) in segment {segment}, at \
+         offset {offset}, and whole excerpts follow it: this is not a torn write at the \
+         end, so nothing was cut or changed, and reading stops before it; restore the \
+         segment from a copy (`mongoose journal dump DIR` lists which excerpts are whole)"
+    )]
+    DamagedExcerpt {
+        /// The segment file.
+        segment: PathBuf,
+        /// The excerpt's index.
+        index: u64,
+        /// Its offset in the segment file, as its index slot gives it.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The journal's identity file is damaged.
+    #[error(
+        "the journal identity {path} is damaged ({reason}); the journal it names is \
+         unknown: restore the file from a copy, or delete it to make the journal a new one \
+         (its readers then read it again from its start in a new epoch: duplicates, no loss)"
+    )]
+    IdentityDamaged {
+        /// The identity file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The tailer store is open elsewhere.
     #[error(
         "the tailer store {path} is open in another tailer (here or in another process); \

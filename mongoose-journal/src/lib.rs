@@ -51,14 +51,24 @@
 //! indexes).
 //!
 //! **Torn tail.** A reader checks each excerpt (inside the file, where the one before
-//! ends, its checksum) and stops before one that fails (a crash in the middle of an
-//! append, a damaged byte, a truncated file), never yielding it; it goes on once an
-//! appender has replaced it. The next appender to open the journal walks the last
-//! segment, cuts everything from the first excerpt that fails (with a warning), zeroes
-//! what a crash left after it, and appends from there: the index of the first cut
-//! excerpt is given again. An appender killed with SIGKILL loses nothing it appended
-//! (the pages are in the page cache); a power loss loses what was appended since the
-//! last [`Appender::sync`].
+//! ends, its checksum). Only an excerpt cut short at the very end is a torn write (a
+//! crash in the middle of the last appends): the excerpts that fail their checks with
+//! nothing whole after them in the last segment. A reader stops before a torn tail,
+//! never yielding it, and goes on once an appender has replaced it; the next appender
+//! to open the journal cuts it (with a warning), zeroes what a crash left after it, and
+//! appends from there: the index of the first cut excerpt is given again. An excerpt
+//! that fails with a whole excerpt (or an end mark, or a next segment) after it is
+//! damage, not a torn write: a reader that reaches it fails with
+//! [`JournalError::DamagedExcerpt`] (naming the segment and offset) every time, and an
+//! appender that would cut it refuses to open, changing nothing. An appender killed with
+//! SIGKILL loses nothing it appended (the pages are in the page cache); a power loss
+//! loses what was appended since the last [`Appender::sync`].
+//!
+//! **Identity.** A journal is created with an identity (a random number in the file
+//! `identity` of its directory, [`Journal::identity`]); a [`TailerStore`] records the
+//! identity its committed index belongs to, so a journal removed and made again at the
+//! same path (whose indexes start again at 0) is never read from another journal's
+//! committed index.
 //!
 //! **Reading.** [`Tailer::next`] gives the next excerpt and moves past it;
 //! [`Tailer::peek`] gives it without moving (a source that cannot hand it on yet keeps
@@ -72,12 +82,12 @@
 //! taking a page fault per 4 KiB; opening an appender reads the rest of the last segment
 //! once (to find and clear what a crash left).
 //!
-//! **Limits.** A damaged excerpt before the last segment stops readers there (no
-//! appender repairs it; [`Journal::dump`] shows where). A tailer that seeks past a
-//! damaged excerpt of the last segment reads what follows it, which the next appender
-//! then cuts. Truncating or removing a segment file while a process maps it makes that
-//! process fail with SIGBUS, as with any memory-mapped file. Retention (deleting old
-//! segments) is not part of this crate.
+//! **Limits.** An appender reads only the last segment when it opens: a damaged
+//! excerpt in an earlier segment is found by readers (and [`Journal::dump`]), not by the
+//! appender, which appends after the end and changes nothing there. Truncating or
+//! removing a segment file while a process maps it makes that process fail with SIGBUS,
+//! as with any memory-mapped file. Retention (deleting old segments) is not part of this
+//! crate.
 //!
 //! A [`TailerStore`] keeps a named tailer's committed index in a small file of two
 //! checksummed slots, written alternately and synced, so a torn write keeps the previous
@@ -94,6 +104,7 @@ mod appender;
 mod config;
 mod dump;
 mod error;
+mod identity;
 mod lock;
 mod segment;
 mod tailer;
@@ -109,17 +120,20 @@ pub use error::{JournalError, Result};
 pub use tailer::{Excerpt, ExcerptBatch, Tailer};
 pub use tailer_store::TailerStore;
 
-/// A journal: a directory of segment files. Opening one does not lock or change
-/// anything; [`Journal::appender`] does, [`Journal::tailer`] never does.
+/// A journal: a directory of segment files and its identity. Opening one does not lock
+/// or change anything (but for making a new journal's directory and identity);
+/// [`Journal::appender`] does, [`Journal::tailer`] never does.
 #[derive(Debug, Clone)]
 pub struct Journal {
     dir: PathBuf,
     config: JournalConfig,
+    identity: u64,
 }
 
 impl Journal {
-    /// Opens the journal in `dir`, creating the directory if needed. Checks the
-    /// configuration and the header of the last segment.
+    /// Opens the journal in `dir`, creating the directory and the journal's identity if
+    /// needed (see [`Journal::identity`]). Checks the configuration and the header of the
+    /// last segment.
     pub fn open(dir: impl AsRef<Path>, config: JournalConfig) -> Result<Journal> {
         let dir = dir.as_ref().to_path_buf();
         config.geometry()?;
@@ -129,7 +143,21 @@ impl Journal {
         if let Some(&last) = segment::list_segments(&dir)?.last() {
             tailer::read_header(&segment::segment_path(&dir, last))?;
         }
-        Ok(Journal { dir, config })
+        let identity = identity::load_or_create(&dir)?;
+        Ok(Journal {
+            dir,
+            config,
+            identity,
+        })
+    }
+
+    /// The journal's identity: a random number (never 0) written once, when the journal
+    /// is created (file `identity` in its directory). A journal removed and made again at
+    /// the same path has another one: its excerpt indexes start again at 0, so a
+    /// committed index or a saved position of the old journal must not be applied to it
+    /// (a [`TailerStore`] records the identity its index belongs to).
+    pub fn identity(&self) -> u64 {
+        self.identity
     }
 
     /// Takes the journal's one appender (refused with [`JournalError::AppenderHeld`] while

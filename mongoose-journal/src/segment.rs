@@ -183,6 +183,17 @@ pub(crate) enum ExcerptProblem {
     ChecksumMismatch,
 }
 
+impl ExcerptProblem {
+    /// The problem in words, for an error message.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            ExcerptProblem::OutOfBounds => "its offset or length is outside the segment",
+            ExcerptProblem::Misplaced => "it does not start where the excerpt before it ends",
+            ExcerptProblem::ChecksumMismatch => "its checksum does not match its bytes",
+        }
+    }
+}
+
 /// A memory-mapped segment file, for reading or (the appender's) writing.
 #[derive(Debug)]
 pub(crate) struct Segment {
@@ -385,6 +396,44 @@ impl Segment {
             return Err(ExcerptProblem::ChecksumMismatch);
         }
         Ok((payload_start, len))
+    }
+
+    /// Whether anything whole follows the excerpt in `slot`, which failed its checks: a
+    /// whole excerpt in a later slot, an end mark, or a next segment. Then the excerpt is
+    /// damage in the middle of the journal; otherwise it is a torn tail (a crash in the
+    /// middle of the last appends), which only an appender may cut.
+    pub(crate) fn whole_after(&self, slot: u64) -> bool {
+        let mut next = slot + 1;
+        while next < self.header.geometry.index_slots {
+            let value = self.slot(next);
+            if value == SLOT_EMPTY {
+                break;
+            }
+            if value == SLOT_END
+                || self
+                    .check_excerpt(self.header.first_index + next, value, None)
+                    .is_ok()
+            {
+                return true;
+            }
+            next += 1;
+        }
+        self.path.parent().is_some_and(|dir| {
+            segment_path(dir, self.header.number + 1)
+                .try_exists()
+                .unwrap_or(true)
+        })
+    }
+
+    /// The error of a damaged excerpt in the middle of the journal: excerpt `index`, at
+    /// `offset` (from its slot), with `problem`.
+    pub(crate) fn damaged(&self, index: u64, offset: u32, problem: ExcerptProblem) -> JournalError {
+        JournalError::DamagedExcerpt {
+            segment: self.path.clone(),
+            index,
+            offset: u64::from(offset),
+            reason: problem.describe().to_owned(),
+        }
     }
 
     /// The length an excerpt header at `offset` gives, if the header is inside the

@@ -90,8 +90,9 @@ impl fmt::Debug for ExcerptBatch {
 }
 
 /// A reader of a journal: yields its excerpts in index order, each once, and waits (by
-/// returning `None`) at the end, at an excerpt not yet appended, and before a torn or
-/// damaged excerpt, which it never yields. Needs no lock: any number of tailers, in any
+/// returning `None`) at the end, at an excerpt not yet appended, and before a torn last
+/// excerpt, which it never yields. A damaged excerpt with whole excerpts after it is an
+/// error ([`JournalError::DamagedExcerpt`]), every time the tailer reaches it. Needs no lock: any number of tailers, in any
 /// number of processes, read while the appender appends.
 #[derive(Debug)]
 pub struct Tailer {
@@ -120,8 +121,9 @@ impl Tailer {
     }
 
     /// The next excerpt, or `None` if it is not (yet) readable: not appended yet, or
-    /// torn or damaged (logged once as a warning; the tailer stays before it and reads it
-    /// once an appender has cut the damage and appended again). The excerpt borrows the
+    /// a torn last excerpt (logged once as a warning; the tailer stays before it and reads
+    /// it once an appender has cut it and appended again). A damaged excerpt followed by
+    /// whole ones is [`JournalError::DamagedExcerpt`]: the tailer stays before it. The excerpt borrows the
     /// tailer; [`Tailer::index`] is then the index after it.
     #[inline]
     #[allow(clippy::should_implement_trait)] // a lending read: the excerpt borrows the tailer
@@ -144,7 +146,13 @@ impl Tailer {
         batch.maps.clear();
         batch.entries.clear();
         while batch.entries.len() < max {
-            let Some((start, len)) = self.locate()? else {
+            let located = match self.locate() {
+                Ok(located) => located,
+                // the excerpts before a damaged one are given; the next call fails
+                Err(_) if !batch.entries.is_empty() => break,
+                Err(error) => return Err(error),
+            };
+            let Some((start, len)) = located else {
                 break;
             };
             let segment = self.segment.as_ref().expect("the segment just located");
@@ -214,11 +222,26 @@ impl Tailer {
                     if !segment.is_whole() && self.remap()? {
                         continue;
                     }
+                    let segment = self.segment.as_ref().expect("the current segment");
+                    if segment.whole_after(slot) {
+                        // damage in the middle, unless an appender cut a torn tail and
+                        // appended again meanwhile: look at the slot again
+                        let again = segment.slot(slot);
+                        if again == SLOT_EMPTY || again == SLOT_END {
+                            continue;
+                        }
+                        match segment.check_excerpt(self.next_index, again, self.expected_offset) {
+                            Ok(found) => break found,
+                            Err(problem) => {
+                                return Err(segment.damaged(self.next_index, again, problem))
+                            }
+                        }
+                    }
                     if self.warned_at != Some(self.next_index) {
                         tracing::warn!(
                             index = self.next_index,
                             ?problem,
-                            "a journal excerpt is torn or damaged: the tailer stops before it \
+                            "the journal's last excerpt is torn: the tailer stops before it \
                              (an appender opening the journal cuts it)"
                         );
                         self.warned_at = Some(self.next_index);

@@ -143,3 +143,89 @@ fn a_torn_tail_is_never_read_as_data() {
         a_damaged_last_excerpt_is_not_read_and_is_replaced(kind);
     }
 }
+
+/// Issue 25, item 4: only an excerpt at the very end is a torn write. A damaged excerpt
+/// with whole ones after it (in its segment, or in a later segment) is refused by a
+/// tailer (every time it reaches it, naming the segment and offset); in the last segment
+/// (the one an appender walks when it opens) also by the next appender, which changes
+/// nothing. The excerpts before it are read.
+#[test]
+fn a_damaged_excerpt_in_the_middle_is_refused_by_appender_and_tailer() {
+    let dir = tempfile::tempdir().expect("dir");
+    let journal = open_small(dir.path());
+    append_payloads(&journal, 0..EXCERPTS);
+    let entries: Vec<DumpEntry> = journal
+        .dump()
+        .expect("dump")
+        .map(|entry| entry.expect("a dump entry"))
+        .collect();
+    // one in the middle of the last segment, one last in its segment (a later one follows)
+    let last_segment: Vec<&DumpEntry> = entries
+        .iter()
+        .filter(|entry| entry.segment == entries[entries.len() - 1].segment)
+        .collect();
+    assert!(last_segment.len() > 10, "the last segment has excerpts");
+    let middle = last_segment[last_segment.len() / 2].clone();
+    let last_of_segment = entries
+        .windows(2)
+        .find(|pair| pair[0].segment != pair[1].segment && pair[0].len > 2)
+        .map(|pair| pair[0].clone())
+        .expect("a segment boundary");
+    for damaged in [middle, last_of_segment] {
+        let dir = tempfile::tempdir().expect("dir");
+        let journal = open_small(dir.path());
+        append_payloads(&journal, 0..EXCERPTS);
+        damage(&journal, &damaged, Damage::FlippedPayloadByte);
+        let path = journal.segment_path(damaged.segment);
+        let before = std::fs::read(&path).expect("segment");
+
+        let mut tailer = journal.tailer();
+        let mut read = 0;
+        let error = loop {
+            match tailer.next() {
+                Ok(Some(excerpt)) => {
+                    assert_eq!(excerpt.bytes(), &payload(read)[..]);
+                    read += 1;
+                }
+                Ok(None) => panic!("the tailer waits at {read} as if it were a torn tail"),
+                Err(error) => break error,
+            }
+        };
+        assert_eq!(
+            read, damaged.index,
+            "the excerpts before the damage are read"
+        );
+        let said = error.to_string();
+        assert!(
+            said.contains(&path.display().to_string())
+                && said.contains(&format!("offset {}", damaged.offset)),
+            "the error names the segment and the offset: {said}"
+        );
+        assert!(tailer.next().is_err(), "and again at the next read");
+        assert_eq!(tailer.index(), damaged.index, "the tailer stays before it");
+
+        let last_segment = damaged.segment == entries[entries.len() - 1].segment;
+        if last_segment {
+            let refused = journal.appender().expect_err("the appender refuses");
+            assert!(
+                refused
+                    .to_string()
+                    .contains(&format!("offset {}", damaged.offset)),
+                "{refused}"
+            );
+        } else {
+            // an appender does not read the segments before the last: it cuts nothing
+            drop(journal.appender().expect("an appender at the end"));
+        }
+        assert_eq!(
+            std::fs::read(&path).expect("segment"),
+            before,
+            "the appender changed nothing"
+        );
+        assert_eq!(
+            journal.last_index().expect("last index"),
+            Some(EXCERPTS - 1),
+            "nothing was cut"
+        );
+    }
+}

@@ -38,7 +38,12 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 ///
 /// 3: a [`HostOutput`] is counted ([`HostOutputVTable::retain`] and `release`): the host
 /// keeps its context for as long as the plugin holds a reference, not only while the
-/// source lives (a committer called after its source was destroyed may still use it).
+/// source lives (a committer called after its source was destroyed may still use it);
+/// the host output has `report_loss` (a source's known loss, such as an archive gap,
+/// makes the feed not lossless); the source and sink vtables have `check` (a kind's
+/// settings checked when the plugin is loaded, by `validate` and before `run` starts);
+/// the host output has `saved_positions` (what the feed's consumers saved with their
+/// state, for a source to reconcile its own committed position with at start).
 pub const ABI_VERSION: u32 = 3;
 
 /// The symbol every plugin exports: `extern "C" fn() -> *const PluginDeclaration`.
@@ -299,7 +304,21 @@ pub struct SourceVTable {
     pub stop: unsafe extern "C" fn(handle: *mut c_void, error: MessageOut) -> Status,
     /// Frees the source (the plugin's allocation). Called once, last.
     pub destroy: unsafe extern "C" fn(handle: *mut c_void),
+    /// Checks the settings of a source of kind `kind` (as `create` takes them) without
+    /// opening or creating anything: [`Status::OK`], or [`Status::ERROR`] after writing
+    /// the settings key at fault to `key` (nothing for the table as a whole) and what is
+    /// wrong to `error`.
+    pub check: CheckFn,
 }
+
+/// A kind's settings check (see [`SourceVTable::check`]).
+pub type CheckFn = unsafe extern "C" fn(
+    kind: Str,
+    config: Str,
+    base_dir: Str,
+    key: MessageOut,
+    error: MessageOut,
+) -> Status;
 
 /// A plugin's committer (`SourceCommitter<PositionValue>`), handed to the host by
 /// `acknowledge_with`. The host owns it from then on and frees it with `destroy`.
@@ -405,7 +424,28 @@ pub struct HostOutputVTable {
     /// Gives back a reference taken with [`HostOutputVTable::retain`]; the context may be
     /// freed by it. Callable from any thread.
     pub release: unsafe extern "C" fn(context: *const c_void),
+    /// `SourceOutput::report_loss`: `bytes` is the bytes lost when `known` is 1.
+    pub report_loss: unsafe extern "C" fn(context: *const c_void, what: Str, bytes: u64, known: u8),
+    /// `SourceOutput::saved_positions`: calls `each(each_context, ...)` once per consumer
+    /// that stores positions with its state, before it returns.
+    pub saved_positions: unsafe extern "C" fn(
+        context: *const c_void,
+        each: SavedPositionFn,
+        each_context: *mut c_void,
+    ),
 }
+
+/// One consumer's saved position ([`HostOutputVTable::saved_positions`]): its name
+/// (`group/processor`), and, when `saved` is 1, the `(epoch, lane, offset)` its state
+/// holds of the feed (0: its state holds nothing of the feed).
+pub type SavedPositionFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    consumer: Str,
+    saved: u8,
+    epoch: u64,
+    lane: u32,
+    offset: u64,
+);
 
 /// The feed a plugin source publishes into: the host's context and functions.
 ///
@@ -507,6 +547,8 @@ pub struct SinkVTable {
     ) -> Status,
     /// Frees the sink (the plugin's allocation).
     pub destroy: unsafe extern "C" fn(handle: *mut c_void),
+    /// Checks the settings of a sink of kind `kind`, as [`SourceVTable::check`].
+    pub check: CheckFn,
 }
 
 // The header never changes: these pin it on the 64-bit targets the server runs on.
@@ -567,6 +609,7 @@ const LAYOUT: &[usize] = &[
     offset_of!(SourceVTable, do_work),
     offset_of!(SourceVTable, stop),
     offset_of!(SourceVTable, destroy),
+    offset_of!(SourceVTable, check),
     size_of::<CommitterVTable>(),
     offset_of!(CommitterVTable, commit),
     offset_of!(CommitterVTable, commits_after_stop),
@@ -587,6 +630,8 @@ const LAYOUT: &[usize] = &[
     offset_of!(HostOutputVTable, log),
     offset_of!(HostOutputVTable, retain),
     offset_of!(HostOutputVTable, release),
+    offset_of!(HostOutputVTable, report_loss),
+    offset_of!(HostOutputVTable, saved_positions),
     size_of::<ItemRef>(),
     offset_of!(ItemRef, offset),
     offset_of!(ItemRef, lane),
@@ -608,6 +653,7 @@ const LAYOUT: &[usize] = &[
     offset_of!(SinkVTable, publish),
     offset_of!(SinkVTable, verify),
     offset_of!(SinkVTable, destroy),
+    offset_of!(SinkVTable, check),
 ];
 
 /// The hash of every shared struct's layout (see the module documentation).

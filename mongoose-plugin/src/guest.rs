@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, EvidenceStatus, FailureKind, PositionValue,
-    PublishRefused, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
+    BatchEnd, ConsumerPosition, CoreError, Epoch, EventSource, EvidenceStatus, FailureKind,
+    PositionValue, PublishRefused, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
 };
 
 use crate::abi::{
@@ -21,7 +21,7 @@ use crate::abi::{
     MessageOut, OutcomeRef, OutputRef, PluginDeclaration, SinkVTable, SourceVTable, Status, Str,
 };
 use crate::guest_log::Forwarding;
-use crate::settings;
+use crate::settings::{self, SettingsError};
 
 /// Builds a source of a kind from the feed's settings (TOML text) and the output it
 /// publishes into.
@@ -31,6 +31,9 @@ type SourceFactory =
 /// Builds a sink of a kind from its settings (TOML text).
 type SinkFactory = Box<dyn Fn(&str) -> Result<Box<dyn Sink>, String> + Send + Sync>;
 
+/// Checks a kind's settings (TOML text) without opening or creating anything.
+type SettingsCheck = Box<dyn Fn(&str) -> Result<(), SettingsError> + Send + Sync>;
+
 /// What a plugin declares: its name, version and kinds with their factories. Built by
 /// [`crate::export_plugin!`].
 pub struct Plugin {
@@ -38,6 +41,8 @@ pub struct Plugin {
     version: String,
     sources: Vec<(String, SourceFactory)>,
     sinks: Vec<(String, SinkFactory)>,
+    source_checks: Vec<(String, SettingsCheck)>,
+    sink_checks: Vec<(String, SettingsCheck)>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -69,7 +74,29 @@ impl Plugin {
             version: version.to_owned(),
             sources: Vec::new(),
             sinks: Vec::new(),
+            source_checks: Vec::new(),
+            sink_checks: Vec::new(),
         }
+    }
+
+    /// Declares the settings check of source kind `kind`: run when the host loads the
+    /// configuration (`validate`, and `run` before anything starts), it must not open
+    /// or create anything. A kind without one is checked only when it is created.
+    pub fn source_check<F>(mut self, kind: &str, check: F) -> Self
+    where
+        F: Fn(&str) -> Result<(), SettingsError> + Send + Sync + 'static,
+    {
+        self.source_checks.push((kind.to_owned(), Box::new(check)));
+        self
+    }
+
+    /// Declares the settings check of sink kind `kind` (see [`Plugin::source_check`]).
+    pub fn sink_check<F>(mut self, kind: &str, check: F) -> Self
+    where
+        F: Fn(&str) -> Result<(), SettingsError> + Send + Sync + 'static,
+    {
+        self.sink_checks.push((kind.to_owned(), Box::new(check)));
+        self
     }
 
     /// Declares source kind `kind`, built by `factory(settings, output)`.
@@ -125,6 +152,7 @@ static SOURCE_VTABLE: SourceVTable = SourceVTable {
     do_work: source_do_work,
     stop: source_stop,
     destroy: source_destroy,
+    check: source_check,
 };
 
 static SINK_VTABLE: SinkVTable = SinkVTable {
@@ -132,6 +160,7 @@ static SINK_VTABLE: SinkVTable = SinkVTable {
     publish: sink_publish,
     verify: sink_verify,
     destroy: sink_destroy,
+    check: sink_check,
 };
 
 static COMMITTER_VTABLE: CommitterVTable = CommitterVTable {
@@ -369,6 +398,55 @@ impl PluginOutput {
         unsafe { (self.vtable().log)(self.host.context, abi::level::INFO, Str::new(message)) }
     }
 
+    /// See [`SourceOutput::report_loss`]: a loss the source knows of (input it will
+    /// never deliver) makes the feed not lossless.
+    pub fn report_loss(&self, what: &str, bytes: Option<u64>) {
+        // SAFETY: as in try_publish.
+        unsafe {
+            (self.vtable().report_loss)(
+                self.host.context,
+                Str::new(what),
+                bytes.unwrap_or(0),
+                u8::from(bytes.is_some()),
+            )
+        }
+    }
+
+    /// See [`SourceOutput::saved_positions`]: what the feed's consumers that store
+    /// positions with their state hold, for the source to reconcile its own committed
+    /// position with at start (a lost or damaged store resumes there instead of
+    /// re-applying or skipping).
+    pub fn saved_positions(&self) -> Vec<ConsumerPosition> {
+        unsafe extern "C" fn each(
+            context: *mut c_void,
+            consumer: Str,
+            saved: u8,
+            epoch: u64,
+            lane: u32,
+            offset: u64,
+        ) {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                // SAFETY: `context` is the vector `saved_positions` passed, alive for
+                // the call; `consumer` is borrowed for this call.
+                let positions = unsafe { &mut *(context as *mut Vec<ConsumerPosition>) };
+                positions.push(ConsumerPosition {
+                    consumer: unsafe { consumer.as_str() }.into_owned(),
+                    saved: (saved != 0).then_some((Epoch(epoch), PositionValue { lane, offset })),
+                });
+            }));
+        }
+        let mut positions: Vec<ConsumerPosition> = Vec::new();
+        // SAFETY: as in try_publish; the callback and its context live for the call.
+        unsafe {
+            (self.vtable().saved_positions)(
+                self.host.context,
+                each,
+                &mut positions as *mut Vec<ConsumerPosition> as *mut c_void,
+            )
+        };
+        positions
+    }
+
     /// See [`SourceOutput::set_unterminated_bytes`].
     pub fn set_unterminated_bytes(&self, bytes: u64) {
         // SAFETY: as in try_publish.
@@ -525,6 +603,14 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
     fn set_unterminated_bytes(&self, bytes: u64) {
         PluginOutput::set_unterminated_bytes(self, bytes)
     }
+
+    fn report_loss(&self, what: &str, bytes: Option<u64>) {
+        PluginOutput::report_loss(self, what, bytes)
+    }
+
+    fn saved_positions(&self) -> Vec<ConsumerPosition> {
+        PluginOutput::saved_positions(self)
+    }
 }
 
 /// The state of a batch the host pulls from: the source's producer and the item
@@ -590,6 +676,61 @@ struct SourceHandle {
 
 fn core_message(error: CoreError) -> String {
     error.to_string()
+}
+
+/// [`SourceVTable::check`].
+unsafe extern "C" fn source_check(
+    kind: Str,
+    config: Str,
+    base_dir: Str,
+    key: MessageOut,
+    error: MessageOut,
+) -> Status {
+    check_settings(false, kind, config, base_dir, key, error)
+}
+
+/// [`SinkVTable::check`].
+unsafe extern "C" fn sink_check(
+    kind: Str,
+    config: Str,
+    base_dir: Str,
+    key: MessageOut,
+    error: MessageOut,
+) -> Status {
+    check_settings(true, kind, config, base_dir, key, error)
+}
+
+/// Runs the settings check of a kind (none declared: nothing to check).
+fn check_settings(
+    sink: bool,
+    kind: Str,
+    config: Str,
+    base_dir: Str,
+    key: MessageOut,
+    error: MessageOut,
+) -> Status {
+    guarded(error, || {
+        // SAFETY: the host passes text valid for this call.
+        let (kind, config, base_dir) =
+            unsafe { (kind.as_str(), config.as_str(), base_dir.as_str()) };
+        let declared = DECLARED
+            .get()
+            .ok_or("the plugin was not declared (no declaration was read)")?;
+        let checks = if sink {
+            &declared.plugin.sink_checks
+        } else {
+            &declared.plugin.source_checks
+        };
+        let Some((_, check)) = checks.iter().find(|(declared, _)| *declared == kind) else {
+            return Ok(());
+        };
+        settings::resolving_against(&base_dir, || check(&config)).map_err(|refused| {
+            if !refused.key.is_empty() {
+                write(key, &refused.key);
+            }
+            refused.message
+        })
+    })
 }
 
 unsafe extern "C" fn source_create(

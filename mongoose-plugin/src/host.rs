@@ -459,6 +459,49 @@ impl PluginRegistry {
             .iter()
             .find(|plugin| plugin.kind(role, kind).is_some())
     }
+
+    /// Runs the settings check the plugin declaring `kind` for `role` has for it on
+    /// `settings` (TOML text, relative paths against the registry's base folder),
+    /// opening and creating nothing: the key at fault (empty for the whole table) and
+    /// what is wrong when it refuses them. A kind no plugin declares, or without a
+    /// check, passes.
+    pub fn check_settings(
+        &self,
+        role: Role,
+        kind: &str,
+        settings: &str,
+    ) -> Result<(), crate::settings::SettingsError> {
+        let Some(declared) = self
+            .find(role, kind)
+            .and_then(|plugin| plugin.kind(role, kind))
+        else {
+            return Ok(());
+        };
+        // SAFETY: a vtable of a loaded plugin (the registry keeps the library loaded),
+        // declared for this role.
+        let check = unsafe {
+            match role {
+                Role::Source => (*declared.source).check,
+                Role::Sink => (*declared.sink).check,
+            }
+        };
+        let (mut key, mut message) = (String::new(), String::new());
+        // SAFETY: the texts are borrowed for the call; the callbacks copy what they get.
+        let status = unsafe {
+            check(
+                Str::new(kind),
+                Str::new(settings),
+                Str::new(&self.base_dir),
+                message_out(&mut key),
+                message_out(&mut message),
+            )
+        };
+        if status == Status::OK {
+            Ok(())
+        } else {
+            Err(crate::settings::SettingsError::new(key, message))
+        }
+    }
 }
 
 /// Turns the bytes a plugin source publishes into the feed's item type: the host's
@@ -748,6 +791,50 @@ unsafe extern "C" fn host_set_unterminated_bytes<I: 'static>(context: *const c_v
     })
 }
 
+unsafe extern "C" fn host_report_loss<I: 'static>(
+    context: *const c_void,
+    what: Str,
+    bytes: u64,
+    known: u8,
+) {
+    host_guard(String::new, (), || {
+        // SAFETY: as in `host_try_publish`; `what` is borrowed for the call.
+        let (context, what) = unsafe { (host_context::<I>(context), what.as_str()) };
+        context.with_output((), |output| {
+            output.report_loss(&what, (known != 0).then_some(bytes))
+        });
+    })
+}
+
+unsafe extern "C" fn host_saved_positions<I: 'static>(
+    context: *const c_void,
+    each: abi::SavedPositionFn,
+    each_context: *mut c_void,
+) {
+    host_guard(String::new, (), || {
+        // SAFETY: as in `host_try_publish`.
+        let context = unsafe { host_context::<I>(context) };
+        for position in context.with_output(Vec::new(), |output| output.saved_positions()) {
+            let (saved, epoch, lane, offset) = match position.saved {
+                Some((epoch, position)) => (1, epoch.0, position.lane, position.offset),
+                None => (0, 0, 0, 0),
+            };
+            // SAFETY: the plugin's callback and context, valid for this call; the name
+            // is borrowed for the call.
+            unsafe {
+                each(
+                    each_context,
+                    Str::new(&position.consumer),
+                    saved,
+                    epoch,
+                    lane,
+                    offset,
+                )
+            };
+        }
+    })
+}
+
 unsafe extern "C" fn host_poll_acknowledgements<I: 'static>(context: *const c_void) -> u64 {
     host_guard(String::new, 0, || {
         // SAFETY: as in `host_try_publish`.
@@ -1006,6 +1093,8 @@ impl<I: Send + 'static> PluginSource<I> {
                 log: host_log::<I>,
                 retain: host_retain::<I>,
                 release: host_release::<I>,
+                report_loss: host_report_loss::<I>,
+                saved_positions: host_saved_positions::<I>,
             },
             library: Arc::clone(library),
             feed: name.to_owned(),

@@ -84,6 +84,11 @@ pub use guest::{Plugin, PluginOutput};
 ///
 /// A source factory is `Fn(&str, PluginOutput) -> Result<S, String>` with
 /// `S: EventSource`; a sink factory is `Fn(&str) -> Result<K, String>` with `K: Sink`.
+/// Two optional keys after `sinks`, `source_checks: { "kind" => check }` and
+/// `sink_checks: { ... }`, declare a kind's settings check,
+/// `Fn(&str) -> Result<(), settings::SettingsError>`: run when the server loads its
+/// configuration (`validate`, and `run` before anything starts), it refuses bad
+/// settings with the key at fault, and must not open or create anything.
 /// Two optional trailing keys, `abi_version` and `layout_fingerprint`, override what
 /// the plugin declares: for tests of the host's refusals only.
 #[macro_export]
@@ -93,6 +98,8 @@ macro_rules! export_plugin {
         version: $version:expr,
         sources: { $($source_kind:literal => $source_factory:expr),* $(,)? },
         sinks: { $($sink_kind:literal => $sink_factory:expr),* $(,)? }
+        $(, source_checks: { $($source_check_kind:literal => $source_check:expr),* $(,)? })?
+        $(, sink_checks: { $($sink_check_kind:literal => $sink_check:expr),* $(,)? })?
         $(, abi_version: $abi:expr)?
         $(, layout_fingerprint: $fingerprint:expr)?
         $(,)?
@@ -109,6 +116,8 @@ macro_rules! export_plugin {
                     $crate::guest::Plugin::new($name, $version)
                         $(.source($source_kind, $source_factory))*
                         $(.sink($sink_kind, $sink_factory))*
+                        $($(.source_check($source_check_kind, $source_check))*)?
+                        $($(.sink_check($sink_check_kind, $sink_check))*)?
                 },
                 abi_version,
                 fingerprint,

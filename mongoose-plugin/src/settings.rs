@@ -34,6 +34,39 @@ pub fn base_dir() -> Option<PathBuf> {
     BASE_DIR.with(|base| base.borrow().clone())
 }
 
+/// A kind's settings refused by its check: the key at fault (empty for the table as a
+/// whole) and what is wrong. The server reports it at `feeds[N].settings.<key>` (or
+/// `sinks[N].settings.<key>`), and `validate` and `run` exit 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsError {
+    /// The key at fault, or empty.
+    pub key: String,
+    /// What is wrong, and what to do.
+    pub message: String,
+}
+
+impl SettingsError {
+    /// A refusal of `key` (empty: the whole table).
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        SettingsError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.key.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.key, self.message)
+        }
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
 /// A flat settings table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Settings {

@@ -449,3 +449,72 @@ fn plugins_list_prints_each_plugin_and_each_refusal_with_its_reason() {
         "{stdout}"
     );
 }
+
+/// Issue 25, item 9 (the plugin part): a journal tailer name `../../evil` passed
+/// `validate` (exit 0) and failed `run` when the source started (exit 1). A plugin's
+/// settings are checked when the configuration is loaded: `validate` and `run` exit 2
+/// with the key path, and nothing is created.
+#[test]
+fn a_bad_plugin_setting_is_refused_at_load_with_its_key() {
+    let library = build_plugin("journal-plugin", &[]);
+    let dir = tempfile::tempdir().expect("dir");
+    let root = dir.path();
+    plugin_dir(root, &[&library]);
+    std::fs::write(
+        root.join("mongoose.toml"),
+        r#"
+plugin_dir = "plugins"
+
+[[feeds]]
+name = "lines"
+source = "journal"
+codec = "line"
+settings = { path = "journal", tailer = "../../evil" }
+
+[[sinks]]
+name = "out"
+kind = "journal"
+settings = { path = "out.journal" }
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = { feed = "lines", sink = "out" }
+"#,
+    )
+    .expect("config");
+    for arguments in [
+        &["validate", "--config", "mongoose.toml"][..],
+        &["run", "--config", "mongoose.toml", "--exit-when-settled"][..],
+    ] {
+        let mut child = mongoose(root, arguments).spawn().expect("mongoose starts");
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("status") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("`mongoose {}` never ended", arguments[0]);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let output = child.wait_with_output().expect("output");
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            status.code(),
+            Some(2),
+            "`mongoose {}` refuses the config: {said}",
+            arguments[0]
+        );
+        assert!(
+            said.contains("feeds[0].settings.tailer") && said.contains("../../evil"),
+            "`mongoose {}` names the key and the value: {said}",
+            arguments[0]
+        );
+    }
+    assert!(!root.join("journal").exists(), "nothing was created");
+    assert!(!root.join("out.journal").exists(), "nothing was created");
+}

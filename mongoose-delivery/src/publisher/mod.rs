@@ -262,6 +262,10 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
         self.record_rotated_unread(file, bytes)
     }
 
+    fn report_loss(&self, what: &str, bytes: Option<u64>) {
+        self.record_loss(what, bytes)
+    }
+
     fn report_files(&self, files: &[mongoose_core::FileLag]) {
         self.record_files(files)
     }

@@ -73,6 +73,9 @@ pub(super) struct SourceReport {
     pub(super) rotated_unread_files: u64,
     /// Loss records of earlier runs reported at this start.
     pub(super) earlier_losses: u64,
+    /// Losses the source reported (`report_loss`), and their bytes when known.
+    pub(super) losses: u64,
+    pub(super) lost_bytes: u64,
     /// The input files of a many-file source (`report_files`).
     pub(super) files: Vec<mongoose_core::FileLag>,
     /// The status warned once that the source never reported a state.
@@ -92,6 +95,8 @@ impl SourceReport {
             rotated_unread_bytes: 0,
             rotated_unread_files: 0,
             earlier_losses: 0,
+            losses: 0,
+            lost_bytes: 0,
             files: Vec::new(),
             fallback_warned: false,
             failing: None,
@@ -233,6 +238,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             && state.counts.refused == 0
             && completion_failures == 0
             && state.source.earlier_losses == 0
+            && state.source.losses == 0
             && state.source.rotated_unread_bytes == 0
             && state.source.rotated_unread_files == 0;
         let source_done = matches!(
@@ -283,6 +289,8 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             earlier_losses: state.source.earlier_losses,
             rotated_unread_bytes: state.source.rotated_unread_bytes,
             rotated_unread_files: state.source.rotated_unread_files,
+            losses: state.source.losses,
+            lost_bytes: state.source.lost_bytes,
             completion_failures,
             files: state.source.files.clone(),
         }
@@ -378,6 +386,16 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         state.source.rotated_unread_bytes += bytes.unwrap_or(0);
         warn!(feed = %self.name, file, bytes = ?bytes,
             "a rotated input was not read to its end (compressed or deleted first): the feed is not lossless");
+    }
+
+    /// A loss the source knows of ([`SourceOutput::report_loss`](mongoose_core::SourceOutput::report_loss)).
+    pub(super) fn record_loss(&self, what: &str, bytes: Option<u64>) {
+        let mut state = self.state.lock();
+        state.source.losses += 1;
+        state.source.lost_bytes += bytes.unwrap_or(0);
+        state.source.version += 1;
+        warn!(feed = %self.name, what, bytes = ?bytes,
+            "the source reported a loss (input it will never deliver): the feed is not lossless");
     }
 
     /// The input files of a many-file source ([`SourceOutput::report_files`](mongoose_core::SourceOutput::report_files)).

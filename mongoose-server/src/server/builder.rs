@@ -250,6 +250,10 @@ impl ServerBuilder {
                     Role::Source,
                     kind,
                     vec!["file"],
+                    (
+                        format!("feeds[{index}].settings"),
+                        toml::to_string(&feed.settings),
+                    ),
                 ))
             })
             .chain(
@@ -264,6 +268,10 @@ impl ServerBuilder {
                             Role::Sink,
                             sink.kind.as_str(),
                             crate::config::SinkConfig::BUILT_IN.to_vec(),
+                            (
+                                format!("sinks[{index}].settings"),
+                                toml::to_string(&sink.settings.clone().unwrap_or_default()),
+                            ),
                         )
                     }),
             )
@@ -273,7 +281,7 @@ impl ServerBuilder {
             return Ok(());
         }
         let plugins = self.plugins()?;
-        for (key, role, kind, built_in) in wanted {
+        for (key, role, kind, built_in, (settings_key, settings)) in wanted {
             let role_name = role.as_str();
             let Some(registry) = plugins.as_deref() else {
                 return Err(ServerError::invalid(
@@ -297,6 +305,18 @@ impl ServerBuilder {
                         registry.dir().display()
                     ),
                 ));
+            }
+            // the kind's own settings check: a bad value is refused now, with its key,
+            // not when the source or sink starts
+            let settings = settings
+                .map_err(|error| ServerError::invalid(settings_key.clone(), error.to_string()))?;
+            if let Err(refused) = registry.check_settings(role, kind, &settings) {
+                let key = if refused.key.is_empty() {
+                    settings_key
+                } else {
+                    format!("{settings_key}.{}", refused.key)
+                };
+                return Err(ServerError::invalid(key, refused.message));
             }
         }
         Ok(())

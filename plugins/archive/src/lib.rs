@@ -4,18 +4,22 @@
 //! recording `recording`, or the newest of stream `stream`): first what is recorded
 //! from the committed position (replay), then what the archiver appends (live), from
 //! the same files, so the hand-over has no gap and no duplicate. A message is published
-//! at position `(lane 0, stream position after it)` in the epoch of its recording id.
-//! After the engine says the messages were processed, the committer writes `<recording
-//! id> <position> <epoch>` to the `pointer` file (a temporary file, fsync'd, renamed); a
-//! restart (or a `kill -9`) resumes after the last committed message. PAUSE keeps the
-//! message (copied once, only then) and stops polling: the archive is the buffer. A
-//! pointer of another recording (the stream's recording was replaced) is logged as a
-//! WARN and the new recording is read from its start in its own epoch; a recording
-//! that no longer holds the committed position (truncated) is logged as a WARN and read
-//! again from its start in a new epoch, which the pointer keeps (`<recording>
-//! <position> <epoch>`). A gap the
-//! archive recorded (UDP data the publication had lost) is logged as a WARN and its
-//! position committed past: a loss, reported, never silent.
+//! at position `(lane 0, stream position after it)` in the epoch of its recording (made of
+//! the recording's identity: its id, stream, session, start position and start time, so
+//! the recording 1 of an archive made again at the same path is another epoch). After
+//! the engine says the messages were processed, the committer writes `<recording id>
+//! <position> <epoch> <identity>` to the `pointer` file (a temporary file, fsync'd,
+//! renamed); a restart (or a `kill -9`) resumes after the last committed message. PAUSE
+//! keeps the message (copied once, only then) and stops polling: the archive is the
+//! buffer. A pointer of another recording (the stream's recording was replaced, or the
+//! archive was made again and its recording has the pointer's id but not its identity)
+//! is logged as a WARN and the recording is read from its start in its own epoch; a
+//! recording that no longer holds the committed position (truncated) is logged as a
+//! WARN and read again from its start in a new epoch, which the pointer keeps. A gap
+//! the archive recorded (UDP data the publication had lost) is a loss: logged as a
+//! WARN, reported to the feed (`report_loss`: the run is not lossless, the status counts
+//! it) and its position committed past. A run that resumes after such gaps reports them
+//! again, as the recording's known losses: the data it delivers has those holes.
 //!
 //! Settings: `archive` and `pointer` (required), `recording` or `stream` (one of
 //! them), `batch` (messages per duty cycle, default 1024).
@@ -31,7 +35,9 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use mongoose_archive::{ArchiveError, RecordingReader, RecordingSelector, ReplayEvent};
+use mongoose_archive::{
+    ArchiveError, RecordingDescriptor, RecordingReader, RecordingSelector, ReplayEvent,
+};
 use mongoose_core::{
     CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
     WorkDone,
@@ -54,17 +60,52 @@ struct Pointer {
     recording: u64,
     position: u64,
     epoch: u64,
+    /// The recording's identity ([`recording_identity`]); `None` in a pointer an older
+    /// version wrote.
+    identity: Option<u64>,
+}
+
+/// A recording's identity: a hash (FNV-1a, stable across processes and builds) of what
+/// the catalog says of it when it starts. An archive made again at the same path numbers
+/// its recordings from 1 again, but they start at another time, in another session.
+fn recording_identity(recording: &RecordingDescriptor) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &byte in bytes {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    eat(&recording.id.to_le_bytes());
+    eat(&recording.stream.to_le_bytes());
+    eat(&recording.session.to_le_bytes());
+    eat(&recording.start_position.to_le_bytes());
+    eat(&recording.started_unix_ms.to_le_bytes());
+    eat(recording.source.as_bytes());
+    hash
+}
+
+/// The epoch of a recording read from its start: made of its identity, never 0, below
+/// [`REREAD_EPOCH`].
+fn identity_epoch(identity: u64) -> Epoch {
+    Epoch((identity >> 2).max(1))
 }
 
 /// The bit that marks the epoch of a recording read again from its start after it was
 /// found truncated (recording ids never reach it).
 const REREAD_EPOCH: u64 = 1 << 63;
 
-/// The pointer file's content, if any.
-fn load_pointer(path: &Path) -> Result<Option<Pointer>, CoreError> {
+/// The pointer file's content, if any; `Ok(Err(text))` when its content is damaged.
+fn load_pointer(path: &Path) -> Result<Result<Option<Pointer>, String>, CoreError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Ok(None)),
+        Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+            return Ok(Err(format!(
+                "the archive pointer {} is damaged (not text)",
+                path.display()
+            )))
+        }
         Err(error) => {
             return Err(CoreError::io(
                 format!("cannot read the archive pointer {}", path.display()),
@@ -74,30 +115,30 @@ fn load_pointer(path: &Path) -> Result<Option<Pointer>, CoreError> {
     };
     let numbers: Result<Vec<u64>, _> = text.split_whitespace().map(str::parse::<u64>).collect();
     match numbers.as_deref() {
-        Ok([recording, position]) => Ok(Some(Pointer {
+        Ok([recording, position]) => Ok(Ok(Some(Pointer {
             recording: *recording,
             position: *position,
             epoch: *recording,
-        })),
-        Ok([recording, position, epoch]) => Ok(Some(Pointer {
+            identity: None,
+        }))),
+        Ok([recording, position, epoch]) => Ok(Ok(Some(Pointer {
             recording: *recording,
             position: *position,
             epoch: *epoch,
-        })),
-        _ => Err(CoreError::io(
-            format!(
-                "the archive pointer {} is damaged ('{}'): delete it to read the recording from its start",
-                path.display(),
-                text.trim()
-            ),
-            std::io::Error::from(std::io::ErrorKind::InvalidData),
-        )),
+            identity: None,
+        }))),
+        Ok([recording, position, epoch, identity]) => Ok(Ok(Some(Pointer {
+            recording: *recording,
+            position: *position,
+            epoch: *epoch,
+            identity: Some(*identity),
+        }))),
+        _ => Ok(Err(format!(
+            "the archive pointer {} is damaged ('{}')",
+            path.display(),
+            text.trim()
+        ))),
     }
-}
-
-/// The epoch of a recording read from its start or a committed position: its id.
-fn reader_epoch(id: u64) -> Epoch {
-    Epoch(id)
 }
 
 /// Replays a recording from its committed position, then follows it live.
@@ -162,17 +203,59 @@ impl ArchiveSource {
             Err(error) => return Err(core_error(opening, error)),
         };
         let id = reader.recording_id();
-        let (reader, epoch) = match load_pointer(&self.pointer)? {
-            Some(pointer) if pointer.recording == id => {
-                match RecordingReader::open(
-                    &self.archive,
-                    RecordingSelector::Id(id),
+        let identity = recording_identity(reader.descriptor());
+        let pointer = match load_pointer(&self.pointer)? {
+            Ok(pointer) => pointer,
+            Err(error) => {
+                // keep the damaged pointer for inspection: reading resumes at the
+                // consumers' saved positions, or at the start when they hold none
+                // (duplicates, never a loss)
+                let kept = self.pointer.with_extension("damaged");
+                std::fs::rename(&self.pointer, &kept).map_err(|rename| {
+                    CoreError::io(
+                        format!("cannot move the damaged pointer {}", self.pointer.display()),
+                        rename,
+                    )
+                })?;
+                self.output.warn(&format!(
+                    "archive {}: {error}; it is kept as {} and reading resumes at the consumers' saved positions (at the recording's start if they hold none: duplicates, no loss)",
+                    self.archive.display(),
+                    kept.display()
+                ));
+                None
+            }
+        };
+        let (reader, epoch) = match pointer {
+            Some(pointer)
+                if pointer.recording == id
+                    && pointer.identity.is_none_or(|known| known == identity) =>
+            {
+                let resume = self.reconcile(
+                    Epoch(pointer.epoch),
                     Some(pointer.position),
-                ) {
-                    Ok(reader) => (reader, Epoch(pointer.epoch)),
+                    reader.descriptor().start_position,
+                );
+                match RecordingReader::open(&self.archive, RecordingSelector::Id(id), Some(resume))
+                {
+                    Ok(resumed) => {
+                        // the losses of the recording before the committed position
+                        // are known losses of the data this feed delivers
+                        for &(from, to) in &resumed.descriptor().gaps {
+                            if to <= resume {
+                                self.output.report_loss(
+                                    &format!(
+                                        "archive {}: recording {id} lost stream bytes [{from}, {to}) (a gap it recorded, before the committed position {resume})",
+                                        self.archive.display(),
+                                    ),
+                                    Some(to - from),
+                                );
+                            }
+                        }
+                        (resumed, Epoch(pointer.epoch))
+                    }
                     Err(ArchiveError::NotABoundary { .. }) => {
                         // the recording no longer holds the committed position
-                        let epoch = Epoch(id | REREAD_EPOCH);
+                        let epoch = Epoch(identity_epoch(identity).0 | REREAD_EPOCH);
                         self.output.warn(&format!(
                             "archive {}: recording {id} no longer holds the committed position {} (it was truncated): reading it again from its start in a new epoch ({})",
                             self.archive.display(),
@@ -184,6 +267,16 @@ impl ArchiveSource {
                     Err(error) => return Err(core_error(opening, error)),
                 }
             }
+            Some(pointer) if pointer.recording == id => {
+                self.output.warn(&format!(
+                    "archive {}: the pointer {} holds recording {id} at position {}, but it is not the recording {id} the archive holds now (identity {:016x}, now {identity:016x}: the archive was made again): reading recording {id} from its start in a new epoch",
+                    self.archive.display(),
+                    self.pointer.display(),
+                    pointer.position,
+                    pointer.identity.unwrap_or_default(),
+                ));
+                (reader, identity_epoch(identity))
+            }
             Some(pointer) => {
                 self.output.warn(&format!(
                     "archive {}: the pointer {} holds recording {}, but the recording read now is {id} (the stream's recording was replaced): reading recording {id} from its start in its own epoch",
@@ -191,9 +284,35 @@ impl ArchiveSource {
                     self.pointer.display(),
                     pointer.recording
                 ));
-                (reader, reader_epoch(id))
+                (reader, identity_epoch(identity))
             }
-            None => (reader, reader_epoch(id)),
+            None => {
+                let epoch = identity_epoch(identity);
+                let start = reader.descriptor().start_position;
+                let resume = self.reconcile(epoch, None, start);
+                if resume == start {
+                    (reader, epoch)
+                } else {
+                    let resumed = RecordingReader::open(
+                        &self.archive,
+                        RecordingSelector::Id(id),
+                        Some(resume),
+                    )
+                    .map_err(|error| core_error(opening.clone(), error))?;
+                    for &(from, to) in &resumed.descriptor().gaps {
+                        if to <= resume {
+                            self.output.report_loss(
+                                &format!(
+                                    "archive {}: recording {id} lost stream bytes [{from}, {to}) (a gap it recorded, before the saved position {resume})",
+                                    self.archive.display(),
+                                ),
+                                Some(to - from),
+                            );
+                        }
+                    }
+                    (resumed, epoch)
+                }
+            }
         };
         let output = &self.output;
         output.set_pause_by_default(true);
@@ -201,11 +320,67 @@ impl ArchiveSource {
         output.acknowledge_with(Box::new(PointerCommitter {
             path: self.pointer.clone(),
             recording: id,
+            identity,
             epoch,
             pending: None,
         }));
         output.report_state(SourceState::Behind, Some("replaying the recording"));
         Ok(Some(reader))
+    }
+}
+
+impl ArchiveSource {
+    /// Reconciles the committed position (`None`: no pointer) with what the feed's
+    /// consumers saved with their state (the saved position is the authority, as for the
+    /// file source): a committed position past a consumer's saved position of `epoch`
+    /// moves back to it, and to the recording's `start` for a consumer whose state holds
+    /// nothing of the feed. Without a pointer, reading resumes at the consumers' saved
+    /// positions of `epoch` (when every consumer has one) instead of the start, which
+    /// would give every message again.
+    fn reconcile(&self, epoch: Epoch, committed: Option<u64>, start: u64) -> u64 {
+        let saved = self.output.saved_positions();
+        let wanted = |consumer: &mongoose_core::ConsumerPosition| match consumer.saved {
+            None => Some(start),
+            Some((saved_epoch, position)) if saved_epoch == epoch && position.lane == 0 => {
+                Some(position.offset.max(start))
+            }
+            // saved under another epoch: it takes every message of this one anyway
+            Some(_) => None,
+        };
+        if let Some(committed) = committed {
+            let mut resume = committed;
+            for consumer in &saved {
+                if let Some(wanted) = wanted(consumer).filter(|&wanted| wanted < resume) {
+                    self.output.warn(&format!(
+                        "archive {}: the pointer {} committed position {committed}, but consumer {} saved its state at {wanted} (its state was restored from an older copy, or cut?): reading again from there so nothing is skipped",
+                        self.archive.display(),
+                        self.pointer.display(),
+                        consumer.consumer
+                    ));
+                    resume = wanted;
+                }
+            }
+            return resume;
+        }
+        if saved.is_empty() {
+            return start;
+        }
+        let mut resume: Option<u64> = None;
+        for consumer in &saved {
+            match wanted(consumer) {
+                Some(wanted) => resume = Some(resume.map_or(wanted, |at| at.min(wanted))),
+                None => return start,
+            }
+        }
+        let resume = resume.unwrap_or(start);
+        if resume > start {
+            self.output.warn(&format!(
+                "archive {}: no pointer at {}; resuming at the consumers' saved position {resume} (not the start, which would give every message again)",
+                self.archive.display(),
+                self.pointer.display()
+            ));
+        }
+        resume
     }
 }
 
@@ -258,11 +433,14 @@ impl EventSource for ArchiveSource {
                 break;
             };
             if let Some(from) = gap {
-                self.output.warn(&format!(
-                    "archive {}: recording {} lost stream bytes [{from}, {position}) (the publication no longer had them): a loss, committed past",
-                    self.archive.display(),
-                    reader.recording_id()
-                ));
+                self.output.report_loss(
+                    &format!(
+                        "archive {}: recording {} lost stream bytes [{from}, {position}) (the publication no longer had them): a loss, committed past",
+                        self.archive.display(),
+                        reader.recording_id()
+                    ),
+                    Some(position - from),
+                );
                 self.output
                     .filtered(PositionValue::at(position), "a gap in the recording");
                 continue;
@@ -298,11 +476,13 @@ impl EventSource for ArchiveSource {
     }
 }
 
-/// Writes `<recording> <position>` after the messages before it were processed.
+/// Writes `<recording> <position> <epoch> <identity>` after the messages before it were
+/// processed.
 #[derive(Debug)]
 struct PointerCommitter {
     path: PathBuf,
     recording: u64,
+    identity: u64,
     epoch: Epoch,
     pending: Option<u64>,
 }
@@ -321,7 +501,11 @@ impl SourceCommitter<PositionValue> for PointerCommitter {
         let temporary = self.path.with_extension("tmp");
         let write = || -> std::io::Result<()> {
             let mut file = File::create(&temporary)?;
-            writeln!(file, "{} {position} {}", self.recording, self.epoch.0)?;
+            writeln!(
+                file,
+                "{} {position} {} {}",
+                self.recording, self.epoch.0, self.identity
+            )?;
             file.sync_data()?;
             std::fs::rename(&temporary, &self.path)?;
             if let Some(dir) = self.path.parent().filter(|dir| !dir.as_os_str().is_empty()) {

@@ -11,8 +11,11 @@
 //!   there: nothing lost, and only what was processed after the last commit is given
 //!   again. PAUSE (a full queue) keeps the excerpts not taken and reads nothing more until
 //!   they are. Each cycle reads up to `batch` excerpts and hands them to the host in one
-//!   boundary crossing. A committed index beyond the journal's end (the journal was replaced) is
-//!   reported with a WARN and reading starts again at 0 in a new epoch.
+//!   boundary crossing. The epoch is made of the journal's identity (written when the
+//!   journal is created), so a journal removed and made again at its path is a new epoch
+//!   and a consumer's saved position of the old one never skips the new one's excerpts.
+//!   A committed index of another journal (the store records the identity), or beyond the
+//!   journal's end, is reported with a WARN and reading starts again at 0 in a new epoch.
 //!
 //!   Settings: `path` (the journal directory, required), `tailer` (the tailer's name,
 //!   default: the feed's name), `tailers` (the directory of tailer stores, default
@@ -41,14 +44,20 @@ use mongoose_core::{
     SourceState, WorkDone,
 };
 use mongoose_journal::{Appender, ExcerptBatch, Journal, JournalConfig, Tailer, TailerStore};
-use mongoose_plugin::settings::Settings;
+use mongoose_plugin::settings::{Settings, SettingsError};
 use mongoose_plugin::PluginOutput;
 
 /// Excerpts one duty cycle publishes at most, unless the `batch` setting says otherwise.
 const DEFAULT_BATCH: u64 = 4096;
 
-/// The epoch of a journal read from its beginning or a committed index.
+/// The epoch of the source before it opened its journal.
 const FIRST_EPOCH: Epoch = Epoch(1);
+
+/// The epoch of the journal with `identity` read from its beginning or a committed
+/// index: positive as a Java long, never 0.
+fn identity_epoch(identity: u64) -> Epoch {
+    Epoch((identity >> 1).max(1))
+}
 
 fn core_error(context: &'static str, error: mongoose_journal::JournalError) -> CoreError {
     CoreError::io(context, std::io::Error::other(error.to_string()))
@@ -68,6 +77,49 @@ pub struct JournalSource {
     excerpts: ExcerptBatch,
     epoch: Epoch,
     caught_up: bool,
+}
+
+/// Checks a source's settings (see the crate docs) without opening anything: run when
+/// the server loads its configuration, so a bad value is refused with its key.
+pub fn check_source_settings(settings: &str) -> Result<(), SettingsError> {
+    let settings = Settings::parse(settings).map_err(|error| SettingsError::new("", error))?;
+    settings
+        .only(&["path", "tailer", "tailers", "batch"])
+        .map_err(|error| SettingsError::new("", error))?;
+    settings
+        .path("path")
+        .map_err(|error| SettingsError::new("path", error))?;
+    if let Some(name) = settings.text("tailer") {
+        TailerStore::check_name(name)
+            .map_err(|error| SettingsError::new("tailer", error.to_string()))?;
+    }
+    settings
+        .u64("batch")
+        .map_err(|error| SettingsError::new("batch", error))?;
+    Ok(())
+}
+
+/// Checks a sink's settings (see the crate docs) without opening anything.
+pub fn check_sink_settings(settings: &str) -> Result<(), SettingsError> {
+    let settings = Settings::parse(settings).map_err(|error| SettingsError::new("", error))?;
+    settings
+        .only(&["path", "segment_bytes"])
+        .map_err(|error| SettingsError::new("", error))?;
+    settings
+        .path("path")
+        .map_err(|error| SettingsError::new("path", error))?;
+    if let Some(bytes) = settings
+        .u64("segment_bytes")
+        .map_err(|error| SettingsError::new("segment_bytes", error))?
+    {
+        JournalConfig {
+            segment_bytes: bytes,
+            ..JournalConfig::default()
+        }
+        .check()
+        .map_err(|error| SettingsError::new("segment_bytes", error.to_string()))?;
+    }
+    Ok(())
 }
 
 impl JournalSource {
@@ -98,6 +150,64 @@ impl JournalSource {
     }
 }
 
+impl JournalSource {
+    /// Reconciles the committed index with what the feed's consumers saved with their
+    /// state (the saved position is the authority, as for the file source): a committed
+    /// index past a consumer's saved position of this epoch (its state was restored from
+    /// an older copy, or its outbox was cut) moves back to it, and a consumer whose state
+    /// holds nothing of the feed moves it to 0: the excerpts between are read again, and
+    /// the consumers that have them skip them. Without a committed index of this
+    /// journal (a lost tailer store), reading resumes at the consumers' saved positions
+    /// of this epoch instead of the start (which would give every excerpt again).
+    fn reconcile(&self, committed: u64, trusted: bool) -> u64 {
+        let saved = self.output.saved_positions();
+        if saved.is_empty() {
+            return committed;
+        }
+        let wanted = |consumer: &mongoose_core::ConsumerPosition| match consumer.saved {
+            None => Some(0),
+            Some((epoch, position)) if epoch == self.epoch && position.lane == 0 => {
+                Some(position.offset)
+            }
+            // saved under another epoch (another journal): it takes every excerpt of
+            // this one anyway
+            Some(_) => None,
+        };
+        if trusted {
+            let mut resume = committed;
+            for consumer in &saved {
+                if let Some(wanted) = wanted(consumer).filter(|&wanted| wanted < resume) {
+                    self.output.warn(&format!(
+                        "journal {}: tailer '{}' committed index {committed}, but consumer {} saved its state at {wanted} (its state was restored from an older copy, or cut?): reading again from there so nothing is skipped",
+                        self.path.display(),
+                        self.tailer_name,
+                        consumer.consumer
+                    ));
+                    resume = wanted;
+                }
+            }
+            return resume;
+        }
+        // no committed index: every consumer must have saved this epoch's position
+        let mut resume: Option<u64> = None;
+        for consumer in &saved {
+            match wanted(consumer) {
+                Some(wanted) => resume = Some(resume.map_or(wanted, |at| at.min(wanted))),
+                None => return 0,
+            }
+        }
+        let resume = resume.unwrap_or(0);
+        if resume > 0 {
+            self.output.warn(&format!(
+                "journal {}: tailer '{}' has no committed index of this journal; resuming at the consumers' saved position {resume} (not the start, which would give every excerpt again)",
+                self.path.display(),
+                self.tailer_name
+            ));
+        }
+        resume
+    }
+}
+
 impl EventSource for JournalSource {
     fn name(&self) -> &str {
         self.output.feed()
@@ -106,22 +216,64 @@ impl EventSource for JournalSource {
     fn start(&mut self) -> Result<(), CoreError> {
         let journal = Journal::open(&self.path, JournalConfig::default())
             .map_err(|error| core_error("cannot open the journal", error))?;
-        let store = TailerStore::open(&self.tailers, &self.tailer_name)
-            .map_err(|error| core_error("cannot open the journal tailer's store", error))?;
-        let committed = store.load().unwrap_or(0);
+        let identity = journal.identity();
+        // the journal's identity is part of the epoch: a consumer's saved position of
+        // another journal at this path is never taken for one of this journal
+        self.epoch = identity_epoch(identity);
+        let mut store = match TailerStore::open(&self.tailers, &self.tailer_name) {
+            Ok(store) => store,
+            Err(mongoose_journal::JournalError::TailerStoreDamaged { path, reason }) => {
+                // keep the damaged file for inspection and start a new store: reading
+                // resumes at the consumers' saved positions, or at 0 when they hold none
+                // (duplicates, never a loss)
+                let kept = path.with_extension("tailer.damaged");
+                std::fs::rename(&path, &kept).map_err(|error| {
+                    CoreError::io(
+                        format!("cannot move the damaged tailer store {}", path.display()),
+                        error,
+                    )
+                })?;
+                self.output.warn(&format!(
+                    "journal {}: the tailer store {} is damaged ({reason}); it is kept as {} and reading resumes at the consumers' saved positions (at 0 if they hold none: duplicates, no loss)",
+                    self.path.display(),
+                    path.display(),
+                    kept.display()
+                ));
+                TailerStore::open(&self.tailers, &self.tailer_name)
+                    .map_err(|error| core_error("cannot open the journal tailer's store", error))?
+            }
+            Err(error) => return Err(core_error("cannot open the journal tailer's store", error)),
+        };
+        let mut committed = store.load().unwrap_or(0);
+        let mut trusted = store.load().is_some();
+        if let Some(other) = store.journal().filter(|&other| other != identity) {
+            self.output.warn(&format!(
+                "journal {}: tailer '{}' committed index {committed} of another journal                  (identity {other:016x}; this one is {identity:016x}): the journal was made                  again at its path; reading it from index 0 in a new epoch",
+                self.path.display(),
+                self.tailer_name,
+            ));
+            committed = 0;
+            trusted = false;
+        }
+        store.bind(identity);
+        committed = self.reconcile(committed, trusted);
         let mut tailer = journal.tailer();
         let exists = tailer
             .seek(committed)
             .map_err(|error| core_error("cannot seek the journal", error))?;
         if !exists {
-            // the committed index is beyond the journal's end: another journal now
+            // the committed index is beyond the journal's end: its end was lost
             self.output.warn(&format!(
-                "journal {}: tailer '{}' committed index {committed}, but the journal ends at {}: it was replaced; reading it again from index 0 in a new epoch",
+                "journal {}: tailer '{}' committed index {committed}, but the journal ends at {}: it was replaced or cut; reading it again from index 0 in a new epoch",
                 self.path.display(),
                 self.tailer_name,
                 tailer.index()
             ));
-            self.epoch = Epoch(FIRST_EPOCH.0 + 1);
+            self.epoch = Epoch(if self.epoch.0 >= u64::MAX >> 1 {
+                1
+            } else {
+                self.epoch.0 + 1
+            });
             tailer
                 .seek(0)
                 .map_err(|error| core_error("cannot seek the journal", error))?;
@@ -145,9 +297,18 @@ impl EventSource for JournalSource {
             return Ok(WorkDone(0));
         };
         let max = usize::try_from(self.batch).unwrap_or(usize::MAX);
-        tailer
-            .next_batch(max, &mut self.excerpts)
-            .map_err(|error| core_error("cannot read the journal", error))?;
+        if let Err(error) = tailer.next_batch(max, &mut self.excerpts) {
+            // a damaged excerpt: the feed is behind it, never caught up (so never
+            // settled), until the driver reports it stalled with this error
+            let error = core_error("cannot read the journal", error);
+            self.caught_up = false;
+            self.output
+                .report_state(SourceState::Behind, Some(&error.to_string()));
+            return Err(error);
+        }
+        // a batch that ended early may have ended before a damaged excerpt: then the
+        // feed is not caught up (the next cycle fails with the error)
+        let blocked = self.excerpts.len() < max && tailer.peek().is_err();
         let (done, paused) = match self.excerpts.first_index() {
             None => (0, false),
             Some(first) => {
@@ -176,7 +337,7 @@ impl EventSource for JournalSource {
                 (taken, taken < total)
             }
         };
-        let caught_up = !paused && done < self.batch;
+        let caught_up = !paused && !blocked && done < self.batch;
         if caught_up != self.caught_up {
             self.caught_up = caught_up;
             if caught_up {
@@ -301,5 +462,11 @@ mongoose_plugin::export_plugin! {
     },
     sinks: {
         "journal" => |settings: &str| JournalSink::open(settings),
+    },
+    source_checks: {
+        "journal" => check_source_settings,
+    },
+    sink_checks: {
+        "journal" => check_sink_settings,
     },
 }

@@ -84,7 +84,19 @@ impl EventSource for Counter {
         // the committed position is the offset after the last processed item
         self.next = match std::fs::read_to_string(&self.pointer) {
             Ok(text) => text.trim().parse().unwrap_or(0),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => 0,
+            // no pointer (a first run, or it was lost): resume at the least of what the
+            // consumers that store positions with their state hold (a state of another
+            // epoch, or none, counts as nothing), so nothing is applied twice or skipped
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => self
+                .output
+                .saved_positions()
+                .iter()
+                .map(|consumer| match consumer.saved {
+                    Some((Epoch(1), position)) => position.offset,
+                    _ => 0,
+                })
+                .min()
+                .unwrap_or(0),
             Err(error) => return Err(CoreError::io("cannot read the counter's pointer", error)),
         };
         let output = &self.output;
