@@ -26,6 +26,9 @@ pub(crate) fn chaos(root: &Path, arguments: &[String]) -> bool {
         "mongoose-chaos",
         "--bin",
         "mongoose-chaos",
+        // the plugins are libraries: without `--lib` the `--bin` filters above leave
+        // them unbuilt (a stale copy, or none in a fresh clone, was then loaded)
+        "--lib",
     ]);
     for plugin in PLUGINS {
         build.args(["-p", plugin]);
