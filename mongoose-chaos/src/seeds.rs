@@ -31,6 +31,9 @@ pub struct SeedEntry {
     /// The open hole it finds (the issue and item): it may fail, and CI says so.
     #[serde(default)]
     pub known: Option<String>,
+    /// The hole it found before that hole's fix landed: it must pass, as any seed.
+    #[serde(default)]
+    pub fixed: Option<String>,
 }
 
 /// One kept schedule of the set.
