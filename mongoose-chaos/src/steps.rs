@@ -565,6 +565,10 @@ impl World {
                         file.path = PathBuf::from("/deleted");
                     }
                 }
+                // the pointer's file is gone: the server cannot tell whether lines were
+                // appended to it after it last read it, so it may report a possible
+                // loss (exit 3, in the run that finds it and the one after)
+                self.lossy.push("recreate-source".to_owned());
             }
             SourceKind::Journal => {
                 if let Some(mut appender) = self.peers.remove(&PeerKind::Appender) {
