@@ -43,7 +43,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 /// makes the feed not lossless); the source and sink vtables have `check` (a kind's
 /// settings checked when the plugin is loaded, by `validate` and before `run` starts);
 /// the host output has `saved_positions` (what the feed's consumers saved with their
-/// state, for a source to reconcile its own committed position with at start).
+/// state, for a source to reconcile its own committed position with at start), and
+/// `report_files` (a many-file source's files, for the feed's status).
 pub const ABI_VERSION: u32 = 3;
 
 /// The symbol every plugin exports: `extern "C" fn() -> *const PluginDeclaration`.
@@ -433,6 +434,28 @@ pub struct HostOutputVTable {
         each: SavedPositionFn,
         each_context: *mut c_void,
     ),
+    /// `SourceOutput::report_files`: `count` files at `files` (borrowed for the call).
+    pub report_files:
+        unsafe extern "C" fn(context: *const c_void, files: *const FileLagRef, count: usize),
+}
+
+/// One input file of a many-file source (`mongoose_core::FileLag`), for the feed's
+/// status ([`HostOutputVTable::report_files`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FileLagRef {
+    /// The file's path.
+    pub path: Str,
+    /// The offset committed (or read).
+    pub committed: u64,
+    /// Its size when last looked at.
+    pub size: u64,
+    /// `size - committed` (0 when shorter).
+    pub lag: u64,
+    /// The file's lane.
+    pub lane: u32,
+    /// Zero.
+    pub reserved: u32,
 }
 
 /// One consumer's saved position ([`HostOutputVTable::saved_positions`]): its name
@@ -632,6 +655,12 @@ const LAYOUT: &[usize] = &[
     offset_of!(HostOutputVTable, release),
     offset_of!(HostOutputVTable, report_loss),
     offset_of!(HostOutputVTable, saved_positions),
+    offset_of!(HostOutputVTable, report_files),
+    size_of::<FileLagRef>(),
+    offset_of!(FileLagRef, committed),
+    offset_of!(FileLagRef, size),
+    offset_of!(FileLagRef, lag),
+    offset_of!(FileLagRef, lane),
     size_of::<ItemRef>(),
     offset_of!(ItemRef, offset),
     offset_of!(ItemRef, lane),

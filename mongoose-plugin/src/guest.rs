@@ -13,7 +13,8 @@ use std::sync::{Arc, OnceLock};
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use mongoose_core::{
     BatchEnd, ConsumerPosition, CoreError, Epoch, EventSource, EvidenceStatus, FailureKind,
-    PositionValue, PublishRefused, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
+    FileLag, PositionValue, PublishRefused, Refusal, SourceCommitter, SourceOutput, SourceState,
+    TryPublish,
 };
 
 use crate::abi::{
@@ -412,6 +413,24 @@ impl PluginOutput {
         }
     }
 
+    /// See [`SourceOutput::report_files`]: the input files of a many-file source, for
+    /// the feed's status (at most once per scan or poll interval, never per item).
+    pub fn report_files(&self, files: &[FileLag]) {
+        let files: Vec<abi::FileLagRef> = files
+            .iter()
+            .map(|file| abi::FileLagRef {
+                path: Str::new(&file.path),
+                committed: file.committed,
+                size: file.size,
+                lag: file.lag,
+                lane: file.lane,
+                reserved: 0,
+            })
+            .collect();
+        // SAFETY: as in try_publish; the files and their paths are borrowed for the call.
+        unsafe { (self.vtable().report_files)(self.host.context, files.as_ptr(), files.len()) }
+    }
+
     /// See [`SourceOutput::saved_positions`]: what the feed's consumers that store
     /// positions with their state hold, for the source to reconcile its own committed
     /// position with at start (a lost or damaged store resumes there instead of
@@ -610,6 +629,10 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
 
     fn saved_positions(&self) -> Vec<ConsumerPosition> {
         PluginOutput::saved_positions(self)
+    }
+
+    fn report_files(&self, files: &[FileLag]) {
+        PluginOutput::report_files(self, files)
     }
 }
 

@@ -835,6 +835,35 @@ unsafe extern "C" fn host_saved_positions<I: 'static>(
     })
 }
 
+unsafe extern "C" fn host_report_files<I: 'static>(
+    context: *const c_void,
+    files: *const abi::FileLagRef,
+    count: usize,
+) {
+    host_guard(String::new, (), || {
+        // SAFETY: as in `host_try_publish`.
+        let context = unsafe { host_context::<I>(context) };
+        let files = if files.is_null() || count == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the plugin passes `count` files, borrowed for the call.
+            unsafe { std::slice::from_raw_parts(files, count) }
+        };
+        let files: Vec<mongoose_core::FileLag> = files
+            .iter()
+            .map(|file| mongoose_core::FileLag {
+                lane: file.lane,
+                // SAFETY: borrowed for the call.
+                path: unsafe { file.path.as_str() }.into_owned(),
+                committed: file.committed,
+                size: file.size,
+                lag: file.lag,
+            })
+            .collect();
+        context.with_output((), |output| output.report_files(&files));
+    })
+}
+
 unsafe extern "C" fn host_poll_acknowledgements<I: 'static>(context: *const c_void) -> u64 {
     host_guard(String::new, 0, || {
         // SAFETY: as in `host_try_publish`.
@@ -1095,6 +1124,7 @@ impl<I: Send + 'static> PluginSource<I> {
                 release: host_release::<I>,
                 report_loss: host_report_loss::<I>,
                 saved_positions: host_saved_positions::<I>,
+                report_files: host_report_files::<I>,
             },
             library: Arc::clone(library),
             feed: name.to_owned(),

@@ -15,7 +15,7 @@ use mongoose_core::{
     ConsumerPosition, Delivery, Epoch, EventSource, PositionValue, ProcessorError, SourceOutput,
 };
 use mongoose_delivery::{
-    DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, SubscribeOptions,
+    DispatchOutcome, Dispatcher, Feed, FeedStatus, Publisher, SourceDriver, SubscribeOptions,
 };
 use mongoose_plugin::host::{ItemCodec, PluginRegistry, PluginSource};
 use mongoose_testkit::{build_plugin, plugin_dir};
@@ -38,6 +38,11 @@ impl Dispatcher<Bytes> for Collect {
 /// The counter (limit 100) started with no pointer file and `saved` noted on its feed:
 /// the items it publishes.
 fn first_run_with(saved: &[ConsumerPosition]) -> Vec<String> {
+    first_run_with_status(saved).0
+}
+
+/// [`first_run_with`], and the feed's status after it.
+fn first_run_with_status(saved: &[ConsumerPosition]) -> (Vec<String>, FeedStatus) {
     let scratch = tempfile::tempdir().expect("scratch");
     let dir = plugin_dir(scratch.path(), &[&build_plugin("template-plugin", &[])]);
     let registry = PluginRegistry::load_dir(&dir).expect("the plugin folder is read");
@@ -63,7 +68,7 @@ fn first_run_with(saved: &[ConsumerPosition]) -> Vec<String> {
     let mut items = Collect::default();
     while group.poll(&mut items, 256) > 0 {}
     SourceDriver::stop_source(&mut source, &*feed).expect("stopped");
-    items.0
+    (items.0, feed.status())
 }
 
 fn saved(consumer: &str, epoch: u64, offset: u64) -> ConsumerPosition {
@@ -93,4 +98,17 @@ fn a_plugin_source_whose_pointer_is_lost_resumes_at_the_consumers_saved_position
     assert_eq!(items.len(), 100, "{items:?}");
     // no consumer stores positions: a first run, from the start
     assert_eq!(first_run_with(&[]).len(), 100);
+}
+
+// The file list crosses too: the template reports its pointer as its one file at start
+// (a many-file plugin source reports its files for the feed's status).
+#[test]
+fn a_plugin_sources_files_reach_the_feeds_status() {
+    let (items, status) = first_run_with_status(&[saved("g/a", 1, 40)]);
+    assert_eq!(items.len(), 60);
+    let [file] = status.files.as_slice() else {
+        panic!("one file reported: {:?}", status.files);
+    };
+    assert!(file.path.ends_with("counter.pointer"), "{file:?}");
+    assert_eq!((file.committed, file.size, file.lag), (40, 100, 60));
 }

@@ -39,7 +39,7 @@ use std::path::PathBuf;
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
+    BatchEnd, CoreError, Epoch, EventSource, FileLag, PositionValue, SourceCommitter, SourceOutput,
     SourceState, TryPublish, WorkDone,
 };
 use mongoose_plugin::settings::Settings;
@@ -108,6 +108,15 @@ impl EventSource for Counter {
             output: cfg!(feature = "keep-output").then(|| output.clone()),
         }));
         output.report_state(SourceState::Behind, Some("counting"));
+        // a many-file source reports its files for the feed's status (at most once per
+        // scan); the counter's one "file" is its pointer
+        output.report_files(&[FileLag {
+            lane: 0,
+            path: self.pointer.display().to_string(),
+            committed: self.next,
+            size: self.limit,
+            lag: self.limit.saturating_sub(self.next),
+        }]);
         // a plugin's own tracing events reach the server's log (INFO and above, with
         // the feed's name) while the server calls into the source
         tracing::info!(from = self.next, "counter source starting");
