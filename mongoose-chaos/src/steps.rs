@@ -62,6 +62,10 @@ impl World {
             Step::Kill => self.kill_server(),
             Step::Pause { ms } => {
                 if let Some(server) = &mut self.server {
+                    // a request in flight while the server is stopped may outlive its
+                    // response timeout on the server's clock though the target answered:
+                    // an uncertain attempt the target did not fail
+                    self.http_down_in_run = true;
                     server.pause();
                     std::thread::sleep(Duration::from_millis(*ms));
                     server.resume();
