@@ -735,6 +735,8 @@ impl World {
         self.truth.mark_maybe(after, true);
         self.lossy.push(format!("journal excerpt {index} damaged"));
         self.input_damaged = true;
+        self.journal_damaged_at
+            .get_or_insert(self.truth.lines.len());
         self.event(format!(
             "flipped the first payload byte of excerpt {index} ({}, offset {offset})",
             file.display()

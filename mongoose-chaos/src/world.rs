@@ -149,6 +149,10 @@ pub struct World {
     pub lossy: Vec<String>,
     /// Whether an input was damaged (a run may then end with exit 1, naming it).
     pub input_damaged: bool,
+    /// The number of lines written when an excerpt of the input journal was damaged:
+    /// an appender opening it later refuses it, so lines from there on may never be
+    /// written.
+    pub journal_damaged_at: Option<usize>,
     /// A start refused after a state fault: the refusal.
     pub refused: Option<String>,
     /// HTTP sink status samples.
@@ -222,6 +226,7 @@ impl World {
             lossy: Vec::new(),
             refused: None,
             input_damaged: false,
+            journal_damaged_at: None,
             http_samples: Vec::new(),
             http_log_at_start: 0,
             http_down_in_run: false,
@@ -634,6 +639,9 @@ impl World {
                     }
                     Some(status) => {
                         self.event(format!("{peer:?} ended with {status}"));
+                        if peer == PeerKind::Appender {
+                            self.appender_refused();
+                        }
                     }
                     None => {
                         process.kill();
@@ -645,6 +653,33 @@ impl World {
                 }
             }
         }
+    }
+
+    /// An appender ended with a failure after the input journal was damaged: it refused
+    /// the journal (only a torn tail may be cut), so the lines given to it since the
+    /// damage are not input.
+    fn appender_refused(&mut self) {
+        let Some(from) = self.journal_damaged_at else {
+            return;
+        };
+        let live = self.path("in/journal");
+        let mut never = Vec::new();
+        for file in &mut self.streams[0].files {
+            if file.path == live {
+                file.lines.retain(|index| {
+                    let kept = *index < from;
+                    if !kept {
+                        never.push(*index);
+                    }
+                    kept
+                });
+            }
+        }
+        self.event(format!(
+            "the appender refused the damaged journal: {} lines given to it are no input",
+            never.len()
+        ));
+        self.truth.mark_maybe(never, false);
     }
 
     /// The gaps the UDP publisher answered "lost" (0 without one).
