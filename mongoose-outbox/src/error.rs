@@ -94,6 +94,23 @@ pub enum OutboxError {
         /// Where the records end.
         found: String,
     },
+    /// The outbox ends before the last record its owner saved elsewhere
+    /// ([`crate::OutboxConfig::saved_through`]): its newer records were deleted, or it
+    /// was replaced by an older copy. Nothing on disk was changed.
+    #[error(
+        "the outbox in {dir} ends at record {last_seq}, but its owner saved its records \
+         through {saved_through} elsewhere (a snapshot): the records after {last_seq} were \
+         deleted, or the folder was replaced by an older copy. Nothing on disk was changed. \
+         Restore the outbox folder saved with the rest of the state"
+    )]
+    Behind {
+        /// The outbox folder.
+        dir: PathBuf,
+        /// What the owner saved.
+        saved_through: u64,
+        /// Where the outbox ends.
+        last_seq: u64,
+    },
     /// The owner's visitor ([`crate::Outbox::open_with`]) refused an admission (its
     /// state is not what the owner writes). Nothing on disk was changed.
     #[error("the outbox file {file} holds at byte {offset} record {seq}, which its owner refuses: {reason}. Nothing on disk was changed")]

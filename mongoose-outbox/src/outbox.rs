@@ -63,6 +63,10 @@ pub struct OutboxConfig {
     pub sync: bool,
     /// Whose outbox it is (default [`OutboxOwner::Any`]).
     pub owner: OutboxOwner,
+    /// The last sequence the owner holds saved elsewhere (its snapshot; default 0):
+    /// the outbox must reach it, or opening refuses with [`OutboxError::Behind`] (its
+    /// newer segments were deleted, or the folder was replaced by an older copy).
+    pub saved_through: u64,
 }
 
 impl OutboxConfig {
@@ -76,6 +80,7 @@ impl OutboxConfig {
             segment_bytes: 64 << 20,
             sync: true,
             owner: OutboxOwner::Any,
+            saved_through: 0,
         }
     }
 
@@ -210,7 +215,7 @@ impl Outbox {
         // Before reading anything: a live writer's half-written group must not be
         // mistaken for a torn write and cut.
         let lock = lock_folder(&dir)?;
-        let scanned = scan(&dir, &config.owner, visit)?;
+        let scanned = scan(&dir, &config.owner, config.saved_through, visit)?;
         let recovery = scanned.recovery;
         let owner = match config.owner {
             OutboxOwner::Is(id) => id,

@@ -124,7 +124,7 @@ pub fn read(dir: &Path) -> Result<Recovery, OutboxError> {
     if !dir.exists() {
         return Ok(empty());
     }
-    scan(dir, &OutboxOwner::Any, None).map(|scanned| scanned.recovery)
+    scan(dir, &OutboxOwner::Any, 0, None).map(|scanned| scanned.recovery)
 }
 
 /// [`read`], handing each admission to `visit` (in order, borrowed) instead of keeping
@@ -139,7 +139,7 @@ pub fn read_with(
     if !dir.exists() {
         return Ok(empty());
     }
-    scan(dir, &OutboxOwner::Any, Some(visit)).map(|scanned| scanned.recovery)
+    scan(dir, &OutboxOwner::Any, 0, Some(visit)).map(|scanned| scanned.recovery)
 }
 
 /// The recovery of an outbox with nothing in it.
@@ -282,6 +282,7 @@ fn take_position(bytes: &[u8]) -> Result<(crate::AdmittedPositionRef<'_>, &[u8])
 pub(crate) fn scan(
     dir: &Path,
     owner: &OutboxOwner,
+    saved_through: u64,
     mut visit: Option<&mut Visitor<'_>>,
 ) -> Result<Scan, OutboxError> {
     let watermark = read_watermark(dir)?;
@@ -520,6 +521,13 @@ pub(crate) fn scan(
             durable,
             first_missing: recovery.last_seq + 1,
             found,
+        });
+    }
+    if saved_through > recovery.last_seq {
+        return Err(OutboxError::Behind {
+            dir: dir.to_path_buf(),
+            saved_through,
+            last_seq: recovery.last_seq,
         });
     }
     let mut left: Vec<Pending<'_>> = unsettled.into_values().collect();

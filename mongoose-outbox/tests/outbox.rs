@@ -875,10 +875,23 @@ fn a_roll_lets_compaction_remove_everything_before_it() {
         "{kept:?}"
     );
     outbox.close().unwrap();
-    let (_, recovery) = Outbox::open(config(dir.path())).unwrap();
+    let (outbox, recovery) = Outbox::open(config(dir.path())).unwrap();
     assert_eq!(recovery.first_seq, through + 1);
     assert_eq!(recovery.admissions.len(), 1);
     assert_eq!(recovery.unsettled().len(), 1);
+    let last = recovery.last_seq;
+    outbox.close().unwrap();
+    // an owner that saved more than the outbox holds (an older copy put back) is told
+    let mut ahead = config(dir.path());
+    ahead.saved_through = last + 5;
+    let error = Outbox::open(ahead).expect_err("behind the owner's snapshot");
+    assert!(
+        matches!(error, OutboxError::Behind { saved_through, last_seq, .. } if saved_through == last + 5 && last_seq == last),
+        "{error}"
+    );
+    let mut exact = config(dir.path());
+    exact.saved_through = last;
+    Outbox::open(exact).unwrap().0.close().unwrap();
 }
 
 #[test]
