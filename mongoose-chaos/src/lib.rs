@@ -9,7 +9,7 @@
 //! made again, state files deleted or damaged (a flipped byte, a cut tail, an older
 //! copy, another run's file), full tmpfs file systems later freed, peers killed or
 //! paused, an HTTP target that fails, times out or closes. A seed gives a schedule
-//! ([`generate`]); a schedule prints as TOML and reads back, so a failing seed is
+//! ([`generate()`]); a schedule prints as TOML and reads back, so a failing seed is
 //! replayed, minimised ([`minimise()`]) and kept as a regression schedule.
 //!
 //! After the last step every fault is healed and the server runs with

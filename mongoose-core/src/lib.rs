@@ -83,6 +83,7 @@ mod delivery;
 pub mod dispatch;
 mod error;
 mod idle;
+mod log_every;
 mod overload;
 mod position;
 mod processor;
@@ -101,6 +102,7 @@ pub use dispatch::{
 };
 pub use error::{CoreError, EvidenceStatus, FailureKind, ProcessorError, PublishRefused};
 pub use idle::IdleStrategy;
+pub use log_every::LogEvery;
 pub use overload::{OverloadPolicy, OverloadSettings};
 pub use position::{Epoch, Position, PositionValue};
 pub use processor::{

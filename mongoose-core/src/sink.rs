@@ -2,7 +2,7 @@
 //!
 //! Every output is a prepared command ([`Output`]): its payload, the [`OutputKey`] that
 //! names it for good (the input that caused it and its index within that input's
-//! delivery, plus the generation of the processor that made it) and the attempt count.
+//! delivery, plus the writer that made it) and the attempt count.
 //! A sink answers each attempt with a [`SinkOutcome`]:
 //!
 //! - [`SinkOutcome::Published`]: the target holds it (with what proves it: a file's
@@ -57,9 +57,11 @@ use crate::delivery::Delivery;
 use crate::position::Epoch;
 
 /// Names one output for good: the input that caused it (`feed`, `epoch`, `lane`,
-/// `position`), its index among the outputs of that input's delivery, and the
-/// generation of the processor that made it. The same input re-delivered after a
-/// crash makes the same keys, so a sink can drop a key it already holds.
+/// `position`), its index among the outputs of that input's delivery, and the writer
+/// that made it (a stable id of the processor: [`writer_id`] of its group and name). The
+/// same input re-delivered after a crash makes the same keys, so a sink can drop a key
+/// it already holds; two processors writing outputs of one input into one sink make
+/// different keys, so neither is taken for the other's.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct OutputKey {
     /// The input's feed.
@@ -72,8 +74,28 @@ pub struct OutputKey {
     pub position: u64,
     /// The output's index within the delivery of the input (0, 1, ...).
     pub index: u32,
-    /// The generation of the processor registration that made it.
-    pub generation: u64,
+    /// The writer that made it: [`writer_id`] of its name (the server names a
+    /// processor's writer `group/processor`), 0 for a writer given no name. Never a
+    /// position in a configuration, so keys survive a change of the configuration.
+    pub writer: u64,
+}
+
+/// The stable 64-bit id of the writer named `name` (FNV-1a: the same on every build and
+/// machine; never 0, which is the id of a writer given no name).
+///
+/// ```
+/// use mongoose_core::sink::writer_id;
+/// assert_eq!(writer_id("forward/copy"), writer_id("forward/copy"));
+/// assert_ne!(writer_id("forward/copy-e"), writer_id("forward/copy-w"));
+/// assert_ne!(writer_id(""), 0);
+/// ```
+pub fn writer_id(name: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = name.bytes().fold(OFFSET, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    });
+    hash.max(1)
 }
 
 impl OutputKey {
@@ -84,7 +106,7 @@ impl OutputKey {
         lane: u32,
         position: u64,
         index: u32,
-        generation: u64,
+        writer: u64,
     ) -> Self {
         OutputKey {
             feed: Arc::from(feed),
@@ -92,12 +114,12 @@ impl OutputKey {
             lane,
             position,
             index,
-            generation,
+            writer,
         }
     }
 
-    /// The key of output `index` of `delivery`, made by processor `generation`.
-    pub fn for_delivery(delivery: &Delivery, index: u32, generation: u64) -> Self {
+    /// The key of output `index` of `delivery`, made by `writer`.
+    pub fn for_delivery(delivery: &Delivery, index: u32, writer: u64) -> Self {
         let position = delivery.position();
         OutputKey {
             feed: Arc::clone(delivery.feed_arc()),
@@ -105,19 +127,19 @@ impl OutputKey {
             lane: position.lane,
             position: position.offset,
             index,
-            generation,
+            writer,
         }
     }
 }
 
 impl fmt::Display for OutputKey {
-    /// `feed/epoch/lane/position/index/generation`: what a sink sends as a
+    /// `feed/epoch/lane/position/index/writer`: what a sink sends as a
     /// de-duplication key (an HTTP `Idempotency-Key`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "{}/{}/{}/{}/{}/{}",
-            self.feed, self.epoch.0, self.lane, self.position, self.index, self.generation
+            self.feed, self.epoch.0, self.lane, self.position, self.index, self.writer
         )
     }
 }
@@ -199,15 +221,31 @@ impl SinkOutcome {
 /// A sink of outputs: a file, a socket, an HTTP endpoint, a broker.
 ///
 /// A sink runs on its own thread (its runner's), is given outputs in order, in
-/// batches, and answers one outcome per output, in order. It never panics on a bad
-/// output (that is [`SinkOutcome::NotPublished`] with `retryable: false`) and never
-/// blocks without a bound (a timeout is [`SinkOutcome::Uncertain`] when the output
-/// may have been handed over).
+/// batches, and answers one outcome per output it tried, in order. It never panics on
+/// a bad output (that is [`SinkOutcome::NotPublished`] with `retryable: false`) and
+/// never blocks without a bound (a timeout is [`SinkOutcome::Uncertain`] when the
+/// output may have been handed over).
 pub trait Sink: Send {
     /// Publishes `outputs` in order, pushing one outcome per output onto `outcomes`,
     /// in the same order. A sink that makes outputs durable (a file's fsync) does so
     /// before it answers [`SinkOutcome::Published`].
+    ///
+    /// A sink may stop early, after an output whose attempt failed, when going on is
+    /// pointless (its target does not answer): it answers the outputs it tried (at
+    /// least the first) and nothing for the rest. The rest were **not sent**: an
+    /// outcome is an attempt, and an output that was never sent is charged none; the
+    /// runner gives them again, unchanged, once the failed one's retry falls due.
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>);
+
+    /// True when the last [`Sink::publish`] ended on an output whose target did not
+    /// answer (nothing could be sent to it, or it did not answer in time), whether
+    /// or not outputs were left unsent: the runner then sends nothing more until that
+    /// output's retry falls due, so a target that is down costs one attempt per
+    /// backoff, charged to one output. The default is false (every failure concerns
+    /// its own output).
+    fn target_not_answering(&self) -> bool {
+        false
+    }
 
     /// What the sink can verify of `key` after a restart: `Some(Published)` when it
     /// holds it (a file sink that finds the key below its durable length), `None`
@@ -246,7 +284,8 @@ pub trait CommitGate: Send + Sync {
     }
 }
 
-/// How many attempts an output gets and until when.
+/// How many attempts an output gets and until when (under
+/// [`ExhaustedPolicy::Hold`]: until it is reported held; it is tried on after that).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryBudget {
     /// Attempts after the first (0: one attempt only).
@@ -288,7 +327,9 @@ impl RetryBudget {
 #[serde(rename_all = "snake_case")]
 pub enum ExhaustedPolicy {
     /// Hold the feed: its position is not committed past the input, the feed reports
-    /// `stalled` naming the sink and the output, and a restart sends it again.
+    /// `stalled` naming the sink and the output, and the sink goes on trying it at its
+    /// longest backoff (an output refused for good: when an operator asks, or after a
+    /// restart), so that an outage longer than the budget heals by itself.
     #[default]
     Hold,
     /// Count the output lost (`lossless: false`) and go on.

@@ -49,6 +49,11 @@ pub(crate) struct HoldCell {
 #[derive(Debug, Default)]
 struct Pending {
     entries: Mutex<VecDeque<(u64, Mark, bool)>>,
+    /// The tags reported held ([`CommitGate::held`]) with the hold each put on the
+    /// queue (`(tag, mark, reason)`): lifted when the tag completes.
+    held: Mutex<Vec<(u64, Mark, String)>>,
+    /// True while `held` may hold something (a cheap check on every completion).
+    any_held: AtomicBool,
 }
 
 impl HoldCell {
@@ -136,6 +141,39 @@ impl HoldCell {
     pub(crate) fn release_participants(&self) {
         for participant in self.participants.lock().iter().filter_map(Weak::upgrade) {
             participant.entries.lock().clear();
+            participant.held.lock().clear();
+        }
+    }
+
+    /// Held outputs are over (published at last): the holds they put on the queue
+    /// go. Another held output still pending (of any participant) holds the queue
+    /// again from its own item, with its own reason.
+    fn lift_holds(&self, lifted: &[(u64, Mark, String)]) {
+        let current = self.current.lock();
+        let Some(shared) = current.as_ref() else {
+            return;
+        };
+        let mut lifted_one = false;
+        for (_, mark, reason) in lifted {
+            if mark.binding == Some(shared.id) && shared.lift_hold_if(mark.count, reason) {
+                lifted_one = true;
+            }
+        }
+        if !lifted_one {
+            return;
+        }
+        let mut earliest: Option<(u64, String)> = None;
+        for participant in self.participants.lock().iter().filter_map(Weak::upgrade) {
+            for (_, mark, reason) in participant.held.lock().iter() {
+                if mark.binding == Some(shared.id)
+                    && earliest.as_ref().is_none_or(|(from, _)| mark.count < *from)
+                {
+                    earliest = Some((mark.count, reason.clone()));
+                }
+            }
+        }
+        if let Some((from, reason)) = earliest {
+            shared.hold_from(from, reason);
         }
     }
 
@@ -241,6 +279,32 @@ impl CheckpointParticipant {
     pub fn pending_count(&self) -> usize {
         self.pending.entries.lock().len()
     }
+
+    /// The held tags for which `over` is true are complete: their holds are lifted.
+    fn lift_held(&self, over: impl Fn(u64) -> bool) {
+        if !self.pending.any_held.load(Ordering::Acquire) {
+            return;
+        }
+        let lifted: Vec<(u64, Mark, String)> = {
+            let mut held = self.pending.held.lock();
+            let mut lifted = Vec::new();
+            let mut index = 0;
+            while index < held.len() {
+                if over(held[index].0) {
+                    lifted.push(held.swap_remove(index));
+                } else {
+                    index += 1;
+                }
+            }
+            if held.is_empty() {
+                self.pending.any_held.store(false, Ordering::Release);
+            }
+            lifted
+        };
+        if !lifted.is_empty() {
+            self.cell.lift_holds(&lifted);
+        }
+    }
 }
 
 impl CommitGate for CheckpointParticipant {
@@ -268,6 +332,8 @@ impl CommitGate for CheckpointParticipant {
         while entries.front().is_some_and(|(_, _, done)| *done) {
             entries.pop_front();
         }
+        drop(entries);
+        self.lift_held(|held| held == tag);
     }
 
     fn complete_through(&self, tag: u64) {
@@ -281,8 +347,13 @@ impl CommitGate for CheckpointParticipant {
         while entries.front().is_some_and(|(_, _, done)| *done) {
             entries.pop_front();
         }
+        drop(entries);
+        self.lift_held(|held| held <= tag);
     }
 
+    /// Holds the queue from the tag's item with `reason` (the feed reports it
+    /// `stalled`); once the tag completes (the output is published at last) the hold
+    /// is lifted.
     fn held(&self, tag: u64, reason: &str) {
         let mark = {
             let entries = self.pending.entries.lock();
@@ -296,6 +367,11 @@ impl CommitGate for CheckpointParticipant {
         if let (Some(mark), Some(shared)) = (mark, current.as_ref()) {
             if mark.binding == Some(shared.id) {
                 shared.hold_from(mark.count, reason.to_owned());
+                self.pending
+                    .held
+                    .lock()
+                    .push((tag, mark, reason.to_owned()));
+                self.pending.any_held.store(true, Ordering::Release);
             }
         }
     }

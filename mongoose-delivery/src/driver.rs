@@ -11,7 +11,8 @@
 //!   consumers processed during the cycle is committed now, not a cycle later);
 //! * idles by the feed's [`IdleStrategy`] after a cycle that did nothing;
 //! * retries a failing cycle every 100 ms, logging it once and then as a count at most
-//!   every 10 s (no flood);
+//!   every 10 s (no flood); after [`STALL_AFTER_FAILURES`] failures in a row the feed
+//!   reports itself stalled with the error, until a cycle works again;
 //! * stops the source through [`SourceDriver::stop_source`]: polls the
 //!   acknowledgements BEFORE `stop` (what was processed is committed while the source's
 //!   committer is still fully open: a file source writes its pointer back and unmaps
@@ -48,6 +49,11 @@ use crate::registry::AnyFeed;
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
 /// How often a failing cycle is logged at most (with a count of the others).
 const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Consecutive failed duty cycles after which the feed reports itself stalled with the
+/// error (about 3 s of tries): a source that cannot go on (a pointer inside a frame,
+/// a damaged input) is then visible as a stall with its reason, not only in the log,
+/// and a run waiting to settle can end.
+pub const STALL_AFTER_FAILURES: u64 = 30;
 
 /// What the [`SourceDriver`] does to a source's output around its duty cycles: every
 /// feed ([`AnyFeed`], a [`Publisher`]) is one; an output of a source driven by hand
@@ -60,6 +66,9 @@ pub trait DrivenOutput {
     /// Replays items a full queue paused ([`SourceOutput::flush_paused`]); true when
     /// none is left paused.
     fn flush_paused(&self) -> bool;
+    /// The source's duty cycle keeps failing (`Some(why)`: the feed reports itself
+    /// stalled with it), or works again (`None`). Only the driver calls it.
+    fn report_cycle_failing(&self, _failing: Option<String>) {}
 }
 
 impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
@@ -69,6 +78,9 @@ impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
     fn flush_paused(&self) -> bool {
         (**self).flush_paused()
     }
+    fn report_cycle_failing(&self, failing: Option<String>) {
+        (**self).report_cycle_failing(failing);
+    }
 }
 
 impl<T: Send + Sync + 'static, P: Position> DrivenOutput for Publisher<T, P> {
@@ -77,6 +89,9 @@ impl<T: Send + Sync + 'static, P: Position> DrivenOutput for Publisher<T, P> {
     }
     fn flush_paused(&self) -> bool {
         SourceOutput::flush_paused(self)
+    }
+    fn report_cycle_failing(&self, failing: Option<String>) {
+        self.record_cycle_failing(failing);
     }
 }
 
@@ -136,6 +151,9 @@ impl SourceDriver {
                 Ok(WorkDone(work)) => {
                     if failures > 0 {
                         info!(feed = %name, failures, "the source works again");
+                        if failures >= STALL_AFTER_FAILURES {
+                            feed.report_cycle_failing(None);
+                        }
                         failures = 0;
                         unlogged = 0;
                         last_logged = None;
@@ -144,6 +162,11 @@ impl SourceDriver {
                 }
                 Err(error) => {
                     failures += 1;
+                    if failures == STALL_AFTER_FAILURES {
+                        feed.report_cycle_failing(Some(format!(
+                            "the source's duty cycle failed {failures} times in a row (retried every 100 ms): {error}"
+                        )));
+                    }
                     let due = last_logged.is_none_or(|last| last.elapsed() >= FAILURE_LOG_EVERY);
                     if due {
                         error!(feed = %name, %error, failures, unlogged,

@@ -87,7 +87,7 @@ mod status;
 mod window;
 
 pub use checkpoint::{CheckpointParticipant, Mark, ProcessingCheckpoint};
-pub use driver::{DrivenOutput, DriverStop, SourceDriver};
+pub use driver::{DrivenOutput, DriverStop, SourceDriver, STALL_AFTER_FAILURES};
 pub use error::DeliveryError;
 pub use feed::{DataMapper, Feed, FeedBuilder, SubscribeOptions, DEFAULT_QUEUE_CAPACITY};
 pub use group::{GroupQueue, GroupSubscription};

@@ -76,7 +76,15 @@ pub(crate) struct QueueShared {
     pub(crate) held_from: AtomicU64,
     /// Why the queue holds (for `stalled`), written with `held_from`.
     pub(crate) held_because: parking_lot::Mutex<Option<String>>,
+    /// The reader's log of held items and skipped completions: the first of each run
+    /// of them at once, then a count at most every 10 s (a full disk made one line per
+    /// item, thousands a second).
+    pub(crate) hold_log: parking_lot::Mutex<mongoose_core::LogEvery>,
+    pub(crate) completion_log: parking_lot::Mutex<mongoose_core::LogEvery>,
 }
+
+/// How often a repeating error of a queue's reader is logged (with a count).
+pub(crate) const REPEATED_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `held_from` when the queue holds nothing.
 pub(crate) const NOT_HELD: u64 = u64::MAX;
@@ -96,6 +104,10 @@ impl QueueShared {
             drops_pending: AtomicBool::new(false),
             held_from: AtomicU64::new(NOT_HELD),
             held_because: parking_lot::Mutex::new(None),
+            hold_log: parking_lot::Mutex::new(mongoose_core::LogEvery::new(REPEATED_LOG_EVERY)),
+            completion_log: parking_lot::Mutex::new(mongoose_core::LogEvery::new(
+                REPEATED_LOG_EVERY,
+            )),
         }
     }
 
@@ -108,6 +120,20 @@ impl QueueShared {
             *because = Some(reason);
             self.held_from.store(queue_position, Ordering::Release);
         }
+    }
+
+    /// Forgets the hold from `queue_position` with `reason`, if it is the one in
+    /// force (a held output published at last); true when it was.
+    pub(crate) fn lift_hold_if(&self, queue_position: u64, reason: &str) -> bool {
+        let mut because = self.held_because.lock();
+        if self.held_from.load(Ordering::Acquire) == queue_position
+            && because.as_deref() == Some(reason)
+        {
+            self.held_from.store(NOT_HELD, Ordering::Release);
+            *because = None;
+            return true;
+        }
+        false
     }
 
     /// Why the queue holds, when it does.

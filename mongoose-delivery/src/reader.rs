@@ -333,15 +333,18 @@ fn hold_item(
     let Some((feed, sequence, epoch, position)) = delivery else {
         return;
     };
-    error!(
-        feed = &**feed,
-        queue = %shared.name,
-        sequence,
-        epoch = epoch.get(),
-        position = position.offset,
-        %reason,
-        "the feed holds its position before this item: it is never committed in this run (a restart re-delivers it, an operator release gives it up)"
-    );
+    if let Some(unlogged) = shared.hold_log.lock().due() {
+        error!(
+            feed = &**feed,
+            queue = %shared.name,
+            sequence,
+            epoch = epoch.get(),
+            position = position.offset,
+            %reason,
+            unlogged,
+            "the feed holds its position before this item: it is never committed in this run (a restart re-delivers it, an operator release gives it up); more held items are logged at most every 10 s, with a count"
+        );
+    }
     // the reader alone writes `dispatched`: it still counts the items before this one
     let queue_position = shared.dispatched.load(Ordering::Relaxed);
     shared.hold_from(
@@ -534,13 +537,16 @@ fn completion_failed<T>(
         progress.resume = true;
         return false;
     }
-    error!(
-        queue = %shared.name,
-        owner = ?completion.owner,
-        key = ?completion.key,
-        %failure,
-        "a delivery-complete callback failed after its retries: skipped; the feed holds its position before the item (counted in completionFailures)"
-    );
+    if let Some(unlogged) = shared.completion_log.lock().due() {
+        error!(
+            queue = %shared.name,
+            owner = ?completion.owner,
+            key = ?completion.key,
+            %failure,
+            unlogged,
+            "a delivery-complete callback failed after its retries: skipped; the feed holds its position before the item (counted in completionFailures; more are logged at most every 10 s, with a count)"
+        );
+    }
     let who = completion.owner.map_or_else(
         || "a processor".to_owned(),
         |processor| dispatcher.describe(processor),

@@ -142,3 +142,44 @@ fn a_durable_point_more_than_a_queue_behind_still_holds_the_commit() {
         "through item 8, the last one dispatched"
     );
 }
+
+#[test]
+fn a_held_output_published_at_last_lifts_the_stall_it_caused() {
+    // issue 24, item 6: a sink's hold policy reports an output held (the feed is
+    // stalled, naming it) and goes on trying it; once it is published the stall goes,
+    // and a second held output still pending holds the feed again with its own reason
+    use mongoose_core::sink::CommitGate;
+    let (feed, commits) = positioned_feed(16);
+    let gate = feed.hold("group").participant();
+    let mut group = reader(&feed, "group");
+    feed.start_complete();
+    publish_range(&feed, 1..=3);
+    gate.pending(1);
+    process(&mut group, 1);
+    gate.pending(2);
+    process(&mut group, 1);
+    process(&mut group, 1);
+    gate.held(1, "sink 'out': output one held");
+    gate.held(2, "sink 'out': output two held");
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 0);
+    let stalled = feed.status().stalled.unwrap_or_default();
+    assert!(
+        stalled.ends_with("holds: sink 'out': output one held"),
+        "{stalled}"
+    );
+
+    gate.complete(1);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 10, "the first output is over");
+    let stalled = feed.status().stalled.unwrap_or_default();
+    assert!(
+        stalled.ends_with("holds: sink 'out': output two held"),
+        "the second held output holds the feed now: {stalled}"
+    );
+
+    gate.complete_through(2);
+    feed.poll_acknowledgements();
+    assert_eq!(commits.pointer(), 30, "every output is over: all committed");
+    assert_eq!(feed.status().stalled, None, "nothing is held any more");
+}

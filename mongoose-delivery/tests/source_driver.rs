@@ -227,3 +227,85 @@ fn the_driver_commits_before_and_after_the_source_stops() {
         .expect("ran");
     assert_eq!(source.committed_at_stop, Some(5));
 }
+
+/// Fails every duty cycle until `works` is set (a pointer inside a frame, a damaged
+/// input: it cannot read on).
+struct Failing {
+    works: Arc<std::sync::atomic::AtomicBool>,
+    output: Arc<Publisher<u64, u64>>,
+}
+
+impl EventSource for Failing {
+    fn name(&self) -> &str {
+        "failing"
+    }
+
+    fn start(&mut self) -> Result<(), CoreError> {
+        Ok(())
+    }
+
+    fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+        if self.works.load(std::sync::atomic::Ordering::Acquire) {
+            self.output.report_state(SourceState::CaughtUp, None);
+            return Ok(WorkDone(0));
+        }
+        Err(CoreError::Source {
+            source_name: "failing".into(),
+            message: "the pointer is inside a frame at 4711".into(),
+        })
+    }
+
+    fn stop(&mut self) -> Result<(), CoreError> {
+        Ok(())
+    }
+}
+
+// issue 25, item 5: a pointer inside a frame failed the cycle every 10 s for ever while
+// the feed said BEHIND with `stalled: null`, and `--exit-when-settled` never ended
+#[test]
+fn a_source_whose_cycle_keeps_failing_stalls_with_its_reason() {
+    let (feed, _commits) = positioned_feed(16);
+    let _group = reader(&feed, "group");
+    feed.start_complete();
+    let works = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let driver = SourceDriver::new("failing", IdleStrategy::SleepingMillis(1));
+    let stop = driver.stop_handle();
+    let mut source = Failing {
+        works: Arc::clone(&works),
+        output: Arc::clone(&feed),
+    };
+    let driven = Arc::clone(&feed);
+    let thread = std::thread::spawn(move || {
+        driver
+            .run(&mut source, &*driven as &dyn AnyFeed)
+            .expect("ran");
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stalled = loop {
+        if let Some(stalled) = feed.status().stalled {
+            break stalled;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failing source never stalled its feed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        stalled.contains("the pointer is inside a frame at 4711")
+            && stalled.contains("failed 30 times in a row"),
+        "the stall names the source's error and how often it failed: {stalled}"
+    );
+    assert!(!feed.status().settled, "a stalled feed is not settled");
+    // the source works again: the stall goes
+    works.store(true, std::sync::atomic::Ordering::Release);
+    while feed.status().stalled.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the stall stayed after the source recovered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.stop();
+    thread.join().expect("the driver's thread");
+}

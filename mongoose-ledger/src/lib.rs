@@ -256,6 +256,9 @@ pub struct Ledger {
     lane: u32,
     /// The lanes whose position changed since the last save that succeeded.
     changed_lanes: std::collections::BTreeSet<u32>,
+    /// The save failures' warning: once, then a count at most every 10 s (a full disk
+    /// failed every save, thousands a second).
+    save_failures: mongoose_core::LogEvery,
 }
 
 impl Ledger {
@@ -356,6 +359,7 @@ impl Ledger {
             changed: std::collections::BTreeSet::new(),
             lane: 0,
             changed_lanes: std::collections::BTreeSet::new(),
+            save_failures: mongoose_core::LogEvery::new(std::time::Duration::from_secs(10)),
         })
     }
 
@@ -699,9 +703,12 @@ impl Processor for Ledger {
         self.lane = lane;
         self.changed_lanes.insert(lane);
         if let Err(error) = self.save() {
-            warn!(%error, "ledger save failed: retried by the group's retry policy");
+            if let Some(unlogged) = self.save_failures.due() {
+                warn!(%error, unlogged, "ledger save failed: retried by the group's retry policy (logged at most every 10 s, with a count)");
+            }
             return Err(error);
         }
+        self.save_failures.reset();
         Ok(())
     }
 }

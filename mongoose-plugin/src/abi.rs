@@ -417,7 +417,8 @@ pub struct KeyRef {
     pub epoch: u64,
     /// The input's position offset.
     pub position: u64,
-    /// The processor generation.
+    /// The writer that made the output (`OutputKey::writer`; the field keeps its
+    /// name of ABI version 1, which called it the processor generation).
     pub generation: u64,
     /// The input's lane.
     pub lane: u32,

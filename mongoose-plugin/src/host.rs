@@ -1120,7 +1120,7 @@ fn key_ref(key: &OutputKey) -> KeyRef {
         feed: Str::new(&key.feed),
         epoch: key.epoch.0,
         position: key.position,
-        generation: key.generation,
+        generation: key.writer,
         lane: key.lane,
         index: key.index,
     }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mongoose_delivery::StatusReport;
 use mongoose_replay::cli::{ReplayOutcome, ReplayReport};
@@ -217,6 +217,9 @@ pub fn run_until_done_with_signals(
     let mut settled_code = None;
     let mut failures = Vec::new();
     let mut warned_stalled = false;
+    // since when every unsettled feed is stalled with no sink still trying
+    let mut stuck_since: Option<Instant> = None;
+    let stalled_exit = Duration::from_millis(server.config().stalled_exit_millis);
     let mut last_status;
     loop {
         last_status = server.status();
@@ -260,7 +263,40 @@ pub fn run_until_done_with_signals(
             if stuck && !warned_stalled {
                 warned_stalled = true;
                 let stalled = stalled_feeds(report);
-                warn!(?stalled, "waiting to settle, but every unsettled feed is stalled: add a consumer for it, or stop the server");
+                // a sink that still holds or retries outputs keeps the run unsettled
+                // while every feed looks settled: say which, and that it goes on
+                let sinks: Vec<String> = server
+                    .sink_statuses()
+                    .iter()
+                    .filter(|sink| sink.held_count + sink.retrying + sink.queued > 0)
+                    .map(|sink| {
+                        format!(
+                            "{}: {} held, {} retrying, {} queued (held outputs are tried again by themselves; POST /sinks/{}/retry tries now)",
+                            sink.name, sink.held_count, sink.retrying, sink.queued, sink.name
+                        )
+                    })
+                    .collect();
+                warn!(?stalled, ?sinks, "waiting to settle, but every unsettled feed is stalled: add a consumer for it, or stop the server");
+            }
+            // a sink still trying an output may get it through (a target that comes
+            // back): only a stall nothing works on any more needs an operator
+            let sinks_trying = server
+                .sink_statuses()
+                .iter()
+                .any(|sink| sink.retrying > 0 || sink.queued > 0);
+            if stuck && !report.settled && !sinks_trying {
+                let since = *stuck_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= stalled_exit {
+                    failures = stalled_feeds(report);
+                    if failures.is_empty() {
+                        failures.push("every unsettled feed is stalled".to_owned());
+                    }
+                    error!(stalled = ?failures, waited_ms = stalled_exit.as_millis() as u64,
+                        "the run cannot go on: every unsettled feed stayed stalled (see stalled_exit_millis); shutting down, fix what each stall names and run again");
+                    break;
+                }
+            } else {
+                stuck_since = None;
             }
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -270,6 +306,11 @@ pub fn run_until_done_with_signals(
     // stalled reasons are those seen before the groups closed (a closed group leaves
     // every positioned feed without a live consumer)
     let after_stop = server.status();
+    if result.complete {
+        // the run ends and tells its status (not lossless): the earlier losses its
+        // start reported are reported now; a killed run leaves them for the next start
+        server.mark_earlier_losses_reported();
+    }
     record_losses(server, &after_stop);
     if !failures.is_empty() {
         if !result.complete {

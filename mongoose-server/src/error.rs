@@ -55,6 +55,17 @@ pub enum ServerError {
     /// The server is not in a state for this.
     #[error("{0}")]
     State(String),
+    /// A durable state the server would start on does not match what it belongs to (a
+    /// file sink's `.sinkstate` damaged, older than its file, another file's, or
+    /// missing beside a file that holds outputs): the run is refused and nothing was
+    /// changed. The message names the file, what is wrong and what to do.
+    #[error("{what}: {message}")]
+    StateRefused {
+        /// What refused (`sinks.out`).
+        what: String,
+        /// The refusal.
+        message: String,
+    },
 }
 
 impl ServerError {

@@ -127,6 +127,19 @@ fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
     if let (None, Some(sink)) = (&settings.alerts, &settings.alerts_sink) {
         check.sink("alerts_sink", sink)?;
     }
+    if let Some(path) = &settings.alerts {
+        if let Some(sink) = check.config.file_sink_writing(path) {
+            return Err(SettingsError::at(
+                "alerts",
+                format!(
+                    "the alerts file {} is the same file the file sink '{}' writes: two writers into one file overwrite each other's lines; give the alerts a file of their own, or write them into that sink with alerts_sink = \"{}\" (its outputs are keyed by processor)",
+                    path.display(),
+                    sink.name,
+                    sink.name
+                ),
+            ));
+        }
+    }
     settings
         .check(|path| check.resolve(path))
         .map_err(|refusal| match refusal.key {

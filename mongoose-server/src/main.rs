@@ -372,9 +372,11 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
     let config = ServerConfig::load(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
     let admin_settings =
         admin::AdminSettings::from_config(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
-    let server = builder(config)
-        .build()
-        .map_err(|error| (EXIT_BAD_CONFIG, error))?;
+    let server = builder(config).build().map_err(|error| match error {
+        // a sink's state refused at open: not the configuration
+        ServerError::StateRefused { .. } => (EXIT_FAILED, error),
+        error => (EXIT_BAD_CONFIG, error),
+    })?;
     server.start().map_err(|error| (EXIT_FAILED, error))?;
     if let Some(settings) = admin_settings {
         admin::serve_with(server.clone(), settings).map_err(|error| (EXIT_FAILED, error))?;

@@ -12,8 +12,8 @@ use mongoose_core::sink::{CommitGate, ExhaustedPolicy, RetryBudget, Sink};
 use mongoose_delivery::FeedRegistry;
 use mongoose_plugin::host::{PluginRegistry, PluginSink};
 use mongoose_sink::{
-    FileSink, FileSinkConfig, HttpSink, HttpSinkConfig, RunnerConfig, SinkRunner, SinkStatus,
-    SinkWriter, StdoutSink, TcpSink, TcpSinkConfig,
+    FileSink, FileSinkConfig, HttpSink, HttpSinkConfig, LossRecorder, LostOutput, RetryRequested,
+    RunnerConfig, SinkRunner, SinkStatus, SinkWriter, StdoutSink, TcpSink, TcpSinkConfig,
 };
 use parking_lot::Mutex;
 
@@ -62,8 +62,13 @@ fn open_sink(
     sink: &SinkConfig,
     plugins: Option<&PluginRegistry>,
 ) -> Result<Box<dyn Sink>, ServerError> {
-    let refused = |error: mongoose_sink::SinkError| {
-        ServerError::invalid(format!("sinks.{}", sink.name), error.to_string())
+    let refused = |error: mongoose_sink::SinkError| match error {
+        // not the configuration: its state (the run is refused, exit 1)
+        mongoose_sink::SinkError::State { .. } => ServerError::StateRefused {
+            what: format!("sinks.{}", sink.name),
+            message: error.to_string(),
+        },
+        _ => ServerError::invalid(format!("sinks.{}", sink.name), error.to_string()),
     };
     let connect = sink.connect_timeout_millis.unwrap_or(5_000);
     Ok(match sink.kind.as_str() {
@@ -130,6 +135,45 @@ fn open_sink(
     })
 }
 
+/// Records the outputs a sink's `count_loss` policy gives up in the loss file beside
+/// their feed's pointer (as an operator release is), before their inputs may be
+/// committed: the next start reports them once, and that run is not lossless either.
+#[derive(Debug)]
+struct FeedLossFiles {
+    config: Arc<ServerConfig>,
+}
+
+/// How many keys a loss record names (the rest are counted).
+const KEYS_NAMED: usize = 5;
+
+impl LossRecorder for FeedLossFiles {
+    fn record(&self, sink: &str, lost: &[LostOutput]) {
+        let mut by_feed: BTreeMap<&str, Vec<&LostOutput>> = BTreeMap::new();
+        for output in lost {
+            by_feed.entry(&output.key.feed).or_default().push(output);
+        }
+        for (feed, outputs) in by_feed {
+            let mut named: Vec<String> = outputs
+                .iter()
+                .take(KEYS_NAMED)
+                .map(|output| format!("{} {} ({})", output.key, output.why, output.evidence))
+                .collect();
+            if outputs.len() > KEYS_NAMED {
+                named.push(format!("and {} more", outputs.len() - KEYS_NAMED));
+            }
+            crate::server::record_loss_of(
+                &self.config,
+                feed,
+                format!(
+                    "sink '{sink}' counted {} outputs lost (on_exhausted = \"count_loss\"): {}",
+                    outputs.len(),
+                    named.join("; ")
+                ),
+            );
+        }
+    }
+}
+
 /// A new participant in the processing checkpoint of `feed` for `group` (`None`: no
 /// registry, as in a replay, or no such feed).
 fn gate_of(
@@ -155,14 +199,21 @@ impl Sinks {
         plugins: Option<&PluginRegistry>,
     ) -> Result<Self, ServerError> {
         let mut runners = BTreeMap::new();
+        // a replay's sinks record no loss: the run it replays did
+        let losses: Option<Arc<dyn LossRecorder>> = registry.as_ref().map(|_| {
+            Arc::new(FeedLossFiles {
+                config: Arc::new(config.clone()),
+            }) as Arc<dyn LossRecorder>
+        });
         for sink in &config.sinks {
             let opened = open_sink(config, sink, plugins)?;
-            let runner = SinkRunner::start(opened, runner_config(sink)).map_err(|error| {
-                ServerError::invalid(
-                    format!("sinks.{}", sink.name),
-                    format!("cannot start the sink's thread: {error}"),
-                )
-            })?;
+            let runner = SinkRunner::start_with(opened, runner_config(sink), losses.clone())
+                .map_err(|error| {
+                    ServerError::invalid(
+                        format!("sinks.{}", sink.name),
+                        format!("cannot start the sink's thread: {error}"),
+                    )
+                })?;
             runners.insert(sink.name.clone(), runner);
         }
         Ok(Sinks {
@@ -173,12 +224,14 @@ impl Sinks {
         })
     }
 
-    /// A writer to sink `name` for a processor of `group`: each output it writes
-    /// holds its input's commit (its feed, this group) until the output is over.
+    /// A writer to sink `name` for processor `processor` of `group`: each output it
+    /// writes holds its input's commit (its feed, this group) until the output is over,
+    /// and is keyed by its writer, `group/processor` (so two processors writing into one
+    /// sink never share keys, whatever their place in the configuration).
     ///
     /// # Errors
     /// No sink of that name (the message lists the configured ones).
-    pub fn writer(&self, name: &str, group: &str) -> Result<SinkWriter, String> {
+    pub fn writer(&self, name: &str, group: &str, processor: &str) -> Result<SinkWriter, String> {
         let runners = self.runners.lock();
         let Some(runner) = runners.get(name) else {
             return Err(format!(
@@ -187,16 +240,30 @@ impl Sinks {
             ));
         };
         let registry = self.registry.clone();
-        let group = group.to_owned();
+        let gate_group = group.to_owned();
         let gates: mongoose_sink::GateSource =
-            Arc::new(move |feed: &str| gate_of(registry.as_ref(), feed, &group));
-        Ok(SinkWriter::new(runner.handle(), gates))
+            Arc::new(move |feed: &str| gate_of(registry.as_ref(), feed, &gate_group));
+        Ok(SinkWriter::new(runner.handle(), gates).named(&format!("{group}/{processor}")))
     }
 
     /// The commit gate of `feed` for processors of `group` (`None`: no registry, as in a
     /// replay, or no such feed).
     pub fn gate(&self, feed: &str, group: &str) -> Option<Arc<dyn CommitGate>> {
         gate_of(self.registry.as_ref(), feed, group)
+    }
+
+    /// Asks sink `name` to try every waiting and held output now.
+    ///
+    /// # Errors
+    /// No running sink of that name (the message lists the configured ones).
+    pub fn retry_now(&self, name: &str) -> Result<RetryRequested, String> {
+        match self.runners.lock().get(name) {
+            Some(runner) => Ok(runner.handle().retry_now()),
+            None => Err(format!(
+                "no running sink named '{name}': configured sinks are [{}]",
+                self.names.join(", ")
+            )),
+        }
     }
 
     /// What each sink has done.

@@ -359,6 +359,93 @@ fn cases() -> Vec<Case> {
             ),
             &["feeds[1].path", "'app'", "'all'", "may match the same file"],
         ),
+        // issue 24 item 9 and issue 25 item 9: values that panicked a sink's thread,
+        // waited for ever or could never be reached passed `validate`
+        case(
+            "a sink batch of i64::MAX (the sink's thread panicked: capacity overflow)",
+            format!(
+                "{}[[sinks]]\nname = \"alerts\"\nkind = \"file\"\npath = \"alerts.txt\"\nbatch = 9223372036854775807\n{}",
+                feed(),
+                ledger_with("state_dir = \"state\", alerts_sink = \"alerts\", sync = false")
+            ),
+            &["sinks[0].batch", "out of range"],
+        ),
+        case(
+            "a sink queue_capacity of 1e12",
+            format!(
+                "{}[[sinks]]\nname = \"alerts\"\nkind = \"file\"\npath = \"alerts.txt\"\nqueue_capacity = 1000000000000\n{}",
+                feed(),
+                ledger_with("state_dir = \"state\", alerts_sink = \"alerts\", sync = false")
+            ),
+            &["sinks[0].queue_capacity", "out of range"],
+        ),
+        case(
+            "a maximum backoff below the initial one",
+            format!(
+                "{}[[sinks]]\nname = \"alerts\"\nkind = \"http\"\nurl = \"http://127.0.0.1:9/x\"\ninitial_backoff_millis = 500\nmax_backoff_millis = 10\n{}",
+                feed(),
+                ledger_with("state_dir = \"state\", alerts_sink = \"alerts\", sync = false")
+            ),
+            &["sinks[0].max_backoff_millis", "below the initial one"],
+        ),
+        case(
+            "an HTTP sink on port 99999",
+            format!(
+                "{}[[sinks]]\nname = \"alerts\"\nkind = \"http\"\nurl = \"http://127.0.0.1:99999/x\"\n{}",
+                feed(),
+                ledger_with("state_dir = \"state\", alerts_sink = \"alerts\", sync = false")
+            ),
+            &["sinks[0].url", "99999"],
+        ),
+        case(
+            "a TCP sink on port 70000",
+            format!(
+                "{}[[sinks]]\nname = \"alerts\"\nkind = \"tcp\"\naddress = \"127.0.0.1:70000\"\n{}",
+                feed(),
+                ledger_with("state_dir = \"state\", alerts_sink = \"alerts\", sync = false")
+            ),
+            &["sinks[0].address", "70000"],
+        ),
+        case(
+            "a number too large for any integer (the error named the key '.')",
+            format!(
+                "{}queue_capacity = 99999999999999999999\n{}",
+                feed(),
+                ledger()
+            ),
+            &["feeds[0].queue_capacity", "too large"],
+        ),
+        case(
+            "a huge backoff in a later sink (the key of a later array element)",
+            format!(
+                "{}[[sinks]]\nname = \"a\"\nkind = \"stdout\"\n[[sinks]]\nname = \"alerts\"\nkind = \"http\"\nurl = \"http://127.0.0.1:9/x\"\nmax_backoff_millis = 99999999999999999999\n{}",
+                feed(),
+                ledger_with("state_dir = \"state\", alerts_sink = \"alerts\", sync = false")
+            ),
+            &["sinks[1].max_backoff_millis", "too large"],
+        ),
+        // feedback loops: 2 KB grew to 78 MB in 20 s
+        case(
+            "a file sink on the feed's own input",
+            format!(
+                "{}[[sinks]]\nname = \"alerts\"\nkind = \"file\"\npath = \"./input.txt\"\n{}",
+                feed(),
+                ledger_with("state_dir = \"state\", alerts_sink = \"alerts\", sync = false")
+            ),
+            &["sinks[0].path", "feedback loop"],
+        ),
+        Case {
+            prepare: |setup| std::fs::create_dir(setup.path("logs")).expect("logs"),
+            ..case(
+                "a glob feed that matches the sink's output",
+                format!(
+                    "[[feeds]]\nname = \"lines\"\nsource = \"file\"\npath = \"logs/*\"\n\
+                     [[sinks]]\nname = \"alerts\"\nkind = \"file\"\npath = \"logs/alerts.out\"\n{}",
+                    ledger_with("state_dir = \"state\", alerts_sink = \"alerts\", sync = false")
+                ),
+                &["sinks[0].path", "logs/*", "feedback loop"],
+            )
+        },
         // item 8: a feed path that is a directory (it logged 693,248 WARN lines in 5 s)
         Case {
             prepare: |setup| std::fs::create_dir(setup.path("folder")).expect("a folder"),

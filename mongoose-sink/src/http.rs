@@ -47,8 +47,10 @@
 //!
 //! | ureq error | when ureq raises it | nothing sent? |
 //! |---|---|---|
-//! | `Timeout(Resolve)`, `HostNotFound` | resolving the host | yes: `NotPublished { retryable: true }` |
+//! | `HostNotFound` | resolving the host | yes: `NotPublished { retryable: true }` |
+//! | `Timeout(Resolve)` | resolving took longer than the connect bound (a slow resolver, or a loaded host) | yes: sent again at once (up to 3 times), then `NotPublished { retryable: true }` |
 //! | `Timeout(Connect)`, `Io(ConnectionRefused / HostUnreachable / NetworkUnreachable / NetworkDown / AddrNotAvailable)`, `ConnectionFailed` | `TcpStream::connect` | yes: `NotPublished { retryable: true }` |
+//! | `Timeout(SendRequest)`, `Timeout(SendBody)` before any byte was handed to the socket | the sink's own time budget ran out first (a loaded host): no attempt was made | yes: sent again at once (up to 3 times), then `NotPublished { retryable: true }` |
 //! | `Timeout(SendRequest)`, `Timeout(SendBody)`, `Io(..)` from a write | part of the request may be with the target | no: `Uncertain` |
 //! | `Timeout(RecvResponse)`, `Io(..)` from a read, `Protocol(..)`, `LargeResponseHeader` | the whole request was sent, the answer is missing or unreadable | no: `Uncertain` |
 //! | `BadUri`, `Http(..)`, `RequireHttpsOnly` | before connecting (checked when the sink is made) | yes: `NotPublished { retryable: false }` |
@@ -59,24 +61,28 @@
 //!
 //! # A batch
 //!
-//! Outputs are posted in order, one at a time. A batch goes on after `Published` and
-//! after a permanent refusal (`NotPublished { retryable: false }`, which concerns
-//! that output alone); after any other outcome (uncertain, or a retryable refusal)
-//! the rest of the batch is not sent and each is answered
-//! `NotPublished { retryable: true }` ("not sent: ..."), so that a retry keeps the
-//! outputs' order at the target and a target that is down costs one timeout per
-//! batch, not one per output.
+//! Outputs are posted in order, one at a time, and each is answered by what the target
+//! said of it: a target that answers (any status, 2xx to 5xx) is asked about every
+//! output of the batch, so a failure concerns the request that failed and no other.
+//! A batch stops only when the target does not answer: nothing could be sent (it is
+//! down or unreachable) or a request timed out (it hangs). The outputs after that one
+//! were **not sent**: they get no outcome (the answer is shorter than the batch, as
+//! [`Sink::publish`] allows), so the runner charges them no attempt and gives them
+//! again once the failed one's retry falls due; a target that is down costs one probe
+//! per backoff, not one timeout (or one charged attempt) per output.
 
 use std::fmt;
 use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use serde::{Deserialize, Serialize};
+use ureq::config::Config as UreqConfig;
 use ureq::http::{HeaderName, HeaderValue, Uri};
-use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, NextTimeout, TcpConnector, Transport,
 };
@@ -88,6 +94,10 @@ use crate::SinkError;
 const EVIDENCE_BODY_BYTES: usize = 200;
 /// How much of a response body is read so that its connection can be kept alive.
 const DRAIN_LIMIT: u64 = 64 * 1024;
+/// How often a request whose own time budget ran out before any byte of it was sent
+/// (no attempt: the target saw nothing) is sent again at once before that counts as a
+/// failed attempt.
+const LOCAL_TRIES: u32 = 3;
 
 /// The settings of an [`HttpSink`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +125,8 @@ pub struct HttpSink {
     /// Set by the transport when ureq hands request bytes to a socket; cleared
     /// before each request.
     transmitted: Arc<AtomicBool>,
+    /// The last publish ended on a request the target did not answer.
+    not_answering: bool,
 }
 
 impl fmt::Debug for HttpSink {
@@ -209,7 +221,7 @@ impl HttpSink {
         let connector = TcpConnector::default().chain(TransmitRecorder {
             transmitted: Arc::clone(&transmitted),
         });
-        let agent = Agent::with_parts(agent_config, connector, DefaultResolver::default());
+        let agent = Agent::with_parts(agent_config, connector, LiteralFirst::default());
         Ok(HttpSink {
             name: name.to_string(),
             url: config.url,
@@ -217,22 +229,41 @@ impl HttpSink {
             response_timeout_millis: config.response_timeout_millis,
             agent,
             transmitted,
+            not_answering: false,
         })
     }
 
-    /// Posts one output and classifies the answer.
-    fn post(&mut self, output: &Output) -> SinkOutcome {
-        let mut request = self
-            .agent
-            .post(&self.url)
-            .header("Idempotency-Key", output.key.to_string())
-            .header("X-Mongoose-Attempt", output.attempt.to_string());
-        for (header_name, header_value) in &self.headers {
-            request = request.header(header_name, header_value);
-        }
-        self.transmitted.store(false, Ordering::SeqCst);
-        let result = request.send(&output.payload[..]);
-        let transmitted = self.transmitted.load(Ordering::SeqCst);
+    /// Posts one output and classifies the answer; whether the target answered (a
+    /// batch goes on only while it does).
+    fn post(&mut self, output: &Output) -> (SinkOutcome, Answered) {
+        let mut tries = 0;
+        let (result, transmitted) = loop {
+            tries += 1;
+            let mut request = self
+                .agent
+                .post(&self.url)
+                .header("Idempotency-Key", output.key.to_string())
+                .header("X-Mongoose-Attempt", output.attempt.to_string());
+            for (header_name, header_value) in &self.headers {
+                request = request.header(header_name, header_value);
+            }
+            self.transmitted.store(false, Ordering::SeqCst);
+            let result = request.send(&output.payload[..]);
+            let transmitted = self.transmitted.load(Ordering::SeqCst);
+            match &result {
+                // the sink's own budget ran out before a byte left (resolving an
+                // address, or connected and then not scheduled in time: a loaded
+                // host): no attempt was made, so none is charged; send it again at
+                // once, with fresh time. A connect that timed out is the target's
+                // silence: an attempt.
+                Err(UreqError::Timeout(timeout))
+                    if !transmitted && *timeout != Timeout::Connect && tries < LOCAL_TRIES =>
+                {
+                    tracing::debug!(sink = %self.name, key = %output.key, ?timeout, "the request's time budget ran out before it was sent: sent again");
+                }
+                _ => break (result, transmitted),
+            }
+        };
         match result {
             Ok(mut response) => {
                 let status = response.status().as_u16();
@@ -248,15 +279,36 @@ impl HttpSink {
                     .get("location")
                     .and_then(|value| value.to_str().ok())
                     .map(str::to_string);
-                classify_status(status, &head, location.as_deref())
+                (
+                    classify_status(status, &head, location.as_deref()),
+                    Answered::Answering,
+                )
             }
             Err(error) => self.classify_error(&output.key, error, transmitted),
         }
     }
 
     /// The outcome of a request that ended in `error` (`transmitted`: whether any
-    /// byte of it was handed to a socket).
-    fn classify_error(&self, key: &OutputKey, error: UreqError, transmitted: bool) -> SinkOutcome {
+    /// byte of it was handed to a socket), and whether the target is answering: not
+    /// when nothing could be sent (it is down or unreachable) or a request timed out
+    /// (it hangs); a connection it closed or reset is one request's failure.
+    fn classify_error(
+        &self,
+        key: &OutputKey,
+        error: UreqError,
+        transmitted: bool,
+    ) -> (SinkOutcome, Answered) {
+        let answered = match &error {
+            UreqError::BadUri(_) | UreqError::Http(_) | UreqError::RequireHttpsOnly(_)
+                if !transmitted =>
+            {
+                // this output's key or headers: the next output may be fine
+                Answered::Answering
+            }
+            _ if !transmitted => Answered::NotAnswering,
+            UreqError::Timeout(_) => Answered::NotAnswering,
+            _ => Answered::Answering,
+        };
         let outcome = match &error {
             UreqError::BadUri(_) | UreqError::Http(_) | UreqError::RequireHttpsOnly(_)
                 if !transmitted =>
@@ -267,6 +319,15 @@ impl HttpSink {
                          header or the output's key holds characters HTTP does not allow"
                     ),
                     retryable: false,
+                }
+            }
+            UreqError::Timeout(timeout) if !transmitted && *timeout != Timeout::Connect => {
+                SinkOutcome::NotPublished {
+                    evidence: format!(
+                        "not sent: the request's time budget ran out {LOCAL_TRIES} times before \
+                         any byte of it left ({error}): the host may be overloaded"
+                    ),
+                    retryable: true,
                 }
             }
             _ if !transmitted => SinkOutcome::NotPublished {
@@ -292,8 +353,19 @@ impl HttpSink {
             },
         };
         tracing::debug!(sink = %self.name, key = %key, outcome = ?outcome, "http publish failed");
-        outcome
+        (outcome, answered)
     }
+}
+
+/// Whether the target answered a request (with any status), so that the batch goes
+/// on to the next output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answered {
+    /// It answered, or the failure concerns this request alone.
+    Answering,
+    /// Nothing could be sent, or the request timed out: the rest of the batch is not
+    /// sent.
+    NotAnswering,
 }
 
 /// The outcome of a response with `status`, `head` (the first bytes of its body) and
@@ -338,44 +410,56 @@ fn classify_status(status: u16, head: &[u8], location: Option<&str>) -> SinkOutc
     }
 }
 
-/// True when a batch goes on after `outcome`: it was published, or refused for good
-/// (which concerns that output alone).
-pub(crate) fn batch_goes_on(outcome: &SinkOutcome) -> bool {
-    match outcome {
-        SinkOutcome::Published { .. } => true,
-        SinkOutcome::NotPublished { retryable, .. } => !retryable,
-        SinkOutcome::Uncertain { .. } => false,
-    }
-}
-
-/// The outcome of an output left unsent after an earlier one of its batch ended as
-/// `stopper`.
-pub(crate) fn not_sent_after(stopper: &SinkOutcome) -> SinkOutcome {
-    SinkOutcome::NotPublished {
-        evidence: format!(
-            "not sent: an earlier output of the batch ended {}",
-            match stopper {
-                SinkOutcome::Uncertain { evidence } => format!("uncertain ({evidence})"),
-                other => format!("not published ({})", other.evidence()),
-            }
-        ),
-        retryable: true,
-    }
-}
-
 impl Sink for HttpSink {
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
-        let mut stopper: Option<SinkOutcome> = None;
+        self.not_answering = false;
         for output in outputs {
-            if let Some(stopper) = &stopper {
-                outcomes.push(not_sent_after(stopper));
-                continue;
-            }
-            let outcome = self.post(output);
-            if !batch_goes_on(&outcome) {
-                stopper = Some(outcome.clone());
-            }
+            let (outcome, answered) = self.post(output);
             outcomes.push(outcome);
+            if answered == Answered::NotAnswering {
+                // the rest is not sent: no outcome, so no attempt is charged to it
+                self.not_answering = true;
+                break;
+            }
+        }
+    }
+
+    fn target_not_answering(&self) -> bool {
+        self.not_answering
+    }
+}
+
+/// A resolver that answers an address written in the url (`http://127.0.0.1:8080/`)
+/// itself and asks ureq's default resolver for a name. The default one resolves on a
+/// thread of its own to bound the wait, one per new connection: on a loaded host that
+/// thread alone outlasted the connect bound, for an address that needs no resolving.
+#[derive(Debug, Default)]
+struct LiteralFirst {
+    names: DefaultResolver,
+}
+
+impl Resolver for LiteralFirst {
+    fn resolve(
+        &self,
+        uri: &Uri,
+        config: &UreqConfig,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, UreqError> {
+        let literal = uri.authority().and_then(|authority| {
+            let host = authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let address: IpAddr = host.parse().ok()?;
+            Some(SocketAddr::new(address, authority.port_u16().unwrap_or(80)))
+        });
+        match literal {
+            Some(address) => {
+                let mut addresses = self.empty();
+                addresses.push(address);
+                Ok(addresses)
+            }
+            None => self.names.resolve(uri, config, timeout),
         }
     }
 }
@@ -461,6 +545,29 @@ mod tests {
             ));
         }
         assert!(!classify_status(308, b"", Some("http://x/")).may_retry());
+    }
+
+    #[test]
+    fn an_address_written_in_the_url_needs_no_resolver() {
+        let config = Agent::config_builder().build();
+        let resolve = |url: &str| {
+            LiteralFirst::default()
+                .resolve(
+                    &url.parse().expect("a url"),
+                    &config,
+                    NextTimeout::default(),
+                )
+                .expect("resolved")
+                .to_vec()
+        };
+        assert_eq!(
+            resolve("http://127.0.0.1:9/events"),
+            ["127.0.0.1:9".parse::<SocketAddr>().expect("an address")]
+        );
+        assert_eq!(
+            resolve("http://[::1]/events"),
+            ["[::1]:80".parse::<SocketAddr>().expect("an address")]
+        );
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub mod writer;
 pub use error::SinkError;
 pub use file::{FileSink, FileSinkConfig, StdoutSink};
 pub use http::{HttpSink, HttpSinkConfig};
-pub use runner::{GateId, RunnerConfig, SendError, SinkHandle, SinkRunner, SinkStatus};
+pub use runner::{
+    GateId, HeldOutput, LossRecorder, LostOutput, RetryRequested, RunnerConfig, SendError,
+    SinkHandle, SinkRunner, SinkStatus,
+};
 pub use tcp::{TcpSink, TcpSinkConfig};
 pub use writer::{GateSource, SinkWriter};

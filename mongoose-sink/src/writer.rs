@@ -1,8 +1,12 @@
 //! What a processor writes outputs through: a [`SinkWriter`] keys each output by the
 //! input being handled ([`OutputKey::for_delivery`]: its feed, epoch, lane, position,
-//! the output's index within the delivery and the processor's generation) and holds
-//! that input's commit until the output is over (its feed and group's
+//! the output's index within the delivery and the writer's id, [`SinkWriter::named`])
+//! and holds that input's commit until the output is over (its feed and group's
 //! [`CommitGate`]).
+//!
+//! Several processors may write into one sink: each names its writer (the server names
+//! it `group/processor`), so their outputs of one input have different keys and a sink
+//! that de-duplicates by key never takes one writer's output for the other's.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -31,8 +35,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use mongoose_core::engine;
-use mongoose_core::sink::{CommitGate, Output, OutputKey};
+use mongoose_core::sink::{writer_id, CommitGate, Output, OutputKey};
 use mongoose_core::{DeliveryContext, DeliveryRef, Epoch};
 
 use crate::runner::{GateId, SendError, SinkHandle};
@@ -69,6 +72,8 @@ pub struct SinkWriter {
     index: u32,
     /// Outputs made outside a delivery, numbered.
     unpositioned: u64,
+    /// The writer's id in its keys ([`writer_id`] of its name; 0: no name given).
+    writer: u64,
 }
 
 impl fmt::Debug for SinkWriter {
@@ -81,7 +86,9 @@ impl fmt::Debug for SinkWriter {
 
 impl SinkWriter {
     /// A writer to the sink behind `handle`; `gates` finds an input feed's commit gate
-    /// (taken the first time the writer writes an output of an input of that feed).
+    /// (taken the first time the writer writes an output of an input of that feed). Its
+    /// keys carry writer id 0 until it is [named](SinkWriter::named): give each writer
+    /// of a sink that several processors write into a name of its own.
     pub fn new(handle: SinkHandle, gates: GateSource) -> Self {
         SinkWriter {
             handle,
@@ -90,7 +97,21 @@ impl SinkWriter {
             current: None,
             index: 0,
             unpositioned: 0,
+            writer: 0,
         }
+    }
+
+    /// The writer named `name` (stable across restarts and configuration changes: the
+    /// server uses `group/processor`): its keys carry [`writer_id`]`(name)`.
+    #[must_use]
+    pub fn named(mut self, name: &str) -> Self {
+        self.writer = writer_id(name);
+        self
+    }
+
+    /// The writer's id in its keys.
+    pub fn writer(&self) -> u64 {
+        self.writer
     }
 
     /// The sink's name.
@@ -100,21 +121,21 @@ impl SinkWriter {
 
     /// Writes one output (a line sink adds the newline). Inside a delivery it is keyed
     /// by the delivery and holds its input's commit until it is over; outside one it
-    /// is keyed `-/0/0/N/0/generation` and holds nothing.
+    /// is keyed `-/0/0/N/0/writer` and holds nothing (a sink never drops such an output
+    /// as already written: no input of it comes again).
     ///
     /// # Errors
     /// [`SendError::Full`] when the sink's queue is full (fail the handler: a
     /// retry-safe processor is given the item again later); [`SendError::Stopped`]
     /// when the sink stopped. The output was not taken.
     pub fn write(&mut self, payload: Vec<u8>) -> Result<OutputKey, SendError> {
-        let generation = engine::current_processor().map_or(0, |processor| processor.0);
+        let writer = self.writer;
         // borrowed: this runs per output, and the engine's feed name is shared with the
         // source's thread, so cloning it would bounce its count between the threads
-        let positioned =
-            DeliveryContext::with_current(|delivery| self.key_for(delivery, generation));
+        let positioned = DeliveryContext::with_current(|delivery| self.key_for(delivery, writer));
         let Some((key, at)) = positioned else {
             self.unpositioned += 1;
-            let key = OutputKey::new(NO_INPUT, Epoch(0), 0, self.unpositioned, 0, generation);
+            let key = OutputKey::new(NO_INPUT, Epoch(0), 0, self.unpositioned, 0, writer);
             self.handle.send(Output::new(key.clone(), payload), None)?;
             return Ok(key);
         };
@@ -170,7 +191,7 @@ impl SinkWriter {
     }
 
     /// The key of the next output of `delivery`, and the index of its feed's entry.
-    fn key_for(&mut self, delivery: DeliveryRef<'_>, generation: u64) -> (OutputKey, usize) {
+    fn key_for(&mut self, delivery: DeliveryRef<'_>, writer: u64) -> (OutputKey, usize) {
         let at = self.feed_entry(delivery.feed);
         let same = self.current.is_some_and(|(feed, sequence, attempt)| {
             feed == at && sequence == delivery.sequence && attempt == delivery.attempt
@@ -187,7 +208,7 @@ impl SinkWriter {
             lane: delivery.position.lane,
             position: delivery.position.offset,
             index: self.index,
-            generation,
+            writer,
         };
         self.index += 1;
         (key, at)

@@ -1,16 +1,24 @@
 //! The file sink: durable batches, what a crash leaves cut off at the next open, keys
-//! already written not written again, and a full disk.
+//! already written not written again (and only those: a refused output overtaken by
+//! later ones is written when retried), a full disk, a state checked against the file
+//! before it is trusted (every damaged byte and every cut of it refused), two sinks on
+//! one file refused, and lanes without a bound.
 
 use std::io::Write;
+use std::path::Path;
 
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use mongoose_core::Epoch;
-use mongoose_sink::{FileSink, FileSinkConfig};
+use mongoose_sink::{FileSink, FileSinkConfig, SinkError};
 use mongoose_testkit::Tmpfs;
 
 fn output(position: u64, text: &str) -> Output {
+    keyed("lines", 0, 1, position, text)
+}
+
+fn keyed(feed: &str, lane: u32, writer: u64, position: u64, text: &str) -> Output {
     Output::new(
-        OutputKey::new("lines", Epoch(2), 0, position, 0, 1),
+        OutputKey::new(feed, Epoch(2), lane, position, 0, writer),
         text.as_bytes().to_vec(),
     )
 }
@@ -18,43 +26,66 @@ fn output(position: u64, text: &str) -> Output {
 fn publish(sink: &mut FileSink, outputs: &[Output]) -> Vec<SinkOutcome> {
     let mut outcomes = Vec::new();
     sink.publish(outputs, &mut outcomes);
+    assert_eq!(outcomes.len(), outputs.len(), "one outcome per output");
     outcomes
 }
 
-fn config(dir: &std::path::Path) -> FileSinkConfig {
+fn config(dir: &Path) -> FileSinkConfig {
     FileSinkConfig {
         path: dir.join("out.txt"),
         sync: true,
     }
 }
 
+fn state_of(config: &FileSinkConfig) -> std::path::PathBuf {
+    mongoose_sink::file::state_path(&config.path)
+}
+
+fn already(outcome: &SinkOutcome) -> bool {
+    outcome.is_published() && outcome.evidence().contains("already")
+}
+
+fn written(outcome: &SinkOutcome) -> bool {
+    outcome.is_published() && outcome.evidence().contains("durable")
+}
+
 #[test]
-fn a_batch_written_but_not_recorded_is_cut_off_at_the_next_open() {
+fn a_batch_a_crash_left_partly_written_is_cut_off_at_the_next_open() {
     let dir = tempfile::tempdir().expect("dir");
     let config = config(dir.path());
-    // the very first batch: the crash came after its write, before its record
-    drop(FileSink::open("out", &config).expect("opened"));
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&config.path)
-        .expect("file")
-        .write_all(b"torn 1\ntorn 2\n")
-        .expect("written by the crashed run");
-    let mut sink = FileSink::open("out", &config).expect("reopened");
-    assert_eq!(std::fs::read(&config.path).expect("file"), b"", "cut off");
-    // a recorded batch, then an unrecorded one
-    let outcomes = publish(&mut sink, &[output(10, "a"), output(20, "b")]);
-    assert!(outcomes.iter().all(SinkOutcome::is_published));
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    publish(&mut sink, &[output(10, "a"), output(20, "b")]);
+    publish(&mut sink, &[output(30, "ccc"), output(40, "ddd")]);
     drop(sink);
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&config.path)
-        .expect("file")
-        .write_all(b"c\nd")
-        .expect("written by the crashed run");
-    let sink = FileSink::open("out", &config).expect("reopened");
+    // the kill came while the second batch's bytes were being written: its record is
+    // written first, a part of its bytes is in the file, and the record saying its bytes
+    // are written (the last ten bytes of the state: length, CRC, `Written`, seq) is not
+    let cut = |path: &Path, keep: u64| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|file| file.set_len(keep))
+            .expect("cut");
+    };
+    let state_len = std::fs::metadata(state_of(&config)).expect("state").len();
+    cut(&state_of(&config), state_len - 10);
+    cut(&config.path, 6);
+    let mut sink = FileSink::open("out", &config).expect("reopened");
     assert_eq!(sink.durable_length(), 4);
     assert_eq!(std::fs::read(&config.path).expect("file"), b"a\nb\n");
+    // the second batch was never reported published: it comes again and is written
+    let outcomes = publish(
+        &mut sink,
+        &[output(20, "b"), output(30, "ccc"), output(40, "ddd")],
+    );
+    assert!(
+        already(&outcomes[0]) && written(&outcomes[1]) && written(&outcomes[2]),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        std::fs::read(&config.path).expect("file"),
+        b"a\nb\nccc\nddd\n"
+    );
 }
 
 #[test]
@@ -77,7 +108,7 @@ fn a_re_delivered_key_is_not_written_twice() {
         outcomes.iter().all(SinkOutcome::is_published),
         "{outcomes:?}"
     );
-    assert!(outcomes[0].evidence().contains("already"), "{outcomes:?}");
+    assert!(already(&outcomes[0]), "{outcomes:?}");
     assert_eq!(std::fs::read(&config.path).expect("file"), b"a\nb\nc\nd\n");
     // another epoch (the input was replaced) is not compared with the old keys
     let fresh = Output::new(
@@ -88,6 +119,51 @@ fn a_re_delivered_key_is_not_written_twice() {
     assert_eq!(
         std::fs::read(&config.path).expect("file"),
         b"a\nb\nc\nd\nnew a\n"
+    );
+}
+
+#[test]
+fn two_writers_of_one_input_are_keyed_apart() {
+    // DESIGN invariant 6, issue 24 item 3: the same input's outputs by two writers
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    let ledger = mongoose_core::sink::writer_id("ledger/ledger");
+    let copy = mongoose_core::sink::writer_id("copy/copy");
+    let outcomes = publish(
+        &mut sink,
+        &[
+            keyed("lines", 0, ledger, 10, "alert 10"),
+            keyed("lines", 0, copy, 10, "line 10"),
+        ],
+    );
+    assert!(outcomes.iter().all(written), "{outcomes:?}");
+    // the second writer's next output is not taken for the first's
+    let outcomes = publish(&mut sink, &[keyed("lines", 0, copy, 20, "line 20")]);
+    assert!(written(&outcomes[0]), "{outcomes:?}");
+    let outcomes = publish(&mut sink, &[keyed("lines", 0, ledger, 15, "alert 15")]);
+    assert!(written(&outcomes[0]), "{outcomes:?}");
+    assert_eq!(
+        std::fs::read_to_string(&config.path).expect("file"),
+        "alert 10\nline 10\nline 20\nalert 15\n"
+    );
+}
+
+#[test]
+fn outputs_made_outside_a_delivery_are_never_dropped_as_written() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    let timer = |n: u64| keyed(mongoose_sink::writer::NO_INPUT, 0, 1, n, "tick");
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    publish(&mut sink, &[timer(1), timer(2)]);
+    drop(sink);
+    // the next run numbers its outputs from 1 again: they are new outputs
+    let mut sink = FileSink::open("out", &config).expect("reopened");
+    let outcomes = publish(&mut sink, &[timer(1)]);
+    assert!(written(&outcomes[0]), "{outcomes:?}");
+    assert_eq!(
+        std::fs::read(&config.path).expect("file"),
+        b"tick\ntick\ntick\n"
     );
 }
 
@@ -136,11 +212,99 @@ fn a_full_disk_cuts_the_batch_back_and_reports_it_not_published() {
         .map(|position| output(position, &line))
         .collect();
     let outcomes = publish(&mut sink, &retried);
+    assert!(outcomes.iter().all(written), "{outcomes:?}");
+    assert_eq!(sink.durable_length(), durable + 10 * 1001);
+    drop(sink);
+    // and the state the full disk saw is whole
+    let sink = FileSink::open("out", &config).expect("reopened");
+    assert_eq!(sink.durable_length(), durable + 10 * 1001);
+}
+
+/// Issue 24, item 1, at the sink: a batch refused by a full disk waits for its retry
+/// while a later, smaller one fits; the retried outputs are written, not answered
+/// "already in the file", and after a restart every one of them is known written.
+#[test]
+fn a_refused_output_overtaken_by_later_ones_is_written_when_retried() {
+    let disk = Tmpfs::mount("64k");
+    let config = config(disk.path());
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    let big: Vec<Output> = (1..=100)
+        .map(|position| output(position, &"b".repeat(1000)))
+        .collect();
+    let outcomes = publish(&mut sink, &big);
     assert!(
-        outcomes.iter().all(SinkOutcome::is_published),
+        outcomes.iter().all(|outcome| !outcome.is_published()),
+        "refused: {outcomes:?}"
+    );
+    let short = output(101, "short");
+    let outcomes = publish(&mut sink, std::slice::from_ref(&short));
+    assert!(written(&outcomes[0]), "{outcomes:?}");
+    // a restart here (its state durable) must not hold the refused ones either
+    drop(sink);
+    let mut sink = FileSink::open("out", &config).expect("reopened");
+    disk.remount("size=4m");
+    let outcomes = publish(&mut sink, &big);
+    assert!(
+        outcomes.iter().all(written),
+        "the retried outputs are written: {outcomes:?}"
+    );
+    let out = std::fs::read_to_string(&config.path).expect("file");
+    assert_eq!(out.lines().count(), 101, "every output once");
+    // once written, they are held, across a restart too
+    drop(sink);
+    let mut sink = FileSink::open("out", &config).expect("reopened");
+    let mut again = big.clone();
+    again.push(short);
+    let outcomes = publish(&mut sink, &again);
+    assert!(outcomes.iter().all(already), "{outcomes:?}");
+}
+
+/// The same, without a restart, with the retries in two parts in reverse order.
+#[test]
+fn retried_outputs_are_written_in_any_order_and_none_twice() {
+    let disk = Tmpfs::mount("64k");
+    let config = config(disk.path());
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    let big: Vec<Output> = (1..=100)
+        .map(|position| output(position, &"b".repeat(1000)))
+        .collect();
+    assert!(publish(&mut sink, &big)
+        .iter()
+        .all(|outcome| !outcome.is_published()));
+    let outcomes = publish(&mut sink, &[output(200, "later")]);
+    assert!(written(&outcomes[0]), "{outcomes:?}");
+    disk.remount("size=4m");
+    let outcomes = publish(&mut sink, &big[50..]);
+    assert!(outcomes.iter().all(written), "{outcomes:?}");
+    let outcomes = publish(&mut sink, &big[..50]);
+    assert!(outcomes.iter().all(written), "{outcomes:?}");
+    let outcomes = publish(&mut sink, &big);
+    assert!(outcomes.iter().all(already), "{outcomes:?}");
+    drop(sink);
+    let mut sink = FileSink::open("out", &config).expect("reopened");
+    let outcomes = publish(&mut sink, &big);
+    assert!(outcomes.iter().all(already), "{outcomes:?}");
+    assert_eq!(
+        std::fs::read_to_string(&config.path)
+            .expect("file")
+            .lines()
+            .count(),
+        101
+    );
+}
+
+/// A key twice in one batch that fails: neither copy is reported published.
+#[test]
+fn a_key_twice_in_a_failed_batch_is_not_reported_published() {
+    let disk = Tmpfs::mount("16k");
+    let config = config(disk.path());
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    let line = "d".repeat(30_000);
+    let outcomes = publish(&mut sink, &[output(1, &line), output(1, &line)]);
+    assert!(
+        outcomes.iter().all(|outcome| !outcome.is_published()),
         "{outcomes:?}"
     );
-    assert_eq!(sink.durable_length(), durable + 10 * 1001);
 }
 
 #[test]
@@ -160,4 +324,365 @@ fn a_device_gets_no_state_beside_it() {
         !std::path::Path::new("/dev/null.sinkstate").exists(),
         "no state file beside a device"
     );
+    // and two sinks on a device are not refused
+    FileSink::open("null2", &config).expect("a second sink on /dev/null");
+}
+
+#[test]
+fn two_sinks_on_one_file_are_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    let _first = FileSink::open("out", &config).expect("opened");
+    let other = FileSinkConfig {
+        path: dir.path().join(".").join("out.txt"),
+        sync: true,
+    };
+    match FileSink::open("out2", &other) {
+        Err(SinkError::InUse { path, .. }) => assert!(path.contains("out.txt")),
+        other => panic!("a second sink on one file: {other:?}"),
+    }
+}
+
+/// A finished sink with a few batches on two lanes, one gap, and the outputs it got.
+fn filled(dir: &Path) -> (FileSinkConfig, Vec<Output>) {
+    let config = config(dir);
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    let mut outputs = Vec::new();
+    for batch in 0..6u64 {
+        let lane = (batch % 2) as u32;
+        let batch_outputs: Vec<Output> = (0..5)
+            .map(|index| {
+                keyed(
+                    "lines",
+                    lane,
+                    7,
+                    batch * 100 + index * 10,
+                    &format!("l{lane} b{batch} i{index}"),
+                )
+            })
+            .collect();
+        publish(&mut sink, &batch_outputs);
+        outputs.extend(batch_outputs);
+    }
+    (config, outputs)
+}
+
+/// What a sink opened on a damaged state must do: refuse and change nothing, or answer
+/// exactly as the undamaged one would (every output it got held, the length the same).
+fn assert_refused_or_exact(config: &FileSinkConfig, outputs: &[Output], case: &str) {
+    let out_before = std::fs::read(&config.path).expect("file");
+    let state_before = std::fs::read(state_of(config)).expect("state");
+    match FileSink::open("out", config) {
+        Err(SinkError::State {
+            state,
+            problem,
+            fix,
+            ..
+        }) => {
+            assert!(
+                state.ends_with("out.txt.sinkstate"),
+                "{case}: names the state: {state}"
+            );
+            assert!(
+                !problem.is_empty() && fix.contains("move"),
+                "{case}: {problem} / {fix}"
+            );
+            assert_eq!(
+                std::fs::read(&config.path).expect("file"),
+                out_before,
+                "{case}: output untouched"
+            );
+            assert_eq!(
+                std::fs::read(state_of(config)).expect("state"),
+                state_before,
+                "{case}: state untouched"
+            );
+        }
+        Err(other) => panic!("{case}: refused for another reason: {other}"),
+        Ok(mut sink) => {
+            assert_eq!(
+                sink.durable_length(),
+                out_before.len() as u64,
+                "{case}: nothing cut"
+            );
+            let outcomes = publish(&mut sink, outputs);
+            assert!(
+                outcomes.iter().all(already),
+                "{case}: accepted, and not exact: {outcomes:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_damaged_byte_of_the_state_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (config, outputs) = filled(dir.path());
+    let state = state_of(&config);
+    let good = std::fs::read(&state).expect("state");
+    assert!(good.len() > 100, "a few records");
+    for at in 0..good.len() {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x5a;
+        std::fs::write(&state, &bytes).expect("damaged");
+        let case = format!("byte {at} of {} flipped", good.len());
+        assert_refused_or_exact(&config, &outputs, &case);
+        std::fs::write(&state, &good).expect("restored");
+    }
+}
+
+#[test]
+fn every_cut_of_the_state_is_refused_or_exact() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (config, outputs) = filled(dir.path());
+    let state = state_of(&config);
+    let good = std::fs::read(&state).expect("state");
+    for len in 0..good.len() {
+        std::fs::write(&state, &good[..len]).expect("cut");
+        assert_refused_or_exact(
+            &config,
+            &outputs,
+            &format!("cut to {len} of {} bytes", good.len()),
+        );
+        std::fs::write(&state, &good).expect("restored");
+    }
+}
+
+#[test]
+fn an_older_copy_another_files_state_or_none_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    publish(&mut sink, &[output(10, "a"), output(20, "b")]);
+    let older = std::fs::read(state_of(&config)).expect("state");
+    publish(&mut sink, &[output(30, "c")]);
+    drop(sink);
+    let outputs = [output(10, "a"), output(20, "b"), output(30, "c")];
+    let good = std::fs::read(state_of(&config)).expect("state");
+    // an older copy of itself
+    std::fs::write(state_of(&config), &older).expect("older");
+    assert_refused_or_exact(&config, &outputs, "an older copy");
+    assert!(FileSink::open("out", &config).is_err());
+    // another file's state (another folder's run of the same sink)
+    let other = tempfile::tempdir().expect("dir");
+    let other_config = self::config(other.path());
+    let mut other_sink = FileSink::open("out", &other_config).expect("opened");
+    publish(
+        &mut other_sink,
+        &[output(10, "x"), output(20, "y"), output(30, "zz")],
+    );
+    drop(other_sink);
+    std::fs::copy(state_of(&other_config), state_of(&config)).expect("foreign");
+    assert_refused_or_exact(&config, &outputs, "another file's state");
+    assert!(FileSink::open("out", &config).is_err());
+    // none at all beside a file that holds outputs
+    std::fs::remove_file(state_of(&config)).expect("deleted");
+    let before = std::fs::read(&config.path).expect("file");
+    match FileSink::open("out", &config) {
+        Err(SinkError::State { problem, .. }) => {
+            assert!(problem.contains("no sink state"), "{problem}")
+        }
+        other => panic!("no state beside a non-empty file: {other:?}"),
+    }
+    assert_eq!(std::fs::read(&config.path).expect("file"), before);
+    assert!(!state_of(&config).exists(), "nothing made");
+    // the good state put back: all is well
+    std::fs::write(state_of(&config), &good).expect("back");
+    assert_refused_or_exact(&config, &outputs, "the good state");
+    assert!(FileSink::open("out", &config).is_ok());
+}
+
+#[test]
+fn a_file_changed_or_cut_under_its_state_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    publish(&mut sink, &[output(10, "aaaa"), output(20, "bbbb")]);
+    drop(sink);
+    let good = std::fs::read(&config.path).expect("file");
+    // something else appended to it
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&config.path)
+        .expect("file")
+        .write_all(b"x\n")
+        .expect("appended");
+    assert!(matches!(
+        FileSink::open("out", &config),
+        Err(SinkError::State { .. })
+    ));
+    // its last batch rewritten
+    let mut changed = good.clone();
+    changed[6] = b'X';
+    std::fs::write(&config.path, &changed).expect("changed");
+    assert!(matches!(
+        FileSink::open("out", &config),
+        Err(SinkError::State { .. })
+    ));
+    // cut below what was published
+    std::fs::write(&config.path, &good[..3]).expect("cut");
+    assert!(matches!(
+        FileSink::open("out", &config),
+        Err(SinkError::State { .. })
+    ));
+    assert_eq!(
+        std::fs::read(&config.path).expect("file"),
+        &good[..3],
+        "not cut further"
+    );
+    // emptied (a copytruncate): refused until the state is moved away too
+    std::fs::write(&config.path, b"").expect("emptied");
+    match FileSink::open("out", &config) {
+        Err(SinkError::State { fix, .. }) => assert!(fix.contains("move"), "{fix}"),
+        other => panic!("{other:?}"),
+    }
+    std::fs::remove_file(state_of(&config)).expect("moved away");
+    FileSink::open("out", &config).expect("a fresh start on an empty file");
+}
+
+#[test]
+fn a_folder_moved_with_its_state_goes_on() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    publish(&mut sink, &[output(10, "a"), output(20, "b")]);
+    drop(sink);
+    let moved = tempfile::tempdir().expect("dir");
+    let moved_config = self::config(moved.path());
+    std::fs::copy(&config.path, &moved_config.path).expect("copied");
+    std::fs::copy(state_of(&config), state_of(&moved_config)).expect("copied");
+    let mut sink = FileSink::open("out", &moved_config).expect("the same bytes, another inode");
+    let outcomes = publish(&mut sink, &[output(20, "b"), output(30, "c")]);
+    assert!(
+        already(&outcomes[0]) && written(&outcomes[1]),
+        "{outcomes:?}"
+    );
+    drop(sink);
+    FileSink::open("out", &moved_config).expect("recorded as this file now");
+}
+
+#[test]
+fn a_state_of_the_older_format_that_matches_the_file_is_taken_over() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    std::fs::write(&config.path, b"a\nb\n").expect("file");
+    // the older format: two 64 KiB slots, MGSINK01 | counter | len | crc | postcard
+    let payload = [4u8, 0]; // length 4 (varint), no keys
+    let mut bytes = vec![0u8; 128 * 1024];
+    bytes[..8].copy_from_slice(b"MGSINK01");
+    bytes[8..16].copy_from_slice(&1u64.to_le_bytes());
+    bytes[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    bytes[20..24].copy_from_slice(&crc32fast_hash(&payload).to_le_bytes());
+    bytes[24..26].copy_from_slice(&payload);
+    std::fs::write(state_of(&config), &bytes).expect("state");
+    let mut sink = FileSink::open("out", &config).expect("taken over");
+    assert_eq!(sink.durable_length(), 4);
+    publish(&mut sink, &[output(30, "c")]);
+    assert_eq!(std::fs::read(&config.path).expect("file"), b"a\nb\nc\n");
+    drop(sink);
+    // and one that does not match is refused
+    std::fs::write(&config.path, b"a\n").expect("shorter");
+    std::fs::write(state_of(&config), &bytes).expect("state");
+    assert!(matches!(
+        FileSink::open("out", &config),
+        Err(SinkError::State { .. })
+    ));
+}
+
+fn crc32fast_hash(bytes: &[u8]) -> u32 {
+    // CRC-32 (IEEE), bitwise: the older format's checksum
+    let mut crc = 0xffff_ffffu32;
+    for byte in bytes {
+        crc ^= u32::from(*byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Issue 24, item 4, at the sink: ten thousand lanes (a glob of as many files, with a
+/// long feed name) keep working, and the log is compacted as it grows.
+#[test]
+fn ten_thousand_lanes_keep_working_and_the_log_stays_bounded() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    let feed = "f".repeat(64);
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    let lanes = 10_000u32;
+    for round in 0..3u64 {
+        for first in (0..lanes).step_by(500) {
+            let batch: Vec<Output> = (first..first + 500)
+                .map(|lane| keyed(&feed, lane, 1, round * 10 + 1, "x"))
+                .collect();
+            let outcomes = publish(&mut sink, &batch);
+            assert!(
+                outcomes.iter().all(written),
+                "round {round}: {:?}",
+                outcomes[0]
+            );
+        }
+    }
+    assert_eq!(sink.lanes(), lanes as usize);
+    let state_len = std::fs::metadata(state_of(&config)).expect("state").len();
+    drop(sink);
+    let mut sink = FileSink::open("out", &config).expect("reopened");
+    assert_eq!(sink.lanes(), lanes as usize);
+    let again: Vec<Output> = (0..lanes)
+        .map(|lane| keyed(&feed, lane, 1, 21, "x"))
+        .collect();
+    assert!(publish(&mut sink, &again).iter().all(already));
+    // bounded by a few snapshots of the lanes, not by the batches written
+    assert!(state_len < 8 * 1024 * 1024, "state of {state_len} bytes");
+}
+
+/// The state file's layout: the header, then records of length, CRC and postcard.
+#[test]
+fn the_state_file_layout_is_stable() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    let mut sink = FileSink::open("out", &config).expect("opened");
+    let header = std::fs::read(state_of(&config)).expect("state");
+    assert_eq!(&header[..8], b"MGSNKST2", "magic");
+    assert_eq!(
+        u64::from_le_bytes(header[8..16].try_into().unwrap()),
+        2,
+        "version"
+    );
+    let identity_len = u32::from_le_bytes(header[16..20].try_into().unwrap()) as usize;
+    assert_eq!(
+        header.len(),
+        24 + identity_len,
+        "a new state is its header alone"
+    );
+    assert_eq!(
+        u32::from_le_bytes(header[20..24].try_into().unwrap()),
+        crc32fast_hash(&header[24..]),
+        "the header's CRC covers its identity"
+    );
+    publish(&mut sink, &[output(10, "a")]);
+    let state = std::fs::read(state_of(&config)).expect("state");
+    assert_eq!(&state[..header.len()], &header[..], "records are appended");
+    let record = &state[header.len()..];
+    let len = u32::from_le_bytes(record[..4].try_into().unwrap()) as usize;
+    // the batch's record: Batch (variant 0), seq 1, base 0, check (start 0, end 2, crc
+    // as a varint), lanes
+    assert_eq!(
+        &record[8..12],
+        &[0, 1, 0, 0],
+        "Batch, seq 1, base 0, start 0"
+    );
+    assert_eq!(record[12], 2, "end 2");
+    // then, once its bytes are written: Written (variant 1), seq 1
+    let marker = &record[8 + len..];
+    assert_eq!(
+        u32::from_le_bytes(marker[..4].try_into().unwrap()),
+        2,
+        "a two-byte record"
+    );
+    assert_eq!(&marker[8..], &[1, 1], "Written, seq 1");
 }

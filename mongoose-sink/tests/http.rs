@@ -21,9 +21,20 @@ fn sink(url: String, response_timeout_millis: u64) -> HttpSink {
 }
 
 fn publish(sink: &mut HttpSink, outputs: &[Output]) -> Vec<SinkOutcome> {
+    let outcomes = publish_some(sink, outputs);
+    assert_eq!(outcomes.len(), outputs.len(), "one outcome per output");
+    outcomes
+}
+
+/// The outcomes of the outputs the sink tried (a batch stops when the target does
+/// not answer: the rest get none).
+fn publish_some(sink: &mut HttpSink, outputs: &[Output]) -> Vec<SinkOutcome> {
     let mut outcomes = Vec::new();
     sink.publish(outputs, &mut outcomes);
-    assert_eq!(outcomes.len(), outputs.len(), "one outcome per output");
+    assert!(
+        !outcomes.is_empty() && outcomes.len() <= outputs.len(),
+        "the first output is always tried, none is answered twice"
+    );
     outcomes
 }
 
@@ -145,19 +156,23 @@ fn each_status_is_classified_by_what_the_target_said() {
 #[test]
 fn nothing_listening_is_not_published_and_retryable() {
     let mut sink = sink(format!("http://{}/events", nothing_listening()), 5_000);
-    let outcomes = publish(&mut sink, &[output(1, 0, "a"), output(1, 1, "b")]);
-    for outcome in &outcomes {
-        assert!(
-            matches!(
-                outcome,
-                SinkOutcome::NotPublished {
-                    retryable: true,
-                    ..
-                }
-            ),
-            "nothing was sent: {outcome:?}"
-        );
-    }
+    let outcomes = publish_some(&mut sink, &[output(1, 0, "a"), output(1, 1, "b")]);
+    assert_eq!(
+        outcomes.len(),
+        1,
+        "the batch stops: the second output is not sent, so it has no outcome (issue 24, item 5)"
+    );
+    assert!(
+        matches!(
+            outcomes[0],
+            SinkOutcome::NotPublished {
+                retryable: true,
+                ..
+            }
+        ),
+        "nothing was sent: {:?}",
+        outcomes[0]
+    );
     assert!(
         outcomes[0].evidence().contains("could not connect"),
         "{outcomes:?}"
@@ -191,21 +206,23 @@ fn every_request_carries_the_key_the_attempt_and_the_configured_headers() {
 }
 
 #[test]
-fn a_batch_stops_at_the_first_output_that_may_be_retried() {
+fn a_batch_goes_on_while_the_target_answers_whatever_it_answers() {
+    // issue 24, item 5: a batch stopped at its first retryable failure and answered
+    // the rest "not sent", which the runner charged as failed attempts. A target that
+    // answers is asked about every output: each outcome is that request's own.
     let server = TestHttpServer::start();
     server.script([
         Reply::Status(200, ""),
         Reply::Status(422, "bad"),
         Reply::Status(503, ""),
+        Reply::Status(500, ""),
+        Reply::Close,
     ]);
     let mut sink = sink(server.url(), 5_000);
-    let outputs: Vec<Output> = (0..5).map(|index| output(7, index, "line")).collect();
+    let outputs: Vec<Output> = (0..7).map(|index| output(7, index, "line")).collect();
     let outcomes = publish(&mut sink, &outputs);
     assert!(outcomes[0].is_published());
-    assert!(
-        !outcomes[1].may_retry(),
-        "a permanent refusal concerns that output alone"
-    );
+    assert!(!outcomes[1].may_retry(), "a permanent refusal");
     assert!(matches!(
         outcomes[2],
         SinkOutcome::NotPublished {
@@ -213,17 +230,41 @@ fn a_batch_stops_at_the_first_output_that_may_be_retried() {
             ..
         }
     ));
-    for outcome in &outcomes[3..] {
-        assert!(
-            matches!(outcome, SinkOutcome::NotPublished { retryable: true, evidence } if evidence.starts_with("not sent")),
-            "{outcome:?}"
-        );
-    }
+    assert!(matches!(outcomes[3], SinkOutcome::Uncertain { .. }));
+    assert!(
+        matches!(outcomes[4], SinkOutcome::Uncertain { .. }),
+        "a closed connection is that request's failure"
+    );
+    assert!(outcomes[5].is_published() && outcomes[6].is_published());
+    assert_eq!(server.requests().len(), 7, "every output was sent once");
+}
+
+#[test]
+fn a_batch_stops_when_the_target_does_not_answer_and_leaves_the_rest_unanswered() {
+    // issue 24, item 5: the outputs after a timeout were not sent; they get no
+    // outcome, so no attempt is charged to them
+    let server = TestHttpServer::start();
+    server.script([Reply::Status(201, ""), Reply::Silence]);
+    let mut sink = sink(server.url(), 300);
+    let outputs: Vec<Output> = (0..5).map(|index| output(8, index, "line")).collect();
+    let outcomes = publish_some(&mut sink, &outputs);
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+    assert!(outcomes[0].is_published());
+    assert!(matches!(outcomes[1], SinkOutcome::Uncertain { .. }));
     assert_eq!(
         server.requests().len(),
-        3,
+        2,
         "the rest of the batch was not sent"
     );
+    assert!(sink.target_not_answering(), "the runner is told to pause");
+
+    // a batch of one that times out says so too; one the target answers does not
+    server.script([Reply::Silence]);
+    assert_eq!(publish(&mut sink, &[output(9, 0, "line")]).len(), 1);
+    assert!(sink.target_not_answering());
+    server.script([Reply::Status(503, "busy")]);
+    assert!(publish(&mut sink, &[output(9, 0, "line")])[0].may_retry());
+    assert!(!sink.target_not_answering(), "a 503 is an answer");
 }
 
 #[test]

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use tracing::debug;
 
 use crate::pointer::{PointerFile, PointerRecord, MAX_FINGERPRINT_BYTES};
-use crate::positional::fingerprint_of;
+use crate::positional::grown_fingerprint;
 
 /// The commit state shared by the source and its committer, under the lock that
 /// `stop` also takes.
@@ -86,11 +86,11 @@ impl CommitShared {
             if let Some(input) = self.input.as_ref() {
                 // the file being read, by positional reads of its handle, never the
                 // path (review R4: the path may already name a replacement)
-                if let Some((length, fingerprint)) = fingerprint_of(input) {
-                    if length > record.fingerprint_length {
-                        record.fingerprint_length = length;
-                        record.fingerprint = fingerprint;
-                    }
+                // grown only over the same leading bytes: a file rewritten in place
+                // keeps the old fingerprint, and its next open sees the change
+                if let Some((length, fingerprint)) = grown_fingerprint(input, &record) {
+                    record.fingerprint_length = length;
+                    record.fingerprint = fingerprint;
                 }
             }
         }

@@ -27,6 +27,17 @@ pub enum FileSourceError {
         "the glob {0} has wildcards in its folder: only the file name may hold '*', '?' or '[' (e.g. logs/*.log)"
     )]
     WildcardFolder(String),
+    /// A `rotated` glob that matches every file of the glob feed's own pattern: every
+    /// file would be taken for a rotation, none read.
+    #[error(
+        "the rotated glob '{rotated}' matches every file of the feed's glob '{pattern}': each would be taken for a rotation and none read; give the pattern of the rotated names only, or no rotated glob"
+    )]
+    RotatedCoversGlob {
+        /// The `rotated` glob.
+        rotated: String,
+        /// The feed's file-name glob.
+        pattern: String,
+    },
     /// An I/O error on the input or pointer file.
     #[error("{context}: {error}: check the path and its permissions")]
     Io {

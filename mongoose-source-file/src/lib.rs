@@ -68,6 +68,22 @@
 //!   current file of the time between two rotations while the source was down: it
 //!   cannot be proven a rotation (reading a copy would apply lines twice), so it is not
 //!   read but reported the same way, as a possible loss naming it.
+//! * **Cut in place** (logrotate's `copytruncate`): a file shorter than what was read,
+//!   or whose first 256 bytes changed (cut and written again, maybe past the old
+//!   length before the source looked), is reopened under a new epoch, never read on
+//!   from the old offset. COMMITED first looks among the rotation candidates for its
+//!   copy (the fingerprinted leading bytes, at least as long as what was read, and
+//!   the bytes last read equal): found, the lines after the last one read are read
+//!   from the copy under the same epoch (the pointer names the copy until then, so a
+//!   restart finds it), then the cut file from its start. The same at a restart, when
+//!   the pointer's file was cut while the source was down. No copy: a cut while the
+//!   source was behind is a counted loss; one while it was caught up is only a reset
+//!   (what was appended and cut between two looks cannot be known). The fingerprint
+//!   grown at a commit is grown only over the same leading bytes.
+//! * **Losses are recorded when found**: every possible loss reported above is also
+//!   appended to the loss file beside the pointer (`<pointer>.losses`, see
+//!   [`mod@losses`]), so a kill right after cannot make it forgotten; a start reports
+//!   it until a run that reported it ends.
 //! * LATEST starts after the last line terminator when first opened (a line being
 //!   written at that moment is published whole once it ends); after a rotation,
 //!   strategies without a pointer read the new file from its start.
@@ -95,6 +111,7 @@
 //! | `line`, [`mod@split`] | [`Line`], the read chunks it borrows, and cutting lines on terminators |
 //! | `glob` | [`GlobFileSource`]: `glob::pattern` (file-name globs), `glob::adapter` (the lane adapter and the multiplexing committer), `glob::scan` (discovery, renames inside the glob), `glob::slots` (open-file slots, parking, forgetting deleted files) |
 //! | `lanes`, `watch` | the lane registry of a glob, and inotify on its folder |
+//! | [`mod@losses`] | the loss records kept beside a pointer (or a glob's registry) until a start reports them |
 //!
 //! # Example: a file feed and a processor that saves its position with its state
 //!
@@ -215,6 +232,7 @@ mod glob;
 mod identity;
 mod lanes;
 mod line;
+pub mod losses;
 pub mod pointer;
 mod positional;
 mod rotation;
@@ -225,7 +243,7 @@ mod watch;
 pub use config::{FileSourceConfig, FileSourceStatus, ReadStrategy};
 pub use error::FileSourceError;
 pub use glob::{
-    glob_matches, is_glob, GlobFileSource, GlobSourceConfig, DEFAULT_MAX_OPEN_FILES,
+    glob_covers, glob_matches, is_glob, GlobFileSource, GlobSourceConfig, DEFAULT_MAX_OPEN_FILES,
     DEFAULT_SCAN_INTERVAL,
 };
 pub use line::Line;

@@ -17,6 +17,25 @@ pub(crate) fn fingerprint_of(file: &File) -> Option<(u64, u64)> {
     Some((length as u64, fnv1a(&bytes)))
 }
 
+/// The fingerprint of the first min(4096, size) bytes of an open file when it covers
+/// more bytes than `record`'s and the bytes `record` fingerprinted are still there;
+/// `None` otherwise (nothing to grow, or the file was rewritten in place: a fingerprint
+/// grown over the new bytes would take the new content for the old file's).
+pub(crate) fn grown_fingerprint(file: &File, record: &PointerRecord) -> Option<(u64, u64)> {
+    let size = file.metadata().ok()?.len();
+    let length = size.min(MAX_FINGERPRINT_BYTES);
+    if length <= record.fingerprint_length {
+        return None;
+    }
+    let mut bytes = vec![0u8; length as usize];
+    read_exact_at(file, &mut bytes, 0).ok()?;
+    let known = record.fingerprint_length as usize;
+    if known > 0 && fnv1a(&bytes[..known]) != record.fingerprint {
+        return None;
+    }
+    Some((length, fnv1a(&bytes)))
+}
+
 #[cfg(unix)]
 pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     std::os::unix::fs::FileExt::read_at(file, buf, offset)

@@ -55,6 +55,7 @@ pub(crate) fn candidates(input: &Path, globs: &[String]) -> Vec<PathBuf> {
             let name = name.to_string_lossy();
             !name.ends_with(".readPointer")
                 && !name.ends_with(".losses")
+                && !name.ends_with(".losses.reported")
                 && globs.iter().any(|glob| glob_matches(glob, &name))
         })
         .map(|entry| entry.path())
@@ -94,6 +95,60 @@ pub(crate) fn find_pointer_file(
             let file = File::open(&path).ok()?;
             is_pointer_file(&file, record).then_some((path, file))
         })
+}
+
+/// The copy of the pointer's file among the candidates (logrotate's `copytruncate`:
+/// the input copied to a rotation name, then cut to 0 in place): an uncompressed
+/// candidate that is not the file with key `original` (the truncated input itself),
+/// whose first `fingerprint_length` bytes are the fingerprinted ones, at least
+/// `position` bytes long, with a line end just before `position` and, when `tail` is
+/// given, the bytes just before `position` equal to it (what the source read last).
+/// `None` when none fits, or when more than one does (an older copy with the same
+/// leading bytes: which one holds the lines is not known, and reading the wrong one
+/// would deliver lines that are not the input's).
+pub(crate) fn find_copy(
+    input: &Path,
+    globs: &[String],
+    record: &PointerRecord,
+    position: u64,
+    original: Option<u64>,
+    tail: &[u8],
+) -> Option<(PathBuf, File)> {
+    if record.fingerprint_length == 0 {
+        return None;
+    }
+    let mut found = candidates(input, globs)
+        .into_iter()
+        .filter(|path| !is_compressed(path))
+        .filter_map(|path| {
+            let file = File::open(&path).ok()?;
+            let metadata = file.metadata().ok()?;
+            let key = key_of(&metadata).map(|key| key.0);
+            if (original.is_some() && key == original) || metadata.len() < position {
+                return None;
+            }
+            if !crate::positional::starts_as_fingerprinted(&file, record) {
+                return None;
+            }
+            if position > 0 {
+                let mut last = [0u8; 1];
+                crate::positional::read_exact_at(&file, &mut last, position - 1).ok()?;
+                if last[0] != b'\n' && last[0] != b'\r' {
+                    return None;
+                }
+            }
+            if !tail.is_empty() {
+                let start = position.checked_sub(tail.len() as u64)?;
+                let mut bytes = vec![0u8; tail.len()];
+                crate::positional::read_exact_at(&file, &mut bytes, start).ok()?;
+                if bytes != tail {
+                    return None;
+                }
+            }
+            Some((path, file))
+        });
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
 }
 
 /// The uncompressed candidates other than `found` (the pointer's file) and the file

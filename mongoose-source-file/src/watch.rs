@@ -1,10 +1,27 @@
 //! Folder change notification for the glob source: inotify on Linux, nothing elsewhere
 //! (the periodic scan is the fallback, and stays on everywhere: a missed or overflowed
 //! event queue only delays discovery to the next scan).
+//!
+//! Besides files created, moved and deleted (which make the glob scan at once), the
+//! watch reports the names of files written to: a file that waits for an open-file
+//! slot and is written to, then deleted before the next scan saw its size, held lines
+//! that were never read (a loss the glob counts), where a file that was not written
+//! to since the scan that saw it read to its end lost nothing.
 
 use std::path::Path;
 
-/// Tells whether the watched folder's entries changed since the last call.
+/// What changed in the watched folder since the last [`FolderWatch::poll`].
+#[derive(Debug, Default)]
+pub(crate) struct FolderChanges {
+    /// Files were created, moved in or out, or deleted (or events were lost): scan.
+    pub(crate) entries: bool,
+    /// The names of files written to.
+    pub(crate) written: Vec<std::ffi::OsString>,
+    /// Events were lost (the queue overflowed): any file may have been written to.
+    pub(crate) overflowed: bool,
+}
+
+/// Tells what changed in the watched folder since the last call.
 pub(crate) struct FolderWatch {
     #[cfg(target_os = "linux")]
     inotify: Option<inotify::Inotify>,
@@ -44,7 +61,8 @@ impl FolderWatch {
                     WatchMask::CREATE
                         | WatchMask::MOVED_TO
                         | WatchMask::MOVED_FROM
-                        | WatchMask::DELETE,
+                        | WatchMask::DELETE
+                        | WatchMask::MODIFY,
                 )?;
                 Ok(inotify)
             });
@@ -79,35 +97,53 @@ impl FolderWatch {
         }
     }
 
-    /// True when the folder changed since the last call (reads every pending event;
-    /// never blocks).
-    pub(crate) fn changed(&mut self) -> bool {
+    /// What changed since the last call (reads every pending event; never blocks).
+    pub(crate) fn poll(&mut self) -> FolderChanges {
+        let mut changes = FolderChanges::default();
         #[cfg(target_os = "linux")]
         {
+            use inotify::EventMask;
             let Some(inotify) = self.inotify.as_mut() else {
-                return false;
+                return changes;
             };
-            let mut changed = false;
+            let mut renamed: Vec<std::ffi::OsString> = Vec::new();
             loop {
                 match inotify.read_events(&mut self.buffer) {
                     Ok(events) => {
                         let mut any = false;
-                        for _ in events {
+                        for event in events {
                             any = true;
+                            if event.mask.contains(EventMask::MODIFY) {
+                                // a write after the name was created, moved or deleted
+                                // in this batch is another file's (a file made again)
+                                if let Some(name) = event.name {
+                                    if !changes.written.iter().any(|seen| seen == name)
+                                        && !renamed.iter().any(|seen| seen == name)
+                                    {
+                                        changes.written.push(name.to_owned());
+                                    }
+                                }
+                            } else {
+                                // created, moved, deleted, or the queue overflowed
+                                changes.entries = true;
+                                changes.overflowed |= event.mask.contains(EventMask::Q_OVERFLOW);
+                                if let Some(name) = event.name {
+                                    renamed.push(name.to_owned());
+                                }
+                            }
                         }
                         if !any {
-                            return changed;
+                            return changes;
                         }
-                        changed = true;
                     }
                     // nothing pending, or an error: the periodic scan still runs
-                    Err(_) => return changed,
+                    Err(_) => return changes,
                 }
             }
         }
         #[cfg(not(target_os = "linux"))]
         {
-            false
+            changes
         }
     }
 }

@@ -573,3 +573,306 @@ fn a_glob_source_commits_only_through_the_driver() {
     assert_eq!(pointer_of(&a).offset, size);
     SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
 }
+
+// issue 25, item 2: `rotated` equal to the glob took every file for a rotation: nothing
+// read, "settled and lossless". The start is refused.
+#[test]
+fn a_rotated_glob_that_covers_the_feeds_glob_refuses_the_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=3)).expect("a");
+    let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
+    let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
+    let mut config =
+        GlobSourceConfig::new("logs", dir.path().join("*.log"), ReadStrategy::Committed);
+    config.rotated = vec!["*.log".to_owned()];
+    let mut source = GlobFileSource::<String>::of_lines(config, output);
+    let error = source.start().expect_err("refused");
+    assert!(
+        error.to_string().contains("'*.log' matches every file"),
+        "{error}"
+    );
+}
+
+// issue 25, item 1: logrotate's `create` with a name the glob matches, while the
+// consumer is behind: the renamed file keeps its lane (read on from its handle, its
+// pointer moved with it), and the new file at the old name is another file, on a new
+// lane. Before: the renamed file got a new lane and was read again from its start.
+#[test]
+fn logrotate_create_while_behind_keeps_the_renamed_file_on_its_lane() {
+    let dir = tempfile::tempdir().expect("dir");
+    let app = dir.path().join("app.log");
+    fs::write(&app, content("a", 1..=50)).expect("app");
+    let mut pipeline = Pipeline::new(dir.path(), |_| {});
+    pipeline.collect.hold = Some("a010".to_owned());
+    pipeline.until("a009 processed, a010 held", |p| p.lines().len() == 9);
+    let lane = pipeline.source.lane_of(&app).expect("lane");
+    let renamed = dir.path().join("app-1.log");
+    fs::rename(&app, &renamed).expect("rotate");
+    fs::write(&app, content("b", 1..=5)).expect("new file");
+    for _ in 0..50 {
+        pipeline.cycle();
+    }
+    pipeline.collect.hold = None;
+    pipeline.until("every line", |p| p.lines().len() >= 55 && p.settled());
+    for _ in 0..20 {
+        pipeline.cycle();
+    }
+    assert_eq!(pipeline.lines_of("a"), lines("a", 1..=50), "read once");
+    assert_eq!(pipeline.lines_of("b"), lines("b", 1..=5));
+    assert_eq!(
+        pipeline.source.lane_of(&renamed),
+        Some(lane),
+        "kept its lane"
+    );
+    let new_lane = pipeline.source.lane_of(&app).expect("the new file's lane");
+    assert_ne!(new_lane, lane, "the new file is another file");
+    assert_eq!(pipeline.feed.status().rotated_unread_files, 0);
+    assert_eq!(
+        pointer_of(&renamed).offset,
+        fs::metadata(&renamed).expect("renamed").len()
+    );
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
+}
+
+// The same while the source is stopped: the lane follows its file to its new name.
+#[test]
+fn logrotate_create_while_stopped_keeps_the_renamed_file_on_its_lane() {
+    let dir = tempfile::tempdir().expect("dir");
+    let app = dir.path().join("app.log");
+    fs::write(&app, content("a", 1..=5)).expect("app");
+    let mut first = Pipeline::new(dir.path(), |_| {});
+    first.until("read", |p| p.lines().len() == 5 && p.settled());
+    let lane = first.source.lane_of(&app).expect("lane");
+    SourceDriver::stop_source(&mut first.source, &first.feed).expect("stop");
+    drop(first);
+    let renamed = dir.path().join("app-1.log");
+    fs::rename(&app, &renamed).expect("rotate");
+    append(&renamed, content("a", 6..=7).as_bytes());
+    fs::write(&app, content("b", 1..=2)).expect("new file");
+    let mut second = Pipeline::new(dir.path(), |_| {});
+    second.until("the rest", |p| p.lines().len() >= 4 && p.settled());
+    for _ in 0..20 {
+        second.cycle();
+    }
+    let mut got = second.lines();
+    got.sort();
+    let mut wanted = lines("a", 6..=7);
+    wanted.extend(lines("b", 1..=2));
+    assert_eq!(got, wanted, "nothing read twice");
+    assert_eq!(second.source.lane_of(&renamed), Some(lane));
+    assert_eq!(second.feed.status().rotated_unread_files, 0, "nothing lost");
+    SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
+}
+
+// issue 25, item 2: a file deleted while it waits for a slot (never opened) is one
+// loss, recorded beside the registry at once; a file read to its end and parked, then
+// deleted, lost nothing.
+#[test]
+fn a_file_deleted_while_waiting_for_a_slot_is_one_recorded_loss() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=20)).expect("a");
+    fs::write(dir.path().join("b.log"), content("b", 1..=20)).expect("b");
+    let mut pipeline = Pipeline::new(dir.path(), |config| config.max_open_files = 1);
+    // a.log holds the slot while a line of it is held
+    pipeline.collect.hold = Some("a005".to_owned());
+    pipeline.until("a.log read, a005 held", |p| p.lines().len() == 4);
+    fs::remove_file(dir.path().join("b.log")).expect("delete b");
+    for _ in 0..50 {
+        pipeline.cycle();
+    }
+    pipeline.collect.hold = None;
+    pipeline.until("settled", |p| p.lines().len() == 20 && p.settled());
+    for _ in 0..50 {
+        pipeline.cycle();
+    }
+    assert_eq!(pipeline.lines_of("a"), lines("a", 1..=20));
+    assert!(pipeline.lines_of("b").is_empty());
+    let status = pipeline.feed.status();
+    assert_eq!(status.rotated_unread_files, 1, "one loss, counted once");
+    assert!(!status.lossless);
+    let losses = fs::read_to_string(dir.path().join("logs.lanes.losses")).expect("recorded");
+    assert_eq!(losses.lines().count(), 1, "{losses}");
+    assert!(losses.contains("b.log"), "{losses}");
+    assert!(
+        !registry_of(dir.path()).contains("b.log"),
+        "its lane is forgotten"
+    );
+
+    // a.log is parked at its end (c.log takes the slot), then deleted: nothing lost
+    fs::write(dir.path().join("c.log"), content("c", 1..=3)).expect("c");
+    pipeline.until("c read", |p| p.lines_of("c").len() == 3 && p.settled());
+    fs::remove_file(dir.path().join("a.log")).expect("delete a");
+    pipeline.until("a forgotten", |p| {
+        p.source.lane_of(&dir.path().join("a.log")).is_none()
+    });
+    assert_eq!(
+        pipeline.feed.status().rotated_unread_files,
+        1,
+        "no second loss"
+    );
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
+}
+
+// A file without a slot that is deleted and made again: the old one was read to its
+// end (no loss), the new one is another file, read from its start on a new lane.
+#[test]
+fn a_parked_file_deleted_and_made_again_is_read_on_a_new_lane() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    let mut pipeline = Pipeline::new(dir.path(), |config| config.max_open_files = 1);
+    pipeline.until("a read", |p| p.lines().len() == 3 && p.settled());
+    let lane = pipeline.source.lane_of(&a).expect("lane");
+    fs::write(dir.path().join("b.log"), content("b", 1..=200)).expect("b");
+    pipeline.collect.hold = Some("b100".to_owned());
+    pipeline.until("b holds the slot", |p| p.lines_of("b").len() == 99);
+    fs::remove_file(&a).expect("delete a");
+    fs::write(&a, content("n", 1..=2)).expect("a new a.log");
+    for _ in 0..50 {
+        pipeline.cycle();
+    }
+    pipeline.collect.hold = None;
+    pipeline.until("every line", |p| p.lines().len() == 205 && p.settled());
+    for _ in 0..20 {
+        pipeline.cycle();
+    }
+    assert_eq!(pipeline.lines_of("a"), lines("a", 1..=3));
+    assert_eq!(
+        pipeline.lines_of("n"),
+        lines("n", 1..=2),
+        "the new file from its start"
+    );
+    assert_ne!(
+        pipeline.source.lane_of(&a),
+        Some(lane),
+        "another file: another lane"
+    );
+    assert_eq!(
+        pipeline.feed.status().rotated_unread_files,
+        0,
+        "nothing lost"
+    );
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
+}
+
+// A crash between the registry write of a rename inside the glob and the move of its
+// pointer file: the start completes the move, and nothing is read again.
+#[test]
+fn a_pointer_move_interrupted_by_a_crash_is_completed_at_the_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    let mut first = Pipeline::new(dir.path(), |_| {});
+    first.until("read", |p| p.lines().len() == 3 && p.settled());
+    SourceDriver::stop_source(&mut first.source, &first.feed).expect("stop");
+    drop(first);
+    // renamed, the registry written, the pointer not moved yet
+    let renamed = dir.path().join("a-1.log");
+    fs::rename(&a, &renamed).expect("rename");
+    let registry = registry_of(dir.path()).replace("a.log", "a-1.log");
+    fs::write(dir.path().join("logs.lanes"), registry).expect("registry");
+    append(&renamed, content("a", 4..=4).as_bytes());
+    let mut second = Pipeline::new(dir.path(), |_| {});
+    second.until("the new line", |p| !p.lines().is_empty() && p.settled());
+    for _ in 0..20 {
+        second.cycle();
+    }
+    assert_eq!(second.lines(), lines("a", 4..=4), "nothing read again");
+    assert!(pointer_path(&renamed).exists() && !pointer_path(&a).exists());
+    SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
+}
+
+// A file renamed over another tracked file of the glob (`mv tmp-1.log app.log`, a
+// writer that replaces a file atomically): the renamed file keeps its lane under its
+// new name, and the replaced file is finished from its handle and forgotten. Before,
+// the replaced file's lane switched to the renamed file under a new epoch and read it
+// again from its start.
+#[test]
+fn a_file_renamed_over_another_tracked_file_is_not_read_twice() {
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.log");
+    let b = dir.path().join("b.log");
+    fs::write(&a, content("a", 1..=3)).expect("a");
+    fs::write(&b, content("b", 1..=3)).expect("b");
+    let mut pipeline = Pipeline::new(dir.path(), |_| {});
+    pipeline.until("read", |p| p.lines().len() == 6 && p.settled());
+    let lane_a = pipeline.source.lane_of(&a).expect("a's lane");
+    fs::rename(&a, &b).expect("a over b");
+    append(&b, content("a", 4..=4).as_bytes());
+    pipeline.until("the new line", |p| {
+        p.lines_of("a").len() >= 4 && p.settled()
+    });
+    for _ in 0..50 {
+        pipeline.cycle();
+    }
+    assert_eq!(pipeline.lines_of("a"), lines("a", 1..=4), "a read once");
+    assert_eq!(pipeline.lines_of("b"), lines("b", 1..=3));
+    assert_eq!(
+        pipeline.source.lane_of(&b),
+        Some(lane_a),
+        "a's file keeps its lane"
+    );
+    assert_eq!(pointer_of(&b).offset, fs::metadata(&b).expect("b").len());
+    SourceDriver::stop_source(&mut pipeline.source, &pipeline.feed).expect("stop");
+}
+
+// A consumer that saved positions of several lanes (the ledger on a glob: one per
+// file) reports one position per lane; the feed kept only the last one, so every other
+// file looked unknown to the consumer at the next start and was read again from its
+// start ("the pointer is past what this consumer's saved state holds ... resume_at=0";
+// with a lost pointer, from 0 under a new epoch: applied twice).
+#[test]
+fn a_consumers_saved_positions_of_every_lane_are_kept() {
+    let dir = tempfile::tempdir().expect("dir");
+    fs::write(dir.path().join("a.log"), content("a", 1..=3)).expect("a");
+    fs::write(dir.path().join("b.log"), content("b", 1..=3)).expect("b");
+    let mut first = Pipeline::new(dir.path(), |_| {});
+    first.until("read", |p| p.lines().len() == 6 && p.settled());
+    let last_of = |prefix: &str| {
+        first
+            .collect
+            .seen
+            .iter()
+            .rev()
+            .find(|seen| seen.line.starts_with(prefix))
+            .cloned()
+            .expect("a line")
+    };
+    let (a, b) = (last_of("a"), last_of("b"));
+    SourceDriver::stop_source(&mut first.source, &first.feed).expect("stop");
+    drop(first);
+
+    let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
+    for seen in [&a, &b] {
+        feed.note_saved_position(mongoose_core::ConsumerPosition {
+            consumer: "group/ledger".to_owned(),
+            saved: Some((
+                seen.epoch,
+                mongoose_core::PositionValue {
+                    lane: seen.lane,
+                    offset: seen.offset,
+                },
+            )),
+        });
+    }
+    let saved = feed.saved_positions();
+    assert_eq!(saved.len(), 2, "one per lane: {saved:?}");
+    // a later report of one lane replaces that lane's only
+    feed.note_saved_position(mongoose_core::ConsumerPosition {
+        consumer: "group/ledger".to_owned(),
+        saved: Some((
+            a.epoch,
+            mongoose_core::PositionValue {
+                lane: a.lane,
+                offset: a.offset,
+            },
+        )),
+    });
+    assert_eq!(feed.saved_positions().len(), 2);
+    // a state that holds nothing replaces every lane's
+    feed.note_saved_position(mongoose_core::ConsumerPosition {
+        consumer: "group/ledger".to_owned(),
+        saved: None,
+    });
+    assert_eq!(feed.saved_positions().len(), 1);
+}

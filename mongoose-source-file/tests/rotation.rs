@@ -313,3 +313,121 @@ fn a_second_live_rotation_before_the_first_is_finished_loses_nothing() {
     });
     assert_eq!(output.items(), strings(&["a1", "a2", "b1", "b2", "c1"]));
 }
+
+/// logrotate's `copytruncate`: the input copied to `input.log.1`, then cut to 0 in
+/// place, then `new_content` written to it.
+fn copytruncate(path: &Path, new_content: &[u8]) -> PathBuf {
+    let copy = path.with_file_name("input.log.1");
+    fs::copy(path, &copy).expect("copy");
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open")
+        .set_len(0)
+        .expect("cut");
+    append(path, new_content);
+    copy
+}
+
+// issue 25, item 1: copytruncate while the source is behind: the lines it had not read
+// are only in the copy. They are read from it under the same epoch, then the cut file
+// from its start under a new epoch: every line once, nothing reported lost.
+#[test]
+fn copytruncate_while_behind_reads_the_rest_from_the_copy() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, numbered_lines(2_000).as_bytes());
+    let (output, mut source) = committed_source(&path);
+    // a small queue: the source is behind, paused, most of the file unread
+    output.set_capacity(Some(10));
+    drive_until(&mut source, &output, || output.items().len() >= 10);
+    let old_epoch = source.epoch();
+    copytruncate(&path, b"new1\nnew2\n");
+    output.set_capacity(None);
+    drive_until(&mut source, &output, || {
+        output.process_all();
+        output.items().len() >= 2_002 && output.last_state() == Some(SourceState::CaughtUp)
+    });
+    let mut wanted: Vec<String> = numbered_lines(2_000).lines().map(str::to_owned).collect();
+    wanted.extend(strings(&["new1", "new2"]));
+    assert_eq!(output.items(), wanted, "every line once, in order");
+    assert_ne!(source.epoch(), old_epoch, "the cut file is a new epoch");
+    assert!(output.rotated_unread().is_empty(), "nothing lost");
+}
+
+// The same while the source is at its end (caught up) and the cut file grows back past
+// what was read before the source looks (a busy writer): its first bytes changed, so
+// it is read again from its start, never from the old offset.
+#[test]
+fn a_file_cut_and_written_again_past_its_old_length_is_read_from_its_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    let (output, mut source) = caught_up_source(&path);
+    output.process_all();
+    copytruncate(&path, b"b1\nb2\nb3\n");
+    drive_until(&mut source, &output, || {
+        output.process_all();
+        output.items().len() >= 5 && output.last_state() == Some(SourceState::CaughtUp)
+    });
+    drive(&mut source, &output, 20);
+    assert_eq!(output.items(), strings(&["a1", "a2", "b1", "b2", "b3"]));
+    assert!(output.rotated_unread().is_empty(), "nothing lost");
+}
+
+// copytruncate while the source was stopped: the pointer's file (the same inode) is cut
+// and holds new lines; the lines after the pointer are read from the copy, then the
+// cut file from its start.
+#[test]
+fn copytruncate_while_stopped_reads_the_rest_from_the_copy() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, b"a1\na2\n");
+    let old_epoch = run_and_crash(&path, 2, 1);
+    append(&path, b"a3\n");
+    copytruncate(&path, b"b1\n");
+    let (output, _source) = restart_until_caught_up(&path);
+    output.process_all();
+    assert_eq!(output.items(), strings(&["a2", "a3", "b1"]));
+    assert_eq!(
+        output.entries()[0].epoch,
+        old_epoch,
+        "the copy under the old epoch"
+    );
+    assert_ne!(
+        output.entries()[2].epoch,
+        old_epoch,
+        "the cut file under a new one"
+    );
+    assert!(output.rotated_unread().is_empty(), "nothing lost");
+}
+
+// Cut in place while behind, with no copy anywhere: the lines not read yet are gone,
+// and that is a counted loss, recorded beside the pointer at once.
+#[test]
+fn a_file_cut_while_behind_without_a_copy_is_a_counted_loss() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, numbered_lines(2_000).as_bytes());
+    let (output, mut source) = committed_source(&path);
+    output.set_capacity(Some(10));
+    drive_until(&mut source, &output, || output.items().len() >= 10);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(0)
+        .expect("cut");
+    append(&path, b"new1\n");
+    output.set_capacity(None);
+    drive_until(&mut source, &output, || {
+        output.process_all();
+        output.last_state() == Some(SourceState::CaughtUp)
+            && output.items().last().is_some_and(|line| line == "new1")
+    });
+    assert_eq!(
+        output.rotated_unread().len(),
+        1,
+        "{:?}",
+        output.rotated_unread()
+    );
+    let losses = fs::read_to_string(dir.path().join("input.log.readPointer.losses"))
+        .expect("the loss is recorded at once");
+    assert_eq!(losses.lines().count(), 1, "{losses}");
+}

@@ -39,11 +39,20 @@ impl<P: Position> AckState<P> {
 }
 
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
-    /// Keeps a consumer's saved position (its latest report replaces an earlier one)
-    /// for the source to reconcile with at start.
+    /// Keeps a consumer's saved position for the source to reconcile with at start.
+    /// A consumer of a many-file feed reports one position per lane: a report replaces
+    /// the consumer's earlier report of the same lane (and a report that it holds
+    /// nothing of the feed), never its other lanes'; a report that it holds nothing
+    /// replaces all of its reports.
     pub fn note_saved_position(&self, position: mongoose_core::ConsumerPosition) {
         let mut saved = self.saved_positions.lock();
-        saved.retain(|known| known.consumer != position.consumer);
+        let lane = position.saved.map(|(_, value)| value.lane);
+        saved.retain(|known| {
+            known.consumer != position.consumer
+                || (lane.is_some()
+                    && known.saved.map(|(_, value)| value.lane) != lane
+                    && known.saved.is_some())
+        });
         saved.push(position);
     }
 

@@ -77,6 +77,8 @@ pub(super) struct SourceReport {
     pub(super) files: Vec<mongoose_core::FileLag>,
     /// The status warned once that the source never reported a state.
     pub(super) fallback_warned: bool,
+    /// The source's duty cycle keeps failing: why (set and cleared by the driver).
+    pub(super) failing: Option<String>,
 }
 
 impl SourceReport {
@@ -92,6 +94,7 @@ impl SourceReport {
             earlier_losses: 0,
             files: Vec::new(),
             fallback_warned: false,
+            failing: None,
         }
     }
 }
@@ -211,10 +214,15 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             .iter()
             .filter(|binding| !binding.shared.fenced_or_dead())
             .count() as u64;
-        let stalled = if state.positioned {
+        let held = if state.positioned {
             Self::stalled_reason(&state)
         } else {
             None
+        };
+        // a source whose cycle keeps failing cannot complete either, positioned or not
+        let stalled = match (state.source.failing.clone(), held) {
+            (Some(failing), Some(held)) => Some(format!("{failing}; {held}")),
+            (failing, held) => failing.or(held),
         };
         let drained = subscribers.iter().all(|subscriber| subscriber.drained)
             && state.cache.items.is_empty()
@@ -347,6 +355,15 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             self.report_status(&mut state, source_state);
         }
         self.drain_deferred(&mut state);
+    }
+
+    /// The driver's report that the source's duty cycle keeps failing (or works again).
+    pub(crate) fn record_cycle_failing(&self, failing: Option<String>) {
+        let mut state = self.state.lock();
+        if state.source.failing != failing {
+            state.source.failing = failing;
+            state.source.version += 1;
+        }
     }
 
     /// Bytes the source read after its last complete input ([`SourceOutput::set_unterminated_bytes`](mongoose_core::SourceOutput::set_unterminated_bytes)).

@@ -1,5 +1,5 @@
-//! The admin routes' handlers (status, groups, stop, commands, overload, release,
-//! audit export) and the Prometheus metrics.
+//! The admin routes' handlers (status, groups, stop, commands, overload, release, sink
+//! retry, audit export) and the Prometheus metrics.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -184,6 +184,26 @@ pub(super) async fn release(
             Err(error) => not_found(error.to_string()),
         },
         None => not_found(format!("no feed named '{feed}'")),
+    }
+}
+
+pub(super) async fn retry_sink(State(server): State<Server>, Path(sink): Path<String>) -> Response {
+    match server.retry_sink(&sink) {
+        Ok(requested) => {
+            info!(
+                sink,
+                retrying = requested.retrying,
+                held = requested.held,
+                "an operator asked the sink to retry now"
+            );
+            Json(json!({
+                "sink": sink,
+                "retrying": requested.retrying,
+                "held": requested.held,
+            }))
+            .into_response()
+        }
+        Err(reason) => not_found(reason),
     }
 }
 

@@ -9,6 +9,7 @@
 //! | `POST /processors/{group}/{name}/commands/{command}` | runs one, with the JSON body `{"args": ["..."]}` (or no body: no arguments), waiting up to 5 s; answers its control reply (the command's text in `output`) |
 //! | `POST /feeds/{feed}/overload/clear` | clears the feed's overload latches |
 //! | `POST /feeds/{feed}/release[?queue=Q]` | the operator release of a held position: accepts the loss of a removed consumer's backlog, counted in `dropped` |
+//! | `POST /sinks/{sink}/retry` | tries every output of the sink that waits for a retry, and every held one (a permanent refusal included), now: `{"sink", "retrying", "held"}` (what was waiting when asked; the outcomes show in `/status` as they come), 404 for an unknown sink |
 //! | `POST /groups/{group}/audit/export?dir=D` | exports the group's control audit (JSON Lines + manifest) into the new folder `<export root>/D` and verifies it |
 //! | `POST /audit/{selector}/start` | starts an audit capture of a processor (`NAME` or `GROUP%2FNAME`), answering once it records |
 //! | `POST /audit/{selector}/stop` | stops it, answering once it is uninstalled |
@@ -72,8 +73,8 @@ use crate::ServerError;
 
 use auth::{guard, is_loopback, Guard};
 use handlers::{
-    clear_overload, export_audit, groups, list_commands, metrics_text, release, run_command,
-    status, stop_processor, ExportRoot,
+    clear_overload, export_audit, groups, list_commands, metrics_text, release, retry_sink,
+    run_command, status, stop_processor, ExportRoot,
 };
 
 /// The largest request body (a command's `{"args": [...]}`): 64 KiB. A larger one is a
@@ -128,6 +129,7 @@ pub fn router(server: Server, settings: &AdminSettings) -> Router {
         )
         .route("/feeds/{feed}/overload/clear", post(clear_overload))
         .route("/feeds/{feed}/release", post(release))
+        .route("/sinks/{sink}/retry", post(retry_sink))
         .route("/groups/{group}/audit/export", post(export_audit))
         .route("/audit/{selector}/start", post(audit::start_capture))
         .route("/audit/{selector}/stop", post(audit::stop_capture))

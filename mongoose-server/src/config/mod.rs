@@ -13,8 +13,8 @@ mod validate;
 pub(crate) use validate::check_name;
 use validate::check_range;
 pub use validate::{
-    name_problem, MAX_IDLE_SLEEP_MILLIS, MAX_NAME_LEN, MAX_QUEUE_CAPACITY, MAX_SPIN_BOUND_MILLIS,
-    MAX_TIMEOUT_MILLIS,
+    name_problem, MAX_EXPIRE_MILLIS, MAX_IDLE_SLEEP_MILLIS, MAX_NAME_LEN, MAX_QUEUE_CAPACITY,
+    MAX_SINK_BATCH, MAX_SPIN_BOUND_MILLIS, MAX_TIMEOUT_MILLIS,
 };
 
 use std::collections::BTreeMap;
@@ -365,21 +365,29 @@ pub struct SinkConfig {
     /// `tcp`: the bound on writing one batch (default 10,000 ms).
     #[serde(default)]
     pub write_timeout_millis: Option<u64>,
-    /// Retries after an output's first attempt (default 10).
+    /// Retries after an output's first attempt (default 10). Only attempts made
+    /// count: an output a batch did not send (its target stopped answering) is charged
+    /// none.
     #[serde(default)]
     pub max_retries: Option<u32>,
     /// The wait before the first retry, doubled per retry (default 100 ms).
     #[serde(default)]
     pub initial_backoff_millis: Option<u64>,
-    /// The longest wait between retries (default 10,000 ms).
+    /// The longest wait between retries (default 10,000 ms): also the pace at which
+    /// `hold` goes on trying a held output.
     #[serde(default)]
     pub max_backoff_millis: Option<u64>,
     /// How long after its first attempt an output expires (default 300,000 ms).
     #[serde(default)]
     pub expire_after_millis: Option<u64>,
     /// What an output that failed permanently, spent its retries or expired does:
-    /// `hold` (default: its feed's commit stays before its input, the feed reports
-    /// it, a restart tries it again) or `count_loss` (counted lost, `lossless: false`).
+    /// `hold` (default: its feed's commit stays before its input, the feed reports it
+    /// `stalled` and the sink lists it in `held_outputs`; one whose retries are spent
+    /// or that expired is still tried every `max_backoff_millis`, for as long as it
+    /// takes, and published when the target returns; one refused for good waits for
+    /// `POST /sinks/{name}/retry` or a restart) or `count_loss` (counted lost,
+    /// `lossless: false`, recorded beside the feed's pointer so the next start
+    /// reports it once).
     #[serde(default)]
     pub on_exhausted: Option<mongoose_core::sink::ExhaustedPolicy>,
     /// A plugin sink's settings, given to the plugin's sink as TOML text.
@@ -542,6 +550,13 @@ pub struct ServerConfig {
     /// `shutdown_timeout_millis`).
     #[serde(default = "default_drain_timeout")]
     pub shutdown_drain_timeout_millis: u64,
+    /// With `--exit-when-settled`: how long every unsettled feed may stay stalled, with
+    /// no sink still trying an output, before the run ends with exit 1 naming the stalls
+    /// (default 30000; 1 to [`MAX_TIMEOUT_MILLIS`]). Such a stall needs an operator (a
+    /// full disk under a processor's state, a source that cannot read on, a processor
+    /// that failed): a run that cannot go on ends instead of waiting for ever.
+    #[serde(default = "default_stalled_exit")]
+    pub stalled_exit_millis: u64,
     /// REPORT (default) or THROW.
     #[serde(default)]
     pub add_failure_policy: AddFailurePolicy,
@@ -576,6 +591,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             control_wait_millis: default_control_wait(),
+            stalled_exit_millis: default_stalled_exit(),
             shutdown_timeout_millis: default_shutdown_timeout(),
             shutdown_drain_timeout_millis: default_drain_timeout(),
             add_failure_policy: AddFailurePolicy::default(),
@@ -597,6 +613,10 @@ fn default_control_wait() -> u64 {
 fn default_shutdown_timeout() -> u64 {
     30_000
 }
+fn default_stalled_exit() -> u64 {
+    30_000
+}
+
 fn default_drain_timeout() -> u64 {
     2_000
 }
@@ -608,8 +628,15 @@ impl ServerConfig {
         let deserializer = toml::Deserializer::new(text);
         let mut config: ServerConfig =
             serde_path_to_error::deserialize(deserializer).map_err(|error| {
-                let path = error.path().to_string();
+                let mut path = error.path().to_string();
                 let error = error.into_inner();
+                if path == "." {
+                    // a value the TOML parser itself refused (a number too large for
+                    // any integer): name its key from where it is in the text
+                    if let Some(key) = error.span().and_then(|span| key_path_at(text, span.start)) {
+                        path = key;
+                    }
+                }
                 let mut message = error.message().trim().to_owned();
                 if message.is_empty() {
                     // the parser says nothing about a value cut short at the end of
@@ -680,6 +707,73 @@ impl ServerConfig {
         }
         Ok(overrides)
     }
+}
+
+/// The key path (`feeds[0].queue_capacity`, `groups[1].processors[0].settings.x`) of
+/// the value at byte offset `at` of a TOML text, from the table headers above it and
+/// the key on its line (one level of inline table); `None` when no key is found.
+fn key_path_at(text: &str, at: usize) -> Option<String> {
+    let at = at.min(text.len());
+    let line_start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
+    // the table the line is in: the last header above it, with array indexes
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut table = String::new();
+    for line in text[..line_start].lines() {
+        let line = line.trim();
+        if let Some(name) = line
+            .strip_prefix("[[")
+            .and_then(|rest| rest.split("]]").next())
+        {
+            let name = name.trim().to_owned();
+            // a new element of an array forgets the elements of the arrays below it
+            let index = counts.get(&name).map_or(0, |count| count + 1);
+            counts.retain(|other, _| !other.starts_with(&format!("{name}.")));
+            counts.insert(name.clone(), index);
+            table = indexed(&name, &counts);
+        } else if let Some(name) = line
+            .strip_prefix('[')
+            .and_then(|rest| rest.split(']').next())
+        {
+            table = indexed(name.trim(), &counts);
+        }
+    }
+    let line = &text[line_start..at];
+    let (key, rest) = line.split_once('=')?;
+    let mut path = key.trim().trim_matches('"').to_owned();
+    // inside an inline table: the last `key =` before the value
+    if rest.contains('{') {
+        let inner = rest.rsplit(['{', ',']).next().unwrap_or_default();
+        if let Some((inner_key, _)) = inner.split_once('=') {
+            path = format!("{path}.{}", inner_key.trim().trim_matches('"'));
+        }
+    }
+    if path.is_empty() {
+        return None;
+    }
+    Some(if table.is_empty() {
+        path
+    } else {
+        format!("{table}.{path}")
+    })
+}
+
+/// `groups.processors` as `groups[1].processors[0]`, from the element counts of the
+/// arrays of tables seen so far.
+fn indexed(name: &str, counts: &BTreeMap<String, usize>) -> String {
+    let mut path = String::new();
+    let mut prefix = String::new();
+    for part in name.split('.') {
+        if !prefix.is_empty() {
+            prefix.push('.');
+            path.push('.');
+        }
+        prefix.push_str(part);
+        path.push_str(part);
+        if let Some(index) = counts.get(&prefix) {
+            path.push_str(&format!("[{index}]"));
+        }
+    }
+    path
 }
 
 /// The 1-based line and column (in characters) of the byte offset `at` of `text`.

@@ -549,6 +549,7 @@ impl ServerBuilder {
                 lifecycle: Mutex::new(Lifecycle::default()),
                 failures,
                 failed_adds: Mutex::new(Vec::new()),
+                earlier_losses: Mutex::new(Vec::new()),
             }),
         })
     }

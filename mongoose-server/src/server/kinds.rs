@@ -43,13 +43,14 @@ impl ProcessorContext<'_> {
     }
 
     /// A writer to the configured sink named `name` for this processor: each output
-    /// it writes is keyed by the input being handled and holds that input's commit
-    /// until the output is published (or given up by the sink's policy).
+    /// it writes is keyed by the input being handled and by this processor
+    /// (`group/name`), and holds that input's commit until the output is published (or
+    /// given up by the sink's policy).
     ///
     /// # Errors
     /// No sink of that name (the message lists the configured ones).
     pub fn sink(&self, name: &str) -> Result<SinkWriter, String> {
-        self.sinks.writer(name, self.group)
+        self.sinks.writer(name, self.group, self.name)
     }
 
     /// The commit gate of `feed` for this processor's group: a processor that makes

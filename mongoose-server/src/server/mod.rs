@@ -75,6 +75,9 @@ struct Inner {
     failures: Arc<Mutex<Vec<String>>>,
     /// Processors whose add at start was not applied (REPORT policy).
     failed_adds: Mutex<Vec<String>>,
+    /// The loss records of earlier runs this start reported, per loss file: marked
+    /// reported once this run ends ([`Server::mark_earlier_losses_reported`]).
+    earlier_losses: Mutex<Vec<(std::path::PathBuf, usize)>>,
 }
 
 /// The failed plugin sources of `report`, one reason each (see
@@ -141,6 +144,15 @@ impl Server {
     /// `uncertain`, `retrying`, `expired`, `lost`, `queued`, `held`).
     pub fn sink_statuses(&self) -> Vec<mongoose_sink::SinkStatus> {
         self.inner.sinks.statuses()
+    }
+
+    /// Asks sink `name` to try every output waiting for a retry, and every held one,
+    /// now (`POST /sinks/{name}/retry`).
+    ///
+    /// # Errors
+    /// No running sink of that name (the message lists the configured ones).
+    pub fn retry_sink(&self, name: &str) -> Result<mongoose_sink::RetryRequested, String> {
+        self.inner.sinks.retry_now(name)
     }
 
     /// The status of every processor group.
@@ -225,65 +237,92 @@ impl Server {
     /// The loss file of a configured feed that keeps a pointer
     /// ([`crate::losses::loss_path`]); `None` for other feeds.
     pub fn loss_file(&self, feed: &str) -> Option<std::path::PathBuf> {
-        let config = &self.inner.config;
-        config
-            .feeds
-            .iter()
-            .position(|candidate| {
-                candidate.name == feed
-                    && candidate.is_file()
-                    && candidate.read_strategy.has_pointer()
-            })
-            .map(|index| {
-                let found = &config.feeds[index];
-                if found.is_glob() {
-                    // beside the glob feed's lane registry
-                    return crate::losses::loss_path(
-                        &glob_source_config(config, index).registry_path(),
-                    );
-                }
-                crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_for(
-                    &config.resolve(&found.path),
-                ))
-            })
+        loss_file_of(&self.inner.config, feed)
     }
 
     /// Records a loss of `feed` in the log and, for a feed that keeps a pointer, in
     /// its loss file, so the next start reports it once.
     pub fn record_loss(&self, feed: &str, what: String) {
-        warn!(feed, %what, "loss recorded: the next start reports it once");
-        let Some(path) = self.loss_file(feed) else {
-            return;
-        };
-        if let Err(error) =
-            crate::losses::append(&path, &crate::losses::LossRecord::now(feed, what))
-        {
-            error!(feed, file = %path.display(), %error, "cannot keep the loss record beside the pointer: the next start will not report it");
-        }
+        record_loss_of(&self.inner.config, feed, what);
     }
 
-    /// Reports, once, the losses earlier runs recorded beside the feeds' pointers: a
-    /// WARN each, and the feed is not lossless in this run.
+    /// Reports the losses earlier runs recorded beside the feeds' pointers: a WARN
+    /// each, and the feed is not lossless in this run. They are marked reported only
+    /// when this run ends ([`Server::mark_earlier_losses_reported`]): a run killed
+    /// after its start reported them leaves them for the next start.
     fn report_earlier_losses(&self) {
+        let mut reported = Vec::new();
         for feed in &self.inner.config.feeds {
             let Some(path) = self.loss_file(&feed.name) else {
                 continue;
             };
-            match crate::losses::take_unreported(&path) {
+            match crate::losses::read_unreported(&path) {
                 Ok(records) if records.is_empty() => {}
                 Ok(records) => {
                     for record in &records {
                         warn!(feed = %feed.name, at_millis = record.at_millis, what = %record.what,
-                            "an earlier run of this feed was not lossless (reported once; this run is not lossless either)");
+                            "an earlier run of this feed was not lossless (reported until a run that reports it ends; this run is not lossless either)");
                     }
                     if let Some(found) = self.inner.registry.get(&feed.name) {
                         found.note_earlier_losses(records.len() as u64);
                     }
+                    reported.push((path, records.len()));
                 }
                 Err(error) => {
                     error!(feed = %feed.name, file = %path.display(), %error, "cannot read the loss records of earlier runs");
                 }
             }
         }
+        *self.inner.earlier_losses.lock() = reported;
+    }
+
+    /// Marks the earlier losses this run's start reported as reported: call it once
+    /// the run has ended (its status, not lossless, was told). Losses found during
+    /// this run stay for the next start.
+    pub fn mark_earlier_losses_reported(&self) {
+        let reported = std::mem::take(&mut *self.inner.earlier_losses.lock());
+        for (path, count) in reported {
+            if let Err(error) = crate::losses::mark_reported(&path, count) {
+                error!(file = %path.display(), %error, "cannot mark the loss records of earlier runs reported: the next start reports them again");
+            }
+        }
+    }
+}
+
+/// The loss file of `feed` when `config` has it keep a pointer
+/// ([`crate::losses::loss_path`]); `None` for other feeds.
+pub(crate) fn loss_file_of(config: &ServerConfig, feed: &str) -> Option<std::path::PathBuf> {
+    config
+        .feeds
+        .iter()
+        .position(|candidate| {
+            candidate.name == feed && candidate.is_file() && candidate.read_strategy.has_pointer()
+        })
+        .map(|index| {
+            let found = &config.feeds[index];
+            if found.is_glob() {
+                // beside the glob feed's lane registry
+                return crate::losses::loss_path(
+                    &glob_source_config(config, index).registry_path(),
+                );
+            }
+            crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_for(
+                &config.resolve(&found.path),
+            ))
+        })
+}
+
+/// [`Server::record_loss`] with the server's `config`.
+pub(crate) fn record_loss_of(config: &ServerConfig, feed: &str, what: String) {
+    warn!(feed, %what, "loss recorded: the next start reports it once");
+    let Some(path) = loss_file_of(config, feed) else {
+        warn!(
+            feed,
+            "the feed keeps no pointer, so no loss file: the next start cannot report this loss"
+        );
+        return;
+    };
+    if let Err(error) = crate::losses::append(&path, &crate::losses::LossRecord::now(feed, what)) {
+        error!(feed, file = %path.display(), %error, "cannot keep the loss record beside the pointer: the next start will not report it");
     }
 }

@@ -74,6 +74,10 @@ pub(super) struct Hub<T> {
     pub(super) output: Arc<dyn SourceOutput<T, (u32, u64)>>,
     pub(super) state: Mutex<HubState>,
     pub(super) committers: Committers,
+    /// The feed's name (its loss records').
+    pub(super) feed: String,
+    /// Where a loss is recorded the moment it is found (COMMITED: `<registry>.losses`).
+    pub(super) loss_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Default)]
@@ -108,6 +112,20 @@ impl Default for LaneState {
 }
 
 impl<T> Hub<T> {
+    /// A file of the glob that was not (or may not have been) read to its end: counted
+    /// (the feed is not lossless) and recorded in the loss file at once, so the next
+    /// start reports it even if this run is killed.
+    pub(super) fn record_loss(&self, file: &str, what: &str) {
+        if let Some(loss_file) = self.loss_file.as_ref() {
+            let record = crate::losses::LossRecord::now(&self.feed, what.to_owned());
+            if let Err(error) = crate::losses::append(loss_file, &record) {
+                tracing::warn!(source = %self.feed, file = %loss_file.display(), %error,
+                    "cannot record the loss beside the lane registry: a restart before this run ends will not report it");
+            }
+        }
+        self.output.report_rotated_unread(file, None);
+    }
+
     /// Sets the output's epoch to the lane's before publishing the lane's items.
     fn select(&self, lane: u32) {
         let mut state = self.state.lock();
@@ -204,8 +222,11 @@ impl<T: Send + 'static> SourceOutput<T, u64> for LaneOutput<T> {
         state.lanes.entry(self.lane).or_default().unterminated = bytes;
     }
 
-    fn report_rotated_unread(&self, file: &str, bytes: Option<u64>) {
-        self.hub.output.report_rotated_unread(file, bytes);
+    fn report_rotated_unread(&self, file: &str, _bytes: Option<u64>) {
+        self.hub.record_loss(
+            file,
+            &format!("{file} (lane {}): a rotated file compressed or deleted before it was read to its end, or a file written between two rotations while the source was stopped: a possible loss", self.lane),
+        );
     }
 
     fn saved_positions(&self) -> Vec<ConsumerPosition> {

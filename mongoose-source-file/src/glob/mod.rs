@@ -15,35 +15,54 @@
 //! * **Discovery**: at start, at once when inotify (Linux) reports a file created,
 //!   moved or deleted in the folder, and every [`GlobSourceConfig::scan_interval`]
 //!   (default 1 s; the only way elsewhere, and the fallback when the folder cannot be
-//!   watched or the event queue overflowed). A new file is read from its start (COMMITED: no pointer yet, so from
-//!   0 under a new epoch; LATEST: the files present at start are read from their end,
-//!   later ones from their start; the ONCE strategies read the files present at start).
+//!   watched or the event queue overflowed). A new file is read from its start
+//!   (COMMITED: from 0 under a new epoch; LATEST: the files present at start are read
+//!   from their end, later ones from their start; the ONCE strategies read the files
+//!   present at start). COMMITED: its identity (a new epoch, its file key and the
+//!   fingerprint of its first bytes) is written to its pointer when it is found, so a
+//!   file is known by identity even while it waits for a slot.
 //! * **Not inputs**: pointer files, the registry, loss files, and the *rotations* of a
 //!   tracked or matched file (`<name>.*`, `<name>-*`, or the configured `rotated`
 //!   globs): a rotated file is read as its file's rotation by that file's own source,
-//!   never as a new file (which would deliver its lines twice).
-//! * **A deleted file is forgotten once fully committed**: when the scan no longer
-//!   finds it and its source read its open handle to the end and committed all of it
-//!   (or it has no open file), its source is stopped, its pointer file and its registry
-//!   entry removed (INFO). Until then it is read from the open handle. A file deleted
-//!   while the server was down is looked for among its rotations like a single file's;
-//!   not found while its pointer held a position, it is reported as a possible loss.
+//!   never as a new file (which would deliver its lines twice). A `rotated` glob that
+//!   matches every name of the feed's own glob ([`glob_covers`]) is refused at the
+//!   start: no file would ever be read.
+//! * **A lane follows its file** (COMMITED). A file renamed to another name the glob
+//!   matches (logrotate's `create` with `dateext`: `app.log` -> `app-20261201.log`
+//!   with `*.log`), while running or while down, keeps its lane: renames are resolved
+//!   before new files are taken, by the open handle's file key (or, without a slot, by
+//!   its pointer: file key and leading bytes), whether or not the old name already
+//!   holds a new file. The registry entry moves, then the pointer file; an open source
+//!   reads on from its handle (nothing stops, nothing in flight is read twice), and a
+//!   start completes a pointer move that a crash interrupted. The new file at the old
+//!   name is another file, on a new lane. A file whose name is taken by another file
+//!   while it is open, and that is not under another name of the glob (rotated out of
+//!   it, `app.log.1`, or deleted) is read to its end on its lane, then the new file is
+//!   read on the same lane under a new epoch, as a single file's source does.
+//!   (Without a pointer, EARLIEST/LATEST, a renamed file is read again on a new lane.)
+//! * **A file gone from the glob** (not found by a scan under any name): still open,
+//!   it is read from its handle to its end and forgotten once everything read is
+//!   committed (its source stopped, its pointer file and registry entry removed).
+//!   Rotated away while it had no slot, it is finished where it is once it gets one.
+//!   Otherwise it was gone before it could be read to its end: its lane is forgotten,
+//!   and if it may have held unread lines it is a loss, counted once
+//!   (`rotatedUnreadFiles`, not lossless) and appended to the loss file beside the
+//!   registry (`<feed>.lanes.losses`, see [`crate::losses`]) before the lane is
+//!   removed, so a kill cannot make it forgotten. It may have held unread lines when a
+//!   scan saw it longer than what was committed, when it was written to (inotify)
+//!   after the last scan saw it, when the folder is not watched (a scan cannot tell),
+//!   or, not seen in this run (deleted while down), when its pointer held bytes. A
+//!   file seen at its end with everything committed and not written to since lost
+//!   nothing. A file without a slot deleted and made again (another file, or the same
+//!   inode with other leading bytes) is handled the same way, and the new file is read
+//!   on a new lane.
 //! * **`max_open_files`** (COMMITED only; default 256): at most that many files are
 //!   open. A file at its end with everything committed gives its slot to a file that
 //!   waits with unread bytes (oldest waiter first); so does a file that had
 //!   [`GlobSourceConfig::turns_per_slot`] turns while others wait (it stops reading
 //!   until what it read is committed), so a file that never stops growing cannot keep
 //!   its slot. A file that gave its slot is reopened later from its pointer through the
-//!   same identity check as a restart. (A file deleted while it had no slot is reopened
-//!   to be finished: its rotation is looked for as at a restart, and if it is not found
-//!   while its pointer held a position, it is reported as a possible loss.)
-//! * **Renames inside the glob** (COMMITED): a file renamed to another name the glob
-//!   matches (`app.log` -> `app-20261201.log` with `*.log`), while running or while
-//!   down, is recognised by its pointer (file key and leading bytes) and keeps its lane:
-//!   once what was read from the open handle is committed, its pointer file and its
-//!   registry entry move to the new name and it is read on from the pointer, nothing
-//!   read twice. (Without a pointer, EARLIEST/LATEST, a renamed file is read again on a
-//!   new lane.)
+//!   same identity check as a restart.
 //! * **Fairness**: each duty cycle gives every open file a turn of at most
 //!   [`GlobSourceConfig::max_bytes_per_turn`] bytes, starting with another file each
 //!   cycle.
@@ -51,10 +70,10 @@
 //!   the file named. The files, with lane, committed offset, size and lag, are given to
 //!   [`SourceOutput::report_files`] once per scan.
 //!
-//! The parts: `pattern` (file-name globs), `adapter` (the lane adapter and the
-//! multiplexing committer), `scan` (discovery and renames), `slots` (open-file slots,
-//! parking, forgetting deleted files); this module holds the configuration, the source
-//! and its duty cycle.
+//! The parts: `pattern` (file-name globs), `adapter` (the lane adapter, the
+//! multiplexing committer, the loss records), `scan` (discovery, renames, sizes),
+//! `slots` (open-file slots, parking, files gone from the glob); this module holds the
+//! configuration, the source and its duty cycle.
 
 mod adapter;
 mod pattern;
@@ -69,7 +88,7 @@ use std::time::{Duration, Instant};
 use mongoose_core::{CoreError, EventSource, FileLag, SourceOutput, SourceState, WorkDone};
 use parking_lot::Mutex;
 
-pub use self::pattern::{glob_matches, is_glob};
+pub use self::pattern::{glob_covers, glob_matches, is_glob};
 
 use self::adapter::{Hub, HubState, LaneMultiplexer};
 use crate::config::{FileSourceConfig, ReadStrategy};
@@ -169,7 +188,7 @@ struct Tracked<T> {
     lane: u32,
     path: PathBuf,
     name: String,
-    /// Its source; `None` while it gave its open-file slot to another file.
+    /// Its source; `None` while it waits for an open-file slot (or gave its slot).
     source: Option<FileEventSource<T>>,
     strategy: ReadStrategy,
     /// Found by the last scan.
@@ -185,9 +204,27 @@ struct Tracked<T> {
     /// A deleted file's unterminated tail as seen at the last scan: forgotten when it
     /// did not change for a whole scan interval.
     deleted_tail: Option<u64>,
-    /// The file was renamed to this other name the glob matches: the lane moves to it
-    /// once what was read from the open handle is committed.
-    renamed_to: Option<String>,
+    /// What the lane's pointer held when it was last seen without an open handle
+    /// (COMMITED: found, loaded at the start, or parked): how a scan tells the lane's
+    /// file from another one at its path.
+    record: Option<crate::pointer::PointerRecord>,
+    /// The size of the lane's own file as last seen in this run (by a scan, or from
+    /// the open handle); `None` before.
+    seen_size: Option<u64>,
+    /// Written to (inotify) since `seen_size` was taken.
+    written: bool,
+    /// (No slot) the path names another file than the lane's now, as last seen by a
+    /// scan (another file key, shorter than the pointer, or other leading bytes).
+    replaced: bool,
+}
+
+impl<T> Tracked<T> {
+    /// The file key of the lane's file when it has no open handle.
+    fn key(&self) -> Option<u64> {
+        self.record
+            .map(|record| record.file_key)
+            .filter(|key| *key != 0)
+    }
 }
 
 /// A source of many files: a glob, one [`FileEventSource`] and one lane per file. See
@@ -263,6 +300,11 @@ impl<T: Send + 'static> GlobFileSource<T> {
             output: Arc::clone(&output),
             state: Mutex::new(HubState::default()),
             committers: Arc::default(),
+            feed: config.name.clone(),
+            loss_file: config
+                .strategy
+                .has_pointer()
+                .then(|| crate::losses::loss_path(&config.registry_path())),
         });
         let registry = LaneRegistry::in_memory(config.registry_path());
         GlobFileSource {
@@ -408,6 +450,19 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                 FileSourceError::WildcardFolder(self.config.pattern.display().to_string()).into(),
             );
         }
+        let pattern = self.config.file_pattern();
+        if let Some(rotated) = self
+            .config
+            .rotated
+            .iter()
+            .find(|rotated| glob_covers(rotated, &pattern))
+        {
+            return Err(FileSourceError::RotatedCoversGlob {
+                rotated: rotated.clone(),
+                pattern,
+            }
+            .into());
+        }
         self.output.set_pause_by_default(true);
         // watched before the first scan: a file created between the two is not missed
         self.watch = FolderWatch::new(&self.config.name, &self.config.folder());
@@ -429,8 +484,14 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                 .filter(|(name, _)| glob_matches(&pattern, name))
                 .map(|(name, lane)| (name.to_owned(), lane))
                 .collect();
+            self.complete_moves()?;
             for (name, lane) in entries {
-                self.track(lane, &name, self.config.strategy, false)?;
+                let pointer = crate::pointer::pointer_path_for(&self.config.folder().join(&name));
+                let record = std::fs::read(pointer)
+                    .ok()
+                    .map(|bytes| crate::pointer::PointerRecord::decode(&bytes).record)
+                    .filter(|record| record.epoch != 0);
+                self.track(lane, &name, self.config.strategy, false, record)?;
             }
         }
         self.started = true;
@@ -447,7 +508,9 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         let mut work = 0usize;
         let now = Instant::now();
-        if self.next_scan.is_none_or(|at| now >= at) || self.watch.changed() {
+        let changes = self.watch.poll();
+        self.note_written(&changes);
+        if self.next_scan.is_none_or(|at| now >= at) || changes.entries {
             self.scan()?;
             self.settle()?;
             self.output.report_files(&self.files());
@@ -489,6 +552,22 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                 }
             }
             work += read;
+        }
+        // a file whose path names another file now: where did the open file go? A
+        // scan now says (renamed inside the glob: followed); if it is not in the glob
+        // any more, its source reads it to its end and goes on with the new file
+        if self.files.values().any(|file| {
+            file.source
+                .as_ref()
+                .is_some_and(FileEventSource::path_replaced)
+        }) {
+            self.scan()?;
+            for file in self.files.values_mut() {
+                if let Some(source) = file.source.as_mut() {
+                    source.confirm_replacement();
+                }
+            }
+            self.settle()?;
         }
         self.report_aggregate();
         Ok(WorkDone(work))

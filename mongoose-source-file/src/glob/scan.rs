@@ -1,14 +1,15 @@
 //! Discovery: the folder scanned for the files the glob matches (not bookkeeping, not
-//! a tracked file's rotation), a file renamed inside the glob recognised by its pointer
-//! and kept on its lane, the files' sizes for the status, and the refusal of new lanes
-//! for files whose lanes a consumer saved positions of.
+//! a tracked file's rotation), a file renamed inside the glob recognised by its open
+//! handle or its pointer and kept on its lane (its pointer moved with it), the files'
+//! sizes for the status, and the refusal of new lanes for files whose lanes a consumer
+//! saved positions of.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::path::Path;
 
-use mongoose_core::{CoreError, EventSource};
+use mongoose_core::CoreError;
 use tracing::{info, warn};
 
 use super::pattern::glob_matches;
@@ -16,8 +17,27 @@ use super::GlobFileSource;
 use crate::config::ReadStrategy;
 use crate::identity::key_of;
 use crate::pointer::{pointer_path_for, PointerRecord};
+use crate::positional::starts_as_fingerprinted;
 use crate::rotation;
-use crate::source::FileEventSource;
+use crate::source::{write_identity, FileEventSource};
+use crate::watch::FolderChanges;
+
+/// Moves a pointer file with its file (a missing one is no error: nothing to move).
+pub(super) fn move_pointer(from: &Path, to: &Path) -> Result<(), CoreError> {
+    let (from, to) = (pointer_path_for(from), pointer_path_for(to));
+    match fs::rename(&from, &to) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(CoreError::io(
+            format!(
+                "cannot move the pointer file {} to {} after a rename inside the glob",
+                from.display(),
+                to.display()
+            ),
+            error,
+        )),
+    }
+}
 
 impl<T: Send + 'static> GlobFileSource<T> {
     /// Whether `name` is the glob's own file or a pointer/registry/loss file.
@@ -30,6 +50,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
             .unwrap_or_default();
         name.ends_with(".readPointer")
             || name.ends_with(".losses")
+            || name.ends_with(".losses.reported")
             || name.ends_with(".lanes")
             || name.ends_with(".lanes.tmp")
             || name == registry
@@ -97,7 +118,8 @@ impl<T: Send + 'static> GlobFileSource<T> {
         })
     }
 
-    /// Scans the folder: new files are tracked, files no longer found are marked.
+    /// Scans the folder: files renamed inside the glob are followed, new files are
+    /// tracked, files no longer found are marked.
     pub(super) fn scan(&mut self) -> Result<(), CoreError> {
         let first = self.scans == 0;
         self.scans += 1;
@@ -114,37 +136,123 @@ impl<T: Send + 'static> GlobFileSource<T> {
             ReadStrategy::Latest if !first => ReadStrategy::Earliest,
             other => other,
         };
+        // renames first: the name a renamed file left may already hold a new file
+        // (logrotate's `create`), which is another file, on a new lane
+        if self.has_pointer() {
+            for name in &found {
+                let holder = self.lane_named(name);
+                if holder.is_some_and(|lane| self.holds_own_file(lane)) {
+                    continue;
+                }
+                if let Some(lane) = self.renamed_from(name) {
+                    if let Some(replaced) = holder {
+                        // renamed over another tracked file: that one lost its name
+                        self.detach(replaced)?;
+                    }
+                    self.follow(lane, name)?;
+                }
+            }
+        }
         for name in &found {
-            if self.files.values().any(|file| &file.name == name) {
+            if self.is_tracked(name) {
                 continue;
             }
-            if let Some(lane) = self.renamed_from(name) {
-                self.renamed(lane, name)?;
-                continue;
-            }
+            // its identity first (COMMITED): a crash after it and before the registry
+            // write leaves a pointer at offset 0, nothing read
+            let record = if self.has_pointer() {
+                write_identity(&self.config.folder().join(name))?
+            } else {
+                None
+            };
             let lane = self.registry.assign(name)?;
             info!(source = %self.config.name, file = %name, lane, "a file matching the glob: reading it on its own lane");
-            self.track(lane, name, strategy, true)?;
+            self.track(lane, name, strategy, true, record)?;
         }
         self.refresh_sizes();
         Ok(())
     }
 
-    /// The lane of a tracked file whose name is gone and whose pointer describes the
-    /// file now named `name` (file key, leading bytes, not shorter than the pointer):
-    /// the same file renamed inside the glob. COMMITED only (the others have no
-    /// pointer to tell).
-    fn renamed_from(&self, name: &str) -> Option<u32> {
-        if !self.has_pointer() {
-            return None;
+    fn is_tracked(&self, name: &str) -> bool {
+        self.files.values().any(|file| file.name == name)
+    }
+
+    /// The lane tracked under `name`.
+    fn lane_named(&self, name: &str) -> Option<u32> {
+        self.files
+            .values()
+            .find(|file| file.name == name)
+            .map(|file| file.lane)
+    }
+
+    /// Whether `lane`'s path names the lane's own file (as far as its open handle, or
+    /// its pointer's file key, tells; unknown counts as yes).
+    fn holds_own_file(&self, lane: u32) -> bool {
+        let Some(file) = self.files.get(&lane) else {
+            return true;
+        };
+        let own = file
+            .source
+            .as_ref()
+            .and_then(FileEventSource::open_file_key)
+            .map(|key| key.0)
+            .or(file.key());
+        let Some(own) = own else {
+            return true;
+        };
+        fs::metadata(&file.path)
+            .ok()
+            .and_then(|metadata| key_of(&metadata))
+            .is_none_or(|key| key.0 == own)
+    }
+
+    /// `lane`'s name was taken by another tracked file renamed over it: the lane
+    /// lets go of the name (its registry entry goes, its pointer file moves to a
+    /// bookkeeping name) and is then a file gone from the glob: read from its open
+    /// handle to its end, or counted lost if it may have held unread lines.
+    fn detach(&mut self, lane: u32) -> Result<(), CoreError> {
+        let folder = self.config.folder();
+        let Some(file) = self.files.get_mut(&lane) else {
+            return Ok(());
+        };
+        let gone_name = format!(".{}.lane-{lane}.replaced", file.name);
+        let gone_path = folder.join(&gone_name);
+        let old_name = std::mem::replace(&mut file.name, gone_name);
+        let old_path = std::mem::replace(&mut file.path, gone_path.clone());
+        file.matched = false;
+        self.registry.forget(&old_name)?;
+        match file.source.as_mut() {
+            Some(source) => source.follow_rename(&gone_path)?,
+            None => move_pointer(&old_path, &gone_path)?,
         }
+        warn!(source = %self.config.name, file = %old_path.display(), lane,
+            "another file of the glob was renamed over this one: this lane's file is read to its end from its open handle (or, not open, counted lost if it held unread lines), then forgotten");
+        Ok(())
+    }
+
+    /// The lane whose file is now named `name` (another name of the glob): a tracked
+    /// file whose path no longer names it (gone, or another file there now), known by
+    /// its open handle's file key, or by its pointer (file key, leading bytes, not
+    /// shorter than the pointer). COMMITED only (the others have no pointer to tell).
+    fn renamed_from(&self, name: &str) -> Option<u32> {
         let path = self.config.folder().join(name);
         let file = fs::File::open(&path).ok()?;
         let key = key_of(&file.metadata().ok()?)?;
         self.files
             .values()
-            .filter(|tracked| fs::symlink_metadata(&tracked.path).is_err())
             .find(|tracked| {
+                let at_path = fs::metadata(&tracked.path)
+                    .ok()
+                    .and_then(|metadata| key_of(&metadata));
+                if let Some(open) = tracked
+                    .source
+                    .as_ref()
+                    .and_then(FileEventSource::open_file_key)
+                {
+                    return open == key && at_path != Some(open);
+                }
+                if tracked.key() != Some(key.0) || at_path == Some(key) {
+                    return false;
+                }
                 let Ok(bytes) = fs::read(pointer_path_for(&tracked.path)) else {
                     return false;
                 };
@@ -156,77 +264,82 @@ impl<T: Send + 'static> GlobFileSource<T> {
             .map(|tracked| tracked.lane)
     }
 
-    /// `lane`'s file is now named `name`: moved at once when its source read nothing
-    /// yet in this run (a rename while down) or gave its slot; else once what it read
-    /// from its open handle is committed ([`GlobFileSource::settle`]).
-    fn renamed(&mut self, lane: u32, name: &str) -> Result<(), CoreError> {
+    /// `lane`'s file is now named `name`: the lane follows it. Its registry entry is
+    /// renamed first (a crash before its pointer file moved leaves the pointer under
+    /// the old name, moved at the next start: [`GlobFileSource::complete_moves`]),
+    /// then its pointer file; an open source reads on from its handle, nothing read
+    /// twice and nothing in flight lost.
+    fn follow(&mut self, lane: u32, name: &str) -> Result<(), CoreError> {
+        let new_path = self.config.folder().join(name);
         let Some(file) = self.files.get_mut(&lane) else {
             return Ok(());
         };
-        if file.source.is_none() || file.cycles == 0 {
-            return self.move_lane(lane, name);
+        let old_name = std::mem::replace(&mut file.name, name.to_owned());
+        let old_path = std::mem::replace(&mut file.path, new_path.clone());
+        file.matched = true;
+        file.deleted_tail = None;
+        self.registry.rename(&old_name, name)?;
+        match file.source.as_mut() {
+            Some(source) => source.follow_rename(&new_path)?,
+            None => move_pointer(&old_path, &new_path)?,
         }
-        if file.renamed_to.as_deref() != Some(name) {
-            info!(source = %self.config.name, file = %file.path.display(), renamed = %name, lane,
-                "the file was renamed inside the glob: the same file, kept on its lane (finishing what was read from the open handle first)");
-            file.renamed_to = Some(name.to_owned());
-        }
+        info!(source = %self.config.name, from = %old_path.display(), to = %new_path.display(), lane,
+            "a file renamed inside the glob keeps its lane and its pointer");
         Ok(())
     }
 
-    /// Moves `lane` to the file's new name: its source stopped, its pointer file
-    /// renamed (first: a crash before the registry write leaves the pointer with the
-    /// file, never a registry entry without its pointer, which would read the file
-    /// again from its start), the registry entry renamed, and the source started on
-    /// the new name, where the pointer resumes it.
-    pub(super) fn move_lane(&mut self, lane: u32, name: &str) -> Result<(), CoreError> {
+    /// Completes the moves a crash interrupted: a registry entry whose pointer file is
+    /// missing takes the pointer file of a name the registry does not hold when that
+    /// pointer describes the entry's file (file key and leading bytes).
+    pub(super) fn complete_moves(&mut self) -> Result<(), CoreError> {
         let folder = self.config.folder();
-        let Some(file) = self.files.get_mut(&lane) else {
+        let missing: Vec<String> = self
+            .registry
+            .entries()
+            .map(|(name, _)| name.to_owned())
+            .filter(|name| !pointer_path_for(&folder.join(name)).exists())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let Ok(entries) = fs::read_dir(&folder) else {
             return Ok(());
         };
-        let had_slot = file.source.is_some();
-        if let Some(mut source) = file.source.take() {
-            source.stop()?;
-        }
-        let new_path = folder.join(name);
-        let (old_pointer, new_pointer) =
-            (pointer_path_for(&file.path), pointer_path_for(&new_path));
-        match fs::rename(&old_pointer, &new_pointer) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => {
-                return Err(CoreError::io(
-                    format!(
-                        "cannot move the pointer file {} to {} after a rename inside the glob",
-                        old_pointer.display(),
-                        new_pointer.display()
-                    ),
-                    error,
-                ))
+        let orphans: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+            .filter_map(|name| name.strip_suffix(".readPointer").map(str::to_owned))
+            .filter(|name| self.registry.lane_of(name).is_none())
+            .collect();
+        for name in missing {
+            let path = folder.join(&name);
+            let Ok(file) = fs::File::open(&path) else {
+                continue;
+            };
+            let orphan = orphans.iter().find(|orphan| {
+                fs::read(pointer_path_for(&folder.join(orphan))).is_ok_and(|bytes| {
+                    let record = PointerRecord::decode(&bytes).record;
+                    record.epoch != 0 && rotation::is_pointer_file(&file, &record)
+                })
+            });
+            if let Some(orphan) = orphan {
+                let from = folder.join(orphan);
+                warn!(source = %self.config.name, from = %from.display(), to = %path.display(),
+                    "completing a move of a pointer file that a crash interrupted (the file was renamed inside the glob)");
+                move_pointer(&from, &path)?;
             }
         }
-        let old_name = std::mem::replace(&mut file.name, name.to_owned());
-        self.registry.rename(&old_name, name)?;
-        info!(source = %self.config.name, from = %file.path.display(), to = %new_path.display(), lane,
-            "a file renamed inside the glob keeps its lane and its pointer");
-        file.path = new_path;
-        file.matched = true;
-        file.renamed_to = None;
-        file.cycles = 0;
-        file.parked_size = None;
-        file.deleted_tail = None;
-        self.waiting.retain(|waiting| *waiting != lane);
-        if had_slot {
-            self.unpark(lane)?;
-        } else {
-            self.waiting.push_back(lane);
-        }
         Ok(())
     }
 
-    /// The committed offset and size of every file, for the status.
+    /// The committed offset and size of every file, for the status, and the size of
+    /// each lane's own file as seen now.
     fn refresh_sizes(&mut self) {
         for file in self.files.values_mut() {
+            let open_key = file
+                .source
+                .as_ref()
+                .and_then(FileEventSource::open_file_key);
             if let Some(source) = file.source.as_ref() {
                 let status = source.status();
                 file.committed = if file.strategy.has_pointer() {
@@ -235,8 +348,27 @@ impl<T: Send + 'static> GlobFileSource<T> {
                     status.read_position
                 };
             }
+            let own_key = open_key.map(|key| key.0).or(file.key());
             if let Ok(metadata) = fs::metadata(&file.path) {
+                let grew = metadata.len() != file.size;
                 file.size = metadata.len();
+                let path_key = key_of(&metadata).map(|key| key.0);
+                if own_key.is_some() && path_key == own_key {
+                    file.seen_size = Some(metadata.len());
+                    file.written = false;
+                }
+                // no slot: is the file at the path still the lane's? (another key; or
+                // the same key, an inode reused by a new file: shorter than the
+                // pointer, or other leading bytes, looked at when the size changed)
+                file.replaced = open_key.is_none()
+                    && file.record.is_some_and(|record| {
+                        path_key != own_key
+                            || metadata.len() < record.offset
+                            || ((grew || file.written)
+                                && record.fingerprint_length > 0
+                                && !fs::File::open(&file.path)
+                                    .is_ok_and(|opened| starts_as_fingerprinted(&opened, &record)))
+                    });
             } else if let Some(unread) = file
                 .source
                 .as_ref()
@@ -244,6 +376,28 @@ impl<T: Send + 'static> GlobFileSource<T> {
             {
                 let read = file.source.as_ref().map_or(0, |s| s.status().read_position);
                 file.size = read + unread;
+                file.seen_size = Some(file.size);
+                file.written = false;
+            }
+        }
+    }
+
+    /// Notes the files written to since the last look (inotify), whose size a deletion
+    /// before the next scan would leave unknown.
+    pub(super) fn note_written(&mut self, changes: &FolderChanges) {
+        if changes.overflowed {
+            for file in self.files.values_mut() {
+                file.written = true;
+            }
+            return;
+        }
+        for name in &changes.written {
+            if let Some(file) = self
+                .files
+                .values_mut()
+                .find(|file| name.to_str() == Some(file.name.as_str()))
+            {
+                file.written = true;
             }
         }
     }

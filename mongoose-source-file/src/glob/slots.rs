@@ -1,6 +1,7 @@
 //! A file's life in a [`GlobFileSource`]: started in an open-file slot or left waiting
 //! for one, parked to give its slot to a waiting file, reopened from its pointer, and
-//! forgotten once deleted and fully committed.
+//! forgotten once gone from the glob: read to its end from its open handle and
+//! committed, or (gone before it could be read to its end) counted once as a loss.
 
 use std::fs;
 use std::io;
@@ -13,7 +14,8 @@ use tracing::{debug, info, warn};
 use super::adapter::LaneOutput;
 use super::{GlobFileSource, Tracked};
 use crate::config::{FileSourceConfig, ReadStrategy};
-use crate::pointer::pointer_path_for;
+use crate::pointer::{pointer_path_for, PointerRecord};
+use crate::rotation;
 use crate::source::FileEventSource;
 
 impl<T: Send + 'static> GlobFileSource<T> {
@@ -39,17 +41,20 @@ impl<T: Send + 'static> GlobFileSource<T> {
             hub: Arc::clone(&self.hub),
         });
         let mut source = (self.build)(file_config, lane_output);
+        source.set_glob_member();
         source.start()?;
         Ok(source)
     }
 
     /// Tracks a file on `lane`: opened now when a slot is free, else waiting.
+    /// `record`: what its pointer holds, if known.
     pub(super) fn track(
         &mut self,
         lane: u32,
         name: &str,
         strategy: ReadStrategy,
         matched: bool,
+        record: Option<PointerRecord>,
     ) -> Result<(), CoreError> {
         let path = self.config.folder().join(name);
         let slot_free = !self.has_pointer() || self.open_files() < self.config.max_open_files;
@@ -73,44 +78,46 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 size: 0,
                 parked_size: None,
                 deleted_tail: None,
-                renamed_to: None,
+                record,
+                seen_size: None,
+                written: false,
+                replaced: false,
             },
         );
         Ok(())
     }
 
-    /// Forgets deleted files that are fully committed, and gives slots to waiting
-    /// files.
+    /// Settles the files gone from the glob, and gives slots to waiting files.
     pub(super) fn settle(&mut self) -> Result<(), CoreError> {
-        let moving: Vec<(u32, String)> = self
-            .files
-            .values()
-            .filter_map(|file| {
-                let name = file.renamed_to.clone()?;
-                let source = file.source.as_ref()?;
-                parkable(source, false).then_some((file.lane, name))
-            })
-            .collect();
-        for (lane, name) in moving {
-            self.move_lane(lane, &name)?;
-        }
         let gone: Vec<u32> = self
             .files
-            .values_mut()
-            .filter(|file| !file.matched && file.renamed_to.is_none())
-            .filter_map(|file| forgettable(file).then_some(file.lane))
+            .values()
+            .filter(|file| !file.matched)
+            .map(|file| file.lane)
             .collect();
         for lane in gone {
-            self.forget(lane)?;
+            self.settle_gone(lane)?;
         }
         if !self.has_pointer() {
             return Ok(());
+        }
+        // files not open whose path names another file now (deleted and made again,
+        // or rotated): not among their rotations, they are gone, and the new file is
+        // another file, on a new lane
+        let replaced: Vec<u32> = self
+            .files
+            .values()
+            .filter(|file| file.source.is_none() && file.matched && file.replaced)
+            .map(|file| file.lane)
+            .collect();
+        for lane in replaced {
+            self.settle_replaced(lane)?;
         }
         // parked files that changed want a slot again
         for file in self.files.values() {
             if file.source.is_none()
                 && !self.waiting.contains(&file.lane)
-                && (file.parked_size.is_none_or(|size| size != file.size) || !file.matched)
+                && file.parked_size.is_none_or(|size| size != file.size)
             {
                 self.waiting.push_back(file.lane);
             }
@@ -125,6 +132,104 @@ impl<T: Send + 'static> GlobFileSource<T> {
         Ok(())
     }
 
+    /// A file the last scan did not find (its name is not in the glob any more, and no
+    /// other name of the glob holds it). Still open: read to its end from the handle,
+    /// and forgotten once everything read is committed. Not open: when its pointer's
+    /// file is among its rotations, it waits for a slot to be finished there; else it
+    /// is gone: forgotten, its unread lines (if it may have held any) counted once as
+    /// a loss.
+    fn settle_gone(&mut self, lane: u32) -> Result<(), CoreError> {
+        let has_pointer = self.has_pointer();
+        let Some(file) = self.files.get_mut(&lane) else {
+            return Ok(());
+        };
+        if fs::symlink_metadata(&file.path).is_ok() {
+            // the path names something again (not matched: not a file, or taken for
+            // a rotation): left as it is
+            return Ok(());
+        }
+        if !has_pointer {
+            if forgettable(file) {
+                self.forget(lane, None)?;
+            }
+            return Ok(());
+        }
+        match file.source.as_ref() {
+            Some(source) if source.open_file_key().is_some() => {
+                if forgettable(file) {
+                    self.forget(lane, None)?;
+                }
+                Ok(())
+            }
+            Some(source) => {
+                // its source looked for it (among its rotations too) and did not find
+                // it; what it read is committed first
+                let status = source.status();
+                if file.cycles == 0
+                    || source.has_pending_line()
+                    || status.read_position > status.committed_position
+                {
+                    return Ok(());
+                }
+                let record = source.pointer_record();
+                let unread = unread_of(file, &record, self.watch.is_active());
+                self.forget(lane, unread)
+            }
+            None => {
+                let record = fs::read(pointer_path_for(&file.path))
+                    .map(|bytes| PointerRecord::decode(&bytes).record)
+                    .unwrap_or_default();
+                let globs = if self.config.rotated.is_empty() {
+                    rotation::default_globs(&file.path)
+                } else {
+                    self.config.rotated.clone()
+                };
+                if record.epoch != 0
+                    && rotation::find_pointer_file(&file.path, &globs, &record).is_some()
+                {
+                    // rotated away: its source finishes it there once it has a slot
+                    if !self.waiting.contains(&lane) {
+                        self.waiting.push_back(lane);
+                    }
+                    return Ok(());
+                }
+                file.committed = record.offset;
+                let unread = unread_of(file, &record, self.watch.is_active());
+                self.forget(lane, unread)
+            }
+        }
+    }
+
+    /// A file without a slot whose path names another file now. Its pointer's file
+    /// among its rotations: its source finishes it there when it gets a slot (then
+    /// the file at the path, under a new epoch). Else it is gone: forgotten (its loss
+    /// counted once if it may have held unread lines), and the file at the path is a
+    /// new file that the next scan reads on a new lane.
+    fn settle_replaced(&mut self, lane: u32) -> Result<(), CoreError> {
+        let Some(file) = self.files.get_mut(&lane) else {
+            return Ok(());
+        };
+        let record = fs::read(pointer_path_for(&file.path))
+            .map(|bytes| PointerRecord::decode(&bytes).record)
+            .unwrap_or_default();
+        if record.epoch == 0 || Some(record.file_key) != file.key() {
+            return Ok(());
+        }
+        let globs = if self.config.rotated.is_empty() {
+            rotation::default_globs(&file.path)
+        } else {
+            self.config.rotated.clone()
+        };
+        if rotation::find_pointer_file(&file.path, &globs, &record).is_some() {
+            return Ok(());
+        }
+        file.committed = record.offset;
+        let unread = unread_of(file, &record, self.watch.is_active());
+        info!(source = %self.config.name, file = %file.path.display(), lane,
+            "the file at the path is another file, and the lane's file is not among its rotations: the lane's file is gone; the new file is read on a new lane");
+        self.forget(lane, unread)
+    }
+
     /// Closes one open file with everything it read committed: at its end, or after
     /// its [`GlobSourceConfig::turns_per_slot`] turns (the one open the longest).
     /// False when none can give its slot now.
@@ -134,9 +239,11 @@ impl<T: Send + 'static> GlobFileSource<T> {
             .files
             .values()
             .filter(|file| {
-                file.source
-                    .as_ref()
-                    .is_some_and(|source| parkable(source, file.cycles >= turns))
+                file.matched
+                    && file
+                        .source
+                        .as_ref()
+                        .is_some_and(|source| parkable(source, file.cycles >= turns))
             })
             .max_by_key(|file| file.cycles)
             .map(|file| file.lane);
@@ -148,8 +255,11 @@ impl<T: Send + 'static> GlobFileSource<T> {
         };
         if let Some(mut source) = file.source.take() {
             let status = source.status();
+            let record = source.pointer_record();
             source.stop()?;
             file.committed = status.committed_position;
+            file.record = Some(record).filter(|record| record.epoch != 0);
+            file.replaced = false;
             file.size = fs::metadata(&file.path).map_or(status.read_position, |m| m.len());
             // before its end (its turns were over): it waits for a slot again at once
             file.parked_size = (status.state == SourceState::CaughtUp).then_some(file.size);
@@ -176,11 +286,29 @@ impl<T: Send + 'static> GlobFileSource<T> {
         Ok(())
     }
 
-    /// Stops a deleted file's source, removes its pointer file and its lane.
-    fn forget(&mut self, lane: u32) -> Result<(), CoreError> {
+    /// Forgets a file gone from the glob: its source stopped, its pointer file and
+    /// its lane removed. `unread`: it was gone before it was read to its end (the
+    /// bytes known unread, or `None` when unknown): a loss, counted once and recorded
+    /// (the loss file beside the registry) before the lane is forgotten, so a kill
+    /// cannot make it forgotten.
+    fn forget(&mut self, lane: u32, unread: Option<Option<u64>>) -> Result<(), CoreError> {
         let Some(mut file) = self.files.remove(&lane) else {
             return Ok(());
         };
+        if let Some(unread) = unread {
+            let path = file.path.display().to_string();
+            let bytes = match unread {
+                Some(bytes) => format!("at least {bytes} bytes after it were never read"),
+                None => "it may have held lines after it that were never read (written after it was last seen)".to_owned(),
+            };
+            let what = format!(
+                "the file {path} was deleted before it was read to its end (lane {lane}, committed to byte {}): {bytes}",
+                file.committed
+            );
+            warn!(source = %self.config.name, file = %path, lane, committed = file.committed,
+                "{what}: counted once as a loss (the feed is not lossless)");
+            self.hub.record_loss(&path, &what);
+        }
         if let Some(mut source) = file.source.take() {
             source.stop()?;
         }
@@ -208,20 +336,32 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 "the deleted file ended with bytes after its last line terminator: they were not published");
         }
         info!(source = %self.config.name, file = %file.path.display(), lane,
-            "the file was deleted and everything read from it is committed: forgotten (its pointer and lane removed)");
+            "the file is gone from the glob: forgotten (its pointer and lane removed)");
         Ok(())
+    }
+}
+
+/// What a file gone before it was read to its end may have left unread: `None` when
+/// nothing (it was seen in this run at the size committed and not written to since,
+/// or its pointer says it never held a byte), `Some(Some(bytes))` when `bytes` at
+/// least were never read, `Some(None)` when an unknown number may have been (written
+/// to after it was last seen; not seen in this run while its pointer held bytes; no
+/// folder watch to tell writes).
+fn unread_of<T>(file: &Tracked<T>, record: &PointerRecord, watched: bool) -> Option<Option<u64>> {
+    let committed = file.committed.max(record.offset);
+    match file.seen_size {
+        Some(size) if size > committed => Some(Some(size - committed)),
+        Some(_) if file.written || !watched => Some(None),
+        Some(_) => None,
+        None if record.offset > 0 || record.fingerprint_length > 0 => Some(None),
+        None => None,
     }
 }
 
 /// Whether a deleted file's source read its handle to the end and committed all of it
 /// (or never had the file open in this run).
 fn forgettable<T: Send + 'static>(file: &mut Tracked<T>) -> bool {
-    if fs::symlink_metadata(&file.path).is_ok() {
-        // the path names a file again (not matched: a rotation, or not a file)
-        return false;
-    }
     let Some(source) = file.source.as_ref() else {
-        // parked: reopened to finish it (settle gives it a slot)
         return false;
     };
     if file.cycles == 0 || source.has_pending_line() {
@@ -255,4 +395,6 @@ fn parkable<T: Send + 'static>(source: &FileEventSource<T>, turns_over: bool) ->
     (turns_over || status.state == SourceState::CaughtUp)
         && status.committed_position == status.read_position
         && !source.has_pending_line()
+        && !source.path_replaced()
+        && !source.finishing_rotated()
 }

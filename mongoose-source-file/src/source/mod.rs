@@ -13,6 +13,8 @@ mod backoff;
 mod open;
 mod read;
 
+pub(crate) use self::open::write_identity;
+
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -94,6 +96,18 @@ pub struct FileEventSource<T> {
     open_failures: RepeatedWarning,
     /// The input cannot be read.
     read_failures: RepeatedWarning,
+    /// A file of a glob ([`crate::GlobFileSource`]): the glob decides what a file at
+    /// the path that is not the open file means (the open file renamed inside the
+    /// glob, or rotated out of it), and records the losses.
+    glob_member: bool,
+    /// (A glob's file) the path names another file than the open one: the open file
+    /// is read on, nothing else is opened, until the glob follows the open file to its
+    /// new name ([`FileEventSource::follow_rename`]) or confirms that it left the glob
+    /// ([`FileEventSource::confirm_replacement`]).
+    path_replaced: bool,
+    /// Where a loss this source finds is recorded at once (a single COMMITED file:
+    /// `<pointer>.losses`), so a kill cannot make it forgotten.
+    loss_file: Option<PathBuf>,
 }
 
 impl<T> fmt::Debug for FileEventSource<T> {
@@ -116,6 +130,10 @@ impl<T: Send + 'static> FileEventSource<T> {
     ) -> Self {
         output.set_pause_by_default(true);
         let pointer_path = pointer_path_for(&config.path);
+        let loss_file = config
+            .strategy
+            .has_pointer()
+            .then(|| crate::losses::loss_path(&pointer_path));
         let shared = Arc::new(Mutex::new(CommitShared {
             source_name: config.name.clone(),
             pointer_path,
@@ -168,6 +186,9 @@ impl<T: Send + 'static> FileEventSource<T> {
             backoff: ReopenBackoff::default(),
             open_failures: RepeatedWarning::default(),
             read_failures: RepeatedWarning::default(),
+            glob_member: false,
+            path_replaced: false,
+            loss_file,
         }
     }
 
@@ -251,6 +272,21 @@ impl<T: Send + 'static> FileEventSource<T> {
         self.reported = Some((state, detail.map(str::to_owned)));
     }
 
+    /// Reports a rotated (or replaced) input that was not, or may not have been, read to
+    /// its end: counted, given to the output (the feed is not lossless), and recorded
+    /// in the loss file at once (a glob records its files' losses itself).
+    fn report_unread(&mut self, file: &str, what: &str) {
+        self.status.rotated_unread_files += 1;
+        self.output.report_rotated_unread(file, None);
+        if let Some(loss_file) = self.loss_file.as_ref() {
+            let record = crate::losses::LossRecord::now(&self.config.name, what.to_owned());
+            if let Err(error) = crate::losses::append(loss_file, &record) {
+                warn!(source = %self.config.name, file = %loss_file.display(), %error,
+                    "cannot record the loss beside the pointer: a restart before this run ends will not report it");
+            }
+        }
+    }
+
     fn set_epoch(&mut self, epoch: Epoch) {
         self.epoch = epoch;
         self.status.epoch = epoch;
@@ -275,6 +311,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.ended = false;
         self.paused = false;
         self.opened_since_start = false;
+        self.path_replaced = false;
         self.reported = None;
         self.backoff = ReopenBackoff::default();
         self.open_failures = RepeatedWarning::default();
@@ -400,5 +437,97 @@ impl<T: Send + 'static> FileEventSource<T> {
     /// Whether a line a full queue refused waits to be offered again.
     pub fn has_pending_line(&self) -> bool {
         self.pending.is_some()
+    }
+
+    /// Makes this source a file of a glob: see `glob_member`.
+    pub(crate) fn set_glob_member(&mut self) {
+        self.glob_member = true;
+        self.loss_file = None;
+    }
+
+    /// What the pointer file holds (COMMITED).
+    pub(crate) fn pointer_record(&self) -> PointerRecord {
+        self.shared.lock().record
+    }
+
+    /// The key of the open file (from its handle), if one is open.
+    pub(crate) fn open_file_key(&self) -> Option<FileKey> {
+        self.input.as_ref().and_then(OpenInput::key)
+    }
+
+    /// Whether the open file is the pointer's file found rotated at the start (it is
+    /// being finished under another name than the path).
+    pub(crate) fn finishing_rotated(&self) -> bool {
+        self.finishing_rotated.is_some()
+    }
+
+    /// (A glob's file) the path names another file than the open one, and the glob
+    /// has not said yet what that means.
+    pub(crate) fn path_replaced(&self) -> bool {
+        self.path_replaced
+    }
+
+    /// (A glob's file) the open file is not under another name of the glob: it was
+    /// rotated out of it or deleted. It is read to its end (its lines committed under
+    /// its epoch), then the file at the path is opened under a new epoch, as a single
+    /// file's source does at once.
+    pub(crate) fn confirm_replacement(&mut self) {
+        if !std::mem::take(&mut self.path_replaced) {
+            return;
+        }
+        let reason = format!(
+            "the input file {} was replaced while being read",
+            self.config.path.display()
+        );
+        warn!(source = %self.config.name, %reason, "reading the old file to its end, then reopening");
+        // hold the new file now: a second rotation while the old one is finished
+        // renames it away from the path (issue 11)
+        self.next_file = File::open(&self.config.path).ok();
+        self.report(SourceState::Behind, Some(reason.clone()));
+        self.draining = Some(reason);
+    }
+
+    /// (A glob's file) the file was renamed inside the glob to `new_path`: the source
+    /// reads on from its open handle (or reopens the file under its new name), and its
+    /// pointer file moves with it, without a stop: nothing in flight is read twice.
+    /// The mapped pointer follows the rename (the same inode), so a commit made now or
+    /// later writes the moved file.
+    pub(crate) fn follow_rename(&mut self, new_path: &Path) -> Result<(), CoreError> {
+        let new_pointer = pointer_path_for(new_path);
+        {
+            let mut shared = self.shared.lock();
+            if self.config.strategy.has_pointer() && shared.pointer_path != new_pointer {
+                match std::fs::rename(&shared.pointer_path, &new_pointer) {
+                    Ok(()) => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(error) => {
+                        return Err(CoreError::io(
+                            format!(
+                            "cannot move the pointer file {} to {} after a rename inside the glob",
+                            shared.pointer_path.display(),
+                            new_pointer.display()
+                        ),
+                            error,
+                        ))
+                    }
+                }
+            }
+            shared.pointer_path = new_pointer;
+        }
+        self.config.path = new_path.to_path_buf();
+        self.path = Arc::from(new_path);
+        if let Some(input) = self.input.as_mut() {
+            input.set_path(Arc::clone(&self.path));
+        }
+        // the open file (or the pointer's, to be reopened) is the one at the path now:
+        // whatever the old path named instead is another file, not this lane's, and a
+        // rotated file being finished is finished under its new name, not reset after
+        self.path_replaced = false;
+        self.next_file = None;
+        self.finishing_rotated = None;
+        if self.draining.take().is_some() {
+            self.report(SourceState::Behind, Some("reading".to_owned()));
+        }
+        Ok(())
     }
 }

@@ -159,53 +159,55 @@ impl<T: Send + 'static> FileEventSource<T> {
         if record.epoch == 0 || record.file_key == 0 {
             return Ok(false);
         }
-        if let Some((file, key, _)) = at_path {
-            if key.is_none() {
+        let name = self.config.name.clone();
+        let path = self.config.path.clone();
+        let globs = self.rotation_globs();
+        if let Some((file, key, size)) = at_path {
+            let Some(key) = key else {
                 return Ok(false);
-            }
-            if key.map(|key| key.0) == Some(record.file_key) {
-                // the pointer's key at the path: the pointer's file (the usual checks:
-                // an append, or a truncation), unless its leading bytes differ: an
-                // inode reused by a new file after the old one was deleted
+            };
+            if key.0 == record.file_key {
+                // the pointer's key at the path: the pointer's file (an append), unless
+                // it is shorter than the pointer or its leading bytes differ: cut in
+                // place, or an inode reused by a new file after the old one was deleted
                 let same_bytes =
                     record.fingerprint_length == 0 || starts_as_fingerprinted(file, &record);
-                let shorter = file
-                    .metadata()
-                    .map(|meta| meta.len() < record.offset)
-                    .unwrap_or(false);
-                if same_bytes || shorter {
+                let shorter = size < record.offset;
+                if same_bytes && !shorter {
+                    return Ok(false);
+                }
+                // logrotate's copytruncate while the source was down: the lines after
+                // the pointer are in the copy
+                if let Some((copy, copied)) = rotation::find_copy(
+                    &path,
+                    &globs,
+                    &record,
+                    record.offset,
+                    Some(record.file_key),
+                    &[],
+                ) {
+                    warn!(source = %name, path = %path.display(), copy = %copy.display(), offset = record.offset, epoch = record.epoch,
+                        "the input was cut in place and a copy of it was found (copytruncate): reading the lines after the pointer from the copy, under the pointer's epoch, before the input from its start under a new epoch");
+                    self.finish_elsewhere(copy, copied, record.epoch, record.offset, "the copy")?;
+                    return Ok(true);
+                }
+                if shorter {
+                    // truncated, no copy: the identity check resets it (a WARN)
                     return Ok(false);
                 }
             }
         }
-        let name = self.config.name.clone();
-        let path = self.config.path.clone();
-        let globs = self.rotation_globs();
         if let Some((rotated_path, file)) = rotation::find_pointer_file(&path, &globs, &record) {
-            let metadata = file
-                .metadata()
-                .map_err(|error| CoreError::io("cannot read the rotated file's identity", error))?;
-            let key = key_of(&metadata);
-            let file = Arc::new(file);
             warn!(source = %name, path = %path.display(), rotated = %rotated_path.display(),
-                offset = record.offset, size = metadata.len(), epoch = record.epoch,
+                offset = record.offset, epoch = record.epoch,
                 "the input was rotated: finishing the pointer's file (found by file key and fingerprint) from the pointer to its end, under its epoch, before the file at the path");
-            self.shared.lock().input = Some(Arc::clone(&file));
-            self.front.epoch.store(record.epoch, Ordering::Release);
-            self.set_epoch(Epoch(record.epoch));
-            self.last_key = key;
-            self.opened_since_start = true;
-            let lines_path = Arc::from(rotated_path.as_path());
-            self.input = Some(OpenInput::new(file, key, lines_path, record.offset));
-            self.status.read_position = record.offset;
-            self.status.rotated_files_finished += 1;
-            let reason = format!(
-                "finishing the rotated file {} before the input file {}",
-                rotated_path.display(),
-                path.display()
-            );
-            self.report(SourceState::Behind, Some(reason.clone()));
-            self.draining = Some(reason);
+            self.finish_elsewhere(
+                rotated_path.clone(),
+                file,
+                record.epoch,
+                record.offset,
+                "the rotated file",
+            )?;
             // a file written after the pointer's file was rotated, other than the
             // one at the path: the current file between two rotations while the
             // source was down. It cannot be proven a rotation (a copy would be read
@@ -214,11 +216,12 @@ impl<T: Send + 'static> FileEventSource<T> {
             for skipped in rotation::written_after(&path, &globs, &rotated_path, at_path_key) {
                 warn!(source = %name, path = %path.display(), file = %skipped.display(),
                     "the input was rotated more than once while the source was stopped: this file was written after the pointer's file and may hold lines never read (counted as a possible loss; the feed is not lossless). If it is a rotation of the input, read it with a ONCE feed; a glob feed reads every file");
-                self.status.rotated_unread_files += 1;
-                self.output
-                    .report_rotated_unread(&skipped.display().to_string(), None);
+                let skipped = skipped.display().to_string();
+                self.report_unread(
+                    &skipped,
+                    &format!("{skipped}, written after the rotated file {} while the source was stopped, was not read (a possible loss)", rotated_path.display()),
+                );
             }
-            self.finishing_rotated = Some(rotated_path);
             return Ok(true);
         }
         if record.offset == 0 && record.fingerprint_length == 0 {
@@ -234,6 +237,11 @@ impl<T: Send + 'static> FileEventSource<T> {
             if continues {
                 return Ok(false);
             }
+        } else if self.glob_member {
+            // a glob's file gone from its path, not found among its rotations: the
+            // glob decides whether it was renamed inside the glob, or deleted with
+            // unread lines (a loss it counts once)
+            return Ok(false);
         }
         let compressed = rotation::compressed_candidates(&path, &globs);
         let named = if compressed.is_empty() {
@@ -252,9 +260,89 @@ impl<T: Send + 'static> FileEventSource<T> {
         };
         warn!(source = %name, path = %path.display(), file = %named, pointer = record.offset, epoch = record.epoch,
             "the input was rotated and the pointer's file was compressed or deleted before it was read to its end: the lines it held after the pointer (an unknown number of bytes) cannot be read and are counted as a possible loss (the feed is not lossless). Decompress it into a file that is read by a ONCE feed if they are needed");
-        self.status.rotated_unread_files += 1;
-        self.output.report_rotated_unread(&named, None);
+        self.report_unread(
+            &named,
+            &format!(
+                "{}: rotated, and compressed or deleted before it was read to its end ({named}): the lines after byte {} are a possible loss",
+                path.display(),
+                record.offset
+            ),
+        );
         Ok(false)
+    }
+
+    /// Opens `file` (`at`: the pointer's file rotated away, or a copy of it) to be read
+    /// from `from` to its end under `epoch` before the file at the path: the pointer
+    /// names it (its file key) until then, so a restart finds it again.
+    fn finish_elsewhere(
+        &mut self,
+        at: std::path::PathBuf,
+        file: File,
+        epoch: u64,
+        from: u64,
+        what: &str,
+    ) -> Result<(), CoreError> {
+        let metadata = file
+            .metadata()
+            .map_err(|error| CoreError::io("cannot read the rotated file's identity", error))?;
+        let key = key_of(&metadata);
+        let file = Arc::new(file);
+        {
+            let mut shared = self.shared.lock();
+            shared.input = Some(Arc::clone(&file));
+            if let Some(key) = key {
+                if shared.record.file_key != key.0 && shared.record.epoch == epoch {
+                    let record = PointerRecord {
+                        file_key: key.0,
+                        ..shared.record
+                    };
+                    shared.write_record(record)?;
+                }
+            }
+        }
+        self.front.epoch.store(epoch, Ordering::Release);
+        self.set_epoch(Epoch(epoch));
+        self.last_key = key;
+        self.opened_since_start = true;
+        self.input = Some(OpenInput::new(file, key, Arc::from(at.as_path()), from));
+        self.status.read_position = from;
+        self.status.rotated_files_finished += 1;
+        let reason = format!(
+            "finishing {what} {} before the input file {}",
+            at.display(),
+            self.config.path.display()
+        );
+        self.report(SourceState::Behind, Some(reason.clone()));
+        self.draining = Some(reason);
+        self.finishing_rotated = Some(at);
+        Ok(())
+    }
+
+    /// The open file was found cut in place (shorter than what was read): when a copy
+    /// of it holds what was read and more (logrotate's `copytruncate`), the lines after
+    /// `from` are read from the copy under the same epoch, then the truncated file from
+    /// its start under a new epoch. Returns true when the copy was found.
+    pub(super) fn finish_copy(&mut self, from: u64) -> Result<bool, CoreError> {
+        let Some(input) = self.input.as_ref() else {
+            return Ok(false);
+        };
+        let record = self.shared.lock().record;
+        if record.epoch != self.epoch.get() {
+            return Ok(false);
+        }
+        let original = input.key().map(|key| key.0);
+        let tail = input.taken_tail(4096).to_vec();
+        let globs = self.rotation_globs();
+        let Some((copy, copied)) =
+            rotation::find_copy(&self.config.path, &globs, &record, from, original, &tail)
+        else {
+            return Ok(false);
+        };
+        warn!(source = %self.config.name, path = %self.config.path.display(), copy = %copy.display(), offset = from, epoch = record.epoch,
+            "the input was cut in place and a copy of it was found (copytruncate): reading the lines after the last one read from the copy, under the same epoch, then the input from its start under a new epoch");
+        self.close_input();
+        self.finish_elsewhere(copy, copied, record.epoch, from, "the copy")?;
+        Ok(true)
     }
 
     /// Reconciles the pointer with what the feed's consumers saved with their state
@@ -438,6 +526,59 @@ impl<T: Send + 'static> FileEventSource<T> {
         self.set_epoch(epoch);
         Ok(start_at)
     }
+}
+
+/// Writes the identity of a glob's newly found file into its pointer file, before it
+/// is read: a new epoch, offset 0, the file key and the fingerprint of its first bytes.
+/// From then on the file is known by identity even while it waits for an open-file
+/// slot: renamed inside the glob it keeps its lane, rotated it is followed, and gone
+/// before it was opened its lines are counted lost. A pointer file already there is
+/// left as it is (the identity check of the first open decides). Returns what the
+/// pointer holds, or `None` when the file cannot be opened (gone already).
+pub(crate) fn write_identity(input: &Path) -> Result<Option<PointerRecord>, CoreError> {
+    let file = match File::open(input) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => {
+            return Err(CoreError::io(
+                format!("cannot open {} to read its identity", input.display()),
+                error,
+            ))
+        }
+    };
+    let metadata = file
+        .metadata()
+        .map_err(|error| CoreError::io("cannot read the input file's identity", error))?;
+    let Some(key) = key_of(&metadata) else {
+        return Ok(None);
+    };
+    let pointer_path = crate::pointer::pointer_path_for(input);
+    let mut opened = crate::pointer::PointerFile::open(&pointer_path).map_err(|error| {
+        CoreError::io(
+            format!("cannot open the pointer file {}", pointer_path.display()),
+            error,
+        )
+    })?;
+    let existing = opened.decoded.record;
+    if !opened.created && existing.epoch != 0 {
+        return Ok(Some(existing));
+    }
+    let (fingerprint_length, fingerprint) = fingerprint_of(&file).unwrap_or((0, 0));
+    let record = PointerRecord {
+        offset: 0,
+        epoch: new_epoch(0),
+        file_key: key.0,
+        layout_version: LAYOUT_VERSION,
+        fingerprint_length,
+        fingerprint,
+    };
+    opened.file.write(&record).map_err(|error| {
+        CoreError::io(
+            format!("cannot write the pointer file {}", pointer_path.display()),
+            error,
+        )
+    })?;
+    Ok(Some(record))
 }
 
 /// A new epoch, never 0 and never `previous`. Not a file time: the clock and the

@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use super::FileEventSource;
 use crate::identity::{end_of_file_change, key_of, EndOfFileChange, FileKey, ObservedAtEnd};
 use crate::line::{Chunk, Line};
+use crate::positional::read_exact_at;
 use crate::split::next_line;
 
 /// The open input file and the last chunk read from it.
@@ -29,7 +30,15 @@ pub(super) struct OpenInput {
     chunk_offset: u64,
     /// Bytes of the chunk taken (published, filtered or held as pending).
     consumed: usize,
+    /// The file's first bytes (up to [`LEAD_BYTES`]) as first seen: a file cut and
+    /// written again in place (logrotate's `copytruncate` under a busy writer) no
+    /// longer starts with them, even when it grew back past what was read.
+    lead: Vec<u8>,
 }
+
+/// How many leading bytes of the open file are compared to tell a file rewritten in
+/// place (after each read chunk and at each end of the file: one small `pread`).
+const LEAD_BYTES: usize = 256;
 
 impl OpenInput {
     /// `file` (of `path`), to be read from `start_at`.
@@ -39,14 +48,59 @@ impl OpenInput {
         path: Arc<Path>,
         start_at: u64,
     ) -> OpenInput {
-        OpenInput {
+        let mut input = OpenInput {
             file,
             key,
             chunk: Chunk::empty(Arc::clone(&path)),
             path,
             chunk_offset: start_at,
             consumed: 0,
+            lead: Vec::new(),
+        };
+        input.lead_changed();
+        input
+    }
+
+    /// Whether the file no longer starts with the bytes it started with when first
+    /// seen (cut and written again in place; or shorter than them: cut). Grows the
+    /// remembered bytes while fewer than [`LEAD_BYTES`] were seen.
+    pub(super) fn lead_changed(&mut self) -> bool {
+        let mut now = [0u8; LEAD_BYTES];
+        let known = self.lead.len();
+        if known > 0
+            && (read_exact_at(&self.file, &mut now[..known], 0).is_err()
+                || now[..known] != self.lead[..])
+        {
+            return true;
         }
+        if known < LEAD_BYTES {
+            let size = self.file.metadata().map_or(0, |metadata| metadata.len());
+            let wanted = (size as usize).min(LEAD_BYTES);
+            if wanted > known && read_exact_at(&self.file, &mut now[..wanted], 0).is_ok() {
+                if now[..known] != self.lead[..] {
+                    return true;
+                }
+                self.lead = now[..wanted].to_vec();
+            }
+        }
+        false
+    }
+
+    /// The open file's key.
+    pub(super) fn key(&self) -> Option<FileKey> {
+        self.key
+    }
+
+    /// The last bytes taken before [`OpenInput::position`] that are still in the read
+    /// chunk, at most `max`.
+    pub(super) fn taken_tail(&self, max: usize) -> &[u8] {
+        let taken = &self.chunk.bytes()[..self.consumed];
+        &taken[taken.len().saturating_sub(max)..]
+    }
+
+    /// The open file was renamed: its lines carry the new name.
+    pub(super) fn set_path(&mut self, path: Arc<Path>) {
+        self.path = path;
     }
 
     #[inline]
@@ -72,7 +126,7 @@ enum EofCheck {
 }
 
 impl<T: Send + 'static> FileEventSource<T> {
-    fn close_input(&mut self) {
+    pub(super) fn close_input(&mut self) {
         if let Some(input) = self.input.take() {
             self.buffers.retire(input.chunk);
         }
@@ -265,6 +319,18 @@ impl<T: Send + 'static> FileEventSource<T> {
                         break;
                     }
                 }
+                Ok(Some((chunk, _))) if input.lead_changed() => {
+                    // cut and written again while being read: what was just read may
+                    // be the new content, at an offset of the old one
+                    self.buffers.retire(chunk);
+                    let reason = format!(
+                        "the input file {} was rewritten in place while being read: its first bytes changed",
+                        self.config.path.display()
+                    );
+                    if !self.on_truncated(reason)? {
+                        break;
+                    }
+                }
                 Ok(Some((chunk, read))) => {
                     input.chunk_offset += input.consumed as u64;
                     input.consumed = 0;
@@ -338,9 +404,24 @@ impl<T: Send + 'static> FileEventSource<T> {
             self.report(SourceState::Behind, Some(reason));
             return Ok(false);
         }
+        if self.path_replaced {
+            // a glob's file: the glob says what the file at the path is (see
+            // `follow_rename`, `confirm_replacement`); the open file is read on
+            return Ok(false);
+        }
         match self.check_identity_at_eof() {
             EofCheck::Unchanged => {
                 self.report(SourceState::CaughtUp, None);
+                Ok(false)
+            }
+            EofCheck::Replaced(reason) if self.glob_member => {
+                self.path_replaced = true;
+                self.report(
+                    SourceState::Behind,
+                    Some(format!(
+                        "{reason}: waiting for the glob's scan to find where the open file went"
+                    )),
+                );
                 Ok(false)
             }
             EofCheck::Replaced(reason) => {
@@ -352,23 +433,50 @@ impl<T: Send + 'static> FileEventSource<T> {
                 self.draining = Some(reason);
                 Ok(true)
             }
-            EofCheck::Truncated(reason) => {
-                warn!(source = %self.config.name, %reason, "reopening the input file");
-                let from = self.input.as_ref().map(OpenInput::position);
-                self.close_input();
-                self.reopen_from = from;
-                self.report(SourceState::Behind, Some(reason));
-                Ok(false)
+            EofCheck::Truncated(reason) => self.on_truncated(reason),
+        }
+    }
+
+    /// The open file is shorter than what was read of it, or was rewritten in place.
+    /// With a pointer, a copy of it among its rotations (logrotate's `copytruncate`)
+    /// is read from where the source was, under the same epoch, and true is returned
+    /// (read on); without one, what the source had not read yet is a loss when it was
+    /// behind. Then the file is reopened (false: the cycle ends), under a new epoch.
+    fn on_truncated(&mut self, reason: String) -> Result<bool, CoreError> {
+        warn!(source = %self.config.name, %reason, "reopening the input file");
+        let from = self.input.as_ref().map(OpenInput::position);
+        if let (true, Some(from)) = (
+            self.config.strategy.has_pointer() && self.finishing_rotated.is_none(),
+            from,
+        ) {
+            if self.finish_copy(from)? {
+                return Ok(true);
+            }
+            if self.status.state != SourceState::CaughtUp {
+                // cut while the source was behind: what it had not read yet is gone
+                // (no copy of it was found)
+                let path = self.config.path.display().to_string();
+                warn!(source = %self.config.name, path = %path, read_to = from,
+                    "the input was cut in place while the source was behind, and no copy of it was found among its rotations: the lines it had not read are lost (counted; the feed is not lossless)");
+                self.report_unread(
+                    &path,
+                    &format!("{path} was cut in place while the source was behind (at byte {from}), and no copy of it was found: the lines after it are a loss"),
+                );
             }
         }
+        self.close_input();
+        self.reopen_from = from;
+        self.report(SourceState::Behind, Some(reason));
+        Ok(false)
     }
 
     /// Before CAUGHT_UP: is the path still the open file, and is it not shorter than
     /// what was read? (feed-delivery-guarantees §4, review R4)
-    fn check_identity_at_eof(&self) -> EofCheck {
-        let Some(input) = self.input.as_ref() else {
+    fn check_identity_at_eof(&mut self) -> EofCheck {
+        let Some(input) = self.input.as_mut() else {
             return EofCheck::Unchanged;
         };
+        let lead_changed = input.lead_changed();
         let path = &self.config.path;
         let observed = ObservedAtEnd {
             open_size: input.file.metadata().ok().map(|open| open.len()),
@@ -378,6 +486,10 @@ impl<T: Send + 'static> FileEventSource<T> {
             path_key: fs::metadata(path).ok().map(|at_path| key_of(&at_path)),
         };
         match end_of_file_change(&observed) {
+            None if lead_changed => EofCheck::Truncated(format!(
+                "the input file {} was rewritten in place: its first bytes changed",
+                path.display()
+            )),
             None => EofCheck::Unchanged,
             Some(EndOfFileChange::Truncated { size, read_through }) => {
                 EofCheck::Truncated(format!(
