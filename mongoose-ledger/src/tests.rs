@@ -11,6 +11,8 @@ fn test_settings(dir: &Path, compact_every: u64) -> LedgerSettings {
         guard: true,
         sync: false,
         compact_every,
+        snapshot_bytes: 64 << 20,
+        snapshot_every_secs: 30,
         group_commit: true,
         group_records: 1024,
         group_micros: 2000,
@@ -326,5 +328,85 @@ fn a_rejected_line_whose_log_write_fails_is_not_counted_until_it_is_written() {
     assert_eq!(
         std::fs::read_to_string(&path).expect("log"),
         "12,expected account,amount,not a ledger line\n"
+    );
+}
+
+/// `cargo test --release -p mongoose-ledger restart_bench -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn restart_bench() {
+    use mongoose_outbox::{Admission, AdmittedOutput, AdmittedPosition};
+    let dir = tempfile::tempdir().expect("dir");
+    let settings = test_settings(dir.path(), u64::MAX);
+    std::fs::create_dir_all(&settings.state_dir).unwrap();
+    let mut config = OutboxConfig::new(LedgerState::outbox_path(&settings.state_dir));
+    config.sync = false;
+    let (mut outbox, _) = Outbox::open(config).unwrap();
+    let started = std::time::Instant::now();
+    for index in 0..1_000_000u64 {
+        let record = JournalRecord {
+            account: Some((format!("u{index:x}"), -(index as i64))),
+            unsaved: Vec::new(),
+            applied: index + 1,
+            rejected: 0,
+            lane: 0,
+            epoch: 77,
+            position: index * 24,
+            unsaved_lanes: Vec::new(),
+        };
+        let key = OutputKey::new("lines", Epoch(77), 0, index * 24, 0, 3);
+        outbox
+            .admit(&Admission {
+                state: record.encode(),
+                positions: vec![AdmittedPosition {
+                    feed: "lines".into(),
+                    epoch: Epoch(77),
+                    lane: 0,
+                    position: index * 24,
+                }],
+                outputs: vec![AdmittedOutput {
+                    sink: "out".into(),
+                    key: key.clone(),
+                    payload: format!("{},u{index:x},-{index}", index * 24).into_bytes(),
+                }],
+            })
+            .unwrap();
+        if index % 1000 == 999 {
+            let keys: Vec<_> = (index - 999..=index)
+                .map(|i| {
+                    (
+                        OutputKey::new("lines", Epoch(77), 0, i * 24, 0, 3),
+                        Outcome::Published,
+                    )
+                })
+                .collect();
+            outbox.record_outcomes(&keys).unwrap();
+        }
+    }
+    outbox.close().unwrap();
+    println!("wrote 1M records in {:?}", started.elapsed());
+    let started = std::time::Instant::now();
+    let mut config = OutboxConfig::new(LedgerState::outbox_path(&settings.state_dir));
+    config.sync = false;
+    let (outbox, recovery) = Outbox::open(config).unwrap();
+    println!("outbox open (scan) {:?}", started.elapsed());
+    let mut state = LedgerState::default();
+    state
+        .apply_admissions(
+            recovery
+                .admissions
+                .iter()
+                .map(|(seq, a)| (*seq, a.state.as_slice())),
+        )
+        .unwrap();
+    println!("scan + apply {:?}", started.elapsed());
+    drop((outbox, recovery));
+    let started = std::time::Instant::now();
+    let alerts = Ledger::open_alerts_file(&dir.path().join("alerts.txt")).expect("alerts");
+    let ledger = Ledger::open(settings, Box::new(alerts), None).unwrap();
+    println!(
+        "Ledger::open {:?} applied {}",
+        started.elapsed(),
+        ledger.state.applied
     );
 }
