@@ -1130,6 +1130,7 @@ impl CommitGate for Tracker {
 #[derive(Default)]
 struct Given {
     written: std::collections::VecDeque<(u64, OutputKey)>,
+    untracked: std::collections::VecDeque<(u64, OutputKey)>,
     republished: std::collections::VecDeque<(u64, OutputKey)>,
 }
 
@@ -1286,15 +1287,27 @@ impl AlertSink for SinkAlerts {
                 )));
             }
         }
+        let before = match &self.tracking {
+            Tracking::Tags { written, .. } => Some(written.last()),
+            Tracking::Settled => None,
+        };
         let key = self
             .writer
             .write(line.as_bytes().to_vec())
             .map_err(send_error)?;
         let tag = match &self.tracking {
-            Tracking::Tags { written, .. } => written.last(),
-            Tracking::Settled => 0,
+            Tracking::Tags { written, .. } => Some(written.last()),
+            Tracking::Settled => None,
         };
-        self.given.written.push_back((tag, key.clone()));
+        if tag.is_some() && tag != before {
+            self.given
+                .written
+                .push_back((tag.unwrap_or_default(), key.clone()));
+        } else {
+            // not tagged (written outside a delivery, or no tracker): over once the
+            // whole sink is settled
+            self.given.untracked.push_back((1, key.clone()));
+        }
         Ok(Some((key, self.writer.sink().to_owned())))
     }
 
@@ -1325,7 +1338,7 @@ impl AlertSink for SinkAlerts {
                 self.writer
                     .republish(key.clone(), payload)
                     .map_err(send_error)?;
-                self.given.republished.push_back((0, key));
+                self.given.untracked.push_back((1, key));
             }
         }
         Ok(())
@@ -1342,16 +1355,18 @@ impl AlertSink for SinkAlerts {
                 republished,
                 ..
             } => (written.through(), republished.through()),
-            Tracking::Settled => {
-                if !self.writer.is_settled() {
-                    return;
-                }
-                (u64::MAX, u64::MAX)
-            }
+            Tracking::Settled => (0, 0),
+        };
+        // checked only when something untracked waits (it reads the sink's status)
+        let untracked_through = if !self.given.untracked.is_empty() && self.writer.is_settled() {
+            u64::MAX
+        } else {
+            0
         };
         for (given, through) in [
             (&mut self.given.written, written_through),
             (&mut self.given.republished, republished_through),
+            (&mut self.given.untracked, untracked_through),
         ] {
             while given.front().is_some_and(|(tag, _)| *tag <= through) {
                 if let Some((_, key)) = given.pop_front() {

@@ -410,3 +410,74 @@ fn restart_bench() {
         ledger.state.applied
     );
 }
+
+/// Issue 24, item 7: a restart finds more admitted alerts without an outcome than the
+/// alerts sink queues (65,536): it publishes them again as the sink takes them (waiting
+/// for room when the queue is full, never failing for it), and records their outcomes
+/// as the sink publishes them, so after a clean stop the next start has none to publish
+/// again. Before the fix outcomes were recorded only at a snapshot: all 70,000 stayed
+/// unsettled (checked by leaving the recording out).
+#[test]
+fn a_restart_publishes_every_unsettled_alert_and_records_its_outcome() {
+    use mongoose_outbox::{Admission, AdmittedPosition};
+    const ALERTS: u64 = 70_000;
+    let dir = tempfile::tempdir().expect("dir");
+    let settings = test_settings(dir.path(), u64::MAX);
+    let mut config = OutboxConfig::new(LedgerState::outbox_path(&settings.state_dir));
+    config.sync = false;
+    let (mut outbox, _) = Outbox::open(config).expect("outbox");
+    for index in 0..ALERTS {
+        let position = (index + 1) * 10;
+        let record = JournalRecord {
+            account: Some((format!("u{index}"), -1)),
+            unsaved: Vec::new(),
+            applied: index + 1,
+            rejected: 0,
+            lane: 0,
+            epoch: 7,
+            position,
+            unsaved_lanes: Vec::new(),
+        };
+        outbox
+            .admit(&Admission {
+                state: record.encode(),
+                positions: vec![AdmittedPosition {
+                    feed: "lines".into(),
+                    epoch: Epoch(7),
+                    lane: 0,
+                    position,
+                }],
+                outputs: vec![AdmittedOutput {
+                    sink: "alerts".into(),
+                    key: OutputKey::new("lines", Epoch(7), 0, position, 0, 0),
+                    payload: format!("{position},u{index},-1").into_bytes(),
+                }],
+            })
+            .expect("admitted");
+    }
+    outbox.close().expect("closed");
+    let alerts_path = dir.path().join("alerts.txt");
+    let open = || {
+        let alerts = SinkAlerts::file(&alerts_path, false, None).expect("alerts sink");
+        Ledger::open(settings.clone(), Box::new(alerts), None)
+    };
+    let mut ledger = open().expect("a restart never fails for a full alerts queue");
+    assert_eq!(ledger.state.applied, ALERTS);
+    ledger.stop().expect("stopped");
+    drop(ledger);
+    let written = std::fs::read_to_string(&alerts_path).expect("alerts");
+    assert_eq!(
+        written.lines().count() as u64,
+        ALERTS,
+        "every alert written once"
+    );
+    let recovery =
+        mongoose_outbox::read(&LedgerState::outbox_path(&settings.state_dir)).expect("readable");
+    assert!(
+        recovery.unsettled().is_empty(),
+        "{} alerts still without an outcome after a clean stop",
+        recovery.unsettled().len()
+    );
+    let ledger = open().expect("the next start");
+    drop(ledger);
+}
