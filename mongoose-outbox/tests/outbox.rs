@@ -126,7 +126,7 @@ fn kill_child(dir: &Path) -> ! {
     let mut number = recovery.admissions.last().map_or(0, |(_, a)| number_of(a));
     let mut unsettled: Vec<OutputKey> = recovery
         .unsettled()
-        .into_iter()
+        .iter()
         .map(|(_, output)| output.key.clone())
         .collect();
     loop {
@@ -645,7 +645,7 @@ fn unsettled_outputs_are_those_without_a_terminal_outcome() {
     let (_, recovery) = Outbox::open(config(dir.path())).unwrap();
     let keys: Vec<OutputKey> = recovery
         .unsettled()
-        .into_iter()
+        .iter()
         .map(|(_, output)| output.key.clone())
         .collect();
     assert_eq!(keys, vec![key(1, 1), key(3, 1)]);
