@@ -17,8 +17,24 @@
 //!    account's new balance, the counts, the feed's `(epoch, position)` and the
 //!    delivery's alerts) into its outbox (`mongoose-outbox`), fsync'd in groups when a
 //!    commit gate holds the line until the record is durable, else synced at once.
-//!    Every `compact_every` records the whole state is written as a checksummed
-//!    snapshot (temp file, fsync, rename, fsync dir) and the outbox compacted.
+//!    Every `compact_every` records, `snapshot_bytes` of records or
+//!    `snapshot_every_secs` seconds the whole state is written as a checksummed
+//!    snapshot (temp file, fsync, rename, fsync dir) and the outbox compacted. As the
+//!    alerts sink reports each alert over, its outcome is recorded in the outbox in
+//!    batches, so a crash leaves only the alerts in flight to publish again, and a
+//!    restart publishes them under backpressure (it waits for room in the sink's
+//!    queue, never fails for it): a crash loop never wedges the ledger.
+//!
+//! # Identity
+//!
+//! A new state folder gets a run id, saved in its first snapshot before any record;
+//! every outbox segment carries it. Opening refuses, naming the file and what to do
+//! (nothing on disk changed): an outbox segment of another ledger or another run, an
+//! outbox that ends before what the snapshot holds (segments deleted, an older copy),
+//! records the outbox reported durable and that are gone (a cut tail: their lines may
+//! be committed), and an outbox without its snapshot (deleted). A state folder of
+//! another input put in place whole is refused by the file feed (the pointer is past
+//! lines of an epoch the state does not hold).
 //!
 //! The state is never applied twice and the source's pointer is never ahead of the
 //! durable state, so no line is skipped; an alert admitted with its line's record and
@@ -99,9 +115,11 @@ use mongoose_core::sink::CommitGate;
 use mongoose_core::sink::{OutputKey, RetryBudget};
 use mongoose_outbox::{
     AdmissionRef, AdmittedOutput, AdmittedOutputRef, AdmittedPositionRef, Outbox, OutboxConfig,
-    Outcome,
+    OutboxOwner, Outcome,
 };
-use mongoose_sink::{FileSink, FileSinkConfig, RunnerConfig, SinkRunner, SinkWriter};
+use mongoose_sink::{
+    FileSink, FileSinkConfig, GateId, GateSource, RunnerConfig, SinkHandle, SinkRunner, SinkWriter,
+};
 
 use journal::JournalRecord;
 
@@ -139,6 +157,14 @@ pub struct LedgerSettings {
     /// Journal records between two snapshots (default 100,000).
     #[serde(default = "default_compact_every")]
     pub compact_every: u64,
+    /// A snapshot is also taken once the records since the last one hold this many
+    /// bytes (default 64 MiB) ...
+    #[serde(default = "default_snapshot_bytes")]
+    pub snapshot_bytes: u64,
+    /// ... or once the last one is this many seconds old (default 30), so a restart
+    /// replays a bounded outbox.
+    #[serde(default = "default_snapshot_every_secs")]
+    pub snapshot_every_secs: u64,
     /// With `sync` and a commit gate (a server gives one): fsync the records in
     /// groups (default true): every `group_records` records or `group_micros`
     /// microseconds, whichever comes first, and the feed commits a line only once its
@@ -184,6 +210,14 @@ fn default_group_records() -> usize {
 
 fn default_group_micros() -> u64 {
     2000
+}
+
+fn default_snapshot_bytes() -> u64 {
+    64 << 20
+}
+
+fn default_snapshot_every_secs() -> u64 {
+    30
 }
 
 fn default_compact_every() -> u64 {
@@ -245,11 +279,17 @@ pub struct Ledger {
     gate: Gate,
     /// Records since the last snapshot.
     journal_records: u64,
+    /// Bytes of the records since the last snapshot.
+    journal_bytes: u64,
+    /// When the last snapshot was taken (or the ledger opened).
+    snapshot_at: std::time::Instant,
     /// The keyed alerts of the delivery being handled, admitted with its record.
     outputs: Vec<AdmittedOutput>,
-    /// The keys of the alerts admitted since the last compaction (recorded published
-    /// once the sink is settled, so the outbox may forget them).
-    admitted_keys: Vec<OutputKey>,
+    /// The keys of admitted alerts the sink says are over, not yet recorded in the
+    /// outbox (recorded in batches, so the unsettled set stays bounded).
+    over: Vec<OutputKey>,
+    /// The outcomes record being built (kept for its capacity).
+    outcomes: Vec<(OutputKey, Outcome)>,
     /// The accounts changed since the last save that succeeded.
     changed: std::collections::BTreeSet<String>,
     /// The lane of the last delivery: its position goes in the next record.
@@ -280,37 +320,111 @@ impl Ledger {
                 settings.state_dir.display()
             ))
         })?;
-        let (mut state, journal_end) = LedgerState::load_with_journal_end(&settings.state_dir)?;
-        let journal_path = LedgerState::journal_path(&settings.state_dir);
+        let state_dir = settings.state_dir.clone();
+        let snapshot_path = LedgerState::path(&state_dir);
+        let outbox_dir = LedgerState::outbox_path(&state_dir);
+        let had_snapshot = snapshot_path.exists();
+        let (mut state, journal_end) = LedgerState::load_with_journal_end(&state_dir)?;
+        let journal_path = LedgerState::journal_path(&state_dir);
         let cannot = |what: &str, path: &Path, error: std::io::Error| {
             ProcessorError::new(format!("cannot {what} {}: {error}", path.display()))
         };
-        let mut config = OutboxConfig::new(LedgerState::outbox_path(&settings.state_dir));
+        // the state's identity: the snapshot names its run; every outbox segment
+        // carries it (their owner), so another ledger's or another run's outbox is
+        // refused, never applied (DESIGN invariant 6)
+        let owner = if had_snapshot {
+            if state.run.is_empty() {
+                // a state of an earlier build: it takes the outbox's owner (or a new
+                // one), saved in a snapshot below
+                OutboxOwner::AdoptOr(state::new_run_id())
+            } else {
+                let Some(id) = state::parse_run(&state.run) else {
+                    return Err(ProcessorError::new(format!(
+                        "the ledger snapshot {} names run '{}', which is not 32 hex digits: it was edited or damaged. The ledger does not start, and leaves its files as they are. {}",
+                        snapshot_path.display(),
+                        state.run,
+                        state::recovery(&state_dir)
+                    )));
+                };
+                OutboxOwner::Is(id)
+            }
+        } else if has_segments(&outbox_dir) {
+            // no snapshot beside an outbox: this build writes its snapshot before its
+            // first outbox record, so the snapshot was deleted; only an outbox of an
+            // earlier build that still starts at its first record can rebuild the state
+            let found =
+                mongoose_outbox::read_with(&outbox_dir, &mut |_, _| Ok(())).map_err(|error| {
+                    ProcessorError::new(format!(
+                        "{error}. The ledger does not start. {}",
+                        state::recovery(&state_dir)
+                    ))
+                })?;
+            if found.owner.is_some() || found.first_seq > 1 {
+                return Err(ProcessorError::new(format!(
+                    "the ledger snapshot {} is missing, but its outbox {} holds records (from record {} on{}): the snapshot was deleted, and the state cannot be rebuilt without it{}. The ledger does not start, and leaves its files as they are. Put back the snapshot {} from a backup taken with the rest of the state folder; or {}",
+                    snapshot_path.display(),
+                    outbox_dir.display(),
+                    found.first_seq,
+                    if found.owner.is_some() { ", written by a build that writes its snapshot before its first record" } else { "" },
+                    if found.first_seq > 1 { format!(" (the records before {} were compacted into it)", found.first_seq) } else { String::new() },
+                    snapshot_path.display(),
+                    state::recovery_start_over(&state_dir)
+                )));
+            }
+            OutboxOwner::AdoptOr(state::new_run_id())
+        } else {
+            // a new state folder: its identity is saved before its first record
+            let id = state::new_run_id();
+            state.run = state::run_hex(&id);
+            state
+                .save(&state_dir, settings.sync)
+                .map_err(|error| cannot("save the state in", &state_dir, error))?;
+            OutboxOwner::Is(id)
+        };
+        let mut config = OutboxConfig::new(outbox_dir);
         config.sync = settings.sync;
         config.group_records = settings.group_records.max(1);
         config.group_micros = settings.group_micros;
-        let (mut outbox, recovery) = Outbox::open(config).map_err(|error| {
+        config.owner = owner;
+        config.saved_through = state.outbox_seq;
+        // each record after the snapshot is applied as the outbox reads it, borrowed
+        // from the segment (a restart after a million records is quick)
+        let mut applied = 0u64;
+        let opened = {
+            let state = &mut state;
+            let applied = &mut applied;
+            Outbox::open_with(config, move |seq, admission| {
+                if seq <= state.outbox_seq {
+                    return Ok(());
+                }
+                let record = JournalRecord::decode(admission.state)
+                    .ok_or_else(|| "it is not a ledger journal record".to_owned())?;
+                record.apply(state);
+                state.outbox_seq = seq;
+                *applied += 1;
+                Ok(())
+            })
+        };
+        let (mut outbox, mut recovery) = opened.map_err(|error| {
             ProcessorError::new(format!(
                 "{error}. The ledger does not start. {}",
                 state::recovery(&settings.state_dir)
             ))
         })?;
-        let applied = state.apply_admissions(
-            recovery
-                .admissions
-                .iter()
-                .map(|(seq, admission)| (*seq, admission.state.as_slice())),
-        )?;
         if applied > 0 {
             info!(
                 records = applied,
                 "ledger: the records of the outbox after the snapshot are applied"
             );
         }
+        let adopted = state.run.is_empty();
+        if adopted {
+            state.run = state::run_hex(&outbox.owner());
+        }
         // a journal of an earlier build (one fsync per record): its records are in the
         // state now; a snapshot takes them in, and the journal goes
         let legacy = std::fs::metadata(&journal_path).map_or(0, |meta| meta.len());
-        if legacy > 0 {
+        if legacy > 0 || adopted {
             if legacy > journal_end {
                 warn!(journal = %journal_path.display(), at = journal_end, torn_bytes = legacy - journal_end, "the ledger journal ends with a torn record (a crash cut its write short; its line was not committed and is read again): it is cut off");
             }
@@ -321,24 +435,42 @@ impl Ledger {
             state
                 .save(&settings.state_dir, settings.sync)
                 .map_err(|error| cannot("save the state in", &settings.state_dir, error))?;
-            std::fs::remove_file(&journal_path)
-                .map_err(|error| cannot("remove", &journal_path, error))?;
-            info!(journal = %journal_path.display(), "ledger: the journal of an earlier build is taken into a snapshot; records go to the outbox now");
+            if legacy > 0 {
+                std::fs::remove_file(&journal_path)
+                    .map_err(|error| cannot("remove", &journal_path, error))?;
+                info!(journal = %journal_path.display(), "ledger: the journal of an earlier build is taken into a snapshot; records go to the outbox now");
+            }
         }
         // alerts admitted before a crash and never confirmed published go out again,
-        // under their keys (a sink that de-duplicates writes each once)
+        // under their keys (a sink that de-duplicates writes each once); a full queue
+        // is waited out, never a failure (DESIGN invariant 7): the sink's thread drains
+        // it, and each outcome is recorded as it is published
         let mut alerts = alerts;
-        let mut admitted_keys = Vec::new();
-        for (_, output) in recovery.unsettled() {
-            alerts
-                .republish(output.key.clone(), output.payload.clone())
-                .map_err(|error| {
-                    ProcessorError::new(format!("cannot publish an admitted alert again: {error}"))
-                })?;
-            admitted_keys.push(output.key.clone());
+        let unsettled = recovery.take_unsettled();
+        if !unsettled.is_empty() {
+            info!(alerts = unsettled.len(), "ledger: alerts admitted before the last stop and not confirmed published are published again under their keys");
         }
-        if !admitted_keys.is_empty() {
-            info!(alerts = admitted_keys.len(), "ledger: alerts admitted before the last stop and not confirmed published are published again under their keys");
+        let mut waited_since: Option<std::time::Instant> = None;
+        for (_, output) in unsettled {
+            let AdmittedOutput { key, payload, .. } = output;
+            loop {
+                match alerts.republish(key.clone(), payload.clone()) {
+                    Ok(()) => break,
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                        let since = waited_since.get_or_insert_with(std::time::Instant::now);
+                        if since.elapsed() >= std::time::Duration::from_secs(10) {
+                            info!("ledger: the alerts sink's queue is full; waiting for it to take the alerts to publish again");
+                            *since = std::time::Instant::now();
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    Err(error) => {
+                        return Err(ProcessorError::new(format!(
+                            "cannot publish an admitted alert again: {error}"
+                        )))
+                    }
+                }
+            }
         }
         let gate = gate.filter(|_| settings.group_commit);
         if let Some(gate) = &gate {
@@ -354,8 +486,11 @@ impl Ledger {
             outbox,
             gate: Gate(gate),
             journal_records: 0,
+            journal_bytes: 0,
+            snapshot_at: std::time::Instant::now(),
             outputs: Vec::new(),
-            admitted_keys,
+            over: Vec::new(),
+            outcomes: Vec::new(),
             changed: std::collections::BTreeSet::new(),
             lane: 0,
             changed_lanes: std::collections::BTreeSet::new(),
@@ -500,38 +635,75 @@ impl Ledger {
         }
         self.changed.clear();
         self.changed_lanes.clear();
-        self.admitted_keys
-            .extend(self.outputs.drain(..).map(|output| output.key));
+        self.outputs.clear();
         self.journal_records += 1;
-        if self.journal_records >= self.settings.compact_every.max(1) {
-            // the snapshot holds everything up to the last record (a crash before the
-            // outbox is compacted replays records whose absolute values it already has)
-            let through = self.outbox.sync().map_err(|error| failed(&error))?;
-            self.state.outbox_seq = through;
-            self.state
-                .save(&self.settings.state_dir, self.settings.sync)
-                .map_err(|error| failed(&error))?;
-            self.journal_records = 0;
-            // the outbox forgets its older segments once every alert admitted in them is
-            // over; while the alerts sink still holds some, a later snapshot does it
-            if self.alerts.is_settled() {
-                if !self.admitted_keys.is_empty() {
-                    let outcomes: Vec<(OutputKey, Outcome)> = self
-                        .admitted_keys
-                        .drain(..)
-                        .map(|key| (key, Outcome::Published))
-                        .collect();
-                    self.outbox
-                        .record_outcomes(&outcomes)
-                        .map_err(|error| failed(&error))?;
-                }
-                self.outbox
-                    .compact(through)
-                    .map_err(|error| failed(&error))?;
-            }
+        self.journal_bytes += encoded.len() as u64;
+        // the alerts the sink says are over: their outcomes become durable in batches
+        // as they are published, so a crash leaves at most the alerts in flight
+        // unsettled (never everything since the last snapshot)
+        self.alerts.drain_over(&mut self.over);
+        if self.over.len() >= OUTCOMES_BATCH {
+            self.record_over().map_err(|error| failed(&error))?;
+        }
+        let due = self.journal_records >= self.settings.compact_every.max(1)
+            || self.journal_bytes >= self.settings.snapshot_bytes.max(1)
+            || self.snapshot_at.elapsed()
+                >= std::time::Duration::from_secs(self.settings.snapshot_every_secs.max(1));
+        if due {
+            self.snapshot().map_err(|error| failed(&error))?;
         }
         Ok(())
     }
+
+    /// Records the outcome of the alerts the sink said are over (`Over`: published,
+    /// or given up and counted by the sink's policy).
+    fn record_over(&mut self) -> Result<(), mongoose_outbox::OutboxError> {
+        if self.over.is_empty() {
+            return Ok(());
+        }
+        self.outcomes.clear();
+        self.outcomes
+            .extend(self.over.drain(..).map(|key| (key, Outcome::Over)));
+        self.outbox.record_outcomes(&self.outcomes)?;
+        self.outcomes.clear();
+        Ok(())
+    }
+
+    /// Writes the whole state as a snapshot holding every record so far, then lets the
+    /// outbox forget the segments before it whose alerts are all over.
+    fn snapshot(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.alerts.drain_over(&mut self.over);
+        self.record_over()?;
+        // the snapshot holds everything up to the last record (a crash before the
+        // outbox is compacted replays records whose absolute values it already has)
+        let through = self.outbox.sync()?;
+        self.state.outbox_seq = through;
+        self.state
+            .save(&self.settings.state_dir, self.settings.sync)?;
+        self.journal_records = 0;
+        self.journal_bytes = 0;
+        self.snapshot_at = std::time::Instant::now();
+        // the records after the snapshot go to a new segment, so the older ones can go
+        // once their alerts are over (a segment with an unsettled alert stays until a
+        // later snapshot finds it settled)
+        self.outbox.roll();
+        self.outbox.compact(through)?;
+        Ok(())
+    }
+}
+
+/// Alerts over before their outcomes are recorded in one outbox record.
+const OUTCOMES_BATCH: usize = 256;
+
+/// Whether the outbox folder `dir` holds a segment file.
+fn has_segments(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("outbox-") && name.ends_with(".log")
+        })
+    })
 }
 
 /// Opens (creating) `rejected.log` in `state_dir` for appending.
@@ -643,6 +815,15 @@ impl Processor for Ledger {
     fn stop(&mut self) -> Result<(), ProcessorError> {
         // what the alerts sink holds is published before the last commit
         self.alerts.stop();
+        // and what it published is recorded, so the next start has nothing to publish
+        // again
+        self.alerts.drain_over(&mut self.over);
+        let recorded = self
+            .record_over()
+            .and_then(|()| self.outbox.sync().map(|_| ()));
+        if let Err(error) = recorded {
+            warn!(%error, "ledger: the outcomes of the published alerts could not be recorded: the next start publishes them again under their keys");
+        }
         Ok(())
     }
 
@@ -770,6 +951,8 @@ impl LedgerSettings {
             guard: true,
             sync: true,
             compact_every: default_compact_every(),
+            snapshot_bytes: default_snapshot_bytes(),
+            snapshot_every_secs: default_snapshot_every_secs(),
             group_commit: true,
             group_records: default_group_records(),
             group_micros: default_group_micros(),
@@ -840,6 +1023,14 @@ pub trait AlertSink: Send + std::fmt::Debug {
         true
     }
 
+    /// Moves into `over` the keys of the alerts written or published again so far
+    /// that are over now (published, or given up by the sink's policy), each once: the
+    /// ledger records their outcomes. A file has nothing to give (its alerts carry no
+    /// key).
+    fn drain_over(&mut self, over: &mut Vec<OutputKey>) {
+        let _ = over;
+    }
+
     /// The ledger stops: publish what is queued (until a deadline).
     fn stop(&mut self) {}
 }
@@ -854,13 +1045,122 @@ pub fn send_error(error: mongoose_sink::SendError) -> std::io::Error {
     std::io::Error::new(kind, error.to_string())
 }
 
+/// Tells which of the alerts a [`SinkAlerts`] gave its sink are over: a commit gate in
+/// front of the feed's own (if any), told by the sink's thread as each alert is over.
+/// Tags are given in order; `through` is the highest tag with every one before it over.
+struct Tracker {
+    /// The feed's gate the alerts hold their lines' commits with (`None`: not held),
+    /// found at the first alert.
+    inner: std::sync::OnceLock<Option<Arc<dyn CommitGate>>>,
+    /// The last tag given to `pending`.
+    last: std::sync::atomic::AtomicU64,
+    /// Every tag up to `.0` is over; `.1` the ones after it that are over already.
+    over: parking_lot::Mutex<(u64, std::collections::BTreeSet<u64>)>,
+}
+
+impl Tracker {
+    fn new() -> Arc<Self> {
+        Arc::new(Tracker {
+            inner: std::sync::OnceLock::new(),
+            last: std::sync::atomic::AtomicU64::new(0),
+            over: parking_lot::Mutex::new((0, std::collections::BTreeSet::new())),
+        })
+    }
+
+    fn last(&self) -> u64 {
+        self.last.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn through(&self) -> u64 {
+        self.over.lock().0
+    }
+}
+
+impl CommitGate for Tracker {
+    fn pending(&self, tag: u64) {
+        self.last.store(tag, std::sync::atomic::Ordering::Release);
+        if let Some(Some(inner)) = self.inner.get() {
+            inner.pending(tag);
+        }
+    }
+
+    fn complete(&self, tag: u64) {
+        {
+            let mut over = self.over.lock();
+            if tag == over.0 + 1 {
+                over.0 = tag;
+                while over.1.first() == Some(&(over.0 + 1)) {
+                    over.1.pop_first();
+                    over.0 += 1;
+                }
+            } else if tag > over.0 {
+                // out of order (a retried alert): rare, the one place this allocates
+                over.1.insert(tag);
+            }
+        }
+        if let Some(Some(inner)) = self.inner.get() {
+            inner.complete(tag);
+        }
+    }
+
+    fn complete_through(&self, tag: u64) {
+        {
+            let mut over = self.over.lock();
+            if tag > over.0 {
+                over.0 = tag;
+                while over.1.first().is_some_and(|first| *first <= over.0 + 1) {
+                    let first = over.1.pop_first().unwrap_or_default();
+                    over.0 = over.0.max(first);
+                }
+            }
+        }
+        if let Some(Some(inner)) = self.inner.get() {
+            inner.complete_through(tag);
+        }
+    }
+
+    fn held(&self, tag: u64, reason: &str) {
+        if let Some(Some(inner)) = self.inner.get() {
+            inner.held(tag, reason);
+        }
+    }
+}
+
+/// The alerts given to a sink whose outcomes are not recorded yet, by tag.
+#[derive(Default)]
+struct Given {
+    written: std::collections::VecDeque<(u64, OutputKey)>,
+    untracked: std::collections::VecDeque<(u64, OutputKey)>,
+    republished: std::collections::VecDeque<(u64, OutputKey)>,
+}
+
+/// How a [`SinkAlerts`] learns which alerts are over.
+enum Tracking {
+    /// Per alert: the writer's gate is a [`Tracker`], and alerts published again are
+    /// sent tagged for a second one.
+    Tags {
+        written: Arc<Tracker>,
+        republished: Arc<Tracker>,
+        handle: SinkHandle,
+        republished_gate: GateId,
+        next_tag: u64,
+    },
+    /// Only when the whole sink is settled (a writer made elsewhere,
+    /// [`SinkAlerts::writer`]).
+    Settled,
+}
+
 /// Alerts written through a sink's writer: the ledger's own alerts file
 /// ([`SinkAlerts::file`], a `mongoose_sink::FileSink` on its own thread) or a server's
-/// configured sink ([`SinkAlerts::writer`]). Each alert is keyed by its line, admitted
+/// configured sink ([`SinkAlerts::tracked`]). Each alert is keyed by its line, admitted
 /// with the line's record, and written once across any crash (a restart publishes again
 /// what was admitted and not confirmed, and a file sink drops a key it already holds).
+/// The sink tells it each alert that is over, and the ledger records that outcome, so
+/// a crash leaves only the alerts in flight to publish again.
 pub struct SinkAlerts {
     writer: SinkWriter,
+    tracking: Tracking,
+    given: Given,
     /// The runner of the ledger's own alerts file (`None` for a server's sink, which
     /// the server runs and whose held outputs it reports).
     runner: Option<SinkRunner>,
@@ -871,16 +1171,67 @@ impl std::fmt::Debug for SinkAlerts {
         f.debug_struct("SinkAlerts")
             .field("writer", &self.writer)
             .field("own_file", &self.runner.is_some())
+            .field("tracked", &matches!(self.tracking, Tracking::Tags { .. }))
+            .field(
+                "given",
+                &(self.given.written.len() + self.given.republished.len()),
+            )
             .finish()
     }
 }
 
 impl SinkAlerts {
-    /// Alerts to a server's configured sink, through `writer`.
+    /// Alerts to a server's configured sink, through `writer`. The ledger learns that
+    /// its alerts are over only when the whole sink is settled: prefer
+    /// [`SinkAlerts::tracked`].
     pub fn writer(writer: SinkWriter) -> Self {
         SinkAlerts {
             writer,
+            tracking: Tracking::Settled,
+            given: Given::default(),
             runner: None,
+        }
+    }
+
+    /// Alerts to the sink behind `handle`, through a writer named `name` (the server
+    /// uses `group/processor`) whose alerts hold their lines' commits with the gates
+    /// `gates` finds; each alert's outcome is tracked.
+    pub fn tracked(handle: SinkHandle, gates: GateSource, name: &str) -> Self {
+        Self::tracking(handle, gates, Some(name), None)
+    }
+
+    fn tracking(
+        handle: SinkHandle,
+        gates: GateSource,
+        name: Option<&str>,
+        runner: Option<SinkRunner>,
+    ) -> Self {
+        // one feed per ledger: the tracker takes its gate at the first alert
+        let written = Tracker::new();
+        let front = Arc::clone(&written);
+        let tracked: GateSource = Arc::new(move |feed: &str| {
+            front.inner.get_or_init(|| gates(feed));
+            Some(Arc::clone(&front) as Arc<dyn CommitGate>)
+        });
+        let mut writer = SinkWriter::new(handle.clone(), tracked);
+        if let Some(name) = name {
+            writer = writer.named(name);
+        }
+        let republished = Tracker::new();
+        let _ = republished.inner.set(None);
+        let republished_gate =
+            handle.register_gate(Arc::clone(&republished) as Arc<dyn CommitGate>);
+        SinkAlerts {
+            writer,
+            tracking: Tracking::Tags {
+                written,
+                republished,
+                handle,
+                republished_gate,
+                next_tag: 0,
+            },
+            given: Given::default(),
+            runner,
         }
     }
 
@@ -915,11 +1266,13 @@ impl SinkAlerts {
         let runner = SinkRunner::start(Box::new(sink), config).map_err(|error| {
             ProcessorError::new(format!("cannot start the alerts sink's thread: {error}"))
         })?;
-        let writer = SinkWriter::new(runner.handle(), Arc::new(move |_feed: &str| gate.clone()));
-        Ok(SinkAlerts {
-            writer,
-            runner: Some(runner),
-        })
+        let handle = runner.handle();
+        Ok(Self::tracking(
+            handle,
+            Arc::new(move |_feed: &str| gate.clone()),
+            None,
+            Some(runner),
+        ))
     }
 }
 
@@ -934,21 +1287,93 @@ impl AlertSink for SinkAlerts {
                 )));
             }
         }
+        let before = match &self.tracking {
+            Tracking::Tags { written, .. } => Some(written.last()),
+            Tracking::Settled => None,
+        };
         let key = self
             .writer
             .write(line.as_bytes().to_vec())
             .map_err(send_error)?;
+        let tag = match &self.tracking {
+            Tracking::Tags { written, .. } => Some(written.last()),
+            Tracking::Settled => None,
+        };
+        if tag.is_some() && tag != before {
+            self.given
+                .written
+                .push_back((tag.unwrap_or_default(), key.clone()));
+        } else {
+            // not tagged (written outside a delivery, or no tracker): over once the
+            // whole sink is settled
+            self.given.untracked.push_back((1, key.clone()));
+        }
         Ok(Some((key, self.writer.sink().to_owned())))
     }
 
     fn republish(&mut self, key: OutputKey, payload: Vec<u8>) -> std::io::Result<()> {
-        self.writer
-            .republish(key, payload)
-            .map_err(std::io::Error::other)
+        match &mut self.tracking {
+            Tracking::Tags {
+                republished,
+                handle,
+                republished_gate,
+                next_tag,
+                ..
+            } => {
+                let tag = *next_tag + 1;
+                republished.pending(tag);
+                if let Err(error) = handle.send(
+                    mongoose_core::sink::Output::new(key.clone(), payload),
+                    Some((*republished_gate, tag)),
+                ) {
+                    // not taken: the tag is over, the alert is tried again
+                    republished.complete(tag);
+                    *next_tag = tag;
+                    return Err(send_error(error));
+                }
+                *next_tag = tag;
+                self.given.republished.push_back((tag, key));
+            }
+            Tracking::Settled => {
+                self.writer
+                    .republish(key.clone(), payload)
+                    .map_err(send_error)?;
+                self.given.untracked.push_back((1, key));
+            }
+        }
+        Ok(())
     }
 
     fn is_settled(&self) -> bool {
         self.writer.is_settled()
+    }
+
+    fn drain_over(&mut self, over: &mut Vec<OutputKey>) {
+        let (written_through, republished_through) = match &self.tracking {
+            Tracking::Tags {
+                written,
+                republished,
+                ..
+            } => (written.through(), republished.through()),
+            Tracking::Settled => (0, 0),
+        };
+        // checked only when something untracked waits (it reads the sink's status)
+        let untracked_through = if !self.given.untracked.is_empty() && self.writer.is_settled() {
+            u64::MAX
+        } else {
+            0
+        };
+        for (given, through) in [
+            (&mut self.given.written, written_through),
+            (&mut self.given.republished, republished_through),
+            (&mut self.given.untracked, untracked_through),
+        ] {
+            while given.front().is_some_and(|(tag, _)| *tag <= through) {
+                if let Some((_, key)) = given.pop_front() {
+                    over.push(key);
+                }
+            }
+        }
     }
 
     fn stop(&mut self) {

@@ -129,6 +129,8 @@ pub struct PartitionedLedger {
     /// The first changelog write the producer gave up, if any.
     failure: Arc<Mutex<Option<String>>>,
     next_tag: u64,
+    /// The keys of alerts the sink says are over (no outbox here: forgotten at once).
+    over: Vec<mongoose_core::sink::OutputKey>,
 }
 
 impl std::fmt::Debug for PartitionedLedger {
@@ -198,6 +200,7 @@ impl PartitionedLedger {
             gate,
             failure,
             next_tag: 0,
+            over: Vec::new(),
         })
     }
 
@@ -297,6 +300,9 @@ impl PartitionedLedger {
             &position,
             line,
         )?;
+        // the changelog holds no outputs: what the sink says is over is forgotten
+        self.alerts.drain_over(&mut self.over);
+        self.over.clear();
         partition.state.set_position(0, epoch, offset);
         let (key, change) = match applied {
             Applied::Account {

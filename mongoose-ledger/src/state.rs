@@ -36,6 +36,48 @@ pub struct LedgerState {
     /// are applied.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub outbox_seq: u64,
+    /// The state's identity: a run id (32 hex digits) made when the state folder was
+    /// created, written in the first snapshot and carried by every outbox segment
+    /// (their owner). Opening refuses an outbox written for another id (another
+    /// ledger's, another run's). Empty in a state of an earlier build (it gets one at
+    /// its next start).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run: String,
+}
+
+/// A new run id: 16 bytes from the process's random hasher keys, the time and the
+/// process id (unique per state folder, not secret).
+pub(super) fn new_run_id() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    let mut id = [0u8; 16];
+    for (half, chunk) in id.chunks_mut(8).enumerate() {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(now);
+        hasher.write_u32(std::process::id());
+        hasher.write_usize(half);
+        chunk.copy_from_slice(&hasher.finish().to_le_bytes());
+    }
+    id
+}
+
+/// `id` as 32 hex digits.
+pub(super) fn run_hex(id: &[u8; 16]) -> String {
+    id.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The id of 32 hex digits `hex`, if it is one.
+pub(super) fn parse_run(hex: &str) -> Option<[u8; 16]> {
+    if hex.len() != 32 || !hex.is_ascii() {
+        return None;
+    }
+    let mut id = [0u8; 16];
+    for (at, byte) in id.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[at * 2..at * 2 + 2], 16).ok()?;
+    }
+    Some(id)
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -221,6 +263,14 @@ impl LedgerState {
         }
         Ok(())
     }
+}
+
+/// How to start over with a new state, for the error messages.
+pub(super) fn recovery_start_over(state_dir: &Path) -> String {
+    format!(
+        "to start over, with the server stopped, move {dir} away (keep it to inspect) and remove the feed's pointer file (for a file feed, `<input file>.readPointer` beside the input), so that the input is read again from its start and every line is applied once into a new state",
+        dir = state_dir.display()
+    )
 }
 
 /// What an operator can do about a damaged state folder, for the error messages.

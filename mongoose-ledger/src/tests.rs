@@ -11,6 +11,8 @@ fn test_settings(dir: &Path, compact_every: u64) -> LedgerSettings {
         guard: true,
         sync: false,
         compact_every,
+        snapshot_bytes: 64 << 20,
+        snapshot_every_secs: 30,
         group_commit: true,
         group_records: 1024,
         group_micros: 2000,
@@ -327,4 +329,155 @@ fn a_rejected_line_whose_log_write_fails_is_not_counted_until_it_is_written() {
         std::fs::read_to_string(&path).expect("log"),
         "12,expected account,amount,not a ledger line\n"
     );
+}
+
+/// `cargo test --release -p mongoose-ledger restart_bench -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn restart_bench() {
+    use mongoose_outbox::{Admission, AdmittedOutput, AdmittedPosition};
+    let dir = tempfile::tempdir().expect("dir");
+    let settings = test_settings(dir.path(), u64::MAX);
+    std::fs::create_dir_all(&settings.state_dir).unwrap();
+    let mut config = OutboxConfig::new(LedgerState::outbox_path(&settings.state_dir));
+    config.sync = false;
+    let (mut outbox, _) = Outbox::open(config).unwrap();
+    let started = std::time::Instant::now();
+    for index in 0..1_000_000u64 {
+        let record = JournalRecord {
+            account: Some((format!("u{index:x}"), -(index as i64))),
+            unsaved: Vec::new(),
+            applied: index + 1,
+            rejected: 0,
+            lane: 0,
+            epoch: 77,
+            position: index * 24,
+            unsaved_lanes: Vec::new(),
+        };
+        let key = OutputKey::new("lines", Epoch(77), 0, index * 24, 0, 3);
+        outbox
+            .admit(&Admission {
+                state: record.encode(),
+                positions: vec![AdmittedPosition {
+                    feed: "lines".into(),
+                    epoch: Epoch(77),
+                    lane: 0,
+                    position: index * 24,
+                }],
+                outputs: vec![AdmittedOutput {
+                    sink: "out".into(),
+                    key: key.clone(),
+                    payload: format!("{},u{index:x},-{index}", index * 24).into_bytes(),
+                }],
+            })
+            .unwrap();
+        if index % 1000 == 999 {
+            let keys: Vec<_> = (index - 999..=index)
+                .map(|i| {
+                    (
+                        OutputKey::new("lines", Epoch(77), 0, i * 24, 0, 3),
+                        Outcome::Published,
+                    )
+                })
+                .collect();
+            outbox.record_outcomes(&keys).unwrap();
+        }
+    }
+    outbox.close().unwrap();
+    println!("wrote 1M records in {:?}", started.elapsed());
+    let started = std::time::Instant::now();
+    let mut config = OutboxConfig::new(LedgerState::outbox_path(&settings.state_dir));
+    config.sync = false;
+    let (outbox, recovery) = Outbox::open(config).unwrap();
+    println!("outbox open (scan) {:?}", started.elapsed());
+    let mut state = LedgerState::default();
+    state
+        .apply_admissions(
+            recovery
+                .admissions
+                .iter()
+                .map(|(seq, a)| (*seq, a.state.as_slice())),
+        )
+        .unwrap();
+    println!("scan + apply {:?}", started.elapsed());
+    drop((outbox, recovery));
+    let started = std::time::Instant::now();
+    let alerts = Ledger::open_alerts_file(&dir.path().join("alerts.txt")).expect("alerts");
+    let ledger = Ledger::open(settings, Box::new(alerts), None).unwrap();
+    println!(
+        "Ledger::open {:?} applied {}",
+        started.elapsed(),
+        ledger.state.applied
+    );
+}
+
+/// Issue 24, item 7: a restart finds more admitted alerts without an outcome than the
+/// alerts sink queues (65,536): it publishes them again as the sink takes them (waiting
+/// for room when the queue is full, never failing for it), and records their outcomes
+/// as the sink publishes them, so after a clean stop the next start has none to publish
+/// again. Before the fix outcomes were recorded only at a snapshot: all 70,000 stayed
+/// unsettled (checked by leaving the recording out).
+#[test]
+fn a_restart_publishes_every_unsettled_alert_and_records_its_outcome() {
+    use mongoose_outbox::{Admission, AdmittedPosition};
+    const ALERTS: u64 = 70_000;
+    let dir = tempfile::tempdir().expect("dir");
+    let settings = test_settings(dir.path(), u64::MAX);
+    let mut config = OutboxConfig::new(LedgerState::outbox_path(&settings.state_dir));
+    config.sync = false;
+    let (mut outbox, _) = Outbox::open(config).expect("outbox");
+    for index in 0..ALERTS {
+        let position = (index + 1) * 10;
+        let record = JournalRecord {
+            account: Some((format!("u{index}"), -1)),
+            unsaved: Vec::new(),
+            applied: index + 1,
+            rejected: 0,
+            lane: 0,
+            epoch: 7,
+            position,
+            unsaved_lanes: Vec::new(),
+        };
+        outbox
+            .admit(&Admission {
+                state: record.encode(),
+                positions: vec![AdmittedPosition {
+                    feed: "lines".into(),
+                    epoch: Epoch(7),
+                    lane: 0,
+                    position,
+                }],
+                outputs: vec![AdmittedOutput {
+                    sink: "alerts".into(),
+                    key: OutputKey::new("lines", Epoch(7), 0, position, 0, 0),
+                    payload: format!("{position},u{index},-1").into_bytes(),
+                }],
+            })
+            .expect("admitted");
+    }
+    outbox.close().expect("closed");
+    let alerts_path = dir.path().join("alerts.txt");
+    let open = || {
+        let alerts = SinkAlerts::file(&alerts_path, false, None).expect("alerts sink");
+        Ledger::open(settings.clone(), Box::new(alerts), None)
+    };
+    let mut ledger = open().expect("a restart never fails for a full alerts queue");
+    assert_eq!(ledger.state.applied, ALERTS);
+    ledger.stop().expect("stopped");
+    drop(ledger);
+    let written = std::fs::read_to_string(&alerts_path).expect("alerts");
+    assert_eq!(
+        written.lines().count() as u64,
+        ALERTS,
+        "every alert written once"
+    );
+    let recovery =
+        mongoose_outbox::read(&LedgerState::outbox_path(&settings.state_dir)).expect("readable");
+    assert!(
+        recovery.unsettled().is_empty(),
+        "{} alerts still without an outcome after a clean stop",
+        recovery.unsettled().len()
+    );
+    let ledger = open().expect("the next start");
+    drop(ledger);
 }

@@ -53,6 +53,77 @@ pub enum OutboxError {
         /// The outbox folder.
         dir: PathBuf,
     },
+    /// A segment was written for another owner than the one opening the outbox (or the
+    /// segments disagree on their owner): another outbox's file was put in this folder.
+    /// Nothing on disk was changed.
+    #[error(
+        "the outbox file {file} belongs to another owner ({found}), not to {expected}: it \
+         was copied or moved here from another outbox (another ledger's state folder, or \
+         another run's). Nothing on disk was changed. Put back the file that belongs here \
+         (from a backup taken with the rest of the state), or start over with a new state"
+    )]
+    Foreign {
+        /// The segment.
+        file: PathBuf,
+        /// The owner it was written for (hex).
+        found: String,
+        /// The owner expected (hex), or the owner of the other segments.
+        expected: String,
+    },
+    /// Records the outbox reported durable are gone: the last segment ends (or the
+    /// folder has no segment) before the sequence its watermark says was durable. Those
+    /// records were never torn writes: an owner may have committed the inputs they
+    /// cover. Nothing on disk was changed.
+    #[error(
+        "the outbox in {dir} reported its records durable through sequence {durable} (its \
+         file {watermark}), but {found}: records {first_missing} to {durable} were cut off \
+         or deleted after they were written, and their inputs may already be committed. \
+         Nothing on disk was changed. Restore the outbox folder from a backup taken with \
+         the rest of the state; or, to accept the loss of those records, remove {watermark} \
+         and start again"
+    )]
+    Cut {
+        /// The outbox folder.
+        dir: PathBuf,
+        /// The watermark file.
+        watermark: PathBuf,
+        /// The highest sequence reported durable.
+        durable: u64,
+        /// The first missing sequence.
+        first_missing: u64,
+        /// Where the records end.
+        found: String,
+    },
+    /// The outbox ends before the last record its owner saved elsewhere
+    /// ([`crate::OutboxConfig::saved_through`]): its newer records were deleted, or it
+    /// was replaced by an older copy. Nothing on disk was changed.
+    #[error(
+        "the outbox in {dir} ends at record {last_seq}, but its owner saved its records \
+         through {saved_through} elsewhere (a snapshot): the records after {last_seq} were \
+         deleted, or the folder was replaced by an older copy. Nothing on disk was changed. \
+         Restore the outbox folder saved with the rest of the state"
+    )]
+    Behind {
+        /// The outbox folder.
+        dir: PathBuf,
+        /// What the owner saved.
+        saved_through: u64,
+        /// Where the outbox ends.
+        last_seq: u64,
+    },
+    /// The owner's visitor ([`crate::Outbox::open_with`]) refused an admission (its
+    /// state is not what the owner writes). Nothing on disk was changed.
+    #[error("the outbox file {file} holds at byte {offset} record {seq}, which its owner refuses: {reason}. Nothing on disk was changed")]
+    Refused {
+        /// The segment.
+        file: PathBuf,
+        /// Where the record starts.
+        offset: u64,
+        /// Its sequence.
+        seq: u64,
+        /// Why the owner refuses it.
+        reason: String,
+    },
     /// Writing or syncing a group failed (a full disk, an I/O error). Nothing after
     /// `durable_through` was counted durable; the outbox takes no more records.
     #[error(

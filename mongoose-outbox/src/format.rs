@@ -4,11 +4,17 @@ use serde::Serialize;
 
 /// The first eight bytes of every segment.
 pub(crate) const MAGIC: [u8; 8] = *b"MGOUTBOX";
-/// The version of the format this crate writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
-/// A segment header: magic (8), version (u32 LE), first sequence (u64 LE), CRC32 of
-/// the 20 bytes before it (u32 LE).
-pub(crate) const HEADER_LEN: usize = 24;
+/// The version of the segment format this crate writes: version 2 carries the owner's
+/// identity in its header. Version 1 (no owner) is still read.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The first format version, without an owner: read, never written.
+pub(crate) const FORMAT_VERSION_1: u32 = 1;
+/// A version 1 segment header: magic (8), version (u32 LE), first sequence (u64 LE),
+/// CRC32 of the 20 bytes before it (u32 LE).
+pub(crate) const HEADER_LEN_V1: usize = 24;
+/// A version 2 segment header: magic (8), version (u32 LE), first sequence (u64 LE),
+/// owner (16 bytes), CRC32 of the 36 bytes before it (u32 LE).
+pub(crate) const HEADER_LEN: usize = 40;
 /// A record's frame: payload length (u32 LE), CRC32 of the payload (u32 LE).
 pub(crate) const FRAME_LEN: usize = 8;
 /// The payload's fixed prefix: kind (1 byte), sequence (u64 LE).
@@ -34,38 +40,78 @@ pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// The header of the segment that starts at `first_seq`.
-pub(crate) fn segment_header(first_seq: u64) -> [u8; HEADER_LEN] {
+/// The (version 2) header of the segment that starts at `first_seq`, written by `owner`.
+pub(crate) fn segment_header(first_seq: u64, owner: [u8; 16]) -> [u8; HEADER_LEN] {
     let mut header = [0u8; HEADER_LEN];
     header[0..8].copy_from_slice(&MAGIC);
     header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     header[12..20].copy_from_slice(&first_seq.to_le_bytes());
-    let crc = crc32fast::hash(&header[0..20]);
-    header[20..24].copy_from_slice(&crc.to_le_bytes());
+    header[20..36].copy_from_slice(&owner);
+    let crc = crc32fast::hash(&header[0..36]);
+    header[36..40].copy_from_slice(&crc.to_le_bytes());
     header
 }
 
-/// Checks a segment header against the sequence its file name carries; the reason
-/// when it is not right.
-pub(crate) fn check_segment_header(header: &[u8], name_first_seq: u64) -> Result<(), String> {
-    if header.len() < HEADER_LEN {
+/// A segment header read back: its length and its owner (`None` for a version 1
+/// segment, which has none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SegmentHeader {
+    /// Where its first record starts.
+    pub(crate) len: usize,
+    /// The owner it was written for (version 2).
+    pub(crate) owner: Option<[u8; 16]>,
+}
+
+/// Whether `bytes` (the whole of a segment file) can be a header cut short while it was
+/// written: a prefix of a header of `first_seq` (any owner), or zeros.
+pub(crate) fn is_torn_header(bytes: &[u8], first_seq: u64) -> bool {
+    if bytes.len() >= HEADER_LEN {
+        return false;
+    }
+    if bytes.iter().all(|&byte| byte == 0) {
+        return true;
+    }
+    let expected = segment_header(first_seq, [0; 16]);
+    // magic, version and first sequence are known; the owner and the checksum are not
+    let known = bytes.len().min(20);
+    bytes[..known] == expected[..known]
+}
+
+/// Checks a segment header against the sequence its file name carries; the header, or
+/// the reason it is not right.
+pub(crate) fn check_segment_header(
+    header: &[u8],
+    name_first_seq: u64,
+) -> Result<SegmentHeader, String> {
+    if header.len() < 12 {
         return Err(format!(
-            "the segment header is cut short ({} of {HEADER_LEN} bytes)",
+            "the segment header is cut short ({} bytes)",
             header.len()
         ));
     }
     if header[0..8] != MAGIC {
         return Err("the segment does not start with the outbox magic (MGOUTBOX)".into());
     }
-    let crc = u32::from_le_bytes(header[20..24].try_into().expect("4 bytes"));
-    if crc != crc32fast::hash(&header[0..20]) {
-        return Err("the segment header fails its checksum".into());
-    }
     let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    let len = match version {
+        FORMAT_VERSION_1 => HEADER_LEN_V1,
+        FORMAT_VERSION => HEADER_LEN,
+        _ => {
+            // a flipped version byte fails the checksum too; say that first
+            return Err(format!(
+                "the segment has format version {version}, this build reads versions {FORMAT_VERSION_1} and {FORMAT_VERSION} (or the header is damaged)"
+            ));
+        }
+    };
+    if header.len() < len {
         return Err(format!(
-            "the segment has format version {version}, this build reads version {FORMAT_VERSION}"
+            "the segment header is cut short ({} of {len} bytes)",
+            header.len()
         ));
+    }
+    let crc = u32::from_le_bytes(header[len - 4..len].try_into().expect("4 bytes"));
+    if crc != crc32fast::hash(&header[0..len - 4]) {
+        return Err("the segment header fails its checksum".into());
     }
     let first_seq = u64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
     if first_seq != name_first_seq {
@@ -73,7 +119,60 @@ pub(crate) fn check_segment_header(header: &[u8], name_first_seq: u64) -> Result
             "the segment header says it starts at sequence {first_seq}, its name says {name_first_seq}"
         ));
     }
-    Ok(())
+    let owner = (version == FORMAT_VERSION).then(|| header[20..36].try_into().expect("16 bytes"));
+    Ok(SegmentHeader { len, owner })
+}
+
+/// The name of the watermark file in an outbox folder: the highest sequence reported
+/// durable, rewritten in place after each group.
+pub(crate) const WATERMARK_FILE: &str = "DURABLE";
+/// The watermark's magic.
+pub(crate) const WATERMARK_MAGIC: [u8; 8] = *b"MGDURABL";
+/// The watermark's layout version.
+pub(crate) const WATERMARK_VERSION: u32 = 1;
+/// The watermark: magic (8), version (u32 LE), sequence (u64 LE), CRC32 of the 20
+/// bytes before it (u32 LE).
+pub(crate) const WATERMARK_LEN: usize = 24;
+
+/// The watermark bytes for `seq`.
+pub(crate) fn watermark(seq: u64) -> [u8; WATERMARK_LEN] {
+    let mut bytes = [0u8; WATERMARK_LEN];
+    bytes[0..8].copy_from_slice(&WATERMARK_MAGIC);
+    bytes[8..12].copy_from_slice(&WATERMARK_VERSION.to_le_bytes());
+    bytes[12..20].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[0..20]);
+    bytes[20..24].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// The sequence a watermark file holds: `Ok(None)` when it holds nothing (empty, or
+/// zeros: created but never written before a power loss), or what is wrong with it.
+pub(crate) fn parse_watermark(bytes: &[u8]) -> Result<Option<u64>, String> {
+    if bytes.iter().all(|&byte| byte == 0) {
+        return Ok(None);
+    }
+    if bytes.len() != WATERMARK_LEN {
+        return Err(format!(
+            "it has {} bytes where a watermark has {WATERMARK_LEN}",
+            bytes.len()
+        ));
+    }
+    if bytes[0..8] != WATERMARK_MAGIC {
+        return Err("it does not start with the watermark magic (MGDURABL)".into());
+    }
+    let crc = u32::from_le_bytes(bytes[20..24].try_into().expect("4 bytes"));
+    if crc != crc32fast::hash(&bytes[0..20]) {
+        return Err("it fails its checksum".into());
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != WATERMARK_VERSION {
+        return Err(format!(
+            "it has version {version}, this build reads version {WATERMARK_VERSION}"
+        ));
+    }
+    Ok(Some(u64::from_le_bytes(
+        bytes[12..20].try_into().expect("8 bytes"),
+    )))
 }
 
 /// Why a record could not be encoded.
@@ -280,14 +379,53 @@ mod tests {
     }
 
     #[test]
-    fn the_segment_header_and_name_carry_the_first_sequence() {
+    fn the_segment_header_and_name_carry_the_first_sequence_and_the_owner() {
         assert_eq!(segment_file_name(42), "outbox-00000000000000000042.log");
         assert_eq!(parse_segment_file_name(&segment_file_name(42)), Some(42));
         assert_eq!(parse_segment_file_name("outbox-42.log"), None);
-        assert!(check_segment_header(&segment_header(42), 42).is_ok());
-        assert!(check_segment_header(&segment_header(42), 43).is_err());
-        let mut header = segment_header(42);
-        header[9] ^= 1;
-        assert!(check_segment_header(&header, 42).is_err());
+        let owner = [7u8; 16];
+        assert_eq!(
+            check_segment_header(&segment_header(42, owner), 42),
+            Ok(SegmentHeader {
+                len: HEADER_LEN,
+                owner: Some(owner)
+            })
+        );
+        assert!(check_segment_header(&segment_header(42, owner), 43).is_err());
+        for at in 0..HEADER_LEN {
+            let mut header = segment_header(42, owner);
+            header[at] ^= 1;
+            assert!(check_segment_header(&header, 42).is_err(), "byte {at}");
+        }
+        // a version 1 header (no owner) is still read
+        let mut v1 = [0u8; HEADER_LEN_V1];
+        v1[0..8].copy_from_slice(&MAGIC);
+        v1[8..12].copy_from_slice(&FORMAT_VERSION_1.to_le_bytes());
+        v1[12..20].copy_from_slice(&42u64.to_le_bytes());
+        let crc = crc32fast::hash(&v1[0..20]);
+        v1[20..24].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            check_segment_header(&v1, 42),
+            Ok(SegmentHeader {
+                len: HEADER_LEN_V1,
+                owner: None
+            })
+        );
+        assert!(is_torn_header(&segment_header(42, owner)[..30], 42));
+        assert!(is_torn_header(&[0u8; 10], 42));
+        assert!(!is_torn_header(&segment_header(43, owner)[..30], 42));
+    }
+
+    #[test]
+    fn a_watermark_reads_back_and_damage_is_named() {
+        assert_eq!(parse_watermark(&watermark(1234)), Ok(Some(1234)));
+        assert_eq!(parse_watermark(&[]), Ok(None));
+        assert_eq!(parse_watermark(&[0u8; WATERMARK_LEN]), Ok(None));
+        assert!(parse_watermark(&watermark(1234)[..20]).is_err());
+        for at in 0..WATERMARK_LEN {
+            let mut bytes = watermark(1234);
+            bytes[at] ^= 0x10;
+            assert!(parse_watermark(&bytes).is_err(), "byte {at}");
+        }
     }
 }

@@ -64,17 +64,20 @@
 //!
 //! A folder of segments named by the sequence of their first record,
 //! `outbox-{first_seq:020}.log`. A segment is closed once it would grow past
-//! `segment_bytes`; [`Outbox::compact`] removes the oldest ones once their admissions
-//! are saved elsewhere and their outputs settled. A `LOCK` file, flock'ed while an
-//! outbox is open, keeps a second writer out ([`OutboxError::Locked`]); the kernel
-//! lets go of it when the process dies. All integers are little-endian.
+//! `segment_bytes`, or at the next record after [`Outbox::roll`]; [`Outbox::compact`]
+//! removes the oldest ones once their admissions are saved elsewhere and their outputs
+//! settled. A `LOCK` file, flock'ed while an outbox is open, keeps a second writer out
+//! ([`OutboxError::Locked`]); the kernel lets go of it when the process dies. A
+//! `DURABLE` file (the watermark) says up to which sequence records were reported
+//! durable. All integers are little-endian.
 //!
 //! ```text
-//! segment header (24 bytes)
+//! segment header (40 bytes; version 1 had 24: no owner, CRC of 20 bytes; still read)
 //!   magic     8  "MGOUTBOX"
-//!   version   4  u32 = 1
+//!   version   4  u32 = 2
 //!   first_seq 8  u64, the same as in the file name
-//!   crc       4  CRC32 (crc32fast) of the 20 bytes before it
+//!   owner    16  the owner's identity (OutboxConfig::owner; zeros: none)
+//!   crc       4  CRC32 (crc32fast) of the 36 bytes before it
 //! record (repeated)
 //!   length    4  u32, the payload's length (9 ..= 1 GiB)
 //!   crc       4  CRC32 of the payload
@@ -82,6 +85,11 @@
 //!     kind    1  1 = admission, 2 = outcomes
 //!     seq     8  u64; records are numbered 1, 2, 3 ... across segments, with no gap
 //!     body       postcard: an Admission, or a sequence of (OutputKey, Outcome)
+//! DURABLE (24 bytes, rewritten in place after each group, before anyone is told)
+//!   magic     8  "MGDURABL"
+//!   version   4  u32 = 1
+//!   seq       8  u64: every record up to it was reported durable
+//!   crc       4  CRC32 of the 20 bytes before it
 //! ```
 //!
 //! Admissions and outcome records share one sequence, so admissions' sequences rise
@@ -90,13 +98,21 @@
 //! What opening does with a record that fails its checks:
 //!
 //! - cut short, or wrong, at the very end of the last segment with no whole record
-//!   after it: a torn write (the process died while writing the group). It is cut off,
-//!   with a WARN naming the file, the offset and the bytes ([`Recovery::torn`]); no
-//!   record in it was ever reported durable.
+//!   after it, and after the last record the watermark says was reported durable: a
+//!   torn write (the process died while writing the group). It is cut off, with a WARN
+//!   naming the file, the offset and the bytes ([`Recovery::torn`]); no record in it
+//!   was ever reported durable.
+//! - the same at or before the watermark, or records (or the last segments) the
+//!   watermark says were durable missing: [`OutboxError::Cut`]. The owner may have
+//!   committed the inputs of those records: they were cut or deleted, not torn.
+//! - a segment written for another owner ([`OutboxConfig::owner`]), or segments that
+//!   disagree on their owner: [`OutboxError::Foreign`].
 //! - anywhere else (a bad record followed by whole ones, a bad record in an older
-//!   segment, a bad segment header, a missing segment, a sequence out of order):
-//!   damage. [`Outbox::open`] refuses with [`OutboxError::Damaged`] naming the file
-//!   and the offset, and changes nothing on disk.
+//!   segment, a bad segment header, a missing segment, a sequence out of order, a
+//!   damaged watermark): damage. [`Outbox::open`] refuses with [`OutboxError::Damaged`]
+//!   naming the file and the offset.
+//!
+//! Each refusal changes nothing on disk.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
@@ -115,8 +131,8 @@ use mongoose_core::Epoch;
 use serde::{Deserialize, Serialize};
 
 pub use error::OutboxError;
-pub use outbox::{Outbox, OutboxConfig};
-pub use recovery::{read, Recovery, TornTail};
+pub use outbox::{Outbox, OutboxConfig, OutboxOwner};
+pub use recovery::{read, read_with, AdmissionView, Recovery, TornTail};
 
 /// One atomic admission: a processor's state change, the source positions it covers
 /// and the outputs it produced.
@@ -203,6 +219,9 @@ pub enum Outcome {
     NotPublished,
     /// Its retries were spent or it expired, and the policy counted it lost.
     LostByPolicy,
+    /// The sink said it is over without saying how: published, or given up and counted
+    /// lost by its policy (which reports that loss itself). Terminal like the others.
+    Over,
 }
 
 /// Writes a byte field in one piece: postcard encodes bytes exactly as a sequence of

@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,11 +16,28 @@ use mongoose_core::sink::OutputKey;
 use parking_lot::{Condvar, Mutex};
 
 use crate::format::{
-    encode_record, segment_file_name, segment_header, EncodeError, HEADER_LEN, KIND_ADMISSION,
-    KIND_OUTCOMES,
+    encode_record, segment_file_name, segment_header, watermark, EncodeError, HEADER_LEN,
+    KIND_ADMISSION, KIND_OUTCOMES, WATERMARK_FILE, WATERMARK_LEN,
 };
-use crate::recovery::{scan, Recovery, SegmentMeta};
+use crate::recovery::{scan, AdmissionView, Recovery, SegmentMeta, Visitor};
 use crate::{Admission, AdmissionRef, OutboxError, Outcome};
+
+/// Whose outbox it is: the identity every segment it writes carries in its header, and
+/// what opening checks ([`OutboxConfig::owner`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OutboxOwner {
+    /// No check: segments keep the owner they were written for (new ones get the
+    /// owner the others have, or none).
+    #[default]
+    Any,
+    /// Every segment must have been written for this owner (a segment of format
+    /// version 1, written before owners, has none and is accepted):
+    /// [`OutboxError::Foreign`] otherwise. New segments carry it.
+    Is([u8; 16]),
+    /// The owner the segments were written for (they must agree), or this one when none
+    /// names an owner (a new outbox). [`Recovery::owner`] says which was found.
+    AdoptOr([u8; 16]),
+}
 
 /// How an outbox is laid out and how it groups its fsyncs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +61,12 @@ pub struct OutboxConfig {
     /// group counts as durable once written: it survives a killed process, not a
     /// power loss.
     pub sync: bool,
+    /// Whose outbox it is (default [`OutboxOwner::Any`]).
+    pub owner: OutboxOwner,
+    /// The last sequence the owner holds saved elsewhere (its snapshot; default 0):
+    /// the outbox must reach it, or opening refuses with [`OutboxError::Behind`] (its
+    /// newer segments were deleted, or the folder was replaced by an older copy).
+    pub saved_through: u64,
 }
 
 impl OutboxConfig {
@@ -55,6 +79,8 @@ impl OutboxConfig {
             max_pending_bytes: 16 << 20,
             segment_bytes: 64 << 20,
             sync: true,
+            owner: OutboxOwner::Any,
+            saved_through: 0,
         }
     }
 
@@ -134,6 +160,10 @@ pub struct Outbox {
     /// Every admitted output without a terminal outcome and its segment's first
     /// sequence (foldhash: one insert per output is on the writer's hot path).
     unsettled: HashMap<OutputKey, u64, foldhash::fast::RandomState>,
+    /// The owner new segments carry.
+    owner: [u8; 16],
+    /// [`Outbox::roll`] asked for a new segment at the next record.
+    roll_requested: bool,
 }
 
 impl fmt::Debug for Outbox {
@@ -154,6 +184,27 @@ impl Outbox {
     /// the bytes), syncs what is there and starts the syncer. Damage anywhere else is
     /// [`OutboxError::Damaged`] and changes nothing on disk.
     pub fn open(config: OutboxConfig) -> Result<(Outbox, Recovery), OutboxError> {
+        Self::open_scanning(config, None)
+    }
+
+    /// [`open`](Self::open), handing each admission to `visit`, in order, borrowed from
+    /// the segment's bytes, instead of keeping it: [`Recovery::admissions`] and
+    /// [`Recovery::outcomes`] stay empty, and nothing is copied but the unsettled
+    /// outputs. For an owner that replays many records at each start.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); [`OutboxError::Refused`] when `visit` refuses a record.
+    pub fn open_with(
+        config: OutboxConfig,
+        mut visit: impl FnMut(u64, &AdmissionView<'_>) -> Result<(), String>,
+    ) -> Result<(Outbox, Recovery), OutboxError> {
+        Self::open_scanning(config, Some(&mut visit))
+    }
+
+    fn open_scanning(
+        config: OutboxConfig,
+        visit: Option<&mut Visitor<'_>>,
+    ) -> Result<(Outbox, Recovery), OutboxError> {
         config.check()?;
         let dir = config.dir.clone();
         fs::create_dir_all(&dir).map_err(|source| OutboxError::Io {
@@ -164,8 +215,13 @@ impl Outbox {
         // Before reading anything: a live writer's half-written group must not be
         // mistaken for a torn write and cut.
         let lock = lock_folder(&dir)?;
-        let scanned = scan(&dir)?;
+        let scanned = scan(&dir, &config.owner, config.saved_through, visit)?;
         let recovery = scanned.recovery;
+        let owner = match config.owner {
+            OutboxOwner::Is(id) => id,
+            OutboxOwner::AdoptOr(id) => recovery.owner.unwrap_or(id),
+            OutboxOwner::Any => recovery.owner.unwrap_or([0; 16]),
+        };
         let mut segments: VecDeque<SegmentMeta> = scanned.segments.into();
 
         let (file, segment_len) = match scanned.tail {
@@ -183,11 +239,12 @@ impl Outbox {
                     .write(true)
                     .open(&path)
                     .map_err(|source| io_error("open", &path, source))?;
-                let first_seq = segments.back().expect("a last segment").first_seq;
-                let file = if keep < HEADER_LEN as u64 {
+                let last = segments.back().expect("a last segment");
+                let (first_seq, header_len) = (last.first_seq, last.header_len);
+                let file = if keep < header_len {
                     file.set_len(0)
                         .map_err(|source| io_error("truncate", &path, source))?;
-                    write_header(file, &path, first_seq)?
+                    write_header(file, &path, first_seq, owner)?
                 } else {
                     let length = file
                         .metadata()
@@ -205,20 +262,45 @@ impl Outbox {
                     file.sync_data()
                         .map_err(|source| io_error("sync", &path, source))?;
                 }
-                (file, keep.max(HEADER_LEN as u64))
+                (file, keep.max(header_len))
             }
             None => {
-                let file = create_segment(&dir, 1)?;
+                // a new outbox, or one whose segments are all gone (the watermark said
+                // none was ever durable): it goes on after the last record known
+                let first_seq = recovery.last_seq + 1;
+                let file = create_segment(&dir, first_seq, owner)?;
                 sync_dir(&dir).map_err(|source| io_error("sync the folder", &dir, source))?;
                 segments.push_back(SegmentMeta {
-                    first_seq: 1,
-                    last_seq: 0,
+                    first_seq,
+                    last_seq: first_seq - 1,
                     last_admission: 0,
                     unsettled: 0,
+                    header_len: HEADER_LEN as u64,
                 });
                 (file, HEADER_LEN as u64)
             }
         };
+        // everything kept is durable now: the watermark says so (its first write may
+        // need a block, so a full disk fails here rather than in the syncer)
+        let watermark_path = dir.join(WATERMARK_FILE);
+        let watermark_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&watermark_path)
+            .map_err(|source| io_error("create", &watermark_path, source))?;
+        watermark_file
+            .write_all_at(&watermark(recovery.last_seq), 0)
+            .and_then(|()| watermark_file.set_len(WATERMARK_LEN as u64))
+            .and_then(|()| {
+                if config.sync {
+                    watermark_file.sync_data()
+                } else {
+                    Ok(())
+                }
+            })
+            .map_err(|source| io_error("write", &watermark_path, source))?;
         let mut file = file;
         file.seek(io::SeekFrom::End(0))
             .map_err(|source| io_error("seek", &dir, source))?;
@@ -243,6 +325,9 @@ impl Outbox {
             file,
             length: segment_len,
             sync: config.sync,
+            owner,
+            watermark: watermark_file,
+            watermark_failed: false,
         };
         let thread_shared = Arc::clone(&shared);
         let group = Group {
@@ -280,6 +365,8 @@ impl Outbox {
             segments,
             unsettled: scanned.unsettled_keys.into_iter().collect(),
             config,
+            owner,
+            roll_requested: false,
         };
         Ok((outbox, recovery))
     }
@@ -346,6 +433,18 @@ impl Outbox {
         self.next_seq - 1
     }
 
+    /// The owner the segments it writes carry (all zeros: none).
+    pub fn owner(&self) -> [u8; 16] {
+        self.owner
+    }
+
+    /// Starts a new segment at the next record (when the current one holds any), so
+    /// that [`compact`](Self::compact) can remove the current one once its admissions
+    /// are saved elsewhere and its outputs settled: call it after a snapshot.
+    pub fn roll(&mut self) {
+        self.roll_requested = true;
+    }
+
     /// Calls `callback` from the syncer thread with the highest durable sequence after
     /// each group is synced (written, when `sync` is off). It must be quick: the next
     /// group waits for it. Replaces an earlier callback.
@@ -380,9 +479,13 @@ impl Outbox {
         let mut removed = 0;
         while self.segments.len() > 1 {
             let oldest = &self.segments[0];
+            // the next segment's file exists for good once its first record is durable
+            // (it is created and the folder synced before that record counts): never
+            // remove the oldest before, or a crash could leave no segment at all
             if oldest.last_admission > through_seq
                 || oldest.unsettled > 0
                 || oldest.last_seq > durable
+                || self.segments[1].first_seq > durable
             {
                 break;
             }
@@ -451,15 +554,22 @@ impl Outbox {
             )),
         })?;
         let record_len = (pending.buffer.len() - start) as u64;
-        if self.segment_len > HEADER_LEN as u64
-            && self.segment_len + record_len > self.config.segment_bytes
+        let header_len = self.segments.back().expect("a last segment").header_len;
+        let holds_records = self.segment_len > header_len;
+        if !holds_records {
+            self.roll_requested = false;
+        }
+        if holds_records
+            && (self.roll_requested || self.segment_len + record_len > self.config.segment_bytes)
         {
+            self.roll_requested = false;
             pending.rolls.push((start, seq));
             self.segments.push_back(SegmentMeta {
                 first_seq: seq,
                 last_seq: seq - 1,
                 last_admission: 0,
                 unsettled: 0,
+                header_len: HEADER_LEN as u64,
             });
             self.segment_len = HEADER_LEN as u64;
         }
@@ -523,6 +633,12 @@ struct SegmentWriter {
     /// Its length on disk, as far as writes succeeded.
     length: u64,
     sync: bool,
+    /// The owner new segments carry.
+    owner: [u8; 16],
+    /// The watermark file, rewritten in place after each group.
+    watermark: File,
+    /// A watermark write failed (logged once).
+    watermark_failed: bool,
 }
 
 impl SegmentWriter {
@@ -534,7 +650,7 @@ impl SegmentWriter {
             if self.sync {
                 self.file.sync_data()?;
             }
-            self.file = create_segment_file(&self.dir, first_seq)?;
+            self.file = create_segment_file(&self.dir, first_seq, self.owner)?;
             self.length = HEADER_LEN as u64;
             // The new name must be durable before its records count as durable.
             sync_dir(&self.dir)?;
@@ -545,6 +661,18 @@ impl SegmentWriter {
             self.file.sync_data()?;
         }
         Ok(())
+    }
+
+    /// Says in the watermark file that every record up to `seq` is durable (written in
+    /// place, not synced: it only ever lags the records, and a lagging one weakens the
+    /// check of a cut tail, never makes it wrong).
+    fn mark_durable(&mut self, seq: u64) {
+        if let Err(error) = self.watermark.write_all_at(&watermark(seq), 0) {
+            if !self.watermark_failed {
+                self.watermark_failed = true;
+                tracing::warn!(dir = %self.dir.display(), %error, "outbox: the watermark cannot be written; a cut tail after this point is taken for a torn write");
+            }
+        }
     }
 
     fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
@@ -615,6 +743,9 @@ fn run_syncer(shared: Arc<Shared>, mut writer: SegmentWriter, group: Group) {
             shared.progress.notify_all();
             return;
         }
+        // before anyone is told (an owner commits its inputs once told): the watermark
+        // never lags what was reported durable
+        writer.mark_durable(last_seq);
         shared.durable.store(last_seq, Ordering::Release);
         {
             let _pending = shared.pending.lock();
@@ -627,30 +758,35 @@ fn run_syncer(shared: Arc<Shared>, mut writer: SegmentWriter, group: Group) {
 }
 
 /// Creates a segment with its header and makes its name durable.
-fn create_segment(dir: &Path, first_seq: u64) -> Result<File, OutboxError> {
+fn create_segment(dir: &Path, first_seq: u64, owner: [u8; 16]) -> Result<File, OutboxError> {
     let path = dir.join(segment_file_name(first_seq));
-    let file =
-        create_segment_file(dir, first_seq).map_err(|source| io_error("create", &path, source))?;
+    let file = create_segment_file(dir, first_seq, owner)
+        .map_err(|source| io_error("create", &path, source))?;
     file.sync_data()
         .map_err(|source| io_error("sync", &path, source))?;
     Ok(file)
 }
 
 /// Creates a segment file with its header (not synced).
-fn create_segment_file(dir: &Path, first_seq: u64) -> io::Result<File> {
+fn create_segment_file(dir: &Path, first_seq: u64, owner: [u8; 16]) -> io::Result<File> {
     let path = dir.join(segment_file_name(first_seq));
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
         .open(&path)?;
-    file.write_all(&segment_header(first_seq))?;
+    file.write_all(&segment_header(first_seq, owner))?;
     Ok(file)
 }
 
 /// Writes the header of a segment whose header was torn.
-fn write_header(mut file: File, path: &Path, first_seq: u64) -> Result<File, OutboxError> {
-    file.write_all(&segment_header(first_seq))
+fn write_header(
+    mut file: File,
+    path: &Path,
+    first_seq: u64,
+    owner: [u8; 16],
+) -> Result<File, OutboxError> {
+    file.write_all(&segment_header(first_seq, owner))
         .map_err(|source| io_error("write", path, source))?;
     Ok(file)
 }

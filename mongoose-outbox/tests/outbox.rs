@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use mongoose_core::sink::OutputKey;
 use mongoose_core::Epoch;
 use mongoose_outbox::{
-    Admission, AdmittedOutput, AdmittedPosition, Outbox, OutboxConfig, OutboxError, Outcome,
-    Recovery,
+    Admission, AdmittedOutput, AdmittedPosition, Outbox, OutboxConfig, OutboxError, OutboxOwner,
+    Outcome, Recovery,
 };
 use mongoose_testkit::Tmpfs;
 
@@ -69,11 +69,20 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     paths
 }
 
+/// The length of a segment's header: 40 bytes (format version 2, with an owner), 24 for
+/// version 1.
+fn header_len(bytes: &[u8]) -> usize {
+    match u32::from_le_bytes(bytes[8..12].try_into().unwrap()) {
+        1 => 24,
+        _ => 40,
+    }
+}
+
 /// The offsets of the records of a segment (walking the length prefixes).
 fn record_offsets(path: &Path) -> Vec<usize> {
     let bytes = fs::read(path).unwrap();
     let mut offsets = Vec::new();
-    let mut offset = 24;
+    let mut offset = header_len(&bytes);
     while offset + 8 <= bytes.len() {
         offsets.push(offset);
         offset += 8 + u32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap()) as usize;
@@ -83,6 +92,18 @@ fn record_offsets(path: &Path) -> Vec<usize> {
 
 fn config(dir: &Path) -> OutboxConfig {
     OutboxConfig::new(dir)
+}
+
+/// Writes the outbox's watermark file as a process killed right after it wrote the
+/// records after `seq`, before it said they were durable, would have left it.
+fn set_watermark(dir: &Path, seq: u64) {
+    let mut bytes = Vec::with_capacity(24);
+    bytes.extend_from_slice(b"MGDURABL");
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&seq.to_le_bytes());
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    fs::write(dir.join("DURABLE"), bytes).unwrap();
 }
 
 // ---------------------------------------------------------------------------------
@@ -105,7 +126,7 @@ fn kill_child(dir: &Path) -> ! {
     let mut number = recovery.admissions.last().map_or(0, |(_, a)| number_of(a));
     let mut unsettled: Vec<OutputKey> = recovery
         .unsettled()
-        .into_iter()
+        .iter()
         .map(|(_, output)| output.key.clone())
         .collect();
     loop {
@@ -301,7 +322,8 @@ fn assert_damaged_at(dir: &Path, file: &Path, offset: u64) -> String {
 
 #[test]
 fn a_torn_tail_is_cut_and_damage_refuses_naming_the_file_and_offset() {
-    // A record cut short at the very end of the last segment: cut off, the rest kept.
+    // A record cut short at the very end of the last segment, after the last one
+    // reported durable (the process died while writing it): cut off, the rest kept.
     let dir = tempfile::tempdir().unwrap();
     write_admissions(config(dir.path()), 10);
     let last = segments(dir.path()).pop().unwrap();
@@ -313,6 +335,7 @@ fn a_torn_tail_is_cut_and_damage_refuses_naming_the_file_and_offset() {
         .unwrap()
         .set_len(length - 5)
         .unwrap();
+    set_watermark(dir.path(), 9);
     let (mut outbox, recovery) = Outbox::open(config(dir.path())).unwrap();
     let torn = recovery.torn.clone().expect("a torn tail");
     assert_eq!(torn.file, last);
@@ -331,6 +354,43 @@ fn a_torn_tail_is_cut_and_damage_refuses_naming_the_file_and_offset() {
     assert!(recovery.torn.is_none());
     assert_eq!(recovery.admissions.len(), 10);
 
+    // The same cut of a record that was reported durable: its input may be committed,
+    // so it is not a torn write: refused, nothing changed.
+    let dir = tempfile::tempdir().unwrap();
+    write_admissions(config(dir.path()), 10);
+    let last = segments(dir.path()).pop().unwrap();
+    let bytes = fs::read(&last).unwrap();
+    let offsets = record_offsets(&last);
+    for keep in [bytes.len() - 5, offsets[7] + 3, offsets[7]] {
+        fs::write(&last, &bytes[..keep]).unwrap();
+        let error = Outbox::open(config(dir.path())).expect_err("a cut of durable records");
+        match &error {
+            OutboxError::Cut {
+                durable,
+                first_missing,
+                ..
+            } => assert_eq!(
+                (*durable, *first_missing),
+                (10, if keep == bytes.len() - 5 { 10 } else { 8 })
+            ),
+            other => panic!("expected a cut, got {other}"),
+        }
+        assert!(error.to_string().contains("remove"), "{error}");
+        assert_eq!(
+            fs::read(&last).unwrap(),
+            &bytes[..keep],
+            "refusing changed the file"
+        );
+    }
+    // the last segment deleted, or all of them: refused too
+    fs::remove_file(&last).unwrap();
+    let error = Outbox::open(config(dir.path())).expect_err("no segment left");
+    assert!(
+        error.to_string().contains("the folder has no segment"),
+        "{error}"
+    );
+    assert!(segments(dir.path()).is_empty(), "refusing made a segment");
+
     // A zero-filled tail (a file system that extended the file but never wrote the
     // data): a torn write too.
     let dir = tempfile::tempdir().unwrap();
@@ -343,6 +403,7 @@ fn a_torn_tail_is_cut_and_damage_refuses_naming_the_file_and_offset() {
         .unwrap()
         .set_len(length + 300)
         .unwrap();
+    set_watermark(dir.path(), 3);
     let (outbox, recovery) = Outbox::open(config(dir.path())).unwrap();
     assert_eq!(recovery.torn.unwrap().offset, length);
     assert_eq!(recovery.admissions.len(), 4);
@@ -436,7 +497,7 @@ fn every_flipped_byte_is_refused_or_cut_and_nothing_is_invented() {
     for (path, original) in &originals {
         for at in 0..original.len() {
             // Every byte of the header and of the last records, every fifth elsewhere.
-            if at >= 24 && at + 300 < original.len() && at % 5 != 0 {
+            if at >= 40 && at + 300 < original.len() && at % 5 != 0 {
                 continue;
             }
             let mut bytes = original.clone();
@@ -447,6 +508,12 @@ fn every_flipped_byte_is_refused_or_cut_and_nothing_is_invented() {
             match Outbox::open(unsynced) {
                 Err(OutboxError::Damaged { file, .. }) => {
                     assert_eq!(&file, path);
+                    assert_eq!(fs::read(path).unwrap(), bytes, "refusing changed the file");
+                    refused += 1;
+                }
+                // a length made to look cut short: every record was reported durable,
+                // so it is not taken for a torn write
+                Err(OutboxError::Cut { .. }) => {
                     assert_eq!(fs::read(path).unwrap(), bytes, "refusing changed the file");
                     refused += 1;
                 }
@@ -561,8 +628,8 @@ fn unsettled_outputs_are_those_without_a_terminal_outcome() {
     let (mut outbox, recovery) = Outbox::open(config(dir.path())).unwrap();
     let unsettled: Vec<(u64, OutputKey)> = recovery
         .unsettled()
-        .into_iter()
-        .map(|(seq, output)| (seq, output.key.clone()))
+        .iter()
+        .map(|(seq, output)| (*seq, output.key.clone()))
         .collect();
     assert_eq!(
         unsettled,
@@ -578,7 +645,7 @@ fn unsettled_outputs_are_those_without_a_terminal_outcome() {
     let (_, recovery) = Outbox::open(config(dir.path())).unwrap();
     let keys: Vec<OutputKey> = recovery
         .unsettled()
-        .into_iter()
+        .iter()
         .map(|(_, output)| output.key.clone())
         .collect();
     assert_eq!(keys, vec![key(1, 1), key(3, 1)]);
@@ -679,4 +746,203 @@ fn an_empty_folder_opens_empty() {
     );
     assert!(recovery.admissions.is_empty() && recovery.torn.is_none());
     outbox.close().unwrap();
+}
+
+// ---------------------------------------------------------------------------------
+// Whose outbox it is.
+
+#[test]
+fn a_segment_of_another_owner_is_refused_and_an_adopted_owner_is_kept() {
+    let ours = [1u8; 16];
+    let theirs = [2u8; 16];
+    let owned = |dir: &Path, owner: OutboxOwner| {
+        let mut config = config(dir);
+        config.owner = owner;
+        config
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_admissions(owned(dir.path(), OutboxOwner::Is(ours)), 5);
+    let other = tempfile::tempdir().unwrap();
+    write_admissions(owned(other.path(), OutboxOwner::Is(theirs)), 7);
+
+    // the owner it was written for opens it; an adopter learns it
+    let (outbox, recovery) = Outbox::open(owned(dir.path(), OutboxOwner::Is(ours))).unwrap();
+    assert_eq!(recovery.owner, Some(ours));
+    outbox.close().unwrap();
+    let (outbox, recovery) = Outbox::open(owned(dir.path(), OutboxOwner::AdoptOr(theirs))).unwrap();
+    assert_eq!((recovery.owner, outbox.owner()), (Some(ours), ours));
+    outbox.close().unwrap();
+
+    // another owner's segment put in its place: refused, naming it, nothing changed
+    let segment = segments(dir.path()).pop().unwrap();
+    let foreign = segments(other.path()).pop().unwrap();
+    fs::copy(&foreign, &segment).unwrap();
+    let before = fs::read(&segment).unwrap();
+    let error = Outbox::open(owned(dir.path(), OutboxOwner::Is(ours))).expect_err("foreign");
+    match &error {
+        OutboxError::Foreign { file, .. } => assert_eq!(file, &segment),
+        other => panic!("expected a foreign segment, got {other}"),
+    }
+    assert!(error.to_string().contains(&segment.display().to_string()));
+    assert_eq!(fs::read(&segment).unwrap(), before);
+
+    // two segments of two owners in one folder: refused whatever the opener expects
+    let dir = tempfile::tempdir().unwrap();
+    let mut small = owned(dir.path(), OutboxOwner::Is(ours));
+    small.segment_bytes = 4096;
+    write_admissions(small, 100);
+    let all = segments(dir.path());
+    let mut bytes = fs::read(&all[1]).unwrap();
+    bytes[20..36].copy_from_slice(&theirs);
+    let crc = crc32fast::hash(&bytes[0..36]);
+    bytes[36..40].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&all[1], &bytes).unwrap();
+    for owner in [OutboxOwner::Any, OutboxOwner::AdoptOr(ours)] {
+        let error = Outbox::open(owned(dir.path(), owner)).expect_err("two owners");
+        assert!(matches!(error, OutboxError::Foreign { .. }), "{error}");
+    }
+}
+
+#[test]
+fn a_segment_of_format_version_1_is_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    write_admissions(config(dir.path()), 4);
+    // rewrite the segment as the first format wrote it: a 24-byte header, no owner
+    let segment = segments(dir.path()).pop().unwrap();
+    let bytes = fs::read(&segment).unwrap();
+    let mut v1 = Vec::new();
+    v1.extend_from_slice(b"MGOUTBOX");
+    v1.extend_from_slice(&1u32.to_le_bytes());
+    v1.extend_from_slice(&1u64.to_le_bytes());
+    let crc = crc32fast::hash(&v1);
+    v1.extend_from_slice(&crc.to_le_bytes());
+    v1.extend_from_slice(&bytes[40..]);
+    fs::write(&segment, &v1).unwrap();
+    fs::remove_file(dir.path().join("DURABLE")).unwrap();
+    let mut config = config(dir.path());
+    config.owner = OutboxOwner::Is([9; 16]);
+    let (mut outbox, recovery) = Outbox::open(config.clone()).unwrap();
+    assert_eq!(recovery.owner, None, "a version 1 segment names no owner");
+    assert_eq!(recovery.admissions.len(), 4);
+    // appended to as it is; a new segment is version 2
+    outbox.admit(&admission(5, 1, 40)).unwrap();
+    outbox.roll();
+    outbox.admit(&admission(6, 1, 40)).unwrap();
+    outbox.close().unwrap();
+    let all = segments(dir.path());
+    assert_eq!(all.len(), 2);
+    assert_eq!(header_len(&fs::read(&all[0]).unwrap()), 24);
+    assert_eq!(header_len(&fs::read(&all[1]).unwrap()), 40);
+    let (_, recovery) = Outbox::open(config).unwrap();
+    let numbers: Vec<u64> = recovery
+        .admissions
+        .iter()
+        .map(|(_, a)| number_of(a))
+        .collect();
+    assert_eq!(numbers, (1..=6).collect::<Vec<_>>());
+    assert_eq!(recovery.owner, Some([9; 16]));
+}
+
+#[test]
+fn a_roll_lets_compaction_remove_everything_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut outbox, _) = Outbox::open(config(dir.path())).unwrap();
+    // a roll before anything is written changes nothing
+    outbox.roll();
+    for number in 1..=10 {
+        outbox.admit(&admission(number, 1, 40)).unwrap();
+        outbox
+            .record_outcomes(&[(key(number, 0), Outcome::Over)])
+            .unwrap();
+    }
+    assert_eq!(segments(dir.path()).len(), 1);
+    let through = outbox.sync().unwrap();
+    outbox.roll();
+    // the new segment starts with the next record; until it is durable the old one stays
+    assert_eq!(outbox.compact(through).unwrap(), 0);
+    outbox.admit(&admission(11, 1, 40)).unwrap();
+    assert_eq!(
+        outbox.compact(through).unwrap(),
+        0,
+        "the new segment is not durable yet"
+    );
+    outbox.sync().unwrap();
+    assert_eq!(outbox.compact(through).unwrap(), 1);
+    let kept = segments(dir.path());
+    assert_eq!(kept.len(), 1);
+    assert!(
+        kept[0].ends_with(format!("outbox-{:020}.log", through + 1)),
+        "{kept:?}"
+    );
+    outbox.close().unwrap();
+    let (outbox, recovery) = Outbox::open(config(dir.path())).unwrap();
+    assert_eq!(recovery.first_seq, through + 1);
+    assert_eq!(recovery.admissions.len(), 1);
+    assert_eq!(recovery.unsettled().len(), 1);
+    let last = recovery.last_seq;
+    outbox.close().unwrap();
+    // an owner that saved more than the outbox holds (an older copy put back) is told
+    let mut ahead = config(dir.path());
+    ahead.saved_through = last + 5;
+    let error = Outbox::open(ahead).expect_err("behind the owner's snapshot");
+    assert!(
+        matches!(error, OutboxError::Behind { saved_through, last_seq, .. } if saved_through == last + 5 && last_seq == last),
+        "{error}"
+    );
+    let mut exact = config(dir.path());
+    exact.saved_through = last;
+    Outbox::open(exact).unwrap().0.close().unwrap();
+}
+
+#[test]
+fn open_with_hands_every_admission_to_its_visitor_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut small = config(dir.path());
+    small.segment_bytes = 4096;
+    let (mut outbox, _) = Outbox::open(small.clone()).unwrap();
+    for number in 1..=100 {
+        outbox.admit(&admission(number, 2, 30)).unwrap();
+        if number % 3 != 0 {
+            outbox
+                .record_outcomes(&[
+                    (key(number, 0), Outcome::Over),
+                    (key(number, 1), Outcome::Over),
+                ])
+                .unwrap();
+        }
+    }
+    outbox.close().unwrap();
+    let (outbox, kept) = Outbox::open(small.clone()).unwrap();
+    outbox.close().unwrap();
+    let mut visited = Vec::new();
+    let (outbox, recovery) = Outbox::open_with(small.clone(), |seq, view| {
+        visited.push((seq, view.state.to_vec(), view.outputs));
+        Ok(())
+    })
+    .unwrap();
+    outbox.close().unwrap();
+    assert!(recovery.admissions.is_empty() && recovery.outcomes.is_empty());
+    let expected: Vec<(u64, Vec<u8>, usize)> = kept
+        .admissions
+        .iter()
+        .map(|(seq, admission)| (*seq, admission.state.clone(), admission.outputs.len()))
+        .collect();
+    assert_eq!(visited, expected);
+    assert_eq!(recovery.unsettled(), kept.unsettled());
+    assert_eq!(recovery.unsettled().len(), 66);
+    assert_eq!(recovery.last_seq, kept.last_seq);
+    // a visitor's refusal names the record and changes nothing
+    let error = Outbox::open_with(small.clone(), |seq, _| {
+        if seq == 50 {
+            Err("not mine".to_owned())
+        } else {
+            Ok(())
+        }
+    })
+    .expect_err("refused");
+    assert!(
+        matches!(error, OutboxError::Refused { seq: 50, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("not mine"));
 }

@@ -101,7 +101,12 @@ pub(crate) fn register(builder: ServerBuilder) -> ServerBuilder {
                     format!("cannot open the alerts file {}: {error}", path.display())
                 })?,
             )),
-            (None, Some(sink)) => open(Box::new(SinkAlerts::writer(context.sink(sink)?))),
+            (None, Some(sink)) => {
+                // the alerts' outcomes are tracked one by one, so the ledger records each
+                // as it is published (its outbox never piles up unsettled alerts)
+                let (handle, gates, name) = context.sink_parts(sink)?;
+                open(Box::new(SinkAlerts::tracked(handle, gates, &name)))
+            }
             _ => Err(
                 "give the ledger exactly one of alerts (a file) or alerts_sink \
                  (a configured sink)"

@@ -232,6 +232,22 @@ impl Sinks {
     /// # Errors
     /// No sink of that name (the message lists the configured ones).
     pub fn writer(&self, name: &str, group: &str, processor: &str) -> Result<SinkWriter, String> {
+        let (handle, gates, writer) = self.writer_parts(name, group, processor)?;
+        Ok(SinkWriter::new(handle, gates).named(&writer))
+    }
+
+    /// What [`Sinks::writer`] builds its writer of: the sink's handle, the gates of its
+    /// outputs' feeds for `group`, and the writer's name (`group/processor`), for a
+    /// processor that tracks its outputs' outcomes itself (the ledger).
+    ///
+    /// # Errors
+    /// As [`Sinks::writer`].
+    pub fn writer_parts(
+        &self,
+        name: &str,
+        group: &str,
+        processor: &str,
+    ) -> Result<(mongoose_sink::SinkHandle, mongoose_sink::GateSource, String), String> {
         let runners = self.runners.lock();
         let Some(runner) = runners.get(name) else {
             return Err(format!(
@@ -243,7 +259,7 @@ impl Sinks {
         let gate_group = group.to_owned();
         let gates: mongoose_sink::GateSource =
             Arc::new(move |feed: &str| gate_of(registry.as_ref(), feed, &gate_group));
-        Ok(SinkWriter::new(runner.handle(), gates).named(&format!("{group}/{processor}")))
+        Ok((runner.handle(), gates, format!("{group}/{processor}")))
     }
 
     /// The commit gate of `feed` for processors of `group` (`None`: no registry, as in a

@@ -128,7 +128,9 @@ fn an_exhausted_save_holds_the_position_and_a_restart_applies_the_line() {
     // fails after its retries. Before the fix each such line was acknowledged without
     // its save and committed: the restart on free disk skipped them.
     let run = ledger_run("full/state", "alerts.txt", "");
-    let full = Tmpfs::mount_at(&run.path("full"), "8k");
+    // three pages: the first snapshot (the state's identity, written before any
+    // record), the outbox's watermark and its segment's header; the first record fails
+    let full = Tmpfs::mount_at(&run.path("full"), "12k");
     let mut child = run.spawn(false);
     // the save's failure holds the feed: through the completion callback's retries, or,
     // on a loaded machine, through the handler's own retries running out first (the

@@ -53,6 +53,19 @@ impl ProcessorContext<'_> {
         self.sinks.writer(name, self.group, self.name)
     }
 
+    /// The parts of [`ProcessorContext::sink`]'s writer (the sink's handle, the gates
+    /// of its outputs' feeds, the writer's name `group/name`), for a processor that
+    /// tracks its outputs' outcomes itself (the ledger's alerts).
+    ///
+    /// # Errors
+    /// No sink of that name (the message lists the configured ones).
+    pub fn sink_parts(
+        &self,
+        name: &str,
+    ) -> Result<(mongoose_sink::SinkHandle, mongoose_sink::GateSource, String), String> {
+        self.sinks.writer_parts(name, self.group, self.name)
+    }
+
     /// The commit gate of `feed` for this processor's group: a processor that makes
     /// its state durable after a line was handled (an outbox with group commit) holds
     /// the line's commit with it until the state is durable. `None` where no feed's

@@ -375,9 +375,27 @@ impl<T: Send + 'static> FileEventSource<T> {
                 let wanted = match consumer.saved {
                     None => 0,
                     Some((epoch, position)) if epoch.get() == record.epoch => position.offset,
-                    // saved under another epoch (an earlier file): it takes every
-                    // line of this epoch anyway
-                    Some(_) => continue,
+                    // saved under another epoch (an earlier file) while the pointer
+                    // is still at this epoch's start: it takes every line of this
+                    // epoch anyway
+                    Some(_) if record.offset == 0 => continue,
+                    // the pointer is past lines of this epoch that the consumer must
+                    // have processed (the commit never passes what a consumer did not
+                    // process), yet its state holds another epoch: its state was not
+                    // built from this input (another consumer's state folder put in
+                    // place). Applying the rest on top of it would mix two inputs.
+                    Some((epoch, position)) => {
+                        return Err(refuse(format!(
+                            "the pointer file {} is at byte {} of epoch {} of the input {}, but the consumer {}'s saved state holds epoch {epoch} (byte {}): a consumer's state always holds the epoch of the lines the pointer has passed, so that state was not built from this input (another processor's or another input's state put in place?). Nothing was read or changed. Restore the consumer's own state (from a backup taken with the pointer file); or, to start over, move that state away and remove the pointer file {} so that every line is read again",
+                            pointer_path.display(),
+                            record.offset,
+                            Epoch(record.epoch),
+                            self.config.path.display(),
+                            consumer.consumer,
+                            position.offset,
+                            pointer_path.display(),
+                        )));
+                    }
                 };
                 if wanted < resume {
                     warn!(source = %name, consumer = %consumer.consumer, pointer = record.offset, resume_at = wanted,
