@@ -164,7 +164,12 @@ fn finish(world: &mut World) -> Option<i32> {
         if let Some(status) = exited {
             let code = code_of(status);
             world.event(format!("the final run exited {code}"));
-            if world.run_after_touch && (code == 1 || code == 2) {
+            // a state fault's refusal may come once a source opens the damaged file
+            // (a glob's file), in any run until the server settled after the fault
+            let two_sinks_refused = world.scenario.options.two_sinks_one_path && code == 2;
+            if two_sinks_refused
+                || ((world.run_after_touch || world.touched_unsettled) && (code == 1 || code == 2))
+            {
                 world.server = None;
                 let said = last_error(&world.server_log_of_run());
                 world.event(format!("the final run refused to start: {said}"));

@@ -129,6 +129,9 @@ pub struct World {
     pub state_touched: bool,
     /// Whether the current (or last) server run started after a state fault.
     pub run_after_touch: bool,
+    /// A state file was deleted or damaged and no server has settled since: a refusal
+    /// (exit 1 or 2) naming it may still come.
+    pub touched_unsettled: bool,
     /// The peers that run.
     pub peers: BTreeMap<PeerKind, Proc>,
     /// Ports.
@@ -210,6 +213,7 @@ impl World {
             started: None,
             state_touched: false,
             run_after_touch: false,
+            touched_unsettled: false,
             peers: BTreeMap::new(),
             ports: Ports {
                 admin: free_tcp_port(),
