@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use mongoose_testkit::{build_plugin, plugin_dir};
-use support::{assert_applied_once, plugin_ledger_config, wait_exit, LedgerRun};
+use support::{assert_applied_once, copy_dir, plugin_ledger_config, wait_exit, LedgerRun};
 
 const MESSAGES: usize = 20_000;
 const STREAM: u32 = 7;
@@ -387,20 +387,6 @@ fn a_pointer_inside_a_frame_stalls_the_run_with_its_reason() {
     );
     drop(publication);
     drop(archiver);
-}
-
-/// Copies the files of `from` into `to` (made first).
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("a folder");
-    for entry in std::fs::read_dir(from).expect("a folder") {
-        let entry = entry.expect("an entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("a type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("a copy");
-        }
-    }
 }
 
 /// Issue 25, item 7 (the archive's part): the plugin boundary carries the consumers'

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use mongoose_journal::TailerStore;
 use mongoose_testkit::{build_plugin, plugin_dir};
-use support::{assert_applied_once, plugin_ledger_config, wait_exit, LedgerRun};
+use support::{assert_applied_once, copy_dir, plugin_ledger_config, wait_exit, LedgerRun};
 
 const TOTAL: usize = 40_000;
 
@@ -324,20 +324,6 @@ fn a_damaged_excerpt_in_the_middle_is_refused_by_appender_and_tailer() {
         .filter(|entry| entry.checksum_ok)
         .count();
     assert_eq!(whole, EXCERPTS - 1, "every whole excerpt is still there");
-}
-
-/// Copies the files of `from` into `to` (made first), one level deep or more.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("a folder");
-    for entry in std::fs::read_dir(from).expect("a folder") {
-        let entry = entry.expect("an entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("a type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("a copy");
-        }
-    }
 }
 
 /// Issue 25, item 7 (the journal's part): the plugin boundary carries the consumers'

@@ -268,3 +268,18 @@ pub fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Copies the files of `from` into `to` (made first), folders and all: a state folder
+/// kept aside, to be put back later as an older copy of itself.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("a folder");
+    for entry in std::fs::read_dir(from).expect("a folder") {
+        let entry = entry.expect("an entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("a copy");
+        }
+    }
+}
