@@ -147,6 +147,13 @@ unsafe impl Sync for Declared {}
 
 static DECLARED: OnceLock<Declared> = OnceLock::new();
 
+/// The plugin's declaration, read by the host before any other call.
+fn declared() -> Result<&'static Declared, &'static str> {
+    DECLARED
+        .get()
+        .ok_or("the plugin was not declared (no declaration was read)")
+}
+
 static SOURCE_VTABLE: SourceVTable = SourceVTable {
     create: source_create,
     start: source_start,
@@ -736,9 +743,7 @@ fn check_settings(
         // SAFETY: the host passes text valid for this call.
         let (kind, config, base_dir) =
             unsafe { (kind.as_str(), config.as_str(), base_dir.as_str()) };
-        let declared = DECLARED
-            .get()
-            .ok_or("the plugin was not declared (no declaration was read)")?;
+        let declared = declared()?;
         let checks = if sink {
             &declared.plugin.sink_checks
         } else {
@@ -775,9 +780,7 @@ unsafe extern "C" fn source_create(
                 base_dir.as_str(),
             )
         };
-        let declared = DECLARED
-            .get()
-            .ok_or("the plugin was not declared (no declaration was read)")?;
+        let declared = declared()?;
         let factory = declared
             .plugin
             .sources
@@ -967,9 +970,7 @@ unsafe extern "C" fn sink_create(
         // SAFETY: the host passes text valid for this call.
         let (kind, config, base_dir) =
             unsafe { (kind.as_str(), config.as_str(), base_dir.as_str()) };
-        let declared = DECLARED
-            .get()
-            .ok_or("the plugin was not declared (no declaration was read)")?;
+        let declared = declared()?;
         let factory = declared
             .plugin
             .sinks
