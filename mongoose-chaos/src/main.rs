@@ -125,7 +125,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| root.join("target/chaos"));
     if !bins.mongoose.exists() {
         eprintln!(
-            "mongoose-chaos: no mongoose binary at {} (build it: cargo build --release -p mongoose-server, or run cargo xtask chaos)",
+            "mongoose-chaos: no mongoose binary at {} (build it: cargo build --release -p mongoose, or run cargo xtask chaos)",
             bins.mongoose.display()
         );
         return ExitCode::from(2);

@@ -30,6 +30,16 @@ pub enum CoreError {
         #[source]
         error: std::io::Error,
     },
+    /// A state store failed (a partition's changelog, for example): the store's own
+    /// error, which says what to do.
+    #[error("{error}")]
+    StateStore {
+        /// Where the state lives (a topic).
+        store: String,
+        /// The store's error.
+        #[source]
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl CoreError {

@@ -90,6 +90,7 @@ mod processor;
 mod services;
 pub mod sink;
 mod source;
+pub mod state_store;
 
 pub use delivery::engine::PendingCompletion;
 pub use delivery::{

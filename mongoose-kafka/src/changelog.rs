@@ -53,13 +53,13 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Sender};
-use mongoose_core::Epoch;
+use mongoose_core::state_store::PartitionStateStore;
+pub use mongoose_core::state_store::{OnDurable, RecordKind, RestoredPartition, StoredRecord};
+use mongoose_core::{CoreError, Epoch};
 use parking_lot::Mutex;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -75,10 +75,6 @@ use crate::error::KafkaConnectorError;
 
 /// The version of the record layout this store writes (and the only one it reads).
 pub const FORMAT: u8 = 1;
-
-/// Called when a write is durable (`Ok`) or given up by the producer (`Err`, with why),
-/// on the producer's own thread: `(tag, result)`.
-pub type OnDurable = Arc<dyn Fn(u64, Result<(), String>) + Send + Sync>;
 
 /// How a [`Changelog`] connects.
 #[derive(Clone, Debug)]
@@ -116,17 +112,6 @@ impl ChangelogConfig {
     }
 }
 
-/// What a changelog record is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RecordKind {
-    /// A change: the key's new value (an empty value removes the key).
-    Entry,
-    /// A new owner's fence: records of other epochs after it do not count.
-    Marker,
-    /// A reader's end-of-partition probe: counts for nothing.
-    Probe,
-}
-
 /// The value of a changelog record: the layout version, what it is, the input
 /// position it follows, and the state's value.
 #[derive(Debug, Serialize, Deserialize)]
@@ -143,59 +128,14 @@ struct Envelope<'a> {
 /// The key of markers and probes (a state key may not start with a zero byte).
 pub const MARKER_KEY: &[u8] = b"\0mongoose.marker";
 
-/// One record of a changelog partition, decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChangelogRecord {
-    /// Its offset in the changelog partition.
-    pub log_offset: i64,
-    /// What it is.
-    pub kind: RecordKind,
-    /// The epoch of the input delivery it follows (a marker: its owner's epoch).
-    pub epoch: Epoch,
-    /// The input partition.
-    pub partition: i32,
-    /// The input position it follows (the offset after the input record).
-    pub offset: u64,
-    /// The state's key.
-    pub key: Vec<u8>,
-    /// The state's value.
-    pub value: Vec<u8>,
-}
-
-/// The state of one partition as the fold of its changelog gives it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RestoredPartition {
-    /// The last value of each key, with the changelog offset it was written at.
-    pub entries: BTreeMap<Vec<u8>, (i64, Vec<u8>)>,
-    /// The `(epoch, input position)` of the last counted record: the state holds the
-    /// input partition through this position.
-    pub position: Option<(Epoch, u64)>,
-    /// Entries counted.
-    pub counted: u64,
-    /// Entries fenced off (written in an old epoch behind a newer owner's marker).
-    pub fenced: u64,
-    /// Markers read.
-    pub markers: u64,
-}
-
-impl RestoredPartition {
-    /// The value of the entry written last (the latest counted record), if any.
-    pub fn last_entry(&self) -> Option<&[u8]> {
-        self.entries
-            .values()
-            .max_by_key(|(log_offset, _)| *log_offset)
-            .map(|(_, value)| value.as_slice())
-    }
-}
-
 /// Folds a changelog partition's records, in log order: after each marker only the
 /// records of the marker's epoch count; an entry sets its key's value (an empty value
 /// removes it) and the position; probes count for nothing. `counted` sees each counted
 /// entry in order (a processor keeps what it needs of the history, such as outputs to
 /// publish again).
 pub fn fold<'a>(
-    records: impl IntoIterator<Item = &'a ChangelogRecord>,
-    mut counted: impl FnMut(&ChangelogRecord),
+    records: impl IntoIterator<Item = &'a StoredRecord>,
+    mut counted: impl FnMut(&StoredRecord),
 ) -> RestoredPartition {
     let mut restored = RestoredPartition::default();
     let mut fence: Option<Epoch> = None;
@@ -518,7 +458,7 @@ impl Changelog {
         &self,
         partition: i32,
         epoch: Epoch,
-        counted: impl FnMut(&ChangelogRecord),
+        counted: impl FnMut(&StoredRecord),
     ) -> Result<RestoredPartition, KafkaConnectorError> {
         let started = Instant::now();
         let marker = self.mark(partition, RecordKind::Marker, epoch)?;
@@ -538,7 +478,7 @@ impl Changelog {
         &self,
         partition: i32,
         last: i64,
-    ) -> Result<Vec<ChangelogRecord>, KafkaConnectorError> {
+    ) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
         let mut reader = self.reader.lock();
         if reader.is_none() {
             let mut client = ClientConfig::new();
@@ -631,7 +571,7 @@ impl Changelog {
     ///
     /// # Errors
     /// As for [`Changelog::restore`].
-    pub fn read(&self, partition: i32) -> Result<Vec<ChangelogRecord>, KafkaConnectorError> {
+    pub fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
         let probe = self.mark(partition, RecordKind::Probe, Epoch(0))?;
         self.read_through(partition, probe)
     }
@@ -647,13 +587,56 @@ impl Changelog {
     }
 }
 
+/// The ledger's (any partitioned processor's) view of a changelog: the state store
+/// trait of `mongoose-core`, so the processor builds without librdkafka.
+impl PartitionStateStore for Changelog {
+    fn location(&self) -> &str {
+        self.topic()
+    }
+
+    fn write(
+        &self,
+        partition: i32,
+        epoch: Epoch,
+        offset: u64,
+        key: &[u8],
+        value: &[u8],
+        tag: u64,
+    ) -> Result<(), CoreError> {
+        Changelog::write(self, partition, epoch, offset, key, value, tag)
+            .map_err(|error| self.store_error(error))
+    }
+
+    fn restore(
+        &self,
+        partition: i32,
+        epoch: Epoch,
+        counted: &mut dyn FnMut(&StoredRecord),
+    ) -> Result<RestoredPartition, CoreError> {
+        Changelog::restore(self, partition, epoch, counted).map_err(|error| self.store_error(error))
+    }
+
+    fn flush(&self, timeout: Duration) -> Result<(), CoreError> {
+        Changelog::flush(self, timeout).map_err(|error| self.store_error(error))
+    }
+}
+
+impl Changelog {
+    fn store_error(&self, error: KafkaConnectorError) -> CoreError {
+        CoreError::StateStore {
+            store: self.config.topic.clone(),
+            error: Box::new(error),
+        }
+    }
+}
+
 /// Decodes one changelog record; `None` for a layout this version does not read.
-pub fn decode(log_offset: i64, key: &[u8], payload: &[u8]) -> Option<ChangelogRecord> {
+pub fn decode(log_offset: i64, key: &[u8], payload: &[u8]) -> Option<StoredRecord> {
     let envelope: Envelope<'_> = postcard::from_bytes(payload).ok()?;
     if envelope.format != FORMAT {
         return None;
     }
-    Some(ChangelogRecord {
+    Some(StoredRecord {
         log_offset,
         kind: envelope.kind,
         epoch: Epoch(envelope.epoch),
@@ -668,8 +651,8 @@ pub fn decode(log_offset: i64, key: &[u8], payload: &[u8]) -> Option<ChangelogRe
 mod tests {
     use super::*;
 
-    fn entry(log_offset: i64, epoch: u64, offset: u64, key: &str, value: &str) -> ChangelogRecord {
-        ChangelogRecord {
+    fn entry(log_offset: i64, epoch: u64, offset: u64, key: &str, value: &str) -> StoredRecord {
+        StoredRecord {
             log_offset,
             kind: RecordKind::Entry,
             epoch: Epoch(epoch),
@@ -680,8 +663,8 @@ mod tests {
         }
     }
 
-    fn marker(log_offset: i64, epoch: u64) -> ChangelogRecord {
-        ChangelogRecord {
+    fn marker(log_offset: i64, epoch: u64) -> StoredRecord {
+        StoredRecord {
             log_offset,
             kind: RecordKind::Marker,
             epoch: Epoch(epoch),

@@ -55,19 +55,20 @@
 //! Its admin command `balance ACCOUNT` answers with the account's balance in memory
 //! (`POST /processors/{group}/{name}/commands/balance` with `{"args": ["ACCOUNT"]}`): it
 //! runs on the group's thread between lines, so it reads a balance every line before it
-//! is applied to ([`mongoose_control::admin`]).
+//! is applied to (`mongoose_control::admin`).
 //!
 //! This crate is an application of Mongoose-rs, not a part of the server: it knows
 //! the processor API (core, control's admin commands, the file source's [`Line`]) and
 //! nothing of the server. The `mongoose` binary registers it as the processor kind
-//! `ledger` (`mongoose-server/src/ledger_kind.rs`: the server's feeds and sinks are
+//! `ledger` (`mongoose/src/kinds.rs`: the server's feeds and sinks are
 //! checked there, the rest by [`LedgerSettings::check`]), and the example
-//! `cargo run -p mongoose-server --example ledger` builds its server as values.
+//! `cargo run -p mongoose --example ledger` builds its server as values.
 //!
 //! # On a Kafka feed shared by several servers
 //!
 //! [`PartitionedLedger`] keeps the same balances per input partition in a changelog
-//! topic ([`mongoose_kafka::changelog`]) instead of `state_dir`: each line's change is
+//! topic (a [`mongoose_core::state_store::PartitionStateStore`]: the Kafka connector's
+//! `mongoose_kafka::changelog::Changelog`) instead of `state_dir`: each line's change is
 //! acknowledged by the broker before the line's offset is committed, and the member
 //! that takes a partition over restores it (fenced by its marker) and skips the lines
 //! the restored state already holds. The server picks it for a Kafka feed
@@ -103,7 +104,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use partitioned::{partition_state, ChangelogTarget, PartitionedLedger};
+pub use partitioned::{partition_state, PartitionedLedger};
 pub use state::{LanePosition, LedgerState};
 
 use std::fs::{File, OpenOptions};

@@ -1,6 +1,7 @@
 //! The ledger on a Kafka feed shared by a consumer group: [`PartitionedLedger`], whose
-//! state is kept per input partition in a changelog topic
-//! ([`mongoose_kafka::changelog`]) and follows the partition to whichever member owns it.
+//! state is kept per input partition in a [`PartitionStateStore`] (a Kafka changelog
+//! topic, `mongoose_kafka::changelog::Changelog`, which the `mongoose` binary opens with
+//! its `kafka` feature) and follows the partition to whichever member owns it.
 //!
 //! * **One state per partition.** Each partition has its own balances and counts (a
 //!   producer that keys records by account puts each account in one partition, so
@@ -29,10 +30,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_core::sink::CommitGate;
+use mongoose_core::state_store::{OnDurable, PartitionStateStore, RestoredPartition};
 use mongoose_core::{
-    DeliveryContext, Epoch, Processor, ProcessorError, SavedPosition, StartContext,
+    CoreError, DeliveryContext, Epoch, Processor, ProcessorError, SavedPosition, StartContext,
 };
-use mongoose_kafka::changelog::{Changelog, ChangelogConfig, OnDurable, RestoredPartition};
 use mongoose_source_file::Line;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -41,20 +42,6 @@ use tracing::{info, warn};
 use crate::{
     alert_error, apply_line, open_rejected_log, AlertSink, Applied, LedgerSettings, LedgerState,
 };
-
-/// Where a partitioned ledger keeps its state: filled in by the server from the Kafka
-/// feed's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChangelogTarget {
-    /// `bootstrap.servers`.
-    pub brokers: String,
-    /// The feed's topic (the changelog is co-partitioned with it).
-    pub input_topic: String,
-    /// The changelog topic.
-    pub topic: String,
-    /// A name for logs and client ids (`group/processor`).
-    pub name: String,
-}
 
 /// The key of the record a rejected line writes (an account never holds `#`).
 const REJECTED_KEY: &[u8] = b"#rejected";
@@ -121,7 +108,7 @@ struct Partition {
 /// over, which skips the lines the restored state holds (see the crate docs).
 pub struct PartitionedLedger {
     settings: LedgerSettings,
-    changelog: Changelog,
+    changelog: Box<dyn PartitionStateStore>,
     partitions: HashMap<u32, Partition>,
     alerts: Box<dyn AlertSink>,
     rejected: File,
@@ -143,17 +130,19 @@ impl std::fmt::Debug for PartitionedLedger {
 }
 
 impl PartitionedLedger {
-    /// Opens the changelog (creating its topic if missing) and the rejected file in
+    /// Opens the state store with `open_store` (given the callback its durable writes
+    /// go to: a Kafka changelog creates its topic if missing) and the rejected file in
     /// `state_dir`; alerts go to `alerts`. With a commit `gate`, each line's commit
     /// waits for its changelog record's acknowledgement; without one, each record is
     /// flushed before the line counts as processed.
     ///
     /// # Errors
-    /// The broker does not answer, the input topic is missing, the changelog has fewer
-    /// partitions than the input, or the rejected file cannot be opened.
+    /// The store cannot open (for a changelog: the broker does not answer, the input
+    /// topic is missing, the changelog has fewer partitions than the input), or the
+    /// rejected file cannot be opened.
     pub fn open(
         settings: LedgerSettings,
-        target: &ChangelogTarget,
+        open_store: impl FnOnce(OnDurable) -> Result<Box<dyn PartitionStateStore>, CoreError>,
         alerts: Box<dyn AlertSink>,
         gate: Option<Arc<dyn CommitGate>>,
     ) -> Result<Self, ProcessorError> {
@@ -182,14 +171,10 @@ impl PartitionedLedger {
                 }
             })
         };
-        let changelog = Changelog::open(
-            ChangelogConfig::new(&target.name, &target.brokers, &target.topic),
-            &target.input_topic,
-            on_durable,
-        )
-        .map_err(|error| ProcessorError::new(error.to_string()))?;
+        let changelog =
+            open_store(on_durable).map_err(|error| ProcessorError::new(error.to_string()))?;
         let rejected = open_rejected_log(&settings.state_dir)?;
-        info!(changelog = %target.topic, input = %target.input_topic, gate = gate.is_some(),
+        info!(changelog = %changelog.location(), gate = gate.is_some(),
             "ledger: state per partition in the changelog, restored by the member that takes a partition");
         Ok(PartitionedLedger {
             settings,
@@ -211,7 +196,7 @@ impl PartitionedLedger {
         let mut restored_alerts = BTreeMap::new();
         let restored = self
             .changelog
-            .restore(partition, Epoch(epoch), |record| {
+            .restore(partition, Epoch(epoch), &mut |record| {
                 if let Ok(change) = postcard::from_bytes::<Change>(&record.value) {
                     if let Some(alert) = change.alert {
                         restored_alerts.insert(record.offset, alert);
@@ -222,7 +207,7 @@ impl PartitionedLedger {
         let mut state = partition_state(&restored).map_err(|error| {
             ProcessorError::new(format!(
                 "changelog {} partition {partition}: {error}: the ledger does not start on it; name a new changelog_topic (the feed is then read from its committed offsets into a new state) or restore the topic",
-                self.changelog.topic()
+                self.changelog.location()
             ))
         })?;
         // the consumer-side position check: Kafka offsets never repeat within a
@@ -253,7 +238,7 @@ impl PartitionedLedger {
         if let Some(error) = self.failure.lock().as_ref() {
             return Err(ProcessorError::new(format!(
                 "a changelog write was given up by the producer ({error}): its line is not committed; restart the server to restore the partitions from the changelog (topic {})",
-                self.changelog.topic()
+                self.changelog.location()
             )));
         }
         let Some(delivery) = DeliveryContext::current() else {

@@ -20,13 +20,11 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod archive_cli;
 pub mod audit_journal;
 pub mod cli;
 pub mod config;
 mod error;
 pub mod forward;
-pub mod journal_cli;
 pub mod losses;
 mod server;
 pub mod sinks;

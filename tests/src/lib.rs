@@ -1,7 +1,7 @@
 //! Cross-crate integration tests of Mongoose-rs.
 //!
 //! The end-to-end and crash tests need the `mongoose` binary, so they live beside it in
-//! `mongoose-server/tests/`: `kill.rs` (the ledger killed with SIGKILL mid-burst, the
+//! `mongoose/tests/`: `kill.rs` (the ledger killed with SIGKILL mid-burst, the
 //! second-signal and SIGTERM stops), `server.rs` (the settled rule, clean stops, a
 //! crash mid-burst in process), `stop_order.rs`, `admin.rs` and `record_replay.rs`.
 //! This crate holds what spans crates without the binary: the regression index

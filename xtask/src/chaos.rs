@@ -19,7 +19,7 @@ pub(crate) fn chaos(root: &Path, arguments: &[String]) -> bool {
         "build",
         "--release",
         "-p",
-        "mongoose-server",
+        "mongoose",
         "--bin",
         "mongoose",
         "-p",

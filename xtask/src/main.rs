@@ -17,12 +17,16 @@
 //! * `cargo xtask chaos [--minutes N | --seed S | ARGS...]` builds the release
 //!   binaries and runs the chaos harness (`mongoose-chaos`): the fixed CI seeds, random
 //!   seeds for N minutes, or one seed (see [`chaos`]).
+//! * `cargo xtask layout` checks the architecture the manifests and files show: no
+//!   librdkafka in the server library nor in the file-only binary, no source file over
+//!   800 lines (see [`layout`]).
 //! * `cargo xtask broker start|stop|status` runs the Kafka-protocol test broker (tansu)
 //!   on 127.0.0.1:19092 in the background, installing it first when missing (see
 //!   [`broker`]).
 
 mod broker;
 mod chaos;
+mod layout;
 mod versus;
 
 use std::path::{Path, PathBuf};
@@ -49,13 +53,13 @@ const BENCHES: &[(&str, &str, &[&str])] = &[
     ("mongoose-delivery", "pipeline_bench", &[]),
     ("mongoose-control", "group_dispatch_bench", &[]),
     ("mongoose-source-file", "file_feed_bench", &[]),
-    ("mongoose-server", "ledger_bench", &[]),
+    ("mongoose", "ledger_bench", &[]),
     ("mongoose-replay", "replay_bench", &[]),
     // needs the test broker (`cargo xtask broker start`); prints a skip message without it
     ("mongoose-kafka", "kafka_feed_bench", &[]),
     // the same broker, the release `mongoose` binary and the plugins in target/plugins
     // (built first, below): one server vs three in one consumer group
-    ("mongoose-server", "scale_out_bench", &[]),
+    ("mongoose", "scale_out_bench", &[]),
 ];
 
 /// (package, criterion bench) run with `--quick` after the pipeline benchmarks.
@@ -280,6 +284,7 @@ fn main() -> ExitCode {
         Some("broker") => broker::broker(&workspace_root(), &arguments[1..]),
         Some("plugins") => plugins(&arguments[1..]),
         Some("chaos") => chaos::chaos(&workspace_root(), &arguments[1..]),
+        Some("layout") => layout::layout(&workspace_root()),
         Some("versus-rsyslog") => versus::versus_rsyslog(&workspace_root(), &arguments[1..]),
         Some("fuzz") => fuzz(
             arguments
@@ -290,7 +295,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
-                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...]"
+                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...] | cargo xtask layout"
             );
             false
         }

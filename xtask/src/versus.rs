@@ -818,7 +818,7 @@ pub(crate) fn build_mongoose(root: &Path) -> Result<PathBuf, String> {
         "build",
         "--release",
         "-p",
-        "mongoose-server",
+        "mongoose",
         "--bin",
         "mongoose",
     ]));
@@ -829,7 +829,7 @@ pub(crate) fn build_mongoose(root: &Path) -> Result<PathBuf, String> {
     if built && binary.is_file() {
         Ok(binary)
     } else {
-        Err("`cargo build --release -p mongoose-server --bin mongoose` failed".to_owned())
+        Err("`cargo build --release -p mongoose --bin mongoose` failed".to_owned())
     }
 }
 

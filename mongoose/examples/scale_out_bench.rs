@@ -4,8 +4,8 @@
 //! ```text
 //! cargo xtask broker start
 //! cargo xtask plugins --out target/plugins
-//! cargo build --release -p mongoose-server
-//! cargo run --release -p mongoose-server --example scale_out_bench -- --records 300000 --runs 3
+//! cargo build --release -p mongoose
+//! cargo run --release -p mongoose --example scale_out_bench -- --records 300000 --runs 3
 //! ```
 //!
 //! For each run and each server count (`--servers 1,3`, alternating): a new topic of
@@ -142,7 +142,7 @@ fn main() {
     }
     if !mongoose.exists() || !plugins.join("libkafka_plugin.so").exists() {
         eprintln!(
-            "SKIPPED: needs {} (cargo build --release -p mongoose-server --bin mongoose) and {}/libkafka_plugin.so (cargo xtask plugins --out {})",
+            "SKIPPED: needs {} (cargo build --release -p mongoose --bin mongoose) and {}/libkafka_plugin.so (cargo xtask plugins --out {})",
             mongoose.display(),
             plugins.display(),
             plugins.display()

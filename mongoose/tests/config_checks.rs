@@ -9,8 +9,7 @@
 //! 0). A run whose input path turns into a directory (or whose folder is a file) keeps
 //! its log small: a warning once and a count, not a busy loop.
 
-#[path = "../src/ledger_kind.rs"]
-mod ledger_kind;
+use mongoose::kinds as ledger_kind;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

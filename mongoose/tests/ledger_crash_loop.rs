@@ -198,7 +198,7 @@ fn assert_alerts_exact(run: &LedgerRun, lines: &[String], kills: u64) {
 /// No start may fail, and in the end every line is applied once, the balances are
 /// exact, every alert is written, at most one duplicate per kill.
 #[test]
-#[ignore = "minutes of real processes: .ci/run runs it against the release binary (MONGOOSE_BIN=target/release/mongoose cargo test -p mongoose-server --test ledger_crash_loop -- --ignored)"]
+#[ignore = "minutes of real processes: .ci/run runs it against the release binary (MONGOOSE_BIN=target/release/mongoose cargo test -p mongoose --test ledger_crash_loop -- --ignored)"]
 fn a_crash_loop_never_wedges_the_outbox_and_every_line_is_applied_once() {
     let seed = std::env::var("CRASH_LOOP_SEED")
         .ok()
@@ -284,7 +284,7 @@ fn a_crash_loop_never_wedges_the_outbox_and_every_line_is_applied_once() {
 /// queues, and a restart that ends exactly: every line applied once, every alert
 /// written once (at most one duplicate for the one kill).
 #[test]
-#[ignore = "minutes of real processes: .ci/run runs it against the release binary (MONGOOSE_BIN=target/release/mongoose cargo test -p mongoose-server --test ledger_crash_loop -- --ignored)"]
+#[ignore = "minutes of real processes: .ci/run runs it against the release binary (MONGOOSE_BIN=target/release/mongoose cargo test -p mongoose --test ledger_crash_loop -- --ignored)"]
 fn one_kill_of_a_busy_three_million_line_ledger_run_restarts_exactly() {
     const TOTAL: usize = 3_000_000;
     const KILL_AFTER: u64 = 70_000;

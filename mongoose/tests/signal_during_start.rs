@@ -5,8 +5,7 @@
 //! signal in between ended the process with the default action, no ordered stop (a
 //! test saw exit -1 on a loaded machine). Its own test binary: it signals itself.
 
-#[path = "../src/ledger_kind.rs"]
-mod ledger_kind;
+use mongoose::kinds as ledger_kind;
 mod support;
 
 use mongoose_server::cli::{self, EXIT_OK};

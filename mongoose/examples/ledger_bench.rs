@@ -3,7 +3,7 @@
 //! outbox without fsync, then with fsync in groups (group commit); and the cost of one
 //! state save with and without an fsync of its own.
 //!
-//! `cargo run --release -p mongoose-server --example ledger_bench -- [--size-mib N]`
+//! `cargo run --release -p mongoose --example ledger_bench -- [--size-mib N]`
 
 /// The same allocator as the mongoose binary, so the figures are the server's.
 #[global_allocator]
@@ -13,8 +13,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-#[path = "../src/ledger_kind.rs"]
-mod ledger_kind;
+use mongoose::kinds as ledger_kind;
 
 use mongoose_ledger::LedgerState;
 use mongoose_server::config::ServerConfig;

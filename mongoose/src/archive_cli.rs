@@ -22,7 +22,7 @@ use mongoose_archive::{
     RecordingReader, RecordingSelector, ReplayEvent, UdpPublication,
 };
 
-use crate::ServerError;
+use mongoose_server::ServerError;
 
 fn archive_error(context: &str, error: mongoose_archive::ArchiveError) -> ServerError {
     ServerError::Io {

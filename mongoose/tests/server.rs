@@ -1,8 +1,7 @@
 //! The booted server (feed-delivery-guarantees §4 clean stop, §7 the settled rule, §11
 //! FeedDeliveryServerTest, FeedDeliveryCleanStopTest, FeedStatusServerTest).
 
-#[path = "../src/ledger_kind.rs"]
-mod ledger_kind;
+use mongoose::kinds as ledger_kind;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -14,8 +14,6 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod ledger_kind;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -180,7 +178,7 @@ enum ArchiveAction {
 }
 
 fn archive(action: ArchiveAction) -> Result<u8, (u8, ServerError)> {
-    use mongoose_server::archive_cli;
+    use mongoose::archive_cli;
     let failed = |error| (EXIT_FAILED, error);
     match action {
         ArchiveAction::Serve { dir, udp, ipc } => {
@@ -284,7 +282,7 @@ fn journal(action: JournalAction) -> Result<u8, (u8, ServerError)> {
         JournalAction::Append { dir, sync_every } => {
             let stdin = std::io::stdin().lock();
             let (count, last) =
-                mongoose_server::journal_cli::append(&dir, stdin, sync_every).map_err(failed)?;
+                mongoose::journal_cli::append(&dir, stdin, sync_every).map_err(failed)?;
             match last {
                 Some(last) => println!("appended {count} excerpts; the last is index {last}"),
                 None => println!("appended nothing (standard input was empty)"),
@@ -293,14 +291,12 @@ fn journal(action: JournalAction) -> Result<u8, (u8, ServerError)> {
         }
         JournalAction::Tail { dir, from, follow } => {
             let mut out = std::io::stdout().lock();
-            mongoose_server::journal_cli::tail(&dir, from, follow, &mut out, &|| false)
-                .map_err(failed)?;
+            mongoose::journal_cli::tail(&dir, from, follow, &mut out, &|| false).map_err(failed)?;
             Ok(cli::EXIT_OK)
         }
         JournalAction::Dump { dir } => {
             let mut out = std::io::stdout().lock();
-            let (total, damaged) =
-                mongoose_server::journal_cli::dump(&dir, &mut out).map_err(failed)?;
+            let (total, damaged) = mongoose::journal_cli::dump(&dir, &mut out).map_err(failed)?;
             if damaged > 0 {
                 eprintln!("mongoose: {damaged} of {total} excerpts are damaged (a tailer stops before the first); an appender opening the journal cuts them");
                 return Ok(EXIT_FAILED);
@@ -362,7 +358,7 @@ enum AuditAction {
 /// `validate` and `replay` all build through it, so `validate` runs the same settings
 /// checks `run` does.
 fn builder(config: ServerConfig) -> ServerBuilder {
-    ledger_kind::register(Server::builder(config))
+    mongoose::kinds::register(Server::builder(config))
 }
 
 fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)> {

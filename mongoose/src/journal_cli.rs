@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use mongoose_journal::{Journal, JournalConfig};
 
-use crate::ServerError;
+use mongoose_server::ServerError;
 
 /// Appends each line read from `input` as one excerpt; returns how many were appended
 /// and the index of the last.

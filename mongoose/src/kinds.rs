@@ -1,22 +1,76 @@
-//! The processor kind `ledger` of the `mongoose` binary: the adapter between the
-//! server's kind API ([`ServerBuilder::processor_kind_checked`]) and the
-//! `mongoose-ledger` crate.
+//! The processor kinds the `mongoose` binary registers beside the server's built-in
+//! `forward`: `ledger`, the adapter between the server's kind API
+//! ([`ServerBuilder::processor_kind_checked`]) and the `mongoose-ledger` crate. The
+//! ledger's state is local files (or a journal), or on a Kafka feed shared by a
+//! consumer group a changelog topic per partition: the Kafka connector's
+//! `mongoose_kafka::changelog::Changelog` behind the core's state store trait, linked
+//! only with this crate's `kafka` feature.
 //!
-//! Not a part of the server's library: the binary declares this module, and the
-//! examples and tests that build a server with the ledger kind in their own process
-//! include this file (`#[path = ".../src/ledger_kind.rs"] mod ledger_kind;`). It
-//! cannot live in the ledger crate, which would then depend on the server, whose
-//! binary depends on the ledger (a cycle).
+//! It cannot live in the ledger crate, which would then depend on the server (the
+//! ledger is an application of the processor API and knows nothing of the server).
 
 use mongoose_core::Processor;
 use mongoose_ledger::{
-    AlertSink, ChangelogTarget, Ledger, LedgerSettings, PartitionedLedger, SinkAlerts, StateMode,
+    AlertSink, Ledger, LedgerSettings, PartitionedLedger, SinkAlerts, StateMode,
 };
 use mongoose_server::config::FeedConfig;
 use mongoose_server::{ServerBuilder, SettingsCheck, SettingsError};
 
 /// The plugin source kind whose feeds a ledger follows per partition by default.
 const KAFKA: &str = "kafka";
+
+/// Where a partitioned ledger keeps its state: filled in from the Kafka feed's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ChangelogTarget {
+    /// `bootstrap.servers`.
+    brokers: String,
+    /// The feed's topic (the changelog is co-partitioned with it).
+    input_topic: String,
+    /// The changelog topic.
+    topic: String,
+    /// A name for logs and client ids (`group/processor`).
+    name: String,
+}
+
+impl ChangelogTarget {
+    /// Opens the changelog (creating its topic if missing).
+    #[cfg(feature = "kafka")]
+    fn open(
+        &self,
+        on_durable: mongoose_core::state_store::OnDurable,
+    ) -> Result<Box<dyn mongoose_core::state_store::PartitionStateStore>, mongoose_core::CoreError>
+    {
+        use mongoose_kafka::changelog::{Changelog, ChangelogConfig};
+        Changelog::open(
+            ChangelogConfig::new(&self.name, &self.brokers, &self.topic),
+            &self.input_topic,
+            on_durable,
+        )
+        .map(|changelog| Box::new(changelog) as Box<_>)
+        .map_err(|error| mongoose_core::CoreError::StateStore {
+            store: self.topic.clone(),
+            error: Box::new(error),
+        })
+    }
+
+    /// Without the `kafka` feature there is no changelog to open: the settings check
+    /// refused the ledger already.
+    #[cfg(not(feature = "kafka"))]
+    fn open(
+        &self,
+        _on_durable: mongoose_core::state_store::OnDurable,
+    ) -> Result<Box<dyn mongoose_core::state_store::PartitionStateStore>, mongoose_core::CoreError>
+    {
+        Err(mongoose_core::CoreError::Source {
+            source_name: self.name.clone(),
+            message: WITHOUT_KAFKA.to_owned(),
+        })
+    }
+}
+
+/// Why a changelog ledger is refused by a binary built without the `kafka` feature.
+#[cfg(not(feature = "kafka"))]
+const WITHOUT_KAFKA: &str = "this mongoose was built without its kafka feature, which keeps a ledger's state per partition in a Kafka changelog: build it with the default features (cargo build --release -p mongoose), or give the ledger state = \"local\"";
 
 /// Where a ledger on `feed` keeps its state: `Ok(Some(target))` for a changelog,
 /// `Ok(None)` for local state, or why the settings cannot work.
@@ -74,7 +128,7 @@ fn changelog_target(
 
 /// Registers the processor kind `ledger` on `builder`: its settings are checked when
 /// the server is built (and by `mongoose validate`), the ledger opens at start.
-pub(crate) fn register(builder: ServerBuilder) -> ServerBuilder {
+pub fn register(builder: ServerBuilder) -> ServerBuilder {
     builder.processor_kind_checked("ledger", check, |context| {
         let mut settings: LedgerSettings = context.settings()?;
         settings.state_dir = context.resolve(&settings.state_dir);
@@ -83,8 +137,13 @@ pub(crate) fn register(builder: ServerBuilder) -> ServerBuilder {
         let open = |alerts: Box<dyn AlertSink>| {
             let gate = context.commit_gate(&settings.feed);
             match &target {
-                Some(target) => PartitionedLedger::open(settings.clone(), target, alerts, gate)
-                    .map(|ledger| Box::new(ledger) as Box<dyn Processor>),
+                Some(target) => PartitionedLedger::open(
+                    settings.clone(),
+                    |on_durable| target.open(on_durable),
+                    alerts,
+                    gate,
+                )
+                .map(|ledger| Box::new(ledger) as Box<dyn Processor>),
                 None => Ledger::open(settings.clone(), alerts, gate)
                     .map(|ledger| Box::new(ledger) as Box<dyn Processor>),
             }
@@ -128,7 +187,12 @@ fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
         .feeds
         .iter()
         .find(|feed| feed.name == settings.feed);
-    changelog_target(&settings, check.name, feed)?;
+    let target = changelog_target(&settings, check.name, feed)?;
+    #[cfg(not(feature = "kafka"))]
+    if target.is_some() {
+        return Err(SettingsError::at("state", WITHOUT_KAFKA));
+    }
+    let _ = target;
     if let (None, Some(sink)) = (&settings.alerts, &settings.alerts_sink) {
         check.sink("alerts_sink", sink)?;
     }

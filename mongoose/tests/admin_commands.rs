@@ -3,8 +3,7 @@
 //! /processors/{group}/{name}/commands/{command}`; recorded as AdminInvoked and replayed
 //! (control-plane-contracts "Record and replay": AdminInvoked, adminReplies()).
 
-#[path = "../src/ledger_kind.rs"]
-mod ledger_kind;
+use mongoose::kinds as ledger_kind;
 
 use std::time::{Duration, Instant};
 

@@ -4,12 +4,12 @@
 //!
 //! ```sh
 //! # the bundled demo: generates an input, processes it, prints the status table
-//! cargo run --release -p mongoose-server --example ledger
+//! cargo run --release -p mongoose --example ledger
 //! # your own input
-//! cargo run --release -p mongoose-server --example ledger -- \
+//! cargo run --release -p mongoose --example ledger -- \
 //!     --input lines.txt --state-dir state --alerts alerts.txt [--admin 127.0.0.1:8089] [--exit-when-settled] \
 //!     [--log-format text|json]
-//! cargo run --release -p mongoose-server --example ledger -- --state-dir state --dump-state
+//! cargo run --release -p mongoose --example ledger -- --state-dir state --dump-state
 //! # with --admin, ask the running ledger for a balance (its admin command)
 //! curl -XPOST localhost:8089/processors/ledger/ledger/commands/balance -d '{"args":["acc1"]}'
 //! ```

@@ -1,0 +1,235 @@
+//! `cargo xtask layout`: the architecture as the manifests and the files show it,
+//! checked (CI runs it).
+//!
+//! * **librdkafka only where Kafka is used.** `cargo tree -e normal` of the server
+//!   library, and of the `mongoose` binary built without its `kafka` feature (the
+//!   file-only build), holds no `rdkafka` crate; the server library depends on no
+//!   application crate (`mongoose-ledger`).
+//! * **Files along their seams.** No `.rs` file under a crate's `src/` is longer than
+//!   [`MAX_LINES`] lines (tests, examples and benches are not counted).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The longest a source file of a crate may be.
+pub(crate) const MAX_LINES: usize = 800;
+
+/// A dependency tree that must not hold some crates.
+struct TreeRule {
+    /// What is checked, for the message.
+    what: &'static str,
+    /// `cargo tree` arguments.
+    arguments: &'static [&'static str],
+    /// Crates that must not appear in it.
+    forbidden: &'static [&'static str],
+}
+
+const TREE_RULES: &[TreeRule] = &[
+    TreeRule {
+        what: "the server library",
+        arguments: &["-p", "mongoose-server"],
+        forbidden: &[
+            "rdkafka",
+            "rdkafka-sys",
+            "mongoose-kafka",
+            "mongoose-ledger",
+        ],
+    },
+    TreeRule {
+        what: "the file-only binary (mongoose --no-default-features)",
+        arguments: &["-p", "mongoose", "--no-default-features"],
+        forbidden: &["rdkafka", "rdkafka-sys", "mongoose-kafka"],
+    },
+    TreeRule {
+        what: "the ledger application",
+        arguments: &["-p", "mongoose-ledger"],
+        forbidden: &[
+            "rdkafka",
+            "rdkafka-sys",
+            "mongoose-kafka",
+            "mongoose-server",
+        ],
+    },
+];
+
+/// Runs both checks; prints each finding and returns false when there is one.
+pub(crate) fn layout(root: &Path) -> bool {
+    let trees = check_trees(root);
+    let sizes = check_sizes(root);
+    trees && sizes
+}
+
+fn check_trees(root: &Path) -> bool {
+    let mut ok = true;
+    for rule in TREE_RULES {
+        let output = Command::new(env!("CARGO"))
+            .current_dir(root)
+            .args([
+                "tree", "-e", "normal", "--prefix", "none", "--format", "{p}",
+            ])
+            .args(rule.arguments)
+            .output();
+        let output = match output {
+            Ok(output) if output.status.success() => output,
+            Ok(output) => {
+                eprintln!(
+                    "xtask layout: cargo tree {:?} failed: {}",
+                    rule.arguments,
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                ok = false;
+                continue;
+            }
+            Err(error) => {
+                eprintln!("xtask layout: could not run cargo tree: {error}");
+                return false;
+            }
+        };
+        let tree = String::from_utf8_lossy(&output.stdout);
+        let found = forbidden_in(&tree, rule.forbidden);
+        if found.is_empty() {
+            println!(
+                "layout: {} depends on none of {:?}",
+                rule.what, rule.forbidden
+            );
+        } else {
+            eprintln!(
+                "xtask layout: {} depends on {} (cargo tree -e normal {}): keep them behind the binary's feature or in their plugin",
+                rule.what,
+                found.join(", "),
+                rule.arguments.join(" ")
+            );
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// The forbidden crates a `cargo tree --prefix none --format {p}` output names.
+fn forbidden_in(tree: &str, forbidden: &[&str]) -> Vec<String> {
+    let mut found: Vec<String> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| forbidden.contains(name))
+        .map(str::to_owned)
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+fn check_sizes(root: &Path) -> bool {
+    let mut files = Vec::new();
+    collect_sources(root, &mut files);
+    let mut longest: Option<(usize, PathBuf)> = None;
+    let mut over = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let lines = text.lines().count();
+        if longest.as_ref().is_none_or(|(most, _)| lines > *most) {
+            longest = Some((lines, file.clone()));
+        }
+        if lines > MAX_LINES {
+            over.push((lines, file));
+        }
+    }
+    if let Some((lines, file)) = &longest {
+        println!(
+            "layout: the longest source file is {} ({lines} lines; at most {MAX_LINES})",
+            relative(root, file)
+        );
+    }
+    over.sort();
+    for (lines, file) in &over {
+        eprintln!(
+            "xtask layout: {} has {lines} lines, over {MAX_LINES}: cut it along its seams into a module folder",
+            relative(root, file)
+        );
+    }
+    over.is_empty()
+}
+
+fn relative(root: &Path, file: &Path) -> String {
+    file.strip_prefix(root)
+        .unwrap_or(file)
+        .display()
+        .to_string()
+}
+
+/// Every `.rs` file under a `src/` folder of the workspace (not `target/`, not hidden
+/// folders, not a crate's `tests/`, `examples/`, `benches/` or `fuzz/`).
+fn collect_sources(root: &Path, files: &mut Vec<PathBuf>) {
+    walk(root, false, files);
+}
+
+fn walk(dir: &Path, in_src: bool, files: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            if name.starts_with('.') || matches!(name.as_ref(), "target" | "fuzz") {
+                continue;
+            }
+            if !in_src && matches!(name.as_ref(), "tests" | "examples" | "benches") {
+                continue;
+            }
+            walk(&path, in_src || name == "src", files);
+        } else if in_src && name.ends_with(".rs") {
+            files.push(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forbidden_crate_anywhere_in_the_tree_is_found() {
+        let tree = "mongoose-server v0.1.0 (/w/mongoose-server)\nrdkafka v0.38.0\nserde v1.0.0\nrdkafka v0.38.0\n";
+        assert_eq!(
+            forbidden_in(tree, &["rdkafka", "mongoose-ledger"]),
+            ["rdkafka"]
+        );
+        assert!(forbidden_in("serde v1\n", &["rdkafka"]).is_empty());
+    }
+
+    #[test]
+    fn sources_are_what_lies_under_src() {
+        let root = std::env::temp_dir().join(format!("xtask-layout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for dir in ["a/src/deep", "a/tests", "a/examples", "target/debug/src"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        for file in [
+            "a/src/lib.rs",
+            "a/src/deep/m.rs",
+            "a/tests/t.rs",
+            "a/examples/e.rs",
+            "target/debug/src/x.rs",
+        ] {
+            std::fs::write(root.join(file), "fn f() {}\n").unwrap();
+        }
+        let mut files = Vec::new();
+        collect_sources(&root, &mut files);
+        files.sort();
+        assert_eq!(
+            files,
+            [root.join("a/src/deep/m.rs"), root.join("a/src/lib.rs")]
+        );
+        std::fs::write(root.join("a/src/lib.rs"), "\n".repeat(MAX_LINES + 1)).unwrap();
+        assert!(!check_sizes(&root));
+        std::fs::write(root.join("a/src/lib.rs"), "\n".repeat(MAX_LINES)).unwrap();
+        assert!(check_sizes(&root));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
