@@ -90,6 +90,7 @@ pub mod capture;
 mod contain;
 pub mod context;
 pub mod controller;
+#[cfg(feature = "delivery")]
 mod delivery;
 mod error;
 pub mod feeds;
@@ -110,6 +111,7 @@ pub use audit::{
     read_request, verify, AuditCounts, AuditRecord, ControlAudit, RecordType, Verification,
 };
 pub use controller::{ControlInterceptor, Controller, StartContextExt};
+#[cfg(feature = "delivery")]
 pub use delivery::DeliveryFeeds;
 pub use error::ControlError;
 pub use group::{

@@ -41,9 +41,9 @@ use mongoose_core::{
 };
 use tracing::{error, info};
 
-use crate::idle::Idler;
 use crate::publisher::Publisher;
 use crate::registry::AnyFeed;
+use mongoose_core::Idler;
 
 /// How long a failing duty cycle waits before the next try.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);

@@ -78,7 +78,6 @@ mod driver;
 mod error;
 mod feed;
 mod group;
-mod idle;
 mod publisher;
 mod queue;
 mod reader;
@@ -91,10 +90,11 @@ pub use driver::{DrivenOutput, DriverStop, SourceDriver, STALL_AFTER_FAILURES};
 pub use error::DeliveryError;
 pub use feed::{DataMapper, Feed, FeedBuilder, SubscribeOptions, DEFAULT_QUEUE_CAPACITY};
 pub use group::{GroupQueue, GroupSubscription};
-pub use idle::Idler;
 pub use mongoose_core::dispatch::{
     DispatchOutcome, Dispatcher, DroppedRun, FeedStatusEvent, RetryPolicy,
 };
+/// The idler of agent threads lives in the core beside its [`IdleStrategy`](mongoose_core::IdleStrategy).
+pub use mongoose_core::Idler;
 pub use publisher::{KillSwitch, Publisher, Released, Subscription};
 pub use queue::{
     DropEvidence, OverloadChange, OverloadObserver, OverloadState, QueueId, SubscriptionId,

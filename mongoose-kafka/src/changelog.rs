@@ -115,7 +115,7 @@ impl ChangelogConfig {
 /// The value of a changelog record: the layout version, what it is, the input
 /// position it follows, and the state's value.
 #[derive(Debug, Serialize, Deserialize)]
-struct Envelope<'a> {
+struct StoredValue<'a> {
     format: u8,
     kind: RecordKind,
     epoch: u64,
@@ -346,7 +346,7 @@ impl Changelog {
         offset: u64,
         value: &[u8],
     ) -> Vec<u8> {
-        postcard::to_allocvec(&Envelope {
+        postcard::to_allocvec(&StoredValue {
             format: FORMAT,
             kind,
             epoch: epoch.0,
@@ -632,7 +632,7 @@ impl Changelog {
 
 /// Decodes one changelog record; `None` for a layout this version does not read.
 pub fn decode(log_offset: i64, key: &[u8], payload: &[u8]) -> Option<StoredRecord> {
-    let envelope: Envelope<'_> = postcard::from_bytes(payload).ok()?;
+    let envelope: StoredValue<'_> = postcard::from_bytes(payload).ok()?;
     if envelope.format != FORMAT {
         return None;
     }
