@@ -39,9 +39,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::{
-    alert_error, apply_line, open_rejected_log, AlertSink, Applied, LedgerSettings, LedgerState,
-};
+use crate::apply::{alert_error, apply_line, open_rejected_log, Applied};
+use crate::{AlertSink, LedgerSettings, LedgerState};
 
 /// The key of the record a rejected line writes (an account never holds `#`).
 const REJECTED_KEY: &[u8] = b"#rejected";

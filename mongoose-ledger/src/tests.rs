@@ -1,5 +1,14 @@
+use super::apply::{apply_line, parse_line, Applied};
 use super::journal::JournalRecord;
 use super::*;
+use std::fs::File;
+use std::path::Path;
+
+use mongoose_core::sink::OutputKey;
+use mongoose_outbox::{AdmittedOutput, Outbox, OutboxConfig, Outcome};
+
+use mongoose_core::{Epoch, Processor, ProcessorError};
+use mongoose_source_file::Line;
 
 /// Guarded, unsynced settings with state under `dir`.
 fn test_settings(dir: &Path, compact_every: u64) -> LedgerSettings {

@@ -1,3 +1,10 @@
+use std::fs::File;
+use std::io::Write;
+
+use super::checks::{first_difference, Difference, GrowingFileLines};
+use super::configs::{mongoose_config, rsyslog_config};
+use super::report::median;
+use super::setup::rsyslogd_path;
 use super::*;
 
 fn small_options() -> VersusOptions {

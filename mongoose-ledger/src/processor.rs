@@ -1,0 +1,372 @@
+//! The ledger processor: its lines, its saves (outbox records, snapshots) and its
+//! [`Processor`] hooks.
+
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::Arc;
+
+use mongoose_core::sink::CommitGate;
+use mongoose_core::sink::OutputKey;
+use mongoose_outbox::{
+    AdmissionRef, AdmittedOutput, AdmittedOutputRef, AdmittedPositionRef, Outbox, Outcome,
+};
+
+use crate::journal::JournalRecord;
+use crate::state::LedgerState;
+
+use mongoose_core::{
+    CompletionKey, Delivery, DeliveryContext, Epoch, PositionValue, Processor, ProcessorError,
+    SavedPosition, StartContext,
+};
+use mongoose_source_file::Line;
+use tracing::warn;
+
+use super::alerts::AlertSink;
+use super::apply::{apply_line, AlertWritten, Applied};
+use super::settings::LedgerSettings;
+
+const SAVE: CompletionKey = CompletionKey::SAVE;
+
+/// The commit gate a ledger holds, if any.
+pub(super) struct Gate(pub(super) Option<Arc<dyn CommitGate>>);
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Gate(held)"
+        } else {
+            "Gate(none)"
+        })
+    }
+}
+
+/// The ledger processor.
+#[derive(Debug)]
+pub struct Ledger {
+    pub(super) settings: LedgerSettings,
+    pub(super) state: LedgerState,
+    pub(super) alerts: Box<dyn AlertSink>,
+    pub(super) rejected: File,
+    /// Where each delivery's record is admitted, fsync'd in groups.
+    pub(super) outbox: Outbox,
+    /// Holds the feed's commit of a line until its record is durable (`None`: each
+    /// record is synced before the line counts as processed).
+    pub(super) gate: Gate,
+    /// Records since the last snapshot.
+    pub(super) journal_records: u64,
+    /// Bytes of the records since the last snapshot.
+    pub(super) journal_bytes: u64,
+    /// When the last snapshot was taken (or the ledger opened).
+    pub(super) snapshot_at: std::time::Instant,
+    /// The keyed alerts of the delivery being handled, admitted with its record.
+    pub(super) outputs: Vec<AdmittedOutput>,
+    /// The keys of admitted alerts the sink says are over, not yet recorded in the
+    /// outbox (recorded in batches, so the unsettled set stays bounded).
+    pub(super) over: Vec<OutputKey>,
+    /// The outcomes record being built (kept for its capacity).
+    pub(super) outcomes: Vec<(OutputKey, Outcome)>,
+    /// The accounts changed since the last save that succeeded.
+    pub(super) changed: std::collections::BTreeSet<String>,
+    /// The lane of the last delivery: its position goes in the next record.
+    pub(super) lane: u32,
+    /// The lanes whose position changed since the last save that succeeded.
+    pub(super) changed_lanes: std::collections::BTreeSet<u32>,
+    /// The save failures' warning: once, then a count at most every 10 s (a full disk
+    /// failed every save, thousands a second).
+    pub(super) save_failures: mongoose_core::LogEvery,
+}
+
+impl Ledger {
+    /// Opens (creating) the alerts file `path` for appending.
+    pub fn open_alerts_file(path: &Path) -> std::io::Result<File> {
+        OpenOptions::new().create(true).append(true).open(path)
+    }
+
+    /// The state in memory.
+    pub fn state(&self) -> &LedgerState {
+        &self.state
+    }
+
+    pub(super) fn on_line(&mut self, line: &Line) -> Result<(), ProcessorError> {
+        let delivery = DeliveryContext::current();
+        if self.settings.guard {
+            if let Some(delivery) = &delivery {
+                // one saved position per lane (per file of a glob feed)
+                let lane = delivery.lane();
+                if let Some(saved) = self.state.position_of(lane) {
+                    if delivery.already_applied(Epoch(saved.epoch), (lane, saved.position)) {
+                        return Ok(()); // a re-delivery: the saved state already holds it
+                    }
+                }
+            }
+        }
+        // `offset`, or `lane:offset` on a lane other than 0
+        let position = delivery.as_ref().map_or_else(
+            || "0".to_owned(),
+            |delivery| delivery.position().to_string(),
+        );
+        let outcome = apply_line(
+            &mut self.state,
+            &mut self.rejected,
+            self.alerts.as_mut(),
+            &position,
+            line,
+        )?;
+        if let Applied::Account { account, alert, .. } = outcome {
+            if let Some(AlertWritten {
+                key: Some((key, sink)),
+                payload,
+            }) = alert
+            {
+                // admitted with the state: published again after a crash if it was
+                // not confirmed
+                self.outputs.push(AdmittedOutput { sink, key, payload });
+            }
+            self.changed.insert(account);
+        }
+        if !DeliveryContext::on_complete(SAVE) {
+            // no source position (not a positioned feed): save at once
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Appends one record of what the delivery changed; compacts into a snapshot every
+    /// `compact_every` records.
+    fn save(&mut self) -> Result<(), ProcessorError> {
+        // the changed account is forgotten only once its record is written: a failed
+        // save is retried with it
+        let mut changed = self.changed.iter().map(|account| {
+            let balance = self.state.balances.get(account).copied().unwrap_or(0);
+            (account.clone(), balance)
+        });
+        let account = changed.next();
+        let saved = self.state.stored_position(self.lane);
+        let record = JournalRecord {
+            account,
+            unsaved: changed.collect(),
+            applied: self.state.applied,
+            rejected: self.state.rejected,
+            lane: self.lane,
+            epoch: saved.epoch,
+            position: saved.position,
+            unsaved_lanes: self
+                .changed_lanes
+                .iter()
+                .filter(|lane| **lane != self.lane)
+                .map(|lane| {
+                    let saved = self.state.stored_position(*lane);
+                    (*lane, saved.epoch, saved.position)
+                })
+                .collect(),
+        };
+        let state_dir = self.settings.state_dir.clone();
+        let failed = move |error: &dyn std::fmt::Display| {
+            ProcessorError::new(format!(
+                "cannot save the ledger state in {}: {error}",
+                state_dir.display()
+            ))
+        };
+        let encoded = record.encode();
+        let saved = self.state.stored_position(self.lane);
+        let position = AdmittedPositionRef {
+            feed: &self.settings.feed,
+            epoch: Epoch(saved.epoch),
+            lane: self.lane,
+            position: saved.position,
+        };
+        // the tag is the record's sequence, registered before the record can become
+        // durable (one writer: the next sequence is the one after the last)
+        let tag = self.outbox.last_seq() + 1;
+        if let Some(gate) = &self.gate.0 {
+            gate.pending(tag);
+        }
+        let outputs: Vec<AdmittedOutputRef<'_>> = self
+            .outputs
+            .iter()
+            .map(|output| AdmittedOutputRef {
+                sink: &output.sink,
+                key: &output.key,
+                payload: &output.payload,
+            })
+            .collect();
+        let admitted = self.outbox.admit_ref(&AdmissionRef {
+            state: &encoded,
+            positions: std::slice::from_ref(&position),
+            outputs: &outputs,
+        });
+        drop(outputs);
+        let seq = match admitted {
+            Ok(seq) => seq,
+            Err(error) => {
+                // not admitted: nothing to wait for; the retry admits it again
+                if let Some(gate) = &self.gate.0 {
+                    gate.complete(tag);
+                }
+                return Err(failed(&error));
+            }
+        };
+        debug_assert_eq!(seq, tag, "the outbox has one writer");
+        self.state.outbox_seq = seq;
+        if self.gate.0.is_none() {
+            // no gate holds the commit: durable before the line counts as processed
+            self.outbox.sync().map_err(|error| failed(&error))?;
+        }
+        self.changed.clear();
+        self.changed_lanes.clear();
+        self.outputs.clear();
+        self.journal_records += 1;
+        self.journal_bytes += encoded.len() as u64;
+        // the alerts the sink says are over: their outcomes become durable in batches
+        // as they are published, so a crash leaves at most the alerts in flight
+        // unsettled (never everything since the last snapshot)
+        self.alerts.drain_over(&mut self.over);
+        if self.over.len() >= OUTCOMES_BATCH {
+            self.record_over().map_err(|error| failed(&error))?;
+        }
+        let due = self.journal_records >= self.settings.compact_every.max(1)
+            || self.journal_bytes >= self.settings.snapshot_bytes.max(1)
+            || self.snapshot_at.elapsed()
+                >= std::time::Duration::from_secs(self.settings.snapshot_every_secs.max(1));
+        if due {
+            self.snapshot().map_err(|error| failed(&error))?;
+        }
+        Ok(())
+    }
+
+    /// Records the outcome of the alerts the sink said are over (`Over`: published,
+    /// or given up and counted by the sink's policy).
+    fn record_over(&mut self) -> Result<(), mongoose_outbox::OutboxError> {
+        if self.over.is_empty() {
+            return Ok(());
+        }
+        self.outcomes.clear();
+        self.outcomes
+            .extend(self.over.drain(..).map(|key| (key, Outcome::Over)));
+        self.outbox.record_outcomes(&self.outcomes)?;
+        self.outcomes.clear();
+        Ok(())
+    }
+
+    /// Writes the whole state as a snapshot holding every record so far, then lets the
+    /// outbox forget the segments before it whose alerts are all over.
+    fn snapshot(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.alerts.drain_over(&mut self.over);
+        self.record_over()?;
+        // the snapshot holds everything up to the last record (a crash before the
+        // outbox is compacted replays records whose absolute values it already has)
+        let through = self.outbox.sync()?;
+        self.state.outbox_seq = through;
+        self.state
+            .save(&self.settings.state_dir, self.settings.sync)?;
+        self.journal_records = 0;
+        self.journal_bytes = 0;
+        self.snapshot_at = std::time::Instant::now();
+        // the records after the snapshot go to a new segment, so the older ones can go
+        // once their alerts are over (a segment with an unsettled alert stays until a
+        // later snapshot finds it settled)
+        self.outbox.roll();
+        self.outbox.compact(through)?;
+        Ok(())
+    }
+}
+
+/// Alerts over before their outcomes are recorded in one outbox record.
+const OUTCOMES_BATCH: usize = 256;
+
+impl Ledger {
+    /// The admin command `balance ACCOUNT`: the account's balance, or an error naming
+    /// an account the ledger never saw.
+    pub fn balance(&mut self, args: &[String]) -> Result<String, ProcessorError> {
+        let [account] = args else {
+            return Err("usage: balance ACCOUNT".into());
+        };
+        match self.state.balances.get(account) {
+            Some(balance) => Ok(balance.to_string()),
+            None => Err(format!("no account '{account}' in the ledger").into()),
+        }
+    }
+}
+
+impl Processor for Ledger {
+    fn stop(&mut self) -> Result<(), ProcessorError> {
+        // what the alerts sink holds is published before the last commit
+        self.alerts.stop();
+        // and what it published is recorded, so the next start has nothing to publish
+        // again
+        self.alerts.drain_over(&mut self.over);
+        let recorded = self
+            .record_over()
+            .and_then(|()| self.outbox.sync().map(|_| ()));
+        if let Err(error) = recorded {
+            warn!(%error, "ledger: the outcomes of the published alerts could not be recorded: the next start publishes them again under their keys");
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, context: &mut StartContext<'_>) -> Result<(), ProcessorError> {
+        let feed = self.settings.feed.clone();
+        context.subscribe(&feed, Ledger::on_line)?;
+        context.register_command("balance", Ledger::balance);
+        Ok(())
+    }
+
+    fn saved_positions(&self) -> Vec<SavedPosition> {
+        if !self.settings.guard {
+            // without the guard the saved position decides nothing
+            return Vec::new();
+        }
+        // one per lane the state holds a line of (a glob feed: one per file)
+        let mut saved: Vec<SavedPosition> = self
+            .state
+            .position_of(0)
+            .into_iter()
+            .map(|lane_zero| (0, lane_zero))
+            .chain(self.state.lanes.iter().map(|(lane, saved)| (*lane, *saved)))
+            .map(|(lane, saved)| SavedPosition {
+                feed: self.settings.feed.clone(),
+                saved: Some((
+                    Epoch(saved.epoch),
+                    PositionValue {
+                        lane,
+                        offset: saved.position,
+                    },
+                )),
+            })
+            .collect();
+        if saved.is_empty() {
+            saved.push(SavedPosition {
+                feed: self.settings.feed.clone(),
+                saved: None,
+            });
+        }
+        saved
+    }
+
+    fn on_delivery_complete(
+        &mut self,
+        _key: CompletionKey,
+        delivery: &Delivery,
+    ) -> Result<(), ProcessorError> {
+        let lane = delivery.lane();
+        let offset = delivery.position().offset;
+        let past = self
+            .state
+            .position_of(lane)
+            .is_none_or(|saved| offset > saved.position);
+        if self.settings.guard || past {
+            self.state
+                .set_position(lane, delivery.epoch().get(), offset);
+        }
+        self.lane = lane;
+        self.changed_lanes.insert(lane);
+        if let Err(error) = self.save() {
+            if let Some(unlogged) = self.save_failures.due() {
+                warn!(%error, unlogged, "ledger save failed: retried by the group's retry policy (logged at most every 10 s, with a count)");
+            }
+            return Err(error);
+        }
+        self.save_failures.reset();
+        Ok(())
+    }
+}

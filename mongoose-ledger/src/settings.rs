@@ -1,0 +1,214 @@
+//! The ledger's settings (`[groups.processors.settings]`), their defaults and their
+//! checks.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The ledger's settings (`[groups.processors.settings]` in the config).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerSettings {
+    /// The feed of `account,amount` lines (default `lines`).
+    #[serde(default = "default_feed")]
+    pub feed: String,
+    /// Where the state and `rejected.log` live.
+    pub state_dir: PathBuf,
+    /// The alerts file (or give `alerts_sink`).
+    #[serde(default)]
+    pub alerts: Option<PathBuf>,
+    /// A configured `[[sinks]]` entry to write alerts to, instead of `alerts`.
+    #[serde(default)]
+    pub alerts_sink: Option<String>,
+    /// Skip re-delivered lines by the saved position (default true; false shows what a
+    /// crash does without the consumer-side offset).
+    #[serde(default = "yes")]
+    pub guard: bool,
+    /// fsync each journal record and snapshot (default true; without it a process
+    /// crash still loses nothing, only a power loss can).
+    #[serde(default = "yes")]
+    pub sync: bool,
+    /// Journal records between two snapshots (default 100,000).
+    #[serde(default = "default_compact_every")]
+    pub compact_every: u64,
+    /// A snapshot is also taken once the records since the last one hold this many
+    /// bytes (default 64 MiB) ...
+    #[serde(default = "default_snapshot_bytes")]
+    pub snapshot_bytes: u64,
+    /// ... or once the last one is this many seconds old (default 30), so a restart
+    /// replays a bounded outbox.
+    #[serde(default = "default_snapshot_every_secs")]
+    pub snapshot_every_secs: u64,
+    /// With `sync` and a commit gate (a server gives one): fsync the records in
+    /// groups (default true): every `group_records` records or `group_micros`
+    /// microseconds, whichever comes first, and the feed commits a line only once its
+    /// record is durable. False, or without a gate: one fsync per line, before the
+    /// line counts as processed.
+    #[serde(default = "yes")]
+    pub group_commit: bool,
+    /// Records per fsync group (default 1,024).
+    #[serde(default = "default_group_records")]
+    pub group_records: usize,
+    /// The longest a record waits for its group's fsync, in microseconds (default
+    /// 2,000).
+    #[serde(default = "default_group_micros")]
+    pub group_micros: u64,
+    /// Where the state lives: `local` (in `state_dir`), `changelog` (per partition in
+    /// a Kafka changelog topic: [`PartitionedLedger`]), or `auto` (the default: the
+    /// server picks `changelog` when the feed is a Kafka feed, else `local`).
+    ///
+    /// [`PartitionedLedger`]: crate::PartitionedLedger
+    #[serde(default)]
+    pub state: StateMode,
+    /// The changelog topic with `state = "changelog"` (default
+    /// `<consumer group>-<processor>-changelog`).
+    #[serde(default)]
+    pub changelog_topic: Option<String>,
+}
+
+/// Where a ledger keeps its state ([`LedgerSettings::state`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateMode {
+    /// `changelog` on a Kafka feed, else `local`.
+    #[default]
+    Auto,
+    /// A snapshot and an outbox in `state_dir`.
+    Local,
+    /// Per partition in a changelog topic, following the partition across the members
+    /// of a consumer group.
+    Changelog,
+}
+
+fn default_group_records() -> usize {
+    1024
+}
+
+fn default_group_micros() -> u64 {
+    2000
+}
+
+fn default_snapshot_bytes() -> u64 {
+    64 << 20
+}
+
+fn default_snapshot_every_secs() -> u64 {
+    30
+}
+
+fn default_compact_every() -> u64 {
+    100_000
+}
+
+fn default_feed() -> String {
+    "lines".to_owned()
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl LedgerSettings {
+    /// The ledger's own checks of its settings (the part of its kind's
+    /// `validate(settings)` hook that needs no server: the server's part checks that
+    /// the feed, and an `alerts_sink`, exist): exactly one of `alerts` (a file, not a
+    /// directory) or `alerts_sink` is given, and `state_dir` is a directory or does not
+    /// exist yet. `resolve` resolves a relative path as the config's folder does. Opens
+    /// nothing.
+    pub fn check(&self, resolve: impl Fn(&Path) -> PathBuf) -> Result<(), SettingsRefusal> {
+        match (&self.alerts, &self.alerts_sink) {
+            (Some(path), None) => {
+                let resolved = resolve(path);
+                if resolved.is_dir() {
+                    return Err(SettingsRefusal::at(
+                        "alerts",
+                        format!(
+                            "{} is a directory: give the path of the alerts file (it need not exist yet)",
+                            resolved.display()
+                        ),
+                    ));
+                }
+            }
+            (None, Some(_)) => {}
+            (None, None) => {
+                return Err(SettingsRefusal::new(
+                    "no alerts output: give the ledger exactly one of alerts (a file) or alerts_sink (a configured sink)",
+                ))
+            }
+            (Some(_), Some(_)) => {
+                return Err(SettingsRefusal::new(
+                    "both alerts and alerts_sink are given: give the ledger exactly one of alerts (a file) or alerts_sink (a configured sink)",
+                ))
+            }
+        }
+        let state_dir = resolve(&self.state_dir);
+        if state_dir.exists() && !state_dir.is_dir() {
+            return Err(SettingsRefusal::at(
+                "state_dir",
+                format!(
+                    "{} exists and is not a directory: give the ledger's state folder (it is created if missing)",
+                    state_dir.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The defaults of a config file's settings table, with these paths: the feed
+    /// `lines`, the guard on, fsync on, a snapshot every 100,000 records.
+    pub fn new(state_dir: PathBuf, alerts: PathBuf) -> Self {
+        LedgerSettings {
+            feed: default_feed(),
+            state_dir,
+            alerts: Some(alerts),
+            alerts_sink: None,
+            guard: true,
+            sync: true,
+            compact_every: default_compact_every(),
+            snapshot_bytes: default_snapshot_bytes(),
+            snapshot_every_secs: default_snapshot_every_secs(),
+            group_commit: true,
+            group_records: default_group_records(),
+            group_micros: default_group_micros(),
+            state: StateMode::Auto,
+            changelog_topic: None,
+        }
+    }
+}
+
+/// What [`LedgerSettings::check`] refuses: the settings key it is about (if one) and
+/// what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingsRefusal {
+    /// The key within the settings table (`alerts`, `state_dir`).
+    pub key: Option<&'static str>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl SettingsRefusal {
+    fn new(message: &str) -> Self {
+        SettingsRefusal {
+            key: None,
+            message: message.to_owned(),
+        }
+    }
+
+    fn at(key: &'static str, message: String) -> Self {
+        SettingsRefusal {
+            key: Some(key),
+            message,
+        }
+    }
+}
+
+impl std::fmt::Display for SettingsRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.key {
+            Some(key) => write!(f, "{key}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for SettingsRefusal {}

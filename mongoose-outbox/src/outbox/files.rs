@@ -1,0 +1,95 @@
+//! The outbox folder's files: segment creation and headers, the folder's lock, and
+//! directory syncs.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::format::{segment_file_name, segment_header};
+use crate::OutboxError;
+
+/// Creates a segment with its header and makes its name durable.
+pub(super) fn create_segment(
+    dir: &Path,
+    first_seq: u64,
+    owner: [u8; 16],
+) -> Result<File, OutboxError> {
+    let path = dir.join(segment_file_name(first_seq));
+    let file = create_segment_file(dir, first_seq, owner)
+        .map_err(|source| io_error("create", &path, source))?;
+    file.sync_data()
+        .map_err(|source| io_error("sync", &path, source))?;
+    Ok(file)
+}
+
+/// Creates a segment file with its header (not synced).
+pub(super) fn create_segment_file(dir: &Path, first_seq: u64, owner: [u8; 16]) -> io::Result<File> {
+    let path = dir.join(segment_file_name(first_seq));
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    file.write_all(&segment_header(first_seq, owner))?;
+    Ok(file)
+}
+
+/// Writes the header of a segment whose header was torn.
+pub(super) fn write_header(
+    mut file: File,
+    path: &Path,
+    first_seq: u64,
+    owner: [u8; 16],
+) -> Result<File, OutboxError> {
+    file.write_all(&segment_header(first_seq, owner))
+        .map_err(|source| io_error("write", path, source))?;
+    Ok(file)
+}
+
+/// The name of the lock file in an outbox folder.
+const LOCK_FILE: &str = "LOCK";
+
+/// Takes the folder's lock (an exclusive flock on its LOCK file), or says who has it.
+pub(super) fn lock_folder(dir: &Path) -> Result<File, OutboxError> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|source| io_error("create", &path, source))?;
+    // a lock can be held for an instant by a process forked from one that just let go
+    // of it (the child shares the open file until it execs): a lock still held after a
+    // few tries is another outbox's
+    let mut tries = 0;
+    loop {
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(rustix::io::Errno::WOULDBLOCK) if tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(OutboxError::Locked {
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Err(errno) => return Err(io_error("lock", &path, errno.into())),
+        }
+    }
+}
+
+/// Makes the folder's entries durable.
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+pub(super) fn io_error(action: &'static str, path: &Path, source: io::Error) -> OutboxError {
+    OutboxError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}

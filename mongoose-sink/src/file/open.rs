@@ -1,0 +1,484 @@
+//! Opening a file sink: the file, its lock and its state, checked against each other;
+//! a batch a crash left partly written is cut off.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use crate::error::SinkError;
+
+use super::state::{BatchCheck, Identity, Replayed, ReplayedLane, StateLog};
+use super::{
+    io, new_state_id, state_path, unix_millis, FileSink, FileSinkConfig, HEADER_BYTES, LOCK_PAUSE,
+    LOCK_TRIES, OLD_MAGIC, OLD_SLOT_BYTES, STATE_MAGIC, STATE_VERSION,
+};
+
+/// A refusal of `state` for the sink `sink` writing `path`.
+fn refuse(sink: &str, state: &Path, problem: String, fix: String) -> SinkError {
+    SinkError::State {
+        sink: sink.to_owned(),
+        state: state.display().to_string(),
+        problem,
+        fix,
+    }
+}
+
+/// What to do when the state cannot be trusted: restore it, or start a new file.
+fn restore_or_move(path: &Path, state: &Path) -> String {
+    format!(
+        "restore {state} as it was with this file, or start a new output file: move {path} and {state} away (the inputs not committed yet are then written to the new file; those written since the last commit are in both)",
+        path = path.display(),
+        state = state.display()
+    )
+}
+
+/// CRC32 of the bytes `check` covers in `file`.
+fn crc_of(file: &File, check: &BatchCheck) -> std::io::Result<u32> {
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0u8; 1 << 16];
+    let mut at = check.start;
+    while at < check.end {
+        let want = ((check.end - at) as usize).min(buffer.len());
+        let read = file.read_at(&mut buffer[..want], at)?;
+        if read == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the file ended",
+            ));
+        }
+        hasher.update(&buffer[..read]);
+        at += read as u64;
+    }
+    Ok(hasher.finalize())
+}
+
+/// The newest valid slot of a state of the older format: the durable length it
+/// records.
+fn old_format_length(bytes: &[u8]) -> Option<u64> {
+    let mut best: Option<(u64, u64)> = None;
+    for slot in 0..2usize {
+        let start = slot * OLD_SLOT_BYTES;
+        let Some(head) = bytes.get(start..start + 24) else {
+            continue;
+        };
+        if &head[..8] != OLD_MAGIC {
+            continue;
+        }
+        let counter = u64::from_le_bytes(head[8..16].try_into().ok()?);
+        let len = u32::from_le_bytes(head[16..20].try_into().ok()?) as usize;
+        let crc = u32::from_le_bytes(head[20..24].try_into().ok()?);
+        let Some(payload) = bytes.get(start + 24..start + 24 + len) else {
+            continue;
+        };
+        if crc32fast::hash(payload) != crc {
+            continue;
+        }
+        // its record starts with the durable length (a postcard varint)
+        let Ok((length, _)) = postcard::take_from_bytes::<u64>(payload) else {
+            continue;
+        };
+        if best.is_none_or(|(known, _)| counter > known) {
+            best = Some((counter, length));
+        }
+    }
+    best.map(|(_, length)| length)
+}
+
+impl FileSink {
+    /// Opens the sink `name` on `config.path`, checking its state against the file
+    /// (see the [module documentation](super)).
+    ///
+    /// # Errors
+    /// [`SinkError::State`]: the state does not match the file (damaged, older,
+    /// another file's, missing beside a non-empty file): nothing was changed.
+    /// [`SinkError::InUse`]: another sink writes the file. [`SinkError::Io`]: the file
+    /// or its state cannot be opened, read or written.
+    pub fn open(name: &str, config: &FileSinkConfig) -> Result<Self, SinkError> {
+        let path = config.path.clone();
+        let existed = std::fs::symlink_metadata(&path).is_ok();
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io(name, format!("opening {}", path.display())))?;
+        let meta = file
+            .metadata()
+            .map_err(io(name, format!("reading {}", path.display())))?;
+        let mut sink = FileSink {
+            name: name.to_owned(),
+            path: path.clone(),
+            file,
+            state: None,
+            sync: config.sync,
+            length: meta.len(),
+            data_dirty: false,
+            lanes: Vec::new(),
+            index: HashMap::new(),
+            last_lane: usize::MAX,
+            batch: 0,
+            touched: Vec::new(),
+            undo: Vec::new(),
+            buffer: Vec::new(),
+            plan: Vec::new(),
+            held: Vec::new(),
+        };
+        if !meta.is_file() {
+            warn!(sink = name, file = %path.display(),
+                "the file sink's target is not a regular file (a device): no state is recorded beside it, so its lines are not de-duplicated after a crash");
+            return Ok(sink);
+        }
+        // `File::try_lock` needs Rust 1.89 (the workspace's minimum is 1.86): flock(2).
+        // A lock is held by an open file description, which a child process forked by
+        // another thread shares until it execs (and closes it): a lock held so briefly
+        // is waited for, a second writer is not.
+        let lock = || {
+            rustix::fs::flock(
+                &sink.file,
+                rustix::fs::FlockOperation::NonBlockingLockExclusive,
+            )
+        };
+        let mut locked = lock();
+        for _ in 0..LOCK_TRIES {
+            if locked != Err(rustix::io::Errno::WOULDBLOCK) {
+                break;
+            }
+            std::thread::sleep(LOCK_PAUSE);
+            locked = lock();
+        }
+        match locked {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(SinkError::InUse {
+                    sink: name.to_owned(),
+                    path: path.display().to_string(),
+                })
+            }
+            Err(error) => {
+                return Err(io(name, format!("locking {}", path.display()))(
+                    std::io::Error::from(error),
+                ))
+            }
+        }
+        if let Err(error) = sink.open_state(meta.len(), meta.dev(), meta.ino()) {
+            if !existed {
+                // a refused start leaves no file it made behind
+                let _ = std::fs::remove_file(&path);
+            }
+            return Err(error);
+        }
+        Ok(sink)
+    }
+
+    /// Reads and checks the state beside the file (`actual` bytes long, on `device`
+    /// and `inode`), cutting off a batch a crash left partly written.
+    fn open_state(&mut self, actual: u64, device: u64, inode: u64) -> Result<(), SinkError> {
+        let name = self.name.clone();
+        let path = self.path.clone();
+        let state_file = state_path(&path);
+        let mut temporary = state_file.as_os_str().to_owned();
+        temporary.push(".tmp");
+        // a compaction a crash interrupted: the state itself is still whole
+        let _ = std::fs::remove_file(PathBuf::from(temporary));
+        let bytes = match std::fs::read(&state_file) {
+            Ok(bytes) => Some(bytes),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => {
+                return Err(io(&name, format!("reading {}", state_file.display()))(
+                    error,
+                ))
+            }
+        };
+        let fresh = |sink: &mut FileSink, length: u64| -> Result<(), SinkError> {
+            let identity = Identity {
+                sink: sink.name.clone(),
+                path: path.display().to_string(),
+                device,
+                inode,
+                state_id: new_state_id(),
+                created_unix_millis: unix_millis(),
+            };
+            sink.length = length;
+            sink.write_snapshot(identity, 0, BatchCheck::default())
+                .map_err(io(&name, format!("writing {}", state_file.display())))
+        };
+        let Some(bytes) = bytes else {
+            if actual > 0 {
+                return Err(refuse(
+                    &name,
+                    &state_file,
+                    format!(
+                        "{} holds {actual} bytes and has no sink state beside it, so which outputs it holds is unknown (a re-delivered input would be written twice)",
+                        path.display()
+                    ),
+                    format!(
+                        "if this sink wrote the file, restore {state} as it was with it; to start a new output file, move {path} away",
+                        path = path.display(),
+                        state = state_file.display()
+                    ),
+                ));
+            }
+            return fresh(self, 0);
+        };
+        if bytes.is_empty() && actual == 0 {
+            return fresh(self, 0);
+        }
+        if bytes.starts_with(OLD_MAGIC) {
+            return match old_format_length(&bytes) {
+                Some(length) if length == actual => {
+                    warn!(sink = %name, file = %path.display(), length,
+                        "the sink state is of an older format: taking the file as it is (an input re-delivered from before the last commit may be written again once)");
+                    fresh(self, actual)
+                }
+                recorded => Err(refuse(
+                    &name,
+                    &state_file,
+                    match recorded {
+                        Some(length) => format!(
+                            "it is of an older format and records {length} bytes written, and {} holds {actual}",
+                            path.display()
+                        ),
+                        None => "it is of an older format and damaged".to_owned(),
+                    },
+                    restore_or_move(&path, &state_file),
+                )),
+            };
+        }
+        let refused = |problem| {
+            refuse(
+                &name,
+                &state_file,
+                problem,
+                restore_or_move(&path, &state_file),
+            )
+        };
+        let identity = Self::read_header(&bytes).map_err(refused)?;
+        let header_len = HEADER_BYTES
+            + (u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize);
+        let mut replayed =
+            Replayed::read(&bytes, header_len, identity.state_id).map_err(refused)?;
+        let same_file = identity.device == device && identity.inode == inode;
+        // the file decides whether the last record's batch was written
+        let mut cut_to = None;
+        if let Some((seq, check, records)) = replayed.tentative.take() {
+            if actual < check.start {
+                // shorter than what was written before: see below
+            } else if actual < check.end {
+                // a crash between the record and the end of its bytes: never reported
+                cut_to = Some(check.start);
+            } else {
+                let crc = crc_of(&self.file, &check)
+                    .map_err(io(&name, format!("reading {}", path.display())))?;
+                if crc == check.crc {
+                    replayed.apply(&records).map_err(|problem| {
+                        refuse(
+                            &name,
+                            &state_file,
+                            problem,
+                            restore_or_move(&path, &state_file),
+                        )
+                    })?;
+                    replayed.committed_seq = seq;
+                    replayed.length = check.end;
+                    replayed.last = check;
+                } else if same_file && actual == check.end {
+                    return Err(refuse(
+                        &name,
+                        &state_file,
+                        format!(
+                            "the last batch it records (bytes {}..{} of {}) differs from what the file holds there: the file was changed by something else",
+                            check.start,
+                            check.end,
+                            path.display()
+                        ),
+                        restore_or_move(&path, &state_file),
+                    ));
+                }
+            }
+        } else if replayed.last.end == replayed.length
+            && replayed.length > 0
+            && actual >= replayed.length
+        {
+            let crc = crc_of(&self.file, &replayed.last)
+                .map_err(io(&name, format!("reading {}", path.display())))?;
+            if crc != replayed.last.crc && same_file {
+                return Err(refuse(
+                    &name,
+                    &state_file,
+                    format!(
+                        "the last batch it records (bytes {}..{} of {}) differs from what the file holds there: the file was changed by something else",
+                        replayed.last.start,
+                        replayed.last.end,
+                        path.display()
+                    ),
+                    restore_or_move(&path, &state_file),
+                ));
+            }
+        }
+        let expected = cut_to.unwrap_or(actual);
+        if !same_file {
+            let matches = cut_to.is_none()
+                && expected == replayed.length
+                && (replayed.length == 0
+                    || (replayed.last.end == replayed.length
+                        && crc_of(&self.file, &replayed.last).ok() == Some(replayed.last.crc)));
+            if !matches {
+                return Err(refuse(
+                    &name,
+                    &state_file,
+                    format!(
+                        "it belongs to another file (device {}, inode {}: {} bytes written by sink '{}'), not {} (device {device}, inode {inode}, {actual} bytes): it was copied from elsewhere, or the file was replaced",
+                        identity.device,
+                        identity.inode,
+                        replayed.length,
+                        identity.sink,
+                        path.display()
+                    ),
+                    restore_or_move(&path, &state_file),
+                ));
+            }
+        }
+        if expected > replayed.length {
+            return Err(refuse(
+                &name,
+                &state_file,
+                format!(
+                    "{} holds {actual} bytes, and its state records only {} written by this sink: the state is older than the file (restored from a copy, cut, or another run's), or something else wrote to the file",
+                    path.display(),
+                    replayed.length
+                ),
+                restore_or_move(&path, &state_file),
+            ));
+        }
+        if expected < replayed.length {
+            return Err(refuse(
+                &name,
+                &state_file,
+                format!(
+                    "{} holds {actual} bytes, fewer than the {} its state records as written and reported published: the file was truncated, replaced or rotated away",
+                    path.display(),
+                    replayed.length
+                ),
+                format!(
+                    "put the file back; to start it afresh instead, move {state} away too (outputs of inputs not committed yet may then be written again)",
+                    state = state_file.display()
+                ),
+            ));
+        }
+        if let Some(start) = cut_to {
+            warn!(sink = %name, file = %path.display(), bytes = actual - start, durable_length = start,
+                "cutting off a batch a crash left partly written: its outputs were never reported published and come again");
+            self.file.set_len(start).map_err(io(
+                &name,
+                format!("cutting {} back to {start} bytes", path.display()),
+            ))?;
+            self.file
+                .sync_all()
+                .map_err(io(&name, format!("syncing {}", path.display())))?;
+        }
+        if let Some(torn) = replayed.torn_at {
+            info!(sink = %name, state = %state_file.display(), at = torn,
+                "the last record of the sink state was cut short by a crash (its batch was not written): ignored");
+        }
+        self.length = replayed.length;
+        let mut slots: Vec<(u32, ReplayedLane)> = replayed.lanes.into_iter().collect();
+        slots.sort_unstable_by_key(|(slot, _)| *slot);
+        let next_slot = slots.last().map_or(0, |(slot, _)| slot + 1);
+        for (slot, (name, last, gaps)) in slots {
+            let at = self.add_lane(
+                &Arc::from(name.feed.as_str()),
+                name.lane,
+                name.writer,
+                name.epoch,
+            );
+            let lane = &mut self.lanes[at];
+            lane.slot = slot;
+            lane.persisted = true;
+            lane.last = Some(last);
+            lane.gaps = gaps.into_iter().collect();
+        }
+        let state = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&state_file)
+            .map_err(io(&name, format!("opening {}", state_file.display())))?;
+        let mut log = StateLog {
+            file: state,
+            identity: identity.clone(),
+            len: replayed.end,
+            dirty: replayed.torn_at.is_some(),
+            seq: replayed.seq,
+            committed: replayed.committed_seq,
+            last: replayed.last,
+            snapshot_len: replayed.snapshot_len,
+            compact_after: 0,
+            next_slot,
+            sync: self.sync,
+        };
+        if log.dirty {
+            log.file
+                .set_len(log.len)
+                .map_err(io(&name, format!("cutting {}", state_file.display())))?;
+            log.dirty = false;
+        }
+        self.state = Some(log);
+        if !same_file {
+            info!(sink = %name, file = %path.display(),
+                "the file was moved or copied with its state (another device or inode, the same bytes): recording it as this file");
+            let identity = Identity {
+                device,
+                inode,
+                path: path.display().to_string(),
+                ..identity
+            };
+            let (seq, last) = self
+                .state
+                .as_ref()
+                .map_or((0, BatchCheck::default()), |state| {
+                    (state.committed, state.last)
+                });
+            self.write_snapshot(identity, seq, last)
+                .map_err(io(&name, format!("writing {}", state_file.display())))?;
+        } else if identity.sink != self.name {
+            warn!(sink = %name, state = %state_file.display(), was = %identity.sink,
+                "the sink state was written by a sink of another name (renamed in the configuration?): going on with it");
+        }
+        Ok(())
+    }
+
+    /// The identity in the header of `bytes`, checked.
+    fn read_header(bytes: &[u8]) -> Result<Identity, String> {
+        let Some(head) = bytes.get(..HEADER_BYTES) else {
+            return Err(format!(
+                "it is {} bytes long, shorter than a sink state's header",
+                bytes.len()
+            ));
+        };
+        if &head[..8] != STATE_MAGIC {
+            return Err("it is not a sink state (no sink state magic at its start)".to_owned());
+        }
+        let version = u64::from_le_bytes([
+            head[8], head[9], head[10], head[11], head[12], head[13], head[14], head[15],
+        ]);
+        if version != STATE_VERSION {
+            return Err(format!(
+                "it is of format version {version}, and this build reads version {STATE_VERSION}"
+            ));
+        }
+        let len = u32::from_le_bytes([head[16], head[17], head[18], head[19]]) as usize;
+        let crc = u32::from_le_bytes([head[20], head[21], head[22], head[23]]);
+        let Some(payload) = bytes.get(HEADER_BYTES..HEADER_BYTES + len) else {
+            return Err("its header is cut short".to_owned());
+        };
+        if crc32fast::hash(payload) != crc {
+            return Err("its header is damaged (its checksum does not match)".to_owned());
+        }
+        postcard::from_bytes(payload)
+            .map_err(|error| format!("its header cannot be read ({error})"))
+    }
+}

@@ -1,0 +1,153 @@
+//! What processors hold: the [`SinkHandle`] that sends outputs to a running sink,
+//! asks for its status and for an early retry.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{GateId, Queued, RetryRequested, Shared, SinkStatus};
+use crossbeam_channel::{Sender, TrySendError};
+use mongoose_core::sink::{CommitGate, Output};
+
+/// Sends outputs to one running sink. Cloned freely; each processor that writes to
+/// the sink holds one (see [`crate::SinkWriter`] for the keyed, gated form).
+#[derive(Clone)]
+pub struct SinkHandle {
+    pub(super) tx: Sender<Queued>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) capacity: usize,
+}
+
+impl fmt::Debug for SinkHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkHandle")
+            .field("sink", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an output was not taken.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The sink's queue is full: try the item again later.
+    #[error("sink '{sink}' has {capacity} outputs queued: the output was not taken (the item is tried again later)")]
+    Full {
+        /// The sink.
+        sink: String,
+        /// Its queue's capacity.
+        capacity: usize,
+    },
+    /// The sink's runner stopped.
+    #[error("sink '{sink}' is stopped: the output was not taken")]
+    Stopped {
+        /// The sink.
+        sink: String,
+    },
+}
+
+/// How many held outputs the status lists.
+const HELD_LISTED: usize = 10;
+
+impl SinkHandle {
+    /// Registers `gate` (once: the same gate registered again gets the same id), for
+    /// [`SinkHandle::send`].
+    pub fn register_gate(&self, gate: Arc<dyn CommitGate>) -> GateId {
+        let mut gates = self.shared.gates.lock();
+        if let Some(at) = gates.iter().position(|known| Arc::ptr_eq(known, &gate)) {
+            return GateId(at as u32);
+        }
+        gates.push(gate);
+        GateId(u32::try_from(gates.len() - 1).expect("fewer than 2^32 gates"))
+    }
+
+    /// Queues `output`; once it is over (published, or given up by policy) the gate
+    /// `gate` names is told `complete(tag)`. Never blocks.
+    ///
+    /// # Errors
+    /// [`SendError::Full`] when the queue is full, [`SendError::Stopped`] when the
+    /// runner stopped; the output was not taken and the gate not told.
+    pub fn send(&self, output: Output, gate: Option<(GateId, u64)>) -> Result<(), SendError> {
+        if self.shared.queued.load(Ordering::Acquire) >= self.capacity {
+            return Err(SendError::Full {
+                sink: self.shared.name.clone(),
+                capacity: self.capacity,
+            });
+        }
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
+        match self.tx.try_send(Queued { output, gate }) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                Err(SendError::Full {
+                    sink: self.shared.name.clone(),
+                    capacity: self.capacity,
+                })
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                Err(SendError::Stopped {
+                    sink: self.shared.name.clone(),
+                })
+            }
+        }
+    }
+
+    /// The sink's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Why the first output the hold policy keeps is held, if there is one (cheap: no
+    /// status is built).
+    pub fn first_held(&self) -> Option<String> {
+        self.shared
+            .held
+            .lock()
+            .values()
+            .next()
+            .map(|note| note.reason.clone())
+    }
+
+    /// Asks the runner to try every output that waits for a retry, and every held
+    /// one (a permanent refusal included), now: what `POST /sinks/{name}/retry` does
+    /// once an operator has mended the target. Returns how many were waiting and held
+    /// when asked; their outcomes show in the status as they come.
+    pub fn retry_now(&self) -> RetryRequested {
+        let requested = RetryRequested {
+            retrying: self.shared.counters.retrying.load(Ordering::Relaxed),
+            held: self.shared.held.lock().len() as u64,
+        };
+        self.shared.retry_now.store(true, Ordering::Release);
+        requested
+    }
+
+    /// What the sink has done so far.
+    pub fn status(&self) -> SinkStatus {
+        let counters = &self.shared.counters;
+        let held = self.shared.held.lock();
+        let now = Instant::now();
+        SinkStatus {
+            name: self.shared.name.clone(),
+            kind: self.shared.kind.clone(),
+            published: counters.published.load(Ordering::Relaxed),
+            not_published: counters.not_published.load(Ordering::Relaxed),
+            uncertain: counters.uncertain.load(Ordering::Relaxed),
+            retrying: counters.retrying.load(Ordering::Relaxed),
+            expired: counters.expired.load(Ordering::Relaxed),
+            lost: counters.lost.load(Ordering::Relaxed),
+            queued: self.shared.queued.load(Ordering::Relaxed) as u64,
+            held: held
+                .values()
+                .take(HELD_LISTED)
+                .map(|note| note.reason.clone())
+                .collect(),
+            held_count: held.len() as u64,
+            held_outputs: held
+                .iter()
+                .take(HELD_LISTED)
+                .map(|(key, note)| note.status(key, now))
+                .collect(),
+        }
+    }
+}
