@@ -162,7 +162,7 @@ fn delivers_through_the_driver(batch: bool) {
         bytes_codec(),
     )
     .expect("created again");
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*restarted).expect("started");
     SourceDriver::cycle(&mut source, &*restarted).expect("a cycle");
     let mut nothing = Collect::default();
     assert_eq!(again.poll(&mut nothing, 16), 0, "nothing re-published");
@@ -194,6 +194,26 @@ fn a_plugin_with_a_wrong_abi_version_is_refused_with_both_versions_named() {
     assert!(registry.plugins().is_empty());
     assert_eq!(registry.refused().len(), 1);
     assert!(registry.refused()[0].reason.contains("ABI 999"));
+}
+
+/// Issue 26, item 4: the source protocol became types (a source's `start` returns what
+/// it registers; the host output lost `acknowledge_with` and `set_pause_by_default`),
+/// so a plugin built with the SDK of before (ABI 3) must be refused, not called through
+/// vtables it does not have.
+#[test]
+fn a_plugin_built_before_the_source_protocol_became_types_is_refused_with_the_rebuild_message() {
+    let library = template(&["previous-abi"]);
+    let refused = PluginLibrary::load(&library).expect_err("refused");
+    let PluginError::Refused(message) = &refused else {
+        panic!("not a handshake refusal: {refused}");
+    };
+    for part in [
+        "was built for ABI 3 with mongoose-plugin 0.1.0",
+        "this server speaks ABI 4",
+        "rebuild the plugin against mongoose-plugin 0.1.x",
+    ] {
+        assert!(message.contains(part), "'{part}' is not in: {message}");
+    }
 }
 
 #[test]
@@ -232,7 +252,7 @@ fn a_panicking_plugin_source_is_caught_at_the_boundary_and_not_called_again() {
         bytes_codec(),
     )
     .expect("created");
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     let failed = SourceDriver::cycle(&mut source, &*feed).expect_err("the cycle failed");
     assert!(
         failed

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use mongoose_core::engine::PendingCompletion;
-use mongoose_core::{Delivery, EventSource, PositionValue, ProcessorError, SourceOutput};
+use mongoose_core::{Delivery, PositionValue, ProcessorError, SourceOutput};
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, SubscribeOptions,
 };
@@ -69,7 +69,7 @@ fn committer_logs_through_its_output_after_its_source_is_destroyed() {
         PluginSource::create(&registry, "counter", "counted", &settings, output, codec)
             .expect("the plugin creates its source");
     feed.start_complete();
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     SourceDriver::cycle(&mut source, &*feed).expect("a cycle");
     SourceDriver::stop_source(&mut source, &*feed).expect("stopped");
     // the source is destroyed; its committer (owned by the feed) lives on

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{
-    ConsumerPosition, Delivery, Epoch, EventSource, PositionValue, ProcessorError, SourceOutput,
+    ConsumerPosition, Delivery, Epoch, PositionValue, ProcessorError, SourceOutput,
 };
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, Feed, FeedStatus, Publisher, SourceDriver, SubscribeOptions,
@@ -63,7 +63,7 @@ fn first_run_with_status(saved: &[ConsumerPosition]) -> (Vec<String>, FeedStatus
         PluginSource::create(&registry, "counter", "counted", &settings, output, codec)
             .expect("the plugin creates its source");
     feed.start_complete();
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     SourceDriver::cycle(&mut source, &*feed).expect("a cycle");
     let mut items = Collect::default();
     while group.poll(&mut items, 256) > 0 {}

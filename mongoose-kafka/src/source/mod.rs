@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, PositionValue, Refusal, SourceOutput, SourceState,
-    WorkDone,
+    AnyCommitter, BatchEnd, CoreError, Epoch, EventSource, PositionValue, Refusal, SourceOutput,
+    SourceStart, SourceState, WorkDone,
 };
 use parking_lot::Mutex;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -467,7 +467,7 @@ impl EventSource for KafkaSource {
         &self.config.name
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         let context = SourceContext {
             shared: Arc::clone(&self.shared),
             output: Arc::clone(&self.output),
@@ -484,16 +484,22 @@ impl EventSource for KafkaSource {
             .subscribe(&[&self.config.topic])
             .map_err(|error| self.shared.broker_error("subscribing", error))?;
         let consumer = Arc::new(consumer);
-        self.output.set_pause_by_default(true);
-        self.output.acknowledge_with(Box::new(KafkaCommitter {
+        let committer = AnyCommitter::new(KafkaCommitter {
             shared: Arc::clone(&self.shared),
             consumer: Arc::downgrade(&consumer),
-        }));
+        });
         self.consumer = Some(consumer);
         self.output.report_state(SourceState::Starting, None);
         info!(feed = %self.config.name, topic = %self.config.topic, group = %self.config.group,
             brokers = %self.config.brokers, "kafka source subscribed");
-        Ok(())
+        // each partition's epoch is set as its records are published: the driver sets
+        // `Epoch::NONE` now, so the next publish sets its partition's again
+        self.output_epoch = None;
+        Ok(SourceStart {
+            epoch: Epoch::NONE,
+            pause_by_default: true,
+            committer: Some(committer),
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {

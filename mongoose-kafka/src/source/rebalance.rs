@@ -16,7 +16,7 @@ use super::{Assigned, KafkaRecord, Shared};
 /// thread).
 pub(crate) struct SourceContext {
     pub(super) shared: Arc<Shared>,
-    /// The feed, to poll acknowledgements before partitions are given up.
+    /// The feed, to commit what was processed before partitions are given up.
     pub(super) output: Arc<dyn SourceOutput<KafkaRecord, PositionValue>>,
 }
 
@@ -45,8 +45,8 @@ impl ConsumerContext for SourceContext {
         };
         let shared = &self.shared;
         // feed-delivery-guarantees §9, connector-kafka: before the partitions go, commit
-        // what was processed (the acknowledgements polled now), synchronously
-        self.output.poll_acknowledgements();
+        // what was processed, synchronously
+        self.output.commit_processed();
         if let Err(error) = shared.commit_pending(consumer) {
             warn!(feed = %shared.name, %error,
                 "could not commit what was processed before giving partitions up: the new owner reads those records again (at-least-once)");

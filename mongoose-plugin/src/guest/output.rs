@@ -6,20 +6,22 @@ use std::sync::Arc;
 
 use mongoose_core::{
     BatchEnd, ConsumerPosition, Epoch, EvidenceStatus, FailureKind, FileLag, PositionValue,
-    PublishRefused, Refusal, SourceCommitter, SourceOutput, SourceState, TryPublish,
+    PublishRefused, Refusal, SourceOutput, SourceState, TryPublish,
 };
 
-use crate::abi::{self, ByteSlice, CommitterRef, HostOutput, ItemRef, Status, Str};
+use crate::abi::{self, ByteSlice, HostOutput, ItemRef, Status, Str};
 
-use super::{message_out, COMMITTER_VTABLE};
+use super::message_out;
 
 /// The feed a plugin source publishes into: the host's output, seen through the
 /// boundary. It implements [`SourceOutput<T, PositionValue>`] for any item type that is
 /// bytes (`T: AsRef<[u8]>`): the host copies the bytes during the call, so on
 /// [`TryPublish::Paused`] or [`TryPublish::Retry`] the item is given back to the source
-/// as usual. [`SourceOutput::poll_acknowledgements`] and
-/// [`SourceOutput::flush_paused`] do nothing here: the host's source driver calls them
-/// around every duty cycle.
+/// as usual. What the source registers at start (epoch, PAUSE by default, committer)
+/// is what its `start` returns ([`mongoose_core::SourceStart`]): the SDK hands it to
+/// the host, whose source driver applies it and polls the acknowledgements around
+/// every duty cycle. [`SourceOutput::commit_processed`] crosses to the host and
+/// commits what was processed at once (before a source gives input up).
 ///
 /// # Lifetime
 ///
@@ -83,32 +85,19 @@ impl PluginOutput {
         }
     }
 
-    /// See [`SourceOutput::acknowledge_with`]: the host owns the committer from now on.
-    pub fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<PositionValue>>) {
-        let handle = Box::into_raw(Box::new(committer)) as *mut c_void;
-        // SAFETY: the host takes the committer and frees it through its vtable's
-        // `destroy`, which frees it here, on the side that allocated it.
-        unsafe {
-            (self.vtable().acknowledge_with)(
-                self.host.context,
-                CommitterRef {
-                    handle,
-                    vtable: &COMMITTER_VTABLE,
-                },
-            )
-        }
+    /// See [`SourceOutput::commit_processed`]: commits what was processed, now, before
+    /// the source gives part of its input up (a revoked partition). The host's driver
+    /// commits around every cycle anyway.
+    pub fn commit_processed(&self) -> usize {
+        // SAFETY: as in try_publish.
+        let committed = unsafe { (self.vtable().commit_processed)(self.host.context) };
+        usize::try_from(committed).unwrap_or(usize::MAX)
     }
 
     /// See [`SourceOutput::set_epoch`].
     pub fn set_epoch(&self, epoch: Epoch) {
         // SAFETY: as in try_publish.
         unsafe { (self.vtable().set_epoch)(self.host.context, epoch.0) }
-    }
-
-    /// See [`SourceOutput::set_pause_by_default`].
-    pub fn set_pause_by_default(&self, pause: bool) {
-        // SAFETY: as in try_publish.
-        unsafe { (self.vtable().set_pause_by_default)(self.host.context, u8::from(pause)) }
     }
 
     /// See [`SourceOutput::report_state`].
@@ -325,28 +314,12 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
         PluginOutput::filtered(self, position, reason)
     }
 
-    fn poll_acknowledgements(&self) -> usize {
-        // the host's driver polls around every cycle; this is for a source that must
-        // commit before it gives input up (a revoked partition)
-        // SAFETY: as in try_publish.
-        let polled = unsafe { (self.vtable().poll_acknowledgements)(self.host.context) };
-        usize::try_from(polled).unwrap_or(usize::MAX)
-    }
-
-    fn flush_paused(&self) -> bool {
-        true // the host's driver flushes around every cycle
-    }
-
-    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<PositionValue>>) {
-        PluginOutput::acknowledge_with(self, committer)
+    fn commit_processed(&self) -> usize {
+        PluginOutput::commit_processed(self)
     }
 
     fn set_epoch(&self, epoch: Epoch) {
         PluginOutput::set_epoch(self, epoch)
-    }
-
-    fn set_pause_by_default(&self, pause: bool) {
-        PluginOutput::set_pause_by_default(self, pause)
     }
 
     fn report_state(&self, state: SourceState, detail: Option<&str>) {

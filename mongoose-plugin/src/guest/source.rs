@@ -5,13 +5,13 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use mongoose_core::{CoreError, Epoch, EventSource, PositionValue, SourceCommitter};
+use mongoose_core::{CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceStart};
 
-use crate::abi::{HostOutput, MessageOut, Status, Str};
+use crate::abi::{CommitterRef, HostOutput, MessageOut, SourceStartRef, Status, Str};
 use crate::guest_log::Forwarding;
 use crate::settings::{self};
 
-use super::{declared, guarded, PluginOutput};
+use super::{declared, guarded, PluginOutput, COMMITTER_VTABLE};
 
 /// A plugin source behind a handle, with its feed (where its `tracing` events go
 /// while the host calls into it).
@@ -71,12 +71,49 @@ unsafe fn source<'a>(handle: *mut c_void) -> &'a mut SourceHandle {
     unsafe { &mut *(handle as *mut SourceHandle) }
 }
 
-pub(super) unsafe extern "C" fn source_start(handle: *mut c_void, error: MessageOut) -> Status {
+pub(super) unsafe extern "C" fn source_start(
+    handle: *mut c_void,
+    started: *mut SourceStartRef,
+    error: MessageOut,
+) -> Status {
     // SAFETY: the host's contract (see `source`).
     guarded(error, || {
         let handle = unsafe { source(handle) };
         let _forwarding = Forwarding::to(handle.host);
-        handle.source.start().map_err(core_message)
+        let SourceStart {
+            epoch,
+            pause_by_default,
+            committer,
+        } = handle.source.start().map_err(core_message)?;
+        let committer = match committer {
+            None => SourceStartRef::EMPTY.committer,
+            Some(committer) => {
+                let committer = committer
+                    .into_typed::<PositionValue>()
+                    .map_err(|committer| {
+                        format!(
+                            "the source's committer commits positions of type {}: a plugin source commits PositionValue",
+                            committer.position_type()
+                        )
+                    })?;
+                CommitterRef {
+                    // the host owns it from now on and frees it through the vtable's
+                    // `destroy`, which frees it here, on the side that allocated it
+                    handle: Box::into_raw(Box::new(committer)) as *mut c_void,
+                    vtable: &COMMITTER_VTABLE,
+                }
+            }
+        };
+        // SAFETY: the host passes a valid out pointer.
+        unsafe {
+            *started = SourceStartRef {
+                epoch: epoch.0,
+                committer,
+                pause_by_default: u8::from(pause_by_default),
+                reserved: [0; 7],
+            }
+        };
+        Ok(())
     })
 }
 
@@ -117,7 +154,7 @@ pub(super) unsafe extern "C" fn source_destroy(handle: *mut c_void) {
 /// The committer behind `handle`.
 ///
 /// # Safety
-/// `handle` came from `acknowledge_with` and was not destroyed.
+/// `handle` came from `source_start` and was not destroyed.
 unsafe fn committer<'a>(handle: *mut c_void) -> &'a mut Box<dyn SourceCommitter<PositionValue>> {
     // SAFETY: see the function's contract.
     unsafe { &mut *(handle as *mut Box<dyn SourceCommitter<PositionValue>>) }
@@ -160,7 +197,7 @@ pub(super) unsafe extern "C" fn committer_commits_after_stop(handle: *mut c_void
 pub(super) unsafe extern "C" fn committer_destroy(handle: *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         if !handle.is_null() {
-            // SAFETY: made by `acknowledge_with` with `Box::into_raw`, destroyed once.
+            // SAFETY: made by `source_start` with `Box::into_raw`, destroyed once.
             drop(unsafe { Box::from_raw(handle as *mut Box<dyn SourceCommitter<PositionValue>>) });
         }
     }));

@@ -5,19 +5,21 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::BytesMut;
 use mongoose_core::{
-    CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
-    WorkDone,
+    AnyCommitter, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
+    SourceStart, SourceState, WorkDone,
 };
 use tracing::{error, warn};
 
-use crate::abi::{CommitterVTable, HostOutput, HostOutputVTable, SourceVTable, Status, Str};
+use crate::abi::{
+    CommitterVTable, HostOutput, HostOutputVTable, SourceStartRef, SourceVTable, Status, Str,
+};
 use crate::guest::message_out;
 
 use super::vtables::{
-    host_acknowledge_with, host_cache, host_filtered, host_log, host_poll_acknowledgements,
-    host_publish, host_release, host_report_files, host_report_loss, host_report_state,
-    host_retain, host_saved_positions, host_set_epoch, host_set_pause_by_default,
-    host_set_unterminated_bytes, host_try_publish, host_try_publish_batch, HostContext,
+    host_cache, host_commit_processed, host_filtered, host_log, host_publish, host_release,
+    host_report_files, host_report_loss, host_report_state, host_retain, host_saved_positions,
+    host_set_epoch, host_set_unterminated_bytes, host_try_publish, host_try_publish_batch,
+    HostContext,
 };
 use super::{ItemCodec, PluginError, PluginLibrary, PluginRegistry, Role};
 
@@ -217,11 +219,9 @@ impl<I: Send + 'static> PluginSource<I> {
                 cache: host_cache::<I>,
                 filtered: host_filtered::<I>,
                 set_epoch: host_set_epoch::<I>,
-                set_pause_by_default: host_set_pause_by_default::<I>,
                 report_state: host_report_state::<I>,
                 set_unterminated_bytes: host_set_unterminated_bytes::<I>,
-                acknowledge_with: host_acknowledge_with::<I>,
-                poll_acknowledgements: host_poll_acknowledgements::<I>,
+                commit_processed: host_commit_processed::<I>,
                 log: host_log::<I>,
                 retain: host_retain::<I>,
                 release: host_release::<I>,
@@ -321,14 +321,32 @@ impl<I: Send + 'static> EventSource for PluginSource<I> {
         &self.name
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         if let Some(failed) = &self.failed {
             return Err(self.error(failed.clone()));
         }
         let mut message = String::new();
-        // SAFETY: our live handle; one call at a time (`&mut self`).
-        let status = unsafe { (self.vtable().start)(self.handle, message_out(&mut message)) };
-        self.check("start", status, message)
+        let mut started = SourceStartRef::EMPTY;
+        // SAFETY: our live handle; one call at a time (`&mut self`); `started` is valid
+        // for the call.
+        let status =
+            unsafe { (self.vtable().start)(self.handle, &mut started, message_out(&mut message)) };
+        self.check("start", status, message)?;
+        // the host owns the plugin's committer from now on (freed by its `destroy`)
+        let committer = (!started.committer.handle.is_null()).then(|| {
+            AnyCommitter::new(PluginCommitter {
+                handle: started.committer.handle,
+                vtable: started.committer.vtable,
+                feed: self.name.clone(),
+                failed: None,
+                library: Arc::clone(&self.library),
+            })
+        });
+        Ok(SourceStart {
+            epoch: Epoch(started.epoch),
+            pause_by_default: started.pause_by_default != 0,
+            committer,
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {

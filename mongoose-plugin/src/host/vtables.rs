@@ -9,12 +9,10 @@ use bytes::{Bytes, BytesMut};
 use mongoose_core::{BatchEnd, Epoch, PositionValue, SourceOutput, SourceState, TryPublish};
 use tracing::error;
 
-use crate::abi::{
-    self, ByteSlice, CommitterRef, HostOutputVTable, ItemRef, MessageOut, Status, Str,
-};
+use crate::abi::{self, ByteSlice, HostOutputVTable, ItemRef, MessageOut, Status, Str};
 use crate::guest::panic_message;
 
-use super::{PluginCommitter, PluginLibrary};
+use super::PluginLibrary;
 
 /// Turns the bytes a plugin source publishes into the feed's item type: the host's
 /// codec hook. The bytes are the host's own copy (chunked: no allocation per item).
@@ -267,17 +265,6 @@ pub(super) unsafe extern "C" fn host_set_epoch<I: 'static>(context: *const c_voi
     })
 }
 
-pub(super) unsafe extern "C" fn host_set_pause_by_default<I: 'static>(
-    context: *const c_void,
-    pause: u8,
-) {
-    host_guard(String::new, (), || {
-        // SAFETY: as in `host_try_publish`.
-        unsafe { host_context::<I>(context) }
-            .with_output((), |output| output.set_pause_by_default(pause != 0));
-    })
-}
-
 pub(super) unsafe extern "C" fn host_report_state<I: 'static>(
     context: *const c_void,
     state: u32,
@@ -382,14 +369,12 @@ pub(super) unsafe extern "C" fn host_report_files<I: 'static>(
     })
 }
 
-pub(super) unsafe extern "C" fn host_poll_acknowledgements<I: 'static>(
-    context: *const c_void,
-) -> u64 {
+pub(super) unsafe extern "C" fn host_commit_processed<I: 'static>(context: *const c_void) -> u64 {
     host_guard(String::new, 0, || {
         // SAFETY: as in `host_try_publish`.
-        let polled = unsafe { host_context::<I>(context) }
-            .with_output(0, |output| output.poll_acknowledgements());
-        u64::try_from(polled).unwrap_or(u64::MAX)
+        let committed = unsafe { host_context::<I>(context) }
+            .with_output(0, |output| output.commit_processed());
+        u64::try_from(committed).unwrap_or(u64::MAX)
     })
 }
 
@@ -409,25 +394,6 @@ pub(super) unsafe extern "C" fn host_log<I: 'static>(
         } else {
             tracing::info!(feed = %context.feed, plugin, "{message}");
         }
-    })
-}
-
-pub(super) unsafe extern "C" fn host_acknowledge_with<I: 'static>(
-    context: *const c_void,
-    committer: CommitterRef,
-) {
-    host_guard(String::new, (), || {
-        // SAFETY: as in `host_try_publish`.
-        let context = unsafe { host_context::<I>(context) };
-        let committer = Box::new(PluginCommitter {
-            handle: committer.handle,
-            vtable: committer.vtable,
-            feed: context.feed.clone(),
-            failed: None,
-            library: Arc::clone(&context.library),
-        });
-        // once the source was destroyed the committer is freed at once (its destroy)
-        context.with_output((), |output| output.acknowledge_with(committer));
     })
 }
 

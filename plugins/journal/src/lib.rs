@@ -40,8 +40,8 @@ use std::path::PathBuf;
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
-    SourceState, WorkDone,
+    AnyCommitter, BatchEnd, CoreError, Epoch, EventSource, PositionValue, SourceCommitter,
+    SourceOutput, SourceStart, SourceState, WorkDone,
 };
 use mongoose_journal::{Appender, ExcerptBatch, Journal, JournalConfig, Tailer, TailerStore};
 use mongoose_plugin::settings::{Settings, SettingsError};
@@ -213,7 +213,7 @@ impl EventSource for JournalSource {
         self.output.feed()
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         let journal = Journal::open(&self.path, JournalConfig::default())
             .map_err(|error| core_error("cannot open the journal", error))?;
         let identity = journal.identity();
@@ -278,18 +278,19 @@ impl EventSource for JournalSource {
                 .seek(0)
                 .map_err(|error| core_error("cannot seek the journal", error))?;
         }
-        let output = &self.output;
-        output.set_pause_by_default(true);
-        output.set_epoch(self.epoch);
-        output.acknowledge_with(Box::new(TailerCommitter {
-            store,
-            epoch: self.epoch,
-            pending: None,
-        }));
-        output.report_state(SourceState::Behind, Some("reading the journal"));
+        self.output
+            .report_state(SourceState::Behind, Some("reading the journal"));
         self.journal = Some(journal);
         self.tailer = Some(tailer);
-        Ok(())
+        Ok(SourceStart {
+            epoch: self.epoch,
+            pause_by_default: true,
+            committer: Some(AnyCommitter::new(TailerCommitter {
+                store,
+                epoch: self.epoch,
+                pending: None,
+            })),
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {

@@ -29,7 +29,8 @@
 //! settings = { path = "/var/lib/mongoose/copy.txt" }
 //! ```
 //!
-//! Test builds (cargo features): `wrong-abi` declares ABI 999, `wrong-layout` a wrong
+//! Test builds (cargo features): `wrong-abi` declares ABI 999, `previous-abi` ABI 3 (a
+//! plugin built before the source protocol became types), `wrong-layout` a wrong
 //! layout fingerprint (the host must refuse both), `panic-source` makes `do_work`
 //! panic and `panic-sink` makes `publish` panic (the host must contain both).
 
@@ -39,8 +40,8 @@ use std::path::PathBuf;
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, FileLag, PositionValue, SourceCommitter, SourceOutput,
-    SourceState, TryPublish, WorkDone,
+    AnyCommitter, BatchEnd, CoreError, Epoch, EventSource, FileLag, PositionValue, SourceCommitter,
+    SourceOutput, SourceStart, SourceState, TryPublish, WorkDone,
 };
 use mongoose_plugin::settings::Settings;
 use mongoose_plugin::PluginOutput;
@@ -80,7 +81,7 @@ impl EventSource for Counter {
         self.output.feed()
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         // the committed position is the offset after the last processed item
         self.next = match std::fs::read_to_string(&self.pointer) {
             Ok(text) => text.trim().parse().unwrap_or(0),
@@ -100,13 +101,11 @@ impl EventSource for Counter {
             Err(error) => return Err(CoreError::io("cannot read the counter's pointer", error)),
         };
         let output = &self.output;
-        output.set_pause_by_default(true);
-        output.set_epoch(Epoch(1));
-        output.acknowledge_with(Box::new(PointerCommitter {
+        let committer = AnyCommitter::new(PointerCommitter {
             path: self.pointer.clone(),
             pending: None,
             output: cfg!(feature = "keep-output").then(|| output.clone()),
-        }));
+        });
         output.report_state(SourceState::Behind, Some("counting"));
         // a many-file source reports its files for the feed's status (at most once per
         // scan); the counter's one "file" is its pointer
@@ -129,7 +128,11 @@ impl EventSource for Counter {
                 source_name: self.output.feed().to_owned(),
                 message: "the template's logging thread panicked".into(),
             })?;
-        Ok(())
+        Ok(SourceStart {
+            epoch: Epoch(1),
+            pause_by_default: true,
+            committer: Some(committer),
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
@@ -273,9 +276,12 @@ impl Sink for Append {
     }
 }
 
-/// The ABI version declared (a test build declares a wrong one).
+/// The ABI version declared (a test build declares a wrong one, or the one before the
+/// source protocol became types).
 const ABI_VERSION: u32 = if cfg!(feature = "wrong-abi") {
     999
+} else if cfg!(feature = "previous-abi") {
+    3
 } else {
     mongoose_plugin::abi::ABI_VERSION
 };
