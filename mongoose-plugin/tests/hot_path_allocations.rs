@@ -46,7 +46,7 @@ fn publishes_without_a_host_allocation_per_item(batch: bool) {
         tempfile::tempdir()
     }
     .expect("scratch");
-    let dir = plugin_dir(scratch.path(), &[&build_plugin("template-plugin", &[])]);
+    let dir = plugin_dir(scratch.path(), &[&build_plugin("fixture-plugin", &[])]);
     let registry = PluginRegistry::load_dir(&dir).expect("loaded");
     let feed: Arc<Publisher<Bytes, PositionValue>> =
         Feed::builder("counted").queue_capacity(1024).build();

@@ -97,7 +97,7 @@ fn a_plugin_committer_that_keeps_its_output_after_stop_is_safe() {
         valgrind.is_ok_and(|output| output.status.success()),
         "valgrind runs this test (apt-get install valgrind; .ci/run installs it)"
     );
-    let library = build_plugin("template-plugin", &["keep-output"]);
+    let library = build_plugin("fixture-plugin", &["keep-output"]);
     let test_binary = std::env::current_exe().expect("this test's binary");
     let run = Command::new("valgrind")
         .args([

@@ -17,7 +17,7 @@ use crate::abi::{
     self, CommitterVTable, KindDeclaration, MessageOut, PluginDeclaration, SinkVTable,
     SourceVTable, Status, Str,
 };
-use crate::settings::{self, SettingsError};
+use crate::settings::{CreateContext, SettingsError};
 
 mod output;
 mod sink;
@@ -30,16 +30,17 @@ use source::{
     source_create, source_destroy, source_do_work, source_start, source_stop,
 };
 
-/// Builds a source of a kind from the feed's settings (TOML text) and the output it
-/// publishes into.
-type SourceFactory =
-    Box<dyn Fn(&str, PluginOutput) -> Result<Box<dyn EventSource>, String> + Send + Sync>;
+/// Builds a source of a kind from the feed's settings (with the config's folder) and
+/// the output it publishes into.
+type SourceFactory = Box<
+    dyn Fn(&CreateContext<'_>, PluginOutput) -> Result<Box<dyn EventSource>, String> + Send + Sync,
+>;
 
-/// Builds a sink of a kind from its settings (TOML text).
-type SinkFactory = Box<dyn Fn(&str) -> Result<Box<dyn Sink>, String> + Send + Sync>;
+/// Builds a sink of a kind from its settings (with the config's folder).
+type SinkFactory = Box<dyn Fn(&CreateContext<'_>) -> Result<Box<dyn Sink>, String> + Send + Sync>;
 
-/// Checks a kind's settings (TOML text) without opening or creating anything.
-type SettingsCheck = Box<dyn Fn(&str) -> Result<(), SettingsError> + Send + Sync>;
+/// Checks a kind's settings without opening or creating anything.
+type SettingsCheck = Box<dyn Fn(&CreateContext<'_>) -> Result<(), SettingsError> + Send + Sync>;
 
 /// What a plugin declares: its name, version and kinds with their factories. Built by
 /// [`crate::export_plugin!`].
@@ -91,7 +92,7 @@ impl Plugin {
     /// or create anything. A kind without one is checked only when it is created.
     pub fn source_check<F>(mut self, kind: &str, check: F) -> Self
     where
-        F: Fn(&str) -> Result<(), SettingsError> + Send + Sync + 'static,
+        F: Fn(&CreateContext<'_>) -> Result<(), SettingsError> + Send + Sync + 'static,
     {
         self.source_checks.push((kind.to_owned(), Box::new(check)));
         self
@@ -100,36 +101,36 @@ impl Plugin {
     /// Declares the settings check of sink kind `kind` (see [`Plugin::source_check`]).
     pub fn sink_check<F>(mut self, kind: &str, check: F) -> Self
     where
-        F: Fn(&str) -> Result<(), SettingsError> + Send + Sync + 'static,
+        F: Fn(&CreateContext<'_>) -> Result<(), SettingsError> + Send + Sync + 'static,
     {
         self.sink_checks.push((kind.to_owned(), Box::new(check)));
         self
     }
 
-    /// Declares source kind `kind`, built by `factory(settings, output)`.
+    /// Declares source kind `kind`, built by `factory(create, output)`.
     pub fn source<S, F>(mut self, kind: &str, factory: F) -> Self
     where
         S: EventSource + 'static,
-        F: Fn(&str, PluginOutput) -> Result<S, String> + Send + Sync + 'static,
+        F: Fn(&CreateContext<'_>, PluginOutput) -> Result<S, String> + Send + Sync + 'static,
     {
         self.sources.push((
             kind.to_owned(),
-            Box::new(move |config, output| {
-                factory(config, output).map(|source| Box::new(source) as Box<dyn EventSource>)
+            Box::new(move |create, output| {
+                factory(create, output).map(|source| Box::new(source) as Box<dyn EventSource>)
             }),
         ));
         self
     }
 
-    /// Declares sink kind `kind`, built by `factory(settings)`.
+    /// Declares sink kind `kind`, built by `factory(create)`.
     pub fn sink<K, F>(mut self, kind: &str, factory: F) -> Self
     where
         K: Sink + 'static,
-        F: Fn(&str) -> Result<K, String> + Send + Sync + 'static,
+        F: Fn(&CreateContext<'_>) -> Result<K, String> + Send + Sync + 'static,
     {
         self.sinks.push((
             kind.to_owned(),
-            Box::new(move |config| factory(config).map(|sink| Box::new(sink) as Box<dyn Sink>)),
+            Box::new(move |create| factory(create).map(|sink| Box::new(sink) as Box<dyn Sink>)),
         ));
         self
     }
@@ -352,11 +353,16 @@ fn check_settings(
         let Some((_, check)) = checks.iter().find(|(declared, _)| *declared == kind) else {
             return Ok(());
         };
-        settings::resolving_against(&base_dir, || check(&config)).map_err(|refused| {
+        check(&CreateContext::new(&config, base(&base_dir))).map_err(|refused| {
             if !refused.key.is_empty() {
                 write(key, &refused.key);
             }
             refused.message
         })
     })
+}
+
+/// The config file's folder the host passed (empty: the working directory).
+fn base(base_dir: &str) -> Option<&std::path::Path> {
+    (!base_dir.is_empty()).then(|| std::path::Path::new(base_dir))
 }

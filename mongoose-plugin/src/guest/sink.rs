@@ -7,9 +7,9 @@ use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use mongoose_core::Epoch;
 
 use crate::abi::{self, KeyRef, MessageOut, OutcomeRef, OutputRef, Status, Str};
-use crate::settings::{self};
+use crate::settings::CreateContext;
 
-use super::{declared, guarded};
+use super::{base, declared, guarded};
 
 /// A plugin sink behind a handle, with the outcomes of its last call (their evidence
 /// is what the host's [`OutcomeRef`]s borrow until the next call).
@@ -86,7 +86,7 @@ pub(super) unsafe extern "C" fn sink_create(
             .find(|(declared, _)| *declared == kind)
             .map(|(_, factory)| factory)
             .ok_or_else(|| format!("this plugin declares no sink kind '{kind}'"))?;
-        let sink = settings::resolving_against(&base_dir, || factory(&config))?;
+        let sink = factory(&CreateContext::new(&config, base(&base_dir)))?;
         let boxed = Box::new(SinkHandle {
             sink,
             outputs: Vec::new(),

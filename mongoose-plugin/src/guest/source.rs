@@ -9,9 +9,9 @@ use mongoose_core::{CoreError, Epoch, EventSource, PositionValue, SourceCommitte
 
 use crate::abi::{CommitterRef, HostOutput, MessageOut, SourceStartRef, Status, Str};
 use crate::guest_log::Forwarding;
-use crate::settings::{self};
+use crate::settings::CreateContext;
 
-use super::{declared, guarded, PluginOutput, COMMITTER_VTABLE};
+use super::{base, declared, guarded, PluginOutput, COMMITTER_VTABLE};
 
 /// A plugin source behind a handle, with its feed (where its `tracing` events go
 /// while the host calls into it).
@@ -53,7 +53,7 @@ pub(super) unsafe extern "C" fn source_create(
             .ok_or_else(|| format!("this plugin declares no source kind '{kind}'"))?;
         let output = PluginOutput::retained(host, Arc::from(&*name));
         let _forwarding = Forwarding::to(host);
-        let source = settings::resolving_against(&base_dir, || factory(&config, output))?;
+        let source = factory(&CreateContext::new(&config, base(&base_dir)), output)?;
         let boxed = Box::new(SourceHandle { source, host });
         // SAFETY: the host passes a valid out pointer.
         unsafe { *handle = Box::into_raw(boxed) as *mut c_void };

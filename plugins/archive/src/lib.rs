@@ -43,7 +43,7 @@ use mongoose_core::{
     AnyCommitter, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
     SourceStart, SourceState, WorkDone,
 };
-use mongoose_plugin::settings::Settings;
+use mongoose_plugin::settings::CreateContext;
 use mongoose_plugin::PluginOutput;
 
 /// Messages one duty cycle publishes at most, unless `batch` says otherwise.
@@ -172,8 +172,8 @@ struct OpenedRecording {
 
 impl ArchiveSource {
     /// A source from its settings (see the crate docs).
-    pub fn new(settings: &str, output: PluginOutput) -> Result<ArchiveSource, String> {
-        let settings = Settings::parse(settings)?;
+    pub fn new(create: &CreateContext<'_>, output: PluginOutput) -> Result<ArchiveSource, String> {
+        let settings = create.flat()?;
         settings.only(&["archive", "recording", "stream", "pointer", "batch"])?;
         let selector = match (settings.u64("recording")?, settings.u64("stream")?) {
             (Some(id), None) => RecordingSelector::Id(id),
@@ -561,7 +561,7 @@ mongoose_plugin::export_plugin! {
     name: "archive",
     version: env!("CARGO_PKG_VERSION"),
     sources: {
-        "archive" => |settings: &str, output| ArchiveSource::new(settings, output),
+        "archive" => ArchiveSource::new,
     },
     sinks: {},
 }
