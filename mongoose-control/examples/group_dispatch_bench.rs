@@ -107,11 +107,11 @@ fn main() {
     for item in 0..items {
         while !feed.try_publish(item, item).is_published() {
             reader.poll(&mut Group { host: &mut host }, 256);
-            SourceOutput::poll_acknowledgements(&*feed);
+            feed.poll_acknowledgements();
         }
     }
     reader.poll(&mut Group { host: &mut host }, usize::MAX);
-    SourceOutput::poll_acknowledgements(&*feed);
+    feed.poll_acknowledgements();
     let sum = (host.processor() as &dyn std::any::Any)
         .downcast_ref::<Sum>()
         .expect("a Sum")

@@ -108,15 +108,15 @@ fn offering_items_to_a_processor_through_its_host_allocates_nothing_per_item() {
         for item in items {
             while !feed.try_publish(item, item).is_published() {
                 reader.poll(&mut Group { host: &mut *host }, 256);
-                SourceOutput::poll_acknowledgements(&*feed);
+                feed.poll_acknowledgements();
             }
             if item % 256 == 0 {
                 reader.poll(&mut Group { host: &mut *host }, 256);
-                SourceOutput::poll_acknowledgements(&*feed);
+                feed.poll_acknowledgements();
             }
         }
         reader.poll(&mut Group { host }, usize::MAX);
-        SourceOutput::poll_acknowledgements(&*feed);
+        feed.poll_acknowledgements();
     };
     // warm up
     run(&mut host, 0..10_000);

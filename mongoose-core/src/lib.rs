@@ -24,6 +24,113 @@
 //! * [`agent`]: marking agent threads, which must never block;
 //! * [`audit`](mod@audit): a processor's audit records, kept while an operator captures it.
 //!
+//! # The source protocol
+//!
+//! A source's calls are split by who may make them, so that the types say what the
+//! documentation used to:
+//!
+//! | who | what | where |
+//! |---|---|---|
+//! | the source, once at start | its epoch, PAUSE by default, its committer | [`SourceStart`], returned by [`EventSource::start`] |
+//! | the running source | publish (one, a batch, push), cache, filtered, report state, a loss, rotated-unread bytes, its files, unterminated bytes, a new epoch after a reset, and "commit what was processed, now" before it gives input up ([`SourceOutput::commit_processed`]) | [`SourceOutput`], the handle the source keeps |
+//! | the source driver only | give the committer what was processed around each cycle, replay paused items, apply the [`SourceStart`] | `mongoose_delivery::DrivenOutput`, on the feed the driver holds |
+//!
+//! A tiny source: it numbers lines, publishes each at its offset, and registers a
+//! committer that remembers the highest offset processed.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::sync::Arc;
+//!
+//! use mongoose_core::{
+//!     AnyCommitter, CoreError, Epoch, EventSource, SourceCommitter, SourceOutput, SourceStart,
+//!     SourceState, TryPublish, WorkDone,
+//! };
+//!
+//! struct Numbers {
+//!     output: Arc<dyn SourceOutput<String, u64>>,
+//!     next: u64,
+//!     committed: Arc<AtomicU64>,
+//! }
+//!
+//! struct Committed(Arc<AtomicU64>, Option<u64>);
+//!
+//! impl SourceCommitter<u64> for Committed {
+//!     fn acknowledged(&mut self, _sequence: u64, _epoch: Epoch, position: u64) {
+//!         self.1 = Some(position);
+//!     }
+//!     fn commit(&mut self) -> Result<(), CoreError> {
+//!         if let Some(position) = self.1.take() {
+//!             self.0.store(position, Ordering::Release); // a durable write, really
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! impl EventSource for Numbers {
+//!     fn name(&self) -> &str {
+//!         "numbers"
+//!     }
+//!
+//!     fn start(&mut self) -> Result<SourceStart, CoreError> {
+//!         // resume after what was committed
+//!         self.next = self.committed.load(Ordering::Acquire);
+//!         self.output.report_state(SourceState::Behind, Some("starting"));
+//!         Ok(SourceStart {
+//!             epoch: Epoch(1),
+//!             pause_by_default: true, // re-readable: a full queue pauses it
+//!             committer: Some(AnyCommitter::new(Committed(Arc::clone(&self.committed), None))),
+//!         })
+//!     }
+//!
+//!     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+//!         let line = format!("line {}", self.next);
+//!         match self.output.try_publish(line, self.next + 1) {
+//!             TryPublish::Published => {
+//!                 self.next += 1;
+//!                 Ok(WorkDone(1))
+//!             }
+//!             // keep nothing here: the line is made again from `next` next cycle
+//!             TryPublish::Paused(_) | TryPublish::Retry(_) => Ok(WorkDone(0)),
+//!         }
+//!     }
+//!
+//!     fn stop(&mut self) -> Result<(), CoreError> {
+//!         Ok(())
+//!     }
+//! }
+//! # #[derive(Default)]
+//! # struct Recorded(std::sync::Mutex<Vec<(String, u64)>>);
+//! # impl SourceOutput<String, u64> for Recorded {
+//! #     fn try_publish(&self, item: String, position: u64) -> TryPublish<String> {
+//! #         self.0.lock().unwrap().push((item, position));
+//! #         TryPublish::Published
+//! #     }
+//! #     fn publish(&self, _item: String) -> Result<(), mongoose_core::PublishRefused> { Ok(()) }
+//! #     fn cache(&self, _item: String, _position: u64) {}
+//! #     fn filtered(&self, _position: u64, _reason: &str) {}
+//! #     fn commit_processed(&self) -> usize { 0 }
+//! #     fn set_epoch(&self, _epoch: Epoch) {}
+//! #     fn report_state(&self, _state: SourceState, _detail: Option<&str>) {}
+//! #     fn set_unterminated_bytes(&self, _bytes: u64) {}
+//! # }
+//!
+//! let output = Arc::new(Recorded::default());
+//! let mut source = Numbers { output: output.clone(), next: 0, committed: Arc::default() };
+//! // the driver (`mongoose_delivery::SourceDriver`) does this: start, apply, cycle
+//! let start = source.start()?;
+//! assert_eq!(start.epoch, Epoch(1));
+//! assert!(start.pause_by_default);
+//! let mut committer = start.committer.expect("registered").into_typed::<u64>().expect("u64");
+//! source.do_work()?;
+//! source.do_work()?;
+//! assert_eq!(output.0.lock().unwrap().last(), Some(&("line 1".to_string(), 2)));
+//! committer.acknowledged(2, Epoch(1), 2);
+//! committer.commit()?;
+//! assert_eq!(source.committed.load(Ordering::Acquire), 2);
+//! # Ok::<(), CoreError>(())
+//! ```
+//!
 //! # Example: a processor that stores its position with its state
 //!
 //! ```
@@ -112,6 +219,6 @@ pub use processor::{
 };
 pub use services::{Service, ServiceEvent};
 pub use source::{
-    BatchEnd, EventSource, FileLag, Refusal, SourceCommitter, SourceOutput, SourceState,
-    TryPublish, WorkDone,
+    AnyCommitter, BatchEnd, EventSource, FileLag, Refusal, SourceCommitter, SourceOutput,
+    SourceStart, SourceState, TryPublish, WorkDone,
 };

@@ -1,5 +1,8 @@
 //! Sources: what reads events from the outside world and publishes them into a feed.
 
+use std::any::Any;
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CoreError, PublishRefused};
@@ -55,27 +58,37 @@ pub struct WorkDone(pub usize);
 /// A source driven by an agent: `start`, then `do_work` on every duty cycle, then
 /// `stop`.
 ///
-/// A re-readable source publishes with [`SourceOutput::try_publish`]; on
-/// [`TryPublish::Paused`] it keeps the item, reads nothing more and offers it again on
-/// its next cycle; on [`TryPublish::Retry`] (a publish nested in a commit of the same
-/// feed) it keeps it too, without counting a pause. In `start` it registers its
-/// committer ([`SourceOutput::acknowledge_with`]) and its epoch
-/// ([`SourceOutput::set_epoch`]), and it reports BEHIND and CAUGHT_UP
-/// ([`SourceOutput::report_state`]).
+/// The protocol is split by who may call what (see the crate documentation for an
+/// example):
+/// * `start` returns what every source must register, as one [`SourceStart`] (its
+///   epoch, whether PAUSE is its feed's default, its committer): nothing can be
+///   forgotten, and the driver applies it before the first cycle;
+/// * while it runs, the source calls its [`SourceOutput`]: it publishes with
+///   [`SourceOutput::try_publish`]; on [`TryPublish::Paused`] it keeps the item, reads
+///   nothing more and offers it again on its next cycle; on [`TryPublish::Retry`] (a
+///   publish nested in a commit of the same feed) it keeps it too, without counting a
+///   pause. It reports BEHIND and CAUGHT_UP ([`SourceOutput::report_state`]), a new
+///   epoch after a reset ([`SourceOutput::set_epoch`]), and, before it gives part of
+///   its input up (a Kafka partition revoked), commits what was processed
+///   ([`SourceOutput::commit_processed`]);
+/// * only the driver gives the committer what was processed around each cycle and
+///   replays paused items: those calls are on the feed the driver holds
+///   (`mongoose_delivery::DrivenOutput`), not on the source's [`SourceOutput`].
 ///
 /// Run it with the engine's source driver (`mongoose_delivery::SourceDriver`): the
-/// driver marks the agent thread, calls [`SourceOutput::poll_acknowledgements`] and
-/// [`SourceOutput::flush_paused`] around each cycle and before and after `stop`, idles
-/// and retries failing cycles. It is the one place that does: a source must not poll
-/// nor flush itself, and a test driving a source by hand calls the driver's
-/// `SourceDriver::cycle` and `SourceDriver::stop_source` instead of `do_work` and
-/// `stop`.
+/// driver marks the agent thread, applies the [`SourceStart`], polls the
+/// acknowledgements and replays paused items around each cycle and before and after
+/// `stop`, idles and retries failing cycles. A test driving a source by hand calls the
+/// driver's `SourceDriver::start_source`, `SourceDriver::cycle` and
+/// `SourceDriver::stop_source` instead of `start`, `do_work` and `stop`.
 pub trait EventSource: Send {
     /// The source's name (its feed's name, usually).
     fn name(&self) -> &str;
 
-    /// Opens the input. Called once on the source's agent thread.
-    fn start(&mut self) -> Result<(), CoreError>;
+    /// Opens the input. Called once on the source's agent thread. Returns what the
+    /// source registers with its feed (its epoch, PAUSE by default, its committer): the
+    /// driver applies it before the first cycle.
+    fn start(&mut self) -> Result<SourceStart, CoreError>;
 
     /// One duty cycle: read and publish (the driver commits what was acknowledged
     /// around it).
@@ -83,6 +96,73 @@ pub trait EventSource: Send {
 
     /// Closes the input (the driver commits what was processed before and after it).
     fn stop(&mut self) -> Result<(), CoreError>;
+}
+
+/// What every source registers at start, returned by [`EventSource::start`] as one
+/// value so that nothing can be forgotten; the source driver applies it to the feed
+/// before the first duty cycle.
+#[derive(Debug)]
+#[must_use = "the driver applies what a source registers at start: return it"]
+pub struct SourceStart {
+    /// The epoch of the positions published from the start (a source without positions
+    /// or epochs: [`Epoch::NONE`]). A later reset of the position space (a replaced
+    /// file, a reassigned partition) is [`SourceOutput::set_epoch`].
+    pub epoch: Epoch,
+    /// PAUSE is the feed's default overload policy (an explicit policy still wins): true
+    /// for a re-readable source, which waits instead of dropping.
+    pub pause_by_default: bool,
+    /// How the source commits what was processed; `None` for a source without a
+    /// committer (it pays nothing).
+    pub committer: Option<AnyCommitter>,
+}
+
+/// A source's committer for any position type: the [`SourceStart`] of a source is the
+/// same type whatever its positions, and its feed takes the committer back at its own
+/// position type ([`AnyCommitter::into_typed`]).
+pub struct AnyCommitter {
+    committer: Box<dyn Any + Send>,
+    position_type: &'static str,
+}
+
+impl AnyCommitter {
+    /// A committer of positions `P`.
+    pub fn new<P: Position>(committer: impl SourceCommitter<P> + 'static) -> Self {
+        AnyCommitter::boxed::<P>(Box::new(committer))
+    }
+
+    /// A boxed committer of positions `P`.
+    pub fn boxed<P: Position>(committer: Box<dyn SourceCommitter<P>>) -> Self {
+        AnyCommitter {
+            committer: Box::new(committer),
+            position_type: std::any::type_name::<P>(),
+        }
+    }
+
+    /// The name of the position type it commits.
+    pub fn position_type(&self) -> &'static str {
+        self.position_type
+    }
+
+    /// The committer at its position type `P`, or itself when it commits another type
+    /// (a source wired to a feed of other positions: a wiring error).
+    pub fn into_typed<P: Position>(self) -> Result<Box<dyn SourceCommitter<P>>, AnyCommitter> {
+        let position_type = self.position_type;
+        self.committer
+            .downcast::<Box<dyn SourceCommitter<P>>>()
+            .map(|typed| *typed)
+            .map_err(|committer| AnyCommitter {
+                committer,
+                position_type,
+            })
+    }
+}
+
+impl fmt::Debug for AnyCommitter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnyCommitter")
+            .field("position_type", &self.position_type)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a source commits what the engine acknowledged.
@@ -209,7 +289,11 @@ pub enum Refusal {
     Retry,
 }
 
-/// What a source publishes into: a feed's publisher.
+/// What a running source calls: the feed it publishes into, as the source sees it.
+///
+/// What only the source driver may call (giving the committer what was processed
+/// around each cycle, replaying paused items) and what a source registers at start
+/// ([`SourceStart`]) are not here: a source cannot reach them through its output.
 pub trait SourceOutput<T, P: Position>: Send + Sync {
     /// Publishes a positioned item, or returns it when the feed cannot take it now.
     fn try_publish(&self, item: T, position: P) -> TryPublish<T>;
@@ -247,21 +331,19 @@ pub trait SourceOutput<T, P: Position>: Send + Sync {
     /// logged with `reason`.
     fn filtered(&self, position: P, reason: &str);
 
-    /// Computes what has been processed and gives it to the committer, outside the
-    /// publish lock. Returns the number of items acknowledged.
-    fn poll_acknowledgements(&self) -> usize;
+    /// Commits what was processed, now: gives the committer everything the consumers
+    /// processed so far and commits it, outside the publish lock, on the source's own
+    /// thread. It is what a source must do before it gives part of its input up (a
+    /// Kafka partition revoked in a rebalance: what was processed of it is committed
+    /// before another member takes it over, so that member does not read it again).
+    /// The driver commits around every cycle anyway: a source calls this only at such
+    /// a hand-over. Returns the number of items acknowledged.
+    fn commit_processed(&self) -> usize;
 
-    /// Replays cached items a full queue paused. Returns true when nothing is left.
-    fn flush_paused(&self) -> bool;
-
-    /// Registers how this source commits. A source without a committer pays nothing.
-    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<P>>);
-
-    /// Sets the epoch of the positions published from now on.
+    /// Sets the epoch of the positions published from now on: a reset of the source's
+    /// position space (a replaced file, a reassigned partition). The epoch at start is
+    /// [`SourceStart::epoch`].
     fn set_epoch(&self, epoch: Epoch);
-
-    /// Makes PAUSE the feed's default policy (an explicit policy still wins).
-    fn set_pause_by_default(&self, pause: bool);
 
     /// Reports where the source is, with a reason when behind.
     fn report_state(&self, state: SourceState, detail: Option<&str>);

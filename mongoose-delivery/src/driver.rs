@@ -4,6 +4,9 @@
 //! The driver does, for every source, what each one had to remember before:
 //! * marks the thread as the source's agent thread (`source:<name>`), so a blocking
 //!   publish on it is refused instead of waiting on itself;
+//! * starts the source through [`SourceDriver::start_source`]: applies what its
+//!   `start` returned ([`SourceStart`]: epoch, PAUSE by default, committer) to the
+//!   feed ([`DrivenOutput::apply_start`]);
 //! * runs each duty cycle through [`SourceDriver::cycle`]: gives what the consumers
 //!   processed to the source's committer ([`DrivenOutput::poll_acknowledgements`]), replays
 //!   what a full queue paused ([`DrivenOutput::flush_paused`]), calls `do_work`, and, after a
@@ -19,26 +22,27 @@
 //!   it in `stop`) and once more after it (what was processed meanwhile; the server's
 //!   ordered shutdown commits again after the groups drained, on the shutdown thread).
 //!
-//! The contract for a source: it must NOT poll the acknowledgements nor flush paused
-//! items itself, in `do_work` or in `stop` ([`SourceDriver`] is the one place that
-//! does). Whoever drives a source by hand (a test, a benchmark) calls
+//! The contract for a source is in its types: its [`SourceOutput`](mongoose_core::SourceOutput) cannot poll the
+//! acknowledgements nor flush paused items ([`SourceDriver`] is the one place that
+//! does, through the feed's [`DrivenOutput`]); a source that must commit before it
+//! gives input up calls [`SourceOutput::commit_processed`](mongoose_core::SourceOutput::commit_processed). Whoever drives a source by
+//! hand (a test, a benchmark) calls [`SourceDriver::start_source`] instead of `start`,
 //! [`SourceDriver::cycle`] instead of `do_work` and [`SourceDriver::stop_source`]
-//! instead of `stop`, or the positions it published are never committed. What a
+//! instead of `stop`, or its committer is never registered and the positions it
+//! published are never committed. What a
 //! source waits for that needs commits (a file's rotation settling, a slot handed
 //! over) progresses because every cycle polls before `do_work`.
 //!
 //! What stays the source's job: publish with positions, keep an item a full queue
 //! paused (`TryPublish::Paused`) and offer it again, treat `Retry` (a nested publish)
-//! unlike a pause, register its committer and epoch in `start`, report BEHIND and
-//! CAUGHT_UP.
+//! unlike a pause, return its committer, epoch and PAUSE default from `start`, report
+//! BEHIND and CAUGHT_UP.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mongoose_core::{
-    agent, CoreError, EventSource, IdleStrategy, Position, SourceOutput, WorkDone,
-};
+use mongoose_core::{agent, CoreError, EventSource, IdleStrategy, Position, SourceStart, WorkDone};
 use tracing::{error, info};
 
 use crate::publisher::Publisher;
@@ -55,16 +59,22 @@ const FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
 /// and a run waiting to settle can end.
 pub const STALL_AFTER_FAILURES: u64 = 30;
 
-/// What the [`SourceDriver`] does to a source's output around its duty cycles: every
-/// feed ([`AnyFeed`], a [`Publisher`]) is one; an output of a source driven by hand
-/// (a test's recording output) implements it by calling its
-/// [`SourceOutput`] methods of the same names.
+/// What only the [`SourceDriver`] does to a source's feed, at start and around its
+/// duty cycles: every feed ([`AnyFeed`], a [`Publisher`]) is one; an output of a source
+/// driven by hand (a test's recording output) implements it too. A source never holds
+/// one: it publishes into a [`SourceOutput`](mongoose_core::SourceOutput).
 pub trait DrivenOutput {
+    /// Applies what the source registered at start ([`SourceStart`]: its epoch, PAUSE
+    /// by default, its committer).
+    ///
+    /// # Errors
+    /// When the feed cannot take the committer (its positions are of another type).
+    fn apply_start(&self, start: SourceStart) -> Result<(), CoreError>;
     /// Gives what was processed to the source's committer
-    /// ([`SourceOutput::poll_acknowledgements`]); returns the commits made.
+    /// ([`Publisher::poll_acknowledgements`]); returns the commits made.
     fn poll_acknowledgements(&self) -> usize;
-    /// Replays items a full queue paused ([`SourceOutput::flush_paused`]); true when
-    /// none is left paused.
+    /// Replays items a full queue paused ([`Publisher::flush_paused`]); true when none
+    /// is left paused.
     fn flush_paused(&self) -> bool;
     /// The source's duty cycle keeps failing (`Some(why)`: the feed reports itself
     /// stalled with it), or works again (`None`). Only the driver calls it.
@@ -72,6 +82,9 @@ pub trait DrivenOutput {
 }
 
 impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
+    fn apply_start(&self, start: SourceStart) -> Result<(), CoreError> {
+        (**self).apply_start(start)
+    }
     fn poll_acknowledgements(&self) -> usize {
         (**self).poll_acknowledgements()
     }
@@ -84,11 +97,14 @@ impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
 }
 
 impl<T: Send + Sync + 'static, P: Position> DrivenOutput for Publisher<T, P> {
+    fn apply_start(&self, start: SourceStart) -> Result<(), CoreError> {
+        Publisher::apply_start(self, start)
+    }
     fn poll_acknowledgements(&self) -> usize {
-        SourceOutput::poll_acknowledgements(self)
+        Publisher::poll_acknowledgements(self)
     }
     fn flush_paused(&self) -> bool {
-        SourceOutput::flush_paused(self)
+        Publisher::flush_paused(self)
     }
     fn report_cycle_failing(&self, failing: Option<String>) {
         self.record_cycle_failing(failing);
@@ -140,7 +156,7 @@ impl SourceDriver {
     pub fn run(&self, source: &mut dyn EventSource, feed: &dyn AnyFeed) -> Result<(), CoreError> {
         let name = &self.name;
         let _agent = agent::mark_current_thread(&format!("source:{name}"));
-        source.start()?;
+        Self::start_source(source, feed)?;
         info!(feed = %name, "source started");
         let mut idler = Idler::new(self.idle);
         let mut failures = 0u64;
@@ -186,6 +202,18 @@ impl SourceDriver {
         }
         info!(feed = %name, "source stopped");
         stopped
+    }
+
+    /// Starts `source` and applies what it registered ([`SourceStart`]) to its `feed`,
+    /// before any cycle. [`SourceDriver::run`] uses it; a test or benchmark driving a
+    /// source by hand calls it instead of `start`.
+    pub fn start_source<S, F>(source: &mut S, feed: &F) -> Result<(), CoreError>
+    where
+        S: EventSource + ?Sized,
+        F: DrivenOutput + ?Sized,
+    {
+        let start = source.start()?;
+        feed.apply_start(start)
     }
 
     /// One duty cycle of `source` against its `feed`: polls the acknowledgements

@@ -6,10 +6,10 @@
 //! and keeps the acknowledgement window: sequence to position, in publish order. A
 //! group's [`QueueReader`] dispatches each item inside the
 //! [`DeliveryContext`](mongoose_core::DeliveryContext), runs the completion callbacks,
-//! and only then counts it dispatched. The source polls
-//! [`SourceOutput::poll_acknowledgements`](mongoose_core::SourceOutput::poll_acknowledgements)
-//! on its own thread and its [`SourceCommitter`](mongoose_core::SourceCommitter) commits
-//! what every queue has processed.
+//! and only then counts it dispatched. The [`SourceDriver`] polls
+//! [`Publisher::poll_acknowledgements`] on the source's own thread and the source's
+//! [`SourceCommitter`](mongoose_core::SourceCommitter) commits what every queue has
+//! processed.
 //!
 //! The publisher lives in `publisher/`, one file per job (subscriptions, publish, the
 //! startup cache, overload, acknowledge, status) over the one locked state; the queues
@@ -22,7 +22,8 @@
 //! use std::sync::{Arc, Mutex};
 //! use mongoose_core::engine::PendingCompletion;
 //! use mongoose_core::{
-//!     Delivery, Epoch, ProcessorError, SourceCommitter, SourceOutput, TryPublish, CoreError,
+//!     AnyCommitter, CoreError, Delivery, Epoch, ProcessorError, SourceCommitter, SourceOutput,
+//!     SourceStart, TryPublish,
 //! };
 //! use mongoose_delivery::{Dispatcher, DispatchOutcome, Feed, SubscribeOptions};
 //!
@@ -51,8 +52,12 @@
 //!
 //! let feed = Feed::<u64, u64>::builder("numbers").queue_capacity(2).build();
 //! let committed = Arc::new(Mutex::new(0));
-//! feed.acknowledge_with(Box::new(Pointer(committed.clone(), 0)));
-//! feed.set_pause_by_default(true); // a re-readable source pauses instead of dropping
+//! // what a source's `start` returns, applied as the source driver does
+//! feed.apply_start(SourceStart {
+//!     epoch: Epoch::NONE,
+//!     pause_by_default: true, // a re-readable source pauses instead of dropping
+//!     committer: Some(AnyCommitter::new(Pointer(committed.clone(), 0))),
+//! })?;
 //! let mut reader = feed.subscribe("sums", SubscribeOptions::default())?.take_reader().unwrap();
 //! feed.start_complete();
 //!
@@ -69,7 +74,7 @@
 //! feed.poll_acknowledgements();
 //! assert_eq!(*committed.lock().unwrap(), 10); // exactly what was processed
 //! assert_eq!(feed.status().paused, true);
-//! # Ok::<(), mongoose_delivery::DeliveryError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
 

@@ -2,7 +2,6 @@
 
 mod support;
 
-use mongoose_core::SourceOutput;
 use mongoose_delivery::SubscribeOptions;
 use support::*;
 

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mongoose_core::{
-    agent, CoreError, EventSource, IdleStrategy, SourceOutput, SourceState, TryPublish, WorkDone,
+    agent, CoreError, Epoch, EventSource, IdleStrategy, SourceOutput, SourceStart, SourceState,
+    TryPublish, WorkDone,
 };
 use mongoose_delivery::{AnyFeed, Publisher, SourceDriver};
 use support::*;
@@ -29,9 +30,13 @@ impl EventSource for Counter {
         "counter"
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         self.on_agent_thread = agent::is_agent_thread();
-        Ok(())
+        Ok(SourceStart {
+            epoch: Epoch::NONE,
+            pause_by_default: false,
+            committer: None,
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
@@ -151,7 +156,7 @@ impl EventSource for SelfConsuming {
         "self-consuming"
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         self.inner.start()
     }
 
@@ -190,7 +195,7 @@ fn self_consuming(count: u64) -> (SelfConsuming, Arc<Publisher<u64, u64>>) {
 #[test]
 fn one_driver_cycle_commits_what_was_processed_during_it() {
     let (mut source, feed) = self_consuming(3);
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     let work = SourceDriver::cycle(&mut source, &*feed).expect("a cycle");
     assert_eq!(source.processed, vec![1, 2, 3]);
     assert!(work.0 >= 3, "the cycle reports what it published: {work:?}");
@@ -205,7 +210,7 @@ fn one_driver_cycle_commits_what_was_processed_during_it() {
 #[test]
 fn the_driver_commits_before_and_after_the_source_stops() {
     let (mut source, feed) = self_consuming(2);
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     // published and processed by hand, uncommitted: the stop must commit it before the
     // source stops (a file source writes its pointer back and unmaps it then)
     assert!(source.inner.output.try_publish(7, 5).is_published());
@@ -240,8 +245,12 @@ impl EventSource for Failing {
         "failing"
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
-        Ok(())
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
+        Ok(SourceStart {
+            epoch: Epoch::NONE,
+            pause_by_default: false,
+            committer: None,
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {

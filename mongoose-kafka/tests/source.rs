@@ -192,7 +192,7 @@ fn a_revoked_partition_commits_what_was_processed_before_it_goes() {
     produce_to(&brokers, &topic, 1, 15, 15);
     let config = source_config(&brokers, &group, &topic);
     let mut a = pipeline(config, 1000);
-    a.source.start().expect("start");
+    SourceDriver::start_source(&mut a.source, &a.feed).expect("start");
     // A reads (cycles commit nothing: nothing is processed yet)
     wait_for("A read the first 30 records", 60, || {
         SourceDriver::cycle(&mut a.source, &*a.feed).expect("cycle");

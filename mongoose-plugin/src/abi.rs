@@ -45,7 +45,14 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 /// the host output has `saved_positions` (what the feed's consumers saved with their
 /// state, for a source to reconcile its own committed position with at start), and
 /// `report_files` (a many-file source's files, for the feed's status).
-pub const ABI_VERSION: u32 = 3;
+///
+/// 4: the source protocol as types. [`SourceVTable::start`] writes what the source
+/// registers at start into a [`SourceStartRef`] (its epoch, PAUSE by default, its
+/// committer), which the host's driver applies; the host output no longer has
+/// `set_pause_by_default` nor `acknowledge_with`, and its `poll_acknowledgements` is
+/// [`HostOutputVTable::commit_processed`] (what a source calls before it gives input
+/// up; only the host's driver polls around the cycles).
+pub const ABI_VERSION: u32 = 4;
 
 /// The symbol every plugin exports: `extern "C" fn() -> *const PluginDeclaration`.
 pub const DECLARATION_SYMBOL: &[u8] = b"mongoose_plugin_declaration\0";
@@ -296,8 +303,13 @@ pub struct SourceVTable {
         handle: *mut *mut c_void,
         error: MessageOut,
     ) -> Status,
-    /// `EventSource::start`.
-    pub start: unsafe extern "C" fn(handle: *mut c_void, error: MessageOut) -> Status,
+    /// `EventSource::start`: on [`Status::OK`] writes what the source registers at
+    /// start into `*started` (the host owns its committer from then on).
+    pub start: unsafe extern "C" fn(
+        handle: *mut c_void,
+        started: *mut SourceStartRef,
+        error: MessageOut,
+    ) -> Status,
     /// `EventSource::do_work`: writes the work done into `*work`.
     pub do_work:
         unsafe extern "C" fn(handle: *mut c_void, work: *mut usize, error: MessageOut) -> Status,
@@ -321,8 +333,37 @@ pub type CheckFn = unsafe extern "C" fn(
     error: MessageOut,
 ) -> Status;
 
-/// A plugin's committer (`SourceCommitter<PositionValue>`), handed to the host by
-/// `acknowledge_with`. The host owns it from then on and frees it with `destroy`.
+/// What a plugin source registers at start (`mongoose_core::SourceStart`), written by
+/// [`SourceVTable::start`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SourceStartRef {
+    /// The epoch of the positions published from the start.
+    pub epoch: u64,
+    /// Its committer; a null `handle` for a source without one.
+    pub committer: CommitterRef,
+    /// PAUSE is the feed's default policy: 1 true, 0 false.
+    pub pause_by_default: u8,
+    /// Zero.
+    pub reserved: [u8; 7],
+}
+
+impl SourceStartRef {
+    /// Nothing registered yet: epoch 0, no committer, no PAUSE default.
+    pub const EMPTY: SourceStartRef = SourceStartRef {
+        epoch: 0,
+        committer: CommitterRef {
+            handle: std::ptr::null_mut(),
+            vtable: std::ptr::null(),
+        },
+        pause_by_default: 0,
+        reserved: [0; 7],
+    };
+}
+
+/// A plugin's committer (`SourceCommitter<PositionValue>`), handed to the host in the
+/// [`SourceStartRef`] its source's `start` writes. The host owns it from then on and
+/// frees it with `destroy`.
 #[repr(C)]
 #[derive(Debug)]
 pub struct CommitterVTable {
@@ -400,20 +441,15 @@ pub struct HostOutputVTable {
     pub filtered: unsafe extern "C" fn(context: *const c_void, lane: u32, offset: u64, reason: Str),
     /// `SourceOutput::set_epoch`.
     pub set_epoch: unsafe extern "C" fn(context: *const c_void, epoch: u64),
-    /// `SourceOutput::set_pause_by_default` (1 true, 0 false).
-    pub set_pause_by_default: unsafe extern "C" fn(context: *const c_void, pause: u8),
     /// `SourceOutput::report_state` with a [`state`] code; `detail` may be [`Str::NONE`].
     pub report_state: unsafe extern "C" fn(context: *const c_void, state: u32, detail: Str),
     /// `SourceOutput::set_unterminated_bytes`.
     pub set_unterminated_bytes: unsafe extern "C" fn(context: *const c_void, bytes: u64),
-    /// `SourceOutput::acknowledge_with`: the host takes the committer (and frees it with
-    /// its `destroy`).
-    pub acknowledge_with: unsafe extern "C" fn(context: *const c_void, committer: CommitterRef),
-    /// `SourceOutput::poll_acknowledgements`, for a source that must commit what was
-    /// processed before it gives part of its input up (a Kafka partition revoked inside
-    /// its poll); the host's driver polls around every cycle anyway. Returns the number
-    /// of items acknowledged.
-    pub poll_acknowledgements: unsafe extern "C" fn(context: *const c_void) -> u64,
+    /// `SourceOutput::commit_processed`: commits what was processed, now, for a source
+    /// that must do so before it gives part of its input up (a Kafka partition revoked
+    /// inside its poll); the host's driver commits around every cycle anyway. Returns
+    /// the number of items acknowledged.
+    pub commit_processed: unsafe extern "C" fn(context: *const c_void) -> u64,
     /// Writes `message` to the host's log at a [`level`]. The SDK also forwards a
     /// plugin's own `tracing` events (INFO and above) through it, while the host calls
     /// into the plugin's source on that thread.
@@ -639,17 +675,18 @@ const LAYOUT: &[usize] = &[
     offset_of!(CommitterVTable, destroy),
     size_of::<CommitterRef>(),
     offset_of!(CommitterRef, vtable),
+    size_of::<SourceStartRef>(),
+    offset_of!(SourceStartRef, committer),
+    offset_of!(SourceStartRef, pause_by_default),
     size_of::<HostOutputVTable>(),
     offset_of!(HostOutputVTable, try_publish_batch),
     offset_of!(HostOutputVTable, publish),
     offset_of!(HostOutputVTable, cache),
     offset_of!(HostOutputVTable, filtered),
     offset_of!(HostOutputVTable, set_epoch),
-    offset_of!(HostOutputVTable, set_pause_by_default),
     offset_of!(HostOutputVTable, report_state),
     offset_of!(HostOutputVTable, set_unterminated_bytes),
-    offset_of!(HostOutputVTable, acknowledge_with),
-    offset_of!(HostOutputVTable, poll_acknowledgements),
+    offset_of!(HostOutputVTable, commit_processed),
     offset_of!(HostOutputVTable, log),
     offset_of!(HostOutputVTable, retain),
     offset_of!(HostOutputVTable, release),

@@ -15,10 +15,10 @@
 //!     name: "my-connector",
 //!     version: env!("CARGO_PKG_VERSION"),
 //!     sources: {
-//!         "my-source" => |settings: &str, output: mongoose_plugin::PluginOutput| MySource::new(settings, output),
+//!         "my-source" => MySource::new, // fn(&CreateContext<'_>, PluginOutput) -> Result<MySource, String>
 //!     },
 //!     sinks: {
-//!         "my-sink" => |settings: &str| MySink::new(settings),
+//!         "my-sink" => MySink::new, // fn(&CreateContext<'_>) -> Result<MySink, String>
 //!     },
 //! }
 //! ```
@@ -77,16 +77,19 @@ pub use guest::{Plugin, PluginOutput};
 /// mongoose_plugin::export_plugin! {
 ///     name: "template",
 ///     version: env!("CARGO_PKG_VERSION"),
-///     sources: { "counter" => |settings: &str, output| Counter::new(settings, output) },
-///     sinks: { "append" => |settings: &str| Append::open(settings) },
+///     sources: { "counter" => Counter::new },
+///     sinks: { "append" => Append::open },
 /// }
 /// ```
 ///
-/// A source factory is `Fn(&str, PluginOutput) -> Result<S, String>` with
-/// `S: EventSource`; a sink factory is `Fn(&str) -> Result<K, String>` with `K: Sink`.
+/// A source factory is `Fn(&CreateContext<'_>, PluginOutput) -> Result<S, String>`
+/// with `S: EventSource`; a sink factory is `Fn(&CreateContext<'_>) -> Result<K, String>`
+/// with `K: Sink` ([`settings::CreateContext`]: the kind's settings, read into a
+/// `#[derive(Deserialize)]` struct with [`settings::CreateContext::settings`], and the
+/// config file's folder).
 /// Two optional keys after `sinks`, `source_checks: { "kind" => check }` and
 /// `sink_checks: { ... }`, declare a kind's settings check,
-/// `Fn(&str) -> Result<(), settings::SettingsError>`: run when the server loads its
+/// `Fn(&CreateContext<'_>) -> Result<(), settings::SettingsError>`: run when the server loads its
 /// configuration (`validate`, and `run` before anything starts), it refuses bad
 /// settings with the key at fault, and must not open or create anything.
 /// Two optional trailing keys, `abi_version` and `layout_fingerprint`, override what

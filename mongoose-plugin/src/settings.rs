@@ -1,37 +1,75 @@
-//! The settings a plugin's factory is given: the TOML text of the feed's (or sink's)
-//! `settings` table. [`Settings`] reads a flat table (`key = "text"`, `key = 12`,
-//! `key = true`) without a TOML dependency; a connector with nested settings parses the
-//! text with the `toml` crate instead.
+//! What a plugin's factory is given besides its output: the [`CreateContext`], with
+//! the TOML text of the feed's (or sink's) `settings` table and the config file's
+//! folder. A connector declares its settings as a `#[derive(Deserialize)]` struct and
+//! reads them with [`CreateContext::settings`]; [`Settings`] reads a flat table
+//! (`key = "text"`, `key = 12`, `key = true`) by hand, for the connectors written
+//! before.
 //!
 //! Relative paths in settings mean what they mean in the rest of the server's config:
-//! relative to the config file's folder. Read them with [`Settings::path`] (or resolve
-//! them with [`base_dir`]), not as plain text, or a server started from another working
-//! directory writes (and looks for) your files somewhere else.
+//! relative to the config file's folder. Resolve them with [`CreateContext::path`] (or
+//! read them with [`Settings::path`]), not as plain text, or a server started from
+//! another working directory writes (and looks for) your files somewhere else.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-thread_local! {
-    /// The config file's folder, while the host creates a source or sink on this thread.
-    static BASE_DIR: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+use serde::de::DeserializeOwned;
+
+/// What the host gives a plugin's factory (and its settings check) besides the output:
+/// the kind's settings and the folder their relative paths resolve against. Passed in,
+/// never kept in a thread-local: it is valid for the call.
+#[derive(Clone, Copy, Debug)]
+pub struct CreateContext<'a> {
+    settings: &'a str,
+    base_dir: Option<&'a Path>,
 }
 
-/// Runs `create` (a plugin factory) with `base_dir` as the folder relative paths resolve
-/// against (empty: the working directory).
-pub(crate) fn resolving_against<T>(base_dir: &str, create: impl FnOnce() -> T) -> T {
-    let base = (!base_dir.is_empty()).then(|| PathBuf::from(base_dir));
-    let before = BASE_DIR.replace(base);
-    let created = create();
-    BASE_DIR.set(before);
-    created
-}
+impl<'a> CreateContext<'a> {
+    /// The context of `settings` (TOML text) whose relative paths resolve against
+    /// `base_dir` (`None`: the working directory).
+    pub fn new(settings: &'a str, base_dir: Option<&'a Path>) -> Self {
+        CreateContext { settings, base_dir }
+    }
 
-/// The folder relative paths of the settings being created resolve against: the config
-/// file's folder, while the host calls a plugin's factory; `None` elsewhere (the working
-/// directory).
-pub fn base_dir() -> Option<PathBuf> {
-    BASE_DIR.with(|base| base.borrow().clone())
+    /// The settings as the TOML text of the feed's (or sink's) `settings` table.
+    pub fn settings_text(&self) -> &'a str {
+        self.settings
+    }
+
+    /// The config file's folder, when the server has one.
+    pub fn base_dir(&self) -> Option<&'a Path> {
+        self.base_dir
+    }
+
+    /// The settings as `S`, a `#[derive(Deserialize)]` struct (use
+    /// `#[serde(deny_unknown_fields)]`: a typo must not be ignored).
+    ///
+    /// # Errors
+    /// A [`SettingsError`] with what TOML or serde found wrong.
+    pub fn settings<S: DeserializeOwned>(&self) -> Result<S, SettingsError> {
+        toml::from_str(self.settings)
+            .map_err(|error| SettingsError::new("", format!("settings: {}", error.message())))
+    }
+
+    /// `path` resolved against the config file's folder when it is relative.
+    pub fn path(&self, path: impl AsRef<Path>) -> PathBuf {
+        let path = path.as_ref();
+        match self.base_dir {
+            Some(base) if path.is_relative() => base.join(path),
+            _ => path.to_path_buf(),
+        }
+    }
+
+    /// The settings as a flat table read by hand ([`Settings`]), its paths resolving
+    /// against the config file's folder.
+    ///
+    /// # Errors
+    /// A line that is not `key = value`.
+    pub fn flat(&self) -> Result<Settings, String> {
+        let mut settings = Settings::parse(self.settings)?;
+        settings.base_dir = self.base_dir.map(Path::to_path_buf);
+        Ok(settings)
+    }
 }
 
 /// A kind's settings refused by its check: the key at fault (empty for the table as a
@@ -67,6 +105,13 @@ impl std::fmt::Display for SettingsError {
 
 impl std::error::Error for SettingsError {}
 
+/// A factory's error is text: a refused setting reads as `key: what is wrong`.
+impl From<SettingsError> for String {
+    fn from(refused: SettingsError) -> String {
+        refused.to_string()
+    }
+}
+
 /// A flat settings table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Settings {
@@ -77,7 +122,9 @@ pub struct Settings {
 impl Settings {
     /// Parses `key = value` lines (comments and blank lines skipped; strings in double
     /// quotes with `\"` and `\\` escapes). Relative paths read with
-    /// [`Settings::path`] resolve against [`base_dir`] as it is now.
+    /// [`Settings::path`] stay relative (to the working directory): a factory reads
+    /// its settings with [`CreateContext::flat`], which resolves them against the config
+    /// file's folder.
     pub fn parse(text: &str) -> Result<Settings, String> {
         let mut values = BTreeMap::new();
         for (number, line) in text.lines().enumerate() {
@@ -108,7 +155,7 @@ impl Settings {
         }
         Ok(Settings {
             values,
-            base_dir: base_dir(),
+            base_dir: None,
         })
     }
 
@@ -185,8 +232,8 @@ mod tests {
     #[test]
     fn a_relative_path_resolves_against_the_folder_of_the_create_call() {
         let text = "pointer = \"state/p\"\nout = \"/var/out\"\n";
-        let settings =
-            resolving_against("/etc/mongoose", || Settings::parse(text)).expect("parsed");
+        let create = CreateContext::new(text, Some(Path::new("/etc/mongoose")));
+        let settings = create.flat().expect("parsed");
         assert_eq!(
             settings.path("pointer"),
             Ok(PathBuf::from("/etc/mongoose/state/p"))
@@ -196,9 +243,33 @@ mod tests {
             Some(PathBuf::from("/var/out"))
         );
         assert!(settings.path("missing").is_err());
-        // outside a create call: the working directory, and the folder is gone again
-        assert_eq!(base_dir(), None);
+        assert_eq!(
+            create.path("state/p"),
+            PathBuf::from("/etc/mongoose/state/p")
+        );
+        // without the context's folder: the working directory
         let plain = Settings::parse(text).expect("parsed");
         assert_eq!(plain.path("pointer"), Ok(PathBuf::from("state/p")));
+    }
+
+    #[test]
+    fn settings_derive_through_serde_and_refuse_an_unknown_key() {
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        #[serde(deny_unknown_fields)]
+        struct Counter {
+            limit: u64,
+            pointer: PathBuf,
+        }
+        let create = CreateContext::new("limit = 1_000\npointer = \"p\"\n", None);
+        assert_eq!(
+            create.settings::<Counter>(),
+            Ok(Counter {
+                limit: 1000,
+                pointer: PathBuf::from("p")
+            })
+        );
+        let typo = CreateContext::new("limt = 1\npointer = \"p\"\n", None);
+        let refused = typo.settings::<Counter>().expect_err("refused");
+        assert!(refused.message.contains("limt"), "{refused}");
     }
 }

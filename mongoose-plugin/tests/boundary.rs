@@ -1,4 +1,4 @@
-//! The plugin boundary with a real cdylib: `plugins/template` built by cargo in the
+//! The plugin boundary with a real cdylib: `mongoose-plugin/fixture` (the template's kinds with the test variants) built by cargo in the
 //! test (with test features for the refusals and the panic), loaded with its handshake,
 //! its source run by the engine's source driver and its sink called through the host's
 //! proxies.
@@ -24,7 +24,7 @@ use mongoose_plugin::host::{
 use mongoose_testkit::{build_plugin, plugin_dir};
 
 fn template(features: &[&str]) -> PathBuf {
-    build_plugin("template-plugin", features)
+    build_plugin("fixture-plugin", features)
 }
 
 fn registry_of(parent: &Path, features: &[&str]) -> PluginRegistry {
@@ -82,7 +82,7 @@ fn delivers_through_the_driver(batch: bool) {
     let registry = registry_of(scratch.path(), &[]);
     assert!(registry.refused().is_empty(), "{:?}", registry.refused());
     let plugin = &registry.plugins()[0];
-    assert_eq!(plugin.name(), "template");
+    assert_eq!(plugin.name(), "fixture");
     assert_eq!(plugin.abi_version(), abi::ABI_VERSION);
     assert_eq!(registry.kinds(Role::Source), vec!["counter"]);
     assert_eq!(registry.kinds(Role::Sink), vec!["append"]);
@@ -162,7 +162,7 @@ fn delivers_through_the_driver(batch: bool) {
         bytes_codec(),
     )
     .expect("created again");
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*restarted).expect("started");
     SourceDriver::cycle(&mut source, &*restarted).expect("a cycle");
     let mut nothing = Collect::default();
     assert_eq!(again.poll(&mut nothing, 16), 0, "nothing re-published");
@@ -184,7 +184,7 @@ fn a_plugin_with_a_wrong_abi_version_is_refused_with_both_versions_named() {
         "was built for ABI 999 with mongoose-plugin 0.1.0",
         ours.as_str(),
         "rebuild the plugin against mongoose-plugin 0.1.x",
-        "libtemplate_plugin.so",
+        "libfixture_plugin.so",
     ] {
         assert!(message.contains(part), "'{part}' is not in: {message}");
     }
@@ -194,6 +194,26 @@ fn a_plugin_with_a_wrong_abi_version_is_refused_with_both_versions_named() {
     assert!(registry.plugins().is_empty());
     assert_eq!(registry.refused().len(), 1);
     assert!(registry.refused()[0].reason.contains("ABI 999"));
+}
+
+/// Issue 26, item 4: the source protocol became types (a source's `start` returns what
+/// it registers; the host output lost `acknowledge_with` and `set_pause_by_default`),
+/// so a plugin built with the SDK of before (ABI 3) must be refused, not called through
+/// vtables it does not have.
+#[test]
+fn a_plugin_built_before_the_source_protocol_became_types_is_refused_with_the_rebuild_message() {
+    let library = template(&["previous-abi"]);
+    let refused = PluginLibrary::load(&library).expect_err("refused");
+    let PluginError::Refused(message) = &refused else {
+        panic!("not a handshake refusal: {refused}");
+    };
+    for part in [
+        "was built for ABI 3 with mongoose-plugin 0.1.0",
+        "this server speaks ABI 4",
+        "rebuild the plugin against mongoose-plugin 0.1.x",
+    ] {
+        assert!(message.contains(part), "'{part}' is not in: {message}");
+    }
 }
 
 #[test]
@@ -232,12 +252,12 @@ fn a_panicking_plugin_source_is_caught_at_the_boundary_and_not_called_again() {
         bytes_codec(),
     )
     .expect("created");
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     let failed = SourceDriver::cycle(&mut source, &*feed).expect_err("the cycle failed");
     assert!(
         failed
             .to_string()
-            .contains("panicked: the template source panics on purpose"),
+            .contains("panicked: the fixture source panics on purpose"),
         "{failed}"
     );
     assert!(source.failure().is_some());
@@ -357,7 +377,7 @@ fn a_kind_declared_by_two_plugins_is_an_error_naming_both_files() {
     assert!(
         message.contains("kind 'counter'")
             && message.contains("libcopy.so")
-            && message.contains("libtemplate_plugin.so"),
+            && message.contains("libfixture_plugin.so"),
         "{message}"
     );
 }

@@ -46,7 +46,7 @@ fn publishes_without_a_host_allocation_per_item(batch: bool) {
         tempfile::tempdir()
     }
     .expect("scratch");
-    let dir = plugin_dir(scratch.path(), &[&build_plugin("template-plugin", &[])]);
+    let dir = plugin_dir(scratch.path(), &[&build_plugin("fixture-plugin", &[])]);
     let registry = PluginRegistry::load_dir(&dir).expect("loaded");
     let feed: Arc<Publisher<Bytes, PositionValue>> =
         Feed::builder("counted").queue_capacity(1024).build();
@@ -65,7 +65,7 @@ fn publishes_without_a_host_allocation_per_item(batch: bool) {
         PluginSource::create(&registry, "counter", "counted", &settings, output, codec)
             .expect("created");
     feed.start_complete();
-    mongoose_core::EventSource::start(&mut source).expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     let mut count = Count(0, 0);
     // (no status call in the loop: a status report allocates)
     let mut run_until = |processed: u64| {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use mongoose_core::engine::PendingCompletion;
-use mongoose_core::{Delivery, EventSource, PositionValue, ProcessorError, SourceOutput};
+use mongoose_core::{Delivery, PositionValue, ProcessorError, SourceOutput};
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, SubscribeOptions,
 };
@@ -69,7 +69,7 @@ fn committer_logs_through_its_output_after_its_source_is_destroyed() {
         PluginSource::create(&registry, "counter", "counted", &settings, output, codec)
             .expect("the plugin creates its source");
     feed.start_complete();
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     SourceDriver::cycle(&mut source, &*feed).expect("a cycle");
     SourceDriver::stop_source(&mut source, &*feed).expect("stopped");
     // the source is destroyed; its committer (owned by the feed) lives on
@@ -97,7 +97,7 @@ fn a_plugin_committer_that_keeps_its_output_after_stop_is_safe() {
         valgrind.is_ok_and(|output| output.status.success()),
         "valgrind runs this test (apt-get install valgrind; .ci/run installs it)"
     );
-    let library = build_plugin("template-plugin", &["keep-output"]);
+    let library = build_plugin("fixture-plugin", &["keep-output"]);
     let test_binary = std::env::current_exe().expect("this test's binary");
     let run = Command::new("valgrind")
         .args([

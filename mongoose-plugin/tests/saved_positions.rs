@@ -1,7 +1,7 @@
 //! What crosses the plugin boundary besides items (issue 25, item 7): a plugin source
 //! sees the consumers' saved positions, so one whose own committed position was lost
 //! resumes where the consumers' state is instead of reading everything again (a real
-//! cdylib: `plugins/template`, whose counter resumes at the least saved position when
+//! cdylib: `mongoose-plugin/fixture` (the template's kinds with the test variants), whose counter resumes at the least saved position when
 //! its pointer file is missing).
 //!
 //! Before the fix the boundary did not carry them: the plugin saw none and counted from
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{
-    ConsumerPosition, Delivery, Epoch, EventSource, PositionValue, ProcessorError, SourceOutput,
+    ConsumerPosition, Delivery, Epoch, PositionValue, ProcessorError, SourceOutput,
 };
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, Feed, FeedStatus, Publisher, SourceDriver, SubscribeOptions,
@@ -44,7 +44,7 @@ fn first_run_with(saved: &[ConsumerPosition]) -> Vec<String> {
 /// [`first_run_with`], and the feed's status after it.
 fn first_run_with_status(saved: &[ConsumerPosition]) -> (Vec<String>, FeedStatus) {
     let scratch = tempfile::tempdir().expect("scratch");
-    let dir = plugin_dir(scratch.path(), &[&build_plugin("template-plugin", &[])]);
+    let dir = plugin_dir(scratch.path(), &[&build_plugin("fixture-plugin", &[])]);
     let registry = PluginRegistry::load_dir(&dir).expect("the plugin folder is read");
     let feed: Arc<Publisher<Bytes, PositionValue>> = Feed::builder("counted").build();
     let mut group = feed
@@ -63,7 +63,7 @@ fn first_run_with_status(saved: &[ConsumerPosition]) -> (Vec<String>, FeedStatus
         PluginSource::create(&registry, "counter", "counted", &settings, output, codec)
             .expect("the plugin creates its source");
     feed.start_complete();
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     SourceDriver::cycle(&mut source, &*feed).expect("a cycle");
     let mut items = Collect::default();
     while group.poll(&mut items, 256) > 0 {}

@@ -8,8 +8,9 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use mongoose_core::{
-    CompletionKey, CoreError, Delivery, DeliveryContext, Epoch, EventSource, Processor,
-    ProcessorError, SourceCommitter, SourceOutput, SourceState, StartContext, TryPublish, WorkDone,
+    AnyCommitter, CompletionKey, CoreError, Delivery, DeliveryContext, Epoch, EventSource,
+    Processor, ProcessorError, SourceCommitter, SourceOutput, SourceStart, SourceState,
+    StartContext, TryPublish, WorkDone,
 };
 use mongoose_delivery::{Feed, Publisher};
 use mongoose_server::config::ServerConfig;
@@ -63,14 +64,16 @@ impl EventSource for SlowStop {
     fn name(&self) -> &str {
         "numbers"
     }
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         *self.watch.source_thread.lock().unwrap() = Some(std::thread::current().id());
-        self.output.acknowledge_with(Box::new(Committer {
-            watch: Arc::clone(&self.watch),
-            pending: 0,
-        }));
-        self.output.set_pause_by_default(true);
-        Ok(())
+        Ok(SourceStart {
+            epoch: Epoch::NONE,
+            pause_by_default: true,
+            committer: Some(AnyCommitter::new(Committer {
+                watch: Arc::clone(&self.watch),
+                pending: 0,
+            })),
+        })
     }
     // the source driver polls the acknowledgements around each cycle and its stop
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {

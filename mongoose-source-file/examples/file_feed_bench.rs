@@ -35,8 +35,8 @@ use std::time::Instant;
 
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{
-    Delivery, Epoch, EventSource, ProcessorError, PublishRefused, SourceCommitter, SourceOutput,
-    SourceState, TryPublish,
+    CoreError, Delivery, Epoch, ProcessorError, PublishRefused, SourceCommitter, SourceOutput,
+    SourceStart, SourceState, TryPublish,
 };
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, DrivenOutput, Feed, Publisher, SourceDriver, SubscribeOptions,
@@ -58,13 +58,38 @@ struct CountingOutput {
     committer: Mutex<Option<Box<dyn SourceCommitter<u64>>>>,
 }
 
-/// The source driver polls its acknowledgements around each duty cycle, as a feed's.
+impl CountingOutput {
+    /// Gives the committer what was published (everything counts as processed).
+    fn poll(&self) -> usize {
+        let published = self.published.load(Ordering::Relaxed);
+        let acknowledged = self.acknowledged.swap(published, Ordering::Relaxed);
+        if published == acknowledged {
+            return 0;
+        }
+        let epoch = *self.epoch.lock();
+        if let Some(committer) = self.committer.lock().as_mut() {
+            committer.acknowledged(published, epoch, self.last_position.load(Ordering::Relaxed));
+            committer.commit().expect("commit");
+        }
+        (published - acknowledged) as usize
+    }
+}
+
+/// The source driver applies the source's start and polls its acknowledgements around
+/// each duty cycle, as a feed's.
 impl DrivenOutput for CountingOutput {
+    fn apply_start(&self, start: SourceStart) -> Result<(), CoreError> {
+        *self.epoch.lock() = start.epoch;
+        *self.committer.lock() = start
+            .committer
+            .map(|committer| committer.into_typed::<u64>().expect("a u64 committer"));
+        Ok(())
+    }
     fn poll_acknowledgements(&self) -> usize {
-        SourceOutput::poll_acknowledgements(self)
+        self.poll()
     }
     fn flush_paused(&self) -> bool {
-        SourceOutput::flush_paused(self)
+        true
     }
 }
 
@@ -90,33 +115,13 @@ impl SourceOutput<Line, u64> for CountingOutput {
 
     fn filtered(&self, _position: u64, _reason: &str) {}
 
-    fn poll_acknowledgements(&self) -> usize {
-        let published = self.published.load(Ordering::Relaxed);
-        let acknowledged = self.acknowledged.swap(published, Ordering::Relaxed);
-        if published == acknowledged {
-            return 0;
-        }
-        let epoch = *self.epoch.lock();
-        if let Some(committer) = self.committer.lock().as_mut() {
-            committer.acknowledged(published, epoch, self.last_position.load(Ordering::Relaxed));
-            committer.commit().expect("commit");
-        }
-        (published - acknowledged) as usize
-    }
-
-    fn flush_paused(&self) -> bool {
-        true
-    }
-
-    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<u64>>) {
-        *self.committer.lock() = Some(committer);
+    fn commit_processed(&self) -> usize {
+        self.poll()
     }
 
     fn set_epoch(&self, epoch: Epoch) {
         *self.epoch.lock() = epoch;
     }
-
-    fn set_pause_by_default(&self, _pause: bool) {}
 
     fn report_state(&self, state: SourceState, _detail: Option<&str>) {
         *self.state.lock() = state;
@@ -173,7 +178,7 @@ fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64, args: &Args)
         counter
     });
     let _agent = mongoose_core::agent::mark_current_thread("bench-source");
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &feed).expect("start");
     feed.start_complete();
     while source.committed_position() < bytes {
         if SourceDriver::cycle(&mut source, &feed)
@@ -335,7 +340,7 @@ fn through_the_source_alone(path: &Path, lines: u64, bytes: u64, args: &Args) ->
     let erased: Arc<dyn SourceOutput<Line, u64>> = output.clone();
     let mut source = FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
     let started = Instant::now();
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &*output).expect("start");
     while *output.state.lock() != SourceState::CaughtUp {
         SourceDriver::cycle(&mut source, &output).expect("duty cycle");
     }
@@ -379,7 +384,7 @@ fn restart_to_caught_up(path: &Path, bytes: u64, args: &Args) -> (f64, Vec<f64>,
     let output = counting();
     let erased: Arc<dyn SourceOutput<Line, u64>> = output.clone();
     let mut source = FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &*output).expect("start");
     while *output.state.lock() != SourceState::CaughtUp {
         SourceDriver::cycle(&mut source, &output).expect("duty cycle");
     }
@@ -392,7 +397,7 @@ fn restart_to_caught_up(path: &Path, bytes: u64, args: &Args) -> (f64, Vec<f64>,
         let mut source =
             FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
         let started = Instant::now();
-        source.start().expect("start");
+        SourceDriver::start_source(&mut source, &*output).expect("start");
         while *output.state.lock() != SourceState::CaughtUp {
             SourceDriver::cycle(&mut source, &output).expect("duty cycle");
         }

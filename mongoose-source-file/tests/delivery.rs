@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{numbered_lines, offset_after, pipeline, pointer_of, Pipeline};
 use mongoose_core::engine::PendingCompletion;
-use mongoose_core::{
-    Delivery, DeliveryContext, Epoch, EventSource, ProcessorError, SourceOutput, SourceState,
-};
+use mongoose_core::{Delivery, DeliveryContext, Epoch, ProcessorError, SourceOutput, SourceState};
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, SubscribeOptions,
 };
@@ -81,7 +79,7 @@ fn crash_child() {
     let cache = std::env::var("MONGOOSE_FILE_CRASH_CACHE").is_ok_and(|v| v == "1");
     let input = dir.join("input.log");
     let mut pipeline = pipeline(&input, 1024);
-    pipeline.source.start().expect("start");
+    SourceDriver::start_source(&mut pipeline.source, &pipeline.feed).expect("start");
     if !cache {
         pipeline.feed.start_complete();
     }
@@ -156,7 +154,7 @@ fn crash_and_restart(cache: bool) {
 
     // the restart re-delivers everything after the pointer, once and in order
     let mut restarted = pipeline(&input, 1024);
-    restarted.source.start().expect("start");
+    SourceDriver::start_source(&mut restarted.source, &restarted.feed).expect("start");
     if !cache {
         restarted.feed.start_complete();
     }
@@ -199,7 +197,7 @@ fn a_clean_stop_commits_only_processed_lines() {
     let input = dir.path().join("input.log");
     fs::write(&input, numbered_lines(100)).expect("input");
     let mut pipeline = pipeline(&input, 1024);
-    pipeline.source.start().expect("start");
+    SourceDriver::start_source(&mut pipeline.source, &pipeline.feed).expect("start");
     pipeline.feed.start_complete();
     while pipeline.source.state() != SourceState::CaughtUp {
         SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("do_work");
@@ -254,7 +252,7 @@ fn pause_run(cache: bool) {
         let done = Arc::clone(&done);
         let feed = Arc::clone(&feed);
         thread::spawn(move || {
-            source.start().expect("start");
+            SourceDriver::start_source(&mut source, &feed).expect("start");
             if !cache {
                 feed.start_complete();
             }
@@ -340,7 +338,7 @@ fn a_line_the_mapper_refuses_during_the_startup_cache_is_committed_only_after_th
         .expect("subscribe")
         .take_reader()
         .expect("the group's first subscription reads");
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &feed).expect("start");
     while source.state() != SourceState::CaughtUp {
         SourceDriver::cycle(&mut source, &feed).expect("do_work");
     }

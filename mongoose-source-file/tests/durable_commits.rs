@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::{numbered_lines, offset_after, pipeline, pointer_of, Pipeline};
 use mongoose_core::engine::PendingCompletion;
-use mongoose_core::{Delivery, EventSource, ProcessorError, SourceOutput, SourceState};
+use mongoose_core::{Delivery, ProcessorError, SourceOutput, SourceState};
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, DEFAULT_QUEUE_CAPACITY,
 };
@@ -37,7 +37,7 @@ impl Dispatcher<Line> for Count {
 /// A pipeline with the default queue capacity, started and caught up.
 fn started_pipeline(input: &Path) -> Pipeline {
     let mut pipeline = pipeline(input, DEFAULT_QUEUE_CAPACITY);
-    pipeline.source.start().expect("start");
+    SourceDriver::start_source(&mut pipeline.source, &pipeline.feed).expect("start");
     pipeline.feed.start_complete();
     while pipeline.source.state() != SourceState::CaughtUp {
         SourceDriver::cycle(&mut pipeline.source, &pipeline.feed).expect("do_work");
@@ -199,8 +199,7 @@ fn full_file_system_child() {
         output,
     );
     // the pointer is created at start and first written when the input is opened
-    let outcome = source
-        .start()
+    let outcome = SourceDriver::start_source(&mut source, &feed)
         .and_then(|()| SourceDriver::cycle(&mut source, &feed).map(|_| ()));
     match outcome {
         Ok(()) => println!("CHILD-OUTCOME: started"),

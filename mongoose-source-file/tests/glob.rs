@@ -98,7 +98,7 @@ impl Pipeline {
             reader,
             collect: Collect::default(),
         };
-        pipeline.source.start().expect("start");
+        SourceDriver::start_source(&mut pipeline.source, &pipeline.feed).expect("start");
         pipeline.feed.start_complete();
         pipeline
     }
@@ -378,7 +378,7 @@ fn the_pointer_and_registry_files_are_not_inputs() {
         .expect("subscribe")
         .take_reader()
         .expect("reader");
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &feed).expect("start");
     feed.start_complete();
     let mut collect = Collect::default();
     for _ in 0..50 {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use mongoose_core::engine::PendingCompletion;
-use mongoose_core::{Delivery, EventSource, ProcessorError, SourceOutput, SourceState};
+use mongoose_core::{Delivery, ProcessorError, SourceOutput, SourceState};
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, Feed, Publisher, SourceDriver, SubscribeOptions,
 };
@@ -74,7 +74,7 @@ fn publishing_lines_from_a_file_allocates_nothing_per_line() {
         .expect("reader");
     let mut count = Count { lines: 0, bytes: 0 };
     append_lines(&path, 0, 10_000);
-    source.start().expect("started");
+    SourceDriver::start_source(&mut source, &*feed).expect("started");
     feed.start_complete();
     let mut run_until_caught_up = |count: &mut Count, lines: u64| loop {
         SourceDriver::cycle(&mut source, &feed).expect("duty cycle");

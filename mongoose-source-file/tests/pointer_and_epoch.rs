@@ -433,7 +433,7 @@ fn a_rotation_during_the_open_of_a_committed_source_still_reaches_the_new_file()
             fs::write(&rotate_path, b"b1\nb2\n").expect("new file");
         }
     });
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &output).expect("start");
     drive_until(&mut source, &output, || {
         output.process_all();
         output.items().len() == 3
@@ -468,7 +468,7 @@ fn a_rotation_during_the_open_of_an_earliest_source_still_reaches_the_new_file()
             fs::write(&rotate_path, b"b1\n").expect("new file");
         }
     });
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &output).expect("start");
     drive_until(&mut source, &output, || output.items().len() == 3);
     assert_eq!(output.items(), strings(&["a1", "a2", "b1"]));
     assert!(!output.has_committer(), "EARLIEST has no pointer");

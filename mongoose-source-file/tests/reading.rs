@@ -7,7 +7,7 @@ use std::fs;
 use std::sync::Arc;
 
 use common::*;
-use mongoose_core::{EventSource, SourceOutput, SourceState};
+use mongoose_core::{SourceOutput, SourceState};
 use mongoose_delivery::SourceDriver;
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 
@@ -124,7 +124,7 @@ fn a_mapper_error_filters_the_line_counts_it_and_its_position_is_committed() {
         },
         erased,
     );
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &output).expect("start");
     drive_until(&mut source, &output, || output.items().len() == 2);
     assert_eq!(output.items(), vec![1, 3]);
     assert_eq!(source.status().lines_filtered, 1);
@@ -206,7 +206,7 @@ fn lines_longer_than_the_read_buffer_are_read_whole() {
     config.read_buffer_bytes = 7;
     config.max_bytes_per_cycle = 5;
     let mut source = FileEventSource::new(config, Ok::<Line, String>, erased);
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &output).expect("start");
     drive_until_state(&mut source, &output, SourceState::EndOfStream);
     assert_eq!(output.items(), vec![long.clone(), "short".to_owned(), long]);
     assert_eq!(output.positions(), vec![1001, 1008, content.len() as u64]);
@@ -288,7 +288,7 @@ fn mapper_errors_inside_a_batch_are_filtered_in_file_order_between_the_published
         },
         erased,
     );
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &output).expect("start");
     drive_until_state(&mut source, &output, SourceState::CaughtUp);
     let entries = output.entries();
     let positions: Vec<u64> = entries.iter().map(|entry| entry.position).collect();

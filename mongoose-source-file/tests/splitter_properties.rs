@@ -7,7 +7,8 @@ use std::fs;
 use std::sync::Arc;
 
 use common::*;
-use mongoose_core::{EventSource, SourceOutput, SourceState};
+use mongoose_core::{SourceOutput, SourceState};
+use mongoose_delivery::SourceDriver;
 use mongoose_source_file::pointer::{PointerRecord, MAX_FINGERPRINT_BYTES};
 use mongoose_source_file::split::{decode_line, split_lines};
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
@@ -85,7 +86,7 @@ proptest! {
         config.read_buffer_bytes = buffer;
         config.max_bytes_per_cycle = buffer;
         let mut source = FileEventSource::new(config, Ok::<Line, String>, erased);
-        source.start().expect("start");
+        SourceDriver::start_source(&mut source, &output).expect("start");
         drive_until(&mut source, &output, || output.last_state() == Some(SourceState::EndOfStream));
         let expected = split_lines(&bytes, true);
         let positions: Vec<u64> = expected.lines.iter().map(|&(_, _, end)| end as u64).collect();

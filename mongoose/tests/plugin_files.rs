@@ -13,7 +13,7 @@ use mongoose_testkit::{build_plugin, plugin_dir};
 const PATIENCE: Duration = Duration::from_secs(180);
 
 fn template() -> PathBuf {
-    build_plugin("template-plugin", &[])
+    build_plugin("fixture-plugin", &[])
 }
 
 fn mongoose(dir: &Path, arguments: &[&str]) -> std::process::Output {
@@ -98,7 +98,7 @@ fn a_truncated_plugin_is_refused_with_a_message() {
     let dir = tempfile::tempdir().expect("scratch");
     let root = dir.path();
     let plugins = plugin_dir(root, &[&template()]);
-    let library = plugins.join("libtemplate_plugin.so");
+    let library = plugins.join("libfixture_plugin.so");
     let bytes = std::fs::read(&library).expect("the plugin");
     // cut in the middle of the largest loadable segment (the code)
     let (offset, size) = loadable_segments(&bytes)
@@ -154,7 +154,7 @@ fn overwriting_a_loaded_plugin_does_not_crash_the_server() {
     let dir = tempfile::tempdir().expect("scratch");
     let root = dir.path();
     let plugins = plugin_dir(root, &[&template()]);
-    let library = plugins.join("libtemplate_plugin.so");
+    let library = plugins.join("libfixture_plugin.so");
     std::fs::write(root.join("mongoose.toml"), counter_config(1_000_000_000)).expect("config");
     let log = std::fs::File::create(root.join("server.log")).expect("log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_mongoose"))
@@ -166,7 +166,7 @@ fn overwriting_a_loaded_plugin_does_not_crash_the_server() {
         .spawn()
         .expect("the server starts");
     let before = wait_for_more(&mut child, root, 0);
-    // `cp other.so libtemplate_plugin.so`: the same file truncated and written again,
+    // `cp other.so libfixture_plugin.so`: the same file truncated and written again,
     // first with a shorter prefix of itself (pages past its end would fault), then
     // with other bytes
     let bytes = std::fs::read(&library).expect("the plugin");

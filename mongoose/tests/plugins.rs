@@ -1,5 +1,5 @@
 //! Connector plugins in the server (issue 14): the `mongoose` binary loads
-//! `plugins/template` (built by cargo in the test) from its `plugin_dir`, runs the
+//! `mongoose-plugin/fixture` (the template's kinds with the test variants) (built by cargo in the test) from its `plugin_dir`, runs the
 //! plugin's source as a feed and its sink as a `[[sinks]]` entry, contains a plugin
 //! source that panics, refuses a kind no plugin declares, and lists a plugin folder.
 
@@ -12,7 +12,7 @@ use mongoose_testkit::{build_plugin, plugin_dir};
 const PATIENCE: Duration = Duration::from_secs(180);
 
 fn template(features: &[&str]) -> PathBuf {
-    build_plugin("template-plugin", features)
+    build_plugin("fixture-plugin", features)
 }
 
 fn mongoose(dir: &Path, arguments: &[&str]) -> Command {
@@ -222,7 +222,7 @@ fn a_plugin_source_and_sink_run_in_the_server_until_settled() {
         .find(|line| line.contains("counter source: an event from a plugin thread"))
         .unwrap_or_else(|| panic!("the plugin thread's event is in the server's log: {log}"));
     assert!(from_thread.contains("WARN"), "{from_thread}");
-    assert!(from_thread.contains("template"), "{from_thread}");
+    assert!(from_thread.contains("fixture"), "{from_thread}");
 }
 
 #[test]
@@ -428,8 +428,8 @@ fn plugins_list_prints_each_plugin_and_each_refusal_with_its_reason() {
         String::from_utf8_lossy(&listed.stderr)
     );
     for part in [
-        "libtemplate_plugin.so",
-        "template",
+        "libfixture_plugin.so",
+        "fixture",
         "0.1.0",
         "counter (source)",
         "append (sink)",
@@ -443,7 +443,7 @@ fn plugins_list_prints_each_plugin_and_each_refusal_with_its_reason() {
         .expect("list ran");
     let stdout = String::from_utf8_lossy(&listed.stdout);
     assert_eq!(listed.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("libtemplate_plugin.so"), "{stdout}");
+    assert!(stdout.contains("libfixture_plugin.so"), "{stdout}");
     assert!(
         stdout.contains("refused") && stdout.contains("libold.so") && stdout.contains("ABI 999"),
         "{stdout}"

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mongoose_core::{Epoch, Position, SourceCommitter, SourceOutput};
+use mongoose_core::{Epoch, Position, SourceCommitter};
 use tracing::error;
 
 use super::Publisher;
@@ -21,7 +21,7 @@ pub(super) struct AckState<P: Position> {
     pub(super) window: Window<P>,
     /// The processing-checkpoint hold of each group that took one (§5).
     pub(super) holds: HashMap<String, Arc<HoldCell>>,
-    /// A committer is registered ([`SourceOutput::acknowledge_with`]).
+    /// A committer is registered ([`Publisher::acknowledge_with`]).
     pub(super) has_committer: bool,
     /// The highest sequence a successful commit covered (issue 9, item 8).
     pub(super) committed: u64,
@@ -96,7 +96,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    /// Hands the committer what every queue processed and commits it ([`SourceOutput::poll_acknowledgements`]).
+    /// Hands the committer what every queue processed and commits it ([`Publisher::poll_acknowledgements`]).
     pub(super) fn acknowledge_processed(&self) -> usize {
         let mut committer = self.committer.lock();
         let mut acknowledged = self.acknowledged_scratch.lock();
@@ -160,7 +160,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         count
     }
 
-    /// Registers the source's committer ([`SourceOutput::acknowledge_with`]).
+    /// Registers the source's committer ([`Publisher::acknowledge_with`]).
     pub(super) fn register_committer(&self, committer: Box<dyn SourceCommitter<P>>) {
         *self.committer.lock() = Some(committer);
         let mut state = self.state.lock();
@@ -171,12 +171,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         state.ack.committed = state.ack.window.acknowledged();
     }
 
-    /// The epoch of the positions published from now on ([`SourceOutput::set_epoch`]).
+    /// The epoch of the positions published from now on ([`SourceOutput::set_epoch`](mongoose_core::SourceOutput::set_epoch)).
     pub(super) fn enter_epoch(&self, epoch: Epoch) {
         self.state.lock().epoch = epoch;
     }
 
-    /// What the consumers that store positions hold ([`SourceOutput::saved_positions`]).
+    /// What the consumers that store positions hold ([`SourceOutput::saved_positions`](mongoose_core::SourceOutput::saved_positions)).
     pub(super) fn consumer_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
         self.saved_positions.lock().clone()
     }

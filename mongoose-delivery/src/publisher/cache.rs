@@ -50,7 +50,7 @@ impl<T, P> CacheState<T, P> {
 
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// The startup completed: cached items are published in order (pausing at a full
-    /// PAUSE queue; [`SourceOutput::flush_paused`](mongoose_core::SourceOutput::flush_paused) resumes), then the status reported
+    /// PAUSE queue; [`Publisher::flush_paused`] resumes), then the status reported
     /// during startup.
     pub fn start_complete(&self) {
         let (mut state, _reservation) = self.reserve();
@@ -225,7 +225,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         Self::filter_locked(&mut self.state.lock(), position);
     }
 
-    /// Publishes what a full PAUSE queue held back ([`SourceOutput::flush_paused`](mongoose_core::SourceOutput::flush_paused)).
+    /// Publishes what a full PAUSE queue held back ([`Publisher::flush_paused`]).
     pub(super) fn resume_paused(&self) -> bool {
         if self.nested() {
             return false;

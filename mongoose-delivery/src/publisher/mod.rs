@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mongoose_core::{
-    BatchEnd, Epoch, Position, PublishRefused, SourceCommitter, SourceOutput, SourceState,
-    TryPublish,
+    BatchEnd, CoreError, Epoch, Position, PublishRefused, SourceCommitter, SourceOutput,
+    SourceStart, SourceState, TryPublish,
 };
 use parking_lot::Mutex;
 
@@ -86,8 +86,9 @@ struct State<T, P: Position> {
 /// The publisher of one feed of items `T` with source positions `P`.
 ///
 /// It implements [`SourceOutput`]: a source publishes with
-/// [`SourceOutput::try_publish`] and commits what [`SourceOutput::poll_acknowledgements`]
-/// reports. Groups subscribe with [`Publisher::subscribe`] and read with the
+/// [`SourceOutput::try_publish`]; the source driver applies what the source registered
+/// at start ([`Publisher::apply_start`]) and gives its committer what was processed
+/// ([`Publisher::poll_acknowledgements`]). Groups subscribe with [`Publisher::subscribe`] and read with the
 /// [`QueueReader`](crate::QueueReader) they get.
 pub struct Publisher<T, P: Position = u64> {
     name: Arc<str>,
@@ -209,6 +210,66 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     }
 }
 
+/// The driver's side of the feed: what only the source driver (and a test or benchmark
+/// standing in for it) calls. A source holds the feed as a [`SourceOutput`], which has
+/// none of these.
+impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
+    /// Computes what has been processed and gives it to the committer, outside the
+    /// publish lock. Returns the number of items acknowledged.
+    pub fn poll_acknowledgements(&self) -> usize {
+        self.acknowledge_processed()
+    }
+
+    /// Replays cached items a full queue paused. Returns true when nothing is left.
+    pub fn flush_paused(&self) -> bool {
+        self.resume_paused()
+    }
+
+    /// Registers how the feed's source commits ([`SourceStart::committer`]). A source
+    /// without a committer pays nothing.
+    pub fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<P>>) {
+        self.register_committer(committer)
+    }
+
+    /// Makes PAUSE the feed's default policy (an explicit policy still wins,
+    /// [`SourceStart::pause_by_default`]).
+    pub fn set_pause_by_default(&self, pause: bool) {
+        self.default_to_pause(pause)
+    }
+
+    /// Applies what the feed's source registered at start: its epoch, PAUSE by default
+    /// and its committer, in that order.
+    ///
+    /// # Errors
+    /// [`CoreError::Source`] when the committer commits another position type than the
+    /// feed's (a wiring error: the source and the feed disagree).
+    pub fn apply_start(&self, start: SourceStart) -> Result<(), CoreError> {
+        let SourceStart {
+            epoch,
+            pause_by_default,
+            committer,
+        } = start;
+        let committer = committer
+            .map(|committer| {
+                committer.into_typed::<P>().map_err(|committer| CoreError::Source {
+                    source_name: self.name.to_string(),
+                    message: format!(
+                        "the source's committer commits positions of type {} but its feed carries {}: wire the source to a feed of its own position type",
+                        committer.position_type(),
+                        std::any::type_name::<P>()
+                    ),
+                })
+            })
+            .transpose()?;
+        self.enter_epoch(epoch);
+        self.default_to_pause(pause_by_default);
+        if let Some(committer) = committer {
+            self.register_committer(committer);
+        }
+        Ok(())
+    }
+}
+
 impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, P> {
     fn try_publish(&self, item: T, position: P) -> TryPublish<T> {
         self.try_publish_at(item, position)
@@ -230,24 +291,12 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
         self.filter_at(position, reason)
     }
 
-    fn poll_acknowledgements(&self) -> usize {
+    fn commit_processed(&self) -> usize {
         self.acknowledge_processed()
-    }
-
-    fn flush_paused(&self) -> bool {
-        self.resume_paused()
-    }
-
-    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<P>>) {
-        self.register_committer(committer)
     }
 
     fn set_epoch(&self, epoch: Epoch) {
         self.enter_epoch(epoch)
-    }
-
-    fn set_pause_by_default(&self, pause: bool) {
-        self.default_to_pause(pause)
     }
 
     fn report_state(&self, source_state: SourceState, detail: Option<&str>) {

@@ -316,7 +316,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    /// Queues without an explicit policy pause (a re-readable source) or drop ([`SourceOutput::set_pause_by_default`](mongoose_core::SourceOutput::set_pause_by_default)).
+    /// Queues without an explicit policy pause (a re-readable source) or drop ([`Publisher::set_pause_by_default`]).
     pub(super) fn default_to_pause(&self, pause: bool) {
         let mut state = self.state.lock();
         state.overload.pause_by_default = pause;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use mongoose_core::{
     BatchEnd, ConsumerPosition, CoreError, Epoch, PublishRefused, SourceCommitter, SourceOutput,
-    SourceState, TryPublish,
+    SourceStart, SourceState, TryPublish,
 };
 use parking_lot::Mutex;
 use tracing::debug;
@@ -146,6 +146,46 @@ pub(super) struct LaneOutput<T> {
     pub(super) hub: Arc<Hub<T>>,
 }
 
+impl<T> LaneOutput<T> {
+    /// Applies what a file's source registered at start to its lane: its epoch and its
+    /// committer (the feed's PAUSE default is the glob source's own, registered at its
+    /// start).
+    pub(super) fn apply_start(&self, start: SourceStart) -> Result<(), CoreError> {
+        let SourceStart {
+            epoch,
+            pause_by_default: _,
+            committer,
+        } = start;
+        self.hub
+            .state
+            .lock()
+            .lanes
+            .entry(self.lane)
+            .or_default()
+            .epoch = epoch;
+        if let Some(committer) = committer {
+            let committer =
+                committer
+                    .into_typed::<u64>()
+                    .map_err(|committer| CoreError::Source {
+                        source_name: self.hub.feed.clone(),
+                        message: format!(
+                            "a file's committer commits positions of type {}, not u64",
+                            committer.position_type()
+                        ),
+                    })?;
+            self.hub.committers.lock().insert(
+                self.lane,
+                LaneCommitter {
+                    committer,
+                    dirty: false,
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
 impl<T: Send + 'static> SourceOutput<T, u64> for LaneOutput<T> {
     fn try_publish(&self, item: T, position: u64) -> TryPublish<T> {
         self.hub.select(self.lane);
@@ -179,35 +219,15 @@ impl<T: Send + 'static> SourceOutput<T, u64> for LaneOutput<T> {
         self.hub.output.filtered((self.lane, position), reason);
     }
 
-    /// Nothing: the feed's acknowledgements are polled (for every lane at once) by the
-    /// source driver around the glob source's cycle, not once per file and cycle.
-    fn poll_acknowledgements(&self) -> usize {
-        0
-    }
-
-    /// Nothing: the feed's paused items are replayed by the source driver once per cycle.
-    /// Returns true, which no file source reads.
-    fn flush_paused(&self) -> bool {
-        true
-    }
-
-    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<u64>>) {
-        self.hub.committers.lock().insert(
-            self.lane,
-            LaneCommitter {
-                committer,
-                dirty: false,
-            },
-        );
+    /// The whole feed's: what was processed of every lane is committed (no file source
+    /// calls it; the driver polls for every lane at once around the glob's cycle).
+    fn commit_processed(&self) -> usize {
+        self.hub.output.commit_processed()
     }
 
     fn set_epoch(&self, epoch: Epoch) {
         let mut state = self.hub.state.lock();
         state.lanes.entry(self.lane).or_default().epoch = epoch;
-    }
-
-    fn set_pause_by_default(&self, pause: bool) {
-        self.hub.output.set_pause_by_default(pause);
     }
 
     fn report_state(&self, source_state: SourceState, detail: Option<&str>) {

@@ -85,7 +85,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mongoose_core::{CoreError, EventSource, FileLag, SourceOutput, SourceState, WorkDone};
+use mongoose_core::{
+    AnyCommitter, CoreError, Epoch, EventSource, FileLag, SourceOutput, SourceStart, SourceState,
+    WorkDone,
+};
 use parking_lot::Mutex;
 
 pub use self::pattern::{glob_covers, glob_matches, is_glob};
@@ -295,7 +298,6 @@ impl<T: Send + 'static> GlobFileSource<T> {
         build: InnerBuilder<T>,
         output: Arc<dyn SourceOutput<T, (u32, u64)>>,
     ) -> Self {
-        output.set_pause_by_default(true);
         let hub = Arc::new(Hub {
             output: Arc::clone(&output),
             state: Mutex::new(HubState::default()),
@@ -444,7 +446,7 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         &self.config.name
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         if is_glob(&self.config.folder()) {
             return Err(
                 FileSourceError::WildcardFolder(self.config.pattern.display().to_string()).into(),
@@ -463,13 +465,13 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             }
             .into());
         }
-        self.output.set_pause_by_default(true);
+        let mut committer = None;
         // watched before the first scan: a file created between the two is not missed
         self.watch = FolderWatch::new(&self.config.name, &self.config.folder());
         self.hub.state.lock().saved = self.output.saved_positions();
         if self.has_pointer() {
             self.registry = LaneRegistry::load(self.config.registry_path())?;
-            self.output.acknowledge_with(Box::new(LaneMultiplexer {
+            committer = Some(AnyCommitter::new(LaneMultiplexer {
                 committers: Arc::clone(&self.hub.committers),
             }));
             self.refuse_new_lanes_for_saved_ones()?;
@@ -499,7 +501,14 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         self.scan()?;
         self.next_scan = Some(Instant::now() + self.config.scan_interval);
         self.report_aggregate();
-        Ok(())
+        // the feed's epoch is the publishing lane's, set as each lane publishes: the
+        // driver sets `Epoch::NONE` now, so the next publish selects its lane's again
+        self.hub.state.lock().selected = None;
+        Ok(SourceStart {
+            epoch: Epoch::NONE,
+            pause_by_default: true,
+            committer,
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {

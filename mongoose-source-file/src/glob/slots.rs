@@ -36,13 +36,17 @@ impl<T: Send + 'static> GlobFileSource<T> {
         file_config.max_bytes_per_cycle = self.config.max_bytes_per_turn;
         file_config.rotated = self.config.rotated.clone();
         self.hub.state.lock().lanes.entry(lane).or_default();
-        let lane_output: Arc<dyn SourceOutput<T, u64>> = Arc::new(LaneOutput {
+        let lane_output = Arc::new(LaneOutput {
             lane,
             hub: Arc::clone(&self.hub),
         });
-        let mut source = (self.build)(file_config, lane_output);
+        let mut source = (self.build)(
+            file_config,
+            Arc::clone(&lane_output) as Arc<dyn SourceOutput<T, u64>>,
+        );
         source.set_glob_member();
-        source.start()?;
+        let start = source.start()?;
+        lane_output.apply_start(start)?;
         Ok(source)
     }
 

@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use mongoose_core::{CoreError, Epoch, EventSource, SourceOutput, SourceState, WorkDone};
+use mongoose_core::{
+    AnyCommitter, CoreError, Epoch, EventSource, SourceOutput, SourceStart, SourceState, WorkDone,
+};
 use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
@@ -122,13 +124,12 @@ impl<T> fmt::Debug for FileEventSource<T> {
 
 impl<T: Send + 'static> FileEventSource<T> {
     /// A source reading `config.path` into `output`, mapping each line with `mapper`.
-    /// Makes PAUSE the output's default policy (an explicit policy still wins).
+    /// Its start makes PAUSE the feed's default policy (an explicit policy still wins).
     pub fn new(
         config: FileSourceConfig,
         mapper: impl FnMut(Line) -> Result<T, String> + Send + 'static,
         output: Arc<dyn SourceOutput<T, u64>>,
     ) -> Self {
-        output.set_pause_by_default(true);
         let pointer_path = pointer_path_for(&config.path);
         let loss_file = config
             .strategy
@@ -299,7 +300,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         &self.config.name
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         // a restart begins clean: no buffer, no pending line (§4)
         self.input = None;
         self.pending = None;
@@ -316,7 +317,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.backoff = ReopenBackoff::default();
         self.open_failures = RepeatedWarning::default();
         self.read_failures = RepeatedWarning::default();
-        self.output.set_pause_by_default(true);
+        let mut committer = None;
         if self.config.strategy.has_pointer() {
             let mut shared = self.shared.lock();
             let pointer_path = shared.pointer_path.clone();
@@ -361,7 +362,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
             shared.stopped = false;
             self.front.reset_to(shared.record.epoch);
             drop(shared);
-            self.output.acknowledge_with(Box::new(PointerCommitter {
+            committer = Some(AnyCommitter::new(PointerCommitter {
                 shared: Arc::clone(&self.shared),
                 front: Arc::clone(&self.front),
                 pending: None,
@@ -370,7 +371,13 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         }
         self.started = true;
         self.report(SourceState::Behind, Some("starting".to_owned()));
-        Ok(())
+        Ok(SourceStart {
+            // the pointer's (or the consumers' saved) epoch; a file found replaced at
+            // its first open starts a new one then (`SourceOutput::set_epoch`)
+            epoch: self.epoch,
+            pause_by_default: true,
+            committer,
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {

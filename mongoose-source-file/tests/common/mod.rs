@@ -16,8 +16,8 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use mongoose_core::{
-    BatchEnd, Epoch, EventSource, PublishRefused, Refusal, SourceCommitter, SourceOutput,
-    SourceState, TryPublish,
+    BatchEnd, CoreError, Epoch, EventSource, PublishRefused, Refusal, SourceCommitter,
+    SourceOutput, SourceStart, SourceState, TryPublish,
 };
 use mongoose_delivery::{
     DrivenOutput, Feed, Publisher, QueueReader, SourceDriver, SubscribeOptions,
@@ -168,7 +168,51 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
 
     /// What the source does at the start of a duty cycle, called by the test.
     pub fn poll_acknowledgements_for_test(&self) -> usize {
-        SourceOutput::poll_acknowledgements(self)
+        self.poll_acknowledgements()
+    }
+
+    /// The driver's poll: gives the committer what was processed and commits it.
+    pub fn poll_acknowledgements(&self) -> usize {
+        self.not_nested("poll_acknowledgements");
+        let (acks, hold) = {
+            let mut inner = self.inner.lock();
+            let upto = Self::acknowledgeable(&inner);
+            let acks: Vec<(u64, Epoch, u64)> = inner.entries[inner.acknowledged..upto]
+                .iter()
+                .enumerate()
+                .map(|(index, e)| ((inner.acknowledged + index + 1) as u64, e.epoch, e.position))
+                .collect();
+            inner.acknowledged = upto;
+            (acks, inner.hold_commits)
+        };
+        let mut committer = self.committer.lock();
+        if let Some(committer) = committer.as_mut() {
+            for (sequence, epoch, position) in &acks {
+                committer.acknowledged(*sequence, *epoch, *position);
+            }
+            if !hold {
+                committer.commit().expect("commit");
+            }
+        }
+        acks.len()
+    }
+
+    /// The driver's flush: nothing is paused in the double.
+    pub fn flush_paused(&self) -> bool {
+        self.not_nested("flush_paused");
+        true
+    }
+
+    /// Registers the source's committer (what the driver does with its start's).
+    pub fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<u64>>) {
+        self.not_nested("acknowledge_with");
+        *self.committer.lock() = Some(committer);
+    }
+
+    /// Makes PAUSE the default (what the driver does with its start's).
+    pub fn set_pause_by_default(&self, pause: bool) {
+        self.not_nested("set_pause_by_default");
+        self.inner.lock().pause_by_default = pause;
     }
 
     pub fn commit_now(&self) {
@@ -223,14 +267,22 @@ impl<T: Clone + Send + 'static> RecordingOutput<T> {
     }
 }
 
-/// The source driver polls the double's acknowledgements and flushes it around each
-/// duty cycle, as it does a real feed's.
+/// The source driver applies the source's start to the double, polls its
+/// acknowledgements and flushes it around each duty cycle, as it does a real feed's.
 impl<T: Clone + Send + 'static> DrivenOutput for RecordingOutput<T> {
+    fn apply_start(&self, start: SourceStart) -> Result<(), CoreError> {
+        self.set_epoch(start.epoch);
+        self.set_pause_by_default(start.pause_by_default);
+        if let Some(committer) = start.committer {
+            self.acknowledge_with(committer.into_typed::<u64>().expect("a u64 committer"));
+        }
+        Ok(())
+    }
     fn poll_acknowledgements(&self) -> usize {
-        SourceOutput::poll_acknowledgements(self)
+        RecordingOutput::poll_acknowledgements(self)
     }
     fn flush_paused(&self) -> bool {
-        SourceOutput::flush_paused(self)
+        RecordingOutput::flush_paused(self)
     }
 }
 
@@ -301,49 +353,13 @@ impl<T: Clone + Send + 'static> SourceOutput<T, u64> for RecordingOutput<T> {
         });
     }
 
-    fn poll_acknowledgements(&self) -> usize {
-        self.not_nested("poll_acknowledgements");
-        let (acks, hold) = {
-            let mut inner = self.inner.lock();
-            let upto = Self::acknowledgeable(&inner);
-            let acks: Vec<(u64, Epoch, u64)> = inner.entries[inner.acknowledged..upto]
-                .iter()
-                .enumerate()
-                .map(|(index, e)| ((inner.acknowledged + index + 1) as u64, e.epoch, e.position))
-                .collect();
-            inner.acknowledged = upto;
-            (acks, inner.hold_commits)
-        };
-        let mut committer = self.committer.lock();
-        if let Some(committer) = committer.as_mut() {
-            for (sequence, epoch, position) in &acks {
-                committer.acknowledged(*sequence, *epoch, *position);
-            }
-            if !hold {
-                committer.commit().expect("commit");
-            }
-        }
-        acks.len()
-    }
-
-    fn flush_paused(&self) -> bool {
-        self.not_nested("flush_paused");
-        true
-    }
-
-    fn acknowledge_with(&self, committer: Box<dyn SourceCommitter<u64>>) {
-        self.not_nested("acknowledge_with");
-        *self.committer.lock() = Some(committer);
+    fn commit_processed(&self) -> usize {
+        self.poll_acknowledgements()
     }
 
     fn set_epoch(&self, epoch: Epoch) {
         self.not_nested("set_epoch");
         self.inner.lock().epoch = epoch;
-    }
-
-    fn set_pause_by_default(&self, pause: bool) {
-        self.not_nested("set_pause_by_default");
-        self.inner.lock().pause_by_default = pause;
     }
 
     fn report_state(&self, state: SourceState, detail: Option<&str>) {
@@ -375,7 +391,7 @@ pub fn started_source(
     output: &Arc<RecordingOutput<Line>>,
 ) -> FileEventSource<Line> {
     let mut source = unstarted_source(path, strategy, output);
-    source.start().expect("start");
+    SourceDriver::start_source(&mut source, &**output).expect("start");
     source
 }
 

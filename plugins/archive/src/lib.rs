@@ -34,15 +34,16 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use mongoose_archive::{
     ArchiveError, RecordingDescriptor, RecordingReader, RecordingSelector, ReplayEvent,
 };
 use mongoose_core::{
-    CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput, SourceState,
-    WorkDone,
+    AnyCommitter, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
+    SourceStart, SourceState, WorkDone,
 };
-use mongoose_plugin::settings::Settings;
+use mongoose_plugin::settings::CreateContext;
 use mongoose_plugin::PluginOutput;
 
 /// Messages one duty cycle publishes at most, unless `batch` says otherwise.
@@ -156,12 +157,23 @@ pub struct ArchiveSource {
     scratch: Vec<u8>,
     caught_up: bool,
     waiting_reported: bool,
+    /// The recording this start's committer commits, set when it is opened (at start,
+    /// or at a later cycle while the archive has no such recording yet).
+    opened: Arc<OnceLock<OpenedRecording>>,
+}
+
+/// The recording a start opened: what its committer writes into the pointer.
+#[derive(Debug, Clone, Copy)]
+struct OpenedRecording {
+    recording: u64,
+    identity: u64,
+    epoch: Epoch,
 }
 
 impl ArchiveSource {
     /// A source from its settings (see the crate docs).
-    pub fn new(settings: &str, output: PluginOutput) -> Result<ArchiveSource, String> {
-        let settings = Settings::parse(settings)?;
+    pub fn new(create: &CreateContext<'_>, output: PluginOutput) -> Result<ArchiveSource, String> {
+        let settings = create.flat()?;
         settings.only(&["archive", "recording", "stream", "pointer", "batch"])?;
         let selector = match (settings.u64("recording")?, settings.u64("stream")?) {
             (Some(id), None) => RecordingSelector::Id(id),
@@ -181,6 +193,7 @@ impl ArchiveSource {
             scratch: Vec::new(),
             caught_up: false,
             waiting_reported: false,
+            opened: Arc::default(),
         })
     }
 
@@ -315,15 +328,14 @@ impl ArchiveSource {
             }
         };
         let output = &self.output;
-        output.set_pause_by_default(true);
         output.set_epoch(epoch);
-        output.acknowledge_with(Box::new(PointerCommitter {
-            path: self.pointer.clone(),
+        // this start's committer (registered at start) commits into this recording from
+        // now on; opened once per start
+        let _ = self.opened.set(OpenedRecording {
             recording: id,
             identity,
             epoch,
-            pending: None,
-        }));
+        });
         output.report_state(SourceState::Behind, Some("replaying the recording"));
         Ok(Some(reader))
     }
@@ -389,9 +401,19 @@ impl EventSource for ArchiveSource {
         self.output.feed()
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
+        self.opened = Arc::default();
         self.reader = self.open()?;
-        Ok(())
+        Ok(SourceStart {
+            // the recording's epoch when it opened now; else set when it opens
+            epoch: self.opened.get().map_or(Epoch::NONE, |opened| opened.epoch),
+            pause_by_default: true,
+            committer: Some(AnyCommitter::new(PointerCommitter {
+                path: self.pointer.clone(),
+                opened: Arc::clone(&self.opened),
+                pending: None,
+            })),
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
@@ -481,15 +503,18 @@ impl EventSource for ArchiveSource {
 #[derive(Debug)]
 struct PointerCommitter {
     path: PathBuf,
-    recording: u64,
-    identity: u64,
-    epoch: Epoch,
+    /// Set once the recording opened; nothing is published (nor acknowledged) before.
+    opened: Arc<OnceLock<OpenedRecording>>,
     pending: Option<u64>,
 }
 
 impl SourceCommitter<PositionValue> for PointerCommitter {
     fn acknowledged(&mut self, _sequence: u64, epoch: Epoch, position: PositionValue) {
-        if epoch == self.epoch {
+        if self
+            .opened
+            .get()
+            .is_some_and(|opened| opened.epoch == epoch)
+        {
             self.pending = Some(position.offset);
         }
     }
@@ -498,14 +523,18 @@ impl SourceCommitter<PositionValue> for PointerCommitter {
         let Some(position) = self.pending else {
             return Ok(());
         };
+        let Some(&OpenedRecording {
+            recording,
+            identity,
+            epoch,
+        }) = self.opened.get()
+        else {
+            return Ok(()); // nothing is pending before the recording opened
+        };
         let temporary = self.path.with_extension("tmp");
         let write = || -> std::io::Result<()> {
             let mut file = File::create(&temporary)?;
-            writeln!(
-                file,
-                "{} {position} {} {}",
-                self.recording, self.epoch.0, self.identity
-            )?;
+            writeln!(file, "{recording} {position} {} {identity}", epoch.0)?;
             file.sync_data()?;
             std::fs::rename(&temporary, &self.path)?;
             if let Some(dir) = self.path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
@@ -532,7 +561,7 @@ mongoose_plugin::export_plugin! {
     name: "archive",
     version: env!("CARGO_PKG_VERSION"),
     sources: {
-        "archive" => |settings: &str, output| ArchiveSource::new(settings, output),
+        "archive" => ArchiveSource::new,
     },
     sinks: {},
 }

@@ -40,11 +40,11 @@ use std::path::PathBuf;
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
-    SourceState, WorkDone,
+    AnyCommitter, BatchEnd, CoreError, Epoch, EventSource, PositionValue, SourceCommitter,
+    SourceOutput, SourceStart, SourceState, WorkDone,
 };
 use mongoose_journal::{Appender, ExcerptBatch, Journal, JournalConfig, Tailer, TailerStore};
-use mongoose_plugin::settings::{Settings, SettingsError};
+use mongoose_plugin::settings::{CreateContext, SettingsError};
 use mongoose_plugin::PluginOutput;
 
 /// Excerpts one duty cycle publishes at most, unless the `batch` setting says otherwise.
@@ -81,8 +81,10 @@ pub struct JournalSource {
 
 /// Checks a source's settings (see the crate docs) without opening anything: run when
 /// the server loads its configuration, so a bad value is refused with its key.
-pub fn check_source_settings(settings: &str) -> Result<(), SettingsError> {
-    let settings = Settings::parse(settings).map_err(|error| SettingsError::new("", error))?;
+pub fn check_source_settings(create: &CreateContext<'_>) -> Result<(), SettingsError> {
+    let settings = create
+        .flat()
+        .map_err(|error| SettingsError::new("", error))?;
     settings
         .only(&["path", "tailer", "tailers", "batch"])
         .map_err(|error| SettingsError::new("", error))?;
@@ -100,8 +102,10 @@ pub fn check_source_settings(settings: &str) -> Result<(), SettingsError> {
 }
 
 /// Checks a sink's settings (see the crate docs) without opening anything.
-pub fn check_sink_settings(settings: &str) -> Result<(), SettingsError> {
-    let settings = Settings::parse(settings).map_err(|error| SettingsError::new("", error))?;
+pub fn check_sink_settings(create: &CreateContext<'_>) -> Result<(), SettingsError> {
+    let settings = create
+        .flat()
+        .map_err(|error| SettingsError::new("", error))?;
     settings
         .only(&["path", "segment_bytes"])
         .map_err(|error| SettingsError::new("", error))?;
@@ -124,8 +128,8 @@ pub fn check_sink_settings(settings: &str) -> Result<(), SettingsError> {
 
 impl JournalSource {
     /// A source from its settings (see the crate docs).
-    pub fn new(settings: &str, output: PluginOutput) -> Result<JournalSource, String> {
-        let settings = Settings::parse(settings)?;
+    pub fn new(create: &CreateContext<'_>, output: PluginOutput) -> Result<JournalSource, String> {
+        let settings = create.flat()?;
         settings.only(&["path", "tailer", "tailers", "batch"])?;
         let path = settings.path("path")?;
         let tailer_name = settings
@@ -213,7 +217,7 @@ impl EventSource for JournalSource {
         self.output.feed()
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
         let journal = Journal::open(&self.path, JournalConfig::default())
             .map_err(|error| core_error("cannot open the journal", error))?;
         let identity = journal.identity();
@@ -278,18 +282,19 @@ impl EventSource for JournalSource {
                 .seek(0)
                 .map_err(|error| core_error("cannot seek the journal", error))?;
         }
-        let output = &self.output;
-        output.set_pause_by_default(true);
-        output.set_epoch(self.epoch);
-        output.acknowledge_with(Box::new(TailerCommitter {
-            store,
-            epoch: self.epoch,
-            pending: None,
-        }));
-        output.report_state(SourceState::Behind, Some("reading the journal"));
+        self.output
+            .report_state(SourceState::Behind, Some("reading the journal"));
         self.journal = Some(journal);
         self.tailer = Some(tailer);
-        Ok(())
+        Ok(SourceStart {
+            epoch: self.epoch,
+            pause_by_default: true,
+            committer: Some(AnyCommitter::new(TailerCommitter {
+                store,
+                epoch: self.epoch,
+                pending: None,
+            })),
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
@@ -398,8 +403,8 @@ pub struct JournalSink {
 
 impl JournalSink {
     /// Opens the journal of the `path` setting (creating it) and takes its appender.
-    pub fn open(settings: &str) -> Result<JournalSink, String> {
-        let settings = Settings::parse(settings)?;
+    pub fn open(create: &CreateContext<'_>) -> Result<JournalSink, String> {
+        let settings = create.flat()?;
         settings.only(&["path", "segment_bytes"])?;
         let path = settings.path("path")?;
         let mut config = JournalConfig::default();
@@ -458,10 +463,10 @@ mongoose_plugin::export_plugin! {
     name: "journal",
     version: env!("CARGO_PKG_VERSION"),
     sources: {
-        "journal" => |settings: &str, output| JournalSource::new(settings, output),
+        "journal" => JournalSource::new,
     },
     sinks: {
-        "journal" => |settings: &str| JournalSink::open(settings),
+        "journal" => JournalSink::open,
     },
     source_checks: {
         "journal" => check_source_settings,

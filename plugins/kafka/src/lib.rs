@@ -30,12 +30,12 @@ use std::time::Duration;
 
 use mongoose_core::{PositionValue, SourceOutput};
 use mongoose_kafka::{KafkaRecord, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig};
-use mongoose_plugin::settings::Settings;
+use mongoose_plugin::settings::CreateContext;
 use mongoose_plugin::PluginOutput;
 
 /// Builds the source of a `kafka` feed from its settings.
-pub fn source(settings: &str, output: PluginOutput) -> Result<KafkaSource, String> {
-    let settings = Settings::parse(settings)?;
+pub fn source(create: &CreateContext<'_>, output: PluginOutput) -> Result<KafkaSource, String> {
+    let settings = create.flat()?;
     settings.only(&[
         "brokers",
         "group",
@@ -75,8 +75,8 @@ pub fn source(settings: &str, output: PluginOutput) -> Result<KafkaSource, Strin
 }
 
 /// Builds a `kafka` sink from its settings.
-pub fn sink(settings: &str) -> Result<KafkaSink, String> {
-    let settings = Settings::parse(settings)?;
+pub fn sink(create: &CreateContext<'_>) -> Result<KafkaSink, String> {
+    let settings = create.flat()?;
     settings.only(&[
         "brokers",
         "topic",
@@ -101,9 +101,9 @@ mongoose_plugin::export_plugin! {
     name: "kafka",
     version: env!("CARGO_PKG_VERSION"),
     sources: {
-        "kafka" => |settings: &str, output| source(settings, output),
+        "kafka" => source,
     },
     sinks: {
-        "kafka" => |settings: &str| sink(settings),
+        "kafka" => sink,
     },
 }

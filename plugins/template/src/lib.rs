@@ -1,37 +1,14 @@
 //! The smallest Mongoose-rs connector: copy this crate to start one.
 //!
 //! * Source kind `counter`: publishes the decimal text of `0, 1, ..., limit - 1`; item
-//!   `n` is at position `n + 1` (the offset after it, as a file source's byte offset
-//!   after a line). Its committer writes the committed position to the `pointer` file
-//!   after the items were processed, and a restart resumes there. Settings: `limit`
-//!   (default 100), `pointer` (required), `batch` (true: publish with
-//!   `try_publish_batch`, one boundary crossing per batch; default false: one
-//!   `try_publish` per item).
+//!   `n` is at position `n + 1` (the offset after it). Its committer writes the
+//!   committed position to the `pointer` file after the items were processed, and a
+//!   restart resumes there. Settings: `limit` (default 100), `pointer` (required).
 //! * Sink kind `append`: appends each output's payload and a newline to the file
 //!   `path`, syncs it, and answers published with the file's length as evidence.
 //!
-//! # Example
-//!
-//! Built into a plugin folder (`cargo xtask plugins --out target/plugins`), a server
-//! runs it with:
-//!
-//! ```toml
-//! plugin_dir = "target/plugins"
-//!
-//! [[feeds]]
-//! name = "counted"
-//! source = "counter"
-//! settings = { limit = 1000, pointer = "/var/lib/mongoose/counter.pointer" }
-//!
-//! [[sinks]]
-//! name = "copy"
-//! kind = "append"
-//! settings = { path = "/var/lib/mongoose/copy.txt" }
-//! ```
-//!
-//! Test builds (cargo features): `wrong-abi` declares ABI 999, `wrong-layout` a wrong
-//! layout fingerprint (the host must refuse both), `panic-source` makes `do_work`
-//! panic and `panic-sink` makes `publish` panic (the host must contain both).
+//! `cargo xtask plugins` builds it into `target/plugins`, the `plugin_dir` of a config
+//! whose feed has `source = "counter"` and whose sink has `kind = "append"`.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -39,14 +16,20 @@ use std::path::PathBuf;
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_core::{
-    BatchEnd, CoreError, Epoch, EventSource, FileLag, PositionValue, SourceCommitter, SourceOutput,
-    SourceState, TryPublish, WorkDone,
+    AnyCommitter, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
+    SourceStart, SourceState, TryPublish, WorkDone,
 };
-use mongoose_plugin::settings::Settings;
+use mongoose_plugin::settings::CreateContext;
 use mongoose_plugin::PluginOutput;
+use serde::Deserialize;
 
-/// How many items one duty cycle publishes at most.
-const BATCH: u64 = 256;
+/// The counter's settings, parsed by the SDK ([`CreateContext::settings`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CounterSettings {
+    limit: Option<u64>,
+    pointer: PathBuf,
+}
 
 /// Counts from the committed position to `limit`.
 #[derive(Debug)]
@@ -54,23 +37,19 @@ pub struct Counter {
     output: PluginOutput,
     limit: u64,
     pointer: PathBuf,
-    batch: bool,
     next: u64,
-    ended: bool,
 }
 
 impl Counter {
     /// A counter from its settings.
-    pub fn new(settings: &str, output: PluginOutput) -> Result<Counter, String> {
-        let settings = Settings::parse(settings)?;
-        settings.only(&["limit", "pointer", "batch"])?;
+    pub fn new(create: &CreateContext<'_>, output: PluginOutput) -> Result<Counter, String> {
+        let settings: CounterSettings = create.settings()?;
+        let (limit, pointer) = (settings.limit.unwrap_or(100), create.path(settings.pointer));
         Ok(Counter {
             output,
-            limit: settings.u64("limit")?.unwrap_or(100),
-            pointer: settings.path("pointer")?,
-            batch: settings.text("batch") == Some("true"),
+            limit,
+            pointer,
             next: 0,
-            ended: false,
         })
     }
 }
@@ -80,100 +59,44 @@ impl EventSource for Counter {
         self.output.feed()
     }
 
-    fn start(&mut self) -> Result<(), CoreError> {
-        // the committed position is the offset after the last processed item
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
+        // resume after the last processed item (its offset is in the pointer)
         self.next = match std::fs::read_to_string(&self.pointer) {
             Ok(text) => text.trim().parse().unwrap_or(0),
-            // no pointer (a first run, or it was lost): resume at the least of what the
-            // consumers that store positions with their state hold (a state of another
-            // epoch, or none, counts as nothing), so nothing is applied twice or skipped
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => self
-                .output
-                .saved_positions()
-                .iter()
-                .map(|consumer| match consumer.saved {
-                    Some((Epoch(1), position)) => position.offset,
-                    _ => 0,
-                })
-                .min()
-                .unwrap_or(0),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => 0,
             Err(error) => return Err(CoreError::io("cannot read the counter's pointer", error)),
         };
-        let output = &self.output;
-        output.set_pause_by_default(true);
-        output.set_epoch(Epoch(1));
-        output.acknowledge_with(Box::new(PointerCommitter {
+        self.output
+            .report_state(SourceState::Behind, Some("counting"));
+        let committer = PointerCommitter {
             path: self.pointer.clone(),
             pending: None,
-            output: cfg!(feature = "keep-output").then(|| output.clone()),
-        }));
-        output.report_state(SourceState::Behind, Some("counting"));
-        // a many-file source reports its files for the feed's status (at most once per
-        // scan); the counter's one "file" is its pointer
-        output.report_files(&[FileLag {
-            lane: 0,
-            path: self.pointer.display().to_string(),
-            committed: self.next,
-            size: self.limit,
-            lag: self.limit.saturating_sub(self.next),
-        }]);
-        // a plugin's own tracing events reach the server's log (INFO and above, with
-        // the feed's name) while the server calls into the source
-        tracing::info!(from = self.next, "counter source starting");
-        tracing::debug!("not forwarded: below INFO");
-        // an event on a thread of the plugin's own (as librdkafka's callbacks are)
-        // reaches it too, with the plugin's name
-        std::thread::spawn(|| tracing::warn!("counter source: an event from a plugin thread"))
-            .join()
-            .map_err(|_| CoreError::Source {
-                source_name: self.output.feed().to_owned(),
-                message: "the template's logging thread panicked".into(),
-            })?;
-        Ok(())
+        };
+        Ok(SourceStart {
+            epoch: Epoch(1),
+            pause_by_default: true,
+            committer: Some(AnyCommitter::new(committer)),
+        })
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
-        if cfg!(feature = "panic-source") {
-            panic!("the template source panics on purpose (feature panic-source)");
-        }
-        let mut done = 0;
-        if self.batch {
-            let end = self.limit.min(self.next + BATCH);
-            let mut pulled = self.next;
-            let ended =
-                SourceOutput::<String, PositionValue>::try_publish_batch(&self.output, &mut || {
-                    (pulled < end).then(|| {
-                        pulled += 1;
-                        ((pulled - 1).to_string(), PositionValue::at(pulled))
-                    })
-                });
-            // every item pulled was published, but a returned one (offered again next
-            // cycle: `next` stays before it)
-            if let BatchEnd::Returned(..) = ended {
-                pulled -= 1;
-            }
-            done = pulled - self.next;
-            self.next = pulled;
-        }
-        while !self.batch && self.next < self.limit && done < BATCH {
+        let from = self.next;
+        while self.next < self.limit && self.next - from < 256 {
             let item = self.next.to_string();
             match self
                 .output
                 .try_publish(item, PositionValue::at(self.next + 1))
             {
-                TryPublish::Published => {
-                    self.next += 1;
-                    done += 1;
-                }
+                TryPublish::Published => self.next += 1,
                 // keep the item (here: `next` stays) and offer it again next cycle
                 TryPublish::Paused(_) | TryPublish::Retry(_) => break,
             }
         }
-        if self.next >= self.limit && !self.ended {
-            self.ended = true;
+        if self.next >= self.limit {
+            // a bounded source ended: nothing more will ever be published
             self.output.report_state(SourceState::EndOfStream, None);
         }
-        Ok(WorkDone(done as usize))
+        Ok(WorkDone((self.next - from) as usize))
     }
 
     fn stop(&mut self) -> Result<(), CoreError> {
@@ -186,10 +109,6 @@ impl EventSource for Counter {
 struct PointerCommitter {
     path: PathBuf,
     pending: Option<u64>,
-    /// With the `keep-output` feature: the source's output, kept to log each commit
-    /// (a committer may be called after its source was stopped and destroyed: the SDK
-    /// keeps the output valid for as long as a clone of it lives).
-    output: Option<PluginOutput>,
 }
 
 impl SourceCommitter<PositionValue> for PointerCommitter {
@@ -204,23 +123,20 @@ impl SourceCommitter<PositionValue> for PointerCommitter {
             return Ok(());
         };
         let temporary = self.path.with_extension("tmp");
-        let write = || -> std::io::Result<()> {
-            let mut file = File::create(&temporary)?;
-            file.write_all(offset.to_string().as_bytes())?;
-            file.sync_data()?;
-            std::fs::rename(&temporary, &self.path)
-        };
-        write().map_err(|error| CoreError::io("cannot write the counter's pointer", error))?;
+        std::fs::write(&temporary, offset.to_string())
+            .and_then(|()| File::open(&temporary)?.sync_all())
+            .and_then(|()| std::fs::rename(&temporary, &self.path))
+            .map_err(|error| CoreError::io("cannot write the counter's pointer", error))?;
         self.pending = None;
-        if let Some(output) = &self.output {
-            output.info(&format!("counter committed through {offset}"));
-        }
         Ok(())
     }
+}
 
-    fn commits_after_stop(&self) -> bool {
-        true
-    }
+/// The append sink's settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AppendSettings {
+    path: PathBuf,
 }
 
 /// Appends outputs to a file.
@@ -231,24 +147,16 @@ pub struct Append {
 
 impl Append {
     /// Opens (creates) the file of the `path` setting.
-    pub fn open(settings: &str) -> Result<Append, String> {
-        let settings = Settings::parse(settings)?;
-        settings.only(&["path"])?;
-        let path = settings.path("path")?;
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
+    pub fn open(create: &CreateContext<'_>) -> Result<Append, String> {
+        let path = create.path(create.settings::<AppendSettings>()?.path);
+        let file = OpenOptions::new().create(true).append(true).open(&path);
+        let file = file.map_err(|error| format!("cannot open {}: {error}", path.display()))?;
         Ok(Append { file })
     }
 }
 
 impl Sink for Append {
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
-        if cfg!(feature = "panic-sink") {
-            panic!("the template sink panics on purpose (feature panic-sink)");
-        }
         let mut batch = Vec::new();
         for output in outputs {
             batch.extend_from_slice(&output.payload);
@@ -257,10 +165,10 @@ impl Sink for Append {
         let written = self
             .file
             .write_all(&batch)
-            .and_then(|()| self.file.sync_data())
-            .and_then(|()| self.file.metadata());
+            .and_then(|()| self.file.sync_data());
+        let length = written.and_then(|()| self.file.metadata());
         for _ in outputs {
-            outcomes.push(match &written {
+            outcomes.push(match &length {
                 Ok(metadata) => SinkOutcome::Published {
                     evidence: format!("appended; the file holds {} bytes", metadata.len()),
                 },
@@ -273,29 +181,9 @@ impl Sink for Append {
     }
 }
 
-/// The ABI version declared (a test build declares a wrong one).
-const ABI_VERSION: u32 = if cfg!(feature = "wrong-abi") {
-    999
-} else {
-    mongoose_plugin::abi::ABI_VERSION
-};
-
-/// The layout fingerprint declared (a test build declares a wrong one).
-const LAYOUT_FINGERPRINT: u64 = if cfg!(feature = "wrong-layout") {
-    mongoose_plugin::abi::LAYOUT_FINGERPRINT ^ 0x5a5a
-} else {
-    mongoose_plugin::abi::LAYOUT_FINGERPRINT
-};
-
 mongoose_plugin::export_plugin! {
     name: "template",
     version: env!("CARGO_PKG_VERSION"),
-    sources: {
-        "counter" => |settings: &str, output| Counter::new(settings, output),
-    },
-    sinks: {
-        "append" => |settings: &str| Append::open(settings),
-    },
-    abi_version: ABI_VERSION,
-    layout_fingerprint: LAYOUT_FINGERPRINT,
+    sources: { "counter" => Counter::new },
+    sinks: { "append" => Append::open },
 }

@@ -1,0 +1,124 @@
+//! How a Kafka source connects and reads, and the counters and figures it reports.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use mongoose_core::Epoch;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::ClientConfig;
+
+/// How a [`KafkaSource`](crate::KafkaSource) connects and reads.
+#[derive(Clone, Debug)]
+pub struct KafkaSourceConfig {
+    /// The feed's name (also the client id).
+    pub name: String,
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// The consumer group (`group.id`).
+    pub group: String,
+    /// The topic read (one topic per source: a lane is a partition).
+    pub topic: String,
+    /// The owner's epoch file, kept with the state that processes this member's
+    /// partitions (for a server, in its state directory): a partition that comes back
+    /// to this owner with nobody else having committed it since keeps its epoch
+    /// ([`crate::epoch`]). `None`: every assignment gets a new epoch.
+    pub epoch_file: Option<PathBuf>,
+    /// `session.timeout.ms`.
+    pub session_timeout: Duration,
+    /// `max.poll.interval.ms`: the source calls `poll` every cycle, also while paused.
+    pub max_poll_interval: Duration,
+    /// At most this many records are polled per duty cycle.
+    pub batch: usize,
+    /// How long the first `poll` of a cycle may wait for a record.
+    pub poll_timeout: Duration,
+    /// How long a synchronous commit or committed-offset fetch may take.
+    pub request_timeout: Duration,
+    /// Where a group without a committed offset starts: `earliest` (the default) or
+    /// `latest` (`auto.offset.reset`).
+    pub start_from: String,
+    /// More librdkafka properties, set last (they win).
+    pub properties: Vec<(String, String)>,
+}
+
+impl KafkaSourceConfig {
+    /// A configuration with the defaults: 10 s session timeout, 5 min max poll interval,
+    /// 500 records a cycle, reading from the earliest offset without a committed one.
+    pub fn new(name: &str, brokers: &str, group: &str, topic: &str) -> Self {
+        KafkaSourceConfig {
+            name: name.to_owned(),
+            brokers: brokers.to_owned(),
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            epoch_file: None,
+            session_timeout: Duration::from_secs(10),
+            max_poll_interval: Duration::from_secs(300),
+            batch: 500,
+            poll_timeout: Duration::from_millis(10),
+            request_timeout: Duration::from_secs(10),
+            start_from: "earliest".to_owned(),
+            properties: Vec::new(),
+        }
+    }
+
+    pub(super) fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", &self.group)
+            .set("client.id", &self.name)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", &self.start_from)
+            .set(
+                "session.timeout.ms",
+                self.session_timeout.as_millis().to_string(),
+            )
+            .set(
+                "max.poll.interval.ms",
+                self.max_poll_interval.as_millis().to_string(),
+            )
+            .set("enable.partition.eof", "false")
+            .set_log_level(RDKafkaLogLevel::Warning);
+        for (key, value) in &self.properties {
+            config.set(key, value);
+        }
+        config
+    }
+}
+
+/// Counters a test or the feed status reads while the source runs
+/// ([`KafkaSource::counters`](crate::KafkaSource::counters)).
+#[derive(Debug, Default)]
+pub struct SourceCounters {
+    /// Partitions assigned to this member (each assignment of each partition counts).
+    pub assigned: AtomicU64,
+    /// Partitions revoked from it.
+    pub revoked: AtomicU64,
+    /// Successful commits.
+    pub commits: AtomicU64,
+    /// Failed commits (kept and retried).
+    pub commit_failures: AtomicU64,
+    /// Times the assignment was paused behind a full feed.
+    pub pauses: AtomicU64,
+    /// Times it was resumed.
+    pub resumes: AtomicU64,
+    /// Records published into the feed.
+    pub published: AtomicU64,
+    /// Records dropped because their partition was revoked before they were published.
+    pub dropped_revoked: AtomicU64,
+}
+
+/// A snapshot of what the source holds per partition ([`KafkaSource::stats`](crate::KafkaSource::stats)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KafkaSourceStats {
+    /// Assigned partitions with their epoch (`None` until a record of it was read).
+    pub epochs: BTreeMap<i32, Option<Epoch>>,
+    /// The offsets committed by this member, per partition.
+    pub committed: BTreeMap<i32, i64>,
+    /// Acknowledged and not yet committed, per partition.
+    pub pending: BTreeMap<i32, i64>,
+    /// True while the assignment is paused behind a full feed.
+    pub paused: bool,
+}
