@@ -300,6 +300,7 @@ pub(crate) fn message_out(message: &mut String) -> MessageOut {
             // SAFETY: `context` is the `String` `message_out` was given, alive for the
             // call; `text` is borrowed for this call.
             let message = unsafe { &mut *(context as *mut String) };
+            // SAFETY: `text` points to its bytes for this call (the host's contract).
             message.push_str(&unsafe { text.as_str() });
         }));
     }

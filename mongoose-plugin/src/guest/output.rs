@@ -171,8 +171,10 @@ impl PluginOutput {
                 // SAFETY: `context` is the vector `saved_positions` passed, alive for
                 // the call; `consumer` is borrowed for this call.
                 let positions = unsafe { &mut *(context as *mut Vec<ConsumerPosition>) };
+                // SAFETY: `consumer` points to its bytes for this call (the host's contract).
+                let consumer = unsafe { consumer.as_str() }.into_owned();
                 positions.push(ConsumerPosition {
-                    consumer: unsafe { consumer.as_str() }.into_owned(),
+                    consumer,
                     saved: (saved != 0).then_some((Epoch(epoch), PositionValue { lane, offset })),
                 });
             }));

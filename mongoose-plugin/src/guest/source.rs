@@ -78,6 +78,7 @@ pub(super) unsafe extern "C" fn source_start(
 ) -> Status {
     // SAFETY: the host's contract (see `source`).
     guarded(error, || {
+        // SAFETY: a live handle of `source_create`, one call at a time (the host's contract).
         let handle = unsafe { source(handle) };
         let _forwarding = Forwarding::to(handle.host);
         let SourceStart {
@@ -136,6 +137,7 @@ pub(super) unsafe extern "C" fn source_do_work(
 pub(super) unsafe extern "C" fn source_stop(handle: *mut c_void, error: MessageOut) -> Status {
     // SAFETY: the host's contract (see `source`).
     guarded(error, || {
+        // SAFETY: a live handle of `source_create`, one call at a time (the host's contract).
         let handle = unsafe { source(handle) };
         let _forwarding = Forwarding::to(handle.host);
         handle.source.stop().map_err(core_message)
@@ -182,6 +184,7 @@ pub(super) unsafe extern "C" fn committer_acknowledged(
 pub(super) unsafe extern "C" fn committer_commit(handle: *mut c_void, error: MessageOut) -> Status {
     // SAFETY: the host's contract (see `committer`).
     guarded(error, || {
+        // SAFETY: a live handle of `source_start` (the host's contract).
         unsafe { committer(handle) }.commit().map_err(core_message)
     })
 }
@@ -189,6 +192,7 @@ pub(super) unsafe extern "C" fn committer_commit(handle: *mut c_void, error: Mes
 pub(super) unsafe extern "C" fn committer_commits_after_stop(handle: *mut c_void) -> u8 {
     // SAFETY: the host's contract (see `committer`).
     catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: a live handle of `source_start` (the host's contract).
         u8::from(unsafe { committer(handle) }.commits_after_stop())
     }))
     .unwrap_or(0)
