@@ -79,6 +79,7 @@
 
 pub mod agent;
 pub mod audit;
+pub mod context;
 mod delivery;
 pub mod dispatch;
 mod error;
