@@ -557,12 +557,37 @@ impl ProcessorHost {
 /// if it has one, in the thread; dropped (also by a panic that crosses the call), the
 /// capture goes back to its host and the processor current before is restored.
 struct CallScope<'h> {
-    /// The host's capture slot, while its capture is in the thread.
-    capture: Option<&'h mut Option<Box<ActiveCapture>>>,
-    /// The capture that was in the thread before the call's.
-    previous: Option<Box<ActiveCapture>>,
+    /// The call's capture while it is in the thread (`None`: not captured, the hot
+    /// path, which then has nothing to undo but the processor).
+    capture: Option<CaptureEntered<'h>>,
     /// Restores the previous processor when dropped, after the capture left.
     _current: engine::ProcessorScope,
+}
+
+/// A processor's capture moved into the thread for one call ([`CaptureEntered::leave`]
+/// takes it back).
+struct CaptureEntered<'h> {
+    /// The host's capture slot.
+    held: &'h mut Option<Box<ActiveCapture>>,
+    /// The capture that was in the thread before the call's.
+    previous: Option<Box<ActiveCapture>>,
+}
+
+impl CaptureEntered<'_> {
+    /// Takes the call's capture back into its host and restores what was in the
+    /// thread before (out of line: the hot path has no capture).
+    #[cold]
+    #[inline(never)]
+    fn leave(self) {
+        *self.held = routing::leave(self.previous);
+    }
+}
+
+impl Drop for CallScope<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.leave_capture();
+    }
 }
 
 impl<'h> CallScope<'h> {
@@ -571,34 +596,27 @@ impl<'h> CallScope<'h> {
     /// check.
     #[inline]
     fn enter(id: ProcessorId, capture: Option<&'h mut Option<Box<ActiveCapture>>>) -> Self {
-        let mut scope = CallScope {
-            capture: None,
-            previous: None,
-            _current: engine::processor_scope(Some(id)),
-        };
-        if let Some(held) = capture {
+        let current = engine::processor_scope(Some(id));
+        let capture = match capture {
             // read first: nothing is written when the processor is not captured
-            if let Some(entering) = held.take() {
-                scope.previous = routing::enter(entering);
-                scope.capture = Some(held);
+            Some(held) if held.is_some() => {
+                let previous = held.take().and_then(routing::enter);
+                Some(CaptureEntered { held, previous })
             }
+            _ => None,
+        };
+        CallScope {
+            capture,
+            _current: current,
         }
-        scope
     }
 
     /// Takes the call's capture back from the thread into its host.
     #[inline]
     fn leave_capture(&mut self) {
-        if let Some(held) = self.capture.take() {
-            *held = routing::leave(self.previous.take());
+        if let Some(entered) = self.capture.take() {
+            entered.leave();
         }
-    }
-}
-
-impl Drop for CallScope<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        self.leave_capture();
     }
 }
 

@@ -101,7 +101,8 @@ pub fn thread_token() -> u64 {
     })
 }
 
-/// Hands out slot and flag numbers: `next` is the first free one.
+/// Hands out slot numbers: `next` is the first free one.
+#[cold]
 fn assign(number: &AtomicUsize, next: &AtomicUsize, limit: usize, what: &str) -> usize {
     let candidate = next.fetch_add(1, Ordering::Relaxed);
     assert!(
@@ -228,8 +229,8 @@ impl<T: Default + 'static> Drop for SlotGuard<T> {
 /// read, no borrow): declared as a `static` by the crate that keeps it; `false` on
 /// every thread until set there.
 pub struct ContextFlag {
-    /// The flag's number + 1 (0: not used yet in this process).
-    number: AtomicUsize,
+    /// The flag's bit (0: not used yet in this process).
+    mask: AtomicU64,
 }
 
 impl fmt::Debug for ContextFlag {
@@ -248,18 +249,34 @@ impl ContextFlag {
     /// A flag (declare it as a `static`).
     pub const fn new() -> Self {
         ContextFlag {
-            number: AtomicUsize::new(0),
+            mask: AtomicU64::new(0),
         }
     }
 
     #[inline]
     fn mask(&self) -> u64 {
+        match self.mask.load(Ordering::Acquire) {
+            0 => self.assign_mask(),
+            mask => mask,
+        }
+    }
+
+    #[cold]
+    fn assign_mask(&self) -> u64 {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let number = match self.number.load(Ordering::Acquire) {
-            0 => assign(&self.number, &NEXT, MAX_CONTEXT_FLAGS, "context flags"),
-            assigned => assigned - 1,
-        };
-        1 << number
+        let number = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            number < MAX_CONTEXT_FLAGS,
+            "more than {MAX_CONTEXT_FLAGS} context flags in this process: raise the limit in mongoose-core's context"
+        );
+        // a racing first use keeps the winner's bit
+        match self
+            .mask
+            .compare_exchange(0, 1 << number, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => 1 << number,
+            Err(mask) => mask,
+        }
     }
 
     /// This thread's value.
