@@ -3,7 +3,7 @@
 //!
 //! A [`ProcessorHost`] owns one processor and every call made to it: its build, its
 //! `start` (with the admin commands and the services callback it registers there),
-//! the dispatch of an item to one of its handlers, its delivery-complete callbacks,
+//! the call of one of its handlers with an item, its delivery-complete callbacks,
 //! its timers, its services callback, its admin commands and its `stop`. Each call
 //! follows the same steps, written once (`ProcessorHost::call`):
 //!
@@ -98,7 +98,7 @@ pub trait FeedSubscriptions {
     fn subscribe(&mut self, feed: &str, handler: ErasedHandler) -> Result<(), ProcessorError>;
 }
 
-/// A handler call that failed ([`ProcessorHost::dispatch`]).
+/// A handler call that failed ([`ProcessorHost::call_handler`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HandlerFailure {
     /// The error's message, or `"panicked: <message>"`.
@@ -279,7 +279,7 @@ impl ProcessorHost {
     /// # Errors
     /// The handler's error or panic.
     #[inline]
-    pub fn dispatch(
+    pub fn call_handler(
         &mut self,
         offer: &dyn Offer,
         index: usize,

@@ -97,7 +97,7 @@ fn a_handler_that_panics_leaves_the_thread_context_as_it_was_before_the_call() {
         let before = DeliveryContext::current();
 
         let call = catch_unwind(AssertUnwindSafe(|| {
-            host.dispatch(&PanickingOffer, 0, "numbers", None)
+            host.call_handler(&PanickingOffer, 0, "numbers", None)
         }));
         // the handler's panic was contained or crossed the call: either way the
         // thread is as it was
