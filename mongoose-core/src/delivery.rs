@@ -428,7 +428,9 @@ pub mod engine {
         })
     }
 
-    /// Sets the processor being dispatched (or none); returns the previous one.
+    /// Sets the processor being dispatched (or none); returns the previous one. The
+    /// engine's code calls it only through [`processor_scope`], whose drop restores
+    /// the previous processor also when the call it covers panics: use that.
     pub fn set_current_processor(processor: Option<ProcessorId>) -> Option<ProcessorId> {
         with_state(|state| state.processor.replace(processor))
     }
