@@ -3,10 +3,10 @@
 //!
 //! A thread that runs an agent (a processor group, a source) or calls a processor
 //! carries ambient state: the agent's name ([`crate::agent`]), the audit hook
-//! ([`crate::audit`]), the delivery being processed and the processor being called
-//! ([`crate::DeliveryContext`], [`crate::engine`]), and what the crates above the core
-//! keep there for a group or a call (a group's link to the control plane, a captured
-//! processor's capture, a replay's clock tap). All of it is one context per thread, as
+//! ([`crate::audit`](mod@crate::audit)), the delivery being processed and the
+//! processor being called ([`crate::DeliveryContext`], [`crate::engine`]), and what
+//! the crates above the core keep there for a group or a call (a group's link to the
+//! control plane, a captured processor's capture, a replay's clock tap). All of it is one context per thread, as
 //! tokio keeps a runtime thread's state in one `CONTEXT`: each part is set by a guard
 //! that restores what was there before when it is dropped, so a panic that unwinds
 //! through a call cannot leave the thread half-configured.
