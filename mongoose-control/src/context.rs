@@ -5,9 +5,10 @@
 //! `start`, a handler, a timer or a service callback); elsewhere they do nothing and
 //! return `false` / `None`.
 
-use std::cell::RefCell;
+use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
+use mongoose_core::context::ContextSlot;
 use mongoose_core::engine;
 
 #[derive(Debug)]
@@ -29,29 +30,41 @@ struct ContextState {
     ops: Vec<TimerOp>,
 }
 
-thread_local! {
-    static CONTEXT: RefCell<Option<ContextState>> = const { RefCell::new(None) };
+/// The group's part of its thread's context.
+static GROUP: ContextSlot<Option<ContextState>> = ContextSlot::new();
+
+/// Installs the group context on the group's thread until the guard is dropped (the
+/// group's thread ends).
+pub(crate) fn install(group: &str) -> GroupGuard {
+    let previous = GROUP.replace(Some(ContextState {
+        group: group.to_owned(),
+        ops: Vec::new(),
+    }));
+    GroupGuard {
+        previous,
+        _thread_bound: PhantomData,
+    }
 }
 
-/// Installs the group context on the group's thread.
-pub(crate) fn install(group: &str) {
-    CONTEXT.with(|slot| {
-        *slot.borrow_mut() = Some(ContextState {
-            group: group.to_owned(),
-            ops: Vec::new(),
-        })
-    });
+/// The group context installed on its thread ([`install`]): removed when dropped,
+/// what was installed before restored.
+#[must_use = "the group context is removed as soon as the guard is dropped"]
+pub(crate) struct GroupGuard {
+    previous: Option<ContextState>,
+    _thread_bound: PhantomData<*const ()>,
 }
 
-/// Removes it when the group's thread ends.
-pub(crate) fn uninstall() {
-    CONTEXT.with(|slot| *slot.borrow_mut() = None);
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let installed = GROUP.replace(self.previous.take());
+        drop(installed);
+    }
 }
 
 /// Takes the timer requests made since the last call.
 pub(crate) fn take_ops(into: &mut Vec<TimerOp>) {
-    CONTEXT.with(|slot| {
-        if let Some(state) = slot.borrow_mut().as_mut() {
+    GROUP.with(|slot| {
+        if let Some(state) = slot.as_mut() {
             into.append(&mut state.ops);
         }
     });
@@ -61,7 +74,7 @@ fn push(op: impl FnOnce(u64) -> TimerOp) -> bool {
     let Some(owner) = engine::current_processor() else {
         return false;
     };
-    CONTEXT.with(|slot| match slot.borrow_mut().as_mut() {
+    GROUP.with(|slot| match slot.as_mut() {
         Some(state) => {
             state.ops.push(op(owner.0));
             true
@@ -85,5 +98,5 @@ pub fn cancel_timer(timer: u64) -> bool {
 
 /// The name of the group whose thread this is.
 pub fn group_name() -> Option<String> {
-    CONTEXT.with(|slot| slot.borrow().as_ref().map(|state| state.group.clone()))
+    GROUP.with(|slot| slot.as_ref().map(|state| state.group.clone()))
 }

@@ -94,11 +94,11 @@
 //! # Ok::<(), mongoose_control::ControlError>(())
 //! ```
 
-use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use mongoose_core::context::{ContextFlag, ContextSlot};
 use mongoose_core::{engine, FailureKind, ProcessorId};
 
 use crate::error::ControlError;
@@ -151,42 +151,53 @@ struct GroupLink {
     notes: Vec<Note>,
 }
 
-thread_local! {
-    static LINK: RefCell<Option<GroupLink>> = const { RefCell::new(None) };
-    /// True while `LINK` holds notes not yet reported (a cheap check per dispatch).
-    static NOTED: Cell<bool> = const { Cell::new(false) };
-    static INTERCEPTOR: RefCell<Option<Box<dyn ControlInterceptor>>> = const { RefCell::new(None) };
+/// The group's link, in its thread's context.
+static LINK: ContextSlot<Option<GroupLink>> = ContextSlot::new();
+/// True while `LINK` holds notes not yet reported (a cheap check per dispatch).
+static NOTED: ContextFlag = ContextFlag::new();
+/// The control interceptor of this thread (a replay's).
+static INTERCEPTOR: ContextSlot<Option<Box<dyn ControlInterceptor>>> = ContextSlot::new();
+
+/// Installs the group's link on its thread until the guard is dropped; `recording`
+/// when the group has a recorder (requests are then noted for it).
+pub(crate) fn install(plane: Option<Arc<Plane>>, recording: bool) -> LinkGuard {
+    let previous = LINK.replace(Some(GroupLink {
+        plane,
+        recording,
+        notes: Vec::new(),
+    }));
+    LinkGuard {
+        previous,
+        _thread_bound: PhantomData,
+    }
 }
 
-/// Installs the group's link on its thread; `recording` when the group has a recorder
-/// (requests are then noted for it).
-pub(crate) fn install(plane: Option<Arc<Plane>>, recording: bool) {
-    LINK.with(|link| {
-        *link.borrow_mut() = Some(GroupLink {
-            plane,
-            recording,
-            notes: Vec::new(),
-        })
-    });
+/// The group's link installed on its thread ([`install`]): removed when dropped (the
+/// group's thread ends), dropping the plane view it held and its notes not reported;
+/// what was installed before is restored.
+#[must_use = "the link is removed as soon as the guard is dropped"]
+pub(crate) struct LinkGuard {
+    previous: Option<GroupLink>,
+    _thread_bound: PhantomData<*const ()>,
 }
 
-/// Removes it when the group's thread ends (dropping the plane view it held).
-pub(crate) fn uninstall() {
-    let link = LINK.with(|link| link.borrow_mut().take());
-    NOTED.with(|noted| noted.set(false));
-    drop(link);
+impl Drop for LinkGuard {
+    fn drop(&mut self) {
+        let link = LINK.replace(self.previous.take());
+        NOTED.set(false);
+        drop(link);
+    }
 }
 
 /// Reports the requests noted since the last call to `recorder`, in order (with no
 /// recorder: forgets them).
 pub(crate) fn report_calls(recorder: Option<&mut (dyn GroupRecorder + 'static)>) {
-    if !NOTED.with(Cell::get) {
+    if !NOTED.get() {
         return;
     }
-    NOTED.with(|noted| noted.set(false));
+    NOTED.set(false);
     let notes = LINK.with(|link| {
-        link.borrow_mut()
-            .as_mut()
+        link.as_mut()
             .map(|link| std::mem::take(&mut link.notes))
             .unwrap_or_default()
     });
@@ -209,7 +220,7 @@ fn note(
     outcome: Result<(), String>,
 ) {
     LINK.with(|link| {
-        if let Some(link) = link.borrow_mut().as_mut() {
+        if let Some(link) = link.as_mut() {
             if link.recording {
                 link.notes.push(Note {
                     processor,
@@ -217,7 +228,7 @@ fn note(
                     args,
                     outcome,
                 });
-                NOTED.with(|noted| noted.set(true));
+                NOTED.set(true);
             }
         }
     });
@@ -231,11 +242,11 @@ fn note(
 pub(crate) fn set_control_interceptor(
     interceptor: Option<Box<dyn ControlInterceptor>>,
 ) -> Option<Box<dyn ControlInterceptor>> {
-    INTERCEPTOR.with(|slot| std::mem::replace(&mut *slot.borrow_mut(), interceptor))
+    INTERCEPTOR.replace(interceptor)
 }
 
 fn intercepted() -> bool {
-    INTERCEPTOR.with(|slot| slot.borrow().is_some())
+    INTERCEPTOR.with(|slot| slot.is_some())
 }
 
 /// The controller of the processor the group is calling on this thread, or `None`
@@ -243,8 +254,7 @@ fn intercepted() -> bool {
 pub fn controller() -> Option<Controller> {
     let processor = engine::current_processor()?;
     let plane = LINK.with(|link| {
-        link.borrow()
-            .as_ref()
+        link.as_ref()
             .and_then(|link| link.plane.as_ref().map(Arc::clone))
     });
     if plane.is_none() && !intercepted() {

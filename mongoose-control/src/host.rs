@@ -3,19 +3,24 @@
 //!
 //! A [`ProcessorHost`] owns one processor and every call made to it: its build, its
 //! `start` (with the admin commands and the services callback it registers there),
-//! the dispatch of an item to one of its handlers, its delivery-complete callbacks,
+//! the call of one of its handlers with an item, its delivery-complete callbacks,
 //! its timers, its services callback, its admin commands and its `stop`. Each call
-//! follows the same steps:
+//! follows the same steps, written once (`ProcessorHost::call`):
 //!
 //! 1. the processor becomes the thread's current processor (what
 //!    [`mongoose_core::engine::current_processor`], [`crate::controller::controller()`] and a
-//!    recorder's clock read);
+//!    recorder's clock read) and its capture, if it is captured, enters the thread;
 //! 2. the call is made with its failure contained: an error becomes its message, a
 //!    panic `"panicked: <message>"`;
-//! 3. the [`GroupRecorder`], if one is given, is told of the call, and the control
+//! 3. the capture leaves the thread;
+//! 4. the [`GroupRecorder`], if one is given, is told of the call, and the control
 //!    requests the processor made meanwhile are reported to it in position (or
 //!    forgotten, where a failed call's requests are not reproduced);
-//! 4. what was current before is restored.
+//! 5. what was current before is restored.
+//!
+//! Steps 1, 3 and 5 are one guard's: whatever ends the call, a panic that crosses it
+//! included, the capture goes back to its host and the thread's previous processor is
+//! current again.
 //!
 //! A group calls its processors only through their hosts; a replay
 //! (`mongoose-replay`) rebuilds a recorded processor in a host of its own
@@ -93,7 +98,7 @@ pub trait FeedSubscriptions {
     fn subscribe(&mut self, feed: &str, handler: ErasedHandler) -> Result<(), ProcessorError>;
 }
 
-/// A handler call that failed ([`ProcessorHost::dispatch`]).
+/// A handler call that failed ([`ProcessorHost::call_handler`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HandlerFailure {
     /// The error's message, or `"panicked: <message>"`.
@@ -201,9 +206,10 @@ impl ProcessorHost {
         let intercepting = interceptor.map(|interceptor| Intercepting {
             previous: controller::set_control_interceptor(Some(interceptor)),
         });
-        let previous = engine::set_current_processor(Some(id));
-        let built = catch_unwind(AssertUnwindSafe(supplier));
-        engine::set_current_processor(previous);
+        let built = {
+            let _call = CallScope::enter(id, None);
+            catch_unwind(AssertUnwindSafe(supplier))
+        };
         match built {
             Ok(processor) => Ok(ProcessorHost {
                 id,
@@ -234,30 +240,34 @@ impl ProcessorHost {
     pub fn start(
         &mut self,
         feeds: &mut dyn FeedSubscriptions,
-        mut recorder: Recording<'_>,
+        recorder: Recording<'_>,
     ) -> Result<(), String> {
         let mut backend = HostStart {
             feeds,
             services: None,
             commands: AdminCommands::default(),
         };
-        let started = {
-            let _current = engine::processor_scope(Some(self.id));
-            let processor = &mut self.processor;
-            contained(|| processor.start(&mut StartContext::new(&mut backend)))
-        };
+        let (name, type_name) = (self.name.as_str(), self.type_name);
+        let started = call(
+            self.id,
+            None,
+            recorder,
+            || contained(|| self.processor.start(&mut StartContext::new(&mut backend))),
+            // the control requests its start() made come before anything else it is
+            // given; a start that failed is not reproduced
+            |started, id, recorder| match started {
+                Ok(()) => {
+                    if let Some(recorder) = recorder {
+                        recorder.processor_built(id, name, type_name);
+                    }
+                    true
+                }
+                Err(_) => false,
+            },
+        );
         self.commands = backend.commands;
         self.services = backend.services;
-        if let Err(reason) = started {
-            controller::report_calls(None);
-            return Err(reason);
-        }
-        if let Some(recorder) = recorder.as_deref_mut() {
-            recorder.processor_built(self.id, &self.name, self.type_name);
-        }
-        // the control requests its start() made come before anything else it is given
-        controller::report_calls(recorder);
-        Ok(())
+        started
     }
 
     /// Calls subscriber `index` of `offer` (a handler of this processor, for an item
@@ -269,42 +279,44 @@ impl ProcessorHost {
     /// # Errors
     /// The handler's error or panic.
     #[inline]
-    pub fn dispatch(
+    pub fn call_handler(
         &mut self,
         offer: &dyn Offer,
         index: usize,
         feed: &str,
-        mut recorder: Recording<'_>,
+        recorder: Recording<'_>,
     ) -> Result<(), HandlerFailure> {
-        let previous = engine::set_current_processor(Some(self.id));
-        let entered = self.enter_capture();
         let processor = &mut *self.processor;
-        let result = match catch_unwind(AssertUnwindSafe(|| offer.call(index, processor))) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(HandlerFailure {
-                busy: error.is_busy(),
-                reason: error.message().to_owned(),
-            }),
-            Err(payload) => Err(HandlerFailure {
-                reason: format!("panicked: {}", panic_message(&*payload)),
-                busy: false,
-            }),
-        };
-        if result.as_ref().is_err_and(|failure| failure.busy) {
-            controller::report_calls(None);
-        } else {
-            if let Some(recorder) = recorder.as_deref_mut() {
-                let outcome = result
-                    .as_ref()
-                    .map(|_| ())
-                    .map_err(|failure| failure.reason.as_str());
-                recorder.dispatched(self.id, feed, offer.item(), outcome);
-            }
-            controller::report_calls(recorder);
-        }
-        self.leave_capture(entered);
-        engine::set_current_processor(previous);
-        result
+        call(
+            self.id,
+            Some(&mut self.capture),
+            recorder,
+            || match catch_unwind(AssertUnwindSafe(|| offer.call(index, processor))) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(HandlerFailure {
+                    busy: error.is_busy(),
+                    reason: error.message().to_owned(),
+                }),
+                Err(payload) => Err(HandlerFailure {
+                    reason: format!("panicked: {}", panic_message(&*payload)),
+                    busy: false,
+                }),
+            },
+            // a busy processor's call is not a processing of the item
+            |result, id, recorder| {
+                if result.as_ref().is_err_and(|failure| failure.busy) {
+                    return false;
+                }
+                if let Some(recorder) = recorder {
+                    let outcome = result
+                        .as_ref()
+                        .map(|_| ())
+                        .map_err(|failure| failure.reason.as_str());
+                    recorder.dispatched(id, feed, offer.item(), outcome);
+                }
+                true
+            },
+        )
     }
 
     /// Runs the delivery-complete callback `key` the processor registered during
@@ -317,37 +329,41 @@ impl ProcessorHost {
         &mut self,
         key: CompletionKey,
         delivery: &Delivery,
-        mut recorder: Recording<'_>,
+        recorder: Recording<'_>,
     ) -> Result<(), String> {
-        let previous = engine::set_current_processor(Some(self.id));
-        let entered = self.enter_capture();
         let processor = &mut *self.processor;
-        let result = contained(|| processor.on_delivery_complete(key, delivery));
-        self.leave_capture(entered);
-        if let Some(recorder) = recorder.as_deref_mut() {
-            recorder.completed(Some(self.id), key, as_outcome(&result));
-        }
-        controller::report_calls(recorder);
-        engine::set_current_processor(previous);
-        result
+        call(
+            self.id,
+            Some(&mut self.capture),
+            recorder,
+            || contained(|| processor.on_delivery_complete(key, delivery)),
+            |result, id, recorder| {
+                if let Some(recorder) = recorder {
+                    recorder.completed(Some(id), key, as_outcome(result));
+                }
+                true
+            },
+        )
     }
 
     /// Fires the processor's timer `timer` ([`GroupRecorder::timer_fired`]).
     ///
     /// # Errors
     /// `on_timer`'s error or panic, as text.
-    pub fn fire_timer(&mut self, timer: u64, mut recorder: Recording<'_>) -> Result<(), String> {
-        let previous = engine::set_current_processor(Some(self.id));
-        let entered = self.enter_capture();
+    pub fn fire_timer(&mut self, timer: u64, recorder: Recording<'_>) -> Result<(), String> {
         let processor = &mut *self.processor;
-        let result = contained(|| processor.on_timer(timer));
-        self.leave_capture(entered);
-        if let Some(recorder) = recorder.as_deref_mut() {
-            recorder.timer_fired(self.id, timer, as_outcome(&result));
-        }
-        controller::report_calls(recorder);
-        engine::set_current_processor(previous);
-        result
+        call(
+            self.id,
+            Some(&mut self.capture),
+            recorder,
+            || contained(|| processor.on_timer(timer)),
+            |result, id, recorder| {
+                if let Some(recorder) = recorder {
+                    recorder.timer_fired(id, timer, as_outcome(result));
+                }
+                true
+            },
+        )
     }
 
     /// Gives `event` to the processor's services callback (nothing happens, `Ok`, when
@@ -360,32 +376,35 @@ impl ProcessorHost {
     pub fn deliver_service(
         &mut self,
         event: &ServiceEvent,
-        mut recorder: Recording<'_>,
+        recorder: Recording<'_>,
     ) -> Result<(), String> {
-        let previous = engine::set_current_processor(Some(self.id));
-        let entered = self.enter_capture();
         let processor = &mut *self.processor;
         let handler = self.services.as_mut();
-        let result = contained(|| match handler {
-            Some(handler) => handler(processor, event),
-            None => Ok(()),
-        });
-        self.leave_capture(entered);
-        engine::set_current_processor(previous);
-        match &result {
-            Ok(()) => {
+        call(
+            self.id,
+            Some(&mut self.capture),
+            recorder,
+            || {
+                contained(|| match handler {
+                    Some(handler) => handler(processor, event),
+                    None => Ok(()),
+                })
+            },
+            // a callback that failed is not reproduced, nor are its requests
+            |result, id, recorder| {
+                if result.is_err() {
+                    return false;
+                }
                 let (version, registering) = match event {
                     ServiceEvent::Registered { version, .. } => (*version, true),
                     ServiceEvent::Deregistered { version, .. } => (*version, false),
                 };
-                if let Some(recorder) = recorder.as_deref_mut() {
-                    recorder.service_changed(self.id, event.name(), version, registering);
+                if let Some(recorder) = recorder {
+                    recorder.service_changed(id, event.name(), version, registering);
                 }
-                controller::report_calls(recorder);
-            }
-            Err(_) => controller::report_calls(None),
-        }
-        result
+                true
+            },
+        )
     }
 
     /// Runs the processor's admin command `command` with `args`
@@ -397,42 +416,41 @@ impl ProcessorHost {
         &mut self,
         command: &str,
         args: &[String],
-        mut recorder: Recording<'_>,
+        recorder: Recording<'_>,
     ) -> Result<Result<String, String>, String> {
-        let previous = engine::set_current_processor(Some(self.id));
-        let entered = self.enter_capture();
         let ProcessorHost {
+            id,
             processor,
             commands,
+            capture,
             ..
         } = self;
-        let ran: Result<Result<String, String>, String> =
-            match catch_unwind(AssertUnwindSafe(|| {
+        call(
+            *id,
+            Some(capture),
+            recorder,
+            || match catch_unwind(AssertUnwindSafe(|| {
                 commands.invoke(&mut **processor, command, args)
             })) {
                 Ok(Some(Ok(output))) => Ok(Ok(output)),
                 Ok(Some(Err(error))) => Ok(Err(error.message().to_owned())),
                 Ok(None) => Ok(Err(format!("no admin command '{command}'"))),
                 Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
-            };
-        self.leave_capture(entered);
-        if let Some(recorder) = recorder.as_deref_mut() {
-            let outcome = match &ran {
-                Ok(Ok(output)) => AdminOutcome::Output(output),
-                Ok(Err(error)) => AdminOutcome::Error(error),
-                Err(reason) => AdminOutcome::Panicked(reason),
-            };
-            recorder.admin_invoked(self.id, command, args, outcome);
-        }
-        // the control requests the command made follow its entry; a command that
-        // panicked is not reproduced, nor are its requests
-        if ran.is_ok() {
-            controller::report_calls(recorder);
-        } else {
-            controller::report_calls(None);
-        }
-        engine::set_current_processor(previous);
-        ran
+            },
+            // the control requests the command made follow its entry; a command that
+            // panicked is not reproduced, nor are its requests
+            |ran, id, recorder| {
+                if let Some(recorder) = recorder {
+                    let outcome = match ran {
+                        Ok(Ok(output)) => AdminOutcome::Output(output),
+                        Ok(Err(error)) => AdminOutcome::Error(error),
+                        Err(reason) => AdminOutcome::Panicked(reason),
+                    };
+                    recorder.admin_invoked(id, command, args, outcome);
+                }
+                ran.is_ok()
+            },
+        )
     }
 
     /// Stops the processor ([`GroupRecorder::stopped`]): `by_request` true for a stop
@@ -440,39 +458,35 @@ impl ProcessorHost {
     ///
     /// # Errors
     /// `stop`'s error or panic, as text.
-    pub fn stop(&mut self, by_request: bool, mut recorder: Recording<'_>) -> Result<(), String> {
-        let previous = engine::set_current_processor(Some(self.id));
+    pub fn stop(&mut self, by_request: bool, recorder: Recording<'_>) -> Result<(), String> {
         let processor = &mut *self.processor;
-        let result = contained(|| processor.stop());
-        if let Some(recorder) = recorder.as_deref_mut() {
-            recorder.stopped(self.id, by_request, as_outcome(&result));
-        }
-        controller::report_calls(recorder);
-        engine::set_current_processor(previous);
-        result
-    }
-
-    /// Moves the processor's capture, if it has one, into this thread for one call:
-    /// a processor that is not captured costs one `Option` check.
-    #[inline]
-    fn enter_capture(&mut self) -> Option<Option<Box<ActiveCapture>>> {
-        // read first: nothing is written when the processor is not captured
-        self.capture.as_ref()?;
-        self.capture.take().map(routing::enter)
-    }
-
-    /// Takes the call's capture back from the thread (see [`Self::enter_capture`]).
-    #[inline]
-    fn leave_capture(&mut self, entered: Option<Option<Box<ActiveCapture>>>) {
-        if let Some(previous) = entered {
-            self.capture = routing::leave(previous);
-        }
+        call(
+            self.id,
+            None,
+            recorder,
+            || contained(|| processor.stop()),
+            |result, id, recorder| {
+                if let Some(recorder) = recorder {
+                    recorder.stopped(id, by_request, as_outcome(result));
+                }
+                true
+            },
+        )
     }
 
     /// Installs a capture: the processor's later calls are recorded into it.
     pub(crate) fn install_capture(&mut self, capture: Box<ActiveCapture>) {
         debug_assert!(self.capture.is_none(), "one capture per processor");
         self.capture = Some(capture);
+    }
+
+    /// Installs a capture writing to `writer`, as an operator's capture start would
+    /// (without the open and the session's status): for tests of what a call leaves
+    /// on its thread. Only with the `testsuite` feature.
+    #[cfg(feature = "testsuite")]
+    pub fn capture_into(&mut self, writer: Box<dyn crate::capture::CaptureWriter>) {
+        let counters = std::sync::Arc::default();
+        self.install_capture(Box::new(ActiveCapture::new(writer, counters)));
     }
 
     /// Takes its capture off, without calling the processor.
@@ -536,6 +550,100 @@ impl ProcessorHost {
     pub fn into_processor(self) -> Box<dyn Processor> {
         self.processor
     }
+}
+
+/// The thread's context for one call into a processor (steps 1, 3 and 5 of the
+/// [module documentation](self)): entered with the processor current and its capture,
+/// if it has one, in the thread; dropped (also by a panic that crosses the call), the
+/// capture goes back to its host and the processor current before is restored.
+struct CallScope<'h> {
+    /// The call's capture while it is in the thread (`None`: not captured, the hot
+    /// path, which then has nothing to undo but the processor).
+    capture: Option<CaptureEntered<'h>>,
+    /// Restores the previous processor when dropped, after the capture left.
+    _current: engine::ProcessorScope,
+}
+
+/// A processor's capture moved into the thread for one call ([`CaptureEntered::leave`]
+/// takes it back).
+struct CaptureEntered<'h> {
+    /// The host's capture slot.
+    held: &'h mut Option<Box<ActiveCapture>>,
+    /// The capture that was in the thread before the call's.
+    previous: Option<Box<ActiveCapture>>,
+}
+
+impl CaptureEntered<'_> {
+    /// Takes the call's capture back into its host and restores what was in the
+    /// thread before (out of line: the hot path has no capture).
+    #[cold]
+    #[inline(never)]
+    fn leave(self) {
+        *self.held = routing::leave(self.previous);
+    }
+}
+
+impl Drop for CallScope<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.leave_capture();
+    }
+}
+
+impl<'h> CallScope<'h> {
+    /// Makes `id` current and moves the capture in `capture` (when given and
+    /// installed) into the thread: a processor that is not captured costs one `Option`
+    /// check.
+    #[inline]
+    fn enter(id: ProcessorId, capture: Option<&'h mut Option<Box<ActiveCapture>>>) -> Self {
+        let current = engine::processor_scope(Some(id));
+        let capture = match capture {
+            // read first: nothing is written when the processor is not captured
+            Some(held) if held.is_some() => {
+                let previous = held.take().and_then(routing::enter);
+                Some(CaptureEntered { held, previous })
+            }
+            _ => None,
+        };
+        CallScope {
+            capture,
+            _current: current,
+        }
+    }
+
+    /// Takes the call's capture back from the thread into its host.
+    #[inline]
+    fn leave_capture(&mut self) {
+        if let Some(entered) = self.capture.take() {
+            entered.leave();
+        }
+    }
+}
+
+/// The host's call protocol, the one place that runs it: enters the call's scope
+/// (processor `id` current, its capture from `capture` in the thread), makes the call
+/// (`run`, which contains its failure), takes the capture back, lets `tell` tell the
+/// recorder of the call's outcome, reports the control requests the call made to the
+/// recorder (or forgets them when `tell` returns `false`), and restores what was
+/// current before.
+#[inline]
+fn call<T>(
+    id: ProcessorId,
+    capture: Option<&mut Option<Box<ActiveCapture>>>,
+    mut recorder: Recording<'_>,
+    run: impl FnOnce() -> T,
+    tell: impl FnOnce(&T, ProcessorId, Option<&mut (dyn GroupRecorder + 'static)>) -> bool,
+) -> T {
+    let mut scope = CallScope::enter(id, capture);
+    let result = run();
+    scope.leave_capture();
+    if tell(&result, id, recorder.as_deref_mut()) {
+        controller::report_calls(recorder);
+    } else {
+        controller::report_calls(None);
+    }
+    drop(scope);
+    result
 }
 
 /// What a processor's `start` is given, as its host provides it: feeds go on to the

@@ -74,7 +74,11 @@ struct Group<'a> {
 impl Dispatcher<dyn Offer + '_> for Group<'_> {
     fn dispatch(&mut self, offer: &(dyn Offer + '_), _attempt: u32) -> DispatchOutcome {
         for index in 0..offer.len() {
-            if self.host.dispatch(offer, index, "numbers", None).is_err() {
+            if self
+                .host
+                .call_handler(offer, index, "numbers", None)
+                .is_err()
+            {
                 return DispatchOutcome::Failed {
                     processor: Some(offer.processor(index)),
                     retry: false,

@@ -15,12 +15,9 @@
 //! assert!(!agent::is_agent_thread());
 //! ```
 
-use std::cell::RefCell;
 use std::marker::PhantomData;
 
-thread_local! {
-    static AGENT_NAME: RefCell<Option<String>> = const { RefCell::new(None) };
-}
+use crate::context;
 
 /// Clears the agent mark of the thread that took it when dropped.
 #[derive(Debug)]
@@ -33,7 +30,7 @@ pub struct AgentThreadGuard {
 
 /// Marks the current thread as an agent thread named `name` until the guard drops.
 pub fn mark_current_thread(name: &str) -> AgentThreadGuard {
-    let previous = AGENT_NAME.with(|slot| slot.replace(Some(name.to_owned())));
+    let previous = context::with(|context| context.agent.replace(Some(name.to_owned())));
     AgentThreadGuard {
         previous,
         _not_send: PhantomData,
@@ -43,18 +40,18 @@ pub fn mark_current_thread(name: &str) -> AgentThreadGuard {
 impl Drop for AgentThreadGuard {
     fn drop(&mut self) {
         let previous = self.previous.take();
-        AGENT_NAME.with(|slot| *slot.borrow_mut() = previous);
+        context::with(|context| *context.agent.borrow_mut() = previous);
     }
 }
 
 /// True when the calling thread runs an agent (a processor group or a source).
 pub fn is_agent_thread() -> bool {
-    AGENT_NAME.with(|slot| slot.borrow().is_some())
+    context::with(|context| context.agent.borrow().is_some())
 }
 
 /// The name of the agent the calling thread runs, if it is an agent thread.
 pub fn current_agent_name() -> Option<String> {
-    AGENT_NAME.with(|slot| slot.borrow().clone())
+    context::with(|context| context.agent.borrow().clone())
 }
 
 #[cfg(test)]

@@ -28,7 +28,9 @@
 //! assert!(!audit::is_capturing()); // no group hosts it here
 //! ```
 
-use std::cell::Cell;
+use std::marker::PhantomData;
+
+use crate::context;
 
 /// What a host installs on its thread so a processor's audit records reach its
 /// capture: two plain functions (no allocation, no lock when nothing is captured).
@@ -40,30 +42,49 @@ pub struct AuditHook {
     pub record: fn(&[u8]) -> bool,
 }
 
-thread_local! {
-    static HOOK: Cell<Option<AuditHook>> = const { Cell::new(None) };
+/// Installs `hook` on this thread (a group's thread, for as long as it runs); returns
+/// what was installed before. `None` removes it. [`enter_hook`] restores what was
+/// installed before by itself.
+pub fn install_hook(hook: Option<AuditHook>) -> Option<AuditHook> {
+    context::with(|context| context.audit_hook.replace(hook))
 }
 
-/// Installs `hook` on this thread (a group's thread, for as long as it runs); returns
-/// what was installed before. `None` removes it.
-pub fn install_hook(hook: Option<AuditHook>) -> Option<AuditHook> {
-    HOOK.with(|slot| slot.replace(hook))
+/// Installs `hook` on this thread until the guard is dropped, which restores what
+/// was installed before (also when a panic unwinds through it).
+pub fn enter_hook(hook: AuditHook) -> HookGuard {
+    HookGuard {
+        previous: install_hook(Some(hook)),
+        _thread_bound: PhantomData,
+    }
+}
+
+/// An audit hook installed on this thread ([`enter_hook`]): what was installed before
+/// is restored when dropped. Not `Send`: the hook is the thread's.
+#[derive(Debug)]
+#[must_use = "the previous hook is restored as soon as the guard is dropped"]
+pub struct HookGuard {
+    previous: Option<AuditHook>,
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl Drop for HookGuard {
+    fn drop(&mut self) {
+        install_hook(self.previous.take());
+    }
 }
 
 /// True when the processor being called on this thread is captured: a record written
 /// now is kept.
 #[inline]
 pub fn is_capturing() -> bool {
-    HOOK.with(|slot| slot.get())
-        .is_some_and(|hook| (hook.capturing)())
+    context::with(|context| context.audit_hook.get()).is_some_and(|hook| (hook.capturing)())
 }
 
 /// Writes `bytes` as one audit record of the processor being called on this thread.
 /// Returns whether a capture took it (`false`: nobody captures this processor now).
 #[inline]
 pub fn record(bytes: &[u8]) -> bool {
-    HOOK.with(|slot| slot.get())
-        .is_some_and(|hook| (hook.record)(bytes))
+    context::with(|context| context.audit_hook.get()).is_some_and(|hook| (hook.record)(bytes))
 }
 
 /// Writes a formatted audit record (`format!` syntax) of the processor being called,

@@ -131,7 +131,8 @@ struct Registration {
     key: CompletionKey,
 }
 
-struct ContextState {
+/// The delivery part of the thread's context ([`crate::context`]).
+pub(crate) struct DeliveryState {
     active: Cell<bool>,
     feed: RefCell<Option<Arc<str>>>,
     sequence: Cell<u64>,
@@ -147,9 +148,10 @@ struct ContextState {
     refused: Cell<usize>,
 }
 
-thread_local! {
-    static CONTEXT: ContextState = const {
-        ContextState {
+impl DeliveryState {
+    /// No delivery, no processor.
+    pub(crate) const fn new() -> Self {
+        DeliveryState {
             active: Cell::new(false),
             feed: RefCell::new(None),
             sequence: Cell::new(0),
@@ -163,7 +165,13 @@ thread_local! {
             registered: Cell::new(0),
             refused: Cell::new(0),
         }
-    };
+    }
+}
+
+/// Calls `f` with this thread's delivery state.
+#[inline]
+fn with_state<R>(f: impl FnOnce(&DeliveryState) -> R) -> R {
+    crate::context::with(|context| f(&context.delivery))
 }
 
 /// The delivery being processed on this thread, if the item has a source position.
@@ -179,7 +187,7 @@ pub struct DeliveryContext {
 impl DeliveryContext {
     /// The current delivery, or `None` when this thread handles no positioned item.
     pub fn current() -> Option<Delivery> {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             if !state.active.get() {
                 return None;
             }
@@ -205,7 +213,7 @@ impl DeliveryContext {
     /// assert_eq!(DeliveryContext::with_current(|delivery| delivery.sequence), None);
     /// ```
     pub fn with_current<R>(f: impl FnOnce(DeliveryRef<'_>) -> R) -> Option<R> {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             if !state.active.get() {
                 return None;
             }
@@ -223,7 +231,7 @@ impl DeliveryContext {
 
     /// The current position only, without touching the feed name.
     pub fn current_position() -> Option<(Epoch, PositionValue)> {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             state
                 .active
                 .get()
@@ -233,7 +241,7 @@ impl DeliveryContext {
 
     /// True while this thread handles a positioned item.
     pub fn is_active() -> bool {
-        CONTEXT.with(|state| state.active.get())
+        with_state(|state| state.active.get())
     }
 
     /// Asks for [`crate::Processor::on_delivery_complete`] with `key` once the current
@@ -247,7 +255,7 @@ impl DeliveryContext {
     /// the same processor while pending is kept once; a pending key registered with no
     /// current processor is claimed by the first processor that registers it again.
     pub fn on_complete(key: CompletionKey) -> bool {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             if !state.active.get() {
                 return false;
             }
@@ -279,7 +287,7 @@ impl DeliveryContext {
 }
 
 #[inline]
-fn clear_registrations(state: &ContextState) {
+fn clear_registrations(state: &DeliveryState) {
     if state.any_registration.get() {
         state.registrations.borrow_mut().clear();
         state.any_registration.set(false);
@@ -327,7 +335,7 @@ pub mod engine {
     impl Drop for ProcessorScope {
         #[inline]
         fn drop(&mut self) {
-            CONTEXT.with(|state| state.processor.set(self.previous));
+            with_state(|state| state.processor.set(self.previous));
         }
     }
 
@@ -374,7 +382,7 @@ pub mod engine {
         position: PositionValue,
         attempt: u32,
     ) -> Entered {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             {
                 let mut current = state.feed.borrow_mut();
                 let same = current.as_ref().is_some_and(|held| Arc::ptr_eq(held, feed));
@@ -407,27 +415,29 @@ pub mod engine {
 
     /// Updates the attempt count of the current delivery (a retry).
     pub fn set_attempt(attempt: u32) {
-        CONTEXT.with(|state| state.attempt.set(attempt))
+        with_state(|state| state.attempt.set(attempt))
     }
 
     /// Leaves the delivery: the context is cleared and pending completions that did not
     /// run are discarded (a delivery that ends without completing runs none).
     #[inline]
     fn exit() {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             state.active.set(false);
             clear_registrations(state);
         })
     }
 
-    /// Sets the processor being dispatched (or none); returns the previous one.
+    /// Sets the processor being dispatched (or none); returns the previous one. The
+    /// engine's code calls it only through [`processor_scope`], whose drop restores
+    /// the previous processor also when the call it covers panics: use that.
     pub fn set_current_processor(processor: Option<ProcessorId>) -> Option<ProcessorId> {
-        CONTEXT.with(|state| state.processor.replace(processor))
+        with_state(|state| state.processor.replace(processor))
     }
 
     /// The processor being dispatched, if any.
     pub fn current_processor() -> Option<ProcessorId> {
-        CONTEXT.with(|state| state.processor.get())
+        with_state(|state| state.processor.get())
     }
 
     /// Takes the next completion to run, in registration order, including completions
@@ -436,7 +446,7 @@ pub mod engine {
     /// registering itself meets [`MAX_COMPLETIONS_PER_DELIVERY`] instead of spinning.
     #[inline]
     pub fn take_next_completion() -> Option<PendingCompletion> {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             if !state.any_registration.get() {
                 return None;
             }
@@ -456,7 +466,7 @@ pub mod engine {
 
     /// Number of completions registered and not yet run.
     pub fn pending_completions() -> usize {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             state
                 .registrations
                 .borrow()
@@ -467,14 +477,14 @@ pub mod engine {
 
     /// Registrations refused by the per-delivery cap on this thread so far.
     pub fn refused_registrations() -> usize {
-        CONTEXT.with(|state| state.refused.get())
+        with_state(|state| state.refused.get())
     }
 
     /// Discards the pending completions a failed dispatch leaves behind: those of the
     /// failing processor and those registered with no current processor; all of them
     /// when the failing processor is not known.
     pub fn discard_completions_of(failing: Option<ProcessorId>) {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             let ran = state.ran.get();
             let mut registrations = state.registrations.borrow_mut();
             let mut index = 0;
@@ -492,7 +502,7 @@ pub mod engine {
     /// Moves the pending completions out of the context, to resume them on a later
     /// duty cycle (a completion that failed and waits for its retry).
     pub fn save_completions(into: &mut SavedCompletions) {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             into.registrations.clear();
             into.registrations.extend(
                 state
@@ -508,7 +518,7 @@ pub mod engine {
 
     /// Puts saved completions back after [`enter`] for the retry.
     pub fn restore_completions(from: &mut SavedCompletions) {
-        CONTEXT.with(|state| {
+        with_state(|state| {
             let mut registrations = state.registrations.borrow_mut();
             registrations.clear();
             registrations.extend(

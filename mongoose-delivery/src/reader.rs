@@ -416,7 +416,6 @@ fn deliver<T>(
         let Some(completion) = next else {
             return true;
         };
-        let previous = engine::set_current_processor(completion.owner);
         let current = Delivery::new(
             Arc::clone(feed),
             sequence,
@@ -424,8 +423,10 @@ fn deliver<T>(
             position,
             progress.attempt,
         );
-        let result = dispatcher.complete(completion, &current);
-        engine::set_current_processor(previous);
+        let result = {
+            let _owner = engine::processor_scope(completion.owner);
+            dispatcher.complete(completion, &current)
+        };
         match result {
             Ok(()) => progress.completion_retries = 0,
             Err(failure) => {

@@ -59,7 +59,7 @@ impl<T: 'static> ReplayRoute for TypedRoute<T> {
                 std::any::type_name::<T>()
             ));
         };
-        host.dispatch(&self.subscribers.offer(item), 0, route, None)
+        host.call_handler(&self.subscribers.offer(item), 0, route, None)
             .map_err(|failure| failure.reason)
     }
 }

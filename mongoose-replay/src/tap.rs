@@ -9,12 +9,12 @@
 //! replay the clock returns the entry's recorded readings, in order, and outputs are
 //! captured, not delivered.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use mongoose_core::context::ContextSlot;
 use mongoose_core::engine;
 use mongoose_core::ProcessorId;
 use parking_lot::Mutex;
@@ -41,14 +41,12 @@ enum Tap {
     Replay(ReplayPin),
 }
 
-thread_local! {
-    static TAP: RefCell<Option<Tap>> = const { RefCell::new(None) };
-}
+/// The replay's part of the thread's context: what its clocks and sinks do here.
+static TAP: ContextSlot<Option<Tap>> = ContextSlot::new();
 
 /// Installs a record tap on this thread (a recorder's group thread), if none is.
 pub(crate) fn install_record() {
     TAP.with(|tap| {
-        let mut tap = tap.borrow_mut();
         if tap.is_none() {
             *tap = Some(Tap::Record(RecordTap::default()));
         }
@@ -58,7 +56,7 @@ pub(crate) fn install_record() {
 /// Takes what was recorded since the last call.
 pub(crate) fn take_recorded(into: &mut RecordTap) {
     TAP.with(|tap| {
-        if let Some(Tap::Record(recorded)) = tap.borrow_mut().as_mut() {
+        if let Some(Tap::Record(recorded)) = tap.as_mut() {
             into.readings.append(&mut recorded.readings);
             into.outputs.append(&mut recorded.outputs);
         }
@@ -67,13 +65,13 @@ pub(crate) fn take_recorded(into: &mut RecordTap) {
 
 /// Removes the tap from this thread.
 pub(crate) fn uninstall() {
-    TAP.with(|tap| *tap.borrow_mut() = None);
+    TAP.with(|tap| *tap = None);
 }
 
 /// Pins this thread's clocks to `readings` for one replayed entry.
 pub(crate) fn pin(readings: &[i64]) {
     TAP.with(|tap| {
-        *tap.borrow_mut() = Some(Tap::Replay(ReplayPin {
+        *tap = Some(Tap::Replay(ReplayPin {
             readings: readings.iter().copied().collect(),
             extra: 0,
             outputs: Vec::new(),
@@ -83,7 +81,7 @@ pub(crate) fn pin(readings: &[i64]) {
 
 /// Ends the pin of one replayed entry: what it left.
 pub(crate) fn unpin() -> ReplayPin {
-    TAP.with(|tap| match tap.borrow_mut().take() {
+    TAP.with(|tap| match tap.take() {
         Some(Tap::Replay(pin)) => pin,
         _ => ReplayPin::default(),
     })
@@ -134,7 +132,7 @@ impl Clock {
     /// The time. In a replayed entry: the next recorded reading (the live source once
     /// they are used up, which stops the replay with "clock divergence").
     pub fn now(&self) -> i64 {
-        let pinned = TAP.with(|tap| match tap.borrow_mut().as_mut() {
+        let pinned = TAP.with(|tap| match tap.as_mut() {
             Some(Tap::Replay(pin)) => match pin.readings.pop_front() {
                 Some(reading) => Some(Ok(reading)),
                 None => {
@@ -151,7 +149,7 @@ impl Clock {
         }
         let reading = (self.source)();
         TAP.with(|tap| {
-            if let Some(Tap::Record(recorded)) = tap.borrow_mut().as_mut() {
+            if let Some(Tap::Record(recorded)) = tap.as_mut() {
                 if let Some(processor) = engine::current_processor() {
                     recorded.readings.push((processor, reading));
                 }
@@ -214,7 +212,7 @@ impl OutputSink {
     /// Sends `message`.
     pub fn send(&self, message: impl AsRef<str>) {
         let message = message.as_ref();
-        let captured = TAP.with(|tap| match tap.borrow_mut().as_mut() {
+        let captured = TAP.with(|tap| match tap.as_mut() {
             Some(Tap::Replay(pin)) => {
                 pin.outputs.push(message.to_owned());
                 true

@@ -3,12 +3,12 @@
 //! audit hook find it. A processor that is not captured costs its host one `Option`
 //! check per call: no allocation, no lock, no thread-local access.
 
-use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mongoose_core::audit::AuditHook;
+use mongoose_core::context::ContextSlot;
 use parking_lot::Mutex;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -124,32 +124,34 @@ impl Visit for EventText<'_> {
     }
 }
 
-thread_local! {
-    /// The capture of the processor being called on this thread, if it is captured.
-    static CURRENT: RefCell<Option<Box<ActiveCapture>>> = const { RefCell::new(None) };
-}
+/// The capture of the processor being called on this thread, if it is captured (its
+/// part of the thread's context).
+static CURRENT: ContextSlot<Option<Box<ActiveCapture>>> = ContextSlot::new();
 
 /// Makes `capture` the current capture for a call; returns what was current.
 pub(crate) fn enter(capture: Box<ActiveCapture>) -> Option<Box<ActiveCapture>> {
-    CURRENT.with(|slot| slot.borrow_mut().replace(capture))
+    CURRENT.replace(Some(capture))
 }
 
 /// Ends a call: restores `previous` and returns the call's capture.
 pub(crate) fn leave(previous: Option<Box<ActiveCapture>>) -> Option<Box<ActiveCapture>> {
-    CURRENT.with(|slot| std::mem::replace(&mut *slot.borrow_mut(), previous))
+    CURRENT.replace(previous)
 }
 
 fn capturing() -> bool {
-    CURRENT.with(|slot| slot.try_borrow().is_ok_and(|current| current.is_some()))
+    CURRENT
+        .try_with(|current| current.is_some())
+        .unwrap_or(false)
 }
 
 fn record(bytes: &[u8]) -> bool {
-    CURRENT.with(|slot| match slot.try_borrow_mut() {
-        Ok(mut current) => current
-            .as_mut()
-            .is_some_and(|capture| capture.write_record(bytes)),
-        Err(_) => false,
-    })
+    CURRENT
+        .try_with(|current| {
+            current
+                .as_mut()
+                .is_some_and(|capture| capture.write_record(bytes))
+        })
+        .unwrap_or(false)
 }
 
 /// The hook a group installs on its thread ([`mongoose_core::audit::install_hook`]).
@@ -165,12 +167,10 @@ pub struct CaptureLayer;
 
 impl<S: Subscriber> Layer<S> for CaptureLayer {
     fn on_event(&self, event: &Event<'_>, _context: Context<'_, S>) {
-        CURRENT.with(|slot| {
-            // a writer that logs while it writes does not capture itself
-            if let Ok(mut current) = slot.try_borrow_mut() {
-                if let Some(capture) = current.as_mut() {
-                    capture.write_event(event);
-                }
+        // a writer that logs while it writes does not capture itself
+        CURRENT.try_with(|current| {
+            if let Some(capture) = current.as_mut() {
+                capture.write_event(event);
             }
         });
     }

@@ -45,9 +45,9 @@ impl GroupDispatcher<'_> {
                 continue;
             }
             let id = ProcessorId(generation);
-            let result = slot
-                .host
-                .dispatch(offer, index, self.feed, self.recorder.as_deref_mut());
+            let result =
+                slot.host
+                    .call_handler(offer, index, self.feed, self.recorder.as_deref_mut());
             let Err(failure) = result else {
                 self.handled.push(generation);
                 continue;

@@ -86,11 +86,13 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
             tracing::warn!(group = %shared.name, core, "could not pin the group's thread to the core");
         }
     }
-    let guard = agent::mark_current_thread(&shared.name);
-    context::install(&shared.name);
+    // the group's part of its thread's context, each restored by its guard when the
+    // thread ends
+    let agent = agent::mark_current_thread(&shared.name);
+    let group = context::install(&shared.name);
     // a processor's audit records reach its capture while the group calls it
-    let previous_hook = mongoose_core::audit::install_hook(Some(crate::capture::routing::HOOK));
-    controller::install(seed.plane, seed.recorder.is_some());
+    let hook = mongoose_core::audit::enter_hook(crate::capture::routing::HOOK);
+    let link = controller::install(seed.plane, seed.recorder.is_some());
     let mut idler = Idler::new(seed.idle);
     let mut runtime = Runtime {
         shared: Arc::clone(&shared),
@@ -133,10 +135,10 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
             }
         }
     }
-    context::uninstall();
-    controller::uninstall();
-    mongoose_core::audit::install_hook(previous_hook);
-    drop(guard);
+    drop(group);
+    drop(link);
+    drop(hook);
+    drop(agent);
     *shared.finished.lock() = true;
     shared.finished_signal.notify_all();
 }

@@ -21,6 +21,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use mongoose_core::context::thread_token;
 use mongoose_core::{
     BatchEnd, CoreError, Epoch, Position, PublishRefused, SourceCommitter, SourceOutput,
     SourceStart, SourceState, TryPublish,
@@ -118,14 +119,6 @@ impl<T, P: Position> std::fmt::Debug for Publisher<T, P> {
             .field("feed", &self.name)
             .finish()
     }
-}
-
-fn thread_token() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! {
-        static TOKEN: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    TOKEN.with(|token| *token)
 }
 
 /// Clears the commit reservation when the outer operation ends, even on a panic.
