@@ -209,8 +209,7 @@ fn classpath(root: &Path) -> Option<String> {
 
 /// A new KRaft cluster id: 16 random bytes in URL-safe base64 without padding.
 fn cluster_id() -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut bytes = [0u8; 16];
     if let Ok(mut random) = fs::File::open("/dev/urandom") {
         let _ = random.read_exact(&mut bytes);
@@ -234,12 +233,7 @@ fn cluster_id() -> String {
 /// `port`.
 fn server_properties(root: &Path, node: u16, nodes: u16, port: u16) -> String {
     let voters: Vec<String> = (1..=nodes)
-        .map(|voter| {
-            format!(
-                "{voter}@127.0.0.1:{}",
-                port + voter - 1 + CONTROLLER_OFFSET
-            )
-        })
+        .map(|voter| format!("{voter}@127.0.0.1:{}", port + voter - 1 + CONTROLLER_OFFSET))
         .collect();
     let client = address(port, node);
     let controller = format!("127.0.0.1:{}", port + node - 1 + CONTROLLER_OFFSET);
@@ -402,7 +396,9 @@ pub(crate) fn metadata_brokers(address: &str) -> Option<usize> {
     let address: SocketAddr = address.parse().ok()?;
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .set_write_timeout(Some(Duration::from_secs(2)))
+        .ok()?;
     // request header v1: api key 3 (Metadata), version 4, correlation id, client id;
     // body: an empty topic array, no auto-creation
     let mut request = Vec::new();
@@ -497,7 +493,10 @@ fn start(root: &Path, nodes: u16, port: u16) -> bool {
         return false;
     }
     if let Err(error) = fs::write(cluster_file(root), format!("{nodes} {port}\n")) {
-        eprintln!("xtask: cannot write {}: {error}", cluster_file(root).display());
+        eprintln!(
+            "xtask: cannot write {}: {error}",
+            cluster_file(root).display()
+        );
         return false;
     }
     let mut pids = Vec::new();
@@ -656,7 +655,8 @@ mod tests {
     fn three_nodes_form_one_quorum_on_consecutive_ports() {
         let properties = server_properties(Path::new("/r"), 2, 3, 19092);
         assert!(properties.contains("node.id=2\n"));
-        assert!(properties.contains("listeners=PLAINTEXT://127.0.0.1:19093,CONTROLLER://127.0.0.1:19193\n"));
+        assert!(properties
+            .contains("listeners=PLAINTEXT://127.0.0.1:19093,CONTROLLER://127.0.0.1:19193\n"));
         assert!(properties.contains(
             "controller.quorum.voters=1@127.0.0.1:19192,2@127.0.0.1:19193,3@127.0.0.1:19194\n"
         ));
@@ -666,9 +666,8 @@ mod tests {
 
     #[test]
     fn start_takes_brokers_1_or_3_and_a_port() {
-        let arguments = |text: &str| -> Vec<String> {
-            text.split_whitespace().map(str::to_owned).collect()
-        };
+        let arguments =
+            |text: &str| -> Vec<String> { text.split_whitespace().map(str::to_owned).collect() };
         assert_eq!(start_options(&[]), Some((1, 19092)));
         assert_eq!(
             start_options(&arguments("--brokers 3 --port 29092")),
