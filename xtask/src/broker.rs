@@ -308,7 +308,7 @@ fn format(root: &Path, classpath: &str, nodes: u16, port: u16) -> bool {
             .arg("-cp")
             .arg(classpath)
             .arg(log4j_option(root, node))
-            .args(["kafka.tools.StorageTool", "format", "-t", &id, "-c"])
+            .args(format_arguments(&id))
             .arg(dir.join("server.properties"))
             .stdin(Stdio::null())
             .stdout(log)
@@ -334,6 +334,17 @@ fn format(root: &Path, classpath: &str, nodes: u16, port: u16) -> bool {
         }
     }
     formatted
+}
+
+/// The storage tool's arguments before the configuration file's path.
+fn format_arguments(id: &str) -> [String; 4] {
+    [
+        "kafka.tools.StorageTool".to_owned(),
+        "format".to_owned(),
+        // `=`: an id may start with `-`, which would read as an option otherwise
+        format!("--cluster-id={id}"),
+        "-c".to_owned(),
+    ]
 }
 
 fn log4j_option(root: &Path, node: u16) -> String {
@@ -649,6 +660,13 @@ mod tests {
             .bytes()
             .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'));
         assert_ne!(id, cluster_id());
+    }
+
+    #[test]
+    fn a_cluster_id_starting_with_a_dash_is_not_read_as_an_option() {
+        let arguments = format_arguments("-Bcdefghijklmnopqrstuvw");
+        assert_eq!(arguments[2], "--cluster-id=-Bcdefghijklmnopqrstuvw");
+        assert!(!arguments.iter().any(|argument| argument == "-t"));
     }
 
     #[test]
