@@ -20,11 +20,14 @@ const RECORDS: usize = 3_000;
 fn brokers() -> Option<String> {
     let brokers =
         std::env::var("MONGOOSE_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned());
-    let reachable = std::net::TcpStream::connect_timeout(
-        &brokers.parse().expect("a socket address"),
-        Duration::from_secs(1),
-    )
-    .is_ok();
+    // a list of brokers (a three-node test broker) answers when one of them does
+    let reachable = brokers.split(',').any(|address| {
+        std::net::TcpStream::connect_timeout(
+            &address.trim().parse().expect("a socket address"),
+            Duration::from_secs(1),
+        )
+        .is_ok()
+    });
     if reachable {
         return Some(brokers);
     }
