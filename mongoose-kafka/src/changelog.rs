@@ -257,6 +257,10 @@ impl Changelog {
                 config.delivery_timeout.as_millis().to_string(),
             )
             .set("linger.ms", "2")
+            // a metadata request must not create the changelog topic: a broker with
+            // `auto.create.topics.enable` (Apache Kafka's default) would make it with its
+            // default partition count and not compacted, before `ensure_topic` can
+            .set("allow.auto.create.topics", "false")
             .set_log_level(RDKafkaLogLevel::Warning);
         for (key, value) in &config.properties {
             client.set(key, value);

@@ -29,9 +29,9 @@
 //! positions; nothing changes for one that does not).
 //!
 //! The broker keeps no epoch: the group's offset-commit metadata would be the natural
-//! place, but the test broker (tansu 0.6) accepts metadata and returns it empty, so the
-//! source writes `mongoose:1:<epoch hex>` there only as a hint for people reading the
-//! group's offsets.
+//! place, but the first test broker (tansu 0.6) accepted metadata and returned it empty,
+//! so the source writes `mongoose:1:<epoch hex>` there only as a hint for people reading
+//! the group's offsets (Apache Kafka, the test broker now, returns it).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;

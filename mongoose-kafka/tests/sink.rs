@@ -1,6 +1,8 @@
-//! The Kafka sink's outcomes against a real broker: a private tansu broker started by the
-//! test (so that stopping it disturbs no other test). Skipped with a message when the
-//! tansu binary is not installed, unless `MONGOOSE_REQUIRE_BROKER` is set.
+//! The Kafka sink's outcomes against a real broker (Apache Kafka): one test starts a
+//! private single-node broker from the jars `cargo xtask broker start` resolved (so
+//! that stopping it disturbs no other test), skipped with a message when they are not
+//! there unless `MONGOOSE_REQUIRE_BROKER` is set; the transactional tests use the test
+//! broker.
 //! delivery-uncertainty: published with evidence, not published, uncertain.
 
 mod common;
@@ -15,50 +17,110 @@ use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use mongoose_core::Epoch;
 use mongoose_kafka::{KafkaSink, KafkaSinkConfig};
 
-/// The tansu binary: `$MONGOOSE_TANSU`, else `$HOME/.cache/mongoose-tansu/bin/tansu`
-/// (where `cargo xtask broker start` installs it).
-fn tansu() -> Option<PathBuf> {
-    let binary = std::env::var_os("MONGOOSE_TANSU")
+/// The broker's classpath that `cargo xtask broker start` keeps in its cache folder
+/// (`$MONGOOSE_KAFKA_CACHE`, else `$HOME/.cache/mongoose-kafka`), when every jar is there.
+fn kafka_classpath() -> Option<String> {
+    let cache = std::env::var_os("MONGOOSE_KAFKA_CACHE")
         .map(PathBuf::from)
         .or_else(|| {
-            std::env::var_os("HOME")
-                .map(|home| PathBuf::from(home).join(".cache/mongoose-tansu/bin/tansu"))
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/mongoose-kafka"))
         })?;
-    binary.exists().then_some(binary)
+    let classpath = std::fs::read_to_string(cache.join("classpath.txt")).ok()?;
+    let classpath = classpath.trim().to_owned();
+    (!classpath.is_empty() && classpath.split(':').all(|jar| PathBuf::from(jar).exists()))
+        .then_some(classpath)
 }
 
-/// A broker of the test's own, killed (continued first) when dropped.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("address")
+        .port()
+}
+
+fn java() -> PathBuf {
+    std::env::var_os("JAVA_HOME").map_or_else(
+        || PathBuf::from("java"),
+        |home| PathBuf::from(home).join("bin").join("java"),
+    )
+}
+
+/// A single-node Kafka (broker and controller) of the test's own, in a temporary
+/// folder, killed (continued first) when dropped.
 struct PrivateBroker {
     child: Child,
     address: String,
+    _dir: tempfile::TempDir,
 }
 
 impl PrivateBroker {
-    fn start(binary: &PathBuf) -> PrivateBroker {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .expect("a free port")
-            .local_addr()
-            .expect("address")
-            .port();
-        let address = format!("127.0.0.1:{port}");
-        let url = format!("tcp://{address}");
-        let child = Command::new(binary)
+    fn start(classpath: &str) -> PrivateBroker {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let address = format!("127.0.0.1:{}", free_port());
+        let controller = format!("127.0.0.1:{}", free_port());
+        let properties = dir.path().join("server.properties");
+        std::fs::write(
+            &properties,
+            format!(
+                "process.roles=broker,controller\nnode.id=1\n\
+                 listeners=PLAINTEXT://{address},CONTROLLER://{controller}\n\
+                 advertised.listeners=PLAINTEXT://{address}\n\
+                 controller.listener.names=CONTROLLER\n\
+                 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
+                 controller.quorum.voters=1@{controller}\nlog.dirs={}\n\
+                 offsets.topic.replication.factor=1\ntransaction.state.log.replication.factor=1\n\
+                 transaction.state.log.min.isr=1\nnum.network.threads=1\nnum.io.threads=1\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .expect("write the broker's settings");
+        let log = std::fs::File::create(dir.path().join("broker.log")).expect("log");
+        let formatted = Command::new(java())
+            .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath])
             .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                "q1Sh-9_ISia_zwGINzRvyQ",
+                "-c",
             ])
-            .args(["--storage-engine", "memory://tansu/"])
+            .arg(&properties)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log.try_clone().expect("log"))
+            .status()
+            .expect("run Kafka's storage tool");
+        assert!(formatted.success(), "format the private broker's storage");
+        let child = Command::new(java())
+            .args([
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-cp",
+                classpath,
+                "kafka.Kafka",
+            ])
+            .arg(&properties)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
             .spawn()
-            .expect("start tansu");
-        let broker = PrivateBroker { child, address };
-        wait_for("the private broker to answer", 60, || {
-            std::net::TcpStream::connect(&broker.address).is_ok()
+            .expect("start the private broker");
+        let broker = PrivateBroker {
+            child,
+            address,
+            _dir: dir,
+        };
+        // answering a metadata request with itself as a broker: the quorum is ready
+        wait_for("the private broker to answer", 120, || {
+            use rdkafka::consumer::{BaseConsumer, Consumer};
+            let client: BaseConsumer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &broker.address)
+                .create()
+                .expect("client");
+            client
+                .fetch_metadata(None, Duration::from_secs(1))
+                .is_ok_and(|metadata| !metadata.brokers().is_empty())
         });
         broker
     }
@@ -95,14 +157,14 @@ fn output(position: u64, payload: Vec<u8>) -> Output {
 // back) is Uncertain, never "not published".
 #[test]
 fn the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering() {
-    let Some(binary) = tansu() else {
+    let Some(classpath) = kafka_classpath() else {
         if std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_some() {
-            panic!("tansu is not installed and MONGOOSE_REQUIRE_BROKER is set: run `cargo xtask broker start` (it installs tansu)");
+            panic!("Apache Kafka's jars are not resolved and MONGOOSE_REQUIRE_BROKER is set: run `cargo xtask broker start` (it resolves them)");
         }
-        common::skipped("SKIPPED the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering: tansu is not installed (`cargo xtask broker start` installs it)");
+        common::skipped("SKIPPED the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering: Apache Kafka's jars are not resolved (`cargo xtask broker start` resolves them)");
         return;
     };
-    let broker = PrivateBroker::start(&binary);
+    let broker = PrivateBroker::start(&classpath);
     let topic = unique("sink");
     create_topic(&broker.address, &topic, 1, &[]);
     let mut config = KafkaSinkConfig::new("alerts", &broker.address, &topic);
@@ -154,15 +216,54 @@ fn the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering() {
     drop(broker);
 }
 
-// The transactional sink against tansu 0.6, which has no EndTxn (the broker_probe example:
-// "EndTxnRequest (KIP-98) not supported by broker"): the records went out inside a
-// transaction that can be neither committed nor aborted, so a read_committed reader never
-// sees them and a read_uncommitted one does. The honest outcome is Uncertain, never
-// Published. (Against a broker with transactions, the same batch is Published.)
+/// The payloads of `topic`'s partition 0 that a `read_committed` consumer sees, read
+/// until `count` came (or 30 s passed) and then for one more second (nothing more may
+/// come).
+fn read_committed(brokers: &str, topic: &str, count: usize) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique("sink-tx-reader"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("consumer");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .expect("offset");
+    consumer.assign(&assignment).expect("assign");
+    let mut payloads = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut settle: Option<std::time::Instant> = None;
+    loop {
+        let now = std::time::Instant::now();
+        if settle.is_some_and(|until| now > until) || now > deadline {
+            return payloads;
+        }
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.expect("a record");
+            payloads
+                .push(String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned());
+        }
+        if payloads.len() >= count && settle.is_none() {
+            settle = Some(std::time::Instant::now() + Duration::from_secs(1));
+        }
+    }
+}
+
+// The transactional sink on a broker with transactions (Apache Kafka): a batch is
+// Published only once its transaction committed, each record with its place; a
+// `read_committed` reader sees exactly the committed records, and the next batch is a
+// new transaction (its record follows the first one's commit marker). Until issue 27
+// the test broker (tansu 0.6) had no EndTxn, and this test asserted the only honest
+// outcome there, Uncertain (a commit whose fate is unknown is never Published); that
+// broker no longer runs the tests.
 #[test]
-fn a_transactional_sink_on_a_broker_without_end_txn_reports_uncertain() {
+fn a_transactional_sink_publishes_a_batch_once_its_transaction_commits() {
     let Some(brokers) = common::broker_or_skip(
-        "a_transactional_sink_on_a_broker_without_end_txn_reports_uncertain",
+        "a_transactional_sink_publishes_a_batch_once_its_transaction_commits",
     ) else {
         return;
     };
@@ -174,25 +275,35 @@ fn a_transactional_sink_on_a_broker_without_end_txn_reports_uncertain() {
     let mut sink = KafkaSink::new(config).expect("sink");
     let mut outcomes = Vec::new();
     sink.publish(&[output(10, b"first".to_vec())], &mut outcomes);
-    assert!(
-        matches!(&outcomes[..], [SinkOutcome::Uncertain { evidence }] if evidence.contains("EndTxn")),
-        "{outcomes:?}"
+    assert_eq!(
+        outcomes,
+        vec![SinkOutcome::Published {
+            evidence: format!("{topic}/0@0")
+        }]
     );
+    outcomes.clear();
+    sink.publish(&[output(20, b"second".to_vec())], &mut outcomes);
+    assert_eq!(
+        outcomes,
+        vec![SinkOutcome::Published {
+            // offset 1 is the first transaction's commit marker
+            evidence: format!("{topic}/0@2")
+        }]
+    );
+    assert_eq!(read_committed(&brokers, &topic, 2), vec!["first", "second"]);
 }
 
 // Kafka's read-process-write: `publish_with_offsets` hands a consumer group's offsets to
-// the transaction (`send_offsets_to_transaction`) before committing it. On tansu 0.6
-// the offsets are taken and only the commit fails (no EndTxn), so the batch is
-// Uncertain with the commit named as the step whose fate is unknown, never "sending
-// the offsets" (which would mean the offsets never joined the transaction), and the
-// group's offsets stay where they were. What tansu cannot show: that a committed
-// transaction moves the group's offsets with its records.
+// the transaction (`send_offsets_to_transaction`) before committing it; once the commit
+// succeeds the batch is Published and the group's committed offset is the one the
+// transaction carried. (On tansu 0.6, which had no EndTxn, the test asserted the
+// commit's Uncertain outcome and the group's offsets left unmoved.)
 #[test]
-fn a_transactional_sink_send_offsets_to_transaction_then_reports_the_commit_uncertain() {
+fn a_transactional_sink_commits_the_group_offsets_with_its_records() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    let Some(brokers) = common::broker_or_skip(
-        "a_transactional_sink_send_offsets_to_transaction_then_reports_the_commit_uncertain",
-    ) else {
+    let Some(brokers) =
+        common::broker_or_skip("a_transactional_sink_commits_the_group_offsets_with_its_records")
+    else {
         return;
     };
     let input = unique("sink-tx-input");
@@ -213,6 +324,11 @@ fn a_transactional_sink_send_offsets_to_transaction_then_reports_the_commit_unce
     offsets
         .add_partition_offset(&input, 0, rdkafka::Offset::Offset(5))
         .expect("offset");
+    assert_eq!(
+        common::committed(&brokers, &group, &input, 1),
+        vec![-1],
+        "the group has committed nothing before the transaction"
+    );
 
     let mut config = KafkaSinkConfig::new("alerts", &brokers, &topic);
     config.delivery_timeout = Duration::from_secs(10);
@@ -225,17 +341,21 @@ fn a_transactional_sink_send_offsets_to_transaction_then_reports_the_commit_unce
         &metadata,
         &mut outcomes,
     );
-    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
-    for outcome in &outcomes {
-        assert!(
-            matches!(outcome, SinkOutcome::Uncertain { evidence }
-                if evidence.starts_with("committing the transaction") && evidence.contains("EndTxn")),
-            "the offsets joined the transaction and only its commit failed: {outcomes:?}"
-        );
-    }
+    assert_eq!(
+        outcomes,
+        vec![
+            SinkOutcome::Published {
+                evidence: format!("{topic}/0@0")
+            },
+            SinkOutcome::Published {
+                evidence: format!("{topic}/0@1")
+            },
+        ]
+    );
     assert_eq!(
         common::committed(&brokers, &group, &input, 1),
-        vec![-1],
-        "the offsets of a transaction never committed are not the group's"
+        vec![5],
+        "the committed transaction moved the group's offset with its records"
     );
+    assert_eq!(read_committed(&brokers, &topic, 2), vec!["first", "second"]);
 }

@@ -15,8 +15,9 @@
 //! batched) while the servers read, and the clock runs from the first record produced
 //! to the moment the group's committed offsets cover every record (each record
 //! applied, its change acknowledged by the changelog, its offset committed). The group
-//! forms first because tansu 0.6 cannot fetch from inside a record batch, which a
-//! consumer does when a rebalance moves a partition after its first commits.
+//! forms first because tansu 0.6, the first test broker, could not fetch from inside a
+//! record batch, which a consumer does when a rebalance moves a partition after its
+//! first commits (Apache Kafka, the test broker now, can; the order stays for now).
 //!
 //! Prints one line per run (with the rate from 10% to 90% committed, for the shape) and
 //! the medians. `--state local` runs the ledger with local state, `--state forward` the
@@ -220,8 +221,8 @@ idle_strategy = "sleeping-millis:1"
                             .find(|found| found.name() == group)
                             .map(|found| (found.state().to_owned(), found.members().len()))
                     });
-                // tansu 0.6 does not list groups: then a fixed wait (two session
-                // timeouts: every member joined and the rebalances are over)
+                // a broker that does not list groups (tansu 0.6 did not): then a fixed
+                // wait (two session timeouts: every member joined, the rebalances over)
                 if matches!(&members, Some((state, joined)) if state == "Stable" && *joined == *count)
                     || formed.elapsed() > Duration::from_secs(12)
                 {

@@ -1,65 +1,109 @@
-//! `cargo xtask broker start|stop|status`: the Kafka-protocol test broker (`tansu`) that
-//! the Kafka connector's tests run against.
+//! `cargo xtask broker start [--brokers 1|3] [--port P] | stop | status`: the Apache Kafka
+//! broker (4.x, KRaft mode, from its jars) that the Kafka connector's tests run against.
 //!
-//! * `start` installs tansu into its cache folder when it is missing (`cargo install
-//!   tansu --version 0.6.0 --locked --features dynostore --root CACHE`, several minutes
-//!   the first time),
-//!   starts `tansu broker` on 127.0.0.1:19092 with in-memory storage, in its own process
-//!   group in the background, with its pid in `target/tansu/broker.pid` and its output in
-//!   `target/tansu/broker.log`, and waits until the port answers. A broker already
-//!   running (the pid file's process alive) is left as it is; so is one this checkout
-//!   did not start that already answers on the port (the tests use it, `stop` leaves it).
-//! * `stop` sends SIGINT (tansu ignores SIGTERM), waits up to 10 s, then SIGKILL, and
-//!   removes the pid file.
-//! * `status` prints whether it runs; exits non-zero when it does not.
+//! * `start` asks Maven for the runtime classpath of the broker artifact that
+//!   `xtask/kafka/pom.xml` names (`mvn dependency:build-classpath` into a local repository
+//!   in the cache folder; about 45 s and 65 MB the first time, nothing at all later: the
+//!   classpath is kept beside a copy of the pom and reused while the pom is unchanged).
+//!   It then formats fresh KRaft storage for each node in `target/kafka/<node>/data`
+//!   (`kafka.tools.StorageTool format`, a new cluster id each start: the broker starts
+//!   empty, as the tests expect) and starts one combined broker+controller per node
+//!   (`java -cp ... kafka.Kafka server.properties`, heap at most 512 MB) in its own
+//!   process group in the background: node 1 listens on 127.0.0.1:P (default 19092),
+//!   nodes 2 and 3 on P+1 and P+2, their controllers on P+100.. (a static quorum of every
+//!   node). Each node's output goes to `target/kafka/<node>/broker.log`, its pid to
+//!   `target/kafka/<node>/broker.pid`. It waits until every node answers a Kafka
+//!   Metadata request listing all the nodes (a TCP connect is not enough: the node
+//!   accepts before the quorum has a leader), and fails with the log's tail when one
+//!   does not within 120 s. A broker already running (a live pid file) is left as it is;
+//!   so is one this checkout did not start that already answers on the port (the tests
+//!   use it, `stop` leaves it).
+//! * `stop` sends SIGTERM to every node, waits up to 20 s, then SIGKILL, and removes the
+//!   pid files (the storage is formatted anew by the next `start`).
+//! * `status` prints whether each node runs and answers; exits non-zero when one does
+//!   not.
 //!
-//! The cache folder is `$MONGOOSE_TANSU_ROOT`, else `$HOME/.cache/mongoose-tansu`; the
-//! binary is `bin/tansu` in it (`$MONGOOSE_TANSU` names another binary).
+//! The cache folder is `$MONGOOSE_KAFKA_CACHE`, else `$HOME/.cache/mongoose-kafka`: the
+//! Maven repository in `m2/`, the classpath in `classpath.txt` (tests that start a broker
+//! of their own read it). Java is `$JAVA_HOME/bin/java`, else `java` (17 or newer).
 
 use std::fs;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The tansu release the tests were written against (its gaps are listed in the
-/// mongoose-kafka crate's documentation); a newer one may close them and change what
-/// the tests see.
-const TANSU_VERSION: &str = "0.6.0";
+/// The client port of node 1 (node n listens on this + n - 1).
+const FIRST_PORT: u16 = 19092;
 
-/// The address the broker listens on and advertises.
-pub(crate) const BROKER_ADDRESS: &str = "127.0.0.1:19092";
+/// A node's controller port is its client port plus this.
+const CONTROLLER_OFFSET: u16 = 100;
+
+/// The JVM options of a broker node: a small heap (2 cores and the tests share the
+/// machine) and the serial collector (fewer threads).
+const BROKER_JVM: &[&str] = &["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC"];
+
+/// The JVM options of the storage tool, a short-lived process: the quick compiler only.
+const TOOL_JVM: &[&str] = &["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"];
+
+/// How long `start` waits for every node to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The logging of a node: INFO from the broker itself, warnings from the libraries.
+const LOG4J2: &str = "status = error
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+logger.state.name = state.change.logger
+logger.state.level = WARN
+";
 
 fn cache_root() -> PathBuf {
-    if let Some(root) = std::env::var_os("MONGOOSE_TANSU_ROOT") {
+    if let Some(root) = std::env::var_os("MONGOOSE_KAFKA_CACHE") {
         return PathBuf::from(root);
     }
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
-    home.join(".cache").join("mongoose-tansu")
+    home.join(".cache").join("mongoose-kafka")
 }
 
-fn tansu_binary() -> PathBuf {
-    std::env::var_os("MONGOOSE_TANSU")
-        .map_or_else(|| cache_root().join("bin").join("tansu"), PathBuf::from)
+fn java() -> PathBuf {
+    std::env::var_os("JAVA_HOME").map_or_else(
+        || PathBuf::from("java"),
+        |home| PathBuf::from(home).join("bin").join("java"),
+    )
 }
 
 fn state_dir(root: &Path) -> PathBuf {
-    root.join("target").join("tansu")
+    root.join("target").join("kafka")
 }
 
-fn pid_file(root: &Path) -> PathBuf {
-    state_dir(root).join("broker.pid")
+fn node_dir(root: &Path, node: u16) -> PathBuf {
+    state_dir(root).join(node.to_string())
 }
 
-fn log_file(root: &Path) -> PathBuf {
-    state_dir(root).join("broker.log")
+fn pid_file(root: &Path, node: u16) -> PathBuf {
+    node_dir(root, node).join("broker.pid")
 }
 
-fn port_answers() -> bool {
-    let address: SocketAddr = BROKER_ADDRESS.parse().expect("a valid socket address");
-    TcpStream::connect_timeout(&address, Duration::from_millis(500)).is_ok()
+fn log_file(root: &Path, node: u16) -> PathBuf {
+    node_dir(root, node).join("broker.log")
+}
+
+/// The file naming the running cluster: its node count and first port.
+fn cluster_file(root: &Path) -> PathBuf {
+    state_dir(root).join("cluster")
+}
+
+/// The client address of `node` when node 1 listens on `port`.
+fn address(port: u16, node: u16) -> String {
+    format!("127.0.0.1:{}", port + node - 1)
 }
 
 fn alive(pid: i32) -> bool {
@@ -76,87 +120,259 @@ fn alive(pid: i32) -> bool {
 }
 
 fn signal(pid: i32, signal: i32) {
-    // SAFETY: sends a signal to the broker process we started; no memory is shared.
+    // SAFETY: sends a signal to a broker process this checkout started; no memory is shared.
     unsafe {
         libc::kill(pid, signal);
     }
 }
 
-fn running_pid(root: &Path) -> Option<i32> {
-    let text = fs::read_to_string(pid_file(root)).ok()?;
+fn running_pid(root: &Path, node: u16) -> Option<i32> {
+    let text = fs::read_to_string(pid_file(root, node)).ok()?;
     let pid: i32 = text.trim().parse().ok()?;
     alive(pid).then_some(pid)
 }
 
-fn log_tail(root: &Path) -> String {
+/// The (node count, first port) of the cluster `start` last wrote.
+fn cluster(root: &Path) -> Option<(u16, u16)> {
+    let text = fs::read_to_string(cluster_file(root)).ok()?;
+    let mut numbers = text.split_whitespace().map(str::parse::<u16>);
+    Some((numbers.next()?.ok()?, numbers.next()?.ok()?))
+}
+
+fn log_tail(root: &Path, node: u16) -> String {
     let mut text = String::new();
-    if let Ok(mut file) = fs::File::open(log_file(root)) {
+    if let Ok(mut file) = fs::File::open(log_file(root, node)) {
         let _ = file.read_to_string(&mut text);
     }
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
-/// Installs tansu into the cache folder unless the binary is there.
-fn ensure_installed() -> bool {
-    let binary = tansu_binary();
-    if binary.exists() {
-        return true;
-    }
-    let root = cache_root();
-    eprintln!(
-        "xtask: {} is missing: installing tansu into {} (several minutes the first time)",
-        binary.display(),
-        root.display()
-    );
-    let installed = crate::run(
-        Command::new(env!("CARGO"))
-            .args(["install", "tansu", "--version", TANSU_VERSION, "--locked"])
-            .args(["--features", "dynostore", "--root"])
-            .arg(&root),
-    );
-    installed && binary.exists()
-}
-
-fn start(root: &Path) -> bool {
-    if let Some(pid) = running_pid(root) {
-        eprintln!("xtask: the broker already runs (pid {pid}) on {BROKER_ADDRESS}");
-        return true;
-    }
-    if port_answers() {
-        // not ours (no pid file): used as it is, and `stop` leaves it running
-        eprintln!(
-            "xtask: a broker this checkout did not start already listens on {BROKER_ADDRESS}: the tests use it (stop it yourself to run them on a fresh one)"
-        );
-        return true;
-    }
-    if !ensure_installed() {
-        eprintln!("xtask: tansu could not be installed: see cargo's output above");
-        return false;
-    }
-    if let Err(error) = fs::create_dir_all(state_dir(root)) {
-        eprintln!(
-            "xtask: cannot create {}: {error}",
-            state_dir(root).display()
-        );
-        return false;
-    }
-    let log = match fs::File::create(log_file(root)) {
-        Ok(log) => log,
+/// The broker's runtime classpath, resolved with Maven the first time (and again when
+/// `xtask/kafka/pom.xml` changes), from the cache after that.
+fn classpath(root: &Path) -> Option<String> {
+    let cache = cache_root();
+    let pom = root.join("xtask").join("kafka").join("pom.xml");
+    let wanted = match fs::read(&pom) {
+        Ok(wanted) => wanted,
         Err(error) => {
-            eprintln!("xtask: cannot create {}: {error}", log_file(root).display());
-            return false;
+            eprintln!("xtask: cannot read {}: {error}", pom.display());
+            return None;
         }
     };
-    let Ok(log_err) = log.try_clone() else {
-        return false;
+    let saved = cache.join("classpath.txt");
+    let saved_pom = cache.join("pom.xml");
+    if fs::read(&saved_pom).ok().as_ref() == Some(&wanted) {
+        if let Ok(classpath) = fs::read_to_string(&saved) {
+            let classpath = classpath.trim().to_owned();
+            if !classpath.is_empty() && classpath.split(':').all(|jar| Path::new(jar).exists()) {
+                return Some(classpath);
+            }
+        }
+    }
+    if let Err(error) = fs::create_dir_all(&cache) {
+        eprintln!("xtask: cannot create {}: {error}", cache.display());
+        return None;
+    }
+    eprintln!(
+        "xtask: resolving Apache Kafka's jars with Maven into {} (about a minute and 65 MB the first time)",
+        cache.display()
+    );
+    let started = Instant::now();
+    let fresh = cache.join("classpath.txt.new");
+    let resolved = crate::run(
+        Command::new("mvn")
+            .args(["-B", "-q", "-Dstyle.color=never", "-f"])
+            .arg(&pom)
+            .arg(format!("-Dmaven.repo.local={}", cache.join("m2").display()))
+            .arg(format!("-Dmdep.outputFile={}", fresh.display()))
+            .args(["-Dmdep.includeScope=runtime", "dependency:build-classpath"]),
+    );
+    if !resolved {
+        eprintln!("xtask: Maven could not resolve {}", pom.display());
+        return None;
+    }
+    let classpath = fs::read_to_string(&fresh).ok()?.trim().to_owned();
+    if classpath.is_empty()
+        || fs::rename(&fresh, &saved).is_err()
+        || fs::write(&saved_pom, &wanted).is_err()
+    {
+        eprintln!("xtask: cannot keep the classpath in {}", saved.display());
+        return None;
+    }
+    eprintln!(
+        "xtask: Apache Kafka resolved in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Some(classpath)
+}
+
+/// A new KRaft cluster id: 16 random bytes in URL-safe base64 without padding.
+fn cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bytes = [0u8; 16];
+    if let Ok(mut random) = fs::File::open("/dev/urandom") {
+        let _ = random.read_exact(&mut bytes);
+    }
+    let bits = u128::from_be_bytes(bytes);
+    // 22 characters of 6 bits hold 132 bits: the 128 bits followed by 4 zero bits
+    let mut id = String::with_capacity(22);
+    for index in 0..22u32 {
+        let shift = 128i32 - 6 * (index as i32 + 1);
+        let sextet = if shift >= 0 {
+            (bits >> shift) & 0x3f
+        } else {
+            (bits << -shift) & 0x3f
+        };
+        id.push(ALPHABET[sextet as usize] as char);
+    }
+    id
+}
+
+/// The `server.properties` of `node` in a cluster of `nodes` whose node 1 listens on
+/// `port`.
+fn server_properties(root: &Path, node: u16, nodes: u16, port: u16) -> String {
+    let voters: Vec<String> = (1..=nodes)
+        .map(|voter| format!("{voter}@127.0.0.1:{}", port + voter - 1 + CONTROLLER_OFFSET))
+        .collect();
+    let client = address(port, node);
+    let controller = format!("127.0.0.1:{}", port + node - 1 + CONTROLLER_OFFSET);
+    let replicas = nodes.min(3);
+    let min_isr = nodes.min(2);
+    format!(
+        "# written by `cargo xtask broker start`: node {node} of {nodes}
+process.roles=broker,controller
+node.id={node}
+listeners=PLAINTEXT://{client},CONTROLLER://{controller}
+advertised.listeners=PLAINTEXT://{client}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+controller.quorum.voters={voters}
+log.dirs={data}
+# topics a client names before they exist are created, with one partition (tests that
+# need more create their topics first)
+auto.create.topics.enable=true
+num.partitions=1
+default.replication.factor={replicas}
+# the internal topics fit the node count; fewer partitions than the defaults (50) keep
+# the first group and the first transaction quick on 2 cores
+offsets.topic.replication.factor={replicas}
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor={replicas}
+transaction.state.log.min.isr={min_isr}
+transaction.state.log.num.partitions=10
+share.coordinator.state.topic.replication.factor={replicas}
+share.coordinator.state.topic.min.isr={min_isr}
+# a group rebalances as soon as a member joins; the tests use short session timeouts
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
+# few threads: 2 cores are shared by the nodes, the tests and the build
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+num.replica.fetchers=1
+num.recovery.threads.per.data.dir=1
+log.cleaner.threads=1
+",
+        voters = voters.join(","),
+        data = node_dir(root, node).join("data").display(),
+    )
+}
+
+/// Writes each node's configuration and formats its storage (the nodes in parallel).
+fn format(root: &Path, classpath: &str, nodes: u16, port: u16) -> bool {
+    let id = cluster_id();
+    let mut formatting: Vec<(u16, Child)> = Vec::new();
+    for node in 1..=nodes {
+        let dir = node_dir(root, node);
+        let _ = fs::remove_dir_all(&dir);
+        let written = fs::create_dir_all(&dir)
+            .and_then(|()| {
+                fs::write(
+                    dir.join("server.properties"),
+                    server_properties(root, node, nodes, port),
+                )
+            })
+            .and_then(|()| fs::write(dir.join("log4j2.properties"), LOG4J2));
+        let Some((log, log_err)) = written
+            .and_then(|()| fs::File::create(log_file(root, node)))
+            .and_then(|log| Ok((log.try_clone()?, log)))
+            .ok()
+        else {
+            eprintln!("xtask: cannot prepare {}", dir.display());
+            return false;
+        };
+        let child = Command::new(java())
+            .args(TOOL_JVM)
+            .arg("-cp")
+            .arg(classpath)
+            .arg(log4j_option(root, node))
+            .args(format_arguments(&id))
+            .arg(dir.join("server.properties"))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn();
+        match child {
+            Ok(child) => formatting.push((node, child)),
+            Err(error) => {
+                eprintln!("xtask: cannot start {}: {error}", java().display());
+                return false;
+            }
+        }
+    }
+    let mut formatted = true;
+    for (node, mut child) in formatting {
+        if !child.wait().is_ok_and(|status| status.success()) {
+            eprintln!(
+                "xtask: formatting node {node}'s storage failed ({}):\n{}",
+                log_file(root, node).display(),
+                log_tail(root, node)
+            );
+            formatted = false;
+        }
+    }
+    formatted
+}
+
+/// The storage tool's arguments before the configuration file's path.
+fn format_arguments(id: &str) -> [String; 4] {
+    [
+        "kafka.tools.StorageTool".to_owned(),
+        "format".to_owned(),
+        // `=`: an id may start with `-`, which would read as an option otherwise
+        format!("--cluster-id={id}"),
+        "-c".to_owned(),
+    ]
+}
+
+fn log4j_option(root: &Path, node: u16) -> String {
+    format!(
+        "-Dlog4j2.configurationFile={}",
+        node_dir(root, node).join("log4j2.properties").display()
+    )
+}
+
+/// Starts `node` in its own process group and writes its pid file.
+fn spawn_node(root: &Path, classpath: &str, node: u16) -> Option<i32> {
+    let Some((log, log_err)) = fs::OpenOptions::new()
+        .append(true)
+        .open(log_file(root, node))
+        .and_then(|log| Ok((log.try_clone()?, log)))
+        .ok()
+    else {
+        eprintln!("xtask: cannot open {}", log_file(root, node).display());
+        return None;
     };
-    let listener = format!("tcp://{BROKER_ADDRESS}");
-    let mut command = Command::new(tansu_binary());
+    let mut command = Command::new(java());
     command
-        .args(["broker", "--listener-url", &listener])
-        .args(["--advertised-listener-url", &listener])
-        .args(["--storage-engine", "memory://tansu/"])
+        .args(BROKER_JVM)
+        .arg("-cp")
+        .arg(classpath)
+        .arg(log4j_option(root, node))
+        .arg("kafka.Kafka")
+        .arg(node_dir(root, node).join("server.properties"))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err)
@@ -165,63 +381,196 @@ fn start(root: &Path) -> bool {
     let child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
-            eprintln!("xtask: cannot start {}: {error}", tansu_binary().display());
-            return false;
+            eprintln!("xtask: cannot start {}: {error}", java().display());
+            return None;
         }
     };
     let pid = child.id() as i32;
-    if let Err(error) = fs::write(pid_file(root), format!("{pid}\n")) {
-        eprintln!("xtask: cannot write the pid file: {error}");
-        signal(pid, libc::SIGKILL);
-        return false;
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !port_answers() {
-        if !alive(pid) || Instant::now() > deadline {
-            eprintln!(
-                "xtask: the broker did not answer on {BROKER_ADDRESS} (its log, {}):\n{}",
-                log_file(root).display(),
-                log_tail(root)
-            );
-            signal(pid, libc::SIGKILL);
-            let _ = fs::remove_file(pid_file(root));
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
     // the child is not waited for: it runs on after xtask exits (reparented to init)
     std::mem::forget(child);
+    if let Err(error) = fs::write(pid_file(root, node), format!("{pid}\n")) {
+        eprintln!("xtask: cannot write the pid file: {error}");
+        signal(pid, libc::SIGKILL);
+        return None;
+    }
+    Some(pid)
+}
+
+fn put_string(request: &mut Vec<u8>, text: &str) {
+    request.extend_from_slice(&(text.len() as i16).to_be_bytes());
+    request.extend_from_slice(text.as_bytes());
+}
+
+/// Sends a Kafka Metadata request (v4, no topics) to `address` and returns the number
+/// of brokers its answer lists, `None` when it does not answer one.
+pub(crate) fn metadata_brokers(address: &str) -> Option<usize> {
+    let address: SocketAddr = address.parse().ok()?;
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .set_write_timeout(Some(Duration::from_secs(2)))
+        .ok()?;
+    // request header v1: api key 3 (Metadata), version 4, correlation id, client id;
+    // body: an empty topic array, no auto-creation
+    let mut request = Vec::new();
+    request.extend_from_slice(&3i16.to_be_bytes());
+    request.extend_from_slice(&4i16.to_be_bytes());
+    request.extend_from_slice(&7i32.to_be_bytes());
+    put_string(&mut request, "xtask-broker");
+    request.extend_from_slice(&0i32.to_be_bytes());
+    request.push(0);
+    let mut framed = (request.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&request);
+    stream.write_all(&framed).ok()?;
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).ok()?;
+    let size = i32::from_be_bytes(size);
+    if !(12..1 << 20).contains(&size) {
+        return None;
+    }
+    let mut answer = vec![0u8; size as usize];
+    stream.read_exact(&mut answer).ok()?;
+    // response: correlation id, throttle time, then the broker array's length
+    let correlation = i32::from_be_bytes(answer[0..4].try_into().ok()?);
+    let brokers = i32::from_be_bytes(answer[8..12].try_into().ok()?);
+    (correlation == 7 && brokers >= 0).then_some(brokers as usize)
+}
+
+/// Waits until every node answers a Metadata request listing all `nodes`.
+fn wait_answering(root: &Path, nodes: u16, port: u16, pids: &[i32]) -> bool {
+    let deadline = Instant::now() + START_TIMEOUT;
+    for node in 1..=nodes {
+        let node_address = address(port, node);
+        while metadata_brokers(&node_address) != Some(usize::from(nodes)) {
+            let pid = pids[usize::from(node - 1)];
+            if !alive(pid) || Instant::now() > deadline {
+                eprintln!(
+                    "xtask: node {node} did not answer a Kafka Metadata request listing {nodes} broker(s) on {node_address} within {} s{} (its log, {}):\n{}",
+                    START_TIMEOUT.as_secs(),
+                    if alive(pid) { "" } else { ": it exited" },
+                    log_file(root, node).display(),
+                    log_tail(root, node)
+                );
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    true
+}
+
+fn start(root: &Path, nodes: u16, port: u16) -> bool {
+    if let Some((running, running_port)) = cluster(root) {
+        let pids: Vec<i32> = (1..=running)
+            .filter_map(|node| running_pid(root, node))
+            .collect();
+        if !pids.is_empty() {
+            eprintln!(
+                "xtask: the broker already runs ({running} node(s) from {}, pids {pids:?}){}",
+                address(running_port, 1),
+                if running == nodes && running_port == port {
+                    ""
+                } else {
+                    ": stop it first to start another shape"
+                }
+            );
+            return running == nodes && running_port == port;
+        }
+    }
+    let first = address(port, 1);
+    if metadata_brokers(&first).is_some() {
+        // not ours (no pid file): used as it is, and `stop` leaves it running
+        eprintln!(
+            "xtask: a broker this checkout did not start already answers on {first}: the tests use it (stop it yourself to run them on a fresh one)"
+        );
+        return true;
+    }
+    let started = Instant::now();
+    let Some(classpath) = classpath(root) else {
+        return false;
+    };
+    let resolved = started.elapsed();
+    if let Err(error) = fs::create_dir_all(state_dir(root)) {
+        eprintln!(
+            "xtask: cannot create {}: {error}",
+            state_dir(root).display()
+        );
+        return false;
+    }
+    for node in 1..=3 {
+        let _ = fs::remove_dir_all(node_dir(root, node));
+    }
+    if !format(root, &classpath, nodes, port) {
+        return false;
+    }
+    if let Err(error) = fs::write(cluster_file(root), format!("{nodes} {port}\n")) {
+        eprintln!(
+            "xtask: cannot write {}: {error}",
+            cluster_file(root).display()
+        );
+        return false;
+    }
+    let mut pids = Vec::new();
+    for node in 1..=nodes {
+        match spawn_node(root, &classpath, node) {
+            Some(pid) => pids.push(pid),
+            None => {
+                stop(root);
+                return false;
+            }
+        }
+    }
+    if !wait_answering(root, nodes, port, &pids) {
+        stop(root);
+        return false;
+    }
     eprintln!(
-        "xtask: broker started (pid {pid}) on {BROKER_ADDRESS}; log {}",
-        log_file(root).display()
+        "xtask: Apache Kafka started: {nodes} node(s) on {} (pids {pids:?}) in {:.1} s ({:.1} s of it resolving the jars); logs in {}/<node>/broker.log",
+        (1..=nodes)
+            .map(|node| address(port, node))
+            .collect::<Vec<_>>()
+            .join(","),
+        started.elapsed().as_secs_f64(),
+        resolved.as_secs_f64(),
+        state_dir(root).display()
     );
     true
 }
 
 fn stop(root: &Path) -> bool {
-    let Some(pid) = running_pid(root) else {
+    let nodes = cluster(root).map_or(3, |(nodes, _)| nodes);
+    let pids: Vec<(u16, i32)> = (1..=nodes)
+        .filter_map(|node| running_pid(root, node).map(|pid| (node, pid)))
+        .collect();
+    if pids.is_empty() {
         eprintln!(
-            "xtask: no broker runs (no live pid in {})",
-            pid_file(root).display()
+            "xtask: no broker runs (no live pid in {}/<node>/broker.pid)",
+            state_dir(root).display()
         );
-        let _ = fs::remove_file(pid_file(root));
-        return true;
-    };
-    // a stopped broker must be continued to act on a signal; tansu 0.6 stops on SIGINT
-    // (Ctrl-C) and ignores SIGTERM
-    signal(pid, libc::SIGCONT);
-    signal(pid, libc::SIGINT);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(pid) && Instant::now() < deadline {
-        reap(pid);
+    }
+    for &(_, pid) in &pids {
+        // a stopped node must be continued to act on a signal
+        signal(pid, libc::SIGCONT);
+        signal(pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pids.iter().any(|&(_, pid)| alive(pid)) && Instant::now() < deadline {
+        for &(_, pid) in &pids {
+            reap(pid);
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
-    if alive(pid) {
-        eprintln!("xtask: the broker (pid {pid}) did not stop on SIGINT in 10 s: SIGKILL");
-        signal(pid, libc::SIGKILL);
+    for &(node, pid) in &pids {
+        if alive(pid) {
+            eprintln!("xtask: node {node} (pid {pid}) did not stop on SIGTERM in 20 s: SIGKILL");
+            signal(pid, libc::SIGKILL);
+        }
+        eprintln!("xtask: node {node} stopped (pid {pid})");
     }
-    let _ = fs::remove_file(pid_file(root));
-    eprintln!("xtask: broker stopped (pid {pid})");
+    for node in 1..=nodes {
+        let _ = fs::remove_file(pid_file(root, node));
+    }
+    let _ = fs::remove_file(cluster_file(root));
     true
 }
 
@@ -235,35 +584,114 @@ fn reap(pid: i32) {
 }
 
 fn status(root: &Path) -> bool {
-    match running_pid(root) {
-        Some(pid) => {
-            let answering = port_answers();
-            println!(
-                "broker running: pid {pid}, {BROKER_ADDRESS} {}",
-                if answering {
-                    "answers"
-                } else {
-                    "does not answer"
-                }
-            );
-            answering
+    let Some((nodes, port)) = cluster(root) else {
+        println!("broker not running");
+        return false;
+    };
+    let mut healthy = true;
+    for node in 1..=nodes {
+        let node_address = address(port, node);
+        match running_pid(root, node) {
+            Some(pid) => {
+                let answer = metadata_brokers(&node_address);
+                println!(
+                    "broker node {node} running: pid {pid}, {node_address} {}",
+                    match answer {
+                        Some(brokers) => format!("answers ({brokers} broker(s) listed)"),
+                        None => "does not answer".to_owned(),
+                    }
+                );
+                healthy &= answer.is_some();
+            }
+            None => {
+                println!("broker node {node} ({node_address}) not running");
+                healthy = false;
+            }
         }
-        None => {
-            println!("broker not running");
+    }
+    healthy
+}
+
+/// The `--brokers N` and `--port P` options of `start`.
+fn start_options(arguments: &[String]) -> Option<(u16, u16)> {
+    let mut nodes = 1;
+    let mut port = FIRST_PORT;
+    let mut arguments = arguments.iter();
+    while let Some(argument) = arguments.next() {
+        let value = arguments.next()?.parse::<u16>().ok()?;
+        match argument.as_str() {
+            "--brokers" if value == 1 || value == 3 => nodes = value,
+            "--port" if (1024..60000).contains(&value) => port = value,
+            _ => return None,
+        }
+    }
+    Some((nodes, port))
+}
+
+/// Runs `cargo xtask broker ARGUMENTS`.
+pub(crate) fn broker(root: &Path, arguments: &[String]) -> bool {
+    let usage = "usage: cargo xtask broker start [--brokers 1|3] [--port P] | stop | status";
+    match arguments.first().map(String::as_str) {
+        Some("start") => match start_options(&arguments[1..]) {
+            Some((nodes, port)) => start(root, nodes, port),
+            None => {
+                eprintln!("{usage}");
+                false
+            }
+        },
+        Some("stop") if arguments.len() == 1 => stop(root),
+        Some("status") if arguments.len() == 1 => status(root),
+        _ => {
+            eprintln!("{usage}");
             false
         }
     }
 }
 
-/// Runs `cargo xtask broker ARGUMENTS`.
-pub(crate) fn broker(root: &Path, arguments: &[String]) -> bool {
-    match arguments.first().map(String::as_str) {
-        Some("start") => start(root),
-        Some("stop") => stop(root),
-        Some("status") => status(root),
-        _ => {
-            eprintln!("usage: cargo xtask broker start|stop|status");
-            false
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_id_is_22_url_safe_characters() {
+        let id = cluster_id();
+        assert_eq!(id.len(), 22, "{id}");
+        assert!(id
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'));
+        assert_ne!(id, cluster_id());
+    }
+
+    #[test]
+    fn a_cluster_id_starting_with_a_dash_is_not_read_as_an_option() {
+        let arguments = format_arguments("-Bcdefghijklmnopqrstuvw");
+        assert_eq!(arguments[2], "--cluster-id=-Bcdefghijklmnopqrstuvw");
+        assert!(!arguments.iter().any(|argument| argument == "-t"));
+    }
+
+    #[test]
+    fn three_nodes_form_one_quorum_on_consecutive_ports() {
+        let properties = server_properties(Path::new("/r"), 2, 3, 19092);
+        assert!(properties.contains("node.id=2\n"));
+        assert!(properties
+            .contains("listeners=PLAINTEXT://127.0.0.1:19093,CONTROLLER://127.0.0.1:19193\n"));
+        assert!(properties.contains(
+            "controller.quorum.voters=1@127.0.0.1:19192,2@127.0.0.1:19193,3@127.0.0.1:19194\n"
+        ));
+        assert!(properties.contains("transaction.state.log.min.isr=2\n"));
+        assert!(properties.contains("log.dirs=/r/target/kafka/2/data\n"));
+    }
+
+    #[test]
+    fn start_takes_brokers_1_or_3_and_a_port() {
+        let arguments =
+            |text: &str| -> Vec<String> { text.split_whitespace().map(str::to_owned).collect() };
+        assert_eq!(start_options(&[]), Some((1, 19092)));
+        assert_eq!(
+            start_options(&arguments("--brokers 3 --port 29092")),
+            Some((3, 29092))
+        );
+        assert_eq!(start_options(&arguments("--brokers 2")), None);
+        assert_eq!(start_options(&arguments("--brokers")), None);
     }
 }

@@ -20,9 +20,10 @@
 //! * `cargo xtask layout` checks the architecture the manifests and files show: no
 //!   librdkafka in the server library nor in the file-only binary, no source file over
 //!   800 lines (see [`layout`]).
-//! * `cargo xtask broker start|stop|status` runs the Kafka-protocol test broker (tansu)
-//!   on 127.0.0.1:19092 in the background, installing it first when missing (see
-//!   [`broker`]).
+//! * `cargo xtask broker start [--brokers 1|3] [--port P] | stop | status` runs the
+//!   test broker, Apache Kafka in KRaft mode, on 127.0.0.1:19092 (and :19093, :19094
+//!   with three nodes) in the background, resolving its jars with Maven first when
+//!   missing (see [`broker`]).
 
 mod broker;
 mod chaos;
@@ -295,7 +296,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
-                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...] | cargo xtask layout"
+                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start [--brokers 1|3] [--port P]|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...] | cargo xtask layout"
             );
             false
         }
