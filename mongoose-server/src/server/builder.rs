@@ -5,57 +5,43 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use mongoose_core::sink::CommitGate;
-use std::time::Duration;
 
-use mongoose_control::capture::CaptureSettings;
-use mongoose_control::{
-    AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
-    IdleStrategy, ProcessorSupplier,
-};
-use mongoose_core::Position;
-use mongoose_core::{EventSource, PositionValue, Processor, SourceOutput};
-use mongoose_delivery::FeedBuilder;
-use mongoose_delivery::{AnyFeed, Feed, FeedRegistry, KillSwitch, Publisher};
-use mongoose_plugin::host::{ItemCodec, PluginRegistry, PluginSource, Role};
-use mongoose_source_file::{
-    FileEventSource, FileSourceConfig, GlobFileSource, GlobSourceConfig, Line,
-};
-use parking_lot::Mutex;
-use tracing::error;
+use mongoose_control::{DeliveryFeeds, ProcessorSupplier};
+use mongoose_core::{EventSource, Processor};
+use mongoose_delivery::{AnyFeed, FeedRegistry, KillSwitch, Publisher};
+use mongoose_plugin::host::PluginRegistry;
 
-use crate::config::{
-    check_name, AddFailurePolicy, CaptureStore, FeedCodec, IdleStrategyConfig, ServerConfig,
-};
-use crate::sinks::Sinks;
+use crate::config::ServerConfig;
 use crate::ServerError;
 
-use super::kinds::{unknown_feed, ProcessorContext, ProcessorKind, SettingsCheck, SettingsError};
-use super::{FeedRuntime, Inner, Lifecycle, Server, SourceSlot};
+use super::build::DeferredGate;
+use super::kinds::{ProcessorContext, ProcessorKind, SettingsCheck, SettingsError};
+use super::Server;
 
 /// A configured feed and its source.
-type FeedAndSource = (Arc<dyn AnyFeed>, Box<dyn EventSource>);
+pub(super) type FeedAndSource = (Arc<dyn AnyFeed>, Box<dyn EventSource>);
 
 /// A source added by code: its feed's name, the feed, the source.
-type CodeSource = (String, Arc<dyn AnyFeed>, Box<dyn EventSource>);
+pub(super) type CodeSource = (String, Arc<dyn AnyFeed>, Box<dyn EventSource>);
 
 /// Registers a feed built by code with the server's feeds.
-type FeedRegistration = Box<dyn FnOnce(&DeliveryFeeds) -> Result<(), ServerError>>;
+pub(super) type FeedRegistration = Box<dyn FnOnce(&DeliveryFeeds) -> Result<(), ServerError>>;
 
 /// Builds a [`Server`]: a configuration, processor kinds, and processors added by code.
 pub struct ServerBuilder {
     pub(super) config: ServerConfig,
     pub(super) kinds: BTreeMap<String, ProcessorKind>,
-    code_processors: Vec<(String, String, ProcessorSupplier)>,
-    code_feeds: Vec<FeedRegistration>,
+    pub(super) code_processors: Vec<(String, String, ProcessorSupplier)>,
+    pub(super) code_feeds: Vec<FeedRegistration>,
     /// The names of the feeds added by code.
-    code_feed_names: Vec<String>,
-    code_sources: Vec<CodeSource>,
-    kill_switch: Option<KillSwitch>,
+    pub(super) code_feed_names: Vec<String>,
+    pub(super) code_sources: Vec<CodeSource>,
+    pub(super) kill_switch: Option<KillSwitch>,
     /// The feeds once the server is built, for gates handed out before
     /// ([`ServerBuilder::commit_gate`]).
-    built_registry: Arc<std::sync::OnceLock<FeedRegistry>>,
+    pub(super) built_registry: Arc<std::sync::OnceLock<FeedRegistry>>,
     /// The plugins of `plugin_dir`, once loaded.
-    plugins: std::sync::OnceLock<Option<Arc<PluginRegistry>>>,
+    pub(super) plugins: std::sync::OnceLock<Option<Arc<PluginRegistry>>>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -234,442 +220,6 @@ impl ServerBuilder {
             .get_or_init(|| Some(Arc::new(registry)))
             .clone())
     }
-
-    /// Refuses a feed's source or a sink's kind that is neither built in nor declared
-    /// by a loaded plugin, naming the known kinds and the plugin folder.
-    fn check_plugin_kinds(&self) -> Result<(), ServerError> {
-        let config = &self.config;
-        let wanted = config
-            .feeds
-            .iter()
-            .enumerate()
-            .filter_map(|(index, feed)| {
-                let kind = feed.plugin_kind()?;
-                Some((
-                    format!("feeds[{index}].source"),
-                    Role::Source,
-                    kind,
-                    vec!["file"],
-                    (
-                        format!("feeds[{index}].settings"),
-                        toml::to_string(&feed.settings),
-                    ),
-                ))
-            })
-            .chain(
-                config
-                    .sinks
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, sink)| !sink.is_built_in())
-                    .map(|(index, sink)| {
-                        (
-                            format!("sinks[{index}].kind"),
-                            Role::Sink,
-                            sink.kind.as_str(),
-                            crate::config::SinkConfig::BUILT_IN.to_vec(),
-                            (
-                                format!("sinks[{index}].settings"),
-                                toml::to_string(&sink.settings.clone().unwrap_or_default()),
-                            ),
-                        )
-                    }),
-            )
-            .collect::<Vec<_>>();
-        if wanted.is_empty() {
-            // a plugin folder nothing uses is still loaded (and checked) by `build`
-            return Ok(());
-        }
-        let plugins = self.plugins()?;
-        for (key, role, kind, built_in, (settings_key, settings)) in wanted {
-            let role_name = role.as_str();
-            let Some(registry) = plugins.as_deref() else {
-                return Err(ServerError::invalid(
-                    key,
-                    format!(
-                        "'{kind}' is not a built-in {role_name} kind ({}) and no plugin_dir is set: set plugin_dir                          to the folder holding the plugin that declares it (cargo xtask plugins --out DIR builds them)",
-                        built_in.join(", ")
-                    ),
-                ));
-            };
-            if registry.find(role, kind).is_none() {
-                let mut known: Vec<String> =
-                    built_in.iter().map(|kind| (*kind).to_owned()).collect();
-                known.extend(registry.kinds(role));
-                return Err(ServerError::invalid(
-                    key,
-                    format!(
-                        "no plugin in {} declares the {role_name} kind '{kind}': the known {role_name} kinds are [{}];                          fix the kind, or build the plugin that declares it into that folder (cargo xtask plugins --out {})",
-                        registry.dir().display(),
-                        known.join(", "),
-                        registry.dir().display()
-                    ),
-                ));
-            }
-            // the kind's own settings check: a bad value is refused now, with its key,
-            // not when the source or sink starts
-            let settings = settings
-                .map_err(|error| ServerError::invalid(settings_key.clone(), error.to_string()))?;
-            if let Err(refused) = registry.check_settings(role, kind, &settings) {
-                let key = if refused.key.is_empty() {
-                    settings_key
-                } else {
-                    format!("{settings_key}.{}", refused.key)
-                };
-                return Err(ServerError::invalid(key, refused.message));
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks everything the configuration shows, with what only the builder knows,
-    /// without opening or creating anything: the configuration itself (names, ranges,
-    /// paths, as [`ServerConfig::parse`] does), the names of processors added by code,
-    /// every processor's kind and its settings (the kind's settings check), a `feed`
-    /// setting naming a feed the server has, overload overrides naming a group, and
-    /// `record.processors` naming a processor. [`ServerBuilder::build`] runs it first.
-    pub fn check(&self) -> Result<(), ServerError> {
-        let config = &self.config;
-        config.validate()?;
-        self.check_plugin_kinds()?;
-        for (group, name, _) in &self.code_processors {
-            let key = format!("the processor '{group}/{name}' added by code");
-            check_name(format!("{key}: its group"), group)?;
-            check_name(key, name)?;
-        }
-        let mut feeds: Vec<String> = config.feeds.iter().map(|feed| feed.name.clone()).collect();
-        feeds.extend(self.code_feed_names.iter().cloned());
-        let mut groups: Vec<&str> = config
-            .groups
-            .iter()
-            .map(|group| group.name.as_str())
-            .collect();
-        groups.extend(
-            self.code_processors
-                .iter()
-                .map(|(group, _, _)| group.as_str()),
-        );
-        groups.sort_unstable();
-        groups.dedup();
-        for (index, feed) in config.feeds.iter().enumerate() {
-            for group in feed.overload.subscribers.keys() {
-                if !groups.contains(&group.as_str()) {
-                    return Err(ServerError::invalid(
-                        format!("feeds[{index}].overload.subscribers.{group}"),
-                        format!(
-                            "an override for the group '{group}', which is not configured: the groups are [{}]; \
-                             fix the name or remove the override",
-                            groups.join(", ")
-                        ),
-                    ));
-                }
-            }
-        }
-        if let Some(record) = &config.record {
-            let mut processors: Vec<&str> = config
-                .groups
-                .iter()
-                .flat_map(|group| {
-                    group
-                        .processors
-                        .iter()
-                        .map(|processor| processor.name.as_str())
-                })
-                .chain(
-                    self.code_processors
-                        .iter()
-                        .map(|(_, name, _)| name.as_str()),
-                )
-                .collect();
-            processors.sort_unstable();
-            processors.dedup();
-            for (index, name) in record.processors.iter().enumerate() {
-                if !processors.contains(&name.as_str()) {
-                    return Err(ServerError::invalid(
-                        format!("record.processors[{index}]"),
-                        format!(
-                            "'{name}' names no processor: the processors are [{}]; fix the name \
-                             (an empty list records every processor)",
-                            processors.join(", ")
-                        ),
-                    ));
-                }
-            }
-        }
-        for (group_index, group) in config.groups.iter().enumerate() {
-            for (index, processor) in group.processors.iter().enumerate() {
-                let Some(kind) = self.kinds.get(&processor.kind) else {
-                    return Err(ServerError::UnknownProcessorKind {
-                        path: format!("groups[{group_index}].processors[{index}].kind"),
-                        kind: processor.kind.clone(),
-                        known: self.kinds.keys().cloned().collect::<Vec<_>>().join(", "),
-                    });
-                };
-                let settings_key = format!("groups[{group_index}].processors[{index}].settings");
-                // any kind's `feed` setting names the feed it subscribes to (issue 9,
-                // item 11)
-                if let Some(toml::Value::String(feed)) = processor.settings.get("feed") {
-                    if !feeds.contains(feed) {
-                        return Err(ServerError::invalid(
-                            format!("{settings_key}.feed"),
-                            unknown_feed(&group.name, &processor.name, feed, &feeds),
-                        ));
-                    }
-                }
-                let Some(validate) = &kind.validate else {
-                    continue;
-                };
-                let check = SettingsCheck {
-                    name: &processor.name,
-                    group: &group.name,
-                    settings: &processor.settings,
-                    config,
-                    feeds: &feeds,
-                };
-                if let Err(refused) = validate(&check) {
-                    let path = match &refused.key {
-                        Some(key) => format!("{settings_key}.{key}"),
-                        None => settings_key,
-                    };
-                    return Err(ServerError::invalid(
-                        path,
-                        format!(
-                            "processor '{}/{}' ({}): {}",
-                            group.name, processor.name, processor.kind, refused.message
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks everything ([`ServerBuilder::check`]), and that `record.dir` holds no
-    /// recording of a group already (RECORD never writes over one), and builds the
-    /// server: feeds, sinks opened (created if missing), nothing runs yet.
-    pub fn build(self) -> Result<Server, ServerError> {
-        self.check()?;
-        self.config.refuse_recording_over_a_recording()?;
-        // loaded by `check` when a feed or sink needs them; a folder nothing uses is
-        // loaded (and its refusals reported) here
-        let plugins = self.plugins()?;
-        let config = self.config;
-        let registry = FeedRegistry::default();
-        let _ = self.built_registry.set(registry.clone());
-        let connector = DeliveryFeeds::new(registry.clone());
-        let plane = ControlPlane::new_unstarted(
-            ControlConfig {
-                control_wait: Duration::from_millis(config.control_wait_millis),
-                add_failure_policy: match config.add_failure_policy {
-                    AddFailurePolicy::Report => ControlAddFailurePolicy::Report,
-                    AddFailurePolicy::Throw => ControlAddFailurePolicy::Throw,
-                },
-                ..ControlConfig::default()
-            },
-            Arc::new(connector.clone()),
-        );
-        if config.audit.enabled {
-            // the capture root is made at the first start of a capture, not here
-            let root = config.resolve(&config.audit.capture_dir);
-            let mut capture = match config.audit.store {
-                CaptureStore::Journal => CaptureSettings::new(
-                    root,
-                    Arc::new(crate::audit_journal::JournalCaptureResources),
-                ),
-                CaptureStore::File => CaptureSettings::files(root),
-            };
-            capture.open_timeout = Duration::from_millis(config.audit.open_timeout_millis);
-            plane.enable_capture(capture);
-        }
-        for register in self.code_feeds {
-            register(&connector)?;
-        }
-        let failures: Arc<Mutex<Vec<String>>> = Arc::default();
-        let kill_switch = self.kill_switch.unwrap_or_else(|| {
-            let failures = Arc::clone(&failures);
-            Arc::new(move |feed: &str, queue: &str| {
-                let reason = format!(
-                    "overload kill switch: feed '{feed}' queue '{queue}' latched (a \
-                     never-drop queue lost or refused an item): the run ends; the feed's \
-                     status shows the loss"
-                );
-                error!("{reason}");
-                failures.lock().push(reason);
-            })
-        });
-        let mut feeds: Vec<FeedRuntime> = self
-            .code_sources
-            .into_iter()
-            .map(|(name, publisher, source)| FeedRuntime {
-                name,
-                publisher,
-                source: Mutex::new(SourceSlot::Ready(source)),
-            })
-            .collect();
-        for (index, feed_config) in config.feeds.iter().enumerate() {
-            if let Some(kind) = feed_config.plugin_kind() {
-                // checked: a plugin of plugin_dir declares the kind
-                let Some(loaded) = plugins.as_deref() else {
-                    continue;
-                };
-                let (publisher, source) =
-                    plugin_feed(&config, index, kind, loaded, &kill_switch, &connector)?;
-                feeds.push(FeedRuntime {
-                    name: feed_config.name.clone(),
-                    publisher,
-                    source: Mutex::new(SourceSlot::Ready(source)),
-                });
-                continue;
-            }
-            let strategy = feed_config.read_strategy;
-            let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) =
-                if feed_config.is_glob() {
-                    // one feed over every matching file, each on its own lane: positions
-                    // are (lane, byte offset)
-                    let publisher: Arc<Publisher<Line, (u32, u64)>> =
-                        feed_builder(&config, index)?.try_build()?;
-                    publisher.set_kill_switch(Arc::clone(&kill_switch));
-                    connector.register(Arc::clone(&publisher))?;
-                    let source = GlobFileSource::<Line>::of_lines(
-                        glob_source_config(&config, index),
-                        publisher.clone(),
-                    );
-                    (publisher, Box::new(source))
-                } else {
-                    let publisher: Arc<Publisher<Line, u64>> =
-                        feed_builder(&config, index)?.try_build()?;
-                    // run only for queues whose overload block asks for it
-                    publisher.set_kill_switch(Arc::clone(&kill_switch));
-                    connector.register(Arc::clone(&publisher))?;
-                    let mut file_config = FileSourceConfig::new(
-                        &feed_config.name,
-                        config.resolve(&feed_config.path),
-                        strategy,
-                    );
-                    file_config.rotated = feed_config.rotated.iter().cloned().collect();
-                    let source = FileEventSource::<Line>::of_lines(file_config, publisher.clone());
-                    (publisher, Box::new(source))
-                };
-            feeds.push(FeedRuntime {
-                name: feed_config.name.clone(),
-                publisher,
-                source: Mutex::new(SourceSlot::Ready(source)),
-            });
-        }
-        let sinks = Sinks::open(&config, Some(registry.clone()), plugins.as_deref())?;
-        Ok(Server {
-            inner: Arc::new(Inner {
-                config,
-                kinds: self.kinds,
-                code_processors: Mutex::new(self.code_processors),
-                registry,
-                plane,
-                feeds,
-                sinks,
-                lifecycle: Mutex::new(Lifecycle::default()),
-                failures,
-                failed_adds: Mutex::new(Vec::new()),
-                earlier_losses: Mutex::new(Vec::new()),
-            }),
-        })
-    }
-}
-
-/// The builder of configured feed `index`: capacity, overload, status events, bounded.
-fn feed_builder<T: Send + Sync + 'static, P: Position>(
-    config: &ServerConfig,
-    index: usize,
-) -> Result<FeedBuilder<T, P>, ServerError> {
-    let feed_config = &config.feeds[index];
-    let mut builder =
-        Feed::<T, P>::builder(&feed_config.name).status_events(feed_config.status_events);
-    if let Some(capacity) = feed_config.queue_capacity {
-        builder = builder.queue_capacity(capacity);
-    }
-    if let Some(settings) = config.feed_overload(index)? {
-        builder = builder.overload(settings);
-    }
-    for (group, settings) in config.feed_overrides(index)? {
-        builder = builder.subscriber_overload(&group, settings);
-    }
-    Ok(builder.bounded(feed_config.is_file() && feed_config.read_strategy.is_once()))
-}
-
-/// The feed and source of configured plugin feed `index` (source kind `kind`): a feed
-/// of [`Line`]s or of [`bytes::Bytes`] (its `codec`), positioned by
-/// [`PositionValue`], and the plugin's source publishing into it.
-fn plugin_feed(
-    config: &ServerConfig,
-    index: usize,
-    kind: &str,
-    plugins: &PluginRegistry,
-    kill_switch: &KillSwitch,
-    connector: &DeliveryFeeds,
-) -> Result<FeedAndSource, ServerError> {
-    let feed_config = &config.feeds[index];
-    let settings = toml::to_string(&feed_config.settings).map_err(|error| {
-        ServerError::invalid(format!("feeds[{index}].settings"), error.to_string())
-    })?;
-    let refused = |error: mongoose_plugin::host::PluginError| {
-        ServerError::invalid(format!("feeds[{index}].settings"), error.to_string())
-    };
-    Ok(match feed_config.codec.unwrap_or_default() {
-        FeedCodec::Line => {
-            let publisher: Arc<Publisher<Line, PositionValue>> =
-                feed_builder(config, index)?.try_build()?;
-            publisher.set_kill_switch(Arc::clone(kill_switch));
-            connector.register(Arc::clone(&publisher))?;
-            // a plugin line's "path" is its source kind (what `{path}` of a forward
-            // template prints)
-            let origin = std::path::PathBuf::from(kind);
-            let codec: Arc<dyn ItemCodec<Line>> =
-                Arc::new(move |bytes: bytes::Bytes| Line::new(&origin, bytes));
-            let output: Arc<dyn SourceOutput<Line, PositionValue>> = publisher.clone();
-            let source =
-                PluginSource::create(plugins, kind, &feed_config.name, &settings, output, codec)
-                    .map_err(refused)?;
-            (publisher, Box::new(source))
-        }
-        FeedCodec::Bytes => {
-            let publisher: Arc<Publisher<bytes::Bytes, PositionValue>> =
-                feed_builder(config, index)?.try_build()?;
-            publisher.set_kill_switch(Arc::clone(kill_switch));
-            connector.register(Arc::clone(&publisher))?;
-            let codec: Arc<dyn ItemCodec<bytes::Bytes>> = Arc::new(|bytes: bytes::Bytes| bytes);
-            let output: Arc<dyn SourceOutput<bytes::Bytes, PositionValue>> = publisher.clone();
-            let source =
-                PluginSource::create(plugins, kind, &feed_config.name, &settings, output, codec)
-                    .map_err(refused)?;
-            (publisher, Box::new(source))
-        }
-    })
-}
-
-/// The glob source configuration of configured feed `index` (a glob path).
-pub(super) fn glob_source_config(config: &ServerConfig, index: usize) -> GlobSourceConfig {
-    let feed_config = &config.feeds[index];
-    let mut glob_config = GlobSourceConfig::new(
-        &feed_config.name,
-        config.resolve(&feed_config.path),
-        feed_config.read_strategy,
-    );
-    glob_config.rotated = feed_config.rotated.iter().cloned().collect();
-    if let Some(millis) = feed_config.scan_interval_millis {
-        glob_config.scan_interval = Duration::from_millis(millis);
-    }
-    if let Some(files) = feed_config.max_open_files {
-        glob_config.max_open_files = files;
-    }
-    glob_config
-}
-
-pub(super) fn idle_strategy(config: IdleStrategyConfig) -> IdleStrategy {
-    match config {
-        IdleStrategyConfig::BusySpin => IdleStrategy::BusySpin,
-        IdleStrategyConfig::Yield => IdleStrategy::Yield,
-        IdleStrategyConfig::SleepingMillis(millis) => IdleStrategy::SleepingMillis(millis),
-        IdleStrategyConfig::Backoff => IdleStrategy::default(),
-    }
 }
 
 impl Server {
@@ -689,50 +239,5 @@ impl Server {
             built_registry: Arc::default(),
             plugins: std::sync::OnceLock::new(),
         })
-    }
-}
-
-/// A commit gate resolved on first use, once the server (its feed registry) exists.
-struct DeferredGate {
-    registry: Arc<std::sync::OnceLock<FeedRegistry>>,
-    feed: String,
-    group: String,
-    participant: std::sync::OnceLock<Option<mongoose_delivery::CheckpointParticipant>>,
-}
-
-impl DeferredGate {
-    fn participant(&self) -> Option<&mongoose_delivery::CheckpointParticipant> {
-        self.participant
-            .get_or_init(|| {
-                let feed = self.registry.get()?.get(&self.feed)?;
-                Some(feed.hold(&self.group).participant())
-            })
-            .as_ref()
-    }
-}
-
-impl CommitGate for DeferredGate {
-    fn pending(&self, tag: u64) {
-        if let Some(participant) = self.participant() {
-            participant.pending(tag);
-        }
-    }
-
-    fn complete(&self, tag: u64) {
-        if let Some(participant) = self.participant() {
-            participant.complete(tag);
-        }
-    }
-
-    fn complete_through(&self, tag: u64) {
-        if let Some(participant) = self.participant() {
-            participant.complete_through(tag);
-        }
-    }
-
-    fn held(&self, tag: u64, reason: &str) {
-        if let Some(participant) = self.participant() {
-            participant.held(tag, reason);
-        }
     }
 }

@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 use crate::config::AddFailurePolicy;
 use crate::ServerError;
 
-use super::builder::idle_strategy;
+use super::build::idle_strategy;
 use super::codecs::{feed_codecs, kind_name};
 use super::kinds::ProcessorContext;
 use super::{FeedRuntime, Server, SourceSlot};

@@ -6,7 +6,9 @@
 //! feeds' record codecs and [`replay`] of a recording). This module holds the
 //! [`Server`] itself: its state, its status and its loss records.
 
+mod build;
 mod builder;
+mod checks;
 mod codecs;
 mod kinds;
 mod lifecycle;
@@ -33,7 +35,7 @@ use tracing::{error, warn};
 use crate::config::ServerConfig;
 use crate::sinks::Sinks;
 
-use builder::glob_source_config;
+use build::glob_source_config;
 
 enum SourceSlot {
     Ready(Box<dyn EventSource>),
