@@ -37,7 +37,7 @@ impl<T> Payload<T> {
 }
 
 #[derive(Debug)]
-pub(crate) enum Envelope<T> {
+pub(crate) enum QueueEntry<T> {
     Item {
         payload: Payload<T>,
         sequence: u64,
@@ -362,7 +362,7 @@ pub struct DropEvidence {
 /// The publisher's side of one queue.
 pub(crate) struct Binding<T> {
     pub(crate) shared: Arc<QueueShared>,
-    pub(crate) producer: rtrb::Producer<Envelope<T>>,
+    pub(crate) producer: rtrb::Producer<QueueEntry<T>>,
     pub(crate) produced: u64,
     /// Slots known to be free: free space only grows behind the publisher's back, so
     /// the ring's shared head is read only when this runs out.
@@ -451,10 +451,10 @@ impl<T> Binding<T> {
     #[inline]
     pub(crate) fn push(
         &mut self,
-        envelope: Envelope<T>,
+        entry: QueueEntry<T>,
         holds_from: u64,
-    ) -> Result<(), Envelope<T>> {
-        match self.producer.push(envelope) {
+    ) -> Result<(), QueueEntry<T>> {
+        match self.producer.push(entry) {
             Ok(()) => {
                 self.holds.set(self.produced, holds_from);
                 self.produced += 1;
@@ -464,7 +464,7 @@ impl<T> Binding<T> {
                 self.known_free = self.known_free.saturating_sub(1);
                 Ok(())
             }
-            Err(rtrb::PushError::Full(envelope)) => Err(envelope),
+            Err(rtrb::PushError::Full(entry)) => Err(entry),
         }
     }
 }

@@ -13,7 +13,7 @@ use tracing::error;
 
 use mongoose_core::{DispatchOutcome, Dispatcher, RetryPolicy};
 
-use crate::queue::{Envelope, QueueShared};
+use crate::queue::{QueueEntry, QueueShared};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -80,7 +80,7 @@ impl Progress {
 
 /// The reader of one subscriber queue, owned by a processor group's thread.
 pub struct QueueReader<T> {
-    consumer: rtrb::Consumer<Envelope<T>>,
+    consumer: rtrb::Consumer<QueueEntry<T>>,
     shared: Arc<QueueShared>,
     feed: Arc<str>,
     policy: RetryPolicy,
@@ -101,7 +101,7 @@ impl<T> std::fmt::Debug for QueueReader<T> {
 
 impl<T> QueueReader<T> {
     pub(crate) fn new(
-        consumer: rtrb::Consumer<Envelope<T>>,
+        consumer: rtrb::Consumer<QueueEntry<T>>,
         shared: Arc<QueueShared>,
         feed: Arc<str>,
         policy: RetryPolicy,
@@ -189,7 +189,7 @@ impl<T> QueueReader<T> {
                 .as_ref()
                 .map_or((&[][..], &[][..]), |chunk| chunk.as_slices());
             let mut stopped = false;
-            for envelope in first.iter().chain(second) {
+            for entry in first.iter().chain(second) {
                 if !dispatch_one(
                     &mut self.progress,
                     &self.policy,
@@ -197,7 +197,7 @@ impl<T> QueueReader<T> {
                     &self.feed,
                     &mut self.dispatched,
                     dispatcher,
-                    envelope,
+                    entry,
                 ) {
                     stopped = true;
                     break;
@@ -224,7 +224,7 @@ impl<T> QueueReader<T> {
 /// per item): `dispatched` first, then the slots, since the publisher may reuse a
 /// released slot at once.
 struct Release<'a, T> {
-    chunk: Option<rtrb::chunks::ReadChunk<'a, Envelope<T>>>,
+    chunk: Option<rtrb::chunks::ReadChunk<'a, QueueEntry<T>>>,
     /// Items of the chunk that finished, from its start.
     done: usize,
 }
@@ -242,7 +242,7 @@ impl<T> Drop for Release<'_, T> {
 /// reader works through the other.
 const READ_CHUNK: usize = 1024;
 
-/// Dispatches the envelope at the head of the queue (position `dispatched`); returns
+/// Dispatches the entry at the head of the queue (position `dispatched`); returns
 /// false when it waits for a retry or a backoff. On true the item is finished and
 /// `dispatched` counts it; the caller publishes the count before it releases the slot.
 #[inline]
@@ -253,7 +253,7 @@ fn dispatch_one<T>(
     feed: &Arc<str>,
     dispatched: &mut u64,
     dispatcher: &mut dyn Dispatcher<T>,
-    envelope: &Envelope<T>,
+    entry: &QueueEntry<T>,
 ) -> bool {
     if shared.drops_pending.load(Ordering::Acquire) {
         report_drops(shared, *dispatched, dispatcher);
@@ -271,12 +271,12 @@ fn dispatch_one<T>(
             return false;
         }
     }
-    let done = match envelope {
-        Envelope::Status(status) => {
+    let done = match entry {
+        QueueEntry::Status(status) => {
             dispatcher.on_status(status);
             true
         }
-        Envelope::Item {
+        QueueEntry::Item {
             payload,
             sequence,
             position,

@@ -332,7 +332,7 @@ fn an_item_is_never_acknowledged_before_its_reader_dispatched_it() {
 
 #[test]
 fn an_item_published_in_a_batch_and_read_in_a_chunk_is_never_acknowledged_before_its_dispatch() {
-    // §3, invariant 1: the batch fast path writes a chunk of envelopes straight into the
+    // §3, invariant 1: the batch fast path writes a chunk of entries straight into the
     // ring and the reader releases a chunk of slots at once; `dispatched` must still be
     // advanced before the slots are released, and each item's hold recorded before its
     // slot is visible. A source publishing in batches races a reader polling several

@@ -32,8 +32,12 @@ pub(crate) struct ErasedFeed {
 /// items through the processor's host, as a live group does.
 pub(crate) trait ReplayRoute {
     /// Calls the handler with `item` (what the feed's codec decoded: a `T`).
-    fn dispatch(&self, host: &mut ProcessorHost, route: &str, item: &dyn Any)
-        -> Result<(), String>;
+    fn call_handler(
+        &self,
+        host: &mut ProcessorHost,
+        route: &str,
+        item: &dyn Any,
+    ) -> Result<(), String>;
 }
 
 struct TypedRoute<T> {
@@ -47,7 +51,7 @@ fn route_of<T: 'static>(handler: ErasedHandler) -> Result<Box<dyn ReplayRoute>, 
 }
 
 impl<T: 'static> ReplayRoute for TypedRoute<T> {
-    fn dispatch(
+    fn call_handler(
         &self,
         host: &mut ProcessorHost,
         route: &str,

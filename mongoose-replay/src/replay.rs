@@ -544,7 +544,7 @@ impl Replayer {
         run_pinned(number, clock, result, || {
             // entered for the whole replayed cycle, cleared after
             let _entered = delivery.map(engine::enter_delivery);
-            typed.dispatch(host, route, &*item)?;
+            typed.call_handler(host, route, &*item)?;
             let Some(delivery) = delivery else {
                 return Ok(());
             };

@@ -80,7 +80,8 @@ pub(crate) struct CaptureStart {
     pub(crate) settings: crate::capture::CaptureSettings,
 }
 
-pub(crate) struct Envelope {
+/// A control request in a group's mailbox, with where its reply goes.
+pub(crate) struct Letter {
     pub(crate) request: Request,
     pub(crate) reply: ReplySender,
 }
@@ -96,9 +97,9 @@ pub(crate) enum Admission {
     },
 }
 
-/// Why an envelope was not admitted.
+/// Why a letter was not admitted into the mailbox.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Refusal {
+pub(crate) enum NotAdmitted {
     Full,
     Deadline,
     NotRunning(GroupState),
@@ -106,7 +107,7 @@ pub(crate) enum Refusal {
 }
 
 pub(super) struct Mailbox {
-    pub(super) queue: VecDeque<Envelope>,
+    pub(super) queue: VecDeque<Letter>,
     pub(super) state: GroupState,
     pub(super) close_requested: bool,
     /// Capture opens their helpers handed back, for the group's thread to install
@@ -136,12 +137,12 @@ impl ProcessorGroup {
         self.shared.names.lock().get(name).copied()
     }
 
-    /// Puts an envelope in the mailbox.
+    /// Puts a letter in the mailbox.
     pub(crate) fn admit(
         &self,
-        envelope: Envelope,
+        letter: Letter,
         admission: Admission,
-    ) -> Result<(), (Envelope, Refusal)> {
+    ) -> Result<(), (Letter, NotAdmitted)> {
         let mut pause = Duration::from_micros(50);
         loop {
             {
@@ -150,24 +151,24 @@ impl ProcessorGroup {
                     || !matches!(mailbox.state, GroupState::NotStarted | GroupState::Running)
                 {
                     let state = mailbox.state;
-                    return Err((envelope, Refusal::NotRunning(state)));
+                    return Err((letter, NotAdmitted::NotRunning(state)));
                 }
                 if mailbox.queue.len() < self.shared.capacity {
-                    mailbox.queue.push_back(envelope);
+                    mailbox.queue.push_back(letter);
                     drop(mailbox);
                     self.wake();
                     return Ok(());
                 }
             }
             match &admission {
-                Admission::Immediate => return Err((envelope, Refusal::Full)),
+                Admission::Immediate => return Err((letter, NotAdmitted::Full)),
                 Admission::Backoff { deadline, stopping } => {
                     if stopping.load(Ordering::Acquire) {
-                        return Err((envelope, Refusal::ServerStopping));
+                        return Err((letter, NotAdmitted::ServerStopping));
                     }
                     let now = Instant::now();
                     if now >= *deadline {
-                        return Err((envelope, Refusal::Deadline));
+                        return Err((letter, NotAdmitted::Deadline));
                     }
                     std::thread::sleep(pause.min(*deadline - now));
                     pause = (pause * 2).min(Duration::from_millis(5));
@@ -181,10 +182,10 @@ impl ProcessorGroup {
         self.shared.full_timeout
     }
 
-    /// Answers an envelope the group never took (refused at admission) with `reply`,
+    /// Answers a letter the group never took (refused at admission) with `reply`,
     /// on the caller's thread.
-    pub(crate) fn answer_refused(envelope: Envelope, reply: ControlReply) {
-        envelope.reply.complete_here(reply);
+    pub(crate) fn answer_refused(letter: Letter, reply: ControlReply) {
+        letter.reply.complete_here(reply);
     }
 }
 
@@ -197,11 +198,11 @@ pub(super) fn free_name(shared: &GroupShared, name: &str, generation: u64) {
 
 pub(super) fn answer_not_running(
     shared: &GroupShared,
-    envelope: Envelope,
+    letter: Letter,
     reason: &str,
     dead: Option<&str>,
 ) {
-    let Envelope { request, reply } = envelope;
+    let Letter { request, reply } = letter;
     let request_id = reply.request_id;
     let (generation, name) = request.subject();
     let name = name.map(str::to_owned);
@@ -255,17 +256,17 @@ impl Runtime {
                 }
                 mailbox.queue.pop_front()
             };
-            let Some(envelope) = next else {
+            let Some(letter) = next else {
                 break;
             };
-            self.decide(envelope);
+            self.decide(letter);
             done += 1;
         }
         Some(done)
     }
 
-    pub(super) fn decide(&mut self, envelope: Envelope) {
-        let Envelope { request, reply } = envelope;
+    pub(super) fn decide(&mut self, letter: Letter) {
+        let Letter { request, reply } = letter;
         let request_id = reply.request_id;
         let (generation, name) = request.subject();
         let input = self.audit().write(

@@ -57,7 +57,7 @@ pub(crate) use capture::CaptureShared;
 use capture::{Captures, OpenedCapture};
 use dispatch::GroupDispatcher;
 use mailbox::{answer_not_running, free_name, Mailbox};
-pub(crate) use mailbox::{Admission, CaptureStart, Envelope, Refusal, Request};
+pub(crate) use mailbox::{Admission, CaptureStart, Letter, NotAdmitted, Request};
 use runtime::{run_group, FeedState, Runtime, Slot};
 use trail::write_reply_record;
 
@@ -415,8 +415,8 @@ impl ProcessorGroup {
         };
         match not_started {
             Some(queued) => {
-                for envelope in queued {
-                    answer_not_running(&self.shared, envelope, "group closed", None);
+                for letter in queued {
+                    answer_not_running(&self.shared, letter, "group closed", None);
                 }
                 self.shared.seed.lock().take();
                 self.shared

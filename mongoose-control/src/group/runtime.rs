@@ -255,8 +255,8 @@ impl Runtime {
             mailbox.state = GroupState::Closing;
             std::mem::take(&mut mailbox.queue)
         };
-        for envelope in queued {
-            answer_not_running(&self.shared, envelope, "group closed", None);
+        for letter in queued {
+            answer_not_running(&self.shared, letter, "group closed", None);
         }
         for state in &mut self.feeds {
             state.reader.set_fenced(true);
@@ -309,8 +309,8 @@ impl Runtime {
             write_reply_record(self.audit(), &reply, input, cause_op);
             sender.complete_on(&self.shared.executor, reply);
         }
-        for envelope in queued {
-            answer_not_running(&self.shared, envelope, "group died", Some(message));
+        for letter in queued {
+            answer_not_running(&self.shared, letter, "group died", Some(message));
         }
         for state in &mut self.feeds {
             state.reader.mark_dead();

@@ -4,20 +4,20 @@ use std::time::{Duration, Instant};
 
 use mongoose_core::FailureKind;
 
-use crate::group::{Admission, Envelope, ProcessorGroup, Request};
+use crate::group::{Admission, Letter, ProcessorGroup, Request};
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
 
 use super::{refused, Plane};
 
 /// Processor-owned admin commands (see [`crate::admin`]).
 impl Plane {
-    fn admin_envelope(
+    fn admin_letter(
         &self,
         group: &str,
         processor: &str,
         command: &str,
         args: Vec<String>,
-    ) -> Result<(ProcessorGroup, Envelope, ReplyHandle), ControlReply> {
+    ) -> Result<(ProcessorGroup, Letter, ReplyHandle), ControlReply> {
         let Some(found) = self.group(group) else {
             return Err(refused(
                 ReplyOutcome::Refused,
@@ -27,12 +27,12 @@ impl Plane {
                 Some(processor),
             ));
         };
-        let (envelope, reply) = self.envelope(Request::Admin {
+        let (letter, reply) = self.letter(Request::Admin {
             name: processor.to_owned(),
             command: command.to_owned(),
             args,
         });
-        Ok((found, envelope, reply))
+        Ok((found, letter, reply))
     }
 
     /// See [`ControlPlane::invoke_admin_command`].
@@ -43,13 +43,13 @@ impl Plane {
         command: &str,
         args: Vec<String>,
     ) -> ReplyHandle {
-        let (found, envelope, reply) = match self.admin_envelope(group, processor, command, args) {
+        let (found, letter, reply) = match self.admin_letter(group, processor, command, args) {
             Ok(parts) => parts,
             Err(refusal) => return ReplyHandle::completed(refusal),
         };
-        if let Err((envelope, refusal)) = found.admit(envelope, Admission::Immediate) {
+        if let Err((letter, refusal)) = found.admit(letter, Admission::Immediate) {
             let answer = Self::refusal_reply(&found, refusal, None, processor);
-            ProcessorGroup::answer_refused(envelope, answer);
+            ProcessorGroup::answer_refused(letter, answer);
         }
         reply
     }
@@ -64,15 +64,15 @@ impl Plane {
         wait: Duration,
     ) -> Option<ControlReply> {
         let deadline = Instant::now() + wait;
-        let (found, envelope, reply) = match self.admin_envelope(group, processor, command, args) {
+        let (found, letter, reply) = match self.admin_letter(group, processor, command, args) {
             Ok(parts) => parts,
             Err(refusal) => return Some(refusal),
         };
-        if let Err((envelope, refusal)) =
-            found.admit(envelope, self.backoff_admission(&found, deadline))
+        if let Err((letter, refusal)) =
+            found.admit(letter, self.backoff_admission(&found, deadline))
         {
             let answer = Self::refusal_reply(&found, refusal, None, processor);
-            ProcessorGroup::answer_refused(envelope, answer.clone());
+            ProcessorGroup::answer_refused(letter, answer.clone());
             return Some(answer);
         }
         if !self.may_wait(&found) {

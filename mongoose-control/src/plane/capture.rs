@@ -85,13 +85,12 @@ impl Plane {
         generation: u64,
         name: &str,
     ) -> ReplyHandle {
-        let (envelope, reply) = self.envelope(request);
+        let (letter, reply) = self.letter(request);
         let deadline = Instant::now() + group.full_timeout();
-        if let Err((envelope, refusal)) =
-            group.admit(envelope, self.backoff_admission(group, deadline))
+        if let Err((letter, refusal)) = group.admit(letter, self.backoff_admission(group, deadline))
         {
             let answer = Self::refusal_reply(group, refusal, Some(generation), name);
-            ProcessorGroup::answer_refused(envelope, answer);
+            ProcessorGroup::answer_refused(letter, answer);
         }
         reply
     }

@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use crate::error::ControlError;
 use crate::feeds::FeedConnector;
 use crate::group::{
-    Admission, Envelope, GroupOptions, GroupState, GroupStatus, ProcessorGroup, Refusal, Request,
+    Admission, GroupOptions, GroupState, GroupStatus, Letter, NotAdmitted, ProcessorGroup, Request,
     ServiceSnapshot,
 };
 use crate::handle::{ProcessorHandle, ServerId};
@@ -268,11 +268,11 @@ impl Plane {
         Some(self.next_request.fetch_add(1, Ordering::Relaxed))
     }
 
-    fn envelope(&self, request: Request) -> (Envelope, ReplyHandle) {
+    fn letter(&self, request: Request) -> (Letter, ReplyHandle) {
         let (handle, mut sender) = ReplyHandle::pending();
         sender.request_id = self.next_request_id();
         (
-            Envelope {
+            Letter {
                 request,
                 reply: sender,
             },
@@ -298,34 +298,34 @@ impl Plane {
     /// The reply to a request refused at admission (it never reached the group).
     fn refusal_reply(
         group: &ProcessorGroup,
-        refusal: Refusal,
+        refusal: NotAdmitted,
         generation: Option<u64>,
         name: &str,
     ) -> ControlReply {
         let name = Some(name);
         match refusal {
-            Refusal::Full => refused(
+            NotAdmitted::Full => refused(
                 ReplyOutcome::Refused,
                 FailureKind::RefusedAdmission,
                 "mailbox full",
                 generation,
                 name,
             ),
-            Refusal::Deadline => refused(
+            NotAdmitted::Deadline => refused(
                 ReplyOutcome::Refused,
                 FailureKind::RefusedDeadline,
                 "not admitted within its deadline: mailbox full",
                 generation,
                 name,
             ),
-            Refusal::ServerStopping => refused(
+            NotAdmitted::ServerStopping => refused(
                 ReplyOutcome::NotRunning,
                 FailureKind::FailedShutdown,
                 "server is stopping",
                 generation,
                 name,
             ),
-            Refusal::NotRunning(GroupState::Dead) => {
+            NotAdmitted::NotRunning(GroupState::Dead) => {
                 let _ = group;
                 refused(
                     ReplyOutcome::NotRunning,
@@ -335,7 +335,7 @@ impl Plane {
                     name,
                 )
             }
-            Refusal::NotRunning(_) => refused(
+            NotAdmitted::NotRunning(_) => refused(
                 ReplyOutcome::NotRunning,
                 FailureKind::FailedShutdown,
                 "group closed",

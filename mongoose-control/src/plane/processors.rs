@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use mongoose_core::FailureKind;
 
 use crate::error::ControlError;
-use crate::group::{Admission, ProcessorGroup, Refusal, Request};
+use crate::group::{Admission, NotAdmitted, ProcessorGroup, Request};
 use crate::handle::ProcessorHandle;
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
 use crate::supplier::ProcessorSupplier;
@@ -67,8 +67,8 @@ impl Plane {
                 Some(name),
             ));
         };
-        let (envelope, reply) = self.envelope(Self::add_request(name, generation, supplier));
-        match group.admit(envelope, Admission::Immediate) {
+        let (letter, reply) = self.letter(Self::add_request(name, generation, supplier));
+        match group.admit(letter, Admission::Immediate) {
             Ok(()) => AddedProcessor {
                 handle: Some(ProcessorHandle {
                     server: self.server,
@@ -78,10 +78,10 @@ impl Plane {
                 }),
                 reply,
             },
-            Err((envelope, refusal)) => {
+            Err((letter, refusal)) => {
                 group.release_reservation(name, generation);
                 let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
-                ProcessorGroup::answer_refused(envelope, answer);
+                ProcessorGroup::answer_refused(letter, answer);
                 AddedProcessor {
                     handle: None,
                     reply,
@@ -109,19 +109,21 @@ impl Plane {
                 name: name.to_owned(),
             });
         };
-        let (envelope, reply) = self.envelope(Self::add_request(name, generation, supplier));
-        if let Err((envelope, refusal)) =
-            group.admit(envelope, self.backoff_admission(&group, deadline))
+        let (letter, reply) = self.letter(Self::add_request(name, generation, supplier));
+        if let Err((letter, refusal)) =
+            group.admit(letter, self.backoff_admission(&group, deadline))
         {
             group.release_reservation(name, generation);
             let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
-            ProcessorGroup::answer_refused(envelope, answer);
+            ProcessorGroup::answer_refused(letter, answer);
             return Err(match refusal {
-                Refusal::Full | Refusal::Deadline => ControlError::MailboxFull {
+                NotAdmitted::Full | NotAdmitted::Deadline => ControlError::MailboxFull {
                     group: group.name().to_owned(),
                     capacity: group.capacity(),
                 },
-                Refusal::ServerStopping | Refusal::NotRunning(_) => ControlError::ServerStopping,
+                NotAdmitted::ServerStopping | NotAdmitted::NotRunning(_) => {
+                    ControlError::ServerStopping
+                }
             });
         }
         if !self.may_wait(&group) {
@@ -181,13 +183,13 @@ impl Plane {
                 Some(&handle.name),
             ));
         };
-        let (envelope, reply) = self.envelope(Request::Stop {
+        let (letter, reply) = self.letter(Request::Stop {
             name: handle.name.clone(),
             generation: handle.generation,
         });
-        if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
+        if let Err((letter, refusal)) = group.admit(letter, Admission::Immediate) {
             let answer = Self::refusal_reply(&group, refusal, generation, &handle.name);
-            ProcessorGroup::answer_refused(envelope, answer);
+            ProcessorGroup::answer_refused(letter, answer);
         }
         reply
     }
@@ -205,21 +207,21 @@ impl Plane {
         let Some(generation) = group.admitted_generation(name) else {
             return Ok(());
         };
-        let (envelope, reply) = self.envelope(Request::Stop {
+        let (letter, reply) = self.letter(Request::Stop {
             name: name.to_owned(),
             generation,
         });
-        if let Err((envelope, refusal)) =
-            group.admit(envelope, self.backoff_admission(&group, deadline))
+        if let Err((letter, refusal)) =
+            group.admit(letter, self.backoff_admission(&group, deadline))
         {
             let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
-            ProcessorGroup::answer_refused(envelope, answer);
+            ProcessorGroup::answer_refused(letter, answer);
             return match refusal {
-                Refusal::Full | Refusal::Deadline => Err(ControlError::MailboxFull {
+                NotAdmitted::Full | NotAdmitted::Deadline => Err(ControlError::MailboxFull {
                     group: group.name().to_owned(),
                     capacity: group.capacity(),
                 }),
-                Refusal::ServerStopping | Refusal::NotRunning(_) => Ok(()),
+                NotAdmitted::ServerStopping | NotAdmitted::NotRunning(_) => Ok(()),
             };
         }
         if !self.may_wait(&group) {
@@ -262,15 +264,15 @@ impl Plane {
                 Some(name),
             ));
         };
-        let (envelope, reply) = self.envelope(Request::Stop {
+        let (letter, reply) = self.letter(Request::Stop {
             name: name.to_owned(),
             generation,
         });
-        if let Err((envelope, refusal)) =
-            group.admit(envelope, self.backoff_admission(&group, deadline))
+        if let Err((letter, refusal)) =
+            group.admit(letter, self.backoff_admission(&group, deadline))
         {
             let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
-            ProcessorGroup::answer_refused(envelope, answer.clone());
+            ProcessorGroup::answer_refused(letter, answer.clone());
             return Some(answer);
         }
         if !self.may_wait(&group) {
@@ -292,15 +294,15 @@ impl Plane {
         };
         let group = self.group(group).ok_or_else(no_such)?;
         let generation = group.admitted_generation(name).ok_or_else(no_such)?;
-        let (envelope, reply) = self.envelope(Request::Stop {
+        let (letter, reply) = self.letter(Request::Stop {
             name: name.to_owned(),
             generation,
         });
-        if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
+        if let Err((letter, refusal)) = group.admit(letter, Admission::Immediate) {
             let answer = Self::refusal_reply(&group, refusal, Some(generation), name);
-            ProcessorGroup::answer_refused(envelope, answer.clone());
+            ProcessorGroup::answer_refused(letter, answer.clone());
             return Err(match refusal {
-                Refusal::Full => ControlError::MailboxFull {
+                NotAdmitted::Full => ControlError::MailboxFull {
                     group: group.name().to_owned(),
                     capacity: group.capacity(),
                 },

@@ -117,10 +117,10 @@ impl Plane {
         broadcast: ServiceBroadcast,
     ) -> ReplyHandle {
         let name = broadcast.name.clone();
-        let (envelope, reply) = self.envelope(Request::Service(broadcast));
-        if let Err((envelope, refusal)) = group.admit(envelope, Admission::Immediate) {
+        let (letter, reply) = self.letter(Request::Service(broadcast));
+        if let Err((letter, refusal)) = group.admit(letter, Admission::Immediate) {
             let answer = Self::refusal_reply(group, refusal, None, &name);
-            ProcessorGroup::answer_refused(envelope, answer);
+            ProcessorGroup::answer_refused(letter, answer);
         }
         reply
     }

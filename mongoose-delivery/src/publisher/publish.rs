@@ -13,7 +13,7 @@ use mongoose_core::{
 };
 
 use super::{Cached, Deferred, Publisher, State};
-use crate::queue::{Binding, Envelope, Payload};
+use crate::queue::{Binding, Payload, QueueEntry};
 
 /// Why a positioned publish cannot go ahead now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub(super) enum Hold {
 }
 
 /// How [`Publisher::publish_chunk`] ended.
-enum Chunk<T, P> {
+enum ChunkEnd<T, P> {
     /// The fast path does not apply (or has no room): publish the next item the slow way.
     Unavailable,
     /// The chunk is full (or a fence went up): check the holds again.
@@ -42,7 +42,7 @@ enum Chunk<T, P> {
 
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// The batch fast path of a feed with one queue and no data mapper: pulls items
-    /// from `next` and writes their envelopes straight into the queue's ring, as many as
+    /// from `next` and writes their entries straight into the queue's ring, as many as
     /// the ring, the hold ring and the acknowledgement window have room for, checked
     /// once for the chunk. The caller checked [`Self::hold_reason`] first. Each item is
     /// numbered, held and windowed exactly as [`Self::deliver`] would; the fence is
@@ -54,9 +54,9 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         &self,
         state: &mut State<T, P>,
         next: &mut dyn FnMut() -> Option<(T, P)>,
-    ) -> Chunk<T, P> {
+    ) -> ChunkEnd<T, P> {
         if self.mapper.is_some() || state.bindings.len() != 1 {
-            return Chunk::Unavailable;
+            return ChunkEnd::Unavailable;
         }
         let State {
             bindings,
@@ -69,23 +69,23 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let window = &mut ack.window;
         let binding = &mut bindings[0];
         if !binding.has_room() {
-            return Chunk::Unavailable;
+            return ChunkEnd::Unavailable;
         }
         let budget = (binding.known_free as u64)
             .min(binding.holds.room())
             .min(window.room() as u64) as usize;
         if budget == 0 {
-            return Chunk::Unavailable;
+            return ChunkEnd::Unavailable;
         }
         let Ok(chunk) = binding.producer.write_chunk_uninit(budget) else {
-            return Chunk::Unavailable;
+            return ChunkEnd::Unavailable;
         };
         let epoch = *epoch;
         let shared = &binding.shared;
         let holds = &mut binding.holds;
         let produced = &mut binding.produced;
-        let mut end = Chunk::Full;
-        let envelopes = std::iter::from_fn(|| {
+        let mut end = ChunkEnd::Full;
+        let entries = std::iter::from_fn(|| {
             if shared.fenced_or_dead() {
                 return None;
             }
@@ -94,29 +94,29 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             let pulled = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *next)) {
                 Ok(pulled) => pulled,
                 Err(panic) => {
-                    end = Chunk::Panicked(panic);
+                    end = ChunkEnd::Panicked(panic);
                     return None;
                 }
             };
             let Some((item, position)) = pulled else {
-                end = Chunk::Exhausted;
+                end = ChunkEnd::Exhausted;
                 return None;
             };
             if self.has_deferred.load(Ordering::Acquire) {
-                end = Chunk::Deferred(item, position);
+                end = ChunkEnd::Deferred(item, position);
                 return None;
             }
             *sequence += 1;
             holds.set(*produced, *sequence);
             *produced += 1;
             window.push(*sequence, epoch, position, true);
-            Some(Envelope::Item {
+            Some(QueueEntry::Item {
                 payload: Payload::Owned(item),
                 sequence: *sequence,
                 position: Some((epoch, position.value())),
             })
         });
-        let written = chunk.fill_from_iter(envelopes);
+        let written = chunk.fill_from_iter(entries);
         binding.known_free -= written;
         if binding.holds.wants_pruning() {
             binding.prune_holds();
@@ -124,7 +124,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if written > 0 {
             *paused_now = false;
         }
-        if let Chunk::Panicked(panic) = end {
+        if let ChunkEnd::Panicked(panic) = end {
             std::panic::resume_unwind(panic);
         }
         end
@@ -192,14 +192,14 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if let (Some((epoch, position)), [binding]) = (position, state.bindings.as_mut_slice()) {
             // a positioned item for a lone queue with room: no fan-out, no loss to count
             if binding.has_room() {
-                let envelope = Envelope::Item {
+                let entry = QueueEntry::Item {
                     payload: Payload::Owned(item),
                     sequence,
                     position: Some((epoch, position.value())),
                 };
                 // free space only grows behind the publisher's back: the push succeeds
                 binding
-                    .push(envelope, sequence)
+                    .push(entry, sequence)
                     .unwrap_or_else(|_| unreachable!("the ring had room"));
                 state.ack.window.push(sequence, epoch, position, true);
                 return;
@@ -214,7 +214,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 .take()
                 .map(|item| Self::share(&mut state.shared_pool, item));
         }
-        let envelope_position = position.map(|(epoch, position)| (epoch, position.value()));
+        let entry_position = position.map(|(epoch, position)| (epoch, position.value()));
         let mut losses: Vec<(usize, bool)> = Vec::new();
         for index in 0..targets {
             let payload = match (&shared_item, self.fan_out_clone) {
@@ -228,10 +228,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                     None => break,
                 },
             };
-            let envelope = Envelope::Item {
+            let entry = QueueEntry::Item {
                 payload,
                 sequence,
-                position: envelope_position,
+                position: entry_position,
             };
             let binding = &mut state.bindings[index];
             // a positioned publish checked the fences before it started (it pauses)
@@ -242,7 +242,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             }
             let never_drop = binding.settings.policy.never_drops();
             let room = binding.has_room() || Self::spin_for_room(binding);
-            if room && binding.push(envelope, sequence).is_ok() {
+            if room && binding.push(entry, sequence).is_ok() {
                 entered = true;
                 continue;
             }
@@ -407,11 +407,11 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 break BatchEnd::Paused;
             }
             let pulled = match self.publish_chunk(&mut state, next) {
-                Chunk::Unavailable => next(),
-                Chunk::Full => continue,
-                Chunk::Exhausted => None,
-                Chunk::Deferred(item, position) => Some((item, position)),
-                Chunk::Panicked(panic) => std::panic::resume_unwind(panic),
+                ChunkEnd::Unavailable => next(),
+                ChunkEnd::Full => continue,
+                ChunkEnd::Exhausted => None,
+                ChunkEnd::Deferred(item, position) => Some((item, position)),
+                ChunkEnd::Panicked(panic) => std::panic::resume_unwind(panic),
             };
             let Some((item, position)) = pulled else {
                 // the feed has room and the source holds nothing: not paused, even if

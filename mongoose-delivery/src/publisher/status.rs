@@ -12,7 +12,7 @@ use tracing::warn;
 use super::{Deferred, Publisher, State};
 use mongoose_core::FeedStatusEvent;
 
-use crate::queue::{Envelope, OverloadState};
+use crate::queue::{OverloadState, QueueEntry};
 use crate::status::{FeedStatus, SubscriberStatus};
 
 /// The loss and pause counters of the feed's state.
@@ -137,7 +137,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             let room = binding.has_room() || Self::spin_for_room(binding);
             if !room
                 || binding
-                    .push(Envelope::Status(event.clone()), holds_from)
+                    .push(QueueEntry::Status(event.clone()), holds_from)
                     .is_err()
             {
                 losses.push(index);
