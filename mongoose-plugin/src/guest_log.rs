@@ -11,7 +11,6 @@
 //! callbacks are, or by a sink) goes to the host's plugin-wide log instead, with the
 //! plugin's name: [`abi::PluginDeclaration::set_log`].
 
-use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::{Once, OnceLock};
 
@@ -20,12 +19,13 @@ use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
 use tracing::{span, Event, Level, Metadata, Subscriber};
 
+use mongoose_core::context::{ContextSlot, SlotGuard};
+
 use crate::abi::{self, HostOutput, PluginLogFn, Str};
 
-thread_local! {
-    /// The feed the host is calling into on this thread.
-    static TARGET: Cell<Option<HostOutput>> = const { Cell::new(None) };
-}
+/// The feed the host is calling into on this thread: the plugin's part of the thread
+/// context (the plugin's own copy of the core's).
+static TARGET: ContextSlot<Option<HostOutput>> = ContextSlot::new();
 
 /// The host's plugin-wide log and this plugin's name, for events outside a host call.
 static PLUGIN_LOG: OnceLock<(PluginLogFn, &'static str)> = OnceLock::new();
@@ -48,20 +48,18 @@ pub(crate) fn set_plugin_log(log: PluginLogFn, name: &'static str) {
 
 /// While alive, this thread's events go to `host`'s log; dropping it restores what was
 /// there before (calls may nest: a source created inside another's call).
-pub(crate) struct Forwarding(Option<HostOutput>);
+pub(crate) struct Forwarding {
+    _entered: SlotGuard<Option<HostOutput>>,
+}
 
 impl Forwarding {
     /// Forwards this thread's events to `host` until dropped (installing the plugin's
     /// subscriber at the first call).
     pub(crate) fn to(host: HostOutput) -> Self {
         install();
-        Forwarding(TARGET.replace(Some(host)))
-    }
-}
-
-impl Drop for Forwarding {
-    fn drop(&mut self) {
-        TARGET.set(self.0);
+        Forwarding {
+            _entered: TARGET.enter(Some(host)),
+        }
     }
 }
 
@@ -113,7 +111,7 @@ impl Subscriber for Forward {
 
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
         *metadata.level() <= Level::INFO
-            && (TARGET.with(|target| target.get().is_some()) || PLUGIN_LOG.get().is_some())
+            && (current_target().is_some() || PLUGIN_LOG.get().is_some())
     }
 
     fn new_span(&self, _span: &span::Attributes<'_>) -> span::Id {
@@ -125,7 +123,7 @@ impl Subscriber for Forward {
     fn record_follows_from(&self, _span: &span::Id, _follows: &span::Id) {}
 
     fn event(&self, event: &Event<'_>) {
-        let host = TARGET.with(Cell::get);
+        let host = current_target();
         let plugin_log = PLUGIN_LOG.get();
         if host.is_none() && plugin_log.is_none() {
             return;
@@ -155,4 +153,10 @@ impl Subscriber for Forward {
     fn enter(&self, _span: &span::Id) {}
 
     fn exit(&self, _span: &span::Id) {}
+}
+
+/// The feed the host is calling into on this thread, if any (`None` too while the slot
+/// is in use up the stack: an event raised while a forwarding is entered or left).
+fn current_target() -> Option<HostOutput> {
+    TARGET.try_with(|target| *target).flatten()
 }
