@@ -22,7 +22,7 @@ mod source;
 mod vtables;
 
 pub use loader::PluginLibrary;
-pub use registry::{PluginRegistry, Refusal};
+pub use registry::{PluginRegistry, RefusedPlugin};
 pub use sink::PluginSink;
 pub use source::{PluginCommitter, PluginSource, SOURCE_FAILED};
 pub use vtables::ItemCodec;

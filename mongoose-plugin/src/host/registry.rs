@@ -10,7 +10,7 @@ use super::{PluginError, PluginLibrary, Role};
 
 /// A plugin file the registry did not load, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub struct RefusedPlugin {
     /// The file.
     pub path: PathBuf,
     /// Why (names both sides' values and what to do).
@@ -23,7 +23,7 @@ pub struct PluginRegistry {
     dir: PathBuf,
     pub(super) base_dir: String,
     plugins: Vec<Arc<PluginLibrary>>,
-    refused: Vec<Refusal>,
+    refused: Vec<RefusedPlugin>,
 }
 
 impl PluginRegistry {
@@ -81,7 +81,7 @@ impl PluginRegistry {
                     }
                     registry.plugins.push(Arc::new(plugin));
                 }
-                Err(error) => registry.refused.push(Refusal {
+                Err(error) => registry.refused.push(RefusedPlugin {
                     path,
                     reason: error.to_string(),
                 }),
@@ -116,7 +116,7 @@ impl PluginRegistry {
     }
 
     /// The plugin files refused, with their reasons.
-    pub fn refused(&self) -> &[Refusal] {
+    pub fn refused(&self) -> &[RefusedPlugin] {
         &self.refused
     }
 
