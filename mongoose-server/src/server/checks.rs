@@ -99,7 +99,7 @@ impl ServerBuilder {
 
     /// Checks everything the configuration shows, with what only the builder knows,
     /// without opening or creating anything: the configuration itself (names, ranges,
-    /// paths, as [`ServerConfig::parse`] does), the names of processors added by code,
+    /// paths, as [`ServerConfig::parse`](crate::config::ServerConfig::parse) does), the names of processors added by code,
     /// every processor's kind and its settings (the kind's settings check), a `feed`
     /// setting naming a feed the server has, overload overrides naming a group, and
     /// `record.processors` naming a processor. [`ServerBuilder::build`] runs it first.
