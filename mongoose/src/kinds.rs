@@ -53,8 +53,8 @@ impl ChangelogTarget {
         })
     }
 
-    /// Without the `kafka` feature there is no changelog to open: the settings check
-    /// refused the ledger already.
+    /// Without the `kafka` feature there is no changelog to open: [`changelog_target`]
+    /// refuses such a ledger before this could be called.
     #[cfg(not(feature = "kafka"))]
     fn open(
         &self,
@@ -69,7 +69,6 @@ impl ChangelogTarget {
 }
 
 /// Why a changelog ledger is refused by a binary built without the `kafka` feature.
-#[cfg(not(feature = "kafka"))]
 const WITHOUT_KAFKA: &str = "this mongoose was built without its kafka feature, which keeps a ledger's state per partition in a Kafka changelog: build it with the default features (cargo build --release -p mongoose), or give the ledger state = \"local\"";
 
 /// Where a ledger on `feed` keeps its state: `Ok(Some(target))` for a changelog,
@@ -95,6 +94,9 @@ fn changelog_target(
     }) else {
         return Ok(None);
     };
+    if !cfg!(feature = "kafka") {
+        return Err(SettingsError::at("state", WITHOUT_KAFKA));
+    }
     let text = |key: &str| feed.settings.get(key).and_then(toml::Value::as_str);
     if text("epoch_file").is_some() {
         return Err(SettingsError::at(
@@ -187,12 +189,7 @@ fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
         .feeds
         .iter()
         .find(|feed| feed.name == settings.feed);
-    let target = changelog_target(&settings, check.name, feed)?;
-    #[cfg(not(feature = "kafka"))]
-    if target.is_some() {
-        return Err(SettingsError::at("state", WITHOUT_KAFKA));
-    }
-    let _ = target;
+    changelog_target(&settings, check.name, feed)?;
     if let (None, Some(sink)) = (&settings.alerts, &settings.alerts_sink) {
         check.sink("alerts_sink", sink)?;
     }
