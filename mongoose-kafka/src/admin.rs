@@ -1,7 +1,7 @@
 //! The two broker calls the connector, its tools, benches and tests share: creating a
 //! topic, and reading a consumer group's committed offsets.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -101,7 +101,7 @@ pub fn committed_offsets_of<C: rdkafka::consumer::ConsumerContext>(
     for partition in 0..partitions {
         list.add_partition(topic, partition);
     }
-    let committed = consumer.committed_offsets(list, timeout)?;
+    let committed = committed_retrying(consumer, &list, timeout)?;
     Ok((0..partitions)
         .map(|partition| {
             match committed
@@ -113,4 +113,41 @@ pub fn committed_offsets_of<C: rdkafka::consumer::ConsumerContext>(
             }
         })
         .collect())
+}
+
+/// Whether `error` says only that the group's coordinator is moving or still loading
+/// (a broker just started, restarted, or the coordinator moved): the same request
+/// answers once it has settled.
+pub(crate) fn is_coordinator_settling(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::NotCoordinator
+                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                | RDKafkaErrorCode::CoordinatorNotAvailable
+        )
+    )
+}
+
+/// The committed offsets of `list` for `consumer`'s group, asked again while the group's
+/// coordinator is settling ([`is_coordinator_settling`]), until `timeout` has passed.
+///
+/// # Errors
+/// Any other error, or the coordinator still settling after `timeout`.
+pub(crate) fn committed_retrying<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    list: &TopicPartitionList,
+    timeout: Duration,
+) -> Result<TopicPartitionList, KafkaError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match consumer.committed_offsets(list.clone(), left) {
+            Err(error) if is_coordinator_settling(&error) && !left.is_zero() => {
+                tracing::debug!(%error, "the group coordinator is settling; asking again");
+                std::thread::sleep(Duration::from_millis(100).min(left));
+            }
+            result => return result,
+        }
+    }
 }

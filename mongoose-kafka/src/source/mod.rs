@@ -270,9 +270,9 @@ impl KafkaSource {
         for (undecided_partition, _, _) in &undecided {
             list.add_partition(&shared.topic, *undecided_partition);
         }
-        let committed = consumer
-            .committed_offsets(list, shared.request_timeout)
-            .map_err(|error| shared.broker_error("reading the committed offsets", error))?;
+        let committed =
+            crate::admin::committed_retrying(consumer, &list, shared.request_timeout)
+                .map_err(|error| shared.broker_error("reading the committed offsets", error))?;
         let mut decided = None;
         for (undecided_partition, undecided_assignment, seen) in undecided {
             let offset = committed
