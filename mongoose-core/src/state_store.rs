@@ -68,9 +68,39 @@ use serde::{Deserialize, Serialize};
 use crate::error::CoreError;
 use crate::position::Epoch;
 
-/// Called when a write is durable (`Ok`) or given up by the store (`Err`, with why), on
-/// the store's own thread: `(tag, result)`.
-pub type OnDurable = Arc<dyn Fn(u64, Result<(), String>) + Send + Sync>;
+/// Called when a write is durable (`Ok`) or will never be (`Err`, with why), on the
+/// store's own thread: `(tag, result)`.
+pub type OnDurable = Arc<dyn Fn(u64, Result<(), WriteFailure>) + Send + Sync>;
+
+/// Why a write will never be durable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteFailure {
+    /// The store gave it up (its delivery timeout, a transaction it had to abort): the
+    /// state in memory is ahead of the store; a restart restores from the store.
+    GivenUp(String),
+    /// Another owner took `partition` over and the store refuses this owner's writes of
+    /// it for good (a transactional store whose producer the broker fenced): the writes
+    /// of the partition since its last durable one are gone, and so is this owner's
+    /// claim on it. The partition's other lines in the same epoch must not be applied.
+    Fenced {
+        /// The partition taken over.
+        partition: i32,
+        /// What the store was told.
+        message: String,
+    },
+}
+
+impl fmt::Display for WriteFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteFailure::GivenUp(message) => write!(f, "given up: {message}"),
+            WriteFailure::Fenced { partition, message } => write!(
+                f,
+                "partition {partition} was taken over by another owner, which fenced this one: {message}"
+            ),
+        }
+    }
+}
 
 /// What a stored record is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,4 +221,26 @@ pub trait PartitionStateStore: Send + Sync + fmt::Debug {
     /// # Errors
     /// Some are still in flight after `timeout`.
     fn flush(&self, timeout: Duration) -> Result<(), CoreError>;
+
+    /// Where the outputs written with the state go ([`PartitionStateStore::write_output`]),
+    /// or `None` for a store that writes no outputs (the default).
+    fn outputs_location(&self) -> Option<&str> {
+        None
+    }
+
+    /// Writes an output (an alert, say) of `partition` that becomes visible exactly when
+    /// the state changes written with it do: a transactional store commits it in the same
+    /// transaction as the partition's next change, so an output exists if and only if the
+    /// change of the input that caused it does. Write it before that change.
+    ///
+    /// # Errors
+    /// The store writes no outputs (the default), the partition is fenced, or the store
+    /// refused the output for good.
+    fn write_output(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<(), CoreError> {
+        let _ = (partition, key, payload);
+        Err(CoreError::StateStore {
+            store: self.location().to_owned(),
+            error: "this state store writes no outputs: send them to a sink".into(),
+        })
+    }
 }

@@ -20,9 +20,18 @@
 //!   skipped: each line is applied once across owners. The alerts of the skipped lines
 //!   are written again (the old owner may have been killed before its alert was out:
 //!   across a takeover an alert is written at least once).
+//! * **Exactly once, with transactions.** With a transactional store whose outputs go
+//!   to a topic (`alerts_topic`), each line's alert is written into the partition's
+//!   transaction before its change: the alert exists if and only if the change does,
+//!   so the alerts of skipped lines are not written again (exactly once across
+//!   takeovers, as a `read_committed` reader sees them).
 //! * **A failed write.** A changelog write the producer gives up holds its line's
 //!   commit for good, and every later line fails (the group's retry policy quarantines
 //!   the ledger): a restart restores from the changelog and reads the line again.
+//! * **Fenced.** A partition whose transactional producer the broker fenced (another
+//!   member took it over while this one was paused) is dropped from memory: the rest of
+//!   its lines in that epoch are skipped unapplied (their commits are refused by the
+//!   broker too), and the partition is restored if it comes back in a new epoch.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -30,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_core::sink::CommitGate;
-use mongoose_core::state_store::{OnDurable, PartitionStateStore, RestoredPartition};
+use mongoose_core::state_store::{OnDurable, PartitionStateStore, RestoredPartition, WriteFailure};
 use mongoose_core::{
     CoreError, DeliveryContext, Epoch, Processor, ProcessorError, SavedPosition, StartContext,
 };
@@ -90,6 +99,21 @@ pub fn partition_state(restored: &RestoredPartition) -> Result<LedgerState, Stri
     Ok(state)
 }
 
+/// The alerts sink of a ledger whose alerts go into its state store's transactions: it
+/// keeps the line's alert for the ledger to write with the line's change.
+#[derive(Debug, Default)]
+struct HeldAlert(Option<String>);
+
+impl AlertSink for HeldAlert {
+    fn write_line(
+        &mut self,
+        line: &str,
+    ) -> std::io::Result<Option<(mongoose_core::sink::OutputKey, String)>> {
+        self.0 = Some(line.to_owned());
+        Ok(None)
+    }
+}
+
 /// One partition's state in memory.
 #[derive(Debug, Default)]
 struct Partition {
@@ -109,11 +133,16 @@ pub struct PartitionedLedger {
     settings: LedgerSettings,
     changelog: Box<dyn PartitionStateStore>,
     partitions: HashMap<u32, Partition>,
-    alerts: Box<dyn AlertSink>,
+    /// The alerts sink; `None`: the alerts go into the store's transactions.
+    alerts: Option<Box<dyn AlertSink>>,
     rejected: File,
     gate: Option<Arc<dyn CommitGate>>,
     /// The first changelog write the producer gave up, if any.
     failure: Arc<Mutex<Option<String>>>,
+    /// Partitions the store reported fenced, not yet dropped from memory.
+    fenced: Arc<Mutex<Vec<i32>>>,
+    /// The epoch of each partition dropped as fenced: its lines in it are skipped.
+    fenced_epochs: HashMap<u32, u64>,
     next_tag: u64,
     /// The keys of alerts the sink says are over (no outbox here: forgotten at once).
     over: Vec<mongoose_core::sink::OutputKey>,
@@ -131,18 +160,20 @@ impl std::fmt::Debug for PartitionedLedger {
 impl PartitionedLedger {
     /// Opens the state store with `open_store` (given the callback its durable writes
     /// go to: a Kafka changelog creates its topic if missing) and the rejected file in
-    /// `state_dir`; alerts go to `alerts`. With a commit `gate`, each line's commit
+    /// `state_dir`; alerts go to `alerts`, or with `None` into the store's outputs (a
+    /// transactional store: exactly once). With a commit `gate`, each line's commit
     /// waits for its changelog record's acknowledgement; without one, each record is
     /// flushed before the line counts as processed.
     ///
     /// # Errors
     /// The store cannot open (for a changelog: the broker does not answer, the input
-    /// topic is missing, the changelog has fewer partitions than the input), or the
-    /// rejected file cannot be opened.
+    /// topic is missing, the changelog has fewer partitions than the input), the
+    /// alerts go to a store that writes no outputs, or the rejected file cannot be
+    /// opened.
     pub fn open(
         settings: LedgerSettings,
         open_store: impl FnOnce(OnDurable) -> Result<Box<dyn PartitionStateStore>, CoreError>,
-        alerts: Box<dyn AlertSink>,
+        alerts: Option<Box<dyn AlertSink>>,
         gate: Option<Arc<dyn CommitGate>>,
     ) -> Result<Self, ProcessorError> {
         std::fs::create_dir_all(&settings.state_dir).map_err(|error| {
@@ -152,16 +183,31 @@ impl PartitionedLedger {
             ))
         })?;
         let failure = Arc::new(Mutex::new(None));
+        let fenced = Arc::new(Mutex::new(Vec::new()));
         let on_durable: OnDurable = {
             let gate = gate.clone();
             let failure = Arc::clone(&failure);
-            Arc::new(move |tag, result: Result<(), String>| match result {
+            let fenced = Arc::clone(&fenced);
+            Arc::new(move |tag, result: Result<(), WriteFailure>| match result {
                 Ok(()) => {
                     if let Some(gate) = &gate {
                         gate.complete(tag);
                     }
                 }
-                Err(error) => {
+                Err(WriteFailure::Fenced { partition, message }) => {
+                    // the partition is another member's now: its line's commit is over
+                    // here (the broker refuses this member's commits of it), and the
+                    // ledger drops the partition at its next line
+                    let mut fenced = fenced.lock();
+                    if !fenced.contains(&partition) {
+                        warn!(partition, %message, "ledger: a partition's changelog producer was fenced by its new owner: its writes since the last commit are aborted, the partition is dropped from memory");
+                        fenced.push(partition);
+                    }
+                    if let Some(gate) = &gate {
+                        gate.complete(tag);
+                    }
+                }
+                Err(WriteFailure::GivenUp(error)) => {
                     // the line's commit stays held: it is read again after a restart
                     let mut failure = failure.lock();
                     if failure.is_none() {
@@ -172,6 +218,12 @@ impl PartitionedLedger {
         };
         let changelog =
             open_store(on_durable).map_err(|error| ProcessorError::new(error.to_string()))?;
+        if alerts.is_none() && changelog.outputs_location().is_none() {
+            return Err(ProcessorError::new(format!(
+                "the changelog {} writes no outputs: give the ledger alerts (a file) or alerts_sink",
+                changelog.location()
+            )));
+        }
         let rejected = open_rejected_log(&settings.state_dir)?;
         info!(changelog = %changelog.location(), gate = gate.is_some(),
             "ledger: state per partition in the changelog, restored by the member that takes a partition");
@@ -183,6 +235,8 @@ impl PartitionedLedger {
             rejected,
             gate,
             failure,
+            fenced,
+            fenced_epochs: HashMap::new(),
             next_tag: 0,
             over: Vec::new(),
         })
@@ -222,6 +276,7 @@ impl PartitionedLedger {
             fenced = restored.fenced,
             "ledger: partition taken over, state restored from the changelog"
         );
+        self.fenced_epochs.remove(&lane);
         self.partitions.insert(
             lane,
             Partition {
@@ -248,6 +303,11 @@ impl PartitionedLedger {
         let lane = delivery.lane();
         let epoch = delivery.epoch().get();
         let offset = delivery.position().offset;
+        self.drop_fenced();
+        if self.fenced_epochs.get(&lane) == Some(&epoch) {
+            // taken over by another member while this one held it: not applied here
+            return Ok(());
+        }
         if self
             .partitions
             .get(&lane)
@@ -263,8 +323,11 @@ impl PartitionedLedger {
             // applied and saved by an earlier owner (or this one before a restart), not
             // committed: skipped, and its alert written again
             partition.skipped += 1;
-            if let Some(alert) = partition.restored_alerts.get(&offset) {
-                self.alerts.write_line(alert).map_err(alert_error)?;
+            if let (Some(alert), Some(alerts)) =
+                (partition.restored_alerts.get(&offset), self.alerts.as_mut())
+            {
+                // (alerts in the store's transactions exist with their change already)
+                alerts.write_line(alert).map_err(alert_error)?;
             }
             return Ok(());
         }
@@ -277,15 +340,20 @@ impl PartitionedLedger {
             partition.skipped = 0;
         }
         partition.restored_alerts.clear();
+        let mut held = HeldAlert::default();
+        let alerts: &mut dyn AlertSink = match self.alerts.as_mut() {
+            Some(alerts) => alerts.as_mut(),
+            None => &mut held,
+        };
         let applied = apply_line(
             &mut partition.state,
             &mut self.rejected,
-            self.alerts.as_mut(),
+            alerts,
             &position,
             line,
         )?;
         // the changelog holds no outputs: what the sink says is over is forgotten
-        self.alerts.drain_over(&mut self.over);
+        alerts.drain_over(&mut self.over);
         self.over.clear();
         partition.state.set_position(0, epoch, offset);
         let (key, change) = match applied {
@@ -314,6 +382,17 @@ impl PartitionedLedger {
         };
         let value = postcard::to_allocvec(&change)
             .map_err(|error| ProcessorError::new(error.to_string()))?;
+        if let Some(alert) = held.0 {
+            // into the partition's transaction before the change: both or neither
+            if let Err(error) = self
+                .changelog
+                .write_output(lane as i32, &key, alert.as_bytes())
+            {
+                let message = error.to_string();
+                *self.failure.lock() = Some(message.clone());
+                return Err(ProcessorError::new(message));
+            }
+        }
         self.next_tag += 1;
         let tag = self.next_tag;
         if let Some(gate) = &self.gate {
@@ -335,6 +414,25 @@ impl PartitionedLedger {
                 .map_err(|error| ProcessorError::new(error.to_string()))?;
         }
         Ok(())
+    }
+
+    /// Drops from memory the partitions the store reported fenced, remembering their
+    /// epochs: their lines in those epochs are skipped.
+    fn drop_fenced(&mut self) {
+        let fenced = std::mem::take(&mut *self.fenced.lock());
+        for partition in fenced {
+            let Ok(lane) = u32::try_from(partition) else {
+                continue;
+            };
+            if let Some(dropped) = self.partitions.remove(&lane) {
+                info!(
+                    partition,
+                    epoch = dropped.state.epoch,
+                    "ledger: fenced partition dropped; its lines in this epoch are skipped"
+                );
+                self.fenced_epochs.insert(lane, dropped.state.epoch);
+            }
+        }
     }
 
     /// The admin command `balance ACCOUNT`: the account's balance summed over the
@@ -366,7 +464,9 @@ impl Processor for PartitionedLedger {
     }
 
     fn stop(&mut self) -> Result<(), ProcessorError> {
-        self.alerts.stop();
+        if let Some(alerts) = self.alerts.as_mut() {
+            alerts.stop();
+        }
         if let Err(error) = self.changelog.flush(Duration::from_secs(10)) {
             warn!(%error, "ledger: changelog writes still in flight at stop: their lines are not committed and are read again");
         }

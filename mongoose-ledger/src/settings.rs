@@ -20,6 +20,22 @@ pub struct LedgerSettings {
     /// A configured `[[sinks]]` entry to write alerts to, instead of `alerts`.
     #[serde(default)]
     pub alerts_sink: Option<String>,
+    /// With `state = "changelog"` and `transactions`: a Kafka topic the alerts are
+    /// written to in the changelog's transactions, instead of `alerts` or
+    /// `alerts_sink`: exactly once across takeovers as a `read_committed` reader sees
+    /// them.
+    #[serde(default)]
+    pub alerts_topic: Option<String>,
+    /// With `state = "changelog"`: each partition's changes, its alerts (with
+    /// `alerts_topic`) and its input offsets commit in one Kafka transaction every
+    /// `commit_interval_ms` (default true). False: each change is acknowledged on its own
+    /// (alerts at least once across takeovers).
+    #[serde(default = "yes")]
+    pub transactions: bool,
+    /// With `transactions`: how often the open transactions commit, in milliseconds
+    /// (default 100): the latency a change adds to its line's commit.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
     /// Skip re-delivered lines by the saved position (default true; false shows what a
     /// crash does without the consumer-side offset).
     #[serde(default = "yes")]
@@ -80,6 +96,10 @@ pub enum StateMode {
     Changelog,
 }
 
+fn default_commit_interval_ms() -> u64 {
+    100
+}
+
 fn default_group_records() -> usize {
     1024
 }
@@ -112,11 +132,24 @@ impl LedgerSettings {
     /// The ledger's own checks of its settings (the part of its kind's
     /// `validate(settings)` hook that needs no server: the server's part checks that
     /// the feed, and an `alerts_sink`, exist): exactly one of `alerts` (a file, not a
-    /// directory) or `alerts_sink` is given, and `state_dir` is a directory or does not
-    /// exist yet. `resolve` resolves a relative path as the config's folder does. Opens
-    /// nothing.
+    /// directory), `alerts_sink` or `alerts_topic` is given, and `state_dir` is a
+    /// directory or does not exist yet. `resolve` resolves a relative path as the
+    /// config's folder does. Opens nothing.
     pub fn check(&self, resolve: impl Fn(&Path) -> PathBuf) -> Result<(), SettingsRefusal> {
+        if self.alerts_topic.is_some() && (self.alerts.is_some() || self.alerts_sink.is_some()) {
+            return Err(SettingsRefusal::at(
+                "alerts_topic",
+                "alerts_topic and alerts or alerts_sink are given: give the ledger exactly one of alerts (a file), alerts_sink (a configured sink) or alerts_topic (a Kafka topic, in the changelog's transactions)",
+            ));
+        }
+        if self.commit_interval_ms == 0 {
+            return Err(SettingsRefusal::at(
+                "commit_interval_ms",
+                "commit_interval_ms = 0 would commit without pause: give at least 1 (the default is 100)",
+            ));
+        }
         match (&self.alerts, &self.alerts_sink) {
+            (None, None) if self.alerts_topic.is_some() => {}
             (Some(path), None) => {
                 let resolved = resolve(path);
                 if resolved.is_dir() {
@@ -132,7 +165,7 @@ impl LedgerSettings {
             (None, Some(_)) => {}
             (None, None) => {
                 return Err(SettingsRefusal::new(
-                    "no alerts output: give the ledger exactly one of alerts (a file) or alerts_sink (a configured sink)",
+                    "no alerts output: give the ledger exactly one of alerts (a file), alerts_sink (a configured sink) or alerts_topic (a Kafka topic, with state = \"changelog\")",
                 ))
             }
             (Some(_), Some(_)) => {
@@ -162,6 +195,9 @@ impl LedgerSettings {
             state_dir,
             alerts: Some(alerts),
             alerts_sink: None,
+            alerts_topic: None,
+            transactions: true,
+            commit_interval_ms: default_commit_interval_ms(),
             guard: true,
             sync: true,
             compact_every: default_compact_every(),
@@ -194,10 +230,10 @@ impl SettingsRefusal {
         }
     }
 
-    fn at(key: &'static str, message: String) -> Self {
+    fn at(key: &'static str, message: impl Into<String>) -> Self {
         SettingsRefusal {
             key: Some(key),
-            message,
+            message: message.into(),
         }
     }
 }

@@ -30,6 +30,12 @@ struct ChangelogTarget {
     topic: String,
     /// A name for logs and client ids (`group/processor`).
     name: String,
+    /// The feed's consumer group (a transaction commits the input offsets in it).
+    group: String,
+    /// Changes, alerts and offsets in one transaction per partition and interval.
+    transactions: Option<std::time::Duration>,
+    /// The topic the alerts go to in the transactions.
+    alerts_topic: Option<String>,
 }
 
 impl ChangelogTarget {
@@ -40,17 +46,19 @@ impl ChangelogTarget {
         on_durable: mongoose_core::state_store::OnDurable,
     ) -> Result<Box<dyn mongoose_core::state_store::PartitionStateStore>, mongoose_core::CoreError>
     {
-        use mongoose_kafka::changelog::{Changelog, ChangelogConfig};
-        Changelog::open(
-            ChangelogConfig::new(&self.name, &self.brokers, &self.topic),
-            &self.input_topic,
-            on_durable,
-        )
-        .map(|changelog| Box::new(changelog) as Box<_>)
-        .map_err(|error| mongoose_core::CoreError::StateStore {
-            store: self.topic.clone(),
-            error: Box::new(error),
-        })
+        use mongoose_kafka::changelog::{Changelog, ChangelogConfig, TransactionsConfig};
+        let mut config = ChangelogConfig::new(&self.name, &self.brokers, &self.topic);
+        config.transactions = self.transactions.map(|interval| TransactionsConfig {
+            commit_interval: interval,
+            ..TransactionsConfig::new(Some(&self.group))
+        });
+        config.outputs_topic.clone_from(&self.alerts_topic);
+        Changelog::open(config, &self.input_topic, on_durable)
+            .map(|changelog| Box::new(changelog) as Box<_>)
+            .map_err(|error| mongoose_core::CoreError::StateStore {
+                store: self.topic.clone(),
+                error: Box::new(error),
+            })
     }
 
     /// Without the `kafka` feature there is no changelog to open: [`changelog_target`]
@@ -80,6 +88,12 @@ fn changelog_target(
 ) -> Result<Option<ChangelogTarget>, SettingsError> {
     let kafka = feed.filter(|feed| feed.plugin_kind() == Some(KAFKA));
     let Some(feed) = (match (settings.state, kafka) {
+        (StateMode::Local, _) | (StateMode::Auto, None) if settings.alerts_topic.is_some() => {
+            return Err(SettingsError::at(
+                "alerts_topic",
+                "alerts_topic writes the alerts in the transactions of a changelog: it needs state = \"changelog\" on a Kafka feed; give alerts (a file) or alerts_sink instead",
+            ))
+        }
         (StateMode::Local, _) | (StateMode::Auto, None) => return Ok(None),
         (StateMode::Auto | StateMode::Changelog, Some(feed)) => Some(feed),
         (StateMode::Changelog, None) => {
@@ -117,6 +131,12 @@ fn changelog_target(
             ),
         ));
     };
+    if settings.alerts_topic.is_some() && !settings.transactions {
+        return Err(SettingsError::at(
+            "alerts_topic",
+            "alerts_topic writes the alerts in the changelog's transactions, and transactions = false: remove transactions = false, or give alerts (a file) or alerts_sink",
+        ));
+    }
     Ok(Some(ChangelogTarget {
         brokers: brokers.to_owned(),
         input_topic: topic.to_owned(),
@@ -125,6 +145,11 @@ fn changelog_target(
             .clone()
             .unwrap_or_else(|| format!("{group}-{processor}-changelog")),
         name: format!("{group}/{processor}"),
+        group: group.to_owned(),
+        transactions: settings
+            .transactions
+            .then(|| std::time::Duration::from_millis(settings.commit_interval_ms)),
+        alerts_topic: settings.alerts_topic.clone(),
     }))
 }
 
@@ -136,7 +161,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         settings.state_dir = context.resolve(&settings.state_dir);
         let target = changelog_target(&settings, context.name, context.feed(&settings.feed))
             .map_err(|error| error.to_string())?;
-        let open = |alerts: Box<dyn AlertSink>| {
+        let open = |alerts: Option<Box<dyn AlertSink>>| {
             let gate = context.commit_gate(&settings.feed);
             match &target {
                 Some(target) => PartitionedLedger::open(
@@ -146,13 +171,21 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     gate,
                 )
                 .map(|ledger| Box::new(ledger) as Box<dyn Processor>),
-                None => Ledger::open(settings.clone(), alerts, gate)
-                    .map(|ledger| Box::new(ledger) as Box<dyn Processor>),
+                None => match alerts {
+                    Some(alerts) => Ledger::open(settings.clone(), alerts, gate)
+                        .map(|ledger| Box::new(ledger) as Box<dyn Processor>),
+                    // refused by `changelog_target` before this
+                    None => Err(
+                        "a ledger with local state writes its alerts to alerts or alerts_sink"
+                            .into(),
+                    ),
+                },
             }
             .map_err(|error| error.to_string())
         };
         match (&settings.alerts, &settings.alerts_sink) {
-            (Some(path), None) => open(Box::new(
+            (None, None) if settings.alerts_topic.is_some() => open(None),
+            (Some(path), None) => open(Some(Box::new(
                 SinkAlerts::file(
                     &context.resolve(path),
                     settings.sync,
@@ -161,12 +194,12 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .map_err(|error| {
                     format!("cannot open the alerts file {}: {error}", path.display())
                 })?,
-            )),
+            ))),
             (None, Some(sink)) => {
                 // the alerts' outcomes are tracked one by one, so the ledger records each
                 // as it is published (its outbox never piles up unsettled alerts)
                 let (handle, gates, name) = context.sink_parts(sink)?;
-                open(Box::new(SinkAlerts::tracked(handle, gates, &name)))
+                open(Some(Box::new(SinkAlerts::tracked(handle, gates, &name))))
             }
             _ => Err(
                 "give the ledger exactly one of alerts (a file) or alerts_sink \

@@ -54,15 +54,18 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Sender};
 use mongoose_core::state_store::PartitionStateStore;
-pub use mongoose_core::state_store::{OnDurable, RecordKind, RestoredPartition, StoredRecord};
+pub use mongoose_core::state_store::{
+    OnDurable, RecordKind, RestoredPartition, StoredRecord, WriteFailure,
+};
 use mongoose_core::{CoreError, Epoch};
 use parking_lot::Mutex;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -73,9 +76,12 @@ use tracing::{debug, info, warn};
 use crate::error::KafkaConnectorError;
 
 mod records;
+mod transactions;
 
 use records::StoredValue;
 pub use records::{decode, fold, FORMAT, MARKER_KEY};
+pub use transactions::TransactionsConfig;
+use transactions::{Transactions, TxnPartition};
 
 /// How a [`Changelog`] connects.
 #[derive(Clone, Debug)]
@@ -96,6 +102,13 @@ pub struct ChangelogConfig {
     pub delivery_timeout: Duration,
     /// More librdkafka properties for the producer and the restore consumer.
     pub properties: Vec<(String, String)>,
+    /// Exactly once: each partition's changes, the outputs written with them and the
+    /// input offsets they cover commit in one transaction ([`TransactionsConfig`]).
+    /// `None`: each change is acknowledged on its own (idempotent, at least once).
+    pub transactions: Option<TransactionsConfig>,
+    /// Where the outputs written with the state go ([`Changelog::write_output`]; needs
+    /// `transactions`).
+    pub outputs_topic: Option<String>,
 }
 
 impl ChangelogConfig {
@@ -109,6 +122,8 @@ impl ChangelogConfig {
             restore_timeout: Duration::from_secs(120),
             delivery_timeout: Duration::from_secs(60),
             properties: Vec::new(),
+            transactions: None,
+            outputs_topic: None,
         }
     }
 }
@@ -119,6 +134,9 @@ enum Opaque {
     Write(u64),
     /// A marker or probe: where its offset (or the error) goes.
     Marker(Sender<Result<i64, String>>),
+    /// A change or an output in a transaction: durable when the transaction commits
+    /// (a failed delivery fails the commit).
+    InTransaction,
 }
 
 /// The producer's context: delivery reports and librdkafka's log.
@@ -151,9 +169,16 @@ impl ProducerContext for ChangelogContext {
             Err((error, _)) => Err(error.to_string()),
         };
         match *opaque {
-            Opaque::Write(tag) => (self.on_durable)(tag, outcome.map(|_| ())),
+            Opaque::Write(tag) => {
+                (self.on_durable)(tag, outcome.map(|_| ()).map_err(WriteFailure::GivenUp));
+            }
             Opaque::Marker(reply) => {
                 let _ = reply.send(outcome);
+            }
+            Opaque::InTransaction => {
+                if let Err(error) = outcome {
+                    debug!(changelog = %self.name, %error, "a record of a transaction was not delivered: the transaction does not commit");
+                }
             }
         }
     }
@@ -167,6 +192,18 @@ pub struct Changelog {
     producer: ThreadedProducer<ChangelogContext>,
     /// The restore reader (made at the first restore, kept).
     reader: Mutex<Option<BaseConsumer>>,
+    /// With `config.transactions`: the partitions' transactional producers.
+    transactions: Option<Arc<Transactions>>,
+    /// Where the write callbacks go (the transactional producers' too).
+    on_durable: OnDurable,
+}
+
+impl Drop for Changelog {
+    fn drop(&mut self) {
+        if let Some(transactions) = &self.transactions {
+            transactions.stop();
+        }
+    }
 }
 
 impl fmt::Debug for Changelog {
@@ -181,11 +218,13 @@ impl fmt::Debug for Changelog {
 impl Changelog {
     /// Connects, and makes sure the changelog topic exists with at least as many
     /// partitions as `input_topic` (creating it compacted, with as many, if missing).
-    /// `on_durable` is called on the producer's thread for each write.
+    /// `on_durable` is called on the producer's thread for each write (with
+    /// transactions: on the committer's thread, when the write's transaction commits).
     ///
     /// # Errors
     /// The client configuration is refused, the broker does not answer, the input
-    /// topic does not exist, or the changelog topic has fewer partitions than the input.
+    /// topic does not exist, the changelog topic has fewer partitions than the input, or
+    /// an outputs topic is given without transactions.
     pub fn open(
         config: ChangelogConfig,
         input_topic: &str,
@@ -213,19 +252,132 @@ impl Changelog {
         let producer: ThreadedProducer<ChangelogContext> = client
             .create_with_context(ChangelogContext {
                 name: config.name.clone(),
-                on_durable,
+                on_durable: Arc::clone(&on_durable),
             })
             .map_err(|error| KafkaConnectorError::Config {
                 name: config.name.clone(),
                 error: Box::new(error),
             })?;
+        if config.outputs_topic.is_some() && config.transactions.is_none() {
+            return Err(KafkaConnectorError::Changelog {
+                name: config.name.clone(),
+                message: "outputs are written with the state only in transactions: turn transactions on, or send the outputs to a sink".to_owned(),
+            });
+        }
+        let transactions = match &config.transactions {
+            None => None,
+            Some(settings) => {
+                let group = match &settings.group {
+                    None => None,
+                    Some(group) => Some(Self::group_metadata(&config, group)?),
+                };
+                Some(Transactions::start(
+                    settings.clone(),
+                    &config.name,
+                    input_topic,
+                    Arc::clone(&on_durable),
+                    group,
+                    config.request_timeout,
+                ))
+            }
+        };
         let changelog = Changelog {
             config,
             producer,
             reader: Mutex::new(None),
+            transactions,
+            on_durable,
         };
         changelog.ensure_topic(input_topic)?;
         Ok(changelog)
+    }
+
+    /// The metadata a transaction commits `group`'s offsets with: a consumer of the group
+    /// that never joins it gives it without a member or a generation.
+    fn group_metadata(
+        config: &ChangelogConfig,
+        group: &str,
+    ) -> Result<ConsumerGroupMetadata, KafkaConnectorError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.brokers)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set_log_level(RDKafkaLogLevel::Warning);
+        for (key, value) in &config.properties {
+            client.set(key, value);
+        }
+        let consumer: BaseConsumer =
+            client
+                .create()
+                .map_err(|error| KafkaConnectorError::Config {
+                    name: config.name.clone(),
+                    error: Box::new(error),
+                })?;
+        consumer
+            .group_metadata()
+            .ok_or_else(|| KafkaConnectorError::Changelog {
+                name: config.name.clone(),
+                message: format!("no consumer group metadata for group '{group}'"),
+            })
+    }
+
+    /// A new transactional producer for `partition`, initialised: the broker aborts what
+    /// an earlier producer of the partition left open and fences it.
+    fn transactional_producer(
+        &self,
+        partition: i32,
+        settings: &TransactionsConfig,
+    ) -> Result<ThreadedProducer<ChangelogContext>, KafkaConnectorError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &self.config.brokers)
+            .set(
+                "client.id",
+                format!("{}-changelog-{partition}", self.config.name),
+            )
+            .set(
+                "transactional.id",
+                transactions::transactional_id(&self.config.topic, partition),
+            )
+            .set(
+                "transaction.timeout.ms",
+                settings.transaction_timeout.as_millis().to_string(),
+            )
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set(
+                "message.timeout.ms",
+                self.config
+                    .delivery_timeout
+                    .min(settings.transaction_timeout)
+                    .as_millis()
+                    .to_string(),
+            )
+            .set("linger.ms", "2")
+            .set("allow.auto.create.topics", "false")
+            .set_log_level(RDKafkaLogLevel::Warning);
+        for (key, value) in &self.config.properties {
+            client.set(key, value);
+        }
+        let producer: ThreadedProducer<ChangelogContext> = client
+            .create_with_context(ChangelogContext {
+                name: self.config.name.clone(),
+                on_durable: Arc::clone(&self.on_durable),
+            })
+            .map_err(|error| KafkaConnectorError::Config {
+                name: self.config.name.clone(),
+                error: Box::new(error),
+            })?;
+        producer
+            .init_transactions(self.config.request_timeout)
+            .map_err(|error| {
+                self.broker_error(
+                    &format!("initialising the transactions of partition {partition}"),
+                    error,
+                )
+            })?;
+        Ok(producer)
     }
 
     /// The changelog topic.
@@ -263,6 +415,20 @@ impl Changelog {
                 ),
             });
         };
+        if let Some(outputs) = &self.config.outputs_topic {
+            if self.partitions_of(outputs)?.is_none() {
+                let created = crate::admin::create_topic(
+                    &self.config.brokers,
+                    outputs,
+                    i32::try_from(input).unwrap_or(i32::MAX),
+                    &[],
+                    self.config.request_timeout,
+                )?;
+                if created {
+                    info!(outputs = %outputs, partitions = input, "outputs topic created");
+                }
+            }
+        }
         if let Some(existing) = self.partitions_of(&self.config.topic)? {
             if existing < input {
                 return Err(KafkaConnectorError::Changelog {
@@ -332,22 +498,104 @@ impl Changelog {
             });
         }
         let payload = Self::encode(RecordKind::Entry, epoch, partition, offset, value);
-        self.send(partition, key, &payload, Box::new(Opaque::Write(tag)))
+        if let Some(transactions) = &self.transactions {
+            return self.write_in_transaction(
+                transactions,
+                partition,
+                (&self.config.topic, Some(partition)),
+                key,
+                &payload,
+                Some((tag, offset)),
+            );
+        }
+        self.send(
+            &self.producer,
+            (&self.config.topic, Some(partition)),
+            key,
+            &payload,
+            Box::new(Opaque::Write(tag)),
+        )
     }
 
-    fn send(
+    /// Writes an output of `partition` (an alert) to the outputs topic, in the
+    /// partition's open transaction: it becomes visible when the changes written with it
+    /// do. An output of a partition whose producer was fenced or failed is dropped (the
+    /// change written after it reports why it is not durable).
+    ///
+    /// # Errors
+    /// No outputs topic or no transactions, the partition was not restored by this
+    /// member, or the producer refused the record for good.
+    pub fn write_output(
         &self,
         partition: i32,
         key: &[u8],
         payload: &[u8],
+    ) -> Result<(), KafkaConnectorError> {
+        let (Some(transactions), Some(topic)) = (&self.transactions, &self.config.outputs_topic)
+        else {
+            return Err(KafkaConnectorError::Changelog {
+                name: self.config.name.clone(),
+                message:
+                    "this changelog writes no outputs: give it an outputs topic and transactions"
+                        .to_owned(),
+            });
+        };
+        self.write_in_transaction(transactions, partition, (topic, None), key, payload, None)
+    }
+
+    /// Sends one record in `partition`'s open transaction (opening one if needed) to
+    /// `target` (a topic and, for a change, its partition); `change` is the change's tag
+    /// and input position. A dead producer's change is reported through `on_durable`;
+    /// its output is dropped.
+    fn write_in_transaction(
+        &self,
+        transactions: &Transactions,
+        partition: i32,
+        target: (&str, Option<i32>),
+        key: &[u8],
+        payload: &[u8],
+        change: Option<(u64, u64)>,
+    ) -> Result<(), KafkaConnectorError> {
+        let Some(producer) = transactions.partition(partition) else {
+            return Err(KafkaConnectorError::Changelog {
+                name: self.config.name.clone(),
+                message: format!("partition {partition} was not taken over by this member (restore it first): its writes have no transaction"),
+            });
+        };
+        let mut producer = producer.lock();
+        if let Err(failure) = producer.begin(partition) {
+            if let Some((tag, _)) = change {
+                (self.on_durable)(tag, Err(failure));
+            }
+            return Ok(());
+        }
+        self.send(
+            &producer.producer,
+            target,
+            key,
+            payload,
+            Box::new(Opaque::InTransaction),
+        )?;
+        producer.holds(change.map(|(tag, _)| tag), change.map(|(_, offset)| offset));
+        Ok(())
+    }
+
+    fn send(
+        &self,
+        producer: &ThreadedProducer<ChangelogContext>,
+        (topic, partition): (&str, Option<i32>),
+        key: &[u8],
+        payload: &[u8],
         opaque: Box<Opaque>,
     ) -> Result<(), KafkaConnectorError> {
-        let mut record = BaseRecord::with_opaque_to(&self.config.topic, opaque)
-            .partition(partition)
+        let mut record = BaseRecord::with_opaque_to(topic, opaque)
             .key(key)
             .payload(payload);
+        if let Some(partition) = partition {
+            record = record.partition(partition);
+        }
         loop {
-            match self.producer.send(record) {
+            match producer.send(record) {
                 Ok(()) => return Ok(()),
                 Err((error, returned))
                     if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
@@ -371,12 +619,51 @@ impl Changelog {
     ) -> Result<i64, KafkaConnectorError> {
         let (reply, answer) = bounded(1);
         let payload = Self::encode(kind, epoch, partition, 0, &[]);
-        self.send(
-            partition,
-            MARKER_KEY,
-            &payload,
-            Box::new(Opaque::Marker(reply)),
-        )?;
+        let target = (self.config.topic.as_str(), Some(partition));
+        let opaque = Box::new(Opaque::Marker(reply));
+        match &self.transactions {
+            Some(transactions) if kind == RecordKind::Marker => {
+                // the new owner's producer first: the broker aborts what an earlier
+                // owner left open and fences it; then the marker, committed
+                let fresh = self.transactional_producer(partition, &transactions.config)?;
+                transactions.replace(partition, TxnPartition::new(fresh));
+                let Some(producer) = transactions.partition(partition) else {
+                    unreachable!("put in above");
+                };
+                let mut producer = producer.lock();
+                producer
+                    .begin(partition)
+                    .map_err(|failure| KafkaConnectorError::Changelog {
+                        name: self.config.name.clone(),
+                        message: format!("the marker of partition {partition}: {failure}"),
+                    })?;
+                self.send(&producer.producer, target, MARKER_KEY, &payload, opaque)?;
+                let deadline = Instant::now() + self.config.request_timeout;
+                loop {
+                    transactions.commit(partition, &mut producer);
+                    if let Some(failure) = producer.dead() {
+                        return Err(KafkaConnectorError::Changelog {
+                            name: self.config.name.clone(),
+                            message: format!("the marker of partition {partition}: {failure}"),
+                        });
+                    }
+                    if !producer.is_open() {
+                        break;
+                    }
+                    if Instant::now() > deadline {
+                        return Err(KafkaConnectorError::Changelog {
+                            name: self.config.name.clone(),
+                            message: format!(
+                                "the transaction of the marker of partition {partition} did not commit within {:?}: check that the broker at {} answers",
+                                self.config.request_timeout, self.config.brokers
+                            ),
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            _ => self.send(&self.producer, target, MARKER_KEY, &payload, opaque)?,
+        }
         let waited = self.config.delivery_timeout + self.config.request_timeout;
         match answer.recv_timeout(waited) {
             Ok(Ok(offset)) => Ok(offset),
@@ -530,6 +817,22 @@ impl Changelog {
     /// # Errors
     /// Some are still in flight after `timeout`.
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaConnectorError> {
+        if let Some(transactions) = &self.transactions {
+            let deadline = Instant::now() + timeout;
+            loop {
+                transactions.commit_all();
+                if !transactions.any_open() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(KafkaConnectorError::Changelog {
+                        name: self.config.name.clone(),
+                        message: format!("transactions still open after {timeout:?}: their changes are not committed and their input is read again"),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         self.producer
             .flush(timeout)
             .map_err(|error| self.broker_error("flushing the changelog", error))
@@ -567,6 +870,15 @@ impl PartitionStateStore for Changelog {
 
     fn flush(&self, timeout: Duration) -> Result<(), CoreError> {
         Changelog::flush(self, timeout).map_err(|error| self.store_error(error))
+    }
+
+    fn outputs_location(&self) -> Option<&str> {
+        self.config.outputs_topic.as_deref()
+    }
+
+    fn write_output(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<(), CoreError> {
+        Changelog::write_output(self, partition, key, payload)
+            .map_err(|error| self.store_error(error))
     }
 }
 

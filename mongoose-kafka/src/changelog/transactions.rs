@@ -1,0 +1,348 @@
+//! The changelog's transactions: one transactional producer per partition taken over,
+//! whose transaction holds the partition's state changes, the outputs written with them
+//! and the input offsets they cover, committed together every commit interval.
+//!
+//! * **One transactional id per partition** (`<changelog topic>-<partition>`), the same
+//!   on every member: the member that takes a partition over initialises its producer
+//!   with it, so the broker aborts what an earlier owner left open (a member killed
+//!   mid-transaction) and fences that owner's producer for good (a member paused past
+//!   its session and resumed: its next commit fails, and nothing it wrote counts). This
+//!   is Kafka's per-input-partition exactly-once; the fence needs no consumer generation.
+//! * **Durable means committed.** A write's tag reaches `on_durable` when its transaction
+//!   commits (or never will: [`WriteFailure`]), so the input's own commit (the feed's
+//!   commit gate) follows the transaction, which already holds the offsets: a crash
+//!   between the two loses nothing and the new owner's position check skips what the
+//!   transaction holds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use mongoose_core::state_store::{OnDurable, WriteFailure};
+use parking_lot::Mutex;
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{debug, info, warn};
+
+use super::ChangelogContext;
+
+/// How a changelog commits in transactions.
+#[derive(Clone, Debug)]
+pub struct TransactionsConfig {
+    /// The input's consumer group: the input offsets a transaction covers are committed
+    /// in it for this group. `None`: the offsets are left to the input's own commit.
+    pub group: Option<String>,
+    /// How often the open transactions are committed (Kafka Streams' default under
+    /// exactly-once is 100 ms): the latency a change adds to its input's commit.
+    pub commit_interval: Duration,
+    /// `transaction.timeout.ms`: how long the broker keeps a transaction of a member that
+    /// stopped answering open before it aborts it (a takeover aborts it at once).
+    pub transaction_timeout: Duration,
+}
+
+impl TransactionsConfig {
+    /// Transactions committing the offsets of `group`, every 100 ms, a 30 s timeout.
+    pub fn new(group: Option<&str>) -> Self {
+        TransactionsConfig {
+            group: group.map(str::to_owned),
+            commit_interval: Duration::from_millis(100),
+            transaction_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The transactional id of `partition`'s producer.
+pub(super) fn transactional_id(topic: &str, partition: i32) -> String {
+    format!("{topic}-{partition}")
+}
+
+/// One partition's producer and its open transaction.
+pub(super) struct TxnPartition {
+    pub(super) producer: ThreadedProducer<ChangelogContext>,
+    /// A transaction is open (begun, not committed nor aborted).
+    open: bool,
+    /// The tags written in the open transaction.
+    tags: Vec<u64>,
+    /// The input offset (the next to read) the open transaction covers.
+    through: Option<u64>,
+    /// Why this producer writes no more (fenced, or a fatal error).
+    dead: Option<WriteFailure>,
+}
+
+impl TxnPartition {
+    pub(super) fn new(producer: ThreadedProducer<ChangelogContext>) -> Self {
+        TxnPartition {
+            producer,
+            open: false,
+            tags: Vec::new(),
+            through: None,
+            dead: None,
+        }
+    }
+
+    /// Whether a transaction is open.
+    pub(super) fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Why the partition takes no writes, if it does not.
+    pub(super) fn dead(&self) -> Option<&WriteFailure> {
+        self.dead.as_ref()
+    }
+
+    /// Opens a transaction if none is.
+    pub(super) fn begin(&mut self, partition: i32) -> Result<(), WriteFailure> {
+        if let Some(dead) = &self.dead {
+            return Err(dead.clone());
+        }
+        if !self.open {
+            if let Err(error) = self.producer.begin_transaction() {
+                let failure = failure_of(partition, &error);
+                self.dead = Some(failure.clone());
+                return Err(failure);
+            }
+            self.open = true;
+        }
+        Ok(())
+    }
+
+    /// Records that the open transaction holds `tag` (if any) and input offset `through`.
+    pub(super) fn holds(&mut self, tag: Option<u64>, through: Option<u64>) {
+        if let Some(tag) = tag {
+            self.tags.push(tag);
+        }
+        if let Some(through) = through {
+            self.through = Some(self.through.map_or(through, |held| held.max(through)));
+        }
+    }
+}
+
+/// What a failed transactional call means for the partition.
+fn failure_of(partition: i32, error: &KafkaError) -> WriteFailure {
+    let fenced = matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::Fenced
+                | RDKafkaErrorCode::InvalidProducerIdMapping
+        )
+    );
+    if fenced {
+        WriteFailure::Fenced {
+            partition,
+            message: error.to_string(),
+        }
+    } else {
+        WriteFailure::GivenUp(error.to_string())
+    }
+}
+
+/// Whether the transaction may simply be committed again later.
+fn retriable(error: &KafkaError) -> bool {
+    match error {
+        KafkaError::Transaction(error) => error.is_retriable(),
+        // `commit_transaction` flushes first: records still in flight at its timeout
+        KafkaError::Flush(_) => true,
+        _ => false,
+    }
+}
+
+/// Whether the transaction must be aborted (the producer itself still works).
+fn requires_abort(error: &KafkaError) -> bool {
+    matches!(error, KafkaError::Transaction(error) if error.txn_requires_abort())
+}
+
+/// The transactional partitions of one changelog and the thread that commits them.
+pub(super) struct Transactions {
+    pub(super) config: TransactionsConfig,
+    pub(super) partitions: Mutex<HashMap<i32, Arc<Mutex<TxnPartition>>>>,
+    name: String,
+    input_topic: String,
+    on_durable: OnDurable,
+    /// The metadata of `config.group` (no member, no generation: the transactional id
+    /// fences, not the consumer generation).
+    group: Option<ConsumerGroupMetadata>,
+    request_timeout: Duration,
+    /// Dropped (or sent to) to stop the committer thread at once.
+    stop: Mutex<Option<Sender<()>>>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Transactions {
+    /// Starts the committer thread.
+    pub(super) fn start(
+        config: TransactionsConfig,
+        name: &str,
+        input_topic: &str,
+        on_durable: OnDurable,
+        group: Option<ConsumerGroupMetadata>,
+        request_timeout: Duration,
+    ) -> Arc<Self> {
+        let (stop, stopped) = bounded(1);
+        let transactions = Arc::new(Transactions {
+            config,
+            partitions: Mutex::new(HashMap::new()),
+            name: name.to_owned(),
+            input_topic: input_topic.to_owned(),
+            on_durable,
+            group,
+            request_timeout,
+            stop: Mutex::new(Some(stop)),
+            committer: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&transactions);
+        let interval = transactions.config.commit_interval;
+        let spawned = std::thread::Builder::new()
+            .name(format!("{name}-txn"))
+            .spawn(move || commit_loop(&weak, interval, &stopped));
+        match spawned {
+            Ok(handle) => *transactions.committer.lock() = Some(handle),
+            Err(error) => {
+                warn!(changelog = %name, %error, "could not start the transaction committer: transactions commit at flush only");
+            }
+        }
+        transactions
+    }
+
+    /// The partition's producer, if it was taken over.
+    pub(super) fn partition(&self, partition: i32) -> Option<Arc<Mutex<TxnPartition>>> {
+        self.partitions.lock().get(&partition).cloned()
+    }
+
+    /// Puts in `partition`'s new producer, first committing what the previous one holds
+    /// (its writes are of this member's earlier ownership).
+    pub(super) fn replace(&self, partition: i32, fresh: TxnPartition) {
+        let previous = self
+            .partitions
+            .lock()
+            .insert(partition, Arc::new(Mutex::new(fresh)));
+        if let Some(previous) = previous {
+            let mut previous = previous.lock();
+            self.commit(partition, &mut previous);
+            self.fail_open(partition, &mut previous);
+        }
+    }
+
+    /// Commits every open transaction.
+    pub(super) fn commit_all(&self) {
+        let partitions: Vec<(i32, Arc<Mutex<TxnPartition>>)> = self
+            .partitions
+            .lock()
+            .iter()
+            .map(|(partition, producer)| (*partition, Arc::clone(producer)))
+            .collect();
+        for (partition, producer) in partitions {
+            self.commit(partition, &mut producer.lock());
+        }
+    }
+
+    /// Whether some transaction is still open.
+    pub(super) fn any_open(&self) -> bool {
+        self.partitions
+            .lock()
+            .values()
+            .any(|producer| producer.lock().open)
+    }
+
+    /// Commits `partition`'s open transaction with the input offsets it covers; its tags
+    /// are durable then. A retriable error leaves it open for the next round; an error
+    /// that requires an abort aborts it (its tags are given up); a fatal one (fenced)
+    /// ends the producer.
+    pub(super) fn commit(&self, partition: i32, producer: &mut TxnPartition) {
+        if !producer.open || producer.dead.is_some() {
+            return;
+        }
+        let result = self
+            .send_offsets(partition, producer)
+            .and_then(|()| producer.producer.commit_transaction(self.request_timeout));
+        match result {
+            Ok(()) => {
+                producer.open = false;
+                producer.through = None;
+                for tag in producer.tags.drain(..) {
+                    (self.on_durable)(tag, Ok(()));
+                }
+            }
+            Err(error) if retriable(&error) => {
+                debug!(changelog = %self.name, partition, %error, "a transaction's commit is retried");
+            }
+            Err(error) if requires_abort(&error) => {
+                warn!(changelog = %self.name, partition, %error, "a transaction could not commit and is aborted: its changes are given up");
+                if let Err(abort) = producer.producer.abort_transaction(self.request_timeout) {
+                    producer.dead = Some(failure_of(partition, &abort));
+                }
+                producer.open = false;
+                producer.through = None;
+                let failure = WriteFailure::GivenUp(error.to_string());
+                for tag in producer.tags.drain(..) {
+                    (self.on_durable)(tag, Err(failure.clone()));
+                }
+            }
+            Err(error) => {
+                let failure = failure_of(partition, &error);
+                info!(changelog = %self.name, partition, %error, "a transaction's producer ends: {failure}");
+                producer.dead = Some(failure);
+                self.fail_open(partition, producer);
+            }
+        }
+    }
+
+    /// Reports every tag of a transaction that will never commit.
+    fn fail_open(&self, partition: i32, producer: &mut TxnPartition) {
+        let failure = producer
+            .dead
+            .clone()
+            .unwrap_or_else(|| WriteFailure::Fenced {
+                partition,
+                message: "the partition was taken over again by this member".to_owned(),
+            });
+        producer.open = false;
+        producer.through = None;
+        for tag in producer.tags.drain(..) {
+            (self.on_durable)(tag, Err(failure.clone()));
+        }
+    }
+
+    fn send_offsets(&self, partition: i32, producer: &TxnPartition) -> Result<(), KafkaError> {
+        let (Some(group), Some(through)) = (&self.group, producer.through) else {
+            return Ok(());
+        };
+        let mut offsets = TopicPartitionList::with_capacity(1);
+        offsets.add_partition_offset(
+            &self.input_topic,
+            partition,
+            Offset::Offset(i64::try_from(through).unwrap_or(i64::MAX)),
+        )?;
+        producer
+            .producer
+            .send_offsets_to_transaction(&offsets, group, self.request_timeout)
+    }
+
+    /// Stops the committer thread (what is open stays open: the next owner aborts it).
+    pub(super) fn stop(&self) {
+        self.stop.lock().take();
+        if let Some(handle) = self.committer.lock().take() {
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+fn commit_loop(transactions: &Weak<Transactions>, interval: Duration, stopped: &Receiver<()>) {
+    loop {
+        match stopped.recv_timeout(interval) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let Some(transactions) = transactions.upgrade() else {
+            return;
+        };
+        transactions.commit_all();
+    }
+}

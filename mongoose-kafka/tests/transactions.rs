@@ -1,0 +1,209 @@
+//! The changelog in transactions against the real broker (issue 27 item 3): a
+//! partition's changes, the outputs written with them and the input offsets they cover
+//! commit together, and a new owner's producer fences the old one, whose open
+//! transaction (changes, outputs, offsets) then counts for nothing.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{broker_or_skip, committed, create_topic, unique, wait_for};
+use mongoose_core::Epoch;
+use mongoose_kafka::changelog::{
+    Changelog, ChangelogConfig, OnDurable, TransactionsConfig, WriteFailure,
+};
+use parking_lot::Mutex;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// What the store said about each tag.
+type Outcomes = Arc<Mutex<Vec<(u64, Result<(), WriteFailure>)>>>;
+
+/// A transactional changelog member committing `group`'s offsets, its outputs to
+/// `outputs`; its transactions commit only at `flush` (a long interval), so the test
+/// decides what is open.
+fn member(
+    brokers: &str,
+    input: &str,
+    topic: &str,
+    group: &str,
+    outputs: &str,
+) -> (Changelog, Outcomes) {
+    let outcomes: Outcomes = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&outcomes);
+    let on_durable: OnDurable = Arc::new(move |tag, result| seen.lock().push((tag, result)));
+    let mut config = ChangelogConfig::new("txn-test", brokers, topic);
+    config.transactions = Some(TransactionsConfig {
+        commit_interval: Duration::from_secs(3600),
+        ..TransactionsConfig::new(Some(group))
+    });
+    config.outputs_topic = Some(outputs.to_owned());
+    let changelog = Changelog::open(config, input, on_durable).expect("the changelog opens");
+    (changelog, outcomes)
+}
+
+/// The payloads of `topic` partition 0 a `read_committed` reader sees, read up to a
+/// sentinel written (outside any transaction) after everything else.
+fn committed_outputs(brokers: &str, topic: &str) -> Vec<String> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            BaseRecord::<str, str>::to(topic)
+                .partition(0)
+                .key("sentinel")
+                .payload("sentinel"),
+        )
+        .expect("queued");
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("sentinel written");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique("txn-reader"))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("assignment");
+    consumer.assign(&assignment).expect("assigned");
+    let mut payloads = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sentinel of {topic} never came"
+        );
+        let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let payload = String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned();
+        if payload == "sentinel" {
+            return payloads;
+        }
+        payloads.push(payload);
+    }
+}
+
+#[test]
+fn the_transactional_sink_commits_outputs_and_offsets_together() {
+    let Some(brokers) = broker_or_skip("changelog transactions") else {
+        return;
+    };
+    let input = unique("txn-input");
+    create_topic(&brokers, &input, 1, &[]);
+    let outputs = unique("txn-alerts");
+    create_topic(&brokers, &outputs, 1, &[]);
+    let topic = format!("{input}-changelog");
+    let group = unique("txn-group");
+
+    // the first owner: 50 lines, each with an output and a change, committed together
+    let (first, first_outcomes) = member(&brokers, &input, &topic, &group, &outputs);
+    first.restore(0, Epoch(1), |_| {}).expect("restores");
+    for offset in 1..=50u64 {
+        first
+            .write_output(0, b"acc", format!("alert {offset}").as_bytes())
+            .expect("output written");
+        first
+            .write(
+                0,
+                Epoch(1),
+                offset,
+                b"acc",
+                offset.to_string().as_bytes(),
+                offset,
+            )
+            .expect("change written");
+    }
+    assert!(
+        first_outcomes.lock().is_empty(),
+        "nothing is durable before its transaction commits"
+    );
+    first.flush(Duration::from_secs(60)).expect("committed");
+    assert_eq!(
+        first_outcomes
+            .lock()
+            .iter()
+            .filter(|(_, result)| result.is_ok())
+            .count(),
+        50,
+        "every change durable once its transaction committed"
+    );
+    assert_eq!(
+        committed(&brokers, &group, &input, 1),
+        vec![50],
+        "the input offsets committed in the same transaction"
+    );
+
+    // 10 more lines in a transaction left open: the owner stops answering, and a new
+    // owner takes the partition over
+    for offset in 51..=60u64 {
+        first
+            .write_output(0, b"acc", format!("alert {offset}").as_bytes())
+            .expect("output written");
+        first
+            .write(
+                0,
+                Epoch(1),
+                offset,
+                b"acc",
+                offset.to_string().as_bytes(),
+                offset,
+            )
+            .expect("change written");
+    }
+    let (second, _) = member(&brokers, &input, &topic, &group, &outputs);
+    let taken = second.restore(0, Epoch(2), |_| {}).expect("restores");
+    assert_eq!(
+        taken.position,
+        Some((Epoch(1), 50)),
+        "the open transaction's changes are not in the new owner's state"
+    );
+    // the old owner wakes up and commits: the broker fenced its producer
+    let _ = first.flush(Duration::from_secs(30));
+    wait_for("the old owner's open changes reported", 60, || {
+        first_outcomes.lock().len() == 60
+    });
+    let fenced = first_outcomes
+        .lock()
+        .iter()
+        .filter(|(tag, result)| {
+            *tag > 50 && matches!(result, Err(WriteFailure::Fenced { partition: 0, .. }))
+        })
+        .count();
+    assert_eq!(
+        fenced, 10,
+        "the old owner's open changes are fenced, not durable"
+    );
+    // and a later write of the old owner is refused the same way
+    first
+        .write(0, Epoch(1), 61, b"acc", b"61", 61)
+        .expect("reported through on_durable");
+    wait_for("the late write reported", 60, || {
+        first_outcomes.lock().len() == 61
+    });
+    assert!(matches!(
+        first_outcomes.lock().last(),
+        Some((61, Err(WriteFailure::Fenced { .. })))
+    ));
+
+    let seen = committed_outputs(&brokers, &outputs);
+    let expected: Vec<String> = (1..=50).map(|offset| format!("alert {offset}")).collect();
+    assert_eq!(
+        seen, expected,
+        "a read_committed reader sees the committed outputs once and none of the fenced ones"
+    );
+    assert_eq!(
+        committed(&brokers, &group, &input, 1),
+        vec![50],
+        "the fenced transaction's offsets are not committed"
+    );
+}
