@@ -85,6 +85,9 @@ pub enum WriteFailure {
     Fenced {
         /// The partition taken over.
         partition: i32,
+        /// The epoch this owner held it in (a later epoch of the same partition, taken
+        /// over again, is not concerned).
+        epoch: Epoch,
         /// What the store was told.
         message: String,
     },
@@ -94,9 +97,13 @@ impl fmt::Display for WriteFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WriteFailure::GivenUp(message) => write!(f, "given up: {message}"),
-            WriteFailure::Fenced { partition, message } => write!(
+            WriteFailure::Fenced {
+                partition,
+                epoch,
+                message,
+            } => write!(
                 f,
-                "partition {partition} was taken over by another owner, which fenced this one: {message}"
+                "partition {partition} (held in epoch {epoch}) was taken over by another owner, which fenced this one: {message}"
             ),
         }
     }

@@ -176,7 +176,15 @@ fn the_transactional_sink_commits_outputs_and_offsets_together() {
         .lock()
         .iter()
         .filter(|(tag, result)| {
-            *tag > 50 && matches!(result, Err(WriteFailure::Fenced { partition: 0, .. }))
+            *tag > 50
+                && matches!(
+                    result,
+                    Err(WriteFailure::Fenced {
+                        partition: 0,
+                        epoch: Epoch(1),
+                        ..
+                    })
+                )
         })
         .count();
     assert_eq!(

@@ -139,8 +139,9 @@ pub struct PartitionedLedger {
     gate: Option<Arc<dyn CommitGate>>,
     /// The first changelog write the producer gave up, if any.
     failure: Arc<Mutex<Option<String>>>,
-    /// Partitions the store reported fenced, not yet dropped from memory.
-    fenced: Arc<Mutex<Vec<i32>>>,
+    /// Partitions (with the epoch they were held in) the store reported fenced, not yet
+    /// dropped from memory.
+    fenced: Arc<Mutex<Vec<(i32, u64)>>>,
     /// The epoch of each partition dropped as fenced: its lines in it are skipped.
     fenced_epochs: HashMap<u32, u64>,
     next_tag: u64,
@@ -194,14 +195,20 @@ impl PartitionedLedger {
                         gate.complete(tag);
                     }
                 }
-                Err(WriteFailure::Fenced { partition, message }) => {
-                    // the partition is another member's now: its line's commit is over
-                    // here (the broker refuses this member's commits of it), and the
-                    // ledger drops the partition at its next line
+                Err(WriteFailure::Fenced {
+                    partition,
+                    epoch,
+                    message,
+                }) => {
+                    // the partition is another member's now (or this member's again, in
+                    // a later epoch): the line's commit is over here (the feed ignores
+                    // acknowledgements of an epoch it no longer holds, and the broker
+                    // refuses a fenced member's commits), and the ledger drops the
+                    // partition at its next line if it still holds it in that epoch
                     let mut fenced = fenced.lock();
-                    if !fenced.contains(&partition) {
-                        warn!(partition, %message, "ledger: a partition's changelog producer was fenced by its new owner: its writes since the last commit are aborted, the partition is dropped from memory");
-                        fenced.push(partition);
+                    if !fenced.contains(&(partition, epoch.0)) {
+                        warn!(partition, %epoch, %message, "ledger: a partition's changelog producer was fenced: its writes since the last commit are aborted");
+                        fenced.push((partition, epoch.0));
                     }
                     if let Some(gate) = &gate {
                         gate.complete(tag);
@@ -420,17 +427,21 @@ impl PartitionedLedger {
     /// epochs: their lines in those epochs are skipped.
     fn drop_fenced(&mut self) {
         let fenced = std::mem::take(&mut *self.fenced.lock());
-        for partition in fenced {
+        for (partition, epoch) in fenced {
             let Ok(lane) = u32::try_from(partition) else {
                 continue;
             };
-            if let Some(dropped) = self.partitions.remove(&lane) {
+            if self
+                .partitions
+                .get(&lane)
+                .is_some_and(|held| held.state.epoch == epoch)
+            {
+                self.partitions.remove(&lane);
                 info!(
                     partition,
-                    epoch = dropped.state.epoch,
-                    "ledger: fenced partition dropped; its lines in this epoch are skipped"
+                    epoch, "ledger: fenced partition dropped; its lines in this epoch are skipped"
                 );
-                self.fenced_epochs.insert(lane, dropped.state.epoch);
+                self.fenced_epochs.insert(lane, epoch);
             }
         }
     }

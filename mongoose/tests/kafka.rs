@@ -564,3 +564,350 @@ fn the_ledgers_state_mode_is_checked_against_its_feed() {
         "{stderr}"
     );
 }
+
+/// [`member_config`] with the alerts in the changelog's transactions (`alerts_topic`)
+/// committed every `interval_ms`.
+fn member_config_alerts_topic(
+    brokers: &str,
+    topic: &str,
+    group: &str,
+    alerts: &str,
+    interval_ms: u64,
+) -> String {
+    plugin_ledger_config(
+        "plugins",
+        "kafka",
+        &format!(
+            r#"brokers = "{brokers}", group = "{group}", topic = "{topic}", session_timeout_ms = 6000"#
+        ),
+        &format!(
+            r#"state_dir = "state", alerts_topic = "{alerts}", commit_interval_ms = {interval_ms}"#
+        ),
+    )
+}
+
+/// The alerts `lines` must give, per account in order: `(account, balance)` each time
+/// the account's balance is negative after one of its lines.
+fn expected_alerts(lines: &[String]) -> std::collections::BTreeMap<String, Vec<i64>> {
+    let mut balances = std::collections::BTreeMap::<String, i64>::new();
+    let mut alerts = std::collections::BTreeMap::<String, Vec<i64>>::new();
+    for line in lines {
+        let (account, amount) = line.split_once(',').expect("account,amount");
+        let balance = balances.entry(account.to_owned()).or_insert(0);
+        *balance += amount.parse::<i64>().expect("amount");
+        if *balance < 0 {
+            alerts.entry(account.to_owned()).or_default().push(*balance);
+        }
+    }
+    alerts
+}
+
+/// The alerts in `topic` (of `partitions`) a `read_committed` reader sees, per account in
+/// input order (each alert is `position,account,balance`; an account's lines are in one
+/// input partition, so its positions order them). Read up to a sentinel written to each
+/// partition outside any transaction after everything else.
+fn committed_alerts(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+) -> std::collections::BTreeMap<String, Vec<i64>> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("producer");
+    for partition in 0..partitions {
+        producer
+            .send(
+                BaseRecord::<str, str>::to(topic)
+                    .partition(partition)
+                    .payload("sentinel"),
+            )
+            .expect("queued");
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("sentinels written");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("{topic}-check"))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..partitions {
+        assignment
+            .add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
+            .expect("assignment");
+    }
+    consumer.assign(&assignment).expect("assigned");
+    let mut by_account = std::collections::BTreeMap::<String, Vec<(u64, i64)>>::new();
+    let mut ended = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while ended < partitions {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sentinels of {topic} never came ({ended} of {partitions})"
+        );
+        let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let payload = String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned();
+        if payload == "sentinel" {
+            ended += 1;
+            continue;
+        }
+        let mut fields = payload.split(',');
+        let (Some(position), Some(account), Some(balance)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            panic!("an alert that is not position,account,balance: {payload}");
+        };
+        let offset = position
+            .rsplit(':')
+            .next()
+            .and_then(|offset| offset.parse().ok())
+            .expect("a position");
+        by_account
+            .entry(account.to_owned())
+            .or_default()
+            .push((offset, balance.parse().expect("a balance")));
+    }
+    by_account
+        .into_iter()
+        .map(|(account, mut alerts)| {
+            alerts.sort_unstable();
+            (
+                account,
+                alerts.into_iter().map(|(_, balance)| balance).collect(),
+            )
+        })
+        .collect()
+}
+
+/// Each expected alert once and no other: the first account that differs, if any.
+fn assert_alerts_once(
+    seen: &std::collections::BTreeMap<String, Vec<i64>>,
+    expected: &std::collections::BTreeMap<String, Vec<i64>>,
+) {
+    let differing: Vec<String> = expected
+        .keys()
+        .chain(seen.keys())
+        .filter(|account| seen.get(*account) != expected.get(*account))
+        .take(3)
+        .map(|account| {
+            format!(
+                "{account}: {} alerts seen, {} expected",
+                seen.get(account).map_or(0, Vec::len),
+                expected.get(account).map_or(0, Vec::len)
+            )
+        })
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "alerts not exactly once ({} seen, {} expected): {differing:?}",
+        seen.values().map(Vec::len).sum::<usize>(),
+        expected.values().map(Vec::len).sum::<usize>()
+    );
+}
+
+/// Waits until the group's committed offsets cover `total` records, every member in
+/// `members` alive.
+fn wait_committed(
+    members: &mut [&mut Member],
+    (brokers, group, topic, partitions): (&str, &str, &str, i32),
+    total: i64,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while committed(brokers, group, topic, partitions)
+        .iter()
+        .map(|offset| (*offset).max(0))
+        .sum::<i64>()
+        < total
+    {
+        for member in members.iter_mut() {
+            member.alive();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never committed {total} records: {}",
+            members
+                .iter()
+                .map(|member| member.run.log())
+                .collect::<Vec<_>>()
+                .join("\n----\n")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Alerts in the changelog's transactions (issue 27 item 3): a member killed with
+/// SIGKILL while its transactions are open (a 2 s commit interval makes that certain)
+/// leaves nothing of them: the member that takes its partitions over aborts them
+/// (initialising the partitions' transactional producers) and applies those lines
+/// again. A `read_committed` reader of the alerts topic sees each alert exactly once.
+#[test]
+fn alerts_are_exactly_once_across_a_takeover() {
+    const PARTITIONS: i32 = 3;
+    const RECORDS: usize = 20_000;
+    let Some(brokers) = brokers() else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = unique_topic("alerts-once");
+    let group = format!("{topic}-ledgers");
+    let alerts = format!("{topic}-alerts");
+    create_topic(&brokers, &topic, PARTITIONS);
+    let producer = {
+        let brokers = brokers.clone();
+        let topic = topic.clone();
+        std::thread::spawn(move || produce_lines(&brokers, &topic, 0..RECORDS))
+    };
+    let config = member_config_alerts_topic(&brokers, &topic, &group, &alerts, 2_000);
+    let mut a = Member::start(&library, &config);
+    let progress = || -> i64 {
+        committed(&brokers, &group, &topic, PARTITIONS)
+            .iter()
+            .map(|offset| (*offset).max(0))
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    while a.takeovers() < PARTITIONS as usize || progress() < 500 {
+        a.alive();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never worked: {}",
+            a.run.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A's transactions are open for up to 2 s after each commit: the kill lands in one
+    let mut killed = a.child.take().expect("running");
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("reaped");
+    let at_kill = progress();
+    let mut b = Member::start(&library, &config);
+    producer.join().expect("the producer");
+    wait_committed(
+        &mut [&mut b],
+        (&brokers, &group, &topic, PARTITIONS),
+        RECORDS as i64,
+    );
+    let child = b.child.take().expect("running");
+    assert_eq!(b.run.terminate(child), 0, "stopped clean: {}", b.run.log());
+
+    let lines: Vec<String> = (0..RECORDS).map(line).collect();
+    let ends = committed(&brokers, &group, &topic, PARTITIONS);
+    check_changelog(
+        &brokers,
+        &topic,
+        &format!("{group}-ledger-changelog"),
+        &ends,
+        &lines,
+    );
+    let expected = expected_alerts(&lines);
+    let seen = committed_alerts(&brokers, &alerts, PARTITIONS);
+    assert_alerts_once(&seen, &expected);
+    eprintln!(
+        "killed at {at_kill} committed of {RECORDS}; {} alerts, each once",
+        expected.values().map(Vec::len).sum::<usize>()
+    );
+}
+
+/// A member that stops answering (SIGSTOP) past its session timeout while records flow:
+/// the group gives its partitions to another member, whose takeover fences the paused
+/// member's transactional producers. Resumed (SIGCONT), the paused member's open
+/// transactions fail to commit and count for nothing; it rejoins and works on. Every
+/// record is applied once in the changelog, the balances are exact, and every alert is
+/// there once (issue 27 item 2, the broker's fence: the transactional id per partition).
+#[test]
+fn a_paused_zombie_member_is_fenced_by_the_broker() {
+    const PARTITIONS: i32 = 3;
+    const TOTAL: usize = 20_000;
+    let Some(brokers) = brokers() else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = unique_topic("zombie");
+    let group = format!("{topic}-ledgers");
+    let alerts = format!("{topic}-alerts");
+    create_topic(&brokers, &topic, PARTITIONS);
+    let producer = {
+        let brokers = brokers.clone();
+        let topic = topic.clone();
+        std::thread::spawn(move || produce_lines(&brokers, &topic, 0..TOTAL))
+    };
+    // a 2 s commit interval: A is paused with a transaction open
+    let config = member_config_alerts_topic(&brokers, &topic, &group, &alerts, 2_000);
+    let mut a = Member::start(&library, &config);
+    let progress = || -> i64 {
+        committed(&brokers, &group, &topic, PARTITIONS)
+            .iter()
+            .map(|offset| (*offset).max(0))
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    while a.takeovers() < PARTITIONS as usize || progress() < 500 {
+        a.alive();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never worked: {}",
+            a.run.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = a.child.as_ref().expect("running").id().to_string();
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill {name} {pid}");
+    };
+    signal("-STOP");
+    let paused_at = progress();
+    // B takes every partition once A's session (6 s) expires, and works on them
+    let mut b = Member::start(&library, &config);
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    while b.takeovers() < PARTITIONS as usize || progress() < paused_at + 500 {
+        b.alive();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B never took A's partitions over: {}",
+            b.run.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal("-CONT");
+    producer.join().expect("the producer");
+    wait_committed(
+        &mut [&mut a, &mut b],
+        (&brokers, &group, &topic, PARTITIONS),
+        TOTAL as i64,
+    );
+    for member in [&mut a, &mut b] {
+        let child = member.child.take().expect("running");
+        let code = member.run.terminate(child);
+        assert_eq!(code, 0, "stopped clean: {}", member.run.log());
+    }
+    let a_log = a.run.log();
+    assert!(
+        a_log.contains("fenced"),
+        "the resumed member was told its producers were fenced: {a_log}"
+    );
+    let lines: Vec<String> = (0..TOTAL).map(line).collect();
+    let ends = committed(&brokers, &group, &topic, PARTITIONS);
+    check_changelog(
+        &brokers,
+        &topic,
+        &format!("{group}-ledger-changelog"),
+        &ends,
+        &lines,
+    );
+    assert_alerts_once(
+        &committed_alerts(&brokers, &alerts, PARTITIONS),
+        &expected_alerts(&lines),
+    );
+}

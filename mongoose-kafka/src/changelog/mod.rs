@@ -625,8 +625,9 @@ impl Changelog {
             Some(transactions) if kind == RecordKind::Marker => {
                 // the new owner's producer first: the broker aborts what an earlier
                 // owner left open and fences it; then the marker, committed
+                transactions.retire(partition);
                 let fresh = self.transactional_producer(partition, &transactions.config)?;
-                transactions.replace(partition, TxnPartition::new(fresh));
+                transactions.install(partition, TxnPartition::new(fresh, epoch));
                 let Some(producer) = transactions.partition(partition) else {
                     unreachable!("put in above");
                 };

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use mongoose_core::state_store::{OnDurable, WriteFailure};
+use mongoose_core::Epoch;
 use parking_lot::Mutex;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -63,6 +64,8 @@ pub(super) fn transactional_id(topic: &str, partition: i32) -> String {
 /// One partition's producer and its open transaction.
 pub(super) struct TxnPartition {
     pub(super) producer: ThreadedProducer<ChangelogContext>,
+    /// The epoch the partition was taken over in.
+    epoch: Epoch,
     /// A transaction is open (begun, not committed nor aborted).
     open: bool,
     /// The tags written in the open transaction.
@@ -74,9 +77,10 @@ pub(super) struct TxnPartition {
 }
 
 impl TxnPartition {
-    pub(super) fn new(producer: ThreadedProducer<ChangelogContext>) -> Self {
+    pub(super) fn new(producer: ThreadedProducer<ChangelogContext>, epoch: Epoch) -> Self {
         TxnPartition {
             producer,
+            epoch,
             open: false,
             tags: Vec::new(),
             through: None,
@@ -101,7 +105,7 @@ impl TxnPartition {
         }
         if !self.open {
             if let Err(error) = self.producer.begin_transaction() {
-                let failure = failure_of(partition, &error);
+                let failure = failure_of(partition, self.epoch, &error);
                 self.dead = Some(failure.clone());
                 return Err(failure);
             }
@@ -122,7 +126,7 @@ impl TxnPartition {
 }
 
 /// What a failed transactional call means for the partition.
-fn failure_of(partition: i32, error: &KafkaError) -> WriteFailure {
+fn failure_of(partition: i32, epoch: Epoch, error: &KafkaError) -> WriteFailure {
     let fenced = matches!(
         error.rdkafka_error_code(),
         Some(
@@ -135,6 +139,7 @@ fn failure_of(partition: i32, error: &KafkaError) -> WriteFailure {
     if fenced {
         WriteFailure::Fenced {
             partition,
+            epoch,
             message: error.to_string(),
         }
     } else {
@@ -214,18 +219,23 @@ impl Transactions {
         self.partitions.lock().get(&partition).cloned()
     }
 
-    /// Puts in `partition`'s new producer, first committing what the previous one holds
-    /// (its writes are of this member's earlier ownership).
-    pub(super) fn replace(&self, partition: i32, fresh: TxnPartition) {
-        let previous = self
-            .partitions
-            .lock()
-            .insert(partition, Arc::new(Mutex::new(fresh)));
+    /// Retires `partition`'s producer, if it has one, before a new one is made for a new
+    /// epoch: what it holds (writes of this member's earlier ownership) is committed
+    /// first, or reported never durable.
+    pub(super) fn retire(&self, partition: i32) {
+        let previous = self.partitions.lock().remove(&partition);
         if let Some(previous) = previous {
             let mut previous = previous.lock();
             self.commit(partition, &mut previous);
             self.fail_open(partition, &mut previous);
         }
+    }
+
+    /// Puts in `partition`'s new producer (after [`Transactions::retire`]).
+    pub(super) fn install(&self, partition: i32, fresh: TxnPartition) {
+        self.partitions
+            .lock()
+            .insert(partition, Arc::new(Mutex::new(fresh)));
     }
 
     /// Commits every open transaction.
@@ -274,7 +284,7 @@ impl Transactions {
             Err(error) if requires_abort(&error) => {
                 warn!(changelog = %self.name, partition, %error, "a transaction could not commit and is aborted: its changes are given up");
                 if let Err(abort) = producer.producer.abort_transaction(self.request_timeout) {
-                    producer.dead = Some(failure_of(partition, &abort));
+                    producer.dead = Some(failure_of(partition, producer.epoch, &abort));
                 }
                 producer.open = false;
                 producer.through = None;
@@ -284,7 +294,7 @@ impl Transactions {
                 }
             }
             Err(error) => {
-                let failure = failure_of(partition, &error);
+                let failure = failure_of(partition, producer.epoch, &error);
                 info!(changelog = %self.name, partition, %error, "a transaction's producer ends: {failure}");
                 producer.dead = Some(failure);
                 self.fail_open(partition, producer);
@@ -299,7 +309,8 @@ impl Transactions {
             .clone()
             .unwrap_or_else(|| WriteFailure::Fenced {
                 partition,
-                message: "the partition was taken over again by this member".to_owned(),
+                epoch: producer.epoch,
+                message: "the partition was taken over again by this member before its transaction committed".to_owned(),
             });
         producer.open = false;
         producer.through = None;
