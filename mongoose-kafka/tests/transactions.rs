@@ -143,9 +143,18 @@ fn the_transactional_sink_commits_outputs_and_offsets_together() {
         "the input offsets committed in the same transaction"
     );
 
-    // 10 more lines in a transaction left open: the owner stops answering, and a new
+    // an output goes with the change after it: a commit between the two (the committer
+    // thread's, here a flush) must not make the output visible without its change
+    first
+        .write_output(0, b"acc", b"alert 51")
+        .expect("output written");
+    first.flush(Duration::from_secs(60)).expect("committed");
+    first
+        .write(0, Epoch(1), 51, b"acc", b"51", 51)
+        .expect("change written");
+    // 9 more lines in the transaction, left open: the owner stops answering, and a new
     // owner takes the partition over
-    for offset in 51..=60u64 {
+    for offset in 52..=60u64 {
         first
             .write_output(0, b"acc", format!("alert {offset}").as_bytes())
             .expect("output written");

@@ -518,9 +518,10 @@ impl Changelog {
     }
 
     /// Writes an output of `partition` (an alert) to the outputs topic, in the
-    /// partition's open transaction: it becomes visible when the changes written with it
-    /// do. An output of a partition whose producer was fenced or failed is dropped (the
-    /// change written after it reports why it is not durable).
+    /// partition's transaction together with the partition's next change
+    /// ([`Changelog::write`], which sends it first): it becomes visible exactly when that
+    /// change does. An output of a partition whose producer was fenced or failed is
+    /// dropped (the change written after it reports why it is not durable).
     ///
     /// # Errors
     /// No outputs topic or no transactions, the partition was not restored by this
@@ -531,8 +532,7 @@ impl Changelog {
         key: &[u8],
         payload: &[u8],
     ) -> Result<(), KafkaConnectorError> {
-        let (Some(transactions), Some(topic)) = (&self.transactions, &self.config.outputs_topic)
-        else {
+        let (Some(transactions), Some(_)) = (&self.transactions, &self.config.outputs_topic) else {
             return Err(KafkaConnectorError::Changelog {
                 name: self.config.name.clone(),
                 message:
@@ -540,13 +540,27 @@ impl Changelog {
                         .to_owned(),
             });
         };
-        self.write_in_transaction(transactions, partition, (topic, None), key, payload, None)
+        let Some(producer) = transactions.partition(partition) else {
+            return Err(self.not_taken_over(partition));
+        };
+        // held until the change after it: the two go into one transaction together (a
+        // commit between them would make the output visible without its change)
+        producer.lock().hold_output(key, payload);
+        Ok(())
     }
 
-    /// Sends one record in `partition`'s open transaction (opening one if needed) to
-    /// `target` (a topic and, for a change, its partition); `change` is the change's tag
-    /// and input position. A dead producer's change is reported through `on_durable`;
-    /// its output is dropped.
+    fn not_taken_over(&self, partition: i32) -> KafkaConnectorError {
+        KafkaConnectorError::Changelog {
+            name: self.config.name.clone(),
+            message: format!("partition {partition} was not taken over by this member (restore it first): its writes have no transaction"),
+        }
+    }
+
+    /// Sends a change of `partition` (to `target`: the changelog topic and the
+    /// partition) in the partition's open transaction (opening one if needed), after the
+    /// outputs held for it, under one lock: the committer commits both or neither.
+    /// `change` is the change's tag and input position. A dead producer's change is
+    /// reported through `on_durable` (its held outputs dropped).
     fn write_in_transaction(
         &self,
         transactions: &Transactions,
@@ -557,17 +571,26 @@ impl Changelog {
         change: Option<(u64, u64)>,
     ) -> Result<(), KafkaConnectorError> {
         let Some(producer) = transactions.partition(partition) else {
-            return Err(KafkaConnectorError::Changelog {
-                name: self.config.name.clone(),
-                message: format!("partition {partition} was not taken over by this member (restore it first): its writes have no transaction"),
-            });
+            return Err(self.not_taken_over(partition));
         };
         let mut producer = producer.lock();
+        let held = producer.take_outputs();
         if let Err(failure) = producer.begin(partition) {
             if let Some((tag, _)) = change {
                 (self.on_durable)(tag, Err(failure));
             }
             return Ok(());
+        }
+        if let Some(outputs) = &self.config.outputs_topic {
+            for (output_key, output) in &held {
+                self.send(
+                    &producer.producer,
+                    (outputs, None),
+                    output_key,
+                    output,
+                    Box::new(Opaque::InTransaction),
+                )?;
+            }
         }
         self.send(
             &producer.producer,

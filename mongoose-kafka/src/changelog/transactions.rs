@@ -74,6 +74,8 @@ pub(super) struct TxnPartition {
     through: Option<u64>,
     /// Why this producer writes no more (fenced, or a fatal error).
     dead: Option<WriteFailure>,
+    /// Outputs waiting for the change they go with (`(key, payload)`).
+    outputs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 impl TxnPartition {
@@ -85,7 +87,18 @@ impl TxnPartition {
             tags: Vec::new(),
             through: None,
             dead: None,
+            outputs: Vec::new(),
         }
+    }
+
+    /// Holds an output until the next change is written.
+    pub(super) fn hold_output(&mut self, key: &[u8], payload: &[u8]) {
+        self.outputs.push((key.to_vec(), payload.to_vec()));
+    }
+
+    /// The outputs held for the change being written.
+    pub(super) fn take_outputs(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        std::mem::take(&mut self.outputs)
     }
 
     /// Whether a transaction is open.

@@ -18,6 +18,10 @@ use tracing::{debug, error, warn};
 
 use crate::error::KafkaConnectorError;
 
+mod positions;
+
+use positions::Positions;
+
 /// The header that carries an output's key (the record key carries it too).
 pub const OUTPUT_KEY_HEADER: &str = "mongoose-output-key";
 
@@ -35,8 +39,14 @@ pub struct KafkaSinkConfig {
     /// `Uncertain`.
     pub delivery_timeout: Duration,
     /// With a transactional id, each `publish` batch is one transaction (and
-    /// [`KafkaSink::publish_with_offsets`] adds a consumer's offsets to it).
+    /// [`KafkaSink::publish_with_offsets`] adds a consumer's offsets to it). Keep it
+    /// the same across restarts: the next start aborts what a killed one left open.
     pub transactional_id: Option<String>,
+    /// With a transactional id: a compacted topic (created if missing) where each
+    /// transaction also writes what it committed per input lane, read back at start, so
+    /// outputs a restarted server sends again are answered published without being
+    /// written twice (exactly once from a file feed, say, whose pointer lagged).
+    pub positions_topic: Option<String>,
     /// More librdkafka properties, set last (they win).
     pub properties: Vec<(String, String)>,
 }
@@ -50,6 +60,7 @@ impl KafkaSinkConfig {
             topic: topic.to_owned(),
             delivery_timeout: Duration::from_secs(30),
             transactional_id: None,
+            positions_topic: None,
             properties: Vec::new(),
         }
     }
@@ -163,6 +174,8 @@ pub struct KafkaSink {
     context: Arc<SinkContext>,
     batch: u64,
     transactions_ready: bool,
+    /// With `positions_topic`: read at the first transaction.
+    positions: Option<Positions>,
 }
 
 impl fmt::Debug for KafkaSink {
@@ -177,8 +190,18 @@ impl fmt::Debug for KafkaSink {
 
 impl KafkaSink {
     /// Creates the producer (it connects lazily). A transactional sink initialises its
-    /// transactions on its first publish.
+    /// transactions on its first publish (and reads its positions topic then).
+    ///
+    /// # Errors
+    /// The configuration is refused (by librdkafka, or a positions topic without a
+    /// transactional id).
     pub fn new(config: KafkaSinkConfig) -> Result<Self, KafkaConnectorError> {
+        if config.positions_topic.is_some() && config.transactional_id.is_none() {
+            return Err(KafkaConnectorError::Changelog {
+                name: config.name.clone(),
+                message: "positions_topic is written in the sink's transactions: give the sink a transactional_id too (the same across restarts)".to_owned(),
+            });
+        }
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", &config.brokers)
@@ -214,6 +237,7 @@ impl KafkaSink {
             context,
             batch: 0,
             transactions_ready: false,
+            positions: None,
         })
     }
 
@@ -277,6 +301,17 @@ impl KafkaSink {
         let mut sent: Vec<Option<SinkOutcome>> = Vec::with_capacity(outputs.len());
         let mut waiting = 0usize;
         for (index, output) in outputs.iter().enumerate() {
+            if let Some(positions) = &self.positions {
+                if positions.committed_before(&output.key) {
+                    sent.push(Some(SinkOutcome::Published {
+                        evidence: format!(
+                            "{topic}: committed before this start (the positions in {})",
+                            positions.topic()
+                        ),
+                    }));
+                    continue;
+                }
+            }
             let key = output.key.to_string();
             let headers = OwnedHeaders::new().insert(Header {
                 key: OUTPUT_KEY_HEADER,
@@ -297,6 +332,40 @@ impl KafkaSink {
                         evidence: format!("{topic}: refused by the producer: {error}"),
                         retryable: !permanent(&error),
                     }));
+                }
+            }
+        }
+        // the lanes' positions, in the same transaction as the outputs
+        let lanes = self.positions.as_ref().map(|positions| {
+            positions.after(
+                outputs
+                    .iter()
+                    .zip(&sent)
+                    .filter(|(_, slot)| slot.is_none())
+                    .map(|(output, _)| &output.key),
+            )
+        });
+        if let (Some(lanes), Some(positions)) = (&lanes, &self.positions) {
+            for (lane, state) in lanes {
+                let index = sent.len();
+                let key = lane.record_key();
+                let value = state.encode();
+                let record =
+                    BaseRecord::with_opaque_to(positions.topic(), Box::new((batch, index)))
+                        .key(key.as_bytes())
+                        .payload(value.as_slice());
+                match self.producer.send(record) {
+                    Ok(()) => {
+                        sent.push(None);
+                        waiting += 1;
+                    }
+                    Err((error, _record)) => sent.push(Some(SinkOutcome::NotPublished {
+                        evidence: format!(
+                            "{}: refused by the producer: {error}",
+                            positions.topic()
+                        ),
+                        retryable: true,
+                    })),
                 }
             }
         }
@@ -336,6 +405,19 @@ impl KafkaSink {
         if transactional {
             self.end(&mut handed, offsets);
         }
+        handed.truncate(outputs.len());
+        if let (Some(positions), Some(lanes)) = (self.positions.as_mut(), lanes) {
+            if handed.iter().all(SinkOutcome::is_published) {
+                positions.committed(lanes);
+            } else {
+                let tried: Vec<&mongoose_core::sink::OutputKey> = outputs
+                    .iter()
+                    .map(|output| &output.key)
+                    .filter(|key| !positions.committed_before(key))
+                    .collect();
+                positions.failed(tried);
+            }
+        }
         outcomes.extend(handed);
     }
 
@@ -345,6 +427,18 @@ impl KafkaSink {
                 .init_transactions(self.config.delivery_timeout)
                 .map_err(|error| self.broker_error("initialising transactions", error))?;
             self.transactions_ready = true;
+        }
+        if self.positions.is_none() {
+            if let Some(topic) = &self.config.positions_topic {
+                // after init_transactions: what a killed start left open is aborted
+                self.positions = Some(Positions::load(
+                    &self.config.name,
+                    &self.config.brokers,
+                    topic,
+                    &self.config.properties,
+                    self.config.delivery_timeout,
+                )?);
+            }
         }
         self.producer
             .begin_transaction()

@@ -14,7 +14,10 @@
 //! * **Sink kind `kafka`.** An idempotent producer (`acks=all`); each output is one
 //!   record keyed by its output key. Settings: `brokers`, `topic` (required),
 //!   `delivery_timeout_ms` (default 30000), `transactional_id` (each batch one
-//!   transaction, where the broker supports it).
+//!   transaction; keep it the same across restarts), `positions_topic` (with a
+//!   transactional id: what each transaction committed per input lane, written in it and
+//!   read back at start, so a restarted server's repeated outputs are not written twice:
+//!   exactly once from a file feed).
 //!
 //! ```toml
 //! plugin_dir = "target/plugins"
@@ -82,6 +85,7 @@ pub fn sink(create: &CreateContext<'_>) -> Result<KafkaSink, String> {
         "topic",
         "delivery_timeout_ms",
         "transactional_id",
+        "positions_topic",
         "name",
     ])?;
     let name = settings.text("name").unwrap_or("kafka-sink");
@@ -94,6 +98,7 @@ pub fn sink(create: &CreateContext<'_>) -> Result<KafkaSink, String> {
         config.delivery_timeout = Duration::from_millis(millis);
     }
     config.transactional_id = settings.text("transactional_id").map(str::to_owned);
+    config.positions_topic = settings.text("positions_topic").map(str::to_owned);
     KafkaSink::new(config).map_err(|error| error.to_string())
 }
 
