@@ -40,9 +40,11 @@
 //! # State that follows its partitions ([`changelog`])
 //!
 //! A per-partition state store in a compacted changelog topic, co-partitioned with the
-//! input: writes acknowledged before the input's commit, and a restore for the member
-//! that takes a partition over, fenced by the new owner's marker, with the position the
-//! state holds the partition through (the consumer-side position check).
+//! input: writes acknowledged (or, in transactions, committed with their outputs and
+//! input offsets) before the input's commit, and a restore for the member that takes a
+//! partition over, fenced by the broker (the partition's transactional id) and by the
+//! new owner's marker, with the position the state holds the partition through (the
+//! consumer-side position check).
 //!
 //! # The test broker
 //!
@@ -82,7 +84,10 @@
 //! within the deadline, is `Uncertain`. With a `transactional_id`, each batch is one
 //! transaction ([`KafkaSink::publish_with_offsets`] adds a consumer group's offsets to it,
 //! Kafka's exactly-once read-process-write); an aborted transaction is `NotPublished`, a
-//! commit whose fate is unknown `Uncertain`.
+//! commit whose fate is unknown `Uncertain`. With a `positions_topic` too, each
+//! transaction writes what it committed per input lane, read back at start, so outputs a
+//! restarted server sends again (its file pointer lagged the transaction) are answered
+//! published without being written twice (`KafkaSinkConfig::positions_topic`).
 //!
 //! # Example
 //!

@@ -563,6 +563,42 @@ fn the_ledgers_state_mode_is_checked_against_its_feed() {
         stderr.contains("settings.state") && stderr.contains("is not one"),
         "{stderr}"
     );
+
+    // alerts in the changelog's transactions: only with a changelog in transactions,
+    // and instead of the other alert outputs
+    let alerts_topic = kafka.replace(r#"alerts = "alerts.txt""#, r#"alerts_topic = "alerts""#);
+    let (code, stderr) = validate(&library, &alerts_topic);
+    assert_eq!(code, Some(0), "alerts to a topic: {stderr}");
+    for (config, says) in [
+        (
+            alerts_topic.replace(
+                r#"alerts_topic = "alerts""#,
+                r#"alerts_topic = "alerts", state = "local""#,
+            ),
+            "needs state = \"changelog\"",
+        ),
+        (
+            alerts_topic.replace(
+                r#"alerts_topic = "alerts""#,
+                r#"alerts_topic = "alerts", transactions = false"#,
+            ),
+            "remove transactions = false",
+        ),
+        (
+            alerts_topic.replace(
+                r#"alerts_topic = "alerts""#,
+                r#"alerts_topic = "alerts", alerts = "a.txt""#,
+            ),
+            "exactly one of",
+        ),
+    ] {
+        let (code, stderr) = validate(&library, &config);
+        assert_eq!(code, Some(2), "{config}: {stderr}");
+        assert!(
+            stderr.contains("settings.alerts_topic") && stderr.contains(says),
+            "{stderr}"
+        );
+    }
 }
 
 /// [`member_config`] with the alerts in the changelog's transactions (`alerts_topic`)

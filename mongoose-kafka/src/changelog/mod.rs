@@ -16,6 +16,15 @@
 //!   store's `on_durable` callback is called with it then. A processor registers the
 //!   tag with its feed's commit gate, so the input's offset is committed only after the
 //!   change it caused is in the changelog.
+//! * **Or in transactions** ([`ChangelogConfig::transactions`], the ledger's default):
+//!   one transactional producer per partition (`transactional.id` =
+//!   `<topic>-<partition>`, the same on every member) commits the partition's changes,
+//!   the outputs written with them ([`Changelog::write_output`]: an alert exists exactly
+//!   when its change does) and the input offsets they cover, every commit interval; a
+//!   write's tag is durable when its transaction commits. Taking a partition over
+//!   initialises its producer first: the broker aborts what the previous owner left
+//!   open and fences that owner, whose later commits fail ([`WriteFailure::Fenced`]).
+//!   Restores read `read_committed`.
 //! * **Restore, fenced.** The member that takes a partition over (a new epoch: every
 //!   assignment gets one) first writes a **marker** carrying its epoch, then reads the
 //!   partition from its start up to that marker ([`Changelog::restore`]). The state is

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use mongoose_core::state_store::{OnDurable, WriteFailure};
@@ -273,16 +273,35 @@ impl Transactions {
     }
 
     /// Commits `partition`'s open transaction with the input offsets it covers; its tags
-    /// are durable then. A retriable error leaves it open for the next round; an error
-    /// that requires an abort aborts it (its tags are given up); a fatal one (fenced)
-    /// ends the producer.
+    /// are durable then. A retriable error is retried (the partition's writes wait) for
+    /// up to six request timeouts; an error that requires an abort aborts it (its tags
+    /// are given up); a fatal one (fenced), or retries that never end, end the producer.
     pub(super) fn commit(&self, partition: i32, producer: &mut TxnPartition) {
         if !producer.open || producer.dead.is_some() {
             return;
         }
-        let result = self
-            .send_offsets(partition, producer)
-            .and_then(|()| producer.producer.commit_transaction(self.request_timeout));
+        // a retriable failure is retried here, holding the partition (its writes wait):
+        // librdkafka takes no new record into a transaction whose commit is under way
+        let deadline = Instant::now() + self.request_timeout * 6;
+        let mut offsets_sent = false;
+        let result = loop {
+            let attempt = if offsets_sent {
+                Ok(())
+            } else {
+                self.send_offsets(partition, producer)
+            }
+            .and_then(|()| {
+                offsets_sent = true;
+                producer.producer.commit_transaction(self.request_timeout)
+            });
+            match attempt {
+                Err(error) if retriable(&error) && Instant::now() < deadline => {
+                    debug!(changelog = %self.name, partition, %error, "a transaction's commit is retried");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => break other,
+            }
+        };
         match result {
             Ok(()) => {
                 producer.open = false;
@@ -290,9 +309,6 @@ impl Transactions {
                 for tag in producer.tags.drain(..) {
                     (self.on_durable)(tag, Ok(()));
                 }
-            }
-            Err(error) if retriable(&error) => {
-                debug!(changelog = %self.name, partition, %error, "a transaction's commit is retried");
             }
             Err(error) if requires_abort(&error) => {
                 warn!(changelog = %self.name, partition, %error, "a transaction could not commit and is aborted: its changes are given up");
