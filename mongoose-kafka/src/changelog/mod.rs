@@ -275,8 +275,9 @@ impl Changelog {
             }
             return Ok(());
         }
-        let created = crate::admin::create_topic(
+        let created = crate::admin::create_topic_with(
             &self.config.brokers,
+            &self.config.properties,
             &self.config.topic,
             i32::try_from(input).unwrap_or(i32::MAX),
             &[("cleanup.policy", "compact")],
