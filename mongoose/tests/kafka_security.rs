@@ -10,11 +10,10 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use kafka_support::{
-    check_changelog, committed_total, create_topic, line, member_config, own_cluster,
-    produce_lines, unique_topic, Member,
+    check_changelog, committed_total, create_topic, expected_alerts, line, member_config,
+    own_cluster, produce_lines, read_topic, unique_topic, Member,
 };
 use mongoose_testkit::build_plugin;
 use mongoose_testkit::kafka::{Cluster, ClusterBuilder};
@@ -134,49 +133,6 @@ fn security(password_file: &Path, ca: &Path) -> String {
     )
 }
 
-/// The payloads of every record of `topic`'s partition 0 (read over PLAINTEXT), read
-/// until `count` came or 60 s passed.
-fn read_topic(brokers: &str, topic: &str, count: usize) -> Vec<String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::Message;
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", unique_topic("reader"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut assignment = rdkafka::TopicPartitionList::new();
-    assignment
-        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
-        .expect("offset");
-    consumer.assign(&assignment).expect("assign");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut payloads = Vec::new();
-    while payloads.len() < count && Instant::now() < deadline {
-        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
-            let message = message.expect("a record");
-            payloads
-                .push(String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned());
-        }
-    }
-    payloads
-}
-
-/// How many of `lines` leave their account's balance negative (an alert each).
-fn expected_alerts(lines: &[String]) -> usize {
-    let mut balances = std::collections::BTreeMap::<&str, i64>::new();
-    let mut alerts = 0;
-    for line in lines {
-        let (account, amount) = line.split_once(',').expect("account,amount");
-        let balance = balances.entry(account).or_insert(0);
-        *balance += amount.parse::<i64>().expect("amount");
-        if *balance < 0 {
-            alerts += 1;
-        }
-    }
-    alerts
-}
-
 /// Records flow from a Kafka feed to the ledger's changelog and its Kafka alerts sink,
 /// every client over SASL_SSL (SCRAM-SHA-256, the test's CA): every record applied once,
 /// every alert in its topic.
@@ -217,7 +173,7 @@ fn a_ledger_reads_and_writes_kafka_over_sasl_ssl() {
         ),
     );
     let mut member = Member::start(&library, &config);
-    kafka_support::wait_members(&mut [&mut member], "committed every record", 180, &|| {
+    kafka_support::wait_members(&mut [&mut member], "committed every record", 180, &|_| {
         committed_total(&plain, &group, &topic, PARTITIONS) >= RECORDS as i64
     });
     member.stop();
@@ -231,7 +187,7 @@ fn a_ledger_reads_and_writes_kafka_over_sasl_ssl() {
         &lines,
     );
     let expected = expected_alerts(&lines);
-    let written = read_topic(&plain, &alerts, expected);
+    let written = read_topic(&plain, &alerts);
     let distinct: std::collections::BTreeSet<&String> = written.iter().collect();
     assert_eq!(
         distinct.len(),

@@ -8,9 +8,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
 use mongoose_testkit::kafka::Cluster;
 use mongoose_testkit::plugin_dir;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::client::ClientContext;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::statistics::Statistics;
 use rdkafka::ClientConfig;
 
 use crate::support::{assert_applied_once, plugin_ledger_config, LedgerRun};
@@ -79,10 +84,110 @@ pub fn batching_producer(brokers: &str) -> BaseProducer {
         .expect("producer")
 }
 
-/// Writes the ledger lines `indexes` keyed by their account (an account's lines are in
-/// one partition) with `producer`, each record handed over as soon as it is made
-/// (batched by the producer), and waits until every one is acknowledged.
-pub fn produce_lines(producer: &BaseProducer, topic: &str, indexes: std::ops::Range<usize>) {
+/// A producer's context that keeps librdkafka's latest statistics: records sent and
+/// Produce requests, to show that records went in batches.
+#[derive(Default)]
+pub struct ProduceStats(Mutex<Option<(i64, i64)>>);
+
+impl ProduceStats {
+    /// `(records sent, Produce requests)` as the latest statistics said.
+    pub fn sent(&self) -> Option<(i64, i64)> {
+        *self.0.lock().expect("stats")
+    }
+}
+
+impl ClientContext for ProduceStats {
+    fn stats(&self, statistics: Statistics) {
+        let requests = statistics
+            .brokers
+            .values()
+            .map(|broker| broker.req.get("Produce").copied().unwrap_or(0))
+            .sum();
+        *self.0.lock().expect("stats") = Some((statistics.txmsgs, requests));
+    }
+}
+
+impl ProducerContext for ProduceStats {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+}
+
+/// Ledger lines written by a producer thread in chunks with a pause between them, so
+/// that they keep coming while a test changes the group or the cluster.
+pub struct LineStream {
+    /// The records handed to the producer so far.
+    pub produced: Arc<AtomicUsize>,
+    thread: std::thread::JoinHandle<BaseProducer<ProduceStats>>,
+}
+
+impl LineStream {
+    /// Writes the lines `indexes` to `topic` at `brokers`, `chunk` records then a
+    /// `pause`, with librdkafka's default batching (`linger.ms` 5, `batch.size` 1 MB),
+    /// idempotent and `acks=all`.
+    pub fn start(
+        brokers: &str,
+        topic: &str,
+        indexes: std::ops::Range<usize>,
+        chunk: usize,
+        pause: Duration,
+    ) -> LineStream {
+        let producer: BaseProducer<ProduceStats> = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("statistics.interval.ms", "200")
+            .create_with_context(ProduceStats::default())
+            .expect("producer");
+        let produced = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&produced);
+        let topic = topic.to_owned();
+        let thread = std::thread::spawn(move || {
+            let mut start = indexes.start;
+            while start < indexes.end {
+                let end = (start + chunk).min(indexes.end);
+                send_lines(&producer, &topic, start..end);
+                counter.fetch_add(end - start, Ordering::SeqCst);
+                start = end;
+                std::thread::sleep(pause);
+            }
+            producer
+                .flush(Duration::from_secs(240))
+                .expect("every record acknowledged");
+            producer
+        });
+        LineStream { produced, thread }
+    }
+
+    /// The records handed over so far.
+    pub fn produced(&self) -> usize {
+        self.produced.load(Ordering::SeqCst)
+    }
+
+    /// Waits until every record is acknowledged; the records per Produce request
+    /// (librdkafka's statistics).
+    pub fn finish(self) -> f64 {
+        let producer = self.thread.join().expect("the producer thread");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            producer.poll(Duration::from_millis(100));
+            if let Some((records, requests)) = producer.context().sent() {
+                if records > 0 && requests > 0 {
+                    return records as f64 / requests as f64;
+                }
+            }
+            assert!(Instant::now() < deadline, "no producer statistics");
+        }
+    }
+}
+
+/// Hands the ledger lines `indexes` keyed by their account (an account's lines are in
+/// one partition) to `producer`, waiting only while its queue is full.
+fn send_lines<C: ProducerContext<DeliveryOpaque = ()>>(
+    producer: &BaseProducer<C>,
+    topic: &str,
+    indexes: std::ops::Range<usize>,
+) {
     for index in indexes {
         let payload = line(index);
         let key = payload
@@ -102,6 +207,12 @@ pub fn produce_lines(producer: &BaseProducer, topic: &str, indexes: std::ops::Ra
         }
         producer.poll(Duration::ZERO);
     }
+}
+
+/// Writes the ledger lines `indexes` with `producer` (batched by it) and waits until
+/// every one is acknowledged.
+pub fn produce_lines(producer: &BaseProducer, topic: &str, indexes: std::ops::Range<usize>) {
+    send_lines(producer, topic, indexes);
     producer
         .flush(Duration::from_secs(240))
         .expect("every record acknowledged");
@@ -286,16 +397,16 @@ impl Drop for Member {
     }
 }
 
-/// Waits (up to `seconds`) until `done`, checking every member of `members` is alive;
+/// Waits (up to `seconds`) until `done(members)`, checking every member of `members` is alive;
 /// the logs of all in the failure.
 pub fn wait_members(
     members: &mut [&mut Member],
     what: &str,
     seconds: u64,
-    done: &dyn Fn() -> bool,
+    done: &dyn Fn(&[&mut Member]) -> bool,
 ) {
     let deadline = Instant::now() + Duration::from_secs(seconds);
-    while !done() {
+    while !done(members) {
         for member in members.iter_mut() {
             member.check_alive();
         }
@@ -310,4 +421,79 @@ pub fn wait_members(
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The payloads of every record of `topic`'s partition 0 (at `brokers`, PLAINTEXT),
+/// read up to its high watermark as it is now (within 60 s).
+pub fn read_topic(brokers: &str, topic: &str) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique_topic("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let (_, end) = consumer
+        .fetch_watermarks(topic, 0, Duration::from_secs(20))
+        .expect("the topic's watermarks");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .expect("offset");
+    consumer.assign(&assignment).expect("assign");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut payloads = Vec::new();
+    let mut next = 0;
+    while next < end {
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: read {} records up to offset {next} of {end} in 60 s",
+            payloads.len()
+        );
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.expect("a record");
+            next = message.offset() + 1;
+            payloads
+                .push(String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    payloads
+}
+
+/// How many of `lines` leave their account's balance negative (an alert each).
+pub fn expected_alerts(lines: &[String]) -> usize {
+    let mut balances = std::collections::BTreeMap::<&str, i64>::new();
+    let mut alerts = 0;
+    for line in lines {
+        let (account, amount) = line.split_once(',').expect("account,amount");
+        let balance = balances.entry(account).or_insert(0);
+        *balance += amount.parse::<i64>().expect("amount");
+        if *balance < 0 {
+            alerts += 1;
+        }
+    }
+    alerts
+}
+
+/// The replication factor of each partition of `topic`.
+pub fn replicas(brokers: &str, topic: &str) -> Vec<usize> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let client: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("client");
+    let metadata = client
+        .fetch_metadata(Some(topic), Duration::from_secs(20))
+        .expect("metadata");
+    metadata
+        .topics()
+        .iter()
+        .flat_map(|found| {
+            found
+                .partitions()
+                .iter()
+                .map(|partition| partition.replicas().len())
+        })
+        .collect()
 }
