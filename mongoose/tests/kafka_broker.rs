@@ -321,7 +321,6 @@ fn a_takeover_restores_from_a_compacted_changelog() {
 #[test]
 fn a_broker_killed_mid_run_loses_nothing() {
     const PARTITIONS: i32 = 4;
-    const RECORDS: usize = 16_000;
     let _serial = one_at_a_time();
     let test = "a_broker_killed_mid_run_loses_nothing";
     let Some(mut cluster) = own_cluster(
@@ -349,15 +348,26 @@ fn a_broker_killed_mid_run_loses_nothing() {
             ),
         ),
     );
-    let stream = LineStream::start(&brokers, &topic, 0..RECORDS, 200, Duration::from_millis(50));
+    // 100 records every 200 ms, until the broker has died, come back and the members
+    // worked on after it
+    let stream = LineStream::start(
+        &brokers,
+        &topic,
+        0..usize::MAX,
+        100,
+        Duration::from_millis(200),
+    );
     let mut a = Member::start(&library, &config);
     let mut b = Member::start(&library, &config);
     let changelog = format!("{group}-ledger-changelog");
     wait_members(
         &mut [&mut a, &mut b],
-        "committed some records",
+        "both members working and some records committed",
         240,
-        &|_| committed_total(&brokers, &group, &topic, PARTITIONS) > 2_000,
+        &|members| {
+            members.iter().all(|member| member.takeovers() > 0)
+                && committed_total(&brokers, &group, &topic, PARTITIONS) > 2_000
+        },
     );
     for (name, topic) in [
         ("input", &topic),
@@ -381,27 +391,34 @@ fn a_broker_killed_mid_run_loses_nothing() {
         &|_| committed_total(&brokers, &group, &topic, PARTITIONS) > killed_at + 2_000,
     );
     cluster.restart(2);
-    assert!(
-        at_kill < RECORDS,
-        "every record was produced before the broker died: slow the producer"
+    let restarted_at = committed_total(&brokers, &group, &topic, PARTITIONS);
+    wait_members(
+        &mut [&mut a, &mut b],
+        "committed more after the broker came back",
+        240,
+        &|_| committed_total(&brokers, &group, &topic, PARTITIONS) > restarted_at + 1_000,
     );
+    // the records flowed through the kill and the restart
+    stream.stop();
+    let produced = std::sync::Arc::clone(&stream.produced);
     stream.finish();
+    let records = produced.load(std::sync::atomic::Ordering::SeqCst);
     wait_members(
         &mut [&mut a, &mut b],
         "committed every record",
         240,
-        &|_| committed_total(&brokers, &group, &topic, PARTITIONS) >= RECORDS as i64,
+        &|_| committed_total(&brokers, &group, &topic, PARTITIONS) >= records as i64,
     );
     a.stop();
     b.stop();
     let ends = committed(&brokers, &group, &topic, PARTITIONS);
-    let lines: Vec<String> = (0..RECORDS).map(line).collect();
+    let lines: Vec<String> = (0..records).map(line).collect();
     let check = check_changelog(&brokers, &topic, &changelog, &ends, &lines);
     let expected = expected_alerts(&lines);
     let written = read_topic(&brokers, &alerts);
     let distinct: std::collections::BTreeSet<&String> = written.iter().collect();
     eprintln!(
-        "broker 2 killed at {killed_at} committed ({at_kill} produced); changelog records per partition {:?}; alerts {} written, {} distinct, {expected} expected",
+        "broker 2 killed at {killed_at} committed ({at_kill} produced of {records}); changelog records per partition {:?}; alerts {} written, {} distinct, {expected} expected",
         check.records,
         written.len(),
         distinct.len()

@@ -118,6 +118,7 @@ impl ProducerContext for ProduceStats {
 pub struct LineStream {
     /// The records handed to the producer so far.
     pub produced: Arc<AtomicUsize>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<BaseProducer<ProduceStats>>,
 }
 
@@ -141,10 +142,12 @@ impl LineStream {
             .expect("producer");
         let produced = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&produced);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
         let topic = topic.to_owned();
         let thread = std::thread::spawn(move || {
             let mut start = indexes.start;
-            while start < indexes.end {
+            while start < indexes.end && !stopped.load(Ordering::SeqCst) {
                 let end = (start + chunk).min(indexes.end);
                 send_lines(&producer, &topic, start..end);
                 counter.fetch_add(end - start, Ordering::SeqCst);
@@ -156,7 +159,16 @@ impl LineStream {
                 .expect("every record acknowledged");
             producer
         });
-        LineStream { produced, thread }
+        LineStream {
+            produced,
+            stop,
+            thread,
+        }
+    }
+
+    /// Stops the stream after its current chunk (see [`LineStream::finish`]).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 
     /// The records handed over so far.
