@@ -538,7 +538,7 @@ impl Cluster {
             let exited = node
                 .child
                 .as_mut()
-                .map_or(true, |child| child.try_wait().ok().flatten().is_some());
+                .is_none_or(|child| child.try_wait().ok().flatten().is_some());
             assert!(
                 !exited && Instant::now() < deadline,
                 "Kafka node {id} did not answer a Metadata request listing {nodes} broker(s) on {} within {} s{}:\n{}",
