@@ -225,8 +225,21 @@ fn a_wrong_kafka_password_is_an_error_naming_the_feed_not_a_hang() {
         ),
     );
     let mut member = Member::start(&library, &config);
-    let mut child = member.child.take().expect("running");
-    let status = support::wait_exit(&mut child, "the server on a wrong password");
+    // the member (killed when dropped) must exit on its own within 120 s
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        let child = member.child.as_mut().expect("running");
+        if let Some(status) = child.try_wait().expect("child status") {
+            member.child = None;
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server on a wrong password did not exit within 120 s: {}",
+            member.run.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let log = member.run.log();
     assert!(!status.success(), "{log}");
     let error = log
