@@ -12,9 +12,10 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::error::KafkaConnectorError;
 
-/// Creates `topic` with `partitions` partitions (replication 1) and the topic
-/// settings `config` (`("cleanup.policy", "compact")`). `Ok(true)`: created;
-/// `Ok(false)`: it existed already (another member made it first, for instance).
+/// Creates `topic` with `partitions` partitions (replicated as the broker's
+/// `default.replication.factor` says) and the topic settings `config`
+/// (`("cleanup.policy", "compact")`). `Ok(true)`: created; `Ok(false)`: it existed
+/// already (another member made it first, for instance).
 ///
 /// # Errors
 /// The admin client cannot be made, or the broker refuses the topic.
@@ -25,14 +26,38 @@ pub fn create_topic(
     config: &[(&str, &str)],
     timeout: Duration,
 ) -> Result<bool, KafkaConnectorError> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .map_err(|error| KafkaConnectorError::Config {
-            name: topic.to_owned(),
-            error: Box::new(error),
-        })?;
-    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    create_topic_with(brokers, &[], topic, partitions, config, timeout)
+}
+
+/// [`create_topic`] by a client with more librdkafka `properties` (the security
+/// settings of [`crate::KafkaSecurity`], for instance).
+///
+/// # Errors
+/// The admin client cannot be made, or the broker refuses the topic.
+pub fn create_topic_with(
+    brokers: &str,
+    properties: &[(String, String)],
+    topic: &str,
+    partitions: i32,
+    config: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<bool, KafkaConnectorError> {
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", brokers);
+    for (key, value) in properties {
+        client.set(key, value);
+    }
+    let admin: AdminClient<DefaultClientContext> =
+        client
+            .create()
+            .map_err(|error| KafkaConnectorError::Config {
+                name: topic.to_owned(),
+                error: Box::new(error),
+            })?;
+    // -1: the broker's `default.replication.factor` (1 on a single test node, what the
+    // cluster's operator chose on a real one: a changelog replicated once on a
+    // three-broker cluster would lose its state with one broker)
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
     for (key, value) in config {
         new_topic = new_topic.set(key, value);
     }

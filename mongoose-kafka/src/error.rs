@@ -33,6 +33,14 @@ pub enum KafkaConnectorError {
         /// What is wrong and what to do.
         message: String,
     },
+    /// The security settings cannot work ([`crate::KafkaSecurity`]).
+    #[error("kafka '{name}': {message}")]
+    Security {
+        /// The feed, sink or changelog.
+        name: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// The consumer is closed (the source stopped).
     #[error("kafka '{name}': the consumer is closed: {what} was not committed and will be read again at the next start")]
     Closed {
@@ -66,6 +74,7 @@ impl From<KafkaConnectorError> for CoreError {
             KafkaConnectorError::Config { name, .. }
             | KafkaConnectorError::Broker { name, .. }
             | KafkaConnectorError::Closed { name, .. }
+            | KafkaConnectorError::Security { name, .. }
             | KafkaConnectorError::Changelog { name, .. } => name.clone(),
         };
         CoreError::Source {

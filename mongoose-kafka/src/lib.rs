@@ -120,10 +120,12 @@ pub mod admin;
 pub mod changelog;
 pub mod epoch;
 mod error;
+mod security;
 mod sink;
 mod source;
 
 pub use error::KafkaConnectorError;
+pub use security::{check_connection, KafkaSecurity};
 pub use sink::{KafkaSink, KafkaSinkConfig, OUTPUT_KEY_HEADER};
 pub use source::{
     KafkaCommitter, KafkaRecord, KafkaSource, KafkaSourceConfig, KafkaSourceStats, SourceCounters,

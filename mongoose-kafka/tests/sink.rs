@@ -1,148 +1,20 @@
 //! The Kafka sink's outcomes against a real broker (Apache Kafka): one test starts a
-//! private single-node broker from the jars `cargo xtask broker start` resolved (so
-//! that stopping it disturbs no other test), skipped with a message when they are not
-//! there unless `MONGOOSE_REQUIRE_BROKER` is set; the transactional tests use the test
+//! single-node broker of its own (`mongoose_testkit::kafka::Cluster`, from the jars
+//! `cargo xtask broker start` resolved, so that stopping it disturbs no other test),
+//! skipped with a message when the jars are not there unless `MONGOOSE_REQUIRE_BROKER`
+//! is set; the transactional tests use the test
 //! broker.
 //! delivery-uncertainty: published with evidence, not published, uncertain.
 
 mod common;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{create_topic, unique, wait_for};
+use common::{create_topic, unique};
 use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
 use mongoose_core::Epoch;
 use mongoose_kafka::{KafkaSink, KafkaSinkConfig};
-
-/// The broker's classpath that `cargo xtask broker start` keeps in its cache folder
-/// (`$MONGOOSE_KAFKA_CACHE`, else `$HOME/.cache/mongoose-kafka`), when every jar is there.
-fn kafka_classpath() -> Option<String> {
-    let cache = std::env::var_os("MONGOOSE_KAFKA_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/mongoose-kafka"))
-        })?;
-    let classpath = std::fs::read_to_string(cache.join("classpath.txt")).ok()?;
-    let classpath = classpath.trim().to_owned();
-    (!classpath.is_empty() && classpath.split(':').all(|jar| PathBuf::from(jar).exists()))
-        .then_some(classpath)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("address")
-        .port()
-}
-
-fn java() -> PathBuf {
-    std::env::var_os("JAVA_HOME").map_or_else(
-        || PathBuf::from("java"),
-        |home| PathBuf::from(home).join("bin").join("java"),
-    )
-}
-
-/// A single-node Kafka (broker and controller) of the test's own, in a temporary
-/// folder, killed (continued first) when dropped.
-struct PrivateBroker {
-    child: Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl PrivateBroker {
-    fn start(classpath: &str) -> PrivateBroker {
-        let dir = tempfile::tempdir().expect("a temporary folder");
-        let address = format!("127.0.0.1:{}", free_port());
-        let controller = format!("127.0.0.1:{}", free_port());
-        let properties = dir.path().join("server.properties");
-        std::fs::write(
-            &properties,
-            format!(
-                "process.roles=broker,controller\nnode.id=1\n\
-                 listeners=PLAINTEXT://{address},CONTROLLER://{controller}\n\
-                 advertised.listeners=PLAINTEXT://{address}\n\
-                 controller.listener.names=CONTROLLER\n\
-                 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
-                 controller.quorum.voters=1@{controller}\nlog.dirs={}\n\
-                 offsets.topic.replication.factor=1\ntransaction.state.log.replication.factor=1\n\
-                 transaction.state.log.min.isr=1\nnum.network.threads=1\nnum.io.threads=1\n",
-                dir.path().join("data").display()
-            ),
-        )
-        .expect("write the broker's settings");
-        let log = std::fs::File::create(dir.path().join("broker.log")).expect("log");
-        let formatted = Command::new(java())
-            .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath])
-            .args([
-                "kafka.tools.StorageTool",
-                "format",
-                "-t",
-                "q1Sh-9_ISia_zwGINzRvyQ",
-                "-c",
-            ])
-            .arg(&properties)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log.try_clone().expect("log"))
-            .status()
-            .expect("run Kafka's storage tool");
-        assert!(formatted.success(), "format the private broker's storage");
-        let child = Command::new(java())
-            .args([
-                "-Xmx256m",
-                "-XX:+UseSerialGC",
-                "-cp",
-                classpath,
-                "kafka.Kafka",
-            ])
-            .arg(&properties)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("start the private broker");
-        let broker = PrivateBroker {
-            child,
-            address,
-            _dir: dir,
-        };
-        // answering a metadata request with itself as a broker: the quorum is ready
-        wait_for("the private broker to answer", 120, || {
-            use rdkafka::consumer::{BaseConsumer, Consumer};
-            let client: BaseConsumer = rdkafka::ClientConfig::new()
-                .set("bootstrap.servers", &broker.address)
-                .create()
-                .expect("client");
-            client
-                .fetch_metadata(None, Duration::from_secs(1))
-                .is_ok_and(|metadata| !metadata.brokers().is_empty())
-        });
-        broker
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {signal}");
-    }
-}
-
-impl Drop for PrivateBroker {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use mongoose_testkit::kafka::Cluster;
 
 fn output(position: u64, payload: Vec<u8>) -> Output {
     Output::new(
@@ -157,17 +29,17 @@ fn output(position: u64, payload: Vec<u8>) -> Output {
 // back) is Uncertain, never "not published".
 #[test]
 fn the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering() {
-    let Some(classpath) = kafka_classpath() else {
+    let Some(broker) = Cluster::start(1) else {
         if std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_some() {
             panic!("Apache Kafka's jars are not resolved and MONGOOSE_REQUIRE_BROKER is set: run `cargo xtask broker start` (it resolves them)");
         }
         common::skipped("SKIPPED the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering: Apache Kafka's jars are not resolved (`cargo xtask broker start` resolves them)");
         return;
     };
-    let broker = PrivateBroker::start(&classpath);
+    let address = broker.bootstrap();
     let topic = unique("sink");
-    create_topic(&broker.address, &topic, 1, &[]);
-    let mut config = KafkaSinkConfig::new("alerts", &broker.address, &topic);
+    create_topic(&address, &topic, 1, &[]);
+    let mut config = KafkaSinkConfig::new("alerts", &address, &topic);
     config.delivery_timeout = Duration::from_secs(5);
     let mut sink = KafkaSink::new(config).expect("sink");
 
@@ -206,7 +78,7 @@ fn the_kafka_sink_reports_uncertain_on_a_broker_that_stops_answering() {
     );
 
     // the broker stops answering with the connection open: handed over, fate unknown
-    broker.signal("-STOP");
+    broker.signal(1, "-STOP");
     outcomes.clear();
     sink.publish(&[output(40, b"third".to_vec())], &mut outcomes);
     assert!(

@@ -5,7 +5,10 @@
 //!   (mounting needs root, as CI and the development machines have);
 //! - [`CountingAllocator`]: a global allocator that counts allocations, for the tests
 //!   that pin a hot path allocating nothing per item;
-//! - [`build_plugin`]: a plugin of `plugins/` built by cargo with test features.
+//! - [`build_plugin`]: a plugin of `plugins/` built by cargo with test features;
+//! - [`kafka::Cluster`]: Apache Kafka nodes of a test's own (1 or 3, extra listeners
+//!   and properties, one SIGKILLed and started again), from the jars `cargo xtask
+//!   broker start` resolved.
 //!
 //! Fixtures that one crate's tests share stay in that crate's `tests/common` or
 //! `tests/support` module.
@@ -25,6 +28,7 @@
 //! ```
 
 mod allocator;
+pub mod kafka;
 mod plugin_build;
 mod tmpfs;
 

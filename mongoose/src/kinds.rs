@@ -20,7 +20,7 @@ use mongoose_server::{ServerBuilder, SettingsCheck, SettingsError};
 const KAFKA: &str = "kafka";
 
 /// Where a partitioned ledger keeps its state: filled in from the Kafka feed's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 struct ChangelogTarget {
     /// `bootstrap.servers`.
     brokers: String,
@@ -36,29 +36,53 @@ struct ChangelogTarget {
     transactions: Option<std::time::Duration>,
     /// The topic the alerts go to in the transactions.
     alerts_topic: Option<String>,
+    /// The feed's settings: the changelog connects with their security settings
+    /// (`mongoose_kafka::KafkaSecurity`).
+    feed_settings: toml::Table,
 }
 
 impl ChangelogTarget {
     /// Opens the changelog (creating its topic if missing).
+    /// `resolve` makes a relative path of the settings absolute.
     #[cfg(feature = "kafka")]
     fn open(
         &self,
         on_durable: mongoose_core::state_store::OnDurable,
+        resolve: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
     ) -> Result<Box<dyn mongoose_core::state_store::PartitionStateStore>, mongoose_core::CoreError>
     {
         use mongoose_kafka::changelog::{Changelog, ChangelogConfig, TransactionsConfig};
+        let store_error = |error| mongoose_core::CoreError::StateStore {
+            store: self.topic.clone(),
+            error: Box::new(error),
+        };
         let mut config = ChangelogConfig::new(&self.name, &self.brokers, &self.topic);
         config.transactions = self.transactions.map(|interval| TransactionsConfig {
             commit_interval: interval,
             ..TransactionsConfig::new(Some(&self.group))
         });
         config.outputs_topic.clone_from(&self.alerts_topic);
+        let mut security: mongoose_kafka::KafkaSecurity =
+            toml::Value::Table(self.feed_settings.clone())
+                .try_into()
+                .map_err(|error: toml::de::Error| {
+                    store_error(mongoose_kafka::KafkaConnectorError::Security {
+                        name: self.name.clone(),
+                        message: format!("the feed's security settings: {error}"),
+                    })
+                })?;
+        security.resolve_paths(resolve);
+        config.properties = security.properties(&self.name).map_err(store_error)?;
+        mongoose_kafka::check_connection(
+            &self.name,
+            &self.brokers,
+            &config.properties,
+            config.request_timeout,
+        )
+        .map_err(store_error)?;
         Changelog::open(config, &self.input_topic, on_durable)
             .map(|changelog| Box::new(changelog) as Box<_>)
-            .map_err(|error| mongoose_core::CoreError::StateStore {
-                store: self.topic.clone(),
-                error: Box::new(error),
-            })
+            .map_err(store_error)
     }
 
     /// Without the `kafka` feature there is no changelog to open: [`changelog_target`]
@@ -67,6 +91,7 @@ impl ChangelogTarget {
     fn open(
         &self,
         _on_durable: mongoose_core::state_store::OnDurable,
+        _resolve: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
     ) -> Result<Box<dyn mongoose_core::state_store::PartitionStateStore>, mongoose_core::CoreError>
     {
         Err(mongoose_core::CoreError::Source {
@@ -150,6 +175,7 @@ fn changelog_target(
             .transactions
             .then(|| std::time::Duration::from_millis(settings.commit_interval_ms)),
         alerts_topic: settings.alerts_topic.clone(),
+        feed_settings: feed.settings.clone(),
     }))
 }
 
@@ -166,7 +192,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             match &target {
                 Some(target) => PartitionedLedger::open(
                     settings.clone(),
-                    |on_durable| target.open(on_durable),
+                    |on_durable| target.open(on_durable, &|path| context.resolve(path)),
                     alerts,
                     gate,
                 )

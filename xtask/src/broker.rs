@@ -26,14 +26,20 @@
 //! The cache folder is `$MONGOOSE_KAFKA_CACHE`, else `$HOME/.cache/mongoose-kafka`: the
 //! Maven repository in `m2/`, the classpath in `classpath.txt` (tests that start a broker
 //! of their own read it). Java is `$JAVA_HOME/bin/java`, else `java` (17 or newer).
+//!
+//! A node's settings, JVM options, storage-format arguments and the Metadata probe are
+//! `mongoose_testkit::kafka`'s, the same that the tests' own clusters
+//! (`mongoose_testkit::kafka::Cluster`) use; what is xtask's own is the fixed ports,
+//! the pid files and nodes that outlive the command.
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use mongoose_testkit::kafka;
 
 /// The client port of node 1 (node n listens on this + n - 1).
 const FIRST_PORT: u16 = 19092;
@@ -41,44 +47,8 @@ const FIRST_PORT: u16 = 19092;
 /// A node's controller port is its client port plus this.
 const CONTROLLER_OFFSET: u16 = 100;
 
-/// The JVM options of a broker node: a small heap (2 cores and the tests share the
-/// machine) and the serial collector (fewer threads).
-const BROKER_JVM: &[&str] = &["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC"];
-
-/// The JVM options of the storage tool, a short-lived process: the quick compiler only.
-const TOOL_JVM: &[&str] = &["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"];
-
 /// How long `start` waits for every node to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The logging of a node: INFO from the broker itself, warnings from the libraries.
-const LOG4J2: &str = "status = error
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = out
-logger.clients.name = org.apache.kafka.clients
-logger.clients.level = WARN
-logger.state.name = state.change.logger
-logger.state.level = WARN
-";
-
-fn cache_root() -> PathBuf {
-    if let Some(root) = std::env::var_os("MONGOOSE_KAFKA_CACHE") {
-        return PathBuf::from(root);
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
-    home.join(".cache").join("mongoose-kafka")
-}
-
-fn java() -> PathBuf {
-    std::env::var_os("JAVA_HOME").map_or_else(
-        || PathBuf::from("java"),
-        |home| PathBuf::from(home).join("bin").join("java"),
-    )
-}
 
 fn state_dir(root: &Path) -> PathBuf {
     root.join("target").join("kafka")
@@ -151,7 +121,7 @@ fn log_tail(root: &Path, node: u16) -> String {
 /// The broker's runtime classpath, resolved with Maven the first time (and again when
 /// `xtask/kafka/pom.xml` changes), from the cache after that.
 fn classpath(root: &Path) -> Option<String> {
-    let cache = cache_root();
+    let cache = kafka::cache_root();
     let pom = root.join("xtask").join("kafka").join("pom.xml");
     let wanted = match fs::read(&pom) {
         Ok(wanted) => wanted,
@@ -207,82 +177,31 @@ fn classpath(root: &Path) -> Option<String> {
     Some(classpath)
 }
 
-/// A new KRaft cluster id: 16 random bytes in URL-safe base64 without padding.
-fn cluster_id() -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut bytes = [0u8; 16];
-    if let Ok(mut random) = fs::File::open("/dev/urandom") {
-        let _ = random.read_exact(&mut bytes);
-    }
-    let bits = u128::from_be_bytes(bytes);
-    // 22 characters of 6 bits hold 132 bits: the 128 bits followed by 4 zero bits
-    let mut id = String::with_capacity(22);
-    for index in 0..22u32 {
-        let shift = 128i32 - 6 * (index as i32 + 1);
-        let sextet = if shift >= 0 {
-            (bits >> shift) & 0x3f
-        } else {
-            (bits << -shift) & 0x3f
-        };
-        id.push(ALPHABET[sextet as usize] as char);
-    }
-    id
-}
-
 /// The `server.properties` of `node` in a cluster of `nodes` whose node 1 listens on
-/// `port`.
+/// `port` (the testkit's, which the tests' own clusters use too).
 fn server_properties(root: &Path, node: u16, nodes: u16, port: u16) -> String {
     let voters: Vec<String> = (1..=nodes)
         .map(|voter| format!("{voter}@127.0.0.1:{}", port + voter - 1 + CONTROLLER_OFFSET))
         .collect();
     let client = address(port, node);
     let controller = format!("127.0.0.1:{}", port + node - 1 + CONTROLLER_OFFSET);
-    let replicas = nodes.min(3);
-    let min_isr = nodes.min(2);
-    format!(
-        "# written by `cargo xtask broker start`: node {node} of {nodes}
-process.roles=broker,controller
-node.id={node}
-listeners=PLAINTEXT://{client},CONTROLLER://{controller}
-advertised.listeners=PLAINTEXT://{client}
-controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-controller.quorum.voters={voters}
-log.dirs={data}
-# topics a client names before they exist are created, with one partition (tests that
-# need more create their topics first)
-auto.create.topics.enable=true
-num.partitions=1
-default.replication.factor={replicas}
-# the internal topics fit the node count; fewer partitions than the defaults (50) keep
-# the first group and the first transaction quick on 2 cores
-offsets.topic.replication.factor={replicas}
-offsets.topic.num.partitions=10
-transaction.state.log.replication.factor={replicas}
-transaction.state.log.min.isr={min_isr}
-transaction.state.log.num.partitions=10
-share.coordinator.state.topic.replication.factor={replicas}
-share.coordinator.state.topic.min.isr={min_isr}
-# a group rebalances as soon as a member joins; the tests use short session timeouts
-group.initial.rebalance.delay.ms=0
-group.min.session.timeout.ms=1000
-# few threads: 2 cores are shared by the nodes, the tests and the build
-num.network.threads=2
-num.io.threads=2
-background.threads=2
-num.replica.fetchers=1
-num.recovery.threads.per.data.dir=1
-log.cleaner.threads=1
-",
-        voters = voters.join(","),
-        data = node_dir(root, node).join("data").display(),
-    )
+    let data = node_dir(root, node).join("data");
+    let properties = kafka::server_properties(&kafka::NodeSettings {
+        node,
+        nodes,
+        voters: &voters.join(","),
+        client: &client,
+        controller: &controller,
+        listeners: &[],
+        data: &data,
+        extra: &[],
+    });
+    format!("# written by `cargo xtask broker start`\n{properties}")
 }
 
 /// Writes each node's configuration and formats its storage (the nodes in parallel).
 fn format(root: &Path, classpath: &str, nodes: u16, port: u16) -> bool {
-    let id = cluster_id();
+    let id = kafka::cluster_id();
     let mut formatting: Vec<(u16, Child)> = Vec::new();
     for node in 1..=nodes {
         let dir = node_dir(root, node);
@@ -294,7 +213,7 @@ fn format(root: &Path, classpath: &str, nodes: u16, port: u16) -> bool {
                     server_properties(root, node, nodes, port),
                 )
             })
-            .and_then(|()| fs::write(dir.join("log4j2.properties"), LOG4J2));
+            .and_then(|()| fs::write(dir.join("log4j2.properties"), kafka::LOG4J2));
         let Some((log, log_err)) = written
             .and_then(|()| fs::File::create(log_file(root, node)))
             .and_then(|log| Ok((log.try_clone()?, log)))
@@ -303,12 +222,12 @@ fn format(root: &Path, classpath: &str, nodes: u16, port: u16) -> bool {
             eprintln!("xtask: cannot prepare {}", dir.display());
             return false;
         };
-        let child = Command::new(java())
-            .args(TOOL_JVM)
+        let child = Command::new(kafka::java())
+            .args(kafka::TOOL_JVM)
             .arg("-cp")
             .arg(classpath)
             .arg(log4j_option(root, node))
-            .args(format_arguments(&id))
+            .args(kafka::format_arguments(&id, &[]))
             .arg(dir.join("server.properties"))
             .stdin(Stdio::null())
             .stdout(log)
@@ -317,7 +236,7 @@ fn format(root: &Path, classpath: &str, nodes: u16, port: u16) -> bool {
         match child {
             Ok(child) => formatting.push((node, child)),
             Err(error) => {
-                eprintln!("xtask: cannot start {}: {error}", java().display());
+                eprintln!("xtask: cannot start {}: {error}", kafka::java().display());
                 return false;
             }
         }
@@ -334,17 +253,6 @@ fn format(root: &Path, classpath: &str, nodes: u16, port: u16) -> bool {
         }
     }
     formatted
-}
-
-/// The storage tool's arguments before the configuration file's path.
-fn format_arguments(id: &str) -> [String; 4] {
-    [
-        "kafka.tools.StorageTool".to_owned(),
-        "format".to_owned(),
-        // `=`: an id may start with `-`, which would read as an option otherwise
-        format!("--cluster-id={id}"),
-        "-c".to_owned(),
-    ]
 }
 
 fn log4j_option(root: &Path, node: u16) -> String {
@@ -365,9 +273,9 @@ fn spawn_node(root: &Path, classpath: &str, node: u16) -> Option<i32> {
         eprintln!("xtask: cannot open {}", log_file(root, node).display());
         return None;
     };
-    let mut command = Command::new(java());
+    let mut command = Command::new(kafka::java());
     command
-        .args(BROKER_JVM)
+        .args(kafka::BROKER_JVM)
         .arg("-cp")
         .arg(classpath)
         .arg(log4j_option(root, node))
@@ -381,7 +289,7 @@ fn spawn_node(root: &Path, classpath: &str, node: u16) -> Option<i32> {
     let child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
-            eprintln!("xtask: cannot start {}: {error}", java().display());
+            eprintln!("xtask: cannot start {}: {error}", kafka::java().display());
             return None;
         }
     };
@@ -396,52 +304,12 @@ fn spawn_node(root: &Path, classpath: &str, node: u16) -> Option<i32> {
     Some(pid)
 }
 
-fn put_string(request: &mut Vec<u8>, text: &str) {
-    request.extend_from_slice(&(text.len() as i16).to_be_bytes());
-    request.extend_from_slice(text.as_bytes());
-}
-
-/// Sends a Kafka Metadata request (v4, no topics) to `address` and returns the number
-/// of brokers its answer lists, `None` when it does not answer one.
-pub(crate) fn metadata_brokers(address: &str) -> Option<usize> {
-    let address: SocketAddr = address.parse().ok()?;
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_millis(500)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream
-        .set_write_timeout(Some(Duration::from_secs(2)))
-        .ok()?;
-    // request header v1: api key 3 (Metadata), version 4, correlation id, client id;
-    // body: an empty topic array, no auto-creation
-    let mut request = Vec::new();
-    request.extend_from_slice(&3i16.to_be_bytes());
-    request.extend_from_slice(&4i16.to_be_bytes());
-    request.extend_from_slice(&7i32.to_be_bytes());
-    put_string(&mut request, "xtask-broker");
-    request.extend_from_slice(&0i32.to_be_bytes());
-    request.push(0);
-    let mut framed = (request.len() as i32).to_be_bytes().to_vec();
-    framed.extend_from_slice(&request);
-    stream.write_all(&framed).ok()?;
-    let mut size = [0u8; 4];
-    stream.read_exact(&mut size).ok()?;
-    let size = i32::from_be_bytes(size);
-    if !(12..1 << 20).contains(&size) {
-        return None;
-    }
-    let mut answer = vec![0u8; size as usize];
-    stream.read_exact(&mut answer).ok()?;
-    // response: correlation id, throttle time, then the broker array's length
-    let correlation = i32::from_be_bytes(answer[0..4].try_into().ok()?);
-    let brokers = i32::from_be_bytes(answer[8..12].try_into().ok()?);
-    (correlation == 7 && brokers >= 0).then_some(brokers as usize)
-}
-
 /// Waits until every node answers a Metadata request listing all `nodes`.
 fn wait_answering(root: &Path, nodes: u16, port: u16, pids: &[i32]) -> bool {
     let deadline = Instant::now() + START_TIMEOUT;
     for node in 1..=nodes {
         let node_address = address(port, node);
-        while metadata_brokers(&node_address) != Some(usize::from(nodes)) {
+        while kafka::metadata_brokers(&node_address) != Some(usize::from(nodes)) {
             let pid = pids[usize::from(node - 1)];
             if !alive(pid) || Instant::now() > deadline {
                 eprintln!(
@@ -478,7 +346,7 @@ fn start(root: &Path, nodes: u16, port: u16) -> bool {
         }
     }
     let first = address(port, 1);
-    if metadata_brokers(&first).is_some() {
+    if kafka::metadata_brokers(&first).is_some() {
         // not ours (no pid file): used as it is, and `stop` leaves it running
         eprintln!(
             "xtask: a broker this checkout did not start already answers on {first}: the tests use it (stop it yourself to run them on a fresh one)"
@@ -593,7 +461,7 @@ fn status(root: &Path) -> bool {
         let node_address = address(port, node);
         match running_pid(root, node) {
             Some(pid) => {
-                let answer = metadata_brokers(&node_address);
+                let answer = kafka::metadata_brokers(&node_address);
                 println!(
                     "broker node {node} running: pid {pid}, {node_address} {}",
                     match answer {
@@ -651,23 +519,6 @@ pub(crate) fn broker(root: &Path, arguments: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_cluster_id_is_22_url_safe_characters() {
-        let id = cluster_id();
-        assert_eq!(id.len(), 22, "{id}");
-        assert!(id
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'));
-        assert_ne!(id, cluster_id());
-    }
-
-    #[test]
-    fn a_cluster_id_starting_with_a_dash_is_not_read_as_an_option() {
-        let arguments = format_arguments("-Bcdefghijklmnopqrstuvw");
-        assert_eq!(arguments[2], "--cluster-id=-Bcdefghijklmnopqrstuvw");
-        assert!(!arguments.iter().any(|argument| argument == "-t"));
-    }
 
     #[test]
     fn three_nodes_form_one_quorum_on_consecutive_ports() {

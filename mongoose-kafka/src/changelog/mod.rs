@@ -426,8 +426,9 @@ impl Changelog {
         };
         if let Some(outputs) = &self.config.outputs_topic {
             if self.partitions_of(outputs)?.is_none() {
-                let created = crate::admin::create_topic(
+                let created = crate::admin::create_topic_with(
                     &self.config.brokers,
+                    &self.config.properties,
                     outputs,
                     i32::try_from(input).unwrap_or(i32::MAX),
                     &[],
@@ -450,8 +451,9 @@ impl Changelog {
             }
             return Ok(());
         }
-        let created = crate::admin::create_topic(
+        let created = crate::admin::create_topic_with(
             &self.config.brokers,
+            &self.config.properties,
             &self.config.topic,
             i32::try_from(input).unwrap_or(i32::MAX),
             &[("cleanup.policy", "compact")],

@@ -119,8 +119,9 @@ impl Positions {
         properties: &[(String, String)],
         timeout: Duration,
     ) -> Result<Self, KafkaConnectorError> {
-        let created = crate::admin::create_topic(
+        let created = crate::admin::create_topic_with(
             brokers,
+            properties,
             topic,
             1,
             &[("cleanup.policy", "compact")],

@@ -18,6 +18,12 @@
 //!   transactional id: what each transaction committed per input lane, written in it and
 //!   read back at start, so a restarted server's repeated outputs are not written twice:
 //!   exactly once from a file feed).
+//! * **Security (both kinds).** `security_protocol` (`PLAINTEXT`, `SSL`,
+//!   `SASL_PLAINTEXT`, `SASL_SSL`), `sasl_mechanism` (`PLAIN`, `SCRAM-SHA-256`,
+//!   `SCRAM-SHA-512`), `sasl_username`, the password from `sasl_password_file` (relative
+//!   to the config file's folder) or `sasl_password_env`, and `ssl_ca_location` (the
+//!   CA's PEM file): [`mongoose_kafka::KafkaSecurity`]. A ledger keeping its state in
+//!   the changelog connects with its Kafka feed's security settings.
 //!
 //! ```toml
 //! plugin_dir = "target/plugins"
@@ -32,14 +38,38 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_core::{PositionValue, SourceOutput};
-use mongoose_kafka::{KafkaRecord, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig};
+use mongoose_kafka::{
+    KafkaRecord, KafkaSecurity, KafkaSink, KafkaSinkConfig, KafkaSource, KafkaSourceConfig,
+};
 use mongoose_plugin::settings::CreateContext;
 use mongoose_plugin::PluginOutput;
+
+/// How long the connection check of a secured client waits for the brokers' answer.
+const CONNECTION_CHECK: Duration = Duration::from_secs(10);
+
+/// The librdkafka properties of the security settings in `create`'s table (the same
+/// table as the kind's other keys), for the client of `name` at `brokers`; with a
+/// secured connection, checked against the brokers (a refused password fails here,
+/// [`mongoose_kafka::check_connection`]).
+fn security(
+    create: &CreateContext<'_>,
+    name: &str,
+    brokers: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let mut security: KafkaSecurity = create.settings()?;
+    security.resolve_paths(|path| create.path(path));
+    let properties = security
+        .properties(name)
+        .map_err(|error| error.to_string())?;
+    mongoose_kafka::check_connection(name, brokers, &properties, CONNECTION_CHECK)
+        .map_err(|error| error.to_string())?;
+    Ok(properties)
+}
 
 /// Builds the source of a `kafka` feed from its settings.
 pub fn source(create: &CreateContext<'_>, output: PluginOutput) -> Result<KafkaSource, String> {
     let settings = create.flat()?;
-    settings.only(&[
+    let keys = [
         "brokers",
         "group",
         "topic",
@@ -48,7 +78,8 @@ pub fn source(create: &CreateContext<'_>, output: PluginOutput) -> Result<KafkaS
         "session_timeout_ms",
         "max_poll_interval_ms",
         "start_from",
-    ])?;
+    ];
+    settings.only(&[&keys[..], KafkaSecurity::KEYS].concat())?;
     let mut config = KafkaSourceConfig::new(
         output.feed(),
         settings.required("brokers")?,
@@ -73,6 +104,7 @@ pub fn source(create: &CreateContext<'_>, output: PluginOutput) -> Result<KafkaS
         }
         config.start_from = start.to_owned();
     }
+    config.properties = security(create, output.feed(), &config.brokers)?;
     let output: Arc<dyn SourceOutput<KafkaRecord, PositionValue>> = Arc::new(output);
     KafkaSource::new(config, output).map_err(|error| error.to_string())
 }
@@ -80,14 +112,15 @@ pub fn source(create: &CreateContext<'_>, output: PluginOutput) -> Result<KafkaS
 /// Builds a `kafka` sink from its settings.
 pub fn sink(create: &CreateContext<'_>) -> Result<KafkaSink, String> {
     let settings = create.flat()?;
-    settings.only(&[
+    let keys = [
         "brokers",
         "topic",
         "delivery_timeout_ms",
         "transactional_id",
         "positions_topic",
         "name",
-    ])?;
+    ];
+    settings.only(&[&keys[..], KafkaSecurity::KEYS].concat())?;
     let name = settings.text("name").unwrap_or("kafka-sink");
     let mut config = KafkaSinkConfig::new(
         name,
@@ -99,6 +132,7 @@ pub fn sink(create: &CreateContext<'_>) -> Result<KafkaSink, String> {
     }
     config.transactional_id = settings.text("transactional_id").map(str::to_owned);
     config.positions_topic = settings.text("positions_topic").map(str::to_owned);
+    config.properties = security(create, name, &config.brokers)?;
     KafkaSink::new(config).map_err(|error| error.to_string())
 }
 

@@ -1,0 +1,434 @@
+//! What only a real broker can show (issue 27 item 2), each on Apache Kafka nodes of
+//! the test's own (`mongoose_testkit::kafka::Cluster`): records produced in batches
+//! while servers join and leave the group, a takeover restoring from a changelog the
+//! broker compacted, and a broker SIGKILLed mid-run in a three-node cluster. The
+//! `mongoose` binary runs the ledger with its state in the changelog; the changelog is
+//! read back at the end: each input record counted once, in order, per partition, and
+//! the balances exactly those of the records.
+//!
+//! The tests of this file run one at a time (each starts its own JVMs on 2 cores).
+
+mod kafka_support;
+mod support;
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kafka_support::{
+    check_changelog, committed, committed_total, create_topic, expected_alerts, line,
+    member_config, own_cluster, read_topic, replicas, unique_topic, wait_members, LineStream,
+    Member,
+};
+use mongoose_testkit::build_plugin;
+use mongoose_testkit::kafka::Cluster;
+
+/// One test of this file at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Producers that batch (librdkafka's defaults), three servers joining and leaving
+/// while the records flow (one stopped, one SIGKILLed, one started late; no "let the
+/// group form first"): every record applied once (the changelog's counted positions of
+/// each partition each once, in order) and the balances exact.
+#[test]
+fn a_rebalance_mid_stream_with_batched_records_loses_and_doubles_nothing() {
+    const PARTITIONS: i32 = 6;
+    const RECORDS: usize = 40_000;
+    let _serial = one_at_a_time();
+    let test = "a_rebalance_mid_stream_with_batched_records_loses_and_doubles_nothing";
+    let Some(cluster) = own_cluster(test, Cluster::builder(1)) else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let brokers = cluster.bootstrap();
+    let topic = unique_topic("rebalance");
+    let group = format!("{topic}-ledgers");
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+    let config = member_config(
+        &brokers,
+        &topic,
+        &group,
+        ("", r#", alerts = "alerts.txt""#, ""),
+    );
+    // 100 records every 100 ms: about 40 s of records, while the members come and go
+    let stream = LineStream::start(
+        &brokers,
+        &topic,
+        0..RECORDS,
+        100,
+        Duration::from_millis(100),
+    );
+    let mut a = Member::start(&library, &config);
+    while stream.produced() < 1_000 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut b = Member::start(&library, &config);
+    // each change waits for the one before to land: the new member took partitions
+    // over (restored them from the changelog) while the records keep coming
+    wait_members(
+        &mut [&mut a, &mut b],
+        "B took partitions",
+        120,
+        &|members| members[1].takeovers() > 0,
+    );
+    let mut c = Member::start(&library, &config);
+    wait_members(
+        &mut [&mut a, &mut b, &mut c],
+        "C took partitions",
+        120,
+        &|members| members[2].takeovers() > 0,
+    );
+    b.stop(); // leaves the group: its partitions are revoked and go to the others
+    let mut d = Member::start(&library, &config);
+    wait_members(
+        &mut [&mut a, &mut c, &mut d],
+        "D took partitions",
+        120,
+        &|members| members[2].takeovers() > 0,
+    );
+    let before_kill = a.takeovers() + d.takeovers();
+    c.kill(); // its partitions go to the others once its session times out
+    wait_members(
+        &mut [&mut a, &mut d],
+        "C's partitions taken over",
+        120,
+        &|members| members[0].takeovers() + members[1].takeovers() > before_kill,
+    );
+    let at_last_change = stream.produced();
+    assert!(
+        at_last_change < RECORDS,
+        "the records had all been produced before the group's last change: slow the producer"
+    );
+    let per_request = stream.finish();
+    wait_members(
+        &mut [&mut a, &mut d],
+        "committed every record",
+        240,
+        &|_| committed_total(&brokers, &group, &topic, PARTITIONS) >= RECORDS as i64,
+    );
+    a.stop();
+    d.stop();
+    eprintln!(
+        "records per Produce request: {per_request:.1}; takeovers: a {}, b {}, c {}, d {}",
+        a.takeovers(),
+        b.takeovers(),
+        c.takeovers(),
+        d.takeovers()
+    );
+    assert!(
+        per_request > 2.0,
+        "the producer batched ({per_request:.1} records per Produce request)"
+    );
+    eprintln!("the group's last change at {at_last_change} records produced of {RECORDS}");
+    let ends = committed(&brokers, &group, &topic, PARTITIONS);
+    let lines: Vec<String> = (0..RECORDS).map(line).collect();
+    let check = check_changelog(
+        &brokers,
+        &topic,
+        &format!("{group}-ledger-changelog"),
+        &ends,
+        &lines,
+    );
+    eprintln!(
+        "committed per partition {ends:?}; changelog records per partition {:?}; fenced writes {}",
+        check.records, check.fenced
+    );
+}
+
+/// The changelog topic created compacted with short segments, on a broker whose
+/// cleaner runs often: compaction is seen to run (offsets missing from a partition's
+/// read, fewer records than the changes written), then the member is SIGKILLed while
+/// records flow and another takes its partitions over from the compacted changelog:
+/// the last value per key restored, the balances exact.
+#[test]
+fn a_takeover_restores_from_a_compacted_changelog() {
+    const PARTITIONS: i32 = 2;
+    const FIRST: usize = 4_000;
+    const CHUNK: usize = 500;
+    const MORE: usize = 4_000;
+    let _serial = one_at_a_time();
+    let test = "a_takeover_restores_from_a_compacted_changelog";
+    let Some(cluster) = own_cluster(
+        test,
+        Cluster::builder(1)
+            .property("log.cleaner.backoff.ms", "200")
+            .property("log.retention.check.interval.ms", "1000"),
+    ) else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let brokers = cluster.bootstrap();
+    let topic = unique_topic("compacted");
+    let group = format!("{topic}-ledgers");
+    let changelog = format!("{topic}-changelog");
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+    // a segment rolls at the first write 300 ms after it began: the earlier ones are
+    // closed, and the cleaner compacts a closed segment as soon as 1% of it is dirty
+    create_topic(
+        &brokers,
+        &changelog,
+        PARTITIONS,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.ms", "300"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("delete.retention.ms", "100"),
+        ],
+    );
+    let config = member_config(
+        &brokers,
+        &topic,
+        &group,
+        (
+            "",
+            &format!(r#", alerts = "alerts.txt", changelog_topic = "{changelog}""#),
+            "",
+        ),
+    );
+    let mut a = Member::start(&library, &config);
+    let producer = kafka_support::batching_producer(&brokers);
+    kafka_support::produce_lines(&producer, &topic, 0..FIRST);
+    let mut written = FIRST;
+    // more records in chunks (the changelog's segments roll) until a read of the
+    // changelog shows the cleaner at work
+    let read_changelog = || {
+        let store = mongoose_kafka::changelog::Changelog::open(
+            mongoose_kafka::changelog::ChangelogConfig::new("check", &brokers, &changelog),
+            &topic,
+            std::sync::Arc::new(|_, _| {}),
+        )
+        .expect("the changelog opens");
+        (0..PARTITIONS)
+            .map(|partition| {
+                store
+                    .read(partition)
+                    .expect("read")
+                    .iter()
+                    .map(|record| record.log_offset)
+                    .collect::<Vec<i64>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let compacted = |offsets: &[Vec<i64>]| {
+        offsets.iter().any(|offsets| {
+            offsets.windows(2).any(|pair| pair[1] > pair[0] + 1)
+                || offsets.first().is_some_and(|first| *first > 0)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let offsets = loop {
+        wait_members(&mut [&mut a], "committed what was written", 180, &|_| {
+            committed_total(&brokers, &group, &topic, PARTITIONS) >= written as i64
+        });
+        let offsets = read_changelog();
+        if compacted(&offsets) {
+            break offsets;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the changelog was never compacted (records per partition {:?}): {}",
+            offsets.iter().map(Vec::len).collect::<Vec<_>>(),
+            cluster.log_tail(1)
+        );
+        kafka_support::produce_lines(&producer, &topic, written..written + CHUNK);
+        written += CHUNK;
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let kept: usize = offsets.iter().map(Vec::len).sum();
+    let ends: Vec<i64> = offsets
+        .iter()
+        .map(|offsets| offsets.last().map_or(0, |last| last + 1))
+        .collect();
+    eprintln!(
+        "compaction seen after {written} records: {kept} changelog records kept of offsets up to {ends:?}"
+    );
+    assert!(
+        kept < written,
+        "fewer changelog records than the changes written ({kept} of at least {written})"
+    );
+
+    // the member is SIGKILLed while more records flow; another takes over
+    let total = written + MORE;
+    let stream = LineStream::start(
+        &brokers,
+        &topic,
+        written..total,
+        200,
+        Duration::from_millis(50),
+    );
+    while stream.produced() < MORE / 4 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    a.kill();
+    let mut b = Member::start(&library, &config);
+    stream.finish();
+    wait_members(&mut [&mut b], "committed every record", 240, &|_| {
+        committed_total(&brokers, &group, &topic, PARTITIONS) >= total as i64
+    });
+    b.stop();
+    assert!(
+        b.takeovers() >= PARTITIONS as usize,
+        "the second member restored every partition from the changelog: {}",
+        b.run.log()
+    );
+
+    // the changelog as a takeover reads it now: the last value per key (compaction
+    // removed earlier ones), and the state it restores is the records' state exactly
+    let ends = committed(&brokers, &group, &topic, PARTITIONS);
+    let lines: Vec<String> = (0..total).map(line).collect();
+    let store = mongoose_kafka::changelog::Changelog::open(
+        mongoose_kafka::changelog::ChangelogConfig::new("check", &brokers, &changelog),
+        &topic,
+        std::sync::Arc::new(|_, _| {}),
+    )
+    .expect("the changelog opens");
+    let mut summed = mongoose_ledger::LedgerState::default();
+    for (partition, end) in ends.iter().enumerate() {
+        let records = store.read(partition as i32).expect("read");
+        let restored = mongoose_kafka::changelog::fold(&records, |_| {});
+        let state = mongoose_ledger::partition_state(&restored).expect("ledger changes");
+        assert_eq!(
+            state.applied,
+            (*end).max(0) as u64,
+            "partition {partition}: the restored count is the partition's records"
+        );
+        assert_eq!(
+            restored.position.map(|(_, position)| position),
+            Some((*end).max(0) as u64),
+            "partition {partition}: the restored position is the partition's end"
+        );
+        summed.applied += state.applied;
+        for (account, balance) in state.balances {
+            *summed.balances.entry(account).or_insert(0) += balance;
+        }
+    }
+    support::assert_applied_once(
+        &summed,
+        &lines,
+        &format!("restored from the compacted changelog: {}", b.run.log()),
+    );
+}
+
+/// Three brokers, every topic replicated three times with `min.insync.replicas = 2`
+/// (the input, the changelog the ledger creates, the alerts topic); one broker
+/// SIGKILLed while records flow and started again: every record applied once, every
+/// alert in its topic.
+#[test]
+fn a_broker_killed_mid_run_loses_nothing() {
+    const PARTITIONS: i32 = 4;
+    let _serial = one_at_a_time();
+    let test = "a_broker_killed_mid_run_loses_nothing";
+    let Some(mut cluster) = own_cluster(
+        test,
+        Cluster::builder(3).property("min.insync.replicas", "2"),
+    ) else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let brokers = cluster.bootstrap();
+    let topic = unique_topic("failover");
+    let group = format!("{topic}-ledgers");
+    let alerts = format!("{topic}-alerts");
+    create_topic(&brokers, &topic, PARTITIONS, &[]);
+    create_topic(&brokers, &alerts, 1, &[]);
+    let config = member_config(
+        &brokers,
+        &topic,
+        &group,
+        (
+            "",
+            r#", alerts_sink = "alerts""#,
+            &format!(
+                "[[sinks]]\nname = \"alerts\"\nkind = \"kafka\"\nsettings = {{ brokers = \"{brokers}\", topic = \"{alerts}\", delivery_timeout_ms = 120000 }}"
+            ),
+        ),
+    );
+    // 100 records every 400 ms (about what two debug members take with their alerts
+    // going to Kafka), until the broker has died, come back and the members worked on
+    // after it
+    let stream = LineStream::start(
+        &brokers,
+        &topic,
+        0..usize::MAX,
+        100,
+        Duration::from_millis(400),
+    );
+    let mut a = Member::start(&library, &config);
+    let mut b = Member::start(&library, &config);
+    let changelog = format!("{group}-ledger-changelog");
+    wait_members(
+        &mut [&mut a, &mut b],
+        "both members working and some records committed",
+        240,
+        &|members| {
+            members.iter().all(|member| member.takeovers() > 0)
+                && committed_total(&brokers, &group, &topic, PARTITIONS) > 2_000
+        },
+    );
+    for (name, topic) in [
+        ("input", &topic),
+        ("changelog", &changelog),
+        ("alerts", &alerts),
+    ] {
+        let factors = replicas(&brokers, topic);
+        assert!(
+            !factors.is_empty() && factors.iter().all(|factor| *factor == 3),
+            "the {name} topic is replicated three times: {factors:?}"
+        );
+    }
+    // node 2 dies while the records flow and the members work, and comes back
+    cluster.kill(2);
+    let at_kill = stream.produced();
+    let killed_at = committed_total(&brokers, &group, &topic, PARTITIONS);
+    wait_members(
+        &mut [&mut a, &mut b],
+        "committed more with a broker down",
+        240,
+        &|_| committed_total(&brokers, &group, &topic, PARTITIONS) > killed_at + 1_000,
+    );
+    cluster.restart(2);
+    let restarted_at = committed_total(&brokers, &group, &topic, PARTITIONS);
+    wait_members(
+        &mut [&mut a, &mut b],
+        "committed more after the broker came back",
+        240,
+        &|_| committed_total(&brokers, &group, &topic, PARTITIONS) > restarted_at + 500,
+    );
+    // the records flowed through the kill and the restart
+    stream.stop();
+    let produced = std::sync::Arc::clone(&stream.produced);
+    stream.finish();
+    let records = produced.load(std::sync::atomic::Ordering::SeqCst);
+    wait_members(
+        &mut [&mut a, &mut b],
+        "committed every record",
+        240,
+        &|_| committed_total(&brokers, &group, &topic, PARTITIONS) >= records as i64,
+    );
+    a.stop();
+    b.stop();
+    let ends = committed(&brokers, &group, &topic, PARTITIONS);
+    let lines: Vec<String> = (0..records).map(line).collect();
+    let check = check_changelog(&brokers, &topic, &changelog, &ends, &lines);
+    let expected = expected_alerts(&lines);
+    let written = read_topic(&brokers, &alerts);
+    let distinct: std::collections::BTreeSet<&String> = written.iter().collect();
+    eprintln!(
+        "broker 2 killed at {killed_at} committed ({at_kill} produced of {records}); changelog records per partition {:?}; alerts {} written, {} distinct, {expected} expected",
+        check.records,
+        written.len(),
+        distinct.len()
+    );
+    assert_eq!(
+        distinct.len(),
+        expected,
+        "every alert in the alerts topic: {}\n----\n{}",
+        a.run.log(),
+        b.run.log()
+    );
+}
