@@ -88,7 +88,7 @@ mod records;
 mod transactions;
 
 use records::StoredValue;
-pub use records::{decode, fold, FORMAT, MARKER_KEY};
+pub use records::{decode, fold, FORMAT, MARKER_KEY, PROBE_KEY};
 pub use transactions::TransactionsConfig;
 use transactions::{Transactions, TxnPartition};
 
@@ -697,7 +697,14 @@ impl Changelog {
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
-            _ => self.send(&self.producer, target, MARKER_KEY, &payload, opaque)?,
+            _ => {
+                let key = if kind == RecordKind::Probe {
+                    PROBE_KEY
+                } else {
+                    MARKER_KEY
+                };
+                self.send(&self.producer, target, key, &payload, opaque)?;
+            }
         }
         let waited = self.config.delivery_timeout + self.config.request_timeout;
         match answer.recv_timeout(waited) {

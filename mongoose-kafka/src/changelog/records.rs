@@ -21,8 +21,12 @@ pub(super) struct StoredValue<'a> {
     pub(super) value: &'a [u8],
 }
 
-/// The key of markers and probes (a state key may not start with a zero byte).
+/// The key of markers (a state key may not start with a zero byte).
 pub const MARKER_KEY: &[u8] = b"\0mongoose.marker";
+
+/// The key of a reader's end probes: not the markers' key, so compaction (which keeps the
+/// newest record of each key) never removes the newest marker for a probe.
+pub const PROBE_KEY: &[u8] = b"\0mongoose.probe";
 
 /// Folds a changelog partition's records, in log order: after each marker only the
 /// records of the marker's epoch count; an entry sets its key's value (an empty value
