@@ -6,10 +6,12 @@
 //! once (the ledger's guard skips what the commit lag gives again; the owner's epoch
 //! file lets the restarted member recognise its own saved positions).
 
+mod kafka_support;
 mod support;
 
 use std::time::Duration;
 
+use kafka_support::{assert_each_once, check_changelog, committed, line, unique_topic};
 use mongoose_testkit::{build_plugin, plugin_dir};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
@@ -41,11 +43,6 @@ fn brokers() -> Option<String> {
         "SKIPPED: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start`"
     );
     None
-}
-
-fn line(index: usize) -> String {
-    let amount = (index % 7) as i64 - 3;
-    format!("acc{},{amount}", index % 50)
 }
 
 /// A topic with `partitions` partitions and `RECORDS` ledger lines.
@@ -173,95 +170,6 @@ fn member_config_with(brokers: &str, topic: &str, group: &str, more: &str) -> St
             r#"brokers = "{brokers}", group = "{group}", topic = "{topic}", session_timeout_ms = 6000"#
         ),
         &format!(r#"state_dir = "state", alerts = "alerts.txt"{more}"#),
-    )
-}
-
-/// The group's committed offset per partition (-1: none).
-fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
-    mongoose_kafka::admin::committed_offsets(
-        brokers,
-        group,
-        topic,
-        partitions,
-        Duration::from_secs(10),
-    )
-    .expect("committed offsets")
-}
-
-/// The input positions of a partition's counted changelog changes are `1..=end`, each
-/// once and in order: every record of the partition applied exactly once.
-fn assert_each_once(partition: i32, positions: &[u64], end: u64) {
-    let mut seen = std::collections::BTreeMap::new();
-    for position in positions {
-        *seen.entry(*position).or_insert(0u32) += 1;
-    }
-    let twice: Vec<u64> = seen
-        .iter()
-        .filter(|(_, count)| **count > 1)
-        .map(|(position, _)| *position)
-        .collect();
-    let missing: Vec<u64> = (1..=end)
-        .filter(|position| !seen.contains_key(position))
-        .collect();
-    assert!(
-        twice.is_empty() && missing.is_empty() && positions.windows(2).all(|pair| pair[0] < pair[1]),
-        "partition {partition}: {} records applied more than once (first {:?}), {} never (first {:?}), of {end}",
-        twice.len(),
-        twice.iter().take(5).collect::<Vec<_>>(),
-        missing.len(),
-        missing.iter().take(5).collect::<Vec<_>>()
-    );
-    assert_eq!(positions.len() as u64, end, "partition {partition}");
-}
-
-/// Checks the ledger's changelog `changelog` (of input `topic`) against each
-/// partition's end (`ends`: the group's committed offsets, -1 for a partition no record
-/// went to): the counted changes are each record of the partition once, its count is
-/// its end, and the balances summed over the partitions are those of `lines`. Returns
-/// the writes fenced off.
-fn check_changelog(
-    brokers: &str,
-    topic: &str,
-    changelog: &str,
-    ends: &[i64],
-    lines: &[String],
-) -> u64 {
-    let store = mongoose_kafka::changelog::Changelog::open(
-        mongoose_kafka::changelog::ChangelogConfig::new("check", brokers, changelog),
-        topic,
-        std::sync::Arc::new(|_, _| {}),
-    )
-    .expect("the changelog opens");
-    let mut summed = mongoose_ledger::LedgerState::default();
-    let mut fenced = 0;
-    for (partition, end) in ends.iter().enumerate() {
-        let partition = partition as i32;
-        let records = store.read(partition).expect("read");
-        let mut positions = Vec::new();
-        let restored =
-            mongoose_kafka::changelog::fold(&records, |record| positions.push(record.offset));
-        let end = (*end).max(0) as u64;
-        assert_each_once(partition, &positions, end);
-        fenced += restored.fenced;
-        let state = mongoose_ledger::partition_state(&restored).expect("ledger changes");
-        assert_eq!(state.applied, end, "partition {partition}");
-        summed.applied += state.applied;
-        for (account, balance) in state.balances {
-            *summed.balances.entry(account).or_insert(0) += balance;
-        }
-    }
-    assert_applied_once(&summed, lines, "the partitions of the changelog summed");
-    fenced
-}
-
-/// A topic name no other run uses.
-fn unique_topic(prefix: &str) -> String {
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_millis())
     )
 }
 
@@ -408,7 +316,8 @@ fn three_servers_in_one_group_then_one_killed_lose_nothing() {
         &format!("{group}-ledger-changelog"),
         &ends,
         &lines,
-    );
+    )
+    .fenced;
     let skipped: usize = [&a, &b, &c, &d]
         .iter()
         .map(|member| {
