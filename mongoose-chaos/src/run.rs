@@ -1,7 +1,7 @@
 //! Running one scenario: its steps, the heal, the final `--exit-when-settled` run, and
 //! the checks of what the run did against the truth.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -190,6 +190,7 @@ fn finish(world: &mut World) -> Option<i32> {
                 );
             }
             world.server = None;
+            world.ends.push((world.runs, code));
             return Some(code);
         }
         if Instant::now() >= deadline {
@@ -298,26 +299,28 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         }
     }
     let excused = exhausted_outputs(world);
+    // outputs a count_loss sink counted lost (refused as often as it may try, or spent
+    // while its target was down): a loss is kept across kills and reported by the first
+    // run that ends after the run that counted it, not always by the final one
+    let mut missing_counted = 0usize;
     match outputs(world) {
         Ok((records, promise)) => {
             let (failures, counts) = world.truth.check_outputs(&records, promise, &excused);
             missing_reported += counts.missing_maybe;
+            missing_counted += counts.missing_excused;
             // with count_loss, an HTTP target that was down spends outputs' retries
             // without a record of its own: their loss is the sink's to count and the
             // run's to report (exit 3), which the checks below require
             let spent_while_down = world.scenario.sink == SinkKind::Http
                 && world.scenario.options.on_exhausted.as_deref() == Some("count_loss")
-                && world
-                    .http_samples
-                    .iter()
-                    .any(|sample| sample.target_was_down);
+                && !world.http_down_runs.is_empty();
             for failure in failures {
                 if spent_while_down && failure.kind == FailureKind::Lost {
                     world.event(format!(
                         "excused (count_loss while the target was down): {}",
                         failure.detail
                     ));
-                    missing_reported += 1;
+                    missing_counted += counts.missing_must;
                 } else {
                     world.failures.push(failure);
                 }
@@ -329,6 +332,21 @@ fn check(world: &mut World, exit_code: Option<i32>) {
     let gaps = world.udp_gaps();
     match exit_code {
         Some(0) => {
+            if missing_counted > 0 {
+                let runs: Vec<String> = world.http_fault_runs.iter().map(u32::to_string).collect();
+                let runs = runs.join(", ");
+                match reported_by(&world.ends, &world.http_fault_runs) {
+                    Some(run) => world.event(format!(
+                        "{missing_counted} outputs counted lost by count_loss while the HTTP target failed or was down (runs {runs}) were reported by run {run} (exit 3)"
+                    )),
+                    None => world.fail(
+                        FailureKind::FalseLossless,
+                        format!(
+                            "{missing_counted} outputs counted lost by count_loss while the HTTP target failed or was down (runs {runs}) are missing, and no run that ended after those runs exited 3 (not lossless)"
+                        ),
+                    ),
+                }
+            }
             if missing_reported > 0 {
                 world.fail(
                     FailureKind::FalseLossless,
@@ -363,6 +381,7 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         }
         Some(3) => {
             let could_lose = missing_reported > 0
+                || missing_counted > 0
                 || gaps > 0
                 || !excused.is_empty()
                 || !world.lossy.is_empty()
@@ -376,6 +395,16 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         }
         _ => {}
     }
+}
+
+/// The run that reported the losses of the runs `down` (a loss counted in a run is
+/// kept across kills and reported by the first run that ends after it): one that ended
+/// with exit 3 no earlier than the last of them. `None` when there is none.
+fn reported_by(ends: &[(u32, i32)], down: &BTreeSet<u32>) -> Option<u32> {
+    let last = *down.last()?;
+    ends.iter()
+        .find(|(run, code)| *run >= last && *code == 3)
+        .map(|(run, _)| *run)
 }
 
 /// The identities of outputs the HTTP target refused as often as the sink may try
@@ -452,5 +481,30 @@ fn check_http_counts(world: &mut World) {
                 "the HTTP sink counted {lost} outputs lost; the target refused only {refused} outputs as often as its retries allow"
             ),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // seed 1796193559077: run 1 (killed) counted 4 outputs lost while the target was
+    // down, run 2 reported them (stopped, exit 3), the final run 3 lost nothing (exit 0)
+    #[test]
+    fn a_loss_reported_by_a_run_that_ended_after_it_is_not_false_lossless() {
+        let down = BTreeSet::from([1, 2]);
+        assert_eq!(reported_by(&[(2, 3), (3, 0)], &down), Some(2));
+    }
+
+    #[test]
+    fn a_loss_no_later_run_reported_is_false_lossless() {
+        // run 2 ended lossless, run 3 did not end (killed), the final run 4 said lossless
+        assert_eq!(reported_by(&[(2, 0), (4, 0)], &BTreeSet::from([1])), None);
+        // an exit 3 before the last run that could lose does not report that run's loss
+        assert_eq!(
+            reported_by(&[(1, 3), (3, 0)], &BTreeSet::from([1, 2])),
+            None
+        );
+        assert_eq!(reported_by(&[(1, 3)], &BTreeSet::new()), None);
     }
 }

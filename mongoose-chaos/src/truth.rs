@@ -159,6 +159,11 @@ pub struct OutputCounts {
     pub present: usize,
     /// Maybe-outputs missing.
     pub missing_maybe: usize,
+    /// Must-outputs missing (each one in the `Lost` failure).
+    pub missing_must: usize,
+    /// Outputs missing that the target refused as often as the sink may try (the
+    /// `excused` of [`Truth::check_outputs`]): the sink's `count_loss` counted them.
+    pub missing_excused: usize,
 }
 
 impl Truth {
@@ -526,6 +531,9 @@ impl Truth {
                 lost.push(identity.as_str());
             } else if present > must + maybe && !unpredictable_alert {
                 doubled.push(identity.as_str());
+            } else if present < must + maybe && excused.contains(identity) {
+                // refused as often as the sink may try: counted lost by the sink
+                counts.missing_excused += must + maybe - present;
             } else if present < must + maybe && *report {
                 // a maybe whose loss must be reported (an unreported one may just be gone)
                 counts.missing_maybe += must + maybe - present;
@@ -533,6 +541,7 @@ impl Truth {
         }
         lost.sort_unstable();
         doubled.sort_unstable();
+        counts.missing_must = lost.len();
         if !lost.is_empty() {
             failures.push(Failure::new(
                 FailureKind::Lost,

@@ -11,7 +11,7 @@
 //! <dir>/server.log        every server run's stderr, each after a marker line
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -164,6 +164,19 @@ pub struct World {
     pub http_log_at_start: u64,
     /// Whether the HTTP target was down during the current run.
     pub http_down_in_run: bool,
+    /// The server runs during which the HTTP target was down (killed or paused) or the
+    /// server was paused: runs whose sink may have spent outputs' retries.
+    pub http_down_runs: BTreeSet<u32>,
+    /// Whether the HTTP target's mode fails, times out or closes some requests.
+    pub http_failing: bool,
+    /// The server runs whose `count_loss` HTTP sink may have counted outputs lost: the
+    /// runs of `http_down_runs` and those during which the target's mode failed
+    /// requests.
+    pub http_fault_runs: BTreeSet<u32>,
+    /// The runs that ended with an exit code (by themselves, on a SIGTERM, or the
+    /// final run), with it: a killed run has none. A loss a run counted is reported by
+    /// the first run that ends after it (exit 3), not always by the final one.
+    pub ends: Vec<(u32, i32)>,
     /// The output's bytes when the server last started (a refusal must leave them).
     pub output_at_start: Option<Vec<u8>>,
     began: Instant,
@@ -234,6 +247,10 @@ impl World {
             http_samples: Vec::new(),
             http_log_at_start: 0,
             http_down_in_run: false,
+            http_down_runs: BTreeSet::new(),
+            http_failing: false,
+            http_fault_runs: BTreeSet::new(),
+            ends: Vec::new(),
             output_at_start: None,
             began: Instant::now(),
             dir: dir.to_path_buf(),
