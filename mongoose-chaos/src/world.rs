@@ -104,6 +104,17 @@ pub struct HttpSample {
     pub target_was_down: bool,
 }
 
+/// A server run that ended with an exit code.
+#[derive(Clone, Copy, Debug)]
+pub struct RunEnd {
+    /// The run.
+    pub run: u32,
+    /// Its exit code.
+    pub code: i32,
+    /// When the harness saw it end.
+    pub at: Instant,
+}
+
 /// One scenario's folder, processes and bookkeeping.
 #[derive(Debug)]
 pub struct World {
@@ -174,9 +185,12 @@ pub struct World {
     /// requests.
     pub http_fault_runs: BTreeSet<u32>,
     /// The runs that ended with an exit code (by themselves, on a SIGTERM, or the
-    /// final run), with it: a killed run has none. A loss a run counted is reported by
-    /// the first run that ends after it (exit 3), not always by the final one.
-    pub ends: Vec<(u32, i32)>,
+    /// final run), in order: a killed run has none. A loss a run found is kept across
+    /// kills and reported by the first run that ends after it (exit 3), not always by
+    /// the final one.
+    pub ends: Vec<RunEnd>,
+    /// When the last fault of `lossy` was made.
+    pub last_lossy_at: Option<Instant>,
     /// The output's bytes when the server last started (a refusal must leave them).
     pub output_at_start: Option<Vec<u8>>,
     began: Instant,
@@ -251,6 +265,7 @@ impl World {
             http_failing: false,
             http_fault_runs: BTreeSet::new(),
             ends: Vec::new(),
+            last_lossy_at: None,
             output_at_start: None,
             began: Instant::now(),
             dir: dir.to_path_buf(),
@@ -268,6 +283,21 @@ impl World {
     /// A path inside the folder.
     pub fn path(&self, relative: &str) -> PathBuf {
         self.dir.join(relative)
+    }
+
+    /// Notes a fault that may lose lines whose loss a run must report.
+    pub fn note_lossy(&mut self, fault: impl Into<String>) {
+        self.lossy.push(fault.into());
+        self.last_lossy_at = Some(Instant::now());
+    }
+
+    /// Notes that server run `self.runs` ended with `code`.
+    pub fn note_end(&mut self, code: i32) {
+        self.ends.push(RunEnd {
+            run: self.runs,
+            code,
+            at: Instant::now(),
+        });
     }
 
     /// Notes an event with the time since the scenario began.

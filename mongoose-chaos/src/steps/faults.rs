@@ -141,7 +141,7 @@ impl World {
             .flat_map(|file| file.lines.iter().skip(index).copied().collect::<Vec<_>>())
             .collect();
         self.truth.mark_maybe(after, true);
-        self.lossy.push(format!("journal excerpt {index} damaged"));
+        self.note_lossy(format!("journal excerpt {index} damaged"));
         self.input_damaged = true;
         self.journal_damaged_at
             .get_or_insert(self.truth.lines.len());

@@ -108,7 +108,7 @@ impl World {
         };
         self.server = None;
         let code = code_of(status);
-        self.ends.push((self.runs, code));
+        self.note_end(code);
         let said = last_error(&self.server_log_of_run());
         // two file sinks on one path are refused at load (exit 2): the promised answer
         let two_sinks_refused = self.scenario.options.two_sinks_one_path
@@ -194,7 +194,7 @@ impl World {
             let code = status.map(code_of);
             self.event(format!("server stopped with SIGTERM: exit {code:?}"));
             if let Some(code) = code {
-                self.ends.push((self.runs, code));
+                self.note_end(code);
             }
             if code.is_none() {
                 self.fail(
