@@ -11,7 +11,18 @@ use crate::process::code_of;
 use crate::scenario::{Scenario, SinkKind, Workload};
 use crate::steps::{last_error, stalled_reasons, Flow};
 use crate::truth::{Failure, FailureKind, OutputRecord, Promise};
-use crate::world::{Binaries, RunEnd, World};
+use crate::world::{Binaries, World};
+
+/// A server run that ended with an exit code.
+#[derive(Clone, Copy, Debug)]
+pub struct RunEnd {
+    /// The run.
+    pub run: u32,
+    /// Its exit code.
+    pub code: i32,
+    /// When the harness saw it end.
+    pub at: Instant,
+}
 
 /// What one scenario did.
 #[derive(Debug)]

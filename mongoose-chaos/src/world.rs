@@ -25,6 +25,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::peer::{PeerSpec, PEER_ENV};
 use crate::process::{free_tcp_port, free_udp_port, Proc};
+use crate::run::RunEnd;
 use crate::scenario::{Disk, PeerKind, Scenario, SinkKind, SourceKind, StateFile, Workload};
 use crate::truth::{Failure, FailureKind, Truth};
 
@@ -102,17 +103,6 @@ pub struct HttpSample {
     pub target_failures: u64,
     /// Whether the target was down (killed or paused) at some point of the run.
     pub target_was_down: bool,
-}
-
-/// A server run that ended with an exit code.
-#[derive(Clone, Copy, Debug)]
-pub struct RunEnd {
-    /// The run.
-    pub run: u32,
-    /// Its exit code.
-    pub code: i32,
-    /// When the harness saw it end.
-    pub at: Instant,
 }
 
 /// One scenario's folder, processes and bookkeeping.
@@ -283,21 +273,6 @@ impl World {
     /// A path inside the folder.
     pub fn path(&self, relative: &str) -> PathBuf {
         self.dir.join(relative)
-    }
-
-    /// Notes a fault that may lose lines whose loss a run must report.
-    pub fn note_lossy(&mut self, fault: impl Into<String>) {
-        self.lossy.push(fault.into());
-        self.last_lossy_at = Some(Instant::now());
-    }
-
-    /// Notes that server run `self.runs` ended with `code`.
-    pub fn note_end(&mut self, code: i32) {
-        self.ends.push(RunEnd {
-            run: self.runs,
-            code,
-            at: Instant::now(),
-        });
     }
 
     /// Notes an event with the time since the scenario began.

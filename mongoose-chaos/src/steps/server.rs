@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::process::{code_of, Proc};
+use crate::run::RunEnd;
 use crate::scenario::{PeerKind, SinkKind};
 use crate::truth::FailureKind;
 use crate::world::{HttpSample, World};
@@ -270,6 +271,21 @@ impl World {
             .map(|status| stalled_reasons(&status))
             .unwrap_or_default();
         self.event(format!("not settled after 60 s: {stalled}"));
+    }
+
+    /// Notes a fault that may lose lines whose loss a run must report.
+    pub fn note_lossy(&mut self, fault: impl Into<String>) {
+        self.lossy.push(fault.into());
+        self.last_lossy_at = Some(Instant::now());
+    }
+
+    /// Notes that server run `self.runs` ended with `code`.
+    pub fn note_end(&mut self, code: i32) {
+        self.ends.push(RunEnd {
+            run: self.runs,
+            code,
+            at: Instant::now(),
+        });
     }
 
     /// Notes that the HTTP target went down (killed or paused), or the server was
