@@ -53,6 +53,9 @@ impl World {
             }
             RotateMode::Create => {
                 let target = if self.scenario.source == SourceKind::Glob {
+                    // renamed inside the glob: the old file and the new one are read
+                    // on two lanes at once
+                    self.truth.unordered.insert(stream as u32);
                     live.with_file_name(format!("s{stream}-{count}.log"))
                 } else {
                     numbered(count)
