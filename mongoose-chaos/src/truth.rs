@@ -59,11 +59,9 @@ pub struct Truth {
     random: ChaCha8Rng,
     /// Every line, in the order written.
     pub lines: Vec<LineRecord>,
-    /// Streams whose lines may be applied out of the order written: a file renamed
-    /// inside a glob keeps its lane while the new file at its name is read on another
-    /// lane at the same time, and lanes promise no order between them. The balances a
-    /// shared account passes through (its alerts) cannot be told in advance; its sum
-    /// can.
+    /// Streams whose lines may be applied out of the order written (a file renamed
+    /// inside a glob and the new file at its name are two lanes, read at once): a
+    /// shared account's alerts cannot be told in advance, its sum can.
     pub unordered: BTreeSet<u32>,
     next_seq: BTreeMap<u32, u64>,
 }
@@ -767,10 +765,8 @@ mod tests {
         assert_eq!(counts.present, 3);
     }
 
-    // seed 1147 (debug builds): logrotate `create` under a glob renames the file inside
-    // the glob; the old file and the new one are read on two lanes at once, so a shared
-    // account's lines may be applied out of the order written, and its alerts (the
-    // balances it passes through below zero) with them
+    // seed 1147 (debug builds): logrotate `create` under a glob; the old and the new
+    // file are two lanes read at once, so a shared account's alerts follow another order
     #[test]
     fn a_shared_accounts_alerts_on_an_unordered_stream_may_follow_another_order() {
         let options = Options {
