@@ -1,7 +1,7 @@
 //! Running one scenario: its steps, the heal, the final `--exit-when-settled` run, and
 //! the checks of what the run did against the truth.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,17 @@ use crate::scenario::{Scenario, SinkKind, Workload};
 use crate::steps::{last_error, stalled_reasons, Flow};
 use crate::truth::{Failure, FailureKind, OutputRecord, Promise};
 use crate::world::{Binaries, World};
+
+/// A server run that ended with an exit code.
+#[derive(Clone, Copy, Debug)]
+pub struct RunEnd {
+    /// The run.
+    pub run: u32,
+    /// Its exit code.
+    pub code: i32,
+    /// When the harness saw it end.
+    pub at: Instant,
+}
 
 /// What one scenario did.
 #[derive(Debug)]
@@ -190,6 +201,7 @@ fn finish(world: &mut World) -> Option<i32> {
                 );
             }
             world.server = None;
+            world.note_end(code);
             return Some(code);
         }
         if Instant::now() >= deadline {
@@ -282,7 +294,7 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         // the publisher lost some of its messages before the archiver had them
         let every: Vec<usize> = (0..world.truth.lines.len()).collect();
         world.truth.mark_maybe(every, true);
-        world.lossy.push("UDP gaps".to_owned());
+        world.note_lossy("UDP gaps");
     }
     if world.scenario.workload == Workload::Ledger {
         match LedgerState::load(&world.path("state")) {
@@ -298,26 +310,28 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         }
     }
     let excused = exhausted_outputs(world);
+    // outputs a count_loss sink counted lost (refused as often as it may try, or spent
+    // while its target was down): a loss is kept across kills and reported by the first
+    // run that ends after the run that counted it, not always by the final one
+    let mut missing_counted = 0usize;
     match outputs(world) {
         Ok((records, promise)) => {
             let (failures, counts) = world.truth.check_outputs(&records, promise, &excused);
             missing_reported += counts.missing_maybe;
+            missing_counted += counts.missing_excused;
             // with count_loss, an HTTP target that was down spends outputs' retries
             // without a record of its own: their loss is the sink's to count and the
             // run's to report (exit 3), which the checks below require
             let spent_while_down = world.scenario.sink == SinkKind::Http
                 && world.scenario.options.on_exhausted.as_deref() == Some("count_loss")
-                && world
-                    .http_samples
-                    .iter()
-                    .any(|sample| sample.target_was_down);
+                && !world.http_down_runs.is_empty();
             for failure in failures {
                 if spent_while_down && failure.kind == FailureKind::Lost {
                     world.event(format!(
                         "excused (count_loss while the target was down): {}",
                         failure.detail
                     ));
-                    missing_reported += 1;
+                    missing_counted += counts.missing_must;
                 } else {
                     world.failures.push(failure);
                 }
@@ -329,14 +343,37 @@ fn check(world: &mut World, exit_code: Option<i32>) {
     let gaps = world.udp_gaps();
     match exit_code {
         Some(0) => {
-            if missing_reported > 0 {
-                world.fail(
-                    FailureKind::FalseLossless,
-                    format!(
-                        "{missing_reported} lines (or their outputs) that a fault took away ({}) are missing, and the run exited 0 (lossless)",
-                        world.lossy.join(", ")
+            if missing_counted > 0 {
+                let runs: Vec<String> = world.http_fault_runs.iter().map(u32::to_string).collect();
+                let runs = runs.join(", ");
+                match reported_by(&world.ends, &world.http_fault_runs) {
+                    Some(run) => world.event(format!(
+                        "{missing_counted} outputs counted lost by count_loss while the HTTP target failed or was down (runs {runs}) were reported by run {run} (exit 3)"
+                    )),
+                    None => world.fail(
+                        FailureKind::FalseLossless,
+                        format!(
+                            "{missing_counted} outputs counted lost by count_loss while the HTTP target failed or was down (runs {runs}) are missing, and no run that ended after those runs exited 3 (not lossless)"
+                        ),
                     ),
-                );
+                }
+            }
+            if missing_reported > 0 {
+                // a loss a run found is reported until a run that reports it ends: by
+                // a run stopped after the fault, or else by the final one
+                match reported_after(&world.ends, world.last_lossy_at) {
+                    Some(run) => world.event(format!(
+                        "{missing_reported} lines (or their outputs) that a fault took away ({}) were reported by run {run} (exit 3)",
+                        world.lossy.join(", ")
+                    )),
+                    None => world.fail(
+                        FailureKind::FalseLossless,
+                        format!(
+                            "{missing_reported} lines (or their outputs) that a fault took away ({}) are missing, and no run that ended after the fault exited 3 (not lossless): the final run exited 0 (lossless)",
+                            world.lossy.join(", ")
+                        ),
+                    ),
+                }
             }
             if gaps > 0 {
                 world.fail(
@@ -363,6 +400,7 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         }
         Some(3) => {
             let could_lose = missing_reported > 0
+                || missing_counted > 0
                 || gaps > 0
                 || !excused.is_empty()
                 || !world.lossy.is_empty()
@@ -376,6 +414,25 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         }
         _ => {}
     }
+}
+
+/// The run that reported the losses of the runs `down` (a loss counted in a run is
+/// kept across kills and reported by the first run that ends after it): one that ended
+/// with exit 3 no earlier than the last of them. `None` when there is none.
+fn reported_by(ends: &[RunEnd], down: &BTreeSet<u32>) -> Option<u32> {
+    let last = *down.last()?;
+    ends.iter()
+        .find(|end| end.run >= last && end.code == 3)
+        .map(|end| end.run)
+}
+
+/// The run that reported the losses of faults made until `last_fault`: one that ended
+/// with exit 3 after it. `None` when there is none (or no fault).
+fn reported_after(ends: &[RunEnd], last_fault: Option<Instant>) -> Option<u32> {
+    let last_fault = last_fault?;
+    ends.iter()
+        .find(|end| end.at > last_fault && end.code == 3)
+        .map(|end| end.run)
 }
 
 /// The identities of outputs the HTTP target refused as often as the sink may try
@@ -452,5 +509,72 @@ fn check_http_counts(world: &mut World) {
                 "the HTTP sink counted {lost} outputs lost; the target refused only {refused} outputs as often as its retries allow"
             ),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ends(at: Instant, runs: &[(u32, i32, u64)]) -> Vec<RunEnd> {
+        runs.iter()
+            .map(|&(run, code, millis)| RunEnd {
+                run,
+                code,
+                at: at + Duration::from_millis(millis),
+            })
+            .collect()
+    }
+
+    // seed 1796193559077: run 1 (killed) counted 4 outputs lost while the target was
+    // down, run 2 reported them (stopped, exit 3), the final run 3 lost nothing (exit 0)
+    #[test]
+    fn a_loss_reported_by_a_run_that_ended_after_it_is_not_false_lossless() {
+        let now = Instant::now();
+        let down = BTreeSet::from([1, 2]);
+        assert_eq!(
+            reported_by(&ends(now, &[(2, 3, 10), (3, 0, 20)]), &down),
+            Some(2)
+        );
+        // seed 1796197179040: a file deleted at 5 ms, found lost by run 2, reported by
+        // run 3 (stopped, exit 3), the final run 4 lossless
+        assert_eq!(
+            reported_after(
+                &ends(now, &[(3, 3, 30), (4, 0, 40)]),
+                Some(now + Duration::from_millis(5))
+            ),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn a_loss_no_later_run_reported_is_false_lossless() {
+        let now = Instant::now();
+        // run 2 ended lossless, run 3 did not end (killed), the final run 4 said lossless
+        assert_eq!(
+            reported_by(&ends(now, &[(2, 0, 10), (4, 0, 20)]), &BTreeSet::from([1])),
+            None
+        );
+        // an exit 3 before the last run that could lose does not report that run's loss
+        assert_eq!(
+            reported_by(
+                &ends(now, &[(1, 3, 10), (3, 0, 20)]),
+                &BTreeSet::from([1, 2])
+            ),
+            None
+        );
+        assert_eq!(
+            reported_by(&ends(now, &[(1, 3, 10)]), &BTreeSet::new()),
+            None
+        );
+        // an exit 3 before the fault does not report it
+        assert_eq!(
+            reported_after(
+                &ends(now, &[(1, 3, 10), (2, 0, 30)]),
+                Some(now + Duration::from_millis(20))
+            ),
+            None
+        );
+        assert_eq!(reported_after(&ends(now, &[(1, 3, 10)]), None), None);
     }
 }

@@ -11,7 +11,7 @@
 //! <dir>/server.log        every server run's stderr, each after a marker line
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -25,6 +25,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::peer::{PeerSpec, PEER_ENV};
 use crate::process::{free_tcp_port, free_udp_port, Proc};
+use crate::run::RunEnd;
 use crate::scenario::{Disk, PeerKind, Scenario, SinkKind, SourceKind, StateFile, Workload};
 use crate::truth::{Failure, FailureKind, Truth};
 
@@ -164,6 +165,22 @@ pub struct World {
     pub http_log_at_start: u64,
     /// Whether the HTTP target was down during the current run.
     pub http_down_in_run: bool,
+    /// The server runs during which the HTTP target was down (killed or paused) or the
+    /// server was paused: runs whose sink may have spent outputs' retries.
+    pub http_down_runs: BTreeSet<u32>,
+    /// Whether the HTTP target's mode fails, times out or closes some requests.
+    pub http_failing: bool,
+    /// The server runs whose `count_loss` HTTP sink may have counted outputs lost: the
+    /// runs of `http_down_runs` and those during which the target's mode failed
+    /// requests.
+    pub http_fault_runs: BTreeSet<u32>,
+    /// The runs that ended with an exit code (by themselves, on a SIGTERM, or the
+    /// final run), in order: a killed run has none. A loss a run found is kept across
+    /// kills and reported by the first run that ends after it (exit 3), not always by
+    /// the final one.
+    pub ends: Vec<RunEnd>,
+    /// When the last fault of `lossy` was made.
+    pub last_lossy_at: Option<Instant>,
     /// The output's bytes when the server last started (a refusal must leave them).
     pub output_at_start: Option<Vec<u8>>,
     began: Instant,
@@ -234,6 +251,11 @@ impl World {
             http_samples: Vec::new(),
             http_log_at_start: 0,
             http_down_in_run: false,
+            http_down_runs: BTreeSet::new(),
+            http_failing: false,
+            http_fault_runs: BTreeSet::new(),
+            ends: Vec::new(),
+            last_lossy_at: None,
             output_at_start: None,
             began: Instant::now(),
             dir: dir.to_path_buf(),

@@ -431,3 +431,37 @@ fn a_file_cut_while_behind_without_a_copy_is_a_counted_loss() {
         .expect("the loss is recorded at once");
     assert_eq!(losses.lines().count(), 1, "{losses}");
 }
+
+// glob-churn soak seed 1796197179105: a file deleted while the source was stopped and
+// made again at its path before the start, the new file on the same inode (a file
+// system reuses a freed inode at once) and shorter than the pointer. It was taken for
+// the pointer's file cut in place and read from its start under a new epoch, the old
+// file's lines after the pointer lost with nothing reported. Other leading bytes say it
+// is another file: the old one was deleted before it was read to its end, a possible
+// loss, as when the new file has another inode.
+#[test]
+fn a_file_replaced_on_its_inode_while_stopped_is_a_possible_loss() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, numbered_lines(10).as_bytes());
+    run_and_crash(&path, 10, 5);
+    let inode = |path: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(path).expect("metadata").ino()
+    };
+    let before = inode(&path);
+    // deleted and made again on the same inode: written in place (O_TRUNC) with other
+    // bytes, shorter than the pointer
+    fs::write(&path, b"new1\n").expect("made again");
+    assert_eq!(inode(&path), before);
+    let (output, _source) = restart_until_caught_up(&path);
+    assert_eq!(output.items(), strings(&["new1"]));
+    assert_eq!(
+        output.rotated_unread().len(),
+        1,
+        "the old file's unread lines are a possible loss: {:?}",
+        output.rotated_unread()
+    );
+    let losses = fs::read_to_string(dir.path().join("input.log.readPointer.losses"))
+        .expect("the loss is recorded at once");
+    assert_eq!(losses.lines().count(), 1, "{losses}");
+}

@@ -141,7 +141,7 @@ impl World {
             .flat_map(|file| file.lines.iter().skip(index).copied().collect::<Vec<_>>())
             .collect();
         self.truth.mark_maybe(after, true);
-        self.lossy.push(format!("journal excerpt {index} damaged"));
+        self.note_lossy(format!("journal excerpt {index} damaged"));
         self.input_damaged = true;
         self.journal_damaged_at
             .get_or_insert(self.truth.lines.len());
@@ -188,7 +188,7 @@ impl World {
                 if let Some(mut process) = self.peers.remove(&peer) {
                     process.kill();
                     if peer == PeerKind::HttpTarget {
-                        self.http_down_in_run = true;
+                        self.http_went_down();
                     }
                     self.event(format!("{peer:?} killed"));
                     if peer == PeerKind::Appender {
@@ -200,7 +200,7 @@ impl World {
                 if let Some(process) = self.peers.get_mut(&peer) {
                     process.pause();
                     if peer == PeerKind::HttpTarget {
-                        self.http_down_in_run = true;
+                        self.http_went_down();
                     }
                     std::thread::sleep(Duration::from_millis(ms));
                     if let Some(process) = self.peers.get_mut(&peer) {
@@ -266,6 +266,7 @@ impl World {
         if self.scenario.sink == SinkKind::Http {
             write_mode(&self.path("peers/http.mode"), HttpMode::Ok)
                 .map_err(|error| format!("cannot write the HTTP mode: {error}"))?;
+            self.http_failing = false;
         }
         for process in self.peers.values_mut() {
             process.resume();

@@ -38,8 +38,7 @@ impl World {
                 .flat_map(|file| file.lines.clone())
                 .collect();
             self.truth.mark_maybe(lines, true);
-            self.lossy
-                .push("two rotations before the server caught up".to_owned());
+            self.note_lossy("two rotations before the server caught up");
         }
         let numbered = |number: u32| {
             let mut name = live.as_os_str().to_owned();
@@ -54,6 +53,9 @@ impl World {
             }
             RotateMode::Create => {
                 let target = if self.scenario.source == SourceKind::Glob {
+                    // renamed inside the glob: the old file and the new one are read
+                    // on two lanes at once
+                    self.truth.unordered.insert(stream as u32);
                     live.with_file_name(format!("s{stream}-{count}.log"))
                 } else {
                     numbered(count)
@@ -76,7 +78,7 @@ impl World {
                 // rotation: read from it, or a loss the run reports
                 let lines = self.moved(stream, &live, &target);
                 self.truth.mark_maybe(lines, true);
-                self.lossy.push("copytruncate".to_owned());
+                self.note_lossy("copytruncate");
             }
             RotateMode::Compress => {
                 let first = numbered(1);
@@ -101,7 +103,7 @@ impl World {
                     rename(Path::new(&gz), &target)?;
                     let lines = self.moved(stream, &first, &target);
                     self.truth.mark_maybe(lines, true);
-                    self.lossy.push("compress".to_owned());
+                    self.note_lossy("compress");
                 }
                 rename(&live, &first)?;
                 self.moved(stream, &live, &first);
@@ -163,7 +165,7 @@ impl World {
         remove(&live);
         let lines = self.moved(stream, &live, Path::new("/deleted"));
         self.truth.mark_maybe(lines, true);
-        self.lossy.push("delete-input".to_owned());
+        self.note_lossy("delete-input");
         // the stream's next lines go to a new file of the original name
         self.streams[stream].live = self.path(&format!("in/logs/s{stream}.log"));
         Ok(())
@@ -186,7 +188,7 @@ impl World {
                 // the pointer's file is gone: the server cannot tell whether lines were
                 // appended to it after it last read it, so it may report a possible
                 // loss (exit 3, in the run that finds it and the one after)
-                self.lossy.push("recreate-source".to_owned());
+                self.note_lossy("recreate-source");
             }
             SourceKind::Journal => {
                 if let Some(mut appender) = self.peers.remove(&PeerKind::Appender) {

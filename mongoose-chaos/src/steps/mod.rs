@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::peer::write_mode;
-use crate::scenario::Step;
+use crate::scenario::{HttpMode, Step};
 use crate::world::World;
 
 mod faults;
@@ -64,6 +64,8 @@ impl World {
                     // response timeout on the server's clock though the target answered:
                     // an uncertain attempt the target did not fail
                     self.http_down_in_run = true;
+                    self.http_down_runs.insert(self.runs);
+                    self.http_fault_runs.insert(self.runs);
                     server.pause();
                     std::thread::sleep(Duration::from_millis(*ms));
                     server.resume();
@@ -132,6 +134,11 @@ impl World {
             Step::Http { mode } => {
                 write_mode(&self.path("peers/http.mode"), *mode)
                     .map_err(|error| format!("cannot write the HTTP mode: {error}"))?;
+                // a run that sees a failing mode may count outputs lost (count_loss)
+                self.http_failing = *mode != HttpMode::Ok;
+                if self.http_failing && self.server_running() {
+                    self.http_fault_runs.insert(self.runs);
+                }
             }
         }
         self.sample_http();

@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::process::{code_of, Proc};
+use crate::run::RunEnd;
 use crate::scenario::{PeerKind, SinkKind};
 use crate::truth::FailureKind;
 use crate::world::{HttpSample, World};
@@ -47,8 +48,13 @@ impl World {
         };
         self.http_log_at_start =
             std::fs::metadata(self.path("peers/http.log")).map_or(0, |meta| meta.len());
-        self.http_down_in_run =
-            self.scenario.sink == SinkKind::Http && !self.peer_up(PeerKind::HttpTarget);
+        self.http_down_in_run = false;
+        if self.scenario.sink == SinkKind::Http && !self.peer_up(PeerKind::HttpTarget) {
+            self.http_went_down();
+        }
+        if self.http_failing {
+            self.http_fault_runs.insert(self.runs);
+        }
         let mut command = self.mongoose(&["run", "--config", "mongoose.toml"]);
         if exit_when_settled {
             command.arg("--exit-when-settled");
@@ -103,6 +109,7 @@ impl World {
         };
         self.server = None;
         let code = code_of(status);
+        self.note_end(code);
         let said = last_error(&self.server_log_of_run());
         // two file sinks on one path are refused at load (exit 2): the promised answer
         let two_sinks_refused = self.scenario.options.two_sinks_one_path
@@ -187,6 +194,9 @@ impl World {
             let status = server.terminate(Duration::from_secs(60));
             let code = status.map(code_of);
             self.event(format!("server stopped with SIGTERM: exit {code:?}"));
+            if let Some(code) = code {
+                self.note_end(code);
+            }
             if code.is_none() {
                 self.fail(
                     FailureKind::NeverEnded,
@@ -252,11 +262,38 @@ impl World {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        if !self.server_running() {
+            self.event("not settled: no server runs");
+            return;
+        }
         let stalled = self
             .status()
             .map(|status| stalled_reasons(&status))
             .unwrap_or_default();
         self.event(format!("not settled after 60 s: {stalled}"));
+    }
+
+    /// Notes a fault that may lose lines whose loss a run must report.
+    pub fn note_lossy(&mut self, fault: impl Into<String>) {
+        self.lossy.push(fault.into());
+        self.last_lossy_at = Some(Instant::now());
+    }
+
+    /// Notes that server run `self.runs` ended with `code`.
+    pub fn note_end(&mut self, code: i32) {
+        self.ends.push(RunEnd {
+            run: self.runs,
+            code,
+            at: Instant::now(),
+        });
+    }
+
+    /// Notes that the HTTP target went down (killed or paused), or the server was
+    /// paused, during the current run: its sink may spend outputs' retries.
+    pub fn http_went_down(&mut self) {
+        self.http_down_in_run = true;
+        self.http_down_runs.insert(self.runs);
+        self.http_fault_runs.insert(self.runs);
     }
 
     /// Takes a status sample of an HTTP sink and what the target had seen by then.

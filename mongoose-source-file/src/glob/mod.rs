@@ -90,6 +90,7 @@ use mongoose_core::{
     WorkDone,
 };
 use parking_lot::Mutex;
+use tracing::info;
 
 pub use self::pattern::{glob_covers, glob_matches, is_glob};
 
@@ -488,7 +489,21 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
                 .collect();
             self.complete_moves()?;
             for (name, lane) in entries {
-                let pointer = crate::pointer::pointer_path_for(&self.config.folder().join(&name));
+                let path = self.config.folder().join(&name);
+                let pointer = crate::pointer::pointer_path_for(&path);
+                if !exists(&path) && pointer_holds_nothing(&pointer) {
+                    // forgetting a file gone from the glob removes its pointer, then
+                    // its lane (a loss it held was recorded before): a kill between
+                    // the two leaves this lane. Its source would make a new pointer
+                    // for a file that is not there, and refuse the consumers' saved
+                    // position of the lane (seed 1796193559034); a start refused so
+                    // before this fix left the blank pointer it made
+                    remove_blank_pointer(&pointer)?;
+                    self.registry.forget(&name)?;
+                    info!(source = %self.config.name, file = %path.display(), lane,
+                        "a lane whose file and pointer are gone (a run stopped while forgetting it): forgotten");
+                    continue;
+                }
                 let record = std::fs::read(pointer)
                     .ok()
                     .map(|bytes| crate::pointer::PointerRecord::decode(&bytes).record)
@@ -598,5 +613,32 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         // the source driver commits what was processed before and after this stop
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Whether something is at `path` (a dangling link counts: it is not gone).
+fn exists(path: &Path) -> bool {
+    !matches!(std::fs::symlink_metadata(path), Err(error) if error.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// Whether the pointer file at `pointer` is absent, or blank: the zeroes of a pointer
+/// a source made and never wrote (a damaged pointer is neither).
+fn pointer_holds_nothing(pointer: &Path) -> bool {
+    match std::fs::read(pointer) {
+        Ok(bytes) => {
+            bytes.len() == crate::pointer::POINTER_FILE_SIZE && bytes.iter().all(|byte| *byte == 0)
+        }
+        Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Removes the blank pointer file at `pointer`, if there is one.
+fn remove_blank_pointer(pointer: &Path) -> Result<(), CoreError> {
+    match std::fs::remove_file(pointer) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(CoreError::io(
+            format!("cannot remove the pointer file {}", pointer.display()),
+            error,
+        )),
+        _ => Ok(()),
     }
 }

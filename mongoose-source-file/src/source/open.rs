@@ -191,10 +191,14 @@ impl<T: Send + 'static> FileEventSource<T> {
                     self.finish_elsewhere(copy, copied, record.epoch, record.offset, "the copy")?;
                     return Ok(true);
                 }
-                if shorter {
+                if shorter && same_bytes {
                     // truncated, no copy: the identity check resets it (a WARN)
                     return Ok(false);
                 }
+                // other leading bytes: another file on a reused inode (the pointer's
+                // file deleted, a new one made at the path), looked for among the
+                // rotations and else a possible loss, as with another key
+                // (glob-churn seed 1796197179105)
             }
         }
         if let Some((rotated_path, file)) = rotation::find_pointer_file(&path, &globs, &record) {
