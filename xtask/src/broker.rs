@@ -65,7 +65,7 @@ logger.state.name = state.change.logger
 logger.state.level = WARN
 ";
 
-fn cache_root() -> PathBuf {
+pub(crate) fn cache_root() -> PathBuf {
     if let Some(root) = std::env::var_os("MONGOOSE_KAFKA_CACHE") {
         return PathBuf::from(root);
     }
@@ -73,7 +73,7 @@ fn cache_root() -> PathBuf {
     home.join(".cache").join("mongoose-kafka")
 }
 
-fn java() -> PathBuf {
+pub(crate) fn java() -> PathBuf {
     std::env::var_os("JAVA_HOME").map_or_else(
         || PathBuf::from("java"),
         |home| PathBuf::from(home).join("bin").join("java"),
