@@ -1,4 +1,4 @@
-//! `cargo xtask versus-kafka-streams [--runs 3] [--records 200000] [--paced 2000]
+//! `cargo xtask versus-kafka-streams [--runs 3] [--records 100000] [--paced 2000]
 //! [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers 127.0.0.1:19092] [--keep
 //! DIR]`: the ledger as ours (the release `mongoose` binary, the ledger with `state =
 //! "changelog"` on a Kafka feed, alerts to a topic through a Kafka sink) and as a Kafka
@@ -77,7 +77,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             runs: 3,
-            records: 200_000,
+            records: 100_000,
             paced: 2_000,
             rate: 1_000,
             instances: vec![1, 3],
@@ -88,7 +88,7 @@ impl Default for Options {
     }
 }
 
-const USAGE: &str = "usage: cargo xtask versus-kafka-streams [--runs 3] [--records 200000] [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers 127.0.0.1:19092] [--keep DIR]";
+const USAGE: &str = "usage: cargo xtask versus-kafka-streams [--runs 3] [--records 100000] [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers 127.0.0.1:19092] [--keep DIR]";
 
 impl Options {
     /// Parses the arguments after the command's name.
@@ -195,10 +195,11 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, String> {
                 let result = runs::run_side(side, *count, &options, &programs, &work);
                 match &result {
                     Ok(measured) => eprintln!(
-                        "xtask: run {run}: {} x{count}: {:.0} records/s ({:.2} s), seen p50/p99 {:?} ms, RSS {} MiB, {}",
+                        "xtask: run {run}: {} x{count}: {:.0} records/s ({:.2} s, {:.1} us CPU/record), seen p50/p99 {:?} ms, RSS {} MiB, {}",
                         side.name(),
                         measured.rate,
                         measured.seconds,
+                        measured.cpu_us,
                         measured.seen,
                         measured.rss_kib / 1024,
                         if measured.checked.passed() {

@@ -55,10 +55,11 @@ pub(super) fn report(series: &[Series], options: &Options) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<14} {:>4} {:>11} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>22}  check",
+        "{:<14} {:>4} {:>11} {:>11} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>22}  check",
         "side",
         "inst",
         "records/s",
+        "CPU us/rec",
         "formed s",
         "app p50",
         "app p99",
@@ -97,10 +98,11 @@ pub(super) fn report(series: &[Series], options: &Options) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<14} {:>4} {:>11} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>22}  {check}",
+            "{:<14} {:>4} {:>11} {:>11} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>22}  {check}",
             one.side.name(),
             one.count,
             figure(one.rate(), 0),
+            figure(one.median(|run| Some(run.cpu_us)), 1),
             figure(one.median(|run| Some(run.formed)), 1),
             figure(one.median(|run| run.appended.map(|(p50, _)| p50)), 0),
             figure(one.median(|run| run.appended.map(|(_, p99)| p99)), 0),
@@ -148,7 +150,7 @@ pub(super) fn report(series: &[Series], options: &Options) -> String {
     }
     let _ = writeln!(
         out,
-        "records/s: the throughput phase's records over the time from the first record produced (the group formed on the empty topic first) to every one committed by the group (ours: the consumer group; theirs: the application's);\n\
+        "records/s: the throughput phase's records over the time from the first record produced (the group formed on the empty topic first) to every one committed by the group (ours: the consumer group; theirs: the application's); CPU us/rec: the instances' user + system CPU time in that phase per record (/proc/<pid>/stat, summed over the instances; it holds when other work shares the machine);\n\
          app p50/p99 (ms): in the paced phase, an alert's broker append time minus its input record's (LogAppendTime on both topics); seen p50/p99 (ms): when a read_committed consumer received the alert minus its input record's append time (a transaction's alerts are seen once it commits);\n\
          RSS: VmHWM summed over the instances, read just before SIGTERM; alerts: records in the alerts topic (read_committed) / alerts of the truth, with the extra copies over all runs (ours writes alerts at least once; duplicates are reported, not failed);\n\
          check: every account's balance in the side's final state (ours: its changelog folded; theirs: its store's changelog) and its rejected count equal the truth computed from the input topic, no alert missing, none invented"

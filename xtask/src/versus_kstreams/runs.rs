@@ -23,6 +23,10 @@ pub(super) struct Measured {
     /// Records per second of the throughput phase: its records over the time from the
     /// first record produced to every one committed by the group.
     pub(super) rate: f64,
+    /// CPU time the instances used in the throughput phase per record, in µs (user +
+    /// system, summed over the instances): what a record costs, whatever else the
+    /// machine runs.
+    pub(super) cpu_us: f64,
     /// Seconds the throughput phase took.
     pub(super) seconds: f64,
     /// Seconds the instances took to form their group (start to every member in).
@@ -135,6 +139,10 @@ fn measure(
     }
     let formed = started.elapsed().as_secs_f64();
     let records = options.records;
+    let cpu = |instances: &[Instance]| -> f64 {
+        instances.iter().filter_map(Instance::cpu_seconds).sum()
+    };
+    let cpu_before = cpu(instances);
     let clock = Instant::now();
     let producer = {
         let (brokers, topic) = (brokers.to_owned(), names.input.clone());
@@ -142,6 +150,7 @@ fn measure(
     };
     wait_committed(watcher, names, options, records, instances)?;
     let seconds = clock.elapsed().as_secs_f64();
+    let cpu_us = (cpu(instances) - cpu_before) * 1e6 / records as f64;
     producer
         .join()
         .map_err(|_| "the producer panicked".to_owned())??;
@@ -157,6 +166,7 @@ fn measure(
     Ok((
         Measured {
             rate: records as f64 / seconds,
+            cpu_us,
             seconds,
             formed,
             paced_from,

@@ -279,6 +279,20 @@ impl Instance {
             .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
     }
 
+    /// The CPU time it used so far (user + system), in seconds (`/proc/<pid>/stat`).
+    pub(super) fn cpu_seconds(&self) -> Option<f64> {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // after the command's name (in parentheses, may hold spaces): state is field 3,
+        // utime and stime fields 14 and 15
+        let (_, fields) = stat.rsplit_once(')')?;
+        let fields: Vec<&str> = fields.split_whitespace().collect();
+        let utime: u64 = fields.get(11)?.parse().ok()?;
+        let stime: u64 = fields.get(12)?.parse().ok()?;
+        // SAFETY: sysconf reads a constant of the system; no memory is shared.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (ticks > 0).then(|| (utime + stime) as f64 / ticks as f64)
+    }
+
     /// SIGTERM, then SIGKILL after 30 s; its exit status.
     pub(super) fn stop(mut self) -> Result<ExitStatus, String> {
         let pid = self.child.id() as i32;
