@@ -1,6 +1,6 @@
-//! `cargo xtask versus-kafka-streams [--runs 3] [--records 100000] [--paced 2000]
-//! [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers 127.0.0.1:19092] [--keep
-//! DIR]`: the ledger as ours (the release `mongoose` binary, the ledger with `state =
+//! `cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 100000]
+//! [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers
+//! 127.0.0.1:19092] [--keep DIR]`: the ledger as ours (the release `mongoose` binary, the ledger with `state =
 //! "changelog"` on a Kafka feed, alerts to a topic through a Kafka sink) and as a Kafka
 //! Streams application (`peers/kafka-streams`: `exactly_once_v2`, a persistent store of
 //! balances with its changelog, alerts to a topic) on the same broker and the same
@@ -18,15 +18,17 @@
 //! 1. a new input topic and alerts topic of `--partitions` partitions, both with the
 //!    broker's append time as record timestamps, and a new group (application id);
 //! 2. the instances start and form their group on the empty topic (every member in);
-//! 3. **throughput**: `--records` lines `acc<n % 200>,<n % 7 - 3>` keyed by account
+//! 3. **warm-up**: `--warmup` lines processed before the clock runs (the JVM compiles
+//!    its hot paths; a short run would otherwise time Java's interpreter);
+//! 4. **throughput**: `--records` lines `acc<n % 200>,<n % 7 - 3>` keyed by account
 //!    (every 1,000th malformed), produced batched; records/s is their count over the
 //!    time from the first record produced to every one committed by the group;
-//! 4. **latency**: `--paced` more lines at `--rate` records/s, one per request; for
+//! 5. **latency**: `--paced` more lines at `--rate` records/s, one per request; for
 //!    each alert of them, its broker append time minus its input record's, and the time
 //!    a `read_committed` consumer here received it minus its input record's append time
 //!    (p50 and p99);
-//! 5. peak RSS: `VmHWM` of each instance summed, read before SIGTERM;
-//! 6. **check**: the input topic read back gives the truth (each line applied once in
+//! 6. peak RSS: `VmHWM` of each instance summed, read before SIGTERM;
+//! 7. **check**: the input topic read back gives the truth (each line applied once in
 //!    its partition's order); the side's final balances and rejected count (ours: its
 //!    changelog folded with `mongoose_kafka::changelog::fold` and
 //!    `mongoose_ledger::partition_state`; theirs: the last value of each key of its
@@ -57,6 +59,8 @@ use self::sides::{build_peer, Programs, Side};
 pub(crate) struct Options {
     /// Runs of each side and instance count.
     pub(crate) runs: usize,
+    /// Records processed before the throughput phase, not timed.
+    pub(crate) warmup: u64,
     /// Records of the throughput phase.
     pub(crate) records: u64,
     /// Records of the paced (latency) phase.
@@ -77,6 +81,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             runs: 3,
+            warmup: 20_000,
             records: 100_000,
             paced: 2_000,
             rate: 1_000,
@@ -88,7 +93,7 @@ impl Default for Options {
     }
 }
 
-const USAGE: &str = "usage: cargo xtask versus-kafka-streams [--runs 3] [--records 100000] [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers 127.0.0.1:19092] [--keep DIR]";
+const USAGE: &str = "usage: cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 100000] [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers 127.0.0.1:19092] [--keep DIR]";
 
 impl Options {
     /// Parses the arguments after the command's name.
@@ -109,6 +114,11 @@ impl Options {
             match flag.as_str() {
                 "--runs" => options.runs = usize::try_from(number()?).unwrap_or(1),
                 "--records" => options.records = number()?,
+                "--warmup" => {
+                    options.warmup = value.parse().map_err(|_| {
+                        format!("--warmup wants a count of records, not {value}; {USAGE}")
+                    })?;
+                }
                 "--paced" => options.paced = number()?,
                 "--rate" => options.rate = number()?,
                 "--partitions" => options.partitions = i32::try_from(number()?).unwrap_or(6),

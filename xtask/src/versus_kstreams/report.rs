@@ -50,8 +50,8 @@ pub(super) fn report(series: &[Series], options: &Options) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nversus-kafka-streams: {} + {} paced ({} records/s) records per run, {} partitions, medians over {} run(s)",
-        options.records, options.paced, options.rate, options.partitions, options.runs
+        "\nversus-kafka-streams: {} warm-up + {} timed + {} paced ({} records/s) records per run, {} partitions, medians over {} run(s)",
+        options.warmup, options.records, options.paced, options.rate, options.partitions, options.runs
     );
     let _ = writeln!(
         out,
@@ -118,14 +118,28 @@ pub(super) fn report(series: &[Series], options: &Options) -> String {
             .find(|one| one.side == side && one.count == count)
             .and_then(Series::rate)
     };
+    let cpu = |side: Side, count: usize| {
+        series
+            .iter()
+            .find(|one| one.side == side && one.count == count)
+            .and_then(|one| one.median(|run| Some(run.cpu_us)))
+    };
     let mut counts: Vec<usize> = series.iter().map(|one| one.count).collect();
     counts.dedup();
     for count in &counts {
         if let (Some(ours), Some(theirs)) = (rate(Side::Ours, *count), rate(Side::Theirs, *count)) {
             let ratio = ours / theirs;
+            let cpu_ratio = cpu(Side::Theirs, *count)
+                .zip(cpu(Side::Ours, *count))
+                .map_or_else(String::new, |(theirs, ours)| {
+                    format!(
+                        "; theirs spends {:.1}x ours' CPU time per record",
+                        theirs / ours
+                    )
+                });
             let _ = writeln!(
                 out,
-                "ours/theirs at {count} instance(s): {ratio:.2}x records/s (target >= 2x: {})",
+                "ours/theirs at {count} instance(s): {ratio:.2}x records/s (target >= 2x: {}){cpu_ratio}",
                 if ratio >= 2.0 { "met" } else { "NOT met" }
             );
         }
@@ -150,7 +164,7 @@ pub(super) fn report(series: &[Series], options: &Options) -> String {
     }
     let _ = writeln!(
         out,
-        "records/s: the throughput phase's records over the time from the first record produced (the group formed on the empty topic first) to every one committed by the group (ours: the consumer group; theirs: the application's); CPU us/rec: the instances' user + system CPU time in that phase per record (/proc/<pid>/stat, summed over the instances; it holds when other work shares the machine);\n\
+        "records/s: the throughput phase's records over the time from the first record produced (after the group formed on the empty topic and the warm-up records were committed) to every one committed by the group (ours: the consumer group; theirs: the application's); CPU us/rec: the instances' user + system CPU time in that phase per record (/proc/<pid>/stat, summed over the instances; it holds when other work shares the machine);\n\
          app p50/p99 (ms): in the paced phase, an alert's broker append time minus its input record's (LogAppendTime on both topics); seen p50/p99 (ms): when a read_committed consumer received the alert minus its input record's append time (a transaction's alerts are seen once it commits);\n\
          RSS: VmHWM summed over the instances, read just before SIGTERM; alerts: records in the alerts topic (read_committed) / alerts of the truth, with the extra copies over all runs (ours writes alerts at least once; duplicates are reported, not failed);\n\
          check: every account's balance in the side's final state (ours: its changelog folded; theirs: its store's changelog) and its rejected count equal the truth computed from the input topic, no alert missing, none invented"

@@ -138,7 +138,13 @@ fn measure(
         std::thread::sleep(Duration::from_millis(100));
     }
     let formed = started.elapsed().as_secs_f64();
-    let records = options.records;
+    // the warm-up: records processed before the clock runs (the JVM compiles its hot
+    // paths; our allocator and the connections settle)
+    if options.warmup > 0 {
+        kafka::produce(brokers, &names.input, 0..options.warmup, None)?;
+        wait_committed(watcher, names, options, options.warmup, instances)?;
+    }
+    let (first, records) = (options.warmup, options.records);
     let cpu = |instances: &[Instance]| -> f64 {
         instances.iter().filter_map(Instance::cpu_seconds).sum()
     };
@@ -146,9 +152,9 @@ fn measure(
     let clock = Instant::now();
     let producer = {
         let (brokers, topic) = (brokers.to_owned(), names.input.clone());
-        std::thread::spawn(move || kafka::produce(&brokers, &topic, 0..records, None))
+        std::thread::spawn(move || kafka::produce(&brokers, &topic, first..first + records, None))
     };
-    wait_committed(watcher, names, options, records, instances)?;
+    wait_committed(watcher, names, options, first + records, instances)?;
     let seconds = clock.elapsed().as_secs_f64();
     let cpu_us = (cpu(instances) - cpu_before) * 1e6 / records as f64;
     producer
@@ -160,8 +166,13 @@ fn measure(
     let live = Live::start(brokers, &names.alerts, &from)?;
     // the watcher connects and fetches before the first paced record goes out
     std::thread::sleep(Duration::from_millis(500));
-    let total = records + options.paced;
-    kafka::produce(brokers, &names.input, records..total, Some(options.rate))?;
+    let total = first + records + options.paced;
+    kafka::produce(
+        brokers,
+        &names.input,
+        first + records..total,
+        Some(options.rate),
+    )?;
     wait_committed(watcher, names, options, total, instances)?;
     Ok((
         Measured {
@@ -210,11 +221,11 @@ fn check_side(
     let brokers = options.brokers.as_str();
     let input = kafka::read_topic(brokers, &names.input, options.partitions, false)?;
     let produced: usize = input.iter().map(Vec::len).sum();
-    if produced as u64 != options.records + options.paced {
+    let total = options.warmup + options.records + options.paced;
+    if produced as u64 != total {
         return Err(format!(
-            "the input topic {} holds {produced} records, not {}",
-            names.input,
-            options.records + options.paced
+            "the input topic {} holds {produced} records, not {total}",
+            names.input
         ));
     }
     let truth = Truth::of(input.iter().enumerate().map(|(partition, records)| {

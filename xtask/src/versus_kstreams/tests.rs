@@ -15,10 +15,11 @@ fn the_options_default_to_a_short_run_and_take_every_flag() {
     assert_eq!(defaults, Options::default());
     assert_eq!(defaults.instances, vec![1, 3]);
     let options = Options::parse(&arguments(
-        "--runs 5 --records 1000 --paced 10 --rate 50 --instances 1,2,3 --partitions 3 --brokers 127.0.0.1:29092 --keep /tmp/k",
+        "--runs 5 --warmup 0 --records 1000 --paced 10 --rate 50 --instances 1,2,3 --partitions 3 --brokers 127.0.0.1:29092 --keep /tmp/k",
     ))
     .expect("options");
     assert_eq!(options.runs, 5);
+    assert_eq!(options.warmup, 0);
     assert_eq!(options.records, 1000);
     assert_eq!(options.paced, 10);
     assert_eq!(options.rate, 50);
@@ -27,6 +28,7 @@ fn the_options_default_to_a_short_run_and_take_every_flag() {
     assert_eq!(options.brokers, "127.0.0.1:29092");
     assert!(Options::parse(&arguments("--instances 1,x")).is_err());
     assert!(Options::parse(&arguments("--records 0")).is_err());
+    assert!(Options::parse(&arguments("--warmup x")).is_err());
     assert!(Options::parse(&arguments("--runs")).is_err());
     assert!(Options::parse(&arguments("--bogus 1")).is_err());
 }
