@@ -6,7 +6,8 @@
 //! balances with its changelog, alerts to a topic) on the same broker and the same
 //! records, side by side (issue 27, item 6).
 //!
-//! Setup: the test broker is started when nothing answers on `--brokers` (`cargo xtask
+//! Setup: the command runs as a release build of xtask (a debug build's librdkafka is
+//! not optimised, and its producer would cap the rates); the test broker is started when nothing answers on `--brokers` (`cargo xtask
 //! broker start`); ours is built (`cargo build --release -p mongoose`, `cargo xtask
 //! plugins`); the peer is built with Maven when its pom or sources changed (offline
 //! from the local repository in `$MONGOOSE_KAFKA_CACHE`, else
@@ -160,6 +161,19 @@ pub(crate) fn versus_kafka_streams(root: &Path, arguments: &[String]) -> bool {
 
 fn versus(root: &Path, arguments: &[String]) -> Result<bool, String> {
     let options = Options::parse(arguments)?;
+    if cfg!(debug_assertions) {
+        // `cargo xtask` is a debug build, its librdkafka compiled without optimisation:
+        // its producer would set the pace of the faster side. The harness runs as a
+        // release build (its dependencies are mostly those of the release `mongoose`)
+        eprintln!("xtask: versus-kafka-streams runs as a release build of xtask");
+        return Ok(crate::run(
+            std::process::Command::new(env!("CARGO"))
+                .current_dir(root)
+                .args(["run", "--release", "--quiet", "-p", "xtask", "--"])
+                .arg("versus-kafka-streams")
+                .args(arguments),
+        ));
+    }
     let first = options.brokers.split(',').next().unwrap_or_default();
     if crate::broker::metadata_brokers(first).is_none()
         && !crate::broker::broker(root, &["start".to_owned()])
@@ -205,10 +219,11 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, String> {
                 let result = runs::run_side(side, *count, &options, &programs, &work);
                 match &result {
                     Ok(measured) => eprintln!(
-                        "xtask: run {run}: {} x{count}: {:.0} records/s ({:.2} s, {:.1} us CPU/record), seen p50/p99 {:?} ms, RSS {} MiB, {}",
+                        "xtask: run {run}: {} x{count}: {:.0} records/s ({:.2} s, the producer's {:.2} s; {:.1} us CPU/record), seen p50/p99 {:?} ms, RSS {} MiB, {}",
                         side.name(),
                         measured.rate,
                         measured.seconds,
+                        measured.produced,
                         measured.cpu_us,
                         measured.seen,
                         measured.rss_kib / 1024,
