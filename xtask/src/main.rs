@@ -24,7 +24,7 @@
 //!   test broker, Apache Kafka in KRaft mode, on 127.0.0.1:19092 (and :19093, :19094
 //!   with three nodes) in the background, resolving its jars with Maven first when
 //!   missing (see [`broker`]).
-//! * `cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 100000]
+//! * `cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000]
 //!   [--paced 2000] [--rate 1000] [--instances 1,3] [--keep DIR]` runs the ledger as ours
 //!   (the release `mongoose` binary, state in a changelog) and as a Kafka Streams
 //!   application (`peers/kafka-streams`, exactly_once_v2) on the same broker and
@@ -306,7 +306,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
-                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 100000] [--paced 2000] [--rate 1000] [--instances 1,3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start [--brokers 1|3] [--port P]|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...] | cargo xtask layout"
+                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000] [--paced 2000] [--rate 1000] [--instances 1,3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start [--brokers 1|3] [--port P]|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...] | cargo xtask layout"
             );
             false
         }

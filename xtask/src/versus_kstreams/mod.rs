@@ -1,16 +1,17 @@
-//! `cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 100000]
+//! `cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000]
 //! [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers
-//! 127.0.0.1:19092] [--keep DIR]`: the ledger as ours (the release `mongoose` binary, the ledger with `state =
-//! "changelog"` on a Kafka feed, alerts to a topic through a Kafka sink) and as a Kafka
-//! Streams application (`peers/kafka-streams`: `exactly_once_v2`, a persistent store of
-//! balances with its changelog, alerts to a topic) on the same broker and the same
-//! records, side by side (issue 27, item 6).
+//! 127.0.0.1:19092] [--keep DIR]`: the ledger as ours (the release `mongoose` binary,
+//! the ledger with `state = "changelog"` on a Kafka feed, alerts to a topic through a
+//! Kafka sink) and as a Kafka Streams application (`peers/kafka-streams`:
+//! `exactly_once_v2`, a persistent store of balances with its changelog, alerts to a
+//! topic) on the same broker and the same records, side by side (issue 27, item 6).
 //!
 //! Setup: the command runs as a release build of xtask (a debug build's librdkafka is
-//! not optimised, and its producer would cap the rates); the test broker is started when nothing answers on `--brokers` (`cargo xtask
-//! broker start`); ours is built (`cargo build --release -p mongoose`, `cargo xtask
-//! plugins`); the peer is built with Maven when its pom or sources changed (offline
-//! from the local repository in `$MONGOOSE_KAFKA_CACHE`, else
+//! not optimised, and its producer would cap the rates); the test broker is started
+//! when nothing answers on `--brokers` (`cargo xtask broker start`); ours is built
+//! (`cargo build --release -p mongoose`, `cargo xtask plugins`); the peer is built with
+//! Maven when its pom or sources changed (offline from the local repository in
+//! `$MONGOOSE_KAFKA_CACHE`, else
 //! `~/.cache/mongoose-kafka/m2`, after the first resolve) into
 //! `target/kafka-streams-peer`.
 //!
@@ -83,7 +84,7 @@ impl Default for Options {
         Options {
             runs: 3,
             warmup: 20_000,
-            records: 100_000,
+            records: 300_000,
             paced: 2_000,
             rate: 1_000,
             instances: vec![1, 3],
@@ -94,7 +95,7 @@ impl Default for Options {
     }
 }
 
-const USAGE: &str = "usage: cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 100000] [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers 127.0.0.1:19092] [--keep DIR]";
+const USAGE: &str = "usage: cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000] [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers 127.0.0.1:19092] [--keep DIR]";
 
 impl Options {
     /// Parses the arguments after the command's name.
