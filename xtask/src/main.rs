@@ -24,11 +24,18 @@
 //!   test broker, Apache Kafka in KRaft mode, on 127.0.0.1:19092 (and :19093, :19094
 //!   with three nodes) in the background, resolving its jars with Maven first when
 //!   missing (see [`broker`]).
+//! * `cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000]
+//!   [--paced 2000] [--rate 1000] [--instances 1,3] [--keep DIR]` runs the ledger as ours
+//!   (the release `mongoose` binary, state in a changelog) and as a Kafka Streams
+//!   application (`peers/kafka-streams`, exactly_once_v2) on the same broker and
+//!   records, and prints records/s, CPU per record, latency, peak RSS and the check of
+//!   both results (see [`versus_kstreams`]).
 
 mod broker;
 mod chaos;
 mod layout;
 mod versus;
+mod versus_kstreams;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -287,6 +294,9 @@ fn main() -> ExitCode {
         Some("chaos") => chaos::chaos(&workspace_root(), &arguments[1..]),
         Some("layout") => layout::layout(&workspace_root()),
         Some("versus-rsyslog") => versus::versus_rsyslog(&workspace_root(), &arguments[1..]),
+        Some("versus-kafka-streams") => {
+            versus_kstreams::versus_kafka_streams(&workspace_root(), &arguments[1..])
+        }
         Some("fuzz") => fuzz(
             arguments
                 .get(1)
@@ -296,7 +306,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
-                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start [--brokers 1|3] [--port P]|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...] | cargo xtask layout"
+                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000] [--paced 2000] [--rate 1000] [--instances 1,3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start [--brokers 1|3] [--port P]|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...] | cargo xtask layout"
             );
             false
         }
