@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use kafka_support::{assert_each_once, check_changelog, committed, line, unique_topic};
+use kafka_support::{check_changelog, committed, line, unique_topic};
 use mongoose_testkit::{build_plugin, plugin_dir};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;

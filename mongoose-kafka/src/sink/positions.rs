@@ -186,11 +186,10 @@ impl Positions {
             }
             match consumer.poll(Duration::from_millis(100)) {
                 None => {}
-                Some(Err(KafkaError::PartitionEOF(partition))) => {
-                    if !ended.contains(&partition) {
-                        ended.push(partition);
-                    }
+                Some(Err(KafkaError::PartitionEOF(partition))) if !ended.contains(&partition) => {
+                    ended.push(partition);
                 }
+                Some(Err(KafkaError::PartitionEOF(_))) => {}
                 Some(Err(error)) => {
                     warn!(sink = %name, positions = %topic, %error, "reading the positions topic (retried)");
                 }
