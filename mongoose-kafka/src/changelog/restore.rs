@@ -1,0 +1,232 @@
+//! Taking a partition over: the new owner's marker (in its transaction, with
+//! transactions), the read of the partition up to it, and the fold into its state; and
+//! the read a tool makes to a probe.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::bounded;
+use mongoose_core::Epoch;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::Consumer;
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tracing::{info, warn};
+
+use super::transactions::TxnPartition;
+use super::{
+    decode, fold, Changelog, Opaque, RecordKind, RestoredPartition, StoredRecord, MARKER_KEY,
+    PROBE_KEY,
+};
+use crate::error::KafkaConnectorError;
+
+impl Changelog {
+    /// Writes a marker (or a probe) into `partition` and waits for its offset.
+    fn mark(
+        &self,
+        partition: i32,
+        kind: RecordKind,
+        epoch: Epoch,
+    ) -> Result<i64, KafkaConnectorError> {
+        let (reply, answer) = bounded(1);
+        let payload = Self::encode(kind, epoch, partition, 0, &[]);
+        let target = (self.config.topic.as_str(), Some(partition));
+        let opaque = Box::new(Opaque::Marker(reply));
+        match &self.transactions {
+            Some(transactions) if kind == RecordKind::Marker => {
+                // the new owner's producer first: the broker aborts what an earlier
+                // owner left open and fences it; then the marker, committed
+                transactions.retire(partition);
+                let fresh = self.transactional_producer(partition, &transactions.config)?;
+                transactions.install(partition, TxnPartition::new(fresh, epoch));
+                let Some(producer) = transactions.partition(partition) else {
+                    unreachable!("put in above");
+                };
+                let mut producer = producer.lock();
+                producer
+                    .begin(partition)
+                    .map_err(|failure| KafkaConnectorError::Changelog {
+                        name: self.config.name.clone(),
+                        message: format!("the marker of partition {partition}: {failure}"),
+                    })?;
+                self.send(&producer.producer, target, MARKER_KEY, &payload, opaque)?;
+                let deadline = Instant::now() + self.config.request_timeout;
+                loop {
+                    transactions.commit(partition, &mut producer);
+                    if let Some(failure) = producer.dead() {
+                        return Err(KafkaConnectorError::Changelog {
+                            name: self.config.name.clone(),
+                            message: format!("the marker of partition {partition}: {failure}"),
+                        });
+                    }
+                    if !producer.is_open() {
+                        break;
+                    }
+                    if Instant::now() > deadline {
+                        return Err(KafkaConnectorError::Changelog {
+                            name: self.config.name.clone(),
+                            message: format!(
+                                "the transaction of the marker of partition {partition} did not commit within {:?}: check that the broker at {} answers",
+                                self.config.request_timeout, self.config.brokers
+                            ),
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            _ => {
+                let key = if kind == RecordKind::Probe {
+                    PROBE_KEY
+                } else {
+                    MARKER_KEY
+                };
+                self.send(&self.producer, target, key, &payload, opaque)?;
+            }
+        }
+        let waited = self.config.delivery_timeout + self.config.request_timeout;
+        match answer.recv_timeout(waited) {
+            Ok(Ok(offset)) => Ok(offset),
+            Ok(Err(error)) => Err(KafkaConnectorError::Changelog {
+                name: self.config.name.clone(),
+                message: format!(
+                    "the broker did not take the marker of partition {partition}: {error}"
+                ),
+            }),
+            Err(_) => Err(KafkaConnectorError::Changelog {
+                name: self.config.name.clone(),
+                message: format!(
+                    "no acknowledgement of the marker of partition {partition} within {waited:?}: check that the broker at {} answers",
+                    self.config.brokers
+                ),
+            }),
+        }
+    }
+
+    /// Takes `partition` over in `epoch`: writes the owner's marker, reads the
+    /// partition from its start to the marker and folds it ([`fold`]); `counted` sees
+    /// each counted entry in order. Writes of this partition follow the call.
+    ///
+    /// # Errors
+    /// The marker is not acknowledged, or the partition cannot be read to the marker
+    /// within the restore timeout.
+    pub fn restore(
+        &self,
+        partition: i32,
+        epoch: Epoch,
+        counted: impl FnMut(&StoredRecord),
+    ) -> Result<RestoredPartition, KafkaConnectorError> {
+        let started = Instant::now();
+        let marker = self.mark(partition, RecordKind::Marker, epoch)?;
+        let marked = started.elapsed();
+        let records = self.read_through(partition, marker)?;
+        let restored = fold(&records, counted);
+        info!(changelog = %self.config.topic, partition, %epoch, records = records.len(),
+            counted = restored.counted, fenced = restored.fenced, keys = restored.entries.len(),
+            through = ?restored.position.map(|(_, offset)| offset),
+            marker_millis = marked.as_millis() as u64,
+            millis = started.elapsed().as_millis() as u64, "partition state restored from the changelog");
+        Ok(restored)
+    }
+
+    /// Reads `partition` from its start through changelog offset `last` (inclusive).
+    fn read_through(
+        &self,
+        partition: i32,
+        last: i64,
+    ) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
+        let mut reader = self.reader.lock();
+        if reader.is_none() {
+            let mut client = ClientConfig::new();
+            client
+                .set("bootstrap.servers", &self.config.brokers)
+                .set("group.id", format!("{}-restore", self.config.name))
+                .set("client.id", format!("{}-restore", self.config.name))
+                .set("enable.auto.commit", "false")
+                .set("enable.auto.offset.store", "false")
+                .set("enable.partition.eof", "false")
+                .set("auto.offset.reset", "earliest")
+                // a restore waits on each fetch: ask the broker not to hold it back
+                .set("fetch.wait.max.ms", "10")
+                .set_log_level(RDKafkaLogLevel::Warning);
+            for (key, value) in &self.config.properties {
+                client.set(key, value);
+            }
+            *reader = Some(
+                client
+                    .create()
+                    .map_err(|error| KafkaConnectorError::Config {
+                        name: self.config.name.clone(),
+                        error: Box::new(error),
+                    })?,
+            );
+        }
+        let Some(consumer) = reader.as_ref() else {
+            unreachable!("made above");
+        };
+        // from offset 0, not `Offset::Beginning`: the test broker answers the offset
+        // lookup that needs after about 500 ms, a restore's whole cost otherwise; a log
+        // whose start was removed (retention) is out of range at 0 and the consumer
+        // resets to its earliest offset (`auto.offset.reset`)
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&self.config.topic, partition, Offset::Offset(0))
+            .map_err(|error| self.broker_error("assigning the changelog partition", error))?;
+        consumer
+            .assign(&assignment)
+            .map_err(|error| self.broker_error("assigning the changelog partition", error))?;
+        let deadline = Instant::now() + self.config.restore_timeout;
+        let mut records = Vec::new();
+        let mut result = Ok(());
+        loop {
+            if Instant::now() > deadline {
+                result = Err(KafkaConnectorError::Changelog {
+                    name: self.config.name.clone(),
+                    message: format!(
+                        "reading changelog partition {partition} to offset {last} took longer than {:?} (read {} records): check the broker, or raise restore_timeout",
+                        self.config.restore_timeout,
+                        records.len()
+                    ),
+                });
+                break;
+            }
+            let Some(polled) = consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            let message = match polled {
+                Ok(message) => message,
+                Err(error) => {
+                    warn!(changelog = %self.config.topic, partition, %error, "reading the changelog (retried)");
+                    continue;
+                }
+            };
+            if message.partition() != partition {
+                continue;
+            }
+            let log_offset = message.offset();
+            if let Some(record) = decode(
+                log_offset,
+                message.key().unwrap_or_default(),
+                message.payload().unwrap_or_default(),
+            ) {
+                records.push(record);
+            } else {
+                warn!(changelog = %self.config.topic, partition, log_offset,
+                    "a changelog record this version does not read (another format, or not written by mongoose): skipped");
+            }
+            if log_offset >= last {
+                break;
+            }
+        }
+        let _ = consumer.unassign();
+        result.map(|()| records)
+    }
+
+    /// Reads `partition` to its current end (a probe written now marks it) without
+    /// taking it over: for tools and tests that inspect a changelog.
+    ///
+    /// # Errors
+    /// As for [`Changelog::restore`].
+    pub fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
+        let probe = self.mark(partition, RecordKind::Probe, Epoch(0))?;
+        self.read_through(partition, probe)
+    }
+}
