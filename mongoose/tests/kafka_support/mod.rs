@@ -509,3 +509,60 @@ pub fn replicas(brokers: &str, topic: &str) -> Vec<usize> {
         })
         .collect()
 }
+
+/// The payloads of `topic`'s partitions `0..partitions` a `read_committed` reader sees,
+/// partition by partition in log order, read up to a sentinel written to each partition
+/// (outside any transaction) after everything else.
+pub fn read_committed(brokers: &str, topic: &str, partitions: i32) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("producer");
+    for partition in 0..partitions {
+        producer
+            .send(
+                BaseRecord::<str, str>::to(topic)
+                    .partition(partition)
+                    .payload("sentinel"),
+            )
+            .expect("queued");
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("sentinels written");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique_topic("committed-reader"))
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..partitions {
+        assignment
+            .add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
+            .expect("assignment");
+    }
+    consumer.assign(&assignment).expect("assigned");
+    let mut payloads = Vec::new();
+    let mut ended = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while ended < partitions {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinels of {topic} never came ({ended} of {partitions})"
+        );
+        let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let payload = String::from_utf8_lossy(message.payload().unwrap_or_default()).into_owned();
+        if payload == "sentinel" {
+            ended += 1;
+        } else {
+            payloads.push(payload);
+        }
+    }
+    payloads
+}
