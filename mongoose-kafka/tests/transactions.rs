@@ -93,6 +93,26 @@ fn committed_outputs(brokers: &str, topic: &str) -> Vec<String> {
     }
 }
 
+/// Lines `offsets` of partition 0 in epoch 1: each an output `alert <offset>` and a
+/// change of key `acc` tagged with its offset.
+fn write_lines(changelog: &Changelog, offsets: std::ops::RangeInclusive<u64>) {
+    for offset in offsets {
+        changelog
+            .write_output(0, b"acc", format!("alert {offset}").as_bytes())
+            .expect("output written");
+        changelog
+            .write(
+                0,
+                Epoch(1),
+                offset,
+                b"acc",
+                offset.to_string().as_bytes(),
+                offset,
+            )
+            .expect("change written");
+    }
+}
+
 #[test]
 fn the_transactional_sink_commits_outputs_and_offsets_together() {
     let Some(brokers) = broker_or_skip("changelog transactions") else {
@@ -108,21 +128,7 @@ fn the_transactional_sink_commits_outputs_and_offsets_together() {
     // the first owner: 50 lines, each with an output and a change, committed together
     let (first, first_outcomes) = member(&brokers, &input, &topic, &group, &outputs);
     first.restore(0, Epoch(1), |_| {}).expect("restores");
-    for offset in 1..=50u64 {
-        first
-            .write_output(0, b"acc", format!("alert {offset}").as_bytes())
-            .expect("output written");
-        first
-            .write(
-                0,
-                Epoch(1),
-                offset,
-                b"acc",
-                offset.to_string().as_bytes(),
-                offset,
-            )
-            .expect("change written");
-    }
+    write_lines(&first, 1..=50);
     assert!(
         first_outcomes.lock().is_empty(),
         "nothing is durable before its transaction commits"
@@ -154,21 +160,7 @@ fn the_transactional_sink_commits_outputs_and_offsets_together() {
         .expect("change written");
     // 9 more lines in the transaction, left open: the owner stops answering, and a new
     // owner takes the partition over
-    for offset in 52..=60u64 {
-        first
-            .write_output(0, b"acc", format!("alert {offset}").as_bytes())
-            .expect("output written");
-        first
-            .write(
-                0,
-                Epoch(1),
-                offset,
-                b"acc",
-                offset.to_string().as_bytes(),
-                offset,
-            )
-            .expect("change written");
-    }
+    write_lines(&first, 52..=60);
     let (second, _) = member(&brokers, &input, &topic, &group, &outputs);
     let taken = second.restore(0, Epoch(2), |_| {}).expect("restores");
     assert_eq!(

@@ -36,8 +36,8 @@
 //!    `mongoose_ledger::partition_state`; theirs: the last value of each key of its
 //!    store's changelog, `read_committed`) must equal it, and every alert of the truth
 //!    must be in the alerts topic (`read_committed`) and none other; duplicates are
-//!    counted and reported (ours writes alerts at least once until its transactional
-//!    sink lands), not failed.
+//!    counted and reported, not failed (both sides write their alerts in transactions:
+//!    ours with the ledger's `alerts_topic`, in the changelog's transactions).
 //!
 //! Prints a table of medians, the ratios ours/theirs per instance count and the 3-vs-1
 //! scaling, and fails (exit 1) when a side could not run or a check failed.

@@ -166,7 +166,7 @@ pub(super) fn report(series: &[Series], options: &Options) -> String {
         out,
         "records/s: the throughput phase's records over the time from the first record produced (after the group formed on the empty topic and the warm-up records were committed) to every one committed by the group (ours: the consumer group; theirs: the application's); CPU us/rec: the instances' user + system CPU time in that phase per record (/proc/<pid>/stat, summed over the instances; it holds when other work shares the machine);\n\
          app p50/p99 (ms): in the paced phase, an alert's broker append time minus its input record's (LogAppendTime on both topics); seen p50/p99 (ms): when a read_committed consumer received the alert minus its input record's append time (a transaction's alerts are seen once it commits);\n\
-         RSS: VmHWM summed over the instances, read just before SIGTERM; alerts: records in the alerts topic (read_committed) / alerts of the truth, with the extra copies over all runs (ours writes alerts at least once; duplicates are reported, not failed);\n\
+         RSS: VmHWM summed over the instances, read just before SIGTERM; alerts: records in the alerts topic (read_committed) / alerts of the truth, with the extra copies over all runs (both write them in transactions, exactly once as a read_committed reader sees them; a duplicate is reported, not failed);\n\
          check: every account's balance in the side's final state (ours: its changelog folded; theirs: its store's changelog) and its rejected count equal the truth computed from the input topic, no alert missing, none invented"
     );
     out

@@ -146,8 +146,9 @@ pub(super) struct Names {
 }
 
 /// The configuration of one of our instances: the ledger with its state in the
-/// changelog (`<group>-ledger-changelog`) on a Kafka feed, its alerts through a Kafka
-/// sink; the shapes of `mongoose/examples/scale_out_bench.rs`.
+/// changelog (`<group>-ledger-changelog`) on a Kafka feed, its alerts to the alerts topic
+/// in the changelog's transactions (exactly once, as theirs under `exactly_once_v2`); the
+/// shapes of `mongoose/examples/scale_out_bench.rs`.
 pub(super) fn our_config(brokers: &str, names: &Names) -> String {
     format!(
         r#"plugin_dir = "plugins"
@@ -159,11 +160,6 @@ codec = "line"
 queue_capacity = 65536
 settings = {{ brokers = "{brokers}", group = "{group}", topic = "{input}", session_timeout_ms = 6000 }}
 
-[[sinks]]
-name = "alerts"
-kind = "kafka"
-settings = {{ brokers = "{brokers}", topic = "{alerts}" }}
-
 [[groups]]
 name = "ledger"
 idle_strategy = "sleeping-millis:1"
@@ -171,7 +167,7 @@ idle_strategy = "sleeping-millis:1"
 [[groups.processors]]
 name = "ledger"
 kind = "ledger"
-settings = {{ state_dir = "state", alerts_sink = "alerts", state = "changelog" }}
+settings = {{ state_dir = "state", alerts_topic = "{alerts}", state = "changelog" }}
 "#,
         group = names.group,
         input = names.input,
