@@ -240,34 +240,17 @@ impl Changelog {
         input_topic: &str,
         on_durable: OnDurable,
     ) -> Result<Self, KafkaConnectorError> {
-        let mut client = ClientConfig::new();
-        client
-            .set("bootstrap.servers", &config.brokers)
-            .set("client.id", format!("{}-changelog", config.name))
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set(
-                "message.timeout.ms",
-                config.delivery_timeout.as_millis().to_string(),
-            )
-            .set("linger.ms", "2")
-            // a metadata request must not create the changelog topic: a broker with
-            // `auto.create.topics.enable` (Apache Kafka's default) would make it with its
-            // default partition count and not compacted, before `ensure_topic` can
-            .set("allow.auto.create.topics", "false")
-            .set_log_level(RDKafkaLogLevel::Warning);
-        for (key, value) in &config.properties {
-            client.set(key, value);
-        }
-        let producer: ThreadedProducer<ChangelogContext> = client
-            .create_with_context(ChangelogContext {
-                name: config.name.clone(),
-                on_durable: Arc::clone(&on_durable),
-            })
-            .map_err(|error| KafkaConnectorError::Config {
-                name: config.name.clone(),
-                error: Box::new(error),
-            })?;
+        let producer = Self::producer(
+            &config,
+            &on_durable,
+            &[
+                ("client.id", format!("{}-changelog", config.name)),
+                (
+                    "message.timeout.ms",
+                    config.delivery_timeout.as_millis().to_string(),
+                ),
+            ],
+        )?;
         if config.outputs_topic.is_some() && config.transactions.is_none() {
             return Err(KafkaConnectorError::Changelog {
                 name: config.name.clone(),
@@ -300,6 +283,41 @@ impl Changelog {
         };
         changelog.ensure_topic(input_topic)?;
         Ok(changelog)
+    }
+
+    /// A producer of the changelog: idempotent, `acks=all`, `own` settings, then the
+    /// config's properties (they win).
+    fn producer(
+        config: &ChangelogConfig,
+        on_durable: &OnDurable,
+        own: &[(&str, String)],
+    ) -> Result<ThreadedProducer<ChangelogContext>, KafkaConnectorError> {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", &config.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "2")
+            // a metadata request must not create the changelog topic: a broker with
+            // `auto.create.topics.enable` (Apache Kafka's default) would make it with its
+            // default partition count and not compacted, before `ensure_topic` can
+            .set("allow.auto.create.topics", "false")
+            .set_log_level(RDKafkaLogLevel::Warning);
+        for (key, value) in own {
+            client.set(*key, value);
+        }
+        for (key, value) in &config.properties {
+            client.set(key, value);
+        }
+        client
+            .create_with_context(ChangelogContext {
+                name: config.name.clone(),
+                on_durable: Arc::clone(on_durable),
+            })
+            .map_err(|error| KafkaConnectorError::Config {
+                name: config.name.clone(),
+                error: Box::new(error),
+            })
     }
 
     /// The metadata a transaction commits `group`'s offsets with: a consumer of the group
@@ -339,46 +357,32 @@ impl Changelog {
         partition: i32,
         settings: &TransactionsConfig,
     ) -> Result<ThreadedProducer<ChangelogContext>, KafkaConnectorError> {
-        let mut client = ClientConfig::new();
-        client
-            .set("bootstrap.servers", &self.config.brokers)
-            .set(
-                "client.id",
-                format!("{}-changelog-{partition}", self.config.name),
-            )
-            .set(
-                "transactional.id",
-                transactions::transactional_id(&self.config.topic, partition),
-            )
-            .set(
-                "transaction.timeout.ms",
-                settings.transaction_timeout.as_millis().to_string(),
-            )
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set(
-                "message.timeout.ms",
-                self.config
-                    .delivery_timeout
-                    .min(settings.transaction_timeout)
-                    .as_millis()
-                    .to_string(),
-            )
-            .set("linger.ms", "2")
-            .set("allow.auto.create.topics", "false")
-            .set_log_level(RDKafkaLogLevel::Warning);
-        for (key, value) in &self.config.properties {
-            client.set(key, value);
-        }
-        let producer: ThreadedProducer<ChangelogContext> = client
-            .create_with_context(ChangelogContext {
-                name: self.config.name.clone(),
-                on_durable: Arc::clone(&self.on_durable),
-            })
-            .map_err(|error| KafkaConnectorError::Config {
-                name: self.config.name.clone(),
-                error: Box::new(error),
-            })?;
+        let producer = Self::producer(
+            &self.config,
+            &self.on_durable,
+            &[
+                (
+                    "client.id",
+                    format!("{}-changelog-{partition}", self.config.name),
+                ),
+                (
+                    "transactional.id",
+                    transactions::transactional_id(&self.config.topic, partition),
+                ),
+                (
+                    "transaction.timeout.ms",
+                    settings.transaction_timeout.as_millis().to_string(),
+                ),
+                (
+                    "message.timeout.ms",
+                    self.config
+                        .delivery_timeout
+                        .min(settings.transaction_timeout)
+                        .as_millis()
+                        .to_string(),
+                ),
+            ],
+        )?;
         producer
             .init_transactions(self.config.request_timeout)
             .map_err(|error| {

@@ -37,40 +37,27 @@ impl Changelog {
                 // owner left open and fences it; then the marker, committed
                 transactions.retire(partition);
                 let fresh = self.transactional_producer(partition, &transactions.config)?;
-                transactions.install(partition, TxnPartition::new(fresh, epoch));
-                let Some(producer) = transactions.partition(partition) else {
-                    unreachable!("put in above");
-                };
+                let producer = transactions.install(partition, TxnPartition::new(fresh, epoch));
                 let mut producer = producer.lock();
+                let refused = |why: String| KafkaConnectorError::Changelog {
+                    name: self.config.name.clone(),
+                    message: format!("the marker of partition {partition}: {why}"),
+                };
                 producer
                     .begin(partition)
-                    .map_err(|failure| KafkaConnectorError::Changelog {
-                        name: self.config.name.clone(),
-                        message: format!("the marker of partition {partition}: {failure}"),
-                    })?;
+                    .map_err(|failure| refused(failure.to_string()))?;
                 self.send(&producer.producer, target, MARKER_KEY, &payload, opaque)?;
-                let deadline = Instant::now() + self.config.request_timeout;
-                loop {
-                    transactions.commit(partition, &mut producer);
-                    if let Some(failure) = producer.dead() {
-                        return Err(KafkaConnectorError::Changelog {
-                            name: self.config.name.clone(),
-                            message: format!("the marker of partition {partition}: {failure}"),
-                        });
-                    }
-                    if !producer.is_open() {
-                        break;
-                    }
-                    if Instant::now() > deadline {
-                        return Err(KafkaConnectorError::Changelog {
-                            name: self.config.name.clone(),
-                            message: format!(
-                                "the transaction of the marker of partition {partition} did not commit within {:?}: check that the broker at {} answers",
-                                self.config.request_timeout, self.config.brokers
-                            ),
-                        });
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
+                // (the commit retries what may still succeed, for six request timeouts)
+                if !transactions.commit(partition, &mut producer) {
+                    return Err(refused(producer.dead().map_or_else(
+                        || {
+                            format!(
+                                "its transaction was aborted: check that the broker at {} answers",
+                                self.config.brokers
+                            )
+                        },
+                        ToString::to_string,
+                    )));
                 }
             }
             _ => {

@@ -101,11 +101,6 @@ impl TxnPartition {
         std::mem::take(&mut self.outputs)
     }
 
-    /// Whether a transaction is open.
-    pub(super) fn is_open(&self) -> bool {
-        self.open
-    }
-
     /// Why the partition takes no writes, if it does not.
     pub(super) fn dead(&self) -> Option<&WriteFailure> {
         self.dead.as_ref()
@@ -239,16 +234,20 @@ impl Transactions {
         let previous = self.partitions.lock().remove(&partition);
         if let Some(previous) = previous {
             let mut previous = previous.lock();
-            self.commit(partition, &mut previous);
+            // what does not commit is reported never durable
+            let _ = self.commit(partition, &mut previous);
             self.fail_open(partition, &mut previous);
         }
     }
 
-    /// Puts in `partition`'s new producer (after [`Transactions::retire`]).
-    pub(super) fn install(&self, partition: i32, fresh: TxnPartition) {
+    /// Puts in `partition`'s new producer (after [`Transactions::retire`]) and gives it
+    /// back.
+    pub(super) fn install(&self, partition: i32, fresh: TxnPartition) -> Arc<Mutex<TxnPartition>> {
+        let producer = Arc::new(Mutex::new(fresh));
         self.partitions
             .lock()
-            .insert(partition, Arc::new(Mutex::new(fresh)));
+            .insert(partition, Arc::clone(&producer));
+        producer
     }
 
     /// Commits every open transaction.
@@ -260,7 +259,8 @@ impl Transactions {
             .map(|(partition, producer)| (*partition, Arc::clone(producer)))
             .collect();
         for (partition, producer) in partitions {
-            self.commit(partition, &mut producer.lock());
+            // a failure reached the tags' callback; the next round goes on
+            let _ = self.commit(partition, &mut producer.lock());
         }
     }
 
@@ -276,9 +276,14 @@ impl Transactions {
     /// are durable then. A retriable error is retried (the partition's writes wait) for
     /// up to six request timeouts; an error that requires an abort aborts it (its tags
     /// are given up); a fatal one (fenced), or retries that never end, end the producer.
-    pub(super) fn commit(&self, partition: i32, producer: &mut TxnPartition) {
-        if !producer.open || producer.dead.is_some() {
-            return;
+    /// Returns whether the transaction committed (true when none was open on a live
+    /// producer).
+    pub(super) fn commit(&self, partition: i32, producer: &mut TxnPartition) -> bool {
+        if producer.dead.is_some() {
+            return false;
+        }
+        if !producer.open {
+            return true;
         }
         // a retriable failure is retried here, holding the partition (its writes wait):
         // librdkafka takes no new record into a transaction whose commit is under way
@@ -309,6 +314,7 @@ impl Transactions {
                 for tag in producer.tags.drain(..) {
                     (self.on_durable)(tag, Ok(()));
                 }
+                true
             }
             Err(error) if requires_abort(&error) => {
                 warn!(changelog = %self.name, partition, %error, "a transaction could not commit and is aborted: its changes are given up");
@@ -321,12 +327,14 @@ impl Transactions {
                 for tag in producer.tags.drain(..) {
                     (self.on_durable)(tag, Err(failure.clone()));
                 }
+                false
             }
             Err(error) => {
                 let failure = failure_of(partition, producer.epoch, &error);
                 info!(changelog = %self.name, partition, %error, "a transaction's producer ends: {failure}");
                 producer.dead = Some(failure);
                 self.fail_open(partition, producer);
+                false
             }
         }
     }
