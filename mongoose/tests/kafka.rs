@@ -11,7 +11,9 @@ mod support;
 
 use std::time::Duration;
 
-use kafka_support::{check_changelog, committed, line, read_committed, unique_topic};
+use kafka_support::{
+    check_changelog, committed, committed_total, line, read_committed, unique_topic,
+};
 use mongoose_testkit::{build_plugin, plugin_dir};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
@@ -228,29 +230,9 @@ fn three_servers_in_one_group_then_one_killed_lose_nothing() {
         std::thread::spawn(move || produce_lines(&brokers, &topic, 0..FIRST))
     };
     let config = member_config(&brokers, &topic, &group);
-    let progress = || -> i64 {
-        committed(&brokers, &group, &topic, PARTITIONS)
-            .iter()
-            .map(|offset| (*offset).max(0))
-            .sum()
-    };
+    let progress = || committed_total(&brokers, &group, &topic, PARTITIONS);
     let wait = |members: &mut [&mut Member], what: &str, done: &dyn Fn(&[&mut Member]) -> bool| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(240);
-        while !done(members) {
-            for member in members.iter_mut() {
-                member.alive();
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never {what}: {}",
-                members
-                    .iter()
-                    .map(|member| member.run.log())
-                    .collect::<Vec<_>>()
-                    .join("\n----\n")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_members(members, what, 240, done);
     };
 
     let mut a = Member::start(&library, &config);
@@ -357,21 +339,9 @@ fn run_member_to_the_end(
     total: i64,
 ) -> String {
     let mut member = Member::start(library, config);
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    while committed(brokers, group, topic, partitions)
-        .iter()
-        .map(|offset| (*offset).max(0))
-        .sum::<i64>()
-        < total
-    {
-        member.alive();
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never committed every record: {}",
-            member.run.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_members(&mut [&mut member], "committed every record", 180, |_| {
+        committed_total(brokers, group, topic, partitions) >= total
+    });
     let child = member.child.take().expect("running");
     let code = member.run.terminate(child);
     let log = member.run.log();
@@ -611,6 +581,32 @@ fn assert_alerts_once(
     );
 }
 
+/// Waits until `done`, every member in `members` alive, failing after `seconds` with
+/// their logs.
+fn wait_for_members(
+    members: &mut [&mut Member],
+    what: &str,
+    seconds: u64,
+    done: impl Fn(&[&mut Member]) -> bool,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
+    while !done(members) {
+        for member in members.iter_mut() {
+            member.alive();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never {what}: {}",
+            members
+                .iter()
+                .map(|member| member.run.log())
+                .collect::<Vec<_>>()
+                .join("\n----\n")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits until the group's committed offsets cover `total` records, every member in
 /// `members` alive.
 fn wait_committed(
@@ -618,27 +614,9 @@ fn wait_committed(
     (brokers, group, topic, partitions): (&str, &str, &str, i32),
     total: i64,
 ) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    while committed(brokers, group, topic, partitions)
-        .iter()
-        .map(|offset| (*offset).max(0))
-        .sum::<i64>()
-        < total
-    {
-        for member in members.iter_mut() {
-            member.alive();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never committed {total} records: {}",
-            members
-                .iter()
-                .map(|member| member.run.log())
-                .collect::<Vec<_>>()
-                .join("\n----\n")
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_members(members, &format!("committed {total} records"), 300, |_| {
+        committed_total(brokers, group, topic, partitions) >= total
+    });
 }
 
 /// The input partitions of the alerts runs.
@@ -672,18 +650,10 @@ impl AlertsRun {
         };
         let config = member_config_alerts_topic(brokers, &topic, &group, &alerts, 2_000);
         let mut member = Member::start(&library, &config);
-        let deadline = std::time::Instant::now() + Duration::from_secs(240);
-        while member.takeovers() < ALERT_PARTITIONS as usize
-            || committed_sum(brokers, &group, &topic) < 500
-        {
-            member.alive();
-            assert!(
-                std::time::Instant::now() < deadline,
-                "A never worked: {}",
-                member.run.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_members(&mut [&mut member], "worked (A)", 240, |members| {
+            members[0].takeovers() >= ALERT_PARTITIONS as usize
+                && committed_total(brokers, &group, &topic, ALERT_PARTITIONS) >= 500
+        });
         AlertsRun {
             library,
             topic,
@@ -694,14 +664,6 @@ impl AlertsRun {
             member,
         }
     }
-}
-
-/// The records the group committed of the alerts runs' input.
-fn committed_sum(brokers: &str, group: &str, topic: &str) -> i64 {
-    committed(brokers, group, topic, ALERT_PARTITIONS)
-        .iter()
-        .map(|offset| (*offset).max(0))
-        .sum()
 }
 
 /// Alerts in the changelog's transactions (issue 27 item 3): a member killed with
@@ -726,7 +688,7 @@ fn alerts_are_exactly_once_across_a_takeover() {
         producer,
         member: mut a,
     } = run;
-    let progress = || committed_sum(&brokers, &group, &topic);
+    let progress = || committed_total(&brokers, &group, &topic, ALERT_PARTITIONS);
     // A's transactions are open for up to 2 s after each commit: the kill lands in one
     let mut killed = a.child.take().expect("running");
     killed.kill().expect("SIGKILL");
@@ -783,7 +745,7 @@ fn a_paused_zombie_member_is_fenced_by_the_broker() {
         producer,
         member: mut a,
     } = AlertsRun::start(&brokers, "zombie", TOTAL);
-    let progress = || committed_sum(&brokers, &group, &topic);
+    let progress = || committed_total(&brokers, &group, &topic, ALERT_PARTITIONS);
     let pid = a.child.as_ref().expect("running").id().to_string();
     let signal = |name: &str| {
         let sent = std::process::Command::new("kill")
@@ -796,16 +758,12 @@ fn a_paused_zombie_member_is_fenced_by_the_broker() {
     let paused_at = progress();
     // B takes every partition once A's session (6 s) expires, and works on them
     let mut b = Member::start(&library, &config);
-    let deadline = std::time::Instant::now() + Duration::from_secs(240);
-    while b.takeovers() < PARTITIONS as usize || progress() < paused_at + 500 {
-        b.alive();
-        assert!(
-            std::time::Instant::now() < deadline,
-            "B never took A's partitions over: {}",
-            b.run.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_members(
+        &mut [&mut b],
+        "took A's partitions over (B)",
+        240,
+        |members| members[0].takeovers() >= PARTITIONS as usize && progress() >= paused_at + 500,
+    );
     signal("-CONT");
     producer.join().expect("the producer");
     wait_committed(
