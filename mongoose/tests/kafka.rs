@@ -15,7 +15,7 @@ use kafka_support::{
     check_changelog, committed, committed_total, line, read_committed, unique_topic,
 };
 use mongoose_testkit::{build_plugin, plugin_dir};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::BaseProducer;
 use rdkafka::ClientConfig;
 use support::{assert_applied_once, plugin_ledger_config, LedgerRun};
 
@@ -77,31 +77,10 @@ fn produce_lines(brokers: &str, topic: &str, indexes: std::ops::Range<usize>) {
         .set("batch.num.messages", "1")
         .create()
         .expect("producer");
-    for index in indexes {
-        let payload = line(index);
-        let key = payload
-            .split_once(',')
-            .map_or("", |(account, _)| account)
-            .to_owned();
-        while let Err((error, _)) = producer.send(BaseRecord::to(topic).key(&key).payload(&payload))
-        {
-            assert!(
-                matches!(
-                    error.rdkafka_error_code(),
-                    Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
-                ),
-                "produce: {error}"
-            );
-            producer.poll(Duration::from_millis(10));
-        }
-        producer.poll(Duration::ZERO);
-    }
     // 20,000 records one per batch are 20,000 produce requests: at a load average of 40
-    // on 2 cores they took over 60 s (on tansu and on Apache Kafka alike); the deadline
-    // is the tests' own 240 s
-    producer
-        .flush(Duration::from_secs(240))
-        .expect("every record acknowledged");
+    // on 2 cores they took over 60 s (on tansu and on Apache Kafka alike);
+    // `kafka_support::produce_lines` waits the tests' own 240 s
+    kafka_support::produce_lines(&producer, topic, indexes);
 }
 
 fn config(run: &LedgerRun, brokers: &str, topic: &str) -> String {
