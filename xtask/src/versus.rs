@@ -34,10 +34,10 @@ mod setup;
 
 pub(crate) use self::checks::write_input;
 use self::processes::sync_disks;
-use self::report::{report, thousands};
-use self::runs::{run_ours, run_rsyslog, Layout, RunResult};
+use self::report::{report, thousands, Side};
+use self::runs::{run_dd, run_ours, run_peer, Layout, Peer, RunResult};
 pub(crate) use self::setup::build_mongoose;
-use self::setup::ensure_rsyslog;
+use self::setup::{ensure_rsyslog, ensure_syslog_ng};
 
 const MIB: u64 = 1024 * 1024;
 /// How often rsyslog's output is polled for its line count.
@@ -198,8 +198,15 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, VersusError> {
     }
     sync_disks();
 
+    let syslog_ng = ensure_syslog_ng(root);
+    match &syslog_ng {
+        Some(path) => eprintln!("xtask: syslog-ng is {}", path.display()),
+        None => eprintln!("xtask: syslog-ng is missing and unpacking Debian's syslog-ng-core failed: its row says so"),
+    }
     let mut ours: Vec<RunResult> = Vec::new();
-    let mut theirs: Vec<RunResult> = Vec::new();
+    let mut rsyslog: Vec<RunResult> = Vec::new();
+    let mut syslog_ng_runs: Vec<RunResult> = Vec::new();
+    let mut dd: Vec<RunResult> = Vec::new();
     for run in 1..=options.runs {
         let our_run = match (&binary, ours.iter().find_map(|run| run.as_ref().err())) {
             (Err(error), _) => Err(error.clone()),
@@ -215,13 +222,44 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, VersusError> {
         }
         ours.push(our_run);
         eprintln!("xtask: run {run}: rsyslog");
-        let their_run = run_rsyslog(&layout, &options, run)?;
+        let their_run = run_peer(&layout, &options, run, Peer::Rsyslog, &rsyslogd)?;
         if let Err(reason) = &their_run {
             eprintln!("xtask: run {run}: rsyslog: not available ({reason})");
         }
-        theirs.push(their_run);
+        rsyslog.push(their_run);
+        let their_run = match &syslog_ng {
+            Some(program) => {
+                eprintln!("xtask: run {run}: syslog-ng");
+                run_peer(&layout, &options, run, Peer::SyslogNg, program)?
+            }
+            None => Err("syslog-ng is not installed (Debian package syslog-ng-core, unpacked into target/peers)".to_owned()),
+        };
+        if let Err(reason) = &their_run {
+            eprintln!("xtask: run {run}: syslog-ng: not available ({reason})");
+        }
+        syslog_ng_runs.push(their_run);
+        eprintln!("xtask: run {run}: dd oflag=dsync bs=1M");
+        dd.push(run_dd(&layout, run)?);
     }
-    print!("{}", report(&ours, &theirs, &options));
+    let sides = [
+        Side {
+            name: "ours",
+            runs: ours,
+        },
+        Side {
+            name: "rsyslog",
+            runs: rsyslog,
+        },
+        Side {
+            name: "syslog-ng",
+            runs: syslog_ng_runs,
+        },
+        Side {
+            name: "dd-dsync-1M",
+            runs: dd,
+        },
+    ];
+    print!("{}", report(&sides, &options));
     if options.keep.is_none() {
         if let Err(error) = fs::remove_dir_all(&work) {
             eprintln!("xtask: cannot remove {}: {error}", work.display());
@@ -229,7 +267,7 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, VersusError> {
     } else {
         println!("kept: {}", work.display());
     }
-    let mismatch = ours.iter().chain(&theirs).any(|run| {
+    let mismatch = sides.iter().flat_map(|side| &side.runs).any(|run| {
         run.as_ref()
             .is_err_and(|reason| reason.starts_with("MISMATCH"))
     });

@@ -1,5 +1,5 @@
-//! The configs: rsyslog's (imfile -> omfile) and ours (a `forward` processor into a
-//! `file` sink).
+//! The configs: rsyslog's (imfile -> omfile), syslog-ng's (file source -> file
+//! destination) and ours (a `forward` processor into a `file` sink).
 
 use std::path::Path;
 
@@ -40,6 +40,25 @@ input(type="imfile" file={input} tag="t" ruleset="copy" freshStartTail="off" add
         work = quoted(work_directory),
         output = quoted(output),
         input = quoted(input),
+    )
+}
+
+/// syslog-ng's config: a `file()` source read from its beginning (a fresh persist file
+/// each run), each line taken whole (`flags(no-parse)`: the message is the line), into a
+/// `file()` destination that writes the message alone, unescaped, with flow control
+/// (the source waits for the destination instead of dropping).
+pub(crate) fn syslog_ng_config(input: &Path, output: &Path, line_bytes: u64) -> String {
+    let max_message_size = (line_bytes + 1024).max(8192);
+    format!(
+        r#"# written by cargo xtask versus-rsyslog
+@version: 3.38
+options {{ log-msg-size({max_message_size}); stats_freq(0); }};
+source s_input {{ file({input} follow-freq(1) flags(no-parse) log-fetch-limit(1000) log-iw-size(100000)); }};
+destination d_output {{ file({output} template("${{MESSAGE}}\n") template-escape(no)); }};
+log {{ source(s_input); destination(d_output); flags(flow-control); }};
+"#,
+        input = quoted(input),
+        output = quoted(output),
     )
 }
 

@@ -1,4 +1,4 @@
-//! The report: medians of the runs and the table that compares the two sides.
+//! The report: medians of the runs and the table that compares the sides.
 
 use std::fmt::Write as _;
 
@@ -74,7 +74,7 @@ pub(super) fn thousands(value: f64) -> String {
 fn side_row(name: &str, runs: &[RunResult], options: &VersusOptions) -> String {
     match medians(runs, options) {
         Some(medians) => format!(
-            "{name:<14} {:>10.1} {:>14} {:>16.1}",
+            "{name:<18} {:>10.1} {:>14} {:>16.1}",
             medians.mib_per_second,
             thousands(medians.lines_per_second),
             medians.peak_rss_mib
@@ -84,65 +84,83 @@ fn side_row(name: &str, runs: &[RunResult], options: &VersusOptions) -> String {
                 .iter()
                 .find_map(|run| run.as_ref().err())
                 .map_or("no run", String::as_str);
-            format!("{name:<14} not available ({reason})")
+            format!("{name:<18} not available ({reason})")
         }
     }
 }
 
-pub(super) fn report(ours: &[RunResult], theirs: &[RunResult], options: &VersusOptions) -> String {
+/// One side of the comparison: its name and its runs, in order.
+pub(super) struct Side {
+    pub(super) name: &'static str,
+    pub(super) runs: Vec<RunResult>,
+}
+
+/// The report: a row of medians per side (ours first), the ratios of ours to each other
+/// side, every run, and what the sides promise.
+pub(super) fn report(sides: &[Side], options: &VersusOptions) -> String {
     let mut out = String::new();
     let input_mib = options.input_bytes() as f64 / MIB as f64;
+    let names: Vec<&str> = sides.iter().map(|side| side.name).collect();
     let _ = writeln!(
         out,
-        "\nversus rsyslog: {input_mib:.0} MiB, {} lines of {} bytes tailed into a file, {} alternating runs each (medians)",
+        "\nversus {}: {input_mib:.0} MiB, {} lines of {} bytes tailed into a file, {} alternating runs each (medians)",
+        names[1..].join(", "),
         thousands(options.lines() as f64),
         options.line_bytes,
         options.runs
     );
     let _ = writeln!(
         out,
-        "{:<14} {:>10} {:>14} {:>16}",
+        "{:<18} {:>10} {:>14} {:>16}",
         "", "MiB/s", "lines/s", "peak RSS MiB"
     );
-    let _ = writeln!(out, "{}", side_row("ours", ours, options));
-    let _ = writeln!(out, "{}", side_row("rsyslog", theirs, options));
-    match (medians(ours, options), medians(theirs, options)) {
-        (Some(ours), Some(theirs)) => {
-            let _ = writeln!(
-                out,
-                "{:<14} {:>9.2}x {:>13.2}x {:>15.2}x",
-                "ours/rsyslog",
-                ours.mib_per_second / theirs.mib_per_second,
-                ours.lines_per_second / theirs.lines_per_second,
-                ours.peak_rss_mib / theirs.peak_rss_mib
-            );
-        }
-        _ => {
-            let _ = writeln!(out, "{:<14} n/a", "ours/rsyslog");
+    for side in sides {
+        let _ = writeln!(out, "{}", side_row(side.name, &side.runs, options));
+    }
+    let Some((ours, others)) = sides.split_first() else {
+        return out;
+    };
+    for other in others {
+        let label = format!("{}/{}", ours.name, other.name);
+        match (medians(&ours.runs, options), medians(&other.runs, options)) {
+            (Some(ours), Some(theirs)) => {
+                let _ = writeln!(
+                    out,
+                    "{label:<18} {:>9.2}x {:>13.2}x {:>15.2}x",
+                    ours.mib_per_second / theirs.mib_per_second,
+                    ours.lines_per_second / theirs.lines_per_second,
+                    ours.peak_rss_mib / theirs.peak_rss_mib
+                );
+            }
+            _ => {
+                let _ = writeln!(out, "{label:<18} n/a");
+            }
         }
     }
     let _ = writeln!(out, "per run:");
-    for (index, (our_run, their_run)) in ours.iter().zip(theirs).enumerate() {
-        for (name, run) in [("ours", our_run), ("rsyslog", their_run)] {
-            let line = match run {
-                Ok(measured) => format!(
+    for run in 0..options.runs {
+        for side in sides {
+            let line = match side.runs.get(run) {
+                Some(Ok(measured)) => format!(
                     "{:.2} s, {:.1} MiB/s, {} lines/s, peak RSS {:.1} MiB, output identical to the input",
                     measured.seconds,
                     input_mib / measured.seconds,
                     thousands(options.lines() as f64 / measured.seconds),
                     measured.peak_rss_bytes as f64 / MIB as f64
                 ),
-                Err(reason) => format!("not available ({reason})"),
+                Some(Err(reason)) => format!("not available ({reason})"),
+                None => "not run".to_owned(),
             };
-            let _ = writeln!(out, "  run {} {name:<8} {line}", index + 1);
+            let _ = writeln!(out, "  run {} {:<10} {line}", run + 1, side.name);
         }
     }
     let _ = writeln!(
         out,
-        "not the same promise: rsyslog saves its read position when it reads a line (a crash can lose\n\
-         lines read but not yet written, and its omfile does not fsync); ours commits a line's position\n\
-         only after its output is durable. rsyslog's time ends at the 100 ms poll that sees its last\n\
-         line; ours at the exit of `mongoose run --exit-when-settled` (start-up and shutdown included)."
+        "not the same promise: rsyslog and syslog-ng save their read position when they read a line (a\n\
+         crash can lose lines read but not yet written, and their file outputs do not fsync); ours commits\n\
+         a line's position only after its output is durable. Their time ends at the 100 ms poll that sees\n\
+         their last line; ours at the exit of `mongoose run --exit-when-settled` (start-up and shutdown\n\
+         included). dd copies the same bytes with `oflag=dsync bs=1M`: the disk's synchronous write rate."
     );
     out
 }

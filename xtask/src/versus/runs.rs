@@ -1,4 +1,5 @@
-//! One run of each side: rsyslog's and ours, measured and checked.
+//! One run of each side: the peers' (rsyslog, syslog-ng), `dd`'s and ours, measured and
+//! checked.
 
 use std::fs::{self};
 use std::path::{Path, PathBuf};
@@ -6,9 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::checks::{first_difference, Difference, GrowingFileLines};
-use super::configs::{mongoose_config, rsyslog_config};
+use super::configs::{mongoose_config, rsyslog_config, syslog_ng_config};
 use super::processes::{fresh_dir, log_file, peak_rss_of_live, sync_disks, tail_of, Watched};
-use super::setup::rsyslogd_path;
+use super::setup::syslog_ng_unpacked_paths;
 use super::{io_error, VersusError, VersusOptions, RSYSLOG_POLL, STALL_DEADLINE};
 
 /// One measured run.
@@ -67,38 +68,107 @@ impl Layout {
     }
 }
 
-pub(super) fn run_rsyslog(
+/// A peer: a daemon that tails the input into an output file until it is stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Peer {
+    /// rsyslog: imfile -> omfile.
+    Rsyslog,
+    /// syslog-ng: file source -> file destination.
+    SyslogNg,
+}
+
+impl Peer {
+    /// The name in the report and in the run folders.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Peer::Rsyslog => "rsyslog",
+            Peer::SyslogNg => "syslog-ng",
+        }
+    }
+
+    /// Writes the peer's config into `dir` and returns the command that runs it in the
+    /// foreground with every file of its own in `dir`.
+    fn command(
+        self,
+        program: &Path,
+        layout: &Layout,
+        options: &VersusOptions,
+        dir: &Path,
+        output: &Path,
+    ) -> Result<Command, VersusError> {
+        let mut command = Command::new(program);
+        match self {
+            Peer::Rsyslog => {
+                let work_directory = dir.join("work");
+                fs::create_dir_all(&work_directory)
+                    .map_err(io_error("cannot create", &work_directory))?;
+                let config = dir.join("rsyslog.conf");
+                fs::write(
+                    &config,
+                    rsyslog_config(&layout.input, output, &work_directory, options.line_bytes),
+                )
+                .map_err(io_error("cannot write", &config))?;
+                command
+                    .arg("-n")
+                    .arg("-f")
+                    .arg(&config)
+                    .arg("-i")
+                    .arg(dir.join("rsyslogd.pid"));
+            }
+            Peer::SyslogNg => {
+                let config = dir.join("syslog-ng.conf");
+                fs::write(
+                    &config,
+                    syslog_ng_config(&layout.input, output, options.line_bytes),
+                )
+                .map_err(io_error("cannot write", &config))?;
+                if let Some((libraries, modules)) = syslog_ng_unpacked_paths(program) {
+                    command
+                        .env("LD_LIBRARY_PATH", libraries)
+                        .arg(format!("--module-path={}", modules.display()));
+                }
+                command
+                    .arg("-F")
+                    .arg("--no-caps")
+                    .arg("-f")
+                    .arg(&config)
+                    .arg("-R")
+                    .arg(dir.join("syslog-ng.persist"))
+                    .arg("-p")
+                    .arg(dir.join("syslog-ng.pid"))
+                    .arg("-c")
+                    .arg(dir.join("syslog-ng.ctl"));
+            }
+        }
+        Ok(command)
+    }
+}
+
+/// One run of `peer` (the program `program`): from its spawn to the poll (every 100 ms)
+/// that sees the input's last line in its output; peak RSS read before SIGTERM.
+pub(super) fn run_peer(
     layout: &Layout,
     options: &VersusOptions,
     run: usize,
+    peer: Peer,
+    program: &Path,
 ) -> Result<RunResult, VersusError> {
-    let dir = layout.run_dir("rsyslog", run);
+    let name = peer.name();
+    let dir = layout.run_dir(name, run);
     fresh_dir(&dir)?;
-    let work_directory = dir.join("work");
-    fs::create_dir_all(&work_directory).map_err(io_error("cannot create", &work_directory))?;
     let output = dir.join("output.txt");
-    let config = dir.join("rsyslog.conf");
-    let log = dir.join("rsyslogd.log");
-    fs::write(
-        &config,
-        rsyslog_config(&layout.input, &output, &work_directory, options.line_bytes),
-    )
-    .map_err(io_error("cannot write", &config))?;
+    let log = dir.join(format!("{name}.log"));
+    let mut command = peer.command(program, layout, options, &dir, &output)?;
     let (stdout, stderr) = log_file(&log)?;
     let started = Instant::now();
     let mut child = Watched::spawn(
-        Command::new(rsyslogd_path().unwrap_or_else(|| PathBuf::from("rsyslogd")))
-            .arg("-n")
-            .arg("-f")
-            .arg(&config)
-            .arg("-i")
-            .arg(dir.join("rsyslogd.pid"))
+        command
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr),
     )
-    .map_err(io_error("cannot start", Path::new("rsyslogd")))?;
+    .map_err(io_error("cannot start", program))?;
     let expected_lines = options.lines();
     let mut counted = GrowingFileLines::default();
     let mut last_progress = Instant::now();
@@ -109,7 +179,7 @@ pub(super) fn run_rsyslog(
                 Err(error) => error.to_string(),
             };
             return Ok(Err(format!(
-                "rsyslogd ended before writing every line ({how}, {} of {expected_lines} lines): {}",
+                "{name} ended before writing every line ({how}, {} of {expected_lines} lines): {}",
                 counted.lines,
                 tail_of(&log, 5)
             )));
@@ -122,7 +192,7 @@ pub(super) fn run_rsyslog(
         }
         if last_progress.elapsed() > STALL_DEADLINE {
             break Err(format!(
-                "rsyslogd wrote nothing for {STALL_DEADLINE:?} at {} of {expected_lines} lines: {}",
+                "{name} wrote nothing for {STALL_DEADLINE:?} at {} of {expected_lines} lines: {}",
                 counted.lines,
                 tail_of(&log, 5)
             ));
@@ -145,6 +215,49 @@ pub(super) fn run_rsyslog(
     Ok(Ok(Measured {
         seconds: elapsed.as_secs_f64(),
         peak_rss_bytes,
+    }))
+}
+
+/// One run of `dd if=<input> of=<output> oflag=dsync bs=1M`: the disk's synchronous
+/// write rate for the same bytes (each 1 MiB block written through to the disk before
+/// the next is read), timed from its spawn to its exit.
+pub(super) fn run_dd(layout: &Layout, run: usize) -> Result<RunResult, VersusError> {
+    let dir = layout.run_dir("dd", run);
+    fresh_dir(&dir)?;
+    let output = dir.join("output.txt");
+    let log = dir.join("dd.log");
+    let (stdout, stderr) = log_file(&log)?;
+    let started = Instant::now();
+    let mut child = Watched::spawn(
+        Command::new("dd")
+            .arg(format!("if={}", layout.input.display()))
+            .arg(format!("of={}", output.display()))
+            .args(["oflag=dsync", "bs=1M"])
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr),
+    )
+    .map_err(io_error("cannot start", Path::new("dd")))?;
+    let ended = loop {
+        match child.wait_timeout(Duration::from_millis(100)) {
+            Some(Ok(ended)) => break ended,
+            Some(Err(error)) => return Ok(Err(format!("cannot wait for dd: {error}"))),
+            None => {}
+        }
+    };
+    if ended.code != 0 {
+        return Ok(Err(format!(
+            "dd exited with {}: {}",
+            ended.code,
+            tail_of(&log, 5)
+        )));
+    }
+    if let Some(difference) = layout.check_and_clean(&output)? {
+        return Ok(Err(format!("MISMATCH: {difference}")));
+    }
+    Ok(Ok(Measured {
+        seconds: (ended.at - started).as_secs_f64(),
+        peak_rss_bytes: ended.max_rss_bytes,
     }))
 }
 

@@ -4,7 +4,8 @@ use std::io::Write;
 use super::checks::{first_difference, Difference, GrowingFileLines};
 use super::configs::{mongoose_config, rsyslog_config};
 use super::report::median;
-use super::setup::rsyslogd_path;
+use super::runs::{run_dd, run_peer, Peer};
+use super::setup::{program_path, rsyslogd_path};
 use super::*;
 
 fn small_options() -> VersusOptions {
@@ -251,7 +252,8 @@ fn rsyslog_copies_a_small_input_line_for_line_when_installed() {
     };
     let options = small_options();
     write_input(&options, &layout.input).expect("the input is written");
-    let measured = run_rsyslog(&layout, &options, 1)
+    let program = rsyslogd_path().expect("installed");
+    let measured = run_peer(&layout, &options, 1, Peer::Rsyslog, &program)
         .expect("the harness runs")
         .expect("rsyslog copies every line unchanged");
     assert!(measured.seconds > 0.0);
@@ -268,6 +270,63 @@ fn rsyslog_copies_a_small_input_line_for_line_when_installed() {
     assert!(
         state_files >= 1,
         "imfile's state file is in the private work directory"
+    );
+}
+
+/// The syslog-ng side for real, on 1 MiB, when syslog-ng is installed or unpacked
+/// (`cargo xtask versus-rsyslog` unpacks it into `target/peers`): every line copied unchanged, the run ends, and its
+/// persist file is the run's own.
+#[test]
+fn syslog_ng_copies_a_small_input_line_for_line_when_installed() {
+    let unpacked =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/peers/syslog-ng/usr/sbin/syslog-ng");
+    let Some(program) =
+        program_path("syslog-ng").or_else(|| unpacked.is_file().then_some(unpacked))
+    else {
+        eprintln!("syslog-ng is not installed: skipping the real syslog-ng run");
+        return;
+    };
+    let folder = tempfile::tempdir().expect("a temp folder");
+    let input_dir = folder.path().join("input");
+    fs::create_dir_all(&input_dir).expect("create");
+    let layout = Layout {
+        work: folder.path().to_path_buf(),
+        input: input_dir.join(INPUT_NAME),
+        keep: true,
+    };
+    let options = small_options();
+    write_input(&options, &layout.input).expect("the input is written");
+    let measured = run_peer(&layout, &options, 1, Peer::SyslogNg, &program)
+        .expect("the harness runs")
+        .expect("syslog-ng copies every line unchanged");
+    assert!(measured.seconds > 0.0);
+    let run_dir = layout.run_dir("syslog-ng", 1);
+    assert_eq!(
+        fs::read(run_dir.join("output.txt")).expect("the kept output"),
+        fs::read(&layout.input).expect("the input")
+    );
+    assert!(run_dir.join("syslog-ng.persist").exists());
+}
+
+/// The `dd oflag=dsync bs=1M` line: the same bytes copied, timed to its exit.
+#[test]
+fn dd_copies_the_input_byte_for_byte() {
+    let folder = tempfile::tempdir().expect("a temp folder");
+    let input_dir = folder.path().join("input");
+    fs::create_dir_all(&input_dir).expect("create");
+    let layout = Layout {
+        work: folder.path().to_path_buf(),
+        input: input_dir.join(INPUT_NAME),
+        keep: true,
+    };
+    write_input(&small_options(), &layout.input).expect("the input is written");
+    let measured = run_dd(&layout, 1)
+        .expect("the harness runs")
+        .expect("dd copies the input");
+    assert!(measured.seconds > 0.0);
+    assert_eq!(
+        fs::read(layout.run_dir("dd", 1).join("output.txt")).expect("the kept output"),
+        fs::read(&layout.input).expect("the input")
     );
 }
 
