@@ -104,12 +104,7 @@ fn open_sink(
                     url: sink.url.clone().unwrap_or_default(),
                     timeout_millis: connect,
                     response_timeout_millis: sink.response_timeout_millis.unwrap_or(10_000),
-                    headers: sink
-                        .headers
-                        .iter()
-                        .flatten()
-                        .map(|(name, value)| (name.clone(), value.clone()))
-                        .collect(),
+                    headers: sink.http_headers(|path| config.resolve(path))?,
                 },
             )
             .map_err(refused)?,
