@@ -383,9 +383,9 @@ fn many_sighups_while_lines_flow_never_kill_the_server_and_nothing_is_lost_or_do
     let mut next = 0;
     for round in 0..30 {
         // lines flow into both feeds while audit is removed and added back
-        dir.append("app", next, 20);
-        dir.append("audit", next, 20);
-        next += 20;
+        dir.append("app", next, 300);
+        dir.append("audit", next, 300);
+        next += 300;
         let parts: &[&str] = if round % 2 == 0 {
             &["app"]
         } else {
@@ -412,4 +412,53 @@ fn many_sighups_while_lines_flow_never_kill_the_server_and_nothing_is_lost_or_do
     assert_eq!(run.terminate(), 0);
     dir.assert_exactly_once("app", next);
     dir.assert_exactly_once("audit", next);
+}
+
+#[test]
+fn a_sink_and_a_processor_added_then_removed_by_reloads_publish_what_they_were_given() {
+    let mut dir = Dir::new();
+    dir.append("app", 0, 10);
+    dir.write_config(&config(&["app"]));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 10);
+    // a file sink and a second consumer of the running feed `app`, writing to it
+    let copier = "[[sinks]]\nname = \"copy\"\nkind = \"file\"\npath = \"copy.txt\"\n\
+                  [[groups]]\nname = \"copier\"\n[[groups.processors]]\nname = \"copier\"\n\
+                  kind = \"forward\"\nsettings = { feed = \"app\", sink = \"copy\" }\n";
+    dir.write_config(&format!("{}{copier}", config(&["app"])));
+    run.reload(1);
+    let log = run.log();
+    assert!(
+        log.contains("added sink 'copy'") && log.contains("added processor 'copier/copier'"),
+        "{log}"
+    );
+    // a consumer added to a running feed is given what the feed publishes from then on
+    dir.append("app", 10, 20);
+    dir.wait_for_outputs(&mut run, "app", 30);
+    let copied = |dir: &Dir| std::fs::read_to_string(dir.path("copy.txt")).unwrap_or_default();
+    let deadline = Instant::now() + HANG;
+    while copied(&dir).lines().count() < 20 {
+        run.assert_running("waiting for the copy");
+        assert!(Instant::now() < deadline, "copy.txt: {}", copied(&dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let expected: String = (10..30).map(|n| format!("app-{n}\n")).collect();
+    assert_eq!(copied(&dir), expected, "each line once, in order");
+    // both removed: the processor stops through the control plane, the sink stops
+    dir.write_config(&config(&["app"]));
+    run.reload(2);
+    let log = run.log();
+    assert!(
+        log.contains("removed sink 'copy'") && log.contains("removed group 'copier'"),
+        "{log}"
+    );
+    dir.append("app", 30, 10);
+    dir.wait_for_outputs(&mut run, "app", 40);
+    assert_eq!(run.terminate(), 0);
+    assert_eq!(
+        copied(&dir),
+        expected,
+        "nothing more reached the removed sink"
+    );
+    dir.assert_exactly_once("app", 40);
 }
