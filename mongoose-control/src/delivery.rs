@@ -55,6 +55,14 @@ impl DeliveryFeeds {
         &self.registry
     }
 
+    /// Removes the feed `name` from the registry (a feed a configuration reload
+    /// removed), and forgets which of its overload changes were observed, so a feed
+    /// registered again under the name is observed again.
+    pub fn unregister(&self, name: &str) -> Option<Arc<dyn AnyFeed>> {
+        self.observed.lock().retain(|entry| entry.feed != name);
+        self.registry.unregister(name)
+    }
+
     /// Registers `feed` in the registry.
     ///
     /// # Errors

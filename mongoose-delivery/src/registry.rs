@@ -165,6 +165,13 @@ impl FeedRegistry {
         Ok(())
     }
 
+    /// Removes the feed named `name` from the registry (a feed a configuration reload
+    /// removed, once its source stopped and its processed position was committed) and
+    /// returns it; `None` when there is none.
+    pub fn unregister(&self, name: &str) -> Option<Arc<dyn AnyFeed>> {
+        self.feeds.write().remove(name)
+    }
+
     /// The feed named `name`.
     pub fn get(&self, name: &str) -> Option<Arc<dyn AnyFeed>> {
         self.feeds.read().get(name).cloned()

@@ -168,7 +168,9 @@ pub fn run_until_done_with_status(
 }
 
 /// SIGTERM and SIGINT caught into a flag: the first sets it (the run loop then runs the
-/// ordered shutdown), a second ends the process at once (exit 130).
+/// ordered shutdown), a second ends the process at once (exit 130). SIGHUP is caught
+/// into another flag: the run loop of [`run_until_done_reloading`] reloads the config
+/// file on it (the others log it and go on); it never ends the process.
 ///
 /// Install it before [`Server::start`]: a signal that arrives while the server starts
 /// is then kept and stops the run cleanly as soon as the loop begins. Installed after
@@ -177,6 +179,7 @@ pub fn run_until_done_with_status(
 #[derive(Debug, Clone)]
 pub struct Signals {
     signalled: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
 }
 
 impl Signals {
@@ -192,7 +195,21 @@ impl Signals {
                     error,
                 })?;
         }
-        Ok(Signals { signalled })
+        // SIGHUP's default action ends the process: caught from the start on, a reload
+        // request that arrives while the server starts is served once it runs
+        let reload = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload)).map_err(
+            |error| ServerError::Io {
+                context: "cannot install the SIGHUP handler".into(),
+                error,
+            },
+        )?;
+        Ok(Signals { signalled, reload })
+    }
+
+    /// True once a SIGHUP arrived since the last call (the request is taken).
+    pub fn take_reload_request(&self) -> bool {
+        self.reload.swap(false, Ordering::AcqRel)
     }
 
     /// True once a signal arrived.
@@ -213,6 +230,27 @@ pub fn run_until_done_with_signals(
     exit_when_settled: bool,
     signals: &Signals,
 ) -> Result<RunOutcome, ServerError> {
+    run_loop(server, exit_when_settled, signals, None)
+}
+
+/// [`run_until_done_with_signals`], reloading `config_file` on each SIGHUP
+/// ([`Server::reload_file`]: an invalid file or a change that cannot apply live is
+/// logged and the old configuration keeps running).
+pub fn run_until_done_reloading(
+    server: &Server,
+    exit_when_settled: bool,
+    signals: &Signals,
+    config_file: &std::path::Path,
+) -> Result<RunOutcome, ServerError> {
+    run_loop(server, exit_when_settled, signals, Some(config_file))
+}
+
+fn run_loop(
+    server: &Server,
+    exit_when_settled: bool,
+    signals: &Signals,
+    config_file: Option<&std::path::Path>,
+) -> Result<RunOutcome, ServerError> {
     let signalled = &signals.signalled;
     let mut settled_code = None;
     let mut failures = Vec::new();
@@ -226,6 +264,15 @@ pub fn run_until_done_with_signals(
         if signalled.load(Ordering::Acquire) {
             info!("signal received: shutting down (a second signal ends the process at once)");
             break;
+        }
+        if signals.take_reload_request() {
+            match config_file {
+                Some(path) => {
+                    server.reload_file(path);
+                }
+                None => warn!("SIGHUP received: this server was not started from a config file, so there is nothing to reload; it goes on"),
+            }
+            continue;
         }
         failures = server.fatal_failures();
         if !failures.is_empty() {

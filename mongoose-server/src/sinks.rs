@@ -21,15 +21,28 @@ use crate::config::{ServerConfig, SinkConfig};
 use crate::error::ServerError;
 
 /// The configured sinks, running, by name.
-#[derive(Debug, Default)]
 pub struct Sinks {
     runners: Mutex<BTreeMap<String, SinkRunner>>,
     /// The statuses of the sinks once stopped.
     stopped: Mutex<Vec<SinkStatus>>,
-    names: Vec<String>,
+    names: Mutex<Vec<String>>,
     /// The feeds whose commits the writers hold (none: a replay's sinks hold nothing).
     registry: Option<FeedRegistry>,
+    /// Where a `count_loss` sink records its losses (none for a replay).
+    losses: Option<Arc<dyn LossRecorder>>,
 }
+
+impl std::fmt::Debug for Sinks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sinks")
+            .field("names", &*self.names.lock())
+            .finish()
+    }
+}
+
+/// The configuration a server runs now: the one it started with, or the last one a
+/// reload applied.
+pub(crate) type SharedConfig = Arc<parking_lot::RwLock<Arc<ServerConfig>>>;
 
 fn runner_config(sink: &SinkConfig) -> RunnerConfig {
     let mut config = RunnerConfig::new(&sink.name, &sink.kind);
@@ -104,12 +117,7 @@ fn open_sink(
                     url: sink.url.clone().unwrap_or_default(),
                     timeout_millis: connect,
                     response_timeout_millis: sink.response_timeout_millis.unwrap_or(10_000),
-                    headers: sink
-                        .headers
-                        .iter()
-                        .flatten()
-                        .map(|(name, value)| (name.clone(), value.clone()))
-                        .collect(),
+                    headers: sink.http_headers(|path| config.resolve(path))?,
                 },
             )
             .map_err(refused)?,
@@ -140,7 +148,7 @@ fn open_sink(
 /// committed: the next start reports them once, and that run is not lossless either.
 #[derive(Debug)]
 struct FeedLossFiles {
-    config: Arc<ServerConfig>,
+    config: SharedConfig,
 }
 
 /// How many keys a loss record names (the rest are counted).
@@ -161,8 +169,9 @@ impl LossRecorder for FeedLossFiles {
             if outputs.len() > KEYS_NAMED {
                 named.push(format!("and {} more", outputs.len() - KEYS_NAMED));
             }
+            let config = Arc::clone(&self.config.read());
             crate::server::record_loss_of(
-                &self.config,
+                &config,
                 feed,
                 format!(
                     "sink '{sink}' counted {} outputs lost (on_exhausted = \"count_loss\"): {}",
@@ -193,35 +202,72 @@ impl Sinks {
     /// # Errors
     /// A sink that cannot be opened (its file, its settings), or a thread that cannot
     /// start.
-    pub fn open(
-        config: &ServerConfig,
+    pub(crate) fn open(
+        shared: &SharedConfig,
         registry: Option<FeedRegistry>,
         plugins: Option<&PluginRegistry>,
     ) -> Result<Self, ServerError> {
-        let mut runners = BTreeMap::new();
+        let config = Arc::clone(&shared.read());
         // a replay's sinks record no loss: the run it replays did
         let losses: Option<Arc<dyn LossRecorder>> = registry.as_ref().map(|_| {
             Arc::new(FeedLossFiles {
-                config: Arc::new(config.clone()),
+                config: Arc::clone(shared),
             }) as Arc<dyn LossRecorder>
         });
-        for sink in &config.sinks {
-            let opened = open_sink(config, sink, plugins)?;
-            let runner = SinkRunner::start_with(opened, runner_config(sink), losses.clone())
-                .map_err(|error| {
-                    ServerError::invalid(
-                        format!("sinks.{}", sink.name),
-                        format!("cannot start the sink's thread: {error}"),
-                    )
-                })?;
-            runners.insert(sink.name.clone(), runner);
-        }
-        Ok(Sinks {
-            names: runners.keys().cloned().collect(),
-            runners: Mutex::new(runners),
+        let sinks = Sinks {
+            names: Mutex::default(),
+            runners: Mutex::default(),
             stopped: Mutex::new(Vec::new()),
             registry,
-        })
+            losses,
+        };
+        for sink in &config.sinks {
+            sinks.add(&config, sink, plugins)?;
+        }
+        Ok(sinks)
+    }
+
+    /// Opens and starts the sink `sink` of `config` (at start, or added by a reload).
+    ///
+    /// # Errors
+    /// The sink cannot be opened (its file, its settings), or its thread cannot start.
+    pub(crate) fn add(
+        &self,
+        config: &ServerConfig,
+        sink: &SinkConfig,
+        plugins: Option<&PluginRegistry>,
+    ) -> Result<(), ServerError> {
+        let opened = open_sink(config, sink, plugins)?;
+        let runner = SinkRunner::start_with(opened, runner_config(sink), self.losses.clone())
+            .map_err(|error| {
+                ServerError::invalid(
+                    format!("sinks.{}", sink.name),
+                    format!("cannot start the sink's thread: {error}"),
+                )
+            })?;
+        let mut runners = self.runners.lock();
+        runners.insert(sink.name.clone(), runner);
+        *self.names.lock() = runners.keys().cloned().collect();
+        // a sink of this name that a reload removed earlier is now this one
+        self.stopped
+            .lock()
+            .retain(|status| status.name != sink.name);
+        Ok(())
+    }
+
+    /// Stops the sink `name` (removed by a reload): it publishes what is queued until
+    /// `deadline`; what is left keeps its inputs uncommitted. Its last status stays in
+    /// [`Sinks::statuses`]. `None` when no such sink runs.
+    pub(crate) fn remove(&self, name: &str, deadline: Instant) -> Option<SinkStatus> {
+        let runner = {
+            let mut runners = self.runners.lock();
+            let runner = runners.remove(name)?;
+            *self.names.lock() = runners.keys().cloned().collect();
+            runner
+        };
+        let status = runner.stop(deadline);
+        self.stopped.lock().push(status.clone());
+        Some(status)
     }
 
     /// A writer to sink `name` for processor `processor` of `group`: each output it
@@ -252,7 +298,7 @@ impl Sinks {
         let Some(runner) = runners.get(name) else {
             return Err(format!(
                 "no sink named '{name}': configured sinks are [{}]; declare it under [[sinks]]",
-                self.names.join(", ")
+                self.names.lock().join(", ")
             ));
         };
         let registry = self.registry.clone();
@@ -277,7 +323,7 @@ impl Sinks {
             Some(runner) => Ok(runner.handle().retry_now()),
             None => Err(format!(
                 "no running sink named '{name}': configured sinks are [{}]",
-                self.names.join(", ")
+                self.names.lock().join(", ")
             )),
         }
     }

@@ -3,7 +3,8 @@
 //! a source that could not start, an overload kill switch, or with
 //! `--exit-when-settled` a failed processor that leaves nothing able to make progress;
 //! or a signal stop while a feed was stalled), 2 invalid config, 3 not lossless, 4
-//! shutdown incomplete. `replay`: 0 reproduced, 1 not reproduced, 2 invalid config, 4
+//! shutdown incomplete. SIGHUP reloads the config file (see
+//! [`mongoose_server::Server::reload_file`]). `replay`: 0 reproduced, 1 not reproduced, 2 invalid config, 4
 //! the recording is incomplete or unreadable (a partial replay).
 
 /// mimalloc: the per-line items a file feed allocates on the source thread are freed on
@@ -365,7 +366,8 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
     // before anything starts: a SIGTERM during the start stops the run cleanly once
     // it begins, instead of killing the process with the default action
     let signals = cli::Signals::install().map_err(|error| (EXIT_FAILED, error))?;
-    let config = ServerConfig::load(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
+    let config_file = config;
+    let config = ServerConfig::load(&config_file).map_err(|error| (EXIT_BAD_CONFIG, error))?;
     let admin_settings =
         admin::AdminSettings::from_config(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
     let server = builder(config).build().map_err(|error| match error {
@@ -377,7 +379,8 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
     if let Some(settings) = admin_settings {
         admin::serve_with(server.clone(), settings).map_err(|error| (EXIT_FAILED, error))?;
     }
-    let outcome = cli::run_until_done_with_signals(&server, exit_when_settled, &signals)
+    // SIGHUP reloads the file (an invalid one changes nothing)
+    let outcome = cli::run_until_done_reloading(&server, exit_when_settled, &signals, &config_file)
         .map_err(|error| (EXIT_FAILED, error))?;
     for failure in &outcome.failures {
         eprintln!("mongoose: {failure}");

@@ -362,6 +362,34 @@ impl Plane {
         held
     }
 
+    /// See [`ControlPlane::remove_group`].
+    pub(crate) fn remove_group(&self, name: &str, deadline: Instant) -> Result<bool, String> {
+        let Some(group) = self.group(name) else {
+            return Ok(false);
+        };
+        group.close();
+        if !group.await_closed(deadline) {
+            return Err(format!(
+                "group '{name}' did not close in time: it is closed with the server"
+            ));
+        }
+        let retained: Vec<String> = group
+            .status()
+            .quarantined
+            .into_iter()
+            .map(|processor| processor.name)
+            .collect();
+        if !retained.is_empty() {
+            // a quarantined processor keeps its instance (and the services it was
+            // given) until the server stops: the group stays for the shutdown to see
+            return Err(format!(
+                "group '{name}' closed but retains quarantined processors {retained:?}: they are released when the server stops"
+            ));
+        }
+        self.groups.lock().remove(name);
+        Ok(true)
+    }
+
     /// See [`ControlPlane::begin_stopping`].
     pub(crate) fn begin_stopping(&self) {
         self.stopping.store(true, Ordering::Release);

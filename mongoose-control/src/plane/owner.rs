@@ -119,6 +119,18 @@ impl ControlPlane {
         self.plane.close_groups(deadline)
     }
 
+    /// Closes the group `name` (its running processors are stopped, its queues fenced
+    /// and unsubscribed) and waits for it until `deadline`; a group that closed and
+    /// retains no processor is forgotten, so the name can be created again. `Ok(false)`
+    /// when there is no such group. Call it off agent threads: it waits.
+    ///
+    /// # Errors
+    /// The group did not close by the deadline, or it retains quarantined processors
+    /// (it stays, closed, until the server stops); the message says which.
+    pub fn remove_group(&self, name: &str, deadline: Instant) -> Result<bool, String> {
+        self.plane.remove_group(name, deadline)
+    }
+
     /// Shuts the reply executor down: later completions run on a late thread.
     pub fn shut_down_replies(&self) {
         self.plane.shut_down_replies()

@@ -103,6 +103,11 @@ pub(super) async fn status(State(server): State<Server>) -> Response {
     let mut status = serde_json::to_value(server.status()).unwrap_or_default();
     if let Some(object) = status.as_object_mut() {
         object.insert("sinks".to_owned(), json!(server.sink_statuses()));
+        object.insert(
+            "configGeneration".to_owned(),
+            json!(server.config_generation()),
+        );
+        object.insert("lastReload".to_owned(), json!(server.last_reload()));
     }
     Json(status).into_response()
 }

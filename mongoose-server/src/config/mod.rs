@@ -6,10 +6,13 @@
 //! line and column for a syntax error); `validate` holds the names, ranges and the
 //! checks a loaded configuration must pass.
 
+mod env;
 #[cfg(test)]
 mod tests;
+mod text;
 mod validate;
 
+use text::{key_path_at, line_and_column};
 pub(crate) use validate::check_name;
 use validate::check_range;
 pub use validate::{
@@ -355,6 +358,12 @@ pub struct SinkConfig {
     /// `http`: extra request headers.
     #[serde(default)]
     pub headers: Option<std::collections::BTreeMap<String, String>>,
+    /// `http`: request headers whose values are read from files, for secrets kept out
+    /// of the config (`header_files = { Authorization = "secrets/auth-header" }`: the
+    /// file holds `Bearer ...`; relative to the config file's folder; trimmed; read
+    /// when the sink opens). A header named here and in `headers` is refused.
+    #[serde(default)]
+    pub header_files: Option<std::collections::BTreeMap<String, PathBuf>>,
     /// `tcp`, `http`: the bound on connecting (default 5,000 ms).
     #[serde(default)]
     pub connect_timeout_millis: Option<u64>,
@@ -624,7 +633,31 @@ fn default_drain_timeout() -> u64 {
 impl ServerConfig {
     /// Parses and validates a configuration text; relative paths resolve against
     /// `base_dir`.
+    ///
+    /// String values may name environment variables (`${VAR}`, `${VAR:-default}`,
+    /// `$${` for a literal `${`): see the `env` module of this one for the rules. An
+    /// unset variable without a default is an error at the value's key path.
     pub fn parse(text: &str, base_dir: &Path) -> Result<Self, ServerError> {
+        Self::parse_with_environment(text, base_dir, &env::process_environment)
+    }
+
+    /// [`ServerConfig::parse`] with the variables `lookup` gives.
+    fn parse_with_environment(
+        text: &str,
+        base_dir: &Path,
+        lookup: env::Lookup<'_>,
+    ) -> Result<Self, ServerError> {
+        // a text that is not TOML is reported by the deserialization below, with its line
+        if let Ok(mut table) = text.parse::<toml::Table>() {
+            let expanded = env::expand_table(&mut table, lookup)
+                .map_err(|error| ServerError::invalid(error.path, error.message))?;
+            if expanded.changed {
+                let mut config: ServerConfig = env::deserialize_expanded(table, expanded)?;
+                config.base_dir = base_dir.to_path_buf();
+                config.validate()?;
+                return Ok(config);
+            }
+        }
         let deserializer = toml::Deserializer::new(text);
         let mut config: ServerConfig =
             serde_path_to_error::deserialize(deserializer).map_err(|error| {
@@ -707,83 +740,4 @@ impl ServerConfig {
         }
         Ok(overrides)
     }
-}
-
-/// The key path (`feeds[0].queue_capacity`, `groups[1].processors[0].settings.x`) of
-/// the value at byte offset `at` of a TOML text, from the table headers above it and
-/// the key on its line (one level of inline table); `None` when no key is found.
-fn key_path_at(text: &str, at: usize) -> Option<String> {
-    let at = at.min(text.len());
-    let line_start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
-    // the table the line is in: the last header above it, with array indexes
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    let mut table = String::new();
-    for line in text[..line_start].lines() {
-        let line = line.trim();
-        if let Some(name) = line
-            .strip_prefix("[[")
-            .and_then(|rest| rest.split("]]").next())
-        {
-            let name = name.trim().to_owned();
-            // a new element of an array forgets the elements of the arrays below it
-            let index = counts.get(&name).map_or(0, |count| count + 1);
-            counts.retain(|other, _| !other.starts_with(&format!("{name}.")));
-            counts.insert(name.clone(), index);
-            table = indexed(&name, &counts);
-        } else if let Some(name) = line
-            .strip_prefix('[')
-            .and_then(|rest| rest.split(']').next())
-        {
-            table = indexed(name.trim(), &counts);
-        }
-    }
-    let line = &text[line_start..at];
-    let (key, rest) = line.split_once('=')?;
-    let mut path = key.trim().trim_matches('"').to_owned();
-    // inside an inline table: the last `key =` before the value
-    if rest.contains('{') {
-        let inner = rest.rsplit(['{', ',']).next().unwrap_or_default();
-        if let Some((inner_key, _)) = inner.split_once('=') {
-            path = format!("{path}.{}", inner_key.trim().trim_matches('"'));
-        }
-    }
-    if path.is_empty() {
-        return None;
-    }
-    Some(if table.is_empty() {
-        path
-    } else {
-        format!("{table}.{path}")
-    })
-}
-
-/// `groups.processors` as `groups[1].processors[0]`, from the element counts of the
-/// arrays of tables seen so far.
-fn indexed(name: &str, counts: &BTreeMap<String, usize>) -> String {
-    let mut path = String::new();
-    let mut prefix = String::new();
-    for part in name.split('.') {
-        if !prefix.is_empty() {
-            prefix.push('.');
-            path.push('.');
-        }
-        prefix.push_str(part);
-        path.push_str(part);
-        if let Some(index) = counts.get(&prefix) {
-            path.push_str(&format!("[{index}]"));
-        }
-    }
-    path
-}
-
-/// The 1-based line and column (in characters) of the byte offset `at` of `text`.
-fn line_and_column(text: &str, at: usize) -> (usize, usize) {
-    let mut at = at.min(text.len());
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    let before = &text[..at];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
-    (line, before[line_start..].chars().count() + 1)
 }

@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use tracing::error;
 
 use crate::config::{AddFailurePolicy, CaptureStore, FeedCodec, IdleStrategyConfig, ServerConfig};
-use crate::sinks::Sinks;
+use crate::sinks::{SharedConfig, Sinks};
 use crate::ServerError;
 
 use super::builder::{FeedAndSource, ServerBuilder};
@@ -83,75 +83,41 @@ impl ServerBuilder {
                 failures.lock().push(reason);
             })
         });
-        let mut feeds: Vec<FeedRuntime> = self
+        let mut feeds: Vec<Arc<FeedRuntime>> = self
             .code_sources
             .into_iter()
-            .map(|(name, publisher, source)| FeedRuntime {
-                name,
-                publisher,
-                source: Mutex::new(SourceSlot::Ready(source)),
-            })
-            .collect();
-        for (index, feed_config) in config.feeds.iter().enumerate() {
-            if let Some(kind) = feed_config.plugin_kind() {
-                // checked: a plugin of plugin_dir declares the kind
-                let Some(loaded) = plugins.as_deref() else {
-                    continue;
-                };
-                let (publisher, source) =
-                    plugin_feed(&config, index, kind, loaded, &kill_switch, &connector)?;
-                feeds.push(FeedRuntime {
-                    name: feed_config.name.clone(),
+            .map(|(name, publisher, source)| {
+                Arc::new(FeedRuntime {
+                    name,
                     publisher,
                     source: Mutex::new(SourceSlot::Ready(source)),
-                });
-                continue;
+                })
+            })
+            .collect();
+        for index in 0..config.feeds.len() {
+            if let Some(feed) =
+                configured_feed(&config, index, plugins.as_deref(), &kill_switch, &connector)?
+            {
+                feeds.push(Arc::new(feed));
             }
-            let strategy = feed_config.read_strategy;
-            let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) =
-                if feed_config.is_glob() {
-                    // one feed over every matching file, each on its own lane: positions
-                    // are (lane, byte offset)
-                    let publisher: Arc<Publisher<Line, (u32, u64)>> =
-                        feed_builder(&config, index)?.try_build()?;
-                    publisher.set_kill_switch(Arc::clone(&kill_switch));
-                    connector.register(Arc::clone(&publisher))?;
-                    let source = GlobFileSource::<Line>::of_lines(
-                        glob_source_config(&config, index),
-                        publisher.clone(),
-                    );
-                    (publisher, Box::new(source))
-                } else {
-                    let publisher: Arc<Publisher<Line, u64>> =
-                        feed_builder(&config, index)?.try_build()?;
-                    // run only for queues whose overload block asks for it
-                    publisher.set_kill_switch(Arc::clone(&kill_switch));
-                    connector.register(Arc::clone(&publisher))?;
-                    let mut file_config = FileSourceConfig::new(
-                        &feed_config.name,
-                        config.resolve(&feed_config.path),
-                        strategy,
-                    );
-                    file_config.rotated = feed_config.rotated.iter().cloned().collect();
-                    let source = FileEventSource::<Line>::of_lines(file_config, publisher.clone());
-                    (publisher, Box::new(source))
-                };
-            feeds.push(FeedRuntime {
-                name: feed_config.name.clone(),
-                publisher,
-                source: Mutex::new(SourceSlot::Ready(source)),
-            });
         }
-        let sinks = Sinks::open(&config, Some(registry.clone()), plugins.as_deref())?;
+        let running: SharedConfig = Arc::new(parking_lot::RwLock::new(Arc::new(config.clone())));
+        let sinks = Sinks::open(&running, Some(registry.clone()), plugins.as_deref())?;
         Ok(Server {
             inner: Arc::new(Inner {
                 config,
+                running,
                 kinds: self.kinds,
                 code_processors: Mutex::new(self.code_processors),
+                code_feed_names: self.code_feed_names,
                 registry,
                 plane,
-                feeds,
+                feeds: Mutex::new(feeds),
                 sinks,
+                plugins,
+                kill_switch,
+                connector,
+                reloads: Mutex::default(),
                 lifecycle: Mutex::new(Lifecycle::default()),
                 failures,
                 failed_adds: Mutex::new(Vec::new()),
@@ -159,6 +125,61 @@ impl ServerBuilder {
             }),
         })
     }
+}
+
+/// Configured feed `index` of `config`: its publisher (registered with `connector`)
+/// and its source, not started. `None` for a plugin feed without loaded plugins (the
+/// checks refused such a config already).
+pub(super) fn configured_feed(
+    config: &ServerConfig,
+    index: usize,
+    plugins: Option<&PluginRegistry>,
+    kill_switch: &KillSwitch,
+    connector: &DeliveryFeeds,
+) -> Result<Option<FeedRuntime>, ServerError> {
+    let feed_config = &config.feeds[index];
+    if let Some(kind) = feed_config.plugin_kind() {
+        // checked: a plugin of plugin_dir declares the kind
+        let Some(loaded) = plugins else {
+            return Ok(None);
+        };
+        let (publisher, source) = plugin_feed(config, index, kind, loaded, kill_switch, connector)?;
+        return Ok(Some(FeedRuntime {
+            name: feed_config.name.clone(),
+            publisher,
+            source: Mutex::new(SourceSlot::Ready(source)),
+        }));
+    }
+    let strategy = feed_config.read_strategy;
+    let (publisher, source): (Arc<dyn AnyFeed>, Box<dyn EventSource>) = if feed_config.is_glob() {
+        // one feed over every matching file, each on its own lane: positions are
+        // (lane, byte offset)
+        let publisher: Arc<Publisher<Line, (u32, u64)>> =
+            feed_builder(config, index)?.try_build()?;
+        publisher.set_kill_switch(Arc::clone(kill_switch));
+        connector.register(Arc::clone(&publisher))?;
+        let source =
+            GlobFileSource::<Line>::of_lines(glob_source_config(config, index), publisher.clone());
+        (publisher, Box::new(source))
+    } else {
+        let publisher: Arc<Publisher<Line, u64>> = feed_builder(config, index)?.try_build()?;
+        // run only for queues whose overload block asks for it
+        publisher.set_kill_switch(Arc::clone(kill_switch));
+        connector.register(Arc::clone(&publisher))?;
+        let mut file_config = FileSourceConfig::new(
+            &feed_config.name,
+            config.resolve(&feed_config.path),
+            strategy,
+        );
+        file_config.rotated = feed_config.rotated.iter().cloned().collect();
+        let source = FileEventSource::<Line>::of_lines(file_config, publisher.clone());
+        (publisher, Box::new(source))
+    };
+    Ok(Some(FeedRuntime {
+        name: feed_config.name.clone(),
+        publisher,
+        source: Mutex::new(SourceSlot::Ready(source)),
+    }))
 }
 
 /// The builder of configured feed `index`: capacity, overload, status events, bounded.

@@ -44,7 +44,11 @@ pub fn replay(
     let plugins = builder.plugins()?;
     let config = builder.config;
     // a replay's sinks hold no feed's commit
-    let sinks = Arc::new(Sinks::open(&config, None, plugins.as_deref())?);
+    let sinks = Arc::new(Sinks::open(
+        &Arc::new(parking_lot::RwLock::new(Arc::new(config.clone()))),
+        None,
+        plugins.as_deref(),
+    )?);
     let mut reports = Vec::new();
     for (group_index, group) in config.groups.iter().enumerate() {
         let dir = recording.join(&group.name);

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use tracing::{error, info, warn};
 
-use crate::config::AddFailurePolicy;
+use crate::config::{AddFailurePolicy, GroupConfig, ProcessorConfig, ServerConfig};
 use crate::ServerError;
 
 use super::build::idle_strategy;
@@ -56,99 +56,134 @@ impl Server {
             lifecycle.started = true;
         }
         info!(
-            feeds = inner.feeds.len(),
+            feeds = inner.feeds.lock().len(),
             groups = inner.config.groups.len(),
             "server starting"
         );
         for group in &inner.config.groups {
-            let recorder = match &inner.config.record {
-                None => None,
-                Some(record) => {
-                    let dir = inner.config.resolve(&record.dir).join(&group.name);
-                    let config =
-                        RecordConfig::new(record.processors.clone(), feed_codecs(&inner.config));
-                    let recorder = Recorder::create(&dir, config).map_err(|error| {
-                        ServerError::invalid(
-                            "record.dir",
-                            format!("cannot record into {}: {error}", dir.display()),
-                        )
-                    })?;
-                    info!(group = %group.name, dir = %dir.display(), "recording processor inputs");
-                    Some(Box::new(recorder) as Box<dyn mongoose_control::GroupRecorder>)
-                }
-            };
-            inner.plane.create_group(
-                &group.name,
-                GroupOptions {
-                    idle: idle_strategy(group.idle_strategy),
-                    core: group.core,
-                    recorder,
-                    ..GroupOptions::default()
-                },
-            )?;
+            self.create_configured_group(&inner.config, group)?;
         }
         inner.plane.start()?;
-        let wait = Duration::from_millis(inner.config.control_wait_millis);
         let mut adds = Vec::new();
         for group in &inner.config.groups {
             for processor in &group.processors {
-                let factory = Arc::clone(&inner.kinds[&processor.kind].build);
-                let context = ProcessorContext {
-                    name: &processor.name,
-                    group: &group.name,
-                    settings: &processor.settings,
-                    base_dir: &inner.config.base_dir,
-                    sinks: &inner.sinks,
-                    feeds: &inner.config.feeds,
-                };
-                let built =
-                    factory(&context).map_err(|message| ServerError::ProcessorSettings {
-                        name: processor.name.clone(),
-                        kind: processor.kind.clone(),
-                        message,
-                    })?;
-                let supplier =
-                    ProcessorSupplier::boxed(move || built).named(kind_name(&processor.kind));
-                adds.push((group.name.clone(), processor.name.clone(), supplier));
+                adds.push(self.configured_processor(&inner.config, &group.name, processor)?);
             }
         }
         adds.extend(inner.code_processors.lock().drain(..));
         for (group, name, supplier) in adds {
-            let added = inner.plane.add_processor(&group, &name, supplier);
-            match added.reply.wait_for(wait) {
-                Ok(reply) if reply.outcome == ReplyOutcome::Applied => {
-                    info!(group = %group, processor = %name, "processor started");
-                }
-                Ok(reply) => {
-                    let message = format!(
-                        "processor '{group}/{name}' not added: {:?} ({:?}): {}",
-                        reply.outcome, reply.kind, reply.reason
-                    );
-                    match inner.config.add_failure_policy {
-                        AddFailurePolicy::Report => {
-                            error!("{message}");
-                            inner.failed_adds.lock().push(message);
-                        }
-                        AddFailurePolicy::Throw => return Err(ServerError::State(message)),
-                    }
-                }
-                Err(error) => {
-                    warn!(group = %group, processor = %name, %error, "no reply to the add in time; it still applies")
-                }
-            }
+            self.add_processor(&group, &name, supplier)?;
         }
         self.report_earlier_losses();
-        for feed in &inner.feeds {
+        for feed in inner.feeds.lock().iter() {
             Self::start_source(feed, &inner.failures);
         }
         for feed in inner.registry.feeds() {
             feed.start_complete();
         }
+        inner.lifecycle.lock().running = true;
         info!("server started");
         Ok(())
     }
 
-    fn start_source(feed: &FeedRuntime, failures: &Arc<Mutex<Vec<String>>>) {
+    /// Creates the configured group `group` (recording it when `config` has a
+    /// `[record]` section): at start, and for a group a reload adds.
+    pub(super) fn create_configured_group(
+        &self,
+        config: &ServerConfig,
+        group: &GroupConfig,
+    ) -> Result<(), ServerError> {
+        let recorder = match &config.record {
+            None => None,
+            Some(record) => {
+                let dir = config.resolve(&record.dir).join(&group.name);
+                let record_config =
+                    RecordConfig::new(record.processors.clone(), feed_codecs(config));
+                let recorder = Recorder::create(&dir, record_config).map_err(|error| {
+                    ServerError::invalid(
+                        "record.dir",
+                        format!("cannot record into {}: {error}", dir.display()),
+                    )
+                })?;
+                info!(group = %group.name, dir = %dir.display(), "recording processor inputs");
+                Some(Box::new(recorder) as Box<dyn mongoose_control::GroupRecorder>)
+            }
+        };
+        self.inner.plane.create_group(
+            &group.name,
+            GroupOptions {
+                idle: idle_strategy(group.idle_strategy),
+                core: group.core,
+                recorder,
+                ..GroupOptions::default()
+            },
+        )?;
+        Ok(())
+    }
+
+    /// The supplier of configured processor `processor` of `group`, built by its kind's
+    /// factory with `config`'s feeds and folder.
+    pub(super) fn configured_processor(
+        &self,
+        config: &ServerConfig,
+        group: &str,
+        processor: &ProcessorConfig,
+    ) -> Result<(String, String, ProcessorSupplier), ServerError> {
+        let inner = &self.inner;
+        let factory = Arc::clone(&inner.kinds[&processor.kind].build);
+        let context = ProcessorContext {
+            name: &processor.name,
+            group,
+            settings: &processor.settings,
+            base_dir: &config.base_dir,
+            sinks: &inner.sinks,
+            feeds: &config.feeds,
+        };
+        let built = factory(&context).map_err(|message| ServerError::ProcessorSettings {
+            name: processor.name.clone(),
+            kind: processor.kind.clone(),
+            message,
+        })?;
+        let supplier = ProcessorSupplier::boxed(move || built).named(kind_name(&processor.kind));
+        Ok((group.to_owned(), processor.name.clone(), supplier))
+    }
+
+    /// Adds a processor through the control plane and waits for its reply (up to
+    /// `control_wait_millis`); a reply that is not APPLIED follows `add_failure_policy`.
+    pub(super) fn add_processor(
+        &self,
+        group: &str,
+        name: &str,
+        supplier: ProcessorSupplier,
+    ) -> Result<(), ServerError> {
+        let inner = &self.inner;
+        let wait = Duration::from_millis(inner.config.control_wait_millis);
+        let added = inner.plane.add_processor(group, name, supplier);
+        match added.reply.wait_for(wait) {
+            Ok(reply) if reply.outcome == ReplyOutcome::Applied => {
+                info!(group = %group, processor = %name, "processor started");
+            }
+            Ok(reply) => {
+                let message = format!(
+                    "processor '{group}/{name}' not added: {:?} ({:?}): {}",
+                    reply.outcome, reply.kind, reply.reason
+                );
+                match inner.config.add_failure_policy {
+                    AddFailurePolicy::Report => {
+                        error!("{message}");
+                        inner.failed_adds.lock().push(message);
+                    }
+                    AddFailurePolicy::Throw => return Err(ServerError::State(message)),
+                }
+            }
+            Err(error) => {
+                warn!(group = %group, processor = %name, %error, "no reply to the add in time; it still applies")
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn start_source(feed: &FeedRuntime, failures: &Arc<Mutex<Vec<String>>>) {
         let mut slot = feed.source.lock();
         let SourceSlot::Ready(mut source) = std::mem::replace(&mut *slot, SourceSlot::Stopped)
         else {
@@ -356,13 +391,20 @@ impl Server {
     }
 
     fn stop_sources(&self, deadline: Instant) -> bool {
-        for feed in &self.inner.feeds {
+        let feeds = self.inner.feeds.lock().clone();
+        Self::stop_sources_of(&feeds, deadline)
+    }
+
+    /// Stops the sources of `feeds` and joins their threads until `deadline`; true when
+    /// every one stopped (one still running stays in its slot).
+    pub(super) fn stop_sources_of(feeds: &[Arc<FeedRuntime>], deadline: Instant) -> bool {
+        for feed in feeds {
             if let SourceSlot::Running { stop, .. } = &*feed.source.lock() {
                 stop.stop();
             }
         }
         let mut all = true;
-        for feed in &self.inner.feeds {
+        for feed in feeds {
             let mut slot = feed.source.lock();
             match std::mem::replace(&mut *slot, SourceSlot::Stopped) {
                 SourceSlot::Running { stop, thread } => {
@@ -385,7 +427,7 @@ impl Server {
     }
 
     fn commit_after_stop(&self, when: &str) {
-        for feed in &self.inner.feeds {
+        for feed in self.inner.feeds.lock().iter() {
             let committed = feed.publisher.commit_processed_after_stop();
             info!(feed = %feed.name, acknowledged = committed, "committed what the groups processed {when}");
         }

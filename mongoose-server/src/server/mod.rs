@@ -12,6 +12,7 @@ mod checks;
 mod codecs;
 mod kinds;
 mod lifecycle;
+mod reload;
 
 pub use builder::ServerBuilder;
 pub use codecs::replay;
@@ -20,6 +21,7 @@ pub use kinds::{
     SettingsValidator,
 };
 pub use lifecycle::StopResult;
+pub use reload::ReloadStatus;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,7 +35,7 @@ use parking_lot::Mutex;
 use tracing::{error, warn};
 
 use crate::config::ServerConfig;
-use crate::sinks::Sinks;
+use crate::sinks::{SharedConfig, Sinks};
 
 use build::glob_source_config;
 
@@ -55,6 +57,8 @@ struct FeedRuntime {
 #[derive(Default)]
 struct Lifecycle {
     started: bool,
+    /// The start completed: a reload may change what runs.
+    running: bool,
     stopping: bool,
     sources_stopped: bool,
     drained: bool,
@@ -65,13 +69,26 @@ struct Lifecycle {
 }
 
 struct Inner {
+    /// The configuration the server started with.
     config: ServerConfig,
+    /// The configuration it runs now (the last a reload applied).
+    running: SharedConfig,
     kinds: BTreeMap<String, ProcessorKind>,
     code_processors: Mutex<Vec<(String, String, ProcessorSupplier)>>,
+    /// The names of the feeds added by code (a reloaded config may name them).
+    code_feed_names: Vec<String>,
     registry: FeedRegistry,
     plane: ControlPlane,
-    feeds: Vec<FeedRuntime>,
+    feeds: Mutex<Vec<Arc<FeedRuntime>>>,
     sinks: Sinks,
+    /// The plugins of `plugin_dir`, for feeds and sinks a reload adds.
+    plugins: Option<Arc<mongoose_plugin::host::PluginRegistry>>,
+    /// The kill switch of configured feeds, for feeds a reload adds.
+    kill_switch: mongoose_delivery::KillSwitch,
+    /// Registers feeds with the control plane's view of them.
+    connector: mongoose_control::DeliveryFeeds,
+    /// The reloads so far: one at a time, their count and the last outcome.
+    reloads: Mutex<reload::Reloads>,
     lifecycle: Mutex<Lifecycle>,
     /// Why the run cannot go on: a source that could not start, a kill switch.
     failures: Arc<Mutex<Vec<String>>>,
@@ -116,9 +133,17 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// The configuration.
+    /// The configuration the server started with. A reload (SIGHUP) changes only its
+    /// feeds, groups, processors and sinks: [`Server::running_config`] is the one it
+    /// runs now.
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// The configuration the server runs now: the one it started with, or the last one
+    /// a reload applied.
+    pub fn running_config(&self) -> Arc<ServerConfig> {
+        Arc::clone(&self.inner.running.read())
     }
 
     /// The feeds, for the admin API and embedders.
@@ -239,13 +264,13 @@ impl Server {
     /// The loss file of a configured feed that keeps a pointer
     /// ([`crate::losses::loss_path`]); `None` for other feeds.
     pub fn loss_file(&self, feed: &str) -> Option<std::path::PathBuf> {
-        loss_file_of(&self.inner.config, feed)
+        loss_file_of(&self.running_config(), feed)
     }
 
     /// Records a loss of `feed` in the log and, for a feed that keeps a pointer, in
     /// its loss file, so the next start reports it once.
     pub fn record_loss(&self, feed: &str, what: String) {
-        record_loss_of(&self.inner.config, feed, what);
+        record_loss_of(&self.running_config(), feed, what);
     }
 
     /// Reports the losses earlier runs recorded beside the feeds' pointers: a WARN
@@ -254,7 +279,7 @@ impl Server {
     /// after its start reported them leaves them for the next start.
     fn report_earlier_losses(&self) {
         let mut reported = Vec::new();
-        for feed in &self.inner.config.feeds {
+        for feed in &self.running_config().feeds {
             let Some(path) = self.loss_file(&feed.name) else {
                 continue;
             };

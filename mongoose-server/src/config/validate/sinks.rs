@@ -24,12 +24,13 @@ impl crate::config::SinkConfig {
         plugins: bool,
     ) -> Result<(), ServerError> {
         let at = |key: &str| format!("sinks[{index}].{key}");
-        let given: [(&str, bool); 8] = [
+        let given: [(&str, bool); 9] = [
             ("path", self.path.is_some()),
             ("sync", self.sync.is_some()),
             ("address", self.address.is_some()),
             ("url", self.url.is_some()),
             ("headers", self.headers.is_some()),
+            ("header_files", self.header_files.is_some()),
             (
                 "connect_timeout_millis",
                 self.connect_timeout_millis.is_some(),
@@ -52,6 +53,7 @@ impl crate::config::SinkConfig {
                 &[
                     "url",
                     "headers",
+                    "header_files",
                     "connect_timeout_millis",
                     "response_timeout_millis",
                 ],
@@ -108,6 +110,57 @@ impl crate::config::SinkConfig {
             }
         }
         Ok(())
+    }
+
+    /// An `http` sink's headers: `headers`, and `header_files` each read from its file
+    /// (resolved with `resolve`, trimmed, not empty).
+    ///
+    /// # Errors
+    /// A header named in both, or a header file that cannot be read or is empty.
+    pub fn http_headers(
+        &self,
+        resolve: impl Fn(&std::path::Path) -> std::path::PathBuf,
+    ) -> Result<Vec<(String, String)>, ServerError> {
+        let mut headers: Vec<(String, String)> = self
+            .headers
+            .iter()
+            .flatten()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        for (name, file) in self.header_files.iter().flatten() {
+            let at = format!("sinks.{}.header_files.{name}", self.name);
+            if headers
+                .iter()
+                .any(|(given, _)| given.eq_ignore_ascii_case(name))
+            {
+                return Err(ServerError::invalid(
+                    at,
+                    format!("the header {name} is also in `headers`: give it one way"),
+                ));
+            }
+            let path = resolve(file);
+            let value = std::fs::read_to_string(&path).map_err(|error| {
+                ServerError::invalid(
+                    at.clone(),
+                    format!(
+                        "cannot read the header file {}: {error}; create it holding the header's value",
+                        path.display()
+                    ),
+                )
+            })?;
+            let value = value.trim();
+            if value.is_empty() {
+                return Err(ServerError::invalid(
+                    at,
+                    format!(
+                        "the header file {} is empty: write the header's value into it",
+                        path.display()
+                    ),
+                ));
+            }
+            headers.push((name.clone(), value.to_owned()));
+        }
+        Ok(headers)
     }
 
     /// Refuses values that would panic the sink's thread, wait for ever or never reach

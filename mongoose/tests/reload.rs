@@ -1,0 +1,464 @@
+//! SIGHUP reloads the config (issue 28, item 3), through the real binary: an added
+//! feed and processor process their lines; a removed feed commits what was processed,
+//! so adding it back (by a reload or a restart) resumes exactly; an invalid file and a
+//! change that cannot apply live are logged and the old config keeps running; many
+//! SIGHUPs while lines flow never kill the server, and nothing is lost or doubled; a
+//! SIGTERM is still the normal clean stop (exit 0).
+//!
+//! Every output goes to the stdout sink (no de-duplication), one line `FEED LINE` per
+//! input line, into a file per run: a line processed twice shows twice.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long anything may take before the test calls it a hang.
+const HANG: Duration = Duration::from_secs(90);
+
+struct Dir {
+    dir: tempfile::TempDir,
+    runs: usize,
+}
+
+impl Dir {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for feed in ["app", "audit"] {
+            std::fs::write(dir.path().join(format!("{feed}.log")), "").expect("input");
+        }
+        Dir { dir, runs: 0 }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Appends `count` lines `NAME-<n>` from `first` to `NAME.log`.
+    fn append(&self, feed: &str, first: usize, count: usize) {
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.path(&format!("{feed}.log")))
+            .expect("input");
+        let text: String = (first..first + count)
+            .map(|n| format!("{feed}-{n}\n"))
+            .collect();
+        file.write_all(text.as_bytes()).expect("append");
+    }
+
+    fn write_config(&self, text: &str) {
+        // written aside and renamed: a reload never reads half a file
+        let aside = self.path("mongoose.toml.new");
+        std::fs::write(&aside, text).expect("config");
+        std::fs::rename(&aside, self.path("mongoose.toml")).expect("config");
+    }
+
+    /// Starts `mongoose run` (stdout and stderr into files of this run).
+    fn spawn(&mut self, exit_when_settled: bool) -> Run {
+        self.runs += 1;
+        let out = self.path(&format!("out-{}.txt", self.runs));
+        let log = self.path(&format!("log-{}.txt", self.runs));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mongoose"));
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(self.path("mongoose.toml"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(std::fs::File::create(&out).expect("out")))
+            .stderr(Stdio::from(std::fs::File::create(&log).expect("log")));
+        if exit_when_settled {
+            command.arg("--exit-when-settled");
+        }
+        let child = command.spawn().expect("the mongoose binary starts");
+        let run = Run { child, log };
+        run.wait_for_log("server started");
+        run
+    }
+
+    /// Every output line of every run so far, counted.
+    fn outputs(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for run in 1..=self.runs {
+            let text =
+                std::fs::read_to_string(self.path(&format!("out-{run}.txt"))).unwrap_or_default();
+            for line in text.lines() {
+                *counts.entry(line.to_owned()).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
+    /// Waits until the outputs hold `NAME-<n>` for every n below `count` of `feed`.
+    fn wait_for_outputs(&self, run: &mut Run, feed: &str, count: usize) {
+        let deadline = Instant::now() + HANG;
+        loop {
+            let outputs = self.outputs();
+            let seen = (0..count)
+                .filter(|n| outputs.contains_key(&format!("{feed} {feed}-{n}")))
+                .count();
+            if seen == count {
+                return;
+            }
+            run.assert_running(&format!(
+                "waiting for {count} lines of {feed} ({seen} seen)"
+            ));
+            assert!(
+                Instant::now() < deadline,
+                "only {seen} of {count} lines of {feed} processed; log:\n{}",
+                run.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Asserts every line of `feed` below `count` was output exactly once, over all runs.
+    fn assert_exactly_once(&self, feed: &str, count: usize) {
+        let outputs = self.outputs();
+        for n in 0..count {
+            let line = format!("{feed} {feed}-{n}");
+            assert_eq!(
+                outputs.get(&line).copied().unwrap_or(0),
+                1,
+                "{line} is output exactly once"
+            );
+        }
+        let extra = outputs
+            .keys()
+            .filter(|line| line.starts_with(&format!("{feed} ")))
+            .count();
+        assert_eq!(extra, count, "no other line of {feed} is output");
+    }
+}
+
+struct Run {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Run {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn assert_running(&mut self, what: &str) {
+        if let Some(status) = self.child.try_wait().expect("status") {
+            panic!(
+                "the server ended ({status}) while {what}; log:\n{}",
+                self.log()
+            );
+        }
+    }
+
+    fn wait_for_log(&self, text: &str) {
+        self.wait_for_log_count(text, 1);
+    }
+
+    /// Waits until the log holds `text` at least `count` times.
+    fn wait_for_log_count(&self, text: &str, count: usize) {
+        let deadline = Instant::now() + HANG;
+        while self.log().matches(text).count() < count {
+            assert!(
+                Instant::now() < deadline,
+                "no {count} x '{text}' in the log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// Sends SIGHUP and waits for the reload's outcome (the `count`-th reload line).
+    fn reload(&mut self, count: usize) {
+        self.signal("HUP");
+        let deadline = Instant::now() + HANG;
+        while outcomes(&self.log()) < count {
+            self.assert_running("waiting for a reload's outcome");
+            assert!(
+                Instant::now() < deadline,
+                "no reload outcome:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, and the exit code of the clean stop.
+    fn terminate(mut self) -> i32 {
+        self.signal("TERM");
+        let deadline = Instant::now() + HANG;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("status") {
+                return status.code().unwrap_or_else(|| {
+                    panic!("ended by a signal: {status}; log:\n{}", self.log())
+                });
+            }
+            assert!(Instant::now() < deadline, "no stop:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// How many reloads ended (their outcome logged) in `log`.
+fn outcomes(log: &str) -> usize {
+    log.matches("configuration reloaded").count()
+        + log.matches("configuration reload invalid").count()
+        + log.matches("configuration reload refused").count()
+        + log.matches("configuration reload failed").count()
+}
+
+/// A feed, its group and its forward processor, all named `name`, into sink `out`.
+fn part(name: &str) -> String {
+    format!(
+        "[[feeds]]\nname = \"{name}\"\nsource = \"file\"\npath = \"{name}.log\"\n\
+         [[groups]]\nname = \"{name}\"\nidle_strategy = \"sleeping-millis:1\"\n\
+         [[groups.processors]]\nname = \"{name}\"\nkind = \"forward\"\n\
+         settings = {{ feed = \"{name}\", sink = \"out\", template = \"{{feed}} {{line}}\" }}\n"
+    )
+}
+
+fn config(parts: &[&str]) -> String {
+    let mut text = "shutdown_drain_timeout_millis = 10000\n\
+                    [[sinks]]\nname = \"out\"\nkind = \"stdout\"\n"
+        .to_owned();
+    for name in parts {
+        text.push_str(&part(name));
+    }
+    text
+}
+
+#[test]
+fn a_sighup_adds_a_feed_and_its_processor_and_their_lines_get_processed() {
+    let mut dir = Dir::new();
+    dir.append("app", 0, 100);
+    dir.append("audit", 0, 50);
+    dir.write_config(&config(&["app"]));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 100);
+    dir.write_config(&config(&["app", "audit"]));
+    run.reload(1);
+    assert!(
+        run.log().contains("configuration reloaded"),
+        "applied:\n{}",
+        run.log()
+    );
+    dir.wait_for_outputs(&mut run, "audit", 50);
+    dir.append("app", 100, 100);
+    dir.append("audit", 50, 50);
+    dir.wait_for_outputs(&mut run, "app", 200);
+    dir.wait_for_outputs(&mut run, "audit", 100);
+    assert_eq!(run.terminate(), 0, "SIGTERM is still the clean stop");
+    dir.assert_exactly_once("app", 200);
+    dir.assert_exactly_once("audit", 100);
+}
+
+#[test]
+fn a_removed_feed_commits_what_was_processed_and_adding_it_back_resumes_exactly() {
+    let mut dir = Dir::new();
+    dir.append("app", 0, 50);
+    dir.append("audit", 0, 100);
+    dir.write_config(&config(&["app", "audit"]));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "audit", 100);
+    // removed: its source stops, its processed position is committed
+    dir.write_config(&config(&["app"]));
+    run.reload(1);
+    assert!(run.log().contains("removed feed"), "{}", run.log());
+    dir.append("audit", 100, 100);
+    dir.append("app", 50, 50);
+    dir.wait_for_outputs(&mut run, "app", 100);
+    // added back by a reload: it resumes after what was committed
+    dir.write_config(&config(&["app", "audit"]));
+    run.reload(2);
+    dir.wait_for_outputs(&mut run, "audit", 200);
+    // removed again, more lines while it is out, then a restart with it
+    dir.write_config(&config(&["app"]));
+    run.reload(3);
+    dir.append("audit", 200, 100);
+    assert_eq!(
+        run.terminate(),
+        0,
+        "clean stop; the earlier run's log is in log-1"
+    );
+    dir.write_config(&config(&["app", "audit"]));
+    let mut restarted = dir.spawn(false);
+    dir.wait_for_outputs(&mut restarted, "audit", 300);
+    assert_eq!(restarted.terminate(), 0);
+    dir.assert_exactly_once("audit", 300);
+    dir.assert_exactly_once("app", 100);
+}
+
+#[test]
+fn an_invalid_config_is_logged_and_the_old_one_keeps_running_and_processing() {
+    let mut dir = Dir::new();
+    dir.append("app", 0, 10);
+    dir.write_config(&config(&["app"]));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 10);
+    // not TOML, then an unset variable, then a processor naming no feed
+    let broken = [
+        "[[feeds]\nname = ".to_owned(),
+        config(&["app"]).replace("app.log", "${RELOAD_TEST_SURELY_UNSET}/app.log"),
+        config(&["app", "audit"]).replace("feed = \"audit\"", "feed = \"nothing\""),
+    ];
+    for (index, text) in broken.iter().enumerate() {
+        dir.write_config(text);
+        run.reload(index + 1);
+        dir.append("app", 10 * (index + 1), 10);
+        dir.wait_for_outputs(&mut run, "app", 10 * (index + 2));
+    }
+    let log = run.log();
+    assert_eq!(
+        log.matches(
+            "configuration reload invalid: nothing changed, the old configuration keeps running"
+        )
+        .count(),
+        3,
+        "{log}"
+    );
+    assert!(
+        log.contains("environment variable RELOAD_TEST_SURELY_UNSET is not set"),
+        "the reason is logged:\n{log}"
+    );
+    assert_eq!(run.terminate(), 0);
+    dir.assert_exactly_once("app", 40);
+    assert!(
+        !dir.outputs().keys().any(|line| line.starts_with("audit")),
+        "nothing of the invalid file was applied"
+    );
+}
+
+#[test]
+fn a_change_that_cannot_apply_live_is_refused_and_the_old_config_keeps_running() {
+    let mut dir = Dir::new();
+    dir.append("app", 0, 10);
+    dir.append("audit", 0, 10);
+    std::fs::write(dir.path("other.log"), "other-0\n").expect("other");
+    dir.write_config(&config(&["app"]));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 10);
+    // the app feed's path changes, and a feed is added: the whole reload is refused
+    let changed =
+        config(&["app", "audit"]).replacen("path = \"app.log\"", "path = \"other.log\"", 1);
+    dir.write_config(&changed);
+    run.reload(1);
+    let log = run.log();
+    assert!(
+        log.contains("feed 'app': `path` changed: restart to apply it"),
+        "the change is named:\n{log}"
+    );
+    assert!(
+        log.contains(
+            "configuration reload refused: nothing changed, the old configuration keeps running"
+        ),
+        "{log}"
+    );
+    dir.append("app", 10, 10);
+    dir.wait_for_outputs(&mut run, "app", 20);
+    assert_eq!(run.terminate(), 0);
+    let outputs = dir.outputs();
+    assert!(
+        !outputs
+            .keys()
+            .any(|line| line.starts_with("audit") || line.contains("other")),
+        "nothing of the refused file was applied: {outputs:?}"
+    );
+    dir.assert_exactly_once("app", 20);
+}
+
+#[test]
+fn many_sighups_while_lines_flow_never_kill_the_server_and_nothing_is_lost_or_doubled() {
+    let mut dir = Dir::new();
+    dir.write_config(&config(&["app", "audit"]));
+    let mut run = dir.spawn(false);
+    let mut next = 0;
+    for round in 0..30 {
+        // lines flow into both feeds while audit is removed and added back
+        dir.append("app", next, 300);
+        dir.append("audit", next, 300);
+        next += 300;
+        let parts: &[&str] = if round % 2 == 0 {
+            &["app"]
+        } else {
+            &["app", "audit"]
+        };
+        dir.write_config(&config(parts));
+        run.signal("HUP");
+        if round % 5 == 4 {
+            // some in a burst, some waited for
+            run.reload(outcomes(&run.log()) + 1);
+        }
+        run.assert_running("sending SIGHUPs");
+    }
+    dir.write_config(&config(&["app", "audit"]));
+    run.reload(outcomes(&run.log()) + 1);
+    dir.wait_for_outputs(&mut run, "app", next);
+    dir.wait_for_outputs(&mut run, "audit", next);
+    let log = run.log();
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(
+        log.contains("removed feed 'audit'") && log.contains("added feed 'audit'"),
+        "audit was removed and added back live:\n{log}"
+    );
+    assert_eq!(run.terminate(), 0);
+    dir.assert_exactly_once("app", next);
+    dir.assert_exactly_once("audit", next);
+}
+
+#[test]
+fn a_sink_and_a_processor_added_then_removed_by_reloads_publish_what_they_were_given() {
+    let mut dir = Dir::new();
+    dir.append("app", 0, 10);
+    dir.write_config(&config(&["app"]));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 10);
+    // a file sink and a second consumer of the running feed `app`, writing to it
+    let copier = "[[sinks]]\nname = \"copy\"\nkind = \"file\"\npath = \"copy.txt\"\n\
+                  [[groups]]\nname = \"copier\"\n[[groups.processors]]\nname = \"copier\"\n\
+                  kind = \"forward\"\nsettings = { feed = \"app\", sink = \"copy\" }\n";
+    dir.write_config(&format!("{}{copier}", config(&["app"])));
+    run.reload(1);
+    let log = run.log();
+    assert!(
+        log.contains("added sink 'copy'") && log.contains("added processor 'copier/copier'"),
+        "{log}"
+    );
+    // a consumer added to a running feed is given what the feed publishes from then on
+    dir.append("app", 10, 20);
+    dir.wait_for_outputs(&mut run, "app", 30);
+    let copied = |dir: &Dir| std::fs::read_to_string(dir.path("copy.txt")).unwrap_or_default();
+    let deadline = Instant::now() + HANG;
+    while copied(&dir).lines().count() < 20 {
+        run.assert_running("waiting for the copy");
+        assert!(Instant::now() < deadline, "copy.txt: {}", copied(&dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let expected: String = (10..30).map(|n| format!("app-{n}\n")).collect();
+    assert_eq!(copied(&dir), expected, "each line once, in order");
+    // both removed: the processor stops through the control plane, the sink stops
+    dir.write_config(&config(&["app"]));
+    run.reload(2);
+    let log = run.log();
+    assert!(
+        log.contains("removed sink 'copy'") && log.contains("removed group 'copier'"),
+        "{log}"
+    );
+    dir.append("app", 30, 10);
+    dir.wait_for_outputs(&mut run, "app", 40);
+    assert_eq!(run.terminate(), 0);
+    assert_eq!(
+        copied(&dir),
+        expected,
+        "nothing more reached the removed sink"
+    );
+    dir.assert_exactly_once("app", 40);
+}
