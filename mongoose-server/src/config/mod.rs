@@ -474,7 +474,7 @@ impl AdminConfig {
     }
 }
 
-/// Audit capture (control-plane-contracts "Audit capture"): each session of `POST
+/// Audit capture (book: guarantees/control-plane.md): each session of `POST
 /// /audit/{selector}/start` records into a fresh `capture-<id>` folder below
 /// `capture_dir`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]

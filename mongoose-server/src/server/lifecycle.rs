@@ -279,8 +279,7 @@ impl Server {
         if lifecycle.groups_closed {
             // each group ended its captures as it closed; their writers close on
             // closer threads: a failed close (never retried) or one still running at
-            // the deadline keeps the stop incomplete (control-plane-contracts
-            // "Shutdown" phase 6, "Open and resource limits")
+            // the deadline keeps the stop incomplete (book: guarantees/control-plane.md)
             let unresolved = inner.plane.await_captures_resolved(deadline);
             if !unresolved.is_empty() {
                 warn!(
@@ -312,8 +311,7 @@ impl Server {
         }
         // a quarantined processor, or any processor of a dead group, keeps its instance
         // and so whatever service it was given: services are stopped only once every
-        // group closed and no group holds a processor (control-plane-contracts
-        // "Shutdown" phase 5 and "Failure containment")
+        // group closed and no group holds a processor (book: guarantees/control-plane.md)
         let held = inner.plane.retained_processors();
         if !held.is_empty() {
             warn!(
