@@ -16,11 +16,11 @@ use crate::config::AddFailurePolicy;
 use crate::ServerError;
 
 use super::build::idle_strategy;
-use super::codecs::{feed_codecs, kind_name};
+use super::codecs::{feed_codecs, kind_name, new_recording_run};
 use super::kinds::ProcessorContext;
 use super::{FeedRuntime, Server, SourceSlot};
 
-/// The truthful result of a shutdown (control-plane-contracts "Shutdown").
+/// The truthful result of a shutdown (book: guarantees/control-plane.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StopResult {
@@ -60,11 +60,18 @@ impl Server {
             groups = inner.config.groups.len(),
             "server starting"
         );
+        let recording_run = match &inner.config.record {
+            None => None,
+            Some(record) => {
+                let run = new_recording_run(&inner.config.resolve(&record.dir))?;
+                info!(dir = %run.display(), "this run records into a new folder");
+                Some(run)
+            }
+        };
         for group in &inner.config.groups {
-            let recorder = match &inner.config.record {
-                None => None,
-                Some(record) => {
-                    let dir = inner.config.resolve(&record.dir).join(&group.name);
+            let recorder = match (&inner.config.record, &recording_run) {
+                (Some(record), Some(run)) => {
+                    let dir = run.join(&group.name);
                     let config =
                         RecordConfig::new(record.processors.clone(), feed_codecs(&inner.config));
                     let recorder = Recorder::create(&dir, config).map_err(|error| {
@@ -76,6 +83,7 @@ impl Server {
                     info!(group = %group.name, dir = %dir.display(), "recording processor inputs");
                     Some(Box::new(recorder) as Box<dyn mongoose_control::GroupRecorder>)
                 }
+                _ => None,
             };
             inner.plane.create_group(
                 &group.name,
