@@ -1,6 +1,6 @@
-//! The code cites the book, never a text outside the repository: every `book: PATH.md`
-//! in a Rust source (and the further `PATH.md` of a list after it) names a chapter under
-//! `docs/src/`, and no citation of the old specification (its file name, or a section
+//! The code cites the book, never a text outside the repository: every chapter path
+//! after `book:` in a Rust source (and each further path of a list after it) names a
+//! chapter under `docs/src/`, and no citation of the old specification (its file name, or a section
 //! sign) is left (issue 28 item 8).
 
 use std::fs;
@@ -93,7 +93,7 @@ fn every_book_chapter_the_code_cites_exists_and_no_old_citation_is_left() {
     );
     assert!(
         old.is_empty(),
-        "citations of a text outside the repository (cite `book: CHAPTER.md` instead):\n{}",
+        "citations of a text outside the repository (cite `book:` and the chapter's path under docs/src instead):\n{}",
         old.join("\n")
     );
 }
