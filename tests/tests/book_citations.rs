@@ -14,7 +14,10 @@ fn root() -> PathBuf {
 fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("a folder") {
         let path = entry.expect("an entry").path();
-        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or("");
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or("");
         if path.is_dir() {
             if name != "target" && !name.starts_with('.') {
                 rust_files(&path, into);
@@ -46,10 +49,11 @@ fn cited_chapters(text: &str) -> Vec<String> {
                 .iter()
                 .find_map(|separator| rest.strip_prefix(separator));
             match next {
-                Some(after) if after.split_whitespace().next().is_some_and(|word| {
-                    word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
-                        .ends_with(".md")
-                }) =>
+                Some(after)
+                    if after.split_whitespace().next().is_some_and(|word| {
+                        word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+                            .ends_with(".md")
+                    }) =>
                 {
                     rest = after;
                 }
@@ -72,7 +76,11 @@ fn every_book_chapter_the_code_cites_exists_and_no_old_citation_is_left() {
     let mut old = Vec::new();
     for file in &files {
         let text = fs::read_to_string(file).unwrap_or_default();
-        let shown = file.strip_prefix(&root).unwrap_or(file).display().to_string();
+        let shown = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
         for chapter in cited_chapters(&text) {
             citations += 1;
             if !root.join("docs/src").join(&chapter).is_file() {
@@ -85,7 +93,10 @@ fn every_book_chapter_the_code_cites_exists_and_no_old_citation_is_left() {
             }
         }
     }
-    assert!(citations > 100, "the code cites the book: {citations} citations found");
+    assert!(
+        citations > 100,
+        "the code cites the book: {citations} citations found"
+    );
     assert!(
         missing.is_empty(),
         "citations of chapters that are not in docs/src/:\n{}",

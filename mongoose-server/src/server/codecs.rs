@@ -121,12 +121,14 @@ fn recording_runs(root: &Path) -> Vec<u64> {
 /// `run-<N>`, N one more than the highest run there, so a recording is never written
 /// over and a server restarted with the same config records again.
 pub(super) fn new_recording_run(root: &Path) -> Result<PathBuf, ServerError> {
-    let io = |error| ServerError::Io {
+    let io = |error| {
+        ServerError::Io {
         context: format!(
             "cannot make this run's recording folder in record.dir {}: check that it is a folder the server may write",
             root.display()
         ),
         error,
+    }
     };
     std::fs::create_dir_all(root).map_err(io)?;
     let mut number = recording_runs(root).into_iter().max().unwrap_or(0) + 1;
