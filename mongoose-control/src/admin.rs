@@ -23,8 +23,7 @@
 //! An error a command returns is its answer to the operator (a usage error, an unknown
 //! account), not a failure of the processor: it does not quarantine. A panic is the
 //! counterpart of the Java original's thrown exception, whose failure "still
-//! propagates its dispatch failure to the host" (control-plane-contracts "Generated
-//! processor failure containment": "A command that ran and then failed ..."), so the
+//! propagates its dispatch failure to the host" (book: guarantees/control-plane.md: "A command that ran and then failed ..."), so the
 //! group contains it as it contains a failed handler.
 //!
 //! A processor's commands go when it stops or is quarantined. A group's recorder

@@ -1,6 +1,6 @@
 //! Control requests from a processor: a [`Controller`] that a processor takes on its
 //! group's thread, while the group calls it, to stop a processor, add one, or register
-//! or remove a service (control-plane-contracts "Threading rules": "What is safe to
+//! or remove a service (book: guarantees/control-plane.md: "What is safe to
 //! call, and from where").
 //!
 //! [`controller()`] returns one while the group calls a processor (in `start()`, a
@@ -13,7 +13,7 @@
 //! at the group's next drain, after the current call returns.
 //!
 //! A [`Controller`] cannot leave the thread it was taken on: it is neither `Send` nor
-//! `Sync`. The reference's failure "control request made off the processor's thread"
+//! `Sync`. The run-time failure "control request made off the processor's thread" (book: guarantees/control-plane.md)
 //! (a replay would stop with "control request ... made off the processor's thread") is
 //! therefore prevented at compile time instead of being detected at run time:
 //!
@@ -318,7 +318,7 @@ impl Controller {
         )
     }
 
-    /// Registers a service (control-plane-contracts "registerService"): its
+    /// Registers a service (book: guarantees/control-plane.md): its
     /// injection and `start()` run here, synchronously; the broadcast to the groups is
     /// sent and not waited for.
     ///
@@ -338,7 +338,7 @@ impl Controller {
         )
     }
 
-    /// Removes a service (control-plane-contracts "removeService"): the withdrawal is
+    /// Removes a service (book: guarantees/control-plane.md): the withdrawal is
     /// broadcast and not waited for; the service is stopped once every group
     /// confirmed it. An unknown name is ignored.
     ///

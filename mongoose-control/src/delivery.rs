@@ -83,7 +83,7 @@ fn subscription_error(feed: &str, error: impl fmt::Display) -> ControlError {
 }
 
 impl DeliveryFeeds {
-    /// control-plane-contracts "Overload and loss": each overload state change of the
+    /// book: guarantees/control-plane.md: each overload state change of the
     /// group's queue writes an `OverloadState` record to the group's control audit
     /// (from the feed's thread, when it happens; the latch outlives an unsubscribe, so
     /// the observer stays while the audit lives). One observer per feed, group and

@@ -4,7 +4,7 @@
 //! A [`ControlPlane`] owns a server's processor groups. Each [`ProcessorGroup`] runs one
 //! agent thread: a duty cycle over its control mailbox, its timers and its feed queues.
 //! Every control request that reaches a group is decided in order and answered by
-//! exactly one [`ControlReply`] (control-plane-contracts "Replies and outcomes").
+//! exactly one [`ControlReply`] (book: guarantees/control-plane.md).
 //! A processor may register admin commands in its `start` ([`admin`]) that an operator
 //! runs through [`ControlPlane::invoke_admin_command`], on the group's thread.
 //!

@@ -4,7 +4,7 @@
 //! A group built with [`crate::GroupOptions::recorder`] calls its recorder on its own
 //! thread, after each call it makes to a processor: each dispatch of an item (the
 //! delivery context is still entered for a positioned item), each completion callback
-//! (feed-delivery-guarantees §5b: the callbacks run before the recorder learns the item
+//! (book: guarantees/completion-hooks.md: the callbacks run before the recorder learns the item
 //! is done), each timer, each stop, each admin command, and once after each feed
 //! reader's poll. A group without a recorder pays one `Option` check per call.
 

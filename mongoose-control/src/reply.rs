@@ -1,6 +1,6 @@
 //! Control replies, reply handles and the reply executor that completes them.
 //!
-//! control-plane-contracts "Replies and outcomes" and "Threading rules": every request
+//! book: guarantees/control-plane.md: every request
 //! that reaches a group gets exactly one [`ControlReply`]; a [`ReplyHandle`] for it is
 //! returned at once and completed on a reply-executor thread
 //! (`mongoose-control-replies-N`), never on an agent thread; waiting on one from an
@@ -438,7 +438,7 @@ mod tests {
         ControlReply::applied_with(Some(request_id), "started", Some(1), Some("p".into()))
     }
 
-    // control-plane-contracts "Threading rules": ControlReplies.await refuses on an agent thread
+    // book: guarantees/control-plane.md: ControlReplies.await refuses on an agent thread
     #[test]
     fn waiting_on_a_reply_from_an_agent_thread_is_refused() {
         let (handle, sender) = ReplyHandle::pending();
@@ -450,7 +450,7 @@ mod tests {
         sender.complete_here(applied(1));
     }
 
-    // control-plane-contracts "Where reply stages complete"
+    // book: guarantees/control-plane.md
     #[test]
     fn a_callback_attached_before_completion_runs_on_a_reply_executor_thread() {
         let executor = ReplyExecutor::new(2);
@@ -478,7 +478,7 @@ mod tests {
         assert_eq!(handle.try_get().map(|r| r.request_id), Some(Some(7)));
     }
 
-    // control-plane-contracts "Where reply stages complete": late completions
+    // book: guarantees/control-plane.md: late completions
     #[test]
     fn a_completion_after_the_executor_shut_down_runs_on_a_late_thread() {
         let executor = ReplyExecutor::new(1);

@@ -124,7 +124,7 @@ impl ShutdownStop {
 }
 
 /// The service stops of a shutdown: each on its own helper thread, awaited under the
-/// shutdown's deadline (control-plane-contracts "Shutdown", phase 5). A stop that
+/// shutdown's deadline (book: guarantees/control-plane.md, phase 5). A stop that
 /// outlasts the deadline keeps running on its helper and is re-joined by the next
 /// attempt; a stop that failed is never called again and its service stays
 /// unconfirmed ("Resuming an incomplete stop").

@@ -1,6 +1,5 @@
 //! Processor-owned admin commands: registered in start, run through the group's control
-//! mailbox on its thread, answered once with their output (control-plane-contracts
-//! "Record and replay": AdminInvoked, "A processor-owned admin command ran"; "Generated
+//! mailbox on its thread, answered once with their output (book: running/record-and-replay.md: AdminInvoked, "A processor-owned admin command ran"; "Generated
 //! processor failure containment": admin commands addressed to a removed route are
 //! refused, "A command that ran and then failed still propagates its dispatch failure to
 //! the host").
@@ -103,7 +102,7 @@ fn invoke(
         .expect("answered")
 }
 
-// control-plane-contracts "Record and replay", AdminInvoked; DESIGN invariant 5 (exactly one reply)
+// book: running/record-and-replay.md, AdminInvoked; DESIGN invariant 5 (exactly one reply)
 #[test]
 fn a_command_runs_on_the_group_thread_between_items_and_is_answered_once_with_its_output() {
     let (plane, numbers, feeds) = plane_with_feed();
@@ -179,7 +178,7 @@ fn a_command_runs_on_the_group_thread_between_items_and_is_answered_once_with_it
     );
 }
 
-// control-plane-contracts "Replies and outcomes": REFUSED, and the reason says what there is
+// book: guarantees/control-plane.md: REFUSED, and the reason says what there is
 #[test]
 fn an_unknown_command_or_processor_is_refused_with_what_there_is() {
     let (plane, _numbers, _feeds) = plane_with_feed();
@@ -251,7 +250,7 @@ fn a_command_that_returns_an_error_answers_failed_and_its_processor_keeps_runnin
     assert_eq!(total.output.as_deref(), Some("total 5 after 1 items on g"));
 }
 
-// control-plane-contracts "Generated processor failure containment": "A command that ran and
+// book: guarantees/control-plane.md: "A command that ran and
 // then failed still propagates its dispatch failure to the host": a panic quarantines
 #[test]
 fn a_command_that_panics_answers_failed_and_quarantines_its_processor_alone() {

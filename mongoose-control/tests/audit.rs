@@ -1,5 +1,5 @@
 //! The control audit of a group, group status, and a concurrency hammer
-//! (control-plane-contracts "Control audit", "Replies and outcomes").
+//! (book: guarantees/control-plane.md).
 
 mod common;
 

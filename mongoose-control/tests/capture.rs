@@ -1,4 +1,4 @@
-//! Audit capture in the control plane (control-plane-contracts "Audit capture", "Open
+//! Audit capture in the control plane (book: guarantees/control-plane.md, "Open
 //! and resource limits", "Generated processor failure containment"): the open on an
 //! I/O helper thread, the install between event cycles, the open timeout, the limits,
 //! start/stop no-ops, names across groups, and a quarantined processor's capture.
@@ -144,7 +144,7 @@ fn capture_id(plane: &ControlPlane, selector: &str) -> String {
         .expect("a session of the selector")
 }
 
-// control-plane-contracts "Audit capture": start on a recording processor is APPLIED
+// book: guarantees/control-plane.md: start on a recording processor is APPLIED
 // "already recording"; stopping a processor that is not recording is a no-op
 #[test]
 fn start_twice_is_already_recording_and_stop_when_not_recording_is_a_noop() {
@@ -211,7 +211,7 @@ fn start_twice_is_already_recording_and_stop_when_not_recording_is_a_noop() {
     assert_eq!(status[0].records_written, 1);
 }
 
-// control-plane-contracts "Audit capture", "Naming the processor to capture": a name
+// book: guarantees/control-plane.md: a name
 // admitted in several groups is ambiguous; the error names the groups
 #[test]
 fn an_ambiguous_processor_name_is_refused_naming_the_groups() {
@@ -247,7 +247,7 @@ fn an_ambiguous_processor_name_is_refused_naming_the_groups() {
     assert_eq!(resources.opens_begun.load(Ordering::SeqCst), 1);
 }
 
-// control-plane-contracts "Audit capture": the open runs on an I/O helper thread,
+// book: guarantees/control-plane.md: the open runs on an I/O helper thread,
 // never on the processor's thread; a late open is closed, never installed
 #[test]
 fn the_open_runs_off_the_processor_thread_and_a_slow_open_times_out_without_installing() {
@@ -307,7 +307,7 @@ fn the_open_runs_off_the_processor_thread_and_a_slow_open_times_out_without_inst
     assert!(wait_until(|| group.capture_resources_held().0 == 0));
 }
 
-// control-plane-contracts "Generated processor failure containment": existing capture
+// book: guarantees/control-plane.md: existing capture
 // is detached without calling the failed processor; new installation is refused
 #[test]
 fn a_quarantined_processors_capture_is_detached_without_calling_it() {
@@ -349,7 +349,7 @@ fn a_quarantined_processors_capture_is_detached_without_calling_it() {
     assert!(wait_until(|| group.capture_resources_held().0 == 0));
 }
 
-// control-plane-contracts "Open and resource limits": past the open limit a start is
+// book: guarantees/control-plane.md: past the open limit a start is
 // FAILED "unresolved capture open limit reached"; past the resource limit, with its
 // reason too
 #[test]
@@ -401,7 +401,7 @@ fn the_open_limit_refuses_with_its_reason() {
     assert_eq!(now.reason, "recording", "{now:?}");
 }
 
-// control-plane-contracts "Audit capture": the request is bound to the processor
+// book: guarantees/control-plane.md: the request is bound to the processor
 // admitted under the name when it is sent; a late open never installs on a
 // replacement processor, it is closed instead
 #[test]

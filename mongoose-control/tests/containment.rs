@@ -1,6 +1,6 @@
 //! Failure containment at the dispatch boundary, retries and timers
-//! (control-plane-contracts "Generated processor failure containment";
-//! feed-delivery-guarantees §5b).
+//! (book: guarantees/control-plane.md;
+//! book: guarantees/completion-hooks.md).
 
 mod common;
 
@@ -136,7 +136,7 @@ fn a_processor_whose_handler_returns_an_error_is_quarantined_keeping_its_name() 
     );
 }
 
-// containment, external review 1: "Subscribers before the thrower, which handled the input, never receive it again"
+// containment: "Subscribers before the thrower, which handled the input, never receive it again"
 #[test]
 fn a_retry_safe_processor_is_retried_alone_and_peers_before_it_never_receive_the_item_again() {
     let (plane, numbers, _) = plane_with_feed();
@@ -172,7 +172,7 @@ fn a_retry_safe_processor_is_retried_alone_and_peers_before_it_never_receive_the
         .is_empty());
 }
 
-// feed-delivery-guarantees §5b: exhausted retries skip the item for that processor alone
+// book: guarantees/completion-hooks.md: exhausted retries skip the item for that processor alone
 #[test]
 fn a_retry_safe_processor_whose_retries_run_out_is_skipped_and_the_peers_after_it_still_get_the_item(
 ) {

@@ -1,5 +1,5 @@
 //! Control requests a processor makes through its Controller, on its group's thread
-//! (control-plane-contracts "Threading rules": what is safe to call from a handler or
+//! (book: guarantees/control-plane.md: what is safe to call from a handler or
 //! start(); "Record and replay": ControlCall entries are recorded in position).
 
 mod common;
@@ -19,7 +19,7 @@ fn failure(error: ControlError) -> ProcessorError {
     ProcessorError::new(error.to_string())
 }
 
-// control-plane-contracts "Threading rules": from a handler, a void stopProcessor is
+// book: guarantees/control-plane.md: from a handler, a void stopProcessor is
 // admitted and queued, returns without waiting, and a request to the processor's own group
 // is applied at the group's next drain
 #[test]
@@ -59,7 +59,7 @@ fn a_handler_stops_another_processor_of_its_own_group_without_waiting_for_the_re
     assert!(plane.processor_handle("pricing", "stopper").is_some());
 }
 
-// control-plane-contracts "What is safe to call, and from where": off a processor call
+// book: guarantees/control-plane.md: off a processor call
 // there is no controller, and a request for a name nobody holds says so
 #[test]
 fn there_is_no_controller_off_a_processor_call_and_an_unknown_name_is_an_error() {
@@ -92,7 +92,7 @@ fn there_is_no_controller_off_a_processor_call_and_an_unknown_name_is_an_error()
 struct Cache;
 impl Service for Cache {}
 
-// control-plane-contracts "What is safe to call": registerService and addEventProcessor
+// book: guarantees/control-plane.md: registerService and addEventProcessor
 // from a handler admit and queue, and return without waiting
 #[test]
 fn a_handler_registers_a_service_and_adds_a_processor_in_another_group() {
@@ -167,7 +167,7 @@ impl GroupRecorder for HookLog {
     }
 }
 
-// control-plane-contracts "What is recorded": ControlCall, with its arguments as text and
+// book: guarantees/control-plane.md: ControlCall, with its arguments as text and
 // its outcome (ok or failed: <text>), in position: after the input it was made in, and a
 // start() request after the build, before any input
 #[test]
@@ -245,7 +245,7 @@ fn a_recorder_is_told_of_each_control_request_right_after_the_call_that_made_it(
     );
 }
 
-// control-plane-contracts "Threading rules": "A processor may stop itself.
+// book: guarantees/control-plane.md: "A processor may stop itself.
 // stopProcessor(group, ownName) from its own handler is queued and applied at the next
 // drain"; from its own stop() it joins the release in progress (alreadyStopped)
 #[test]

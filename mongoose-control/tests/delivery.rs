@@ -1,5 +1,4 @@
-//! Groups reading feeds of the delivery engine (control-plane-contracts "Generated
-//! processor failure containment"; feed-delivery-guarantees §5b).
+//! Groups reading feeds of the delivery engine (book: guarantees/control-plane.md; book: guarantees/completion-hooks.md).
 
 mod common;
 
@@ -96,7 +95,7 @@ fn a_subscription_to_a_feed_of_another_type_fails_naming_the_feed_and_both_types
     assert!(reply.reason.contains("u64"), "{}", reply.reason);
 }
 
-// feed-delivery-guarantees §5b: completions run after the dispatch, with the delivery's position
+// book: guarantees/completion-hooks.md: completions run after the dispatch, with the delivery's position
 #[test]
 fn a_group_dispatches_positioned_items_to_every_processor_and_runs_completions_after_them() {
     let (feeds, lines) = lines_feed();
@@ -250,7 +249,7 @@ impl Processor for FlakySave {
     }
 }
 
-// feed-delivery-guarantees §5b: "A callback that throws: retried alone ... the processors never given the item again"
+// book: guarantees/completion-hooks.md: "A callback that throws: retried alone ... the processors never given the item again"
 #[test]
 fn a_failing_completion_is_retried_alone_and_the_item_is_not_handled_again() {
     let (feeds, lines) = lines_feed();
@@ -302,7 +301,7 @@ impl Processor for Held {
     }
 }
 
-// control-plane-contracts "Overload and loss": "The first drop of each queue binding
+// book: guarantees/control-plane.md: "The first drop of each queue binding
 // emits QueueDrop in the group's control fallback audit ... with feed, queue, group,
 // sequence, count and wall-clock time. This is first-ever evidence for the lifetime of
 // the queue binding, not a fresh record for every overload incident."
@@ -366,7 +365,7 @@ fn the_first_drop_of_a_group_queue_leaves_one_queue_drop_record_in_its_control_a
     );
 }
 
-// control-plane-contracts "Overload and loss", BLOCK_WITH_DEADLINE: "Any loss on a
+// book: guarantees/control-plane.md, BLOCK_WITH_DEADLINE: "Any loss on a
 // blocking queue latches it. The latch outlasts an unsubscribe: LATCHED→REMOVED, then
 // REMOVED→LATCHED if the queue is re-added ... Each change also writes an OverloadState
 // record to the group control audit."

@@ -1,6 +1,6 @@
 //! A model-based test of names, generations and replies on one group: every request
 //! gets exactly one reply, and the reply is the one the model predicts
-//! (control-plane-contracts "Duplicate names", "ProcessorHandle").
+//! (book: guarantees/control-plane.md).
 
 mod common;
 

@@ -1,6 +1,5 @@
 //! Adding and stopping processors, handles, names, and the threading rules
-//! (control-plane-contracts: Replies and outcomes, Threading rules, Adding a processor,
-//! Stopping a processor).
+//! (book: guarantees/control-plane.md).
 
 mod common;
 
@@ -31,7 +30,7 @@ fn group_with_mailbox(plane: &ControlPlane, group: &str, capacity: usize) {
         .expect("group created");
 }
 
-// control-plane-contracts "Replies and outcomes", Guaranteed 3: APPLIED means started
+// book: guarantees/control-plane.md: APPLIED means started
 #[test]
 fn an_applied_add_means_the_processor_started_and_the_supplier_ran_on_the_group_thread() {
     let (plane, _numbers, _) = plane_with_feed();
@@ -48,13 +47,13 @@ fn an_applied_add_means_the_processor_started_and_the_supplier_ran_on_the_group_
     assert_eq!(reply.kind, FailureKind::None);
     assert_eq!(reply.reason, "started");
     assert_eq!(count(&log, "pricer:start-thread:pricing"), 1);
-    // control-plane-contracts "addEventProcessor": the supplier runs on the group's agent thread
+    // book: guarantees/control-plane.md: the supplier runs on the group's agent thread
     assert_eq!(supplier_thread.lock().as_deref(), Some("pricing"));
     let handle = added.handle.expect("admitted");
     assert_eq!(reply.generation, Some(handle.generation()));
 }
 
-// control-plane-contracts "Duplicate names": reserved at admission, before the call returns
+// book: guarantees/control-plane.md: reserved at admission, before the call returns
 #[test]
 fn an_admitted_add_reserves_the_name_before_the_call_returns_even_before_the_group_starts() {
     let feeds = MemoryFeeds::default();
@@ -90,7 +89,7 @@ fn an_admitted_add_reserves_the_name_before_the_call_returns_even_before_the_gro
     ));
 }
 
-// control-plane-contracts "Adding a processor", failure modes: start() throws, REPORT and THROW
+// book: guarantees/control-plane.md, failure modes: start() throws, REPORT and THROW
 #[test]
 fn an_add_whose_start_fails_is_answered_failed_and_frees_the_name() {
     let (plane, _numbers, _) = plane_with_feed();
@@ -138,7 +137,7 @@ fn an_add_whose_start_fails_is_answered_failed_and_frees_the_name() {
     }
 }
 
-// control-plane-contracts "addProcessor": never throws for a stopping server
+// book: guarantees/control-plane.md: never throws for a stopping server
 #[test]
 fn a_stage_add_on_a_stopping_server_is_answered_not_running_and_the_void_add_fails() {
     let (plane, _numbers, _) = plane_with_feed();
@@ -154,7 +153,7 @@ fn a_stage_add_on_a_stopping_server_is_answered_not_running_and_the_void_add_fai
     assert!(matches!(error, ControlError::ServerStopping));
 }
 
-// control-plane-contracts "ProcessorHandle": a handle stops exactly its registration
+// book: guarantees/control-plane.md: a handle stops exactly its registration
 #[test]
 fn a_stop_through_a_handle_never_stops_a_later_processor_of_the_same_name() {
     let (plane, numbers, _) = plane_with_feed();
@@ -179,7 +178,7 @@ fn a_stop_through_a_handle_never_stops_a_later_processor_of_the_same_name() {
     assert_eq!(count(&log, "second:stop"), 0);
 }
 
-// control-plane-contracts "ProcessorHandle": handles are server-scoped
+// book: guarantees/control-plane.md: handles are server-scoped
 #[test]
 fn a_handle_from_another_server_is_refused_and_stops_nothing() {
     let (plane, numbers, _) = plane_with_feed();
@@ -207,7 +206,7 @@ fn a_handle_from_another_server_is_refused_and_stops_nothing() {
     assert_eq!(count(&log, "p:stop"), 0);
 }
 
-// control-plane-contracts "stopProcessor(group, name, waitMillis)": issue #77 rows
+// book: guarantees/control-plane.md: issue #77 rows
 #[test]
 fn a_waiting_stop_of_an_unknown_group_or_processor_is_refused_no_such_group_or_processor() {
     let (plane, _numbers, _) = plane_with_feed();
@@ -238,7 +237,7 @@ fn a_waiting_stop_of_an_unknown_group_or_processor_is_refused_no_such_group_or_p
     );
 }
 
-// control-plane-contracts "stopProcessor(group, name)": no group or name returns at once
+// book: guarantees/control-plane.md: no group or name returns at once
 #[test]
 fn a_void_stop_of_an_unknown_group_or_name_returns_at_once_and_does_nothing() {
     let (plane, _numbers, _) = plane_with_feed();
@@ -260,7 +259,7 @@ fn a_void_stop_of_an_unknown_group_or_name_returns_at_once_and_does_nothing() {
     );
 }
 
-// control-plane-contracts "Duplicate names": a re-add before the stop applied is refused
+// book: guarantees/control-plane.md: a re-add before the stop applied is refused
 #[test]
 fn an_immediate_re_add_after_a_stop_that_has_not_applied_is_refused_name_in_use() {
     let (plane, numbers, _) = plane_with_feed();
@@ -276,7 +275,7 @@ fn an_immediate_re_add_after_a_stop_that_has_not_applied_is_refused_name_in_use(
     assert!(later.reply.wait_for(WAIT).expect("added").applied());
 }
 
-// control-plane-contracts "Replies and outcomes", Guaranteed 2: decided in publication order
+// book: guarantees/control-plane.md: decided in publication order
 #[test]
 fn mailbox_requests_are_decided_in_publication_order() {
     let (plane, numbers, _) = plane_with_feed();
@@ -311,7 +310,7 @@ fn mailbox_requests_are_decided_in_publication_order() {
     }
 }
 
-// control-plane-contracts "Replies and outcomes", Guaranteed 1; "Shutdown": queued adds never run
+// book: guarantees/control-plane.md: queued adds never run
 #[test]
 fn a_request_queued_when_the_group_closes_is_answered_not_running() {
     let (plane, numbers, _) = plane_with_feed();
@@ -343,7 +342,7 @@ fn a_request_queued_when_the_group_closes_is_answered_not_running() {
     );
 }
 
-// control-plane-contracts "Shutdown": a never-started group's queued adds answer NOT_RUNNING
+// book: guarantees/control-plane.md: a never-started group's queued adds answer NOT_RUNNING
 #[test]
 fn closing_a_group_that_never_started_answers_its_queued_adds_without_running_suppliers() {
     let plane = ControlPlane::new_unstarted(config(), Arc::new(MemoryFeeds::default()));
@@ -359,7 +358,7 @@ fn closing_a_group_that_never_started_answers_its_queued_adds_without_running_su
     assert!(!ran.load(Ordering::SeqCst));
 }
 
-// control-plane-contracts "Replies and outcomes", Guaranteed 1: a group that dies answers FAILED
+// book: guarantees/control-plane.md: a group that dies answers FAILED
 #[test]
 fn a_request_queued_when_the_group_dies_is_answered_failed() {
     let (plane, numbers, _) = plane_with_feed();
@@ -402,7 +401,7 @@ fn a_request_queued_when_the_group_dies_is_answered_failed() {
     );
 }
 
-// control-plane-contracts "Threading rules": a full mailbox on an agent thread is refused at once
+// book: guarantees/control-plane.md: a full mailbox on an agent thread is refused at once
 #[test]
 fn a_full_mailbox_on_an_agent_thread_is_refused_at_once() {
     let (plane, numbers, _) = plane_with_feed();
@@ -440,7 +439,7 @@ fn a_full_mailbox_on_an_agent_thread_is_refused_at_once() {
     gate.open();
 }
 
-// control-plane-contracts "Timeouts detach": an expired full-mailbox admission is REFUSED
+// book: guarantees/control-plane.md: an expired full-mailbox admission is REFUSED
 #[test]
 fn a_full_mailbox_admission_that_expires_is_refused_and_never_applies() {
     let (plane, numbers, _) = plane_with_feed();
@@ -486,7 +485,7 @@ fn a_full_mailbox_admission_that_expires_is_refused_and_never_applies() {
     );
 }
 
-// control-plane-contracts "Adding a processor": a sender backing off leaves when a stop begins
+// book: guarantees/control-plane.md: a sender backing off leaves when a stop begins
 #[test]
 fn a_sender_backing_off_on_a_full_mailbox_leaves_at_once_when_the_server_begins_to_stop() {
     let (plane, numbers, _) = plane_with_feed();
@@ -529,7 +528,7 @@ fn a_sender_backing_off_on_a_full_mailbox_leaves_at_once_when_the_server_begins_
     gate.open();
 }
 
-// control-plane-contracts "Timeouts detach": a void call that times out still applies
+// book: guarantees/control-plane.md: a void call that times out still applies
 #[test]
 fn a_void_call_that_times_out_returns_and_the_request_still_applies() {
     let feeds = MemoryFeeds::default();
@@ -561,7 +560,7 @@ fn a_void_call_that_times_out_returns_and_the_request_still_applies() {
     );
 }
 
-// control-plane-contracts "What is safe to call": a processor may stop itself
+// book: guarantees/control-plane.md: a processor may stop itself
 #[test]
 fn a_processor_stopping_itself_from_a_handler_is_applied_at_the_next_drain() {
     let (plane, numbers, _) = plane_with_feed();
@@ -592,7 +591,7 @@ fn a_processor_stopping_itself_from_a_handler_is_applied_at_the_next_drain() {
         .is_none()));
 }
 
-// control-plane-contracts "ProcessorHandle", failure modes: full mailbox refuses a handle stop
+// book: guarantees/control-plane.md, failure modes: full mailbox refuses a handle stop
 #[test]
 fn a_handle_stop_into_a_full_mailbox_is_refused_and_the_processor_keeps_running() {
     let (plane, numbers, _) = plane_with_feed();
@@ -627,7 +626,7 @@ fn a_handle_stop_into_a_full_mailbox_is_refused_and_the_processor_keeps_running(
     );
 }
 
-// control-plane-contracts "Where reply stages complete"
+// book: guarantees/control-plane.md
 #[test]
 fn reply_callbacks_of_a_group_run_on_reply_executor_threads_never_on_the_agent_thread() {
     let (plane, numbers, _) = plane_with_feed();
@@ -648,7 +647,7 @@ fn reply_callbacks_of_a_group_run_on_reply_executor_threads_never_on_the_agent_t
     assert!(!on_agent);
 }
 
-// control-plane-contracts "Threading rules": waiting from a handler is an error, not a deadlock
+// book: guarantees/control-plane.md: waiting from a handler is an error, not a deadlock
 #[test]
 fn waiting_on_a_reply_from_a_handler_is_refused_instead_of_deadlocking() {
     let (plane, numbers, _) = plane_with_feed();

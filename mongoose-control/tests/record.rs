@@ -1,5 +1,5 @@
 //! The recording hooks: what a group tells its recorder, in which order
-//! (feed-delivery-guarantees §5b: the completion callbacks run before the recorder
+//! (book: guarantees/completion-hooks.md: the completion callbacks run before the recorder
 //! learns the item is over).
 
 mod common;
@@ -112,7 +112,7 @@ fn recorded_group(with_feed: bool) -> (ControlPlane, Arc<Publisher<String, u64>>
     (plane, lines, log)
 }
 
-// feed-delivery-guarantees §5b: dispatch -> completion callbacks -> recorder, in the delivery
+// book: guarantees/completion-hooks.md: dispatch -> completion callbacks -> recorder, in the delivery
 #[test]
 fn a_recorder_hears_each_dispatch_then_its_callbacks_then_the_end_of_the_poll() {
     let (plane, lines, log) = recorded_group(true);

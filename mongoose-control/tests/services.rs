@@ -1,5 +1,5 @@
 //! Services: registration, versioned broadcasts, removal and retained ownership
-//! (control-plane-contracts "Services").
+//! (book: guarantees/control-plane.md).
 
 mod common;
 

@@ -1,6 +1,5 @@
 //! A processor's audit records: what a handler writes for an investigation, kept
-//! only while an operator captures that processor (control-plane-contracts "Audit
-//! capture").
+//! only while an operator captures that processor (book: guarantees/control-plane.md).
 //!
 //! A handler calls [`record`] (bytes) or [`audit!`](crate::audit!) (text, formatted
 //! only when a capture is listening). The group that hosts the processor installs a

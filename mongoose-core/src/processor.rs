@@ -81,7 +81,7 @@ pub trait Processor: Any + Send {
     }
 
     /// For a processor that stores the feed's `(epoch, position)` with its state
-    /// (feed-delivery-guarantees §5a): what its saved state holds, per feed it consumes.
+    /// (book: guarantees/consumer-side-positions.md): what its saved state holds, per feed it consumes.
     /// Called once on the group's thread right after [`Processor::start`] (which loads
     /// the state), before the feed's source starts. The saved position is the
     /// authority: a source whose own pointer is missing, damaged or past it resumes

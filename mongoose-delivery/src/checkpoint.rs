@@ -1,4 +1,4 @@
-//! Processing checkpoints: a commit never ahead of durable state (§5).
+//! Processing checkpoints: a commit never ahead of durable state (book: guarantees/commit-after-processing.md).
 //!
 //! An application that saves its state asynchronously or in batches takes a hold on
 //! its group's queue for a feed. While held, the queue's acknowledgement point is

@@ -1,7 +1,7 @@
 //! The consumer side of a subscriber queue: the reader a processor group polls on its
 //! thread. It enters the [`DeliveryContext`](mongoose_core::DeliveryContext) for each
 //! positioned item's whole dispatch, runs the completion callbacks after it, and only
-//! then counts the item dispatched (§5b).
+//! then counts the item dispatched (book: guarantees/completion-hooks.md).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -322,7 +322,7 @@ fn dispatch_one<T>(
 /// position its reader has not counted yet): a processor that was given it failed for
 /// good (quarantined) or a completion was skipped after its retries, so its consumer's
 /// state does not hold the item and the feed must never commit past it
-/// (feed-delivery-guarantees §3). Only a positioned item is held: a push item has no
+/// (book: guarantees/commit-after-processing.md). Only a positioned item is held: a push item has no
 /// commit.
 #[cold]
 fn hold_item(

@@ -1,5 +1,5 @@
-//! Feed status (§7): one report per feed and a top level, serialized with exactly the
-//! field names of the reference.
+//! Feed status (book: guarantees/status.md): one report per feed and a top level, serialized with exactly the
+//! field names of the book (book: reference/status-fields.md).
 
 use mongoose_core::FileLag;
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
 //! The acknowledgement window: sequence to position, in publish order, between the last
-//! acknowledged item and the last published one (feed-delivery-guarantees §3).
+//! acknowledged item and the last published one (book: guarantees/commit-after-processing.md).
 
 use std::collections::VecDeque;
 

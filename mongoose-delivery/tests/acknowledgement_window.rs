@@ -1,5 +1,5 @@
 //! The acknowledgement window through the real publisher and readers
-//! (feed-delivery-guarantees §3).
+//! (book: guarantees/commit-after-processing.md).
 
 mod support;
 
@@ -9,7 +9,7 @@ use support::*;
 
 #[test]
 fn the_pointer_follows_the_slowest_of_several_subscriber_queues() {
-    // §3 edges: several subscriber queues, the commit follows the slowest
+    // book: guarantees/commit-after-processing.md edges: several subscriber queues, the commit follows the slowest
     let (feed, commits, [mut fast, mut middle, mut slow]) =
         started_with_readers(positioned_feed(64), ["fast", "middle", "slow"]);
     publish_range(&feed, 1..=10);
@@ -32,7 +32,7 @@ fn the_pointer_follows_the_slowest_of_several_subscriber_queues() {
 
 #[test]
 fn removing_one_of_two_consumers_does_not_commit_its_backlog() {
-    // §3, review 2 finding 2: a removed queue's backlog is never acknowledged on the
+    // book: guarantees/commit-after-processing.md: a removed queue's backlog is never acknowledged on the
     // others' progress
     let (feed, commits) = positioned_feed(64);
     let mut stays = reader(&feed, "stays");
@@ -77,7 +77,7 @@ fn removing_one_of_two_consumers_does_not_commit_its_backlog() {
 
 #[test]
 fn a_removed_subscriber_holds_the_pointer_only_for_what_it_did_not_process() {
-    // §3: a consumer that processed everything it was given leaves nothing behind
+    // book: guarantees/commit-after-processing.md: a consumer that processed everything it was given leaves nothing behind
     let (feed, commits, [mut stays, mut leaves]) =
         started_with_readers(positioned_feed(64), ["stays", "leaves"]);
     publish_range(&feed, 1..=6);
@@ -91,7 +91,7 @@ fn a_removed_subscriber_holds_the_pointer_only_for_what_it_did_not_process() {
 
 #[test]
 fn the_last_subscriber_gone_stops_reading_and_committing() {
-    // §3 review F2 and PositionedFeedStallTest: no live consumer pauses the source
+    // book: guarantees/commit-after-processing.md: no live consumer pauses the source
     let (feed, commits, [mut only]) = started_with_readers(positioned_feed(64), ["only"]);
     publish_range(&feed, 1..=5);
     process(&mut only, 3);
@@ -115,7 +115,7 @@ fn the_last_subscriber_gone_stops_reading_and_committing() {
 
 #[test]
 fn the_held_point_of_a_removed_last_consumer_survives_a_later_unsubscribe() {
-    // §3 review 2 finding 3: a later removal never touches a retained point
+    // book: guarantees/commit-after-processing.md: a later removal never touches a retained point
     let (feed, commits, [mut first]) = started_with_readers(positioned_feed(64), ["first"]);
     publish_range(&feed, 1..=5);
     process(&mut first, 2);
@@ -135,7 +135,7 @@ fn the_held_point_of_a_removed_last_consumer_survives_a_later_unsubscribe() {
 
 #[test]
 fn an_unsubscribe_after_the_last_consumer_left_keeps_its_hold() {
-    // §3, independent review R1: a consumer that subscribed after the hold and was never
+    // book: guarantees/commit-after-processing.md: a consumer that subscribed after the hold and was never
     // given the held items leaves without releasing it
     let (feed, commits, [mut first]) = started_with_readers(positioned_feed(64), ["first"]);
     publish_range(&feed, 1..=4);
@@ -155,7 +155,7 @@ fn an_unsubscribe_after_the_last_consumer_left_keeps_its_hold() {
 
 #[test]
 fn a_transient_fence_holds_the_pointer() {
-    // §3 review F1: a fenced queue holds acknowledgement and pauses a positioned feed
+    // book: guarantees/commit-after-processing.md: a fenced queue holds acknowledgement and pauses a positioned feed
     let (feed, commits, [mut healthy, mut fenced]) =
         started_with_readers(positioned_feed(64), ["healthy", "fenced"]);
     publish_range(&feed, 1..=4);
@@ -195,7 +195,7 @@ fn a_transient_fence_holds_the_pointer() {
 
 #[test]
 fn an_explicit_drop_policy_drops_counts_and_commits_past_the_drop() {
-    // §3: an item dropped for a queue does not hold it; the drop is counted
+    // book: guarantees/commit-after-processing.md: an item dropped for a queue does not hold it; the drop is counted
     let (feed, commits, [mut slow]) = started_with_readers(drop_feed(2), ["slow"]);
     publish_range(&feed, 1..=5);
     let status = feed.status();
@@ -311,8 +311,8 @@ fn race(
 
 #[test]
 fn an_item_is_never_acknowledged_before_its_reader_dispatched_it() {
-    // §3, invariant 1 (regression, seen as "committed before its completion ran" in
-    // DeliveryCompletionServerTest): the reader released the item's ring slot before it
+    // book: guarantees/commit-after-processing.md, invariant 1 (regression, seen as "committed before its completion ran"):
+    // the reader released the item's ring slot before it
     // advanced `dispatched`; in that gap the publisher reused the slot, overwrote the
     // held sequence of the item still counted undispatched, and the window acknowledged
     // up to a whole queue of items nobody had processed. A source thread publishing and
@@ -332,7 +332,7 @@ fn an_item_is_never_acknowledged_before_its_reader_dispatched_it() {
 
 #[test]
 fn an_item_published_in_a_batch_and_read_in_a_chunk_is_never_acknowledged_before_its_dispatch() {
-    // §3, invariant 1: the batch fast path writes a chunk of entries straight into the
+    // book: guarantees/commit-after-processing.md, invariant 1: the batch fast path writes a chunk of entries straight into the
     // ring and the reader releases a chunk of slots at once; `dispatched` must still be
     // advanced before the slots are released, and each item's hold recorded before its
     // slot is visible. A source publishing in batches races a reader polling several
@@ -384,7 +384,7 @@ impl mongoose_delivery::Dispatcher<u64> for PanicsOnce {
 
 #[test]
 fn a_dispatcher_panic_inside_a_chunk_keeps_the_items_before_it_dispatched_once() {
-    // §3, invariant 1: a reader takes several items per chunk; when a dispatch unwinds
+    // book: guarantees/commit-after-processing.md, invariant 1: a reader takes several items per chunk; when a dispatch unwinds
     // out of poll (a group catches it at its duty cycle), the items finished before it
     // are counted and released, and the one that panicked is given again: nothing is
     // given twice or counted twice, and nothing unfinished is acknowledged
@@ -442,7 +442,7 @@ impl mongoose_delivery::Dispatcher<u64> for PollsOnThird {
 
 #[test]
 fn items_finished_early_in_a_poll_are_acknowledged_before_the_poll_ends() {
-    // §3: the reader takes a chunk of the ring at a time, but each item counts as
+    // book: guarantees/commit-after-processing.md: the reader takes a chunk of the ring at a time, but each item counts as
     // dispatched when it finishes, so a slow processor's source commits item by item,
     // not a chunk later
     let (feed, commits, [mut group]) = started_with_readers(positioned_feed(16), ["group"]);

@@ -1,4 +1,4 @@
-//! Processing checkpoints (feed-delivery-guarantees §5).
+//! Processing checkpoints (book: guarantees/commit-after-processing.md).
 
 mod support;
 
@@ -7,7 +7,7 @@ use support::*;
 
 #[test]
 fn a_processing_checkpoint_holds_the_commit_until_state_is_durable() {
-    // §5, FeedDeliveryServerTest.aProcessingCheckpointHoldsTheCommitUntilStateIsDurable
+    // book: guarantees/commit-after-processing.md
     let (feed, commits) = positioned_feed(16);
     let checkpoint = feed.hold("group");
     let mut group = reader(&feed, "group");
@@ -37,7 +37,7 @@ fn a_processing_checkpoint_holds_the_commit_until_state_is_durable() {
 
 #[test]
 fn a_mark_of_an_earlier_binding_does_not_release_a_resubscribed_queue() {
-    // §5 review F3 (ProcessingCheckpointRebindTest): marks belong to a binding
+    // book: guarantees/commit-after-processing.md: marks belong to a binding
     let (feed, commits) = positioned_feed(16);
     let checkpoint = feed.hold("group");
     let mut first = reader(&feed, "group");
@@ -66,7 +66,7 @@ fn a_mark_of_an_earlier_binding_does_not_release_a_resubscribed_queue() {
 
 #[test]
 fn a_repeated_deregistration_does_not_unbind_the_other_binding_of_the_queue() {
-    // §5 review 2 finding 5 and third review item 3 (ProcessingCheckpointSharedQueueTest)
+    // book: guarantees/commit-after-processing.md
     let (feed, commits) = positioned_feed(16);
     let checkpoint = feed.hold("group");
     let mut first = feed
@@ -110,7 +110,7 @@ fn a_repeated_deregistration_does_not_unbind_the_other_binding_of_the_queue() {
 
 #[test]
 fn a_durable_point_more_than_a_queue_behind_still_holds_the_commit() {
-    // §5 (regression): the held acknowledgement point is looked up by queue position;
+    // book: guarantees/commit-after-processing.md (regression): the held acknowledgement point is looked up by queue position;
     // a processor that makes its state durable less often than a queue's worth of items
     // must not let the slots reused since its mark acknowledge what is not durable
     let (feed, commits) = positioned_feed(4);

@@ -1,5 +1,5 @@
-//! Delivery completion (feed-delivery-guarantees §5b) at the reader level, and the
-//! status it feeds (completionFailures, §7).
+//! Delivery completion (book: guarantees/completion-hooks.md) at the reader level, and the
+//! status it feeds (completionFailures, book: guarantees/status.md).
 
 mod support;
 
@@ -270,7 +270,7 @@ fn a_processor_whose_retries_are_exhausted_runs_no_completion() {
 
 #[test]
 fn an_exhausted_callback_makes_the_feed_not_lossless() {
-    // §5b decision after R2: an exhausted callback is counted (completionFailures); and
+    // book: guarantees/completion-hooks.md: an exhausted callback is counted (completionFailures); and
     // since issue 9 (item 2) its item is held, never acknowledged
     let (feed, commits, mut reader) = setup(2);
     let mut script = Script {

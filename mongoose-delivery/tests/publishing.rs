@@ -1,5 +1,5 @@
 //! Publishing: PAUSE, nesting, the startup cache, in-band status, BLOCK
-//! (feed-delivery-guarantees §3 and §6, control-plane-contracts "Overload and loss").
+//! (book: guarantees/commit-after-processing.md, guarantees/pause.md, guarantees/control-plane.md).
 
 mod support;
 
@@ -45,7 +45,7 @@ fn self_publishing_feed(
 
 #[test]
 fn a_publish_nested_in_a_positioned_commit_does_not_acknowledge_the_outer_item() {
-    // §3: a data mapper publishing into its own feed is told to retry (try_publish) or
+    // book: guarantees/commit-after-processing.md: a data mapper publishing into its own feed is told to retry (try_publish) or
     // deferred until the outer item is committed (push publish)
     let (feed, nested_result) = self_publishing_feed(|feed| {
         feed.publish(100)
@@ -79,7 +79,7 @@ fn a_publish_nested_in_a_positioned_commit_does_not_acknowledge_the_outer_item()
 #[test]
 fn pause_with_ten_thousand_items_into_a_small_queue_and_a_slow_consumer_loses_nothing_and_keeps_order(
 ) {
-    // §6: PAUSE is a no-drop backpressure: the source keeps the item and offers it again
+    // book: guarantees/pause.md: PAUSE is a no-drop backpressure: the source keeps the item and offers it again
     let (feed, commits, [mut group]) = started_with_readers(positioned_feed(1024), ["slow"]);
     let source_paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let consumer_sees_pause = Arc::clone(&source_paused);
@@ -134,7 +134,7 @@ fn pause_with_ten_thousand_items_into_a_small_queue_and_a_slow_consumer_loses_no
 
 #[test]
 fn an_in_band_status_waits_for_room_in_a_paused_queue() {
-    // §6: a status that finds a PAUSE queue full waits and is delivered before any later
+    // book: guarantees/pause.md: a status that finds a PAUSE queue full waits and is delivered before any later
     // item; nothing is dropped
     let (feed, _commits) = status_feed(2);
     let mut group = reader(&feed, "group");
@@ -168,7 +168,7 @@ fn an_in_band_status_waits_for_room_in_a_paused_queue() {
 
 #[test]
 fn a_cached_startup_status_waits_behind_the_cache_and_is_not_dropped() {
-    // §6, independent review R6: the startup status never overtakes cached items and is
+    // book: guarantees/pause.md: the startup status never overtakes cached items and is
     // not written into a full PAUSE queue with drop semantics
     let (feed, commits) = status_feed(2);
     let mut group = reader(&feed, "group");
@@ -209,7 +209,7 @@ fn a_cached_startup_status_waits_behind_the_cache_and_is_not_dropped() {
 
 #[test]
 fn a_status_is_deduplicated_against_the_waiting_one_not_the_published_one() {
-    // §6, hook review R3 (CachedStartupStatusReplacementTest): A waiting, replaced by B,
+    // book: guarantees/pause.md: A waiting, replaced by B,
     // then A again delivers A; once subscribers hold A, B waiting then A again drops B
     // and delivers nothing
     let (feed, _commits) = status_feed(1);
@@ -249,7 +249,7 @@ fn a_status_is_deduplicated_against_the_waiting_one_not_the_published_one() {
 
 #[test]
 fn a_report_that_replaces_the_waiting_startup_status_keeps_the_feed_undrained() {
-    // §6, delta review of PR #98 finding 2 (CachedStartupStatusReplacementTest): the hold
+    // book: guarantees/pause.md: the hold
     // on completion belongs to the startup status, not to whichever status waits: its
     // replacement keeps the feed undrained until it is delivered after the cache
     let (feed, _commits) = status_feed(1);
@@ -287,7 +287,7 @@ fn a_report_that_replaces_the_waiting_startup_status_keeps_the_feed_undrained() 
 
 #[test]
 fn a_publish_nested_in_a_positioned_cache_never_takes_the_outer_items_position() {
-    // §3, independent review R2 (PositionedCacheNestingTest): the mapper of an item
+    // book: guarantees/commit-after-processing.md: the mapper of an item
     // cached before the start runs inside the cache's reservation: a nested try_publish
     // is told to retry, a nested push publish and a nested positioned cache are deferred
     // and follow the outer item, the cache keeping its own position. Before, the nested
@@ -320,7 +320,7 @@ fn a_publish_nested_in_a_positioned_cache_never_takes_the_outer_items_position()
 
 #[test]
 fn cached_startup_items_are_replayed_in_order_before_later_ones() {
-    // §6 cache replay: tryPublish replays the rest of the cache first, so order is kept
+    // book: guarantees/pause.md cache replay: tryPublish replays the rest of the cache first, so order is kept
     let (feed, _commits) = positioned_feed(2);
     let mut group = reader(&feed, "group");
     for item in 1..=4u64 {
@@ -345,8 +345,8 @@ fn cached_startup_items_are_replayed_in_order_before_later_ones() {
 
 #[test]
 fn a_filtered_line_during_the_startup_cache_never_commits_past_cached_lines() {
-    // issue 9 item 7; feed-delivery-guarantees §3 ("an item filtered ... is due as soon
-    // as the items before it", never sooner) and §6 (cache replay). A source whose
+    // issue 9 item 7; book: guarantees/commit-after-processing.md ("an item filtered ... is due as soon
+    // as the items before it", never sooner) and book: guarantees/pause.md (cache replay). A source whose
     // fallible data mapper refuses a line records it with `filtered`; during the startup
     // cache (and while a paused replay still holds cached lines) it must wait in the
     // cache behind the lines cached before it. The feed's own mapper filters item 2 at
@@ -401,7 +401,7 @@ fn a_filtered_line_during_the_startup_cache_never_commits_past_cached_lines() {
 
 #[test]
 fn a_push_publish_into_a_full_pause_queue_drops_counts_and_latches() {
-    // §6: a push publish cannot pause: it falls back to drop-after-spin, counted as
+    // book: guarantees/pause.md: a push publish cannot pause: it falls back to drop-after-spin, counted as
     // dropped and downgraded, and a loss on PAUSE latches
     let settings = OverloadSettings {
         spin_bound: Duration::ZERO,
@@ -617,7 +617,7 @@ fn a_feed_for_several_groups_shares_one_copy_of_each_item() {
 
 #[test]
 fn a_batch_pulls_only_what_the_feed_can_take() {
-    // §6 under a batch: nothing is taken from the source that cannot be published
+    // book: guarantees/pause.md under a batch: nothing is taken from the source that cannot be published
     let (feed, commits, [mut group]) = started_with_readers(positioned_feed(4), ["group"]);
     let mut next = 1u64;
     let mut pulled = Vec::new();
@@ -725,7 +725,7 @@ fn a_filtered_input_reported_while_producing_a_batch_keeps_its_place() {
 
 #[test]
 fn a_drop_is_reported_to_the_reader_where_it_was_lost() {
-    // control-plane-contracts "Overload and loss": a recording marks where items were
+    // book: guarantees/control-plane.md: a recording marks where items were
     // lost, so the reader reports each dropped run before the next item it is given
     struct Events(Vec<String>);
     impl mongoose_delivery::Dispatcher<u64> for Events {
@@ -780,7 +780,7 @@ fn a_drop_is_reported_to_the_reader_where_it_was_lost() {
 
 #[test]
 fn a_batch_takes_nothing_more_once_its_queue_is_fenced_while_producing() {
-    // §6 under a batch (the chunked fast path of a feed with one queue): a fence raised
+    // book: guarantees/pause.md under a batch (the chunked fast path of a feed with one queue): a fence raised
     // while the source produces pauses the feed before the next item is pulled, as it
     // does between single publishes
     let (feed, commits, [mut group]) = started_with_readers(positioned_feed(16), ["group"]);
@@ -812,7 +812,7 @@ fn a_batch_takes_nothing_more_once_its_queue_is_fenced_while_producing() {
 
 #[test]
 fn a_batch_whose_producer_panics_keeps_the_items_it_had_published() {
-    // §3 under a batch (the chunked fast path): items pulled before the producer
+    // book: guarantees/commit-after-processing.md under a batch (the chunked fast path): items pulled before the producer
     // panicked were handed over and are published, as single publishes would be, and
     // the feed goes on numbering and acknowledging after it
     let (feed, commits, [mut group]) = started_with_readers(positioned_feed(16), ["group"]);

@@ -1,4 +1,4 @@
-//! Feed status honesty (feed-delivery-guarantees §7) and overload health.
+//! Feed status honesty (book: guarantees/status.md) and overload health.
 
 mod support;
 

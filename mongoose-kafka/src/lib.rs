@@ -1,6 +1,6 @@
 //! The Kafka connector: a source whose committed offsets follow processing, and a sink
-//! whose outcomes are honest (feed-delivery-guarantees §9, the `connector-kafka` row;
-//! delivery-uncertainty for the sink).
+//! whose outcomes are honest (book: connectors/kafka.md,
+//! book: guarantees/outcomes.md for the sink).
 //!
 //! Both are written against the core traits only ([`mongoose_core::EventSource`],
 //! [`mongoose_core::SourceCommitter`], [`mongoose_core::sink::Sink`]), so the plugin that

@@ -1,7 +1,7 @@
 //! The Kafka source killed with SIGKILL mid-topic and restarted, against the real broker
 //! (`cargo xtask broker start`; skipped with a message when it does not answer, unless
-//! `MONGOOSE_REQUIRE_BROKER` is set). feed-delivery-guarantees §9, connector-kafka, and
-//! the kill -9 tests of §11.
+//! `MONGOOSE_REQUIRE_BROKER` is set). book: connectors/kafka.md, and
+//! the kill -9 tests of book: crashes/measured.md.
 
 mod common;
 
@@ -159,7 +159,7 @@ fn applied(dir: &Path) -> BTreeMap<u64, u32> {
     times
 }
 
-// feed-delivery-guarantees §9 (connector-kafka) and §11: a child reads the topic far ahead
+// book: connectors/kafka.md and book: crashes/measured.md: a child reads the topic far ahead
 // of its processor (a feed of 2000), is SIGKILLed mid-topic, and is restarted in the same
 // group with the same state: every record is applied exactly once. A commit that
 // followed polling would lose what was read and not processed; an epoch that changed

@@ -4,7 +4,7 @@
 //! skipped with a message when the jars are not there unless `MONGOOSE_REQUIRE_BROKER`
 //! is set; the transactional tests use the test
 //! broker.
-//! delivery-uncertainty: published with evidence, not published, uncertain.
+//! book: guarantees/outcomes.md: published with evidence, not published, uncertain.
 
 mod common;
 
@@ -23,7 +23,7 @@ fn output(position: u64, payload: Vec<u8>) -> Output {
     )
 }
 
-// delivery-uncertainty: a delivery report is Published with its partition and offset; a
+// book: guarantees/outcomes.md: a delivery report is Published with its partition and offset; a
 // record the target can never take is NotPublished, not retryable; a record handed over
 // to a broker that stops answering (SIGSTOP: the connection stays open, nothing comes
 // back) is Uncertain, never "not published".

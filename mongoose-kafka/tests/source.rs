@@ -1,6 +1,6 @@
 //! The Kafka source with the real delivery engine, against the real broker
 //! (`cargo xtask broker start`; skipped with a message when it does not answer, unless
-//! `MONGOOSE_REQUIRE_BROKER` is set). feed-delivery-guarantees §9, connector-kafka.
+//! `MONGOOSE_REQUIRE_BROKER` is set). book: connectors/kafka.md.
 
 mod common;
 
@@ -100,7 +100,7 @@ fn the_source_delivers_every_record_once_and_commits_the_end() {
     );
 }
 
-// feed-delivery-guarantees §9, connector-kafka: "consumer.pause(assignment) and keep the
+// book: connectors/kafka.md: "consumer.pause(assignment) and keep the
 // unpublished tail ...; poll() must keep being called while paused (heartbeats)". A
 // processor slower than max.poll.interval.ms (and the session timeout) behind a queue of
 // 2: the member stays in the group (no revocation, one assignment per partition), every
@@ -166,7 +166,7 @@ fn a_paused_kafka_feed_keeps_heartbeating_and_resumes() {
     assert_eq!(counters.revoked.load(Ordering::Relaxed), 2, "{counters:?}");
 }
 
-// feed-delivery-guarantees §9, connector-kafka: "On rebalance (onPartitionsRevoked):
+// book: connectors/kafka.md: "On rebalance (onPartitionsRevoked):
 // pollAcknowledgements() and commitSync what is acknowledged, drop pending positions for
 // revoked partitions". Member A reads both partitions, its processor takes some records
 // and no duty cycle commits them; then B joins. The rebalance runs inside A's poll: what

@@ -1,4 +1,4 @@
-//! The ledger: the reference's kill-test application made real, and a model of a
+//! The ledger: the kill-test application (book: guarantees/consumer-side-positions.md) made real, and a model of a
 //! stateful processor that survives `kill -9` with every line applied exactly once.
 //!
 //! Input lines are `account,amount` (account `[A-Za-z0-9_-]{1,64}`, amount a signed

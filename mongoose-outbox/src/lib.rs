@@ -2,7 +2,7 @@
 //!
 //! A processor's state change, the source positions it covers and the outputs it
 //! produced are admitted in **one** atomic, checksummed record: the point of no return
-//! of `reference/delivery-uncertainty.txt` ("Durable admission separates cancel from
+//! of book: guarantees/outcomes.md ("Durable admission separates cancel from
 //! publish"). Before the record is durable a cancel wins (the input is re-delivered);
 //! after it, each output must be classified (published, not published, lost by
 //! policy) and, until it is, it is re-published with the same key after a restart.

@@ -1,6 +1,6 @@
 //! Stream keys: which stream of a recording belongs to which processor build.
 //!
-//! control-plane-contracts "Record and replay", Stream keys: the first processor of a
+//! book: running/record-and-replay.md, Stream keys: the first processor of a
 //! name built in a group records under the bare name, later ones under `name#2`,
 //! `name#3`, ...; a `#` in a name is doubled first, so keys never alias.
 
@@ -182,7 +182,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    // control-plane-contracts "Record and replay", Stream keys: p#2's first build is p##2
+    // book: running/record-and-replay.md, Stream keys: p#2's first build is p##2
     #[test]
     fn the_first_build_of_p_hash_2_never_aliases_the_second_build_of_p() {
         assert_eq!(stream_key("p#2", 1), "p##2");
@@ -193,7 +193,7 @@ mod tests {
         assert_eq!(parse_stream_key("p###2").unwrap(), ("p#".to_owned(), 2));
     }
 
-    // control-plane-contracts "Record and replay", Stream keys
+    // book: running/record-and-replay.md, Stream keys
     #[test]
     fn the_first_build_records_under_the_bare_name_and_later_ones_under_a_suffix() {
         assert_eq!(stream_key("pricer", 1), "pricer");
@@ -205,7 +205,7 @@ mod tests {
         );
     }
 
-    // control-plane-contracts "Record and replay", Replay failures from keys: a legacy
+    // book: running/record-and-replay.md, Replay failures from keys: a legacy
     // key that is ambiguous because of an unescaped # stops the replay
     #[test]
     fn a_key_that_no_build_produces_is_refused_as_an_ambiguous_legacy_key() {
@@ -227,7 +227,7 @@ mod tests {
         }
     }
 
-    // control-plane-contracts "Record and replay", Stream keys: an add that was refused,
+    // book: running/record-and-replay.md, Stream keys: an add that was refused,
     // cancelled or never built uses no number; names are numbered independently
     #[test]
     fn a_refused_add_takes_no_number_and_other_names_do_not_shift_the_count() {
@@ -248,7 +248,7 @@ mod tests {
     }
 
     proptest! {
-        // control-plane-contracts "Record and replay", Stream keys: keys never alias
+        // book: running/record-and-replay.md, Stream keys: keys never alias
         #[test]
         fn every_key_parses_back_to_its_name_and_ordinal(
             name in "[a-z#0-9]{0,8}",

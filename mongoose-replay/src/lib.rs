@@ -6,7 +6,7 @@
 //!   and sequence for a journalled feed) with the delivery it could read through
 //!   `DeliveryContext` and the [`Clock`] readings it took, its timers, its stop, and a
 //!   `Failed` mark where its run failed (a dispatch, or a completion callback's first
-//!   failure: feed-delivery-guarantees §5b), and an `AdminInvoked` entry for each of its
+//!   failure: book: guarantees/completion-hooks.md), and an `AdminInvoked` entry for each of its
 //!   admin commands an operator ran (`mongoose_control::admin`). What it sends through
 //!   an [`OutputSink`], and what its admin commands answered, are kept beside the
 //!   recording, so a replay can be compared with them.
@@ -161,8 +161,8 @@
 //!
 //! A `Dropped` entry is written live where items were lost for a recorded processor's
 //! queue: the delivery engine keeps the dropped runs beside the queue and the reader
-//! reports them in queue order, before the next item (control-plane-contracts
-//! "Overload and loss": "the processor's recording gets a Dropped entry where the
+//! reports them in queue order, before the next item (book: guarantees/control-plane.md
+//! : "the processor's recording gets a Dropped entry where the
 //! items were lost"). A replay carries on past it and counts it in `losses()`.
 //!
 //! # Not built in this version
@@ -183,7 +183,7 @@
 //!   before the item counts as dispatched but written at the end of the group's poll:
 //!   a crash in between can leave committed items unrecorded. Without one (the
 //!   default) the entry is written before the item counts as dispatched
-//!   (feed-delivery-guarantees §5b: `recorder.afterDispatch` before `dispatched += 1`).
+//!   (book: guarantees/completion-hooks.md: `recorder.afterDispatch` before `dispatched += 1`).
 //!
 //! # Stream keys and entries
 //!
@@ -193,7 +193,7 @@
 //! [`Entry`] values in order, with its [`Provenance`]. Each input ([`Entry::Indexed`],
 //! [`Entry::Inline`]) carries the [`mongoose_core::Delivery`] the processor could read
 //! through `DeliveryContext` (feed, sequence, epoch, position), so a replay can enter it
-//! for the replayed cycle (feed-delivery-guarantees §8a, "Delivery metadata is recorded
+//! for the replayed cycle (book: running/record-and-replay.md, "Delivery metadata is recorded
 //! and replayed").
 //!
 //! [`ReplayStore`] appends to a store file (one write per call by default, or whole

@@ -183,7 +183,7 @@ fn flush_and_sync(writer: &mut BufWriter<SealingWriter>) -> std::io::Result<()> 
 /// * its inputs: `Inline` (copied through the feed's codec) or `Indexed` (journalled
 ///   feeds), each with the delivery the processor could read (feed, sequence, epoch,
 ///   position) and the clock readings it took while handling the input and running
-///   the input's completion callbacks (§5b: callbacks belong to the input's entry);
+///   the input's completion callbacks (book: guarantees/completion-hooks.md: callbacks belong to the input's entry);
 /// * `TimerFired` with its readings; `Stopped` for a stop by request;
 /// * `AdminInvoked` for each admin command it ran (between items), with its readings;
 ///   what the command answered goes beside the recording, in `admin.jsonl`
@@ -192,7 +192,7 @@ fn flush_and_sync(writer: &mut BufWriter<SealingWriter>) -> std::io::Result<()> 
 ///   is a failure of the processor and is recorded as `Failed` instead;
 /// * `Failed` where a dispatch failed, a completion callback first failed, an input
 ///   could not be copied, or a timer or stop failed. A failed input is marked once,
-///   whichever of its calls fail, and its ordinary entry is not written (§5b, D4: a
+///   whichever of its calls fail, and its ordinary entry is not written (book: guarantees/completion-hooks.md: a
 ///   retry is a failure, marked and not reproduced).
 ///
 /// An input's entry is written once its item is over (when the group begins the next

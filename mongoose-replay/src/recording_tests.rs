@@ -1,7 +1,6 @@
 //! The store's regression tests, reading side: deliveries read back onto their inputs,
-//! torn, damaged, unclosed and old-format stores (feed-delivery-guarantees §8a,
-//! "Delivery metadata is recorded and replayed"; control-plane-contracts "Record and
-//! replay"). The writing side's are in `store_tests.rs`; the shared fixtures in
+//! torn, damaged, unclosed and old-format stores (book: running/record-and-replay.md,
+//! "Delivery metadata is recorded and replayed"; book: running/record-and-replay.md). The writing side's are in `store_tests.rs`; the shared fixtures in
 //! `store::tests_support`.
 
 use crate::format::{header, push_frame, WireDelivery, WireEntry, WireFrame, FORMAT_VERSION};
@@ -11,7 +10,7 @@ use crate::store::tests_support::{
 };
 use crate::{Incomplete, Recording, ReplayError, ReplayStore};
 
-// feed-delivery-guarantees §8a, independent review R3: the delivery of each positioned
+// book: running/record-and-replay.md: the delivery of each positioned
 // input is stored with it and read back onto it
 #[test]
 fn a_delivery_is_read_back_onto_its_input() {
@@ -60,7 +59,7 @@ fn a_delivery_is_read_back_onto_its_input() {
     );
 }
 
-// feed-delivery-guarantees §8a: a delivery whose input was never written adds nothing
+// book: running/record-and-replay.md: a delivery whose input was never written adds nothing
 // and marks the recording incomplete, as a torn last frame does
 #[test]
 fn a_delivery_with_no_input_after_it_adds_nothing() {
@@ -103,7 +102,7 @@ fn a_delivery_with_no_input_after_it_adds_nothing() {
     );
 }
 
-// feed-delivery-guarantees §8a: recordings of feeds without positions are unchanged: no
+// book: running/record-and-replay.md: recordings of feeds without positions are unchanged: no
 // delivery frame is written and every input reads back with none
 #[test]
 fn a_store_written_without_deliveries_reads_none() {
@@ -127,8 +126,8 @@ fn a_store_written_without_deliveries_reads_none() {
     assert!(entries.iter().all(|entry| entry.delivery().is_none()));
 }
 
-// control-plane-contracts "Record and replay" (a reader from an older version refuses a
-// newer file); feed-delivery-guarantees §8a (refuse rather than replay without metadata)
+// book: running/record-and-replay.md (a reader from an older version refuses a
+// newer file); book: running/record-and-replay.md (refuse rather than replay without metadata)
 #[test]
 fn a_reader_refuses_a_store_of_a_newer_format_version_and_says_what_to_do() {
     let (_dir, path) = store_path();
@@ -164,7 +163,7 @@ fn a_reader_refuses_a_store_of_a_newer_format_version_and_says_what_to_do() {
     );
 }
 
-// feed-delivery-guarantees §8a: a torn last frame marks the recording incomplete
+// book: running/record-and-replay.md: a torn last frame marks the recording incomplete
 #[test]
 fn a_torn_last_frame_marks_the_recording_incomplete_and_keeps_the_frames_before_it() {
     let (_dir, path) = store_path();
@@ -208,7 +207,7 @@ fn a_torn_last_frame_marks_the_recording_incomplete_and_keeps_the_frames_before_
     );
 }
 
-// feed-delivery-guarantees §8a: a torn input after its delivery frame adds neither
+// book: running/record-and-replay.md: a torn input after its delivery frame adds neither
 #[test]
 fn a_torn_input_after_its_delivery_adds_neither() {
     let (_dir, path) = store_path();

@@ -270,7 +270,7 @@ impl Replayer {
             }
         }
         // the processor's control requests are answered from the recording, never
-        // executed live (control-plane-contracts "What a replay does with each entry")
+        // executed live (book: guarantees/control-plane.md)
         let calls = Rc::new(RefCell::new(CallMatch::default()));
         let entries = stream.entries();
         // the requests its build and start() made are recorded before the first input
@@ -339,7 +339,7 @@ impl Replayer {
 
     /// Replays a `ServiceChanged` entry from the replay's service registry
     /// ([`Replayer::service`]), through the processor's services callback with the clock
-    /// pinned (control-plane-contracts "Record and replay", service changes).
+    /// pinned (book: running/record-and-replay.md, service changes).
     #[allow(clippy::too_many_arguments)]
     fn replay_service(
         &self,
@@ -548,7 +548,7 @@ impl Replayer {
             let Some(delivery) = delivery else {
                 return Ok(());
             };
-            // the callbacks run inside the input's replay, where they ran live (§5b)
+            // the callbacks run inside the input's replay, where they ran live (book: guarantees/completion-hooks.md)
             while let Some(completion) = engine::take_next_completion() {
                 host.complete(completion.key, delivery, None)
                     .map_err(|reason| {

@@ -52,7 +52,7 @@ fn write_stream(dir: &Path, key: &str, entries: &[Entry]) {
     store.close().unwrap();
 }
 
-// control-plane-contracts "Overload and loss": a replay carries on past a Dropped entry and
+// book: guarantees/control-plane.md: a replay carries on past a Dropped entry and
 // reports the loss through losses() and lossless()
 #[test]
 fn a_dropped_entry_is_a_loss_the_replay_carries_on_past() {
@@ -73,7 +73,7 @@ fn a_dropped_entry_is_a_loss_the_replay_carries_on_past() {
     assert!(replay.complete());
 }
 
-// control-plane-contracts "Stream keys": an ambiguous legacy key (an unescaped #) stops the
+// book: guarantees/control-plane.md: an ambiguous legacy key (an unescaped #) stops the
 // processor's replay instead of guessing
 #[test]
 fn an_ambiguous_legacy_stream_key_stops_the_replay() {
@@ -173,7 +173,7 @@ impl Processor for Fragile {
     }
 }
 
-// feed-delivery-guarantees §8a: the replayer enters the recorded delivery for the replayed
+// book: running/record-and-replay.md: the replayer enters the recorded delivery for the replayed
 // cycle and clears it after (in a finally: also when the processor panics)
 #[test]
 fn a_replayed_delivery_is_cleared_after_its_cycle_even_when_the_processor_panics() {

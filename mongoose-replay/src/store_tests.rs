@@ -1,6 +1,6 @@
 //! The store's regression tests, writing side: RECORD into a new, reopened, closed,
-//! incomplete or buffered store (feed-delivery-guarantees §8a, "Delivery metadata is
-//! recorded and replayed"; control-plane-contracts "Record and replay"). The reading
+//! incomplete or buffered store (book: running/record-and-replay.md, "Delivery metadata is
+//! recorded and replayed"; book: running/record-and-replay.md). The reading
 //! side's are in `recording_tests.rs`; the shared fixtures in `store::tests_support`.
 
 use crate::format::{header, push_frame, WireEntry, WireFrame, HEADER_LEN};
@@ -9,7 +9,7 @@ use crate::store::tests_support::{
 };
 use crate::{Entry, Incomplete, Recording, ReplayError, ReplayStore};
 
-// feed-delivery-guarantees §8a, delta review of PR #98 finding 3: before, a reopened store
+// book: running/record-and-replay.md: before, a reopened store
 // gave the orphan delivery to the next input appended for that processor, so an
 // unpositioned input replayed with the interrupted input's feed, epoch and position
 #[test]
@@ -61,7 +61,7 @@ fn an_interrupted_delivery_cannot_attach_to_a_later_unpositioned_input() {
     );
 }
 
-// feed-delivery-guarantees §8a, delta review of PR #98 finding 3: a store with an orphan
+// book: running/record-and-replay.md: a store with an orphan
 // delivery is read, never appended to (append and begin refuse), and it holds a
 // recording, so it is never reused as an empty one
 #[test]
@@ -80,7 +80,7 @@ fn a_store_with_an_orphan_delivery_row_is_read_but_never_appended_to() {
         .into_iter()
         .find(|(offset, _, _)| *offset == before)
         .unwrap();
-    // the reference: assert the fixture holds a delivery row before truncating it
+    // book: running/record-and-replay.md: assert the fixture holds a delivery row before truncating it
     assert_eq!(delivery_frame.1, "Delivery");
     truncate(&path, delivery_frame.2 as u64);
     let orphaned = std::fs::read(&path).unwrap();
@@ -115,7 +115,7 @@ fn a_store_with_an_orphan_delivery_row_is_read_but_never_appended_to() {
     assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
 }
 
-// control-plane-contracts "Record and replay", ReplayConfig: RECORD refuses a store that
+// book: running/record-and-replay.md, ReplayConfig: RECORD refuses a store that
 // already holds a recording
 #[test]
 fn record_refuses_a_store_that_already_holds_a_recording() {
@@ -137,7 +137,7 @@ fn record_refuses_a_store_that_already_holds_a_recording() {
     );
 }
 
-// feed-delivery-guarantees §8a: an incomplete store is read, never appended to
+// book: running/record-and-replay.md: an incomplete store is read, never appended to
 #[test]
 fn a_store_with_a_torn_last_frame_is_never_appended_to() {
     let (_dir, path) = store_path();
@@ -305,7 +305,7 @@ fn an_entry_larger_than_a_frame_is_refused_and_the_store_stays_usable() {
     assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
 }
 
-// feed-delivery-guarantees §8a: the delivery frame and its input are written in the same
+// book: running/record-and-replay.md: the delivery frame and its input are written in the same
 // write, buffered or not
 #[test]
 fn a_buffered_store_writes_whole_appends_only_when_flushed_or_dropped() {

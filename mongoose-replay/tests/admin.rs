@@ -1,7 +1,7 @@
 //! Admin commands in a recording: each run of a processor-owned admin command is an
 //! `AdminInvoked` entry in position, with the clock readings it took; a replay calls the
 //! command the replayed processor registered and collects its replies
-//! (control-plane-contracts "Record and replay": AdminInvoked in "What is recorded" and
+//! (book: running/record-and-replay.md: AdminInvoked in "What is recorded" and
 //! "What a replay does with each entry", and "entry N could not be delivered within").
 
 use std::collections::BTreeMap;

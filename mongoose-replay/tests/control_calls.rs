@@ -1,6 +1,6 @@
 //! Control requests a recorded processor makes: recorded as ControlCall entries in
 //! position, and answered from the recording in a replay, never executed live
-//! (control-plane-contracts "Record and replay": "What is recorded", "What a replay does
+//! (book: running/record-and-replay.md: "What is recorded", "What a replay does
 //! with each entry", "When a replay stops").
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! RECORD marks where items were lost (control-plane-contracts "Overload and loss": "In
+//! RECORD marks where items were lost (book: guarantees/control-plane.md: "In
 //! RECORD mode, a dropped item keeps its journal entry and sequence number. The
 //! processor's recording gets a Dropped entry where the items were lost. A replay
 //! carries on and reports the loss").

@@ -1,6 +1,6 @@
 //! A process recording a live group, killed with SIGKILL mid-stream, leaves a recording
 //! that replays: every entry that reached the store replays to the outputs the live run
-//! sent for it (feed-delivery-guarantees §8a; control-plane-contracts "Record and replay").
+//! sent for it (book: running/record-and-replay.md; running/record-and-replay.md).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -114,7 +114,7 @@ fn size(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
-// feed-delivery-guarantees §8a: a killed recorder leaves a prefix that replays to the live run's outputs
+// book: running/record-and-replay.md: a killed recorder leaves a prefix that replays to the live run's outputs
 #[test]
 fn a_group_recorder_killed_mid_stream_leaves_a_replayable_prefix() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -1,8 +1,7 @@
 //! A recorder process killed with SIGKILL while appending leaves a store that reads as a
 //! prefix of what it appended, every input with its own delivery, that reads as
-//! incomplete (no closing frame), and that RECORD never reuses (feed-delivery-guarantees
-//! §8a: a torn last frame marks the recording incomplete; a delivery whose input was never
-//! written adds nothing; issue 10 item 10: a killed recorder leaves no closing frame).
+//! incomplete (no closing frame), and that RECORD never reuses (book: running/record-and-replay.md: a torn last frame marks the
+//! recording incomplete; a delivery whose input was never written adds nothing; issue 10 item 10: a killed recorder leaves no closing frame).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};

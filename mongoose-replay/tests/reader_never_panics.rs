@@ -1,6 +1,6 @@
 //! The store reader never panics, whatever bytes it is given, and a store cut short or
 //! with a flipped bit reads as a prefix of what was written, or is refused, and never as
-//! complete (feed-delivery-guarantees §8a: a torn last frame marks the recording
+//! complete (book: running/record-and-replay.md: a torn last frame marks the recording
 //! incomplete; issue 10 item 10: so does a cut at a frame boundary, which loses the
 //! closing frame).
 

@@ -1,6 +1,6 @@
 //! RECORD on a live processor group over the delivery engine, then REPLAY of what it
-//! recorded (control-plane-contracts "Record and replay"; feed-delivery-guarantees §5b
-//! and §8a).
+//! recorded (book: running/record-and-replay.md; guarantees/completion-hooks.md
+//! and book: running/record-and-replay.md).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -25,8 +25,8 @@ use support::{close_groups, read_recording, wait_until, WAIT};
 /// A durable store of (epoch, position): what survives a crash.
 type Durable = Arc<Mutex<Option<(Epoch, u64)>>>;
 
-/// Applies lines, skipping those its stored position already holds (§5a); saves its
-/// position once per delivery (§5b). Reports every decision and the delivery it read to
+/// Applies lines, skipping those its stored position already holds (book: guarantees/consumer-side-positions.md); saves its
+/// position once per delivery (book: guarantees/completion-hooks.md). Reports every decision and the delivery it read to
 /// its sink, and reads the clock once per applied line.
 struct Ledger {
     sink: OutputSink,
@@ -204,7 +204,7 @@ fn replay_ledger(
         .run()
 }
 
-// control-plane-contracts "Record and replay", What is recorded / What a replay does
+// book: running/record-and-replay.md, What is recorded / What a replay does
 #[test]
 fn a_recorded_run_replays_each_input_with_its_delivery_clock_and_outputs() {
     let dir = tempfile::tempdir().unwrap();
@@ -240,7 +240,7 @@ fn a_recorded_run_replays_each_input_with_its_delivery_clock_and_outputs() {
     assert!(replay.lossless());
 }
 
-// feed-delivery-guarantees §8a "Replay and audit": a recording is per run; run 2's holds the
+// book: running/record-and-replay.md "Replay and audit": a recording is per run; run 2's holds the
 // re-delivered items with run 2's sequences and replays to run 2's output
 #[test]
 fn a_restarted_run_records_exactly_its_re_delivered_items_and_replays_to_its_output() {
@@ -280,7 +280,7 @@ fn a_restarted_run_records_exactly_its_re_delivered_items_and_replays_to_its_out
     assert_eq!(replay.outputs("ledger"), &live2[..]);
 }
 
-// feed-delivery-guarantees §8a "Delivery metadata is recorded and replayed": indexed and
+// book: running/record-and-replay.md "Delivery metadata is recorded and replayed": indexed and
 // inline recordings replay the same delivery
 #[test]
 fn indexed_and_inline_recordings_replay_the_same_delivery() {
@@ -314,7 +314,7 @@ fn indexed_and_inline_recordings_replay_the_same_delivery() {
     assert!(from_indexed.outputs("ledger")[1].contains("[lines#2 e7 p9]"));
 }
 
-// feed-delivery-guarantees §8a (R3): a processor that skips re-delivered lines by its stored
+// book: running/record-and-replay.md: a processor that skips re-delivered lines by its stored
 // position makes the same decisions in replay (live: skip c, skip d; replay: the same)
 #[test]
 fn a_processor_that_skips_re_delivered_lines_by_stored_position_decides_the_same_in_replay() {
@@ -336,7 +336,7 @@ fn a_processor_that_skips_re_delivered_lines_by_stored_position_decides_the_same
     assert_eq!(replay.outputs("ledger"), &live[..]);
 }
 
-// feed-delivery-guarantees §5b (hook review R2, D4): the first failure of a callback marks
+// book: guarantees/completion-hooks.md: the first failure of a callback marks
 // its processor's input Failed, once, and its ordinary entry is not written; a replay
 // stops at the mark
 #[test]
@@ -381,7 +381,7 @@ fn a_callback_that_failed_live_is_recorded() {
     assert_eq!(replay.processor("ledger").unwrap().replayed, 1);
 }
 
-// control-plane-contracts "Stream keys": later builds of a name record under name#2, and a
+// book: guarantees/control-plane.md: later builds of a name record under name#2, and a
 // # in a name is doubled, so the two never alias; refused adds take no number
 #[test]
 fn later_builds_record_under_numbered_keys_that_never_alias_a_name_with_a_hash() {
@@ -457,7 +457,7 @@ fn later_builds_record_under_numbered_keys_that_never_alias_a_name_with_a_hash()
     assert!(replay.outputs("p##2")[1].starts_with("apply b"));
 }
 
-// control-plane-contracts "ReplayConfig": RECORD refuses a store that already holds a recording
+// book: running/record-and-replay.md: RECORD refuses a store that already holds a recording
 #[test]
 fn record_refuses_a_directory_that_already_holds_a_recording() {
     let dir = tempfile::tempdir().unwrap();
@@ -469,7 +469,7 @@ fn record_refuses_a_directory_that_already_holds_a_recording() {
     );
 }
 
-// control-plane-contracts "When a replay stops": the replayed processor is not the recorded one
+// book: guarantees/control-plane.md: the replayed processor is not the recorded one
 #[test]
 fn a_replay_of_another_processor_type_stops_as_not_the_recorded_one() {
     let dir = tempfile::tempdir().unwrap();

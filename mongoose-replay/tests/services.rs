@@ -1,6 +1,6 @@
 //! A service change is recorded where it reached the processor; a replay delivers or
 //! withdraws it there from the services it was given, and stops saying why when it
-//! cannot (control-plane-contracts "Record and replay", service changes).
+//! cannot (book: running/record-and-replay.md, service changes).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

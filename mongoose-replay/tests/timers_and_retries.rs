@@ -1,5 +1,5 @@
 //! RECORD of timers, of an unpositioned feed and of a retried dispatch, on a group over
-//! in-memory feeds; then their REPLAY (control-plane-contracts "Record and replay").
+//! in-memory feeds; then their REPLAY (book: running/record-and-replay.md).
 
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;

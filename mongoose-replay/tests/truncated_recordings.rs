@@ -2,8 +2,8 @@
 //! disk cannot back (issue 10, item 10): a store cut at a frame boundary, cut to its head
 //! or to nothing, a store that cannot be read at all, and garbage, cut or missing
 //! `outputs.jsonl` / `admin.jsonl` are each reported as an incomplete recording, never
-//! as complete (control-plane-contracts "Record and replay"; feed-delivery-guarantees
-//! §8a: "a torn last frame marks the recording incomplete").
+//! as complete (book: running/record-and-replay.md: a torn last frame marks the recording
+//! incomplete).
 //!
 //! Every recording here is made by a real run: a processor group with a [`Recorder`],
 //! fed lines and admin commands, closed cleanly. The damage is then done to the files.

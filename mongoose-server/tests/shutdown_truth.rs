@@ -1,4 +1,4 @@
-//! Shutdown truthfulness for services (control-plane-contracts "Shutdown": phases,
+//! Shutdown truthfulness for services (book: guarantees/control-plane.md: phases,
 //! StopResult, resuming an incomplete stop; "Failure containment": a quarantined
 //! processor retains its instance and shutdown stays incomplete with dependent services
 //! retained). Issue 9, item 9.
@@ -118,7 +118,7 @@ impl Processor for Holder {
 
 #[test]
 fn a_resumed_shutdown_after_a_failed_service_stop_is_not_complete() {
-    // control-plane-contracts "Resuming an incomplete stop": a resumed stop "does not
+    // book: guarantees/control-plane.md: a resumed stop "does not
     // call a service stop() that already failed again. Its side effects are unknown, so
     // it stays in servicesLeftRunning" (issue 9, item 9)
     let server = Server::builder(config("")).build().expect("built");
@@ -177,7 +177,7 @@ fn server_with_a_holder(group: &str) -> (Server, Arc<Publisher<u64, u64>>, Arc<C
 
 #[test]
 fn services_held_by_a_quarantined_processor_are_not_stopped() {
-    // control-plane-contracts "Failure containment": a quarantined processor's instance
+    // book: guarantees/control-plane.md: a quarantined processor's instance
     // is retained, "shutdown remains incomplete with dependent services retained";
     // "Shutdown" phase 5: services are stopped "only if every processor group closed"
     let (server, numbers, cache) = server_with_a_holder("pricing");
@@ -214,7 +214,7 @@ fn services_held_by_a_quarantined_processor_are_not_stopped() {
 
 #[test]
 fn services_held_by_a_dead_groups_processor_are_not_stopped() {
-    // control-plane-contracts "Failure containment": a dead group fences every
+    // book: guarantees/control-plane.md: a dead group fences every
     // processor, instances and names stay owned; so their services stay retained
     let (server, _numbers, cache) = server_with_a_holder("risk");
     let group = server.control().group("risk").expect("group");
@@ -246,7 +246,7 @@ fn services_held_by_a_dead_groups_processor_are_not_stopped() {
 
 #[test]
 fn a_hanging_service_stop_does_not_block_shutdown_past_its_deadline() {
-    // control-plane-contracts "Shutdown" phase 5: each service is stopped "on a helper
+    // book: guarantees/control-plane.md: each service is stopped "on a helper
     // thread"; "shutdown() returns by the deadline ... with a truthful StopResult"; a
     // resumed stop "re-joins helpers still running"
     let server = Server::builder(config(

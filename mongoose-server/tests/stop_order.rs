@@ -1,6 +1,6 @@
-//! The ordered shutdown with a source that stops late (feed-delivery-guarantees §4
-//! clean stop, third review item 5, FeedDeliveryStopOrderTest) and delivery completion
-//! on a booted server (§5b, DeliveryCompletionServerTest).
+//! The ordered shutdown with a source that stops late (book:
+//! guarantees/commit-after-processing.md, "A clean stop") and delivery completion
+//! on a booted server (book: guarantees/completion-hooks.md).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -218,7 +218,7 @@ impl Processor for Completes {
 
 #[test]
 fn a_completion_runs_before_the_feed_commits_its_line() {
-    // §5b DeliveryCompletionServerTest: the callback runs before the feed can
+    // book: guarantees/completion-hooks.md: the callback runs before the feed can
     // acknowledge or commit the item
     let config = ServerConfig::parse("", std::path::Path::new(".")).expect("config");
     let watch = Arc::new(Watch::default());
@@ -287,7 +287,7 @@ impl Processor for StopsTheServer {
 
 #[test]
 fn a_shutdown_called_on_an_agent_thread_is_handed_off() {
-    // control-plane-contracts "Shutdown": called on one of the server's own threads, the
+    // book: guarantees/control-plane.md: called on one of the server's own threads, the
     // stop runs on a mongoose-server-stop thread and returns handedOff
     let config = ServerConfig::parse("", std::path::Path::new(".")).expect("config");
     let watch = Arc::new(Watch::default());

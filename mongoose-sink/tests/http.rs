@@ -1,5 +1,5 @@
 //! The HTTP sink against a real local HTTP server: each answer, and each failure,
-//! classified honestly (delivery-uncertainty: "Uncertain is a first-class result").
+//! classified honestly (book: guarantees/outcomes.md: "Uncertain is a first-class result").
 
 mod support;
 
@@ -38,7 +38,7 @@ fn publish_some(sink: &mut HttpSink, outputs: &[Output]) -> Vec<SinkOutcome> {
     outcomes
 }
 
-// delivery-uncertainty: "After a Producer has taken ownership, a timeout ... cannot
+// book: guarantees/outcomes.md: "After a Producer has taken ownership, a timeout ... cannot
 // prove that the target did not persist the record"; issue 13's first named test.
 #[test]
 fn an_uncertain_publish_is_never_reported_as_not_published() {

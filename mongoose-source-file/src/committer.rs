@@ -85,7 +85,7 @@ impl CommitShared {
         if record.fingerprint_length < MAX_FINGERPRINT_BYTES {
             if let Some(input) = self.input.as_ref() {
                 // the file being read, by positional reads of its handle, never the
-                // path (review R4: the path may already name a replacement)
+                // path (the path may already name a replacement)
                 // grown only over the same leading bytes: a file rewritten in place
                 // keeps the old fingerprint, and its next open sees the change
                 if let Some((length, fingerprint)) = grown_fingerprint(input, &record) {
@@ -143,7 +143,7 @@ impl SourceCommitter<u64> for PointerCommitter {
     fn acknowledged(&mut self, sequence: u64, epoch: Epoch, position: u64) {
         if epoch.get() != self.front.epoch.load(Ordering::Acquire) {
             // an item of the old file: never committed into the new file's pointer
-            // (feed-delivery-guarantees §4, review 2 finding 6, review R4)
+            // (book: guarantees/epochs-and-identity.md)
             self.front.ignored.fetch_add(1, Ordering::Relaxed);
             debug!(
                 source = %self.source_name, sequence, %epoch, position,
@@ -166,8 +166,8 @@ impl SourceCommitter<u64> for PointerCommitter {
             if generation == self.front.generation.load(Ordering::Acquire) {
                 shared.acknowledged = Some(shared.acknowledged.map_or(offset, |at| at.max(offset)));
             } else {
-                // acknowledged before a reset: an offset of the old file (review 2,
-                // finding 6)
+                // acknowledged before a reset: an offset of the old file
+                // (book: guarantees/epochs-and-identity.md)
                 debug!(source = %self.source_name, offset, "forgetting an acknowledgement made before a reset");
             }
         }

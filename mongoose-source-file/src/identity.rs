@@ -1,7 +1,7 @@
 //! The identity of an input file: its file key (device and inode on Unix), hashed.
 //!
 //! Never a file time: an append, or a tool that touches the file, must not look like a
-//! replacement (feed-delivery-guarantees §4, review 2, finding 1).
+//! replacement (book: guarantees/epochs-and-identity.md).
 //!
 //! The identity rules are pure functions of what was observed, so their table is
 //! tested without files: [`reset_reason`] decides, at an open, whether the pointer is
@@ -94,14 +94,14 @@ impl ResetReason {
 }
 
 /// The identity check of a COMMITED open: `None` keeps the pointer (an append, or the
-/// same file), a reason resets it to 0 under a new epoch (feed-delivery-guarantees §4).
+/// same file), a reason resets it to 0 under a new epoch (book: guarantees/epochs-and-identity.md).
 ///
 /// In this order: a rotated file was just finished (the path names the next file,
 /// even with the same leading bytes); the file is shorter than the pointer or than
 /// what this run read of it (a truncation); the pointer holds a fingerprint and the
 /// leading bytes differ (a replacement, whatever the key); no fingerprint and another
 /// key (a replacement). The same leading bytes under a new key keep the pointer (a
-/// copy renamed into place, review 3 item 4: see [`new_key_same_bytes`]).
+/// copy renamed into place: see [`new_key_same_bytes`]).
 pub(crate) fn reset_reason(record: &PointerRecord, observed: &Observed) -> Option<ResetReason> {
     // a mid-run reopen must not resume before what it read of the same file
     let read_through = observed.read_through.unwrap_or(0).max(record.offset);
@@ -168,7 +168,7 @@ pub(crate) enum EndOfFileChange {
     Replaced,
 }
 
-/// The check at the end of the open file (feed-delivery-guarantees §4, review R4): a
+/// The check at the end of the open file (book: guarantees/epochs-and-identity.md): a
 /// truncation of the open file first, then another file key at the path. A path that
 /// names nothing is a rotation in progress: no change, the open file is read on.
 pub(crate) fn end_of_file_change(observed: &ObservedAtEnd) -> Option<EndOfFileChange> {
@@ -322,7 +322,7 @@ mod tests {
 
     #[test]
     fn the_same_leading_bytes_under_a_new_key_keep_the_pointer() {
-        // an NFS remount, an overlay copy-up, a copy renamed into place (review 3, item 4)
+        // an NFS remount, an overlay copy-up, a copy renamed into place
         let copied = Observed {
             key: Some(NEW_KEY),
             ..observed()

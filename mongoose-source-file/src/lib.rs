@@ -116,7 +116,7 @@
 //! # Example: a file feed and a processor that saves its position with its state
 //!
 //! The pointer bounds how much a restart reads again; the position saved atomically
-//! with the processor's state decides what is applied (feed-delivery-guarantees §5a).
+//! with the processor's state decides what is applied (book: guarantees/consumer-side-positions.md).
 //! Here the first run processes every line and saves its state, then "crashes" before
 //! the pointer is committed: the restart delivers the lines again, and the processor
 //! skips them with [`Delivery::already_applied`](mongoose_core::Delivery::already_applied).

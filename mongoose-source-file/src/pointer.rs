@@ -1,7 +1,7 @@
 //! The pointer file: a 1,024-byte memory-mapped record beside the input file.
 //!
 //! Layout (big-endian, like the Java original, so a pointer it wrote can be adopted;
-//! feed-delivery-guarantees §4):
+//! book: guarantees/epochs-and-identity.md):
 //!
 //! | at | field |
 //! |---:|---|

@@ -88,7 +88,7 @@ pub(crate) fn end_of_last_line(file: &File, size: u64) -> u64 {
 
 /// A pointer of a layout without epochs may point inside a line (a v1.1.2 char
 /// count): resume after the next terminator. A line may be re-delivered, never skipped
-/// (feed-delivery-guarantees §4, review 3 item 2).
+/// (book: guarantees/epochs-and-identity.md).
 pub(crate) fn align_to_line_start(file: &File, offset: u64, size: u64) -> u64 {
     if offset == 0 || offset > size {
         return offset;

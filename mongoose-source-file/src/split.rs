@@ -3,7 +3,7 @@
 //! Lines end at the bytes `\n` or `\r`, and `\r\n` is one terminator. Neither byte
 //! occurs inside a multi-byte UTF-8 sequence (nor in any ASCII-compatible encoding), so
 //! splitting on bytes before decoding is exact, and a position is a count of bytes on
-//! disk, never of decoded chars (feed-delivery-guarantees §4, review F4).
+//! disk, never of decoded chars (book: guarantees/epochs-and-identity.md).
 
 use std::borrow::Cow;
 
@@ -21,7 +21,7 @@ pub struct LineSpan {
 ///
 /// `end_of_input` says no byte will ever follow `bytes` (the end of a once read). A
 /// `\r` as the last byte is then the terminator of its line; otherwise the splitter
-/// waits for the next byte, which may be the `\n` of a `\r\n` (review 3, item 6).
+/// waits for the next byte, which may be the `\n` of a `\r\n`.
 /// Returns `None` when `bytes` holds no complete line: the caller reads more, or, at
 /// the end of a once read, counts the rest as unterminated.
 #[inline]

@@ -1,4 +1,4 @@
-//! FileEventSourceDeliveryTest (feed-delivery-guarantees §11): the file source with the
+//! (book: crashes/measured.md): the file source with the
 //! real delivery engine. Crashes are real: a child process killed with SIGKILL.
 
 mod common;
@@ -177,20 +177,20 @@ fn crash_and_restart(cache: bool) {
     );
 }
 
-// feed-delivery-guarantees §11, FileEventSourceDeliveryTest: read-but-not-dispatched
+// book: crashes/measured.md: read-but-not-dispatched
 // lines are not committed and are re-delivered after a crash
 #[test]
 fn read_but_not_dispatched_lines_are_re_delivered_after_a_crash() {
     crash_and_restart(false);
 }
 
-// feed-delivery-guarantees §11, FileEventSourceDeliveryTest (with cacheEventLog)
+// book: crashes/measured.md (with cacheEventLog)
 #[test]
 fn read_but_not_dispatched_lines_are_re_delivered_after_a_crash_with_the_startup_cache() {
     crash_and_restart(true);
 }
 
-// feed-delivery-guarantees §4 (clean stop, review 2 finding 4) and §11
+// book: guarantees/commit-after-processing.md (clean stop) and book: crashes/measured.md
 #[test]
 fn a_clean_stop_commits_only_processed_lines() {
     let dir = tempfile::tempdir().expect("dir");
@@ -299,20 +299,20 @@ fn pause_run(cache: bool) {
     assert!(positions.windows(2).all(|pair| pair[0] < pair[1]));
 }
 
-// feed-delivery-guarantees §6 and §11: PAUSE, 10,000 lines, a 1,024 queue, a slow consumer
+// book: guarantees/pause.md, crashes/measured.md: PAUSE, 10,000 lines, a 1,024 queue, a slow consumer
 #[test]
 fn pause_with_ten_thousand_lines_into_a_1024_queue_and_a_slow_consumer_drops_nothing() {
     pause_run(false);
 }
 
-// feed-delivery-guarantees §6 and §11, with cacheEventLog
+// book: guarantees/pause.md, crashes/measured.md, with cacheEventLog
 #[test]
 fn pause_with_ten_thousand_lines_and_the_startup_cache_drops_nothing() {
     pause_run(true);
 }
 
-// issue 9 item 7; feed-delivery-guarantees §3 ("an item filtered ... is due as soon as
-// the items before it") and §6 (the startup cache): a line the line mapper refuses while
+// issue 9 item 7; book: guarantees/commit-after-processing.md ("an item filtered ... is due as soon as
+// the items before it") and book: guarantees/pause.md (the startup cache): a line the line mapper refuses while
 // the feed caches its startup waits behind the lines cached before it
 #[test]
 fn a_line_the_mapper_refuses_during_the_startup_cache_is_committed_only_after_the_lines_before_it()

@@ -45,7 +45,7 @@ fn started_pipeline(input: &Path) -> Pipeline {
     pipeline
 }
 
-// issue 9 item 8; feed-delivery-guarantees §4 (clean stop, review 2 finding 4): the
+// issue 9 item 8; book: guarantees/commit-after-processing.md (clean stop): the
 // commit after the source stopped re-maps the pointer file; when that fails (here the
 // file system is read-only for real) the acknowledged offset is kept, the next commit
 // writes it, and the feed is not settled in between

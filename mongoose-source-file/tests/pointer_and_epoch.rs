@@ -1,4 +1,4 @@
-//! The pointer file, epochs and the input file's identity (feed-delivery-guarantees §4).
+//! The pointer file, epochs and the input file's identity (book: guarantees/epochs-and-identity.md).
 
 mod common;
 
@@ -10,7 +10,7 @@ use mongoose_core::{EventSource, SourceState};
 use mongoose_delivery::SourceDriver;
 use mongoose_source_file::ReadStrategy;
 
-// feed-delivery-guarantees §4, review F4 (thePointerCountsBytesSoARestartAfterNonAsciiLinesResumesAtALineStart)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn the_pointer_counts_bytes_so_a_restart_after_non_ascii_lines_resumes_at_a_line_start() {
     let dir = tempfile::tempdir().expect("dir");
@@ -23,7 +23,7 @@ fn the_pointer_counts_bytes_so_a_restart_after_non_ascii_lines_resumes_at_a_line
     assert_eq!(output.items(), strings(&["çava"]));
 }
 
-// feed-delivery-guarantees §4, review F4 (thePointerIsTheByteOffsetEvenForBytesThatAreNotUtf8)
+// book: guarantees/epochs-and-identity.md (thePointerIsTheByteOffsetEvenForBytesThatAreNotUtf8)
 #[test]
 fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
     let dir = tempfile::tempdir().expect("dir");
@@ -45,7 +45,7 @@ fn the_pointer_is_the_byte_offset_even_for_bytes_that_are_not_utf8() {
     assert_eq!(output.items(), strings(&["end"]));
 }
 
-// feed-delivery-guarantees §4, independent review R4 (aCommitAfterAReplacementNeverFingerprintsTheNewFile)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn a_commit_after_a_replacement_never_fingerprints_the_new_file() {
     let dir = tempfile::tempdir().expect("dir");
@@ -66,7 +66,7 @@ fn a_commit_after_a_replacement_never_fingerprints_the_new_file() {
     assert_ne!(pointer_of(&path).epoch, 0);
 }
 
-// feed-delivery-guarantees §4, independent review R4 (anOldFileAcknowledgementIsNotCommittedAfterALiveReplacement):
+// book: guarantees/epochs-and-identity.md:
 // the old file's acknowledgements never reach the new file's pointer. Since issue 11
 // (a rotation just before a kill) the source waits at the old file's end until its
 // lines are committed into the old file's pointer, and only then resets the pointer to
@@ -104,7 +104,7 @@ fn an_old_file_acknowledgement_is_not_committed_after_a_live_replacement() {
     assert_eq!(pointer_of(&path).offset, 3);
 }
 
-// feed-delivery-guarantees §4, independent review R4 (aRotatedFileIsReadToItsEndBeforeTheNewOne)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn a_rotated_file_is_read_to_its_end_before_the_new_one() {
     let dir = tempfile::tempdir().expect("dir");
@@ -127,7 +127,7 @@ fn a_rotated_file_is_read_to_its_end_before_the_new_one() {
             && detail.as_deref().is_some_and(|d| d.contains("replaced"))));
 }
 
-// feed-delivery-guarantees §4, independent review R4 (aPartialLineIsReadOnceAcrossAReopen)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn a_partial_line_is_read_once_across_a_reopen() {
     let dir = tempfile::tempdir().expect("dir");
@@ -149,7 +149,7 @@ fn a_partial_line_is_read_once_across_a_reopen() {
     assert_eq!(source.status().reopens, 1);
 }
 
-// feed-delivery-guarantees §4, review R5 (aPointerFileTooShortForAnOffsetReadsFromTheStart)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn a_pointer_file_too_short_for_an_offset_reads_from_the_start() {
     let dir = tempfile::tempdir().expect("dir");
@@ -167,7 +167,7 @@ fn a_pointer_file_too_short_for_an_offset_reads_from_the_start() {
     assert_eq!(pointer_of(&path).offset, 4);
 }
 
-// feed-delivery-guarantees §4, review R5 (anEmptyPointerFileReadsFromTheStart)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn an_empty_pointer_file_reads_from_the_start() {
     let dir = tempfile::tempdir().expect("dir");
@@ -183,7 +183,7 @@ fn an_empty_pointer_file_reads_from_the_start() {
     assert_ne!(pointer_of(&path).epoch, 0, "it gets an epoch");
 }
 
-// feed-delivery-guarantees §4, review 2 finding 7: a pointer file holding only the
+// book: guarantees/epochs-and-identity.md: a pointer file holding only the
 // offset keeps it and is upgraded
 #[test]
 fn a_pointer_file_holding_only_the_offset_is_upgraded() {
@@ -197,7 +197,7 @@ fn a_pointer_file_holding_only_the_offset_is_upgraded() {
     assert_ne!(pointer_of(&path).epoch, 0);
 }
 
-// feed-delivery-guarantees §4, review 3 item 2: a pointer without an epoch inside a
+// book: guarantees/epochs-and-identity.md: a pointer without an epoch inside a
 // line resumes after that line's terminator (between \r and \n included)
 #[test]
 fn a_pointer_without_an_epoch_inside_a_line_resumes_at_the_next_line_start() {
@@ -220,7 +220,7 @@ fn a_pointer_without_an_epoch_inside_a_line_resumes_at_the_next_line_start() {
     assert_eq!(output.items(), strings(&["def"]));
 }
 
-// feed-delivery-guarantees §4, review 2 finding 6 (anAcknowledgementOfTheOldFileIsNotCommittedAfterAReset)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_reset() {
     let dir = tempfile::tempdir().expect("dir");
@@ -241,7 +241,7 @@ fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_reset() {
     assert_eq!(pointer_of(&path).offset, 3);
 }
 
-// feed-delivery-guarantees §4, review 3 item 7 (anAcknowledgementOfTheOldFileIsNotCommittedAfterAMidRunReopen):
+// book: guarantees/epochs-and-identity.md:
 // the acknowledgement reaches the committer before the reset and the commit after it.
 // Since issue 11 the reopen waits for that commit, which lands in the old file's
 // pointer; the new file's pointer starts at 0.
@@ -283,7 +283,7 @@ fn an_acknowledgement_of_the_old_file_is_not_committed_after_a_mid_run_reopen() 
     assert_eq!(pointer_of(&path).epoch, source.epoch().get());
 }
 
-// feed-delivery-guarantees §4, review 3 item 1 (aHeaderOnlyFirstOpenThenAnInPlaceRewriteWithTheSameHeaderIsAReplacement)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn a_header_only_first_open_then_an_in_place_rewrite_with_the_same_header_is_a_replacement() {
     let dir = tempfile::tempdir().expect("dir");
@@ -303,7 +303,7 @@ fn a_header_only_first_open_then_an_in_place_rewrite_with_the_same_header_is_a_r
     assert_ne!(source.epoch().get(), first_epoch);
 }
 
-// feed-delivery-guarantees §4, review 3 item 4 (theSameContentUnderANewFileKeyKeepsThePointer)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn the_same_content_under_a_new_file_key_keeps_the_pointer() {
     let dir = tempfile::tempdir().expect("dir");
@@ -315,7 +315,7 @@ fn the_same_content_under_a_new_file_key_keeps_the_pointer() {
     assert_eq!(source.epoch(), epoch);
 }
 
-// feed-delivery-guarantees §4, review 3 item 4 (aNewFileWithOtherContentAtTheSamePathIsAReplacement)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn a_new_file_with_other_content_at_the_same_path_is_a_replacement() {
     let dir = tempfile::tempdir().expect("dir");
@@ -328,7 +328,7 @@ fn a_new_file_with_other_content_at_the_same_path_is_a_replacement() {
     assert_eq!(source.status().resets, 1);
 }
 
-// feed-delivery-guarantees §4 (a truncated input, shorter than the pointer, resets it
+// book: guarantees/epochs-and-identity.md (a truncated input, shorter than the pointer, resets it
 // to 0 under a new epoch even when its fingerprinted first 4 KB are unchanged)
 #[test]
 fn a_file_truncated_below_the_pointer_is_read_from_the_start_under_a_new_epoch() {
@@ -348,7 +348,7 @@ fn a_file_truncated_below_the_pointer_is_read_from_the_start_under_a_new_epoch()
     assert_ne!(source.epoch(), epoch);
 }
 
-// feed-delivery-guarantees §4, review R4: truncated while tailed, read under a new epoch
+// book: guarantees/epochs-and-identity.md: truncated while tailed, read under a new epoch
 #[test]
 fn a_file_truncated_while_tailed_is_read_again_under_a_new_epoch() {
     let dir = tempfile::tempdir().expect("dir");
@@ -361,7 +361,7 @@ fn a_file_truncated_while_tailed_is_read_again_under_a_new_epoch() {
     assert_ne!(source.epoch(), epoch);
 }
 
-// feed-delivery-guarantees §4, FileEventSourceFeedStatusTest (committedResumesAndIsCaughtUpAtItsPointer)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn committed_resumes_and_is_caught_up_at_its_pointer() {
     let dir = tempfile::tempdir().expect("dir");
@@ -380,7 +380,7 @@ fn committed_resumes_and_is_caught_up_at_its_pointer() {
     assert_eq!(output.positions(), vec![14]);
 }
 
-// feed-delivery-guarantees §4, review 2 finding 1 (anAppendThatMovesTheFileTimesKeepsThePointerAndEpoch)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn an_append_that_moves_the_file_times_keeps_the_pointer_and_epoch() {
     let dir = tempfile::tempdir().expect("dir");
@@ -401,7 +401,7 @@ fn an_append_that_moves_the_file_times_keeps_the_pointer_and_epoch() {
     assert_eq!(pointer_of(&path).epoch, epoch.get());
 }
 
-// feed-delivery-guarantees §4 (the epoch is new when the pointer file is created)
+// book: guarantees/epochs-and-identity.md (the epoch is new when the pointer file is created)
 #[test]
 fn deleting_the_pointer_starts_a_new_epoch_from_the_start() {
     let dir = tempfile::tempdir().expect("dir");
@@ -413,7 +413,7 @@ fn deleting_the_pointer_starts_a_new_epoch_from_the_start() {
     assert_ne!(source.epoch(), epoch);
 }
 
-// feed-delivery-guarantees §4, delta review of PR #98 finding 1 (FileEventSourceOpenRaceTest, COMMITED):
+// book: guarantees/epochs-and-identity.md (COMMITED):
 // the file is rotated between the open and the read of the opened file's identity
 #[test]
 fn a_rotation_during_the_open_of_a_committed_source_still_reaches_the_new_file() {
@@ -451,7 +451,7 @@ fn a_rotation_during_the_open_of_a_committed_source_still_reaches_the_new_file()
     );
 }
 
-// feed-delivery-guarantees §4, delta review of PR #98 finding 1 (FileEventSourceOpenRaceTest, EARLIEST)
+// book: guarantees/epochs-and-identity.md (EARLIEST)
 #[test]
 fn a_rotation_during_the_open_of_an_earliest_source_still_reaches_the_new_file() {
     let dir = tempfile::tempdir().expect("dir");

@@ -1,5 +1,5 @@
 //! Reading: strategies, terminators, once reads, PAUSE and the line mapper
-//! (feed-delivery-guarantees §4, §6, §7).
+//! (book: guarantees/epochs-and-identity.md, guarantees/pause.md, guarantees/status.md).
 
 mod common;
 
@@ -11,7 +11,7 @@ use mongoose_core::{SourceOutput, SourceState};
 use mongoose_delivery::SourceDriver;
 use mongoose_source_file::{FileEventSource, FileSourceConfig, Line, ReadStrategy};
 
-// feed-delivery-guarantees §7, review 2 finding 9 (FileEventSourceFeedStatusTest.anUnterminatedLastLineOfAOnceReadIsCounted)
+// book: guarantees/status.md
 #[test]
 fn an_unterminated_last_line_of_a_once_read_is_counted() {
     let dir = tempfile::tempdir().expect("dir");
@@ -25,7 +25,7 @@ fn an_unterminated_last_line_of_a_once_read_is_counted() {
     assert!(detail.is_some_and(|d| d.contains("4 bytes")));
 }
 
-// feed-delivery-guarantees §4, review 3 item 6 (FileEventSourceFeedStatusTest.aOnceReadLastLineEndedByALoneCrIsPublished)
+// book: guarantees/epochs-and-identity.md
 #[test]
 fn a_once_read_last_line_ended_by_a_lone_cr_is_published() {
     let dir = tempfile::tempdir().expect("dir");
@@ -37,7 +37,7 @@ fn a_once_read_last_line_ended_by_a_lone_cr_is_published() {
     assert_eq!(output.unterminated(), Some(0));
 }
 
-// feed-delivery-guarantees §4, review 3 item 6: a tailing read waits for the byte after a \r
+// book: guarantees/epochs-and-identity.md: a tailing read waits for the byte after a \r
 #[test]
 fn a_tailing_read_waits_for_the_byte_after_a_cr() {
     let dir = tempfile::tempdir().expect("dir");
@@ -51,7 +51,7 @@ fn a_tailing_read_waits_for_the_byte_after_a_cr() {
     assert_eq!(output.positions(), vec![3, 5]);
 }
 
-// feed-delivery-guarantees §4: \n, \r and \r\n each end one line
+// book: guarantees/epochs-and-identity.md: \n, \r and \r\n each end one line
 #[test]
 fn every_terminator_ends_one_line_and_positions_count_its_bytes() {
     let dir = tempfile::tempdir().expect("dir");
@@ -62,7 +62,7 @@ fn every_terminator_ends_one_line_and_positions_count_its_bytes() {
     assert_eq!(output.positions(), vec![2, 5, 7, 9, 10]);
 }
 
-// feed-delivery-guarantees §6: on a pause the source keeps the line and reads nothing more
+// book: guarantees/pause.md: on a pause the source keeps the line and reads nothing more
 #[test]
 fn a_paused_line_is_kept_and_the_source_stays_behind_until_everything_is_taken() {
     let dir = tempfile::tempdir().expect("dir");
@@ -86,7 +86,7 @@ fn a_paused_line_is_kept_and_the_source_stays_behind_until_everything_is_taken()
     assert_eq!(output.positions(), vec![2, 4, 6, 8, 10]);
 }
 
-// feed-delivery-guarantees §3 (a publish nested in a positioned commit is told to
+// book: guarantees/commit-after-processing.md (a publish nested in a positioned commit is told to
 // retry): the line is kept, offered again, not counted as a pause, and the source is
 // not caught up meanwhile
 #[test]
@@ -107,7 +107,7 @@ fn a_retried_publish_keeps_the_line_and_the_source_behind() {
     assert_eq!(source.status().pauses, 0);
 }
 
-// feed-delivery-guarantees §3 and §4: a mapper error is an item filtered, counted and
+// book: guarantees/commit-after-processing.md, guarantees/epochs-and-identity.md: a mapper error is an item filtered, counted and
 // committed with the items around it, never a silent loss
 #[test]
 fn a_mapper_error_filters_the_line_counts_it_and_its_position_is_committed() {
@@ -181,7 +181,7 @@ fn once_latest_ends_at_the_end_of_the_file_without_publishing() {
     assert_eq!(output.unterminated(), Some(0));
 }
 
-// feed-delivery-guarantees §4, review R4: an EARLIEST tail re-reads a truncated file
+// book: guarantees/epochs-and-identity.md: an EARLIEST tail re-reads a truncated file
 #[test]
 fn an_earliest_tail_re_reads_a_truncated_file() {
     let dir = tempfile::tempdir().expect("dir");
@@ -243,7 +243,7 @@ fn strategies_parse_from_their_configuration_names() {
     assert_eq!(ReadStrategy::Committed.to_string(), "COMMITED");
 }
 
-// feed-delivery-guarantees §4: the clean stop's final poll commits what was processed,
+// book: guarantees/commit-after-processing.md: the clean stop's final poll commits what was processed,
 // and a commit after stop (the server's commit after the groups drained) re-maps
 #[test]
 fn a_commit_after_stop_re_maps_the_pointer_file() {
@@ -260,7 +260,7 @@ fn a_commit_after_stop_re_maps_the_pointer_file() {
     assert_eq!(pointer_of(&path).offset, 6);
 }
 
-// feed-delivery-guarantees §3 and §4: lines go out in batches; a refused line inside a
+// book: guarantees/commit-after-processing.md, guarantees/epochs-and-identity.md: lines go out in batches; a refused line inside a
 // batch is recorded outside it (the double panics on a call nested in its batch) and in
 // order, so every line's position appears once, in file order, item or filtered
 #[test]

@@ -30,7 +30,7 @@ fn line_bytes() -> impl Strategy<Value = Vec<u8>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    // feed-delivery-guarantees §4: positions strictly increase and, for a once read,
+    // book: guarantees/epochs-and-identity.md: positions strictly increase and, for a once read,
     // the lines and the unterminated rest account for every byte
     #[test]
     fn the_splitter_accounts_for_every_byte(bytes in line_bytes(), once in any::<bool>()) {

@@ -62,7 +62,8 @@ enum Command {
     /// damaged store, a damaged outputs.jsonl or admin.jsonl): what it holds is replayed
     /// and reported as partial.
     Replay {
-        /// The recording folder (the `[record] dir` of the recorded run).
+        /// A run's recording folder (`<record.dir>/run-N`), or the `[record] dir` itself
+        /// to replay its newest run.
         #[arg(long)]
         recording: PathBuf,
         /// The config to build the processors from (point their state at scratch).

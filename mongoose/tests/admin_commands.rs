@@ -1,7 +1,7 @@
 //! Processor-owned admin commands over HTTP: the ledger's `balance ACCOUNT`, listed by
 //! `GET /processors/{group}/{name}/commands` and run by `POST
 //! /processors/{group}/{name}/commands/{command}`; recorded as AdminInvoked and replayed
-//! (control-plane-contracts "Record and replay": AdminInvoked, adminReplies()).
+//! (book: running/record-and-replay.md: AdminInvoked, adminReplies()).
 
 use mongoose::kinds as ledger_kind;
 
@@ -72,7 +72,7 @@ fn get(address: &str, path: &str) -> (u16, serde_json::Value) {
     (status, serde_json::from_str(&text).expect("json"))
 }
 
-// control-plane-contracts "Record and replay": AdminInvoked ("a processor-owned admin command
+// book: running/record-and-replay.md: AdminInvoked ("a processor-owned admin command
 // ran: its name and arguments"), replayed from the command the replayed processor registered
 #[test]
 fn the_ledgers_balance_command_runs_over_http_and_replays_to_the_same_answers() {

@@ -1,5 +1,4 @@
-//! Audit capture through the server and its admin API (control-plane-contracts "Audit
-//! capture", "Naming the processor to capture", "Shutdown" phase 6): `POST
+//! Audit capture through the server and its admin API (book: guarantees/control-plane.md): `POST
 //! /audit/{selector}/start|stop`, `GET /audit/status`, the capture folder read back
 //! with the file reader, names across groups, and a failed close that keeps the stop
 //! incomplete.
@@ -128,7 +127,7 @@ fn server(dir: &Path, groups: &[&str], handled: &Arc<AtomicUsize>) -> (Server, S
     (server, handle.address.to_string())
 }
 
-// control-plane-contracts "Audit capture": start returns once the capture records; the
+// book: guarantees/control-plane.md: start returns once the capture records; the
 // processor's audit log (its tracing events and its records) goes to a fresh
 // capture-* folder with an identity sidecar; stop returns once it is uninstalled
 #[test]
@@ -215,7 +214,7 @@ fn audit_capture_start_records_a_processors_tracing_events_and_audit_records_the
     assert!(server.shutdown().complete);
 }
 
-// control-plane-contracts "Naming the processor to capture": a name admitted in
+// book: guarantees/control-plane.md: a name admitted in
 // several groups is refused naming the groups; group/name addresses one
 #[test]
 fn an_ambiguous_processor_name_is_refused_naming_the_groups() {
@@ -268,7 +267,7 @@ impl CaptureResources for FailingClose {
     }
 }
 
-// control-plane-contracts "Shutdown" phase 6 and "Open and resource limits": a group
+// book: guarantees/control-plane.md: a group
 // closes its captures as it closes; a failed physical close is not counted as closed,
 // and the stop stays incomplete
 #[test]
@@ -312,7 +311,7 @@ fn mongoose_audit(address: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-// control-plane-contracts "Audit capture": the admin commands audit.start / audit.stop
+// book: guarantees/control-plane.md: the admin commands audit.start / audit.stop
 // print the outcome; audit.status prints id, selector and path
 #[test]
 fn the_mongoose_audit_commands_start_list_and_stop_a_capture_of_a_running_server() {

@@ -330,23 +330,6 @@ fn cases() -> Vec<Case> {
             ),
             &["record.processors[1]", "'ledgr'"],
         ),
-        Case {
-            prepare: |setup| {
-                // what a finished run left: a recording (a head and a frame or more)
-                let group = setup.path("recording/ledger");
-                std::fs::create_dir_all(&group).expect("the group's folder");
-                let mut store = mongoose_replay::MAGIC.to_vec();
-                store.extend_from_slice(&mongoose_replay::FORMAT_VERSION.to_le_bytes());
-                store.extend_from_slice(&[0; 32]);
-                std::fs::write(group.join(mongoose_replay::RECORDING_FILE), store)
-                    .expect("a recording");
-            },
-            ..case(
-                "a record.dir that already holds a recording of the group (run failed at start, exit 1)",
-                format!("{}{}[record]\ndir = \"recording\"\n", feed(), ledger()),
-                &["record.dir", "already holds a recording"],
-            )
-        },
         // issue 11, item 2: two glob feeds that may match one file would share its
         // pointer file (glob feeds keep one pointer per file beside it)
         case(
@@ -516,8 +499,8 @@ fn a_good_config_validates_and_runs_to_settled() {
     let (code, stderr) = setup.mongoose("run", &["--exit-when-settled"]);
     assert_eq!(code, Ok(0), "run: {stderr}");
     assert!(
-        setup.path("recording/ledger").is_dir(),
-        "recorded into record.dir"
+        setup.path("recording/run-1/ledger").is_dir(),
+        "recorded into a run's folder of record.dir"
     );
     let alerts = std::fs::read_to_string(setup.path("alerts.txt")).expect("alerts");
     assert_eq!(alerts.lines().count(), 1, "b,-2 raised one alert: {alerts}");

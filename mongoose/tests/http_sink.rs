@@ -2,7 +2,7 @@
 //! (issue 24, items 5 and 6): a batch charges attempts only to outputs it sent, an
 //! outage longer than the retry budget heals by itself, `POST /sinks/{name}/retry`
 //! tries held outputs now, and losses a sink counted are reported again at the next
-//! start. delivery-uncertainty: "At-least-once is bounded by retry budget, expireAt,
+//! start. book: guarantees/outcomes.md: "At-least-once is bounded by retry budget, expireAt,
 //! permanent errors, and explicit operator policy".
 
 mod support;

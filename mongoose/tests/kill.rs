@@ -1,4 +1,4 @@
-//! The kill test made real (feed-delivery-guarantees §1, §5a, §11 FeedDeliveryKillTest):
+//! The kill test made real (book: guarantees/consumer-side-positions.md, crashes/measured.md):
 //! the `mongoose` binary runs the ledger on a COMMITED file feed as a child process;
 //! 2,000 lines are applied, a 3,000-line burst is appended in one write, and the child
 //! gets SIGKILL shortly after. The memory-mapped pointer is never ahead of the saved

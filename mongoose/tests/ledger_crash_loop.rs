@@ -3,7 +3,7 @@
 //! fails because what it must redo is large). The `mongoose` binary runs the ledger on
 //! a COMMITED file feed as a child process and gets real SIGKILLs; every line makes an
 //! alert, so every record admits an output the restart may have to publish again
-//! (delivery-uncertainty, "durable admission"; feed-delivery-guarantees §8a).
+//! (book: guarantees/outcomes.md, "Admission: the point of no return").
 //!
 //! Before the fix an output's outcome became durable only at a snapshot, so admitted
 //! alerts piled up across kills; once more were unsettled than the alerts sink queues

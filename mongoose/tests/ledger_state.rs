@@ -4,7 +4,7 @@
 //! case is made by hand on the state folder of a real `mongoose` run, between runs, as
 //! an operator (or a backup tool) would: another run's outbox segment copied in, two
 //! ledgers' folders swapped, a segment or the snapshot deleted, the outbox cut short
-//! (feed-delivery-guarantees §5: the commit is never ahead of durable state, so a cut
+//! (book: guarantees/commit-after-processing.md: the commit is never ahead of durable state, so a cut
 //! of durable records is never a torn write).
 
 mod support;

@@ -66,20 +66,22 @@ fn a_replay_of_a_recorded_ledger_reproduces_its_state_and_alerts() {
         .env("RUST_LOG", "warn")
         .output()
         .expect("runs");
-    assert_ne!(
+    // issue 28 item 8: a second run records into a folder of its own, never over the
+    // first run's recording (before, every later run exited 2 until the folder was moved)
+    assert_eq!(
         again.status.code(),
         Some(0),
-        "RECORD refuses a folder that holds a recording"
+        "a second run with [record] runs and records: {}",
+        String::from_utf8_lossy(&again.stderr)
     );
     assert!(
-        String::from_utf8_lossy(&again.stderr).contains("record.dir"),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
+        dir.path().join("recording/run-2/ledger").is_dir(),
+        "the second run recorded into run-2"
     );
 
     let replay = Command::new(mongoose)
         .args(["replay", "--recording"])
-        .arg(dir.path().join("recording"))
+        .arg(dir.path().join("recording/run-1"))
         .arg("--config")
         .arg(dir.path().join("replay.toml"))
         .env("RUST_LOG", "warn")
@@ -212,7 +214,7 @@ fn a_replay_of_a_store_cut_at_a_frame_boundary_exits_4_and_never_says_complete()
     let (code, text) = replay_of(dir.path());
     assert_eq!(code, Some(0), "the whole recording reproduces\n{text}");
 
-    let store = dir.path().join("recording/ledger/recording.replay");
+    let store = dir.path().join("recording/run-1/ledger/recording.replay");
     let bytes = std::fs::read(&store).expect("store");
     let frames = frames(&bytes);
     let (index, _) = frames
@@ -240,7 +242,7 @@ fn a_replay_of_a_store_cut_at_a_frame_boundary_exits_4_and_never_says_complete()
 fn a_replay_with_garbage_outputs_or_admin_replies_exits_4_naming_the_file_and_line() {
     for file in ["outputs.jsonl", "admin.jsonl"] {
         let dir = recorded_ledger(50);
-        let path = dir.path().join("recording/ledger").join(file);
+        let path = dir.path().join("recording/run-1/ledger").join(file);
         let mut text = std::fs::read_to_string(&path).expect("sidecar");
         text.push_str("not json at all\n");
         let line = text.lines().count();
@@ -268,7 +270,7 @@ fn a_recording_killed_mid_run_replays_as_partial_and_one_stopped_cleanly_reprodu
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("runs");
-        let store = dir.path().join("recording/ledger/recording.replay");
+        let store = dir.path().join("recording/run-1/ledger/recording.replay");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         while std::fs::metadata(&store).map_or(0, |m| m.len()) < 64 << 10 {
             assert!(

@@ -1,5 +1,5 @@
-//! The booted server (feed-delivery-guarantees §4 clean stop, §7 the settled rule, §11
-//! FeedDeliveryServerTest, FeedDeliveryCleanStopTest, FeedStatusServerTest).
+//! The booted server (book: guarantees/commit-after-processing.md, the clean stop;
+//! book: guarantees/status.md, the settled rule; book: crashes/measured.md).
 
 use mongoose::kinds as ledger_kind;
 
@@ -86,7 +86,7 @@ fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 
 #[test]
 fn settled_is_never_true_before_the_last_line_is_processed() {
-    // §11 FeedDeliveryServerTest: default config, slow processor, 10,000 lines
+    // book: crashes/measured.md: default config, slow processor, 10,000 lines
     let dir = tempfile::tempdir().expect("dir");
     std::fs::write(dir.path().join("input.txt"), numbered_lines(0..10_000)).expect("input");
     let (handled, supplier) = recorder(Duration::from_micros(50));
@@ -188,7 +188,7 @@ fn a_file_whose_last_line_fills_the_queue_still_settles() {
 
 #[test]
 fn an_explicit_drop_policy_settles_with_drops_and_is_not_lossless() {
-    // §11 FeedDeliveryServerTest: explicit DROP_AFTER_SPIN: dropped > 0, lossless false
+    // book: crashes/measured.md: explicit DROP_AFTER_SPIN: dropped > 0, lossless false
     // in the report and in the JSON, processed + dropped = 10,000
     let dir = tempfile::tempdir().expect("dir");
     std::fs::write(dir.path().join("input.txt"), numbered_lines(0..10_000)).expect("input");
@@ -251,13 +251,13 @@ fn clean_stop(groups: &[(&str, Duration)]) {
 
 #[test]
 fn a_clean_stop_with_one_group_commits_exactly_what_it_processed() {
-    // §4 clean stop, review 2 finding 4 (FeedDeliveryCleanStopTest, one group)
+    // book: guarantees/commit-after-processing.md clean stop (one group)
     clean_stop(&[("only", Duration::from_micros(200))]);
 }
 
 #[test]
 fn a_clean_stop_with_two_groups_commits_exactly_what_the_slowest_processed() {
-    // §4 clean stop, review 2 finding 4 (FeedDeliveryCleanStopTest, two groups)
+    // book: guarantees/commit-after-processing.md clean stop (two groups)
     clean_stop(&[
         ("fast", Duration::from_micros(20)),
         ("slow", Duration::from_micros(300)),
@@ -266,7 +266,7 @@ fn a_clean_stop_with_two_groups_commits_exactly_what_the_slowest_processed() {
 
 #[test]
 fn a_bounded_file_ends_and_a_silent_source_is_a_fallback_feed() {
-    // §7 unterminated and FeedStatusServerTest.aBoundedFileEndsAndASilentSourceIsAFallbackFeed
+    // book: guarantees/status.md: unterminated, and a bounded file that ends is a fallback feed
     let dir = tempfile::tempdir().expect("dir");
     std::fs::write(dir.path().join("input.txt"), "one\ntwo\nunterminated").expect("input");
     let silent: Arc<Publisher<String, u64>> = Feed::builder("silent").build();
@@ -290,7 +290,7 @@ fn a_bounded_file_ends_and_a_silent_source_is_a_fallback_feed() {
 
 #[test]
 fn a_crash_mid_burst_loses_no_line() {
-    // §4 and §11 FeedDeliveryServerTest.aCrashMidBurstLosesNoLine, in process: the
+    // book: guarantees/epochs-and-identity.md, crashes/measured.md, in process: the
     // pointer sampled during a 3,000-line burst is never ahead of the lines handled; a
     // "kill" (the pointer file snapshotted mid-burst, the server stopped, the snapshot
     // restored) loses no line on restart.

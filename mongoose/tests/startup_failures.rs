@@ -334,7 +334,7 @@ fn a_processor_subscribed_to_a_missing_feed_ends_the_run() {
 
 #[test]
 fn an_overload_kill_switch_ends_the_run_when_its_queue_latches() {
-    // issue 9 item 12, control-plane-contracts "Overload and loss": with kill_switch the
+    // issue 9 item 12, book: guarantees/control-plane.md: with kill_switch the
     // hook runs once per latch; the server's own hook ends the run with exit 1 and the
     // reason. The latch is real: the processor holds its first line, so the queue's
     // three slots fill (that line, the next, a status event); the source's next status

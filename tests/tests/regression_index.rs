@@ -1,4 +1,4 @@
-//! `tests/REGRESSIONS.md` names, for each finding of the reference, the test that pins
+//! `tests/REGRESSIONS.md` names, for each finding behind the book's guarantees, the test that pins
 //! its fix. This checks that every test it names exists, so a rename or a deletion
 //! cannot silently leave a finding without its test.
 

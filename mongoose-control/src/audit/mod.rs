@@ -1,7 +1,7 @@
 //! The control audit: every input, decision, effect outcome and reply of a group's
 //! control logic, in a bounded ring, with a verifiable export.
 //!
-//! control-plane-contracts "Control audit". Records carry a group-local gap-free `seq`,
+//! book: guarantees/control-plane.md. Records carry a group-local gap-free `seq`,
 //! the `request_id`, the `root_id` shared by every record of one request and, for a
 //! record caused by another, its `cause_seq`. When the ring drops records, or a mirror
 //! write fails, [`ControlAudit::is_complete`] is false and the export's manifest says so.

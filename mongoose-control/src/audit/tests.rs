@@ -20,7 +20,7 @@ fn audit_with(records: usize, capacity: usize) -> ControlAudit {
     audit
 }
 
-// control-plane-contracts "Control audit": seq gap-free, completeness
+// book: guarantees/control-plane.md: seq gap-free, completeness
 #[test]
 fn records_carry_gap_free_seqs_and_the_ring_marks_drops_incomplete() {
     let audit = audit_with(3, 4);
@@ -33,7 +33,7 @@ fn records_carry_gap_free_seqs_and_the_ring_marks_drops_incomplete() {
     assert!(audit_with(2, 4).is_complete());
 }
 
-// control-plane-contracts "Exporting it, with a completeness manifest"
+// book: guarantees/control-plane.md
 #[test]
 fn a_complete_export_verifies_complete() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -85,7 +85,7 @@ fn a_manifest_that_contradicts_its_counts_verifies_unknown() {
     assert_eq!(verify(&path), Verification::Unknown);
 }
 
-// control-plane-contracts: "An export started again on the same path deletes the old sidecar first"
+// book: guarantees/control-plane.md: "An export started again on the same path deletes the old sidecar first"
 #[test]
 fn a_re_export_that_fails_leaves_no_old_manifest_claiming_completeness() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -194,7 +194,7 @@ impl Write for FailingMirror {
     }
 }
 
-// control-plane-contracts "Replies and outcomes": evidence UNVERIFIED while a write failure is unacknowledged
+// book: guarantees/control-plane.md: evidence UNVERIFIED while a write failure is unacknowledged
 #[test]
 fn a_failed_mirror_write_degrades_evidence_until_acknowledged_and_keeps_the_audit_incomplete() {
     let audit = ControlAudit::new(100, Some(Box::new(FailingMirror)));

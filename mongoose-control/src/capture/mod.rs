@@ -1,7 +1,6 @@
 //! Audit capture: recording one processor's audit log (the `tracing` events emitted on
 //! its thread while its handlers run, and the records it writes through
-//! [`mongoose_core::audit`](mod@mongoose_core::audit)) into a capture of its own (control-plane-contracts "Audit
-//! capture", "Open and resource limits").
+//! [`mongoose_core::audit`](mod@mongoose_core::audit)) into a capture of its own (book: guarantees/control-plane.md).
 //!
 //! * **Where it goes.** A [`CaptureResources`] opens a [`CaptureWriter`] for a
 //!   [`CaptureIdentity`] in a fresh `capture-<id>` folder below the capture root, which

@@ -93,7 +93,7 @@ impl GroupDispatcher<'_> {
 impl Dispatcher<dyn Offer + '_> for GroupDispatcher<'_> {
     fn dropped(&mut self, run: &DroppedRun) {
         if !*self.drop_reported {
-            // control-plane-contracts "Overload and loss": the first drop of each queue
+            // book: guarantees/control-plane.md: the first drop of each queue
             // binding leaves a QueueDrop record in the group's control fallback audit
             *self.drop_reported = true;
             let at_millis = std::time::SystemTime::now()

@@ -235,7 +235,7 @@ impl Runtime {
     /// Stops a running processor: off every reader, timers cancelled, `stop()` called,
     /// its name freed. A failing `stop()` is reported and the release continues.
     pub(super) fn release(&mut self, generation: u64, by_request: bool) -> Result<(), String> {
-        // its capture ends before its stop() (control-plane-contracts "Audit capture":
+        // its capture ends before its stop() (book: guarantees/control-plane.md:
         // stopping or removing the processor stops its capture)
         self.end_capture_of(generation, "stopped");
         self.detach(generation);

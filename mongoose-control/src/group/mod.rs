@@ -4,8 +4,7 @@
 //! The control logic decides the mailbox's requests in order and answers each with
 //! exactly one reply. Dispatch to processors is the failure-containment boundary: a
 //! handler error or panic quarantines that processor alone, or retries it alone when it
-//! declares itself retry-safe (control-plane-contracts "Generated processor failure
-//! containment"; feed-delivery-guarantees §5b).
+//! declares itself retry-safe (book: guarantees/control-plane.md; book: guarantees/completion-hooks.md).
 //!
 //! Every call to a processor goes through its [`crate::ProcessorHost`] (current
 //! processor, containment, recorder, control calls); the group decides what a failure
@@ -504,8 +503,7 @@ impl ProcessorGroup {
     }
 
     /// Capture resource slots it holds (opening, recording, closing, failed closes),
-    /// and the failed closes among them (control-plane-contracts "Open and resource
-    /// limits"): a closed group holding any has unresolved capture resources.
+    /// and the failed closes among them (book: guarantees/control-plane.md): a closed group holding any has unresolved capture resources.
     pub fn capture_resources_held(&self) -> (usize, Vec<String>) {
         self.shared.captures.unresolved()
     }

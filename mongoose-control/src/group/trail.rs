@@ -1,7 +1,7 @@
 //! The audit trail of a decision: the Decision record of the rule that decided a
 //! request, the EffectOutcome of each effect it requested (numbered `request.op`), and
-//! the Reply record written before the one reply is sent (control-plane-contracts
-//! "The control audit").
+//! the Reply record written before the one reply is sent (book: guarantees/control-plane.md
+//! ).
 
 use mongoose_core::FailureKind;
 

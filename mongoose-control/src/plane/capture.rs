@@ -1,7 +1,6 @@
 //! Audit capture through a control plane: naming the processor (`name` or
 //! `group/name`), start and stop requests to its group, the sessions' status and
-//! the capture resources a shutdown waits for (control-plane-contracts "Audit
-//! capture").
+//! the capture resources a shutdown waits for (book: guarantees/control-plane.md).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

@@ -49,7 +49,7 @@ pub enum AddFailurePolicy {
     Throw,
 }
 
-/// Control-plane settings (control-plane-contracts "Configuration keys").
+/// Control-plane settings (book: guarantees/control-plane.md).
 #[derive(Clone, Debug)]
 pub struct ControlConfig {
     /// How long void calls wait, off agent threads, for admission and reply together.

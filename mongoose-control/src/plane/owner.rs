@@ -95,8 +95,7 @@ impl ControlPlane {
     /// `processor:<group>/<name>`, sorted: quarantined processors (a group keeps their
     /// instances and names, also after it closed) and every processor of a dead group.
     /// Any of them may still hold a service it was given, so while this is not empty
-    /// the services must not be stopped (control-plane-contracts "Failure
-    /// containment": "shutdown remains incomplete with dependent services retained").
+    /// the services must not be stopped (book: guarantees/control-plane.md: "shutdown remains incomplete with dependent services retained").
     pub fn retained_processors(&self) -> Vec<String> {
         self.plane.retained_processors()
     }
@@ -137,7 +136,7 @@ impl ControlPlane {
     }
 
     /// Adds a processor and returns its handle and reply at once, without waiting and
-    /// without backing off (control-plane-contracts "addProcessor"). Never fails: a
+    /// without backing off (book: guarantees/control-plane.md). Never fails: a
     /// duplicate name comes back REFUSED (name in use), a stopping server NOT_RUNNING.
     ///
     /// The supplier runs on the group's thread: a closure returning a processor
@@ -153,7 +152,7 @@ impl ControlPlane {
     }
 
     /// Adds a processor, waiting up to `control_wait` (admission and reply together)
-    /// off agent threads (control-plane-contracts "addEventProcessor"). On an agent
+    /// off agent threads (book: guarantees/control-plane.md). On an agent
     /// thread, or before the group started, it returns once queued. A timeout logs and
     /// returns; the add still applies.
     ///
@@ -278,7 +277,7 @@ impl ControlPlane {
         self.plane.send_service_broadcast(group, broadcast)
     }
 
-    /// Registers a service (control-plane-contracts "registerService"): the name is
+    /// Registers a service (book: guarantees/control-plane.md): the name is
     /// reserved under the service lock, injection and `start()` run outside it, then a
     /// versioned broadcast goes to every group; off an agent thread the call waits up
     /// to `control_wait` for every group's reply.
@@ -295,7 +294,7 @@ impl ControlPlane {
         self.plane.register_service(name, service)
     }
 
-    /// Removes a service (control-plane-contracts "removeService"): unbinds it from
+    /// Removes a service (book: guarantees/control-plane.md): unbinds it from
     /// every group first and stops it only when every group confirmed the withdrawal;
     /// otherwise the control plane keeps owning it until [`ControlPlane::stop_services`].
     /// Unknown names and calls during a stop are ignored.
@@ -319,7 +318,7 @@ impl ControlPlane {
     ///
     /// Calling it again resumes: it re-joins helpers still running, and never calls a
     /// `stop()` that failed again (its side effects are unknown, so the service stays
-    /// listed; control-plane-contracts "Resuming an incomplete stop").
+    /// listed; book: guarantees/control-plane.md).
     pub fn stop_services(&self, deadline: Instant) -> Vec<String> {
         self.plane.stop_services(deadline)
     }

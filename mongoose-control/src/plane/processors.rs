@@ -1,5 +1,4 @@
-//! Adding and stopping processors through a control plane (control-plane-contracts
-//! "addProcessor", "addEventProcessor", "stopProcessor").
+//! Adding and stopping processors through a control plane (book: guarantees/control-plane.md).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! The service registry of a control plane (control-plane-contracts "registerService",
+//! The service registry of a control plane (book: guarantees/control-plane.md,
 //! "removeService"): versioned registrations, withdrawals confirmed by every group,
 //! and the services shutdown stops.
 

@@ -19,7 +19,7 @@ use crate::window::Window;
 pub(super) struct AckState<P: Position> {
     /// Sequence to position, in publish order, until every queue processed it.
     pub(super) window: Window<P>,
-    /// The processing-checkpoint hold of each group that took one (§5).
+    /// The processing-checkpoint hold of each group that took one (book: guarantees/commit-after-processing.md).
     pub(super) holds: HashMap<String, Arc<HoldCell>>,
     /// A committer is registered ([`Publisher::acknowledge_with`]).
     pub(super) has_committer: bool,
@@ -56,7 +56,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         saved.push(position);
     }
 
-    /// Takes a processing-checkpoint hold on `group`'s queue for this feed (§5).
+    /// Takes a processing-checkpoint hold on `group`'s queue for this feed (book: guarantees/commit-after-processing.md).
     pub fn hold(&self, group: &str) -> ProcessingCheckpoint {
         let mut state = self.state.lock();
         let cell = match state.ack.holds.get(group) {

@@ -137,7 +137,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// What the mapper of a cached item deferred (a push publish, a positioned cache, a
     /// filtered input) goes to the front of the cache, in order: it follows the item
     /// that deferred it, before the next cached one, so positions stay in order
-    /// (feed-delivery-guarantees §3, independent review R2). Statuses are reported.
+    /// (book: guarantees/commit-after-processing.md). Statuses are reported.
     fn defer_to_front(&self, state: &mut State<T, P>) {
         if !self.has_deferred.load(Ordering::Acquire) {
             return;

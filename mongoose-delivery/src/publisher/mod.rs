@@ -10,7 +10,7 @@
 //! - `cache`: the startup cache and the operations deferred by a data mapper;
 //! - `overload`: the queues' policies, drops and refusals, health, the kill switch;
 //! - `acknowledge`: the acknowledgement poll and commit, checkpoint holds, epochs;
-//! - `status`: the in-band status events and the feed's status (§7).
+//! - `status`: the in-band status events and the feed's status (book: guarantees/status.md).
 //!
 //! This file holds the types, the constructor, the commit reservation (a publish nested
 //! in a data mapper is deferred, not deadlocked) and the [`SourceOutput`] implementation,

@@ -1,7 +1,7 @@
 //! Status: what the source reports about itself (its state, unterminated bytes,
 //! rotated inputs left unread, its files, earlier runs' losses), the in-band status
 //! events offered to the queues in order with the items (held behind the startup cache
-//! and a full PAUSE queue), and the feed's delivery status (§7): `drained`, `settled`,
+//! and a full PAUSE queue), and the feed's delivery status (book: guarantees/status.md): `drained`, `settled`,
 //! `lossless`, `stalled` with its reason, and the counters behind them.
 
 use std::sync::atomic::Ordering;
@@ -179,7 +179,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    /// The feed's delivery status (§7).
+    /// The feed's delivery status (book: guarantees/status.md).
     pub fn status(&self) -> FeedStatus {
         let mut state = self.state.lock();
         state
@@ -296,7 +296,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    /// Why a positioned feed holds its position and cannot complete (§7 `stalled`):
+    /// Why a positioned feed holds its position and cannot complete (book: guarantees/status.md `stalled`):
     /// no live consumer, a fenced or dead one, or a removed one with a backlog, then
     /// every queue hold (a quarantine, a skipped completion) with its reason.
     fn stalled_reason(state: &State<T, P>) -> Option<String> {

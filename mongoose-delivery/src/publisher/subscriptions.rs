@@ -205,7 +205,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
-    /// The operator release of a held position (follow-up 1 of §12), accepting the
+    /// The operator release of a held position (book: guarantees/commit-after-processing.md), accepting the
     /// loss of what was held: the retained points of removed consumers, the holds of
     /// live queues whose processor was quarantined or whose completion failed, and the
     /// queues of fenced or dead groups (removed from the feed). All of them, or those

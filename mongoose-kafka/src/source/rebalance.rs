@@ -44,7 +44,7 @@ impl ConsumerContext for SourceContext {
             return;
         };
         let shared = &self.shared;
-        // feed-delivery-guarantees §9, connector-kafka: before the partitions go, commit
+        // book: connectors/kafka.md: before the partitions go, commit
         // what was processed, synchronously
         self.output.commit_processed();
         if let Err(error) = shared.commit_pending(consumer) {

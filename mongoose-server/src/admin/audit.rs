@@ -1,4 +1,4 @@
-//! The audit capture routes (control-plane-contracts "Audit capture"):
+//! The audit capture routes (book: guarantees/control-plane.md):
 //!
 //! | route | what it does |
 //! |---|---|

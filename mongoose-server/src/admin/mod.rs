@@ -2,7 +2,7 @@
 //!
 //! | route | what it does |
 //! |---|---|
-//! | `GET /status` | the feed status JSON (§7 field names) |
+//! | `GET /status` | the feed status JSON (book: guarantees/status.md field names) |
 //! | `GET /groups` | every processor group's status |
 //! | `POST /processors/{group}/{name}/stop` | stops a processor, waiting up to 1 s for its reply |
 //! | `GET /processors/{group}/{name}/commands` | the admin commands the running processor registered: `{"group", "processor", "commands": [..]}` (404 when no such running processor) |

@@ -412,12 +412,14 @@ pub struct SinkConfig {
     pub queue_capacity: Option<usize>,
 }
 
-/// RECORD mode: the inputs of the named processors (all when empty) are recorded into
-/// `dir/<group>/` for `mongoose replay`.
+/// RECORD mode: the inputs of the named processors (all when empty) are recorded for
+/// `mongoose replay`, each run into a new folder `dir/run-<N>/<group>/` (N one more than
+/// the highest there), so a recording is never written over and a restarted server
+/// records again.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordSection {
-    /// The recording folder (one sub-folder per group; refused if it holds a recording).
+    /// The recordings' folder: one `run-<N>` folder per run, one folder per group in it.
     pub dir: PathBuf,
     /// The processors recorded, by name; empty records every processor.
     #[serde(default)]
@@ -483,7 +485,7 @@ impl AdminConfig {
     }
 }
 
-/// Audit capture (control-plane-contracts "Audit capture"): each session of `POST
+/// Audit capture (book: guarantees/control-plane.md): each session of `POST
 /// /audit/{selector}/start` records into a fresh `capture-<id>` folder below
 /// `capture_dir`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]

@@ -30,12 +30,10 @@ use super::builder::{FeedAndSource, ServerBuilder};
 use super::{FeedRuntime, Inner, Lifecycle, Server, SourceSlot};
 
 impl ServerBuilder {
-    /// Checks everything ([`ServerBuilder::check`]), and that `record.dir` holds no
-    /// recording of a group already (RECORD never writes over one), and builds the
-    /// server: feeds, sinks opened (created if missing), nothing runs yet.
+    /// Checks everything ([`ServerBuilder::check`]) and builds the server: feeds, sinks
+    /// opened (created if missing), nothing runs yet.
     pub fn build(self) -> Result<Server, ServerError> {
         self.check()?;
-        self.config.refuse_recording_over_a_recording()?;
         // loaded by `check` when a feed or sink needs them; a folder nothing uses is
         // loaded (and its refusals reported) here
         let plugins = self.plugins()?;
@@ -118,6 +116,7 @@ impl ServerBuilder {
                 kill_switch,
                 connector,
                 reloads: Mutex::default(),
+                recording_run: Mutex::new(None),
                 lifecycle: Mutex::new(Lifecycle::default()),
                 failures,
                 failed_adds: Mutex::new(Vec::new()),

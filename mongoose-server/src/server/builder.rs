@@ -160,7 +160,7 @@ impl ServerBuilder {
     }
 
     /// Sets the hook a configured feed runs once per latch of a queue whose overload
-    /// block has `kill_switch = true` (the reference's `setOverloadKillSwitch`), on a
+    /// block has `kill_switch = true` (book: guarantees/pause.md), on a
     /// thread of its own, with the feed's and the queue's names. Without one, the
     /// server's own hook ends the run: [`Server::fatal_failures`] names the feed and
     /// the queue, and `mongoose run` exits 1.

@@ -1,7 +1,7 @@
 //! Record and replay: the configured feeds' codecs and the replay of a recording.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mongoose_core::Processor;
@@ -43,6 +43,7 @@ pub fn replay(
     builder.check()?;
     let plugins = builder.plugins()?;
     let config = builder.config;
+    let recording = &recording_to_replay(recording);
     // a replay's sinks hold no feed's commit
     let sinks = Arc::new(Sinks::open(
         &Arc::new(parking_lot::RwLock::new(Arc::new(config.clone()))),
@@ -100,6 +101,63 @@ pub fn replay(
         reports.push((group.name.clone(), replay_report(&dir, replayer)));
     }
     Ok(reports)
+}
+
+/// The prefix of a run's folder in `record.dir`: `run-1`, `run-2`, ...
+const RUN_PREFIX: &str = "run-";
+
+/// The run numbers of the `run-<N>` folders in `root` (none when it cannot be read).
+fn recording_runs(root: &Path) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name();
+            let number = name.to_str()?.strip_prefix(RUN_PREFIX)?.parse().ok()?;
+            entry.path().is_dir().then_some(number)
+        })
+        .collect()
+}
+
+/// Makes this run's recording folder below `root` (`record.dir`, made if missing):
+/// `run-<N>`, N one more than the highest run there, so a recording is never written
+/// over and a server restarted with the same config records again.
+pub(super) fn new_recording_run(root: &Path) -> Result<PathBuf, ServerError> {
+    let io = |error| {
+        ServerError::Io {
+        context: format!(
+            "cannot make this run's recording folder in record.dir {}: check that it is a folder the server may write",
+            root.display()
+        ),
+        error,
+    }
+    };
+    std::fs::create_dir_all(root).map_err(io)?;
+    let mut number = recording_runs(root).into_iter().max().unwrap_or(0) + 1;
+    loop {
+        let run = root.join(format!("{RUN_PREFIX}{number}"));
+        match std::fs::create_dir(&run) {
+            Ok(()) => return Ok(run),
+            // another server took this number at the same moment: the next one
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => number += 1,
+            Err(error) => return Err(io(error)),
+        }
+    }
+}
+
+/// The folder a replay of `recording` reads: `recording` itself when it is a run's
+/// folder (or a recording made before runs had folders), else its newest `run-<N>`.
+fn recording_to_replay(recording: &Path) -> PathBuf {
+    match recording_runs(recording).into_iter().max() {
+        Some(newest) => {
+            let run = recording.join(format!("{RUN_PREFIX}{newest}"));
+            tracing::info!(run = %run.display(), "replaying the newest run of the recording folder");
+            run
+        }
+        None => recording.to_path_buf(),
+    }
 }
 
 /// The codecs of the configured feeds (their [`Line`]s), for record and replay.

@@ -16,11 +16,11 @@ use crate::config::{AddFailurePolicy, GroupConfig, ProcessorConfig, ServerConfig
 use crate::ServerError;
 
 use super::build::idle_strategy;
-use super::codecs::{feed_codecs, kind_name};
+use super::codecs::{feed_codecs, kind_name, new_recording_run};
 use super::kinds::ProcessorContext;
 use super::{FeedRuntime, Server, SourceSlot};
 
-/// The truthful result of a shutdown (control-plane-contracts "Shutdown").
+/// The truthful result of a shutdown (book: guarantees/control-plane.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StopResult {
@@ -60,6 +60,11 @@ impl Server {
             groups = inner.config.groups.len(),
             "server starting"
         );
+        if let Some(record) = &inner.config.record {
+            let run = new_recording_run(&inner.config.resolve(&record.dir))?;
+            info!(dir = %run.display(), "this run records into a new folder");
+            *inner.recording_run.lock() = Some(run);
+        }
         for group in &inner.config.groups {
             self.create_configured_group(&inner.config, group)?;
         }
@@ -93,10 +98,10 @@ impl Server {
         config: &ServerConfig,
         group: &GroupConfig,
     ) -> Result<(), ServerError> {
-        let recorder = match &config.record {
-            None => None,
-            Some(record) => {
-                let dir = config.resolve(&record.dir).join(&group.name);
+        let recording_run = self.inner.recording_run.lock().clone();
+        let recorder = match (&config.record, recording_run) {
+            (Some(record), Some(run)) => {
+                let dir = run.join(&group.name);
                 let record_config =
                     RecordConfig::new(record.processors.clone(), feed_codecs(config));
                 let recorder = Recorder::create(&dir, record_config).map_err(|error| {
@@ -108,6 +113,7 @@ impl Server {
                 info!(group = %group.name, dir = %dir.display(), "recording processor inputs");
                 Some(Box::new(recorder) as Box<dyn mongoose_control::GroupRecorder>)
             }
+            _ => None,
         };
         self.inner.plane.create_group(
             &group.name,
@@ -314,8 +320,7 @@ impl Server {
         if lifecycle.groups_closed {
             // each group ended its captures as it closed; their writers close on
             // closer threads: a failed close (never retried) or one still running at
-            // the deadline keeps the stop incomplete (control-plane-contracts
-            // "Shutdown" phase 6, "Open and resource limits")
+            // the deadline keeps the stop incomplete (book: guarantees/control-plane.md)
             let unresolved = inner.plane.await_captures_resolved(deadline);
             if !unresolved.is_empty() {
                 warn!(
@@ -347,8 +352,7 @@ impl Server {
         }
         // a quarantined processor, or any processor of a dead group, keeps its instance
         // and so whatever service it was given: services are stopped only once every
-        // group closed and no group holds a processor (control-plane-contracts
-        // "Shutdown" phase 5 and "Failure containment")
+        // group closed and no group holds a processor (book: guarantees/control-plane.md)
         let held = inner.plane.retained_processors();
         if !held.is_empty() {
             warn!(

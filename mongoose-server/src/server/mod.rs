@@ -89,6 +89,9 @@ struct Inner {
     connector: mongoose_control::DeliveryFeeds,
     /// The reloads so far: one at a time, their count and the last outcome.
     reloads: Mutex<reload::Reloads>,
+    /// With `[record]`: this run's recording folder (`record.dir/run-N`), made at start;
+    /// a group a reload adds records into it too.
+    recording_run: Mutex<Option<std::path::PathBuf>>,
     lifecycle: Mutex<Lifecycle>,
     /// Why the run cannot go on: a source that could not start, a kill switch.
     failures: Arc<Mutex<Vec<String>>>,

@@ -301,7 +301,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
     }
 
     fn start(&mut self) -> Result<SourceStart, CoreError> {
-        // a restart begins clean: no buffer, no pending line (§4)
+        // a restart begins clean: no buffer, no pending line (book: guarantees/epochs-and-identity.md)
         self.input = None;
         self.pending = None;
         self.draining = None;
@@ -385,7 +385,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
             return Ok(WorkDone(0));
         }
         // the source driver polls the acknowledgements and replays paused items around
-        // this cycle (and commits again after a cycle that published, §4 commit lag)
+        // this cycle (and commits again after a cycle that published, book: guarantees/commit-after-processing.md commit lag)
         if self.ended {
             return Ok(WorkDone(0));
         }

@@ -79,7 +79,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
         // The identity is the opened file's (fstat of the handle), never the path's: a
         // rotation between the open and this read cannot label the old file with the
-        // new file's key (feed-delivery-guarantees §4, delta review of PR #98 finding 1).
+        // new file's key (book: guarantees/epochs-and-identity.md).
         let metadata = file
             .metadata()
             .map_err(|error| CoreError::io("cannot read the input file's identity", error))?;
@@ -234,7 +234,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
         if let Some((file, _, size)) = at_path {
             // another key but the same leading bytes and not shorter: the pointer's
-            // file copied into place (review 3, item 4), kept by the identity check
+            // file copied into place, kept by the identity check
             let continues = record.fingerprint_length > 0
                 && size >= record.offset
                 && starts_as_fingerprinted(file, &record);
@@ -350,7 +350,7 @@ impl<T: Send + 'static> FileEventSource<T> {
     }
 
     /// Reconciles the pointer with what the feed's consumers saved with their state
-    /// (feed-delivery-guarantees §5a: the saved position is the authority), before the
+    /// (book: guarantees/consumer-side-positions.md: the saved position is the authority), before the
     /// first open. A trusted pointer past a consumer's saved position of the same epoch
     /// (or past 0, for a consumer whose state holds nothing of the feed) moves back to
     /// it: the lines between are re-read, and the consumers that have them skip them.
@@ -504,7 +504,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         let reason_to_reset = reset_reason(&record, &observed).map(|reason| reason.message(&path));
         if reason_to_reset.is_none() && new_key_same_bytes(&record, &observed) {
             // an NFS remount, an overlay copy-up, a writer that renames a copy into
-            // place (review 3, item 4)
+            // place
             warn!(source = %name, path = %path.display(),
                 "the input file has a new file key but the same leading bytes and is not shorter than the pointer: keeping the pointer and epoch");
         }
@@ -514,7 +514,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             warn!(source = %name, %reason, "resetting the pointer to 0 under a new epoch");
             record.offset = 0;
             record.epoch = new_epoch(old_epoch);
-            // forget what the old file acknowledged (review 2, finding 6)
+            // forget what the old file acknowledged
             shared.acknowledged = None;
             self.front.reset_to(record.epoch);
             self.status.resets += 1;

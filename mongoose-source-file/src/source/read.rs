@@ -471,7 +471,7 @@ impl<T: Send + 'static> FileEventSource<T> {
     }
 
     /// Before CAUGHT_UP: is the path still the open file, and is it not shorter than
-    /// what was read? (feed-delivery-guarantees §4, review R4)
+    /// what was read? (book: guarantees/epochs-and-identity.md)
     fn check_identity_at_eof(&mut self) -> EofCheck {
         let Some(input) = self.input.as_mut() else {
             return EofCheck::Unchanged;

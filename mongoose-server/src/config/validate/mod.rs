@@ -1,6 +1,6 @@
 //! What a configuration must pass beyond its TOML types: names, ranges, paths the
-//! disk can hold, feeds that do not share a file, and a record folder that holds no
-//! recording yet.
+//! disk can hold, feeds that do not share a file, and a record folder that can hold
+//! recordings.
 
 use std::collections::BTreeSet;
 
@@ -246,38 +246,6 @@ impl ServerConfig {
                 "shutdown_drain_timeout_millis",
                 "must not exceed shutdown_timeout_millis (the drain runs within the shutdown deadline)",
             ));
-        }
-        Ok(())
-    }
-}
-
-impl ServerConfig {
-    /// Refuses a `record.dir` whose folder of a group already holds a recording (its
-    /// store is longer than a bare head): the recorder refuses it at start, which the
-    /// run reported as a config error with exit 1. Only the file's length is looked
-    /// at (a recording may be large). For a run that records: the server's build
-    /// calls it, a replay (which records nothing) does not. Call it on a validated
-    /// configuration: its group names never climb out of `record.dir`.
-    pub(crate) fn refuse_recording_over_a_recording(&self) -> Result<(), ServerError> {
-        let Some(record) = &self.record else {
-            return Ok(());
-        };
-        let dir = self.resolve(&record.dir);
-        for group in &self.groups {
-            let store = dir.join(&group.name).join(mongoose_replay::RECORDING_FILE);
-            let holds = std::fs::metadata(&store)
-                .is_ok_and(|meta| meta.len() > mongoose_replay::HEADER_LEN as u64);
-            if holds {
-                return Err(ServerError::invalid(
-                    "record.dir",
-                    format!(
-                        "{} already holds a recording (of group '{}'): RECORD never writes over one; \
-                         move it away, or give a record.dir without one",
-                        store.display(),
-                        group.name
-                    ),
-                ));
-            }
         }
         Ok(())
     }
