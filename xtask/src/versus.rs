@@ -255,7 +255,7 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, VersusError> {
             runs: syslog_ng_runs,
         },
         Side {
-            name: "dd-dsync-1M",
+            name: "dd-dsync",
             runs: dd,
         },
     ];

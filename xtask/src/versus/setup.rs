@@ -17,6 +17,7 @@ pub(super) fn program_path(name: &str) -> Option<PathBuf> {
         .find(|path| path.is_file())
 }
 
+#[cfg(test)]
 pub(super) fn rsyslogd_path() -> Option<PathBuf> {
     program_path("rsyslogd")
 }
@@ -67,17 +68,31 @@ pub(super) fn ensure_syslog_ng(root: &Path) -> Option<PathBuf> {
         "libssl3",
         "libsystemd0",
     ];
+    // only the missing ones: naming an installed package to apt-get upgrades it
+    let missing: Vec<&str> = libraries
+        .into_iter()
+        .filter(|package| {
+            !Command::new("dpkg")
+                .args(["-s", package])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success())
+        })
+        .collect();
     let install = || {
-        crate::run(
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(libraries)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        ) && crate::run(
-            Command::new("apt-get")
-                .args(["download", "-q", "syslog-ng-core"])
-                .current_dir(&downloads),
-        )
+        (missing.is_empty()
+            || crate::run(
+                Command::new("apt-get")
+                    .args(["install", "-y", "-q", "--no-install-recommends"])
+                    .args(&missing)
+                    .env("DEBIAN_FRONTEND", "noninteractive"),
+            ))
+            && crate::run(
+                Command::new("apt-get")
+                    .args(["download", "-q", "syslog-ng-core"])
+                    .current_dir(&downloads),
+            )
     };
     if !install() {
         crate::run(Command::new("apt-get").args(["update", "-q"]));
