@@ -2,7 +2,9 @@
 //!
 //! | route | what it does |
 //! |---|---|
-//! | `GET /status` | the feed status JSON (§7 field names) |
+//! | `GET /status` | the feed status JSON (§7 field names) and the sinks', camelCase |
+//! | `GET /health` | 200 `{"status":"alive"}` while the process serves |
+//! | `GET /ready` | 200 `{"ready":true,"reasons":[]}` when every feed started and nothing is stalled, else 503 `{"ready":false,"reasons":[..]}` |
 //! | `GET /groups` | every processor group's status |
 //! | `POST /processors/{group}/{name}/stop` | stops a processor, waiting up to 1 s for its reply |
 //! | `GET /processors/{group}/{name}/commands` | the admin commands the running processor registered: `{"group", "processor", "commands": [..]}` (404 when no such running processor) |
@@ -14,7 +16,7 @@
 //! | `POST /audit/{selector}/start` | starts an audit capture of a processor (`NAME` or `GROUP%2FNAME`), answering once it records |
 //! | `POST /audit/{selector}/stop` | stops it, answering once it is uninstalled |
 //! | `GET /audit/status` | every capture session: id, selector, path, recording, records written |
-//! | `GET /metrics` | Prometheus text |
+//! | `GET /metrics` | Prometheus text (see [`crate::metrics`]) |
 //!
 //! The HTTP status of a command run ([`command_status`]): 200 APPLIED; 404 REFUSED
 //! because the processor or the command is unknown (the reason lists what there is);
@@ -28,7 +30,8 @@
 //!
 //! * **Token.** With `[admin] token_file`, requests need `Authorization: Bearer
 //!   <token>` (compared in constant time), else 401. On a loopback address `GET
-//!   /status` and `GET /metrics` stay open; every other route needs the token. An
+//!   /status`, `/metrics`, `/health` and `/ready` stay open; every other route needs
+//!   the token. An
 //!   address that is not loopback needs a token file (the config is refused without
 //!   one), and then every route needs the token.
 //! * **Exports** go only into a new folder `D` directly below the export root
@@ -56,8 +59,9 @@ mod auth;
 mod connections;
 mod handlers;
 
+pub use crate::metrics::record_metrics;
 pub use auth::{AdminSettings, AdminToken};
-pub use handlers::{command_status, record_metrics};
+pub use handlers::command_status;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -77,8 +81,8 @@ use crate::ServerError;
 
 use auth::{guard, is_loopback, Guard};
 use handlers::{
-    clear_overload, export_audit, groups, list_commands, metrics_text, release, retry_sink,
-    run_command, status, stop_processor, ExportRoot,
+    clear_overload, export_audit, groups, health, list_commands, metrics_text, ready, release,
+    retry_sink, run_command, status, stop_processor, ExportRoot,
 };
 
 /// The largest request body (a command's `{"args": [...]}`): 64 KiB. A larger one is a
@@ -125,6 +129,8 @@ pub fn router(server: Server, settings: &AdminSettings) -> Router {
     });
     Router::new()
         .route("/status", get(status))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
         .route("/groups", get(groups))
         .route("/processors/{group}/{name}/stop", post(stop_processor))
         .route("/processors/{group}/{name}/commands", get(list_commands))
