@@ -636,6 +636,23 @@ fn post_sink_retry_tries_held_outputs_now() {
         20,
         "a refusal for good is not retried by itself"
     );
+    // issue 28, item 4: `mongoose status` showed no sinks (and LAG 0) while outputs
+    // were held; now its sinks table shows them, with the first held outputs
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_mongoose"))
+        .args(["status", "--admin", &admin])
+        .output()
+        .expect("mongoose status runs");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let sink_row = shown
+        .lines()
+        .find(|line| line.starts_with("out "))
+        .unwrap_or_else(|| panic!("no sink row: {shown}"));
+    let columns: Vec<&str> = sink_row.split_whitespace().collect();
+    assert_eq!(columns[5], "20", "HELD: {shown}");
+    assert!(
+        shown.contains("held lines/") && shown.contains("failed permanently"),
+        "{shown}"
+    );
 
     let (code, answer) = admin_post(&admin, "/sinks/nope/retry");
     assert_eq!(code, 404, "{answer}");
