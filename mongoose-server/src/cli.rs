@@ -221,7 +221,10 @@ pub fn run_until_done_with_signals(
     let mut stuck_since: Option<Instant> = None;
     let stalled_exit = Duration::from_millis(server.config().stalled_exit_millis);
     let mut last_status;
-    let mut observer = crate::progress::Observer::new(server.config().progress_interval_seconds);
+    let mut observer = crate::progress::Observer::new(
+        server.config().progress_interval_seconds,
+        server.config().admin.is_some(),
+    );
     loop {
         last_status = server.status();
         observer.observe(&last_status, &server.sink_statuses());

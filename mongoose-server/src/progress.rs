@@ -98,10 +98,14 @@ fn rate(now: u64, then: u64, seconds: f64) -> f64 {
 }
 
 impl Observer {
-    /// An observer logging progress every `interval_seconds` (0: never); installs the
-    /// metrics recorder so the histograms record from the start.
-    pub fn new(interval_seconds: u64) -> Self {
-        crate::metrics::prometheus();
+    /// An observer logging progress every `interval_seconds` (0: never). With
+    /// `install_metrics` (a server with an admin API, so a `/metrics`) it installs
+    /// the Prometheus recorder now, so the histograms record from the start; without,
+    /// an embedder's own recorder (if any) gets them.
+    pub fn new(interval_seconds: u64, install_metrics: bool) -> Self {
+        if install_metrics {
+            crate::metrics::prometheus();
+        }
         Observer {
             interval: (interval_seconds > 0).then(|| Duration::from_secs(interval_seconds)),
             last_line: Instant::now(),
