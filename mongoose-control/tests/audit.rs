@@ -204,7 +204,7 @@ fn group_status_serializes_to_json_with_running_and_quarantined_processors() {
     assert_eq!(json["running"][0]["name"], "good");
     assert_eq!(json["quarantined"][0]["name"], "bad");
     assert_eq!(json["quarantined"][0]["reason"], "negative price");
-    assert_eq!(json["mailbox_depth"], 0);
+    assert_eq!(json["mailboxDepth"], 0);
     assert_eq!(json["audit"]["complete"], true);
 }
 

@@ -211,7 +211,7 @@ fn group_status_shows_the_overload_state_and_backlog_of_its_delivery_queues() {
     let json = serde_json::to_value(group.status()).expect("json");
     assert_eq!(json["overload"][0]["feed"], "lines");
     assert_eq!(json["overload"][0]["state"], "UP");
-    assert_eq!(json["queued_items"], 0);
+    assert_eq!(json["queuedItems"], 0);
 }
 
 struct FlakySave {

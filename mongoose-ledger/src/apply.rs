@@ -94,6 +94,13 @@ pub(crate) fn apply_line(
         // as it was, and the retry of the line counts it once
         writeln!(rejected_log, "{position},{reason},{line}")?;
         state.rejected += 1;
+        static DESCRIBED: std::sync::Once = std::sync::Once::new();
+        DESCRIBED.call_once(|| {
+            metrics::describe_counter!(
+                "mongoose_ledger_rejected_lines_total",
+                "Input lines the ledger rejected (written to its rejected log)."
+            );
+        });
         metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
         Ok(Applied::Rejected)
     };

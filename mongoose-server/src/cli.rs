@@ -259,8 +259,13 @@ fn run_loop(
     let mut stuck_since: Option<Instant> = None;
     let stalled_exit = Duration::from_millis(server.config().stalled_exit_millis);
     let mut last_status;
+    let mut observer = crate::progress::Observer::new(
+        server.config().progress_interval_seconds,
+        server.config().admin.is_some(),
+    );
     loop {
         last_status = server.status();
+        observer.observe(&last_status, &server.sink_statuses());
         if signalled.load(Ordering::Acquire) {
             info!("signal received: shutting down (a second signal ends the process at once)");
             break;
@@ -524,6 +529,48 @@ pub fn groups_table(groups: &[mongoose_control::GroupStatus]) -> String {
             if group.audit.complete { "ok" } else { "LOST" },
             processors.join(", "),
         ));
+    }
+    out
+}
+
+/// The sinks table of `mongoose status`: what each sink published, has queued,
+/// waiting for a retry, held (with the first held outputs: key, why, attempts, next
+/// try) and lost. A held output holds its feed's commit: its feed's LAG can be 0
+/// while it waits here.
+pub fn sinks_table(sinks: &[mongoose_sink::SinkStatus]) -> String {
+    let mut out = format!(
+        "{:<16} {:<10} {:>10} {:>8} {:>8} {:>6} {:>8} {:>6} {:>11}\n",
+        "SINK", "KIND", "PUBLISHED", "QUEUED", "RETRYING", "HELD", "EXPIRED", "LOST", "UNCERTAIN"
+    );
+    for sink in sinks {
+        out.push_str(&format!(
+            "{:<16} {:<10} {:>10} {:>8} {:>8} {:>6} {:>8} {:>6} {:>11}\n",
+            sink.name,
+            sink.kind,
+            sink.published,
+            sink.queued,
+            sink.retrying,
+            sink.held_count,
+            sink.expired,
+            sink.lost,
+            sink.uncertain
+        ));
+        for held in &sink.held_outputs {
+            let next = held.next_try_in_millis.map_or(
+                "waits for POST /sinks/NAME/retry or a restart".to_owned(),
+                |millis| format!("next try in {} ms", millis),
+            );
+            out.push_str(&format!(
+                "  held {} ({}, {} attempts, last: {}; {next})\n",
+                held.key, held.why, held.attempts, held.last_evidence
+            ));
+        }
+        if sink.held_count > sink.held_outputs.len() as u64 {
+            out.push_str(&format!(
+                "  ... and {} more held\n",
+                sink.held_count - sink.held_outputs.len() as u64
+            ));
+        }
     }
     out
 }

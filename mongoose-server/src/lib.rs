@@ -26,6 +26,8 @@ pub mod config;
 mod error;
 pub mod forward;
 pub mod losses;
+pub mod metrics;
+pub mod progress;
 mod server;
 pub mod sinks;
 

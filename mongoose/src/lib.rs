@@ -45,3 +45,4 @@
 pub mod archive_cli;
 pub mod journal_cli;
 pub mod kinds;
+pub mod top;

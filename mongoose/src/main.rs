@@ -1,4 +1,4 @@
-//! The `mongoose` binary: `run`, `validate`, `replay`, `status`, `plugins list`. Exit codes of `run`: 0
+//! The `mongoose` binary: `run`, `validate`, `replay`, `status`, `top`, `plugins list`. Exit codes of `run`: 0
 //! settled and lossless (or a clean signal stop), 1 failure (with the reasons on stderr:
 //! a source that could not start, an overload kill switch, or with
 //! `--exit-when-settled` a failed processor that leaves nothing able to make progress;
@@ -91,7 +91,8 @@ enum Command {
         #[arg(long, global = true)]
         token_file: Option<PathBuf>,
     },
-    /// Prints a running server's feed status and its processor groups.
+    /// Prints a running server's feed status, its sinks (with held outputs) and its
+    /// processor groups.
     Status {
         /// The admin address of the server.
         #[arg(long, default_value = "127.0.0.1:8089")]
@@ -99,6 +100,19 @@ enum Command {
         /// Print the raw status JSON.
         #[arg(long)]
         json: bool,
+        /// A file holding the admin API's bearer token (the server's [admin] token_file).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+    },
+    /// A refreshing terminal view of a running server's feeds, groups and sinks, with
+    /// rates from successive /status polls; `q` quits (exit 0).
+    Top {
+        /// The admin address of the server.
+        #[arg(long, default_value = "127.0.0.1:8089")]
+        admin: String,
+        /// How often to poll and redraw, in milliseconds.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+        interval_ms: u64,
         /// A file holding the admin API's bearer token (the server's [admin] token_file).
         #[arg(long)]
         token_file: Option<PathBuf>,
@@ -428,6 +442,19 @@ fn main() -> ExitCode {
             json,
             token_file,
         } => status(&address, json, token_file.as_deref()),
+        Command::Top {
+            admin: address,
+            interval_ms,
+            token_file,
+        } => read_token(token_file.as_deref()).and_then(|token| {
+            mongoose::top::run(
+                &address,
+                std::time::Duration::from_millis(interval_ms),
+                token.as_deref().map(str::trim),
+            )
+            .map(|()| 0)
+            .map_err(|error| (EXIT_FAILED, error))
+        }),
         Command::Journal { action } => journal(action),
         Command::Archive { action } => archive(action),
         Command::Audit {
@@ -537,6 +564,15 @@ fn status(
         {
             Some(report) => {
                 print!("{}", cli::status_table(&report));
+                let sinks: Vec<mongoose_sink::SinkStatus> =
+                    serde_json::from_str::<serde_json::Value>(&text)
+                        .ok()
+                        .and_then(|value| serde_json::from_value(value["sinks"].clone()).ok())
+                        .unwrap_or_default();
+                if !sinks.is_empty() {
+                    println!();
+                    print!("{}", cli::sinks_table(&sinks));
+                }
                 let groups =
                     admin::get_text_with_token(address, "/groups", token).and_then(|text| {
                         serde_json::from_str::<Vec<mongoose_control::GroupStatus>>(&text).map_err(

@@ -69,11 +69,11 @@ fn the_admin_api_reports_and_acts_and_the_cli_prints_a_table() {
 
     let metrics = admin::get_text(&address, "/metrics").expect("metrics");
     assert!(
-        metrics.contains("mongoose_feed_published{feed=\"lines\"} 3"),
+        metrics.contains("mongoose_feed_events_published_total{feed=\"lines\"} 3"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("mongoose_queue_dispatched{queue=\"g/lines\"} 3"),
+        metrics.contains("mongoose_queue_events_dispatched_total{queue=\"g/lines\"} 3"),
         "{metrics}"
     );
     assert!(

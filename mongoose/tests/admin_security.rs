@@ -876,3 +876,115 @@ fn half_sent_requests_are_closed_and_never_starve_the_ledger_of_file_descriptors
     let state = LedgerState::load(&setup.path("state")).expect("state");
     assert_eq!(state.applied, expected);
 }
+
+/// A slowloris client: `threads` threads keeping `per_thread` connections open each,
+/// every one having sent half a request head, reopening every one the server closes,
+/// until `stop`; `opened` counts those open now.
+fn slowloris(
+    target: SocketAddr,
+    threads: usize,
+    per_thread: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    opened: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> Vec<std::thread::JoinHandle<usize>> {
+    use std::sync::atomic::Ordering;
+    (0..threads)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(stop);
+            let opened = std::sync::Arc::clone(opened);
+            std::thread::spawn(move || {
+                let mut streams: Vec<TcpStream> = Vec::new();
+                let mut connects = 0;
+                while !stop.load(Ordering::Acquire) {
+                    let before = streams.len();
+                    streams.retain_mut(|stream| !read_closed(stream));
+                    opened.fetch_sub(before - streams.len(), Ordering::AcqRel);
+                    while streams.len() < per_thread && !stop.load(Ordering::Acquire) {
+                        let Ok(mut stream) =
+                            TcpStream::connect_timeout(&target, Duration::from_secs(1))
+                        else {
+                            break;
+                        };
+                        let _ = stream.write_all(b"GET /status HTTP/1.1\r\nHost:");
+                        let _ = stream.set_read_timeout(Some(Duration::from_millis(1)));
+                        streams.push(stream);
+                        connects += 1;
+                        opened.fetch_add(1, Ordering::AcqRel);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                connects
+            })
+        })
+        .collect()
+}
+
+// issue 28, item 11: 193 connections that sent half a request filled the 64-connection
+// cap and an operator's GET /status waited 26 s in the accept queue for their header
+// timeouts; now a connection accepted at the cap closes the oldest without a request
+#[test]
+fn a_real_request_is_answered_while_200_slowloris_connections_stay_open() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let port = free_port();
+    let setup = Setup::new(&format!("address = \"127.0.0.1:{port}\""), 20);
+    let mut running = setup.spawn(None);
+    let address = format!("127.0.0.1:{port}");
+    wait_until_settled(&mut running, &setup, &address, None);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let attackers = slowloris(address.parse().expect("address"), 4, 50, &stop, &opened);
+    // the attack holds its connections (at least the cap's worth open at the server,
+    // the rest in its accept queue) before the operator asks
+    wait_for(
+        "the slowloris client opens its connections",
+        &setup,
+        Duration::from_secs(60),
+        || opened.load(Ordering::Acquire) >= 150,
+    );
+    // an operator polls /status five times, a new connection each (as `mongoose top`
+    // would): 30 s in all, a generous deadline only to fail a hang; the old code
+    // answered each after the header timeout of stalled connections ahead of it (10 s
+    // per round of 64), ~20-30 s each
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut answer = Ok((0, String::new()));
+    for _ in 0..5 {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(deadline.saturating_duration_since(Instant::now())))
+            .build()
+            .into();
+        answer = agent
+            .get(&format!("http://{address}/status"))
+            .call()
+            .map(|mut response| {
+                (
+                    response.status().as_u16(),
+                    response.body_mut().read_to_string().unwrap_or_default(),
+                )
+            });
+        if answer.is_err() {
+            break;
+        }
+    }
+    let still_open = opened.load(Ordering::Acquire);
+    stop.store(true, Ordering::Release);
+    let connects: usize = attackers
+        .into_iter()
+        .map(|thread| thread.join().expect("attacker thread"))
+        .sum();
+    eprintln!("slowloris: {still_open} connections open when answered, {connects} opened in all");
+    let (code, text) = answer.unwrap_or_else(|error| {
+        panic!(
+            "five GET /status were not answered within 30 s under 200 stalled connections: {error}"
+        )
+    });
+    assert_eq!(code, 200, "{text}");
+    assert!(json(&text)["feeds"].is_array(), "{text}");
+    assert!(
+        still_open >= 150,
+        "the stalled connections were still open when it was answered: {still_open}"
+    );
+    assert_eq!(running.terminate(), 0, "{}", setup.log());
+}

@@ -142,7 +142,7 @@ fn a_retried_output_written_after_later_ones_is_never_skipped() {
     let disk = Tmpfs::mount_at(&run.path("out"), "128k");
     let mut child = run.spawn(false);
     run.wait_until(&mut child, "had the first batch refused", || {
-        sink_status(&address, "out").is_some_and(|status| number(&status, "not_published") > 0)
+        sink_status(&address, "out").is_some_and(|status| number(&status, "notPublished") > 0)
     });
     // a later, short line fits where the refused ones did not
     append(&run.path("input.txt"), &format!("{short}\n"));

@@ -370,7 +370,7 @@ fn run_input_against(
             let sink = sink_of(status);
             count(sink, "queued") == 0
                 && count(sink, "retrying") == 0
-                && count(sink, "published") + count(sink, "lost") + count(sink, "held_count")
+                && count(sink, "published") + count(sink, "lost") + count(sink, "heldCount")
                     == total as u64
         },
     );
@@ -383,9 +383,9 @@ fn run_input_against(
             .iter()
             .filter(|request| !(200..300).contains(&request.status))
             .count(),
-        not_published: count(sink, "not_published"),
+        not_published: count(sink, "notPublished"),
         uncertain: count(sink, "uncertain"),
-        held: count(sink, "held_count"),
+        held: count(sink, "heldCount"),
         lost: count(sink, "lost"),
         published_keys: published_per_key(&seen).len(),
         exit,
@@ -521,7 +521,7 @@ fn an_outage_longer_than_the_retry_budget_heals_when_the_target_returns() {
         &admin,
         "held an output (its budget spent)",
         Duration::from_secs(180),
-        |status| count(sink_of(status), "held_count") > 0,
+        |status| count(sink_of(status), "heldCount") > 0,
     );
     let stalled = during["feeds"][0]["stalled"].clone();
     std::thread::sleep(Duration::from_secs(60).saturating_sub(stopped.elapsed()));
@@ -536,7 +536,7 @@ fn an_outage_longer_than_the_retry_budget_heals_when_the_target_returns() {
         |status| published(status) == 200 && status["settled"] == true,
     );
     let sink = sink_of(&after);
-    assert_eq!(count(sink, "held_count"), 0, "{sink}");
+    assert_eq!(count(sink, "heldCount"), 0, "{sink}");
     assert_eq!(after["lossless"], true, "{after}");
     assert!(after["feeds"][0]["stalled"].is_null(), "{after}");
     assert_eq!(run.terminate(child), 0, "{}", run.log());
@@ -549,18 +549,18 @@ fn an_outage_longer_than_the_retry_budget_heals_when_the_target_returns() {
     );
 
     // while it was down: the held output in the status, and the feed stalled on it
-    let held = &sink_of(&during)["held_outputs"][0];
+    let held = &sink_of(&during)["heldOutputs"][0];
     eprintln!("held during the outage: {held}; feed stalled: {stalled}");
     assert_eq!(held["attempts"], 11, "1 + max_retries attempts: {held}");
     assert_eq!(held["why"], "spent its retries", "{held}");
     assert!(
-        held["last_evidence"]
+        held["lastEvidence"]
             .as_str()
             .is_some_and(|evidence| evidence.contains("could not connect")),
         "{held}"
     );
     assert!(
-        held["next_try_in_millis"]
+        held["nextTryInMillis"]
             .as_u64()
             .is_some_and(|next| next <= 10_000),
         "tried again within the capped backoff: {held}"
@@ -623,18 +623,35 @@ fn post_sink_retry_tries_held_outputs_now() {
         &admin,
         "held every output",
         Duration::from_secs(120),
-        |status| count(sink_of(status), "held_count") == 20,
+        |status| count(sink_of(status), "heldCount") == 20,
     );
-    let first = &sink_of(&held)["held_outputs"][0];
+    let first = &sink_of(&held)["heldOutputs"][0];
     assert_eq!(first["why"], "failed permanently", "{first}");
     assert!(
-        first["next_try_in_millis"].is_null(),
+        first["nextTryInMillis"].is_null(),
         "waits for an operator: {first}"
     );
     assert_eq!(
         target.seen().len(),
         20,
         "a refusal for good is not retried by itself"
+    );
+    // issue 28, item 4: `mongoose status` showed no sinks (and LAG 0) while outputs
+    // were held; now its sinks table shows them, with the first held outputs
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_mongoose"))
+        .args(["status", "--admin", &admin])
+        .output()
+        .expect("mongoose status runs");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let sink_row = shown
+        .lines()
+        .find(|line| line.starts_with("out "))
+        .unwrap_or_else(|| panic!("no sink row: {shown}"));
+    let columns: Vec<&str> = sink_row.split_whitespace().collect();
+    assert_eq!(columns[5], "20", "HELD: {shown}");
+    assert!(
+        shown.contains("held lines/") && shown.contains("failed permanently"),
+        "{shown}"
     );
 
     let (code, answer) = admin_post(&admin, "/sinks/nope/retry");
@@ -666,7 +683,7 @@ fn post_sink_retry_tries_held_outputs_now() {
         &admin,
         "held the output sent while the target was down",
         Duration::from_secs(60),
-        |status| count(sink_of(status), "held_count") == 1,
+        |status| count(sink_of(status), "heldCount") == 1,
     );
     target.up();
     let (code, answer) = admin_post(&admin, "/sinks/out/retry");
@@ -761,7 +778,7 @@ fn a_target_that_hangs_or_hangs_up_costs_one_attempt_per_request_and_heals() {
         &admin,
         "held the probe of a hanging target",
         Duration::from_secs(120),
-        |status| count(sink_of(status), "held_count") == 1 && target.seen().len() >= 4,
+        |status| count(sink_of(status), "heldCount") == 1 && target.seen().len() >= 4,
     );
     // one probe at a time: the target saw every attempt counted, and at most one more
     // (in flight)
@@ -780,7 +797,7 @@ fn a_target_that_hangs_or_hangs_up_costs_one_attempt_per_request_and_heals() {
         seen.len()
     );
     assert_eq!(count(sink, "queued"), 99, "the rest waits unsent: {sink}");
-    assert_eq!(sink["held_outputs"][0]["state"], "uncertain", "{sink}");
+    assert_eq!(sink["heldOutputs"][0]["state"], "uncertain", "{sink}");
 
     target.set_rules(Rules {
         close_every: Some(3),
@@ -798,7 +815,7 @@ fn a_target_that_hangs_or_hangs_up_costs_one_attempt_per_request_and_heals() {
     let seen = target.seen();
     let unanswered = seen.iter().filter(|request| request.status == 0).count();
     assert_eq!(
-        count(sink, "uncertain") + count(sink, "not_published"),
+        count(sink, "uncertain") + count(sink, "notPublished"),
         unanswered as u64,
         "every failed attempt counted is a request the target did not answer: {sink}: {}",
         {
@@ -832,7 +849,7 @@ fn a_target_that_hangs_or_hangs_up_costs_one_attempt_per_request_and_heals() {
         }
     );
     assert_eq!(published_per_key(&seen).len(), 100);
-    assert_eq!(count(sink, "held_count"), 0);
+    assert_eq!(count(sink, "heldCount"), 0);
     assert_eq!(run.terminate(child), 0, "{}", run.log());
     target.down();
 }
@@ -860,7 +877,7 @@ fn a_server_killed_while_it_retries_a_held_output_loses_nothing() {
         &admin,
         "held an output while the target is down",
         Duration::from_secs(120),
-        |status| count(sink_of(status), "held_count") == 1,
+        |status| count(sink_of(status), "heldCount") == 1,
     );
     std::thread::sleep(Duration::from_millis(300));
     child.kill().expect("SIGKILL");

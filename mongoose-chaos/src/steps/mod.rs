@@ -163,7 +163,7 @@ pub fn stalled_reasons(status: &serde_json::Value) -> String {
     }
     if let Some(sinks) = status["sinks"].as_array() {
         for sink in sinks {
-            let held = sink["held_count"].as_u64().unwrap_or(0);
+            let held = sink["heldCount"].as_u64().unwrap_or(0);
             if held > 0 {
                 reasons.push(format!("sink {} holds {held}", sink["name"]));
             }

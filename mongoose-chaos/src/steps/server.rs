@@ -306,7 +306,7 @@ impl World {
             return;
         };
         let count = |field: &str| sink[field].as_u64().unwrap_or(0);
-        let failed_attempts = count("not_published") + count("uncertain");
+        let failed_attempts = count("notPublished") + count("uncertain");
         let lost = count("lost");
         // read after the status: the target logs a request before it answers
         let target_failures =

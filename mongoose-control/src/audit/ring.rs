@@ -45,6 +45,7 @@ impl fmt::Debug for ControlAudit {
 
 /// The audit's counters, taken together.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AuditCounts {
     /// Records ever written.
     pub total: u64,

@@ -164,6 +164,7 @@ pub struct QueueOverload {
 
 /// A group's status, serializable to JSON.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GroupStatus {
     /// The group.
     pub group: String,

@@ -192,8 +192,8 @@ pub(super) fn is_loopback(address: SocketAddr) -> bool {
     address.ip().to_canonical().is_loopback()
 }
 
-/// Who may call what: the token, and whether the reads `/status` and `/metrics` are
-/// open (on loopback).
+/// Who may call what: the token, and whether the reads `/status`, `/metrics`,
+/// `/health` and `/ready` are open (on loopback).
 #[derive(Debug)]
 pub(super) struct Guard {
     pub(super) token: Option<AdminToken>,
@@ -206,7 +206,7 @@ impl Guard {
             return false;
         }
         let read = method == Method::GET || method == Method::HEAD;
-        !(self.open_reads && read && (path == "/status" || path == "/metrics"))
+        !(self.open_reads && read && matches!(path, "/status" | "/metrics" | "/health" | "/ready"))
     }
 
     fn authorized(&self, headers: &HeaderMap) -> bool {

@@ -2,7 +2,7 @@
 //! retry, audit export) and the Prometheus metrics.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -11,10 +11,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
 use serde_json::json;
-use tracing::{error, info};
+use tracing::info;
 
 use mongoose_control::{ControlReply, ReplyOutcome};
 use mongoose_core::FailureKind;
@@ -23,77 +22,6 @@ use crate::server::Server;
 
 use super::auth::{body_too_large, error_response};
 use super::{MAX_BODY_BYTES, MAX_EXPORT_NAME};
-
-fn prometheus() -> &'static PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        if metrics::set_global_recorder(recorder).is_err() {
-            error!(
-                "another metrics recorder is installed: /metrics shows only what this one records"
-            );
-        }
-        handle
-    })
-}
-
-/// Updates the gauges from the current status (per feed and queue, per group).
-pub fn record_metrics(server: &Server) {
-    prometheus();
-    let report = server.status();
-    for feed in &report.feeds {
-        let name = feed.feed.clone();
-        metrics::gauge!("mongoose_feed_published", "feed" => name.clone())
-            .set(feed.sequence as f64);
-        metrics::gauge!("mongoose_feed_dropped", "feed" => name.clone()).set(feed.dropped as f64);
-        metrics::gauge!("mongoose_feed_refused", "feed" => name.clone()).set(feed.refused as f64);
-        metrics::gauge!("mongoose_feed_paused", "feed" => name.clone()).set(if feed.paused {
-            1.0
-        } else {
-            0.0
-        });
-        metrics::gauge!("mongoose_feed_pauses", "feed" => name.clone()).set(feed.pauses as f64);
-        metrics::gauge!("mongoose_feed_pending_acks", "feed" => name.clone())
-            .set(feed.pending_acks as f64);
-        metrics::gauge!("mongoose_feed_lossless", "feed" => name.clone()).set(if feed.lossless {
-            1.0
-        } else {
-            0.0
-        });
-        for queue in &feed.subscribers {
-            let depth = queue.position.saturating_sub(queue.dispatched);
-            metrics::gauge!("mongoose_queue_depth", "queue" => queue.queue.clone())
-                .set(depth as f64);
-            metrics::gauge!("mongoose_queue_dispatched", "queue" => queue.queue.clone())
-                .set(queue.dispatched as f64);
-        }
-    }
-    for group in server.group_statuses() {
-        metrics::gauge!("mongoose_group_processors", "group" => group.group.clone())
-            .set(group.running.len() as f64);
-        metrics::gauge!("mongoose_group_quarantined", "group" => group.group.clone())
-            .set(group.quarantined.len() as f64);
-    }
-    for sink in server.sink_statuses() {
-        for (outcome, count) in [
-            ("published", sink.published),
-            ("not_published", sink.not_published),
-            ("uncertain", sink.uncertain),
-            ("expired", sink.expired),
-            ("lost", sink.lost),
-        ] {
-            metrics::gauge!("mongoose_sink_outputs", "sink" => sink.name.clone(), "outcome" => outcome)
-                .set(count as f64);
-        }
-        metrics::gauge!("mongoose_sink_retrying", "sink" => sink.name.clone())
-            .set(sink.retrying as f64);
-        metrics::gauge!("mongoose_sink_queued", "sink" => sink.name.clone())
-            .set(sink.queued as f64);
-        metrics::gauge!("mongoose_sink_held", "sink" => sink.name.clone())
-            .set(sink.held_count as f64);
-    }
-}
 
 fn not_found(what: String) -> Response {
     (StatusCode::NOT_FOUND, Json(json!({ "error": what }))).into_response()
@@ -110,6 +38,49 @@ pub(super) async fn status(State(server): State<Server>) -> Response {
         object.insert("lastReload".to_owned(), json!(server.last_reload()));
     }
     Json(status).into_response()
+}
+
+/// `GET /health`: the process serves.
+pub(super) async fn health() -> Response {
+    Json(json!({ "status": "alive" })).into_response()
+}
+
+/// Why the server is not ready, one reason each: a feed whose source has not started,
+/// a stalled feed, a failed source, a run that cannot go on. Empty when ready.
+pub(crate) fn not_ready_reasons(server: &Server) -> Vec<String> {
+    let report = server.status();
+    let mut reasons = Vec::new();
+    for feed in &report.feeds {
+        if feed.state == "STARTING" {
+            reasons.push(format!(
+                "feed '{}' has not started yet (STARTING)",
+                feed.feed
+            ));
+        }
+        if let Some(stalled) = &feed.stalled {
+            reasons.push(format!("feed '{}' stalled: {stalled}", feed.feed));
+        }
+    }
+    reasons.extend(crate::server::source_failures_in(&report));
+    reasons.extend(server.fatal_failures());
+    reasons
+}
+
+/// `GET /ready`: 200 when every feed started and nothing is stalled, else 503 with
+/// the reasons.
+pub(super) async fn ready(State(server): State<Server>) -> Response {
+    let reasons = tokio::task::spawn_blocking(move || not_ready_reasons(&server))
+        .await
+        .unwrap_or_else(|error| vec![format!("the readiness check failed: {error}")]);
+    if reasons.is_empty() {
+        Json(json!({ "ready": true, "reasons": [] })).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "ready": false, "reasons": reasons })),
+        )
+            .into_response()
+    }
 }
 
 pub(super) async fn groups(State(server): State<Server>) -> Response {
@@ -303,8 +274,8 @@ pub(super) async fn export_audit(
 
 pub(super) async fn metrics_text(State(server): State<Server>) -> Response {
     let text = tokio::task::spawn_blocking(move || {
-        record_metrics(&server);
-        prometheus().render()
+        crate::metrics::record_metrics(&server);
+        crate::metrics::prometheus().render()
     })
     .await
     .unwrap_or_default();

@@ -2,7 +2,9 @@
 //!
 //! | route | what it does |
 //! |---|---|
-//! | `GET /status` | the feed status JSON (book: guarantees/status.md field names) |
+//! | `GET /status` | the feed status JSON (book: guarantees/status.md field names) and the sinks', camelCase |
+//! | `GET /health` | 200 `{"status":"alive"}` while the process serves |
+//! | `GET /ready` | 200 `{"ready":true,"reasons":[]}` when every feed started and nothing is stalled, else 503 `{"ready":false,"reasons":[..]}` |
 //! | `GET /groups` | every processor group's status |
 //! | `POST /processors/{group}/{name}/stop` | stops a processor, waiting up to 1 s for its reply |
 //! | `GET /processors/{group}/{name}/commands` | the admin commands the running processor registered: `{"group", "processor", "commands": [..]}` (404 when no such running processor) |
@@ -14,7 +16,7 @@
 //! | `POST /audit/{selector}/start` | starts an audit capture of a processor (`NAME` or `GROUP%2FNAME`), answering once it records |
 //! | `POST /audit/{selector}/stop` | stops it, answering once it is uninstalled |
 //! | `GET /audit/status` | every capture session: id, selector, path, recording, records written |
-//! | `GET /metrics` | Prometheus text |
+//! | `GET /metrics` | Prometheus text (see [`crate::metrics`]) |
 //!
 //! The HTTP status of a command run ([`command_status`]): 200 APPLIED; 404 REFUSED
 //! because the processor or the command is unknown (the reason lists what there is);
@@ -28,7 +30,8 @@
 //!
 //! * **Token.** With `[admin] token_file`, requests need `Authorization: Bearer
 //!   <token>` (compared in constant time), else 401. On a loopback address `GET
-//!   /status` and `GET /metrics` stay open; every other route needs the token. An
+//!   /status`, `/metrics`, `/health` and `/ready` stay open; every other route needs
+//!   the token. An
 //!   address that is not loopback needs a token file (the config is refused without
 //!   one), and then every route needs the token.
 //! * **Exports** go only into a new folder `D` directly below the export root
@@ -39,10 +42,13 @@
 //!   [`REQUEST_TIMEOUT`], [`MAX_CONNECTIONS`], [`MAX_CONNECTION_AGE`]): a body over the
 //!   limit is a 413 (a declared one before it is read); a request line and headers that
 //!   do not arrive within the header timeout, or a keep-alive connection idle that
-//!   long, are closed; at most [`MAX_CONNECTIONS`] connections are open at once (the
-//!   next ones wait in the kernel's accept queue, holding no descriptor of the
-//!   server), so the admin API never holds more than that many file descriptors of the
-//!   process and the processing path keeps the rest.
+//!   long, are closed; at most [`MAX_CONNECTIONS`] connections are open at once: one
+//!   accepted at the cap closes the oldest connection that has not completed a
+//!   request (a stalled or slow client), else the oldest idle keep-alive one, so a
+//!   real request is answered at once under any number of half-sent ones; when all
+//!   are answering requests, the next ones wait in the kernel's accept queue. The
+//!   admin API never holds more than that many file descriptors of the process (one
+//!   more while it makes room) and the processing path keeps the rest.
 //!
 //! The module holds the routes and the serving (limits, connections); `auth` holds the
 //! token, the settings and the guard every request passes; `handlers` the routes'
@@ -50,10 +56,12 @@
 
 mod audit;
 mod auth;
+mod connections;
 mod handlers;
 
+pub use crate::metrics::record_metrics;
 pub use auth::{AdminSettings, AdminToken};
-pub use handlers::{command_status, record_metrics};
+pub use handlers::command_status;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -73,8 +81,8 @@ use crate::ServerError;
 
 use auth::{guard, is_loopback, Guard};
 use handlers::{
-    clear_overload, export_audit, groups, list_commands, metrics_text, release, retry_sink,
-    run_command, status, stop_processor, ExportRoot,
+    clear_overload, export_audit, groups, health, list_commands, metrics_text, ready, release,
+    retry_sink, run_command, status, stop_processor, ExportRoot,
 };
 
 /// The largest request body (a command's `{"args": [...]}`): 64 KiB. A larger one is a
@@ -94,8 +102,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// it): 30 s, then 503 (a stop or command that was sent still applies).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Connections open at once: 64. The next ones wait in the kernel's accept queue
-/// (they hold no file descriptor of the server) until one closes.
+/// Connections open at once: 64. One accepted at the cap closes a connection without a
+/// request (the oldest first), else an idle one; when every one is answering a
+/// request, the next ones wait in the kernel's accept queue until one closes.
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// The longest a connection lives: 120 s, then it is closed after its current
@@ -120,6 +129,8 @@ pub fn router(server: Server, settings: &AdminSettings) -> Router {
     });
     Router::new()
         .route("/status", get(status))
+        .route("/health", get(health))
+        .route("/ready", get(ready))
         .route("/groups", get(groups))
         .route("/processors/{group}/{name}/stop", post(stop_processor))
         .route("/processors/{group}/{name}/commands", get(list_commands))
@@ -215,41 +226,60 @@ pub fn serve_with(server: Server, settings: AdminSettings) -> Result<AdminHandle
     Ok(AdminHandle { address: bound })
 }
 
-/// Accepts at most [`MAX_CONNECTIONS`] connections at once (a permit is taken before
-/// `accept`, so a waiting connection holds no descriptor of ours) and serves each with
-/// the header timeout, head size bound and age bound.
+/// Accepts connections and serves each with the header timeout, head size bound and
+/// age bound, at most [`MAX_CONNECTIONS`] at once: a connection accepted at the cap
+/// closes one that has not completed a request head (the oldest first), else one idle
+/// between requests ([`connections::Connections::evict_one`]), and waits for its room;
+/// when every open connection is answering a request, it waits for one to end.
 async fn accept_connections(listener: tokio::net::TcpListener, router: Router) {
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let open = Arc::new(connections::Connections::default());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_buf_size(MAX_HEAD_BYTES);
     loop {
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-            return;
-        };
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
-                // e.g. EMFILE: the permit goes back, and we wait instead of spinning
+                // e.g. EMFILE: we wait instead of spinning
                 warn!(%error, "the admin API cannot accept a connection; retrying in 1 s");
-                drop(permit);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
         };
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                if open.evict_one() {
+                    debug!(%peer, "admin API at its connection cap: closed the oldest connection without a request for room");
+                }
+                let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                    return;
+                };
+                permit
+            }
+        };
+        let registered = open.register();
         let connection = http.serve_connection(
             TokioIo::new(stream),
-            TowerToHyperService::new(router.clone()),
+            connections::Tracked {
+                inner: TowerToHyperService::new(router.clone()),
+                connection: Arc::clone(&registered.connection),
+            },
         );
         tokio::spawn(async move {
             let _permit = permit;
+            let registered = registered;
             let mut connection = std::pin::pin!(connection);
             tokio::select! {
                 result = connection.as_mut() => {
                     if let Err(error) = result {
                         debug!(%peer, %error, "admin connection closed");
                     }
+                }
+                () = registered.connection.evicted() => {
+                    debug!(%peer, "admin connection without a request closed for room");
                 }
                 () = tokio::time::sleep(MAX_CONNECTION_AGE) => {
                     connection.as_mut().graceful_shutdown();

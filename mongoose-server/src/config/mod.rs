@@ -568,6 +568,10 @@ pub struct ServerConfig {
     /// that failed): a run that cannot go on ends instead of waiting for ever.
     #[serde(default = "default_stalled_exit")]
     pub stalled_exit_millis: u64,
+    /// How often a run logs its progress at INFO, one line per feed and per sink
+    /// (default 10; 0 disables; at most 86400).
+    #[serde(default = "default_progress_interval")]
+    pub progress_interval_seconds: u64,
     /// REPORT (default) or THROW.
     #[serde(default)]
     pub add_failure_policy: AddFailurePolicy,
@@ -603,6 +607,7 @@ impl Default for ServerConfig {
         ServerConfig {
             control_wait_millis: default_control_wait(),
             stalled_exit_millis: default_stalled_exit(),
+            progress_interval_seconds: default_progress_interval(),
             shutdown_timeout_millis: default_shutdown_timeout(),
             shutdown_drain_timeout_millis: default_drain_timeout(),
             add_failure_policy: AddFailurePolicy::default(),
@@ -626,6 +631,9 @@ fn default_shutdown_timeout() -> u64 {
 }
 fn default_stalled_exit() -> u64 {
     30_000
+}
+fn default_progress_interval() -> u64 {
+    10
 }
 
 fn default_drain_timeout() -> u64 {

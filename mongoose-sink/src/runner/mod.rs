@@ -41,7 +41,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mongoose_core::sink::{CommitGate, ExhaustedPolicy, Output, OutputKey, RetryBudget, Sink};
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tracing::error;
 
 mod handle;
@@ -83,7 +83,8 @@ impl RunnerConfig {
 }
 
 /// One output the `hold` policy keeps, as the status shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct HeldOutput {
     /// Its key (`feed/epoch/lane/position/index/generation`).
     pub key: String,
@@ -104,7 +105,8 @@ pub struct HeldOutput {
 }
 
 /// What a sink has done, for `/status` and `/metrics`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SinkStatus {
     /// The sink's name.
     pub name: String,

@@ -22,7 +22,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use mongoose_core::{
-    AnyCommitter, CoreError, Epoch, EventSource, SourceOutput, SourceStart, SourceState, WorkDone,
+    AnyCommitter, CoreError, Epoch, EventSource, FileLag, SourceOutput, SourceStart, SourceState,
+    WorkDone,
 };
 use parking_lot::Mutex;
 use tracing::{debug, info, warn};
@@ -110,7 +111,13 @@ pub struct FileEventSource<T> {
     /// Where a loss this source finds is recorded at once (a single COMMITED file:
     /// `<pointer>.losses`), so a kill cannot make it forgotten.
     loss_file: Option<PathBuf>,
+    /// The read offset last reported in the feed's `files` status.
+    files_reported: Option<u64>,
 }
+
+/// How many bytes a file source reads between two reports of its file's offsets
+/// while it is behind: 16 MiB.
+const FILE_LAG_REPORT_BYTES: u64 = 16 * 1024 * 1024;
 
 impl<T> fmt::Debug for FileEventSource<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -190,6 +197,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             glob_member: false,
             path_replaced: false,
             loss_file,
+            files_reported: None,
         }
     }
 
@@ -286,6 +294,40 @@ impl<T: Send + 'static> FileEventSource<T> {
                     "cannot record the loss beside the pointer: a restart before this run ends will not report it");
             }
         }
+    }
+
+    /// Reports the open file's read offset, size and lag in the feed's `files` status
+    /// (what the progress lines and `mongoose top` show as bytes): each time the
+    /// source catches up after reading, and every [`FILE_LAG_REPORT_BYTES`] read
+    /// while it is behind. Never per line: a report allocates.
+    fn report_file_lag(&mut self) {
+        let Some(input) = self.input.as_ref() else {
+            return;
+        };
+        let read = input.position();
+        let due = match self.files_reported {
+            None => true,
+            Some(reported) if reported == read => false,
+            Some(reported) => {
+                self.status.state == SourceState::CaughtUp
+                    || read.abs_diff(reported) >= FILE_LAG_REPORT_BYTES
+            }
+        };
+        if !due {
+            return;
+        }
+        let Ok(metadata) = input.file.metadata() else {
+            return;
+        };
+        self.files_reported = Some(read);
+        let size = metadata.len();
+        self.output.report_files(&[FileLag {
+            lane: 0,
+            path: self.path.display().to_string(),
+            committed: read,
+            size,
+            lag: size.saturating_sub(read),
+        }]);
     }
 
     fn set_epoch(&mut self, epoch: Epoch) {
@@ -397,6 +439,9 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
             work += 1;
         }
         work += self.read_and_publish()?;
+        if !self.glob_member {
+            self.report_file_lag();
+        }
         Ok(WorkDone(work))
     }
 

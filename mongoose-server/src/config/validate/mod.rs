@@ -236,6 +236,12 @@ impl ServerConfig {
             " ms",
         )?;
         check_range(
+            "progress_interval_seconds",
+            self.progress_interval_seconds,
+            0..=86_400,
+            " s",
+        )?;
+        check_range(
             "audit.open_timeout_millis",
             self.audit.open_timeout_millis,
             1..=MAX_TIMEOUT_MILLIS,
