@@ -327,7 +327,10 @@ pub struct GroupConfig {
 /// kind = "file"            # file | stdout | tcp | http | a plugin's sink kind
 /// path = "out.log"         # file: lines appended, each batch fdatasync'd (sync = false: not)
 /// # address = "127.0.0.1:5140"            # tcp
-/// # url = "http://127.0.0.1:8080/events"  # http (one POST per output, Idempotency-Key)
+/// # url = "https://127.0.0.1:8443/events" # http: http:// or https://
+/// # batch_max_lines = 500                 # http: ndjson batches (1, the default: one POST per output)
+/// # compression = "gzip"                  # http: gzipped bodies
+/// # ca_file = "ca.pem"                    # https: the CAs trusted instead of the built-in roots
 /// max_retries = 10
 /// expire_after_millis = 300000
 /// on_exhausted = "hold"    # hold (the feed's commit stays before the input) | count_loss
@@ -349,9 +352,37 @@ pub struct SinkConfig {
     /// `tcp`: the peer, `host:port`.
     #[serde(default)]
     pub address: Option<String>,
-    /// `http`: the URL each output is POSTed to (`http://` only).
+    /// `http`: the URL outputs are POSTed to (`http://` or `https://`).
     #[serde(default)]
     pub url: Option<String>,
+    /// `http`: the most outputs in one request (default 1: each output's payload is
+    /// a request's body; above 1 the body is ndjson with the lines' keys in
+    /// `Idempotency-Keys`).
+    #[serde(default)]
+    pub batch_max_lines: Option<usize>,
+    /// `http`: the most bytes of an ndjson body, before compression (default 1 MiB).
+    #[serde(default)]
+    pub batch_max_bytes: Option<usize>,
+    /// `http`: how long a batch not full waits for more outputs (default 200 ms; only
+    /// with `batch_max_lines` above 1).
+    #[serde(default)]
+    pub batch_timeout_millis: Option<u64>,
+    /// `http`: `none` (default) or `gzip` (`Content-Encoding: gzip`).
+    #[serde(default)]
+    pub compression: Option<mongoose_sink::http::HttpCompression>,
+    /// `http` over https: a PEM file of the CA certificates trusted for the target's
+    /// certificate, instead of the built-in (Mozilla) roots (relative to the config
+    /// file's folder).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// `http` over https: the client certificate (PEM, with its chain) presented to a
+    /// target that asks; with `client_key_file`.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    /// `http` over https: the client certificate's private key (PEM: PKCS#8, PKCS#1
+    /// or SEC1).
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
     /// `http`: extra request headers.
     #[serde(default)]
     pub headers: Option<std::collections::BTreeMap<String, String>>,
