@@ -71,7 +71,10 @@ client_key_file = "tls/client.key""#,
     for request in &requests {
         assert_eq!(request.header("content-type"), Some("application/x-ndjson"));
         assert_eq!(request.header("content-encoding"), Some("gzip"));
-        assert!(request.client_cert.is_some(), "the client certificate was presented");
+        assert!(
+            request.client_cert.is_some(),
+            "the client certificate was presented"
+        );
         let (keys, lines) = (request.keys(), request.lines());
         assert_eq!(keys.len(), lines.len(), "a key per line");
         assert!(lines.len() <= 500 && request.body.len() <= 65_536);
@@ -87,7 +90,10 @@ client_key_file = "tls/client.key""#,
     assert_eq!(lines.len(), total, "every line, once per key");
     assert_eq!(lines, expected);
     let sent: usize = requests.iter().map(|request| request.lines().len()).sum();
-    assert_eq!(sent, total, "no line was sent twice in a run without failures");
+    assert_eq!(
+        sent, total,
+        "no line was sent twice in a run without failures"
+    );
     assert!(
         requests.len() < total / 10,
         "{} requests for {total} lines: batched",

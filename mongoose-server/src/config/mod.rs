@@ -424,7 +424,8 @@ pub struct SinkConfig {
     /// A plugin sink's settings, given to the plugin's sink as TOML text.
     #[serde(default)]
     pub settings: Option<toml::Table>,
-    /// The most outputs given to the sink at once (default 1,024; 8,192 for `file`).
+    /// The most outputs given to the sink at once (default 1,024; 8,192 for `file`;
+    /// `batch_max_lines` for an `http` sink that batches).
     #[serde(default)]
     pub batch: Option<usize>,
     /// The most outputs queued or in flight for the sink (default 16,384); past it a
