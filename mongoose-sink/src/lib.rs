@@ -38,7 +38,7 @@ pub mod writer;
 
 pub use error::SinkError;
 pub use file::{FileSink, FileSinkConfig, StdoutSink};
-pub use http::{HttpSink, HttpSinkConfig};
+pub use http::{HttpCompression, HttpSink, HttpSinkConfig, HttpTlsConfig};
 pub use runner::{
     GateId, HeldOutput, LossRecorder, LostOutput, RetryRequested, RunnerConfig, SendError,
     SinkHandle, SinkRunner, SinkStatus,

@@ -15,6 +15,7 @@ fn sink(url: String, response_timeout_millis: u64) -> HttpSink {
             timeout_millis: 2_000,
             response_timeout_millis,
             headers: vec![("X-Tenant".into(), "blue".into())],
+            ..HttpSinkConfig::default()
         },
     )
     .expect("valid settings")

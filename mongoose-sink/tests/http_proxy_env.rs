@@ -21,6 +21,7 @@ fn a_proxy_named_in_the_environment_is_not_used() {
             timeout_millis: 2_000,
             response_timeout_millis: 10_000,
             headers: Vec::new(),
+            ..HttpSinkConfig::default()
         },
     )
     .expect("valid settings");

@@ -807,3 +807,54 @@ fn a_target_that_does_not_answer_is_probed_by_one_output_even_in_batches_of_one(
     assert_eq!(status.published, 5, "{status:?}");
     runner.stop(Instant::now());
 }
+
+/// Records the size of each publish call; publishes everything.
+struct Calls(Arc<Mutex<Vec<usize>>>);
+
+impl Sink for Calls {
+    fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
+        self.0.lock().push(outputs.len());
+        outcomes.extend(outputs.iter().map(|_| SinkOutcome::Published {
+            evidence: "ok".into(),
+        }));
+    }
+}
+
+#[test]
+fn a_linger_fills_a_batch_before_publishing_and_a_stop_does_not_wait_for_it() {
+    // issue 28, item 5: the HTTP sink's batch_timeout_millis. Outputs that come a
+    // while apart are published together once a batch is full; a stop publishes
+    // what waits at once (the 60 s linger would outlast the test's deadline).
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let mut config = RunnerConfig::new("linger", "test");
+    config.batch = 5;
+    config.linger = Duration::from_secs(60);
+    let runner = SinkRunner::start(Box::new(Calls(Arc::clone(&calls))), config).expect("start");
+    let handle = runner.handle();
+    for position in 0..3 {
+        handle
+            .send(Output::new(key(position), b"x".to_vec()), None)
+            .expect("send");
+    }
+    // long enough for a runner without a linger to publish the first three alone
+    std::thread::sleep(Duration::from_millis(300));
+    for position in 3..7 {
+        handle
+            .send(Output::new(key(position), b"x".to_vec()), None)
+            .expect("send");
+    }
+    let status = wait_for(&runner, |status| status.published >= 5);
+    assert_eq!(
+        status.published, 5,
+        "a full batch is published, the rest lingers"
+    );
+    assert_eq!(*calls.lock(), [5]);
+    let started = Instant::now();
+    let status = runner.stop(Instant::now() + Duration::from_secs(50));
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "the stop waited for the linger"
+    );
+    assert_eq!(status.published, 7);
+    assert_eq!(*calls.lock(), [5, 2]);
+}

@@ -5,6 +5,8 @@
 //!   (mounting needs root, as CI and the development machines have);
 //! - [`CountingAllocator`]: a global allocator that counts allocations, for the tests
 //!   that pin a hot path allocating nothing per item;
+//! - [`https::TestCa`] and [`https::HttpsTarget`]: a generated CA and a real HTTPS
+//!   server (rustls) that records requests and refused handshakes;
 //! - [`build_plugin`]: a plugin of `plugins/` built by cargo with test features;
 //! - [`kafka::Cluster`]: Apache Kafka nodes of a test's own (1 or 3, extra listeners
 //!   and properties, one SIGKILLed and started again), from the jars `cargo xtask
@@ -28,6 +30,7 @@
 //! ```
 
 mod allocator;
+pub mod https;
 pub mod kafka;
 mod plugin_build;
 mod tmpfs;

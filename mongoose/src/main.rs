@@ -24,8 +24,16 @@ use mongoose_server::config::ServerConfig;
 use mongoose_server::{admin, Server, ServerBuilder, ServerError};
 
 /// Mongoose-rs: an event-processing server that loses nothing and tells the truth.
+/// `mongoose --version`: `mongoose 0.1.0 (1a2b3c4d5e6f)`, the commit from `build.rs`.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("MONGOOSE_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
-#[command(version)]
+#[command(name = "mongoose", version = VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -7,9 +7,11 @@
 //! checks a loaded configuration must pass.
 
 mod env;
+mod sink;
 #[cfg(test)]
 mod tests;
 mod text;
+pub use sink::SinkConfig;
 mod validate;
 
 use text::{key_path_at, line_and_column};
@@ -319,97 +321,6 @@ pub struct GroupConfig {
     /// The group's processors.
     #[serde(default)]
     pub processors: Vec<ProcessorConfig>,
-}
-
-/// A sink processors write to (`[[sinks]]`): its kind and the kind's settings, and how
-/// its outputs are retried and what happens to one that cannot be published.
-///
-/// ```toml
-/// [[sinks]]
-/// name = "out"
-/// kind = "file"            # file | stdout | tcp | http | a plugin's sink kind
-/// path = "out.log"         # file: lines appended, each batch fdatasync'd (sync = false: not)
-/// # address = "127.0.0.1:5140"            # tcp
-/// # url = "http://127.0.0.1:8080/events"  # http (one POST per output, Idempotency-Key)
-/// max_retries = 10
-/// expire_after_millis = 300000
-/// on_exhausted = "hold"    # hold (the feed's commit stays before the input) | count_loss
-/// ```
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SinkConfig {
-    /// The sink's name.
-    pub name: String,
-    /// The sink kind: `file`, `stdout`, `tcp` or `http`.
-    pub kind: String,
-    /// `file`: the output file (created when absent).
-    #[serde(default)]
-    pub path: Option<PathBuf>,
-    /// `file`: fdatasync each batch before its outputs count as published (default
-    /// true).
-    #[serde(default)]
-    pub sync: Option<bool>,
-    /// `tcp`: the peer, `host:port`.
-    #[serde(default)]
-    pub address: Option<String>,
-    /// `http`: the URL each output is POSTed to (`http://` only).
-    #[serde(default)]
-    pub url: Option<String>,
-    /// `http`: extra request headers.
-    #[serde(default)]
-    pub headers: Option<std::collections::BTreeMap<String, String>>,
-    /// `http`: request headers whose values are read from files, for secrets kept out
-    /// of the config (`header_files = { Authorization = "secrets/auth-header" }`: the
-    /// file holds `Bearer ...`; relative to the config file's folder; trimmed; read
-    /// when the sink opens). A header named here and in `headers` is refused.
-    #[serde(default)]
-    pub header_files: Option<std::collections::BTreeMap<String, PathBuf>>,
-    /// `tcp`, `http`: the bound on connecting (default 5,000 ms).
-    #[serde(default)]
-    pub connect_timeout_millis: Option<u64>,
-    /// `http`: the bound on waiting for a response once the request is sent (default
-    /// 10,000 ms); past it the output is uncertain.
-    #[serde(default)]
-    pub response_timeout_millis: Option<u64>,
-    /// `tcp`: the bound on writing one batch (default 10,000 ms).
-    #[serde(default)]
-    pub write_timeout_millis: Option<u64>,
-    /// Retries after an output's first attempt (default 10). Only attempts made
-    /// count: an output a batch did not send (its target stopped answering) is charged
-    /// none.
-    #[serde(default)]
-    pub max_retries: Option<u32>,
-    /// The wait before the first retry, doubled per retry (default 100 ms).
-    #[serde(default)]
-    pub initial_backoff_millis: Option<u64>,
-    /// The longest wait between retries (default 10,000 ms): also the pace at which
-    /// `hold` goes on trying a held output.
-    #[serde(default)]
-    pub max_backoff_millis: Option<u64>,
-    /// How long after its first attempt an output expires (default 300,000 ms).
-    #[serde(default)]
-    pub expire_after_millis: Option<u64>,
-    /// What an output that failed permanently, spent its retries or expired does:
-    /// `hold` (default: its feed's commit stays before its input, the feed reports it
-    /// `stalled` and the sink lists it in `held_outputs`; one whose retries are spent
-    /// or that expired is still tried every `max_backoff_millis`, for as long as it
-    /// takes, and published when the target returns; one refused for good waits for
-    /// `POST /sinks/{name}/retry` or a restart) or `count_loss` (counted lost,
-    /// `lossless: false`, recorded beside the feed's pointer so the next start
-    /// reports it once).
-    #[serde(default)]
-    pub on_exhausted: Option<mongoose_core::sink::ExhaustedPolicy>,
-    /// A plugin sink's settings, given to the plugin's sink as TOML text.
-    #[serde(default)]
-    pub settings: Option<toml::Table>,
-    /// The most outputs given to the sink at once (default 1,024; 8,192 for `file`).
-    #[serde(default)]
-    pub batch: Option<usize>,
-    /// The most outputs queued or in flight for the sink (default 16,384); past it a
-    /// processor is busy and its item is offered again later (the feed's queue fills
-    /// and a re-readable source pauses).
-    #[serde(default)]
-    pub queue_capacity: Option<usize>,
 }
 
 /// RECORD mode: the inputs of the named processors (all when empty) are recorded for

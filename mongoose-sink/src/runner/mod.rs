@@ -63,13 +63,18 @@ pub struct RunnerConfig {
     pub policy: ExhaustedPolicy,
     /// The most outputs given to the sink in one `publish` call.
     pub batch: usize,
+    /// How long fewer than `batch` outputs wait for more before they are published
+    /// (zero, the default: at once). A sink that packs outputs into requests (the HTTP
+    /// sink's ndjson batches) fills them this way; retries, a paused target and a
+    /// stopping runner do not wait.
+    pub linger: Duration,
     /// The most outputs queued for the sink; past it [`SinkHandle::send`] refuses.
     pub capacity: usize,
 }
 
 impl RunnerConfig {
     /// A runner for sink `name` of kind `kind` with the default budget and policy,
-    /// batches of 1,024 and a queue of 65,536 outputs.
+    /// batches of 1,024 published at once and a queue of 65,536 outputs.
     pub fn new(name: &str, kind: &str) -> Self {
         RunnerConfig {
             name: name.to_owned(),
@@ -77,6 +82,7 @@ impl RunnerConfig {
             budget: RetryBudget::default(),
             policy: ExhaustedPolicy::Hold,
             batch: 1024,
+            linger: Duration::ZERO,
             capacity: 65_536,
         }
     }

@@ -41,6 +41,9 @@ pub(super) struct Run {
     lost: Vec<LostOutput>,
     lost_gates: Vec<(GateId, u64)>,
     losses: Option<Arc<dyn LossRecorder>>,
+    /// Since when the ready outputs (fewer than a batch) wait for more (the
+    /// runner's `linger`).
+    filling_since: Option<Instant>,
 }
 
 struct Meta {
@@ -72,6 +75,7 @@ impl Run {
             lost: Vec::new(),
             lost_gates: Vec::new(),
             losses,
+            filling_since: None,
             config,
         }
     }
@@ -125,6 +129,10 @@ impl Run {
                 }
                 continue;
             }
+            if !stopping && self.lingers(now) {
+                continue;
+            }
+            self.filling_since = None;
             self.publish_batch();
         }
         let held = self.shared.held.lock().len();
@@ -133,6 +141,35 @@ impl Run {
             warn!(sink = %self.shared.name, outputs = left, held, "sink stopped with outputs not published: their inputs are not committed and are delivered again after a restart");
         }
         info!(sink = %self.shared.name, "sink stopped");
+    }
+
+    /// Whether fewer than a batch of first attempts wait for more (up to the runner's
+    /// `linger` since the first of them was ready): waits for the next one, or until
+    /// the linger is over.
+    fn lingers(&mut self, now: Instant) -> bool {
+        let linger = self.config.linger;
+        if linger.is_zero()
+            || self.outputs.len() >= self.config.batch
+            // a retry (they go first) does not wait
+            || self.meta.front().is_some_and(|meta| meta.first_attempt.is_some())
+            || self.waiting.first().is_some_and(|waiting| waiting.due <= now)
+        {
+            return false;
+        }
+        let until = *self.filling_since.get_or_insert(now) + linger;
+        if now >= until {
+            return false;
+        }
+        // in steps, so that a stop, a retry request or a due retry is seen
+        match self.rx.recv_timeout((until - now).min(IDLE_WAIT)) {
+            Ok(queued) => {
+                self.push(queued);
+                true
+            }
+            Err(RecvTimeoutError::Timeout) => true,
+            // no more will come: publish what is there
+            Err(RecvTimeoutError::Disconnected) => false,
+        }
     }
 
     fn push(&mut self, queued: Queued) {

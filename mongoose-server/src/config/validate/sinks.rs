@@ -24,7 +24,7 @@ impl crate::config::SinkConfig {
         plugins: bool,
     ) -> Result<(), ServerError> {
         let at = |key: &str| format!("sinks[{index}].{key}");
-        let given: [(&str, bool); 9] = [
+        let given: [(&str, bool); 16] = [
             ("path", self.path.is_some()),
             ("sync", self.sync.is_some()),
             ("address", self.address.is_some()),
@@ -40,6 +40,13 @@ impl crate::config::SinkConfig {
                 self.response_timeout_millis.is_some(),
             ),
             ("write_timeout_millis", self.write_timeout_millis.is_some()),
+            ("batch_max_lines", self.batch_max_lines.is_some()),
+            ("batch_max_bytes", self.batch_max_bytes.is_some()),
+            ("batch_timeout_millis", self.batch_timeout_millis.is_some()),
+            ("compression", self.compression.is_some()),
+            ("ca_file", self.ca_file.is_some()),
+            ("client_cert_file", self.client_cert_file.is_some()),
+            ("client_key_file", self.client_key_file.is_some()),
         ];
         let (required, allowed): (&[&str], &[&str]) = match self.kind.as_str() {
             "file" => (&["path"], &["path", "sync"]),
@@ -56,6 +63,13 @@ impl crate::config::SinkConfig {
                     "header_files",
                     "connect_timeout_millis",
                     "response_timeout_millis",
+                    "batch_max_lines",
+                    "batch_max_bytes",
+                    "batch_timeout_millis",
+                    "compression",
+                    "ca_file",
+                    "client_cert_file",
+                    "client_key_file",
                 ],
             ),
             // a plugin's sink kind (checked against the loaded plugins when the server
@@ -176,6 +190,30 @@ impl crate::config::SinkConfig {
                 " outputs",
             )?;
         }
+        if let Some(lines) = self.batch_max_lines {
+            check_range(
+                at("batch_max_lines"),
+                lines as u64,
+                1..=MAX_SINK_BATCH as u64,
+                " outputs",
+            )?;
+        }
+        if let Some(bytes) = self.batch_max_bytes {
+            check_range(
+                at("batch_max_bytes"),
+                bytes as u64,
+                1..=MAX_HTTP_BODY,
+                " bytes",
+            )?;
+        }
+        if let Some(millis) = self.batch_timeout_millis {
+            check_range(
+                at("batch_timeout_millis"),
+                millis,
+                0..=MAX_BATCH_TIMEOUT_MILLIS,
+                " ms",
+            )?;
+        }
         if let Some(capacity) = self.queue_capacity {
             check_range(
                 at("queue_capacity"),
@@ -249,6 +287,13 @@ impl crate::config::SinkConfig {
         Ok(())
     }
 }
+
+/// The largest `batch_max_bytes` of an HTTP sink (64 MiB: a request body held in
+/// memory, and sent again whole on a retry).
+const MAX_HTTP_BODY: u64 = 64 << 20;
+/// The longest `batch_timeout_millis` (a minute: outputs wait that long before their
+/// first attempt).
+const MAX_BATCH_TIMEOUT_MILLIS: u64 = 60_000;
 
 /// Refuses `host:port` at `key` without a port of 1 to 65535.
 fn check_host_port(key: String, address: &str) -> Result<(), ServerError> {
