@@ -74,12 +74,17 @@ fn open_sink(
     Ok(match sink.kind.as_str() {
         "file" => {
             let path = config.resolve(sink.path.as_deref().unwrap_or(std::path::Path::new("")));
+            let state_file = config.sink_state_file(sink, &path);
+            if let Some(folder) = state_file.parent() {
+                config.warn_about_orphan_state("sink", folder);
+            }
             Box::new(
                 FileSink::open(
                     &sink.name,
                     &FileSinkConfig {
                         path,
                         sync: sink.sync.unwrap_or(true),
+                        state_file: Some(state_file),
                     },
                 )
                 .map_err(refused)?,

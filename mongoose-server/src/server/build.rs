@@ -22,6 +22,7 @@ use mongoose_source_file::{
 use parking_lot::Mutex;
 use tracing::error;
 
+use crate::config::data_dir::DataFolderLock;
 use crate::config::{AddFailurePolicy, CaptureStore, FeedCodec, IdleStrategyConfig, ServerConfig};
 use crate::sinks::Sinks;
 use crate::ServerError;
@@ -40,6 +41,11 @@ impl ServerBuilder {
         // loaded (and its refusals reported) here
         let plugins = self.plugins()?;
         let config = self.config;
+        // before anything is opened: a second server on the data folder is refused
+        let data_lock = config
+            .keeps_state()
+            .then(|| DataFolderLock::acquire(&config.data_folder()))
+            .transpose()?;
         let registry = FeedRegistry::default();
         let _ = self.built_registry.set(registry.clone());
         let connector = DeliveryFeeds::new(registry.clone());
@@ -116,6 +122,9 @@ impl ServerBuilder {
                         feed_builder(&config, index)?.try_build()?;
                     publisher.set_kill_switch(Arc::clone(&kill_switch));
                     connector.register(Arc::clone(&publisher))?;
+                    if strategy.has_pointer() {
+                        config.warn_about_orphan_state("feed", &config.feed_state_dir(index));
+                    }
                     let source = GlobFileSource::<Line>::of_lines(
                         glob_source_config(&config, index),
                         publisher.clone(),
@@ -133,6 +142,10 @@ impl ServerBuilder {
                         strategy,
                     );
                     file_config.rotated = feed_config.rotated.iter().cloned().collect();
+                    file_config.state_dir = Some(config.feed_state_dir(index));
+                    if strategy.has_pointer() {
+                        config.warn_about_orphan_state("feed", &config.feed_state_dir(index));
+                    }
                     let source = FileEventSource::<Line>::of_lines(file_config, publisher.clone());
                     (publisher, Box::new(source))
                 };
@@ -156,6 +169,7 @@ impl ServerBuilder {
                 failures,
                 failed_adds: Mutex::new(Vec::new()),
                 earlier_losses: Mutex::new(Vec::new()),
+                _data_lock: data_lock,
             }),
         })
     }
@@ -240,6 +254,7 @@ pub(super) fn glob_source_config(config: &ServerConfig, index: usize) -> GlobSou
         feed_config.read_strategy,
     );
     glob_config.rotated = feed_config.rotated.iter().cloned().collect();
+    glob_config.state_dir = Some(config.feed_state_dir(index));
     if let Some(millis) = feed_config.scan_interval_millis {
         glob_config.scan_interval = Duration::from_millis(millis);
     }

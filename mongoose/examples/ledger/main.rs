@@ -145,6 +145,12 @@ fn demo() -> Result<u8, (u8, ServerError)> {
         admin: None,
     };
     let outcome = run(&example, true)?;
+    let pointer = example
+        .server_config()
+        .map(|config| {
+            mongoose_source_file::pointer::pointer_path_in(Some(&config.feed_state_dir(0)), &input)
+        })
+        .map_err(|error| (EXIT_FAILED, error))?;
     let elapsed = started.elapsed();
     let state = LedgerState::load(&state_dir)
         .map_err(|error| (EXIT_FAILED, ServerError::State(error.to_string())))?;
@@ -170,7 +176,7 @@ fn demo() -> Result<u8, (u8, ServerError)> {
     );
     println!(
         "source pointer (commit after processing): {}",
-        dir.join("input.txt.readPointer").display()
+        pointer.display()
     );
     println!("run it again: nothing is applied twice; kill -9 it mid-run and restart: nothing lost, nothing doubled");
     Ok(outcome.code)
