@@ -12,6 +12,7 @@ mod checks;
 mod codecs;
 mod kinds;
 mod lifecycle;
+mod preflight;
 
 pub use builder::ServerBuilder;
 pub use codecs::replay;
