@@ -75,6 +75,17 @@ pub fn foreign_state(world: &World, what: StateFile) -> Result<PathBuf, String> 
             .collect();
         segments.sort();
         segments.pop().unwrap_or(outbox)
+    } else if let Ok(inside) = relative.strip_prefix("data") {
+        // the data folder's state folders are keyed by the absolute path: the other
+        // run's is found by its feed's or sink's name
+        let mut parts = inside.components();
+        let (Some(kind), Some(key)) = (parts.next(), parts.next()) else {
+            return Err(format!("{} is not a state folder's file", path.display()));
+        };
+        let key = key.as_os_str().to_string_lossy();
+        let name = key.rsplit_once('-').map_or(key.as_ref(), |(name, _)| name);
+        crate::world::state_folder_in(&dir, &kind.as_os_str().to_string_lossy(), name)
+            .join(parts.as_path())
     } else {
         dir.join(relative)
     };

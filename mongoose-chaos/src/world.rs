@@ -568,21 +568,29 @@ impl World {
             .is_some_and(|process| process.exited().is_none())
     }
 
-    /// The path of a piece of state.
+    /// The path of a piece of state (a pointer, lane registry or sink state: in the
+    /// server's data folder).
     pub fn state_path(&self, what: StateFile) -> PathBuf {
         let state = self.path("state");
         match what {
-            StateFile::SinkState => self.path("out/out.txt.sinkstate"),
+            // in the server's data folder (`data`, beside the config)
+            StateFile::SinkState => {
+                state_folder_in(&self.dir, "sinks", "out").join("out.txt.sinkstate")
+            }
             StateFile::LedgerStateDir => state,
             StateFile::LedgerOutbox => newest_file(&LedgerState::outbox_path(&state))
                 .unwrap_or_else(|| LedgerState::outbox_path(&state).join("missing")),
             StateFile::LedgerSnapshot => LedgerState::path(&state),
             StateFile::Pointer => {
-                let mut name = self.streams[0].live.as_os_str().to_owned();
+                let mut name = self.streams[0]
+                    .live
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_os_string();
                 name.push(".readPointer");
-                PathBuf::from(name)
+                state_folder_in(&self.dir, "feeds", "lines").join(name)
             }
-            StateFile::Lanes => self.path("in/logs/lines.lanes"),
+            StateFile::Lanes => state_folder_in(&self.dir, "feeds", "lines").join("lines.lanes"),
             StateFile::TailerStore => self.path("in/journal/tailers/lines.tailer"),
             StateFile::ArchivePointer => self.path("in/lines.pointer"),
             StateFile::JournalExcerpt => self.path("in/journal"),
@@ -782,4 +790,28 @@ fn wait_listening(port: u16, patience: Duration) -> Result<(), ()> {
         std::thread::sleep(Duration::from_millis(10));
     }
     Err(())
+}
+
+/// The state folder the server keeps for the feed or sink `name` in the data folder of
+/// the scenario folder `dir`: `data/<kind>/<name>-<key>` (`kind`: `feeds` or `sinks`),
+/// found by its name (a scenario has one feed and its sinks have distinct names); a
+/// path that does not exist before the server made it.
+pub fn state_folder_in(dir: &Path, kind: &str, name: &str) -> PathBuf {
+    let parent = dir.join("data").join(kind);
+    std::fs::read_dir(&parent)
+        .ok()
+        .and_then(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .find(|entry| {
+                    entry
+                        .rsplit_once('-')
+                        .is_some_and(|(found, _)| found == name)
+                })
+        })
+        .map_or_else(
+            || parent.join(format!("{name}-none")),
+            |found| parent.join(found),
+        )
 }
