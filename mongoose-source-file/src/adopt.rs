@@ -43,15 +43,12 @@ pub fn adopt(source: &str, old: &Path, new: &Path) -> io::Result<Adopted> {
     }
     let folder = new.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(folder)?;
-    match fs::rename(old, new) {
-        Ok(()) => {
-            sync_folder(folder)?;
-            info!(source, from = %old.display(), to = %new.display(),
-                "adopted a state file an older run wrote beside its input: moved into the data folder");
-            return Ok(Adopted::Moved);
-        }
-        // another filesystem, or a folder the server may not write: copy
-        Err(_) => {}
+    // refused across filesystems, or in a folder the server may not write: copied
+    if fs::rename(old, new).is_ok() {
+        sync_folder(folder)?;
+        info!(source, from = %old.display(), to = %new.display(),
+            "adopted a state file an older run wrote beside its input: moved into the data folder");
+        return Ok(Adopted::Moved);
     }
     let mut temporary = new.as_os_str().to_owned();
     temporary.push(".adopting");

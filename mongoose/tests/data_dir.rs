@@ -227,3 +227,66 @@ fn a_second_server_on_the_same_data_folder_is_refused() {
         String::from_utf8_lossy(&again.stderr)
     );
 }
+
+#[test]
+fn a_globs_pointers_and_lane_registry_beside_its_files_are_adopted_and_resumed_from() {
+    let mut run = LedgerRun::new("", &forward_config("logs/*.log", "out.txt"));
+    run.log_filter = "warn,mongoose_server::cli=info,mongoose_source_file=info";
+    std::fs::create_dir(run.path("logs")).expect("logs");
+    let names = ["a.log", "b.log", "c.log"];
+    let mut expected = Vec::new();
+    for (index, name) in names.iter().enumerate() {
+        let text = lines(index * 100_000, 3_000);
+        std::fs::write(run.path("logs").join(name), &text).expect("input");
+        expected.extend(text.lines().map(str::to_owned));
+    }
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    // the layout an older run left: pointers and the lane registry in the glob's folder
+    let state = support::feed_state(run.dir.path(), "lines", "logs/*.log", "");
+    let moved: Vec<String> = listing(&state).into_iter().collect();
+    assert!(
+        moved.iter().any(|name| name == "lines.lanes")
+            && names
+                .iter()
+                .all(|name| moved.contains(&format!("{name}.readPointer"))),
+        "the state folder holds the registry and a pointer per file: {moved:?}"
+    );
+    for name in &moved {
+        std::fs::rename(state.join(name), run.path("logs").join(name)).expect("moved back");
+    }
+    std::fs::remove_dir_all(run.path("data")).expect("no data folder");
+    for (index, name) in names.iter().enumerate() {
+        let text = lines(index * 100_000 + 3_000, 500);
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(run.path("logs").join(name))
+            .expect("input");
+        std::io::Write::write_all(&mut file, text.as_bytes()).expect("appended");
+        expected.extend(text.lines().map(str::to_owned));
+    }
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    let log = run.log();
+    for name in &moved {
+        assert!(
+            !run.path("logs").join(name).exists() && state.join(name).exists(),
+            "{name} adopted into the data folder: {log}"
+        );
+    }
+    assert!(
+        listing(&run.path("logs")) == names.iter().map(|name| (*name).to_owned()).collect(),
+        "nothing but the inputs is left in the glob's folder: {log}"
+    );
+    let mut out: Vec<String> = std::fs::read_to_string(run.path("out.txt"))
+        .expect("output")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    out.sort();
+    expected.sort();
+    assert!(
+        out == expected,
+        "every line of every file exactly once ({} of {}): {log}",
+        out.len(),
+        expected.len()
+    );
+}

@@ -14,7 +14,7 @@
 //! and a feed renamed or pointed at another file starts a new one (the old folder is
 //! named at start, to move by hand when the change was only a rename).
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
@@ -152,9 +152,10 @@ impl DataFolderLock {
             .write(true)
             .open(&path)
             .map_err(io(format!("cannot open {}", path.display())))?;
-        match file.try_lock() {
+        // `File::try_lock` needs Rust 1.89 (the workspace's minimum is 1.86): flock(2)
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
+            Err(rustix::io::Errno::WOULDBLOCK) => {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
@@ -167,8 +168,10 @@ impl DataFolderLock {
                     },
                 });
             }
-            Err(TryLockError::Error(error)) => {
-                return Err(io(format!("cannot lock {}", path.display()))(error))
+            Err(error) => {
+                return Err(io(format!("cannot lock {}", path.display()))(
+                    std::io::Error::from(error),
+                ))
             }
         }
         let pid = std::process::id().to_string();

@@ -502,6 +502,10 @@ impl<T: Send + 'static> FileEventSource<T> {
         let Some(state_dir) = self.config.state_dir.as_deref() else {
             return Ok(());
         };
+        if self.glob_member {
+            // its glob adopted the state of its folder at the glob's start
+            return Ok(());
+        }
         let name = &self.config.name;
         std::fs::create_dir_all(state_dir).map_err(|error| {
             CoreError::io(
