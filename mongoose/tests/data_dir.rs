@@ -254,6 +254,11 @@ fn a_globs_pointers_and_lane_registry_beside_its_files_are_adopted_and_resumed_f
     for name in &moved {
         std::fs::rename(state.join(name), run.path("logs").join(name)).expect("moved back");
     }
+    std::fs::rename(
+        run.sink_state("out", "out.txt"),
+        run.path("out.txt.sinkstate"),
+    )
+    .expect("the sink state beside its file");
     std::fs::remove_dir_all(run.path("data")).expect("no data folder");
     for (index, name) in names.iter().enumerate() {
         let text = lines(index * 100_000 + 3_000, 500);

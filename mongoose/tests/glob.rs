@@ -105,7 +105,7 @@ fn a_glob_feed_killed_while_its_files_grow_applies_every_line_once() {
     let lanes = std::fs::read_to_string(support::feed_state(
         run.dir.path(),
         "lines",
-        "logs/*.log",
+        "logs/*.csv",
         "lines.lanes",
     ))
     .expect("the registry");

@@ -169,7 +169,7 @@ impl ServerBuilder {
                 failures,
                 failed_adds: Mutex::new(Vec::new()),
                 earlier_losses: Mutex::new(Vec::new()),
-                _data_lock: data_lock,
+                data_lock: Mutex::new(data_lock),
             }),
         })
     }

@@ -81,9 +81,9 @@ struct Inner {
     /// The loss records of earlier runs this start reported, per loss file: marked
     /// reported once this run ends ([`Server::mark_earlier_losses_reported`]).
     earlier_losses: Mutex<Vec<(std::path::PathBuf, usize)>>,
-    /// The data folder's lock, held while the server lives (none when it keeps no
-    /// state there: no file feed with a pointer, no file sink).
-    _data_lock: Option<crate::config::data_dir::DataFolderLock>,
+    /// The data folder's lock, held until a complete shutdown (none when the server
+    /// keeps no state there: no file feed with a pointer, no file sink).
+    data_lock: Mutex<Option<crate::config::data_dir::DataFolderLock>>,
 }
 
 /// The failed plugin sources of `report`, one reason each (see
