@@ -575,7 +575,7 @@ impl World {
         match what {
             // in the server's data folder (`data`, beside the config)
             StateFile::SinkState => {
-                state_folder_in(&self.dir, "sinks", "out").join("out.txt.sinkstate")
+                crate::foreign::state_folder_in(&self.dir, "sinks", "out").join("out.txt.sinkstate")
             }
             StateFile::LedgerStateDir => state,
             StateFile::LedgerOutbox => newest_file(&LedgerState::outbox_path(&state))
@@ -588,9 +588,11 @@ impl World {
                     .unwrap_or_default()
                     .to_os_string();
                 name.push(".readPointer");
-                state_folder_in(&self.dir, "feeds", "lines").join(name)
+                crate::foreign::state_folder_in(&self.dir, "feeds", "lines").join(name)
             }
-            StateFile::Lanes => state_folder_in(&self.dir, "feeds", "lines").join("lines.lanes"),
+            StateFile::Lanes => {
+                crate::foreign::state_folder_in(&self.dir, "feeds", "lines").join("lines.lanes")
+            }
             StateFile::TailerStore => self.path("in/journal/tailers/lines.tailer"),
             StateFile::ArchivePointer => self.path("in/lines.pointer"),
             StateFile::JournalExcerpt => self.path("in/journal"),
@@ -790,28 +792,4 @@ fn wait_listening(port: u16, patience: Duration) -> Result<(), ()> {
         std::thread::sleep(Duration::from_millis(10));
     }
     Err(())
-}
-
-/// The state folder the server keeps for the feed or sink `name` in the data folder of
-/// the scenario folder `dir`: `data/<kind>/<name>-<key>` (`kind`: `feeds` or `sinks`),
-/// found by its name (a scenario has one feed and its sinks have distinct names); a
-/// path that does not exist before the server made it.
-pub fn state_folder_in(dir: &Path, kind: &str, name: &str) -> PathBuf {
-    let parent = dir.join("data").join(kind);
-    std::fs::read_dir(&parent)
-        .ok()
-        .and_then(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|entry| entry.file_name().to_string_lossy().into_owned())
-                .find(|entry| {
-                    entry
-                        .rsplit_once('-')
-                        .is_some_and(|(found, _)| found == name)
-                })
-        })
-        .map_or_else(
-            || parent.join(format!("{name}-none")),
-            |found| parent.join(found),
-        )
 }
