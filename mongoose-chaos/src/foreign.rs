@@ -2,7 +2,7 @@
 //! another input, made once per harness folder and copied in place by a `foreign`
 //! damage.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::scenario::{Options, Scenario, StateFile, Step};
@@ -75,6 +75,16 @@ pub fn foreign_state(world: &World, what: StateFile) -> Result<PathBuf, String> 
             .collect();
         segments.sort();
         segments.pop().unwrap_or(outbox)
+    } else if let Ok(inside) = relative.strip_prefix("data") {
+        // the data folder's state folders are keyed by the absolute path: the other
+        // run's is found by its feed's or sink's name
+        let mut parts = inside.components();
+        let (Some(kind), Some(key)) = (parts.next(), parts.next()) else {
+            return Err(format!("{} is not a state folder's file", path.display()));
+        };
+        let key = key.as_os_str().to_string_lossy();
+        let name = key.rsplit_once('-').map_or(key.as_ref(), |(name, _)| name);
+        state_folder_in(&dir, &kind.as_os_str().to_string_lossy(), name).join(parts.as_path())
     } else {
         dir.join(relative)
     };
@@ -86,4 +96,28 @@ pub fn foreign_state(world: &World, what: StateFile) -> Result<PathBuf, String> 
             foreign.display()
         ))
     }
+}
+
+/// The state folder the server keeps for the feed or sink `name` in the data folder of
+/// the scenario folder `dir`: `data/<kind>/<name>-<key>` (`kind`: `feeds` or `sinks`),
+/// found by its name (a scenario has one feed and its sinks have distinct names); a
+/// path that does not exist before the server made it.
+pub fn state_folder_in(dir: &Path, kind: &str, name: &str) -> PathBuf {
+    let parent = dir.join("data").join(kind);
+    std::fs::read_dir(&parent)
+        .ok()
+        .and_then(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .find(|entry| {
+                    entry
+                        .rsplit_once('-')
+                        .is_some_and(|(found, _)| found == name)
+                })
+        })
+        .map_or_else(
+            || parent.join(format!("{name}-none")),
+            |found| parent.join(found),
+        )
 }

@@ -289,7 +289,7 @@ pub enum RotateMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StateFile {
-    /// The file sink's `<file>.sinkstate`.
+    /// The file sink's `out.txt.sinkstate` (in the server's data folder).
     SinkState,
     /// The ledger's whole state folder.
     LedgerStateDir,
@@ -297,7 +297,8 @@ pub enum StateFile {
     LedgerOutbox,
     /// The ledger's snapshot.
     LedgerSnapshot,
-    /// A file feed's `.readPointer` (a glob's: the first stream's file).
+    /// A file feed's `.readPointer` (a glob's: the first stream's file), in the server's
+    /// data folder.
     Pointer,
     /// A glob feed's lane registry.
     Lanes,

@@ -568,21 +568,31 @@ impl World {
             .is_some_and(|process| process.exited().is_none())
     }
 
-    /// The path of a piece of state.
+    /// The path of a piece of state (a pointer, lane registry or sink state: in the
+    /// server's data folder).
     pub fn state_path(&self, what: StateFile) -> PathBuf {
         let state = self.path("state");
         match what {
-            StateFile::SinkState => self.path("out/out.txt.sinkstate"),
+            // in the server's data folder (`data`, beside the config)
+            StateFile::SinkState => {
+                crate::foreign::state_folder_in(&self.dir, "sinks", "out").join("out.txt.sinkstate")
+            }
             StateFile::LedgerStateDir => state,
             StateFile::LedgerOutbox => newest_file(&LedgerState::outbox_path(&state))
                 .unwrap_or_else(|| LedgerState::outbox_path(&state).join("missing")),
             StateFile::LedgerSnapshot => LedgerState::path(&state),
             StateFile::Pointer => {
-                let mut name = self.streams[0].live.as_os_str().to_owned();
+                let mut name = self.streams[0]
+                    .live
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_os_string();
                 name.push(".readPointer");
-                PathBuf::from(name)
+                crate::foreign::state_folder_in(&self.dir, "feeds", "lines").join(name)
             }
-            StateFile::Lanes => self.path("in/logs/lines.lanes"),
+            StateFile::Lanes => {
+                crate::foreign::state_folder_in(&self.dir, "feeds", "lines").join("lines.lanes")
+            }
             StateFile::TailerStore => self.path("in/journal/tailers/lines.tailer"),
             StateFile::ArchivePointer => self.path("in/lines.pointer"),
             StateFile::JournalExcerpt => self.path("in/journal"),

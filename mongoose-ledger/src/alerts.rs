@@ -268,6 +268,7 @@ impl SinkAlerts {
             &FileSinkConfig {
                 path: path.to_path_buf(),
                 sync,
+                state_file: None,
             },
         )
         .map_err(|error| ProcessorError::new(error.to_string()))?;

@@ -66,6 +66,15 @@ pub enum ServerError {
         /// The refusal.
         message: String,
     },
+    /// Another server holds the data folder's lock: two servers on one data folder
+    /// would write the same pointers and sink states.
+    #[error("the data folder {folder} is in use by {holder} (its lock file is held): stop that server, or give this one another data_dir")]
+    DataFolderLocked {
+        /// The data folder.
+        folder: String,
+        /// Who holds it: `the process <pid>`, or `another process`.
+        holder: String,
+    },
 }
 
 impl ServerError {

@@ -98,6 +98,19 @@ fn http_batch_lines(sink: &SinkConfig) -> usize {
 
 /// Opens the sink a `[[sinks]]` entry describes (a file sink creates its file and cuts
 /// off what was written past its durable length).
+/// Makes (and drops) each network sink (`tcp`, `http`): their settings checks, with
+/// nothing connected, opened or written.
+pub(crate) fn check_network_sinks(config: &ServerConfig) -> Result<(), ServerError> {
+    for sink in config
+        .sinks
+        .iter()
+        .filter(|sink| matches!(sink.kind.as_str(), "tcp" | "http"))
+    {
+        open_sink(config, sink, None)?;
+    }
+    Ok(())
+}
+
 fn open_sink(
     config: &ServerConfig,
     sink: &SinkConfig,
@@ -115,12 +128,31 @@ fn open_sink(
     Ok(match sink.kind.as_str() {
         "file" => {
             let path = config.resolve(sink.path.as_deref().unwrap_or(std::path::Path::new("")));
+            // its folder is made (the preflight checked that it can be)
+            if let Some(folder) = path
+                .parent()
+                .filter(|folder| !folder.as_os_str().is_empty())
+            {
+                std::fs::create_dir_all(folder).map_err(|error| ServerError::Io {
+                    context: format!(
+                        "sink '{}': cannot create the folder {}",
+                        sink.name,
+                        folder.display()
+                    ),
+                    error,
+                })?;
+            }
+            let state_file = config.sink_state_file(sink, &path);
+            if let Some(folder) = state_file.parent() {
+                config.warn_about_orphan_state("sink", folder);
+            }
             Box::new(
                 FileSink::open(
                     &sink.name,
                     &FileSinkConfig {
                         path,
                         sync: sink.sync.unwrap_or(true),
+                        state_file: Some(state_file),
                     },
                 )
                 .map_err(refused)?,

@@ -34,6 +34,7 @@ fn config(dir: &Path) -> FileSinkConfig {
     FileSinkConfig {
         path: dir.join("out.txt"),
         sync: true,
+        state_file: None,
     }
 }
 
@@ -313,6 +314,7 @@ fn a_device_gets_no_state_beside_it() {
     let config = FileSinkConfig {
         path: "/dev/null".into(),
         sync: false,
+        state_file: None,
     };
     let mut sink = FileSink::open("null", &config).expect("opened");
     let outcomes = publish(&mut sink, &[output(1, "a"), output(2, "b")]);
@@ -336,6 +338,7 @@ fn two_sinks_on_one_file_are_refused() {
     let other = FileSinkConfig {
         path: dir.path().join(".").join("out.txt"),
         sync: true,
+        state_file: None,
     };
     match FileSink::open("out2", &other) {
         Err(SinkError::InUse { path, .. }) => assert!(path.contains("out.txt")),

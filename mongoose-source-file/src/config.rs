@@ -95,6 +95,11 @@ pub struct FileSourceConfig {
     /// Empty: `<name>.*` and `<name>-*`. At a restart, when the path names another file
     /// than the pointer's, the pointer's file is looked for among them (COMMITED only).
     pub rotated: Vec<String>,
+    /// The folder of the source's state (its pointer and loss files), created at start.
+    /// `None`: beside the input, as `<input>.readPointer`. With a folder, a pointer an
+    /// older run left beside the input is adopted (moved, or copied when the input's
+    /// folder cannot be written) at start.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl FileSourceConfig {
@@ -107,6 +112,7 @@ impl FileSourceConfig {
             read_buffer_bytes: 256 * 1024,
             max_bytes_per_cycle: 4 * 1024 * 1024,
             rotated: Vec::new(),
+            state_dir: None,
         }
     }
 }

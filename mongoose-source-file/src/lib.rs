@@ -225,6 +225,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod adopt;
 mod committer;
 mod config;
 mod error;

@@ -178,6 +178,16 @@ pub fn pointer_path_for(input: &Path) -> PathBuf {
     input.with_file_name(name)
 }
 
+/// The pointer file of `input`: `<input file name>.readPointer` in `state_dir`, or
+/// beside the input without one ([`pointer_path_for`]).
+pub fn pointer_path_in(state_dir: Option<&Path>, input: &Path) -> PathBuf {
+    let beside = pointer_path_for(input);
+    match (state_dir, beside.file_name()) {
+        (Some(dir), Some(name)) => dir.join(name),
+        _ => beside,
+    }
+}
+
 /// An open, memory-mapped pointer file.
 #[derive(Debug)]
 pub(crate) struct PointerFile {

@@ -48,7 +48,7 @@ fn main() {
     for sync in [false, true] {
         // a fresh state and pointer for each run
         let _ = std::fs::remove_dir_all(dir.join("state"));
-        let _ = std::fs::remove_file(dir.join("input.txt.readPointer"));
+        let _ = std::fs::remove_dir_all(dir.join("data"));
         let config = ServerConfig::parse(
             &format!(
                 r#"

@@ -393,9 +393,17 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
     let config = ServerConfig::load(&config_file).map_err(|error| (EXIT_BAD_CONFIG, error))?;
     let admin_settings =
         admin::AdminSettings::from_config(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
-    let server = builder(config).build().map_err(|error| match error {
-        // a sink's state refused at open: not the configuration
-        ServerError::StateRefused { .. } => (EXIT_FAILED, error),
+    let builder = builder(config);
+    // exactly what `validate` checks, before anything is opened or created
+    builder
+        .preflight()
+        .map_err(|error| (EXIT_BAD_CONFIG, error))?;
+    let server = builder.build().map_err(|error| match error {
+        // a sink's state refused at open, another server on the data folder: not the
+        // configuration
+        ServerError::StateRefused { .. } | ServerError::DataFolderLocked { .. } => {
+            (EXIT_FAILED, error)
+        }
         error => (EXIT_BAD_CONFIG, error),
     })?;
     server.start().map_err(|error| (EXIT_FAILED, error))?;
@@ -420,9 +428,11 @@ fn main() -> ExitCode {
             config,
             exit_when_settled,
         } => run(config, exit_when_settled),
+        // run's checks before it starts anything (`ServerBuilder::preflight`), creating
+        // and writing nothing
         Command::Validate { config } => match ServerConfig::load(&config).and_then(|loaded| {
             admin::AdminSettings::from_config(&loaded)?;
-            builder(loaded).build().map(|_| ())
+            builder(loaded).preflight()
         }) {
             Ok(()) => {
                 println!("{}: valid", config.display());

@@ -639,7 +639,9 @@ fn an_input_that_cannot_be_opened_or_read_logs_a_few_lines_not_a_flood() {
             .replace("\"lines\"", "\"blocked\"")
     );
     let setup = Setup::new(&config);
-    std::fs::write(setup.path("blocked"), "a file where a folder should be").expect("file");
+    // a folder at the start (a missing or blocked input folder is refused before the
+    // start, issue 28 item 7), a file in its place once the server runs
+    std::fs::create_dir(setup.path("blocked")).expect("blocked");
     std::fs::create_dir(setup.path("later")).expect("later");
     let log = setup.path("run.log");
     let mut child = setup.spawn("run", &[], &log);
@@ -657,6 +659,8 @@ fn an_input_that_cannot_be_opened_or_read_logs_a_few_lines_not_a_flood() {
         }
     };
     wait_for("the start", "server started");
+    std::fs::remove_dir(setup.path("blocked")).expect("folder removed");
+    std::fs::write(setup.path("blocked"), "a file where a folder should be").expect("file");
     // the path turns into a directory after the start
     std::fs::create_dir(setup.path("later/input.txt")).expect("a directory at the path");
     wait_for("the directory", "cannot read the input file");

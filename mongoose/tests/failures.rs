@@ -191,7 +191,7 @@ fn a_deleted_pointer_resumes_from_the_saved_state() {
     // issue 9, item 3: before, the source started at 0 under a new epoch and the
     // ledger applied every line a second time (a: 10000 for 5,000 lines), exit 0
     let run = settled_run_of_ones(5_000);
-    std::fs::remove_file(run.path("input.txt.readPointer")).expect("pointer deleted");
+    std::fs::remove_file(run.pointer_path()).expect("pointer deleted");
     let (code, balance) = restart_and_balance(&run);
     eprintln!("deleted pointer: exit {code}, a = {balance:?} for 5,000 lines");
     assert_eq!((code, balance), (0, Some(5_000)), "{}", run.log());
@@ -215,7 +215,7 @@ fn a_garbage_pointer_never_double_applies() {
         ("cut to 3 bytes", vec![0, 0, 1]),
     ] {
         let run = settled_run_of_ones(5_000);
-        std::fs::write(run.path("input.txt.readPointer"), &bytes).expect("pointer damaged");
+        std::fs::write(run.pointer_path(), &bytes).expect("pointer damaged");
         // more lines arrive while the pointer is damaged: they must be applied once
         let mut input = std::fs::OpenOptions::new()
             .append(true)
@@ -327,7 +327,7 @@ fn a_lost_pointer_and_state_of_another_file_refuse_to_start() {
     // issue 9, item 3: when the saved position cannot be this file's (the input was
     // replaced while the pointer was lost), the source refuses instead of guessing
     let run = settled_run_of_ones(5_000);
-    std::fs::remove_file(run.path("input.txt.readPointer")).expect("pointer deleted");
+    std::fs::remove_file(run.pointer_path()).expect("pointer deleted");
     std::fs::write(run.path("input.txt"), "b,1\n".repeat(10)).expect("another input");
     let code = run.finish();
     assert_eq!(code, 1, "{}", run.log());

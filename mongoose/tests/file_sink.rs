@@ -196,7 +196,7 @@ fn killed_forward(first: &[String], second: &[String], third: &[String]) -> (Led
     let mut run = LedgerRun::new(&text_of(first), &forward_config("", "out.txt"));
     run.log_filter = "warn,mongoose_server::cli=info,mongoose_sink=info";
     assert_eq!(run.finish(), 0, "{}", run.log());
-    let older = std::fs::read(run.path("out.txt.sinkstate")).expect("the sink state");
+    let older = std::fs::read(run.sink_state("out", "out.txt")).expect("the sink state");
     append(&run.path("input.txt"), &text_of(second));
     assert_eq!(run.finish(), 0, "{}", run.log());
     let finished = std::fs::metadata(run.path("out.txt")).expect("out").len();
@@ -264,7 +264,7 @@ fn a_damaged_or_foreign_sink_state_is_refused_and_never_cuts_published_output() 
     ];
     for (case, damage) in cases {
         let (run, older) = killed_forward(&first, &second, &third);
-        let state = run.path("out.txt.sinkstate");
+        let state = run.sink_state("out", "out.txt");
         let mut bytes = std::fs::read(&state).expect("the sink state");
         let extent = written_extent(&bytes) as u64;
         match damage {
@@ -291,7 +291,7 @@ fn a_damaged_or_foreign_sink_state_is_refused_and_never_cuts_published_output() 
             Damage::Foreign => {
                 let foreign = LedgerRun::new(&text_of(&other), &forward_config("", "out.txt"));
                 assert_eq!(foreign.finish(), 0, "{}", foreign.log());
-                std::fs::copy(foreign.path("out.txt.sinkstate"), &state).expect("put in place");
+                std::fs::copy(foreign.sink_state("out", "out.txt"), &state).expect("put in place");
             }
         }
         assert_refused_or_exact(&run, &expected, "out.txt", case);
@@ -333,7 +333,7 @@ fn a_deleted_sink_state_after_a_kill_duplicates_nothing_or_is_refused() {
         });
         child.kill().expect("SIGKILL");
         child.wait().expect("reaped");
-        let state = run.path("out.txt.sinkstate");
+        let state = run.sink_state("out", "out.txt");
         if garbage {
             let noise: Vec<u8> = (0..4096u32)
                 .map(|at| (at.wrapping_mul(2_654_435_761) >> 13) as u8)

@@ -75,7 +75,7 @@ fn a_kill_at_any_point_of_a_forward_run_gives_every_output_line_exactly_once() {
         // killed at a random point: before it wrote anything more, or part way
         let pause = Duration::from_micros(random.next() % 60_000);
         run.wait_until(&mut child, "started", || {
-            run.log().contains("sink started") || run.path("out.txt.sinkstate").exists()
+            run.log().contains("sink started") || run.sink_state("out", "out.txt").exists()
         });
         std::thread::sleep(pause);
         child.kill().expect("SIGKILL");
@@ -133,8 +133,7 @@ fn an_input_is_committed_only_after_its_outputs_are_published() {
     run.log_filter = "warn,mongoose_server::cli=info,mongoose_sink=info";
     let mut child = run.spawn(false);
     run.wait_until(&mut child, "handled the lines", || {
-        run.log().contains("sink started")
-            && std::fs::metadata(run.path("input.txt.readPointer")).is_ok()
+        run.log().contains("sink started") && std::fs::metadata(run.pointer_path()).is_ok()
     });
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(

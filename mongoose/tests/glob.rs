@@ -102,7 +102,13 @@ fn a_glob_feed_killed_while_its_files_grow_applies_every_line_once() {
         FILES.len(),
         "one saved position per file"
     );
-    let lanes = std::fs::read_to_string(run.path("logs/lines.lanes")).expect("the registry");
+    let lanes = std::fs::read_to_string(support::feed_state(
+        run.dir.path(),
+        "lines",
+        "logs/*.csv",
+        "lines.lanes",
+    ))
+    .expect("the registry");
     for name in FILES {
         assert!(lanes.contains(name), "{lanes}");
     }
@@ -241,7 +247,13 @@ fn logrotate(run: &LedgerRun, mode: Mode, number: usize) {
 
 /// The committed offset and the epoch of `logs/app.log`'s pointer.
 fn live_pointer(run: &LedgerRun) -> Option<(u64, u64)> {
-    let bytes = std::fs::read(run.path("logs/app.log.readPointer")).ok()?;
+    let bytes = std::fs::read(support::feed_state(
+        run.dir.path(),
+        "lines",
+        "logs/*.log",
+        "app.log.readPointer",
+    ))
+    .ok()?;
     let offset = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
     let epoch = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
     Some((offset, epoch))
@@ -614,8 +626,13 @@ fn a_glob_whose_pointers_are_lost_resumes_every_file_at_the_ledgers_saved_positi
     let (code, log) = run.finish_with_log();
     assert_eq!(code, 0, "{log}");
     for name in names {
-        std::fs::remove_file(run.path("logs").join(format!("{name}.readPointer")))
-            .expect("pointer lost");
+        std::fs::remove_file(support::feed_state(
+            run.dir.path(),
+            "lines",
+            "logs/*.log",
+            &format!("{name}.readPointer"),
+        ))
+        .expect("pointer lost");
     }
     let more = ledger_lines("more", 100);
     append_lines(&run.path("logs/b.log"), &more);

@@ -882,7 +882,7 @@ fn a_server_killed_while_it_retries_a_held_output_loses_nothing() {
     std::thread::sleep(Duration::from_millis(300));
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
-    let committed = std::fs::read(run.path("input.txt.readPointer")).map_or(0, |bytes| {
+    let committed = std::fs::read(run.pointer_path()).map_or(0, |bytes| {
         u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
     });
     assert_eq!(

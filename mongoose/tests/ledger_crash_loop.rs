@@ -98,7 +98,7 @@ fn finish(run: &LedgerRun) -> (i32, String) {
 
 /// The offset the feed's pointer file holds (0 before it exists).
 fn committed(run: &LedgerRun) -> u64 {
-    std::fs::read(run.path("input.txt.readPointer"))
+    std::fs::read(run.pointer_path())
         .ok()
         .and_then(|bytes| {
             bytes

@@ -291,7 +291,7 @@ fn the_recovery_the_message_gives_applies_every_line_exactly_once() {
     run.assert_refused(&journal, offset);
     // what the message says: move the state folder away, remove the pointer file
     std::fs::rename(run.path("state"), run.path("state.damaged")).expect("moved away");
-    std::fs::remove_file(run.path("input.txt.readPointer")).expect("pointer removed");
+    std::fs::remove_file(run.run.pointer_path()).expect("pointer removed");
     let (code, stderr) = run.run_until_settled();
     assert_eq!(code, 0, "the rebuild settles lossless: {stderr}");
     let state = run.state();

@@ -220,7 +220,7 @@ fn a_foreign_or_partial_ledger_state_is_refused_never_silently_applied() {
         append(&run, &later);
         cases.push(Case {
             name: "two ledgers' state folders swapped",
-            expect: Expect::Refused(run.path("input.txt.readPointer")),
+            expect: Expect::Refused(run.pointer_path()),
             run,
             lines: all.clone(),
             _other: Some(other),

@@ -45,11 +45,9 @@ fn awkward_name(prefix: &str, suffix: &str) -> OsString {
     name
 }
 
-/// The pointer file the file source keeps beside `input`.
-fn pointer_of(input: &Path) -> PathBuf {
-    let mut name = input.file_name().expect("a file name").to_os_string();
-    name.push(".readPointer");
-    input.with_file_name(name)
+/// The pointer file of `input`, the first feed of `config`: in its data folder.
+fn pointer_of(config: &mongoose_server::config::ServerConfig, input: &Path) -> PathBuf {
+    mongoose_source_file::pointer::pointer_path_in(Some(&config.feed_state_dir(0)), input)
 }
 
 /// Runs `command` with stderr to a file (not a terminal) until it ends, with a
@@ -230,6 +228,7 @@ fn the_ledger_example_runs_on_paths_with_u200b_and_a_non_utf8_byte() {
     };
     let config = example.server_config().expect("a valid config");
     assert_eq!(config.feeds[0].path, input, "the path is kept as it is");
+    let pointer = pointer_of(&config, &input);
     let server = example
         .server_builder(config)
         .expect("the ledger opens")
@@ -243,8 +242,9 @@ fn the_ledger_example_runs_on_paths_with_u200b_and_a_non_utf8_byte() {
     let alerts = std::fs::read_to_string(&example.alerts).expect("alerts");
     assert!(alerts.lines().count() > 0, "negative balances alerted");
     assert!(
-        pointer_of(&input).exists(),
-        "the pointer is beside the input"
+        pointer.exists() && pointer.starts_with(&example.state_dir),
+        "the pointer is in the data folder, below the state dir: {}",
+        pointer.display()
     );
 }
 
@@ -273,5 +273,6 @@ fn the_mongoose_binary_runs_a_config_whose_paths_have_u200b_and_a_non_utf8_byte(
     assert_eq!(status.code(), Some(0), "settled and lossless: {stderr}");
     let state = LedgerState::load(&folder.join("st\u{200b}ate")).expect("the state");
     assert_eq!((state.applied, state.rejected), (200, 0));
-    assert!(pointer_of(&folder.join("in\u{200b}put.txt")).exists());
+    let loaded = mongoose_server::config::ServerConfig::load(&config).expect("the config");
+    assert!(pointer_of(&loaded, &folder.join("in\u{200b}put.txt")).exists());
 }

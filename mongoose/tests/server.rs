@@ -71,8 +71,17 @@ fn recorder(
     })
 }
 
+/// The pointer of feed `lines` on `input.txt` of `dir`'s config, in its data folder.
+fn pointer_path(dir: &Path) -> std::path::PathBuf {
+    let config = config(dir, "", "");
+    mongoose_source_file::pointer::pointer_path_in(
+        Some(&config.feed_state_dir(0)),
+        &dir.join("input.txt"),
+    )
+}
+
 fn pointer(dir: &Path) -> u64 {
-    let bytes = std::fs::read(dir.join("input.txt.readPointer")).expect("pointer file");
+    let bytes = std::fs::read(pointer_path(dir)).expect("pointer file");
     u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
 }
 
@@ -314,7 +323,7 @@ fn a_crash_mid_burst_loses_no_line() {
     let mut snapshot = None;
     loop {
         let before = handled.lock().unwrap().last().copied().unwrap_or(0);
-        let sampled = std::fs::read(dir.path().join("input.txt.readPointer")).expect("pointer");
+        let sampled = std::fs::read(pointer_path(dir.path())).expect("pointer");
         let sampled_pointer = u64::from_be_bytes(sampled[..8].try_into().expect("8"));
         let after = handled.lock().unwrap().last().copied().unwrap_or(0);
         assert!(
@@ -332,8 +341,7 @@ fn a_crash_mid_burst_loses_no_line() {
     }
     assert!(server.shutdown().complete);
     let (snapshot, handled_at_snapshot) = snapshot.expect("a snapshot mid-burst");
-    std::fs::write(dir.path().join("input.txt.readPointer"), &snapshot)
-        .expect("restore the snapshot");
+    std::fs::write(pointer_path(dir.path()), &snapshot).expect("restore the snapshot");
     let resumed_at = u64::from_be_bytes(snapshot[..8].try_into().expect("8"));
     let (again, supplier) = recorder(Duration::ZERO);
     let restarted = Server::builder(config(dir.path(), "", ""))

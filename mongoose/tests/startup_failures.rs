@@ -183,7 +183,12 @@ fn a_source_whose_pointer_path_is_a_directory_ends_the_run() {
             ledger("lines", "alerts.txt")
         ),
     );
-    std::fs::create_dir(setup.path("input.txt.readPointer")).expect("a folder in the way");
+    let config = ServerConfig::load(&setup.path("mongoose.toml")).expect("the config");
+    let pointer = mongoose_source_file::pointer::pointer_path_in(
+        Some(&config.feed_state_dir(0)),
+        &setup.path("input.txt"),
+    );
+    std::fs::create_dir_all(&pointer).expect("a folder in the way");
     for extra in [&["--exit-when-settled"][..], &[][..]] {
         let (code, stderr) = setup.mongoose("run", extra);
         assert_eq!(

@@ -8,6 +8,7 @@
 
 mod env;
 mod sink;
+pub mod data_dir;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -506,6 +507,11 @@ pub struct ServerConfig {
     /// The sinks.
     #[serde(default)]
     pub sinks: Vec<SinkConfig>,
+    /// The folder of everything the server writes for a feed or a sink (pointers, lane
+    /// registries, loss files, sink states), relative to the config file's folder
+    /// (default `data`); one server at a time (`<data_dir>/lock`). See [`data_dir`].
+    #[serde(default = "data_dir::default_data_dir")]
+    pub data_dir: PathBuf,
     /// The folder relative paths are resolved against (the config file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -529,6 +535,7 @@ impl Default for ServerConfig {
             feeds: Vec::new(),
             groups: Vec::new(),
             sinks: Vec::new(),
+            data_dir: data_dir::default_data_dir(),
             base_dir: PathBuf::new(),
         }
     }

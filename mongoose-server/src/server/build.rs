@@ -22,6 +22,7 @@ use mongoose_source_file::{
 use parking_lot::Mutex;
 use tracing::error;
 
+use crate::config::data_dir::DataFolderLock;
 use crate::config::{AddFailurePolicy, CaptureStore, FeedCodec, IdleStrategyConfig, ServerConfig};
 use crate::sinks::{SharedConfig, Sinks};
 use crate::ServerError;
@@ -38,6 +39,11 @@ impl ServerBuilder {
         // loaded (and its refusals reported) here
         let plugins = self.plugins()?;
         let config = self.config;
+        // before anything is opened: a second server on the data folder is refused
+        let data_lock = config
+            .keeps_state()
+            .then(|| DataFolderLock::acquire(&config.data_folder()))
+            .transpose()?;
         let registry = FeedRegistry::default();
         let _ = self.built_registry.set(registry.clone());
         let connector = DeliveryFeeds::new(registry.clone());
@@ -121,6 +127,7 @@ impl ServerBuilder {
                 failures,
                 failed_adds: Mutex::new(Vec::new()),
                 earlier_losses: Mutex::new(Vec::new()),
+                data_lock: Mutex::new(data_lock),
             }),
         })
     }
@@ -157,6 +164,9 @@ pub(super) fn configured_feed(
             feed_builder(config, index)?.try_build()?;
         publisher.set_kill_switch(Arc::clone(kill_switch));
         connector.register(Arc::clone(&publisher))?;
+        if strategy.has_pointer() {
+            config.warn_about_orphan_state("feed", &config.feed_state_dir(index));
+        }
         let source =
             GlobFileSource::<Line>::of_lines(glob_source_config(config, index), publisher.clone());
         (publisher, Box::new(source))
@@ -171,6 +181,10 @@ pub(super) fn configured_feed(
             strategy,
         );
         file_config.rotated = feed_config.rotated.iter().cloned().collect();
+        file_config.state_dir = Some(config.feed_state_dir(index));
+        if strategy.has_pointer() {
+            config.warn_about_orphan_state("feed", &config.feed_state_dir(index));
+        }
         let source = FileEventSource::<Line>::of_lines(file_config, publisher.clone());
         (publisher, Box::new(source))
     };
@@ -260,6 +274,7 @@ pub(super) fn glob_source_config(config: &ServerConfig, index: usize) -> GlobSou
         feed_config.read_strategy,
     );
     glob_config.rotated = feed_config.rotated.iter().cloned().collect();
+    glob_config.state_dir = Some(config.feed_state_dir(index));
     if let Some(millis) = feed_config.scan_interval_millis {
         glob_config.scan_interval = Duration::from_millis(millis);
     }

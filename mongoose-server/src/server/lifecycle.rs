@@ -384,6 +384,8 @@ impl Server {
         lifecycle.stopped = complete;
         lifecycle.last = Some(result.clone());
         if complete {
+            // nothing writes the data folder any more: another server may take it
+            inner.data_lock.lock().take();
             info!("shutdown complete");
         } else {
             warn!(

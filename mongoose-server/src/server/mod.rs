@@ -13,6 +13,7 @@ mod codecs;
 mod kinds;
 mod lifecycle;
 mod reload;
+mod preflight;
 
 pub use builder::ServerBuilder;
 pub use codecs::replay;
@@ -100,6 +101,9 @@ struct Inner {
     /// The loss records of earlier runs this start reported, per loss file: marked
     /// reported once this run ends ([`Server::mark_earlier_losses_reported`]).
     earlier_losses: Mutex<Vec<(std::path::PathBuf, usize)>>,
+    /// The data folder's lock, held until a complete shutdown (none when the server
+    /// keeps no state there: no file feed with a pointer, no file sink).
+    data_lock: Mutex<Option<crate::config::data_dir::DataFolderLock>>,
 }
 
 /// The failed plugin sources of `report`, one reason each (see
@@ -336,7 +340,8 @@ pub(crate) fn loss_file_of(config: &ServerConfig, feed: &str) -> Option<std::pat
                     &glob_source_config(config, index).registry_path(),
                 );
             }
-            crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_for(
+            crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_in(
+                Some(&config.feed_state_dir(index)),
                 &config.resolve(&found.path),
             ))
         })

@@ -96,6 +96,11 @@ pub struct FileSinkConfig {
     /// (default true).
     #[serde(default = "yes")]
     pub sync: bool,
+    /// Where the sink keeps its state (what it wrote, per lane): absent, beside the
+    /// file as `<file>.sinkstate` ([`state_path`]). With a path, a state an older run
+    /// left beside the file is adopted (moved; the given one wins when both exist).
+    #[serde(skip)]
+    pub state_file: Option<PathBuf>,
 }
 
 fn yes() -> bool {
@@ -128,6 +133,8 @@ const ALREADY_WRITTEN: &str = "already in the file (its key is recorded as writt
 pub struct FileSink {
     name: String,
     path: PathBuf,
+    /// Its state file (`<file>.sinkstate`, or the configured one).
+    state_file: PathBuf,
     file: File,
     /// The state log; `None` for a target that is not a regular file (a device):
     /// nothing is recorded beside it, and its lines are not de-duplicated.

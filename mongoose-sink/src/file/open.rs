@@ -17,6 +17,42 @@ use super::{
     LOCK_TRIES, OLD_MAGIC, OLD_SLOT_BYTES, STATE_MAGIC, STATE_VERSION,
 };
 
+/// Creates the folder of `new` (a configured state file) and adopts the state an older
+/// run left beside the file (`old`): moved, or copied (to a temporary name, synced,
+/// renamed) and removed across filesystems. Both there: `new` wins (a crash between
+/// the copy and the removal), `old` is left with a warning.
+fn adopt_state(sink: &str, old: &Path, new: &Path) -> std::io::Result<()> {
+    let folder = new.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(folder)?;
+    if std::fs::symlink_metadata(old).is_err() {
+        return Ok(());
+    }
+    if std::fs::symlink_metadata(new).is_ok() {
+        warn!(sink, old = %old.display(), new = %new.display(),
+            "a sink state beside the file and one in the data folder: the data folder's is used, the old one is left as it is (remove it)");
+        return Ok(());
+    }
+    if std::fs::rename(old, new).is_err() {
+        let mut temporary = new.as_os_str().to_owned();
+        temporary.push(".adopting");
+        let temporary = PathBuf::from(temporary);
+        std::fs::copy(old, &temporary)?;
+        File::open(&temporary)?.sync_all()?;
+        std::fs::rename(&temporary, new)?;
+        File::open(folder)?.sync_all()?;
+        if let Err(error) = std::fs::remove_file(old) {
+            warn!(sink, from = %old.display(), to = %new.display(), %error,
+                "adopted the sink state an older run wrote beside its file: copied into the data folder; the old one cannot be removed (remove it: it is no longer read)");
+            return Ok(());
+        }
+    } else {
+        File::open(folder)?.sync_all()?;
+    }
+    info!(sink, from = %old.display(), to = %new.display(),
+        "adopted the sink state an older run wrote beside its file: moved into the data folder");
+    Ok(())
+}
+
 /// A refusal of `state` for the sink `sink` writing `path`.
 fn refuse(sink: &str, state: &Path, problem: String, fix: String) -> SinkError {
     SinkError::State {
@@ -113,6 +149,10 @@ impl FileSink {
         let mut sink = FileSink {
             name: name.to_owned(),
             path: path.clone(),
+            state_file: config
+                .state_file
+                .clone()
+                .unwrap_or_else(|| state_path(&path)),
             file,
             state: None,
             sync: config.sync,
@@ -165,6 +205,10 @@ impl FileSink {
                 ))
             }
         }
+        if config.state_file.is_some() {
+            adopt_state(name, &state_path(&path), &sink.state_file)
+                .map_err(io(name, format!("moving {}", state_path(&path).display())))?;
+        }
         if let Err(error) = sink.open_state(meta.len(), meta.dev(), meta.ino()) {
             if !existed {
                 // a refused start leaves no file it made behind
@@ -180,7 +224,7 @@ impl FileSink {
     fn open_state(&mut self, actual: u64, device: u64, inode: u64) -> Result<(), SinkError> {
         let name = self.name.clone();
         let path = self.path.clone();
-        let state_file = state_path(&path);
+        let state_file = self.state_file.clone();
         let mut temporary = state_file.as_os_str().to_owned();
         temporary.push(".tmp");
         // a compaction a crash interrupted: the state itself is still whole

@@ -14,7 +14,7 @@ use crate::writer::NO_INPUT;
 use super::state::{
     header_bytes, push_record, BatchCheck, Frame, Identity, Lane, LaneRecord, StateLog, Undo,
 };
-use super::{replace_file, state_path, FileSink, ALREADY_WRITTEN, COMPACT_AFTER_BYTES};
+use super::{replace_file, FileSink, ALREADY_WRITTEN, COMPACT_AFTER_BYTES};
 
 impl FileSink {
     /// Replaces the state log by one snapshot of the lanes (a new log, renamed into
@@ -52,7 +52,7 @@ impl FileSink {
                 },
             )?;
         }
-        let file = replace_file(&state_path(&self.path), &bytes, self.sync)?;
+        let file = replace_file(&self.state_file, &bytes, self.sync)?;
         let mut next_slot = slots.iter().flatten().count() as u32;
         for (lane, slot) in self.lanes.iter_mut().zip(slots) {
             lane.persisted = slot.is_some();

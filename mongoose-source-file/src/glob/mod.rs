@@ -131,6 +131,11 @@ pub struct GlobSourceConfig {
     /// reading and gives its slot once what it read is committed, even before its end
     /// (so a file that never stops growing cannot keep its slot).
     pub turns_per_slot: u64,
+    /// The folder of the glob's state (pointers, lane registry, loss files), created at
+    /// start. `None`: the glob's folder, beside its files. With a folder, the state an
+    /// older run left in the glob's folder is adopted (moved, or copied when that
+    /// folder cannot be written) at start.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The default scan interval.
@@ -157,6 +162,7 @@ impl GlobSourceConfig {
             scan_interval: DEFAULT_SCAN_INTERVAL,
             max_open_files: DEFAULT_MAX_OPEN_FILES,
             turns_per_slot: 64,
+            state_dir: None,
         }
     }
 
@@ -176,14 +182,25 @@ impl GlobSourceConfig {
             .unwrap_or_default()
     }
 
-    /// The lane registry file: `<folder>/<feed>.lanes`.
+    /// The folder holding the glob's pointers, lane registry and loss files: its
+    /// [`GlobSourceConfig::state_dir`], else the glob's folder.
+    pub fn state_folder(&self) -> PathBuf {
+        self.state_dir.clone().unwrap_or_else(|| self.folder())
+    }
+
+    /// The pointer file of the glob's file `path`.
+    pub fn pointer_path(&self, path: &Path) -> PathBuf {
+        crate::pointer::pointer_path_in(self.state_dir.as_deref(), path)
+    }
+
+    /// The lane registry file: `<state folder>/<feed>.lanes`.
     pub fn registry_path(&self) -> PathBuf {
         let name: String = self
             .name
             .chars()
             .map(|c| if c == '/' || c == '\\' { '_' } else { c })
             .collect();
-        self.folder().join(format!("{name}.lanes"))
+        self.state_folder().join(format!("{name}.lanes"))
     }
 }
 
@@ -471,6 +488,7 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         self.watch = FolderWatch::new(&self.config.name, &self.config.folder());
         self.hub.state.lock().saved = self.output.saved_positions();
         if self.has_pointer() {
+            self.adopt_state_beside_the_files()?;
             self.registry = LaneRegistry::load(self.config.registry_path())?;
             committer = Some(AnyCommitter::new(LaneMultiplexer {
                 committers: Arc::clone(&self.hub.committers),
@@ -490,7 +508,7 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
             self.complete_moves()?;
             for (name, lane) in entries {
                 let path = self.config.folder().join(&name);
-                let pointer = crate::pointer::pointer_path_for(&path);
+                let pointer = self.config.pointer_path(&path);
                 if !exists(&path) && pointer_holds_nothing(&pointer) {
                     // forgetting a file gone from the glob removes its pointer, then
                     // its lane (a loss it held was recorded before): a kill between

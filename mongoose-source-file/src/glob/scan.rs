@@ -16,15 +16,23 @@ use super::pattern::glob_matches;
 use super::GlobFileSource;
 use crate::config::ReadStrategy;
 use crate::identity::key_of;
-use crate::pointer::{pointer_path_for, PointerRecord};
+use crate::pointer::{pointer_path_in, PointerRecord};
 use crate::positional::starts_as_fingerprinted;
 use crate::rotation;
 use crate::source::{write_identity, FileEventSource};
 use crate::watch::FolderChanges;
 
-/// Moves a pointer file with its file (a missing one is no error: nothing to move).
-pub(super) fn move_pointer(from: &Path, to: &Path) -> Result<(), CoreError> {
-    let (from, to) = (pointer_path_for(from), pointer_path_for(to));
+/// Moves a pointer file (in `state_dir`, or beside its file without one) with its file
+/// (a missing one is no error: nothing to move).
+pub(super) fn move_pointer(
+    state_dir: Option<&Path>,
+    from: &Path,
+    to: &Path,
+) -> Result<(), CoreError> {
+    let (from, to) = (
+        pointer_path_in(state_dir, from),
+        pointer_path_in(state_dir, to),
+    );
     match fs::rename(&from, &to) {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -40,6 +48,71 @@ pub(super) fn move_pointer(from: &Path, to: &Path) -> Result<(), CoreError> {
 }
 
 impl<T: Send + 'static> GlobFileSource<T> {
+    /// With a state folder: adopts the lane registry, loss files and the pointers of
+    /// matching files an older run left in the glob's folder (moved, or copied when
+    /// that folder cannot be written; the state folder's copy wins when both exist).
+    pub(super) fn adopt_state_beside_the_files(&self) -> Result<(), CoreError> {
+        let Some(state_dir) = self.config.state_dir.as_deref() else {
+            return Ok(());
+        };
+        let name = &self.config.name;
+        let failed = |old: &Path, error: io::Error| {
+            CoreError::io(
+                format!(
+                    "source '{name}': cannot adopt {} into the data folder {}",
+                    old.display(),
+                    state_dir.display()
+                ),
+                error,
+            )
+        };
+        fs::create_dir_all(state_dir).map_err(|error| {
+            CoreError::io(
+                format!(
+                    "source '{name}': cannot create its state folder {}",
+                    state_dir.display()
+                ),
+                error,
+            )
+        })?;
+        let folder = self.config.folder();
+        let registry = self.config.registry_path();
+        if let Some(registry_name) = registry.file_name() {
+            let old = folder.join(registry_name);
+            crate::adopt::adopt_with_losses(name, &old, &registry)
+                .map_err(|error| failed(&old, error))?;
+        }
+        let pattern = self.config.file_pattern();
+        let Ok(entries) = fs::read_dir(&folder) else {
+            return Ok(());
+        };
+        let pointers: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+            .filter(|name| {
+                name.strip_suffix(".readPointer").is_some_and(|file| {
+                    // the glob's files and their rotations (`<file>.*`, `<file>-*`, or
+                    // the configured rotation globs)
+                    glob_matches(&pattern, file)
+                        || file.char_indices().any(|(at, c)| {
+                            (c == '.' || c == '-') && glob_matches(&pattern, &file[..at])
+                        })
+                        || self
+                            .config
+                            .rotated
+                            .iter()
+                            .any(|rotated| glob_matches(rotated, file))
+                })
+            })
+            .collect();
+        for pointer in pointers {
+            let old = folder.join(&pointer);
+            crate::adopt::adopt_with_losses(name, &old, &state_dir.join(&pointer))
+                .map_err(|error| failed(&old, error))?;
+        }
+        Ok(())
+    }
+
     /// Whether `name` is the glob's own file or a pointer/registry/loss file.
     fn is_bookkeeping(&self, name: &str) -> bool {
         let registry = self
@@ -164,7 +237,10 @@ impl<T: Send + 'static> GlobFileSource<T> {
             // its identity first (COMMITED): a crash after it and before the registry
             // write leaves a pointer at offset 0, nothing read
             let record = if self.has_pointer() {
-                write_identity(&self.config.folder().join(name))?
+                write_identity(
+                    self.config.state_dir.as_deref(),
+                    &self.config.folder().join(name),
+                )?
             } else {
                 None
             };
@@ -232,7 +308,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
         self.registry.forget(&old_name)?;
         match file.source.as_mut() {
             Some(source) => source.follow_rename(&gone_path)?,
-            None => move_pointer(&old_path, &gone_path)?,
+            None => move_pointer(self.config.state_dir.as_deref(), &old_path, &gone_path)?,
         }
         warn!(source = %self.config.name, file = %old_path.display(), lane,
             "another file of the glob was renamed over this one: this lane's file is read to its end from its open handle (or, not open, counted lost if it held unread lines), then forgotten");
@@ -263,7 +339,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 if tracked.key() != Some(key.0) || at_path == Some(key) {
                     return false;
                 }
-                let Ok(bytes) = fs::read(pointer_path_for(&tracked.path)) else {
+                let Ok(bytes) = fs::read(self.config.pointer_path(&tracked.path)) else {
                     return false;
                 };
                 let record = PointerRecord::decode(&bytes).record;
@@ -291,7 +367,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
         self.registry.rename(&old_name, name)?;
         match file.source.as_mut() {
             Some(source) => source.follow_rename(&new_path)?,
-            None => move_pointer(&old_path, &new_path)?,
+            None => move_pointer(self.config.state_dir.as_deref(), &old_path, &new_path)?,
         }
         info!(source = %self.config.name, from = %old_path.display(), to = %new_path.display(), lane,
             "a file renamed inside the glob keeps its lane and its pointer");
@@ -307,12 +383,12 @@ impl<T: Send + 'static> GlobFileSource<T> {
             .registry
             .entries()
             .map(|(name, _)| name.to_owned())
-            .filter(|name| !pointer_path_for(&folder.join(name)).exists())
+            .filter(|name| !self.config.pointer_path(&folder.join(name)).exists())
             .collect();
         if missing.is_empty() {
             return Ok(());
         }
-        let Ok(entries) = fs::read_dir(&folder) else {
+        let Ok(entries) = fs::read_dir(self.config.state_folder()) else {
             return Ok(());
         };
         let orphans: Vec<String> = entries
@@ -327,7 +403,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 continue;
             };
             let orphan = orphans.iter().find(|orphan| {
-                fs::read(pointer_path_for(&folder.join(orphan))).is_ok_and(|bytes| {
+                fs::read(self.config.pointer_path(&folder.join(orphan))).is_ok_and(|bytes| {
                     let record = PointerRecord::decode(&bytes).record;
                     record.epoch != 0 && rotation::is_pointer_file(&file, &record)
                 })
@@ -336,7 +412,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 let from = folder.join(orphan);
                 warn!(source = %self.config.name, from = %from.display(), to = %path.display(),
                     "completing a move of a pointer file that a crash interrupted (the file was renamed inside the glob)");
-                move_pointer(&from, &path)?;
+                move_pointer(self.config.state_dir.as_deref(), &from, &path)?;
             }
         }
         Ok(())
@@ -419,7 +495,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
         if self.registry.existed() {
             return Ok(());
         }
-        let folder = self.config.folder();
+        let folder = self.config.state_folder();
         let pattern = self.config.file_pattern();
         let Ok(entries) = fs::read_dir(&folder) else {
             return Ok(());

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use super::adapter::LaneOutput;
 use super::{GlobFileSource, Tracked};
 use crate::config::{FileSourceConfig, ReadStrategy};
-use crate::pointer::{pointer_path_for, PointerRecord};
+use crate::pointer::PointerRecord;
 use crate::rotation;
 use crate::source::FileEventSource;
 
@@ -35,6 +35,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
         file_config.read_buffer_bytes = self.config.read_buffer_bytes;
         file_config.max_bytes_per_cycle = self.config.max_bytes_per_turn;
         file_config.rotated = self.config.rotated.clone();
+        file_config.state_dir = self.config.state_dir.clone();
         self.hub.state.lock().lanes.entry(lane).or_default();
         let lane_output = Arc::new(LaneOutput {
             lane,
@@ -180,7 +181,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 self.forget(lane, unread)
             }
             None => {
-                let record = fs::read(pointer_path_for(&file.path))
+                let record = fs::read(self.config.pointer_path(&file.path))
                     .map(|bytes| PointerRecord::decode(&bytes).record)
                     .unwrap_or_default();
                 let globs = if self.config.rotated.is_empty() {
@@ -213,7 +214,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
         let Some(file) = self.files.get_mut(&lane) else {
             return Ok(());
         };
-        let record = fs::read(pointer_path_for(&file.path))
+        let record = fs::read(self.config.pointer_path(&file.path))
             .map(|bytes| PointerRecord::decode(&bytes).record)
             .unwrap_or_default();
         if record.epoch == 0 || Some(record.file_key) != file.key() {
@@ -322,7 +323,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
         if self.has_pointer() {
             // the pointer first: a crash before the registry write leaves a lane whose
             // file and pointer are gone, forgotten again at the next start
-            let pointer = pointer_path_for(&file.path);
+            let pointer = self.config.pointer_path(&file.path);
             match fs::remove_file(&pointer) {
                 Ok(()) => {}
                 Err(error) if error.kind() == io::ErrorKind::NotFound => {}

@@ -34,7 +34,7 @@ use crate::committer::{CommitFront, CommitShared, PointerCommitter};
 use crate::config::{FileSourceConfig, FileSourceStatus};
 use crate::identity::FileKey;
 use crate::line::{Line, ReadBuffers};
-use crate::pointer::{pointer_path_for, PointerDamage, PointerFile, PointerRecord, LAYOUT_VERSION};
+use crate::pointer::{pointer_path_in, PointerDamage, PointerFile, PointerRecord, LAYOUT_VERSION};
 
 /// Turns a line into the feed's item; an error filters the line (counted and logged,
 /// its position committed with the items around it: never a silent loss).
@@ -137,7 +137,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         mapper: impl FnMut(Line) -> Result<T, String> + Send + 'static,
         output: Arc<dyn SourceOutput<T, u64>>,
     ) -> Self {
-        let pointer_path = pointer_path_for(&config.path);
+        let pointer_path = pointer_path_in(config.state_dir.as_deref(), &config.path);
         let loss_file = config
             .strategy
             .has_pointer()
@@ -361,6 +361,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.read_failures = RepeatedWarning::default();
         let mut committer = None;
         if self.config.strategy.has_pointer() {
+            self.adopt_pointer_beside_the_input()?;
             let mut shared = self.shared.lock();
             let pointer_path = shared.pointer_path.clone();
             let opened = PointerFile::open(&pointer_path)
@@ -539,13 +540,49 @@ impl<T: Send + 'static> FileEventSource<T> {
         self.draining = Some(reason);
     }
 
+    /// With a state folder: creates it, and adopts the pointer (and its loss files) an
+    /// older run left beside the input (moved, or copied when the input's folder cannot
+    /// be written; the state folder's copy wins when both exist).
+    fn adopt_pointer_beside_the_input(&self) -> Result<(), CoreError> {
+        let Some(state_dir) = self.config.state_dir.as_deref() else {
+            return Ok(());
+        };
+        if self.glob_member {
+            // its glob adopted the state of its folder at the glob's start
+            return Ok(());
+        }
+        let name = &self.config.name;
+        std::fs::create_dir_all(state_dir).map_err(|error| {
+            CoreError::io(
+                format!(
+                    "source '{name}': cannot create its state folder {}",
+                    state_dir.display()
+                ),
+                error,
+            )
+        })?;
+        let old = crate::pointer::pointer_path_for(&self.config.path);
+        let new = self.shared.lock().pointer_path.clone();
+        crate::adopt::adopt_with_losses(name, &old, &new).map_err(|error| {
+            CoreError::io(
+                format!(
+                    "source '{name}': cannot adopt the pointer {} into the data folder {}",
+                    old.display(),
+                    state_dir.display()
+                ),
+                error,
+            )
+        })?;
+        Ok(())
+    }
+
     /// (A glob's file) the file was renamed inside the glob to `new_path`: the source
     /// reads on from its open handle (or reopens the file under its new name), and its
     /// pointer file moves with it, without a stop: nothing in flight is read twice.
     /// The mapped pointer follows the rename (the same inode), so a commit made now or
     /// later writes the moved file.
     pub(crate) fn follow_rename(&mut self, new_path: &Path) -> Result<(), CoreError> {
-        let new_pointer = pointer_path_for(new_path);
+        let new_pointer = pointer_path_in(self.config.state_dir.as_deref(), new_path);
         {
             let mut shared = self.shared.lock();
             if self.config.strategy.has_pointer() && shared.pointer_path != new_pointer {

@@ -556,8 +556,12 @@ impl<T: Send + 'static> FileEventSource<T> {
 /// slot: renamed inside the glob it keeps its lane, rotated it is followed, and gone
 /// before it was opened its lines are counted lost. A pointer file already there is
 /// left as it is (the identity check of the first open decides). Returns what the
-/// pointer holds, or `None` when the file cannot be opened (gone already).
-pub(crate) fn write_identity(input: &Path) -> Result<Option<PointerRecord>, CoreError> {
+/// pointer holds, or `None` when the file cannot be opened (gone already). The pointer
+/// is in `state_dir`, or beside the input without one.
+pub(crate) fn write_identity(
+    state_dir: Option<&Path>,
+    input: &Path,
+) -> Result<Option<PointerRecord>, CoreError> {
     let file = match File::open(input) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -574,7 +578,7 @@ pub(crate) fn write_identity(input: &Path) -> Result<Option<PointerRecord>, Core
     let Some(key) = key_of(&metadata) else {
         return Ok(None);
     };
-    let pointer_path = crate::pointer::pointer_path_for(input);
+    let pointer_path = crate::pointer::pointer_path_in(state_dir, input);
     let mut opened = crate::pointer::PointerFile::open(&pointer_path).map_err(|error| {
         CoreError::io(
             format!("cannot open the pointer file {}", pointer_path.display()),

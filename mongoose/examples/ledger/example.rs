@@ -61,6 +61,8 @@ impl LedgerExample {
                 core: None,
                 processors: Vec::new(),
             }],
+            // the feed's pointer (and everything the server keeps) under the state dir
+            data_dir: self.state_dir.join("data"),
             base_dir: PathBuf::from("."),
             ..ServerConfig::default()
         }

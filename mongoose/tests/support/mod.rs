@@ -75,6 +75,32 @@ settings = {{ {settings} }}
 }
 
 /// The balances `account,amount` lines add up to.
+/// Where a server whose config is in `dir` keeps `file` of feed `feed` reading `input`
+/// (relative to `dir`): `<dir>/data/feeds/<feed>-<key of the input>/<file>`.
+pub fn feed_state(dir: &std::path::Path, feed: &str, input: &str, file: &str) -> PathBuf {
+    dir.join("data/feeds")
+        .join(mongoose_server::config::data_dir::state_key(
+            feed,
+            &dir.join(input),
+        ))
+        .join(file)
+}
+
+/// The state file of file sink `sink` writing `output` (relative to `dir`).
+pub fn sink_state(dir: &std::path::Path, sink: &str, output: &str) -> PathBuf {
+    let name = std::path::Path::new(output)
+        .file_name()
+        .expect("a file name")
+        .to_string_lossy()
+        .into_owned();
+    dir.join("data/sinks")
+        .join(mongoose_server::config::data_dir::state_key(
+            sink,
+            &dir.join(output),
+        ))
+        .join(format!("{name}.sinkstate"))
+}
+
 pub fn balances_of<'a>(lines: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, i64> {
     let mut balances = BTreeMap::new();
     for line in lines {
@@ -121,6 +147,36 @@ impl LedgerRun {
 
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// The pointer of feed `lines` on `input.txt` (in the data folder).
+    pub fn pointer_path(&self) -> PathBuf {
+        feed_state(
+            self.dir.path(),
+            "lines",
+            "input.txt",
+            "input.txt.readPointer",
+        )
+    }
+
+    /// The pointer of feed `lines` on `input` (relative to the folder).
+    pub fn pointer_path_of(&self, input: &str) -> PathBuf {
+        let name = std::path::Path::new(input)
+            .file_name()
+            .expect("a file name")
+            .to_string_lossy()
+            .into_owned();
+        feed_state(
+            self.dir.path(),
+            "lines",
+            input,
+            &format!("{name}.readPointer"),
+        )
+    }
+
+    /// The state of file sink `sink` writing `output` (in the data folder).
+    pub fn sink_state(&self, sink: &str, output: &str) -> PathBuf {
+        sink_state(self.dir.path(), sink, output)
     }
 
     /// Starts `mongoose run` on the folder's config.
@@ -210,7 +266,7 @@ impl LedgerRun {
 
     /// The offset the feed's pointer file holds.
     pub fn pointer(&self) -> u64 {
-        let bytes = std::fs::read(self.path("input.txt.readPointer")).expect("pointer file");
+        let bytes = std::fs::read(self.pointer_path()).expect("pointer file");
         u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
     }
 

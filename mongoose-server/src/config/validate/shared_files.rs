@@ -28,7 +28,7 @@ impl ServerConfig {
         for (index, sink) in self.sinks.iter().enumerate() {
             if let Some(path) = &sink.path {
                 let output = self.resolve(path);
-                let state = mongoose_sink::file::state_path(&output);
+                let state = self.sink_state_file(sink, &output);
                 for (_, feed) in self.file_feeds() {
                     let input = self.resolve(&feed.path);
                     if !feed.is_glob() {
