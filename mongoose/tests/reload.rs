@@ -304,11 +304,13 @@ fn an_invalid_config_is_logged_and_the_old_one_keeps_running_and_processing() {
     dir.write_config(&config(&["app"]));
     let mut run = dir.spawn(false);
     dir.wait_for_outputs(&mut run, "app", 10);
-    // not TOML, then an unset variable, then a processor naming no feed
+    // not TOML, then an unset variable, then a processor naming no feed, then an added
+    // feed whose folder does not exist (the checks of a start: run would refuse it)
     let broken = [
         "[[feeds]\nname = ".to_owned(),
         config(&["app"]).replace("app.log", "${RELOAD_TEST_SURELY_UNSET}/app.log"),
         config(&["app", "audit"]).replace("feed = \"audit\"", "feed = \"nothing\""),
+        config(&["app", "audit"]).replace("path = \"audit.log\"", "path = \"missing/audit.log\""),
     ];
     for (index, text) in broken.iter().enumerate() {
         dir.write_config(text);
@@ -322,15 +324,19 @@ fn an_invalid_config_is_logged_and_the_old_one_keeps_running_and_processing() {
             "configuration reload invalid: nothing changed, the old configuration keeps running"
         )
         .count(),
-        3,
+        4,
         "{log}"
     );
     assert!(
         log.contains("environment variable RELOAD_TEST_SURELY_UNSET is not set"),
         "the reason is logged:\n{log}"
     );
+    assert!(
+        log.contains("feeds[1].path"),
+        "the missing folder is named by its key:\n{log}"
+    );
     assert_eq!(run.terminate(), 0);
-    dir.assert_exactly_once("app", 40);
+    dir.assert_exactly_once("app", 50);
     assert!(
         !dir.outputs().keys().any(|line| line.starts_with("audit")),
         "nothing of the invalid file was applied"

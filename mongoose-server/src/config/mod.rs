@@ -6,9 +6,9 @@
 //! line and column for a syntax error); `validate` holds the names, ranges and the
 //! checks a loaded configuration must pass.
 
+pub mod data_dir;
 mod env;
 mod sink;
-pub mod data_dir;
 #[cfg(test)]
 mod tests;
 mod text;

@@ -12,8 +12,8 @@ mod checks;
 mod codecs;
 mod kinds;
 mod lifecycle;
-mod reload;
 mod preflight;
+mod reload;
 
 pub use builder::ServerBuilder;
 pub use codecs::replay;

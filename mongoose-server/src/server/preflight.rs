@@ -26,6 +26,24 @@ impl ServerBuilder {
     /// # Errors
     /// The first refusal, with its key path and what to do.
     pub fn preflight(&self) -> Result<(), ServerError> {
+        self.preflight_folders()?;
+        if let Some(admin) = &self.config.admin {
+            if let Err(error) = std::net::TcpListener::bind(admin.address.as_str()) {
+                return Err(ServerError::invalid(
+                    "admin.address",
+                    format!(
+                        "cannot listen on {} for the admin API ({error}): stop what holds it, or give another address",
+                        admin.address
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`ServerBuilder::preflight`] but for the admin address: what a reload checks (the
+    /// running server holds the address, and a reload cannot change it).
+    pub(super) fn preflight_folders(&self) -> Result<(), ServerError> {
         self.check()?;
         self.plugins()?;
         let config = &self.config;
@@ -80,17 +98,6 @@ impl ServerBuilder {
         }
         if let Some(record) = &config.record {
             writable_folder("record.dir", &config.resolve(&record.dir))?;
-        }
-        if let Some(admin) = &config.admin {
-            if let Err(error) = std::net::TcpListener::bind(admin.address.as_str()) {
-                return Err(ServerError::invalid(
-                    "admin.address",
-                    format!(
-                        "cannot listen on {} for the admin API ({error}): stop what holds it, or give another address",
-                        admin.address
-                    ),
-                ));
-            }
         }
         Ok(())
     }

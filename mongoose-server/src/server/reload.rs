@@ -333,7 +333,9 @@ impl Server {
     }
 
     /// The checks of a start: the admin settings, and the builder's checks with this
-    /// server's processor kinds, feeds added by code and plugins.
+    /// server's processor kinds, feeds added by code and plugins, and the machine's
+    /// (input folders readable, state and output folders writable: the preflight but
+    /// for the admin address, which this server holds).
     fn check_reloaded(&self, config: ServerConfig) -> Result<ServerConfig, ServerError> {
         crate::admin::AdminSettings::from_config(&config)?;
         let inner = &self.inner;
@@ -348,7 +350,7 @@ impl Server {
             built_registry: Arc::default(),
             plugins: std::sync::OnceLock::from(inner.plugins.clone()),
         };
-        builder.check()?;
+        builder.preflight_folders()?;
         Ok(builder.config)
     }
 
