@@ -6,8 +6,10 @@
 //! The latencies are measured off the hot path: at each observation (the run loop's,
 //! every 20 ms) the [`Observer`] notes each subscriber queue's position and each sink's
 //! admitted count with the time; when a later observation finds the queue dispatched
-//! (the sink finished) past a noted mark, it records the time since. A histogram's
-//! resolution is thus the observation interval, and nothing is added per event.
+//! (the sink finished) past a noted mark, it records the time since; what was admitted
+//! and done between two observations is recorded at the interval between them (an
+//! upper bound). A histogram's resolution is thus the observation interval, and
+//! nothing is added per event.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -24,14 +26,17 @@ const MAX_MARKS: usize = 256;
 struct Marks {
     waiting: VecDeque<(u64, Instant)>,
     last: u64,
+    /// When `last` was seen (first: when the observer began).
+    last_at: Instant,
     histogram: metrics::Histogram,
 }
 
 impl Marks {
-    fn new(histogram: metrics::Histogram) -> Self {
+    fn new(histogram: metrics::Histogram, since: Instant) -> Self {
         Marks {
             waiting: VecDeque::new(),
             last: 0,
+            last_at: since,
             histogram,
         }
     }
@@ -51,10 +56,18 @@ impl Marks {
                 .record(now.saturating_duration_since(at).as_secs_f64());
             self.waiting.pop_front();
         }
+        if admitted > self.last && done >= admitted && self.waiting.is_empty() {
+            // what was admitted since the last observation is done already: it came and
+            // went within one interval, recorded at the interval (an upper bound), so a
+            // fast path still shows in the histogram instead of measuring nothing
+            self.histogram
+                .record(now.saturating_duration_since(self.last_at).as_secs_f64());
+        }
         if admitted > done && admitted > self.last && self.waiting.len() < MAX_MARKS {
             self.waiting.push_back((admitted, now));
         }
         self.last = admitted;
+        self.last_at = now;
     }
 }
 
@@ -69,6 +82,8 @@ struct Seen {
 /// ([`Observer::observe`], called by the run loop with each status it reads).
 pub struct Observer {
     interval: Option<Duration>,
+    /// When the observer was made (the run's start): the first interval's beginning.
+    began: Instant,
     last_line: Instant,
     feeds: HashMap<String, Seen>,
     sinks: HashMap<String, u64>,
@@ -108,6 +123,7 @@ impl Observer {
         }
         Observer {
             interval: (interval_seconds > 0).then(|| Duration::from_secs(interval_seconds)),
+            began: Instant::now(),
             last_line: Instant::now(),
             feeds: HashMap::new(),
             sinks: HashMap::new(),
@@ -125,7 +141,7 @@ impl Observer {
                 if !self.queue_marks.contains_key(&queue.queue) {
                     let histogram = metrics::histogram!("mongoose_feed_latency_seconds", "feed" => feed.feed.clone());
                     self.queue_marks
-                        .insert(queue.queue.clone(), Marks::new(histogram));
+                        .insert(queue.queue.clone(), Marks::new(histogram, self.began));
                 }
                 if let Some(marks) = self.queue_marks.get_mut(&queue.queue) {
                     marks.advance(queue.position, queue.dispatched, now);
@@ -136,7 +152,7 @@ impl Observer {
             if !self.sink_marks.contains_key(&sink.name) {
                 let histogram = metrics::histogram!("mongoose_sink_latency_seconds", "sink" => sink.name.clone());
                 self.sink_marks
-                    .insert(sink.name.clone(), Marks::new(histogram));
+                    .insert(sink.name.clone(), Marks::new(histogram, self.began));
             }
             let over = sink.published + sink.expired + sink.lost;
             let admitted = over + sink.queued + sink.held_count;

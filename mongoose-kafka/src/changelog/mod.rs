@@ -383,15 +383,32 @@ impl Changelog {
                 ),
             ],
         )?;
-        producer
-            .init_transactions(self.config.request_timeout)
-            .map_err(|error| {
-                self.broker_error(
-                    &format!("initialising the transactions of partition {partition}"),
-                    error,
-                )
-            })?;
-        Ok(producer)
+        // a retriable failure (the transaction coordinator moving to another broker while
+        // one is down: "Timed out waiting for operation to finish, retry call to
+        // resume") is retried, as a commit is, up to six request timeouts: failing here
+        // quarantined the ledger while a broker of three was restarting
+        let deadline = std::time::Instant::now() + self.config.request_timeout * 6;
+        loop {
+            match producer.init_transactions(self.config.request_timeout) {
+                Ok(()) => return Ok(producer),
+                Err(error)
+                    if transactions::retriable(&error) && std::time::Instant::now() < deadline =>
+                {
+                    tracing::warn!(
+                        changelog = %self.config.name,
+                        partition,
+                        %error,
+                        "initialising the transactions of a partition: the broker asks to retry"
+                    );
+                }
+                Err(error) => {
+                    return Err(self.broker_error(
+                        &format!("initialising the transactions of partition {partition}"),
+                        error,
+                    ))
+                }
+            }
+        }
     }
 
     /// The changelog topic.

@@ -156,7 +156,7 @@ fn failure_of(partition: i32, epoch: Epoch, error: &KafkaError) -> WriteFailure 
 }
 
 /// Whether the transaction may simply be committed again later.
-fn retriable(error: &KafkaError) -> bool {
+pub(super) fn retriable(error: &KafkaError) -> bool {
     match error {
         KafkaError::Transaction(error) => error.is_retriable(),
         // `commit_transaction` flushes first: records still in flight at its timeout
