@@ -30,6 +30,13 @@ pub enum CoreError {
         #[source]
         error: std::io::Error,
     },
+    /// A state store's partition was taken over by another owner while this one was
+    /// taking it (the store fenced this owner: a
+    /// [`WriteFailure::Fenced`](crate::state_store::WriteFailure::Fenced)): the partition
+    /// is not this owner's any more, and its lines in that epoch must not be applied
+    /// here. Not a failure of the processor.
+    #[error("{0}")]
+    TakenOver(crate::state_store::WriteFailure),
     /// A state store failed (a partition's changelog, for example): the store's own
     /// error, which says what to do.
     #[error("{error}")]

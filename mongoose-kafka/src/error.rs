@@ -25,6 +25,15 @@ pub enum KafkaConnectorError {
         /// librdkafka's error.
         error: Box<rdkafka::error::KafkaError>,
     },
+    /// Another owner took a changelog partition over while this one was taking it: the
+    /// broker fenced this owner's producer of it.
+    #[error("kafka changelog of '{name}': {failure}")]
+    TakenOver {
+        /// The processor.
+        name: String,
+        /// The fence ([`mongoose_core::state_store::WriteFailure::Fenced`]).
+        failure: mongoose_core::state_store::WriteFailure,
+    },
     /// The changelog state store cannot do what was asked.
     #[error("kafka changelog of '{name}': {message}")]
     Changelog {
@@ -75,7 +84,8 @@ impl From<KafkaConnectorError> for CoreError {
             | KafkaConnectorError::Broker { name, .. }
             | KafkaConnectorError::Closed { name, .. }
             | KafkaConnectorError::Security { name, .. }
-            | KafkaConnectorError::Changelog { name, .. } => name.clone(),
+            | KafkaConnectorError::Changelog { name, .. }
+            | KafkaConnectorError::TakenOver { name, .. } => name.clone(),
         };
         CoreError::Source {
             source_name,

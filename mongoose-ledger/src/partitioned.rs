@@ -249,12 +249,14 @@ impl PartitionedLedger {
         })
     }
 
-    /// Restores `lane` from the changelog for `epoch`.
+    /// Restores `lane` from the changelog for `epoch`. A partition another member took
+    /// over while this one was taking it (the store fenced this one) is not restored: it
+    /// is marked fenced in `epoch`, so its lines of that epoch are not applied here.
     fn restore(&mut self, lane: u32, epoch: u64) -> Result<(), ProcessorError> {
         let partition = i32::try_from(lane)
             .map_err(|_| ProcessorError::new(format!("lane {lane} is not a Kafka partition")))?;
         let mut restored_alerts = BTreeMap::new();
-        let restored = self
+        let restored = match self
             .changelog
             .restore(partition, Epoch(epoch), &mut |record| {
                 if let Ok(change) = postcard::from_bytes::<Change>(&record.value) {
@@ -262,8 +264,21 @@ impl PartitionedLedger {
                         restored_alerts.insert(record.offset, alert);
                     }
                 }
-            })
-            .map_err(|error| ProcessorError::new(error.to_string()))?;
+            }) {
+            Ok(restored) => restored,
+            Err(CoreError::TakenOver(failure)) => {
+                info!(
+                    partition,
+                    epoch,
+                    %failure,
+                    "ledger: the partition was taken over by another member while this one took it; its lines in this epoch are skipped"
+                );
+                self.partitions.remove(&lane);
+                self.fenced_epochs.insert(lane, epoch);
+                return Ok(());
+            }
+            Err(error) => return Err(ProcessorError::new(error.to_string())),
+        };
         let mut state = partition_state(&restored).map_err(|error| {
             ProcessorError::new(format!(
                 "changelog {} partition {partition}: {error}: the ledger does not start on it; name a new changelog_topic (the feed is then read from its committed offsets into a new state) or restore the topic",
@@ -321,6 +336,9 @@ impl PartitionedLedger {
             .is_none_or(|partition| partition.state.epoch != epoch)
         {
             self.restore(lane, epoch)?;
+            if self.fenced_epochs.get(&lane) == Some(&epoch) {
+                return Ok(());
+            }
         }
         let position = delivery.position().to_string();
         let Some(partition) = self.partitions.get_mut(&lane) else {

@@ -738,9 +738,12 @@ impl PartitionStateStore for Changelog {
 
 impl Changelog {
     fn store_error(&self, error: KafkaConnectorError) -> CoreError {
-        CoreError::StateStore {
-            store: self.config.topic.clone(),
-            error: Box::new(error),
+        match error {
+            KafkaConnectorError::TakenOver { failure, .. } => CoreError::TakenOver(failure),
+            error => CoreError::StateStore {
+                store: self.config.topic.clone(),
+                error: Box::new(error),
+            },
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::bounded;
+use mongoose_core::state_store::WriteFailure;
 use mongoose_core::Epoch;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::Consumer;
@@ -43,12 +44,27 @@ impl Changelog {
                     name: self.config.name.clone(),
                     message: format!("the marker of partition {partition}: {why}"),
                 };
-                producer
-                    .begin(partition)
-                    .map_err(|failure| refused(failure.to_string()))?;
+                // another owner that took the partition over meanwhile fenced this one:
+                // the partition is not this owner's (not a failure: the caller drops it)
+                let taken_over = |failure: &WriteFailure| {
+                    matches!(failure, WriteFailure::Fenced { .. }).then(|| {
+                        KafkaConnectorError::TakenOver {
+                            name: self.config.name.clone(),
+                            failure: failure.clone(),
+                        }
+                    })
+                };
+                if let Err(failure) = producer.begin(partition) {
+                    return Err(
+                        taken_over(&failure).unwrap_or_else(|| refused(failure.to_string()))
+                    );
+                }
                 self.send(&producer.producer, target, MARKER_KEY, &payload, opaque)?;
                 // (the commit retries what may still succeed, for six request timeouts)
                 if !transactions.commit(partition, &mut producer) {
+                    if let Some(error) = producer.dead().and_then(taken_over) {
+                        return Err(error);
+                    }
                     return Err(refused(producer.dead().map_or_else(
                         || {
                             format!(
