@@ -255,29 +255,9 @@ fn serve(stream: TcpStream, config: Arc<ServerConfig>, state: &Mutex<State>) {
                 return;
             }
         }
-        let mut headers = Vec::new();
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let trimmed = line.trim_end();
-            if trimmed.is_empty() {
-                break;
-            }
-            if let Some((key, value)) = trimmed.split_once(':') {
-                headers.push((key.trim().to_ascii_lowercase(), value.trim().to_owned()));
-            }
-        }
-        let length: usize = headers
-            .iter()
-            .find(|(key, _)| key == "content-length")
-            .and_then(|(_, value)| value.parse().ok())
-            .unwrap_or(0);
-        let mut raw_body = vec![0; length];
-        if reader.read_exact(&mut raw_body).is_err() {
+        let Some((headers, raw_body)) = read_headers_and_body(&mut reader) else {
             return;
-        }
+        };
         let gzipped = headers
             .iter()
             .any(|(key, value)| key == "content-encoding" && value == "gzip");
@@ -306,4 +286,36 @@ fn serve(stream: TcpStream, config: Arc<ServerConfig>, state: &Mutex<State>) {
             return;
         }
     }
+}
+
+/// A request's headers (names lower-cased) and body.
+pub type HeadersAndBody = (Vec<(String, String)>, Vec<u8>);
+
+/// Reads an HTTP/1.1 request's headers (after its request line: names lower-cased,
+/// values trimmed) and its `Content-Length` body; `None` when the connection ends first.
+/// The test HTTP servers of this crate and of the sink's tests share it.
+pub fn read_headers_and_body<R: BufRead>(reader: &mut R) -> Option<HeadersAndBody> {
+    let mut headers = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return None;
+        }
+        let trimmed = line.trim_end();
+        if trimmed.is_empty() {
+            break;
+        }
+        if let Some((key, value)) = trimmed.split_once(':') {
+            headers.push((key.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+    let length: usize = headers
+        .iter()
+        .find(|(key, _)| key == "content-length")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((headers, body))
 }

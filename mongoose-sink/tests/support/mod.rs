@@ -4,7 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread;
@@ -115,35 +115,16 @@ fn serve(stream: TcpStream, connection: usize, state: &Mutex<State>) {
     let mut writer = stream.try_clone().expect("clone the stream");
     let mut reader = BufReader::new(stream);
     loop {
-        let mut headers = Vec::new();
         let mut line = String::new();
         // The request line.
         match reader.read_line(&mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let trimmed = line.trim_end();
-            if trimmed.is_empty() {
-                break;
-            }
-            if let Some((key, value)) = trimmed.split_once(':') {
-                headers.push((key.trim().to_ascii_lowercase(), value.trim().to_string()));
-            }
-        }
-        let length: usize = headers
-            .iter()
-            .find(|(key, _)| key == "content-length")
-            .and_then(|(_, value)| value.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
+        let Some((headers, body)) = mongoose_testkit::https::read_headers_and_body(&mut reader)
+        else {
             return;
-        }
+        };
         let reply = {
             let mut state = state.lock();
             state.requests.push(Recorded {
