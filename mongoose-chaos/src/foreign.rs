@@ -24,8 +24,14 @@ pub fn foreign_state(world: &World, what: StateFile) -> Result<PathBuf, String> 
         "foreign-{}",
         scenario.label().replace([' ', '>', '-'], "_")
     ));
-    let ready = dir.join("ready");
+    // the marker names the layout (state in the data folder): another run's folder from
+    // a harness of the earlier layout (its state beside the files) is made again
+    let ready = dir.join("ready-data-dir");
     if !ready.exists() {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|error| format!("cannot remove {}: {error}", dir.display()))?;
+        }
         let other = Scenario {
             seed: scenario.seed.wrapping_add(1_000_003),
             workload: scenario.workload,
