@@ -233,26 +233,30 @@ fn medians_and_thousands_read_as_the_report_prints_them() {
     assert_eq!(thousands(10_737_418.0), "10,737,418");
 }
 
+/// A kept layout in `folder` whose input folder exists (the input is not written).
+fn kept_layout(folder: &Path) -> Layout {
+    let input_dir = folder.join("input");
+    fs::create_dir_all(&input_dir).expect("create");
+    Layout {
+        work: folder.to_path_buf(),
+        input: input_dir.join(INPUT_NAME),
+        keep: true,
+    }
+}
+
 /// The rsyslog side for real, on 1 MiB, when rsyslogd is installed (CI does not install
 /// it: `cargo xtask versus-rsyslog` does). Proves the config copies every line unchanged
 /// (no leading space, no internal message, nothing escaped) and that the run ends.
 #[test]
 fn rsyslog_copies_a_small_input_line_for_line_when_installed() {
-    if rsyslogd_path().is_none() {
+    let Some(program) = rsyslogd_path() else {
         eprintln!("rsyslogd is not installed: skipping the real rsyslog run");
         return;
-    }
-    let folder = tempfile::tempdir().expect("a temp folder");
-    let input_dir = folder.path().join("input");
-    fs::create_dir_all(&input_dir).expect("create");
-    let layout = Layout {
-        work: folder.path().to_path_buf(),
-        input: input_dir.join(INPUT_NAME),
-        keep: true,
     };
+    let folder = tempfile::tempdir().expect("a temp folder");
+    let layout = kept_layout(folder.path());
     let options = small_options();
     write_input(&options, &layout.input).expect("the input is written");
-    let program = rsyslogd_path().expect("installed");
     let measured = run_peer(&layout, &options, 1, Peer::Rsyslog, &program)
         .expect("the harness runs")
         .expect("rsyslog copies every line unchanged");
@@ -287,13 +291,7 @@ fn syslog_ng_copies_a_small_input_line_for_line_when_installed() {
         return;
     };
     let folder = tempfile::tempdir().expect("a temp folder");
-    let input_dir = folder.path().join("input");
-    fs::create_dir_all(&input_dir).expect("create");
-    let layout = Layout {
-        work: folder.path().to_path_buf(),
-        input: input_dir.join(INPUT_NAME),
-        keep: true,
-    };
+    let layout = kept_layout(folder.path());
     let options = small_options();
     write_input(&options, &layout.input).expect("the input is written");
     let measured = run_peer(&layout, &options, 1, Peer::SyslogNg, &program)
@@ -312,13 +310,7 @@ fn syslog_ng_copies_a_small_input_line_for_line_when_installed() {
 #[test]
 fn dd_copies_the_input_byte_for_byte() {
     let folder = tempfile::tempdir().expect("a temp folder");
-    let input_dir = folder.path().join("input");
-    fs::create_dir_all(&input_dir).expect("create");
-    let layout = Layout {
-        work: folder.path().to_path_buf(),
-        input: input_dir.join(INPUT_NAME),
-        keep: true,
-    };
+    let layout = kept_layout(folder.path());
     write_input(&small_options(), &layout.input).expect("the input is written");
     let measured = run_dd(&layout, 1)
         .expect("the harness runs")
