@@ -31,7 +31,9 @@
 //!   records, and prints records/s, CPU per record, latency, peak RSS and the check of
 //!   both results (see [`versus_kstreams`]).
 
+mod bench;
 mod broker;
+mod callgrind;
 mod chaos;
 mod layout;
 mod versus;
@@ -54,92 +56,6 @@ fn run(command: &mut Command) -> bool {
             false
         }
     }
-}
-
-/// (package, example, arguments) of each whole-pipeline benchmark, in order.
-const BENCHES: &[(&str, &str, &[&str])] = &[
-    ("mongoose-delivery", "pipeline_bench", &[]),
-    ("mongoose-control", "group_dispatch_bench", &[]),
-    ("mongoose-source-file", "file_feed_bench", &[]),
-    ("mongoose", "ledger_bench", &[]),
-    ("mongoose-replay", "replay_bench", &[]),
-    // needs the test broker (`cargo xtask broker start`); prints a skip message without it
-    ("mongoose-kafka", "kafka_feed_bench", &[]),
-    // the same broker, the release `mongoose` binary and the plugins in target/plugins
-    // (built first, below): one server vs three in one consumer group
-    ("mongoose", "scale_out_bench", &[]),
-];
-
-/// (package, criterion bench) run with `--quick` after the pipeline benchmarks.
-const CRITERION: &[(&str, &str)] = &[
-    ("mongoose-delivery", "one_hop"),
-    ("mongoose-control", "control"),
-    ("mongoose-replay", "store"),
-];
-
-fn bench(arguments: &[String]) -> bool {
-    let root = workspace_root();
-    let versus_rsyslog = arguments
-        .iter()
-        .any(|argument| argument == "--versus-rsyslog");
-    let extra: Vec<&String> = arguments
-        .iter()
-        .filter(|argument| *argument != "--versus-rsyslog")
-        .collect();
-    // the scale-out bench runs `mongoose` processes with the Kafka plugin
-    let built = versus::build_mongoose(&root)
-        .map_err(|error| eprintln!("xtask: {error}"))
-        .is_ok();
-    let mut ok = built
-        && plugins(&[
-            "--out".to_owned(),
-            root.join("target").join("plugins").display().to_string(),
-        ]);
-    for (package, example, arguments) in BENCHES {
-        let source = root
-            .join(package)
-            .join("examples")
-            .join(format!("{example}.rs"));
-        if !source.exists() {
-            eprintln!("xtask: skipping {package}/{example}: not built yet");
-            continue;
-        }
-        let mut command = Command::new(env!("CARGO"));
-        command
-            .current_dir(&root)
-            .args([
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                package,
-                "--example",
-                example,
-                "--",
-            ])
-            .args(*arguments)
-            .args(&extra);
-        ok &= run(&mut command);
-    }
-    for (package, bench) in CRITERION {
-        if !root
-            .join(package)
-            .join("benches")
-            .join(format!("{bench}.rs"))
-            .exists()
-        {
-            continue;
-        }
-        let mut command = Command::new(env!("CARGO"));
-        command
-            .current_dir(&root)
-            .args(["bench", "-p", package, "--bench", bench, "--", "--quick"]);
-        ok &= run(&mut command);
-    }
-    if versus_rsyslog {
-        ok &= versus::versus_rsyslog(&root, &[]);
-    }
-    ok
 }
 
 fn fuzz(seconds: u64) -> bool {
@@ -218,7 +134,7 @@ fn package_name(manifest: &Path) -> Option<String> {
 /// `cargo xtask plugins [--out DIR]`: builds every crate under `plugins/` in release
 /// and copies its `lib<crate>.so` into DIR (replaced atomically: a running server that
 /// loaded the old file keeps it).
-fn plugins(arguments: &[String]) -> bool {
+pub(crate) fn plugins(arguments: &[String]) -> bool {
     let root = workspace_root();
     let out = match arguments {
         [] => root.join("target").join("plugins"),
@@ -288,10 +204,11 @@ fn plugins(arguments: &[String]) -> bool {
 fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
     let ok = match arguments.first().map(String::as_str) {
-        Some("bench") => bench(&arguments[1..]),
+        Some("bench") => bench::bench(&workspace_root(), &arguments[1..]),
         Some("broker") => broker::broker(&workspace_root(), &arguments[1..]),
         Some("plugins") => plugins(&arguments[1..]),
         Some("chaos") => chaos::chaos(&workspace_root(), &arguments[1..]),
+        Some("callgrind") => callgrind::callgrind(&workspace_root(), &arguments[1..]),
         Some("layout") => layout::layout(&workspace_root()),
         Some("versus-rsyslog") => versus::versus_rsyslog(&workspace_root(), &arguments[1..]),
         Some("versus-kafka-streams") => {

@@ -32,7 +32,8 @@ mod report;
 mod runs;
 mod setup;
 
-pub(crate) use self::checks::write_input;
+pub(crate) use self::checks::{first_difference, input_line, write_input};
+pub(crate) use self::configs::mongoose_config;
 use self::processes::sync_disks;
 use self::report::{report, thousands, Side};
 use self::runs::{run_dd, run_ours, run_peer, Layout, Peer, RunResult};

@@ -137,6 +137,7 @@ pub(super) fn report(sides: &[Side], options: &VersusOptions) -> String {
             }
         }
     }
+    let _ = writeln!(out, "{}", goal_line(sides, options));
     let _ = writeln!(out, "per run:");
     for run in 0..options.runs {
         for side in sides {
@@ -163,4 +164,72 @@ pub(super) fn report(sides: &[Side], options: &VersusOptions) -> String {
          included). dd copies the same bytes with `oflag=dsync bs=1M`: the disk's synchronous write rate."
     );
     out
+}
+
+/// MiB/s of each run of a side (`None`: the run has no figure).
+fn speeds(runs: &[RunResult], options: &VersusOptions) -> Vec<Option<f64>> {
+    let input_mib = options.input_bytes() as f64 / MIB as f64;
+    runs.iter()
+        .map(|run| run.as_ref().ok().map(|run| input_mib / run.seconds))
+        .collect()
+}
+
+/// `median (min-max)` of some figures, each printed by `show`.
+fn spread(values: &[f64], show: impl Fn(f64) -> String) -> String {
+    let Some(middle) = median(values) else {
+        return "n/a".to_owned();
+    };
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{} ({}-{})", show(middle), show(low), show(high))
+}
+
+/// The issue's goal 1 in one line: ours in MiB/s, and the ratio of ours to rsyslog
+/// and to `dd` taken run by run (each pair ran back to back), as medians with their
+/// ranges; ours' largest peak RSS.
+pub(super) fn goal_line(sides: &[Side], options: &VersusOptions) -> String {
+    let by_name = |name: &str| sides.iter().find(|side| side.name == name);
+    let Some(ours) = by_name("ours") else {
+        return "durable forward: ours did not run".to_owned();
+    };
+    let our_speeds = speeds(&ours.runs, options);
+    let ratios = |other: &str| -> Vec<f64> {
+        let Some(other) = by_name(other) else {
+            return Vec::new();
+        };
+        our_speeds
+            .iter()
+            .zip(speeds(&other.runs, options))
+            .filter_map(|(ours, theirs)| Some(ours.as_ref()? / theirs?))
+            .collect()
+    };
+    let measured: Vec<f64> = our_speeds.iter().flatten().copied().collect();
+    let rsyslog = ratios("rsyslog");
+    let dd = ratios("dd-dsync");
+    let peak_rss_mb = ours
+        .runs
+        .iter()
+        .filter_map(|run| run.as_ref().ok())
+        .map(|run| run.peak_rss_bytes as f64 / 1e6)
+        .fold(0.0, f64::max);
+    let verdict = |values: &[f64], goal: f64| match median(values) {
+        Some(value) if value >= goal => "met",
+        Some(_) => "not met",
+        None => "not measured",
+    };
+    format!(
+        "durable forward: ours {} MiB/s; ours/rsyslog {} (goal 8x: {}); ours/dd {} (goal 80%: {}); peak RSS {peak_rss_mb:.1} MB (goal under 50 MB: {})",
+        spread(&measured, |value| format!("{value:.1}")),
+        spread(&rsyslog, |value| format!("{value:.2}x")),
+        verdict(&rsyslog, 8.0),
+        spread(&dd, |value| format!("{:.0}%", value * 100.0)),
+        verdict(&dd, 0.8),
+        if measured.is_empty() {
+            "not measured"
+        } else if peak_rss_mb < 50.0 {
+            "met"
+        } else {
+            "not met"
+        }
+    )
 }

@@ -3,7 +3,8 @@ use std::io::Write;
 
 use super::checks::{first_difference, Difference, GrowingFileLines};
 use super::configs::{mongoose_config, rsyslog_config};
-use super::report::median;
+use super::report::{goal_line, median};
+use super::runs::Measured;
 use super::runs::{run_dd, run_peer, Peer};
 use super::setup::{program_path, rsyslogd_path};
 use super::*;
@@ -231,6 +232,40 @@ fn medians_and_thousands_read_as_the_report_prints_them() {
     assert_eq!(thousands(456_000.4), "456,000");
     assert_eq!(thousands(999.0), "999");
     assert_eq!(thousands(10_737_418.0), "10,737,418");
+}
+
+#[test]
+fn the_goal_line_takes_the_ratios_run_by_run_with_their_range() {
+    let options = VersusOptions {
+        size_mib: 100,
+        runs: 3,
+        ..small_options()
+    };
+    let run = |seconds: f64| -> runs::RunResult {
+        Ok(Measured {
+            seconds,
+            peak_rss_bytes: 20_000_000,
+        })
+    };
+    let sides = [
+        Side {
+            name: "ours",
+            runs: vec![run(1.0), run(2.0), Err("MISMATCH: line 3".to_owned())],
+        },
+        Side {
+            name: "rsyslog",
+            runs: vec![run(10.0), run(10.0), run(10.0)],
+        },
+        Side {
+            name: "dd-dsync",
+            runs: vec![run(0.5), run(1.0), run(1.0)],
+        },
+    ];
+    // ours: 100 and 50 MiB/s; against rsyslog 10x and 5x; against dd 50% and 50%
+    assert_eq!(
+        goal_line(&sides, &options),
+        "durable forward: ours 75.0 (50.0-100.0) MiB/s; ours/rsyslog 7.50x (5.00x-10.00x) (goal 8x: not met); ours/dd 50% (50%-50%) (goal 80%: not met); peak RSS 20.0 MB (goal under 50 MB: met)"
+    );
 }
 
 /// A kept layout in `folder` whose input folder exists (the input is not written).

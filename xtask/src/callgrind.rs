@@ -1,0 +1,180 @@
+//! `cargo xtask callgrind [--lines 200000] [--binary PATH] [--keep DIR]`: the
+//! instructions each line of a durable forward costs on each of its three threads.
+//!
+//! Runs the release `mongoose` binary (or `--binary`, an earlier build to compare with)
+//! under valgrind's callgrind, one output file per thread, on the `versus-rsyslog` shape:
+//! a COMMITED file feed of 100-byte lines forwarded into a file sink that fdatasyncs
+//! each batch, until settled (`--exit-when-settled`). Each thread's file is named by
+//! the functions it ran (the source driver, the group's runtime, the sink runner) and
+//! its instruction total is divided by the lines. The output is checked line for line
+//! against the input. Instruction counts do not depend on the machine's load, so the
+//! figures of two builds compare where wall-clock times would not.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::versus::{build_mongoose, first_difference, input_line, mongoose_config};
+
+/// The thread kinds, each named by a function only it runs.
+const THREADS: &[(&str, &str)] = &[
+    ("source", "SourceDriver"),
+    ("group", "run_group"),
+    ("sink", "runner::run::Run"),
+];
+
+struct Options {
+    lines: u64,
+    binary: Option<PathBuf>,
+    keep: Option<PathBuf>,
+}
+
+fn parse(arguments: &[String]) -> Result<Options, String> {
+    let mut options = Options {
+        lines: 200_000,
+        binary: None,
+        keep: None,
+    };
+    let mut remaining = arguments.iter();
+    while let Some(flag) = remaining.next() {
+        let value = remaining
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--lines" => {
+                options.lines = value
+                    .parse()
+                    .ok()
+                    .filter(|lines| *lines > 0)
+                    .ok_or_else(|| format!("--lines wants a positive integer, not {value}"))?;
+            }
+            "--binary" => options.binary = Some(PathBuf::from(value)),
+            "--keep" => options.keep = Some(PathBuf::from(value)),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(options)
+}
+
+/// Runs the measurement and prints instructions per line for each thread; false when
+/// it could not run or the output differs from its input.
+pub(crate) fn callgrind(root: &Path, arguments: &[String]) -> bool {
+    match measure(root, arguments) {
+        Ok(()) => true,
+        Err(error) => {
+            eprintln!("xtask: callgrind: {error}; usage: cargo xtask callgrind [--lines 200000] [--binary PATH] [--keep DIR]");
+            false
+        }
+    }
+}
+
+fn measure(root: &Path, arguments: &[String]) -> Result<(), String> {
+    let options = parse(arguments)?;
+    let binary = match &options.binary {
+        // the run's folder is its current directory: a relative path would miss
+        Some(binary) => binary
+            .canonicalize()
+            .map_err(|error| format!("no binary at {}: {error}", binary.display()))?,
+        None => build_mongoose(root)?,
+    };
+    let work = options
+        .keep
+        .clone()
+        .unwrap_or_else(|| root.join("target").join("callgrind"));
+    let _ = fs::remove_dir_all(&work);
+    let input_dir = work.join("input");
+    fs::create_dir_all(&input_dir)
+        .map_err(|error| format!("cannot create {}: {error}", input_dir.display()))?;
+    let input = input_dir.join("lines.txt");
+    let mut bytes = Vec::with_capacity(options.lines as usize * 100);
+    let mut line = Vec::new();
+    for index in 0..options.lines {
+        input_line(index, 100, &mut line);
+        bytes.extend_from_slice(&line);
+    }
+    fs::write(&input, &bytes)
+        .map_err(|error| format!("cannot write {}: {error}", input.display()))?;
+    let output = work.join("output.txt");
+    let config = work.join("mongoose.toml");
+    fs::write(&config, mongoose_config(&input, &output))
+        .map_err(|error| format!("cannot write {}: {error}", config.display()))?;
+    let out_files = work.join("callgrind.out");
+    eprintln!(
+        "xtask: callgrind: {} lines through {} (this takes a minute or more)",
+        options.lines,
+        binary.display()
+    );
+    let status = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg("--separate-threads=yes")
+        .arg("--dump-instr=no")
+        .arg(format!("--callgrind-out-file={}", out_files.display()))
+        .arg(&binary)
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--exit-when-settled")
+        .current_dir(&work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(
+            fs::File::create(work.join("valgrind.log"))
+                .map_err(|error| format!("cannot create the log: {error}"))?,
+        )
+        .status()
+        .map_err(|error| format!("cannot start valgrind (install Debian's valgrind): {error}"))?;
+    if !status.success() {
+        return Err(format!(
+            "mongoose under valgrind exited with {status}: see {}",
+            work.join("valgrind.log").display()
+        ));
+    }
+    if let Some(difference) =
+        first_difference(&input, &output).map_err(|error| error.to_string())?
+    {
+        return Err(format!("MISMATCH: {difference}"));
+    }
+    let mut totals = vec![0u64; THREADS.len()];
+    let mut other = 0u64;
+    for entry in fs::read_dir(&work).map_err(|error| error.to_string())? {
+        let path = entry.map_err(|error| error.to_string())?.path();
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or("");
+        if !name.starts_with("callgrind.out") {
+            continue;
+        }
+        let text =
+            fs::read_to_string(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+        let total = text
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("summary: ")
+                    .or_else(|| line.strip_prefix("totals: "))
+            })
+            .and_then(|value| value.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        match THREADS.iter().position(|(_, marker)| text.contains(marker)) {
+            Some(at) => totals[at] += total,
+            None => other += total,
+        }
+    }
+    let lines = options.lines as f64;
+    println!(
+        "instructions per line under callgrind ({} lines of 100 bytes, forward -> durable file sink, {}):",
+        options.lines,
+        binary.display()
+    );
+    for ((kind, _), total) in THREADS.iter().zip(&totals) {
+        println!("  {kind:<7} thread: {:>8.0}", *total as f64 / lines);
+    }
+    println!(
+        "  all three: {:>8.0}   (other threads, start and stop: {:.0})",
+        totals.iter().sum::<u64>() as f64 / lines,
+        other as f64 / lines
+    );
+    if options.keep.is_none() {
+        let _ = fs::remove_dir_all(&work);
+    }
+    Ok(())
+}
