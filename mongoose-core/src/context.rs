@@ -58,6 +58,10 @@ pub(crate) struct ThreadContext {
     pub(crate) audit_hook: Cell<Option<AuditHook>>,
     /// The delivery being processed and the processor being called.
     pub(crate) delivery: DeliveryState,
+    /// True while the thread batches ([`crate::batch_end`]).
+    pub(crate) batching: Cell<bool>,
+    /// The writers that deferred their hand-off to the batch's end.
+    pub(crate) deferred: RefCell<Vec<std::sync::Arc<dyn crate::batch_end::DeferredOutputs>>>,
     /// This thread's token ([`thread_token`]), 0 until first asked.
     token: Cell<u64>,
     /// The [`ContextFlag`]s, one bit each.
@@ -72,6 +76,8 @@ thread_local! {
             agent: RefCell::new(None),
             audit_hook: Cell::new(None),
             delivery: DeliveryState::new(),
+            batching: Cell::new(false),
+            deferred: RefCell::new(Vec::new()),
             token: Cell::new(0),
             flags: Cell::new(0),
             slots: [const { RefCell::new(None) }; MAX_CONTEXT_SLOTS],

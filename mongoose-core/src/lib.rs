@@ -186,6 +186,7 @@
 
 pub mod agent;
 pub mod audit;
+pub mod batch_end;
 pub mod context;
 mod delivery;
 pub mod dispatch;

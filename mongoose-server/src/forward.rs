@@ -208,15 +208,15 @@ impl Forward {
                 return Ok(());
             }
         }
-        let payload = match &self.compiled.template {
-            Some(template) => {
-                let mut out = Vec::with_capacity(bytes.len() + 32);
-                template.render(line, &mut out);
-                out
-            }
-            None => bytes.to_vec(),
+        let written = match &self.compiled.template {
+            Some(template) => self
+                .writer
+                .write_with(|payload| template.render(line, payload)),
+            None => self
+                .writer
+                .write_with(|payload| payload.extend_from_slice(bytes)),
         };
-        match self.writer.write(payload) {
+        match written {
             Ok(_) => Ok(()),
             Err(error @ SendError::Full { .. }) => Err(ProcessorError::busy(error.to_string())),
             Err(error) => Err(ProcessorError::new(error.to_string())),

@@ -33,12 +33,52 @@
 //! ```
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use mongoose_core::batch_end::{self, DeferredOutputs};
 use mongoose_core::sink::{writer_id, CommitGate, Output, OutputKey};
 use mongoose_core::{DeliveryContext, DeliveryRef, Epoch};
+use parking_lot::Mutex;
+use tracing::error;
 
-use crate::runner::{GateId, SendError, SinkHandle};
+use crate::runner::{GateId, Parcel, Queued, SendError, SinkHandle};
+
+/// The most outputs a writer keeps for its batch's end before it hands them over.
+const DEFERRED_MAX: usize = 1024;
+
+/// The outputs a writer keeps until its thread's batch ends ([`batch_end`]): counted
+/// queued at the sink already, and pending at their gates.
+struct Deferred {
+    handle: SinkHandle,
+    outputs: Mutex<Vec<Queued>>,
+    /// Listed for the thread's batch end.
+    listed: AtomicBool,
+}
+
+impl Deferred {
+    fn hand_over(&self) {
+        let outputs = {
+            let mut kept = self.outputs.lock();
+            if kept.is_empty() {
+                return;
+            }
+            std::mem::replace(&mut *kept, self.handle.parcel(DEFERRED_MAX))
+        };
+        let count = outputs.len();
+        if !self.handle.hand_over(Parcel::Many(outputs)) {
+            error!(sink = %self.handle.name(), outputs = count,
+                "the sink stopped before the outputs of the batch reached it: their inputs are not committed and come again");
+        }
+    }
+}
+
+impl DeferredOutputs for Deferred {
+    fn flush(&self) {
+        self.listed.store(false, Ordering::Relaxed);
+        self.hand_over();
+    }
+}
 
 /// Finds the commit gate of an input's feed for the writer's group (`None`: the feed's
 /// commits are not held, e.g. a feed without positions).
@@ -74,6 +114,16 @@ pub struct SinkWriter {
     unpositioned: u64,
     /// The writer's id in its keys ([`writer_id`] of its name; 0: no name given).
     writer: u64,
+    /// The outputs kept until the batch's end, on a thread that batches.
+    deferred: Arc<Deferred>,
+    /// Payload buffers the sink gave back, for [`SinkWriter::write_with`].
+    spares: Vec<Vec<u8>>,
+}
+
+impl Drop for SinkWriter {
+    fn drop(&mut self) {
+        self.deferred.hand_over();
+    }
 }
 
 impl fmt::Debug for SinkWriter {
@@ -91,7 +141,13 @@ impl SinkWriter {
     /// of a sink that several processors write into a name of its own.
     pub fn new(handle: SinkHandle, gates: GateSource) -> Self {
         SinkWriter {
+            deferred: Arc::new(Deferred {
+                handle: handle.clone(),
+                outputs: Mutex::new(Vec::new()),
+                listed: AtomicBool::new(false),
+            }),
             handle,
+            spares: Vec::new(),
             gates,
             feeds: Vec::new(),
             current: None,
@@ -124,6 +180,11 @@ impl SinkWriter {
     /// is keyed `-/0/0/N/0/writer` and holds nothing (a sink never drops such an output
     /// as already written: no input of it comes again).
     ///
+    /// On a thread that batches ([`batch_end`]: a processor group's) the outputs of
+    /// deliveries are handed to the sink together at the batch's end, one hand-off
+    /// for up to 1,024; elsewhere each at once. Either way they reach the sink in the
+    /// order they were written.
+    ///
     /// # Errors
     /// [`SendError::Full`] when the sink's queue is full (fail the handler: a
     /// retry-safe processor is given the item again later); [`SendError::Stopped`]
@@ -136,30 +197,72 @@ impl SinkWriter {
         let Some((key, at)) = positioned else {
             self.unpositioned += 1;
             let key = OutputKey::new(NO_INPUT, Epoch(0), 0, self.unpositioned, 0, writer);
+            // after what this writer kept, in order
+            self.deferred.hand_over();
             self.handle.send(Output::new(key.clone(), payload), None)?;
             return Ok(key);
         };
-        let output = Output::new(key.clone(), payload);
-        let known = &mut self.feeds[at];
-        let sent = match &known.gate {
-            Some((gate, id)) => {
-                known.next_tag += 1;
-                let tag = known.next_tag;
-                gate.pending(tag);
-                let sent = self.handle.send(output, Some((*id, tag)));
-                if sent.is_err() {
-                    // not taken: nothing to wait for
-                    gate.complete(tag);
-                }
-                sent
-            }
-            None => self.handle.send(output, None),
-        };
-        if let Err(error) = sent {
+        if let Err(error) = self.handle.reserve() {
             self.index -= 1;
             return Err(error);
         }
+        let output = Output::new(key.clone(), payload);
+        let known = &mut self.feeds[at];
+        let gate = known.gate.as_ref().map(|(gate, id)| {
+            known.next_tag += 1;
+            // pending before the item counts as handled
+            gate.pending(known.next_tag);
+            (*id, known.next_tag)
+        });
+        let queued = Queued { output, gate };
+        if !batch_end::is_batching() {
+            self.deferred.hand_over();
+            if !self.handle.hand_over(Parcel::One(queued)) {
+                if let (Some((gate, _)), Some((_, tag))) = (&self.feeds[at].gate, gate) {
+                    // not taken: nothing to wait for
+                    gate.complete(tag);
+                }
+                self.index -= 1;
+                return Err(SendError::Stopped {
+                    sink: self.handle.name().to_owned(),
+                });
+            }
+            return Ok(key);
+        }
+        let kept = {
+            let mut outputs = self.deferred.outputs.lock();
+            outputs.push(queued);
+            outputs.len()
+        };
+        if kept >= DEFERRED_MAX {
+            self.deferred.hand_over();
+        } else if !self.deferred.listed.swap(true, Ordering::Relaxed) {
+            batch_end::defer(Arc::clone(&self.deferred) as Arc<dyn DeferredOutputs>);
+        }
         Ok(key)
+    }
+
+    /// [`SinkWriter::write`] of the output `fill` makes, in a buffer the sink gave
+    /// back after publishing an earlier output when there is one (no allocation per
+    /// output once the first ones went round).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use mongoose_sink::{RunnerConfig, SinkRunner, SinkWriter};
+    /// # let runner = SinkRunner::start(Box::new(mongoose_sink::StdoutSink::default()), RunnerConfig::new("out", "stdout")).unwrap();
+    /// let mut writer = SinkWriter::new(runner.handle(), Arc::new(|_feed: &str| None));
+    /// writer.write_with(|payload| payload.extend_from_slice(b"hello")).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// As [`SinkWriter::write`].
+    pub fn write_with(&mut self, fill: impl FnOnce(&mut Vec<u8>)) -> Result<OutputKey, SendError> {
+        if self.spares.is_empty() {
+            self.handle.take_spares(&mut self.spares);
+        }
+        let mut payload = self.spares.pop().unwrap_or_default();
+        fill(&mut payload);
+        self.write(payload)
     }
 
     /// Publishes again an output admitted before a crash (an outbox's unsettled output)
@@ -170,6 +273,7 @@ impl SinkWriter {
     /// # Errors
     /// As [`SinkWriter::write`].
     pub fn republish(&mut self, key: OutputKey, payload: Vec<u8>) -> Result<(), SendError> {
+        self.deferred.hand_over();
         self.handle.send(Output::new(key, payload), None)
     }
 

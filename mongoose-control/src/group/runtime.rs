@@ -93,6 +93,8 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
     // a processor's audit records reach its capture while the group calls it
     let hook = mongoose_core::audit::enter_hook(crate::capture::routing::HOOK);
     let link = controller::install(seed.plane, seed.recorder.is_some());
+    // writers keep a poll's outputs and hand them to their sinks together at its end
+    let batching = mongoose_core::batch_end::batching();
     let mut idler = Idler::new(seed.idle);
     let mut runtime = Runtime {
         shared: Arc::clone(&shared),
@@ -135,6 +137,7 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
             }
         }
     }
+    drop(batching);
     drop(group);
     drop(link);
     drop(hook);
@@ -157,6 +160,8 @@ impl Runtime {
         work += self.expire_capture_opens();
         work += self.fire_timers();
         work += self.poll_feeds();
+        // the poll's outputs go to their sinks now (their inputs are held meanwhile)
+        mongoose_core::batch_end::end_batch();
         self.settle();
         Cycle::Worked(work)
     }
@@ -267,9 +272,12 @@ impl Runtime {
             .filter(|(_, slot)| slot.quarantined.is_none())
             .map(|(generation, _)| *generation)
             .collect();
+        // what the last cycle's writers kept goes before their processors stop
+        mongoose_core::batch_end::end_batch();
         for generation in running {
             let _ = self.release(generation, false);
         }
+        mongoose_core::batch_end::end_batch();
         self.close_captures();
         // quarantined processors keep their names and instances; their queues go
         let remaining: Vec<u64> = self.processors.keys().copied().collect();

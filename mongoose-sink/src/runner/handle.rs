@@ -6,15 +6,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{GateId, Queued, RetryRequested, Shared, SinkStatus};
-use crossbeam_channel::{Sender, TrySendError};
+use super::{GateId, Parcel, Queued, RetryRequested, Shared, SinkStatus};
+use crossbeam_channel::Sender;
 use mongoose_core::sink::{CommitGate, Output};
 
 /// Sends outputs to one running sink. Cloned freely; each processor that writes to
 /// the sink holds one (see [`crate::SinkWriter`] for the keyed, gated form).
 #[derive(Clone)]
 pub struct SinkHandle {
-    pub(super) tx: Sender<Queued>,
+    pub(super) tx: Sender<Parcel>,
     pub(super) shared: Arc<Shared>,
     pub(super) capacity: usize,
 }
@@ -68,6 +68,27 @@ impl SinkHandle {
     /// [`SendError::Full`] when the queue is full, [`SendError::Stopped`] when the
     /// runner stopped; the output was not taken and the gate not told.
     pub fn send(&self, output: Output, gate: Option<(GateId, u64)>) -> Result<(), SendError> {
+        self.reserve()?;
+        if self.hand_over(Parcel::One(Queued { output, gate })) {
+            Ok(())
+        } else {
+            Err(SendError::Stopped {
+                sink: self.shared.name.clone(),
+            })
+        }
+    }
+
+    /// Counts one output as queued (what the capacity bounds) before it is handed
+    /// over, now or at its batch's end.
+    ///
+    /// # Errors
+    /// As [`SinkHandle::send`]: nothing was counted.
+    pub(crate) fn reserve(&self) -> Result<(), SendError> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(SendError::Stopped {
+                sink: self.shared.name.clone(),
+            });
+        }
         if self.shared.queued.load(Ordering::Acquire) >= self.capacity {
             return Err(SendError::Full {
                 sink: self.shared.name.clone(),
@@ -75,22 +96,29 @@ impl SinkHandle {
             });
         }
         self.shared.queued.fetch_add(1, Ordering::AcqRel);
-        match self.tx.try_send(Queued { output, gate }) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) => {
-                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                Err(SendError::Full {
-                    sink: self.shared.name.clone(),
-                    capacity: self.capacity,
-                })
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                Err(SendError::Stopped {
-                    sink: self.shared.name.clone(),
-                })
-            }
+        Ok(())
+    }
+
+    /// Hands reserved outputs to the runner; false when it stopped (they are not
+    /// counted any more, and their gates stay pending: their inputs come again).
+    pub(crate) fn hand_over(&self, parcel: Parcel) -> bool {
+        let count = parcel.len();
+        if self.tx.send(parcel).is_ok() {
+            return true;
         }
+        self.shared.queued.fetch_sub(count, Ordering::AcqRel);
+        false
+    }
+
+    /// Moves the payload buffers the runner gave back into `into` (empty: nothing
+    /// came back yet).
+    pub(crate) fn take_spares(&self, into: &mut Vec<Vec<u8>>) {
+        self.shared.take_spares(into);
+    }
+
+    /// An empty vector for a writer's next batch of outputs.
+    pub(crate) fn parcel(&self, capacity: usize) -> Vec<Queued> {
+        self.shared.parcel(capacity)
     }
 
     /// The sink's name.

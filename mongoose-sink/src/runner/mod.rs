@@ -221,12 +221,77 @@ struct Shared {
     /// The outputs the hold policy keeps, by key.
     held: Mutex<BTreeMap<OutputKey, HeldNote>>,
     stop: AtomicBool,
+    /// The runner's thread ended: nothing sent now is published.
+    closed: AtomicBool,
     /// Stop only once this instant is passed, even with outputs left.
     deadline: Mutex<Option<Instant>>,
     /// The gates registered with [`SinkHandle::register_gate`], by [`GateId`].
     gates: Mutex<Vec<Arc<dyn CommitGate>>>,
     /// An operator asked to try every waiting and held output now.
     retry_now: AtomicBool,
+    /// Payload buffers of published outputs, empty, for the writers' next outputs:
+    /// an output's buffer is made once and goes round, instead of being allocated on
+    /// the writer's thread and freed on the runner's for each output.
+    spares: Mutex<Vec<Vec<u8>>>,
+    /// How many are in `spares` (read without the lock).
+    spare_count: AtomicUsize,
+    /// Emptied [`Parcel::Many`] vectors, for the writers' next batches.
+    parcels: Mutex<Vec<Vec<Queued>>>,
+}
+
+/// The most emptied parcels kept for the writers.
+const PARCELS_MAX: usize = 8;
+
+/// The most spare payload buffers kept for the writers.
+const SPARES_MAX: usize = 16_384;
+
+impl Shared {
+    /// Keeps the runner's `spares` for the writers (up to [`SPARES_MAX`]).
+    fn give_back(&self, spares: &mut Vec<Vec<u8>>) {
+        if spares.is_empty() {
+            return;
+        }
+        let mut kept = self.spares.lock();
+        let room = SPARES_MAX.saturating_sub(kept.len());
+        if room < spares.len() {
+            spares.truncate(room);
+        }
+        if kept.is_empty() {
+            std::mem::swap(&mut *kept, spares);
+        } else {
+            kept.append(spares);
+        }
+        self.spare_count.store(kept.len(), Ordering::Release);
+        spares.clear();
+    }
+
+    /// Keeps an emptied parcel's vector for a writer's next batch.
+    fn give_back_parcel(&self, parcel: Vec<Queued>) {
+        let mut parcels = self.parcels.lock();
+        if parcels.len() < PARCELS_MAX {
+            parcels.push(parcel);
+        }
+    }
+
+    /// An empty vector for a writer's next batch: a parcel the runner emptied, or a new
+    /// one with room for `capacity`.
+    pub(crate) fn parcel(&self, capacity: usize) -> Vec<Queued> {
+        self.parcels
+            .lock()
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(capacity))
+    }
+
+    /// Moves the spare buffers into `into` (a writer's own stock).
+    fn take_spares(&self, into: &mut Vec<Vec<u8>>) {
+        if self.spare_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut kept = self.spares.lock();
+        std::mem::swap(&mut *kept, into);
+        kept.clear();
+        self.spare_count.store(0, Ordering::Release);
+    }
 }
 
 /// A commit gate registered with a sink's runner ([`SinkHandle::register_gate`]): an
@@ -235,9 +300,26 @@ struct Shared {
 pub struct GateId(u32);
 
 /// One output with what the runner keeps about it.
-struct Queued {
-    output: Output,
-    gate: Option<(GateId, u64)>,
+pub(crate) struct Queued {
+    pub(crate) output: Output,
+    pub(crate) gate: Option<(GateId, u64)>,
+}
+
+/// What one hand-off to the runner carries: an output, or the outputs a writer kept
+/// until its batch ended ([`crate::SinkWriter`]).
+pub(crate) enum Parcel {
+    One(Queued),
+    Many(Vec<Queued>),
+}
+
+impl Parcel {
+    /// How many outputs it carries.
+    fn len(&self) -> usize {
+        match self {
+            Parcel::One(_) => 1,
+            Parcel::Many(outputs) => outputs.len(),
+        }
+    }
 }
 
 /// An output waiting for its next attempt.
@@ -283,7 +365,8 @@ impl SinkRunner {
         losses: Option<Arc<dyn LossRecorder>>,
     ) -> std::io::Result<Self> {
         let capacity = config.capacity.max(1);
-        let (tx, rx) = crossbeam_channel::bounded(capacity);
+        // unbounded: `queued`, counted before a hand-off, bounds what is in it
+        let (tx, rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             kind: config.kind.clone(),
@@ -291,15 +374,23 @@ impl SinkRunner {
             queued: AtomicUsize::new(0),
             held: Mutex::new(BTreeMap::new()),
             stop: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             deadline: Mutex::new(None),
             gates: Mutex::new(Vec::new()),
             retry_now: AtomicBool::new(false),
+            spares: Mutex::new(Vec::new()),
+            spare_count: AtomicUsize::new(0),
+            parcels: Mutex::new(Vec::new()),
         });
         let thread = std::thread::Builder::new()
             .name(format!("sink:{}", config.name))
             .spawn({
                 let shared = Arc::clone(&shared);
-                move || Run::new(sink, rx, shared, config, losses).run()
+                move || {
+                    let closed = Arc::clone(&shared);
+                    Run::new(sink, rx, shared, config, losses).run();
+                    closed.closed.store(true, Ordering::Release);
+                }
             })?;
         Ok(SinkRunner {
             handle: SinkHandle {

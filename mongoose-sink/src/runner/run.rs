@@ -6,10 +6,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{GateId, HeldNote, LossRecorder, LostOutput, Queued, RunnerConfig, Shared, Waiting};
+use super::{
+    GateId, HeldNote, LossRecorder, LostOutput, Parcel, Queued, RunnerConfig, Shared, Waiting,
+};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use mongoose_core::sink::{CommitGate, ExhaustedPolicy, Output, Sink, SinkOutcome};
 use tracing::{debug, error, info, warn};
+
+/// The largest payload buffer given back to the writers (a longer one is freed).
+const SPARE_MAX_BYTES: usize = 4096;
 
 /// The longest the runner's thread waits before it looks at its queue, its retries
 /// and its stop flag again.
@@ -18,7 +23,7 @@ const IDLE_WAIT: Duration = Duration::from_millis(50);
 /// The runner thread's state.
 pub(super) struct Run {
     sink: Box<dyn Sink>,
-    rx: Receiver<Queued>,
+    rx: Receiver<Parcel>,
     shared: Arc<Shared>,
     config: RunnerConfig,
     /// Outputs ready to be tried now, in order; `outputs[i]` belongs to `meta[i]`.
@@ -44,6 +49,9 @@ pub(super) struct Run {
     /// Since when the ready outputs (fewer than a batch) wait for more (the
     /// runner's `linger`).
     filling_since: Option<Instant>,
+    /// The payload buffers of the batch's published outputs, given back to the
+    /// writers for their next outputs ([`Shared::spares`]).
+    spares: Vec<Vec<u8>>,
 }
 
 struct Meta {
@@ -55,7 +63,7 @@ struct Meta {
 impl Run {
     pub(super) fn new(
         sink: Box<dyn Sink>,
-        rx: Receiver<Queued>,
+        rx: Receiver<Parcel>,
         shared: Arc<Shared>,
         config: RunnerConfig,
         losses: Option<Arc<dyn LossRecorder>>,
@@ -76,6 +84,7 @@ impl Run {
             lost_gates: Vec::new(),
             losses,
             filling_since: None,
+            spares: Vec::new(),
             config,
         }
     }
@@ -119,7 +128,7 @@ impl Run {
                     continue;
                 }
                 match self.rx.recv_timeout(wait) {
-                    Ok(queued) => self.push(queued),
+                    Ok(parcel) => self.take(parcel),
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => {
                         if self.waiting.iter().all(|waiting| waiting.held) {
@@ -136,7 +145,8 @@ impl Run {
             self.publish_batch();
         }
         let held = self.shared.held.lock().len();
-        let left = self.outputs.len() + self.waiting.len() + self.parked.len() + self.rx.len();
+        let queued: usize = self.rx.try_iter().map(|parcel| parcel.len()).sum();
+        let left = self.outputs.len() + self.waiting.len() + self.parked.len() + queued;
         if left > 0 {
             warn!(sink = %self.shared.name, outputs = left, held, "sink stopped with outputs not published: their inputs are not committed and are delivered again after a restart");
         }
@@ -162,13 +172,25 @@ impl Run {
         }
         // in steps, so that a stop, a retry request or a due retry is seen
         match self.rx.recv_timeout((until - now).min(IDLE_WAIT)) {
-            Ok(queued) => {
-                self.push(queued);
+            Ok(parcel) => {
+                self.take(parcel);
                 true
             }
             Err(RecvTimeoutError::Timeout) => true,
             // no more will come: publish what is there
             Err(RecvTimeoutError::Disconnected) => false,
+        }
+    }
+
+    fn take(&mut self, parcel: Parcel) {
+        match parcel {
+            Parcel::One(queued) => self.push(queued),
+            Parcel::Many(mut outputs) => {
+                for queued in outputs.drain(..) {
+                    self.push(queued);
+                }
+                self.shared.give_back_parcel(outputs);
+            }
         }
     }
 
@@ -182,10 +204,10 @@ impl Run {
     }
 
     fn take_queued(&mut self) {
-        let room = (self.config.batch * 4).saturating_sub(self.outputs.len());
-        for _ in 0..room {
+        let room = self.config.batch * 4;
+        while self.outputs.len() < room {
             match self.rx.try_recv() {
-                Ok(queued) => self.push(queued),
+                Ok(parcel) => self.take(parcel),
                 Err(_) => break,
             }
         }
@@ -288,6 +310,11 @@ impl Run {
                 } else {
                     published += 1;
                 }
+                let mut payload = output.payload;
+                if payload.capacity() <= SPARE_MAX_BYTES {
+                    payload.clear();
+                    self.spares.push(payload);
+                }
                 let Some((gate, tag)) = meta.gate else {
                     continue;
                 };
@@ -315,6 +342,7 @@ impl Run {
             self.gate(gate).complete_through(through);
         }
         self.record_losses();
+        self.shared.give_back(&mut self.spares);
         if published > 0 {
             // over: they leave the queue (a retried output stays counted until then;
             // a held one left it when it was held)
