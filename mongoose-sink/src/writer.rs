@@ -33,7 +33,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mongoose_core::batch_end::{self, DeferredOutputs};
@@ -54,10 +54,21 @@ struct Deferred {
     outputs: Mutex<Vec<Queued>>,
     /// Listed for the thread's batch end.
     listed: AtomicBool,
+    /// Outputs counted queued at the sink ahead of the writes that use them (taken
+    /// [`CREDIT`] at a time, so a write does not touch the count the sink's thread
+    /// lowers); what is left is given back when the kept outputs are handed over.
+    credit: AtomicUsize,
 }
+
+/// How many outputs a batching writer counts queued at once.
+const CREDIT: usize = 64;
 
 impl Deferred {
     fn hand_over(&self) {
+        let unused = self.credit.swap(0, Ordering::Relaxed);
+        if unused > 0 {
+            self.handle.release(unused);
+        }
         let outputs = {
             let mut kept = self.outputs.lock();
             if kept.is_empty() {
@@ -145,6 +156,7 @@ impl SinkWriter {
                 handle: handle.clone(),
                 outputs: Mutex::new(Vec::new()),
                 listed: AtomicBool::new(false),
+                credit: AtomicUsize::new(0),
             }),
             handle,
             spares: Vec::new(),
@@ -202,7 +214,18 @@ impl SinkWriter {
             self.handle.send(Output::new(key.clone(), payload), None)?;
             return Ok(key);
         };
-        if let Err(error) = self.handle.reserve() {
+        let batching = batch_end::is_batching();
+        let reserved = if batching {
+            // only this thread touches the credit: no read-modify-write needed
+            match self.deferred.credit.load(Ordering::Relaxed) {
+                0 => self.handle.reserve_up_to(CREDIT),
+                credit => Ok(credit),
+            }
+            .map(|credit| self.deferred.credit.store(credit - 1, Ordering::Relaxed))
+        } else {
+            self.handle.reserve()
+        };
+        if let Err(error) = reserved {
             self.index -= 1;
             return Err(error);
         }
@@ -215,7 +238,7 @@ impl SinkWriter {
             (*id, known.next_tag)
         });
         let queued = Queued { output, gate };
-        if !batch_end::is_batching() {
+        if !batching {
             self.deferred.hand_over();
             if !self.handle.hand_over(Parcel::One(queued)) {
                 if let (Some((gate, _)), Some((_, tag))) = (&self.feeds[at].gate, gate) {
@@ -236,7 +259,9 @@ impl SinkWriter {
         };
         if kept >= DEFERRED_MAX {
             self.deferred.hand_over();
-        } else if !self.deferred.listed.swap(true, Ordering::Relaxed) {
+        } else if !self.deferred.listed.load(Ordering::Relaxed) {
+            // set and cleared on this thread only (the batch's end runs here)
+            self.deferred.listed.store(true, Ordering::Relaxed);
             batch_end::defer(Arc::clone(&self.deferred) as Arc<dyn DeferredOutputs>);
         }
         Ok(key)

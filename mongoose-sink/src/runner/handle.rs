@@ -84,19 +84,35 @@ impl SinkHandle {
     /// # Errors
     /// As [`SinkHandle::send`]: nothing was counted.
     pub(crate) fn reserve(&self) -> Result<(), SendError> {
+        self.reserve_up_to(1).map(|_| ())
+    }
+
+    /// Counts up to `wanted` outputs as queued at once (at least one, as many as the
+    /// capacity leaves room for); returns how many.
+    ///
+    /// # Errors
+    /// As [`SinkHandle::send`]: nothing was counted.
+    pub(crate) fn reserve_up_to(&self, wanted: usize) -> Result<usize, SendError> {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(SendError::Stopped {
                 sink: self.shared.name.clone(),
             });
         }
-        if self.shared.queued.load(Ordering::Acquire) >= self.capacity {
+        let queued = self.shared.queued.load(Ordering::Acquire);
+        if queued >= self.capacity {
             return Err(SendError::Full {
                 sink: self.shared.name.clone(),
                 capacity: self.capacity,
             });
         }
-        self.shared.queued.fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        let taken = wanted.clamp(1, self.capacity - queued);
+        self.shared.queued.fetch_add(taken, Ordering::AcqRel);
+        Ok(taken)
+    }
+
+    /// Gives back `count` outputs counted queued that were not used.
+    pub(crate) fn release(&self, count: usize) {
+        self.shared.queued.fetch_sub(count, Ordering::AcqRel);
     }
 
     /// Hands reserved outputs to the runner; false when it stopped (they are not
