@@ -13,7 +13,8 @@
 //! default|pinned|both` makes only the server-default or only the pinned engine runs
 //! (both, alternating, unless given); `--queue N` and `--buffer-kib N` vary the queue
 //! and the buffer; `--idle SPINS,YIELD_US,MIN_PARK_US,MAX_PARK_US` tries another
-//! back-off in the default runs; `--idle-cpu N` only measures the CPU the default
+//! back-off in the default runs, `--default-pin S,C` pins their threads (to see the
+//! idling alone on two cores); `--idle-cpu N` only measures the CPU the default
 //! run's two threads use over N seconds with nothing to read. With
 //! `FEED_BENCH_SWITCHES=1` each default run prints its threads' context switches
 //! (voluntary: parks; involuntary: preemptions and yields that gave the core away).
@@ -202,8 +203,12 @@ fn through_the_delivery_engine(
         Placement::Default => {
             let driver = SourceDriver::new("bench", args.idle);
             let stop = driver.stop_handle();
+            let pins = args.default_pin;
             let consumer = scope.spawn(move || {
                 let _agent = mongoose_core::agent::mark_current_thread("counter");
+                if let Some((_, core)) = pins {
+                    pin_to(core);
+                }
                 let mut idler = Idler::new(args.idle);
                 // as a group's thread: the feed wakes it when it published
                 reader.set_wakeup(Arc::clone(idler.wakeup()));
@@ -219,6 +224,9 @@ fn through_the_delivery_engine(
             });
             let (source, feed) = (&mut source, &feed);
             let running = scope.spawn(move || {
+                if let Some((core, _)) = pins {
+                    pin_to(core);
+                }
                 let run = driver.run(source, &**feed);
                 report_switches("source");
                 run
@@ -287,6 +295,9 @@ struct Args {
     placements: Vec<Placement>,
     idle: IdleStrategy,
     idle_cpu_seconds: Option<u64>,
+    /// `--default-pin S,C`: the default runs' threads on cores S and C too (their idling
+    /// unchanged), to see the idle strategy alone on two cores.
+    default_pin: Option<(usize, usize)>,
 }
 
 fn args() -> Args {
@@ -299,6 +310,7 @@ fn args() -> Args {
         placements: Vec::new(),
         idle: IdleStrategy::default(),
         idle_cpu_seconds: None,
+        default_pin: None,
         queue: 1024,
         buffer_kib: 256,
     };
@@ -347,6 +359,16 @@ fn args() -> Args {
                         })
                     })
                     .expect("--idle takes SPINS,YIELD_US,MIN_PARK_US,MAX_PARK_US");
+            }
+            "--default-pin" => {
+                parsed.default_pin = value().and_then(|value| {
+                    let (source, consumer) = value.split_once(',')?;
+                    Some((source.parse().ok()?, consumer.parse().ok()?))
+                });
+                assert!(
+                    parsed.default_pin.is_some(),
+                    "--default-pin takes SOURCE_CORE,CONSUMER_CORE"
+                );
             }
             "--idle-cpu" => {
                 parsed.idle_cpu_seconds = Some(
