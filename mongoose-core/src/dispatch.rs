@@ -510,6 +510,11 @@ pub trait GroupReader: Send {
 
     /// Marks the queue's consumer dead (the group died).
     fn mark_dead(&mut self);
+
+    /// `wakeup` wakes the group's thread when the feed publishes to this queue (its
+    /// idler's [`crate::Wakeup`]). A reader without it is polled as its group's idle
+    /// strategy has it.
+    fn set_wakeup(&mut self, _wakeup: std::sync::Arc<crate::Wakeup>) {}
 }
 
 #[cfg(test)]

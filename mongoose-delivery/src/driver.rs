@@ -12,7 +12,11 @@
 //!   what a full queue paused ([`DrivenOutput::flush_paused`]), calls `do_work`, and, after a
 //!   cycle that did work, polls the acknowledgements once more (the commit lag: what the
 //!   consumers processed during the cycle is committed now, not a cycle later);
-//! * idles by the feed's [`IdleStrategy`] after a cycle that did nothing;
+//! * idles by the feed's [`IdleStrategy`] after a cycle that did nothing, parking with
+//!   the feed's wakeup ([`DrivenOutput::source_wakeup`]), which a reader wakes when it
+//!   made room in a queue; after a cycle that published it wakes the consumers' threads
+//!   that are parked ([`DrivenOutput::wake_consumers`]), so neither side of the hand-off
+//!   waits for its park to end;
 //! * retries a failing cycle every 100 ms, logging it once and then as a count at most
 //!   every 10 s (no flood); after [`STALL_AFTER_FAILURES`] failures in a row the feed
 //!   reports itself stalled with the error, until a cycle works again;
@@ -47,7 +51,7 @@ use tracing::{error, info};
 
 use crate::publisher::Publisher;
 use crate::registry::AnyFeed;
-use mongoose_core::Idler;
+use mongoose_core::{Idler, Wakeup};
 
 /// How long a failing duty cycle waits before the next try.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(100);
@@ -79,6 +83,14 @@ pub trait DrivenOutput {
     /// The source's duty cycle keeps failing (`Some(why)`: the feed reports itself
     /// stalled with it), or works again (`None`). Only the driver calls it.
     fn report_cycle_failing(&self, _failing: Option<String>) {}
+    /// Wakes the consumers' threads parked on the feed's queues; after a cycle that
+    /// published. None to wake by default.
+    fn wake_consumers(&self) {}
+    /// What wakes the source's thread when the driver parked it (a reader that made
+    /// room wakes it); `None`: the driver's idler has a wakeup of its own nobody wakes.
+    fn source_wakeup(&self) -> Option<Arc<Wakeup>> {
+        None
+    }
 }
 
 impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
@@ -94,6 +106,12 @@ impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
     fn report_cycle_failing(&self, failing: Option<String>) {
         (**self).report_cycle_failing(failing);
     }
+    fn wake_consumers(&self) {
+        (**self).wake_consumers();
+    }
+    fn source_wakeup(&self) -> Option<Arc<Wakeup>> {
+        (**self).source_wakeup()
+    }
 }
 
 impl<T: Send + Sync + 'static, P: Position> DrivenOutput for Publisher<T, P> {
@@ -108,6 +126,12 @@ impl<T: Send + Sync + 'static, P: Position> DrivenOutput for Publisher<T, P> {
     }
     fn report_cycle_failing(&self, failing: Option<String>) {
         self.record_cycle_failing(failing);
+    }
+    fn wake_consumers(&self) {
+        Publisher::wake_consumers(self);
+    }
+    fn source_wakeup(&self) -> Option<Arc<Wakeup>> {
+        Some(Publisher::source_wakeup(self))
     }
 }
 
@@ -158,7 +182,10 @@ impl SourceDriver {
         let _agent = agent::mark_current_thread(&format!("source:{name}"));
         Self::start_source(source, feed)?;
         info!(feed = %name, "source started");
-        let mut idler = Idler::new(self.idle);
+        let mut idler = match feed.source_wakeup() {
+            Some(wakeup) => Idler::with_wakeup(self.idle, wakeup),
+            None => Idler::new(self.idle),
+        };
         let mut failures = 0u64;
         let mut unlogged = 0u64;
         let mut last_logged: Option<Instant> = None;
@@ -218,8 +245,9 @@ impl SourceDriver {
 
     /// One duty cycle of `source` against its `feed`: polls the acknowledgements
     /// (commits what the consumers processed), replays paused items, calls `do_work`,
-    /// and, when the cycle did work, polls the acknowledgements once more (what was
-    /// processed during the cycle is committed now). Returns the work of the cycle,
+    /// and, when the cycle did work, wakes the consumers' threads that are parked and
+    /// polls the acknowledgements once more (what was processed during the cycle is
+    /// committed now). Returns the work of the cycle,
     /// commits included. [`SourceDriver::run`] uses it; a test or benchmark driving a
     /// source by hand calls it instead of `do_work`, which no longer commits.
     pub fn cycle<S, F>(source: &mut S, feed: &F) -> Result<WorkDone, CoreError>
@@ -231,6 +259,7 @@ impl SourceDriver {
         feed.flush_paused();
         let WorkDone(done) = source.do_work()?;
         if done > 0 {
+            feed.wake_consumers();
             // commit again after a cycle that published (the commit lag)
             work += done + feed.poll_acknowledgements();
         }

@@ -74,6 +74,10 @@ impl<T: Send + Sync + 'static> GroupReader for GroupQueue<T> {
     fn mark_dead(&mut self) {
         self.reader.mark_dead();
     }
+
+    fn set_wakeup(&mut self, wakeup: std::sync::Arc<mongoose_core::Wakeup>) {
+        self.reader.set_wakeup(wakeup);
+    }
 }
 
 /// A group's subscription to a feed of any item type ([`crate::AnyFeed::subscribe_group`]).

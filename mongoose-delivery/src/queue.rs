@@ -81,6 +81,10 @@ pub(crate) struct QueueShared {
     /// item, thousands a second).
     pub(crate) hold_log: parking_lot::Mutex<mongoose_core::LogEvery>,
     pub(crate) completion_log: parking_lot::Mutex<mongoose_core::LogEvery>,
+    /// Wakes the reader's thread, parked, when the feed published (its group's idler's).
+    pub(crate) consumer_wakeup: std::sync::OnceLock<Arc<mongoose_core::Wakeup>>,
+    /// Wakes the feed's source, parked, when the reader made room (the feed's).
+    pub(crate) producer_wakeup: std::sync::OnceLock<Arc<mongoose_core::Wakeup>>,
 }
 
 /// How often a repeating error of a queue's reader is logged (with a count).
@@ -108,6 +112,8 @@ impl QueueShared {
             completion_log: parking_lot::Mutex::new(mongoose_core::LogEvery::new(
                 REPEATED_LOG_EVERY,
             )),
+            consumer_wakeup: std::sync::OnceLock::new(),
+            producer_wakeup: std::sync::OnceLock::new(),
         }
     }
 

@@ -117,6 +117,12 @@ impl<T> QueueReader<T> {
         }
     }
 
+    /// `wakeup` wakes this reader's thread, parked by its idler, when the feed publishes
+    /// to the queue (the first one given stays: a reader is polled by one thread).
+    pub fn set_wakeup(&self, wakeup: Arc<mongoose_core::Wakeup>) {
+        let _ = self.shared.consumer_wakeup.set(wakeup);
+    }
+
     /// The queue's name (`group/feed`).
     pub fn queue_name(&self) -> &str {
         &self.shared.name
@@ -212,6 +218,12 @@ impl<T> QueueReader<T> {
         }
         if self.shared.drops_pending.load(Ordering::Acquire) {
             report_drops(&self.shared, self.dispatched, dispatcher);
+        }
+        if finished > 0 {
+            // room made: a source parked on the full queue goes on (one load if not)
+            if let Some(wakeup) = self.shared.producer_wakeup.get() {
+                wakeup.wake();
+            }
         }
         finished
     }

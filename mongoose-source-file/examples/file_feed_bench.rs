@@ -4,17 +4,30 @@
 //! ```text
 //! cargo run --release -p mongoose-source-file --example file_feed_bench -- --size-mib 256
 //! cargo run --release -p mongoose-source-file --example file_feed_bench -- \
-//!     --size-mib 256 --runs 3 --only engine --pin 0,1   # for perf record
+//!     --size-mib 256 --runs 3 --only engine --placement default   # for perf record
 //! ```
 //!
 //! `--runs N` prints each run and the median; `--pin S,C` puts the source and the consumer
-//! threads on cores S and C (the same core, or two: on a shared machine the figures
-//! differ several-fold); `--queue N` and `--buffer-kib N` vary the queue and the buffer.
+//! threads of the pinned engine runs on cores S and C (0,1 unless given; the same core,
+//! or two: on a shared machine the figures differ several-fold); `--placement
+//! default|pinned|both` makes only the server-default or only the pinned engine runs
+//! (both, alternating, unless given); `--queue N` and `--buffer-kib N` vary the queue
+//! and the buffer; `--idle SPINS,YIELD_US,MIN_PARK_US,MAX_PARK_US` tries another
+//! back-off in the default runs, `--default-pin S,C` pins their threads (to see the
+//! idling alone on two cores); `--idle-cpu N` only measures the CPU the default
+//! run's two threads use over N seconds with nothing to read. With
+//! `FEED_BENCH_SWITCHES=1` each default run prints its threads' context switches
+//! (voluntary: parks; involuntary: preemptions and yields that gave the core away).
 //!
 //! Runs (a) a raw memchr line count, (b) a COMMITED file source into a counting output
 //! that acknowledges everything, and (c) the same source through the real delivery
-//! engine (a 1,024-slot PAUSE queue) to a counting processor thread. Prints MiB/s and
-//! lines/s, the ratios to the raw count, and the peak resident set size (VmHWM), which
+//! engine (a 1,024-slot PAUSE queue) to a counting processor thread, twice in turn: with
+//! the server's defaults (threads not pinned, the source run by `SourceDriver::run` and
+//! the consumer polling and idling as a group's thread, by the default `IdleStrategy`),
+//! and pinned (the threads on cores `--pin`, yielding when idle), then prints
+//! `file -> engine: default D MiB/s, pinned P MiB/s (default/pinned ..; pinned/default ..x)`
+//! with the medians of each. Prints MiB/s and lines/s, the ratios to the raw count (the
+//! engine's with the default run), and the peak resident set size (VmHWM), which
 //! stays flat: the source holds a few read buffers and the queue 1,024 lines, not the
 //! file. (d) times a restart of a COMMITED source whose pointer is committed at the end
 //! of the file, from `start()` to CAUGHT_UP: nothing of the file is read again.
@@ -35,8 +48,8 @@ use std::time::Instant;
 
 use mongoose_core::engine::PendingCompletion;
 use mongoose_core::{
-    CoreError, Delivery, Epoch, ProcessorError, PublishRefused, SourceCommitter, SourceOutput,
-    SourceStart, SourceState, TryPublish,
+    CoreError, Delivery, Epoch, IdleStrategy, Idler, ProcessorError, PublishRefused,
+    SourceCommitter, SourceOutput, SourceStart, SourceState, TryPublish,
 };
 use mongoose_delivery::{
     DispatchOutcome, Dispatcher, DrivenOutput, Feed, Publisher, SourceDriver, SubscribeOptions,
@@ -149,9 +162,34 @@ impl Dispatcher<Line> for CountingProcessor {
     }
 }
 
+/// How the engine run places and idles its two threads.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Placement {
+    /// What the server does by default: neither thread pinned, both idling by the
+    /// default [`IdleStrategy`] (the source thread run by [`SourceDriver::run`], as
+    /// the server runs it; the consumer polls [`GROUP_POLL_LIMIT`] items a cycle and
+    /// idles as a group's thread does).
+    Default,
+    /// The reference: the source thread on core S, the consumer on core C (`--pin`,
+    /// 0,1 unless given), each yielding when a cycle found nothing and polling the
+    /// whole queue at once (the figure the issue calls "pinned").
+    Pinned(usize, usize),
+}
+
+/// Items a group's thread takes from one feed per duty cycle by default
+/// (`mongoose_control::GroupOptions::default().poll_limit`).
+const GROUP_POLL_LIMIT: usize = 256;
+
 /// The file through a COMMITED source, the real publisher (one PAUSE queue) and
-/// a counting processor on its own thread; returns the seconds taken.
-fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64, args: &Args) -> f64 {
+/// a counting processor on its own thread, the threads placed and idling by
+/// `placement`; returns the seconds taken.
+fn through_the_delivery_engine(
+    path: &Path,
+    lines: u64,
+    bytes: u64,
+    args: &Args,
+    placement: Placement,
+) -> f64 {
     let feed: Arc<Publisher<Line, u64>> = Feed::builder("bench").queue_capacity(args.queue).build();
     let erased: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
     let mut source = FileEventSource::new(source_config(path, args), Ok::<Line, String>, erased);
@@ -160,48 +198,92 @@ fn through_the_delivery_engine(path: &Path, lines: u64, bytes: u64, args: &Args)
         .expect("subscribe")
         .take_reader()
         .expect("reader");
-    let poll_batch = args.queue;
-    let consumer_core = args.pin.map(|(_, consumer)| consumer);
     let started = Instant::now();
-    let consumer = std::thread::spawn(move || {
-        let _agent = mongoose_core::agent::mark_current_thread("counter");
-        if let Some(core) = consumer_core {
-            pin_to(core);
+    let counter = std::thread::scope(|scope| match placement {
+        Placement::Default => {
+            let driver = SourceDriver::new("bench", args.idle);
+            let stop = driver.stop_handle();
+            let pins = args.default_pin;
+            let consumer = scope.spawn(move || {
+                let _agent = mongoose_core::agent::mark_current_thread("counter");
+                if let Some((_, core)) = pins {
+                    pin_to(core);
+                }
+                let mut idler = Idler::new(args.idle);
+                // as a group's thread: the feed wakes it when it published
+                reader.set_wakeup(Arc::clone(idler.wakeup()));
+                let mut counter = CountingProcessor::default();
+                while counter.lines < lines {
+                    let work = reader.poll(&mut counter, GROUP_POLL_LIMIT);
+                    idler.idle(work, None);
+                }
+                // the driver commits what was processed as it stops
+                stop.stop();
+                report_switches("consumer");
+                counter
+            });
+            let (source, feed) = (&mut source, &feed);
+            let running = scope.spawn(move || {
+                if let Some((core, _)) = pins {
+                    pin_to(core);
+                }
+                let run = driver.run(source, &**feed);
+                report_switches("source");
+                run
+            });
+            feed.start_complete();
+            let counter = consumer.join().expect("consumer");
+            running.join().expect("source thread").expect("source run");
+            counter
         }
-        let mut counter = CountingProcessor::default();
-        while counter.lines < lines {
-            if reader.poll(&mut counter, poll_batch) == 0 {
-                // an idle strategy: the machine may have fewer free cores than threads
-                std::thread::yield_now();
-            }
+        Placement::Pinned(source_core, consumer_core) => {
+            let poll_batch = args.queue;
+            let consumer = scope.spawn(move || {
+                let _agent = mongoose_core::agent::mark_current_thread("counter");
+                pin_to(consumer_core);
+                let mut counter = CountingProcessor::default();
+                while counter.lines < lines {
+                    if reader.poll(&mut counter, poll_batch) == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                counter
+            });
+            let (source, feed) = (&mut source, &feed);
+            let running = scope.spawn(move || {
+                let _agent = mongoose_core::agent::mark_current_thread("bench-source");
+                pin_to(source_core);
+                SourceDriver::start_source(source, feed).expect("start");
+                feed.start_complete();
+                while source.committed_position() < bytes {
+                    if SourceDriver::cycle(source, feed).expect("duty cycle").0 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                SourceDriver::stop_source(source, feed).expect("stop");
+            });
+            let counter = consumer.join().expect("consumer");
+            running.join().expect("source thread");
+            counter
         }
-        counter
     });
-    let _agent = mongoose_core::agent::mark_current_thread("bench-source");
-    SourceDriver::start_source(&mut source, &feed).expect("start");
-    feed.start_complete();
-    while source.committed_position() < bytes {
-        if SourceDriver::cycle(&mut source, &feed)
-            .expect("duty cycle")
-            .0
-            == 0
-        {
-            std::thread::yield_now();
-        }
-    }
-    let counter = consumer.join().expect("consumer");
-    SourceDriver::stop_source(&mut source, &feed).expect("stop");
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(counter.lines, lines);
+    assert_eq!(source.committed_position(), bytes);
     assert_eq!(feed.status().dropped, 0);
     seconds
 }
 
 /// The command line: `--size-mib N`, `--runs N` (each figure is the median of N runs;
 /// all are printed), `--only source|engine` (one phase, for `perf record`), `--pin S,C`
-/// (the source thread on core S, the consumer thread on core C), `--queue N` (the
-/// subscriber queue's capacity, 1,024 by default; the reader polls up to that many),
-/// `--buffer-kib N` (the source's read buffer and bytes per cycle, default 256 KiB).
+/// (the pinned engine runs put the source thread on core S, the consumer thread on
+/// core C; 0,1 by default), `--placement default|pinned|both` (the engine runs made:
+/// both by default, alternating, each `--runs` times), `--queue N` (the
+/// subscriber queue's capacity, 1,024 by default; the pinned runs' reader polls up to
+/// that many, the default runs' a group's 256), `--buffer-kib N` (the source's read
+/// buffer and bytes per cycle, default 256 KiB), `--idle S,Y,MIN,MAX` (the default runs'
+/// back-off: spins, microseconds of yielding, first and longest park in microseconds),
+/// `--idle-cpu N` (only the idle CPU measure, over N seconds).
 struct Args {
     queue: usize,
     buffer_kib: usize,
@@ -209,7 +291,13 @@ struct Args {
     runs: usize,
     source: bool,
     engine: bool,
-    pin: Option<(usize, usize)>,
+    pin: (usize, usize),
+    placements: Vec<Placement>,
+    idle: IdleStrategy,
+    idle_cpu_seconds: Option<u64>,
+    /// `--default-pin S,C`: the default runs' threads on cores S and C too (their idling
+    /// unchanged), to see the idle strategy alone on two cores.
+    default_pin: Option<(usize, usize)>,
 }
 
 fn args() -> Args {
@@ -218,7 +306,11 @@ fn args() -> Args {
         runs: 1,
         source: true,
         engine: true,
-        pin: None,
+        pin: (0, 1),
+        placements: Vec::new(),
+        idle: IdleStrategy::default(),
+        idle_cpu_seconds: None,
+        default_pin: None,
         queue: 1024,
         buffer_kib: 256,
     };
@@ -252,8 +344,46 @@ fn args() -> Args {
                         let (source, consumer) = value.split_once(',')?;
                         Some((source.parse().ok()?, consumer.parse().ok()?))
                     })
-                    .map(Some)
                     .expect("--pin takes SOURCE_CORE,CONSUMER_CORE");
+            }
+            "--idle" => {
+                parsed.idle = value()
+                    .and_then(|value| {
+                        let mut parts = value.split(',').map(|part| part.parse::<u64>().ok());
+                        let mut next = || parts.next().flatten();
+                        Some(IdleStrategy::Backoff {
+                            max_spins: next()? as u32,
+                            yield_for: std::time::Duration::from_micros(next()?),
+                            min_park: std::time::Duration::from_micros(next()?),
+                            max_park: std::time::Duration::from_micros(next()?),
+                        })
+                    })
+                    .expect("--idle takes SPINS,YIELD_US,MIN_PARK_US,MAX_PARK_US");
+            }
+            "--default-pin" => {
+                parsed.default_pin = value().and_then(|value| {
+                    let (source, consumer) = value.split_once(',')?;
+                    Some((source.parse().ok()?, consumer.parse().ok()?))
+                });
+                assert!(
+                    parsed.default_pin.is_some(),
+                    "--default-pin takes SOURCE_CORE,CONSUMER_CORE"
+                );
+            }
+            "--idle-cpu" => {
+                parsed.idle_cpu_seconds = Some(
+                    value()
+                        .and_then(|value| value.parse().ok())
+                        .expect("--idle-cpu takes a number of seconds"),
+                );
+            }
+            "--placement" => {
+                parsed.placements = match value().as_deref() {
+                    Some("default") => vec![Placement::Default],
+                    Some("pinned") => vec![Placement::Pinned(0, 0)],
+                    Some("both") => Vec::new(),
+                    _ => panic!("--placement takes default, pinned or both"),
+                };
             }
             "--queue" => {
                 parsed.queue = value()
@@ -273,6 +403,12 @@ fn args() -> Args {
             }
         }
     }
+    let pinned = Placement::Pinned(parsed.pin.0, parsed.pin.1);
+    parsed.placements = match parsed.placements.as_slice() {
+        [Placement::Default] => vec![Placement::Default],
+        [Placement::Pinned(..)] => vec![pinned],
+        _ => vec![Placement::Default, pinned],
+    };
     parsed
 }
 
@@ -308,6 +444,88 @@ fn source_config(path: &Path, args: &Args) -> FileSourceConfig {
     config.read_buffer_bytes = args.buffer_kib * 1024;
     config.max_bytes_per_cycle = config.max_bytes_per_cycle.max(config.read_buffer_bytes);
     config
+}
+
+/// `--idle-cpu N`: the engine run's threads with the server's defaults (the source
+/// driven by `SourceDriver::run`, a consumer idling as a group's thread) over a file
+/// nothing is written to, for N seconds after one to settle; prints the CPU they used
+/// (an idle server must not keep a core busy).
+fn idle_cpu(seconds: u64, args: &Args) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("idle.log");
+    File::create(&path).expect("create");
+    let feed: Arc<Publisher<Line, u64>> = Feed::builder("idle").queue_capacity(args.queue).build();
+    let erased: Arc<dyn SourceOutput<Line, u64>> = feed.clone();
+    let mut source = FileEventSource::new(source_config(&path, args), Ok::<Line, String>, erased);
+    let mut reader = feed
+        .subscribe("counter", SubscribeOptions::default())
+        .expect("subscribe")
+        .take_reader()
+        .expect("reader");
+    let driver = SourceDriver::new("idle", args.idle);
+    let stop = driver.stop_handle();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    std::thread::scope(|scope| {
+        let consumer_done = Arc::clone(&done);
+        let idle = args.idle;
+        scope.spawn(move || {
+            let mut idler = Idler::new(idle);
+            reader.set_wakeup(Arc::clone(idler.wakeup()));
+            let mut counter = CountingProcessor::default();
+            while !consumer_done.load(Ordering::Acquire) {
+                let work = reader.poll(&mut counter, GROUP_POLL_LIMIT);
+                idler.idle(work, None);
+            }
+        });
+        let source = &mut source;
+        let feed = &feed;
+        scope.spawn(move || driver.run(source, &**feed).expect("source run"));
+        feed.start_complete();
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let before = process_cpu_seconds();
+        std::thread::sleep(std::time::Duration::from_secs(seconds));
+        let used = process_cpu_seconds() - before;
+        println!(
+            "idle CPU: {:.2}% of one core over {seconds} s (a source thread and a consumer thread, nothing to read)",
+            100.0 * used / seconds as f64
+        );
+        done.store(true, Ordering::Release);
+        stop.stop();
+    });
+}
+
+/// The CPU time (user and system) of this process so far, from `/proc/self/stat`.
+fn process_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // the fields after the command's closing parenthesis: utime and stime are the
+    // 12th and 13th of them (fields 14 and 15 of the line)
+    let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    ticks / 100.0 // USER_HZ
+}
+
+/// With `FEED_BENCH_SWITCHES` set, prints the calling thread's voluntary (a park, a
+/// blocking call) and involuntary (preempted, or a yield that gave the core away)
+/// context switches.
+fn report_switches(thread: &str) {
+    if std::env::var_os("FEED_BENCH_SWITCHES").is_none() {
+        return;
+    }
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+    let count = |key: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(key))
+            .map_or("?", str::trim)
+            .to_owned()
+    };
+    println!(
+        "  {thread}: {} voluntary, {} involuntary context switches",
+        count("voluntary_ctxt_switches:"),
+        count("nonvoluntary_ctxt_switches:")
+    );
 }
 
 fn pin_to(core: usize) {
@@ -355,15 +573,19 @@ fn through_the_source_alone(path: &Path, lines: u64, bytes: u64, args: &Args) ->
 /// The median of `runs` timings, and all of them.
 fn median_of(runs: usize, mut run: impl FnMut() -> f64) -> (f64, Vec<f64>) {
     let all: Vec<f64> = (0..runs).map(|_| run()).collect();
-    let mut sorted = all.clone();
+    (median(&all), all)
+}
+
+/// The median of `values` (not empty).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let middle = sorted.len() / 2;
-    let median = if sorted.len() % 2 == 1 {
+    if sorted.len() % 2 == 1 {
         sorted[middle]
     } else {
         (sorted[middle - 1] + sorted[middle]) / 2.0
-    };
-    (median, all)
+    }
 }
 
 /// A COMMITED source over the whole file, its pointer committed at the end; then
@@ -410,6 +632,19 @@ fn restart_to_caught_up(path: &Path, bytes: u64, args: &Args) -> (f64, Vec<f64>,
     (median, all, republished)
 }
 
+/// `1234.5` as `1,235`.
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value);
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 fn rates(mib: f64, seconds: &[f64]) -> String {
     let rates: Vec<String> = seconds
         .iter()
@@ -420,8 +655,9 @@ fn rates(mib: f64, seconds: &[f64]) -> String {
 
 fn main() {
     let args = args();
-    if let Some((source, _)) = args.pin {
-        pin_to(source);
+    if let Some(seconds) = args.idle_cpu_seconds {
+        idle_cpu(seconds, &args);
+        return;
     }
     let size_mib = args.size_mib;
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -467,22 +703,49 @@ fn main() {
         );
     }
 
-    // (c) the same through the real delivery engine to a counting processor thread
+    // (c) the same through the real delivery engine to a counting processor thread:
+    // the server's default placement and idling against pinned threads, alternating
     let mut engine_mib_s = None;
     if args.engine {
-        let (seconds, all) = median_of(args.runs, || {
-            let seconds = through_the_delivery_engine(&path, lines, bytes, &args);
-            std::fs::remove_file(mongoose_source_file::pointer::pointer_path_for(&path)).ok();
-            seconds
-        });
-        engine_mib_s = Some(mib / seconds);
-        println!(
-            "feed + delivery  : {:>9.1} MiB/s {:>12.0} lines/s   (runs: {} MiB/s; Publisher, {} queue, counting thread)",
-            mib / seconds,
-            lines as f64 / seconds,
-            rates(mib, &all),
-            args.queue
-        );
+        let mut seconds: Vec<(Placement, Vec<f64>)> = args
+            .placements
+            .iter()
+            .map(|placement| (*placement, Vec::new()))
+            .collect();
+        for _ in 0..args.runs {
+            for (placement, runs) in &mut seconds {
+                runs.push(through_the_delivery_engine(
+                    &path, lines, bytes, &args, *placement,
+                ));
+                std::fs::remove_file(mongoose_source_file::pointer::pointer_path_for(&path)).ok();
+            }
+        }
+        let mut medians = Vec::new();
+        for (placement, runs) in &seconds {
+            let median = median(runs);
+            let what = match placement {
+                Placement::Default => "default".to_owned(),
+                Placement::Pinned(source, consumer) => format!("pinned {source},{consumer}"),
+            };
+            println!(
+                "feed + delivery  : {:>9.1} MiB/s {:>12.0} lines/s   (runs: {} MiB/s; {what}: Publisher, {} queue, counting thread)",
+                mib / median,
+                lines as f64 / median,
+                rates(mib, runs),
+                args.queue
+            );
+            medians.push((*placement, mib / median));
+        }
+        engine_mib_s = medians.first().map(|(_, rate)| *rate);
+        if let [(Placement::Default, default), (Placement::Pinned(..), pinned)] = medians[..] {
+            println!(
+                "file -> engine: default {} MiB/s, pinned {} MiB/s (default/pinned {:.2}; pinned/default {:.2}x)",
+                thousands(default),
+                thousands(pinned),
+                default / pinned,
+                pinned / default
+            );
+        }
     }
 
     // (d) a restart whose pointer is committed at the end of the file: to CAUGHT_UP

@@ -142,6 +142,7 @@ impl Runtime {
         };
         if let Some(state) = self.feeds.iter_mut().find(|state| state.feed == feed) {
             if let Some((mut reader, probe)) = binding.reader {
+                reader.set_wakeup(Arc::clone(&self.wakeup));
                 // a new queue of a feed the group reads: its subscribers move to it
                 for (id, moved) in state.reader.take_handlers() {
                     add(&mut *reader, id.0, moved);
@@ -155,6 +156,7 @@ impl Runtime {
         }
         match binding.reader {
             Some((mut reader, probe)) => {
+                reader.set_wakeup(Arc::clone(&self.wakeup));
                 add(&mut *reader, generation, handler);
                 self.feeds.push(FeedState {
                     feed,

@@ -69,6 +69,9 @@ pub(super) struct Runtime {
     pub(super) recorder: Option<Box<dyn GroupRecorder>>,
     /// Its processors' audit captures: opens in progress and installed sessions.
     pub(super) captures: Captures,
+    /// Wakes the group's thread, parked by its idler, when a feed publishes to one of
+    /// its queues (each reader is given it).
+    pub(super) wakeup: Arc<mongoose_core::Wakeup>,
 }
 
 pub(super) enum Cycle {
@@ -114,6 +117,7 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
         status_dirty: true,
         recorder: seed.recorder,
         captures: Captures::default(),
+        wakeup: Arc::clone(idler.wakeup()),
     };
     loop {
         match catch_unwind(AssertUnwindSafe(|| runtime.duty_cycle())) {

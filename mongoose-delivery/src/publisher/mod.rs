@@ -38,6 +38,7 @@ mod overload;
 mod publish;
 mod status;
 mod subscriptions;
+mod wake;
 
 use acknowledge::AckState;
 use cache::{CacheState, Cached, Deferred};
@@ -111,6 +112,8 @@ pub struct Publisher<T, P: Position = u64> {
     saved_positions: Mutex<Vec<mongoose_core::ConsumerPosition>>,
     stopping: AtomicBool,
     overload_observers: Mutex<Vec<OverloadObserver>>,
+    /// Wakes the feed's source thread, parked by its driver, when a reader made room.
+    source_wakeup: Arc<mongoose_core::Wakeup>,
 }
 
 impl<T, P: Position> std::fmt::Debug for Publisher<T, P> {
@@ -168,6 +171,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             kill_switch: Mutex::new(None),
             saved_positions: Mutex::new(Vec::new()),
             overload_observers: Mutex::new(Vec::new()),
+            source_wakeup: mongoose_core::Wakeup::new(),
             stopping: AtomicBool::new(false),
         }
     }

@@ -85,6 +85,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         let (producer, consumer) = rtrb::RingBuffer::new(capacity);
         let queue_name: Arc<str> = Arc::from(format!("{group}/{}", self.name).as_str());
         let shared = Arc::new(QueueShared::new(queue, queue_name, Arc::from(group)));
+        let _ = shared.producer_wakeup.set(Arc::clone(&self.source_wakeup));
         let hold = state.ack.holds.get(group).cloned();
         if let Some(hold) = &hold {
             hold.bind(Arc::clone(&shared));
