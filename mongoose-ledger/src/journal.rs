@@ -305,17 +305,28 @@ fn write_account(out: &mut Vec<u8>, (account, balance): (&str, i64)) {
     out.push(b']');
 }
 
-/// `value` in decimal, as serde_json writes it.
+/// `value` in decimal, as serde_json writes it (two digits at a time).
 fn push_u64(out: &mut Vec<u8>, mut value: u64) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
     let mut digits = [0u8; 20];
     let mut at = digits.len();
-    loop {
+    while value >= 100 {
+        let pair = (value % 100) as usize * 2;
+        value /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if value >= 10 {
+        let pair = value as usize * 2;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
         at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
+        digits[at] = b'0' + value as u8;
     }
     out.extend_from_slice(&digits[at..]);
 }

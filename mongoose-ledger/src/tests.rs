@@ -530,7 +530,22 @@ fn a_record_is_encoded_byte_for_byte_as_serde_json_writes_it() {
             unsaved_lanes: vec![(2, 0, 1)],
         },
     ];
-    for record in records {
+    // every number of digits, and either side of each power of ten
+    let numbers = (0..20u32).flat_map(|power| {
+        let at = 10u64.pow(power);
+        [at - 1, at, at + 1]
+    });
+    let numbered = numbers.map(|number| JournalRecord {
+        account: Some(("n".into(), -(number as i64 & i64::MAX))),
+        unsaved: Vec::new(),
+        applied: number,
+        rejected: number / 3,
+        lane: (number % 1000) as u32,
+        epoch: number,
+        position: number.wrapping_mul(7),
+        unsaved_lanes: vec![(number as u32, number, number / 7)],
+    });
+    for record in records.into_iter().chain(numbered) {
         let json = serde_json::to_vec(&record).unwrap();
         let mut expected = format!("{:08x} ", crc32fast::hash(&json)).into_bytes();
         expected.extend_from_slice(&json);
