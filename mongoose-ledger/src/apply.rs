@@ -84,36 +84,64 @@ pub(crate) fn apply_line(
     state: &mut LedgerState,
     rejected_log: &mut File,
     alerts: &mut dyn AlertSink,
-    position: &str,
+    position: &(impl std::fmt::Display + ?Sized),
     line: &Line,
 ) -> Result<Applied, ProcessorError> {
+    let mut account = String::new();
+    Ok(
+        match apply_line_to(state, rejected_log, alerts, position, line, &mut account)? {
+            AppliedTo::Account { balance, alert } => Applied::Account {
+                account,
+                balance,
+                alert,
+            },
+            AppliedTo::Rejected => Applied::Rejected,
+        },
+    )
+}
+
+/// What [`apply_line_to`] did (the account is in its `account` buffer).
+pub(crate) enum AppliedTo {
+    /// The account's balance is now `balance`; `alert` when it went negative.
+    Account {
+        balance: i64,
+        alert: Option<AlertWritten>,
+    },
+    /// The line was rejected (malformed, or the balance would overflow).
+    Rejected,
+}
+
+/// [`apply_line`] writing the account into the buffer `account` (its capacity kept
+/// from line to line) instead of a new string, and formatting `position` only for a
+/// rejected line or an alert: what the ledger does per line, without allocating.
+pub(crate) fn apply_line_to(
+    state: &mut LedgerState,
+    rejected_log: &mut File,
+    alerts: &mut dyn AlertSink,
+    position: &(impl std::fmt::Display + ?Sized),
+    line: &Line,
+    account_out: &mut String,
+) -> Result<AppliedTo, ProcessorError> {
     // a line that is not UTF-8 has U+FFFD in its account or amount: rejected
     let text = line.text();
-    let mut reject = |reason: &str, rejected_log: &mut File| -> Result<Applied, ProcessorError> {
-        // written before it counts: a write that fails (a full disk) leaves the count
-        // as it was, and the retry of the line counts it once
-        writeln!(rejected_log, "{position},{reason},{line}")?;
-        state.rejected += 1;
-        static DESCRIBED: std::sync::Once = std::sync::Once::new();
-        DESCRIBED.call_once(|| {
-            metrics::describe_counter!(
-                "mongoose_ledger_rejected_lines_total",
-                "Input lines the ledger rejected (written to its rejected log)."
-            );
-        });
-        metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
-        Ok(Applied::Rejected)
-    };
     let (account, amount) = match parse_line(&text) {
-        Err(reason) => return reject(reason, rejected_log),
+        Err(reason) => return reject(state, rejected_log, position, reason, line),
         Ok(parsed) => parsed,
     };
-    let balance = state.balances.get(account).copied().unwrap_or(0);
-    let Some(updated) = balance.checked_add(amount) else {
-        return reject("the balance would overflow", rejected_log);
+    // one look-up of the account: its balance is updated in place
+    let slot = state.balances.get_mut(account);
+    let Some(updated) = slot.as_deref().copied().unwrap_or(0).checked_add(amount) else {
+        return reject(
+            state,
+            rejected_log,
+            position,
+            "the balance would overflow",
+            line,
+        );
     };
     let mut alert = None;
     if updated < 0 {
+        // written before anything changes: a full sink makes the line come again
         let payload = format!("{position},{account},{updated}");
         let key = alerts.write_line(&payload).map_err(alert_error)?;
         alert = Some(AlertWritten {
@@ -121,11 +149,41 @@ pub(crate) fn apply_line(
             payload: payload.into_bytes(),
         });
     }
-    state.balances.insert(account.to_owned(), updated);
+    match slot {
+        Some(balance) => *balance = updated,
+        None => {
+            state.balances.insert(account.to_owned(), updated);
+        }
+    }
     state.applied += 1;
-    Ok(Applied::Account {
-        account: account.to_owned(),
+    account_out.clear();
+    account_out.push_str(account);
+    Ok(AppliedTo::Account {
         balance: updated,
         alert,
     })
+}
+
+/// Appends a rejected line to `rejected_log` with its position and reason, then counts
+/// it.
+fn reject(
+    state: &mut LedgerState,
+    rejected_log: &mut File,
+    position: &(impl std::fmt::Display + ?Sized),
+    reason: &str,
+    line: &Line,
+) -> Result<AppliedTo, ProcessorError> {
+    // written before it counts: a write that fails (a full disk) leaves the count as
+    // it was, and the retry of the line counts it once
+    writeln!(rejected_log, "{position},{reason},{line}")?;
+    state.rejected += 1;
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        metrics::describe_counter!(
+            "mongoose_ledger_rejected_lines_total",
+            "Input lines the ledger rejected (written to its rejected log)."
+        );
+    });
+    metrics::counter!("mongoose_ledger_rejected_lines_total").increment(1);
+    Ok(AppliedTo::Rejected)
 }

@@ -155,12 +155,27 @@ fn is_lane_zero(lane: &u32) -> bool {
 }
 
 impl JournalRecord {
-    /// `crc32 (8 hex digits) SPACE json NEWLINE`.
+    /// `crc32 (8 hex digits) SPACE json NEWLINE` (the ledger writes its records with
+    /// [`encode_record_into`], to the same bytes).
+    #[cfg(test)]
     pub(super) fn encode(&self) -> Vec<u8> {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        let mut line = format!("{:08x} ", crc32fast::hash(&json)).into_bytes();
-        line.extend_from_slice(&json);
-        line.push(b'\n');
+        let mut line = Vec::new();
+        encode_record_into(
+            &mut line,
+            &RecordParts {
+                accounts: self
+                    .account
+                    .iter()
+                    .chain(&self.unsaved)
+                    .map(|(account, balance)| (account.as_str(), *balance)),
+                applied: self.applied,
+                rejected: self.rejected,
+                lane: self.lane,
+                epoch: self.epoch,
+                position: self.position,
+                unsaved_lanes: self.unsaved_lanes.iter().copied(),
+            },
+        );
         line
     }
 
@@ -188,4 +203,130 @@ impl JournalRecord {
         }
         state.set_position(self.lane, self.epoch, self.position);
     }
+}
+
+/// A journal record from borrowed parts, for [`encode_record_into`]: `accounts` is the
+/// record's `account` (the first) then its `unsaved` accounts (the rest).
+pub(super) struct RecordParts<A, L> {
+    pub(super) accounts: A,
+    pub(super) applied: u64,
+    pub(super) rejected: u64,
+    pub(super) lane: u32,
+    pub(super) epoch: u64,
+    pub(super) position: u64,
+    pub(super) unsaved_lanes: L,
+}
+
+/// Appends the record `parts` to `out` as [`JournalRecord::encode`] lays it out
+/// (`crc32 SPACE json NEWLINE`), byte for byte what serde_json writes for the same
+/// [`JournalRecord`], without building one: no allocation once `out` has grown (the
+/// ledger writes one per line).
+pub(super) fn encode_record_into<'a, A, L>(out: &mut Vec<u8>, parts: &RecordParts<A, L>)
+where
+    A: Iterator<Item = (&'a str, i64)> + Clone,
+    L: Iterator<Item = (u32, u64, u64)> + Clone,
+{
+    let start = out.len();
+    out.extend_from_slice(b"00000000 ");
+    let json_start = out.len();
+    let mut accounts = parts.accounts.clone();
+    out.extend_from_slice(b"{\"account\":");
+    match accounts.next() {
+        Some(account) => write_account(out, account),
+        None => out.extend_from_slice(b"null"),
+    }
+    let mut unsaved = accounts.peekable();
+    if unsaved.peek().is_some() {
+        out.extend_from_slice(b",\"unsaved\":[");
+        for (index, account) in unsaved.enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            write_account(out, account);
+        }
+        out.push(b']');
+    }
+    out.extend_from_slice(b",\"applied\":");
+    push_u64(out, parts.applied);
+    out.extend_from_slice(b",\"rejected\":");
+    push_u64(out, parts.rejected);
+    if parts.lane != 0 {
+        out.extend_from_slice(b",\"lane\":");
+        push_u64(out, parts.lane.into());
+    }
+    out.extend_from_slice(b",\"epoch\":");
+    push_u64(out, parts.epoch);
+    out.extend_from_slice(b",\"position\":");
+    push_u64(out, parts.position);
+    let mut lanes = parts.unsaved_lanes.clone().peekable();
+    if lanes.peek().is_some() {
+        out.extend_from_slice(b",\"unsaved_lanes\":[");
+        for (index, (lane, epoch, position)) in lanes.enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            out.push(b'[');
+            push_u64(out, lane.into());
+            out.push(b',');
+            push_u64(out, epoch);
+            out.push(b',');
+            push_u64(out, position);
+            out.push(b']');
+        }
+        out.push(b']');
+    }
+    out.push(b'}');
+    let crc = crc32fast::hash(&out[json_start..]);
+    for (at, digit) in out[start..json_start - 1].iter_mut().enumerate() {
+        *digit = b"0123456789abcdef"[(crc >> (28 - 4 * at) & 0xf) as usize];
+    }
+    out.push(b'\n');
+}
+
+/// `["account",balance]`, the account escaped as serde_json escapes a string.
+fn write_account(out: &mut Vec<u8>, (account, balance): (&str, i64)) {
+    let plain = account
+        .bytes()
+        .all(|byte| byte >= 0x20 && byte != b'"' && byte != b'\\');
+    out.push(b'[');
+    if plain {
+        out.push(b'"');
+        out.extend_from_slice(account.as_bytes());
+        out.push(b'"');
+    } else {
+        // a string serde_json escapes (a ledger's accounts never need it)
+        let _ = serde_json::to_writer(&mut *out, account);
+    }
+    out.push(b',');
+    if balance < 0 {
+        out.push(b'-');
+    }
+    push_u64(out, balance.unsigned_abs());
+    out.push(b']');
+}
+
+/// `value` in decimal, as serde_json writes it (two digits at a time).
+fn push_u64(out: &mut Vec<u8>, mut value: u64) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    while value >= 100 {
+        let pair = (value % 100) as usize * 2;
+        value /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if value >= 10 {
+        let pair = value as usize * 2;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
+        at -= 1;
+        digits[at] = b'0' + value as u8;
+    }
+    out.extend_from_slice(&digits[at..]);
 }

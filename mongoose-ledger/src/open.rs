@@ -208,9 +208,11 @@ impl Ledger {
             outputs: Vec::new(),
             over: Vec::new(),
             outcomes: Vec::new(),
-            changed: std::collections::BTreeSet::new(),
+            changed: Default::default(),
+            account: String::new(),
+            record: Vec::new(),
             lane: 0,
-            changed_lanes: std::collections::BTreeSet::new(),
+            changed_lanes: Vec::new(),
             save_failures: mongoose_core::LogEvery::new(std::time::Duration::from_secs(10)),
         })
     }

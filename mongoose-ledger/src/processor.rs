@@ -11,7 +11,7 @@ use mongoose_outbox::{
     AdmissionRef, AdmittedOutput, AdmittedOutputRef, AdmittedPositionRef, Outbox, Outcome,
 };
 
-use crate::journal::JournalRecord;
+use crate::journal::{encode_record_into, RecordParts};
 use crate::state::LedgerState;
 
 use mongoose_core::{
@@ -22,7 +22,7 @@ use mongoose_source_file::Line;
 use tracing::warn;
 
 use super::alerts::AlertSink;
-use super::apply::{apply_line, AlertWritten, Applied};
+use super::apply::{apply_line_to, AlertWritten, AppliedTo};
 use super::settings::LedgerSettings;
 
 const SAVE: CompletionKey = CompletionKey::SAVE;
@@ -66,11 +66,16 @@ pub struct Ledger {
     /// The outcomes record being built (kept for its capacity).
     pub(super) outcomes: Vec<(OutputKey, Outcome)>,
     /// The accounts changed since the last save that succeeded.
-    pub(super) changed: std::collections::BTreeSet<String>,
+    pub(super) changed: ChangedAccounts,
+    /// The account of the line being applied (a buffer kept from line to line).
+    pub(super) account: String,
+    /// The record being encoded (a buffer kept from line to line).
+    pub(super) record: Vec<u8>,
     /// The lane of the last delivery: its position goes in the next record.
     pub(super) lane: u32,
-    /// The lanes whose position changed since the last save that succeeded.
-    pub(super) changed_lanes: std::collections::BTreeSet<u32>,
+    /// The lanes whose position changed since the last save that succeeded (each
+    /// once).
+    pub(super) changed_lanes: Vec<u32>,
     /// The save failures' warning: once, then a count at most every 10 s (a full disk
     /// failed every save, thousands a second).
     pub(super) save_failures: mongoose_core::LogEvery,
@@ -100,19 +105,22 @@ impl Ledger {
                 }
             }
         }
-        // `offset`, or `lane:offset` on a lane other than 0
-        let position = delivery.as_ref().map_or_else(
-            || "0".to_owned(),
-            |delivery| delivery.position().to_string(),
-        );
-        let outcome = apply_line(
+        // `offset`, or `lane:offset` on a lane other than 0 (formatted only for a
+        // rejected line or an alert)
+        let position = delivery.as_ref().map(|delivery| delivery.position());
+        let position: &dyn std::fmt::Display = match &position {
+            Some(position) => position,
+            None => &"0",
+        };
+        let outcome = apply_line_to(
             &mut self.state,
             &mut self.rejected,
             self.alerts.as_mut(),
-            &position,
+            position,
             line,
+            &mut self.account,
         )?;
-        if let Applied::Account { account, alert, .. } = outcome {
+        if let AppliedTo::Account { alert, balance } = outcome {
             if let Some(AlertWritten {
                 key: Some((key, sink)),
                 payload,
@@ -122,7 +130,7 @@ impl Ledger {
                 // not confirmed
                 self.outputs.push(AdmittedOutput { sink, key, payload });
             }
-            self.changed.insert(account);
+            self.changed.insert(&self.account, balance);
         }
         if !DeliveryContext::on_complete(SAVE) {
             // no source position (not a positioned feed): save at once
@@ -136,30 +144,28 @@ impl Ledger {
     fn save(&mut self) -> Result<(), ProcessorError> {
         // the changed account is forgotten only once its record is written: a failed
         // save is retried with it
-        let mut changed = self.changed.iter().map(|account| {
-            let balance = self.state.balances.get(account).copied().unwrap_or(0);
-            (account.clone(), balance)
-        });
-        let account = changed.next();
         let saved = self.state.stored_position(self.lane);
-        let record = JournalRecord {
-            account,
-            unsaved: changed.collect(),
-            applied: self.state.applied,
-            rejected: self.state.rejected,
-            lane: self.lane,
-            epoch: saved.epoch,
-            position: saved.position,
-            unsaved_lanes: self
-                .changed_lanes
-                .iter()
-                .filter(|lane| **lane != self.lane)
-                .map(|lane| {
-                    let saved = self.state.stored_position(*lane);
-                    (*lane, saved.epoch, saved.position)
-                })
-                .collect(),
-        };
+        let (state, lane) = (&self.state, self.lane);
+        self.record.clear();
+        encode_record_into(
+            &mut self.record,
+            &RecordParts {
+                accounts: self.changed.iter(),
+                applied: state.applied,
+                rejected: state.rejected,
+                lane,
+                epoch: saved.epoch,
+                position: saved.position,
+                unsaved_lanes: self
+                    .changed_lanes
+                    .iter()
+                    .filter(move |other| **other != lane)
+                    .map(|other| {
+                        let saved = state.stored_position(*other);
+                        (*other, saved.epoch, saved.position)
+                    }),
+            },
+        );
         let state_dir = self.settings.state_dir.clone();
         let failed = move |error: &dyn std::fmt::Display| {
             ProcessorError::new(format!(
@@ -167,7 +173,6 @@ impl Ledger {
                 state_dir.display()
             ))
         };
-        let encoded = record.encode();
         let saved = self.state.stored_position(self.lane);
         let position = AdmittedPositionRef {
             feed: &self.settings.feed,
@@ -191,7 +196,7 @@ impl Ledger {
             })
             .collect();
         let admitted = self.outbox.admit_ref(&AdmissionRef {
-            state: &encoded,
+            state: &self.record,
             positions: std::slice::from_ref(&position),
             outputs: &outputs,
         });
@@ -216,7 +221,7 @@ impl Ledger {
         self.changed_lanes.clear();
         self.outputs.clear();
         self.journal_records += 1;
-        self.journal_bytes += encoded.len() as u64;
+        self.journal_bytes += self.record.len() as u64;
         // the alerts the sink says are over: their outcomes become durable in batches
         // as they are published, so a crash leaves at most the alerts in flight
         // unsettled (never everything since the last snapshot)
@@ -359,7 +364,9 @@ impl Processor for Ledger {
                 .set_position(lane, delivery.epoch().get(), offset);
         }
         self.lane = lane;
-        self.changed_lanes.insert(lane);
+        if !self.changed_lanes.contains(&lane) {
+            self.changed_lanes.push(lane);
+        }
         if let Err(error) = self.save() {
             if let Some(unlogged) = self.save_failures.due() {
                 warn!(%error, unlogged, "ledger save failed: retried by the group's retry policy (logged at most every 10 s, with a count)");
@@ -368,5 +375,48 @@ impl Processor for Ledger {
         }
         self.save_failures.reset();
         Ok(())
+    }
+}
+
+/// The accounts changed since the last save that succeeded, each once with its
+/// balance now: their names' buffers are kept from save to save (one per line, so no
+/// allocation per line, and no look-up of the balance to save it).
+#[derive(Debug, Default)]
+pub(super) struct ChangedAccounts {
+    accounts: Vec<(String, i64)>,
+    len: usize,
+}
+
+impl ChangedAccounts {
+    /// Notes `account` as changed, its balance now `balance`.
+    fn insert(&mut self, account: &str, balance: i64) {
+        if let Some((_, known)) = self.accounts[..self.len]
+            .iter_mut()
+            .find(|(known, _)| known == account)
+        {
+            *known = balance;
+            return;
+        }
+        match self.accounts.get_mut(self.len) {
+            Some((name, known)) => {
+                name.clear();
+                name.push_str(account);
+                *known = balance;
+            }
+            None => self.accounts.push((account.to_owned(), balance)),
+        }
+        self.len += 1;
+    }
+
+    /// The changed accounts and their balances, in the order they changed.
+    fn iter(&self) -> impl Iterator<Item = (&str, i64)> + Clone {
+        self.accounts[..self.len]
+            .iter()
+            .map(|(name, balance)| (name.as_str(), *balance))
+    }
+
+    /// Forgets them (their records are written), keeping the buffers.
+    fn clear(&mut self) {
+        self.len = 0;
     }
 }
