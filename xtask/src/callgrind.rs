@@ -23,6 +23,7 @@ const THREADS: &[(&str, &str)] = &[
     ("sink", "runner::run::Run"),
 ];
 
+#[derive(Debug)]
 struct Options {
     lines: u64,
     binary: Option<PathBuf>,
@@ -177,4 +178,32 @@ fn measure(root: &Path, arguments: &[String]) -> Result<(), String> {
         let _ = fs::remove_dir_all(&work);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    fn arguments(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_options_default_to_200_000_lines_and_refuse_what_cannot_run() {
+        let options = parse(&[]).expect("defaults");
+        assert_eq!(options.lines, 200_000);
+        assert!(options.binary.is_none() && options.keep.is_none());
+        let options = parse(&arguments("--lines 5 --binary /b --keep /k")).expect("parsed");
+        assert_eq!(options.lines, 5);
+        assert_eq!(options.binary.as_deref(), Some(std::path::Path::new("/b")));
+        assert!(parse(&arguments("--lines 0"))
+            .unwrap_err()
+            .contains("positive"));
+        assert!(parse(&arguments("--lines"))
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(parse(&arguments("--fast 1"))
+            .unwrap_err()
+            .contains("unknown"));
+    }
 }
