@@ -271,62 +271,35 @@ fn dispatch_one<T>(
             return false;
         }
     }
-    let done = match entry {
-        QueueEntry::Status(status) => {
-            dispatcher.on_status(status);
-            true
-        }
+    // the item and, when positioned, its delivery; a status is told at once
+    let item = match entry {
         QueueEntry::Owned {
             item,
             sequence,
             epoch,
             lane,
             offset,
-        } => deliver_item(
-            progress,
-            policy,
-            shared,
-            feed,
-            dispatcher,
-            item,
-            Some((
-                *sequence,
-                *epoch,
-                PositionValue {
-                    lane: *lane,
-                    offset: *offset,
-                },
-            )),
-        ),
+        } => Some((item, Some((*sequence, *epoch, *lane, *offset)))),
         QueueEntry::Shared {
             item,
             sequence,
             epoch,
             lane,
             offset,
-        } => deliver_item(
-            progress,
-            policy,
-            shared,
-            feed,
-            dispatcher,
-            item,
-            Some((
-                *sequence,
-                *epoch,
-                PositionValue {
-                    lane: *lane,
-                    offset: *offset,
-                },
-            )),
-        ),
-        QueueEntry::OwnedPush(item) => {
-            deliver_item(progress, policy, shared, feed, dispatcher, item, None)
-        }
-        QueueEntry::SharedPush(item) => {
-            deliver_item(progress, policy, shared, feed, dispatcher, item, None)
+        } => Some((&**item, Some((*sequence, *epoch, *lane, *offset)))),
+        QueueEntry::OwnedPush(item) => Some((item, None)),
+        QueueEntry::SharedPush(item) => Some((&**item, None)),
+        QueueEntry::Status(status) => {
+            dispatcher.on_status(status);
+            None
         }
     };
+    let done = item.is_none_or(|(item, delivery)| {
+        let delivery = delivery.map(|(sequence, epoch, lane, offset)| {
+            (sequence, epoch, PositionValue { lane, offset })
+        });
+        deliver_item(progress, policy, shared, feed, dispatcher, item, delivery)
+    });
     if done {
         progress.reset();
         *dispatched += 1;
@@ -340,7 +313,7 @@ fn dispatch_one<T>(
 
 /// Delivers one item, inside the delivery context when it is positioned (`delivery`:
 /// its sequence, epoch and position); true when it finished.
-#[inline(always)]
+#[inline]
 fn deliver_item<T>(
     progress: &mut Progress,
     policy: &RetryPolicy,

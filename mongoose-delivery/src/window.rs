@@ -96,18 +96,17 @@ impl<P: Position> Window<P> {
             .entries
             .partition_point(|entry| entry.sequence <= done_through);
         if through > 0 {
-            for entry in self.entries.drain(..through) {
-                each(&entry);
+            // read in place, then removed at once (a prefix: the ring's head moves)
+            let (front, back) = self.entries.as_slices();
+            let in_front = through.min(front.len());
+            for entry in front[..in_front].iter().chain(&back[..through - in_front]) {
+                each(entry);
                 match out.last_mut() {
-                    Some(last)
-                        if last.epoch == entry.epoch
-                            && last.position.value().lane == entry.position.value().lane =>
-                    {
-                        *last = entry
-                    }
-                    _ => out.push(entry),
+                    Some(last) if same_run(last, entry) => *last = *entry,
+                    _ => out.push(*entry),
                 }
             }
+            self.entries.drain(..through);
             if let Some(last) = out.last() {
                 self.acknowledged = last.sequence;
             }
@@ -118,6 +117,12 @@ impl<P: Position> Window<P> {
         }
         through
     }
+}
+
+/// True when `next` continues `run`: the same epoch and the same lane.
+#[inline]
+fn same_run<P: Position>(run: &WindowEntry<P>, next: &WindowEntry<P>) -> bool {
+    run.epoch == next.epoch && run.position.value().lane == next.position.value().lane
 }
 
 #[cfg(test)]
