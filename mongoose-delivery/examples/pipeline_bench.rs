@@ -5,7 +5,8 @@
 //!
 //! `cargo run --release -p mongoose-delivery --example pipeline_bench -- [items] [mode]`
 //! where mode `hop` runs only the one-hop pipeline, `single` only the one-thread run
-//! (batches) and `try` a one-thread run publishing one item at a time.
+//! (batches), `try` a one-thread run publishing one item at a time, and `latency` only
+//! the latency run at 1 M items/s (one hop against the raw ring, see `latency.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +16,9 @@ use mongoose_core::{
     BatchEnd, CoreError, Delivery, Epoch, ProcessorError, SourceCommitter, SourceOutput,
 };
 use mongoose_delivery::{DispatchOutcome, Dispatcher, Feed, SubscribeOptions};
+
+#[path = "pipeline_bench/latency.rs"]
+mod latency;
 
 struct NoOpCommitter(u64);
 impl SourceCommitter<u64> for NoOpCommitter {
@@ -110,7 +114,7 @@ fn cores() -> &'static [core_affinity::CoreId] {
 
 /// Pins the calling thread to a core (modulo the cores there are), so the two sides
 /// of a one-hop pipeline run on different cores as they would in production.
-fn pin(index: usize) {
+pub(crate) fn pin(index: usize) {
     let cores = cores();
     if !cores.is_empty() {
         core_affinity::set_for_current(cores[index % cores.len()]);
@@ -220,6 +224,37 @@ fn best_of_three(mut run: impl FnMut() -> f64) -> f64 {
     (0..3).map(|_| run()).fold(0.0, f64::max)
 }
 
+/// The median of some runs (sorted in place).
+fn median(runs: &mut [f64]) -> f64 {
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
+fn list(runs: &[f64]) -> String {
+    runs.iter()
+        .map(|run| format!("{run:.1}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Raw ring and one hop, alternating, `runs` times each; prints each run and the medians
+/// with the ratio (issue 29 goal 3: one hop at least 50% of the raw ring).
+fn hop_versus_raw(items: u64, runs: usize) {
+    let mut raw = Vec::new();
+    let mut hop = Vec::new();
+    for _ in 0..runs {
+        raw.push(rate(items, raw_ring(items)));
+        hop.push(rate(items, pipeline(items, 1)));
+    }
+    println!("  raw SPSC ring runs (M events/s): {}", list(&raw));
+    println!("  one hop runs (M events/s):       {}", list(&hop));
+    let (raw, hop) = (median(&mut raw), median(&mut hop));
+    println!(
+        "one hop: {hop:.1} M events/s = {:.0}% of the raw ring ({raw:.1} M), medians of {runs} alternating runs",
+        hop / raw * 100.0
+    );
+}
+
 fn main() {
     // before anything is pinned (see CORES)
     let _ = cores();
@@ -228,33 +263,31 @@ fn main() {
         .and_then(|arg| arg.parse().ok())
         .unwrap_or(20_000_000);
     let mode = std::env::args().nth(2);
-    if mode.as_deref() == Some("hop") {
-        let one = best_of_three(|| rate(items, pipeline(items, 1)));
-        println!("feed -> 1 queue -> counter {one:8.1} M events/s");
-        return;
-    }
-    if mode.as_deref() == Some("try") {
-        let one_by_one = best_of_three(|| rate(items, single_thread_one_by_one(items)));
-        println!("one thread try_publish+dispatch+ack {one_by_one:8.1} M events/s");
-        return;
+    match mode.as_deref() {
+        Some("hop") => {
+            hop_versus_raw(items, 5);
+            return;
+        }
+        Some("latency") => {
+            latency::report(latency::SECONDS);
+            return;
+        }
+        Some("try") => {
+            let one_by_one = best_of_three(|| rate(items, single_thread_one_by_one(items)));
+            println!("one thread try_publish+dispatch+ack {one_by_one:8.1} M events/s");
+            return;
+        }
+        _ => {}
     }
     let single = best_of_three(|| rate(items, single_thread(items)));
     if mode.as_deref() == Some("single") {
         println!("one thread publish+dispatch+ack {single:8.1} M events/s");
         return;
     }
-    let raw = best_of_three(|| rate(items, raw_ring(items)));
-    let one = best_of_three(|| rate(items, pipeline(items, 1)));
+    println!("delivery pipeline, {items} positioned items, acknowledgements on, no-op committer");
+    println!("  one thread publish+dispatch+ack {single:8.1} M events/s (best of 3)");
+    hop_versus_raw(items, 5);
     let four = best_of_three(|| rate(items, pipeline(items, 4)));
-    println!("delivery pipeline, {items} positioned items, acknowledgements on, no-op committer, best of 3");
-    println!("  one thread publish+dispatch+ack {single:8.1} M events/s");
-    println!("  raw SPSC ring pass-through      {raw:8.1} M events/s");
-    println!(
-        "  feed -> 1 queue -> counter      {one:8.1} M events/s  ({:.0}% of raw)",
-        one / raw * 100.0
-    );
-    println!(
-        "  feed -> 4 queues -> counters    {four:8.1} M events/s  ({:.0}% of raw)",
-        four / raw * 100.0
-    );
+    println!("  feed -> 4 queues -> counters    {four:8.1} M events/s (best of 3)");
+    latency::report(latency::SECONDS);
 }

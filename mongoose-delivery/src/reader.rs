@@ -283,42 +283,35 @@ fn dispatch_one<T>(
             return false;
         }
     }
-    let done = match entry {
+    // the item and, when positioned, its delivery; a status is told at once
+    let item = match entry {
+        QueueEntry::Owned {
+            item,
+            sequence,
+            epoch,
+            lane,
+            offset,
+        } => Some((item, Some((*sequence, *epoch, *lane, *offset)))),
+        QueueEntry::Shared {
+            item,
+            sequence,
+            epoch,
+            lane,
+            offset,
+        } => Some((&**item, Some((*sequence, *epoch, *lane, *offset)))),
+        QueueEntry::OwnedPush(item) => Some((item, None)),
+        QueueEntry::SharedPush(item) => Some((&**item, None)),
         QueueEntry::Status(status) => {
             dispatcher.on_status(status);
-            true
-        }
-        QueueEntry::Item {
-            payload,
-            sequence,
-            position,
-        } => {
-            let item = payload.get();
-            let delivery = position.map(|(epoch, position)| (*sequence, epoch, position));
-            // entered for the whole dispatch (handlers, completions), left at the end
-            // of this arm
-            let _entered = delivery.map(|(sequence, epoch, position)| {
-                let entered = engine::enter(feed, sequence, epoch, position, progress.attempt);
-                if progress.resume {
-                    engine::restore_completions(&mut progress.saved);
-                    progress.resume = false;
-                }
-                entered
-            });
-            let done = deliver(
-                progress,
-                policy,
-                shared,
-                dispatcher,
-                item,
-                delivery.map(|(sequence, epoch, position)| (feed, sequence, epoch, position)),
-            );
-            if done {
-                dispatcher.finished(item);
-            }
-            done
+            None
         }
     };
+    let done = item.is_none_or(|(item, delivery)| {
+        let delivery = delivery.map(|(sequence, epoch, lane, offset)| {
+            (sequence, epoch, PositionValue { lane, offset })
+        });
+        deliver_item(progress, policy, shared, feed, dispatcher, item, delivery)
+    });
     if done {
         progress.reset();
         *dispatched += 1;
@@ -326,6 +319,41 @@ fn dispatch_one<T>(
         // (and its source commits) as each one finishes, not a chunk later. Still
         // before the chunk's slots are released (see `Release`).
         shared.dispatched.store(*dispatched, Ordering::Release);
+    }
+    done
+}
+
+/// Delivers one item, inside the delivery context when it is positioned (`delivery`:
+/// its sequence, epoch and position); true when it finished.
+#[inline]
+fn deliver_item<T>(
+    progress: &mut Progress,
+    policy: &RetryPolicy,
+    shared: &QueueShared,
+    feed: &Arc<str>,
+    dispatcher: &mut dyn Dispatcher<T>,
+    item: &T,
+    delivery: Option<(u64, Epoch, PositionValue)>,
+) -> bool {
+    // entered for the whole dispatch (handlers, completions), left at the end
+    let _entered = delivery.map(|(sequence, epoch, position)| {
+        let entered = engine::enter(feed, sequence, epoch, position, progress.attempt);
+        if progress.resume {
+            engine::restore_completions(&mut progress.saved);
+            progress.resume = false;
+        }
+        entered
+    });
+    let done = deliver(
+        progress,
+        policy,
+        shared,
+        dispatcher,
+        item,
+        delivery.map(|(sequence, epoch, position)| (feed, sequence, epoch, position)),
+    );
+    if done {
+        dispatcher.finished(item);
     }
     done
 }

@@ -78,15 +78,35 @@ impl<P: Position> Window<P> {
         self.tail_mergeable = true;
     }
 
-    /// Removes every entry up to and including `done_through`, in order, into `out`.
-    pub(crate) fn acknowledge_through(&mut self, done_through: u64, out: &mut Vec<WindowEntry<P>>) {
-        // the entries are in sequence order: the acknowledged ones are a prefix, moved
-        // out at once
+    /// Removes every entry up to and including `done_through`, in order; returns how
+    /// many. Into `out` goes the last entry of each run of consecutive entries of one
+    /// epoch and lane: what a committer is told ("everything up to and including this
+    /// sequence was processed") about that run's last entry covers the entries before
+    /// it, as it does for the items merged into a run at push. A committer is then
+    /// called once per run of a poll, not once per item. `each` sees every removed
+    /// entry (the debug builds' check that positions go forward).
+    pub(crate) fn acknowledge_through(
+        &mut self,
+        done_through: u64,
+        out: &mut Vec<WindowEntry<P>>,
+        mut each: impl FnMut(&WindowEntry<P>),
+    ) -> usize {
+        // the entries are in sequence order: the acknowledged ones are a prefix
         let through = self
             .entries
             .partition_point(|entry| entry.sequence <= done_through);
         if through > 0 {
-            out.extend(self.entries.drain(..through));
+            // read in place, then removed at once (a prefix: the ring's head moves)
+            let (front, back) = self.entries.as_slices();
+            let in_front = through.min(front.len());
+            for entry in front[..in_front].iter().chain(&back[..through - in_front]) {
+                each(entry);
+                match out.last_mut() {
+                    Some(last) if same_run(last, entry) => *last = *entry,
+                    _ => out.push(*entry),
+                }
+            }
+            self.entries.drain(..through);
             if let Some(last) = out.last() {
                 self.acknowledged = last.sequence;
             }
@@ -95,7 +115,14 @@ impl<P: Position> Window<P> {
             // nothing left to merge into: the next item starts a run of its own
             self.tail_mergeable = false;
         }
+        through
     }
+}
+
+/// True when `next` continues `run`: the same epoch and the same lane.
+#[inline]
+fn same_run<P: Position>(run: &WindowEntry<P>, next: &WindowEntry<P>) -> bool {
+    run.epoch == next.epoch && run.position.value().lane == next.position.value().lane
 }
 
 #[cfg(test)]
@@ -110,7 +137,7 @@ mod tests {
         window.push(3, Epoch(1), 30, false);
         assert_eq!(window.len(), 1);
         let mut out = Vec::new();
-        window.acknowledge_through(3, &mut out);
+        window.acknowledge_through(3, &mut out, |_| {});
         assert_eq!(
             out,
             vec![WindowEntry {
@@ -120,6 +147,28 @@ mod tests {
             }]
         );
         assert_eq!(window.acknowledged(), 3);
+    }
+
+    #[test]
+    fn a_committer_is_told_the_last_entry_of_each_run_of_one_epoch_and_lane() {
+        let mut window = Window::<(u32, u64)>::new();
+        window.push(1, Epoch(1), (1, 10), true);
+        window.push(2, Epoch(1), (1, 20), true);
+        window.push(3, Epoch(1), (2, 5), true);
+        window.push(4, Epoch(1), (1, 30), true);
+        window.push(5, Epoch(2), (1, 7), true);
+        window.push(6, Epoch(2), (1, 8), true);
+        let mut out = Vec::new();
+        assert_eq!(window.acknowledge_through(6, &mut out, |_| {}), 6);
+        let told: Vec<_> = out
+            .iter()
+            .map(|entry| (entry.sequence, entry.position))
+            .collect();
+        assert_eq!(
+            told,
+            vec![(2, (1, 20)), (3, (2, 5)), (4, (1, 30)), (6, (1, 8))]
+        );
+        assert_eq!(window.acknowledged(), 6);
     }
 
     #[test]
@@ -140,7 +189,7 @@ mod tests {
         window.push(2, Epoch(1), (2, 5), false);
         assert_eq!(window.len(), 2, "a run holds the positions of one lane");
         let mut out = Vec::new();
-        window.acknowledge_through(1, &mut out);
+        window.acknowledge_through(1, &mut out, |_| {});
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].position, (1, 10));
     }
@@ -152,8 +201,9 @@ mod tests {
             window.push(sequence, Epoch(1), sequence * 10, true);
         }
         let mut out = Vec::new();
-        window.acknowledge_through(3, &mut out);
-        assert_eq!(out.len(), 3);
+        assert_eq!(window.acknowledge_through(3, &mut out, |_| {}), 3);
+        assert_eq!(out.len(), 1, "one run: its last entry");
+        assert_eq!(out[0].sequence, 3);
         assert_eq!(window.len(), 2);
         assert_eq!(window.acknowledged(), 3);
     }

@@ -13,7 +13,7 @@ use tracing::error;
 
 use super::Publisher;
 use crate::checkpoint::{HoldCell, ProcessingCheckpoint};
-use crate::window::Window;
+use crate::window::{Window, WindowEntry};
 
 /// The acknowledgement part of the feed's state.
 pub(super) struct AckState<P: Position> {
@@ -104,7 +104,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         // the highest sequence handed to the committer, and whether a commit must cover
         // something (new acknowledgements, or a commit that failed before: retried on
         // every poll until it succeeds, at stop too; issue 9, item 8)
-        let (handed, uncommitted) = {
+        let (count, handed, uncommitted) = {
             let mut state = self.state.lock();
             let mut done = u64::MAX;
             for binding in &state.bindings {
@@ -116,31 +116,13 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             for point in &state.retained {
                 done = done.min(point.done_through());
             }
-            state
+            let count = state
                 .ack
                 .window
-                .acknowledge_through(done, &mut acknowledged);
+                .acknowledge_through(done, &mut acknowledged, |entry| self.check_forward(entry));
             let handed = state.ack.window.acknowledged();
-            (handed, state.ack.committed < handed)
+            (count, handed, state.ack.committed < handed)
         };
-        let count = acknowledged.len();
-        #[cfg(debug_assertions)]
-        {
-            // invariant 1: within an epoch and lane, what is handed to the committer
-            // (and so committed) never goes backwards
-            let mut last = self.last_handed.lock();
-            for entry in acknowledged.iter() {
-                let position = entry.position.value();
-                if let Some((epoch, offset)) = last.get(&position.lane) {
-                    debug_assert!(
-                        *epoch != entry.epoch || position.offset >= *offset,
-                        "feed '{}': position {position} acknowledged after {offset} in epoch {epoch}",
-                        self.name
-                    );
-                }
-                last.insert(position.lane, (entry.epoch, position.offset));
-            }
-        }
         if let Some(committer) = committer.as_mut() {
             for entry in acknowledged.iter() {
                 committer.acknowledged(entry.sequence, entry.epoch, entry.position);
@@ -159,6 +141,28 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
         count
     }
+
+    /// Debug builds: invariant 1, within an epoch and lane what is handed to the
+    /// committer (and so committed) never goes backwards; checked on every acknowledged
+    /// entry, also those a run's last entry stands for.
+    #[cfg(debug_assertions)]
+    fn check_forward(&self, entry: &WindowEntry<P>) {
+        let mut last = self.last_handed.lock();
+        let position = entry.position.value();
+        if let Some((epoch, offset)) = last.get(&position.lane) {
+            debug_assert!(
+                *epoch != entry.epoch || position.offset >= *offset,
+                "feed '{}': position {position} acknowledged after {offset} in epoch {epoch}",
+                self.name
+            );
+        }
+        last.insert(position.lane, (entry.epoch, position.offset));
+    }
+
+    /// Release builds check nothing.
+    #[cfg(not(debug_assertions))]
+    #[inline(always)]
+    fn check_forward(&self, _entry: &WindowEntry<P>) {}
 
     /// Registers the source's committer ([`Publisher::acknowledge_with`]).
     pub(super) fn register_committer(&self, committer: Box<dyn SourceCommitter<P>>) {

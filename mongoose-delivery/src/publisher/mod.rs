@@ -213,6 +213,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// Computes what has been processed and gives it to the committer, outside the
     /// publish lock. Returns the number of items acknowledged.
+    ///
+    /// The committer is told the last acknowledged item of each run of one epoch and
+    /// lane ([`SourceCommitter::acknowledged`] means "everything up to and including
+    /// this one"), not every item: once per run and poll, in publish order.
     pub fn poll_acknowledgements(&self) -> usize {
         self.acknowledge_processed()
     }

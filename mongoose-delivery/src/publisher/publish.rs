@@ -110,10 +110,13 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             holds.set(*produced, *sequence);
             *produced += 1;
             window.push(*sequence, epoch, position, true);
-            Some(QueueEntry::Item {
-                payload: Payload::Owned(item),
+            let position = position.value();
+            Some(QueueEntry::Owned {
+                item,
                 sequence: *sequence,
-                position: Some((epoch, position.value())),
+                epoch,
+                lane: position.lane,
+                offset: position.offset,
             })
         });
         let written = chunk.fill_from_iter(entries);
@@ -192,10 +195,13 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if let (Some((epoch, position)), [binding]) = (position, state.bindings.as_mut_slice()) {
             // a positioned item for a lone queue with room: no fan-out, no loss to count
             if binding.has_room() {
-                let entry = QueueEntry::Item {
-                    payload: Payload::Owned(item),
+                let value = position.value();
+                let entry = QueueEntry::Owned {
+                    item,
                     sequence,
-                    position: Some((epoch, position.value())),
+                    epoch,
+                    lane: value.lane,
+                    offset: value.offset,
                 };
                 // free space only grows behind the publisher's back: the push succeeds
                 binding
@@ -228,11 +234,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                     None => break,
                 },
             };
-            let entry = QueueEntry::Item {
-                payload,
-                sequence,
-                position: entry_position,
-            };
+            let entry = QueueEntry::item(payload, sequence, entry_position);
             let binding = &mut state.bindings[index];
             // a positioned publish checked the fences before it started (it pauses)
             if position.is_none() && binding.shared.fenced_or_dead() {

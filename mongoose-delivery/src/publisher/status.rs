@@ -137,7 +137,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             let room = binding.has_room() || Self::spin_for_room(binding);
             if !room
                 || binding
-                    .push(QueueEntry::Status(event.clone()), holds_from)
+                    .push(QueueEntry::Status(Box::new(event.clone())), holds_from)
                     .is_err()
             {
                 losses.push(index);
