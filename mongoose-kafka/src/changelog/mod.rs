@@ -614,8 +614,37 @@ impl Changelog {
             }
             return Ok(());
         }
+        let sent = self.send_change(&mut producer, &held, target, key, payload);
+        if let Err(error) = sent {
+            // a producer fenced by the partition's new owner (a rebalance moved it):
+            // the partition is not this member's any more, which is no failure of the
+            // processor; its change is reported fenced, as its commit would be
+            let Some(failure) = producer.fatal(partition) else {
+                return Err(error);
+            };
+            info!(changelog = %self.config.name, partition, %failure, "a change was not written: the partition's producer ended");
+            transactions.fail_open(partition, &mut producer);
+            if let Some((tag, _)) = change {
+                (self.on_durable)(tag, Err(failure));
+            }
+            return Ok(());
+        }
+        producer.holds(change.map(|(tag, _)| tag), change.map(|(_, offset)| offset));
+        Ok(())
+    }
+
+    /// Sends the held outputs and the change in the open transaction, keeping each
+    /// record to send again if the broker makes the transaction abort.
+    fn send_change(
+        &self,
+        producer: &mut transactions::TxnPartition,
+        held: &[(Vec<u8>, Vec<u8>)],
+        target: (&str, Option<i32>),
+        key: &[u8],
+        payload: &[u8],
+    ) -> Result<(), KafkaConnectorError> {
         if let Some(outputs) = &self.config.outputs_topic {
-            for (output_key, output) in &held {
+            for (output_key, output) in held {
                 self.send(
                     &producer.producer,
                     (outputs, None),
@@ -623,6 +652,7 @@ impl Changelog {
                     output,
                     Box::new(Opaque::InTransaction),
                 )?;
+                producer.remember((outputs, None), output_key, output);
             }
         }
         self.send(
@@ -632,7 +662,7 @@ impl Changelog {
             payload,
             Box::new(Opaque::InTransaction),
         )?;
-        producer.holds(change.map(|(tag, _)| tag), change.map(|(_, offset)| offset));
+        producer.remember(target, key, payload);
         Ok(())
     }
 

@@ -60,6 +60,8 @@ impl Changelog {
                     );
                 }
                 self.send(&producer.producer, target, MARKER_KEY, &payload, opaque)?;
+                // a marker's transaction is not written again: its reply went out
+                producer.not_replayable();
                 // (the commit retries what may still succeed, for six request timeouts)
                 if !transactions.commit(partition, &mut producer) {
                     if let Some(error) = producer.dead().and_then(taken_over) {

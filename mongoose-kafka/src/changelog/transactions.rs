@@ -25,7 +25,7 @@ use mongoose_core::Epoch;
 use parking_lot::Mutex;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
@@ -76,7 +76,16 @@ pub(super) struct TxnPartition {
     dead: Option<WriteFailure>,
     /// Outputs waiting for the change they go with (`(key, payload)`).
     outputs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The records sent in the open transaction, to send again in a new one when the
+    /// broker makes it abort (`(topic, partition, key, payload)`).
+    sent: Vec<(String, Option<i32>, Vec<u8>, Vec<u8>)>,
+    /// Every record of the open transaction is in `sent` (a takeover's marker is not:
+    /// its transaction is never written again).
+    replayable: bool,
 }
+
+/// How many times a transaction the broker made abort is written again.
+const REPLAYS: u32 = 3;
 
 impl TxnPartition {
     pub(super) fn new(producer: ThreadedProducer<ChangelogContext>, epoch: Epoch) -> Self {
@@ -88,7 +97,26 @@ impl TxnPartition {
             through: None,
             dead: None,
             outputs: Vec::new(),
+            sent: Vec::new(),
+            replayable: true,
         }
+    }
+
+    /// Keeps a record sent in the open transaction, to send again if it aborts.
+    pub(super) fn remember(
+        &mut self,
+        (topic, partition): (&str, Option<i32>),
+        key: &[u8],
+        payload: &[u8],
+    ) {
+        self.sent
+            .push((topic.to_owned(), partition, key.to_vec(), payload.to_vec()));
+    }
+
+    /// The open transaction holds a record that is not kept (a takeover's marker): it
+    /// is not written again.
+    pub(super) fn not_replayable(&mut self) {
+        self.replayable = false;
     }
 
     /// Holds an output until the next change is written.
@@ -99,6 +127,31 @@ impl TxnPartition {
     /// The outputs held for the change being written.
     pub(super) fn take_outputs(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
         std::mem::take(&mut self.outputs)
+    }
+
+    /// After a failed send: when the producer hit a fatal error (fenced by the
+    /// partition's new owner, most often), it writes no more, and the failure says
+    /// why; `None` when it still works (the send's error is the caller's).
+    pub(super) fn fatal(&mut self, partition: i32) -> Option<WriteFailure> {
+        let (code, message) = self.producer.client().fatal_error()?;
+        let fenced = matches!(
+            code,
+            RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::Fenced
+                | RDKafkaErrorCode::InvalidProducerIdMapping
+        );
+        let failure = if fenced {
+            WriteFailure::Fenced {
+                partition,
+                epoch: self.epoch,
+                message,
+            }
+        } else {
+            WriteFailure::GivenUp(message)
+        };
+        self.dead = Some(failure.clone());
+        Some(failure)
     }
 
     /// Why the partition takes no writes, if it does not.
@@ -118,6 +171,8 @@ impl TxnPartition {
                 return Err(failure);
             }
             self.open = true;
+            self.sent.clear();
+            self.replayable = true;
         }
         Ok(())
     }
@@ -289,6 +344,7 @@ impl Transactions {
         // librdkafka takes no new record into a transaction whose commit is under way
         let deadline = Instant::now() + self.request_timeout * 6;
         let mut offsets_sent = false;
+        let mut replays = 0;
         let result = loop {
             let attempt = if offsets_sent {
                 Ok(())
@@ -303,6 +359,23 @@ impl Transactions {
                 Err(error) if retriable(&error) && Instant::now() < deadline => {
                     debug!(changelog = %self.name, partition, %error, "a transaction's commit is retried");
                     std::thread::sleep(Duration::from_millis(100));
+                }
+                // a broker failing over (a coordinator still loading) makes the
+                // transaction abort though nothing is wrong with its records: they are
+                // written again in a new one, with the same offsets
+                Err(error)
+                    if requires_abort(&error)
+                        && producer.replayable
+                        && replays < REPLAYS
+                        && Instant::now() < deadline =>
+                {
+                    replays += 1;
+                    warn!(changelog = %self.name, partition, %error, records = producer.sent.len(), replay = replays,
+                        "a transaction could not commit: aborted, and its records are written again in a new one");
+                    if let Err(error) = self.replay(producer) {
+                        break Err(error);
+                    }
+                    offsets_sent = false;
                 }
                 other => break other,
             }
@@ -339,8 +412,36 @@ impl Transactions {
         }
     }
 
+    /// Aborts the open transaction and sends its records again in a new one.
+    fn replay(&self, producer: &mut TxnPartition) -> Result<(), KafkaError> {
+        producer.producer.abort_transaction(self.request_timeout)?;
+        producer.producer.begin_transaction()?;
+        for (topic, partition, key, payload) in &producer.sent {
+            let mut record =
+                BaseRecord::with_opaque_to(topic, Box::new(super::Opaque::InTransaction))
+                    .key(key)
+                    .payload(payload);
+            if let Some(partition) = partition {
+                record = record.partition(*partition);
+            }
+            loop {
+                match producer.producer.send(record) {
+                    Ok(()) => break,
+                    Err((error, returned))
+                        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
+                    {
+                        record = returned;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err((error, _)) => return Err(error),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Reports every tag of a transaction that will never commit.
-    fn fail_open(&self, partition: i32, producer: &mut TxnPartition) {
+    pub(super) fn fail_open(&self, partition: i32, producer: &mut TxnPartition) {
         let failure = producer
             .dead
             .clone()
