@@ -42,44 +42,18 @@ pub(crate) struct HoldCell {
     durable: AtomicU64,
     /// The participants, when the hold is driven by them.
     participants: Mutex<Vec<Weak<Pending>>>,
-    /// Counts the changes of `current` (from 1), for the participants' copies.
-    generation: AtomicU64,
     has_participants: AtomicBool,
 }
 
 /// A participant's pending work: `(tag, mark, done)` in tag order.
 #[derive(Debug, Default)]
 struct Pending {
-    entries: Mutex<Entries>,
+    entries: Mutex<VecDeque<(u64, Mark, bool)>>,
     /// The tags reported held ([`CommitGate::held`]) with the hold each put on the
     /// queue (`(tag, mark, reason)`): lifted when the tag completes.
     held: Mutex<Vec<(u64, Mark, String)>>,
     /// True while `held` may hold something (a cheap check on every completion).
     any_held: AtomicBool,
-}
-
-/// A participant's `(tag, mark, done)` entries, with the queue its marks are taken
-/// from: a copy of the hold's binding, taken again when the binding changed, so a
-/// pending output takes one lock, not two.
-#[derive(Debug, Default)]
-struct Entries {
-    list: VecDeque<(u64, Mark, bool)>,
-    bound: Option<Arc<QueueShared>>,
-    /// The hold's [`HoldCell::generation`] `bound` was copied at (0: never).
-    generation: u64,
-}
-
-impl std::ops::Deref for Entries {
-    type Target = VecDeque<(u64, Mark, bool)>;
-    fn deref(&self) -> &Self::Target {
-        &self.list
-    }
-}
-
-impl std::ops::DerefMut for Entries {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.list
-    }
 }
 
 impl HoldCell {
@@ -89,7 +63,6 @@ impl HoldCell {
             current: Mutex::new(None),
             durable: AtomicU64::new(0),
             participants: Mutex::new(Vec::new()),
-            generation: AtomicU64::new(1),
             has_participants: AtomicBool::new(false),
         }
     }
@@ -98,7 +71,6 @@ impl HoldCell {
     pub(crate) fn bind(&self, shared: Arc<QueueShared>) {
         let mut current = self.current.lock();
         *current = Some(shared);
-        self.generation.fetch_add(1, Ordering::AcqRel);
         self.durable.store(0, Ordering::Release);
     }
 
@@ -107,7 +79,6 @@ impl HoldCell {
         let mut current = self.current.lock();
         if current.as_ref().is_some_and(|shared| shared.id == queue) {
             *current = None;
-            self.generation.fetch_add(1, Ordering::AcqRel);
             self.durable.store(0, Ordering::Release);
         }
     }
@@ -338,29 +309,8 @@ impl CheckpointParticipant {
 
 impl CommitGate for CheckpointParticipant {
     fn pending(&self, tag: u64) {
-        let mut entries = self.pending.entries.lock();
-        let generation = self.cell.generation.load(Ordering::Acquire);
-        if entries.generation != generation {
-            // the binding changed: copied again, outside the entries' lock (the floor
-            // takes the binding's lock first, then the entries')
-            drop(entries);
-            let bound = self.cell.current.lock().clone();
-            entries = self.pending.entries.lock();
-            entries.bound = bound;
-            entries.generation = generation;
-        }
-        // as `HoldCell::mark`, under one lock: what the bound queue dispatched now
-        let mark = match &entries.bound {
-            Some(shared) => Mark {
-                binding: Some(shared.id),
-                count: shared.dispatched(),
-            },
-            None => Mark {
-                binding: None,
-                count: 0,
-            },
-        };
-        entries.push_back((tag, mark, false));
+        let mark = self.cell.mark();
+        self.pending.entries.lock().push_back((tag, mark, false));
     }
 
     fn complete(&self, tag: u64) {
