@@ -77,11 +77,19 @@ pub(super) struct TxnPartition {
     /// Outputs waiting for the change they go with (`(key, payload)`).
     outputs: Vec<(Vec<u8>, Vec<u8>)>,
     /// The records sent in the open transaction, to send again in a new one when the
-    /// broker makes it abort (`(topic, partition, key, payload)`).
-    sent: Vec<(String, Option<i32>, Vec<u8>, Vec<u8>)>,
+    /// broker makes it abort.
+    sent: Vec<SentRecord>,
     /// Every record of the open transaction is in `sent` (a takeover's marker is not:
     /// its transaction is never written again).
     replayable: bool,
+}
+
+/// A record sent in an open transaction.
+struct SentRecord {
+    topic: String,
+    partition: Option<i32>,
+    key: Vec<u8>,
+    payload: Vec<u8>,
 }
 
 /// How many times a transaction the broker made abort is written again.
@@ -109,8 +117,12 @@ impl TxnPartition {
         key: &[u8],
         payload: &[u8],
     ) {
-        self.sent
-            .push((topic.to_owned(), partition, key.to_vec(), payload.to_vec()));
+        self.sent.push(SentRecord {
+            topic: topic.to_owned(),
+            partition,
+            key: key.to_vec(),
+            payload: payload.to_vec(),
+        });
     }
 
     /// The open transaction holds a record that is not kept (a takeover's marker): it
@@ -416,13 +428,13 @@ impl Transactions {
     fn replay(&self, producer: &mut TxnPartition) -> Result<(), KafkaError> {
         producer.producer.abort_transaction(self.request_timeout)?;
         producer.producer.begin_transaction()?;
-        for (topic, partition, key, payload) in &producer.sent {
+        for sent in &producer.sent {
             let mut record =
-                BaseRecord::with_opaque_to(topic, Box::new(super::Opaque::InTransaction))
-                    .key(key)
-                    .payload(payload);
-            if let Some(partition) = partition {
-                record = record.partition(*partition);
+                BaseRecord::with_opaque_to(&sent.topic, Box::new(super::Opaque::InTransaction))
+                    .key(&sent.key)
+                    .payload(&sent.payload);
+            if let Some(partition) = sent.partition {
+                record = record.partition(partition);
             }
             loop {
                 match producer.producer.send(record) {
