@@ -14,6 +14,10 @@ use mongoose_core::{Delivery, Epoch, PositionValue};
 use mongoose_sink::{RunnerConfig, SinkRunner, SinkWriter};
 use parking_lot::Mutex;
 
+mod support;
+use support::gate::Gate;
+use support::wait_until;
+
 /// Publishes everything, noting each payload in order.
 struct Noted(Arc<Mutex<Vec<Vec<u8>>>>);
 
@@ -26,39 +30,6 @@ impl Sink for Noted {
                 evidence: "noted".to_owned(),
             });
         }
-    }
-}
-
-#[derive(Default)]
-struct Gate {
-    pending: Mutex<Vec<u64>>,
-    completed: Mutex<Vec<u64>>,
-}
-
-impl CommitGate for Gate {
-    fn pending(&self, tag: u64) {
-        self.pending.lock().push(tag);
-    }
-    fn complete(&self, tag: u64) {
-        self.completed.lock().push(tag);
-    }
-    fn complete_through(&self, tag: u64) {
-        let pending = self.pending.lock().clone();
-        let mut completed = self.completed.lock();
-        let fresh: Vec<u64> = pending
-            .into_iter()
-            .filter(|pending| *pending <= tag && !completed.contains(pending))
-            .collect();
-        completed.extend(fresh);
-    }
-    fn held(&self, _tag: u64, _reason: &str) {}
-}
-
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

@@ -12,6 +12,9 @@ use mongoose_core::Epoch;
 use mongoose_sink::{RunnerConfig, SinkRunner, SinkStatus};
 use parking_lot::Mutex;
 
+mod support;
+use support::gate::Gate;
+
 /// Answers every attempt with the same outcome, counting attempts per key.
 struct Always {
     outcome: SinkOutcome,
@@ -26,36 +29,6 @@ impl Sink for Always {
                 .push((output.key.to_string(), output.attempt));
             outcomes.push(self.outcome.clone());
         }
-    }
-}
-
-#[derive(Default)]
-struct Gate {
-    pending: Mutex<Vec<u64>>,
-    completed: Mutex<Vec<u64>>,
-    held: Mutex<Vec<(u64, String)>>,
-}
-
-impl CommitGate for Gate {
-    fn pending(&self, tag: u64) {
-        self.pending.lock().push(tag);
-    }
-    fn complete(&self, tag: u64) {
-        self.completed.lock().push(tag);
-    }
-    fn complete_through(&self, tag: u64) {
-        // every pending tag up to `tag` not completed yet (a real gate forgets a tag
-        // once it is complete, so none is completed twice)
-        let pending = self.pending.lock().clone();
-        let mut completed = self.completed.lock();
-        let fresh: Vec<u64> = pending
-            .into_iter()
-            .filter(|pending| *pending <= tag && !completed.contains(pending))
-            .collect();
-        completed.extend(fresh);
-    }
-    fn held(&self, tag: u64, reason: &str) {
-        self.held.lock().push((tag, reason.to_owned()));
     }
 }
 
