@@ -215,19 +215,19 @@ impl SinkWriter {
             return Ok(key);
         };
         let batching = batch_end::is_batching();
-        let reserved = if batching {
+        if batching {
             // only this thread touches the credit: no read-modify-write needed
-            match self.deferred.credit.load(Ordering::Relaxed) {
+            let reserved = match self.deferred.credit.load(Ordering::Relaxed) {
                 0 => self.handle.reserve_up_to(CREDIT),
                 credit => Ok(credit),
+            };
+            match reserved {
+                Ok(credit) => self.deferred.credit.store(credit - 1, Ordering::Relaxed),
+                Err(error) => {
+                    self.index -= 1;
+                    return Err(error);
+                }
             }
-            .map(|credit| self.deferred.credit.store(credit - 1, Ordering::Relaxed))
-        } else {
-            self.handle.reserve()
-        };
-        if let Err(error) = reserved {
-            self.index -= 1;
-            return Err(error);
         }
         let output = Output::new(key.clone(), payload);
         let known = &mut self.feeds[at];
@@ -237,21 +237,20 @@ impl SinkWriter {
             gate.pending(known.next_tag);
             (*id, known.next_tag)
         });
-        let queued = Queued { output, gate };
         if !batching {
+            // after what this writer kept, in order
             self.deferred.hand_over();
-            if !self.handle.hand_over(Parcel::One(queued)) {
+            if let Err(error) = self.handle.send(output, gate) {
                 if let (Some((gate, _)), Some((_, tag))) = (&self.feeds[at].gate, gate) {
                     // not taken: nothing to wait for
                     gate.complete(tag);
                 }
                 self.index -= 1;
-                return Err(SendError::Stopped {
-                    sink: self.handle.name().to_owned(),
-                });
+                return Err(error);
             }
             return Ok(key);
         }
+        let queued = Queued { output, gate };
         let kept = {
             let mut outputs = self.deferred.outputs.lock();
             outputs.push(queued);

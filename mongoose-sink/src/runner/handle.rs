@@ -68,7 +68,7 @@ impl SinkHandle {
     /// [`SendError::Full`] when the queue is full, [`SendError::Stopped`] when the
     /// runner stopped; the output was not taken and the gate not told.
     pub fn send(&self, output: Output, gate: Option<(GateId, u64)>) -> Result<(), SendError> {
-        self.reserve()?;
+        self.reserve_up_to(1)?;
         if self.hand_over(Parcel::One(Queued { output, gate })) {
             Ok(())
         } else {
@@ -78,17 +78,9 @@ impl SinkHandle {
         }
     }
 
-    /// Counts one output as queued (what the capacity bounds) before it is handed
-    /// over, now or at its batch's end.
-    ///
-    /// # Errors
-    /// As [`SinkHandle::send`]: nothing was counted.
-    pub(crate) fn reserve(&self) -> Result<(), SendError> {
-        self.reserve_up_to(1).map(|_| ())
-    }
-
-    /// Counts up to `wanted` outputs as queued at once (at least one, as many as the
-    /// capacity leaves room for); returns how many.
+    /// Counts up to `wanted` outputs as queued (what the capacity bounds) before they
+    /// are handed over, now or at a batch's end: at least one, as many as the capacity
+    /// leaves room for; returns how many.
     ///
     /// # Errors
     /// As [`SinkHandle::send`]: nothing was counted.
