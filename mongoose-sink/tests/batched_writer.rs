@@ -33,6 +33,17 @@ impl Sink for Noted {
     }
 }
 
+/// A runner of a [`Noted`] sink, and what it notes.
+fn noted_runner() -> (SinkRunner, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let noted = Arc::new(Mutex::new(Vec::new()));
+    let runner = SinkRunner::start(
+        Box::new(Noted(Arc::clone(&noted))),
+        RunnerConfig::new("noted", "memory"),
+    )
+    .expect("started");
+    (runner, noted)
+}
+
 fn write_in_delivery(writer: &mut SinkWriter, feed: &Arc<str>, sequence: u64, text: &str) {
     let delivery = Delivery::new(
         Arc::clone(feed),
@@ -52,12 +63,7 @@ fn write_in_delivery(writer: &mut SinkWriter, feed: &Arc<str>, sequence: u64, te
 
 #[test]
 fn a_batching_thread_hands_its_outputs_over_at_the_batch_s_end_in_order_holding_their_inputs() {
-    let noted = Arc::new(Mutex::new(Vec::new()));
-    let runner = SinkRunner::start(
-        Box::new(Noted(Arc::clone(&noted))),
-        RunnerConfig::new("noted", "memory"),
-    )
-    .expect("started");
+    let (runner, noted) = noted_runner();
     let gate = Arc::new(Gate::default());
     let source: Arc<dyn CommitGate> = gate.clone();
     let mut writer = SinkWriter::new(
@@ -107,12 +113,7 @@ fn a_batching_thread_hands_its_outputs_over_at_the_batch_s_end_in_order_holding_
 
 #[test]
 fn outputs_a_dropped_writer_kept_reach_the_sink() {
-    let noted = Arc::new(Mutex::new(Vec::new()));
-    let runner = SinkRunner::start(
-        Box::new(Noted(Arc::clone(&noted))),
-        RunnerConfig::new("noted", "memory"),
-    )
-    .expect("started");
+    let (runner, noted) = noted_runner();
     let mut writer = SinkWriter::new(runner.handle(), Arc::new(|_feed: &str| None));
     let feed: Arc<str> = Arc::from("lines");
     let _batching = batch_end::batching();
