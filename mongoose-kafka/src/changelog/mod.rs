@@ -149,6 +149,34 @@ enum Opaque {
     InTransaction,
 }
 
+/// Sends one record, waiting while librdkafka's queue is full.
+fn send_record(
+    producer: &ThreadedProducer<ChangelogContext>,
+    (topic, partition): (&str, Option<i32>),
+    key: &[u8],
+    payload: &[u8],
+    opaque: Box<Opaque>,
+) -> Result<(), KafkaError> {
+    let mut record = BaseRecord::with_opaque_to(topic, opaque)
+        .key(key)
+        .payload(payload);
+    if let Some(partition) = partition {
+        record = record.partition(partition);
+    }
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((error, returned))
+                if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
+            {
+                record = returned;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err((error, _)) => return Err(error),
+        }
+    }
+}
+
 /// The producer's context: delivery reports and librdkafka's log.
 struct ChangelogContext {
     name: String,
@@ -674,26 +702,8 @@ impl Changelog {
         payload: &[u8],
         opaque: Box<Opaque>,
     ) -> Result<(), KafkaConnectorError> {
-        let mut record = BaseRecord::with_opaque_to(topic, opaque)
-            .key(key)
-            .payload(payload);
-        if let Some(partition) = partition {
-            record = record.partition(partition);
-        }
-        loop {
-            match producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((error, returned))
-                    if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
-                {
-                    record = returned;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err((error, _)) => {
-                    return Err(self.broker_error("writing a changelog record", error))
-                }
-            }
-        }
+        send_record(producer, (topic, partition), key, payload, opaque)
+            .map_err(|error| self.broker_error("writing a changelog record", error))
     }
 
     /// Waits until every write sent so far is acknowledged or given up.

@@ -25,7 +25,7 @@ use mongoose_core::Epoch;
 use parking_lot::Mutex;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
@@ -146,22 +146,7 @@ impl TxnPartition {
     /// why; `None` when it still works (the send's error is the caller's).
     pub(super) fn fatal(&mut self, partition: i32) -> Option<WriteFailure> {
         let (code, message) = self.producer.client().fatal_error()?;
-        let fenced = matches!(
-            code,
-            RDKafkaErrorCode::ProducerFenced
-                | RDKafkaErrorCode::InvalidProducerEpoch
-                | RDKafkaErrorCode::Fenced
-                | RDKafkaErrorCode::InvalidProducerIdMapping
-        );
-        let failure = if fenced {
-            WriteFailure::Fenced {
-                partition,
-                epoch: self.epoch,
-                message,
-            }
-        } else {
-            WriteFailure::GivenUp(message)
-        };
+        let failure = failure_from(partition, self.epoch, Some(code), message);
         self.dead = Some(failure.clone());
         Some(failure)
     }
@@ -202,8 +187,24 @@ impl TxnPartition {
 
 /// What a failed transactional call means for the partition.
 fn failure_of(partition: i32, epoch: Epoch, error: &KafkaError) -> WriteFailure {
-    let fenced = matches!(
+    failure_from(
+        partition,
+        epoch,
         error.rdkafka_error_code(),
+        error.to_string(),
+    )
+}
+
+/// A failure of code `code` with `message`: the partition is fenced (another producer
+/// of its transactional id took over) or its writes are given up.
+fn failure_from(
+    partition: i32,
+    epoch: Epoch,
+    code: Option<RDKafkaErrorCode>,
+    message: String,
+) -> WriteFailure {
+    let fenced = matches!(
+        code,
         Some(
             RDKafkaErrorCode::ProducerFenced
                 | RDKafkaErrorCode::InvalidProducerEpoch
@@ -215,10 +216,10 @@ fn failure_of(partition: i32, epoch: Epoch, error: &KafkaError) -> WriteFailure 
         WriteFailure::Fenced {
             partition,
             epoch,
-            message: error.to_string(),
+            message,
         }
     } else {
-        WriteFailure::GivenUp(error.to_string())
+        WriteFailure::GivenUp(message)
     }
 }
 
@@ -429,25 +430,13 @@ impl Transactions {
         producer.producer.abort_transaction(self.request_timeout)?;
         producer.producer.begin_transaction()?;
         for sent in &producer.sent {
-            let mut record =
-                BaseRecord::with_opaque_to(&sent.topic, Box::new(super::Opaque::InTransaction))
-                    .key(&sent.key)
-                    .payload(&sent.payload);
-            if let Some(partition) = sent.partition {
-                record = record.partition(partition);
-            }
-            loop {
-                match producer.producer.send(record) {
-                    Ok(()) => break,
-                    Err((error, returned))
-                        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
-                    {
-                        record = returned;
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Err((error, _)) => return Err(error),
-                }
-            }
+            super::send_record(
+                &producer.producer,
+                (&sent.topic, sent.partition),
+                &sent.key,
+                &sent.payload,
+                Box::new(super::Opaque::InTransaction),
+            )?;
         }
         Ok(())
     }
