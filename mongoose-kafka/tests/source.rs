@@ -271,3 +271,102 @@ fn a_revoked_partition_commits_what_was_processed_before_it_goes() {
     );
     SourceDriver::stop_source(&mut a.source, &*a.feed).expect("stop");
 }
+
+// librdkafka keeps an application's pause on a partition across its revocation (the
+// Java consumer forgets it). A partition revoked while the feed was full and assigned
+// again once the feed had room came back paused and was never read again, with no log
+// and no error (found by kafka.rs's three-server test, whose commits stopped short).
+// A pauses behind a full feed; B joins: the rebalance revokes both partitions from A and
+// gives one back (the feed has room by then: the revoked tail is dropped); A must read
+// all of it. Then B leaves and its partition comes back to A: A must read that too.
+#[test]
+fn a_partition_revoked_while_paused_is_read_when_it_comes_back() {
+    use mongoose_core::EventSource;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::ClientConfig;
+
+    let Some(brokers) =
+        broker_or_skip("a_partition_revoked_while_paused_is_read_when_it_comes_back")
+    else {
+        return;
+    };
+    let topic = unique("repaused");
+    let group = unique("repaused-group");
+    create_topic(&brokers, &topic, 2, &[]);
+    produce_to(&brokers, &topic, 0, 0, 20);
+    produce_to(&brokers, &topic, 1, 20, 20);
+    let mut a = pipeline(source_config(&brokers, &group, &topic), 2);
+    let counters = a.source.counters();
+    SourceDriver::start_source(&mut a.source, &a.feed).expect("start");
+    // A's feed of 2 fills: A pauses its assignment (both partitions)
+    wait_for("A paused behind its full feed", 60, || {
+        SourceDriver::cycle(&mut a.source, &*a.feed).expect("cycle");
+        counters.pauses.load(Ordering::Relaxed) >= 1
+    });
+    // B joins while A is paused: the rebalance revokes both partitions from A (still
+    // paused) and gives one of them to B; B reads nothing it commits
+    let b: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", &group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .create()
+        .expect("B");
+    b.subscribe(&[&topic]).expect("subscribe B");
+    let mut lost = None;
+    wait_for("B assigned a partition", 90, || {
+        a.source.do_work().expect("A polls");
+        b.poll(Duration::from_millis(20));
+        lost = b
+            .assignment()
+            .ok()
+            .and_then(|list| list.elements().first().map(|element| element.partition()));
+        lost.is_some()
+    });
+    let lost = lost.expect("B's partition");
+    // A drains its feed: it resumes the partition it kept, reads and processes all of
+    // it, and goes on cycling until its feed stays empty (its assignment resumed)
+    let mut consumer = Collect::default();
+    let mut idle_rounds = 0;
+    wait_for(
+        "A processed the partition it kept, its feed empty",
+        90,
+        || {
+            let polled = a.reader.poll(&mut consumer, 100);
+            SourceDriver::cycle(&mut a.source, &*a.feed).expect("cycle");
+            b.poll(Duration::from_millis(5));
+            idle_rounds = if polled == 0 { idle_rounds + 1 } else { 0 };
+            distinct(&consumer, 1 - lost) >= 20 && idle_rounds > 20
+        },
+    );
+    assert!(
+        counters.resumes.load(Ordering::Relaxed) >= 1,
+        "A resumed after draining: {counters:?}"
+    );
+    // B leaves: A gets both partitions again, the one B had included
+    drop(b);
+    wait_for(
+        "every record of the partition that came back read by A",
+        120,
+        || {
+            a.reader.poll(&mut consumer, 100);
+            SourceDriver::cycle(&mut a.source, &*a.feed).expect("cycle");
+            distinct(&consumer, lost) >= 20
+        },
+    );
+    SourceDriver::stop_source(&mut a.source, &*a.feed).expect("stop");
+}
+
+/// The distinct payloads of `partition` that `consumer` saw.
+fn distinct(consumer: &Collect, partition: i32) -> usize {
+    let mut payloads: Vec<&str> = consumer
+        .seen
+        .iter()
+        .filter(|seen| seen.partition == partition)
+        .map(|seen| seen.payload.as_str())
+        .collect();
+    payloads.sort_unstable();
+    payloads.dedup();
+    payloads.len()
+}

@@ -86,11 +86,16 @@ impl ConsumerContext for SourceContext {
                 }
                 let paused = partitions.paused;
                 drop(partitions);
+                // librdkafka keeps an application's pause on a partition across its
+                // revocation: a partition paused, revoked and assigned again would stay
+                // paused, never read, if it were not set here either way
                 if paused {
                     // the feed is still full: the new partitions wait too
                     if let Err(error) = consumer.pause(assigned) {
                         warn!(feed = %shared.name, %error, "could not pause newly assigned partitions");
                     }
+                } else if let Err(error) = consumer.resume(assigned) {
+                    warn!(feed = %shared.name, %error, "could not resume newly assigned partitions");
                 }
                 info!(feed = %shared.name, assigned = assigned.count(), "partitions assigned");
             }
