@@ -163,7 +163,8 @@ struct Member {
 impl Member {
     fn start(library: &std::path::Path, config: &str) -> Self {
         let mut run = LedgerRun::new("", config);
-        run.log_filter = "warn,mongoose_server::cli=info,mongoose_ledger=info";
+        run.log_filter =
+            "warn,mongoose_server::cli=info,mongoose_ledger=info,mongoose_kafka::source=info";
         plugin_dir(run.dir.path(), &[library]);
         let child = Some(run.spawn(false));
         Member { run, child }
@@ -211,7 +212,15 @@ fn three_servers_in_one_group_then_one_killed_lose_nothing() {
     let config = member_config(&brokers, &topic, &group);
     let progress = || committed_total(&brokers, &group, &topic, PARTITIONS);
     let wait = |members: &mut [&mut Member], what: &str, done: &dyn Fn(&[&mut Member]) -> bool| {
-        wait_for_members(members, what, 240, done);
+        // at the deadline: what each partition has committed (the members' logs say
+        // which member took which partition in which epoch)
+        let what = || {
+            format!(
+                "{what} (committed per partition: {:?})",
+                committed(&brokers, &group, &topic, PARTITIONS)
+            )
+        };
+        wait_for_members(members, &what, 240, done);
     };
 
     let mut a = Member::start(&library, &config);
@@ -318,9 +327,12 @@ fn run_member_to_the_end(
     total: i64,
 ) -> String {
     let mut member = Member::start(library, config);
-    wait_for_members(&mut [&mut member], "committed every record", 180, |_| {
-        committed_total(brokers, group, topic, partitions) >= total
-    });
+    wait_for_members(
+        &mut [&mut member],
+        &|| "committed every record".into(),
+        180,
+        |_| committed_total(brokers, group, topic, partitions) >= total,
+    );
     let child = member.child.take().expect("running");
     let code = member.run.terminate(child);
     let log = member.run.log();
@@ -561,10 +573,10 @@ fn assert_alerts_once(
 }
 
 /// Waits until `done`, every member in `members` alive, failing after `seconds` with
-/// their logs.
+/// `what` (asked then: it may describe the state at the deadline) and their logs.
 fn wait_for_members(
     members: &mut [&mut Member],
-    what: &str,
+    what: &dyn Fn() -> String,
     seconds: u64,
     done: impl Fn(&[&mut Member]) -> bool,
 ) {
@@ -575,7 +587,8 @@ fn wait_for_members(
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "never {what}: {}",
+            "never {}: {}",
+            what(),
             members
                 .iter()
                 .map(|member| member.run.log())
@@ -593,9 +606,12 @@ fn wait_committed(
     (brokers, group, topic, partitions): (&str, &str, &str, i32),
     total: i64,
 ) {
-    wait_for_members(members, &format!("committed {total} records"), 300, |_| {
-        committed_total(brokers, group, topic, partitions) >= total
-    });
+    wait_for_members(
+        members,
+        &|| format!("committed {total} records"),
+        300,
+        |_| committed_total(brokers, group, topic, partitions) >= total,
+    );
 }
 
 /// The input partitions of the alerts runs.
@@ -629,10 +645,15 @@ impl AlertsRun {
         };
         let config = member_config_alerts_topic(brokers, &topic, &group, &alerts, 2_000);
         let mut member = Member::start(&library, &config);
-        wait_for_members(&mut [&mut member], "worked (A)", 240, |members| {
-            members[0].takeovers() >= ALERT_PARTITIONS as usize
-                && committed_total(brokers, &group, &topic, ALERT_PARTITIONS) >= 500
-        });
+        wait_for_members(
+            &mut [&mut member],
+            &|| "worked (A)".into(),
+            240,
+            |members| {
+                members[0].takeovers() >= ALERT_PARTITIONS as usize
+                    && committed_total(brokers, &group, &topic, ALERT_PARTITIONS) >= 500
+            },
+        );
         AlertsRun {
             library,
             topic,
@@ -739,7 +760,7 @@ fn a_paused_zombie_member_is_fenced_by_the_broker() {
     let mut b = Member::start(&library, &config);
     wait_for_members(
         &mut [&mut b],
-        "took A's partitions over (B)",
+        &|| "took A's partitions over (B)".into(),
         240,
         |members| members[0].takeovers() >= PARTITIONS as usize && progress() >= paused_at + 500,
     );

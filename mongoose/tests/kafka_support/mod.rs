@@ -230,16 +230,27 @@ pub fn produce_lines(producer: &BaseProducer, topic: &str, indexes: std::ops::Ra
         .expect("every record acknowledged");
 }
 
-/// The group's committed offset per partition (-1: none).
+/// The group's committed offset per partition (-1: none). A read that times out is tried
+/// again (3 tries of 20 s): on a loaded machine a new client's metadata fetch can time
+/// out while the members are busy, which says nothing about what they committed.
 pub fn committed(brokers: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
-    mongoose_kafka::admin::committed_offsets(
-        brokers,
-        group,
-        topic,
-        partitions,
-        Duration::from_secs(20),
-    )
-    .expect("committed offsets")
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match mongoose_kafka::admin::committed_offsets(
+            brokers,
+            group,
+            topic,
+            partitions,
+            Duration::from_secs(20),
+        ) {
+            Ok(offsets) => return offsets,
+            Err(error) if tries < 3 => {
+                eprintln!("reading the committed offsets (try {tries} of 3): {error}");
+            }
+            Err(error) => panic!("committed offsets: {error:?}"),
+        }
+    }
 }
 
 /// The records the group has committed, summed over the partitions.
