@@ -216,3 +216,60 @@ fn the_transactional_sink_commits_outputs_and_offsets_together() {
         "the fenced transaction's offsets are not committed"
     );
 }
+
+// A member whose lines of a partition were queued before the group gave the partition to
+// another member (an older epoch) must not take it over when it reaches them: its
+// producer would fence the current owner, whose open transaction would abort while its
+// consumer goes on committing the partition (kafka_broker.rs's killed broker: 130
+// records of one partition committed unapplied). The takeover is refused, and the
+// current owner's open transaction commits.
+#[test]
+fn a_takeover_for_an_older_epoch_does_not_fence_the_current_owner() {
+    use mongoose_kafka::KafkaConnectorError;
+
+    let Some(brokers) = broker_or_skip("changelog stale takeover") else {
+        return;
+    };
+    let input = unique("stale-input");
+    create_topic(&brokers, &input, 1, &[]);
+    let outputs = unique("stale-alerts");
+    create_topic(&brokers, &outputs, 1, &[]);
+    let topic = format!("{input}-changelog");
+    let group = unique("stale-group");
+
+    // the current owner, in epoch 2: 10 lines in an open transaction
+    let (current, outcomes) = member(&brokers, &input, &topic, &group, &outputs);
+    current.restore(0, Epoch(2), |_| {}).expect("restores");
+    for offset in 1..=10u64 {
+        current
+            .write(
+                0,
+                Epoch(2),
+                offset,
+                b"acc",
+                offset.to_string().as_bytes(),
+                offset,
+            )
+            .expect("change written");
+    }
+    // a member still holding lines of epoch 1 reaches them
+    let (stale, _) = member(&brokers, &input, &topic, &group, &outputs);
+    match stale.restore(0, Epoch(1), |_| {}) {
+        Err(KafkaConnectorError::TakenOver { .. }) => {}
+        other => panic!("a takeover for an older epoch than the changelog's newest owner must be refused: {other:?}"),
+    }
+    // the current owner's transaction still commits
+    current.flush(Duration::from_secs(60)).expect("committed");
+    let durable = outcomes
+        .lock()
+        .iter()
+        .filter(|(_, result)| result.is_ok())
+        .count();
+    assert_eq!(
+        durable,
+        10,
+        "the current owner was not fenced: {:?}",
+        outcomes.lock()
+    );
+    assert_eq!(committed(&brokers, &group, &input, 1), vec![10]);
+}

@@ -230,6 +230,9 @@ pub struct Changelog {
     producer: ThreadedProducer<ChangelogContext>,
     /// The restore reader (made at the first restore, kept).
     reader: Mutex<Option<BaseConsumer>>,
+    /// The reader of what is written, open transactions included (`read_uncommitted`):
+    /// a takeover's check for a newer owner (made at the first, kept).
+    peek_reader: Mutex<Option<BaseConsumer>>,
     /// With `config.transactions`: the partitions' transactional producers.
     transactions: Option<Arc<Transactions>>,
     /// Where the write callbacks go (the transactional producers' too).
@@ -306,6 +309,7 @@ impl Changelog {
             config,
             producer,
             reader: Mutex::new(None),
+            peek_reader: Mutex::new(None),
             transactions,
             on_durable,
         };

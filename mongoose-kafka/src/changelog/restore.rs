@@ -120,9 +120,12 @@ impl Changelog {
         counted: impl FnMut(&StoredRecord),
     ) -> Result<RestoredPartition, KafkaConnectorError> {
         let started = Instant::now();
+        if self.transactions.is_some() {
+            self.refuse_a_stale_takeover(partition, epoch)?;
+        }
         let marker = self.mark(partition, RecordKind::Marker, epoch)?;
         let marked = started.elapsed();
-        let records = self.read_through(partition, marker)?;
+        let records = self.read_through(partition, marker, false)?;
         let restored = fold(&records, counted);
         info!(changelog = %self.config.topic, partition, %epoch, records = records.len(),
             counted = restored.counted, fenced = restored.fenced, keys = restored.entries.len(),
@@ -132,15 +135,66 @@ impl Changelog {
         Ok(restored)
     }
 
+    /// Before a takeover's producer fences the partition's earlier one: a marker of a
+    /// newer epoch (epochs increase along a partition's history) means the group gave
+    /// the partition to another owner after the assignment `epoch` came from, and this
+    /// member's lines of `epoch` were queued before it was revoked. Taking it over now
+    /// would fence the current owner, whose open transaction would abort while its
+    /// consumer still commits the partition: its lines would be committed unapplied
+    /// (`kafka_broker.rs`'s killed broker, 130 records of one partition lost). The
+    /// stale lines are left: they are never committed (the feed ignores acknowledgements
+    /// of an epoch it no longer holds).
+    fn refuse_a_stale_takeover(
+        &self,
+        partition: i32,
+        epoch: Epoch,
+    ) -> Result<(), KafkaConnectorError> {
+        let probe = self.mark(partition, RecordKind::Probe, Epoch(0))?;
+        // what is written, open transactions included: the current owner's may stay
+        // open until its next commit, and a marker in one counts
+        let newer = self
+            .read_through(partition, probe, true)?
+            .iter()
+            .filter(|record| record.kind == RecordKind::Marker && record.epoch > epoch)
+            .map(|record| record.epoch)
+            .max();
+        match newer {
+            None => Ok(()),
+            Some(newer) => {
+                info!(changelog = %self.config.topic, partition, %epoch, %newer,
+                    "a newer owner holds the partition: lines of an earlier assignment are not applied here");
+                Err(KafkaConnectorError::TakenOver {
+                    name: self.config.name.clone(),
+                    failure: WriteFailure::Fenced {
+                        partition,
+                        epoch,
+                        message: format!(
+                            "the partition was given to an owner of epoch {newer} after this assignment"
+                        ),
+                    },
+                })
+            }
+        }
+    }
+
     /// Reads `partition` from its start through changelog offset `last` (inclusive).
+    /// `uncommitted`: records of open and aborted transactions too (`read_uncommitted`).
     fn read_through(
         &self,
         partition: i32,
         last: i64,
+        uncommitted: bool,
     ) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
-        let mut reader = self.reader.lock();
+        let mut reader = if uncommitted {
+            self.peek_reader.lock()
+        } else {
+            self.reader.lock()
+        };
         if reader.is_none() {
             let mut client = ClientConfig::new();
+            if uncommitted {
+                client.set("isolation.level", "read_uncommitted");
+            }
             client
                 .set("bootstrap.servers", &self.config.brokers)
                 .set("group.id", format!("{}-restore", self.config.name))
@@ -232,6 +286,6 @@ impl Changelog {
     /// As for [`Changelog::restore`].
     pub fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
         let probe = self.mark(partition, RecordKind::Probe, Epoch(0))?;
-        self.read_through(partition, probe)
+        self.read_through(partition, probe, false)
     }
 }
