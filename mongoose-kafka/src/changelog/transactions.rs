@@ -41,19 +41,43 @@ pub struct TransactionsConfig {
     /// exactly-once is 100 ms): the latency a change adds to its input's commit.
     pub commit_interval: Duration,
     /// `transaction.timeout.ms`: how long the broker keeps a transaction of a member that
-    /// stopped answering open before it aborts it (a takeover aborts it at once).
+    /// stopped answering open before it aborts it (a takeover aborts it at once). When
+    /// the broker aborts it, it fences the producer exactly as a takeover does, though
+    /// the member may still hold the partition, so a member never keeps one open that
+    /// long: a commit that cannot finish within it is given up (see
+    /// [`commit_deadline`]). Keep it above the feed's session timeout, so that a member
+    /// stopped long enough for it is out of the group (its commits refused) first.
     pub transaction_timeout: Duration,
 }
 
 impl TransactionsConfig {
-    /// Transactions committing the offsets of `group`, every 100 ms, a 30 s timeout.
+    /// Transactions committing the offsets of `group`, every 100 ms, a 120 s timeout
+    /// (above a commit's retries, 6 request timeouts of 10 s, with room to spare).
     pub fn new(group: Option<&str>) -> Self {
         TransactionsConfig {
             group: group.map(str::to_owned),
             commit_interval: Duration::from_millis(100),
-            transaction_timeout: Duration::from_secs(30),
+            transaction_timeout: Duration::from_secs(120),
         }
     }
+}
+
+/// Until when a commit of a transaction opened at `opened` is retried: six request
+/// timeouts from `now`, and never past the transaction's timeout less two request
+/// timeouts (an attempt under way at the deadline, and the abort after it). Past its
+/// timeout the broker aborts the transaction and fences the producer: a member that
+/// still holds the partition would take that for a takeover, skip the partition's
+/// lines and let its consumer commit them unapplied. Given up before it, the
+/// transaction's lines are held and read again after a restart.
+pub(super) fn commit_deadline(
+    now: Instant,
+    opened: Instant,
+    request_timeout: Duration,
+    transaction_timeout: Duration,
+) -> Instant {
+    let retries = now + request_timeout * 6;
+    let limit = opened + transaction_timeout.saturating_sub(request_timeout * 2);
+    retries.min(limit)
 }
 
 /// The transactional id of `partition`'s producer.
@@ -82,6 +106,9 @@ pub(super) struct TxnPartition {
     /// Every record of the open transaction is in `sent` (a takeover's marker is not:
     /// its transaction is never written again).
     replayable: bool,
+    /// When the open transaction was begun: the broker aborts it
+    /// `transaction_timeout` after.
+    opened: Instant,
 }
 
 /// A record sent in an open transaction.
@@ -107,6 +134,7 @@ impl TxnPartition {
             outputs: Vec::new(),
             sent: Vec::new(),
             replayable: true,
+            opened: Instant::now(),
         }
     }
 
@@ -168,6 +196,7 @@ impl TxnPartition {
                 return Err(failure);
             }
             self.open = true;
+            self.opened = Instant::now();
             self.sent.clear();
             self.replayable = true;
         }
@@ -355,7 +384,12 @@ impl Transactions {
         }
         // a retriable failure is retried here, holding the partition (its writes wait):
         // librdkafka takes no new record into a transaction whose commit is under way
-        let deadline = Instant::now() + self.request_timeout * 6;
+        let deadline = commit_deadline(
+            Instant::now(),
+            producer.opened,
+            self.request_timeout,
+            self.config.transaction_timeout,
+        );
         let mut offsets_sent = false;
         let mut replays = 0;
         let result = loop {
@@ -494,5 +528,36 @@ fn commit_loop(transactions: &Weak<Transactions>, interval: Duration, stopped: &
             return;
         };
         transactions.commit_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{commit_deadline, TransactionsConfig};
+
+    // The kafka_broker test's killed broker: a commit retried for six request timeouts
+    // (60 s) kept a transaction open past the broker's 30 s timeout; the broker aborted
+    // it and fenced the producer though this member still held the partition, which
+    // skipped the partition's later lines and let its consumer commit them unapplied.
+    #[test]
+    fn a_commit_is_never_retried_past_the_transaction_s_timeout() {
+        let request = Duration::from_secs(10);
+        let opened = Instant::now();
+        // a transaction opened long ago: the limit is its timeout less two requests
+        let late = opened + Duration::from_secs(25);
+        assert_eq!(
+            commit_deadline(late, opened, request, Duration::from_secs(30)),
+            opened + Duration::from_secs(10)
+        );
+        // a fresh one: six request timeouts, within the default timeout's limit
+        let config = TransactionsConfig::new(None);
+        let deadline = commit_deadline(opened, opened, request, config.transaction_timeout);
+        assert_eq!(deadline, opened + request * 6);
+        assert!(
+            deadline + request * 2 <= opened + config.transaction_timeout,
+            "the default timeout leaves a commit its six retries, an attempt under way and an abort"
+        );
     }
 }
