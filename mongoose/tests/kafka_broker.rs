@@ -404,14 +404,33 @@ fn a_broker_killed_mid_run_loses_nothing() {
     let produced = std::sync::Arc::clone(&stream.produced);
     stream.finish();
     let records = produced.load(std::sync::atomic::Ordering::SeqCst);
+    // what each partition has committed is printed every 30 s: a failure shows which
+    // partition stopped short, and since when
+    let printed = std::cell::Cell::new(Instant::now());
     wait_members(
         &mut [&mut a, &mut b],
         "committed every record",
         240,
-        &|_| committed_total(&brokers, &group, &topic, PARTITIONS) >= records as i64,
+        &|_| {
+            let offsets = committed(&brokers, &group, &topic, PARTITIONS);
+            if printed.get().elapsed() > Duration::from_secs(30) {
+                printed.set(Instant::now());
+                eprintln!(
+                    "committed per partition: {offsets:?}, of {records} records ({} whose delivery failed)",
+                    kafka_support::DELIVERY_FAILURES.load(std::sync::atomic::Ordering::SeqCst)
+                );
+            }
+            offsets.iter().map(|offset| (*offset).max(0)).sum::<i64>() >= records as i64
+        },
     );
     a.stop();
     b.stop();
+    // shown only when the changelog check below fails: what the members did
+    eprintln!(
+        "member A:\n{}\n----\nmember B:\n{}",
+        a.run.log(),
+        b.run.log()
+    );
     let ends = committed(&brokers, &group, &topic, PARTITIONS);
     let lines: Vec<String> = (0..records).map(line).collect();
     let check = check_changelog(&brokers, &topic, &changelog, &ends, &lines);

@@ -84,6 +84,9 @@ pub fn batching_producer(brokers: &str) -> BaseProducer {
         .expect("producer")
 }
 
+/// Records whose delivery failed, over every [`ProduceStats`] producer of the process.
+pub static DELIVERY_FAILURES: AtomicUsize = AtomicUsize::new(0);
+
 /// A producer's context that keeps librdkafka's latest statistics: records sent and
 /// Produce requests, to show that records went in batches.
 #[derive(Default)]
@@ -110,7 +113,14 @@ impl ClientContext for ProduceStats {
 impl ProducerContext for ProduceStats {
     type DeliveryOpaque = ();
 
-    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+    fn delivery(&self, result: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
+        if let Err((error, _)) = result {
+            let failed = DELIVERY_FAILURES.fetch_add(1, Ordering::SeqCst) + 1;
+            if failed <= 5 {
+                eprintln!("a record's delivery failed ({failed} so far): {error}");
+            }
+        }
+    }
 }
 
 /// Ledger lines written by a producer thread in chunks with a pause between them, so
@@ -371,7 +381,7 @@ impl Member {
     /// Starts a member on `config` with the kafka plugin `library`.
     pub fn start(library: &Path, config: &str) -> Self {
         let mut run = LedgerRun::new("", config);
-        run.log_filter = "warn,mongoose_server::cli=info,mongoose_ledger=info";
+        run.log_filter = "warn,mongoose_server::cli=info,mongoose_ledger=info,mongoose_kafka=info";
         plugin_dir(run.dir.path(), &[library]);
         let child = Some(run.spawn(false));
         Member { run, child }
