@@ -259,6 +259,18 @@ impl Truth {
         }
     }
 
+    /// Lines that were never input (given to a writer that refused them, or never
+    /// written): they may be missing and their absence is no loss to report, whatever
+    /// an earlier mark said (a damage that marked them while the harness still held them
+    /// for input).
+    pub fn mark_no_input(&mut self, indexes: impl IntoIterator<Item = usize>) {
+        for index in indexes {
+            if let Some(record) = self.lines.get_mut(index) {
+                record.expect = Expect::Maybe { report: false };
+            }
+        }
+    }
+
     /// Whether any line is a maybe.
     pub fn has_maybe(&self) -> bool {
         self.lines

@@ -92,11 +92,9 @@ impl World {
             self.event("only a flipped byte damages a journal excerpt: nothing done");
             return Ok(());
         };
-        // the next lines go through a new appender, which opens the damaged journal
-        if let Some(mut appender) = self.peers.remove(&PeerKind::Appender) {
-            appender.close_stdin();
-            appender.wait_for(Duration::from_secs(30));
-        }
+        // the next lines go through a new appender, which opens the damaged journal;
+        // what the old one refused is no input, so the lines below are the journal's
+        self.close_appender()?;
         let output = self
             .mongoose(&["journal", "dump", "in/journal"])
             .output()
@@ -219,8 +217,15 @@ impl World {
     }
 
     /// After a killed appender: the lines it had not read from its input were never
-    /// appended; they are no input of the run.
+    /// appended; they are no input of the run. An appender started after an excerpt was
+    /// damaged refused the journal and appended nothing (and a tail stops at the damaged
+    /// excerpt, so it cannot tell what is after it): the lines given since the damage are
+    /// no input.
     pub(crate) fn reconcile_journal(&mut self) -> Result<(), String> {
+        if self.journal_damaged_at.is_some() {
+            self.appender_refused();
+            return Ok(());
+        }
         let output = self
             .mongoose(&["journal", "tail", "in/journal"])
             .output()
@@ -250,7 +255,7 @@ impl World {
             appended.len(),
             never.len()
         ));
-        self.truth.mark_maybe(never, false);
+        self.truth.mark_no_input(never);
         Ok(())
     }
 

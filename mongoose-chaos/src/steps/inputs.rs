@@ -191,12 +191,16 @@ impl World {
                 self.note_lossy("recreate-source");
             }
             SourceKind::Journal => {
-                if let Some(mut appender) = self.peers.remove(&PeerKind::Appender) {
-                    appender.close_stdin();
-                    appender.wait_for(Duration::from_secs(30));
-                }
-                remove(&self.path("in/journal"));
+                self.close_appender()?;
+                let live = self.path("in/journal");
+                remove(&live);
                 self.generation += 1;
+                // a new journal: its excerpts are the lines appended from now on, and
+                // no excerpt of it is damaged
+                for files in &mut self.streams {
+                    files.files.retain(|file| file.path != live);
+                }
+                self.journal_damaged_at = None;
             }
             SourceKind::ArchiveIpc | SourceKind::ArchiveUdp => {
                 if let Some(mut publisher) = self.peers.remove(&PeerKind::Publisher) {
