@@ -76,7 +76,10 @@
 //!   the bytes last read equal): found, the lines after the last one read are read
 //!   from the copy under the same epoch (the pointer names the copy until then, so a
 //!   restart finds it), then the cut file from its start. The same at a restart, when
-//!   the pointer's file was cut while the source was down. No copy: a cut while the
+//!   the pointer's file was cut while the source was down; the file at the path is then
+//!   held open while the copy (or a renamed pointer's file) is finished, so a rename
+//!   meanwhile loses nothing, and a second cut meanwhile (its lines only in a newer
+//!   copy, not read) is reported as a possible loss. No copy: a cut while the
 //!   source was behind is a counted loss; one while it was caught up is only a reset
 //!   (what was appended and cut between two looks cannot be known). The fingerprint
 //!   grown at a commit is grown only over the same leading bytes.
