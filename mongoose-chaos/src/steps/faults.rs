@@ -216,6 +216,60 @@ impl World {
         Ok(())
     }
 
+    /// Ends the journal's appender (its standard input closed) and waits for it:
+    /// everything it took is then in the journal, and if it refused the journal (a
+    /// damaged one), the lines it was given are no input. Before anything reads the
+    /// journal's excerpts as the harness's lines (a damage marks the lines after one).
+    ///
+    /// # Errors
+    /// The journal cannot be read to tell what a stuck appender appended.
+    pub(crate) fn close_appender(&mut self) -> Result<(), String> {
+        let Some(mut appender) = self.peers.remove(&PeerKind::Appender) else {
+            return Ok(());
+        };
+        appender.close_stdin();
+        match appender.wait_for(Duration::from_secs(30)) {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => {
+                self.event(format!("Appender ended with {status}"));
+                self.appender_refused();
+                Ok(())
+            }
+            None => {
+                appender.kill();
+                self.event("the Appender did not finish its input in 30 s: killed");
+                self.reconcile_journal()
+            }
+        }
+    }
+
+    /// An appender ended with a failure after the input journal was damaged: it refused
+    /// the journal (only a torn tail may be cut), so the lines given to it since the
+    /// damage are not input.
+    pub(crate) fn appender_refused(&mut self) {
+        let Some(from) = self.journal_damaged_at else {
+            return;
+        };
+        let live = self.path("in/journal");
+        let mut never = Vec::new();
+        for file in &mut self.streams[0].files {
+            if file.path == live {
+                file.lines.retain(|index| {
+                    let kept = *index < from;
+                    if !kept {
+                        never.push(*index);
+                    }
+                    kept
+                });
+            }
+        }
+        self.event(format!(
+            "the appender refused the damaged journal: {} lines given to it are no input",
+            never.len()
+        ));
+        self.truth.mark_no_input(never);
+    }
+
     /// After a killed appender: the lines it had not read from its input were never
     /// appended; they are no input of the run. An appender started after an excerpt was
     /// damaged refused the journal and appended nothing (and a tail stops at the damaged
