@@ -72,8 +72,8 @@ pub struct StreamFiles {
     /// Rotations done (names the rotated files).
     pub rotations: u32,
     /// The file of the last rotation since the server last settled: a second rotation
-    /// before the server caught up may leave it a middle file that cannot be proven a
-    /// rotation (read, or reported lost).
+    /// before the server caught up may leave it, and the file that rotation makes, a
+    /// middle file that cannot be proven a rotation (read, or reported lost).
     pub unsettled_rotation: Option<PathBuf>,
 }
 

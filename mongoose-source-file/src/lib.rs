@@ -67,7 +67,10 @@
 //!   written *after* the pointer's file (other than the file at the path) is the
 //!   current file of the time between two rotations while the source was down: it
 //!   cannot be proven a rotation (reading a copy would apply lines twice), so it is not
-//!   read but reported the same way, as a possible loss naming it.
+//!   read but reported the same way, as a possible loss naming it. The same while
+//!   running, when the input was rotated twice before the source reached the end of
+//!   its open file: a candidate written after that file, other than the one at the
+//!   path, is reported.
 //! * **Cut in place** (logrotate's `copytruncate`): a file shorter than what was read,
 //!   or whose first 256 bytes changed (cut and written again, maybe past the old
 //!   length before the source looked), is reopened under a new epoch, never read on

@@ -553,3 +553,51 @@ fn a_second_rotation_while_a_restart_finishes_the_rotated_file_loses_nothing() {
         output.rotated_unread()
     );
 }
+
+// chaos seed 1796199420421 (rotation: ledger file->tcp, rename rotations): two renames
+// while the running source was still reading the first file (behind). At its end it
+// found a third file at the path and read it next: the second file, between the two
+// rotations, was never read while the run said lossless (exit 0). It cannot be proven a
+// rotation of the input (a copy would be read twice), so, as at a restart, it is not
+// read but reported as a possible loss naming it, and recorded beside the pointer.
+#[test]
+fn two_rotations_before_a_live_source_reaches_its_files_end_report_the_middle_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = input(&dir, numbered_lines(2_000).as_bytes());
+    let (output, mut source) = committed_source(&path);
+    // a small queue: the source is behind, most of the file unread
+    output.set_capacity(Some(10));
+    drive_until(&mut source, &output, || output.items().len() >= 10);
+    modified_at(&path, 1);
+    rotate(&path, "input.log.1", b"", b"b1\nb2\n");
+    modified_at(&path, 2);
+    let middle = rotate(&path, "input.log.2", b"", b"c1\n");
+    modified_at(&path, 3);
+    output.set_capacity(None);
+    drive_until(&mut source, &output, || {
+        output.process_all();
+        output.last_state() == Some(SourceState::CaughtUp)
+            && output.items().last().is_some_and(|line| line == "c1")
+    });
+    let mut wanted: Vec<String> = numbered_lines(2_000).lines().map(str::to_owned).collect();
+    wanted.push("c1".to_owned());
+    assert_eq!(
+        output.items(),
+        wanted,
+        "the first file, then the one at the path"
+    );
+    let unread = output.rotated_unread();
+    assert_eq!(
+        unread.len(),
+        1,
+        "the middle file is a possible loss: {unread:?}"
+    );
+    assert!(
+        unread[0].0.contains(&middle.display().to_string()),
+        "the loss names {}: {unread:?}",
+        middle.display()
+    );
+    let losses = fs::read_to_string(dir.path().join("input.log.readPointer.losses"))
+        .expect("the loss is recorded at once");
+    assert_eq!(losses.lines().count(), 1, "{losses}");
+}
