@@ -41,6 +41,7 @@
 //! assert!(outcome.passed());
 //! ```
 
+pub mod failure;
 pub mod foreign;
 pub mod generate;
 pub mod minimise;

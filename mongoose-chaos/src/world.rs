@@ -72,8 +72,8 @@ pub struct StreamFiles {
     /// Rotations done (names the rotated files).
     pub rotations: u32,
     /// The file of the last rotation since the server last settled: a second rotation
-    /// before the server caught up may leave it a middle file that cannot be proven a
-    /// rotation (read, or reported lost).
+    /// before the server caught up may leave it, and the file that rotation makes, a
+    /// middle file that cannot be proven a rotation (read, or reported lost).
     pub unsettled_rotation: Option<PathBuf>,
 }
 
@@ -689,33 +689,6 @@ impl World {
                 }
             }
         }
-    }
-
-    /// An appender ended with a failure after the input journal was damaged: it refused
-    /// the journal (only a torn tail may be cut), so the lines given to it since the
-    /// damage are not input.
-    fn appender_refused(&mut self) {
-        let Some(from) = self.journal_damaged_at else {
-            return;
-        };
-        let live = self.path("in/journal");
-        let mut never = Vec::new();
-        for file in &mut self.streams[0].files {
-            if file.path == live {
-                file.lines.retain(|index| {
-                    let kept = *index < from;
-                    if !kept {
-                        never.push(*index);
-                    }
-                    kept
-                });
-            }
-        }
-        self.event(format!(
-            "the appender refused the damaged journal: {} lines given to it are no input",
-            never.len()
-        ));
-        self.truth.mark_maybe(never, false);
     }
 
     /// The gaps the UDP publisher answered "lost" (0 without one).

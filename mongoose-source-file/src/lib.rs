@@ -67,7 +67,10 @@
 //!   written *after* the pointer's file (other than the file at the path) is the
 //!   current file of the time between two rotations while the source was down: it
 //!   cannot be proven a rotation (reading a copy would apply lines twice), so it is not
-//!   read but reported the same way, as a possible loss naming it.
+//!   read but reported the same way, as a possible loss naming it. The same while
+//!   running, when the input was rotated twice before the source reached the end of
+//!   its open file: a candidate written after that file, other than the one at the
+//!   path, is reported.
 //! * **Cut in place** (logrotate's `copytruncate`): a file shorter than what was read,
 //!   or whose first 256 bytes changed (cut and written again, maybe past the old
 //!   length before the source looked), is reopened under a new epoch, never read on
@@ -76,7 +79,10 @@
 //!   the bytes last read equal): found, the lines after the last one read are read
 //!   from the copy under the same epoch (the pointer names the copy until then, so a
 //!   restart finds it), then the cut file from its start. The same at a restart, when
-//!   the pointer's file was cut while the source was down. No copy: a cut while the
+//!   the pointer's file was cut while the source was down; the file at the path is then
+//!   held open while the copy (or a renamed pointer's file) is finished, so a rename
+//!   meanwhile loses nothing, and a second cut meanwhile (its lines only in a newer
+//!   copy, not read) is reported as a possible loss. No copy: a cut while the
 //!   source was behind is a counted loss; one while it was caught up is only a reset
 //!   (what was appended and cut between two looks cannot be known). The fingerprint
 //!   grown at a commit is grown only over the same leading bytes.

@@ -92,11 +92,9 @@ impl World {
             self.event("only a flipped byte damages a journal excerpt: nothing done");
             return Ok(());
         };
-        // the next lines go through a new appender, which opens the damaged journal
-        if let Some(mut appender) = self.peers.remove(&PeerKind::Appender) {
-            appender.close_stdin();
-            appender.wait_for(Duration::from_secs(30));
-        }
+        // the next lines go through a new appender, which opens the damaged journal;
+        // what the old one refused is no input, so the lines below are the journal's
+        self.close_appender()?;
         let output = self
             .mongoose(&["journal", "dump", "in/journal"])
             .output()
@@ -218,9 +216,70 @@ impl World {
         Ok(())
     }
 
+    /// Ends the journal's appender (its standard input closed) and waits for it:
+    /// everything it took is then in the journal, and if it refused the journal (a
+    /// damaged one), the lines it was given are no input. Before anything reads the
+    /// journal's excerpts as the harness's lines (a damage marks the lines after one).
+    ///
+    /// # Errors
+    /// The journal cannot be read to tell what a stuck appender appended.
+    pub(crate) fn close_appender(&mut self) -> Result<(), String> {
+        let Some(mut appender) = self.peers.remove(&PeerKind::Appender) else {
+            return Ok(());
+        };
+        appender.close_stdin();
+        match appender.wait_for(Duration::from_secs(30)) {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => {
+                self.event(format!("Appender ended with {status}"));
+                self.appender_refused();
+                Ok(())
+            }
+            None => {
+                appender.kill();
+                self.event("the Appender did not finish its input in 30 s: killed");
+                self.reconcile_journal()
+            }
+        }
+    }
+
+    /// An appender ended with a failure after the input journal was damaged: it refused
+    /// the journal (only a torn tail may be cut), so the lines given to it since the
+    /// damage are not input.
+    pub(crate) fn appender_refused(&mut self) {
+        let Some(from) = self.journal_damaged_at else {
+            return;
+        };
+        let live = self.path("in/journal");
+        let mut never = Vec::new();
+        for file in &mut self.streams[0].files {
+            if file.path == live {
+                file.lines.retain(|index| {
+                    let kept = *index < from;
+                    if !kept {
+                        never.push(*index);
+                    }
+                    kept
+                });
+            }
+        }
+        self.event(format!(
+            "the appender refused the damaged journal: {} lines given to it are no input",
+            never.len()
+        ));
+        self.truth.mark_no_input(never);
+    }
+
     /// After a killed appender: the lines it had not read from its input were never
-    /// appended; they are no input of the run.
+    /// appended; they are no input of the run. An appender started after an excerpt was
+    /// damaged refused the journal and appended nothing (and a tail stops at the damaged
+    /// excerpt, so it cannot tell what is after it): the lines given since the damage are
+    /// no input.
     pub(crate) fn reconcile_journal(&mut self) -> Result<(), String> {
+        if self.journal_damaged_at.is_some() {
+            self.appender_refused();
+            return Ok(());
+        }
         let output = self
             .mongoose(&["journal", "tail", "in/journal"])
             .output()
@@ -250,7 +309,7 @@ impl World {
             appended.len(),
             never.len()
         ));
-        self.truth.mark_maybe(never, false);
+        self.truth.mark_no_input(never);
         Ok(())
     }
 

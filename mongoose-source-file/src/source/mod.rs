@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
 use self::backoff::{ReopenBackoff, RepeatedWarning};
+use self::open::SeenAtPath;
 use self::read::OpenInput;
 use crate::committer::{CommitFront, CommitShared, PointerCommitter};
 use crate::config::{FileSourceConfig, FileSourceStatus};
@@ -88,6 +89,11 @@ pub struct FileEventSource<T> {
     /// next even if another rotation renamed it away meanwhile (the old file is
     /// finished and committed first).
     next_file: Option<File>,
+    /// The file at the path when a restart began finishing another file (the pointer's
+    /// file rotated away, or a copy of it): what it held then must still be there when
+    /// the source comes to it, else it was cut in place (copytruncate) meanwhile and
+    /// those lines are only in a copy the source does not read: a possible loss.
+    seen_at_path: Option<SeenAtPath>,
     paused: bool,
     reported: Option<(SourceState, Option<String>)>,
     status: FileSourceStatus,
@@ -171,6 +177,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             finishing_rotated: None,
             rotated_finished: false,
             next_file: None,
+            seen_at_path: None,
             paused: false,
             reported: None,
             status: FileSourceStatus {
@@ -351,6 +358,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.finishing_rotated = None;
         self.rotated_finished = false;
         self.next_file = None;
+        self.seen_at_path = None;
         self.ended = false;
         self.paused = false;
         self.opened_since_start = false;
@@ -613,6 +621,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         // rotated file being finished is finished under its new name, not reset after
         self.path_replaced = false;
         self.next_file = None;
+        self.seen_at_path = None;
         self.finishing_rotated = None;
         if self.draining.take().is_some() {
             self.report(SourceState::Behind, Some("reading".to_owned()));

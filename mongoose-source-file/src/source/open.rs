@@ -93,6 +93,11 @@ impl<T: Send + 'static> FileEventSource<T> {
         {
             return Ok(true);
         }
+        if self.rotated_finished {
+            if let Some(seen) = self.seen_at_path.take() {
+                self.check_seen_at_path(&file, key, size, seen);
+            }
+        }
         let reopen_from = self.reopen_from.take();
         // the same file again (a reopen after a read error) resumes where it was
         let same_file_from =
@@ -189,6 +194,7 @@ impl<T: Send + 'static> FileEventSource<T> {
                     warn!(source = %name, path = %path.display(), copy = %copy.display(), offset = record.offset, epoch = record.epoch,
                         "the input was cut in place and a copy of it was found (copytruncate): reading the lines after the pointer from the copy, under the pointer's epoch, before the input from its start under a new epoch");
                     self.finish_elsewhere(copy, copied, record.epoch, record.offset, "the copy")?;
+                    self.hold_at_path(file, key, size);
                     return Ok(true);
                 }
                 if shorter && same_bytes {
@@ -212,6 +218,9 @@ impl<T: Send + 'static> FileEventSource<T> {
                 record.offset,
                 "the rotated file",
             )?;
+            if let Some((file, Some(key), size)) = at_path {
+                self.hold_at_path(file, key, size);
+            }
             // a file written after the pointer's file was rotated, other than the
             // one at the path: the current file between two rotations while the
             // source was down. It cannot be proven a rotation (a copy would be read
@@ -273,6 +282,105 @@ impl<T: Send + 'static> FileEventSource<T> {
             ),
         );
         Ok(false)
+    }
+
+    /// The open file was seen replaced at its end, while running: the file now at the
+    /// path is held to be read next. A rotation candidate written after the open file
+    /// (found among the candidates by its key), other than the one held, is the file of
+    /// the time between two rotations made before the source reached the end of its
+    /// file: it cannot be proven a rotation (a copy would be read twice), so, as at a
+    /// restart, it is not read but reported as a possible loss naming it, and recorded
+    /// beside the pointer (chaos seed 1796199420421), never skipped silently.
+    pub(super) fn report_files_between(&mut self) {
+        let Some(open_key) = self.input.as_ref().and_then(|input| input.key()) else {
+            return;
+        };
+        let path = self.config.path.clone();
+        let globs = self.rotation_globs();
+        let key_at = |candidate: &Path| {
+            std::fs::metadata(candidate)
+                .ok()
+                .and_then(|metadata| key_of(&metadata))
+        };
+        let Some(open_now) = rotation::candidates(&path, &globs)
+            .into_iter()
+            .find(|candidate| key_at(candidate) == Some(open_key))
+        else {
+            return;
+        };
+        let held_key = self
+            .next_file
+            .as_ref()
+            .and_then(|file| file.metadata().ok())
+            .and_then(|metadata| key_of(&metadata))
+            .map(|key| key.0);
+        for skipped in rotation::written_after(&path, &globs, &open_now, held_key) {
+            warn!(source = %self.config.name, path = %path.display(), file = %skipped.display(), rotated = %open_now.display(),
+                "the input was rotated more than once before the source reached the end of its file: this file was written after it and may hold lines never read (counted as a possible loss; the feed is not lossless). If it is a rotation of the input, read it with a ONCE feed; a glob feed reads every file");
+            let skipped = skipped.display().to_string();
+            self.report_unread(
+                &skipped,
+                &format!(
+                    "{skipped}, written after {} while the source was still reading it, was not read (a possible loss)",
+                    open_now.display()
+                ),
+            );
+        }
+    }
+
+    /// A restart finishes another file first (the pointer's file rotated away, or a
+    /// copy of it): the file at the path now is held, to be read next even if a rotation
+    /// renames it away meanwhile (as a live rotation holds it, issue 11), and what it
+    /// holds now is noted, to tell at the switch whether it was cut in place meanwhile.
+    fn hold_at_path(&mut self, file: &File, key: FileKey, size: u64) {
+        self.next_file = file.try_clone().ok();
+        self.seen_at_path = Some(SeenAtPath {
+            key,
+            size,
+            fingerprint: fingerprint_of(file),
+        });
+    }
+
+    /// At the switch from the file a restart finished to the file at the path: that
+    /// file must still hold what it held at the restart (`seen`). Shorter, or with
+    /// other leading bytes, it was cut in place (a second copytruncate) while the other
+    /// file was read: the lines it held are only in a newer copy, which cannot be proven
+    /// a rotation of the input and is not read: a possible loss, reported and recorded
+    /// beside the pointer (chaos seed 1796199420174). Another file than the one held is
+    /// the same loss (the held file could not be kept open).
+    fn check_seen_at_path(
+        &mut self,
+        file: &File,
+        key: Option<FileKey>,
+        size: u64,
+        seen: SeenAtPath,
+    ) {
+        let path = self.config.path.display().to_string();
+        let what = if key != Some(seen.key) {
+            format!(
+                "{path}: the file at the path when the restart began finishing a rotated file ({} bytes) is no longer there: its lines are a possible loss",
+                seen.size
+            )
+        } else {
+            let same_leading = seen.fingerprint.is_none_or(|(length, fingerprint)| {
+                let record = PointerRecord {
+                    fingerprint_length: length,
+                    fingerprint,
+                    ..PointerRecord::default()
+                };
+                size >= length && starts_as_fingerprinted(file, &record)
+            });
+            if size >= seen.size && same_leading {
+                return;
+            }
+            format!(
+                "{path}: cut in place again (copytruncate) while the source finished the copy of an earlier cut: the {} bytes it held at the restart are only in a newer copy, which is not read (a possible loss)",
+                seen.size
+            )
+        };
+        warn!(source = %self.config.name, path = %path, held = seen.size, now = size,
+            "the input file was cut in place or replaced while the source finished a rotated file or copy: the lines it held then were not read (counted as a possible loss; the feed is not lossless). If they are needed, read the newer copy with a ONCE feed");
+        self.report_unread(&path, &what);
     }
 
     /// Opens `file` (`at`: the pointer's file rotated away, or a copy of it) to be read
@@ -634,4 +742,14 @@ fn identity_epoch(key: Option<FileKey>, path: &Path) -> Epoch {
         None => fnv1a(path.as_os_str().to_string_lossy().as_bytes()),
     };
     Epoch((hash >> 1).max(1))
+}
+
+/// What the file at the path held when a restart began finishing another file
+/// ([`FileEventSource::hold_at_path`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SeenAtPath {
+    key: FileKey,
+    size: u64,
+    /// The fingerprint of its leading bytes (length, FNV-1a), when they could be read.
+    fingerprint: Option<(u64, u64)>,
 }

@@ -429,6 +429,7 @@ impl<T: Send + 'static> FileEventSource<T> {
                 // hold the new file now: a second rotation while the old one is
                 // finished renames it away from the path (issue 11)
                 self.next_file = File::open(&self.config.path).ok();
+                self.report_files_between();
                 self.report(SourceState::Behind, Some(reason.clone()));
                 self.draining = Some(reason);
                 Ok(true)
