@@ -11,12 +11,14 @@
 //! | 24 | layout version ([`LAYOUT_VERSION`]) |
 //! | 32 | fingerprint length: bytes of the input the fingerprint covers (<= 4,096) |
 //! | 40 | fingerprint: FNV-1a 64 of those bytes |
-//! | 48 | owner: FNV-1a 64 of the input's path, the input the pointer was written for (0: unknown, a pointer written before the field) |
+//! | 48 | owner: FNV-1a 64 of the input's absolute path, the input the pointer was written for (0: unknown, a pointer written before the field) |
 //!
 //! The rest of the 1,024 bytes is zero. The owner tells this input's pointer from
-//! another input's put in its place (a backup restored to the wrong folder): a pointer
-//! whose owner is another path and whose identity is not the file at the path is not
-//! taken for this input's replaced file (book: guarantees/epochs-and-identity.md).
+//! another input's put in its place (a backup restored to the wrong folder, another
+//! server's copy): a pointer whose owner is another path and whose file key is not the
+//! file's at the path is not taken for this input's replaced or copied file when its
+//! leading bytes differ, or its epoch is none the consumers hold (book:
+//! guarantees/epochs-and-identity.md).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -180,9 +182,12 @@ pub(crate) fn fnv1a_continue(mut hash: u64, bytes: &[u8]) -> u64 {
     hash
 }
 
-/// The owner of a pointer written for `input`: FNV-1a 64 of its path's bytes, never 0.
+/// The owner of a pointer written for `input`: FNV-1a 64 of its absolute path's bytes
+/// (a relative path is taken from the working folder: two servers with the same
+/// relative paths in two folders read two inputs), never 0.
 pub fn owner_of(input: &Path) -> u64 {
-    fnv1a(input.as_os_str().as_encoded_bytes()).max(1)
+    let absolute = std::path::absolute(input).unwrap_or_else(|_| input.to_path_buf());
+    fnv1a(absolute.as_os_str().as_encoded_bytes()).max(1)
 }
 
 /// The pointer file's name beside `input`: `<input file name>.readPointer`.

@@ -157,3 +157,25 @@ fn this_inputs_pointer_of_a_replaced_file_reads_the_new_file_from_its_start() {
     );
     assert!(second.iter().all(|(_, at, _)| *at != epoch), "a new epoch");
 }
+
+#[test]
+fn another_copys_pointer_of_the_same_content_is_not_taken_when_the_consumers_hold_another_epoch() {
+    // chaos seed 1796179446144: the other run read the same lines (the same leading
+    // bytes) from its own copy, under its own epoch
+    let dir = tempfile::tempdir().expect("dir");
+    let other = dir.path().join("other");
+    fs::create_dir_all(&other).expect("other");
+    let other_input = other.join("in.log");
+    fs::write(&other_input, numbered_lines(4)).expect("other input");
+    run(&other_input, None);
+    let input = dir.path().join("in.log");
+    fs::write(&input, numbered_lines(10)).expect("input");
+    let (first, _) = run(&input, None);
+    let epoch = first[0].1;
+    fs::write(&input, numbered_lines(12)).expect("grown");
+    fs::copy(pointer_path(&other_input), pointer_path(&input)).expect("the other pointer");
+    let (second, lossless) = run(&input, Some((epoch, offset_after(10))));
+    assert_eq!(texts(&second), vec!["line-00011", "line-00012"]);
+    assert!(second.iter().all(|(_, at, _)| *at == epoch));
+    assert!(lossless);
+}

@@ -38,9 +38,11 @@ impl<T: Send + 'static> FileEventSource<T> {
         pointer_path: &Path,
     ) -> Result<PointerRecord, CoreError> {
         let name = &self.config.name;
-        let foreign = trusted && self.is_foreign(&record, pointer_path);
-        let trusted = trusted && !foreign;
+        // asked once each (a glob's lane is given its positions at its first start)
         let saved = self.output.saved_positions();
+        let written = self.output.written_positions();
+        let foreign = trusted && self.is_foreign(&record, pointer_path, &saved, &written);
+        let trusted = trusted && !foreign;
         let refuse = |message: String| CoreError::Source {
             source_name: name.clone(),
             message,
@@ -98,7 +100,6 @@ impl<T: Send + 'static> FileEventSource<T> {
         } else {
             record
         };
-        let written = self.output.written_positions();
         // (consumer, epoch, offset, what it is) of every consumer that holds a position
         let positioned: Vec<(&ConsumerPosition, Epoch, PositionValue, &str)> = saved
             .iter()
@@ -173,32 +174,53 @@ impl<T: Send + 'static> FileEventSource<T> {
     }
 
     /// Whether a pointer that decodes well is another input's, put in place of this
-    /// input's: it names another path as its owner, and it does not describe the file
-    /// at the path (neither its file key nor its fingerprinted leading bytes). A
-    /// pointer of this input whose file was replaced keeps this path as its owner (a
-    /// replacement is read from its start under a new epoch, as always); a pointer
-    /// without an owner (written before the field) is this input's; and a pointer
-    /// moved with its file (a rename inside a glob) still describes the file.
-    pub(super) fn is_foreign(&self, record: &PointerRecord, pointer_path: &Path) -> bool {
+    /// input's. Its owner names another path (a pointer without an owner, written before
+    /// the field, is this input's), it does not name the file at the path by its file key
+    /// (a pointer moved with its file, a rename inside a glob, still does), and either
+    /// the file's leading bytes are not the ones it fingerprinted, or they are (another
+    /// copy of the same content) but the consumers hold positions of this input and none
+    /// under the pointer's epoch: their lines and outputs were made under another one.
+    ///
+    /// A pointer of this input whose file was replaced keeps this path as its owner (the
+    /// new file is read from its start under a new epoch, as always); one of this input
+    /// whose file was copied into place (a new key, the same bytes) is kept too.
+    pub(super) fn is_foreign(
+        &self,
+        record: &PointerRecord,
+        pointer_path: &Path,
+        saved: &[ConsumerPosition],
+        written: &[ConsumerPosition],
+    ) -> bool {
         let path = &self.config.path;
         if record.owner == 0 || record.owner == owner_of(path) {
             return false;
         }
-        let describes = File::open(path).is_ok_and(|file| {
-            let same_key = file
-                .metadata()
-                .ok()
-                .and_then(|meta| key_of(&meta))
-                .map(|key| key.0)
-                == Some(record.file_key);
-            same_key || (record.fingerprint_length > 0 && starts_as_fingerprinted(&file, record))
-        });
-        if describes {
+        let Ok(file) = File::open(path) else {
+            return false;
+        };
+        let same_key = file
+            .metadata()
+            .ok()
+            .and_then(|meta| key_of(&meta))
+            .map(|key| key.0)
+            == Some(record.file_key);
+        if same_key {
+            return false;
+        }
+        let same_bytes = record.fingerprint_length > 0 && starts_as_fingerprinted(&file, record);
+        let epochs: Vec<Epoch> = saved
+            .iter()
+            .chain(written)
+            .filter_map(|consumer| consumer.saved.map(|(epoch, _)| epoch))
+            .collect();
+        let other_epochs =
+            !epochs.is_empty() && epochs.iter().all(|epoch| epoch.get() != record.epoch);
+        if same_bytes && !other_epochs {
             return false;
         }
         warn!(source = %self.config.name, pointer = %pointer_path.display(), input = %path.display(),
-            epoch = record.epoch, offset = record.offset,
-            "the pointer file was written for another input (another path, and neither the file key nor the leading bytes of the file at this path): not used. Resuming from what the consumers hold, or from the start under a new epoch when they hold nothing");
+            epoch = record.epoch, offset = record.offset, same_bytes,
+            "the pointer file was written for another input (another path and another file key, and other leading bytes or an epoch none of the consumers holds): not used. Resuming from what the consumers hold, or from the start under a new epoch when they hold nothing");
         true
     }
 }
