@@ -24,9 +24,10 @@ pub fn foreign_state(world: &World, what: StateFile) -> Result<PathBuf, String> 
         "foreign-{}",
         scenario.label().replace([' ', '>', '-'], "_")
     ));
-    // the marker names the layout (state in the data folder): another run's folder from
-    // a harness of the earlier layout (its state beside the files) is made again
-    let ready = dir.join("ready-data-dir");
+    // the marker names the layout (state in the data folder, pointers that name their
+    // owner): another run's folder from a harness of an earlier layout (its state
+    // beside the files, or pointers without an owner) is made again
+    let ready = dir.join("ready-pointer-owner");
     if !ready.exists() {
         if dir.exists() {
             std::fs::remove_dir_all(&dir)

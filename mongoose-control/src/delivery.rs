@@ -176,6 +176,15 @@ impl FeedConnector for DeliveryFeeds {
             }
         }
     }
+
+    fn report_written_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
+        match self.registry.get(feed) {
+            Some(feed) => feed.note_written_position(position),
+            None => {
+                tracing::warn!(feed, consumer = %position.consumer, "a processor reported a written position for a feed that does not exist")
+            }
+        }
+    }
 }
 
 struct DeliveryProbe {

@@ -75,6 +75,13 @@ pub trait FeedConnector: Send + Sync {
     fn report_saved_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
         let _ = (feed, position);
     }
+
+    /// A started processor's written position for `feed`
+    /// ([`mongoose_core::Processor::written_positions`]), for the feed's source to resume
+    /// from when its own pointer cannot be trusted. Ignored for an unknown feed.
+    fn report_written_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
+        let _ = (feed, position);
+    }
 }
 
 /// Reads a queue's state from any thread (the group's status and its drain are read

@@ -91,6 +91,23 @@ pub trait Processor: Any + Send {
         Vec::new()
     }
 
+    /// For a processor whose outputs go to a sink that records the keys it holds (the
+    /// file sink): per feed and lane, the `(epoch, position)` of an input at or before
+    /// which every output of this processor is held by the sink, so that reading the
+    /// feed again from there, under that epoch, makes only outputs the sink drops as
+    /// already written or writes for the first time. Called once, like
+    /// [`Processor::saved_positions`], before the feed's source starts.
+    ///
+    /// Weaker than a saved position: the processor may have handled inputs after it that
+    /// made no output, so a source never moves a trusted pointer back to it. It is used
+    /// only when the source's own pointer is missing, damaged or another input's: the
+    /// source resumes there under that epoch instead of reading the input again from
+    /// its start under a new epoch, which would write every output a second time. The
+    /// default (a processor without such a sink) reports nothing.
+    fn written_positions(&self) -> Vec<SavedPosition> {
+        Vec::new()
+    }
+
     /// True when a failed handler may simply be called again with the same item (it
     /// leaves no partial state behind). Such a processor is retried alone under the
     /// group's retry policy instead of being quarantined.

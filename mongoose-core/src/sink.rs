@@ -254,6 +254,34 @@ pub trait Sink: Send {
         let _ = key;
         None
     }
+
+    /// What the sink holds per input lane, as found when it was opened: for a sink that
+    /// records the keys it wrote (the file sink), one entry per (feed, lane, writer,
+    /// epoch) it holds outputs of, in the order the lanes were first written (so the
+    /// last entry of a (feed, lane, writer) is its newest epoch). The writers report
+    /// them to their feeds' sources ([`crate::Processor::written_positions`]). The
+    /// default (a sink that cannot tell) holds nothing.
+    fn written_lanes(&self) -> Vec<WrittenLane> {
+        Vec::new()
+    }
+}
+
+/// One input lane a sink holds outputs of ([`Sink::written_lanes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrittenLane {
+    /// The inputs' feed.
+    pub feed: String,
+    /// The inputs' lane (0 for a single-lane feed).
+    pub lane: u32,
+    /// The writer that made the outputs ([`writer_id`]).
+    pub writer: u64,
+    /// The inputs' epoch.
+    pub epoch: Epoch,
+    /// The last key written: the input's position and the output's index.
+    pub last: (u64, u32),
+    /// True when some key below `last` is not held (an output refused and overtaken,
+    /// waiting for its retry): the inputs before `last` are not all written.
+    pub has_gaps: bool,
 }
 
 /// Holds the commit of an input until the outputs it made are over: what makes outputs

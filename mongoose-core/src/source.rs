@@ -384,4 +384,17 @@ pub trait SourceOutput<T, P: Position>: Send + Sync {
     fn saved_positions(&self) -> Vec<ConsumerPosition> {
         Vec::new()
     }
+
+    /// What the feed's consumers' outputs hold downstream
+    /// ([`crate::Processor::written_positions`]: the last input whose outputs a sink
+    /// that records its keys holds), reported before the source starts. Weaker than
+    /// [`SourceOutput::saved_positions`]: a consumer may have processed more (inputs
+    /// that made no output), so a source uses them only when its own committed position
+    /// cannot be trusted (its pointer missing, damaged or another input's), to resume
+    /// under the epoch the outputs were written under instead of reading everything
+    /// again under a new one (which the sink would take for new inputs). Empty when no
+    /// consumer reports any.
+    fn written_positions(&self) -> Vec<ConsumerPosition> {
+        Vec::new()
+    }
 }

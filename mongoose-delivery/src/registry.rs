@@ -45,6 +45,10 @@ pub trait AnyFeed: DrivenOutput + Send + Sync {
     /// Keeps a consumer's saved position for the feed's source to reconcile with at
     /// start ([`mongoose_core::SourceOutput::saved_positions`]).
     fn note_saved_position(&self, position: mongoose_core::ConsumerPosition);
+    /// Keeps a consumer's written position for the feed's source to resume from when
+    /// its own pointer cannot be trusted
+    /// ([`mongoose_core::SourceOutput::written_positions`]).
+    fn note_written_position(&self, position: mongoose_core::ConsumerPosition);
     /// The operator release of a held position.
     ///
     /// # Errors
@@ -114,6 +118,9 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     }
     fn note_saved_position(&self, position: mongoose_core::ConsumerPosition) {
         Publisher::note_saved_position(self, position);
+    }
+    fn note_written_position(&self, position: mongoose_core::ConsumerPosition) {
+        Publisher::note_written_position(self, position);
     }
     fn release(&self, queue: Option<&str>) -> Result<crate::Released, crate::DeliveryError> {
         Publisher::release(self, queue)

@@ -19,7 +19,11 @@
 //!
 //! Each output is keyed by its line (feed, epoch, lane, position), and the line's
 //! position is committed only once the output is published, so with the file sink a
-//! `kill -9` at any moment gives every output line exactly once. When the sink's queue
+//! `kill -9` at any moment gives every output line exactly once. The file sink's record
+//! of what it holds is reported to the feed's source
+//! ([`Processor::written_positions`]): a source whose pointer is lost, damaged or another
+//! input's resumes after the last line written, under its epoch, instead of reading the
+//! file again under a new epoch (which would write every line a second time). When the sink's queue
 //! is full the processor is busy ([`ProcessorError::busy`]): the line is offered again
 //! a little later and the feed's queue fills, which pauses the source; nothing is
 //! skipped.
@@ -233,6 +237,14 @@ impl Processor for Forward {
     fn retry_safe(&self) -> bool {
         // a failed write took nothing: the line can simply be offered again
         true
+    }
+
+    fn written_positions(&self) -> Vec<mongoose_core::SavedPosition> {
+        // a line makes at most one output: the last line the sink holds is done. A
+        // source whose pointer is lost resumes there under that epoch, so the lines
+        // already written are not written again under a new one (seeds 1796179446144,
+        // 1796179446274, 1796542670070)
+        self.writer.written_positions(&self.feed)
     }
 }
 

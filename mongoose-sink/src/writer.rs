@@ -182,6 +182,38 @@ impl SinkWriter {
         self.writer
     }
 
+    /// For a writer that makes at most one output per input (a `forward`): per lane of
+    /// `feed`, where the feed's source may resume when its own pointer is lost, as
+    /// [`Processor::written_positions`](mongoose_core::Processor::written_positions)
+    /// reports it. That is the newest epoch's last input whose output the sink holds
+    /// (the input made its one output, so it is done), or the start of that epoch when
+    /// an output below it is not held (refused and overtaken: its input must be read
+    /// again, and the sink drops the outputs it holds). Empty when the sink holds
+    /// nothing of this writer and feed (or cannot tell, a sink without keys).
+    pub fn written_positions(&self, feed: &str) -> Vec<mongoose_core::SavedPosition> {
+        // the newest epoch per lane: the last of the lane's entries (first-written order)
+        let mut newest: std::collections::BTreeMap<u32, &mongoose_core::sink::WrittenLane> =
+            std::collections::BTreeMap::new();
+        for lane in self.handle.written_lanes() {
+            if lane.writer == self.writer && lane.feed == feed {
+                newest.insert(lane.lane, lane);
+            }
+        }
+        newest
+            .into_values()
+            .map(|lane| mongoose_core::SavedPosition {
+                feed: feed.to_owned(),
+                saved: Some((
+                    lane.epoch,
+                    mongoose_core::PositionValue {
+                        lane: lane.lane,
+                        offset: if lane.has_gaps { 0 } else { lane.last.0 },
+                    },
+                )),
+            })
+            .collect()
+    }
+
     /// The sink's name.
     pub fn sink(&self) -> &str {
         self.handle.name()

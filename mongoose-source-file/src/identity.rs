@@ -209,6 +209,7 @@ mod tests {
             layout_version: crate::pointer::LAYOUT_VERSION,
             fingerprint_length: 64,
             fingerprint: 0xfeed,
+            owner: 0,
         }
     }
 

@@ -11,8 +11,14 @@
 //! | 24 | layout version ([`LAYOUT_VERSION`]) |
 //! | 32 | fingerprint length: bytes of the input the fingerprint covers (<= 4,096) |
 //! | 40 | fingerprint: FNV-1a 64 of those bytes |
+//! | 48 | owner: FNV-1a 64 of the input's absolute path, the input the pointer was written for (0: unknown, a pointer written before the field) |
 //!
-//! The rest of the 1,024 bytes is zero.
+//! The rest of the 1,024 bytes is zero. The owner tells this input's pointer from
+//! another input's put in its place (a backup restored to the wrong folder, another
+//! server's copy): a pointer whose owner is another path and whose file key is not the
+//! file's at the path is not taken for this input's replaced or copied file when its
+//! leading bytes differ, or its epoch is none the consumers hold (book:
+//! guarantees/epochs-and-identity.md).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -34,17 +40,20 @@ pub const LAYOUT_VERSION_AT: usize = 24;
 pub const FINGERPRINT_LENGTH_AT: usize = 32;
 /// Where the fingerprint is.
 pub const FINGERPRINT_AT: usize = 40;
+/// Where the owner (a hash of the input's path) is.
+pub const OWNER_AT: usize = 48;
 /// The layout this crate writes.
 pub const LAYOUT_VERSION: u64 = 2;
 /// The most bytes a fingerprint covers.
 pub const MAX_FINGERPRINT_BYTES: u64 = 4096;
 
 // the fields fit the file (checked at compile time)
-const _: () = assert!(FINGERPRINT_AT + 8 <= POINTER_FILE_SIZE);
+const _: () = assert!(OWNER_AT + 8 <= POINTER_FILE_SIZE);
 const _: () = assert!(OFFSET_AT + 8 == EPOCH_AT && EPOCH_AT + 8 == FILE_KEY_AT);
 const _: () = assert!(FILE_KEY_AT + 8 == LAYOUT_VERSION_AT);
 const _: () = assert!(LAYOUT_VERSION_AT + 8 == FINGERPRINT_LENGTH_AT);
 const _: () = assert!(FINGERPRINT_LENGTH_AT + 8 == FINGERPRINT_AT);
+const _: () = assert!(FINGERPRINT_AT + 8 == OWNER_AT);
 
 /// The fields of a pointer file.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -61,6 +70,9 @@ pub struct PointerRecord {
     pub fingerprint_length: u64,
     /// FNV-1a 64 of the first `fingerprint_length` bytes.
     pub fingerprint: u64,
+    /// [`owner_of`] the input the pointer was written for; 0 when unknown (written
+    /// before the field).
+    pub owner: u64,
 }
 
 /// What was wrong with a pointer file's bytes, if anything.
@@ -121,6 +133,7 @@ impl PointerRecord {
             layout_version: read_field(bytes, LAYOUT_VERSION_AT),
             fingerprint_length: read_field(bytes, FINGERPRINT_LENGTH_AT),
             fingerprint: read_field(bytes, FINGERPRINT_AT),
+            owner: read_field(bytes, OWNER_AT),
         };
         if record.offset > i64::MAX as u64 {
             damage = damage.or(Some(PointerDamage::NegativeOffset(record.offset)));
@@ -136,7 +149,7 @@ impl PointerRecord {
         DecodedPointer { record, damage }
     }
 
-    /// Encodes the record into a pointer file's bytes (`bytes` at least 48 long).
+    /// Encodes the record into a pointer file's bytes (`bytes` at least 56 long).
     pub fn encode_into(&self, bytes: &mut [u8]) {
         bytes[OFFSET_AT..OFFSET_AT + 8].copy_from_slice(&self.offset.to_be_bytes());
         bytes[EPOCH_AT..EPOCH_AT + 8].copy_from_slice(&self.epoch.to_be_bytes());
@@ -146,6 +159,7 @@ impl PointerRecord {
         bytes[FINGERPRINT_LENGTH_AT..FINGERPRINT_LENGTH_AT + 8]
             .copy_from_slice(&self.fingerprint_length.to_be_bytes());
         bytes[FINGERPRINT_AT..FINGERPRINT_AT + 8].copy_from_slice(&self.fingerprint.to_be_bytes());
+        bytes[OWNER_AT..OWNER_AT + 8].copy_from_slice(&self.owner.to_be_bytes());
     }
 }
 
@@ -166,6 +180,14 @@ pub(crate) fn fnv1a_continue(mut hash: u64, bytes: &[u8]) -> u64 {
         hash = hash.wrapping_mul(FNV_PRIME);
     }
     hash
+}
+
+/// The owner of a pointer written for `input`: FNV-1a 64 of its absolute path's bytes
+/// (a relative path is taken from the working folder: two servers with the same
+/// relative paths in two folders read two inputs), never 0.
+pub fn owner_of(input: &Path) -> u64 {
+    let absolute = std::path::absolute(input).unwrap_or_else(|_| input.to_path_buf());
+    fnv1a(absolute.as_os_str().as_encoded_bytes()).max(1)
 }
 
 /// The pointer file's name beside `input`: `<input file name>.readPointer`.
@@ -294,6 +316,7 @@ mod tests {
             layout_version: LAYOUT_VERSION,
             fingerprint_length: 4096,
             fingerprint: 12,
+            owner: 13,
         };
         let mut bytes = [0u8; POINTER_FILE_SIZE];
         record.encode_into(&mut bytes);
@@ -303,6 +326,7 @@ mod tests {
         assert_eq!(bytes[31], LAYOUT_VERSION as u8);
         assert_eq!(bytes[38..40], [0x10, 0x00]);
         assert_eq!(bytes[47], 12);
+        assert_eq!(bytes[55], 13);
         let decoded = PointerRecord::decode(&bytes);
         assert_eq!(decoded.record, record);
         assert_eq!(decoded.damage, None);

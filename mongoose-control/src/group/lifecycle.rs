@@ -103,6 +103,16 @@ impl Runtime {
                 },
             );
         }
+        // what its sink holds of its outputs, for a source whose pointer is lost
+        for written in host.processor().written_positions() {
+            self.connector.report_written_position(
+                &written.feed,
+                mongoose_core::ConsumerPosition {
+                    consumer: format!("{}/{name}", self.shared.name),
+                    saved: written.saved,
+                },
+            );
+        }
         let retry_safe = host.processor().retry_safe();
         let mut slot = Slot {
             name: name.clone(),

@@ -45,7 +45,20 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// nothing of the feed), never its other lanes'; a report that it holds nothing
     /// replaces all of its reports.
     pub fn note_saved_position(&self, position: mongoose_core::ConsumerPosition) {
-        let mut saved = self.saved_positions.lock();
+        Self::note_position(&mut self.saved_positions.lock(), position);
+    }
+
+    /// Keeps a consumer's written position (what its sink holds of its outputs) for the
+    /// source to resume from when its own pointer cannot be trusted; replaced per
+    /// consumer and lane as [`Publisher::note_saved_position`].
+    pub fn note_written_position(&self, position: mongoose_core::ConsumerPosition) {
+        Self::note_position(&mut self.written_positions.lock(), position);
+    }
+
+    fn note_position(
+        saved: &mut Vec<mongoose_core::ConsumerPosition>,
+        position: mongoose_core::ConsumerPosition,
+    ) {
         let lane = position.saved.map(|(_, value)| value.lane);
         saved.retain(|known| {
             known.consumer != position.consumer
@@ -183,5 +196,10 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     /// What the consumers that store positions hold ([`SourceOutput::saved_positions`](mongoose_core::SourceOutput::saved_positions)).
     pub(super) fn consumer_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
         self.saved_positions.lock().clone()
+    }
+
+    /// What the consumers' sinks hold ([`SourceOutput::written_positions`](mongoose_core::SourceOutput::written_positions)).
+    pub(super) fn consumer_written_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
+        self.written_positions.lock().clone()
     }
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome};
+use mongoose_core::sink::{Output, OutputKey, Sink, SinkOutcome, WrittenLane};
 use tracing::warn;
 
 use crate::writer::NO_INPUT;
@@ -247,6 +247,30 @@ impl FileSink {
 }
 
 impl Sink for FileSink {
+    fn written_lanes(&self) -> Vec<WrittenLane> {
+        // in the order the lanes were first written: by slot (a snapshot numbers them
+        // anew in that order, and a lane first written later takes a later number)
+        let mut lanes: Vec<&Lane> = self
+            .lanes
+            .iter()
+            .filter(|lane| lane.last.is_some())
+            .collect();
+        lanes.sort_by_key(|lane| lane.slot);
+        lanes
+            .into_iter()
+            .filter_map(|lane| {
+                Some(WrittenLane {
+                    feed: lane.feed.to_string(),
+                    lane: lane.lane,
+                    writer: lane.writer,
+                    epoch: mongoose_core::Epoch(lane.epoch),
+                    last: lane.last?,
+                    has_gaps: !lane.gaps.is_empty(),
+                })
+            })
+            .collect()
+    }
+
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
         self.buffer.clear();
         self.plan.clear();

@@ -134,6 +134,12 @@ impl SinkHandle {
         &self.shared.name
     }
 
+    /// What the sink held when it was opened, per input lane
+    /// ([`Sink::written_lanes`](mongoose_core::sink::Sink::written_lanes)).
+    pub fn written_lanes(&self) -> &[mongoose_core::sink::WrittenLane] {
+        &self.shared.written
+    }
+
     /// Why the first output the hold policy keeps is held, if there is one (cheap: no
     /// status is built).
     pub fn first_held(&self) -> Option<String> {

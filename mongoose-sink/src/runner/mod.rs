@@ -39,7 +39,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mongoose_core::sink::{CommitGate, ExhaustedPolicy, Output, OutputKey, RetryBudget, Sink};
+use mongoose_core::sink::{
+    CommitGate, ExhaustedPolicy, Output, OutputKey, RetryBudget, Sink, WrittenLane,
+};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tracing::error;
@@ -237,6 +239,8 @@ struct Shared {
     spare_count: AtomicUsize,
     /// Emptied [`Parcel::Many`] vectors, for the writers' next batches.
     parcels: Mutex<Vec<Vec<Queued>>>,
+    /// What the sink held when it was opened ([`Sink::written_lanes`]).
+    written: Vec<WrittenLane>,
 }
 
 /// The most emptied parcels kept for the writers.
@@ -381,6 +385,7 @@ impl SinkRunner {
             spares: Mutex::new(Vec::new()),
             spare_count: AtomicUsize::new(0),
             parcels: Mutex::new(Vec::new()),
+            written: sink.written_lanes(),
         });
         let thread = std::thread::Builder::new()
             .name(format!("sink:{}", config.name))

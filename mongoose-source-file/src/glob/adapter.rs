@@ -90,6 +90,10 @@ pub(super) struct HubState {
     /// Lanes whose source started once in this run: a later start (a file reopened
     /// after giving its slot) does not reconcile again with positions saved at start.
     pub(super) reconciled: BTreeSet<u32>,
+    /// What the consumers' sinks hold, as reported at the glob source's start.
+    pub(super) written: Vec<ConsumerPosition>,
+    /// Lanes whose source was given the written positions once in this run.
+    pub(super) written_reconciled: BTreeSet<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -247,6 +251,24 @@ impl<T: Send + 'static> SourceOutput<T, u64> for LaneOutput<T> {
             file,
             &format!("{file} (lane {}): a rotated file compressed or deleted before it was read to its end, or a file written between two rotations while the source was stopped: a possible loss", self.lane),
         );
+    }
+
+    fn written_positions(&self) -> Vec<ConsumerPosition> {
+        let mut state = self.hub.state.lock();
+        if !state.written_reconciled.insert(self.lane) {
+            return Vec::new();
+        }
+        // only this lane's: a consumer's sink holds nothing of a lane it reports none of
+        state
+            .written
+            .iter()
+            .filter(|written| {
+                written
+                    .saved
+                    .is_some_and(|(_, position)| position.lane == self.lane)
+            })
+            .cloned()
+            .collect()
     }
 
     fn saved_positions(&self) -> Vec<ConsumerPosition> {

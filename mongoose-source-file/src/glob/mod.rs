@@ -486,7 +486,11 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         let mut committer = None;
         // watched before the first scan: a file created between the two is not missed
         self.watch = FolderWatch::new(&self.config.name, &self.config.folder());
-        self.hub.state.lock().saved = self.output.saved_positions();
+        {
+            let mut state = self.hub.state.lock();
+            state.saved = self.output.saved_positions();
+            state.written = self.output.written_positions();
+        }
         if self.has_pointer() {
             self.adopt_state_beside_the_files()?;
             self.registry = LaneRegistry::load(self.config.registry_path())?;

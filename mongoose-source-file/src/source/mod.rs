@@ -12,6 +12,7 @@
 mod backoff;
 mod open;
 mod read;
+mod reconcile;
 
 pub(crate) use self::open::write_identity;
 
@@ -610,6 +611,15 @@ impl<T: Send + 'static> FileEventSource<T> {
                 }
             }
             shared.pointer_path = new_pointer;
+            // the pointer is this path's now: a restart does not take it for another
+            // input's
+            if shared.pointer.is_some() && shared.record.epoch != 0 {
+                let record = PointerRecord {
+                    owner: crate::pointer::owner_of(new_path),
+                    ..shared.record
+                };
+                shared.write_record(record)?;
+            }
         }
         self.config.path = new_path.to_path_buf();
         self.path = Arc::from(new_path);

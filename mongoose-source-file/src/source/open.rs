@@ -16,9 +16,9 @@ use super::read::OpenInput;
 use super::FileEventSource;
 use crate::config::ReadStrategy;
 use crate::identity::{key_of, new_key_same_bytes, reset_reason, FileKey, Observed};
-use crate::pointer::{fnv1a, PointerRecord, LAYOUT_VERSION};
+use crate::pointer::{fnv1a, owner_of, PointerRecord, LAYOUT_VERSION};
 use crate::positional::{
-    align_to_line_start, end_of_last_line, fingerprint_of, read_exact_at, starts_as_fingerprinted,
+    align_to_line_start, end_of_last_line, fingerprint_of, starts_as_fingerprinted,
 };
 use crate::rotation;
 
@@ -457,134 +457,6 @@ impl<T: Send + 'static> FileEventSource<T> {
         Ok(true)
     }
 
-    /// Reconciles the pointer with what the feed's consumers saved with their state
-    /// (book: guarantees/consumer-side-positions.md: the saved position is the authority), before the
-    /// first open. A trusted pointer past a consumer's saved position of the same epoch
-    /// (or past 0, for a consumer whose state holds nothing of the feed) moves back to
-    /// it: the lines between are re-read, and the consumers that have them skip them.
-    /// A missing or damaged pointer resumes at the consumers' saved `(epoch,
-    /// position)` instead of the start of the file under a new epoch (which would apply
-    /// every line a second time). When the saved positions disagree on the epoch, or do
-    /// not fit the input file, the start is refused with what to do.
-    pub(super) fn reconcile(
-        &self,
-        record: PointerRecord,
-        trusted: bool,
-        pointer_path: &Path,
-    ) -> Result<PointerRecord, CoreError> {
-        let name = &self.config.name;
-        let saved = self.output.saved_positions();
-        if saved.is_empty() {
-            return Ok(record);
-        }
-        let refuse = |message: String| CoreError::Source {
-            source_name: name.clone(),
-            message,
-        };
-        if trusted {
-            let mut resume = record.offset;
-            for consumer in &saved {
-                let wanted = match consumer.saved {
-                    None => 0,
-                    Some((epoch, position)) if epoch.get() == record.epoch => position.offset,
-                    // saved under another epoch (an earlier file) while the pointer
-                    // is still at this epoch's start: it takes every line of this
-                    // epoch anyway
-                    Some(_) if record.offset == 0 => continue,
-                    // the pointer is past lines of this epoch that the consumer must
-                    // have processed (the commit never passes what a consumer did not
-                    // process), yet its state holds another epoch: its state was not
-                    // built from this input (another consumer's state folder put in
-                    // place). Applying the rest on top of it would mix two inputs.
-                    Some((epoch, position)) => {
-                        return Err(refuse(format!(
-                            "the pointer file {} is at byte {} of epoch {} of the input {}, but the consumer {}'s saved state holds epoch {epoch} (byte {}): a consumer's state always holds the epoch of the lines the pointer has passed, so that state was not built from this input (another processor's or another input's state put in place?). Nothing was read or changed. Restore the consumer's own state (from a backup taken with the pointer file); or, to start over, move that state away and remove the pointer file {} so that every line is read again",
-                            pointer_path.display(),
-                            record.offset,
-                            Epoch(record.epoch),
-                            self.config.path.display(),
-                            consumer.consumer,
-                            position.offset,
-                            pointer_path.display(),
-                        )));
-                    }
-                };
-                if wanted < resume {
-                    warn!(source = %name, consumer = %consumer.consumer, pointer = record.offset, resume_at = wanted,
-                        "the pointer is past what this consumer's saved state holds (its state was deleted or restored from an older copy?): re-reading from there so nothing is skipped");
-                    resume = wanted;
-                }
-            }
-            return Ok(PointerRecord {
-                offset: resume,
-                ..record
-            });
-        }
-        let positioned: Vec<_> = saved
-            .iter()
-            .filter_map(|consumer| {
-                consumer
-                    .saved
-                    .map(|(epoch, position)| (consumer, epoch, position))
-            })
-            .collect();
-        let Some((_, epoch, _)) = positioned.first().copied() else {
-            info!(source = %name, pointer = %pointer_path.display(),
-                "no usable pointer and no consumer holds a saved position: reading from the start under a new epoch");
-            return Ok(record);
-        };
-        if let Some((other, other_epoch, _)) =
-            positioned.iter().find(|(_, other, _)| *other != epoch)
-        {
-            return Err(refuse(format!(
-                "the pointer file {} is missing or damaged, and the consumers' saved states disagree on the epoch ({} holds epoch {}, {} holds epoch {}):                  the source cannot tell where to resume. Restore the pointer file, or move the state of the consumers whose epoch is stale away so that they start over",
-                pointer_path.display(),
-                positioned[0].0.consumer,
-                epoch,
-                other.consumer,
-                other_epoch,
-            )));
-        }
-        // a consumer whose state holds nothing needs the file from its start
-        let resume = if saved.iter().any(|consumer| consumer.saved.is_none()) {
-            0
-        } else {
-            positioned
-                .iter()
-                .map(|(_, _, position)| position.offset)
-                .min()
-                .unwrap_or(0)
-        };
-        let fits = match File::open(&self.config.path) {
-            Ok(file) => {
-                let size = file.metadata().map(|meta| meta.len()).unwrap_or(0);
-                let mut last = [0u8; 1];
-                resume == 0
-                    || (size >= resume
-                        && read_exact_at(&file, &mut last, resume - 1).is_ok()
-                        && (last[0] == b'\n' || last[0] == b'\r'))
-            }
-            Err(_) => resume == 0,
-        };
-        if !fits {
-            return Err(refuse(format!(
-                "the pointer file {} is missing or damaged, and the consumers' saved position {resume} (epoch {epoch}) is not a line end of the input file {}:                  the input is not the file their state was built from. If it was replaced on purpose, move the consumers' state away so that they start over;                  otherwise restore the input file or the pointer file",
-                pointer_path.display(),
-                self.config.path.display(),
-            )));
-        }
-        warn!(source = %name, pointer = %pointer_path.display(), %epoch, resume_at = resume,
-            "the pointer file is missing or damaged: resuming from the consumers' saved position, under their epoch (nothing re-applied, nothing skipped)");
-        Ok(PointerRecord {
-            offset: resume,
-            epoch: epoch.get(),
-            file_key: 0,
-            layout_version: LAYOUT_VERSION,
-            fingerprint_length: 0,
-            fingerprint: 0,
-        })
-    }
-
     /// The identity check of a COMMITED open: keeps the pointer, or resets it to 0
     /// under a new epoch when the file was replaced or truncated. Returns where to read.
     fn adopt_pointer(
@@ -644,6 +516,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
         record.file_key = key.map_or(0, |key| key.0);
         record.layout_version = LAYOUT_VERSION;
+        record.owner = owner_of(&path);
         if let Some((length, fingerprint)) = fingerprint_of(file) {
             record.fingerprint_length = length;
             record.fingerprint = fingerprint;
@@ -705,6 +578,7 @@ pub(crate) fn write_identity(
         layout_version: LAYOUT_VERSION,
         fingerprint_length,
         fingerprint,
+        owner: crate::pointer::owner_of(input),
     };
     opened.file.write(&record).map_err(|error| {
         CoreError::io(
