@@ -124,7 +124,7 @@ fn a_deleted_pointer_under_a_forward_into_a_file_sink_writes_no_line_twice() {
     assert_once(&out, &text, "after the pointer was deleted");
     assert_eq!(code, 0, "nothing lost, nothing doubled: {log}");
     assert!(
-        log.contains("resuming from the consumers' position"),
+        log.contains("resuming after what the consumers' sinks hold"),
         "the run says where it resumed and why: {log}"
     );
 }

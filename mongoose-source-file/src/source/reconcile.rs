@@ -158,10 +158,13 @@ impl<T: Send + 'static> FileEventSource<T> {
                 self.config.path.display(),
             )));
         }
-        let from_outputs = !saved.iter().any(|consumer| consumer.saved.is_some());
-        warn!(source = %name, pointer = %pointer_path.display(), %epoch, resume_at = resume, foreign,
-            from = if from_outputs { "what the consumers' sinks hold" } else { "the consumers' saved state" },
-            "the pointer file is missing, damaged or another input's: resuming from the consumers' position, under their epoch (nothing applied or written twice, nothing skipped)");
+        if saved.iter().any(|consumer| consumer.saved.is_some()) {
+            warn!(source = %name, pointer = %pointer_path.display(), %epoch, resume_at = resume, foreign,
+                "the pointer file is missing, damaged or another input's: resuming from the consumers' saved position, under their epoch (nothing applied twice, nothing skipped)");
+        } else {
+            warn!(source = %name, pointer = %pointer_path.display(), %epoch, resume_at = resume, foreign,
+                "the pointer file is missing, damaged or another input's: resuming after what the consumers' sinks hold, under its epoch (nothing written twice, nothing skipped)");
+        }
         Ok(PointerRecord {
             offset: resume,
             epoch: epoch.get(),
