@@ -174,10 +174,6 @@ fn a_paused_kafka_feed_keeps_heartbeating_and_resumes() {
 // what A processes later of a partition it lost is never committed by A.
 #[test]
 fn a_revoked_partition_commits_what_was_processed_before_it_goes() {
-    use mongoose_core::EventSource;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::ClientConfig;
-
     let Some(brokers) =
         broker_or_skip("a_revoked_partition_commits_what_was_processed_before_it_goes")
     else {
@@ -219,26 +215,8 @@ fn a_revoked_partition_commits_what_was_processed_before_it_goes() {
     );
     // B joins; A goes on polling by do_work alone (no acknowledgement poll of the driver):
     // only the revocation callback can commit what A processed
-    let b: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("group.id", &group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "6000")
-        .create()
-        .expect("B");
-    b.subscribe(&[&topic]).expect("subscribe B");
-    let mut lost = None;
-    wait_for("B assigned a partition", 90, || {
-        a.source.do_work().expect("A polls");
-        b.poll(Duration::from_millis(20));
-        lost = b
-            .assignment()
-            .ok()
-            .and_then(|list| list.elements().first().map(|element| element.partition()));
-        lost.is_some()
-    });
-    let lost = lost.expect("B's partition") as usize;
+    let (b, lost) = join_b(&brokers, &group, &topic, &mut a);
+    let lost = lost as usize;
     let at_revocation = committed(&brokers, &group, &topic, 2);
     assert_eq!(
         at_revocation[lost], processed[lost],
@@ -281,10 +259,6 @@ fn a_revoked_partition_commits_what_was_processed_before_it_goes() {
 // all of it. Then B leaves and its partition comes back to A: A must read that too.
 #[test]
 fn a_partition_revoked_while_paused_is_read_when_it_comes_back() {
-    use mongoose_core::EventSource;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::ClientConfig;
-
     let Some(brokers) =
         broker_or_skip("a_partition_revoked_while_paused_is_read_when_it_comes_back")
     else {
@@ -305,26 +279,7 @@ fn a_partition_revoked_while_paused_is_read_when_it_comes_back() {
     });
     // B joins while A is paused: the rebalance revokes both partitions from A (still
     // paused) and gives one of them to B; B reads nothing it commits
-    let b: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("group.id", &group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "6000")
-        .create()
-        .expect("B");
-    b.subscribe(&[&topic]).expect("subscribe B");
-    let mut lost = None;
-    wait_for("B assigned a partition", 90, || {
-        a.source.do_work().expect("A polls");
-        b.poll(Duration::from_millis(20));
-        lost = b
-            .assignment()
-            .ok()
-            .and_then(|list| list.elements().first().map(|element| element.partition()));
-        lost.is_some()
-    });
-    let lost = lost.expect("B's partition");
+    let (b, lost) = join_b(&brokers, &group, &topic, &mut a);
     // A drains its feed: it resumes the partition it kept, reads and processes all of
     // it, and goes on cycling until its feed stays empty (its assignment resumed)
     let mut consumer = Collect::default();
@@ -369,4 +324,37 @@ fn distinct(consumer: &Collect, partition: i32) -> usize {
     payloads.sort_unstable();
     payloads.dedup();
     payloads.len()
+}
+
+/// Consumer B joins `group` (committing nothing) while A goes on polling; returns B and
+/// the partition B was given.
+fn join_b(
+    brokers: &str,
+    group: &str,
+    topic: &str,
+    a: &mut common::Pipeline,
+) -> (rdkafka::consumer::BaseConsumer, i32) {
+    use mongoose_core::EventSource;
+    use rdkafka::consumer::Consumer;
+
+    let b: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .create()
+        .expect("B");
+    b.subscribe(&[topic]).expect("subscribe B");
+    let mut lost = None;
+    wait_for("B assigned a partition", 90, || {
+        a.source.do_work().expect("A polls");
+        b.poll(Duration::from_millis(20));
+        lost = b
+            .assignment()
+            .ok()
+            .and_then(|list| list.elements().first().map(|element| element.partition()));
+        lost.is_some()
+    });
+    (b, lost.expect("B's partition"))
 }
