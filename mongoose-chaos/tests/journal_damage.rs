@@ -9,8 +9,8 @@ use std::process::Command;
 
 use mongoose_chaos::scenario::{Damage, StateFile, Step};
 use mongoose_chaos::truth::Expect;
-use mongoose_chaos::world::World;
-use mongoose_chaos::{generate, Binaries, Launcher};
+
+mod common;
 
 /// The `mongoose` binary (without the Kafka feature: the journal tools need none of
 /// it), built by cargo into the folder the tests' plugin builds use (cargo's own lock
@@ -80,18 +80,8 @@ fn dump(mongoose: &Path, journal: &Path) -> (usize, Vec<usize>) {
 fn lines_given_to_an_appender_that_refused_a_damaged_journal_are_no_loss_to_report() {
     let mongoose = mongoose_binary();
     let scratch = tempfile::tempdir().expect("scratch");
-    let bins = Binaries {
-        mongoose: mongoose.clone(),
-        plugin_dir: scratch.path().join("plugins"),
-        peer: Launcher {
-            program: PathBuf::from(env!("CARGO_BIN_EXE_mongoose-chaos")),
-            args: Vec::new(),
-        },
-    };
     // the seed's scenario: a ledger fed by a journal (its steps are not run here)
-    let scenario = generate(1_796_543_685_089);
-    let mut world = World::create(scenario, bins, &scratch.path().join("world"))
-        .expect("the scenario's folder");
+    let mut world = common::seed_world(1_796_543_685_089, mongoose.clone(), scratch.path());
     let append = |lines| Step::Append {
         lines,
         stream: 0,

@@ -1,12 +1,10 @@
 //! The harness's truth about rotations made before the server caught up, on real files
 //! renamed in a real folder: which lines a run may miss, provided it reports them.
 
-use std::path::PathBuf;
-
 use mongoose_chaos::scenario::{RotateMode, Step};
 use mongoose_chaos::truth::Expect;
-use mongoose_chaos::world::World;
-use mongoose_chaos::{generate, Binaries, Launcher};
+
+mod common;
 
 /// Chaos seed 1796199420421 (rotation: ledger file->tcp, rename rotations): three
 /// renames while the server was still reading the first file. Its restart finished the
@@ -19,19 +17,13 @@ use mongoose_chaos::{generate, Binaries, Launcher};
 #[test]
 fn a_file_rotated_away_while_an_earlier_rotation_is_unsettled_may_be_missing_if_reported() {
     let scratch = tempfile::tempdir().expect("scratch");
-    let bins = Binaries {
-        // no server and no journal or archive here: nothing runs the binary
-        mongoose: scratch.path().join("no-mongoose"),
-        plugin_dir: scratch.path().join("plugins"),
-        peer: Launcher {
-            program: PathBuf::from(env!("CARGO_BIN_EXE_mongoose-chaos")),
-            args: Vec::new(),
-        },
-    };
-    // the seed's scenario: a ledger on a file (its steps are not run here)
-    let scenario = generate(1_796_199_420_421);
-    let mut world = World::create(scenario, bins, &scratch.path().join("world"))
-        .expect("the scenario's folder");
+    // the seed's scenario: a ledger on a file (its steps are not run here); no server,
+    // journal or archive here: nothing runs the binary
+    let mut world = common::seed_world(
+        1_796_199_420_421,
+        scratch.path().join("no-mongoose"),
+        scratch.path(),
+    );
     let append = |lines| Step::Append {
         lines,
         stream: 0,
