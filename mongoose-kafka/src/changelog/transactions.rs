@@ -44,8 +44,8 @@ pub struct TransactionsConfig {
     /// stopped answering open before it aborts it (a takeover aborts it at once). When
     /// the broker aborts it, it fences the producer exactly as a takeover does, though
     /// the member may still hold the partition, so a member never keeps one open that
-    /// long: a commit that cannot finish within it is given up (see
-    /// [`commit_deadline`]). Keep it above the feed's session timeout, so that a member
+    /// long: a commit that cannot finish within it (less two request timeouts) is given
+    /// up. Keep it above the feed's session timeout, so that a member
     /// stopped long enough for it is out of the group (its commits refused) first.
     pub transaction_timeout: Duration,
 }
