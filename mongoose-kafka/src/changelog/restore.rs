@@ -136,7 +136,8 @@ impl Changelog {
     }
 
     /// Before a takeover's producer fences the partition's earlier one: a marker of a
-    /// newer epoch (epochs increase along a partition's history) means the group gave
+    /// newer epoch (epochs increase along a partition's history: a changelog ledger's
+    /// feed has no epoch file, so every assignment mints a new one) means the group gave
     /// the partition to another owner after the assignment `epoch` came from, and this
     /// member's lines of `epoch` were queued before it was revoked. Taking it over now
     /// would fence the current owner, whose open transaction would abort while its
