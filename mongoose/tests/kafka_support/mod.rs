@@ -381,7 +381,7 @@ impl Member {
     /// Starts a member on `config` with the kafka plugin `library`.
     pub fn start(library: &Path, config: &str) -> Self {
         let mut run = LedgerRun::new("", config);
-        run.log_filter = "warn,mongoose_server::cli=info,mongoose_ledger=info,mongoose_kafka=info";
+        run.log_filter = "warn,mongoose_server::cli=info,mongoose_ledger=info,mongoose_kafka=info,mongoose_plugin=info";
         plugin_dir(run.dir.path(), &[library]);
         let child = Some(run.spawn(false));
         Member { run, child }
