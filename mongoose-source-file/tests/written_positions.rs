@@ -44,6 +44,15 @@ impl Dispatcher<Line> for Collect {
 /// `written`: what a consumer's sink holds, reported before the start. Returns the
 /// lines delivered and the feed's lossless flag.
 fn run(input: &Path, written: Option<(Epoch, u64)>) -> (Vec<(String, Epoch, u64)>, bool) {
+    run_then(input, written, &|| ())
+}
+
+/// [`run`], with `started` called once the source has started (before its first cycle).
+fn run_then(
+    input: &Path,
+    written: Option<(Epoch, u64)>,
+    started: &dyn Fn(),
+) -> (Vec<(String, Epoch, u64)>, bool) {
     let mut pipeline = pipeline(input, 1024);
     if let Some((epoch, offset)) = written {
         pipeline.feed.note_written_position(ConsumerPosition {
@@ -53,6 +62,7 @@ fn run(input: &Path, written: Option<(Epoch, u64)>) -> (Vec<(String, Epoch, u64)
     }
     SourceDriver::start_source(&mut pipeline.source, &pipeline.feed).expect("start");
     pipeline.feed.start_complete();
+    started();
     let mut collect = Collect::default();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -178,4 +188,70 @@ fn another_copys_pointer_of_the_same_content_is_not_taken_when_the_consumers_hol
     assert_eq!(texts(&second), vec!["line-00011", "line-00012"]);
     assert!(second.iter().all(|(_, at, _)| *at == epoch));
     assert!(lossless);
+}
+
+#[test]
+fn another_inputs_pointer_for_an_input_not_made_yet_is_no_loss_when_it_is() {
+    // chaos seed 1796554965093: another run's pointer (past 25,900 bytes) in place of
+    // the pointer of a glob's input that had no file yet; the file was made after the
+    // start, shorter than the pointer's offset, and was reported as a rotated file
+    // deleted before it was read to its end (a loss that never was)
+    let dir = tempfile::tempdir().expect("dir");
+    let other = dir.path().join("other");
+    fs::create_dir_all(&other).expect("other");
+    let other_input = other.join("in.log");
+    fs::write(&other_input, numbered_lines(40)).expect("other input");
+    run(&other_input, None);
+    let input = dir.path().join("in.log");
+    fs::copy(pointer_path(&other_input), pointer_path(&input)).expect("the other pointer");
+    let (lines, lossless) = run_then(&input, None, &|| {
+        fs::write(&input, numbered_lines(5)).expect("the input, made after the start");
+    });
+    assert_eq!(
+        texts(&lines),
+        (1..=5).map(|n| format!("line-{n:05}")).collect::<Vec<_>>(),
+        "read from its start"
+    );
+    assert!(lossless, "another input's pointer is no loss of this input");
+}
+
+#[test]
+fn this_inputs_pointer_for_a_file_deleted_while_stopped_still_reports_the_loss() {
+    // the other side of the rule above: this input's own pointer, its file deleted
+    // while the server was down and made again shorter, is a possible loss
+    let dir = tempfile::tempdir().expect("dir");
+    let input = dir.path().join("in.log");
+    fs::write(&input, numbered_lines(40)).expect("input");
+    run(&input, None);
+    fs::remove_file(&input).expect("deleted while stopped");
+    let (lines, lossless) = run_then(&input, None, &|| {
+        fs::write(&input, numbered_lines(5)).expect("made again after the start");
+    });
+    assert_eq!(lines.len(), 5, "the new file read from its start");
+    assert!(!lossless, "the old file's unread end is a possible loss");
+}
+
+#[test]
+fn another_copys_pointer_of_the_same_content_skips_nothing_when_no_consumer_holds_its_epoch() {
+    // chaos seed 1796554965093 again: the other run read 40 lines of the same content;
+    // no consumer holds anything of this input. Taken for this input's, the pointer
+    // skipped this file's first 40 lines (a longer file) or reported a loss that never
+    // was (a shorter one)
+    for (lines, what) in [(50, "a longer file"), (5, "a shorter file")] {
+        let dir = tempfile::tempdir().expect("dir");
+        let other = dir.path().join("other");
+        fs::create_dir_all(&other).expect("other");
+        let other_input = other.join("in.log");
+        fs::write(&other_input, numbered_lines(40)).expect("other input");
+        run(&other_input, None);
+        let input = dir.path().join("in.log");
+        fs::write(&input, numbered_lines(lines)).expect("input");
+        fs::copy(pointer_path(&other_input), pointer_path(&input)).expect("the other pointer");
+        let (read, lossless) = run(&input, None);
+        assert_eq!(read.len(), lines, "{what}: every line read, from the start");
+        assert!(
+            lossless,
+            "{what}: another input's pointer is no loss of this input"
+        );
+    }
 }

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use super::FileEventSource;
 use crate::identity::key_of;
 use crate::pointer::{owner_of, PointerRecord, LAYOUT_VERSION};
-use crate::positional::{read_exact_at, starts_as_fingerprinted};
+use crate::positional::read_exact_at;
 
 impl<T: Send + 'static> FileEventSource<T> {
     /// Reconciles the pointer with what the feed's consumers hold, before the first
@@ -179,14 +179,20 @@ impl<T: Send + 'static> FileEventSource<T> {
     /// Whether a pointer that decodes well is another input's, put in place of this
     /// input's. Its owner names another path (a pointer without an owner, written before
     /// the field, is this input's), it does not name the file at the path by its file key
-    /// (a pointer moved with its file, a rename inside a glob, still does), and either
-    /// the file's leading bytes are not the ones it fingerprinted, or they are (another
-    /// copy of the same content) but the consumers hold positions of this input and none
-    /// under the pointer's epoch: their lines and outputs were made under another one.
+    /// (a pointer moved with its file, a rename inside a glob, still does), and no
+    /// consumer holds a position under its epoch (the evidence that lines of that epoch
+    /// were this input's).
+    ///
+    /// Even the same leading bytes are no evidence: two copies of one content, or two
+    /// inputs that start alike, fingerprint alike. Taken for this input's, another copy's
+    /// pointer skips as many lines of this file as the other one had read, unread and
+    /// unreported (chaos seed 1796554965093), or reports a loss that never was (a
+    /// shorter file). What this costs: a folder copied (not moved) to another path, its
+    /// input files copied too, is read again from the start by a consumer that reports
+    /// no position (a TCP or HTTP sink), as after a lost pointer.
     ///
     /// A pointer of this input whose file was replaced keeps this path as its owner (the
-    /// new file is read from its start under a new epoch, as always); one of this input
-    /// whose file was copied into place (a new key, the same bytes) is kept too.
+    /// new file is read from its start under a new epoch, as always).
     pub(super) fn is_foreign(
         &self,
         record: &PointerRecord,
@@ -198,11 +204,8 @@ impl<T: Send + 'static> FileEventSource<T> {
         if record.owner == 0 || record.owner == owner_of(path) {
             return false;
         }
-        let Ok(file) = File::open(path) else {
-            return false;
-        };
-        let same_key = file
-            .metadata()
+        let same_key = File::open(path)
+            .and_then(|file| file.metadata())
             .ok()
             .and_then(|meta| key_of(&meta))
             .map(|key| key.0)
@@ -210,20 +213,17 @@ impl<T: Send + 'static> FileEventSource<T> {
         if same_key {
             return false;
         }
-        let same_bytes = record.fingerprint_length > 0 && starts_as_fingerprinted(&file, record);
-        let epochs: Vec<Epoch> = saved
+        let held = saved
             .iter()
             .chain(written)
             .filter_map(|consumer| consumer.saved.map(|(epoch, _)| epoch))
-            .collect();
-        let other_epochs =
-            !epochs.is_empty() && epochs.iter().all(|epoch| epoch.get() != record.epoch);
-        if same_bytes && !other_epochs {
+            .any(|epoch| epoch.get() == record.epoch);
+        if held {
             return false;
         }
         warn!(source = %self.config.name, pointer = %pointer_path.display(), input = %path.display(),
-            epoch = record.epoch, offset = record.offset, same_bytes,
-            "the pointer file was written for another input (another path and another file key, and other leading bytes or an epoch none of the consumers holds): not used. Resuming from what the consumers hold, or from the start under a new epoch when they hold nothing");
+            epoch = record.epoch, offset = record.offset,
+            "the pointer file was written for another input (another path, another file key, and an epoch none of the consumers holds): not used. Resuming from what the consumers hold, or from the start under a new epoch when they hold nothing");
         true
     }
 }
