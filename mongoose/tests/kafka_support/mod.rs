@@ -406,6 +406,25 @@ impl Member {
             .count()
     }
 
+    /// The backtraces of the member's threads (`gdb -batch`), or why there are none:
+    /// printed when a wait gives up, to show where a stuck member waits.
+    pub fn threads(&self) -> String {
+        let Some(child) = self.child.as_ref() else {
+            return "member not running: no threads".to_owned();
+        };
+        let pid = child.id().to_string();
+        match std::process::Command::new("gdb")
+            .args(["-batch", "-p", &pid, "-ex", "thread apply all bt 30"])
+            .output()
+        {
+            Ok(output) => format!(
+                "threads of member pid {pid}:\n{}",
+                String::from_utf8_lossy(&output.stdout)
+            ),
+            Err(error) => format!("no backtraces of member pid {pid} (gdb: {error})"),
+        }
+    }
+
     /// SIGKILLs the member.
     pub fn kill(&mut self) {
         let mut child = self.child.take().expect("running");
@@ -442,6 +461,12 @@ pub fn wait_members(
     while !done(members) {
         for member in members.iter_mut() {
             member.check_alive();
+        }
+        if Instant::now() >= deadline {
+            // where each stuck member's threads wait (when gdb is there to say)
+            for member in members.iter() {
+                eprintln!("{}", member.threads());
+            }
         }
         assert!(
             Instant::now() < deadline,
