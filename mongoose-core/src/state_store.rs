@@ -223,6 +223,21 @@ pub trait PartitionStateStore: Send + Sync + fmt::Debug {
         counted: &mut dyn FnMut(&StoredRecord),
     ) -> Result<RestoredPartition, CoreError>;
 
+    /// After `partition`'s writes in `epoch` were reported [`WriteFailure::Fenced`]: true
+    /// when this member is still the partition's newest owner (the fencer was a stale
+    /// one) and the store wrote again what the fenced writes held, whose tags come back
+    /// through [`OnDurable`] once durable; false when a newer owner holds the partition
+    /// (the default: a store that cannot tell). A fenced write's tag must not let its
+    /// input be committed before this says false: the input would be committed
+    /// unapplied.
+    ///
+    /// # Errors
+    /// The store could not tell now: the fenced writes stay kept, ask again later.
+    fn retake(&self, partition: i32, epoch: Epoch) -> Result<bool, CoreError> {
+        let _ = (partition, epoch);
+        Ok(false)
+    }
+
     /// Waits until every write sent so far is durable or given up.
     ///
     /// # Errors

@@ -28,10 +28,15 @@
 //! * **A failed write.** A changelog write the producer gives up holds its line's
 //!   commit for good, and every later line fails (the group's retry policy quarantines
 //!   the ledger): a restart restores from the changelog and reads the line again.
-//! * **Fenced.** A partition whose transactional producer the broker fenced (another
-//!   member took it over while this one was paused) is dropped from memory: the rest of
-//!   its lines in that epoch are skipped unapplied (their commits are refused by the
-//!   broker too), and the partition is restored if it comes back in a new epoch.
+//! * **Fenced.** A partition whose transactional producer the broker fenced holds the
+//!   commits of its fenced writes' lines until the store tells who owns it
+//!   ([`PartitionStateStore::retake`]). Taken over by a newer owner (this member was
+//!   paused past its session, or the group moved the partition), it is dropped from
+//!   memory: the rest of its lines in that epoch are skipped unapplied (the feed no
+//!   longer commits that epoch), and it is restored if it comes back in a new epoch.
+//!   Fenced by a stale owner (another member taking it over for lines of an earlier
+//!   assignment still queued there), it is held on: the store fences the fencer and
+//!   writes the fenced writes again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -50,6 +55,9 @@ use tracing::{info, warn};
 
 use crate::apply::{alert_error, apply_line, open_rejected_log, Applied};
 use crate::{AlertSink, LedgerSettings, LedgerState};
+
+/// Per `(partition, epoch)` reported fenced, the tags of its fenced writes.
+type FencedWrites = BTreeMap<(i32, u64), Vec<u64>>;
 
 /// The key of the record a rejected line writes (an account never holds `#`).
 const REJECTED_KEY: &[u8] = b"#rejected";
@@ -140,8 +148,9 @@ pub struct PartitionedLedger {
     /// The first changelog write the producer gave up, if any.
     failure: Arc<Mutex<Option<String>>>,
     /// Partitions (with the epoch they were held in) the store reported fenced, not yet
-    /// dropped from memory.
-    fenced: Arc<Mutex<Vec<(i32, u64)>>>,
+    /// retaken or dropped, with the tags of their fenced writes: those inputs' commits
+    /// are held until the store says whether this member still owns the partition.
+    fenced: Arc<Mutex<FencedWrites>>,
     /// The epoch of each partition dropped as fenced: its lines in it are skipped.
     fenced_epochs: HashMap<u32, u64>,
     next_tag: u64,
@@ -184,7 +193,7 @@ impl PartitionedLedger {
             ))
         })?;
         let failure = Arc::new(Mutex::new(None));
-        let fenced = Arc::new(Mutex::new(Vec::new()));
+        let fenced = Arc::new(Mutex::new(BTreeMap::new()));
         let on_durable: OnDurable = {
             let gate = gate.clone();
             let failure = Arc::clone(&failure);
@@ -200,19 +209,17 @@ impl PartitionedLedger {
                     epoch,
                     message,
                 }) => {
-                    // the partition is another member's now (or this member's again, in
-                    // a later epoch): the line's commit is over here (the feed ignores
-                    // acknowledgements of an epoch it no longer holds, and the broker
-                    // refuses a fenced member's commits), and the ledger drops the
-                    // partition at its next line if it still holds it in that epoch
+                    // a newer owner took the partition, or a stale one (lines of an
+                    // earlier assignment still queued in another member) fenced this
+                    // member, which still holds it: the line's commit is held until
+                    // the ledger asks the store which (`drop_fenced`). Completed now,
+                    // a stale owner's fence would commit the line unapplied
                     let mut fenced = fenced.lock();
-                    if !fenced.contains(&(partition, epoch.0)) {
+                    let held = fenced.entry((partition, epoch.0)).or_insert_with(|| {
                         warn!(partition, %epoch, %message, "ledger: a partition's changelog producer was fenced: its writes since the last commit are aborted");
-                        fenced.push((partition, epoch.0));
-                    }
-                    if let Some(gate) = &gate {
-                        gate.complete(tag);
-                    }
+                        Vec::new()
+                    });
+                    held.push(tag);
                 }
                 Err(WriteFailure::GivenUp(error)) => {
                     // the line's commit stays held: it is read again after a restart
@@ -325,7 +332,7 @@ impl PartitionedLedger {
         let lane = delivery.lane();
         let epoch = delivery.epoch().get();
         let offset = delivery.position().offset;
-        self.drop_fenced();
+        self.drop_fenced(lane, epoch);
         if self.fenced_epochs.get(&lane) == Some(&epoch) {
             // taken over by another member while this one held it: not applied here
             return Ok(());
@@ -441,25 +448,55 @@ impl PartitionedLedger {
         Ok(())
     }
 
-    /// Drops from memory the partitions the store reported fenced, remembering their
-    /// epochs: their lines in those epochs are skipped.
-    fn drop_fenced(&mut self) {
+    /// Settles the partitions the store reported fenced, before a line of `lane` in
+    /// `epoch`: one this member still holds in the fenced epoch is retaken when no newer
+    /// owner marked it (the fencer was stale: the store wrote the fenced writes again,
+    /// and their tags complete when they are durable); otherwise it is dropped from
+    /// memory, its lines in that epoch skipped, and the held tags completed (a newer
+    /// owner holds it: this member's commits of that epoch are refused or ignored).
+    fn drop_fenced(&mut self, lane: u32, epoch: u64) {
         let fenced = std::mem::take(&mut *self.fenced.lock());
-        for (partition, epoch) in fenced {
-            let Ok(lane) = u32::try_from(partition) else {
+        for ((partition, fenced_epoch), tags) in fenced {
+            let Ok(fenced_lane) = u32::try_from(partition) else {
                 continue;
             };
-            if self
+            let held = self
                 .partitions
-                .get(&lane)
-                .is_some_and(|held| held.state.epoch == epoch)
-            {
-                self.partitions.remove(&lane);
+                .get(&fenced_lane)
+                .is_some_and(|held| held.state.epoch == fenced_epoch)
+                // a line of a later epoch of that lane: the fenced one is over here
+                && !(fenced_lane == lane && epoch > fenced_epoch);
+            if held {
+                match self.changelog.retake(partition, Epoch(fenced_epoch)) {
+                    Ok(true) => {
+                        info!(partition, epoch = fenced_epoch, writes = tags.len(),
+                            "ledger: fenced by a stale owner: the partition is held on, its fenced writes written again");
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(error) => {
+                        warn!(partition, epoch = fenced_epoch, %error,
+                            "ledger: cannot tell yet whether a fenced partition is still this member's: its lines' commits stay held, asked again with the next line");
+                        self.fenced
+                            .lock()
+                            .entry((partition, fenced_epoch))
+                            .or_default()
+                            .extend(tags);
+                        continue;
+                    }
+                }
+                self.partitions.remove(&fenced_lane);
                 info!(
                     partition,
-                    epoch, "ledger: fenced partition dropped; its lines in this epoch are skipped"
+                    epoch = fenced_epoch,
+                    "ledger: fenced partition dropped; its lines in this epoch are skipped"
                 );
-                self.fenced_epochs.insert(lane, epoch);
+                self.fenced_epochs.insert(fenced_lane, fenced_epoch);
+            }
+            if let Some(gate) = &self.gate {
+                for tag in tags {
+                    gate.complete(tag);
+                }
             }
         }
     }

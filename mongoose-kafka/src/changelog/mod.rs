@@ -20,7 +20,7 @@
 //!   one transactional producer per partition (`transactional.id` =
 //!   `<topic>-<partition>`, the same on every member) commits the partition's changes,
 //!   the outputs written with them ([`Changelog::write_output`]: an alert exists exactly
-//!   when its change does) and the input offsets they cover, every commit interval; a
+//!   when its change does) and, with a group, the input offsets they cover, every commit interval; a
 //!   write's tag is durable when its transaction commits. Taking a partition over
 //!   initialises its producer first: the broker aborts what the previous owner left
 //!   open and fences that owner, whose later commits fail ([`WriteFailure::Fenced`]).
@@ -67,11 +67,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use mongoose_core::state_store::PartitionStateStore;
 pub use mongoose_core::state_store::{
     OnDurable, RecordKind, RestoredPartition, StoredRecord, WriteFailure,
 };
-use mongoose_core::{CoreError, Epoch};
+use mongoose_core::Epoch;
 use parking_lot::Mutex;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
@@ -86,6 +85,7 @@ use crate::error::KafkaConnectorError;
 
 mod records;
 mod restore;
+mod store;
 mod transactions;
 
 use records::StoredValue;
@@ -112,8 +112,8 @@ pub struct ChangelogConfig {
     pub delivery_timeout: Duration,
     /// More librdkafka properties for the producer and the restore consumer.
     pub properties: Vec<(String, String)>,
-    /// Exactly once: each partition's changes, the outputs written with them and the
-    /// input offsets they cover commit in one transaction ([`TransactionsConfig`]).
+    /// Exactly once: each partition's changes, the outputs written with them and (with a
+    /// group) the input offsets they cover commit in one transaction ([`TransactionsConfig`]).
     /// `None`: each change is acknowledged on its own (idempotent, at least once).
     pub transactions: Option<TransactionsConfig>,
     /// Where the outputs written with the state go ([`Changelog::write_output`]; needs
@@ -641,24 +641,39 @@ impl Changelog {
         let mut producer = producer.lock();
         let held = producer.take_outputs();
         if let Err(failure) = producer.begin(partition) {
+            // fenced earlier: kept with the fenced transaction, for a retake
+            let outputs = self.config.outputs_topic.as_deref().unwrap_or_default();
+            let records: Vec<_> = held
+                .iter()
+                .map(|(key, payload)| ((outputs, None), key.as_slice(), payload.as_slice()))
+                .chain(std::iter::once((target, key, payload)))
+                .collect();
+            transactions.stash(partition, producer.epoch(), &records, change);
             if let Some((tag, _)) = change {
                 (self.on_durable)(tag, Err(failure));
             }
             return Ok(());
         }
         let sent = self.send_change(&mut producer, &held, target, key, payload);
-        if let Err(error) = sent {
-            // a producer fenced by the partition's new owner (a rebalance moved it):
-            // the partition is not this member's any more, which is no failure of the
-            // processor; its change is reported fenced, as its commit would be
+        if let Err((error, unsent)) = sent {
+            // a producer fenced by another owner: the partition's new one (a rebalance
+            // moved it), which is no failure of the processor, or a stale one, whose
+            // fence this member undoes (`retake`): the change is kept with the open
+            // transaction and reported fenced, as its commit would be
             let Some(failure) = producer.fatal(partition) else {
                 return Err(error);
             };
             info!(changelog = %self.config.name, partition, %failure, "a change was not written: the partition's producer ended");
-            transactions.fail_open(partition, &mut producer);
-            if let Some((tag, _)) = change {
-                (self.on_durable)(tag, Err(failure));
+            let outputs = self.config.outputs_topic.as_deref().unwrap_or_default();
+            let records = held
+                .iter()
+                .map(|(key, payload)| ((outputs, None), key.as_slice(), payload.as_slice()))
+                .chain(std::iter::once((target, key, payload)));
+            for (target, key, payload) in records.skip(unsent) {
+                producer.remember(target, key, payload);
             }
+            producer.holds(change.map(|(tag, _)| tag), change.map(|(_, offset)| offset));
+            transactions.fail_open(partition, &mut producer);
             return Ok(());
         }
         producer.holds(change.map(|(tag, _)| tag), change.map(|(_, offset)| offset));
@@ -667,6 +682,8 @@ impl Changelog {
 
     /// Sends the held outputs and the change in the open transaction, keeping each
     /// record to send again if the broker makes the transaction abort.
+    /// On a failure: the error and how many of the records (the held outputs, then the
+    /// change) went before it.
     fn send_change(
         &self,
         producer: &mut transactions::TxnPartition,
@@ -674,7 +691,8 @@ impl Changelog {
         target: (&str, Option<i32>),
         key: &[u8],
         payload: &[u8],
-    ) -> Result<(), KafkaConnectorError> {
+    ) -> Result<(), (KafkaConnectorError, usize)> {
+        let mut went = 0;
         if let Some(outputs) = &self.config.outputs_topic {
             for (output_key, output) in held {
                 self.send(
@@ -683,8 +701,10 @@ impl Changelog {
                     output_key,
                     output,
                     Box::new(Opaque::InTransaction),
-                )?;
+                )
+                .map_err(|error| (error, went))?;
                 producer.remember((outputs, None), output_key, output);
+                went += 1;
             }
         }
         self.send(
@@ -693,7 +713,8 @@ impl Changelog {
             key,
             payload,
             Box::new(Opaque::InTransaction),
-        )?;
+        )
+        .map_err(|error| (error, went))?;
         producer.remember(target, key, payload);
         Ok(())
     }
@@ -734,60 +755,5 @@ impl Changelog {
         self.producer
             .flush(timeout)
             .map_err(|error| self.broker_error("flushing the changelog", error))
-    }
-}
-
-/// The ledger's (any partitioned processor's) view of a changelog: the state store
-/// trait of `mongoose-core`, so the processor builds without librdkafka.
-impl PartitionStateStore for Changelog {
-    fn location(&self) -> &str {
-        self.topic()
-    }
-
-    fn write(
-        &self,
-        partition: i32,
-        epoch: Epoch,
-        offset: u64,
-        key: &[u8],
-        value: &[u8],
-        tag: u64,
-    ) -> Result<(), CoreError> {
-        Changelog::write(self, partition, epoch, offset, key, value, tag)
-            .map_err(|error| self.store_error(error))
-    }
-
-    fn restore(
-        &self,
-        partition: i32,
-        epoch: Epoch,
-        counted: &mut dyn FnMut(&StoredRecord),
-    ) -> Result<RestoredPartition, CoreError> {
-        Changelog::restore(self, partition, epoch, counted).map_err(|error| self.store_error(error))
-    }
-
-    fn flush(&self, timeout: Duration) -> Result<(), CoreError> {
-        Changelog::flush(self, timeout).map_err(|error| self.store_error(error))
-    }
-
-    fn outputs_location(&self) -> Option<&str> {
-        self.config.outputs_topic.as_deref()
-    }
-
-    fn write_output(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<(), CoreError> {
-        Changelog::write_output(self, partition, key, payload)
-            .map_err(|error| self.store_error(error))
-    }
-}
-
-impl Changelog {
-    fn store_error(&self, error: KafkaConnectorError) -> CoreError {
-        match error {
-            KafkaConnectorError::TakenOver { failure, .. } => CoreError::TakenOver(failure),
-            error => CoreError::StateStore {
-                store: self.config.topic.clone(),
-                error: Box::new(error),
-            },
-        }
     }
 }

@@ -20,6 +20,9 @@ use super::{
 };
 use crate::error::KafkaConnectorError;
 
+/// How many times a takeover fenced while it marks the partition is tried.
+const TAKEOVER_ATTEMPTS: u32 = 4;
+
 impl Changelog {
     /// Writes a marker (or a probe) into `partition` and waits for its offset.
     fn mark(
@@ -120,12 +123,44 @@ impl Changelog {
         counted: impl FnMut(&StoredRecord),
     ) -> Result<RestoredPartition, KafkaConnectorError> {
         let started = Instant::now();
-        if self.transactions.is_some() {
-            self.refuse_a_stale_takeover(partition, epoch)?;
-        }
-        let marker = self.mark(partition, RecordKind::Marker, epoch)?;
-        let marked = started.elapsed();
-        let records = self.read_through(partition, marker, false)?;
+        let mut attempt = 0;
+        let (records, marked) = loop {
+            attempt += 1;
+            if let Some(transactions) = &self.transactions {
+                self.refuse_a_stale_takeover(partition, epoch)?;
+                transactions.forget_stash(partition);
+            }
+            let marker = match self.mark(partition, RecordKind::Marker, epoch) {
+                // another producer fenced this one while it marked: a newer owner (the
+                // check above says so next time) or a stale one, whose fence is undone
+                Err(KafkaConnectorError::TakenOver { failure, .. })
+                    if self.transactions.is_some() && attempt < TAKEOVER_ATTEMPTS =>
+                {
+                    info!(changelog = %self.config.topic, partition, %epoch, %failure, attempt,
+                        "fenced while taking the partition over: the newest marker decides, taken over again");
+                    continue;
+                }
+                // fenced again and again with no newer owner's marker in sight: no
+                // skipping of the partition's lines on that, tried again later
+                Err(KafkaConnectorError::TakenOver { failure, .. })
+                    if self.transactions.is_some() =>
+                {
+                    return Err(KafkaConnectorError::Changelog {
+                        name: self.config.name.clone(),
+                        message: format!(
+                            "partition {partition} was fenced {attempt} times while this member took it over, with no newer owner's marker: tried again with its next record ({failure})"
+                        ),
+                    });
+                }
+                marked => marked?,
+            };
+            let marked = started.elapsed();
+            let records = self.read_through(partition, marker, false)?;
+            if self.transactions.is_some() {
+                Self::refuse_behind_a_newer_marker(&self.config.name, partition, epoch, &records)?;
+            }
+            break (records, marked);
+        };
         let restored = fold(&records, counted);
         info!(changelog = %self.config.topic, partition, %epoch, records = records.len(),
             counted = restored.counted, fenced = restored.fenced, keys = restored.entries.len(),
@@ -133,6 +168,115 @@ impl Changelog {
             marker_millis = marked.as_millis() as u64,
             millis = started.elapsed().as_millis() as u64, "partition state restored from the changelog");
         Ok(restored)
+    }
+
+    /// After this member's producer of `partition`, held in `epoch`, was fenced (its
+    /// writes reported [`WriteFailure::Fenced`]): true when this member is still the
+    /// partition's newest owner and wrote again what the fenced transaction held; false
+    /// when a newer owner holds the partition (its lines of `epoch` are not this
+    /// member's to apply).
+    ///
+    /// The fencer may be a stale owner: a member whose lines of an earlier assignment
+    /// were still queued took the partition over for them between this member's check
+    /// and its marker (`kafka_broker.rs`: 144 records of one partition skipped by the
+    /// fenced owner, which still held it and committed them, and never applied). This
+    /// member's new producer fences it in turn, a new marker of `epoch` makes this
+    /// member's records count again (the fold follows the last marker), and the kept
+    /// records are written again in a new transaction whose commit reports their tags.
+    ///
+    /// # Errors
+    /// The broker could not be asked, or fenced the new producer at once: the kept
+    /// transaction stays kept, for the next call.
+    pub fn retake(&self, partition: i32, epoch: Epoch) -> Result<bool, KafkaConnectorError> {
+        let Some(transactions) = &self.transactions else {
+            return Ok(false);
+        };
+        let Some(stash) = transactions.take_stash(partition, epoch) else {
+            return Ok(false);
+        };
+        let keep = |stash, error| {
+            transactions.keep_stash(partition, stash);
+            Err(error)
+        };
+        if let Err(error) = self.refuse_a_stale_takeover(partition, epoch) {
+            return match error {
+                KafkaConnectorError::TakenOver { .. } => Ok(false),
+                error => keep(stash, error),
+            };
+        }
+        let marker = match self.mark(partition, RecordKind::Marker, epoch) {
+            Ok(marker) => marker,
+            Err(error) => return keep(stash, error),
+        };
+        match self.read_through(partition, marker, true) {
+            Ok(records) => {
+                if let Err(error) = Self::refuse_behind_a_newer_marker(
+                    &self.config.name,
+                    partition,
+                    epoch,
+                    &records,
+                ) {
+                    return match error {
+                        KafkaConnectorError::TakenOver { .. } => Ok(false),
+                        error => keep(stash, error),
+                    };
+                }
+            }
+            Err(error) => return keep(stash, error),
+        }
+        let Some(producer) = transactions.partition(partition) else {
+            return keep(stash, self.not_taken_over(partition));
+        };
+        let (records, tags) = (stash.sent.len(), stash.tags.len());
+        let reopened = producer.lock().reopen(partition, stash);
+        match reopened {
+            Ok(()) => {
+                info!(changelog = %self.config.topic, partition, %epoch, records, tags,
+                    "fenced by a stale owner: the partition is taken back and its open transaction written again");
+                Ok(true)
+            }
+            Err((failure, stash)) => keep(
+                stash,
+                KafkaConnectorError::Changelog {
+                    name: self.config.name.clone(),
+                    message: format!(
+                        "taking partition {partition} back after a stale owner's fence: {failure}"
+                    ),
+                },
+            ),
+        }
+    }
+
+    /// A takeover's read through its own marker: a marker of a newer epoch before it
+    /// means a newer owner took the partition first, and this member (its lines of
+    /// `epoch` queued before it was revoked) is the stale one: it applies nothing (its
+    /// marker, after the newer owner's records, is undone by that owner's next one).
+    fn refuse_behind_a_newer_marker(
+        name: &str,
+        partition: i32,
+        epoch: Epoch,
+        records: &[StoredRecord],
+    ) -> Result<(), KafkaConnectorError> {
+        let newer = records
+            .iter()
+            .filter(|record| record.kind == RecordKind::Marker && record.epoch > epoch)
+            .map(|record| record.epoch)
+            .max();
+        let Some(newer) = newer else {
+            return Ok(());
+        };
+        info!(changelog = %name, partition, %epoch, %newer,
+            "a newer owner marked the partition before this takeover: lines of an earlier assignment are not applied here");
+        Err(KafkaConnectorError::TakenOver {
+            name: name.to_owned(),
+            failure: WriteFailure::Fenced {
+                partition,
+                epoch,
+                message: format!(
+                    "the partition was given to an owner of epoch {newer} after this assignment"
+                ),
+            },
+        })
     }
 
     /// Before a takeover's producer fences the partition's earlier one: a marker of a

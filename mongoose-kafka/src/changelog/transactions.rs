@@ -35,7 +35,11 @@ use super::ChangelogContext;
 #[derive(Clone, Debug)]
 pub struct TransactionsConfig {
     /// The input's consumer group: the input offsets a transaction covers are committed
-    /// in it for this group. `None`: the offsets are left to the input's own commit.
+    /// in it for this group. `None`: the offsets are left to the input's own commit
+    /// (the server's choice). With a group, a commit waits on the group's coordinator:
+    /// librdkafka's `send_offsets_to_transaction` can wait forever, past its timeout,
+    /// once that broker dies (librdkafka issues 5456 and 5511), and the partition's
+    /// commits wait with it.
     pub group: Option<String>,
     /// How often the open transactions are committed (Kafka Streams' default under
     /// exactly-once is 100 ms): the latency a change adds to its input's commit.
@@ -111,12 +115,25 @@ pub(super) struct TxnPartition {
     opened: Instant,
 }
 
+/// What a fenced producer's open transaction held (its records, tags and input
+/// offset), kept for [`super::Changelog::retake`] to write again when the fencer was a
+/// stale owner.
+pub(super) struct Stash {
+    pub(super) epoch: Epoch,
+    pub(super) sent: Vec<SentRecord>,
+    pub(super) tags: Vec<u64>,
+    pub(super) through: Option<u64>,
+}
+
+/// A record to send: its target (topic and partition), key and payload.
+pub(super) type PendingRecord<'a> = ((&'a str, Option<i32>), &'a [u8], &'a [u8]);
+
 /// A record sent in an open transaction.
-struct SentRecord {
-    topic: String,
-    partition: Option<i32>,
-    key: Vec<u8>,
-    payload: Vec<u8>,
+pub(super) struct SentRecord {
+    pub(super) topic: String,
+    pub(super) partition: Option<i32>,
+    pub(super) key: Vec<u8>,
+    pub(super) payload: Vec<u8>,
 }
 
 /// How many times a transaction the broker made abort is written again.
@@ -136,6 +153,42 @@ impl TxnPartition {
             replayable: true,
             opened: Instant::now(),
         }
+    }
+
+    /// The epoch the partition was taken over in.
+    pub(super) fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// Opens a transaction on a new producer holding what `stash` held: its records
+    /// sent again, its tags reported when it commits.
+    pub(super) fn reopen(
+        &mut self,
+        partition: i32,
+        stash: Stash,
+    ) -> Result<(), (WriteFailure, Stash)> {
+        if let Err(failure) = self.begin(partition) {
+            return Err((failure, stash));
+        }
+        for sent in &stash.sent {
+            if let Err(error) = super::send_record(
+                &self.producer,
+                (&sent.topic, sent.partition),
+                &sent.key,
+                &sent.payload,
+                Box::new(super::Opaque::InTransaction),
+            ) {
+                let failure = failure_of(partition, self.epoch, &error);
+                self.dead = Some(failure.clone());
+                return Err((failure, stash));
+            }
+        }
+        self.tags.extend_from_slice(&stash.tags);
+        if let Some(through) = stash.through {
+            self.holds(None, Some(through));
+        }
+        self.sent = stash.sent;
+        Ok(())
     }
 
     /// Keeps a record sent in the open transaction, to send again if it aborts.
@@ -278,6 +331,8 @@ pub(super) struct Transactions {
     /// fences, not the consumer generation).
     group: Option<ConsumerGroupMetadata>,
     request_timeout: Duration,
+    /// Per partition, the open transaction of its fenced producer, kept for a retake.
+    stashes: Mutex<HashMap<i32, Stash>>,
     /// Dropped (or sent to) to stop the committer thread at once.
     stop: Mutex<Option<Sender<()>>>,
     committer: Mutex<Option<JoinHandle<()>>>,
@@ -302,6 +357,7 @@ impl Transactions {
             on_durable,
             group,
             request_timeout,
+            stashes: Mutex::new(HashMap::new()),
             stop: Mutex::new(Some(stop)),
             committer: Mutex::new(None),
         });
@@ -475,6 +531,57 @@ impl Transactions {
         Ok(())
     }
 
+    /// Adds records, and the tag and input offset of their change, to the kept
+    /// transaction of `partition`'s producer fenced in `epoch`; false when none is kept.
+    pub(super) fn stash(
+        &self,
+        partition: i32,
+        epoch: Epoch,
+        records: &[PendingRecord<'_>],
+        change: Option<(u64, u64)>,
+    ) -> bool {
+        let mut stashes = self.stashes.lock();
+        let Some(stash) = stashes
+            .get_mut(&partition)
+            .filter(|stash| stash.epoch == epoch)
+        else {
+            return false;
+        };
+        for ((topic, target), key, payload) in records {
+            stash.sent.push(SentRecord {
+                topic: (*topic).to_owned(),
+                partition: *target,
+                key: key.to_vec(),
+                payload: payload.to_vec(),
+            });
+        }
+        if let Some((tag, through)) = change {
+            stash.tags.push(tag);
+            stash.through = Some(stash.through.map_or(through, |held| held.max(through)));
+        }
+        true
+    }
+
+    /// Takes the kept transaction of `partition`'s producer fenced in `epoch`.
+    pub(super) fn take_stash(&self, partition: i32, epoch: Epoch) -> Option<Stash> {
+        let mut stashes = self.stashes.lock();
+        if stashes.get(&partition)?.epoch != epoch {
+            return None;
+        }
+        stashes.remove(&partition)
+    }
+
+    /// Keeps `stash` again (a retake that could not finish: tried again later).
+    pub(super) fn keep_stash(&self, partition: i32, stash: Stash) {
+        self.stashes.lock().insert(partition, stash);
+    }
+
+    /// Forgets what a producer of `partition` fenced in an earlier epoch kept (the
+    /// partition is taken over in a new one).
+    pub(super) fn forget_stash(&self, partition: i32) {
+        self.stashes.lock().remove(&partition);
+    }
+
     /// Reports every tag of a transaction that will never commit.
     pub(super) fn fail_open(&self, partition: i32, producer: &mut TxnPartition) {
         let failure = producer
@@ -486,7 +593,29 @@ impl Transactions {
                 message: "the partition was taken over again by this member before its transaction committed".to_owned(),
             });
         producer.open = false;
-        producer.through = None;
+        let through = producer.through.take();
+        // a fenced producer's transaction is kept: the fencer may be a stale owner
+        // (a member whose lines of an earlier assignment were still queued), and this
+        // member, still the partition's owner, writes it again (`Changelog::retake`)
+        if matches!(failure, WriteFailure::Fenced { .. })
+            && producer.replayable
+            && !(producer.sent.is_empty() && producer.tags.is_empty())
+        {
+            let mut stashes = self.stashes.lock();
+            let stash = stashes.entry(partition).or_insert_with(|| Stash {
+                epoch: producer.epoch,
+                sent: Vec::new(),
+                tags: Vec::new(),
+                through: None,
+            });
+            if stash.epoch == producer.epoch {
+                stash.sent.append(&mut producer.sent);
+                stash.tags.extend_from_slice(&producer.tags);
+                if let Some(through) = through {
+                    stash.through = Some(stash.through.map_or(through, |held| held.max(through)));
+                }
+            }
+        }
         for tag in producer.tags.drain(..) {
             (self.on_durable)(tag, Err(failure.clone()));
         }

@@ -247,7 +247,10 @@ impl KafkaSink {
 
     /// Publishes `outputs` and, in the same transaction, commits `offsets` for the
     /// consumer group of `group` (Kafka's exactly-once read-process-write). Needs a
-    /// `transactional_id`; the outcomes are those of [`Sink::publish`].
+    /// `transactional_id`; the outcomes are those of [`Sink::publish`]. The call waits
+    /// on the group's coordinator: librdkafka's `send_offsets_to_transaction` can wait
+    /// forever, past its timeout, once that broker dies (librdkafka issues 5456 and
+    /// 5511); the server never calls it.
     pub fn publish_with_offsets(
         &mut self,
         outputs: &[Output],
