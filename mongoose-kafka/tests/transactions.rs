@@ -293,6 +293,17 @@ fn write_changes(
     }
 }
 
+/// A one-partition input and outputs topic named from `prefix`, their changelog topic
+/// and a group: `(input, outputs, changelog topic, group)`.
+fn topics(brokers: &str, prefix: &str) -> (String, String, String, String) {
+    let input = unique(&format!("{prefix}-input"));
+    create_topic(brokers, &input, 1, &[]);
+    let outputs = unique(&format!("{prefix}-alerts"));
+    create_topic(brokers, &outputs, 1, &[]);
+    let topic = format!("{input}-changelog");
+    (input, outputs, topic, unique(&format!("{prefix}-group")))
+}
+
 /// The last outcome of each tag.
 fn last_outcomes(outcomes: &Outcomes) -> std::collections::BTreeMap<u64, bool> {
     outcomes
@@ -313,12 +324,7 @@ fn a_stale_owners_fence_is_undone_and_the_fenced_writes_written_again() {
     let Some(brokers) = broker_or_skip("changelog retake") else {
         return;
     };
-    let input = unique("retake-input");
-    create_topic(&brokers, &input, 1, &[]);
-    let outputs = unique("retake-alerts");
-    create_topic(&brokers, &outputs, 1, &[]);
-    let topic = format!("{input}-changelog");
-    let group = unique("retake-group");
+    let (input, outputs, topic, group) = topics(&brokers, "retake");
     let (current, outcomes) = member(&brokers, &input, &topic, &group, &outputs);
     current.restore(0, Epoch(2), |_| {}).expect("restores");
     write_changes(&current, 1..=5);
@@ -364,12 +370,7 @@ fn a_newer_owners_fence_is_not_undone() {
     let Some(brokers) = broker_or_skip("changelog retake refused") else {
         return;
     };
-    let input = unique("newer-input");
-    create_topic(&brokers, &input, 1, &[]);
-    let outputs = unique("newer-alerts");
-    create_topic(&brokers, &outputs, 1, &[]);
-    let topic = format!("{input}-changelog");
-    let group = unique("newer-group");
+    let (input, outputs, topic, group) = topics(&brokers, "newer");
     let (current, outcomes) = member(&brokers, &input, &topic, &group, &outputs);
     current.restore(0, Epoch(2), |_| {}).expect("restores");
     write_changes(&current, 1..=5);

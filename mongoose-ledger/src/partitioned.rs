@@ -56,6 +56,10 @@ use tracing::{info, warn};
 use crate::apply::{alert_error, apply_line, open_rejected_log, Applied};
 use crate::{AlertSink, LedgerSettings, LedgerState};
 
+/// The timer that settles fenced partitions, and how often it fires.
+const FENCE_TIMER: u64 = 1;
+const FENCE_CHECK: Duration = Duration::from_millis(500);
+
 /// Per `(partition, epoch)` reported fenced, the tags of its fenced writes.
 type FencedWrites = BTreeMap<(i32, u64), Vec<u64>>;
 
@@ -332,7 +336,7 @@ impl PartitionedLedger {
         let lane = delivery.lane();
         let epoch = delivery.epoch().get();
         let offset = delivery.position().offset;
-        self.drop_fenced(lane, epoch);
+        self.drop_fenced(Some((lane, epoch)));
         if self.fenced_epochs.get(&lane) == Some(&epoch) {
             // taken over by another member while this one held it: not applied here
             return Ok(());
@@ -449,12 +453,12 @@ impl PartitionedLedger {
     }
 
     /// Settles the partitions the store reported fenced, before a line of `lane` in
-    /// `epoch`: one this member still holds in the fenced epoch is retaken when no newer
+    /// `epoch` (`current`) or on the fence timer: one this member still holds in the fenced epoch is retaken when no newer
     /// owner marked it (the fencer was stale: the store wrote the fenced writes again,
     /// and their tags complete when they are durable); otherwise it is dropped from
     /// memory, its lines in that epoch skipped, and the held tags completed (a newer
     /// owner holds it: this member's commits of that epoch are refused or ignored).
-    fn drop_fenced(&mut self, lane: u32, epoch: u64) {
+    fn drop_fenced(&mut self, current: Option<(u32, u64)>) {
         let fenced = std::mem::take(&mut *self.fenced.lock());
         for ((partition, fenced_epoch), tags) in fenced {
             let Ok(fenced_lane) = u32::try_from(partition) else {
@@ -465,7 +469,7 @@ impl PartitionedLedger {
                 .get(&fenced_lane)
                 .is_some_and(|held| held.state.epoch == fenced_epoch)
                 // a line of a later epoch of that lane: the fenced one is over here
-                && !(fenced_lane == lane && epoch > fenced_epoch);
+                && !current.is_some_and(|(lane, epoch)| fenced_lane == lane && epoch > fenced_epoch);
             if held {
                 match self.changelog.retake(partition, Epoch(fenced_epoch)) {
                     Ok(true) => {
@@ -526,6 +530,18 @@ impl Processor for PartitionedLedger {
         let feed = self.settings.feed.clone();
         context.subscribe(&feed, PartitionedLedger::on_line)?;
         context.register_command("balance", PartitionedLedger::balance);
+        // a fenced partition's held commits hold the group's commit of every partition
+        // (one checkpoint per group): they are settled on a timer too, not only at the
+        // next line, which may never come (the partition moved away)
+        context.schedule_timer(FENCE_CHECK, FENCE_TIMER);
+        Ok(())
+    }
+
+    fn on_timer(&mut self, timer: u64) -> Result<(), ProcessorError> {
+        if timer == FENCE_TIMER {
+            self.drop_fenced(None);
+            mongoose_control::context::schedule_timer(FENCE_CHECK, FENCE_TIMER);
+        }
         Ok(())
     }
 

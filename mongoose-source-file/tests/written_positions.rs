@@ -78,6 +78,17 @@ fn run_then(
     (collect.lines, lossless)
 }
 
+/// Another input (`other/in.log` in `dir`) of `lines` numbered lines, read to its end
+/// in a run of its own: its pointer is another input's pointer for `dir/in.log`.
+fn other_input(dir: &Path, lines: usize) -> std::path::PathBuf {
+    let other = dir.join("other");
+    fs::create_dir_all(&other).expect("other");
+    let other_input = other.join("in.log");
+    fs::write(&other_input, numbered_lines(lines)).expect("other input");
+    run(&other_input, None);
+    other_input
+}
+
 fn texts(lines: &[(String, Epoch, u64)]) -> Vec<&str> {
     lines.iter().map(|(text, _, _)| text.as_str()).collect()
 }
@@ -173,11 +184,7 @@ fn another_copys_pointer_of_the_same_content_is_not_taken_when_the_consumers_hol
     // chaos seed 1796179446144: the other run read the same lines (the same leading
     // bytes) from its own copy, under its own epoch
     let dir = tempfile::tempdir().expect("dir");
-    let other = dir.path().join("other");
-    fs::create_dir_all(&other).expect("other");
-    let other_input = other.join("in.log");
-    fs::write(&other_input, numbered_lines(4)).expect("other input");
-    run(&other_input, None);
+    let other_input = other_input(dir.path(), 4);
     let input = dir.path().join("in.log");
     fs::write(&input, numbered_lines(10)).expect("input");
     let (first, _) = run(&input, None);
@@ -197,11 +204,7 @@ fn another_inputs_pointer_for_an_input_not_made_yet_is_no_loss_when_it_is() {
     // start, shorter than the pointer's offset, and was reported as a rotated file
     // deleted before it was read to its end (a loss that never was)
     let dir = tempfile::tempdir().expect("dir");
-    let other = dir.path().join("other");
-    fs::create_dir_all(&other).expect("other");
-    let other_input = other.join("in.log");
-    fs::write(&other_input, numbered_lines(40)).expect("other input");
-    run(&other_input, None);
+    let other_input = other_input(dir.path(), 40);
     let input = dir.path().join("in.log");
     fs::copy(pointer_path(&other_input), pointer_path(&input)).expect("the other pointer");
     let (lines, lossless) = run_then(&input, None, &|| {
@@ -239,11 +242,7 @@ fn another_copys_pointer_of_the_same_content_skips_nothing_when_no_consumer_hold
     // was (a shorter one)
     for (lines, what) in [(50, "a longer file"), (5, "a shorter file")] {
         let dir = tempfile::tempdir().expect("dir");
-        let other = dir.path().join("other");
-        fs::create_dir_all(&other).expect("other");
-        let other_input = other.join("in.log");
-        fs::write(&other_input, numbered_lines(40)).expect("other input");
-        run(&other_input, None);
+        let other_input = other_input(dir.path(), 40);
         let input = dir.path().join("in.log");
         fs::write(&input, numbered_lines(lines)).expect("input");
         fs::copy(pointer_path(&other_input), pointer_path(&input)).expect("the other pointer");

@@ -648,7 +648,9 @@ impl Changelog {
                 .map(|(key, payload)| ((outputs, None), key.as_slice(), payload.as_slice()))
                 .chain(std::iter::once((target, key, payload)))
                 .collect();
-            transactions.stash(partition, producer.epoch(), &records, change);
+            if matches!(failure, WriteFailure::Fenced { .. }) {
+                transactions.stash(partition, producer.epoch(), &records, change);
+            }
             if let Some((tag, _)) = change {
                 (self.on_durable)(tag, Err(failure));
             }

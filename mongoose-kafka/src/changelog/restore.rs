@@ -126,9 +126,8 @@ impl Changelog {
         let mut attempt = 0;
         let (records, marked) = loop {
             attempt += 1;
-            if let Some(transactions) = &self.transactions {
+            if self.transactions.is_some() {
                 self.refuse_a_stale_takeover(partition, epoch)?;
-                transactions.forget_stash(partition);
             }
             let marker = match self.mark(partition, RecordKind::Marker, epoch) {
                 // another producer fenced this one while it marked: a newer owner (the
@@ -154,6 +153,11 @@ impl Changelog {
                 }
                 marked => marked?,
             };
+            // what an earlier epoch's producer kept (its retirement above included) is
+            // not this epoch's to write again
+            if let Some(transactions) = &self.transactions {
+                transactions.forget_stash(partition);
+            }
             let marked = started.elapsed();
             let records = self.read_through(partition, marker, false)?;
             if self.transactions.is_some() {
