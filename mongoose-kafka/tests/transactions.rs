@@ -240,18 +240,7 @@ fn a_takeover_for_an_older_epoch_does_not_fence_the_current_owner() {
     // the current owner, in epoch 2: 10 lines in an open transaction
     let (current, outcomes) = member(&brokers, &input, &topic, &group, &outputs);
     current.restore(0, Epoch(2), |_| {}).expect("restores");
-    for offset in 1..=10u64 {
-        current
-            .write(
-                0,
-                Epoch(2),
-                offset,
-                b"acc",
-                offset.to_string().as_bytes(),
-                offset,
-            )
-            .expect("change written");
-    }
+    write_changes(&current, 1..=10);
     // a member still holding lines of epoch 1 reaches them
     let (stale, _) = member(&brokers, &input, &topic, &group, &outputs);
     match stale.restore(0, Epoch(1), |_| {}) {
