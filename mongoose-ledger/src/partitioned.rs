@@ -480,7 +480,7 @@ impl PartitionedLedger {
                     Ok(false) => {}
                     Err(error) => {
                         warn!(partition, epoch = fenced_epoch, %error,
-                            "ledger: cannot tell yet whether a fenced partition is still this member's: its lines' commits stay held, asked again with the next line");
+                            "ledger: cannot tell yet whether a fenced partition is still this member's: its lines' commits stay held, asked again at the next line or the fence timer");
                         self.fenced
                             .lock()
                             .entry((partition, fenced_epoch))
