@@ -56,11 +56,14 @@ fn feed_with(
 fn delivery(criterion: &mut Criterion) {
     let mut group = criterion.benchmark_group("delivery");
     group.throughput(Throughput::Elements(BATCH));
-    for queues in [1usize, 4] {
+    for (queues, name) in [
+        (1usize, "publish_dispatch_ack_1_queue"),
+        (4, "publish_dispatch_ack_4_queue"),
+    ] {
         let (feed, mut readers) = feed_with(queues);
         let mut count = Count(0);
         let mut next = 0u64;
-        group.bench_function(format!("publish_dispatch_ack_{queues}_queue"), |bench| {
+        group.bench_function(name, |bench| {
             bench.iter(|| {
                 for _ in 0..BATCH {
                     next += 1;
