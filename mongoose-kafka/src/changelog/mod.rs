@@ -642,12 +642,7 @@ impl Changelog {
         let held = producer.take_outputs();
         if let Err(failure) = producer.begin(partition) {
             // fenced earlier: kept with the fenced transaction, for a retake
-            let outputs = self.config.outputs_topic.as_deref().unwrap_or_default();
-            let records: Vec<_> = held
-                .iter()
-                .map(|(key, payload)| ((outputs, None), key.as_slice(), payload.as_slice()))
-                .chain(std::iter::once((target, key, payload)))
-                .collect();
+            let records: Vec<_> = self.pending(&held, (target, key, payload)).collect();
             if matches!(failure, WriteFailure::Fenced { .. }) {
                 transactions.stash(partition, producer.epoch(), &records, change);
             }
@@ -666,12 +661,7 @@ impl Changelog {
                 return Err(error);
             };
             info!(changelog = %self.config.name, partition, %failure, "a change was not written: the partition's producer ended");
-            let outputs = self.config.outputs_topic.as_deref().unwrap_or_default();
-            let records = held
-                .iter()
-                .map(|(key, payload)| ((outputs, None), key.as_slice(), payload.as_slice()))
-                .chain(std::iter::once((target, key, payload)));
-            for (target, key, payload) in records.skip(unsent) {
+            for (target, key, payload) in self.pending(&held, (target, key, payload)).skip(unsent) {
                 producer.remember(target, key, payload);
             }
             producer.holds(change.map(|(tag, _)| tag), change.map(|(_, offset)| offset));
@@ -680,6 +670,18 @@ impl Changelog {
         }
         producer.holds(change.map(|(tag, _)| tag), change.map(|(_, offset)| offset));
         Ok(())
+    }
+
+    /// The records a change sends, in order: the outputs held for it, then the change.
+    fn pending<'a>(
+        &'a self,
+        held: &'a [(Vec<u8>, Vec<u8>)],
+        change: transactions::PendingRecord<'a>,
+    ) -> impl Iterator<Item = transactions::PendingRecord<'a>> {
+        let outputs = self.config.outputs_topic.as_deref().unwrap_or_default();
+        held.iter()
+            .map(move |(key, payload)| ((outputs, None), key.as_slice(), payload.as_slice()))
+            .chain(std::iter::once(change))
     }
 
     /// Sends the held outputs and the change in the open transaction, keeping each

@@ -161,7 +161,7 @@ impl Changelog {
             let marked = started.elapsed();
             let records = self.read_through(partition, marker, false)?;
             if self.transactions.is_some() {
-                Self::refuse_behind_a_newer_marker(&self.config.name, partition, epoch, &records)?;
+                self.refuse_a_newer_marker(partition, epoch, &records)?;
             }
             break (records, marked);
         };
@@ -202,30 +202,29 @@ impl Changelog {
             transactions.keep_stash(partition, stash);
             Err(error)
         };
-        if let Err(error) = self.refuse_a_stale_takeover(partition, epoch) {
-            return match error {
-                KafkaConnectorError::TakenOver { .. } => Ok(false),
-                error => keep(stash, error),
-            };
-        }
-        let marker = match self.mark(partition, RecordKind::Marker, epoch) {
-            Ok(marker) => marker,
-            Err(error) => return keep(stash, error),
-        };
-        match self.read_through(partition, marker, true) {
-            Ok(records) => {
-                if let Err(error) = Self::refuse_behind_a_newer_marker(
-                    &self.config.name,
-                    partition,
-                    epoch,
-                    &records,
-                ) {
-                    return match error {
-                        KafkaConnectorError::TakenOver { .. } => Ok(false),
-                        error => keep(stash, error),
-                    };
-                }
-            }
+        // a newer owner's marker, before this member's new one or after it, decides
+        let checked = self
+            .refuse_a_stale_takeover(partition, epoch)
+            .and_then(|()| {
+                // fenced again while marking: undecided, asked again next time
+                self.mark(partition, RecordKind::Marker, epoch)
+                    .map_err(|error| match error {
+                        KafkaConnectorError::TakenOver { failure, .. } => {
+                            KafkaConnectorError::Changelog {
+                                name: self.config.name.clone(),
+                                message: format!(
+                                    "fenced again while taking partition {partition} back: {failure}"
+                                ),
+                            }
+                        }
+                        error => error,
+                    })
+            })
+            .and_then(|marker| self.read_through(partition, marker, true))
+            .and_then(|records| self.refuse_a_newer_marker(partition, epoch, &records));
+        match checked {
+            Ok(()) => {}
+            Err(KafkaConnectorError::TakenOver { .. }) => return Ok(false),
             Err(error) => return keep(stash, error),
         }
         let Some(producer) = transactions.partition(partition) else {
@@ -251,12 +250,13 @@ impl Changelog {
         }
     }
 
-    /// A takeover's read through its own marker: a marker of a newer epoch before it
-    /// means a newer owner took the partition first, and this member (its lines of
-    /// `epoch` queued before it was revoked) is the stale one: it applies nothing (its
-    /// marker, after the newer owner's records, is undone by that owner's next one).
-    fn refuse_behind_a_newer_marker(
-        name: &str,
+    /// A marker of a newer epoch than `epoch` among `records` (read before a takeover's
+    /// fence, or through its own marker after it) means a newer owner took the
+    /// partition first, and this member (its lines of `epoch` queued before it was
+    /// revoked) is the stale one: it applies nothing (a marker it wrote after the newer
+    /// owner's records is undone by that owner's next one).
+    fn refuse_a_newer_marker(
+        &self,
         partition: i32,
         epoch: Epoch,
         records: &[StoredRecord],
@@ -269,10 +269,10 @@ impl Changelog {
         let Some(newer) = newer else {
             return Ok(());
         };
-        info!(changelog = %name, partition, %epoch, %newer,
-            "a newer owner marked the partition before this takeover: lines of an earlier assignment are not applied here");
+        info!(changelog = %self.config.topic, partition, %epoch, %newer,
+            "a newer owner marked the partition: lines of an earlier assignment are not applied here");
         Err(KafkaConnectorError::TakenOver {
-            name: name.to_owned(),
+            name: self.config.name.clone(),
             failure: WriteFailure::Fenced {
                 partition,
                 epoch,
@@ -301,29 +301,8 @@ impl Changelog {
         let probe = self.mark(partition, RecordKind::Probe, Epoch(0))?;
         // what is written, open transactions included: the current owner's may stay
         // open until its next commit, and a marker in one counts
-        let newer = self
-            .read_through(partition, probe, true)?
-            .iter()
-            .filter(|record| record.kind == RecordKind::Marker && record.epoch > epoch)
-            .map(|record| record.epoch)
-            .max();
-        match newer {
-            None => Ok(()),
-            Some(newer) => {
-                info!(changelog = %self.config.topic, partition, %epoch, %newer,
-                    "a newer owner holds the partition: lines of an earlier assignment are not applied here");
-                Err(KafkaConnectorError::TakenOver {
-                    name: self.config.name.clone(),
-                    failure: WriteFailure::Fenced {
-                        partition,
-                        epoch,
-                        message: format!(
-                            "the partition was given to an owner of epoch {newer} after this assignment"
-                        ),
-                    },
-                })
-            }
-        }
+        let records = self.read_through(partition, probe, true)?;
+        self.refuse_a_newer_marker(partition, epoch, &records)
     }
 
     /// Reads `partition` from its start through changelog offset `last` (inclusive).

@@ -125,6 +125,36 @@ pub(super) struct Stash {
     pub(super) through: Option<u64>,
 }
 
+impl Stash {
+    /// The kept transaction of `partition` in `epoch`: an earlier epoch's, never
+    /// retaken, is replaced.
+    fn of(stashes: &mut HashMap<i32, Stash>, partition: i32, epoch: Epoch) -> &mut Stash {
+        let stash = stashes.entry(partition).or_insert_with(|| Stash {
+            epoch,
+            sent: Vec::new(),
+            tags: Vec::new(),
+            through: None,
+        });
+        if stash.epoch != epoch {
+            *stash = Stash {
+                epoch,
+                sent: Vec::new(),
+                tags: Vec::new(),
+                through: None,
+            };
+        }
+        stash
+    }
+
+    /// Records that the kept transaction holds `tag` (if any) and input offset `through`.
+    fn holds(&mut self, tag: Option<u64>, through: Option<u64>) {
+        self.tags.extend(tag);
+        if let Some(through) = through {
+            self.through = Some(self.through.map_or(through, |held| held.max(through)));
+        }
+    }
+}
+
 /// A record to send: its target (topic and partition), key and payload.
 pub(super) type PendingRecord<'a> = ((&'a str, Option<i32>), &'a [u8], &'a [u8]);
 
@@ -532,21 +562,17 @@ impl Transactions {
     }
 
     /// Adds records, and the tag and input offset of their change, to the kept
-    /// transaction of `partition`'s producer fenced in `epoch`; false when none is kept.
+    /// transaction of `partition`'s producer fenced in `epoch` (kept from now on if
+    /// nothing was: a producer fenced while it held no open transaction).
     pub(super) fn stash(
         &self,
         partition: i32,
         epoch: Epoch,
         records: &[PendingRecord<'_>],
         change: Option<(u64, u64)>,
-    ) -> bool {
+    ) {
         let mut stashes = self.stashes.lock();
-        let Some(stash) = stashes
-            .get_mut(&partition)
-            .filter(|stash| stash.epoch == epoch)
-        else {
-            return false;
-        };
+        let stash = Stash::of(&mut stashes, partition, epoch);
         for ((topic, target), key, payload) in records {
             stash.sent.push(SentRecord {
                 topic: (*topic).to_owned(),
@@ -555,11 +581,10 @@ impl Transactions {
                 payload: payload.to_vec(),
             });
         }
-        if let Some((tag, through)) = change {
-            stash.tags.push(tag);
-            stash.through = Some(stash.through.map_or(through, |held| held.max(through)));
-        }
-        true
+        stash.holds(
+            change.map(|(tag, _)| tag),
+            change.map(|(_, through)| through),
+        );
     }
 
     /// Takes the kept transaction of `partition`'s producer fenced in `epoch`.
@@ -602,19 +627,10 @@ impl Transactions {
             && !(producer.sent.is_empty() && producer.tags.is_empty())
         {
             let mut stashes = self.stashes.lock();
-            let stash = stashes.entry(partition).or_insert_with(|| Stash {
-                epoch: producer.epoch,
-                sent: Vec::new(),
-                tags: Vec::new(),
-                through: None,
-            });
-            if stash.epoch == producer.epoch {
-                stash.sent.append(&mut producer.sent);
-                stash.tags.extend_from_slice(&producer.tags);
-                if let Some(through) = through {
-                    stash.through = Some(stash.through.map_or(through, |held| held.max(through)));
-                }
-            }
+            let stash = Stash::of(&mut stashes, partition, producer.epoch);
+            stash.sent.append(&mut producer.sent);
+            stash.tags.extend_from_slice(&producer.tags);
+            stash.holds(None, through);
         }
         for tag in producer.tags.drain(..) {
             (self.on_durable)(tag, Err(failure.clone()));
