@@ -9,27 +9,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use support::LedgerRun;
 
-const FORWARD: &str = r#"
-[[feeds]]
-name = "lines"
-source = "file"
-path = "input.txt"
-read_strategy = "COMMITED"
-
-[[sinks]]
-name = "out"
-kind = "file"
-path = "out.txt"
-batch = 512
-
-[[groups]]
-name = "forward"
-[[groups.processors]]
-name = "copy"
-kind = "forward"
-settings = { feed = "lines", sink = "out" }
-"#;
-
 fn input(lines: usize) -> String {
     (0..lines)
         .map(|index| format!("{index:08} {}\n", "x".repeat(index % 61)))
@@ -53,7 +32,7 @@ impl Random {
 fn a_kill_at_any_point_of_a_forward_run_gives_every_output_line_exactly_once() {
     let lines = 600_000;
     let text = input(lines);
-    let mut run = LedgerRun::new(&text, FORWARD);
+    let mut run = LedgerRun::new(&text, &support::forward_config("batch = 512"));
     run.log_filter = "warn,mongoose_server::cli=info,mongoose_sink=info";
     let seed = std::env::var("FORWARD_KILL_SEED")
         .ok()
@@ -113,7 +92,8 @@ fn an_input_is_committed_only_after_its_outputs_are_published() {
     // the sink's file cannot be written (its folder is not writable by anybody: a
     // directory where the file should be), so nothing is ever published: the feed's
     // pointer must stay at the start, and the run must not settle
-    let config = FORWARD.replace("path = \"out.txt\"", "path = \"out/\"");
+    let config =
+        support::forward_config("batch = 512").replace("path = \"out.txt\"", "path = \"out/\"");
     let run = LedgerRun::new(&input(100), &config);
     std::fs::create_dir_all(run.path("out")).expect("a directory");
     let (code, log) = run.finish_with_log();
@@ -125,7 +105,7 @@ fn an_input_is_committed_only_after_its_outputs_are_published() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let port = listener.local_addr().expect("address").port();
     drop(listener);
-    let config = FORWARD.replace(
+    let config = support::forward_config("batch = 512").replace(
         "kind = \"file\"\npath = \"out.txt\"\nbatch = 512",
         &format!("kind = \"http\"\nurl = \"http://127.0.0.1:{port}/events\"\nmax_retries = 1000000\ninitial_backoff_millis = 1\nmax_backoff_millis = 5"),
     );

@@ -18,26 +18,6 @@ use std::process::Child;
 
 use support::LedgerRun;
 
-const FORWARD: &str = r#"
-[[feeds]]
-name = "lines"
-source = "file"
-path = "input.txt"
-read_strategy = "COMMITED"
-
-[[sinks]]
-name = "out"
-kind = "file"
-path = "out.txt"
-
-[[groups]]
-name = "forward"
-[[groups.processors]]
-name = "copy"
-kind = "forward"
-settings = { feed = "lines", sink = "out" }
-"#;
-
 /// `lines` lines numbered from `first`, each unique (`tag` tells runs apart).
 fn lines(tag: &str, first: usize, lines: usize) -> String {
     (first..first + lines)
@@ -117,7 +97,7 @@ fn killed_part_way(config: &str, input: &str) -> (LedgerRun, String) {
 #[test]
 fn a_deleted_pointer_under_a_forward_into_a_file_sink_writes_no_line_twice() {
     // seed 1796179446274 (a glob's file there; the same hole for a single file)
-    let (run, text) = killed_part_way(FORWARD, "input.txt");
+    let (run, text) = killed_part_way(&support::forward_config(""), "input.txt");
     std::fs::remove_file(run.pointer_path()).expect("the pointer deleted");
     let (code, log) = run.finish_with_log();
     let out = std::fs::read_to_string(run.path("out.txt")).expect("output");
@@ -132,10 +112,10 @@ fn a_deleted_pointer_under_a_forward_into_a_file_sink_writes_no_line_twice() {
 #[test]
 fn another_inputs_pointer_put_in_place_under_a_forward_is_not_taken_for_a_replaced_input() {
     // seeds 1796179446144 and 1796542670070: another run's pointer, of another input
-    let other = LedgerRun::new(&lines("O", 0, 700), FORWARD);
+    let other = LedgerRun::new(&lines("O", 0, 700), &support::forward_config(""));
     let (code, log) = other.finish_with_log();
     assert_eq!(code, 0, "the other run settles: {log}");
-    let (run, text) = killed_part_way(FORWARD, "input.txt");
+    let (run, text) = killed_part_way(&support::forward_config(""), "input.txt");
     std::fs::copy(other.pointer_path(), run.pointer_path()).expect("the other run's pointer");
     let (code, log) = run.finish_with_log();
     let out = std::fs::read_to_string(run.path("out.txt")).expect("output");
@@ -154,7 +134,7 @@ fn another_inputs_pointer_put_in_place_under_a_forward_is_not_taken_for_a_replac
 #[test]
 fn a_deleted_pointer_of_a_glob_file_under_a_forward_writes_no_line_twice() {
     // seed 1796179446274
-    let config = FORWARD.replace(
+    let config = support::forward_config("").replace(
         "path = \"input.txt\"",
         "path = \"logs/*.log\"\nscan_interval_millis = 20",
     );
@@ -183,7 +163,7 @@ fn an_input_made_again_with_new_content_while_stopped_is_forwarded_from_its_star
     // what the fix must keep: a genuinely new file at the path is a new epoch, read
     // from its start (its pointer, this input's own, is trusted and reset)
     let first = lines("A", 0, 3_000);
-    let run = LedgerRun::new(&first, FORWARD);
+    let run = LedgerRun::new(&first, &support::forward_config(""));
     let (code, log) = run.finish_with_log();
     assert_eq!(code, 0, "the first run settles: {log}");
     std::fs::remove_file(run.path("input.txt")).expect("deleted");

@@ -14,6 +14,33 @@ use mongoose_ledger::LedgerState;
 /// How long a run may take to settle, or to log what a test waits for.
 const PATIENCE: Duration = Duration::from_secs(180);
 
+/// The config of a `forward` of the COMMITED file feed `lines` on `input.txt` into the
+/// file sink `out` (`out.txt`, `sink` added to its table).
+pub fn forward_config(sink: &str) -> String {
+    format!(
+        r#"
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+read_strategy = "COMMITED"
+
+[[sinks]]
+name = "out"
+kind = "file"
+path = "out.txt"
+{sink}
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = {{ feed = "lines", sink = "out" }}
+"#
+    )
+}
+
 /// The config of one COMMITED file feed `lines` on `input.txt` and one ledger processor
 /// in group `ledger` with `settings` (the inside of its inline table); `top` goes
 /// before the feed (top-level keys and tables), `feed` into the feed's table.
