@@ -216,7 +216,7 @@ impl PartitionedLedger {
                     // a newer owner took the partition, or a stale one (lines of an
                     // earlier assignment still queued in another member) fenced this
                     // member, which still holds it: the line's commit is held until
-                    // the ledger asks the store which (`drop_fenced`). Completed now,
+                    // the ledger asks the store which (`settle_fenced`). Completed now,
                     // a stale owner's fence would commit the line unapplied
                     let mut fenced = fenced.lock();
                     let held = fenced.entry((partition, epoch.0)).or_insert_with(|| {
@@ -336,7 +336,7 @@ impl PartitionedLedger {
         let lane = delivery.lane();
         let epoch = delivery.epoch().get();
         let offset = delivery.position().offset;
-        self.drop_fenced(Some((lane, epoch)));
+        self.settle_fenced(Some((lane, epoch)));
         if self.fenced_epochs.get(&lane) == Some(&epoch) {
             // taken over by another member while this one held it: not applied here
             return Ok(());
@@ -458,7 +458,7 @@ impl PartitionedLedger {
     /// and their tags complete when they are durable); otherwise it is dropped from
     /// memory, its lines in that epoch skipped, and the held tags completed (a newer
     /// owner holds it: this member's commits of that epoch are refused or ignored).
-    fn drop_fenced(&mut self, current: Option<(u32, u64)>) {
+    fn settle_fenced(&mut self, current: Option<(u32, u64)>) {
         let fenced = std::mem::take(&mut *self.fenced.lock());
         for ((partition, fenced_epoch), tags) in fenced {
             let Ok(fenced_lane) = u32::try_from(partition) else {
@@ -539,7 +539,7 @@ impl Processor for PartitionedLedger {
 
     fn on_timer(&mut self, timer: u64) -> Result<(), ProcessorError> {
         if timer == FENCE_TIMER {
-            self.drop_fenced(None);
+            self.settle_fenced(None);
             mongoose_control::context::schedule_timer(FENCE_CHECK, FENCE_TIMER);
         }
         Ok(())
