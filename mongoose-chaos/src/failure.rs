@@ -24,6 +24,14 @@ pub enum FailureKind {
     DishonestCount,
     /// A refusal that changed what it refused to start on (an output cut).
     CutOutput,
+    /// A refusal where none is promised, or one that does not name what it refuses
+    /// (the damaged file, the key).
+    BadRefusal,
+    /// A reload that ended otherwise than promised (a `data_dir` change applied, a
+    /// half-written file taken, a replacement refused).
+    BadReload,
+    /// A crash loop whose kills left nothing more applied while lines waited.
+    NoProgress,
     /// The harness itself could not do a step (a setup problem, not a finding).
     Harness,
 }
@@ -40,6 +48,9 @@ impl fmt::Display for FailureKind {
             FailureKind::NeverEnded => "never-ended",
             FailureKind::DishonestCount => "dishonest-count",
             FailureKind::CutOutput => "cut-output",
+            FailureKind::BadRefusal => "bad-refusal",
+            FailureKind::BadReload => "bad-reload",
+            FailureKind::NoProgress => "no-progress",
             FailureKind::Harness => "harness",
         };
         f.write_str(text)

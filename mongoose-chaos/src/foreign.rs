@@ -35,6 +35,7 @@ pub fn foreign_state(world: &World, what: StateFile) -> Result<PathBuf, String> 
         }
         let other = Scenario {
             seed: scenario.seed.wrapping_add(1_000_003),
+            family: scenario.family.clone(),
             workload: scenario.workload,
             source: scenario.source,
             sink: scenario.sink,

@@ -45,6 +45,7 @@ pub mod failure;
 pub mod foreign;
 pub mod generate;
 pub mod minimise;
+pub mod outputs;
 pub mod peer;
 pub mod process;
 pub mod run;
@@ -54,7 +55,7 @@ pub mod steps;
 pub mod truth;
 pub mod world;
 
-pub use generate::{family_of, generate};
+pub use generate::{family_of, generate, generate_in};
 pub use minimise::minimise;
 pub use run::{run_scenario, Outcome};
 pub use scenario::Scenario;

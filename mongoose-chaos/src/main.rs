@@ -4,12 +4,17 @@
 //! ```text
 //! mongoose-chaos ci                       the fixed seeds and schedules (CI)
 //! mongoose-chaos run --seed 17 [--seed 18] one or more seeds, reported
+//! mongoose-chaos run --family reload --seed 17   a seed in a family of your choice
 //! mongoose-chaos run --schedule FILE       a schedule file (printed TOML)
 //! mongoose-chaos show --seed 17            the schedule of a seed, as TOML
 //! mongoose-chaos list --start 0 --count 40  seeds with their family, shape and faults
 //! mongoose-chaos soak --minutes 30         random seeds for a while, then a table
+//! mongoose-chaos soak --minutes 30 --family kafka   one family's seeds
 //! mongoose-chaos minimise --seed 17        drop the steps a failure does not need
 //! ```
+//!
+//! A seed alone runs in its own family (`seed % families`); `--family` runs it in
+//! another. A failing run prints the command that replays it and its schedule.
 //!
 //! Exit codes: 0 every run passed (known holes aside), 1 a run failed, 2 bad usage.
 
@@ -21,7 +26,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use mongoose_chaos::seeds::{crate_dir, planned, read_schedule};
 use mongoose_chaos::{
-    family_of, generate, minimise, run_scenario, Binaries, Launcher, Outcome, Scenario,
+    family_of, generate, generate_in, minimise, run_scenario, Binaries, Launcher, Outcome, Scenario,
 };
 
 /// The chaos harness of Mongoose-rs.
@@ -50,6 +55,9 @@ enum Command {
         /// A seed (repeatable).
         #[arg(long)]
         seed: Vec<u64>,
+        /// The family the seeds run in (default: each seed's own).
+        #[arg(long)]
+        family: Option<String>,
         /// A schedule file (repeatable).
         #[arg(long)]
         schedule: Vec<PathBuf>,
@@ -68,6 +76,9 @@ enum Command {
         /// The seed.
         #[arg(long)]
         seed: u64,
+        /// Its family (default: the seed's own).
+        #[arg(long)]
+        family: Option<String>,
     },
     /// Runs random seeds for a while and prints a table.
     Soak {
@@ -77,15 +88,22 @@ enum Command {
         /// The first seed (default: from the clock).
         #[arg(long)]
         start: Option<u64>,
-        /// Only seeds of this family.
+        /// Only this family: every seed's schedule is made in it.
         #[arg(long)]
         family: Option<String>,
+        /// Minimise each failing seed (a run per step of its schedule) and print the
+        /// smallest failing schedule.
+        #[arg(long)]
+        minimise: bool,
     },
     /// Minimises a failing seed or schedule and prints the smallest failing schedule.
     Minimise {
         /// The seed.
         #[arg(long)]
         seed: Option<u64>,
+        /// Its family (default: the seed's own).
+        #[arg(long)]
+        family: Option<String>,
         /// A schedule file.
         #[arg(long)]
         schedule: Option<PathBuf>,
@@ -132,8 +150,21 @@ fn main() -> ExitCode {
     }
     let ok = match cli.command {
         Command::Ci => ci(&bins, &work),
-        Command::Run { seed, schedule } => {
-            let mut scenarios: Vec<Scenario> = seed.into_iter().map(generate).collect();
+        Command::Run {
+            seed,
+            family,
+            schedule,
+        } => {
+            let mut scenarios: Vec<Scenario> = Vec::new();
+            for seed in seed {
+                match scenario_of(seed, family.as_deref()) {
+                    Ok(scenario) => scenarios.push(scenario),
+                    Err(error) => {
+                        eprintln!("mongoose-chaos: {error}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
             for file in schedule {
                 match read_schedule(&file) {
                     Ok(scenario) => scenarios.push(scenario),
@@ -148,10 +179,7 @@ fn main() -> ExitCode {
                 let outcome = run_scenario(&scenario, &bins, &work.join(folder_of(&scenario)));
                 print!("{}", outcome.report());
                 if !outcome.passed() {
-                    println!(
-                        "--- schedule (replay with --schedule FILE) ---\n{}",
-                        scenario.to_toml()
-                    );
+                    print_replay(&scenario);
                 }
                 ok &= outcome.passed();
             }
@@ -177,12 +205,17 @@ fn main() -> ExitCode {
             }
             true
         }
-        Command::Show { seed } => {
-            let scenario = generate(seed);
+        Command::Show { seed, family } => {
+            let scenario = match scenario_of(seed, family.as_deref()) {
+                Ok(scenario) => scenario,
+                Err(error) => {
+                    eprintln!("mongoose-chaos: {error}");
+                    return ExitCode::from(2);
+                }
+            };
             print!(
-                "# {}\n# family {}\n{}",
+                "# {}\n{}",
                 scenario.describe().replace('\n', "\n# "),
-                family_of(seed),
                 scenario.to_toml()
             );
             true
@@ -191,14 +224,30 @@ fn main() -> ExitCode {
             minutes,
             start,
             family,
-        } => soak(&bins, &work, minutes, start, family.as_deref()),
+            minimise,
+        } => {
+            if let Some(family) = &family {
+                if let Err(error) = generate_in(family, 0) {
+                    eprintln!("mongoose-chaos: {error}");
+                    return ExitCode::from(2);
+                }
+            }
+            soak(&bins, &work, minutes, start, family.as_deref(), minimise)
+        }
         Command::Minimise {
             seed,
+            family,
             schedule,
             out,
         } => {
             let scenario = match (seed, schedule) {
-                (Some(seed), None) => generate(seed),
+                (Some(seed), None) => match scenario_of(seed, family.as_deref()) {
+                    Ok(scenario) => scenario,
+                    Err(error) => {
+                        eprintln!("mongoose-chaos: {error}");
+                        return ExitCode::from(2);
+                    }
+                },
                 (None, Some(file)) => match read_schedule(&file) {
                     Ok(scenario) => scenario,
                     Err(error) => {
@@ -211,24 +260,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match minimise(&scenario, &bins, &work.join("minimise"), |line| {
-                eprintln!("minimise: {line}")
-            }) {
-                Some((smallest, outcome)) => {
-                    print!("{}", outcome.report());
-                    let text = format!(
-                        "# minimised from seed {} ({}); fails with: {}\n{}",
-                        scenario.seed,
-                        family_of(scenario.seed),
-                        outcome
-                            .failures
-                            .iter()
-                            .map(|failure| failure.kind.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        smallest.to_toml()
-                    );
-                    println!("--- minimised schedule ---\n{text}");
+            match minimised(&scenario, &bins, &work.join("minimise")) {
+                Some(text) => {
                     if let Some(out) = out {
                         if let Err(error) = std::fs::write(&out, text) {
                             eprintln!("mongoose-chaos: cannot write {}: {error}", out.display());
@@ -251,6 +284,51 @@ fn folder_of(scenario: &Scenario) -> String {
     format!("seed-{}", scenario.seed)
 }
 
+/// The scenario of `seed`, in `family` when given.
+fn scenario_of(seed: u64, family: Option<&str>) -> Result<Scenario, String> {
+    match family {
+        Some(family) => generate_in(family, seed),
+        None => Ok(generate(seed)),
+    }
+}
+
+/// What a failing run prints: the command that replays it, the one that minimises it,
+/// and its schedule (to edit and run with `--schedule FILE`).
+fn print_replay(scenario: &Scenario) {
+    if !scenario.family.is_empty() {
+        println!(
+            "--- replay: cargo xtask chaos run --family {family} --seed {seed}\n--- minimise: cargo xtask chaos minimise --family {family} --seed {seed} --out mongoose-chaos/schedules/NAME.toml",
+            family = scenario.family,
+            seed = scenario.seed
+        );
+    }
+    println!(
+        "--- schedule (replay with: cargo xtask chaos run --schedule FILE) ---\n{}",
+        scenario.to_toml()
+    );
+}
+
+/// Minimises a failing `scenario` and prints the smallest failing schedule; its text
+/// (`None` when the scenario passed).
+fn minimised(scenario: &Scenario, bins: &Binaries, work: &Path) -> Option<String> {
+    let (smallest, outcome) = minimise(scenario, bins, work, |line| eprintln!("minimise: {line}"))?;
+    print!("{}", outcome.report());
+    let text = format!(
+        "# minimised from seed {} ({}); fails with: {}\n{}",
+        scenario.seed,
+        scenario.family,
+        outcome
+            .failures
+            .iter()
+            .map(|failure| failure.kind.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        smallest.to_toml()
+    );
+    println!("--- minimised schedule ---\n{text}");
+    Some(text)
+}
+
 /// The fixed set: every failure that is not a known hole fails the command.
 fn ci(bins: &Binaries, work: &Path) -> bool {
     let planned = match planned(&crate_dir()) {
@@ -271,7 +349,7 @@ fn ci(bins: &Binaries, work: &Path) -> bool {
             index + 1,
             planned.len(),
             plan.name,
-            family_of(plan.scenario.seed),
+            plan.scenario.family,
             plan.scenario.label(),
             if outcome.passed() { "pass" } else { "FAIL" },
             outcome.elapsed.as_secs_f64(),
@@ -282,6 +360,7 @@ fn ci(bins: &Binaries, work: &Path) -> bool {
         match (&plan.known, outcome.passed()) {
             (None, false) => {
                 print!("{}", outcome.report());
+                print_replay(&plan.scenario);
                 unexpected.push(plan.name.clone());
             }
             (Some(known), false) => {
@@ -325,6 +404,7 @@ fn soak(
     minutes: u64,
     start: Option<u64>,
     family: Option<&str>,
+    minimise_failures: bool,
 ) -> bool {
     let mut seed = start.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -336,20 +416,22 @@ fn soak(
     let mut total = 0;
     let mut failed = 0;
     while Instant::now() < deadline {
-        if family.is_some_and(|family| family_of(seed) != family) {
-            seed += 1;
-            continue;
-        }
-        let scenario = generate(seed);
+        let scenario = match scenario_of(seed, family) {
+            Ok(scenario) => scenario,
+            Err(error) => {
+                eprintln!("mongoose-chaos: {error}");
+                return false;
+            }
+        };
         let outcome: Outcome = run_scenario(&scenario, bins, &work.join("soak"));
         total += 1;
         let row = table
-            .entry((family_of(seed).to_owned(), scenario.label()))
+            .entry((scenario.family.clone(), scenario.label()))
             .or_default();
         row.0 += 1;
         println!(
             "seed {seed:<14} {:<18} {:<34} {} ({:.1}s)",
-            family_of(seed),
+            scenario.family,
             scenario.label(),
             if outcome.passed() { "pass" } else { "FAIL" },
             outcome.elapsed.as_secs_f64()
@@ -369,6 +451,13 @@ fn soak(
             let kept = work.join(format!("failed-{seed}"));
             let _ = std::fs::remove_dir_all(&kept);
             let _ = std::fs::rename(work.join("soak"), &kept);
+            println!(
+                "      replay: cargo xtask chaos run --family {} --seed {seed}",
+                scenario.family
+            );
+            if minimise_failures {
+                minimised(&scenario, bins, &work.join("minimise"));
+            }
         }
         seed += 1;
     }

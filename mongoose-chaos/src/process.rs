@@ -67,6 +67,11 @@ impl Proc {
         self.exit
     }
 
+    /// SIGHUP (a reload of the config).
+    pub fn hangup(&self) {
+        self.signal(libc::SIGHUP);
+    }
+
     /// SIGSTOP.
     pub fn pause(&mut self) {
         self.signal(libc::SIGSTOP);

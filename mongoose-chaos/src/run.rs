@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use mongoose_ledger::LedgerState;
 
+use crate::outputs::outputs_of;
 use crate::process::code_of;
 use crate::scenario::{Scenario, SinkKind, Workload};
 use crate::steps::{last_error, stalled_reasons, Flow};
-use crate::truth::{Failure, FailureKind, OutputRecord, Promise};
+use crate::truth::{Failure, FailureKind};
 use crate::world::{Binaries, World};
 
 /// A server run that ended with an exit code.
@@ -228,65 +229,6 @@ fn finish(world: &mut World) -> Option<i32> {
     }
 }
 
-/// The outputs the sink's target holds, and what it promises.
-fn outputs(world: &World) -> Result<(Vec<OutputRecord>, Promise), String> {
-    let plain = |text: &str| -> Vec<OutputRecord> {
-        text.split_inclusive('\n')
-            .map(|line| OutputRecord {
-                key: None,
-                // a torn last line keeps no newline and matches nothing
-                body: line
-                    .strip_suffix('\n')
-                    .map_or_else(|| format!("{line}<torn>"), str::to_owned),
-            })
-            .collect()
-    };
-    Ok(match world.scenario.sink {
-        SinkKind::File => {
-            let text = std::fs::read(world.path("out/out.txt")).unwrap_or_default();
-            (plain(&String::from_utf8_lossy(&text)), Promise::ExactlyOnce)
-        }
-        SinkKind::Tcp => {
-            let text = std::fs::read_to_string(world.path("peers/tcp.txt")).unwrap_or_default();
-            (plain(&text), Promise::AtLeastOnce)
-        }
-        SinkKind::Http => {
-            let log = std::fs::read_to_string(world.path("peers/http.log")).unwrap_or_default();
-            let records = log
-                .lines()
-                .filter_map(|line| {
-                    let mut fields = line.splitn(4, '\t');
-                    let status = fields.next()?;
-                    let key = fields.next()?;
-                    let _attempt = fields.next()?;
-                    let body = fields.next()?;
-                    status.starts_with('2').then(|| OutputRecord {
-                        key: Some(key.to_owned()),
-                        body: body.to_owned(),
-                    })
-                })
-                .collect();
-            (records, Promise::AtLeastOnceKeyed)
-        }
-        SinkKind::Journal => {
-            let output = world
-                .mongoose(&["journal", "tail", "out/journal"])
-                .output()
-                .map_err(|error| format!("cannot run journal tail: {error}"))?;
-            let text = String::from_utf8_lossy(&output.stdout).into_owned();
-            let records = text
-                .lines()
-                .filter_map(|line| line.split_once('\t'))
-                .map(|(_, body)| OutputRecord {
-                    key: None,
-                    body: body.to_owned(),
-                })
-                .collect();
-            (records, Promise::AtLeastOnce)
-        }
-    })
-}
-
 /// The checks of a finished scenario.
 fn check(world: &mut World, exit_code: Option<i32>) {
     let mut missing_reported = 0usize;
@@ -314,7 +256,7 @@ fn check(world: &mut World, exit_code: Option<i32>) {
     // while its target was down): a loss is kept across kills and reported by the first
     // run that ends after the run that counted it, not always by the final one
     let mut missing_counted = 0usize;
-    match outputs(world) {
+    match outputs_of(world, 0) {
         Ok((records, promise)) => {
             let (failures, counts) = world.truth.check_outputs(&records, promise, &excused);
             missing_reported += counts.missing_maybe;

@@ -14,6 +14,9 @@ pub struct Scenario {
     /// choices (kill delays, which byte is flipped, which HTTP request fails) derive from
     /// it too.
     pub seed: u64,
+    /// The fault family the schedule was generated for (empty for a hand-written one).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub family: String,
     /// What the server runs.
     pub workload: Workload,
     /// Where its input comes from.
@@ -64,6 +67,9 @@ pub enum SourceKind {
     /// An archive recording of a UDP publication (the harness's own publisher peer,
     /// which can drop datagrams and keep a small retransmit buffer: recorded gaps).
     ArchiveUdp,
+    /// A Kafka topic of the harness's own broker (the Kafka plugin's source), one
+    /// partition per stream, produced to by the harness.
+    Kafka,
 }
 
 /// The sink's kind.
@@ -79,6 +85,71 @@ pub enum SinkKind {
     /// A TCP sink toward the harness's TCP receiver peer: at least once while the peer
     /// is not faulted.
     Tcp,
+    /// The stdout sink: the server's standard output, kept by the harness across runs
+    /// (`peers/stdout.txt`): at least once.
+    Stdout,
+    /// A Kafka topic of the harness's own broker (the Kafka plugin's sink), read
+    /// `read_committed`: exactly once with `KafkaOptions::exactly_once`, else at least
+    /// once.
+    Kafka,
+}
+
+/// A consumer of the feed beside the workload's own processors (consumer `i + 1` is
+/// `options.also[i]`; consumer 0 is the workload's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Also {
+    /// A `forward` of every line into a sink of its own (`also<i>`, in a group of its
+    /// own), each output prefixed `a<i> ` so that the check tells the consumers apart
+    /// at a target they share.
+    Forward {
+        /// The sink's kind.
+        sink: SinkKind,
+    },
+    /// A second ledger with `guard = false` (its state in `state-also<i>/`, alerts to
+    /// no sink): at least once, never a line missing.
+    LedgerUnguarded,
+}
+
+/// The HTTP sink's batches (`batch_max_lines` above 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpBatch {
+    /// `batch_max_lines`.
+    pub max_lines: u32,
+    /// `batch_max_bytes` (default: the sink's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u32>,
+    /// `compression = "gzip"`.
+    #[serde(default)]
+    pub gzip: bool,
+}
+
+/// The Kafka settings of a scenario with a Kafka source or sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaOptions {
+    /// Partitions of the input topic (a Kafka source: one stream each).
+    pub partitions: u32,
+    /// A Kafka sink writes in transactions (`transactional_id`) and keeps what each
+    /// committed (`positions_topic`): exactly once as a `read_committed` reader sees it.
+    pub exactly_once: bool,
+    /// The ledger keeps its state in a changelog topic (`state = "changelog"`) instead
+    /// of `state/`.
+    pub changelog: bool,
+    /// The input topic's `segment.bytes` (small: retention can delete a segment soon).
+    pub segment_bytes: Option<u32>,
+}
+
+impl Default for KafkaOptions {
+    fn default() -> Self {
+        KafkaOptions {
+            partitions: 1,
+            exactly_once: false,
+            changelog: false,
+            segment_bytes: None,
+        }
+    }
 }
 
 /// Sizes and settings of a scenario; every field has a default.
@@ -126,6 +197,20 @@ pub struct Options {
     pub compact_every: Option<u64>,
     /// How long the final run may take to end, in seconds.
     pub finish_seconds: u64,
+    /// Consumers of the feed beside the workload's own (a file sink beside an HTTP
+    /// forward, a ledger without its guard...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Also>,
+    /// The HTTP sinks' batches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_batch: Option<HttpBatch>,
+    /// The HTTP target serves https (a CA of the harness's own, given to the sink as
+    /// `ca_file`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub https: bool,
+    /// The Kafka settings (a Kafka source or sink).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaOptions>,
 }
 
 impl Default for Options {
@@ -150,6 +235,10 @@ impl Default for Options {
             udp_retransmit_bytes: None,
             compact_every: None,
             finish_seconds: 90,
+            also: Vec::new(),
+            http_batch: None,
+            https: false,
+            kafka: None,
         }
     }
 }
@@ -201,6 +290,10 @@ pub enum Step {
         burst_min: u32,
         /// The largest burst.
         burst_max: u32,
+        /// Every this many kills, what the consumers applied (or wrote) must have grown
+        /// since the last check while lines wait: a crash loop makes progress.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        progress_every: Option<u32>,
     },
     /// A logrotate of stream `stream`'s file.
     Rotate {
@@ -266,6 +359,92 @@ pub enum Step {
     Http {
         /// The mode.
         mode: HttpMode,
+    },
+    /// The config file changed and the server sent SIGHUP (while it runs; a stopped
+    /// server reads the file at its next start).
+    Reload {
+        /// What changes.
+        change: ReloadChange,
+    },
+    /// From now on the server is started with its config named another way (the same
+    /// file).
+    Respell {
+        /// How.
+        how: Spelling,
+    },
+    /// Something done to the Kafka topics (a scenario with a Kafka source or sink).
+    Kafka {
+        /// What.
+        op: KafkaOp,
+    },
+}
+
+/// What a reload changes in the config file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "what", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ReloadChange {
+    /// A consumer's sink and processor replaced by ones of new names writing to the
+    /// same target (`also0` -> `also0-r1`): what the old sink held must reach the target.
+    ReplaceSink {
+        /// Which consumer (0: the workload's, `i + 1`: `options.also[i]`).
+        consumer: u32,
+    },
+    /// A consumer's sink and processor removed (its group stays): the inputs of what
+    /// its sink held stay uncommitted.
+    Remove {
+        /// Which consumer.
+        consumer: u32,
+    },
+    /// A removed consumer added back under its names.
+    AddBack {
+        /// Which consumer.
+        consumer: u32,
+    },
+    /// `data_dir` moved to another folder: refused (the state stays where it is).
+    DataDir,
+    /// The file cut in the middle of a line (a half-written save): refused, naming the
+    /// file.
+    HalfWritten,
+    /// The file emptied (a truncating save): refused.
+    Empty,
+    /// The file as the harness means it now (after a refused change).
+    Restore,
+}
+
+/// How the server's start names its config file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Spelling {
+    /// `--config mongoose.toml` from the scenario's folder.
+    Plain,
+    /// Through `..`: `--config ../<folder>/mongoose.toml` from the scenario's folder.
+    DotDot,
+    /// Through a symbolic link to the scenario's folder (`<folder>.link`).
+    Symlink,
+    /// A relative path from another folder: `--config ../mongoose.toml` from `in/`.
+    Elsewhere,
+}
+
+/// Something done to the Kafka topics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum KafkaOp {
+    /// `DeleteRecords` of a partition of the input topic up to its end: what the group
+    /// had not read is gone (a loss the run must report).
+    DeleteRecords {
+        /// Which partition.
+        stream: u32,
+    },
+    /// The input topic's retention cut to the minimum until its old segments are gone,
+    /// then set back: what the group had not read is gone (a loss the run must report).
+    Retention,
+    /// The input topic deleted and made again under its name: a new epoch, read from
+    /// its start.
+    RecreateTopic,
+    /// Partitions added to the input topic (up to `to`): read from their start, soon.
+    AddPartitions {
+        /// The new partition count.
+        to: u32,
     },
 }
 
@@ -356,6 +535,8 @@ pub enum PeerKind {
     Publisher,
     /// The TCP receiver of a TCP sink.
     TcpReceiver,
+    /// The Kafka broker of a Kafka scenario (a one-node cluster of the harness's own).
+    Broker,
 }
 
 /// What is done to a peer.
@@ -396,6 +577,20 @@ pub enum HttpMode {
         /// Percent.
         percent: u32,
     },
+    /// `percent` of the requests closed after half of their body was read (nothing
+    /// taken).
+    CloseMidBody {
+        /// Percent.
+        percent: u32,
+    },
+    /// `percent` of the requests taken and answered 200 after `ms` (past the sink's
+    /// response timeout when `ms` is larger: uncertain, sent again under its key).
+    Late {
+        /// Percent.
+        percent: u32,
+        /// Milliseconds.
+        ms: u64,
+    },
 }
 
 impl fmt::Display for Step {
@@ -406,7 +601,10 @@ impl fmt::Display for Step {
                 stream,
                 bytes,
             } => match bytes {
-                Some(bytes) => write!(f, "append {lines} lines of {bytes} bytes to stream {stream}"),
+                Some(bytes) => write!(
+                    f,
+                    "append {lines} lines of {bytes} bytes to stream {stream}"
+                ),
                 None => write!(f, "append {lines} lines to stream {stream}"),
             },
             Step::Start => write!(f, "start the server"),
@@ -421,13 +619,23 @@ impl fmt::Display for Step {
                 max_ms,
                 burst_min,
                 burst_max,
-            } => write!(
-                f,
-                "crash loop: {kills} kills {min_ms}-{max_ms} ms after each start, {burst_min}-{burst_max} lines before each"
-            ),
+                progress_every,
+            } => {
+                write!(
+                    f,
+                    "crash loop: {kills} kills {min_ms}-{max_ms} ms after each start, {burst_min}-{burst_max} lines before each"
+                )?;
+                match progress_every {
+                    Some(every) => write!(f, ", progress checked every {every} kills"),
+                    None => Ok(()),
+                }
+            }
             Step::Rotate { mode, stream } => write!(f, "logrotate {mode:?} of stream {stream}"),
             Step::RenameInGlob { stream } => {
-                write!(f, "rename stream {stream}'s file to another name the glob matches")
+                write!(
+                    f,
+                    "rename stream {stream}'s file to another name the glob matches"
+                )
             }
             Step::DeleteInput { stream } => write!(f, "delete stream {stream}'s file"),
             Step::RecreateSource => write!(f, "delete the source and make it again at its path"),
@@ -440,6 +648,9 @@ impl fmt::Display for Step {
             Step::FreeDisk { under } => write!(f, "free the {under:?} tmpfs"),
             Step::Peer { peer, action } => write!(f, "{action:?} the {peer:?}"),
             Step::Http { mode } => write!(f, "the HTTP target answers {mode:?}"),
+            Step::Reload { change } => write!(f, "reload (SIGHUP): {change:?}"),
+            Step::Respell { how } => write!(f, "from now on start with the config spelled {how:?}"),
+            Step::Kafka { op } => write!(f, "kafka: {op:?}"),
         }
     }
 }
@@ -458,10 +669,19 @@ impl Scenario {
         toml::from_str(text).map_err(|error| error.to_string())
     }
 
-    /// One line saying what runs: `ledger glob->file x2`.
+    /// One line saying what runs: `ledger glob->file x2`, `forward file->file+http`.
     pub fn label(&self) -> String {
+        let also: String = self
+            .options
+            .also
+            .iter()
+            .map(|also| match also {
+                Also::Forward { sink } => format!("+{sink:?}"),
+                Also::LedgerUnguarded => "+unguarded".to_owned(),
+            })
+            .collect();
         format!(
-            "{:?} {:?}->{:?}{}",
+            "{:?} {:?}->{:?}{also}{}",
             self.workload,
             self.source,
             self.sink,
@@ -501,6 +721,22 @@ impl Scenario {
                     HttpMode::Fail { .. } => "http-5xx",
                     HttpMode::Timeout { .. } => "http-timeout",
                     HttpMode::Close { .. } => "http-close",
+                    HttpMode::CloseMidBody { .. } => "http-close-mid-body",
+                    HttpMode::Late { .. } => "http-late",
+                }),
+                Step::Reload { change } => Some(match change {
+                    ReloadChange::ReplaceSink { .. } => "reload-replace-sink",
+                    ReloadChange::Remove { .. } | ReloadChange::AddBack { .. } => "reload-remove",
+                    ReloadChange::DataDir => "reload-data-dir",
+                    ReloadChange::HalfWritten | ReloadChange::Empty => "reload-bad-file",
+                    ReloadChange::Restore => "reload",
+                }),
+                Step::Respell { .. } => Some("path-spelling"),
+                Step::Kafka { op } => Some(match op {
+                    KafkaOp::DeleteRecords { .. } => "kafka-delete-records",
+                    KafkaOp::Retention => "kafka-retention",
+                    KafkaOp::RecreateTopic => "kafka-recreate-topic",
+                    KafkaOp::AddPartitions { .. } => "kafka-add-partitions",
                 }),
                 _ => None,
             })
@@ -517,6 +753,15 @@ impl Scenario {
         if self.options.udp_drop_every.is_some() {
             families.push("udp-loss");
         }
+        if !self.options.also.is_empty() {
+            families.push("mixed-consumers");
+        }
+        if self.options.http_batch.is_some() {
+            families.push("http-batch");
+        }
+        if self.options.https {
+            families.push("https");
+        }
         families.sort_unstable();
         families.dedup();
         families
@@ -524,7 +769,12 @@ impl Scenario {
 
     /// The schedule, one numbered step a line.
     pub fn describe(&self) -> String {
-        let mut text = format!("seed {} | {}\n", self.seed, self.label());
+        let family = if self.family.is_empty() {
+            String::new()
+        } else {
+            format!(" | {}", self.family)
+        };
+        let mut text = format!("seed {}{family} | {}\n", self.seed, self.label());
         for (index, step) in self.steps.iter().enumerate() {
             text.push_str(&format!("  {index:>2}. {step}\n"));
         }
@@ -540,12 +790,24 @@ mod tests {
     fn a_scenario_reads_back_from_its_toml() {
         let scenario = Scenario {
             seed: 7,
+            family: "reload".to_owned(),
             workload: Workload::Forward,
             source: SourceKind::Glob,
             sink: SinkKind::Http,
             writers: 2,
             options: Options {
                 max_open_files: Some(1),
+                also: vec![
+                    Also::Forward {
+                        sink: SinkKind::Stdout,
+                    },
+                    Also::LedgerUnguarded,
+                ],
+                http_batch: Some(HttpBatch {
+                    max_lines: 20,
+                    max_bytes: None,
+                    gzip: true,
+                }),
                 ..Options::default()
             },
             steps: vec![
@@ -576,6 +838,20 @@ mod tests {
                 Step::Rotate {
                     mode: RotateMode::Create,
                     stream: 0,
+                },
+                Step::Reload {
+                    change: ReloadChange::ReplaceSink { consumer: 1 },
+                },
+                Step::Respell {
+                    how: Spelling::Symlink,
+                },
+                Step::CrashLoop {
+                    kills: 3,
+                    min_ms: 1,
+                    max_ms: 2,
+                    burst_min: 0,
+                    burst_max: 1,
+                    progress_every: Some(1),
                 },
             ],
         };

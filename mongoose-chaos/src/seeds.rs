@@ -25,6 +25,9 @@ pub struct SeedList {
 pub struct SeedEntry {
     /// The seed.
     pub seed: u64,
+    /// Its family (required: a seed's family by number changes when families are
+    /// added).
+    pub family: String,
     /// What it covers.
     #[serde(default)]
     pub covers: String,
@@ -83,15 +86,15 @@ pub fn planned(dir: &Path) -> Result<Vec<Planned>, String> {
         .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
     let list: SeedList =
         toml::from_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
-    let mut planned: Vec<Planned> = list
-        .seed
-        .into_iter()
-        .map(|entry| Planned {
-            name: format!("seed {}", entry.seed),
-            scenario: crate::generate(entry.seed),
+    let mut planned: Vec<Planned> = Vec::new();
+    for entry in list.seed {
+        planned.push(Planned {
+            name: format!("seed {} ({})", entry.seed, entry.family),
+            scenario: crate::generate_in(&entry.family, entry.seed)
+                .map_err(|error| format!("{}: seed {}: {error}", path.display(), entry.seed))?,
             known: entry.known,
-        })
-        .collect();
+        });
+    }
     for entry in list.schedule {
         planned.push(Planned {
             name: entry.file.clone(),

@@ -61,15 +61,21 @@ pub(crate) fn chaos(root: &Path, arguments: &[String]) -> bool {
             return false;
         }
     }
-    let passed: Vec<String> = match arguments {
-        [] => vec!["ci".to_owned()],
-        [flag, minutes] if flag == "--minutes" => {
-            vec!["soak".to_owned(), "--minutes".to_owned(), minutes.clone()]
+    // `--minutes N [--family F]` soaks, `--seed N [--family F]` runs; anything else
+    // is the harness's own command line
+    let passed: Vec<String> = match arguments.first().map(String::as_str) {
+        None => vec!["ci".to_owned()],
+        Some(flag) if flag.starts_with("--") => {
+            let command = if arguments.iter().any(|argument| argument == "--minutes") {
+                "soak"
+            } else {
+                "run"
+            };
+            std::iter::once(command.to_owned())
+                .chain(arguments.iter().cloned())
+                .collect()
         }
-        [flag, seed] if flag == "--seed" => {
-            vec!["run".to_owned(), "--seed".to_owned(), seed.clone()]
-        }
-        other => other.to_vec(),
+        Some(_) => arguments.to_vec(),
     };
     let mut harness = Command::new(target.join("release").join("mongoose-chaos"));
     harness

@@ -14,7 +14,7 @@
 //!   SECONDS each (default 60), installing cargo-fuzz first if it is missing. A target
 //!   with a folder of seed inputs, `<crate>/fuzz/seeds/<target>/` (kept in git, unlike
 //!   the corpus), starts from them as well as from its corpus.
-//! * `cargo xtask chaos [--minutes N | --seed S | ARGS...]` builds the release
+//! * `cargo xtask chaos [--minutes N | --seed S] [--family F] [ARGS...]` builds the release
 //!   binaries and runs the chaos harness (`mongoose-chaos`): the fixed CI seeds, random
 //!   seeds for N minutes, or one seed (see [`chaos`]).
 //! * `cargo xtask layout` checks the architecture the manifests and files show: no
@@ -223,7 +223,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
-                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000] [--paced 2000] [--rate 1000] [--instances 1,3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start [--brokers 1|3] [--port P]|stop|status | cargo xtask chaos [--minutes N | --seed S | ARGS...] | cargo xtask layout"
+                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000] [--paced 2000] [--rate 1000] [--instances 1,3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start [--brokers 1|3] [--port P]|stop|status | cargo xtask chaos [--minutes N | --seed S] [--family F] [ARGS...] | cargo xtask layout"
             );
             false
         }

@@ -235,6 +235,7 @@ impl World {
                 self.session += 1;
                 self.start_peer(PeerKind::Archiver)?;
             }
+            SourceKind::Kafka => self.recreate_topic()?,
         }
         for files in &mut self.streams {
             files

@@ -13,6 +13,8 @@ use crate::world::World;
 
 mod faults;
 mod inputs;
+mod progress;
+mod reload;
 mod server;
 
 /// The log filter of the server runs.
@@ -78,7 +80,9 @@ impl World {
                 max_ms,
                 burst_min,
                 burst_max,
+                progress_every,
             } => {
+                let mut progress = progress_every.map(|every| self.start_progress(every));
                 for round in 0..*kills {
                     let burst = self
                         .random
@@ -97,6 +101,14 @@ impl World {
                     if round % 25 == 24 {
                         self.event(format!("crash loop: {} kills", round + 1));
                     }
+                    if let Some(progress) = &mut progress {
+                        if (round + 1) % progress.every == 0 {
+                            self.check_progress(progress, round + 1);
+                        }
+                    }
+                }
+                if let Some(progress) = progress {
+                    self.end_progress(progress, *kills);
                 }
             }
             Step::Rotate { mode, stream } => self.rotate(*mode, *stream)?,
@@ -131,6 +143,11 @@ impl World {
             Step::FillDisk { under, leave } => self.fill_disk(*under, *leave),
             Step::FreeDisk { under } => self.free_disk(*under),
             Step::Peer { peer, action } => self.peer_action(*peer, *action)?,
+            Step::Reload { change } => self.reload(*change)?,
+            Step::Respell { how } => {
+                self.spelling = *how;
+            }
+            Step::Kafka { op } => self.kafka_op(*op)?,
             Step::Http { mode } => {
                 write_mode(&self.path("peers/http.mode"), *mode)
                     .map_err(|error| format!("cannot write the HTTP mode: {error}"))?;

@@ -2,7 +2,6 @@
 //! settling and the HTTP target's samples.
 
 use std::io::Write;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::process::{code_of, Proc};
@@ -55,13 +54,15 @@ impl World {
         if self.http_failing {
             self.http_fault_runs.insert(self.runs);
         }
-        let mut command = self.mongoose(&["run", "--config", "mongoose.toml"]);
+        let mut command = self.run_command()?;
         if exit_when_settled {
             command.arg("--exit-when-settled");
         }
+        // the stdout sink's lines (kept across runs), whatever else the server prints
+        let stdout = self.log_file("peers/stdout.txt")?;
         command
             .env("RUST_LOG", SERVER_LOG)
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(log);
         let process = Proc::spawn("server", &mut command, false)
             .map_err(|error| format!("cannot start {}: {error}", self.bins.mongoose.display()))?;

@@ -2,6 +2,11 @@
 //! the family applies to, and then the family's steps with random sizes, moments and
 //! combinations; every scenario also gets a few kills and pauses of the server at
 //! random places. The same seed always gives the same schedule.
+//!
+//! A family and a seed give a schedule ([`generate_in`]); a seed alone picks its family
+//! ([`family_of`]: `seed % FAMILIES.len()`). Families are only ever added at the end of
+//! [`FAMILIES`], and the seeds of `seeds.toml` name their family, so a kept seed gives
+//! the same schedule whatever families come later.
 
 use std::cell::RefCell;
 
@@ -14,7 +19,12 @@ use crate::scenario::{
     SourceKind, StateFile, Step, Workload,
 };
 
-/// The fault families a seed chooses from (the `family` column of the report).
+mod http_batch;
+mod kafka;
+mod surfaces;
+
+/// The fault families a seed chooses from (the `family` column of the report). New
+/// families go at the end only (see the module's documentation).
 pub const FAMILIES: &[&str] = &[
     "kills",
     "crash-loop",
@@ -29,23 +39,56 @@ pub const FAMILIES: &[&str] = &[
     "journal-faults",
     "archive-faults",
     "udp-gap",
+    // the surfaces of issue 35: a broker, reloads, consumers of two kinds, HTTP batches,
+    // another spelling of the config's path, progress under a crash loop
+    "kafka",
+    "reload",
+    "mixed-consumers",
+    "http-batch",
+    "path-spelling",
+    "crash-loop-progress",
 ];
+
+/// How many families there were before issue 35's (the seeds kept before it name one
+/// of these, `seed % 13`).
+pub const FIRST_FAMILIES: usize = 13;
 
 /// The family a seed's schedule belongs to.
 pub fn family_of(seed: u64) -> &'static str {
     FAMILIES[(seed % FAMILIES.len() as u64) as usize]
 }
 
-/// The schedule of `seed`.
+/// The schedule of `seed`, in its family ([`family_of`]).
 pub fn generate(seed: u64) -> Scenario {
+    generate_family(family_of(seed), seed)
+}
+
+/// The schedule of `seed` in `family`.
+///
+/// # Errors
+/// `family` is not one of [`FAMILIES`] (the message lists them).
+pub fn generate_in(family: &str, seed: u64) -> Result<Scenario, String> {
+    let known = FAMILIES
+        .iter()
+        .find(|known| **known == family)
+        .ok_or_else(|| {
+            format!(
+                "no chaos family `{family}`: the families are {}",
+                FAMILIES.join(", ")
+            )
+        })?;
+    Ok(generate_family(known, seed))
+}
+
+fn generate_family(family: &'static str, seed: u64) -> Scenario {
     let mut builder = Builder {
         random: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
         steps: Vec::new(),
     };
-    let family = family_of(seed);
     let (workload, source, sink, writers, options) = builder.shape(family);
     let mut scenario = Scenario {
         seed,
+        family: family.to_owned(),
         workload,
         source,
         sink,
@@ -58,31 +101,31 @@ pub fn generate(seed: u64) -> Scenario {
     scenario
 }
 
-struct Builder {
+pub(crate) struct Builder {
     random: RefCell<ChaCha8Rng>,
-    steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
 }
 
 impl Builder {
-    fn chance(&self, percent: u32) -> bool {
+    pub(crate) fn chance(&self, percent: u32) -> bool {
         self.random.borrow_mut().random_range(0..100) < percent
     }
 
-    fn pick<T: Copy>(&self, items: &[T]) -> T {
+    pub(crate) fn pick<T: Copy>(&self, items: &[T]) -> T {
         *items
             .choose(&mut *self.random.borrow_mut())
             .expect("a non-empty list")
     }
 
-    fn between(&self, low: u32, high: u32) -> u32 {
+    pub(crate) fn between(&self, low: u32, high: u32) -> u32 {
         self.random.borrow_mut().random_range(low..=high)
     }
 
-    fn stream(&self, streams: u32) -> u32 {
+    pub(crate) fn stream(&self, streams: u32) -> u32 {
         self.random.borrow_mut().random_range(0..streams.max(1))
     }
 
-    fn append(&mut self, streams: u32, low: u32, high: u32) {
+    pub(crate) fn append(&mut self, streams: u32, low: u32, high: u32) {
         let lines = self.between(low, high);
         let stream = self.stream(streams);
         self.steps.push(Step::Append {
@@ -93,7 +136,7 @@ impl Builder {
     }
 
     /// A little of everything: the server killed or paused at random places.
-    fn background(&mut self, streams: u32) {
+    pub(crate) fn background(&mut self, streams: u32) {
         for _ in 0..self.between(0, 2) {
             match self.between(0, 3) {
                 0 => {
@@ -202,6 +245,16 @@ impl Builder {
                 options.udp_drop_every = Some(self.between(5, 40));
                 options.udp_retransmit_bytes = Some(self.pick(&[2_048, 8_192, 65_536]));
             }
+            "kafka" => {
+                let shape = self.kafka_shape(workload, &mut options);
+                (source, sink) = shape;
+            }
+            "http-batch" => {
+                (source, sink) = self.http_batch_shape(&mut options);
+            }
+            "reload" | "mixed-consumers" | "path-spelling" | "crash-loop-progress" => {
+                (source, sink) = self.surface_shape(family, workload, &mut options);
+            }
             _ => {}
         }
         if source == SourceKind::Glob && options.streams == 1 {
@@ -238,6 +291,7 @@ impl Builder {
                     max_ms: 700,
                     burst_min: 200,
                     burst_max: 4_000,
+                    progress_every: None,
                 });
             }
             "busy-kill" => {
@@ -592,6 +646,13 @@ impl Builder {
                 self.steps.push(Step::Start);
                 self.append(streams, 1_000, 5_000);
                 self.steps.push(Step::Settle);
+            }
+            "kafka" => self.kafka_steps(scenario),
+            "http-batch" => self.http_batch_steps(scenario),
+            "reload" | "mixed-consumers" | "path-spelling" | "crash-loop-progress" => {
+                self.surface_steps(family, scenario);
+                // these families' own kills are the point: no random ones added
+                return;
             }
             _ => {}
         }

@@ -26,8 +26,13 @@ use rand_chacha::ChaCha8Rng;
 use crate::peer::{PeerSpec, PEER_ENV};
 use crate::process::{free_tcp_port, free_udp_port, Proc};
 use crate::run::RunEnd;
-use crate::scenario::{Disk, PeerKind, Scenario, SinkKind, SourceKind, StateFile, Workload};
+use crate::scenario::{Disk, PeerKind, Scenario, SinkKind, SourceKind, Spelling, StateFile};
 use crate::truth::{Failure, FailureKind, Truth};
+
+mod config;
+mod kafka;
+
+pub use config::HTTPS_CA_FILE;
 
 /// The stream id of the archive scenarios.
 pub const ARCHIVE_STREAM: u32 = 7;
@@ -75,6 +80,39 @@ pub struct StreamFiles {
     /// before the server caught up may leave it, and the file that rotation makes, a
     /// middle file that cannot be proven a rotation (read, or reported lost).
     pub unsettled_rotation: Option<PathBuf>,
+}
+
+/// One consumer of the feed through the schedule's reloads (consumer 0 is the
+/// workload's, consumer `i + 1` is `options.also[i]`).
+#[derive(Clone, Debug)]
+pub struct ConsumerLife {
+    /// In the config now.
+    pub present: bool,
+    /// How often its sink and processor were replaced (the names' suffix).
+    pub replaced: u32,
+    /// The line count when a reload removed it (while it is removed).
+    pub removed_at: Option<usize>,
+    /// The lines written while it was removed: it owes none of them.
+    pub absent: Vec<std::ops::Range<usize>>,
+}
+
+impl Default for ConsumerLife {
+    fn default() -> Self {
+        ConsumerLife {
+            present: true,
+            replaced: 0,
+            removed_at: None,
+            absent: Vec::new(),
+        }
+    }
+}
+
+impl ConsumerLife {
+    /// Whether it owes line `index` (it was in the config when the line was written and
+    /// is at the end).
+    pub fn owes(&self, index: usize) -> bool {
+        self.present && !self.absent.iter().any(|range| range.contains(&index))
+    }
 }
 
 /// The ports of a scenario.
@@ -183,6 +221,10 @@ pub struct World {
     pub last_lossy_at: Option<Instant>,
     /// The output's bytes when the server last started (a refusal must leave them).
     pub output_at_start: Option<Vec<u8>>,
+    /// The feed's consumers through the reloads.
+    pub consumers: Vec<ConsumerLife>,
+    /// How the server's start names its config.
+    pub spelling: Spelling,
     began: Instant,
 }
 
@@ -257,6 +299,8 @@ impl World {
             ends: Vec::new(),
             last_lossy_at: None,
             output_at_start: None,
+            consumers: vec![ConsumerLife::default(); 1 + scenario.options.also.len()],
+            spelling: Spelling::Plain,
             began: Instant::now(),
             dir: dir.to_path_buf(),
             scenario,
@@ -292,12 +336,16 @@ impl World {
     }
 
     /// The peers the scenario needs from its start.
-    fn peer_kinds(&self) -> Vec<PeerKind> {
+    pub fn peer_kinds(&self) -> Vec<PeerKind> {
         let mut peers = Vec::new();
-        match self.scenario.sink {
-            SinkKind::Http => peers.push(PeerKind::HttpTarget),
-            SinkKind::Tcp => peers.push(PeerKind::TcpReceiver),
-            SinkKind::File | SinkKind::Journal => {}
+        if matches!(self.scenario.source, SourceKind::Kafka) || self.uses_sink(SinkKind::Kafka) {
+            peers.push(PeerKind::Broker);
+        }
+        if self.uses_sink(SinkKind::Http) {
+            peers.push(PeerKind::HttpTarget);
+        }
+        if self.uses_sink(SinkKind::Tcp) {
+            peers.push(PeerKind::TcpReceiver);
         }
         if matches!(
             self.scenario.source,
@@ -308,118 +356,14 @@ impl World {
         peers
     }
 
-    /// The config of the scenario.
-    pub fn config(&self) -> String {
-        let scenario = &self.scenario;
-        let options = &scenario.options;
-        let mut text = format!(
-            "plugin_dir = \"{}\"\nshutdown_timeout_millis = 20000\n\n[admin]\naddress = \"127.0.0.1:{}\"\n\n",
-            self.bins.plugin_dir.display(),
-            self.ports.admin
-        );
-        text.push_str("[[feeds]]\nname = \"lines\"\n");
-        match scenario.source {
-            SourceKind::File => text.push_str(
-                "source = \"file\"\npath = \"in/input.log\"\nread_strategy = \"COMMITED\"\n",
-            ),
-            SourceKind::Glob => {
-                text.push_str(
-                    "source = \"file\"\npath = \"in/logs/*.log\"\nread_strategy = \"COMMITED\"\nscan_interval_millis = 50\n",
-                );
-                if let Some(max) = options.max_open_files {
-                    text.push_str(&format!("max_open_files = {max}\n"));
-                }
-            }
-            SourceKind::Journal => text.push_str(
-                "source = \"journal\"\ncodec = \"line\"\nsettings = { path = \"in/journal\" }\n",
-            ),
-            SourceKind::ArchiveIpc | SourceKind::ArchiveUdp => text.push_str(&format!(
-                "source = \"archive\"\ncodec = \"line\"\nsettings = {{ archive = \"in/archive\", stream = {ARCHIVE_STREAM}, pointer = \"in/lines.pointer\" }}\n",
-            )),
-        }
-        text.push('\n');
-        let sinks: &[&str] = if options.two_sinks_one_path {
-            &["out", "out2"]
-        } else {
-            &["out"]
-        };
-        for name in sinks {
-            text.push_str(&format!("[[sinks]]\nname = \"{name}\"\n"));
-            match scenario.sink {
-                SinkKind::File => text.push_str("kind = \"file\"\npath = \"out/out.txt\"\n"),
-                SinkKind::Http => {
-                    text.push_str(&format!(
-                        "kind = \"http\"\nurl = \"http://127.0.0.1:{}/events\"\n",
-                        self.ports.http
-                    ));
-                    let http_settings = [
-                        ("max_retries", options.max_retries.map(u64::from)),
-                        ("initial_backoff_millis", options.initial_backoff_millis),
-                        ("max_backoff_millis", options.max_backoff_millis),
-                        ("response_timeout_millis", options.response_timeout_millis),
-                    ];
-                    for (key, value) in http_settings {
-                        if let Some(value) = value {
-                            text.push_str(&format!("{key} = {value}\n"));
-                        }
-                    }
-                    if let Some(policy) = &options.on_exhausted {
-                        text.push_str(&format!("on_exhausted = \"{policy}\"\n"));
-                    }
-                }
-                SinkKind::Journal => {
-                    text.push_str("kind = \"journal\"\nsettings = { path = \"out/journal\" }\n")
-                }
-                SinkKind::Tcp => text.push_str(&format!(
-                    "kind = \"tcp\"\naddress = \"127.0.0.1:{}\"\n",
-                    self.ports.tcp
-                )),
-            }
-            if let Some(batch) = options.batch {
-                text.push_str(&format!("batch = {batch}\n"));
-            }
-            if let Some(capacity) = options.sink_queue_capacity {
-                text.push_str(&format!("queue_capacity = {capacity}\n"));
-            }
-            text.push('\n');
-        }
-        let second_sink = sinks.last().copied().unwrap_or("out");
-        match scenario.workload {
-            Workload::Ledger => {
-                let mut settings = String::from("state_dir = \"state\", alerts_sink = \"out\"");
-                if let Some(every) = options.compact_every {
-                    settings.push_str(&format!(", compact_every = {every}"));
-                }
-                text.push_str(&format!(
-                    "[[groups]]\nname = \"ledger\"\n[[groups.processors]]\nname = \"ledger\"\nkind = \"ledger\"\nsettings = {{ {settings} }}\n\n"
-                ));
-                if scenario.writers > 1 {
-                    text.push_str(&format!(
-                        "[[groups]]\nname = \"copy\"\n[[groups.processors]]\nname = \"copy\"\nkind = \"forward\"\nsettings = {{ feed = \"lines\", sink = \"{second_sink}\" }}\n"
-                    ));
-                }
-            }
-            Workload::Forward => {
-                text.push_str("[[groups]]\nname = \"forward\"\n");
-                if scenario.writers > 1 {
-                    text.push_str(
-                        "[[groups.processors]]\nname = \"copy-e\"\nkind = \"forward\"\nsettings = { feed = \"lines\", sink = \"out\", keep = \"^E\" }\n",
-                    );
-                    // the second writer in a group of its own on odd seeds
-                    if scenario.seed % 2 == 1 {
-                        text.push_str("\n[[groups]]\nname = \"forward-w\"\n");
-                    }
-                    text.push_str(&format!(
-                        "[[groups.processors]]\nname = \"copy-w\"\nkind = \"forward\"\nsettings = {{ feed = \"lines\", sink = \"{second_sink}\", keep = \"^W\" }}\n"
-                    ));
-                } else {
-                    text.push_str(
-                        "[[groups.processors]]\nname = \"copy\"\nkind = \"forward\"\nsettings = { feed = \"lines\", sink = \"out\" }\n",
-                    );
-                }
-            }
-        }
-        text
+    /// Whether the workload's sink or another consumer's is of `kind`.
+    pub fn uses_sink(&self, kind: SinkKind) -> bool {
+        self.scenario.sink == kind
+            || self
+                .scenario
+                .options
+                .also
+                .contains(&crate::scenario::Also::Forward { sink: kind })
     }
 
     /// The command of a peer.
@@ -457,6 +401,9 @@ impl World {
     /// # Errors
     /// It cannot be started.
     pub fn start_peer(&mut self, peer: PeerKind) -> Result<(), String> {
+        if peer == PeerKind::Broker {
+            return self.start_broker();
+        }
         if let Some(running) = self.peers.get_mut(&peer) {
             if running.exited().is_none() {
                 return Ok(());
@@ -543,6 +490,7 @@ impl World {
                     (command, true)
                 }
             },
+            PeerKind::Broker => return self.start_broker(),
         };
         let name = format!("{peer:?}");
         let process = Proc::spawn(&name, &mut command, stdin)
@@ -640,6 +588,7 @@ impl World {
             SourceKind::ArchiveIpc | SourceKind::ArchiveUdp => {
                 self.write_through(PeerKind::Publisher, text.as_bytes())?
             }
+            SourceKind::Kafka => self.produce(stream, &text)?,
         }
         self.event(format!(
             "appended {lines} lines to stream {stream} ({} written in all)",
@@ -722,6 +671,8 @@ fn live_path(dir: &Path, source: SourceKind, stream: u32) -> PathBuf {
         SourceKind::Glob => dir.join(format!("in/logs/s{stream}.log")),
         SourceKind::Journal => dir.join("in/journal"),
         SourceKind::ArchiveIpc | SourceKind::ArchiveUdp => dir.join("in/archive"),
+        // a partition of the input topic (no file: the name is the partition's)
+        SourceKind::Kafka => dir.join(format!("in/kafka-{stream}")),
     }
 }
 

@@ -1,0 +1,259 @@
+//! The server's config file of a scenario: its feed, the workload's processors and sink,
+//! and the other consumers of the feed as they stand (a reload removes, adds back or
+//! replaces them).
+
+use crate::scenario::{Also, SinkKind, SourceKind, Workload};
+
+use super::{World, ARCHIVE_STREAM};
+
+/// Where the HTTP target's CA certificate is written when the target serves https
+/// (relative to the scenario's folder, as the sink's `ca_file`).
+pub const HTTPS_CA_FILE: &str = "peers/https-ca.pem";
+
+impl World {
+    /// The config of the scenario, as the harness means it now.
+    pub fn config(&self) -> String {
+        self.config_with(None)
+    }
+
+    /// The config of the scenario with `data_dir` set (a reload that moves it).
+    pub fn config_with(&self, data_dir: Option<&str>) -> String {
+        let scenario = &self.scenario;
+        let options = &scenario.options;
+        let mut text = format!(
+            "plugin_dir = \"{}\"\nshutdown_timeout_millis = 20000\n",
+            self.bins.plugin_dir.display(),
+        );
+        if let Some(data_dir) = data_dir {
+            text.push_str(&format!("data_dir = \"{data_dir}\"\n"));
+        }
+        text.push_str(&format!(
+            "\n[admin]\naddress = \"127.0.0.1:{}\"\n\n",
+            self.ports.admin
+        ));
+        text.push_str("[[feeds]]\nname = \"lines\"\n");
+        match scenario.source {
+            SourceKind::File => text.push_str(
+                "source = \"file\"\npath = \"in/input.log\"\nread_strategy = \"COMMITED\"\n",
+            ),
+            SourceKind::Glob => {
+                text.push_str(
+                    "source = \"file\"\npath = \"in/logs/*.log\"\nread_strategy = \"COMMITED\"\nscan_interval_millis = 50\n",
+                );
+                if let Some(max) = options.max_open_files {
+                    text.push_str(&format!("max_open_files = {max}\n"));
+                }
+            }
+            SourceKind::Journal => text.push_str(
+                "source = \"journal\"\ncodec = \"line\"\nsettings = { path = \"in/journal\" }\n",
+            ),
+            SourceKind::ArchiveIpc | SourceKind::ArchiveUdp => text.push_str(&format!(
+                "source = \"archive\"\ncodec = \"line\"\nsettings = {{ archive = \"in/archive\", stream = {ARCHIVE_STREAM}, pointer = \"in/lines.pointer\" }}\n",
+            )),
+            SourceKind::Kafka => text.push_str(&self.kafka_feed_settings()),
+        }
+        text.push('\n');
+        let sinks: &[&str] = if options.two_sinks_one_path {
+            &["out", "out2"]
+        } else {
+            &["out"]
+        };
+        for name in sinks {
+            text.push_str(&self.sink_block(name, scenario.sink, None));
+        }
+        let second_sink = sinks.last().copied().unwrap_or("out");
+        match scenario.workload {
+            Workload::Ledger => {
+                let mut settings = String::from("state_dir = \"state\", alerts_sink = \"out\"");
+                if let Some(every) = options.compact_every {
+                    settings.push_str(&format!(", compact_every = {every}"));
+                }
+                settings.push_str(&self.ledger_state_settings());
+                text.push_str(&format!(
+                    "[[groups]]\nname = \"ledger\"\n[[groups.processors]]\nname = \"ledger\"\nkind = \"ledger\"\nsettings = {{ {settings} }}\n\n"
+                ));
+                if scenario.writers > 1 {
+                    text.push_str(&format!(
+                        "[[groups]]\nname = \"copy\"\n[[groups.processors]]\nname = \"copy\"\nkind = \"forward\"\nsettings = {{ feed = \"lines\", sink = \"{second_sink}\" }}\n"
+                    ));
+                }
+            }
+            Workload::Forward => {
+                text.push_str("[[groups]]\nname = \"forward\"\n");
+                if scenario.writers > 1 {
+                    text.push_str(
+                        "[[groups.processors]]\nname = \"copy-e\"\nkind = \"forward\"\nsettings = { feed = \"lines\", sink = \"out\", keep = \"^E\" }\n",
+                    );
+                    // the second writer in a group of its own on odd seeds
+                    if scenario.seed % 2 == 1 {
+                        text.push_str("\n[[groups]]\nname = \"forward-w\"\n");
+                    }
+                    text.push_str(&format!(
+                        "[[groups.processors]]\nname = \"copy-w\"\nkind = \"forward\"\nsettings = {{ feed = \"lines\", sink = \"{second_sink}\", keep = \"^W\" }}\n"
+                    ));
+                } else {
+                    text.push_str(
+                        "[[groups.processors]]\nname = \"copy\"\nkind = \"forward\"\nsettings = { feed = \"lines\", sink = \"out\" }\n",
+                    );
+                }
+            }
+        }
+        for (index, also) in options.also.iter().enumerate() {
+            text.push_str(&self.also_block(index, *also));
+        }
+        text
+    }
+
+    /// The names of consumer `index + 1`'s sink and processor as they stand: `also0`
+    /// and `copy`, `also0-r2` and `copy-r2` after two replacements.
+    pub fn also_names(&self, index: usize) -> (String, String) {
+        let replaced = self
+            .consumers
+            .get(index + 1)
+            .map_or(0, |life| life.replaced);
+        if replaced == 0 {
+            (format!("also{index}"), "copy".to_owned())
+        } else {
+            (
+                format!("also{index}-r{replaced}"),
+                format!("copy-r{replaced}"),
+            )
+        }
+    }
+
+    /// The text an also-consumer's outputs start with: `a0 `.
+    pub fn also_prefix(index: usize) -> String {
+        format!("a{index} ")
+    }
+
+    /// The group of consumer `index + 1` (its group stays when the consumer is
+    /// removed): its sink and processor when present.
+    fn also_block(&self, index: usize, also: Also) -> String {
+        let present = self
+            .consumers
+            .get(index + 1)
+            .is_none_or(|life| life.present);
+        let mut text = String::new();
+        match also {
+            Also::Forward { sink } => {
+                let (sink_name, processor) = self.also_names(index);
+                if present {
+                    text.push_str(&self.sink_block(&sink_name, sink, Some(index)));
+                }
+                text.push_str(&format!("[[groups]]\nname = \"also{index}\"\n"));
+                if present {
+                    text.push_str(&format!(
+                        "[[groups.processors]]\nname = \"{processor}\"\nkind = \"forward\"\nsettings = {{ feed = \"lines\", sink = \"{sink_name}\", template = \"{}{{line}}\" }}\n",
+                        Self::also_prefix(index)
+                    ));
+                }
+            }
+            Also::LedgerUnguarded => {
+                text.push_str(&format!("[[groups]]\nname = \"also{index}\"\n"));
+                if present {
+                    text.push_str(&format!(
+                        "[[groups.processors]]\nname = \"ledger\"\nkind = \"ledger\"\nsettings = {{ state_dir = \"state-also{index}\", alerts = \"out/also{index}-alerts.txt\", guard = false }}\n"
+                    ));
+                }
+            }
+        }
+        text.push('\n');
+        text
+    }
+
+    /// A `[[sinks]]` entry named `name` of `kind`: the workload's (`also` `None`) or
+    /// consumer `also + 1`'s, each with its own file, path or topic.
+    fn sink_block(&self, name: &str, kind: SinkKind, also: Option<usize>) -> String {
+        let options = &self.scenario.options;
+        let mut text = format!("[[sinks]]\nname = \"{name}\"\n");
+        match kind {
+            SinkKind::File => text.push_str(&format!(
+                "kind = \"file\"\npath = \"{}\"\n",
+                also.map_or("out/out.txt".to_owned(), |index| format!(
+                    "out/also{index}.txt"
+                ))
+            )),
+            SinkKind::Http => {
+                let path = also.map_or("/events".to_owned(), |index| format!("/also{index}"));
+                text.push_str(&self.http_sink_settings(&path));
+            }
+            SinkKind::Journal => text.push_str(&format!(
+                "kind = \"journal\"\nsettings = {{ path = \"{}\" }}\n",
+                also.map_or("out/journal".to_owned(), |index| format!(
+                    "out/journal-also{index}"
+                ))
+            )),
+            SinkKind::Tcp => text.push_str(&format!(
+                "kind = \"tcp\"\naddress = \"127.0.0.1:{}\"\n",
+                self.ports.tcp
+            )),
+            SinkKind::Stdout => text.push_str("kind = \"stdout\"\n"),
+            SinkKind::Kafka => text.push_str(&self.kafka_sink_settings(also)),
+        }
+        if let Some(batch) = options.batch {
+            text.push_str(&format!("batch = {batch}\n"));
+        }
+        if let Some(capacity) = options.sink_queue_capacity {
+            text.push_str(&format!("queue_capacity = {capacity}\n"));
+        }
+        text.push('\n');
+        text
+    }
+
+    /// An HTTP sink's settings toward the target's `path`.
+    fn http_sink_settings(&self, path: &str) -> String {
+        let options = &self.scenario.options;
+        let scheme = if options.https { "https" } else { "http" };
+        let mut text = format!(
+            "kind = \"http\"\nurl = \"{scheme}://127.0.0.1:{}{path}\"\n",
+            self.ports.http
+        );
+        if options.https {
+            text.push_str(&format!("ca_file = \"{HTTPS_CA_FILE}\"\n"));
+        }
+        let http_settings = [
+            ("max_retries", options.max_retries.map(u64::from)),
+            ("initial_backoff_millis", options.initial_backoff_millis),
+            ("max_backoff_millis", options.max_backoff_millis),
+            ("response_timeout_millis", options.response_timeout_millis),
+            (
+                "batch_max_lines",
+                options.http_batch.map(|batch| u64::from(batch.max_lines)),
+            ),
+            (
+                "batch_max_bytes",
+                options
+                    .http_batch
+                    .and_then(|batch| batch.max_bytes.map(u64::from)),
+            ),
+        ];
+        for (key, value) in http_settings {
+            if let Some(value) = value {
+                text.push_str(&format!("{key} = {value}\n"));
+            }
+        }
+        if options.http_batch.is_some_and(|batch| batch.gzip) {
+            text.push_str("compression = \"gzip\"\n");
+        }
+        if let Some(policy) = &options.on_exhausted {
+            text.push_str(&format!("on_exhausted = \"{policy}\"\n"));
+        }
+        text
+    }
+
+    /// The feed settings of a Kafka source (the `kafka` family).
+    fn kafka_feed_settings(&self) -> String {
+        "source = \"kafka\"\n# the kafka family's feed settings are not built yet\n".to_owned()
+    }
+
+    /// The settings of a Kafka sink (the `kafka` family).
+    fn kafka_sink_settings(&self, _also: Option<usize>) -> String {
+        "kind = \"kafka\"\n# the kafka family's sink settings are not built yet\n".to_owned()
+    }
+
+    /// More of the ledger's settings where its state is not `state/` alone (a changelog
+    /// on a Kafka feed): empty otherwise.
+    fn ledger_state_settings(&self) -> String {
+        String::new()
+    }
+}
