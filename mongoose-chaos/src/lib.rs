@@ -41,6 +41,7 @@
 //! assert!(outcome.passed());
 //! ```
 
+pub mod consumers;
 pub mod failure;
 pub mod foreign;
 pub mod generate;

@@ -20,13 +20,22 @@ pub fn outputs_of(world: &World, consumer: usize) -> Result<(Vec<OutputRecord>, 
             _ => return Err(format!("consumer {consumer} has no sink")),
         },
     };
+    let mut moved = false;
     let records: Vec<OutputRecord> = match kind {
         SinkKind::File => {
-            let path = also.map_or("out/out.txt".to_owned(), |index| {
-                format!("out/also{index}.txt")
-            });
-            let text = std::fs::read(world.path(&path)).unwrap_or_default();
-            plain(&String::from_utf8_lossy(&text))
+            let files = match also {
+                // with the output files an operator moved away after a refusal
+                None => crate::steps::output_files(world),
+                Some(index) => vec![world.path(&format!("out/also{index}.txt"))],
+            };
+            moved = files.len() > 1;
+            files
+                .iter()
+                .flat_map(|file| {
+                    let text = std::fs::read(file).unwrap_or_default();
+                    plain(&String::from_utf8_lossy(&text))
+                })
+                .collect()
         }
         SinkKind::Tcp => {
             plain(&std::fs::read_to_string(world.path("peers/tcp.txt")).unwrap_or_default())
@@ -74,6 +83,9 @@ pub fn outputs_of(world: &World, consumer: usize) -> Result<(Vec<OutputRecord>, 
             .collect(),
     };
     let promise = match kind {
+        // a new output file after a refusal: what the old one held may be written
+        // again into the new one (the sink's record of it went with the old file)
+        SinkKind::File if moved => Promise::AtLeastOnce,
         SinkKind::File => Promise::ExactlyOnce,
         SinkKind::Http => Promise::AtLeastOnceKeyed,
         SinkKind::Kafka

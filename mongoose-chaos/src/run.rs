@@ -32,8 +32,9 @@ pub struct Outcome {
     pub scenario: Scenario,
     /// What the checks found (empty: it passed).
     pub failures: Vec<Failure>,
-    /// A start refused after a state fault (a pass when the refusal changed nothing).
-    pub refused: Option<String>,
+    /// The starts refused after a state fault (each judged, then repaired as an
+    /// operator would), and a config refused at load as promised.
+    pub refusals: Vec<String>,
     /// The final run's exit code (`None`: it did not end, or never ran).
     pub exit_code: Option<i32>,
     /// Lines written.
@@ -71,9 +72,11 @@ impl Outcome {
             self.lines,
             self.exit_code
                 .map_or("-".to_owned(), |code| code.to_string()),
-            self.refused
-                .as_ref()
-                .map_or(String::new(), |said| format!(", refused: {said}"))
+            if self.refusals.is_empty() {
+                String::new()
+            } else {
+                format!(", refused: {}", self.refusals.join(" | "))
+            }
         ));
         for failure in &self.failures {
             text.push_str(&format!("  !! {failure}\n"));
@@ -97,7 +100,7 @@ pub fn run_scenario(scenario: &Scenario, bins: &Binaries, dir: &Path) -> Outcome
             return Outcome {
                 scenario: scenario.clone(),
                 failures: vec![Failure::new(FailureKind::Harness, error)],
-                refused: None,
+                refusals: Vec::new(),
                 exit_code: None,
                 lines: 0,
                 elapsed: began.elapsed(),
@@ -106,12 +109,12 @@ pub fn run_scenario(scenario: &Scenario, bins: &Binaries, dir: &Path) -> Outcome
             }
         }
     };
-    let mut refused = false;
+    let mut ended = false;
     for step in &scenario.steps {
         match world.step(step) {
-            Ok(Flow::Continue) => {}
+            Ok(Flow::Continue | Flow::Repaired) => {}
             Ok(Flow::Refused) => {
-                refused = true;
+                ended = true;
                 break;
             }
             Err(error) => {
@@ -120,30 +123,30 @@ pub fn run_scenario(scenario: &Scenario, bins: &Binaries, dir: &Path) -> Outcome
             }
         }
     }
-    let exit_code = if refused
-        || world
+    let harness_failed = |world: &World| {
+        world
             .failures
             .iter()
-            .any(|f| f.kind == FailureKind::Harness)
-    {
+            .any(|failure| failure.kind == FailureKind::Harness)
+    };
+    let exit_code = if ended || harness_failed(&world) {
         None
     } else {
         finish(&mut world)
     };
-    if world.refused.is_none()
-        && !world
-            .failures
-            .iter()
-            .any(|f| f.kind == FailureKind::Harness)
-    {
+    // every run is checked to its end, refusals or not; only a config refused at load
+    // as promised (two file sinks on one path) has nothing to check
+    if world.refused_config.is_none() && !harness_failed(&world) {
         check(&mut world, exit_code);
     }
     world.kill_server();
     world.unmount();
+    let mut refusals = std::mem::take(&mut world.refusals);
+    refusals.extend(world.refused_config.take());
     Outcome {
         scenario: scenario.clone(),
         failures: std::mem::take(&mut world.failures),
-        refused: world.refused.take(),
+        refusals,
         exit_code,
         lines: world.truth.lines.len(),
         elapsed: began.elapsed(),
@@ -177,16 +180,21 @@ fn finish(world: &mut World) -> Option<i32> {
             let code = code_of(status);
             world.event(format!("the final run exited {code}"));
             // a state fault's refusal may come once a source opens the damaged file
-            // (a glob's file), in any run until the server settled after the fault
-            let two_sinks_refused = world.scenario.options.two_sinks_one_path && code == 2;
-            if two_sinks_refused
-                || ((world.run_after_touch || world.touched_unsettled) && (code == 1 || code == 2))
-            {
-                world.server = None;
-                let said = last_error(&world.server_log_of_run());
-                world.event(format!("the final run refused to start: {said}"));
-                world.refused = Some(said);
-                return None;
+            // (a glob's file), in any run until the server settled after the fault:
+            // judged, repaired as an operator would, and the final run started again
+            let refusal = (code == 1 || code == 2)
+                && (!world.touched.is_empty() || world.scenario.options.two_sinks_one_path);
+            if refusal {
+                match world.check_server() {
+                    Flow::Repaired => {
+                        if let Err(error) = world.start_server(true) {
+                            world.fail(FailureKind::Harness, error);
+                            return None;
+                        }
+                        continue;
+                    }
+                    Flow::Refused | Flow::Continue => return None,
+                }
             }
             if code == 1 && world.input_damaged {
                 // a damaged input may stop the run: it must say where
@@ -281,6 +289,7 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         }
         Err(error) => world.fail(FailureKind::Harness, error),
     }
+    missing_reported += crate::consumers::check_consumers(world);
     check_http_counts(world);
     let gaps = world.udp_gaps();
     match exit_code {
@@ -341,21 +350,65 @@ fn check(world: &mut World, exit_code: Option<i32>) {
             }
         }
         Some(3) => {
-            let could_lose = missing_reported > 0
-                || missing_counted > 0
-                || gaps > 0
-                || !excused.is_empty()
-                || !world.lossy.is_empty()
-                || world.scenario.options.on_exhausted.as_deref() == Some("count_loss");
-            if !could_lose {
-                world.fail(
-                    FailureKind::FalseAlarm,
-                    "the run exited 3 (not lossless) with nothing lost and no fault that could lose",
-                );
+            let mut uncertain = world.uncertain_losses.clone();
+            // a count_loss sink whose target (or the server) was paused may count lost
+            // an output the target took late: it cannot tell
+            if world.scenario.options.on_exhausted.as_deref() == Some("count_loss")
+                && !world.http_down_runs.is_empty()
+            {
+                uncertain.push("count_loss while the target or the server was stopped".to_owned());
+            }
+            let facts = LossFacts {
+                missing_reported,
+                missing_counted,
+                gaps,
+                excused: excused.len(),
+                uncertain,
+            };
+            if let Some(failure) = false_alarm(&facts, &world.lossy) {
+                world.fail(failure.kind, failure.detail);
             }
         }
         _ => {}
     }
+}
+
+/// What a run's exit 3 (not lossless) may stand on.
+#[derive(Clone, Debug, Default)]
+pub struct LossFacts {
+    /// Lines (or their outputs) a fault took away that are missing.
+    pub missing_reported: usize,
+    /// Outputs a `count_loss` sink counted lost that are missing.
+    pub missing_counted: usize,
+    /// Gaps the UDP publisher answered lost.
+    pub gaps: u64,
+    /// Outputs the HTTP target refused as often as the sink may try.
+    pub excused: usize,
+    /// Faults after which the server cannot tell whether it lost anything.
+    pub uncertain: Vec<String>,
+}
+
+/// The false alarm of an exit 3: nothing is missing and no fault left the server
+/// unable to tell (a fault that could have lost something but did not is no excuse:
+/// the server must tell the difference where it can). `None` when the exit 3 stands.
+/// `faults` are the lossy faults made, named in the finding.
+pub fn false_alarm(facts: &LossFacts, faults: &[String]) -> Option<Failure> {
+    let missing = facts.missing_reported + facts.missing_counted + facts.excused;
+    if missing > 0 || facts.gaps > 0 || !facts.uncertain.is_empty() {
+        return None;
+    }
+    Some(Failure::new(
+        FailureKind::FalseAlarm,
+        if faults.is_empty() {
+            "the run exited 3 (not lossless) with nothing lost and no fault that could lose"
+                .to_owned()
+        } else {
+            format!(
+                "the run exited 3 (not lossless) though nothing is missing after the faults that could lose ({}), each of which the server can tell",
+                faults.join(", ")
+            )
+        },
+    ))
 }
 
 /// The run that reported the losses of the runs `down` (a loss counted in a run is

@@ -81,7 +81,12 @@ fn lines_given_to_an_appender_that_refused_a_damaged_journal_are_no_loss_to_repo
     let mongoose = mongoose_binary();
     let scratch = tempfile::tempdir().expect("scratch");
     // the seed's scenario: a ledger fed by a journal (its steps are not run here)
-    let mut world = common::seed_world(1_796_543_685_089, mongoose.clone(), scratch.path());
+    let mut world = common::seed_world(
+        "journal-faults",
+        1_796_543_685_089,
+        mongoose.clone(),
+        scratch.path(),
+    );
     let append = |lines| Step::Append {
         lines,
         stream: 0,

@@ -20,6 +20,7 @@ fn a_file_rotated_away_while_an_earlier_rotation_is_unsettled_may_be_missing_if_
     // the seed's scenario: a ledger on a file (its steps are not run here); no server,
     // journal or archive here: nothing runs the binary
     let mut world = common::seed_world(
+        "rotation",
         1_796_199_420_421,
         scratch.path().join("no-mongoose"),
         scratch.path(),

@@ -36,7 +36,7 @@ impl Builder {
                 if workload == Workload::Forward && self.chance(20) {
                     return (source, SinkKind::Http);
                 }
-                let others = [
+                let mut others = vec![
                     Also::Forward {
                         sink: SinkKind::Http,
                     },
@@ -52,8 +52,11 @@ impl Builder {
                     Also::Forward {
                         sink: SinkKind::File,
                     },
-                    Also::LedgerUnguarded,
                 ];
+                // a ledger reads `account,amount` lines: the ledger workload's
+                if workload == Workload::Ledger {
+                    others.push(Also::LedgerUnguarded);
+                }
                 options.also.push(self.pick(&others));
                 if self.chance(30) {
                     let second = self.pick(&others);
@@ -68,12 +71,15 @@ impl Builder {
                     sink: SinkKind::Http,
                 });
                 if self.chance(30) {
-                    options.also.push(self.pick(&[
-                        Also::Forward {
-                            sink: SinkKind::File,
-                        },
-                        Also::LedgerUnguarded,
-                    ]));
+                    options
+                        .also
+                        .push(if workload == Workload::Ledger && self.chance(50) {
+                            Also::LedgerUnguarded
+                        } else {
+                            Also::Forward {
+                                sink: SinkKind::File,
+                            }
+                        });
                 }
                 (
                     self.pick(&[SourceKind::File, SourceKind::Glob]),

@@ -184,7 +184,7 @@ impl World {
         remove(&live);
         let lines = self.moved(stream, &live, Path::new("/deleted"));
         self.truth.mark_maybe(lines, true);
-        self.note_lossy("delete-input");
+        self.note_lossy_unseen("delete-input");
         // the stream's next lines go to a new file of the original name
         self.streams[stream].live = self.path(&format!("in/logs/s{stream}.log"));
         Ok(())
@@ -207,7 +207,7 @@ impl World {
                 // the pointer's file is gone: the server cannot tell whether lines were
                 // appended to it after it last read it, so it may report a possible
                 // loss (exit 3, in the run that finds it and the one after)
-                self.note_lossy("recreate-source");
+                self.note_lossy_unseen("recreate-source");
             }
             SourceKind::Journal => {
                 self.close_appender()?;

@@ -8,14 +8,18 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::peer::write_mode;
-use crate::scenario::{HttpMode, Step};
+use crate::scenario::{HttpMode, StateFile, Step};
 use crate::world::World;
 
 mod faults;
 mod inputs;
 mod progress;
 mod reload;
+mod repair;
 mod server;
+
+pub use progress::Progress;
+pub use repair::{output_files, refusal_names, refusal_promised, Touched};
 
 /// The log filter of the server runs.
 const SERVER_LOG: &str = "info";
@@ -31,7 +35,11 @@ const SETTLE_PATIENCE: Duration = Duration::from_secs(60);
 pub enum Flow {
     /// Go on.
     Continue,
-    /// The server refused to start on damaged state: the schedule ends here.
+    /// The server refused to start after a state fault and the harness repaired what it
+    /// names as an operator would: start it again and go on.
+    Repaired,
+    /// The server refused its config as promised (two file sinks on one path), or a
+    /// refusal the harness cannot repair: the schedule ends here.
     Refused,
 }
 
@@ -51,12 +59,14 @@ impl World {
                 stream,
                 bytes,
             } => self.append(*stream, *lines, *bytes)?,
-            Step::Start => {
+            Step::Start => loop {
                 self.start_server(false)?;
-                if self.wait_up() == Flow::Refused {
-                    return Ok(Flow::Refused);
+                match self.wait_up() {
+                    Flow::Continue => break,
+                    Flow::Repaired => continue,
+                    Flow::Refused => return Ok(Flow::Refused),
                 }
-            }
+            },
             Step::Wait { ms } => std::thread::sleep(Duration::from_millis(*ms)),
             Step::Settle => self.settle(),
             Step::Kill => self.kill_server(),
@@ -120,14 +130,22 @@ impl World {
                 let path = self.state_path(*what);
                 remove(&path);
                 self.state_touched = true;
-                self.touched_unsettled = true;
+                self.touched.push(Touched {
+                    what: *what,
+                    how: None,
+                });
                 self.event(format!("deleted {}", path.display()));
             }
             Step::Damage { what, how } => {
                 self.stop_for_state();
                 self.damage(*what, *how)?;
                 self.state_touched = true;
-                self.touched_unsettled = true;
+                if *what != StateFile::JournalExcerpt {
+                    self.touched.push(Touched {
+                        what: *what,
+                        how: Some(*how),
+                    });
+                }
             }
             Step::KeepCopy { what } => {
                 let path = self.state_path(*what);

@@ -11,13 +11,13 @@ use crate::world::World;
 
 /// What the crash loop's progress checks saw so far.
 #[derive(Clone, Debug)]
-pub(super) struct Progress {
+pub struct Progress {
     /// Kills between two checks.
-    pub(super) every: u32,
+    pub every: u32,
     /// What was applied at the last check.
-    pub(super) last: u64,
+    pub last: u64,
     /// The windows of kills that left nothing more applied while lines waited.
-    pub(super) stalls: Vec<String>,
+    pub stalls: Vec<String>,
 }
 
 impl World {
@@ -47,7 +47,7 @@ impl World {
     }
 
     /// Starts the progress checks of a crash loop that checks every `every` kills.
-    pub(super) fn start_progress(&mut self, every: u32) -> Progress {
+    pub fn start_progress(&mut self, every: u32) -> Progress {
         let last = self.applied();
         self.event(format!("progress: {last} applied before the crash loop"));
         Progress {
@@ -59,7 +59,7 @@ impl World {
 
     /// The check after `kills` kills: more applied than at the last check, unless
     /// nothing waits.
-    pub(super) fn check_progress(&mut self, progress: &mut Progress, kills: u32) {
+    pub fn check_progress(&mut self, progress: &mut Progress, kills: u32) {
         let applied = self.applied();
         let written = self.truth.lines.len() as u64;
         let first = kills + 1 - progress.every;
@@ -77,7 +77,7 @@ impl World {
 
     /// The end of a crash loop's progress checks: a failure naming every window of
     /// kills that left no progress.
-    pub(super) fn end_progress(&mut self, progress: Progress, kills: u32) {
+    pub fn end_progress(&mut self, progress: Progress, kills: u32) {
         if progress.stalls.is_empty() {
             return;
         }

@@ -99,8 +99,9 @@ impl World {
         Flow::Continue
     }
 
-    /// Looks at a server that exited by itself: a refusal after a state fault ends the
-    /// schedule; any other exit is a finding.
+    /// Looks at a server that exited by itself: a refusal after a state fault is judged
+    /// and repaired ([`Flow::Repaired`]); a refused config ends the schedule; any other
+    /// exit is a finding.
     pub fn check_server(&mut self) -> Flow {
         let Some(server) = &mut self.server else {
             return Flow::Continue;
@@ -116,12 +117,21 @@ impl World {
         let two_sinks_refused = self.scenario.options.two_sinks_one_path
             && code == 2
             && said.contains("write the same file");
-        if two_sinks_refused
-            || ((self.run_after_touch || self.touched_unsettled) && (code == 1 || code == 2))
-        {
-            self.event(format!("the server refused to start (exit {code}): {said}"));
-            self.check_refusal(&said);
+        if two_sinks_refused {
+            self.event(format!(
+                "the server refused its config (exit {code}): {said}"
+            ));
+            self.check_refusal();
+            self.refused_config = Some(said);
             return Flow::Refused;
+        }
+        if !self.touched.is_empty() && (code == 1 || code == 2) {
+            self.check_refusal();
+            return if self.refused_after_fault(code, &said) {
+                Flow::Repaired
+            } else {
+                Flow::Refused
+            };
         }
         let detail = format!("a server run exited by itself with {code}: {said}");
         let repeated = self
@@ -143,8 +153,7 @@ impl World {
     }
 
     /// A refusal must leave the output as it was.
-    fn check_refusal(&mut self, said: &str) {
-        self.refused = Some(said.to_owned());
+    fn check_refusal(&mut self) {
         if let Some(before) = self.output_at_start.take() {
             let after = self.output_bytes();
             if after.len() < before.len() || !after.starts_with(&before) {
@@ -248,7 +257,7 @@ impl World {
                             if since.elapsed() >= Duration::from_millis(300) {
                                 self.event("settled");
                                 // a state fault the server settled on was taken
-                                self.touched_unsettled = false;
+                                self.touched.clear();
                                 for files in &mut self.streams {
                                     files.unsettled_rotation = None;
                                 }
@@ -278,6 +287,19 @@ impl World {
     pub fn note_lossy(&mut self, fault: impl Into<String>) {
         self.lossy.push(fault.into());
         self.last_lossy_at = Some(Instant::now());
+    }
+
+    /// Notes a fault that may lose lines, made while the server was not running to see
+    /// it: the server cannot tell whether it lost anything, so a possible loss it
+    /// reports is honest whatever is missing.
+    pub fn note_lossy_unseen(&mut self, fault: impl Into<String>) {
+        let fault = fault.into();
+        if self.server_running() {
+            self.note_lossy(fault);
+        } else {
+            self.uncertain_losses.push(fault.clone());
+            self.note_lossy(format!("{fault} (while stopped)"));
+        }
     }
 
     /// Notes that server run `self.runs` ended with `code`.

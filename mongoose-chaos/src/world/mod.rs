@@ -168,9 +168,9 @@ pub struct World {
     pub state_touched: bool,
     /// Whether the current (or last) server run started after a state fault.
     pub run_after_touch: bool,
-    /// A state file was deleted or damaged and no server has settled since: a refusal
-    /// (exit 1 or 2) naming it may still come.
-    pub touched_unsettled: bool,
+    /// The state files deleted or damaged since a server last settled: a refusal (exit
+    /// 1 or 2) naming one may still come.
+    pub touched: Vec<crate::steps::Touched>,
     /// The peers that run.
     pub peers: BTreeMap<PeerKind, Proc>,
     /// Ports.
@@ -189,14 +189,23 @@ pub struct World {
     pub failures: Vec<Failure>,
     /// Faults that may lose lines whose loss the run must report.
     pub lossy: Vec<String>,
+    /// The faults of `lossy` after which the server cannot tell whether it lost
+    /// anything (an input deleted while it was stopped: lines may have been appended
+    /// after it last read): a report of a possible loss is honest even if nothing is
+    /// missing.
+    pub uncertain_losses: Vec<String>,
     /// Whether an input was damaged (a run may then end with exit 1, naming it).
     pub input_damaged: bool,
     /// The number of lines written when an excerpt of the input journal was damaged:
     /// an appender opening it later refuses it, so lines from there on may never be
     /// written.
     pub journal_damaged_at: Option<usize>,
-    /// A start refused after a state fault: the refusal.
-    pub refused: Option<String>,
+    /// The starts refused after a state fault (each repaired as its message says).
+    pub refusals: Vec<String>,
+    /// A config refused at load as promised (two file sinks on one path): the run ends.
+    pub refused_config: Option<String>,
+    /// The output files an operator moved away after a refusal (a new output file).
+    pub moved_outputs: Vec<PathBuf>,
     /// HTTP sink status samples.
     pub http_samples: Vec<HttpSample>,
     /// The HTTP target's log length when the current run started.
@@ -272,7 +281,7 @@ impl World {
             started: None,
             state_touched: false,
             run_after_touch: false,
-            touched_unsettled: false,
+            touched: Vec::new(),
             peers: BTreeMap::new(),
             ports: Ports {
                 admin: free_tcp_port(),
@@ -287,7 +296,10 @@ impl World {
             events: Vec::new(),
             failures: Vec::new(),
             lossy: Vec::new(),
-            refused: None,
+            uncertain_losses: Vec::new(),
+            refusals: Vec::new(),
+            refused_config: None,
+            moved_outputs: Vec::new(),
             input_damaged: false,
             journal_damaged_at: None,
             http_samples: Vec::new(),

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use mongoose_chaos::world::World;
-use mongoose_chaos::{generate, Binaries, Launcher};
+use mongoose_chaos::{generate_in, Binaries, Launcher};
 
-/// The world of chaos seed `seed`'s scenario in `scratch/world`, running `mongoose`
-/// (plugins in `scratch/plugins`, this package's harness binary as the peer).
-pub(crate) fn seed_world(seed: u64, mongoose: PathBuf, scratch: &Path) -> World {
+/// The world of chaos seed `seed`'s scenario in `family` in `scratch/world`, running
+/// `mongoose` (plugins in `scratch/plugins`, this package's harness binary as the peer).
+pub(crate) fn seed_world(family: &str, seed: u64, mongoose: PathBuf, scratch: &Path) -> World {
     let bins = Binaries {
         mongoose,
         plugin_dir: scratch.join("plugins"),
@@ -17,5 +17,6 @@ pub(crate) fn seed_world(seed: u64, mongoose: PathBuf, scratch: &Path) -> World 
             args: Vec::new(),
         },
     };
-    World::create(generate(seed), bins, &scratch.join("world")).expect("the scenario's folder")
+    let scenario = generate_in(family, seed).expect("a family of the harness");
+    World::create(scenario, bins, &scratch.join("world")).expect("the scenario's folder")
 }
