@@ -21,6 +21,9 @@ enum Promised {
     Taken,
     /// Refused or invalid, the reasons naming this text.
     Refused(&'static str),
+    /// Refused or invalid, the reasons naming the file or a place in it (a key path,
+    /// a line).
+    RefusedFile,
 }
 
 impl World {
@@ -66,11 +69,10 @@ impl World {
                 self.config_with(Some("data-moved")),
                 Promised::Refused("data_dir"),
             ),
-            ReloadChange::HalfWritten if running => (
-                half_written(&self.config()),
-                Promised::Refused("mongoose.toml"),
-            ),
-            ReloadChange::Empty if running => (String::new(), Promised::Refused("mongoose.toml")),
+            ReloadChange::HalfWritten if running => {
+                (half_written(&self.config()), Promised::RefusedFile)
+            }
+            ReloadChange::Empty if running => (String::new(), Promised::RefusedFile),
             ReloadChange::DataDir | ReloadChange::HalfWritten | ReloadChange::Empty => {
                 self.event("the server is not running: no reload");
                 return Ok(());
@@ -129,6 +131,18 @@ impl World {
                     FailureKind::BadReload,
                     format!(
                         "a reload ({change:?}) must be refused naming `{named}`; it was {outcome}: {}",
+                        if reasons.is_empty() { "(no reason)" } else { &reasons }
+                    ),
+                )
+            }
+            Promised::RefusedFile
+                if !(outcome == "refused" || outcome == "invalid")
+                    || !names_the_file(&reasons) =>
+            {
+                self.fail(
+                    FailureKind::BadReload,
+                    format!(
+                        "a reload ({change:?}) must be refused naming the file or the place in it; it was {outcome}: {}",
                         if reasons.is_empty() { "(no reason)" } else { &reasons }
                     ),
                 )
@@ -194,6 +208,12 @@ fn reload_of(status: &serde_json::Value, before: u64) -> Option<(String, String)
         })
         .unwrap_or_default();
     Some((outcome, reasons))
+}
+
+/// Whether a reload's reasons name the config file, or the place in it (a line and
+/// column, a key path): what a refusal of a bad file must say.
+fn names_the_file(reasons: &str) -> bool {
+    reasons.contains("mongoose.toml") || reasons.contains("line ") || reasons.contains("empty")
 }
 
 /// `config` cut inside a quoted value of its middle line: no parser takes it.

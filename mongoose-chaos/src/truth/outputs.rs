@@ -184,7 +184,7 @@ impl Truth {
                 .is_some_and(|account| unpredictable.contains(account));
             if present < *must {
                 lost.push(identity.as_str());
-            } else if present > must + maybe + key_slack && !unpredictable_alert {
+            } else if present > (must + maybe) * (1 + key_slack) && !unpredictable_alert {
                 doubled.push(identity.as_str());
             } else if present < must + maybe && excused.contains(identity) {
                 // refused as often as the sink may try: counted lost by the sink
