@@ -201,6 +201,10 @@ pub struct Options {
     /// forward, a ledger without its guard...).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<Also>,
+    /// The other consumers share one group (`also`): one queue, so a reload that
+    /// replaces one of them leaves the queue (and its commit gates) to the others.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shared_group: bool,
     /// The HTTP sinks' batches.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_batch: Option<HttpBatch>,
@@ -236,6 +240,7 @@ impl Default for Options {
             compact_every: None,
             finish_seconds: 90,
             also: Vec::new(),
+            shared_group: false,
             http_batch: None,
             https: false,
             kafka: None,

@@ -168,20 +168,11 @@ impl FeedConnector for DeliveryFeeds {
         }
     }
 
-    fn report_saved_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
+    fn report_consumer_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
         match self.registry.get(feed) {
-            Some(feed) => feed.note_saved_position(position),
+            Some(feed) => feed.note_consumer_position(position),
             None => {
-                tracing::warn!(feed, consumer = %position.consumer, "a processor reported a saved position for a feed that does not exist")
-            }
-        }
-    }
-
-    fn report_written_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
-        match self.registry.get(feed) {
-            Some(feed) => feed.note_written_position(position),
-            None => {
-                tracing::warn!(feed, consumer = %position.consumer, "a processor reported a written position for a feed that does not exist")
+                tracing::warn!(feed, consumer = %position.consumer, "a processor reported what it holds of a feed that does not exist")
             }
         }
     }

@@ -69,17 +69,10 @@ pub trait FeedConnector: Send + Sync {
     /// Removes a subscription under the delivery engine's removed-consumer rules.
     fn unsubscribe(&self, feed: &str, subscription: u64);
 
-    /// A started processor's saved position for `feed`
-    /// ([`mongoose_core::Processor::saved_positions`]), for the feed's source to
-    /// reconcile with at start. Ignored for an unknown feed.
-    fn report_saved_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
-        let _ = (feed, position);
-    }
-
-    /// A started processor's written position for `feed`
-    /// ([`mongoose_core::Processor::written_positions`]), for the feed's source to resume
-    /// from when its own pointer cannot be trusted. Ignored for an unknown feed.
-    fn report_written_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
+    /// What a started processor holds of `feed` (its saved position, what its sink
+    /// holds, or nothing of its own), for the feed's source to decide where it resumes
+    /// ([`mongoose_core::resume`]). Ignored for an unknown feed.
+    fn report_consumer_position(&self, feed: &str, position: mongoose_core::ConsumerPosition) {
         let _ = (feed, position);
     }
 }

@@ -196,6 +196,7 @@ mod log_every;
 mod overload;
 mod position;
 mod processor;
+pub mod resume;
 mod services;
 pub mod sink;
 mod source;
@@ -216,9 +217,10 @@ pub use log_every::LogEvery;
 pub use overload::{OverloadPolicy, OverloadSettings};
 pub use position::{Epoch, Position, PositionValue};
 pub use processor::{
-    is_valid_command_name, CommandHandler, ConsumerPosition, Handler, Processor, SavedPosition,
-    StartBackend, StartContext, MAX_COMMAND_NAME,
+    is_valid_command_name, CommandHandler, Handler, Processor, SavedPosition, StartBackend,
+    StartContext, MAX_COMMAND_NAME,
 };
+pub use resume::{ConsumerPosition, Held};
 pub use services::{Service, ServiceEvent};
 pub use source::{
     AnyCommitter, BatchEnd, EventSource, FileLag, Refusal, SourceCommitter, SourceOutput,

@@ -20,16 +20,6 @@ pub struct SavedPosition {
     pub saved: Option<(Epoch, PositionValue)>,
 }
 
-/// A consumer's [`SavedPosition`] for the feed it was reported to, as a source sees it
-/// at start ([`crate::SourceOutput::saved_positions`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConsumerPosition {
-    /// Who holds it: `group/processor`.
-    pub consumer: String,
-    /// What its saved state holds of the feed.
-    pub saved: Option<(Epoch, PositionValue)>,
-}
-
 /// A typed handler for the items of one feed, erased over the processor type. The
 /// group calls it with the processor it was subscribed for.
 pub type Handler<T> = Box<dyn Fn(&mut dyn Processor, &T) -> Result<(), ProcessorError> + Send>;

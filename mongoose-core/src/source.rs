@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CoreError, PublishRefused};
 use crate::position::{Epoch, Position};
-use crate::processor::ConsumerPosition;
+use crate::resume::ConsumerPosition;
 
 /// Where a source is relative to its input.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
@@ -377,24 +377,14 @@ pub trait SourceOutput<T, P: Position>: Send + Sync {
         let _ = files;
     }
 
-    /// What the feed's consumers that store positions with their state hold
-    /// ([`crate::Processor::saved_positions`]), reported before the source starts: a
-    /// source reconciles its own committed position with them at start. Empty when no
-    /// consumer stores positions.
-    fn saved_positions(&self) -> Vec<ConsumerPosition> {
-        Vec::new()
-    }
-
-    /// What the feed's consumers' outputs hold downstream
-    /// ([`crate::Processor::written_positions`]: the last input whose outputs a sink
-    /// that records its keys holds), reported before the source starts. Weaker than
-    /// [`SourceOutput::saved_positions`]: a consumer may have processed more (inputs
-    /// that made no output), so a source uses them only when its own committed position
-    /// cannot be trusted (its pointer missing, damaged or another input's), to resume
-    /// under the epoch the outputs were written under instead of reading everything
-    /// again under a new one (which the sink would take for new inputs). Empty when no
-    /// consumer reports any.
-    fn written_positions(&self) -> Vec<ConsumerPosition> {
+    /// What each of the feed's consumers holds of it, reported before the source
+    /// starts: its saved state's position ([`crate::Processor::saved_positions`]), what
+    /// its sink holds ([`crate::Processor::written_positions`]), or nothing of its own
+    /// ([`crate::Held::Nothing`]: every consumer is listed). A source decides where it
+    /// resumes from them and its own committed position with
+    /// [`crate::resume::resume`], the one rule for every source. Empty when the feed has
+    /// no consumer.
+    fn consumer_positions(&self) -> Vec<ConsumerPosition> {
         Vec::new()
     }
 }

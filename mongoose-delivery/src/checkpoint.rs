@@ -10,10 +10,16 @@
 //! pending for: the acknowledgement point is then `dispatched`, lowered to the first
 //! item any participant still has pending, computed when the feed polls its
 //! acknowledgements.
+//!
+//! A participant dropped with work still pending (a sink a reload removed while it held
+//! outputs) keeps that work pending: the queue's acknowledgement point stays before its
+//! first item for the rest of the run, or until the operator release, and the feed
+//! reports why (DESIGN invariant 8: a reload that removes a consumer removes none of its
+//! obligations; a restart reads those inputs again for the consumers there are then).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use mongoose_core::sink::CommitGate;
 use parking_lot::Mutex;
@@ -40,8 +46,9 @@ pub(crate) struct HoldCell {
     held: AtomicBool,
     current: Mutex<Option<Arc<QueueShared>>>,
     durable: AtomicU64,
-    /// The participants, when the hold is driven by them.
-    participants: Mutex<Vec<Weak<Pending>>>,
+    /// The participants, when the hold is driven by them (kept while their owner holds
+    /// them, and after it dropped them while they still have work pending).
+    participants: Mutex<Vec<Arc<Pending>>>,
     has_participants: AtomicBool,
 }
 
@@ -54,6 +61,8 @@ struct Pending {
     held: Mutex<Vec<(u64, Mark, String)>>,
     /// True while `held` may hold something (a cheap check on every completion).
     any_held: AtomicBool,
+    /// Its owner dropped it with work pending, and the queue was told why it holds.
+    orphaned: AtomicBool,
 }
 
 impl HoldCell {
@@ -109,12 +118,27 @@ impl HoldCell {
     fn participants_floor(&self, shared: &QueueShared) -> u64 {
         let mut floor = shared.dispatched();
         let mut participants = self.participants.lock();
-        participants.retain(|participant| participant.strong_count() > 0);
-        for participant in participants.iter().filter_map(Weak::upgrade) {
+        // a participant its owner dropped goes once it has nothing pending; with work
+        // pending it keeps holding (its outputs were never published)
+        participants.retain(|participant| {
+            Arc::strong_count(participant) > 1 || !participant.entries.lock().is_empty()
+        });
+        for participant in participants.iter() {
             let entries = participant.entries.lock();
             if let Some((_, mark, _)) = entries.front() {
                 if mark.binding == Some(shared.id) {
                     floor = floor.min(mark.count);
+                    if Arc::strong_count(participant) == 1
+                        && !participant.orphaned.swap(true, Ordering::AcqRel)
+                    {
+                        shared.hold_from(
+                            mark.count,
+                            format!(
+                                "a consumer removed by a reload left {} outputs unpublished: their inputs stay uncommitted until a restart reads them again (or an operator release)",
+                                entries.len()
+                            ),
+                        );
+                    }
                 }
             }
         }
@@ -139,7 +163,7 @@ impl HoldCell {
     /// The operator release: every participant's pending work is given up (marked
     /// over), so the queue's acknowledgement point is no longer held by it.
     pub(crate) fn release_participants(&self) {
-        for participant in self.participants.lock().iter().filter_map(Weak::upgrade) {
+        for participant in self.participants.lock().iter() {
             participant.entries.lock().clear();
             participant.held.lock().clear();
         }
@@ -163,7 +187,7 @@ impl HoldCell {
             return;
         }
         let mut earliest: Option<(u64, String)> = None;
-        for participant in self.participants.lock().iter().filter_map(Weak::upgrade) {
+        for participant in self.participants.lock().iter() {
             for (_, mark, reason) in participant.held.lock().iter() {
                 if mark.binding == Some(shared.id)
                     && earliest.as_ref().is_none_or(|(from, _)| mark.count < *from)
@@ -241,7 +265,7 @@ impl ProcessingCheckpoint {
     /// [`ProcessingCheckpoint::durable_through`].
     pub fn participant(&self) -> CheckpointParticipant {
         let pending = Arc::new(Pending::default());
-        self.cell.participants.lock().push(Arc::downgrade(&pending));
+        self.cell.participants.lock().push(Arc::clone(&pending));
         self.cell.has_participants.store(true, Ordering::Release);
         CheckpointParticipant {
             cell: Arc::clone(&self.cell),

@@ -42,13 +42,9 @@ pub trait AnyFeed: DrivenOutput + Send + Sync {
     fn hold(&self, group: &str) -> ProcessingCheckpoint;
     /// Loss records of earlier runs found at this start ([`Publisher::note_earlier_losses`]).
     fn note_earlier_losses(&self, records: u64);
-    /// Keeps a consumer's saved position for the feed's source to reconcile with at
-    /// start ([`mongoose_core::SourceOutput::saved_positions`]).
-    fn note_saved_position(&self, position: mongoose_core::ConsumerPosition);
-    /// Keeps a consumer's written position for the feed's source to resume from when
-    /// its own pointer cannot be trusted
-    /// ([`mongoose_core::SourceOutput::written_positions`]).
-    fn note_written_position(&self, position: mongoose_core::ConsumerPosition);
+    /// Keeps what a consumer holds of the feed, for the feed's source to decide where it
+    /// resumes at start ([`mongoose_core::SourceOutput::consumer_positions`]).
+    fn note_consumer_position(&self, position: mongoose_core::ConsumerPosition);
     /// The operator release of a held position.
     ///
     /// # Errors
@@ -116,11 +112,8 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     fn note_earlier_losses(&self, records: u64) {
         Publisher::note_earlier_losses(self, records);
     }
-    fn note_saved_position(&self, position: mongoose_core::ConsumerPosition) {
-        Publisher::note_saved_position(self, position);
-    }
-    fn note_written_position(&self, position: mongoose_core::ConsumerPosition) {
-        Publisher::note_written_position(self, position);
+    fn note_consumer_position(&self, position: mongoose_core::ConsumerPosition) {
+        Publisher::note_consumer_position(self, position);
     }
     fn release(&self, queue: Option<&str>) -> Result<crate::Released, crate::DeliveryError> {
         Publisher::release(self, queue)

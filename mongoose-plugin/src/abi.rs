@@ -42,7 +42,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 /// the host output has `report_loss` (a source's known loss, such as an archive gap,
 /// makes the feed not lossless); the source and sink vtables have `check` (a kind's
 /// settings checked when the plugin is loaded, by `validate` and before `run` starts);
-/// the host output has `saved_positions` (what the feed's consumers saved with their
+/// the host output has `saved_positions` (since 5: `consumer_positions`; what the feed's consumers saved with their
 /// state, for a source to reconcile its own committed position with at start), and
 /// `report_files` (a many-file source's files, for the feed's status).
 ///
@@ -52,7 +52,12 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MONGOOSE");
 /// `set_pause_by_default` nor `acknowledge_with`, and its `poll_acknowledgements` is
 /// [`HostOutputVTable::commit_processed`] (what a source calls before it gives input
 /// up; only the host's driver polls around the cycles).
-pub const ABI_VERSION: u32 = 4;
+///
+/// 5: one rule for where a feed resumes. The host output's `saved_positions` is
+/// [`HostOutputVTable::consumer_positions`]: every consumer of the feed, each with what
+/// it holds ([`HELD_SAVED`], [`HELD_NOTHING_SAVED`], [`HELD_WRITTEN`],
+/// [`HELD_NOTHING`]), for [`mongoose_core::resume::resume`].
+pub const ABI_VERSION: u32 = 5;
 
 /// The symbol every plugin exports: `extern "C" fn() -> *const PluginDeclaration`.
 pub const DECLARATION_SYMBOL: &[u8] = b"mongoose_plugin_declaration\0";
@@ -463,11 +468,11 @@ pub struct HostOutputVTable {
     pub release: unsafe extern "C" fn(context: *const c_void),
     /// `SourceOutput::report_loss`: `bytes` is the bytes lost when `known` is 1.
     pub report_loss: unsafe extern "C" fn(context: *const c_void, what: Str, bytes: u64, known: u8),
-    /// `SourceOutput::saved_positions`: calls `each(each_context, ...)` once per consumer
-    /// that stores positions with its state, before it returns.
-    pub saved_positions: unsafe extern "C" fn(
+    /// `SourceOutput::consumer_positions`: calls `each(each_context, ...)` once per
+    /// consumer of the feed, with what it holds, before it returns.
+    pub consumer_positions: unsafe extern "C" fn(
         context: *const c_void,
-        each: SavedPositionFn,
+        each: ConsumerPositionFn,
         each_context: *mut c_void,
     ),
     /// `SourceOutput::report_files`: `count` files at `files` (borrowed for the call).
@@ -494,13 +499,23 @@ pub struct FileLagRef {
     pub reserved: u32,
 }
 
-/// One consumer's saved position ([`HostOutputVTable::saved_positions`]): its name
-/// (`group/processor`), and, when `saved` is 1, the `(epoch, lane, offset)` its state
-/// holds of the feed (0: its state holds nothing of the feed).
-pub type SavedPositionFn = unsafe extern "C" fn(
+/// `held` of a [`ConsumerPositionFn`]: the consumer's saved state holds nothing of the
+/// feed (`mongoose_core::Held::Saved(None)`).
+pub const HELD_NOTHING_SAVED: u8 = 0;
+/// `held`: its saved state holds `(epoch, lane, offset)` (`Held::Saved(Some(..))`).
+pub const HELD_SAVED: u8 = 1;
+/// `held`: its sink holds the outputs up to `(epoch, lane, offset)` (`Held::Written`).
+pub const HELD_WRITTEN: u8 = 2;
+/// `held`: it keeps no position of its own (`Held::Nothing`).
+pub const HELD_NOTHING: u8 = 3;
+
+/// One consumer's hold of the feed ([`HostOutputVTable::consumer_positions`]): its name
+/// (`group/processor`), what it holds (`held`: [`HELD_SAVED`] and the others), and, for
+/// [`HELD_SAVED`] and [`HELD_WRITTEN`], the `(epoch, lane, offset)` it holds.
+pub type ConsumerPositionFn = unsafe extern "C" fn(
     context: *mut c_void,
     consumer: Str,
-    saved: u8,
+    held: u8,
     epoch: u64,
     lane: u32,
     offset: u64,
@@ -691,7 +706,7 @@ const LAYOUT: &[usize] = &[
     offset_of!(HostOutputVTable, retain),
     offset_of!(HostOutputVTable, release),
     offset_of!(HostOutputVTable, report_loss),
-    offset_of!(HostOutputVTable, saved_positions),
+    offset_of!(HostOutputVTable, consumer_positions),
     offset_of!(HostOutputVTable, report_files),
     size_of::<FileLagRef>(),
     offset_of!(FileLagRef, committed),

@@ -196,20 +196,25 @@ fn a_plugin_with_a_wrong_abi_version_is_refused_with_both_versions_named() {
     assert!(registry.refused()[0].reason.contains("ABI 999"));
 }
 
-/// Issue 26, item 4: the source protocol became types (a source's `start` returns what
-/// it registers; the host output lost `acknowledge_with` and `set_pause_by_default`),
-/// so a plugin built with the SDK of before (ABI 3) must be refused, not called through
-/// vtables it does not have.
+/// Issue 26, item 4, and issue 36: the ABI changes (the source protocol became types;
+/// the host output's `saved_positions` became `consumer_positions`, every consumer with
+/// what it holds), so a plugin built with the SDK of before (the ABI before this one)
+/// must be refused, not called through vtables it does not have.
 #[test]
-fn a_plugin_built_before_the_source_protocol_became_types_is_refused_with_the_rebuild_message() {
+fn a_plugin_built_for_the_previous_abi_is_refused_with_the_rebuild_message() {
     let library = template(&["previous-abi"]);
     let refused = PluginLibrary::load(&library).expect_err("refused");
     let PluginError::Refused(message) = &refused else {
         panic!("not a handshake refusal: {refused}");
     };
+    let previous = format!(
+        "was built for ABI {} with mongoose-plugin 0.1.0",
+        abi::ABI_VERSION - 1
+    );
+    let ours = format!("this server speaks ABI {}", abi::ABI_VERSION);
     for part in [
-        "was built for ABI 3 with mongoose-plugin 0.1.0",
-        "this server speaks ABI 4",
+        previous.as_str(),
+        ours.as_str(),
         "rebuild the plugin against mongoose-plugin 0.1.x",
     ] {
         assert!(message.contains(part), "'{part}' is not in: {message}");

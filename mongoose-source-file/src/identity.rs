@@ -1,7 +1,10 @@
-//! The identity of an input file: its file key (device and inode on Unix), hashed.
+//! The identity of an input file: its file key (device and inode on Unix), hashed; and
+//! the epoch of its identity ([`identity_epoch_of`]), the position space its lines are
+//! keyed under.
 //!
-//! Never a file time: an append, or a tool that touches the file, must not look like a
-//! replacement (book: guarantees/epochs-and-identity.md).
+//! Never a changing file time: an append, or a tool that touches the file, must not
+//! look like a replacement (book: guarantees/epochs-and-identity.md). The birth time
+//! never changes once a file exists, so it tells a file made again on a reused inode.
 //!
 //! The identity rules are pure functions of what was observed, so their table is
 //! tested without files: [`reset_reason`] decides, at an open, whether the pointer is
@@ -31,6 +34,61 @@ pub(crate) fn key_of(metadata: &Metadata) -> Option<FileKey> {
 pub(crate) fn key_of(_metadata: &Metadata) -> Option<FileKey> {
     let _ = fnv1a_continue;
     None
+}
+
+/// The most leading bytes the identity epoch covers when the first line is longer.
+const IDENTITY_BYTES: usize = 4096;
+
+/// The epoch of the input file `file`'s identity: a hash of its file key (device and
+/// inode), its birth time where the file system keeps one, and its first line (up to
+/// 4 KiB), so the same line of the same file has the same `(epoch, position)` (and its
+/// outputs the same keys) on every read of it, whatever became of a pointer (DESIGN
+/// invariant 9). A file made again on a reused inode has another birth time or first
+/// line; a file cut and written again in place (copytruncate) another first line.
+///
+/// `None` until the file holds its whole first line (or 4 KiB): nothing can be read
+/// from it before, and the epoch is taken when its first line is.
+pub(crate) fn identity_epoch_of(file: &std::fs::File) -> Option<u64> {
+    let metadata = file.metadata().ok()?;
+    let mut lead = vec![0u8; (metadata.len() as usize).min(IDENTITY_BYTES)];
+    crate::positional::read_exact_at(file, &mut lead, 0).ok()?;
+    let first = match lead.iter().position(|byte| *byte == b'\n') {
+        Some(end) => &lead[..=end],
+        None if lead.len() == IDENTITY_BYTES => &lead[..],
+        None => return None,
+    };
+    let mut hash = crate::pointer::fnv1a(b"mongoose input identity 1");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        hash = fnv1a_continue(hash, &metadata.dev().to_be_bytes());
+        hash = fnv1a_continue(hash, &metadata.ino().to_be_bytes());
+    }
+    let born = metadata
+        .created()
+        .ok()
+        .and_then(|born| born.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |since| since.as_nanos());
+    hash = fnv1a_continue(hash, &born.to_be_bytes());
+    hash = fnv1a_continue(hash, first);
+    // positive as a Java long, never 0 (no epoch)
+    Some((hash >> 1).max(1))
+}
+
+/// The epoch after `previous` for a file whose identity is `identity` but whose
+/// content was replaced in place (a truncation with the same first line): a
+/// deterministic step from the previous epoch, never the identity itself.
+pub(crate) fn next_epoch(identity: u64, previous: u64) -> u64 {
+    if identity != previous {
+        return identity;
+    }
+    let hash = fnv1a_continue(identity, &previous.to_be_bytes());
+    let next = (hash >> 1).max(1);
+    if next == previous {
+        previous.wrapping_add(1).max(1)
+    } else {
+        next
+    }
 }
 
 /// What an open of the input observed, for the identity check of the pointer

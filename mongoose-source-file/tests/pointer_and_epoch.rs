@@ -401,15 +401,25 @@ fn an_append_that_moves_the_file_times_keeps_the_pointer_and_epoch() {
     assert_eq!(pointer_of(&path).epoch, epoch.get());
 }
 
-// book: guarantees/epochs-and-identity.md (the epoch is new when the pointer file is created)
+// book: guarantees/where-a-feed-resumes.md (DESIGN invariant 9): the epoch is the
+// input file's identity, never a counter a lost pointer bumps, so a re-read after a
+// lost pointer gives every line the `(epoch, position)` of its first read, and its
+// outputs the same keys. Before: a new epoch, and every output under a second key.
 #[test]
-fn deleting_the_pointer_starts_a_new_epoch_from_the_start() {
+fn deleting_the_pointer_reads_the_input_again_under_the_same_epoch() {
     let dir = tempfile::tempdir().expect("dir");
     let path = input(&dir, b"a\nb\n");
     let epoch = run_and_process(&path, 2, 2);
     fs::remove_file(pointer_path(&path)).expect("delete pointer");
     let (output, source) = caught_up_source(&path);
     assert_eq!(output.items(), strings(&["a", "b"]));
+    assert_eq!(source.epoch(), epoch);
+    // another file at the path (another identity) is another epoch
+    fs::remove_file(&path).expect("deleted");
+    fs::remove_file(pointer_path(&path)).expect("delete pointer");
+    fs::write(&path, b"c\n").expect("a new file");
+    let (output, source) = caught_up_source(&path);
+    assert_eq!(output.items(), strings(&["c"]));
     assert_ne!(source.epoch(), epoch);
 }
 

@@ -70,7 +70,10 @@ impl Builder {
                 options.also.push(Also::Forward {
                     sink: SinkKind::Http,
                 });
-                if self.chance(30) {
+                // mostly one group for the others: a replaced or removed consumer leaves
+                // the group's queue to the rest
+                options.shared_group = self.chance(70);
+                if options.shared_group || self.chance(30) {
                     options
                         .also
                         .push(if workload == Workload::Ledger && self.chance(50) {

@@ -127,12 +127,23 @@ impl World {
     }
 
     /// The group of consumer `index + 1` (its group stays when the consumer is
-    /// removed): its sink and processor when present.
+    /// removed): its sink and processor when present. With `shared_group` the others
+    /// are all in the group `also`, named once.
     fn also_block(&self, index: usize, also: Also) -> String {
         let present = self
             .consumers
             .get(index + 1)
             .is_none_or(|life| life.present);
+        let shared = self.scenario.options.shared_group;
+        let group = if shared {
+            if index == 0 {
+                "[[groups]]\nname = \"also\"\n".to_owned()
+            } else {
+                String::new()
+            }
+        } else {
+            format!("[[groups]]\nname = \"also{index}\"\n")
+        };
         let mut text = String::new();
         match also {
             Also::Forward { sink } => {
@@ -140,8 +151,13 @@ impl World {
                 if present {
                     text.push_str(&self.sink_block(&sink_name, sink, Some(index)));
                 }
-                text.push_str(&format!("[[groups]]\nname = \"also{index}\"\n"));
+                text.push_str(&group);
                 if present {
+                    let processor = if shared {
+                        format!("{processor}{index}")
+                    } else {
+                        processor
+                    };
                     text.push_str(&format!(
                         "[[groups.processors]]\nname = \"{processor}\"\nkind = \"forward\"\nsettings = {{ feed = \"lines\", sink = \"{sink_name}\", template = \"{}{{line}}\" }}\n",
                         Self::also_prefix(index)
@@ -149,10 +165,10 @@ impl World {
                 }
             }
             Also::LedgerUnguarded => {
-                text.push_str(&format!("[[groups]]\nname = \"also{index}\"\n"));
+                text.push_str(&group);
                 if present {
                     text.push_str(&format!(
-                        "[[groups.processors]]\nname = \"ledger\"\nkind = \"ledger\"\nsettings = {{ state_dir = \"state-also{index}\", alerts = \"out/also{index}-alerts.txt\", guard = false }}\n"
+                        "[[groups.processors]]\nname = \"ledger{index}\"\nkind = \"ledger\"\nsettings = {{ state_dir = \"state-also{index}\", alerts = \"out/also{index}-alerts.txt\", guard = false }}\n"
                     ));
                 }
             }

@@ -93,25 +93,42 @@ impl Runtime {
                 Some(name),
             );
         }
-        // what its loaded state holds, for the feeds' sources to reconcile with
+        // what it holds of each feed it takes, for the feeds' sources to decide where
+        // they resume (mongoose_core::resume): its loaded state's positions, what its
+        // sink holds of its outputs, or, for a feed it reports neither of, nothing of
+        // its own (it needs the input from its start when a source's pointer is lost)
+        let consumer = format!("{}/{name}", self.shared.name);
+        let mut reported: Vec<String> = Vec::new();
         for saved in host.processor().saved_positions() {
-            self.connector.report_saved_position(
+            reported.push(saved.feed.clone());
+            self.connector.report_consumer_position(
                 &saved.feed,
-                mongoose_core::ConsumerPosition {
-                    consumer: format!("{}/{name}", self.shared.name),
-                    saved: saved.saved,
-                },
+                mongoose_core::ConsumerPosition::new(
+                    consumer.clone(),
+                    mongoose_core::Held::Saved(saved.saved),
+                ),
             );
         }
-        // what its sink holds of its outputs, for a source whose pointer is lost
         for written in host.processor().written_positions() {
-            self.connector.report_written_position(
-                &written.feed,
-                mongoose_core::ConsumerPosition {
-                    consumer: format!("{}/{name}", self.shared.name),
-                    saved: written.saved,
-                },
-            );
+            if let Some(position) = written.saved {
+                reported.push(written.feed.clone());
+                self.connector.report_consumer_position(
+                    &written.feed,
+                    mongoose_core::ConsumerPosition::new(
+                        consumer.clone(),
+                        mongoose_core::Held::Written(position),
+                    ),
+                );
+            }
+        }
+        for binding in &bindings {
+            if !reported.contains(&binding.feed) {
+                reported.push(binding.feed.clone());
+                self.connector.report_consumer_position(
+                    &binding.feed,
+                    mongoose_core::ConsumerPosition::new(consumer.clone(), mongoose_core::Held::Nothing),
+                );
+            }
         }
         let retry_safe = host.processor().retry_safe();
         let mut slot = Slot {

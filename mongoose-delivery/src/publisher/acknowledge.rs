@@ -39,34 +39,31 @@ impl<P: Position> AckState<P> {
 }
 
 impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
-    /// Keeps a consumer's saved position for the source to reconcile with at start.
-    /// A consumer of a many-file feed reports one position per lane: a report replaces
-    /// the consumer's earlier report of the same lane (and a report that it holds
-    /// nothing of the feed), never its other lanes'; a report that it holds nothing
-    /// replaces all of its reports.
-    pub fn note_saved_position(&self, position: mongoose_core::ConsumerPosition) {
-        Self::note_position(&mut self.saved_positions.lock(), position);
-    }
-
-    /// Keeps a consumer's written position (what its sink holds of its outputs) for the
-    /// source to resume from when its own pointer cannot be trusted; replaced per
-    /// consumer and lane as [`Publisher::note_saved_position`].
-    pub fn note_written_position(&self, position: mongoose_core::ConsumerPosition) {
-        Self::note_position(&mut self.written_positions.lock(), position);
-    }
-
-    fn note_position(
-        saved: &mut Vec<mongoose_core::ConsumerPosition>,
-        position: mongoose_core::ConsumerPosition,
-    ) {
-        let lane = position.saved.map(|(_, value)| value.lane);
-        saved.retain(|known| {
-            known.consumer != position.consumer
-                || (lane.is_some()
-                    && known.saved.map(|(_, value)| value.lane) != lane
-                    && known.saved.is_some())
+    /// Keeps what a consumer holds of the feed, for the source to decide where it
+    /// resumes at start ([`mongoose_core::resume`]). A consumer of a many-file feed
+    /// reports one position per lane: a report replaces the consumer's earlier report of
+    /// the same kind and lane (and one that it holds nothing of the feed, or keeps no
+    /// position), never its other lanes'; a report that its state holds nothing replaces
+    /// all of its saved ones, and one that it keeps no position all of its reports.
+    pub fn note_consumer_position(&self, position: mongoose_core::ConsumerPosition) {
+        use mongoose_core::Held;
+        let mut known = self.consumer_positions.lock();
+        let lane = position.lane();
+        known.retain(|earlier| {
+            if earlier.consumer != position.consumer {
+                return true;
+            }
+            match (position.held, earlier.held) {
+                (Held::Nothing, _) => false,
+                (_, Held::Nothing) => false,
+                (Held::Saved(None), Held::Saved(_)) => false,
+                (Held::Saved(Some(_)), Held::Saved(None)) => false,
+                (Held::Saved(Some(_)), Held::Saved(Some(_)))
+                | (Held::Written(_), Held::Written(_)) => earlier.lane() != lane,
+                _ => true,
+            }
         });
-        saved.push(position);
+        known.push(position);
     }
 
     /// Takes a processing-checkpoint hold on `group`'s queue for this feed (book: guarantees/commit-after-processing.md).
@@ -193,13 +190,5 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         self.state.lock().epoch = epoch;
     }
 
-    /// What the consumers that store positions hold ([`SourceOutput::saved_positions`](mongoose_core::SourceOutput::saved_positions)).
-    pub(super) fn consumer_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
-        self.saved_positions.lock().clone()
-    }
 
-    /// What the consumers' sinks hold ([`SourceOutput::written_positions`](mongoose_core::SourceOutput::written_positions)).
-    pub(super) fn consumer_written_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
-        self.written_positions.lock().clone()
-    }
 }

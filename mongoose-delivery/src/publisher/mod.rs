@@ -108,10 +108,9 @@ pub struct Publisher<T, P: Position = u64> {
     deferred: Mutex<Vec<Deferred<T, P>>>,
     has_deferred: AtomicBool,
     kill_switch: Mutex<Option<KillSwitch>>,
-    /// What the consumers that store positions hold, reported at their start.
-    saved_positions: Mutex<Vec<mongoose_core::ConsumerPosition>>,
-    /// What the consumers' sinks hold of their outputs (`note_written_position`).
-    written_positions: Mutex<Vec<mongoose_core::ConsumerPosition>>,
+    /// What each consumer holds of the feed, reported at its start
+    /// (`note_consumer_position`).
+    consumer_positions: Mutex<Vec<mongoose_core::ConsumerPosition>>,
     stopping: AtomicBool,
     overload_observers: Mutex<Vec<OverloadObserver>>,
     /// Wakes the feed's source thread, parked by its driver, when a reader made room.
@@ -171,8 +170,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             deferred: Mutex::new(Vec::new()),
             has_deferred: AtomicBool::new(false),
             kill_switch: Mutex::new(None),
-            saved_positions: Mutex::new(Vec::new()),
-            written_positions: Mutex::new(Vec::new()),
+            consumer_positions: Mutex::new(Vec::new()),
             overload_observers: Mutex::new(Vec::new()),
             source_wakeup: mongoose_core::Wakeup::new(),
             stopping: AtomicBool::new(false),
@@ -323,11 +321,7 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
         self.record_files(files)
     }
 
-    fn saved_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
-        self.consumer_positions()
-    }
-
-    fn written_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
-        self.consumer_written_positions()
+    fn consumer_positions(&self) -> Vec<mongoose_core::ConsumerPosition> {
+        self.consumer_positions.lock().clone()
     }
 }

@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use mongoose_core::{
-    BatchEnd, ConsumerPosition, Epoch, EvidenceStatus, FailureKind, FileLag, PositionValue,
+    BatchEnd, ConsumerPosition, Held, Epoch, EvidenceStatus, FailureKind, FileLag, PositionValue,
     PublishRefused, Refusal, SourceOutput, SourceState, TryPublish,
 };
 
@@ -154,35 +154,40 @@ impl PluginOutput {
         unsafe { (self.vtable().report_files)(self.host.context, files.as_ptr(), files.len()) }
     }
 
-    /// See [`SourceOutput::saved_positions`]: what the feed's consumers that store
-    /// positions with their state hold, for the source to reconcile its own committed
-    /// position with at start (a lost or damaged store resumes there instead of
-    /// re-applying or skipping).
-    pub fn saved_positions(&self) -> Vec<ConsumerPosition> {
+    /// See [`SourceOutput::consumer_positions`]: what each of the feed's consumers holds
+    /// of it (a saved state's position, a sink's written outputs, or nothing of its
+    /// own), for the source to decide where it resumes with
+    /// [`mongoose_core::resume::resume`] (a lost or damaged store resumes where every
+    /// consumer still has what it needs, never past it).
+    pub fn consumer_positions(&self) -> Vec<ConsumerPosition> {
         unsafe extern "C" fn each(
             context: *mut c_void,
             consumer: Str,
-            saved: u8,
+            held: u8,
             epoch: u64,
             lane: u32,
             offset: u64,
         ) {
             let _ = catch_unwind(AssertUnwindSafe(|| {
-                // SAFETY: `context` is the vector `saved_positions` passed, alive for
+                // SAFETY: `context` is the vector `consumer_positions` passed, alive for
                 // the call; `consumer` is borrowed for this call.
                 let positions = unsafe { &mut *(context as *mut Vec<ConsumerPosition>) };
                 // SAFETY: `consumer` points to its bytes for this call (the host's contract).
                 let consumer = unsafe { consumer.as_str() }.into_owned();
-                positions.push(ConsumerPosition {
-                    consumer,
-                    saved: (saved != 0).then_some((Epoch(epoch), PositionValue { lane, offset })),
-                });
+                let at = (Epoch(epoch), PositionValue { lane, offset });
+                let held = match held {
+                    abi::HELD_SAVED => Held::Saved(Some(at)),
+                    abi::HELD_NOTHING_SAVED => Held::Saved(None),
+                    abi::HELD_WRITTEN => Held::Written(at),
+                    _ => Held::Nothing,
+                };
+                positions.push(ConsumerPosition::new(consumer, held));
             }));
         }
         let mut positions: Vec<ConsumerPosition> = Vec::new();
         // SAFETY: as in try_publish; the callback and its context live for the call.
         unsafe {
-            (self.vtable().saved_positions)(
+            (self.vtable().consumer_positions)(
                 self.host.context,
                 each,
                 &mut positions as *mut Vec<ConsumerPosition> as *mut c_void,
@@ -336,8 +341,8 @@ impl<T: AsRef<[u8]> + Send> SourceOutput<T, PositionValue> for PluginOutput {
         PluginOutput::report_loss(self, what, bytes)
     }
 
-    fn saved_positions(&self) -> Vec<ConsumerPosition> {
-        PluginOutput::saved_positions(self)
+    fn consumer_positions(&self) -> Vec<ConsumerPosition> {
+        PluginOutput::consumer_positions(self)
     }
 
     fn report_files(&self, files: &[FileLag]) {

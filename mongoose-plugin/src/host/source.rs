@@ -17,7 +17,7 @@ use crate::guest::message_out;
 
 use super::vtables::{
     host_cache, host_commit_processed, host_filtered, host_log, host_publish, host_release,
-    host_report_files, host_report_loss, host_report_state, host_retain, host_saved_positions,
+    host_report_files, host_report_loss, host_report_state, host_retain, host_consumer_positions,
     host_set_epoch, host_set_unterminated_bytes, host_try_publish, host_try_publish_batch,
     HostContext,
 };
@@ -226,7 +226,7 @@ impl<I: Send + 'static> PluginSource<I> {
                 retain: host_retain::<I>,
                 release: host_release::<I>,
                 report_loss: host_report_loss::<I>,
-                saved_positions: host_saved_positions::<I>,
+                consumer_positions: host_consumer_positions::<I>,
                 report_files: host_report_files::<I>,
             },
             library: Arc::clone(library),

@@ -311,18 +311,25 @@ pub(super) unsafe extern "C" fn host_report_loss<I: 'static>(
     })
 }
 
-pub(super) unsafe extern "C" fn host_saved_positions<I: 'static>(
+pub(super) unsafe extern "C" fn host_consumer_positions<I: 'static>(
     context: *const c_void,
-    each: abi::SavedPositionFn,
+    each: abi::ConsumerPositionFn,
     each_context: *mut c_void,
 ) {
     host_guard(String::new, (), || {
         // SAFETY: as in `host_try_publish`.
         let context = unsafe { host_context::<I>(context) };
-        for position in context.with_output(Vec::new(), |output| output.saved_positions()) {
-            let (saved, epoch, lane, offset) = match position.saved {
-                Some((epoch, position)) => (1, epoch.0, position.lane, position.offset),
-                None => (0, 0, 0, 0),
+        for position in context.with_output(Vec::new(), |output| output.consumer_positions()) {
+            use mongoose_core::Held;
+            let (saved, epoch, lane, offset) = match position.held {
+                Held::Saved(Some((epoch, position))) => {
+                    (abi::HELD_SAVED, epoch.0, position.lane, position.offset)
+                }
+                Held::Saved(None) => (abi::HELD_NOTHING_SAVED, 0, 0, 0),
+                Held::Written((epoch, position)) => {
+                    (abi::HELD_WRITTEN, epoch.0, position.lane, position.offset)
+                }
+                Held::Nothing => (abi::HELD_NOTHING, 0, 0, 0),
             };
             // SAFETY: the plugin's callback and context, valid for this call; the name
             // is borrowed for the call.

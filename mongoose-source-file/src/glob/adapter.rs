@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use mongoose_core::{
-    BatchEnd, ConsumerPosition, CoreError, Epoch, PublishRefused, SourceCommitter, SourceOutput,
-    SourceStart, SourceState, TryPublish,
+    BatchEnd, ConsumerPosition, CoreError, Epoch, Held, PublishRefused, SourceCommitter,
+    SourceOutput, SourceStart, SourceState, TryPublish,
 };
 use parking_lot::Mutex;
 use tracing::debug;
@@ -85,15 +85,11 @@ pub(super) struct HubState {
     pub(super) lanes: BTreeMap<u32, LaneState>,
     /// The lane and epoch the output's epoch was last set for.
     pub(super) selected: Option<(u32, Epoch)>,
-    /// What the consumers saved, as reported at the glob source's start.
-    pub(super) saved: Vec<ConsumerPosition>,
+    /// What the consumers hold, as reported at the glob source's start.
+    pub(super) positions: Vec<ConsumerPosition>,
     /// Lanes whose source started once in this run: a later start (a file reopened
-    /// after giving its slot) does not reconcile again with positions saved at start.
+    /// after giving its slot) does not reconcile again with positions reported at start.
     pub(super) reconciled: BTreeSet<u32>,
-    /// What the consumers' sinks hold, as reported at the glob source's start.
-    pub(super) written: Vec<ConsumerPosition>,
-    /// Lanes whose source was given the written positions once in this run.
-    pub(super) written_reconciled: BTreeSet<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -142,6 +138,32 @@ impl<T> Hub<T> {
             self.output.set_epoch(epoch);
         }
     }
+}
+
+/// What each consumer holds of `lane`, from what it reported of the whole feed: its
+/// saved position of the lane (a saved state that holds none of the lane holds nothing
+/// of this file: it needs it from its start), else what its sink holds of the lane,
+/// else nothing of its own.
+pub(super) fn lane_positions(reported: &[ConsumerPosition], lane: u32) -> Vec<ConsumerPosition> {
+    let mut by_consumer: BTreeMap<&str, Held> = BTreeMap::new();
+    for position in reported {
+        let entry = by_consumer
+            .entry(position.consumer.as_str())
+            .or_insert(Held::Nothing);
+        match (position.held, *entry) {
+            (Held::Saved(Some((_, at))), _) if at.lane == lane => *entry = position.held,
+            // a saved state of other lanes: nothing of this one
+            (Held::Saved(_), Held::Nothing | Held::Written(_)) => *entry = Held::Saved(None),
+            (Held::Written((_, at)), Held::Nothing) if at.lane == lane => {
+                *entry = position.held;
+            }
+            _ => {}
+        }
+    }
+    by_consumer
+        .into_iter()
+        .map(|(consumer, held)| ConsumerPosition::new(consumer, held))
+        .collect()
 }
 
 /// One file's view of the feed's output: positions `offset` become `(lane, offset)`.
@@ -253,46 +275,11 @@ impl<T: Send + 'static> SourceOutput<T, u64> for LaneOutput<T> {
         );
     }
 
-    fn written_positions(&self) -> Vec<ConsumerPosition> {
-        let mut state = self.hub.state.lock();
-        if !state.written_reconciled.insert(self.lane) {
-            return Vec::new();
-        }
-        // only this lane's: a consumer's sink holds nothing of a lane it reports none of
-        state
-            .written
-            .iter()
-            .filter(|written| {
-                written
-                    .saved
-                    .is_some_and(|(_, position)| position.lane == self.lane)
-            })
-            .cloned()
-            .collect()
-    }
-
-    fn saved_positions(&self) -> Vec<ConsumerPosition> {
+    fn consumer_positions(&self) -> Vec<ConsumerPosition> {
         let mut state = self.hub.state.lock();
         if !state.reconciled.insert(self.lane) {
             return Vec::new();
         }
-        // per consumer: its saved position of this lane, or none (a consumer whose
-        // state holds nothing of this file needs it from its start)
-        let mut by_consumer: BTreeMap<&str, Option<_>> = BTreeMap::new();
-        for saved in &state.saved {
-            let entry = by_consumer.entry(saved.consumer.as_str()).or_insert(None);
-            if let Some((epoch, position)) = saved.saved {
-                if position.lane == self.lane {
-                    *entry = Some((epoch, position));
-                }
-            }
-        }
-        by_consumer
-            .into_iter()
-            .map(|(consumer, saved)| ConsumerPosition {
-                consumer: consumer.to_owned(),
-                saved,
-            })
-            .collect()
+        lane_positions(&state.positions, self.lane)
     }
 }

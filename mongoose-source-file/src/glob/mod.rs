@@ -488,8 +488,7 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         self.watch = FolderWatch::new(&self.config.name, &self.config.folder());
         {
             let mut state = self.hub.state.lock();
-            state.saved = self.output.saved_positions();
-            state.written = self.output.written_positions();
+            state.positions = self.output.consumer_positions();
         }
         if self.has_pointer() {
             self.adopt_state_beside_the_files()?;

@@ -217,7 +217,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
         let record = fs::read(self.config.pointer_path(&file.path))
             .map(|bytes| PointerRecord::decode(&bytes).record)
             .unwrap_or_default();
-        if record.epoch == 0 || Some(record.file_key) != file.key() {
+        if record.file_key == 0 || Some(record.file_key) != file.key() {
             return Ok(());
         }
         let globs = if self.config.rotated.is_empty() {

@@ -14,6 +14,8 @@ mod open;
 mod read;
 mod reconcile;
 
+use reconcile::Pointer;
+
 pub(crate) use self::open::write_identity;
 
 use std::fmt;
@@ -86,6 +88,9 @@ pub struct FileEventSource<T> {
     /// A rotated file was finished: the next open is of another file (a new epoch),
     /// even if its leading bytes are the same (a fixed preamble).
     rotated_finished: bool,
+    /// The open file has no epoch yet (no whole first line when it was opened from its
+    /// start): its identity becomes the epoch before its first line is published.
+    identity_pending: bool,
     /// The file at the path when the open file was seen replaced, opened then: read
     /// next even if another rotation renamed it away meanwhile (the old file is
     /// finished and committed first).
@@ -177,6 +182,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             last_key: None,
             finishing_rotated: None,
             rotated_finished: false,
+            identity_pending: false,
             next_file: None,
             seen_at_path: None,
             paused: false,
@@ -393,10 +399,22 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
                 }
                 _ => {}
             }
+            // whole, of this layout, with an epoch, or naming a file whose epoch is not
+            // taken yet (no whole first line when it was opened)
             let trusted = !opened.created
                 && opened.decoded.damage.is_none()
                 && opened.decoded.record.layout_version == LAYOUT_VERSION
-                && opened.decoded.record.epoch != 0;
+                && (opened.decoded.record.epoch != 0 || opened.decoded.record.file_key != 0);
+            // a pointer of a layout without epochs (its offset only), whole: its offset is
+            // kept and the epoch is taken at the first open (book:
+            // guarantees/epochs-and-identity.md)
+            let legacy = !opened.created
+                && matches!(
+                    opened.decoded.damage,
+                    None | Some(PointerDamage::Short(_))
+                )
+                && opened.decoded.record.epoch == 0
+                && opened.decoded.record.offset > 0;
             if opened.created {
                 info!(source = %self.config.name, pointer = %pointer_path.display(),
                     "no pointer file: a new one was created");
@@ -404,7 +422,17 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
             // a pointer without an epoch (new, short or damaged) gets one at the
             // identity check of the first open, unless the consumers' saved state
             // says where to resume
-            shared.record = self.reconcile(opened.decoded.record, trusted, &pointer_path)?;
+            shared.record = self.reconcile(
+                opened.decoded.record,
+                if trusted {
+                    Pointer::Trusted
+                } else if legacy {
+                    Pointer::Legacy
+                } else {
+                    Pointer::Lost
+                },
+                &pointer_path,
+            )?;
             shared.pointer = Some(opened.file);
             if shared.record != opened.decoded.record {
                 let record = shared.record;

@@ -15,7 +15,9 @@ use tracing::{debug, info, warn};
 use super::read::OpenInput;
 use super::FileEventSource;
 use crate::config::ReadStrategy;
-use crate::identity::{key_of, new_key_same_bytes, reset_reason, FileKey, Observed};
+use crate::identity::{
+    identity_epoch_of, key_of, new_key_same_bytes, next_epoch, reset_reason, FileKey, Observed,
+};
 use crate::pointer::{fnv1a, owner_of, PointerRecord, LAYOUT_VERSION};
 use crate::positional::{
     align_to_line_start, end_of_last_line, fingerprint_of, starts_as_fingerprinted,
@@ -133,7 +135,7 @@ impl<T: Send + 'static> FileEventSource<T> {
     }
 
     /// The rotation globs of the input (the configured ones, or the defaults).
-    fn rotation_globs(&self) -> Vec<String> {
+    pub(super) fn rotation_globs(&self) -> Vec<String> {
         if self.config.rotated.is_empty() {
             rotation::default_globs(&self.config.path)
         } else {
@@ -161,7 +163,9 @@ impl<T: Send + 'static> FileEventSource<T> {
                 None => shared.record,
             }
         };
-        if record.epoch == 0 || record.file_key == 0 {
+        // a pointer naming no file has nothing to follow (a pointer whose file had no
+        // whole first line yet has no epoch, but its file key)
+        if record.file_key == 0 {
             return Ok(false);
         }
         let name = self.config.name.clone();
@@ -413,6 +417,9 @@ impl<T: Send + 'static> FileEventSource<T> {
             }
         }
         self.front.epoch.store(epoch, Ordering::Release);
+        // the pointer's file had no whole first line when its epoch was to be taken:
+        // taken at its first line now
+        self.identity_pending = epoch == 0;
         self.set_epoch(Epoch(epoch));
         self.last_key = key;
         self.opened_since_start = true;
@@ -489,11 +496,14 @@ impl<T: Send + 'static> FileEventSource<T> {
                 "the input file has a new file key but the same leading bytes and is not shorter than the pointer: keeping the pointer and epoch");
         }
         let start_at;
+        // the epoch of a file read from its start is its identity (taken at its first
+        // line when it has none yet): the same on every read of it (DESIGN invariant 9)
+        let identity = identity_epoch_of(file);
         if let Some(reason) = reason_to_reset {
             let old_epoch = record.epoch;
-            warn!(source = %name, %reason, "resetting the pointer to 0 under a new epoch");
+            warn!(source = %name, %reason, "resetting the pointer to 0 under the new file's epoch (its identity)");
             record.offset = 0;
-            record.epoch = new_epoch(old_epoch);
+            record.epoch = identity.map_or(0, |identity| next_epoch(identity, old_epoch));
             // forget what the old file acknowledged
             shared.acknowledged = None;
             self.front.reset_to(record.epoch);
@@ -502,7 +512,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         } else {
             if record.epoch == 0 {
                 // a new pointer file, or one of a layout without epochs
-                record.epoch = new_epoch(0);
+                record.epoch = identity.unwrap_or(0);
                 if record.offset > 0 {
                     let aligned = align_to_line_start(file, record.offset, size);
                     if aligned != record.offset {
@@ -526,8 +536,40 @@ impl<T: Send + 'static> FileEventSource<T> {
         self.front.epoch.store(record.epoch, Ordering::Release);
         let epoch = Epoch(record.epoch);
         drop(shared);
+        // no epoch yet: the file holds no whole line, and its identity is taken with its
+        // first one ([`FileEventSource::establish_identity`])
+        self.identity_pending = record.epoch == 0;
         self.set_epoch(epoch);
         Ok(start_at)
+    }
+
+    /// A file opened before its first line was whole has no epoch yet: once it holds
+    /// it, its identity becomes the epoch (pointer, acknowledgement front, output), before
+    /// anything of it is published. Returns whether the epoch is there.
+    pub(super) fn establish_identity(&mut self) -> Result<bool, CoreError> {
+        if !self.identity_pending {
+            return Ok(true);
+        }
+        let Some(identity) = self
+            .input
+            .as_ref()
+            .and_then(|input| identity_epoch_of(&input.file))
+        else {
+            return Ok(false);
+        };
+        let mut shared = self.shared.lock();
+        let record = PointerRecord {
+            epoch: identity,
+            ..shared.record
+        };
+        shared.acknowledged = None;
+        shared.write_record(record)?;
+        self.front.reset_to(identity);
+        drop(shared);
+        self.identity_pending = false;
+        debug!(source = %self.config.name, epoch = %Epoch(identity), "the input's first line: its identity is the epoch");
+        self.set_epoch(Epoch(identity));
+        Ok(true)
     }
 }
 
@@ -573,7 +615,8 @@ pub(crate) fn write_identity(
     let (fingerprint_length, fingerprint) = fingerprint_of(&file).unwrap_or((0, 0));
     let record = PointerRecord {
         offset: 0,
-        epoch: new_epoch(0),
+        // its identity, or none yet (taken at its first line)
+        epoch: identity_epoch_of(&file).unwrap_or(0),
         file_key: key.0,
         layout_version: LAYOUT_VERSION,
         fingerprint_length,
@@ -587,26 +630,6 @@ pub(crate) fn write_identity(
         )
     })?;
     Ok(Some(record))
-}
-
-/// A new epoch, never 0 and never `previous`. Not a file time: the clock and the
-/// process's random hasher keys only make it unique.
-fn new_epoch(previous: u64) -> u64 {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = RandomState::new().build_hasher();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_nanos())
-        .unwrap_or_default();
-    hasher.write_u128(now);
-    hasher.write_u32(std::process::id());
-    hasher.write_u64(previous);
-    let mut epoch = hasher.finish() >> 1; // positive as a Java long
-    if epoch == 0 || epoch == previous {
-        epoch = previous.wrapping_add(1).max(1);
-    }
-    epoch
 }
 
 /// The epoch of a strategy without a pointer: the input file's identity.

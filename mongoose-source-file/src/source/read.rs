@@ -291,6 +291,15 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
         let mut read_this_cycle = 0usize;
         loop {
+            // a file opened before its first line was whole: its epoch (its identity)
+            // comes before its first line goes out
+            let has_line = self
+                .input
+                .as_ref()
+                .is_some_and(|input| next_line(input.unread(), false).is_some());
+            if has_line && !self.establish_identity()? {
+                break;
+            }
             if !self.publish_buffered() {
                 break;
             }

@@ -1,179 +1,253 @@
-//! Reconciling a COMMITED source's pointer, before the first open, with what the feed's
-//! consumers hold: the positions they saved with their state (exact: the authority) and
-//! the positions their sinks hold outputs of (a lower bound, used only when the pointer
-//! cannot be trusted). Book: guarantees/consumer-side-positions.md.
+//! Where a COMMITED source resumes, decided before the first open by the one rule of
+//! every source ([`mongoose_core::resume`], DESIGN invariant 8): its pointer (when it
+//! is this input's and whole) and what each consumer holds (a saved state's position, a
+//! sink's written outputs, or nothing of its own). Book:
+//! guarantees/where-a-feed-resumes.md.
 
 use std::fs::File;
 use std::path::Path;
 
-use mongoose_core::{ConsumerPosition, CoreError, Epoch, PositionValue};
+use mongoose_core::resume::{resume, Mismatch, Trust};
+use mongoose_core::{ConsumerPosition, CoreError, Epoch, Held};
 use tracing::{info, warn};
 
 use super::FileEventSource;
-use crate::identity::key_of;
+use crate::identity::{identity_epoch_of, key_of};
 use crate::pointer::{owner_of, PointerRecord, LAYOUT_VERSION};
 use crate::positional::read_exact_at;
 
+/// What the source makes of its pointer file at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pointer {
+    /// Whole, of this layout, with an epoch: trusted unless another input's.
+    Trusted,
+    /// Whole but of a layout without epochs (its offset only): the offset is kept and
+    /// the epoch taken at the first open.
+    Legacy,
+    /// Missing, empty or damaged.
+    Lost,
+}
+
 impl<T: Send + 'static> FileEventSource<T> {
-    /// Reconciles the pointer with what the feed's consumers hold, before the first
-    /// open.
+    /// Decides where to resume, before the first open.
     ///
-    /// A trusted pointer past a consumer's saved position of the same epoch (or past 0,
-    /// for a consumer whose state holds nothing of the feed) moves back to it: the lines
-    /// between are re-read, and the consumers that have them skip them.
-    ///
-    /// A pointer that cannot be trusted, missing, damaged, or another input's (its
-    /// owner is another path and it does not describe the file at the path: see
-    /// [`FileEventSource::is_foreign`]), resumes at the consumers' `(epoch, position)`:
-    /// the saved ones, and the written ones (what the consumers' sinks hold,
-    /// [`mongoose_core::SourceOutput::written_positions`]) instead of the start of the
-    /// file under a new epoch, which would apply every line a second time, and write
-    /// every output again under keys the sink has never seen. When the positions
-    /// disagree on the epoch, or do not fit the input file, the start is refused with
-    /// what to do.
+    /// A trusted pointer (this input's, whole) resumes where it is, moved back to a
+    /// consumer's saved position of its epoch before it, or to the start for a consumer
+    /// whose saved state holds nothing of the feed. A pointer that cannot be trusted
+    /// (missing, damaged, or another input's: see [`FileEventSource::is_foreign`])
+    /// resumes under the epoch of the input file's identity
+    /// ([`crate::identity::identity_epoch_of`]) at the lowest position any consumer may
+    /// need: its saved or written position of this identity, the start for a consumer
+    /// that keeps no position of its own (a forward into HTTP, TCP, Kafka or stdout, a
+    /// processor without its guard). Lines are repeated, never skipped, and a repeat
+    /// carries the key of its first delivery, so every consumer can drop it. A saved
+    /// state that cannot be matched with the input is refused with what to do.
     pub(super) fn reconcile(
         &self,
         record: PointerRecord,
-        trusted: bool,
+        pointer: Pointer,
         pointer_path: &Path,
     ) -> Result<PointerRecord, CoreError> {
         let name = &self.config.name;
-        // asked once each (a glob's lane is given its positions at its first start)
-        let saved = self.output.saved_positions();
-        let written = self.output.written_positions();
-        let foreign = trusted && self.is_foreign(&record, pointer_path, &saved, &written);
+        // asked once (a glob's lane is given its positions at its first start)
+        let positions = self.output.consumer_positions();
+        let trusted = pointer == Pointer::Trusted;
+        let foreign = trusted && self.is_foreign(&record, pointer_path, &positions);
         let trusted = trusted && !foreign;
         let refuse = |message: String| CoreError::Source {
             source_name: name.clone(),
             message,
         };
-        if trusted {
-            if saved.is_empty() {
-                return Ok(record);
-            }
-            let mut resume = record.offset;
-            for consumer in &saved {
-                let wanted = match consumer.saved {
-                    None => 0,
-                    Some((epoch, position)) if epoch.get() == record.epoch => position.offset,
-                    // saved under another epoch (an earlier file) while the pointer
-                    // is still at this epoch's start: it takes every line of this
-                    // epoch anyway
-                    Some(_) if record.offset == 0 => continue,
-                    // the pointer is past lines of this epoch that the consumer must
-                    // have processed (the commit never passes what a consumer did not
-                    // process), yet its state holds another epoch: its state was not
-                    // built from this input (another consumer's state folder put in
-                    // place). Applying the rest on top of it would mix two inputs.
-                    Some((epoch, position)) => {
-                        return Err(refuse(format!(
-                            "the pointer file {} is at byte {} of epoch {} of the input {}, but the consumer {}'s saved state holds epoch {epoch} (byte {}): a consumer's state always holds the epoch of the lines the pointer has passed, so that state was not built from this input (another processor's or another input's state put in place?). Nothing was read or changed. Restore the consumer's own state (from a backup taken with the pointer file); or, to start over, move that state away and remove the pointer file {} so that every line is read again",
-                            pointer_path.display(),
-                            record.offset,
-                            Epoch(record.epoch),
-                            self.config.path.display(),
-                            consumer.consumer,
-                            position.offset,
-                            pointer_path.display(),
-                        )));
-                    }
-                };
-                if wanted < resume {
-                    warn!(source = %name, consumer = %consumer.consumer, pointer = record.offset, resume_at = wanted,
-                        "the pointer is past what this consumer's saved state holds (its state was deleted or restored from an older copy?): re-reading from there so nothing is skipped");
-                    resume = wanted;
-                }
-            }
+        if pointer == Pointer::Legacy {
+            // kept: only a saved state that holds nothing of the feed moves it back
+            let at = resume(
+                Trust::Trusted {
+                    epoch: Epoch::NONE,
+                    offset: record.offset,
+                },
+                Epoch::NONE,
+                &positions,
+            )
+            .map_err(|mismatch| refuse(self.trusted_mismatch(&record, pointer_path, &mismatch)))?;
             return Ok(PointerRecord {
-                offset: resume,
+                offset: at.offset,
                 ..record
             });
         }
-        // not trusted: a foreign pointer is forgotten (its epoch, offset and identity
-        // are another input's: kept, they would send the open looking for that file
-        // among this input's rotations and report it lost)
-        let record = if foreign {
-            PointerRecord {
-                layout_version: LAYOUT_VERSION,
-                ..PointerRecord::default()
+        if trusted {
+            let at = resume(
+                Trust::Trusted {
+                    epoch: Epoch(record.epoch),
+                    offset: record.offset,
+                },
+                Epoch(record.epoch),
+                &positions,
+            )
+            .map_err(|mismatch| refuse(self.trusted_mismatch(&record, pointer_path, &mismatch)))?;
+            if at.offset < record.offset {
+                warn!(source = %name, pointer = record.offset, resume_at = at.offset,
+                    consumer = at.decided_by.as_deref().unwrap_or_default(),
+                    "the pointer is past what this consumer's saved state holds (its state was deleted or restored from an older copy?): re-reading from there so nothing is skipped");
             }
-        } else {
-            record
-        };
-        // (consumer, epoch, offset, what it is) of every consumer that holds a position
-        let positioned: Vec<(&ConsumerPosition, Epoch, PositionValue, &str)> = saved
-            .iter()
-            .filter_map(|consumer| {
-                consumer
-                    .saved
-                    .map(|(epoch, position)| (consumer, epoch, position, "saved state"))
-            })
-            .chain(written.iter().filter_map(|consumer| {
-                consumer
-                    .saved
-                    .map(|(epoch, position)| (consumer, epoch, position, "sink's outputs"))
-            }))
-            .collect();
-        let Some((_, epoch, _, _)) = positioned.first().copied() else {
-            info!(source = %name, pointer = %pointer_path.display(),
-                "no usable pointer and no consumer holds a saved or written position: reading from the start under a new epoch");
-            return Ok(record);
-        };
-        if let Some((other, other_epoch, _, other_what)) =
-            positioned.iter().find(|(_, other, _, _)| *other != epoch)
-        {
-            let (first, _, _, first_what) = positioned[0];
-            return Err(refuse(format!(
-                "the pointer file {} is missing, damaged or another input's, and the consumers disagree on the epoch ({}'s {first_what} holds epoch {epoch}, {}'s {other_what} holds epoch {other_epoch}): the source cannot tell where to resume. Nothing was read or changed. Restore the pointer file, or move the state (or the sink's output and state) of the consumers whose epoch is stale away so that they start over",
-                pointer_path.display(),
-                first.consumer,
-                other.consumer,
-            )));
+            return Ok(PointerRecord {
+                offset: at.offset,
+                ..record
+            });
         }
-        // a consumer whose state holds nothing needs the file from its start
-        let resume = if saved.iter().any(|consumer| consumer.saved.is_none()) {
-            0
-        } else {
-            positioned
-                .iter()
-                .map(|(_, _, position, _)| position.offset)
-                .min()
-                .unwrap_or(0)
+        // not trusted: the input's identity decides the epoch, the consumers the offset
+        let opened = File::open(&self.config.path).ok();
+        let identity = opened.as_ref().and_then(identity_epoch_of);
+        let fresh = PointerRecord {
+            layout_version: LAYOUT_VERSION,
+            owner: owner_of(&self.config.path),
+            ..PointerRecord::default()
         };
-        let fits = match File::open(&self.config.path) {
-            Ok(file) => {
+        // a consumer still in a file rotated away while the source was stopped: that
+        // file is finished first, from where the consumers need it (the open follows
+        // the rotation as it follows a pointer's), then the file at the path
+        if let Some(rotated) = self.rotated_file_of(&positions, identity) {
+            return Ok(rotated);
+        }
+        let Some(identity) = identity else {
+            // no input file yet, or not its whole first line: no consumer can hold a
+            // position of it. It is read from its start; its epoch is its identity,
+            // taken at its first line
+            info!(source = %name, pointer = %pointer_path.display(), foreign,
+                "no usable pointer and no input line yet: reading the input from its start when it comes");
+            return Ok(fresh);
+        };
+        let at = resume(Trust::Lost, Epoch(identity), &positions)
+            .map_err(|mismatch| refuse(self.lost_mismatch(pointer_path, &mismatch)))?;
+        for note in &at.notes {
+            warn!(source = %name, "{note}");
+        }
+        let fits = at.offset == 0
+            || opened.as_ref().is_some_and(|file| {
                 let size = file.metadata().map(|meta| meta.len()).unwrap_or(0);
                 let mut last = [0u8; 1];
-                resume == 0
-                    || (size >= resume
-                        && read_exact_at(&file, &mut last, resume - 1).is_ok()
-                        && (last[0] == b'\n' || last[0] == b'\r'))
-            }
-            Err(_) => resume == 0,
-        };
+                size >= at.offset
+                    && read_exact_at(file, &mut last, at.offset - 1).is_ok()
+                    && (last[0] == b'\n' || last[0] == b'\r')
+            });
         if !fits {
+            // a position under this file's identity that is no line end of it: the
+            // file changed under the same identity (cut and written again in place)
             return Err(refuse(format!(
-                "the pointer file {} is missing, damaged or another input's, and the consumers' position {resume} (epoch {epoch}) is not a line end of the input file {}: the input is not the file their state or outputs were made from. Nothing was read or changed. If it was replaced on purpose, move the consumers' state (or the sink's output and state) away so that they start over; otherwise restore the input file or the pointer file",
+                "the pointer file {} is missing, damaged or another input's, and {} is not a line end of the input file {}: the input changed since the consumers' state or outputs were made from it. Nothing was read or changed. If it was replaced on purpose, move the consumers' state (or the sink's output and state) away so that they start over; otherwise restore the input file or the pointer file",
                 pointer_path.display(),
+                at.decided_by.as_deref().unwrap_or("the consumers' position"),
                 self.config.path.display(),
             )));
         }
-        if saved.iter().any(|consumer| consumer.saved.is_some()) {
-            warn!(source = %name, pointer = %pointer_path.display(), %epoch, resume_at = resume, foreign,
-                "the pointer file is missing, damaged or another input's: resuming from the consumers' saved position, under their epoch (nothing applied twice, nothing skipped)");
-        } else {
-            warn!(source = %name, pointer = %pointer_path.display(), %epoch, resume_at = resume, foreign,
-                "the pointer file is missing, damaged or another input's: resuming after what the consumers' sinks hold, under its epoch (nothing written twice, nothing skipped)");
-        }
+        warn!(source = %name, pointer = %pointer_path.display(), epoch = %Epoch(identity), resume_at = at.offset,
+            decided_by = at.decided_by.as_deref().unwrap_or("no consumer"), foreign,
+            "the pointer file is missing, damaged or another input's: resuming under the input file's identity at the lowest position any consumer needs (repeats carry the keys of their first delivery: nothing written twice where a consumer drops repeats, nothing skipped)");
         Ok(PointerRecord {
-            offset: resume,
-            epoch: epoch.get(),
-            file_key: 0,
-            layout_version: LAYOUT_VERSION,
-            fingerprint_length: 0,
-            fingerprint: 0,
-            owner: owner_of(&self.config.path),
+            offset: at.offset,
+            epoch: identity,
+            ..fresh
         })
+    }
+
+    /// For a lost pointer: a file among the input's rotations whose identity is the
+    /// epoch a consumer holds a position of (the input was rotated while the source was
+    /// stopped), as the pointer record that names it, at the lowest position any consumer
+    /// needs of it (its start for a consumer that keeps nothing, or whose state holds
+    /// nothing). `None` when every consumer's epoch is the identity of the file at the
+    /// path (`identity`), or none is found.
+    fn rotated_file_of(
+        &self,
+        positions: &[ConsumerPosition],
+        identity: Option<u64>,
+    ) -> Option<PointerRecord> {
+        let elsewhere: Vec<Epoch> = positions
+            .iter()
+            .filter_map(|consumer| match consumer.held {
+                Held::Saved(Some((epoch, _))) | Held::Written((epoch, _))
+                    if Some(epoch.get()) != identity =>
+                {
+                    Some(epoch)
+                }
+                _ => None,
+            })
+            .collect();
+        if elsewhere.is_empty() {
+            return None;
+        }
+        let globs = self.rotation_globs();
+        for candidate in crate::rotation::candidates(&self.config.path, &globs) {
+            let Ok(file) = File::open(&candidate) else {
+                continue;
+            };
+            let Some(epoch) = identity_epoch_of(&file).map(Epoch) else {
+                continue;
+            };
+            if !elsewhere.contains(&epoch) {
+                continue;
+            }
+            // every consumer's need of this file: its position in it, else its start
+            let offset = positions
+                .iter()
+                .map(|consumer| match consumer.held {
+                    Held::Saved(Some((held, position))) | Held::Written((held, position))
+                        if held == epoch =>
+                    {
+                        position.offset
+                    }
+                    _ => 0,
+                })
+                .min()
+                .unwrap_or(0);
+            let metadata = file.metadata().ok()?;
+            let key = key_of(&metadata)?;
+            let (fingerprint_length, fingerprint) =
+                crate::positional::fingerprint_of(&file).unwrap_or((0, 0));
+            warn!(source = %self.config.name, rotated = %candidate.display(), %epoch, resume_at = offset,
+                "the pointer file is missing, damaged or another input's, and the consumers hold positions of a rotated file of the input: finishing it from the lowest position a consumer needs, under its epoch (its identity), before the file at the path");
+            return Some(PointerRecord {
+                offset,
+                epoch: epoch.get(),
+                file_key: key.0,
+                layout_version: LAYOUT_VERSION,
+                fingerprint_length,
+                fingerprint,
+                owner: owner_of(&self.config.path),
+            });
+        }
+        None
+    }
+
+    /// The refusal of a trusted pointer past a consumer's saved state of another epoch.
+    fn trusted_mismatch(
+        &self,
+        record: &PointerRecord,
+        pointer_path: &Path,
+        mismatch: &Mismatch,
+    ) -> String {
+        format!(
+            "the pointer file {} is at byte {} of epoch {} of the input {}, but the consumer {}'s saved state holds epoch {} (byte {}): a consumer's state always holds the epoch of the lines the pointer has passed, so that state was not built from this input (another processor's or another input's state put in place?). Nothing was read or changed. Restore the consumer's own state (from a backup taken with the pointer file); or, to start over, move that state away and remove the pointer file {} so that every line is read again",
+            pointer_path.display(),
+            record.offset,
+            Epoch(record.epoch),
+            self.config.path.display(),
+            mismatch.consumer,
+            mismatch.saved_epoch,
+            mismatch.saved_offset,
+            pointer_path.display(),
+        )
+    }
+
+    /// The refusal of a lost pointer where a consumer's saved state holds another epoch.
+    fn lost_mismatch(&self, pointer_path: &Path, mismatch: &Mismatch) -> String {
+        format!(
+            "the pointer file {} is missing, damaged or another input's, and the consumer {}'s saved state holds byte {} of epoch {}, which is not the input file {}'s identity ({}): that state was built from another input, or from this one under an older epoch, and reading the input again could apply its lines twice. Nothing was read or changed. Restore the pointer file (from a backup taken with the consumer's state); or, to start over, move the consumer's state away so that every line is read again",
+            pointer_path.display(),
+            mismatch.consumer,
+            mismatch.saved_offset,
+            mismatch.saved_epoch,
+            self.config.path.display(),
+            mismatch.epoch,
+        )
     }
 
     /// Whether a pointer that decodes well is another input's, put in place of this
@@ -187,18 +261,15 @@ impl<T: Send + 'static> FileEventSource<T> {
     /// inputs that start alike, fingerprint alike. Taken for this input's, another copy's
     /// pointer skips as many lines of this file as the other one had read, unread and
     /// unreported (chaos seed 1796554965093), or reports a loss that never was (a
-    /// shorter file). What this costs: a folder copied (not moved) to another path, its
-    /// input files copied too, is read again from the start by a consumer that reports
-    /// no position (a TCP or HTTP sink), as after a lost pointer.
+    /// shorter file).
     ///
     /// A pointer of this input whose file was replaced keeps this path as its owner (the
-    /// new file is read from its start under a new epoch, as always).
+    /// new file is read from its start under its own epoch, as always).
     pub(super) fn is_foreign(
         &self,
         record: &PointerRecord,
         pointer_path: &Path,
-        saved: &[ConsumerPosition],
-        written: &[ConsumerPosition],
+        positions: &[ConsumerPosition],
     ) -> bool {
         let path = &self.config.path;
         if record.owner == 0 || record.owner == owner_of(path) {
@@ -213,17 +284,18 @@ impl<T: Send + 'static> FileEventSource<T> {
         if same_key {
             return false;
         }
-        let held = saved
-            .iter()
-            .chain(written)
-            .filter_map(|consumer| consumer.saved.map(|(epoch, _)| epoch))
-            .any(|epoch| epoch.get() == record.epoch);
+        let held = positions.iter().any(|consumer| match consumer.held {
+            Held::Saved(Some((epoch, _))) | Held::Written((epoch, _)) => {
+                epoch.get() == record.epoch
+            }
+            Held::Saved(None) | Held::Nothing => false,
+        });
         if held {
             return false;
         }
         warn!(source = %self.config.name, pointer = %pointer_path.display(), input = %path.display(),
             epoch = record.epoch, offset = record.offset,
-            "the pointer file was written for another input (another path, another file key, and an epoch none of the consumers holds): not used. Resuming from what the consumers hold, or from the start under a new epoch when they hold nothing");
+            "the pointer file was written for another input (another path, another file key, and an epoch none of the consumers holds): not used. Resuming under the input file's identity where the consumers need it");
         true
     }
 }

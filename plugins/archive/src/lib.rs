@@ -114,7 +114,16 @@ fn load_pointer(path: &Path) -> Result<Result<Option<Pointer>, String>, CoreErro
             ))
         }
     };
+    // the committer writes one whole line: without its line end it was cut short (a torn
+    // write, or damage), and what is left of its numbers cannot be trusted
     let numbers: Result<Vec<u64>, _> = text.split_whitespace().map(str::parse::<u64>).collect();
+    if !text.ends_with('\n') {
+        return Ok(Err(format!(
+            "the archive pointer {} is cut short ('{}': no line end)",
+            path.display(),
+            text.trim()
+        )));
+    }
     match numbers.as_deref() {
         Ok([recording, position]) => Ok(Ok(Some(Pointer {
             recording: *recording,
@@ -247,7 +256,7 @@ impl ArchiveSource {
                     Epoch(pointer.epoch),
                     Some(pointer.position),
                     reader.descriptor().start_position,
-                );
+                )?;
                 match RecordingReader::open(&self.archive, RecordingSelector::Id(id), Some(resume))
                 {
                     Ok(resumed) => {
@@ -302,7 +311,7 @@ impl ArchiveSource {
             None => {
                 let epoch = identity_epoch(identity);
                 let start = reader.descriptor().start_position;
-                let resume = self.reconcile(epoch, None, start);
+                let resume = self.reconcile(epoch, None, start)?;
                 if resume == start {
                     (reader, epoch)
                 } else {
@@ -349,50 +358,52 @@ impl ArchiveSource {
     /// nothing of the feed. Without a pointer, reading resumes at the consumers' saved
     /// positions of `epoch` (when every consumer has one) instead of the start, which
     /// would give every message again.
-    fn reconcile(&self, epoch: Epoch, committed: Option<u64>, start: u64) -> u64 {
-        let saved = self.output.saved_positions();
-        let wanted = |consumer: &mongoose_core::ConsumerPosition| match consumer.saved {
-            None => Some(start),
-            Some((saved_epoch, position)) if saved_epoch == epoch && position.lane == 0 => {
-                Some(position.offset.max(start))
-            }
-            // saved under another epoch: it takes every message of this one anyway
-            Some(_) => None,
+    fn reconcile(
+        &self,
+        epoch: Epoch,
+        committed: Option<u64>,
+        start: u64,
+    ) -> Result<u64, CoreError> {
+        use mongoose_core::resume::{resume, Trust};
+        let positions = self.output.consumer_positions();
+        let trust = match committed {
+            Some(offset) => Trust::Trusted { epoch, offset },
+            None => Trust::Lost,
         };
-        if let Some(committed) = committed {
-            let mut resume = committed;
-            for consumer in &saved {
-                if let Some(wanted) = wanted(consumer).filter(|&wanted| wanted < resume) {
-                    self.output.warn(&format!(
-                        "archive {}: the pointer {} committed position {committed}, but consumer {} saved its state at {wanted} (its state was restored from an older copy, or cut?): reading again from there so nothing is skipped",
-                        self.archive.display(),
-                        self.pointer.display(),
-                        consumer.consumer
-                    ));
-                    resume = wanted;
-                }
-            }
-            return resume;
-        }
-        if saved.is_empty() {
-            return start;
-        }
-        let mut resume: Option<u64> = None;
-        for consumer in &saved {
-            match wanted(consumer) {
-                Some(wanted) => resume = Some(resume.map_or(wanted, |at| at.min(wanted))),
-                None => return start,
-            }
-        }
-        let resume = resume.unwrap_or(start);
-        if resume > start {
-            self.output.warn(&format!(
-                "archive {}: no pointer at {}; resuming at the consumers' saved position {resume} (not the start, which would give every message again)",
+        let at = resume(trust, epoch, &positions).map_err(|mismatch| CoreError::Source {
+            source_name: self.output.feed().to_owned(),
+            message: format!(
+                "archive {}: the consumer {}'s saved state holds position {} of epoch {}, but the recording is read under epoch {} ({}): that state was not built from this recording, and reading it could apply its messages twice. Nothing was read or changed. Restore the pointer and the consumer's state together from a backup; or, to start over, move the consumer's state away and remove the pointer {}",
                 self.archive.display(),
+                mismatch.consumer,
+                mismatch.saved_offset,
+                mismatch.saved_epoch,
+                mismatch.epoch,
+                if committed.is_some() { "the pointer's" } else { "the recording's identity" },
                 self.pointer.display()
+            ),
+        })?;
+        for note in &at.notes {
+            self.output.warn(&format!("archive {}: {note}", self.archive.display()));
+        }
+        let resume = at.offset.max(start);
+        if let (Some(by), Some(committed)) = (&at.decided_by, committed) {
+            if resume < committed {
+                self.output.warn(&format!(
+                    "archive {}: the pointer {} committed position {committed}, but {by} is before it (restored from an older copy, or cut?): reading again from {resume} so nothing is skipped",
+                    self.archive.display(),
+                    self.pointer.display(),
+                ));
+            }
+        } else if committed.is_none() {
+            self.output.warn(&format!(
+                "archive {}: no usable pointer at {}; resuming at {resume}, the lowest position a consumer needs ({}): repeats carry the keys of their first delivery, nothing is skipped",
+                self.archive.display(),
+                self.pointer.display(),
+                at.decided_by.as_deref().unwrap_or("no consumer holds any"),
             ));
         }
-        resume
+        Ok(resume)
     }
 }
 

@@ -163,52 +163,51 @@ impl JournalSource {
     /// the consumers that have them skip them. Without a committed index of this
     /// journal (a lost tailer store), reading resumes at the consumers' saved positions
     /// of this epoch instead of the start (which would give every excerpt again).
-    fn reconcile(&self, committed: u64, trusted: bool) -> u64 {
-        let saved = self.output.saved_positions();
-        if saved.is_empty() {
-            return committed;
-        }
-        let wanted = |consumer: &mongoose_core::ConsumerPosition| match consumer.saved {
-            None => Some(0),
-            Some((epoch, position)) if epoch == self.epoch && position.lane == 0 => {
-                Some(position.offset)
+    fn reconcile(&self, committed: u64, trusted: bool) -> Result<u64, CoreError> {
+        use mongoose_core::resume::{resume, Trust};
+        let positions = self.output.consumer_positions();
+        let trust = if trusted {
+            Trust::Trusted {
+                epoch: self.epoch,
+                offset: committed,
             }
-            // saved under another epoch (another journal): it takes every excerpt of
-            // this one anyway
-            Some(_) => None,
+        } else {
+            Trust::Lost
         };
-        if trusted {
-            let mut resume = committed;
-            for consumer in &saved {
-                if let Some(wanted) = wanted(consumer).filter(|&wanted| wanted < resume) {
-                    self.output.warn(&format!(
-                        "journal {}: tailer '{}' committed index {committed}, but consumer {} saved its state at {wanted} (its state was restored from an older copy, or cut?): reading again from there so nothing is skipped",
-                        self.path.display(),
-                        self.tailer_name,
-                        consumer.consumer
-                    ));
-                    resume = wanted;
-                }
-            }
-            return resume;
-        }
-        // no committed index: every consumer must have saved this epoch's position
-        let mut resume: Option<u64> = None;
-        for consumer in &saved {
-            match wanted(consumer) {
-                Some(wanted) => resume = Some(resume.map_or(wanted, |at| at.min(wanted))),
-                None => return 0,
-            }
-        }
-        let resume = resume.unwrap_or(0);
-        if resume > 0 {
-            self.output.warn(&format!(
-                "journal {}: tailer '{}' has no committed index of this journal; resuming at the consumers' saved position {resume} (not the start, which would give every excerpt again)",
+        let at = resume(trust, self.epoch, &positions).map_err(|mismatch| CoreError::Source {
+            source_name: self.output.feed().to_owned(),
+            message: format!(
+                "journal {}: the consumer {}'s saved state holds index {} of epoch {}, but this journal is read under epoch {}: that state was not built from this journal, and reading it could apply its excerpts twice. Nothing was read or changed. Restore the tailer store and the consumer's state together from a backup; or, to start over, move the consumer's state away and remove the tailer store in {}",
                 self.path.display(),
-                self.tailer_name
+                mismatch.consumer,
+                mismatch.saved_offset,
+                mismatch.saved_epoch,
+                mismatch.epoch,
+                self.tailers.display()
+            ),
+        })?;
+        for note in &at.notes {
+            self.output
+                .warn(&format!("journal {}: {note}", self.path.display()));
+        }
+        if trusted && at.offset < committed {
+            self.output.warn(&format!(
+                "journal {}: tailer '{}' committed index {committed}, but {} is before it (restored from an older copy, or cut?): reading again from {} so nothing is skipped",
+                self.path.display(),
+                self.tailer_name,
+                at.decided_by.as_deref().unwrap_or("a consumer"),
+                at.offset
+            ));
+        } else if !trusted {
+            self.output.warn(&format!(
+                "journal {}: tailer '{}' has no committed index of this journal; resuming at index {}, the lowest a consumer needs ({}): repeats carry the keys of their first delivery, nothing is skipped",
+                self.path.display(),
+                self.tailer_name,
+                at.offset,
+                at.decided_by.as_deref().unwrap_or("no consumer holds any"),
             ));
         }
-        resume
+        Ok(at.offset)
     }
 }
 
@@ -260,7 +259,7 @@ impl EventSource for JournalSource {
             trusted = false;
         }
         store.bind(identity);
-        committed = self.reconcile(committed, trusted);
+        committed = self.reconcile(committed, trusted)?;
         let mut tailer = journal.tailer();
         let exists = tailer
             .seek(committed)
