@@ -71,8 +71,24 @@ pub(crate) fn identity_epoch_of(file: &std::fs::File) -> Option<u64> {
         .map_or(0, |since| since.as_nanos());
     hash = fnv1a_continue(hash, &born.to_be_bytes());
     hash = fnv1a_continue(hash, first);
-    // positive as a Java long, never 0 (no epoch)
-    Some((hash >> 1).max(1))
+    Some(tagged(hash))
+}
+
+/// The low byte every identity epoch carries ([`is_identity_epoch`]): an epoch drawn at
+/// random by an older layout carries it by chance once in 256.
+const IDENTITY_TAG: u64 = 0x69;
+
+/// `hash` as an identity epoch: positive as a Java long, the tag in its low byte (never
+/// 0, no epoch).
+fn tagged(hash: u64) -> u64 {
+    ((hash >> 1) & !0xff) | IDENTITY_TAG
+}
+
+/// Whether `epoch` is an input file's identity epoch (of this input or of another),
+/// rather than one drawn at random by an older layout (whose state cannot be told from
+/// this input's).
+pub(crate) fn is_identity_epoch(epoch: u64) -> bool {
+    epoch & 0xff == IDENTITY_TAG
 }
 
 /// The epoch after `previous` for a file whose identity is `identity` but whose
@@ -83,9 +99,9 @@ pub(crate) fn next_epoch(identity: u64, previous: u64) -> u64 {
         return identity;
     }
     let hash = fnv1a_continue(identity, &previous.to_be_bytes());
-    let next = (hash >> 1).max(1);
+    let next = tagged(hash);
     if next == previous {
-        previous.wrapping_add(1).max(1)
+        tagged(hash.wrapping_add(1 << 9))
     } else {
         next
     }

@@ -129,8 +129,12 @@ impl Request {
 
 #[derive(Debug, Default)]
 struct State {
+    /// The answer when no status is scripted (`None`: 201).
+    otherwise: Option<u16>,
     statuses: VecDeque<u16>,
     requests: Vec<Request>,
+    /// The status each request of `requests` was answered.
+    answers: Vec<u16>,
     refused: Vec<String>,
 }
 
@@ -209,6 +213,32 @@ impl HttpsTarget {
         self.state.lock().expect("state").statuses.extend(statuses);
     }
 
+    /// Answers `status` to every request not scripted from now on (`None`: 201 again):
+    /// a target that refuses everything, for as long as a test needs it to.
+    pub fn answer(&self, status: Option<u16>) {
+        self.state.lock().expect("state").otherwise = status;
+    }
+
+    /// The keys (`Idempotency-Key`, or each of `Idempotency-Keys`) of the outputs taken
+    /// (answered 2xx) so far, with their bodies' lines, in the order taken.
+    pub fn taken(&self) -> Vec<(String, String)> {
+        let state = self.state.lock().expect("state");
+        state
+            .requests
+            .iter()
+            .zip(state.answers.iter())
+            .filter(|(_, status)| (200..300).contains(*status))
+            .flat_map(|(request, _)| {
+                let keys = match request.header("idempotency-key") {
+                    Some(key) => vec![key.to_owned()],
+                    None => request.keys(),
+                };
+                let lines = request.lines();
+                keys.into_iter().zip(lines).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// Every request read so far.
     pub fn requests(&self) -> Vec<Request> {
         self.state.lock().expect("state").requests.clone()
@@ -278,7 +308,10 @@ fn serve(stream: TcpStream, config: Arc<ServerConfig>, state: &Mutex<State>) {
                 raw_body,
                 client_cert: client_cert.clone(),
             });
-            state.statuses.pop_front().unwrap_or(201)
+            let otherwise = state.otherwise.unwrap_or(201);
+            let status = state.statuses.pop_front().unwrap_or(otherwise);
+            state.answers.push(status);
+            status
         };
         let response = format!("HTTP/1.1 {status} Scripted\r\nContent-Length: 0\r\n\r\n");
         let stream = reader.get_mut();

@@ -12,7 +12,7 @@ use mongoose_core::{ConsumerPosition, CoreError, Epoch, Held};
 use tracing::{info, warn};
 
 use super::FileEventSource;
-use crate::identity::{identity_epoch_of, key_of};
+use crate::identity::{identity_epoch_of, is_identity_epoch, key_of};
 use crate::pointer::{owner_of, PointerRecord, LAYOUT_VERSION};
 use crate::positional::read_exact_at;
 
@@ -116,6 +116,23 @@ impl<T: Send + 'static> FileEventSource<T> {
                 "no usable pointer and no input line yet: reading the input from its start when it comes");
             return Ok(fresh);
         };
+        // a saved state of another input's identity (a `path` changed to another file, a
+        // file replaced while stopped), not found among the rotations: that input is not
+        // this one, and this one's lines are new to it. A state of an epoch that is no
+        // identity (an older layout's) cannot be told from this input's: refused
+        let positions: Vec<ConsumerPosition> = positions
+            .into_iter()
+            .map(|consumer| match consumer.held {
+                Held::Saved(Some((epoch, position)))
+                    if epoch.get() != identity && is_identity_epoch(epoch.get()) =>
+                {
+                    warn!(source = %name, consumer = %consumer.consumer, held = %epoch, offset = position.offset, input = %self.config.path.display(),
+                        "this consumer's saved state holds another input file (another identity), not this one: it takes this input from its start");
+                    ConsumerPosition::new(consumer.consumer, Held::Saved(None))
+                }
+                _ => consumer,
+            })
+            .collect();
         let at = resume(Trust::Lost, Epoch(identity), &positions)
             .map_err(|mismatch| refuse(self.lost_mismatch(pointer_path, &mismatch)))?;
         for note in &at.notes {

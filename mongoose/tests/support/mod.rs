@@ -152,6 +152,13 @@ pub fn assert_applied_once(state: &LedgerState, lines: &[String], context: &str)
     );
 }
 
+/// The `mongoose` binary the tests run: `MONGOOSE_BIN` when set, else this build's.
+pub fn binary() -> PathBuf {
+    std::env::var_os("MONGOOSE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mongoose")))
+}
+
 /// A folder the `mongoose` binary runs in.
 pub struct LedgerRun {
     pub dir: tempfile::TempDir,
@@ -206,9 +213,10 @@ impl LedgerRun {
         sink_state(self.dir.path(), sink, output)
     }
 
-    /// Starts `mongoose run` on the folder's config.
+    /// Starts `mongoose run` on the folder's config (the binary of `MONGOOSE_BIN` when it
+    /// is set: a regression test run against the binary of the code before its fix).
     pub fn spawn(&self, exit_when_settled: bool) -> Child {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mongoose"));
+        let mut command = Command::new(binary());
         command
             .arg("run")
             .arg("--config")
