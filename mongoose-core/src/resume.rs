@@ -238,7 +238,10 @@ fn describe(consumer: &ConsumerPosition) -> String {
             "{}'s saved state (byte {} of epoch {epoch})",
             consumer.consumer, position.offset
         ),
-        Held::Saved(None) => format!("{}'s saved state, which holds nothing of it", consumer.consumer),
+        Held::Saved(None) => format!(
+            "{}'s saved state, which holds nothing of it",
+            consumer.consumer
+        ),
         Held::Written((epoch, position)) => format!(
             "{}'s sink (outputs up to byte {} of epoch {epoch})",
             consumer.consumer, position.offset
@@ -278,9 +281,15 @@ mod tests {
     #[test]
     fn a_lost_pointer_reads_from_the_start_for_a_consumer_that_keeps_nothing() {
         // a file sink beside an HTTP forward (issue 36.1): the HTTP forward needs all
-        assert_eq!(at(Trust::Lost, &[written(ID, 600), Held::Nothing]), Ok((ID, 0)));
+        assert_eq!(
+            at(Trust::Lost, &[written(ID, 600), Held::Nothing]),
+            Ok((ID, 0))
+        );
         // a ledger without its guard reports nothing: the same
-        assert_eq!(at(Trust::Lost, &[saved(ID, 600), Held::Nothing]), Ok((ID, 0)));
+        assert_eq!(
+            at(Trust::Lost, &[saved(ID, 600), Held::Nothing]),
+            Ok((ID, 0))
+        );
         // no consumer at all: the start
         assert_eq!(at(Trust::Lost, &[]), Ok((ID, 0)));
     }
@@ -291,7 +300,10 @@ mod tests {
             at(Trust::Lost, &[saved(ID, 900), written(ID, 600)]),
             Ok((ID, 600))
         );
-        assert_eq!(at(Trust::Lost, &[Held::Saved(None), saved(ID, 900)]), Ok((ID, 0)));
+        assert_eq!(
+            at(Trust::Lost, &[Held::Saved(None), saved(ID, 900)]),
+            Ok((ID, 0))
+        );
     }
 
     #[test]

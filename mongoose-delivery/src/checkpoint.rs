@@ -131,13 +131,12 @@ impl HoldCell {
                     if Arc::strong_count(participant) == 1
                         && !participant.orphaned.swap(true, Ordering::AcqRel)
                     {
-                        shared.hold_from(
-                            mark.count,
-                            format!(
-                                "a consumer removed by a reload left {} outputs unpublished: their inputs stay uncommitted until a restart reads them again (or an operator release)",
-                                entries.len()
-                            ),
+                        let reason = format!(
+                            "a consumer removed by a reload left {} outputs unpublished: their inputs stay uncommitted until a restart reads them again (or an operator release)",
+                            entries.len()
                         );
+                        tracing::warn!(queue = %shared.name, "{reason}");
+                        shared.hold_from(mark.count, reason);
                     }
                 }
             }

@@ -91,7 +91,9 @@ fn a_plugin_source_whose_pointer_is_lost_resumes_at_the_consumers_saved_position
     // a state of another epoch past its start could be applied twice: refused
     let items = first_run_with(&[saved("g/a", 7, 60)]);
     assert!(
-        items.first().is_some_and(|item| item.starts_with("refused")),
+        items
+            .first()
+            .is_some_and(|item| item.starts_with("refused")),
         "{items:?}"
     );
     // a consumer whose state holds nothing of the feed: from the start

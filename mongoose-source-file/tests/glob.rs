@@ -83,13 +83,16 @@ impl Pipeline {
     ) -> Pipeline {
         let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
         for seen in saved {
-            feed.note_consumer_position(mongoose_core::ConsumerPosition::new("group/state".to_owned(), mongoose_core::Held::Saved(Some((
+            feed.note_consumer_position(mongoose_core::ConsumerPosition::new(
+                "group/state".to_owned(),
+                mongoose_core::Held::Saved(Some((
                     seen.epoch,
                     mongoose_core::PositionValue {
                         lane: seen.lane,
                         offset: seen.offset,
                     },
-                )))));
+                ))),
+            ));
         }
         let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
         let mut config = GlobSourceConfig::new("logs", dir.join("*.log"), ReadStrategy::Committed);
@@ -421,13 +424,16 @@ fn a_lost_lane_registry_refuses_the_start_when_consumers_hold_lanes() {
     fs::remove_file(dir.path().join("logs.lanes")).expect("registry lost");
 
     let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
-    feed.note_consumer_position(mongoose_core::ConsumerPosition::new("group/ledger".to_owned(), mongoose_core::Held::Saved(Some((
+    feed.note_consumer_position(mongoose_core::ConsumerPosition::new(
+        "group/ledger".to_owned(),
+        mongoose_core::Held::Saved(Some((
             saved.epoch,
             mongoose_core::PositionValue {
                 lane: saved.lane,
                 offset: saved.offset,
             },
-        )))));
+        ))),
+    ));
     let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
     let config = GlobSourceConfig::new("logs", dir.path().join("*.log"), ReadStrategy::Committed);
     let mut source = GlobFileSource::<String>::of_lines(config, output);
@@ -993,26 +999,35 @@ fn a_consumers_saved_positions_of_every_lane_are_kept() {
 
     let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
     for seen in [&a, &b] {
-        feed.note_consumer_position(mongoose_core::ConsumerPosition::new("group/ledger".to_owned(), mongoose_core::Held::Saved(Some((
+        feed.note_consumer_position(mongoose_core::ConsumerPosition::new(
+            "group/ledger".to_owned(),
+            mongoose_core::Held::Saved(Some((
                 seen.epoch,
                 mongoose_core::PositionValue {
                     lane: seen.lane,
                     offset: seen.offset,
                 },
-            )))));
+            ))),
+        ));
     }
     let saved = feed.consumer_positions();
     assert_eq!(saved.len(), 2, "one per lane: {saved:?}");
     // a later report of one lane replaces that lane's only
-    feed.note_consumer_position(mongoose_core::ConsumerPosition::new("group/ledger".to_owned(), mongoose_core::Held::Saved(Some((
+    feed.note_consumer_position(mongoose_core::ConsumerPosition::new(
+        "group/ledger".to_owned(),
+        mongoose_core::Held::Saved(Some((
             a.epoch,
             mongoose_core::PositionValue {
                 lane: a.lane,
                 offset: a.offset,
             },
-        )))));
+        ))),
+    ));
     assert_eq!(feed.consumer_positions().len(), 2);
     // a state that holds nothing replaces every lane's
-    feed.note_consumer_position(mongoose_core::ConsumerPosition::new("group/ledger".to_owned(), mongoose_core::Held::Saved(None)));
+    feed.note_consumer_position(mongoose_core::ConsumerPosition::new(
+        "group/ledger".to_owned(),
+        mongoose_core::Held::Saved(None),
+    ));
     assert_eq!(feed.consumer_positions().len(), 1);
 }

@@ -111,7 +111,9 @@ fn a_deleted_pointer_under_a_forward_into_a_file_sink_writes_no_line_twice() {
     assert_once(&out, &text, "after the pointer was deleted");
     assert_eq!(code, 0, "nothing lost, nothing doubled: {log}");
     assert!(
-        log.contains("resuming under the input file's identity at the lowest position any consumer needs"),
+        log.contains(
+            "resuming under the input file's identity at the lowest position any consumer needs"
+        ),
         "the run says where it resumed and why: {log}"
     );
 }
@@ -255,7 +257,11 @@ fn a_lost_pointer_with_a_file_sink_and_an_http_consumer_loses_nothing_for_either
     let text = lines("M", 0, 1_000);
     let run = LedgerRun::new(&text, "");
     let target = https_target(run.dir.path());
-    std::fs::write(run.path("mongoose.toml"), file_and_http_config(&target.url())).expect("config");
+    std::fs::write(
+        run.path("mongoose.toml"),
+        file_and_http_config(&target.url()),
+    )
+    .expect("config");
     // the target refuses everything: the HTTP forward's outputs are held
     target.answer(Some(503));
     let mut child = run.spawn(false);
@@ -269,7 +275,10 @@ fn a_lost_pointer_with_a_file_sink_and_an_http_consumer_loses_nothing_for_either
     target.answer(None);
     let (code, log) = run.finish_with_log();
     let taken = keys_by_body(&target);
-    let missing = text.lines().filter(|line| !taken.contains_key(*line)).count();
+    let missing = text
+        .lines()
+        .filter(|line| !taken.contains_key(*line))
+        .count();
     assert_eq!(missing, 0, "every line reaches the HTTP target: {log}");
     assert_once(
         &std::fs::read_to_string(run.path("out.txt")).expect("output"),
@@ -288,11 +297,19 @@ fn a_lost_pointer_repeats_carry_the_keys_of_their_first_delivery() {
     let target = https_target(run.dir.path());
     let config = file_and_http_config(&target.url());
     // the HTTP forward alone
-    let config = config[..config.find("[[sinks]]\nname = \"out\"").expect("the file sink")]
+    let config = config[..config
+        .find("[[sinks]]\nname = \"out\"")
+        .expect("the file sink")]
         .to_owned()
-        + &config[config.find("[[sinks]]\nname = \"http\"").expect("the http sink")
-            ..config.find("[[groups]]\nname = \"forward\"").expect("its group")]
-        + &config[config.find("[[groups]]\nname = \"http\"").expect("the http group")..];
+        + &config[config
+            .find("[[sinks]]\nname = \"http\"")
+            .expect("the http sink")
+            ..config
+                .find("[[groups]]\nname = \"forward\"")
+                .expect("its group")]
+        + &config[config
+            .find("[[groups]]\nname = \"http\"")
+            .expect("the http group")..];
     std::fs::write(run.path("mongoose.toml"), config).expect("config");
     let (code, log) = run.finish_with_log();
     assert_eq!(code, 0, "the first run delivers everything: {log}");
@@ -302,7 +319,10 @@ fn a_lost_pointer_repeats_carry_the_keys_of_their_first_delivery() {
     let taken = keys_by_body(&target);
     assert_eq!(taken.len(), 500, "every line taken");
     let repeated = target.taken().len() - 500;
-    assert_eq!(repeated, 500, "the lost pointer read everything again: {log}");
+    assert_eq!(
+        repeated, 500,
+        "the lost pointer read everything again: {log}"
+    );
     let under_two_keys = taken.values().filter(|keys| keys.len() > 1).count();
     assert_eq!(
         under_two_keys, 0,
@@ -341,13 +361,15 @@ settings = {{ state_dir = "loose", alerts = "loose-alerts.txt", guard = false, g
     );
     let run = LedgerRun::new(&input, &config);
     let mut child = run.spawn(false);
-    run.wait_until(&mut child, "applied every line to the guarded ledger", || {
-        run.applied() == 3_000
-    });
+    run.wait_until(
+        &mut child,
+        "applied every line to the guarded ledger",
+        || run.applied() == 3_000,
+    );
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
-    let behind = mongoose_ledger::LedgerState::load(&run.path("loose"))
-        .map_or(0, |state| state.applied);
+    let behind =
+        mongoose_ledger::LedgerState::load(&run.path("loose")).map_or(0, |state| state.applied);
     assert!(
         behind < 3_000,
         "the ledger without its guard was behind when killed ({behind} applied)"
@@ -375,10 +397,19 @@ fn a_saved_position_on_another_file_of_fixed_width_records_is_not_trusted() {
     // issue 36.4: one byte (a line end before the saved position) was taken for proof
     // that the position belongs to the input: a `path` changed to another file of
     // records of the same width resumed mid-file, its first 100 of 150 lines skipped
-    let record = |tag: char, index: usize| format!("{tag}{index:04},{}\n", if index % 2 == 0 { "+1" } else { "-1" });
+    let record = |tag: char, index: usize| {
+        format!(
+            "{tag}{index:04},{}\n",
+            if index % 2 == 0 { "+1" } else { "-1" }
+        )
+    };
     let first: String = (0..100).map(|index| record('a', index)).collect();
     let second: String = (0..150).map(|index| record('b', index)).collect();
-    assert_eq!(first.len() / 100, second.len() / 150, "records of one width");
+    assert_eq!(
+        first.len() / 100,
+        second.len() / 150,
+        "records of one width"
+    );
     let ledger = support::ledger_config("", "", r#"state_dir = "state", alerts = "alerts.txt""#);
     let config = format!(
         "{}\n[[sinks]]\nname = \"out\"\nkind = \"file\"\npath = \"out.txt\"\n\n[[groups]]\nname = \"forward\"\n[[groups.processors]]\nname = \"copy\"\nkind = \"forward\"\nsettings = {{ feed = \"lines\", sink = \"out\" }}\n",
@@ -402,7 +433,11 @@ fn a_saved_position_on_another_file_of_fixed_width_records_is_not_trusted() {
     );
     support::assert_applied_once(
         &run.state_in("state"),
-        &first.lines().chain(second.lines()).map(str::to_owned).collect::<Vec<_>>(),
+        &first
+            .lines()
+            .chain(second.lines())
+            .map(str::to_owned)
+            .collect::<Vec<_>>(),
         "the ledger: every record of both files once",
     );
 }

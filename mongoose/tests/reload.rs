@@ -8,6 +8,8 @@
 //! Every output goes to the stdout sink (no de-duplication), one line `FEED LINE` per
 //! input line, into a file per run: a line processed twice shows twice.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -467,4 +469,168 @@ fn a_sink_and_a_processor_added_then_removed_by_reloads_publish_what_they_were_g
         "nothing more reached the removed sink"
     );
     dir.assert_exactly_once("app", 40);
+}
+
+/// Issue 36.3: a forward into the file sink `out` (`copy`) and one into the HTTP sink
+/// `http` at `url` (the test CA's `ca.pem`, as processor `http`), in one group, so that
+/// removing the HTTP pair leaves the group's queue to the other. `http` `None`: without
+/// the HTTP pair; `Some(suffix)`: its sink and processor named `http{suffix}`.
+fn one_group_with_http(url: &str, http: Option<&str>) -> String {
+    let mut text = format!(
+        r#"
+shutdown_timeout_millis = 2000
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+read_strategy = "COMMITED"
+
+[[sinks]]
+name = "out"
+kind = "file"
+path = "out.txt"
+"#
+    );
+    if let Some(suffix) = http {
+        text.push_str(&format!(
+            r#"
+[[sinks]]
+name = "http{suffix}"
+kind = "http"
+url = "{url}"
+ca_file = "ca.pem"
+initial_backoff_millis = 5
+max_backoff_millis = 50
+"#
+        ));
+    }
+    text.push_str(
+        r#"
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = { feed = "lines", sink = "out" }
+"#,
+    );
+    if let Some(suffix) = http {
+        text.push_str(&format!(
+            r#"[[groups.processors]]
+name = "http{suffix}"
+kind = "forward"
+settings = {{ feed = "lines", sink = "http{suffix}" }}
+"#
+        ));
+    }
+    text
+}
+
+/// A run whose HTTP target refuses everything until every line is in the file sink:
+/// the HTTP sink holds all of them. Returns the run, its child, the target and the
+/// input.
+fn held_by_the_http_sink() -> (
+    support::LedgerRun,
+    Child,
+    mongoose_testkit::https::HttpsTarget,
+    String,
+) {
+    let text: String = (0..300).map(|n| format!("held-{n:05}\n")).collect();
+    let mut run = support::LedgerRun::new(&text, "");
+    // the reload's outcome is logged at INFO
+    run.log_filter = "warn,mongoose_server=info";
+    let ca = mongoose_testkit::https::TestCa::new("target CA");
+    let target = mongoose_testkit::https::HttpsTarget::start(&ca.issue(&["127.0.0.1"]), None);
+    std::fs::write(run.path("ca.pem"), ca.cert_pem()).expect("the CA");
+    std::fs::write(
+        run.path("mongoose.toml"),
+        one_group_with_http(&target.url(), Some("")),
+    )
+    .expect("config");
+    target.answer(Some(503));
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "wrote every line to the file sink", || {
+        std::fs::read_to_string(run.path("out.txt")).is_ok_and(|out| out == text)
+    });
+    (run, child, target, text)
+}
+
+/// Sends SIGHUP and waits until the reload's outcome is logged.
+fn reload(run: &support::LedgerRun, child: &mut Child) {
+    let before = run.log().matches("configuration reloaded").count();
+    let sent = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    run.wait_until(child, "reloaded", || {
+        run.log().matches("configuration reloaded").count() > before
+    });
+}
+
+#[test]
+fn a_reload_that_replaces_a_sink_holding_outputs_delivers_them() {
+    // before: the removed sink's gates were forgotten, the pointer jumped to the end
+    // and the 300 held lines never reached the new sink's target, nor after a restart
+    let (run, mut child, target, text) = held_by_the_http_sink();
+    std::fs::write(
+        run.path("mongoose.toml"),
+        one_group_with_http(&target.url(), Some("-new")),
+    )
+    .expect("the HTTP pair replaced");
+    reload(&run, &mut child);
+    target.answer(None);
+    // the feed is stalled behind the removed sink's held outputs: a stop says so (1)
+    let code = run.terminate(child);
+    assert_eq!(code, 1, "stopped with the feed stalled: {}", run.log());
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    let taken: std::collections::BTreeSet<String> =
+        target.taken().into_iter().map(|(_, body)| body).collect();
+    let missing = text.lines().filter(|line| !taken.contains(*line)).count();
+    assert_eq!(
+        missing, 0,
+        "the held lines reach the replacement's target: {log}"
+    );
+}
+
+#[test]
+fn a_reload_that_removes_a_sink_holding_outputs_keeps_their_inputs_uncommitted() {
+    let (run, mut child, target, text) = held_by_the_http_sink();
+    std::fs::write(
+        run.path("mongoose.toml"),
+        one_group_with_http(&target.url(), None),
+    )
+    .expect("the HTTP pair removed");
+    reload(&run, &mut child);
+    // a line after the reload, written by the file sink: commit passes ran since
+    let after = "after-the-reload\n";
+    append_to(&run.path("input.txt"), after);
+    let both = text.clone() + after;
+    run.wait_until(&mut child, "forwarded the line after the reload", || {
+        std::fs::read_to_string(run.path("out.txt")).is_ok_and(|out| out == both)
+    });
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    assert_eq!(
+        run.pointer(),
+        0,
+        "the inputs of the outputs the removed sink held stay uncommitted: {}",
+        run.log()
+    );
+    assert!(
+        run.log().contains("removed by a reload left"),
+        "the feed says why it holds: {}",
+        run.log()
+    );
+}
+
+fn append_to(path: &std::path::Path, text: &str) {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("input")
+        .write_all(text.as_bytes())
+        .expect("append");
 }

@@ -126,7 +126,10 @@ impl Runtime {
                 reported.push(binding.feed.clone());
                 self.connector.report_consumer_position(
                     &binding.feed,
-                    mongoose_core::ConsumerPosition::new(consumer.clone(), mongoose_core::Held::Nothing),
+                    mongoose_core::ConsumerPosition::new(
+                        consumer.clone(),
+                        mongoose_core::Held::Nothing,
+                    ),
                 );
             }
         }

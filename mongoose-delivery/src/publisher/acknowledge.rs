@@ -189,6 +189,4 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     pub(super) fn enter_epoch(&self, epoch: Epoch) {
         self.state.lock().epoch = epoch;
     }
-
-
 }

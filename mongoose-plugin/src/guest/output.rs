@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use mongoose_core::{
-    BatchEnd, ConsumerPosition, Held, Epoch, EvidenceStatus, FailureKind, FileLag, PositionValue,
+    BatchEnd, ConsumerPosition, Epoch, EvidenceStatus, FailureKind, FileLag, Held, PositionValue,
     PublishRefused, Refusal, SourceOutput, SourceState, TryPublish,
 };
 

@@ -16,10 +16,10 @@ use crate::abi::{
 use crate::guest::message_out;
 
 use super::vtables::{
-    host_cache, host_commit_processed, host_filtered, host_log, host_publish, host_release,
-    host_report_files, host_report_loss, host_report_state, host_retain, host_consumer_positions,
-    host_set_epoch, host_set_unterminated_bytes, host_try_publish, host_try_publish_batch,
-    HostContext,
+    host_cache, host_commit_processed, host_consumer_positions, host_filtered, host_log,
+    host_publish, host_release, host_report_files, host_report_loss, host_report_state,
+    host_retain, host_set_epoch, host_set_unterminated_bytes, host_try_publish,
+    host_try_publish_batch, HostContext,
 };
 use super::{ItemCodec, PluginError, PluginLibrary, PluginRegistry, Role};
 

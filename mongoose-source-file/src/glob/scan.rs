@@ -509,16 +509,16 @@ impl<T: Send + 'static> GlobFileSource<T> {
         if with_pointers.is_empty() {
             return Ok(());
         }
-        let lanes_saved = self
-            .hub
-            .state
-            .lock()
-            .positions
-            .iter()
-            .any(|consumer| match consumer.held {
-                mongoose_core::Held::Saved(Some((_, position))) => position.lane > 0,
-                _ => false,
-            });
+        let lanes_saved =
+            self.hub
+                .state
+                .lock()
+                .positions
+                .iter()
+                .any(|consumer| match consumer.held {
+                    mongoose_core::Held::Saved(Some((_, position))) => position.lane > 0,
+                    _ => false,
+                });
         let message = format!(
             "the lane registry {} is missing but {} files of the glob have pointer files ({}): they would be read on new lanes",
             self.registry.path().display(),

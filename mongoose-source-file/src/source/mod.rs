@@ -409,10 +409,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
             // kept and the epoch is taken at the first open (book:
             // guarantees/epochs-and-identity.md)
             let legacy = !opened.created
-                && matches!(
-                    opened.decoded.damage,
-                    None | Some(PointerDamage::Short(_))
-                )
+                && matches!(opened.decoded.damage, None | Some(PointerDamage::Short(_)))
                 && opened.decoded.record.epoch == 0
                 && opened.decoded.record.offset > 0;
             if opened.created {

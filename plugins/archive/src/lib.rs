@@ -384,7 +384,8 @@ impl ArchiveSource {
             ),
         })?;
         for note in &at.notes {
-            self.output.warn(&format!("archive {}: {note}", self.archive.display()));
+            self.output
+                .warn(&format!("archive {}: {note}", self.archive.display()));
         }
         let resume = at.offset.max(start);
         if let (Some(by), Some(committed)) = (&at.decided_by, committed) {
