@@ -44,6 +44,7 @@
 pub mod failure;
 pub mod foreign;
 pub mod generate;
+pub mod http_target;
 pub mod minimise;
 pub mod outputs;
 pub mod peer;

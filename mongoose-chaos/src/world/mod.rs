@@ -32,7 +32,7 @@ use crate::truth::{Failure, FailureKind, Truth};
 mod config;
 mod kafka;
 
-pub use config::HTTPS_CA_FILE;
+pub use config::{HTTPS_CA_FILE, HTTP_PROTOCOL_LOG};
 
 /// The stream id of the archive scenarios.
 pub const ARCHIVE_STREAM: u32 = 7;
@@ -412,12 +412,7 @@ impl World {
         let (mut command, stdin) = match peer {
             PeerKind::HttpTarget => (
                 self.peer_command(
-                    &PeerSpec::HttpTarget {
-                        port: self.ports.http,
-                        log: self.path("peers/http.log"),
-                        mode_file: self.path("peers/http.mode"),
-                        seed: self.scenario.seed,
-                    },
+                    &PeerSpec::HttpTarget(self.http_target_spec()),
                     "peers/http-target.stderr",
                 )?,
                 false,
