@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use mongoose_ledger::LedgerState;
 
+use crate::http_target;
 use crate::outputs::outputs_of;
 use crate::process::code_of;
 use crate::scenario::{Scenario, SinkKind, Workload};
 use crate::steps::{last_error, stalled_reasons, Flow};
 use crate::truth::{Failure, FailureKind};
-use crate::world::{Binaries, World};
+use crate::world::{Binaries, World, HTTP_PROTOCOL_LOG};
 
 /// A server run that ended with an exit code.
 #[derive(Clone, Copy, Debug)]
@@ -282,6 +283,7 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         Err(error) => world.fail(FailureKind::Harness, error),
     }
     check_http_counts(world);
+    check_http_protocol(world);
     let gaps = world.udp_gaps();
     match exit_code {
         Some(0) => {
@@ -377,8 +379,11 @@ fn reported_after(ends: &[RunEnd], last_fault: Option<Instant>) -> Option<u32> {
         .map(|end| end.run)
 }
 
-/// The identities of outputs the HTTP target refused as often as the sink may try
-/// (`count_loss` may count them lost).
+/// The identities of outputs the HTTP target refused as often as the sink may try, or
+/// refused for good once (`count_loss` may count them lost): a 413 or another
+/// permanent 4xx gives up at once each output of the request, a batch's every line
+/// (the sink's table). A late answer counts as a failure here: past the sink's
+/// response timeout it is an uncertain attempt.
 fn exhausted_outputs(world: &World) -> HashSet<String> {
     let options = &world.scenario.options;
     if world.scenario.sink != SinkKind::Http
@@ -391,24 +396,33 @@ fn exhausted_outputs(world: &World) -> HashSet<String> {
     // failures counted whatever else happened to the body: an output the target took
     // in a run killed before its input was committed is sent again by the next run,
     // which may then count it lost after as many refusals
-    let mut by_body: HashMap<&str, u64> = HashMap::new();
-    for line in log.lines() {
-        let mut fields = line.splitn(4, '\t');
-        let (Some(status), Some(_key), Some(_attempt), Some(body)) =
-            (fields.next(), fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        let failures = by_body.entry(body).or_insert(0);
-        if !status.starts_with('2') {
-            *failures += 1;
+    let mut by_body: HashMap<String, (u64, bool)> = HashMap::new();
+    for record in http_target::records(&log) {
+        let permanent = http_target::refuses_for_good(&record.status);
+        let failed = http_target::may_fail(&record.status);
+        let entry = by_body.entry(record.body).or_insert((0, false));
+        if failed {
+            entry.0 += 1;
         }
+        entry.1 |= permanent;
     }
     by_body
         .into_iter()
-        .filter(|(_, failures)| *failures >= tries)
-        .filter_map(|(body, _)| crate::truth::identity_of(world.scenario.workload, body))
+        .filter(|(_, (failures, permanent))| *permanent || *failures >= tries)
+        .filter_map(|(body, _)| crate::truth::identity_of(world.scenario.workload, &body))
         .collect()
+}
+
+/// The requests the HTTP target noted as breaking the sink's documented form.
+fn check_http_protocol(world: &mut World) {
+    let breaches = http_target::protocol_breaches(&world.path(HTTP_PROTOCOL_LOG));
+    if let Some(first) = breaches.first() {
+        let detail = format!(
+            "{} requests to the HTTP target break the sink's documented form (first: {first})",
+            breaches.len()
+        );
+        world.fail(FailureKind::BadRequest, detail);
+    }
 }
 
 /// The HTTP sink's counters against the target's own record: a failed attempt the
