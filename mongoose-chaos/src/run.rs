@@ -393,11 +393,17 @@ fn exhausted_outputs(world: &World) -> HashSet<String> {
     }
     let tries = u64::from(options.max_retries.unwrap_or(10)) + 1;
     let log = std::fs::read_to_string(world.path("peers/http.log")).unwrap_or_default();
+    exhausted_in(&log, tries, world.scenario.workload)
+}
+
+/// The identities of the outputs of an HTTP target's `log` that were refused `tries`
+/// times or refused for good once ([`exhausted_outputs`]).
+fn exhausted_in(log: &str, tries: u64, workload: Workload) -> HashSet<String> {
     // failures counted whatever else happened to the body: an output the target took
     // in a run killed before its input was committed is sent again by the next run,
     // which may then count it lost after as many refusals
     let mut by_body: HashMap<String, (u64, bool)> = HashMap::new();
-    for record in http_target::records(&log) {
+    for record in http_target::records(log) {
         let permanent = http_target::refuses_for_good(&record.status);
         let failed = http_target::may_fail(&record.status);
         let entry = by_body.entry(record.body).or_insert((0, false));
@@ -409,7 +415,7 @@ fn exhausted_outputs(world: &World) -> HashSet<String> {
     by_body
         .into_iter()
         .filter(|(_, (failures, permanent))| *permanent || *failures >= tries)
-        .filter_map(|(body, _)| crate::truth::identity_of(world.scenario.workload, &body))
+        .filter_map(|(body, _)| crate::truth::identity_of(workload, &body))
         .collect()
 }
 
@@ -501,6 +507,31 @@ mod tests {
             ),
             Some(3)
         );
+    }
+
+    // the http-batch family: a 413 refuses every line of its batch for good, and
+    // count_loss counts them lost at once (the sink's table); the check required
+    // max_retries + 1 refusals, so such a loss was called Lost
+    #[test]
+    fn a_permanent_refusal_gives_an_output_up_at_once_and_late_answers_count_as_tries() {
+        let log = [
+            "413\tk1\t0\tE0x1 x",
+            "413\tk2\t0\tE0x2 x",
+            "503\tk3\t0\tE0x3 x",
+            "503\tk3\t1\tE0x3 x",
+            "503\tk4\t0\tE0x4 x",
+            "200-late\tk4\t1\tE0x4 x",
+            "503\tk4\t2\tE0x4 x",
+            "200\tk5\t0\tE0x5 x",
+            "429\tk6\t0\tE0x6 x",
+            "",
+        ]
+        .join("\n");
+        let mut exhausted: Vec<String> = exhausted_in(&log, 3, Workload::Forward)
+            .into_iter()
+            .collect();
+        exhausted.sort();
+        assert_eq!(exhausted, ["E0x1 x", "E0x2 x", "E0x4 x"]);
     }
 
     #[test]
