@@ -45,6 +45,7 @@
 //! and a restarted target serves the same certificate (a running server keeps the CA
 //! it read at its start).
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -208,6 +209,23 @@ pub fn refuses_for_good(status: &str) -> bool {
         Ok(code) => (400..500).contains(&code) || matches!(code, 301 | 307 | 308),
         Err(_) => false,
     }
+}
+
+/// For each of `records` (a run's, in the order written), whether the sink may have
+/// counted its attempt as failed (not published or uncertain): the target did not
+/// take it, answered it late ([`may_fail`]), or took it and got the same key again
+/// later in `records`. The sink sends an output again only while it has not seen it
+/// published, so a line taken and sent again was answered after the sink's response
+/// timeout: the target or the sink was slow (a loaded machine stalls either for longer
+/// than 500 ms), an uncertain attempt the target could not tell from a prompt one.
+pub fn maybe_failed(records: &[Record]) -> Vec<bool> {
+    let mut later: HashSet<&str> = HashSet::new();
+    let mut flags = vec![false; records.len()];
+    for (index, record) in records.iter().enumerate().rev() {
+        flags[index] = may_fail(&record.status) || later.contains(record.key.as_str());
+        later.insert(record.key.as_str());
+    }
+    flags
 }
 
 /// One record of the request log.

@@ -13,7 +13,7 @@ use crate::process::code_of;
 use crate::scenario::{Scenario, SinkKind, Workload};
 use crate::steps::{last_error, stalled_reasons, Flow};
 use crate::truth::{Failure, FailureKind};
-use crate::world::{Binaries, World, HTTP_PROTOCOL_LOG};
+use crate::world::{Binaries, HttpSample, World, HTTP_PROTOCOL_LOG};
 
 /// A server run that ended with an exit code.
 #[derive(Clone, Copy, Debug)]
@@ -402,10 +402,14 @@ fn exhausted_in(log: &str, tries: u64, workload: Workload) -> HashSet<String> {
     // failures counted whatever else happened to the body: an output the target took
     // in a run killed before its input was committed is sent again by the next run,
     // which may then count it lost after as many refusals
+    // (a line taken and sent again counts as a try: a late answer, or a re-read after
+    // a restart; the output is there either way, so only the count of lost outputs
+    // below reads it)
+    let records = http_target::records(log);
+    let failed = http_target::maybe_failed(&records);
     let mut by_body: HashMap<String, (u64, bool)> = HashMap::new();
-    for record in http_target::records(log) {
+    for (record, failed) in records.into_iter().zip(failed) {
         let permanent = http_target::refuses_for_good(&record.status);
-        let failed = http_target::may_fail(&record.status);
         let entry = by_body.entry(record.body).or_insert((0, false));
         if failed {
             entry.0 += 1;
@@ -432,24 +436,16 @@ fn check_http_protocol(world: &mut World) {
 }
 
 /// The HTTP sink's counters against the target's own record: a failed attempt the
-/// sink counts must be a request the target failed (while the target was up all run
-/// long, nothing else can fail), and an output counted lost must have been refused.
+/// sink counts must be a request the target failed, or one whose answer came after
+/// the sink's response timeout (while the target was up all run long, nothing else can
+/// fail), and an output counted lost must have been refused.
 fn check_http_counts(world: &mut World) {
-    let mut worst: Option<(u32, u64, u64)> = None;
-    for sample in &world.http_samples {
-        if sample.target_was_down || sample.failed_attempts <= sample.target_failures {
-            continue;
-        }
-        let excess = sample.failed_attempts - sample.target_failures;
-        if worst.is_none_or(|(_, failed, seen)| excess > failed - seen) {
-            worst = Some((sample.run, sample.failed_attempts, sample.target_failures));
-        }
-    }
-    if let Some((run, failed, seen)) = worst {
+    let log = std::fs::read(world.path("peers/http.log")).unwrap_or_default();
+    if let Some((run, failed, allowed)) = overcounted(&world.http_samples, &log) {
         world.fail(
             FailureKind::DishonestCount,
             format!(
-                "server run {run}: the HTTP sink counted {failed} failed attempts (not_published + uncertain) while the target failed {seen} requests"
+                "server run {run}: the HTTP sink counted {failed} failed attempts (not_published + uncertain) while the target's records of the run show {allowed} (lines of requests it failed or answered late, and lines it took that the sink sent again)"
             ),
         );
     }
@@ -474,9 +470,78 @@ fn check_http_counts(world: &mut World) {
     }
 }
 
+/// The sample whose sink counted the most failed attempts beyond what its run's records
+/// in the target's `log` allow ([`http_target::maybe_failed`]): `(run, counted,
+/// allowed)`. A run's records are those from its start to the next run's, read at the
+/// end, not at the sample: a target stalled by the machine's load may write a record
+/// after the sink counted the attempt (its response timeout ran out meanwhile).
+fn overcounted(samples: &[HttpSample], log: &[u8]) -> Option<(u32, u64, u64)> {
+    let mut starts: Vec<u64> = samples.iter().map(|sample| sample.log_from).collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let mut worst: Option<(u32, u64, u64)> = None;
+    for sample in samples {
+        if sample.target_was_down {
+            continue;
+        }
+        let from = (sample.log_from as usize).min(log.len());
+        let end = starts
+            .iter()
+            .find(|start| **start > sample.log_from)
+            .map_or(log.len(), |end| (*end as usize).min(log.len()));
+        let records = http_target::records(&String::from_utf8_lossy(&log[from..end]));
+        let allowed = http_target::maybe_failed(&records)
+            .into_iter()
+            .filter(|failed| *failed)
+            .count() as u64;
+        if sample.failed_attempts <= allowed {
+            continue;
+        }
+        let excess = sample.failed_attempts - allowed;
+        if worst.is_none_or(|(_, failed, seen)| excess > failed - seen) {
+            worst = Some((sample.run, sample.failed_attempts, allowed));
+        }
+    }
+    worst
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sample(run: u32, failed_attempts: u64, log_from: usize) -> HttpSample {
+        HttpSample {
+            run,
+            failed_attempts,
+            lost: 0,
+            log_from: log_from as u64,
+            target_was_down: false,
+        }
+    }
+
+    // seed 1111 of the http-batch family (a soak on a loaded machine): a batch of 9
+    // lines answered 200 after the sink's 500 ms (the target, or the sink, stalled);
+    // the sink counted 9 uncertain attempts and sent the 9 again under their keys
+    #[test]
+    fn a_line_taken_and_sent_again_in_its_run_was_a_failed_attempt() {
+        let run1 = "503\tk1\t0\ta\n200\tk1\t1\ta\n200\tk1\t2\ta\n200\tk2\t0\tb\n";
+        // a run's record written after its sample was taken is still the run's
+        assert_eq!(overcounted(&[sample(1, 1, 0)], run1.as_bytes()), None);
+        assert_eq!(overcounted(&[sample(1, 2, 0)], run1.as_bytes()), None);
+        assert_eq!(
+            overcounted(&[sample(1, 3, 0)], run1.as_bytes()),
+            Some((1, 3, 2)),
+            "k2 was taken once: its attempt did not fail"
+        );
+        // the next run re-reads k2 and sends it again: not a failure of either run
+        let both = format!("{run1}200\tk2\t0\tb\n");
+        let samples = [sample(1, 2, 0), sample(2, 1, run1.len())];
+        assert_eq!(
+            overcounted(&samples, both.as_bytes()),
+            Some((2, 1, 0)),
+            "run 2 took k2 at once"
+        );
+    }
 
     fn ends(at: Instant, runs: &[(u32, i32, u64)]) -> Vec<RunEnd> {
         runs.iter()

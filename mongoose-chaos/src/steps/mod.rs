@@ -203,19 +203,6 @@ pub fn last_error(log: &str) -> String {
         .unwrap_or_else(|| "(nothing logged)".to_owned())
 }
 
-/// Attempts the HTTP target failed (or answered late: the sink may count those
-/// uncertain) since byte `from` of its log: one record per output line.
-fn http_failures_since(log: &Path, from: u64) -> u64 {
-    let Ok(bytes) = std::fs::read(log) else {
-        return 0;
-    };
-    let from = (from as usize).min(bytes.len());
-    crate::http_target::records(&String::from_utf8_lossy(&bytes[from..]))
-        .iter()
-        .filter(|record| crate::http_target::may_fail(&record.status))
-        .count() as u64
-}
-
 /// The (start, length) of the newest valid-looking slot of a file sink's state.
 fn newest_sink_slot(bytes: &[u8]) -> (usize, usize) {
     const SLOT: usize = 64 * 1024;

@@ -137,8 +137,10 @@ pub struct HttpSample {
     pub failed_attempts: u64,
     /// `lost` of the sink.
     pub lost: u64,
-    /// Requests the target failed since the run started.
-    pub target_failures: u64,
+    /// The length of the target's log when the run started: the run's records are
+    /// those from there to the next run's start, read when the run is checked (a
+    /// record the target writes after the sample is still the run's).
+    pub log_from: u64,
     /// Whether the target was down (killed or paused) at some point of the run.
     pub target_was_down: bool,
 }
