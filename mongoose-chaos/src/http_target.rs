@@ -30,7 +30,10 @@
 //!
 //! A record's status starts with `2` exactly when the target took the line
 //! ([`taken`]); [`may_fail`] says which records the sink may count as a failed attempt
-//! (every other one, and a late answer).
+//! (every other one, and a late answer). A request's records are written at once,
+//! before its answer, except those of a mid-body close, written once the rest of the
+//! body is read (the sink has seen the close by then): the checks read a run's records
+//! once the run is over.
 //!
 //! The target also checks that each request has the form the sink's documentation
 //! promises ([`Expected`]): one key per ndjson line, the content type, gzip when asked
