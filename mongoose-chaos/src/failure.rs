@@ -32,6 +32,9 @@ pub enum FailureKind {
     BadReload,
     /// A crash loop whose kills left nothing more applied while lines waited.
     NoProgress,
+    /// A request the HTTP target cannot read as the sink's documentation promises
+    /// (one key per ndjson line, the content type, gzip, the batch limits).
+    BadRequest,
     /// The harness itself could not do a step (a setup problem, not a finding).
     Harness,
 }
@@ -51,6 +54,7 @@ impl fmt::Display for FailureKind {
             FailureKind::BadRefusal => "bad-refusal",
             FailureKind::BadReload => "bad-reload",
             FailureKind::NoProgress => "no-progress",
+            FailureKind::BadRequest => "bad-request",
             FailureKind::Harness => "harness",
         };
         f.write_str(text)

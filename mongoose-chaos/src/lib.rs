@@ -45,6 +45,7 @@ pub mod consumers;
 pub mod failure;
 pub mod foreign;
 pub mod generate;
+pub mod http_target;
 pub mod minimise;
 pub mod outputs;
 pub mod peer;

@@ -1,20 +1,20 @@
-//! The harness's own peer processes: an HTTP target that fails on command, a TCP
-//! receiver, and a UDP archive publisher that drops datagrams and keeps a small
-//! retransmit buffer. Each runs as a process of its own (so it can be killed and
-//! paused like any peer), started from the harness's executable with the peer's
-//! settings in [`PEER_ENV`].
+//! The harness's own peer processes: an HTTP target that fails on command
+//! ([`crate::http_target`]), a TCP receiver, and a UDP archive publisher that drops
+//! datagrams and keeps a small retransmit buffer. Each runs as a process of its own (so
+//! it can be killed and paused like any peer), started from the harness's executable
+//! with the peer's settings in [`PEER_ENV`].
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::fs::OpenOptions;
+use std::io::{BufRead, Read, Write};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mongoose_archive::{LossInjection, Offer, Publication, UdpPublication, UdpPublicationConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::http_target::TargetSpec;
 use crate::scenario::HttpMode;
 
 /// The environment variable that makes the harness's executable (or a test binary's
@@ -25,19 +25,11 @@ pub const PEER_ENV: &str = "MONGOOSE_CHAOS_PEER";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "peer", rename_all = "snake_case")]
 pub enum PeerSpec {
-    /// An HTTP target on `port`: each request logged to `log` as
-    /// `status<TAB>key<TAB>attempt<TAB>body`, answered as the [`HttpMode`] in `mode_file`
-    /// says (JSON; absent: 200), the failing requests chosen by `seed`.
-    HttpTarget {
-        /// The port on 127.0.0.1.
-        port: u16,
-        /// The request log.
-        log: PathBuf,
-        /// The mode file.
-        mode_file: PathBuf,
-        /// Chooses which requests fail.
-        seed: u64,
-    },
+    /// An HTTP target ([`crate::http_target`]): each output line logged to its log as
+    /// `status<TAB>key<TAB>attempt<TAB>body`, answered as the [`HttpMode`] in its mode
+    /// file says (JSON; absent: 200), the failing requests chosen by its seed; over
+    /// https with a CA of the harness's own when asked.
+    HttpTarget(TargetSpec),
     /// A TCP receiver on `port` appending every whole line it receives to `out`.
     TcpReceiver {
         /// The port on 127.0.0.1.
@@ -73,12 +65,7 @@ pub fn run_from_env() -> Option<i32> {
         }
     };
     let result = match spec {
-        PeerSpec::HttpTarget {
-            port,
-            log,
-            mode_file,
-            seed,
-        } => http_target(port, &log, &mode_file, seed),
+        PeerSpec::HttpTarget(spec) => crate::http_target::serve(&spec),
         PeerSpec::TcpReceiver { port, out } => tcp_receiver(port, &out),
         PeerSpec::UdpPublisher {
             archiver,
@@ -123,120 +110,11 @@ pub fn write_mode(mode_file: &Path, mode: HttpMode) -> std::io::Result<()> {
 }
 
 /// A well-mixed number from `seed` and `count` (splitmix64).
-fn roll(seed: u64, count: u64) -> u64 {
+pub(crate) fn roll(seed: u64, count: u64) -> u64 {
     let mut z = seed ^ count.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-fn http_target(port: u16, log: &Path, mode_file: &Path, seed: u64) -> std::io::Result<()> {
-    let listener = TcpListener::bind(("127.0.0.1", port))?;
-    let log = Arc::new(Mutex::new(
-        OpenOptions::new().create(true).append(true).open(log)?,
-    ));
-    let requests = Arc::new(AtomicU64::new(0));
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let log = Arc::clone(&log);
-        let requests = Arc::clone(&requests);
-        let mode_file = mode_file.to_path_buf();
-        std::thread::spawn(move || {
-            let _ = serve_connection(stream, &log, &mode_file, seed, &requests);
-        });
-    }
-    Ok(())
-}
-
-/// One request as the target read it.
-struct Request {
-    key: String,
-    attempt: String,
-    body: Vec<u8>,
-}
-
-fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<Request>> {
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
-        return Ok(None);
-    }
-    let mut length = 0usize;
-    let mut key = String::from("-");
-    let mut attempt = String::from("-");
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header)? == 0 {
-            return Ok(None);
-        }
-        if header == "\r\n" || header == "\n" {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            let value = value.trim();
-            match name.trim().to_ascii_lowercase().as_str() {
-                "content-length" => length = value.parse().unwrap_or(0),
-                "idempotency-key" => key = value.to_owned(),
-                "x-mongoose-attempt" => attempt = value.to_owned(),
-                _ => {}
-            }
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
-    Ok(Some(Request { key, attempt, body }))
-}
-
-fn serve_connection(
-    stream: TcpStream,
-    log: &Mutex<File>,
-    mode_file: &Path,
-    seed: u64,
-    requests: &AtomicU64,
-) -> std::io::Result<()> {
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
-    while let Some(request) = read_request(&mut reader)? {
-        let count = requests.fetch_add(1, Ordering::Relaxed);
-        let dice = roll(seed, count) % 100;
-        let (status, answer): (String, Option<u16>) = match read_mode(mode_file) {
-            HttpMode::Ok => ("200".to_owned(), Some(200)),
-            HttpMode::Fail { percent, status } if dice < u64::from(percent) => {
-                (status.to_string(), Some(status))
-            }
-            HttpMode::Timeout { percent } if dice < u64::from(percent) => {
-                ("timeout".to_owned(), None)
-            }
-            HttpMode::Close { percent } if dice < u64::from(percent) => ("close".to_owned(), None),
-            _ => ("200".to_owned(), Some(200)),
-        };
-        let body = String::from_utf8_lossy(&request.body).replace(['\n', '\t'], " ");
-        {
-            let mut log = log.lock().map_err(|_| std::io::Error::other("log lock"))?;
-            log.write_all(
-                format!("{status}\t{}\t{}\t{body}\n", request.key, request.attempt).as_bytes(),
-            )?;
-        }
-        match (status.as_str(), answer) {
-            (_, Some(code)) => {
-                writer.write_all(
-                    format!("HTTP/1.1 {code} Chaos\r\ncontent-length: 0\r\n\r\n").as_bytes(),
-                )?;
-            }
-            ("timeout", None) => {
-                // never answered: wait until the client gives up and closes
-                let mut inner = reader.into_inner();
-                inner.set_read_timeout(Some(Duration::from_secs(120)))?;
-                let mut sink = [0u8; 1024];
-                while matches!(inner.read(&mut sink), Ok(read) if read > 0) {}
-                return Ok(());
-            }
-            _ => {
-                let _ = writer.shutdown(Shutdown::Both);
-                return Ok(());
-            }
-        }
-    }
-    Ok(())
 }
 
 fn tcp_receiver(port: u16, out: &Path) -> std::io::Result<()> {

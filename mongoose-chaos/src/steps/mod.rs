@@ -221,18 +221,6 @@ pub fn last_error(log: &str) -> String {
         .unwrap_or_else(|| "(nothing logged)".to_owned())
 }
 
-/// Requests the HTTP target failed since byte `from` of its log.
-fn http_failures_since(log: &Path, from: u64) -> u64 {
-    let Ok(bytes) = std::fs::read(log) else {
-        return 0;
-    };
-    let from = (from as usize).min(bytes.len());
-    String::from_utf8_lossy(&bytes[from..])
-        .lines()
-        .filter(|line| !line.starts_with('2'))
-        .count() as u64
-}
-
 /// The (start, length) of the newest valid-looking slot of a file sink's state.
 fn newest_sink_slot(bytes: &[u8]) -> (usize, usize) {
     const SLOT: usize = 64 * 1024;

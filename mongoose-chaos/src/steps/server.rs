@@ -10,10 +10,7 @@ use crate::scenario::{PeerKind, SinkKind};
 use crate::truth::FailureKind;
 use crate::world::{HttpSample, World};
 
-use super::{
-    http_failures_since, last_error, stalled_reasons, Flow, SERVER_LOG, SETTLE_PATIENCE,
-    START_PATIENCE,
-};
+use super::{last_error, stalled_reasons, Flow, SERVER_LOG, SETTLE_PATIENCE, START_PATIENCE};
 
 impl World {
     /// Starts the server (when it is not running).
@@ -331,14 +328,11 @@ impl World {
         let count = |field: &str| sink[field].as_u64().unwrap_or(0);
         let failed_attempts = count("notPublished") + count("uncertain");
         let lost = count("lost");
-        // read after the status: the target logs a request before it answers
-        let target_failures =
-            http_failures_since(&self.path("peers/http.log"), self.http_log_at_start);
         self.http_samples.push(HttpSample {
             run: self.runs,
             failed_attempts,
             lost,
-            target_failures,
+            log_from: self.http_log_at_start,
             target_was_down: self.http_down_in_run,
         });
     }

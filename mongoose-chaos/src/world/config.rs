@@ -2,6 +2,7 @@
 //! and the other consumers of the feed as they stand (a reload removes, adds back or
 //! replaces them).
 
+use crate::http_target::{Expected, TargetSpec};
 use crate::scenario::{Also, SinkKind, SourceKind, Workload};
 
 use super::{World, ARCHIVE_STREAM};
@@ -9,6 +10,10 @@ use super::{World, ARCHIVE_STREAM};
 /// Where the HTTP target's CA certificate is written when the target serves https
 /// (relative to the scenario's folder, as the sink's `ca_file`).
 pub const HTTPS_CA_FILE: &str = "peers/https-ca.pem";
+
+/// Where the HTTP target notes the requests that break the sink's documented form
+/// (relative to the scenario's folder).
+pub const HTTP_PROTOCOL_LOG: &str = "peers/http-protocol.log";
 
 impl World {
     /// The config of the scenario, as the harness means it now.
@@ -214,6 +219,24 @@ impl World {
         }
         text.push('\n');
         text
+    }
+
+    /// What the HTTP target peer is told: its port and logs, https with the harness's
+    /// CA (written to [`HTTPS_CA_FILE`]) when the scenario asks, and the form of the
+    /// sink's requests (its batches), which it checks.
+    pub fn http_target_spec(&self) -> TargetSpec {
+        let options = &self.scenario.options;
+        TargetSpec {
+            port: self.ports.http,
+            log: self.path("peers/http.log"),
+            mode_file: self.path("peers/http.mode"),
+            seed: self.scenario.seed,
+            https_ca: options.https.then(|| self.path(HTTPS_CA_FILE)),
+            expected: Expected {
+                batch: options.http_batch,
+            },
+            protocol_log: Some(self.path(HTTP_PROTOCOL_LOG)),
+        }
     }
 
     /// An HTTP sink's settings toward the target's `path`.

@@ -32,7 +32,7 @@ use crate::truth::{Failure, FailureKind, Truth};
 mod config;
 mod kafka;
 
-pub use config::HTTPS_CA_FILE;
+pub use config::{HTTPS_CA_FILE, HTTP_PROTOCOL_LOG};
 
 /// The stream id of the archive scenarios.
 pub const ARCHIVE_STREAM: u32 = 7;
@@ -137,8 +137,10 @@ pub struct HttpSample {
     pub failed_attempts: u64,
     /// `lost` of the sink.
     pub lost: u64,
-    /// Requests the target failed since the run started.
-    pub target_failures: u64,
+    /// The length of the target's log when the run started: the run's records are
+    /// those from there to the next run's start, read when the run is checked (a
+    /// record the target writes after the sample is still the run's).
+    pub log_from: u64,
     /// Whether the target was down (killed or paused) at some point of the run.
     pub target_was_down: bool,
 }
@@ -424,12 +426,7 @@ impl World {
         let (mut command, stdin) = match peer {
             PeerKind::HttpTarget => (
                 self.peer_command(
-                    &PeerSpec::HttpTarget {
-                        port: self.ports.http,
-                        log: self.path("peers/http.log"),
-                        mode_file: self.path("peers/http.mode"),
-                        seed: self.scenario.seed,
-                    },
+                    &PeerSpec::HttpTarget(self.http_target_spec()),
                     "peers/http-target.stderr",
                 )?,
                 false,
