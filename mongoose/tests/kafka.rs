@@ -811,6 +811,77 @@ fn committed_end(brokers: &str, topic: &str) -> i64 {
         .1
 }
 
+/// A `forward` of the COMMITED file feed `lines` (`input.txt`, in a folder with the
+/// kafka plugin in `plugins`) into a transactional Kafka sink on `topic` with a
+/// positions topic: exactly once from a file feed.
+fn file_to_kafka_config(brokers: &str, topic: &str) -> String {
+    format!(
+        r#"
+plugin_dir = "plugins"
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+read_strategy = "COMMITED"
+
+[[sinks]]
+name = "out"
+kind = "kafka"
+settings = {{ brokers = "{brokers}", topic = "{topic}", transactional_id = "{topic}-out", positions_topic = "{topic}-positions", name = "out" }}
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = {{ feed = "lines", sink = "out" }}
+"#
+    )
+}
+
+/// Issue 36.2: file -> Kafka exactly once with the pointer lost after a run wrote every
+/// line. The restart reads the file again from its start (the Kafka forward keeps no
+/// position the source can use): before the fix under a new epoch, and the positions
+/// topic, which knew every line of the old epoch, matched none of the new one: all
+/// 120,000 lines written twice (2 runs of 2, exit 0). The epoch is the file's identity
+/// now: the repeats carry their first positions, and the sink answers them from what
+/// its transactions committed.
+#[test]
+fn a_lost_pointer_under_file_to_kafka_exactly_once_writes_nothing_twice() {
+    const LINES: usize = 20_000;
+    let Some(brokers) = brokers() else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = unique_topic("lost-pointer-to-kafka");
+    create_topic(&brokers, &topic, 1);
+    let lines: Vec<String> = (0..LINES).map(|index| format!("line-{index:06}")).collect();
+    let input: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    let run = LedgerRun::new(&input, "");
+    plugin_dir(run.dir.path(), &[&library]);
+    std::fs::write(run.path("mongoose.toml"), file_to_kafka_config(&brokers, &topic))
+        .expect("config");
+    assert_eq!(run.finish(), 0, "the first run: {}", run.log());
+    std::fs::remove_file(run.pointer_path()).expect("the pointer deleted");
+    assert_eq!(run.finish(), 0, "after the pointer was lost: {}", run.log());
+    let seen = read_committed(&brokers, &topic, 1);
+    let mut counts = std::collections::BTreeMap::<&str, u32>::new();
+    for payload in &seen {
+        *counts.entry(payload.as_str()).or_default() += 1;
+    }
+    let twice = counts.values().filter(|count| **count > 1).count();
+    let missing = lines
+        .iter()
+        .filter(|line| !counts.contains_key(line.as_str()))
+        .count();
+    assert!(
+        twice == 0 && missing == 0 && seen.len() == LINES,
+        "{} records, {twice} lines more than once, {missing} missing, of {LINES}",
+        seen.len()
+    );
+}
+
 /// File to Kafka, exactly once (issue 27 item 4): a `forward` from a COMMITED file feed
 /// into a transactional Kafka sink with a positions topic, the server SIGKILLed up to 40
 /// times while it writes (each kill once what the topic has committed grew since the
@@ -833,30 +904,8 @@ fn a_kill_at_any_point_of_a_file_to_kafka_forward_gives_every_line_exactly_once(
     let input: String = lines.iter().map(|line| format!("{line}\n")).collect();
     let run = LedgerRun::new(&input, "");
     plugin_dir(run.dir.path(), &[&library]);
-    let config = format!(
-        r#"
-plugin_dir = "plugins"
-
-[[feeds]]
-name = "lines"
-source = "file"
-path = "input.txt"
-read_strategy = "COMMITED"
-
-[[sinks]]
-name = "out"
-kind = "kafka"
-settings = {{ brokers = "{brokers}", topic = "{topic}", transactional_id = "{topic}-out", positions_topic = "{topic}-positions", name = "out" }}
-
-[[groups]]
-name = "forward"
-[[groups.processors]]
-name = "copy"
-kind = "forward"
-settings = {{ feed = "lines", sink = "out" }}
-"#
-    );
-    std::fs::write(run.path("mongoose.toml"), config).expect("config");
+    std::fs::write(run.path("mongoose.toml"), file_to_kafka_config(&brokers, &topic))
+        .expect("config");
     let mut grown = 0;
     let mut kills = 0;
     'rounds: for round in 0..40u64 {
