@@ -860,8 +860,11 @@ fn a_lost_pointer_under_file_to_kafka_exactly_once_writes_nothing_twice() {
     let input: String = lines.iter().map(|line| format!("{line}\n")).collect();
     let run = LedgerRun::new(&input, "");
     plugin_dir(run.dir.path(), &[&library]);
-    std::fs::write(run.path("mongoose.toml"), file_to_kafka_config(&brokers, &topic))
-        .expect("config");
+    std::fs::write(
+        run.path("mongoose.toml"),
+        file_to_kafka_config(&brokers, &topic),
+    )
+    .expect("config");
     assert_eq!(run.finish(), 0, "the first run: {}", run.log());
     std::fs::remove_file(run.pointer_path()).expect("the pointer deleted");
     assert_eq!(run.finish(), 0, "after the pointer was lost: {}", run.log());
@@ -904,8 +907,11 @@ fn a_kill_at_any_point_of_a_file_to_kafka_forward_gives_every_line_exactly_once(
     let input: String = lines.iter().map(|line| format!("{line}\n")).collect();
     let run = LedgerRun::new(&input, "");
     plugin_dir(run.dir.path(), &[&library]);
-    std::fs::write(run.path("mongoose.toml"), file_to_kafka_config(&brokers, &topic))
-        .expect("config");
+    std::fs::write(
+        run.path("mongoose.toml"),
+        file_to_kafka_config(&brokers, &topic),
+    )
+    .expect("config");
     let mut grown = 0;
     let mut kills = 0;
     'rounds: for round in 0..40u64 {

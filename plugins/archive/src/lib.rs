@@ -577,3 +577,33 @@ mongoose_plugin::export_plugin! {
     },
     sinks: {},
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // chaos mixed-consumers seed 38: an archive pointer cut short (a torn write, or
+    // damage) kept its first numbers, read as an older layout's two- or three-number
+    // pointer with a truncated epoch; a guarded ledger took the re-read messages for
+    // another epoch's and applied 1,552 of them twice
+    #[test]
+    fn a_cut_archive_pointer_is_damaged_not_read_as_an_older_layout() {
+        let dir = std::env::temp_dir().join(format!("archive-pointer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a folder");
+        let path = dir.join("lines.pointer");
+        let whole = "7 123456 7340172912345678 99887766\n";
+        std::fs::write(&path, whole).expect("a pointer");
+        let read = load_pointer(&path).expect("readable").expect("whole");
+        assert_eq!(read.map(|pointer| pointer.epoch), Some(7340172912345678));
+        for keep in [3, 10, 18, 25, whole.len() - 1] {
+            std::fs::write(&path, &whole[..keep]).expect("a cut pointer");
+            let read = load_pointer(&path).expect("readable");
+            assert!(read.is_err(), "cut to {keep} bytes: {read:?}");
+        }
+        // an older layout's pointer, whole, is still read
+        std::fs::write(&path, "7 123456\n").expect("an older pointer");
+        let read = load_pointer(&path).expect("readable").expect("whole");
+        assert_eq!(read.map(|pointer| pointer.position), Some(123456));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
