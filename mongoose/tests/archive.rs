@@ -443,7 +443,7 @@ fn an_archive_pointer_ahead_of_or_without_the_ledgers_state_resumes_at_the_saved
     );
     assert_eq!(code, 0, "{log}");
     assert!(
-        log.contains("resuming at the consumers' saved position"),
+        log.contains("the lowest position a consumer needs (ledger/ledger's saved state"),
         "the source resumes at the ledger's saved position: {log}"
     );
 

@@ -197,7 +197,7 @@ fn a_deleted_pointer_resumes_from_the_saved_state() {
     assert_eq!((code, balance), (0, Some(5_000)), "{}", run.log());
     assert!(
         run.log()
-            .contains("resuming from the consumers' saved position"),
+            .contains("resuming under the input file's identity at the lowest position any consumer needs"),
         "the repair is logged: {}",
         run.log()
     );
