@@ -118,8 +118,8 @@ pub struct FileEventSource<T> {
     /// Where a loss this source finds is recorded at once (a single COMMITED file:
     /// `<pointer>.losses`), so a kill cannot make it forgotten.
     loss_file: Option<PathBuf>,
-    /// The read offset last reported in the feed's `files` status.
-    files_reported: Option<u64>,
+    /// The read and committed offsets last reported in the feed's `files` status.
+    files_reported: Option<(u64, u64)>,
 }
 
 /// How many bytes a file source reads between two reports of its file's offsets
@@ -304,21 +304,31 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
     }
 
-    /// Reports the open file's read offset, size and lag in the feed's `files` status
-    /// (what the progress lines and `mongoose top` show as bytes): each time the
-    /// source catches up after reading, and every [`FILE_LAG_REPORT_BYTES`] read
-    /// while it is behind. Never per line: a report allocates.
+    /// Reports the open file's committed offset, size and lag in the feed's `files`
+    /// status (what the progress lines, `mongoose_feed_lag_bytes` and `mongoose top`
+    /// show as bytes). The committed offset is the pointer's (what a restart resumes
+    /// from), not the offset read: lines read and not yet processed are still behind
+    /// (issue 36, item 3); a strategy without a pointer reports what it read. Reported
+    /// each time either offset moves while the source is caught up, and every
+    /// [`FILE_LAG_REPORT_BYTES`] either moves while it is behind. Never per line: a
+    /// report allocates.
     fn report_file_lag(&mut self) {
         let Some(input) = self.input.as_ref() else {
             return;
         };
         let read = input.position();
+        let committed = if self.config.strategy.has_pointer() {
+            self.shared.lock().record.offset
+        } else {
+            read
+        };
         let due = match self.files_reported {
             None => true,
-            Some(reported) if reported == read => false,
-            Some(reported) => {
+            Some(reported) if reported == (read, committed) => false,
+            Some((read_then, committed_then)) => {
                 self.status.state == SourceState::CaughtUp
-                    || read.abs_diff(reported) >= FILE_LAG_REPORT_BYTES
+                    || read.abs_diff(read_then) >= FILE_LAG_REPORT_BYTES
+                    || committed.abs_diff(committed_then) >= FILE_LAG_REPORT_BYTES
             }
         };
         if !due {
@@ -327,14 +337,14 @@ impl<T: Send + 'static> FileEventSource<T> {
         let Ok(metadata) = input.file.metadata() else {
             return;
         };
-        self.files_reported = Some(read);
+        self.files_reported = Some((read, committed));
         let size = metadata.len();
         self.output.report_files(&[FileLag {
             lane: 0,
             path: self.path.display().to_string(),
-            committed: read,
+            committed,
             size,
-            lag: size.saturating_sub(read),
+            lag: size.saturating_sub(committed),
         }]);
     }
 

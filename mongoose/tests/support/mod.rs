@@ -11,6 +11,14 @@ use std::time::{Duration, Instant};
 
 use mongoose_ledger::LedgerState;
 
+pub mod http_target;
+
+/// The `mongoose` binary the tests run: this build's, or `MONGOOSE_TEST_BIN` (another
+/// build, e.g. an older one, to see a test fail).
+pub fn binary() -> String {
+    std::env::var("MONGOOSE_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mongoose").into())
+}
+
 /// How long a run may take to settle, or to log what a test waits for.
 const PATIENCE: Duration = Duration::from_secs(180);
 
@@ -208,7 +216,7 @@ impl LedgerRun {
 
     /// Starts `mongoose run` on the folder's config.
     pub fn spawn(&self, exit_when_settled: bool) -> Child {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mongoose"));
+        let mut command = Command::new(binary());
         command
             .arg("run")
             .arg("--config")
