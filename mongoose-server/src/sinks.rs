@@ -142,6 +142,8 @@ fn open_sink(
                     error,
                 })?;
             }
+            // with the data folder locked: a start's, or a reload's that adds the sink
+            config.adopt_sink_state(sink, &path)?;
             let state_file = config.sink_state_file(sink, &path);
             if let Some(folder) = state_file.parent() {
                 config.warn_about_orphan_state("sink", folder);

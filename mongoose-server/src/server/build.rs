@@ -42,7 +42,7 @@ impl ServerBuilder {
         // before anything is opened: a second server on the data folder is refused
         let data_lock = config
             .keeps_state()
-            .then(|| DataFolderLock::acquire(&config.data_folder()))
+            .then(|| DataFolderLock::acquire(&config.canonical_data_folder()))
             .transpose()?;
         let registry = FeedRegistry::default();
         let _ = self.built_registry.set(registry.clone());
@@ -165,6 +165,7 @@ pub(super) fn configured_feed(
         publisher.set_kill_switch(Arc::clone(kill_switch));
         connector.register(Arc::clone(&publisher))?;
         if strategy.has_pointer() {
+            config.adopt_feed_state(index)?;
             config.warn_about_orphan_state("feed", &config.feed_state_dir(index));
         }
         let source =
@@ -183,6 +184,7 @@ pub(super) fn configured_feed(
         file_config.rotated = feed_config.rotated.iter().cloned().collect();
         file_config.state_dir = Some(config.feed_state_dir(index));
         if strategy.has_pointer() {
+            config.adopt_feed_state(index)?;
             config.warn_about_orphan_state("feed", &config.feed_state_dir(index));
         }
         let source = FileEventSource::<Line>::of_lines(file_config, publisher.clone());
