@@ -30,6 +30,7 @@ use mongoose_control::ReplyOutcome;
 use serde::Serialize;
 use tracing::{error, info, warn};
 
+use crate::config::data_dir::DataFolderLock;
 use crate::config::ServerConfig;
 use crate::ServerError;
 
@@ -310,7 +311,8 @@ impl Server {
             );
         }
         let old = self.running_config();
-        let plan = plan(&old, &config);
+        let mut plan = plan(&old, &config);
+        plan.refused.extend(self.data_folder_change(&old, &config));
         if !plan.refused.is_empty() {
             drop(lifecycle);
             return self.finish_reload("refused", Vec::new(), plan.refused);
@@ -321,6 +323,17 @@ impl Server {
             drop(lifecycle);
             return self.finish_reload("unchanged", Vec::new(), Vec::new());
         }
+        if let Err(error) = self.lock_data_folder_for(&config) {
+            drop(lifecycle);
+            return self.finish_reload(
+                "failed",
+                Vec::new(),
+                vec![
+                    error.to_string(),
+                    "nothing changed: the old configuration keeps running".to_owned(),
+                ],
+            );
+        }
         let config = Arc::new(config);
         let (changes, reasons) = self.apply(&config, &plan);
         *inner.running.write() = Arc::clone(&config);
@@ -330,6 +343,44 @@ impl Server {
         } else {
             self.finish_reload("failed", changes, reasons)
         }
+    }
+
+    /// Why `new` cannot apply live when it names another data folder than the one
+    /// this server keeps its state in (the folder it holds the lock of, or, holding
+    /// none, the one `old` names), by their canonical paths: `data` and `./data` are
+    /// one folder, and a symlink moved under the server is a change. The state it
+    /// keeps cannot move while it runs, and a folder the server does not hold the lock
+    /// of is one another server may take (issue 36, item 2).
+    fn data_folder_change(&self, old: &ServerConfig, new: &ServerConfig) -> Option<String> {
+        let used = match self.inner.data_lock.lock().as_ref() {
+            Some(lock) => lock.folder().to_path_buf(),
+            None => old.canonical_data_folder(),
+        };
+        let named = new.canonical_data_folder();
+        (named != used).then(|| {
+            format!(
+                "`data_dir` changed ({} is {}, the server keeps its state in {}): the data folder cannot move while the \
+                 server runs: restart to move it (stop the server, move the folder's contents if you want its state \
+                 kept, then start it)",
+                new.data_dir.display(),
+                named.display(),
+                used.display()
+            )
+        })
+    }
+
+    /// Takes the data folder's lock when `config` keeps state and this server holds
+    /// no lock yet (it started with nothing to keep: a reload adds its first file feed
+    /// with a pointer, or its first file sink). Held from then on, as a start holds it.
+    fn lock_data_folder_for(&self, config: &ServerConfig) -> Result<(), ServerError> {
+        let mut held = self.inner.data_lock.lock();
+        if held.is_none() && config.keeps_state() {
+            let lock = DataFolderLock::acquire(&config.canonical_data_folder())?;
+            info!(folder = %lock.folder().display(),
+                "the data folder is locked: this reload adds the server's first state");
+            *held = Some(lock);
+        }
+        Ok(())
     }
 
     /// The checks of a start: the admin settings, and the builder's checks with this
