@@ -573,3 +573,125 @@ fn state_kept_under_two_older_spellings_is_refused_naming_both() {
     assert_eq!(code, 0, "{log}");
     world.assert_every_line_once("after the operator kept one", &log);
 }
+
+#[test]
+fn an_input_folder_symlink_moved_while_running_keeps_its_state_at_the_next_start() {
+    // found attacking issue 36, item 1: with state keyed on the canonical path, a feed
+    // on `current/logs/app.log` (`current -> rel1`, a deploy's layout) keeps its
+    // pointer in the folder of `rel1`; the link moved to `rel2` while the server ran,
+    // the source followed the new file, and the next start, keyed on `rel2`, found no
+    // state and sent all of rel2's lines again. The pointer names rel2's file: its
+    // folder is adopted.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = |name: &str| dir.path().join(name);
+    let target = support::http_target::HttpTarget::start();
+    for release in ["rel1/logs", "rel2/logs"] {
+        std::fs::create_dir_all(path(release)).expect("a folder");
+    }
+    std::os::unix::fs::symlink("rel1", path("current")).expect("a symlink");
+    let write_lines = |file: &str, prefix: &str, range: std::ops::Range<usize>| {
+        let text: String = range.map(|n| format!("{prefix} {n:05}\n")).collect();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path(file))
+            .expect("input");
+        std::io::Write::write_all(&mut file, text.as_bytes()).expect("written");
+    };
+    write_lines("rel1/logs/app.log", "one", 0..1_000);
+    std::fs::write(
+        path("m.toml"),
+        format!(
+            r#"
+[[feeds]]
+name = "app"
+source = "file"
+path = "current/logs/app.log"
+
+[[sinks]]
+name = "web"
+kind = "http"
+url = "{}"
+
+[[groups]]
+name = "post"
+[[groups.processors]]
+name = "post"
+kind = "forward"
+settings = {{ feed = "app", sink = "web" }}
+"#,
+            target.url()
+        ),
+    )
+    .expect("config");
+    let spawn = |exit_when_settled: bool, log: &str| {
+        let mut command = Command::new(support::binary());
+        command.arg("run").arg("--config").arg(path("m.toml"));
+        if exit_when_settled {
+            command.arg("--exit-when-settled");
+        }
+        command
+            .env("RUST_LOG", "warn,mongoose_server=info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(path(log)).expect("log"))
+            .spawn()
+            .expect("the mongoose binary starts")
+    };
+    let wait_for = |count: usize, child: &mut std::process::Child| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while target.received().len() < count {
+            assert!(
+                child.try_wait().expect("status").is_none(),
+                "the server ended"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} of {count} lines sent",
+                target.received().len()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    let mut child = spawn(false, "run-1.log");
+    wait_for(1_000, &mut child);
+    // the deploy: a new release, its log, the link moved
+    write_lines("rel2/logs/app.log", "two", 0..700);
+    std::fs::remove_file(path("current")).expect("unlinked");
+    std::os::unix::fs::symlink("rel2", path("current")).expect("moved");
+    wait_for(1_700, &mut child);
+    let stopped = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(stopped.success());
+    let first = support::wait_exit(&mut child, "the first run");
+    let log = std::fs::read_to_string(path("run-1.log")).unwrap_or_default();
+    assert_eq!(first.code(), Some(0), "{log}");
+    write_lines("rel2/logs/app.log", "two", 700..900);
+    let mut child = spawn(true, "run-2.log");
+    let second = support::wait_exit(&mut child, "the second run");
+    let log = std::fs::read_to_string(path("run-2.log")).unwrap_or_default();
+    assert_eq!(second.code(), Some(0), "{log}");
+    let mut posted: Vec<String> = target
+        .received()
+        .into_iter()
+        .map(|received| received.body.trim_end().to_owned())
+        .collect();
+    posted.sort();
+    let mut expected: Vec<String> = (0..1_000)
+        .map(|n| format!("one {n:05}"))
+        .chain((0..900).map(|n| format!("two {n:05}")))
+        .collect();
+    expected.sort();
+    assert!(
+        posted == expected,
+        "every line sent once ({} requests for {} lines): {log}",
+        posted.len(),
+        expected.len()
+    );
+    assert_eq!(
+        listing(&path("data/feeds")).len(),
+        1,
+        "one state folder: {log}"
+    );
+}

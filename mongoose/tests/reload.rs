@@ -619,3 +619,40 @@ fn a_server_that_gains_state_by_reload_holds_the_lock() {
     assert_eq!(run.terminate(), 0);
     dir.assert_exactly_once("app", 200);
 }
+
+#[test]
+fn a_data_dir_symlink_moved_under_the_server_is_refused_at_the_next_reload() {
+    // found attacking issue 36, item 2: `data_dir` a symlink, moved to another folder
+    // while the server runs: the config's text is the same, the folder it names is not;
+    // the state stays (and is written) where the server locked it
+    let mut dir = Dir::new();
+    for folder in ["state-a", "state-b"] {
+        std::fs::create_dir(dir.path(folder)).expect("a folder");
+    }
+    std::os::unix::fs::symlink("state-a", dir.path("state")).expect("a symlink");
+    let text = format!("data_dir = \"state\"\n{}", config(&["app"]));
+    dir.append("app", 0, 100);
+    dir.write_config(&text);
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 100);
+    std::fs::remove_file(dir.path("state")).expect("unlinked");
+    std::os::unix::fs::symlink("state-b", dir.path("state")).expect("moved");
+    run.reload(1);
+    let log = run.log();
+    assert!(
+        log.contains("reload refused: `data_dir` changed")
+            && log.contains(&dir.path("state-a").display().to_string()),
+        "refused, naming the folder the state is in: {log}"
+    );
+    dir.append("app", 100, 100);
+    dir.wait_for_outputs(&mut run, "app", 200);
+    assert_eq!(run.terminate(), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path("state-b"))
+            .expect("listed")
+            .count(),
+        0,
+        "nothing written in the folder the link names now"
+    );
+    dir.assert_exactly_once("app", 200);
+}

@@ -14,7 +14,10 @@
 //! * any other folder of the same feed or sink name whose state names the same file:
 //!   a pointer whose file key (device and inode) is the input's (the evidence the file
 //!   source itself accepts a pointer of another path by), a sink state recording the
-//!   output's device and inode.
+//!   output's device and inode. This also finds the state of an input whose folder is
+//!   reached through a symlink that moved while the server ran (`current ->
+//!   releases/43`): the source followed the new file at the path, its pointer names
+//!   it, and the folder's key is of the folder the link named at the start.
 //!
 //! One such folder, and none at the canonical key: it is renamed to the canonical key
 //! (one `rename` of the folder, then an fsync of `feeds/` or `sinks/`): a kill at any
@@ -228,6 +231,6 @@ fn adopt_folder(
         .and_then(|handle| handle.sync_all())
         .map_err(io("sync the folder of state folders"))?;
     info!(from = %old.display(), to = %folder.display(),
-        "{what}: adopted the state folder an older release kept under another spelling of its path (state folders are keyed on the canonical path now)");
+        "{what}: adopted the state folder kept under another spelling of its path (the path as spelled, an older release's key, or a folder a symlink named before it moved): state folders are keyed on the canonical path");
     Ok(())
 }

@@ -271,10 +271,8 @@ mod tests {
 
     /// A fresh scratch folder with `app/logs` and `sib` in it.
     fn scratch(name: &str) -> PathBuf {
-        let folder = std::env::temp_dir().join(format!(
-            "mongoose-data-dir-{name}-{}",
-            std::process::id()
-        ));
+        let folder =
+            std::env::temp_dir().join(format!("mongoose-data-dir-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&folder);
         std::fs::create_dir_all(folder.join("app/logs")).expect("folders");
         std::fs::create_dir_all(folder.join("sib")).expect("folders");

@@ -38,11 +38,15 @@ impl ServerBuilder {
         // loaded by `check` when a feed or sink needs them; a folder nothing uses is
         // loaded (and its refusals reported) here
         let plugins = self.plugins()?;
-        let config = self.config;
+        let mut config = self.config;
+        // the data folder resolved once, here: every state path derives from it, so a
+        // symlink (data_dir itself, or a folder above it) moved while the server runs
+        // moves nothing it keeps (a reload naming another folder is refused)
+        config.data_dir = config.canonical_data_folder();
         // before anything is opened: a second server on the data folder is refused
         let data_lock = config
             .keeps_state()
-            .then(|| DataFolderLock::acquire(&config.canonical_data_folder()))
+            .then(|| DataFolderLock::acquire(&config.data_dir))
             .transpose()?;
         let registry = FeedRegistry::default();
         let _ = self.built_registry.set(registry.clone());

@@ -22,7 +22,7 @@
 //! [`Server::last_reload`], [`Server::config_generation`] (1 at start, one more per
 //! applied reload), `configGeneration` and `lastReload` in `GET /status`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -293,7 +293,7 @@ impl Server {
 
     /// Reloads a loaded configuration (see the module documentation).
     pub fn reload(&self, config: ServerConfig) -> ReloadStatus {
-        let config = match self.check_reloaded(config) {
+        let mut config = match self.check_reloaded(config) {
             Ok(config) => config,
             Err(error) => {
                 return self.finish_reload("invalid", Vec::new(), vec![error.to_string()])
@@ -312,7 +312,11 @@ impl Server {
         }
         let old = self.running_config();
         let mut plan = plan(&old, &config);
-        plan.refused.extend(self.data_folder_change(&old, &config));
+        match self.data_folder_in_use(&old, &config) {
+            // pinned, as a start pins it: a symlink moved later moves nothing
+            Ok(folder) => config.data_dir = folder,
+            Err(reason) => plan.refused.push(reason),
+        }
         if !plan.refused.is_empty() {
             drop(lifecycle);
             return self.finish_reload("refused", Vec::new(), plan.refused);
@@ -345,28 +349,33 @@ impl Server {
         }
     }
 
-    /// Why `new` cannot apply live when it names another data folder than the one
-    /// this server keeps its state in (the folder it holds the lock of, or, holding
-    /// none, the one `old` names), by their canonical paths: `data` and `./data` are
-    /// one folder, and a symlink moved under the server is a change. The state it
-    /// keeps cannot move while it runs, and a folder the server does not hold the lock
-    /// of is one another server may take (issue 36, item 2).
-    fn data_folder_change(&self, old: &ServerConfig, new: &ServerConfig) -> Option<String> {
+    /// The data folder this server keeps its state in (the folder it holds the lock
+    /// of, or, holding none, the one `old` names), when `new` names it too, by their
+    /// canonical paths: `data` and `./data` are one folder. Otherwise why `new` cannot
+    /// apply live: the state it keeps cannot move while it runs, and a folder the
+    /// server does not hold the lock of is one another server may take (issue 36, item
+    /// 2). A symlink moved under the server is a change.
+    fn data_folder_in_use(
+        &self,
+        old: &ServerConfig,
+        new: &ServerConfig,
+    ) -> Result<PathBuf, String> {
         let used = match self.inner.data_lock.lock().as_ref() {
             Some(lock) => lock.folder().to_path_buf(),
             None => old.canonical_data_folder(),
         };
         let named = new.canonical_data_folder();
-        (named != used).then(|| {
-            format!(
-                "`data_dir` changed ({} is {}, the server keeps its state in {}): the data folder cannot move while the \
-                 server runs: restart to move it (stop the server, move the folder's contents if you want its state \
-                 kept, then start it)",
-                new.data_dir.display(),
-                named.display(),
-                used.display()
-            )
-        })
+        if named == used {
+            return Ok(used);
+        }
+        Err(format!(
+            "`data_dir` changed: it names {} now (`{}`), and the server keeps its state in {}: the data folder \
+             cannot move while the server runs: restart to move it (stop the server, move the folder's contents \
+             if you want its state kept, then start it)",
+            named.display(),
+            new.data_dir.display(),
+            used.display()
+        ))
     }
 
     /// Takes the data folder's lock when `config` keeps state and this server holds
@@ -618,7 +627,8 @@ impl Server {
                 generation = status.generation,
                 "configuration reloaded: nothing to change"
             ),
-            "failed" => {
+            // a failure before anything changed says so, as a refusal does
+            "failed" if !status.changes.is_empty() => {
                 error!(generation = status.generation, changes = ?status.changes, reasons = ?status.reasons,
                 "configuration reload failed part way: what changed and why the rest did not are listed; restart to be sure what runs")
             }
