@@ -120,6 +120,9 @@ pub struct FileEventSource<T> {
     loss_file: Option<PathBuf>,
     /// The read and committed offsets last reported in the feed's `files` status.
     files_reported: Option<(u64, u64)>,
+    /// The last report of the feed's `files` status, kept so that its path is not
+    /// made again at every report.
+    file_lag: Option<FileLag>,
 }
 
 /// How many bytes a file source reads between two reports of its file's offsets
@@ -206,6 +209,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             path_replaced: false,
             loss_file,
             files_reported: None,
+            file_lag: None,
         }
     }
 
@@ -308,10 +312,13 @@ impl<T: Send + 'static> FileEventSource<T> {
     /// status (what the progress lines, `mongoose_feed_lag_bytes` and `mongoose top`
     /// show as bytes). The committed offset is the pointer's (what a restart resumes
     /// from), not the offset read: lines read and not yet processed are still behind
-    /// (issue 36, item 3); a strategy without a pointer reports what it read. Reported
-    /// each time either offset moves while the source is caught up, and every
-    /// [`FILE_LAG_REPORT_BYTES`] either moves while it is behind. Never per line: a
-    /// report allocates.
+    /// (issue 36, item 3); a strategy without a pointer reports what it read.
+    ///
+    /// Reported when the source catches up after reading (the size grew), when
+    /// everything read is committed, and every [`FILE_LAG_REPORT_BYTES`] either offset
+    /// moves in between. A commit short of what was read is not reported on its own,
+    /// so the lag shown may be larger than the lag, never smaller, until everything
+    /// read is committed. Never per line, nor per commit: a report allocates.
     fn report_file_lag(&mut self) {
         let Some(input) = self.input.as_ref() else {
             return;
@@ -326,7 +333,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             None => true,
             Some(reported) if reported == (read, committed) => false,
             Some((read_then, committed_then)) => {
-                self.status.state == SourceState::CaughtUp
+                (self.status.state == SourceState::CaughtUp && read != read_then)
+                    || (committed != committed_then && committed == read)
                     || read.abs_diff(read_then) >= FILE_LAG_REPORT_BYTES
                     || committed.abs_diff(committed_then) >= FILE_LAG_REPORT_BYTES
             }
@@ -339,13 +347,20 @@ impl<T: Send + 'static> FileEventSource<T> {
         };
         self.files_reported = Some((read, committed));
         let size = metadata.len();
-        self.output.report_files(&[FileLag {
-            lane: 0,
-            path: self.path.display().to_string(),
-            committed,
-            size,
-            lag: size.saturating_sub(committed),
-        }]);
+        let lag = match self.file_lag.as_mut() {
+            Some(lag) if Path::new(&lag.path) == &*self.path => lag,
+            _ => self.file_lag.insert(FileLag {
+                lane: 0,
+                path: self.path.display().to_string(),
+                committed: 0,
+                size: 0,
+                lag: 0,
+            }),
+        };
+        lag.committed = committed;
+        lag.size = size;
+        lag.lag = size.saturating_sub(committed);
+        self.output.report_files(std::slice::from_ref(lag));
     }
 
     fn set_epoch(&mut self, epoch: Epoch) {
