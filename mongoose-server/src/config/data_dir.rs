@@ -15,8 +15,9 @@
 //! one input reached by two spellings of its path (`sib/../app/m.toml`, a symlinked
 //! folder) keeps one, and a feed renamed or pointed at another file starts a new one
 //! (the old folder is named at start, to move by hand when the change was only a
-//! rename). State an older release kept under the path as spelled is adopted
-//! ([`super::adopt`]).
+//! rename). State kept under another spelling of the path (an older release keyed it
+//! on the path as spelled) is adopted at the start, or refused when there are two
+//! (book: operating/data-folder.md).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
