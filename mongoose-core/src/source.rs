@@ -43,8 +43,8 @@ pub struct FileLag {
     pub lane: u32,
     /// The file's path.
     pub path: String,
-    /// The offset committed in its pointer (or, without a pointer, read). A single-file
-    /// feed reports the offset read.
+    /// The offset committed in its pointer, what a restart resumes from (without a
+    /// pointer: the offset read).
     pub committed: u64,
     /// Its size when last looked at.
     pub size: u64,

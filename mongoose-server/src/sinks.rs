@@ -142,6 +142,8 @@ fn open_sink(
                     error,
                 })?;
             }
+            // with the data folder locked: a start's, or a reload's that adds the sink
+            config.adopt_sink_state(sink, &path)?;
             let state_file = config.sink_state_file(sink, &path);
             if let Some(folder) = state_file.parent() {
                 config.warn_about_orphan_state("sink", folder);
@@ -413,13 +415,18 @@ impl Sinks {
         statuses
     }
 
-    /// Waits until every sink has nothing queued or waiting for a retry, or until
-    /// `deadline`; true when they are idle.
+    /// Waits until every running sink has nothing queued or waiting for a retry, or
+    /// until `deadline`; true when they are idle. A sink a reload removed is stopped:
+    /// what it kept will not move (its inputs stay uncommitted), so it is not waited
+    /// for (waiting spent the whole shutdown bound, and the groups then had no time to
+    /// close: an incomplete stop, exit 4).
     pub fn await_idle(&self, deadline: Instant) -> bool {
         loop {
             let idle = self
-                .statuses()
-                .iter()
+                .runners
+                .lock()
+                .values()
+                .map(|runner| runner.handle().status())
                 .all(|status| status.queued == 0 && status.retrying == 0);
             if idle || Instant::now() >= deadline {
                 return idle;

@@ -295,3 +295,403 @@ fn a_globs_pointers_and_lane_registry_beside_its_files_are_adopted_and_resumed_f
         expected.len()
     );
 }
+
+/// A folder where one config is started by several spellings of its path:
+/// `app/m.toml` (its inputs in `app/logs`, its outputs in `app/out`, its data folder
+/// `app/data`), `sib/` (an empty folder, for `sib/../app/m.toml`) and `link` (a
+/// symlink to `app`). The config forwards `logs/input.txt` into the file sink `out`
+/// and into a real HTTP target, each by a group of its own.
+struct Spellings {
+    dir: tempfile::TempDir,
+    target: support::http_target::HttpTarget,
+    lines: usize,
+    runs: usize,
+}
+
+impl Spellings {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let target = support::http_target::HttpTarget::start();
+        for folder in ["app/logs", "app/out", "sib"] {
+            std::fs::create_dir_all(dir.path().join(folder)).expect("a folder");
+        }
+        std::os::unix::fs::symlink(dir.path().join("app"), dir.path().join("link"))
+            .expect("a symlink");
+        std::fs::write(dir.path().join("app/logs/input.txt"), "").expect("input");
+        let config = format!(
+            r#"
+[[feeds]]
+name = "lines"
+source = "file"
+path = "logs/input.txt"
+read_strategy = "COMMITED"
+
+[[sinks]]
+name = "out"
+kind = "file"
+path = "out/out.txt"
+
+[[sinks]]
+name = "web"
+kind = "http"
+url = "{}"
+
+[[groups]]
+name = "copy"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = {{ feed = "lines", sink = "out" }}
+
+[[groups]]
+name = "post"
+[[groups.processors]]
+name = "post"
+kind = "forward"
+settings = {{ feed = "lines", sink = "web" }}
+"#,
+            target.url()
+        );
+        std::fs::write(dir.path().join("app/m.toml"), config).expect("config");
+        Spellings {
+            dir,
+            target,
+            lines: 0,
+            runs: 0,
+        }
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The line `index` of the input (without its line break).
+    fn line(index: usize) -> String {
+        format!("{index:08} s{}", "s".repeat(index % 41))
+    }
+
+    fn append(&mut self, count: usize) {
+        let text: String = (self.lines..self.lines + count)
+            .map(|index| format!("{}\n", Self::line(index)))
+            .collect();
+        let mut input = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.path("app/logs/input.txt"))
+            .expect("input");
+        std::io::Write::write_all(&mut input, text.as_bytes()).expect("appended");
+        self.lines += count;
+    }
+
+    /// `mongoose run --exit-when-settled --config <config>` from the folder `cwd`
+    /// (relative to the test's folder) to its end: the exit code and its stderr.
+    fn run(&mut self, cwd: &str, config: &str) -> (i32, String) {
+        self.runs += 1;
+        let log = self.path(&format!("run-{}.log", self.runs));
+        let mut child = Command::new(support::binary())
+            .current_dir(self.path(cwd))
+            .args(["run", "--exit-when-settled", "--config", config])
+            .env("RUST_LOG", "warn,mongoose_server=info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("the mongoose binary starts");
+        let status = support::wait_exit(&mut child, config);
+        (
+            status.code().unwrap_or(-1),
+            std::fs::read_to_string(&log).unwrap_or_default(),
+        )
+    }
+
+    /// Asserts that the file sink holds every line so far once, in order, and that
+    /// the HTTP target took every line once.
+    fn assert_every_line_once(&self, context: &str, log: &str) {
+        let expected: Vec<String> = (0..self.lines).map(Self::line).collect();
+        let written = std::fs::read_to_string(self.path("app/out/out.txt")).unwrap_or_default();
+        let written: Vec<&str> = written.lines().collect();
+        assert!(
+            written == expected,
+            "{context}: the file sink holds every line once, in order ({} lines of {}): {log}",
+            written.len(),
+            expected.len()
+        );
+        let mut posted: Vec<String> = self
+            .target
+            .received()
+            .into_iter()
+            .map(|received| received.body.trim_end().to_owned())
+            .collect();
+        posted.sort();
+        let first_difference = posted
+            .iter()
+            .zip(&expected)
+            .find(|(posted, expected)| posted != expected);
+        assert!(
+            posted == expected,
+            "{context}: the HTTP target took every line once ({} requests for {} lines; first difference {first_difference:?}): {log}",
+            posted.len(),
+            expected.len()
+        );
+    }
+
+    /// The state folders of `kind` (`feeds`, `sinks`) in the data folder.
+    fn state_folders(&self, kind: &str) -> BTreeSet<String> {
+        listing(&self.path("app/data").join(kind))
+    }
+}
+
+#[test]
+fn the_same_config_by_another_path_spelling_keeps_its_state() {
+    // issue 36, item 1: state folders were keyed on the path as spelled, so the same
+    // config started as `sib/../app/m.toml` or through a symlinked folder found no
+    // state: the HTTP forward sent all 2,000 lines again under new keys, and the file
+    // sink refused to start (its file held outputs its new, empty state did not know)
+    let mut world = Spellings::new();
+    world.append(2_000);
+    let spellings = [
+        ("", "app/m.toml"),
+        ("", "sib/../app/m.toml"),
+        ("", "link/m.toml"),
+        // relative, from another working folder, through the symlink
+        ("sib", "../link/m.toml"),
+    ];
+    for (round, (cwd, config)) in spellings.into_iter().enumerate() {
+        if round > 0 {
+            world.append(500);
+        }
+        let config = if cwd.is_empty() {
+            world.path(config).display().to_string()
+        } else {
+            config.to_owned()
+        };
+        let (code, log) = world.run(cwd, &config);
+        assert_eq!(code, 0, "the run by {config} settles: {log}");
+        world.assert_every_line_once(&format!("after the run by {config}"), &log);
+        for kind in ["feeds", "sinks"] {
+            let folders = world.state_folders(kind);
+            assert_eq!(
+                folders.len(),
+                1,
+                "one state folder in {kind} whatever the spelling: {folders:?}: {log}"
+            );
+        }
+    }
+}
+
+/// Renames the one state folder of `kind` to the key an older release gave `name`
+/// on `path` as spelled (relative to the test's folder): the layout it left after a
+/// run by that spelling. Returns the new folder.
+fn keep_as_spelled(world: &Spellings, kind: &str, name: &str, path: &str) -> std::path::PathBuf {
+    let folders = world.state_folders(kind);
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    let parent = world.path("app/data").join(kind);
+    let current = parent.join(folders.first().expect("one"));
+    let old = parent.join(mongoose_server::config::data_dir::state_key_as_spelled(
+        name,
+        &world.path(path),
+    ));
+    assert_ne!(current, old, "{path} is not spelled as the canonical path");
+    std::fs::rename(&current, &old).expect("renamed");
+    old
+}
+
+#[test]
+fn state_an_older_release_kept_under_another_spelling_is_adopted_once() {
+    // issue 36, item 1: a release before it keyed state on the path as spelled; its
+    // state, kept after a run by `link/m.toml`, is found by a start by `app/m.toml`
+    // (its pointer names the input's file, its sink state the output's) and renamed
+    // to the canonical key, logged once with both paths
+    let mut world = Spellings::new();
+    world.append(1_000);
+    let (code, log) = world.run("", &world.path("app/m.toml").display().to_string());
+    assert_eq!(code, 0, "{log}");
+    let (feed, sink) = (world.state_folders("feeds"), world.state_folders("sinks"));
+    let old_feed = keep_as_spelled(&world, "feeds", "lines", "link/logs/input.txt");
+    let old_sink = keep_as_spelled(&world, "sinks", "out", "link/out/out.txt");
+    world.append(500);
+    let (code, log) = world.run("", &world.path("app/m.toml").display().to_string());
+    assert_eq!(code, 0, "{log}");
+    world.assert_every_line_once("after the adoption", &log);
+    assert_eq!(world.state_folders("feeds"), feed, "{log}");
+    assert_eq!(world.state_folders("sinks"), sink, "{log}");
+    for old in [&old_feed, &old_sink] {
+        assert!(!old.exists(), "{} moved: {log}", old.display());
+        assert_eq!(
+            log.lines()
+                .filter(|line| line.contains("adopted the state folder")
+                    && line.contains(&old.display().to_string()))
+                .count(),
+            1,
+            "the adoption of {} is logged once, with both paths: {log}",
+            old.display()
+        );
+    }
+    // the next start has nothing to adopt
+    world.append(100);
+    let (code, log) = world.run("", &world.path("link/m.toml").display().to_string());
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains("adopted"), "{log}");
+    world.assert_every_line_once("after the run after the adoption", &log);
+}
+
+#[test]
+fn state_kept_under_two_older_spellings_is_refused_naming_both() {
+    // issue 36, item 1: two folders of one input (older runs by two spellings): which
+    // position to resume from is the operator's to decide
+    let mut world = Spellings::new();
+    world.append(1_000);
+    let (code, log) = world.run("", &world.path("app/m.toml").display().to_string());
+    assert_eq!(code, 0, "{log}");
+    let by_link = keep_as_spelled(&world, "feeds", "lines", "link/logs/input.txt");
+    let by_sib = by_link.with_file_name(mongoose_server::config::data_dir::state_key_as_spelled(
+        "lines",
+        &world.path("sib/../app/logs/input.txt"),
+    ));
+    support::copy_dir(&by_link, &by_sib);
+    world.append(500);
+    let (code, log) = world.run("", &world.path("app/m.toml").display().to_string());
+    assert_eq!(code, 1, "refused: {log}");
+    for folder in [&by_link, &by_sib] {
+        assert!(
+            log.contains(&folder.display().to_string()) && folder.exists(),
+            "the refusal names {} and leaves it: {log}",
+            folder.display()
+        );
+    }
+    assert!(
+        log.contains("keep the folder to resume from"),
+        "it says what to do: {log}"
+    );
+    assert_eq!(
+        world.state_folders("feeds").len(),
+        2,
+        "nothing moved: {log}"
+    );
+    assert_eq!(world.target.received().len(), 1_000, "nothing sent: {log}");
+    // the operator keeps one: it is adopted
+    std::fs::remove_dir_all(&by_sib).expect("removed");
+    let (code, log) = world.run("", &world.path("app/m.toml").display().to_string());
+    assert_eq!(code, 0, "{log}");
+    world.assert_every_line_once("after the operator kept one", &log);
+}
+
+#[test]
+fn an_input_folder_symlink_moved_while_running_keeps_its_state_at_the_next_start() {
+    // found attacking issue 36, item 1: with state keyed on the canonical path, a feed
+    // on `current/logs/app.log` (`current -> rel1`, a deploy's layout) keeps its
+    // pointer in the folder of `rel1`; the link moved to `rel2` while the server ran,
+    // the source followed the new file, and the next start, keyed on `rel2`, found no
+    // state and sent all of rel2's lines again. The pointer names rel2's file: its
+    // folder is adopted.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = |name: &str| dir.path().join(name);
+    let target = support::http_target::HttpTarget::start();
+    for release in ["rel1/logs", "rel2/logs"] {
+        std::fs::create_dir_all(path(release)).expect("a folder");
+    }
+    std::os::unix::fs::symlink("rel1", path("current")).expect("a symlink");
+    let write_lines = |file: &str, prefix: &str, range: std::ops::Range<usize>| {
+        let text: String = range.map(|n| format!("{prefix} {n:05}\n")).collect();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path(file))
+            .expect("input");
+        std::io::Write::write_all(&mut file, text.as_bytes()).expect("written");
+    };
+    write_lines("rel1/logs/app.log", "one", 0..1_000);
+    std::fs::write(
+        path("m.toml"),
+        format!(
+            r#"
+[[feeds]]
+name = "app"
+source = "file"
+path = "current/logs/app.log"
+
+[[sinks]]
+name = "web"
+kind = "http"
+url = "{}"
+
+[[groups]]
+name = "post"
+[[groups.processors]]
+name = "post"
+kind = "forward"
+settings = {{ feed = "app", sink = "web" }}
+"#,
+            target.url()
+        ),
+    )
+    .expect("config");
+    let spawn = |exit_when_settled: bool, log: &str| {
+        let mut command = Command::new(support::binary());
+        command.arg("run").arg("--config").arg(path("m.toml"));
+        if exit_when_settled {
+            command.arg("--exit-when-settled");
+        }
+        command
+            .env("RUST_LOG", "warn,mongoose_server=info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(path(log)).expect("log"))
+            .spawn()
+            .expect("the mongoose binary starts")
+    };
+    let wait_for = |count: usize, child: &mut std::process::Child| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while target.received().len() < count {
+            assert!(
+                child.try_wait().expect("status").is_none(),
+                "the server ended"
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} of {count} lines sent",
+                target.received().len()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    let mut child = spawn(false, "run-1.log");
+    wait_for(1_000, &mut child);
+    // the deploy: a new release, its log, the link moved
+    write_lines("rel2/logs/app.log", "two", 0..700);
+    std::fs::remove_file(path("current")).expect("unlinked");
+    std::os::unix::fs::symlink("rel2", path("current")).expect("moved");
+    wait_for(1_700, &mut child);
+    let stopped = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(stopped.success());
+    let first = support::wait_exit(&mut child, "the first run");
+    let log = std::fs::read_to_string(path("run-1.log")).unwrap_or_default();
+    assert_eq!(first.code(), Some(0), "{log}");
+    write_lines("rel2/logs/app.log", "two", 700..900);
+    let mut child = spawn(true, "run-2.log");
+    let second = support::wait_exit(&mut child, "the second run");
+    let log = std::fs::read_to_string(path("run-2.log")).unwrap_or_default();
+    assert_eq!(second.code(), Some(0), "{log}");
+    let mut posted: Vec<String> = target
+        .received()
+        .into_iter()
+        .map(|received| received.body.trim_end().to_owned())
+        .collect();
+    posted.sort();
+    let mut expected: Vec<String> = (0..1_000)
+        .map(|n| format!("one {n:05}"))
+        .chain((0..900).map(|n| format!("two {n:05}")))
+        .collect();
+    expected.sort();
+    assert!(
+        posted == expected,
+        "every line sent once ({} requests for {} lines): {log}",
+        posted.len(),
+        expected.len()
+    );
+    assert_eq!(
+        listing(&path("data/feeds")).len(),
+        1,
+        "one state folder: {log}"
+    );
+}

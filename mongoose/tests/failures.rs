@@ -196,8 +196,9 @@ fn a_deleted_pointer_resumes_from_the_saved_state() {
     eprintln!("deleted pointer: exit {code}, a = {balance:?} for 5,000 lines");
     assert_eq!((code, balance), (0, Some(5_000)), "{}", run.log());
     assert!(
-        run.log()
-            .contains("resuming under the input file's identity at the lowest position any consumer needs"),
+        run.log().contains(
+            "resuming under the input file's identity at the lowest position any consumer needs"
+        ),
         "the repair is logged: {}",
         run.log()
     );
@@ -336,11 +337,16 @@ fn a_lost_pointer_and_state_of_another_file_read_the_new_file_from_its_start() {
     let code = run.finish();
     assert_eq!(code, 0, "{}", run.log());
     assert!(
-        run.log().contains("holds another input file (another identity)"),
+        run.log()
+            .contains("holds another input file (another identity)"),
         "the log says why the new file is read from its start: {}",
         run.log()
     );
     let state = run.state_in("state");
     assert_eq!(state.balances.get("b"), Some(&10), "the new file once");
-    assert_eq!(state.balances.get("a"), Some(&5_000), "the old one untouched");
+    assert_eq!(
+        state.balances.get("a"),
+        Some(&5_000),
+        "the old one untouched"
+    );
 }

@@ -4,8 +4,10 @@
 //! convention across `/status`, the progress lines of a long run, and `mongoose top` in
 //! a real terminal (tmux).
 //!
-//! `MONGOOSE_TEST_BIN` runs them against another build of the binary (e.g. an older
+//! `MONGOOSE_BIN` runs them against another build of the binary (e.g. an older
 //! one, to see them fail). No timing assertions: every wait has a generous deadline.
+
+mod support;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 const PATIENCE: Duration = Duration::from_secs(120);
 
 fn binary() -> String {
-    std::env::var("MONGOOSE_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mongoose").into())
+    std::env::var("MONGOOSE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mongoose").into())
 }
 
 fn free_port() -> u16 {
@@ -550,4 +552,100 @@ fn mongoose_top_shows_a_feed_with_a_rate_and_q_quits() {
     let code = std::fs::read_to_string(&exit_file).expect("exit code");
     assert_eq!(code.trim(), "0", "top's exit code");
     assert_eq!(run.terminate(), 0);
+}
+
+/// The feed `lines`'s first file in `/status`, once it is reported.
+fn first_file(run: &Run) -> Option<serde_json::Value> {
+    let (_, text) = run.get("/status")?;
+    let status: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let file = status["feeds"]
+        .as_array()?
+        .iter()
+        .find(|feed| feed["feed"] == "lines")?["files"][0]
+        .clone();
+    (!file.is_null()).then_some(file)
+}
+
+/// `mongoose_feed_lag_bytes` of the feed `lines`.
+fn lag_metric(run: &Run) -> f64 {
+    let (_, text) = run.get("/metrics").expect("metrics");
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|line| Ok(line.to_owned())))
+        .expect("parsed");
+    match sample(&scrape, "mongoose_feed_lag_bytes", &[("feed", "lines")]) {
+        Some(prometheus_parse::Value::Gauge(value)) => *value,
+        other => panic!("mongoose_feed_lag_bytes is not a gauge: {other:?}"),
+    }
+}
+
+// issue 36, item 3: `/status` gave `files[].committed` as the offset read (6,058)
+// while the pointer was at 0, so `lag` and `mongoose_feed_lag_bytes` were short by
+// everything read and not yet committed: what a restart would read again
+#[test]
+fn the_status_lag_is_measured_from_the_committed_pointer() {
+    let target = support::http_target::HttpTarget::start();
+    // every output uncertain, retried: the HTTP forward holds the feed's pointer at 0
+    target.answer(503);
+    let extra = format!(
+        r#"
+[[sinks]]
+name = "web"
+kind = "http"
+url = "{}"
+
+[[groups]]
+name = "post"
+[[groups.processors]]
+name = "post"
+kind = "forward"
+settings = {{ feed = "lines", sink = "web" }}
+"#,
+        target.url()
+    );
+    let mut run = Run::start("", &extra, 100);
+    let size = std::fs::metadata(run.path("input.txt"))
+        .expect("input")
+        .len();
+    let pointer = support::feed_state(
+        run.dir.path(),
+        "lines",
+        "input.txt",
+        "input.txt.readPointer",
+    );
+    let offset = |pointer: &std::path::Path| {
+        let bytes = std::fs::read(pointer).unwrap_or_default();
+        bytes.get(..8).map_or(0, |field| {
+            u64::from_be_bytes(field.try_into().expect("8 bytes"))
+        })
+    };
+    // every line read: the file forward wrote them all
+    run.wait_until("the file sink wrote every line", |run| {
+        std::fs::read_to_string(run.path("out.txt")).is_ok_and(|out| out.lines().count() == 100)
+    });
+    run.wait_until("the file is reported at its size", |run| {
+        first_file(run).is_some_and(|file| file["size"] == size)
+    });
+    assert_eq!(offset(&pointer), 0, "the HTTP forward holds the pointer");
+    let file = first_file(&run).expect("reported");
+    assert_eq!(
+        (file["committed"].as_u64(), file["lag"].as_u64()),
+        (Some(0), Some(size)),
+        "committed is the pointer's offset, and the lag all of the file: {file}"
+    );
+    assert_eq!(
+        lag_metric(&run),
+        size as f64,
+        "the metric follows the pointer"
+    );
+    // the target takes them: the pointer moves, and the lag with it
+    target.answer(201);
+    run.wait_until("the file is reported committed to its end", |run| {
+        first_file(run).is_some_and(|file| file["committed"] == size)
+    });
+    assert_eq!(offset(&pointer), size, "the pointer is at the end");
+    let file = first_file(&run).expect("reported");
+    assert_eq!(file["lag"], 0, "{file}");
+    assert_eq!(lag_metric(&run), 0.0);
+    assert_eq!(target.received().len(), 100);
+    let log = run.log();
+    assert_eq!(run.terminate(), 0, "{log}");
 }

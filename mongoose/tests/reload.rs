@@ -16,6 +16,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The `mongoose` binary: this build's, or `MONGOOSE_BIN` (another build, e.g. an
+/// older one, to see a test fail).
+fn binary() -> String {
+    std::env::var("MONGOOSE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mongoose").into())
+}
+
 /// How long anything may take before the test calls it a hang.
 const HANG: Duration = Duration::from_secs(90);
 
@@ -61,7 +67,7 @@ impl Dir {
         self.runs += 1;
         let out = self.path(&format!("out-{}.txt", self.runs));
         let log = self.path(&format!("log-{}.txt", self.runs));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mongoose"));
+        let mut command = Command::new(binary());
         command
             .arg("run")
             .arg("--config")
@@ -462,7 +468,14 @@ fn a_sink_and_a_processor_added_then_removed_by_reloads_publish_what_they_were_g
     );
     dir.append("app", 30, 10);
     dir.wait_for_outputs(&mut run, "app", 40);
-    assert_eq!(run.terminate(), 0);
+    let log = run.log.clone();
+    let code = run.terminate();
+    assert_eq!(
+        code,
+        0,
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
     assert_eq!(
         copied(&dir),
         expected,
@@ -633,4 +646,186 @@ fn append_to(path: &std::path::Path, text: &str) {
         .expect("input")
         .write_all(text.as_bytes())
         .expect("append");
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("address").port()
+}
+
+/// `GET /status` of the admin API at `address`.
+fn status(address: &str) -> serde_json::Value {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let text = agent
+        .get(&format!("http://{address}/status"))
+        .call()
+        .expect("the admin API answers")
+        .body_mut()
+        .read_to_string()
+        .expect("a body");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+#[test]
+fn a_reload_that_changes_data_dir_is_refused() {
+    // issue 36, item 2: a reload that changed `data_dir` was reported applied while
+    // the state stayed where it was and the new folder had no lock: a second server on
+    // it ran, took the first one's pointer and sent none of its 3,000 lines, and the
+    // first one's next start exited 1
+    let mut dir = Dir::new();
+    let address = format!("127.0.0.1:{}", free_port());
+    let with = |data_dir: &str| {
+        format!(
+            "data_dir = \"{data_dir}\"\n{}\n[admin]\naddress = \"{address}\"\n",
+            config(&["app"])
+        )
+    };
+    dir.append("app", 0, 100);
+    dir.write_config(&with("state-a"));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 100);
+    dir.write_config(&with("state-b"));
+    run.reload(1);
+    let report = status(&address);
+    let last = &report["lastReload"];
+    assert_eq!(last["outcome"], "refused", "{report}");
+    let reasons = last["reasons"].to_string();
+    assert!(
+        reasons.contains("`data_dir` changed") && reasons.contains("restart to move it"),
+        "the reason names the key and says to restart: {reasons}"
+    );
+    assert_eq!(report["configGeneration"], 1, "{report}");
+    // a storm of reloads while lines flow, the folder named by other spellings too
+    // (`./state-a` is the same folder: nothing to refuse there)
+    let spellings = ["state-b", "./state-a", "state-a/../state-b", "state-a"];
+    let mut next = 100;
+    for round in 0..24 {
+        dir.append("app", next, 50);
+        next += 50;
+        dir.write_config(&with(spellings[round % spellings.len()]));
+        run.signal("HUP");
+        if round % 4 == 3 {
+            run.reload(outcomes(&run.log()) + 1);
+        }
+        run.assert_running("sending SIGHUPs");
+    }
+    dir.write_config(&with("state-a"));
+    run.reload(outcomes(&run.log()) + 1);
+    dir.wait_for_outputs(&mut run, "app", next);
+    let report = status(&address);
+    assert_eq!(
+        report["configGeneration"], 1,
+        "no reload was applied: {report}"
+    );
+    let log = run.log();
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(
+        !dir.path("state-b").exists(),
+        "nothing was made in the folder the refused reloads named"
+    );
+    assert_eq!(run.terminate(), 0);
+    // the state stayed in `state-a`: a restart resumes after every line
+    dir.append("app", next, 50);
+    next += 50;
+    let mut restarted = dir.spawn(false);
+    dir.wait_for_outputs(&mut restarted, "app", next);
+    assert_eq!(restarted.terminate(), 0);
+    dir.assert_exactly_once("app", next);
+}
+
+#[test]
+fn a_server_that_gains_state_by_reload_holds_the_lock() {
+    // issue 36, item 2: a server started with nothing to keep in its data folder never
+    // took the folder's lock, even once a reload gave it a feed with a pointer: a
+    // second server on the folder ran and wrote the same pointers
+    let mut dir = Dir::new();
+    dir.append("app", 0, 100);
+    dir.append("audit", 0, 10);
+    dir.write_config(&config(&[]));
+    let mut run = dir.spawn(false);
+    dir.write_config(&config(&["app"]));
+    run.reload(1);
+    assert!(
+        run.log().contains("configuration reloaded"),
+        "applied: {}",
+        run.log()
+    );
+    dir.wait_for_outputs(&mut run, "app", 100);
+    let pid = run.child.id();
+    assert_eq!(
+        std::fs::read_to_string(dir.path("data/lock"))
+            .unwrap_or_default()
+            .trim(),
+        pid.to_string(),
+        "the lock file names the server: {}",
+        run.log()
+    );
+    // a second server beside the first (its data folder is `data` too)
+    std::fs::write(dir.path("second.toml"), config(&["audit"])).expect("second config");
+    let second = Command::new(binary())
+        .args(["run", "--exit-when-settled", "--config"])
+        .arg(dir.path("second.toml"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the second server runs");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(
+        second.status.code(),
+        Some(1),
+        "the second server is refused: {stderr}"
+    );
+    assert!(
+        stderr.contains("is in use by") && stderr.contains(&format!("the process {pid}")),
+        "the refusal names the first server: {stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&second.stdout).is_empty(),
+        "the second server processed nothing"
+    );
+    // the first runs on
+    dir.append("app", 100, 100);
+    dir.wait_for_outputs(&mut run, "app", 200);
+    assert_eq!(run.terminate(), 0);
+    dir.assert_exactly_once("app", 200);
+}
+
+#[test]
+fn a_data_dir_symlink_moved_under_the_server_is_refused_at_the_next_reload() {
+    // found attacking issue 36, item 2: `data_dir` a symlink, moved to another folder
+    // while the server runs: the config's text is the same, the folder it names is not;
+    // the state stays (and is written) where the server locked it
+    let mut dir = Dir::new();
+    for folder in ["state-a", "state-b"] {
+        std::fs::create_dir(dir.path(folder)).expect("a folder");
+    }
+    std::os::unix::fs::symlink("state-a", dir.path("state")).expect("a symlink");
+    let text = format!("data_dir = \"state\"\n{}", config(&["app"]));
+    dir.append("app", 0, 100);
+    dir.write_config(&text);
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 100);
+    std::fs::remove_file(dir.path("state")).expect("unlinked");
+    std::os::unix::fs::symlink("state-b", dir.path("state")).expect("moved");
+    run.reload(1);
+    let log = run.log();
+    assert!(
+        log.contains("reload refused: `data_dir` changed")
+            && log.contains(&dir.path("state-a").display().to_string()),
+        "refused, naming the folder the state is in: {log}"
+    );
+    dir.append("app", 100, 100);
+    dir.wait_for_outputs(&mut run, "app", 200);
+    assert_eq!(run.terminate(), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path("state-b"))
+            .expect("listed")
+            .count(),
+        0,
+        "nothing written in the folder the link names now"
+    );
+    dir.assert_exactly_once("app", 200);
 }

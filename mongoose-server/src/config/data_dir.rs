@@ -10,13 +10,18 @@
 //! ```
 //!
 //! `<key>` is the first 12 hex digits of the SHA-256 of the input's (or output's)
-//! absolute path, as configured (a glob as written): two feeds never share a folder,
-//! and a feed renamed or pointed at another file starts a new one (the old folder is
-//! named at start, to move by hand when the change was only a rename).
+//! canonical path ([`canonical_path`]: its folder with symlinks and `..` resolved, its
+//! file name as written; a glob's pattern as written): two feeds never share a folder,
+//! one input reached by two spellings of its path (`sib/../app/m.toml`, a symlinked
+//! folder) keeps one, and a feed renamed or pointed at another file starts a new one
+//! (the old folder is named at start, to move by hand when the change was only a
+//! rename). State kept under another spelling of the path (an older release keyed it
+//! on the path as spelled) is adopted at the start, or refused when there are two
+//! (book: operating/data-folder.md).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use tracing::warn;
@@ -30,25 +35,89 @@ pub fn default_data_dir() -> PathBuf {
 }
 
 /// The folder name of a feed's or a sink's state: its name (a `/` or `\` as `_`), a
-/// dash and the first 12 hex digits of the SHA-256 of the absolute `path`.
+/// dash and the first 12 hex digits of the SHA-256 of the [`canonical_path`] of
+/// `path`, so every spelling of one path gives one key.
 pub fn state_key(name: &str, path: &Path) -> String {
+    key_of(name, &canonical_path(path))
+}
+
+/// The key [`state_key`] gave before it resolved paths (releases before issue 36): of
+/// the absolute path as spelled (`..` and symlinks kept). Only to find, and adopt,
+/// the state an older run kept under it.
+pub fn state_key_as_spelled(name: &str, path: &Path) -> String {
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let digest = Sha256::digest(absolute.as_os_str().as_encoded_bytes());
+    key_of(name, &absolute)
+}
+
+/// `<name>-<12 hex digits of the SHA-256 of path>`.
+fn key_of(name: &str, path: &Path) -> String {
+    let digest = Sha256::digest(path.as_os_str().as_encoded_bytes());
     let hex: String = digest[..6]
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect();
-    let name: String = name
-        .chars()
+    format!("{}-{hex}", folder_name(name))
+}
+
+/// A feed's or sink's name as the first part of its state folder's name (a `/` or
+/// `\` as `_`).
+pub(crate) fn folder_name(name: &str) -> String {
+    name.chars()
         .map(|c| if c == '/' || c == '\\' { '_' } else { c })
-        .collect();
-    format!("{name}-{hex}")
+        .collect()
+}
+
+/// The path an input or output is keyed by: absolute, its folder resolved
+/// ([`canonical_folder`]: symlinks and `..`) and its file name as written. The file
+/// name itself is not resolved: an input that is a symlink is what the source opens
+/// and follows at every rotation (`current.log -> app-7.log`), so resolving it would
+/// give a new state folder each time the link is moved. A path ending in `..` (no
+/// file name) is resolved whole.
+pub fn canonical_path(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(folder), Some(name)) => canonical_folder(folder).join(name),
+        _ => canonical_folder(&absolute),
+    }
+}
+
+/// `folder` made absolute with its symlinks and `..` resolved: `std::fs::canonicalize`
+/// of it when it exists, else of its nearest existing ancestor, the rest of it
+/// appended (a `..` in the rest drops the component before it, as the folders it
+/// names do not exist yet).
+pub fn canonical_folder(folder: &Path) -> PathBuf {
+    let absolute = std::path::absolute(folder).unwrap_or_else(|_| folder.to_path_buf());
+    for ancestor in absolute.ancestors() {
+        let Ok(mut resolved) = std::fs::canonicalize(ancestor) else {
+            continue;
+        };
+        let rest = absolute.strip_prefix(ancestor).unwrap_or(Path::new(""));
+        for component in rest.components() {
+            match component {
+                Component::Normal(part) => resolved.push(part),
+                Component::ParentDir => {
+                    resolved.pop();
+                }
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            }
+        }
+        return resolved;
+    }
+    absolute
 }
 
 impl ServerConfig {
-    /// The data folder, resolved against the config file's folder.
+    /// The data folder, resolved against the config file's folder (as spelled).
     pub fn data_folder(&self) -> PathBuf {
         self.resolve(&self.data_dir)
+    }
+
+    /// The data folder the server locks and keeps its state in: [`Self::data_folder`]
+    /// with its symlinks and `..` resolved ([`canonical_folder`]), so two spellings of
+    /// one folder (a symlink to it among them) are one folder, and a symlink moved
+    /// while the server runs moves nothing it keeps.
+    pub fn canonical_data_folder(&self) -> PathBuf {
+        canonical_folder(&self.data_folder())
     }
 
     /// Whether the server keeps anything in the data folder: a file feed with a pointer
@@ -65,7 +134,7 @@ impl ServerConfig {
     /// registry and loss files): `<data_dir>/feeds/<feed>-<key of its path>`.
     pub fn feed_state_dir(&self, index: usize) -> PathBuf {
         let feed = &self.feeds[index];
-        self.data_folder()
+        self.canonical_data_folder()
             .join("feeds")
             .join(state_key(&feed.name, &self.resolve(&feed.path)))
     }
@@ -78,7 +147,7 @@ impl ServerConfig {
             .map(|name| name.to_os_string())
             .unwrap_or_default();
         name.push(".sinkstate");
-        self.data_folder()
+        self.canonical_data_folder()
             .join("sinks")
             .join(state_key(&sink.name, output))
             .join(name)
@@ -121,6 +190,8 @@ impl ServerConfig {
 pub struct DataFolderLock {
     // kept open: the lock lives as long as the open file
     _file: File,
+    /// The folder locked.
+    folder: PathBuf,
 }
 
 impl DataFolderLock {
@@ -183,6 +254,74 @@ impl DataFolderLock {
             // the lock holds without the pid: a second server says "another process"
             warn!(file = %path.display(), %error, "cannot write the pid into the data folder's lock file");
         }
-        Ok(DataFolderLock { _file: file })
+        Ok(DataFolderLock {
+            _file: file,
+            folder: folder.to_path_buf(),
+        })
+    }
+
+    /// The folder this lock holds (as given to [`DataFolderLock::acquire`]).
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh scratch folder with `app/logs` and `sib` in it.
+    fn scratch(name: &str) -> PathBuf {
+        let folder =
+            std::env::temp_dir().join(format!("mongoose-data-dir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&folder);
+        std::fs::create_dir_all(folder.join("app/logs")).expect("folders");
+        std::fs::create_dir_all(folder.join("sib")).expect("folders");
+        folder
+    }
+
+    #[test]
+    fn every_spelling_of_one_folder_gives_one_key() {
+        let root = scratch("spellings");
+        std::os::unix::fs::symlink(root.join("app"), root.join("link")).expect("symlink");
+        let real = state_key("lines", &root.join("app/logs/input.txt"));
+        for spelled in [
+            "sib/../app/logs/input.txt",
+            "link/logs/input.txt",
+            "app/./logs/input.txt",
+            "link/../app/logs/../logs/input.txt",
+        ] {
+            assert_eq!(state_key("lines", &root.join(spelled)), real, "{spelled}");
+        }
+        // the key of an older release was of the path as spelled
+        assert_ne!(
+            state_key_as_spelled("lines", &root.join("sib/../app/logs/input.txt")),
+            real
+        );
+        // a path that does not exist yet: its nearest existing folder is resolved
+        assert_eq!(
+            canonical_path(&root.join("link/out/new/x.txt")),
+            canonical_folder(&root.join("app")).join("out/new/x.txt")
+        );
+        assert_eq!(
+            canonical_folder(&root.join("link/missing/../other")),
+            canonical_folder(&root.join("app")).join("other")
+        );
+        std::fs::remove_dir_all(&root).expect("cleaned");
+    }
+
+    #[test]
+    fn an_input_that_is_a_symlink_keeps_its_own_name() {
+        // a rotation by moving the link (`current.log -> app-2.log`) keeps the state
+        let root = scratch("link-name");
+        std::fs::write(root.join("app/logs/app-1.log"), "").expect("file");
+        std::os::unix::fs::symlink("app-1.log", root.join("app/logs/current.log"))
+            .expect("symlink");
+        let path = root.join("app/logs/current.log");
+        assert_eq!(
+            canonical_path(&path),
+            canonical_folder(&root.join("app/logs")).join("current.log")
+        );
+        std::fs::remove_dir_all(&root).expect("cleaned");
     }
 }

@@ -6,6 +6,7 @@
 //! line and column for a syntax error); `validate` holds the names, ranges and the
 //! checks a loaded configuration must pass.
 
+mod adopt;
 pub mod data_dir;
 mod env;
 mod sink;

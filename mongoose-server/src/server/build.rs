@@ -38,11 +38,15 @@ impl ServerBuilder {
         // loaded by `check` when a feed or sink needs them; a folder nothing uses is
         // loaded (and its refusals reported) here
         let plugins = self.plugins()?;
-        let config = self.config;
+        let mut config = self.config;
+        // the data folder resolved once, here: every state path derives from it, so a
+        // symlink (data_dir itself, or a folder above it) moved while the server runs
+        // moves nothing it keeps (a reload naming another folder is refused)
+        config.data_dir = config.canonical_data_folder();
         // before anything is opened: a second server on the data folder is refused
         let data_lock = config
             .keeps_state()
-            .then(|| DataFolderLock::acquire(&config.data_folder()))
+            .then(|| DataFolderLock::acquire(&config.data_dir))
             .transpose()?;
         let registry = FeedRegistry::default();
         let _ = self.built_registry.set(registry.clone());
@@ -165,6 +169,7 @@ pub(super) fn configured_feed(
         publisher.set_kill_switch(Arc::clone(kill_switch));
         connector.register(Arc::clone(&publisher))?;
         if strategy.has_pointer() {
+            config.adopt_feed_state(index)?;
             config.warn_about_orphan_state("feed", &config.feed_state_dir(index));
         }
         let source =
@@ -183,6 +188,7 @@ pub(super) fn configured_feed(
         file_config.rotated = feed_config.rotated.iter().cloned().collect();
         file_config.state_dir = Some(config.feed_state_dir(index));
         if strategy.has_pointer() {
+            config.adopt_feed_state(index)?;
             config.warn_about_orphan_state("feed", &config.feed_state_dir(index));
         }
         let source = FileEventSource::<Line>::of_lines(file_config, publisher.clone());

@@ -22,7 +22,7 @@
 //! [`Server::last_reload`], [`Server::config_generation`] (1 at start, one more per
 //! applied reload), `configGeneration` and `lastReload` in `GET /status`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -30,6 +30,7 @@ use mongoose_control::ReplyOutcome;
 use serde::Serialize;
 use tracing::{error, info, warn};
 
+use crate::config::data_dir::DataFolderLock;
 use crate::config::ServerConfig;
 use crate::ServerError;
 
@@ -292,7 +293,7 @@ impl Server {
 
     /// Reloads a loaded configuration (see the module documentation).
     pub fn reload(&self, config: ServerConfig) -> ReloadStatus {
-        let config = match self.check_reloaded(config) {
+        let mut config = match self.check_reloaded(config) {
             Ok(config) => config,
             Err(error) => {
                 return self.finish_reload("invalid", Vec::new(), vec![error.to_string()])
@@ -310,7 +311,12 @@ impl Server {
             );
         }
         let old = self.running_config();
-        let plan = plan(&old, &config);
+        let mut plan = plan(&old, &config);
+        match self.data_folder_in_use(&old, &config) {
+            // pinned, as a start pins it: a symlink moved later moves nothing
+            Ok(folder) => config.data_dir = folder,
+            Err(reason) => plan.refused.push(reason),
+        }
         if !plan.refused.is_empty() {
             drop(lifecycle);
             return self.finish_reload("refused", Vec::new(), plan.refused);
@@ -321,6 +327,17 @@ impl Server {
             drop(lifecycle);
             return self.finish_reload("unchanged", Vec::new(), Vec::new());
         }
+        if let Err(error) = self.lock_data_folder_for(&config) {
+            drop(lifecycle);
+            return self.finish_reload(
+                "failed",
+                Vec::new(),
+                vec![
+                    error.to_string(),
+                    "nothing changed: the old configuration keeps running".to_owned(),
+                ],
+            );
+        }
         let config = Arc::new(config);
         let (changes, reasons) = self.apply(&config, &plan);
         *inner.running.write() = Arc::clone(&config);
@@ -330,6 +347,49 @@ impl Server {
         } else {
             self.finish_reload("failed", changes, reasons)
         }
+    }
+
+    /// The data folder this server keeps its state in (the folder it holds the lock
+    /// of, or, holding none, the one `old` names), when `new` names it too, by their
+    /// canonical paths: `data` and `./data` are one folder. Otherwise why `new` cannot
+    /// apply live: the state it keeps cannot move while it runs, and a folder the
+    /// server does not hold the lock of is one another server may take (issue 36, item
+    /// 2). A symlink moved under the server is a change.
+    fn data_folder_in_use(
+        &self,
+        old: &ServerConfig,
+        new: &ServerConfig,
+    ) -> Result<PathBuf, String> {
+        let used = match self.inner.data_lock.lock().as_ref() {
+            Some(lock) => lock.folder().to_path_buf(),
+            None => old.canonical_data_folder(),
+        };
+        let named = new.canonical_data_folder();
+        if named == used {
+            return Ok(used);
+        }
+        Err(format!(
+            "`data_dir` changed: it names {} now (`{}`), and the server keeps its state in {}: the data folder \
+             cannot move while the server runs: restart to move it (stop the server, move the folder's contents \
+             if you want its state kept, then start it)",
+            named.display(),
+            new.data_dir.display(),
+            used.display()
+        ))
+    }
+
+    /// Takes the data folder's lock when `config` keeps state and this server holds
+    /// no lock yet (it started with nothing to keep: a reload adds its first file feed
+    /// with a pointer, or its first file sink). Held from then on, as a start holds it.
+    fn lock_data_folder_for(&self, config: &ServerConfig) -> Result<(), ServerError> {
+        let mut held = self.inner.data_lock.lock();
+        if held.is_none() && config.keeps_state() {
+            let lock = DataFolderLock::acquire(&config.canonical_data_folder())?;
+            info!(folder = %lock.folder().display(),
+                "the data folder is locked: this reload adds the server's first state");
+            *held = Some(lock);
+        }
+        Ok(())
     }
 
     /// The checks of a start: the admin settings, and the builder's checks with this
@@ -567,7 +627,8 @@ impl Server {
                 generation = status.generation,
                 "configuration reloaded: nothing to change"
             ),
-            "failed" => {
+            // a failure before anything changed says so, as a refusal does
+            "failed" if !status.changes.is_empty() => {
                 error!(generation = status.generation, changes = ?status.changes, reasons = ?status.reasons,
                 "configuration reload failed part way: what changed and why the rest did not are listed; restart to be sure what runs")
             }

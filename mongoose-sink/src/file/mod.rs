@@ -179,6 +179,24 @@ pub fn state_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The output file a state file (`.sinkstate`) was made for, as its header records
+/// it: `(device, inode)`. `None` when the state cannot be read, is of an older format
+/// or its header is damaged. For a server that looks for the state of an output kept
+/// under another name (a state folder keyed on another spelling of its path); the
+/// sink's own open checks much more before it trusts a state.
+pub fn state_target(state_file: &Path) -> Option<(u64, u64)> {
+    let mut head = [0u8; HEADER_BYTES];
+    let mut file = File::open(state_file).ok()?;
+    std::io::Read::read_exact(&mut file, &mut head).ok()?;
+    let len = u32::from_le_bytes([head[16], head[17], head[18], head[19]]) as usize;
+    let mut bytes = head.to_vec();
+    // a header's identity is a few hundred bytes: a length past that is damage
+    bytes.resize(HEADER_BYTES + len.min(64 * 1024), 0);
+    std::io::Read::read_exact(&mut file, &mut bytes[HEADER_BYTES..]).ok()?;
+    let identity = FileSink::read_header(&bytes).ok()?;
+    Some((identity.device, identity.inode))
+}
+
 fn io(sink: &str, action: String) -> impl FnOnce(std::io::Error) -> SinkError + '_ {
     move |source| SinkError::Io {
         sink: sink.to_owned(),

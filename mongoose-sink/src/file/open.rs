@@ -496,7 +496,7 @@ impl FileSink {
     }
 
     /// The identity in the header of `bytes`, checked.
-    fn read_header(bytes: &[u8]) -> Result<Identity, String> {
+    pub(super) fn read_header(bytes: &[u8]) -> Result<Identity, String> {
         let Some(head) = bytes.get(..HEADER_BYTES) else {
             return Err(format!(
                 "it is {} bytes long, shorter than a sink state's header",

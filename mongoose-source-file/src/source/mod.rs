@@ -123,8 +123,11 @@ pub struct FileEventSource<T> {
     /// Where a loss this source finds is recorded at once (a single COMMITED file:
     /// `<pointer>.losses`), so a kill cannot make it forgotten.
     loss_file: Option<PathBuf>,
-    /// The read offset last reported in the feed's `files` status.
-    files_reported: Option<u64>,
+    /// The read and committed offsets last reported in the feed's `files` status.
+    files_reported: Option<(u64, u64)>,
+    /// The last report of the feed's `files` status, kept so that its path is not
+    /// made again at every report.
+    file_lag: Option<FileLag>,
 }
 
 /// How many bytes a file source reads between two reports of its file's offsets
@@ -212,6 +215,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             path_replaced: false,
             loss_file,
             files_reported: None,
+            file_lag: None,
         }
     }
 
@@ -310,21 +314,35 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
     }
 
-    /// Reports the open file's read offset, size and lag in the feed's `files` status
-    /// (what the progress lines and `mongoose top` show as bytes): each time the
-    /// source catches up after reading, and every [`FILE_LAG_REPORT_BYTES`] read
-    /// while it is behind. Never per line: a report allocates.
+    /// Reports the open file's committed offset, size and lag in the feed's `files`
+    /// status (what the progress lines, `mongoose_feed_lag_bytes` and `mongoose top`
+    /// show as bytes). The committed offset is the pointer's (what a restart resumes
+    /// from), not the offset read: lines read and not yet processed are still behind
+    /// (issue 36, item 3); a strategy without a pointer reports what it read.
+    ///
+    /// Reported when the source catches up after reading (the size grew), when
+    /// everything read is committed, and every [`FILE_LAG_REPORT_BYTES`] either offset
+    /// moves in between. A commit short of what was read is not reported on its own,
+    /// so the lag shown may be larger than the lag, never smaller, until everything
+    /// read is committed. Never per line, nor per commit: a report allocates.
     fn report_file_lag(&mut self) {
         let Some(input) = self.input.as_ref() else {
             return;
         };
         let read = input.position();
+        let committed = if self.config.strategy.has_pointer() {
+            self.shared.lock().record.offset
+        } else {
+            read
+        };
         let due = match self.files_reported {
             None => true,
-            Some(reported) if reported == read => false,
-            Some(reported) => {
-                self.status.state == SourceState::CaughtUp
-                    || read.abs_diff(reported) >= FILE_LAG_REPORT_BYTES
+            Some(reported) if reported == (read, committed) => false,
+            Some((read_then, committed_then)) => {
+                (self.status.state == SourceState::CaughtUp && read != read_then)
+                    || (committed != committed_then && committed == read)
+                    || read.abs_diff(read_then) >= FILE_LAG_REPORT_BYTES
+                    || committed.abs_diff(committed_then) >= FILE_LAG_REPORT_BYTES
             }
         };
         if !due {
@@ -333,15 +351,22 @@ impl<T: Send + 'static> FileEventSource<T> {
         let Ok(metadata) = input.file.metadata() else {
             return;
         };
-        self.files_reported = Some(read);
+        self.files_reported = Some((read, committed));
         let size = metadata.len();
-        self.output.report_files(&[FileLag {
-            lane: 0,
-            path: self.path.display().to_string(),
-            committed: read,
-            size,
-            lag: size.saturating_sub(read),
-        }]);
+        let lag = match self.file_lag.as_mut() {
+            Some(lag) if Path::new(&lag.path) == &*self.path => lag,
+            _ => self.file_lag.insert(FileLag {
+                lane: 0,
+                path: self.path.display().to_string(),
+                committed: 0,
+                size: 0,
+                lag: 0,
+            }),
+        };
+        lag.committed = committed;
+        lag.size = size;
+        lag.lag = size.saturating_sub(committed);
+        self.output.report_files(std::slice::from_ref(lag));
     }
 
     fn set_epoch(&mut self, epoch: Epoch) {

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use mongoose_ledger::LedgerState;
 
+pub mod http_target;
+
 /// How long a run may take to settle, or to log what a test waits for.
 const PATIENCE: Duration = Duration::from_secs(180);
 
