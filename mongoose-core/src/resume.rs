@@ -133,7 +133,7 @@ pub struct Mismatch {
 }
 
 /// The rule (see the module documentation), for the consumers of one lane of one input
-/// whose identity is `identity`.
+/// whose identity is `identity`, where no other epoch can be told to be another input's.
 ///
 /// # Errors
 /// [`Mismatch`] when a consumer's saved state holds a position past the start of
@@ -143,9 +143,26 @@ pub fn resume(
     identity: Epoch,
     consumers: &[ConsumerPosition],
 ) -> Result<Resume, Mismatch> {
+    resume_knowing(trust, identity, consumers, |_| false)
+}
+
+/// [`resume`] for a source that can tell another input's epoch: `another_input(epoch)`
+/// is true when `epoch` is certainly the identity of another input (a journal made again
+/// at its path, another recording, another file), never an older epoch of this one. A
+/// consumer whose saved state holds such an epoch takes this input from its start (its
+/// lines are new to it) instead of refusing the start.
+///
+/// # Errors
+/// As [`resume`].
+pub fn resume_knowing(
+    trust: Trust,
+    identity: Epoch,
+    consumers: &[ConsumerPosition],
+    another_input: impl Fn(Epoch) -> bool,
+) -> Result<Resume, Mismatch> {
     match trust {
         Trust::Trusted { epoch, offset } => resume_trusted(epoch, offset, consumers),
-        Trust::Lost => resume_lost(identity, consumers),
+        Trust::Lost => resume_lost(identity, consumers, another_input),
     }
 }
 
@@ -188,7 +205,11 @@ fn resume_trusted(
     Ok(at)
 }
 
-fn resume_lost(identity: Epoch, consumers: &[ConsumerPosition]) -> Result<Resume, Mismatch> {
+fn resume_lost(
+    identity: Epoch,
+    consumers: &[ConsumerPosition],
+    another_input: impl Fn(Epoch) -> bool,
+) -> Result<Resume, Mismatch> {
     let mut at = Resume {
         epoch: identity,
         offset: u64::MAX,
@@ -201,6 +222,13 @@ fn resume_lost(identity: Epoch, consumers: &[ConsumerPosition]) -> Result<Resume
                 if epoch == identity =>
             {
                 position.offset
+            }
+            Held::Saved(Some((epoch, position))) if another_input(epoch) => {
+                at.notes.push(format!(
+                    "{}'s saved state holds position {} of epoch {epoch}, another input: it takes this one from its start",
+                    consumer.consumer, position.offset
+                ));
+                0
             }
             Held::Saved(Some((epoch, position))) if position.offset > 0 => {
                 return Err(Mismatch {
@@ -322,6 +350,12 @@ mod tests {
             })
         );
         assert_eq!(at(Trust::Lost, &[saved(OTHER, 0)]), Ok((ID, 0)));
+        // a source that can tell another input's epoch (a journal made again): its
+        // lines are new to that state, read from the start
+        let consumers = [ConsumerPosition::new("g/p", saved(OTHER, 600))];
+        let at = resume_knowing(Trust::Lost, ID, &consumers, |epoch| epoch == OTHER).unwrap();
+        assert_eq!((at.epoch, at.offset), (ID, 0));
+        assert_eq!(at.notes.len(), 1, "{:?}", at.notes);
     }
 
     #[test]

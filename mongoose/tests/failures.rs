@@ -338,7 +338,7 @@ fn a_lost_pointer_and_state_of_another_file_read_the_new_file_from_its_start() {
     assert_eq!(code, 0, "{}", run.log());
     assert!(
         run.log()
-            .contains("holds another input file (another identity)"),
+            .contains("another input: it takes this one from its start"),
         "the log says why the new file is read from its start: {}",
         run.log()
     );

@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use mongoose_core::resume::{resume, Mismatch, Trust};
+use mongoose_core::resume::{resume, resume_knowing, Mismatch, Trust};
 use mongoose_core::{ConsumerPosition, CoreError, Epoch, Held};
 use tracing::{info, warn};
 
@@ -120,23 +120,12 @@ impl<T: Send + 'static> FileEventSource<T> {
         // file replaced while stopped), not found among the rotations: that input is not
         // this one, and this one's lines are new to it. A state of an epoch that is no
         // identity (an older layout's) cannot be told from this input's: refused
-        let positions: Vec<ConsumerPosition> = positions
-            .into_iter()
-            .map(|consumer| match consumer.held {
-                Held::Saved(Some((epoch, position)))
-                    if epoch.get() != identity && is_identity_epoch(epoch.get()) =>
-                {
-                    warn!(source = %name, consumer = %consumer.consumer, held = %epoch, offset = position.offset, input = %self.config.path.display(),
-                        "this consumer's saved state holds another input file (another identity), not this one: it takes this input from its start");
-                    ConsumerPosition::new(consumer.consumer, Held::Saved(None))
-                }
-                _ => consumer,
-            })
-            .collect();
-        let at = resume(Trust::Lost, Epoch(identity), &positions)
-            .map_err(|mismatch| refuse(self.lost_mismatch(pointer_path, &mismatch)))?;
+        let at = resume_knowing(Trust::Lost, Epoch(identity), &positions, |epoch| {
+            is_identity_epoch(epoch.get())
+        })
+        .map_err(|mismatch| refuse(self.lost_mismatch(pointer_path, &mismatch)))?;
         for note in &at.notes {
-            warn!(source = %name, "{note}");
+            warn!(source = %name, input = %self.config.path.display(), "{note} (another input file's identity)");
         }
         let fits = at.offset == 0
             || opened.as_ref().is_some_and(|file| {

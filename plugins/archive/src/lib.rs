@@ -364,13 +364,15 @@ impl ArchiveSource {
         committed: Option<u64>,
         start: u64,
     ) -> Result<u64, CoreError> {
-        use mongoose_core::resume::{resume, Trust};
+        use mongoose_core::resume::{resume_knowing, Trust};
         let positions = self.output.consumer_positions();
         let trust = match committed {
             Some(offset) => Trust::Trusted { epoch, offset },
             None => Trust::Lost,
         };
-        let at = resume(trust, epoch, &positions).map_err(|mismatch| CoreError::Source {
+        // every epoch of this connector is a recording's identity (or a re-read of it):
+        // another epoch is another recording, whose state takes this one whole
+        let at = resume_knowing(trust, epoch, &positions, |_| true).map_err(|mismatch| CoreError::Source {
             source_name: self.output.feed().to_owned(),
             message: format!(
                 "archive {}: the consumer {}'s saved state holds position {} of epoch {}, but the recording is read under epoch {} ({}): that state was not built from this recording, and reading it could apply its messages twice. Nothing was read or changed. Restore the pointer and the consumer's state together from a backup; or, to start over, move the consumer's state away and remove the pointer {}",

@@ -164,7 +164,7 @@ impl JournalSource {
     /// journal (a lost tailer store), reading resumes at the consumers' saved positions
     /// of this epoch instead of the start (which would give every excerpt again).
     fn reconcile(&self, committed: u64, trusted: bool) -> Result<u64, CoreError> {
-        use mongoose_core::resume::{resume, Trust};
+        use mongoose_core::resume::{resume_knowing, Trust};
         let positions = self.output.consumer_positions();
         let trust = if trusted {
             Trust::Trusted {
@@ -174,7 +174,9 @@ impl JournalSource {
         } else {
             Trust::Lost
         };
-        let at = resume(trust, self.epoch, &positions).map_err(|mismatch| CoreError::Source {
+        // every epoch of this connector is a journal's identity (or a deterministic step
+        // from it): another epoch is another journal, whose state takes this one whole
+        let at = resume_knowing(trust, self.epoch, &positions, |_| true).map_err(|mismatch| CoreError::Source {
             source_name: self.output.feed().to_owned(),
             message: format!(
                 "journal {}: the consumer {}'s saved state holds index {} of epoch {}, but this journal is read under epoch {}: that state was not built from this journal, and reading it could apply its excerpts twice. Nothing was read or changed. Restore the tailer store and the consumer's state together from a backup; or, to start over, move the consumer's state away and remove the tailer store in {}",
