@@ -30,6 +30,10 @@ const START_PATIENCE: Duration = Duration::from_secs(30);
 /// How long `settle` waits.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(60);
 
+/// How long `settle` waits on a feed stalled the same way on something only a restart
+/// ends (the outputs a consumer removed by a reload held).
+const STALL_PATIENCE: Duration = Duration::from_secs(3);
+
 /// Whether the schedule goes on after a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flow {

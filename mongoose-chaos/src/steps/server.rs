@@ -10,7 +10,9 @@ use crate::scenario::{PeerKind, SinkKind};
 use crate::truth::FailureKind;
 use crate::world::{HttpSample, World};
 
-use super::{last_error, stalled_reasons, Flow, SERVER_LOG, SETTLE_PATIENCE, START_PATIENCE};
+use super::{
+    last_error, stalled_reasons, Flow, SERVER_LOG, SETTLE_PATIENCE, STALL_PATIENCE, START_PATIENCE,
+};
 
 impl World {
     /// Starts the server (when it is not running).
@@ -238,8 +240,22 @@ impl World {
     pub(super) fn settle(&mut self) {
         let deadline = Instant::now() + SETTLE_PATIENCE;
         let mut calm_since: Option<(Instant, String)> = None;
+        // a feed stalled on something only a restart ends (a removed consumer's held
+        // outputs): the same stall for a few seconds ends the wait
+        let mut stalled_since: Option<(Instant, String)> = None;
         while Instant::now() < deadline && self.server_running() {
             if let Some(status) = self.status() {
+                let stalled = stalled_reasons(&status);
+                let for_good = stalled.contains("removed by a reload");
+                match &stalled_since {
+                    Some((since, seen)) if *seen == stalled && for_good => {
+                        if since.elapsed() >= STALL_PATIENCE {
+                            self.event(format!("not settled, stalled until a restart: {stalled}"));
+                            return;
+                        }
+                    }
+                    _ => stalled_since = Some((Instant::now(), stalled)),
+                }
                 // settled, every feed caught up, and nothing moved for 300 ms (a status
                 // taken before the source saw the new lines says settled too)
                 let caught_up = status["feeds"].as_array().is_some_and(|feeds| {
