@@ -489,7 +489,7 @@ fn a_sink_and_a_processor_added_then_removed_by_reloads_publish_what_they_were_g
 /// removing the HTTP pair leaves the group's queue to the other. `http` `None`: without
 /// the HTTP pair; `Some(suffix)`: its sink and processor named `http{suffix}`.
 fn one_group_with_http(url: &str, http: Option<&str>) -> String {
-    let mut text = format!(
+    let mut text = String::from(
         r#"
 shutdown_timeout_millis = 2000
 
@@ -503,7 +503,7 @@ read_strategy = "COMMITED"
 name = "out"
 kind = "file"
 path = "out.txt"
-"#
+"#,
     );
     if let Some(suffix) = http {
         text.push_str(&format!(
