@@ -73,6 +73,8 @@ impl Builder {
                 // mostly one group for the others: a replaced or removed consumer leaves
                 // the group's queue to the rest
                 options.shared_group = self.chance(70);
+                // its stops come with the HTTP target down: a short bound keeps them quick
+                options.shutdown_timeout_millis = Some(3_000);
                 if options.shared_group || self.chance(30) {
                     options
                         .also

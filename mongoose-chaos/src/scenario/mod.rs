@@ -201,6 +201,10 @@ pub struct Options {
     /// forward, a ledger without its guard...).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<Also>,
+    /// The server's `shutdown_timeout_millis` (default 20,000): how long a stop waits for
+    /// the sinks (a SIGTERM with a target down waits it whole).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shutdown_timeout_millis: Option<u64>,
     /// The other consumers share one group (`also`): one queue, so a reload that
     /// replaces one of them leaves the queue (and its commit gates) to the others.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -240,6 +244,7 @@ impl Default for Options {
             compact_every: None,
             finish_seconds: 90,
             also: Vec::new(),
+            shutdown_timeout_millis: None,
             shared_group: false,
             http_batch: None,
             https: false,

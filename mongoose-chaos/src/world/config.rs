@@ -26,8 +26,9 @@ impl World {
         let scenario = &self.scenario;
         let options = &scenario.options;
         let mut text = format!(
-            "plugin_dir = \"{}\"\nshutdown_timeout_millis = 20000\n",
+            "plugin_dir = \"{}\"\nshutdown_timeout_millis = {}\n",
             self.bins.plugin_dir.display(),
+            options.shutdown_timeout_millis.unwrap_or(20_000),
         );
         if let Some(data_dir) = data_dir {
             text.push_str(&format!("data_dir = \"{data_dir}\"\n"));
