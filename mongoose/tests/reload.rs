@@ -829,3 +829,35 @@ fn a_data_dir_symlink_moved_under_the_server_is_refused_at_the_next_reload() {
     );
     dir.assert_exactly_once("app", 200);
 }
+
+/// Issue 39, item 5: an empty config file (an editor's truncating save) was applied
+/// like any other and removed every feed, sink and group, logged at INFO (a config
+/// without `[admin]`; with one, it was refused for the changed admin address instead,
+/// naming no file). Now an empty, blank or comment-only file is refused, naming it.
+#[test]
+fn an_empty_config_file_is_refused_by_reload() {
+    let mut dir = Dir::new();
+    dir.append("app", 0, 10);
+    dir.write_config(&config(&["app"]));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 10);
+    for (index, text) in ["", "\n  \n", "# only a comment\n"].iter().enumerate() {
+        dir.write_config(text);
+        run.reload(index + 1);
+        // the feed still runs: its lines still come
+        dir.append("app", 10 * (index + 1), 10);
+        dir.wait_for_outputs(&mut run, "app", 10 * (index + 2));
+    }
+    let log = run.log();
+    assert_eq!(
+        log.matches("is empty (no key, no table)").count(),
+        3,
+        "each empty file is refused, naming it:\n{log}"
+    );
+    assert!(
+        log.contains(&dir.path("mongoose.toml").display().to_string()),
+        "the file is named:\n{log}"
+    );
+    assert_eq!(run.terminate(), 0);
+    dir.assert_exactly_once("app", 40);
+}

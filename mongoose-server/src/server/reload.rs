@@ -37,6 +37,19 @@ use crate::ServerError;
 use super::build::configured_feed;
 use super::{FeedRuntime, Server, ServerBuilder};
 
+/// Why `path` is refused for a reload when it holds no key and no table at all (empty,
+/// blank or comments only): `None` otherwise (the loader says the rest).
+fn empty_config(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let parsed: toml::Table = toml::from_str(&text).ok()?;
+    parsed.is_empty().then(|| {
+        format!(
+            "the config file {} is empty (no key, no table): an editor's save cut short? Nothing was changed; write the whole config and send SIGHUP again",
+            path.display()
+        )
+    })
+}
+
 /// How a reload ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -269,6 +282,11 @@ impl Server {
     /// caught, logged and reported `failed`.
     pub fn reload_file(&self, path: &Path) -> ReloadStatus {
         info!(config = %path.display(), "reloading the configuration");
+        // an editor's truncating save (or a file emptied by mistake) would remove every
+        // feed, sink and group: a file with no table at all is never taken for a config
+        if let Some(reason) = empty_config(path) {
+            return self.finish_reload("invalid", Vec::new(), vec![reason]);
+        }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             match ServerConfig::load(path) {
                 Ok(config) => self.reload(config),
