@@ -229,3 +229,103 @@ fn write_applied(world: &World, count: u64) {
         }
     }
 }
+
+#[test]
+fn the_reload_check_fails_a_data_dir_change_that_was_not_refused() {
+    use mongoose_chaos::scenario::ReloadChange;
+    use mongoose_chaos::steps::reload_verdict;
+    // the code before issue 36 answered `unchanged` (reload family seeds 11 and 22)
+    let found = reload_verdict(ReloadChange::DataDir, true, "unchanged", "");
+    assert!(
+        found
+            .as_deref()
+            .is_some_and(|detail| detail.contains("data_dir")),
+        "{found:?}"
+    );
+    // refused, naming the key: as promised
+    assert_eq!(
+        reload_verdict(
+            ReloadChange::DataDir,
+            true,
+            "refused",
+            "`data_dir` changed: restart to move it"
+        ),
+        None
+    );
+    // an empty file refused for another reason (the admin address) names no file
+    assert!(reload_verdict(
+        ReloadChange::Empty,
+        true,
+        "refused",
+        "`admin` changed: restart to apply it"
+    )
+    .is_some());
+    // a replacement must be taken
+    assert!(reload_verdict(
+        ReloadChange::ReplaceSink { consumer: 1 },
+        true,
+        "refused",
+        "x"
+    )
+    .is_some());
+    // a stopped server reads the file at its next start: no reload to judge
+    assert_eq!(
+        reload_verdict(ReloadChange::DataDir, false, "unchanged", ""),
+        None
+    );
+}
+
+#[test]
+fn the_mixed_consumer_check_finds_what_a_keyless_consumer_missed_or_got_under_two_keys() {
+    use mongoose_chaos::truth::{OutputRecord, Promise};
+    let scratch = tempfile::tempdir().expect("scratch");
+    let world = world(scratch.path());
+    let mut truth = Truth::new(
+        mongoose_chaos::scenario::Workload::Forward,
+        1,
+        &world.scenario.options,
+        5,
+    );
+    truth.new_lines(0, 10, None);
+    let keyed = |range: std::ops::Range<usize>, key: &str| -> Vec<OutputRecord> {
+        range
+            .map(|index| OutputRecord {
+                key: Some(format!("{key}{index}")),
+                body: truth.lines[index].text.clone(),
+            })
+            .collect()
+    };
+    // the HTTP consumer beside a file sink got only the lines after the sink's
+    // position (mixed-consumers seed 53 on the code before issue 36)
+    let (failures, _) =
+        truth.check_forwarded(&keyed(6..10, "k"), Promise::AtLeastOnceKeyed, |_| true, 0);
+    assert_eq!(
+        failures
+            .iter()
+            .map(|failure| failure.kind)
+            .collect::<Vec<_>>(),
+        [FailureKind::Lost]
+    );
+    // every line, the first six twice under another key (seed 34)
+    let mut twice = keyed(0..10, "k");
+    twice.extend(keyed(0..6, "other"));
+    let (failures, _) = truth.check_forwarded(&twice, Promise::AtLeastOnceKeyed, |_| true, 0);
+    assert_eq!(
+        failures
+            .iter()
+            .map(|failure| failure.kind)
+            .collect::<Vec<_>>(),
+        [FailureKind::Doubled]
+    );
+    // a writer renamed once by a reload may carry a second key
+    let (failures, _) = truth.check_forwarded(&twice, Promise::AtLeastOnceKeyed, |_| true, 1);
+    assert!(failures.is_empty(), "{failures:?}");
+    // a line written while the consumer was removed is not owed
+    let (failures, _) = truth.check_forwarded(
+        &keyed(0..6, "k"),
+        Promise::AtLeastOnceKeyed,
+        |index| index < 6,
+        0,
+    );
+    assert!(failures.is_empty(), "{failures:?}");
+}

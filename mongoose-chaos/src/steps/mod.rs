@@ -19,6 +19,7 @@ mod repair;
 mod server;
 
 pub use progress::Progress;
+pub use reload::reload_verdict;
 pub use repair::{output_files, refusal_names, refusal_promised, Touched};
 
 /// The log filter of the server runs.

@@ -35,14 +35,14 @@ impl World {
     pub(super) fn reload(&mut self, change: ReloadChange) -> Result<(), String> {
         let running = self.server_running();
         let written = self.truth.lines.len();
-        let (text, promised) = match change {
+        let text = match change {
             ReloadChange::ReplaceSink { consumer } => {
                 if let Some(life) = self.consumers.get_mut(consumer as usize) {
                     if life.present {
                         life.replaced += 1;
                     }
                 }
-                (self.config(), Promised::Taken)
+                self.config()
             }
             ReloadChange::Remove { consumer } => {
                 if let Some(life) = self.consumers.get_mut(consumer as usize) {
@@ -51,7 +51,7 @@ impl World {
                         life.removed_at = Some(written);
                     }
                 }
-                (self.config(), Promised::Taken)
+                self.config()
             }
             ReloadChange::AddBack { consumer } => {
                 if let Some(life) = self.consumers.get_mut(consumer as usize) {
@@ -60,19 +60,14 @@ impl World {
                         life.absent.push(from..written);
                     }
                 }
-                (self.config(), Promised::Taken)
+                self.config()
             }
-            ReloadChange::Restore => (self.config(), Promised::Taken),
+            ReloadChange::Restore => self.config(),
             // only a running server reads these: at a start they would be a start's
             // error, not a reload's
-            ReloadChange::DataDir if running => (
-                self.config_with(Some("data-moved")),
-                Promised::Refused("data_dir"),
-            ),
-            ReloadChange::HalfWritten if running => {
-                (half_written(&self.config()), Promised::RefusedFile)
-            }
-            ReloadChange::Empty if running => (String::new(), Promised::RefusedFile),
+            ReloadChange::DataDir if running => self.config_with(Some("data-moved")),
+            ReloadChange::HalfWritten if running => half_written(&self.config()),
+            ReloadChange::Empty if running => String::new(),
             ReloadChange::DataDir | ReloadChange::HalfWritten | ReloadChange::Empty => {
                 self.event("the server is not running: no reload");
                 return Ok(());
@@ -119,35 +114,8 @@ impl World {
                 format!(": {reasons}")
             }
         ));
-        match promised {
-            Promised::Taken if outcome != "applied" && outcome != "unchanged" => self.fail(
-                FailureKind::BadReload,
-                format!("a reload ({change:?}) was {outcome}: {reasons}"),
-            ),
-            Promised::Refused(named)
-                if !(outcome == "refused" || outcome == "invalid") || !reasons.contains(named) =>
-            {
-                self.fail(
-                    FailureKind::BadReload,
-                    format!(
-                        "a reload ({change:?}) must be refused naming `{named}`; it was {outcome}: {}",
-                        if reasons.is_empty() { "(no reason)" } else { &reasons }
-                    ),
-                )
-            }
-            Promised::RefusedFile
-                if !(outcome == "refused" || outcome == "invalid")
-                    || !names_the_file(&reasons) =>
-            {
-                self.fail(
-                    FailureKind::BadReload,
-                    format!(
-                        "a reload ({change:?}) must be refused naming the file or the place in it; it was {outcome}: {}",
-                        if reasons.is_empty() { "(no reason)" } else { &reasons }
-                    ),
-                )
-            }
-            _ => {}
+        if let Some(detail) = reload_verdict(change, self.server_running(), &outcome, &reasons) {
+            self.fail(FailureKind::BadReload, detail);
         }
         Ok(())
     }
@@ -185,6 +153,48 @@ impl World {
         let mut command = Command::new(&self.bins.mongoose);
         command.args(["run", "--config", &config]).current_dir(cwd);
         Ok(command)
+    }
+}
+
+/// What a reload of `change` must end as (`running`: the server read it); `None` when
+/// the change is not read as a reload (a stopped server reads it at its next start).
+fn promise_of(change: ReloadChange, running: bool) -> Option<Promised> {
+    match change {
+        ReloadChange::ReplaceSink { .. }
+        | ReloadChange::Remove { .. }
+        | ReloadChange::AddBack { .. }
+        | ReloadChange::Restore => Some(Promised::Taken),
+        ReloadChange::DataDir if running => Some(Promised::Refused("data_dir")),
+        ReloadChange::HalfWritten | ReloadChange::Empty if running => Some(Promised::RefusedFile),
+        _ => None,
+    }
+}
+
+/// The finding of a reload of `change` that ended as `outcome` with `reasons`, when it
+/// is not what the promise says; `None` when it is.
+pub fn reload_verdict(
+    change: ReloadChange,
+    running: bool,
+    outcome: &str,
+    reasons: &str,
+) -> Option<String> {
+    let refused = outcome == "refused" || outcome == "invalid";
+    let said = if reasons.is_empty() {
+        "(no reason)"
+    } else {
+        reasons
+    };
+    match promise_of(change, running)? {
+        Promised::Taken if outcome != "applied" && outcome != "unchanged" => {
+            Some(format!("a reload ({change:?}) was {outcome}: {said}"))
+        }
+        Promised::Refused(named) if !refused || !reasons.contains(named) => Some(format!(
+            "a reload ({change:?}) must be refused naming `{named}`; it was {outcome}: {said}"
+        )),
+        Promised::RefusedFile if !refused || !names_the_file(reasons) => Some(format!(
+            "a reload ({change:?}) must be refused naming the file or the place in it; it was {outcome}: {said}"
+        )),
+        _ => None,
     }
 }
 
