@@ -183,8 +183,12 @@ fn finish(world: &mut World) -> Option<i32> {
             // a state fault's refusal may come once a source opens the damaged file
             // (a glob's file), in any run until the server settled after the fault:
             // judged, repaired as an operator would, and the final run started again
-            let refusal = (code == 1 || code == 2)
-                && (!world.touched.is_empty() || world.scenario.options.two_sinks_one_path);
+            let port_taken = code == 2
+                && last_error(&world.server_log_of_run())
+                    .contains("for the admin API (Address already in use");
+            let refusal = port_taken
+                || ((code == 1 || code == 2)
+                    && (!world.touched.is_empty() || world.scenario.options.two_sinks_one_path));
             if refusal {
                 match world.check_server() {
                     Flow::Repaired => {

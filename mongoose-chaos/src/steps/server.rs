@@ -116,6 +116,23 @@ impl World {
         let two_sinks_refused = self.scenario.options.two_sinks_one_path
             && code == 2
             && said.contains("write the same file");
+        if code == 2 && said.contains("for the admin API (Address already in use") {
+            // another process of the machine took the admin port between the harness's
+            // pick and the start: not the server's doing; a new port, and start again
+            self.ports.admin = crate::process::free_tcp_port();
+            self.event(format!(
+                "the admin port was taken by another process: moving to {} and starting again",
+                self.ports.admin
+            ));
+            if let Err(error) = std::fs::write(self.path("mongoose.toml"), self.config()) {
+                self.fail(
+                    FailureKind::Harness,
+                    format!("cannot write the config: {error}"),
+                );
+                return Flow::Refused;
+            }
+            return Flow::Repaired;
+        }
         if two_sinks_refused {
             self.event(format!(
                 "the server refused its config (exit {code}): {said}"
