@@ -36,7 +36,9 @@ const MOST_REPAIRS: usize = 3;
 pub fn refusal_promised(touched: Touched) -> bool {
     match (touched.what, touched.how) {
         (StateFile::LedgerStateDir, None) => false,
-        (StateFile::SinkState, None) => true,
+        // a partial ledger state (outbox segments deleted with the snapshot kept, the
+        // snapshot deleted) is refused, naming the file (crashes/measured.md)
+        (StateFile::SinkState | StateFile::LedgerOutbox | StateFile::LedgerSnapshot, None) => true,
         // the consumers' positions may disagree or not fit the input: documented
         (StateFile::Pointer | StateFile::Lanes, _) => true,
         (_, None) => false,
@@ -49,11 +51,16 @@ pub fn refusal_promised(touched: Touched) -> bool {
 pub(crate) fn names_of(world: &World, what: StateFile) -> Vec<String> {
     let path = world.state_path(what);
     let mut names = Vec::new();
-    if what == StateFile::LedgerStateDir {
+    if matches!(
+        what,
+        StateFile::LedgerStateDir | StateFile::LedgerOutbox | StateFile::LedgerSnapshot
+    ) {
         // a file of the ledger's state folder: named by its path (the folder's bare
-        // name, `state`, is in many a sentence)
+        // name, `state`, is in many a sentence), or the ledger by its name (a source's
+        // refusal names the consumer whose state does not match)
         names.push(world.path("state").display().to_string());
         names.push("state/".to_owned());
+        names.push("ledger/ledger".to_owned());
     } else if let Some(name) = path.file_name() {
         names.push(name.to_string_lossy().into_owned());
     }
@@ -151,6 +158,7 @@ impl World {
             move_file(&self.path("state"), &moved);
             let _ = std::fs::create_dir_all(self.path("state"));
             self.forget_positions();
+            self.forget_damaged_lanes(touched);
             self.event(format!(
                 "repair: moved the ledger's state folder to {} and removed the feed's pointers (read again from the start)",
                 moved.display()
@@ -161,7 +169,8 @@ impl World {
             // "restore it from a backup; or, to start over, move it and the feed's
             // pointer files away": the feed starts over, the sinks drop the repeats
             self.forget_positions();
-            self.event("repair: removed the feed's pointers and lanes (read again from the start)");
+            self.forget_damaged_lanes(touched);
+            self.event("repair: removed the feed's pointers (read again from the start)");
             return;
         }
         for touched in touched {
@@ -173,11 +182,32 @@ impl World {
         }
     }
 
-    /// Removes the feed's read positions (its pointers and lanes, the tailer store, the
-    /// archive pointer): the feed starts over.
+    /// Removes the glob's lane registry when it is what was damaged ("move it ... away").
+    fn forget_damaged_lanes(&mut self, touched: &[Touched]) {
+        if touched
+            .iter()
+            .any(|touched| touched.what == StateFile::Lanes)
+        {
+            let lanes = self.state_path(StateFile::Lanes);
+            super::remove(&lanes);
+            self.event(format!("repair: removed {}", lanes.display()));
+        }
+    }
+
+    /// Removes the feed's read positions (its pointer files, the tailer store, the
+    /// archive pointer): the feed starts over. A glob's lane registry stays (the
+    /// refusals name the pointers to remove, not the registry: without it the files
+    /// would read on other lanes).
     fn forget_positions(&mut self) {
         let feed = crate::foreign::state_folder_in(&self.dir, "feeds", "lines");
-        super::remove(&feed);
+        for pointer in super::files_below(&feed) {
+            if pointer
+                .extension()
+                .is_some_and(|extension| extension == "readPointer")
+            {
+                super::remove(&pointer);
+            }
+        }
         for what in [StateFile::TailerStore, StateFile::ArchivePointer] {
             super::remove(&self.state_path(what));
         }
