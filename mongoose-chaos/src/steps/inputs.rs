@@ -184,7 +184,16 @@ impl World {
         remove(&live);
         let lines = self.moved(stream, &live, Path::new("/deleted"));
         self.truth.mark_maybe(lines, true);
-        self.note_lossy_unseen("delete-input");
+        if self.scenario.options.max_open_files.is_some() {
+            // a file waiting for a slot (or one that gave its slot up) has no open
+            // handle to read it to its end through: whether it grew after it was last
+            // seen, a watch's events cannot say for sure
+            self.uncertain_losses
+                .push("delete-input (a file without an open handle)".to_owned());
+            self.note_lossy("delete-input");
+        } else {
+            self.note_lossy_unseen("delete-input");
+        }
         // the stream's next lines go to a new file of the original name
         self.streams[stream].live = self.path(&format!("in/logs/s{stream}.log"));
         Ok(())

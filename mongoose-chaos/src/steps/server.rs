@@ -141,6 +141,12 @@ impl World {
             self.refused_config = Some(said);
             return Flow::Refused;
         }
+        if code == 1 && self.input_damaged && said.contains("journal") {
+            // a damaged input journal stops the run, naming it (the documented answer
+            // to a damaged excerpt: never read past it)
+            self.event(format!("the run stopped at the damaged input: {said}"));
+            return Flow::Continue;
+        }
         if !self.touched.is_empty() && (code == 1 || code == 2) {
             self.check_refusal();
             return if self.refused_after_fault(code, &said) {
