@@ -285,7 +285,10 @@ impl World {
             .output()
             .map_err(|error| format!("cannot run journal tail: {error}"))?;
         let text = String::from_utf8_lossy(&output.stdout);
-        let appended: std::collections::HashSet<&str> = text
+        // the journal's excerpts in order: the lines given to appenders that are there,
+        // matched in order (a shared account's lines repeat their text: a set of texts
+        // took a line never appended for one that was)
+        let appended: Vec<&str> = text
             .lines()
             .filter_map(|line| line.split_once('\t').map(|(_, body)| body))
             .collect();
@@ -296,9 +299,12 @@ impl World {
             .iter_mut()
             .find(|file| file.path == live)
         {
+            let mut next = 0;
             file.lines.retain(|index| {
-                let kept = appended.contains(self.truth.lines[*index].text.as_str());
-                if !kept {
+                let kept = appended.get(next) == Some(&self.truth.lines[*index].text.as_str());
+                if kept {
+                    next += 1;
+                } else {
                     never.push(*index);
                 }
                 kept

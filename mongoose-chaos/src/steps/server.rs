@@ -212,6 +212,12 @@ impl World {
     /// SIGKILL of the server.
     pub fn kill_server(&mut self) {
         if let Some(mut server) = self.server.take() {
+            // an input that vanished since the server last settled may have gone
+            // unseen: its restart cannot tell whether it had grown
+            for fault in std::mem::take(&mut self.unsettled_vanished) {
+                self.uncertain_losses
+                    .push(format!("{fault} (then a kill before the server settled)"));
+            }
             let status = server.kill();
             self.event(format!(
                 "server killed ({})",
@@ -294,6 +300,7 @@ impl World {
                                 self.event("settled");
                                 // a state fault the server settled on was taken
                                 self.touched.clear();
+                                self.unsettled_vanished.clear();
                                 for files in &mut self.streams {
                                     files.unsettled_rotation = None;
                                 }
@@ -331,6 +338,7 @@ impl World {
     pub fn note_lossy_unseen(&mut self, fault: impl Into<String>) {
         let fault = fault.into();
         if self.server_running() {
+            self.unsettled_vanished.push(fault.clone());
             self.note_lossy(fault);
         } else {
             self.uncertain_losses.push(fault.clone());

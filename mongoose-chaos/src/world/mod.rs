@@ -196,6 +196,9 @@ pub struct World {
     /// after it last read): a report of a possible loss is honest even if nothing is
     /// missing.
     pub uncertain_losses: Vec<String>,
+    /// Inputs that vanished while the server ran and before it settled: a kill before
+    /// it settled may have come before it saw them (an uncertain loss then).
+    pub unsettled_vanished: Vec<String>,
     /// Whether an input was damaged (a run may then end with exit 1, naming it).
     pub input_damaged: bool,
     /// The number of lines written when an excerpt of the input journal was damaged:
@@ -299,6 +302,7 @@ impl World {
             failures: Vec::new(),
             lossy: Vec::new(),
             uncertain_losses: Vec::new(),
+            unsettled_vanished: Vec::new(),
             refusals: Vec::new(),
             refused_config: None,
             moved_outputs: Vec::new(),
