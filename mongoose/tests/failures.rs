@@ -196,8 +196,9 @@ fn a_deleted_pointer_resumes_from_the_saved_state() {
     eprintln!("deleted pointer: exit {code}, a = {balance:?} for 5,000 lines");
     assert_eq!((code, balance), (0, Some(5_000)), "{}", run.log());
     assert!(
-        run.log()
-            .contains("resuming under the input file's identity at the lowest position any consumer needs"),
+        run.log().contains(
+            "resuming under the input file's identity at the lowest position any consumer needs"
+        ),
         "the repair is logged: {}",
         run.log()
     );

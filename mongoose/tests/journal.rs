@@ -371,7 +371,9 @@ fn a_tailer_store_ahead_of_or_without_the_ledgers_state_resumes_at_the_saved_pos
     );
     assert_eq!(code, 0, "{log}");
     assert!(
-        log.contains("resuming at index 2000, the lowest a consumer needs (ledger/ledger's saved state"),
+        log.contains(
+            "resuming at index 2000, the lowest a consumer needs (ledger/ledger's saved state"
+        ),
         "the source resumes at the ledger's saved position: {log}"
     );
 
