@@ -194,7 +194,7 @@ impl JournalRecord {
 
     pub(super) fn apply(&self, state: &mut LedgerState) {
         for (account, balance) in self.unsaved.iter().chain(&self.account) {
-            state.balances.insert(account.clone(), *balance);
+            set_balance(state, account, *balance);
         }
         state.applied = self.applied;
         state.rejected = self.rejected;
@@ -203,6 +203,77 @@ impl JournalRecord {
         }
         state.set_position(self.lane, self.epoch, self.position);
     }
+}
+
+/// Sets `account`'s balance, allocating its name only when the state does not hold it
+/// yet (a replay sets a known account's balance a million times).
+fn set_balance(state: &mut LedgerState, account: &str, balance: i64) {
+    match state.balances.get_mut(account) {
+        Some(known) => *known = balance,
+        None => {
+            state.balances.insert(account.to_owned(), balance);
+        }
+    }
+}
+
+/// A journal record borrowed from its line (accounts are never escaped in JSON: the
+/// ledger's account names are `[A-Za-z0-9_-]`), for the replay at open.
+#[derive(Deserialize)]
+struct JournalRecordRef<'a> {
+    #[serde(borrow)]
+    account: Option<(&'a str, i64)>,
+    #[serde(default, borrow)]
+    unsaved: Vec<(&'a str, i64)>,
+    applied: u64,
+    rejected: u64,
+    #[serde(default)]
+    lane: u32,
+    epoch: u64,
+    position: u64,
+    #[serde(default)]
+    unsaved_lanes: Vec<(u32, u64, u64)>,
+}
+
+/// Applies the record `line` to `state` as [`JournalRecord::decode`] then
+/// [`JournalRecord::apply`] do, without an allocation for an account the state
+/// holds; false when `line` is not a whole journal record.
+pub(super) fn replay_into(line: &[u8], state: &mut LedgerState) -> bool {
+    let Some(body) = line.strip_suffix(b"\n") else {
+        return false;
+    };
+    if body.len() < 10 || body[8] != b' ' {
+        return false;
+    }
+    let Some(checksum) = std::str::from_utf8(&body[..8])
+        .ok()
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+    else {
+        return false;
+    };
+    let json = &body[9..];
+    if crc32fast::hash(json) != checksum {
+        return false;
+    }
+    let Ok(record) = serde_json::from_slice::<JournalRecordRef<'_>>(json) else {
+        // a name JSON escapes (never written by this ledger): the owned way
+        return match serde_json::from_slice::<JournalRecord>(json) {
+            Ok(record) => {
+                record.apply(state);
+                true
+            }
+            Err(_) => false,
+        };
+    };
+    for (account, balance) in record.unsaved.iter().chain(&record.account) {
+        set_balance(state, account, *balance);
+    }
+    state.applied = record.applied;
+    state.rejected = record.rejected;
+    for (lane, epoch, position) in &record.unsaved_lanes {
+        state.set_position(*lane, *epoch, *position);
+    }
+    state.set_position(record.lane, record.epoch, record.position);
+    true
 }
 
 /// A journal record from borrowed parts, for [`encode_record_into`]: `accounts` is the

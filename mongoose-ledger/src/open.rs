@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mongoose_core::sink::CommitGate;
 use mongoose_outbox::{AdmittedOutput, Outbox, OutboxConfig, OutboxOwner};
 
-use crate::journal::JournalRecord;
+use crate::journal::replay_into;
 use crate::state::{self, LedgerState};
 
 use mongoose_core::ProcessorError;
@@ -116,9 +116,9 @@ impl Ledger {
                 if seq <= state.outbox_seq {
                     return Ok(());
                 }
-                let record = JournalRecord::decode(admission.state)
-                    .ok_or_else(|| "it is not a ledger journal record".to_owned())?;
-                record.apply(state);
+                if !replay_into(admission.state, state) {
+                    return Err("it is not a ledger journal record".to_owned());
+                }
                 state.outbox_seq = seq;
                 *applied += 1;
                 Ok(())

@@ -184,3 +184,60 @@ fn a_snapshot_that_fails_for_a_full_disk_keeps_the_last_one_and_the_lines_go_on(
     let ledger = open(tmpfs.path(), &settings);
     assert_eq!(ledger.state, expected, "nothing lost, nothing invented");
 }
+
+#[test]
+fn the_replay_at_open_applies_a_record_as_decoding_it_does() {
+    use super::journal::{replay_into, JournalRecord};
+    let records = [
+        JournalRecord {
+            account: Some(("acc-1".into(), -5)),
+            unsaved: vec![("acc_2".into(), 7)],
+            applied: 3,
+            rejected: 1,
+            lane: 2,
+            epoch: 9,
+            position: 40,
+            unsaved_lanes: vec![(1, 9, 30)],
+        },
+        // a name JSON escapes (this ledger never writes one): still applied
+        JournalRecord {
+            account: Some(("quo\"te".into(), 1)),
+            unsaved: Vec::new(),
+            applied: 4,
+            rejected: 1,
+            lane: 0,
+            epoch: 9,
+            position: 50,
+            unsaved_lanes: Vec::new(),
+        },
+        JournalRecord {
+            account: None,
+            unsaved: Vec::new(),
+            applied: 4,
+            rejected: 2,
+            lane: 0,
+            epoch: 9,
+            position: 60,
+            unsaved_lanes: Vec::new(),
+        },
+    ];
+    let (mut decoded, mut replayed) = (LedgerState::default(), LedgerState::default());
+    for record in &records {
+        let line = record.encode();
+        JournalRecord::decode(&line)
+            .expect("whole")
+            .apply(&mut decoded);
+        assert!(replay_into(&line, &mut replayed));
+        assert_eq!(replayed, decoded);
+        let mut damaged = line.clone();
+        damaged[12] ^= 1;
+        assert!(
+            !replay_into(&damaged, &mut replayed),
+            "a checksum that fails"
+        );
+        assert!(
+            !replay_into(&line[..line.len() - 1], &mut replayed),
+            "cut short"
+        );
+    }
+}
