@@ -164,11 +164,11 @@ fn main() {
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).expect("bench folder");
     println!("ledger restart against the log since the snapshot");
-    // 1,000,000 records of this input are about 255 MB of outbox
+    // 1,000,000 records of this input are about 172 MB of outbox
     for (what, records) in [
-        ("~60 MB", 235_000u64),
-        ("~180 MB", 705_000),
+        ("~60 MB", 350_000u64),
         ("1,000,000 records", 1_000_000),
+        ("~180 MB", 1_050_000),
     ] {
         for bin in &bins {
             let (mut first, mut second) = (Vec::new(), Vec::new());
