@@ -236,7 +236,8 @@ impl Ledger {
         };
         // the log this start replayed is past the bound: a snapshot now, before any
         // line, so that the next start (a crash loop's) does not replay it again
-        ledger.snapshot_at_open();
+        let snapshot_len = std::fs::metadata(&snapshot_path).map_or(0, |meta| meta.len());
+        ledger.snapshot_at_open(snapshot_len);
         Ok(ledger)
     }
 }
