@@ -20,7 +20,8 @@
 //!    Once the outbox records after the last snapshot pass `compact_every` records
 //!    or `snapshot_bytes` bytes (counted from the files on disk at open, so that a
 //!    ledger killed every fraction of a second still snapshots, and at open itself when
-//!    the log it replayed is already past the bound), or the snapshot is
+//!    the log it replayed is already past the bound, or past a quarter of it and at
+//!    least as large as the snapshot), or the snapshot is
 //!    `snapshot_every_secs` old, the whole state is written as a checksummed snapshot
 //!    (temp file, fsync, rename, fsync dir) and the outbox compacted: a restart
 //!    replays a bounded log (`snapshot`). As the

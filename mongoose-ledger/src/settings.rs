@@ -48,8 +48,9 @@ pub struct LedgerSettings {
     /// 100,000): a record per delivery, and one per batch of alert outcomes. They are
     /// counted from the outbox on disk at open, then as they are written, so a ledger
     /// killed long before one run writes that many still snapshots, and a start that
-    /// finds more already snapshots before processing: a restart replays at most about
-    /// this many records.
+    /// finds more already snapshots before processing (so does one that finds a quarter
+    /// of the bound, when those records are at least as large as the snapshot): a
+    /// restart replays at most about this many records.
     #[serde(default = "default_compact_every")]
     pub compact_every: u64,
     /// A snapshot is also taken once the records after the last one hold this many
