@@ -144,7 +144,8 @@ impl Ledger {
         let open_records = (self.settings.compact_every / OPEN_FRACTION).max(1);
         let open_bytes = (self.settings.snapshot_bytes / OPEN_FRACTION).max(1);
         let quarter = self.log.records >= open_records || self.log.bytes >= open_bytes;
-        if !self.recovery_bound_passed() && !(quarter && self.log.bytes >= snapshot_len) {
+        let worth_it = quarter && self.log.bytes >= snapshot_len;
+        if !(self.recovery_bound_passed() || worth_it) {
             return;
         }
         info!(

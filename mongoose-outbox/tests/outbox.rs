@@ -964,7 +964,9 @@ fn the_records_after_the_saved_sequence_are_counted_from_disk_with_their_bytes()
         }
         outbox.admit(&admission(number, 1, 30)).unwrap();
     }
-    outbox.record_outcomes(&[(key(1, 0), Outcome::Published)]).unwrap();
+    outbox
+        .record_outcomes(&[(key(1, 0), Outcome::Published)])
+        .unwrap();
     let appended = outbox.appended_bytes();
     outbox.close().unwrap();
     assert!(
@@ -974,15 +976,25 @@ fn the_records_after_the_saved_sequence_are_counted_from_disk_with_their_bytes()
 
     config.saved_through = 40;
     let (outbox, recovery) = Outbox::open(config.clone()).unwrap();
-    assert_eq!(recovery.since_saved.records, 81, "records 41-120 and the outcomes");
+    assert_eq!(
+        recovery.since_saved.records, 81,
+        "records 41-120 and the outcomes"
+    );
     assert_eq!(
         recovery.since_saved.bytes,
         appended - appended_after,
         "the bytes the writer appended after record 40"
     );
-    assert_eq!(outbox.appended_bytes(), 0, "nothing appended since this open");
+    assert_eq!(
+        outbox.appended_bytes(),
+        0,
+        "nothing appended since this open"
+    );
     drop(outbox);
     let read = mongoose_outbox::read(dir.path()).unwrap();
-    assert_eq!(read.since_saved.records, 121, "a reader counts every record");
+    assert_eq!(
+        read.since_saved.records, 121,
+        "a reader counts every record"
+    );
     assert_eq!(read.since_saved.bytes, appended);
 }
