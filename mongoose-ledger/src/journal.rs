@@ -194,7 +194,7 @@ impl JournalRecord {
 
     pub(super) fn apply(&self, state: &mut LedgerState) {
         for (account, balance) in self.unsaved.iter().chain(&self.account) {
-            state.balances.insert(account.clone(), *balance);
+            set_balance(state, account, *balance);
         }
         state.applied = self.applied;
         state.rejected = self.rejected;
@@ -203,6 +203,246 @@ impl JournalRecord {
         }
         state.set_position(self.lane, self.epoch, self.position);
     }
+}
+
+/// Sets `account`'s balance, allocating its name only when the state does not hold it
+/// yet (a replay sets a known account's balance a million times).
+fn set_balance(state: &mut LedgerState, account: &str, balance: i64) {
+    match state.balances.get_mut(account) {
+        Some(known) => *known = balance,
+        None => {
+            state.balances.insert(account.to_owned(), balance);
+        }
+    }
+}
+
+/// A journal record borrowed from its line (accounts are never escaped in JSON: the
+/// ledger's account names are `[A-Za-z0-9_-]`), for the replay at open.
+#[derive(Deserialize)]
+struct JournalRecordRef<'a> {
+    #[serde(borrow)]
+    account: Option<(&'a str, i64)>,
+    #[serde(default, borrow)]
+    unsaved: Vec<(&'a str, i64)>,
+    applied: u64,
+    rejected: u64,
+    #[serde(default)]
+    lane: u32,
+    epoch: u64,
+    position: u64,
+    #[serde(default)]
+    unsaved_lanes: Vec<(u32, u64, u64)>,
+}
+
+/// Applies the record `line` to `state` as [`JournalRecord::decode`] then
+/// [`JournalRecord::apply`] do, without an allocation for an account the state
+/// holds; false when `line` is not a whole journal record. For the replay at open: the
+/// outbox checked the record's bytes against its own checksum, which covers the line's,
+/// so the line's checksum is not computed again.
+pub(super) fn replay_into(line: &[u8], state: &mut LedgerState) -> bool {
+    let Some(body) = line.strip_suffix(b"\n") else {
+        return false;
+    };
+    if body.len() < 10 || body[8] != b' ' || !body[..8].iter().all(u8::is_ascii_hexdigit) {
+        return false;
+    }
+    let json = &body[9..];
+    if let Some(record) = parse_written(json) {
+        for (account, balance) in record.unsaved().chain(record.account) {
+            set_balance(state, account, balance);
+        }
+        state.applied = record.applied;
+        state.rejected = record.rejected;
+        for (lane, epoch, position) in record.unsaved_lanes() {
+            state.set_position(lane, epoch, position);
+        }
+        state.set_position(record.lane, record.epoch, record.position);
+        return true;
+    }
+    // laid out otherwise than this ledger writes (an earlier build's record, or a
+    // name JSON escapes): serde's way
+    match serde_json::from_slice::<JournalRecordRef<'_>>(json) {
+        Ok(record) => {
+            for (account, balance) in record.unsaved.iter().chain(&record.account) {
+                set_balance(state, account, *balance);
+            }
+            state.applied = record.applied;
+            state.rejected = record.rejected;
+            for (lane, epoch, position) in &record.unsaved_lanes {
+                state.set_position(*lane, *epoch, *position);
+            }
+            state.set_position(record.lane, record.epoch, record.position);
+            true
+        }
+        Err(_) => match serde_json::from_slice::<JournalRecord>(json) {
+            Ok(record) => {
+                record.apply(state);
+                true
+            }
+            Err(_) => false,
+        },
+    }
+}
+
+/// A record as [`encode_record_into`] lays it out, borrowed: its `unsaved` accounts and
+/// lanes are kept as their JSON (walked again when applied).
+struct Written<'a> {
+    account: Option<(&'a str, i64)>,
+    unsaved: &'a [u8],
+    applied: u64,
+    rejected: u64,
+    lane: u32,
+    epoch: u64,
+    position: u64,
+    unsaved_lanes: &'a [u8],
+}
+
+impl<'a> Written<'a> {
+    /// The `unsaved` accounts (checked whole by [`parse_written`]).
+    fn unsaved(&self) -> impl Iterator<Item = (&'a str, i64)> {
+        let mut rest = self.unsaved;
+        std::iter::from_fn(move || {
+            let (account, after) = take_account(rest)?;
+            rest = after.strip_prefix(b",").unwrap_or(after);
+            Some(account)
+        })
+    }
+
+    /// The `unsaved_lanes` (checked whole by [`parse_written`]).
+    fn unsaved_lanes(&self) -> impl Iterator<Item = LaneTriple> + 'a {
+        let mut rest = self.unsaved_lanes;
+        std::iter::from_fn(move || {
+            let (lane, after) = take_lane(rest)?;
+            rest = after.strip_prefix(b",").unwrap_or(after);
+            Some(lane)
+        })
+    }
+}
+
+/// The record `json` if it is laid out exactly as [`encode_record_into`] writes it
+/// with names that need no escape; `None` for anything else (serde then decides).
+fn parse_written(json: &[u8]) -> Option<Written<'_>> {
+    let rest = json.strip_prefix(b"{\"account\":")?;
+    let (account, mut rest) = match rest.strip_prefix(b"null") {
+        Some(rest) => (None, rest),
+        None => {
+            let (account, rest) = take_account(rest)?;
+            (Some(account), rest)
+        }
+    };
+    let mut unsaved: &[u8] = b"";
+    if let Some(list) = rest.strip_prefix(b",\"unsaved\":[") {
+        let mut walk = list;
+        loop {
+            let (_, after) = take_account(walk)?;
+            match after.first()? {
+                b',' => walk = &after[1..],
+                b']' => {
+                    unsaved = &list[..list.len() - after.len()];
+                    rest = &after[1..];
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    let (applied, rest) = take_u64(rest.strip_prefix(b",\"applied\":")?)?;
+    let (rejected, rest) = take_u64(rest.strip_prefix(b",\"rejected\":")?)?;
+    let (lane, rest) = match rest.strip_prefix(b",\"lane\":") {
+        Some(rest) => {
+            let (lane, rest) = take_u64(rest)?;
+            (u32::try_from(lane).ok()?, rest)
+        }
+        None => (0, rest),
+    };
+    let (epoch, rest) = take_u64(rest.strip_prefix(b",\"epoch\":")?)?;
+    let (position, mut rest) = take_u64(rest.strip_prefix(b",\"position\":")?)?;
+    let mut unsaved_lanes: &[u8] = b"";
+    if let Some(list) = rest.strip_prefix(b",\"unsaved_lanes\":[") {
+        let mut walk = list;
+        loop {
+            let (_, after) = take_lane(walk)?;
+            match after.first()? {
+                b',' => walk = &after[1..],
+                b']' => {
+                    unsaved_lanes = &list[..list.len() - after.len()];
+                    rest = &after[1..];
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    (rest == b"}").then_some(Written {
+        account,
+        unsaved,
+        applied,
+        rejected,
+        lane,
+        epoch,
+        position,
+        unsaved_lanes,
+    })
+}
+
+/// `["name",balance]` with a name of `[A-Za-z0-9_-]` (what the ledger accepts).
+fn take_account(bytes: &[u8]) -> Option<((&str, i64), &[u8])> {
+    let rest = bytes.strip_prefix(b"[\"")?;
+    let end = rest.iter().position(|byte| *byte == b'"')?;
+    let name = &rest[..end];
+    if !name
+        .iter()
+        .all(|byte| byte.is_ascii_alphanumeric() || *byte == b'_' || *byte == b'-')
+    {
+        return None;
+    }
+    let rest = rest[end + 1..].strip_prefix(b",")?;
+    let (negative, rest) = match rest.strip_prefix(b"-") {
+        Some(rest) => (true, rest),
+        None => (false, rest),
+    };
+    let (magnitude, rest) = take_u64(rest)?;
+    let balance = if negative {
+        0i64.checked_sub_unsigned(magnitude)?
+    } else {
+        i64::try_from(magnitude).ok()?
+    };
+    let rest = rest.strip_prefix(b"]")?;
+    // only ASCII was let through
+    let name = std::str::from_utf8(name).ok()?;
+    Some(((name, balance), rest))
+}
+
+/// A lane's `(lane, epoch, position)`.
+type LaneTriple = (u32, u64, u64);
+
+/// `[lane,epoch,position]`.
+fn take_lane(bytes: &[u8]) -> Option<(LaneTriple, &[u8])> {
+    let (lane, rest) = take_u64(bytes.strip_prefix(b"[")?)?;
+    let (epoch, rest) = take_u64(rest.strip_prefix(b",")?)?;
+    let (position, rest) = take_u64(rest.strip_prefix(b",")?)?;
+    Some((
+        (u32::try_from(lane).ok()?, epoch, position),
+        rest.strip_prefix(b"]")?,
+    ))
+}
+
+/// A decimal `u64` as serde_json writes one (no sign, no leading zero but `0`).
+fn take_u64(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let digits = bytes
+        .iter()
+        .take_while(|byte| byte.is_ascii_digit())
+        .count();
+    if digits == 0 || (digits > 1 && bytes[0] == b'0') {
+        return None;
+    }
+    let mut value = 0u64;
+    for digit in &bytes[..digits] {
+        value = value
+            .checked_mul(10)?
+            .checked_add(u64::from(digit - b'0'))?;
+    }
+    Some((value, &bytes[digits..]))
 }
 
 /// A journal record from borrowed parts, for [`encode_record_into`]: `accounts` is the

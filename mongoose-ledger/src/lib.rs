@@ -17,9 +17,14 @@
 //!    account's new balance, the counts, the feed's `(epoch, position)` and the
 //!    delivery's alerts) into its outbox (`mongoose-outbox`), fsync'd in groups when a
 //!    commit gate holds the line until the record is durable, else synced at once.
-//!    Every `compact_every` records, `snapshot_bytes` of records or
-//!    `snapshot_every_secs` seconds the whole state is written as a checksummed
-//!    snapshot (temp file, fsync, rename, fsync dir) and the outbox compacted. As the
+//!    Once the outbox records after the last snapshot pass `compact_every` records
+//!    or `snapshot_bytes` bytes (counted from the files on disk at open, so that a
+//!    ledger killed every fraction of a second still snapshots, and at open itself when
+//!    the log it replayed is already past the bound, or past a quarter of it and at
+//!    least as large as the snapshot), or the snapshot is
+//!    `snapshot_every_secs` old, the whole state is written as a checksummed snapshot
+//!    (temp file, fsync, rename, fsync dir) and the outbox compacted: a restart
+//!    replays a bounded log (`snapshot`). As the
 //!    alerts sink reports each alert over, its outcome is recorded in the outbox in
 //!    batches, so a crash leaves only the alerts in flight to publish again, and a
 //!    restart publishes them under backpressure (it waits for room in the sink's
@@ -95,7 +100,8 @@
 //! `settings` holds the ledger's settings and their checks; `processor` the processor
 //! (its lines, saves and hooks) and `open` its opening and recovery; `apply` what one
 //! line does to a state; `alerts` where alerts are written; `state` the durable state
-//! and its load and atomic save; `journal` the checksummed snapshot and journal record
+//! and its load and atomic save; `snapshot` when a snapshot is due (by what a restart
+//! would replay) and taking it; `journal` the checksummed snapshot and journal record
 //! formats and the damage checks; `partitioned` the ledger with its state in a
 //! changelog.
 //!
@@ -105,6 +111,8 @@
 
 mod journal;
 mod partitioned;
+#[cfg(test)]
+mod snapshot_tests;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -114,6 +122,7 @@ mod apply;
 mod open;
 mod processor;
 mod settings;
+mod snapshot;
 
 pub use self::alerts::{send_error, AlertSink, SinkAlerts};
 pub use self::processor::Ledger;

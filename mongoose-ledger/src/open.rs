@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mongoose_core::sink::CommitGate;
 use mongoose_outbox::{AdmittedOutput, Outbox, OutboxConfig, OutboxOwner};
 
-use crate::journal::JournalRecord;
+use crate::journal::replay_into;
 use crate::state::{self, LedgerState};
 
 use mongoose_core::ProcessorError;
@@ -17,6 +17,7 @@ use super::alerts::AlertSink;
 use super::apply::open_rejected_log;
 use super::processor::{Gate, Ledger};
 use super::settings::LedgerSettings;
+use super::snapshot::LogSinceSnapshot;
 
 impl Ledger {
     /// Opens the ledger: restores the saved state (the snapshot, then the records of
@@ -104,6 +105,7 @@ impl Ledger {
         config.group_micros = settings.group_micros;
         config.owner = owner;
         config.saved_through = state.outbox_seq;
+        let snapshot_seq = state.outbox_seq;
         // each record after the snapshot is applied as the outbox reads it, borrowed
         // from the segment (a restart after a million records is quick)
         let mut applied = 0u64;
@@ -114,9 +116,9 @@ impl Ledger {
                 if seq <= state.outbox_seq {
                     return Ok(());
                 }
-                let record = JournalRecord::decode(admission.state)
-                    .ok_or_else(|| "it is not a ledger journal record".to_owned())?;
-                record.apply(state);
+                if !replay_into(admission.state, state) {
+                    return Err("it is not a ledger journal record".to_owned());
+                }
                 state.outbox_seq = seq;
                 *applied += 1;
                 Ok(())
@@ -131,9 +133,13 @@ impl Ledger {
         if applied > 0 {
             info!(
                 records = applied,
+                bytes = recovery.since_saved.bytes,
                 "ledger: the records of the outbox after the snapshot are applied"
             );
         }
+        // what this start replayed, counted from the files: the next snapshot is due
+        // when it passes the bound, however short each run is
+        let mut log = LogSinceSnapshot::found(recovery.since_saved, snapshot_seq);
         let adopted = state.run.is_empty();
         if adopted {
             state.run = state::run_hex(&outbox.owner());
@@ -152,6 +158,7 @@ impl Ledger {
             state
                 .save(&settings.state_dir, settings.sync)
                 .map_err(|error| cannot("save the state in", &settings.state_dir, error))?;
+            log = LogSinceSnapshot::found(Default::default(), state.outbox_seq);
             if legacy > 0 {
                 std::fs::remove_file(&journal_path)
                     .map_err(|error| cannot("remove", &journal_path, error))?;
@@ -195,16 +202,28 @@ impl Ledger {
             outbox.on_durable(Box::new(move |seq| gate.complete_through(seq)));
         }
         let rejected = open_rejected_log(&settings.state_dir)?;
-        Ok(Ledger {
+        // a snapshot's temp file that a kill left behind (the snapshot it was to be
+        // never replaced the last one): only space (the outbox's lock is held, so no
+        // other ledger is writing it)
+        let temporary = LedgerState::temporary_path(&settings.state_dir);
+        if temporary.exists() {
+            match std::fs::remove_file(&temporary) {
+                Ok(()) => {
+                    info!(file = %temporary.display(), "ledger: removed the temp file of a snapshot a stop cut short (the snapshot before it is the one in use)")
+                }
+                Err(error) => {
+                    warn!(file = %temporary.display(), %error, "ledger: cannot remove the temp file of a snapshot a stop cut short (it is only space; the next snapshot overwrites it)")
+                }
+            }
+        }
+        let mut ledger = Ledger {
             settings,
             state,
             rejected,
             alerts,
             outbox,
             gate: Gate(gate),
-            journal_records: 0,
-            journal_bytes: 0,
-            snapshot_at: std::time::Instant::now(),
+            log,
             outputs: Vec::new(),
             over: Vec::new(),
             outcomes: Vec::new(),
@@ -214,7 +233,12 @@ impl Ledger {
             lane: 0,
             changed_lanes: Vec::new(),
             save_failures: mongoose_core::LogEvery::new(std::time::Duration::from_secs(10)),
-        })
+        };
+        // the log this start replayed is past the bound: a snapshot now, before any
+        // line, so that the next start (a crash loop's) does not replay it again
+        let snapshot_len = std::fs::metadata(&snapshot_path).map_or(0, |meta| meta.len());
+        ledger.snapshot_at_open(snapshot_len);
+        Ok(ledger)
     }
 }
 

@@ -52,12 +52,9 @@ pub struct Ledger {
     /// Holds the feed's commit of a line until its record is durable (`None`: each
     /// record is synced before the line counts as processed).
     pub(super) gate: Gate,
-    /// Records since the last snapshot.
-    pub(super) journal_records: u64,
-    /// Bytes of the records since the last snapshot.
-    pub(super) journal_bytes: u64,
-    /// When the last snapshot was taken (or the ledger opened).
-    pub(super) snapshot_at: std::time::Instant,
+    /// What the next restart would replay (counted from the files on disk at open,
+    /// then as records are written) and when the next snapshot is due.
+    pub(super) log: crate::snapshot::LogSinceSnapshot,
     /// The keyed alerts of the delivery being handled, admitted with its record.
     pub(super) outputs: Vec<AdmittedOutput>,
     /// The keys of admitted alerts the sink says are over, not yet recorded in the
@@ -139,8 +136,9 @@ impl Ledger {
         Ok(())
     }
 
-    /// Appends one record of what the delivery changed; compacts into a snapshot every
-    /// `compact_every` records.
+    /// Appends one record of what the delivery changed; takes a snapshot when what a
+    /// restart would replay passes `compact_every` records or `snapshot_bytes`, or the
+    /// last snapshot is `snapshot_every_secs` old (`snapshot`).
     fn save(&mut self) -> Result<(), ProcessorError> {
         // the changed account is forgotten only once its record is written: a failed
         // save is retried with it
@@ -220,8 +218,6 @@ impl Ledger {
         self.changed.clear();
         self.changed_lanes.clear();
         self.outputs.clear();
-        self.journal_records += 1;
-        self.journal_bytes += self.record.len() as u64;
         // the alerts the sink says are over: their outcomes become durable in batches
         // as they are published, so a crash leaves at most the alerts in flight
         // unsettled (never everything since the last snapshot)
@@ -229,19 +225,18 @@ impl Ledger {
         if self.over.len() >= OUTCOMES_BATCH {
             self.record_over().map_err(|error| failed(&error))?;
         }
-        let due = self.journal_records >= self.settings.compact_every.max(1)
-            || self.journal_bytes >= self.settings.snapshot_bytes.max(1)
-            || self.snapshot_at.elapsed()
-                >= std::time::Duration::from_secs(self.settings.snapshot_every_secs.max(1));
-        if due {
-            self.snapshot().map_err(|error| failed(&error))?;
+        // the record is saved: a snapshot that fails now is retried later, never the
+        // line's failure (what a restart replays grows meanwhile, and a WARN says so)
+        self.count_log();
+        if self.snapshot_due() {
+            self.try_snapshot();
         }
         Ok(())
     }
 
     /// Records the outcome of the alerts the sink said are over (`Over`: published,
     /// or given up and counted by the sink's policy).
-    fn record_over(&mut self) -> Result<(), mongoose_outbox::OutboxError> {
+    pub(super) fn record_over(&mut self) -> Result<(), mongoose_outbox::OutboxError> {
         if self.over.is_empty() {
             return Ok(());
         }
@@ -250,28 +245,6 @@ impl Ledger {
             .extend(self.over.drain(..).map(|key| (key, Outcome::Over)));
         self.outbox.record_outcomes(&self.outcomes)?;
         self.outcomes.clear();
-        Ok(())
-    }
-
-    /// Writes the whole state as a snapshot holding every record so far, then lets the
-    /// outbox forget the segments before it whose alerts are all over.
-    fn snapshot(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        self.alerts.drain_over(&mut self.over);
-        self.record_over()?;
-        // the snapshot holds everything up to the last record (a crash before the
-        // outbox is compacted replays records whose absolute values it already has)
-        let through = self.outbox.sync()?;
-        self.state.outbox_seq = through;
-        self.state
-            .save(&self.settings.state_dir, self.settings.sync)?;
-        self.journal_records = 0;
-        self.journal_bytes = 0;
-        self.snapshot_at = std::time::Instant::now();
-        // the records after the snapshot go to a new segment, so the older ones can go
-        // once their alerts are over (a segment with an unsettled alert stays until a
-        // later snapshot finds it settled)
-        self.outbox.roll();
-        self.outbox.compact(through)?;
         Ok(())
     }
 }

@@ -44,15 +44,23 @@ pub struct LedgerSettings {
     /// crash still loses nothing, only a power loss can).
     #[serde(default = "yes")]
     pub sync: bool,
-    /// Journal records between two snapshots (default 100,000).
+    /// A snapshot is taken once this many outbox records follow the last one (default
+    /// 100,000): a record per delivery, and one per batch of alert outcomes. They are
+    /// counted from the outbox on disk at open, then as they are written, so a ledger
+    /// killed long before one run writes that many still snapshots, and a start that
+    /// finds more already snapshots before processing (so does one that finds a quarter
+    /// of the bound, when those records are at least as large as the snapshot): a
+    /// restart replays at most about this many records.
     #[serde(default = "default_compact_every")]
     pub compact_every: u64,
-    /// A snapshot is also taken once the records since the last one hold this many
-    /// bytes (default 64 MiB) ...
+    /// A snapshot is also taken once the records after the last one hold this many
+    /// bytes in the outbox (default 64 MiB), counted the same way: the other bound on
+    /// what a restart reads ...
     #[serde(default = "default_snapshot_bytes")]
     pub snapshot_bytes: u64,
-    /// ... or once the last one is this many seconds old (default 30), so a restart
-    /// replays a bounded outbox.
+    /// ... or once a record follows a snapshot this many seconds old (default 30),
+    /// counted from the last snapshot or from the open, whichever is later: a bound on
+    /// how stale the snapshot of a long-running ledger gets, not on a restart.
     #[serde(default = "default_snapshot_every_secs")]
     pub snapshot_every_secs: u64,
     /// With `sync` and a commit gate (a server gives one): fsync the records in
@@ -188,7 +196,8 @@ impl LedgerSettings {
     }
 
     /// The defaults of a config file's settings table, with these paths: the feed
-    /// `lines`, the guard on, fsync on, a snapshot every 100,000 records.
+    /// `lines`, the guard on, fsync on, a snapshot once 100,000 records or 64 MiB
+    /// follow the last one (or it is 30 s old).
     pub fn new(state_dir: PathBuf, alerts: PathBuf) -> Self {
         LedgerSettings {
             feed: default_feed(),

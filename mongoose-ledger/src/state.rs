@@ -247,21 +247,35 @@ impl LedgerState {
     /// Saves atomically: a temp file, fsync, rename over the state, fsync the folder
     /// (when `sync` is true; without it a process crash still never tears the file,
     /// only a power loss can lose the last saves).
+    ///
+    /// A failed save leaves the last snapshot as it was and removes its temp file (a
+    /// full disk keeps no half-written copy taking space).
     pub fn save(&self, state_dir: &Path, sync: bool) -> std::io::Result<()> {
         let path = Self::path(state_dir);
-        let temporary = state_dir.join("state.json.tmp");
+        let temporary = Self::temporary_path(state_dir);
         let bytes = encode_snapshot(self)?;
-        let mut file = File::create(&temporary)?;
-        file.write_all(&bytes)?;
-        if sync {
-            file.sync_all()?;
+        let written = File::create(&temporary).and_then(|mut file| {
+            file.write_all(&bytes)?;
+            if sync {
+                file.sync_all()?;
+            }
+            Ok(())
+        });
+        if let Err(error) = written {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(error);
         }
-        drop(file);
         std::fs::rename(&temporary, &path)?;
         if sync {
             File::open(state_dir)?.sync_all()?;
         }
         Ok(())
+    }
+
+    /// The temp file a snapshot is written to before it is renamed over
+    /// [`LedgerState::path`].
+    pub fn temporary_path(state_dir: &Path) -> PathBuf {
+        state_dir.join("state.json.tmp")
     }
 }
 

@@ -11,7 +11,7 @@ use mongoose_core::{Epoch, Processor, ProcessorError};
 use mongoose_source_file::Line;
 
 /// Guarded, unsynced settings with state under `dir`.
-fn test_settings(dir: &Path, compact_every: u64) -> LedgerSettings {
+pub(super) fn test_settings(dir: &Path, compact_every: u64) -> LedgerSettings {
     LedgerSettings {
         feed: "lines".into(),
         state_dir: dir.join("state"),

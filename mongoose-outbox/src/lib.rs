@@ -132,7 +132,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::OutboxError;
 pub use outbox::{Outbox, OutboxConfig, OutboxOwner};
-pub use recovery::{read, read_with, AdmissionView, Recovery, TornTail};
+pub use recovery::{read, read_with, AdmissionView, LogSpan, Recovery, TornTail};
 
 /// One atomic admission: a processor's state change, the source positions it covers
 /// and the outputs it produced.

@@ -39,6 +39,11 @@ pub struct Recovery {
     /// The highest sequence the outbox had reported durable, from its watermark file
     /// (`None` without one: a new outbox, or one written before watermarks).
     pub watermark: Option<u64>,
+    /// The records after [`OutboxConfig::saved_through`](crate::OutboxConfig::saved_through)
+    /// (every record for [`read`] and [`read_with`]), counted as they are on disk: what
+    /// the owner replays at each start until it saves them elsewhere (its snapshot).
+    /// An owner that bounds its restart time snapshots when this passes its bound.
+    pub since_saved: LogSpan,
     /// Each unsettled output with its admission's sequence, in admission order.
     unsettled: Vec<(u64, AdmittedOutput)>,
 }
@@ -56,6 +61,16 @@ impl Recovery {
     pub fn take_unsettled(&mut self) -> Vec<(u64, AdmittedOutput)> {
         std::mem::take(&mut self.unsettled)
     }
+}
+
+/// A stretch of the outbox's log: how many records, and their bytes on disk (each
+/// record's frame: its length, checksum, kind, sequence and body).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogSpan {
+    /// How many records (admissions and outcome records).
+    pub records: u64,
+    /// Their bytes in the segment files.
+    pub bytes: u64,
 }
 
 /// One admission as [`Outbox::open_with`](crate::Outbox::open_with) hands it to its
@@ -397,6 +412,10 @@ pub(crate) fn scan(
                             offset,
                             format!("a record has sequence {seq} where {next_seq} was due"),
                         ));
+                    }
+                    if seq > saved_through {
+                        recovery.since_saved.records += 1;
+                        recovery.since_saved.bytes += (next - offset) as u64;
                     }
                     if kind == KIND_ADMISSION {
                         let state = split_admission(body, &mut outputs).map_err(|reason| {

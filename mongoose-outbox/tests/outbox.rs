@@ -946,3 +946,55 @@ fn open_with_hands_every_admission_to_its_visitor_in_order() {
     );
     assert!(error.to_string().contains("not mine"));
 }
+
+/// Issue 38.1: an owner that bounds its restart time counts what a restart would replay
+/// from the files on disk: the records after its snapshot (`saved_through`) and their
+/// bytes, the same bytes the writer counted as it appended them, across segments.
+#[test]
+fn the_records_after_the_saved_sequence_are_counted_from_disk_with_their_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = OutboxConfig::new(dir.path());
+    config.segment_bytes = 4096;
+    let (mut outbox, recovery) = Outbox::open(config.clone()).unwrap();
+    assert_eq!(recovery.since_saved, mongoose_outbox::LogSpan::default());
+    let mut appended_after = 0;
+    for number in 1..=120u64 {
+        if number == 41 {
+            appended_after = outbox.appended_bytes();
+        }
+        outbox.admit(&admission(number, 1, 30)).unwrap();
+    }
+    outbox
+        .record_outcomes(&[(key(1, 0), Outcome::Published)])
+        .unwrap();
+    let appended = outbox.appended_bytes();
+    outbox.close().unwrap();
+    assert!(
+        fs::read_dir(dir.path()).unwrap().count() > 3,
+        "the records span several segments"
+    );
+
+    config.saved_through = 40;
+    let (outbox, recovery) = Outbox::open(config.clone()).unwrap();
+    assert_eq!(
+        recovery.since_saved.records, 81,
+        "records 41-120 and the outcomes"
+    );
+    assert_eq!(
+        recovery.since_saved.bytes,
+        appended - appended_after,
+        "the bytes the writer appended after record 40"
+    );
+    assert_eq!(
+        outbox.appended_bytes(),
+        0,
+        "nothing appended since this open"
+    );
+    drop(outbox);
+    let read = mongoose_outbox::read(dir.path()).unwrap();
+    assert_eq!(
+        read.since_saved.records, 121,
+        "a reader counts every record"
+    );
+    assert_eq!(read.since_saved.bytes, appended);
+}

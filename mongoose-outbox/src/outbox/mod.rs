@@ -168,6 +168,8 @@ pub struct Outbox {
     owner: [u8; 16],
     /// [`Outbox::roll`] asked for a new segment at the next record.
     roll_requested: bool,
+    /// The bytes of the records encoded since the outbox opened.
+    appended_bytes: u64,
 }
 
 impl fmt::Debug for Outbox {
@@ -265,6 +267,13 @@ impl Outbox {
     /// The sequence of the last record admitted or recorded (0: none yet).
     pub fn last_seq(&self) -> u64 {
         self.next_seq - 1
+    }
+
+    /// The bytes of the records admitted or recorded since the outbox opened, as they
+    /// are written to the segments (with [`Recovery::since_saved`] at open: what a
+    /// restart would read back).
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended_bytes
     }
 
     /// The owner the segments it writes carry (all zeros: none).
@@ -408,6 +417,7 @@ impl Outbox {
             self.segment_len = HEADER_LEN as u64;
         }
         self.segment_len += record_len;
+        self.appended_bytes += record_len;
         self.segments.back_mut().expect("a last segment").last_seq = seq;
         pending.records += 1;
         pending.last_seq = seq;

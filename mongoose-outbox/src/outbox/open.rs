@@ -185,6 +185,7 @@ impl Outbox {
             config,
             owner,
             roll_requested: false,
+            appended_bytes: 0,
         };
         Ok((outbox, recovery))
     }
