@@ -21,6 +21,7 @@ use crate::scenario::{PeerAction, Scenario, SinkKind, SourceKind, Workload};
 use super::{StreamFiles, World};
 
 pub mod broker;
+mod checks;
 mod client;
 mod topics;
 
