@@ -74,6 +74,10 @@ pub fn outputs_of(world: &World, consumer: usize) -> Result<(Vec<OutputRecord>, 
             .collect(),
     };
     let promise = match kind {
+        // a ledger keeping its state in a changelog writes the alerts of the lines a
+        // takeover applies again once more through a sink: at least once
+        // (docs/src/connectors/scaling-out.md; exactly once only with alerts_topic)
+        SinkKind::File if consumer == 0 && world.changelog_ledger() => Promise::AtLeastOnce,
         SinkKind::File => Promise::ExactlyOnce,
         SinkKind::Http => Promise::AtLeastOnceKeyed,
         SinkKind::Kafka
