@@ -63,9 +63,11 @@ pub fn ensure_broker() -> Result<String, String> {
     if broker.is_none() {
         let started = std::panic::catch_unwind(|| {
             Cluster::builder(1)
-                // retention is checked every second (not every 5 minutes): a `retention`
-                // step's records go within seconds
+                // retention is checked every second (not every 5 minutes), from a second
+                // after the start (not 30): a `retention` step's records go within
+                // seconds
                 .property("log.retention.check.interval.ms", "1000")
+                .property("log.initial.task.delay.ms", "1000")
                 .start()
         })
         .map_err(|panic| {

@@ -156,7 +156,15 @@ impl World {
             return;
         }
         let after = progress(&now);
-        if after == before {
+        let run = format!("server run {} is stuck", self.runs);
+        if after == before
+            && self
+                .failures
+                .iter()
+                .any(|failure| failure.detail.starts_with(&run))
+        {
+            self.event(format!("{run} still"));
+        } else if after == before {
             self.fail(
                 FailureKind::NeverEnded,
                 format!(
