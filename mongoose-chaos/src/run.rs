@@ -250,8 +250,8 @@ fn finish(world: &mut World) -> Option<i32> {
     }
 }
 
-/// The checks of a finished scenario.
-fn check(world: &mut World, exit_code: Option<i32>) {
+/// The checks of a finished scenario (`exit_code`: the final run's).
+pub(crate) fn check(world: &mut World, exit_code: Option<i32>) {
     world.kafka_final_check(exit_code);
     let mut missing_reported = 0usize;
     if world.udp_gaps() > 0 {

@@ -270,3 +270,69 @@ impl Builder {
         self.kafka_ending(streams);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::generate_in;
+    use crate::scenario::{KafkaOp, PeerAction, PeerKind, SinkKind, SourceKind, StateFile, Step};
+
+    /// Every edge the family is for comes up within a few hundred seeds, in the shape
+    /// it belongs to.
+    #[test]
+    fn the_kafka_family_reaches_each_of_its_faults() {
+        let scenarios: Vec<_> = (0..300)
+            .map(|seed| generate_in("kafka", seed).expect("the kafka family"))
+            .collect();
+        let any = |wanted: &dyn Fn(&crate::Scenario, &Step) -> bool| {
+            scenarios
+                .iter()
+                .any(|scenario| scenario.steps.iter().any(|step| wanted(scenario, step)))
+        };
+        let source = |scenario: &crate::Scenario| scenario.source == SourceKind::Kafka;
+        let exactly_once = |scenario: &crate::Scenario| {
+            scenario.sink == SinkKind::Kafka
+                && scenario
+                    .options
+                    .kafka
+                    .is_some_and(|kafka| kafka.exactly_once)
+        };
+        let op = |wanted: fn(&KafkaOp) -> bool| {
+            move |scenario: &crate::Scenario, step: &Step| {
+                source(scenario) && matches!(step, Step::Kafka { op } if wanted(op))
+            }
+        };
+        assert!(any(&op(|op| matches!(op, KafkaOp::DeleteRecords { .. }))));
+        assert!(any(&op(|op| matches!(op, KafkaOp::Retention))));
+        assert!(any(&op(|op| matches!(op, KafkaOp::RecreateTopic))));
+        assert!(any(&op(|op| matches!(op, KafkaOp::AddPartitions { .. }))));
+        assert!(any(&|scenario, step| {
+            exactly_once(scenario)
+                && matches!(step, Step::Peer { peer: PeerKind::Broker, action: PeerAction::Pause { ms } } if *ms >= 10_000)
+        }));
+        assert!(any(&|_, step| matches!(
+            step,
+            Step::Peer {
+                peer: PeerKind::Broker,
+                action: PeerAction::Kill
+            }
+        )));
+        assert!(any(&|scenario, step| {
+            exactly_once(scenario)
+                && matches!(
+                    step,
+                    Step::Delete {
+                        what: StateFile::Pointer
+                    }
+                )
+        }));
+        assert!(any(&|scenario, step| {
+            source(scenario)
+                && matches!(step, Step::Pause { ms } if *ms > crate::world::kafka::SESSION_TIMEOUT_MS)
+        }));
+        assert!(scenarios.iter().any(|scenario| source(scenario)
+            && scenario.options.kafka.is_some_and(|kafka| kafka.changelog)));
+        assert!(scenarios
+            .iter()
+            .any(|scenario| scenario.sink == SinkKind::Kafka && !exactly_once(scenario)));
+    }
+}

@@ -23,6 +23,8 @@ use super::{StreamFiles, World};
 pub mod broker;
 mod checks;
 mod client;
+#[cfg(test)]
+mod tests;
 mod topics;
 
 pub use broker::{BrokerGuard, REQUIRE_BROKER_ENV};
