@@ -2,9 +2,12 @@
 //! tests use (`mongoose_testkit::kafka::Cluster`), started the first time a Kafka
 //! scenario needs it and shared by the scenarios of the process (each has topics and a
 //! group of its own), killed, paused and restarted as a peer, and stopped when the
-//! harness exits ([`stop_broker`], [`BrokerGuard`]).
+//! harness exits ([`stop_broker`], [`BrokerGuard`]; on SIGINT, SIGTERM or SIGHUP its
+//! JVM is SIGKILLed before the harness exits, so a `timeout` or a Ctrl-C leaves no
+//! broker behind).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Duration;
 
 use mongoose_testkit::kafka::Cluster;
@@ -14,7 +17,7 @@ use mongoose_testkit::kafka::Cluster;
 pub const REQUIRE_BROKER_ENV: &str = "MONGOOSE_REQUIRE_BROKER";
 
 /// What to do when the jars are missing.
-pub const NO_JARS: &str = "the kafka family runs a broker of its own from Apache Kafka's jars, which are not resolved: run `cargo xtask broker start` once (it resolves them with Maven into ~/.cache/mongoose-kafka; it needs Java 17 and Maven), then `cargo xtask broker stop`";
+pub const NO_JARS: &str = "the kafka family runs a broker of its own from Apache Kafka's jars, which are not resolved: run `cargo xtask broker start` once (it resolves them with Maven into ~/.cache/mongoose-kafka, or $MONGOOSE_KAFKA_CACHE; it needs Java 17 and Maven), then `cargo xtask broker stop`";
 
 /// The node of the harness's cluster.
 const NODE: u16 = 1;
@@ -29,6 +32,51 @@ struct Broker {
 }
 
 static BROKER: Mutex<Option<Broker>> = Mutex::new(None);
+
+/// The broker JVM's pid while it runs (0: none), for the exit signals' handler.
+static BROKER_PID: AtomicI32 = AtomicI32::new(0);
+
+/// SIGKILL of the broker's JVM, then the harness's exit (128 + the signal), as the
+/// default action would have ended it.
+extern "C" fn on_exit_signal(signal: libc::c_int) {
+    let pid = BROKER_PID.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe; the pid is the broker JVM's, a child
+        // of this process not reaped yet (it is reaped only after BROKER_PID is reset)
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+    // SAFETY: _exit(2) is async-signal-safe and ends the process at once
+    unsafe { libc::_exit(128 + signal) }
+}
+
+/// Installs [`on_exit_signal`] for SIGINT, SIGTERM and SIGHUP (once).
+fn watch_exit_signals() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: the handler only calls async-signal-safe functions (an atomic
+            // load, kill(2), _exit(2))
+            unsafe {
+                libc::signal(
+                    signal,
+                    on_exit_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                );
+            }
+        }
+    });
+}
+
+/// Notes the broker JVM's pid (0 while it is down) for the exit signals' handler.
+fn note_pid(broker: &Broker) {
+    let pid = if broker.killed {
+        0
+    } else {
+        broker.cluster.pid(NODE).map_or(0, |pid| pid as i32)
+    };
+    BROKER_PID.store(pid, Ordering::SeqCst);
+}
 
 fn lock() -> MutexGuard<'static, Option<Broker>> {
     BROKER
@@ -77,6 +125,7 @@ pub fn ensure_broker() -> Result<String, String> {
             )
         })?;
         let cluster = started.ok_or_else(|| NO_JARS.to_owned())?;
+        watch_exit_signals();
         *broker = Some(Broker {
             cluster,
             killed: false,
@@ -107,6 +156,7 @@ pub fn kill_broker() {
             broker.cluster.signal(NODE, "-CONT");
             broker.stopped = false;
         }
+        BROKER_PID.store(0, Ordering::SeqCst);
         broker.cluster.kill(NODE);
         broker.killed = true;
     }
@@ -172,6 +222,7 @@ fn heal(broker: &mut Broker) -> Result<(), String> {
             )
         })?;
     }
+    note_pid(broker);
     Ok(())
 }
 
@@ -185,6 +236,7 @@ pub fn broker_log_tail() -> String {
 /// Stops the harness's broker, if one was started (its storage goes with it).
 pub fn stop_broker() {
     if let Some(broker) = lock().take() {
+        BROKER_PID.store(0, Ordering::SeqCst);
         drop(broker.cluster);
     }
 }
