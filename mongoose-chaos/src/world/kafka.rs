@@ -74,13 +74,6 @@ impl KafkaWorld {
     pub fn changelog(&self) -> String {
         format!("{}-ledger-changelog", self.group)
     }
-
-    fn config_pairs(&self) -> Vec<(&str, &str)> {
-        self.topic_config
-            .iter()
-            .map(|(key, value)| (key.as_str(), value.as_str()))
-            .collect()
-    }
 }
 
 /// Whether `scenario` needs the broker.
@@ -160,7 +153,7 @@ impl World {
                 &brokers,
                 &kafka.input,
                 kafka.partitions,
-                &kafka.config_pairs(),
+                &topics::pairs(&kafka.topic_config),
             )?;
             kafka.producer = Some(client::InputProducer::new(&brokers)?);
         }

@@ -7,7 +7,15 @@ use std::time::{Duration, Instant};
 use crate::scenario::{KafkaOp, SourceKind};
 use crate::world::{StreamFiles, World};
 
-use super::{broker, client, KafkaWorld};
+use super::{broker, client};
+
+/// Topic settings as the admin calls take them.
+pub(super) fn pairs(config: &[(String, String)]) -> Vec<(&str, &str)> {
+    config
+        .iter()
+        .map(|(key, value)| (key.as_str(), value.as_str()))
+        .collect()
+}
 
 impl World {
     /// Does `op` to the topics.
@@ -45,17 +53,9 @@ impl World {
         let config = self
             .kafka
             .as_ref()
-            .map(KafkaWorld::config_pairs)
+            .map(|kafka| kafka.topic_config.clone())
             .unwrap_or_default();
-        let config: Vec<(String, String)> = config
-            .into_iter()
-            .map(|(key, value)| (key.to_owned(), value.to_owned()))
-            .collect();
-        let pairs: Vec<(&str, &str)> = config
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        client::create_topic(&brokers, &input, partitions, &pairs)?;
+        client::create_topic(&brokers, &input, partitions, &pairs(&config))?;
         let mut gone = Vec::new();
         let mut kept = 0usize;
         for (stream, files) in self.streams.iter_mut().enumerate() {
@@ -180,11 +180,7 @@ impl World {
             .unwrap_or_default();
         let kept = config.clone();
         config.push(("retention.ms".to_owned(), "1000".to_owned()));
-        let pairs: Vec<(&str, &str)> = config
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        client::set_topic_config(&brokers, &input, &pairs)?;
+        client::set_topic_config(&brokers, &input, &pairs(&config))?;
         let began = Instant::now();
         let deadline = began + Duration::from_secs(60);
         let mut after = before.clone();
@@ -202,8 +198,7 @@ impl World {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        let pairs: Vec<(&str, &str)> = kept.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        client::set_topic_config(&brokers, &input, &pairs)?;
+        client::set_topic_config(&brokers, &input, &pairs(&kept))?;
         let mut described = Vec::new();
         for partition in 0..partitions {
             let (old_low, high) = before[partition as usize];
