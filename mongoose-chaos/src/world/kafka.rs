@@ -36,6 +36,9 @@ static SCENARIOS: AtomicU64 = AtomicU64::new(0);
 /// this is out of the group.
 pub const SESSION_TIMEOUT_MS: u64 = 6_000;
 
+/// The smallest `segment.bytes` Apache Kafka 4 takes.
+pub const MIN_SEGMENT_BYTES: u32 = 1024 * 1024;
+
 /// A scenario's topics, group and producer.
 #[derive(Debug)]
 pub struct KafkaWorld {
@@ -135,6 +138,11 @@ impl World {
         }
         let mut topic_config = Vec::new();
         if let Some(bytes) = options.segment_bytes {
+            if bytes < MIN_SEGMENT_BYTES {
+                return Err(format!(
+                    "options.kafka.segment_bytes = {bytes}: Apache Kafka 4 refuses segments under {MIN_SEGMENT_BYTES} bytes (KIP-1030); give at least that, or leave it out (a retention step deletes the active segment too)"
+                ));
+            }
             topic_config.push(("segment.bytes".to_owned(), bytes.to_string()));
         }
         let mut kafka = KafkaWorld {
