@@ -2,13 +2,15 @@
 //! through random fault schedules, each run checked against a truth model.
 //!
 //! A **scenario** ([`Scenario`]) is a workload (the ledger, or `forward`) over a
-//! source kind (a file, a glob, a journal, an archive over IPC or UDP) into a sink kind
-//! (a file, HTTP, a journal, TCP), with one or two writers into the sink, and a
+//! source kind (a file, a glob, a journal, an archive over IPC or UDP, a Kafka topic of
+//! the harness's own broker) into a sink kind (a file, HTTP, a journal, TCP, a Kafka
+//! topic), with one or two writers into the sink, and a
 //! schedule of steps: appends, server starts, SIGKILLs, SIGSTOPs, crash loops,
 //! logrotate in every mode, renames and deletions inside a glob, a source deleted and
 //! made again, state files deleted or damaged (a flipped byte, a cut tail, an older
 //! copy, another run's file), full tmpfs file systems later freed, peers killed or
-//! paused, an HTTP target that fails, times out or closes. A seed gives a schedule
+//! paused, an HTTP target that fails, times out or closes, Kafka records deleted, a
+//! topic made again, partitions added ([`world::kafka`]). A seed gives a schedule
 //! ([`generate()`]); a schedule prints as TOML and reads back, so a failing seed is
 //! replayed, minimised ([`minimise()`]) and kept as a regression schedule.
 //!

@@ -118,6 +118,8 @@ fn main() -> ExitCode {
         return ExitCode::from(code as u8);
     }
     let cli = Cli::parse();
+    // the Kafka broker a kafka scenario started ends with the harness
+    let _broker = mongoose_chaos::world::kafka::BrokerGuard;
     let root = crate_dir()
         .parent()
         .map(Path::to_path_buf)
@@ -342,6 +344,7 @@ fn ci(bins: &Binaries, work: &Path) -> bool {
     let mut unexpected = Vec::new();
     let mut still_known = Vec::new();
     let mut now_passing = Vec::new();
+    let mut skipped = Vec::new();
     for (index, plan) in planned.iter().enumerate() {
         let outcome = run_scenario(&plan.scenario, bins, &work.join(format!("ci-{index}")));
         println!(
@@ -351,12 +354,21 @@ fn ci(bins: &Binaries, work: &Path) -> bool {
             plan.name,
             plan.scenario.family,
             plan.scenario.label(),
-            if outcome.passed() { "pass" } else { "FAIL" },
+            match (&outcome.skipped, outcome.passed()) {
+                (Some(_), _) => "SKIPPED",
+                (None, true) => "pass",
+                (None, false) => "FAIL",
+            },
             outcome.elapsed.as_secs_f64(),
             plan.known
                 .as_ref()
                 .map_or(String::new(), |known| format!(" [known: {known}]"))
         );
+        if let Some(why) = &outcome.skipped {
+            println!("      {why}");
+            skipped.push(plan.name.clone());
+            continue;
+        }
         match (&plan.known, outcome.passed()) {
             (None, false) => {
                 print!("{}", outcome.report());
@@ -389,6 +401,9 @@ fn ci(bins: &Binaries, work: &Path) -> bool {
     }
     for name in &unexpected {
         println!("  UNEXPECTED failure: {name}");
+    }
+    for name in &skipped {
+        println!("  skipped (no broker): {name}");
     }
     unexpected.is_empty()
 }

@@ -86,6 +86,10 @@ pub fn outputs_of(world: &World, consumer: usize) -> Result<(Vec<OutputRecord>, 
         // a new output file after a refusal: what the old one held may be written
         // again into the new one (the sink's record of it went with the old file)
         SinkKind::File if moved => Promise::AtLeastOnce,
+        // a ledger keeping its state in a changelog writes the alerts of the lines a
+        // takeover applies again once more through a sink: at least once
+        // (docs/src/connectors/scaling-out.md; exactly once only with alerts_topic)
+        SinkKind::File if consumer == 0 && world.changelog_ledger() => Promise::AtLeastOnce,
         SinkKind::File => Promise::ExactlyOnce,
         SinkKind::Http => Promise::AtLeastOnceKeyed,
         SinkKind::Kafka

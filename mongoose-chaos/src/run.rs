@@ -5,8 +5,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mongoose_ledger::LedgerState;
-
 use crate::http_target;
 use crate::outputs::outputs_of;
 use crate::process::code_of;
@@ -46,6 +44,9 @@ pub struct Outcome {
     pub events: Vec<String>,
     /// Its folder (kept for a failing run).
     pub dir: PathBuf,
+    /// Why it did not run (a Kafka scenario without Apache Kafka's jars while
+    /// `MONGOOSE_REQUIRE_BROKER` is unset): neither a pass nor a failure.
+    pub skipped: Option<String>,
 }
 
 impl Outcome {
@@ -66,6 +67,10 @@ impl Outcome {
     /// A report for people: the schedule, the findings, the events.
     pub fn report(&self) -> String {
         let mut text = self.scenario.describe();
+        if let Some(why) = &self.skipped {
+            text.push_str(&format!("  => SKIPPED: {why}\n"));
+            return text;
+        }
         text.push_str(&format!(
             "  => {} in {:.1}s, {} lines, final exit {}{}\n",
             if self.passed() { "PASS" } else { "FAIL" },
@@ -95,6 +100,20 @@ impl Outcome {
 /// Runs `scenario` with `bins` in `dir` (emptied first) and checks it.
 pub fn run_scenario(scenario: &Scenario, bins: &Binaries, dir: &Path) -> Outcome {
     let began = Instant::now();
+    let skipped = crate::world::kafka::skip_reason(scenario);
+    if skipped.is_some() {
+        return Outcome {
+            scenario: scenario.clone(),
+            failures: Vec::new(),
+            refusals: Vec::new(),
+            exit_code: None,
+            lines: 0,
+            elapsed: began.elapsed(),
+            events: Vec::new(),
+            dir: dir.to_path_buf(),
+            skipped,
+        };
+    }
     let mut world = match World::create(scenario.clone(), bins.clone(), dir) {
         Ok(world) => world,
         Err(error) => {
@@ -107,6 +126,7 @@ pub fn run_scenario(scenario: &Scenario, bins: &Binaries, dir: &Path) -> Outcome
                 elapsed: began.elapsed(),
                 events: Vec::new(),
                 dir: dir.to_path_buf(),
+                skipped: None,
             }
         }
     };
@@ -153,6 +173,7 @@ pub fn run_scenario(scenario: &Scenario, bins: &Binaries, dir: &Path) -> Outcome
         elapsed: began.elapsed(),
         events: std::mem::take(&mut world.events),
         dir: dir.to_path_buf(),
+        skipped: None,
     }
 }
 
@@ -242,8 +263,9 @@ fn finish(world: &mut World) -> Option<i32> {
     }
 }
 
-/// The checks of a finished scenario.
-fn check(world: &mut World, exit_code: Option<i32>) {
+/// The checks of a finished scenario (`exit_code`: the final run's).
+pub(crate) fn check(world: &mut World, exit_code: Option<i32>) {
+    world.kafka_final_check(exit_code);
     let mut missing_reported = 0usize;
     if world.udp_gaps() > 0 {
         // the publisher lost some of its messages before the archiver had them
@@ -252,7 +274,7 @@ fn check(world: &mut World, exit_code: Option<i32>) {
         world.note_lossy("UDP gaps");
     }
     if world.scenario.workload == Workload::Ledger {
-        match LedgerState::load(&world.path("state")) {
+        match world.final_ledger_state() {
             Ok(state) => {
                 let (failures, missing) = world.truth.check_ledger(&state);
                 missing_reported += missing;

@@ -647,7 +647,11 @@ impl Builder {
                 self.append(streams, 1_000, 5_000);
                 self.steps.push(Step::Settle);
             }
-            "kafka" => self.kafka_steps(scenario),
+            "kafka" => {
+                self.kafka_steps(scenario);
+                // its own kills and pauses, placed where the broker's faults leave room
+                return;
+            }
             "http-batch" => self.http_batch_steps(scenario),
             "reload" | "mixed-consumers" | "path-spelling" | "crash-loop-progress" => {
                 self.surface_steps(family, scenario);

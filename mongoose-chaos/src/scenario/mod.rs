@@ -137,7 +137,7 @@ pub struct KafkaOptions {
     /// The ledger keeps its state in a changelog topic (`state = "changelog"`) instead
     /// of `state/`.
     pub changelog: bool,
-    /// The input topic's `segment.bytes` (small: retention can delete a segment soon).
+    /// The input topic's `segment.bytes` (at least 1 MiB: Apache Kafka 4 refuses less).
     pub segment_bytes: Option<u32>,
 }
 

@@ -181,6 +181,9 @@ impl World {
     }
 
     pub(super) fn peer_action(&mut self, peer: PeerKind, action: PeerAction) -> Result<(), String> {
+        if peer == PeerKind::Broker {
+            return self.broker_action(action);
+        }
         match action {
             PeerAction::Kill => {
                 if let Some(mut process) = self.peers.remove(&peer) {
@@ -353,6 +356,7 @@ impl World {
                 self.start_peer(peer)?;
             }
         }
+        self.heal_broker()?;
         self.close_writers();
         Ok(())
     }

@@ -73,7 +73,10 @@ impl World {
                 }
             },
             Step::Wait { ms } => std::thread::sleep(Duration::from_millis(*ms)),
-            Step::Settle => self.settle(),
+            Step::Settle => {
+                self.settle();
+                self.kafka_settled();
+            }
             Step::Kill => self.kill_server(),
             Step::Pause { ms } => {
                 if let Some(server) = &mut self.server {

@@ -5,6 +5,7 @@
 use crate::http_target::{Expected, TargetSpec};
 use crate::scenario::{Also, SinkKind, SourceKind, Workload};
 
+use super::kafka::SESSION_TIMEOUT_MS;
 use super::{World, ARCHIVE_STREAM};
 
 /// Where the HTTP target's CA certificate is written when the target serves https
@@ -281,19 +282,70 @@ impl World {
         text
     }
 
-    /// The feed settings of a Kafka source (the `kafka` family).
+    /// The broker's address, or a placeholder until it started (the config is written
+    /// again once it has: [`World::start_broker`]).
+    fn kafka_brokers(&self) -> String {
+        self.kafka.as_ref().map_or_else(
+            || "the-harness-broker-is-not-started-yet:9092".to_owned(),
+            |kafka| kafka.brokers.clone(),
+        )
+    }
+
+    /// The feed settings of a Kafka source (the `kafka` family): the scenario's topic
+    /// and group; a member out of the group after [`SESSION_TIMEOUT_MS`] stopped; an
+    /// epoch file beside the config unless the ledger keeps its state in a changelog
+    /// (which needs a new epoch at each assignment, and refuses one).
     fn kafka_feed_settings(&self) -> String {
-        "source = \"kafka\"\n# the kafka family's feed settings are not built yet\n".to_owned()
+        let (topic, group) = self.kafka.as_ref().map_or_else(
+            || ("input".to_owned(), "group".to_owned()),
+            |kafka| (kafka.input.clone(), kafka.group.clone()),
+        );
+        let epoch_file = if self.changelog_ledger() {
+            String::new()
+        } else {
+            ", epoch_file = \"kafka.epochs\"".to_owned()
+        };
+        format!(
+            "source = \"kafka\"\ncodec = \"line\"\nsettings = {{ brokers = \"{}\", group = \"{group}\", topic = \"{topic}\", session_timeout_ms = {SESSION_TIMEOUT_MS}{epoch_file} }}\n",
+            self.kafka_brokers()
+        )
     }
 
-    /// The settings of a Kafka sink (the `kafka` family).
-    fn kafka_sink_settings(&self, _also: Option<usize>) -> String {
-        "kind = \"kafka\"\n# the kafka family's sink settings are not built yet\n".to_owned()
+    /// The settings of a Kafka sink (the `kafka` family) of the workload (`also`
+    /// `None`) or of consumer `also + 1`: its own topic; with
+    /// `KafkaOptions::exactly_once`, transactions and a positions topic of its own.
+    fn kafka_sink_settings(&self, also: Option<usize>) -> String {
+        let consumer = also.map_or(0, |index| index + 1);
+        let topic = self.kafka.as_ref().map_or_else(
+            || format!("output-{consumer}"),
+            |kafka| kafka.output_of(consumer),
+        );
+        let exactly_once = self
+            .scenario
+            .options
+            .kafka
+            .is_some_and(|kafka| kafka.exactly_once);
+        let transactions = if exactly_once {
+            format!(", transactional_id = \"{topic}-tx\", positions_topic = \"{topic}-positions\"")
+        } else {
+            String::new()
+        };
+        format!(
+            "kind = \"kafka\"\nsettings = {{ brokers = \"{}\", topic = \"{topic}\", name = \"{topic}\"{transactions} }}\n",
+            self.kafka_brokers()
+        )
     }
 
-    /// More of the ledger's settings where its state is not `state/` alone (a changelog
-    /// on a Kafka feed): empty otherwise.
+    /// More of the ledger's settings where its state is not `state/` alone: on a
+    /// Kafka feed, `state = "changelog"` (`KafkaOptions::changelog`, a topic per the
+    /// feed's group) or `state = "local"`; empty otherwise.
     fn ledger_state_settings(&self) -> String {
-        String::new()
+        if self.scenario.source != SourceKind::Kafka {
+            String::new()
+        } else if self.changelog_ledger() {
+            ", state = \"changelog\"".to_owned()
+        } else {
+            ", state = \"local\"".to_owned()
+        }
     }
 }

@@ -30,7 +30,7 @@ use crate::scenario::{Disk, PeerKind, Scenario, SinkKind, SourceKind, Spelling, 
 use crate::truth::{Failure, FailureKind, Truth};
 
 mod config;
-mod kafka;
+pub mod kafka;
 
 pub use config::{HTTPS_CA_FILE, HTTP_PROTOCOL_LOG};
 
@@ -239,6 +239,8 @@ pub struct World {
     pub consumers: Vec<ConsumerLife>,
     /// How the server's start names its config.
     pub spelling: Spelling,
+    /// A Kafka scenario's topics, group and producer (once its broker started).
+    pub kafka: Option<kafka::KafkaWorld>,
     began: Instant,
 }
 
@@ -319,6 +321,7 @@ impl World {
             output_at_start: None,
             consumers: vec![ConsumerLife::default(); 1 + scenario.options.also.len()],
             spelling: Spelling::Plain,
+            kafka: None,
             began: Instant::now(),
             dir: dir.to_path_buf(),
             scenario,
