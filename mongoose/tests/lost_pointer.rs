@@ -336,8 +336,7 @@ fn a_lost_pointer_with_a_ledger_without_guard_loses_nothing() {
     // resumed at the guarded ledger's saved position and the other never got the lines
     // between. Its fsync per line keeps it well behind the guarded one when killed.
     let input: String = (0..3_000).map(|index| format!("u{index},1\n")).collect();
-    let config = format!(
-        r#"
+    let config = r#"
 [[feeds]]
 name = "lines"
 source = "file"
@@ -349,17 +348,16 @@ name = "ledger"
 [[groups.processors]]
 name = "ledger"
 kind = "ledger"
-settings = {{ state_dir = "state", alerts = "alerts.txt", sync = false }}
+settings = { state_dir = "state", alerts = "alerts.txt", sync = false }
 
 [[groups]]
 name = "loose"
 [[groups.processors]]
 name = "ledger"
 kind = "ledger"
-settings = {{ state_dir = "loose", alerts = "loose-alerts.txt", guard = false, group_commit = false }}
-"#
-    );
-    let run = LedgerRun::new(&input, &config);
+settings = { state_dir = "loose", alerts = "loose-alerts.txt", guard = false, group_commit = false }
+"#;
+    let run = LedgerRun::new(&input, config);
     let mut child = run.spawn(false);
     run.wait_until(
         &mut child,
