@@ -596,6 +596,67 @@ fn a_damaged_lane_registry_is_rebuilt_from_the_pointers_with_the_same_lanes() {
     }
 }
 
+// Starting over (the registry and every pointer moved away) while the consumers keep
+// what they hold: a file whose identity a consumer holds positions of gets that lane
+// back, so every line read again carries the lane, epoch and position of its first
+// delivery (which the consumer's guard, a file sink's record or a receiver drops).
+#[test]
+fn a_start_over_gives_each_file_the_lane_its_consumers_hold_of_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (lanes, last) = lanes_out_of_name_order(dir.path());
+    let first: BTreeMap<String, Seen> = {
+        // every line of a and b as first delivered (read again from the pointers'
+        // files: the first pipeline is gone)
+        let mut first = BTreeMap::new();
+        for (name, seen) in ["a", "b"].iter().zip(&last) {
+            let text = fs::read_to_string(dir.path().join(format!("{name}.log"))).expect("file");
+            let mut offset = 0u64;
+            for line in text.lines() {
+                offset += line.len() as u64 + 1;
+                first.insert(
+                    line.to_owned(),
+                    Seen {
+                        line: line.to_owned(),
+                        lane: seen.lane,
+                        epoch: seen.epoch,
+                        offset,
+                    },
+                );
+            }
+        }
+        first
+    };
+    fs::remove_file(dir.path().join("logs.lanes")).expect("registry moved away");
+    for name in ["a.log", "b.log"] {
+        fs::remove_file(pointer_path(&dir.path().join(name))).expect("pointer moved away");
+    }
+    append(&dir.path().join("a.log"), content("a", 4..=5).as_bytes());
+    append(&dir.path().join("b.log"), content("b", 4..=5).as_bytes());
+    let mut second = Pipeline::with_saved(dir.path(), |_| {}, &last);
+    second.until("the lines appended while down", |p| {
+        p.lines_of("a").contains(&"a005".to_owned())
+            && p.lines_of("b").contains(&"b005".to_owned())
+            && p.settled()
+    });
+    for seen in &second.collect.seen {
+        if let Some(before) = first.get(&seen.line) {
+            assert_eq!(
+                seen, before,
+                "a line read again carries the lane, epoch and position of its first delivery"
+            );
+        }
+    }
+    for (name, lane) in &lanes {
+        let path = dir.path().join(format!("{name}.log"));
+        assert_eq!(
+            second.source.lane_of(&path),
+            Some(*lane),
+            "{name}.log gets its lane back"
+        );
+    }
+    SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
+}
+
 #[test]
 fn a_file_that_had_its_turns_gives_its_slot_before_its_end() {
     let dir = tempfile::tempdir().expect("dir");

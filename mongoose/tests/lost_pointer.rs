@@ -569,3 +569,19 @@ fn a_deleted_lane_registry_under_a_file_sink_and_an_http_forward_repeats_nothing
         "the run says the registry was rebuilt: {log}"
     );
 }
+
+#[test]
+fn a_glob_started_over_under_a_file_sink_and_an_http_forward_repeats_nothing_under_new_keys() {
+    // the operator's start over (the registry and the pointers moved away): the file
+    // sink still holds what it wrote of each file, under the file's identity and lane,
+    // and each file gets that lane back
+    let (run, target, text) = glob_killed_with_answers_held();
+    let registry = find(&run.path("data"), "lines.lanes").expect("the lane registry");
+    let folder = registry
+        .parent()
+        .expect("the feed's state folder")
+        .to_owned();
+    std::fs::rename(&folder, run.path("moved-away")).expect("the feed's state moved away");
+    let (code, log) = run.finish_with_log();
+    assert_no_repeat_under_new_keys(&run, &target, &text, code, &log);
+}

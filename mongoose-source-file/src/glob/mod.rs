@@ -13,7 +13,8 @@
 //!   only, other strategies number lanes in memory): a file keeps its lane while it is
 //!   tracked, and a lane number is never reused. Lanes start at 1. Each file's pointer
 //!   records its lane too, so a registry missing, damaged or another glob's is rebuilt
-//!   from the pointers at the start, and a new file takes the lane its pointer records
+//!   from the pointers at the start, and a new file takes the lane its pointer records,
+//!   or the one its consumers hold positions of under its identity (a start over),
 //!   before a new number (`recover`).
 //! * **Discovery**: at start, at once when inotify (Linux) reports a file created,
 //!   moved or deleted in the folder, and every [`GlobSourceConfig::scan_interval`]

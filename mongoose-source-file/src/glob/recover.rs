@@ -14,7 +14,7 @@ use tracing::warn;
 use super::pattern::glob_matches;
 use super::GlobFileSource;
 use crate::error::FileSourceError;
-use crate::identity::key_of;
+use crate::identity::{identity_epoch_of, key_of};
 use crate::lanes::{Found, LaneRegistry};
 use crate::pointer::{owner_of, PointerRecord, POINTER_FILE_SIZE};
 
@@ -115,15 +115,34 @@ impl<T: Send + 'static> GlobFileSource<T> {
 
     /// The lane of the glob's new file `name`: its pointer's, when it records one no
     /// other file holds (a start killed between the pointer's write and the registry's,
-    /// a registry rebuilt without it); else `None`, a new lane.
+    /// a registry rebuilt without it); else the lane a consumer holds positions of
+    /// under the file's identity, when no other file holds it (a start over: the
+    /// registry and the pointers moved away, the consumers' state kept); else `None`,
+    /// a new lane.
     pub(super) fn lane_for_new(&self, name: &str) -> Option<u32> {
         let path = self.config.folder().join(name);
         let free = |lane: u32| !self.registry.holds(lane) && !self.files.contains_key(&lane);
         let pointer = self.config.pointer_path(&path);
-        fs::read(&pointer)
+        if let Some(lane) = fs::read(&pointer)
             .ok()
             .and_then(|bytes| own_lane(&PointerRecord::decode(&bytes).record, &path))
             .filter(|lane| free(*lane))
+        {
+            return Some(lane);
+        }
+        self.highest_consumer_lane()?;
+        let identity = fs::File::open(&path)
+            .ok()
+            .as_ref()
+            .and_then(identity_epoch_of)?;
+        let state = self.hub.state.lock();
+        state
+            .positions
+            .iter()
+            .filter_map(|consumer| held_lane(&consumer.held))
+            .filter(|(epoch, lane)| *epoch == identity && free(*lane))
+            .map(|(_, lane)| lane)
+            .min()
     }
 
     /// The highest lane a consumer holds a position of, if any.
