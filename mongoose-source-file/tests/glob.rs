@@ -596,6 +596,38 @@ fn a_damaged_lane_registry_is_rebuilt_from_the_pointers_with_the_same_lanes() {
     }
 }
 
+// An older release's pointers record no lane: the first start with a whole registry
+// writes each file's lane into its pointer, a file waiting for an open-file slot's
+// too, so a registry lost after it is rebuilt with every lane.
+#[test]
+fn pointers_of_an_older_release_get_their_lanes_at_the_first_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (lanes, _) = lanes_out_of_name_order(dir.path());
+    for name in lanes.keys() {
+        let pointer = pointer_path(&dir.path().join(format!("{name}.log")));
+        let mut bytes = fs::read(&pointer).expect("pointer");
+        bytes[mongoose_source_file::pointer::LANE_AT..mongoose_source_file::pointer::LANE_AT + 8]
+            .fill(0);
+        fs::write(&pointer, bytes).expect("a pointer without its lane");
+    }
+    let mut second = Pipeline::new(dir.path(), |config| config.max_open_files = 1);
+    assert_eq!(second.source.open_files(), 1, "one file waits for a slot");
+    for (name, lane) in &lanes {
+        assert_eq!(
+            pointer_of(&dir.path().join(format!("{name}.log"))).lane,
+            *lane,
+            "{name}.log's pointer records its lane"
+        );
+    }
+    SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
+    drop(second);
+    fs::remove_file(dir.path().join("logs.lanes")).expect("registry lost");
+    append(&dir.path().join("a.log"), content("a", 4..=5).as_bytes());
+    append(&dir.path().join("b.log"), content("b", 4..=5).as_bytes());
+    let third = Pipeline::new(dir.path(), |_| {});
+    resumes_on_the_same_lanes(dir.path(), &lanes, third);
+}
+
 // Starting over (the registry and every pointer moved away) while the consumers keep
 // what they hold: a file whose identity a consumer holds positions of gets that lane
 // back, so every line read again carries the lane, epoch and position of its first

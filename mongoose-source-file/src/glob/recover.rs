@@ -16,7 +16,7 @@ use super::GlobFileSource;
 use crate::error::FileSourceError;
 use crate::identity::{identity_epoch_of, key_of};
 use crate::lanes::{Found, LaneRegistry};
-use crate::pointer::{owner_of, PointerRecord, POINTER_FILE_SIZE};
+use crate::pointer::{owner_of, PointerFile, PointerRecord, POINTER_FILE_SIZE};
 
 /// A pointer file of the glob's state folder and the lane it records.
 #[derive(Debug)]
@@ -104,13 +104,46 @@ impl<T: Send + 'static> GlobFileSource<T> {
                             unknown.join(", ")
                         )
                     };
-                    warn!(source = %self.config.name, registry = %path.display(), lanes = recovered, next = registry.next(),
-                        "the lane registry {what}: rebuilt from the lanes its pointer files record ({recovered} lanes recovered: each of those files keeps its lane{without})");
+                    warn!(source = %self.config.name, lanes = recovered, next = registry.next(),
+                        "the lane registry {} {what}: rebuilt from the lanes its pointer files record ({recovered} lanes recovered: each of those files keeps its lane{without})",
+                        path.display());
                 }
             }
         }
+        if found == Found::Whole {
+            self.write_lanes_into(&registry, &pointers);
+        }
         self.registry = registry;
         Ok(())
+    }
+
+    /// Writes each file's lane into its pointer where it records none (a pointer of an
+    /// older release, or whose lane bytes were damaged), at once rather than when the
+    /// file's source first opens it (a file that waits for an open-file slot may wait
+    /// long): a registry lost later is rebuilt with every lane. A pointer damaged
+    /// otherwise is left as it is, for its source to judge.
+    fn write_lanes_into(&self, registry: &LaneRegistry, pointers: &[PointerLane]) {
+        let folder = self.config.folder();
+        for pointer in pointers.iter().filter(|pointer| pointer.lane.is_none()) {
+            let Some(lane) = registry.lane_of(&pointer.name) else {
+                continue;
+            };
+            let path = self.config.pointer_path(&folder.join(&pointer.name));
+            let written = PointerFile::open(&path).and_then(|mut opened| {
+                if opened.decoded.damage.is_some() {
+                    return Ok(());
+                }
+                let record = PointerRecord {
+                    lane,
+                    ..opened.decoded.record
+                };
+                opened.file.write(&record)
+            });
+            if let Err(error) = written {
+                warn!(source = %self.config.name, pointer = %path.display(), lane, %error,
+                    "cannot write the file's lane into its pointer: its source writes it when it opens the file");
+            }
+        }
     }
 
     /// The lane of the glob's new file `name`: its pointer's, when it records one no
