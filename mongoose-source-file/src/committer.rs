@@ -31,6 +31,9 @@ pub(crate) struct CommitShared {
     /// The open input (for fingerprint growth: always the file being read).
     pub(crate) input: Option<Arc<File>>,
     pub(crate) stopped: bool,
+    /// (A glob's file) its lane: written into every record this source writes, so
+    /// that the glob can rebuild its lane registry from the pointers.
+    pub(crate) lane: Option<u32>,
 }
 
 impl CommitShared {
@@ -45,7 +48,17 @@ impl CommitShared {
         )
     }
 
+    /// `record` with this source's lane, if it has one (a glob's file).
+    pub(crate) fn stamped(&self, record: PointerRecord) -> PointerRecord {
+        match self.lane {
+            Some(lane) => PointerRecord { lane, ..record },
+            None => record,
+        }
+    }
+
+    /// Writes the whole record (with this source's lane, if it has one).
     pub(crate) fn write_record(&mut self, record: PointerRecord) -> Result<(), CoreError> {
+        let record = self.stamped(record);
         match self.pointer.as_mut() {
             Some(pointer) => pointer
                 .write(&record)

@@ -12,15 +12,18 @@ pub enum FileSourceError {
         "unknown read strategy '{0}': use COMMITED, EARLIEST, LATEST, ONCE_EARLIEST or ONCE_LATEST"
     )]
     UnknownStrategy(String),
-    /// A glob feed's lane registry that cannot be parsed.
+    /// A glob feed's lane registry that cannot be read, while pointer files of the
+    /// glob record no lane to rebuild it from (written by an older release).
     #[error(
-        "the lane registry {path} is damaged (at '{line}'): restore it from a backup; or, to start over, move it, the feed's pointer files and the consumers' saved state away"
+        "the lane registry {path} is damaged ({line}), and the pointer files of {unknown} record no lane to rebuild it from (written by an older release): restore the registry from a backup (it belongs with the pointers); or, to start over, move it, the feed's pointer files and the consumers' saved state away"
     )]
     DamagedLaneRegistry {
         /// The registry file.
         path: std::path::PathBuf,
-        /// The line that could not be read.
+        /// What is damaged (the line that could not be read, a cut, a checksum).
         line: String,
+        /// The files whose pointers record no lane.
+        unknown: String,
     },
     /// A glob whose folder part holds wildcards.
     #[error(

@@ -284,6 +284,7 @@ mod tests {
             fingerprint_length: 64,
             fingerprint: 0xfeed,
             owner: 0,
+            lane: 0,
         }
     }
 

@@ -99,7 +99,8 @@
 //! [`GlobFileSource`] reads every file whose name matches a glob (`logs/*.log`) with
 //! its own [`FileEventSource`] and its own lane: the feed's positions are `(lane, byte
 //! offset)`, each file has its own pointer and epoch and commits on its own, lanes are
-//! kept across restarts in `<folder>/<feed>.lanes`, new files are read from their
+//! kept across restarts in `<state folder>/<feed>.lanes` and in each file's pointer
+//! (a lost or damaged registry is rebuilt from them), new files are read from their
 //! start, deleted ones are forgotten once everything read from them is committed, and
 //! at most [`GlobSourceConfig::max_open_files`] are open at once. See [`GlobFileSource`].
 //!

@@ -12,8 +12,11 @@
 //! | 32 | fingerprint length: bytes of the input the fingerprint covers (<= 4,096) |
 //! | 40 | fingerprint: FNV-1a 64 of those bytes |
 //! | 48 | owner: FNV-1a 64 of the input's absolute path, the input the pointer was written for (0: unknown, a pointer written before the field) |
+//! | 56 | lane: a glob's file's lane (4 bytes) and its bitwise complement (4 bytes); all 0: none (a single file's pointer, or one written before the field) |
 //!
-//! The rest of the 1,024 bytes is zero. The owner tells this input's pointer from
+//! The rest of the 1,024 bytes is zero. The lane lets a glob rebuild its lane
+//! registry when it is lost or damaged (the complement tells a lane whose bytes were
+//! changed: read as none, never as another lane). The owner tells this input's pointer from
 //! another input's put in its place (a backup restored to the wrong folder, another
 //! server's copy): a pointer whose owner is another path and whose file key is not the
 //! file's at the path is not taken for this input's replaced or copied file when its
@@ -42,13 +45,16 @@ pub const FINGERPRINT_LENGTH_AT: usize = 32;
 pub const FINGERPRINT_AT: usize = 40;
 /// Where the owner (a hash of the input's path) is.
 pub const OWNER_AT: usize = 48;
+/// Where the lane (a glob's file's) and its complement are.
+pub const LANE_AT: usize = 56;
 /// The layout this crate writes.
 pub const LAYOUT_VERSION: u64 = 2;
 /// The most bytes a fingerprint covers.
 pub const MAX_FINGERPRINT_BYTES: u64 = 4096;
 
 // the fields fit the file (checked at compile time)
-const _: () = assert!(OWNER_AT + 8 <= POINTER_FILE_SIZE);
+const _: () = assert!(LANE_AT + 8 <= POINTER_FILE_SIZE);
+const _: () = assert!(OWNER_AT + 8 == LANE_AT);
 const _: () = assert!(OFFSET_AT + 8 == EPOCH_AT && EPOCH_AT + 8 == FILE_KEY_AT);
 const _: () = assert!(FILE_KEY_AT + 8 == LAYOUT_VERSION_AT);
 const _: () = assert!(LAYOUT_VERSION_AT + 8 == FINGERPRINT_LENGTH_AT);
@@ -73,6 +79,10 @@ pub struct PointerRecord {
     /// [`owner_of`] the input the pointer was written for; 0 when unknown (written
     /// before the field).
     pub owner: u64,
+    /// The lane of a glob's file (what its glob's lane registry is rebuilt from); 0
+    /// when none: a single file's pointer, one written before the field, or one whose
+    /// lane bytes do not hold a lane and its complement.
+    pub lane: u32,
 }
 
 /// What was wrong with a pointer file's bytes, if anything.
@@ -134,6 +144,7 @@ impl PointerRecord {
             fingerprint_length: read_field(bytes, FINGERPRINT_LENGTH_AT),
             fingerprint: read_field(bytes, FINGERPRINT_AT),
             owner: read_field(bytes, OWNER_AT),
+            lane: lane_of_field(read_field(bytes, LANE_AT)),
         };
         if record.offset > i64::MAX as u64 {
             damage = damage.or(Some(PointerDamage::NegativeOffset(record.offset)));
@@ -149,7 +160,7 @@ impl PointerRecord {
         DecodedPointer { record, damage }
     }
 
-    /// Encodes the record into a pointer file's bytes (`bytes` at least 56 long).
+    /// Encodes the record into a pointer file's bytes (`bytes` at least 64 long).
     pub fn encode_into(&self, bytes: &mut [u8]) {
         bytes[OFFSET_AT..OFFSET_AT + 8].copy_from_slice(&self.offset.to_be_bytes());
         bytes[EPOCH_AT..EPOCH_AT + 8].copy_from_slice(&self.epoch.to_be_bytes());
@@ -160,6 +171,28 @@ impl PointerRecord {
             .copy_from_slice(&self.fingerprint_length.to_be_bytes());
         bytes[FINGERPRINT_AT..FINGERPRINT_AT + 8].copy_from_slice(&self.fingerprint.to_be_bytes());
         bytes[OWNER_AT..OWNER_AT + 8].copy_from_slice(&self.owner.to_be_bytes());
+        bytes[LANE_AT..LANE_AT + 8].copy_from_slice(&lane_field(self.lane).to_be_bytes());
+    }
+}
+
+/// The lane field of `lane`: the lane in the high 4 bytes, its complement in the low
+/// 4; 0 for no lane.
+fn lane_field(lane: u32) -> u64 {
+    if lane == 0 {
+        0
+    } else {
+        (u64::from(lane) << 32) | u64::from(!lane)
+    }
+}
+
+/// The lane a lane field holds: 0 for none, or for bytes that are not a lane and its
+/// complement (a changed byte is never read as another lane).
+fn lane_of_field(field: u64) -> u32 {
+    let (lane, check) = ((field >> 32) as u32, field as u32);
+    if lane != 0 && check == !lane {
+        lane
+    } else {
+        0
     }
 }
 
@@ -317,6 +350,7 @@ mod tests {
             fingerprint_length: 4096,
             fingerprint: 12,
             owner: 13,
+            lane: 0x0102_0304,
         };
         let mut bytes = [0u8; POINTER_FILE_SIZE];
         record.encode_into(&mut bytes);
@@ -327,9 +361,29 @@ mod tests {
         assert_eq!(bytes[38..40], [0x10, 0x00]);
         assert_eq!(bytes[47], 12);
         assert_eq!(bytes[55], 13);
+        assert_eq!(bytes[56..64], [1, 2, 3, 4, 0xfe, 0xfd, 0xfc, 0xfb]);
         let decoded = PointerRecord::decode(&bytes);
         assert_eq!(decoded.record, record);
         assert_eq!(decoded.damage, None);
+    }
+
+    #[test]
+    fn a_lane_is_read_only_beside_its_complement() {
+        let mut bytes = [0u8; POINTER_FILE_SIZE];
+        assert_eq!(PointerRecord::decode(&bytes).record.lane, 0, "none");
+        let record = PointerRecord {
+            lane: 7,
+            ..PointerRecord::default()
+        };
+        record.encode_into(&mut bytes);
+        assert_eq!(PointerRecord::decode(&bytes).record.lane, 7);
+        for at in LANE_AT..LANE_AT + 8 {
+            let mut changed = bytes;
+            changed[at] ^= 0x5a;
+            let decoded = PointerRecord::decode(&changed);
+            assert_eq!(decoded.record.lane, 0, "byte {at} changed: no lane");
+            assert_eq!(decoded.damage, None, "the rest of the pointer is whole");
+        }
     }
 
     #[test]

@@ -413,7 +413,7 @@ fn the_pointer_and_registry_files_are_not_inputs() {
 }
 
 #[test]
-fn a_lost_lane_registry_refuses_the_start_when_consumers_hold_lanes() {
+fn a_lost_lane_registry_refuses_the_start_when_pointers_hold_no_lane_and_consumers_hold_lanes() {
     let dir = tempfile::tempdir().expect("dir");
     fs::write(dir.path().join("a.log"), content("a", 1..=3)).expect("a");
     let mut first = Pipeline::new(dir.path(), |_| {});
@@ -422,6 +422,12 @@ fn a_lost_lane_registry_refuses_the_start_when_consumers_hold_lanes() {
     SourceDriver::stop_source(&mut first.source, &first.feed).expect("stop");
     drop(first);
     fs::remove_file(dir.path().join("logs.lanes")).expect("registry lost");
+    // a pointer written before pointers recorded their lane: nothing to rebuild from
+    let pointer = pointer_path(&dir.path().join("a.log"));
+    let mut bytes = fs::read(&pointer).expect("pointer");
+    bytes[mongoose_source_file::pointer::LANE_AT..mongoose_source_file::pointer::LANE_AT + 8]
+        .fill(0);
+    fs::write(&pointer, bytes).expect("a pointer without its lane");
 
     let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
     feed.note_consumer_position(mongoose_core::ConsumerPosition::new(
@@ -442,6 +448,245 @@ fn a_lost_lane_registry_refuses_the_start_when_consumers_hold_lanes() {
         error.to_string().contains("lane registry") && error.to_string().contains("a.log"),
         "{error}"
     );
+}
+
+/// A first run whose files got lanes out of their names' order: `b.log` first (lane 1),
+/// then `a.log` (lane 2), then `c.log` (lane 3), deleted and forgotten. Returns the
+/// lanes of `a.log` and `b.log` and the last line each delivered.
+fn lanes_out_of_name_order(dir: &Path) -> (BTreeMap<String, u32>, Vec<Seen>) {
+    let mut first = Pipeline::new(dir, |_| {});
+    for name in ["b", "a", "c"] {
+        fs::write(dir.join(format!("{name}.log")), content(name, 1..=3)).expect("file");
+        first.until("read and settled", |p| {
+            p.lines_of(name).len() == 3 && p.settled()
+        });
+    }
+    let c = dir.join("c.log");
+    fs::remove_file(&c).expect("c deleted");
+    first.until("c forgotten", |p| p.source.lane_of(&c).is_none());
+    let lanes: BTreeMap<String, u32> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let lane = first
+                .source
+                .lane_of(&dir.join(format!("{name}.log")))
+                .expect("lane");
+            ((*name).to_owned(), lane)
+        })
+        .collect();
+    assert_eq!(
+        (lanes["b"], lanes["a"]),
+        (1, 2),
+        "lanes in the order the files came"
+    );
+    let last: Vec<Seen> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            first
+                .collect
+                .seen
+                .iter()
+                .rev()
+                .find(|seen| seen.line.starts_with(name))
+                .cloned()
+                .expect("a line")
+        })
+        .collect();
+    SourceDriver::stop_source(&mut first.source, &first.feed).expect("stop");
+    (lanes, last)
+}
+
+/// After the registry was lost or damaged: the next run delivers only what was
+/// appended while down, each file on the lane it had, and a new file on another lane.
+fn resumes_on_the_same_lanes(dir: &Path, lanes: &BTreeMap<String, u32>, mut second: Pipeline) {
+    second.until("the lines appended while down", |p| {
+        p.lines().len() >= 4 && p.settled()
+    });
+    let mut got = second.lines();
+    got.sort();
+    let mut wanted = lines("a", 4..=5);
+    wanted.extend(lines("b", 4..=5));
+    assert_eq!(got, wanted, "nothing committed is delivered again");
+    for (name, lane) in lanes {
+        let path = dir.join(format!("{name}.log"));
+        assert_eq!(
+            second.source.lane_of(&path),
+            Some(*lane),
+            "{name}.log keeps its lane"
+        );
+        assert!(
+            second
+                .collect
+                .seen
+                .iter()
+                .filter(|seen| seen.line.starts_with(name.as_str()))
+                .all(|seen| seen.lane == *lane),
+            "{name}.log's lines on its lane: {:?}",
+            second.collect.seen
+        );
+    }
+    let d = dir.join("d.log");
+    fs::write(&d, content("d", 1..=2)).expect("d");
+    second.until("d read", |p| p.lines_of("d").len() == 2 && p.settled());
+    let lane_d = second.source.lane_of(&d).expect("d's lane");
+    assert!(
+        lanes.values().all(|lane| *lane != lane_d),
+        "a new file gets a lane of its own ({lane_d})"
+    );
+    SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
+    let registry = registry_of(dir);
+    for name in ["a.log", "b.log", "d.log"] {
+        assert!(registry.contains(name), "the registry again: {registry}");
+    }
+}
+
+// Chaos mixed-consumers seeds 45 and 78: a lost or damaged registry refused the start
+// (or gave every file a new lane), and the operator's start over gave new lanes: a
+// file sink wrote the lines again, an HTTP forward sent them under second keys. Each
+// pointer records its file's lane: the registry is rebuilt from them.
+#[test]
+fn a_deleted_lane_registry_is_rebuilt_from_the_pointers_with_the_same_lanes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (lanes, _) = lanes_out_of_name_order(dir.path());
+    fs::remove_file(dir.path().join("logs.lanes")).expect("registry lost");
+    append(&dir.path().join("a.log"), content("a", 4..=5).as_bytes());
+    append(&dir.path().join("b.log"), content("b", 4..=5).as_bytes());
+    let second = Pipeline::new(dir.path(), |_| {});
+    resumes_on_the_same_lanes(dir.path(), &lanes, second);
+}
+
+#[test]
+fn a_damaged_lane_registry_is_rebuilt_from_the_pointers_with_the_same_lanes() {
+    type Damage = fn(&mut Vec<u8>);
+    let damages: [(&str, Damage); 3] = [
+        ("unreadable", |bytes| {
+            *bytes = b"mongoose-lanes 1\nlane x a.log\n".to_vec();
+        }),
+        ("cut in a name", |bytes| {
+            let keep = bytes.len() - 3;
+            bytes.truncate(keep);
+        }),
+        ("a byte of a name flipped", |bytes| {
+            let at = bytes.len() - 4;
+            bytes[at] ^= 0x5a;
+        }),
+    ];
+    for (what, damage) in damages {
+        let dir = tempfile::tempdir().expect("dir");
+        let (lanes, _) = lanes_out_of_name_order(dir.path());
+        let registry = dir.path().join("logs.lanes");
+        let mut bytes = fs::read(&registry).expect("registry");
+        damage(&mut bytes);
+        fs::write(&registry, bytes).expect("damaged");
+        append(&dir.path().join("a.log"), content("a", 4..=5).as_bytes());
+        append(&dir.path().join("b.log"), content("b", 4..=5).as_bytes());
+        let feed: Arc<Publisher<String, (u32, u64)>> = Feed::builder("logs").build();
+        let output: Arc<dyn SourceOutput<String, (u32, u64)>> = feed.clone();
+        let config =
+            GlobSourceConfig::new("logs", dir.path().join("*.log"), ReadStrategy::Committed);
+        let mut probe = GlobFileSource::<String>::of_lines(config, output);
+        if let Err(error) = probe.start() {
+            panic!("the registry {what}: the start was refused: {error}");
+        }
+        let _ = probe.stop();
+        drop(probe);
+        // the probe read nothing (no driver): the pipeline reads what was appended
+        let second = Pipeline::new(dir.path(), |_| {});
+        resumes_on_the_same_lanes(dir.path(), &lanes, second);
+    }
+}
+
+// An older release's pointers record no lane: the first start with a whole registry
+// writes each file's lane into its pointer, a file waiting for an open-file slot's
+// too, so a registry lost after it is rebuilt with every lane.
+#[test]
+fn pointers_of_an_older_release_get_their_lanes_at_the_first_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (lanes, _) = lanes_out_of_name_order(dir.path());
+    for name in lanes.keys() {
+        let pointer = pointer_path(&dir.path().join(format!("{name}.log")));
+        let mut bytes = fs::read(&pointer).expect("pointer");
+        bytes[mongoose_source_file::pointer::LANE_AT..mongoose_source_file::pointer::LANE_AT + 8]
+            .fill(0);
+        fs::write(&pointer, bytes).expect("a pointer without its lane");
+    }
+    let mut second = Pipeline::new(dir.path(), |config| config.max_open_files = 1);
+    assert_eq!(second.source.open_files(), 1, "one file waits for a slot");
+    for (name, lane) in &lanes {
+        assert_eq!(
+            pointer_of(&dir.path().join(format!("{name}.log"))).lane,
+            *lane,
+            "{name}.log's pointer records its lane"
+        );
+    }
+    SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
+    drop(second);
+    fs::remove_file(dir.path().join("logs.lanes")).expect("registry lost");
+    append(&dir.path().join("a.log"), content("a", 4..=5).as_bytes());
+    append(&dir.path().join("b.log"), content("b", 4..=5).as_bytes());
+    let third = Pipeline::new(dir.path(), |_| {});
+    resumes_on_the_same_lanes(dir.path(), &lanes, third);
+}
+
+// Starting over (the registry and every pointer moved away) while the consumers keep
+// what they hold: a file whose identity a consumer holds positions of gets that lane
+// back, so every line read again carries the lane, epoch and position of its first
+// delivery (which the consumer's guard, a file sink's record or a receiver drops).
+#[test]
+fn a_start_over_gives_each_file_the_lane_its_consumers_hold_of_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (lanes, last) = lanes_out_of_name_order(dir.path());
+    let first: BTreeMap<String, Seen> = {
+        // every line of a and b as first delivered (read again from the pointers'
+        // files: the first pipeline is gone)
+        let mut first = BTreeMap::new();
+        for (name, seen) in ["a", "b"].iter().zip(&last) {
+            let text = fs::read_to_string(dir.path().join(format!("{name}.log"))).expect("file");
+            let mut offset = 0u64;
+            for line in text.lines() {
+                offset += line.len() as u64 + 1;
+                first.insert(
+                    line.to_owned(),
+                    Seen {
+                        line: line.to_owned(),
+                        lane: seen.lane,
+                        epoch: seen.epoch,
+                        offset,
+                    },
+                );
+            }
+        }
+        first
+    };
+    fs::remove_file(dir.path().join("logs.lanes")).expect("registry moved away");
+    for name in ["a.log", "b.log"] {
+        fs::remove_file(pointer_path(&dir.path().join(name))).expect("pointer moved away");
+    }
+    append(&dir.path().join("a.log"), content("a", 4..=5).as_bytes());
+    append(&dir.path().join("b.log"), content("b", 4..=5).as_bytes());
+    let mut second = Pipeline::with_saved(dir.path(), |_| {}, &last);
+    second.until("the lines appended while down", |p| {
+        p.lines_of("a").contains(&"a005".to_owned())
+            && p.lines_of("b").contains(&"b005".to_owned())
+            && p.settled()
+    });
+    for seen in &second.collect.seen {
+        if let Some(before) = first.get(&seen.line) {
+            assert_eq!(
+                seen, before,
+                "a line read again carries the lane, epoch and position of its first delivery"
+            );
+        }
+    }
+    for (name, lane) in &lanes {
+        let path = dir.path().join(format!("{name}.log"));
+        assert_eq!(
+            second.source.lane_of(&path),
+            Some(*lane),
+            "{name}.log gets its lane back"
+        );
+    }
+    SourceDriver::stop_source(&mut second.source, &second.feed).expect("stop");
 }
 
 #[test]

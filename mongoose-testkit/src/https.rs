@@ -132,6 +132,8 @@ struct State {
     /// The answer when no status is scripted (`None`: 201).
     otherwise: Option<u16>,
     statuses: VecDeque<u16>,
+    /// Requests are taken but their answers withheld ([`HttpsTarget::stall`]).
+    stalled: bool,
     requests: Vec<Request>,
     /// The status each request of `requests` was answered.
     answers: Vec<u16>,
@@ -217,6 +219,14 @@ impl HttpsTarget {
     /// a target that refuses everything, for as long as a test needs it to.
     pub fn answer(&self, status: Option<u16>) {
         self.state.lock().expect("state").otherwise = status;
+    }
+
+    /// While `on`, every request is taken (it counts in [`HttpsTarget::taken`] with
+    /// the answer it would get) but its answer is withheld until `stall(false)`: a
+    /// target that took outputs whose answers never reached the sender (the sender
+    /// killed while it waited, a lost connection after the hand-off).
+    pub fn stall(&self, on: bool) {
+        self.state.lock().expect("state").stalled = on;
     }
 
     /// The keys (`Idempotency-Key`, or each of `Idempotency-Keys`) of the outputs taken
@@ -313,6 +323,9 @@ fn serve(stream: TcpStream, config: Arc<ServerConfig>, state: &Mutex<State>) {
             state.answers.push(status);
             status
         };
+        while state.lock().expect("state").stalled {
+            thread::sleep(Duration::from_millis(5));
+        }
         let response = format!("HTTP/1.1 {status} Scripted\r\nContent-Length: 0\r\n\r\n");
         let stream = reader.get_mut();
         if stream.write_all(response.as_bytes()).is_err() || stream.flush().is_err() {

@@ -467,3 +467,121 @@ fn a_file_replaced_after_it_was_read_to_its_end_is_no_loss() {
         run.log()
     );
 }
+
+/// What differs from each line of `text` exactly once in `out`, in any order (the
+/// files of a glob are read at once); `None` when nothing does.
+fn each_once(out: &str, text: &str) -> Option<String> {
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for line in out.lines() {
+        *counts.entry(line).or_default() += 1;
+    }
+    let doubled = counts.values().filter(|count| **count > 1).count();
+    let missing = text
+        .lines()
+        .filter(|line| !counts.contains_key(line))
+        .count();
+    let extra = counts.len() + missing - text.lines().count();
+    (doubled + missing + extra > 0).then(|| {
+        format!(
+            "{doubled} lines written more than once, {missing} missing, {extra} not of the input ({} lines written for {})",
+            out.lines().count(),
+            text.lines().count()
+        )
+    })
+}
+
+/// A glob feed `logs/*.log` forwarded into the file sink `out` and the HTTPS `target`,
+/// killed while the target holds the answers to what it took: `b.log` read alone first
+/// (lane 1, every line delivered and committed), then `a.log` (lane 2, after `b.log` in
+/// the lanes' order but before it in the names') and more of `b.log`, the target taking
+/// outputs and answering none, so nothing of them is committed when the server is
+/// killed. Returns the run, the target and every line of both files.
+fn glob_killed_with_answers_held() -> (LedgerRun, mongoose_testkit::https::HttpsTarget, String) {
+    let run = LedgerRun::new("", "");
+    let target = https_target(run.dir.path());
+    let config = file_and_http_config(&target.url()).replace(
+        "path = \"input.txt\"",
+        "path = \"logs/*.log\"\nscan_interval_millis = 20",
+    );
+    std::fs::write(run.path("mongoose.toml"), config).expect("config");
+    std::fs::create_dir_all(run.path("logs")).expect("logs");
+    let b_first = lines("B", 0, 500);
+    append(&run.path("logs/b.log"), &b_first);
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "the first run settles lossless: {log}");
+    let a_text = lines("A", 0, 500);
+    let b_more = lines("B", 500, 500);
+    append(&run.path("logs/a.log"), &a_text);
+    append(&run.path("logs/b.log"), &b_more);
+    target.stall(true);
+    let mut child = run.spawn(false);
+    let first_of_a = a_text.lines().next().expect("a line").to_owned();
+    run.wait_until(
+        &mut child,
+        "sent outputs of the second run to the target and wrote a.log's to the file",
+        || {
+            let out = std::fs::read_to_string(run.path("out.txt")).unwrap_or_default();
+            target.taken().len() > 500 && out.contains(&first_of_a)
+        },
+    );
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    target.stall(false);
+    (run, target, b_first + &a_text + &b_more)
+}
+
+/// Nothing written twice in the file, every line taken by the target, none under a
+/// second key, and the run lossless.
+fn assert_no_repeat_under_new_keys(
+    run: &LedgerRun,
+    target: &mongoose_testkit::https::HttpsTarget,
+    text: &str,
+    code: i32,
+    log: &str,
+) {
+    let out = std::fs::read_to_string(run.path("out.txt")).expect("output");
+    let taken = keys_by_body(target);
+    let missing = text
+        .lines()
+        .filter(|line| !taken.contains_key(*line))
+        .count();
+    let under_two_keys = taken.values().filter(|keys| keys.len() > 1).count();
+    let file = each_once(&out, text);
+    assert!(
+        file.is_none() && missing == 0 && under_two_keys == 0 && code == 0,
+        "the file sink: {}; the HTTP target: {missing} lines never taken, {under_two_keys} taken under a second key; exit {code}: {log}",
+        file.as_deref().unwrap_or("each line once"),
+    );
+}
+
+#[test]
+fn a_deleted_lane_registry_under_a_file_sink_and_an_http_forward_repeats_nothing_under_new_keys() {
+    // chaos mixed-consumers seeds 45 and 78: the registry lost after a kill gave every
+    // file a new lane (or refused the start, and the start over did): the file sink
+    // wrote what it held again, the HTTP forward sent it under a second key
+    let (run, target, text) = glob_killed_with_answers_held();
+    let registry = find(&run.path("data"), "lines.lanes").expect("the lane registry");
+    std::fs::remove_file(registry).expect("the registry deleted");
+    let (code, log) = run.finish_with_log();
+    assert_no_repeat_under_new_keys(&run, &target, &text, code, &log);
+    assert!(
+        log.contains("rebuilt from the lanes its pointer files record"),
+        "the run says the registry was rebuilt: {log}"
+    );
+}
+
+#[test]
+fn a_glob_started_over_under_a_file_sink_and_an_http_forward_repeats_nothing_under_new_keys() {
+    // the operator's start over (the registry and the pointers moved away): the file
+    // sink still holds what it wrote of each file, under the file's identity and lane,
+    // and each file gets that lane back
+    let (run, target, text) = glob_killed_with_answers_held();
+    let registry = find(&run.path("data"), "lines.lanes").expect("the lane registry");
+    let folder = registry
+        .parent()
+        .expect("the feed's state folder")
+        .to_owned();
+    std::fs::rename(&folder, run.path("moved-away")).expect("the feed's state moved away");
+    let (code, log) = run.finish_with_log();
+    assert_no_repeat_under_new_keys(&run, &target, &text, code, &log);
+}

@@ -9,9 +9,13 @@
 //! file never holds another file's pointer back (within one subscriber queue the items
 //! are still processed in publish order).
 //!
-//! * **Lanes** are kept in `<folder>/<feed>.lanes` (see the lanes module; COMMITED
+//! * **Lanes** are kept in `<state folder>/<feed>.lanes` (see the lanes module; COMMITED
 //!   only, other strategies number lanes in memory): a file keeps its lane while it is
-//!   tracked, and a lane number is never reused. Lanes start at 1.
+//!   tracked, and a lane number is never reused. Lanes start at 1. Each file's pointer
+//!   records its lane too, so a registry missing, damaged or another glob's is rebuilt
+//!   from the pointers at the start, and a new file takes the lane its pointer records,
+//!   or the one its consumers hold positions of under its identity (a start over),
+//!   before a new number (`recover`).
 //! * **Discovery**: at start, at once when inotify (Linux) reports a file created,
 //!   moved or deleted in the folder, and every [`GlobSourceConfig::scan_interval`]
 //!   (default 1 s; the only way elsewhere, and the fallback when the folder cannot be
@@ -71,12 +75,14 @@
 //!   [`SourceOutput::report_files`] once per scan.
 //!
 //! The parts: `pattern` (file-name globs), `adapter` (the lane adapter, the
-//! multiplexing committer, the loss records), `scan` (discovery, renames, sizes),
+//! multiplexing committer, the loss records), `recover` (the registry loaded or
+//! rebuilt, a new file's lane), `scan` (discovery, renames, sizes),
 //! `slots` (open-file slots, parking, files gone from the glob); this module holds the
 //! configuration, the source and its duty cycle.
 
 mod adapter;
 mod pattern;
+mod recover;
 mod scan;
 mod slots;
 
@@ -492,11 +498,11 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         if self.has_pointer() {
             self.adopt_state_beside_the_files()?;
-            self.registry = LaneRegistry::load(self.config.registry_path())?;
+            // the registry, or rebuilt from the lanes the pointers record
+            self.load_lanes()?;
             committer = Some(AnyCommitter::new(LaneMultiplexer {
                 committers: Arc::clone(&self.hub.committers),
             }));
-            self.refuse_new_lanes_for_saved_ones()?;
             // every file of the registry is tracked again, on its lane: one not found
             // now is looked for among its rotations by its own source (and forgotten
             // once nothing of it is left to commit). An entry the glob no longer

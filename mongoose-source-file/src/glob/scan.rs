@@ -114,7 +114,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
     }
 
     /// Whether `name` is the glob's own file or a pointer/registry/loss file.
-    fn is_bookkeeping(&self, name: &str) -> bool {
+    pub(super) fn is_bookkeeping(&self, name: &str) -> bool {
         let registry = self
             .registry
             .path()
@@ -234,17 +234,26 @@ impl<T: Send + 'static> GlobFileSource<T> {
             if self.is_tracked(name) {
                 continue;
             }
-            // its identity first (COMMITED): a crash after it and before the registry
-            // write leaves a pointer at offset 0, nothing read
+            // its lane: its pointer's, or the one its consumers hold of its identity,
+            // else a new one
+            let lane = self
+                .has_pointer()
+                .then(|| self.lane_for_new(name))
+                .flatten()
+                .unwrap_or_else(|| self.registry.next());
+            // its identity and lane first (COMMITED): a crash after it and before the
+            // registry write leaves a pointer at offset 0, nothing read, that records
+            // the lane the file gets again
             let record = if self.has_pointer() {
                 write_identity(
                     self.config.state_dir.as_deref(),
                     &self.config.folder().join(name),
+                    lane,
                 )?
             } else {
                 None
             };
-            let lane = self.registry.assign(name)?;
+            self.registry.assign_as(name, lane)?;
             info!(source = %self.config.name, file = %name, lane, "a file matching the glob: reading it on its own lane");
             self.track(lane, name, strategy, true, record)?;
             if let Some(file) = self.files.get_mut(&lane) {
@@ -486,54 +495,5 @@ impl<T: Send + 'static> GlobFileSource<T> {
                 file.written = true;
             }
         }
-    }
-
-    /// Without a registry, files that have pointers would get new lanes: a consumer
-    /// that saved positions per lane would not know their lines and apply them again.
-    /// Refused when a consumer holds positions of lanes; a warning otherwise.
-    pub(super) fn refuse_new_lanes_for_saved_ones(&self) -> Result<(), CoreError> {
-        if self.registry.existed() {
-            return Ok(());
-        }
-        let folder = self.config.state_folder();
-        let pattern = self.config.file_pattern();
-        let Ok(entries) = fs::read_dir(&folder) else {
-            return Ok(());
-        };
-        let with_pointers: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
-            .filter_map(|name| name.strip_suffix(".readPointer").map(str::to_owned))
-            .filter(|name| glob_matches(&pattern, name))
-            .collect();
-        if with_pointers.is_empty() {
-            return Ok(());
-        }
-        let lanes_saved =
-            self.hub
-                .state
-                .lock()
-                .positions
-                .iter()
-                .any(|consumer| match consumer.held {
-                    mongoose_core::Held::Saved(Some((_, position))) => position.lane > 0,
-                    _ => false,
-                });
-        let message = format!(
-            "the lane registry {} is missing but {} files of the glob have pointer files ({}): they would be read on new lanes",
-            self.registry.path().display(),
-            with_pointers.len(),
-            with_pointers.join(", ")
-        );
-        if lanes_saved {
-            return Err(CoreError::Source {
-                source_name: self.config.name.clone(),
-                message: format!(
-                    "{message}, and the feed's consumers hold saved positions of lanes, which would not match: their lines would be applied again. Restore the registry from a backup (it belongs with the pointers); or, to start over, move the pointer files and the consumers' saved state away"
-                ),
-            });
-        }
-        warn!(source = %self.config.name, "{message}: each resumes from its pointer");
-        Ok(())
     }
 }

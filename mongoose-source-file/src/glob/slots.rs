@@ -45,7 +45,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
             file_config,
             Arc::clone(&lane_output) as Arc<dyn SourceOutput<T, u64>>,
         );
-        source.set_glob_member();
+        source.set_glob_member(lane);
         let start = source.start()?;
         lane_output.apply_start(start)?;
         Ok(source)

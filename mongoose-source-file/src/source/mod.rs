@@ -165,6 +165,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             acknowledged: None,
             input: None,
             stopped: false,
+            lane: None,
         }));
         FileEventSource {
             buffers: ReadBuffers::new(config.read_buffer_bytes),
@@ -444,7 +445,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
             // a pointer without an epoch (new, short or damaged) gets one at the
             // identity check of the first open, unless the consumers' saved state
             // says where to resume
-            shared.record = self.reconcile(
+            let reconciled = self.reconcile(
                 opened.decoded.record,
                 if trusted {
                     Pointer::Trusted
@@ -455,6 +456,9 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
                 },
                 &pointer_path,
             )?;
+            // a glob's file: its lane in the pointer (one written before the field, or
+            // whose lane bytes were damaged, gets it now)
+            shared.record = shared.stamped(reconciled);
             shared.pointer = Some(opened.file);
             if shared.record != opened.decoded.record {
                 let record = shared.record;
@@ -551,10 +555,12 @@ impl<T: Send + 'static> FileEventSource<T> {
         self.pending.is_some()
     }
 
-    /// Makes this source a file of a glob: see `glob_member`.
-    pub(crate) fn set_glob_member(&mut self) {
+    /// Makes this source a file of a glob, read on `lane`: see `glob_member`. Every
+    /// pointer record it writes holds the lane.
+    pub(crate) fn set_glob_member(&mut self, lane: u32) {
         self.glob_member = true;
         self.loss_file = None;
+        self.shared.lock().lane = Some(lane);
     }
 
     /// What the pointer file holds (COMMITED).

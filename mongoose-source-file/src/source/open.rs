@@ -573,17 +573,19 @@ impl<T: Send + 'static> FileEventSource<T> {
     }
 }
 
-/// Writes the identity of a glob's newly found file into its pointer file, before it
-/// is read: a new epoch, offset 0, the file key and the fingerprint of its first bytes.
-/// From then on the file is known by identity even while it waits for an open-file
-/// slot: renamed inside the glob it keeps its lane, rotated it is followed, and gone
-/// before it was opened its lines are counted lost. A pointer file already there is
-/// left as it is (the identity check of the first open decides). Returns what the
-/// pointer holds, or `None` when the file cannot be opened (gone already). The pointer
-/// is in `state_dir`, or beside the input without one.
+/// Writes the identity of a glob's newly found file and its `lane` into its pointer
+/// file, before it is read: a new epoch, offset 0, the file key and the fingerprint of
+/// its first bytes. From then on the file is known by identity even while it waits for
+/// an open-file slot: renamed inside the glob it keeps its lane, rotated it is followed,
+/// and gone before it was opened its lines are counted lost; and a lost or damaged lane
+/// registry is rebuilt from the lanes the pointers record. A pointer file already there
+/// is left as it is but for its lane (the identity check of the first open decides).
+/// Returns what the pointer holds, or `None` when the file cannot be opened (gone
+/// already). The pointer is in `state_dir`, or beside the input without one.
 pub(crate) fn write_identity(
     state_dir: Option<&Path>,
     input: &Path,
+    lane: u32,
 ) -> Result<Option<PointerRecord>, CoreError> {
     let file = match File::open(input) {
         Ok(file) => file,
@@ -609,7 +611,20 @@ pub(crate) fn write_identity(
         )
     })?;
     let existing = opened.decoded.record;
+    let write = |opened: &mut crate::pointer::OpenedPointer, record: &PointerRecord| {
+        opened.file.write(record).map_err(|error| {
+            CoreError::io(
+                format!("cannot write the pointer file {}", pointer_path.display()),
+                error,
+            )
+        })
+    };
     if !opened.created && existing.epoch != 0 {
+        if existing.lane != lane {
+            let record = PointerRecord { lane, ..existing };
+            write(&mut opened, &record)?;
+            return Ok(Some(record));
+        }
         return Ok(Some(existing));
     }
     let (fingerprint_length, fingerprint) = fingerprint_of(&file).unwrap_or((0, 0));
@@ -622,13 +637,9 @@ pub(crate) fn write_identity(
         fingerprint_length,
         fingerprint,
         owner: crate::pointer::owner_of(input),
+        lane,
     };
-    opened.file.write(&record).map_err(|error| {
-        CoreError::io(
-            format!("cannot write the pointer file {}", pointer_path.display()),
-            error,
-        )
-    })?;
+    write(&mut opened, &record)?;
     Ok(Some(record))
 }
 

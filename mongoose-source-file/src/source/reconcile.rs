@@ -218,6 +218,8 @@ impl<T: Send + 'static> FileEventSource<T> {
                 fingerprint_length,
                 fingerprint,
                 owner: owner_of(&self.config.path),
+                // the glob's lane is written by the source ([`CommitShared::stamped`])
+                lane: 0,
             });
         }
         None
