@@ -66,10 +66,7 @@ fn produce(brokers: &str, topic: &str, indexes: std::ops::Range<usize>) {
             match producer.send(BaseRecord::<(), _>::to(topic).partition(0).payload(&value)) {
                 Ok(()) => break,
                 Err((error, _)) => {
-                    assert!(
-                        error.to_string().contains("Queue full"),
-                        "produce: {error}"
-                    );
+                    assert!(error.to_string().contains("Queue full"), "produce: {error}");
                     producer.poll(Duration::from_millis(10));
                 }
             }
@@ -192,7 +189,10 @@ fn forward_run(library: &Path, config: &str) -> LedgerRun {
 
 fn free_address() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    format!("127.0.0.1:{}", listener.local_addr().expect("address").port())
+    format!(
+        "127.0.0.1:{}",
+        listener.local_addr().expect("address").port()
+    )
 }
 
 /// `GET path` of the admin API at `address`: the status code and the JSON body.
@@ -459,7 +459,10 @@ fn a_kafka_feed_is_not_settled_before_its_assignment_was_read() {
     holder.subscribe(&[&topic]).expect("subscribe");
     let deadline = Instant::now() + Duration::from_secs(60);
     while holder.assignment().expect("assignment").count() == 0 {
-        assert!(Instant::now() < deadline, "the other member got no partition");
+        assert!(
+            Instant::now() < deadline,
+            "the other member got no partition"
+        );
         let _ = holder.poll(Duration::from_millis(100));
     }
     let run = forward_run(
@@ -579,4 +582,62 @@ fn refused_credentials_make_the_feed_stalled_not_settled() {
     let code = run.terminate(child);
     assert_eq!(code, 0, "{}", run.log());
     assert_written_once(&run, 0..11_000, "refused, then accepted again");
+}
+
+// issue 37.4: a broker that cannot be reached makes the feed stalled with the reason;
+// once it answers again the stall is cleared, though a member at the end of its
+// partitions reads nothing new to say so (the source asks the brokers itself)
+#[test]
+fn an_unreachable_broker_makes_the_feed_stalled_until_it_answers_again() {
+    let test = "an_unreachable_broker_makes_the_feed_stalled_until_it_answers_again";
+    let Some(mut cluster) = own_cluster(test, Cluster::builder(1)) else {
+        return;
+    };
+    let brokers = cluster.bootstrap();
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = unique_topic("unreachable");
+    let group = format!("{topic}-forward");
+    create_topic(&brokers, &topic, 1, &[]);
+    produce(&brokers, &topic, 0..1_000);
+    let address = free_address();
+    let run = forward_run(
+        &library,
+        &forward_config(&brokers, &topic, &group, "", &address),
+    );
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "committed every record", || {
+        committed(&brokers, &group, &topic, 1) == vec![1_000]
+    });
+    wait_status(&run, &mut child, &address, "settled", |status| {
+        status["settled"] == true
+    });
+    cluster.kill(1);
+    let status = wait_status(
+        &run,
+        &mut child,
+        &address,
+        "stalled with the brokers down",
+        |status| status["feeds"][0]["stalled"].is_string(),
+    );
+    assert_eq!(status["settled"], false, "{status}");
+    let reason = status["feeds"][0]["stalled"].as_str().expect("a reason");
+    assert!(
+        reason.contains("reaching the brokers"),
+        "the reason says no broker answers: {reason}"
+    );
+    cluster.restart(1);
+    wait_status(
+        &run,
+        &mut child,
+        &address,
+        "settled again with the broker back",
+        |status| status["settled"] == true && status["feeds"][0]["stalled"].is_null(),
+    );
+    produce(&brokers, &topic, 1_000..2_000);
+    run.wait_until(&mut child, "committed the records written after", || {
+        committed(&brokers, &group, &topic, 1) == vec![2_000]
+    });
+    let code = run.terminate(child);
+    assert_eq!(code, 0, "{}", run.log());
+    assert_written_once(&run, 0..2_000, "a broker down, then back");
 }

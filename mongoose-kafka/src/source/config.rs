@@ -79,7 +79,9 @@ impl KafkaSourceConfig {
                 "max.poll.interval.ms",
                 self.max_poll_interval.as_millis().to_string(),
             )
-            .set("enable.partition.eof", "false")
+            // the end of a partition is an event: a feed is caught up only when each
+            // partition it has was read to its end
+            .set("enable.partition.eof", "true")
             .set_log_level(RDKafkaLogLevel::Warning);
         for (key, value) in &self.properties {
             config.set(key, value);
@@ -108,6 +110,9 @@ pub struct SourceCounters {
     pub published: AtomicU64,
     /// Records dropped because their partition was revoked before they were published.
     pub dropped_revoked: AtomicU64,
+    /// Records removed (retention, `DeleteRecords`) before they were read: reported as
+    /// losses of the feed.
+    pub lost_records: AtomicU64,
 }
 
 /// A snapshot of what the source holds per partition ([`KafkaSource::stats`](crate::KafkaSource::stats)).

@@ -14,6 +14,7 @@ use mongoose_core::{
 };
 use parking_lot::Mutex;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
@@ -23,6 +24,8 @@ use crate::error::KafkaConnectorError;
 
 mod committer;
 mod config;
+mod gaps;
+mod health;
 mod partitions;
 mod rebalance;
 #[cfg(test)]
@@ -30,6 +33,8 @@ mod tests;
 
 pub use committer::KafkaCommitter;
 pub use config::{KafkaSourceConfig, KafkaSourceStats, SourceCounters};
+use gaps::{Gap, LogStarts};
+use health::ClientHealth;
 use partitions::{Assigned, Partitions, Shared};
 pub(crate) use rebalance::SourceContext;
 
@@ -87,6 +92,8 @@ pub struct KafkaSource {
     /// The epoch last given to the output.
     output_epoch: Option<Epoch>,
     state: SourceState,
+    /// The detail last reported with `state`.
+    detail: Option<String>,
 }
 
 impl fmt::Debug for KafkaSource {
@@ -128,6 +135,8 @@ impl KafkaSource {
             request_timeout: config.request_timeout,
             partitions: Mutex::new(Partitions::default()),
             counters: Arc::new(SourceCounters::default()),
+            health: ClientHealth::default(),
+            log_starts: LogStarts::new(&config.topic, &config.start_from),
         });
         Ok(KafkaSource {
             config,
@@ -137,6 +146,7 @@ impl KafkaSource {
             tail: VecDeque::new(),
             output_epoch: None,
             state: SourceState::Starting,
+            detail: None,
         })
     }
 
@@ -194,6 +204,15 @@ impl KafkaSource {
             timeout = Duration::ZERO;
             let message = match polled {
                 Ok(message) => message,
+                Err(KafkaError::PartitionEOF(partition)) => {
+                    // read to the high watermark: a fetch was answered
+                    self.shared.health.clear(&self.config.name);
+                    let mut partitions = self.shared.partitions.lock();
+                    if let Some(assigned) = partitions.assigned.get_mut(&partition) {
+                        assigned.at_end = true;
+                    }
+                    continue;
+                }
                 Err(error) => {
                     // a consumer error (a broker down, a partition EOF event): librdkafka
                     // retries by itself; what was read stays in order
@@ -202,23 +221,28 @@ impl KafkaSource {
                 }
             };
             let partition = message.partition();
-            let assignment = {
-                let partitions = self.shared.partitions.lock();
+            let offset = message.offset();
+            let followed = {
+                let mut partitions = self.shared.partitions.lock();
                 partitions
                     .assigned
-                    .get(&partition)
-                    .map(|assigned| assigned.assignment)
+                    .get_mut(&partition)
+                    .map(|assigned| (assigned.assignment, gaps::follow(assigned, offset)))
             };
-            let Some(assignment) = assignment else {
+            let Some((assignment, skipped)) = followed else {
                 continue; // not (or no longer) ours
             };
+            self.shared.health.clear(&self.config.name);
+            if let Some(expected) = skipped {
+                self.check_gap(consumer, partition, expected, offset);
+            }
             let record = KafkaRecord {
                 key: message.key().map(Bytes::copy_from_slice),
                 payload: message
                     .payload()
                     .map_or_else(Bytes::new, Bytes::copy_from_slice),
                 partition,
-                offset: message.offset(),
+                offset,
                 timestamp: message.timestamp().to_millis(),
             };
             self.tail.push_back(Held { record, assignment });
@@ -285,6 +309,19 @@ impl KafkaSource {
                 self.decide_epoch(undecided_partition, undecided_assignment, seen, offset)?;
             if undecided_partition == partition {
                 decided = epoch;
+            }
+            // its first record (read before the committed offset was known) against the
+            // committed offset: records removed before they were read
+            let first = {
+                let partitions = self.shared.partitions.lock();
+                partitions
+                    .assigned
+                    .get(&undecided_partition)
+                    .filter(|assigned| assigned.assignment == undecided_assignment)
+                    .and_then(|assigned| gaps::first_unchecked(assigned, offset))
+            };
+            if let Some((expected, first)) = first {
+                self.check_gap(consumer, undecided_partition, expected, first);
             }
         }
         Ok(decided)
@@ -455,9 +492,59 @@ impl KafkaSource {
     }
 
     fn report(&mut self, state: SourceState, detail: Option<&str>) {
-        if self.state != state {
+        if self.state != state || self.detail.as_deref() != detail {
             self.state = state;
+            self.detail = detail.map(str::to_owned);
             self.output.report_state(state, detail);
+        }
+    }
+
+    /// Offsets of `partition` skipped from `expected` to `resumed`: when the log start
+    /// passed `expected`, a loss, reported to the feed (book: connectors/kafka.md,
+    /// records removed before they were read).
+    fn check_gap(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        partition: i32,
+        expected: i64,
+        resumed: i64,
+    ) {
+        let shared = &self.shared;
+        let Some(gap) = shared.log_starts.check(
+            consumer,
+            (&shared.name, &shared.topic),
+            partition,
+            (expected, resumed),
+            shared.request_timeout,
+        ) else {
+            return;
+        };
+        self.report_gap(&gap);
+    }
+
+    fn report_gap(&self, gap: &Gap) {
+        let shared = &self.shared;
+        let lost = gap.lost();
+        shared
+            .counters
+            .lost_records
+            .fetch_add(lost, Ordering::Relaxed);
+        warn!(feed = %shared.name, topic = %shared.topic, partition = gap.partition, expected = gap.expected,
+            log_start = gap.log_start, resumed = gap.resumed, lost,
+            "records removed before they were read (retention or DeleteRecords moved the partition's log start past the offset to read): the feed is not lossless");
+        self.output.report_loss(&gap.describe(&shared.topic), None);
+    }
+
+    /// Why the source is not caught up though a poll returned nothing: `None` when it
+    /// has its assignment and read every partition of it to the end.
+    fn not_caught_up(&self) -> Option<&'static str> {
+        let partitions = self.shared.partitions.lock();
+        if !partitions.joined {
+            Some("waiting for the consumer group's assignment")
+        } else if !partitions.read_to_the_end() {
+            Some("reading its partitions to their end")
+        } else {
+            None
         }
     }
 }
@@ -489,7 +576,12 @@ impl EventSource for KafkaSource {
             consumer: Arc::downgrade(&consumer),
         });
         self.consumer = Some(consumer);
-        self.output.report_state(SourceState::Starting, None);
+        // not "starting": a feed whose source says nothing is settled by drained alone,
+        // and nothing was read yet
+        self.report(
+            SourceState::Behind,
+            Some("waiting for the consumer group's assignment"),
+        );
         info!(feed = %self.config.name, topic = %self.config.topic, group = %self.config.group,
             brokers = %self.config.brokers, "kafka source subscribed");
         // each partition's epoch is set as its records are published: the driver sets
@@ -522,8 +614,21 @@ impl EventSource for KafkaSource {
         self.resume(&consumer);
         let read = self.read(&consumer)?;
         if read == 0 {
+            // a client that cannot authenticate or reach a broker: the cycle fails with
+            // why, and the driver reports the feed stalled with it until one works again
+            let health = &self.shared.health;
+            health.probe(&consumer, &self.config.name, &self.config.topic);
+            if let Some(error) = health.outstanding(&self.config.name, &self.config.brokers) {
+                self.report(SourceState::Behind, Some("the kafka client cannot read"));
+                return Err(error.into());
+            }
             if published == 0 {
-                self.report(SourceState::CaughtUp, None);
+                // caught up only with the assignment read to its end (an empty poll
+                // before the first assignment or fetch says nothing)
+                match self.not_caught_up() {
+                    None => self.report(SourceState::CaughtUp, None),
+                    Some(why) => self.report(SourceState::Behind, Some(why)),
+                }
             }
             return Ok(WorkDone(published));
         }
