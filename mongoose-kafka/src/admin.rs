@@ -112,9 +112,10 @@ pub fn add_partitions(
             })?;
     let grown = NewPartitions::new(topic, usize::try_from(partitions.max(1)).unwrap_or(1));
     let options = AdminOptions::new().operation_timeout(Some(timeout));
-    let results = crate::block_on(admin.create_partitions([&grown], &options)).map_err(|error| {
-        KafkaConnectorError::broker(topic, "adding partitions to the topic", brokers, error)
-    })?;
+    let results =
+        crate::block_on(admin.create_partitions([&grown], &options)).map_err(|error| {
+            KafkaConnectorError::broker(topic, "adding partitions to the topic", brokers, error)
+        })?;
     let mut added = false;
     for result in results {
         match result {

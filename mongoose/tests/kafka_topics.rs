@@ -35,25 +35,40 @@ fn brokers() -> Option<String> {
         std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_none(),
         "no Kafka broker answers at {brokers} and MONGOOSE_REQUIRE_BROKER is set: start it with `cargo xtask broker start`"
     );
-    eprintln!("SKIPPED: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start`");
+    eprintln!(
+        "SKIPPED: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start`"
+    );
     None
 }
 
 /// Grows `topic` to `partitions` partitions.
 fn add_partitions(brokers: &str, topic: &str, partitions: i32) {
-    let grown =
-        mongoose_kafka::admin::add_partitions(brokers, &[], topic, partitions, Duration::from_secs(30))
-            .expect("add partitions");
+    let grown = mongoose_kafka::admin::add_partitions(
+        brokers,
+        &[],
+        topic,
+        partitions,
+        Duration::from_secs(30),
+    )
+    .expect("add partitions");
     assert!(grown, "{topic} grown to {partitions} partitions");
 }
 
 /// Writes the unique lines `name-<index>` of `indexes` to `partition` of `topic`, and
 /// waits until each is acknowledged.
-fn produce_to(brokers: &str, topic: &str, partition: i32, name: &str, indexes: std::ops::Range<usize>) {
+fn produce_to(
+    brokers: &str,
+    topic: &str,
+    partition: i32,
+    name: &str,
+    indexes: std::ops::Range<usize>,
+) {
     let producer: BaseProducer = batching_producer(brokers);
     for index in indexes {
         let payload = format!("{name}-{index}");
-        let mut record = BaseRecord::<str, str>::to(topic).partition(partition).payload(&payload);
+        let mut record = BaseRecord::<str, str>::to(topic)
+            .partition(partition)
+            .payload(&payload);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -64,7 +79,9 @@ fn produce_to(brokers: &str, topic: &str, partition: i32, name: &str, indexes: s
             }
         }
     }
-    producer.flush(Duration::from_secs(120)).expect("every record acknowledged");
+    producer
+        .flush(Duration::from_secs(120))
+        .expect("every record acknowledged");
 }
 
 /// The config of a forward of the Kafka feed `lines` (`settings` the inside of its
@@ -111,7 +128,10 @@ fn written(run: &LedgerRun) -> BTreeMap<String, usize> {
 fn assert_written_once(run: &LedgerRun, expected: &[String]) {
     let counts = written(run);
     let twice: Vec<_> = counts.iter().filter(|(_, count)| **count > 1).collect();
-    let missing: Vec<_> = expected.iter().filter(|line| !counts.contains_key(*line)).collect();
+    let missing: Vec<_> = expected
+        .iter()
+        .filter(|line| !counts.contains_key(*line))
+        .collect();
     let extra = counts.len() + missing.len() - expected.len();
     assert!(
         twice.is_empty() && missing.is_empty() && extra == 0,
@@ -125,7 +145,13 @@ fn assert_written_once(run: &LedgerRun, expected: &[String]) {
 }
 
 /// Waits up to `seconds` for `done`, the server alive; the log in the failure.
-fn wait_for(run: &LedgerRun, child: &mut std::process::Child, what: &str, seconds: u64, done: impl Fn() -> bool) {
+fn wait_for(
+    run: &LedgerRun,
+    child: &mut std::process::Child,
+    what: &str,
+    seconds: u64,
+    done: impl Fn() -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     while !done() {
         assert!(
@@ -133,7 +159,11 @@ fn wait_for(run: &LedgerRun, child: &mut std::process::Child, what: &str, second
             "the server exited before it {what}: {}",
             run.log()
         );
-        assert!(Instant::now() < deadline, "never {what} within {seconds} s: {}", run.log());
+        assert!(
+            Instant::now() < deadline,
+            "never {what} within {seconds} s: {}",
+            run.log()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -157,11 +187,19 @@ fn partitions_added_to_a_ledgers_input_keep_the_old_partitions_working() {
     create_topic(&brokers, &topic, 3, &[]);
     let producer = batching_producer(&brokers);
     produce_lines(&producer, &topic, 0..600);
-    let config = member_config(&brokers, &topic, &group, ("", r#", alerts = "alerts.txt""#, ""));
+    let config = member_config(
+        &brokers,
+        &topic,
+        &group,
+        ("", r#", alerts = "alerts.txt""#, ""),
+    );
     let mut member = Member::start(&library, &config);
-    wait_members(&mut [&mut member], "committed the first 600 lines", 120, &|_| {
-        committed_total(&brokers, &group, &topic, 3) >= 600
-    });
+    wait_members(
+        &mut [&mut member],
+        "committed the first 600 lines",
+        120,
+        &|_| committed_total(&brokers, &group, &topic, 3) >= 600,
+    );
     add_partitions(&brokers, &topic, 4);
     // a new producer sees 4 partitions: the accounts hash over them, partition 3 too
     let producer = batching_producer(&brokers);
@@ -169,20 +207,31 @@ fn partitions_added_to_a_ledgers_input_keep_the_old_partitions_working() {
     let ends = committed(&brokers, &group, &topic, 4);
     eprintln!("committed before the new partition is read: {ends:?}");
     // well under the 5 minutes of librdkafka's default refresh
-    wait_members(&mut [&mut member], "committed every line, partition 3's too", 90, &|_| {
-        committed_total(&brokers, &group, &topic, 4) >= 1_200
-    });
+    wait_members(
+        &mut [&mut member],
+        "committed every line, partition 3's too",
+        90,
+        &|_| committed_total(&brokers, &group, &topic, 4) >= 1_200,
+    );
     assert!(
         committed(&brokers, &group, &topic, 4)[3] > 0,
         "partition 3 got lines and they were committed"
+    );
+    let log = member.run.log();
+    assert!(
+        log.contains("changelog topic grown") || log.contains("changelog topic already grown"),
+        "the changelog grew with its input: {log}"
     );
     member.stop();
     // a restart starts (it refused the whole ledger: fewer changelog partitions)
     let mut member = Member::start(&library, &config);
     produce_lines(&producer, &topic, 1_200..1_500);
-    wait_members(&mut [&mut member], "committed the lines after the restart", 120, &|_| {
-        committed_total(&brokers, &group, &topic, 4) >= 1_500
-    });
+    wait_members(
+        &mut [&mut member],
+        "committed the lines after the restart",
+        120,
+        &|_| committed_total(&brokers, &group, &topic, 4) >= 1_500,
+    );
     member.stop();
     let ends = committed(&brokers, &group, &topic, 4);
     let lines: Vec<String> = (0..1_500).map(line).collect();
@@ -213,22 +262,42 @@ fn partitions_added_to_a_forwards_input_are_read_from_their_start_promptly() {
     run.wait_for_log(&mut child, "partitions assigned");
     let mut expected = Vec::new();
     for partition in 0..2 {
-        produce_to(&brokers, &topic, partition, &format!("p{partition}"), 0..100);
+        produce_to(
+            &brokers,
+            &topic,
+            partition,
+            &format!("p{partition}"),
+            0..100,
+        );
         expected.extend((0..100).map(|index| format!("p{partition}-{index}")));
     }
-    wait_for(&run, &mut child, "forwarded the first 200 lines", 120, || {
-        written(&run).len() >= 200
-    });
+    wait_for(
+        &run,
+        &mut child,
+        "forwarded the first 200 lines",
+        120,
+        || written(&run).len() >= 200,
+    );
     add_partitions(&brokers, &topic, 3);
     // written at once, before the member can have seen the partition
     produce_to(&brokers, &topic, 2, "p2", 0..300);
     expected.extend((0..300).map(|index| format!("p2-{index}")));
-    wait_for(&run, &mut child, "forwarded partition 2's lines", 60, || {
-        written(&run).len() >= expected.len()
-    });
+    wait_for(
+        &run,
+        &mut child,
+        "forwarded partition 2's lines",
+        60,
+        || written(&run).len() >= expected.len(),
+    );
     std::thread::sleep(Duration::from_millis(500));
     let code = run.terminate(child);
     assert_eq!(code, 0, "stopped clean: {}", run.log());
+    assert!(
+        run.log()
+            .contains("read from its start, not from start_from = latest"),
+        "the added partition was read from its start: {}",
+        run.log()
+    );
     assert_written_once(&run, &expected);
 }
 
@@ -242,7 +311,8 @@ fn delete_topic(brokers: &str, topic: &str) {
         .create()
         .expect("admin client");
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = mongoose_kafka::block_on(admin.delete_topics(&[topic], &options)).expect("delete");
+    let results =
+        mongoose_kafka::block_on(admin.delete_topics(&[topic], &options)).expect("delete");
     for result in results {
         result.expect("the topic deleted");
     }
@@ -251,7 +321,13 @@ fn delete_topic(brokers: &str, topic: &str) {
 fn create_topic_again(brokers: &str, topic: &str, partitions: i32) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match mongoose_kafka::admin::create_topic(brokers, topic, partitions, &[], Duration::from_secs(30)) {
+        match mongoose_kafka::admin::create_topic(
+            brokers,
+            topic,
+            partitions,
+            &[],
+            Duration::from_secs(30),
+        ) {
             Ok(true) => return,
             Ok(false) | Err(_) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(200));
@@ -281,7 +357,11 @@ fn check_recreated(brokers: &str, topic: &str, changelog: &str, run: &LedgerRun,
             *summed.balances.entry(account).or_insert(0) += balance;
         }
     }
-    support::assert_applied_once(&summed, lines, "the ledger's partitions summed, both topics");
+    support::assert_applied_once(
+        &summed,
+        lines,
+        "the ledger's partitions summed, both topics",
+    );
     let mut expected = BTreeMap::new();
     for line in lines {
         *expected.entry(line.clone()).or_insert(0usize) += 1;
@@ -318,7 +398,15 @@ name = "copy"
 kind = "forward"
 settings = { feed = "lines", sink = "out" }
 "#;
-    Member::start(library, &member_config(brokers, topic, group, ("", r#", alerts = "alerts.txt""#, tail)))
+    Member::start(
+        library,
+        &member_config(
+            brokers,
+            topic,
+            group,
+            ("", r#", alerts = "alerts.txt""#, tail),
+        ),
+    )
 }
 
 /// Lines of the old topic, then of the new one (fewer: under the old position check all
@@ -343,10 +431,15 @@ fn a_recreated_input_topic_is_a_new_epoch_and_nothing_is_skipped_stopped() {
     create_topic(&brokers, &topic, 3, &[]);
     produce_lines(&batching_producer(&brokers), &topic, 0..OLD);
     let mut member = recreate_member(&library, &brokers, &topic, &group);
-    wait_members(&mut [&mut member], "committed and forwarded the old topic", 120, &|members| {
-        committed_total(&brokers, &group, &topic, 3) >= OLD as i64
-            && written(&members[0].run).values().sum::<usize>() >= OLD
-    });
+    wait_members(
+        &mut [&mut member],
+        "committed and forwarded the old topic",
+        120,
+        &|members| {
+            committed_total(&brokers, &group, &topic, 3) >= OLD as i64
+                && written(&members[0].run).values().sum::<usize>() >= OLD
+        },
+    );
     member.stop();
     delete_topic(&brokers, &topic);
     create_topic_again(&brokers, &topic, 3);
@@ -354,13 +447,21 @@ fn a_recreated_input_topic_is_a_new_epoch_and_nothing_is_skipped_stopped() {
     // the same folder: the forward's file and the feed's state are this member's
     let child = Some(member.run.spawn(false));
     member.child = child;
-    wait_members(&mut [&mut member], "forwarded the new topic", 120, &|members| {
-        written(&members[0].run).values().sum::<usize>() >= OLD + NEW
-    });
+    wait_members(
+        &mut [&mut member],
+        "forwarded the new topic",
+        120,
+        &|members| written(&members[0].run).values().sum::<usize>() >= OLD + NEW,
+    );
     wait_members(&mut [&mut member], "committed the new topic", 120, &|_| {
         committed_total(&brokers, &group, &topic, 3) >= NEW as i64
     });
     std::thread::sleep(Duration::from_millis(500));
+    let log = member.run.log();
+    assert!(
+        log.contains("the restored position belongs to an earlier topic"),
+        "the changelog saw the position's topic was another: {log}"
+    );
     member.stop();
     let lines: Vec<String> = (0..OLD + NEW).map(line).collect();
     check_recreated(&brokers, &topic, &changelog, &member.run, &lines);
@@ -383,10 +484,15 @@ fn a_recreated_input_topic_is_a_new_epoch_and_nothing_is_skipped_live() {
     create_topic(&brokers, &topic, 3, &[]);
     produce_lines(&batching_producer(&brokers), &topic, 0..OLD);
     let mut member = recreate_member(&library, &brokers, &topic, &group);
-    wait_members(&mut [&mut member], "committed and forwarded the old topic", 120, &|members| {
-        committed_total(&brokers, &group, &topic, 3) >= OLD as i64
-            && written(&members[0].run).values().sum::<usize>() >= OLD
-    });
+    wait_members(
+        &mut [&mut member],
+        "committed and forwarded the old topic",
+        120,
+        &|members| {
+            committed_total(&brokers, &group, &topic, 3) >= OLD as i64
+                && written(&members[0].run).values().sum::<usize>() >= OLD
+        },
+    );
     delete_topic(&brokers, &topic);
     // give the member the time to see it gone (it asks every 5 s by default): a topic made
     // again within one look is a new id all the same, but records of it read before that
@@ -398,14 +504,25 @@ fn a_recreated_input_topic_is_a_new_epoch_and_nothing_is_skipped_live() {
     }
     create_topic_again(&brokers, &topic, 3);
     produce_lines(&batching_producer(&brokers), &topic, OLD..OLD + NEW);
-    wait_members(&mut [&mut member], "forwarded the new topic", 120, &|members| {
-        written(&members[0].run).values().sum::<usize>() >= OLD + NEW
-    });
+    wait_members(
+        &mut [&mut member],
+        "forwarded the new topic",
+        120,
+        &|members| written(&members[0].run).values().sum::<usize>() >= OLD + NEW,
+    );
     wait_members(&mut [&mut member], "committed the new topic", 120, &|_| {
-        committed(&brokers, &group, &topic, 3).iter().map(|offset| (*offset).max(0)).sum::<i64>()
+        committed(&brokers, &group, &topic, 3)
+            .iter()
+            .map(|offset| (*offset).max(0))
+            .sum::<i64>()
             >= NEW as i64
     });
     std::thread::sleep(Duration::from_millis(500));
+    let log = member.run.log();
+    assert!(
+        log.contains("the input topic was deleted and made again"),
+        "the source saw the topic's new id: {log}"
+    );
     member.stop();
     let lines: Vec<String> = (0..OLD + NEW).map(line).collect();
     check_recreated(&brokers, &topic, &changelog, &member.run, &lines);

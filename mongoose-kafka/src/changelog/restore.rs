@@ -123,6 +123,8 @@ impl Changelog {
         counted: impl FnMut(&StoredRecord),
     ) -> Result<RestoredPartition, KafkaConnectorError> {
         let started = Instant::now();
+        // a partition the input gained since the changelog was made: grown first
+        self.ensure_partition(partition)?;
         let mut attempt = 0;
         let (records, marked) = loop {
             attempt += 1;

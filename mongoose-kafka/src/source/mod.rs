@@ -21,6 +21,7 @@ use tracing::{debug, info, warn};
 use crate::epoch::{decide, EpochDecision, EpochFile, EpochSlot};
 use crate::error::KafkaConnectorError;
 
+mod added;
 mod committer;
 mod config;
 mod partitions;
@@ -126,6 +127,7 @@ impl KafkaSource {
             brokers: config.brokers.clone(),
             epochs,
             request_timeout: config.request_timeout,
+            start_from_latest: config.start_from == "latest",
             partitions: Mutex::new(Partitions::default()),
             counters: Arc::new(SourceCounters::default()),
         });
