@@ -85,11 +85,13 @@ use tracing::{debug, info, warn};
 use crate::error::KafkaConnectorError;
 
 mod grow;
+mod identity;
 mod records;
 mod restore;
 mod store;
 mod transactions;
 
+pub use identity::position_topic;
 use records::StoredValue;
 pub use records::{decode, fold, FORMAT, MARKER_KEY, PROBE_KEY};
 use transactions::Transactions;

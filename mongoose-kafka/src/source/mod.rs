@@ -24,6 +24,7 @@ use crate::error::KafkaConnectorError;
 mod added;
 mod committer;
 mod config;
+mod incarnation;
 mod partitions;
 mod rebalance;
 #[cfg(test)]
@@ -88,6 +89,8 @@ pub struct KafkaSource {
     /// The epoch last given to the output.
     output_epoch: Option<Epoch>,
     state: SourceState,
+    /// The input topic's identity as last seen (a re-created topic: [`incarnation`]).
+    incarnation: incarnation::Incarnation,
 }
 
 impl fmt::Debug for KafkaSource {
@@ -131,6 +134,7 @@ impl KafkaSource {
             partitions: Mutex::new(Partitions::default()),
             counters: Arc::new(SourceCounters::default()),
         });
+        let incarnation = incarnation::Incarnation::new(config.metadata_refresh);
         Ok(KafkaSource {
             config,
             output,
@@ -139,6 +143,7 @@ impl KafkaSource {
             tail: VecDeque::new(),
             output_epoch: None,
             state: SourceState::Starting,
+            incarnation,
         })
     }
 
@@ -200,6 +205,7 @@ impl KafkaSource {
                     // a consumer error (a broker down, a partition EOF event): librdkafka
                     // retries by itself; what was read stays in order
                     warn!(feed = %self.config.name, %error, "kafka consumer error");
+                    self.incarnation.check_soon();
                     break;
                 }
             };
@@ -506,6 +512,9 @@ impl EventSource for KafkaSource {
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
         let consumer = self.consumer()?;
+        if let Some(done) = self.watch_topic(&consumer)? {
+            return Ok(done);
+        }
         let mut published = 0;
         if !self.tail.is_empty() {
             published += self.publish_tail(&consumer)?;
