@@ -21,8 +21,10 @@ use tracing::{debug, info, warn};
 use crate::epoch::{decide, EpochDecision, EpochFile, EpochSlot};
 use crate::error::KafkaConnectorError;
 
+mod added;
 mod committer;
 mod config;
+mod incarnation;
 mod partitions;
 mod rebalance;
 #[cfg(test)]
@@ -87,6 +89,8 @@ pub struct KafkaSource {
     /// The epoch last given to the output.
     output_epoch: Option<Epoch>,
     state: SourceState,
+    /// The input topic's identity as last seen (a re-created topic: [`incarnation`]).
+    incarnation: incarnation::Incarnation,
 }
 
 impl fmt::Debug for KafkaSource {
@@ -126,9 +130,11 @@ impl KafkaSource {
             brokers: config.brokers.clone(),
             epochs,
             request_timeout: config.request_timeout,
+            start_from_latest: config.start_from == "latest",
             partitions: Mutex::new(Partitions::default()),
             counters: Arc::new(SourceCounters::default()),
         });
+        let incarnation = incarnation::Incarnation::new(config.metadata_refresh);
         Ok(KafkaSource {
             config,
             output,
@@ -137,6 +143,7 @@ impl KafkaSource {
             tail: VecDeque::new(),
             output_epoch: None,
             state: SourceState::Starting,
+            incarnation,
         })
     }
 
@@ -198,6 +205,7 @@ impl KafkaSource {
                     // a consumer error (a broker down, a partition EOF event): librdkafka
                     // retries by itself; what was read stays in order
                     warn!(feed = %self.config.name, %error, "kafka consumer error");
+                    self.incarnation.check_soon();
                     break;
                 }
             };
@@ -504,6 +512,9 @@ impl EventSource for KafkaSource {
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
         let consumer = self.consumer()?;
+        if let Some(done) = self.watch_topic(&consumer)? {
+            return Ok(done);
+        }
         let mut published = 0;
         if !self.tail.is_empty() {
             published += self.publish_tail(&consumer)?;
