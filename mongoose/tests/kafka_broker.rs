@@ -586,6 +586,14 @@ settings = {{ feed = "lines", sink = "out" }}
     let code = run.terminate(child);
     let log = run.log();
     assert_eq!(code, 0, "SIGTERM after the run settled: {log}");
+    // the stall was reported while it lasted, with what the sink waited for
+    for line in log.lines().filter(|line| line.contains("transaction")) {
+        eprintln!("{line}");
+    }
+    assert!(
+        log.contains("waits for the broker"),
+        "the sink said what it waited for: {log}"
+    );
     let seen = kafka_support::read_committed(&brokers, &topic, 1);
     let mut counts = std::collections::BTreeMap::<&str, u32>::new();
     for payload in &seen {
