@@ -1,9 +1,9 @@
-//! The two broker calls the connector, its tools, benches and tests share: creating a
-//! topic, and reading a consumer group's committed offsets.
+//! The broker calls the connector, its tools, benches and tests share: creating a
+//! topic, growing its partitions, and reading a consumer group's committed offsets.
 
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -82,6 +82,57 @@ pub fn create_topic_with(
         }
     }
     Ok(created)
+}
+
+/// Grows `topic` to `partitions` partitions (CreatePartitions). `Ok(true)`: grown;
+/// `Ok(false)`: it had that many or more already (another member grew it first, for
+/// instance). Partitions are only ever added: a topic with more is left as it is.
+///
+/// # Errors
+/// The admin client cannot be made, or the broker refuses (not authorised, for
+/// instance).
+pub fn add_partitions(
+    brokers: &str,
+    properties: &[(String, String)],
+    topic: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> Result<bool, KafkaConnectorError> {
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", brokers);
+    for (key, value) in properties {
+        client.set(key, value);
+    }
+    let admin: AdminClient<DefaultClientContext> =
+        client
+            .create()
+            .map_err(|error| KafkaConnectorError::Config {
+                name: topic.to_owned(),
+                error: Box::new(error),
+            })?;
+    let grown = NewPartitions::new(topic, usize::try_from(partitions.max(1)).unwrap_or(1));
+    let options = AdminOptions::new().operation_timeout(Some(timeout));
+    let results =
+        crate::block_on(admin.create_partitions([&grown], &options)).map_err(|error| {
+            KafkaConnectorError::broker(topic, "adding partitions to the topic", brokers, error)
+        })?;
+    let mut added = false;
+    for result in results {
+        match result {
+            Ok(_) => added = true,
+            // "Topic already has N partitions": someone grew it first, or it is larger
+            Err((_, RDKafkaErrorCode::InvalidPartitions)) => {}
+            Err((_, code)) => {
+                return Err(KafkaConnectorError::broker(
+                    topic,
+                    "adding partitions to the topic",
+                    brokers,
+                    KafkaError::AdminOp(code),
+                ))
+            }
+        }
+    }
+    Ok(added)
 }
 
 /// The committed offsets of consumer group `group` for `topic`'s partitions

@@ -123,6 +123,7 @@ mod error;
 mod security;
 mod sink;
 mod source;
+pub mod topic_id;
 
 pub use error::KafkaConnectorError;
 pub use security::{check_connection, KafkaSecurity};

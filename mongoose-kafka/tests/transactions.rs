@@ -379,3 +379,74 @@ fn a_newer_owners_fence_is_not_undone() {
         "a newer owner marked the partition: it is not taken back"
     );
 }
+
+/// Issue 37.3, the changelog's side, a known hole (ignored: it fails): a one-node
+/// broker of the test's own SIGSTOPped while a partition's transaction holds records
+/// (2 s delivery timeout, 3 s request timeout: a commit is retried for 18 s), continued
+/// 8 s later. The records time out, the commit asks for an abort (to write the
+/// transaction again in a new one), and that abort times out while the broker is
+/// stopped: the partition's producer ends and changes 6 to 10 are given up
+/// (`GivenUp`: the ledger fails, and its lines are read again after a restart). The
+/// changelog never calls `init_transactions` on that producer again, so the sink's
+/// wedge (a conflicting call forever) is not here. Resuming the abort, as librdkafka
+/// asks, was tried: Apache Kafka 4.1 then answered the resumed abort with a fatal
+/// INVALID_TXN_STATE, and the changes were given up all the same. What would heal it
+/// is a new producer for the partition, and in the changelog a new producer of the
+/// partition's transactional id is a takeover (it fences whoever holds the id), which
+/// only the takeover path's marker check may decide (`restore.rs`): left for that
+/// work.
+#[test]
+#[ignore = "issue 37.3, the changelog's side: a paused broker ends the partition's producer (GivenUp); healing it needs a takeover's new producer"]
+fn a_broker_pause_during_a_changelog_transaction_is_waited_out() {
+    let Some(cluster) = mongoose_testkit::kafka::Cluster::start(1) else {
+        assert!(
+            std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_none(),
+            "Apache Kafka's jars are not resolved and MONGOOSE_REQUIRE_BROKER is set: run `cargo xtask broker start` once"
+        );
+        common::skipped("changelog broker pause: Apache Kafka's jars are not resolved (`cargo xtask broker start` resolves them)");
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_test_writer()
+        .try_init();
+    let brokers = cluster.bootstrap();
+    let (input, outputs, topic, _) = topics(&brokers, "paused");
+    let outcomes: Outcomes = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&outcomes);
+    let on_durable: OnDurable = Arc::new(move |tag, result| seen.lock().push((tag, result)));
+    let mut config = ChangelogConfig::new("txn-pause", &brokers, &topic);
+    config.transactions = Some(TransactionsConfig {
+        commit_interval: Duration::from_secs(3600),
+        // the server's choice: the input's offsets are left to its own commit
+        ..TransactionsConfig::new(None)
+    });
+    config.outputs_topic = Some(outputs.clone());
+    config.delivery_timeout = Duration::from_secs(2);
+    config.request_timeout = Duration::from_secs(3);
+    let changelog = Changelog::open(config, &input, on_durable).expect("the changelog opens");
+    changelog.restore(0, Epoch(1), |_| {}).expect("restores");
+    write_lines(&changelog, 1..=5);
+    changelog
+        .flush(Duration::from_secs(60))
+        .expect("the first transaction commits");
+    // the broker stops; the next transaction's records wait in the producer
+    cluster.signal(1, "-STOP");
+    write_lines(&changelog, 6..=10);
+    let flushed = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_secs(8));
+            cluster.signal(1, "-CONT");
+        });
+        changelog.flush(Duration::from_secs(120))
+    });
+    let last = last_outcomes(&outcomes);
+    assert!(
+        flushed.is_ok() && last.len() == 10 && last.values().all(|durable| *durable),
+        "every change durable after the broker came back ({flushed:?}): {:?}",
+        outcomes.lock()
+    );
+    let alerts = committed_outputs(&brokers, &outputs);
+    let expected: Vec<String> = (1..=10).map(|offset| format!("alert {offset}")).collect();
+    assert_eq!(alerts, expected, "each output once, in order");
+}

@@ -451,3 +451,176 @@ fn a_broker_killed_mid_run_loses_nothing() {
         b.run.log()
     );
 }
+
+/// The `/status` of the server at `address` (`None` while it does not answer).
+fn server_status(address: &str) -> Option<serde_json::Value> {
+    let text = ureq::get(&format!("http://{address}/status"))
+        .call()
+        .ok()?
+        .body_mut()
+        .read_to_string()
+        .ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Issue 37.3: file -> Kafka exactly once (a transactional sink with a positions topic)
+/// on a broker of the test's own, SIGSTOPped for 12 s while the sink's transactions run
+/// (its records and its abort time out: a 3 s delivery timeout), then continued, and
+/// more lines appended. Before the fix the abort's timeout left librdkafka's abort in
+/// progress, and every later `init_transactions` failed with "Conflicting
+/// abort_transaction API call is already in progress": the sink never published again
+/// and the run never settled. Now the server settles by itself, every line is in the
+/// topic once (`read_committed`), and SIGTERM exits 0.
+#[test]
+fn a_broker_pause_during_a_transaction_does_not_wedge_the_sink() {
+    const LINES: usize = 100_000;
+    const MORE: usize = 5_000;
+    let _serial = one_at_a_time();
+    let test = "a_broker_pause_during_a_transaction_does_not_wedge_the_sink";
+    let Some(cluster) = own_cluster(test, Cluster::builder(1)) else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let brokers = cluster.bootstrap();
+    let topic = unique_topic("paused-broker-sink");
+    create_topic(&brokers, &topic, 1, &[]);
+    let lines: Vec<String> = (0..LINES + MORE)
+        .map(|index| format!("line-{index:06}"))
+        .collect();
+    let input: String = lines[..LINES]
+        .iter()
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let run = support::LedgerRun::new(&input, "");
+    mongoose_testkit::plugin_dir(run.dir.path(), &[&library]);
+    let address = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port()
+    );
+    let config = format!(
+        r#"
+plugin_dir = "plugins"
+
+[admin]
+address = "{address}"
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+read_strategy = "COMMITED"
+
+[[sinks]]
+name = "out"
+kind = "kafka"
+settings = {{ brokers = "{brokers}", topic = "{topic}", transactional_id = "{topic}-out", positions_topic = "{topic}-positions", name = "out", delivery_timeout_ms = 3000 }}
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = {{ feed = "lines", sink = "out" }}
+"#
+    );
+    std::fs::write(run.path("mongoose.toml"), config).expect("config");
+    let mut child = run.spawn(false);
+    // transactions commit: the broker stops in the middle of the run
+    run.wait_until(&mut child, "committed a first transaction", || {
+        committed_end(&brokers, &topic) > 0
+    });
+    cluster.signal(1, "-STOP");
+    std::thread::sleep(Duration::from_secs(12));
+    cluster.signal(1, "-CONT");
+    eprintln!(
+        "broker continued; the output topic has committed up to {}",
+        committed_end(&brokers, &topic)
+    );
+    let more: String = lines[LINES..]
+        .iter()
+        .map(|line| format!("{line}\n"))
+        .collect();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(run.path("input.txt"))
+        .and_then(|mut file| std::io::Write::write_all(&mut file, more.as_bytes()))
+        .expect("appended");
+    let length = std::fs::metadata(run.path("input.txt"))
+        .expect("the input")
+        .len();
+    // settled by itself: every line's pointer committed, nothing queued, retried or held
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut last = None;
+    loop {
+        assert!(
+            child.try_wait().expect("status").is_none(),
+            "the server exited: {}",
+            run.log()
+        );
+        let status = server_status(&address);
+        let settled = status
+            .as_ref()
+            .is_some_and(|status| status["settled"] == true);
+        let pointer = std::fs::read(run.pointer_path())
+            .ok()
+            .and_then(|bytes| Some(u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?)));
+        if settled && pointer == Some(length) {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "never settled after the broker came back (pointer {pointer:?} of {length}; the topic committed up to {}); status {}: {}",
+                committed_end(&brokers, &topic),
+                last.map(|status: serde_json::Value| status.to_string()).unwrap_or_default(),
+                run.log()
+            );
+        }
+        last = status;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let code = run.terminate(child);
+    let log = run.log();
+    assert_eq!(code, 0, "SIGTERM after the run settled: {log}");
+    // the stall was reported while it lasted, with what the sink waited for
+    for line in log.lines().filter(|line| line.contains("transaction")) {
+        eprintln!("{line}");
+    }
+    assert!(
+        log.contains("waits for the broker"),
+        "the sink said what it waited for: {log}"
+    );
+    let seen = kafka_support::read_committed(&brokers, &topic, 1);
+    let mut counts = std::collections::BTreeMap::<&str, u32>::new();
+    for payload in &seen {
+        *counts.entry(payload.as_str()).or_default() += 1;
+    }
+    let twice = counts.values().filter(|count| **count > 1).count();
+    let missing = lines
+        .iter()
+        .filter(|line| !counts.contains_key(line.as_str()))
+        .count();
+    assert!(
+        twice == 0 && missing == 0 && seen.len() == lines.len(),
+        "{} records, {twice} lines more than once, {missing} missing, of {}: {log}",
+        seen.len(),
+        lines.len()
+    );
+}
+
+/// The end of what is committed in `topic`'s partition 0 (the last stable offset).
+fn committed_end(brokers: &str, topic: &str) -> i64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("consumer");
+    consumer
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .map_or(0, |(_, high)| high)
+}

@@ -63,6 +63,7 @@
 //! ```
 
 use std::fmt;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,11 +84,14 @@ use tracing::{debug, info, warn};
 
 use crate::error::KafkaConnectorError;
 
+mod grow;
+mod identity;
 mod records;
 mod restore;
 mod store;
 mod transactions;
 
+pub use identity::position_topic;
 use records::StoredValue;
 pub use records::{decode, fold, FORMAT, MARKER_KEY, PROBE_KEY};
 use transactions::Transactions;
@@ -237,6 +241,10 @@ pub struct Changelog {
     transactions: Option<Arc<Transactions>>,
     /// Where the write callbacks go (the transactional producers' too).
     on_durable: OnDurable,
+    /// The input topic the changelog is co-partitioned with.
+    input_topic: String,
+    /// The changelog's partitions as last seen (it grows with its input: [`grow`]).
+    partitions: AtomicI32,
 }
 
 impl Drop for Changelog {
@@ -258,14 +266,15 @@ impl fmt::Debug for Changelog {
 
 impl Changelog {
     /// Connects, and makes sure the changelog topic exists with at least as many
-    /// partitions as `input_topic` (creating it compacted, with as many, if missing).
+    /// partitions as `input_topic` (creating it compacted, with as many, if missing;
+    /// growing it when the input has more: see `grow.rs`).
     /// `on_durable` is called on the producer's thread for each write (with
     /// transactions: on the committer's thread, when the write's transaction commits).
     ///
     /// # Errors
     /// The client configuration is refused, the broker does not answer, the input
-    /// topic does not exist, the changelog topic has fewer partitions than the input, or
-    /// an outputs topic is given without transactions.
+    /// topic does not exist, the changelog topic has fewer partitions than the input and
+    /// cannot be grown, or an outputs topic is given without transactions.
     pub fn open(
         config: ChangelogConfig,
         input_topic: &str,
@@ -312,6 +321,8 @@ impl Changelog {
             peek_reader: Mutex::new(None),
             transactions,
             on_durable,
+            input_topic: input_topic.to_owned(),
+            partitions: AtomicI32::new(0),
         };
         changelog.ensure_topic(input_topic)?;
         Ok(changelog)
@@ -495,14 +506,18 @@ impl Changelog {
         }
         if let Some(existing) = self.partitions_of(&self.config.topic)? {
             if existing < input {
-                return Err(KafkaConnectorError::Changelog {
-                    name: self.config.name.clone(),
-                    message: format!(
-                        "the changelog topic '{}' has {existing} partitions and the input '{input_topic}' has {input}: the state of input partition P lives in changelog partition P, so give the changelog at least {input} (or name a new changelog topic)",
-                        self.config.topic
-                    ),
-                });
+                // the state of input partition P lives in changelog partition P: partitions
+                // added to the input are added to the changelog (empty states)
+                return self.grow(
+                    existing,
+                    input,
+                    &format!("the input '{input_topic}' has {input}"),
+                );
             }
+            self.partitions.store(
+                i32::try_from(existing).unwrap_or(i32::MAX),
+                Ordering::Relaxed,
+            );
             return Ok(());
         }
         let created = crate::admin::create_topic_with(
@@ -516,6 +531,8 @@ impl Changelog {
         if created {
             info!(changelog = %self.config.topic, partitions = input, "changelog topic created (compacted)");
         }
+        self.partitions
+            .store(i32::try_from(input).unwrap_or(i32::MAX), Ordering::Relaxed);
         Ok(())
     }
 

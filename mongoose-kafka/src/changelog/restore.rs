@@ -19,20 +19,30 @@ use super::{
     PROBE_KEY,
 };
 use crate::error::KafkaConnectorError;
+use crate::topic_id::TopicId;
 
 /// How many times a takeover fenced while it marks the partition is tried.
 const TAKEOVER_ATTEMPTS: u32 = 4;
 
 impl Changelog {
-    /// Writes a marker (or a probe) into `partition` and waits for its offset.
+    /// Writes a marker (or a probe) into `partition` and waits for its offset. A marker
+    /// carries the input topic's id `input` (see `identity.rs`).
     fn mark(
         &self,
         partition: i32,
         kind: RecordKind,
         epoch: Epoch,
+        input: Option<TopicId>,
     ) -> Result<i64, KafkaConnectorError> {
         let (reply, answer) = bounded(1);
-        let payload = Self::encode(kind, epoch, partition, 0, &[]);
+        let id = input.map(TopicId::to_bytes);
+        let payload = Self::encode(
+            kind,
+            epoch,
+            partition,
+            0,
+            id.as_ref().map_or(&[][..], |id| &id[..]),
+        );
         let target = (self.config.topic.as_str(), Some(partition));
         let opaque = Box::new(Opaque::Marker(reply));
         match &self.transactions {
@@ -123,13 +133,18 @@ impl Changelog {
         counted: impl FnMut(&StoredRecord),
     ) -> Result<RestoredPartition, KafkaConnectorError> {
         let started = Instant::now();
+        // a partition the input gained since the changelog was made: grown first
+        self.ensure_partition(partition)?;
+        // the input topic's incarnation the marker records (the position check compares
+        // offsets of one topic only)
+        let input = self.input_identity();
         let mut attempt = 0;
         let (records, marked) = loop {
             attempt += 1;
             if self.transactions.is_some() {
                 self.refuse_a_stale_takeover(partition, epoch)?;
             }
-            let marker = match self.mark(partition, RecordKind::Marker, epoch) {
+            let marker = match self.mark(partition, RecordKind::Marker, epoch, input) {
                 // another producer fenced this one while it marked: a newer owner (the
                 // check above says so next time) or a stale one, whose fence is undone
                 Err(KafkaConnectorError::TakenOver { failure, .. })
@@ -165,7 +180,8 @@ impl Changelog {
             }
             break (records, marked);
         };
-        let restored = fold(&records, counted);
+        let mut restored = fold(&records, counted);
+        self.check_position_identity(partition, input, &records, &mut restored);
         info!(changelog = %self.config.topic, partition, %epoch, records = records.len(),
             counted = restored.counted, fenced = restored.fenced, keys = restored.entries.len(),
             through = ?restored.position.map(|(_, offset)| offset),
@@ -207,7 +223,7 @@ impl Changelog {
             .refuse_a_stale_takeover(partition, epoch)
             .and_then(|()| {
                 // fenced again while marking: undecided, asked again next time
-                self.mark(partition, RecordKind::Marker, epoch)
+                self.mark(partition, RecordKind::Marker, epoch, self.input_identity())
                     .map_err(|error| match error {
                         KafkaConnectorError::TakenOver { failure, .. } => {
                             KafkaConnectorError::Changelog {
@@ -298,7 +314,7 @@ impl Changelog {
         partition: i32,
         epoch: Epoch,
     ) -> Result<(), KafkaConnectorError> {
-        let probe = self.mark(partition, RecordKind::Probe, Epoch(0))?;
+        let probe = self.mark(partition, RecordKind::Probe, Epoch(0), None)?;
         // what is written, open transactions included: the current owner's may stay
         // open until its next commit, and a marker in one counts
         let records = self.read_through(partition, probe, true)?;
@@ -413,7 +429,7 @@ impl Changelog {
     /// # Errors
     /// As for [`Changelog::restore`].
     pub fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
-        let probe = self.mark(partition, RecordKind::Probe, Epoch(0))?;
+        let probe = self.mark(partition, RecordKind::Probe, Epoch(0), None)?;
         self.read_through(partition, probe, false)
     }
 }

@@ -19,8 +19,10 @@ use tracing::{debug, error, warn};
 use crate::error::KafkaConnectorError;
 
 mod positions;
+mod transaction;
 
 use positions::Positions;
+use transaction::{Phase, TxnState, Unresolved};
 
 /// The header that carries an output's key (the record key carries it too).
 pub const OUTPUT_KEY_HEADER: &str = "mongoose-output-key";
@@ -167,13 +169,48 @@ fn failed_outcome(topic: &str, error: &KafkaError, status: rd_kafka_msg_status_t
     }
 }
 
+/// The sink's producer (it connects lazily): a new one with the same transactional id
+/// takes the place of one that cannot go on.
+fn create_producer(
+    config: &KafkaSinkConfig,
+) -> Result<BaseProducer<SinkContext>, KafkaConnectorError> {
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &config.brokers)
+        .set("client.id", &config.name)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set(
+            "message.timeout.ms",
+            config.delivery_timeout.as_millis().to_string(),
+        )
+        .set_log_level(RDKafkaLogLevel::Warning);
+    if let Some(id) = &config.transactional_id {
+        client.set("transactional.id", id);
+    }
+    for (key, value) in &config.properties {
+        client.set(key, value);
+    }
+    let context = SinkContext {
+        name: config.name.clone(),
+        reports: Mutex::new(HashMap::new()),
+    };
+    client
+        .create_with_context(context)
+        .map_err(|error| KafkaConnectorError::Config {
+            name: config.name.clone(),
+            error: Box::new(error),
+        })
+}
+
 /// Publishes outputs as records of one topic. See the crate documentation.
 pub struct KafkaSink {
     config: KafkaSinkConfig,
     producer: BaseProducer<SinkContext>,
     context: Arc<SinkContext>,
     batch: u64,
-    transactions_ready: bool,
+    /// With a transactional id: where the producer stands in the transaction protocol.
+    txn: TxnState,
     /// With `positions_topic`: read at the first transaction.
     positions: Option<Positions>,
 }
@@ -202,41 +239,14 @@ impl KafkaSink {
                 message: "positions_topic is written in the sink's transactions: give the sink a transactional_id too (the same across restarts)".to_owned(),
             });
         }
-        let mut client = ClientConfig::new();
-        client
-            .set("bootstrap.servers", &config.brokers)
-            .set("client.id", &config.name)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set(
-                "message.timeout.ms",
-                config.delivery_timeout.as_millis().to_string(),
-            )
-            .set_log_level(RDKafkaLogLevel::Warning);
-        if let Some(id) = &config.transactional_id {
-            client.set("transactional.id", id);
-        }
-        for (key, value) in &config.properties {
-            client.set(key, value);
-        }
-        let context = SinkContext {
-            name: config.name.clone(),
-            reports: Mutex::new(HashMap::new()),
-        };
-        let producer: BaseProducer<SinkContext> =
-            client
-                .create_with_context(context)
-                .map_err(|error| KafkaConnectorError::Config {
-                    name: config.name.clone(),
-                    error: Box::new(error),
-                })?;
+        let producer = create_producer(&config)?;
         let context = Arc::clone(producer.context());
         Ok(KafkaSink {
             config,
             producer,
             context,
             batch: 0,
-            transactions_ready: false,
+            txn: TxnState::new(),
             positions: None,
         })
     }
@@ -291,7 +301,7 @@ impl KafkaSink {
                     outputs,
                     outcomes,
                     SinkOutcome::NotPublished {
-                        evidence: error.to_string(),
+                        evidence: error,
                         retryable: true,
                     },
                 );
@@ -304,6 +314,15 @@ impl KafkaSink {
         let mut sent: Vec<Option<SinkOutcome>> = Vec::with_capacity(outputs.len());
         let mut waiting = 0usize;
         for (index, output) in outputs.iter().enumerate() {
+            // a comparison unless a transaction answered `Uncertain` turned out committed
+            if !self.txn.confirmed.is_empty() && self.txn.confirmed.contains(&output.key) {
+                sent.push(Some(SinkOutcome::Published {
+                    evidence: format!(
+                        "{topic}: committed by a transaction whose commit was resumed after a timeout"
+                    ),
+                }));
+                continue;
+            }
             if let Some(positions) = &self.positions {
                 if positions.committed_before(&output.key) {
                     sent.push(Some(SinkOutcome::Published {
@@ -338,6 +357,11 @@ impl KafkaSink {
                 }
             }
         }
+        // the outputs this transaction holds (not those answered from earlier commits)
+        let tried: Vec<bool> = sent
+            .iter()
+            .map(|slot| !slot.as_ref().is_some_and(SinkOutcome::is_published))
+            .collect();
         // the lanes' positions, in the same transaction as the outputs
         let lanes = self.positions.as_ref().map(|positions| {
             positions.after(
@@ -405,112 +429,75 @@ impl KafkaSink {
                 })
             })
             .collect();
-        if transactional {
-            self.end(&mut handed, offsets);
-        }
+        let known = !transactional || self.end(&mut handed, offsets);
         handed.truncate(outputs.len());
-        if let (Some(positions), Some(lanes)) = (self.positions.as_mut(), lanes) {
+        let keys = outputs
+            .iter()
+            .zip(&tried)
+            .filter(|(_, tried)| **tried)
+            .map(|(output, _)| &output.key);
+        if !known {
+            // its commit is resumed before the next transaction, which decides
+            self.txn.unresolved = Some(Unresolved {
+                keys: keys.cloned().collect(),
+                lanes,
+            });
+        } else if let (Some(positions), Some(lanes)) = (self.positions.as_mut(), lanes) {
             if handed.iter().all(SinkOutcome::is_published) {
                 positions.committed(lanes);
             } else {
-                let tried: Vec<&mongoose_core::sink::OutputKey> = outputs
-                    .iter()
-                    .map(|output| &output.key)
-                    .filter(|key| !positions.committed_before(key))
-                    .collect();
-                positions.failed(tried);
+                positions.failed(keys);
+            }
+        }
+        if !self.txn.confirmed.is_empty() {
+            // answered for good: forgotten (an abort answers them again later)
+            for (output, outcome) in outputs.iter().zip(&handed) {
+                if outcome.is_published() {
+                    self.txn.confirmed.remove(&output.key);
+                }
             }
         }
         outcomes.extend(handed);
     }
 
-    fn begin(&mut self) -> Result<(), KafkaConnectorError> {
-        if !self.transactions_ready {
-            self.producer
-                .init_transactions(self.config.delivery_timeout)
-                .map_err(|error| self.broker_error("initialising transactions", error))?;
-            self.transactions_ready = true;
-        }
-        if self.positions.is_none() {
-            if let Some(topic) = &self.config.positions_topic {
-                // after init_transactions: what a killed start left open is aborted
-                self.positions = Some(Positions::load(
-                    &self.config.name,
-                    &self.config.brokers,
-                    topic,
-                    &self.config.properties,
-                    self.config.delivery_timeout,
-                )?);
-            }
-        }
-        self.producer
-            .begin_transaction()
-            .map_err(|error| self.broker_error("beginning a transaction", error))
-    }
-
-    /// Commits the transaction (with the offsets), or aborts it when a record failed:
-    /// an aborted transaction's records are invisible to `read_committed` consumers.
-    fn end(
-        &mut self,
-        outcomes: &mut [SinkOutcome],
-        offsets: Option<(&TopicPartitionList, &ConsumerGroupMetadata)>,
-    ) {
-        let timeout = self.config.delivery_timeout;
-        let all_published = outcomes.iter().all(SinkOutcome::is_published);
-        let mut failure: Option<String> = None;
-        if all_published {
-            if let Some((offsets, group)) = offsets {
-                if let Err(error) = self
-                    .producer
-                    .send_offsets_to_transaction(offsets, group, timeout)
-                {
-                    failure = Some(format!("sending the offsets: {error}"));
+    /// Opens a transaction, first finishing what an earlier one left (a commit or an
+    /// abort that timed out, a producer to replace). `Err`: what the sink waits for
+    /// (nothing was handed over).
+    fn begin(&mut self) -> Result<(), String> {
+        let recovered = self.recover().and_then(|()| {
+            if self.positions.is_none() {
+                if let Some(topic) = &self.config.positions_topic {
+                    // after init_transactions: what a killed start left open is aborted
+                    self.positions = Some(
+                        Positions::load(
+                            &self.config.name,
+                            &self.config.brokers,
+                            topic,
+                            &self.config.properties,
+                            self.config.delivery_timeout,
+                        )
+                        .map_err(|error| error.to_string())?,
+                    );
                 }
             }
-        } else {
-            failure = Some("a record of the transaction failed".to_owned());
+            Ok(())
+        });
+        if let Err(what) = recovered {
+            self.waiting(&what);
+            return Err(format!(
+                "kafka '{}': not sent: the sink waits for the broker at {}: {what}",
+                self.config.name, self.config.brokers
+            ));
         }
-        if failure.is_none() {
-            match self.producer.commit_transaction(timeout) {
-                Ok(()) => return,
-                Err(error) => {
-                    let retriable =
-                        matches!(&error, KafkaError::Transaction(rd) if rd.is_retriable());
-                    let abortable =
-                        matches!(&error, KafkaError::Transaction(rd) if rd.txn_requires_abort());
-                    if !abortable && !retriable {
-                        // fate of the commit unknown
-                        for outcome in outcomes.iter_mut() {
-                            *outcome = SinkOutcome::Uncertain {
-                                evidence: format!("committing the transaction: {error}"),
-                            };
-                        }
-                        return;
-                    }
-                    failure = Some(format!("committing the transaction: {error}"));
-                }
-            }
+        self.not_waiting();
+        if let Err(error) = self.producer.begin_transaction() {
+            // a producer that can begin no transaction cannot go on
+            self.txn.phase = Phase::Replace;
+            return Err(self
+                .broker_error("beginning a transaction", error)
+                .to_string());
         }
-        let reason = failure.unwrap_or_default();
-        match self.producer.abort_transaction(timeout) {
-            Ok(()) => {
-                for outcome in outcomes.iter_mut() {
-                    *outcome = SinkOutcome::NotPublished {
-                        evidence: format!("transaction aborted ({reason})"),
-                        retryable: true,
-                    };
-                }
-            }
-            Err(error) => {
-                for outcome in outcomes.iter_mut() {
-                    *outcome = SinkOutcome::Uncertain {
-                        evidence: format!("{reason}; the abort failed too: {error}"),
-                    };
-                }
-                // a fatal producer error needs a new producer
-                self.transactions_ready = false;
-            }
-        }
+        Ok(())
     }
 }
 

@@ -233,6 +233,11 @@ impl Positions {
             .is_some_and(|state| state.holds(key))
     }
 
+    /// What `lane` had committed when this copy was read.
+    pub(super) fn committed_state(&self, lane: &LaneKey) -> Option<&LaneState> {
+        self.loaded.get(lane)
+    }
+
     /// The states of the lanes of `sent` once a transaction holding them commits.
     pub(super) fn after<'a>(
         &self,

@@ -9,6 +9,9 @@ use mongoose_core::Epoch;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::ClientConfig;
 
+/// The default of [`KafkaSourceConfig::metadata_refresh`].
+pub(super) const DEFAULT_METADATA_REFRESH: Duration = Duration::from_secs(5);
+
 /// How a [`KafkaSource`](crate::KafkaSource) connects and reads.
 #[derive(Clone, Debug)]
 pub struct KafkaSourceConfig {
@@ -36,15 +39,24 @@ pub struct KafkaSourceConfig {
     /// How long a synchronous commit or committed-offset fetch may take.
     pub request_timeout: Duration,
     /// Where a group without a committed offset starts: `earliest` (the default) or
-    /// `latest` (`auto.offset.reset`).
+    /// `latest` (`auto.offset.reset`). `latest` applies to the group's first start only:
+    /// a partition without a committed offset while the group has committed another
+    /// partition of the topic (a partition added to the topic) is read from its start.
     pub start_from: String,
+    /// How often the consumer asks the broker for the topic's metadata
+    /// (`topic.metadata.refresh.interval.ms`): a partition added to the topic is read
+    /// (after a rebalance) within this, and a deleted and re-created topic is noticed
+    /// within it. Default 5 s (librdkafka's own default is 5 minutes: partitions added
+    /// went unread that long).
+    pub metadata_refresh: Duration,
     /// More librdkafka properties, set last (they win).
     pub properties: Vec<(String, String)>,
 }
 
 impl KafkaSourceConfig {
     /// A configuration with the defaults: 10 s session timeout, 5 min max poll interval,
-    /// 500 records a cycle, reading from the earliest offset without a committed one.
+    /// 500 records a cycle, reading from the earliest offset without a committed one,
+    /// the topic's metadata asked for every 5 s.
     pub fn new(name: &str, brokers: &str, group: &str, topic: &str) -> Self {
         KafkaSourceConfig {
             name: name.to_owned(),
@@ -58,6 +70,7 @@ impl KafkaSourceConfig {
             poll_timeout: Duration::from_millis(10),
             request_timeout: Duration::from_secs(10),
             start_from: "earliest".to_owned(),
+            metadata_refresh: DEFAULT_METADATA_REFRESH,
             properties: Vec::new(),
         }
     }
@@ -79,13 +92,18 @@ impl KafkaSourceConfig {
                 "max.poll.interval.ms",
                 self.max_poll_interval.as_millis().to_string(),
             )
-            // the end of a partition is an event: a feed is caught up only when each
-            // partition it has was read to its end
-            .set("enable.partition.eof", "true")
+            .set(
+                "topic.metadata.refresh.interval.ms",
+                self.metadata_refresh.as_millis().max(1).to_string(),
+            )
             .set_log_level(RDKafkaLogLevel::Warning);
         for (key, value) in &self.properties {
             config.set(key, value);
         }
+        // set after the extra properties (never overridden): the end of a partition is
+        // an event, and a feed is caught up only when each partition it has was read to
+        // its end
+        config.set("enable.partition.eof", "true");
         config
     }
 }

@@ -22,10 +22,12 @@ use tracing::{debug, info, warn};
 use crate::epoch::{decide, EpochDecision, EpochFile, EpochSlot};
 use crate::error::KafkaConnectorError;
 
+mod added;
 mod committer;
 mod config;
 mod gaps;
 mod health;
+mod incarnation;
 mod partitions;
 mod rebalance;
 #[cfg(test)]
@@ -94,6 +96,8 @@ pub struct KafkaSource {
     state: SourceState,
     /// The detail last reported with `state`.
     detail: Option<String>,
+    /// The input topic's identity as last seen (a re-created topic: [`incarnation`]).
+    incarnation: incarnation::Incarnation,
 }
 
 impl fmt::Debug for KafkaSource {
@@ -133,11 +137,13 @@ impl KafkaSource {
             brokers: config.brokers.clone(),
             epochs,
             request_timeout: config.request_timeout,
+            start_from_latest: config.start_from == "latest",
             partitions: Mutex::new(Partitions::default()),
             counters: Arc::new(SourceCounters::default()),
             health: ClientHealth::default(),
             log_starts: LogStarts::new(&config.topic, &config.start_from),
         });
+        let incarnation = incarnation::Incarnation::new(config.metadata_refresh);
         Ok(KafkaSource {
             config,
             output,
@@ -147,6 +153,7 @@ impl KafkaSource {
             output_epoch: None,
             state: SourceState::Starting,
             detail: None,
+            incarnation,
         })
     }
 
@@ -214,9 +221,10 @@ impl KafkaSource {
                     continue;
                 }
                 Err(error) => {
-                    // a consumer error (a broker down, a partition EOF event): librdkafka
+                    // a consumer error (a broker down, a topic deleted): librdkafka
                     // retries by itself; what was read stays in order
                     warn!(feed = %self.config.name, %error, "kafka consumer error");
+                    self.incarnation.check_soon();
                     break;
                 }
             };
@@ -596,6 +604,9 @@ impl EventSource for KafkaSource {
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
         let consumer = self.consumer()?;
+        if let Some(done) = self.watch_topic(&consumer)? {
+            return Ok(done);
+        }
         let mut published = 0;
         if !self.tail.is_empty() {
             published += self.publish_tail(&consumer)?;

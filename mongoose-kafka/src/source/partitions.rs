@@ -90,6 +90,8 @@ pub(super) struct Shared {
     pub(super) brokers: String,
     pub(super) epochs: Option<EpochFile>,
     pub(super) request_timeout: Duration,
+    /// `start_from = "latest"` ([`super::added`]).
+    pub(super) start_from_latest: bool,
     pub(super) partitions: Mutex<Partitions>,
     pub(super) counters: Arc<SourceCounters>,
     /// A condition that keeps the client from reading ([`super::health`]).

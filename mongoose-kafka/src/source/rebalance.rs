@@ -47,6 +47,9 @@ impl ClientContext for SourceContext {
 
 impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(assigned) = rebalance {
+            super::added::read_added_partitions_from_their_start(&self.shared, consumer, assigned);
+        }
         let Rebalance::Revoke(revoked) = rebalance else {
             return;
         };

@@ -14,6 +14,7 @@ fn committer_with(partitions: Partitions) -> KafkaCommitter {
             brokers: "nowhere".into(),
             epochs: None,
             request_timeout: Duration::from_secs(1),
+            start_from_latest: false,
             partitions: Mutex::new(partitions),
             counters: Arc::default(),
             health: ClientHealth::default(),

@@ -10,7 +10,10 @@
 //!   with the state of the processors that consume the feed: with it a member restarted
 //!   after `kill -9` recognises its own saved positions), `batch` (records per cycle,
 //!   default 500), `session_timeout_ms` (default 10000), `max_poll_interval_ms` (default
-//!   300000), `start_from` (`earliest`, the default, or `latest`).
+//!   300000), `start_from` (`earliest`, the default, or `latest`: for the group's first
+//!   start only; a partition added to the topic later is read from its start),
+//!   `metadata_refresh_ms` (how soon added partitions and a re-created topic are seen,
+//!   default 5000).
 //! * **Sink kind `kafka`.** An idempotent producer (`acks=all`); each output is one
 //!   record keyed by its output key. Settings: `brokers`, `topic` (required),
 //!   `delivery_timeout_ms` (default 30000), `transactional_id` (each batch one
@@ -78,6 +81,7 @@ pub fn source(create: &CreateContext<'_>, output: PluginOutput) -> Result<KafkaS
         "session_timeout_ms",
         "max_poll_interval_ms",
         "start_from",
+        "metadata_refresh_ms",
     ];
     settings.only(&[&keys[..], KafkaSecurity::KEYS].concat())?;
     let mut config = KafkaSourceConfig::new(
@@ -95,6 +99,9 @@ pub fn source(create: &CreateContext<'_>, output: PluginOutput) -> Result<KafkaS
     }
     if let Some(millis) = settings.u64("max_poll_interval_ms")? {
         config.max_poll_interval = Duration::from_millis(millis);
+    }
+    if let Some(millis) = settings.u64("metadata_refresh_ms")? {
+        config.metadata_refresh = Duration::from_millis(millis.max(100));
     }
     if let Some(start) = settings.text("start_from") {
         if start != "earliest" && start != "latest" {
