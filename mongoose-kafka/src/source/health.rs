@@ -41,9 +41,10 @@ struct Condition {
 
 impl ClientHealth {
     /// Records `error` (from the client's error callback) when it keeps the consumer
-    /// from reading: refused credentials or authorization, or a broker that cannot be
-    /// reached (a connection refused or dropped, a name not resolved, every broker
-    /// down: a connection dropped only once is cleared by the next read or probe).
+    /// from reading: refused credentials or authorization, or every broker down. One
+    /// broker of several that cannot be reached (a connection refused or dropped, a
+    /// name not resolved) is not: the others serve the group, librdkafka retries it, and
+    /// an idle connection the broker closed is no condition at all.
     pub(super) fn record(&self, name: &str, error: &KafkaError, reason: &str) {
         let Some(code) = error.rdkafka_error_code() else {
             return;
@@ -54,9 +55,7 @@ impl ClientHealth {
             | RDKafkaErrorCode::TopicAuthorizationFailed
             | RDKafkaErrorCode::GroupAuthorizationFailed
             | RDKafkaErrorCode::ClusterAuthorizationFailed => true,
-            RDKafkaErrorCode::AllBrokersDown
-            | RDKafkaErrorCode::BrokerTransportFailure
-            | RDKafkaErrorCode::Resolve => false,
+            RDKafkaErrorCode::AllBrokersDown => false,
             _ => return,
         };
         let mut condition = self.condition.lock();
