@@ -351,6 +351,38 @@ fn records_removed_by_delete_records_are_a_reported_loss() {
     assert_eq!(committed(&brokers, &group, &topic, 1), vec![3_000]);
 }
 
+// issue 37.1, chaos kafka seed 17 (its DeleteRecords goes to the partition's end):
+// nothing is written after the removal, so no record is read to compare with the
+// committed offset; the partition's end must say it
+#[test]
+fn records_removed_up_to_the_partitions_end_are_a_reported_loss() {
+    let test = "records_removed_up_to_the_partitions_end_are_a_reported_loss";
+    let Some(brokers) = shared_broker(test) else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = unique_topic("emptied");
+    let group = format!("{topic}-forward");
+    create_topic(&brokers, &topic, 1, &[]);
+    produce(&brokers, &topic, 0..1_000);
+    let run = forward_run(
+        &library,
+        &forward_config(&brokers, &topic, &group, "", &free_address()),
+    );
+    first_run(&run, (&brokers, &group, &topic), 1_000);
+    produce(&brokers, &topic, 1_000..3_000);
+    delete_records(&brokers, &topic, 3_000);
+    assert_eq!(watermarks(&brokers, &topic), (3_000, 3_000));
+    let code = finish(&run);
+    let log = run.log();
+    assert!(
+        log.contains("2000 records never read (offsets 1000 to 2999)"),
+        "the loss names the partition, the offsets and the count: {log}"
+    );
+    assert_eq!(code, 3, "settled but not lossless: {log}");
+    assert_written_once(&run, 0..1_000, "after DeleteRecords to the end");
+}
+
 // issue 37.1: retention moves the log start past a stopped group's committed offset
 #[test]
 fn records_deleted_by_retention_before_they_were_read_are_a_reported_loss() {
