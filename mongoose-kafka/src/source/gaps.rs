@@ -10,16 +10,22 @@
 //! fetch response that brought the record: no round trip), or, when it has none, one
 //! `ListOffsets` round trip. A skip happens once per transaction or per reset, never per
 //! record; the per-record cost is one comparison.
+//!
+//! A partition emptied past the committed offset (`DeleteRecords` up to its end,
+//! retention of every record) gives no record to compare: its end event (librdkafka's
+//! partition EOF, once per end reached) compares the log end with the offset expected
+//! the same way, asking for the committed offset once when nothing was read yet.
 
 use std::ffi::CString;
 use std::time::Duration;
 
 use rdkafka::bindings::{rd_kafka_get_watermark_offsets, rd_kafka_resp_err_t};
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
 use super::partitions::Assigned;
-use super::SourceContext;
+use super::{KafkaSource, SourceContext};
 
 /// What the source knows of its topic's log starts.
 #[derive(Debug)]
@@ -60,6 +66,25 @@ impl LogStarts {
     /// The log start librdkafka last saw for `partition` in a fetch response, without a
     /// round trip; `None` when it has none.
     fn cached(&self, consumer: &BaseConsumer<SourceContext>, partition: i32) -> Option<i64> {
+        self.cached_watermarks(consumer, partition).map(|(low, _)| low)
+    }
+
+    /// The log end (high watermark) librdkafka last saw for `partition`, without a round
+    /// trip: where the consumer is at the partition's end event.
+    pub(super) fn cached_end(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        partition: i32,
+    ) -> Option<i64> {
+        self.cached_watermarks(consumer, partition)
+            .and_then(|(_, high)| (high >= 0).then_some(high))
+    }
+
+    fn cached_watermarks(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        partition: i32,
+    ) -> Option<(i64, i64)> {
         if self.topic.as_bytes().is_empty() {
             return None;
         }
@@ -77,7 +102,8 @@ impl LogStarts {
                 &mut high,
             )
         };
-        (error == rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && low >= 0).then_some(low)
+        (error == rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && low >= 0)
+            .then_some((low, high))
     }
 
     /// Whether the skip from `expected` to `resumed` in `partition` lost records: the
@@ -141,9 +167,94 @@ pub(super) fn follow(assigned: &mut Assigned, offset: i64) -> Option<i64> {
         None if assigned.epoch.is_some() => assigned.committed_at,
         None => None,
     };
-    assigned.first_read.get_or_insert(offset);
+    if assigned.next.is_none() {
+        // the first record of the assignment (a partition's end seen before it sets
+        // `next`, having checked the skip to it already)
+        assigned.first_read = Some(offset);
+    }
     assigned.next = Some(offset + 1);
     expected.filter(|expected| offset > *expected)
+}
+
+/// What the end of a partition (librdkafka's partition EOF, once per end reached) has
+/// to check: the consumer is at the log end, and the offsets from the one expected up
+/// to it were skipped when it is past it (a partition emptied by `DeleteRecords` or
+/// retention gives no record to compare).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AtEnd {
+    /// The offset expected next is known.
+    Expected(i64),
+    /// Nothing read in this assignment and its committed offset not known yet: one
+    /// round trip asks for it (once per assignment).
+    Committed,
+    /// Nothing to compare (no committed offset: nothing to lose).
+    Nothing,
+}
+
+/// The partition reached its end (called with the partitions locked): it is read to the
+/// end, and what to compare the log end with.
+pub(super) fn reached_end(assigned: &mut Assigned) -> AtEnd {
+    assigned.at_end = true;
+    match (assigned.next, assigned.epoch) {
+        (Some(next), _) => AtEnd::Expected(next),
+        (None, Some(_)) => assigned.committed_at.map_or(AtEnd::Nothing, AtEnd::Expected),
+        (None, None) => AtEnd::Committed,
+    }
+}
+
+impl KafkaSource {
+    /// `partition` (of `assignment`) reached its end: the offsets skipped up to the log
+    /// end are checked like a record's (a partition emptied past the committed offset is
+    /// a loss with no record after it). Not per record: once per end reached.
+    pub(super) fn check_end(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        partition: i32,
+        (assignment, at_end): (u64, AtEnd),
+    ) {
+        let shared = &self.shared;
+        let Some(end) = shared.log_starts.cached_end(consumer, partition) else {
+            return;
+        };
+        let expected = match at_end {
+            AtEnd::Nothing => None,
+            AtEnd::Expected(expected) => Some(expected),
+            AtEnd::Committed => {
+                let mut list = TopicPartitionList::new();
+                list.add_partition(&shared.topic, partition);
+                match crate::admin::committed_retrying(consumer, &list, shared.request_timeout) {
+                    Ok(committed) => committed
+                        .find_partition(&shared.topic, partition)
+                        .and_then(|element| match element.offset() {
+                            Offset::Offset(offset) => Some(offset),
+                            _ => None,
+                        }),
+                    Err(error) => {
+                        // asked again at the partition's next end; its first record is
+                        // checked against the committed offset anyway
+                        debug!(feed = %shared.name, partition, %error,
+                            "the committed offset could not be read at the partition's end");
+                        return;
+                    }
+                }
+            }
+        };
+        if let Some(expected) = expected.filter(|expected| end > *expected) {
+            self.check_gap(consumer, partition, expected, end);
+        }
+        // the consumer is at `end`: a record read next is compared with it (and the skip
+        // up to it is not reported twice)
+        let mut partitions = shared.partitions.lock();
+        if let Some(assigned) = partitions
+            .assigned
+            .get_mut(&partition)
+            .filter(|assigned| assigned.assignment == assignment)
+        {
+            if assigned.next.is_none_or(|next| next < end) {
+                assigned.next = Some(end);
+            }
+        }
+    }
 }
 
 /// The first offset read in this assignment when it is past the group's `committed`
@@ -208,6 +319,25 @@ mod tests {
         assert_eq!(follow(&mut assigned, 101), Some(100));
         assert!(!assigned.at_end, "a record read: not at the end any more");
         assert_eq!(follow(&mut assigned, 102), None);
+    }
+
+    // a partition's end: compared with the offset expected, or the committed offset
+    // asked for when nothing was read; a record after the end's check is not the first
+    // record any more (the skip to the end is not checked twice)
+    #[test]
+    fn a_partitions_end_is_compared_with_the_offset_expected() {
+        let mut assigned = Assigned::new(1);
+        assert_eq!(reached_end(&mut assigned), AtEnd::Committed);
+        assert!(assigned.at_end);
+        assigned.next = Some(3_000); // what the end's check sets
+        assert_eq!(follow(&mut assigned, 3_000), None);
+        assert_eq!(first_unchecked(&assigned, Some(1_000)), None);
+        assert_eq!(reached_end(&mut assigned), AtEnd::Expected(3_001));
+        let mut assigned = Assigned::new(2);
+        assigned.epoch = Some(Epoch(3));
+        assert_eq!(reached_end(&mut assigned), AtEnd::Nothing);
+        assigned.committed_at = Some(5);
+        assert_eq!(reached_end(&mut assigned), AtEnd::Expected(5));
     }
 
     #[test]

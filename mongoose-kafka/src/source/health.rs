@@ -1,10 +1,14 @@
 //! A client that cannot connect or authenticate: the condition librdkafka reports in
-//! its error callback (credentials refused, an authorization refused, every broker
-//! down), kept until the consumer reads again (a record or the end of a partition: a
-//! fetch answered) or a broker answers it again (a metadata request, tried every
-//! [`PROBE_EVERY`] while the condition holds: a member at the end of its partitions
-//! reads nothing new), so that the feed says stalled with the reason instead of
-//! caught up.
+//! its error callback (credentials refused, an authorization refused, a broker that
+//! cannot be reached), kept until the consumer reads again (a record or the end of a
+//! partition: a fetch answered) or a broker answers it again (a metadata request, tried
+//! every [`PROBE_EVERY`] while the condition holds: a member at the end of its
+//! partitions reads nothing new), so that the feed says stalled with the reason instead
+//! of caught up.
+//!
+//! A refusal holds at once. A broker that cannot be reached holds only once the brokers
+//! do not answer that request either: one broker of several down (the others serve the
+//! group; librdkafka reconnects), or an idle connection a broker closed, is none.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -35,16 +39,18 @@ pub(super) struct ClientHealth {
 #[derive(Clone, Debug)]
 struct Condition {
     refused: bool,
+    /// A refusal, or no broker answered the metadata request since: the feed cannot
+    /// read (a connection failure alone is not, until then).
+    confirmed: bool,
     error: KafkaError,
     reason: String,
 }
 
 impl ClientHealth {
-    /// Records `error` (from the client's error callback) when it keeps the consumer
-    /// from reading: refused credentials or authorization, or every broker down. One
-    /// broker of several that cannot be reached (a connection refused or dropped, a
-    /// name not resolved) is not: the others serve the group, librdkafka retries it, and
-    /// an idle connection the broker closed is no condition at all.
+    /// Records `error` (from the client's error callback) when it may keep the consumer
+    /// from reading: refused credentials or authorization (held at once), or a broker
+    /// that cannot be reached (a connection refused or dropped, a name not resolved,
+    /// every broker down: held once the brokers do not answer [`Self::probe`]).
     pub(super) fn record(&self, name: &str, error: &KafkaError, reason: &str) {
         let Some(code) = error.rdkafka_error_code() else {
             return;
@@ -55,7 +61,9 @@ impl ClientHealth {
             | RDKafkaErrorCode::TopicAuthorizationFailed
             | RDKafkaErrorCode::GroupAuthorizationFailed
             | RDKafkaErrorCode::ClusterAuthorizationFailed => true,
-            RDKafkaErrorCode::AllBrokersDown => false,
+            RDKafkaErrorCode::AllBrokersDown
+            | RDKafkaErrorCode::BrokerTransportFailure
+            | RDKafkaErrorCode::Resolve => false,
             _ => return,
         };
         let mut condition = self.condition.lock();
@@ -67,13 +75,15 @@ impl ClientHealth {
         {
             return;
         }
+        let confirmed = refused || condition.as_ref().is_some_and(|held| held.confirmed);
         *condition = Some(Condition {
             refused,
+            confirmed,
             error: error.clone(),
             reason: reason.to_owned(),
         });
         self.failing.store(true, Ordering::Release);
-        if first {
+        if first && refused {
             warn!(feed = %name, %error, reason,
                 "the kafka client cannot read: the feed is stalled (not caught up) until it reads again");
         }
@@ -87,7 +97,9 @@ impl ClientHealth {
         }
         self.failing.store(false, Ordering::Release);
         if let Some(condition) = self.condition.lock().take() {
-            info!(feed = %name, error = %condition.error, "the kafka client reads again: the feed is no longer stalled");
+            if condition.confirmed {
+                info!(feed = %name, error = %condition.error, "the kafka client reads again: the feed is no longer stalled");
+            }
         }
     }
 
@@ -116,7 +128,14 @@ impl ClientHealth {
             }
             Ok(_) => {}
             Err(error) => {
-                debug!(feed = %name, %error, "the brokers still do not answer this client");
+                let mut condition = self.condition.lock();
+                if let Some(held) = condition.as_mut().filter(|held| !held.confirmed) {
+                    held.confirmed = true;
+                    warn!(feed = %name, error = %held.error, reason = %held.reason, probe = %error,
+                        "the kafka client cannot read (no broker answers): the feed is stalled (not caught up) until it reads again");
+                } else {
+                    debug!(feed = %name, %error, "the brokers still do not answer this client");
+                }
             }
         }
     }
@@ -128,6 +147,9 @@ impl ClientHealth {
             return None;
         }
         let condition = self.condition.lock().clone()?;
+        if !condition.confirmed {
+            return None; // a broker may answer yet: the next probe says
+        }
         Some(if condition.refused {
             KafkaConnectorError::Security {
                 name: name.to_owned(),

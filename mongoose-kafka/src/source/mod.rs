@@ -214,9 +214,14 @@ impl KafkaSource {
                 Err(KafkaError::PartitionEOF(partition)) => {
                     // read to the high watermark: a fetch was answered
                     self.shared.health.clear(&self.config.name);
-                    let mut partitions = self.shared.partitions.lock();
-                    if let Some(assigned) = partitions.assigned.get_mut(&partition) {
-                        assigned.at_end = true;
+                    let reached = {
+                        let mut partitions = self.shared.partitions.lock();
+                        partitions.assigned.get_mut(&partition).map(|assigned| {
+                            (assigned.assignment, gaps::reached_end(assigned))
+                        })
+                    };
+                    if let Some(reached) = reached {
+                        self.check_end(consumer, partition, reached);
                     }
                     continue;
                 }
