@@ -66,7 +66,8 @@ impl LogStarts {
     /// The log start librdkafka last saw for `partition` in a fetch response, without a
     /// round trip; `None` when it has none.
     fn cached(&self, consumer: &BaseConsumer<SourceContext>, partition: i32) -> Option<i64> {
-        self.cached_watermarks(consumer, partition).map(|(low, _)| low)
+        self.cached_watermarks(consumer, partition)
+            .map(|(low, _)| low)
     }
 
     /// The log end (high watermark) librdkafka last saw for `partition`, without a round
@@ -197,7 +198,9 @@ pub(super) fn reached_end(assigned: &mut Assigned) -> AtEnd {
     assigned.at_end = true;
     match (assigned.next, assigned.epoch) {
         (Some(next), _) => AtEnd::Expected(next),
-        (None, Some(_)) => assigned.committed_at.map_or(AtEnd::Nothing, AtEnd::Expected),
+        (None, Some(_)) => assigned
+            .committed_at
+            .map_or(AtEnd::Nothing, AtEnd::Expected),
         (None, None) => AtEnd::Committed,
     }
 }
@@ -223,12 +226,14 @@ impl KafkaSource {
                 let mut list = TopicPartitionList::new();
                 list.add_partition(&shared.topic, partition);
                 match crate::admin::committed_retrying(consumer, &list, shared.request_timeout) {
-                    Ok(committed) => committed
-                        .find_partition(&shared.topic, partition)
-                        .and_then(|element| match element.offset() {
-                            Offset::Offset(offset) => Some(offset),
-                            _ => None,
-                        }),
+                    Ok(committed) => {
+                        committed
+                            .find_partition(&shared.topic, partition)
+                            .and_then(|element| match element.offset() {
+                                Offset::Offset(offset) => Some(offset),
+                                _ => None,
+                            })
+                    }
                     Err(error) => {
                         // asked again at the partition's next end; its first record is
                         // checked against the committed offset anyway

@@ -216,9 +216,10 @@ impl KafkaSource {
                     self.shared.health.clear(&self.config.name);
                     let reached = {
                         let mut partitions = self.shared.partitions.lock();
-                        partitions.assigned.get_mut(&partition).map(|assigned| {
-                            (assigned.assignment, gaps::reached_end(assigned))
-                        })
+                        partitions
+                            .assigned
+                            .get_mut(&partition)
+                            .map(|assigned| (assigned.assignment, gaps::reached_end(assigned)))
                     };
                     if let Some(reached) = reached {
                         self.check_end(consumer, partition, reached);
