@@ -464,7 +464,10 @@ mod tests {
         assert_eq!(bytes[64..68], crc.to_be_bytes());
         assert_eq!(bytes[68..72], (!crc).to_be_bytes());
         assert_eq!(bytes[512..584], bytes[..72], "the mirror");
-        assert!(bytes[72..512].iter().chain(&bytes[584..]).all(|byte| *byte == 0));
+        assert!(bytes[72..512]
+            .iter()
+            .chain(&bytes[584..])
+            .all(|byte| *byte == 0));
         let decoded = PointerRecord::decode(&bytes);
         assert_eq!(decoded.record, record);
         assert_eq!(decoded.damage, None);
