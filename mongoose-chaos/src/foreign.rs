@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::process::{code_of, free_tcp_port};
 use crate::scenario::{Options, Scenario, StateFile, Step};
+use crate::steps::last_error;
 use crate::world::World;
 
 /// The path of `what` in a finished run of `world`'s workload over other lines
@@ -54,19 +56,12 @@ pub fn foreign_state(world: &World, what: StateFile) -> Result<PathBuf, String> 
             bytes: None,
         })?;
         foreign.heal()?;
-        foreign.start_server(true)?;
-        let ended = foreign
-            .server
-            .as_mut()
-            .and_then(|server| server.wait_for(Duration::from_secs(60)));
-        if ended.is_none() {
-            return Err(format!(
-                "the other run for a foreign {what:?} did not settle in 60 s (in {})",
-                dir.display()
-            ));
-        }
-        foreign.server = None;
+        settle_once(&mut foreign, what)?;
         drop(foreign);
+        // only a run that settled and exited 0 is another run's state: a marker on a
+        // failed one (its admin port taken by another harness) made every later seed of
+        // this workload fail with "the other run has no ..." (soak of mixed-consumers,
+        // two harnesses side by side)
         std::fs::write(&ready, b"").map_err(|error| error.to_string())?;
     }
     // the same relative path in the other run's folder (its own newest outbox segment)
@@ -106,6 +101,48 @@ pub fn foreign_state(world: &World, what: StateFile) -> Result<PathBuf, String> 
     }
 }
 
+/// Runs the other run's server to its settled exit (0), starting it again on another
+/// admin port when one was taken between the pick and the start (a few tries).
+///
+/// # Errors
+/// It did not settle in 60 s, or exited otherwise than 0 (what its log said last).
+fn settle_once(foreign: &mut World, what: StateFile) -> Result<(), String> {
+    const TRIES: u32 = 5;
+    for _ in 0..TRIES {
+        foreign.start_server(true)?;
+        let ended = foreign
+            .server
+            .as_mut()
+            .and_then(|server| server.wait_for(Duration::from_secs(60)));
+        foreign.server = None;
+        let Some(status) = ended else {
+            return Err(format!(
+                "the other run for a foreign {what:?} did not settle in 60 s (in {})",
+                foreign.dir.display()
+            ));
+        };
+        let code = code_of(status);
+        if code == 0 {
+            return Ok(());
+        }
+        let said = last_error(&foreign.server_log_of_run());
+        if code == 2 && said.contains("for the admin API (Address already in use") {
+            foreign.ports.admin = free_tcp_port();
+            std::fs::write(foreign.path("mongoose.toml"), foreign.config())
+                .map_err(|error| format!("cannot write the other run's config: {error}"))?;
+            continue;
+        }
+        return Err(format!(
+            "the other run for a foreign {what:?} exited {code} (in {}): {said}",
+            foreign.dir.display()
+        ));
+    }
+    Err(format!(
+        "the other run for a foreign {what:?} found no free admin port in {TRIES} tries (in {})",
+        foreign.dir.display()
+    ))
+}
+
 /// The state folder the server keeps for the feed or sink `name` in the data folder of
 /// the scenario folder `dir`: `data/<kind>/<name>-<key>` (`kind`: `feeds` or `sinks`),
 /// found by its name (a scenario has one feed and its sinks have distinct names); a
@@ -128,4 +165,53 @@ pub fn state_folder_in(dir: &Path, kind: &str, name: &str) -> PathBuf {
             || parent.join(format!("{name}-none")),
             |found| parent.join(found),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{SinkKind, SourceKind, Workload};
+    use crate::world::{Binaries, Launcher};
+
+    /// The other run's server exits 1 at once (`false` stands for a binary that could
+    /// not start): no "ready" marker is left for the next seed of the workload, and the
+    /// error says how the other run ended.
+    #[test]
+    fn another_run_that_failed_is_never_taken_for_ready() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let scenario = Scenario {
+            seed: 11,
+            family: "mixed-consumers".to_owned(),
+            workload: Workload::Forward,
+            source: SourceKind::File,
+            sink: SinkKind::File,
+            writers: 1,
+            options: Options::default(),
+            steps: Vec::new(),
+        };
+        let bins = Binaries {
+            mongoose: PathBuf::from("false"),
+            plugin_dir: dir.path().join("no-plugins"),
+            peer: Launcher {
+                program: dir.path().join("no-peer"),
+                args: Vec::new(),
+            },
+        };
+        let world = World::create(scenario, bins, &dir.path().join("run")).expect("a world");
+        let error = foreign_state(&world, StateFile::Pointer).expect_err("the other run failed");
+        assert!(
+            error.contains("exited 1"),
+            "the error names the other run's exit: {error}"
+        );
+        let marked: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("the harness folder")
+            .filter_map(Result::ok)
+            .filter(|entry| entry.path().join("ready-pointer-owner").exists())
+            .map(|entry| entry.path())
+            .collect();
+        assert!(
+            marked.is_empty(),
+            "a failed other run was marked ready: {marked:?}"
+        );
+    }
 }

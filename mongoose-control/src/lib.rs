@@ -115,8 +115,8 @@ pub use controller::{ControlInterceptor, Controller, StartContextExt};
 pub use delivery::DeliveryFeeds;
 pub use error::ControlError;
 pub use group::{
-    GroupOptions, GroupState, GroupStatus, ProcessorGroup, ProcessorStatus, QuarantinedProcessor,
-    QueueOverload, RetryPolicy,
+    DispatchHold, GroupOptions, GroupState, GroupStatus, ProcessorGroup, ProcessorStatus,
+    QuarantinedProcessor, QueueOverload, RetryPolicy,
 };
 pub use handle::{ProcessorHandle, ServerId};
 pub use host::{FeedSubscriptions, HandlerFailure, ProcessorHost, Recording};

@@ -861,3 +861,112 @@ fn an_empty_config_file_is_refused_by_reload() {
     assert_eq!(run.terminate(), 0);
     dir.assert_exactly_once("app", 40);
 }
+
+/// A feed read by a group of two forwards into file sinks: `copy` into `out.txt` and
+/// `also{suffix}` into `also{suffix}.txt`.
+fn a_group_of_two_forwards(suffix: usize) -> String {
+    format!(
+        r#"
+shutdown_timeout_millis = 2000
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+read_strategy = "COMMITED"
+
+[[sinks]]
+name = "out"
+kind = "file"
+path = "out.txt"
+
+[[sinks]]
+name = "also{suffix}"
+kind = "file"
+path = "also{suffix}.txt"
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = {{ feed = "lines", sink = "out" }}
+[[groups.processors]]
+name = "also{suffix}"
+kind = "forward"
+settings = {{ feed = "lines", sink = "also{suffix}" }}
+"#
+    )
+}
+
+#[test]
+fn a_reload_that_replaces_a_forward_while_lines_flow_gives_the_replacement_every_line_after_the_old_ones(
+) {
+    // chaos reload seed 1796642187050 (a soak): a processor and its sink replaced by a
+    // reload while the group's other processor went on: the lines the group took
+    // between the old one's stop and the new one's start went to the other processor
+    // only, were committed, and the replacement never got them (518 to 1,877 lines of
+    // 9,055 never reached the HTTP target, exit 0)
+    let mut run = support::LedgerRun::new("", "");
+    run.log_filter = "warn,mongoose_server=info";
+    std::fs::write(run.path("mongoose.toml"), a_group_of_two_forwards(0)).expect("config");
+    let mut child = run.spawn(false);
+    // lines appended all along the reloads: some reach the group in each window
+    let input = run.path("input.txt");
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let writer = {
+        let writing = std::sync::Arc::clone(&writing);
+        std::thread::spawn(move || {
+            let mut next = 0usize;
+            while writing.load(std::sync::atomic::Ordering::Acquire) {
+                let text: String = (next..next + 50)
+                    .map(|n| format!("flow-{n:07}\n"))
+                    .collect();
+                append_to(&input, &text);
+                next += 50;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            next
+        })
+    };
+    // the server is up (its SIGHUP handler too) once lines come out
+    run.wait_until(&mut child, "forwarded lines", || {
+        std::fs::metadata(run.path("also0.txt")).is_ok_and(|meta| meta.len() > 0)
+    });
+    for suffix in 1..=5 {
+        std::fs::write(
+            run.path("mongoose.toml.new"),
+            a_group_of_two_forwards(suffix),
+        )
+        .expect("the replacement's config");
+        std::fs::rename(run.path("mongoose.toml.new"), run.path("mongoose.toml"))
+            .expect("config in place");
+        reload(&run, &mut child);
+    }
+    writing.store(false, std::sync::atomic::Ordering::Release);
+    let written = writer.join().expect("the writer");
+    let text: String = (0..written).map(|n| format!("flow-{n:07}\n")).collect();
+    run.wait_until(&mut child, "wrote every line to the file sink", || {
+        std::fs::read_to_string(run.path("out.txt")).is_ok_and(|out| out == text)
+    });
+    let last = format!("flow-{:07}\n", written - 1);
+    run.wait_until(&mut child, "the last replacement caught up", || {
+        std::fs::read_to_string(run.path("also5.txt")).is_ok_and(|out| out.ends_with(&last))
+    });
+    let code = run.terminate(child);
+    let mut got = std::collections::BTreeSet::new();
+    for suffix in 0..=5 {
+        let out =
+            std::fs::read_to_string(run.path(&format!("also{suffix}.txt"))).unwrap_or_default();
+        got.extend(out.lines().map(str::to_owned));
+    }
+    let missing: Vec<&str> = text.lines().filter(|line| !got.contains(*line)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {written} lines never reached any of the replaced forwards (first: {:?}), exit {code}: {}",
+        missing.len(),
+        missing.first(),
+        run.log()
+    );
+    assert_eq!(code, 0, "{}", run.log());
+}

@@ -45,6 +45,7 @@ use crate::services::ServiceBroadcast;
 mod admin;
 mod capture;
 mod dispatch;
+mod hold;
 mod lifecycle;
 mod mailbox;
 mod runtime;
@@ -55,6 +56,7 @@ mod trail;
 pub(crate) use capture::CaptureShared;
 use capture::{Captures, OpenedCapture};
 use dispatch::GroupDispatcher;
+pub use hold::DispatchHold;
 use mailbox::{answer_not_running, free_name, Mailbox};
 pub(crate) use mailbox::{Admission, CaptureStart, Letter, NotAdmitted, Request};
 use runtime::{run_group, FeedState, Runtime, Slot};
@@ -237,6 +239,8 @@ struct GroupShared {
     /// A helper handed an open back (`Mailbox::opened` is not empty): the duty cycle
     /// takes the mailbox lock for it only then.
     captures_opened: AtomicBool,
+    /// The [`DispatchHold`]s alive: the group takes no event from its feeds meanwhile.
+    dispatch_holds: AtomicU64,
 }
 
 /// A processor group: one agent thread, its control mailbox, timers and feed readers.
@@ -305,6 +309,7 @@ impl ProcessorGroup {
                 retained: Mutex::new(Vec::new()),
                 captures: Arc::new(CaptureShared::default()),
                 captures_opened: AtomicBool::new(false),
+                dispatch_holds: AtomicU64::new(0),
             }),
         }
     }

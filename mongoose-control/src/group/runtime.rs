@@ -163,7 +163,9 @@ impl Runtime {
         work += self.take_opened_captures();
         work += self.expire_capture_opens();
         work += self.fire_timers();
-        work += self.poll_feeds();
+        if !self.shared.dispatch_held() {
+            work += self.poll_feeds();
+        }
         // the poll's outputs go to their sinks now (their inputs are held meanwhile)
         mongoose_core::batch_end::end_batch();
         self.settle();

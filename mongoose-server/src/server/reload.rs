@@ -497,6 +497,25 @@ impl Server {
                 Err(reason) => reasons.push(reason),
             }
         }
+        // a group that loses processors and gains others (a replacement) takes no
+        // event from its feeds until the new ones are in: the events between the old
+        // ones' stop and the new ones' start went to its other processors alone, were
+        // committed, and the replacement never got them (chaos reload seed
+        // 1796642187050)
+        let holds: Vec<_> = plan
+            .removed_processors
+            .iter()
+            .map(|(group, _)| group)
+            .filter(|group| {
+                plan.added_processors
+                    .iter()
+                    .any(|&(index, _)| config.groups[index].name == **group)
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|group| inner.plane.group(group))
+            .map(|group| group.hold_dispatch())
+            .collect();
         let wait = Duration::from_millis(config.control_wait_millis);
         for (group, name) in &plan.removed_processors {
             match inner.plane.stop_processor_wait(group, name, wait) {
@@ -563,6 +582,8 @@ impl Server {
                 }
             }
         }
+        // the replaced groups read again, every processor in place
+        drop(holds);
         for feed in &new_feeds {
             Self::start_source(feed, &inner.failures);
             feed.publisher.start_complete();

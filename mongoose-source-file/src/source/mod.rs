@@ -423,6 +423,14 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
                     warn!(source = %self.config.name, pointer = %pointer_path.display(), ?damage,
                         "the pointer file is damaged: repaired");
                 }
+                Some(PointerDamage::Checksum) => {
+                    warn!(source = %self.config.name, pointer = %pointer_path.display(),
+                        "the pointer file's bytes fail their check in both copies (a damaged disk block or a stray write): its record is not trusted");
+                }
+                _ if opened.decoded.mirrored => {
+                    warn!(source = %self.config.name, pointer = %pointer_path.display(), offset = opened.decoded.record.offset,
+                        "the pointer file's first copy fails its check (a write torn by a crash, or a changed byte): its mirror copy, whole, is read and written back");
+                }
                 _ => {}
             }
             // whole, of this layout, with an epoch, or naming a file whose epoch is not
@@ -460,7 +468,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
             // whose lane bytes were damaged, gets it now)
             shared.record = shared.stamped(reconciled);
             shared.pointer = Some(opened.file);
-            if shared.record != opened.decoded.record {
+            if shared.record != opened.decoded.record || opened.decoded.mirrored {
                 let record = shared.record;
                 shared.write_record(record)?;
             }
