@@ -96,11 +96,14 @@ impl KafkaSourceConfig {
                 "topic.metadata.refresh.interval.ms",
                 self.metadata_refresh.as_millis().max(1).to_string(),
             )
-            .set("enable.partition.eof", "false")
             .set_log_level(RDKafkaLogLevel::Warning);
         for (key, value) in &self.properties {
             config.set(key, value);
         }
+        // set after the extra properties (never overridden): the end of a partition is
+        // an event, and a feed is caught up only when each partition it has was read to
+        // its end
+        config.set("enable.partition.eof", "true");
         config
     }
 }
@@ -125,6 +128,9 @@ pub struct SourceCounters {
     pub published: AtomicU64,
     /// Records dropped because their partition was revoked before they were published.
     pub dropped_revoked: AtomicU64,
+    /// Records removed (retention, `DeleteRecords`) before they were read: reported as
+    /// losses of the feed.
+    pub lost_records: AtomicU64,
 }
 
 /// A snapshot of what the source holds per partition ([`KafkaSource::stats`](crate::KafkaSource::stats)).

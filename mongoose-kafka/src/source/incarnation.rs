@@ -172,6 +172,10 @@ impl KafkaSource {
                     assigned.high = None;
                     assigned.pending = None;
                     assigned.committed_at = None;
+                    // read again from its start: nothing read of the new topic yet
+                    assigned.first_read = None;
+                    assigned.next = None;
+                    assigned.at_end = false;
                 }
                 reset.push((partition, epoch));
             }

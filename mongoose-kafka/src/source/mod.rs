@@ -14,6 +14,7 @@ use mongoose_core::{
 };
 use parking_lot::Mutex;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
@@ -24,6 +25,8 @@ use crate::error::KafkaConnectorError;
 mod added;
 mod committer;
 mod config;
+mod gaps;
+mod health;
 mod incarnation;
 mod partitions;
 mod rebalance;
@@ -32,6 +35,8 @@ mod tests;
 
 pub use committer::KafkaCommitter;
 pub use config::{KafkaSourceConfig, KafkaSourceStats, SourceCounters};
+use gaps::{Gap, LogStarts};
+use health::ClientHealth;
 use partitions::{Assigned, Partitions, Shared};
 pub(crate) use rebalance::SourceContext;
 
@@ -89,6 +94,8 @@ pub struct KafkaSource {
     /// The epoch last given to the output.
     output_epoch: Option<Epoch>,
     state: SourceState,
+    /// The detail last reported with `state`.
+    detail: Option<String>,
     /// The input topic's identity as last seen (a re-created topic: [`incarnation`]).
     incarnation: incarnation::Incarnation,
 }
@@ -133,6 +140,8 @@ impl KafkaSource {
             start_from_latest: config.start_from == "latest",
             partitions: Mutex::new(Partitions::default()),
             counters: Arc::new(SourceCounters::default()),
+            health: ClientHealth::default(),
+            log_starts: LogStarts::new(&config.topic, &config.start_from),
         });
         let incarnation = incarnation::Incarnation::new(config.metadata_refresh);
         Ok(KafkaSource {
@@ -143,6 +152,7 @@ impl KafkaSource {
             tail: VecDeque::new(),
             output_epoch: None,
             state: SourceState::Starting,
+            detail: None,
             incarnation,
         })
     }
@@ -201,8 +211,23 @@ impl KafkaSource {
             timeout = Duration::ZERO;
             let message = match polled {
                 Ok(message) => message,
+                Err(KafkaError::PartitionEOF(partition)) => {
+                    // read to the high watermark: a fetch was answered
+                    self.shared.health.clear(&self.config.name);
+                    let reached = {
+                        let mut partitions = self.shared.partitions.lock();
+                        partitions
+                            .assigned
+                            .get_mut(&partition)
+                            .map(|assigned| (assigned.assignment, gaps::reached_end(assigned)))
+                    };
+                    if let Some(reached) = reached {
+                        self.check_end(consumer, partition, reached);
+                    }
+                    continue;
+                }
                 Err(error) => {
-                    // a consumer error (a broker down, a partition EOF event): librdkafka
+                    // a consumer error (a broker down, a topic deleted): librdkafka
                     // retries by itself; what was read stays in order
                     warn!(feed = %self.config.name, %error, "kafka consumer error");
                     self.incarnation.check_soon();
@@ -210,23 +235,28 @@ impl KafkaSource {
                 }
             };
             let partition = message.partition();
-            let assignment = {
-                let partitions = self.shared.partitions.lock();
+            let offset = message.offset();
+            let followed = {
+                let mut partitions = self.shared.partitions.lock();
                 partitions
                     .assigned
-                    .get(&partition)
-                    .map(|assigned| assigned.assignment)
+                    .get_mut(&partition)
+                    .map(|assigned| (assigned.assignment, gaps::follow(assigned, offset)))
             };
-            let Some(assignment) = assignment else {
+            let Some((assignment, skipped)) = followed else {
                 continue; // not (or no longer) ours
             };
+            self.shared.health.clear(&self.config.name);
+            if let Some(expected) = skipped {
+                self.check_gap(consumer, partition, expected, offset);
+            }
             let record = KafkaRecord {
                 key: message.key().map(Bytes::copy_from_slice),
                 payload: message
                     .payload()
                     .map_or_else(Bytes::new, Bytes::copy_from_slice),
                 partition,
-                offset: message.offset(),
+                offset,
                 timestamp: message.timestamp().to_millis(),
             };
             self.tail.push_back(Held { record, assignment });
@@ -293,6 +323,19 @@ impl KafkaSource {
                 self.decide_epoch(undecided_partition, undecided_assignment, seen, offset)?;
             if undecided_partition == partition {
                 decided = epoch;
+            }
+            // its first record (read before the committed offset was known) against the
+            // committed offset: records removed before they were read
+            let first = {
+                let partitions = self.shared.partitions.lock();
+                partitions
+                    .assigned
+                    .get(&undecided_partition)
+                    .filter(|assigned| assigned.assignment == undecided_assignment)
+                    .and_then(|assigned| gaps::first_unchecked(assigned, offset))
+            };
+            if let Some((expected, first)) = first {
+                self.check_gap(consumer, undecided_partition, expected, first);
             }
         }
         Ok(decided)
@@ -463,9 +506,59 @@ impl KafkaSource {
     }
 
     fn report(&mut self, state: SourceState, detail: Option<&str>) {
-        if self.state != state {
+        if self.state != state || self.detail.as_deref() != detail {
             self.state = state;
+            self.detail = detail.map(str::to_owned);
             self.output.report_state(state, detail);
+        }
+    }
+
+    /// Offsets of `partition` skipped from `expected` to `resumed`: when the log start
+    /// passed `expected`, a loss, reported to the feed (book: connectors/kafka.md,
+    /// records removed before they were read).
+    fn check_gap(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        partition: i32,
+        expected: i64,
+        resumed: i64,
+    ) {
+        let shared = &self.shared;
+        let Some(gap) = shared.log_starts.check(
+            consumer,
+            (&shared.name, &shared.topic),
+            partition,
+            (expected, resumed),
+            shared.request_timeout,
+        ) else {
+            return;
+        };
+        self.report_gap(&gap);
+    }
+
+    fn report_gap(&self, gap: &Gap) {
+        let shared = &self.shared;
+        let lost = gap.lost();
+        shared
+            .counters
+            .lost_records
+            .fetch_add(lost, Ordering::Relaxed);
+        warn!(feed = %shared.name, topic = %shared.topic, partition = gap.partition, expected = gap.expected,
+            log_start = gap.log_start, resumed = gap.resumed, lost,
+            "records removed before they were read (retention or DeleteRecords moved the partition's log start past the offset to read): the feed is not lossless");
+        self.output.report_loss(&gap.describe(&shared.topic), None);
+    }
+
+    /// Why the source is not caught up though a poll returned nothing: `None` when it
+    /// has its assignment and read every partition of it to the end.
+    fn not_caught_up(&self) -> Option<&'static str> {
+        let partitions = self.shared.partitions.lock();
+        if !partitions.joined {
+            Some("waiting for the consumer group's assignment")
+        } else if !partitions.read_to_the_end() {
+            Some("reading its partitions to their end")
+        } else {
+            None
         }
     }
 }
@@ -497,7 +590,12 @@ impl EventSource for KafkaSource {
             consumer: Arc::downgrade(&consumer),
         });
         self.consumer = Some(consumer);
-        self.output.report_state(SourceState::Starting, None);
+        // not "starting": a feed whose source says nothing is settled by drained alone,
+        // and nothing was read yet
+        self.report(
+            SourceState::Behind,
+            Some("waiting for the consumer group's assignment"),
+        );
         info!(feed = %self.config.name, topic = %self.config.topic, group = %self.config.group,
             brokers = %self.config.brokers, "kafka source subscribed");
         // each partition's epoch is set as its records are published: the driver sets
@@ -533,8 +631,21 @@ impl EventSource for KafkaSource {
         self.resume(&consumer);
         let read = self.read(&consumer)?;
         if read == 0 {
+            // a client that cannot authenticate or reach a broker: the cycle fails with
+            // why, and the driver reports the feed stalled with it until one works again
+            let health = &self.shared.health;
+            health.probe(&consumer, &self.config.name, &self.config.topic);
+            if let Some(error) = health.outstanding(&self.config.name, &self.config.brokers) {
+                self.report(SourceState::Behind, Some("the kafka client cannot read"));
+                return Err(error.into());
+            }
             if published == 0 {
-                self.report(SourceState::CaughtUp, None);
+                // caught up only with the assignment read to its end (an empty poll
+                // before the first assignment or fetch says nothing)
+                match self.not_caught_up() {
+                    None => self.report(SourceState::CaughtUp, None),
+                    Some(why) => self.report(SourceState::Behind, Some(why)),
+                }
             }
             return Ok(WorkDone(published));
         }

@@ -16,6 +16,8 @@ use tracing::{debug, warn};
 use crate::epoch::{tag, EpochFile, EpochSlot};
 use crate::error::KafkaConnectorError;
 
+use super::gaps::LogStarts;
+use super::health::ClientHealth;
 use super::{SourceContext, SourceCounters};
 
 /// One assigned partition.
@@ -32,6 +34,29 @@ pub(super) struct Assigned {
     /// The group's committed offset as last known (read at the first record, then each
     /// commit of this member).
     pub(super) committed_at: Option<i64>,
+    /// The offset of the first record read in this assignment ([`super::gaps`]).
+    pub(super) first_read: Option<i64>,
+    /// The offset expected next: the last record read + 1 ([`super::gaps`]).
+    pub(super) next: Option<i64>,
+    /// True when the consumer reached the partition's end (librdkafka's partition EOF)
+    /// and read nothing since: read to the high watermark it knows.
+    pub(super) at_end: bool,
+}
+
+impl Assigned {
+    /// A partition just assigned (`assignment`): nothing read, nothing decided.
+    pub(super) fn new(assignment: u64) -> Self {
+        Assigned {
+            assignment,
+            epoch: None,
+            high: None,
+            pending: None,
+            committed_at: None,
+            first_read: None,
+            next: None,
+            at_end: false,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +70,17 @@ pub(super) struct Partitions {
     pub(super) seen: BTreeMap<i32, Epoch>,
     pub(super) next_assignment: u64,
     pub(super) paused: bool,
+    /// True once the group gave this member its assignment (possibly empty), false
+    /// again from a revocation until the next one: no caught-up before.
+    pub(super) joined: bool,
+}
+
+impl Partitions {
+    /// Read to the end: the member has its assignment and every partition of it reached
+    /// its high watermark with nothing read since.
+    pub(super) fn read_to_the_end(&self) -> bool {
+        self.joined && self.assigned.values().all(|assigned| assigned.at_end)
+    }
 }
 
 /// What the source, its committer and its rebalance callback share.
@@ -58,6 +94,10 @@ pub(super) struct Shared {
     pub(super) start_from_latest: bool,
     pub(super) partitions: Mutex<Partitions>,
     pub(super) counters: Arc<SourceCounters>,
+    /// A condition that keeps the client from reading ([`super::health`]).
+    pub(super) health: ClientHealth,
+    /// The topic's log starts, to tell a loss from a skip ([`super::gaps`]).
+    pub(super) log_starts: LogStarts,
 }
 
 impl fmt::Debug for Shared {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use mongoose_core::{PositionValue, SourceOutput};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
 use tracing::{debug, error, info, warn};
 
@@ -34,7 +34,14 @@ impl ClientContext for SourceContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            // the end of a partition (an event the source asks for), not a failure
+            debug!(feed = %self.shared.name, reason, "kafka partition end");
+            return;
+        }
         warn!(feed = %self.shared.name, %error, reason, "kafka client error (librdkafka retries)");
+        // book: connectors/kafka.md, a client that cannot connect or authenticate
+        self.shared.health.record(&self.shared.name, &error, reason);
     }
 }
 
@@ -55,6 +62,8 @@ impl ConsumerContext for SourceContext {
                 "could not commit what was processed before giving partitions up: the new owner reads those records again (at-least-once)");
         }
         let mut partitions = shared.partitions.lock();
+        // until the next assignment, the member has not read "everything it has"
+        partitions.joined = false;
         for element in revoked.elements_for_topic(&shared.topic) {
             if let Some(assigned) = partitions.assigned.remove(&element.partition()) {
                 shared.counters.revoked.fetch_add(1, Ordering::Relaxed);
@@ -75,18 +84,12 @@ impl ConsumerContext for SourceContext {
                 for element in assigned.elements_for_topic(&shared.topic) {
                     partitions.next_assignment += 1;
                     let assignment = partitions.next_assignment;
-                    partitions.assigned.insert(
-                        element.partition(),
-                        Assigned {
-                            assignment,
-                            epoch: None,
-                            high: None,
-                            pending: None,
-                            committed_at: None,
-                        },
-                    );
+                    partitions
+                        .assigned
+                        .insert(element.partition(), Assigned::new(assignment));
                     shared.counters.assigned.fetch_add(1, Ordering::Relaxed);
                 }
+                partitions.joined = true;
                 let paused = partitions.paused;
                 drop(partitions);
                 // librdkafka keeps an application's pause on a partition across its

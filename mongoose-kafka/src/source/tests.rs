@@ -17,6 +17,8 @@ fn committer_with(partitions: Partitions) -> KafkaCommitter {
             start_from_latest: false,
             partitions: Mutex::new(partitions),
             counters: Arc::default(),
+            health: ClientHealth::default(),
+            log_starts: LogStarts::new("t", "earliest"),
         }),
         consumer: Weak::new(),
     }
@@ -30,11 +32,10 @@ fn the_committer_takes_only_the_current_ownerships_positions_and_never_goes_back
     partitions.assigned.insert(
         0,
         Assigned {
-            assignment: 1,
             epoch: Some(Epoch(20)),
             high: Some(10),
-            pending: None,
             committed_at: Some(10),
+            ..Assigned::new(1)
         },
     );
     let mut committer = committer_with(partitions);

@@ -1,0 +1,362 @@
+//! Records removed before they were read: a partition's log start (retention,
+//! `DeleteRecords`) passed the offset the source had to read next, so the consumer
+//! resumed further on (`auto.offset.reset`) and the records in between are gone.
+//!
+//! Each record's offset is compared with the one expected next: the group's committed
+//! offset for the first record of an assignment, the previous record's offset + 1 after
+//! it. Offsets skip for other reasons that lose nothing (a transaction's commit marker,
+//! an aborted transaction, compaction), so a skip is a loss only when the partition's
+//! log start is past the offset expected: librdkafka's cached low watermark (from the
+//! fetch response that brought the record: no round trip), or, when it has none, one
+//! `ListOffsets` round trip. A skip happens once per transaction or per reset, never per
+//! record; the per-record cost is one comparison.
+//!
+//! A partition emptied past the committed offset (`DeleteRecords` up to its end,
+//! retention of every record) gives no record to compare: its end event (librdkafka's
+//! partition EOF, once per end reached) compares the log end with the offset expected
+//! the same way, asking for the committed offset once when nothing was read yet.
+
+use std::ffi::CString;
+use std::time::Duration;
+
+use rdkafka::bindings::{rd_kafka_get_watermark_offsets, rd_kafka_resp_err_t};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{debug, warn};
+
+use super::partitions::Assigned;
+use super::{KafkaSource, SourceContext};
+
+/// What the source knows of its topic's log starts.
+#[derive(Debug)]
+pub(super) struct LogStarts {
+    /// The topic as a C string, made once (the cached-watermark call needs one).
+    topic: CString,
+    /// True when a group without a usable offset starts at the end (`latest`): a reset
+    /// then skips records that exist, which is a loss too.
+    reset_to_latest: bool,
+}
+
+/// A skip of offsets that lost records: `expected` was the next offset to read,
+/// `log_start` the partition's first offset when the skip was seen, `resumed` the
+/// offset read instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Gap {
+    pub(super) partition: i32,
+    pub(super) expected: i64,
+    /// The offset after the last one never read: the log start, or, after a reset to
+    /// `latest`, where the reset resumed (the records it skipped are lost too).
+    pub(super) end: i64,
+    pub(super) log_start: i64,
+    pub(super) resumed: i64,
+}
+
+impl LogStarts {
+    pub(super) fn new(topic: &str, start_from: &str) -> Self {
+        LogStarts {
+            // a topic name never holds a NUL (the broker refuses one): an empty name
+            // only disables the cached read (the round trip answers instead)
+            topic: CString::new(topic).unwrap_or_default(),
+            reset_to_latest: start_from.eq_ignore_ascii_case("latest")
+                || start_from.eq_ignore_ascii_case("end")
+                || start_from.eq_ignore_ascii_case("largest"),
+        }
+    }
+
+    /// The log start librdkafka last saw for `partition` in a fetch response, without a
+    /// round trip; `None` when it has none.
+    fn cached(&self, consumer: &BaseConsumer<SourceContext>, partition: i32) -> Option<i64> {
+        self.cached_watermarks(consumer, partition)
+            .map(|(low, _)| low)
+    }
+
+    /// The log end (high watermark) librdkafka last saw for `partition`, without a round
+    /// trip: where the consumer is at the partition's end event.
+    pub(super) fn cached_end(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        partition: i32,
+    ) -> Option<i64> {
+        self.cached_watermarks(consumer, partition)
+            .and_then(|(_, high)| (high >= 0).then_some(high))
+    }
+
+    fn cached_watermarks(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        partition: i32,
+    ) -> Option<(i64, i64)> {
+        if self.topic.as_bytes().is_empty() {
+            return None;
+        }
+        let mut low = -1i64;
+        let mut high = -1i64;
+        // SAFETY: the client pointer is the live consumer's (borrowed for the call); the
+        // topic is a NUL-terminated string that outlives the call; `low` and `high` are
+        // valid for writes. The call only reads librdkafka's cached partition state.
+        let error = unsafe {
+            rd_kafka_get_watermark_offsets(
+                consumer.client().native_ptr(),
+                self.topic.as_ptr(),
+                partition,
+                &mut low,
+                &mut high,
+            )
+        };
+        (error == rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && low >= 0)
+            .then_some((low, high))
+    }
+
+    /// Whether the skip from `expected` to `resumed` in `partition` lost records: the
+    /// gap when the log start is past `expected`, `None` when the skip is a transaction
+    /// marker, an aborted transaction or compaction (or the log start cannot be read:
+    /// logged, nothing reported).
+    pub(super) fn check(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        (name, topic): (&str, &str),
+        partition: i32,
+        (expected, resumed): (i64, i64),
+        timeout: Duration,
+    ) -> Option<Gap> {
+        let cached = self.cached(consumer, partition);
+        let log_start = match cached {
+            Some(low) if low > expected => low,
+            Some(_) => return None,
+            None => match consumer.fetch_watermarks(topic, partition, timeout) {
+                Ok((low, _)) => low,
+                Err(error) => {
+                    warn!(feed = %name, partition, expected, resumed, %error,
+                        "offsets skipped and the partition's log start cannot be read: not known whether records were removed before they were read");
+                    return None;
+                }
+            },
+        };
+        if log_start <= expected {
+            debug!(feed = %name, partition, expected, resumed, log_start,
+                "offsets skipped below the log start's reach (a transaction marker, an aborted transaction, compaction): no loss");
+            return None;
+        }
+        // removed below the log start; after a reset to `latest`, also what it skipped
+        let removed_end = log_start.min(resumed);
+        let end = if self.reset_to_latest {
+            resumed.max(removed_end)
+        } else {
+            removed_end
+        };
+        Some(Gap {
+            partition,
+            expected,
+            end,
+            log_start,
+            resumed,
+        })
+    }
+}
+
+/// What a record read at `offset` says of its partition (called with the partitions
+/// locked, once per record: comparisons only). Returns the offset expected instead when
+/// the record is past it (a skip to check), `None` otherwise; the first record of an
+/// assignment is checked against the group's committed offset once that is known
+/// ([`first_unchecked`]).
+pub(super) fn follow(assigned: &mut Assigned, offset: i64) -> Option<i64> {
+    assigned.at_end = false;
+    let expected = match assigned.next {
+        Some(next) => Some(next),
+        // the first record of the assignment: the group's committed offset is the one
+        // expected when already read (else the epoch decision checks it)
+        None if assigned.epoch.is_some() => assigned.committed_at,
+        None => None,
+    };
+    if assigned.next.is_none() {
+        // the first record of the assignment (a partition's end seen before it sets
+        // `next`, having checked the skip to it already)
+        assigned.first_read = Some(offset);
+    }
+    assigned.next = Some(offset + 1);
+    expected.filter(|expected| offset > *expected)
+}
+
+/// What the end of a partition (librdkafka's partition EOF, once per end reached) has
+/// to check: the consumer is at the log end, and the offsets from the one expected up
+/// to it were skipped when it is past it (a partition emptied by `DeleteRecords` or
+/// retention gives no record to compare).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AtEnd {
+    /// The offset expected next is known.
+    Expected(i64),
+    /// Nothing read in this assignment and its committed offset not known yet: one
+    /// round trip asks for it (once per assignment).
+    Committed,
+    /// Nothing to compare (no committed offset: nothing to lose).
+    Nothing,
+}
+
+/// The partition reached its end (called with the partitions locked): it is read to the
+/// end, and what to compare the log end with.
+pub(super) fn reached_end(assigned: &mut Assigned) -> AtEnd {
+    assigned.at_end = true;
+    match (assigned.next, assigned.epoch) {
+        (Some(next), _) => AtEnd::Expected(next),
+        (None, Some(_)) => assigned
+            .committed_at
+            .map_or(AtEnd::Nothing, AtEnd::Expected),
+        (None, None) => AtEnd::Committed,
+    }
+}
+
+impl KafkaSource {
+    /// `partition` (of `assignment`) reached its end: the offsets skipped up to the log
+    /// end are checked like a record's (a partition emptied past the committed offset is
+    /// a loss with no record after it). Not per record: once per end reached.
+    pub(super) fn check_end(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        partition: i32,
+        (assignment, at_end): (u64, AtEnd),
+    ) {
+        let shared = &self.shared;
+        let Some(end) = shared.log_starts.cached_end(consumer, partition) else {
+            return;
+        };
+        let expected = match at_end {
+            AtEnd::Nothing => None,
+            AtEnd::Expected(expected) => Some(expected),
+            AtEnd::Committed => {
+                let mut list = TopicPartitionList::new();
+                list.add_partition(&shared.topic, partition);
+                match crate::admin::committed_retrying(consumer, &list, shared.request_timeout) {
+                    Ok(committed) => {
+                        committed
+                            .find_partition(&shared.topic, partition)
+                            .and_then(|element| match element.offset() {
+                                Offset::Offset(offset) => Some(offset),
+                                _ => None,
+                            })
+                    }
+                    Err(error) => {
+                        // asked again at the partition's next end; its first record is
+                        // checked against the committed offset anyway
+                        debug!(feed = %shared.name, partition, %error,
+                            "the committed offset could not be read at the partition's end");
+                        return;
+                    }
+                }
+            }
+        };
+        if let Some(expected) = expected.filter(|expected| end > *expected) {
+            self.check_gap(consumer, partition, expected, end);
+        }
+        // the consumer is at `end`: a record read next is compared with it (and the skip
+        // up to it is not reported twice)
+        let mut partitions = shared.partitions.lock();
+        if let Some(assigned) = partitions
+            .assigned
+            .get_mut(&partition)
+            .filter(|assigned| assigned.assignment == assignment)
+        {
+            if assigned.next.is_none_or(|next| next < end) {
+                assigned.next = Some(end);
+            }
+        }
+    }
+}
+
+/// The first offset read in this assignment when it is past the group's `committed`
+/// offset, decided after the record was read: the skip to check.
+pub(super) fn first_unchecked(assigned: &Assigned, committed: Option<i64>) -> Option<(i64, i64)> {
+    let first = assigned.first_read?;
+    let committed = committed?;
+    (first > committed).then_some((committed, first))
+}
+
+impl Gap {
+    /// How many records were never read.
+    pub(super) fn lost(&self) -> u64 {
+        (self.end - self.expected).max(0) as u64
+    }
+
+    /// What the feed's loss report says: the topic, the partition, the offsets and the
+    /// count.
+    pub(super) fn describe(&self, topic: &str) -> String {
+        format!(
+            "kafka {topic} partition {}: {} records never read (offsets {} to {}): the log start moved to {} (retention or DeleteRecords) before they were read; the consumer resumed at {}",
+            self.partition,
+            self.lost(),
+            self.expected,
+            self.end - 1,
+            self.log_start,
+            self.resumed
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mongoose_core::Epoch;
+
+    use super::*;
+
+    // the per-record check: the first record of an assignment against the committed
+    // offset (once known), then each against the previous one + 1
+    #[test]
+    fn a_skip_is_seen_against_the_committed_offset_then_the_previous_record() {
+        let mut assigned = Assigned::new(1);
+        // read before the committed offset is known: checked by the epoch decision
+        assert_eq!(follow(&mut assigned, 1_600), None);
+        assert_eq!(
+            first_unchecked(&assigned, Some(1_000)),
+            Some((1_000, 1_600))
+        );
+        assert_eq!(first_unchecked(&assigned, Some(1_600)), None);
+        assert_eq!(
+            first_unchecked(&assigned, None),
+            None,
+            "no committed offset: no loss"
+        );
+        assert_eq!(follow(&mut assigned, 1_601), None);
+        assert_eq!(follow(&mut assigned, 1_603), Some(1_602), "a skip to check");
+        // the committed offset known before the first record
+        let mut assigned = Assigned::new(2);
+        assigned.epoch = Some(Epoch(7));
+        assigned.committed_at = Some(100);
+        assigned.at_end = true;
+        assert_eq!(follow(&mut assigned, 101), Some(100));
+        assert!(!assigned.at_end, "a record read: not at the end any more");
+        assert_eq!(follow(&mut assigned, 102), None);
+    }
+
+    // a partition's end: compared with the offset expected, or the committed offset
+    // asked for when nothing was read; a record after the end's check is not the first
+    // record any more (the skip to the end is not checked twice)
+    #[test]
+    fn a_partitions_end_is_compared_with_the_offset_expected() {
+        let mut assigned = Assigned::new(1);
+        assert_eq!(reached_end(&mut assigned), AtEnd::Committed);
+        assert!(assigned.at_end);
+        assigned.next = Some(3_000); // what the end's check sets
+        assert_eq!(follow(&mut assigned, 3_000), None);
+        assert_eq!(first_unchecked(&assigned, Some(1_000)), None);
+        assert_eq!(reached_end(&mut assigned), AtEnd::Expected(3_001));
+        let mut assigned = Assigned::new(2);
+        assigned.epoch = Some(Epoch(3));
+        assert_eq!(reached_end(&mut assigned), AtEnd::Nothing);
+        assigned.committed_at = Some(5);
+        assert_eq!(reached_end(&mut assigned), AtEnd::Expected(5));
+    }
+
+    #[test]
+    fn a_gap_counts_what_was_removed_and_what_a_reset_to_latest_skipped() {
+        let gap = Gap {
+            partition: 0,
+            expected: 1_000,
+            end: 1_600,
+            log_start: 1_600,
+            resumed: 1_600,
+        };
+        assert_eq!(gap.lost(), 600);
+        assert!(gap
+            .describe("t")
+            .contains("kafka t partition 0: 600 records never read (offsets 1000 to 1599)"));
+    }
+}
