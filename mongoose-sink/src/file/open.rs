@@ -173,37 +173,28 @@ impl FileSink {
                 "the file sink's target is not a regular file (a device): no state is recorded beside it, so its lines are not de-duplicated after a crash");
             return Ok(sink);
         }
-        // `File::try_lock` needs Rust 1.89 (the workspace's minimum is 1.86): flock(2).
-        // A lock is held by an open file description, which a child process forked by
-        // another thread shares until it execs (and closes it): a lock held so briefly
-        // is waited for, a second writer is not.
-        let lock = || {
-            rustix::fs::flock(
-                &sink.file,
-                rustix::fs::FlockOperation::NonBlockingLockExclusive,
-            )
-        };
+        // The durable layer's flock on the output file itself. A lock is held by an
+        // open file description, which a child process forked by another thread shares
+        // until it execs (and closes it): a lock held so briefly is waited for, a second
+        // writer is not.
+        let lock = || mongoose_durable::lock::try_lock(&sink.file);
         let mut locked = lock();
         for _ in 0..LOCK_TRIES {
-            if locked != Err(rustix::io::Errno::WOULDBLOCK) {
+            if !matches!(locked, Ok(false)) {
                 break;
             }
             std::thread::sleep(LOCK_PAUSE);
             locked = lock();
         }
         match locked {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => {
+            Ok(true) => {}
+            Ok(false) => {
                 return Err(SinkError::InUse {
                     sink: name.to_owned(),
                     path: path.display().to_string(),
                 })
             }
-            Err(error) => {
-                return Err(io(name, format!("locking {}", path.display()))(
-                    std::io::Error::from(error),
-                ))
-            }
+            Err(error) => return Err(io(name, format!("locking {}", path.display()))(error)),
         }
         if config.state_file.is_some() {
             adopt_state(name, &state_path(&path), &sink.state_file)
