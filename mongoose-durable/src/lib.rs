@@ -16,6 +16,17 @@
 //! It sits one layer above `mongoose-core` (which stays free of I/O) and below every
 //! crate that keeps a file.
 //!
+//! Where it is used so far (the on-disk formats themselves are unchanged; moving them
+//! onto [`log`] and [`header`] is the next step, with readers for the files already in
+//! the field):
+//!
+//! * every `flock` of the server: the data folder's lock, the outbox's `LOCK`, the
+//!   journal's appender lock and tailer stores, the archive's lock, a file sink's
+//!   output;
+//! * every atomic replace: the lane registry, the loss file's rewrite, the adoption of
+//!   an older run's state files (source and sink), the file sink's state, the control
+//!   audit's manifest, the ledger's snapshot, the archive connector's pointer.
+//!
 //! ```
 //! use mongoose_durable::header::Header;
 //! use mongoose_durable::log::RecordLog;

@@ -167,7 +167,10 @@ mod tests {
         std::fs::write(path.join("inside"), b"old").expect("write");
         let error = replace(&path, b"new").expect_err("a folder is in the way");
         assert!(error.to_string().contains("rename into place"), "{error}");
-        assert!(!temporary_path(&path).exists(), "the temporary file is removed");
+        assert!(
+            !temporary_path(&path).exists(),
+            "the temporary file is removed"
+        );
         assert!(replace_unsynced(&path, b"new").is_err());
         assert!(!temporary_path(&path).exists());
         // a leftover from a kill is removed once
