@@ -6,10 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::{Geometry, JournalConfig};
 use crate::error::{JournalError, Result};
-use crate::lock::FileLock;
 use crate::segment::{
     self, checksum, Segment, EXCERPT_HEADER_BYTES, HEADER_BYTES, PAGE_BYTES, SLOT_EMPTY, SLOT_END,
 };
+use mongoose_durable::lock::FileLock;
 
 /// The name of the lock file an appender holds (`flock`) in the journal directory.
 pub(crate) const APPENDER_LOCK: &str = "appender.lock";
@@ -56,7 +56,7 @@ impl Appender {
     pub(crate) fn open(dir: &Path, config: &JournalConfig) -> Result<Appender> {
         let geometry = config.geometry()?;
         let lock_path = dir.join(APPENDER_LOCK);
-        let lock = FileLock::try_lock(&lock_path)
+        let lock = crate::lock::try_lock(&lock_path)
             .map_err(|error| JournalError::io("cannot open the lock file", &lock_path, error))?
             .ok_or(JournalError::AppenderHeld { path: lock_path })?;
         segment::remove_temporary_segments(dir)?;

@@ -29,7 +29,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{JournalError, Result};
-use crate::lock::FileLock;
+use mongoose_durable::lock::FileLock;
 
 const STORE_MAGIC: [u8; 4] = *b"MGTS";
 const STORE_VERSION: u16 = 2;
@@ -69,7 +69,7 @@ impl TailerStore {
             .map_err(|error| JournalError::io("cannot create the directory", dir, error))?;
         let path = dir.join(format!("{name}{STORE_SUFFIX}"));
         let existed = path.exists();
-        let lock = FileLock::try_lock(&path)
+        let lock = crate::lock::try_lock(&path)
             .map_err(|error| JournalError::io("cannot open the tailer store", &path, error))?
             .ok_or_else(|| JournalError::TailerStoreHeld { path: path.clone() })?;
         let mut bytes = [0u8; STORE_BYTES];

@@ -2,8 +2,6 @@
 //! its snapshot and journal and saved atomically.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::journal::{
@@ -252,22 +250,11 @@ impl LedgerState {
     /// full disk keeps no half-written copy taking space).
     pub fn save(&self, state_dir: &Path, sync: bool) -> std::io::Result<()> {
         let path = Self::path(state_dir);
-        let temporary = Self::temporary_path(state_dir);
         let bytes = encode_snapshot(self)?;
-        let written = File::create(&temporary).and_then(|mut file| {
-            file.write_all(&bytes)?;
-            if sync {
-                file.sync_all()?;
-            }
-            Ok(())
-        });
-        if let Err(error) = written {
-            let _ = std::fs::remove_file(&temporary);
-            return Err(error);
-        }
-        std::fs::rename(&temporary, &path)?;
         if sync {
-            File::open(state_dir)?.sync_all()?;
+            mongoose_durable::replace::replace(&path, &bytes)?;
+        } else {
+            mongoose_durable::replace::replace_unsynced(&path, &bytes)?;
         }
         Ok(())
     }
@@ -275,7 +262,8 @@ impl LedgerState {
     /// The temp file a snapshot is written to before it is renamed over
     /// [`LedgerState::path`].
     pub fn temporary_path(state_dir: &Path) -> PathBuf {
-        state_dir.join("state.json.tmp")
+        // `state.json.tmp`: the durable layer's name for it
+        mongoose_durable::replace::temporary_path(&Self::path(state_dir))
     }
 }
 

@@ -7,7 +7,7 @@
 //! both exist the state folder's copy wins (a crash between the two steps, or an old
 //! file in a folder the server may not write).
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -50,13 +50,12 @@ pub fn adopt(source: &str, old: &Path, new: &Path) -> io::Result<Adopted> {
             "adopted a state file an older run wrote beside its input: moved into the data folder");
         return Ok(Adopted::Moved);
     }
+    // the copy goes through a replace (temporary, fsync, rename, fsync of the folder),
+    // under the `.adopting` name older runs used
     let mut temporary = new.as_os_str().to_owned();
     temporary.push(".adopting");
     let temporary = PathBuf::from(temporary);
-    fs::copy(old, &temporary)?;
-    File::open(&temporary)?.sync_all()?;
-    fs::rename(&temporary, new)?;
-    sync_folder(folder)?;
+    mongoose_durable::replace::replace_through(new, &temporary, &fs::read(old)?)?;
     match fs::remove_file(old) {
         Ok(()) => {
             info!(source, from = %old.display(), to = %new.display(),
@@ -89,7 +88,7 @@ pub fn adopt_with_losses(source: &str, old: &Path, new: &Path) -> io::Result<Ado
 
 /// Syncs a folder's entries (a rename into it is durable).
 fn sync_folder(folder: &Path) -> io::Result<()> {
-    File::open(folder)?.sync_all()
+    mongoose_durable::disk::sync_folder(folder)
 }
 
 #[cfg(test)]

@@ -25,8 +25,8 @@
 //! (`mongoose-lanes 1`, no owner, no `end`) is still read.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::FileSourceError;
@@ -209,9 +209,12 @@ impl LaneRegistry {
             text.push_str(&format!("lane {lane} {name}\n"));
         }
         text.push_str(&format!("end {:016x}\n", fnv1a(text.as_bytes())));
-        write_atomically(&self.path, text.as_bytes()).map_err(|error| FileSourceError::Io {
-            context: format!("cannot write the lane registry {}", self.path.display()),
-            error,
+        // atomically: the old registry or the new one after a crash, never a torn one
+        mongoose_durable::replace::replace(&self.path, text.as_bytes()).map_err(|error| {
+            FileSourceError::Io {
+                context: format!("cannot write the lane registry {}", self.path.display()),
+                error: error.into(),
+            }
         })
     }
 }
@@ -278,30 +281,6 @@ fn salvaged_next(bytes: &[u8]) -> Option<u32> {
         .lines()
         .filter_map(|line| line.strip_prefix("next ")?.parse::<u32>().ok())
         .max()
-}
-
-/// Writes `bytes` to `path` so that a crash leaves the old or the new content: a
-/// temporary file beside it, fsync, rename over it, fsync of the folder.
-fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    {
-        let mut file = File::create(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-    }
-    fs::rename(&temporary, path)?;
-    #[cfg(unix)]
-    if let Some(folder) = path.parent() {
-        let folder = if folder.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            folder
-        };
-        File::open(folder)?.sync_all()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -126,18 +126,12 @@ pub fn mark_reported(path: &Path, count: usize) -> std::io::Result<()> {
     if rest.is_empty() {
         return std::fs::remove_file(path);
     }
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    {
-        let mut file = std::fs::File::create(&temporary)?;
-        for line in rest {
-            file.write_all(line.as_bytes())?;
-            file.write_all(b"\n")?;
-        }
-        file.sync_all()?;
+    let mut kept = Vec::new();
+    for line in rest {
+        kept.extend_from_slice(line.as_bytes());
+        kept.push(b'\n');
     }
-    std::fs::rename(&temporary, path)
+    mongoose_durable::replace::replace(path, &kept).map_err(Into::into)
 }
 
 /// Reads the records at `path` and marks them reported at once ([`read_unreported`],

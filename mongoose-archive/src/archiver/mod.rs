@@ -1,12 +1,14 @@
 //! [`Archiver`]: records UDP and IPC publications into recordings.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use mongoose_durable::lock::FileLock;
+use mongoose_durable::DurableError;
 
 use crate::catalog::{now_unix_ms, Catalog, CatalogEvent, StopReason};
 use crate::error::{ArchiveError, Result};
@@ -139,7 +141,7 @@ struct Active {
 #[derive(Debug)]
 pub struct Archiver {
     config: ArchiverConfig,
-    _lock: File,
+    _lock: FileLock,
     catalog: Catalog,
     socket: Option<UdpSocket>,
     active: HashMap<(u32, u32), Active>,
@@ -159,18 +161,22 @@ impl Archiver {
         let dir = &config.archive_dir;
         fs::create_dir_all(dir).map_err(ArchiveError::io("create the archive directory", dir))?;
         let lock_path = dir.join("lock");
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(ArchiveError::io("open the archive lock", &lock_path))?;
-        // SAFETY: flock on a file descriptor this function owns; no memory involved.
-        let locked = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if locked != 0 {
-            return Err(ArchiveError::ArchiveLocked(dir.clone()));
-        }
+        let lock = match FileLock::try_acquire(&lock_path) {
+            Ok(lock) => lock,
+            Err(DurableError::Locked { .. }) => {
+                return Err(ArchiveError::ArchiveLocked(dir.clone()))
+            }
+            Err(DurableError::Io { source, .. }) => {
+                return Err(ArchiveError::io("open the archive lock", &lock_path)(
+                    source,
+                ))
+            }
+            Err(other) => {
+                return Err(ArchiveError::io("open the archive lock", &lock_path)(
+                    other.into(),
+                ))
+            }
+        };
         if let Some(ipc_dir) = &config.ipc_dir {
             fs::create_dir_all(ipc_dir)
                 .map_err(ArchiveError::io("create the IPC directory", ipc_dir))?;

@@ -60,9 +60,10 @@ impl ControlAudit {
             path: manifest.clone(),
             error: std::io::Error::other(error),
         })?;
+        // the durable layer's replace: the manifest is there whole or not at all
         let temporary = manifest.with_extension("json.tmp");
-        fs::write(&temporary, json).map_err(io(&temporary))?;
-        fs::rename(&temporary, &manifest).map_err(io(&manifest))?;
+        mongoose_durable::replace::replace_through(&manifest, &temporary, &json)
+            .map_err(|error| io(&manifest)(error.into()))?;
         Ok(manifest)
     }
 }

@@ -6,6 +6,9 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::time::Duration;
 
+use mongoose_durable::lock::FileLock;
+use mongoose_durable::DurableError;
+
 use crate::format::{segment_file_name, segment_header};
 use crate::OutboxError;
 
@@ -50,34 +53,24 @@ pub(super) fn write_header(
 /// The name of the lock file in an outbox folder.
 const LOCK_FILE: &str = "LOCK";
 
-/// Takes the folder's lock (an exclusive flock on its LOCK file), or says who has it.
-pub(super) fn lock_folder(dir: &Path) -> Result<File, OutboxError> {
+/// Takes the folder's lock (an exclusive flock on its LOCK file, the durable layer's),
+/// or says who has it.
+pub(super) fn lock_folder(dir: &Path) -> Result<FileLock, OutboxError> {
     let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|source| io_error("create", &path, source))?;
     // a lock can be held for an instant by a process forked from one that just let go
     // of it (the child shares the open file until it execs): a lock still held after a
     // few tries is another outbox's
-    let mut tries = 0;
-    loop {
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(file),
-            Err(rustix::io::Errno::WOULDBLOCK) if tries < 50 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(rustix::io::Errno::WOULDBLOCK) => {
-                return Err(OutboxError::Locked {
-                    dir: dir.to_path_buf(),
-                })
-            }
-            Err(errno) => return Err(io_error("lock", &path, errno.into())),
-        }
+    match FileLock::acquire_within(&path, 50, Duration::from_millis(20)) {
+        Ok(lock) => Ok(lock),
+        Err(DurableError::Locked { .. }) => Err(OutboxError::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(DurableError::Io { action, source, .. }) => Err(io_error(
+            if action == "lock" { "lock" } else { "create" },
+            &path,
+            source,
+        )),
+        Err(other) => Err(io_error("lock", &path, other.into())),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -151,7 +151,7 @@ struct Shared {
 pub struct Outbox {
     /// The folder's LOCK file, flock'ed while the outbox is open (the kernel lets go
     /// when the process dies).
-    _lock: File,
+    _lock: mongoose_durable::lock::FileLock,
     shared: Arc<Shared>,
     syncer: Option<JoinHandle<()>>,
     config: OutboxConfig,

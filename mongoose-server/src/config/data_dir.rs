@@ -19,10 +19,10 @@
 //! on the path as spelled) is adopted at the start, or refused when there are two
 //! (book: operating/data-folder.md).
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, Write};
 use std::path::{Component, Path, PathBuf};
 
+use mongoose_durable::lock::FileLock;
+use mongoose_durable::DurableError;
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
@@ -189,7 +189,7 @@ impl ServerConfig {
 #[derive(Debug)]
 pub struct DataFolderLock {
     // kept open: the lock lives as long as the open file
-    _file: File,
+    _lock: FileLock,
     /// The folder locked.
     folder: PathBuf,
 }
@@ -216,46 +216,26 @@ impl DataFolderLock {
             folder.display()
         )))?;
         let path = folder.join("lock");
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io(format!("cannot open {}", path.display())))?;
-        // `File::try_lock` needs Rust 1.89 (the workspace's minimum is 1.86): flock(2)
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
+        let mut lock = match FileLock::try_acquire(&path) {
+            Ok(lock) => lock,
+            Err(DurableError::Locked { holder, .. }) => {
                 return Err(ServerError::DataFolderLocked {
                     folder: folder.display().to_string(),
-                    holder: if holder.is_empty() {
-                        "another process".to_owned()
-                    } else {
-                        format!("the process {holder}")
-                    },
+                    holder: holder.unwrap_or_else(|| "another process".to_owned()),
                 });
             }
-            Err(error) => {
-                return Err(io(format!("cannot lock {}", path.display()))(
-                    std::io::Error::from(error),
-                ))
+            Err(DurableError::Io { action, source, .. }) => {
+                let verb = if action == "lock" { "lock" } else { "open" };
+                return Err(io(format!("cannot {verb} {}", path.display()))(source));
             }
-        }
-        let pid = std::process::id().to_string();
-        let written = file
-            .set_len(0)
-            .and_then(|()| file.rewind())
-            .and_then(|()| file.write_all(pid.as_bytes()));
-        if let Err(error) = written {
+            Err(other) => return Err(io(format!("cannot lock {}", path.display()))(other.into())),
+        };
+        if let Err(error) = lock.record_holder() {
             // the lock holds without the pid: a second server says "another process"
             warn!(file = %path.display(), %error, "cannot write the pid into the data folder's lock file");
         }
         Ok(DataFolderLock {
-            _file: file,
+            _lock: lock,
             folder: folder.to_path_buf(),
         })
     }

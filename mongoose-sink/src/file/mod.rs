@@ -71,7 +71,6 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::hash::BuildHasher;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -205,40 +204,15 @@ fn io(sink: &str, action: String) -> impl FnOnce(std::io::Error) -> SinkError + 
     }
 }
 
-/// Syncs the folder holding `path` (a rename into it is durable then).
-fn sync_parent(path: &Path) -> std::io::Result<()> {
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    File::open(parent)?.sync_all()
-}
-
 /// Writes `bytes` as the whole of `path`, atomically (a file beside it renamed into
 /// place), and opens it for reading and writing.
 fn replace_file(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<File> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    let written = (|| {
-        let mut file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&temporary)?;
-        file.write_all(bytes)?;
-        if sync {
-            file.sync_all()?;
-        }
-        std::fs::rename(&temporary, path)?;
-        if sync {
-            sync_parent(path)?;
-        }
-        Ok(())
-    })();
-    if let Err(error) = written {
-        let _ = std::fs::remove_file(&temporary);
-        return Err(error);
+    // the durable layer's replace (a `.tmp` beside it, renamed into place; synced, file
+    // and folder, unless the sink is configured not to sync)
+    if sync {
+        mongoose_durable::replace::replace(path, bytes)?;
+    } else {
+        mongoose_durable::replace::replace_unsynced(path, bytes)?;
     }
     OpenOptions::new().read(true).write(true).open(path)
 }

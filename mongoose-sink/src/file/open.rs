@@ -33,20 +33,19 @@ fn adopt_state(sink: &str, old: &Path, new: &Path) -> std::io::Result<()> {
         return Ok(());
     }
     if std::fs::rename(old, new).is_err() {
+        // the copy goes through a replace (temporary, fsync, rename, fsync of the
+        // folder), under the `.adopting` name older runs used
         let mut temporary = new.as_os_str().to_owned();
         temporary.push(".adopting");
         let temporary = PathBuf::from(temporary);
-        std::fs::copy(old, &temporary)?;
-        File::open(&temporary)?.sync_all()?;
-        std::fs::rename(&temporary, new)?;
-        File::open(folder)?.sync_all()?;
+        mongoose_durable::replace::replace_through(new, &temporary, &std::fs::read(old)?)?;
         if let Err(error) = std::fs::remove_file(old) {
             warn!(sink, from = %old.display(), to = %new.display(), %error,
                 "adopted the sink state an older run wrote beside its file: copied into the data folder; the old one cannot be removed (remove it: it is no longer read)");
             return Ok(());
         }
     } else {
-        File::open(folder)?.sync_all()?;
+        mongoose_durable::disk::sync_folder(folder)?;
     }
     info!(sink, from = %old.display(), to = %new.display(),
         "adopted the sink state an older run wrote beside its file: moved into the data folder");
@@ -173,37 +172,28 @@ impl FileSink {
                 "the file sink's target is not a regular file (a device): no state is recorded beside it, so its lines are not de-duplicated after a crash");
             return Ok(sink);
         }
-        // `File::try_lock` needs Rust 1.89 (the workspace's minimum is 1.86): flock(2).
-        // A lock is held by an open file description, which a child process forked by
-        // another thread shares until it execs (and closes it): a lock held so briefly
-        // is waited for, a second writer is not.
-        let lock = || {
-            rustix::fs::flock(
-                &sink.file,
-                rustix::fs::FlockOperation::NonBlockingLockExclusive,
-            )
-        };
+        // The durable layer's flock on the output file itself. A lock is held by an
+        // open file description, which a child process forked by another thread shares
+        // until it execs (and closes it): a lock held so briefly is waited for, a second
+        // writer is not.
+        let lock = || mongoose_durable::lock::try_lock(&sink.file);
         let mut locked = lock();
         for _ in 0..LOCK_TRIES {
-            if locked != Err(rustix::io::Errno::WOULDBLOCK) {
+            if !matches!(locked, Ok(false)) {
                 break;
             }
             std::thread::sleep(LOCK_PAUSE);
             locked = lock();
         }
         match locked {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => {
+            Ok(true) => {}
+            Ok(false) => {
                 return Err(SinkError::InUse {
                     sink: name.to_owned(),
                     path: path.display().to_string(),
                 })
             }
-            Err(error) => {
-                return Err(io(name, format!("locking {}", path.display()))(
-                    std::io::Error::from(error),
-                ))
-            }
+            Err(error) => return Err(io(name, format!("locking {}", path.display()))(error)),
         }
         if config.state_file.is_some() {
             adopt_state(name, &state_path(&path), &sink.state_file)
@@ -225,10 +215,8 @@ impl FileSink {
         let name = self.name.clone();
         let path = self.path.clone();
         let state_file = self.state_file.clone();
-        let mut temporary = state_file.as_os_str().to_owned();
-        temporary.push(".tmp");
         // a compaction a crash interrupted: the state itself is still whole
-        let _ = std::fs::remove_file(PathBuf::from(temporary));
+        let _ = mongoose_durable::replace::remove_leftover(&state_file);
         let bytes = match std::fs::read(&state_file) {
             Ok(bytes) => Some(bytes),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,

@@ -31,8 +31,6 @@
 //! settings = { archive = "/var/lib/mongoose/archive", stream = 7, pointer = "/var/lib/mongoose/ticks.pointer" }
 //! ```
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -545,23 +543,17 @@ impl SourceCommitter<PositionValue> for PointerCommitter {
         else {
             return Ok(()); // nothing is pending before the recording opened
         };
+        // the durable layer's replace (temp, fsync, rename, fsync of the folder), under
+        // the temp name this pointer always used
         let temporary = self.path.with_extension("tmp");
-        let write = || -> std::io::Result<()> {
-            let mut file = File::create(&temporary)?;
-            writeln!(file, "{recording} {position} {} {identity}", epoch.0)?;
-            file.sync_data()?;
-            std::fs::rename(&temporary, &self.path)?;
-            if let Some(dir) = self.path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-                File::open(dir)?.sync_all()?;
-            }
-            Ok(())
-        };
-        write().map_err(|error| {
-            CoreError::io(
-                format!("cannot write the archive pointer {}", self.path.display()),
-                error,
-            )
-        })?;
+        let line = format!("{recording} {position} {} {identity}\n", epoch.0);
+        mongoose_durable::replace::replace_through(&self.path, &temporary, line.as_bytes())
+            .map_err(|error| {
+                CoreError::io(
+                    format!("cannot write the archive pointer {}", self.path.display()),
+                    error.into(),
+                )
+            })?;
         self.pending = None;
         Ok(())
     }

@@ -1,0 +1,66 @@
+//! The one durable-file layer of Mongoose-rs: every file the server keeps is written
+//! and recovered through it (DESIGN invariant 10).
+//!
+//! * [`replace`]: atomic replace of a file's content (a temporary file in the same
+//!   folder, synced, renamed over the file, the folder synced), and the removal of the
+//!   temporary file a kill left behind;
+//! * [`lock`]: the exclusive, non-blocking lock on a folder or a file (`flock`), saying
+//!   who holds it when refused;
+//! * [`log`]: a checksummed append-only record log whose torn tail is cut and reported,
+//!   and whose damage in the middle is refused, never skipped;
+//! * [`header`]: a small header with a format's name, version and owner, checked on
+//!   open;
+//! * [`disk`] and [`crash`]: the file operations behind a trait, and a recording of them
+//!   that a test cuts after every operation to check what a crash leaves.
+//!
+//! It sits one layer above `mongoose-core` (which stays free of I/O) and below every
+//! crate that keeps a file.
+//!
+//! Where it is used so far (the on-disk formats themselves are unchanged; moving them
+//! onto [`log`] and [`header`] is the next step, with readers for the files already in
+//! the field):
+//!
+//! * every `flock` of the server: the data folder's lock, the outbox's `LOCK`, the
+//!   journal's appender lock and tailer stores, the archive's lock, a file sink's
+//!   output;
+//! * every atomic replace: the lane registry, the loss file's rewrite, the adoption of
+//!   an older run's state files (source and sink), the file sink's state, the control
+//!   audit's manifest, the ledger's snapshot, the archive connector's pointer.
+//!
+//! ```
+//! use mongoose_durable::header::Header;
+//! use mongoose_durable::log::RecordLog;
+//!
+//! let folder = tempfile::tempdir().unwrap();
+//! let _lock = mongoose_durable::lock::FileLock::try_acquire(&folder.path().join("LOCK")).unwrap();
+//!
+//! // a small state file, replaced whole
+//! let pointer = folder.path().join("pointer");
+//! mongoose_durable::replace::replace(&pointer, b"offset 120").unwrap();
+//! assert_eq!(std::fs::read(&pointer).unwrap(), b"offset 120");
+//!
+//! // a log of records, with a header naming its format and owner
+//! let header = Header::new("example-log", 1, b"input-7".to_vec());
+//! let path = folder.path().join("events.log");
+//! let (mut log, recovery) = RecordLog::open_or_create(&path, &header).unwrap();
+//! assert!(recovery.records.is_empty());
+//! log.append(b"first").unwrap();
+//! log.append(b"second").unwrap();
+//! log.sync().unwrap(); // both are committed now
+//! drop(log);
+//! let (_, recovery) = RecordLog::open_or_create(&path, &header).unwrap();
+//! assert_eq!(recovery.records, vec![b"first".to_vec(), b"second".to_vec()]);
+//! assert_eq!(recovery.torn_tail, None);
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod crash;
+pub mod disk;
+mod error;
+pub mod header;
+pub mod lock;
+pub mod log;
+pub mod replace;
+
+pub use error::DurableError;

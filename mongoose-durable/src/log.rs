@@ -1,0 +1,299 @@
+//! A checksummed, append-only record log.
+//!
+//! The file is a [`Header`] (format, version, owner; checked on open) followed by
+//! records, each framed (little-endian):
+//!
+//! ```text
+//! offset  size  field
+//! 0       4     payload length L (at most MAX_RECORD)
+//! 4       4     CRC-32 (crc32fast) of the length field's 4 bytes, then the payload
+//! 8       L     payload
+//! ```
+//!
+//! The checksum covers the length, so that a run of zeros (a file extended by the
+//! kernel whose data did not reach the disk) is no valid empty record.
+//!
+//! Recovery ([`RecordLog::open_or_create`]) reads the records in order. At the first
+//! frame that is incomplete or whose checksum fails, it looks for any valid frame after
+//! it:
+//!
+//! * none: the frame is a **torn tail** (the last write, cut by a crash before it was
+//!   synced, so never acknowledged): it is cut from the file and reported
+//!   ([`Recovery::torn_tail`]: where, how many bytes);
+//! * one: the damage is **in the middle**: the file is refused with
+//!   [`DurableError::DamagedRecord`] naming it and the damaged record's offset, and left
+//!   as it is. A record is never skipped: what follows it may depend on it.
+//!
+//! A record is committed when [`RecordLog::sync`] returns after it: recovery never cuts
+//! a committed record (a torn tail is always after the last sync).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+
+use crate::disk::{Disk, DiskFile, RealDisk};
+use crate::header::Header;
+use crate::DurableError;
+
+/// The largest record payload.
+pub const MAX_RECORD: usize = 1 << 28;
+
+/// The bytes before a record's payload.
+pub const FRAME_HEADER: usize = 8;
+
+/// A torn tail cut from a log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TornTail {
+    /// Where the cut frame started (the log's length now).
+    pub offset: u64,
+    /// How many bytes were cut.
+    pub bytes_cut: u64,
+}
+
+/// What opening a log found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// The records' payloads, in order.
+    pub records: Vec<Vec<u8>>,
+    /// The torn tail cut, if there was one.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// An open log, appended to at its end.
+#[derive(Debug)]
+pub struct RecordLog<F: DiskFile = File> {
+    path: PathBuf,
+    file: F,
+    /// The log's length, what was appended included.
+    end: u64,
+    /// Where the first record starts (the header's length).
+    start: u64,
+    /// The frame being written (kept to allocate nothing per record).
+    frame: Vec<u8>,
+}
+
+impl RecordLog<File> {
+    /// Opens the log at `path` with its records, cutting a torn tail (and removing the
+    /// temporary file a creation cut short left); creates it with `header` when it is
+    /// not there.
+    ///
+    /// # Errors
+    /// [`DurableError::DamagedHeader`], [`DurableError::WrongFormat`],
+    /// [`DurableError::WrongVersion`], [`DurableError::WrongOwner`] when the header is
+    /// not `header`; [`DurableError::DamagedRecord`] for damage in the middle;
+    /// [`DurableError::Io`].
+    pub fn open_or_create(
+        path: &Path,
+        header: &Header,
+    ) -> Result<(RecordLog<File>, Recovery), DurableError> {
+        crate::replace::remove_leftover(path)?;
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                let log = RecordLog::create_on(&mut RealDisk, path, header)?;
+                return Ok((log, Recovery::default()));
+            }
+            Err(error) => return Err(DurableError::io("read", path)(error)),
+        };
+        let scanned = scan(path, &bytes, header)?;
+        if let Some(torn) = scanned.torn_tail {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(DurableError::io("open to cut a torn tail", path))?;
+            file.set_len(torn.offset)
+                .and_then(|()| file.sync_all())
+                .map_err(DurableError::io("cut a torn tail from", path))?;
+            warn!(file = %path.display(), offset = torn.offset, bytes_cut = torn.bytes_cut,
+                records = scanned.records.len(),
+                "cut the torn tail of a log: the last write before a crash, never synced nor acknowledged");
+        }
+        let end = scanned.end;
+        let start = scanned.start;
+        let file = RealDisk
+            .open_append(path)
+            .map_err(DurableError::io("open for appending", path))?;
+        let log = RecordLog {
+            path: path.to_path_buf(),
+            file,
+            end,
+            start,
+            frame: Vec::new(),
+        };
+        Ok((
+            log,
+            Recovery {
+                records: scanned.records,
+                torn_tail: scanned.torn_tail,
+            },
+        ))
+    }
+}
+
+impl<F: DiskFile> RecordLog<F> {
+    /// Creates the log at `path` on `disk` holding only `header` (atomically: through
+    /// [`replace`](crate::replace), so a crash leaves no log or an empty one, never a
+    /// torn header), replacing any file there.
+    ///
+    /// # Errors
+    /// [`DurableError::Io`]; [`DurableError::TooLarge`] for a header too large.
+    pub fn create_on<D: Disk<File = F>>(
+        disk: &mut D,
+        path: &Path,
+        header: &Header,
+    ) -> Result<RecordLog<F>, DurableError> {
+        let bytes = header.encode()?;
+        crate::replace::replace_on(disk, path, &bytes)?;
+        let file = disk
+            .open_append(path)
+            .map_err(DurableError::io("open for appending", path))?;
+        Ok(RecordLog {
+            path: path.to_path_buf(),
+            file,
+            end: bytes.len() as u64,
+            start: bytes.len() as u64,
+            frame: Vec::new(),
+        })
+    }
+
+    /// Appends `record` (one write; not durable until [`RecordLog::sync`]).
+    ///
+    /// # Errors
+    /// [`DurableError::TooLarge`] over [`MAX_RECORD`]; [`DurableError::Io`] (the log
+    /// may then hold part of the record: reopen it to cut it).
+    pub fn append(&mut self, record: &[u8]) -> Result<(), DurableError> {
+        if record.len() > MAX_RECORD {
+            return Err(DurableError::TooLarge {
+                what: "a record",
+                len: record.len(),
+                max: MAX_RECORD,
+                context: "log",
+            });
+        }
+        let len = (record.len() as u32).to_le_bytes();
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&len);
+        crc.update(record);
+        self.frame.clear();
+        self.frame.extend_from_slice(&len);
+        self.frame.extend_from_slice(&crc.finalize().to_le_bytes());
+        self.frame.extend_from_slice(record);
+        self.file
+            .write_all(&self.frame)
+            .map_err(DurableError::io("append to", &self.path))?;
+        self.end += self.frame.len() as u64;
+        Ok(())
+    }
+
+    /// Makes every record appended so far durable: they are committed when this
+    /// returns.
+    ///
+    /// # Errors
+    /// [`DurableError::Io`]: nothing since the last sync may be counted durable.
+    pub fn sync(&mut self) -> Result<(), DurableError> {
+        self.file
+            .sync()
+            .map_err(DurableError::io("sync", &self.path))
+    }
+
+    /// The log's length in bytes, what was appended included.
+    pub fn len(&self) -> u64 {
+        self.end
+    }
+
+    /// Whether the log holds no record (only its header).
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Reads the log at `path` without changing it: its records, and the torn tail an open
+/// would cut.
+///
+/// # Errors
+/// As [`RecordLog::open_or_create`]; a missing file is [`DurableError::Io`]
+/// (`NotFound`).
+pub fn read(path: &Path, header: &Header) -> Result<Recovery, DurableError> {
+    let bytes = std::fs::read(path).map_err(DurableError::io("read", path))?;
+    let scanned = scan(path, &bytes, header)?;
+    Ok(Recovery {
+        records: scanned.records,
+        torn_tail: scanned.torn_tail,
+    })
+}
+
+/// A log read through.
+struct Scanned {
+    /// Where the first record starts.
+    start: u64,
+    records: Vec<Vec<u8>>,
+    /// Where the valid records end.
+    end: u64,
+    torn_tail: Option<TornTail>,
+}
+
+/// Reads `bytes` (the content of `path`): header, records, and what follows the last
+/// valid one.
+fn scan(path: &Path, bytes: &[u8], header: &Header) -> Result<Scanned, DurableError> {
+    let start = header.verify(path, bytes)?;
+    let mut at = start;
+    let mut records = Vec::new();
+    while at < bytes.len() {
+        match frame_at(bytes, at) {
+            Ok(end) => {
+                records.push(bytes[at + FRAME_HEADER..end].to_vec());
+                at = end;
+            }
+            Err(reason) => {
+                if (at + 1..bytes.len()).any(|later| frame_at(bytes, later).is_ok()) {
+                    return Err(DurableError::DamagedRecord {
+                        path: path.to_path_buf(),
+                        offset: at as u64,
+                        reason,
+                    });
+                }
+                return Ok(Scanned {
+                    start: start as u64,
+                    records,
+                    end: at as u64,
+                    torn_tail: Some(TornTail {
+                        offset: at as u64,
+                        bytes_cut: (bytes.len() - at) as u64,
+                    }),
+                });
+            }
+        }
+    }
+    Ok(Scanned {
+        start: start as u64,
+        records,
+        end: at as u64,
+        torn_tail: None,
+    })
+}
+
+/// The end of the valid frame at `at`, or what is wrong with it.
+fn frame_at(bytes: &[u8], at: usize) -> Result<usize, &'static str> {
+    let rest = &bytes[at..];
+    if rest.len() < FRAME_HEADER {
+        return Err("a record header cut short");
+    }
+    let len_bytes = [rest[0], rest[1], rest[2], rest[3]];
+    let len = u32::from_le_bytes(len_bytes) as usize;
+    if len > MAX_RECORD || len > rest.len() - FRAME_HEADER {
+        return Err("a record longer than the rest of the file");
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&len_bytes);
+    crc.update(&rest[FRAME_HEADER..FRAME_HEADER + len]);
+    if crc.finalize() != u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]) {
+        return Err("a checksum that does not match");
+    }
+    Ok(at + FRAME_HEADER + len)
+}

@@ -1,0 +1,143 @@
+//! A log's damage on real files: a changed byte in the middle is refused with the file
+//! and the offset, a torn tail is cut and reported (issue 38.2).
+
+use std::path::{Path, PathBuf};
+
+use mongoose_durable::header::Header;
+use mongoose_durable::log::{RecordLog, TornTail};
+use mongoose_durable::DurableError;
+
+fn header() -> Header {
+    Header::new("damage-test-log", 1, b"owner".to_vec())
+}
+
+/// A log of `records`, synced; returns its path and where each record's frame starts
+/// (and, last, where the log ends).
+fn write_log(folder: &Path, records: &[&[u8]]) -> (PathBuf, Vec<u64>) {
+    let path = folder.join("events.log");
+    let (mut log, _) = RecordLog::open_or_create(&path, &header()).expect("create");
+    let mut offsets = vec![std::fs::metadata(&path).expect("meta").len()];
+    for record in records {
+        log.append(record).expect("append");
+        offsets.push(offsets.last().unwrap() + 8 + record.len() as u64);
+    }
+    log.sync().expect("sync");
+    assert_eq!(
+        std::fs::metadata(&path).expect("meta").len(),
+        *offsets.last().unwrap()
+    );
+    (path, offsets)
+}
+
+const RECORDS: [&[u8]; 5] = [
+    b"alpha",
+    b"bravo-bravo",
+    b"charlie",
+    b"delta",
+    b"echo-echo-echo",
+];
+
+#[test]
+fn a_damaged_record_in_the_middle_of_a_log_is_refused_not_skipped() {
+    let folder = tempfile::tempdir().expect("folder");
+    let (path, offsets) = write_log(folder.path(), &RECORDS);
+    let clean = std::fs::read(&path).expect("read");
+    // a byte of the second record's payload, of its checksum, of its length
+    for (what, at) in [
+        ("payload", offsets[1] + 8 + 3),
+        ("checksum", offsets[1] + 5),
+        ("length", offsets[1]),
+        ("length, high byte", offsets[1] + 3),
+    ] {
+        let mut damaged = clean.clone();
+        damaged[at as usize] ^= 0x5a;
+        std::fs::write(&path, &damaged).expect("damage");
+        match RecordLog::open_or_create(&path, &header()) {
+            Err(DurableError::DamagedRecord {
+                path: named,
+                offset,
+                ..
+            }) => {
+                assert_eq!(named, path, "{what}");
+                assert_eq!(offset, offsets[1], "{what}: the damaged record's offset");
+                let message = DurableError::DamagedRecord {
+                    path: named,
+                    offset,
+                    reason: "x",
+                }
+                .to_string();
+                assert!(
+                    message.contains("events.log") && message.contains(&offsets[1].to_string()),
+                    "{message}"
+                );
+            }
+            Ok((_, recovery)) => panic!(
+                "{what}: damage at byte {at} opened as {} records, torn tail {:?}: skipped or cut",
+                recovery.records.len(),
+                recovery.torn_tail
+            ),
+            Err(other) => panic!("{what}: {other}"),
+        }
+        assert_eq!(
+            std::fs::read(&path).expect("read"),
+            damaged,
+            "{what}: a refused log is left as it is"
+        );
+    }
+}
+
+#[test]
+fn a_torn_tail_is_cut_and_reported() {
+    let folder = tempfile::tempdir().expect("folder");
+    let (path, offsets) = write_log(folder.path(), &RECORDS);
+    let clean = std::fs::read(&path).expect("read");
+    let last = offsets[RECORDS.len() - 1];
+    let end = offsets[RECORDS.len()];
+    // the file truncated inside the last record, at every length
+    for kept in last + 1..end {
+        std::fs::write(&path, &clean[..kept as usize]).expect("truncate");
+        let (_, recovery) = RecordLog::open_or_create(&path, &header()).expect("open");
+        assert_eq!(
+            recovery.records.len(),
+            RECORDS.len() - 1,
+            "truncated at {kept}"
+        );
+        assert_eq!(
+            recovery.torn_tail,
+            Some(TornTail {
+                offset: last,
+                bytes_cut: kept - last
+            }),
+            "truncated at {kept}"
+        );
+        assert_eq!(
+            std::fs::metadata(&path).expect("meta").len(),
+            last,
+            "the tail is cut from the file"
+        );
+    }
+    // a changed byte in the last record: cut too (it is the last)
+    let mut damaged = clean.clone();
+    damaged[(last + 9) as usize] ^= 0xff;
+    std::fs::write(&path, &damaged).expect("damage");
+    let (mut log, recovery) = RecordLog::open_or_create(&path, &header()).expect("open");
+    assert_eq!(
+        recovery.torn_tail,
+        Some(TornTail {
+            offset: last,
+            bytes_cut: end - last
+        })
+    );
+    assert_eq!(recovery.records.len(), RECORDS.len() - 1);
+    // the log goes on after the cut
+    log.append(b"foxtrot").expect("append");
+    log.sync().expect("sync");
+    drop(log);
+    let (_, recovery) = RecordLog::open_or_create(&path, &header()).expect("reopen");
+    assert_eq!(recovery.torn_tail, None);
+    assert_eq!(
+        recovery.records.last().map(Vec::as_slice),
+        Some(&b"foxtrot"[..])
+    );
+    assert_eq!(recovery.records.len(), RECORDS.len());
+}
