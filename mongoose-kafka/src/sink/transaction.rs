@@ -41,6 +41,15 @@ use super::KafkaSink;
 /// How often at most the sink warns that it still waits for the broker.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
+/// How many times a timed-out commit or abort is resumed, each for the delivery
+/// timeout, before the producer is given up for a new one with the same transactional
+/// id. librdkafka asks to call again until it answers, but after an 11 s broker pause
+/// a resumed commit timed out again and again with the broker back (chaos kafka seed
+/// 1796645212000: 90 s and more, nothing committed); a new producer's
+/// `init_transactions` has the broker finish what the old one left open, and the
+/// positions topic then tells whether it committed.
+const RESUMES_BEFORE_A_NEW_PRODUCER: u32 = 1;
+
 /// Where the producer stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -112,6 +121,8 @@ pub(super) struct TxnState {
     pub(super) confirmed: std::collections::HashSet<OutputKey>,
     /// Since when the sink waits for the broker, and when it last warned.
     waiting: Option<(Instant, Instant)>,
+    /// Resumes of the timed-out commit or abort that timed out again.
+    resumed: u32,
 }
 
 impl TxnState {
@@ -121,6 +132,7 @@ impl TxnState {
             unresolved: None,
             confirmed: std::collections::HashSet::new(),
             waiting: None,
+            resumed: 0,
         }
     }
 }
@@ -156,8 +168,10 @@ impl KafkaSink {
                     Ok(()) => {
                         self.resolve(Fate::Committed);
                         self.txn.phase = Phase::Ready;
+                        self.txn.resumed = 0;
                     }
                     Err(error) => match next_after(&error) {
+                        Next::Again if self.resumed_too_often() => self.replace_producer(&error),
                         Next::Again => {
                             return Err(format!(
                                 "the commit of a transaction that timed out, resumed (tried again: {error})"
@@ -171,8 +185,10 @@ impl KafkaSink {
                     Ok(()) => {
                         self.resolve(Fate::Aborted);
                         self.txn.phase = Phase::Ready;
+                        self.txn.resumed = 0;
                     }
                     Err(error) => match next_after(&error) {
+                        Next::Again if self.resumed_too_often() => self.replace_producer(&error),
                         Next::Again => {
                             return Err(format!(
                                 "the abort of a transaction that timed out, resumed (tried again: {error})"
@@ -208,9 +224,17 @@ impl KafkaSink {
 
     /// The producer is given up for a new one (at the next [`KafkaSink::recover`]).
     fn replace_producer(&mut self, error: &KafkaError) {
-        warn!(sink = %self.config.name, %error, phase = ?self.txn.phase,
+        warn!(sink = %self.config.name, %error, phase = ?self.txn.phase, resumed = self.txn.resumed,
             "the transactional producer cannot go on: a new one with the same transactional id takes its place (the broker finishes the transaction it left open)");
         self.txn.phase = Phase::Replace;
+        self.txn.resumed = 0;
+    }
+
+    /// A resumed commit or abort timed out again: true once
+    /// [`RESUMES_BEFORE_A_NEW_PRODUCER`] resumes did (the producer is then replaced).
+    fn resumed_too_often(&mut self) -> bool {
+        self.txn.resumed += 1;
+        self.txn.resumed >= RESUMES_BEFORE_A_NEW_PRODUCER
     }
 
     /// After a new producer's `init_transactions`: whether the unresolved transaction
