@@ -430,12 +430,20 @@ fn main() -> ExitCode {
         } => run(config, exit_when_settled),
         // run's checks before it starts anything (`ServerBuilder::preflight`), creating
         // and writing nothing
+        // beside a running server on the same data folder, its admin address is its own
         Command::Validate { config } => match ServerConfig::load(&config).and_then(|loaded| {
             admin::AdminSettings::from_config(&loaded)?;
-            builder(loaded).preflight()
+            builder(loaded).preflight_beside_running()
         }) {
-            Ok(()) => {
+            Ok(None) => {
                 println!("{}: valid", config.display());
+                Ok(0)
+            }
+            Ok(Some(pid)) => {
+                println!(
+                    "{}: valid (the admin address is held by the server running on this data folder, process {pid}: SIGHUP reloads it)",
+                    config.display()
+                );
                 Ok(0)
             }
             Err(error) => Err((EXIT_BAD_CONFIG, error)),

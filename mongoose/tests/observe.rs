@@ -124,6 +124,24 @@ settings = {{ feed = "lines", sink = "out" }}
         ))
     }
 
+    /// `POST path`: the status and the body.
+    fn post(&self, path: &str) -> (u16, String) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        let mut response = agent
+            .post(&format!("http://{}{path}", self.address))
+            .send_empty()
+            .unwrap_or_else(|error| panic!("POST {path}: {error}: {}", self.log()));
+        let code = response.status().as_u16();
+        (
+            code,
+            response.body_mut().read_to_string().unwrap_or_default(),
+        )
+    }
+
     fn json(&self, path: &str) -> (u16, serde_json::Value) {
         let (code, text) = self
             .get(path)
@@ -379,15 +397,31 @@ fn health_ready_metrics_and_status_follow_one_convention_each() {
 // feed no processor consumes holds its position)
 #[test]
 fn ready_is_503_with_the_reasons_while_a_feed_is_stalled() {
+    // a feed nothing consumes is refused at load (issue 39, item 3): its one consumer
+    // is stopped through the admin API instead, which leaves it with none
     let extra = r#"
 [[feeds]]
 name = "orphan"
 source = "file"
 path = "orphan.txt"
-read_strategy = "COMMITED"
+read_strategy = "COMMITTED"
+
+[[sinks]]
+name = "orphan-out"
+kind = "file"
+path = "orphan-out.txt"
+
+[[groups]]
+name = "leaving"
+[[groups.processors]]
+name = "gone"
+kind = "forward"
+settings = { feed = "orphan", sink = "orphan-out" }
 "#;
     let dir_lines = 10;
     let mut run = Run::start("", extra, dir_lines);
+    let (code, stopped) = run.post("/processors/leaving/gone/stop");
+    assert_eq!(code, 200, "{stopped}");
     std::fs::write(run.path("orphan.txt"), "nobody reads this\n").expect("orphan input");
     run.wait_until("/ready answers 503 naming the stalled feed", |run| {
         run.get("/ready").is_some_and(|(code, text)| {

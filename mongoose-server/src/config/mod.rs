@@ -9,6 +9,7 @@
 mod adopt;
 pub mod data_dir;
 mod env;
+pub mod running;
 mod sink;
 #[cfg(test)]
 mod tests;
