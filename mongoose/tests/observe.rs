@@ -35,7 +35,11 @@ struct Run {
 
 impl Run {
     fn start(top: &str, extra: &str, lines: usize) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_in(tempfile::tempdir().expect("temp dir"), top, extra, lines)
+    }
+
+    /// [`Run::start`] in `dir`.
+    fn start_in(dir: tempfile::TempDir, top: &str, extra: &str, lines: usize) -> Self {
         let address = format!("127.0.0.1:{}", free_port());
         let input: String = (0..lines)
             .map(|index| format!("line {index:08}\n"))
@@ -139,6 +143,19 @@ settings = {{ feed = "lines", sink = "out" }}
         (
             code,
             response.body_mut().read_to_string().unwrap_or_default(),
+        )
+    }
+
+    /// `mongoose ARGS` to its end: the exit code, stdout and stderr.
+    fn mongoose(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let output = Command::new(binary())
+            .args(args)
+            .output()
+            .expect("the mongoose binary runs");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
         )
     }
 
@@ -682,4 +699,133 @@ settings = {{ feed = "lines", sink = "web" }}
     assert_eq!(target.received().len(), 100);
     let log = run.log();
     assert_eq!(run.terminate(), 0, "{log}");
+}
+
+// issue 39, item 2: `mongoose status | head` panicked (broken pipe, exit 101). Its
+// stdout here is a socket whose other end is closed before it starts: its first write
+// fails with EPIPE, whatever the timing.
+#[test]
+fn status_into_a_closed_pipe_exits_cleanly() {
+    use std::os::fd::OwnedFd;
+    let run = Run::start("", "", 10);
+    let closed = |args: &[&str]| {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+        drop(ours);
+        let output = Command::new(binary())
+            .args(args)
+            .stdout(Stdio::from(OwnedFd::from(theirs)))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("the mongoose binary runs");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let config = run.path("mongoose.toml");
+    let config = config.to_str().expect("utf-8");
+    let plugins = tempfile::tempdir().expect("an empty plugin folder");
+    for args in [
+        &["status", "--admin", &run.address][..],
+        &["status", "--admin", &run.address, "--json"],
+        &["validate", "--config", config],
+        &[
+            "plugins",
+            "list",
+            "--plugin-dir",
+            plugins.path().to_str().expect("utf-8"),
+        ],
+    ] {
+        let (code, stderr) = closed(args);
+        assert!(
+            !stderr.contains("panicked"),
+            "mongoose {args:?} panicked: {stderr}"
+        );
+        assert_eq!(code, Some(0), "mongoose {args:?}: {stderr}");
+    }
+    assert_eq!(run.terminate(), 0);
+}
+
+// issue 39, item 2: the text left out what `/status` has (a glob feed's files, why a
+// feed waits, the last reload), and `status` took the admin address only from --admin
+#[test]
+fn status_shows_a_glob_feeds_files_and_why_a_feed_waits() {
+    let extra = r#"
+[[feeds]]
+name = "many"
+source = "file"
+path = "logs/*.log"
+read_strategy = "COMMITTED"
+
+[[feeds]]
+name = "later"
+source = "file"
+path = "later.txt"
+read_strategy = "COMMITTED"
+
+[[sinks]]
+name = "many-out"
+kind = "file"
+path = "many-out.txt"
+
+[[sinks]]
+name = "later-out"
+kind = "file"
+path = "later-out.txt"
+
+[[groups]]
+name = "more"
+[[groups.processors]]
+name = "many"
+kind = "forward"
+settings = { feed = "many", sink = "many-out" }
+[[groups.processors]]
+name = "later"
+kind = "forward"
+settings = { feed = "later", sink = "later-out" }
+"#;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // the glob's folder exists before the start (validate checks it)
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).expect("logs");
+    std::fs::write(logs.join("a.log"), "a1\na2\n").expect("a.log");
+    std::fs::write(logs.join("b.log"), "b1\n").expect("b.log");
+    let mut run = Run::start_in(dir, "", extra, 10);
+    run.wait_until("the glob reports both files", |run| {
+        run.get("/status").is_some_and(|(_, text)| {
+            text.contains("a.log") && text.contains("b.log") && text.contains("later.txt to exist")
+        })
+    });
+    // a reload of the same file: its outcome is in the status
+    let pid = run.child.as_ref().expect("running").id().to_string();
+    let sent = Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    run.wait_until("the reload is reported", |run| {
+        run.get("/status")
+            .is_some_and(|(_, text)| text.contains("\"lastReload\":{"))
+    });
+    let config = run.path("mongoose.toml");
+    // the admin address from --config, no --admin
+    let (code, text, stderr) =
+        run.mongoose(&["status", "--config", config.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(0), "{stderr}");
+    for needle in [
+        "a.log",
+        "b.log",
+        "waiting for the input file",
+        "later.txt to exist",
+        "last reload: unchanged",
+    ] {
+        assert!(text.contains(needle), "the text says {needle:?}:\n{text}");
+    }
+    // each file with what it committed of its size
+    let a_line = text
+        .lines()
+        .find(|line| line.contains("a.log"))
+        .expect("a.log's line");
+    assert!(a_line.contains("of 6 bytes"), "{a_line}");
+    assert_eq!(run.terminate(), 0);
 }
