@@ -532,10 +532,11 @@ fn mongoose_top_shows_a_feed_with_a_rate_and_q_quits() {
     let socket = format!("mongoose-top-{}", std::process::id());
     let _server = TmuxServer(socket.clone());
     let exit_file = run.path("top.exit");
+    // the admin address from the config (issue 39, item 2): no --admin
     let command = format!(
-        "{} top --admin {} --interval-ms 300; echo $? > {}; sleep 60",
+        "{} top --config {} --interval-ms 300; echo $? > {}; sleep 60",
         binary(),
-        run.address,
+        run.path("mongoose.toml").display(),
         exit_file.display()
     );
     tmux(
