@@ -392,6 +392,26 @@ fn validate_refuses_an_admin_port_a_server_on_another_data_folder_holds() {
         reason.contains("admin.address") && reason.contains(&address.to_string()),
         "{reason}"
     );
+    // the server on this very data folder runs, but another process holds the port
+    // the config now names: not the server's, refused
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let held = taken.local_addr().expect("address");
+    std::fs::write(
+        other.path("mongoose.toml"),
+        config(
+            &format!("[admin]\naddress = \"{held}\""),
+            "input.txt",
+            "out.txt",
+        ),
+    )
+    .expect("config");
+    let (code, stderr) = other.mongoose("validate", &[]);
+    assert_eq!(
+        code, 2,
+        "a port the running server does not hold is refused; stderr:\n{stderr}"
+    );
+    assert!(stderr.contains(&held.to_string()), "{stderr}");
+    drop(taken);
     drop(running);
 }
 
