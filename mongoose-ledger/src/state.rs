@@ -92,6 +92,30 @@ pub struct LanePosition {
 }
 
 impl LedgerState {
+    /// The state as pretty JSON with the summary first (`applied`, `rejected`, the
+    /// positions, the number of `accounts`) and the `balances` last: what
+    /// `--dump-state` prints, so a state of 100,000 accounts does not hide its counts
+    /// at the bottom (issue 39, item 9).
+    pub fn summary_first_json(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        let balances = value
+            .as_object_mut()
+            .and_then(|object| {
+                object.insert("accounts".to_owned(), self.balances.len().into());
+                object.remove("balances")
+            })
+            .unwrap_or_default();
+        let summary = serde_json::to_string_pretty(&value).unwrap_or_default();
+        let balances = serde_json::to_string_pretty(&balances)
+            .unwrap_or_default()
+            .replace('\n', "\n  ");
+        match summary.strip_suffix("\n}") {
+            Some(open) => format!("{open},\n  \"balances\": {balances}\n}}"),
+            // an empty object ("{}") cannot come from a state: print both anyway
+            None => format!("{summary}\n{balances}"),
+        }
+    }
+
     /// The saved `(epoch, position)` of `lane`, if the state holds a line of it.
     pub fn position_of(&self, lane: u32) -> Option<LanePosition> {
         if lane == 0 {
@@ -281,4 +305,33 @@ pub(super) fn recovery(state_dir: &Path) -> String {
         "To recover, with the server stopped, either restore the state folder {dir} from a backup together with the feed's pointer file saved with it (for a file feed, `<input file>.readPointer` beside the input), or move {dir} away (keep it to inspect) and remove that pointer file, so that the input is read again from its start and every line is applied once into a new state (this needs the input to still hold every line the ledger has read; the alerts of the lines read again are written again)",
         dir = state_dir.display()
     )
+}
+
+#[cfg(test)]
+mod dump_tests {
+    use super::*;
+
+    #[test]
+    fn the_dump_puts_the_summary_before_the_balances() {
+        let state = LedgerState {
+            balances: (0..1000)
+                .map(|index| (format!("acc{index:04}"), 5))
+                .collect(),
+            applied: 1000,
+            rejected: 2,
+            ..LedgerState::default()
+        };
+        let dump = state.summary_first_json();
+        let at = |key: &str| dump.find(&format!("\"{key}\"")).expect(key);
+        assert!(at("applied") < at("balances") && at("rejected") < at("balances"));
+        assert!(at("accounts") < at("acc0000"));
+        let parsed: serde_json::Value = serde_json::from_str(&dump).expect("JSON");
+        assert_eq!(parsed["accounts"], 1000);
+        assert_eq!(parsed["balances"]["acc0999"], 5);
+        let back: LedgerState = serde_json::from_value(parsed).expect("a state");
+        assert_eq!(
+            back, state,
+            "it reads back as the state (accounts is ignored)"
+        );
+    }
 }

@@ -16,8 +16,9 @@ use crate::FileEventSource;
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 pub enum ReadStrategy {
     /// Resume at the pointer file's committed offset and tail. The only strategy with a
-    /// pointer file. Spelled `COMMITED` in configuration, as in the Java original.
-    #[serde(rename = "COMMITED", alias = "COMMITTED")]
+    /// pointer file. Spelled `COMMITTED` in configuration; `COMMITED`, the Java
+    /// original's spelling, is read as an alias (issue 39, item 9).
+    #[serde(rename = "COMMITTED", alias = "COMMITED")]
     Committed,
     /// Read from the start and tail.
     #[serde(rename = "EARLIEST")]
@@ -37,7 +38,7 @@ impl ReadStrategy {
     /// The configuration name.
     pub fn as_str(self) -> &'static str {
         match self {
-            ReadStrategy::Committed => "COMMITED",
+            ReadStrategy::Committed => "COMMITTED",
             ReadStrategy::Earliest => "EARLIEST",
             ReadStrategy::Latest => "LATEST",
             ReadStrategy::OnceEarliest => "ONCE_EARLIEST",
@@ -157,10 +158,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn committed_is_spelled_commited_in_configuration_and_read_either_way() {
-        // the Java original's spelling stays the configuration's (issue 12, item 6)
-        assert_eq!(ReadStrategy::Committed.to_string(), "COMMITED");
-        assert_eq!(ReadStrategy::Committed.as_str(), "COMMITED");
+    fn committed_is_spelled_committed_in_configuration_and_read_either_way() {
+        // the documented spelling is COMMITTED (issue 39, item 9); the Java original's
+        // COMMITED (issue 12, item 6) stays an alias
+        assert_eq!(ReadStrategy::Committed.to_string(), "COMMITTED");
+        assert_eq!(ReadStrategy::Committed.as_str(), "COMMITTED");
         for spelling in ["COMMITED", "COMMITTED"] {
             assert_eq!(
                 spelling.parse::<ReadStrategy>().expect("a strategy"),
@@ -172,7 +174,7 @@ mod tests {
         }
         assert_eq!(
             serde_json::to_string(&ReadStrategy::Committed).expect("serialised"),
-            "\"COMMITED\""
+            "\"COMMITTED\""
         );
     }
 

@@ -9,7 +9,7 @@ use thiserror::Error;
 pub enum FileSourceError {
     /// A read strategy name that does not exist.
     #[error(
-        "unknown read strategy '{0}': use COMMITED, EARLIEST, LATEST, ONCE_EARLIEST or ONCE_LATEST"
+        "unknown read strategy '{0}': use COMMITTED, EARLIEST, LATEST, ONCE_EARLIEST or ONCE_LATEST"
     )]
     UnknownStrategy(String),
     /// A glob feed's lane registry that cannot be read, while pointer files of the

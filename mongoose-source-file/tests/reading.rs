@@ -239,8 +239,13 @@ fn strategies_parse_from_their_configuration_names() {
         .parse::<ReadStrategy>()
         .expect_err("unknown")
         .to_string();
-    assert!(error.contains("COMMITED"), "{error}");
-    assert_eq!(ReadStrategy::Committed.to_string(), "COMMITED");
+    // the documented spelling (issue 39, item 9); COMMITED, above, is an alias
+    assert!(error.contains("COMMITTED"), "{error}");
+    assert_eq!(ReadStrategy::Committed.to_string(), "COMMITTED");
+    assert_eq!(
+        "COMMITTED".parse::<ReadStrategy>().ok(),
+        Some(ReadStrategy::Committed)
+    );
 }
 
 // book: guarantees/commit-after-processing.md: the clean stop's final poll commits what was processed,

@@ -45,4 +45,6 @@
 pub mod archive_cli;
 pub mod journal_cli;
 pub mod kinds;
+pub mod status_cli;
+pub mod stdout;
 pub mod top;

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use mongoose::{out, outln, status_cli};
 use mongoose_server::cli::{self, LogFormat, EXIT_BAD_CONFIG, EXIT_FAILED};
 use mongoose_server::config::ServerConfig;
 use mongoose_server::{admin, Server, ServerBuilder, ServerError};
@@ -99,12 +100,17 @@ enum Command {
         #[arg(long, global = true)]
         token_file: Option<PathBuf>,
     },
-    /// Prints a running server's feed status, its sinks (with held outputs) and its
-    /// processor groups.
+    /// Prints what a running server's /status says, as text: its feeds (why each is
+    /// where it is, a glob's files), its sinks (with held outputs), its processor groups
+    /// and the last reload.
     Status {
-        /// The admin address of the server.
-        #[arg(long, default_value = "127.0.0.1:8089")]
-        admin: String,
+        /// The admin address of the server (default: the [admin] address of --config,
+        /// else 127.0.0.1:8089).
+        #[arg(long)]
+        admin: Option<String>,
+        /// The server's config file: its [admin] address and token_file.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// Print the raw status JSON.
         #[arg(long)]
         json: bool,
@@ -115,9 +121,13 @@ enum Command {
     /// A refreshing terminal view of a running server's feeds, groups and sinks, with
     /// rates from successive /status polls; `q` quits (exit 0).
     Top {
-        /// The admin address of the server.
-        #[arg(long, default_value = "127.0.0.1:8089")]
-        admin: String,
+        /// The admin address of the server (default: the [admin] address of --config,
+        /// else 127.0.0.1:8089).
+        #[arg(long)]
+        admin: Option<String>,
+        /// The server's config file: its [admin] address and token_file.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// How often to poll and redraw, in milliseconds.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
         interval_ms: u64,
@@ -220,15 +230,15 @@ fn archive(action: ArchiveAction) -> Result<u8, (u8, ServerError)> {
             let (count, position) =
                 archive_cli::publish(udp, ipc.as_deref(), stream, session, stdin)
                     .map_err(failed)?;
-            println!("published {count} messages; the stream is at position {position}");
+            outln!("published {count} messages; the stream is at position {position}");
             Ok(cli::EXIT_OK)
         }
         ArchiveAction::List { dir } => {
-            archive_cli::list(&dir, &mut std::io::stdout().lock()).map_err(failed)?;
+            archive_cli::list(&dir, &mut mongoose::stdout::stdout()).map_err(failed)?;
             Ok(cli::EXIT_OK)
         }
         ArchiveAction::Describe { dir, id } => {
-            archive_cli::describe(&dir, id, &mut std::io::stdout().lock()).map_err(failed)?;
+            archive_cli::describe(&dir, id, &mut mongoose::stdout::stdout()).map_err(failed)?;
             Ok(cli::EXIT_OK)
         }
         ArchiveAction::Replay {
@@ -258,7 +268,7 @@ fn archive(action: ArchiveAction) -> Result<u8, (u8, ServerError)> {
                 selector,
                 from,
                 follow,
-                &mut std::io::stdout().lock(),
+                &mut mongoose::stdout::stdout(),
                 &|| false,
             )
             .map_err(failed)?;
@@ -308,18 +318,18 @@ fn journal(action: JournalAction) -> Result<u8, (u8, ServerError)> {
             let (count, last) =
                 mongoose::journal_cli::append(&dir, stdin, sync_every).map_err(failed)?;
             match last {
-                Some(last) => println!("appended {count} excerpts; the last is index {last}"),
-                None => println!("appended nothing (standard input was empty)"),
+                Some(last) => outln!("appended {count} excerpts; the last is index {last}"),
+                None => outln!("appended nothing (standard input was empty)"),
             }
             Ok(cli::EXIT_OK)
         }
         JournalAction::Tail { dir, from, follow } => {
-            let mut out = std::io::stdout().lock();
+            let mut out = mongoose::stdout::stdout();
             mongoose::journal_cli::tail(&dir, from, follow, &mut out, &|| false).map_err(failed)?;
             Ok(cli::EXIT_OK)
         }
         JournalAction::Dump { dir } => {
-            let mut out = std::io::stdout().lock();
+            let mut out = mongoose::stdout::stdout();
             let (total, damaged) = mongoose::journal_cli::dump(&dir, &mut out).map_err(failed)?;
             if damaged > 0 {
                 eprintln!("mongoose: {damaged} of {total} excerpts are damaged (a tailer stops before the first); an appender opening the journal cuts them");
@@ -348,7 +358,7 @@ fn plugins_list(dir: &std::path::Path) -> Result<u8, (u8, ServerError)> {
             ServerError::invalid("--plugin-dir", error.to_string()),
         )
     })?;
-    print!("{}", cli::plugins_table(&registry));
+    out!("{}", cli::plugins_table(&registry));
     Ok(if registry.refused().is_empty() {
         0
     } else {
@@ -430,12 +440,20 @@ fn main() -> ExitCode {
         } => run(config, exit_when_settled),
         // run's checks before it starts anything (`ServerBuilder::preflight`), creating
         // and writing nothing
+        // beside a running server on the same data folder, its admin address is its own
         Command::Validate { config } => match ServerConfig::load(&config).and_then(|loaded| {
             admin::AdminSettings::from_config(&loaded)?;
-            builder(loaded).preflight()
+            builder(loaded).preflight_beside_running()
         }) {
-            Ok(()) => {
-                println!("{}: valid", config.display());
+            Ok(None) => {
+                outln!("{}: valid", config.display());
+                Ok(0)
+            }
+            Ok(Some(pid)) => {
+                outln!(
+                    "{}: valid (the admin address is held by the server running on this data folder, process {pid}: SIGHUP reloads it)",
+                    config.display()
+                );
                 Ok(0)
             }
             Err(error) => Err((EXIT_BAD_CONFIG, error)),
@@ -445,8 +463,8 @@ fn main() -> ExitCode {
         {
             Ok(reports) => {
                 for (group, report) in &reports {
-                    println!("group {group}:");
-                    println!("{report}");
+                    outln!("group {group}:");
+                    outln!("{report}");
                 }
                 Ok(cli::replay_exit_code(&reports))
             }
@@ -457,22 +475,29 @@ fn main() -> ExitCode {
         } => plugins_list(&plugin_dir),
         Command::Status {
             admin: address,
+            config,
             json,
             token_file,
-        } => status(&address, json, token_file.as_deref()),
+        } => status_cli::admin_target(address, config.as_deref(), token_file)
+            .map_err(|error| (EXIT_BAD_CONFIG, error))
+            .and_then(|target| status_cli::status(&target, json)),
         Command::Top {
             admin: address,
+            config,
             interval_ms,
             token_file,
-        } => read_token(token_file.as_deref()).and_then(|token| {
-            mongoose::top::run(
-                &address,
-                std::time::Duration::from_millis(interval_ms),
-                token.as_deref().map(str::trim),
-            )
-            .map(|()| 0)
-            .map_err(|error| (EXIT_FAILED, error))
-        }),
+        } => status_cli::admin_target(address, config.as_deref(), token_file)
+            .map_err(|error| (EXIT_BAD_CONFIG, error))
+            .and_then(|target| {
+                let token = read_token(target.token_file.as_deref())?;
+                mongoose::top::run(
+                    &target.address,
+                    std::time::Duration::from_millis(interval_ms),
+                    token.as_deref().map(str::trim),
+                )
+                .map(|()| 0)
+                .map_err(|error| (EXIT_FAILED, error))
+            }),
         Command::Journal { action } => journal(action),
         Command::Archive { action } => archive(action),
         Command::Audit {
@@ -523,7 +548,7 @@ fn audit(
             let text = admin::get_text_with_token(address, "/audit/status", token)
                 .map_err(|error| (EXIT_FAILED, error))?;
             if json {
-                println!("{text}");
+                outln!("{text}");
                 return Ok(0);
             }
             let sessions: Vec<mongoose_control::capture::CaptureStatus> =
@@ -533,7 +558,7 @@ fn audit(
                         ServerError::State(format!("unexpected audit status answer: {error}")),
                     )
                 })?;
-            print!("{}", cli::capture_table(&sessions));
+            out!("{}", cli::capture_table(&sessions));
             return Ok(0);
         }
         AuditAction::Start { selector } => ("start", selector),
@@ -553,66 +578,12 @@ fn audit(
         .or_else(|| answer["pending"].as_str())
         .unwrap_or(&text);
     match (code, verb) {
-        (200, "start") if reason == "recording" => println!("audit: RECORDING {selector}"),
-        (200, _) => println!("audit: {selector}: {reason}"),
+        (200, "start") if reason == "recording" => outln!("audit: RECORDING {selector}"),
+        (200, _) => outln!("audit: {selector}: {reason}"),
         _ => {
             eprintln!("mongoose: audit {verb} {selector}: {reason}");
             return Ok(EXIT_FAILED);
         }
     }
     Ok(0)
-}
-
-/// `mongoose status`: the status table and the groups table (or the raw JSON).
-fn status(
-    address: &str,
-    json: bool,
-    token_file: Option<&std::path::Path>,
-) -> Result<u8, (u8, ServerError)> {
-    let token = read_token(token_file)?;
-    let token = token.as_deref().map(str::trim);
-    match admin::get_text_with_token(address, "/status", token) {
-        Ok(text) if json => {
-            println!("{text}");
-            Ok(0)
-        }
-        Ok(text) => match serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|value| serde_json::from_value(value).ok())
-        {
-            Some(report) => {
-                print!("{}", cli::status_table(&report));
-                let sinks: Vec<mongoose_sink::SinkStatus> =
-                    serde_json::from_str::<serde_json::Value>(&text)
-                        .ok()
-                        .and_then(|value| serde_json::from_value(value["sinks"].clone()).ok())
-                        .unwrap_or_default();
-                if !sinks.is_empty() {
-                    println!();
-                    print!("{}", cli::sinks_table(&sinks));
-                }
-                let groups =
-                    admin::get_text_with_token(address, "/groups", token).and_then(|text| {
-                        serde_json::from_str::<Vec<mongoose_control::GroupStatus>>(&text).map_err(
-                            |error| {
-                                ServerError::State(format!("unexpected groups answer: {error}"))
-                            },
-                        )
-                    });
-                match groups {
-                    Ok(groups) => {
-                        println!();
-                        print!("{}", cli::groups_table(&groups));
-                    }
-                    Err(error) => eprintln!("mongoose: no groups table: {error}"),
-                }
-                Ok(0)
-            }
-            None => Err((
-                EXIT_FAILED,
-                ServerError::State(format!("unexpected status answer: {text}")),
-            )),
-        },
-        Err(error) => Err((EXIT_FAILED, error)),
-    }
 }

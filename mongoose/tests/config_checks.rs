@@ -428,6 +428,12 @@ fn cases() -> Vec<Case> {
                 &["sinks[0].path", "logs/*", "feedback loop"],
             )
         },
+        // issue 39, item 9: a YAML file got a bare TOML parse error ("expected `.`, `=`")
+        case(
+            "a YAML config",
+            "feeds:\n  - name: lines\n    source: file\n    path: input.txt\n".to_owned(),
+            &["the config is TOML", "YAML", "[[feeds]]", "line 1"],
+        ),
         // item 8: a feed path that is a directory (it logged 693,248 WARN lines in 5 s)
         Case {
             prepare: |setup| std::fs::create_dir(setup.path("folder")).expect("a folder"),

@@ -35,7 +35,11 @@ struct Run {
 
 impl Run {
     fn start(top: &str, extra: &str, lines: usize) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_in(tempfile::tempdir().expect("temp dir"), top, extra, lines)
+    }
+
+    /// [`Run::start`] in `dir`.
+    fn start_in(dir: tempfile::TempDir, top: &str, extra: &str, lines: usize) -> Self {
         let address = format!("127.0.0.1:{}", free_port());
         let input: String = (0..lines)
             .map(|index| format!("line {index:08}\n"))
@@ -122,6 +126,37 @@ settings = {{ feed = "lines", sink = "out" }}
             code,
             response.body_mut().read_to_string().unwrap_or_default(),
         ))
+    }
+
+    /// `POST path`: the status and the body.
+    fn post(&self, path: &str) -> (u16, String) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        let mut response = agent
+            .post(&format!("http://{}{path}", self.address))
+            .send_empty()
+            .unwrap_or_else(|error| panic!("POST {path}: {error}: {}", self.log()));
+        let code = response.status().as_u16();
+        (
+            code,
+            response.body_mut().read_to_string().unwrap_or_default(),
+        )
+    }
+
+    /// `mongoose ARGS` to its end: the exit code, stdout and stderr.
+    fn mongoose(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let output = Command::new(binary())
+            .args(args)
+            .output()
+            .expect("the mongoose binary runs");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
     }
 
     fn json(&self, path: &str) -> (u16, serde_json::Value) {
@@ -379,15 +414,31 @@ fn health_ready_metrics_and_status_follow_one_convention_each() {
 // feed no processor consumes holds its position)
 #[test]
 fn ready_is_503_with_the_reasons_while_a_feed_is_stalled() {
+    // a feed nothing consumes is refused at load (issue 39, item 3): its one consumer
+    // is stopped through the admin API instead, which leaves it with none
     let extra = r#"
 [[feeds]]
 name = "orphan"
 source = "file"
 path = "orphan.txt"
-read_strategy = "COMMITED"
+read_strategy = "COMMITTED"
+
+[[sinks]]
+name = "orphan-out"
+kind = "file"
+path = "orphan-out.txt"
+
+[[groups]]
+name = "leaving"
+[[groups.processors]]
+name = "gone"
+kind = "forward"
+settings = { feed = "orphan", sink = "orphan-out" }
 "#;
     let dir_lines = 10;
     let mut run = Run::start("", extra, dir_lines);
+    let (code, stopped) = run.post("/processors/leaving/gone/stop");
+    assert_eq!(code, 200, "{stopped}");
     std::fs::write(run.path("orphan.txt"), "nobody reads this\n").expect("orphan input");
     run.wait_until("/ready answers 503 naming the stalled feed", |run| {
         run.get("/ready").is_some_and(|(code, text)| {
@@ -481,10 +532,11 @@ fn mongoose_top_shows_a_feed_with_a_rate_and_q_quits() {
     let socket = format!("mongoose-top-{}", std::process::id());
     let _server = TmuxServer(socket.clone());
     let exit_file = run.path("top.exit");
+    // the admin address from the config (issue 39, item 2): no --admin
     let command = format!(
-        "{} top --admin {} --interval-ms 300; echo $? > {}; sleep 60",
+        "{} top --config {} --interval-ms 300; echo $? > {}; sleep 60",
         binary(),
-        run.address,
+        run.path("mongoose.toml").display(),
         exit_file.display()
     );
     tmux(
@@ -648,4 +700,133 @@ settings = {{ feed = "lines", sink = "web" }}
     assert_eq!(target.received().len(), 100);
     let log = run.log();
     assert_eq!(run.terminate(), 0, "{log}");
+}
+
+// issue 39, item 2: `mongoose status | head` panicked (broken pipe, exit 101). Its
+// stdout here is a socket whose other end is closed before it starts: its first write
+// fails with EPIPE, whatever the timing.
+#[test]
+fn status_into_a_closed_pipe_exits_cleanly() {
+    use std::os::fd::OwnedFd;
+    let run = Run::start("", "", 10);
+    let closed = |args: &[&str]| {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+        drop(ours);
+        let output = Command::new(binary())
+            .args(args)
+            .stdout(Stdio::from(OwnedFd::from(theirs)))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("the mongoose binary runs");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let config = run.path("mongoose.toml");
+    let config = config.to_str().expect("utf-8");
+    let plugins = tempfile::tempdir().expect("an empty plugin folder");
+    for args in [
+        &["status", "--admin", &run.address][..],
+        &["status", "--admin", &run.address, "--json"],
+        &["validate", "--config", config],
+        &[
+            "plugins",
+            "list",
+            "--plugin-dir",
+            plugins.path().to_str().expect("utf-8"),
+        ],
+    ] {
+        let (code, stderr) = closed(args);
+        assert!(
+            !stderr.contains("panicked"),
+            "mongoose {args:?} panicked: {stderr}"
+        );
+        assert_eq!(code, Some(0), "mongoose {args:?}: {stderr}");
+    }
+    assert_eq!(run.terminate(), 0);
+}
+
+// issue 39, item 2: the text left out what `/status` has (a glob feed's files, why a
+// feed waits, the last reload), and `status` took the admin address only from --admin
+#[test]
+fn status_shows_a_glob_feeds_files_and_why_a_feed_waits() {
+    let extra = r#"
+[[feeds]]
+name = "many"
+source = "file"
+path = "logs/*.log"
+read_strategy = "COMMITTED"
+
+[[feeds]]
+name = "later"
+source = "file"
+path = "later.txt"
+read_strategy = "COMMITTED"
+
+[[sinks]]
+name = "many-out"
+kind = "file"
+path = "many-out.txt"
+
+[[sinks]]
+name = "later-out"
+kind = "file"
+path = "later-out.txt"
+
+[[groups]]
+name = "more"
+[[groups.processors]]
+name = "many"
+kind = "forward"
+settings = { feed = "many", sink = "many-out" }
+[[groups.processors]]
+name = "later"
+kind = "forward"
+settings = { feed = "later", sink = "later-out" }
+"#;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // the glob's folder exists before the start (validate checks it)
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).expect("logs");
+    std::fs::write(logs.join("a.log"), "a1\na2\n").expect("a.log");
+    std::fs::write(logs.join("b.log"), "b1\n").expect("b.log");
+    let mut run = Run::start_in(dir, "", extra, 10);
+    run.wait_until("the glob reports both files", |run| {
+        run.get("/status").is_some_and(|(_, text)| {
+            text.contains("a.log") && text.contains("b.log") && text.contains("later.txt to exist")
+        })
+    });
+    // a reload of the same file: its outcome is in the status
+    let pid = run.child.as_ref().expect("running").id().to_string();
+    let sent = Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    run.wait_until("the reload is reported", |run| {
+        run.get("/status")
+            .is_some_and(|(_, text)| text.contains("\"lastReload\":{"))
+    });
+    let config = run.path("mongoose.toml");
+    // the admin address from --config, no --admin
+    let (code, text, stderr) =
+        run.mongoose(&["status", "--config", config.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(0), "{stderr}");
+    for needle in [
+        "a.log",
+        "b.log",
+        "waiting for the input file",
+        "later.txt to exist",
+        "last reload: unchanged",
+    ] {
+        assert!(text.contains(needle), "the text says {needle:?}:\n{text}");
+    }
+    // each file with what it committed of its size
+    let a_line = text
+        .lines()
+        .find(|line| line.contains("a.log"))
+        .expect("a.log's line");
+    assert!(a_line.contains("of 6 bytes"), "{a_line}");
+    assert_eq!(run.terminate(), 0);
 }

@@ -255,10 +255,18 @@ pointer = "{pointer}"
 name = "out"
 kind = "file"
 path = "out.txt"
+
+[[sinks]]
+name = "counted-out"
+kind = "file"
+path = "counted-out.txt"
 {forward}
+{counted}
 "#,
         pointer = root.join("counter.pointer").display(),
         forward = forward("copy", "lines", "out"),
+        // a feed nothing consumes is refused at load (issue 39, item 3)
+        counted = forward("count", "counted", "counted-out"),
     );
     std::fs::write(root.join("mongoose.toml"), config).expect("config");
     let mut child = spawn(root, &["run", "--config", "mongoose.toml"]);

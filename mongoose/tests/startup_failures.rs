@@ -143,11 +143,15 @@ fn two_feeds_on_one_path_are_refused_or_keep_separate_pointers() {
         .expect("symlink");
     assert_refused(&linked, &["'first'", "'second'", "input.txt", "alias.txt"]);
 
-    // two different files are fine: each keeps its own pointer
+    // two different files are fine: each keeps its own pointer (each read by a
+    // forward: a feed nothing consumes is refused, issue 39 item 3)
     let apart = Setup::new(
         lines,
         &format!(
-            "{}{}",
+            "{}{}[[sinks]]\nname = \"out\"\nkind = \"file\"\npath = \"out.txt\"\n\
+             [[groups]]\nname = \"copy\"\n\
+             [[groups.processors]]\nname = \"first\"\nkind = \"forward\"\nsettings = {{ feed = \"first\", sink = \"out\" }}\n\
+             [[groups.processors]]\nname = \"second\"\nkind = \"forward\"\nsettings = {{ feed = \"second\", sink = \"out\" }}\n",
             feed("first", "input.txt"),
             feed("second", "other.txt")
         ),

@@ -15,6 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+/// The binary under test: `MONGOOSE_BIN` runs the tests against another build (e.g.
+/// an older one, to see them fail).
+fn binary() -> String {
+    std::env::var("MONGOOSE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mongoose").into())
+}
+
 /// How long a command may take before the test calls it a hang.
 const HANG: Duration = Duration::from_secs(120);
 
@@ -56,7 +62,7 @@ impl Folder {
     /// the server made).
     fn mongoose(&self, command: &str, extra: &[&str]) -> (i32, String) {
         let log = tempfile::NamedTempFile::new().expect("log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mongoose"))
+        let mut child = Command::new(binary())
             .arg(command)
             .arg("--config")
             .arg(self.path("mongoose.toml"))
@@ -288,4 +294,150 @@ fn validate_creates_and_writes_nothing() {
         assert!(made.is_empty(), "{case}: validate made {made:?}");
         assert_eq!(before, after, "{case}: validate changed nothing");
     }
+}
+
+/// A free port on loopback (bound, then released).
+fn free_address() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    listener.local_addr().expect("address")
+}
+
+/// `mongoose run --config mongoose.toml` of `folder` in the background, once its admin
+/// API at `address` accepts connections. Killed when dropped.
+struct Running(std::process::Child);
+
+impl Running {
+    fn start(folder: &Folder, address: std::net::SocketAddr) -> Self {
+        let child = Command::new(binary())
+            .arg("run")
+            .arg("--config")
+            .arg(folder.path("mongoose.toml"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the mongoose binary starts");
+        let mut running = Running(child);
+        let deadline = Instant::now() + HANG;
+        while std::net::TcpStream::connect(address).is_err() {
+            assert!(
+                running.0.try_wait().expect("child status").is_none(),
+                "the server exited before its admin API answered"
+            );
+            assert!(Instant::now() < deadline, "the admin API never answered");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn validate_beside_a_running_server_on_the_same_data_folder_passes() {
+    // issue 39, item 1: the systemd chapter's reload is `validate`, then `reload`; on
+    // the running server's own config validate exited 2, its admin port "in use"
+    let address = free_address();
+    let folder = Folder::new(&config(
+        &format!("[admin]\naddress = \"{address}\""),
+        "input.txt",
+        "out.txt",
+    ));
+    let running = Running::start(&folder, address);
+    let (code, stderr) = folder.mongoose("validate", &[]);
+    assert_eq!(
+        code, 0,
+        "validate passes beside the server running on its data folder; stderr:\n{stderr}"
+    );
+    // the rest is still checked: a missing input folder is refused while it runs
+    let broken = config(
+        &format!("[admin]\naddress = \"{address}\""),
+        "missing/input.txt",
+        "out.txt",
+    );
+    std::fs::write(folder.path("mongoose.toml"), broken).expect("config");
+    let (code, stderr) = folder.mongoose("validate", &[]);
+    assert_eq!(code, 2, "the rest is checked; stderr:\n{stderr}");
+    assert!(reason(&stderr).contains("feeds[0].path"), "{stderr}");
+    drop(running);
+}
+
+#[test]
+fn validate_refuses_an_admin_port_a_server_on_another_data_folder_holds() {
+    // the port is held by a server, but not by the one on this config's data folder
+    let address = free_address();
+    let other = Folder::new(&config(
+        &format!("[admin]\naddress = \"{address}\""),
+        "input.txt",
+        "out.txt",
+    ));
+    let running = Running::start(&other, address);
+    let folder = Folder::new(&config(
+        &format!("[admin]\naddress = \"{address}\""),
+        "input.txt",
+        "out.txt",
+    ));
+    let (code, stderr) = folder.mongoose("validate", &[]);
+    assert_eq!(
+        code, 2,
+        "another server's port is refused; stderr:\n{stderr}"
+    );
+    let reason = reason(&stderr);
+    assert!(
+        reason.contains("admin.address") && reason.contains(&address.to_string()),
+        "{reason}"
+    );
+    // the server on this very data folder runs, but another process holds the port
+    // the config now names: not the server's, refused
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let held = taken.local_addr().expect("address");
+    std::fs::write(
+        other.path("mongoose.toml"),
+        config(
+            &format!("[admin]\naddress = \"{held}\""),
+            "input.txt",
+            "out.txt",
+        ),
+    )
+    .expect("config");
+    let (code, stderr) = other.mongoose("validate", &[]);
+    assert_eq!(
+        code, 2,
+        "a port the running server does not hold is refused; stderr:\n{stderr}"
+    );
+    assert!(stderr.contains(&held.to_string()), "{stderr}");
+    drop(taken);
+    drop(running);
+}
+
+#[test]
+fn a_feed_nothing_consumes_is_refused_by_validate() {
+    // issue 39, item 3: a feed no processor reads passed validate, then `run
+    // --exit-when-settled` waited 30 s for it and exited 1
+    let text = format!(
+        "{}\n[[feeds]]\nname = \"orphan\"\nsource = \"file\"\npath = \"other.txt\"\n",
+        config("", "input.txt", "out.txt")
+    );
+    let folder = Folder::new(&text);
+    assert_both_refuse(
+        "a feed nothing consumes",
+        &folder,
+        &["feeds[1]", "'orphan'", "no processor"],
+    );
+}
+
+#[test]
+fn a_wildcard_in_a_folder_says_where_a_wildcard_may_be() {
+    // issue 39, item 9: "the input folder logs/* does not exist"
+    let folder = Folder::new(&config("", "logs/*/app.log", "out.txt"));
+    assert_both_refuse(
+        "a wildcard in a folder",
+        &folder,
+        &["feeds[0].path", "only in the file name"],
+    );
 }

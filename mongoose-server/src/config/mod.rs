@@ -9,6 +9,7 @@
 mod adopt;
 pub mod data_dir;
 mod env;
+pub mod running;
 mod sink;
 #[cfg(test)]
 mod tests;
@@ -16,7 +17,7 @@ mod text;
 pub use sink::SinkConfig;
 mod validate;
 
-use text::{key_path_at, line_and_column};
+use text::{key_path_at, line_and_column, not_toml_hint};
 pub(crate) use validate::check_name;
 use validate::check_range;
 pub use validate::{
@@ -198,7 +199,7 @@ pub struct FeedConfig {
     /// A plugin feed's item type: `line` (default) or `bytes`.
     #[serde(default)]
     pub codec: Option<FeedCodec>,
-    /// The read strategy (default COMMITED).
+    /// The read strategy (default COMMITTED; COMMITED is read as an alias).
     #[serde(default = "default_read_strategy")]
     pub read_strategy: ReadStrategy,
     /// Each subscriber queue's capacity (default 1024, at most [`MAX_QUEUE_CAPACITY`]).
@@ -220,7 +221,7 @@ pub struct FeedConfig {
     #[serde(default)]
     pub scan_interval_millis: Option<u64>,
     /// For a glob `path`: at most this many files open at once (default 256, 1 to
-    /// 65,536; COMMITED only).
+    /// 65,536; COMMITTED only).
     #[serde(default)]
     pub max_open_files: Option<usize>,
 }
@@ -608,6 +609,10 @@ impl ServerConfig {
                 if let Some(span) = error.span() {
                     let (line, column) = line_and_column(text, span.start);
                     message = format!("{message} (line {line}, column {column})");
+                }
+                // a text that is not TOML at all: say what the config is
+                if text.parse::<toml::Table>().is_err() {
+                    message = format!("{message}: {}", not_toml_hint(text));
                 }
                 ServerError::Config { path, message }
             })?;

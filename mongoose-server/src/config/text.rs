@@ -81,3 +81,49 @@ pub(super) fn line_and_column(text: &str, at: usize) -> (usize, usize) {
     let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
     (line, before[line_start..].chars().count() + 1)
 }
+
+/// What to say of a text the TOML parser refused: the config is TOML, and, when the
+/// text looks like YAML or JSON (a file written for another tool), how TOML spells
+/// what it holds.
+pub(super) fn not_toml_hint(text: &str) -> String {
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with('#'))
+        .unwrap_or_default();
+    let yaml_key = first
+        .trim_start_matches("- ")
+        .split_once(':')
+        .is_some_and(|(key, rest)| {
+            !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+                && (rest.is_empty() || rest.starts_with(' '))
+        });
+    let looks_like = if first == "---" || yaml_key {
+        "this looks like YAML; "
+    } else if first.starts_with('{') {
+        "this looks like JSON; "
+    } else {
+        ""
+    };
+    format!(
+        "the config is TOML ({looks_like}write `name = \"lines\"`, a table as `[admin]`, each feed, sink or group as \
+         `[[feeds]]`, `[[sinks]]`, `[[groups]]`: see the book's running/config.md)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_and_json_are_named_and_toml_is_said() {
+        assert!(not_toml_hint("feeds:\n  - name: x\n").contains("looks like YAML"));
+        assert!(not_toml_hint("# c\n---\nadmin:\n").contains("looks like YAML"));
+        assert!(not_toml_hint("{\"feeds\": []}").contains("looks like JSON"));
+        let other = not_toml_hint("name = = 1");
+        assert!(other.contains("the config is TOML") && !other.contains("looks like"));
+    }
+}

@@ -200,6 +200,7 @@ impl ServerBuilder {
                     settings: &processor.settings,
                     config,
                     feeds: &feeds,
+                    named_feeds: Default::default(),
                 };
                 if let Err(refused) = validate(&check) {
                     let path = match &refused.key {
@@ -215,6 +216,73 @@ impl ServerBuilder {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The feeds the configured processors subscribe to (a `feed` setting, or a feed
+    /// their kind's settings check names), or `None` when that cannot be known: a
+    /// processor added by code, or one that names no feed, may subscribe to any.
+    fn consumed_feeds(&self) -> Option<Vec<String>> {
+        if !self.code_processors.is_empty() {
+            return None;
+        }
+        let config = &self.config;
+        let mut feeds: Vec<String> = config.feeds.iter().map(|feed| feed.name.clone()).collect();
+        feeds.extend(self.code_feed_names.iter().cloned());
+        let mut consumed = Vec::new();
+        for group in &config.groups {
+            for processor in &group.processors {
+                let mut named = Vec::new();
+                if let Some(toml::Value::String(feed)) = processor.settings.get("feed") {
+                    named.push(feed.clone());
+                }
+                if let Some(validate) = self
+                    .kinds
+                    .get(&processor.kind)
+                    .and_then(|kind| kind.validate.as_ref())
+                {
+                    let check = SettingsCheck {
+                        name: &processor.name,
+                        group: &group.name,
+                        settings: &processor.settings,
+                        config,
+                        feeds: &feeds,
+                        named_feeds: Default::default(),
+                    };
+                    let _ = validate(&check);
+                    named.extend(check.named_feeds.take());
+                }
+                if named.is_empty() {
+                    return None;
+                }
+                consumed.extend(named);
+            }
+        }
+        Some(consumed)
+    }
+
+    /// Refuses a configured feed no processor subscribes to (issue 39, item 3): nothing
+    /// would read it, and a positioned feed would hold its position and never settle
+    /// (`run --exit-when-settled` waited `stalled_exit_millis` for it, then exited 1).
+    /// Not checked when a processor may subscribe to any feed ([`Self::consumed_feeds`]).
+    pub(super) fn check_every_feed_consumed(&self) -> Result<(), ServerError> {
+        let Some(consumed) = self.consumed_feeds() else {
+            return Ok(());
+        };
+        for (index, feed) in self.config.feeds.iter().enumerate() {
+            if consumed.contains(&feed.name) {
+                continue;
+            }
+            return Err(ServerError::invalid(
+                format!("feeds[{index}]"),
+                format!(
+                    "no processor subscribes to the feed '{name}', so nothing would read it (a feed with a pointer would hold \
+                     its position and never settle): add a processor for it under [[groups.processors]] \
+                     (e.g. kind = \"forward\", settings = {{ feed = \"{name}\", sink = \"...\" }}), or remove the feed",
+                    name = feed.name
+                ),
+            ));
         }
         Ok(())
     }

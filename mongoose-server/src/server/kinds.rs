@@ -127,6 +127,9 @@ pub struct SettingsCheck<'a> {
     pub config: &'a ServerConfig,
     /// Every feed the server will have: configured and added by code.
     pub feeds: &'a [String],
+    /// The feeds the check named with [`SettingsCheck::feed`]: what the processor
+    /// subscribes to (a feed nothing subscribes to is refused by the preflight).
+    pub(super) named_feeds: std::cell::RefCell<Vec<String>>,
 }
 
 impl SettingsCheck<'_> {
@@ -172,6 +175,7 @@ impl SettingsCheck<'_> {
 
     /// Refuses a feed name (given at settings key `key`) the server will not have.
     pub fn feed(&self, key: &str, name: &str) -> Result<(), SettingsError> {
+        self.named_feeds.borrow_mut().push(name.to_owned());
         if self.feeds.iter().any(|feed| feed == name) {
             return Ok(());
         }

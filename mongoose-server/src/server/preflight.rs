@@ -26,19 +26,48 @@ impl ServerBuilder {
     /// # Errors
     /// The first refusal, with its key path and what to do.
     pub fn preflight(&self) -> Result<(), ServerError> {
+        self.preflight_beside(false).map(|_| ())
+    }
+
+    /// [`ServerBuilder::preflight`] for `mongoose validate`, which may run beside the
+    /// server it checks the config of: an admin address held by the server running on
+    /// this config's data folder (the process the folder's lock names, while it holds
+    /// the lock: [`crate::config::running`]) is its own, not a conflict; held by anything
+    /// else it is refused as `preflight` refuses it. Returns the running server's
+    /// process id when its address was recognised.
+    ///
+    /// # Errors
+    /// As [`ServerBuilder::preflight`].
+    pub fn preflight_beside_running(&self) -> Result<Option<u32>, ServerError> {
+        self.preflight_beside(true)
+    }
+
+    fn preflight_beside(&self, running_may_hold: bool) -> Result<Option<u32>, ServerError> {
         self.preflight_folders()?;
-        if let Some(admin) = &self.config.admin {
-            if let Err(error) = std::net::TcpListener::bind(admin.address.as_str()) {
-                return Err(ServerError::invalid(
-                    "admin.address",
-                    format!(
-                        "cannot listen on {} for the admin API ({error}): stop what holds it, or give another address",
-                        admin.address
-                    ),
-                ));
+        self.check_every_feed_consumed()?;
+        let Some(admin) = &self.config.admin else {
+            return Ok(None);
+        };
+        let Err(error) = std::net::TcpListener::bind(admin.address.as_str()) else {
+            return Ok(None);
+        };
+        if running_may_hold && error.kind() == io::ErrorKind::AddrInUse {
+            let folder = self.config.canonical_data_folder();
+            let holder = crate::config::running::lock_holder(&folder);
+            let address = admin.address.parse().ok();
+            if let (Some(pid), Some(address)) = (holder, address) {
+                if crate::config::running::listens_on(pid, address) {
+                    return Ok(Some(pid));
+                }
             }
         }
-        Ok(())
+        Err(ServerError::invalid(
+            "admin.address",
+            format!(
+                "cannot listen on {} for the admin API ({error}): stop what holds it, or give another address",
+                admin.address
+            ),
+        ))
     }
 
     /// [`ServerBuilder::preflight`] but for the admin address: what a reload checks (the
@@ -115,6 +144,17 @@ fn parent_of(path: &Path) -> PathBuf {
 fn readable_folder(key: &str, folder: &Path) -> Result<(), ServerError> {
     let refuse = |why: String| Err(ServerError::invalid(key, why));
     match fs::metadata(folder) {
+        // `logs/*/app.log`: a glob reads the files of one folder
+        Err(error)
+            if error.kind() == io::ErrorKind::NotFound
+                && folder.to_string_lossy().contains(['*', '?', '[']) =>
+        {
+            refuse(format!(
+                "the input folder {} does not exist, and it holds a wildcard: a glob's wildcard may be only in the file name \
+                 (logs/*.log reads the files of one folder; give one feed per folder)",
+                folder.display()
+            ))
+        }
         Err(error) if error.kind() == io::ErrorKind::NotFound => refuse(format!(
             "the input folder {} does not exist: create it, or fix the path",
             folder.display()

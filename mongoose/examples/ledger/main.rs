@@ -290,10 +290,7 @@ fn main() -> ExitCode {
             )),
             Some(state_dir) => match LedgerState::load(state_dir) {
                 Ok(state) => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&state).unwrap_or_default()
-                    );
+                    mongoose::outln!("{}", state.summary_first_json());
                     Ok(0)
                 }
                 Err(error) => Err((EXIT_FAILED, ServerError::State(error.to_string()))),
