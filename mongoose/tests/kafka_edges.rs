@@ -351,6 +351,71 @@ fn records_removed_by_delete_records_are_a_reported_loss() {
     assert_eq!(committed(&brokers, &group, &topic, 1), vec![3_000]);
 }
 
+/// Produces records `indexes` into `partition` of `topic`.
+fn produce_to(brokers: &str, topic: &str, partition: i32, indexes: std::ops::Range<usize>) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .expect("producer");
+    for index in indexes {
+        let value = record(index);
+        producer
+            .send(
+                BaseRecord::<(), _>::to(topic)
+                    .partition(partition)
+                    .payload(&value),
+            )
+            .expect("send");
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(60)).expect("flushed");
+}
+
+// chaos kafka seeds 1796645212008 and 1796645212014 (a soak): records written to a
+// partition the group had never committed (it held nothing yet when the group stopped)
+// and removed by retention before the group came back: the restart began at the log
+// start, nothing was compared, and the run said lossless (1,507 and 1,780 lines, exit 0)
+#[test]
+fn records_of_a_partition_the_group_never_committed_removed_before_they_were_read_are_a_reported_loss(
+) {
+    let test = "records_of_a_partition_the_group_never_committed_removed_before_they_were_read_are_a_reported_loss";
+    let Some(brokers) = shared_broker(test) else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = unique_topic("uncommitted");
+    let group = format!("{topic}-forward");
+    create_topic(&brokers, &topic, 2, &[]);
+    produce(&brokers, &topic, 0..1_000);
+    let run = forward_run(
+        &library,
+        &forward_config(&brokers, &topic, &group, "", &free_address()),
+    );
+    first_run(&run, (&brokers, &group, &topic), 1_000);
+    // partition 1, empty until now: 500 records while the group is stopped, removed,
+    // then 200 more
+    produce_to(&brokers, &topic, 1, 1_000..1_500);
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(&topic, 1, Offset::Offset(500))
+        .expect("a partition");
+    let result = mongoose_kafka::block_on(admin(&brokers).delete_records(&list, &options()))
+        .expect("DeleteRecords answered");
+    for element in result.elements() {
+        element.error().expect("records deleted");
+    }
+    produce_to(&brokers, &topic, 1, 1_500..1_700);
+    let code = finish(&run);
+    let log = run.log();
+    assert!(
+        log.contains("500 records never read (offsets 0 to 499)"),
+        "the loss names the partition, the offsets and the count: {log}"
+    );
+    assert_eq!(code, 3, "settled but not lossless: {log}");
+    assert_written_once(&run, (0..1_000).chain(1_500..1_700), "after DeleteRecords");
+}
+
 // issue 37.1, chaos kafka seed 17 (its DeleteRecords goes to the partition's end):
 // nothing is written after the removal, so no record is read to compare with the
 // committed offset; the partition's end must say it

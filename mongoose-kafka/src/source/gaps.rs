@@ -165,7 +165,7 @@ pub(super) fn follow(assigned: &mut Assigned, offset: i64) -> Option<i64> {
         Some(next) => Some(next),
         // the first record of the assignment: the group's committed offset is the one
         // expected when already read (else the epoch decision checks it)
-        None if assigned.epoch.is_some() => assigned.committed_at,
+        None if assigned.epoch.is_some() => assigned.committed_at.or(assigned.expected_from_start),
         None => None,
     };
     if assigned.next.is_none() {
@@ -200,6 +200,7 @@ pub(super) fn reached_end(assigned: &mut Assigned) -> AtEnd {
         (Some(next), _) => AtEnd::Expected(next),
         (None, Some(_)) => assigned
             .committed_at
+            .or(assigned.expected_from_start)
             .map_or(AtEnd::Nothing, AtEnd::Expected),
         (None, None) => AtEnd::Committed,
     }
@@ -226,14 +227,13 @@ impl KafkaSource {
                 let mut list = TopicPartitionList::new();
                 list.add_partition(&shared.topic, partition);
                 match crate::admin::committed_retrying(consumer, &list, shared.request_timeout) {
-                    Ok(committed) => {
-                        committed
-                            .find_partition(&shared.topic, partition)
-                            .and_then(|element| match element.offset() {
-                                Offset::Offset(offset) => Some(offset),
-                                _ => None,
-                            })
-                    }
+                    Ok(committed) => committed
+                        .find_partition(&shared.topic, partition)
+                        .and_then(|element| match element.offset() {
+                            Offset::Offset(offset) => Some(offset),
+                            _ => None,
+                        })
+                        .or_else(|| expected_from_start(shared, consumer)),
                     Err(error) => {
                         // asked again at the partition's next end; its first record is
                         // checked against the committed offset anyway
@@ -260,6 +260,34 @@ impl KafkaSource {
             }
         }
     }
+}
+
+/// Where a partition the group has committed nothing of was to be read from: its start
+/// (offset 0) when the group has committed another partition of the topic (it reads
+/// the topic, and each partition from its start: records written to this one while
+/// the group was stopped, then removed by retention, were never read: chaos kafka seeds
+/// 1796645212008 and 1796645212014); `None` at the group's first start (a topic's early
+/// records removed before the group existed are no loss of its). One round trip, once
+/// per assignment of such a partition.
+pub(super) fn expected_from_start(
+    shared: &super::Shared,
+    consumer: &BaseConsumer<SourceContext>,
+) -> Option<i64> {
+    let count = consumer
+        .fetch_metadata(Some(&shared.topic), shared.request_timeout)
+        .ok()?
+        .topics()
+        .iter()
+        .find(|topic| topic.name() == shared.topic)
+        .map(|topic| topic.partitions().len())?;
+    let committed = crate::admin::committed_offsets_of(
+        consumer,
+        &shared.topic,
+        i32::try_from(count).unwrap_or(i32::MAX),
+        shared.request_timeout,
+    )
+    .ok()?;
+    committed.iter().any(|offset| *offset >= 0).then_some(0)
 }
 
 /// The first offset read in this assignment when it is past the group's `committed`

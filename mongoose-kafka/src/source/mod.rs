@@ -321,18 +321,27 @@ impl KafkaSource {
                 });
             let epoch =
                 self.decide_epoch(undecided_partition, undecided_assignment, seen, offset)?;
+            // nothing committed of it: read from its start when the group reads the topic
+            let from_start = if offset.is_none() {
+                gaps::expected_from_start(&self.shared, consumer)
+            } else {
+                None
+            };
             if undecided_partition == partition {
                 decided = epoch;
             }
             // its first record (read before the committed offset was known) against the
             // committed offset: records removed before they were read
             let first = {
-                let partitions = self.shared.partitions.lock();
+                let mut partitions = self.shared.partitions.lock();
                 partitions
                     .assigned
-                    .get(&undecided_partition)
+                    .get_mut(&undecided_partition)
                     .filter(|assigned| assigned.assignment == undecided_assignment)
-                    .and_then(|assigned| gaps::first_unchecked(assigned, offset))
+                    .and_then(|assigned| {
+                        assigned.expected_from_start = from_start;
+                        gaps::first_unchecked(assigned, offset.or(from_start))
+                    })
             };
             if let Some((expected, first)) = first {
                 self.check_gap(consumer, undecided_partition, expected, first);

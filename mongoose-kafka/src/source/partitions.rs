@@ -38,6 +38,9 @@ pub(super) struct Assigned {
     pub(super) first_read: Option<i64>,
     /// The offset expected next: the last record read + 1 ([`super::gaps`]).
     pub(super) next: Option<i64>,
+    /// With nothing committed of it: 0 when the group has committed another partition
+    /// of the topic ([`super::gaps::expected_from_start`]), else `None`.
+    pub(super) expected_from_start: Option<i64>,
     /// True when the consumer reached the partition's end (librdkafka's partition EOF)
     /// and read nothing since: read to the high watermark it knows.
     pub(super) at_end: bool,
@@ -54,6 +57,7 @@ impl Assigned {
             committed_at: None,
             first_read: None,
             next: None,
+            expected_from_start: None,
             at_end: false,
         }
     }
