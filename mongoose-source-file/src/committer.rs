@@ -107,16 +107,8 @@ impl CommitShared {
                 }
             }
         }
-        if record.fingerprint_length == self.record.fingerprint_length && self.pointer.is_some() {
-            if let Some(pointer) = self.pointer.as_mut() {
-                if let Err(error) = pointer.write_offset(offset) {
-                    return Err(self.io_error("cannot write the offset into", error));
-                }
-            }
-            self.record = record;
-            self.acknowledged = None;
-            return Ok(());
-        }
+        // the whole record with its check, even when only the offset moved (a copy
+        // whose check holds is never written in parts)
         self.write_record(record)?;
         self.acknowledged = None;
         Ok(())

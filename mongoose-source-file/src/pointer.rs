@@ -407,16 +407,6 @@ impl PointerFile {
         self.map.flush_async_range(0, POINTER_FILE_SIZE)
     }
 
-    /// Writes a new offset (a commit that does not grow the fingerprint), with the
-    /// record's check, mirror first.
-    pub(crate) fn write_offset(&mut self, offset: u64) -> io::Result<()> {
-        let record = PointerRecord {
-            offset,
-            ..self.read()
-        };
-        self.write(&record)
-    }
-
     /// Writes the whole record and waits until it is written back to the file system
     /// (`msync` with `MS_SYNC`): the write of a commit made after the source stopped.
     pub(crate) fn write_durable(&mut self, record: &PointerRecord) -> io::Result<()> {
