@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::process::{code_of, free_tcp_port};
+use crate::process::code_of;
 use crate::scenario::{Options, Scenario, StateFile, Step};
 use crate::steps::last_error;
 use crate::world::World;
@@ -127,9 +127,9 @@ fn settle_once(foreign: &mut World, what: StateFile) -> Result<(), String> {
         }
         let said = last_error(&foreign.server_log_of_run());
         if code == 2 && said.contains("for the admin API (Address already in use") {
-            foreign.ports.admin = free_tcp_port();
-            std::fs::write(foreign.path("mongoose.toml"), foreign.config())
-                .map_err(|error| format!("cannot write the other run's config: {error}"))?;
+            foreign
+                .move_admin_port()
+                .map_err(|error| format!("the other run: {error}"))?;
             continue;
         }
         return Err(format!(

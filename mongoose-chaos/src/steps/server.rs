@@ -98,6 +98,17 @@ impl World {
         Flow::Continue
     }
 
+    /// Gives the server a new admin port (another process took the one picked) and
+    /// writes its config again.
+    ///
+    /// # Errors
+    /// The config could not be written.
+    pub fn move_admin_port(&mut self) -> Result<(), String> {
+        self.ports.admin = crate::process::free_tcp_port();
+        std::fs::write(self.path("mongoose.toml"), self.config())
+            .map_err(|error| format!("cannot write the config: {error}"))
+    }
+
     /// Looks at a server that exited by itself: a refusal after a state fault is judged
     /// and repaired ([`Flow::Repaired`]); a refused config ends the schedule; any other
     /// exit is a finding.
@@ -119,18 +130,14 @@ impl World {
         if code == 2 && said.contains("for the admin API (Address already in use") {
             // another process of the machine took the admin port between the harness's
             // pick and the start: not the server's doing; a new port, and start again
-            self.ports.admin = crate::process::free_tcp_port();
+            if let Err(error) = self.move_admin_port() {
+                self.fail(FailureKind::Harness, error);
+                return Flow::Refused;
+            }
             self.event(format!(
                 "the admin port was taken by another process: moving to {} and starting again",
                 self.ports.admin
             ));
-            if let Err(error) = std::fs::write(self.path("mongoose.toml"), self.config()) {
-                self.fail(
-                    FailureKind::Harness,
-                    format!("cannot write the config: {error}"),
-                );
-                return Flow::Refused;
-            }
             return Flow::Repaired;
         }
         if two_sinks_refused {
