@@ -54,6 +54,11 @@ fn record(index: usize) -> String {
 /// record of index `i` lands at offset `i` when the partition started empty and holds
 /// only these).
 fn produce(brokers: &str, topic: &str, indexes: std::ops::Range<usize>) {
+    produce_to(brokers, topic, 0, indexes);
+}
+
+/// Produces records `indexes` into `partition` of `topic`.
+fn produce_to(brokers: &str, topic: &str, partition: i32, indexes: std::ops::Range<usize>) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
@@ -63,7 +68,11 @@ fn produce(brokers: &str, topic: &str, indexes: std::ops::Range<usize>) {
     for index in indexes {
         let value = record(index);
         loop {
-            match producer.send(BaseRecord::<(), _>::to(topic).partition(0).payload(&value)) {
+            match producer.send(
+                BaseRecord::<(), _>::to(topic)
+                    .partition(partition)
+                    .payload(&value),
+            ) {
                 Ok(()) => break,
                 Err((error, _)) => {
                     assert!(error.to_string().contains("Queue full"), "produce: {error}");
@@ -126,8 +135,13 @@ fn options() -> AdminOptions {
 
 /// Deletes the records of partition 0 of `topic` below `offset` (`DeleteRecords`).
 fn delete_records(brokers: &str, topic: &str, offset: i64) {
+    delete_records_of(brokers, topic, 0, offset);
+}
+
+/// Deletes the records of `partition` of `topic` below `offset` (`DeleteRecords`).
+fn delete_records_of(brokers: &str, topic: &str, partition: i32, offset: i64) {
     let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, 0, Offset::Offset(offset))
+    list.add_partition_offset(topic, partition, Offset::Offset(offset))
         .expect("a partition");
     let result = mongoose_kafka::block_on(admin(brokers).delete_records(&list, &options()))
         .expect("DeleteRecords answered");
@@ -351,28 +365,6 @@ fn records_removed_by_delete_records_are_a_reported_loss() {
     assert_eq!(committed(&brokers, &group, &topic, 1), vec![3_000]);
 }
 
-/// Produces records `indexes` into `partition` of `topic`.
-fn produce_to(brokers: &str, topic: &str, partition: i32, indexes: std::ops::Range<usize>) {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .create()
-        .expect("producer");
-    for index in indexes {
-        let value = record(index);
-        producer
-            .send(
-                BaseRecord::<(), _>::to(topic)
-                    .partition(partition)
-                    .payload(&value),
-            )
-            .expect("send");
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(60)).expect("flushed");
-}
-
 // chaos kafka seeds 1796645212008 and 1796645212014 (a soak): records written to a
 // partition the group had never committed (it held nothing yet when the group stopped)
 // and removed by retention before the group came back: the restart began at the log
@@ -397,14 +389,7 @@ fn records_of_a_partition_the_group_never_committed_removed_before_they_were_rea
     // partition 1, empty until now: 500 records while the group is stopped, removed,
     // then 200 more
     produce_to(&brokers, &topic, 1, 1_000..1_500);
-    let mut list = TopicPartitionList::new();
-    list.add_partition_offset(&topic, 1, Offset::Offset(500))
-        .expect("a partition");
-    let result = mongoose_kafka::block_on(admin(&brokers).delete_records(&list, &options()))
-        .expect("DeleteRecords answered");
-    for element in result.elements() {
-        element.error().expect("records deleted");
-    }
+    delete_records_of(&brokers, &topic, 1, 500);
     produce_to(&brokers, &topic, 1, 1_500..1_700);
     let code = finish(&run);
     let log = run.log();
