@@ -104,6 +104,17 @@ impl KafkaSourceConfig {
         // an event, and a feed is caught up only when each partition it has was read to
         // its end
         config.set("enable.partition.eof", "true");
+        // librdkafka's metadata notices (in order with the records, through `poll`): the
+        // one that says the topic's id changed comes before any record of the new topic
+        // ([`super::incarnation`]); debug lines the operator did not ask for stay at
+        // debug level in our log
+        let debug = match config.get("debug") {
+            Some(asked) if !asked.trim().is_empty() => format!("{asked},metadata"),
+            _ => "metadata".to_owned(),
+        };
+        config
+            .set("debug", debug)
+            .set_log_level(RDKafkaLogLevel::Debug);
         config
     }
 }

@@ -4,9 +4,22 @@
 //! librdkafka notices a new topic id in its metadata and keeps its fetch positions (its
 //! own source says so: "FIXME: an offset reset must be triggered"): the consumer went on
 //! at the old topic's offsets in the new one, and the records before them were never
-//! read. So the source asks the broker for the topic's id (`rd_kafka_DescribeTopics`,
-//! [`crate::topic_id`]) every `metadata_refresh` (and soon after a consumer error), on
-//! its own thread, never per record:
+//! read, or it reset to offset 0 in the same epoch. Two looks at the id tell it:
+//!
+//! * **librdkafka's notice, in order with the records.** It fetches by topic id (Fetch
+//!   v13 and later, Kafka 3.1 and later): a fetch with the old id fails, its metadata
+//!   brings the new id and it logs "Topic T changed id from A to B" (a `metadata` debug
+//!   line, which the source turns on) before it fetches with the new id. Its log lines
+//!   come through the same queue as the records ([`IdNotice`]), so the notice is heard
+//!   before any record of the new topic is read; the record polled after it is held
+//!   until the broker is asked which topic this is.
+//! * **The source's own look** (`rd_kafka_DescribeTopics`, [`crate::topic_id`]) every
+//!   `metadata_refresh` (and soon after a consumer error), on its own thread, never per
+//!   record: for a topic deleted and not made again yet, and for brokers that fetch by
+//!   name (older than 3.1), where a topic made again within one look can still be read
+//!   from the old offsets.
+//!
+//! What the source does then:
 //!
 //! * **Deleted.** The topic is missing: the source stops publishing (what it reads, from
 //!   either incarnation, is dropped), pauses its assignment and says why (`BEHIND`,
@@ -17,6 +30,7 @@
 //!   read are gone with it (the operator deleted them): they cannot be counted, and a
 //!   WARN says so.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mongoose_core::{CoreError, SourceState, WorkDone};
@@ -58,7 +72,103 @@ impl Incarnation {
     }
 }
 
+/// librdkafka's notice that the input topic's id changed, heard by the consumer's log
+/// callback (inside `poll`, on the source's thread, in order with the records).
+#[derive(Debug)]
+pub(super) struct IdNotice {
+    /// `"Topic <topic> changed id from "`: the start of librdkafka's line.
+    prefix: String,
+    heard: AtomicBool,
+}
+
+/// librdkafka's id before it first learns one (16 zero bytes in unpadded base64): the
+/// first metadata of the topic, not a change.
+const NO_ID_YET: &str = "AAAAAAAAAAAAAAAAAAAAAA ";
+
+impl IdNotice {
+    pub(super) fn new(topic: &str) -> Self {
+        IdNotice {
+            prefix: format!("Topic {topic} changed id from "),
+            heard: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the log line is librdkafka's metadata notice of a new id for the topic
+    /// (then it is remembered until [`IdNotice::take`]).
+    pub(super) fn hear(&self, facility: &str, message: &str) -> bool {
+        if facility != "METADATA" {
+            return false;
+        }
+        // librdkafka starts its lines with the thread: "[thrd:main]: Topic ..."
+        let Some(at) = message.find(self.prefix.as_str()) else {
+            return false;
+        };
+        let change = &message[at + self.prefix.len()..];
+        if !change.starts_with(NO_ID_YET) {
+            self.heard.store(true, Ordering::SeqCst);
+        }
+        true
+    }
+
+    /// True once after a notice was heard.
+    pub(super) fn take(&self) -> bool {
+        self.heard.load(Ordering::Relaxed) && self.heard.swap(false, Ordering::SeqCst)
+    }
+
+    /// Hears the notice again (the broker could not say which topic this is yet).
+    fn keep(&self) {
+        self.heard.store(true, Ordering::SeqCst);
+    }
+}
+
 impl KafkaSource {
+    /// librdkafka said the topic's id changed, and `(partition, offset)` is the first
+    /// record polled after that: asks the broker which topic this is. True when the
+    /// record is of the topic the source knows (it is read); false when it is not
+    /// (a new incarnation starts, each partition read from its start) or the broker did
+    /// not say (the topic is gone again, or no answer: the partition is moved back to the
+    /// record, read again after the next look).
+    pub(super) fn confirm_topic(
+        &mut self,
+        consumer: &BaseConsumer<SourceContext>,
+        (partition, offset): (i32, i64),
+    ) -> Result<bool, CoreError> {
+        let timeout = self.config.request_timeout.min(Duration::from_secs(5));
+        match describe(consumer.client(), &self.config.topic, timeout) {
+            Ok(TopicIdentity::Exists(id)) => match self.incarnation.known {
+                Some(known) if known != id => {
+                    self.start_new_incarnation(consumer, known, id)?;
+                    self.incarnation.known = Some(id);
+                    self.incarnation.gone = false;
+                    Ok(false)
+                }
+                _ => {
+                    self.incarnation.known = Some(id);
+                    Ok(true)
+                }
+            },
+            other => {
+                // deleted again, or the broker did not answer: the record waits (read
+                // again after the next look; while the topic is gone nothing is read)
+                if let Err(error) = other {
+                    debug!(feed = %self.config.name, %error, "the input topic's id could not be read after librdkafka saw a new one (asked again)");
+                }
+                self.shared.id_notice.keep();
+                self.incarnation.check_soon();
+                if let Err(error) = consumer.seek(
+                    &self.config.topic,
+                    partition,
+                    Offset::Offset(offset),
+                    self.shared.request_timeout,
+                ) {
+                    warn!(feed = %self.config.name, partition, offset, %error,
+                        "could not move the partition back to a record held until the topic's id is known");
+                }
+                Ok(false)
+            }
+        }
+    }
+
     /// Called at the start of each duty cycle: `Some(work)` when the cycle is over (the
     /// topic is deleted: nothing is published), `None` to go on reading.
     pub(super) fn watch_topic(
@@ -196,5 +306,40 @@ impl KafkaSource {
         }
         self.resume(consumer);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IdNotice;
+
+    #[test]
+    fn only_a_change_of_this_topics_known_id_is_a_notice() {
+        let notice = IdNotice::new("in.put");
+        // librdkafka learning the id the first time: heard, not a change
+        assert!(notice.hear(
+            "METADATA",
+            "[thrd:main]: Topic in.put changed id from AAAAAAAAAAAAAAAAAAAAAA to m2Ws0YiFSdOkYOp1w6rJUA"
+        ));
+        assert!(!notice.take());
+        // another topic, another facility, another line: not ours
+        assert!(!notice.hear(
+            "METADATA",
+            "Topic in.put2 changed id from m2Ws0YiFSdOkYOp1w6rJUA to q3Ws0YiFSdOkYOp1w6rJUA"
+        ));
+        assert!(!notice.hear(
+            "TOPIC",
+            "Topic in.put changed id from m2Ws0YiFSdOkYOp1w6rJUA to q3Ws0YiFSdOkYOp1w6rJUA"
+        ));
+        assert!(!notice.hear("METADATA", "Topic in.put partition 0 Leader 1"));
+        assert!(!notice.take());
+        assert!(notice.hear(
+            "METADATA",
+            "[thrd:main]: Topic in.put changed id from m2Ws0YiFSdOkYOp1w6rJUA to q3Ws0YiFSdOkYOp1w6rJUA"
+        ));
+        assert!(notice.take());
+        assert!(!notice.take(), "taken once");
+        notice.keep();
+        assert!(notice.take(), "kept for the next record");
     }
 }

@@ -142,6 +142,7 @@ impl KafkaSource {
             counters: Arc::new(SourceCounters::default()),
             health: ClientHealth::default(),
             log_starts: LogStarts::new(&config.topic, &config.start_from),
+            id_notice: incarnation::IdNotice::new(&config.topic),
         });
         let incarnation = incarnation::Incarnation::new(config.metadata_refresh);
         Ok(KafkaSource {
@@ -236,6 +237,10 @@ impl KafkaSource {
             };
             let partition = message.partition();
             let offset = message.offset();
+            // librdkafka said the topic has a new id: this record may be of the new topic
+            if self.shared.id_notice.take() && !self.confirm_topic(consumer, (partition, offset))? {
+                break;
+            }
             let followed = {
                 let mut partitions = self.shared.partitions.lock();
                 partitions

@@ -18,6 +18,7 @@ use crate::error::KafkaConnectorError;
 
 use super::gaps::LogStarts;
 use super::health::ClientHealth;
+use super::incarnation::IdNotice;
 use super::{SourceContext, SourceCounters};
 
 /// One assigned partition.
@@ -102,6 +103,8 @@ pub(super) struct Shared {
     pub(super) health: ClientHealth,
     /// The topic's log starts, to tell a loss from a skip ([`super::gaps`]).
     pub(super) log_starts: LogStarts,
+    /// librdkafka's notice that the topic's id changed ([`super::incarnation`]).
+    pub(super) id_notice: IdNotice,
 }
 
 impl fmt::Debug for Shared {

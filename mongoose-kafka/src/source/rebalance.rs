@@ -23,6 +23,10 @@ pub(crate) struct SourceContext {
 impl ClientContext for SourceContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         let name = &self.shared.name;
+        if self.shared.id_notice.hear(facility, message) {
+            debug!(feed = %name, facility, "librdkafka: {message}");
+            return;
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert

@@ -19,6 +19,7 @@ fn committer_with(partitions: Partitions) -> KafkaCommitter {
             counters: Arc::default(),
             health: ClientHealth::default(),
             log_starts: LogStarts::new("t", "earliest"),
+            id_notice: super::incarnation::IdNotice::new("t"),
         }),
         consumer: Weak::new(),
     }
