@@ -16,10 +16,11 @@
 //! It sits one layer above `mongoose-core` (which stays free of I/O) and below every
 //! crate that keeps a file.
 //!
-//! Where it is used so far (the on-disk formats themselves are unchanged; moving them
-//! onto [`log`] and [`header`] is the next step, with readers for the files already in
-//! the field):
+//! Where it is used so far (moving the other formats onto [`log`] and [`header`] is
+//! under way, one per change, each with a reader for its files already in the field):
 //!
+//! * the loss file (`mongoose-source-file/src/losses.rs`) is a [`log`] with a
+//!   [`header`];
 //! * every `flock` of the server: the data folder's lock, the outbox's `LOCK`, the
 //!   journal's appender lock and tailer stores, the archive's lock, a file sink's
 //!   output;

@@ -171,14 +171,8 @@ impl<F: DiskFile> RecordLog<F> {
                 context: "log",
             });
         }
-        let len = (record.len() as u32).to_le_bytes();
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&len);
-        crc.update(record);
         self.frame.clear();
-        self.frame.extend_from_slice(&len);
-        self.frame.extend_from_slice(&crc.finalize().to_le_bytes());
-        self.frame.extend_from_slice(record);
+        push_frame(&mut self.frame, record);
         self.file
             .write_all(&self.frame)
             .map_err(DurableError::io("append to", &self.path))?;
@@ -211,6 +205,42 @@ impl<F: DiskFile> RecordLog<F> {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Appends `record`'s frame (length, checksum, payload) to `buffer`.
+fn push_frame(buffer: &mut Vec<u8>, record: &[u8]) {
+    let len = (record.len() as u32).to_le_bytes();
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&len);
+    crc.update(record);
+    buffer.extend_from_slice(&len);
+    buffer.extend_from_slice(&crc.finalize().to_le_bytes());
+    buffer.extend_from_slice(record);
+}
+
+/// The bytes of a whole log: `header`, then each of `records` framed. For a log
+/// rewritten at once through [`replace`](crate::replace) (what stays of it after some
+/// records were taken out), read back by [`read`] and [`RecordLog::open_or_create`].
+///
+/// # Errors
+/// [`DurableError::TooLarge`] for a header too large or a record over [`MAX_RECORD`].
+pub fn encode<'a>(
+    header: &Header,
+    records: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Vec<u8>, DurableError> {
+    let mut bytes = header.encode()?;
+    for record in records {
+        if record.len() > MAX_RECORD {
+            return Err(DurableError::TooLarge {
+                what: "a record",
+                len: record.len(),
+                max: MAX_RECORD,
+                context: "log",
+            });
+        }
+        push_frame(&mut bytes, record);
+    }
+    Ok(bytes)
 }
 
 /// Reads the log at `path` without changing it: its records, and the torn tail an open

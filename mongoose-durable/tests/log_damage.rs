@@ -141,3 +141,30 @@ fn a_torn_tail_is_cut_and_reported() {
     );
     assert_eq!(recovery.records.len(), RECORDS.len());
 }
+
+/// A log written whole by `encode` (a rewrite through the atomic replace) reads back as
+/// its records and is appended to as any log.
+#[test]
+fn an_encoded_log_reads_back_as_its_records() {
+    let folder = tempfile::tempdir().expect("dir");
+    let path = folder.path().join("encoded.log");
+    let records: [&[u8]; 3] = [b"one", b"", b"three"];
+    let bytes = mongoose_durable::log::encode(&header(), records).expect("encoded");
+    mongoose_durable::replace::replace(&path, &bytes).expect("written");
+    let recovery = mongoose_durable::log::read(&path, &header()).expect("read");
+    assert_eq!(
+        recovery.records,
+        vec![b"one".to_vec(), Vec::new(), b"three".to_vec()]
+    );
+    assert_eq!(recovery.torn_tail, None);
+    let (mut log, _) = RecordLog::open_or_create(&path, &header()).expect("opened");
+    log.append(b"four").expect("appended");
+    log.sync().expect("synced");
+    assert_eq!(
+        mongoose_durable::log::read(&path, &header())
+            .expect("read")
+            .records
+            .len(),
+        4
+    );
+}

@@ -70,12 +70,13 @@ pub fn adopt(source: &str, old: &Path, new: &Path) -> io::Result<Adopted> {
     }
 }
 
-/// Adopts a pointer file and its loss files (`.losses`, `.losses.reported`).
+/// Adopts a pointer file and its loss files (`.losses`, `.losses.reported`,
+/// `.losses.damaged`).
 ///
 /// # Errors
 /// As [`adopt`].
 pub fn adopt_with_losses(source: &str, old: &Path, new: &Path) -> io::Result<Adopted> {
-    for suffix in [".losses", ".losses.reported"] {
+    for suffix in [".losses", ".losses.reported", ".losses.damaged"] {
         let with = |path: &Path| {
             let mut name = path.as_os_str().to_owned();
             name.push(suffix);

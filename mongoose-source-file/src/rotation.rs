@@ -56,6 +56,7 @@ pub(crate) fn candidates(input: &Path, globs: &[String]) -> Vec<PathBuf> {
             !name.ends_with(".readPointer")
                 && !name.ends_with(".losses")
                 && !name.ends_with(".losses.reported")
+                && !name.ends_with(".losses.damaged")
                 && globs.iter().any(|glob| glob_matches(glob, &name))
         })
         .map(|entry| entry.path())

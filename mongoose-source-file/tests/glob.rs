@@ -957,7 +957,7 @@ fn a_file_deleted_while_waiting_for_a_slot_is_one_recorded_loss() {
     let status = pipeline.feed.status();
     assert_eq!(status.rotated_unread_files, 1, "one loss, counted once");
     assert!(!status.lossless);
-    let losses = fs::read_to_string(dir.path().join("logs.lanes.losses")).expect("recorded");
+    let losses = recorded_losses(&dir.path().join("logs.lanes.losses"));
     assert_eq!(losses.lines().count(), 1, "{losses}");
     assert!(losses.contains("b.log"), "{losses}");
     assert!(
@@ -1017,7 +1017,7 @@ fn a_file_deleted_before_the_scan_wrote_its_identity_is_a_recorded_loss() {
     pipeline.until("settled", |p| {
         p.settled() && (0..files).all(|n| p.source.lane_of(&path(n)).is_none() || n < files / 2)
     });
-    let losses = fs::read_to_string(dir.path().join("logs.lanes.losses")).unwrap_or_default();
+    let losses = recorded_losses(&dir.path().join("logs.lanes.losses"));
     let mut silently_lost = Vec::new();
     for n in listed {
         let prefix = format!("f{n:03}-");
@@ -1275,4 +1275,14 @@ fn a_consumers_saved_positions_of_every_lane_are_kept() {
         mongoose_core::Held::Saved(None),
     ));
     assert_eq!(feed.consumer_positions().len(), 1);
+}
+
+/// The `what` of each loss record at `path`, one per line (none when there is no file).
+fn recorded_losses(path: &std::path::Path) -> String {
+    mongoose_source_file::losses::read_unreported(path)
+        .expect("the loss file is readable")
+        .iter()
+        .map(|record| record.what.clone())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

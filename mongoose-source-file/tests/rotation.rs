@@ -427,8 +427,7 @@ fn a_file_cut_while_behind_without_a_copy_is_a_counted_loss() {
         "{:?}",
         output.rotated_unread()
     );
-    let losses = fs::read_to_string(dir.path().join("input.log.readPointer.losses"))
-        .expect("the loss is recorded at once");
+    let losses = recorded_losses(&dir.path().join("input.log.readPointer.losses"));
     assert_eq!(losses.lines().count(), 1, "{losses}");
 }
 
@@ -461,8 +460,7 @@ fn a_file_replaced_on_its_inode_while_stopped_is_a_possible_loss() {
         "the old file's unread lines are a possible loss: {:?}",
         output.rotated_unread()
     );
-    let losses = fs::read_to_string(dir.path().join("input.log.readPointer.losses"))
-        .expect("the loss is recorded at once");
+    let losses = recorded_losses(&dir.path().join("input.log.readPointer.losses"));
     assert_eq!(losses.lines().count(), 1, "{losses}");
 }
 
@@ -515,8 +513,7 @@ fn a_second_copytruncate_while_the_first_copy_is_finished_is_a_reported_loss() {
         "b1 and b2, only in the second copy, are a possible loss: {:?}",
         output.rotated_unread()
     );
-    let losses = fs::read_to_string(dir.path().join("input.log.readPointer.losses"))
-        .expect("the loss is recorded at once");
+    let losses = recorded_losses(&dir.path().join("input.log.readPointer.losses"));
     assert_eq!(losses.lines().count(), 1, "{losses}");
 }
 
@@ -597,7 +594,16 @@ fn two_rotations_before_a_live_source_reaches_its_files_end_report_the_middle_fi
         "the loss names {}: {unread:?}",
         middle.display()
     );
-    let losses = fs::read_to_string(dir.path().join("input.log.readPointer.losses"))
-        .expect("the loss is recorded at once");
+    let losses = recorded_losses(&dir.path().join("input.log.readPointer.losses"));
     assert_eq!(losses.lines().count(), 1, "{losses}");
+}
+
+/// The `what` of each loss record at `path`, one per line (none when there is no file).
+fn recorded_losses(path: &std::path::Path) -> String {
+    mongoose_source_file::losses::read_unreported(path)
+        .expect("the loss file is readable")
+        .iter()
+        .map(|record| record.what.clone())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -124,6 +124,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
         name.ends_with(".readPointer")
             || name.ends_with(".losses")
             || name.ends_with(".losses.reported")
+            || name.ends_with(".losses.damaged")
             || name.ends_with(".lanes")
             || name.ends_with(".lanes.tmp")
             || name == registry
