@@ -66,9 +66,23 @@ fn config(dir: &Path) -> String {
     )
 }
 
+/// The archive pointer's line (`<recording> <position> <epoch> <identity>`), the one
+/// record of its durable log; `None` before any commit.
+fn pointer_line(dir: &Path) -> Option<String> {
+    let path = dir.join("lines.pointer");
+    let bytes = std::fs::read(&path).ok()?;
+    if !bytes.starts_with(&mongoose_durable::header::MAGIC) {
+        return Some(String::from_utf8(bytes).expect("an earlier layout's text"));
+    }
+    let header = mongoose_durable::header::Header::new("mongoose-archive-pointer", 1, Vec::new());
+    let mut recovery = mongoose_durable::log::read(&path, &header).expect("a whole pointer");
+    assert_eq!(recovery.records.len(), 1, "one record");
+    Some(String::from_utf8(recovery.records.remove(0)).expect("text"))
+}
+
 /// The committed `(recording, position)` (`(0, 0)` before any commit).
 fn committed(dir: &Path) -> (u64, u64) {
-    let Ok(text) = std::fs::read_to_string(dir.join("lines.pointer")) else {
+    let Some(text) = pointer_line(dir) else {
         return (0, 0);
     };
     let mut parts = text
@@ -369,7 +383,7 @@ fn a_pointer_inside_a_frame_stalls_the_run_with_its_reason() {
     assert_eq!(code, 0, "the first run settles: {log}");
     // the pointer moved inside message 11's frame (the position after message 10, plus
     // 2), its recording, epoch and identity kept: the ledger's state is past it
-    let pointer = std::fs::read_to_string(dir.join("lines.pointer")).expect("pointer");
+    let pointer = pointer_line(&dir).expect("pointer");
     let mut fields: Vec<String> = pointer.split_whitespace().map(str::to_owned).collect();
     let inside: u64 = lines[..10]
         .iter()

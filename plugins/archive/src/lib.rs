@@ -41,6 +41,7 @@ use mongoose_core::{
     AnyCommitter, CoreError, Epoch, EventSource, PositionValue, SourceCommitter, SourceOutput,
     SourceStart, SourceState, WorkDone,
 };
+use mongoose_durable::header::{Header, MAGIC};
 use mongoose_plugin::settings::CreateContext;
 use mongoose_plugin::PluginOutput;
 
@@ -94,17 +95,29 @@ fn identity_epoch(identity: u64) -> Epoch {
 /// found truncated (recording ids never reach it).
 const REREAD_EPOCH: u64 = 1 << 63;
 
+/// The pointer file's format name in its durable header.
+const POINTER_FORMAT: &str = "mongoose-archive-pointer";
+
+fn pointer_header() -> Header {
+    Header::new(POINTER_FORMAT, 1, Vec::new())
+}
+
+/// The pointer file's bytes for `line`: the durable header, then the line as the one
+/// checksummed record (a changed byte anywhere fails a check).
+fn pointer_bytes(line: &str) -> Result<Vec<u8>, mongoose_durable::DurableError> {
+    mongoose_durable::log::encode(&pointer_header(), [line.as_bytes()])
+}
+
 /// The pointer file's content, if any; `Ok(Err(text))` when its content is damaged.
+///
+/// The file is a record log of the durable layer holding one record, the line
+/// `<recording> <position> <epoch> <identity>`. A file without the durable header is
+/// the bare line an earlier release wrote (no checksum), read as it is; the next
+/// commit writes the new layout.
 fn load_pointer(path: &Path) -> Result<Result<Option<Pointer>, String>, CoreError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Ok(None)),
-        Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
-            return Ok(Err(format!(
-                "the archive pointer {} is damaged (not text)",
-                path.display()
-            )))
-        }
         Err(error) => {
             return Err(CoreError::io(
                 format!("cannot read the archive pointer {}", path.display()),
@@ -112,40 +125,84 @@ fn load_pointer(path: &Path) -> Result<Result<Option<Pointer>, String>, CoreErro
             ))
         }
     };
+    if !bytes.starts_with(&MAGIC) {
+        return Ok(match String::from_utf8(bytes) {
+            Ok(text) => parse_pointer(path, &text),
+            Err(_) => Err(format!(
+                "the archive pointer {} is damaged (not text)",
+                path.display()
+            )),
+        });
+    }
+    let record = match mongoose_durable::log::read(path, &pointer_header()) {
+        Ok(recovery) if recovery.torn_tail.is_none() && recovery.records.len() == 1 => {
+            recovery.records.into_iter().next().unwrap_or_default()
+        }
+        Ok(recovery) => {
+            return Ok(Err(format!(
+                "the archive pointer {} is damaged ({} records{}; it holds one)",
+                path.display(),
+                recovery.records.len(),
+                if recovery.torn_tail.is_some() {
+                    " and a cut one"
+                } else {
+                    ""
+                }
+            )))
+        }
+        Err(mongoose_durable::DurableError::Io { source, .. }) => {
+            return Err(CoreError::io(
+                format!("cannot read the archive pointer {}", path.display()),
+                source,
+            ))
+        }
+        Err(damage) => return Ok(Err(format!("the archive pointer is damaged: {damage}"))),
+    };
+    Ok(match String::from_utf8(record) {
+        Ok(text) => parse_pointer(path, &text),
+        Err(_) => Err(format!(
+            "the archive pointer {} is damaged (not text)",
+            path.display()
+        )),
+    })
+}
+
+/// The pointer's line: `<recording> <position>[ <epoch>[ <identity>]]` and its line end.
+fn parse_pointer(path: &Path, text: &str) -> Result<Option<Pointer>, String> {
     // the committer writes one whole line: without its line end it was cut short (a torn
     // write, or damage), and what is left of its numbers cannot be trusted
     let numbers: Result<Vec<u64>, _> = text.split_whitespace().map(str::parse::<u64>).collect();
     if !text.ends_with('\n') {
-        return Ok(Err(format!(
+        return Err(format!(
             "the archive pointer {} is cut short ('{}': no line end)",
             path.display(),
             text.trim()
-        )));
+        ));
     }
     match numbers.as_deref() {
-        Ok([recording, position]) => Ok(Ok(Some(Pointer {
+        Ok([recording, position]) => Ok(Some(Pointer {
             recording: *recording,
             position: *position,
             epoch: *recording,
             identity: None,
-        }))),
-        Ok([recording, position, epoch]) => Ok(Ok(Some(Pointer {
+        })),
+        Ok([recording, position, epoch]) => Ok(Some(Pointer {
             recording: *recording,
             position: *position,
             epoch: *epoch,
             identity: None,
-        }))),
-        Ok([recording, position, epoch, identity]) => Ok(Ok(Some(Pointer {
+        })),
+        Ok([recording, position, epoch, identity]) => Ok(Some(Pointer {
             recording: *recording,
             position: *position,
             epoch: *epoch,
             identity: Some(*identity),
-        }))),
-        _ => Ok(Err(format!(
+        })),
+        _ => Err(format!(
             "the archive pointer {} is damaged ('{}')",
             path.display(),
             text.trim()
-        ))),
+        )),
     }
 }
 
@@ -230,13 +287,22 @@ impl ArchiveSource {
                 // keep the damaged pointer for inspection: reading resumes at the
                 // consumers' saved positions, or at the start when they hold none
                 // (duplicates, never a loss)
-                let kept = self.pointer.with_extension("damaged");
-                std::fs::rename(&self.pointer, &kept).map_err(|rename| {
-                    CoreError::io(
-                        format!("cannot move the damaged pointer {}", self.pointer.display()),
-                        rename,
-                    )
-                })?;
+                let mut kept = self.pointer.as_os_str().to_owned();
+                kept.push(".damaged");
+                let kept = PathBuf::from(kept);
+                std::fs::rename(&self.pointer, &kept)
+                    .and_then(|()| {
+                        let folder = kept
+                            .parent()
+                            .filter(|folder| !folder.as_os_str().is_empty());
+                        mongoose_durable::disk::sync_folder(folder.unwrap_or(Path::new(".")))
+                    })
+                    .map_err(|rename| {
+                        CoreError::io(
+                            format!("cannot move the damaged pointer {}", self.pointer.display()),
+                            rename,
+                        )
+                    })?;
                 self.output.warn(&format!(
                     "archive {}: {error}; it is kept as {} and reading resumes at the consumers' saved positions (at the recording's start if they hold none: duplicates, no loss)",
                     self.archive.display(),
@@ -543,11 +609,11 @@ impl SourceCommitter<PositionValue> for PointerCommitter {
         else {
             return Ok(()); // nothing is pending before the recording opened
         };
-        // the durable layer's replace (temp, fsync, rename, fsync of the folder), under
-        // the temp name this pointer always used
-        let temporary = self.path.with_extension("tmp");
+        // the durable layer's replace (temp, fsync, rename, fsync of the folder) of a
+        // checksummed one-record log
         let line = format!("{recording} {position} {} {identity}\n", epoch.0);
-        mongoose_durable::replace::replace_through(&self.path, &temporary, line.as_bytes())
+        pointer_bytes(&line)
+            .and_then(|bytes| mongoose_durable::replace::replace(&self.path, &bytes))
             .map_err(|error| {
                 CoreError::io(
                     format!("cannot write the archive pointer {}", self.path.display()),
@@ -599,5 +665,39 @@ mod tests {
         let read = load_pointer(&path).expect("readable").expect("whole");
         assert_eq!(read.map(|pointer| pointer.position), Some(123456));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // issue 38.2: the pointer was one bare text line, so a changed digit of its position
+    // was trusted (a recording read from further on: the messages between never read).
+    // It is now a checksummed record of the durable layer.
+    #[test]
+    fn a_changed_byte_of_the_archive_pointer_is_damage_not_another_position() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let path = dir.path().join("lines.pointer");
+        let line = "7 123456 7340172912345678 99887766\n";
+        let bytes = pointer_bytes(line).expect("encoded");
+        std::fs::write(&path, &bytes).expect("a pointer");
+        let read = load_pointer(&path).expect("readable").expect("whole");
+        assert_eq!(read.map(|pointer| pointer.position), Some(123456));
+        let digit = bytes
+            .windows(6)
+            .position(|window| window == b"123456")
+            .expect("the position");
+        for at in [0, 5, digit, digit + 5, bytes.len() - 1] {
+            let mut changed = bytes.clone();
+            changed[at] ^= if at == digit { 0x01 } else { 0x10 };
+            std::fs::write(&path, &changed).expect("a changed pointer");
+            let read = load_pointer(&path).expect("readable");
+            assert!(
+                !matches!(read, Ok(Some(pointer)) if pointer.position != 123456),
+                "byte {at} changed: {read:?}"
+            );
+            if at == digit {
+                assert!(read.is_err(), "the changed digit is damage: {read:?}");
+            }
+        }
+        // a cut record is damage too
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).expect("a cut pointer");
+        assert!(load_pointer(&path).expect("readable").is_err());
     }
 }
