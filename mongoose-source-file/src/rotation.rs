@@ -189,38 +189,6 @@ pub(crate) fn compressed_candidates(input: &Path, globs: &[String]) -> Vec<PathB
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rotation_globs_match_like_the_glob_feeds_own() {
-        // one matcher for both: a `rotated` glob with a class (`[0-9]`) that the glob
-        // feed's scan understood was taken literally here, so such a rotation was
-        // never followed and its tail reported lost
-        assert!(glob_matches("tx.csv.*", "tx.csv.1"));
-        assert!(glob_matches("tx.csv.*", "tx.csv.1.gz"));
-        assert!(glob_matches("tx.csv-*", "tx.csv-20261201"));
-        assert!(!glob_matches("tx.csv.*", "tx.csv"));
-        assert!(!glob_matches("tx.csv.*", "other.csv.1"));
-        assert!(glob_matches("*.log.?", "app.log.2"));
-        assert!(!glob_matches("*.log.?", "app.log.12"));
-        let dir = tempfile::tempdir().expect("dir");
-        let input = dir.path().join("app.log");
-        std::fs::write(dir.path().join("app.log.1"), b"x\n").expect("rotation");
-        std::fs::write(dir.path().join("app.log.x"), b"x\n").expect("other");
-        let found = candidates(&input, &["app.log.[0-9]".to_owned()]);
-        assert_eq!(found, vec![dir.path().join("app.log.1")]);
-    }
-
-    #[test]
-    fn compressed_rotations_are_known_by_their_extension() {
-        assert!(is_compressed(Path::new("tx.csv.1.gz")));
-        assert!(is_compressed(Path::new("tx.csv.2.zst")));
-        assert!(!is_compressed(Path::new("tx.csv.1")));
-    }
-}
-
 /// Where the file of `key` went after a rename in the input's folder: the first
 /// other file there with that key (its new name), `None` when it left the folder or
 /// was deleted. Read once per rotation, for the log line that says what happened.
@@ -260,5 +228,37 @@ pub(crate) fn renamed_line(input: &Path, key: Option<u64>) -> String {
         None => format!(
             "rotated: {input} was renamed out of its folder or deleted; its open file is read to its end, then the new file at {input} is read from its start"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_globs_match_like_the_glob_feeds_own() {
+        // one matcher for both: a `rotated` glob with a class (`[0-9]`) that the glob
+        // feed's scan understood was taken literally here, so such a rotation was
+        // never followed and its tail reported lost
+        assert!(glob_matches("tx.csv.*", "tx.csv.1"));
+        assert!(glob_matches("tx.csv.*", "tx.csv.1.gz"));
+        assert!(glob_matches("tx.csv-*", "tx.csv-20261201"));
+        assert!(!glob_matches("tx.csv.*", "tx.csv"));
+        assert!(!glob_matches("tx.csv.*", "other.csv.1"));
+        assert!(glob_matches("*.log.?", "app.log.2"));
+        assert!(!glob_matches("*.log.?", "app.log.12"));
+        let dir = tempfile::tempdir().expect("dir");
+        let input = dir.path().join("app.log");
+        std::fs::write(dir.path().join("app.log.1"), b"x\n").expect("rotation");
+        std::fs::write(dir.path().join("app.log.x"), b"x\n").expect("other");
+        let found = candidates(&input, &["app.log.[0-9]".to_owned()]);
+        assert_eq!(found, vec![dir.path().join("app.log.1")]);
+    }
+
+    #[test]
+    fn compressed_rotations_are_known_by_their_extension() {
+        assert!(is_compressed(Path::new("tx.csv.1.gz")));
+        assert!(is_compressed(Path::new("tx.csv.2.zst")));
+        assert!(!is_compressed(Path::new("tx.csv.1")));
     }
 }
