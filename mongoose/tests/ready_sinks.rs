@@ -138,6 +138,18 @@ fn ready_is_503_while_a_sink_fails_its_handshakes() {
         "/status shows it on the sink: {sink}"
     );
     assert_eq!(sink["heldCount"], 0, "nothing is held yet: {sink}");
+    // and `mongoose status` says it under the sink
+    let text = std::process::Command::new(support::binary())
+        .args(["status", "--admin", &admin])
+        .output()
+        .expect("mongoose status runs");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(
+            "cannot deliver (not ready until a delivery succeeds): not sent, the TLS handshake"
+        ),
+        "{text}"
+    );
 
     // a target that refuses connections: not ready either
     let refused = format!("http://127.0.0.1:{}/events", free_port());
