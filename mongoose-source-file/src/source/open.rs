@@ -213,7 +213,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             }
         }
         if let Some((rotated_path, file)) = rotation::find_pointer_file(&path, &globs, &record) {
-            warn!(source = %name, path = %path.display(), rotated = %rotated_path.display(),
+            // an ordinary rotation while stopped: nothing is lost (INFO)
+            info!(source = %name, path = %path.display(), rotated = %rotated_path.display(),
                 offset = record.offset, epoch = record.epoch,
                 "the input was rotated: finishing the pointer's file (found by file key and fingerprint) from the pointer to its end, under its epoch, before the file at the path");
             self.finish_elsewhere(
