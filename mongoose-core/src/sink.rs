@@ -247,6 +247,15 @@ pub trait Sink: Send {
         false
     }
 
+    /// The error of the last [`Sink::publish`] when it could not reach its target at
+    /// all (a connection refused, a TLS handshake that failed): nothing can be
+    /// delivered. `None` when it reached the target, or the sink does not tell. The
+    /// runner keeps it as the sink's "cannot deliver" condition until a delivery
+    /// succeeds; meanwhile the server is not ready (`/ready` is 503 naming the sink).
+    fn cannot_reach(&self) -> Option<&str> {
+        None
+    }
+
     /// What the sink can verify of `key` after a restart: `Some(Published)` when it
     /// holds it (a file sink that finds the key below its durable length), `None`
     /// when it cannot tell (the output is then sent again with the same key).

@@ -429,6 +429,10 @@ pub(crate) struct Binding<T> {
     pub(crate) dropped: u64,
     pub(crate) refused: u64,
     pub(crate) first_drop: Option<DropEvidence>,
+    /// The `subscribed` line was logged with the queue's policy; a queue that takes the
+    /// feed's default before its source said what that is (PAUSE for a re-readable
+    /// source) logs it once the source started.
+    pub(crate) announced: bool,
 }
 
 impl<T> std::fmt::Debug for Binding<T> {

@@ -555,6 +555,11 @@ pub fn sinks_table(sinks: &[mongoose_sink::SinkStatus]) -> String {
             sink.lost,
             sink.uncertain
         ));
+        if let Some(error) = &sink.cannot_deliver {
+            out.push_str(&format!(
+                "  cannot deliver (not ready until a delivery succeeds): {error}\n"
+            ));
+        }
         for held in &sink.held_outputs {
             let next = held.next_try_in_millis.map_or(
                 "waits for POST /sinks/NAME/retry or a restart".to_owned(),

@@ -230,6 +230,8 @@ pub struct HttpSink {
     transmitted: Arc<AtomicBool>,
     /// The last publish ended on a request the target did not answer.
     not_answering: bool,
+    /// The last publish could not reach the target (connect or handshake): why.
+    unreachable: Option<String>,
 }
 
 impl fmt::Debug for HttpSink {
@@ -359,6 +361,7 @@ impl HttpSink {
             agent,
             transmitted,
             not_answering: false,
+            unreachable: None,
         })
     }
 
@@ -475,7 +478,9 @@ impl HttpSink {
                 // this output's key or headers: the next output may be fine
                 Answered::Answering
             }
-            _ if !transmitted || refused.is_some() => Answered::NotAnswering,
+            // nothing could be sent (a connection refused, a failed handshake) or the
+            // target refused the TLS session: it cannot be reached
+            _ if !transmitted || refused.is_some() => Answered::Unreachable,
             UreqError::Timeout(_) => Answered::NotAnswering,
             _ => Answered::Answering,
         };
@@ -550,9 +555,12 @@ impl HttpSink {
 enum Answered {
     /// It answered, or the failure concerns this request alone.
     Answering,
-    /// Nothing could be sent, or the request timed out: the rest of the call's
-    /// outputs are not sent.
+    /// The request timed out: the rest of the call's outputs are not sent.
     NotAnswering,
+    /// Nothing could be sent (a connection refused, a failed TLS handshake), or the
+    /// target refused the TLS session: the rest of the call's outputs are not sent,
+    /// and the sink cannot deliver ([`Sink::cannot_reach`]).
+    Unreachable,
 }
 
 /// The outcome of a response with `status`, `head` (the first bytes of its body) and
@@ -600,6 +608,7 @@ fn classify_status(status: u16, head: &[u8], location: Option<&str>) -> SinkOutc
 impl Sink for HttpSink {
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
         self.not_answering = false;
+        self.unreachable = None;
         let mut rest = outputs;
         while let Some(first) = rest.first() {
             if self.ndjson() && !Bodies::fits_a_line(first) {
@@ -620,9 +629,14 @@ impl Sink for HttpSink {
             };
             let (batch, after) = rest.split_at(count);
             let (outcome, answered) = self.post(batch);
+            if answered == Answered::Unreachable {
+                if let SinkOutcome::NotPublished { evidence, .. } = &outcome {
+                    self.unreachable = Some(evidence.clone());
+                }
+            }
             outcomes.extend(std::iter::repeat_n(outcome, count));
             rest = after;
-            if answered == Answered::NotAnswering {
+            if answered != Answered::Answering {
                 // the rest is not sent: no outcome, so no attempt is charged to it
                 self.not_answering = true;
                 break;
@@ -632,6 +646,10 @@ impl Sink for HttpSink {
 
     fn target_not_answering(&self) -> bool {
         self.not_answering
+    }
+
+    fn cannot_reach(&self) -> Option<&str> {
+        self.unreachable.as_deref()
     }
 }
 

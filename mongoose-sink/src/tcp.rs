@@ -74,6 +74,8 @@ pub struct TcpSink {
     batch: Vec<u8>,
     /// The end offset in `batch` of each line written, by output index.
     ends: Vec<Option<usize>>,
+    /// The last publish could not connect: why ([`Sink::cannot_reach`]).
+    unreachable: Option<String>,
 }
 
 impl TcpSink {
@@ -107,6 +109,7 @@ impl TcpSink {
             stream: None,
             batch: Vec::new(),
             ends: Vec::new(),
+            unreachable: None,
         })
     }
 
@@ -210,6 +213,10 @@ fn write_before(
 }
 
 impl Sink for TcpSink {
+    fn cannot_reach(&self) -> Option<&str> {
+        self.unreachable.as_deref()
+    }
+
     fn publish(&mut self, outputs: &[Output], outcomes: &mut Vec<SinkOutcome>) {
         self.batch.clear();
         self.ends.clear();
@@ -234,9 +241,11 @@ impl Sink for TcpSink {
 
         let write_timeout = Duration::from_millis(self.config.write_timeout_millis);
         let batch = std::mem::take(&mut self.batch);
+        self.unreachable = None;
         let result = match self.connection() {
             Err(reason) => {
                 tracing::warn!(sink = %self.name, %reason, "tcp sink could not connect");
+                self.unreachable = Some(format!("not written: {reason}"));
                 Err((None, reason))
             }
             // The bound on the write starts once connected.

@@ -190,6 +190,48 @@ pub(crate) fn compressed_candidates(input: &Path, globs: &[String]) -> Vec<PathB
         .collect()
 }
 
+/// Where the file of `key` went after a rename in the input's folder: the first
+/// other file there with that key (its new name), `None` when it left the folder or
+/// was deleted. Read once per rotation, for the log line that says what happened.
+pub(crate) fn renamed_to(input: &Path, key: u64) -> Option<PathBuf> {
+    let directory = match input.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let input_name = input.file_name().map(|name| name.to_os_string());
+    let mut found: Vec<PathBuf> = fs::read_dir(&directory)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|entry| Some(entry.file_name()) != input_name)
+        .filter(|entry| {
+            entry
+                .metadata()
+                .ok()
+                .and_then(|metadata| key_of(&metadata))
+                .is_some_and(|found| found.0 == key)
+        })
+        .map(|entry| entry.path())
+        .collect();
+    found.sort();
+    found.into_iter().next()
+}
+
+/// The log line of a rotation by rename: what happened to `input` (its file of `key`
+/// renamed, found by its key beside it, or gone from its folder) and what is read next.
+pub(crate) fn renamed_line(input: &Path, key: Option<u64>) -> String {
+    let renamed = key.and_then(|key| renamed_to(input, key));
+    let input = input.display();
+    match renamed {
+        Some(to) => format!(
+            "rotated: {input} was renamed to {}; read to its end, then the new file at {input} is read from its start",
+            to.display()
+        ),
+        None => format!(
+            "rotated: {input} was renamed out of its folder or deleted; its open file is read to its end, then the new file at {input} is read from its start"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

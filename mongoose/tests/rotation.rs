@@ -92,7 +92,7 @@ fn a_rotation_just_before_a_kill_loses_nothing() {
     // a queue that holds the whole file: the source reads all of it at once, far ahead
     // of the ledger (one fsync per line), so the rotation is seen while most lines are
     // still unprocessed
-    let run = LedgerRun::new(
+    let mut run = LedgerRun::new(
         &lines(0..20_000),
         &ledger_config(
             "",
@@ -100,13 +100,15 @@ fn a_rotation_just_before_a_kill_loses_nothing() {
             "state_dir = \"state\", alerts = \"alerts.txt\", guard = true",
         ),
     );
+    // the rotation is said at INFO (issue 39, item 4)
+    run.log_filter = "warn,mongoose_server::cli=info,mongoose_source_file=info";
     let mut child = run.spawn(false);
     run.wait_until(&mut child, "applied some lines", || {
         run.state_in("state").applied > 0
     });
     std::fs::rename(run.path("input.txt"), run.path("input.txt.1")).expect("rotate");
     std::fs::write(run.path("input.txt"), lines(20_000..20_500)).expect("new file");
-    run.wait_for_log(&mut child, "reading the old file to its end");
+    run.wait_for_log(&mut child, "rotated: ");
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
     let applied_at_kill = run.state_in("state").applied;

@@ -36,6 +36,9 @@ pub(super) struct Overload {
     pub(super) explicit_default: bool,
     /// Without explicit settings, queues pause (a re-readable source) instead of dropping.
     pub(super) pause_by_default: bool,
+    /// The source said whether the feed's default is PAUSE (it started): a queue
+    /// subscribed before it logs its policy then.
+    pub(super) default_decided: bool,
     /// The settings of each group that has its own.
     pub(super) overrides: HashMap<String, OverloadSettings>,
 }
@@ -50,6 +53,7 @@ impl Overload {
             explicit_default: default_settings.is_some(),
             default_settings: default_settings.unwrap_or_default(),
             pause_by_default: false,
+            default_decided: false,
             overrides,
         }
     }
@@ -320,13 +324,23 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     pub(super) fn default_to_pause(&self, pause: bool) {
         let mut state = self.state.lock();
         state.overload.pause_by_default = pause;
+        state.overload.default_decided = true;
         let settings = Self::default_settings(&state);
         for binding in state
             .bindings
             .iter_mut()
             .filter(|binding| !binding.explicit)
         {
+            let changed = binding.settings.policy != settings.policy;
             binding.settings = settings;
+            if !binding.announced {
+                // the policy the queue really has, now that the source said it
+                binding.announced = true;
+                info!(feed = %self.name, queue = %binding.shared.name, policy = %settings.policy, "subscribed");
+            } else if changed {
+                info!(feed = %self.name, queue = %binding.shared.name, policy = %settings.policy,
+                    "the queue takes the feed's default policy, set by its source");
+            }
         }
     }
 }

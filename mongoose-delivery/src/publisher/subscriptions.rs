@@ -101,6 +101,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 "re-added",
             );
         }
+        let announced = explicit || state.overload.default_decided;
         state.bindings.push(Binding {
             shared: Arc::clone(&shared),
             producer,
@@ -115,8 +116,11 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             dropped: 0,
             refused: 0,
             first_drop: None,
+            announced,
         });
-        info!(feed = %self.name, queue = %shared.name, policy = %settings.policy, "subscribed");
+        if announced {
+            info!(feed = %self.name, queue = %shared.name, policy = %settings.policy, "subscribed");
+        }
         let reader = QueueReader::new(consumer, shared, Arc::from(&*self.name), options.retry);
         Ok(Subscription {
             id,

@@ -62,12 +62,22 @@ pub(crate) fn not_ready_reasons(server: &Server) -> Vec<String> {
         }
     }
     reasons.extend(crate::server::source_failures_in(&report));
+    // a sink whose target cannot be reached: nothing it is given can be delivered,
+    // whether or not anything is held yet (a sink that has sent nothing is ready)
+    for sink in server.sink_statuses() {
+        if let Some(error) = &sink.cannot_deliver {
+            reasons.push(format!(
+                "sink '{}' cannot deliver: its last attempt could not reach its target: {error}",
+                sink.name
+            ));
+        }
+    }
     reasons.extend(server.fatal_failures());
     reasons
 }
 
-/// `GET /ready`: 200 when every feed started and nothing is stalled, else 503 with
-/// the reasons.
+/// `GET /ready`: 200 when every feed started, nothing is stalled and every sink can
+/// deliver, else 503 with the reasons.
 pub(super) async fn ready(State(server): State<Server>) -> Response {
     let reasons = tokio::task::spawn_blocking(move || not_ready_reasons(&server))
         .await

@@ -190,6 +190,7 @@ impl SinkHandle {
                 .take(HELD_LISTED)
                 .map(|(key, note)| note.status(key, now))
                 .collect(),
+            cannot_deliver: self.shared.cannot_deliver.lock().clone(),
         }
     }
 }

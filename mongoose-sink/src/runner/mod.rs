@@ -143,6 +143,11 @@ pub struct SinkStatus {
     pub held_count: u64,
     /// The first ten held outputs: attempts, last evidence, next try.
     pub held_outputs: Vec<HeldOutput>,
+    /// Set while the sink cannot deliver: its last attempt could not reach the target
+    /// (a connection refused, a TLS handshake that failed), with that error; cleared
+    /// by the first delivery that succeeds. The server is not ready meanwhile.
+    #[serde(default)]
+    pub cannot_deliver: Option<String>,
 }
 
 /// What `POST /sinks/{name}/retry` set going ([`SinkHandle::retry_now`]).
@@ -241,6 +246,10 @@ struct Shared {
     parcels: Mutex<Vec<Vec<Queued>>>,
     /// What the sink held when it was opened ([`Sink::written_lanes`]).
     written: Vec<WrittenLane>,
+    /// The sink cannot deliver: its last attempt could not reach the target (why).
+    cannot_deliver: Mutex<Option<String>>,
+    /// Whether `cannot_deliver` is set (read without the lock on each publish).
+    undeliverable: AtomicBool,
 }
 
 /// The most emptied parcels kept for the writers.
@@ -250,6 +259,29 @@ const PARCELS_MAX: usize = 8;
 const SPARES_MAX: usize = 16_384;
 
 impl Shared {
+    /// The last attempt could not reach the target: the sink cannot deliver until a
+    /// delivery succeeds. Said once per condition (WARN), not per attempt.
+    fn cannot_deliver(&self, error: &str) {
+        let mut condition = self.cannot_deliver.lock();
+        if condition.is_none() {
+            tracing::warn!(sink = %self.name, %error,
+                "the sink cannot deliver: its target cannot be reached (the server is not ready until a delivery succeeds)");
+        }
+        *condition = Some(error.to_owned());
+        self.undeliverable.store(true, Ordering::Release);
+    }
+
+    /// A delivery succeeded: the sink can deliver again.
+    fn delivered(&self) {
+        if !self.undeliverable.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(error) = self.cannot_deliver.lock().take() {
+            tracing::info!(sink = %self.name, last_error = %error, "the sink delivers again");
+        }
+        self.undeliverable.store(false, Ordering::Release);
+    }
+
     /// Keeps the runner's `spares` for the writers (up to [`SPARES_MAX`]).
     fn give_back(&self, spares: &mut Vec<Vec<u8>>) {
         if spares.is_empty() {
@@ -386,6 +418,8 @@ impl SinkRunner {
             spare_count: AtomicUsize::new(0),
             parcels: Mutex::new(Vec::new()),
             written: sink.written_lanes(),
+            cannot_deliver: Mutex::new(None),
+            undeliverable: AtomicBool::new(false),
         });
         let thread = std::thread::Builder::new()
             .name(format!("sink:{}", config.name))

@@ -272,6 +272,13 @@ impl Run {
                 evidence: "the sink gave no outcome for it".to_owned(),
             });
         }
+        // the "cannot deliver" condition: set when the target could not be reached,
+        // cleared by the first delivery that succeeds (a comparison per publish call)
+        if outcomes_delivered(&self.outcomes) {
+            self.shared.delivered();
+        } else if let Some(error) = self.sink.cannot_reach() {
+            self.shared.cannot_deliver(error);
+        }
         let now = Instant::now();
         let wall = SystemTime::now();
         let outcomes = std::mem::take(&mut self.outcomes);
@@ -560,4 +567,11 @@ impl Run {
             self.gate(gate).complete(tag);
         }
     }
+}
+
+/// Whether a publish call delivered at least one output.
+fn outcomes_delivered(outcomes: &[SinkOutcome]) -> bool {
+    outcomes
+        .iter()
+        .any(|outcome| matches!(outcome, SinkOutcome::Published { .. }))
 }

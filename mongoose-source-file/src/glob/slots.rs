@@ -340,8 +340,19 @@ impl<T: Send + 'static> GlobFileSource<T> {
             warn!(source = %self.config.name, file = %file.path.display(), lane, bytes = tail,
                 "the deleted file ended with bytes after its last line terminator: they were not published");
         }
-        info!(source = %self.config.name, file = %file.path.display(), lane,
-            "the file is gone from the glob: forgotten (its pointer and lane removed)");
+        let renamed = if unread.is_none() {
+            file.key()
+                .and_then(|key| crate::rotation::renamed_to(&file.path, key))
+        } else {
+            None
+        };
+        match renamed {
+            Some(to) => info!(source = %self.config.name, file = %file.path.display(), lane,
+                "rotated: {} was renamed to {}; read to its end, then the new file at {} is read from its start (on a lane of its own); this lane and its pointer are removed",
+                file.path.display(), to.display(), file.path.display()),
+            None => info!(source = %self.config.name, file = %file.path.display(), lane,
+                "the file left the glob (deleted, or renamed out of its folder) and everything read of it is committed: its lane and pointer are removed"),
+        }
         Ok(())
     }
 }

@@ -88,6 +88,10 @@ pub struct FileEventSource<T> {
     /// A rotated file was finished: the next open is of another file (a new epoch),
     /// even if its leading bytes are the same (a fixed preamble).
     rotated_finished: bool,
+    /// The reopen that follows was announced at INFO as an ordinary rotation (a rename,
+    /// or a truncation after everything was read): its reset of the pointer to 0 is
+    /// expected, not a warning.
+    rotation_announced: bool,
     /// The open file has no epoch yet (no whole first line when it was opened from its
     /// start): its identity becomes the epoch before its first line is published.
     identity_pending: bool,
@@ -186,6 +190,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             last_key: None,
             finishing_rotated: None,
             rotated_finished: false,
+            rotation_announced: false,
             identity_pending: false,
             next_file: None,
             seen_at_path: None,
@@ -370,6 +375,14 @@ impl<T: Send + 'static> FileEventSource<T> {
         self.output.report_files(std::slice::from_ref(lag));
     }
 
+    /// The size of the open file when its lag was last reported (`None`: never).
+    pub(super) fn last_seen_size(&self) -> Option<u64> {
+        self.file_lag
+            .as_ref()
+            .filter(|lag| Path::new(&lag.path) == &*self.path)
+            .map(|lag| lag.size)
+    }
+
     fn set_epoch(&mut self, epoch: Epoch) {
         self.epoch = epoch;
         self.status.epoch = epoch;
@@ -390,6 +403,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.reopen_from = None;
         self.finishing_rotated = None;
         self.rotated_finished = false;
+        self.rotation_announced = false;
         self.next_file = None;
         self.seen_at_path = None;
         self.ended = false;
@@ -605,7 +619,10 @@ impl<T: Send + 'static> FileEventSource<T> {
             "the input file {} was replaced while being read",
             self.config.path.display()
         );
-        warn!(source = %self.config.name, %reason, "reading the old file to its end, then reopening");
+        let line =
+            crate::rotation::renamed_line(&self.config.path, self.open_file_key().map(|key| key.0));
+        info!(source = %self.config.name, "{line}");
+        self.rotation_announced = true;
         // hold the new file now: a second rotation while the old one is finished
         // renames it away from the path (issue 11)
         self.next_file = File::open(&self.config.path).ok();

@@ -195,8 +195,9 @@ impl<T: Send + 'static> FileEventSource<T> {
                     Some(record.file_key),
                     &[],
                 ) {
-                    warn!(source = %name, path = %path.display(), copy = %copy.display(), offset = record.offset, epoch = record.epoch,
-                        "the input was cut in place and a copy of it was found (copytruncate): reading the lines after the pointer from the copy, under the pointer's epoch, before the input from its start under a new epoch");
+                    info!(source = %name, path = %path.display(), copy = %copy.display(), offset = record.offset, epoch = record.epoch,
+                        "rotated by truncation while stopped (copytruncate): reading the lines after the pointer from the copy, under the pointer's epoch, before the new content from 0 under a new epoch");
+                    self.rotation_announced = true;
                     self.finish_elsewhere(copy, copied, record.epoch, record.offset, "the copy")?;
                     self.hold_at_path(file, key, size);
                     return Ok(true);
@@ -212,7 +213,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             }
         }
         if let Some((rotated_path, file)) = rotation::find_pointer_file(&path, &globs, &record) {
-            warn!(source = %name, path = %path.display(), rotated = %rotated_path.display(),
+            // an ordinary rotation while stopped: nothing is lost (INFO)
+            info!(source = %name, path = %path.display(), rotated = %rotated_path.display(),
                 offset = record.offset, epoch = record.epoch,
                 "the input was rotated: finishing the pointer's file (found by file key and fingerprint) from the pointer to its end, under its epoch, before the file at the path");
             self.finish_elsewhere(
@@ -457,8 +459,17 @@ impl<T: Send + 'static> FileEventSource<T> {
         else {
             return Ok(false);
         };
-        warn!(source = %self.config.name, path = %self.config.path.display(), copy = %copy.display(), offset = from, epoch = record.epoch,
-            "the input was cut in place and a copy of it was found (copytruncate): reading the lines after the last one read from the copy, under the same epoch, then the input from its start under a new epoch");
+        // logrotate's copytruncate: nothing is lost, the lines not read yet are in the copy
+        let copy_size = copied.metadata().map_or(from, |metadata| metadata.len());
+        if copy_size <= from {
+            info!(source = %self.config.name, path = %self.config.path.display(), copy = %copy.display(), epoch = record.epoch,
+                "rotated by truncation: all {from} bytes were read before; reading the new content from 0");
+        } else {
+            info!(source = %self.config.name, path = %self.config.path.display(), epoch = record.epoch,
+                "rotated by truncation (copytruncate): {from} bytes were read before, the {} after them are read from the copy {}; then the new content from 0",
+                copy_size - from, copy.display());
+        }
+        self.rotation_announced = true;
         self.close_input();
         self.finish_elsewhere(copy, copied, record.epoch, from, "the copy")?;
         Ok(true)
@@ -488,6 +499,7 @@ impl<T: Send + 'static> FileEventSource<T> {
             rotated_finished: std::mem::take(&mut self.rotated_finished),
             read_through: reopen_from,
         };
+        let announced = std::mem::take(&mut self.rotation_announced);
         let reason_to_reset = reset_reason(&record, &observed).map(|reason| reason.message(&path));
         if reason_to_reset.is_none() && new_key_same_bytes(&record, &observed) {
             // an NFS remount, an overlay copy-up, a writer that renames a copy into
@@ -501,7 +513,14 @@ impl<T: Send + 'static> FileEventSource<T> {
         let identity = identity_epoch_of(file);
         if let Some(reason) = reason_to_reset {
             let old_epoch = record.epoch;
-            warn!(source = %name, %reason, "resetting the pointer to 0 under the new file's epoch (its identity)");
+            if announced || observed.rotated_finished {
+                // an ordinary rotation, said at INFO when it was seen: the new file is
+                // read from its start, nothing was lost
+                info!(source = %name, path = %path.display(),
+                    "reading the new file at the path from its start under its own epoch (after a rotation)");
+            } else {
+                warn!(source = %name, %reason, "resetting the pointer to 0 under the new file's epoch (its identity)");
+            }
             record.offset = 0;
             record.epoch = identity.map_or(0, |identity| next_epoch(identity, old_epoch));
             // forget what the old file acknowledged

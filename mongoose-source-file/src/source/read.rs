@@ -122,7 +122,8 @@ impl OpenInput {
 enum EofCheck {
     Unchanged,
     Replaced(String),
-    Truncated(String),
+    /// Cut (`true`: shorter than what was read) or rewritten in place (`false`).
+    Truncated(String, bool),
 }
 
 impl<T: Send + 'static> FileEventSource<T> {
@@ -336,7 +337,7 @@ impl<T: Send + 'static> FileEventSource<T> {
                         "the input file {} was rewritten in place while being read: its first bytes changed",
                         self.config.path.display()
                     );
-                    if !self.on_truncated(reason)? {
+                    if !self.on_truncated(reason, false)? {
                         break;
                     }
                 }
@@ -434,7 +435,17 @@ impl<T: Send + 'static> FileEventSource<T> {
                 Ok(false)
             }
             EofCheck::Replaced(reason) => {
-                warn!(source = %self.config.name, %reason, "reading the old file to its end, then reopening");
+                // an ordinary rotation by rename: the old file is read to its end from
+                // its handle, nothing is lost
+                let line = crate::rotation::renamed_line(
+                    &self.config.path,
+                    self.input
+                        .as_ref()
+                        .and_then(OpenInput::key)
+                        .map(|key| key.0),
+                );
+                info!(source = %self.config.name, "{line}");
+                self.rotation_announced = true;
                 // hold the new file now: a second rotation while the old one is
                 // finished renames it away from the path (issue 11)
                 self.next_file = File::open(&self.config.path).ok();
@@ -443,7 +454,7 @@ impl<T: Send + 'static> FileEventSource<T> {
                 self.draining = Some(reason);
                 Ok(true)
             }
-            EofCheck::Truncated(reason) => self.on_truncated(reason),
+            EofCheck::Truncated(reason, shorter) => self.on_truncated(reason, shorter),
         }
     }
 
@@ -452,9 +463,19 @@ impl<T: Send + 'static> FileEventSource<T> {
     /// is read from where the source was, under the same epoch, and true is returned
     /// (read on); without one, what the source had not read yet is a loss when it was
     /// behind. Then the file is reopened (false: the cycle ends), under a new epoch.
-    fn on_truncated(&mut self, reason: String) -> Result<bool, CoreError> {
-        warn!(source = %self.config.name, %reason, "reopening the input file");
+    ///
+    /// `shorter`: the file is shorter than what was read (a truncation); else it was
+    /// rewritten in place (its first bytes changed), always a WARN. A truncation after
+    /// everything was read (logrotate's `copytruncate`, a writer that truncates on
+    /// open) loses nothing and is an INFO; one that cut bytes not read yet is a WARN
+    /// and a counted loss, unless a copy of them is found.
+    fn on_truncated(&mut self, reason: String, shorter: bool) -> Result<bool, CoreError> {
         let from = self.input.as_ref().map(OpenInput::position);
+        let caught_up = self.status.state == SourceState::CaughtUp;
+        if !shorter {
+            warn!(source = %self.config.name, %reason, "reopening the input file");
+        }
+        let mut lost = false;
         if let (true, Some(from)) = (
             self.config.strategy.has_pointer() && self.finishing_rotated.is_none(),
             from,
@@ -462,16 +483,36 @@ impl<T: Send + 'static> FileEventSource<T> {
             if self.finish_copy(from)? {
                 return Ok(true);
             }
-            if self.status.state != SourceState::CaughtUp {
+            if !caught_up {
                 // cut while the source was behind: what it had not read yet is gone
                 // (no copy of it was found)
+                lost = true;
                 let path = self.config.path.display().to_string();
-                warn!(source = %self.config.name, path = %path, read_to = from,
-                    "the input was cut in place while the source was behind, and no copy of it was found among its rotations: the lines it had not read are lost (counted; the feed is not lossless)");
+                let unread = match self.last_seen_size().filter(|size| *size > from) {
+                    Some(size) => format!(
+                        "at least {} bytes (seen up to byte {size}) were never read",
+                        size - from
+                    ),
+                    None => "an unknown number of bytes after it were never read".to_owned(),
+                };
+                warn!(source = %self.config.name, path = %path, read_to = from, %reason,
+                    "the input was truncated while the source was behind, and no copy of it was found among its rotations: {unread}: they are lost (counted; the feed is not lossless)");
                 self.report_unread(
                     &path,
-                    &format!("{path} was cut in place while the source was behind (at byte {from}), and no copy of it was found: the lines after it are a loss"),
+                    &format!("{path} was truncated while the source was behind (at byte {from}), and no copy of it was found: {unread} (a loss)"),
                 );
+            }
+        }
+        if shorter && !lost {
+            if caught_up {
+                info!(source = %self.config.name, path = %self.config.path.display(),
+                    "rotated by truncation: all {} bytes were read before; reading the new content from 0",
+                    from.unwrap_or(0));
+                self.rotation_announced = true;
+            } else {
+                // no pointer to say what was read: a possible loss, said as it is
+                warn!(source = %self.config.name, %reason,
+                    "the input was truncated while the source was behind: the bytes it had not read may be lost; reading the new content from 0");
             }
         }
         self.close_input();
@@ -496,16 +537,22 @@ impl<T: Send + 'static> FileEventSource<T> {
             path_key: fs::metadata(path).ok().map(|at_path| key_of(&at_path)),
         };
         match end_of_file_change(&observed) {
-            None if lead_changed => EofCheck::Truncated(format!(
-                "the input file {} was rewritten in place: its first bytes changed",
-                path.display()
-            )),
+            None if lead_changed => EofCheck::Truncated(
+                format!(
+                    "the input file {} was rewritten in place: its first bytes changed",
+                    path.display()
+                ),
+                false,
+            ),
             None => EofCheck::Unchanged,
             Some(EndOfFileChange::Truncated { size, read_through }) => {
-                EofCheck::Truncated(format!(
-                    "the input file {} was truncated while being read: {size} bytes, {read_through} read",
-                    path.display(),
-                ))
+                EofCheck::Truncated(
+                    format!(
+                        "the input file {} was truncated while being read: {size} bytes, {read_through} read",
+                        path.display(),
+                    ),
+                    true,
+                )
             }
             Some(EndOfFileChange::Replaced) => EofCheck::Replaced(format!(
                 "the input file {} was replaced while being read",

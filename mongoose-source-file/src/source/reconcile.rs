@@ -69,6 +69,11 @@ impl<T: Send + 'static> FileEventSource<T> {
                 &positions,
             )
             .map_err(|mismatch| refuse(self.trusted_mismatch(&record, pointer_path, &mismatch)))?;
+            let why = match at.decided_by.as_deref() {
+                None => "the offset of a pointer of an older layout (without an epoch)".to_owned(),
+                Some(consumer) => format!("a consumer's saved position ({consumer})"),
+            };
+            self.log_resumed(at.offset, Epoch::NONE, &why, &positions);
             return Ok(PointerRecord {
                 offset: at.offset,
                 ..record
@@ -89,6 +94,14 @@ impl<T: Send + 'static> FileEventSource<T> {
                     consumer = at.decided_by.as_deref().unwrap_or_default(),
                     "the pointer is past what this consumer's saved state holds (its state was deleted or restored from an older copy?): re-reading from there so nothing is skipped");
             }
+            let why = match at.decided_by.as_deref() {
+                None => "the pointer's offset".to_owned(),
+                Some(consumer) => format!(
+                    "a consumer's saved position ({consumer}), before the pointer's offset {}",
+                    record.offset
+                ),
+            };
+            self.log_resumed(at.offset, Epoch(record.epoch), &why, &positions);
             return Ok(PointerRecord {
                 offset: at.offset,
                 ..record
@@ -106,6 +119,9 @@ impl<T: Send + 'static> FileEventSource<T> {
         // file is finished first, from where the consumers need it (the open follows
         // the rotation as it follows a pointer's), then the file at the path
         if let Some(rotated) = self.rotated_file_of(&positions, identity) {
+            info!(source = %name, input = %self.config.path.display(), offset = rotated.offset,
+                "resumed at byte {} of a file rotated away from the input while stopped: the consumers' saved positions are in it; it is read to its end, then the input from its start",
+                rotated.offset);
             return Ok(rotated);
         }
         let Some(identity) = identity else {
@@ -113,7 +129,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             // position of it. It is read from its start; its epoch is its identity,
             // taken at its first line
             info!(source = %name, pointer = %pointer_path.display(), foreign,
-                "no usable pointer and no input line yet: reading the input from its start when it comes");
+                "resumed {} at byte 0: the start of the file (no usable pointer and no input line yet); 0 bytes will be read again",
+                self.config.path.display());
             return Ok(fresh);
         };
         // a saved state of another input's identity (a `path` changed to another file, a
@@ -148,11 +165,52 @@ impl<T: Send + 'static> FileEventSource<T> {
         warn!(source = %name, pointer = %pointer_path.display(), epoch = %Epoch(identity), resume_at = at.offset,
             decided_by = at.decided_by.as_deref().unwrap_or("no consumer"), foreign,
             "the pointer file is missing, damaged or another input's: resuming under the input file's identity at the lowest position any consumer needs (repeats carry the keys of their first delivery: nothing written twice where a consumer drops repeats, nothing skipped)");
+        let why = match at.decided_by.as_deref() {
+            Some(consumer) if at.offset > 0 => {
+                format!("the consumers' saved positions ({consumer}), no usable pointer")
+            }
+            Some(consumer) => format!("the start of the file (no usable pointer; {consumer})"),
+            None => {
+                "the start of the file (no usable pointer, and no consumer holds a position of it)"
+                    .to_owned()
+            }
+        };
+        self.log_resumed(at.offset, Epoch(identity), &why, &positions);
         Ok(PointerRecord {
             offset: at.offset,
             epoch: identity,
             ..fresh
         })
+    }
+
+    /// The one INFO line of a start (per lane for a glob): where the source resumes
+    /// and why, and how many bytes it reads again that a consumer already holds (the
+    /// repeats it drops by its saved position or by their keys).
+    fn log_resumed(&self, offset: u64, epoch: Epoch, why: &str, positions: &[ConsumerPosition]) {
+        let held = positions
+            .iter()
+            .filter_map(|consumer| match consumer.held {
+                Held::Saved(Some((saved, position))) | Held::Written((saved, position))
+                    if saved == epoch || epoch == Epoch::NONE =>
+                {
+                    Some(position.offset)
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(offset);
+        let repeats = held.saturating_sub(offset);
+        let keeping_nothing = positions
+            .iter()
+            .any(|consumer| consumer.held == Held::Nothing);
+        let unknown = if keeping_nothing {
+            " (a consumer that keeps no position of its own may get more repeats: they carry the keys of their first delivery)"
+        } else {
+            ""
+        };
+        info!(source = %self.config.name, input = %self.config.path.display(), offset, %epoch,
+            "resumed {} at byte {offset}: {why}; {repeats} bytes will be read again (repeats the consumers skip by their keys){unknown}",
+            self.config.path.display());
     }
 
     /// For a lost pointer: a file among the input's rotations whose identity is the
