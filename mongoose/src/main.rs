@@ -401,6 +401,10 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
     let signals = cli::Signals::install().map_err(|error| (EXIT_FAILED, error))?;
     let config_file = config;
     let config = ServerConfig::load(&config_file).map_err(|error| (EXIT_BAD_CONFIG, error))?;
+    if let Some(directives) = &config.log_level {
+        // the config's filter, instead of RUST_LOG's (the load checked it)
+        let _ = mongoose_server::log_filter::set(Some(directives));
+    }
     let admin_settings =
         admin::AdminSettings::from_config(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
     let builder = builder(config);
