@@ -1168,3 +1168,62 @@ fn reload_to_any_outcome(run: &support::LedgerRun, child: &mut Child) {
     assert!(sent.success());
     run.wait_until(child, "ended the reload", || outcomes(&run.log()) > before);
 }
+
+/// The file feed `lines` forwarded into the file sink `out.txt`, logging with
+/// `log_level`.
+fn forward_logging_at(log_level: &str) -> String {
+    format!(
+        r#"
+log_level = "{log_level}"
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+
+[[sinks]]
+name = "out"
+kind = "file"
+path = "out.txt"
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = {{ feed = "lines", sink = "out" }}
+"#
+    )
+}
+
+/// Issue 39, item 5: the log level changes with a reload (a `log_level` key, read
+/// instead of `RUST_LOG`), live.
+#[test]
+fn a_reload_changing_the_log_level_applies_live() {
+    let mut run = support::LedgerRun::new("", &forward_logging_at("error"));
+    run.log_filter = "info";
+    let mut child = run.spawn(false);
+    append_to(&run.path("input.txt"), "first\n");
+    run.wait_until(&mut child, "forwarded the first line", || {
+        std::fs::read_to_string(run.path("out.txt")).is_ok_and(|out| out == "first\n")
+    });
+    assert!(
+        !run.log().contains("server started"),
+        "log_level = \"error\" wins over RUST_LOG=info: {}",
+        run.log()
+    );
+    std::fs::write(run.path("mongoose.toml.new"), forward_logging_at("info")).expect("config");
+    std::fs::rename(run.path("mongoose.toml.new"), run.path("mongoose.toml")).expect("in place");
+    reload_to_any_outcome(&run, &mut child);
+    let log = run.log();
+    assert!(
+        log.contains("log_level: \"error\" -> \"info\" (applied live)"),
+        "the reload is logged at INFO, naming the change: {log}"
+    );
+    assert_eq!(run.terminate(child), 0, "{}", run.log());
+    assert!(
+        run.log().contains("signal received"),
+        "INFO from then on: {}",
+        run.log()
+    );
+}

@@ -710,6 +710,9 @@ impl Server {
         drop(reloads);
         match outcome {
             "applied" => {
+                for change in &status.changes {
+                    info!("reload: {change}");
+                }
                 info!(generation = status.generation, changes = ?status.changes, "configuration reloaded")
             }
             "unchanged" => info!(
@@ -717,6 +720,9 @@ impl Server {
                 "configuration reloaded: nothing to change"
             ),
             "refused" if !status.changes.is_empty() => {
+                for change in &status.changes {
+                    info!("reload: {change}");
+                }
                 for reason in &status.reasons {
                     error!("reload refused: {reason}");
                 }
