@@ -72,7 +72,8 @@ pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
     // behind a reload layer: a config's `log_level` replaces it (crate::log_filter)
-    let (filter, handle) = tracing_subscriber::reload::Layer::new(crate::log_filter::from_environment());
+    let (filter, handle) =
+        tracing_subscriber::reload::Layer::new(crate::log_filter::from_environment());
     crate::log_filter::keep(handle);
     let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let stderr = match format {

@@ -262,7 +262,8 @@ impl Server {
                 ..Default::default()
             });
         }
-        let deadline = Instant::now() + Duration::from_millis(self.running_config().shutdown_timeout_millis);
+        let deadline =
+            Instant::now() + Duration::from_millis(self.running_config().shutdown_timeout_millis);
         if !lifecycle.stopping {
             lifecycle.stopping = true;
             info!("shutdown: fencing startup and refusing new work");

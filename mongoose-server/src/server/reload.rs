@@ -43,24 +43,6 @@ use super::build::configured_feed;
 use super::reload_keys::{self, KeyChange};
 use super::{FeedRuntime, Server, ServerBuilder};
 
-/// Why `path` is refused for a reload when it holds no table at all (empty, blank,
-/// comments only, or top-level keys alone: no `[[feeds]]`, `[[sinks]]`, `[[groups]]`,
-/// nor any other section): applied, it would remove every feed, sink and group.
-/// `None` otherwise (the loader says the rest).
-fn empty_config(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let parsed: toml::Table = toml::from_str(&text).ok()?;
-    let tables = parsed
-        .values()
-        .any(|value| value.is_table() || value.is_array());
-    (!tables).then(|| {
-        format!(
-            "the config file {} is empty (no table: no feed, sink or group): an editor's truncating save? Nothing was changed; write the whole config and send SIGHUP again",
-            path.display()
-        )
-    })
-}
-
 /// How a reload ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -124,15 +106,14 @@ fn plan(old: &ServerConfig, new: &ServerConfig) -> Plan {
             new.base_dir.display()
         ));
     }
+    // a part both files have: its keys are compared one by one (reload_keys)
     for feed in &old.feeds {
-        match new
+        if !new
             .feeds
             .iter()
-            .find(|candidate| candidate.name == feed.name)
+            .any(|candidate| candidate.name == feed.name)
         {
-            None => plan.removed_feeds.push(feed.name.clone()),
-            // its keys are compared one by one (reload_keys)
-            Some(_) => {}
+            plan.removed_feeds.push(feed.name.clone());
         }
     }
     for (index, feed) in new.feeds.iter().enumerate() {
@@ -145,13 +126,12 @@ fn plan(old: &ServerConfig, new: &ServerConfig) -> Plan {
         }
     }
     for sink in &old.sinks {
-        match new
+        if !new
             .sinks
             .iter()
-            .find(|candidate| candidate.name == sink.name)
+            .any(|candidate| candidate.name == sink.name)
         {
-            None => plan.removed_sinks.push(sink.name.clone()),
-            Some(_) => {}
+            plan.removed_sinks.push(sink.name.clone());
         }
     }
     for (index, sink) in new.sinks.iter().enumerate() {
@@ -234,7 +214,7 @@ impl Server {
         info!(config = %path.display(), "reloading the configuration");
         // an editor's truncating save (or a file emptied by mistake) would remove every
         // feed, sink and group: a file with no table at all is never taken for a config
-        if let Some(reason) = empty_config(path) {
+        if let Some(reason) = reload_keys::empty_config(path) {
             return self.finish_reload("refused", Vec::new(), vec![reason]);
         }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -382,7 +362,12 @@ impl Server {
             let settings = config.feed_overload(index).and_then(|default| {
                 Ok((default, config.feed_overrides(index)?.into_iter().collect()))
             });
-            let running = inner.feeds.lock().iter().find(|feed| feed.name == name).cloned();
+            let running = inner
+                .feeds
+                .lock()
+                .iter()
+                .find(|feed| feed.name == name)
+                .cloned();
             match (settings, running) {
                 (Ok((default, overrides)), Some(feed)) => {
                     feed.publisher.retune_overload(default, overrides)
@@ -401,7 +386,10 @@ impl Server {
                 reasons.push(format!("log_level kept: {error}"));
             }
         }
-        for key in live.iter().filter(|key| !(log_failed && key.path == "log_level")) {
+        for key in live
+            .iter()
+            .filter(|key| !(log_failed && key.path == "log_level"))
+        {
             let sink_failed = key
                 .sink()
                 .is_some_and(|name| failed.iter().any(|(sink, _)| sink == name));

@@ -17,10 +17,30 @@
 //! another output, changes a promise (an overload policy, `on_exhausted`) or the
 //! target's request format, or lives in a running processor.
 
+use std::path::Path;
+
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::ServerConfig;
+
+/// Why `path` is refused for a reload when it holds no table at all (empty, blank,
+/// comments only, or top-level keys alone: no `[[feeds]]`, `[[sinks]]`, `[[groups]]`,
+/// nor any other section): applied, it would remove every feed, sink and group.
+/// `None` otherwise (the loader says the rest).
+pub(super) fn empty_config(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let parsed: toml::Table = toml::from_str(&text).ok()?;
+    let tables = parsed
+        .values()
+        .any(|value| value.is_table() || value.is_array());
+    (!tables).then(|| {
+        format!(
+            "the config file {} is empty (no table: no feed, sink or group): an editor's truncating save? Nothing was changed; write the whole config and send SIGHUP again",
+            path.display()
+        )
+    })
+}
 
 /// The top-level keys that apply live (read from the running configuration where
 /// they are used).
@@ -123,7 +143,9 @@ impl KeyChange {
 
 /// `name` of a path `<prefix>name].key`.
 fn component<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
-    path.strip_prefix(prefix)?.split_once(']').map(|(name, _)| name)
+    path.strip_prefix(prefix)?
+        .split_once(']')
+        .map(|(name, _)| name)
 }
 
 fn json<T: Serialize>(value: &T) -> Value {
@@ -206,7 +228,10 @@ pub(super) fn changed_keys(old: &ServerConfig, new: &ServerConfig) -> Vec<KeyCha
             .collect();
         for (path, before, after) in found.drain(..) {
             let key = &path[prefix.len() + 1..];
-            let refused = if new_policies.iter().any(|block| path.starts_with(block.as_str())) {
+            let refused = if new_policies
+                .iter()
+                .any(|block| path.starts_with(block.as_str()))
+            {
                 Some(POLICY)
             } else {
                 overload_refusal(key)
@@ -294,7 +319,11 @@ fn overload_refusal(key: &str) -> Option<&'static str> {
 
 /// Copies into `running` the value each live key of `changes` has in `new`, so that
 /// `running` is what runs once they applied.
-pub(super) fn take_live_keys(running: &mut ServerConfig, new: &ServerConfig, changes: &[KeyChange]) {
+pub(super) fn take_live_keys(
+    running: &mut ServerConfig,
+    new: &ServerConfig,
+    changes: &[KeyChange],
+) {
     macro_rules! copy {
         ($key:expr, $into:expr, $from:expr; $($field:ident),+ $(,)?) => {
             match $key {
@@ -378,10 +407,16 @@ mod tests {
         let old = parse(BASE);
         assert!(changed_keys(&old, &parse(BASE)).is_empty());
         let text = BASE
-            .replace("progress_interval_seconds = 10", "progress_interval_seconds = 3")
+            .replace(
+                "progress_interval_seconds = 10",
+                "progress_interval_seconds = 3",
+            )
             .replace("path = \"app.log\"", "path = \"other.log\"")
             .replace("block_deadline_millis = 100", "block_deadline_millis = 250")
-            .replace("batch_max_lines = 5", "batch_max_lines = 50\nmax_retries = 3")
+            .replace(
+                "batch_max_lines = 5",
+                "batch_max_lines = 50\nmax_retries = 3",
+            )
             .replace("sink = \"out\" }", "sink = \"out\", keep = \"x\" }");
         let changes: Vec<String> = changed_keys(&old, &parse(&text))
             .iter()
@@ -408,7 +443,10 @@ mod tests {
         let old = parse(BASE);
         let text = BASE
             .replace("batch_max_lines = 5", "batch_max_lines = 1")
-            .replace("\"BLOCK_WITH_DEADLINE\", block_deadline_millis = 100", "\"PAUSE\"")
+            .replace(
+                "\"BLOCK_WITH_DEADLINE\", block_deadline_millis = 100",
+                "\"PAUSE\"",
+            )
             .replace("[admin]", "");
         let refused: Vec<String> = changed_keys(&old, &parse(&text))
             .iter()
@@ -429,7 +467,10 @@ mod tests {
     fn after_taking_the_live_keys_only_the_refused_ones_differ() {
         let old = parse(BASE);
         let text = BASE
-            .replace("progress_interval_seconds = 10", "progress_interval_seconds = 3\nshutdown_timeout_millis = 7000")
+            .replace(
+                "progress_interval_seconds = 10",
+                "progress_interval_seconds = 3\nshutdown_timeout_millis = 7000",
+            )
             .replace("path = \"app.log\"", "path = \"other.log\"")
             .replace("block_deadline_millis = 100", "block_deadline_millis = 250")
             .replace(
