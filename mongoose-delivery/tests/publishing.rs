@@ -851,7 +851,9 @@ fn retuned_overload_bounds_apply_to_the_queues_already_subscribed() {
     feed.publish(2)
         .expect_err("refused after the old deadline of 20 ms");
     feed.retune_overload(
-        Some(OverloadSettings::block_with_deadline(Duration::from_secs(3600))),
+        Some(OverloadSettings::block_with_deadline(Duration::from_secs(
+            3600,
+        ))),
         std::collections::HashMap::new(),
     );
     let publisher = {
@@ -867,5 +869,9 @@ fn retuned_overload_bounds_apply_to_the_queues_already_subscribed() {
         .expect("the publisher")
         .expect("published once there was room");
     assert_eq!(process(&mut full, 1), vec![3]);
-    assert_eq!(feed.status().refused, 1, "only the publish before the retune");
+    assert_eq!(
+        feed.status().refused,
+        1,
+        "only the publish before the retune"
+    );
 }

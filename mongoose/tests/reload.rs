@@ -1054,7 +1054,10 @@ fn a_reload_changing_a_batch_size_applies_live() {
         .iter()
         .map(|request| request.lines().len())
         .max();
-    assert!(largest_before <= Some(5), "batches of 5: {largest_before:?}");
+    assert!(
+        largest_before <= Some(5),
+        "batches of 5: {largest_before:?}"
+    );
     std::fs::write(
         run.path("mongoose.toml.new"),
         forward_in_batches(&target.url(), &admin, 50, ""),
@@ -1123,8 +1126,13 @@ fn a_refused_reload_names_each_changed_key() {
     });
     // two keys that cannot apply live (the feed's input, the sink's compression) and
     // one that can (the sink's retries)
-    let changed = forward_in_batches(&target.url(), &admin, 5, "compression = \"gzip\"\nmax_retries = 3")
-        .replace("path = \"input.txt\"", "path = \"other.txt\"");
+    let changed = forward_in_batches(
+        &target.url(),
+        &admin,
+        5,
+        "compression = \"gzip\"\nmax_retries = 3",
+    )
+    .replace("path = \"input.txt\"", "path = \"other.txt\"");
     std::fs::write(run.path("mongoose.toml.new"), changed).expect("the new config");
     std::fs::rename(run.path("mongoose.toml.new"), run.path("mongoose.toml")).expect("in place");
     reload_to_any_outcome(&run, &mut child);

@@ -305,10 +305,15 @@ impl Server {
         } else {
             self.apply(&config, &plan)
         };
-        let (live_changes, live_failures) = self.apply_live_keys(&config, &live);
-        changes.extend(live_changes);
-        reasons.extend(live_failures);
-        *inner.running.write() = Arc::clone(&config);
+        // an addition that could not be opened undid the others: nothing changed, and
+        // the old configuration is still the one that runs
+        let undone = changes.is_empty() && !reasons.is_empty();
+        if !undone {
+            let (live_changes, live_failures) = self.apply_live_keys(&config, &live);
+            changes.extend(live_changes);
+            reasons.extend(live_failures);
+            *inner.running.write() = Arc::clone(&config);
+        }
         drop(lifecycle);
         if reasons.is_empty() {
             self.finish_reload("applied", changes, reasons)

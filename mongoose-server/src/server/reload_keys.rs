@@ -161,6 +161,44 @@ fn shown(value: &Value) -> String {
     }
 }
 
+/// A value as the log and `/status` may show it: a secret is hidden (a header's value,
+/// a key naming a password, secret, token or credential: `"***"`), and a url's
+/// user information (`https://user:pass@host/`) is cut.
+fn shown_at(path: &str, value: &Value) -> String {
+    if value.is_null() {
+        return shown(value);
+    }
+    let lower = path.to_ascii_lowercase();
+    let secret = lower.contains(".headers.")
+        || ["password", "secret", "token", "credential", "auth"]
+            .iter()
+            .any(|word| {
+                lower
+                    .rsplit('.')
+                    .next()
+                    .is_some_and(|key| key.contains(word))
+            });
+    if secret {
+        return "\"***\"".to_owned();
+    }
+    match value {
+        Value::String(text) if lower.ends_with("url") => {
+            let Some((scheme, rest)) = text.split_once("://") else {
+                return value.to_string();
+            };
+            // user information is what precedes an `@` in the authority
+            let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+            match authority.rfind('@') {
+                Some(at) => {
+                    Value::String(format!("{scheme}://***@{}", &rest[at + 1..])).to_string()
+                }
+                None => value.to_string(),
+            }
+        }
+        other => shown(other),
+    }
+}
+
 /// The paths below `prefix` whose values differ between `old` and `new`, with both.
 fn differences(prefix: &str, old: &Value, new: &Value, out: &mut Vec<(String, Value, Value)>) {
     match (old, new) {
@@ -194,9 +232,9 @@ pub(super) fn changed_keys(old: &ServerConfig, new: &ServerConfig) -> Vec<KeyCha
     let mut changes = Vec::new();
     let mut push = |path: String, before: &Value, after: &Value, refused: Option<&'static str>| {
         changes.push(KeyChange {
+            old: shown_at(&path, before),
+            new: shown_at(&path, after),
             path,
-            old: shown(before),
-            new: shown(after),
             refused,
         });
     };
@@ -435,6 +473,34 @@ mod tests {
                 "sinks[out].max_retries: (unset) -> 3 (applied live)",
                 "groups[copy].processors[app].settings.keep: (unset) -> \"x\": a running processor keeps the settings it was made with: restart, or give it another name to replace it",
             ]
+        );
+    }
+
+    #[test]
+    fn secrets_are_hidden_in_what_a_reload_names() {
+        let text = |url: &str, header: &str| {
+            BASE.replace("http://127.0.0.1:9/x", url).replace(
+                "batch_max_lines = 5",
+                &format!("batch_max_lines = 5\nheaders = {{ Authorization = \"{header}\" }}"),
+            )
+        };
+        let old = parse(&text("https://user:old-pass@127.0.0.1:9/x", "Bearer old"));
+        let new = parse(&text("https://user:new-pass@127.0.0.1:9/y", "Bearer new"));
+        let said: Vec<String> = changed_keys(&old, &new)
+            .iter()
+            .map(KeyChange::refusal)
+            .collect();
+        let all = said.join("\n");
+        assert!(!all.contains("pass") && !all.contains("Bearer"), "{all}");
+        assert!(
+            all.contains("sinks[out].headers.Authorization: \"***\" -> \"***\""),
+            "{all}"
+        );
+        assert!(
+            all.contains(
+                "sinks[out].url: \"https://***@127.0.0.1:9/x\" -> \"https://***@127.0.0.1:9/y\""
+            ),
+            "{all}"
         );
     }
 
