@@ -1235,3 +1235,42 @@ fn a_reload_changing_the_log_level_applies_live() {
         run.log()
     );
 }
+
+/// Issue 39, item 5: a feed's overload bound changes live (the feed's queues take it);
+/// its policy does not (it decides whether the feed may drop), and the refusal says so.
+#[test]
+fn a_reload_changing_an_overload_bound_applies_live_and_a_policy_change_is_refused() {
+    let with = |overload: &str| {
+        config(&["app"]).replacen(
+            "path = \"app.log\"\n",
+            &format!("path = \"app.log\"\noverload = {{ {overload} }}\n"),
+            1,
+        )
+    };
+    let mut dir = Dir::new();
+    dir.append("app", 0, 10);
+    dir.write_config(&with("policy = \"PAUSE\", spin_bound_millis = 5"));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 10);
+    dir.write_config(&with("policy = \"PAUSE\", spin_bound_millis = 7"));
+    run.reload(1);
+    let log = run.log();
+    assert!(
+        log.contains("reload: feeds[app].overload.spin_bound_millis: 5 -> 7 (applied live)")
+            && log.contains("overload settings changed (a reload)"),
+        "{log}"
+    );
+    dir.append("app", 10, 10);
+    dir.wait_for_outputs(&mut run, "app", 20);
+    dir.write_config(&with("policy = \"DROP_AFTER_SPIN\", spin_bound_millis = 7"));
+    run.reload(2);
+    let log = run.log();
+    assert!(
+        log.contains("reload refused: feeds[app].overload.policy: \"PAUSE\" -> \"DROP_AFTER_SPIN\": the policy decides whether the feed may drop or must wait"),
+        "{log}"
+    );
+    dir.append("app", 20, 10);
+    dir.wait_for_outputs(&mut run, "app", 30);
+    assert_eq!(run.terminate(), 0);
+    dir.assert_exactly_once("app", 30);
+}
