@@ -274,7 +274,9 @@ impl Server {
             // removed parts included, waits for a restart or a corrected file
             let mut running = (*old).clone();
             reload_keys::take_live_keys(&mut running, &config, &live);
-            let (changes, mut reasons) = self.apply_live_keys(&running, &live);
+            let (changes, mut reasons, kept) = self.apply_live_keys(&running, &live);
+            // a key that could not apply keeps its running value
+            reload_keys::take_live_keys(&mut running, &old, &kept);
             if !changes.is_empty() {
                 *inner.running.write() = Arc::new(running);
             }
@@ -309,10 +311,12 @@ impl Server {
         // the old configuration is still the one that runs
         let undone = changes.is_empty() && !reasons.is_empty();
         if !undone {
-            let (live_changes, live_failures) = self.apply_live_keys(&config, &live);
+            let (live_changes, live_failures, kept) = self.apply_live_keys(&config, &live);
             changes.extend(live_changes);
             reasons.extend(live_failures);
-            *inner.running.write() = Arc::clone(&config);
+            let mut running = (*config).clone();
+            reload_keys::take_live_keys(&mut running, &old, &kept);
+            *inner.running.write() = Arc::new(running);
         }
         drop(lifecycle);
         if reasons.is_empty() {
@@ -325,16 +329,17 @@ impl Server {
     /// Applies the live keys `live` of `config` (see [`reload_keys`]): the sinks they
     /// name take their new settings before their next batch, the feeds their new
     /// overload bounds, the log filter its new directives; the top-level timeouts are
-    /// read from the running configuration where they are used. Returns what changed
-    /// and what could not.
+    /// read from the running configuration where they are used. Returns what changed,
+    /// why some could not, and the keys that did not apply.
     fn apply_live_keys(
         &self,
         config: &ServerConfig,
         live: &[KeyChange],
-    ) -> (Vec<String>, Vec<String>) {
+    ) -> (Vec<String>, Vec<String>, Vec<KeyChange>) {
         let inner = &self.inner;
         let mut changes = Vec::new();
         let mut reasons = Vec::new();
+        let mut kept = Vec::new();
         let mut sinks: Vec<(&str, bool)> = Vec::new();
         for key in live {
             if let Some(name) = key.sink() {
@@ -391,22 +396,22 @@ impl Server {
                 reasons.push(format!("log_level kept: {error}"));
             }
         }
-        for key in live
-            .iter()
-            .filter(|key| !(log_failed && key.path == "log_level"))
-        {
+        for key in live {
+            let log_failed = log_failed && key.path == "log_level";
             let sink_failed = key
                 .sink()
                 .is_some_and(|name| failed.iter().any(|(sink, _)| sink == name));
             let feed_failed = key
                 .feed()
                 .is_some_and(|name| failed_feeds.iter().any(|feed| feed == name));
-            if !sink_failed && !feed_failed {
+            if sink_failed || feed_failed || log_failed {
+                kept.push(key.clone());
+            } else {
                 changes.push(key.applied());
             }
         }
         reasons.extend(failed.into_iter().map(|(_, reason)| reason));
-        (changes, reasons)
+        (changes, reasons, kept)
     }
 
     /// The data folder this server keeps its state in (the folder it holds the lock
