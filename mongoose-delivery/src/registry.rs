@@ -4,7 +4,7 @@ use std::any::TypeId;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use mongoose_core::{GroupReader, Position, SourceOutput, SourceState};
+use mongoose_core::{GroupReader, OverloadSettings, Position, SourceOutput, SourceState};
 use parking_lot::RwLock;
 
 use crate::checkpoint::ProcessingCheckpoint;
@@ -52,6 +52,12 @@ pub trait AnyFeed: DrivenOutput + Send + Sync {
     fn release(&self, queue: Option<&str>) -> Result<crate::Released, crate::DeliveryError>;
     /// Clears overload latches.
     fn clear_overload(&self);
+    /// Takes new overload bounds ([`Publisher::retune_overload`]).
+    fn retune_overload(
+        &self,
+        default: Option<OverloadSettings>,
+        overrides: std::collections::HashMap<String, OverloadSettings>,
+    );
     /// Overload states per group queue.
     fn overload_states(&self) -> Vec<(String, OverloadState)>;
     /// Adds an observer of overload state changes ([`Publisher::observe_overload`]).
@@ -120,6 +126,13 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     }
     fn clear_overload(&self) {
         Publisher::clear_overload(self)
+    }
+    fn retune_overload(
+        &self,
+        default: Option<OverloadSettings>,
+        overrides: std::collections::HashMap<String, OverloadSettings>,
+    ) {
+        Publisher::retune_overload(self, default, overrides)
     }
     fn overload_states(&self) -> Vec<(String, OverloadState)> {
         Publisher::overload_states(self)

@@ -838,3 +838,40 @@ fn a_batch_whose_producer_panics_keeps_the_items_it_had_published() {
     assert_eq!(commits.pointer(), 30);
     assert_eq!(feed.status().sequence, 3);
 }
+
+#[test]
+fn retuned_overload_bounds_apply_to_the_queues_already_subscribed() {
+    // issue 39, item 5: a reload's new block deadline applies to the running queues:
+    // a publish into the full queue now waits for room instead of being refused after
+    // the old 20 ms
+    let feed = block_feed(Duration::from_millis(20));
+    let mut full = reader(&feed, "full");
+    feed.start_complete();
+    feed.publish(1).expect("room");
+    feed.publish(2)
+        .expect_err("refused after the old deadline of 20 ms");
+    feed.retune_overload(
+        Some(OverloadSettings::block_with_deadline(Duration::from_secs(
+            3600,
+        ))),
+        std::collections::HashMap::new(),
+    );
+    let publisher = {
+        let feed = Arc::clone(&feed);
+        std::thread::spawn(move || feed.publish(3))
+    };
+    // the publish waits (the old deadline passed long before this)
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!publisher.is_finished(), "the publish waits for room");
+    assert_eq!(process(&mut full, 1), vec![1]);
+    publisher
+        .join()
+        .expect("the publisher")
+        .expect("published once there was room");
+    assert_eq!(process(&mut full, 1), vec![3]);
+    assert_eq!(
+        feed.status().refused,
+        1,
+        "only the publish before the retune"
+    );
+}

@@ -71,8 +71,10 @@ pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // behind a reload layer: a config's `log_level` replaces it (crate::log_filter)
+    let (filter, handle) =
+        tracing_subscriber::reload::Layer::new(crate::log_filter::from_environment());
+    crate::log_filter::keep(handle);
     let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let stderr = match format {
         LogFormat::Text => stderr
@@ -257,7 +259,7 @@ fn run_loop(
     let mut warned_stalled = false;
     // since when every unsettled feed is stalled with no sink still trying
     let mut stuck_since: Option<Instant> = None;
-    let stalled_exit = Duration::from_millis(server.config().stalled_exit_millis);
+    let mut stalled_exit = Duration::from_millis(server.config().stalled_exit_millis);
     let mut last_status;
     let mut observer = crate::progress::Observer::new(
         server.config().progress_interval_seconds,
@@ -274,6 +276,10 @@ fn run_loop(
             match config_file {
                 Some(path) => {
                     server.reload_file(path);
+                    // the keys a reload changes live that this loop reads
+                    let running = server.running_config();
+                    stalled_exit = Duration::from_millis(running.stalled_exit_millis);
+                    observer.set_interval(running.progress_interval_seconds);
                 }
                 None => warn!("SIGHUP received: this server was not started from a config file, so there is nothing to reload; it goes on"),
             }

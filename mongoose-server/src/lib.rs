@@ -25,6 +25,7 @@ pub mod cli;
 pub mod config;
 mod error;
 pub mod forward;
+pub mod log_filter;
 pub mod losses;
 pub mod metrics;
 pub mod progress;

@@ -132,6 +132,11 @@ impl Observer {
         }
     }
 
+    /// Logs progress every `interval_seconds` from now on (0: never; a reload).
+    pub fn set_interval(&mut self, interval_seconds: u64) {
+        self.interval = (interval_seconds > 0).then(|| Duration::from_secs(interval_seconds));
+    }
+
     /// Takes one observation: advances the latency marks, and logs the progress lines
     /// when the interval passed.
     pub fn observe(&mut self, report: &StatusReport, sinks: &[SinkStatus]) {

@@ -329,6 +329,41 @@ impl Sinks {
         Ok(())
     }
 
+    /// Gives the running sink `sink.name` the settings of `sink` that a reload may change
+    /// live (retries, batch, linger; with `reopen`, a network sink opened again with
+    /// `sink`'s timeouts and request sizes): its thread takes them between two batches.
+    ///
+    /// # Errors
+    /// No such sink runs, or the sink cannot be opened with the new settings (nothing
+    /// changed then).
+    pub(crate) fn retune(
+        &self,
+        config: &ServerConfig,
+        sink: &SinkConfig,
+        reopen: bool,
+    ) -> Result<(), ServerError> {
+        let replacement = if reopen && matches!(sink.kind.as_str(), "http" | "tcp") {
+            Some(open_sink(config, sink, None)?)
+        } else {
+            None
+        };
+        let settings = runner_config(sink);
+        let runners = self.runners.lock();
+        let Some(runner) = runners.get(&sink.name) else {
+            return Err(ServerError::invalid(
+                format!("sinks.{}", sink.name),
+                "the sink is not running",
+            ));
+        };
+        runner.handle().retune(mongoose_sink::Retune {
+            budget: settings.budget,
+            batch: settings.batch,
+            linger: settings.linger,
+            sink: replacement,
+        });
+        Ok(())
+    }
+
     /// Stops the sink `name` (removed by a reload): it publishes what is queued until
     /// `deadline`; what is left keeps its inputs uncommitted. Its last status stays in
     /// [`Sinks::statuses`]. `None` when no such sink runs.

@@ -40,7 +40,7 @@ pub use error::SinkError;
 pub use file::{FileSink, FileSinkConfig, StdoutSink};
 pub use http::{HttpCompression, HttpSink, HttpSinkConfig, HttpTlsConfig};
 pub use runner::{
-    GateId, HeldOutput, LossRecorder, LostOutput, RetryRequested, RunnerConfig, SendError,
+    GateId, HeldOutput, LossRecorder, LostOutput, RetryRequested, Retune, RunnerConfig, SendError,
     SinkHandle, SinkRunner, SinkStatus,
 };
 pub use tcp::{TcpSink, TcpSinkConfig};

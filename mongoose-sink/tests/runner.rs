@@ -831,3 +831,38 @@ fn a_linger_fills_a_batch_before_publishing_and_a_stop_does_not_wait_for_it() {
     assert_eq!(status.published, 7);
     assert_eq!(*calls.lock(), [5, 2]);
 }
+
+#[test]
+fn a_retune_takes_effect_between_batches_and_the_replacement_sink_publishes_the_rest() {
+    // issue 39, item 5: a reload's new batch size and sink apply live, from the next
+    // batch on: each output is published once, by the old sink or the new one
+    let before = Arc::new(Mutex::new(Vec::new()));
+    let after = Arc::new(Mutex::new(Vec::new()));
+    let mut config = RunnerConfig::new("retune", "test");
+    config.batch = 2;
+    config.linger = Duration::from_secs(60);
+    let runner = SinkRunner::start(Box::new(Calls(Arc::clone(&before))), config).expect("start");
+    let handle = runner.handle();
+    for position in 0..4 {
+        handle
+            .send(Output::new(key(position), b"x".to_vec()), None)
+            .expect("send");
+    }
+    wait_for(&runner, |status| status.published >= 4);
+    handle.retune(mongoose_sink::Retune {
+        budget: RetryBudget::default(),
+        batch: 5,
+        linger: Duration::from_secs(60),
+        sink: Some(Box::new(Calls(Arc::clone(&after)))),
+    });
+    for position in 4..14 {
+        handle
+            .send(Output::new(key(position), b"x".to_vec()), None)
+            .expect("send");
+    }
+    let status = wait_for(&runner, |status| status.published >= 14);
+    assert_eq!(status.published, 14, "{status:?}");
+    assert_eq!(*before.lock(), [2, 2], "the old sink, batches of 2");
+    assert_eq!(*after.lock(), [5, 5], "the new sink, batches of 5");
+    runner.stop(Instant::now());
+}

@@ -18,7 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use mongoose::{out, outln, status_cli};
 use mongoose_server::cli::{self, LogFormat, EXIT_BAD_CONFIG, EXIT_FAILED};
 use mongoose_server::config::ServerConfig;
@@ -38,6 +38,8 @@ const VERSION: &str = concat!(
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How the logs on stderr are written: `text` or `json`.
+    ///
     /// How the logs on stderr are written: `text` (coloured only on a terminal and
     /// without NO_COLOR) or `json` (one object per line).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -51,11 +53,15 @@ enum Command {
         /// The TOML config file.
         #[arg(long)]
         config: PathBuf,
+        /// Exit once every feed is settled (exit 0 when lossless, 3 when not).
+        ///
         /// Exit once every feed is settled: 0 when lossless, 3 when not; 1 once a
         /// processor failed (not added, or quarantined) and nothing can make progress.
         #[arg(long)]
         exit_when_settled: bool,
     },
+    /// Checks a config file as `run` does, starting nothing (exit 0 valid, 2 invalid).
+    ///
     /// Checks a config file as `run` does before it starts anything (the file, the
     /// disk it names, every processor kind's settings check) and exits: 0 valid, 2
     /// invalid, with the key path and what to do.
@@ -64,6 +70,8 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Replays a recording made with `[record]` and compares each processor's run.
+    ///
     /// Replays a recording made with `[record]` and prints, per processor, complete or
     /// stopped (with the reason), losses and a diff of outputs. Exits 0 only when the
     /// recording is complete and every processor reproduced its run, 1 when one did
@@ -71,6 +79,8 @@ enum Command {
     /// damaged store, a damaged outputs.jsonl or admin.jsonl): what it holds is replayed
     /// and reported as partial.
     Replay {
+        /// A run's recording folder, or the `[record] dir` for its newest run.
+        ///
         /// A run's recording folder (`<record.dir>/run-N`), or the `[record] dir` itself
         /// to replay its newest run.
         #[arg(long)]
@@ -79,6 +89,8 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Lists the connector plugins of a folder, and why any is refused.
+    ///
     /// Connector plugins: `plugins list --plugin-dir DIR` loads every plugin of DIR and
     /// prints its file, name, version, SDK, ABI and kinds, and each refused file with the
     /// reason; exits 1 when one was refused (or the folder cannot be read).
@@ -86,6 +98,8 @@ enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
+    /// Audit capture of a running server's processors: start, stop, status.
+    ///
     /// Audit capture of a running server's processors: `start SELECTOR`, `stop
     /// SELECTOR` (SELECTOR is NAME or GROUP/NAME) and `status`. Exits 0 when applied, 1
     /// otherwise, printing the reason.
@@ -100,6 +114,8 @@ enum Command {
         #[arg(long, global = true)]
         token_file: Option<PathBuf>,
     },
+    /// Prints what a running server's /status says, as text.
+    ///
     /// Prints what a running server's /status says, as text: its feeds (why each is
     /// where it is, a glob's files), its sinks (with held outputs), its processor groups
     /// and the last reload.
@@ -118,6 +134,8 @@ enum Command {
         #[arg(long)]
         token_file: Option<PathBuf>,
     },
+    /// A refreshing terminal view of a running server (`q` quits).
+    ///
     /// A refreshing terminal view of a running server's feeds, groups and sinks, with
     /// rates from successive /status polls; `q` quits (exit 0).
     Top {
@@ -135,23 +153,40 @@ enum Command {
         #[arg(long)]
         token_file: Option<PathBuf>,
     },
+    /// The archive (aeron-like): serve, publish, list, describe, replay.
+    ///
     /// The archive (aeron-like): run an archiver, publish lines, list and describe
     /// recordings, replay one.
     Archive {
         #[command(subcommand)]
         action: ArchiveAction,
     },
+    /// Operator tools for a journal: append, tail, dump.
+    ///
     /// Operator tools for a journal (the journal connector's files): append lines,
     /// tail excerpts, dump the index with checksums.
     Journal {
         #[command(subcommand)]
         action: JournalAction,
     },
+    /// Prints a shell completion script for bash, zsh, fish, elvish or powershell.
+    ///
+    /// bash: `mongoose completions bash > ~/.local/share/bash-completion/completions/mongoose`;
+    /// zsh: `mongoose completions zsh > ~/.zfunc/_mongoose` (with `fpath+=~/.zfunc` before
+    /// `compinit` in ~/.zshrc); fish: `mongoose completions fish >
+    /// ~/.config/fish/completions/mongoose.fish`.
+    Completions {
+        /// The shell the script is for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// `mongoose archive ...`.
 #[derive(Debug, Subcommand)]
 enum ArchiveAction {
+    /// Runs an archiver recording every publication it receives.
+    ///
     /// Runs an archiver recording every publication it receives (UDP on `--udp`, IPC
     /// rings created in `--ipc`) until SIGTERM or SIGINT.
     Serve {
@@ -164,6 +199,8 @@ enum ArchiveAction {
         #[arg(long)]
         ipc: Option<PathBuf>,
     },
+    /// Publishes each line of standard input as one message.
+    ///
     /// Publishes each line of standard input as one message, then waits until the
     /// archiver confirms it has everything.
     Publish {
@@ -280,6 +317,8 @@ fn archive(action: ArchiveAction) -> Result<u8, (u8, ServerError)> {
 /// `mongoose journal ...`.
 #[derive(Debug, Subcommand)]
 enum JournalAction {
+    /// Appends each line of standard input as one excerpt.
+    ///
     /// Appends each line of standard input as one excerpt (creating the journal), then
     /// prints how many and the last index. Exits 1 when another appender holds the
     /// journal or the disk is full.
@@ -290,6 +329,8 @@ enum JournalAction {
         #[arg(long, default_value_t = 0)]
         sync_every: u64,
     },
+    /// Prints `index<TAB>text` for each excerpt from `--from`.
+    ///
     /// Prints `index<TAB>text` for each excerpt from `--from`; never prints a torn or
     /// damaged excerpt (it stops before it).
     Tail {
@@ -302,6 +343,8 @@ enum JournalAction {
         #[arg(long)]
         follow: bool,
     },
+    /// Prints every indexed excerpt with its checksum (exit 1 on a damaged one).
+    ///
     /// Prints every indexed excerpt, whole or not (index, segment, offset, length,
     /// checksum); exits 1 when one is damaged.
     Dump {
@@ -369,6 +412,8 @@ fn plugins_list(dir: &std::path::Path) -> Result<u8, (u8, ServerError)> {
 /// `mongoose audit ...`.
 #[derive(Subcommand)]
 enum AuditAction {
+    /// Starts capturing a processor's audit log into a fresh capture-* folder.
+    ///
     /// Starts capturing a processor's audit log into a fresh capture-* folder; prints
     /// `audit: RECORDING <selector>` once it records.
     Start {
@@ -401,6 +446,10 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
     let signals = cli::Signals::install().map_err(|error| (EXIT_FAILED, error))?;
     let config_file = config;
     let config = ServerConfig::load(&config_file).map_err(|error| (EXIT_BAD_CONFIG, error))?;
+    if let Some(directives) = &config.log_level {
+        // the config's filter, instead of RUST_LOG's (the load checked it)
+        let _ = mongoose_server::log_filter::set(Some(directives));
+    }
     let admin_settings =
         admin::AdminSettings::from_config(&config).map_err(|error| (EXIT_BAD_CONFIG, error))?;
     let builder = builder(config);
@@ -428,6 +477,9 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
     }
     Ok(outcome.code)
 }
+
+#[cfg(test)]
+mod help_lines;
 
 fn main() -> ExitCode {
     let arguments = Cli::parse();
@@ -499,6 +551,13 @@ fn main() -> ExitCode {
                 .map_err(|error| (EXIT_FAILED, error))
             }),
         Command::Journal { action } => journal(action),
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "mongoose", &mut script);
+            // through the binary's stdout: a closed pipe ends it cleanly
+            let _ = std::io::Write::write_all(&mut mongoose::stdout::stdout(), &script);
+            Ok(0)
+        }
         Command::Archive { action } => archive(action),
         Command::Audit {
             action,

@@ -367,8 +367,9 @@ fn a_change_that_cannot_apply_live_is_refused_and_the_old_config_keeps_running()
     run.reload(1);
     let log = run.log();
     assert!(
-        log.contains("feed 'app': `path` changed: restart to apply it"),
-        "the change is named:\n{log}"
+        log.contains("feeds[app].path: \"app.log\" -> \"other.log\"")
+            && log.contains("restart to apply it"),
+        "the change is named by its path, with both values:\n{log}"
     );
     assert!(
         log.contains(
@@ -833,7 +834,9 @@ fn a_data_dir_symlink_moved_under_the_server_is_refused_at_the_next_reload() {
 /// Issue 39, item 5: an empty config file (an editor's truncating save) was applied
 /// like any other and removed every feed, sink and group, logged at INFO (a config
 /// without `[admin]`; with one, it was refused for the changed admin address instead,
-/// naming no file). Now an empty, blank or comment-only file is refused, naming it.
+/// naming no file). Now an empty, blank or comment-only file is refused, naming it,
+/// and so is a file of top-level keys with no table (it was applied too, and removed
+/// everything).
 #[test]
 fn an_empty_config_file_is_refused_by_reload() {
     let mut dir = Dir::new();
@@ -841,7 +844,13 @@ fn an_empty_config_file_is_refused_by_reload() {
     dir.write_config(&config(&["app"]));
     let mut run = dir.spawn(false);
     dir.wait_for_outputs(&mut run, "app", 10);
-    for (index, text) in ["", "\n  \n", "# only a comment\n"].iter().enumerate() {
+    let files = [
+        "",
+        "\n  \n",
+        "# only a comment\n",
+        "shutdown_drain_timeout_millis = 10000\n",
+    ];
+    for (index, text) in files.iter().enumerate() {
         dir.write_config(text);
         run.reload(index + 1);
         // the feed still runs: its lines still come
@@ -850,8 +859,8 @@ fn an_empty_config_file_is_refused_by_reload() {
     }
     let log = run.log();
     assert_eq!(
-        log.matches("is empty (no key, no table)").count(),
-        3,
+        log.matches("an editor's truncating save?").count(),
+        4,
         "each empty file is refused, naming it:\n{log}"
     );
     assert!(
@@ -859,7 +868,7 @@ fn an_empty_config_file_is_refused_by_reload() {
         "the file is named:\n{log}"
     );
     assert_eq!(run.terminate(), 0);
-    dir.assert_exactly_once("app", 40);
+    dir.assert_exactly_once("app", 50);
 }
 
 /// A feed read by a group of two forwards into file sinks: `copy` into `out.txt` and
@@ -969,4 +978,299 @@ fn a_reload_that_replaces_a_forward_while_lines_flow_gives_the_replacement_every
         run.log()
     );
     assert_eq!(code, 0, "{}", run.log());
+}
+
+/// A file feed `lines` on `input.txt` forwarded into the HTTP sink `http` at `url`
+/// (the test CA's `ca.pem`), in ndjson batches of `batch_max_lines`, with a `[admin]` on
+/// `admin`; `extra` is added to the sink's table.
+fn forward_in_batches(url: &str, admin: &str, batch_max_lines: usize, extra: &str) -> String {
+    format!(
+        r#"
+shutdown_timeout_millis = 5000
+
+[admin]
+address = "{admin}"
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+
+[[sinks]]
+name = "http"
+kind = "http"
+url = "{url}"
+ca_file = "ca.pem"
+batch_max_lines = {batch_max_lines}
+batch_timeout_millis = 500
+initial_backoff_millis = 5
+max_backoff_millis = 50
+{extra}
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "http"
+kind = "forward"
+settings = {{ feed = "lines", sink = "http" }}
+"#
+    )
+}
+
+/// Issue 39, item 5: a reload that changed an HTTP sink's `batch_max_lines` (a
+/// setting the sink can take between two batches) was refused as a whole, naming no
+/// key ("sink 'http': `batch_max_lines` changed: restart to apply it"): the batches
+/// stayed at 5 lines. Now it applies live, between batches: the lines after it arrive
+/// in batches of up to 50, every line once.
+#[test]
+fn a_reload_changing_a_batch_size_applies_live() {
+    let mut run = support::LedgerRun::new("", "");
+    run.log_filter = "warn,mongoose_server=info";
+    let ca = mongoose_testkit::https::TestCa::new("target CA");
+    let target = mongoose_testkit::https::HttpsTarget::start(&ca.issue(&["127.0.0.1"]), None);
+    std::fs::write(run.path("ca.pem"), ca.cert_pem()).expect("the CA");
+    let admin = format!("127.0.0.1:{}", free_port());
+    std::fs::write(
+        run.path("mongoose.toml"),
+        forward_in_batches(&target.url(), &admin, 5, ""),
+    )
+    .expect("config");
+    let mut child = run.spawn(false);
+    let taken_lines = |target: &mongoose_testkit::https::HttpsTarget| {
+        target
+            .taken()
+            .into_iter()
+            .map(|(_, line)| line)
+            .collect::<Vec<_>>()
+    };
+    let before: String = (0..200).map(|n| format!("before-{n:04}\n")).collect();
+    append_to(&run.path("input.txt"), &before);
+    run.wait_until(&mut child, "posted the lines before the reload", || {
+        taken_lines(&target).len() >= 200
+    });
+    let requests_before = target.requests().len();
+    let largest_before = target
+        .requests()
+        .iter()
+        .map(|request| request.lines().len())
+        .max();
+    assert!(
+        largest_before <= Some(5),
+        "batches of 5: {largest_before:?}"
+    );
+    std::fs::write(
+        run.path("mongoose.toml.new"),
+        forward_in_batches(&target.url(), &admin, 50, ""),
+    )
+    .expect("the new config");
+    std::fs::rename(run.path("mongoose.toml.new"), run.path("mongoose.toml")).expect("in place");
+    reload_to_any_outcome(&run, &mut child);
+    let report = status(&admin);
+    assert_eq!(report["lastReload"]["outcome"], "applied", "{report}");
+    let changes = report["lastReload"]["changes"].to_string();
+    assert!(
+        changes.contains("sinks[http].batch_max_lines") && changes.contains("5 -> 50"),
+        "the change is named with both values: {changes}"
+    );
+    let after: String = (0..1000).map(|n| format!("after-{n:04}\n")).collect();
+    append_to(&run.path("input.txt"), &after);
+    run.wait_until(&mut child, "posted the lines after the reload", || {
+        taken_lines(&target).len() >= 1200
+    });
+    let requests = target.requests();
+    let sizes_after: Vec<usize> = requests[requests_before..]
+        .iter()
+        .map(|request| request.lines().len())
+        .collect();
+    let largest_after = sizes_after.iter().copied().max().unwrap_or(0);
+    assert!(
+        largest_after > 5 && largest_after <= 50,
+        "the batches after the reload are up to 50 lines: {sizes_after:?}: {}",
+        run.log()
+    );
+    assert_eq!(run.terminate(child), 0, "{}", run.log());
+    let taken = taken_lines(&target);
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for line in &taken {
+        *counts.entry(line.as_str()).or_default() += 1;
+    }
+    for line in before.lines().chain(after.lines()) {
+        assert_eq!(counts.get(line), Some(&1), "{line} posted once");
+    }
+    assert_eq!(taken.len(), 1200, "nothing else was posted");
+}
+
+/// Issue 39, item 5: a reload that changed two settings that cannot apply live was
+/// refused naming them as "`path` changed" per part, without their values, and a
+/// setting that can apply live in the same file was refused with them. Now each key
+/// is named by its path with its old and new values, in the log and in `/status`, and
+/// the live one applies.
+#[test]
+fn a_refused_reload_names_each_changed_key() {
+    let mut run = support::LedgerRun::new("", "");
+    run.log_filter = "warn,mongoose_server=info";
+    let ca = mongoose_testkit::https::TestCa::new("target CA");
+    let target = mongoose_testkit::https::HttpsTarget::start(&ca.issue(&["127.0.0.1"]), None);
+    std::fs::write(run.path("ca.pem"), ca.cert_pem()).expect("the CA");
+    std::fs::write(run.path("other.txt"), "other-0\n").expect("another input");
+    let admin = format!("127.0.0.1:{}", free_port());
+    std::fs::write(
+        run.path("mongoose.toml"),
+        forward_in_batches(&target.url(), &admin, 5, ""),
+    )
+    .expect("config");
+    let mut child = run.spawn(false);
+    append_to(&run.path("input.txt"), "first\n");
+    run.wait_until(&mut child, "posted the first line", || {
+        target.taken().len() == 1
+    });
+    // two keys that cannot apply live (the feed's input, the sink's compression) and
+    // one that can (the sink's retries)
+    let changed = forward_in_batches(
+        &target.url(),
+        &admin,
+        5,
+        "compression = \"gzip\"\nmax_retries = 3",
+    )
+    .replace("path = \"input.txt\"", "path = \"other.txt\"");
+    std::fs::write(run.path("mongoose.toml.new"), changed).expect("the new config");
+    std::fs::rename(run.path("mongoose.toml.new"), run.path("mongoose.toml")).expect("in place");
+    reload_to_any_outcome(&run, &mut child);
+    let log = run.log();
+    let report = status(&admin);
+    let last = &report["lastReload"];
+    assert_eq!(last["outcome"], "refused", "{report}");
+    let reasons = last["reasons"].to_string();
+    for named in [
+        "feeds[lines].path",
+        "\\\"input.txt\\\" -> \\\"other.txt\\\"",
+        "sinks[http].compression",
+        "(unset) -> \\\"gzip\\\"",
+    ] {
+        assert!(reasons.contains(named), "{named} in /status: {reasons}");
+        let in_log = named.replace("\\\"", "\"");
+        assert!(log.contains(&in_log), "{in_log} in the log: {log}");
+    }
+    let changes = last["changes"].to_string();
+    assert!(
+        changes.contains("sinks[http].max_retries") && changes.contains("(unset) -> 3"),
+        "the live key applied: {changes}"
+    );
+    // the feed still reads its input, into the same sink
+    append_to(&run.path("input.txt"), "second\n");
+    run.wait_until(&mut child, "posted the second line", || {
+        target.taken().len() == 2
+    });
+    assert_eq!(run.terminate(child), 0, "{}", run.log());
+    let lines: Vec<String> = target.taken().into_iter().map(|(_, line)| line).collect();
+    assert_eq!(lines, ["first", "second"], "nothing of other.txt was read");
+}
+
+/// Sends SIGHUP and waits until the reload's outcome, whichever, is logged.
+fn reload_to_any_outcome(run: &support::LedgerRun, child: &mut Child) {
+    let before = outcomes(&run.log());
+    let sent = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    run.wait_until(child, "ended the reload", || outcomes(&run.log()) > before);
+}
+
+/// The file feed `lines` forwarded into the file sink `out.txt`, logging with
+/// `log_level`.
+fn forward_logging_at(log_level: &str) -> String {
+    format!(
+        r#"
+log_level = "{log_level}"
+
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+
+[[sinks]]
+name = "out"
+kind = "file"
+path = "out.txt"
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = {{ feed = "lines", sink = "out" }}
+"#
+    )
+}
+
+/// Issue 39, item 5: the log level changes with a reload (a `log_level` key, read
+/// instead of `RUST_LOG`), live.
+#[test]
+fn a_reload_changing_the_log_level_applies_live() {
+    let mut run = support::LedgerRun::new("", &forward_logging_at("error"));
+    run.log_filter = "info";
+    let mut child = run.spawn(false);
+    append_to(&run.path("input.txt"), "first\n");
+    run.wait_until(&mut child, "forwarded the first line", || {
+        std::fs::read_to_string(run.path("out.txt")).is_ok_and(|out| out == "first\n")
+    });
+    assert!(
+        !run.log().contains("server started"),
+        "log_level = \"error\" wins over RUST_LOG=info: {}",
+        run.log()
+    );
+    std::fs::write(run.path("mongoose.toml.new"), forward_logging_at("info")).expect("config");
+    std::fs::rename(run.path("mongoose.toml.new"), run.path("mongoose.toml")).expect("in place");
+    reload_to_any_outcome(&run, &mut child);
+    let log = run.log();
+    assert!(
+        log.contains("log_level: \"error\" -> \"info\" (applied live)"),
+        "the reload is logged at INFO, naming the change: {log}"
+    );
+    assert_eq!(run.terminate(child), 0, "{}", run.log());
+    assert!(
+        run.log().contains("signal received"),
+        "INFO from then on: {}",
+        run.log()
+    );
+}
+
+/// Issue 39, item 5: a feed's overload bound changes live (the feed's queues take it);
+/// its policy does not (it decides whether the feed may drop), and the refusal says so.
+#[test]
+fn a_reload_changing_an_overload_bound_applies_live_and_a_policy_change_is_refused() {
+    let with = |overload: &str| {
+        config(&["app"]).replacen(
+            "path = \"app.log\"\n",
+            &format!("path = \"app.log\"\noverload = {{ {overload} }}\n"),
+            1,
+        )
+    };
+    let mut dir = Dir::new();
+    dir.append("app", 0, 10);
+    dir.write_config(&with("policy = \"PAUSE\", spin_bound_millis = 5"));
+    let mut run = dir.spawn(false);
+    dir.wait_for_outputs(&mut run, "app", 10);
+    dir.write_config(&with("policy = \"PAUSE\", spin_bound_millis = 7"));
+    run.reload(1);
+    let log = run.log();
+    assert!(
+        log.contains("reload: feeds[app].overload.spin_bound_millis: 5 -> 7 (applied live)")
+            && log.contains("overload settings changed (a reload)"),
+        "{log}"
+    );
+    dir.append("app", 10, 10);
+    dir.wait_for_outputs(&mut run, "app", 20);
+    dir.write_config(&with("policy = \"DROP_AFTER_SPIN\", spin_bound_millis = 7"));
+    run.reload(2);
+    let log = run.log();
+    assert!(
+        log.contains("reload refused: feeds[app].overload.policy: \"PAUSE\" -> \"DROP_AFTER_SPIN\": the policy decides whether the feed may drop or must wait"),
+        "{log}"
+    );
+    dir.append("app", 20, 10);
+    dir.wait_for_outputs(&mut run, "app", 30);
+    assert_eq!(run.terminate(), 0);
+    dir.assert_exactly_once("app", 30);
 }

@@ -320,6 +320,32 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 
+    /// Takes new overload settings (a reload): the feed's default (`None`: the one it
+    /// has, or pause/drop by default) and each group's override; every queue's
+    /// settings are worked out again at once, under the lock every offer takes, so an
+    /// offer runs under the old settings or the new, never a mix. A queue's health
+    /// (latched, degraded) and its counts stay.
+    pub fn retune_overload(
+        &self,
+        default: Option<OverloadSettings>,
+        overrides: HashMap<String, OverloadSettings>,
+    ) {
+        let mut state = self.state.lock();
+        if let Some(settings) = default {
+            state.overload.default_settings = settings;
+            state.overload.explicit_default = true;
+        }
+        state.overload.overrides = overrides;
+        let mut bindings = std::mem::take(&mut state.bindings);
+        for binding in &mut bindings {
+            let (settings, explicit) = Self::effective_settings(&state, &binding.shared.group);
+            binding.settings = settings;
+            binding.explicit = explicit;
+        }
+        state.bindings = bindings;
+        info!(feed = %self.name, "overload settings changed (a reload)");
+    }
+
     /// Queues without an explicit policy pause (a re-readable source) or drop ([`Publisher::set_pause_by_default`]).
     pub(super) fn default_to_pause(&self, pause: bool) {
         let mut state = self.state.lock();

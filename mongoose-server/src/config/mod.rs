@@ -31,12 +31,12 @@ use std::time::Duration;
 
 use mongoose_core::{OverloadPolicy, OverloadSettings};
 use mongoose_source_file::ReadStrategy;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ServerError;
 
 /// What the void add does with a reply that is not APPLIED.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum AddFailurePolicy {
     /// Log and return (default).
@@ -66,6 +66,12 @@ impl SourceKind {
     }
 }
 
+impl Serialize for SourceKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 impl<'de> Deserialize<'de> for SourceKind {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let kind = String::deserialize(deserializer)?;
@@ -78,7 +84,7 @@ impl<'de> Deserialize<'de> for SourceKind {
 
 /// How a plugin feed's items (bytes, as the plugin publishes them) become the feed's
 /// item type.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FeedCodec {
     /// Each item is a [`mongoose_source_file::Line`] (the ledger and `forward` read
@@ -90,7 +96,7 @@ pub enum FeedCodec {
 }
 
 /// An overload block: a policy and its bounds.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OverloadConfig {
     /// DROP_AFTER_SPIN, BLOCK_WITH_DEADLINE or PAUSE.
@@ -183,7 +189,7 @@ impl OverloadConfig {
 }
 
 /// One feed.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeedConfig {
     /// The feed's name, unique.
@@ -271,6 +277,20 @@ pub enum IdleStrategyConfig {
     Backoff,
 }
 
+impl Serialize for IdleStrategyConfig {
+    /// As the config spells it (`busy-spin`, `sleeping-millis:5`, ...).
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            IdleStrategyConfig::BusySpin => serializer.serialize_str("busy-spin"),
+            IdleStrategyConfig::Yield => serializer.serialize_str("yield"),
+            IdleStrategyConfig::Backoff => serializer.serialize_str("backoff"),
+            IdleStrategyConfig::SleepingMillis(millis) => {
+                serializer.serialize_str(&format!("sleeping-millis:{millis}"))
+            }
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for IdleStrategyConfig {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
@@ -295,7 +315,7 @@ fn parse_idle(text: &str) -> Option<IdleStrategyConfig> {
 }
 
 /// A processor by registered kind, with its settings.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessorConfig {
     /// The processor's name, unique in its group.
@@ -310,7 +330,7 @@ pub struct ProcessorConfig {
 }
 
 /// A processor group.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupConfig {
     /// The group's name, unique.
@@ -330,7 +350,7 @@ pub struct GroupConfig {
 /// `mongoose replay`, each run into a new folder `dir/run-<N>/<group>/` (N one more than
 /// the highest there), so a recording is never written over and a restarted server
 /// records again.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordSection {
     /// The recordings' folder: one `run-<N>` folder per run, one folder per group in it.
@@ -341,7 +361,7 @@ pub struct RecordSection {
 }
 
 /// The admin API (see [`crate::admin`] for its routes and limits).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// Where to listen (default 127.0.0.1:8089). An address that is not loopback needs
@@ -402,7 +422,7 @@ impl AdminConfig {
 /// Audit capture (book: guarantees/control-plane.md): each session of `POST
 /// /audit/{selector}/start` records into a fresh `capture-<id>` folder below
 /// `capture_dir`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditSection {
     /// Whether the admin API may start captures (default true).
@@ -423,7 +443,7 @@ pub struct AuditSection {
 }
 
 /// The storage of audit capture sessions ([`AuditSection::store`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CaptureStore {
     /// A journal per session (`<session>/journal`).
@@ -461,7 +481,7 @@ fn default_admin_address() -> String {
 }
 
 /// The whole configuration file.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// How long void control calls wait off agent threads (default 10000; 1 to
@@ -486,6 +506,11 @@ pub struct ServerConfig {
     /// (default 10; 0 disables; at most 86400).
     #[serde(default = "default_progress_interval")]
     pub progress_interval_seconds: u64,
+    /// The log filter, in `RUST_LOG`'s syntax (`info`, `warn,mongoose_server=debug`):
+    /// when set, `mongoose run` logs with it instead of `RUST_LOG`'s, and a reload
+    /// changes it live. Unset: `RUST_LOG`, else `info`.
+    #[serde(default)]
+    pub log_level: Option<String>,
     /// REPORT (default) or THROW.
     #[serde(default)]
     pub add_failure_policy: AddFailurePolicy,
@@ -527,6 +552,7 @@ impl Default for ServerConfig {
             control_wait_millis: default_control_wait(),
             stalled_exit_millis: default_stalled_exit(),
             progress_interval_seconds: default_progress_interval(),
+            log_level: None,
             shutdown_timeout_millis: default_shutdown_timeout(),
             shutdown_drain_timeout_millis: default_drain_timeout(),
             add_failure_policy: AddFailurePolicy::default(),

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A sink processors write to (`[[sinks]]`): its kind and the kind's settings, and how
 /// its outputs are retried and what happens to one that cannot be published.
@@ -21,7 +21,7 @@ use serde::Deserialize;
 /// expire_after_millis = 300000
 /// on_exhausted = "hold"    # hold (the feed's commit stays before the input) | count_loss
 /// ```
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     /// The sink's name.

@@ -262,7 +262,8 @@ impl Server {
                 ..Default::default()
             });
         }
-        let deadline = Instant::now() + Duration::from_millis(inner.config.shutdown_timeout_millis);
+        let deadline =
+            Instant::now() + Duration::from_millis(self.running_config().shutdown_timeout_millis);
         if !lifecycle.stopping {
             lifecycle.stopping = true;
             info!("shutdown: fencing startup and refusing new work");
@@ -281,7 +282,7 @@ impl Server {
             }
         }
         if !lifecycle.drained {
-            let drain = Duration::from_millis(inner.config.shutdown_drain_timeout_millis);
+            let drain = Duration::from_millis(self.running_config().shutdown_drain_timeout_millis);
             let drain_deadline = deadline.min(Instant::now() + drain);
             info!(
                 bound_ms = drain.as_millis() as u64,

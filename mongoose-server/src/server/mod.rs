@@ -14,6 +14,7 @@ mod kinds;
 mod lifecycle;
 mod preflight;
 mod reload;
+mod reload_keys;
 
 pub use builder::ServerBuilder;
 pub use codecs::replay;

@@ -11,11 +11,16 @@
 //!   `shutdown_drain_timeout_millis`) and what its consumers processed is committed; a
 //!   removed sink publishes what it holds (up to `shutdown_timeout_millis`); a removed
 //!   group is closed; an added feed's processors are added before its source starts;
-//! * anything else that changed (a feed's, a sink's, a group's or a processor's
-//!   settings, a top-level key such as `[admin]`) cannot change live: the whole reload
-//!   is refused, each such change logged ("feed 'app': `path` changed: restart to
-//!   apply it"), and nothing changes. Refusing the whole keeps what runs equal to one
-//!   file (the old one), never a mix of two.
+//! * each key that changed in a part both files have is compared on its own
+//!   ([`reload_keys`]): a setting that can apply live (a batch size, a timeout, a retry
+//!   setting, an overload bound, the progress interval, the log level) applies, a sink's
+//!   between two batches; any other is refused, named by its path with its old and new
+//!   values (`feeds[app].path: "a.log" -> "b.log": ... restart to apply it`). With a
+//!   refusal, the live keys still apply and nothing else does (no part is added or
+//!   removed): what runs is the old file with those keys, never half of a new file's
+//!   parts;
+//! * a file with no table at all (empty, blank, comments, top-level keys alone: an
+//!   editor's truncating save) is refused before it is read as a config.
 //!
 //! One reload runs at a time, never during the start or the shutdown. Its outcome is
 //! logged (INFO applied or unchanged, ERROR invalid, refused or failed) and kept:
@@ -35,20 +40,8 @@ use crate::config::ServerConfig;
 use crate::ServerError;
 
 use super::build::configured_feed;
+use super::reload_keys::{self, KeyChange};
 use super::{FeedRuntime, Server, ServerBuilder};
-
-/// Why `path` is refused for a reload when it holds no key and no table at all (empty,
-/// blank or comments only): `None` otherwise (the loader says the rest).
-fn empty_config(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let parsed: toml::Table = toml::from_str(&text).ok()?;
-    parsed.is_empty().then(|| {
-        format!(
-            "the config file {} is empty (no key, no table): an editor's save cut short? Nothing was changed; write the whole config and send SIGHUP again",
-            path.display()
-        )
-    })
-}
 
 /// How a reload ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -103,60 +96,24 @@ impl Plan {
     }
 }
 
-/// The names of the fields that differ between `$old` and `$new`.
-macro_rules! changed_fields {
-    ($old:expr, $new:expr; $($field:ident),+ $(,)?) => {{
-        let mut changed: Vec<&'static str> = Vec::new();
-        $(if $old.$field != $new.$field { changed.push(stringify!($field)); })+
-        changed
-    }};
-}
-
-/// "`a`, `b` changed: restart to apply it" for `what`, or nothing when nothing changed
-/// (`differ`: the values differ in a field the list does not name).
-fn refusal(what: String, fields: Vec<&'static str>, differ: bool) -> Option<String> {
-    if fields.is_empty() && !differ {
-        return None;
-    }
-    let named = if fields.is_empty() {
-        "its settings".to_owned()
-    } else {
-        fields
-            .iter()
-            .map(|field| format!("`{field}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    Some(format!("{what}: {named} changed: restart to apply it"))
-}
-
 /// Compares the running configuration with a new one.
 fn plan(old: &ServerConfig, new: &ServerConfig) -> Plan {
     let mut plan = Plan::default();
-    let top = changed_fields!(old, new; control_wait_millis, shutdown_timeout_millis,
-        shutdown_drain_timeout_millis, stalled_exit_millis, add_failure_policy, plugin_dir,
-        admin, record, audit, base_dir);
-    for field in top {
-        plan.refused
-            .push(format!("`{field}` changed: restart to apply it"));
+    if old.base_dir != new.base_dir {
+        plan.refused.push(format!(
+            "the config file's folder changed ({} -> {}): restart to apply it",
+            old.base_dir.display(),
+            new.base_dir.display()
+        ));
     }
+    // a part both files have: its keys are compared one by one (reload_keys)
     for feed in &old.feeds {
-        match new
+        if !new
             .feeds
             .iter()
-            .find(|candidate| candidate.name == feed.name)
+            .any(|candidate| candidate.name == feed.name)
         {
-            None => plan.removed_feeds.push(feed.name.clone()),
-            Some(now) => {
-                let fields = changed_fields!(feed, now; source, path, settings, codec,
-                    read_strategy, queue_capacity, overload, status_events, rotated,
-                    scan_interval_millis, max_open_files);
-                plan.refused.extend(refusal(
-                    format!("feed '{}'", feed.name),
-                    fields,
-                    feed != now,
-                ));
-            }
+            plan.removed_feeds.push(feed.name.clone());
         }
     }
     for (index, feed) in new.feeds.iter().enumerate() {
@@ -169,24 +126,12 @@ fn plan(old: &ServerConfig, new: &ServerConfig) -> Plan {
         }
     }
     for sink in &old.sinks {
-        match new
+        if !new
             .sinks
             .iter()
-            .find(|candidate| candidate.name == sink.name)
+            .any(|candidate| candidate.name == sink.name)
         {
-            None => plan.removed_sinks.push(sink.name.clone()),
-            Some(now) => {
-                let fields = changed_fields!(sink, now; kind, path, sync, address, url,
-                    headers, header_files, connect_timeout_millis, response_timeout_millis,
-                    write_timeout_millis, max_retries, initial_backoff_millis,
-                    max_backoff_millis, expire_after_millis, on_exhausted, settings, batch,
-                    queue_capacity);
-                plan.refused.extend(refusal(
-                    format!("sink '{}'", sink.name),
-                    fields,
-                    sink != now,
-                ));
-            }
+            plan.removed_sinks.push(sink.name.clone());
         }
     }
     for (index, sink) in new.sinks.iter().enumerate() {
@@ -211,29 +156,14 @@ fn plan(old: &ServerConfig, new: &ServerConfig) -> Plan {
             }
             continue;
         };
-        let fields = changed_fields!(group, now; idle_strategy, core);
-        plan.refused
-            .extend(refusal(format!("group '{}'", group.name), fields, false));
         for processor in &group.processors {
-            match now
+            if !now
                 .processors
                 .iter()
-                .find(|candidate| candidate.name == processor.name)
+                .any(|candidate| candidate.name == processor.name)
             {
-                None => plan
-                    .removed_processors
-                    .push((group.name.clone(), processor.name.clone())),
-                Some(same) => {
-                    let fields = changed_fields!(processor, same; kind, settings);
-                    plan.refused.extend(refusal(
-                        format!(
-                            "processor '{}/{}' (give it another name to replace it)",
-                            group.name, processor.name
-                        ),
-                        fields,
-                        processor != same,
-                    ));
-                }
+                plan.removed_processors
+                    .push((group.name.clone(), processor.name.clone()));
             }
         }
     }
@@ -284,8 +214,8 @@ impl Server {
         info!(config = %path.display(), "reloading the configuration");
         // an editor's truncating save (or a file emptied by mistake) would remove every
         // feed, sink and group: a file with no table at all is never taken for a config
-        if let Some(reason) = empty_config(path) {
-            return self.finish_reload("invalid", Vec::new(), vec![reason]);
+        if let Some(reason) = reload_keys::empty_config(path) {
+            return self.finish_reload("refused", Vec::new(), vec![reason]);
         }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             match ServerConfig::load(path) {
@@ -330,16 +260,31 @@ impl Server {
         }
         let old = self.running_config();
         let mut plan = plan(&old, &config);
+        let keys = reload_keys::changed_keys(&old, &config);
+        let (live, refused): (Vec<_>, Vec<_>) =
+            keys.into_iter().partition(|key| key.refused.is_none());
+        plan.refused.extend(refused.iter().map(KeyChange::refusal));
         match self.data_folder_in_use(&old, &config) {
             // pinned, as a start pins it: a symlink moved later moves nothing
             Ok(folder) => config.data_dir = folder,
             Err(reason) => plan.refused.push(reason),
         }
         if !plan.refused.is_empty() {
+            // what can apply live does (each key names itself); the rest, added and
+            // removed parts included, waits for a restart or a corrected file
+            let mut running = (*old).clone();
+            reload_keys::take_live_keys(&mut running, &config, &live);
+            let (changes, mut reasons, kept) = self.apply_live_keys(&running, &live);
+            // a key that could not apply keeps its running value
+            reload_keys::take_live_keys(&mut running, &old, &kept);
+            if !changes.is_empty() {
+                *inner.running.write() = Arc::new(running);
+            }
             drop(lifecycle);
-            return self.finish_reload("refused", Vec::new(), plan.refused);
+            reasons.splice(0..0, plan.refused);
+            return self.finish_reload("refused", changes, reasons);
         }
-        if plan.is_empty() {
+        if plan.is_empty() && live.is_empty() {
             // the file may differ in what no part of the server reads again (a
             // reordering): what runs stays, and so does the generation
             drop(lifecycle);
@@ -357,14 +302,116 @@ impl Server {
             );
         }
         let config = Arc::new(config);
-        let (changes, reasons) = self.apply(&config, &plan);
-        *inner.running.write() = Arc::clone(&config);
+        let (mut changes, mut reasons) = if plan.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            self.apply(&config, &plan)
+        };
+        // an addition that could not be opened undid the others: nothing changed, and
+        // the old configuration is still the one that runs
+        let undone = changes.is_empty() && !reasons.is_empty();
+        if !undone {
+            let (live_changes, live_failures, kept) = self.apply_live_keys(&config, &live);
+            changes.extend(live_changes);
+            reasons.extend(live_failures);
+            let mut running = (*config).clone();
+            reload_keys::take_live_keys(&mut running, &old, &kept);
+            *inner.running.write() = Arc::new(running);
+        }
         drop(lifecycle);
         if reasons.is_empty() {
             self.finish_reload("applied", changes, reasons)
         } else {
             self.finish_reload("failed", changes, reasons)
         }
+    }
+
+    /// Applies the live keys `live` of `config` (see [`reload_keys`]): the sinks they
+    /// name take their new settings before their next batch, the feeds their new
+    /// overload bounds, the log filter its new directives; the top-level timeouts are
+    /// read from the running configuration where they are used. Returns what changed,
+    /// why some could not, and the keys that did not apply.
+    fn apply_live_keys(
+        &self,
+        config: &ServerConfig,
+        live: &[KeyChange],
+    ) -> (Vec<String>, Vec<String>, Vec<KeyChange>) {
+        let inner = &self.inner;
+        let mut changes = Vec::new();
+        let mut reasons = Vec::new();
+        let mut kept = Vec::new();
+        let mut sinks: Vec<(&str, bool)> = Vec::new();
+        for key in live {
+            if let Some(name) = key.sink() {
+                match sinks.iter_mut().find(|(sink, _)| *sink == name) {
+                    Some((_, reopen)) => *reopen |= key.reopens_the_sink(),
+                    None => sinks.push((name, key.reopens_the_sink())),
+                }
+            }
+        }
+        let failed_sink = |name: &str| -> Option<String> {
+            let sink = config.sinks.iter().find(|sink| sink.name == name)?;
+            let reopen = sinks.iter().any(|(sink, reopen)| *sink == name && *reopen);
+            inner
+                .sinks
+                .retune(config, sink, reopen)
+                .err()
+                .map(|error| format!("sink '{name}' kept its settings: {error}"))
+        };
+        let failed: Vec<(String, String)> = sinks
+            .iter()
+            .filter_map(|(name, _)| failed_sink(name).map(|reason| ((*name).to_owned(), reason)))
+            .collect();
+        let mut feeds: Vec<&str> = live.iter().filter_map(KeyChange::feed).collect();
+        feeds.dedup();
+        let mut failed_feeds = Vec::new();
+        for name in feeds {
+            let Some(index) = config.feeds.iter().position(|feed| feed.name == name) else {
+                continue;
+            };
+            let settings = config.feed_overload(index).and_then(|default| {
+                Ok((default, config.feed_overrides(index)?.into_iter().collect()))
+            });
+            let running = inner
+                .feeds
+                .lock()
+                .iter()
+                .find(|feed| feed.name == name)
+                .cloned();
+            match (settings, running) {
+                (Ok((default, overrides)), Some(feed)) => {
+                    feed.publisher.retune_overload(default, overrides)
+                }
+                (Err(error), _) => {
+                    failed_feeds.push(name.to_owned());
+                    reasons.push(format!("feed '{name}' kept its overload settings: {error}"));
+                }
+                (_, None) => {}
+            }
+        }
+        let mut log_failed = false;
+        if live.iter().any(|key| key.path == "log_level") {
+            if let Err(error) = crate::log_filter::set(config.log_level.as_deref()) {
+                log_failed = true;
+                reasons.push(format!("log_level kept: {error}"));
+            }
+        }
+        for key in live {
+            let log_failed = log_failed && key.path == "log_level";
+            let sink_failed = key
+                .sink()
+                .is_some_and(|name| failed.iter().any(|(sink, _)| sink == name));
+            let feed_failed = key
+                .feed()
+                .is_some_and(|name| failed_feeds.iter().any(|feed| feed == name));
+            if sink_failed || feed_failed || log_failed {
+                kept.push(key.clone());
+            } else {
+                changes.push(key.applied());
+            }
+        }
+        reasons.extend(failed.into_iter().map(|(_, reason)| reason));
+        (changes, reasons, kept)
     }
 
     /// The data folder this server keeps its state in (the folder it holds the lock
@@ -646,7 +693,8 @@ impl Server {
         reasons: Vec<String>,
     ) -> ReloadStatus {
         let mut reloads = self.inner.reloads.lock();
-        if outcome == "applied" || (outcome == "failed" && !changes.is_empty()) {
+        // a refusal that applied the live keys changed what runs too
+        if outcome == "applied" || (outcome != "unchanged" && !changes.is_empty()) {
             reloads.applied += 1;
         }
         let status = ReloadStatus {
@@ -660,12 +708,25 @@ impl Server {
         drop(reloads);
         match outcome {
             "applied" => {
+                for change in &status.changes {
+                    info!("reload: {change}");
+                }
                 info!(generation = status.generation, changes = ?status.changes, "configuration reloaded")
             }
             "unchanged" => info!(
                 generation = status.generation,
                 "configuration reloaded: nothing to change"
             ),
+            "refused" if !status.changes.is_empty() => {
+                for change in &status.changes {
+                    info!("reload: {change}");
+                }
+                for reason in &status.reasons {
+                    error!("reload refused: {reason}");
+                }
+                error!(generation = status.generation, applied = ?status.changes,
+                    "configuration reload refused in part: the keys listed as applied apply live; nothing else changed, the keys named above keep their running values until a restart");
+            }
             // a failure before anything changed says so, as a refusal does
             "failed" if !status.changes.is_empty() => {
                 error!(generation = status.generation, changes = ?status.changes, reasons = ?status.reasons,
@@ -726,29 +787,6 @@ mod tests {
         assert_eq!(
             shrunk.removed_processors,
             [("audit".to_owned(), "audit".to_owned())]
-        );
-    }
-
-    #[test]
-    fn what_cannot_change_live_is_refused_naming_each_change() {
-        let old = parse(BASE);
-        let changed = BASE
-            .replace("path = \"app.log\"", "path = \"other.log\"")
-            .replace("kind = \"stdout\"", "kind = \"stdout\"\nmax_retries = 3")
-            .replace(
-                "settings = { feed = \"app\", sink = \"out\" }",
-                "settings = { feed = \"app\", sink = \"out\", keep = \"x\" }",
-            );
-        let text = format!("[admin]\naddress = \"127.0.0.1:9999\"\n{changed}");
-        let refused = plan(&old, &parse(&text)).refused;
-        assert_eq!(
-            refused,
-            [
-                "`admin` changed: restart to apply it",
-                "feed 'app': `path` changed: restart to apply it",
-                "sink 'out': `max_retries` changed: restart to apply it",
-                "processor 'copy/app' (give it another name to replace it): `settings` changed: restart to apply it",
-            ]
         );
     }
 }

@@ -50,6 +50,14 @@ pub enum SendError {
 const HELD_LISTED: usize = 10;
 
 impl SinkHandle {
+    /// Gives the running sink `retune` (a reload's new settings): the runner's thread
+    /// takes it before its next batch, never inside one, so no output is sent twice or
+    /// skipped for it. A second call before the thread took the first replaces it.
+    pub fn retune(&self, retune: super::Retune) {
+        *self.shared.retune.lock() = Some(retune);
+        self.shared.retune_pending.store(true, Ordering::Release);
+    }
+
     /// Registers `gate` (once: the same gate registered again gets the same id), for
     /// [`SinkHandle::send`].
     pub fn register_gate(&self, gate: Arc<dyn CommitGate>) -> GateId {

@@ -250,6 +250,37 @@ struct Shared {
     cannot_deliver: Mutex<Option<String>>,
     /// Whether `cannot_deliver` is set (read without the lock on each publish).
     undeliverable: AtomicBool,
+    /// Settings to take before the next batch ([`SinkHandle::retune`]); `retune_pending`
+    /// says one is there without the lock.
+    retune: Mutex<Option<Retune>>,
+    retune_pending: AtomicBool,
+}
+
+/// Settings a running sink takes between two batches ([`SinkHandle::retune`]): its
+/// retry budget, its batch and linger, and a replacement for the sink itself (a
+/// network sink opened again with other timeouts or request sizes; it holds nothing
+/// the runner does not).
+pub struct Retune {
+    /// The retry budget of each output from now on (an output waiting for a retry
+    /// keeps the due time it has).
+    pub budget: RetryBudget,
+    /// The most outputs given to the sink in one `publish` call.
+    pub batch: usize,
+    /// How long fewer than `batch` outputs wait for more.
+    pub linger: Duration,
+    /// The sink that publishes from the next batch on, in place of the running one.
+    pub sink: Option<Box<dyn Sink>>,
+}
+
+impl fmt::Debug for Retune {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retune")
+            .field("budget", &self.budget)
+            .field("batch", &self.batch)
+            .field("linger", &self.linger)
+            .field("sink", &self.sink.is_some())
+            .finish()
+    }
 }
 
 /// The most emptied parcels kept for the writers.
@@ -420,6 +451,8 @@ impl SinkRunner {
             written: sink.written_lanes(),
             cannot_deliver: Mutex::new(None),
             undeliverable: AtomicBool::new(false),
+            retune: Mutex::new(None),
+            retune_pending: AtomicBool::new(false),
         });
         let thread = std::thread::Builder::new()
             .name(format!("sink:{}", config.name))

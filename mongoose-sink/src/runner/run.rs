@@ -110,6 +110,9 @@ impl Run {
             if self.shared.retry_now.swap(false, Ordering::AcqRel) {
                 self.retry_everything_now();
             }
+            if self.shared.retune_pending.swap(false, Ordering::AcqRel) {
+                self.retune();
+            }
             self.take_queued();
             self.promote_due_retries();
             let now = Instant::now();
@@ -151,6 +154,22 @@ impl Run {
             warn!(sink = %self.shared.name, outputs = left, held, "sink stopped with outputs not published: their inputs are not committed and are delivered again after a restart");
         }
         info!(sink = %self.shared.name, "sink stopped");
+    }
+
+    /// Takes the settings [`super::SinkHandle::retune`] left, between two batches.
+    fn retune(&mut self) {
+        let Some(retune) = self.shared.retune.lock().take() else {
+            return;
+        };
+        info!(sink = %self.shared.name, batch = retune.batch, linger_ms = retune.linger.as_millis() as u64,
+            max_retries = retune.budget.max_retries, reopened = retune.sink.is_some(),
+            "sink settings changed (a reload): they apply from the next batch");
+        self.config.budget = retune.budget;
+        self.config.batch = retune.batch.max(1);
+        self.config.linger = retune.linger;
+        if let Some(sink) = retune.sink {
+            self.sink = sink;
+        }
     }
 
     /// Whether fewer than a batch of first attempts wait for more (up to the runner's

@@ -241,6 +241,17 @@ impl ServerConfig {
             0..=86_400,
             " s",
         )?;
+        if let Some(filter) = &self.log_level {
+            if let Err(error) = tracing_subscriber::EnvFilter::try_new(filter) {
+                return Err(ServerError::invalid(
+                    "log_level",
+                    format!(
+                        "'{filter}' is not a log filter ({error}): give a level (`info`, `warn`) \
+                         or RUST_LOG's directives (`warn,mongoose_server=debug`)"
+                    ),
+                ));
+            }
+        }
         check_range(
             "audit.open_timeout_millis",
             self.audit.open_timeout_millis,
