@@ -270,19 +270,12 @@ impl Server {
             Err(reason) => plan.refused.push(reason),
         }
         if !plan.refused.is_empty() {
-            // what can apply live does (each key names itself); the rest, added and
-            // removed parts included, waits for a restart or a corrected file
-            let mut running = (*old).clone();
-            reload_keys::take_live_keys(&mut running, &config, &live);
-            let (changes, mut reasons, kept) = self.apply_live_keys(&running, &live);
-            // a key that could not apply keeps its running value
-            reload_keys::take_live_keys(&mut running, &old, &kept);
-            if !changes.is_empty() {
-                *inner.running.write() = Arc::new(running);
-            }
+            // a file applies whole or not at all: what runs is always one file, and the
+            // keys that could have applied live are named as not applied either
             drop(lifecycle);
-            reasons.splice(0..0, plan.refused);
-            return self.finish_reload("refused", changes, reasons);
+            let mut reasons = plan.refused;
+            reasons.extend(live.iter().map(KeyChange::not_applied));
+            return self.finish_reload("refused", Vec::new(), reasons);
         }
         if plan.is_empty() && live.is_empty() {
             // the file may differ in what no part of the server reads again (a
@@ -717,16 +710,6 @@ impl Server {
                 generation = status.generation,
                 "configuration reloaded: nothing to change"
             ),
-            "refused" if !status.changes.is_empty() => {
-                for change in &status.changes {
-                    info!("reload: {change}");
-                }
-                for reason in &status.reasons {
-                    error!("reload refused: {reason}");
-                }
-                error!(generation = status.generation, applied = ?status.changes,
-                    "configuration reload refused in part: the keys listed as applied apply live; nothing else changed, the keys named above keep their running values until a restart");
-            }
             // a failure before anything changed says so, as a refusal does
             "failed" if !status.changes.is_empty() => {
                 error!(generation = status.generation, changes = ?status.changes, reasons = ?status.reasons,

@@ -104,6 +104,15 @@ pub(super) struct KeyChange {
 }
 
 impl KeyChange {
+    /// `sinks[out].batch: 100 -> 500: could apply live, not applied: ...`, for a live
+    /// key of a refused file.
+    pub(super) fn not_applied(&self) -> String {
+        format!(
+            "{}: {} -> {}: could apply live, not applied: the file is refused as a whole",
+            self.path, self.old, self.new
+        )
+    }
+
     /// `sinks[out].batch: 100 -> 500 (applied live)`.
     pub(super) fn applied(&self) -> String {
         format!("{}: {} -> {} (applied live)", self.path, self.old, self.new)
