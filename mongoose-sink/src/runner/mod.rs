@@ -241,6 +241,9 @@ struct Shared {
     parcels: Mutex<Vec<Vec<Queued>>>,
     /// What the sink held when it was opened ([`Sink::written_lanes`]).
     written: Vec<WrittenLane>,
+    /// The operator's taps of the outputs the sink is given (one relaxed load a batch
+    /// while none is attached).
+    tap: mongoose_core::tap::TapPoint,
 }
 
 /// The most emptied parcels kept for the writers.
@@ -386,6 +389,7 @@ impl SinkRunner {
             spare_count: AtomicUsize::new(0),
             parcels: Mutex::new(Vec::new()),
             written: sink.written_lanes(),
+            tap: mongoose_core::tap::TapPoint::default(),
         });
         let thread = std::thread::Builder::new()
             .name(format!("sink:{}", config.name))
