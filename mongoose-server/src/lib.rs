@@ -37,5 +37,5 @@ pub use error::ServerError;
 pub use mongoose_source_file::Line;
 pub use server::{
     replay, ProcessorContext, ProcessorFactory, ProcessorKind, ReloadStatus, Server, ServerBuilder,
-    SettingsCheck, SettingsError, SettingsValidator, StopResult,
+    SettingsCheck, SettingsError, SettingsValidator, StopResult, TapRefused,
 };

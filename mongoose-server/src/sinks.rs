@@ -356,6 +356,21 @@ impl Sinks {
         Ok(SinkWriter::new(handle, gates).named(&writer))
     }
 
+    /// Attaches a tap of sink `name`'s outputs ([`mongoose_sink::SinkHandle::attach_tap`]):
+    /// `Ok(None)` when it serves as many taps as it can; the sinks' names when there is
+    /// no such sink.
+    pub(crate) fn attach_tap(
+        &self,
+        name: &str,
+        capacity: usize,
+    ) -> Result<Option<mongoose_core::tap::TapReceiver>, Vec<String>> {
+        let runners = self.runners.lock();
+        match runners.get(name) {
+            Some(runner) => Ok(runner.handle().attach_tap(capacity)),
+            None => Err(runners.keys().cloned().collect()),
+        }
+    }
+
     /// What [`Sinks::writer`] builds its writer of: the sink's handle, the gates of its
     /// outputs' feeds for `group`, and the writer's name (`group/processor`), for a
     /// processor that tracks its outputs' outcomes itself (the ledger).

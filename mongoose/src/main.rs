@@ -1,4 +1,4 @@
-//! The `mongoose` binary: `run`, `validate`, `replay`, `status`, `top`, `plugins list`. Exit codes of `run`: 0
+//! The `mongoose` binary: `run`, `validate`, `replay`, `status`, `tap`, `top`, `plugins list`. Exit codes of `run`: 0
 //! settled and lossless (or a clean signal stop), 1 failure (with the reasons on stderr:
 //! a source that could not start, an overload kill switch, or with
 //! `--exit-when-settled` a failed processor that leaves nothing able to make progress;
@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mongoose::{out, outln, status_cli};
+use mongoose::{out, outln, status_cli, tap_cli};
 use mongoose_server::cli::{self, LogFormat, EXIT_BAD_CONFIG, EXIT_FAILED};
 use mongoose_server::config::ServerConfig;
 use mongoose_server::{admin, Server, ServerBuilder, ServerError};
@@ -114,6 +114,33 @@ enum Command {
         /// Print the raw status JSON.
         #[arg(long)]
         json: bool,
+        /// A file holding the admin API's bearer token (the server's [admin] token_file).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+    },
+    /// A live sample of a running server's feed items or sink outputs, one line each,
+    /// until --limit or Ctrl-C; then how many the tap dropped (never the pipeline).
+    #[command(group(clap::ArgGroup::new("point").required(true).args(["feed", "sink"])))]
+    Tap {
+        /// The feed whose published items to show.
+        #[arg(long)]
+        feed: Option<String>,
+        /// The sink whose outputs to show (each attempt, as the sink is given it).
+        #[arg(long)]
+        sink: Option<String>,
+        /// Stop after this many records.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Print the admin API's JSON line per record.
+        #[arg(long)]
+        json: bool,
+        /// The admin address of the server (default: the [admin] address of --config,
+        /// else 127.0.0.1:8089).
+        #[arg(long)]
+        admin: Option<String>,
+        /// The server's config file: its [admin] address and token_file.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// A file holding the admin API's bearer token (the server's [admin] token_file).
         #[arg(long)]
         token_file: Option<PathBuf>,
@@ -497,6 +524,29 @@ fn main() -> ExitCode {
                 )
                 .map(|()| 0)
                 .map_err(|error| (EXIT_FAILED, error))
+            }),
+        Command::Tap {
+            feed,
+            sink,
+            limit,
+            json,
+            admin: address,
+            config,
+            token_file,
+        } => status_cli::admin_target(address, config.as_deref(), token_file)
+            .map_err(|error| (EXIT_BAD_CONFIG, error))
+            .and_then(|target| {
+                let point = match (feed, sink) {
+                    (Some(feed), _) => tap_cli::TapPoint::Feed(feed),
+                    (None, Some(sink)) => tap_cli::TapPoint::Sink(sink),
+                    (None, None) => unreachable!("clap requires --feed or --sink"),
+                };
+                let format = if json {
+                    tap_cli::TapFormat::Json
+                } else {
+                    tap_cli::TapFormat::Text
+                };
+                tap_cli::run(&target, &point, limit, format)
             }),
         Command::Journal { action } => journal(action),
         Command::Archive { action } => archive(action),

@@ -14,6 +14,7 @@ mod kinds;
 mod lifecycle;
 mod preflight;
 mod reload;
+mod taps;
 
 pub use builder::ServerBuilder;
 pub use codecs::replay;
@@ -23,6 +24,7 @@ pub use kinds::{
 };
 pub use lifecycle::StopResult;
 pub use reload::ReloadStatus;
+pub use taps::TapRefused;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
