@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod progress;
 mod server;
 pub mod sinks;
+pub mod unit_tests;
 
 pub use error::ServerError;
 /// The item of the server's file feeds: a line that borrows its read chunk (no

@@ -48,4 +48,5 @@ pub mod kinds;
 pub mod status_cli;
 pub mod stdout;
 pub mod tap_cli;
+pub mod test_cli;
 pub mod top;

@@ -1,4 +1,4 @@
-//! The `mongoose` binary: `run`, `validate`, `replay`, `status`, `tap`, `top`, `plugins list`. Exit codes of `run`: 0
+//! The `mongoose` binary: `run`, `validate`, `replay`, `status`, `tap`, `test`, `top`, `plugins list`. Exit codes of `run`: 0
 //! settled and lossless (or a clean signal stop), 1 failure (with the reasons on stderr:
 //! a source that could not start, an overload kill switch, or with
 //! `--exit-when-settled` a failed processor that leaves nothing able to make progress;
@@ -63,6 +63,17 @@ enum Command {
         /// The TOML config file.
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Runs a config's unit tests (`<config stem>.tests.toml` beside it): each case's
+    /// input lines through the config's processors, the sinks' outputs compared with
+    /// the expected lines. Exits 0 all passed, 1 one failed (with a diff), 2 invalid.
+    Test {
+        /// The TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// The tests file (default: `<config stem>.tests.toml` beside the config).
+        #[arg(long)]
+        tests: Option<PathBuf>,
     },
     /// Replays a recording made with `[record]` and prints, per processor, complete or
     /// stopped (with the reason), losses and a diff of outputs. Exits 0 only when the
@@ -497,6 +508,7 @@ fn main() -> ExitCode {
             }
             Err(error) => Err((EXIT_BAD_CONFIG, error)),
         },
+        Command::Test { config, tests } => mongoose::test_cli::run(&config, tests.as_deref()),
         Command::Plugins {
             command: PluginsCommand::List { plugin_dir },
         } => plugins_list(&plugin_dir),

@@ -110,7 +110,12 @@ impl ServerBuilder {
             }
         }
         let running: SharedConfig = Arc::new(parking_lot::RwLock::new(Arc::new(config.clone())));
-        let sinks = Sinks::open(&running, Some(registry.clone()), plugins.as_deref())?;
+        let sinks = Sinks::open(
+            &running,
+            Some(registry.clone()),
+            plugins.as_deref(),
+            self.sink_capture,
+        )?;
         Ok(Server {
             inner: Arc::new(Inner {
                 config,
