@@ -68,11 +68,17 @@ pub enum LogFormat {
 /// captured processor emits while its group calls it (and that passes `RUST_LOG`) is
 /// written to its capture too.
 pub fn init_logging(format: LogFormat) {
+    init_logging_at(format, "info");
+}
+
+/// [`init_logging`] with `default` as the filter when `RUST_LOG` is not set (`warn`
+/// for a command whose own output is what matters, as `mongoose test`).
+pub fn init_logging_at(format: LogFormat, default: &str) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let stderr = match format {
         LogFormat::Text => stderr

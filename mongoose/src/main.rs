@@ -470,7 +470,9 @@ fn run(config: PathBuf, exit_when_settled: bool) -> Result<u8, (u8, ServerError)
 fn main() -> ExitCode {
     let arguments = Cli::parse();
     let log_format = arguments.log_format;
-    cli::init_logging(log_format);
+    // the cases' servers log what a run logs: a test run shows only warnings by default
+    let quiet = matches!(arguments.command, Command::Test { .. });
+    cli::init_logging_at(log_format, if quiet { "warn" } else { "info" });
     let outcome = match arguments.command {
         Command::Run {
             config,

@@ -16,7 +16,7 @@
 //! | `POST /audit/{selector}/start` | starts an audit capture of a processor (`NAME` or `GROUP%2FNAME`), answering once it records |
 //! | `POST /audit/{selector}/stop` | stops it, answering once it is uninstalled |
 //! | `GET /audit/status` | every capture session: id, selector, path, recording, records written |
-//! | `GET /feeds/{feed}/tap[?limit=N&capacity=C]` | a live sample of the feed's published items, streamed as JSON Lines (see [`tap`](self::tap)); 404 for an unknown feed |
+//! | `GET /feeds/{feed}/tap[?limit=N&capacity=C]` | a live sample of the feed's published items, streamed as JSON Lines for at most [`TAP_STREAM_MAX`] (book: operating/tap-and-unit-tests.md); 404 for an unknown feed |
 //! | `GET /sinks/{sink}/tap[?limit=N&capacity=C]` | the same of the outputs the sink is given |
 //! | `GET /metrics` | Prometheus text (see [`crate::metrics`]) |
 //!
