@@ -342,3 +342,81 @@ fn a_token_protected_admin_refuses_a_tap_without_the_token() {
     signal(&server, "-TERM");
     let _ = server.wait();
 }
+
+/// `tmux -L SOCKET args...` (a tmux server of the test's own), its stdout.
+fn tmux(socket: &str, args: &[&str]) -> String {
+    let output = Command::new("tmux")
+        .arg("-L")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("tmux runs");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Ends the test's tmux server when dropped.
+struct TmuxServer(String);
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        tmux(&self.0, &["kill-server"]);
+    }
+}
+
+// issue 39: `mongoose tap` in a real terminal on a real server, until Ctrl-C
+#[test]
+fn mongoose_tap_in_a_terminal_shows_live_lines_until_ctrl_c() {
+    let setup = Setup::new("");
+    let mut server = setup.spawn_server();
+    setup.wait_until(&mut server, "served /status", || {
+        setup.status()["feeds"][0]["feed"] == "lines"
+    });
+    let socket = format!("mongoose-tap-{}", std::process::id());
+    let _tmux = TmuxServer(socket.clone());
+    let exit_file = setup.path("tap.exit");
+    let command = format!(
+        "{} tap --feed lines --config {}; echo $? > {}; sleep 60",
+        binary().display(),
+        setup.path("mongoose.toml").display(),
+        exit_file.display()
+    );
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "tap",
+            "-x",
+            "160",
+            "-y",
+            "40",
+            &command,
+        ],
+    );
+    setup.wait_until(&mut server, "attached the tap", || {
+        setup.log().contains("a tap attached")
+    });
+    std::fs::write(setup.path("input.txt"), "first line\nsecond line\n").expect("lines");
+    let mut screen = String::new();
+    setup.wait_until(&mut server, "showed both lines", || {
+        screen = tmux(&socket, &["capture-pane", "-p", "-t", "tap"]);
+        screen.contains("| first line") && screen.contains("| second line")
+    });
+    assert!(screen.contains("feed lines #1 epoch "), "{screen}");
+    assert!(screen.contains(" at 0:11 | first line"), "{screen}");
+    tmux(&socket, &["send-keys", "-t", "tap", "C-c"]);
+    setup.wait_until(&mut server, "ended the tap on Ctrl-C", || {
+        std::fs::read_to_string(&exit_file).is_ok_and(|code| code.ends_with('\n'))
+    });
+    screen = tmux(&socket, &["capture-pane", "-p", "-t", "tap"]);
+    eprintln!("{screen}");
+    assert!(
+        screen.contains("tap of feed lines: 2 shown, 0 dropped from the tap"),
+        "{screen}"
+    );
+    let code = std::fs::read_to_string(&exit_file).expect("exit code");
+    assert_eq!(code.trim(), "0", "the tap's exit code");
+    signal(&server, "-TERM");
+    let _ = server.wait();
+}
