@@ -23,6 +23,8 @@
 //!   ([`sink::SinkOutcome`]: published, verified not published, or uncertain);
 //! * [`agent`]: marking agent threads, which must never block;
 //! * [`audit`](mod@audit): a processor's audit records, kept while an operator captures it.
+//! * [`tap`]: a live sample of a feed's items or a sink's outputs for an operator, that
+//!   costs one relaxed load per item while nobody looks.
 //!
 //! # The source protocol
 //!
@@ -201,6 +203,7 @@ mod services;
 pub mod sink;
 mod source;
 pub mod state_store;
+pub mod tap;
 
 pub use delivery::engine::PendingCompletion;
 pub use delivery::{

@@ -71,6 +71,8 @@ pub trait AnyFeed: DrivenOutput + Send + Sync {
     /// The feed has a source that is starting: it is BEHIND (not a silent fallback
     /// feed) until the source reports.
     fn report_source_starting(&self);
+    /// Attaches an operator's tap of the published items ([`Publisher::attach_tap`]).
+    fn attach_tap(&self, capacity: usize) -> Option<mongoose_core::tap::TapReceiver>;
 }
 
 impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
@@ -151,6 +153,9 @@ impl<T: Send + Sync + 'static, P: Position> AnyFeed for Publisher<T, P> {
     }
     fn report_source_starting(&self) {
         SourceOutput::report_state(self, SourceState::Behind, Some("source starting"));
+    }
+    fn attach_tap(&self, capacity: usize) -> Option<mongoose_core::tap::TapReceiver> {
+        Publisher::attach_tap(self, capacity)
     }
 }
 

@@ -33,6 +33,10 @@ impl Dispatcher<u64> for Count {
     }
 }
 
+fn number_text(_: &u64) -> &[u8] {
+    b"a number"
+}
+
 #[test]
 fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
     let feed = Feed::<u64, u64>::builder("numbers")
@@ -62,11 +66,43 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
     let before = GLOBAL.allocations();
     run(100_000..1_100_000);
     let allocations = GLOBAL.allocations() - before;
-    assert!(count.0 > 0);
     assert_eq!(
         allocations, 0,
         "{allocations} allocations for 1,000,000 items"
     );
+
+    // an operator's tap that does not keep up (it holds one record and is never
+    // read): the feed goes on, the tap drops and counts, and a full tap makes no
+    // record, so the hot path still allocates nothing per item
+    feed.set_tap_text(number_text);
+    let tap = feed.attach_tap(1).expect("a tap");
+    let before = GLOBAL.allocations();
+    run(1_100_000..2_100_000);
+    let allocations = GLOBAL.allocations() - before;
+    eprintln!("a full tap attached: {allocations} allocations for 1,000,000 items");
+    assert_eq!(
+        tap.dropped(),
+        999_999,
+        "every item but the first dropped from the tap"
+    );
+    assert_eq!(
+        tap.try_recv().map(|record| record.sequence),
+        Some(1_100_001)
+    );
+    assert!(
+        allocations <= 2,
+        "{allocations} allocations for 1,000,000 items with a full tap attached (one record)"
+    );
+    // detached: back to one relaxed load per item
+    drop(tap);
+    let before = GLOBAL.allocations();
+    run(2_100_000..3_100_000);
+    let allocations = GLOBAL.allocations() - before;
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations for 1,000,000 items after the tap was detached"
+    );
+    assert!(count.0 > 0);
 
     // the same through batches (the publisher's chunked fast path) and chunked reads
     let mut batches = |items: std::ops::Range<u64>| {
@@ -86,11 +122,11 @@ fn publishing_dispatching_and_acknowledging_allocate_nothing_per_item() {
         reader.poll(&mut count, usize::MAX);
         feed.poll_acknowledgements();
     };
-    batches(1_100_000..1_200_000);
+    batches(3_100_000..3_200_000);
     let before = GLOBAL.allocations();
-    batches(1_200_000..2_200_000);
+    batches(3_200_000..4_200_000);
     let allocations = GLOBAL.allocations() - before;
-    assert_eq!(feed.status().acknowledged, 2_200_000);
+    assert_eq!(feed.status().acknowledged, 4_200_000);
     assert_eq!(
         allocations, 0,
         "{allocations} allocations for 1,000,000 items published in batches"

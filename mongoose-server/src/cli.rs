@@ -68,10 +68,17 @@ pub enum LogFormat {
 /// captured processor emits while its group calls it (and that passes `RUST_LOG`) is
 /// written to its capture too.
 pub fn init_logging(format: LogFormat) {
+    init_logging_at(format, "info");
+}
+
+/// [`init_logging`] with `default` as the filter when `RUST_LOG` is not set (`warn`
+/// for a command whose own output is what matters, as `mongoose test`).
+pub fn init_logging_at(format: LogFormat, default: &str) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
     // behind a reload layer: a config's `log_level` replaces it (crate::log_filter)
+    crate::log_filter::set_default(default);
     let (filter, handle) =
         tracing_subscriber::reload::Layer::new(crate::log_filter::from_environment());
     crate::log_filter::keep(handle);

@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod progress;
 mod server;
 pub mod sinks;
+pub mod unit_tests;
 
 pub use error::ServerError;
 /// The item of the server's file feeds: a line that borrows its read chunk (no
@@ -38,5 +39,5 @@ pub use error::ServerError;
 pub use mongoose_source_file::Line;
 pub use server::{
     replay, ProcessorContext, ProcessorFactory, ProcessorKind, ReloadStatus, Server, ServerBuilder,
-    SettingsCheck, SettingsError, SettingsValidator, StopResult,
+    SettingsCheck, SettingsError, SettingsValidator, StopResult, TapRefused,
 };

@@ -11,9 +11,19 @@ use tracing_subscriber::{reload, EnvFilter, Registry};
 /// program that installed its own subscriber).
 static HANDLE: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
 
-/// The filter when no `log_level` is set: `RUST_LOG`, else `info`.
+/// The filter when neither `log_level` nor `RUST_LOG` is set (`info`, or the command's
+/// own: `warn` for `mongoose test`).
+static DEFAULT: OnceLock<String> = OnceLock::new();
+
+/// Sets the filter used when neither `log_level` nor `RUST_LOG` is set.
+pub(crate) fn set_default(default: &str) {
+    let _ = DEFAULT.set(default.to_owned());
+}
+
+/// The filter when no `log_level` is set: `RUST_LOG`, else the default (`info`).
 pub(crate) fn from_environment() -> EnvFilter {
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+    let default = DEFAULT.get().map_or("info", String::as_str);
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
 }
 
 /// Keeps the handle of the filter `init_logging` installed.
@@ -22,7 +32,7 @@ pub(crate) fn keep(handle: reload::Handle<EnvFilter, Registry>) {
 }
 
 /// Logs with `directives` (`RUST_LOG`'s syntax) from now on; `None`: `RUST_LOG`'s
-/// filter, else `info`. Returns whether the filter was replaced: false when this
+/// filter, else the default. Returns whether the filter was replaced: false when this
 /// process's subscriber is not the one `init_logging` installs (an embedder's own).
 ///
 /// # Errors

@@ -31,6 +31,8 @@ pub struct Sinks {
     registry: Option<FeedRegistry>,
     /// Where a `count_loss` sink records its losses (none for a replay).
     losses: Option<Arc<dyn LossRecorder>>,
+    /// Every sink keeps its outputs here instead (the config unit tests).
+    capture: Option<crate::unit_tests::SinkCapture>,
 }
 
 impl std::fmt::Debug for Sinks {
@@ -271,7 +273,8 @@ fn gate_of(
 impl Sinks {
     /// Opens and starts every configured sink. `registry`: the feeds whose commits the
     /// writers hold (`None` for a replay); `plugins`: the loaded plugins, for a sink of a
-    /// plugin's kind.
+    /// plugin's kind; `capture`: every sink keeps its outputs there instead (the config
+    /// unit tests).
     ///
     /// # Errors
     /// A sink that cannot be opened (its file, its settings), or a thread that cannot
@@ -280,6 +283,7 @@ impl Sinks {
         shared: &SharedConfig,
         registry: Option<FeedRegistry>,
         plugins: Option<&PluginRegistry>,
+        capture: Option<crate::unit_tests::SinkCapture>,
     ) -> Result<Self, ServerError> {
         let config = Arc::clone(&shared.read());
         // a replay's sinks record no loss: the run it replays did
@@ -294,6 +298,7 @@ impl Sinks {
             stopped: Mutex::new(Vec::new()),
             registry,
             losses,
+            capture,
         };
         for sink in &config.sinks {
             sinks.add(&config, sink, plugins)?;
@@ -311,7 +316,10 @@ impl Sinks {
         sink: &SinkConfig,
         plugins: Option<&PluginRegistry>,
     ) -> Result<(), ServerError> {
-        let opened = open_sink(config, sink, plugins)?;
+        let opened = match &self.capture {
+            Some(capture) => capture.sink(&sink.name),
+            None => open_sink(config, sink, plugins)?,
+        };
         let runner = SinkRunner::start_with(opened, runner_config(sink), self.losses.clone())
             .map_err(|error| {
                 ServerError::invalid(
@@ -389,6 +397,21 @@ impl Sinks {
     pub fn writer(&self, name: &str, group: &str, processor: &str) -> Result<SinkWriter, String> {
         let (handle, gates, writer) = self.writer_parts(name, group, processor)?;
         Ok(SinkWriter::new(handle, gates).named(&writer))
+    }
+
+    /// Attaches a tap of sink `name`'s outputs ([`mongoose_sink::SinkHandle::attach_tap`]):
+    /// `Ok(None)` when it serves as many taps as it can; the sinks' names when there is
+    /// no such sink.
+    pub(crate) fn attach_tap(
+        &self,
+        name: &str,
+        capacity: usize,
+    ) -> Result<Option<mongoose_core::tap::TapReceiver>, Vec<String>> {
+        let runners = self.runners.lock();
+        match runners.get(name) {
+            Some(runner) => Ok(runner.handle().attach_tap(capacity)),
+            None => Err(runners.keys().cloned().collect()),
+        }
     }
 
     /// What [`Sinks::writer`] builds its writer of: the sink's handle, the gates of its

@@ -47,4 +47,6 @@ pub mod journal_cli;
 pub mod kinds;
 pub mod status_cli;
 pub mod stdout;
+pub mod tap_cli;
+pub mod test_cli;
 pub mod top;

@@ -1,4 +1,4 @@
-//! The `mongoose` binary: `run`, `validate`, `replay`, `status`, `top`, `plugins list`. Exit codes of `run`: 0
+//! The `mongoose` binary: `run`, `validate`, `replay`, `status`, `tap`, `test`, `top`, `plugins list`. Exit codes of `run`: 0
 //! settled and lossless (or a clean signal stop), 1 failure (with the reasons on stderr:
 //! a source that could not start, an overload kill switch, or with
 //! `--exit-when-settled` a failed processor that leaves nothing able to make progress;
@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
-use mongoose::{out, outln, status_cli};
+use mongoose::{out, outln, status_cli, tap_cli};
 use mongoose_server::cli::{self, LogFormat, EXIT_BAD_CONFIG, EXIT_FAILED};
 use mongoose_server::config::ServerConfig;
 use mongoose_server::{admin, Server, ServerBuilder, ServerError};
@@ -69,6 +69,17 @@ enum Command {
         /// The TOML config file.
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Runs a config's unit tests (`<config stem>.tests.toml` beside it): each case's
+    /// input lines through the config's processors, the sinks' outputs compared with
+    /// the expected lines. Exits 0 all passed, 1 one failed (with a diff), 2 invalid.
+    Test {
+        /// The TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// The tests file (default: `<config stem>.tests.toml` beside the config).
+        #[arg(long)]
+        tests: Option<PathBuf>,
     },
     /// Replays a recording made with `[record]` and compares each processor's run.
     ///
@@ -130,6 +141,33 @@ enum Command {
         /// Print the raw status JSON.
         #[arg(long)]
         json: bool,
+        /// A file holding the admin API's bearer token (the server's [admin] token_file).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+    },
+    /// A live sample of a running server's feed items or sink outputs, one line each,
+    /// until --limit or Ctrl-C; then how many the tap dropped (never the pipeline).
+    #[command(group(clap::ArgGroup::new("point").required(true).args(["feed", "sink"])))]
+    Tap {
+        /// The feed whose published items to show.
+        #[arg(long)]
+        feed: Option<String>,
+        /// The sink whose outputs to show (each attempt, as the sink is given it).
+        #[arg(long)]
+        sink: Option<String>,
+        /// Stop after this many records.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Print the admin API's JSON line per record.
+        #[arg(long)]
+        json: bool,
+        /// The admin address of the server (default: the [admin] address of --config,
+        /// else 127.0.0.1:8089).
+        #[arg(long)]
+        admin: Option<String>,
+        /// The server's config file: its [admin] address and token_file.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// A file holding the admin API's bearer token (the server's [admin] token_file).
         #[arg(long)]
         token_file: Option<PathBuf>,
@@ -484,7 +522,9 @@ mod help_lines;
 fn main() -> ExitCode {
     let arguments = Cli::parse();
     let log_format = arguments.log_format;
-    cli::init_logging(log_format);
+    // the cases' servers log what a run logs: a test run shows only warnings by default
+    let quiet = matches!(arguments.command, Command::Test { .. });
+    cli::init_logging_at(log_format, if quiet { "warn" } else { "info" });
     let outcome = match arguments.command {
         Command::Run {
             config,
@@ -522,6 +562,7 @@ fn main() -> ExitCode {
             }
             Err(error) => Err((EXIT_BAD_CONFIG, error)),
         },
+        Command::Test { config, tests } => mongoose::test_cli::run(&config, tests.as_deref()),
         Command::Plugins {
             command: PluginsCommand::List { plugin_dir },
         } => plugins_list(&plugin_dir),
@@ -549,6 +590,29 @@ fn main() -> ExitCode {
                 )
                 .map(|()| 0)
                 .map_err(|error| (EXIT_FAILED, error))
+            }),
+        Command::Tap {
+            feed,
+            sink,
+            limit,
+            json,
+            admin: address,
+            config,
+            token_file,
+        } => status_cli::admin_target(address, config.as_deref(), token_file)
+            .map_err(|error| (EXIT_BAD_CONFIG, error))
+            .and_then(|target| {
+                let point = match (feed, sink) {
+                    (Some(feed), _) => tap_cli::TapPoint::Feed(feed),
+                    (None, Some(sink)) => tap_cli::TapPoint::Sink(sink),
+                    (None, None) => unreachable!("clap requires --feed or --sink"),
+                };
+                let format = if json {
+                    tap_cli::TapFormat::Json
+                } else {
+                    tap_cli::TapFormat::Text
+                };
+                tap_cli::run(&target, &point, limit, format)
             }),
         Command::Journal { action } => journal(action),
         Command::Completions { shell } => {

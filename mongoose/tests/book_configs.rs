@@ -4,7 +4,8 @@
 //!
 //! A block is fenced ```` ```toml ````; one that is not a whole config says so in its
 //! fence (```` ```toml fragment ````, ```` ```toml cargo ```` for a Cargo manifest) and is
-//! skipped, counted. Each config is written two folders deep in a fresh folder (so a
+//! skipped, counted; one fenced ```` ```toml tests ```` is a `mongoose test` file and must
+//! parse as one. Each config is written two folders deep in a fresh folder (so a
 //! `../../` path stays inside it) with the files the examples read: `input.txt` and
 //! `logs/app.log` (account lines), the plugins of `plugins/` its `plugin_dir` needs, and a
 //! free port instead of the admin API's 8089.
@@ -193,8 +194,16 @@ fn describe(output: &Output) -> String {
 #[test]
 fn every_config_example_of_the_book_validates() {
     let blocks = all_blocks();
+    // a block fenced ```toml tests is a `mongoose test` file: it parses as one
+    let (tests, blocks): (Vec<&Block>, Vec<&Block>) =
+        blocks.iter().partition(|block| block.tags == ["tests"]);
+    for block in &tests {
+        if let Err(error) = toml::from_str::<mongoose_server::unit_tests::TestFile>(&block.text) {
+            panic!("{}: not a tests file: {error}", block.place);
+        }
+    }
     let (skipped, configs): (Vec<&Block>, Vec<&Block>) =
-        blocks.iter().partition(|block| !block.tags.is_empty());
+        blocks.into_iter().partition(|block| !block.tags.is_empty());
     assert!(
         configs.len() >= 10,
         "the book's config examples were found: {configs:#?}"

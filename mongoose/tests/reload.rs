@@ -1155,7 +1155,11 @@ fn a_refused_reload_names_each_changed_key() {
         reasons.contains("sinks[http].max_retries: (unset) -> 3: could apply live, not applied"),
         "the live key named, not applied: {reasons}"
     );
-    assert_eq!(last["changes"].as_array().map(Vec::len), Some(0), "{report}");
+    assert_eq!(
+        last["changes"].as_array().map(Vec::len),
+        Some(0),
+        "{report}"
+    );
     // the feed still reads its input, into the same sink
     append_to(&run.path("input.txt"), "second\n");
     run.wait_until(&mut child, "posted the second line", || {

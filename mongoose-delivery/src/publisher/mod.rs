@@ -10,7 +10,8 @@
 //! - `cache`: the startup cache and the operations deferred by a data mapper;
 //! - `overload`: the queues' policies, drops and refusals, health, the kill switch;
 //! - `acknowledge`: the acknowledgement poll and commit, checkpoint holds, epochs;
-//! - `status`: the in-band status events and the feed's status (book: guarantees/status.md).
+//! - `status`: the in-band status events and the feed's status (book: guarantees/status.md);
+//! - `tap`: the operator's live sample of the published items.
 //!
 //! This file holds the types, the constructor, the commit reservation (a publish nested
 //! in a data mapper is deferred, not deadlocked) and the [`SourceOutput`] implementation,
@@ -38,6 +39,7 @@ mod overload;
 mod publish;
 mod status;
 mod subscriptions;
+mod tap;
 mod wake;
 
 use acknowledge::AckState;
@@ -46,6 +48,7 @@ pub use overload::KillSwitch;
 use overload::Overload;
 use status::{Counts, SourceReport, StatusEvents};
 pub use subscriptions::{Released, Subscription};
+pub use tap::TapText;
 
 /// The feed's state under its one publish lock: the queues and the numbering every
 /// job reads, then one part per job.
@@ -115,6 +118,11 @@ pub struct Publisher<T, P: Position = u64> {
     overload_observers: Mutex<Vec<OverloadObserver>>,
     /// Wakes the feed's source thread, parked by its driver, when a reader made room.
     source_wakeup: Arc<mongoose_core::Wakeup>,
+    /// The operator's taps of the published items (one relaxed load a publish while
+    /// none is attached).
+    tap: mongoose_core::tap::TapPoint,
+    /// How an item reads as text for a tap (none: the feed cannot be tapped).
+    tap_text: std::sync::OnceLock<TapText<T>>,
 }
 
 impl<T, P: Position> std::fmt::Debug for Publisher<T, P> {
@@ -174,6 +182,8 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             overload_observers: Mutex::new(Vec::new()),
             source_wakeup: mongoose_core::Wakeup::new(),
             stopping: AtomicBool::new(false),
+            tap: mongoose_core::tap::TapPoint::default(),
+            tap_text: std::sync::OnceLock::new(),
         }
     }
 

@@ -107,6 +107,16 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
                 return None;
             }
             *sequence += 1;
+            if self.tap.is_attached() {
+                let value = position.value();
+                Self::offer_to_tap(
+                    &self.tap,
+                    self.tap_text.get(),
+                    &item,
+                    *sequence,
+                    Some((epoch, value)),
+                );
+            }
             holds.set(*produced, *sequence);
             *produced += 1;
             window.push(*sequence, epoch, position, true);
@@ -192,6 +202,12 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
     pub(super) fn deliver(&self, state: &mut State<T, P>, item: T, position: Option<(Epoch, P)>) {
         state.sequence += 1;
         let sequence = state.sequence;
+        if self.tap.is_attached() {
+            let value = position
+                .as_ref()
+                .map(|(epoch, position)| (*epoch, position.value()));
+            Self::offer_to_tap(&self.tap, self.tap_text.get(), &item, sequence, value);
+        }
         if let (Some((epoch, position)), [binding]) = (position, state.bindings.as_mut_slice()) {
             // a positioned item for a lone queue with room: no fan-out, no loss to count
             if binding.has_room() {

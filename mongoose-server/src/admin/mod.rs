@@ -16,6 +16,8 @@
 //! | `POST /audit/{selector}/start` | starts an audit capture of a processor (`NAME` or `GROUP%2FNAME`), answering once it records |
 //! | `POST /audit/{selector}/stop` | stops it, answering once it is uninstalled |
 //! | `GET /audit/status` | every capture session: id, selector, path, recording, records written |
+//! | `GET /feeds/{feed}/tap[?limit=N&capacity=C]` | a live sample of the feed's published items, streamed as JSON Lines for at most [`TAP_STREAM_MAX`] (book: operating/tap-and-unit-tests.md); 404 for an unknown feed |
+//! | `GET /sinks/{sink}/tap[?limit=N&capacity=C]` | the same of the outputs the sink is given |
 //! | `GET /metrics` | Prometheus text (see [`crate::metrics`]) |
 //!
 //! The HTTP status of a command run ([`command_status`]): 200 APPLIED; 404 REFUSED
@@ -52,16 +54,18 @@
 //!
 //! The module holds the routes and the serving (limits, connections); `auth` holds the
 //! token, the settings and the guard every request passes; `handlers` the routes'
-//! handlers and the metrics.
+//! handlers and the metrics; `tap` the tap routes' streams.
 
 mod audit;
 mod auth;
 mod connections;
 mod handlers;
+mod tap;
 
 pub use crate::metrics::record_metrics;
 pub use auth::{AdminSettings, AdminToken};
 pub use handlers::command_status;
+pub use tap::{TAP_CAPACITY_DEFAULT, TAP_CAPACITY_MAX, TAP_STREAM_MAX};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -141,6 +145,8 @@ pub fn router(server: Server, settings: &AdminSettings) -> Router {
         .route("/feeds/{feed}/overload/clear", post(clear_overload))
         .route("/feeds/{feed}/release", post(release))
         .route("/sinks/{sink}/retry", post(retry_sink))
+        .route("/feeds/{feed}/tap", get(tap::tap_feed))
+        .route("/sinks/{sink}/tap", get(tap::tap_sink))
         .route("/groups/{group}/audit/export", post(export_audit))
         .route("/audit/{selector}/start", post(audit::start_capture))
         .route("/audit/{selector}/stop", post(audit::stop_capture))
@@ -369,4 +375,49 @@ pub fn get_text_with_token(
         )));
     }
     Ok(text)
+}
+
+/// `GET http://ADDRESS/PATH` of a streamed answer (a tap's JSON Lines) with
+/// `Authorization: Bearer TOKEN` when a token is given: the body as a reader, read as
+/// it arrives (no overall deadline; the server sends a line at least every second).
+///
+/// # Errors
+/// The admin API cannot be reached, refused the token, or answered another status
+/// than 200 (its `error` text in the message).
+pub fn get_stream_with_token(
+    address: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<Box<dyn std::io::Read + Send>, ServerError> {
+    let url = format!("http://{address}{path}");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_connect(Some(Duration::from_secs(5)))
+        .timeout_recv_response(Some(Duration::from_secs(10)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut request = agent.get(&url);
+    if let Some(token) = token {
+        request = request.header("authorization", &format!("Bearer {}", token.trim()));
+    }
+    let sent = request.call();
+    let mut response = sent.map_err(|error| ServerError::State(format!(
+        "cannot reach the admin API at {address} ({error}): is the server running with an [admin] address?"
+    )))?;
+    let status = response.status();
+    if status == StatusCode::OK {
+        return Ok(Box::new(response.into_body().into_reader()));
+    }
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    if status == StatusCode::UNAUTHORIZED {
+        return Err(ServerError::State(format!(
+            "the admin API at {address} needs its token{}: pass --token-file FILE, the file named by [admin] token_file",
+            if token.is_some() { " and refused the one given" } else { "" }
+        )));
+    }
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let why = answer["error"].as_str().unwrap_or(&text);
+    Err(ServerError::State(format!(
+        "{url} answered {status}: {why}"
+    )))
 }

@@ -110,7 +110,12 @@ impl ServerBuilder {
             }
         }
         let running: SharedConfig = Arc::new(parking_lot::RwLock::new(Arc::new(config.clone())));
-        let sinks = Sinks::open(&running, Some(registry.clone()), plugins.as_deref())?;
+        let sinks = Sinks::open(
+            &running,
+            Some(registry.clone()),
+            plugins.as_deref(),
+            self.sink_capture,
+        )?;
         Ok(Server {
             inner: Arc::new(Inner {
                 config,
@@ -166,6 +171,7 @@ pub(super) fn configured_feed(
         // (lane, byte offset)
         let publisher: Arc<Publisher<Line, (u32, u64)>> =
             feed_builder(config, index)?.try_build()?;
+        publisher.set_tap_text(Line::as_bytes);
         publisher.set_kill_switch(Arc::clone(kill_switch));
         connector.register(Arc::clone(&publisher))?;
         if strategy.has_pointer() {
@@ -177,6 +183,7 @@ pub(super) fn configured_feed(
         (publisher, Box::new(source))
     } else {
         let publisher: Arc<Publisher<Line, u64>> = feed_builder(config, index)?.try_build()?;
+        publisher.set_tap_text(Line::as_bytes);
         // run only for queues whose overload block asks for it
         publisher.set_kill_switch(Arc::clone(kill_switch));
         connector.register(Arc::clone(&publisher))?;
@@ -199,6 +206,11 @@ pub(super) fn configured_feed(
         publisher,
         source: Mutex::new(SourceSlot::Ready(source)),
     }))
+}
+
+/// A byte feed's item as a tap reads it.
+fn bytes_text(bytes: &bytes::Bytes) -> &[u8] {
+    bytes
 }
 
 /// The builder of configured feed `index`: capacity, overload, status events, bounded.
@@ -243,6 +255,7 @@ fn plugin_feed(
         FeedCodec::Line => {
             let publisher: Arc<Publisher<Line, PositionValue>> =
                 feed_builder(config, index)?.try_build()?;
+            publisher.set_tap_text(Line::as_bytes);
             publisher.set_kill_switch(Arc::clone(kill_switch));
             connector.register(Arc::clone(&publisher))?;
             // a plugin line's "path" is its source kind (what `{path}` of a forward
@@ -259,6 +272,7 @@ fn plugin_feed(
         FeedCodec::Bytes => {
             let publisher: Arc<Publisher<bytes::Bytes, PositionValue>> =
                 feed_builder(config, index)?.try_build()?;
+            publisher.set_tap_text(bytes_text);
             publisher.set_kill_switch(Arc::clone(kill_switch));
             connector.register(Arc::clone(&publisher))?;
             let codec: Arc<dyn ItemCodec<bytes::Bytes>> = Arc::new(|bytes: bytes::Bytes| bytes);

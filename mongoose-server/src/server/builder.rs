@@ -42,6 +42,9 @@ pub struct ServerBuilder {
     pub(super) built_registry: Arc<std::sync::OnceLock<FeedRegistry>>,
     /// The plugins of `plugin_dir`, once loaded.
     pub(super) plugins: std::sync::OnceLock<Option<Arc<PluginRegistry>>>,
+    /// Every configured sink's outputs are kept here instead of sent
+    /// ([`ServerBuilder::capture_sinks`]).
+    pub(super) sink_capture: Option<crate::unit_tests::SinkCapture>,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -127,6 +130,14 @@ impl ServerBuilder {
     ) -> Self {
         self.code_processors
             .push((group.to_owned(), name.to_owned(), supplier.into()));
+        self
+    }
+
+    /// Every configured sink keeps its outputs in `capture` (by sink name, in the order
+    /// it was given them) instead of writing or sending them: the config unit tests'
+    /// sinks ([`crate::unit_tests`]). No file is opened and nothing is sent.
+    pub fn capture_sinks(mut self, capture: crate::unit_tests::SinkCapture) -> Self {
+        self.sink_capture = Some(capture);
         self
     }
 
@@ -238,6 +249,7 @@ impl Server {
             kill_switch: None,
             built_registry: Arc::default(),
             plugins: std::sync::OnceLock::new(),
+            sink_capture: None,
         })
     }
 }

@@ -49,6 +49,7 @@ pub fn replay(
         &Arc::new(parking_lot::RwLock::new(Arc::new(config.clone()))),
         None,
         plugins.as_deref(),
+        None,
     )?);
     let mut reports = Vec::new();
     for (group_index, group) in config.groups.iter().enumerate() {

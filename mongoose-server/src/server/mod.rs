@@ -15,6 +15,7 @@ mod lifecycle;
 mod preflight;
 mod reload;
 mod reload_keys;
+mod taps;
 
 pub use builder::ServerBuilder;
 pub use codecs::replay;
@@ -24,6 +25,7 @@ pub use kinds::{
 };
 pub use lifecycle::StopResult;
 pub use reload::ReloadStatus;
+pub use taps::TapRefused;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

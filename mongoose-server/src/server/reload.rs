@@ -467,6 +467,7 @@ impl Server {
             kill_switch: None,
             built_registry: Arc::default(),
             plugins: std::sync::OnceLock::from(inner.plugins.clone()),
+            sink_capture: None,
         };
         builder.preflight_folders()?;
         Ok(builder.config)

@@ -58,6 +58,14 @@ impl SinkHandle {
         self.shared.retune_pending.store(true, Ordering::Release);
     }
 
+    /// Attaches an operator's tap of the outputs the sink is given (each attempt, as
+    /// the sink receives it), holding up to `capacity` unread ones: more are dropped
+    /// from the tap and counted, never from the sink. `None` when the sink has as many
+    /// taps as it serves.
+    pub fn attach_tap(&self, capacity: usize) -> Option<mongoose_core::tap::TapReceiver> {
+        self.shared.tap.attach(capacity)
+    }
+
     /// Registers `gate` (once: the same gate registered again gets the same id), for
     /// [`SinkHandle::send`].
     pub fn register_gate(&self, gate: Arc<dyn CommitGate>) -> GateId {

@@ -254,6 +254,9 @@ struct Shared {
     /// says one is there without the lock.
     retune: Mutex<Option<Retune>>,
     retune_pending: AtomicBool,
+    /// The operator's taps of the outputs the sink is given (one relaxed load a batch
+    /// while none is attached).
+    tap: mongoose_core::tap::TapPoint,
 }
 
 /// Settings a running sink takes between two batches ([`SinkHandle::retune`]): its
@@ -453,6 +456,7 @@ impl SinkRunner {
             undeliverable: AtomicBool::new(false),
             retune: Mutex::new(None),
             retune_pending: AtomicBool::new(false),
+            tap: mongoose_core::tap::TapPoint::default(),
         });
         let thread = std::thread::Builder::new()
             .name(format!("sink:{}", config.name))

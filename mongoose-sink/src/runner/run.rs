@@ -278,6 +278,9 @@ impl Run {
         let count = self.outputs.len().min(self.config.batch);
         let outputs = self.outputs.make_contiguous();
         self.outcomes.clear();
+        if self.shared.tap.is_attached() {
+            offer_to_tap(&self.shared.tap, &outputs[..count]);
+        }
         self.sink.publish(&outputs[..count], &mut self.outcomes);
         if self.outcomes.len() > count {
             error!(sink = %self.shared.name, expected = count, answered = self.outcomes.len(), "the sink answered more outcomes than it was given outputs: the extra ones are ignored");
@@ -593,4 +596,24 @@ fn outcomes_delivered(outcomes: &[SinkOutcome]) -> bool {
     outcomes
         .iter()
         .any(|outcome| matches!(outcome, SinkOutcome::Published { .. }))
+}
+
+/// Offers each output of a batch, as the sink is given it, to the attached taps.
+#[cold]
+fn offer_to_tap(tap: &mongoose_core::tap::TapPoint, outputs: &[Output]) {
+    for output in outputs {
+        tap.offer(|| {
+            let (text, cut) = mongoose_core::tap::TapRecord::text_of(&output.payload);
+            mongoose_core::tap::TapRecord {
+                sequence: 0,
+                epoch: Some(output.key.epoch),
+                lane: output.key.lane,
+                position: output.key.position,
+                output: Some((Arc::clone(&output.key.feed), output.key.index)),
+                attempt: output.attempt,
+                text,
+                cut,
+            }
+        });
+    }
 }
