@@ -130,6 +130,7 @@ pub use security::{check_connection, KafkaSecurity};
 pub use sink::{KafkaSink, KafkaSinkConfig, OUTPUT_KEY_HEADER};
 pub use source::{
     KafkaCommitter, KafkaRecord, KafkaSource, KafkaSourceConfig, KafkaSourceStats, SourceCounters,
+    DEBUG_ENV,
 };
 
 /// Runs `future` to its end on this thread (the admin client's calls are futures; the

@@ -108,15 +108,38 @@ impl KafkaSourceConfig {
         // one that says the topic's id changed comes before any record of the new topic
         // ([`super::incarnation`]); debug lines the operator did not ask for stay at
         // debug level in our log
-        let debug = match config.get("debug") {
+        let mut debug = match config.get("debug") {
             Some(asked) if !asked.trim().is_empty() => format!("{asked},metadata"),
             _ => "metadata".to_owned(),
         };
+        if let Some(asked) = operator_debug() {
+            debug.push(',');
+            debug.push_str(&asked);
+        }
         config
             .set("debug", debug)
             .set_log_level(RDKafkaLogLevel::Debug);
         config
     }
+}
+
+/// The environment variable an operator sets to see librdkafka's own debug lines of
+/// each Kafka source's consumer (its `debug` contexts: `cgrp,consumer,protocol`,
+/// `all`), logged at INFO while it is set: for a consumer group that does not rejoin, a
+/// broker that does not answer.
+pub const DEBUG_ENV: &str = "MONGOOSE_KAFKA_DEBUG";
+
+/// The librdkafka debug contexts the operator asked for ([`DEBUG_ENV`]), if any.
+pub(crate) fn operator_debug() -> Option<String> {
+    std::env::var(DEBUG_ENV)
+        .ok()
+        .map(|contexts| contexts.trim().to_owned())
+        .filter(|contexts| {
+            !contexts.is_empty()
+                && contexts
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == ',' || c == '_')
+        })
 }
 
 /// Counters a test or the feed status reads while the source runs

@@ -34,7 +34,7 @@ mod rebalance;
 mod tests;
 
 pub use committer::KafkaCommitter;
-pub use config::{KafkaSourceConfig, KafkaSourceStats, SourceCounters};
+pub use config::{KafkaSourceConfig, KafkaSourceStats, SourceCounters, DEBUG_ENV};
 use gaps::{Gap, LogStarts};
 use health::ClientHealth;
 use partitions::{Assigned, Partitions, Shared};
@@ -143,6 +143,7 @@ impl KafkaSource {
             health: ClientHealth::default(),
             log_starts: LogStarts::new(&config.topic, &config.start_from),
             id_notice: incarnation::IdNotice::new(&config.topic),
+            operator_debug: config::operator_debug().is_some(),
         });
         let incarnation = incarnation::Incarnation::new(config.metadata_refresh);
         Ok(KafkaSource {

@@ -105,6 +105,9 @@ pub(super) struct Shared {
     pub(super) log_starts: LogStarts,
     /// librdkafka's notice that the topic's id changed ([`super::incarnation`]).
     pub(super) id_notice: IdNotice,
+    /// The operator asked for librdkafka's debug lines ([`super::config::DEBUG_ENV`]):
+    /// they are logged at INFO.
+    pub(super) operator_debug: bool,
 }
 
 impl fmt::Debug for Shared {

@@ -33,6 +33,10 @@ impl ClientContext for SourceContext {
             | RDKafkaLogLevel::Critical
             | RDKafkaLogLevel::Error => error!(feed = %name, facility, "librdkafka: {message}"),
             RDKafkaLogLevel::Warning => warn!(feed = %name, facility, "librdkafka: {message}"),
+            // the operator asked for librdkafka's debug lines (MONGOOSE_KAFKA_DEBUG)
+            _ if self.shared.operator_debug => {
+                info!(feed = %name, facility, "librdkafka: {message}")
+            }
             _ => debug!(feed = %name, facility, "librdkafka: {message}"),
         }
     }

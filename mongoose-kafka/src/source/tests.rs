@@ -20,6 +20,7 @@ fn committer_with(partitions: Partitions) -> KafkaCommitter {
             health: ClientHealth::default(),
             log_starts: LogStarts::new("t", "earliest"),
             id_notice: super::incarnation::IdNotice::new("t"),
+            operator_debug: false,
         }),
         consumer: Weak::new(),
     }
