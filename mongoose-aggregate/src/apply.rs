@@ -12,7 +12,7 @@ use crate::error::AggregateError;
 use crate::expr::{Operand, Scalar};
 use crate::record::{LineReader, Read, Rejection, Slot};
 use crate::settings::{FieldType, Fire};
-use crate::state::{AggregateState, AggregateValue, KeyState, LanePosition};
+use crate::state::{AggregateState, AggregateValue, Counters, KeyState, LanePosition};
 
 /// The separator of the `group_by` values in a key.
 pub const KEY_SEPARATOR: char = '\u{1f}';
@@ -256,49 +256,34 @@ impl Aggregate {
     }
 
     fn apply_to_key(&mut self) -> Outcome {
-        let specs = &self.aggregator.specs;
-        if !self.state.keys.contains_key(self.key.as_str()) {
-            self.state.keys.insert(
-                self.key.clone(),
-                KeyState {
-                    values: specs.iter().map(initial).collect(),
-                    ..KeyState::default()
-                },
+        // one look-up for a key the state has (the usual case); a new key inserts first
+        if let Some(entry) = self.state.keys.get_mut(self.key.as_str()) {
+            return apply_to_entry(
+                entry,
+                &self.aggregator,
+                &self.reader,
+                &self.key,
+                &mut self.scratch,
+                &mut self.state.counters,
             );
         }
-        let Some(entry) = self.state.keys.get_mut(self.key.as_str()) else {
-            unreachable!("inserted above")
+        let specs = &self.aggregator.specs;
+        let mut entry = KeyState {
+            values: specs.iter().map(initial).collect(),
+            ..KeyState::default()
         };
-        let bound = self.aggregator.settings.count_distinct_bound;
-        match update(
-            &mut entry.values,
-            specs,
+        let outcome = apply_to_entry(
+            &mut entry,
+            &self.aggregator,
             &self.reader,
-            bound,
+            &self.key,
             &mut self.scratch,
-        ) {
-            Err(rejection) => return Outcome::Rejected(rejection),
-            Ok(saturated) => self.state.counters.count_distinct_saturated += saturated,
+            &mut self.state.counters,
+        );
+        if !matches!(outcome, Outcome::Rejected(_)) {
+            self.state.keys.insert(self.key.clone(), entry);
         }
-        let mut emits = Vec::new();
-        for (index, rule) in self.aggregator.rules.iter().enumerate() {
-            let holds = holds(rule, &entry.values, &self.key, &self.aggregator);
-            let bit = 1u64 << index;
-            let held = entry.firing & bit != 0;
-            if holds && (!held || rule.fire == Fire::Every) {
-                emits.push(emit(rule, &entry.values, &self.key, None));
-            }
-            if holds {
-                entry.firing |= bit;
-            } else {
-                entry.firing &= !bit;
-            }
-        }
-        self.state.counters.emits += emits.len() as u64;
-        Outcome::Applied {
-            emits,
-            closed: Vec::new(),
-        }
+        outcome
     }
 
     fn apply_to_window(&mut self, time: i64, start: i64, end: i64) -> Outcome {
@@ -376,6 +361,41 @@ impl Aggregate {
         self.state.counters.windows_closed += closed.len() as u64;
         self.state.counters.emits += emits.len() as u64;
         Outcome::Applied { emits, closed }
+    }
+}
+
+/// Applies the line in `reader` to the key `key`'s `entry` and runs the rules.
+fn apply_to_entry(
+    entry: &mut KeyState,
+    aggregator: &Aggregator,
+    reader: &LineReader,
+    key: &str,
+    scratch: &mut String,
+    counters: &mut Counters,
+) -> Outcome {
+    let bound = aggregator.settings.count_distinct_bound;
+    match update(&mut entry.values, &aggregator.specs, reader, bound, scratch) {
+        Err(rejection) => return Outcome::Rejected(rejection),
+        Ok(saturated) => counters.count_distinct_saturated += saturated,
+    }
+    let mut emits = Vec::new();
+    for (index, rule) in aggregator.rules.iter().enumerate() {
+        let holds = holds(rule, &entry.values, key, aggregator);
+        let bit = 1u64 << index;
+        let held = entry.firing & bit != 0;
+        if holds && (!held || rule.fire == Fire::Every) {
+            emits.push(emit(rule, &entry.values, key, None));
+        }
+        if holds {
+            entry.firing |= bit;
+        } else {
+            entry.firing &= !bit;
+        }
+    }
+    counters.emits += emits.len() as u64;
+    Outcome::Applied {
+        emits,
+        closed: Vec::new(),
     }
 }
 
@@ -463,21 +483,19 @@ fn update(
             (AggregateValue::Sum(sum), Some(Slot::Number(number))) => {
                 *sum = sum.checked_add(*number).unwrap_or(*sum);
             }
-            (AggregateValue::Min(current), Some(slot)) => {
+            (AggregateValue::Min(current), Some(slot))
                 if current
                     .as_ref()
-                    .is_none_or(|value| compare(reader, slot, value).is_lt())
-                {
-                    *current = Some(slot_value(reader, slot));
-                }
+                    .is_none_or(|value| compare(reader, slot, value).is_lt()) =>
+            {
+                *current = Some(slot_value(reader, slot));
             }
-            (AggregateValue::Max(current), Some(slot)) => {
+            (AggregateValue::Max(current), Some(slot))
                 if current
                     .as_ref()
-                    .is_none_or(|value| compare(reader, slot, value).is_gt())
-                {
-                    *current = Some(slot_value(reader, slot));
-                }
+                    .is_none_or(|value| compare(reader, slot, value).is_gt()) =>
+            {
+                *current = Some(slot_value(reader, slot));
             }
             (AggregateValue::Last(current), Some(slot)) => match (current.as_mut(), slot) {
                 (Some(Value::Text(text)), Slot::Text(range)) => {

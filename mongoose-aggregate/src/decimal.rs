@@ -83,6 +83,12 @@ impl Decimal {
 
     /// `self + other`, `None` when it overflows.
     pub fn checked_add(self, other: Decimal) -> Option<Decimal> {
+        if self.scale == other.scale {
+            return Some(Decimal {
+                units: self.units.checked_add(other.units)?,
+                scale: self.scale,
+            });
+        }
         let scale = self.scale.max(other.scale);
         Some(Decimal {
             units: self.rescaled(scale)?.checked_add(other.rescaled(scale)?)?,

@@ -35,7 +35,9 @@ fn ledger_truth(lines: &[(u64, String)]) -> (BTreeMap<String, i64>, u64, Vec<Str
         let parsed = line.split_once(',').and_then(|(account, amount)| {
             let valid = !account.is_empty()
                 && account.len() <= 64
-                && account.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-');
+                && account
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-');
             Some((account, amount.trim_end().parse::<i64>().ok()?)).filter(|_| valid)
         });
         let Some((account, amount)) = parsed else {
@@ -61,8 +63,8 @@ fn the_ledger_as_an_aggregate_config_gives_the_ledgers_balances_and_alerts() {
                 let account = format!("acc{}", rng.below(40));
                 let amount = rng.below(2_001) as i64 - 1_000;
                 let line = match rng.below(50) {
-                    0 => account.clone(),                      // no amount
-                    1 => format!("{account},ten"),              // not an integer
+                    0 => account.clone(),                        // no amount
+                    1 => format!("{account},ten"),               // not an integer
                     2 => format!("{account},{amount},{amount}"), // one column too many
                     _ => format!("{account},{amount}"),
                 };
@@ -75,16 +77,30 @@ fn the_ledger_as_an_aggregate_config_gives_the_ledgers_balances_and_alerts() {
         let mut aggregate = common::aggregate(LEDGER_AS_AGGREGATE);
         let mut emitted = Vec::new();
         for (position, line) in &lines {
-            if let Outcome::Applied { emits, .. } = aggregate.apply(LinePosition::at(1, *position), line.as_bytes()) {
-                emitted.extend(emits.into_iter().map(|emit| format!("{position},{}", emit.text)));
+            if let Outcome::Applied { emits, .. } =
+                aggregate.apply(LinePosition::at(1, *position), line.as_bytes())
+            {
+                emitted.extend(
+                    emits
+                        .into_iter()
+                        .map(|emit| format!("{position},{}", emit.text)),
+                );
             }
         }
         assert_eq!(emitted, alerts, "seed {seed}: the alerts, in order");
-        assert_eq!(aggregate.state().counters.rejected_total(), rejected, "seed {seed}");
+        assert_eq!(
+            aggregate.state().counters.rejected_total(),
+            rejected,
+            "seed {seed}"
+        );
         assert_eq!(aggregate.state().keys.len(), balances.len(), "seed {seed}");
         for (account, balance) in &balances {
             let view = aggregate.key(&[account]).expect("every account is a key");
-            assert_eq!(view.to_json()["values"]["balance"], *balance, "seed {seed}, {account}");
+            assert_eq!(
+                view.to_json()["values"]["balance"],
+                *balance,
+                "seed {seed}, {account}"
+            );
         }
     }
 }
