@@ -347,11 +347,17 @@ impl Aggregate {
                 }
                 for rule in &self.aggregator.rules {
                     if holds(rule, &values, &key, &self.aggregator) {
-                        emits.push(emit(rule, &values, &key, Some((end - size, end))));
+                        emits.push(emit(
+                            rule,
+                            &values,
+                            &key,
+                            self.aggregator.group_by.len(),
+                            Some((end - size, end)),
+                        ));
                     }
                 }
                 closed.push(WindowResult {
-                    key: key.split(KEY_SEPARATOR).map(str::to_owned).collect(),
+                    key: key_parts(&key, self.aggregator.group_by.len()),
                     start: end - size,
                     end,
                     values: named_values(&self.aggregator, &values),
@@ -384,7 +390,13 @@ fn apply_to_entry(
         let bit = 1u64 << index;
         let held = entry.firing & bit != 0;
         if holds && (!held || rule.fire == Fire::Every) {
-            emits.push(emit(rule, &entry.values, key, None));
+            emits.push(emit(
+                rule,
+                &entry.values,
+                key,
+                aggregator.group_by.len(),
+                None,
+            ));
         }
         if holds {
             entry.firing |= bit;
@@ -528,6 +540,14 @@ fn update(
     Ok(saturated)
 }
 
+/// The `group_by` values of `key` (none without `group_by`).
+fn key_parts(key: &str, parts: usize) -> Vec<String> {
+    if parts == 0 {
+        return Vec::new();
+    }
+    key.split(KEY_SEPARATOR).map(str::to_owned).collect()
+}
+
 /// The `part`th `group_by` value of `key`.
 fn key_part(key: &str, part: usize) -> &str {
     key.split(KEY_SEPARATOR).nth(part).unwrap_or("")
@@ -563,7 +583,13 @@ fn holds(rule: &Rule, values: &[AggregateValue], key: &str, aggregator: &Aggrega
     })
 }
 
-fn emit(rule: &Rule, values: &[AggregateValue], key: &str, window: Option<(i64, i64)>) -> Emit {
+fn emit(
+    rule: &Rule,
+    values: &[AggregateValue],
+    key: &str,
+    rule_key_parts: usize,
+    window: Option<(i64, i64)>,
+) -> Emit {
     let mut text = String::new();
     for piece in &rule.template {
         match piece {
@@ -581,7 +607,7 @@ fn emit(rule: &Rule, values: &[AggregateValue], key: &str, window: Option<(i64, 
     }
     Emit {
         rule: rule.name.clone(),
-        key: key.split(KEY_SEPARATOR).map(str::to_owned).collect(),
+        key: key_parts(key, rule_key_parts),
         text,
         window,
     }

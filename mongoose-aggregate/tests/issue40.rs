@@ -282,6 +282,7 @@ fn a_window_result_is_emitted_once_when_it_closes() {
         "2026-01-01 10:01:05,c1,1", // watermark 10:00:55: nothing closes
         "2026-01-01 10:01:10,c2,1", // watermark 10:01:00: the 10:00 windows close
         "2026-01-01 10:01:30,c1,1", // nothing more closes
+        "2026-01-01 10:00:30,c1,9", // late: the 10:00 window does not open again
         "2026-01-01 10:03:00,c3,1", // watermark 10:02:50: the 10:01 windows close
     ]
     .iter()
@@ -310,11 +311,12 @@ fn a_window_result_is_emitted_once_when_it_closes() {
         [
             (4, vec!["c1".to_owned()], ten),
             (4, vec!["c2".to_owned()], ten),
-            (6, vec!["c1".to_owned()], ten + 60_000),
-            (6, vec!["c2".to_owned()], ten + 60_000),
+            (7, vec!["c1".to_owned()], ten + 60_000),
+            (7, vec!["c2".to_owned()], ten + 60_000),
         ],
         "each window once, by the line whose event time passed its end plus the lateness"
     );
+    assert!(matches!(outcomes[6], Outcome::Late(_)), "{:?}", outcomes[6]);
     let Outcome::Applied { closed, emits } = &outcomes[4] else {
         unreachable!()
     };

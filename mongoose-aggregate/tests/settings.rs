@@ -147,3 +147,22 @@ fn csv_options_and_json_decimals_read_exactly() {
         "0.35"
     );
 }
+
+#[test]
+fn without_group_by_every_line_is_one_key_with_no_parts() {
+    let mut aggregate = aggregate(&format!(
+        "{}\nrules = [{{ name = \"big\", when = \"total > 10\", emit = \"total {{total}}\" }}]",
+        BASE.replace("group_by = [\"card\"]", "")
+    ));
+    let lines: Vec<String> = ["2026-01-01T00:00:00Z,c1,6", "2026-01-01T00:00:00Z,c2,6"]
+        .iter()
+        .map(|line| (*line).to_owned())
+        .collect();
+    let outcomes = apply_all(&mut aggregate, &lines);
+    let Outcome::Applied { emits, .. } = &outcomes[1] else {
+        panic!("{:?}", outcomes[1])
+    };
+    assert_eq!(emits[0].key, Vec::<String>::new());
+    assert_eq!(emits[0].text, "total 12");
+    assert_eq!(aggregate.key(&[]).unwrap().to_json()["values"]["total"], 12);
+}
