@@ -200,6 +200,7 @@ impl KafkaSource {
                 Ok(TopicIdentity::Exists(id)) => match self.incarnation.known {
                     None => {
                         info!(feed = %self.config.name, topic = %self.config.topic, topic_id = %id, "input topic identified");
+                        self.check_epoch_file_topic(id)?;
                         self.incarnation.known = Some(id);
                     }
                     Some(known) if known == id => self.incarnation.gone = false,
@@ -210,6 +211,17 @@ impl KafkaSource {
                     }
                 },
             }
+        }
+        if self.incarnation.known.is_none() && self.shared.epochs.is_some() {
+            // the epoch file's slots hold for the topic they were written for: nothing
+            // is read before the topic's id says they still do
+            self.incarnation.next_check =
+                self.incarnation.next_check.min(Instant::now() + WHILE_GONE);
+            self.report(
+                SourceState::Behind,
+                Some("checking the input topic's id before reading (its epoch file holds for one topic)"),
+            );
+            return Ok(Some(WorkDone(0)));
         }
         if !self.incarnation.gone {
             return Ok(None);
@@ -224,6 +236,41 @@ impl KafkaSource {
             Some("stalled: the input topic was deleted; waiting for it to be made again"),
         );
         Ok(Some(WorkDone(0)))
+    }
+
+    /// The first id of the topic this process sees, against the one the epoch file's
+    /// slots were written for: another id means the topic was deleted and made again
+    /// while the feed was stopped, and its slots are cleared (each partition a new
+    /// epoch) before the new id is recorded.
+    fn check_epoch_file_topic(&self, id: TopicId) -> Result<(), CoreError> {
+        let Some(epochs) = &self.shared.epochs else {
+            return Ok(());
+        };
+        let failed = |what: &str, error: std::io::Error| {
+            CoreError::io(
+                format!(
+                    "kafka '{}': {what} the epoch file {} (check its directory and disk)",
+                    self.config.name,
+                    epochs.path().display()
+                ),
+                error,
+            )
+        };
+        let recorded = epochs
+            .recorded_topic()
+            .map_err(|error| failed("reading the topic id beside", error))?;
+        match recorded {
+            Some(recorded) if recorded == id => return Ok(()),
+            Some(recorded) => {
+                warn!(feed = %self.config.name, topic = %self.config.topic, old_id = %recorded, new_id = %id,
+                    "the input topic was deleted and made again while the feed was stopped: every partition is a new epoch, read from the group's committed offsets (none: from its start); records of the old topic not read before it was deleted are gone with it and cannot be counted");
+                epochs.clear().map_err(|error| failed("clearing", error))?;
+            }
+            None => {}
+        }
+        epochs
+            .record_topic(id)
+            .map_err(|error| failed("recording the topic id beside", error))
     }
 
     /// The topic is a new incarnation (`old` -> `new`): every assigned partition gets a
@@ -289,6 +336,19 @@ impl KafkaSource {
                 }
                 reset.push((partition, epoch));
             }
+        }
+        if let Some(epochs) = &shared.epochs {
+            // the slots written above are the new topic's: a restart keeps them
+            epochs.record_topic(new).map_err(|error| {
+                CoreError::io(
+                    format!(
+                        "kafka '{}': recording the topic id beside the epoch file {} (check its directory and disk)",
+                        shared.name,
+                        epochs.path().display()
+                    ),
+                    error,
+                )
+            })?;
         }
         for (partition, epoch) in reset {
             match consumer.seek(
