@@ -311,6 +311,21 @@ mod tests {
         assert!(!path.exists());
     }
 
+    /// Writes two records at `path`, then changes a byte of the first (damage in the
+    /// middle of the log); returns the damaged file's bytes.
+    fn two_records_the_first_damaged(path: &Path) -> Vec<u8> {
+        append(path, &LossRecord::now("lines", "lost a.log".into())).expect("written");
+        append(path, &LossRecord::now("lines", "lost b.log".into())).expect("written");
+        let mut bytes = std::fs::read(path).expect("read");
+        let at = bytes
+            .windows(10)
+            .position(|window| window == b"lost a.log")
+            .expect("the record");
+        bytes[at] ^= 0x20;
+        std::fs::write(path, &bytes).expect("damaged");
+        bytes
+    }
+
     fn whats(records: &[LossRecord]) -> Vec<&str> {
         records.iter().map(|record| record.what.as_str()).collect()
     }
@@ -349,16 +364,7 @@ mod tests {
     fn a_damaged_loss_file_is_reported_moved_aside_and_never_skipped() {
         let dir = tempfile::tempdir().expect("dir");
         let path = loss_path(&dir.path().join("input.txt.readPointer"));
-        append(&path, &LossRecord::now("lines", "lost a.log".into())).expect("written");
-        append(&path, &LossRecord::now("lines", "lost b.log".into())).expect("written");
-        // a byte of the first record changed: the damage is in the middle
-        let mut bytes = std::fs::read(&path).expect("read");
-        let at = bytes
-            .windows(10)
-            .position(|window| window == b"lost a.log")
-            .expect("the record");
-        bytes[at] ^= 0x20;
-        std::fs::write(&path, &bytes).expect("damaged");
+        let bytes = two_records_the_first_damaged(&path);
         let at_start = read_unreported(&path).expect("read");
         assert_eq!(at_start.len(), 1, "{at_start:?}");
         assert!(
@@ -385,15 +391,7 @@ mod tests {
     fn a_damaged_loss_file_reported_to_the_end_of_a_run_is_moved_aside() {
         let dir = tempfile::tempdir().expect("dir");
         let path = loss_path(&dir.path().join("input.txt.readPointer"));
-        append(&path, &LossRecord::now("lines", "lost a.log".into())).expect("written");
-        append(&path, &LossRecord::now("lines", "lost b.log".into())).expect("written");
-        let mut bytes = std::fs::read(&path).expect("read");
-        let at = bytes
-            .windows(10)
-            .position(|window| window == b"lost a.log")
-            .expect("the record");
-        bytes[at] ^= 0x20;
-        std::fs::write(&path, &bytes).expect("damaged");
+        two_records_the_first_damaged(&path);
         let reported = take_unreported(&path).expect("taken");
         assert_eq!(reported.len(), 1);
         assert!(!path.exists());

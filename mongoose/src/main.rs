@@ -70,9 +70,11 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Runs a config's unit tests (`<config stem>.tests.toml` beside it): each case's
-    /// input lines through the config's processors, the sinks' outputs compared with
-    /// the expected lines. Exits 0 all passed, 1 one failed (with a diff), 2 invalid.
+    /// Runs a config's unit tests (`<config stem>.tests.toml` beside it).
+    ///
+    /// Each case's input lines go through the config's processors, and the sinks'
+    /// outputs are compared with the expected lines. Exits 0 all passed, 1 one failed
+    /// (with a diff), 2 invalid.
     Test {
         /// The TOML config file.
         #[arg(long)]
@@ -145,8 +147,10 @@ enum Command {
         #[arg(long)]
         token_file: Option<PathBuf>,
     },
-    /// A live sample of a running server's feed items or sink outputs, one line each,
-    /// until --limit or Ctrl-C; then how many the tap dropped (never the pipeline).
+    /// A live sample of a running server's feed items or sink outputs.
+    ///
+    /// One line each, until --limit or Ctrl-C; then how many the tap dropped (the tap
+    /// drops, never the pipeline).
     #[command(group(clap::ArgGroup::new("point").required(true).args(["feed", "sink"])))]
     Tap {
         /// The feed whose published items to show.

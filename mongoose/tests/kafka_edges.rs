@@ -12,7 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kafka_support::{committed, create_topic, own_cluster, unique_topic};
+use kafka_support::{
+    committed, create_topic, forward_config, free_address, own_cluster, unique_topic,
+};
 use mongoose_testkit::build_plugin;
 use mongoose_testkit::kafka::Cluster;
 use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
@@ -163,50 +165,12 @@ fn set_retention(brokers: &str, topic: &str, retention_ms: Option<&str>) {
     }
 }
 
-/// The config of a `forward` of Kafka feed `lines` (the plugin, `settings` added to its
-/// table) into the file sink `out` (`out.txt`), with the admin API at `admin`.
-fn forward_config(brokers: &str, topic: &str, group: &str, settings: &str, admin: &str) -> String {
-    format!(
-        r#"plugin_dir = "plugins"
-
-[admin]
-address = "{admin}"
-
-[[feeds]]
-name = "lines"
-source = "kafka"
-codec = "line"
-settings = {{ brokers = "{brokers}", group = "{group}", topic = "{topic}", session_timeout_ms = 6000{settings} }}
-
-[[sinks]]
-name = "out"
-kind = "file"
-path = "out.txt"
-
-[[groups]]
-name = "forward"
-[[groups.processors]]
-name = "copy"
-kind = "forward"
-settings = {{ feed = "lines", sink = "out" }}
-"#
-    )
-}
-
 /// A folder running the forward above (its plugin folder holds `library`).
 fn forward_run(library: &Path, config: &str) -> LedgerRun {
     let mut run = LedgerRun::new("", config);
     run.log_filter = "warn,mongoose_server::cli=info,mongoose_kafka=info,mongoose_plugin=info";
     mongoose_testkit::plugin_dir(run.dir.path(), &[library]);
     run
-}
-
-fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    format!(
-        "127.0.0.1:{}",
-        listener.local_addr().expect("address").port()
-    )
 }
 
 /// `GET path` of the admin API at `address`: the status code and the JSON body.

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kafka_support::{
-    batching_producer, check_changelog, committed, committed_total, create_topic, line,
-    member_config, produce_lines, unique_topic, wait_members, Member,
+    batching_producer, check_changelog, committed, committed_total, create_topic, forward_config,
+    free_address, line, member_config, produce_lines, unique_topic, wait_members, Member,
 };
 use mongoose_testkit::{build_plugin, plugin_dir};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -624,27 +624,12 @@ fn a_topic_made_again_while_a_forward_with_an_epoch_file_is_stopped_is_a_new_epo
     let group = format!("{topic}-forward");
     create_topic(&brokers, &topic, 1, &[]);
     produce_lines(&batching_producer(&brokers), &topic, 0..OLD);
-    let config = format!(
-        r#"plugin_dir = "plugins"
-
-[[feeds]]
-name = "lines"
-source = "kafka"
-codec = "line"
-settings = {{ brokers = "{brokers}", group = "{group}", topic = "{topic}", session_timeout_ms = 6000, epoch_file = "kafka.epochs" }}
-
-[[sinks]]
-name = "out"
-kind = "file"
-path = "out.txt"
-
-[[groups]]
-name = "forward"
-[[groups.processors]]
-name = "copy"
-kind = "forward"
-settings = {{ feed = "lines", sink = "out" }}
-"#
+    let config = forward_config(
+        &brokers,
+        &topic,
+        &group,
+        r#", epoch_file = "kafka.epochs""#,
+        &free_address(),
     );
     let mut member = Member::start(&library, &config);
     wait_members(

@@ -80,18 +80,7 @@ pub(super) async fn tap_feed(
     Path(feed): Path<String>,
     query: Result<Query<TapQuery>, QueryRejection>,
 ) -> Response {
-    let query = match query {
-        Ok(Query(query)) => query,
-        Err(rejection) => return bad_query(&rejection),
-    };
-    let capacity = capacity(&query);
-    stream(
-        server.tap_feed(&feed, capacity),
-        Point::Feed,
-        feed,
-        capacity,
-        query.limit,
-    )
+    tap(&server, Point::Feed, feed, query)
 }
 
 pub(super) async fn tap_sink(
@@ -99,18 +88,26 @@ pub(super) async fn tap_sink(
     Path(sink): Path<String>,
     query: Result<Query<TapQuery>, QueryRejection>,
 ) -> Response {
+    tap(&server, Point::Sink, sink, query)
+}
+
+/// Attaches a tap to the feed or sink `name` and streams what it shows.
+fn tap(
+    server: &Server,
+    point: Point,
+    name: String,
+    query: Result<Query<TapQuery>, QueryRejection>,
+) -> Response {
     let query = match query {
         Ok(Query(query)) => query,
         Err(rejection) => return bad_query(&rejection),
     };
     let capacity = capacity(&query);
-    stream(
-        server.tap_sink(&sink, capacity),
-        Point::Sink,
-        sink,
-        capacity,
-        query.limit,
-    )
+    let attached = match point {
+        Point::Feed => server.tap_feed(&name, capacity),
+        Point::Sink => server.tap_sink(&name, capacity),
+    };
+    stream(attached, point, name, capacity, query.limit)
 }
 
 fn bad_query(rejection: &QueryRejection) -> Response {

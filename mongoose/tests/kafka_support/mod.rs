@@ -612,3 +612,48 @@ pub fn read_committed(brokers: &str, topic: &str, partitions: i32) -> Vec<String
     }
     payloads
 }
+
+/// The config of a `forward` of Kafka feed `lines` (the plugin, `settings` added to its
+/// table) into the file sink `out` (`out.txt`), with the admin API at `admin`.
+pub fn forward_config(
+    brokers: &str,
+    topic: &str,
+    group: &str,
+    settings: &str,
+    admin: &str,
+) -> String {
+    format!(
+        r#"plugin_dir = "plugins"
+
+[admin]
+address = "{admin}"
+
+[[feeds]]
+name = "lines"
+source = "kafka"
+codec = "line"
+settings = {{ brokers = "{brokers}", group = "{group}", topic = "{topic}", session_timeout_ms = 6000{settings} }}
+
+[[sinks]]
+name = "out"
+kind = "file"
+path = "out.txt"
+
+[[groups]]
+name = "forward"
+[[groups.processors]]
+name = "copy"
+kind = "forward"
+settings = {{ feed = "lines", sink = "out" }}
+"#
+    )
+}
+
+/// A free local address (`127.0.0.1:port`) for an admin API.
+pub fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    format!(
+        "127.0.0.1:{}",
+        listener.local_addr().expect("address").port()
+    )
+}
