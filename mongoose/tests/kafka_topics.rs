@@ -84,34 +84,6 @@ fn produce_to(
         .expect("every record acknowledged");
 }
 
-/// The config of a forward of the Kafka feed `lines` (`settings` the inside of its
-/// settings table) into the file sink `out` (`out.txt`).
-fn forward_config(brokers: &str, topic: &str, group: &str, more: &str) -> String {
-    format!(
-        r#"
-plugin_dir = "plugins"
-
-[[feeds]]
-name = "lines"
-source = "kafka"
-codec = "line"
-settings = {{ brokers = "{brokers}", group = "{group}", topic = "{topic}", session_timeout_ms = 6000{more} }}
-
-[[sinks]]
-name = "out"
-kind = "file"
-path = "out.txt"
-
-[[groups]]
-name = "forward"
-[[groups.processors]]
-name = "copy"
-kind = "forward"
-settings = {{ feed = "lines", sink = "out" }}
-"#
-    )
-}
-
 /// How many times each line of `out.txt` was written.
 fn written(run: &LedgerRun) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -254,7 +226,13 @@ fn partitions_added_to_a_forwards_input_are_read_from_their_start_promptly() {
     create_topic(&brokers, &topic, 2, &[]);
     let mut run = LedgerRun::new(
         "",
-        &forward_config(&brokers, &topic, &group, r#", start_from = "latest""#),
+        &forward_config(
+            &brokers,
+            &topic,
+            &group,
+            r#", start_from = "latest""#,
+            &free_address(),
+        ),
     );
     run.log_filter = "warn,mongoose_server::cli=info,mongoose_kafka=info,mongoose_plugin=info";
     plugin_dir(run.dir.path(), &[&library]);
