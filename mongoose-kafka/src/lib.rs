@@ -133,6 +133,15 @@ pub use source::{
     DEBUG_ENV,
 };
 
+/// How long (ms) a consumer (a feed's, a changelog's restore, the positions topic's)
+/// that knows no usable broker waits before it bootstraps again from `brokers` (librdkafka's `metadata.recovery.rebootstrap.trigger.ms`, 5 minutes
+/// by default). A broker paused past its KRaft session answers a metadata request with
+/// no broker at all: librdkafka then forgets it, and the client waited the full 5
+/// minutes with its group's assignment lost (chaos kafka seeds 1796658157002, 013, 019
+/// and 064: a member stuck 70-83 s after the broker came back, "Skipping metadata
+/// refresh ...: no usable brokers").
+pub const REBOOTSTRAP_AFTER_MS: &str = "5000";
+
 /// Runs `future` to its end on this thread (the admin client's calls are futures; the
 /// connector has no async runtime).
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {

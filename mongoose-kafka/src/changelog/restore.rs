@@ -341,6 +341,10 @@ impl Changelog {
             }
             client
                 .set("bootstrap.servers", &self.config.brokers)
+                .set(
+                    "metadata.recovery.rebootstrap.trigger.ms",
+                    crate::REBOOTSTRAP_AFTER_MS,
+                )
                 .set("group.id", format!("{}-restore", self.config.name))
                 .set("client.id", format!("{}-restore", self.config.name))
                 .set("enable.auto.commit", "false")

@@ -133,6 +133,10 @@ impl Positions {
         let mut client = ClientConfig::new();
         client
             .set("bootstrap.servers", brokers)
+            .set(
+                "metadata.recovery.rebootstrap.trigger.ms",
+                crate::REBOOTSTRAP_AFTER_MS,
+            )
             .set("group.id", format!("{name}-positions"))
             .set("client.id", format!("{name}-positions"))
             .set("enable.auto.commit", "false")

@@ -79,6 +79,10 @@ impl KafkaSourceConfig {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", &self.brokers)
+            .set(
+                "metadata.recovery.rebootstrap.trigger.ms",
+                crate::REBOOTSTRAP_AFTER_MS,
+            )
             .set("group.id", &self.group)
             .set("client.id", &self.name)
             .set("enable.auto.commit", "false")
