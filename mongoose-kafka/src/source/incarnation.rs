@@ -138,8 +138,6 @@ impl KafkaSource {
             Ok(TopicIdentity::Exists(id)) => match self.incarnation.known {
                 Some(known) if known != id => {
                     self.start_new_incarnation(consumer, known, id)?;
-                    self.incarnation.known = Some(id);
-                    self.incarnation.gone = false;
                     Ok(false)
                 }
                 _ => {
@@ -206,8 +204,6 @@ impl KafkaSource {
                     Some(known) if known == id => self.incarnation.gone = false,
                     Some(known) => {
                         self.start_new_incarnation(consumer, known, id)?;
-                        self.incarnation.known = Some(id);
-                        self.incarnation.gone = false;
                     }
                 },
             }
@@ -246,16 +242,7 @@ impl KafkaSource {
         let Some(epochs) = &self.shared.epochs else {
             return Ok(());
         };
-        let failed = |what: &str, error: std::io::Error| {
-            CoreError::io(
-                format!(
-                    "kafka '{}': {what} the epoch file {} (check its directory and disk)",
-                    self.config.name,
-                    epochs.path().display()
-                ),
-                error,
-            )
-        };
+        let failed = |what: &str, error| self.shared.epoch_file_error(epochs, what, error);
         let recorded = epochs
             .recorded_topic()
             .map_err(|error| failed("reading the topic id beside", error))?;
@@ -274,7 +261,7 @@ impl KafkaSource {
     }
 
     /// The topic is a new incarnation (`old` -> `new`): every assigned partition gets a
-    /// new epoch and is read from its start.
+    /// new epoch and is read from its start, and `new` is the id known from now on.
     fn start_new_incarnation(
         &mut self,
         consumer: &BaseConsumer<SourceContext>,
@@ -311,16 +298,9 @@ impl KafkaSource {
                         previous: -1,
                         offset: -1,
                     };
-                    epochs.write(partition, slot).map_err(|error| {
-                        CoreError::io(
-                            format!(
-                                "kafka '{}': writing the epoch file {} (check its directory and disk)",
-                                shared.name,
-                                epochs.path().display()
-                            ),
-                            error,
-                        )
-                    })?;
+                    epochs
+                        .write(partition, slot)
+                        .map_err(|error| shared.epoch_file_error(epochs, "writing", error))?;
                 }
                 partitions.seen.insert(partition, epoch);
                 if let Some(assigned) = partitions.assigned.get_mut(&partition) {
@@ -340,14 +320,7 @@ impl KafkaSource {
         if let Some(epochs) = &shared.epochs {
             // the slots written above are the new topic's: a restart keeps them
             epochs.record_topic(new).map_err(|error| {
-                CoreError::io(
-                    format!(
-                        "kafka '{}': recording the topic id beside the epoch file {} (check its directory and disk)",
-                        shared.name,
-                        epochs.path().display()
-                    ),
-                    error,
-                )
+                shared.epoch_file_error(epochs, "recording the topic id beside", error)
             })?;
         }
         for (partition, epoch) in reset {
@@ -365,6 +338,8 @@ impl KafkaSource {
             }
         }
         self.resume(consumer);
+        self.incarnation.known = Some(new);
+        self.incarnation.gone = false;
         Ok(())
     }
 }

@@ -120,6 +120,24 @@ impl fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// The error of `what` the epoch file `epochs` failed at (`"writing"`, `"clearing"`,
+    /// `"recording the topic id beside"`).
+    pub(super) fn epoch_file_error(
+        &self,
+        epochs: &EpochFile,
+        what: &str,
+        error: std::io::Error,
+    ) -> CoreError {
+        CoreError::io(
+            format!(
+                "kafka '{}': {what} the epoch file {} (check its directory and disk)",
+                self.name,
+                epochs.path().display()
+            ),
+            error,
+        )
+    }
+
     pub(super) fn broker_error(&self, action: &str, error: KafkaError) -> KafkaConnectorError {
         KafkaConnectorError::broker(&self.name, action, &self.brokers, error)
     }
