@@ -100,7 +100,7 @@ pub use mongoose_core::dispatch::{
 };
 /// The idler of agent threads lives in the core beside its [`IdleStrategy`](mongoose_core::IdleStrategy).
 pub use mongoose_core::Idler;
-pub use publisher::{KillSwitch, Publisher, Released, Subscription, TapText};
+pub use publisher::{KillSwitch, LossKeeper, Publisher, Released, Subscription, TapText};
 pub use queue::{
     DropEvidence, OverloadChange, OverloadObserver, OverloadState, QueueId, SubscriptionId,
 };

@@ -612,6 +612,60 @@ settings = {{ feed = "lines", sink = "out" }}
     );
 }
 
+// chaos kafka seeds 1796658157002 and 019 (a soak): a broker paused past its KRaft
+// session answered the member's metadata request with no broker at all; librdkafka
+// forgot its only broker and skipped every refresh ("no usable brokers") until its
+// re-bootstrap, 5 minutes later: the feed read nothing for 70-83 s in the soak, up to
+// 5 minutes. Every Kafka consumer now bootstraps again after 5 s without a usable broker
+// (`mongoose_kafka::REBOOTSTRAP_AFTER_MS`).
+#[test]
+fn a_kafka_feed_reads_again_after_its_broker_was_paused_past_its_session() {
+    let _serial = one_at_a_time();
+    let test = "a_kafka_feed_reads_again_after_its_broker_was_paused_past_its_session";
+    let Some(cluster) = own_cluster(test, Cluster::builder(1)) else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let brokers = cluster.bootstrap();
+    let topic = unique_topic("paused-broker-source");
+    let group = format!("{topic}-forward");
+    create_topic(&brokers, &topic, 1, &[]);
+    let producer = kafka_support::batching_producer(&brokers);
+    kafka_support::produce_lines(&producer, &topic, 0..500);
+    let address = kafka_support::free_address();
+    let run = support::LedgerRun::new(
+        "",
+        &kafka_support::forward_config(&brokers, &topic, &group, "", &address),
+    );
+    mongoose_testkit::plugin_dir(run.dir.path(), &[&library]);
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "committed the first records", || {
+        committed(&brokers, &group, &topic, 1) == vec![500]
+    });
+    // past the broker's KRaft session (9 s): fenced when it continues, it answers
+    // metadata with no broker until it registers again
+    cluster.signal(1, "-STOP");
+    std::thread::sleep(Duration::from_secs(15));
+    cluster.signal(1, "-CONT");
+    run.wait_until(&mut child, "saw the broker answer again", || {
+        mongoose_testkit::kafka::metadata_brokers(cluster.address(1)) == Some(1)
+    });
+    kafka_support::produce_lines(&producer, &topic, 500..1_000);
+    // the patience of every wait (180 s) is shorter than librdkafka's own re-bootstrap
+    // (300 s): a member that forgot its broker never gets there
+    run.wait_until(&mut child, "committed the records after the pause", || {
+        committed(&brokers, &group, &topic, 1) == vec![1_000]
+    });
+    let code = run.terminate(child);
+    assert_eq!(code, 0, "a clean stop: {}", run.log());
+    let written = std::fs::read_to_string(run.path("out.txt")).unwrap_or_default();
+    let mut lines: Vec<&str> = written.lines().collect();
+    lines.sort_unstable();
+    let mut expected: Vec<String> = (0..1_000).map(line).collect();
+    expected.sort_unstable();
+    assert_eq!(lines, expected, "every record once: {}", run.log());
+}
+
 /// The end of what is committed in `topic`'s partition 0 (the last stable offset).
 fn committed_end(brokers: &str, topic: &str) -> i64 {
     use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -329,6 +329,74 @@ fn records_removed_by_delete_records_are_a_reported_loss() {
     assert_eq!(committed(&brokers, &group, &topic, 1), vec![3_000]);
 }
 
+// chaos kafka seed 1796658157051 (a soak): the run that found a retention loss was
+// SIGKILLed after it had committed past the gap, and the next run exited 0: the loss a
+// Kafka source reported lived in memory only, where a file feed's is in its loss file
+#[test]
+fn a_kafka_loss_found_by_a_killed_run_is_reported_by_the_next_start() {
+    let test = "a_kafka_loss_found_by_a_killed_run_is_reported_by_the_next_start";
+    let Some(brokers) = shared_broker(test) else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = unique_topic("killed-loss");
+    let group = format!("{topic}-forward");
+    create_topic(&brokers, &topic, 1, &[]);
+    produce(&brokers, &topic, 0..1_000);
+    let address = free_address();
+    let run = forward_run(
+        &library,
+        &forward_config(&brokers, &topic, &group, "", &address),
+    );
+    first_run(&run, (&brokers, &group, &topic), 1_000);
+    produce(&brokers, &topic, 1_000..2_000);
+    delete_records(&brokers, &topic, 1_400);
+    // the run that finds the loss commits past it and is killed
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "committed every record", || {
+        committed(&brokers, &group, &topic, 1) == vec![2_000]
+    });
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    assert!(
+        run.log().contains("400 records never read"),
+        "the killed run found the loss: {}",
+        run.log()
+    );
+    // the next start reads nothing new, and still says the feed was not lossless
+    let mut child = run.spawn(false);
+    let status = wait_status(&run, &mut child, &address, "settled", |status| {
+        status["settled"] == true
+    });
+    let code = run.terminate(child);
+    let feed = &status["feeds"][0];
+    assert_eq!(
+        (status["lossless"].clone(), feed["earlierLosses"].clone()),
+        (serde_json::json!(false), serde_json::json!(1)),
+        "the killed run's loss is reported by the next start: {status}\n{}",
+        run.log()
+    );
+    assert_eq!(
+        code,
+        3,
+        "the run that reports it exits lossy: {}",
+        run.log()
+    );
+    // reported to a run's end, it is not reported again
+    let mut child = run.spawn(false);
+    let status = wait_status(&run, &mut child, &address, "settled", |status| {
+        status["settled"] == true
+    });
+    let code = run.terminate(child);
+    assert_eq!(
+        (status["lossless"].clone(), code),
+        (serde_json::json!(true), 0),
+        "a loss reported to a run's end is not reported again: {status}\n{}",
+        run.log()
+    );
+    assert_written_once(&run, (0..1_000).chain(1_400..2_000), "after the kill");
+}
+
 // chaos kafka seeds 1796645212008 and 1796645212014 (a soak): records written to a
 // partition the group had never committed (it held nothing yet when the group stopped)
 // and removed by retention before the group came back: the restart began at the log

@@ -123,7 +123,14 @@ pub struct Publisher<T, P: Position = u64> {
     tap: mongoose_core::tap::TapPoint,
     /// How an item reads as text for a tap (none: the feed cannot be tapped).
     tap_text: std::sync::OnceLock<TapText<T>>,
+    /// Keeps each loss the source reports durably the moment it is reported
+    /// ([`Publisher::set_loss_keeper`]).
+    loss_keeper: std::sync::OnceLock<LossKeeper>,
 }
+
+/// Keeps a loss a source reported (its words) where the next start finds it, before
+/// the source may commit past it: a run killed right after cannot forget it.
+pub type LossKeeper = Box<dyn Fn(&str) + Send + Sync>;
 
 impl<T, P: Position> std::fmt::Debug for Publisher<T, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -184,7 +191,16 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             stopping: AtomicBool::new(false),
             tap: mongoose_core::tap::TapPoint::default(),
             tap_text: std::sync::OnceLock::new(),
+            loss_keeper: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets where each loss the source reports ([`SourceOutput::report_loss`]) is kept
+    /// durably, in the source's thread before the report returns (once; the first one
+    /// set stays). A source whose losses it keeps itself (a file source, in its loss
+    /// file) has none.
+    pub fn set_loss_keeper(&self, keeper: LossKeeper) {
+        let _ = self.loss_keeper.set(keeper);
     }
 
     /// The feed's name.
@@ -324,7 +340,10 @@ impl<T: Send + Sync + 'static, P: Position> SourceOutput<T, P> for Publisher<T, 
     }
 
     fn report_loss(&self, what: &str, bytes: Option<u64>) {
-        self.record_loss(what, bytes)
+        self.record_loss(what, bytes);
+        if let Some(keep) = self.loss_keeper.get() {
+            keep(what);
+        }
     }
 
     fn report_files(&self, files: &[mongoose_core::FileLag]) {

@@ -15,9 +15,22 @@
 //! retention of every record) gives no record to compare: its end event (librdkafka's
 //! partition EOF, once per end reached) compares the log end with the offset expected
 //! the same way, asking for the committed offset once when nothing was read yet.
+//!
+//! A reset heard with no record after it (the topic deleted right after librdkafka
+//! reset its position, before a record of it was read: chaos kafka seed 1796658157036)
+//! gives neither: librdkafka's WARN "T [P]: offset reset (at offset N ...)" comes
+//! through the same queue as the records ([`ResetNotice`]), and the source asks the
+//! partition's log start at once (one `ListOffsets` round trip per reset). A log start
+//! past N is the gap; an answer that cannot be had (the topic already gone) is a loss of
+//! an unknown count, reported as such. A gap is reported once, whichever way it is seen
+//! first.
 
+use std::collections::HashSet;
 use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use rdkafka::bindings::{rd_kafka_get_watermark_offsets, rd_kafka_resp_err_t};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -35,6 +48,64 @@ pub(super) struct LogStarts {
     /// True when a group without a usable offset starts at the end (`latest`): a reset
     /// then skips records that exist, which is a loss too.
     reset_to_latest: bool,
+    /// librdkafka's resets heard and not checked yet.
+    resets: ResetNotice,
+    /// The gaps reported, by partition and offset expected: each once.
+    reported: Mutex<HashSet<(i32, i64)>>,
+}
+
+/// librdkafka's notice that it reset a partition's position because the offset to read
+/// was out of range, heard by the consumer's log callback (inside `poll`, on the
+/// source's thread, in order with the records).
+#[derive(Debug)]
+pub(super) struct ResetNotice {
+    /// `"<topic> ["`: the start of librdkafka's line after its thread.
+    prefix: String,
+    heard: AtomicBool,
+    /// The partitions reset, each with the offset it was at.
+    resets: Mutex<Vec<(i32, i64)>>,
+}
+
+/// What follows the partition in librdkafka's line.
+const RESET_AT: &str = "]: offset reset (at offset ";
+
+impl ResetNotice {
+    fn new(topic: &str) -> Self {
+        ResetNotice {
+            prefix: format!("{topic} ["),
+            heard: AtomicBool::new(false),
+            resets: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether the log line is librdkafka's reset of one of the topic's partitions from
+    /// an offset (then it is kept until [`LogStarts::take_resets`]). A reset from a
+    /// logical offset (`BEGINNING`: a retried query) is not one.
+    fn hear(&self, facility: &str, message: &str) -> bool {
+        if facility != "OFFSET" {
+            return false;
+        }
+        // "[thrd:main]: <topic> [<partition>]: offset reset (at offset <N> (leader ..."
+        let Some(line) = message.strip_prefix(self.prefix.as_str()).or_else(|| {
+            let at = message.find(&format!(": {}", self.prefix))?;
+            Some(&message[at + 2 + self.prefix.len()..])
+        }) else {
+            return false;
+        };
+        let Some((partition, rest)) = line.split_once(RESET_AT) else {
+            return false;
+        };
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (Ok(partition), Ok(offset)) = (partition.parse::<i32>(), rest[..digits].parse::<i64>())
+        else {
+            return false;
+        };
+        self.resets.lock().push((partition, offset));
+        self.heard.store(true, Ordering::SeqCst);
+        true
+    }
 }
 
 /// A skip of offsets that lost records: `expected` was the next offset to read,
@@ -60,7 +131,63 @@ impl LogStarts {
             reset_to_latest: start_from.eq_ignore_ascii_case("latest")
                 || start_from.eq_ignore_ascii_case("end")
                 || start_from.eq_ignore_ascii_case("largest"),
+            resets: ResetNotice::new(topic),
+            reported: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Hears librdkafka's log line: true when it was a reset of the topic's partition
+    /// (kept for [`LogStarts::take_resets`]; the line is logged all the same).
+    pub(super) fn hear_reset(&self, facility: &str, message: &str) -> bool {
+        self.resets.hear(facility, message)
+    }
+
+    /// The resets heard since the last call (one relaxed load when there are none).
+    pub(super) fn take_resets(&self) -> Vec<(i32, i64)> {
+        if !self.resets.heard.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        self.resets.heard.store(false, Ordering::SeqCst);
+        std::mem::take(&mut *self.resets.resets.lock())
+    }
+
+    /// True the first time a gap of `partition` from `expected` is reported (a gap seen
+    /// both at a reset and at the record after it is one loss).
+    pub(super) fn first_report(&self, partition: i32, expected: i64) -> bool {
+        self.reported.lock().insert((partition, expected))
+    }
+
+    /// A new incarnation of the topic: its offsets are new ones.
+    pub(super) fn forget_reported(&self) {
+        self.reported.lock().clear();
+    }
+
+    /// The gap of a reset of `partition` from `expected` (heard in librdkafka's log):
+    /// asks the partition's log start (one round trip). `Ok(None)`: no loss (the log
+    /// start is not past `expected`: the offset was past the log's end).
+    pub(super) fn check_reset(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        topic: &str,
+        (partition, expected): (i32, i64),
+        timeout: Duration,
+    ) -> rdkafka::error::KafkaResult<Option<Gap>> {
+        let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
+        if low <= expected {
+            return Ok(None);
+        }
+        let end = if self.reset_to_latest {
+            high.max(low)
+        } else {
+            low
+        };
+        Ok(Some(Gap {
+            partition,
+            expected,
+            end,
+            log_start: low,
+            resumed: end,
+        }))
     }
 
     /// The log start librdkafka last saw for `partition` in a fetch response, without a
@@ -386,5 +513,48 @@ mod tests {
         assert!(gap
             .describe("t")
             .contains("kafka t partition 0: 600 records never read (offsets 1000 to 1599)"));
+    }
+
+    // chaos kafka seed 1796658157036: librdkafka's reset of a partition, heard in its
+    // log, is the offset the source checks the log start against; a retried reset from
+    // a logical offset, another topic's and another facility's lines are not
+    #[test]
+    fn a_reset_is_heard_from_librdkafkas_line() {
+        let starts = LogStarts::new("in.put", "earliest");
+        assert!(starts.take_resets().is_empty());
+        assert!(starts.hear_reset(
+            "OFFSET",
+            "[thrd:main]: in.put [1]: offset reset (at offset 388 (leader epoch -1), broker 1) to offset BEGINNING (leader epoch -1): fetch failed due to requested offset not available on the broker: Broker: Offset out of range"
+        ));
+        assert!(!starts.hear_reset(
+            "OFFSET",
+            "[thrd:main]: in.put [1]: offset reset (at offset BEGINNING (leader epoch -1), broker 1) to offset BEGINNING (leader epoch -1): failed to query logical offset: Broker: Unknown topic or partition"
+        ));
+        assert!(!starts.hear_reset(
+            "OFFSET",
+            "[thrd:main]: xin.put [0]: offset reset (at offset 7 (leader epoch -1), broker 1) to offset BEGINNING"
+        ));
+        assert!(!starts.hear_reset(
+            "FETCH",
+            "[thrd:main]: in.put [0]: offset reset (at offset 7 (leader epoch -1), broker 1) to offset BEGINNING"
+        ));
+        assert!(starts.hear_reset(
+            "OFFSET",
+            "in.put [12]: offset reset (at offset 9000, broker 2) to offset END"
+        ));
+        assert_eq!(starts.take_resets(), vec![(1, 388), (12, 9000)]);
+        assert!(starts.take_resets().is_empty(), "taken once");
+    }
+
+    // a gap seen at the reset and again at the first record after it is one loss; a new
+    // incarnation of the topic has offsets of its own
+    #[test]
+    fn a_gap_is_reported_once_per_incarnation() {
+        let starts = LogStarts::new("t", "earliest");
+        assert!(starts.first_report(0, 1_000));
+        assert!(!starts.first_report(0, 1_000));
+        assert!(starts.first_report(1, 1_000));
+        starts.forget_reported();
+        assert!(starts.first_report(0, 1_000));
     }
 }

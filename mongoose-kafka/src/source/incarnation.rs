@@ -272,6 +272,7 @@ impl KafkaSource {
             "the input topic was deleted and made again: every partition is a new epoch, read from offset 0; records of the old topic not read before it was deleted are gone with it and cannot be counted");
         self.tail.clear();
         let shared = &self.shared;
+        shared.log_starts.forget_reported();
         let mut reset = Vec::new();
         {
             let mut partitions = shared.partitions.lock();

@@ -207,7 +207,10 @@ impl KafkaSource {
         let mut read = 0;
         let mut timeout = self.config.poll_timeout;
         while read < self.config.batch {
-            let Some(polled) = consumer.poll(timeout) else {
+            let polled = consumer.poll(timeout);
+            // a reset librdkafka logged in this poll, before any record after it
+            self.check_resets(consumer);
+            let Some(polled) = polled else {
                 break;
             };
             timeout = Duration::ZERO;
@@ -551,8 +554,51 @@ impl KafkaSource {
         self.report_gap(&gap);
     }
 
+    /// The resets librdkafka logged since the last look: each partition's log start is
+    /// asked at once (book: connectors/kafka.md, records removed before they were read).
+    fn check_resets(&self, consumer: &BaseConsumer<SourceContext>) {
+        let shared = &self.shared;
+        for (partition, expected) in shared.log_starts.take_resets() {
+            if !shared.partitions.lock().assigned.contains_key(&partition) {
+                continue;
+            }
+            let timeout = shared.request_timeout.min(Duration::from_secs(5));
+            match shared.log_starts.check_reset(
+                consumer,
+                &shared.topic,
+                (partition, expected),
+                timeout,
+            ) {
+                Ok(Some(gap)) => self.report_gap(&gap),
+                Ok(None) => {
+                    debug!(feed = %shared.name, partition, expected,
+                        "an offset reset from past the log's end (a truncated log): nothing removed before it was read");
+                }
+                Err(error) => {
+                    if !shared.log_starts.first_report(partition, expected) {
+                        continue;
+                    }
+                    warn!(feed = %shared.name, topic = %shared.topic, partition, expected, %error,
+                        "the consumer's offset was out of range and reset, and the partition's log start cannot be read: records from that offset were removed before they were read, how many is unknown; the feed is not lossless");
+                    self.output.report_loss(
+                        &format!(
+                            "kafka {} partition {partition}: records from offset {expected} on were removed before they were read (the offset was out of range and reset; the log start could not be read: {error}), how many is unknown",
+                            shared.topic
+                        ),
+                        None,
+                    );
+                }
+            }
+        }
+    }
+
     fn report_gap(&self, gap: &Gap) {
         let shared = &self.shared;
+        if !shared.log_starts.first_report(gap.partition, gap.expected) {
+            debug!(feed = %shared.name, partition = gap.partition, expected = gap.expected,
+                "this gap was reported already");
+            return;
+        }
         let lost = gap.lost();
         shared
             .counters

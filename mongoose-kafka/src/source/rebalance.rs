@@ -27,6 +27,8 @@ impl ClientContext for SourceContext {
             debug!(feed = %name, facility, "librdkafka: {message}");
             return;
         }
+        // a reset is heard and logged as librdkafka said it (a WARN)
+        self.shared.log_starts.hear_reset(facility, message);
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert

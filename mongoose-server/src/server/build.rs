@@ -257,6 +257,7 @@ fn plugin_feed(
                 feed_builder(config, index)?.try_build()?;
             publisher.set_tap_text(Line::as_bytes);
             publisher.set_kill_switch(Arc::clone(kill_switch));
+            set_loss_keeper(config, &feed_config.name, &publisher);
             connector.register(Arc::clone(&publisher))?;
             // a plugin line's "path" is its source kind (what `{path}` of a forward
             // template prints)
@@ -274,6 +275,7 @@ fn plugin_feed(
                 feed_builder(config, index)?.try_build()?;
             publisher.set_tap_text(bytes_text);
             publisher.set_kill_switch(Arc::clone(kill_switch));
+            set_loss_keeper(config, &feed_config.name, &publisher);
             connector.register(Arc::clone(&publisher))?;
             let codec: Arc<dyn ItemCodec<bytes::Bytes>> = Arc::new(|bytes: bytes::Bytes| bytes);
             let output: Arc<dyn SourceOutput<bytes::Bytes, PositionValue>> = publisher.clone();
@@ -283,6 +285,24 @@ fn plugin_feed(
             (publisher, Box::new(source))
         }
     })
+}
+
+/// Has each loss the plugin source of `feed` reports kept in the feed's loss file
+/// ([`super::loss_file_of`]) before the report returns: the source commits past a loss
+/// only after it reported it, so a run killed after that commit leaves the loss for the
+/// next start (a file source keeps its own). A feed without a loss file keeps none.
+fn set_loss_keeper<T: Send + Sync + 'static>(
+    config: &ServerConfig,
+    feed: &str,
+    publisher: &Publisher<T, PositionValue>,
+) {
+    let Some(path) = super::loss_file_of(config, feed) else {
+        return;
+    };
+    let feed = feed.to_owned();
+    publisher.set_loss_keeper(Box::new(move |what: &str| {
+        super::keep_loss(&path, &feed, what.to_owned());
+    }));
 }
 
 /// The glob source configuration of configured feed `index` (a glob path).

@@ -326,28 +326,49 @@ impl Server {
     }
 }
 
-/// The loss file of `feed` when `config` has it keep a pointer
-/// ([`crate::losses::loss_path`]); `None` for other feeds.
+/// The loss file of `feed` when `config` has it keep a position: a file feed's beside
+/// its pointer ([`crate::losses::loss_path`]), a plugin feed's (its positions kept by
+/// its source, a broker's committed offsets say) in its state folder,
+/// `<data_dir>/feeds/<feed>-<key>/source.losses`. `None` for other feeds (read ONCE,
+/// or a feed that keeps no position).
 pub(crate) fn loss_file_of(config: &ServerConfig, feed: &str) -> Option<std::path::PathBuf> {
-    config
+    let index = config
         .feeds
         .iter()
-        .position(|candidate| {
-            candidate.name == feed && candidate.is_file() && candidate.read_strategy.has_pointer()
-        })
-        .map(|index| {
-            let found = &config.feeds[index];
-            if found.is_glob() {
-                // beside the glob feed's lane registry
-                return crate::losses::loss_path(
-                    &glob_source_config(config, index).registry_path(),
-                );
-            }
-            crate::losses::loss_path(&mongoose_source_file::pointer::pointer_path_in(
-                Some(&config.feed_state_dir(index)),
-                &config.resolve(&found.path),
-            ))
-        })
+        .position(|candidate| candidate.name == feed && candidate.read_strategy.has_pointer())?;
+    let found = &config.feeds[index];
+    if !found.is_file() {
+        return Some(config.feed_state_dir(index).join(PLUGIN_LOSS_FILE));
+    }
+    if found.is_glob() {
+        // beside the glob feed's lane registry
+        return Some(crate::losses::loss_path(
+            &glob_source_config(config, index).registry_path(),
+        ));
+    }
+    Some(crate::losses::loss_path(
+        &mongoose_source_file::pointer::pointer_path_in(
+            Some(&config.feed_state_dir(index)),
+            &config.resolve(&found.path),
+        ),
+    ))
+}
+
+/// The name of a plugin feed's loss file in its state folder.
+const PLUGIN_LOSS_FILE: &str = "source.losses";
+
+/// Appends a record of `what`, a loss of `feed`, to its loss file `path` (its folder
+/// made when missing), synced; an error is logged (the loss is in this run's status
+/// either way).
+pub(crate) fn keep_loss(path: &std::path::Path, feed: &str, what: String) {
+    let kept = match path.parent() {
+        Some(folder) => std::fs::create_dir_all(folder),
+        None => Ok(()),
+    }
+    .and_then(|()| crate::losses::append(path, &crate::losses::LossRecord::now(feed, what)));
+    if let Err(error) = kept {
+        error!(feed, file = %path.display(), %error, "cannot keep the loss record in the loss file: the next start will not report it");
+    }
 }
 
 /// [`Server::record_loss`] with the server's `config`.
@@ -360,7 +381,5 @@ pub(crate) fn record_loss_of(config: &ServerConfig, feed: &str, what: String) {
         );
         return;
     };
-    if let Err(error) = crate::losses::append(&path, &crate::losses::LossRecord::now(feed, what)) {
-        error!(feed, file = %path.display(), %error, "cannot keep the loss record beside the pointer: the next start will not report it");
-    }
+    keep_loss(&path, feed, what);
 }
