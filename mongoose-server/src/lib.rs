@@ -38,6 +38,7 @@ pub use error::ServerError;
 /// allocation per line); a handler takes `&Line` (`fn on_line(&mut self, line: &Line)`).
 pub use mongoose_source_file::Line;
 pub use server::{
-    replay, ProcessorContext, ProcessorFactory, ProcessorKind, ReloadStatus, Server, ServerBuilder,
-    SettingsCheck, SettingsError, SettingsValidator, StopResult, TapRefused,
+    replay, ProcessorContext, ProcessorFactory, ProcessorKind, ProcessorReports, ReloadStatus,
+    Server, ServerBuilder, SettingsCheck, SettingsError, SettingsValidator, StatusReader,
+    StopResult, TapRefused,
 };

@@ -32,6 +32,10 @@ pub(super) async fn status(State(server): State<Server>) -> Response {
     if let Some(object) = status.as_object_mut() {
         object.insert("sinks".to_owned(), json!(server.sink_statuses()));
         object.insert(
+            "processors".to_owned(),
+            serde_json::Value::Object(server.processor_reports()),
+        );
+        object.insert(
             "configGeneration".to_owned(),
             json!(server.config_generation()),
         );
@@ -311,6 +315,77 @@ pub(super) async fn list_commands(
             Json(json!({ "group": group, "processor": name, "commands": commands })).into_response()
         }
         None => not_found(format!("no running processor '{name}' in group '{group}'")),
+    }
+}
+
+/// The query of `GET .../state`.
+#[derive(Deserialize)]
+pub(super) struct StateQuery {
+    key: Option<String>,
+}
+
+/// `GET /processors/{group}/{name}/state?key=K`: the processor's `state` admin command
+/// (an aggregate's: the key's aggregates as JSON). 404 for no such running processor,
+/// one without a `state` command, or an unknown key; 400 for a missing or malformed key.
+pub(super) async fn processor_state(
+    State(server): State<Server>,
+    Path((group, name)): Path<(String, String)>,
+    Query(query): Query<StateQuery>,
+) -> Response {
+    let Some(key) = query.key else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "error": "give the key: ?key=V1,V2 (the group_by values, comma-separated)" })),
+        )
+            .into_response();
+    };
+    match server.control().admin_commands(&group, &name) {
+        Some(commands) if commands.iter().any(|command| command == "state") => {}
+        Some(_) => {
+            return not_found(format!(
+                "the processor '{name}' of group '{group}' keeps no state to query (it is not an aggregate)"
+            ))
+        }
+        None => return not_found(format!("no running processor '{name}' in group '{group}'")),
+    }
+    let reply = tokio::task::spawn_blocking(move || {
+        server
+            .control()
+            .invoke_admin_command_wait(&group, &name, "state", vec![key], COMMAND_WAIT)
+    })
+    .await;
+    let reply = match reply {
+        Ok(Some(reply)) => reply,
+        Ok(None) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({ "error": format!("no reply within {}s", COMMAND_WAIT.as_secs()) })),
+            )
+                .into_response()
+        }
+        Err(error) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({ "error": error.to_string() })),
+            )
+                .into_response()
+        }
+    };
+    if reply.outcome != ReplyOutcome::Applied {
+        return (command_status(&reply), Json(reply)).into_response();
+    }
+    let output: serde_json::Value = reply
+        .output
+        .as_deref()
+        .and_then(|output| serde_json::from_str(output).ok())
+        .unwrap_or_default();
+    match output.get("status").and_then(serde_json::Value::as_u64) {
+        Some(code) => (
+            StatusCode::from_u16(code as u16).unwrap_or(StatusCode::BAD_REQUEST),
+            Json(json!({ "error": output.get("error").cloned().unwrap_or_default() })),
+        )
+            .into_response(),
+        None => Json(output).into_response(),
     }
 }
 

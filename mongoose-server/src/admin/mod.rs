@@ -9,6 +9,7 @@
 //! | `POST /processors/{group}/{name}/stop` | stops a processor, waiting up to 1 s for its reply |
 //! | `GET /processors/{group}/{name}/commands` | the admin commands the running processor registered: `{"group", "processor", "commands": [..]}` (404 when no such running processor) |
 //! | `POST /processors/{group}/{name}/commands/{command}` | runs one, with the JSON body `{"args": ["..."]}` (or no body: no arguments), waiting up to 5 s; answers its control reply (the command's text in `output`) |
+//! | `GET /processors/{group}/{name}/state?key=K` | the current aggregates of key `K` (the `group_by` values, comma-separated) of an `aggregate` processor, as JSON (its `state` admin command); 404 for no such running processor, one that is not an aggregate, or an unknown key; 400 for a missing or malformed key. Needs the token like the other privileged routes |
 //! | `POST /feeds/{feed}/overload/clear` | clears the feed's overload latches |
 //! | `POST /feeds/{feed}/release[?queue=Q]` | the operator release of a held position: accepts the loss of a removed consumer's backlog, counted in `dropped` |
 //! | `POST /sinks/{sink}/retry` | tries every output of the sink that waits for a retry, and every held one (a permanent refusal included), now: `{"sink", "retrying", "held"}` (what was waiting when asked; the outcomes show in `/status` as they come), 404 for an unknown sink |
@@ -138,6 +139,10 @@ pub fn router(server: Server, settings: &AdminSettings) -> Router {
         .route("/groups", get(groups))
         .route("/processors/{group}/{name}/stop", post(stop_processor))
         .route("/processors/{group}/{name}/commands", get(list_commands))
+        .route(
+            "/processors/{group}/{name}/state",
+            get(handlers::processor_state),
+        )
         .route(
             "/processors/{group}/{name}/commands/{command}",
             post(run_command),

@@ -127,6 +127,7 @@ impl ServerBuilder {
                 plane,
                 feeds: Mutex::new(feeds),
                 sinks,
+                reports: Default::default(),
                 plugins,
                 kill_switch,
                 connector,

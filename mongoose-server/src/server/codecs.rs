@@ -81,6 +81,7 @@ pub fn replay(
                     sinks: &sinks,
                     // a replay never reaches the feeds' systems
                     feeds: &[],
+                    reports: &crate::server::kinds::ProcessorReports::default(),
                 })
             };
             build().map_err(|message| ServerError::ProcessorSettings {

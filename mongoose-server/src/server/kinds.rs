@@ -27,6 +27,45 @@ pub struct ProcessorContext<'a> {
     /// The configured feeds (none in a replay: a processor replayed runs on recorded
     /// inputs only, and must not reach the feeds' systems).
     pub feeds: &'a [FeedConfig],
+    /// Where a processor's own status goes (`/status`, under `processors`).
+    pub reports: &'a ProcessorReports,
+}
+
+/// Reads a processor's own status (its counters) for `/status`.
+pub type StatusReader = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+/// The status readers of the processors that report one, by `group/name`: what
+/// `/status` shows under `processors`.
+#[derive(Clone, Default)]
+pub struct ProcessorReports(
+    Arc<parking_lot::Mutex<std::collections::BTreeMap<String, StatusReader>>>,
+);
+
+impl std::fmt::Debug for ProcessorReports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.lock().keys()).finish()
+    }
+}
+
+impl ProcessorReports {
+    /// Sets the status reader of `group/name` (replacing an earlier one: a reload).
+    pub fn set(&self, group: &str, name: &str, reader: StatusReader) {
+        self.0.lock().insert(format!("{group}/{name}"), reader);
+    }
+
+    /// Every processor's status, by `group/name`.
+    pub fn read(&self) -> serde_json::Map<String, serde_json::Value> {
+        let readers: Vec<(String, StatusReader)> = self
+            .0
+            .lock()
+            .iter()
+            .map(|(name, reader)| (name.clone(), Arc::clone(reader)))
+            .collect();
+        readers
+            .into_iter()
+            .map(|(name, reader)| (name, reader()))
+            .collect()
+    }
 }
 
 impl ProcessorContext<'_> {
@@ -72,6 +111,12 @@ impl ProcessorContext<'_> {
     /// commit is held (a replay, an unknown feed).
     pub fn commit_gate(&self, feed: &str) -> Option<Arc<dyn mongoose_core::sink::CommitGate>> {
         self.sinks.gate(feed, self.group)
+    }
+
+    /// Reports this processor's own status (its counters) in `/status`, under
+    /// `processors` by `group/name`: `reader` is called at each request.
+    pub fn report_status(&self, reader: StatusReader) {
+        self.reports.set(self.group, self.name, reader);
     }
 
     /// Resolves a path against the config file's folder.

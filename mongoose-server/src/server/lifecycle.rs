@@ -144,6 +144,7 @@ impl Server {
             base_dir: &config.base_dir,
             sinks: &inner.sinks,
             feeds: &config.feeds,
+            reports: &inner.reports,
         };
         let built = factory(&context).map_err(|message| ServerError::ProcessorSettings {
             name: processor.name.clone(),

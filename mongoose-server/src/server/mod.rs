@@ -20,8 +20,8 @@ mod taps;
 pub use builder::ServerBuilder;
 pub use codecs::replay;
 pub use kinds::{
-    ProcessorContext, ProcessorFactory, ProcessorKind, SettingsCheck, SettingsError,
-    SettingsValidator,
+    ProcessorContext, ProcessorFactory, ProcessorKind, ProcessorReports, SettingsCheck,
+    SettingsError, SettingsValidator, StatusReader,
 };
 pub use lifecycle::StopResult;
 pub use reload::ReloadStatus;
@@ -85,6 +85,8 @@ struct Inner {
     plane: ControlPlane,
     feeds: Mutex<Vec<Arc<FeedRuntime>>>,
     sinks: Sinks,
+    /// The processors' own statuses (`/status`, under `processors`).
+    reports: kinds::ProcessorReports,
     /// The plugins of `plugin_dir`, for feeds and sinks a reload adds.
     plugins: Option<Arc<mongoose_plugin::host::PluginRegistry>>,
     /// The kill switch of configured feeds, for feeds a reload adds.
@@ -175,6 +177,11 @@ impl Server {
             report.settled &= sink.queued == 0 && sink.retrying == 0 && sink.held_count == 0;
         }
         report
+    }
+
+    /// The processors' own statuses (an aggregate's counters), by `group/name`.
+    pub fn processor_reports(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.inner.reports.read()
     }
 
     /// What each configured sink has done (`published`, `not_published`,
