@@ -52,6 +52,19 @@ pub struct AggregateSettings {
     /// positions (carried through for the processor).
     #[serde(default)]
     pub dead_letter: Option<String>,
+    /// A configured sink the rules' outputs and the windows' results go to, keyed by
+    /// their lines' positions (carried through for the processor; needed when there
+    /// are rules or windows).
+    #[serde(default)]
+    pub sink: Option<String>,
+    /// The folder the processor keeps its state in: a snapshot and the outbox of the
+    /// lines applied since (carried through for the processor, which needs it).
+    #[serde(default)]
+    pub state_dir: Option<std::path::PathBuf>,
+    /// Records in the outbox after which the processor writes a snapshot of its state
+    /// and lets the outbox forget them (default 10,000): what a restart replays.
+    #[serde(default = "default_snapshot_every")]
+    pub snapshot_every: u64,
 }
 
 /// How a line is read.
@@ -151,6 +164,10 @@ pub enum Fire {
 
 fn default_feed() -> String {
     "lines".to_owned()
+}
+
+fn default_snapshot_every() -> u64 {
+    10_000
 }
 
 fn default_bound() -> u64 {

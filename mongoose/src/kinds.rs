@@ -185,7 +185,7 @@ fn changelog_target(
 /// Registers the processor kind `ledger` on `builder`: its settings are checked when
 /// the server is built (and by `mongoose validate`), the ledger opens at start.
 pub fn register(builder: ServerBuilder) -> ServerBuilder {
-    builder.processor_kind_checked("ledger", check, |context| {
+    crate::aggregate::register(builder).processor_kind_checked("ledger", check, |context| {
         let mut settings: LedgerSettings = context.settings()?;
         settings.state_dir = context.resolve(&settings.state_dir);
         let target = changelog_target(&settings, context.name, context.feed(&settings.feed))

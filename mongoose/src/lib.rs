@@ -42,6 +42,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod aggregate;
 pub mod archive_cli;
 pub mod journal_cli;
 pub mod kinds;

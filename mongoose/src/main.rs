@@ -147,6 +147,26 @@ enum Command {
         #[arg(long)]
         token_file: Option<PathBuf>,
     },
+    /// Prints the aggregates of one key of a running aggregate processor, as JSON.
+    ///
+    /// Asks the admin API (GET /processors/GROUP/NAME/state?key=KEY, which needs the
+    /// admin token when one is configured); exits 1 for an unknown processor or key.
+    State {
+        /// The aggregate processor: GROUP/NAME.
+        processor: String,
+        /// The key: the values of its group_by fields, comma-separated (alice,EUR).
+        key: String,
+        /// The admin address of the server (default: the [admin] address of --config,
+        /// else 127.0.0.1:8089).
+        #[arg(long)]
+        admin: Option<String>,
+        /// The server's config file: its [admin] address and token_file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// A file holding the admin API's bearer token (the server's [admin] token_file).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+    },
     /// A live sample of a running server's feed items or sink outputs.
     ///
     /// One line each, until --limit or Ctrl-C; then how many the tap dropped (the tap
@@ -578,6 +598,26 @@ fn main() -> ExitCode {
         } => status_cli::admin_target(address, config.as_deref(), token_file)
             .map_err(|error| (EXIT_BAD_CONFIG, error))
             .and_then(|target| status_cli::status(&target, json)),
+        Command::State {
+            processor,
+            key,
+            admin: address,
+            config,
+            token_file,
+        } => status_cli::admin_target(address, config.as_deref(), token_file)
+            .map_err(|error| (EXIT_BAD_CONFIG, error))
+            .and_then(|target| {
+                let token = read_token(target.token_file.as_deref())?;
+                let text = mongoose::status_cli::processor_state(
+                    &target.address,
+                    &processor,
+                    &key,
+                    token.as_deref().map(str::trim),
+                )
+                .map_err(|error| (EXIT_FAILED, error))?;
+                outln!("{text}");
+                Ok(cli::EXIT_OK)
+            }),
         Command::Top {
             admin: address,
             config,

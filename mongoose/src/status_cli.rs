@@ -254,6 +254,46 @@ pub fn status(target: &AdminTarget, json: bool) -> Result<u8, (u8, ServerError)>
     Ok(cli::EXIT_OK)
 }
 
+/// `mongoose state`: the aggregates of `key` of the aggregate processor `processor`
+/// (`GROUP/NAME`), as the admin API's JSON.
+///
+/// # Errors
+/// `processor` is not `GROUP/NAME`; the admin API cannot be reached, refused the
+/// token, or answered another status than 200 (an unknown processor or key).
+pub fn processor_state(
+    address: &str,
+    processor: &str,
+    key: &str,
+    token: Option<&str>,
+) -> Result<String, ServerError> {
+    let Some((group, name)) = processor.split_once('/') else {
+        return Err(ServerError::invalid(
+            "processor",
+            format!("'{processor}' is not GROUP/NAME: give the processor's group and name, such as bank/balances"),
+        ));
+    };
+    let path = format!(
+        "/processors/{}/{}/state?key={}",
+        percent_encoded(group),
+        percent_encoded(name),
+        percent_encoded(key)
+    );
+    admin::get_text_with_token(address, &path, token)
+}
+
+/// `text` with every byte but the unreserved ones and `,` percent-encoded.
+fn percent_encoded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~,".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

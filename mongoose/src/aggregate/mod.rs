@@ -1,0 +1,112 @@
+//! The processor kind `aggregate` (issue 40): the adapter between the server's kind API
+//! and the pure core of `mongoose-aggregate`, with its state kept as the ledger keeps
+//! its own: the feed's position saved with the state in the outbox, a snapshot by log
+//! size, and the outputs admitted with their lines and written through the server's
+//! sinks keyed by position (exactly once into a file sink).
+//!
+//! `processor` holds the processor, `store` what it keeps on disk (and the offline
+//! [`store::load`] of tests and tools), `stats` its counters for `/status`.
+
+use std::sync::Arc;
+
+use mongoose_aggregate::{AggregateError, AggregateSettings, Aggregator};
+use mongoose_core::Processor;
+use mongoose_ledger::{AlertSink, SinkAlerts};
+use mongoose_server::{ServerBuilder, SettingsCheck, SettingsError};
+
+pub mod processor;
+pub mod stats;
+pub mod store;
+
+pub use processor::AggregateProcessor;
+pub use stats::AggregateStats;
+
+/// The kind's name in `[[groups.processors]]`.
+pub const KIND: &str = "aggregate";
+
+/// Registers the processor kind `aggregate` on `builder`.
+pub fn register(builder: ServerBuilder) -> ServerBuilder {
+    builder.processor_kind_checked(KIND, check, |context| {
+        let settings: AggregateSettings = context.settings()?;
+        let state_dir = settings
+            .state_dir
+            .as_deref()
+            .map(|dir| context.resolve(dir))
+            .ok_or("state_dir: the folder the aggregate keeps its state in is missing")?;
+        let feed = settings.feed.clone();
+        let snapshot_every = settings.snapshot_every;
+        let sink_names = (settings.sink.clone(), settings.dead_letter.clone());
+        let aggregator =
+            Aggregator::compile(settings, "settings").map_err(|error| error.to_string())?;
+        let writer = |sink: &str, suffix: &str| -> Result<Box<dyn AlertSink>, String> {
+            let (handle, gates, name) = context.sink_parts(sink)?;
+            Ok(Box::new(SinkAlerts::tracked(
+                handle,
+                gates,
+                &format!("{name}{suffix}"),
+            )))
+        };
+        let outputs = sink_names
+            .0
+            .as_deref()
+            .map(|sink| writer(sink, ""))
+            .transpose()?;
+        let dead_letter = sink_names
+            .1
+            .as_deref()
+            .map(|sink| writer(sink, "/dead_letter"))
+            .transpose()?;
+        let stats = Arc::new(AggregateStats::default());
+        let name = format!("{}/{}", context.group, context.name);
+        let reported = Arc::clone(&stats);
+        context.report_status(Arc::new(move || reported.to_json()));
+        let opening = processor::Opening {
+            aggregator,
+            gate: context.commit_gate(&feed),
+            feed,
+            state_dir,
+            snapshot_every,
+            name,
+            stats,
+            sinks: sink_names,
+        };
+        AggregateProcessor::open(opening, outputs, dead_letter)
+            .map(|processor| Box::new(processor) as Box<dyn Processor>)
+    })
+}
+
+/// The kind's settings check (run when the server is built and by `mongoose
+/// validate`): every key known and of its type, the feed and the sinks configured, a
+/// `state_dir`, a `sink` when rules or windows give outputs, and every expression
+/// parsed (an error names its key path and column).
+fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
+    let settings: AggregateSettings = check.settings()?;
+    check.feed("feed", &settings.feed)?;
+    if settings.state_dir.is_none() {
+        return Err(SettingsError::at(
+            "state_dir",
+            "the aggregate keeps its state (with the feed's position) in a folder: give state_dir = \"...\" (a folder of its own)",
+        ));
+    }
+    match &settings.sink {
+        Some(sink) => check.sink("sink", sink)?,
+        None if !settings.rules.is_empty() || settings.window.is_some() => {
+            return Err(SettingsError::at(
+                "sink",
+                "the rules' outputs and the windows' results go to a configured sink: give sink = \"NAME\" (one of [[sinks]])",
+            ))
+        }
+        None => {}
+    }
+    if let Some(sink) = &settings.dead_letter {
+        check.sink("dead_letter", sink)?;
+    }
+    Aggregator::compile(settings, "")
+        .map(|_| ())
+        .map_err(|error| match error {
+            AggregateError::Config { at, message } => {
+                SettingsError::at(at.trim_start_matches('.').to_owned(), message)
+            }
+            other => SettingsError::new(other.to_string()),
+        })
+}

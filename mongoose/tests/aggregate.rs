@@ -1,0 +1,615 @@
+//! The processor kind `aggregate` (issue 40, second increment), against the real
+//! `mongoose` binary run as a child process: its state saved with the feed's position
+//! in the outbox (real SIGKILLs, the truth computed from the input), its outputs and
+//! dead letters written once into file sinks, its config errors at their key, the
+//! ledger's rules expressed as an aggregate, and the query of a key's state behind the
+//! admin token.
+//!
+//! No timing assertions: every wait is for a condition, with a generous deadline.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use mongoose_aggregate::{Aggregate, AggregateSettings, Aggregator};
+use support::LedgerRun;
+
+/// The feed `lines` on `input.txt`, the file sinks `out` and `dead`, and the aggregate
+/// `agg/totals` with `settings` (TOML lines of its settings table).
+fn config(top: &str, settings: &str) -> String {
+    format!(
+        r#"
+{top}
+[[feeds]]
+name = "lines"
+source = "file"
+path = "input.txt"
+read_strategy = "COMMITED"
+
+[[sinks]]
+name = "out"
+kind = "file"
+path = "out.txt"
+
+[[sinks]]
+name = "dead"
+kind = "file"
+path = "dead.txt"
+
+[[groups]]
+name = "agg"
+idle_strategy = "sleeping-millis:1"
+
+[[groups.processors]]
+name = "totals"
+kind = "aggregate"
+[groups.processors.settings]
+{settings}
+"#
+    )
+}
+
+/// Counts and sums by account, a rule when the total goes negative, dead letters.
+const TOTALS: &str = r#"format = "csv"
+columns = ["account", "amount"]
+fields = { account = "string", amount = "integer" }
+group_by = ["account"]
+aggregates = { n = "count", total = "sum(amount)" }
+rules = [{ name = "negative", when = "total < 0", emit = "{account} negative: {total}" }]
+sink = "out"
+dead_letter = "dead"
+state_dir = "state"
+snapshot_every = 300
+"#;
+
+/// The aggregate's state in `state` of `run`, read from its files (`settings` as in the
+/// config).
+fn state_of(run: &LedgerRun, settings: &str) -> Aggregate {
+    let settings: AggregateSettings = toml::from_str(settings).expect("settings");
+    let aggregator = Aggregator::compile(settings, "settings").expect("compiles");
+    mongoose::aggregate::store::load(&run.path("state"), aggregator).expect("state readable")
+}
+
+fn lines_of(run: &LedgerRun, file: &str) -> Vec<String> {
+    std::fs::read_to_string(run.path(file))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The committed offset of the feed (0 before its pointer exists).
+fn committed(run: &LedgerRun) -> u64 {
+    std::fs::read(run.pointer_path())
+        .ok()
+        .filter(|bytes| bytes.len() >= 8)
+        .map_or(0, |bytes| {
+            u64::from_be_bytes(bytes[..8].try_into().expect("8"))
+        })
+}
+
+/// A deterministic input of `count` lines `accN,amount` (amounts from -60 to 39), with
+/// a malformed line every 97th.
+fn ledger_input(count: usize) -> Vec<String> {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    (0..count)
+        .map(|index| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            if index % 97 == 50 {
+                return format!("acc{},not-a-number", seed % 5);
+            }
+            format!("acc{},{}", seed % 23, (seed >> 8) % 100) // replaced below
+        })
+        .enumerate()
+        .map(|(index, line)| match line.split_once(',') {
+            Some((account, amount)) if amount.parse::<i64>().is_ok() => {
+                let amount: i64 = amount.parse().expect("number");
+                format!("{account},{}", amount - 60 + (index as i64 % 3))
+            }
+            _ => line,
+        })
+        .collect()
+}
+
+/// The truth of the totals config over `lines`: per account (count, total), the
+/// rule's outputs in order (when a total goes from >= 0 to < 0), and the malformed
+/// lines.
+struct Truth {
+    keys: BTreeMap<String, (u64, i64)>,
+    emits: Vec<String>,
+    malformed: Vec<String>,
+}
+
+fn truth(lines: &[String]) -> Truth {
+    let mut keys: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    let mut negative: BTreeMap<String, bool> = BTreeMap::new();
+    let mut emits = Vec::new();
+    let mut malformed = Vec::new();
+    for line in lines {
+        let (account, amount) = line.split_once(',').expect("account,amount");
+        let Ok(amount) = amount.parse::<i64>() else {
+            malformed.push(line.clone());
+            continue;
+        };
+        let entry = keys.entry(account.to_owned()).or_default();
+        entry.0 += 1;
+        entry.1 += amount;
+        let now = entry.1 < 0;
+        let was = negative.insert(account.to_owned(), now).unwrap_or(false);
+        if now && !was {
+            emits.push(format!("{account} negative: {}", entry.1));
+        }
+    }
+    Truth {
+        keys,
+        emits,
+        malformed,
+    }
+}
+
+fn text_of(lines: &[String]) -> String {
+    lines.iter().map(|line| format!("{line}\n")).collect()
+}
+
+/// Checks the aggregate's saved state and its outputs against the truth.
+fn assert_truth(run: &LedgerRun, lines: &[String], context: &str) {
+    let truth = truth(lines);
+    let aggregate = state_of(run, TOTALS);
+    let state = aggregate.state();
+    assert_eq!(
+        state.counters.applied,
+        (lines.len() - truth.malformed.len()) as u64,
+        "every good line applied once: {context}"
+    );
+    assert_eq!(
+        state.counters.rejected_total(),
+        truth.malformed.len() as u64,
+        "every malformed line counted once: {context}"
+    );
+    for (account, (count, total)) in &truth.keys {
+        let view = aggregate.key(&[account]).expect("the key");
+        let json = view.to_json();
+        assert_eq!(json["values"]["n"], *count, "count of {account}: {context}");
+        assert_eq!(
+            json["values"]["total"].to_string().trim_matches('"'),
+            total.to_string(),
+            "total of {account}: {context}"
+        );
+    }
+    assert_eq!(state.keys.len(), truth.keys.len(), "{context}");
+    assert_eq!(
+        lines_of(run, "out.txt"),
+        truth.emits,
+        "each rule output written once, in order: {context}"
+    );
+    let dead = lines_of(run, "dead.txt");
+    let dead_lines: Vec<String> = dead
+        .iter()
+        .map(|line| {
+            let json: serde_json::Value = serde_json::from_str(line).expect("a JSON dead letter");
+            assert!(json["position"].is_string(), "{line}");
+            json["line"].as_str().expect("the line").to_owned()
+        })
+        .collect();
+    assert_eq!(
+        dead_lines, truth.malformed,
+        "each malformed line dead-lettered once: {context}"
+    );
+}
+
+#[test]
+fn an_aggregate_counts_and_sums_by_key_exactly_once_across_kills() {
+    let lines = ledger_input(40_000);
+    let total_bytes = text_of(&lines).len() as u64;
+    let run = LedgerRun::new(&text_of(&lines), &config("", TOTALS));
+    let mut kills = 0;
+    let mut mid_way = 0;
+    for round in 1..=6u64 {
+        let mut child = run.spawn(false);
+        let target = total_bytes * round / 8;
+        run.wait_until(&mut child, &format!("committed {target} bytes"), || {
+            committed(&run) >= target
+        });
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        kills += 1;
+        if committed(&run) < total_bytes {
+            mid_way += 1;
+        }
+        // the committed position is never ahead of what the saved state holds
+        let saved = state_of(&run, TOTALS)
+            .state()
+            .lanes
+            .get(&0)
+            .map_or(0, |lane| lane.offset);
+        assert!(
+            committed(&run) <= saved,
+            "after kill {kills}: committed {} is ahead of the saved state's {saved}",
+            committed(&run)
+        );
+    }
+    assert!(
+        mid_way >= 3,
+        "the kills landed mid-way ({mid_way} of {kills})"
+    );
+    let code = run.finish();
+    assert_eq!(code, 0, "{}", run.log());
+    assert_truth(&run, &lines, &format!("after {kills} SIGKILLs"));
+}
+
+#[test]
+fn a_line_that_does_not_parse_is_counted_and_dead_lettered_never_dropped() {
+    let lines: Vec<String> = [
+        "alice,10",
+        "alice",
+        "bob,x12",
+        "bob,5",
+        "carol,1,2",
+        "alice,-20",
+        "bob,7",
+    ]
+    .iter()
+    .map(|line| (*line).to_owned())
+    .collect();
+    let run = LedgerRun::new(&text_of(&lines), &config("", TOTALS));
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    let aggregate = state_of(&run, TOTALS);
+    let counters = &aggregate.state().counters;
+    assert_eq!(counters.applied, 4, "{counters:?}");
+    assert_eq!(counters.rejected_total(), 3, "{counters:?}");
+    assert!(
+        counters.rejected.len() >= 2,
+        "counted per reason: {counters:?}"
+    );
+    let dead = lines_of(&run, "dead.txt");
+    assert_eq!(dead.len(), 3, "{dead:?}");
+    let offsets: Vec<String> = dead
+        .iter()
+        .map(|line| {
+            let json: serde_json::Value = serde_json::from_str(line).expect("JSON");
+            assert!(json["rejected"].is_string(), "the reason: {line}");
+            json["position"].as_str().expect("a position").to_owned()
+        })
+        .collect();
+    // the offsets after "alice", "bob,x12" and "carol,1,2"
+    assert_eq!(offsets, ["15", "23", "39"], "{dead:?}");
+    assert_eq!(lines_of(&run, "out.txt"), ["alice negative: -10"]);
+}
+
+/// Card payments `ts,card,amount` (ts in unix seconds), counted per card per minute.
+const WINDOWED: &str = r#"format = "csv"
+columns = ["ts", "card", "amount"]
+fields = { ts = { type = "timestamp", format = "unix" }, card = "string", amount = "integer" }
+group_by = ["card"]
+aggregates = { n = "count", spent = "sum(amount)" }
+window = { field = "ts", size = "1m" }
+rules = [{ name = "busy", when = "n > 3", emit = "busy {card} {window_start} {n}" }]
+sink = "out"
+dead_letter = "dead"
+state_dir = "state"
+snapshot_every = 200
+"#;
+
+#[test]
+fn a_window_result_is_emitted_once_when_it_closes() {
+    // 40 minutes of payments on 4 cards, time going forward
+    let mut lines = Vec::new();
+    let mut truth: BTreeMap<(i64, String), (u64, i64)> = BTreeMap::new();
+    let start = 1_700_000_040i64; // a minute's start
+    for index in 0..3_000i64 {
+        let ts = start + index * 40 * 60 / 3_000;
+        let card = format!("card{}", (index * 7) % 4 + (index % 3) / 2);
+        let amount = index % 50;
+        let entry = truth.entry((ts / 60 * 60, card.clone())).or_default();
+        entry.0 += 1;
+        entry.1 += amount;
+        lines.push(format!("{ts},{card},{amount}"));
+    }
+    let last_window = (start + 2_999 * 40 * 60 / 3_000) / 60 * 60;
+    let total_bytes = text_of(&lines).len() as u64;
+    let run = LedgerRun::new(&text_of(&lines), &config("", WINDOWED));
+    for round in 1..=3u64 {
+        let mut child = run.spawn(false);
+        let target = total_bytes * round / 4;
+        run.wait_until(&mut child, &format!("committed {target} bytes"), || {
+            committed(&run) >= target
+        });
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    let out = lines_of(&run, "out.txt");
+    let results: Vec<serde_json::Value> = out
+        .iter()
+        .filter(|line| line.starts_with('{'))
+        .map(|line| serde_json::from_str(line).expect("a window result"))
+        .collect();
+    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for result in &results {
+        let key = (
+            result["window_start"].as_str().expect("start").to_owned(),
+            result["key"][0].as_str().expect("card").to_owned(),
+        );
+        *seen.entry(key).or_default() += 1;
+    }
+    assert!(
+        seen.values().all(|count| *count == 1),
+        "each window's result once: {seen:?}"
+    );
+    // every window that closed (all but the last minute's) has its result, right
+    let closed: Vec<_> = truth
+        .iter()
+        .filter(|((window, _), _)| *window < last_window)
+        .collect();
+    assert_eq!(results.len(), closed.len(), "{out:?}");
+    for ((window, card), (count, spent)) in closed {
+        let start = mongoose_aggregate::format_time(window * 1000);
+        let result = results
+            .iter()
+            .find(|result| {
+                result["window_start"] == start.as_str() && result["key"][0] == card.as_str()
+            })
+            .unwrap_or_else(|| panic!("the result of {card} at {start}"));
+        assert_eq!(result["values"]["n"], *count, "{result}");
+        assert_eq!(
+            result["values"]["spent"].to_string().trim_matches('"'),
+            spent.to_string(),
+            "{result}"
+        );
+    }
+    let busy = out.iter().filter(|line| line.starts_with("busy ")).count();
+    let expected_busy = truth
+        .iter()
+        .filter(|((window, _), (count, _))| *window < last_window && *count > 3)
+        .count();
+    assert_eq!(busy, expected_busy, "each busy window's rule output once");
+    assert!(lines_of(&run, "dead.txt").is_empty(), "no late line");
+}
+
+fn mongoose(args: &[&str]) -> Output {
+    Command::new(support::binary())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the mongoose binary runs")
+}
+
+#[test]
+fn a_rule_with_a_syntax_error_is_a_config_error_at_its_key() {
+    let settings = TOTALS.replace("when = \"total < 0\"", "when = \"total < \"");
+    let run = LedgerRun::new("alice,1\n", &config("", &settings));
+    let config = run.path("mongoose.toml");
+    let config = config.to_str().expect("utf-8");
+    for command in ["validate", "run"] {
+        let output = mongoose(&[command, "--config", config]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{command} refuses: {stderr}");
+        assert!(
+            stderr.contains("groups[0].processors[0].settings.rules[0].when")
+                && stderr.contains("column"),
+            "{command} names the key and the column: {stderr}"
+        );
+    }
+    // the other settings are checked too: an unknown key, a bad type, an unknown sink
+    for (from, to, key) in [
+        (
+            "snapshot_every = 300",
+            "snapshot_evry = 300",
+            "snapshot_evry",
+        ),
+        (
+            "snapshot_every = 300",
+            "snapshot_every = \"often\"",
+            "snapshot_every",
+        ),
+        (
+            "dead_letter = \"dead\"",
+            "dead_letter = \"nope\"",
+            "settings.dead_letter",
+        ),
+        ("sink = \"out\"", "sink = \"nope\"", "settings.sink"),
+        (
+            "\"sum(amount)\"",
+            "\"sum(amont)\"",
+            "settings.aggregates.total",
+        ),
+    ] {
+        let settings = TOTALS.replace(from, to);
+        std::fs::write(run.path("mongoose.toml"), self::config("", &settings)).expect("config");
+        let output = mongoose(&["validate", "--config", config]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{to}: {stderr}");
+        assert!(stderr.contains(key), "{to}: names {key}: {stderr}");
+    }
+}
+
+#[test]
+fn the_ledger_as_an_aggregate_config_gives_the_ledgers_balances_and_alerts() {
+    let lines = ledger_input(3_000);
+    let settings = r#"format = "csv"
+columns = ["account", "amount"]
+fields = { account = "string", amount = "integer" }
+group_by = ["account"]
+aggregates = { balance = "sum(amount)" }
+rules = [{ name = "overdrawn", when = "balance < 0", emit = "{account},{balance}", fire = "every" }]
+sink = "out"
+dead_letter = "dead"
+state_dir = "state"
+"#;
+    let both = format!(
+        "{}
+[[groups]]
+name = \"ledger\"
+idle_strategy = \"sleeping-millis:1\"
+
+[[groups.processors]]
+name = \"ledger\"
+kind = \"ledger\"
+settings = {{ state_dir = \"ledger-state\", alerts = \"alerts.txt\" }}
+",
+        config("", settings)
+    );
+    let run = LedgerRun::new(&text_of(&lines), &both);
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    let ledger = run.state_in("ledger-state");
+    let settings_of: AggregateSettings = toml::from_str(settings).expect("settings");
+    let aggregator = Aggregator::compile(settings_of, "settings").expect("compiles");
+    let aggregate =
+        mongoose::aggregate::store::load(&run.path("state"), aggregator).expect("readable");
+    let balances: BTreeMap<String, i64> = aggregate
+        .state()
+        .keys
+        .keys()
+        .map(|account| {
+            let view = aggregate.key(&[account]).expect("a key").to_json();
+            let balance = view["values"]["balance"]
+                .to_string()
+                .trim_matches('"')
+                .parse()
+                .expect("an integer balance");
+            (account.clone(), balance)
+        })
+        .collect();
+    assert_eq!(balances, ledger.balances, "the same balances");
+    assert_eq!(aggregate.state().counters.applied, ledger.applied);
+    assert_eq!(aggregate.state().counters.rejected_total(), ledger.rejected);
+    // the ledger's alerts are `position,account,balance`
+    let ledger_alerts: Vec<String> = lines_of(&run, "alerts.txt")
+        .iter()
+        .map(|alert| alert.split_once(',').expect("position,rest").1.to_owned())
+        .collect();
+    assert!(!ledger_alerts.is_empty());
+    assert_eq!(lines_of(&run, "out.txt"), ledger_alerts, "the same alerts");
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("address").port()
+}
+
+fn http(address: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut request = agent.get(format!("http://{address}{path}"));
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let mut response = request
+        .call()
+        .unwrap_or_else(|error| panic!("GET {path}: no answer: {error}"));
+    let status = response.status().as_u16();
+    (
+        status,
+        response.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+const TOKEN: &str = "aggregate-admin-token-0123456789abcdef";
+
+#[test]
+fn the_state_of_a_key_can_be_queried_and_needs_the_token() {
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let settings = TOTALS
+        .replace(
+            "group_by = [\"account\"]",
+            "group_by = [\"account\", \"amount\"]",
+        )
+        .replace("{account} negative", "{account} {amount} negative");
+    let lines = ["alice,10", "alice,10", "bob,-3", "oops"];
+    let run = LedgerRun::new(
+        &text_of(&lines.map(str::to_owned)),
+        &config(
+            &format!("[admin]\naddress = \"{address}\"\ntoken_file = \"admin.token\"\n"),
+            &settings,
+        ),
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(run.path("admin.token"), TOKEN).expect("token");
+        std::fs::set_permissions(
+            run.path("admin.token"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .expect("mode");
+    }
+    let mut child = run.spawn(false);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(Instant::now() < deadline, "never settled: {}", run.log());
+        assert!(child.try_wait().expect("status").is_none(), "{}", run.log());
+        if std::net::TcpStream::connect(&address).is_ok() {
+            let (code, text) = http(&address, "/status", None);
+            if code == 200 && text.contains("\"settled\":true") {
+                let status: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+                let totals = &status["processors"]["agg/totals"];
+                if totals["applied"] == 3 {
+                    assert_eq!(totals["rejected"], 1, "{status}");
+                    assert_eq!(totals["late"], 0, "{status}");
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let path = "/processors/agg/totals/state?key=alice,10";
+    let (code, text) = http(&address, path, None);
+    assert_eq!(code, 401, "the state needs the token: {text}");
+    let (code, text) = http(&address, path, Some("wrong-token-wrong-token"));
+    assert_eq!(code, 401, "{text}");
+    let (code, text) = http(&address, path, Some(TOKEN));
+    assert_eq!(code, 200, "{text}");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(json["values"]["n"], 2, "{json}");
+    assert_eq!(json["values"]["total"], 20, "{json}");
+    let (code, text) = http(
+        &address,
+        "/processors/agg/totals/state?key=carol,1",
+        Some(TOKEN),
+    );
+    assert_eq!(code, 404, "an unknown key: {text}");
+    let (code, text) = http(
+        &address,
+        "/processors/agg/totals/state?key=alice",
+        Some(TOKEN),
+    );
+    assert_eq!(
+        code, 400,
+        "a key of one value for two group_by fields: {text}"
+    );
+    let (code, text) = http(
+        &address,
+        "/processors/agg/nope/state?key=alice,10",
+        Some(TOKEN),
+    );
+    assert_eq!(code, 404, "an unknown processor: {text}");
+    let (code, text) = http(&address, "/metrics", None);
+    assert_eq!(code, 200);
+    assert!(
+        text.contains("mongoose_aggregate_rejected_lines_total"),
+        "rejected lines in /metrics: {text}"
+    );
+    // the CLI: `mongoose state --config C group/name key`
+    let config = run.path("mongoose.toml");
+    let config = config.to_str().expect("utf-8");
+    let output = mongoose(&["state", "--config", config, "agg/totals", "bob,-3"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    assert_eq!(json["values"]["total"], -3, "{json}");
+    let output = mongoose(&["state", "--config", config, "agg/totals", "nobody,1"]);
+    assert_ne!(output.status.code(), Some(0), "an unknown key fails");
+    assert_eq!(run.terminate(child), 0, "{}", run.log());
+}
