@@ -613,3 +613,35 @@ fn the_state_of_a_key_can_be_queried_and_needs_the_token() {
     assert_ne!(output.status.code(), Some(0), "an unknown key fails");
     assert_eq!(run.terminate(child), 0, "{}", run.log());
 }
+
+#[test]
+fn a_late_event_is_counted_and_reported() {
+    // minutes 0, 1, 2 of card c1, then a line of minute 0 again: its window closed
+    let start = 1_700_000_040i64;
+    let lines: Vec<String> = [0, 61, 122, 5, 130]
+        .iter()
+        .map(|offset| format!("{},c1,1", start + offset))
+        .collect();
+    let run = LedgerRun::new(&text_of(&lines), &config("", WINDOWED));
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    let settings: AggregateSettings = toml::from_str(WINDOWED).expect("settings");
+    let aggregator = Aggregator::compile(settings, "settings").expect("compiles");
+    let aggregate =
+        mongoose::aggregate::store::load(&run.path("state"), aggregator).expect("state");
+    assert_eq!(
+        aggregate.state().counters.late,
+        1,
+        "{:?}",
+        aggregate.state().counters
+    );
+    assert_eq!(aggregate.state().counters.applied, 4);
+    let dead = lines_of(&run, "dead.txt");
+    assert_eq!(dead.len(), 1, "the late line dead-lettered: {dead:?}");
+    let late: serde_json::Value = serde_json::from_str(&dead[0]).expect("JSON");
+    assert_eq!(late["late"], true, "{late}");
+    assert_eq!(late["line"], lines[3].as_str(), "{late}");
+    assert!(
+        late["watermark"].is_string() && late["position"].is_string(),
+        "{late}"
+    );
+}
