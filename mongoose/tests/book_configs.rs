@@ -202,8 +202,9 @@ fn every_config_example_of_the_book_validates() {
             panic!("{}: not a tests file: {error}", block.place);
         }
     }
-    // the settings of the `aggregate` processor, not a processor kind of the server yet:
-    // mongoose-aggregate/tests/book.rs compiles and runs them
+    // the settings table alone of an `aggregate` processor (the core's worked example):
+    // mongoose-aggregate/tests/book.rs compiles and runs them; the page's whole configs
+    // are validated here
     let blocks: Vec<&Block> = blocks
         .into_iter()
         .filter(|block| block.tags != ["aggregate"])
