@@ -645,3 +645,16 @@ fn a_late_event_is_counted_and_reported() {
         "{late}"
     );
 }
+
+#[test]
+fn a_state_folder_moved_away_is_rebuilt_from_the_input_and_no_output_is_written_twice() {
+    let lines = ledger_input(3_000);
+    let run = LedgerRun::new(&text_of(&lines), &config("", TOTALS));
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    assert_truth(&run, &lines, "the first run");
+    // the state is gone, the feed's pointer is at the end: the aggregate's saved
+    // positions (none) make the feed read its input again from the start
+    std::fs::rename(run.path("state"), run.path("state.old")).expect("moved away");
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    assert_truth(&run, &lines, "the state rebuilt from the input");
+}
