@@ -658,3 +658,30 @@ fn a_state_folder_moved_away_is_rebuilt_from_the_input_and_no_output_is_written_
     assert_eq!(run.finish(), 0, "{}", run.log());
     assert_truth(&run, &lines, "the state rebuilt from the input");
 }
+
+#[test]
+fn a_full_sink_makes_the_aggregate_busy_and_each_output_is_written_once() {
+    // 300 cards in one minute, then a line of the next minute closes their 300 windows
+    // at once: 600 outputs for one line into a sink whose queue holds 4
+    let start = 1_700_000_040i64;
+    let mut lines: Vec<String> = (0..300)
+        .flat_map(|card| {
+            (0..5).map(move |n| format!("{},card{card},{}", start + (card + n) % 60, n + 1))
+        })
+        .collect();
+    lines.push(format!("{},card0,1", start + 60));
+    let text = config("", WINDOWED).replace(
+        "path = \"out.txt\"",
+        "path = \"out.txt\"\nqueue_capacity = 4",
+    );
+    let run = LedgerRun::new(&text_of(&lines), &text);
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    let out = lines_of(&run, "out.txt");
+    let results = out.iter().filter(|line| line.starts_with('{')).count();
+    let busy = out.iter().filter(|line| line.starts_with("busy ")).count();
+    assert_eq!((results, busy), (300, 300), "each output once");
+    let mut sorted = out.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), out.len(), "no output twice");
+}

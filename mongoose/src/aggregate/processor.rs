@@ -91,12 +91,17 @@ pub struct AggregateProcessor {
     last: Option<LinePosition>,
     /// The keyed outputs of the delivery being handled, admitted with its record.
     admitted: Vec<AdmittedOutput>,
-    /// The outputs of the last line applied, until its sinks took them all (a full sink
-    /// makes the processor busy and the line comes again: they are written again, all
-    /// of them, under the same keys).
+    /// The outputs of the last line applied, until its sinks took them all. A full sink
+    /// makes the processor busy and the line comes again (the state already holds it,
+    /// so it is not applied again): the outputs not taken yet are written then, under
+    /// the keys they would have had (`base`, with their index).
     unsent: Vec<(Target, String)>,
     unsent_at: Option<LinePosition>,
-    admitted_mark: usize,
+    /// How many of `unsent` the sinks took.
+    written: usize,
+    /// Per target, the key of the line's first output (the others' keys are it with
+    /// their index).
+    base: [Option<OutputKey>; 2],
     records_since_snapshot: u64,
     over: Vec<OutputKey>,
     outcomes: Vec<(OutputKey, mongoose_outbox::Outcome)>,
@@ -217,7 +222,8 @@ impl AggregateProcessor {
             admitted: Vec::new(),
             unsent: Vec::new(),
             unsent_at: None,
-            admitted_mark: 0,
+            written: 0,
+            base: [None, None],
             records_since_snapshot: recovery.since_saved.records,
             over: Vec::new(),
             outcomes: Vec::new(),
@@ -291,7 +297,8 @@ impl AggregateProcessor {
             store::encode_line(&mut self.record, at, bytes);
             self.last = Some(at);
             self.unsent.clear();
-            self.admitted_mark = self.admitted.len();
+            self.written = 0;
+            self.base = [None, None];
             self.collect(at, bytes, outcome);
             self.unsent_at = Some(at);
             self.stats.update(self.aggregate.state());
@@ -371,29 +378,60 @@ impl AggregateProcessor {
         }
     }
 
-    /// Writes the last line's outputs, all of them (again, after a full sink: under the
-    /// same keys, so the sink drops the ones it has).
+    /// Writes the last line's outputs the sinks did not take yet, through each sink's
+    /// writer (keyed by the delivery, holding its commit until published, in order). A
+    /// retry after a full sink goes on where it stopped: an output after the first of
+    /// its sink is given the first's key with its own index, the key it would have had.
     fn flush_unsent(&mut self) -> Result<(), ProcessorError> {
-        self.admitted.truncate(self.admitted_mark);
-        for (target, payload) in &self.unsent {
-            let sink = match target {
-                Target::Outputs => self.outputs.as_mut(),
-                Target::DeadLetter => self.dead_letter.as_mut(),
+        let mut counts = [0u32; 2];
+        // per target: its writer made the keys of this call's outputs from index 0
+        let mut fresh = [false; 2];
+        for (at, (target, payload)) in self.unsent.iter().enumerate() {
+            let slot = *target as usize;
+            let index = counts[slot];
+            counts[slot] += 1;
+            if at < self.written {
+                continue;
+            }
+            let (sink, name) = match target {
+                Target::Outputs => (self.outputs.as_mut(), &self.outputs_sink),
+                Target::DeadLetter => (self.dead_letter.as_mut(), &self.dead_letter_sink),
             };
             // no dead_letter sink: the line is counted (in /status and /metrics) only
-            let Some(sink) = sink else { continue };
-            match sink.write_line(payload) {
-                Ok(Some((key, sink))) => self.admitted.push(AdmittedOutput {
-                    sink,
-                    key,
-                    payload: payload.as_bytes().to_vec(),
-                }),
+            let Some(sink) = sink else {
+                self.written = at + 1;
+                continue;
+            };
+            let written = match (&self.base[slot], index) {
+                (Some(base), index) if index > 0 && !fresh[slot] => {
+                    let key = OutputKey {
+                        index,
+                        ..base.clone()
+                    };
+                    sink.republish(key.clone(), payload.as_bytes().to_vec())
+                        .map(|()| Some((key, name.clone().unwrap_or_default())))
+                }
+                _ => sink.write_line(payload),
+            };
+            match written {
+                Ok(Some((key, sink))) => {
+                    if index == 0 {
+                        self.base[slot] = Some(key.clone());
+                        fresh[slot] = true;
+                    }
+                    self.admitted.push(AdmittedOutput {
+                        sink,
+                        key,
+                        payload: payload.as_bytes().to_vec(),
+                    });
+                }
                 Ok(None) => {}
                 Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
                     return Err(ProcessorError::busy(error.to_string()))
                 }
                 Err(error) => return Err(ProcessorError::new(error.to_string())),
             }
+            self.written = at + 1;
         }
         Ok(())
     }
@@ -447,7 +485,6 @@ impl AggregateProcessor {
         }
         self.record.clear();
         self.admitted.clear();
-        self.admitted_mark = 0;
         self.last = None;
         self.records_since_snapshot += 1;
         self.drain_over();
