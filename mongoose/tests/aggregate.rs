@@ -685,3 +685,25 @@ fn a_full_sink_makes_the_aggregate_busy_and_each_output_is_written_once() {
     sorted.dedup();
     assert_eq!(sorted.len(), out.len(), "no output twice");
 }
+
+#[test]
+fn an_aggregate_on_a_kafka_feed_is_refused_until_its_changelog_exists() {
+    let run = LedgerRun::new("", "");
+    let plugins = run.path("plugins");
+    std::fs::create_dir_all(&plugins).expect("the plugin folder");
+    let library = mongoose_testkit::build_plugin("kafka-plugin", &[]);
+    std::fs::copy(&library, plugins.join(library.file_name().expect("a name"))).expect("copied");
+    let text = config("plugin_dir = \"plugins\"", TOTALS).replace(
+        "source = \"file\"\npath = \"input.txt\"\nread_strategy = \"COMMITED\"",
+        "source = \"kafka\"\ncodec = \"line\"\nsettings = { brokers = \"127.0.0.1:19092\", topic = \"aggregate-refused\", group = \"aggregate-refused\" }",
+    );
+    std::fs::write(run.path("mongoose.toml"), text).expect("config");
+    let config = run.path("mongoose.toml");
+    let output = mongoose(&["validate", "--config", config.to_str().expect("utf-8")]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("groups[0].processors[0].settings.feed") && stderr.contains("changelog"),
+        "says why and what to do: {stderr}"
+    );
+}

@@ -82,6 +82,20 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
 fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
     let settings: AggregateSettings = check.settings()?;
     check.feed("feed", &settings.feed)?;
+    let on_kafka = check
+        .config
+        .feeds
+        .iter()
+        .any(|feed| feed.name == settings.feed && feed.plugin_kind() == Some("kafka"));
+    if on_kafka {
+        return Err(SettingsError::at(
+            "feed",
+            format!(
+                "the feed '{}' is a Kafka feed, whose partitions move between the members of its consumer group, and the aggregate keeps its state in a local state_dir only (its Kafka changelog is not built yet): a state per member would split the aggregates. Run the aggregate on a file feed, or the ledger (state = \"changelog\") on the Kafka feed",
+                settings.feed
+            ),
+        ));
+    }
     if settings.state_dir.is_none() {
         return Err(SettingsError::at(
             "state_dir",

@@ -248,6 +248,7 @@ impl AggregateProcessor {
             };
             republish(sink, output)?;
         }
+        describe_metrics();
         if let Some(gate) = &processor.gate {
             let gate = Arc::clone(gate);
             processor
@@ -570,6 +571,21 @@ impl AggregateProcessor {
             None => serde_json::json!({"status": 404, "error": format!("no key '{key}' in the aggregate")}).to_string(),
         })
     }
+}
+
+/// The HELP lines of the aggregate's metrics, once per process.
+fn describe_metrics() {
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        metrics::describe_counter!(
+            "mongoose_aggregate_rejected_lines_total",
+            "Input lines an aggregate processor could not read, by processor and reason (sent to its dead_letter sink when it has one)."
+        );
+        metrics::describe_counter!(
+            "mongoose_aggregate_late_lines_total",
+            "Input lines an aggregate processor received after their window closed, by processor (sent to its dead_letter sink when it has one)."
+        );
+    });
 }
 
 /// Publishes an admitted output again, waiting for room in the sink's queue.
