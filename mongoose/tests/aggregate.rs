@@ -707,3 +707,76 @@ fn an_aggregate_on_a_kafka_feed_is_refused_until_its_changelog_exists() {
         "says why and what to do: {stderr}"
     );
 }
+
+#[test]
+fn an_aggregate_on_a_glob_feed_keeps_a_position_per_file_across_kills() {
+    let first = ledger_input(12_000);
+    let second: Vec<String> = ledger_input(9_000)
+        .into_iter()
+        .map(|line| line.replacen("acc", "other", 1))
+        .collect();
+    let text = config("", TOTALS).replace(
+        "path = \"input.txt\"",
+        "path = \"logs/*.log\"\nscan_interval_millis = 20",
+    );
+    let run = LedgerRun::new("", &text);
+    std::fs::create_dir_all(run.path("logs")).expect("logs");
+    std::fs::write(run.path("logs/a.log"), text_of(&first)).expect("a.log");
+    std::fs::write(run.path("logs/b.log"), text_of(&second)).expect("b.log");
+    let total = (first.len() + second.len()) as u64;
+    let applied = || {
+        let settings: AggregateSettings = toml::from_str(TOTALS).expect("settings");
+        let aggregator = Aggregator::compile(settings, "settings").expect("compiles");
+        mongoose::aggregate::store::load(&run.path("state"), aggregator).map_or(0, |aggregate| {
+            let counters = &aggregate.state().counters;
+            counters.applied + counters.rejected_total()
+        })
+    };
+    let mut mid_way = 0;
+    for round in 1..=4u64 {
+        let mut child = run.spawn(false);
+        let target = total * round / 6;
+        run.wait_until(&mut child, &format!("applied {target} lines"), || {
+            applied() >= target
+        });
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        if applied() < total {
+            mid_way += 1;
+        }
+    }
+    assert!(mid_way >= 2, "the kills landed mid-way ({mid_way} of 4)");
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    let aggregate = state_of(&run, TOTALS);
+    let lanes = &aggregate.state().lanes;
+    assert_eq!(lanes.len(), 2, "one position per file: {lanes:?}");
+    // the truth of both files: their accounts are apart, their lines in any order
+    let mut all = first.clone();
+    all.extend(second.iter().cloned());
+    let truth = truth(&all);
+    let state = aggregate.state();
+    assert_eq!(
+        state.counters.applied,
+        (all.len() - truth.malformed.len()) as u64,
+        "every good line of both files applied once"
+    );
+    assert_eq!(
+        state.counters.rejected_total(),
+        truth.malformed.len() as u64
+    );
+    for (account, (count, total)) in &truth.keys {
+        let json = aggregate.key(&[account]).expect("the key").to_json();
+        assert_eq!(json["values"]["n"], *count, "count of {account}");
+        assert_eq!(json["values"]["total"], *total, "total of {account}");
+    }
+    let mut emitted = lines_of(&run, "out.txt");
+    let mut expected = truth.emits.clone();
+    emitted.sort();
+    expected.sort();
+    assert_eq!(emitted, expected, "each rule output once");
+    assert_eq!(
+        lines_of(&run, "dead.txt").len(),
+        truth.malformed.len(),
+        "each malformed line dead-lettered once"
+    );
+}
