@@ -253,12 +253,24 @@ impl Aggregator {
                 fire: rule.fire,
             });
         }
-        compiled.fingerprint = compiled
+        // what the state's meaning depends on: its aggregates, what makes a key, and
+        // the windows (a state read with another group_by or window would mix keys or
+        // windows of another meaning)
+        let mut fingerprint = compiled
             .specs
             .iter()
             .map(|spec| spec.text.as_str())
             .collect::<Vec<_>>()
             .join(",");
+        if !compiled.settings.group_by.is_empty() {
+            fingerprint.push_str(" by ");
+            fingerprint.push_str(&compiled.settings.group_by.join(","));
+        }
+        if let Some(window) = compiled.window {
+            let field = &compiled.fields[window.field].name;
+            fingerprint.push_str(&format!(" per {}ms of {field}", window.size));
+        }
+        compiled.fingerprint = fingerprint;
         Ok(compiled)
     }
 

@@ -20,7 +20,7 @@ pub enum AggregateError {
     State(String),
     /// A saved state written for another aggregate config (its aggregates differ):
     /// applying lines to it would add them to the wrong aggregates.
-    #[error("the aggregate state was written for another config (its aggregates were {saved:?}, the config's are {current:?}): restore the config it was written with, or move the state away to start over")]
+    #[error("the aggregate state was written for another config (its aggregates, group_by and window were {saved:?}, the config's are {current:?}): restore the config it was written with, or move the state away to start over")]
     OtherConfig {
         /// The saved state's aggregate specs.
         saved: String,

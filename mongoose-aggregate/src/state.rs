@@ -106,8 +106,9 @@ impl Counters {
 /// The aggregate's whole state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AggregateState {
-    /// The config's aggregates (`count,sum(amount)`): a state is refused by a config
-    /// whose aggregates differ.
+    /// The config's aggregates, group_by fields and window (`count,sum(amount) by
+    /// account per 60000ms of ts`): a state is refused by a config where one of them
+    /// differs.
     pub aggregates: String,
     /// The last line of each lane in the state: a line at or before it (same epoch)
     /// is already applied.

@@ -780,3 +780,50 @@ fn an_aggregate_on_a_glob_feed_keeps_a_position_per_file_across_kills() {
         "each malformed line dead-lettered once"
     );
 }
+
+#[test]
+fn a_state_of_another_config_or_a_damaged_snapshot_is_refused_and_left_as_it_is() {
+    let lines = ledger_input(1_000);
+    let run = LedgerRun::new(&text_of(&lines), &config("", TOTALS));
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    let snapshot = run.path("state/state.snapshot");
+    let before = std::fs::read(&snapshot).expect("a snapshot");
+    // another group_by: the saved keys would mean something else
+    let other = TOTALS
+        .replace(
+            "group_by = [\"account\"]",
+            "group_by = [\"account\", \"amount\"]",
+        )
+        .replace("{account} negative", "{account} {amount} negative");
+    std::fs::write(run.path("mongoose.toml"), config("", &other)).expect("config");
+    let (code, log) = run.finish_with_log();
+    assert_ne!(code, 0, "{log}");
+    assert!(
+        log.contains("written for another config") && log.contains("by account,amount"),
+        "says which config the state was written for: {log}"
+    );
+    assert_eq!(
+        std::fs::read(&snapshot).expect("kept"),
+        before,
+        "left as it is"
+    );
+    // a changed byte in the snapshot
+    std::fs::write(run.path("mongoose.toml"), config("", TOTALS)).expect("config");
+    let mut damaged = before.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0x40;
+    std::fs::write(&snapshot, &damaged).expect("damaged");
+    let (code, log) = run.finish_with_log();
+    assert_ne!(code, 0, "{log}");
+    assert!(
+        log.contains("state.snapshot")
+            && log.contains("fails its checksum")
+            && log.contains("To recover"),
+        "names the file, what is wrong and what to do: {log}"
+    );
+    assert_eq!(
+        std::fs::read(&snapshot).expect("kept"),
+        damaged,
+        "left as it is"
+    );
+}
