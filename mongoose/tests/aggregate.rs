@@ -827,3 +827,47 @@ fn a_state_of_another_config_or_a_damaged_snapshot_is_refused_and_left_as_it_is(
         "left as it is"
     );
 }
+
+#[test]
+fn an_aggregate_killed_every_fraction_of_a_second_still_advances_and_replays_a_bounded_log() {
+    let lines = ledger_input(120_000);
+    let total_bytes = text_of(&lines).len() as u64;
+    let settings = TOTALS.replace("snapshot_every = 300", "snapshot_every = 2000");
+    let run = LedgerRun::new(&text_of(&lines), &config("", &settings));
+    let mut kills = 0;
+    let mut longest_replay = 0;
+    while committed(&run) < total_bytes && kills < 200 {
+        let mut child = run.spawn(false);
+        // 50 to 250 ms of life, varied
+        std::thread::sleep(Duration::from_millis(50 + (kills * 37) % 200));
+        if child.try_wait().expect("status").is_some() {
+            panic!("the server exited: {}", run.log());
+        }
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        kills += 1;
+        // what the next start replays: the outbox records after the snapshot
+        let snapshot = mongoose::aggregate::store::read_snapshot(&run.path("state/state.snapshot"))
+            .expect("a readable snapshot");
+        let seq = snapshot.map_or(0, |snapshot| snapshot.seq);
+        let recovery = mongoose_outbox::read(&run.path("state/outbox")).expect("a readable outbox");
+        let replay = recovery
+            .admissions
+            .iter()
+            .filter(|(record, _)| *record > seq)
+            .count();
+        longest_replay = longest_replay.max(replay);
+    }
+    eprintln!("{kills} kills; the longest replay: {longest_replay} records");
+    assert!(kills >= 5, "killed mid-way: {kills} kills");
+    assert!(
+        longest_replay <= 2 * 2000 + 1000,
+        "a restart replays a bounded log: {longest_replay} records after the snapshot"
+    );
+    assert_eq!(run.finish(), 0, "{}", run.log());
+    assert_truth(
+        &run,
+        &lines,
+        &format!("after {kills} SIGKILLs in a crash loop"),
+    );
+}
