@@ -1,205 +1,20 @@
 //! The processor kind `aggregate` (issue 40, second increment), against the real
 //! `mongoose` binary run as a child process: its state saved with the feed's position
 //! in the outbox (real SIGKILLs, the truth computed from the input), its outputs and
-//! dead letters written once into file sinks, its config errors at their key, the
-//! ledger's rules expressed as an aggregate, and the query of a key's state behind the
-//! admin token.
+//! dead letters written once into file sinks, a full sink, its config errors at their
+//! key, the ledger's rules expressed as an aggregate, and the query of a key's state
+//! behind the admin token. `aggregate_recovery.rs` holds its recovery tests.
 //!
 //! No timing assertions: every wait is for a condition, with a generous deadline.
 
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use mongoose_aggregate::{Aggregate, AggregateSettings, Aggregator};
+use mongoose_aggregate::{AggregateSettings, Aggregator};
+use support::aggregate::*;
 use support::LedgerRun;
-
-/// The feed `lines` on `input.txt`, the file sinks `out` and `dead`, and the aggregate
-/// `agg/totals` with `settings` (TOML lines of its settings table).
-fn config(top: &str, settings: &str) -> String {
-    format!(
-        r#"
-{top}
-[[feeds]]
-name = "lines"
-source = "file"
-path = "input.txt"
-read_strategy = "COMMITED"
-
-[[sinks]]
-name = "out"
-kind = "file"
-path = "out.txt"
-
-[[sinks]]
-name = "dead"
-kind = "file"
-path = "dead.txt"
-
-[[groups]]
-name = "agg"
-idle_strategy = "sleeping-millis:1"
-
-[[groups.processors]]
-name = "totals"
-kind = "aggregate"
-[groups.processors.settings]
-{settings}
-"#
-    )
-}
-
-/// Counts and sums by account, a rule when the total goes negative, dead letters.
-const TOTALS: &str = r#"format = "csv"
-columns = ["account", "amount"]
-fields = { account = "string", amount = "integer" }
-group_by = ["account"]
-aggregates = { n = "count", total = "sum(amount)" }
-rules = [{ name = "negative", when = "total < 0", emit = "{account} negative: {total}" }]
-sink = "out"
-dead_letter = "dead"
-state_dir = "state"
-snapshot_every = 300
-"#;
-
-/// The aggregate's state in `state` of `run`, read from its files (`settings` as in the
-/// config).
-fn state_of(run: &LedgerRun, settings: &str) -> Aggregate {
-    let settings: AggregateSettings = toml::from_str(settings).expect("settings");
-    let aggregator = Aggregator::compile(settings, "settings").expect("compiles");
-    mongoose::aggregate::store::load(&run.path("state"), aggregator).expect("state readable")
-}
-
-fn lines_of(run: &LedgerRun, file: &str) -> Vec<String> {
-    std::fs::read_to_string(run.path(file))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The committed offset of the feed (0 before its pointer exists).
-fn committed(run: &LedgerRun) -> u64 {
-    std::fs::read(run.pointer_path())
-        .ok()
-        .filter(|bytes| bytes.len() >= 8)
-        .map_or(0, |bytes| {
-            u64::from_be_bytes(bytes[..8].try_into().expect("8"))
-        })
-}
-
-/// A deterministic input of `count` lines `accN,amount` (amounts from -60 to 39), with
-/// a malformed line every 97th.
-fn ledger_input(count: usize) -> Vec<String> {
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    (0..count)
-        .map(|index| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            if index % 97 == 50 {
-                return format!("acc{},not-a-number", seed % 5);
-            }
-            format!("acc{},{}", seed % 23, (seed >> 8) % 100) // replaced below
-        })
-        .enumerate()
-        .map(|(index, line)| match line.split_once(',') {
-            Some((account, amount)) if amount.parse::<i64>().is_ok() => {
-                let amount: i64 = amount.parse().expect("number");
-                format!("{account},{}", amount - 60 + (index as i64 % 3))
-            }
-            _ => line,
-        })
-        .collect()
-}
-
-/// The truth of the totals config over `lines`: per account (count, total), the
-/// rule's outputs in order (when a total goes from >= 0 to < 0), and the malformed
-/// lines.
-struct Truth {
-    keys: BTreeMap<String, (u64, i64)>,
-    emits: Vec<String>,
-    malformed: Vec<String>,
-}
-
-fn truth(lines: &[String]) -> Truth {
-    let mut keys: BTreeMap<String, (u64, i64)> = BTreeMap::new();
-    let mut negative: BTreeMap<String, bool> = BTreeMap::new();
-    let mut emits = Vec::new();
-    let mut malformed = Vec::new();
-    for line in lines {
-        let (account, amount) = line.split_once(',').expect("account,amount");
-        let Ok(amount) = amount.parse::<i64>() else {
-            malformed.push(line.clone());
-            continue;
-        };
-        let entry = keys.entry(account.to_owned()).or_default();
-        entry.0 += 1;
-        entry.1 += amount;
-        let now = entry.1 < 0;
-        let was = negative.insert(account.to_owned(), now).unwrap_or(false);
-        if now && !was {
-            emits.push(format!("{account} negative: {}", entry.1));
-        }
-    }
-    Truth {
-        keys,
-        emits,
-        malformed,
-    }
-}
-
-fn text_of(lines: &[String]) -> String {
-    lines.iter().map(|line| format!("{line}\n")).collect()
-}
-
-/// Checks the aggregate's saved state and its outputs against the truth.
-fn assert_truth(run: &LedgerRun, lines: &[String], context: &str) {
-    let truth = truth(lines);
-    let aggregate = state_of(run, TOTALS);
-    let state = aggregate.state();
-    assert_eq!(
-        state.counters.applied,
-        (lines.len() - truth.malformed.len()) as u64,
-        "every good line applied once: {context}"
-    );
-    assert_eq!(
-        state.counters.rejected_total(),
-        truth.malformed.len() as u64,
-        "every malformed line counted once: {context}"
-    );
-    for (account, (count, total)) in &truth.keys {
-        let view = aggregate.key(&[account]).expect("the key");
-        let json = view.to_json();
-        assert_eq!(json["values"]["n"], *count, "count of {account}: {context}");
-        assert_eq!(
-            json["values"]["total"].to_string().trim_matches('"'),
-            total.to_string(),
-            "total of {account}: {context}"
-        );
-    }
-    assert_eq!(state.keys.len(), truth.keys.len(), "{context}");
-    assert_eq!(
-        lines_of(run, "out.txt"),
-        truth.emits,
-        "each rule output written once, in order: {context}"
-    );
-    let dead = lines_of(run, "dead.txt");
-    let dead_lines: Vec<String> = dead
-        .iter()
-        .map(|line| {
-            let json: serde_json::Value = serde_json::from_str(line).expect("a JSON dead letter");
-            assert!(json["position"].is_string(), "{line}");
-            json["line"].as_str().expect("the line").to_owned()
-        })
-        .collect();
-    assert_eq!(
-        dead_lines, truth.malformed,
-        "each malformed line dead-lettered once: {context}"
-    );
-}
 
 #[test]
 fn an_aggregate_counts_and_sums_by_key_exactly_once_across_kills() {
@@ -280,20 +95,6 @@ fn a_line_that_does_not_parse_is_counted_and_dead_lettered_never_dropped() {
     assert_eq!(lines_of(&run, "out.txt"), ["alice negative: -10"]);
 }
 
-/// Card payments `ts,card,amount` (ts in unix seconds), counted per card per minute.
-const WINDOWED: &str = r#"format = "csv"
-columns = ["ts", "card", "amount"]
-fields = { ts = { type = "timestamp", format = "unix" }, card = "string", amount = "integer" }
-group_by = ["card"]
-aggregates = { n = "count", spent = "sum(amount)" }
-window = { field = "ts", size = "1m" }
-rules = [{ name = "busy", when = "n > 3", emit = "busy {card} {window_start} {n}" }]
-sink = "out"
-dead_letter = "dead"
-state_dir = "state"
-snapshot_every = 200
-"#;
-
 #[test]
 fn a_window_result_is_emitted_once_when_it_closes() {
     // 40 minutes of payments on 4 cards, time going forward
@@ -368,14 +169,6 @@ fn a_window_result_is_emitted_once_when_it_closes() {
         .count();
     assert_eq!(busy, expected_busy, "each busy window's rule output once");
     assert!(lines_of(&run, "dead.txt").is_empty(), "no late line");
-}
-
-fn mongoose(args: &[&str]) -> Output {
-    Command::new(support::binary())
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the mongoose binary runs")
 }
 
 #[test]
@@ -647,19 +440,6 @@ fn a_late_event_is_counted_and_reported() {
 }
 
 #[test]
-fn a_state_folder_moved_away_is_rebuilt_from_the_input_and_no_output_is_written_twice() {
-    let lines = ledger_input(3_000);
-    let run = LedgerRun::new(&text_of(&lines), &config("", TOTALS));
-    assert_eq!(run.finish(), 0, "{}", run.log());
-    assert_truth(&run, &lines, "the first run");
-    // the state is gone, the feed's pointer is at the end: the aggregate's saved
-    // positions (none) make the feed read its input again from the start
-    std::fs::rename(run.path("state"), run.path("state.old")).expect("moved away");
-    assert_eq!(run.finish(), 0, "{}", run.log());
-    assert_truth(&run, &lines, "the state rebuilt from the input");
-}
-
-#[test]
 fn a_full_sink_makes_the_aggregate_busy_and_each_output_is_written_once() {
     // 300 cards in one minute, then a line of the next minute closes their 300 windows
     // at once: 600 outputs for one line into a sink whose queue holds 4
@@ -705,169 +485,5 @@ fn an_aggregate_on_a_kafka_feed_is_refused_until_its_changelog_exists() {
     assert!(
         stderr.contains("groups[0].processors[0].settings.feed") && stderr.contains("changelog"),
         "says why and what to do: {stderr}"
-    );
-}
-
-#[test]
-fn an_aggregate_on_a_glob_feed_keeps_a_position_per_file_across_kills() {
-    let first = ledger_input(12_000);
-    let second: Vec<String> = ledger_input(9_000)
-        .into_iter()
-        .map(|line| line.replacen("acc", "other", 1))
-        .collect();
-    let text = config("", TOTALS).replace(
-        "path = \"input.txt\"",
-        "path = \"logs/*.log\"\nscan_interval_millis = 20",
-    );
-    let run = LedgerRun::new("", &text);
-    std::fs::create_dir_all(run.path("logs")).expect("logs");
-    std::fs::write(run.path("logs/a.log"), text_of(&first)).expect("a.log");
-    std::fs::write(run.path("logs/b.log"), text_of(&second)).expect("b.log");
-    let total = (first.len() + second.len()) as u64;
-    let applied = || {
-        let settings: AggregateSettings = toml::from_str(TOTALS).expect("settings");
-        let aggregator = Aggregator::compile(settings, "settings").expect("compiles");
-        mongoose::aggregate::store::load(&run.path("state"), aggregator).map_or(0, |aggregate| {
-            let counters = &aggregate.state().counters;
-            counters.applied + counters.rejected_total()
-        })
-    };
-    let mut mid_way = 0;
-    for round in 1..=4u64 {
-        let mut child = run.spawn(false);
-        let target = total * round / 6;
-        run.wait_until(&mut child, &format!("applied {target} lines"), || {
-            applied() >= target
-        });
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reaped");
-        if applied() < total {
-            mid_way += 1;
-        }
-    }
-    assert!(mid_way >= 2, "the kills landed mid-way ({mid_way} of 4)");
-    assert_eq!(run.finish(), 0, "{}", run.log());
-    let aggregate = state_of(&run, TOTALS);
-    let lanes = &aggregate.state().lanes;
-    assert_eq!(lanes.len(), 2, "one position per file: {lanes:?}");
-    // the truth of both files: their accounts are apart, their lines in any order
-    let mut all = first.clone();
-    all.extend(second.iter().cloned());
-    let truth = truth(&all);
-    let state = aggregate.state();
-    assert_eq!(
-        state.counters.applied,
-        (all.len() - truth.malformed.len()) as u64,
-        "every good line of both files applied once"
-    );
-    assert_eq!(
-        state.counters.rejected_total(),
-        truth.malformed.len() as u64
-    );
-    for (account, (count, total)) in &truth.keys {
-        let json = aggregate.key(&[account]).expect("the key").to_json();
-        assert_eq!(json["values"]["n"], *count, "count of {account}");
-        assert_eq!(json["values"]["total"], *total, "total of {account}");
-    }
-    let mut emitted = lines_of(&run, "out.txt");
-    let mut expected = truth.emits.clone();
-    emitted.sort();
-    expected.sort();
-    assert_eq!(emitted, expected, "each rule output once");
-    assert_eq!(
-        lines_of(&run, "dead.txt").len(),
-        truth.malformed.len(),
-        "each malformed line dead-lettered once"
-    );
-}
-
-#[test]
-fn a_state_of_another_config_or_a_damaged_snapshot_is_refused_and_left_as_it_is() {
-    let lines = ledger_input(1_000);
-    let run = LedgerRun::new(&text_of(&lines), &config("", TOTALS));
-    assert_eq!(run.finish(), 0, "{}", run.log());
-    let snapshot = run.path("state/state.snapshot");
-    let before = std::fs::read(&snapshot).expect("a snapshot");
-    // another group_by: the saved keys would mean something else
-    let other = TOTALS
-        .replace(
-            "group_by = [\"account\"]",
-            "group_by = [\"account\", \"amount\"]",
-        )
-        .replace("{account} negative", "{account} {amount} negative");
-    std::fs::write(run.path("mongoose.toml"), config("", &other)).expect("config");
-    let (code, log) = run.finish_with_log();
-    assert_ne!(code, 0, "{log}");
-    assert!(
-        log.contains("written for another config") && log.contains("by account,amount"),
-        "says which config the state was written for: {log}"
-    );
-    assert_eq!(
-        std::fs::read(&snapshot).expect("kept"),
-        before,
-        "left as it is"
-    );
-    // a changed byte in the snapshot
-    std::fs::write(run.path("mongoose.toml"), config("", TOTALS)).expect("config");
-    let mut damaged = before.clone();
-    let last = damaged.len() - 1;
-    damaged[last] ^= 0x40;
-    std::fs::write(&snapshot, &damaged).expect("damaged");
-    let (code, log) = run.finish_with_log();
-    assert_ne!(code, 0, "{log}");
-    assert!(
-        log.contains("state.snapshot")
-            && log.contains("fails its checksum")
-            && log.contains("To recover"),
-        "names the file, what is wrong and what to do: {log}"
-    );
-    assert_eq!(
-        std::fs::read(&snapshot).expect("kept"),
-        damaged,
-        "left as it is"
-    );
-}
-
-#[test]
-fn an_aggregate_killed_every_fraction_of_a_second_still_advances_and_replays_a_bounded_log() {
-    let lines = ledger_input(120_000);
-    let total_bytes = text_of(&lines).len() as u64;
-    let settings = TOTALS.replace("snapshot_every = 300", "snapshot_every = 2000");
-    let run = LedgerRun::new(&text_of(&lines), &config("", &settings));
-    let mut kills = 0;
-    let mut longest_replay = 0;
-    while committed(&run) < total_bytes && kills < 200 {
-        let mut child = run.spawn(false);
-        // 50 to 250 ms of life, varied
-        std::thread::sleep(Duration::from_millis(50 + (kills * 37) % 200));
-        if child.try_wait().expect("status").is_some() {
-            panic!("the server exited: {}", run.log());
-        }
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reaped");
-        kills += 1;
-        // what the next start replays: the outbox records after the snapshot
-        let snapshot = mongoose::aggregate::store::read_snapshot(&run.path("state/state.snapshot"))
-            .expect("a readable snapshot");
-        let seq = snapshot.map_or(0, |snapshot| snapshot.seq);
-        let recovery = mongoose_outbox::read(&run.path("state/outbox")).expect("a readable outbox");
-        let replay = recovery
-            .admissions
-            .iter()
-            .filter(|(record, _)| *record > seq)
-            .count();
-        longest_replay = longest_replay.max(replay);
-    }
-    eprintln!("{kills} kills; the longest replay: {longest_replay} records");
-    assert!(kills >= 5, "killed mid-way: {kills} kills");
-    assert!(
-        longest_replay <= 2 * 2000 + 1000,
-        "a restart replays a bounded log: {longest_replay} records after the snapshot"
-    );
-    assert_eq!(run.finish(), 0, "{}", run.log());
-    assert_truth(
-        &run,
-        &lines,
-        &format!("after {kills} SIGKILLs in a crash loop"),
     );
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use mongoose_ledger::LedgerState;
 
+pub mod aggregate;
 pub mod http_target;
 
 /// How long a run may take to settle, or to log what a test waits for.
