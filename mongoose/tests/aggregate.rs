@@ -10,6 +10,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mongoose_aggregate::{AggregateSettings, Aggregator};
@@ -486,4 +487,48 @@ fn an_aggregate_on_a_kafka_feed_is_refused_until_its_changelog_exists() {
         stderr.contains("groups[0].processors[0].settings.feed") && stderr.contains("changelog"),
         "says why and what to do: {stderr}"
     );
+}
+
+#[test]
+fn an_aggregate_that_a_reload_removes_is_no_longer_in_the_status() {
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let top = format!("[admin]\naddress = \"{address}\"\n");
+    let run = LedgerRun::new("alice,1\nbob,-2\n", &config(&top, TOTALS));
+    let mut child = run.spawn(false);
+    let status = || -> serde_json::Value {
+        if std::net::TcpStream::connect(&address).is_err() {
+            return serde_json::Value::Null;
+        }
+        let (code, text) = http(&address, "/status", None);
+        if code != 200 {
+            return serde_json::Value::Null;
+        }
+        serde_json::from_str(&text).expect("JSON")
+    };
+    run.wait_until(&mut child, "reported the aggregate's two lines", || {
+        status()["processors"]["agg/totals"]["applied"] == 2
+    });
+    // the same config with a forward in place of the aggregate
+    let forward = config(&top, TOTALS)
+        .split("[[groups.processors]]")
+        .next()
+        .expect("the head")
+        .to_owned()
+        + "[[groups.processors]]\nname = \"copy\"\nkind = \"forward\"\nsettings = { feed = \"lines\", sink = \"out\" }\n";
+    std::fs::write(run.path("mongoose.toml"), forward).expect("config");
+    let sent = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    run.wait_until(&mut child, "applied the reload", || {
+        status()["lastReload"]["outcome"] == "applied"
+    });
+    let now = status();
+    assert!(
+        now["processors"].get("agg/totals").is_none(),
+        "a removed aggregate is no longer in /status: {now}"
+    );
+    assert_eq!(run.terminate(child), 0, "{}", run.log());
 }

@@ -53,6 +53,11 @@ impl ProcessorReports {
         self.0.lock().insert(format!("{group}/{name}"), reader);
     }
 
+    /// Forgets the status reader of `group/name` (a processor a reload removed).
+    pub fn remove(&self, group: &str, name: &str) {
+        self.0.lock().remove(&format!("{group}/{name}"));
+    }
+
     /// Every processor's status, by `group/name`.
     pub fn read(&self) -> serde_json::Map<String, serde_json::Value> {
         let readers: Vec<(String, StatusReader)> = self

@@ -561,6 +561,7 @@ impl Server {
         for (group, name) in &plan.removed_processors {
             match inner.plane.stop_processor_wait(group, name, wait) {
                 Some(reply) if reply.outcome == ReplyOutcome::Applied => {
+                    inner.reports.remove(group, name);
                     changes.push(format!("removed processor '{group}/{name}'"));
                 }
                 Some(reply) => reasons.push(format!(
