@@ -1,6 +1,8 @@
 //! The `mongoose` binary's own code, over the server library: the processor kinds it
 //! registers beside the server's built-in `forward` ([`kinds`]: the ledger, with its
-//! state in local files, a journal, or a Kafka changelog with the `kafka` feature), and
+//! state in local files, a journal, or a Kafka changelog with the `kafka` feature; and
+//! [`aggregate`], keyed aggregates configured in TOML with their state in the outbox),
+//! and
 //! the operator tools of its `journal` and `archive` subcommands ([`journal_cli`],
 //! [`archive_cli`]).
 //!
