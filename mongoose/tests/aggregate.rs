@@ -207,6 +207,11 @@ fn a_rule_with_a_syntax_error_is_a_config_error_at_its_key() {
         ),
         ("sink = \"out\"", "sink = \"nope\"", "settings.sink"),
         (
+            "snapshot_every = 300",
+            "snapshot_every = 300\n[[groups.processors]]\nname = \"twin\"\nkind = \"aggregate\"\nsettings = { format = \"csv\", columns = [\"a\"], fields = { a = \"string\" }, state_dir = \"state\" }",
+            "also the state_dir of the processor 'agg/twin'",
+        ),
+        (
             "\"sum(amount)\"",
             "\"sum(amont)\"",
             "settings.aggregates.total",

@@ -96,11 +96,37 @@ fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
             ),
         ));
     }
-    if settings.state_dir.is_none() {
+    let Some(state_dir) = &settings.state_dir else {
         return Err(SettingsError::at(
             "state_dir",
             "the aggregate keeps its state (with the feed's position) in a folder: give state_dir = \"...\" (a folder of its own)",
         ));
+    };
+    // another processor keeping its state in the same folder would find its outbox
+    // locked at start (or, stopped, read the other's records)
+    let mine = check.resolve(state_dir);
+    for group in &check.config.groups {
+        for other in &group.processors {
+            if (group.name.as_str(), other.name.as_str()) == (check.group, check.name) {
+                continue;
+            }
+            let theirs = other
+                .settings
+                .get("state_dir")
+                .and_then(toml::Value::as_str)
+                .map(|dir| check.resolve(std::path::Path::new(dir)));
+            if theirs.as_deref() == Some(mine.as_path()) {
+                return Err(SettingsError::at(
+                    "state_dir",
+                    format!(
+                        "{} is also the state_dir of the processor '{}/{}': two processors in one state folder would share one outbox; give each its own folder",
+                        mine.display(),
+                        group.name,
+                        other.name
+                    ),
+                ));
+            }
+        }
     }
     match &settings.sink {
         Some(sink) => check.sink("sink", sink)?,
