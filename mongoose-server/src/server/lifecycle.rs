@@ -55,6 +55,11 @@ impl Server {
             }
             lifecycle.started = true;
         }
+        if inner.config.admin.is_some() {
+            // a server with /metrics records from its first line: a counter a processor
+            // bumps while the run loop is not running yet would go to no recorder
+            crate::metrics::prometheus();
+        }
         info!(
             feeds = inner.feeds.lock().len(),
             groups = inner.config.groups.len(),
