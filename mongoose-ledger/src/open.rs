@@ -220,6 +220,7 @@ impl Ledger {
             settings,
             state,
             rejected,
+            rejected_unsynced: false,
             alerts,
             outbox,
             gate: Gate(gate),

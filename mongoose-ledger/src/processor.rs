@@ -47,6 +47,9 @@ pub struct Ledger {
     pub(super) state: LedgerState,
     pub(super) alerts: Box<dyn AlertSink>,
     pub(super) rejected: File,
+    /// A rejected line was appended since `rejected` was last synced: the next save
+    /// syncs it before the record that counts it is admitted (storage.md gap 14).
+    pub(super) rejected_unsynced: bool,
     /// Where each delivery's record is admitted, fsync'd in groups.
     pub(super) outbox: Outbox,
     /// Holds the feed's commit of a line until its record is durable (`None`: each
@@ -117,6 +120,9 @@ impl Ledger {
             line,
             &mut self.account,
         )?;
+        if matches!(outcome, AppliedTo::Rejected) {
+            self.rejected_unsynced = true;
+        }
         if let AppliedTo::Account { alert, balance } = outcome {
             if let Some(AlertWritten {
                 key: Some((key, sink)),
@@ -140,6 +146,17 @@ impl Ledger {
     /// restart would replay passes `compact_every` records or `snapshot_bytes`, or the
     /// last snapshot is `snapshot_every_secs` old (`snapshot`).
     fn save(&mut self) -> Result<(), ProcessorError> {
+        // the rejected lines this record counts are durable before it can be: a count
+        // that survives a power loss never counts lines `rejected.log` lost
+        if self.rejected_unsynced && self.settings.sync {
+            self.rejected.sync_data().map_err(|error| {
+                ProcessorError::new(format!(
+                    "cannot save the ledger state in {}: cannot sync rejected.log: {error}",
+                    self.settings.state_dir.display()
+                ))
+            })?;
+        }
+        self.rejected_unsynced = false;
         // the changed account is forgotten only once its record is written: a failed
         // save is retried with it
         let saved = self.state.stored_position(self.lane);
