@@ -221,6 +221,7 @@ impl Ledger {
             state,
             rejected,
             rejected_unsynced: false,
+            rejected_sync_failed: None,
             alerts,
             outbox,
             gate: Gate(gate),

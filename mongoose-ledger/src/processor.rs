@@ -50,6 +50,9 @@ pub struct Ledger {
     /// A rejected line was appended since `rejected` was last synced: the next save
     /// syncs it before the record that counts it is admitted (storage.md gap 14).
     pub(super) rejected_unsynced: bool,
+    /// Why a sync of `rejected` failed: a second sync is no proof of the first, so no
+    /// save succeeds after it (as the outbox after a failed group).
+    pub(super) rejected_sync_failed: Option<String>,
     /// Where each delivery's record is admitted, fsync'd in groups.
     pub(super) outbox: Outbox,
     /// Holds the feed's commit of a line until its record is durable (`None`: each
@@ -148,13 +151,18 @@ impl Ledger {
     fn save(&mut self) -> Result<(), ProcessorError> {
         // the rejected lines this record counts are durable before it can be: a count
         // that survives a power loss never counts lines `rejected.log` lost
+        if let Some(failed) = &self.rejected_sync_failed {
+            return Err(ProcessorError::new(failed.clone()));
+        }
         if self.rejected_unsynced && self.settings.sync {
-            self.rejected.sync_data().map_err(|error| {
-                ProcessorError::new(format!(
-                    "cannot save the ledger state in {}: cannot sync rejected.log: {error}",
+            if let Err(error) = self.rejected.sync_data() {
+                let failed = format!(
+                    "cannot save the ledger state in {}: cannot sync rejected.log ({error}): a second sync is no proof of the first, so the ledger saves nothing more; restart it (the lines after its last save are read again)",
                     self.settings.state_dir.display()
-                ))
-            })?;
+                );
+                self.rejected_sync_failed = Some(failed.clone());
+                return Err(ProcessorError::new(failed));
+            }
         }
         self.rejected_unsynced = false;
         // the changed account is forgotten only once its record is written: a failed

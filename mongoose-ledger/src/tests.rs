@@ -601,4 +601,10 @@ fn a_rejected_line_is_synced_before_the_record_that_counts_it() {
         error.message().contains("cannot sync rejected.log"),
         "{error}"
     );
+    // and no save after it: a second sync would be no proof of the first
+    ledger.state.position = 30;
+    let after = ledger
+        .on_line(&Line::from("b,1"))
+        .expect_err("saves nothing more");
+    assert!(after.message().contains("saves nothing more"), "{after}");
 }
