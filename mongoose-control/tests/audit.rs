@@ -360,3 +360,42 @@ fn missing_ids_are_minus_one_on_the_wire_and_minus_one_reads_back_as_none() {
         serde_json::from_value::<mongoose_control::ControlReply>(json).expect_err("-2 is no id");
     assert!(refused.to_string().contains("only -1"), "{refused}");
 }
+
+// storage.md gap 11: an export the API reported is durable. Every crash point of the
+// export's file operations (cut after each, the next write torn) leaves an export that
+// verifies COMPLETE with the exported bytes, or UNKNOWN (never a COMPLETE of other
+// bytes); once the export returned, every crash leaves it COMPLETE.
+#[test]
+fn an_export_the_api_reported_survives_a_power_loss_at_every_crash_point() {
+    use mongoose_durable::crash::{crash_states, RecordingDisk};
+    let (plane, _numbers, _) = plane_with_feed();
+    let added = plane.add_processor("pricing", "pricer", || Scripted::new("p", &new_log()));
+    added.reply.wait_for(WAIT).expect("added");
+    let group = plane.group("pricing").expect("group");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("pricing.control-audit.jsonl");
+    let mut disk = RecordingDisk::default();
+    group.audit().export_on(&mut disk, &path).expect("recorded");
+    let operations = disk.operations();
+    group.audit().export(&path).expect("exported");
+    assert_eq!(verify(&path), Verification::Complete);
+    let exported = std::fs::read(&path).expect("read");
+    let mut reported_lost = Vec::new();
+    for state in crash_states(&std::collections::BTreeMap::new(), &operations) {
+        state.materialise(dir.path()).expect("materialise");
+        let verification = verify(&path);
+        if verification == Verification::Complete {
+            assert_eq!(std::fs::read(&path).expect("read"), exported, "{state:?}");
+        } else {
+            assert_eq!(verification, Verification::Unknown, "{state:?}");
+            if state.after == operations.len() {
+                reported_lost.push(state.how.clone());
+            }
+        }
+    }
+    assert!(
+        reported_lost.is_empty(),
+        "an export the API reported is lost when {reported_lost:?} (after its {} operations)",
+        operations.len()
+    );
+}

@@ -19,14 +19,16 @@
 //! Where it is used so far (moving the other formats onto [`log`] and [`header`] is
 //! under way, one per change, each with a reader for its files already in the field):
 //!
-//! * the loss file (`mongoose-source-file/src/losses.rs`) is a [`log`] with a
-//!   [`header`];
-//! * every `flock` of the server: the data folder's lock, the outbox's `LOCK`, the
-//!   journal's appender lock and tailer stores, the archive's lock, a file sink's
-//!   output;
+//! * the loss file (`mongoose-source-file/src/losses.rs`), the archive connector's
+//!   pointer, the Kafka epoch file's topic id, and the audit capture's records file and
+//!   sidecar (`mongoose-control/src/capture/`) are [`log`]s with a [`header`];
+//! * every `flock` of the server, by one retry policy ([`lock::FileLock::acquire`]):
+//!   the data folder's lock, the outbox's `LOCK`, the journal's appender lock and
+//!   tailer stores, the archive's lock, a file sink's output;
 //! * every atomic replace: the lane registry, the loss file's rewrite, the adoption of
 //!   an older run's state files (source and sink), the file sink's state, the control
-//!   audit's manifest, the ledger's snapshot, the archive connector's pointer.
+//!   audit's export and manifest, the ledger's snapshot, the archive connector's
+//!   pointer, the creation of a Kafka epoch file.
 //!
 //! ```
 //! use mongoose_durable::header::Header;

@@ -5,7 +5,10 @@
 //! `flock` locks belong to the open file description: a second attempt in the same
 //! process is refused as one from another process is. A child forked by another thread
 //! shares the description until it execs, so a lock can look held for an instant after
-//! its holder let go: [`FileLock::acquire_within`] tries again for a while.
+//! its holder let go: [`FileLock::acquire`] (every lock of the server) and
+//! [`lock_waiting`] try again for a while ([`RETRIES`] times, [`PAUSE`] apart, about a
+//! second) before they report the lock held. A second owner holds it for longer, and is
+//! refused.
 //! (`File::try_lock` would do, but needs Rust 1.89; the workspace's minimum is 1.86.)
 
 use std::fs::{File, OpenOptions};
@@ -15,6 +18,13 @@ use std::time::Duration;
 
 use crate::DurableError;
 
+/// How many more times [`FileLock::acquire`] and [`lock_waiting`] try a held lock: the
+/// one retry policy of the server's locks.
+pub const RETRIES: u32 = 50;
+
+/// The pause between two tries of a held lock.
+pub const PAUSE: Duration = Duration::from_millis(20);
+
 /// An exclusive lock on a file, held until dropped.
 #[derive(Debug)]
 pub struct FileLock {
@@ -23,6 +33,17 @@ pub struct FileLock {
 }
 
 impl FileLock {
+    /// Opens (creating it) `path` and takes its lock, waiting about a second
+    /// ([`RETRIES`] tries, [`PAUSE`] apart) while it is held: a lock held for an instant
+    /// (a child forked while its holder had it, not yet exec'd) is waited for, a second
+    /// owner is refused. The way every lock of the server is taken.
+    ///
+    /// # Errors
+    /// As [`FileLock::try_acquire`].
+    pub fn acquire(path: &Path) -> Result<FileLock, DurableError> {
+        FileLock::acquire_within(path, RETRIES, PAUSE)
+    }
+
     /// Opens (creating it) `path` and takes its lock without waiting.
     ///
     /// # Errors
@@ -114,6 +135,22 @@ pub fn try_lock(file: &File) -> io::Result<bool> {
     }
 }
 
+/// As [`try_lock`], trying again [`RETRIES`] times, [`PAUSE`] apart, while the lock
+/// is held (the policy of [`FileLock::acquire`], for a file already open: a file
+/// sink's output).
+///
+/// # Errors
+/// As [`try_lock`].
+pub fn lock_waiting(file: &File) -> io::Result<bool> {
+    for _ in 0..RETRIES {
+        if try_lock(file)? {
+            return Ok(true);
+        }
+        std::thread::sleep(PAUSE);
+    }
+    try_lock(file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +174,28 @@ mod tests {
         );
         drop(first);
         FileLock::try_acquire(&path).expect("free again");
+    }
+
+    #[test]
+    fn a_lock_let_go_within_the_retries_is_taken_and_one_kept_is_refused() {
+        let folder = tempfile::tempdir().expect("folder");
+        let path = folder.path().join("lock");
+        let first = FileLock::try_acquire(&path).expect("first");
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(PAUSE * 5);
+            drop(first);
+        });
+        FileLock::acquire(&path).expect("taken once the first lets go");
+        letting_go.join().expect("thread");
+        let kept = FileLock::try_acquire(&folder.path().join("other")).expect("kept");
+        let refused = FileLock::acquire(kept.path()).expect_err("kept for good");
+        assert!(
+            matches!(refused, DurableError::Locked { .. }),
+            "{refused:?}"
+        );
+        let file = File::open(kept.path()).expect("open");
+        assert!(!lock_waiting(&file).expect("lock"));
+        drop(kept);
+        assert!(lock_waiting(&file).expect("free"));
     }
 }

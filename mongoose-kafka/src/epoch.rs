@@ -21,7 +21,8 @@
 //!
 //! The epoch file belongs to the owner's state (for a server, a file in its state
 //! directory; `KafkaSourceConfig::epoch_file`): two live members must never share one.
-//! It is written in place, one 40-byte checksummed slot per partition, without fsync: a
+//! It is created whole by the durable layer's atomic replace (its 16-byte header), then
+//! written in place, one 40-byte checksummed slot per partition, without fsync: a
 //! `kill -9` keeps it (the page cache survives the process); after a power loss a torn
 //! or stale slot fails the check and the partition gets a new epoch, so the state's
 //! guard re-applies instead of skipping (duplicates, never a gap). Without an epoch file
@@ -47,6 +48,8 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mongoose_core::Epoch;
+use mongoose_durable::disk::{Disk, RealDisk};
+use tracing::warn;
 
 /// The prefix and version of the metadata this connector writes with its commits.
 pub const TAG_PREFIX: &str = "mongoose:1:";
@@ -123,43 +126,67 @@ pub struct EpochFile {
 }
 
 impl EpochFile {
-    /// Opens (creating) the file at `path`. A file with another magic or version is
-    /// refused (it is not this connector's, or is from a newer release).
+    /// Opens (creating) the file at `path`. A new file is created holding its header by
+    /// the durable layer's atomic replace ([`EpochFile::create_on`]), so it exists whole
+    /// or not at all. An empty file, or one whose header is all zeros (a creation by an
+    /// earlier release, which wrote the header unsynced, cut by a power loss), is made
+    /// again the same way: its partitions get new epochs. A file with another magic or
+    /// version is refused (it is not this connector's, or is from a newer release).
     pub fn open(path: &Path) -> std::io::Result<EpochFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
-        let length = file.metadata()?.len();
-        if length == 0 {
-            let mut header = [0u8; HEADER_SIZE as usize];
-            header[0..8].copy_from_slice(&MAGIC);
-            header[8..12].copy_from_slice(&VERSION.to_be_bytes());
-            file.write_all_at(&header, 0)?;
-        } else {
-            let mut header = [0u8; HEADER_SIZE as usize];
-            file.read_exact_at(&mut header, 0).map_err(|error| {
-                std::io::Error::new(
-                    error.kind(),
-                    format!("{}: a short header ({error}): delete the file (its partitions get new epochs)", path.display()),
-                )
-            })?;
-            if header[0..8] != MAGIC || header[8..12] != VERSION.to_be_bytes() {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!(
-                        "{} is not a version-{VERSION} Kafka epoch file: point epoch_file elsewhere, or delete it (its partitions get new epochs)",
-                        path.display()
-                    ),
-                ));
+        mongoose_durable::replace::remove_leftover(path)?;
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                EpochFile::create_on(&mut RealDisk, path)?;
+                OpenOptions::new().read(true).write(true).open(path)?
             }
+            Err(error) => return Err(error),
+        };
+        let length = file.metadata()?.len();
+        let mut header = [0u8; HEADER_SIZE as usize];
+        let read = length.min(HEADER_SIZE) as usize;
+        file.read_exact_at(&mut header[..read], 0)?;
+        if header[..read].iter().all(|byte| *byte == 0) {
+            warn!(file = %path.display(), bytes = length,
+                "the Kafka epoch file has no header (a creation a power loss cut short): it is made again, and its partitions get new epochs");
+            EpochFile::create_on(&mut RealDisk, path)?;
+            let file = OpenOptions::new().read(true).write(true).open(path)?;
+            return Ok(EpochFile {
+                path: path.to_owned(),
+                file,
+            });
+        }
+        if read < HEADER_SIZE as usize {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("{}: a short header ({length} bytes): delete the file (its partitions get new epochs)", path.display()),
+            ));
+        }
+        if header[0..8] != MAGIC || header[8..12] != VERSION.to_be_bytes() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} is not a version-{VERSION} Kafka epoch file: point epoch_file elsewhere, or delete it (its partitions get new epochs)",
+                    path.display()
+                ),
+            ));
         }
         Ok(EpochFile {
             path: path.to_owned(),
             file,
         })
+    }
+
+    /// Creates (or replaces) the file at `path` holding only its header, on `disk`, by
+    /// the atomic replace (synced, renamed, the folder synced).
+    ///
+    /// # Errors
+    /// The operating system's.
+    pub fn create_on<D: Disk>(disk: &mut D, path: &Path) -> std::io::Result<()> {
+        let mut header = [0u8; HEADER_SIZE as usize];
+        header[0..8].copy_from_slice(&MAGIC);
+        header[8..12].copy_from_slice(&VERSION.to_be_bytes());
+        mongoose_durable::replace::replace_on(disk, path, &header).map_err(Into::into)
     }
 
     /// The file's path.
@@ -381,5 +408,56 @@ mod tests {
         assert!(slot.matches(None));
         assert!(!slot.matches(Some(0)));
         assert_eq!(tag(Epoch(0xab)), "mongoose:1:ab");
+    }
+
+    // storage.md gap 10: a file of an earlier release created just before a power loss
+    // came back with a zero header, and the start was refused ("is not a version-1
+    // Kafka epoch file").
+    #[test]
+    fn an_epoch_file_with_a_zero_header_is_taken_as_new() {
+        let dir = tempfile::tempdir().expect("dir");
+        for length in [HEADER_SIZE, HEADER_SIZE + 2 * SLOT_SIZE, 5] {
+            let path = dir.path().join(format!("epochs-{length}"));
+            std::fs::write(&path, vec![0u8; length as usize]).expect("zeros");
+            let file = EpochFile::open(&path).expect("a zero header is a cut creation");
+            assert_eq!(file.read(0), None);
+            let slot = EpochSlot {
+                epoch: Epoch(9),
+                previous: -1,
+                offset: 4,
+            };
+            file.write(1, slot).expect("write");
+            drop(file);
+            assert_eq!(EpochFile::open(&path).expect("reopen").read(1), Some(slot));
+        }
+        // a short header that is not zeros is still refused
+        let short = dir.path().join("short");
+        std::fs::write(&short, b"MGKE").expect("short");
+        let error = EpochFile::open(&short).expect_err("short");
+        assert!(error.to_string().contains("a short header"), "{error}");
+    }
+
+    #[test]
+    fn a_new_epoch_file_is_whole_at_every_crash_point_of_its_creation() {
+        use mongoose_durable::crash::{crash_states, RecordingDisk};
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("epochs");
+        let mut disk = RecordingDisk::default();
+        EpochFile::create_on(&mut disk, &path).expect("recorded");
+        let operations = disk.operations();
+        for state in crash_states(&std::collections::BTreeMap::new(), &operations) {
+            state.materialise(dir.path()).expect("materialise");
+            if let Some(bytes) = state.files.get(&path) {
+                assert!(
+                    bytes.len() == HEADER_SIZE as usize && bytes[0..8] == MAGIC,
+                    "the epoch file after {} of {} operations ({}): {bytes:?}",
+                    state.after,
+                    operations.len(),
+                    state.how
+                );
+            }
+            let file = EpochFile::open(&path).expect("opens after every crash");
+            assert_eq!(file.read(0), None);
+        }
     }
 }

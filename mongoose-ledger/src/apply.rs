@@ -32,19 +32,26 @@ pub(super) fn parse_line(line: &str) -> Result<(&str, i64), &'static str> {
     Ok((account, amount))
 }
 
-/// Opens (creating) `rejected.log` in `state_dir` for appending.
+/// Opens (creating) `rejected.log` in `state_dir` for appending; a new one's name is
+/// synced into the folder (its lines are synced with the state that counts them).
 pub(crate) fn open_rejected_log(state_dir: &Path) -> Result<File, ProcessorError> {
     let path = state_dir.join("rejected.log");
-    OpenOptions::new()
+    let failed = |error: std::io::Error| {
+        ProcessorError::new(format!(
+            "cannot open {} for appending: {error}",
+            path.display()
+        ))
+    };
+    let existed = path.exists();
+    let file = OpenOptions::new()
         .create(true)
         .append(true)
         .open(&path)
-        .map_err(|error| {
-            ProcessorError::new(format!(
-                "cannot open {} for appending: {error}",
-                path.display()
-            ))
-        })
+        .map_err(failed)?;
+    if !existed {
+        mongoose_durable::disk::sync_folder(state_dir).map_err(failed)?;
+    }
+    Ok(file)
 }
 
 /// An alert the alerts sink did not take, as the processor's error: busy when the sink

@@ -220,6 +220,8 @@ impl Ledger {
             settings,
             state,
             rejected,
+            rejected_unsynced: false,
+            rejected_sync_failed: None,
             alerts,
             outbox,
             gate: Gate(gate),

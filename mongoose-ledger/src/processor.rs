@@ -47,6 +47,12 @@ pub struct Ledger {
     pub(super) state: LedgerState,
     pub(super) alerts: Box<dyn AlertSink>,
     pub(super) rejected: File,
+    /// A rejected line was appended since `rejected` was last synced: the next save
+    /// syncs it before the record that counts it is admitted (storage.md gap 14).
+    pub(super) rejected_unsynced: bool,
+    /// Why a sync of `rejected` failed: a second sync is no proof of the first, so no
+    /// save succeeds after it (as the outbox after a failed group).
+    pub(super) rejected_sync_failed: Option<String>,
     /// Where each delivery's record is admitted, fsync'd in groups.
     pub(super) outbox: Outbox,
     /// Holds the feed's commit of a line until its record is durable (`None`: each
@@ -117,6 +123,9 @@ impl Ledger {
             line,
             &mut self.account,
         )?;
+        if matches!(outcome, AppliedTo::Rejected) {
+            self.rejected_unsynced = true;
+        }
         if let AppliedTo::Account { alert, balance } = outcome {
             if let Some(AlertWritten {
                 key: Some((key, sink)),
@@ -140,6 +149,22 @@ impl Ledger {
     /// restart would replay passes `compact_every` records or `snapshot_bytes`, or the
     /// last snapshot is `snapshot_every_secs` old (`snapshot`).
     fn save(&mut self) -> Result<(), ProcessorError> {
+        // the rejected lines this record counts are durable before it can be: a count
+        // that survives a power loss never counts lines `rejected.log` lost
+        if let Some(failed) = &self.rejected_sync_failed {
+            return Err(ProcessorError::new(failed.clone()));
+        }
+        if self.rejected_unsynced && self.settings.sync {
+            if let Err(error) = self.rejected.sync_data() {
+                let failed = format!(
+                    "cannot save the ledger state in {}: cannot sync rejected.log ({error}): a second sync is no proof of the first, so the ledger saves nothing more; restart it (the lines after its last save are read again)",
+                    self.settings.state_dir.display()
+                );
+                self.rejected_sync_failed = Some(failed.clone());
+                return Err(ProcessorError::new(failed));
+            }
+        }
+        self.rejected_unsynced = false;
         // the changed account is forgotten only once its record is written: a failed
         // save is retried with it
         let saved = self.state.stored_position(self.lane);

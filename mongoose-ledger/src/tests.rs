@@ -558,3 +558,53 @@ fn a_record_is_encoded_byte_for_byte_as_serde_json_writes_it() {
         assert_eq!(JournalRecord::decode(&encoded), Some(record));
     }
 }
+
+// storage.md gap 14: `rejected.log` was appended and never synced, while the record
+// counting its lines was synced: after a power loss the count could stand for lines
+// the file lost. Here rejected.log is a FIFO, whose writes are taken and whose fsync
+// fails (EINVAL) as a failing disk's would: the save must fail before the record is
+// admitted. Before, the line was counted durable (rejected 1 in the saved state).
+#[test]
+fn a_rejected_line_is_synced_before_the_record_that_counts_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut settings = test_settings(dir.path(), 1000);
+    settings.sync = true;
+    std::fs::create_dir_all(&settings.state_dir).expect("state dir");
+    let fifo = settings.state_dir.join("rejected.log");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    // a reader (and writer) of the FIFO, so the ledger's open does not wait
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .expect("open the fifo");
+    let alerts = Ledger::open_alerts_file(&dir.path().join("alerts.txt")).expect("alerts");
+    let mut ledger = Ledger::open(settings.clone(), Box::new(alerts), None).expect("opened");
+    ledger.state.position = 10;
+    ledger
+        .on_line(&Line::from("a,5"))
+        .expect("an account line saves");
+    ledger.state.position = 20;
+    let refused = ledger.on_line(&Line::from("nonsense"));
+    let saved = LedgerState::load(&settings.state_dir).expect("loaded");
+    assert_eq!(
+        (saved.applied, saved.rejected),
+        (1, 0),
+        "the saved state counts no rejected line rejected.log did not make durable ({refused:?})"
+    );
+    let error = refused.expect_err("the rejected line's sync fails, and so does its save");
+    assert!(
+        error.message().contains("cannot sync rejected.log"),
+        "{error}"
+    );
+    // and no save after it: a second sync would be no proof of the first
+    ledger.state.position = 30;
+    let after = ledger
+        .on_line(&Line::from("b,1"))
+        .expect_err("saves nothing more");
+    assert!(after.message().contains("saves nothing more"), "{after}");
+}

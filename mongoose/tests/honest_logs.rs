@@ -188,3 +188,31 @@ fn a_glob_files_rotation_by_rename_is_said_as_a_rotation_not_forgotten() {
     }
     assert!(!log.contains("forgotten"), "nothing 'forgotten': {log}");
 }
+
+// issue 39 (the operator's first day): the first start of a feed warned "the pointer
+// file is missing, damaged or another input's" right after "no pointer file: a new one
+// was created"; a pointer deleted while the sink holds outputs of the feed still warns
+#[test]
+fn a_first_start_warns_of_no_lost_pointer_and_a_deleted_one_does() {
+    let mut run = LedgerRun::new(&lines(0..10), &forward_config(""));
+    run.log_filter = "info";
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        warnings_about(&log, "pointer").is_empty(),
+        "a first start warns of no pointer: {log}"
+    );
+    info_line(
+        &log,
+        "no consumer holds a position of this input: read from its start",
+    );
+    std::fs::remove_file(run.pointer_path()).expect("the pointer deleted");
+    let (code, log) = run.finish_with_log();
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(
+        warnings_about(&log, "the pointer file is missing").len(),
+        1,
+        "a pointer deleted while the sink holds the feed's outputs is warned of: {log}"
+    );
+    assert_eq!(written_once(&run).len(), 10, "{log}");
+}

@@ -666,6 +666,91 @@ fn a_kafka_feed_reads_again_after_its_broker_was_paused_past_its_session() {
     assert_eq!(lines, expected, "every record once: {}", run.log());
 }
 
+// chaos kafka seed 1796658157013 (a soak): the broker was restarted, which raised the
+// input partition's leader epoch to 2; the topic was then deleted and made again
+// (leader epoch 0) between two of librdkafka's metadata looks. librdkafka kept the old
+// topic's leader epoch, ignored every metadata answer as "outdated" and failed each
+// fetch and offset query with UNKNOWN_LEADER_EPOCH: the source saw the new topic, but
+// not one of its 2,371 records was read while the feed ran (20 s watched, forever by
+// librdkafka's rules). A new incarnation of the topic now gets a new consumer.
+#[test]
+fn a_topic_made_again_after_a_broker_restart_is_read() {
+    let _serial = one_at_a_time();
+    let test = "a_topic_made_again_after_a_broker_restart_is_read";
+    let Some(mut cluster) = own_cluster(test, Cluster::builder(1)) else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let brokers = cluster.bootstrap();
+    let topic = unique_topic("remade-after-restart");
+    let group = format!("{topic}-forward");
+    create_topic(&brokers, &topic, 1, &[]);
+    let producer = kafka_support::batching_producer(&brokers);
+    kafka_support::produce_lines(&producer, &topic, 0..300);
+    let address = kafka_support::free_address();
+    // the member's own look at the topic's id every second
+    let run = support::LedgerRun::new(
+        "",
+        &kafka_support::forward_config(
+            &brokers,
+            &topic,
+            &group,
+            ", metadata_refresh_ms = 1000",
+            &address,
+        ),
+    );
+    mongoose_testkit::plugin_dir(run.dir.path(), &[&library]);
+    let mut child = run.spawn(false);
+    run.wait_until(&mut child, "committed the first records", || {
+        committed(&brokers, &group, &topic, 1) == vec![300]
+    });
+    // two restarts: the partition's leader epoch is 2 when they are over
+    for _ in 0..2 {
+        cluster.kill(1);
+        cluster.restart(1);
+    }
+    kafka_support::produce_lines(&producer, &topic, 300..400);
+    run.wait_until(
+        &mut child,
+        "committed the records after the restarts",
+        || committed(&brokers, &group, &topic, 1) == vec![400],
+    );
+    // made again at once: the member sees a new id, librdkafka no missing topic
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .expect("admin client");
+    let options =
+        rdkafka::admin::AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in mongoose_kafka::block_on(admin.delete_topics(&[&topic], &options))
+        .expect("DeleteTopics answered")
+    {
+        result.expect("the topic deleted");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !mongoose_kafka::admin::create_topic(&brokers, &topic, 1, &[], Duration::from_secs(30))
+        .unwrap_or(false)
+    {
+        assert!(Instant::now() < deadline, "the topic was never made again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let fresh: Vec<String> = (0..200).map(|index| format!("remade-{index:04}")).collect();
+    for payload in &fresh {
+        producer
+            .send(rdkafka::producer::BaseRecord::<(), str>::to(&topic).payload(payload))
+            .expect("queued");
+    }
+    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(60)).expect("flushed");
+    run.wait_until(&mut child, "wrote every record of the new topic", || {
+        let written = std::fs::read_to_string(run.path("out.txt")).unwrap_or_default();
+        let lines: std::collections::BTreeSet<&str> = written.lines().collect();
+        fresh.iter().all(|payload| lines.contains(payload.as_str()))
+    });
+    let code = run.terminate(child);
+    assert_eq!(code, 0, "a clean stop: {}", run.log());
+}
+
 /// The end of what is committed in `topic`'s partition 0 (the last stable offset).
 fn committed_end(brokers: &str, topic: &str) -> i64 {
     use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -280,6 +280,37 @@ fn first_run(run: &LedgerRun, (brokers, group, topic): (&str, &str, &str), first
     assert_written_once(run, 0..first, "the first run");
 }
 
+/// A forward of a new topic whose first run read and committed its records 0..1,000,
+/// then stopped ([`first_run`]).
+struct Stopped {
+    topic: String,
+    group: String,
+    /// The admin API's address.
+    address: String,
+    run: LedgerRun,
+}
+
+/// [`Stopped`] on a topic of `partitions` named from `prefix`.
+fn stopped_forward(brokers: &str, prefix: &str, partitions: i32) -> Stopped {
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = unique_topic(prefix);
+    let group = format!("{topic}-forward");
+    create_topic(brokers, &topic, partitions, &[]);
+    produce(brokers, &topic, 0..1_000);
+    let address = free_address();
+    let run = forward_run(
+        &library,
+        &forward_config(brokers, &topic, &group, "", &address),
+    );
+    first_run(&run, (brokers, &group, &topic), 1_000);
+    Stopped {
+        topic,
+        group,
+        address,
+        run,
+    }
+}
+
 // issue 37.1, chaos kafka seed 17: `DeleteRecords` past a stopped group's committed
 // offset; the records in between were never applied and the run said lossless (exit 0)
 #[test]
@@ -288,17 +319,12 @@ fn records_removed_by_delete_records_are_a_reported_loss() {
     let Some(brokers) = shared_broker(test) else {
         return;
     };
-    let library = build_plugin("kafka-plugin", &[]);
-    let topic = unique_topic("deleted");
-    let group = format!("{topic}-forward");
-    create_topic(&brokers, &topic, 1, &[]);
-    produce(&brokers, &topic, 0..1_000);
-    let address = free_address();
-    let run = forward_run(
-        &library,
-        &forward_config(&brokers, &topic, &group, "", &address),
-    );
-    first_run(&run, (&brokers, &group, &topic), 1_000);
+    let Stopped {
+        topic,
+        group,
+        address,
+        run,
+    } = stopped_forward(&brokers, "deleted", 1);
     // the group is stopped at 1,000; 2,000 more come, and the first 600 of them are
     // deleted before the group reads them
     produce(&brokers, &topic, 1_000..3_000);
@@ -338,17 +364,12 @@ fn a_kafka_loss_found_by_a_killed_run_is_reported_by_the_next_start() {
     let Some(brokers) = shared_broker(test) else {
         return;
     };
-    let library = build_plugin("kafka-plugin", &[]);
-    let topic = unique_topic("killed-loss");
-    let group = format!("{topic}-forward");
-    create_topic(&brokers, &topic, 1, &[]);
-    produce(&brokers, &topic, 0..1_000);
-    let address = free_address();
-    let run = forward_run(
-        &library,
-        &forward_config(&brokers, &topic, &group, "", &address),
-    );
-    first_run(&run, (&brokers, &group, &topic), 1_000);
+    let Stopped {
+        topic,
+        group,
+        address,
+        run,
+    } = stopped_forward(&brokers, "killed-loss", 1);
     produce(&brokers, &topic, 1_000..2_000);
     delete_records(&brokers, &topic, 1_400);
     // the run that finds the loss commits past it and is killed
@@ -408,16 +429,12 @@ fn records_of_a_partition_the_group_never_committed_removed_before_they_were_rea
     let Some(brokers) = shared_broker(test) else {
         return;
     };
-    let library = build_plugin("kafka-plugin", &[]);
-    let topic = unique_topic("uncommitted");
-    let group = format!("{topic}-forward");
-    create_topic(&brokers, &topic, 2, &[]);
-    produce(&brokers, &topic, 0..1_000);
-    let run = forward_run(
-        &library,
-        &forward_config(&brokers, &topic, &group, "", &free_address()),
-    );
-    first_run(&run, (&brokers, &group, &topic), 1_000);
+    let Stopped {
+        topic,
+        group: _,
+        address: _,
+        run,
+    } = stopped_forward(&brokers, "uncommitted", 2);
     // partition 1, empty until now: 500 records while the group is stopped, removed,
     // then 200 more
     produce_to(&brokers, &topic, 1, 1_000..1_500);
@@ -442,16 +459,12 @@ fn records_removed_up_to_the_partitions_end_are_a_reported_loss() {
     let Some(brokers) = shared_broker(test) else {
         return;
     };
-    let library = build_plugin("kafka-plugin", &[]);
-    let topic = unique_topic("emptied");
-    let group = format!("{topic}-forward");
-    create_topic(&brokers, &topic, 1, &[]);
-    produce(&brokers, &topic, 0..1_000);
-    let run = forward_run(
-        &library,
-        &forward_config(&brokers, &topic, &group, "", &free_address()),
-    );
-    first_run(&run, (&brokers, &group, &topic), 1_000);
+    let Stopped {
+        topic,
+        group: _,
+        address: _,
+        run,
+    } = stopped_forward(&brokers, "emptied", 1);
     produce(&brokers, &topic, 1_000..3_000);
     delete_records(&brokers, &topic, 3_000);
     assert_eq!(watermarks(&brokers, &topic), (3_000, 3_000));
@@ -477,16 +490,12 @@ fn records_deleted_by_retention_before_they_were_read_are_a_reported_loss() {
         return;
     };
     let brokers = cluster.bootstrap();
-    let library = build_plugin("kafka-plugin", &[]);
-    let topic = unique_topic("retention");
-    let group = format!("{topic}-forward");
-    create_topic(&brokers, &topic, 1, &[]);
-    produce(&brokers, &topic, 0..1_000);
-    let run = forward_run(
-        &library,
-        &forward_config(&brokers, &topic, &group, "", &free_address()),
-    );
-    first_run(&run, (&brokers, &group, &topic), 1_000);
+    let Stopped {
+        topic,
+        group: _,
+        address: _,
+        run,
+    } = stopped_forward(&brokers, "retention", 1);
     produce(&brokers, &topic, 1_000..3_000);
     // retention of a second while the group is stopped: every record goes
     set_retention(&brokers, &topic, Some("1000"));

@@ -161,7 +161,7 @@ impl Archiver {
         let dir = &config.archive_dir;
         fs::create_dir_all(dir).map_err(ArchiveError::io("create the archive directory", dir))?;
         let lock_path = dir.join("lock");
-        let lock = match FileLock::try_acquire(&lock_path) {
+        let lock = match FileLock::acquire(&lock_path) {
             Ok(lock) => lock,
             Err(DurableError::Locked { .. }) => {
                 return Err(ArchiveError::ArchiveLocked(dir.clone()))
@@ -484,5 +484,29 @@ impl Archiver {
             self.stop_recording(key, StopReason::PublicationTimedOut)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_archive_lock_held_for_an_instant_is_waited_for_and_a_kept_one_refused() {
+        // a child forked while the last archiver had the lock keeps it until it execs
+        let folder = tempfile::tempdir().expect("folder");
+        let held = FileLock::try_acquire(&folder.path().join("lock")).expect("held");
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(mongoose_durable::lock::PAUSE * 5);
+            drop(held);
+        });
+        let archiver = Archiver::open(ArchiverConfig::new(folder.path()))
+            .expect("taken once the instant is over");
+        letting_go.join().expect("thread");
+        match Archiver::open(ArchiverConfig::new(folder.path())) {
+            Err(ArchiveError::ArchiveLocked(_)) => {}
+            other => panic!("a kept lock is refused: {:?}", other.err()),
+        }
+        drop(archiver);
     }
 }

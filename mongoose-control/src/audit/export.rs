@@ -6,6 +6,8 @@ use std::fs;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+use mongoose_durable::disk::{Disk, RealDisk};
+use mongoose_durable::replace::{replace_via, temporary_path};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -22,12 +24,30 @@ impl ControlAudit {
     }
 
     /// Writes the records as JSON Lines to `path` and a manifest to
-    /// [`manifest_path`]`(path)`, from one snapshot. An old manifest is removed first,
-    /// so an interrupted export never claims to be complete. Returns the manifest path.
+    /// [`manifest_path`]`(path)`, from one snapshot, each by the durable layer's atomic
+    /// replace (synced, renamed, the folder synced), the records first: once this
+    /// returns, the export survives a power loss. An old manifest is removed first, so
+    /// an interrupted export never claims to be complete. Returns the manifest path.
     ///
     /// # Errors
     /// [`ControlError::AuditIo`] when a file cannot be removed or written.
     pub fn export(&self, path: &Path) -> Result<PathBuf, ControlError> {
+        let exported = self.export_on(&mut RealDisk, path);
+        if exported.is_err() {
+            // a failed export keeps no half-written copy taking space (a full disk)
+            let _ = fs::remove_file(temporary_path(path));
+            let _ = fs::remove_file(temporary_path(&manifest_path(path)));
+        }
+        exported
+    }
+
+    /// As [`ControlAudit::export`], on `disk` (a
+    /// [`RecordingDisk`](mongoose_durable::crash::RecordingDisk) in the crash-point
+    /// test).
+    ///
+    /// # Errors
+    /// As [`ControlAudit::export`].
+    pub fn export_on<D: Disk>(&self, disk: &mut D, path: &Path) -> Result<PathBuf, ControlError> {
         let manifest = manifest_path(path);
         match fs::remove_file(&manifest) {
             Ok(()) => {}
@@ -43,9 +63,15 @@ impl ControlAudit {
         let text = render(&records);
         let io = |path: &Path| {
             let path = path.to_path_buf();
-            move |error| ControlError::AuditIo { path, error }
+            move |error: mongoose_durable::DurableError| ControlError::AuditIo {
+                path,
+                error: error.into(),
+            }
         };
-        fs::write(path, text.as_bytes()).map_err(io(path))?;
+        // the durable layer's replace: the records synced and renamed into a synced
+        // folder before the manifest is written, so an export the API reported is
+        // still there after a power loss
+        replace_via(disk, path, &temporary_path(path), text.as_bytes()).map_err(io(path))?;
         let body = Manifest {
             format: EXPORT_FORMAT.to_owned(),
             version: EXPORT_VERSION,
@@ -62,8 +88,7 @@ impl ControlAudit {
         })?;
         // the durable layer's replace: the manifest is there whole or not at all
         let temporary = manifest.with_extension("json.tmp");
-        mongoose_durable::replace::replace_through(&manifest, &temporary, &json)
-            .map_err(|error| io(&manifest)(error.into()))?;
+        replace_via(disk, &manifest, &temporary, &json).map_err(io(&manifest))?;
         Ok(manifest)
     }
 }

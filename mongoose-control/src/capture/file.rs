@@ -1,8 +1,13 @@
 //! The file-backed capture storage: one file per session, [`CAPTURE_FILE`], in the
-//! session's folder. The file begins with [`MAGIC`]; each record is its length (u32
-//! LE), the CRC-32 of its bytes (u32 LE), then its bytes, written through to the file
-//! as the processor writes it (no fsync until the close). A reader stops at a torn or
-//! damaged tail and says so; it never reads one as a record.
+//! session's folder. The file is a record log of the durable layer
+//! ([`mongoose_durable::log`]): a header (format [`FORMAT`], version [`VERSION`], owned
+//! by the session's capture id, so a records file is never read under another session's
+//! sidecar), then one checksummed frame per record, written through to the file as the
+//! processor writes it (no fsync until the close). The file is created complete through
+//! the atomic replace. A reader cuts nothing: it reports a torn tail (the last write, cut
+//! by a crash) and refuses damage in the middle (a bad record with whole records after
+//! it), never skipping a record. A file of an earlier release ([`MAGIC`], then `length
+//! u32 | crc32 of the bytes u32 | bytes`) is read by the same rules.
 //!
 //! ```
 //! use mongoose_control::capture::file::{read_capture, FileCaptureResources};
@@ -29,8 +34,12 @@
 //! ```
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use mongoose_durable::disk::RealDisk;
+use mongoose_durable::header::Header;
+use mongoose_durable::log::RecordLog;
+use mongoose_durable::DurableError;
 
 use super::{CaptureFailure, CaptureIdentity, CaptureRecord, CaptureResources, CaptureWriter};
 use crate::error::ControlError;
@@ -38,11 +47,23 @@ use crate::error::ControlError;
 /// The records file in a session folder.
 pub const CAPTURE_FILE: &str = "capture.records";
 
-/// The first bytes of a records file (format version 1).
+/// The records file's format name in its durable-layer header.
+pub const FORMAT: &str = "mongoose-audit-capture";
+
+/// The records file's format version in its header.
+pub const VERSION: u32 = 2;
+
+/// The first bytes of a records file of an earlier release (format version 1, no
+/// header: still read).
 pub const MAGIC: &[u8; 8] = b"MGCAPT01";
 
 /// The largest record accepted (a longer length is read as damage): 16 MiB.
 pub const MAX_RECORD: usize = 16 * 1024 * 1024;
+
+/// The header of the records file of the session `capture_id`.
+fn header(capture_id: &str) -> Header {
+    Header::new(FORMAT, VERSION, capture_id.as_bytes().to_vec())
+}
 
 /// Opens [`FileCaptureWriter`]s: the default storage of a server's captures.
 #[derive(Clone, Copy, Debug, Default)]
@@ -51,37 +72,33 @@ pub struct FileCaptureResources;
 impl CaptureResources for FileCaptureResources {
     fn open(
         &self,
-        _identity: &CaptureIdentity,
+        identity: &CaptureIdentity,
         dir: &Path,
     ) -> Result<Box<dyn CaptureWriter>, CaptureFailure> {
-        Ok(Box::new(FileCaptureWriter::create(dir)?))
+        Ok(Box::new(FileCaptureWriter::create(dir, identity)?))
     }
 }
 
 /// Writes a session's records to [`CAPTURE_FILE`].
 #[derive(Debug)]
 pub struct FileCaptureWriter {
-    path: PathBuf,
-    file: BufWriter<File>,
+    log: RecordLog<File>,
 }
 
 impl FileCaptureWriter {
-    /// Creates the records file in `dir` (it must not exist).
+    /// Creates the records file of the session `identity` in `dir` (it must not exist),
+    /// complete (its header) or not at all.
     ///
     /// # Errors
     /// The file exists or cannot be created.
-    pub fn create(dir: &Path) -> Result<Self, CaptureFailure> {
+    pub fn create(dir: &Path, identity: &CaptureIdentity) -> Result<Self, CaptureFailure> {
         let path = dir.join(CAPTURE_FILE);
-        let file = File::options()
-            .write(true)
-            .create_new(true)
-            .open(&path)
+        if path.symlink_metadata().is_ok() {
+            return Err(format!("cannot create {}: it exists", path.display()).into());
+        }
+        let log = RecordLog::create_on(&mut RealDisk, &path, &header(&identity.capture_id))
             .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
-        let mut file = BufWriter::new(file);
-        file.write_all(MAGIC)
-            .and_then(|()| file.flush())
-            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
-        Ok(FileCaptureWriter { path, file })
+        Ok(FileCaptureWriter { log })
     }
 }
 
@@ -94,24 +111,15 @@ impl CaptureWriter for FileCaptureWriter {
             )
             .into());
         }
-        let mut head = [0u8; 8];
-        head[..4].copy_from_slice(&(record.len() as u32).to_le_bytes());
-        head[4..].copy_from_slice(&crc32fast::hash(record).to_le_bytes());
-        self.file
-            .write_all(&head)
-            .and_then(|()| self.file.write_all(record))
-            .and_then(|()| self.file.flush())
-            .map_err(|error| format!("cannot write {}: {error}", self.path.display()).into())
+        self.log
+            .append(record)
+            .map_err(|error| format!("cannot write {}: {error}", self.log.path().display()).into())
     }
 
-    fn close(self: Box<Self>) -> Result<(), CaptureFailure> {
-        let path = self.path.clone();
-        let file = self
-            .file
-            .into_inner()
-            .map_err(|error| format!("cannot flush {}: {}", path.display(), error.error()))?;
-        file.sync_all()
-            .map_err(|error| format!("cannot sync {}: {error}", path.display()).into())
+    fn close(mut self: Box<Self>) -> Result<(), CaptureFailure> {
+        self.log
+            .sync()
+            .map_err(|error| format!("cannot sync {}: {error}", self.log.path().display()).into())
     }
 }
 
@@ -122,74 +130,144 @@ pub struct CaptureRead {
     pub sidecar: super::CaptureSidecar,
     /// Every whole, intact record, in order.
     pub records: Vec<CaptureRecord>,
-    /// Why reading stopped before the end of the file (a torn or damaged tail), with
-    /// its byte offset; `None` when the file ended on a record boundary.
+    /// Why reading stopped before the end of the file (a torn tail: the last write, cut
+    /// by a crash), with its byte offset; `None` when the file ended on a record
+    /// boundary.
     pub torn_tail: Option<String>,
 }
 
 /// Reads the session folder `dir`: its sidecar and its records.
 ///
 /// # Errors
-/// [`ControlError::Capture`] when the sidecar or the records file is missing, or the
-/// file is not a capture.
+/// [`ControlError::Capture`] when the sidecar or the records file is missing, the file
+/// is not a capture (or another session's), or a record in its middle is damaged (a
+/// record failing its check with whole records after it: refused, never skipped).
 pub fn read_capture(dir: &Path) -> Result<CaptureRead, ControlError> {
-    let sidecar = super::CaptureSidecar::read(dir).ok();
     let path = dir.join(CAPTURE_FILE);
     let bytes = std::fs::read(&path).map_err(|error| ControlError::Capture {
         reason: format!("cannot read {}: {error}", path.display()),
     })?;
-    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-        return Err(ControlError::Capture {
-            reason: format!(
-                "{} is not a capture records file (no {:?} magic)",
-                path.display(),
-                std::str::from_utf8(MAGIC).unwrap_or_default()
-            ),
-        });
-    }
-    let mut records = Vec::new();
-    let mut offset = MAGIC.len();
-    let mut torn_tail = None;
-    while offset < bytes.len() {
-        let Some(head) = bytes.get(offset..offset + 8) else {
-            torn_tail = Some(format!("a torn record head at byte {offset}"));
-            break;
-        };
-        let length = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-        if length > MAX_RECORD {
-            torn_tail = Some(format!("a damaged record length at byte {offset}"));
-            break;
-        }
-        let Some(body) = bytes.get(offset + 8..offset + 8 + length) else {
-            torn_tail = Some(format!("a torn record at byte {offset}"));
-            break;
-        };
-        if crc32fast::hash(body) != crc {
-            torn_tail = Some(format!("a record failing its checksum at byte {offset}"));
-            break;
-        }
-        match CaptureRecord::decode(body) {
-            Ok(record) => records.push(record),
-            Err(error) => {
-                torn_tail = Some(format!("at byte {offset}: {error}"));
-                break;
-            }
-        }
-        offset += 8 + length;
-    }
-    let sidecar = sidecar.ok_or_else(|| ControlError::Capture {
+    let sidecar = super::CaptureSidecar::read(dir).map_err(|_| ControlError::Capture {
         reason: format!(
             "{} has no readable {}: not a capture session folder",
             dir.display(),
             super::SIDECAR_FILE
         ),
     })?;
+    let (frames, torn_tail) = if bytes.starts_with(MAGIC) {
+        read_version_1(&path, &bytes)?
+    } else if bytes.starts_with(&mongoose_durable::header::MAGIC) {
+        let read = mongoose_durable::log::read(&path, &header(&sidecar.capture_id))
+            .map_err(|error| refused(&path, error))?;
+        let torn_tail = read.torn_tail.map(|torn| {
+            format!(
+                "a torn record at byte {} ({} bytes: the last write, cut short)",
+                torn.offset, torn.bytes_cut
+            )
+        });
+        (read.records, torn_tail)
+    } else {
+        return Err(ControlError::Capture {
+            reason: format!(
+                "{} is not a capture records file (no {FORMAT} header, no {:?} magic)",
+                path.display(),
+                std::str::from_utf8(MAGIC).unwrap_or_default()
+            ),
+        });
+    };
+    let mut records = Vec::with_capacity(frames.len());
+    for (number, frame) in frames.iter().enumerate() {
+        // a whole record that passed its checksum and does not decode is no torn tail
+        records.push(
+            CaptureRecord::decode(frame).map_err(|error| ControlError::Capture {
+                reason: format!(
+                    "{}: record {number} passes its checksum but does not decode ({error}): \
+                     refusing to skip it",
+                    path.display()
+                ),
+            })?,
+        );
+    }
     Ok(CaptureRead {
         sidecar,
         records,
         torn_tail,
     })
+}
+
+/// The refusal of a records file the durable layer would not read.
+fn refused(path: &Path, error: DurableError) -> ControlError {
+    let reason = match error {
+        DurableError::DamagedRecord { .. } => format!(
+            "{error} (the capture's records before it are whole: copy the folder aside to keep them)"
+        ),
+        DurableError::WrongOwner { .. } => format!(
+            "{error}: {} belongs to another capture session than its folder's sidecar",
+            path.display()
+        ),
+        other => format!("{} is not a readable capture records file: {other}", path.display()),
+    };
+    ControlError::Capture { reason }
+}
+
+/// The frames of a records file of an earlier release ([`MAGIC`], then `length u32 |
+/// crc32 of the bytes u32 | bytes`), and its torn tail: a bad frame with a whole frame
+/// anywhere after it is damage, refused.
+fn read_version_1(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(Vec<Vec<u8>>, Option<String>), ControlError> {
+    let mut frames = Vec::new();
+    let mut offset = MAGIC.len();
+    while offset < bytes.len() {
+        match frame_v1(bytes, offset) {
+            Ok(end) => {
+                frames.push(bytes[offset + 8..end].to_vec());
+                offset = end;
+            }
+            Err(what) => {
+                if (offset + 1..bytes.len()).any(|later| frame_v1(bytes, later).is_ok()) {
+                    return Err(refused(
+                        path,
+                        DurableError::DamagedRecord {
+                            path: path.to_path_buf(),
+                            offset: offset as u64,
+                            reason: what,
+                        },
+                    ));
+                }
+                let torn = format!(
+                    "a torn record at byte {offset} ({what}; {} bytes: the last write, cut short)",
+                    bytes.len() - offset
+                );
+                return Ok((frames, Some(torn)));
+            }
+        }
+    }
+    Ok((frames, None))
+}
+
+/// The end of the version-1 frame at `at`, or what is wrong with it.
+fn frame_v1(bytes: &[u8], at: usize) -> Result<usize, &'static str> {
+    let Some(head) = bytes.get(at..at + 8) else {
+        return Err("a record head cut short");
+    };
+    let length = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if length > MAX_RECORD {
+        return Err("a record length over the limit");
+    }
+    if length == 0 {
+        // never written (a record holds at least its tag): zeros a power loss left
+        return Err("an empty record");
+    }
+    let Some(body) = bytes.get(at + 8..at + 8 + length) else {
+        return Err("a record longer than the rest of the file");
+    };
+    if crc32fast::hash(body) != crc {
+        return Err("a record failing its checksum");
+    }
+    Ok(at + 8 + length)
 }
 
 #[cfg(test)]
@@ -237,6 +315,6 @@ mod tests {
         std::fs::write(&path, &flipped).unwrap();
         let read = read_capture(&folder).unwrap();
         assert_eq!(read.records, [first]);
-        assert!(read.torn_tail.unwrap().contains("checksum"));
+        assert!(read.torn_tail.unwrap().contains("torn record"));
     }
 }

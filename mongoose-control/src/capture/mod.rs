@@ -47,7 +47,7 @@ use crate::error::ControlError;
 pub use routing::CaptureLayer;
 
 /// The identity sidecar in every capture folder (JSON: group, name, generation,
-/// capture id, start time).
+/// capture id, start time), framed by the durable layer (header and checksum).
 pub const SIDECAR_FILE: &str = ".mongoose-capture.json";
 
 /// The failure a [`CaptureResources`] or [`CaptureWriter`] reports (any error type).
@@ -221,22 +221,63 @@ pub struct CaptureSidecar {
 }
 
 impl CaptureSidecar {
-    /// Reads the sidecar of the capture folder `dir`.
+    /// Reads the sidecar of the capture folder `dir`: a one-record log of the durable
+    /// layer (format [`SIDECAR_FORMAT`]) holding the JSON, or the bare JSON an earlier
+    /// release wrote.
     ///
     /// # Errors
-    /// [`ControlError::Capture`] when it is missing or not a sidecar.
+    /// [`ControlError::Capture`] when it is missing or not a sidecar (a changed byte of
+    /// a sidecar with a header fails its checksum).
     pub fn read(dir: &Path) -> Result<Self, ControlError> {
         let path = dir.join(SIDECAR_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|error| ControlError::Capture {
+        let bytes = std::fs::read(&path).map_err(|error| ControlError::Capture {
             reason: format!(
                 "cannot read the capture sidecar {}: {error}: is this a capture-* folder?",
                 path.display()
             ),
         })?;
-        serde_json::from_str(&text).map_err(|error| ControlError::Capture {
-            reason: format!("the capture sidecar {} is damaged: {error}", path.display()),
-        })
+        let damaged = |why: String| ControlError::Capture {
+            reason: format!("the capture sidecar {} is damaged: {why}", path.display()),
+        };
+        let json = if bytes.starts_with(&mongoose_durable::header::MAGIC) {
+            let read = mongoose_durable::log::read(&path, &sidecar_header())
+                .map_err(|error| damaged(error.to_string()))?;
+            match (read.records.as_slice(), read.torn_tail) {
+                ([json], None) => json.clone(),
+                (records, torn) => {
+                    return Err(damaged(format!(
+                        "{} records{} where one is written",
+                        records.len(),
+                        if torn.is_some() {
+                            " and a torn one"
+                        } else {
+                            ""
+                        }
+                    )))
+                }
+            }
+        } else {
+            bytes
+        };
+        serde_json::from_slice(&json).map_err(|error| damaged(error.to_string()))
     }
+
+    /// The sidecar's bytes as written: a one-record durable log of its JSON.
+    fn encode(&self) -> Result<Vec<u8>, CaptureFailure> {
+        let json = serde_json::to_vec_pretty(self)?;
+        Ok(mongoose_durable::log::encode(
+            &sidecar_header(),
+            [json.as_slice()],
+        )?)
+    }
+}
+
+/// The sidecar's format name in its durable-layer header.
+pub const SIDECAR_FORMAT: &str = "mongoose-capture-sidecar";
+
+/// The sidecar's header (no owner: the records file's header names the session).
+fn sidecar_header() -> mongoose_durable::header::Header {
+    mongoose_durable::header::Header::new(SIDECAR_FORMAT, 1, Vec::new())
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -274,13 +315,18 @@ pub fn create_session_folder(
         capture_id: identity.capture_id.clone(),
         started_at_millis: now_millis(),
     };
-    let text = serde_json::to_string_pretty(&sidecar)?;
-    std::fs::write(dir.join(SIDECAR_FILE), text).map_err(|error| {
-        format!(
-            "cannot write the capture sidecar in {}: {error}",
-            dir.display()
-        )
-    })?;
+    // the folder's name durable, then the sidecar by the atomic replace (synced, the
+    // folder synced): a session folder is never left without its identity
+    mongoose_durable::disk::sync_folder(root)
+        .map_err(|error| format!("cannot sync the capture root {}: {error}", root.display()))?;
+    mongoose_durable::replace::replace(&dir.join(SIDECAR_FILE), &sidecar.encode()?).map_err(
+        |error| {
+            format!(
+                "cannot write the capture sidecar in {}: {error}",
+                dir.display()
+            )
+        },
+    )?;
     Ok(dir)
 }
 

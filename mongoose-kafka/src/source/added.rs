@@ -14,6 +14,28 @@ use tracing::{info, warn};
 
 use super::{Shared, SourceContext};
 
+/// Before `assigned` is handed to librdkafka (the rebalance callback): each partition of
+/// a topic made again ([`super::incarnation`]) starts from its beginning, whatever the
+/// group committed of the old topic under the same name.
+pub(super) fn read_recreated_partitions_from_their_start(
+    shared: &Shared,
+    assigned: &TopicPartitionList,
+) {
+    let mut partitions = shared.partitions.lock();
+    if partitions.from_start.is_empty() {
+        return;
+    }
+    for mut element in assigned.elements_for_topic(&shared.topic) {
+        let partition = element.partition();
+        if partitions.from_start.remove(&partition)
+            && element.set_offset(Offset::Beginning).is_err()
+        {
+            warn!(feed = %shared.name, partition,
+                "could not start the partition of the re-created topic at its beginning: it starts where the group's offset says");
+        }
+    }
+}
+
 /// Before `assigned` is handed to librdkafka (the rebalance callback): under
 /// `start_from = "latest"`, sets each partition the group has committed nothing of, while
 /// it has committed another partition of the topic, to start from its beginning.

@@ -1,14 +1,13 @@
 //! The Kafka source's committer.
 
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use mongoose_core::{CoreError, Epoch, PositionValue, SourceCommitter};
-use rdkafka::consumer::BaseConsumer;
 
 use crate::error::KafkaConnectorError;
 
-use super::{Shared, SourceContext};
+use super::Shared;
 
 /// Commits acknowledged positions of a [`KafkaSource`](crate::KafkaSource): `max(offset + 1)` per
 /// partition, with the partition's epoch tag as the offset's metadata, synchronously
@@ -18,7 +17,6 @@ use super::{Shared, SourceContext};
 /// ignored.
 pub struct KafkaCommitter {
     pub(super) shared: Arc<Shared>,
-    pub(super) consumer: Weak<BaseConsumer<SourceContext>>,
 }
 
 impl fmt::Debug for KafkaCommitter {
@@ -52,7 +50,8 @@ impl SourceCommitter<PositionValue> for KafkaCommitter {
     }
 
     fn commit(&mut self) -> Result<(), CoreError> {
-        let Some(consumer) = self.consumer.upgrade() else {
+        let consumer = self.shared.consumer.lock().upgrade();
+        let Some(consumer) = consumer else {
             let pending = self
                 .shared
                 .partitions

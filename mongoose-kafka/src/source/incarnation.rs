@@ -28,7 +28,13 @@
 //!   partition gets a new epoch (written to the epoch file before any record of it is
 //!   published) and is read from its start; the records of the old topic that were not
 //!   read are gone with it (the operator deleted them): they cannot be counted, and a
-//!   WARN says so.
+//!   WARN says so. A new consumer reads the new topic: librdkafka keeps the old topic's
+//!   partition state, and a leader epoch of the old topic higher than the new one's (a
+//!   broker restarted before the deletion) made it ignore every metadata answer as
+//!   outdated and fail each fetch with UNKNOWN_LEADER_EPOCH, reading nothing of the new
+//!   topic (chaos kafka seed 1796658157013). The old consumer leaves the group with
+//!   nothing committed of the new topic; the new one starts each re-created partition at
+//!   its beginning.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -324,20 +330,16 @@ impl KafkaSource {
                 shared.epoch_file_error(epochs, "recording the topic id beside", error)
             })?;
         }
-        for (partition, epoch) in reset {
-            match consumer.seek(
-                &self.config.topic,
-                partition,
-                Offset::Beginning,
-                shared.request_timeout,
-            ) {
-                Ok(()) => {
-                    info!(feed = %self.config.name, partition, %epoch, "partition of the re-created topic: new epoch, read from its start")
-                }
-                Err(error) => warn!(feed = %self.config.name, partition, %error,
-                    "could not move the partition of the re-created topic to its start: it is read from where the consumer is"),
+        {
+            // read from their start by the new consumer (librdkafka keeps the old
+            // topic's leader epochs in this one: chaos kafka seed 1796658157013)
+            let mut partitions = shared.partitions.lock();
+            for (partition, epoch) in reset {
+                partitions.from_start.insert(partition);
+                info!(feed = %self.config.name, partition, %epoch, "partition of the re-created topic: new epoch, read from its start");
             }
         }
+        self.reconnect = true;
         self.resume(consumer);
         self.incarnation.known = Some(new);
         self.incarnation.gone = false;

@@ -98,6 +98,8 @@ pub struct KafkaSource {
     detail: Option<String>,
     /// The input topic's identity as last seen (a re-created topic: [`incarnation`]).
     incarnation: incarnation::Incarnation,
+    /// The topic was made again: a new consumer replaces this one at the next cycle.
+    reconnect: bool,
 }
 
 impl fmt::Debug for KafkaSource {
@@ -144,6 +146,7 @@ impl KafkaSource {
             log_starts: LogStarts::new(&config.topic, &config.start_from),
             id_notice: incarnation::IdNotice::new(&config.topic),
             operator_debug: config::operator_debug().is_some(),
+            consumer: Mutex::new(std::sync::Weak::new()),
         });
         let incarnation = incarnation::Incarnation::new(config.metadata_refresh);
         Ok(KafkaSource {
@@ -156,6 +159,7 @@ impl KafkaSource {
             state: SourceState::Starting,
             detail: None,
             incarnation,
+            reconnect: false,
         })
     }
 
@@ -624,12 +628,10 @@ impl KafkaSource {
     }
 }
 
-impl EventSource for KafkaSource {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    fn start(&mut self) -> Result<SourceStart, CoreError> {
+impl KafkaSource {
+    /// Makes the consumer and subscribes it to the topic (the committer commits
+    /// through it from now on).
+    fn connect(&mut self) -> Result<(), CoreError> {
         let context = SourceContext {
             shared: Arc::clone(&self.shared),
             output: Arc::clone(&self.output),
@@ -646,10 +648,7 @@ impl EventSource for KafkaSource {
             .subscribe(&[&self.config.topic])
             .map_err(|error| self.shared.broker_error("subscribing", error))?;
         let consumer = Arc::new(consumer);
-        let committer = AnyCommitter::new(KafkaCommitter {
-            shared: Arc::clone(&self.shared),
-            consumer: Arc::downgrade(&consumer),
-        });
+        *self.shared.consumer.lock() = Arc::downgrade(&consumer);
         self.consumer = Some(consumer);
         // not "starting": a feed whose source says nothing is settled by drained alone,
         // and nothing was read yet
@@ -657,6 +656,43 @@ impl EventSource for KafkaSource {
             SourceState::Behind,
             Some("waiting for the consumer group's assignment"),
         );
+        Ok(())
+    }
+
+    /// A new consumer in place of the one that read an earlier incarnation of the topic
+    /// ([`incarnation`]): it leaves the group (nothing of the new topic is committed
+    /// yet, and the old topic's positions are not committed into it), and the new one
+    /// joins and reads the re-created partitions from their start.
+    fn replace_consumer(&mut self) -> Result<(), CoreError> {
+        if let Some(old) = self.consumer.take() {
+            old.unsubscribe();
+            for _ in 0..10 {
+                if old.poll(Duration::from_millis(10)).is_none()
+                    && self.shared.partitions.lock().assigned.is_empty()
+                {
+                    break;
+                }
+            }
+            drop(old);
+        }
+        self.tail.clear();
+        self.connect()?;
+        info!(feed = %self.config.name, topic = %self.config.topic,
+            "a new consumer reads the re-created topic (librdkafka keeps the old topic's partition state, such as its leader epochs, which the new topic's partitions do not have)");
+        Ok(())
+    }
+}
+
+impl EventSource for KafkaSource {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn start(&mut self) -> Result<SourceStart, CoreError> {
+        self.connect()?;
+        let committer = AnyCommitter::new(KafkaCommitter {
+            shared: Arc::clone(&self.shared),
+        });
         info!(feed = %self.config.name, topic = %self.config.topic, group = %self.config.group,
             brokers = %self.config.brokers, "kafka source subscribed");
         // each partition's epoch is set as its records are published: the driver sets
@@ -670,6 +706,9 @@ impl EventSource for KafkaSource {
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+        if std::mem::take(&mut self.reconnect) {
+            self.replace_consumer()?;
+        }
         let consumer = self.consumer()?;
         if let Some(done) = self.watch_topic(&consumer)? {
             return Ok(done);

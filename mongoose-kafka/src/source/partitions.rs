@@ -78,6 +78,9 @@ pub(super) struct Partitions {
     /// True once the group gave this member its assignment (possibly empty), false
     /// again from a revocation until the next one: no caught-up before.
     pub(super) joined: bool,
+    /// Partitions of a topic made again, read from their start at their next assignment
+    /// (the new consumer's: [`super::incarnation`]), whatever the group committed.
+    pub(super) from_start: std::collections::BTreeSet<i32>,
 }
 
 impl Partitions {
@@ -108,6 +111,9 @@ pub(super) struct Shared {
     /// The operator asked for librdkafka's debug lines ([`super::config::DEBUG_ENV`]):
     /// they are logged at INFO.
     pub(super) operator_debug: bool,
+    /// The consumer now (the committer commits through it; a new incarnation of the
+    /// topic replaces it).
+    pub(super) consumer: Mutex<std::sync::Weak<BaseConsumer<SourceContext>>>,
 }
 
 impl fmt::Debug for Shared {

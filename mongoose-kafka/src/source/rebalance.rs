@@ -58,6 +58,7 @@ impl ClientContext for SourceContext {
 impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(assigned) = rebalance {
+            super::added::read_recreated_partitions_from_their_start(&self.shared, assigned);
             super::added::read_added_partitions_from_their_start(&self.shared, consumer, assigned);
         }
         let Rebalance::Revoke(revoked) = rebalance else {

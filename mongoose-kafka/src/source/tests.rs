@@ -21,8 +21,8 @@ fn committer_with(partitions: Partitions) -> KafkaCommitter {
             log_starts: LogStarts::new("t", "earliest"),
             id_notice: super::incarnation::IdNotice::new("t"),
             operator_debug: false,
+            consumer: Mutex::new(Weak::new()),
         }),
-        consumer: Weak::new(),
     }
 }
 

@@ -4,7 +4,6 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
-use std::time::Duration;
 
 use mongoose_durable::lock::FileLock;
 use mongoose_durable::DurableError;
@@ -58,9 +57,9 @@ const LOCK_FILE: &str = "LOCK";
 pub(super) fn lock_folder(dir: &Path) -> Result<FileLock, OutboxError> {
     let path = dir.join(LOCK_FILE);
     // a lock can be held for an instant by a process forked from one that just let go
-    // of it (the child shares the open file until it execs): a lock still held after a
-    // few tries is another outbox's
-    match FileLock::acquire_within(&path, 50, Duration::from_millis(20)) {
+    // of it (the child shares the open file until it execs): the durable layer's one
+    // policy waits for that, and a lock still held after it is another outbox's
+    match FileLock::acquire(&path) {
         Ok(lock) => Ok(lock),
         Err(DurableError::Locked { .. }) => Err(OutboxError::Locked {
             dir: dir.to_path_buf(),

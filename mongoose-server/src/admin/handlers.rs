@@ -259,6 +259,10 @@ pub(super) async fn export_audit(
                 internal(format!("cannot create {}: {error}", folder.display()))
             }
         })?;
+        // the new folder's name is durable (the export syncs the files in it)
+        mongoose_durable::disk::sync_folder(&root).map_err(|error| {
+            internal(format!("cannot sync the export root {}: {error}", root.display()))
+        })?;
         let file = if is_export_name(&group) {
             format!("{group}.control-audit.jsonl")
         } else {

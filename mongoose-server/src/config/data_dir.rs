@@ -195,8 +195,9 @@ pub struct DataFolderLock {
 }
 
 impl DataFolderLock {
-    /// Creates `folder` and takes its lock without waiting, writing this process's id
-    /// into the lock file.
+    /// Creates `folder` and takes its lock (the durable layer's [`FileLock::acquire`]: a
+    /// lock held for an instant by a forked child is waited for), writing this process's
+    /// id into the lock file.
     ///
     /// # Errors
     /// [`ServerError::DataFolderLocked`] when another process holds it (with its pid
@@ -216,7 +217,7 @@ impl DataFolderLock {
             folder.display()
         )))?;
         let path = folder.join("lock");
-        let mut lock = match FileLock::try_acquire(&path) {
+        let mut lock = match FileLock::acquire(&path) {
             Ok(lock) => lock,
             Err(DurableError::Locked { holder, .. }) => {
                 return Err(ServerError::DataFolderLocked {
@@ -302,6 +303,28 @@ mod tests {
             canonical_path(&path),
             canonical_folder(&root.join("app/logs")).join("current.log")
         );
+        std::fs::remove_dir_all(&root).expect("cleaned");
+    }
+
+    #[test]
+    fn a_data_folder_lock_held_for_an_instant_is_waited_for_and_a_kept_one_refused() {
+        // a child forked while the last holder had the lock keeps it until it execs:
+        // the lock held by another description for a moment, then let go
+        let root = scratch("lock-instant");
+        let held = FileLock::try_acquire(&root.join("lock")).expect("held");
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(mongoose_durable::lock::PAUSE * 5);
+            drop(held);
+        });
+        let lock = DataFolderLock::acquire(&root).expect("taken once the instant is over");
+        letting_go.join().expect("thread");
+        match DataFolderLock::acquire(&root) {
+            Err(ServerError::DataFolderLocked { holder, .. }) => {
+                assert_eq!(holder, format!("the process {}", std::process::id()));
+            }
+            other => panic!("a kept lock is refused: {other:?}"),
+        }
+        drop(lock);
         std::fs::remove_dir_all(&root).expect("cleaned");
     }
 }

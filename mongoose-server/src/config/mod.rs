@@ -636,6 +636,9 @@ impl ServerConfig {
                     let (line, column) = line_and_column(text, span.start);
                     message = format!("{message} (line {line}, column {column})");
                 }
+                if path.starts_with("feeds[") && message.starts_with("missing field `source`") {
+                    message = format!("{message}: every feed names its source: source = \"file\" for a file or a glob of files, or a kind a plugin of plugin_dir declares (kafka, journal, archive)");
+                }
                 // a text that is not TOML at all: say what the config is
                 if text.parse::<toml::Table>().is_err() {
                     message = format!("{message}: {}", not_toml_hint(text));

@@ -350,3 +350,15 @@ fn the_audit_section_takes_a_capture_dir_and_an_open_timeout_in_range() {
     let error = parse(&format!("{GOOD}[audit]\ncapture_dir = \"\"\n")).expect_err("empty");
     assert!(error.to_string().contains("audit.capture_dir"), "{error}");
 }
+
+// issue 39 (the operator's first day): a feed without `source` was refused with
+// "missing field `source` (line 1, column 1)" and no word of what to write
+#[test]
+fn a_feed_without_a_source_says_what_to_write() {
+    let error = parse("[[feeds]]\nname = \"lines\"\npath = \"in.txt\"\n").expect_err("no source");
+    let message = error.to_string();
+    assert!(
+        message.contains("feeds[0]") && message.contains("source = \"file\""),
+        "{message}"
+    );
+}

@@ -120,11 +120,6 @@ const OLD_SLOT_BYTES: usize = 64 * 1024;
 /// The log is compacted once it is longer than this and twice its last snapshot.
 const COMPACT_AFTER_BYTES: u64 = 48 * 1024;
 
-/// How often, and how far apart, a file held locked is tried again before it is taken
-/// for another writer's (about a second: longer than any fork-to-exec window).
-const LOCK_TRIES: u32 = 50;
-const LOCK_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
-
 /// The evidence of an output found already written.
 const ALREADY_WRITTEN: &str = "already in the file (its key is recorded as written)";
 

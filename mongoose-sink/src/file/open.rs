@@ -13,8 +13,8 @@ use crate::error::SinkError;
 
 use super::state::{BatchCheck, Identity, Replayed, ReplayedLane, StateLog};
 use super::{
-    io, new_state_id, state_path, unix_millis, FileSink, FileSinkConfig, HEADER_BYTES, LOCK_PAUSE,
-    LOCK_TRIES, OLD_MAGIC, OLD_SLOT_BYTES, STATE_MAGIC, STATE_VERSION,
+    io, new_state_id, state_path, unix_millis, FileSink, FileSinkConfig, HEADER_BYTES, OLD_MAGIC,
+    OLD_SLOT_BYTES, STATE_MAGIC, STATE_VERSION,
 };
 
 /// Creates the folder of `new` (a configured state file) and adopts the state an older
@@ -176,16 +176,7 @@ impl FileSink {
         // open file description, which a child process forked by another thread shares
         // until it execs (and closes it): a lock held so briefly is waited for, a second
         // writer is not.
-        let lock = || mongoose_durable::lock::try_lock(&sink.file);
-        let mut locked = lock();
-        for _ in 0..LOCK_TRIES {
-            if !matches!(locked, Ok(false)) {
-                break;
-            }
-            std::thread::sleep(LOCK_PAUSE);
-            locked = lock();
-        }
-        match locked {
+        match mongoose_durable::lock::lock_waiting(&sink.file) {
             Ok(true) => {}
             Ok(false) => {
                 return Err(SinkError::InUse {

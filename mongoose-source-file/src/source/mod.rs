@@ -473,6 +473,8 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
                     Pointer::Trusted
                 } else if legacy {
                     Pointer::Legacy
+                } else if opened.created {
+                    Pointer::New
                 } else {
                     Pointer::Lost
                 },

@@ -24,8 +24,10 @@ pub(super) enum Pointer {
     /// Whole but of a layout without epochs (its offset only): the offset is kept and
     /// the epoch taken at the first open.
     Legacy,
-    /// Missing, empty or damaged.
+    /// Empty or damaged, or missing while something else says the feed ran before.
     Lost,
+    /// Missing, and made now: a first start unless a consumer holds a position.
+    New,
 }
 
 impl<T: Send + 'static> FileEventSource<T> {
@@ -162,9 +164,18 @@ impl<T: Send + 'static> FileEventSource<T> {
                 self.config.path.display(),
             )));
         }
-        warn!(source = %name, pointer = %pointer_path.display(), epoch = %Epoch(identity), resume_at = at.offset,
-            decided_by = at.decided_by.as_deref().unwrap_or("no consumer"), foreign,
-            "the pointer file is missing, damaged or another input's: resuming under the input file's identity at the lowest position any consumer needs (repeats carry the keys of their first delivery: nothing written twice where a consumer drops repeats, nothing skipped)");
+        let holds_nothing = positions
+            .iter()
+            .all(|consumer| matches!(consumer.held, Held::Nothing | Held::Saved(None)));
+        if pointer == Pointer::New && holds_nothing {
+            // nothing says the feed ran before: a first start, not a loss to warn of
+            info!(source = %name, pointer = %pointer_path.display(), epoch = %Epoch(identity),
+                "no pointer file and no consumer holds a position of this input: read from its start (a first start; if this feed ran before with another data folder, what it read then is read again)");
+        } else {
+            warn!(source = %name, pointer = %pointer_path.display(), epoch = %Epoch(identity), resume_at = at.offset,
+                decided_by = at.decided_by.as_deref().unwrap_or("no consumer"), foreign,
+                "the pointer file is missing, damaged or another input's: resuming under the input file's identity at the lowest position any consumer needs (repeats carry the keys of their first delivery: nothing written twice where a consumer drops repeats, nothing skipped)");
+        }
         let why = match at.decided_by.as_deref() {
             Some(consumer) if at.offset > 0 => {
                 format!("the consumers' saved positions ({consumer}), no usable pointer")

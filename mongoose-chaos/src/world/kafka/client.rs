@@ -59,8 +59,7 @@ impl InputProducer {
     /// # Errors
     /// librdkafka refuses the configuration.
     pub(super) fn new(brokers: &str) -> Result<InputProducer, String> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+        let producer = client_config(brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
@@ -156,9 +155,22 @@ impl InputProducer {
     }
 }
 
+/// A client of `brokers` that bootstraps again after 5 s without a usable broker (as
+/// the server's consumers do, `mongoose_kafka::REBOOTSTRAP_AFTER_MS`): a broker paused
+/// past its KRaft session answers metadata with no broker at first, and librdkafka's own
+/// re-bootstrap waits 5 minutes (chaos kafka seed 1796658157060: an AddPartitions timed
+/// out after 60 s right after a pause).
+fn client_config(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers).set(
+        "metadata.recovery.rebootstrap.trigger.ms",
+        mongoose_kafka::REBOOTSTRAP_AFTER_MS,
+    );
+    config
+}
+
 fn admin(brokers: &str) -> Result<AdminClient<DefaultClientContext>, String> {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    client_config(brokers)
         .create()
         .map_err(|error| format!("cannot make an admin client: {error}"))
 }
@@ -307,10 +319,8 @@ pub(super) fn delete_records(
 }
 
 fn consumer(brokers: &str, group: Option<&str>) -> Result<BaseConsumer, String> {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", brokers)
-        .set("enable.auto.commit", "false");
+    let mut config = client_config(brokers);
+    config.set("enable.auto.commit", "false");
     config.set(
         "group.id",
         group.map_or_else(
@@ -380,8 +390,7 @@ pub(super) fn read_committed(brokers: &str, topic: &str) -> Result<Vec<String>, 
     if partitions == 0 {
         return Ok(Vec::new());
     }
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    let producer: BaseProducer = client_config(brokers)
         .create()
         .map_err(|error| format!("cannot make the sentinel producer: {error}"))?;
     for partition in 0..partitions {
@@ -396,8 +405,7 @@ pub(super) fn read_committed(brokers: &str, topic: &str) -> Result<Vec<String>, 
     producer
         .flush(BROKER_CALL)
         .map_err(|error| format!("the sentinels of {topic} were not acknowledged: {error}"))?;
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    let consumer: BaseConsumer = client_config(brokers)
         .set(
             "group.id",
             format!("chaos-committed-reader-{}", std::process::id()),
