@@ -48,6 +48,15 @@ pub enum DurableError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A snapshot ([`crate::snapshot`]) that ends before its body, or whose body fails
+    /// its checksum.
+    #[error("{} is damaged: {reason}", path.display())]
+    DamagedSnapshot {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A file holds another format than the one asked for.
     #[error("{} is a {found} file, not a {expected} file: check the path (two things share it?)", path.display())]
     WrongFormat {

@@ -10,6 +10,8 @@
 //!   and whose damage in the middle is refused, never skipped;
 //! * [`header`]: a small header with a format's name, version and owner, checked on
 //!   open;
+//! * [`snapshot`]: a whole state replaced at once, with its header, the last log record
+//!   it holds and a checksum of its body (the aggregate processor's state);
 //! * [`disk`] and [`crash`]: the file operations behind a trait, and a recording of them
 //!   that a test cuts after every operation to check what a crash leaves.
 //!
@@ -65,5 +67,6 @@ pub mod header;
 pub mod lock;
 pub mod log;
 pub mod replace;
+pub mod snapshot;
 
 pub use error::DurableError;

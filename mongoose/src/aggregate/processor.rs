@@ -167,11 +167,8 @@ impl AggregateProcessor {
                 // a new state folder: its identity is saved before its first record
                 let run = store::new_run_id();
                 let aggregate = Aggregate::new(aggregator);
-                mongoose_durable::replace::replace(
-                    &snapshot_path,
-                    &store::encode_snapshot(run, 0, aggregate.state()),
-                )
-                .map_err(|error| error.to_string())?;
+                store::write_snapshot(&snapshot_path, run, 0, aggregate.state())
+                    .map_err(|error| error.to_string())?;
                 (aggregate, run, 0)
             }
         };
@@ -535,9 +532,11 @@ impl AggregateProcessor {
         self.drain_over();
         self.record_over()?;
         let through = self.outbox.sync()?;
-        mongoose_durable::replace::replace(
+        store::write_snapshot(
             &store::snapshot_path(&self.state_dir),
-            &store::encode_snapshot(self.run, through, self.aggregate.state()),
+            self.run,
+            through,
+            self.aggregate.state(),
         )?;
         self.records_since_snapshot = 0;
         self.outbox.roll();

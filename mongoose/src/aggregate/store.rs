@@ -10,12 +10,11 @@
 //! byte for byte.
 //!
 //! ```text
-//! snapshot (state.snapshot, replaced whole through mongoose-durable)
-//!   header   mongoose-durable header: format "mongoose-aggregate-snapshot", version 1,
-//!            owner = the state folder's run id (16 bytes; the outbox segments' owner)
-//!   seq      8  u64 LE: the last outbox record the snapshot holds
-//!   crc      4  CRC32 of the state bytes
-//!   state       AggregateState::to_bytes (its own magic and version, then postcard)
+//! snapshot (state.snapshot: a mongoose_durable::snapshot)
+//!   header   format "mongoose-aggregate-snapshot", version 1, owner = the state
+//!            folder's run id (16 bytes; the outbox segments' owner)
+//!   through  the last outbox record the snapshot holds
+//!   body     AggregateState::to_bytes (its own magic and version, then postcard)
 //! record (an outbox admission's state), repeated per line of the delivery
 //!   lane 4, epoch 8, offset 8, length 4 (u32 LE), the line's bytes
 //! ```
@@ -53,17 +52,23 @@ pub struct Snapshot {
     pub state: AggregateState,
 }
 
-/// The bytes of a snapshot.
-pub fn encode_snapshot(run: [u8; 16], seq: u64, state: &AggregateState) -> Vec<u8> {
-    let body = state.to_bytes();
-    // a fixed name, version and a 16-byte owner always encode
-    let mut bytes = Header::new(FORMAT, VERSION, run.to_vec())
-        .encode()
-        .unwrap_or_default();
-    bytes.extend_from_slice(&seq.to_le_bytes());
-    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    bytes.extend_from_slice(&body);
-    bytes
+/// Writes the snapshot of `state` (holding the outbox records through `seq`) for the
+/// state folder of run `run`, replacing the one at `path` whole.
+///
+/// # Errors
+/// The file cannot be written (the previous snapshot is then intact).
+pub fn write_snapshot(
+    path: &Path,
+    run: [u8; 16],
+    seq: u64,
+    state: &AggregateState,
+) -> Result<(), mongoose_durable::DurableError> {
+    mongoose_durable::snapshot::write(
+        path,
+        &Header::new(FORMAT, VERSION, run.to_vec()),
+        seq,
+        &state.to_bytes(),
+    )
 }
 
 /// Reads the snapshot at `path` (`None` when there is none).
@@ -72,45 +77,34 @@ pub fn encode_snapshot(run: [u8; 16], seq: u64, state: &AggregateState) -> Vec<u
 /// A snapshot that cannot be read, is of another format or fails its checksum: the
 /// message names the file and what to do.
 pub fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
-    };
     let damaged = |why: &str| {
         format!(
-            "the aggregate snapshot {} {why}: the aggregate does not start, and leaves its files as they are. {}",
-            path.display(),
+            "{why}: the aggregate does not start, and leaves its files as they are. {}",
             recovery(path.parent().unwrap_or(path))
         )
     };
-    let (header, length) =
-        Header::decode(path, &bytes).map_err(|error| damaged(&error.to_string()))?;
-    if header.format != FORMAT || header.version != VERSION {
-        return Err(damaged(&format!(
-            "is a {} version {} file, not a {FORMAT} version {VERSION}",
-            header.format, header.version
-        )));
-    }
-    let run: [u8; 16] = header
-        .owner
-        .as_slice()
-        .try_into()
-        .map_err(|_| damaged("names no run id of 16 bytes"))?;
-    let rest = &bytes[length..];
-    if rest.len() < 12 {
-        return Err(damaged("ends before its state"));
-    }
-    let seq = u64::from_le_bytes(rest[..8].try_into().unwrap_or_default());
-    let crc = u32::from_le_bytes(rest[8..12].try_into().unwrap_or_default());
-    let body = &rest[12..];
-    if crc32fast::hash(body) != crc {
-        return Err(damaged(
-            "fails its checksum: it was changed after it was written (a crash never does that: snapshots are renamed into place whole)",
-        ));
-    }
-    let state = AggregateState::from_bytes(body).map_err(|error| damaged(&error.to_string()))?;
-    Ok(Some(Snapshot { run, seq, state }))
+    let Some(read) = mongoose_durable::snapshot::read(path, FORMAT, VERSION)
+        .map_err(|error| damaged(&format!("the aggregate snapshot: {error}")))?
+    else {
+        return Ok(None);
+    };
+    let run: [u8; 16] = read.header.owner.as_slice().try_into().map_err(|_| {
+        damaged(&format!(
+            "the aggregate snapshot {} names no run id of 16 bytes",
+            path.display()
+        ))
+    })?;
+    let state = AggregateState::from_bytes(&read.body).map_err(|error| {
+        damaged(&format!(
+            "the aggregate snapshot {}: {error}",
+            path.display()
+        ))
+    })?;
+    Ok(Some(Snapshot {
+        run,
+        seq: read.through,
+        state,
+    }))
 }
 
 /// Appends one line at `at` to a record.
@@ -211,8 +205,8 @@ mod tests {
             aggregates: "count".to_owned(),
             ..AggregateState::default()
         };
-        let bytes = encode_snapshot([7; 16], 42, &state);
-        std::fs::write(&path, &bytes).expect("written");
+        write_snapshot(&path, [7; 16], 42, &state).expect("written");
+        let bytes = std::fs::read(&path).expect("read");
         let read = read_snapshot(&path).expect("readable").expect("there");
         assert_eq!((read.run, read.seq, read.state), ([7; 16], 42, state));
         let mut changed = bytes.clone();
