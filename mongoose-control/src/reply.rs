@@ -268,7 +268,7 @@ impl Drop for ReplySender {
             );
             debug_assert!(
                 false,
-                "request {:?} dropped without a reply",
+                "invariant 5: request {:?} dropped without a reply",
                 self.request_id
             );
         }
@@ -279,7 +279,7 @@ fn complete_cell(cell: &ReplyCell, reply: ControlReply) {
     let callbacks = {
         let mut state = cell.state.lock();
         if state.reply.is_some() {
-            debug_assert!(false, "a reply handle completed twice");
+            debug_assert!(false, "invariant 5: a reply handle completed twice");
             return;
         }
         state.reply = Some(reply.clone());

@@ -102,7 +102,7 @@ fn invoke(
         .expect("answered")
 }
 
-// book: running/record-and-replay.md, AdminInvoked; DESIGN invariant 5 (exactly one reply)
+// book: running/record-and-replay.md, AdminInvoked; invariant 5 (exactly one reply)
 #[test]
 fn a_command_runs_on_the_group_thread_between_items_and_is_answered_once_with_its_output() {
     let (plane, numbers, feeds) = plane_with_feed();

@@ -1,7 +1,7 @@
 //! Agent threads: the threads that run processor groups and sources.
 //!
 //! An agent thread must never block on a reply, a full queue or a lock held across I/O
-//! (DESIGN.md invariant 3). Code that might wait asks [`is_agent_thread`] first and, on
+//! (invariant 3). Code that might wait asks [`is_agent_thread`] first and, on
 //! an agent thread, queues, pauses or refuses instead.
 //!
 //! ```

@@ -1,5 +1,5 @@
 //! Where a feed resumes: one rule for every source and every consumer kind (book:
-//! guarantees/where-a-feed-resumes.md, DESIGN invariant 8).
+//! guarantees/where-a-feed-resumes.md, invariant 8).
 //!
 //! A source knows its own committed position (a pointer, a tailer's index) and whether
 //! it can trust it; its consumers say what they hold of the input ([`Held`]): a saved
@@ -24,7 +24,7 @@
 //! Repeats are allowed, a skip never: a consumer that already has a repeated item drops
 //! it by its saved position (the guard), by the key its sink recorded, or, downstream,
 //! by the output's key, which is the same on every re-read because the epoch is the
-//! input's identity, never a counter (DESIGN invariant 9).
+//! input's identity, never a counter (invariant 9).
 //!
 //! ```
 //! use mongoose_core::resume::{resume, ConsumerPosition, Held, Trust};

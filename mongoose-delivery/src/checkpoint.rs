@@ -14,7 +14,7 @@
 //! A participant dropped with work still pending (a sink a reload removed while it held
 //! outputs) keeps that work pending: the queue's acknowledgement point stays before its
 //! first item for the rest of the run, or until the operator release, and the feed
-//! reports why (DESIGN invariant 8: a reload that removes a consumer removes none of its
+//! reports why (invariant 8: a reload that removes a consumer removes none of its
 //! obligations; a restart reads those inputs again for the consumers there are then).
 
 use std::collections::VecDeque;

@@ -314,6 +314,13 @@ fn dispatch_one<T>(
     });
     if done {
         progress.reset();
+        // invariant 2: this reader is the only writer of its queue's `dispatched` counter
+        debug_assert_eq!(
+            shared.dispatched.load(Ordering::Relaxed),
+            *dispatched,
+            "invariant 2: queue {}'s dispatched counter was written by another writer",
+            shared.name
+        );
         *dispatched += 1;
         // published per item, not per chunk: a slow processor's items are acknowledged
         // (and its source commits) as each one finishes, not a chunk later. Still

@@ -1,7 +1,7 @@
 //! Property: whatever the interleaving of publishes, dispatches, unsubscribes, fences
 //! and processing checkpoints, the committed position never passes an item some queue
 //! was given and did not dispatch, nor one a checkpointed queue dispatched and did not
-//! make durable (DESIGN.md invariant 1, book: guarantees/commit-after-processing.md).
+//! make durable (invariant 1, book: guarantees/commit-after-processing.md).
 
 mod support;
 

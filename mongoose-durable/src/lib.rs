@@ -1,5 +1,5 @@
 //! The one durable-file layer of Mongoose-rs: every file the server keeps is written
-//! and recovered through it (DESIGN invariant 10).
+//! and recovered through it (invariant 10).
 //!
 //! * [`replace`]: atomic replace of a file's content (a temporary file in the same
 //!   folder, synced, renamed over the file, the folder synced), and the removal of the

@@ -49,7 +49,7 @@ impl Ledger {
         };
         // the state's identity: the snapshot names its run; every outbox segment
         // carries it (their owner), so another ledger's or another run's outbox is
-        // refused, never applied (DESIGN invariant 6)
+        // refused, never applied (invariant 6)
         let owner = if had_snapshot {
             if state.run.is_empty() {
                 // a state of an earlier build: it takes the outbox's owner (or a new
@@ -167,7 +167,7 @@ impl Ledger {
         }
         // alerts admitted before a crash and never confirmed published go out again,
         // under their keys (a sink that de-duplicates writes each once); a full queue
-        // is waited out, never a failure (DESIGN invariant 7): the sink's thread drains
+        // is waited out, never a failure (invariant 7): the sink's thread drains
         // it, and each outcome is recorded as it is published
         let mut alerts = alerts;
         let unsettled = recovery.take_unsettled();

@@ -7,7 +7,7 @@
 //! `compact_every` records or `snapshot_bytes` bytes, whatever the process's age: a
 //! ledger killed every 0.2 s still snapshots when the log passed the bound, and a
 //! restart that finds the log already past a quarter of it snapshots at open, before
-//! processing, so that the next restart does not replay the same records again (DESIGN invariant 7:
+//! processing, so that the next restart does not replay the same records again (invariant 7:
 //! recovery is bounded and makes progress). `snapshot_every_secs` is a staleness bound
 //! of a long-running process (counted from the last snapshot or the open, whichever is
 //! later), not a recovery bound.

@@ -125,7 +125,7 @@ fn a_re_delivered_key_is_not_written_twice() {
 
 #[test]
 fn two_writers_of_one_input_are_keyed_apart() {
-    // DESIGN invariant 6, issue 24 item 3: the same input's outputs by two writers
+    // invariant 6, issue 24 item 3: the same input's outputs by two writers
     let dir = tempfile::tempdir().expect("dir");
     let config = config(dir.path());
     let mut sink = FileSink::open("out", &config).expect("opened");

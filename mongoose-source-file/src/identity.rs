@@ -42,8 +42,8 @@ const IDENTITY_BYTES: usize = 4096;
 /// The epoch of the input file `file`'s identity: a hash of its file key (device and
 /// inode), its birth time where the file system keeps one, and its first line (up to
 /// 4 KiB), so the same line of the same file has the same `(epoch, position)` (and its
-/// outputs the same keys) on every read of it, whatever became of a pointer (DESIGN
-/// invariant 9). A file made again on a reused inode has another birth time or first
+/// outputs the same keys) on every read of it, whatever became of a pointer
+/// (invariant 9). A file made again on a reused inode has another birth time or first
 /// line; a file cut and written again in place (copytruncate) another first line.
 ///
 /// `None` until the file holds its whole first line (or 4 KiB): nothing can be read

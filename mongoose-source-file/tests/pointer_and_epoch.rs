@@ -401,7 +401,7 @@ fn an_append_that_moves_the_file_times_keeps_the_pointer_and_epoch() {
     assert_eq!(pointer_of(&path).epoch, epoch.get());
 }
 
-// book: guarantees/where-a-feed-resumes.md (DESIGN invariant 9): the epoch is the
+// book: guarantees/where-a-feed-resumes.md (invariant 9): the epoch is the
 // input file's identity, never a counter a lost pointer bumps, so a re-read after a
 // lost pointer gives every line the `(epoch, position)` of its first read, and its
 // outputs the same keys. Before: a new epoch, and every output under a second key.

@@ -1,5 +1,5 @@
 //! Issue 24, item 7: a crash loop, or one kill of a busy run, never wedges the ledger's
-//! outbox (DESIGN invariant 7: recovery is bounded and makes progress; a restart never
+//! outbox (invariant 7: recovery is bounded and makes progress; a restart never
 //! fails because what it must redo is large). The `mongoose` binary runs the ledger on
 //! a COMMITED file feed as a child process and gets real SIGKILLs; every line makes an
 //! alert, so every record admits an output the restart may have to publish again
@@ -467,7 +467,7 @@ fn a_snapshot_is_taken_by_log_size_even_when_every_run_is_killed_early() {
     );
 }
 
-/// Issue 38.1: a crash loop makes progress (DESIGN invariant 7). One million lines wait
+/// Issue 38.1: a crash loop makes progress (invariant 7). One million lines wait
 /// in the input; the release binary is started and killed with SIGKILL 200-500 ms later,
 /// 100 times. Before the fix a start replayed every record since the last snapshot, and
 /// a run that short never snapshotted, so the replay outgrew the time between kills:

@@ -1,5 +1,5 @@
-//! Issue 24, item 8: the ledger's state has an identity, checked at open (DESIGN
-//! invariant 6; STYLE, "identity before trust"): a state that is another ledger's, or
+//! Issue 24, item 8: the ledger's state has an identity, checked at open
+//! (invariant 6; STYLE, "identity before trust"): a state that is another ledger's, or
 //! only part of this one's, is refused with the file and the fix, never applied. Each
 //! case is made by hand on the state folder of a real `mongoose` run, between runs, as
 //! an operator (or a backup tool) would: another run's outbox segment copied in, two

@@ -7,6 +7,8 @@
 //!   application crate (`mongoose-ledger`).
 //! * **Files along their seams.** No `.rs` file under a crate's `src/` is longer than
 //!   [`MAX_LINES`] lines (tests, examples and benches are not counted).
+//! * **Invariants cited as listed.** Every `invariant N` in a Rust comment names an
+//!   invariant of `docs/src/reference/invariants.md` (see [`crate::invariants`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,11 +54,12 @@ const TREE_RULES: &[TreeRule] = &[
     },
 ];
 
-/// Runs both checks; prints each finding and returns false when there is one.
+/// Runs the checks; prints each finding and returns false when there is one.
 pub(crate) fn layout(root: &Path) -> bool {
     let trees = check_trees(root);
     let sizes = check_sizes(root);
-    trees && sizes
+    let invariants = crate::invariants::check(root);
+    trees && sizes && invariants
 }
 
 fn check_trees(root: &Path) -> bool {

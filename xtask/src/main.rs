@@ -19,7 +19,8 @@
 //!   seeds for N minutes, or one seed (see [`chaos`]).
 //! * `cargo xtask layout` checks the architecture the manifests and files show: no
 //!   librdkafka in the server library nor in the file-only binary, no source file over
-//!   800 lines (see [`layout`]).
+//!   800 lines, every `invariant N` a comment cites listed in the book's
+//!   `reference/invariants.md` (see [`layout`], [`invariants`]).
 //! * `cargo xtask broker start [--brokers 1|3] [--port P] | stop | status` runs the
 //!   test broker, Apache Kafka in KRaft mode, on 127.0.0.1:19092 (and :19093, :19094
 //!   with three nodes) in the background, resolving its jars with Maven first when
@@ -35,6 +36,7 @@ mod bench;
 mod broker;
 mod callgrind;
 mod chaos;
+mod invariants;
 mod layout;
 mod versus;
 mod versus_kstreams;

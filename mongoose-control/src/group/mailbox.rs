@@ -170,6 +170,10 @@ impl ProcessorGroup {
                     if now >= *deadline {
                         return Err((letter, NotAdmitted::Deadline));
                     }
+                    debug_assert!(
+                        !mongoose_core::agent::is_agent_thread(),
+                        "invariant 3: an agent thread waits for room in a full control mailbox"
+                    );
                     std::thread::sleep(pause.min(*deadline - now));
                     pause = (pause * 2).min(Duration::from_millis(5));
                 }

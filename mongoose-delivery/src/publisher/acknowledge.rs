@@ -152,7 +152,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         count
     }
 
-    /// Debug builds: invariant 1, within an epoch and lane what is handed to the
+    /// Debug builds (invariant 1): within an epoch and lane what is handed to the
     /// committer (and so committed) never goes backwards; checked on every acknowledged
     /// entry, also those a run's last entry stands for.
     #[cfg(debug_assertions)]
@@ -162,7 +162,7 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         if let Some((epoch, offset)) = last.get(&position.lane) {
             debug_assert!(
                 *epoch != entry.epoch || position.offset >= *offset,
-                "feed '{}': position {position} acknowledged after {offset} in epoch {epoch}",
+                "invariant 1: feed '{}': position {position} acknowledged after {offset} in epoch {epoch}",
                 self.name
             );
         }

@@ -492,6 +492,11 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             }
             // wait for room without holding the publish lock
             drop(state);
+            debug_assert!(
+                !on_agent,
+                "invariant 3: feed '{}': an agent thread waits for room in a full queue",
+                self.name
+            );
             std::thread::sleep(Duration::from_micros(50));
         }
     }

@@ -263,6 +263,26 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
             && !paused
             && (!state.positioned || pending_acks == 0)
             && committed >= acknowledged;
+        // invariant 4: every loss a queue counted is in the feed's count that makes
+        // `lossless` false, and a drop of a never-drop queue is a drop; `settled` leaves
+        // nothing published behind a live queue
+        debug_assert!(
+            state.counts.downgraded <= state.counts.dropped
+                && state.bindings.iter().map(|b| b.dropped).sum::<u64>() <= state.counts.dropped,
+            "invariant 4: feed '{}' counts {} drops ({} downgraded) but its queues {}",
+            self.name,
+            state.counts.dropped,
+            state.counts.downgraded,
+            state.bindings.iter().map(|b| b.dropped).sum::<u64>()
+        );
+        debug_assert!(
+            !settled
+                || subscribers
+                    .iter()
+                    .all(|subscriber| subscriber.dispatched >= subscriber.position),
+            "invariant 4: feed '{}' settled with an unprocessed item in a queue",
+            self.name
+        );
         FeedStatus {
             feed: self.name.to_string(),
             state: state.source.state.as_str().to_owned(),

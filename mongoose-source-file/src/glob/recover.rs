@@ -1,7 +1,7 @@
 //! The lanes of a glob at its start, and of each new file: the registry loaded, or
 //! rebuilt from the lanes the pointer files record when it is missing, damaged or
 //! another glob's; and a new file's lane taken from its pointer, or from what the
-//! consumers hold of its identity, before a new number is drawn (DESIGN invariant 9:
+//! consumers hold of its identity, before a new number is drawn (invariant 9:
 //! an output's key is the input's identity and the line's position, so a file keeps
 //! its lane whatever became of the registry).
 

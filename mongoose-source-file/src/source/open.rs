@@ -509,7 +509,7 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
         let start_at;
         // the epoch of a file read from its start is its identity (taken at its first
-        // line when it has none yet): the same on every read of it (DESIGN invariant 9)
+        // line when it has none yet): the same on every read of it (invariant 9)
         let identity = identity_epoch_of(file);
         if let Some(reason) = reason_to_reset {
             let old_epoch = record.epoch;

@@ -1,5 +1,5 @@
 //! Where a COMMITED source resumes, decided before the first open by the one rule of
-//! every source ([`mongoose_core::resume`], DESIGN invariant 8): its pointer (when it
+//! every source ([`mongoose_core::resume`], invariant 8): its pointer (when it
 //! is this input's and whole) and what each consumer holds (a saved state's position, a
 //! sink's written outputs, or nothing of its own). Book:
 //! guarantees/where-a-feed-resumes.md.
