@@ -25,6 +25,7 @@ use crate::error::KafkaConnectorError;
 mod added;
 mod committer;
 mod config;
+mod forgotten;
 mod gaps;
 mod health;
 mod incarnation;
@@ -147,6 +148,7 @@ impl KafkaSource {
             id_notice: incarnation::IdNotice::new(&config.topic),
             operator_debug: config::operator_debug().is_some(),
             consumer: Mutex::new(std::sync::Weak::new()),
+            forgotten: forgotten::ForgottenBrokers::default(),
         });
         let incarnation = incarnation::Incarnation::new(config.metadata_refresh);
         Ok(KafkaSource {
@@ -659,10 +661,11 @@ impl KafkaSource {
         Ok(())
     }
 
-    /// A new consumer in place of the one that read an earlier incarnation of the topic
-    /// ([`incarnation`]): it leaves the group (nothing of the new topic is committed
-    /// yet, and the old topic's positions are not committed into it), and the new one
-    /// joins and reads the re-created partitions from their start.
+    /// A new consumer in place of one whose librdkafka state cannot go on: it read an
+    /// earlier incarnation of the topic ([`incarnation`]: nothing of the new topic is
+    /// committed yet, and the new one reads the re-created partitions from their start),
+    /// or it forgot every broker ([`forgotten`]: its assignment was lost already). The
+    /// old one leaves the group; the new one bootstraps from `brokers` and joins.
     fn replace_consumer(&mut self) -> Result<(), CoreError> {
         if let Some(old) = self.consumer.take() {
             old.unsubscribe();
@@ -678,7 +681,7 @@ impl KafkaSource {
         self.tail.clear();
         self.connect()?;
         info!(feed = %self.config.name, topic = %self.config.topic,
-            "a new consumer reads the re-created topic (librdkafka keeps the old topic's partition state, such as its leader epochs, which the new topic's partitions do not have)");
+            "a new consumer joins the group in place of the old one");
         Ok(())
     }
 }
@@ -706,7 +709,18 @@ impl EventSource for KafkaSource {
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
+        if let Some(forgotten) = self
+            .shared
+            .forgotten
+            .forgotten_for()
+            .filter(|forgotten| *forgotten >= forgotten::PATIENCE)
+        {
+            warn!(feed = %self.config.name, brokers = %self.config.brokers, seconds = forgotten.as_secs(),
+                "the kafka client knows no broker (a broker answered metadata with none, as one paused past its session does when it continues) and did not bootstrap again: a new consumer bootstraps from brokers");
+            self.reconnect = true;
+        }
         if std::mem::take(&mut self.reconnect) {
+            self.shared.forgotten.clear();
             self.replace_consumer()?;
         }
         let consumer = self.consumer()?;

@@ -29,6 +29,7 @@ impl ClientContext for SourceContext {
         }
         // a reset is heard and logged as librdkafka said it (a WARN)
         self.shared.log_starts.hear_reset(facility, message);
+        self.shared.forgotten.hear(facility, message);
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert

@@ -1,0 +1,102 @@
+//! librdkafka forgetting every broker it knew: a broker paused past its KRaft session
+//! answers a metadata request with no broker at all for a while after it continues, and
+//! librdkafka then decommissions the brokers it knew. Its re-bootstrap
+//! (`metadata.recovery.rebootstrap.trigger.ms`, [`crate::REBOOTSTRAP_AFTER_MS`]) is
+//! armed only when it sends a metadata request, and it sends none while it knows no
+//! usable broker: the member waited for its group's assignment until the end of the run
+//! (chaos kafka seeds 1796668540003 and 1796668540076: "no usable brokers" for 70 s
+//! after the broker was back).
+//!
+//! The source hears librdkafka's metadata lines (a `metadata` debug line it turns on,
+//! in order with the records): an answer listing no broker starts the clock, one
+//! listing any stops it. Past [`PATIENCE`] the source replaces its consumer (a new
+//! client bootstraps from `brokers` again).
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// How long librdkafka may know no broker before the source replaces its consumer
+/// (its own re-bootstrap, after 5 s, gets its chance first).
+pub(super) const PATIENCE: Duration = Duration::from_secs(10);
+
+/// When librdkafka last heard a metadata answer listing no broker, with none since.
+#[derive(Debug, Default)]
+pub(super) struct ForgottenBrokers {
+    since: Mutex<Option<Instant>>,
+}
+
+impl ForgottenBrokers {
+    /// Hears a librdkafka log line: a metadata answer's broker count
+    /// (`"<broker>: N brokers, M topics"`).
+    pub(super) fn hear(&self, facility: &str, message: &str) {
+        if facility != "METADATA" {
+            return;
+        }
+        let Some(count) = brokers_listed(message) else {
+            return;
+        };
+        let mut since = self.since.lock();
+        if count == 0 {
+            since.get_or_insert_with(Instant::now);
+        } else {
+            *since = None;
+        }
+    }
+
+    /// How long librdkafka has known no broker (`None`: it knows one).
+    pub(super) fn forgotten_for(&self) -> Option<Duration> {
+        self.since.lock().map(|since| since.elapsed())
+    }
+
+    /// A new consumer: its own answers count from now.
+    pub(super) fn clear(&self) {
+        *self.since.lock() = None;
+    }
+}
+
+/// The broker count of librdkafka's metadata line `"<broker>: N brokers, M topics"`.
+fn brokers_listed(message: &str) -> Option<usize> {
+    let at = message.find(" brokers, ")?;
+    message[..at].rsplit(' ').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // chaos kafka seed 1796668540076: "0 brokers, 1 topics" from a broker that came
+    // back fenced, then nothing but "no usable brokers"
+    #[test]
+    fn an_answer_with_no_broker_starts_the_clock_and_one_with_a_broker_stops_it() {
+        let forgotten = ForgottenBrokers::default();
+        forgotten.hear(
+            "METADATA",
+            "[thrd:main]: 127.0.0.1:39493/1: 1 brokers, 1 topics",
+        );
+        assert_eq!(forgotten.forgotten_for(), None);
+        forgotten.hear(
+            "METADATA",
+            "[thrd:main]: 127.0.0.1:39493/1: 0 brokers, 1 topics",
+        );
+        assert!(forgotten.forgotten_for().is_some());
+        // other lines change nothing
+        forgotten.hear(
+            "METADATA",
+            "[thrd:main]: Skipping metadata refresh of 1 topic(s): partition leader query: no usable brokers",
+        );
+        forgotten.hear(
+            "BROKER",
+            "[thrd:main]: 127.0.0.1:39493/1: 1 brokers, 1 topics",
+        );
+        assert!(forgotten.forgotten_for().is_some());
+        forgotten.hear(
+            "METADATA",
+            "[thrd:main]: 127.0.0.1:39493/bootstrap: 1 brokers, 0 topics",
+        );
+        assert_eq!(forgotten.forgotten_for(), None);
+        forgotten.hear("METADATA", "GroupCoordinator/1: 0 brokers, 0 topics");
+        forgotten.clear();
+        assert_eq!(forgotten.forgotten_for(), None);
+    }
+}
