@@ -661,6 +661,22 @@ impl KafkaSource {
         Ok(())
     }
 
+    /// Unsubscribes `consumer` and polls it briefly so that its revocation runs (the
+    /// callback commits what was processed), then closes it; what was read and not
+    /// published is dropped (read again by the next owner).
+    fn leave_group(&mut self, consumer: Arc<BaseConsumer<SourceContext>>) {
+        consumer.unsubscribe();
+        for _ in 0..10 {
+            if consumer.poll(Duration::from_millis(10)).is_none()
+                && self.shared.partitions.lock().assigned.is_empty()
+            {
+                break;
+            }
+        }
+        self.tail.clear();
+        drop(consumer);
+    }
+
     /// A new consumer in place of one whose librdkafka state cannot go on: it read an
     /// earlier incarnation of the topic ([`incarnation`]: nothing of the new topic is
     /// committed yet, and the new one reads the re-created partitions from their start),
@@ -668,17 +684,8 @@ impl KafkaSource {
     /// old one leaves the group; the new one bootstraps from `brokers` and joins.
     fn replace_consumer(&mut self) -> Result<(), CoreError> {
         if let Some(old) = self.consumer.take() {
-            old.unsubscribe();
-            for _ in 0..10 {
-                if old.poll(Duration::from_millis(10)).is_none()
-                    && self.shared.partitions.lock().assigned.is_empty()
-                {
-                    break;
-                }
-            }
-            drop(old);
+            self.leave_group(old);
         }
-        self.tail.clear();
         self.connect()?;
         info!(feed = %self.config.name, topic = %self.config.topic,
             "a new consumer joins the group in place of the old one");
@@ -780,17 +787,7 @@ impl EventSource for KafkaSource {
         // the driver polled the acknowledgements just before: commit them, then leave
         // the group (the revocation callback commits once more what was processed)
         let committed = self.shared.commit_pending(&consumer);
-        consumer.unsubscribe();
-        for _ in 0..10 {
-            if consumer.poll(Duration::from_millis(10)).is_none() {
-                let partitions = self.shared.partitions.lock();
-                if partitions.assigned.is_empty() {
-                    break;
-                }
-            }
-        }
-        self.tail.clear();
-        drop(consumer);
+        self.leave_group(consumer);
         info!(feed = %self.config.name, "kafka source stopped");
         committed
     }
