@@ -397,6 +397,40 @@ const NEW: usize = 400;
 /// for "already in the restored state" (875 lines never applied, exit 0). The takeover's
 /// marker now records the input topic's id, and a position of another topic is not
 /// compared.
+/// Waits until `member` committed and forwarded the old topic's `OLD` records, stops it,
+/// deletes the topic and makes it again with `partitions`, writes `NEW` records and
+/// starts the member again on its folder, then waits until it forwarded and committed
+/// them.
+fn remake_while_stopped(
+    member: &mut Member,
+    (brokers, topic, group): (&str, &str, &str),
+    partitions: i32,
+) {
+    wait_members(
+        &mut [&mut *member],
+        "committed and forwarded the old topic",
+        120,
+        &|members| {
+            committed_total(brokers, group, topic, partitions) >= OLD as i64
+                && written(&members[0].run).values().sum::<usize>() >= OLD
+        },
+    );
+    member.stop();
+    delete_topic(brokers, topic);
+    create_topic_again(brokers, topic, partitions);
+    produce_lines(&batching_producer(brokers), topic, OLD..OLD + NEW);
+    member.child = Some(member.run.spawn(false));
+    wait_members(
+        &mut [&mut *member],
+        "forwarded the new topic",
+        120,
+        &|members| written(&members[0].run).values().sum::<usize>() >= OLD + NEW,
+    );
+    wait_members(&mut [&mut *member], "committed the new topic", 120, &|_| {
+        committed_total(brokers, group, topic, partitions) >= NEW as i64
+    });
+}
+
 #[test]
 fn a_recreated_input_topic_is_a_new_epoch_and_nothing_is_skipped_stopped() {
     let Some(brokers) = brokers() else {
@@ -409,31 +443,8 @@ fn a_recreated_input_topic_is_a_new_epoch_and_nothing_is_skipped_stopped() {
     create_topic(&brokers, &topic, 3, &[]);
     produce_lines(&batching_producer(&brokers), &topic, 0..OLD);
     let mut member = recreate_member(&library, &brokers, &topic, &group);
-    wait_members(
-        &mut [&mut member],
-        "committed and forwarded the old topic",
-        120,
-        &|members| {
-            committed_total(&brokers, &group, &topic, 3) >= OLD as i64
-                && written(&members[0].run).values().sum::<usize>() >= OLD
-        },
-    );
-    member.stop();
-    delete_topic(&brokers, &topic);
-    create_topic_again(&brokers, &topic, 3);
-    produce_lines(&batching_producer(&brokers), &topic, OLD..OLD + NEW);
     // the same folder: the forward's file and the feed's state are this member's
-    let child = Some(member.run.spawn(false));
-    member.child = child;
-    wait_members(
-        &mut [&mut member],
-        "forwarded the new topic",
-        120,
-        &|members| written(&members[0].run).values().sum::<usize>() >= OLD + NEW,
-    );
-    wait_members(&mut [&mut member], "committed the new topic", 120, &|_| {
-        committed_total(&brokers, &group, &topic, 3) >= NEW as i64
-    });
+    remake_while_stopped(&mut member, (&brokers, &topic, &group), 3);
     std::thread::sleep(Duration::from_millis(500));
     let log = member.run.log();
     assert!(
@@ -610,31 +621,9 @@ fn a_topic_made_again_while_a_forward_with_an_epoch_file_is_stopped_is_a_new_epo
         &free_address(),
     );
     let mut member = Member::start(&library, &config);
-    wait_members(
-        &mut [&mut member],
-        "committed and forwarded the old topic",
-        120,
-        &|members| {
-            committed_total(&brokers, &group, &topic, 1) >= OLD as i64
-                && written(&members[0].run).values().sum::<usize>() >= OLD
-        },
-    );
-    member.stop();
-    delete_topic(&brokers, &topic);
-    create_topic_again(&brokers, &topic, 1);
     // fewer records than the old offsets: every one of them at an offset the old topic
     // had written
-    produce_lines(&batching_producer(&brokers), &topic, OLD..OLD + NEW);
-    member.child = Some(member.run.spawn(false));
-    wait_members(
-        &mut [&mut member],
-        "forwarded the new topic",
-        120,
-        &|members| written(&members[0].run).values().sum::<usize>() >= OLD + NEW,
-    );
-    wait_members(&mut [&mut member], "committed the new topic", 120, &|_| {
-        committed_total(&brokers, &group, &topic, 1) >= NEW as i64
-    });
+    remake_while_stopped(&mut member, (&brokers, &topic, &group), 1);
     member.stop();
     let log = member.run.log();
     assert!(
