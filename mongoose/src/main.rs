@@ -133,19 +133,11 @@ enum Command {
     /// where it is, a glob's files), its sinks (with held outputs), its processor groups
     /// and the last reload.
     Status {
-        /// The admin address of the server (default: the [admin] address of --config,
-        /// else 127.0.0.1:8089).
-        #[arg(long)]
-        admin: Option<String>,
-        /// The server's config file: its [admin] address and token_file.
-        #[arg(long)]
-        config: Option<PathBuf>,
         /// Print the raw status JSON.
         #[arg(long)]
         json: bool,
-        /// A file holding the admin API's bearer token (the server's [admin] token_file).
-        #[arg(long)]
-        token_file: Option<PathBuf>,
+        #[command(flatten)]
+        server: AdminArgs,
     },
     /// Prints the aggregates of one key of a running aggregate processor, as JSON.
     ///
@@ -156,16 +148,8 @@ enum Command {
         processor: String,
         /// The key: the values of its group_by fields, comma-separated (alice,EUR).
         key: String,
-        /// The admin address of the server (default: the [admin] address of --config,
-        /// else 127.0.0.1:8089).
-        #[arg(long)]
-        admin: Option<String>,
-        /// The server's config file: its [admin] address and token_file.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// A file holding the admin API's bearer token (the server's [admin] token_file).
-        #[arg(long)]
-        token_file: Option<PathBuf>,
+        #[command(flatten)]
+        server: AdminArgs,
     },
     /// A live sample of a running server's feed items or sink outputs.
     ///
@@ -185,35 +169,19 @@ enum Command {
         /// Print the admin API's JSON line per record.
         #[arg(long)]
         json: bool,
-        /// The admin address of the server (default: the [admin] address of --config,
-        /// else 127.0.0.1:8089).
-        #[arg(long)]
-        admin: Option<String>,
-        /// The server's config file: its [admin] address and token_file.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// A file holding the admin API's bearer token (the server's [admin] token_file).
-        #[arg(long)]
-        token_file: Option<PathBuf>,
+        #[command(flatten)]
+        server: AdminArgs,
     },
     /// A refreshing terminal view of a running server (`q` quits).
     ///
     /// A refreshing terminal view of a running server's feeds, groups and sinks, with
     /// rates from successive /status polls; `q` quits (exit 0).
     Top {
-        /// The admin address of the server (default: the [admin] address of --config,
-        /// else 127.0.0.1:8089).
-        #[arg(long)]
-        admin: Option<String>,
-        /// The server's config file: its [admin] address and token_file.
-        #[arg(long)]
-        config: Option<PathBuf>,
         /// How often to poll and redraw, in milliseconds.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
         interval_ms: u64,
-        /// A file holding the admin API's bearer token (the server's [admin] token_file).
-        #[arg(long)]
-        token_file: Option<PathBuf>,
+        #[command(flatten)]
+        server: AdminArgs,
     },
     /// The archive (aeron-like): serve, publish, list, describe, replay.
     ///
@@ -590,74 +558,57 @@ fn main() -> ExitCode {
         Command::Plugins {
             command: PluginsCommand::List { plugin_dir },
         } => plugins_list(&plugin_dir),
-        Command::Status {
-            admin: address,
-            config,
-            json,
-            token_file,
-        } => status_cli::admin_target(address, config.as_deref(), token_file)
-            .map_err(|error| (EXIT_BAD_CONFIG, error))
+        Command::Status { json, server } => server
+            .target()
             .and_then(|target| status_cli::status(&target, json)),
         Command::State {
             processor,
             key,
-            admin: address,
-            config,
-            token_file,
-        } => status_cli::admin_target(address, config.as_deref(), token_file)
-            .map_err(|error| (EXIT_BAD_CONFIG, error))
-            .and_then(|target| {
-                let token = read_token(target.token_file.as_deref())?;
-                let text = mongoose::status_cli::processor_state(
-                    &target.address,
-                    &processor,
-                    &key,
-                    token.as_deref().map(str::trim),
-                )
-                .map_err(|error| (EXIT_FAILED, error))?;
-                outln!("{text}");
-                Ok(cli::EXIT_OK)
-            }),
+            server,
+        } => server.target().and_then(|target| {
+            let token = read_token(target.token_file.as_deref())?;
+            let text = mongoose::status_cli::processor_state(
+                &target.address,
+                &processor,
+                &key,
+                token.as_deref().map(str::trim),
+            )
+            .map_err(|error| (EXIT_FAILED, error))?;
+            outln!("{text}");
+            Ok(cli::EXIT_OK)
+        }),
         Command::Top {
-            admin: address,
-            config,
             interval_ms,
-            token_file,
-        } => status_cli::admin_target(address, config.as_deref(), token_file)
-            .map_err(|error| (EXIT_BAD_CONFIG, error))
-            .and_then(|target| {
-                let token = read_token(target.token_file.as_deref())?;
-                mongoose::top::run(
-                    &target.address,
-                    std::time::Duration::from_millis(interval_ms),
-                    token.as_deref().map(str::trim),
-                )
-                .map(|()| 0)
-                .map_err(|error| (EXIT_FAILED, error))
-            }),
+            server,
+        } => server.target().and_then(|target| {
+            let token = read_token(target.token_file.as_deref())?;
+            mongoose::top::run(
+                &target.address,
+                std::time::Duration::from_millis(interval_ms),
+                token.as_deref().map(str::trim),
+            )
+            .map(|()| 0)
+            .map_err(|error| (EXIT_FAILED, error))
+        }),
         Command::Tap {
             feed,
             sink,
             limit,
             json,
-            admin: address,
-            config,
-            token_file,
-        } => status_cli::admin_target(address, config.as_deref(), token_file)
-            .map_err(|error| (EXIT_BAD_CONFIG, error))
-            .and_then(|target| {
-                let point = match (feed, sink) {
-                    (Some(feed), _) => tap_cli::TapPoint::Feed(feed),
-                    (None, Some(sink)) => tap_cli::TapPoint::Sink(sink),
-                    (None, None) => unreachable!("clap requires --feed or --sink"),
-                };
-                let format = if json {
-                    tap_cli::TapFormat::Json
-                } else {
-                    tap_cli::TapFormat::Text
-                };
-                tap_cli::run(&target, &point, limit, format)
-            }),
+            server,
+        } => server.target().and_then(|target| {
+            let point = match (feed, sink) {
+                (Some(feed), _) => tap_cli::TapPoint::Feed(feed),
+                (None, Some(sink)) => tap_cli::TapPoint::Sink(sink),
+                (None, None) => unreachable!("clap requires --feed or --sink"),
+            };
+            let format = if json {
+                tap_cli::TapFormat::Json
+            } else {
+                tap_cli::TapFormat::Text
+            };
+            tap_cli::run(&target, &point, limit, format)
+        }),
         Command::Journal { action } => journal(action),
         Command::Completions { shell } => {
             let mut script = Vec::new();
@@ -683,6 +634,30 @@ fn main() -> ExitCode {
             }
             ExitCode::from(code)
         }
+    }
+}
+
+/// Which running server a client subcommand asks (`status`, `state`, `tap`, `top`).
+#[derive(clap::Args, Debug)]
+struct AdminArgs {
+    /// The admin address of the server (default: the [admin] address of --config,
+    /// else 127.0.0.1:8089).
+    #[arg(long)]
+    admin: Option<String>,
+    /// The server's config file: its [admin] address and token_file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A file holding the admin API's bearer token (the server's [admin] token_file).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+}
+
+impl AdminArgs {
+    /// The server's admin address and token file ([`status_cli::admin_target`]); a
+    /// config that cannot be read is a bad config.
+    fn target(self) -> Result<status_cli::AdminTarget, (u8, ServerError)> {
+        status_cli::admin_target(self.admin, self.config.as_deref(), self.token_file)
+            .map_err(|error| (EXIT_BAD_CONFIG, error))
     }
 }
 
