@@ -120,6 +120,7 @@ pub mod admin;
 pub mod changelog;
 pub mod epoch;
 mod error;
+mod forgotten;
 mod security;
 mod sink;
 mod source;

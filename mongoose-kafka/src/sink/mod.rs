@@ -14,9 +14,10 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext, TopicPartitionList};
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::error::KafkaConnectorError;
+use crate::forgotten::{ForgottenBrokers, PATIENCE};
 
 mod positions;
 mod transaction;
@@ -49,6 +50,11 @@ pub struct KafkaSinkConfig {
     /// outputs a restarted server sends again are answered published without being
     /// written twice (exactly once from a file feed, say, whose pointer lagged).
     pub positions_topic: Option<String>,
+    /// `topic.metadata.refresh.interval.ms`: how often the producer asks the brokers
+    /// for metadata when nothing else makes it ask (librdkafka's default, 5 minutes,
+    /// when `None`). A shorter one finds a broker that forgot it sooner
+    /// ([`crate::forgotten`]).
+    pub metadata_refresh: Option<Duration>,
     /// More librdkafka properties, set last (they win).
     pub properties: Vec<(String, String)>,
 }
@@ -63,6 +69,7 @@ impl KafkaSinkConfig {
             delivery_timeout: Duration::from_secs(30),
             transactional_id: None,
             positions_topic: None,
+            metadata_refresh: None,
             properties: Vec::new(),
         }
     }
@@ -85,10 +92,15 @@ enum Report {
 pub(crate) struct SinkContext {
     name: String,
     reports: Mutex<HashMap<(u64, usize), Report>>,
+    /// librdkafka knows no broker ([`crate::forgotten`]).
+    forgotten: ForgottenBrokers,
+    /// The operator asked for librdkafka's debug lines (`MONGOOSE_KAFKA_DEBUG`).
+    operator_debug: bool,
 }
 
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        self.forgotten.hear(facility, message);
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -97,6 +109,7 @@ impl ClientContext for SinkContext {
                 error!(sink = %self.name, facility, "librdkafka: {message}")
             }
             RDKafkaLogLevel::Warning => warn!(sink = %self.name, facility, "librdkafka: {message}"),
+            _ if self.operator_debug => info!(sink = %self.name, facility, "librdkafka: {message}"),
             _ => debug!(sink = %self.name, facility, "librdkafka: {message}"),
         }
     }
@@ -188,13 +201,23 @@ fn create_producer(
     if let Some(id) = &config.transactional_id {
         client.set("transactional.id", id);
     }
+    if let Some(refresh) = config.metadata_refresh {
+        client.set(
+            "topic.metadata.refresh.interval.ms",
+            refresh.as_millis().max(1).to_string(),
+        );
+    }
     for (key, value) in &config.properties {
         client.set(key, value);
     }
+    let operator_debug = crate::source::config::operator_debug();
     let context = SinkContext {
         name: config.name.clone(),
         reports: Mutex::new(HashMap::new()),
+        forgotten: ForgottenBrokers::default(),
+        operator_debug: operator_debug.is_some(),
     };
+    crate::forgotten::hear_metadata(&mut client, operator_debug);
     client
         .create_with_context(context)
         .map_err(|error| KafkaConnectorError::Config {
@@ -282,6 +305,7 @@ impl KafkaSink {
         outcomes: &mut Vec<SinkOutcome>,
     ) {
         let transactional = self.config.transactional_id.is_some();
+        self.reconnect_if_forgotten();
         if !transactional && offsets.is_some() {
             let error = "offsets can be committed with outputs only by a transactional sink: set transactional_id";
             Self::all(
@@ -458,6 +482,43 @@ impl KafkaSink {
             }
         }
         outcomes.extend(handed);
+    }
+
+    /// Replaces a producer that knows no broker past [`PATIENCE`] ([`crate::forgotten`]):
+    /// a transactional one through the transaction protocol's replacement (the new one
+    /// fences it), an idempotent one at once (what it still held was answered already:
+    /// every record handed over gets an outcome before its publish returns).
+    fn reconnect_if_forgotten(&mut self) {
+        let Some(forgotten) = self
+            .context
+            .forgotten
+            .forgotten_for()
+            .filter(|forgotten| *forgotten >= PATIENCE)
+        else {
+            return;
+        };
+        warn!(sink = %self.config.name, brokers = %self.config.brokers, seconds = forgotten.as_secs(),
+            "the kafka producer knows no broker (a broker answered metadata with none, as one paused past its session does when it continues) and did not bootstrap again: a new producer bootstraps from brokers");
+        self.context.forgotten.clear();
+        if self.config.transactional_id.is_some() {
+            self.replace_producer("the producer knows no broker");
+            return;
+        }
+        match create_producer(&self.config) {
+            Ok(producer) => {
+                self.purge();
+                self.context = Arc::clone(producer.context());
+                self.producer = producer;
+            }
+            Err(error) => warn!(sink = %self.config.name, %error,
+                "a new producer could not be made: the one that knows no broker is kept"),
+        }
+    }
+
+    /// Drops what the producer still queues (their publishes were answered).
+    fn purge(&self) {
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
     }
 
     /// Opens a transaction, first finishing what an earlier one left (a commit or an

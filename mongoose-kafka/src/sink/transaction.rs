@@ -231,7 +231,7 @@ impl KafkaSink {
     }
 
     /// The producer is given up for a new one (at the next [`KafkaSink::recover`]).
-    fn replace_producer(&mut self, error: &KafkaError) {
+    pub(super) fn replace_producer(&mut self, error: impl std::fmt::Display) {
         warn!(sink = %self.config.name, %error, phase = ?self.txn.phase, resumed = self.txn.resumed,
             "the transactional producer cannot go on: a new one with the same transactional id takes its place (the broker finishes the transaction it left open)");
         self.txn.phase = Phase::Replace;

@@ -112,17 +112,7 @@ impl KafkaSourceConfig {
         // one that says the topic's id changed comes before any record of the new topic
         // ([`super::incarnation`]); debug lines the operator did not ask for stay at
         // debug level in our log
-        let mut debug = match config.get("debug") {
-            Some(asked) if !asked.trim().is_empty() => format!("{asked},metadata"),
-            _ => "metadata".to_owned(),
-        };
-        if let Some(asked) = operator_debug() {
-            debug.push(',');
-            debug.push_str(&asked);
-        }
-        config
-            .set("debug", debug)
-            .set_log_level(RDKafkaLogLevel::Debug);
+        crate::forgotten::hear_metadata(&mut config, operator_debug());
         config
     }
 }

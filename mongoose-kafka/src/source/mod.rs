@@ -24,8 +24,7 @@ use crate::error::KafkaConnectorError;
 
 mod added;
 mod committer;
-mod config;
-mod forgotten;
+pub(crate) mod config;
 mod gaps;
 mod health;
 mod incarnation;
@@ -148,7 +147,7 @@ impl KafkaSource {
             id_notice: incarnation::IdNotice::new(&config.topic),
             operator_debug: config::operator_debug().is_some(),
             consumer: Mutex::new(std::sync::Weak::new()),
-            forgotten: forgotten::ForgottenBrokers::default(),
+            forgotten: crate::forgotten::ForgottenBrokers::default(),
         });
         let incarnation = incarnation::Incarnation::new(config.metadata_refresh);
         Ok(KafkaSource {
@@ -720,7 +719,7 @@ impl EventSource for KafkaSource {
             .shared
             .forgotten
             .forgotten_for()
-            .filter(|forgotten| *forgotten >= forgotten::PATIENCE)
+            .filter(|forgotten| *forgotten >= crate::forgotten::PATIENCE)
         {
             warn!(feed = %self.config.name, brokers = %self.config.brokers, seconds = forgotten.as_secs(),
                 "the kafka client knows no broker (a broker answered metadata with none, as one paused past its session does when it continues) and did not bootstrap again: a new consumer bootstraps from brokers");

@@ -114,8 +114,8 @@ pub(super) struct Shared {
     /// The consumer now (the committer commits through it; a new incarnation of the
     /// topic replaces it).
     pub(super) consumer: Mutex<std::sync::Weak<BaseConsumer<SourceContext>>>,
-    /// librdkafka knows no broker ([`super::forgotten`]).
-    pub(super) forgotten: super::forgotten::ForgottenBrokers,
+    /// librdkafka knows no broker ([`crate::forgotten`]).
+    pub(super) forgotten: crate::forgotten::ForgottenBrokers,
 }
 
 impl fmt::Debug for Shared {

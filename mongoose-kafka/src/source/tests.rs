@@ -22,7 +22,7 @@ fn committer_with(partitions: Partitions) -> KafkaCommitter {
             id_notice: super::incarnation::IdNotice::new("t"),
             operator_debug: false,
             consumer: Mutex::new(Weak::new()),
-            forgotten: super::forgotten::ForgottenBrokers::default(),
+            forgotten: crate::forgotten::ForgottenBrokers::default(),
         }),
     }
 }

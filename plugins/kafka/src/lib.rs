@@ -20,7 +20,8 @@
 //!   transaction; keep it the same across restarts), `positions_topic` (with a
 //!   transactional id: what each transaction committed per input lane, written in it and
 //!   read back at start, so a restarted server's repeated outputs are not written twice:
-//!   exactly once from a file feed).
+//!   exactly once from a file feed), `metadata_refresh_ms` (how often the producer asks
+//!   for metadata unprompted; librdkafka's 5 minutes by default).
 //! * **Security (both kinds).** `security_protocol` (`PLAINTEXT`, `SSL`,
 //!   `SASL_PLAINTEXT`, `SASL_SSL`), `sasl_mechanism` (`PLAIN`, `SCRAM-SHA-256`,
 //!   `SCRAM-SHA-512`), `sasl_username`, the password from `sasl_password_file` (relative
@@ -125,6 +126,7 @@ pub fn sink(create: &CreateContext<'_>) -> Result<KafkaSink, String> {
         "delivery_timeout_ms",
         "transactional_id",
         "positions_topic",
+        "metadata_refresh_ms",
         "name",
     ];
     settings.only(&[&keys[..], KafkaSecurity::KEYS].concat())?;
@@ -139,6 +141,9 @@ pub fn sink(create: &CreateContext<'_>) -> Result<KafkaSink, String> {
     }
     config.transactional_id = settings.text("transactional_id").map(str::to_owned);
     config.positions_topic = settings.text("positions_topic").map(str::to_owned);
+    if let Some(millis) = settings.u64("metadata_refresh_ms")? {
+        config.metadata_refresh = Some(Duration::from_millis(millis.max(100)));
+    }
     config.properties = security(create, name, &config.brokers)?;
     KafkaSink::new(config).map_err(|error| error.to_string())
 }

@@ -7,29 +7,51 @@
 //! (chaos kafka seeds 1796668540003 and 1796668540076: "no usable brokers" for 70 s
 //! after the broker was back).
 //!
-//! The source hears librdkafka's metadata lines (a `metadata` debug line it turns on,
-//! in order with the records): an answer listing no broker starts the clock, one
-//! listing any stops it. Past [`PATIENCE`] the source replaces its consumer (a new
-//! client bootstraps from `brokers` again).
+//! The source's consumer and the sink's producer hear librdkafka's metadata lines (a
+//! `metadata` debug context they turn on): an answer listing no broker starts the
+//! clock, one listing any stops it. Past [`PATIENCE`] the source replaces its consumer
+//! and the sink its producer (a new client bootstraps from `brokers` again). A producer
+//! that forgot its broker held its records for good: "new leader-1 not found in
+//! cache", then nothing (chaos kafka seeds 1796668540057, 1796670829014 and 090).
 
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::ClientConfig;
 
-/// How long librdkafka may know no broker before the source replaces its consumer
+/// How long librdkafka may know no broker before its client is replaced
 /// (its own re-bootstrap, after 5 s, gets its chance first).
-pub(super) const PATIENCE: Duration = Duration::from_secs(10);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Turns on librdkafka's `metadata` debug lines of `config` (after the contexts its
+/// properties ask for, and the operator's `MONGOOSE_KAFKA_DEBUG` ones): the client's log
+/// callback then hears each metadata answer's broker count. The lines the operator did
+/// not ask for stay at debug level in our log.
+pub(crate) fn hear_metadata(config: &mut ClientConfig, operator: Option<String>) {
+    let mut debug = match config.get("debug") {
+        Some(asked) if !asked.trim().is_empty() => format!("{asked},metadata"),
+        _ => "metadata".to_owned(),
+    };
+    if let Some(asked) = operator {
+        debug.push(',');
+        debug.push_str(&asked);
+    }
+    config
+        .set("debug", debug)
+        .set_log_level(RDKafkaLogLevel::Debug);
+}
 
 /// When librdkafka last heard a metadata answer listing no broker, with none since.
 #[derive(Debug, Default)]
-pub(super) struct ForgottenBrokers {
+pub(crate) struct ForgottenBrokers {
     since: Mutex<Option<Instant>>,
 }
 
 impl ForgottenBrokers {
     /// Hears a librdkafka log line: a metadata answer's broker count
     /// (`"<broker>: N brokers, M topics"`).
-    pub(super) fn hear(&self, facility: &str, message: &str) {
+    pub(crate) fn hear(&self, facility: &str, message: &str) {
         if facility != "METADATA" {
             return;
         }
@@ -45,12 +67,12 @@ impl ForgottenBrokers {
     }
 
     /// How long librdkafka has known no broker (`None`: it knows one).
-    pub(super) fn forgotten_for(&self) -> Option<Duration> {
+    pub(crate) fn forgotten_for(&self) -> Option<Duration> {
         self.since.lock().map(|since| since.elapsed())
     }
 
     /// A new consumer: its own answers count from now.
-    pub(super) fn clear(&self) {
+    pub(crate) fn clear(&self) {
         *self.since.lock() = None;
     }
 }
