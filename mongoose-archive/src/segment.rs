@@ -354,24 +354,39 @@ impl SegmentWriter {
         let mut stopped = false;
         let mut records = 0;
         while offset < bytes.len() {
-            match decode_record(&bytes[offset..]) {
+            let bad = match decode_record(&bytes[offset..]) {
                 Decoded::Record(record) if record.position == end => {
                     end = record.end();
                     stopped = record.kind == RecordKind::Stop;
                     offset += record.stored_len();
                     records += 1;
+                    continue;
                 }
-                Decoded::Record(record) => {
-                    tracing::warn!(
-                        recording = id,
-                        expected = end,
-                        found = record.position,
-                        "a record out of sequence at the tail; cutting it"
-                    );
-                    break;
-                }
-                Decoded::Incomplete { .. } | Decoded::Invalid(_) => break,
+                Decoded::Record(record) => format!(
+                    "a record at position {} where {end} was expected",
+                    record.position
+                ),
+                Decoded::Incomplete { .. } => "a record cut short".to_string(),
+                Decoded::Invalid(detail) => detail,
+            };
+            // a bad record with a whole record anywhere after it is damage in the
+            // middle, not a torn tail: refused, never cut (what follows is recorded)
+            if (offset + 1..bytes.len())
+                .any(|later| matches!(decode_record(&bytes[later..]), Decoded::Record(_)))
+            {
+                return Err(ArchiveError::Corrupt {
+                    recording: id,
+                    position: end,
+                    path,
+                    detail: format!(
+                        "{bad} at byte {}, and whole records follow it: refusing to cut them",
+                        SEGMENT_HEADER_LEN + offset as u64
+                    ),
+                });
             }
+            tracing::warn!(recording = id, position = end, byte = SEGMENT_HEADER_LEN + offset as u64,
+                %bad, "a bad record at the tail of the recording, nothing whole after it: a torn write");
+            break;
         }
         let valid_len = SEGMENT_HEADER_LEN + offset as u64;
         let torn_bytes = len - valid_len;

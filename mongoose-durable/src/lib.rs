@@ -23,7 +23,8 @@
 //!
 //! * the loss file (`mongoose-source-file/src/losses.rs`), the archive connector's
 //!   pointer, the Kafka epoch file's topic id, and the audit capture's records file and
-//!   sidecar (`mongoose-control/src/capture/`) are [`log`]s with a [`header`];
+//!   sidecar (`mongoose-control/src/capture/`), and the archive's catalog are [`log`]s
+//!   with a [`header`];
 //! * every `flock` of the server, by one retry policy ([`lock::FileLock::acquire`]):
 //!   the data folder's lock, the outbox's `LOCK`, the journal's appender lock and
 //!   tailer stores, the archive's lock, a file sink's output;
