@@ -141,7 +141,13 @@ impl Journal {
             JournalError::io("cannot create the journal directory", &dir, error)
         })?;
         if let Some(&last) = segment::list_segments(&dir)?.last() {
-            tailer::read_header(&segment::segment_path(&dir, last))?;
+            let path = segment::segment_path(&dir, last);
+            if segment::is_torn_creation(&path)? {
+                tracing::warn!(path = %path.display(),
+                    "the last segment's header is zeros: a creation a power loss cut short; the next appender removes it");
+            } else {
+                tailer::read_header(&path)?;
+            }
         }
         let identity = identity::load_or_create(&dir)?;
         Ok(Journal {
