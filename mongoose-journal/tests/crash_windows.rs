@@ -140,6 +140,15 @@ fn a_last_segment_with_a_zero_header_is_a_torn_creation() {
 
     let journal = Journal::open(dir.path(), common::small_segments())
         .expect("a zero last header is a torn creation, not refused");
+    // a reader reads to the end of the segment before it and waits there
+    let mut tailer = journal.tailer();
+    let mut read = 0;
+    while let Some(excerpt) = tailer.next().expect("a reader waits at a torn creation") {
+        assert_eq!(excerpt.bytes(), &payload(read)[..]);
+        read += 1;
+    }
+    assert_eq!(read, first);
+    assert_eq!(journal.last_index().expect("last"), first.checked_sub(1));
     let mut appender = journal.appender().expect("the appender");
     assert_eq!(
         appender.next_index(),
@@ -151,6 +160,14 @@ fn a_last_segment_with_a_zero_header_is_a_torn_creation() {
     }
     drop(appender);
     assert_eq!(read_all_checked(&journal), first + 100);
+    let excerpt = tailer
+        .next()
+        .expect("read")
+        .expect("the waiting reader goes on");
+    assert_eq!(
+        (excerpt.index(), excerpt.bytes()),
+        (first, &payload(first)[..])
+    );
 }
 
 // A zero header of a segment that is not the last one is damage: refused.
