@@ -1,21 +1,34 @@
 //! The recording catalog: an append-only file of checksummed events.
 //!
-//! `<archive>/catalog` starts with a 16-byte header (magic `MGARCAT1`, version) and
-//! holds records `[len: u32][crc32: u32][postcard-encoded CatalogEvent]`. Each append
-//! is synced before the archiver acts on it. The archiver cuts a torn last record at
-//! start (a crash in the middle of an append); readers ignore one.
+//! `<archive>/catalog` is a durable-layer record log ([`mongoose_durable::log`], header
+//! `mongoose-archive-catalog` v2), one postcard-encoded `CatalogEvent` per record.
+//! Each append is synced before the archiver acts on it. The archiver cuts a torn last
+//! record at start (a crash in the middle of an append); readers ignore one. A bad
+//! record with a whole record after it is damage: refused, naming the file and the
+//! byte, and never cut.
+//!
+//! A catalog of the earlier layout (a 16-byte header, magic `MGARCAT1`, then records
+//! `[len: u32][crc32 of the body: u32][body]`) is read by the same rules, and rewritten
+//! as a durable log (atomically) when an archiver opens it.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use mongoose_durable::disk::RealDisk;
+use mongoose_durable::header::Header;
+use mongoose_durable::log::RecordLog;
+use mongoose_durable::DurableError;
+
 use crate::error::{ArchiveError, Result};
 
+/// The catalog's format name in its durable-layer header.
+const FORMAT: &str = "mongoose-archive-catalog";
+/// The earlier layout's magic.
 const MAGIC: &[u8; 8] = b"MGARCAT1";
+/// The earlier layout's version.
 const VERSION: u32 = 1;
 const HEADER_LEN: u64 = 16;
 /// The catalog's file name in the archive directory.
@@ -176,125 +189,184 @@ impl CatalogState {
     }
 }
 
-/// Reads the catalog's events; returns the state and the length of the valid prefix.
-fn read_events(path: &Path) -> Result<(CatalogState, u64, u64)> {
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Ok((CatalogState::default(), 0, 0))
-        }
-        Err(error) => return Err(ArchiveError::io("open the catalog", path)(error)),
-    };
-    let bytes = std::fs::read(path).map_err(ArchiveError::io("read the catalog", path))?;
-    drop(file);
-    let bad = |detail: &str| ArchiveError::BadFormat {
-        path: path.to_path_buf(),
-        what: "mongoose-archive catalog",
-        detail: detail.to_string(),
-    };
-    if bytes.len() < HEADER_LEN as usize {
-        // a catalog whose header was being written when the archiver died
-        return Ok((CatalogState::default(), 0, bytes.len() as u64));
-    }
-    if &bytes[0..8] != MAGIC {
-        return Err(bad("wrong magic"));
-    }
-    if u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) != VERSION {
-        return Err(bad("unknown version"));
-    }
-    let mut state = CatalogState::default();
-    let mut offset = HEADER_LEN as usize;
-    while offset + 8 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[offset..offset + 4].try_into().expect("4")) as usize;
-        let crc = u32::from_le_bytes(bytes[offset + 4..offset + 8].try_into().expect("4"));
-        let Some(body) = bytes.get(offset + 8..offset + 8 + len) else {
-            break;
-        };
-        if crc32fast::hash(body) != crc {
-            break;
-        }
-        let Ok(event) = postcard::from_bytes::<CatalogEvent>(body) else {
-            break;
-        };
-        state.apply(event);
-        offset += 8 + len;
-    }
-    Ok((state, offset as u64, bytes.len() as u64))
+/// The catalog's header (a durable-layer log: any archive may read it).
+fn header() -> Header {
+    Header::new(FORMAT, 2, Vec::new())
 }
 
-/// Reads the catalog of an archive (a reader's view; a torn last record is ignored).
+/// The catalog's events as written on disk.
+struct Events {
+    state: CatalogState,
+    /// The records, undecoded (a catalog of the earlier layout is rewritten with them).
+    records: Vec<Vec<u8>>,
+    /// A torn tail (never synced, never acted on): where and how many bytes.
+    torn_tail: Option<(u64, u64)>,
+    /// Whether the file is of the earlier layout (`MGARCAT1`).
+    earlier: bool,
+}
+
+/// Reads the catalog's events: a torn tail is reported, damage in the middle (a bad
+/// record with a whole record after it) refused, never skipped.
+fn read_events(path: &Path) -> Result<Option<Events>> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(ArchiveError::io("read the catalog", path)(error)),
+    };
+    let (records, torn_tail, earlier) = if bytes.starts_with(&mongoose_durable::header::MAGIC) {
+        let read = mongoose_durable::log::read(path, &header())?;
+        let torn = read.torn_tail.map(|torn| (torn.offset, torn.bytes_cut));
+        (read.records, torn, false)
+    } else if bytes.len() < HEADER_LEN as usize {
+        // a catalog of the earlier layout whose header was being written when the
+        // archiver died: nothing was ever appended to it
+        return Ok(None);
+    } else if bytes.starts_with(MAGIC) {
+        if u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) != VERSION {
+            return Err(ArchiveError::BadFormat {
+                path: path.to_path_buf(),
+                what: "mongoose-archive catalog",
+                detail: "unknown version".to_string(),
+            });
+        }
+        let (records, torn) = read_earlier(path, &bytes)?;
+        (records, torn, true)
+    } else {
+        return Err(ArchiveError::BadFormat {
+            path: path.to_path_buf(),
+            what: "mongoose-archive catalog",
+            detail: format!("neither a {FORMAT} header nor the earlier MGARCAT1 magic"),
+        });
+    };
+    let mut state = CatalogState::default();
+    for (number, record) in records.iter().enumerate() {
+        // a whole record that passed its checksum and does not decode is no torn tail
+        let event = postcard::from_bytes::<CatalogEvent>(record).map_err(|error| {
+            ArchiveError::BadFormat {
+                path: path.to_path_buf(),
+                what: "mongoose-archive catalog",
+                detail: format!(
+                    "record {number} passes its checksum but does not decode ({error}): refusing to skip it"
+                ),
+            }
+        })?;
+        state.apply(event);
+    }
+    Ok(Some(Events {
+        state,
+        records,
+        torn_tail,
+        earlier,
+    }))
+}
+
+/// A catalog's records, and its torn tail (where, how many bytes).
+type Frames = (Vec<Vec<u8>>, Option<(u64, u64)>);
+
+/// The records of a catalog of the earlier layout (`MGARCAT1`, then `length u32 |
+/// crc32 of the body u32 | body`) and its torn tail: a bad record with a whole record
+/// anywhere after it is damage, refused.
+fn read_earlier(path: &Path, bytes: &[u8]) -> Result<Frames> {
+    let mut records = Vec::new();
+    let mut at = HEADER_LEN as usize;
+    while at < bytes.len() {
+        match earlier_frame(bytes, at) {
+            Ok(end) => {
+                records.push(bytes[at + 8..end].to_vec());
+                at = end;
+            }
+            Err(reason) => {
+                if (at + 1..bytes.len()).any(|later| earlier_frame(bytes, later).is_ok()) {
+                    return Err(DurableError::DamagedRecord {
+                        path: path.to_path_buf(),
+                        offset: at as u64,
+                        reason,
+                    }
+                    .into());
+                }
+                return Ok((records, Some((at as u64, (bytes.len() - at) as u64))));
+            }
+        }
+    }
+    Ok((records, None))
+}
+
+/// The end of the earlier layout's record at `at`, or what is wrong with it.
+fn earlier_frame(bytes: &[u8], at: usize) -> std::result::Result<usize, &'static str> {
+    let Some(head) = bytes.get(at..at + 8) else {
+        return Err("a record header cut short");
+    };
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    if len == 0 {
+        // never written (an event holds at least its tag): zeros a power loss left
+        return Err("an empty record");
+    }
+    let Some(body) = bytes.get(at + 8..at + 8 + len) else {
+        return Err("a record longer than the rest of the file");
+    };
+    if crc32fast::hash(body) != u32::from_le_bytes([head[4], head[5], head[6], head[7]]) {
+        return Err("a checksum that does not match");
+    }
+    Ok(at + 8 + len)
+}
+
+/// Reads the catalog of an archive (a reader's view: a torn last record is ignored,
+/// damage in the middle refused).
 pub(crate) fn read(archive: &Path) -> Result<CatalogState> {
-    Ok(read_events(&archive.join(CATALOG_FILE))?.0)
+    Ok(read_events(&archive.join(CATALOG_FILE))?
+        .map_or_else(CatalogState::default, |events| events.state))
 }
 
 /// The archiver's catalog: loaded at start (a torn tail cut), appended to.
 #[derive(Debug)]
 pub(crate) struct Catalog {
-    file: File,
-    path: PathBuf,
-    len: u64,
+    log: RecordLog,
     pub(crate) state: CatalogState,
 }
 
 impl Catalog {
-    /// Opens (or creates) the catalog of an archive, cutting a torn tail.
+    /// Opens (or creates) the catalog of an archive, cutting a torn tail and refusing
+    /// damage in the middle; a catalog of the earlier layout is rewritten as a durable
+    /// log (atomically) with the same events.
     pub(crate) fn open(archive: &Path) -> Result<Catalog> {
         let path = archive.join(CATALOG_FILE);
-        let (state, valid, total) = read_events(&path)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(ArchiveError::io("open the catalog", &path))?;
-        let len = if valid == 0 {
-            let mut header = [0u8; HEADER_LEN as usize];
-            header[0..8].copy_from_slice(MAGIC);
-            header[8..12].copy_from_slice(&VERSION.to_le_bytes());
-            file.set_len(0)
-                .map_err(ArchiveError::io("reset the catalog", &path))?;
-            file.write_all_at(&header, 0)
-                .map_err(ArchiveError::io("write the catalog header", &path))?;
-            file.sync_all()
-                .map_err(ArchiveError::io("sync the catalog", &path))?;
-            HEADER_LEN
-        } else {
-            if total > valid {
-                tracing::warn!(
-                    catalog = %path.display(),
-                    torn_bytes = total - valid,
-                    "cutting the torn tail of the catalog"
-                );
-                file.set_len(valid)
-                    .map_err(ArchiveError::io("cut the catalog's torn tail", &path))?;
-                file.sync_all()
-                    .map_err(ArchiveError::io("sync the catalog", &path))?;
+        mongoose_durable::replace::remove_leftover(&path)?;
+        let events = read_events(&path)?;
+        let (log, state) = match events {
+            None => (
+                RecordLog::create_on(&mut RealDisk, &path, &header())?,
+                CatalogState::default(),
+            ),
+            Some(events) if events.earlier => {
+                if let Some((offset, bytes)) = events.torn_tail {
+                    tracing::warn!(catalog = %path.display(), offset, torn_bytes = bytes,
+                        "cutting the torn tail of the catalog (the last append before a crash, never synced)");
+                }
+                let bytes = mongoose_durable::log::encode(
+                    &header(),
+                    events.records.iter().map(Vec::as_slice),
+                )?;
+                mongoose_durable::replace::replace(&path, &bytes)?;
+                tracing::info!(catalog = %path.display(), records = events.records.len(),
+                    "rewrote a catalog of the earlier layout as a durable log");
+                let (log, _) = RecordLog::open_or_create(&path, &header())?;
+                (log, events.state)
             }
-            valid
+            Some(events) => {
+                // the durable layer cuts the torn tail and logs it (WARN)
+                let (log, recovery) = RecordLog::open_or_create(&path, &header())?;
+                debug_assert_eq!(recovery.records.len(), events.records.len());
+                (log, events.state)
+            }
         };
-        Ok(Catalog {
-            file,
-            path,
-            len,
-            state,
-        })
+        Ok(Catalog { log, state })
     }
 
     /// Appends an event, synced, and applies it.
     pub(crate) fn append(&mut self, event: CatalogEvent) -> Result<()> {
         let body = postcard::to_allocvec(&event).expect("a catalog event encodes");
-        let mut record = Vec::with_capacity(8 + body.len());
-        record.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        record.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        record.extend_from_slice(&body);
-        self.file
-            .write_all_at(&record, self.len)
-            .map_err(ArchiveError::io("append to the catalog", &self.path))?;
-        self.file
-            .sync_data()
-            .map_err(ArchiveError::io("sync the catalog", &self.path))?;
-        self.len += record.len() as u64;
+        self.log.append(&body)?;
+        self.log.sync()?;
         self.state.apply(event);
         Ok(())
     }
@@ -305,4 +377,81 @@ pub(crate) fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A catalog of the earlier layout holding `events`, then `tail`.
+    fn earlier_catalog(events: &[CatalogEvent], tail: &[u8]) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&VERSION.to_le_bytes());
+        bytes.extend_from_slice(&[0; 4]);
+        for event in events {
+            let body = postcard::to_allocvec(event).expect("encode");
+            bytes.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+            bytes.extend_from_slice(&body);
+        }
+        bytes.extend_from_slice(tail);
+        bytes
+    }
+
+    fn events() -> Vec<CatalogEvent> {
+        vec![
+            CatalogEvent::Started {
+                id: 1,
+                stream: 5,
+                session: 9,
+                start_position: 0,
+                source: "ipc ring".into(),
+                started_unix_ms: 7,
+            },
+            CatalogEvent::Stopped {
+                id: 1,
+                stop_position: 1040,
+                reason: StopReason::PublicationEnded,
+            },
+        ]
+    }
+
+    #[test]
+    fn a_catalog_of_the_earlier_layout_is_read_and_rewritten_as_a_durable_log() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join(CATALOG_FILE);
+        // a torn third record: cut, the two before it kept
+        std::fs::write(&path, earlier_catalog(&events(), &[40, 0, 0, 0, 1, 2, 3])).expect("write");
+        let read_state = read(dir.path()).expect("a reader reads the earlier layout");
+        assert_eq!(read_state.recordings[&1].stop_position, Some(1040));
+        let mut catalog = Catalog::open(dir.path()).expect("open");
+        assert_eq!(catalog.state.recordings[&1].stop_position, Some(1040));
+        assert!(std::fs::read(&path)
+            .expect("read")
+            .starts_with(&mongoose_durable::header::MAGIC));
+        catalog
+            .append(CatalogEvent::Gap {
+                id: 1,
+                from: 10,
+                to: 20,
+            })
+            .expect("append");
+        drop(catalog);
+        let state = read(dir.path()).expect("read again");
+        assert_eq!(state.recordings[&1].gaps, vec![(10, 20)]);
+        assert_eq!(state.recordings[&1].stop_position, Some(1040));
+    }
+
+    #[test]
+    fn damage_in_the_middle_of_a_catalog_of_the_earlier_layout_is_refused() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join(CATALOG_FILE);
+        let mut bytes = earlier_catalog(&events(), &[]);
+        bytes[16 + 8 + 3] ^= 0x20;
+        std::fs::write(&path, &bytes).expect("write");
+        let error = read(dir.path()).expect_err("refused");
+        assert!(error.to_string().contains("at byte 16"), "{error}");
+        assert!(Catalog::open(dir.path()).is_err());
+        assert_eq!(std::fs::read(&path).expect("read"), bytes, "nothing cut");
+    }
 }

@@ -77,6 +77,10 @@ pub enum ArchiveError {
         /// The largest accepted length.
         max: usize,
     },
+    /// A durable-layer file (the catalog) cannot be read or written: damaged in the
+    /// middle (refused, never cut), of another format, or an I/O error.
+    #[error(transparent)]
+    Durable(#[from] mongoose_durable::DurableError),
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

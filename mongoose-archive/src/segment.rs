@@ -21,9 +21,10 @@
 //! knows the previous one is complete.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+use mongoose_durable::disk::{Disk, DiskFile, RealDisk};
 
 use crate::error::{ArchiveError, Result};
 
@@ -225,6 +226,27 @@ pub(crate) fn check_segment_header(file: &File, path: &Path, id: u64, start: u64
     Ok(())
 }
 
+/// Creates the segment `path` of recording `id` starting at `start` on `disk`: its
+/// header written under the temporary name `.seg.new` and synced, renamed into place,
+/// and the recording's folder synced, so that a power loss never leaves the name
+/// without its header, nor loses the name once records follow it. Once per segment.
+fn create_segment_on<D: Disk>(disk: &mut D, path: &Path, id: u64, start: u64) -> Result<D::File> {
+    let temporary = path.with_extension("seg.new");
+    let mut file = disk
+        .create(&temporary)
+        .map_err(ArchiveError::io("create a segment", &temporary))?;
+    file.write_all(&segment_header(id, start))
+        .map_err(ArchiveError::io("write a segment header", &temporary))?;
+    file.sync()
+        .map_err(ArchiveError::io("sync a segment header", &temporary))?;
+    disk.rename(&temporary, path)
+        .map_err(ArchiveError::io("name a new segment", path))?;
+    let folder = path.parent().unwrap_or(Path::new("."));
+    disk.sync_folder(folder)
+        .map_err(ArchiveError::io("sync the recording's folder", folder))?;
+    Ok(file)
+}
+
 /// What [`SegmentWriter::recover`] found in a recording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Recovered {
@@ -255,8 +277,14 @@ impl SegmentWriter {
     /// Starts a new recording at `start`.
     pub(crate) fn create(archive: &Path, id: u64, start: u64, segment_bytes: u64) -> Result<Self> {
         let dir = recording_dir(archive, id);
+        let new_folder = !dir.exists();
         fs::create_dir_all(&dir)
             .map_err(ArchiveError::io("create the recording directory", &dir))?;
+        if new_folder {
+            // the recording's folder is named durably before its first segment
+            mongoose_durable::disk::sync_folder(archive)
+                .map_err(ArchiveError::io("sync the archive folder", archive))?;
+        }
         let (file, path) = SegmentWriter::new_segment(archive, id, start)?;
         Ok(SegmentWriter {
             archive: archive.to_path_buf(),
@@ -275,17 +303,7 @@ impl SegmentWriter {
     /// a reader never finds a segment without its header.
     fn new_segment(archive: &Path, id: u64, start: u64) -> Result<(File, PathBuf)> {
         let path = segment_path(archive, id, start);
-        let temporary = path.with_extension("seg.new");
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temporary)
-            .map_err(ArchiveError::io("create a segment", &temporary))?;
-        file.write_all(&segment_header(id, start))
-            .map_err(ArchiveError::io("write a segment header", &temporary))?;
-        fs::rename(&temporary, &path).map_err(ArchiveError::io("name a new segment", &path))?;
+        let file = create_segment_on(&mut RealDisk, &path, id, start)?;
         Ok((file, path))
     }
 
@@ -354,24 +372,39 @@ impl SegmentWriter {
         let mut stopped = false;
         let mut records = 0;
         while offset < bytes.len() {
-            match decode_record(&bytes[offset..]) {
+            let bad = match decode_record(&bytes[offset..]) {
                 Decoded::Record(record) if record.position == end => {
                     end = record.end();
                     stopped = record.kind == RecordKind::Stop;
                     offset += record.stored_len();
                     records += 1;
+                    continue;
                 }
-                Decoded::Record(record) => {
-                    tracing::warn!(
-                        recording = id,
-                        expected = end,
-                        found = record.position,
-                        "a record out of sequence at the tail; cutting it"
-                    );
-                    break;
-                }
-                Decoded::Incomplete { .. } | Decoded::Invalid(_) => break,
+                Decoded::Record(record) => format!(
+                    "a record at position {} where {end} was expected",
+                    record.position
+                ),
+                Decoded::Incomplete { .. } => "a record cut short".to_string(),
+                Decoded::Invalid(detail) => detail,
+            };
+            // a bad record with a whole record anywhere after it is damage in the
+            // middle, not a torn tail: refused, never cut (what follows is recorded)
+            if (offset + 1..bytes.len())
+                .any(|later| matches!(decode_record(&bytes[later..]), Decoded::Record(_)))
+            {
+                return Err(ArchiveError::Corrupt {
+                    recording: id,
+                    position: end,
+                    path,
+                    detail: format!(
+                        "{bad} at byte {}, and whole records follow it: refusing to cut them",
+                        SEGMENT_HEADER_LEN + offset as u64
+                    ),
+                });
             }
+            tracing::warn!(recording = id, position = end, byte = SEGMENT_HEADER_LEN + offset as u64,
+                %bad, "a bad record at the tail of the recording, nothing whole after it: a torn write");
+            break;
         }
         let valid_len = SEGMENT_HEADER_LEN + offset as u64;
         let torn_bytes = len - valid_len;
@@ -522,6 +555,35 @@ mod tests {
         ));
         bytes[RECORD_HEADER_LEN] ^= 1;
         assert!(matches!(decode_record(&bytes), Decoded::Invalid(_)));
+    }
+
+    // storage.md gap 7: once a new segment is created (and records are written to it),
+    // a power loss must leave it under its name with its whole header, never a name
+    // without a header, nor no segment where the recording goes on.
+    #[test]
+    fn a_new_segment_is_whole_and_named_at_every_crash_point_after_its_creation() {
+        use std::collections::BTreeMap;
+
+        use mongoose_durable::crash::{crash_states, RecordingDisk};
+
+        let archive = tempfile::tempdir().expect("folder");
+        let path = segment_path(archive.path(), 7, 4096);
+        let mut disk = RecordingDisk::default();
+        create_segment_on(&mut disk, &path, 7, 4096).expect("create");
+        let operations = disk.operations();
+        for crash in crash_states(&BTreeMap::new(), &operations) {
+            if crash.after < operations.len() {
+                continue;
+            }
+            assert_eq!(
+                crash.files.get(&path).map(Vec::as_slice),
+                Some(&segment_header(7, 4096)[..]),
+                "after {} of {} operations ({})",
+                crash.after,
+                operations.len(),
+                crash.how
+            );
+        }
     }
 
     #[test]

@@ -60,6 +60,7 @@ impl Appender {
             .map_err(|error| JournalError::io("cannot open the lock file", &lock_path, error))?
             .ok_or(JournalError::AppenderHeld { path: lock_path })?;
         segment::remove_temporary_segments(dir)?;
+        segment::remove_torn_creations(dir)?;
         let numbers = segment::list_segments(dir)?;
         let Some(&last) = numbers.last() else {
             let segment = Segment::create(dir, 0, 0, geometry, now_unix_nanos())?;

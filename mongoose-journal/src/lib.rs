@@ -141,7 +141,13 @@ impl Journal {
             JournalError::io("cannot create the journal directory", &dir, error)
         })?;
         if let Some(&last) = segment::list_segments(&dir)?.last() {
-            tailer::read_header(&segment::segment_path(&dir, last))?;
+            let path = segment::segment_path(&dir, last);
+            if segment::is_torn_creation(&path)? {
+                tracing::warn!(path = %path.display(),
+                    "the last segment's header is zeros: a creation a power loss cut short; the next appender removes it");
+            } else {
+                tailer::read_header(&path)?;
+            }
         }
         let identity = identity::load_or_create(&dir)?;
         Ok(Journal {
@@ -175,7 +181,14 @@ impl Journal {
     /// It reads the files, so it sees other processes' appends. A damaged last excerpt
     /// is counted until an appender cuts it.
     pub fn last_index(&self) -> Result<Option<u64>> {
-        let Some(&last) = segment::list_segments(&self.dir)?.last() else {
+        let mut numbers = segment::list_segments(&self.dir)?;
+        if let Some(&last) = numbers.last() {
+            if segment::is_torn_creation(&segment::segment_path(&self.dir, last))? {
+                // a torn creation holds nothing (the next appender removes it)
+                numbers.pop();
+            }
+        }
+        let Some(&last) = numbers.last() else {
             return Ok(None);
         };
         let path = segment::segment_path(&self.dir, last);

@@ -102,6 +102,56 @@ pub(crate) fn remove_temporary_segments(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether the segment at `path` is a torn creation: its header is all zeros (or the
+/// file is shorter than a header and all zeros). A segment's header is synced before
+/// its rename, but one an earlier release created was not: a power loss after a roll
+/// and before the next sync could leave the segment's name with a zero header. None of
+/// its excerpts was synced then (a sync writes the whole segment, header page
+/// included), so it holds nothing acknowledged. Only the last segment can be one.
+pub(crate) fn is_torn_creation(path: &Path) -> Result<bool> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(JournalError::io("cannot open the segment", path, error)),
+    };
+    let mut bytes = [0u8; HEADER_USED_BYTES];
+    let mut read = 0;
+    while read < bytes.len() {
+        match file.read_at(&mut bytes[read..], read as u64) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(JournalError::io("cannot read the segment", path, error)),
+        }
+    }
+    Ok(bytes[..read].iter().all(|&byte| byte == 0))
+}
+
+/// Removes the last segments while they are torn creations ([`is_torn_creation`]),
+/// with a WARN each, and syncs the directory: the appender then resumes after the
+/// segment before them.
+pub(crate) fn remove_torn_creations(dir: &Path) -> Result<()> {
+    let mut removed = false;
+    while let Some(&last) = list_segments(dir)?.last() {
+        let path = segment_path(dir, last);
+        if !is_torn_creation(&path)? {
+            break;
+        }
+        let size = fs::metadata(&path)
+            .map(|metadata| metadata.len())
+            .unwrap_or(0);
+        tracing::warn!(path = %path.display(), size,
+            "removing the last segment: its header is zeros, a creation a power loss cut short (none of its excerpts was synced)");
+        fs::remove_file(&path).map_err(|error| JournalError::io("cannot remove", &path, error))?;
+        removed = true;
+    }
+    if removed {
+        mongoose_durable::disk::sync_folder(dir)
+            .map_err(|error| JournalError::io("cannot sync the directory", dir, error))?;
+    }
+    Ok(())
+}
+
 /// A segment's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentHeader {
@@ -211,8 +261,9 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Creates segment `number` in `dir` (under a temporary name, with its space
-    /// reserved and its header written, then renamed into place, so a reader never sees a
-    /// half-made segment) and maps it for writing.
+    /// reserved and its header written and synced, then renamed into place and the
+    /// folder synced, so a reader never sees a half-made segment, nor a power loss a
+    /// named one without its header) and maps it for writing.
     pub(crate) fn create(
         dir: &Path,
         number: u64,
@@ -243,8 +294,19 @@ impl Segment {
                 })
             })
             .and_then(|()| {
+                // the header reaches the disk before the name does (a zero header under
+                // the segment's name would be a torn creation: see is_torn_creation)
+                file.sync_all().map_err(|error| {
+                    JournalError::io("cannot sync the header of", &temporary, error)
+                })
+            })
+            .and_then(|()| {
                 fs::rename(&temporary, &path)
                     .map_err(|error| JournalError::io("cannot rename into place", &path, error))
+            })
+            .and_then(|()| {
+                mongoose_durable::disk::sync_folder(dir)
+                    .map_err(|error| JournalError::io("cannot sync the directory", dir, error))
             });
         if let Err(error) = prepared {
             // a half-made segment must not keep the space it took

@@ -309,7 +309,12 @@ impl Tailer {
         // invariant: numbers[..low] start at or before `index`, numbers[high..] after it
         while low < high {
             let middle = (low + high) / 2;
-            let header = read_header(&segment::segment_path(&self.dir, numbers[middle]))?;
+            let path = segment::segment_path(&self.dir, numbers[middle]);
+            // a torn creation holds nothing: it starts after every index (see above)
+            let header = match read_header(&path) {
+                Err(_) if is_torn_last(&self.dir, numbers[middle])? => None,
+                header => header?,
+            };
             if header.is_some_and(|header| header.first_index <= index) {
                 low = middle + 1;
             } else {
@@ -327,9 +332,20 @@ impl Tailer {
     /// Moves on to the segment after the current one, if it exists yet.
     fn open_next_segment(&mut self) -> Result<bool> {
         let current = self.segment.as_ref().expect("a current segment");
-        let path = segment::segment_path(&self.dir, current.header.number + 1);
-        let Some(next) = Segment::open(&path, false)? else {
-            return Ok(false);
+        let number = current.header.number + 1;
+        let path = segment::segment_path(&self.dir, number);
+        let next = match Segment::open(&path, false) {
+            Ok(Some(next)) => next,
+            Ok(None) => return Ok(false),
+            // a torn creation (a zero header the last segment of an earlier release
+            // kept after a power loss): not there yet, until the appender makes it again
+            Err(error) => {
+                return if is_torn_last(&self.dir, number)? {
+                    Ok(false)
+                } else {
+                    Err(error)
+                }
+            }
         };
         if next.header.first_index != self.next_index {
             return Err(JournalError::bad_segment(
@@ -351,6 +367,14 @@ impl Tailer {
             None => Ok(false),
         }
     }
+}
+
+/// Whether segment `number` of `dir` is the last one and a torn creation
+/// ([`segment::is_torn_creation`]): read as not there yet. Asked only of a segment
+/// whose header failed, off the read path.
+fn is_torn_last(dir: &Path, number: u64) -> Result<bool> {
+    Ok(segment::list_segments(dir)?.last() == Some(&number)
+        && segment::is_torn_creation(&segment::segment_path(dir, number))?)
 }
 
 /// The first slot below `limit` that holds no excerpt (empty, or the end mark), or

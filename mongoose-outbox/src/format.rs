@@ -175,6 +175,17 @@ pub(crate) fn parse_watermark(bytes: &[u8]) -> Result<Option<u64>, String> {
     )))
 }
 
+/// Whether `bytes`, which [`parse_watermark`] refused, are a watermark torn by a power
+/// loss: its length and magic, and a checksum that fails (a rewrite in place, never
+/// synced, that reached the disk in part). Its value can only lag the segments, which
+/// are synced before it is written.
+pub(crate) fn is_torn_watermark(bytes: &[u8]) -> bool {
+    bytes.len() == WATERMARK_LEN
+        && bytes[0..8] == WATERMARK_MAGIC
+        && u32::from_le_bytes(bytes[20..24].try_into().expect("4 bytes"))
+            != crc32fast::hash(&bytes[0..20])
+}
+
 /// Why a record could not be encoded.
 #[derive(Debug)]
 pub(crate) enum EncodeError {
@@ -426,6 +437,9 @@ mod tests {
             let mut bytes = watermark(1234);
             bytes[at] ^= 0x10;
             assert!(parse_watermark(&bytes).is_err(), "byte {at}");
+            // a changed magic is no torn rewrite; any other byte fails the checksum
+            assert_eq!(is_torn_watermark(&bytes), at >= 8, "byte {at}");
         }
+        assert!(!is_torn_watermark(&watermark(1234)[..20]));
     }
 }

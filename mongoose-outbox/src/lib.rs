@@ -109,8 +109,12 @@
 //!   disagree on their owner: [`OutboxError::Foreign`].
 //! - anywhere else (a bad record followed by whole ones, a bad record in an older
 //!   segment, a bad segment header, a missing segment, a sequence out of order, a
-//!   damaged watermark): damage. [`Outbox::open`] refuses with [`OutboxError::Damaged`]
-//!   naming the file and the offset.
+//!   watermark of another length, magic or version): damage. [`Outbox::open`] refuses
+//!   with [`OutboxError::Damaged`] naming the file and the offset.
+//! - a watermark whose checksum fails (magic and length right): a rewrite in place a
+//!   power loss tore. It can only lag the segments (synced before it is written), so it
+//!   is taken as absent with a WARN, as in an outbox written before watermarks: every
+//!   record is read, only the [`OutboxError::Cut`] check is skipped that once.
 //!
 //! Each refusal changes nothing on disk.
 #![forbid(unsafe_code)]

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use mongoose_core::sink::OutputKey;
 
 use crate::format::{
-    self, check_segment_header, find_whole_record_after, is_torn_header, parse_watermark,
-    read_frame, Frame, KIND_ADMISSION, WATERMARK_FILE,
+    self, check_segment_header, find_whole_record_after, is_torn_header, is_torn_watermark,
+    parse_watermark, read_frame, Frame, KIND_ADMISSION, WATERMARK_FILE,
 };
 use crate::{Admission, AdmittedOutput, OutboxError, OutboxOwner, Outcome};
 
@@ -172,6 +172,14 @@ pub(crate) fn owner_hex(owner: &[u8; 16]) -> String {
 
 /// Reads the watermark file of `dir` (before the segments: a writer that adds a group
 /// meanwhile only makes the segments longer than it says).
+///
+/// A watermark torn by a power loss (its checksum fails: it is rewritten in place and
+/// never synced) is taken as absent, with a WARN, as in an outbox written before
+/// watermarks. That is safe: the watermark is written only after the records it covers
+/// were synced, so it can only lag them, and all it does is refuse a start whose
+/// segments end before it ([`OutboxError::Cut`]). Without it, every record on disk is
+/// still read and a bad one in the middle still refused; only that check is skipped
+/// once (the open writes it again at the last sequence on disk).
 fn read_watermark(dir: &Path) -> Result<Option<u64>, OutboxError> {
     let path = dir.join(WATERMARK_FILE);
     let bytes = match fs::read(&path) {
@@ -185,6 +193,12 @@ fn read_watermark(dir: &Path) -> Result<Option<u64>, OutboxError> {
             })
         }
     };
+    if is_torn_watermark(&bytes) {
+        tracing::warn!(file = %path.display(),
+            "outbox: the watermark fails its checksum (a rewrite in place a power loss tore): \
+             taken as absent, every record on disk is read, and it is written again");
+        return Ok(None);
+    }
     parse_watermark(&bytes).map_err(|reason| OutboxError::Damaged {
         file: path.clone(),
         offset: 0,

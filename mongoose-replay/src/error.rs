@@ -17,6 +17,16 @@ pub enum ReplayError {
         #[source]
         source: std::io::Error,
     },
+    /// Another writer (another process, or another open store in this one) holds the
+    /// store's file.
+    #[error(
+        "replay store {path} is being written by another recorder (its file is locked): stop \
+         that one, or record into another path"
+    )]
+    InUse {
+        /// The store's file.
+        path: PathBuf,
+    },
     /// The file is not a replay store.
     #[error(
         "{path} is not a mongoose replay store ({reason}): pass the path of a recording, \

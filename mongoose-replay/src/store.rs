@@ -57,7 +57,9 @@ pub struct StreamHandle {
 /// [`ReplayError::ReadOnly`], and [`ReplayStore::holds_recording`] is true, so it is
 /// never reused as an empty store. So is a store once closed.
 ///
-/// One process writes a store at a time: the store does not lock its file.
+/// One writer at a time: an open store holds the lock (`flock`, through
+/// `mongoose_durable::lock`) of its file, and a second [`ReplayStore::open`] of it is
+/// refused with [`ReplayError::InUse`]. Readers ([`Recording`]) take no lock.
 #[derive(Debug)]
 pub struct ReplayStore {
     path: PathBuf,
@@ -128,6 +130,11 @@ impl ReplayStore {
             .create(true)
             .open(&path)
             .map_err(io)?;
+        // one writer at a time: the durable layer's flock on the store's file, held
+        // while the store is open (let go by the kernel if the process dies)
+        if !mongoose_durable::lock::lock_waiting(&file).map_err(io)? {
+            return Err(ReplayError::InUse { path });
+        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io)?;
         let mut store = ReplayStore {

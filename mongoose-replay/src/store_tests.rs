@@ -98,6 +98,8 @@ fn a_store_with_an_orphan_delivery_row_is_read_but_never_appended_to() {
     );
     let begin = reopened.begin("other", None).unwrap_err();
     assert!(matches!(begin, ReplayError::ReadOnly { .. }), "{begin}");
+    let recording = reopened.read().unwrap();
+    drop(reopened); // one opener at a time
     let record = ReplayStore::open_for_record(&path).unwrap_err();
     assert!(
         matches!(record, ReplayError::AlreadyHoldsRecording { .. }),
@@ -109,7 +111,6 @@ fn a_store_with_an_orphan_delivery_row_is_read_but_never_appended_to() {
         "the file is unchanged"
     );
 
-    let recording = reopened.read().unwrap();
     assert!(recording.holds_recording());
     assert!(!recording.complete());
     assert_eq!(entries_of(&recording, "counter"), &[indexed(1, None)]);
@@ -379,4 +380,25 @@ fn a_write_buffer_smaller_than_an_append_writes_each_append_whole() {
             "at {length}"
         );
     }
+}
+
+// storage.md gap 12's last part: the store took no lock, so a second writer of one store
+// opened it too and both appended, interleaving their frames. Now the second writer is
+// refused, naming the store, until the first lets go.
+#[test]
+fn a_second_writer_of_a_store_is_refused_while_the_first_holds_it() {
+    let (_dir, path) = store_path();
+    let mut first = ReplayStore::open_for_record(&path).unwrap();
+    let counter = first.begin("counter", None).unwrap();
+    first.append(counter, &inline("one", None)).unwrap();
+    let refused = ReplayStore::open(&path).expect_err("a second writer is refused");
+    assert!(matches!(refused, ReplayError::InUse { .. }), "{refused:?}");
+    assert!(
+        refused.to_string().contains(&path.display().to_string()),
+        "{refused}"
+    );
+    first.close().unwrap();
+    drop(first);
+    let reopened = ReplayStore::open(&path).expect("free once the first let go");
+    assert!(reopened.holds_recording());
 }

@@ -38,6 +38,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use memmap2::MmapMut;
+use mongoose_durable::disk::{Disk, RealDisk};
 
 /// The size of a pointer file.
 pub const POINTER_FILE_SIZE: usize = 1024;
@@ -353,6 +354,42 @@ pub(crate) struct OpenedPointer {
     pub(crate) created: bool,
 }
 
+/// Renames the pointer file `from` to `to` (a file renamed inside a glob takes its
+/// pointer along) and syncs the folder, so that a power loss after it returns does not
+/// put the pointer back under its old name (the file's pointer missing: repeats);
+/// `false` when there was none to move. At a rename only, off the commit path.
+///
+/// # Errors
+/// The operating system's.
+pub(crate) fn rename_pointer(from: &Path, to: &Path) -> io::Result<bool> {
+    rename_pointer_on(&mut RealDisk, from, to)
+}
+
+/// As [`rename_pointer`], on `disk` (a recording one in the crash-point test).
+///
+/// # Errors
+/// The operating system's.
+pub(crate) fn rename_pointer_on<D: Disk>(disk: &mut D, from: &Path, to: &Path) -> io::Result<bool> {
+    match disk.rename(from, to) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(error),
+    }
+    disk.sync_folder(folder_of(to))?;
+    if folder_of(from) != folder_of(to) {
+        disk.sync_folder(folder_of(from))?;
+    }
+    Ok(true)
+}
+
+/// The folder `path` is in (`.` for a bare name).
+fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder,
+        _ => Path::new("."),
+    }
+}
+
 impl PointerFile {
     /// Opens (creating it if missing) and maps the pointer file at `path`, extending a
     /// short one to [`POINTER_FILE_SIZE`] and keeping what it holds.
@@ -380,6 +417,10 @@ impl PointerFile {
         bytes.resize(POINTER_FILE_SIZE, 0);
         file.seek(SeekFrom::Start(0))?;
         file.write_all(&bytes)?;
+        if created {
+            // the new name durable once (the record itself is checked and mirrored)
+            mongoose_durable::disk::sync_folder(folder_of(path))?;
+        }
         // SAFETY: the pointer file belongs to this source (one source per input file by
         // configuration) and is at least POINTER_FILE_SIZE bytes long (written above).
         // The mapping is only read and written through copies of whole fields while the
@@ -421,6 +462,42 @@ impl PointerFile {
     /// asynchronous flush of [`PointerFile::write`] is enough for a process crash.
     pub(crate) fn flush_durable(&self) -> io::Result<()> {
         self.map.flush_range(0, POINTER_FILE_SIZE)
+    }
+}
+
+#[cfg(test)]
+mod rename_tests {
+    use std::collections::BTreeMap;
+
+    use mongoose_durable::crash::{crash_states, RecordingDisk};
+
+    use super::*;
+
+    // storage.md gap 3: a pointer renamed with its file inside a glob must be under its
+    // new name after a power loss once the rename returned, or the file's pointer is
+    // missing and the feed resumes by the rule (repeats).
+    #[test]
+    fn a_renamed_pointer_keeps_its_new_name_after_a_power_loss() {
+        let folder = tempfile::tempdir().expect("folder");
+        let from = folder.path().join("a.log.readPointer");
+        let to = folder.path().join("b.log.readPointer");
+        let before = BTreeMap::from([(from.clone(), vec![7u8; POINTER_FILE_SIZE])]);
+        let mut disk = RecordingDisk::default();
+        assert!(rename_pointer_on(&mut disk, &from, &to).expect("rename"));
+        let operations = disk.operations();
+        for crash in crash_states(&before, &operations) {
+            if crash.after < operations.len() {
+                continue;
+            }
+            assert!(
+                crash.files.contains_key(&to) && !crash.files.contains_key(&from),
+                "after {} of {} operations ({}): {:?}",
+                crash.after,
+                operations.len(),
+                crash.how,
+                crash.files.keys().collect::<Vec<_>>()
+            );
+        }
     }
 }
 

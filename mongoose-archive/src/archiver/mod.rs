@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::net::{SocketAddr, UdpSocket};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -159,7 +159,16 @@ impl Archiver {
     /// were active when a previous archiver stopped without a clean stop.
     pub fn open(config: ArchiverConfig) -> Result<Archiver> {
         let dir = &config.archive_dir;
+        let new_archive = !dir.exists();
         fs::create_dir_all(dir).map_err(ArchiveError::io("create the archive directory", dir))?;
+        if new_archive {
+            let parent = match dir.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            };
+            mongoose_durable::disk::sync_folder(parent)
+                .map_err(ArchiveError::io("sync the archive's parent folder", parent))?;
+        }
         let lock_path = dir.join("lock");
         let lock = match FileLock::acquire(&lock_path) {
             Ok(lock) => lock,

@@ -101,6 +101,7 @@ impl Outbox {
         // everything kept is durable now: the watermark says so (its first write may
         // need a block, so a full disk fails here rather than in the syncer)
         let watermark_path = dir.join(WATERMARK_FILE);
+        let watermark_is_new = !watermark_path.exists();
         let watermark_file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -119,6 +120,10 @@ impl Outbox {
                 }
             })
             .map_err(|source| io_error("write", &watermark_path, source))?;
+        if watermark_is_new && config.sync {
+            // its name durable now, not at the next roll
+            sync_dir(&dir).map_err(|source| io_error("sync the folder", &dir, source))?;
+        }
         let mut file = file;
         file.seek(io::SeekFrom::End(0))
             .map_err(|source| io_error("seek", &dir, source))?;

@@ -7,6 +7,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use mongoose_durable::disk::{Disk, RealDisk};
 use tracing::{info, warn};
 
 use crate::error::SinkError;
@@ -123,6 +124,19 @@ fn old_format_length(bytes: &[u8]) -> Option<u64> {
     best.map(|(_, length)| length)
 }
 
+/// Creates the output file `path` that is not there yet, and makes its name durable:
+/// its state (in the data folder, another folder) may record bytes of it at the first
+/// batch, and a state that records bytes of a file a power loss took away refuses the
+/// start ("fewer than the N its state records").
+fn create_output<D: Disk>(disk: &mut D, path: &Path) -> std::io::Result<()> {
+    drop(disk.create(path)?);
+    let folder = match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder,
+        _ => Path::new("."),
+    };
+    disk.sync_folder(folder)
+}
+
 impl FileSink {
     /// Opens the sink `name` on `config.path`, checking its state against the file
     /// (see the [module documentation](super)).
@@ -135,6 +149,10 @@ impl FileSink {
     pub fn open(name: &str, config: &FileSinkConfig) -> Result<Self, SinkError> {
         let path = config.path.clone();
         let existed = std::fs::symlink_metadata(&path).is_ok();
+        if !existed && config.sync {
+            create_output(&mut RealDisk, &path)
+                .map_err(io(name, format!("creating {}", path.display())))?;
+        }
         let file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -503,5 +521,48 @@ impl FileSink {
         }
         postcard::from_bytes(payload)
             .map_err(|error| format!("its header cannot be read ({error})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use mongoose_durable::crash::{crash_states, RecordingDisk};
+
+    use super::*;
+
+    // storage.md gap 4: the output file is created in its folder, its state in another
+    // (the data folder) records bytes of it; a power loss after both must never keep
+    // the state and lose the file's name.
+    #[test]
+    fn a_new_output_file_is_never_lost_while_its_state_is_kept() {
+        let root = tempfile::tempdir().expect("folder");
+        let output = root.path().join("out").join("alerts.jsonl");
+        let state = root.path().join("data").join("alerts.sinkstate");
+        let mut disk = RecordingDisk::default();
+        create_output(&mut disk, &output).expect("create");
+        mongoose_durable::replace::replace_on(&mut disk, &state, b"records 120 bytes")
+            .expect("state");
+        let operations = disk.operations();
+        let mut checked = 0;
+        for crash in crash_states(&BTreeMap::new(), &operations) {
+            if crash
+                .files
+                .get(&state)
+                .is_some_and(|bytes| !bytes.is_empty())
+            {
+                assert!(
+                    crash.files.contains_key(&output),
+                    "the state records bytes of a file that is gone, after {} of {} operations ({}): {:?}",
+                    crash.after,
+                    operations.len(),
+                    crash.how,
+                    crash.files.keys().collect::<Vec<_>>()
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 0);
     }
 }

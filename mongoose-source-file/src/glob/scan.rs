@@ -33,9 +33,8 @@ pub(super) fn move_pointer(
         pointer_path_in(state_dir, from),
         pointer_path_in(state_dir, to),
     );
-    match fs::rename(&from, &to) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+    match crate::pointer::rename_pointer(&from, &to) {
+        Ok(_) => Ok(()),
         Err(error) => Err(CoreError::io(
             format!(
                 "cannot move the pointer file {} to {} after a rename inside the glob",

@@ -678,9 +678,8 @@ impl<T: Send + 'static> FileEventSource<T> {
         {
             let mut shared = self.shared.lock();
             if self.config.strategy.has_pointer() && shared.pointer_path != new_pointer {
-                match std::fs::rename(&shared.pointer_path, &new_pointer) {
-                    Ok(()) => {}
-                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                match crate::pointer::rename_pointer(&shared.pointer_path, &new_pointer) {
+                    Ok(_) => {}
                     Err(error) => {
                         return Err(CoreError::io(
                             format!(
