@@ -23,8 +23,10 @@
 //! 3. **warm-up**: `--warmup` lines processed before the clock runs (the JVM compiles
 //!    its hot paths; a short run would otherwise time Java's interpreter);
 //! 4. **throughput**: `--records` lines `acc<n % 200>,<n % 7 - 3>` keyed by account
-//!    (every 1,000th malformed), produced batched; records/s is their count over the
-//!    time from the first record produced to every one committed by the group;
+//!    (every 1,000th malformed), produced batched while every instance is stopped
+//!    (SIGSTOP, a few seconds, within their sessions), so the producer cannot set the
+//!    pace; records/s is their count over the time from the instances' SIGCONT to
+//!    every record committed by the group;
 //! 5. **latency**: `--paced` more lines at `--rate` records/s, one per request; for
 //!    each alert of them, its broker append time minus its input record's, and the time
 //!    a `read_committed` consumer here received it minus its input record's append time
@@ -220,7 +222,7 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, String> {
                 let result = runs::run_side(side, *count, &options, &programs, &work);
                 match &result {
                     Ok(measured) => eprintln!(
-                        "xtask: run {run}: {} x{count}: {:.0} records/s ({:.2} s, the producer's {:.2} s; {:.1} us CPU/record), seen p50/p99 {:?} ms, RSS {} MiB, {}",
+                        "xtask: run {run}: {} x{count}: {:.0} records/s ({:.2} s; produced before, in {:.2} s; {:.1} us CPU/record), seen p50/p99 {:?} ms, RSS {} MiB, {}",
                         side.name(),
                         measured.rate,
                         measured.seconds,

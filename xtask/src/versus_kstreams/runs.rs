@@ -20,15 +20,16 @@ const PHASE_DEADLINE: Duration = Duration::from_secs(300);
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Measured {
-    /// Records per second of the throughput phase: its records over the time from the
-    /// first record produced to every one committed by the group.
+    /// Records per second of the throughput phase: its records (produced before, while
+    /// the instances were stopped) over the time from the instances' continuing to
+    /// every record committed by the group.
     pub(super) rate: f64,
     /// CPU time the instances used in the throughput phase per record, in µs (user +
     /// system, summed over the instances): what a record costs, whatever else the
     /// machine runs.
     pub(super) cpu_us: f64,
     /// Seconds the producer took to have every record of the throughput phase
-    /// acknowledged (close to `seconds`: the producer, not the side, set the pace).
+    /// acknowledged, before the clock ran (the instances stopped meanwhile).
     pub(super) produced: f64,
     /// Seconds the throughput phase took.
     pub(super) seconds: f64,
@@ -151,21 +152,24 @@ fn measure(
     let cpu = |instances: &[Instance]| -> f64 {
         instances.iter().filter_map(Instance::cpu_seconds).sum()
     };
+    // the records are produced before the clock runs, the instances stopped meanwhile
+    // (SIGSTOP, well within their sessions: the producer takes a few seconds at most),
+    // so the producer cannot set the pace of the faster side (issue 41, item 4)
+    for instance in instances.iter() {
+        instance.signal(libc::SIGSTOP);
+    }
+    let producing = Instant::now();
+    let produced = kafka::produce(brokers, &names.input, first..first + records, None)
+        .map(|()| producing.elapsed().as_secs_f64());
     let cpu_before = cpu(instances);
     let clock = Instant::now();
-    let producer = {
-        let (brokers, topic) = (brokers.to_owned(), names.input.clone());
-        std::thread::spawn(move || {
-            kafka::produce(&brokers, &topic, first..first + records, None)
-                .map(|()| clock.elapsed().as_secs_f64())
-        })
-    };
+    for instance in instances.iter() {
+        instance.signal(libc::SIGCONT);
+    }
+    let produced = produced?;
     wait_committed(watcher, names, options, first + records, instances)?;
     let seconds = clock.elapsed().as_secs_f64();
     let cpu_us = (cpu(instances) - cpu_before) * 1e6 / records as f64;
-    let produced = producer
-        .join()
-        .map_err(|_| "the producer panicked".to_owned())??;
     let paced_from = kafka::ends(brokers, &names.input, options.partitions)?;
     // the paced phase: alerts watched live from the end of what is there now
     let from = kafka::ends(brokers, &names.alerts, options.partitions)?;

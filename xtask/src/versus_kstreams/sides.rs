@@ -289,6 +289,15 @@ impl Instance {
         (ticks > 0).then(|| (utime + stime) as f64 / ticks as f64)
     }
 
+    /// Sends `signal` (SIGSTOP, SIGCONT) to the instance.
+    pub(super) fn signal(&self, signal: libc::c_int) {
+        // SAFETY: signals a child this process started and has not reaped; no memory is
+        // shared.
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+    }
+
     /// SIGTERM, then SIGKILL after 30 s; its exit status.
     pub(super) fn stop(mut self) -> Result<ExitStatus, String> {
         let pid = self.child.id() as i32;
