@@ -219,6 +219,13 @@ impl World {
                 self.event("Broker continued");
                 if let Some(kafka) = self.kafka.as_mut() {
                     kafka.broker_back_at = Some(Instant::now());
+                    // the harness's own producer holds nothing (each send waits for its
+                    // acknowledgements) and may have heard the fenced broker's answer
+                    // with no broker, after which librdkafka never bootstraps again
+                    // (chaos kafka seed 1796679619028: its lines unacknowledged for
+                    // 3 minutes): the next send takes a new one, once the broker lists
+                    // itself again
+                    kafka.producer = None;
                 }
             }
             PeerAction::Restart => {
@@ -275,6 +282,19 @@ impl World {
             .as_mut()
             .ok_or("the broker of the scenario was never started")?;
         if kafka.producer.is_none() {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !kafka.brokers.split(',').any(|address| {
+                mongoose_testkit::kafka::metadata_brokers(address)
+                    .is_some_and(|brokers| brokers > 0)
+            }) {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "the broker at {} listed no broker in its metadata for 2 minutes",
+                        kafka.brokers
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
             kafka.producer = Some(client::InputProducer::new(&kafka.brokers)?);
         }
         let lines: Vec<&str> = text.lines().collect();
