@@ -247,6 +247,7 @@ mod rotation;
 mod source;
 pub mod split;
 mod watch;
+mod wake;
 
 pub use config::{FileSourceConfig, FileSourceStatus, ReadStrategy};
 pub use error::FileSourceError;

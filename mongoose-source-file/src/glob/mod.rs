@@ -269,6 +269,9 @@ pub struct GlobFileSource<T> {
     /// inotify on the folder (Linux): a change scans at once instead of at the next
     /// `scan_interval`.
     watch: FolderWatch,
+    /// What wakes the source driver's thread (given before `start`): the folder's watch
+    /// wakes it on a change.
+    wakeup: Option<Arc<mongoose_core::Wakeup>>,
     scans: u64,
     turn: usize,
     started: bool,
@@ -343,6 +346,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
             waiting: VecDeque::new(),
             next_scan: None,
             watch: FolderWatch::none(),
+            wakeup: None,
             scans: 0,
             turn: 0,
             started: false,
@@ -491,7 +495,7 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         let mut committer = None;
         // watched before the first scan: a file created between the two is not missed
-        self.watch = FolderWatch::new(&self.config.name, &self.config.folder());
+        self.watch = FolderWatch::new(&self.config.name, &self.config.folder(), self.wakeup.clone());
         {
             let mut state = self.hub.state.lock();
             state.positions = self.output.consumer_positions();
@@ -622,6 +626,31 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         self.report_aggregate();
         Ok(WorkDone(work))
+    }
+
+    fn set_wakeup(&mut self, wakeup: Arc<mongoose_core::Wakeup>) {
+        self.wakeup = Some(wakeup);
+    }
+
+    /// Until the next scan, when the folder's watch wakes the thread on a change and
+    /// every open file is read to its end with nothing waiting (no file waits for a
+    /// slot, none holds a line a full queue refused, none is being rotated).
+    fn quiet_for(&self) -> Option<Duration> {
+        let waits = !self.started
+            || !self.watch.is_active()
+            || !self.waiting.is_empty()
+            || self.files.values().any(|file| {
+                file.source
+                    .as_ref()
+                    .is_some_and(|source| !source.read_to_the_end())
+            });
+        if waits {
+            return None;
+        }
+        let until_scan = self
+            .next_scan
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()));
+        Some(until_scan.min(crate::wake::SAFETY_LOOK))
     }
 
     fn stop(&mut self) -> Result<(), CoreError> {

@@ -284,6 +284,34 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
     }
 
+    /// True when the source has nothing to do until its file changes: started, its
+    /// watch wakes it, the file at the path is open and read to its end, and nothing
+    /// waits (no line paused, no rotation, reopen or identity in progress). Only then
+    /// does it let its driver park until a wake ([`EventSource::quiet_for`]).
+    ///
+    /// [`EventSource::quiet_for`]: mongoose_core::EventSource::quiet_for
+    pub(super) fn is_idle_at_the_end(&self) -> bool {
+        let watched = self.wake.as_ref().is_some_and(crate::wake::FileWake::is_active);
+        watched && self.read_to_the_end()
+    }
+
+    /// True when the source waits for nothing but its file to change (see
+    /// [`Self::is_idle_at_the_end`], whatever wakes it): a glob asks it of its files.
+    pub(crate) fn read_to_the_end(&self) -> bool {
+        self.started
+            && (self.ended
+                || (self.input.is_some()
+                    && self.pending.is_none()
+                    && self.draining.is_none()
+                    && self.reopen_from.is_none()
+                    && self.finishing_rotated.is_none()
+                    && self.next_file.is_none()
+                    && self.seen_at_path.is_none()
+                    && !self.paused
+                    && !self.identity_pending
+                    && !self.path_replaced))
+    }
+
     /// Reads and publishes until the end of the file, a pause or the cycle's budget.
     pub(super) fn read_and_publish(&mut self) -> Result<usize, CoreError> {
         let published_before = self.status.lines_published;
