@@ -564,12 +564,13 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         let mut work = 0usize;
         let now = Instant::now();
         let changes = self.watch.poll();
-        self.note_written(&changes);
-        if self.next_scan.is_none_or(|at| now >= at) || changes.entries {
+        // a file without an open handle written to: a scan gives it a slot now
+        let closed_written = self.note_written(&changes);
+        if self.next_scan.is_none_or(|at| now >= at) || changes.entries || closed_written {
             self.scan()?;
             self.settle()?;
             self.output.report_files(&self.files());
-            self.next_scan = Some(now + self.config.scan_interval);
+            self.next_scan = Some(now + self.scan_every());
         } else if !self.waiting.is_empty() {
             self.settle()?;
         }
