@@ -210,7 +210,12 @@ impl Idler {
     /// thread parked and returns (the caller's next cycle is the last look for work),
     /// then, after that cycle found nothing, parks until a wake, `wake_by` or
     /// `quiet_for`. Spinning and yielding strategies never park deeply.
-    pub fn idle_quiet(&mut self, work: usize, wake_by: Option<Duration>, quiet_for: Option<Duration>) {
+    pub fn idle_quiet(
+        &mut self,
+        work: usize,
+        wake_by: Option<Duration>,
+        quiet_for: Option<Duration>,
+    ) {
         if work > 0 {
             self.disarm();
             self.spins = 0;

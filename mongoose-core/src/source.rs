@@ -1,8 +1,8 @@
 //! Sources: what reads events from the outside world and publishes them into a feed.
 
 use std::any::Any;
-use std::sync::Arc;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 

@@ -253,7 +253,9 @@ impl Signals {
             return;
         };
         let mut rung = [0u8; 64];
-        if bell.set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).is_err()
+        if bell
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .is_err()
             || matches!((&*bell).read(&mut rung), Err(ref error) if !matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted))
         {
             std::thread::sleep(timeout);
@@ -321,14 +323,15 @@ fn activity_of(report: &StatusReport, sinks: &[mongoose_sink::SinkStatus]) -> u6
         .iter()
         .flat_map(|feed| &feed.subscribers)
         .fold(0u64, |sum, queue| {
-            sum.wrapping_add(queue.position).wrapping_add(queue.dispatched)
+            sum.wrapping_add(queue.position)
+                .wrapping_add(queue.dispatched)
         });
     sinks.iter().fold(queues, |sum, sink| {
         sum.wrapping_add(sink.published)
             .wrapping_add(sink.expired)
             .wrapping_add(sink.lost)
-            .wrapping_add(sink.queued as u64)
-            .wrapping_add(sink.held_count as u64)
+            .wrapping_add(sink.queued)
+            .wrapping_add(sink.held_count)
     })
 }
 

@@ -246,8 +246,8 @@ mod positional;
 mod rotation;
 mod source;
 pub mod split;
-mod watch;
 mod wake;
+mod watch;
 
 pub use config::{FileSourceConfig, FileSourceStatus, ReadStrategy};
 pub use error::FileSourceError;

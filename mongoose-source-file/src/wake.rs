@@ -91,7 +91,16 @@ impl FileWake {
                 let closing = Arc::clone(&closing);
                 let source = source.to_owned();
                 let folder = descriptor.clone();
-                move || read_events(inotify, (&folder, &name), &wakeup, &closing, &ended, &source)
+                move || {
+                    read_events(
+                        inotify,
+                        (&folder, &name),
+                        &wakeup,
+                        &closing,
+                        &ended,
+                        &source,
+                    )
+                }
             };
             let thread = std::thread::Builder::new()
                 .name(format!("watch:{source}"))

@@ -127,7 +127,16 @@ impl FolderWatch {
                     let closing = Arc::clone(&closing);
                     let folder = descriptor.clone();
                     let source = source.to_owned();
-                    move || gather(inotify, &folder, &gathered, wakeup.as_deref(), &closing, &source)
+                    move || {
+                        gather(
+                            inotify,
+                            &folder,
+                            &gathered,
+                            wakeup.as_deref(),
+                            &closing,
+                            &source,
+                        )
+                    }
                 });
             match thread {
                 Ok(thread) => FolderWatch {
@@ -207,7 +216,10 @@ fn gather(
         }
         let mut gathered = gathered.lock();
         let Gathered {
-            changes, renamed, ended, ..
+            changes,
+            renamed,
+            ended,
+            ..
         } = &mut *gathered;
         for event in events {
             if event.mask.contains(EventMask::MODIFY) {

@@ -56,7 +56,9 @@ fn an_idle_feed_wakes_on_an_append_without_polling() {
     let forwarded = |text: &str| {
         std::fs::read_to_string(run.path("out.txt")).is_ok_and(|out| out.contains(text))
     };
-    run.wait_until(&mut child, "the first line forwarded", || forwarded("first line"));
+    run.wait_until(&mut child, "the first line forwarded", || {
+        forwarded("first line")
+    });
     // caught up: the pointer committed past the line (nothing in flight any more)
     run.wait_until(&mut child, "the first line committed", || run.pointer() > 0);
     // the thread settles into its idle wait (its back-off parks first)
@@ -89,7 +91,9 @@ fn an_idle_feed_wakes_on_an_append_without_polling() {
         .expect("input")
         .write_all(b"second line\n")
         .expect("appended");
-    run.wait_until(&mut child, "the appended line forwarded", || forwarded("second line"));
+    run.wait_until(&mut child, "the appended line forwarded", || {
+        forwarded("second line")
+    });
     assert!(
         source_wakeups(pid) > before + idle_wakeups,
         "the append woke the source's thread"

@@ -495,7 +495,11 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         let mut committer = None;
         // watched before the first scan: a file created between the two is not missed
-        self.watch = FolderWatch::new(&self.config.name, &self.config.folder(), self.wakeup.clone());
+        self.watch = FolderWatch::new(
+            &self.config.name,
+            &self.config.folder(),
+            self.wakeup.clone(),
+        );
         {
             let mut state = self.hub.state.lock();
             state.positions = self.output.consumer_positions();
@@ -648,9 +652,9 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         if waits {
             return None;
         }
-        let until_scan = self
-            .next_scan
-            .map_or(Duration::ZERO, |at| at.saturating_duration_since(Instant::now()));
+        let until_scan = self.next_scan.map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        });
         Some(until_scan.min(crate::wake::SAFETY_LOOK))
     }
 

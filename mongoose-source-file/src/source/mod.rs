@@ -417,7 +417,11 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.paused = false;
         if let (Some(wakeup), false) = (self.wakeup.as_ref(), self.glob_member) {
             // watched before the first open: a change in between is not missed
-            self.wake = crate::wake::FileWake::new(&self.config.name, &self.config.path, Arc::clone(wakeup));
+            self.wake = crate::wake::FileWake::new(
+                &self.config.name,
+                &self.config.path,
+                Arc::clone(wakeup),
+            );
         }
         self.opened_since_start = false;
         self.path_replaced = false;
@@ -549,7 +553,8 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
     }
 
     fn quiet_for(&self) -> Option<std::time::Duration> {
-        self.is_idle_at_the_end().then_some(crate::wake::SAFETY_LOOK)
+        self.is_idle_at_the_end()
+            .then_some(crate::wake::SAFETY_LOOK)
     }
 
     fn stop(&mut self) -> Result<(), CoreError> {

@@ -290,7 +290,10 @@ impl<T: Send + 'static> FileEventSource<T> {
     ///
     /// [`EventSource::quiet_for`]: mongoose_core::EventSource::quiet_for
     pub(super) fn is_idle_at_the_end(&self) -> bool {
-        let watched = self.wake.as_ref().is_some_and(crate::wake::FileWake::is_active);
+        let watched = self
+            .wake
+            .as_ref()
+            .is_some_and(crate::wake::FileWake::is_active);
         watched && self.read_to_the_end()
     }
 
