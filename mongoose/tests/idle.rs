@@ -9,7 +9,7 @@
 mod support;
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::{forward_config, LedgerRun};
 
@@ -91,9 +91,22 @@ fn an_idle_feed_wakes_on_an_append_without_polling() {
         .expect("input")
         .write_all(b"second line\n")
         .expect("appended");
-    run.wait_until(&mut child, "the appended line forwarded", || {
-        forwarded("second line")
-    });
+    // the watch wakes the source: the line does not wait for the source's safety look
+    // (every 30 s), which would also bring it (a generous deadline, not a timing claim)
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !forwarded("second line") {
+        assert!(
+            Instant::now() < deadline,
+            "the appended line was not forwarded within 20 s: nothing woke the idle source before its 30 s safety look; {}",
+            run.log()
+        );
+        assert!(
+            child.try_wait().expect("the child").is_none(),
+            "the server exited: {}",
+            run.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(
         source_wakeups(pid) > before + idle_wakeups,
         "the append woke the source's thread"
