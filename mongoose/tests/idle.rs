@@ -46,6 +46,26 @@ fn source_wakeups(pid: u32) -> u64 {
     sources[0]
 }
 
+/// Waits until `line` is in the sink's file, at most 20 s: less than the idle source's
+/// safety look (30 s), so only a wake by the watch brings it in time (a generous
+/// deadline for a wake that takes milliseconds, not a timing claim).
+fn before_the_safety_look(run: &LedgerRun, child: &mut std::process::Child, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(run.path("out.txt")).is_ok_and(|out| out.contains(line)) {
+        assert!(
+            Instant::now() < deadline,
+            "'{line}' was not forwarded within 20 s: nothing woke the idle source before its 30 s safety look; {}",
+            run.log()
+        );
+        assert!(
+            child.try_wait().expect("the child").is_none(),
+            "the server exited: {}",
+            run.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// How long the test leaves the server idle between two counts.
 const IDLE: Duration = Duration::from_secs(3);
 
@@ -93,23 +113,43 @@ fn an_idle_feed_wakes_on_an_append_without_polling() {
         .expect("appended");
     // the watch wakes the source: the line does not wait for the source's safety look
     // (every 30 s), which would also bring it (a generous deadline, not a timing claim)
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !forwarded("second line") {
-        assert!(
-            Instant::now() < deadline,
-            "the appended line was not forwarded within 20 s: nothing woke the idle source before its 30 s safety look; {}",
-            run.log()
-        );
-        assert!(
-            child.try_wait().expect("the child").is_none(),
-            "the server exited: {}",
-            run.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    before_the_safety_look(&run, &mut child, "second line");
     assert!(
         source_wakeups(pid) > before + idle_wakeups,
         "the append woke the source's thread"
     );
+    assert_eq!(run.terminate(child), 0, "{}", run.log());
+}
+
+/// What the watch must still show an idle feed (issue 41, item 2: keep every
+/// guarantee): its file renamed away and made again, then cut to nothing and written
+/// again. Each change comes while the source sleeps, and is read before its safety
+/// look, with nothing lost.
+#[test]
+fn an_idle_feed_sees_its_file_rotated_and_truncated_while_it_sleeps() {
+    let run = LedgerRun::new("first line\n", &forward_config(""));
+    let mut child = run.spawn(false);
+    before_the_safety_look(&run, &mut child, "first line");
+    run.wait_until(&mut child, "the first line committed", || run.pointer() > 0);
+    std::thread::sleep(Duration::from_secs(1));
+
+    // rotated: renamed (a line appended to the old file after the rename), then made again
+    std::fs::rename(run.path("input.txt"), run.path("input.txt.1")).expect("rotated");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(run.path("input.txt.1"))
+        .expect("the rotated file")
+        .write_all(b"late line of the old file\n")
+        .expect("appended");
+    std::fs::write(run.path("input.txt"), "first line of the new file\n").expect("new file");
+    before_the_safety_look(&run, &mut child, "late line of the old file");
+    before_the_safety_look(&run, &mut child, "first line of the new file");
+    std::thread::sleep(Duration::from_secs(1));
+
+    // truncated to nothing, then written again
+    std::fs::write(run.path("input.txt"), "").expect("truncated");
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(run.path("input.txt"), "after the cut\n").expect("written again");
+    before_the_safety_look(&run, &mut child, "after the cut");
     assert_eq!(run.terminate(child), 0, "{}", run.log());
 }
