@@ -4,11 +4,20 @@
 //!
 //! A parked thread is woken early by its [`Wakeup`]: a source's feed wakes its group's
 //! thread when it published to it, a group's thread wakes the feed's source when it
-//! made room in a queue the source waited on. A wake costs one load when the other
+//! made room in a queue the source waited on. A wake costs a fence and one load when the other
 //! thread is not parked, so the hand-off between the two threads of a flow neither
 //! waits for a park to end nor keeps a core busy.
+//!
+//! A thread whose every kind of work arrives through its [`Wakeup`] (a group whose
+//! queues and mailbox wake it, a file source whose inotify watch wakes it) may park
+//! *deeply* once it was idle for [`DEEP_IDLE_AFTER`] ([`Idler::idle_quiet`]): until a
+//! wake or a deadline, not a millisecond at a time. Such a park cannot miss a wake: the
+//! idler marks the thread parked first, the caller looks for work once more (one more
+//! duty cycle), and only then does the thread park; a waker publishes its work before
+//! it looks at the mark (both sides fenced), so either the look sees the work or the
+//! waker sees the mark and unparks (an unpark before the park makes it return at once).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -63,13 +72,19 @@ impl Default for IdleStrategy {
 /// idle thread parks 1 ms at a time.
 pub const DEFAULT_YIELD_FOR: Duration = Duration::from_micros(50);
 
+/// How long a thread idles by its strategy (parks of at most `max_park`) before
+/// [`Idler::idle_quiet`] parks it deeply: a flow that pauses for less keeps the short
+/// parks of its back-off, an idle one stops waking.
+pub const DEEP_IDLE_AFTER: Duration = Duration::from_millis(100);
+
 /// Wakes an agent thread its [`Idler`] parked, when another thread has work for it.
 ///
 /// The idler marks it parked just before it parks and clears the mark when the park
-/// ends; [`Wakeup::wake`] unparks the thread only when marked (one load otherwise).
-/// A wake that comes between the idler's last look for work and its mark is missed:
-/// the thread then sleeps to the end of its park (at most `max_park`), as without a
-/// wakeup, so a missed wake costs latency, never an item.
+/// ends; [`Wakeup::wake`] unparks the thread only when marked (a fence and one load otherwise).
+/// In a short park, a wake that comes between the idler's last look for work and its
+/// mark is missed: the thread then sleeps to the end of its park (at most `max_park`),
+/// as without a wakeup, so a missed wake costs latency, never an item. A deep park
+/// ([`Idler::idle_quiet`]) marks first and looks after, so it misses none.
 #[derive(Debug, Default)]
 pub struct Wakeup {
     parked: AtomicBool,
@@ -82,9 +97,12 @@ impl Wakeup {
         Arc::new(Wakeup::default())
     }
 
-    /// Unparks the thread if its idler parked it; one load when it did not.
+    /// Unparks the thread if its idler parked it; a fence and one load when it did not.
     #[inline]
     pub fn wake(&self) {
+        // the work the caller published is ordered before the look at the mark (the
+        // deep park's look for work comes after its mark: one of the two sees the other)
+        fence(Ordering::SeqCst);
         if self.parked.load(Ordering::Relaxed) {
             self.wake_parked();
         }
@@ -122,6 +140,7 @@ impl Wakeup {
         // SeqCst: ordered before the waker's look at the work it published and this
         // thread's later look, as far as one flag can (see the type's documentation)
         self.parked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
 
     /// The park ended (a wake, or its time).
@@ -140,6 +159,12 @@ pub struct Idler {
     yielding_since: Option<Instant>,
     park: Duration,
     wakeup: Arc<Wakeup>,
+    /// When the current run of idle cycles began.
+    idle_since: Option<Instant>,
+    /// Marked parked for a deep park; the caller's next cycle is the last look.
+    armed: bool,
+    /// Parks that ended (by a wake or their time), counted for the wake-up metrics.
+    parks: Arc<AtomicU64>,
 }
 
 impl Idler {
@@ -157,7 +182,16 @@ impl Idler {
             yielding_since: None,
             park: Duration::ZERO,
             wakeup,
+            idle_since: None,
+            armed: false,
+            parks: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// How many times this idler parked its thread (each park ends by a wake or its
+    /// time: a thread's wake-ups while idle). Shared, to be read from other threads.
+    pub fn parks(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.parks)
     }
 
     /// What wakes the thread this idler parks: give it to whoever has work for it.
@@ -167,18 +201,58 @@ impl Idler {
 
     /// Idles after a cycle that did `work` units, at most until `wake_by`.
     pub fn idle(&mut self, work: usize, wake_by: Option<Duration>) {
+        self.idle_quiet(work, wake_by, None);
+    }
+
+    /// Idles after a cycle that did `work` units, at most until `wake_by`; with
+    /// `quiet_for`, the caller's work arrives only through the [`Wakeup`] (or when
+    /// `quiet_for` passed): after [`DEEP_IDLE_AFTER`] of idling, the idler marks the
+    /// thread parked and returns (the caller's next cycle is the last look for work),
+    /// then, after that cycle found nothing, parks until a wake, `wake_by` or
+    /// `quiet_for`. Spinning and yielding strategies never park deeply.
+    pub fn idle_quiet(
+        &mut self,
+        work: usize,
+        wake_by: Option<Duration>,
+        quiet_for: Option<Duration>,
+    ) {
         if work > 0 {
+            self.disarm();
             self.spins = 0;
             self.yielding_since = None;
+            self.idle_since = None;
             self.park = Duration::ZERO;
             return;
         }
+        let idle_since = *self.idle_since.get_or_insert_with(Instant::now);
+        let parks_deeply = matches!(
+            self.strategy,
+            IdleStrategy::SleepingMillis(_) | IdleStrategy::Backoff { .. }
+        );
+        match quiet_for {
+            Some(quiet_for) if parks_deeply && idle_since.elapsed() >= DEEP_IDLE_AFTER => {
+                if !self.armed {
+                    // the mark before the caller's last look (see the module's documentation)
+                    self.wakeup.parking();
+                    self.armed = true;
+                    return;
+                }
+                let duration = wake_by.map_or(quiet_for, |limit| quiet_for.min(limit));
+                std::thread::park_timeout(duration);
+                self.disarm();
+                self.parks.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            _ => self.disarm(),
+        }
         let wakeup = &self.wakeup;
+        let parks = &self.parks;
         let park = |duration: Duration| {
             let duration = wake_by.map_or(duration, |limit| duration.min(limit));
             wakeup.parking();
             std::thread::park_timeout(duration);
             wakeup.unparked();
+            parks.fetch_add(1, Ordering::Relaxed);
         };
         match self.strategy {
             IdleStrategy::BusySpin => std::hint::spin_loop(),
@@ -210,6 +284,17 @@ impl Idler {
                     park(self.park);
                 }
             }
+        }
+    }
+}
+
+impl Idler {
+    /// Clears the mark of a deep park that did not happen (work was found, or the
+    /// caller no longer allows it).
+    fn disarm(&mut self) {
+        if self.armed {
+            self.armed = false;
+            self.wakeup.unparked();
         }
     }
 }
@@ -294,6 +379,35 @@ mod tests {
             std::thread::yield_now();
         }
         wakeup.wake(); // ends an hour's park
+        thread.join().expect("the idler's thread");
+    }
+
+    #[test]
+    fn a_deep_park_marks_the_thread_before_the_last_look_so_a_wake_after_it_is_not_missed() {
+        let (done, finished) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let mut idler = Idler::new(IdleStrategy::default());
+            idler.idle_since = Some(Instant::now() - DEEP_IDLE_AFTER);
+            let hour = Some(Duration::from_secs(3600));
+            // the first idle call only marks the thread parked: the caller looks again
+            idler.idle_quiet(0, None, hour);
+            assert!(idler.wakeup().is_parked(), "marked before the last look");
+            // a waker that published after that look sees the mark and unparks...
+            idler.wakeup().wake();
+            // ...so the hour's park that follows returns at once
+            idler.idle_quiet(0, None, hour);
+            assert!(!idler.wakeup().is_parked());
+            assert_eq!(idler.parks().load(Ordering::Relaxed), 1);
+            // a look that found work clears the mark: no park
+            idler.idle_quiet(0, None, hour);
+            assert!(idler.wakeup().is_parked());
+            idler.idle_quiet(1, None, hour);
+            assert!(!idler.wakeup().is_parked());
+            done.send(()).expect("the test waits");
+        });
+        finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the deep park ended on the wake that came before it");
         thread.join().expect("the idler's thread");
     }
 

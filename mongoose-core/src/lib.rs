@@ -215,7 +215,7 @@ pub use dispatch::{
     RetryPolicy, Subscribers,
 };
 pub use error::{CoreError, EvidenceStatus, FailureKind, ProcessorError, PublishRefused};
-pub use idle::{IdleStrategy, Idler, Wakeup, DEFAULT_YIELD_FOR};
+pub use idle::{IdleStrategy, Idler, Wakeup, DEEP_IDLE_AFTER, DEFAULT_YIELD_FOR};
 pub use log_every::LogEvery;
 pub use overload::{OverloadPolicy, OverloadSettings};
 pub use position::{Epoch, Position, PositionValue};

@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -97,6 +98,18 @@ pub trait EventSource: Send {
 
     /// Closes the input (the driver commits what was processed before and after it).
     fn stop(&mut self) -> Result<(), CoreError>;
+
+    /// Gives the source what wakes its driver's thread: a source that learns of new
+    /// input by a notification (inotify) wakes it then. Called once, before `start`.
+    fn set_wakeup(&mut self, _wakeup: Arc<crate::Wakeup>) {}
+
+    /// After a cycle that did nothing: how long the driver may park the thread without
+    /// a wake, because the source wakes it ([`EventSource::set_wakeup`]) when input
+    /// arrives (a safety look after that time covers a lost notification); `None`, the
+    /// default, for a source that must be polled (its idle strategy's short parks).
+    fn quiet_for(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// What every source registers at start, returned by [`EventSource::start`] as one

@@ -91,6 +91,12 @@ pub trait DrivenOutput {
     fn source_wakeup(&self) -> Option<Arc<Wakeup>> {
         None
     }
+    /// True when nothing published waits to be processed or committed: the driver may
+    /// park the source's thread deeply ([`EventSource::quiet_for`]). False by default
+    /// (the driver polls).
+    fn nothing_in_flight(&self) -> bool {
+        false
+    }
 }
 
 impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
@@ -111,6 +117,9 @@ impl<O: DrivenOutput + ?Sized> DrivenOutput for Arc<O> {
     }
     fn source_wakeup(&self) -> Option<Arc<Wakeup>> {
         (**self).source_wakeup()
+    }
+    fn nothing_in_flight(&self) -> bool {
+        (**self).nothing_in_flight()
     }
 }
 
@@ -133,21 +142,34 @@ impl<T: Send + Sync + 'static, P: Position> DrivenOutput for Publisher<T, P> {
     fn source_wakeup(&self) -> Option<Arc<Wakeup>> {
         Some(Publisher::source_wakeup(self))
     }
+    fn nothing_in_flight(&self) -> bool {
+        Publisher::nothing_in_flight(self)
+    }
 }
 
 /// Asks a running [`SourceDriver`] to stop after its current cycle.
 #[derive(Clone, Debug, Default)]
-pub struct DriverStop(Arc<AtomicBool>);
+pub struct DriverStop(Arc<DriverStopState>);
+
+#[derive(Debug, Default)]
+struct DriverStopState {
+    requested: AtomicBool,
+    /// The driver's wakeup, once it runs: a stop ends its park.
+    wakeup: std::sync::OnceLock<Arc<Wakeup>>,
+}
 
 impl DriverStop {
-    /// Asks the driver to stop.
+    /// Asks the driver to stop (and wakes its thread if parked).
     pub fn stop(&self) {
-        self.0.store(true, Ordering::Release);
+        self.0.requested.store(true, Ordering::Release);
+        if let Some(wakeup) = self.0.wakeup.get() {
+            wakeup.wake();
+        }
     }
 
     /// True once asked.
     pub fn requested(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.requested.load(Ordering::Acquire)
     }
 }
 
@@ -180,12 +202,14 @@ impl SourceDriver {
     pub fn run(&self, source: &mut dyn EventSource, feed: &dyn AnyFeed) -> Result<(), CoreError> {
         let name = &self.name;
         let _agent = agent::mark_current_thread(&format!("source:{name}"));
-        Self::start_source(source, feed)?;
-        info!(feed = %name, "source started");
         let mut idler = match feed.source_wakeup() {
             Some(wakeup) => Idler::with_wakeup(self.idle, wakeup),
             None => Idler::new(self.idle),
         };
+        let _ = self.stop.0.wakeup.set(Arc::clone(idler.wakeup()));
+        source.set_wakeup(Arc::clone(idler.wakeup()));
+        Self::start_source(source, feed)?;
+        info!(feed = %name, "source started");
         let mut failures = 0u64;
         let mut unlogged = 0u64;
         let mut last_logged: Option<Instant> = None;
@@ -201,7 +225,14 @@ impl SourceDriver {
                         unlogged = 0;
                         last_logged = None;
                     }
-                    idler.idle(work, None);
+                    // an idle source whose input announces itself parks until it
+                    // does (or its safety look), once nothing it published waits
+                    let quiet = if work == 0 && feed.nothing_in_flight() {
+                        source.quiet_for()
+                    } else {
+                        None
+                    };
+                    idler.idle_quiet(work, None, quiet);
                 }
                 Err(error) => {
                     failures += 1;

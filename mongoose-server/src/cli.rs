@@ -189,6 +189,10 @@ pub fn run_until_done_with_status(
 pub struct Signals {
     signalled: Arc<AtomicBool>,
     reload: Arc<AtomicBool>,
+    /// The read end of a socket each handled signal writes a byte to: the run loop
+    /// waits on it between its looks, so a signal is served at once while an idle
+    /// loop looks rarely. `None` when it could not be set up (the loop then sleeps).
+    bell: Option<Arc<std::os::unix::net::UnixStream>>,
 }
 
 impl Signals {
@@ -213,7 +217,49 @@ impl Signals {
                 error,
             },
         )?;
-        Ok(Signals { signalled, reload })
+        let bell = Self::ring_on_signals()
+            .inspect_err(|error| {
+                warn!(%error, "cannot set up the wake-up on signals: the run loop serves a signal at its next look (within a second)");
+            })
+            .ok()
+            .map(Arc::new);
+        Ok(Signals {
+            signalled,
+            reload,
+            bell,
+        })
+    }
+
+    /// A socket pair whose write end the handlers of SIGTERM, SIGINT and SIGHUP write
+    /// a byte to (async-signal-safe); returns the read end.
+    fn ring_on_signals() -> std::io::Result<std::os::unix::net::UnixStream> {
+        let (read, write) = std::os::unix::net::UnixStream::pair()?;
+        for signal in [
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGHUP,
+        ] {
+            signal_hook::low_level::pipe::register(signal, write.try_clone()?)?;
+        }
+        Ok(read)
+    }
+
+    /// Waits up to `timeout`, or until a signal arrives (at once if one arrived since
+    /// the last wait).
+    pub fn wait(&self, timeout: Duration) {
+        use std::io::Read;
+        let Some(bell) = self.bell.as_deref() else {
+            std::thread::sleep(timeout);
+            return;
+        };
+        let mut rung = [0u8; 64];
+        if bell
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .is_err()
+            || matches!((&*bell).read(&mut rung), Err(ref error) if !matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted))
+        {
+            std::thread::sleep(timeout);
+        }
     }
 
     /// True once a SIGHUP arrived since the last call (the request is taken).
@@ -254,6 +300,41 @@ pub fn run_until_done_reloading(
     run_loop(server, exit_when_settled, signals, Some(config_file))
 }
 
+/// How often the run loop of `--exit-when-settled` looks at the status.
+const SETTLE_LOOK: Duration = Duration::from_millis(20);
+/// The longest wait between two looks of the run loop of a server that runs on, at
+/// its status, its fatal failures and its progress line, once nothing moves (a signal
+/// ends the wait at once).
+const QUIET_LOOK: Duration = Duration::from_secs(1);
+
+/// The wait before the next look after `quiet_looks` looks in a row saw nothing move:
+/// 20 ms, doubling with each, up to [`QUIET_LOOK`].
+fn quiet_look(quiet_looks: u32) -> Duration {
+    SETTLE_LOOK
+        .saturating_mul(1 << quiet_looks.min(8))
+        .min(QUIET_LOOK)
+}
+
+/// A sum of the counts that move while a server works (published and dispatched per
+/// queue, what each sink was given and finished): equal at two looks, nothing moved.
+fn activity_of(report: &StatusReport, sinks: &[mongoose_sink::SinkStatus]) -> u64 {
+    let queues = report
+        .feeds
+        .iter()
+        .flat_map(|feed| &feed.subscribers)
+        .fold(0u64, |sum, queue| {
+            sum.wrapping_add(queue.position)
+                .wrapping_add(queue.dispatched)
+        });
+    sinks.iter().fold(queues, |sum, sink| {
+        sum.wrapping_add(sink.published)
+            .wrapping_add(sink.expired)
+            .wrapping_add(sink.lost)
+            .wrapping_add(sink.queued)
+            .wrapping_add(sink.held_count)
+    })
+}
+
 fn run_loop(
     server: &Server,
     exit_when_settled: bool,
@@ -272,9 +353,20 @@ fn run_loop(
         server.config().progress_interval_seconds,
         server.config().admin.is_some(),
     );
+    // looks in a row that saw nothing move (the wait between looks grows with them)
+    let mut quiet_looks = 0u32;
+    let mut last_activity = 0u64;
     loop {
         last_status = server.status();
-        observer.observe(&last_status, &server.sink_statuses());
+        let sinks = server.sink_statuses();
+        observer.observe(&last_status, &sinks);
+        let moved = activity_of(&last_status, &sinks);
+        quiet_looks = if moved == last_activity {
+            quiet_looks.saturating_add(1)
+        } else {
+            0
+        };
+        last_activity = moved;
         if signalled.load(Ordering::Acquire) {
             info!("signal received: shutting down (a second signal ends the process at once)");
             break;
@@ -364,7 +456,15 @@ fn run_loop(
                 stuck_since = None;
             }
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // a run that waits to settle, or whose counts move, looks every 20 ms (the
+        // latency marks are taken at the looks); one where nothing moved looks less
+        // often, down to once a second (a signal wakes it at once), so an idle server
+        // does not wake 50 times a second for nothing
+        signals.wait(if exit_when_settled {
+            SETTLE_LOOK
+        } else {
+            quiet_look(quiet_looks)
+        });
     }
     let result = server.shutdown();
     // the loss counters only grow, so the status after the stop has them all; the

@@ -246,6 +246,7 @@ mod positional;
 mod rotation;
 mod source;
 pub mod split;
+mod wake;
 mod watch;
 
 pub use config::{FileSourceConfig, FileSourceStatus, ReadStrategy};

@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mongoose_core::{agent, FailureKind, GroupReader};
 
@@ -23,6 +23,11 @@ use crate::host::ProcessorHost;
 use crate::idle::Idler;
 use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyOutcome, ReplySender};
+
+/// The longest park of an idle group's thread without a wake: what reaches a group
+/// without waking it (an item published by hand, not by a source driver) waits at most
+/// this long; everything else wakes it at once.
+const GROUP_QUIET_FOR: Duration = Duration::from_secs(1);
 
 pub(super) struct Slot {
     pub(super) name: String,
@@ -126,7 +131,10 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
                     (Some(timer), Some(open)) => Some(timer.min(open)),
                     (timer, open) => timer.or(open),
                 };
-                idler.idle(work, wake_by);
+                // every kind of a group's work wakes it (a publish by a source
+                // driver, a control request, its timers by `wake_by`); the cap bounds
+                // the wait of an item published by hand, without a wake
+                idler.idle_quiet(work, wake_by, Some(GROUP_QUIET_FOR));
             }
             Ok(Cycle::Closed) => {
                 if let Some(recorder) = runtime.recorder.as_mut() {

@@ -28,3 +28,16 @@ impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
         }
     }
 }
+
+impl<T: Send + Sync + 'static, P: Position> Publisher<T, P> {
+    /// True when nothing the source published waits (no item cached or paused, none
+    /// unacknowledged, no commit owed): the source driver may then park its thread
+    /// deeply, since what comes next is new input, which the source itself announces.
+    pub fn nothing_in_flight(&self) -> bool {
+        let state = self.state.lock();
+        state.started
+            && state.cache.items.is_empty()
+            && state.ack.window.len() == 0
+            && state.ack.committed >= state.ack.window.acknowledged()
+    }
+}

@@ -56,6 +56,7 @@ impl SinkHandle {
     pub fn retune(&self, retune: super::Retune) {
         *self.shared.retune.lock() = Some(retune);
         self.shared.retune_pending.store(true, Ordering::Release);
+        self.nudge();
     }
 
     /// Attaches an operator's tap of the outputs the sink is given (each attempt, as
@@ -177,7 +178,14 @@ impl SinkHandle {
             held: self.shared.held.lock().len() as u64,
         };
         self.shared.retry_now.store(true, Ordering::Release);
+        self.nudge();
         requested
+    }
+
+    /// Wakes the runner's thread to look at its flags (it waits on its queue, without
+    /// a timeout while nothing is due). A closed runner has no thread to wake.
+    pub(super) fn nudge(&self) {
+        let _ = self.tx.send(Parcel::Nudge);
     }
 
     /// What the sink has done so far.

@@ -380,6 +380,9 @@ pub(crate) struct Queued {
 pub(crate) enum Parcel {
     One(Queued),
     Many(Vec<Queued>),
+    /// No output: wakes the idle runner's thread to look at its flags (a stop, a
+    /// retry request, new settings), which it no longer polls.
+    Nudge,
 }
 
 impl Parcel {
@@ -388,6 +391,7 @@ impl Parcel {
         match self {
             Parcel::One(_) => 1,
             Parcel::Many(outputs) => outputs.len(),
+            Parcel::Nudge => 0,
         }
     }
 }
@@ -495,6 +499,7 @@ impl SinkRunner {
     fn stop_now(&mut self, deadline: Instant) {
         *self.handle.shared.deadline.lock() = Some(deadline);
         self.handle.shared.stop.store(true, Ordering::Release);
+        self.handle.nudge();
         if let Some(thread) = self.thread.take() {
             if thread.join().is_err() {
                 error!(sink = %self.handle.shared.name, "the sink's thread panicked");

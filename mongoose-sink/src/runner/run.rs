@@ -20,6 +20,11 @@ const SPARE_MAX_BYTES: usize = 4096;
 /// and its stop flag again.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
 
+/// The longest the runner's thread waits on its queue while nothing is due (no retry,
+/// no pause): a stop, a retry request and new settings wake it
+/// ([`super::SinkHandle::nudge`]), so this is only a safety look.
+const QUIET_WAIT: Duration = Duration::from_secs(60);
+
 /// The runner thread's state.
 pub(super) struct Run {
     sink: Box<dyn Sink>,
@@ -124,12 +129,12 @@ impl Run {
                     .map(|first| first.due)
                     .into_iter()
                     .chain(paused)
-                    .map(|when| when.saturating_duration_since(now))
-                    .fold(IDLE_WAIT, Duration::min);
+                    .map(|when| when.saturating_duration_since(now));
                 if paused.is_some() {
-                    std::thread::sleep(wait);
+                    std::thread::sleep(wait.fold(IDLE_WAIT, Duration::min));
                     continue;
                 }
+                let wait = wait.fold(QUIET_WAIT, Duration::min);
                 match self.rx.recv_timeout(wait) {
                     Ok(parcel) => self.take(parcel),
                     Err(RecvTimeoutError::Timeout) => {}
@@ -210,6 +215,7 @@ impl Run {
                 }
                 self.shared.give_back_parcel(outputs);
             }
+            Parcel::Nudge => {}
         }
     }
 

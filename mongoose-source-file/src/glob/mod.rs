@@ -269,6 +269,9 @@ pub struct GlobFileSource<T> {
     /// inotify on the folder (Linux): a change scans at once instead of at the next
     /// `scan_interval`.
     watch: FolderWatch,
+    /// What wakes the source driver's thread (given before `start`): the folder's watch
+    /// wakes it on a change.
+    wakeup: Option<Arc<mongoose_core::Wakeup>>,
     scans: u64,
     turn: usize,
     started: bool,
@@ -343,6 +346,7 @@ impl<T: Send + 'static> GlobFileSource<T> {
             waiting: VecDeque::new(),
             next_scan: None,
             watch: FolderWatch::none(),
+            wakeup: None,
             scans: 0,
             turn: 0,
             started: false,
@@ -491,7 +495,11 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         let mut committer = None;
         // watched before the first scan: a file created between the two is not missed
-        self.watch = FolderWatch::new(&self.config.name, &self.config.folder());
+        self.watch = FolderWatch::new(
+            &self.config.name,
+            &self.config.folder(),
+            self.wakeup.clone(),
+        );
         {
             let mut state = self.hub.state.lock();
             state.positions = self.output.consumer_positions();
@@ -560,12 +568,13 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         let mut work = 0usize;
         let now = Instant::now();
         let changes = self.watch.poll();
-        self.note_written(&changes);
-        if self.next_scan.is_none_or(|at| now >= at) || changes.entries {
+        // a file without an open handle written to: a scan gives it a slot now
+        let closed_written = self.note_written(&changes);
+        if self.next_scan.is_none_or(|at| now >= at) || changes.entries || closed_written {
             self.scan()?;
             self.settle()?;
             self.output.report_files(&self.files());
-            self.next_scan = Some(now + self.config.scan_interval);
+            self.next_scan = Some(now + self.scan_every());
         } else if !self.waiting.is_empty() {
             self.settle()?;
         }
@@ -622,6 +631,31 @@ impl<T: Send + 'static> EventSource for GlobFileSource<T> {
         }
         self.report_aggregate();
         Ok(WorkDone(work))
+    }
+
+    fn set_wakeup(&mut self, wakeup: Arc<mongoose_core::Wakeup>) {
+        self.wakeup = Some(wakeup);
+    }
+
+    /// Until the next scan, when the folder's watch wakes the thread on a change and
+    /// every open file is read to its end with nothing waiting (no file waits for a
+    /// slot, none holds a line a full queue refused, none is being rotated).
+    fn quiet_for(&self) -> Option<Duration> {
+        let waits = !self.started
+            || !self.watch.is_active()
+            || !self.waiting.is_empty()
+            || self.files.values().any(|file| {
+                file.source
+                    .as_ref()
+                    .is_some_and(|source| !source.read_to_the_end())
+            });
+        if waits {
+            return None;
+        }
+        let until_scan = self.next_scan.map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        });
+        Some(until_scan.min(crate::wake::SAFETY_LOOK))
     }
 
     fn stop(&mut self) -> Result<(), CoreError> {

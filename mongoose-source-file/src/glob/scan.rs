@@ -479,21 +479,62 @@ impl<T: Send + 'static> GlobFileSource<T> {
 
     /// Notes the files written to since the last look (inotify), whose size a deletion
     /// before the next scan would leave unknown.
-    pub(super) fn note_written(&mut self, changes: &FolderChanges) {
+    ///
+    /// Returns true when a file without an open handle (waiting for a slot, or parked)
+    /// or one the glob matches and does not track yet was written to: a scan sees its
+    /// new size now.
+    pub(super) fn note_written(&mut self, changes: &FolderChanges) -> bool {
         if changes.overflowed {
             for file in self.files.values_mut() {
                 file.written = true;
             }
-            return;
+            return true;
         }
+        let mut closed_written = false;
         for name in &changes.written {
-            if let Some(file) = self
+            match self
                 .files
                 .values_mut()
                 .find(|file| name.to_str() == Some(file.name.as_str()))
             {
-                file.written = true;
+                Some(file) => {
+                    file.written = true;
+                    closed_written |= file.source.is_none();
+                }
+                // a file the glob matches that no scan saw yet
+                None => {
+                    closed_written |= name
+                        .to_str()
+                        .is_some_and(|name| glob_matches(&self.config.file_pattern(), name));
+                }
             }
+        }
+        closed_written
+    }
+
+    /// How long until the next periodic scan: `scan_interval`, or, while the folder's
+    /// watch reports every change and nothing waits on a scan (no file waits for a
+    /// slot, none is deleted or gone from the glob and not yet forgotten, every open
+    /// file is read to its end and every closed one was parked at its end),
+    /// at least [`SAFETY_LOOK`](crate::wake::SAFETY_LOOK): the scan is then only the
+    /// safety look for a change the watch did not report.
+    pub(super) fn scan_every(&self) -> std::time::Duration {
+        let interval = self.config.scan_interval;
+        let scan_waits = !self.watch.is_active()
+            || !self.waiting.is_empty()
+            || self.files.values().any(|file| {
+                !file.matched
+                    || file.deleted_tail.is_some()
+                    || match file.source.as_ref() {
+                        Some(source) => !source.read_to_the_end(),
+                        // only a file parked at its end waits for nothing but a change
+                        None => file.parked_size.is_none(),
+                    }
+            });
+        if scan_waits {
+            interval
+        } else {
+            interval.max(crate::wake::SAFETY_LOOK)
         }
     }
 }

@@ -129,6 +129,11 @@ pub struct FileEventSource<T> {
     loss_file: Option<PathBuf>,
     /// The read and committed offsets last reported in the feed's `files` status.
     files_reported: Option<(u64, u64)>,
+    /// What wakes the source driver's thread (given before `start`).
+    wakeup: Option<Arc<mongoose_core::Wakeup>>,
+    /// The inotify watch that wakes it when the file changes (a single file; a glob's
+    /// file is watched by its glob's folder watch).
+    wake: Option<crate::wake::FileWake>,
     /// The last report of the feed's `files` status, kept so that its path is not
     /// made again at every report.
     file_lag: Option<FileLag>,
@@ -221,6 +226,8 @@ impl<T: Send + 'static> FileEventSource<T> {
             path_replaced: false,
             loss_file,
             files_reported: None,
+            wakeup: None,
+            wake: None,
             file_lag: None,
         }
     }
@@ -408,6 +415,14 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         self.seen_at_path = None;
         self.ended = false;
         self.paused = false;
+        if let (Some(wakeup), false) = (self.wakeup.as_ref(), self.glob_member) {
+            // watched before the first open: a change in between is not missed
+            self.wake = crate::wake::FileWake::new(
+                &self.config.name,
+                &self.config.path,
+                Arc::clone(wakeup),
+            );
+        }
         self.opened_since_start = false;
         self.path_replaced = false;
         self.reported = None;
@@ -533,6 +548,15 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         Ok(WorkDone(work))
     }
 
+    fn set_wakeup(&mut self, wakeup: Arc<mongoose_core::Wakeup>) {
+        self.wakeup = Some(wakeup);
+    }
+
+    fn quiet_for(&self) -> Option<std::time::Duration> {
+        self.is_idle_at_the_end()
+            .then_some(crate::wake::SAFETY_LOOK)
+    }
+
     fn stop(&mut self) -> Result<(), CoreError> {
         if !self.started {
             return Ok(());
@@ -540,6 +564,7 @@ impl<T: Send + 'static> EventSource for FileEventSource<T> {
         // what was processed is committed by the source driver before this stop (and a
         // commit that failed retried), once more after it
         self.started = false;
+        self.wake = None;
         self.pending = None;
         self.input = None;
         let mut shared = self.shared.lock();

@@ -128,6 +128,9 @@ impl<T: Send + 'static> FileEventSource<T> {
             self.status.reopens += 1;
         }
         self.opened_since_start = true;
+        if let Some(wake) = self.wake.as_mut() {
+            wake.follow_open_file(&path);
+        }
         self.input = Some(OpenInput::new(file, key, Arc::clone(&self.path), start_at));
         self.status.read_position = start_at;
         debug!(source = %self.config.name, path = %path.display(), start_at, epoch = %self.epoch, "opened the input file");
@@ -425,6 +428,9 @@ impl<T: Send + 'static> FileEventSource<T> {
         self.set_epoch(Epoch(epoch));
         self.last_key = key;
         self.opened_since_start = true;
+        if let Some(wake) = self.wake.as_mut() {
+            wake.follow_open_file(&at);
+        }
         self.input = Some(OpenInput::new(file, key, Arc::from(at.as_path()), from));
         self.status.read_position = from;
         self.status.rotated_files_finished += 1;

@@ -284,6 +284,45 @@ impl<T: Send + 'static> FileEventSource<T> {
         }
     }
 
+    /// True when the source has nothing to do until its file changes: started, its
+    /// watch wakes it, and it waits for nothing else ([`Self::read_to_the_end`]). Only
+    /// then does it let its driver park until a wake ([`EventSource::quiet_for`]).
+    ///
+    /// [`EventSource::quiet_for`]: mongoose_core::EventSource::quiet_for
+    pub(super) fn is_idle_at_the_end(&self) -> bool {
+        let watched = self
+            .wake
+            .as_ref()
+            .is_some_and(crate::wake::FileWake::is_active);
+        watched && self.read_to_the_end()
+    }
+
+    /// True when the source waits for nothing but its file to change (whatever wakes
+    /// it; a glob asks it of its files): the open file is read to its end (a partial
+    /// line, or no whole first line yet, waits for bytes), or no file is at the path
+    /// yet, and nothing waits on time or commits (no line paused, no reopen back-off,
+    /// no rotation, reopen or replacement in progress).
+    pub(crate) fn read_to_the_end(&self) -> bool {
+        if !self.started || self.pending.is_some() || self.paused || self.next_file.is_some() {
+            return false;
+        }
+        if self.ended {
+            return true;
+        }
+        match self.input {
+            // waiting for the file to exist (its creation is a change), not for a
+            // back-off after a failed open
+            None => self.backoff.ready(),
+            Some(_) => {
+                self.draining.is_none()
+                    && self.reopen_from.is_none()
+                    && self.finishing_rotated.is_none()
+                    && self.seen_at_path.is_none()
+                    && !self.path_replaced
+            }
+        }
+    }
+
     /// Reads and publishes until the end of the file, a pause or the cycle's budget.
     pub(super) fn read_and_publish(&mut self) -> Result<usize, CoreError> {
         let published_before = self.status.lines_published;
