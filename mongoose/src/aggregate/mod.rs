@@ -14,6 +14,8 @@ use mongoose_core::Processor;
 use mongoose_ledger::{AlertSink, SinkAlerts};
 use mongoose_server::{ServerBuilder, SettingsCheck, SettingsError};
 
+pub mod partitioned;
+pub mod partitioned_stats;
 pub mod processor;
 pub mod stats;
 pub mod store;
