@@ -35,7 +35,9 @@ fn brokers() -> Option<String> {
         std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_none(),
         "no Kafka broker answers at {brokers} and MONGOOSE_REQUIRE_BROKER is set: start it with `cargo xtask broker start`"
     );
-    eprintln!("SKIPPED: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start`");
+    eprintln!(
+        "SKIPPED: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start`"
+    );
     None
 }
 
@@ -52,8 +54,9 @@ state = "changelog"
 "#;
 
 /// One member's config: the Kafka feed `lines` of `topic` in consumer group `group`,
-/// the file sink `alerts`, and the aggregate `agg/totals`.
-fn member_config(brokers: &str, topic: &str, group: &str) -> String {
+/// the file sink `alerts`, and the aggregate `agg/totals` (`more`: lines added to its
+/// settings).
+fn member_config(brokers: &str, topic: &str, group: &str, more: &str) -> String {
     format!(
         r#"plugin_dir = "plugins"
 
@@ -76,7 +79,8 @@ idle_strategy = "sleeping-millis:1"
 name = "totals"
 kind = "aggregate"
 [groups.processors.settings]
-{SETTINGS}"#
+{SETTINGS}{more}
+"#
     )
 }
 
@@ -157,7 +161,10 @@ fn changelog_totals(brokers: &str, topic: &str, changelog: &str, ends: &[i64]) -
             let count = view["values"]["n"].as_u64().expect("n");
             let sum: i64 = view["values"]["total"]
                 .as_str()
-                .map_or_else(|| view["values"]["total"].as_i64(), |text| text.parse().ok())
+                .map_or_else(
+                    || view["values"]["total"].as_i64(),
+                    |text| text.parse().ok(),
+                )
                 .expect("total");
             let entry = totals.entry(key.clone()).or_default();
             entry.0 += count;
@@ -187,7 +194,10 @@ fn assert_alerts_at_least_once(expected: &BTreeMap<String, usize>, seen: &BTreeM
         .filter(|(text, count)| seen.get(*text).copied().unwrap_or(0) < **count)
         .map(|(text, count)| (text, *count, seen.get(text).copied().unwrap_or(0)))
         .collect();
-    let invented: Vec<&String> = seen.keys().filter(|text| !expected.contains_key(*text)).collect();
+    let invented: Vec<&String> = seen
+        .keys()
+        .filter(|text| !expected.contains_key(*text))
+        .collect();
     assert!(
         missing.is_empty() && invented.is_empty(),
         "alerts: {} expected {} times in all, missing (text, expected, seen) {:?}; invented {:?}",
@@ -217,10 +227,16 @@ fn an_aggregate_on_a_kafka_feed_scales_out_and_survives_a_member_kill() {
     let topic = unique_topic("agg-scale");
     let group = format!("{topic}-aggregates");
     kafka_support::create_topic(&brokers, &topic, PARTITIONS, &[]);
-    let config = member_config(&brokers, &topic, &group);
+    let config = member_config(&brokers, &topic, &group, "");
     // 100 records every 100 ms (batched by the producer, keyed by account): about 15 s
     // of records while the members come and go
-    let stream = LineStream::start(&brokers, &topic, 0..RECORDS, 100, Duration::from_millis(100));
+    let stream = LineStream::start(
+        &brokers,
+        &topic,
+        0..RECORDS,
+        100,
+        Duration::from_millis(100),
+    );
     let mut a = start_member(&library, &config);
     kafka_support::wait_members(&mut [&mut a], "A took partitions", 120, &|members| {
         takeovers(members[0]) > 0
@@ -269,8 +285,16 @@ fn an_aggregate_on_a_kafka_feed_scales_out_and_survives_a_member_kill() {
         RECORDS as i64,
         "every record committed once: {ends:?}"
     );
-    let totals = changelog_totals(&brokers, &topic, &format!("{group}-totals-changelog"), &ends);
-    assert_eq!(totals, expected, "per account (count, sum) in the changelog");
+    let totals = changelog_totals(
+        &brokers,
+        &topic,
+        &format!("{group}-totals-changelog"),
+        &ends,
+    );
+    assert_eq!(
+        totals, expected,
+        "per account (count, sum) in the changelog"
+    );
     assert_alerts_at_least_once(&expected_alerts, &alerts_of(&[&a, &b, &c]));
 }
 
@@ -284,20 +308,28 @@ fn an_aggregate_on_a_kafka_feed_restarted_after_a_kill_restores_and_continues_ex
     let topic = unique_topic("agg-restart");
     let group = format!("{topic}-aggregates");
     kafka_support::create_topic(&brokers, &topic, PARTITIONS, &[]);
-    let config = member_config(&brokers, &topic, &group);
-    let stream = LineStream::start(&brokers, &topic, 0..RECORDS, 100, Duration::from_millis(100));
+    // without transactions each change is durable on its own, before its line's
+    // commit: a SIGKILL leaves changes past the committed offsets, which the restarted
+    // member must skip (each line counted once)
+    let config = member_config(&brokers, &topic, &group, "transactions = false");
+    // every line there before the start: the member is busy when it is killed
+    kafka_support::produce_lines(
+        &kafka_support::batching_producer(&brokers),
+        &topic,
+        0..RECORDS,
+    );
     let mut member = start_member(&library, &config);
-    kafka_support::wait_members(&mut [&mut member], "applied 1000 lines", 120, &|_| {
-        committed_total(&brokers, &group, &topic, PARTITIONS) >= 1_000
+    kafka_support::wait_members(&mut [&mut member], "committed 1500 lines", 120, &|_| {
+        committed_total(&brokers, &group, &topic, PARTITIONS) >= 1_500
     });
     member.kill();
+    let at_kill = committed_total(&brokers, &group, &topic, PARTITIONS);
     let first_run = takeovers(&member);
     assert!(
-        stream.produced() < RECORDS,
-        "the records had all been produced before the kill: slow the producer"
+        at_kill < RECORDS as i64,
+        "every line was committed before the kill: give more lines"
     );
     restart(&mut member);
-    stream.finish();
     kafka_support::wait_members(&mut [&mut member], "committed every record", 240, &|_| {
         committed_total(&brokers, &group, &topic, PARTITIONS) >= RECORDS as i64
     });
@@ -308,10 +340,153 @@ fn an_aggregate_on_a_kafka_feed_restarted_after_a_kill_restores_and_continues_ex
         "the restarted member restored its partitions from the changelog: {}",
         member.run.log()
     );
+    let skipped = member
+        .run
+        .log()
+        .matches("lines already in the restored state were skipped")
+        .count();
+    eprintln!("killed at {at_kill} committed of {RECORDS}; partitions that skipped lines after the restart: {skipped}");
     let lines: Vec<String> = (0..RECORDS).map(line).collect();
     let (expected, expected_alerts) = truth(&lines);
     let ends = committed(&brokers, &group, &topic, PARTITIONS);
-    let totals = changelog_totals(&brokers, &topic, &format!("{group}-totals-changelog"), &ends);
-    assert_eq!(totals, expected, "per account (count, sum) in the changelog");
+    let totals = changelog_totals(
+        &brokers,
+        &topic,
+        &format!("{group}-totals-changelog"),
+        &ends,
+    );
+    assert_eq!(
+        totals, expected,
+        "per account (count, sum) in the changelog"
+    );
     assert_alerts_at_least_once(&expected_alerts, &alerts_of(&[&member]));
+}
+
+/// The position check on restore, made certain (the ledger's test of the same name): a
+/// first group applies every line and saves it in the changelog; a second group (with
+/// nothing committed: it reads every line again) restores each partition from the same
+/// changelog and must skip every line the state holds. Without the check every count
+/// and sum comes out doubled.
+#[test]
+fn an_aggregate_taking_a_partition_over_skips_what_its_changelog_holds_past_the_commit() {
+    const RECORDS: usize = 3_000;
+    let Some(brokers) = brokers() else {
+        return;
+    };
+    let library = build_plugin("kafka-plugin", &[]);
+    let topic = unique_topic("agg-skip");
+    kafka_support::create_topic(&brokers, &topic, PARTITIONS, &[]);
+    kafka_support::produce_lines(
+        &kafka_support::batching_producer(&brokers),
+        &topic,
+        0..RECORDS,
+    );
+    let changelog = format!("{topic}-changelog");
+    let mut ends = Vec::new();
+    for group in ["first", "second"] {
+        let group = format!("{topic}-{group}");
+        let more = format!(r#"changelog_topic = "{changelog}""#);
+        let mut member = start_member(&library, &member_config(&brokers, &topic, &group, &more));
+        kafka_support::wait_members(&mut [&mut member], "committed every record", 180, &|_| {
+            committed_total(&brokers, &group, &topic, PARTITIONS) >= RECORDS as i64
+        });
+        member.stop();
+        assert!(
+            takeovers(&member) > 0,
+            "restored from the changelog: {}",
+            member.run.log()
+        );
+        ends = committed(&brokers, &group, &topic, PARTITIONS);
+    }
+    let lines: Vec<String> = (0..RECORDS).map(line).collect();
+    let (expected, _) = truth(&lines);
+    let totals = changelog_totals(&brokers, &topic, &changelog, &ends);
+    assert_eq!(
+        totals, expected,
+        "per account (count, sum) in the changelog"
+    );
+}
+
+/// `mongoose validate` on `config` (a folder with the kafka plugin): exit code and stderr.
+fn validate(library: &std::path::Path, config: &str) -> (Option<i32>, String) {
+    let run = LedgerRun::new("", config);
+    plugin_dir(run.dir.path(), &[library]);
+    let output = std::process::Command::new(support::binary())
+        .args(["validate", "--config"])
+        .arg(run.path("mongoose.toml"))
+        .output()
+        .expect("the mongoose binary runs");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The aggregate's state mode is checked against its feed before anything runs (no
+/// broker needed), with the ledger's changelog checks: a Kafka feed needs
+/// `state = "changelog"` (the message says so), a changelog needs a Kafka feed without
+/// an epoch file, and windows are refused with a changelog.
+#[test]
+fn the_aggregates_state_mode_is_checked_against_its_feed() {
+    let library = build_plugin("kafka-plugin", &[]);
+    let kafka = member_config("127.0.0.1:1", "input", "group", "");
+    let (code, stderr) = validate(&library, &kafka);
+    assert_eq!(
+        code,
+        Some(0),
+        "an aggregate on a Kafka feed, state in the changelog: {stderr}"
+    );
+
+    let local = kafka.replace(r#"state = "changelog""#, r#"state_dir = "state""#);
+    let (code, stderr) = validate(&library, &local);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("settings.feed") && stderr.contains(r#"state = "changelog""#),
+        "the refusal names state = \"changelog\": {stderr}"
+    );
+
+    let with_epochs = kafka.replace(
+        "session_timeout_ms = 6000",
+        "session_timeout_ms = 6000, epoch_file = \"kafka.epochs\"",
+    );
+    let (code, stderr) = validate(&library, &with_epochs);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("settings.state") && stderr.contains("remove epoch_file"),
+        "{stderr}"
+    );
+
+    let no_group = kafka.replace(r#"group = "group", "#, "");
+    let (code, stderr) = validate(&library, &no_group);
+    assert_eq!(code, Some(2), "{stderr}");
+
+    let windowed = kafka.replace(
+        r#"state = "changelog""#,
+        "state = \"changelog\"\nwindow = { field = \"ts\", size = \"1m\" }",
+    );
+    let (code, stderr) = validate(&library, &windowed);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("settings.window") && stderr.contains("Remove window"),
+        "{stderr}"
+    );
+
+    let interval = kafka.replace(
+        r#"state = "changelog""#,
+        "state = \"changelog\"\ncommit_interval_ms = 0",
+    );
+    let (code, stderr) = validate(&library, &interval);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("settings.commit_interval_ms"), "{stderr}");
+
+    let file_feed = support::aggregate::config(
+        "",
+        &support::aggregate::TOTALS.replace(r#"state_dir = "state""#, r#"state = "changelog""#),
+    );
+    let (code, stderr) = validate(&library, &file_feed);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("settings.state") && stderr.contains("is not one"),
+        "{stderr}"
+    );
 }

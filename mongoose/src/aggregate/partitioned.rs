@@ -36,8 +36,8 @@ use mongoose_aggregate::{
 };
 use mongoose_core::sink::{CommitGate, OutputKey};
 use mongoose_core::state_store::{OnDurable, PartitionStateStore, RestoredPartition, WriteFailure};
-use mongoose_core::{CoreError, DeliveryContext, Epoch, Processor, ProcessorError, SavedPosition};
 use mongoose_core::StartContext;
+use mongoose_core::{CoreError, DeliveryContext, Epoch, Processor, ProcessorError, SavedPosition};
 use mongoose_ledger::AlertSink;
 use mongoose_source_file::Line;
 use parking_lot::Mutex;
@@ -577,7 +577,8 @@ impl PartitionedAggregate {
                 .partitions
                 .get(&fenced_lane)
                 .is_some_and(|held| held.epoch == fenced_epoch)
-                && !current.is_some_and(|(lane, epoch)| fenced_lane == lane && epoch > fenced_epoch);
+                && !current
+                    .is_some_and(|(lane, epoch)| fenced_lane == lane && epoch > fenced_epoch);
             if held {
                 match self.changelog.retake(partition, Epoch(fenced_epoch)) {
                     Ok(true) => {

@@ -58,9 +58,8 @@ impl PartitionedStats {
     /// The counters as JSON: totals over the partitions held, and each partition.
     pub fn to_json(&self) -> serde_json::Value {
         let partitions = self.partitions.lock();
-        let total = |field: fn(&PartitionReport) -> u64| -> u64 {
-            partitions.values().map(field).sum()
-        };
+        let total =
+            |field: fn(&PartitionReport) -> u64| -> u64 { partitions.values().map(field).sum() };
         serde_json::json!({
             "kind": "aggregate",
             "state": "changelog",
