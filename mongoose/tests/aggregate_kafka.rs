@@ -208,6 +208,17 @@ fn assert_alerts_at_least_once(expected: &BTreeMap<String, usize>, seen: &BTreeM
     );
 }
 
+/// The server's `/status` at `address`, if it answers.
+fn server_status(address: &str) -> Option<serde_json::Value> {
+    let text = ureq::get(&format!("http://{address}/status"))
+        .call()
+        .ok()?
+        .body_mut()
+        .read_to_string()
+        .ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 /// Partitions a member restored from the changelog.
 fn takeovers(member: &Member) -> usize {
     member
@@ -311,7 +322,11 @@ fn an_aggregate_on_a_kafka_feed_restarted_after_a_kill_restores_and_continues_ex
     // without transactions each change is durable on its own, before its line's
     // commit: a SIGKILL leaves changes past the committed offsets, which the restarted
     // member must skip (each line counted once)
-    let config = member_config(&brokers, &topic, &group, "transactions = false");
+    let address = kafka_support::free_address();
+    let config = format!(
+        "{}\n[admin]\naddress = \"{address}\"\n",
+        member_config(&brokers, &topic, &group, "transactions = false")
+    );
     // every line there before the start: the member is busy when it is killed
     kafka_support::produce_lines(
         &kafka_support::batching_producer(&brokers),
@@ -333,7 +348,17 @@ fn an_aggregate_on_a_kafka_feed_restarted_after_a_kill_restores_and_continues_ex
     kafka_support::wait_members(&mut [&mut member], "committed every record", 240, &|_| {
         committed_total(&brokers, &group, &topic, PARTITIONS) >= RECORDS as i64
     });
-    // /status shows the partitions and what they hold
+    // /status shows the partitions this member holds, what they hold through, and the
+    // lines applied (the restored counters went on: every line of the topic)
+    let status = server_status(&address).expect("/status answers");
+    let aggregate = &status["processors"]["agg/totals"];
+    assert_eq!(aggregate["state"], "changelog", "{aggregate}");
+    assert_eq!(aggregate["applied"], RECORDS as u64, "{aggregate}");
+    assert_eq!(
+        aggregate["partitions"].as_array().map(Vec::len),
+        Some(PARTITIONS as usize),
+        "{aggregate}"
+    );
     member.stop();
     assert!(
         takeovers(&member) > first_run,
