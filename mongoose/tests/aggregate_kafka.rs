@@ -50,6 +50,7 @@ group_by = ["account"]
 aggregates = { n = "count", total = "sum(amount)" }
 rules = [{ name = "negative", when = "sum(amount) < 0", emit = "{account} negative: {total}" }]
 sink = "alerts"
+dead_letter = "dead"
 state = "changelog"
 "#;
 
@@ -70,6 +71,11 @@ settings = {{ brokers = "{brokers}", group = "{group}", topic = "{topic}", sessi
 name = "alerts"
 kind = "file"
 path = "alerts.txt"
+
+[[sinks]]
+name = "dead"
+kind = "file"
+path = "dead.jsonl"
 
 [[groups]]
 name = "agg"
@@ -109,7 +115,9 @@ fn truth(lines: &[String]) -> (Totals, BTreeMap<String, usize>) {
     let mut emits = BTreeMap::new();
     for line in lines {
         let (account, amount) = line.split_once(',').expect("account,amount");
-        let amount: i64 = amount.parse().expect("amount");
+        let Ok(amount) = amount.parse::<i64>() else {
+            continue; // rejected: dead-lettered, counted
+        };
         let entry = totals.entry(account.to_owned()).or_default();
         let was_negative = entry.0 > 0 && entry.1 < 0;
         entry.0 += 1;
@@ -125,9 +133,14 @@ fn truth(lines: &[String]) -> (Totals, BTreeMap<String, usize>) {
 
 /// Reads the changelog `changelog` of input `topic` back: per partition the counted
 /// records' input positions are `1..=end` each once (every line applied once), its
-/// counters say `end` lines applied, and the per-key count and sum summed over the
-/// partitions are returned.
+/// counters say `end` lines applied or rejected, and the per-key count and sum summed
+/// over the partitions are returned.
 fn changelog_totals(brokers: &str, topic: &str, changelog: &str, ends: &[i64]) -> Totals {
+    changelog_read(brokers, topic, changelog, ends).0
+}
+
+/// [`changelog_totals`], and the lines rejected over the partitions.
+fn changelog_read(brokers: &str, topic: &str, changelog: &str, ends: &[i64]) -> (Totals, u64) {
     let store = mongoose_kafka::changelog::Changelog::open(
         mongoose_kafka::changelog::ChangelogConfig::new("check", brokers, changelog),
         topic,
@@ -137,6 +150,7 @@ fn changelog_totals(brokers: &str, topic: &str, changelog: &str, ends: &[i64]) -
     let settings: AggregateSettings = toml::from_str(SETTINGS).expect("settings");
     let aggregator = Aggregator::compile(settings, "settings").expect("compiles");
     let mut totals = Totals::new();
+    let mut rejected = 0;
     for (partition, end) in ends.iter().enumerate() {
         let records = store.read(partition as i32).expect("read");
         let mut positions = Vec::new();
@@ -151,11 +165,13 @@ fn changelog_totals(brokers: &str, topic: &str, changelog: &str, ends: &[i64]) -
             1,
         )
         .expect("aggregate changes");
+        let counters = &aggregate.state().counters;
         assert_eq!(
-            aggregate.state().counters.applied,
+            counters.applied + counters.rejected_total(),
             end,
-            "partition {partition}: the lines applied"
+            "partition {partition}: the lines applied or rejected"
         );
+        rejected += counters.rejected_total();
         for key in aggregate.state().keys.keys() {
             let view = aggregate.key(&[key.as_str()]).expect("a key").to_json();
             let count = view["values"]["n"].as_u64().expect("n");
@@ -171,14 +187,19 @@ fn changelog_totals(brokers: &str, topic: &str, changelog: &str, ends: &[i64]) -
             entry.1 += sum;
         }
     }
-    totals
+    (totals, rejected)
 }
 
 /// The alerts written across `members`' files, counted by text.
 fn alerts_of(members: &[&Member]) -> BTreeMap<String, usize> {
+    lines_of(members, "alerts.txt")
+}
+
+/// The lines of `file` across `members`' folders, counted by text.
+fn lines_of(members: &[&Member], file: &str) -> BTreeMap<String, usize> {
     let mut alerts = BTreeMap::new();
     for member in members {
-        let text = std::fs::read_to_string(member.run.path("alerts.txt")).unwrap_or_default();
+        let text = std::fs::read_to_string(member.run.path(file)).unwrap_or_default();
         for line in text.lines() {
             *alerts.entry(line.to_owned()).or_insert(0) += 1;
         }
@@ -395,25 +416,41 @@ fn an_aggregate_on_a_kafka_feed_restarted_after_a_kill_restores_and_continues_ex
 #[test]
 fn an_aggregate_taking_a_partition_over_skips_what_its_changelog_holds_past_the_commit() {
     const RECORDS: usize = 3_000;
+    const MALFORMED: usize = 30;
     let Some(brokers) = brokers() else {
         return;
     };
     let library = build_plugin("kafka-plugin", &[]);
     let topic = unique_topic("agg-skip");
     kafka_support::create_topic(&brokers, &topic, PARTITIONS, &[]);
-    kafka_support::produce_lines(
-        &kafka_support::batching_producer(&brokers),
-        &topic,
-        0..RECORDS,
-    );
+    let producer = kafka_support::batching_producer(&brokers);
+    kafka_support::produce_lines(&producer, &topic, 0..RECORDS);
+    // and lines that do not read: counted, dead-lettered, one changelog record each
+    let malformed: Vec<String> = (0..MALFORMED)
+        .map(|index| format!("acc{},x{index}", index % 50))
+        .collect();
+    for payload in &malformed {
+        let key = payload.split_once(',').map_or("", |(account, _)| account);
+        producer
+            .send(
+                rdkafka::producer::BaseRecord::to(&topic)
+                    .key(key)
+                    .payload(payload),
+            )
+            .map_err(|(error, _)| error)
+            .expect("queued");
+    }
+    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(60)).expect("acknowledged");
+    let total = (RECORDS + MALFORMED) as i64;
     let changelog = format!("{topic}-changelog");
     let mut ends = Vec::new();
+    let mut members = Vec::new();
     for group in ["first", "second"] {
         let group = format!("{topic}-{group}");
         let more = format!(r#"changelog_topic = "{changelog}""#);
         let mut member = start_member(&library, &member_config(&brokers, &topic, &group, &more));
         kafka_support::wait_members(&mut [&mut member], "committed every record", 180, &|_| {
-            committed_total(&brokers, &group, &topic, PARTITIONS) >= RECORDS as i64
+            committed_total(&brokers, &group, &topic, PARTITIONS) >= total
         });
         member.stop();
         assert!(
@@ -422,14 +459,32 @@ fn an_aggregate_taking_a_partition_over_skips_what_its_changelog_holds_past_the_
             member.run.log()
         );
         ends = committed(&brokers, &group, &topic, PARTITIONS);
+        members.push(member);
     }
-    let lines: Vec<String> = (0..RECORDS).map(line).collect();
-    let (expected, _) = truth(&lines);
-    let totals = changelog_totals(&brokers, &topic, &changelog, &ends);
+    let mut lines: Vec<String> = (0..RECORDS).map(line).collect();
+    lines.extend(malformed.iter().cloned());
+    let (expected, expected_alerts) = truth(&lines);
+    let (totals, rejected) = changelog_read(&brokers, &topic, &changelog, &ends);
     assert_eq!(
         totals, expected,
         "per account (count, sum) in the changelog"
     );
+    assert_eq!(
+        rejected, MALFORMED as u64,
+        "the lines that do not read, counted once"
+    );
+    // the second member applied nothing (the changelog held every line) and wrote the
+    // outputs of the lines it skipped again: each alert and dead letter at least once
+    let second = &members[1];
+    assert_alerts_at_least_once(&expected_alerts, &alerts_of(&[second]));
+    let dead = lines_of(&[second], "dead.jsonl");
+    for payload in &malformed {
+        assert!(
+            dead.keys()
+                .any(|letter| letter.contains(&format!("\"line\":\"{payload}\""))),
+            "the dead letter of {payload} written again by the member that skipped it: {dead:?}"
+        );
+    }
 }
 
 /// `mongoose validate` on `config` (a folder with the kafka plugin): exit code and stderr.
