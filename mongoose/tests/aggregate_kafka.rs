@@ -380,6 +380,27 @@ fn an_aggregate_on_a_kafka_feed_restarted_after_a_kill_restores_and_continues_ex
         Some(PARTITIONS as usize),
         "{aggregate}"
     );
+    // the state query answers a key from the partition that holds it
+    let lines: Vec<String> = (0..RECORDS).map(line).collect();
+    let (expected, expected_alerts) = truth(&lines);
+    let text = ureq::get(&format!(
+        "http://{address}/processors/agg/totals/state?key=acc3"
+    ))
+    .call()
+    .expect("the state route answers")
+    .body_mut()
+    .read_to_string()
+    .expect("a body");
+    let view: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(
+        (
+            view["values"]["n"].as_u64(),
+            view["values"]["total"].as_i64()
+        ),
+        (Some(expected["acc3"].0), Some(expected["acc3"].1)),
+        "{view}"
+    );
+    assert!(view["partition"].is_u64(), "{view}");
     member.stop();
     assert!(
         takeovers(&member) > first_run,
@@ -392,8 +413,6 @@ fn an_aggregate_on_a_kafka_feed_restarted_after_a_kill_restores_and_continues_ex
         .matches("lines already in the restored state were skipped")
         .count();
     eprintln!("killed at {at_kill} committed of {RECORDS}; partitions that skipped lines after the restart: {skipped}");
-    let lines: Vec<String> = (0..RECORDS).map(line).collect();
-    let (expected, expected_alerts) = truth(&lines);
     let ends = committed(&brokers, &group, &topic, PARTITIONS);
     let totals = changelog_totals(
         &brokers,
@@ -548,6 +567,17 @@ fn the_aggregates_state_mode_is_checked_against_its_feed() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("settings.window") && stderr.contains("Remove window"),
+        "{stderr}"
+    );
+
+    let with_dir = kafka.replace(
+        r#"state = "changelog""#,
+        "state = \"changelog\"\nstate_dir = \"state\"",
+    );
+    let (code, stderr) = validate(&library, &with_dir);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("settings.state_dir") && stderr.contains("remove state_dir"),
         "{stderr}"
     );
 

@@ -39,6 +39,12 @@ pub(super) fn check(
         .iter()
         .find(|feed| feed.name == settings.feed);
     changelog_target_of(changelog_settings(settings), check.name, feed)?;
+    if settings.state_dir.is_some() {
+        return Err(SettingsError::at(
+            "state_dir",
+            "with state = \"changelog\" the state lives in the changelog topic, per partition, and no folder is used: remove state_dir (or use state = \"local\" on a file feed)",
+        ));
+    }
     if settings.window.is_some() {
         return Err(SettingsError::at(
             "window",
