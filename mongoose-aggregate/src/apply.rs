@@ -151,6 +151,13 @@ impl Aggregate {
         &self.aggregator
     }
 
+    /// The key (the `group_by` values joined by [`KEY_SEPARATOR`]) of the last line
+    /// [`Aggregate::apply`] read as far as its key: the key an [`Outcome::Applied`]
+    /// changed (a state saved per key, the Kafka changelog, saves that key's entry).
+    pub fn last_key(&self) -> &str {
+        &self.key
+    }
+
     /// True when the state holds the line at `at`: the same epoch as its lane's last
     /// line, and at or before it.
     pub fn already_applied(&self, at: LinePosition) -> bool {

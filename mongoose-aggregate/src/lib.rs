@@ -71,7 +71,8 @@ pub use error::AggregateError;
 pub use query::{KeyView, WindowView};
 pub use record::Rejection;
 pub use settings::{
-    AggregateSettings, FieldSpec, FieldTable, FieldType, Fire, Format, RuleSettings, WindowSettings,
+    AggregateSettings, FieldSpec, FieldTable, FieldType, Fire, Format, RuleSettings, StateMode,
+    WindowSettings,
 };
 pub use state::{
     AggregateState, AggregateValue, Counters, KeyState, LanePosition, STATE_MAGIC, STATE_VERSION,

@@ -65,6 +65,36 @@ pub struct AggregateSettings {
     /// and lets the outbox forget them (default 10,000): what a restart replays.
     #[serde(default = "default_snapshot_every")]
     pub snapshot_every: u64,
+    /// Where the state lives: `local` (the default: `state_dir`, on a file feed) or
+    /// `changelog` (on a Kafka feed shared by a consumer group: one state per input
+    /// partition in a compacted changelog topic, restored by the member that takes the
+    /// partition over; carried through for the processor).
+    #[serde(default)]
+    pub state: StateMode,
+    /// With `state = "changelog"`: the changelog topic (default
+    /// `<consumer group>-<processor>-changelog`).
+    #[serde(default)]
+    pub changelog_topic: Option<String>,
+    /// With `state = "changelog"`: each partition's changes commit in one Kafka
+    /// transaction every `commit_interval_ms` (default true), so that the broker fences
+    /// a zombie member; false: each change is acknowledged on its own.
+    #[serde(default = "yes")]
+    pub transactions: bool,
+    /// With `transactions`: how often the open transactions commit, in milliseconds
+    /// (default 100): the latency a change adds to its line's commit.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+}
+
+/// Where an aggregate keeps its state ([`AggregateSettings::state`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateMode {
+    /// A snapshot and an outbox in `state_dir`, with the feed's position.
+    #[default]
+    Local,
+    /// Per input partition of a Kafka feed, in a changelog topic.
+    Changelog,
 }
 
 /// How a line is read.
@@ -168,6 +198,14 @@ fn default_feed() -> String {
 
 fn default_snapshot_every() -> u64 {
     10_000
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_commit_interval_ms() -> u64 {
+    100
 }
 
 fn default_bound() -> u64 {

@@ -19,9 +19,10 @@ use mongoose_server::{ServerBuilder, SettingsCheck, SettingsError};
 /// The plugin source kind whose feeds a ledger follows per partition by default.
 const KAFKA: &str = "kafka";
 
-/// Where a partitioned ledger keeps its state: filled in from the Kafka feed's settings.
+/// Where a partitioned ledger (or aggregate) keeps its state: filled in from the Kafka
+/// feed's settings.
 #[derive(Clone, Debug, PartialEq)]
-struct ChangelogTarget {
+pub(crate) struct ChangelogTarget {
     /// `bootstrap.servers`.
     brokers: String,
     /// The feed's topic (the changelog is co-partitioned with it).
@@ -43,7 +44,7 @@ impl ChangelogTarget {
     /// Opens the changelog (creating its topic if missing).
     /// `resolve` makes a relative path of the settings absolute.
     #[cfg(feature = "kafka")]
-    fn open(
+    pub(crate) fn open(
         &self,
         on_durable: mongoose_core::state_store::OnDurable,
         resolve: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
@@ -92,7 +93,7 @@ impl ChangelogTarget {
     /// Without the `kafka` feature there is no changelog to open: [`changelog_target`]
     /// refuses such a ledger before this could be called.
     #[cfg(not(feature = "kafka"))]
-    fn open(
+    pub(crate) fn open(
         &self,
         _on_durable: mongoose_core::state_store::OnDurable,
         _resolve: &dyn Fn(&std::path::Path) -> std::path::PathBuf,
@@ -108,6 +109,41 @@ impl ChangelogTarget {
 /// Why a changelog ledger is refused by a binary built without the `kafka` feature.
 const WITHOUT_KAFKA: &str = "this mongoose was built without its kafka feature, which keeps a ledger's state per partition in a Kafka changelog: build it with the default features (cargo build --release -p mongoose), or give the ledger state = \"local\"";
 
+/// The settings a processor kind keeping its state in a changelog gives (the ledger's,
+/// and the aggregate's of the same names).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChangelogSettings<'a> {
+    /// The kind's name, for messages (`ledger`, `aggregate`).
+    pub(crate) kind: &'a str,
+    /// `state`.
+    pub(crate) state: StateMode,
+    /// `feed`.
+    pub(crate) feed: &'a str,
+    /// `changelog_topic`.
+    pub(crate) changelog_topic: Option<&'a str>,
+    /// `transactions`.
+    pub(crate) transactions: bool,
+    /// `commit_interval_ms`.
+    pub(crate) commit_interval_ms: u64,
+    /// `alerts_topic` (the ledger's alone).
+    pub(crate) alerts_topic: Option<&'a str>,
+}
+
+impl<'a> ChangelogSettings<'a> {
+    /// The ledger's.
+    fn of_ledger(settings: &'a LedgerSettings) -> Self {
+        ChangelogSettings {
+            kind: "ledger",
+            state: settings.state,
+            feed: &settings.feed,
+            changelog_topic: settings.changelog_topic.as_deref(),
+            transactions: settings.transactions,
+            commit_interval_ms: settings.commit_interval_ms,
+            alerts_topic: settings.alerts_topic.as_deref(),
+        }
+    }
+}
+
 /// Where a ledger on `feed` keeps its state: `Ok(Some(target))` for a changelog,
 /// `Ok(None)` for local state, or why the settings cannot work.
 fn changelog_target(
@@ -115,6 +151,18 @@ fn changelog_target(
     processor: &str,
     feed: Option<&FeedConfig>,
 ) -> Result<Option<ChangelogTarget>, SettingsError> {
+    changelog_target_of(ChangelogSettings::of_ledger(settings), processor, feed)
+}
+
+/// Where a processor of `settings.kind` on `feed` keeps its state: `Ok(Some(target))`
+/// for a changelog, `Ok(None)` for local state, or why the settings cannot work (the
+/// feed is not a Kafka one, has an `epoch_file`, lacks brokers, topic or group).
+pub(crate) fn changelog_target_of(
+    settings: ChangelogSettings<'_>,
+    processor: &str,
+    feed: Option<&FeedConfig>,
+) -> Result<Option<ChangelogTarget>, SettingsError> {
+    let kind = settings.kind;
     let kafka = feed.filter(|feed| feed.plugin_kind() == Some(KAFKA));
     let Some(feed) = (match (settings.state, kafka) {
         (StateMode::Local, _) | (StateMode::Auto, None) if settings.alerts_topic.is_some() => {
@@ -129,7 +177,7 @@ fn changelog_target(
             return Err(SettingsError::at(
                 "state",
                 format!(
-                    "state = \"changelog\" keeps the state per partition of a Kafka feed, and the feed '{}' is not one (source = \"{KAFKA}\"): use state = \"local\"",
+                    "state = \"changelog\" keeps the state per partition of a Kafka feed, and the feed '{}' is not one (source = \"{KAFKA}\"): use state = \"local\" (the default of an aggregate)",
                     settings.feed
                 ),
             ))
@@ -138,15 +186,19 @@ fn changelog_target(
         return Ok(None);
     };
     if !cfg!(feature = "kafka") {
-        return Err(SettingsError::at("state", WITHOUT_KAFKA));
+        return Err(SettingsError::at(
+            "state",
+            WITHOUT_KAFKA.replace("a ledger's", &format!("a {kind}'s")),
+        ));
     }
     let text = |key: &str| feed.settings.get(key).and_then(toml::Value::as_str);
     if text("epoch_file").is_some() {
         return Err(SettingsError::at(
             "state",
             format!(
-                "the feed '{}' has an epoch_file, which keeps a partition's epoch when it comes back to this member; a ledger with a changelog restores at every new epoch, so it needs a new one at each assignment: remove epoch_file from the feed's settings, or give the ledger state = \"local\"",
-                feed.name
+                "the feed '{}' has an epoch_file, which keeps a partition's epoch when it comes back to this member; a {kind} with a changelog restores at every new epoch, so it needs a new one at each assignment: remove epoch_file from the feed's settings{}",
+                feed.name,
+                if kind == "ledger" { ", or give the ledger state = \"local\"" } else { "" }
             ),
         ));
     }
@@ -155,7 +207,7 @@ fn changelog_target(
         return Err(SettingsError::at(
             "state",
             format!(
-                "the Kafka feed '{}' needs brokers, topic and group in its settings for the ledger's changelog",
+                "the Kafka feed '{}' needs brokers, topic and group in its settings for the {kind}'s changelog",
                 feed.name
             ),
         ));
@@ -171,13 +223,12 @@ fn changelog_target(
         input_topic: topic.to_owned(),
         topic: settings
             .changelog_topic
-            .clone()
-            .unwrap_or_else(|| format!("{group}-{processor}-changelog")),
+            .map_or_else(|| format!("{group}-{processor}-changelog"), str::to_owned),
         name: format!("{group}/{processor}"),
         transactions: settings
             .transactions
             .then(|| std::time::Duration::from_millis(settings.commit_interval_ms)),
-        alerts_topic: settings.alerts_topic.clone(),
+        alerts_topic: settings.alerts_topic.map(str::to_owned),
         feed_settings: feed.settings.clone(),
     }))
 }

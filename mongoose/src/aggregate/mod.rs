@@ -4,16 +4,33 @@
 //! size, and the outputs admitted with their lines and written through the server's
 //! sinks keyed by position (exactly once into a file sink).
 //!
-//! `processor` holds the processor, `store` what it keeps on disk (and the offline
-//! [`store::load`] of tests and tools), `stats` its counters for `/status`.
+//! Its state modes (`state` in its settings):
+//!
+//! * `local` (the default): a snapshot and an outbox in `state_dir`, the feed's
+//!   positions saved with the state ([`AggregateProcessor`]). A file (or glob) feed;
+//!   a Kafka feed is refused, whose partitions move between members.
+//! * `changelog`: on a Kafka feed shared by a consumer group, one state per input
+//!   partition in a compacted changelog topic that follows the partition to the member
+//!   that takes it over ([`partitioned::PartitionedAggregate`], the ledger's model:
+//!   each line's record durable before its commit, a restore at each new epoch that
+//!   skips the lines the changelog holds). Rule outputs are at least once across a
+//!   takeover; windows are refused in this mode.
+//!
+//! `processor` holds the local processor, `store` what it keeps on disk (and the
+//! offline [`store::load`] of tests and tools), `stats` its counters for `/status`;
+//! `partitioned` and `partitioned_stats` the changelog mode, `changelog_kind` its
+//! check and opening.
 
 use std::sync::Arc;
 
-use mongoose_aggregate::{AggregateError, AggregateSettings, Aggregator};
+use mongoose_aggregate::{AggregateError, AggregateSettings, Aggregator, StateMode};
 use mongoose_core::Processor;
 use mongoose_ledger::{AlertSink, SinkAlerts};
 use mongoose_server::{ServerBuilder, SettingsCheck, SettingsError};
 
+mod changelog_kind;
+pub mod partitioned;
+pub mod partitioned_stats;
 pub mod processor;
 pub mod stats;
 pub mod store;
@@ -28,6 +45,9 @@ pub const KIND: &str = "aggregate";
 pub fn register(builder: ServerBuilder) -> ServerBuilder {
     builder.processor_kind_checked(KIND, check, |context| {
         let settings: AggregateSettings = context.settings()?;
+        if settings.state == StateMode::Changelog {
+            return changelog_kind::open(context, settings);
+        }
         let state_dir = settings
             .state_dir
             .as_deref()
@@ -87,15 +107,27 @@ fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
         .feeds
         .iter()
         .any(|feed| feed.name == settings.feed && feed.plugin_kind() == Some("kafka"));
-    if on_kafka {
+    if settings.state == StateMode::Changelog {
+        changelog_kind::check(check, &settings)?;
+    } else if on_kafka {
         return Err(SettingsError::at(
             "feed",
             format!(
-                "the feed '{}' is a Kafka feed, whose partitions move between the members of its consumer group, and the aggregate keeps its state in a local state_dir only (its Kafka changelog is not built yet): a state per member would split the aggregates. Run the aggregate on a file feed, or the ledger (state = \"changelog\") on the Kafka feed",
+                "the feed '{}' is a Kafka feed, whose partitions move between the members of its consumer group, and the aggregate keeps its state in a local state_dir by default: a state per member would split the aggregates. Give the aggregate state = \"changelog\" (its state per partition in a Kafka changelog topic, following the partitions), or run it on a file feed",
                 settings.feed
             ),
         ));
+    } else {
+        check_state_dir(check, &settings)?;
     }
+    check_outputs(check, settings)
+}
+
+/// The checks of `state = "local"`: a `state_dir` of the aggregate's own.
+fn check_state_dir(
+    check: &SettingsCheck<'_>,
+    settings: &AggregateSettings,
+) -> Result<(), SettingsError> {
     let Some(state_dir) = &settings.state_dir else {
         return Err(SettingsError::at(
             "state_dir",
@@ -128,6 +160,15 @@ fn check(check: &SettingsCheck<'_>) -> Result<(), SettingsError> {
             }
         }
     }
+    Ok(())
+}
+
+/// The checks of the outputs and the expressions: a `sink` when rules or windows give
+/// outputs, the sinks configured, every expression parsed.
+fn check_outputs(
+    check: &SettingsCheck<'_>,
+    settings: AggregateSettings,
+) -> Result<(), SettingsError> {
     match &settings.sink {
         Some(sink) => check.sink("sink", sink)?,
         None if !settings.rules.is_empty() || settings.window.is_some() => {
