@@ -62,9 +62,10 @@ pub struct AggregateSettings {
     #[serde(default)]
     pub state_dir: Option<std::path::PathBuf>,
     /// Records in the outbox after which the processor writes a snapshot of its state
-    /// and lets the outbox forget them (default 10,000): what a restart replays.
-    #[serde(default = "default_snapshot_every")]
-    pub snapshot_every: u64,
+    /// and lets the outbox forget them (default 10,000, [`AggregateSettings::snapshot_every`]):
+    /// what a restart replays. Local state only: a changelog is compacted by the broker.
+    #[serde(default, rename = "snapshot_every")]
+    pub snapshot_every_setting: Option<u64>,
     /// Where the state lives: `local` (the default: `state_dir`, on a file feed) or
     /// `changelog` (on a Kafka feed shared by a consumer group: one state per input
     /// partition in a compacted changelog topic, restored by the member that takes the
@@ -196,8 +197,17 @@ fn default_feed() -> String {
     "lines".to_owned()
 }
 
-fn default_snapshot_every() -> u64 {
-    10_000
+/// Records in the outbox after which a local state is snapshotted, when the setting is
+/// not given.
+const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
+
+impl AggregateSettings {
+    /// Records in the outbox after which a local state is snapshotted (the setting, or
+    /// 10,000).
+    pub fn snapshot_every(&self) -> u64 {
+        self.snapshot_every_setting
+            .unwrap_or(DEFAULT_SNAPSHOT_EVERY)
+    }
 }
 
 fn yes() -> bool {

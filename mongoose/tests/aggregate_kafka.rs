@@ -581,6 +581,18 @@ fn the_aggregates_state_mode_is_checked_against_its_feed() {
         "{stderr}"
     );
 
+    // a setting of the local state only, which the changelog mode would ignore
+    let snapshots = kafka.replace(
+        r#"state = "changelog""#,
+        "state = \"changelog\"\nsnapshot_every = 500",
+    );
+    let (code, stderr) = validate(&library, &snapshots);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("settings.snapshot_every") && stderr.contains("remove snapshot_every"),
+        "{stderr}"
+    );
+
     let interval = kafka.replace(
         r#"state = "changelog""#,
         "state = \"changelog\"\ncommit_interval_ms = 0",

@@ -45,6 +45,12 @@ pub(super) fn check(
             "with state = \"changelog\" the state lives in the changelog topic, per partition, and no folder is used: remove state_dir (or use state = \"local\" on a file feed)",
         ));
     }
+    if settings.snapshot_every_setting.is_some() {
+        return Err(SettingsError::at(
+            "snapshot_every",
+            "with state = \"changelog\" there is no local snapshot (the broker compacts the changelog topic, and a takeover reads the last value of each key): remove snapshot_every",
+        ));
+    }
     if settings.window.is_some() {
         return Err(SettingsError::at(
             "window",

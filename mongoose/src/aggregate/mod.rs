@@ -54,7 +54,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             .map(|dir| context.resolve(dir))
             .ok_or("state_dir: the folder the aggregate keeps its state in is missing")?;
         let feed = settings.feed.clone();
-        let snapshot_every = settings.snapshot_every;
+        let snapshot_every = settings.snapshot_every();
         let sink_names = (settings.sink.clone(), settings.dead_letter.clone());
         let aggregator =
             Aggregator::compile(settings, "settings").map_err(|error| error.to_string())?;
