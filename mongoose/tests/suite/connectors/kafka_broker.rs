@@ -6,12 +6,12 @@
 //! read back at the end: each input record counted once, in order, per partition, and
 //! the balances exactly those of the records.
 //!
-//! The tests of this file run one at a time (each starts its own JVMs on 2 cores).
+//! The tests of this file run one at a time, and with no other test's own cluster (each
+//! starts its own JVMs on 2 cores: `kafka_support::own_cluster` holds the process's lock).
 
 use crate::kafka_support;
 use crate::support;
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kafka_support::{
@@ -22,15 +22,6 @@ use kafka_support::{
 use mongoose_testkit::build_plugin;
 use mongoose_testkit::kafka::Cluster;
 
-/// One test of this file at a time.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Producers that batch (librdkafka's defaults), three servers joining and leaving
 /// while the records flow (one stopped, one SIGKILLed, one started late; no "let the
 /// group form first"): every record applied once (the changelog's counted positions of
@@ -39,7 +30,6 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 fn a_rebalance_mid_stream_with_batched_records_loses_and_doubles_nothing() {
     const PARTITIONS: i32 = 6;
     const RECORDS: usize = 40_000;
-    let _serial = one_at_a_time();
     let test = "a_rebalance_mid_stream_with_batched_records_loses_and_doubles_nothing";
     let Some(cluster) = own_cluster(test, Cluster::builder(1)) else {
         return;
@@ -151,7 +141,6 @@ fn a_takeover_restores_from_a_compacted_changelog() {
     const FIRST: usize = 4_000;
     const CHUNK: usize = 500;
     const MORE: usize = 4_000;
-    let _serial = one_at_a_time();
     let test = "a_takeover_restores_from_a_compacted_changelog";
     let Some(cluster) = own_cluster(
         test,
@@ -321,7 +310,6 @@ fn a_takeover_restores_from_a_compacted_changelog() {
 #[test]
 fn a_broker_killed_mid_run_loses_nothing() {
     const PARTITIONS: i32 = 4;
-    let _serial = one_at_a_time();
     let test = "a_broker_killed_mid_run_loses_nothing";
     let Some(mut cluster) = own_cluster(
         test,
@@ -475,7 +463,6 @@ fn server_status(address: &str) -> Option<serde_json::Value> {
 fn a_broker_pause_during_a_transaction_does_not_wedge_the_sink() {
     const LINES: usize = 100_000;
     const MORE: usize = 5_000;
-    let _serial = one_at_a_time();
     let test = "a_broker_pause_during_a_transaction_does_not_wedge_the_sink";
     let Some(cluster) = own_cluster(test, Cluster::builder(1)) else {
         return;
@@ -620,7 +607,6 @@ settings = {{ feed = "lines", sink = "out" }}
 // (`mongoose_kafka::REBOOTSTRAP_AFTER_MS`).
 #[test]
 fn a_kafka_feed_reads_again_after_its_broker_was_paused_past_its_session() {
-    let _serial = one_at_a_time();
     let test = "a_kafka_feed_reads_again_after_its_broker_was_paused_past_its_session";
     let Some(cluster) = own_cluster(test, Cluster::builder(1)) else {
         return;
@@ -675,7 +661,6 @@ fn a_kafka_feed_reads_again_after_its_broker_was_paused_past_its_session() {
 // librdkafka's rules). A new incarnation of the topic now gets a new consumer.
 #[test]
 fn a_topic_made_again_after_a_broker_restart_is_read() {
-    let _serial = one_at_a_time();
     let test = "a_topic_made_again_after_a_broker_restart_is_read";
     let Some(mut cluster) = own_cluster(test, Cluster::builder(1)) else {
         return;
@@ -806,7 +791,6 @@ fn committed_lines(brokers: &str, topic: &str) -> Option<Vec<String>> {
 /// broker paused past its KRaft session while the sink is idle, then more lines: every
 /// line reaches the topic (once with a transactional sink) and the run stops cleanly.
 fn a_kafka_sink_writes_again_after_a_paused_broker(test: &str, transactional: bool) {
-    let _serial = one_at_a_time();
     let Some(cluster) = own_cluster(test, Cluster::builder(1)) else {
         return;
     };

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use kafka_support::{
     check_changelog, committed_total, create_topic, expected_alerts, line, member_config,
-    own_cluster, produce_lines, read_topic, unique_topic, Member,
+    own_cluster, produce_lines, read_topic, unique_topic, Member, OwnCluster,
 };
 use mongoose_testkit::build_plugin;
 use mongoose_testkit::kafka::{Cluster, ClusterBuilder};
@@ -104,7 +104,7 @@ fn certificates(dir: &Path) {
 
 /// A single node with a PLAINTEXT listener (the test's own admin and checks) and a
 /// SASL_SSL one (`SECURE`) that takes SCRAM-SHA-256 for `USER`.
-fn secured_cluster(test: &str, certificates: &Path) -> Option<Cluster> {
+fn secured_cluster(test: &str, certificates: &Path) -> Option<OwnCluster> {
     let keystore = certificates.join("server.pem").display().to_string();
     let builder: ClusterBuilder = Cluster::builder(1)
         .listener("SECURE", "SASL_SSL")

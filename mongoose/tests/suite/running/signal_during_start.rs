@@ -3,18 +3,29 @@
 //! run loop runs the ordered shutdown as soon as it begins. Before, the binary
 //! installed them only once the server had started (and its admin API was serving): a
 //! signal in between ended the process with the default action, no ordered stop (a
-//! test saw exit -1 on a loaded machine). Its own test binary: it signals itself.
+//! test saw exit -1 on a loaded machine). Its own process (a child of the
+//! suite's binary): it signals itself.
 
-use mongoose::kinds as ledger_kind;
 use crate::support;
+use mongoose::kinds as ledger_kind;
 
 use mongoose_server::cli::{self, EXIT_OK};
 use mongoose_server::config::ServerConfig;
 use mongoose_server::Server;
+use support::own_process::in_own_process;
 use support::{ledger_config, LedgerRun};
 
 #[test]
 fn a_sigterm_during_the_start_stops_the_run_cleanly() {
+    // it signals its own process, where every server of another test would see it
+    in_own_process(
+        module_path!(),
+        "a_sigterm_during_the_start_stops_the_run_cleanly",
+        sigterm_during_the_start,
+    );
+}
+
+fn sigterm_during_the_start() {
     let run = LedgerRun::new(
         &"a,1\n".repeat(100),
         &ledger_config(
