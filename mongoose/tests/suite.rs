@@ -20,8 +20,9 @@
 //! - nothing sets environment variables or the process's current folder; each test
 //!   works in a temporary folder of its own, on ports the system picks. The metrics
 //!   recorder and the tracing subscriber are process-wide: only `admin` reads
-//!   `/metrics` of an in-process server, with its own feed names, and `audit_capture`
-//!   installs the subscriber (with the capture layer, as the `mongoose` binary does).
+//!   `/metrics` of a server in this process (the scrape writes that server's status
+//!   into the recorder just before it renders), and only `audit_capture` installs the
+//!   subscriber (with the capture layer, as the `mongoose` binary does).
 
 mod support;
 

@@ -16,7 +16,7 @@
 //! position of its own (a forward into HTTP, a ledger without its guard) counting from
 //! the start; and a re-read carries the keys of the first delivery (the epoch is the
 //! input file's identity). Each test below failed on the binary before the fix
-//! (`MONGOOSE_BIN=<that binary> cargo test -p mongoose --test lost_pointer`).
+//! (`MONGOOSE_BIN=<that binary> cargo test -p mongoose --test suite -- guarantees::lost_pointer`).
 
 use crate::support;
 
