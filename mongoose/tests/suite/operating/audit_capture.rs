@@ -205,10 +205,11 @@ fn audit_capture_start_records_a_processors_tracing_events_and_audit_records_the
     assert_eq!(
         seen,
         [
-            "INFO audit_capture: priced line=a",
-            "record:a",
-            "INFO audit_capture: priced line=b",
-            "record:b",
+            // an event's target is the module it is logged from (this file's)
+            format!("INFO {}: priced line=a", module_path!()),
+            "record:a".to_owned(),
+            format!("INFO {}: priced line=b", module_path!()),
+            "record:b".to_owned(),
         ]
     );
     assert!(server.shutdown().complete);
