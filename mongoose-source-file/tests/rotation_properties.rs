@@ -5,7 +5,7 @@
 //!
 //! A "crash" drops the source and its output without a stop: what the pointer holds is
 //! what the last commit wrote (the mapped page, as after a SIGKILL). The crash tests
-//! with real processes are in `mongoose/tests/rotation.rs`.
+//! with real processes are in `mongoose/tests/suite/guarantees/rotation.rs`.
 //!
 //! One limit is part of the model: at most one rotation happens between the moment the
 //! source opened the file at the path and the moment it opens the next one (a second

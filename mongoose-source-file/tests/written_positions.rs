@@ -2,7 +2,7 @@
 //! not this input's, at the start of a COMMITED file source with the real delivery
 //! engine (chaos seeds 1796179446144, 1796179446274, 1796542670070; book:
 //! guarantees/consumer-side-positions.md). The whole-server kill tests are in
-//! `mongoose/tests/lost_pointer.rs`.
+//! `mongoose/tests/suite/guarantees/lost_pointer.rs`.
 
 mod common;
 

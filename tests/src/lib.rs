@@ -1,9 +1,11 @@
 //! Cross-crate integration tests of Mongoose-rs.
 //!
 //! The end-to-end and crash tests need the `mongoose` binary, so they live beside it in
-//! `mongoose/tests/`: `kill.rs` (the ledger killed with SIGKILL mid-burst, the
-//! second-signal and SIGTERM stops), `server.rs` (the settled rule, clean stops, a
-//! crash mid-burst in process), `stop_order.rs`, `admin.rs` and `record_replay.rs`.
+//! one test binary, `mongoose/tests/suite.rs`, with a module per part of the book in
+//! `mongoose/tests/suite/` (`guarantees/kill.rs`: the ledger killed with SIGKILL
+//! mid-burst, the second-signal and SIGTERM stops; `guarantees/server.rs`: the settled
+//! rule, clean stops, a crash mid-burst in process; `operating/admin.rs`,
+//! `running/record_replay.rs`...).
 //! This crate holds what spans crates without the binary: the regression index
 //! (`tests/REGRESSIONS.md`, each finding the book's guarantees chapters explain and the
 //! test that pins its fix) and the check that every test it names exists, the check that

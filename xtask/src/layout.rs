@@ -9,6 +9,9 @@
 //!   [`MAX_LINES`] lines (tests, examples and benches are not counted).
 //! * **Invariants cited as listed.** Every `invariant N` in a Rust comment names an
 //!   invariant of `docs/src/reference/invariants.md` (see [`crate::invariants`]).
+//! * **One end-to-end test binary.** At most five `.rs` files (test binaries) directly
+//!   in `mongoose/tests/`, and every `mongoose/tests/...` path the book, the README, the
+//!   regression index, the chaos seeds and CI name exists (see [`crate::test_layout`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,7 +62,8 @@ pub(crate) fn layout(root: &Path) -> bool {
     let trees = check_trees(root);
     let sizes = check_sizes(root);
     let invariants = crate::invariants::check(root);
-    trees && sizes && invariants
+    let tests = crate::test_layout::check(root);
+    trees && sizes && invariants && tests
 }
 
 fn check_trees(root: &Path) -> bool {

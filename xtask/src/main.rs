@@ -20,7 +20,9 @@
 //! * `cargo xtask layout` checks the architecture the manifests and files show: no
 //!   librdkafka in the server library nor in the file-only binary, no source file over
 //!   800 lines, every `invariant N` a comment cites listed in the book's
-//!   `reference/invariants.md` (see [`layout`], [`invariants`]).
+//!   `reference/invariants.md`, at most five test binaries in `mongoose/tests/` and
+//!   every path of them the book names existing (see [`layout`], [`invariants`],
+//!   [`test_layout`]).
 //! * `cargo xtask broker start [--brokers 1|3] [--port P] | stop | status` runs the
 //!   test broker, Apache Kafka in KRaft mode, on 127.0.0.1:19092 (and :19093, :19094
 //!   with three nodes) in the background, resolving its jars with Maven first when
@@ -38,6 +40,7 @@ mod callgrind;
 mod chaos;
 mod invariants;
 mod layout;
+mod test_layout;
 mod versus;
 mod versus_kstreams;
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use mongoose_testkit::kafka::Cluster;
 use mongoose_testkit::plugin_dir;
@@ -20,13 +20,45 @@ use rdkafka::ClientConfig;
 
 use crate::support::{assert_applied_once, plugin_ledger_config, LedgerRun};
 
-/// A cluster of `nodes` of the test's own from `builder`, or `None` (the test is
+/// Held by every test of the process that runs Apache Kafka nodes of its own, for as
+/// long as they run: the tests of all the suite's files share one process, and two sets
+/// of JVMs started at once on a machine of few cores starve each other and the servers
+/// under test (each file's tests used to run one binary after another; kafka_broker's
+/// ran one at a time behind a lock of its own).
+static OWN_CLUSTERS: Mutex<()> = Mutex::new(());
+
+/// A cluster of a test's own: the nodes, and the process-wide lock of such clusters
+/// ([`OWN_CLUSTERS`]), released after the nodes are stopped (fields drop in order).
+pub struct OwnCluster {
+    cluster: Cluster,
+    _one_at_a_time: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for OwnCluster {
+    type Target = Cluster;
+
+    fn deref(&self) -> &Cluster {
+        &self.cluster
+    }
+}
+
+impl std::ops::DerefMut for OwnCluster {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        &mut self.cluster
+    }
+}
+
+/// A cluster of `nodes` of the test's own from `builder`, started once no other test of
+/// the process runs one (it waits for [`OWN_CLUSTERS`]), or `None` (the test is
 /// skipped with a message) when Apache Kafka's jars are not resolved, unless
 /// `MONGOOSE_REQUIRE_BROKER` is set.
 pub fn own_cluster(
     test: &str,
     builder: mongoose_testkit::kafka::ClusterBuilder,
-) -> Option<Cluster> {
+) -> Option<OwnCluster> {
+    let one_at_a_time = OWN_CLUSTERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let cluster = builder.start();
     if cluster.is_none() {
         assert!(
@@ -39,7 +71,10 @@ pub fn own_cluster(
             "SKIPPED {test}: Apache Kafka's jars are not resolved; `cargo xtask broker start` resolves them"
         );
     }
-    cluster
+    cluster.map(|cluster| OwnCluster {
+        cluster,
+        _one_at_a_time: one_at_a_time,
+    })
 }
 
 /// The ledger line of record `index`: 50 accounts, amounts -3..=3.
@@ -48,14 +83,18 @@ pub fn line(index: usize) -> String {
     format!("acc{},{amount}", index % 50)
 }
 
-/// A topic name no other run uses.
+/// A topic name no other run uses, nor another test of this process (the suite's
+/// files share one process: two tests that name topics with the same prefix in the
+/// same millisecond get different names).
 pub fn unique_topic(prefix: &str) -> String {
+    static NAMED: AtomicUsize = AtomicUsize::new(0);
     format!(
-        "{prefix}-{}-{}",
+        "{prefix}-{}-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_millis())
+            .map_or(0, |since| since.as_millis()),
+        NAMED.fetch_add(1, Ordering::Relaxed)
     )
 }
 

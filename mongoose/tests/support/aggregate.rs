@@ -1,4 +1,4 @@
-//! The helpers of the `aggregate` kind's tests (`mongoose/tests/aggregate.rs` and
+//! The helpers of the `aggregate` kind's tests (`mongoose/tests/suite/processors/aggregate.rs` and
 //! `aggregate_recovery.rs`): its configs, the truth of the totals config computed from
 //! the input, and its saved state read back.
 #![allow(dead_code, unreachable_pub)]

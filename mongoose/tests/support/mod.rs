@@ -13,6 +13,7 @@ use mongoose_ledger::LedgerState;
 
 pub mod aggregate;
 pub mod http_target;
+pub mod own_process;
 
 /// How long a run may take to settle, or to log what a test waits for.
 const PATIENCE: Duration = Duration::from_secs(180);

@@ -1,0 +1,8 @@
+//! The stateful processors (book: processors/stateful-processors.md and
+//! processors/aggregate.md): the ledger's state, its identity and its outbox under
+//! damage, and the `aggregate` kind with its recovery.
+
+mod aggregate;
+mod aggregate_recovery;
+mod ledger_journal;
+mod ledger_state;
