@@ -263,7 +263,12 @@ impl LedgerRun {
                 "the server exited before it {what}: {}",
                 self.log()
             );
-            assert!(Instant::now() < deadline, "never {what}: {}", self.log());
+            if Instant::now() >= deadline {
+                // a failed test leaves no server behind
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("never {what}: {}", self.log());
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
     }

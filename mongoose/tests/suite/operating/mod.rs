@@ -11,6 +11,7 @@ mod admin_security;
 mod audit_capture;
 mod data_dir;
 mod env_vars;
+mod idle;
 mod observe;
 mod packaging;
 mod reload;

@@ -473,7 +473,7 @@ fn a_full_sink_makes_the_aggregate_busy_and_each_output_is_written_once() {
 }
 
 #[test]
-fn an_aggregate_on_a_kafka_feed_is_refused_until_its_changelog_exists() {
+fn an_aggregate_on_a_kafka_feed_without_state_changelog_is_refused() {
     let run = LedgerRun::new("", "");
     let plugins = run.path("plugins");
     std::fs::create_dir_all(&plugins).expect("the plugin folder");
@@ -489,7 +489,8 @@ fn an_aggregate_on_a_kafka_feed_is_refused_until_its_changelog_exists() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("groups[0].processors[0].settings.feed") && stderr.contains("changelog"),
+        stderr.contains("groups[0].processors[0].settings.feed")
+            && stderr.contains("state = \"changelog\""),
         "says why and what to do: {stderr}"
     );
 }

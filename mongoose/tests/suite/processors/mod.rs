@@ -3,6 +3,8 @@
 //! damage, and the `aggregate` kind with its recovery.
 
 mod aggregate;
+#[cfg(feature = "kafka")]
+mod aggregate_kafka;
 mod aggregate_recovery;
 mod ledger_journal;
 mod ledger_state;

@@ -6,7 +6,7 @@
 //! sees it forwarded.
 #![cfg(target_os = "linux")]
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

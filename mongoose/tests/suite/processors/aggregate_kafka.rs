@@ -5,8 +5,7 @@
 //! read back from the changelog topic (the last value per key per partition), which is
 //! what the next owner of a partition restores.
 
-mod kafka_support;
-mod support;
+use crate::{kafka_support, support};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
