@@ -12,7 +12,12 @@
 //!   line, which the source turns on) before it fetches with the new id. Its log lines
 //!   come through the same queue as the records ([`IdNotice`]), so the notice is heard
 //!   before any record of the new topic is read; the record polled after it is held
-//!   until the broker is asked which topic this is.
+//!   until the broker is asked which topic this is. librdkafka's *first* id of the topic
+//!   is such a notice too: the source's own look at start can have seen the topic
+//!   before it was deleted and made again, and librdkafka only the new one, with no
+//!   change to tell (chaos kafka seed 1796683247015: 1,498 and 4,436 records of the new
+//!   topic read under the old topic's epochs, then again from offset 0 when the next
+//!   look saw the new id: written twice). One question to the broker per consumer.
 //! * **The source's own look** (`rd_kafka_DescribeTopics`, [`crate::topic_id`]) every
 //!   `metadata_refresh` (and soon after a consumer error), on its own thread, never per
 //!   record: for a topic deleted and not made again yet, and for brokers that fetch by
@@ -87,10 +92,6 @@ pub(super) struct IdNotice {
     heard: AtomicBool,
 }
 
-/// librdkafka's id before it first learns one (16 zero bytes in unpadded base64): the
-/// first metadata of the topic, not a change.
-const NO_ID_YET: &str = "AAAAAAAAAAAAAAAAAAAAAA ";
-
 impl IdNotice {
     pub(super) fn new(topic: &str) -> Self {
         IdNotice {
@@ -99,8 +100,8 @@ impl IdNotice {
         }
     }
 
-    /// Whether the log line is librdkafka's metadata notice of a new id for the topic
-    /// (then it is remembered until [`IdNotice::take`]).
+    /// Whether the log line is librdkafka's metadata notice of a new id for the topic,
+    /// its first one included (then it is remembered until [`IdNotice::take`]).
     pub(super) fn hear(&self, facility: &str, message: &str) -> bool {
         if facility != "METADATA" {
             return false;
@@ -109,10 +110,7 @@ impl IdNotice {
         let Some(at) = message.find(self.prefix.as_str()) else {
             return false;
         };
-        let change = &message[at + self.prefix.len()..];
-        if !change.starts_with(NO_ID_YET) {
-            self.heard.store(true, Ordering::SeqCst);
-        }
+        self.heard.store(true, Ordering::SeqCst);
         true
     }
 
@@ -352,14 +350,16 @@ mod tests {
     use super::IdNotice;
 
     #[test]
-    fn only_a_change_of_this_topics_known_id_is_a_notice() {
+    fn only_a_change_of_this_topics_id_is_a_notice() {
         let notice = IdNotice::new("in.put");
-        // librdkafka learning the id the first time: heard, not a change
+        // librdkafka learning the id the first time: a notice too (the source's own
+        // look may have seen the topic before it was made again: chaos kafka seed
+        // 1796683247015)
         assert!(notice.hear(
             "METADATA",
             "[thrd:main]: Topic in.put changed id from AAAAAAAAAAAAAAAAAAAAAA to m2Ws0YiFSdOkYOp1w6rJUA"
         ));
-        assert!(!notice.take());
+        assert!(notice.take());
         // another topic, another facility, another line: not ours
         assert!(!notice.hear(
             "METADATA",
