@@ -3,8 +3,10 @@
 //! state (its outbox fsync'd in groups, as the ledger's), over CSV and over JSON, against
 //! the ledger on the same keys and amounts (`account,a`: the ledger reads one amount).
 //!
-//! `cargo run --release -p mongoose --example aggregate_bench -- [--size-mib N]`
-//! (N MiB of the CSV lines; the JSON and ledger inputs hold the same number of lines)
+//! `cargo run --release -p mongoose --example aggregate_bench -- [--size-mib N]
+//! [--rounds R]` (N MiB of the CSV lines, default 64; the JSON and ledger inputs hold
+//! the same number of lines). The three run in turn, R rounds (default 3), and the
+//! ratios are of the medians: on a shared machine one pass can take twice another.
 
 /// The same allocator as the mongoose binary, so the figures are the server's.
 #[global_allocator]
@@ -33,24 +35,31 @@ fn main() {
         .and_then(|index| arguments.get(index + 1))
         .and_then(|value| value.parse().ok())
         .unwrap_or(64);
+    let rounds: usize = arguments
+        .iter()
+        .position(|argument| argument == "--rounds")
+        .and_then(|index| arguments.get(index + 1))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(3)
+        .max(1);
     let dir = bench_dir();
     let lines = write_inputs(&dir, size_mib);
-    let ledger = run(&dir, "ledger.txt", &ledger_processor(), lines, "ledger");
-    let csv = run(
-        &dir,
-        "csv.txt",
-        &aggregate_processor(CSV),
-        lines,
-        "aggregate csv",
-    );
-    let json = run(
-        &dir,
-        "json.txt",
-        &aggregate_processor(JSON),
-        lines,
-        "aggregate json",
-    );
-    // the lines the lead greps (issue 40's performance goals)
+    let mut rates: [Vec<f64>; 3] = Default::default();
+    for _ in 0..rounds {
+        rates[0].push(run(
+            &dir,
+            "ledger.txt",
+            &ledger_processor(),
+            lines,
+            "ledger",
+        ));
+        let csv = aggregate_processor(CSV);
+        rates[1].push(run(&dir, "csv.txt", &csv, lines, "aggregate csv"));
+        let json = aggregate_processor(JSON);
+        rates[2].push(run(&dir, "json.txt", &json, lines, "aggregate json"));
+    }
+    let [ledger, csv, json] = rates.map(median);
+    // the lines the lead greps (issue 40's performance goals), medians of the rounds
     for (name, rate, goal) in [("csv", csv, 80.0), ("json", json, 50.0)] {
         println!(
             "aggregate {name}: {} lines/s ({:.0}% of the ledger's {} lines/s; goal >= {goal:.0}%)",
@@ -92,8 +101,11 @@ fn write_inputs(dir: &Path, size_mib: u64) -> u64 {
         written += line.len() as u64;
         lines += 1;
     }
+    // on disk before the first round: the runs' fsyncs must not wait for the inputs'
+    // writeback (the first round ran at a third of the last one's pace without this)
     for mut file in [csv, json, ledger] {
         file.flush().expect("flush");
+        file.get_ref().sync_all().expect("sync");
     }
     lines
 }
@@ -149,6 +161,12 @@ name = "bench"
         thousands(rate as u64)
     );
     rate
+}
+
+/// The median of `values` (the upper one of an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// `value` with a comma between each group of three digits.
