@@ -79,3 +79,49 @@ impl Builder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::generate_in;
+    use crate::scenario::{Scenario, SourceKind, StateFile, Step, Workload};
+
+    #[test]
+    fn the_aggregate_family_reaches_each_of_its_faults_and_shapes() {
+        let scenarios: Vec<Scenario> = (0..60)
+            .map(|seed| generate_in("aggregate", seed).expect("the family"))
+            .collect();
+        let any = |test: &dyn Fn(&Scenario) -> bool| scenarios.iter().any(test);
+        assert!(scenarios
+            .iter()
+            .all(|scenario| scenario.workload == Workload::Aggregate
+                && scenario.options.bad_percent > 0));
+        assert!(any(&|scenario| scenario.source == SourceKind::Glob));
+        assert!(any(&|scenario| scenario.source == SourceKind::File));
+        assert!(any(&|scenario| scenario.options.json));
+        assert!(any(&|scenario| !scenario.options.json));
+        let has = |step: &dyn Fn(&Step) -> bool| any(&|scenario| scenario.steps.iter().any(step));
+        assert!(has(&|step| matches!(
+            step,
+            Step::CrashLoop {
+                min_ms: 200,
+                max_ms: 500,
+                ..
+            }
+        )));
+        assert!(has(&|step| matches!(step, Step::Kill)));
+        for what in [StateFile::LedgerSnapshot, StateFile::LedgerOutbox] {
+            assert!(
+                has(&|step| matches!(step, Step::Damage { what: damaged, .. } if *damaged == what)),
+                "{what:?}"
+            );
+        }
+        for scenario in &scenarios {
+            assert_eq!(
+                Scenario::from_toml(&scenario.to_toml()).as_ref(),
+                Ok(scenario),
+                "{}",
+                scenario.to_toml()
+            );
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! The aggregate family's view of the aggregate after the final run: the server started
 //! once more on the settled state (a query run, outside the schedule's runs), every key
-//! the lines name asked for through the state query API with the admin token, the
-//! counters read from `/status`, then the server stopped.
+//! the lines name asked for through the state query API with the admin token (one of
+//! them through `mongoose state` too), the counters read from `/status`, then the
+//! server stopped.
 
 use std::io::Write;
 use std::process::Command;
@@ -119,7 +120,42 @@ impl World {
             };
             view.keys.insert(key.clone(), KeyTotals { count, sum });
         }
+        if let Some((key, totals)) = view.keys.iter().next() {
+            self.cli_agrees(key, *totals)?;
+        }
         Ok(view)
+    }
+
+    /// `mongoose state --config mongoose.toml agg/agg KEY` (the command line over the
+    /// same route, with the config's token) must answer what the route answered.
+    fn cli_agrees(&self, key: &str, totals: KeyTotals) -> Result<(), String> {
+        let output = self
+            .mongoose(&[
+                "state",
+                "--config",
+                "mongoose.toml",
+                AGGREGATE_PROCESSOR,
+                key,
+            ])
+            .output()
+            .map_err(|error| format!("cannot run mongoose state: {error}"))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let json: serde_json::Value = serde_json::from_str(&stdout).map_err(|error| {
+            format!(
+                "mongoose state {AGGREGATE_PROCESSOR} {key} printed no JSON ({error}; exit {:?}): {stdout} {}",
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })?;
+        let values = &json["values"];
+        let said = (values["n"].as_u64(), values["total"].as_i64());
+        if said != (Some(totals.count), Some(totals.sum)) {
+            return Err(format!(
+                "mongoose state {AGGREGATE_PROCESSOR} {key} answered {values}, the state route n = {} and total = {}",
+                totals.count, totals.sum
+            ));
+        }
+        Ok(())
     }
 
     /// The input lines the dead-letter file's letters carry (a line that is no dead
