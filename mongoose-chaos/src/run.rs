@@ -286,6 +286,9 @@ pub(crate) fn check(world: &mut World, exit_code: Option<i32>) {
             ),
         }
     }
+    if world.scenario.workload == Workload::Aggregate {
+        missing_reported += check_aggregate(world);
+    }
     let excused = exhausted_outputs(world);
     // outputs a count_loss sink counted lost (refused as often as it may try, or spent
     // while its target was down): a loss is kept across kills and reported by the first
@@ -399,6 +402,29 @@ pub(crate) fn check(world: &mut World, exit_code: Option<i32>) {
         }
         _ => {}
     }
+}
+
+/// The aggregate family's checks: the keys (asked for through the state query API of a
+/// query run) and counters against the lines, each line that does not parse
+/// dead-lettered once. Returns the lines whose loss must be reported that are missing.
+fn check_aggregate(world: &mut World) -> usize {
+    let keys = world.truth.aggregate_keys();
+    let mut missing = 0;
+    match world.final_aggregate_view(&keys) {
+        Ok(view) => {
+            let (failures, gone) = world.truth.check_aggregate(&view);
+            missing += gone;
+            world.failures.extend(failures);
+        }
+        Err(error) => world.fail(
+            FailureKind::Lost,
+            format!("the aggregate's state cannot be asked for after the final run: {error}"),
+        ),
+    }
+    let dead = world.dead_letters();
+    let (failures, gone) = world.truth.check_dead_letters(&dead);
+    world.failures.extend(failures);
+    missing + gone
 }
 
 /// What a run's exit 3 (not lossless) may stand on.

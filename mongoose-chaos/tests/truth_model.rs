@@ -227,6 +227,9 @@ fn write_applied(world: &World, count: u64) {
             let lines: String = (0..count).map(|index| format!("line {index}\n")).collect();
             std::fs::write(world.path("out/out.txt"), lines).expect("the output");
         }
+        mongoose_chaos::scenario::Workload::Aggregate => {
+            unreachable!("the aggregate family's crash loop checks no progress")
+        }
     }
 }
 

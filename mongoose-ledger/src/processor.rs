@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use mongoose_core::sink::CommitGate;
 use mongoose_core::sink::OutputKey;
-use mongoose_outbox::{
-    AdmissionRef, AdmittedOutput, AdmittedOutputRef, AdmittedPositionRef, Outbox, Outcome,
-};
+use mongoose_outbox::{AdmittedOutput, AdmittedPositionRef, Outbox, Outcome};
 
 use crate::journal::{encode_record_into, RecordParts};
 use crate::state::LedgerState;
@@ -203,38 +201,15 @@ impl Ledger {
             lane: self.lane,
             position: saved.position,
         };
-        // the tag is the record's sequence, registered before the record can become
-        // durable (one writer: the next sequence is the one after the last)
-        let tag = self.outbox.last_seq() + 1;
-        if let Some(gate) = &self.gate.0 {
-            gate.pending(tag);
-        }
-        let outputs: Vec<AdmittedOutputRef<'_>> = self
-            .outputs
-            .iter()
-            .map(|output| AdmittedOutputRef {
-                sink: &output.sink,
-                key: &output.key,
-                payload: &output.payload,
-            })
-            .collect();
-        let admitted = self.outbox.admit_ref(&AdmissionRef {
-            state: &self.record,
-            positions: std::slice::from_ref(&position),
-            outputs: &outputs,
-        });
-        drop(outputs);
-        let seq = match admitted {
-            Ok(seq) => seq,
-            Err(error) => {
-                // not admitted: nothing to wait for; the retry admits it again
-                if let Some(gate) = &self.gate.0 {
-                    gate.complete(tag);
-                }
-                return Err(failed(&error));
-            }
-        };
-        debug_assert_eq!(seq, tag, "the outbox has one writer");
+        let seq = self
+            .outbox
+            .admit_gated(
+                self.gate.0.as_deref(),
+                &self.record,
+                &position,
+                &self.outputs,
+            )
+            .map_err(|error| failed(&error))?;
         self.state.outbox_seq = seq;
         if self.gate.0.is_none() {
             // no gate holds the commit: durable before the line counts as processed

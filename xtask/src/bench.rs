@@ -21,6 +21,8 @@ const BENCHES: &[(&str, &str, &[&str])] = &[
     ("mongoose-control", "group_dispatch_bench", &[]),
     ("mongoose-source-file", "file_feed_bench", &[]),
     ("mongoose", "ledger_bench", &[]),
+    // issue 40: the aggregate of 3 sums by key over CSV and JSON against the ledger
+    ("mongoose", "aggregate_bench", &[]),
     ("mongoose-replay", "replay_bench", &[]),
     // needs the test broker (`cargo xtask broker start`); prints a skip message without it
     ("mongoose-kafka", "kafka_feed_bench", &[]),
@@ -47,6 +49,9 @@ const GOAL_LINES: &[(&str, &str)] = &[
     ("5", "  source  thread:"),
     ("5", "  group   thread:"),
     ("5", "  sink    thread:"),
+    // issue 40's performance goals (ratios to the ledger in one run)
+    ("40", "aggregate csv:"),
+    ("40", "aggregate json:"),
 ];
 
 /// The goal lines found in `output`, tagged with their goal.

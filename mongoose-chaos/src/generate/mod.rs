@@ -19,6 +19,7 @@ use crate::scenario::{
     SourceKind, StateFile, Step, Workload,
 };
 
+mod aggregate;
 mod http_batch;
 mod kafka;
 mod surfaces;
@@ -47,6 +48,8 @@ pub const FAMILIES: &[&str] = &[
     "http-batch",
     "path-spelling",
     "crash-loop-progress",
+    // issue 40: the `aggregate` processor kind under kills, a crash loop, state damage
+    "aggregate",
 ];
 
 /// How many families there were before issue 35's (the seeds kept before it name one
@@ -164,7 +167,7 @@ impl Builder {
 
     fn shape(&mut self, family: &str) -> (Workload, SourceKind, SinkKind, u8, Options) {
         let mut options = Options::default();
-        let workload = self.pick(&[Workload::Ledger, Workload::Forward]);
+        let mut workload = self.pick(&[Workload::Ledger, Workload::Forward]);
         let any_source = [
             SourceKind::File,
             SourceKind::Glob,
@@ -251,6 +254,10 @@ impl Builder {
             }
             "http-batch" => {
                 (source, sink) = self.http_batch_shape(&mut options);
+            }
+            "aggregate" => {
+                workload = Workload::Aggregate;
+                (source, sink) = self.aggregate_shape(&mut options);
             }
             "reload" | "mixed-consumers" | "path-spelling" | "crash-loop-progress" => {
                 (source, sink) = self.surface_shape(family, workload, &mut options);
@@ -382,7 +389,7 @@ impl Builder {
             "state-damage" => {
                 let mut candidates = vec![StateFile::SinkState, StateFile::Pointer];
                 match scenario.workload {
-                    Workload::Ledger => candidates.extend([
+                    Workload::Ledger | Workload::Aggregate => candidates.extend([
                         StateFile::LedgerOutbox,
                         StateFile::LedgerSnapshot,
                         StateFile::LedgerStateDir,
@@ -653,6 +660,7 @@ impl Builder {
                 return;
             }
             "http-batch" => self.http_batch_steps(scenario),
+            "aggregate" => self.aggregate_steps(scenario),
             "reload" | "mixed-consumers" | "path-spelling" | "crash-loop-progress" => {
                 self.surface_steps(family, scenario);
                 // these families' own kills are the point: no random ones added

@@ -49,6 +49,13 @@ pub enum Workload {
     Ledger,
     /// The built-in `forward`: each line copied into the sink.
     Forward,
+    /// The `aggregate` processor kind (the `aggregate` family): the ledger's
+    /// `account,amount` lines (CSV, or JSON with `Options::json`) on a few shared
+    /// accounts per stream, grouped by account with a `count` and a `sum`, a rule
+    /// emitting `alert,ACCOUNT,BALANCE` after every line that leaves the sum below zero
+    /// (the ledger's alerts), and lines that do not parse (`Options::bad_percent`)
+    /// dead-lettered into a second file sink.
+    Aggregate,
 }
 
 /// The input's kind.
@@ -219,6 +226,16 @@ pub struct Options {
     /// The Kafka settings (a Kafka source or sink).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaOptions>,
+    /// Percent of the aggregate's lines that do not parse (counted, dead-lettered).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub bad_percent: u32,
+    /// The aggregate reads JSON lines (`{"account": ..., "amount": ...}`), not CSV.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub json: bool,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 impl Default for Options {
@@ -249,6 +266,8 @@ impl Default for Options {
             http_batch: None,
             https: false,
             kafka: None,
+            bad_percent: 0,
+            json: false,
         }
     }
 }

@@ -23,7 +23,7 @@ pub use reload::reload_verdict;
 pub use repair::{output_files, refusal_names, refusal_promised, Touched};
 
 /// The log filter of the server runs.
-const SERVER_LOG: &str = "info";
+pub(crate) const SERVER_LOG: &str = "info";
 
 /// How long a started server may take to answer its admin API.
 const START_PATIENCE: Duration = Duration::from_secs(30);

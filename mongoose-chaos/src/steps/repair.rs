@@ -61,6 +61,8 @@ pub(crate) fn names_of(world: &World, what: StateFile) -> Vec<String> {
         names.push(world.path("state").display().to_string());
         names.push("state/".to_owned());
         names.push("ledger/ledger".to_owned());
+        // the aggregate family's processor
+        names.push(crate::world::aggregate::AGGREGATE_PROCESSOR.to_owned());
     } else if let Some(name) = path.file_name() {
         names.push(name.to_string_lossy().into_owned());
     }
@@ -150,7 +152,11 @@ impl World {
             .iter()
             .any(|touched| matches!(touched.what, StateFile::Pointer | StateFile::Lanes));
         if ledger_names.iter().any(|name| said.contains(name.as_str()))
-            || (positions && self.scenario.workload == Workload::Ledger)
+            || (positions
+                && matches!(
+                    self.scenario.workload,
+                    Workload::Ledger | Workload::Aggregate
+                ))
         {
             // "move the state folder away and remove the pointer" / "to start over,
             // move it, the feed's pointer files and the consumers' saved state away"

@@ -233,16 +233,16 @@ impl Truth {
 /// A shared account's lines: the sum of those that must be applied, and the amounts of
 /// those that may be missing.
 #[derive(Debug, Default)]
-struct Shared {
-    must: i64,
-    must_lines: u64,
-    maybe: Vec<i64>,
+pub(super) struct Shared {
+    pub(super) must: i64,
+    pub(super) must_lines: u64,
+    pub(super) maybe: Vec<i64>,
 }
 
 impl Shared {
     /// Whether `balance` is the must-sum plus the sum of some subset of the maybes
     /// (each at most once).
-    fn can_hold(&self, balance: i64) -> bool {
+    pub(super) fn can_hold(&self, balance: i64) -> bool {
         let target = balance - self.must;
         let low: i64 = self.maybe.iter().filter(|amount| **amount < 0).sum();
         let high: i64 = self.maybe.iter().filter(|amount| **amount > 0).sum();

@@ -17,9 +17,11 @@ use rand_chacha::ChaCha8Rng;
 
 pub use crate::failure::{Failure, FailureKind};
 
+mod aggregate;
 mod ledger;
 mod outputs;
 use crate::scenario::{Options, Workload};
+pub use aggregate::{dead_letter_line, AggregateView, KeyTotals};
 
 /// What the run must have done with a line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +48,9 @@ pub struct LineRecord {
     pub amount: i64,
     /// On a shared account.
     pub hot: bool,
+    /// A line that does not parse (the aggregate's: counted and dead-lettered, never
+    /// applied).
+    pub rejected: bool,
     /// What the run must have done with it.
     pub expect: Expect,
 }
@@ -58,6 +63,8 @@ pub struct Truth {
     negative_percent: u32,
     hot_percent: u32,
     line_bytes: u32,
+    bad_percent: u32,
+    json: bool,
     random: ChaCha8Rng,
     /// Every line, in the order written.
     pub lines: Vec<LineRecord>,
@@ -113,6 +120,8 @@ impl Truth {
             negative_percent: options.negative_percent.min(100),
             hot_percent: options.hot_percent.min(100),
             line_bytes: options.line_bytes,
+            bad_percent: options.bad_percent.min(100),
+            json: options.json,
             random: ChaCha8Rng::seed_from_u64(seed ^ 0x6c69_6e65_7321),
             lines: Vec::new(),
             unordered: BTreeSet::new(),
@@ -147,9 +156,11 @@ impl Truth {
                         account,
                         amount,
                         hot,
+                        rejected: false,
                         expect: Expect::Must,
                     }
                 }
+                Workload::Aggregate => self.aggregate_line(stream, seq),
                 Workload::Forward => {
                     let tag = if seq % 2 == 0 { 'W' } else { 'E' };
                     let pad = "x".repeat(pad.unwrap_or(self.line_bytes) as usize);
@@ -159,6 +170,7 @@ impl Truth {
                         account: String::new(),
                         amount: 0,
                         hot: false,
+                        rejected: false,
                         expect: Expect::Must,
                     }
                 }
@@ -241,7 +253,7 @@ impl Truth {
 pub fn identity_of(workload: Workload, body: &str) -> Option<String> {
     match workload {
         Workload::Forward => Some(body.to_owned()),
-        Workload::Ledger => ledger_output_identity(body),
+        Workload::Ledger | Workload::Aggregate => ledger_output_identity(body),
     }
 }
 

@@ -32,10 +32,14 @@ impl Truth {
                     add(record.text.clone(), record.expect);
                 }
             }
-            Workload::Ledger => {
+            Workload::Ledger | Workload::Aggregate => {
                 let uncertain = self.unpredictable_alert_streams();
                 let mut balances: HashMap<&str, i64> = HashMap::new();
                 for record in &self.lines {
+                    if record.rejected {
+                        // dead-lettered, not applied (checked by `check_dead_letters`)
+                        continue;
+                    }
                     let balance = balances.entry(record.account.as_str()).or_insert(0);
                     *balance += record.amount;
                     if *balance < 0 {

@@ -12,6 +12,15 @@ use super::{World, ARCHIVE_STREAM};
 /// (relative to the scenario's folder, as the sink's `ca_file`).
 pub const HTTPS_CA_FILE: &str = "peers/https-ca.pem";
 
+/// The admin token's file of an aggregate scenario (relative to its folder).
+pub(super) const ADMIN_TOKEN_FILE: &str = "admin.token";
+
+/// The admin token of an aggregate scenario (the state query needs it).
+pub(super) const ADMIN_TOKEN: &str = "chaos-aggregate-admin-token-0123456789";
+
+/// The aggregate family's dead-letter file (relative to the scenario's folder).
+pub(super) const DEAD_LETTER_FILE: &str = "out/dead.txt";
+
 /// Where the HTTP target notes the requests that break the sink's documented form
 /// (relative to the scenario's folder).
 pub const HTTP_PROTOCOL_LOG: &str = "peers/http-protocol.log";
@@ -35,9 +44,14 @@ impl World {
             text.push_str(&format!("data_dir = \"{data_dir}\"\n"));
         }
         text.push_str(&format!(
-            "\n[admin]\naddress = \"127.0.0.1:{}\"\n\n",
+            "\n[admin]\naddress = \"127.0.0.1:{}\"\n",
             self.ports.admin
         ));
+        if scenario.workload == Workload::Aggregate {
+            // the state query needs the token (the check asks with it)
+            text.push_str(&format!("token_file = \"{ADMIN_TOKEN_FILE}\"\n"));
+        }
+        text.push('\n');
         text.push_str("[[feeds]]\nname = \"lines\"\n");
         match scenario.source {
             SourceKind::File => text.push_str(
@@ -85,6 +99,7 @@ impl World {
                     ));
                 }
             }
+            Workload::Aggregate => text.push_str(&self.aggregate_block()),
             Workload::Forward => {
                 text.push_str("[[groups]]\nname = \"forward\"\n");
                 if scenario.writers > 1 {
@@ -108,6 +123,27 @@ impl World {
         for (index, also) in options.also.iter().enumerate() {
             text.push_str(&self.also_block(index, *also));
         }
+        text
+    }
+
+    /// The aggregate family's dead-letter sink and `aggregate` processor (`agg/agg`):
+    /// the ledger's lines grouped by account, a count and a sum, the ledger's alerts
+    /// as a rule (`alert,ACCOUNT,BALANCE` after every line that leaves the sum below
+    /// zero) into the sink `out`, the lines that do not parse into `dead`.
+    fn aggregate_block(&self) -> String {
+        let options = &self.scenario.options;
+        let format = if options.json {
+            "format = \"json\"\n"
+        } else {
+            "format = \"csv\"\ncolumns = [\"account\", \"amount\"]\n"
+        };
+        let mut text = format!(
+            "[[sinks]]\nname = \"dead\"\nkind = \"file\"\npath = \"{DEAD_LETTER_FILE}\"\n\n[[groups]]\nname = \"agg\"\n[[groups.processors]]\nname = \"agg\"\nkind = \"aggregate\"\n[groups.processors.settings]\nfeed = \"lines\"\nstate_dir = \"state\"\n{format}fields = {{ account = \"string\", amount = \"integer\" }}\ngroup_by = [\"account\"]\naggregates = {{ n = \"count\", total = \"sum(amount)\" }}\nrules = [{{ name = \"negative\", when = \"total < 0\", emit = \"alert,{{account}},{{total}}\", fire = \"every\" }}]\nsink = \"out\"\ndead_letter = \"dead\"\n"
+        );
+        if let Some(every) = options.compact_every {
+            text.push_str(&format!("snapshot_every = {every}\n"));
+        }
+        text.push('\n');
         text
     }
 

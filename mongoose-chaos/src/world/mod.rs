@@ -26,9 +26,12 @@ use rand_chacha::ChaCha8Rng;
 use crate::peer::{PeerSpec, PEER_ENV};
 use crate::process::{free_tcp_port, free_udp_port, Proc};
 use crate::run::RunEnd;
-use crate::scenario::{Disk, PeerKind, Scenario, SinkKind, SourceKind, Spelling, StateFile};
+use crate::scenario::{
+    Disk, PeerKind, Scenario, SinkKind, SourceKind, Spelling, StateFile, Workload,
+};
 use crate::truth::{Failure, FailureKind, Truth};
 
+pub mod aggregate;
 mod config;
 pub mod kafka;
 
@@ -327,6 +330,9 @@ impl World {
             scenario,
             bins,
         };
+        if world.scenario.workload == Workload::Aggregate {
+            world.write_admin_token()?;
+        }
         std::fs::write(world.path("mongoose.toml"), world.config())
             .map_err(|error| format!("cannot write the config: {error}"))?;
         for peer in world.peer_kinds() {
@@ -542,6 +548,11 @@ impl World {
                 crate::foreign::state_folder_in(&self.dir, "sinks", "out").join("out.txt.sinkstate")
             }
             StateFile::LedgerStateDir => state,
+            // the aggregate's state folder: `state.snapshot` and `outbox/` (the ledger's
+            // outbox layout)
+            StateFile::LedgerSnapshot if self.scenario.workload == Workload::Aggregate => {
+                state.join("state.snapshot")
+            }
             StateFile::LedgerOutbox => newest_file(&LedgerState::outbox_path(&state))
                 .unwrap_or_else(|| LedgerState::outbox_path(&state).join("missing")),
             StateFile::LedgerSnapshot => LedgerState::path(&state),

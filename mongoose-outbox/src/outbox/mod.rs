@@ -21,6 +21,7 @@ use crate::recovery::{AdmissionView, Recovery, SegmentMeta};
 use crate::{Admission, AdmissionRef, OutboxError, Outcome};
 
 mod files;
+mod gated;
 mod open;
 mod syncer;
 

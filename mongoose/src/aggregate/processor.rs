@@ -13,10 +13,7 @@ use mongoose_core::{
     SavedPosition, StartContext,
 };
 use mongoose_ledger::AlertSink;
-use mongoose_outbox::{
-    AdmissionRef, AdmittedOutput, AdmittedOutputRef, AdmittedPositionRef, Outbox, OutboxConfig,
-    OutboxOwner,
-};
+use mongoose_outbox::{AdmittedOutput, AdmittedPositionRef, Outbox, OutboxConfig, OutboxOwner};
 use mongoose_source_file::Line;
 use tracing::{info, warn};
 
@@ -451,31 +448,14 @@ impl AggregateProcessor {
             lane: last.position.lane,
             position: last.position.offset,
         };
-        let tag = self.outbox.last_seq() + 1;
-        if let Some(gate) = &self.gate {
-            gate.pending(tag);
-        }
-        let outputs: Vec<AdmittedOutputRef<'_>> = self
-            .admitted
-            .iter()
-            .map(|output| AdmittedOutputRef {
-                sink: &output.sink,
-                key: &output.key,
-                payload: &output.payload,
-            })
-            .collect();
-        let admitted = self.outbox.admit_ref(&AdmissionRef {
-            state: &self.record,
-            positions: std::slice::from_ref(&position),
-            outputs: &outputs,
-        });
-        drop(outputs);
-        if let Err(error) = admitted {
-            if let Some(gate) = &self.gate {
-                gate.complete(tag);
-            }
-            return Err(failed(&self.state_dir, &error));
-        }
+        self.outbox
+            .admit_gated(
+                self.gate.as_deref(),
+                &self.record,
+                &position,
+                &self.admitted,
+            )
+            .map_err(|error| failed(&self.state_dir, &error))?;
         if self.gate.is_none() {
             self.outbox
                 .sync()
