@@ -866,3 +866,47 @@ fn a_retune_takes_effect_between_batches_and_the_replacement_sink_publishes_the_
     assert_eq!(*after.lock(), [5, 5], "the new sink, batches of 5");
     runner.stop(Instant::now());
 }
+
+// chaos reload seed 1796683247187 (a soak): a reload replacing an HTTP sink whose one
+// output waited for its retry never finished (30 s watched): the stopping runner
+// waited on its queue until the retry was due, past the stop's deadline
+#[test]
+fn a_stop_with_a_deadline_ends_by_it_while_an_output_waits_for_a_far_retry() {
+    let mut config = RunnerConfig::new("far-retry", "memory");
+    config.budget = RetryBudget {
+        max_retries: 3,
+        initial_backoff: Duration::from_secs(3600),
+        max_backoff: Duration::from_secs(3600),
+        expire_after: Duration::from_secs(7200),
+    };
+    let runner = SinkRunner::start(
+        Box::new(Always {
+            outcome: SinkOutcome::NotPublished {
+                evidence: "503".into(),
+                retryable: true,
+            },
+            attempts: Arc::new(Mutex::new(Vec::new())),
+        }),
+        config,
+    )
+    .expect("started");
+    runner
+        .handle()
+        .send(Output::new(key(1), b"one".to_vec()), None)
+        .expect("taken");
+    let status = wait_for(&runner, |status| status.retrying == 1);
+    assert_eq!(status.retrying, 1, "{status:?}");
+    let (stopped, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let status = runner.stop(Instant::now() + Duration::from_millis(200));
+        let _ = stopped.send(status);
+    });
+    // a generous wait for the stop to return at all (the retry is an hour away)
+    let status = done
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the stop returns once its deadline passed, not when the retry is due");
+    assert_eq!(
+        status.retrying, 1,
+        "the output is left for a restart: {status:?}"
+    );
+}

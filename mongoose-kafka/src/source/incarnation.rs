@@ -107,9 +107,9 @@ impl IdNotice {
             return false;
         }
         // librdkafka starts its lines with the thread: "[thrd:main]: Topic ..."
-        let Some(at) = message.find(self.prefix.as_str()) else {
+        if !message.contains(self.prefix.as_str()) {
             return false;
-        };
+        }
         self.heard.store(true, Ordering::SeqCst);
         true
     }

@@ -123,12 +123,21 @@ impl Run {
             let now = Instant::now();
             let paused = self.paused_until.filter(|until| now < *until);
             if self.outputs.is_empty() || paused.is_some() {
+                // a stopping runner looks again at its deadline, whatever is due later
+                // (chaos reload seed 1796683247187: a replaced sink's stop waited for a
+                // retry an hour away)
+                let deadline = if stopping {
+                    *self.shared.deadline.lock()
+                } else {
+                    None
+                };
                 let wait = self
                     .waiting
                     .first()
                     .map(|first| first.due)
                     .into_iter()
                     .chain(paused)
+                    .chain(deadline)
                     .map(|when| when.saturating_duration_since(now));
                 if paused.is_some() {
                     std::thread::sleep(wait.fold(IDLE_WAIT, Duration::min));
