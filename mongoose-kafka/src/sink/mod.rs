@@ -52,8 +52,8 @@ pub struct KafkaSinkConfig {
     pub positions_topic: Option<String>,
     /// `topic.metadata.refresh.interval.ms`: how often the producer asks the brokers
     /// for metadata when nothing else makes it ask (librdkafka's default, 5 minutes,
-    /// when `None`). A shorter one finds a broker that forgot it sooner
-    /// ([`crate::forgotten`]).
+    /// when `None`). A shorter one hears sooner a broker that answers with no broker at
+    /// all (one paused past its session), after which the sink replaces its producer.
     pub metadata_refresh: Option<Duration>,
     /// More librdkafka properties, set last (they win).
     pub properties: Vec<(String, String)>,
