@@ -48,6 +48,35 @@ impl std::ops::DerefMut for OwnCluster {
     }
 }
 
+/// The shared test broker (`MONGOOSE_KAFKA_BROKERS`, else `127.0.0.1:19092`) when one
+/// of its addresses answers; `None` (the test skips, saying so) when none does, and a
+/// failure instead when `MONGOOSE_REQUIRE_BROKER` is set.
+pub fn shared_brokers() -> Option<String> {
+    let brokers =
+        std::env::var("MONGOOSE_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned());
+    // a list of brokers (a three-node test broker) answers when one of them does
+    let reachable = brokers.split(',').any(|address| {
+        std::net::TcpStream::connect_timeout(
+            &address.trim().parse().expect("a socket address"),
+            Duration::from_secs(1),
+        )
+        .is_ok()
+    });
+    if reachable {
+        return Some(brokers);
+    }
+    assert!(
+        std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_none(),
+        "no Kafka broker answers at {brokers} and MONGOOSE_REQUIRE_BROKER is set: start it with `cargo xtask broker start`"
+    );
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start`"
+    );
+    None
+}
+
 /// A cluster of `nodes` of the test's own from `builder`, started once no other test of
 /// the process runs one (it waits for [`OWN_CLUSTERS`]), or `None` (the test is
 /// skipped with a message) when Apache Kafka's jars are not resolved, unless

@@ -22,29 +22,7 @@ use support::{assert_applied_once, plugin_ledger_config, LedgerRun};
 const RECORDS: usize = 3_000;
 
 fn brokers() -> Option<String> {
-    let brokers =
-        std::env::var("MONGOOSE_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned());
-    // a list of brokers (a three-node test broker) answers when one of them does
-    let reachable = brokers.split(',').any(|address| {
-        std::net::TcpStream::connect_timeout(
-            &address.trim().parse().expect("a socket address"),
-            Duration::from_secs(1),
-        )
-        .is_ok()
-    });
-    if reachable {
-        return Some(brokers);
-    }
-    assert!(
-        std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_none(),
-        "no Kafka broker answers at {brokers} and MONGOOSE_REQUIRE_BROKER is set: start it with `cargo xtask broker start`"
-    );
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start`"
-    );
-    None
+    kafka_support::shared_brokers()
 }
 
 /// A topic with `partitions` partitions and `RECORDS` ledger lines.

@@ -18,26 +18,7 @@ use support::LedgerRun;
 const PARTITIONS: i32 = 3;
 
 fn brokers() -> Option<String> {
-    let brokers =
-        std::env::var("MONGOOSE_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".to_owned());
-    let reachable = brokers.split(',').any(|address| {
-        std::net::TcpStream::connect_timeout(
-            &address.trim().parse().expect("a socket address"),
-            Duration::from_secs(1),
-        )
-        .is_ok()
-    });
-    if reachable {
-        return Some(brokers);
-    }
-    assert!(
-        std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_none(),
-        "no Kafka broker answers at {brokers} and MONGOOSE_REQUIRE_BROKER is set: start it with `cargo xtask broker start`"
-    );
-    eprintln!(
-        "SKIPPED: no Kafka broker answers at {brokers}; start one with `cargo xtask broker start`"
-    );
-    None
+    kafka_support::shared_brokers()
 }
 
 /// The aggregate's settings: count and sum by account, a rule when the sum goes
