@@ -618,21 +618,10 @@ impl PartitionedAggregate {
     /// The admin command `state KEY`: the key's aggregates in the partitions this
     /// member holds (with the partition), or `{"status": 400|404, "error": ...}`.
     pub fn state_command(&mut self, args: &[String]) -> Result<String, ProcessorError> {
-        let [key] = args else {
-            return Ok(serde_json::json!({"status": 400, "error": "usage: state KEY (the group_by values, comma-separated)"}).to_string());
+        let (key, parts) = match super::processor::state_key(args, self.group_by) {
+            Ok(parsed) => parsed,
+            Err(answer) => return Ok(answer),
         };
-        let parts: Vec<&str> = if self.group_by == 0 {
-            Vec::new()
-        } else {
-            key.split(',').collect()
-        };
-        if parts.len() != self.group_by {
-            return Ok(serde_json::json!({
-                "status": 400,
-                "error": format!("the key '{key}' has {} value(s), and the aggregate groups by {} field(s): give them comma-separated, in the order of group_by", parts.len(), self.group_by),
-            })
-            .to_string());
-        }
         let mut found: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
         for (lane, partition) in &self.partitions {
             if let Some(view) = partition.aggregate.key(&parts) {

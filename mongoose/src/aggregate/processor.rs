@@ -530,21 +530,10 @@ impl AggregateProcessor {
     /// `{"status": 400|404, "error": ...}` (the `GET .../state` route answers with that
     /// status).
     pub fn state_command(&mut self, args: &[String]) -> Result<String, ProcessorError> {
-        let [key] = args else {
-            return Ok(serde_json::json!({"status": 400, "error": "usage: state KEY (the group_by values, comma-separated)"}).to_string());
+        let (key, parts) = match super::processor::state_key(args, self.group_by) {
+            Ok(parsed) => parsed,
+            Err(answer) => return Ok(answer),
         };
-        let parts: Vec<&str> = if self.group_by == 0 {
-            Vec::new()
-        } else {
-            key.split(',').collect()
-        };
-        if parts.len() != self.group_by {
-            return Ok(serde_json::json!({
-                "status": 400,
-                "error": format!("the key '{key}' has {} value(s), and the aggregate groups by {} field(s): give them comma-separated, in the order of group_by", parts.len(), self.group_by),
-            })
-            .to_string());
-        }
         Ok(match self.aggregate.key(&parts) {
             Some(view) => view.to_json().to_string(),
             None => serde_json::json!({"status": 404, "error": format!("no key '{key}' in the aggregate")}).to_string(),
@@ -647,4 +636,25 @@ impl Processor for AggregateProcessor {
         self.save_failures.reset();
         Ok(())
     }
+}
+
+/// The `state KEY` command's key: `(KEY, its group_by values)`, or the 400 answer (a
+/// usage error, or a key of another number of values than `group_by` fields).
+pub(super) fn state_key(args: &[String], group_by: usize) -> Result<(&str, Vec<&str>), String> {
+    let [key] = args else {
+        return Err(serde_json::json!({"status": 400, "error": "usage: state KEY (the group_by values, comma-separated)"}).to_string());
+    };
+    let parts: Vec<&str> = if group_by == 0 {
+        Vec::new()
+    } else {
+        key.split(',').collect()
+    };
+    if parts.len() != group_by {
+        return Err(serde_json::json!({
+            "status": 400,
+            "error": format!("the key '{key}' has {} value(s), and the aggregate groups by {group_by} field(s): give them comma-separated, in the order of group_by", parts.len()),
+        })
+        .to_string());
+    }
+    Ok((key.as_str(), parts))
 }
