@@ -111,6 +111,24 @@ pub enum OutboxError {
         /// Where the outbox ends.
         last_seq: u64,
     },
+    /// The outbox's records begin after the record that follows what its owner saved
+    /// ([`crate::OutboxConfig::follows_saved`]): the saved state is older than the
+    /// outbox, and the records between are gone. Nothing on disk was changed.
+    #[error(
+        "the outbox in {dir} begins at record {first_seq}, but its owner's saved state holds \
+         the records only through {saved_through}: the records between were dropped after a \
+         newer state was saved, so the saved state is older than its outbox (an older copy \
+         put back?) and applying the rest would skip them. Nothing on disk was changed. \
+         Restore the state saved with this outbox, or start the state over"
+    )]
+    Ahead {
+        /// The outbox folder.
+        dir: PathBuf,
+        /// What the owner saved.
+        saved_through: u64,
+        /// Where the outbox's records begin.
+        first_seq: u64,
+    },
     /// The owner's visitor ([`crate::Outbox::open_with`]) refused an admission (its
     /// state is not what the owner writes). Nothing on disk was changed.
     #[error("the outbox file {file} holds at byte {offset} record {seq}, which its owner refuses: {reason}. Nothing on disk was changed")]

@@ -72,6 +72,12 @@ pub struct OutboxConfig {
     /// the outbox must reach it, or opening refuses with [`OutboxError::Behind`] (its
     /// newer segments were deleted, or the folder was replaced by an older copy).
     pub saved_through: u64,
+    /// The owner's saved state must be followed by the outbox's records (default
+    /// false): opening refuses with [`OutboxError::Ahead`] when the records the outbox
+    /// keeps begin after `saved_through + 1`. The saved state is then older than the
+    /// outbox (an older copy put back after a newer snapshot let the outbox drop the
+    /// records between), and replaying the rest would skip those records.
+    pub follows_saved: bool,
 }
 
 impl OutboxConfig {
@@ -86,6 +92,7 @@ impl OutboxConfig {
             sync: true,
             owner: OutboxOwner::Any,
             saved_through: 0,
+            follows_saved: false,
         }
     }
 

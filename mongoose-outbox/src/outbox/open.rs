@@ -34,6 +34,15 @@ impl Outbox {
         // mistaken for a torn write and cut.
         let lock = lock_folder(&dir)?;
         let scanned = scan(&dir, &config.owner, config.saved_through, visit)?;
+        if let Some(first) = scanned.segments.first() {
+            if config.follows_saved && first.first_seq > config.saved_through.saturating_add(1) {
+                return Err(OutboxError::Ahead {
+                    dir: dir.clone(),
+                    saved_through: config.saved_through,
+                    first_seq: first.first_seq,
+                });
+            }
+        }
         let recovery = scanned.recovery;
         let owner = match config.owner {
             OutboxOwner::Is(id) => id,

@@ -172,6 +172,7 @@ impl AggregateProcessor {
         let mut config = OutboxConfig::new(outbox_dir);
         config.owner = OutboxOwner::Is(run);
         config.saved_through = snapshot_seq;
+        config.follows_saved = true;
         let mut replayed = 0u64;
         let opened = {
             let aggregate = &mut aggregate;
