@@ -67,8 +67,22 @@ impl ForgottenBrokers {
     }
 
     /// How long librdkafka has known no broker (`None`: it knows one).
+    #[cfg(test)]
     pub(crate) fn forgotten_for(&self) -> Option<Duration> {
         self.since.lock().map(|since| since.elapsed())
+    }
+
+    /// How long librdkafka has known no broker, once that is [`PATIENCE`] or more (the
+    /// clock is then cleared: the caller replaces its client, whose own answers count
+    /// from now); `None` before.
+    pub(crate) fn past_patience(&self) -> Option<Duration> {
+        let mut since = self.since.lock();
+        let forgotten = since.map(|since| since.elapsed())?;
+        if forgotten < PATIENCE {
+            return None;
+        }
+        *since = None;
+        Some(forgotten)
     }
 
     /// A new consumer: its own answers count from now.

@@ -17,7 +17,7 @@ use rdkafka::{ClientConfig, ClientContext, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use crate::error::KafkaConnectorError;
-use crate::forgotten::{ForgottenBrokers, PATIENCE};
+use crate::forgotten::ForgottenBrokers;
 
 mod positions;
 mod transaction;
@@ -484,22 +484,16 @@ impl KafkaSink {
         outcomes.extend(handed);
     }
 
-    /// Replaces a producer that knows no broker past [`PATIENCE`] ([`crate::forgotten`]):
+    /// Replaces a producer that knows no broker past [`crate::forgotten::PATIENCE`]:
     /// a transactional one through the transaction protocol's replacement (the new one
     /// fences it), an idempotent one at once (what it still held was answered already:
     /// every record handed over gets an outcome before its publish returns).
     fn reconnect_if_forgotten(&mut self) {
-        let Some(forgotten) = self
-            .context
-            .forgotten
-            .forgotten_for()
-            .filter(|forgotten| *forgotten >= PATIENCE)
-        else {
+        let Some(forgotten) = self.context.forgotten.past_patience() else {
             return;
         };
         warn!(sink = %self.config.name, brokers = %self.config.brokers, seconds = forgotten.as_secs(),
             "the kafka producer knows no broker (a broker answered metadata with none, as one paused past its session does when it continues) and did not bootstrap again: a new producer bootstraps from brokers");
-        self.context.forgotten.clear();
         if self.config.transactional_id.is_some() {
             self.replace_producer("the producer knows no broker");
             return;

@@ -715,12 +715,7 @@ impl EventSource for KafkaSource {
     }
 
     fn do_work(&mut self) -> Result<WorkDone, CoreError> {
-        if let Some(forgotten) = self
-            .shared
-            .forgotten
-            .forgotten_for()
-            .filter(|forgotten| *forgotten >= crate::forgotten::PATIENCE)
-        {
+        if let Some(forgotten) = self.shared.forgotten.past_patience() {
             warn!(feed = %self.config.name, brokers = %self.config.brokers, seconds = forgotten.as_secs(),
                 "the kafka client knows no broker (a broker answered metadata with none, as one paused past its session does when it continues) and did not bootstrap again: a new consumer bootstraps from brokers");
             self.reconnect = true;
