@@ -24,6 +24,14 @@
 //! past N is the gap; an answer that cannot be had (the topic already gone) is a loss of
 //! an unknown count, reported as such. A gap is reported once, whichever way it is seen
 //! first.
+//!
+//! A gap counts from the furthest offset every consumer of the feed is known to hold
+//! ([`held_by_every_consumer`]), not from the committed offset alone: a commit lags
+//! what the consumers saved (a ledger's state is synced before the acknowledgement that
+//! moves the commit), so a run killed in between leaves a committed offset behind a
+//! saved state. Records removed between the two were applied and saved, not lost. One
+//! consumer that keeps no position, or holds the partition in another epoch, keeps the
+//! committed offset as the start of the gap.
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -32,6 +40,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use mongoose_core::{ConsumerPosition, Epoch, Held};
 use rdkafka::bindings::{rd_kafka_get_watermark_offsets, rd_kafka_resp_err_t};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -334,6 +343,46 @@ pub(super) fn reached_end(assigned: &mut Assigned) -> AtEnd {
 }
 
 impl KafkaSource {
+    /// The offset up to which every consumer of the feed holds `partition` in the epoch
+    /// it is read under ([`held_by_every_consumer`]). The epoch is the one decided
+    /// for this assignment, or, before its first record, the owner's epoch when nobody
+    /// else committed the partition since (one committed-offset round trip; only when a
+    /// gap was found).
+    pub(super) fn consumers_hold(
+        &self,
+        consumer: &BaseConsumer<SourceContext>,
+        partition: i32,
+    ) -> Option<i64> {
+        let shared = &self.shared;
+        let decided = shared
+            .partitions
+            .lock()
+            .assigned
+            .get(&partition)
+            .and_then(|assigned| assigned.epoch);
+        let epoch = match decided {
+            Some(epoch) => epoch,
+            None => {
+                let slot = shared.epochs.as_ref()?.read(partition)?;
+                let mut list = TopicPartitionList::new();
+                list.add_partition(&shared.topic, partition);
+                let committed =
+                    crate::admin::committed_retrying(consumer, &list, shared.request_timeout)
+                        .ok()?
+                        .find_partition(&shared.topic, partition)
+                        .and_then(|element| match element.offset() {
+                            Offset::Offset(offset) => Some(offset),
+                            _ => None,
+                        });
+                match crate::epoch::decide(Some(slot), committed, None) {
+                    crate::epoch::EpochDecision::Keep(epoch) => epoch,
+                    crate::epoch::EpochDecision::Mint(_) => return None,
+                }
+            }
+        };
+        held_by_every_consumer(&self.output.consumer_positions(), partition, epoch)
+    }
+
     /// `partition` (of `assignment`) reached its end: the offsets skipped up to the log
     /// end are checked like a record's (a partition emptied past the committed offset is
     /// a loss with no record after it). Not per record: once per end reached.
@@ -425,7 +474,58 @@ pub(super) fn first_unchecked(assigned: &Assigned, committed: Option<i64>) -> Op
     (first > committed).then_some((committed, first))
 }
 
+/// The offset up to which every consumer of the feed holds `partition` in `epoch` (the
+/// next offset none of them needs: a delivery's position is the record's offset + 1),
+/// from what they reported before the source started
+/// ([`mongoose_core::SourceOutput::consumer_positions`]). `None` when any consumer holds
+/// nothing of it in that epoch: it keeps no position (a forward), its state holds
+/// nothing, or its position is of another lane only or of another epoch. A consumer of
+/// many lanes reports one position per lane.
+pub(super) fn held_by_every_consumer(
+    positions: &[ConsumerPosition],
+    partition: i32,
+    epoch: Epoch,
+) -> Option<i64> {
+    let lane = u32::try_from(partition).ok()?;
+    let mut floor: Option<i64> = None;
+    for (index, position) in positions.iter().enumerate() {
+        if positions[..index]
+            .iter()
+            .any(|earlier| earlier.consumer == position.consumer)
+        {
+            continue; // this consumer was counted at its first report
+        }
+        let held = positions
+            .iter()
+            .filter(|other| other.consumer == position.consumer)
+            .find_map(|other| match other.held {
+                Held::Saved(Some((at_epoch, at))) | Held::Written((at_epoch, at))
+                    if at_epoch == epoch && at.lane == lane =>
+                {
+                    i64::try_from(at.offset).ok()
+                }
+                _ => None,
+            })?;
+        floor = Some(floor.map_or(held, |floor| floor.min(held)));
+    }
+    floor
+}
+
 impl Gap {
+    /// The gap less what every consumer holds: `held` is the offset up to which each
+    /// consumer of the feed applied and saved the partition
+    /// ([`held_by_every_consumer`]). `None` when they hold all of it (no loss).
+    pub(super) fn less_held(self, held: Option<i64>) -> Option<Gap> {
+        match held {
+            Some(held) if held >= self.end => None,
+            Some(held) if held > self.expected => Some(Gap {
+                expected: held,
+                ..self
+            }),
+            _ => Some(self),
+        }
+    }
+
     /// How many records were never read.
     pub(super) fn lost(&self) -> u64 {
         (self.end - self.expected).max(0) as u64
@@ -448,8 +548,6 @@ impl Gap {
 
 #[cfg(test)]
 mod tests {
-    use mongoose_core::Epoch;
-
     use super::*;
 
     // the per-record check: the first record of an assignment against the committed
@@ -513,6 +611,61 @@ mod tests {
         assert!(gap
             .describe("t")
             .contains("kafka t partition 0: 600 records never read (offsets 1000 to 1599)"));
+    }
+
+    // a run killed after its ledger saved the partition to 1,977 and before the group's
+    // commit (334) caught up, then DeleteRecords moved the log start to 1,977: nothing
+    // was lost, the gap counts from what every consumer holds, in the partition's epoch
+    #[test]
+    fn a_gap_counts_from_what_every_consumer_holds() {
+        use mongoose_core::PositionValue;
+        let epoch = Epoch(7);
+        let at = |lane: u32, offset: u64| PositionValue { lane, offset };
+        let ledger = |lane, offset| {
+            ConsumerPosition::new("g/ledger", Held::Saved(Some((epoch, at(lane, offset)))))
+        };
+        let gap = Gap {
+            partition: 0,
+            expected: 334,
+            end: 1_977,
+            log_start: 1_977,
+            resumed: 1_977,
+        };
+        let held = held_by_every_consumer(&[ledger(1, 50), ledger(0, 1_977)], 0, epoch);
+        assert_eq!(held, Some(1_977));
+        assert_eq!(
+            gap.less_held(held),
+            None,
+            "the ledger holds every record removed"
+        );
+        // a state behind the log start: the rest is lost
+        let held = held_by_every_consumer(&[ledger(0, 1_000)], 0, epoch);
+        assert_eq!(gap.less_held(held).map(|gap| gap.lost()), Some(977));
+        // the lowest consumer counts; a written position is a lower bound held
+        let sink = ConsumerPosition::new("g/copy", Held::Written((epoch, at(0, 1_500))));
+        assert_eq!(
+            held_by_every_consumer(&[ledger(0, 1_977), sink], 0, epoch),
+            Some(1_500)
+        );
+        // a forward keeps no position, another epoch, another lane, an empty state, no
+        // consumer: the committed offset stays the start of the gap
+        for positions in [
+            vec![
+                ledger(0, 1_977),
+                ConsumerPosition::new("g/forward", Held::Nothing),
+            ],
+            vec![ConsumerPosition::new(
+                "g/ledger",
+                Held::Saved(Some((Epoch(6), at(0, 1_977)))),
+            )],
+            vec![ledger(1, 1_977)],
+            vec![ConsumerPosition::new("g/ledger", Held::Saved(None))],
+            vec![],
+        ] {
+            let held = held_by_every_consumer(&positions, 0, epoch);
+            assert_eq!(held, None, "{positions:?}");
+            assert_eq!(gap.less_held(held), Some(gap));
+        }
     }
 
     // chaos kafka seed 1796658157036: librdkafka's reset of a partition, heard in its

@@ -556,6 +556,11 @@ impl KafkaSource {
         ) else {
             return;
         };
+        let Some(gap) = gap.less_held(self.consumers_hold(consumer, partition)) else {
+            info!(feed = %shared.name, partition, expected, resumed, log_start = gap.log_start,
+                "records removed before the group's commit reached them had been applied and saved by every consumer of the feed (its commit lagged): no loss");
+            return;
+        };
         self.report_gap(&gap);
     }
 
@@ -574,7 +579,13 @@ impl KafkaSource {
                 (partition, expected),
                 timeout,
             ) {
-                Ok(Some(gap)) => self.report_gap(&gap),
+                Ok(Some(gap)) => match gap.less_held(self.consumers_hold(consumer, partition)) {
+                    Some(gap) => self.report_gap(&gap),
+                    None => {
+                        info!(feed = %shared.name, partition, expected, log_start = gap.log_start,
+                            "an offset reset past records every consumer of the feed had applied and saved (its commit lagged): no loss");
+                    }
+                },
                 Ok(None) => {
                     debug!(feed = %shared.name, partition, expected,
                         "an offset reset from past the log's end (a truncated log): nothing removed before it was read");
