@@ -190,6 +190,22 @@ impl World {
     /// The broker is back (restarted or continued): the lines held while it was down
     /// are produced.
     fn broker_back(&mut self) -> Result<(), String> {
+        let Some(kafka) = self.kafka.as_ref() else {
+            return Ok(());
+        };
+        if !self.removed_below.is_empty() {
+            let (brokers, input) = (kafka.brokers.clone(), kafka.input.clone());
+            let starts: Vec<(u32, i64)> = self
+                .removed_below
+                .keys()
+                .filter_map(|partition| {
+                    client::watermarks(&brokers, &input, *partition)
+                        .ok()
+                        .map(|(low, _)| (*partition, low))
+                })
+                .collect();
+            self.log_starts_after_restart(&starts);
+        }
         let Some(kafka) = self.kafka.as_mut() else {
             return Ok(());
         };

@@ -199,6 +199,11 @@ pub struct World {
     /// after it last read): a report of a possible loss is honest even if nothing is
     /// missing.
     pub uncertain_losses: Vec<String>,
+    /// Per partition of a Kafka input: the log start a `DeleteRecords` or a retention
+    /// moved it to, and the fault's name. A broker killed before it checkpointed that
+    /// log start gives the records back after its restart
+    /// ([`World::log_starts_after_restart`]).
+    pub removed_below: BTreeMap<u32, (i64, String)>,
     /// Inputs that vanished while the server ran and before it settled: a kill before
     /// it settled may have come before it saw them (an uncertain loss then).
     pub unsettled_vanished: Vec<String>,
@@ -307,6 +312,7 @@ impl World {
             failures: Vec::new(),
             lossy: Vec::new(),
             uncertain_losses: Vec::new(),
+            removed_below: BTreeMap::new(),
             unsettled_vanished: Vec::new(),
             refusals: Vec::new(),
             refused_config: None,

@@ -94,3 +94,32 @@ fn the_kafka_family_finds_a_loss_hidden_by_retention() {
     check(&mut world, Some(3));
     assert!(world.failures.is_empty(), "{:?}", world.failures);
 }
+
+// chaos kafka seed 1796685595091: DeleteRecords past the stopped group's commit, then
+// the broker killed before it checkpointed the new log start: restarted, it gave the
+// records back and the server read them all after reporting them removed (exit 3,
+// nothing missing). The report was honest when made: no false alarm then. A broker
+// that kept the log start leaves the exit 3 with nothing missing a false alarm.
+#[test]
+fn records_a_restarted_broker_gives_back_make_a_reported_loss_no_false_alarm() {
+    let dir = tempfile::tempdir().expect("a folder");
+    let mut world = retention_past_the_group(dir.path(), 5_000, 2_000, 3);
+    std::fs::write(world.path("out/out.txt"), world.truth.text_of(0..5_000)).expect("output");
+    world.log_starts_after_restart(&[(0, 5_000)]);
+    check(&mut world, Some(3));
+    let kinds: Vec<FailureKind> = world.failures.iter().map(|failure| failure.kind).collect();
+    assert_eq!(
+        kinds,
+        [FailureKind::FalseAlarm],
+        "the log start held: {:?}",
+        world.failures
+    );
+    drop(world);
+
+    let dir = tempfile::tempdir().expect("a folder");
+    let mut world = retention_past_the_group(dir.path(), 5_000, 2_000, 3);
+    std::fs::write(world.path("out/out.txt"), world.truth.text_of(0..5_000)).expect("output");
+    world.log_starts_after_restart(&[(0, 0)]);
+    check(&mut world, Some(3));
+    assert!(world.failures.is_empty(), "{:?}", world.failures);
+}

@@ -158,7 +158,36 @@ impl World {
             self.truth.mark_maybe(gone, true);
             self.note_lossy(fault);
         }
+        if new > old {
+            self.removed_below
+                .insert(partition, (new, fault.to_owned()));
+        }
         count
+    }
+
+    /// The log starts a restarted broker answers (`(partition, log start)`), against
+    /// those `DeleteRecords` or a retention moved them to: Apache Kafka checkpoints a
+    /// moved log start every minute (`log.flush.start.offset.checkpoint.interval.ms`),
+    /// so a broker killed before that restarts with the earlier one and the removed
+    /// records can be read again (chaos kafka seed 1796685595091: 1,643 records the
+    /// server reported removed, rightly when it looked, were read after the broker's
+    /// restart). The server's report was honest, and whether the records come back is
+    /// the broker's doing: an exit 3 with nothing missing is then no false alarm.
+    pub(crate) fn log_starts_after_restart(&mut self, starts: &[(u32, i64)]) {
+        for (partition, low) in starts {
+            let Some((removed_to, fault)) = self.removed_below.get(partition).cloned() else {
+                continue;
+            };
+            if *low < removed_to {
+                self.event(format!(
+                    "the restarted broker's log start of partition {partition} is {low}, back from {removed_to}: records removed by {fault} can be read again"
+                ));
+                self.uncertain_losses.push(format!(
+                    "{fault}, given back by the broker's restart (log start {low}, was {removed_to})"
+                ));
+                self.removed_below.remove(partition);
+            }
+        }
     }
 
     /// The input topic's retention cut to a second until every record written so far
