@@ -23,8 +23,9 @@
 //!
 //! * the loss file (`mongoose-source-file/src/losses.rs`), the archive connector's
 //!   pointer, the Kafka epoch file's topic id, the audit capture's records file and
-//!   sidecar (`mongoose-control/src/capture/`), the archive's catalog, and the file
-//!   sink's state log (`mongoose-sink/src/file/state.rs`, owned by its state id) are
+//!   sidecar (`mongoose-control/src/capture/`), the archive's catalog, the file sink's
+//!   state log (`mongoose-sink/src/file/state.rs`, owned by its state id) and the lane
+//!   registry (`mongoose-source-file/src/lanes.rs`, one record, owned by its glob) are
 //!   [`log`]s with a [`header`];
 //! * every `flock` of the server, by one retry policy ([`lock::FileLock::acquire`]):
 //!   the data folder's lock, the outbox's `LOCK`, the journal's appender lock and
