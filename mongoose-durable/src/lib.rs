@@ -22,14 +22,17 @@
 //! under way, one per change, each with a reader for its files already in the field):
 //!
 //! * the loss file (`mongoose-source-file/src/losses.rs`), the archive connector's
-//!   pointer, the Kafka epoch file's topic id, and the audit capture's records file and
-//!   sidecar (`mongoose-control/src/capture/`), and the archive's catalog are [`log`]s
-//!   with a [`header`];
+//!   pointer, the Kafka epoch file's topic id, the audit capture's records file and
+//!   sidecar (`mongoose-control/src/capture/`), the archive's catalog, the file sink's
+//!   state log (`mongoose-sink/src/file/state.rs`, owned by its state id) and the lane
+//!   registry (`mongoose-source-file/src/lanes.rs`, one record, owned by its glob) are
+//!   [`log`]s with a [`header`];
 //! * every `flock` of the server, by one retry policy ([`lock::FileLock::acquire`]):
 //!   the data folder's lock, the outbox's `LOCK`, the journal's appender lock and
 //!   tailer stores, the archive's lock, a file sink's output, a replay store's file;
 //! * every atomic replace: the lane registry, the loss file's rewrite, the adoption of
-//!   an older run's state files (source and sink), the file sink's state, the control
+//!   an older run's state files (source and sink), the file sink's state (its
+//!   compaction, [`log::RecordLog::rewrite`]), the control
 //!   audit's export and manifest, the ledger's snapshot, the archive connector's
 //!   pointer, the creation of a Kafka epoch file.
 //!

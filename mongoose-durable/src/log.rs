@@ -129,6 +129,55 @@ impl RecordLog<File> {
             },
         ))
     }
+
+    /// Writes the whole log at `path` at once, `header` then each of `records` framed
+    /// ([`encode`]), replacing any file there through the atomic replace, and opens it
+    /// for appending after them: for a log compacted into fewer records. With `synced`
+    /// false the replace skips its syncs ([`replace_unsynced`](crate::replace::replace_unsynced):
+    /// for a format its owner configured not to sync).
+    ///
+    /// # Errors
+    /// As [`encode`] and [`replace`](crate::replace::replace); the file at `path` then
+    /// holds its old content.
+    pub fn rewrite<'a>(
+        path: &Path,
+        header: &Header,
+        records: impl IntoIterator<Item = &'a [u8]>,
+        synced: bool,
+    ) -> Result<RecordLog<File>, DurableError> {
+        let start = header.encode()?.len() as u64;
+        let bytes = encode(header, records)?;
+        if synced {
+            crate::replace::replace(path, &bytes)?;
+        } else {
+            crate::replace::replace_unsynced(path, &bytes)?;
+        }
+        let file = RealDisk
+            .open_append(path)
+            .map_err(DurableError::io("open for appending", path))?;
+        Ok(RecordLog {
+            path: path.to_path_buf(),
+            file,
+            end: bytes.len() as u64,
+            start,
+            frame: Vec::new(),
+        })
+    }
+
+    /// Cuts the log back to the end of its last whole record, after an
+    /// [`append`](RecordLog::append) that failed and may have left part of its frame
+    /// (a full disk): the next append then follows the last whole record. Not synced: a
+    /// part left by a crash instead is a torn tail, cut at the next open.
+    ///
+    /// # Errors
+    /// [`DurableError::Io`]: the part is still there; call this again before the next
+    /// append, or reopen the log.
+    pub fn cut_back(&mut self) -> Result<(), DurableError> {
+        self.file.set_len(self.end).map_err(DurableError::io(
+            "cut back a failed append from",
+            &self.path,
+        ))
+    }
 }
 
 impl<F: DiskFile> RecordLog<F> {
@@ -161,7 +210,8 @@ impl<F: DiskFile> RecordLog<F> {
     ///
     /// # Errors
     /// [`DurableError::TooLarge`] over [`MAX_RECORD`]; [`DurableError::Io`] (the log
-    /// may then hold part of the record: reopen it to cut it).
+    /// may then hold part of the record: [`RecordLog::cut_back`], or reopen it to cut
+    /// it).
     pub fn append(&mut self, record: &[u8]) -> Result<(), DurableError> {
         if record.len() > MAX_RECORD {
             return Err(DurableError::TooLarge {

@@ -168,3 +168,32 @@ fn an_encoded_log_reads_back_as_its_records() {
         4
     );
 }
+
+#[test]
+fn a_rewritten_log_is_appended_to_after_its_records_and_a_failed_append_cut_back() {
+    let folder = tempfile::tempdir().expect("folder");
+    let path = folder.path().join("events.log");
+    for synced in [true, false] {
+        let mut log = RecordLog::rewrite(&path, &header(), RECORDS[..2].iter().copied(), synced)
+            .expect("rewrite");
+        assert_eq!(log.len(), std::fs::metadata(&path).expect("meta").len());
+        assert!(!log.is_empty());
+        // part of a frame an append left behind when the disk filled
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, &[7, 0, 0, 0, 1, 2]))
+            .expect("a part of a frame");
+        log.cut_back().expect("cut back");
+        log.append(RECORDS[2]).expect("append");
+        log.sync().expect("sync");
+        drop(log);
+        let (_, recovery) = RecordLog::open_or_create(&path, &header()).expect("reopen");
+        assert_eq!(recovery.torn_tail, None, "synced {synced}");
+        assert_eq!(
+            recovery.records,
+            RECORDS[..3].iter().map(|r| r.to_vec()).collect::<Vec<_>>()
+        );
+    }
+    assert!(!mongoose_durable::replace::temporary_path(&path).exists());
+}

@@ -643,49 +643,177 @@ fn ten_thousand_lanes_keep_working_and_the_log_stays_bounded() {
     assert!(state_len < 8 * 1024 * 1024, "state of {state_len} bytes");
 }
 
-/// The state file's layout: the header, then records of length, CRC and postcard.
+/// The state file's frames (issue 38): the durable layer's header, then records of
+/// length, CRC-32 and payload; `(where each frame starts, its payload)`, and the
+/// header's length.
+fn frames(state: &[u8]) -> (usize, Vec<(usize, Vec<u8>)>) {
+    assert_eq!(&state[..4], b"MGDH", "the durable layer's header");
+    let header = u16::from_le_bytes([state[4], state[5]]) as usize;
+    let mut at = header;
+    let mut frames = Vec::new();
+    while at + 8 <= state.len() {
+        let len = u32::from_le_bytes(state[at..at + 4].try_into().unwrap()) as usize;
+        frames.push((at, state[at + 8..at + 8 + len].to_vec()));
+        at += 8 + len;
+    }
+    (header, frames)
+}
+
+/// The state file's layout: the durable layer's header (format `mongoose-sink-state`
+/// version 3, the state id as its owner), the identity as the first record, then one
+/// postcard `Frame` per record.
 #[test]
 fn the_state_file_layout_is_stable() {
     let dir = tempfile::tempdir().expect("dir");
     let config = config(dir.path());
     let mut sink = FileSink::open("out", &config).expect("opened");
-    let header = std::fs::read(state_of(&config)).expect("state");
-    assert_eq!(&header[..8], b"MGSNKST2", "magic");
+    let fresh = std::fs::read(state_of(&config)).expect("state");
+    let (header_len, records) = frames(&fresh);
     assert_eq!(
-        u64::from_le_bytes(header[8..16].try_into().unwrap()),
-        2,
+        u32::from_le_bytes(fresh[6..10].try_into().unwrap()),
+        3,
         "version"
     );
-    let identity_len = u32::from_le_bytes(header[16..20].try_into().unwrap()) as usize;
+    let name_len = fresh[10] as usize;
+    assert_eq!(&fresh[11..11 + name_len], b"mongoose-sink-state");
+    let owner_len = fresh[11 + name_len] as usize;
+    let owner = std::str::from_utf8(&fresh[12 + name_len..12 + name_len + owner_len])
+        .expect("the state id, in decimal");
+    assert!(owner.parse::<u64>().expect("a number") > 0, "{owner}");
     assert_eq!(
-        header.len(),
-        24 + identity_len,
-        "a new state is its header alone"
+        records.len(),
+        1,
+        "a new state is its header and identity alone"
     );
-    assert_eq!(
-        u32::from_le_bytes(header[20..24].try_into().unwrap()),
-        crc32fast_hash(&header[24..]),
-        "the header's CRC covers its identity"
-    );
+    assert_eq!(records[0].0, header_len);
     publish(&mut sink, &[output(10, "a")]);
     let state = std::fs::read(state_of(&config)).expect("state");
-    assert_eq!(&state[..header.len()], &header[..], "records are appended");
-    let record = &state[header.len()..];
-    let len = u32::from_le_bytes(record[..4].try_into().unwrap()) as usize;
+    assert_eq!(&state[..fresh.len()], &fresh[..], "records are appended");
+    let (_, records) = frames(&state);
+    assert_eq!(records.len(), 3, "{records:?}");
     // the batch's record: Batch (variant 0), seq 1, base 0, check (start 0, end 2, crc
     // as a varint), lanes
-    assert_eq!(
-        &record[8..12],
-        &[0, 1, 0, 0],
-        "Batch, seq 1, base 0, start 0"
-    );
-    assert_eq!(record[12], 2, "end 2");
+    let batch = &records[1].1;
+    assert_eq!(&batch[..4], &[0, 1, 0, 0], "Batch, seq 1, base 0, start 0");
+    assert_eq!(batch[4], 2, "end 2");
     // then, once its bytes are written: Written (variant 1), seq 1
-    let marker = &record[8 + len..];
-    assert_eq!(
-        u32::from_le_bytes(marker[..4].try_into().unwrap()),
-        2,
-        "a two-byte record"
-    );
-    assert_eq!(&marker[8..], &[1, 1], "Written, seq 1");
+    assert_eq!(records[2].1, [1, 1], "Written, seq 1");
+    assert_eq!(records[2].0 + 8 + 2, state.len());
+}
+
+// Issue 38: the state log is a record log of the durable layer. A changed byte of a
+// record that valid records follow is damage in the middle: refused, naming the file,
+// the byte and what to do, and nothing is skipped or cut.
+#[test]
+fn a_damaged_record_in_the_middle_of_the_state_is_refused_naming_its_byte() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (config, outputs) = filled(dir.path());
+    let state = state_of(&config);
+    let good = std::fs::read(&state).expect("state");
+    let (_, records) = frames(&good);
+    let (at, _) = records[1];
+    let mut bytes = good.clone();
+    bytes[at + 9] ^= 0x01;
+    std::fs::write(&state, &bytes).expect("damaged");
+    match FileSink::open("out", &config) {
+        Err(error @ SinkError::State { .. }) => {
+            let message = error.to_string();
+            assert!(
+                message.contains("out.txt.sinkstate")
+                    && message.contains(&format!("the record at byte {at} is damaged"))
+                    && message.contains("valid records follow")
+                    && message.contains("move"),
+                "{message}"
+            );
+        }
+        other => panic!("damage in the middle: {other:?}"),
+    }
+    assert_eq!(std::fs::read(&state).expect("state"), bytes, "nothing cut");
+    std::fs::write(&state, &good).expect("restored");
+    assert_refused_or_exact(&config, &outputs, "restored");
+}
+
+// Issue 38: a last record cut short, or whose bytes changed, is a torn tail (a write a
+// crash cut, never acknowledged): cut from the state and reported, and the file then
+// decides, as for any state (here: the same outputs held, nothing written twice).
+#[test]
+fn a_torn_tail_of_the_state_is_cut_and_the_state_goes_on() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (config, outputs) = filled(dir.path());
+    let state = state_of(&config);
+    let good = std::fs::read(&state).expect("state");
+    let (_, records) = frames(&good);
+    let (last, _) = *records.last().expect("records");
+    for (what, bytes) in [
+        ("cut short", good[..good.len() - 1].to_vec()),
+        ("its payload changed", {
+            let mut bytes = good.clone();
+            *bytes.last_mut().expect("a byte") ^= 0x01;
+            bytes
+        }),
+    ] {
+        std::fs::write(&state, &bytes).expect("torn");
+        let mut sink = FileSink::open("out", &config)
+            .unwrap_or_else(|error| panic!("a torn tail ({what}): {error}"));
+        assert_eq!(
+            std::fs::metadata(&state).expect("state").len(),
+            last as u64,
+            "{what}: the torn record is cut"
+        );
+        let outcomes = publish(&mut sink, &outputs);
+        assert!(outcomes.iter().all(already), "{what}: {outcomes:?}");
+        drop(sink);
+        std::fs::write(&state, &good).expect("restored");
+    }
+}
+
+// Issue 38: a state of the layout before the durable layer's (`MGSNKST2`, written by
+// the release before it: the fixture) is read as it is, its outputs held, and
+// rewritten in the durable layout at the open.
+#[test]
+fn a_state_of_the_earlier_layout_is_read_and_rewritten() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sinkstate-v2");
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    std::fs::copy(fixture.join("out.txt"), &config.path).expect("output");
+    std::fs::copy(fixture.join("out.txt.sinkstate"), state_of(&config)).expect("state");
+    assert!(std::fs::read(state_of(&config))
+        .expect("state")
+        .starts_with(b"MGSNKST2"));
+    // the fixture's outputs: 4 batches of 3, lanes 0 and 1 of writer 7
+    let outputs: Vec<Output> = (0..4u64)
+        .flat_map(|batch| {
+            (0..3u64).map(move |index| {
+                let lane = (batch % 2) as u32;
+                keyed(
+                    "lines",
+                    lane,
+                    7,
+                    batch * 100 + index * 10,
+                    &format!("l{lane} b{batch} i{index}"),
+                )
+            })
+        })
+        .collect();
+    let mut sink = FileSink::open("out", &config).expect("the earlier layout is read");
+    let rewritten = std::fs::read(state_of(&config)).expect("state");
+    assert!(rewritten.starts_with(b"MGDH"), "rewritten at the open");
+    assert_eq!(sink.lanes(), 2);
+    assert!(publish(&mut sink, &outputs).iter().all(already));
+    assert!(written(
+        &publish(&mut sink, &[keyed("lines", 0, 7, 900, "new")])[0]
+    ));
+    drop(sink);
+    let mut sink = FileSink::open("out", &config).expect("reopened");
+    assert!(publish(&mut sink, &outputs).iter().all(already));
+    let text = std::fs::read_to_string(&config.path).expect("output");
+    assert_eq!(text.lines().count(), 13, "nothing written twice: {text}");
+    // a last record of the earlier layout cut short is cut too
+    let dir = tempfile::tempdir().expect("dir");
+    let config = self::config(dir.path());
+    std::fs::copy(fixture.join("out.txt"), &config.path).expect("output");
+    let earlier = std::fs::read(fixture.join("out.txt.sinkstate")).expect("state");
+    std::fs::write(state_of(&config), &earlier[..earlier.len() - 1]).expect("torn");
+    let mut sink = FileSink::open("out", &config).expect("a torn earlier layout");
+    assert!(publish(&mut sink, &outputs).iter().all(already));
 }

@@ -1,41 +1,54 @@
 //! The lane registry of a glob feed: which file of the folder reads on which lane.
 //!
-//! A small text file per feed, `<folder>/<feed>.lanes`, written atomically (a temporary
-//! file, fsync, rename, fsync of the folder):
+//! A small file per feed, `<folder>/<feed>.lanes`: a record log of the durable layer
+//! ([`mongoose_durable::log`]) holding one record, replaced whole by the layer's atomic
+//! replace (a temporary file, fsync, rename, fsync of the folder). Its header names the
+//! format `mongoose-lanes`, version 3, and as its owner a hash of the glob's absolute
+//! path (in decimal: the registry of another glob put in its place is told apart). Its
+//! record is text, one item per line:
 //!
 //! ```text
-//! mongoose-lanes 2
-//! owner 8215367001928344271
 //! next 4
 //! lane 1 a.log
 //! lane 3 c.log
-//! end 5d0f9b3c1e2a4f67
 //! ```
 //!
 //! A file keeps its lane while it is tracked, and a lane number is never given to
 //! another file of the same registry (`next` only grows), so a consumer's saved
 //! `(epoch, position)` of a lane is never taken for another file's.
 //!
-//! `owner` is a hash of the glob's absolute path (the registry of another glob put in
-//! its place is told apart), and `end` the FNV-1a 64 of every byte before it: a
-//! registry cut short or with a byte changed is found damaged, not read as fewer or
-//! other lanes. Each file's pointer records its lane too
-//! ([`crate::pointer::PointerRecord::lane`]), so a registry missing, damaged or another
-//! glob's is rebuilt from the pointers (the glob's `recover` module). The first layout
-//! (`mongoose-lanes 1`, no owner, no `end`) is still read.
+//! The header and the record each carry a CRC-32: a registry cut short or with a byte
+//! changed is found damaged, not read as fewer or other lanes. A registry is replaced
+//! whole, so a torn tail (its record cut short) is damage too, reported with where it
+//! was cut, and a damaged record that others follow is refused, never skipped. Each
+//! file's pointer records its lane too ([`crate::pointer::PointerRecord::lane`]), so a
+//! registry missing, damaged or another glob's is rebuilt from the pointers (the glob's
+//! `recover` module), and the rebuilt one replaces it. The text layouts before the
+//! durable layer's are still read, and rewritten in this one at the next save:
+//! `mongoose-lanes 2` (an `owner` line, an `end` line with the FNV-1a 64 of every byte
+//! before it) and `mongoose-lanes 1` (neither).
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use mongoose_durable::header::{Header, MAGIC};
+use mongoose_durable::DurableError;
+
 use crate::error::FileSourceError;
 use crate::pointer::fnv1a;
 
-/// The first layout's header: no owner, no checksum.
+/// The registry's format name in its durable header.
+const FORMAT: &str = "mongoose-lanes";
+/// The registry's format version (1 and 2 were the text layouts before the durable
+/// layer's).
+const VERSION: u32 = 3;
+
+/// The first text layout's header: no owner, no checksum.
 const HEADER_V1: &str = "mongoose-lanes 1";
-/// The header this crate writes.
-const HEADER: &str = "mongoose-lanes 2";
+/// The second text layout's header: an `owner` line and an FNV-1a 64 `end` line.
+const HEADER_V2: &str = "mongoose-lanes 2";
 
 /// What [`LaneRegistry::load`] found at the registry's path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,7 +118,12 @@ impl LaneRegistry {
                 })
             }
         };
-        match parse(&text, owner) {
+        let parsed = if text.starts_with(&MAGIC) {
+            parse_durable(&registry.path, owner)?
+        } else {
+            parse(&text, owner)
+        };
+        match parsed {
             Ok((lanes, next, found)) => {
                 registry.lanes = lanes;
                 let highest = registry.lanes.values().copied().max().unwrap_or(0);
@@ -204,13 +222,18 @@ impl LaneRegistry {
         if !self.persistent {
             return Ok(());
         }
-        let mut text = format!("{HEADER}\nowner {}\nnext {}\n", self.owner, self.next);
+        let mut text = format!("next {}\n", self.next);
         for (name, lane) in &self.lanes {
             text.push_str(&format!("lane {lane} {name}\n"));
         }
-        text.push_str(&format!("end {:016x}\n", fnv1a(text.as_bytes())));
+        let bytes = mongoose_durable::log::encode(&header(self.owner), [text.as_bytes()]).map_err(
+            |error| FileSourceError::Io {
+                context: format!("cannot write the lane registry {}", self.path.display()),
+                error: error.into(),
+            },
+        )?;
         // atomically: the old registry or the new one after a crash, never a torn one
-        mongoose_durable::replace::replace(&self.path, text.as_bytes()).map_err(|error| {
+        mongoose_durable::replace::replace(&self.path, &bytes).map_err(|error| {
             FileSourceError::Io {
                 context: format!("cannot write the lane registry {}", self.path.display()),
                 error: error.into(),
@@ -219,15 +242,84 @@ impl LaneRegistry {
     }
 }
 
-/// The lanes a registry's bytes hold, its `next`, and whether it is this glob's (of
-/// `owner`); or what is damaged.
-fn parse(bytes: &[u8], owner: u64) -> Result<(BTreeMap<String, u32>, u32, Found), String> {
+/// The header of the registry of the glob `owner`.
+fn header(owner: u64) -> Header {
+    Header::new(FORMAT, VERSION, owner.to_string().into_bytes())
+}
+
+/// What a parse found: the lanes, `next`, and whether the registry is this glob's; or
+/// what is damaged.
+type Parsed = Result<(BTreeMap<String, u32>, u32, Found), String>;
+
+/// Reads the registry at `path` of the durable layout (the glob `owner`'s, or another
+/// glob's), without changing it. Only an error reading it is an error.
+fn parse_durable(path: &Path, owner: u64) -> Result<Parsed, FileSourceError> {
+    let found = match Header::decode(path, &fs::read(path).unwrap_or_default()) {
+        Ok((found, _)) => found,
+        Err(DurableError::DamagedHeader { reason, .. }) => {
+            return Ok(Err(format!("its header is damaged ({reason})")))
+        }
+        Err(other) => return Ok(Err(other.to_string())),
+    };
+    let expected = Header::new(FORMAT, VERSION, found.owner.clone());
+    if let Err(error) = expected.check(path, &found) {
+        return Ok(Err(match error {
+            DurableError::WrongFormat { found, .. } => format!("a {found} file"),
+            DurableError::WrongVersion { found, .. } => {
+                format!("version {found}, and this build reads version {VERSION}")
+            }
+            other => other.to_string(),
+        }));
+    }
+    let recovery = match mongoose_durable::log::read(path, &expected) {
+        Ok(recovery) => recovery,
+        Err(DurableError::Io { source, .. }) => {
+            return Err(FileSourceError::Io {
+                context: format!("cannot read the lane registry {}", path.display()),
+                error: source,
+            })
+        }
+        Err(DurableError::DamagedRecord { offset, reason, .. }) => {
+            return Ok(Err(format!(
+                "the record at byte {offset} is damaged ({reason}), and valid records follow it"
+            )))
+        }
+        Err(other) => return Ok(Err(other.to_string())),
+    };
+    if let Some(torn) = recovery.torn_tail {
+        // replaced whole: a registry cut short was cut after the replace, not by it
+        return Ok(Err(format!(
+            "cut short at byte {} ({} bytes of its record cut or changed)",
+            torn.offset, torn.bytes_cut
+        )));
+    }
+    let [record] = recovery.records.as_slice() else {
+        return Ok(Err(format!(
+            "{} records, and a registry holds one",
+            recovery.records.len()
+        )));
+    };
+    let text = std::str::from_utf8(record).map_err(|_| "bytes that are not UTF-8".to_owned());
+    Ok(text.and_then(|text| {
+        let (lanes, next, _) = parse_lines(text, None)?;
+        let whose = if found.owner == owner.to_string().into_bytes() {
+            Found::Whole
+        } else {
+            Found::Foreign
+        };
+        Ok((lanes, next, whose))
+    }))
+}
+
+/// The lanes a registry's bytes of a text layout hold, its `next`, and whether it is
+/// this glob's (of `owner`); or what is damaged.
+fn parse(bytes: &[u8], owner: u64) -> Parsed {
     let text = std::str::from_utf8(bytes).map_err(|_| "bytes that are not UTF-8".to_owned())?;
     let quoted = |line: &str| format!("at '{line}'");
     let first = text.lines().next().unwrap_or("");
     let body = match first {
         HEADER_V1 => &text[HEADER_V1.len()..],
-        HEADER => {
+        HEADER_V2 => {
             // every byte before the `end` line is checked: a registry cut short or
             // with a byte changed is damaged, never read as other lanes
             let trimmed = text.strip_suffix('\n').ok_or("cut short (no end line)")?;
@@ -242,10 +334,17 @@ fn parse(bytes: &[u8], owner: u64) -> Result<(BTreeMap<String, u32>, u32, Found)
             if sum != fnv1a(before.as_bytes()) {
                 return Err("its checksum does not match (a byte changed)".to_owned());
             }
-            &before[HEADER.len()..]
+            &before[HEADER_V2.len()..]
         }
         other => return Err(quoted(other)),
     };
+    parse_lines(body, Some(owner))
+}
+
+/// The lanes and `next` of a registry's lines (`next`, `lane`, and `owner` in the
+/// second text layout), and whether it is the glob `owner`'s (when the lines name one).
+fn parse_lines(body: &str, owner: Option<u64>) -> Parsed {
+    let quoted = |line: &str| format!("at '{line}'");
     let mut lanes = BTreeMap::new();
     let mut next = 1u32;
     let mut written_for = None;
@@ -268,18 +367,24 @@ fn parse(bytes: &[u8], owner: u64) -> Result<(BTreeMap<String, u32>, u32, Found)
             return Err(quoted(line));
         }
     }
-    let found = match written_for {
-        Some(written_for) if written_for != owner => Found::Foreign,
+    let found = match (written_for, owner) {
+        (Some(written_for), Some(owner)) if written_for != owner => Found::Foreign,
         _ => Found::Whole,
     };
     Ok((lanes, next, found))
 }
 
-/// The `next` a damaged registry still holds, when that line can be read.
+/// The `next` a damaged registry still holds, when that line can be read (in the
+/// durable layout it follows the header and the record's frame on its line). Only ever
+/// taken higher than it was: a lane number is then skipped, never given twice.
 fn salvaged_next(bytes: &[u8]) -> Option<u32> {
     String::from_utf8_lossy(bytes)
         .lines()
-        .filter_map(|line| line.strip_prefix("next ")?.parse::<u32>().ok())
+        .filter(|line| !line.starts_with("lane "))
+        .filter_map(|line| {
+            let (_, value) = line.split_once("next ")?;
+            value.parse::<u32>().ok()
+        })
         .max()
 }
 
@@ -328,11 +433,7 @@ mod tests {
             assign(&mut registry, name);
         }
         let whole = fs::read(&path).expect("registry");
-        let text = String::from_utf8(whole.clone()).expect("text");
-        assert!(
-            text.starts_with("mongoose-lanes 2\nowner 77\nnext 4\n"),
-            "{text}"
-        );
+        assert!(whole.starts_with(&MAGIC), "the durable layout");
         // cut anywhere, or any byte changed: damaged
         for keep in 0..whole.len() {
             fs::write(&path, &whole[..keep]).expect("cut");
@@ -381,5 +482,108 @@ mod tests {
         assert_eq!(found, Found::Whole);
         assert_eq!(registry.lane_of("c.log"), Some(3));
         assert_eq!(registry.next(), 4);
+    }
+
+    /// The one record of the registry at `path`, read through the durable layer.
+    fn record_of(path: &Path) -> String {
+        let bytes = fs::read(path).expect("registry");
+        let (header, _) = Header::decode(path, &bytes).expect("a durable header");
+        assert_eq!(
+            (
+                header.format.as_str(),
+                header.version,
+                header.owner.as_slice()
+            ),
+            ("mongoose-lanes", 3, &b"77"[..]),
+            "format, version and the glob's hash as its owner"
+        );
+        let mut recovery = mongoose_durable::log::read(path, &header).expect("whole");
+        assert_eq!(recovery.records.len(), 1, "one record");
+        String::from_utf8(recovery.records.remove(0)).expect("text")
+    }
+
+    // Issue 38: the registry is a one-record log of the durable layer (CRC-32 of its
+    // header and of its record), its owner the glob's hash.
+    #[test]
+    fn a_registry_is_a_durable_log_owned_by_its_glob() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("logs.lanes");
+        let (mut registry, _) = load(&path);
+        assign(&mut registry, "a.log");
+        assign(&mut registry, "c.log");
+        registry.forget("a.log").expect("forget");
+        assert_eq!(record_of(&path), "next 3\nlane 2 c.log\n");
+        let (other, found) = LaneRegistry::load(path.clone(), OWNER + 1).expect("read");
+        assert_eq!(found, Found::Foreign, "another glob's owner");
+        assert_eq!(other.lane_of("c.log"), Some(2), "read as it is");
+    }
+
+    // Issue 38: a registry of the earlier layouts (`mongoose-lanes 2` with its FNV-1a
+    // 64 `end` line, `mongoose-lanes 1`) is read, and rewritten in the durable layout at
+    // its next save.
+    #[test]
+    fn a_registry_of_the_earlier_layouts_is_read_and_rewritten() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("logs.lanes");
+        let v2 = "mongoose-lanes 2\nowner 77\nnext 4\nlane 1 a.log\nlane 3 c.log\n";
+        let v2 = format!("{v2}end {:016x}\n", fnv1a(v2.as_bytes()));
+        let v1 = "mongoose-lanes 1\nnext 4\nlane 1 a.log\nlane 3 c.log\n".to_owned();
+        for earlier in [v2, v1] {
+            fs::write(&path, &earlier).expect("earlier layout");
+            let (mut registry, found) = load(&path);
+            assert_eq!(found, Found::Whole, "{earlier}");
+            assert_eq!(registry.lane_of("c.log"), Some(3));
+            assert_eq!(assign(&mut registry, "d.log"), 4);
+            assert_eq!(
+                record_of(&path),
+                "next 5\nlane 1 a.log\nlane 3 c.log\nlane 4 d.log\n"
+            );
+            assert_eq!(load(&path).1, Found::Whole);
+        }
+    }
+
+    // Issue 38: a registry is replaced whole, so a torn tail (its record cut short or
+    // changed) is damage, reported with where it was cut; it is not read as fewer lanes,
+    // and the next save replaces it whole. A damaged record that a whole one follows is
+    // refused, never skipped for the one after it.
+    #[test]
+    fn a_torn_or_damaged_registry_is_reported_where_and_never_read_as_fewer_lanes() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("logs.lanes");
+        let (mut registry, _) = load(&path);
+        assign(&mut registry, "a.log");
+        assign(&mut registry, "b.log");
+        let whole = fs::read(&path).expect("registry");
+        let record_at = Header::decode(&path, &whole).expect("header").1;
+        fs::write(&path, &whole[..whole.len() - 3]).expect("torn");
+        let (registry, found) = load(&path);
+        match &found {
+            Found::Damaged(what) => assert!(
+                what.contains(&format!("cut short at byte {record_at}")),
+                "{what}"
+            ),
+            other => panic!("a torn registry: {other:?}"),
+        }
+        let mut registry = registry.cleared();
+        assert_eq!(registry.next(), 3, "its next is kept");
+        registry.assign_as("a.log", 1).expect("saved");
+        assert_eq!(record_of(&path), "next 3\nlane 1 a.log\n", "replaced whole");
+        // two records, the first damaged: refused with its byte, the second not read
+        let header = Header::new(FORMAT, VERSION, b"77".to_vec());
+        let mut bytes = mongoose_durable::log::encode(
+            &header,
+            [&b"next 3\nlane 1 a.log\n"[..], &b"next 9\n"[..]],
+        )
+        .expect("encode");
+        bytes[record_at + 9] ^= 0x01;
+        fs::write(&path, &bytes).expect("damaged");
+        match load(&path).1 {
+            Found::Damaged(what) => assert!(
+                what.contains(&format!("the record at byte {record_at} is damaged"))
+                    && what.contains("valid records follow"),
+                "{what}"
+            ),
+            other => panic!("damage in the middle: {other:?}"),
+        }
     }
 }

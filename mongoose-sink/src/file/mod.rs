@@ -33,7 +33,8 @@
 //! | no file, or an empty one, and no state | starts the file |
 //! | the last record's batch only partly in the file (a crash between the record and the end of its bytes) | cuts the partial batch off (its outputs were never reported published) |
 //! | the file as the records say, its last batch's bytes matching their CRC | goes on |
-//! | a record damaged (CRC), a header damaged, records that do not follow each other | refuses |
+//! | the last record cut short or failing its CRC (a torn tail) | cuts it (WARN), then checks the file as for any state |
+//! | a record damaged (CRC) with valid records after it, a header damaged, records that do not follow each other | refuses |
 //! | the file longer than the records say (an older copy of the state, a cut one, something else wrote to it) | refuses |
 //! | the file shorter than the records say (truncated, replaced) | refuses |
 //! | the last batch's bytes differ from its CRC | refuses |
@@ -58,18 +59,24 @@
 //!
 //! # The state file
 //!
+//! A record log of the durable layer ([`mongoose_durable::log`]):
+//!
 //! ```text
-//! header  magic "MGSNKST2" | version u64 LE (2) | length u32 LE | crc32 u32 LE | postcard(Identity)
-//! record  length u32 LE | crc32 u32 LE | postcard(Frame)
+//! header  the durable header: format "mongoose-sink-state", version 3, owner the state id (decimal)
+//! record  length u32 LE | crc32 u32 LE (of the length and the payload) | payload
 //! ```
 //!
-//! A record's CRC32 covers the state's random id (in the header) then the record, so a
-//! record of another state file is taken for damage. A last record cut short is a
-//! write a crash interrupted (its batch's bytes were not written yet: they follow the
-//! record) and is ignored; a whole record whose CRC does not match is damage.
+//! The first record is postcard(Identity), whose state id the header's owner repeats;
+//! every record after it is postcard(Frame). A last record cut short or failing its
+//! CRC is a torn tail (a write a crash interrupted; the batch's bytes follow its record
+//! and were not written yet): it is cut, with a WARN, and the file decides what was
+//! written. A record that fails its CRC with valid records after it is damage in the
+//! middle: refused, naming the byte. The layout before this one (`MGSNKST2`: its own
+//! header, records whose CRC mixed in the state id) is still read, and rewritten in this
+//! one at the open.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 
@@ -106,14 +113,18 @@ fn yes() -> bool {
     true
 }
 
-/// The state file's magic.
-const STATE_MAGIC: &[u8; 8] = b"MGSNKST2";
-/// The state file's format version.
-const STATE_VERSION: u64 = 2;
-/// The bytes of the header before its identity.
-const HEADER_BYTES: usize = 24;
-/// The bytes of a record's length and CRC.
-const RECORD_HEAD_BYTES: usize = 8;
+/// The state log's format name in its durable header.
+const STATE_FORMAT: &str = "mongoose-sink-state";
+/// The state log's format version (1 was `MGSINK01`'s two slots, 2 the `MGSNKST2`
+/// framing, 3 the durable layer's record log).
+const STATE_VERSION: u32 = 3;
+/// The magic of the layout before the durable layer's (`MGSNKST2`): read, and
+/// rewritten in the durable layout once trusted.
+const LEGACY_MAGIC: &[u8; 8] = b"MGSNKST2";
+/// That layout's version.
+const LEGACY_VERSION: u64 = 2;
+/// The bytes of that layout's header before its identity.
+const LEGACY_HEADER_BYTES: usize = 24;
 /// The magic of the format before this one (two 64 KiB slots).
 const OLD_MAGIC: &[u8; 8] = b"MGSINK01";
 const OLD_SLOT_BYTES: usize = 64 * 1024;
@@ -179,15 +190,8 @@ pub fn state_path(path: &Path) -> PathBuf {
 /// under another name (a state folder keyed on another spelling of its path); the
 /// sink's own open checks much more before it trusts a state.
 pub fn state_target(state_file: &Path) -> Option<(u64, u64)> {
-    let mut head = [0u8; HEADER_BYTES];
-    let mut file = File::open(state_file).ok()?;
-    std::io::Read::read_exact(&mut file, &mut head).ok()?;
-    let len = u32::from_le_bytes([head[16], head[17], head[18], head[19]]) as usize;
-    let mut bytes = head.to_vec();
-    // a header's identity is a few hundred bytes: a length past that is damage
-    bytes.resize(HEADER_BYTES + len.min(64 * 1024), 0);
-    std::io::Read::read_exact(&mut file, &mut bytes[HEADER_BYTES..]).ok()?;
-    let identity = FileSink::read_header(&bytes).ok()?;
+    let bytes = std::fs::read(state_file).ok()?;
+    let identity = self::state::read_state(state_file, &bytes).ok()?.identity;
     Some((identity.device, identity.inode))
 }
 
@@ -197,19 +201,6 @@ fn io(sink: &str, action: String) -> impl FnOnce(std::io::Error) -> SinkError + 
         action,
         source,
     }
-}
-
-/// Writes `bytes` as the whole of `path`, atomically (a file beside it renamed into
-/// place), and opens it for reading and writing.
-fn replace_file(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<File> {
-    // the durable layer's replace (a `.tmp` beside it, renamed into place; synced, file
-    // and folder, unless the sink is configured not to sync)
-    if sync {
-        mongoose_durable::replace::replace(path, bytes)?;
-    } else {
-        mongoose_durable::replace::replace_unsynced(path, bytes)?;
-    }
-    OpenOptions::new().read(true).write(true).open(path)
 }
 
 /// A random id for a new state.
@@ -241,6 +232,6 @@ impl FileSink {
 
     /// The length of the state log.
     pub fn state_length(&self) -> u64 {
-        self.state.as_ref().map_or(0, |state| state.len)
+        self.state.as_ref().map_or(0, StateLog::len)
     }
 }

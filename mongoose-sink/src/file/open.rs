@@ -12,10 +12,13 @@ use tracing::{info, warn};
 
 use crate::error::SinkError;
 
-use super::state::{BatchCheck, Identity, Replayed, ReplayedLane, StateLog};
+use mongoose_durable::log::RecordLog;
+
+use super::state::{
+    read_state, state_header, BatchCheck, Identity, Replayed, ReplayedLane, StateLog, Unreadable,
+};
 use super::{
-    io, new_state_id, state_path, unix_millis, FileSink, FileSinkConfig, HEADER_BYTES, OLD_MAGIC,
-    OLD_SLOT_BYTES, STATE_MAGIC, STATE_VERSION,
+    io, new_state_id, state_path, unix_millis, FileSink, FileSinkConfig, OLD_MAGIC, OLD_SLOT_BYTES,
 };
 
 /// Creates the folder of `new` (a configured state file) and adopts the state an older
@@ -298,11 +301,13 @@ impl FileSink {
                 restore_or_move(&path, &state_file),
             )
         };
-        let identity = Self::read_header(&bytes).map_err(refused)?;
-        let header_len = HEADER_BYTES
-            + (u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize);
-        let mut replayed =
-            Replayed::read(&bytes, header_len, identity.state_id).map_err(refused)?;
+        // read without changing it: a refusal below leaves it as it is
+        let read = read_state(&state_file, &bytes).map_err(|unreadable| match unreadable {
+            Unreadable::Io(error) => io(&name, format!("reading {}", state_file.display()))(error),
+            Unreadable::Refused(problem) => refused(problem),
+        })?;
+        let identity = read.identity.clone();
+        let mut replayed = Replayed::replay(read.start, &read.frames).map_err(refused)?;
         let same_file = identity.device == device && identity.inode == inode;
         // the file decides whether the last record's batch was written
         let mut cut_to = None;
@@ -422,9 +427,9 @@ impl FileSink {
                 .sync_all()
                 .map_err(io(&name, format!("syncing {}", path.display())))?;
         }
-        if let Some(torn) = replayed.torn_at {
-            info!(sink = %name, state = %state_file.display(), at = torn,
-                "the last record of the sink state was cut short by a crash (its batch was not written): ignored");
+        if let Some((offset, bytes_cut)) = read.torn {
+            warn!(sink = %name, state = %state_file.display(), offset, bytes_cut,
+                "the last record of the sink state was cut short by a crash (its batch was not written): cut, and the file decides what was written");
         }
         self.length = replayed.length;
         let mut slots: Vec<(u32, ReplayedLane)> = replayed.lanes.into_iter().collect();
@@ -443,84 +448,48 @@ impl FileSink {
             lane.last = Some(last);
             lane.gaps = gaps.into_iter().collect();
         }
-        let state = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&state_file)
-            .map_err(io(&name, format!("opening {}", state_file.display())))?;
-        let mut log = StateLog {
-            file: state,
-            identity: identity.clone(),
-            len: replayed.end,
-            dirty: replayed.torn_at.is_some(),
-            seq: replayed.seq,
-            committed: replayed.committed_seq,
-            last: replayed.last,
-            snapshot_len: replayed.snapshot_len,
-            compact_after: 0,
-            next_slot,
-            sync: self.sync,
-        };
-        if log.dirty {
-            log.file
-                .set_len(log.len)
-                .map_err(io(&name, format!("cutting {}", state_file.display())))?;
-            log.dirty = false;
+        if same_file && !read.legacy {
+            // the checks passed: the torn tail is cut (the layer reports it too)
+            let (log, _) = RecordLog::open_or_create(&state_file, &state_header(identity.state_id))
+                .map_err(|error| {
+                    io(&name, format!("opening {}", state_file.display()))(error.into())
+                })?;
+            debug_assert_eq!(log.len(), replayed.end, "the log opened as it was read");
+            self.state = Some(StateLog {
+                log,
+                identity: identity.clone(),
+                dirty: false,
+                seq: replayed.seq,
+                committed: replayed.committed_seq,
+                last: replayed.last,
+                snapshot_len: replayed.snapshot_len,
+                compact_after: 0,
+                next_slot,
+                sync: self.sync,
+            });
         }
-        self.state = Some(log);
-        if !same_file {
-            info!(sink = %name, file = %path.display(),
-                "the file was moved or copied with its state (another device or inode, the same bytes): recording it as this file");
+        if !same_file || read.legacy {
+            if !same_file {
+                info!(sink = %name, file = %path.display(),
+                    "the file was moved or copied with its state (another device or inode, the same bytes): recording it as this file");
+            }
+            if read.legacy {
+                info!(sink = %name, state = %state_file.display(),
+                    "the sink state is of the layout before the durable layer's (MGSNKST2): rewritten in the durable layout");
+            }
             let identity = Identity {
                 device,
                 inode,
                 path: path.display().to_string(),
                 ..identity
             };
-            let (seq, last) = self
-                .state
-                .as_ref()
-                .map_or((0, BatchCheck::default()), |state| {
-                    (state.committed, state.last)
-                });
-            self.write_snapshot(identity, seq, last)
+            self.write_snapshot(identity, replayed.committed_seq, replayed.last)
                 .map_err(io(&name, format!("writing {}", state_file.display())))?;
         } else if identity.sink != self.name {
             warn!(sink = %name, state = %state_file.display(), was = %identity.sink,
                 "the sink state was written by a sink of another name (renamed in the configuration?): going on with it");
         }
         Ok(())
-    }
-
-    /// The identity in the header of `bytes`, checked.
-    pub(super) fn read_header(bytes: &[u8]) -> Result<Identity, String> {
-        let Some(head) = bytes.get(..HEADER_BYTES) else {
-            return Err(format!(
-                "it is {} bytes long, shorter than a sink state's header",
-                bytes.len()
-            ));
-        };
-        if &head[..8] != STATE_MAGIC {
-            return Err("it is not a sink state (no sink state magic at its start)".to_owned());
-        }
-        let version = u64::from_le_bytes([
-            head[8], head[9], head[10], head[11], head[12], head[13], head[14], head[15],
-        ]);
-        if version != STATE_VERSION {
-            return Err(format!(
-                "it is of format version {version}, and this build reads version {STATE_VERSION}"
-            ));
-        }
-        let len = u32::from_le_bytes([head[16], head[17], head[18], head[19]]) as usize;
-        let crc = u32::from_le_bytes([head[20], head[21], head[22], head[23]]);
-        let Some(payload) = bytes.get(HEADER_BYTES..HEADER_BYTES + len) else {
-            return Err("its header is cut short".to_owned());
-        };
-        if crc32fast::hash(payload) != crc {
-            return Err("its header is damaged (its checksum does not match)".to_owned());
-        }
-        postcard::from_bytes(payload)
-            .map_err(|error| format!("its header cannot be read ({error})"))
     }
 }
 

@@ -2,13 +2,15 @@
 //! lanes), the log they are appended to and what reading them back replays.
 
 use std::collections::{BTreeSet, HashMap};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::Arc;
 
+use mongoose_durable::header::{Header, MAGIC};
+use mongoose_durable::log::{RecordLog, FRAME_HEADER};
+use mongoose_durable::DurableError;
 use serde::{Deserialize, Serialize};
 
-use super::{HEADER_BYTES, RECORD_HEAD_BYTES, STATE_MAGIC, STATE_VERSION};
+use super::{LEGACY_HEADER_BYTES, LEGACY_MAGIC, LEGACY_VERSION, STATE_FORMAT, STATE_VERSION};
 
 /// What a state file belongs to: written once, in its header.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,14 +167,13 @@ pub(super) struct Undo {
     pub(super) pending: BTreeSet<At>,
 }
 
-/// The open state log.
+/// The open state log: a record log of the durable layer.
 #[derive(Debug)]
 pub(super) struct StateLog {
-    pub(super) file: File,
+    pub(super) log: RecordLog,
     pub(super) identity: Identity,
-    /// The end of the last whole record.
-    pub(super) len: u64,
-    /// Bytes past `len` may be there (an append that failed and was not cut back).
+    /// Part of a failed append may be past the last whole record (it could not be cut
+    /// back): cut back before the next append.
     pub(super) dirty: bool,
     /// The last record number used.
     pub(super) seq: u64,
@@ -180,7 +181,7 @@ pub(super) struct StateLog {
     pub(super) committed: u64,
     /// The last batch written.
     pub(super) last: BatchCheck,
-    /// The log's length right after its snapshot (or header).
+    /// The log's length right after its snapshot (or header and identity).
     pub(super) snapshot_len: u64,
     /// No compaction before the log passes this (a compaction failed below it).
     pub(super) compact_after: u64,
@@ -188,39 +189,191 @@ pub(super) struct StateLog {
     pub(super) sync: bool,
 }
 
-/// The CRC32 of a record of the state `state_id`.
-fn record_crc(state_id: u64, payload: &[u8]) -> u32 {
+/// The durable header of the state `state_id`: its owner is the state id, in decimal.
+pub(super) fn state_header(state_id: u64) -> Header {
+    Header::new(
+        STATE_FORMAT,
+        STATE_VERSION,
+        state_id.to_string().into_bytes(),
+    )
+}
+
+/// A record's payload: `value` in postcard.
+pub(super) fn encode<T: Serialize>(value: &T) -> std::io::Result<Vec<u8>> {
+    postcard::to_stdvec(value).map_err(|error| std::io::Error::other(error.to_string()))
+}
+
+/// The CRC32 of a record of the earlier layout (`MGSNKST2`) of the state `state_id`.
+fn legacy_record_crc(state_id: u64, payload: &[u8]) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&state_id.to_le_bytes());
     hasher.update(payload);
     hasher.finalize()
 }
 
-/// The header bytes of `identity`.
-pub(super) fn header_bytes(identity: &Identity) -> std::io::Result<Vec<u8>> {
-    let payload =
-        postcard::to_stdvec(identity).map_err(|error| std::io::Error::other(error.to_string()))?;
-    let mut bytes = Vec::with_capacity(HEADER_BYTES + payload.len());
-    bytes.extend_from_slice(STATE_MAGIC);
-    bytes.extend_from_slice(&STATE_VERSION.to_le_bytes());
-    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    bytes.extend_from_slice(&payload);
-    Ok(bytes)
+/// A state file read, not yet replayed.
+#[derive(Debug)]
+pub(super) struct StateRead {
+    /// What it belongs to (its first record, or the earlier layout's header).
+    pub(super) identity: Identity,
+    /// Of the earlier layout (`MGSNKST2`): rewritten in the durable one once trusted.
+    pub(super) legacy: bool,
+    /// Where the records after the identity start.
+    pub(super) start: usize,
+    /// Those records: where each frame starts, and its payload.
+    pub(super) frames: Vec<(usize, Vec<u8>)>,
+    /// A torn tail (a last record cut by a crash): where it starts, how many bytes.
+    pub(super) torn: Option<(u64, u64)>,
 }
 
-/// Appends the record of `frame` (for state `state_id`) to `bytes`.
-pub(super) fn push_record(
-    bytes: &mut Vec<u8>,
-    state_id: u64,
-    frame: &Frame,
-) -> std::io::Result<()> {
-    let payload =
-        postcard::to_stdvec(frame).map_err(|error| std::io::Error::other(error.to_string()))?;
-    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&record_crc(state_id, &payload).to_le_bytes());
-    bytes.extend_from_slice(&payload);
-    Ok(())
+/// Why a state file cannot be read.
+#[derive(Debug)]
+pub(super) enum Unreadable {
+    /// Reading it failed.
+    Io(std::io::Error),
+    /// It is damaged, or not a sink state: what is wrong, for a refusal.
+    Refused(String),
+}
+
+/// Reads the state file at `path` (whose content is `bytes`) without changing it: the
+/// durable layer's log, or the earlier layout.
+pub(super) fn read_state(path: &Path, bytes: &[u8]) -> Result<StateRead, Unreadable> {
+    if bytes.starts_with(LEGACY_MAGIC) {
+        return read_legacy(bytes).map_err(Unreadable::Refused);
+    }
+    if !bytes.starts_with(&MAGIC) {
+        return Err(Unreadable::Refused(if bytes.len() < MAGIC.len() {
+            format!(
+                "it is {} bytes long, shorter than a sink state's header",
+                bytes.len()
+            )
+        } else {
+            "it is not a sink state (no sink state header at its start)".to_owned()
+        }));
+    }
+    let refused = |error: DurableError| {
+        match error {
+        DurableError::Io { source, .. } => Unreadable::Io(source),
+        DurableError::DamagedHeader { reason, .. } => {
+            Unreadable::Refused(format!("its header is damaged ({reason})"))
+        }
+        DurableError::DamagedRecord { offset, reason, .. } => Unreadable::Refused(format!(
+            "the record at byte {offset} is damaged ({reason}), and valid records follow it: it is no record a crash cut short, and skipping it would lose what it holds"
+        )),
+        DurableError::WrongFormat { found, .. } => Unreadable::Refused(format!(
+            "it is a {found} file, not a sink state"
+        )),
+        DurableError::WrongVersion { found, expected, .. } => Unreadable::Refused(format!(
+            "it is of format version {found}, and this build reads version {expected}"
+        )),
+        other => Unreadable::Refused(other.to_string()),
+    }
+    };
+    let (found, header_len) = Header::decode(path, bytes).map_err(refused)?;
+    let header = Header::new(STATE_FORMAT, STATE_VERSION, found.owner.clone());
+    header.check(path, &found).map_err(refused)?;
+    let recovery = mongoose_durable::log::read(path, &header).map_err(refused)?;
+    let mut records = recovery.records.into_iter();
+    let Some(first) = records.next() else {
+        return Err(Unreadable::Refused(
+            "its first record (what it belongs to) is missing, cut short or damaged".to_owned(),
+        ));
+    };
+    let identity: Identity = postcard::from_bytes(&first).map_err(|error| {
+        Unreadable::Refused(format!("its first record cannot be read ({error})"))
+    })?;
+    if header.owner != identity.state_id.to_string().into_bytes() {
+        return Err(Unreadable::Refused(format!(
+            "its header names another state ({}) than its first record ({})",
+            String::from_utf8_lossy(&header.owner),
+            identity.state_id
+        )));
+    }
+    let start = header_len + FRAME_HEADER + first.len();
+    let mut at = start;
+    let frames = records
+        .map(|payload| {
+            let frame = (at, payload);
+            at += FRAME_HEADER + frame.1.len();
+            frame
+        })
+        .collect();
+    Ok(StateRead {
+        identity,
+        legacy: false,
+        start,
+        frames,
+        torn: recovery.torn_tail.map(|torn| (torn.offset, torn.bytes_cut)),
+    })
+}
+
+/// Reads a state of the earlier layout: `MGSNKST2` | version u64 | length u32 | crc32
+/// u32 | postcard(Identity), then records of length u32 | crc32 (seeded with the state
+/// id) u32 | postcard(Frame). A last record cut short is torn; a whole one whose CRC
+/// does not match is damage.
+fn read_legacy(bytes: &[u8]) -> Result<StateRead, String> {
+    let identity = legacy_identity(bytes)?;
+    let start = LEGACY_HEADER_BYTES
+        + u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize;
+    let mut frames = Vec::new();
+    let mut offset = start;
+    let mut torn = None;
+    while offset < bytes.len() {
+        let rest = &bytes[offset..];
+        let whole = rest.get(..FRAME_HEADER).and_then(|head| {
+            let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+            let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+            Some((crc, rest.get(FRAME_HEADER..FRAME_HEADER + len)?))
+        });
+        let Some((crc, payload)) = whole else {
+            torn = Some((offset as u64, rest.len() as u64));
+            break;
+        };
+        if legacy_record_crc(identity.state_id, payload) != crc {
+            return Err(format!(
+                "the record at byte {offset} is damaged (its checksum does not match)"
+            ));
+        }
+        frames.push((offset, payload.to_vec()));
+        offset += FRAME_HEADER + payload.len();
+    }
+    Ok(StateRead {
+        identity,
+        legacy: true,
+        start,
+        frames,
+        torn,
+    })
+}
+
+/// The identity in the header of a state of the earlier layout, checked.
+pub(super) fn legacy_identity(bytes: &[u8]) -> Result<Identity, String> {
+    let Some(head) = bytes.get(..LEGACY_HEADER_BYTES) else {
+        return Err(format!(
+            "it is {} bytes long, shorter than a sink state's header",
+            bytes.len()
+        ));
+    };
+    if &head[..8] != LEGACY_MAGIC {
+        return Err("it is not a sink state (no sink state magic at its start)".to_owned());
+    }
+    let version = u64::from_le_bytes([
+        head[8], head[9], head[10], head[11], head[12], head[13], head[14], head[15],
+    ]);
+    if version != LEGACY_VERSION {
+        return Err(format!(
+            "it is of format version {version}, and this build reads version {LEGACY_VERSION}"
+        ));
+    }
+    let len = u32::from_le_bytes([head[16], head[17], head[18], head[19]]) as usize;
+    let crc = u32::from_le_bytes([head[20], head[21], head[22], head[23]]);
+    let Some(payload) = bytes.get(LEGACY_HEADER_BYTES..LEGACY_HEADER_BYTES + len) else {
+        return Err("its header is cut short".to_owned());
+    };
+    if crc32fast::hash(payload) != crc {
+        return Err("its header is damaged (its checksum does not match)".to_owned());
+    }
+    postcard::from_bytes(payload).map_err(|error| format!("its header cannot be read ({error})"))
 }
 
 /// What the records of a state log say, replayed.
@@ -241,8 +394,6 @@ pub(super) struct Replayed {
     pub(super) seq: u64,
     /// The end of the last whole record.
     pub(super) end: u64,
-    /// A last record cut short at this offset (a crash while it was written).
-    pub(super) torn_at: Option<u64>,
     /// The length of the header and snapshot.
     pub(super) snapshot_len: u64,
 }
@@ -269,35 +420,20 @@ impl Replayed {
         Ok(())
     }
 
-    /// Reads the records after the header (`bytes` is the whole state file).
-    pub(super) fn read(bytes: &[u8], at: usize, state_id: u64) -> Result<Self, String> {
+    /// Replays `frames` (where each starts, its payload: the records after the
+    /// identity, which start at `start`).
+    pub(super) fn replay(start: usize, frames: &[(usize, Vec<u8>)]) -> Result<Self, String> {
         let mut replayed = Replayed {
-            end: at as u64,
-            snapshot_len: at as u64,
+            end: start as u64,
+            snapshot_len: start as u64,
             ..Replayed::default()
         };
-        let mut offset = at;
         let mut first = true;
-        while offset < bytes.len() {
-            let rest = &bytes[offset..];
-            let Some(head) = rest.get(..RECORD_HEAD_BYTES) else {
-                replayed.torn_at = Some(offset as u64);
-                break;
-            };
-            let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-            let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-            let Some(payload) = rest.get(RECORD_HEAD_BYTES..RECORD_HEAD_BYTES + len) else {
-                replayed.torn_at = Some(offset as u64);
-                break;
-            };
-            if record_crc(state_id, payload) != crc {
-                return Err(format!(
-                    "the record at byte {offset} is damaged (its checksum does not match)"
-                ));
-            }
+        for (offset, payload) in frames {
+            let offset = *offset;
             let frame: Frame = postcard::from_bytes(payload)
                 .map_err(|error| format!("the record at byte {offset} cannot be read ({error})"))?;
-            offset += RECORD_HEAD_BYTES + len;
+            let offset = offset + FRAME_HEADER + payload.len();
             match frame {
                 Frame::Snapshot {
                     seq,
@@ -379,6 +515,11 @@ impl Replayed {
 }
 
 impl StateLog {
+    /// The log's length.
+    pub(super) fn len(&self) -> u64 {
+        self.log.len()
+    }
+
     /// Appends `frame` (made durable when the sink syncs); a failed append is cut back.
     pub(super) fn append(&mut self, frame: &Frame) -> std::io::Result<()> {
         self.append_with(frame, self.sync)
@@ -391,23 +532,19 @@ impl StateLog {
 
     fn append_with(&mut self, frame: &Frame, sync: bool) -> std::io::Result<()> {
         if self.dirty {
-            self.file.set_len(self.len)?;
+            self.log.cut_back()?;
             self.dirty = false;
         }
-        let mut bytes = Vec::new();
-        push_record(&mut bytes, self.identity.state_id, frame)?;
-        let written = self.file.write_all_at(&bytes, self.len).and_then(|()| {
-            if sync {
-                self.file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(error) = written {
-            self.dirty = self.file.set_len(self.len).is_err();
-            return Err(error);
+        let payload = encode(frame)?;
+        if let Err(error) = self.log.append(&payload) {
+            self.dirty = self.log.cut_back().is_err();
+            return Err(error.into());
         }
-        self.len += bytes.len() as u64;
+        if sync {
+            // the record stays (a batch that fails is followed by a record of the same
+            // base); its batch is not written
+            self.log.sync()?;
+        }
         Ok(())
     }
 }

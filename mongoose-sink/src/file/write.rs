@@ -11,48 +11,52 @@ use tracing::warn;
 
 use crate::writer::NO_INPUT;
 
+use mongoose_durable::log::RecordLog;
+
 use super::state::{
-    header_bytes, push_record, BatchCheck, Frame, Identity, Lane, LaneRecord, StateLog, Undo,
+    encode, state_header, BatchCheck, Frame, Identity, Lane, LaneRecord, StateLog, Undo,
 };
-use super::{replace_file, FileSink, ALREADY_WRITTEN, COMPACT_AFTER_BYTES};
+use super::{FileSink, ALREADY_WRITTEN, COMPACT_AFTER_BYTES};
 
 impl FileSink {
     /// Replaces the state log by one snapshot of the lanes (a new log, renamed into
-    /// place): at the first open, at compaction, and after the file moved. The lanes
-    /// are numbered anew, and changed only once the new log is in place.
+    /// place): at the first open, at compaction, after the file moved, and over a state
+    /// of the earlier layout. The lanes are numbered anew, and changed only once the new
+    /// log is in place. The log is the durable layer's: its header owned by the state
+    /// id, the identity its first record, the snapshot its second.
     pub(super) fn write_snapshot(
         &mut self,
         identity: Identity,
         seq: u64,
         last: BatchCheck,
     ) -> std::io::Result<()> {
-        let mut bytes = header_bytes(&identity)?;
-        let header_len = bytes.len() as u64;
-        let mut records = Vec::new();
+        let mut records = vec![encode(&identity)?];
+        let mut lanes = Vec::new();
         let mut slots = Vec::with_capacity(self.lanes.len());
         for lane in &self.lanes {
-            let slot = records.len() as u32;
+            let slot = lanes.len() as u32;
             match lane.record(slot, true) {
                 Some(record) => {
-                    records.push(record);
+                    lanes.push(record);
                     slots.push(Some(slot));
                 }
                 None => slots.push(None),
             }
         }
-        if seq > 0 || !records.is_empty() || self.length > 0 {
-            push_record(
-                &mut bytes,
-                identity.state_id,
-                &Frame::Snapshot {
-                    seq,
-                    length: self.length,
-                    last,
-                    lanes: records,
-                },
-            )?;
+        if seq > 0 || !lanes.is_empty() || self.length > 0 {
+            records.push(encode(&Frame::Snapshot {
+                seq,
+                length: self.length,
+                last,
+                lanes,
+            })?);
         }
-        let file = replace_file(&self.state_file, &bytes, self.sync)?;
+        let log = RecordLog::rewrite(
+            &self.state_file,
+            &state_header(identity.state_id),
+            records.iter().map(Vec::as_slice),
+            self.sync,
+        )?;
         let mut next_slot = slots.iter().flatten().count() as u32;
         for (lane, slot) in self.lanes.iter_mut().zip(slots) {
             lane.persisted = slot.is_some();
@@ -61,16 +65,15 @@ impl FileSink {
                 next_slot - 1
             });
         }
-        let len = bytes.len() as u64;
+        let len = log.len();
         self.state = Some(StateLog {
-            file,
+            log,
             identity,
-            len,
             dirty: false,
             seq,
             committed: seq,
             last,
-            snapshot_len: len.max(header_len),
+            snapshot_len: len,
             compact_after: 0,
             next_slot,
             sync: self.sync,
@@ -222,9 +225,9 @@ impl FileSink {
         let Some(state) = &self.state else {
             return;
         };
-        if state.len <= COMPACT_AFTER_BYTES
-            || state.len <= 2 * state.snapshot_len
-            || state.len <= state.compact_after
+        if state.len() <= COMPACT_AFTER_BYTES
+            || state.len() <= 2 * state.snapshot_len
+            || state.len() <= state.compact_after
         {
             return;
         }
@@ -232,7 +235,7 @@ impl FileSink {
             state.identity.clone(),
             state.committed,
             state.last,
-            state.len,
+            state.len(),
         );
         let previous = self.state.take();
         if let Err(error) = self.write_snapshot(identity, seq, last) {
