@@ -6,9 +6,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use mongoose_core::{Delivery, Epoch, PositionValue};
+use mongoose_durable::log::{self, FrameFault};
 use serde::{Deserialize, Serialize};
 
-use crate::crc::Crc32;
 use crate::entry::{ControlOutcome, Entry, Provenance};
 use crate::error::ReplayError;
 
@@ -82,12 +82,9 @@ pub(crate) fn check_head(bytes: &[u8]) -> Result<Head, HeadError> {
     Ok(Head::Store { version })
 }
 
-/// The checksum of a frame: CRC-32 of the length bytes, then the body.
-pub(crate) fn frame_checksum(length: [u8; 4], body: &[u8]) -> u32 {
-    Crc32::new().update(&length).update(body).finish()
-}
-
-/// Appends one frame holding `frame` to `buffer`. On an error `buffer` is as it was.
+/// Appends one frame holding `frame` to `buffer`: the durable layer's frame
+/// (`mongoose_durable::log`: the body's length, the CRC-32 of the length bytes then the
+/// body, the body), built in place. On an error `buffer` is as it was.
 pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<(), ReplayError> {
     let encode_error = |error: postcard::Error| ReplayError::Encode {
         reason: error.to_string(),
@@ -102,6 +99,7 @@ pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<
         });
     }
     let start = buffer.len();
+    let framed = log::begin_frame(buffer);
     buffer.resize(start + FRAME_HEAD_LEN + body_len, 0);
     let written = postcard::to_slice(frame, &mut buffer[start + FRAME_HEAD_LEN..])
         .map(|body| body.len())
@@ -112,21 +110,19 @@ pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<
             reason: "the encoded size differs from the measured one".to_owned(),
         }));
     }
-    // body_len <= MAX_FRAME_LEN fits a u32
-    let length = (body_len as u32).to_le_bytes();
-    let checksum = frame_checksum(length, &buffer[start + FRAME_HEAD_LEN..]);
-    buffer[start..start + 4].copy_from_slice(&length);
-    buffer[start + 4..start + FRAME_HEAD_LEN].copy_from_slice(&checksum.to_le_bytes());
+    // body_len <= MAX_FRAME_LEN, under the layer's limit
+    log::finish_frame(buffer, framed).map_err(|error| ReplayError::Encode {
+        reason: error.to_string(),
+    })?;
     Ok(())
 }
 
 /// Appends a frame around an arbitrary `body` (tests of the reader).
 #[cfg(test)]
 pub(crate) fn push_raw_frame_for_tests(buffer: &mut Vec<u8>, body: &[u8]) {
-    let length = (body.len() as u32).to_le_bytes();
-    buffer.extend_from_slice(&length);
-    buffer.extend_from_slice(&frame_checksum(length, body).to_le_bytes());
+    let framed = log::begin_frame(buffer);
     buffer.extend_from_slice(body);
+    log::finish_frame(buffer, framed).expect("a body under the layer's limit");
 }
 
 /// One step of reading the frames.
@@ -142,6 +138,8 @@ pub(crate) enum FrameRead<'a> {
     Damaged(&'static str),
 }
 
+/// Reads the frame at `offset` (the durable layer's frame, with the store's own limits:
+/// a body of 1 ..= [`MAX_FRAME_LEN`] bytes).
 pub(crate) fn read_frame(bytes: &[u8], offset: usize) -> FrameRead<'_> {
     let rest = &bytes[offset.min(bytes.len())..];
     if rest.is_empty() {
@@ -150,22 +148,17 @@ pub(crate) fn read_frame(bytes: &[u8], offset: usize) -> FrameRead<'_> {
     if rest.len() < FRAME_HEAD_LEN {
         return FrameRead::Torn;
     }
-    let length = [rest[0], rest[1], rest[2], rest[3]];
-    let body_len = u32::from_le_bytes(length) as usize;
+    let body_len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
     if body_len == 0 || body_len > MAX_FRAME_LEN {
         return FrameRead::Damaged("a frame length of 0 or past the limit");
     }
-    if rest.len() - FRAME_HEAD_LEN < body_len {
-        return FrameRead::Torn;
-    }
-    let checksum = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-    let body = &rest[FRAME_HEAD_LEN..FRAME_HEAD_LEN + body_len];
-    if frame_checksum(length, body) != checksum {
-        return FrameRead::Damaged("a frame whose checksum does not match");
-    }
-    FrameRead::Frame {
-        body,
-        next: offset + FRAME_HEAD_LEN + body_len,
+    match log::read_frame(bytes, offset) {
+        Ok(frame) => FrameRead::Frame {
+            body: frame.payload,
+            next: frame.next,
+        },
+        Err(FrameFault::CutShort(_)) => FrameRead::Torn,
+        Err(FrameFault::Bad(_)) => FrameRead::Damaged("a frame whose checksum does not match"),
     }
 }
 
@@ -570,10 +563,10 @@ mod tests {
             2, 1, 4, // clock: two readings, zigzag -1 and 2
         ];
         assert_eq!(&buffer[split + FRAME_HEAD_LEN..], entry_body);
-        let checksum = Crc32::new()
-            .update(&(entry_body.len() as u32).to_le_bytes())
-            .update(entry_body)
-            .finish();
+        let mut checksum = crc32fast::Hasher::new();
+        checksum.update(&(entry_body.len() as u32).to_le_bytes());
+        checksum.update(entry_body);
+        let checksum = checksum.finalize();
         assert_eq!(
             &buffer[split + 4..split + FRAME_HEAD_LEN],
             &checksum.to_le_bytes()

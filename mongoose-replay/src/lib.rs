@@ -337,7 +337,6 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
-mod crc;
 mod entry;
 mod error;
 mod feeds;

@@ -10,7 +10,6 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::crc::Crc32;
 use crate::entry::{Entry, Provenance};
 use crate::error::ReplayError;
 use crate::format::{
@@ -81,18 +80,32 @@ pub struct ReplayStore {
 }
 
 /// The frames of a store so far: what its closing frame says.
-#[derive(Clone, PartialEq, Eq, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Tally {
     frames: u64,
     entries: u64,
     /// CRC-32 of the frames' heads, in order (each head holds its frame's length and
     /// CRC-32, so this covers every frame byte at 8 bytes of work per frame).
-    checksum: Crc32,
+    checksum: crc32fast::Hasher,
     /// Where the frames end (the closing frame's start in a closed store).
     end: usize,
 }
 
+impl PartialEq for Tally {
+    fn eq(&self, other: &Self) -> bool {
+        (self.frames, self.entries, self.checksum(), self.end)
+            == (other.frames, other.entries, other.checksum(), other.end)
+    }
+}
+
+impl Eq for Tally {}
+
 impl Tally {
+    /// The checksum of the frames' heads so far (the running state is kept).
+    fn checksum(&self) -> u32 {
+        self.checksum.clone().finalize()
+    }
+
     fn new() -> Self {
         Tally {
             end: HEADER_LEN,
@@ -103,7 +116,7 @@ impl Tally {
     fn add(&mut self, frame_bytes: &[u8], entry: bool) {
         self.frames += 1;
         self.entries += u64::from(entry);
-        self.checksum.add(&frame_bytes[..FRAME_HEAD_LEN]);
+        self.checksum.update(&frame_bytes[..FRAME_HEAD_LEN]);
         self.end += frame_bytes.len();
     }
 }
@@ -354,7 +367,7 @@ impl ReplayStore {
             &WireFrame::Close {
                 frames: self.tally.frames,
                 entries: self.tally.entries,
-                checksum: self.tally.checksum.finish(),
+                checksum: self.tally.checksum(),
                 sealed,
             },
         )?;

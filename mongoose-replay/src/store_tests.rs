@@ -402,3 +402,39 @@ fn a_second_writer_of_a_store_is_refused_while_the_first_holds_it() {
     let reopened = ReplayStore::open(&path).expect("free once the first let go");
     assert!(reopened.holds_recording());
 }
+
+// issue 38: the store's frames are the durable layer's frames (length, CRC-32 of the
+// length then the body, body), so the layer's reader reads every frame of a store, and
+// a store written before the store framed through the layer reads the same
+#[test]
+fn a_stores_frames_are_the_durable_layers_frames() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store
+        .append(counter, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    store.append(counter, &inline("two", None)).unwrap();
+    store.close().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let ours = frames(&bytes);
+    let mut at = HEADER_LEN;
+    let mut layer = Vec::new();
+    while at < bytes.len() {
+        let frame = mongoose_durable::log::read_frame(&bytes, at).expect("a layer frame");
+        layer.push(at);
+        at = frame.next;
+    }
+    assert_eq!(at, bytes.len());
+    assert_eq!(
+        layer,
+        ours.iter()
+            .map(|(offset, _, _)| *offset)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(ours.last().unwrap().1, "Close");
+    // a changed body byte fails the layer's checksum as it fails the store's
+    let mut changed = bytes.clone();
+    changed[layer[1] + 9] ^= 0x10;
+    assert!(mongoose_durable::log::read_frame(&changed, layer[1]).is_err());
+}

@@ -328,7 +328,7 @@ impl Recording {
                             tally.entries
                         ));
                     }
-                    let found = tally.checksum.finish();
+                    let found = tally.checksum();
                     if checksum != found {
                         differs.push(format!(
                             "its checksum is {checksum:08x}, the frames' is {found:08x}"
