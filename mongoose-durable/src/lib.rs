@@ -23,8 +23,11 @@
 //!
 //! * the loss file (`mongoose-source-file/src/losses.rs`), the archive connector's
 //!   pointer, the Kafka epoch file's topic id, and the audit capture's records file and
-//!   sidecar (`mongoose-control/src/capture/`), and the archive's catalog are [`log`]s
-//!   with a [`header`];
+//!   sidecar (`mongoose-control/src/capture/`), the archive's catalog and the outbox's
+//!   segments (`mongoose-outbox`, framed in its group buffer with
+//!   [`log::begin_frame`]) are [`log`]s with a [`header`]; the replay store
+//!   (`mongoose-replay`) has the [`header`] and the [`log`]'s frames, with its own
+//!   recovery (read up to a torn or damaged frame, then read-only);
 //! * every `flock` of the server, by one retry policy ([`lock::FileLock::acquire`]):
 //!   the data folder's lock, the outbox's `LOCK`, the journal's appender lock and
 //!   tailer stores, the archive's lock, a file sink's output, a replay store's file;

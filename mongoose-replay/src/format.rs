@@ -6,24 +6,36 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use mongoose_core::{Delivery, Epoch, PositionValue};
+use mongoose_durable::header::Header;
 use mongoose_durable::log::{self, FrameFault};
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 use crate::entry::{ControlOutcome, Entry, Provenance};
 use crate::error::ReplayError;
 
-/// The first 8 bytes of every replay store.
+/// The format name in a store's header (the durable layer's, `mongoose_durable::header`).
+pub const FORMAT_NAME: &str = "mongoose-replay-store";
+
+/// The first 8 bytes of a store of the earlier head (format versions 1 and 2), still
+/// read.
 pub const MAGIC: [u8; 8] = *b"MGREPLAY";
 
-/// The format version this build writes and the newest it reads. Version 2 added the
+/// The format version this build writes and the newest it reads. Version 3 opens with
+/// the durable layer's header (its frames are those of version 2); version 2 added the
 /// closing frame; version 1 stores (no closing frame) are still read, as incomplete.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The first format version with a closing frame.
 pub(crate) const CLOSING_FRAME_VERSION: u32 = 2;
 
-/// The head: [`MAGIC`], then the format version as a little-endian `u32`.
-pub const HEADER_LEN: usize = 12;
+/// The head this build writes: the durable layer's header (magic `MGDH` 4, length 2,
+/// version 4, name length 1, [`FORMAT_NAME`], owner length 1 = 0, CRC-32 4).
+pub const HEADER_LEN: usize = 4 + 2 + 4 + 1 + FORMAT_NAME.len() + 1 + 4;
+
+/// The earlier head (format versions 1 and 2): [`MAGIC`], then the format version as a
+/// little-endian `u32`.
+pub const EARLIER_HEADER_LEN: usize = 12;
 
 /// A frame's own head: the body's length, then the checksum, each a little-endian `u32`.
 pub const FRAME_HEAD_LEN: usize = 8;
@@ -33,10 +45,10 @@ pub const MAX_FRAME_LEN: usize = 16 << 20;
 
 /// The head of a store of this build's version.
 pub(crate) fn header() -> [u8; HEADER_LEN] {
-    let mut head = [0u8; HEADER_LEN];
-    head[..8].copy_from_slice(&MAGIC);
-    head[8..].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    head
+    let bytes = Header::new(FORMAT_NAME, FORMAT_VERSION, Vec::new())
+        .encode()
+        .expect("a format name within the layer's limits");
+    bytes.try_into().expect("HEADER_LEN bytes")
 }
 
 /// What a file's head says.
@@ -48,6 +60,8 @@ pub(crate) enum Head {
     Store {
         /// Its format version (1 ..= [`FORMAT_VERSION`]).
         version: u32,
+        /// Where its first frame starts.
+        len: usize,
     },
 }
 
@@ -58,28 +72,68 @@ pub(crate) enum HeadError {
 }
 
 pub(crate) fn check_head(bytes: &[u8]) -> Result<Head, HeadError> {
-    if bytes.len() < HEADER_LEN {
-        let magic_part = &bytes[..bytes.len().min(MAGIC.len())];
-        if magic_part == &MAGIC[..magic_part.len()] {
-            return Ok(Head::Empty);
-        }
-        return Err(HeadError::NotAStore(
-            "it does not start with the store's magic",
-        ));
+    let layer_magic = &mongoose_durable::header::MAGIC;
+    let prefix_of = |head: &[u8]| bytes.len() < head.len() && bytes == &head[..bytes.len()];
+    // a head cut short while the store was created (this build's, or the earlier one's
+    // magic): an empty store
+    let earlier_magic_part = &bytes[..bytes.len().min(MAGIC.len())];
+    if prefix_of(&header())
+        || (bytes.len() < EARLIER_HEADER_LEN
+            && earlier_magic_part == &MAGIC[..earlier_magic_part.len()])
+    {
+        return Ok(Head::Empty);
     }
-    if bytes[..8] != MAGIC {
+    if bytes.starts_with(layer_magic) {
+        return check_layer_head(bytes);
+    }
+    if bytes.len() < EARLIER_HEADER_LEN || bytes[..8] != MAGIC {
         return Err(HeadError::NotAStore(
-            "it does not start with the store's magic",
+            "it starts with neither the durable layer's header nor the store's earlier magic",
         ));
     }
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
     if version == 0 {
         return Err(HeadError::NotAStore("its format version is 0"));
     }
-    if version > FORMAT_VERSION {
+    if version >= FORMAT_VERSION {
+        // no build wrote the earlier head with a later version: a newer layout
         return Err(HeadError::Newer(version));
     }
-    Ok(Head::Store { version })
+    Ok(Head::Store {
+        version,
+        len: EARLIER_HEADER_LEN,
+    })
+}
+
+/// Checks a head of the durable layer's (format version 3 and later).
+fn check_layer_head(bytes: &[u8]) -> Result<Head, HeadError> {
+    let (found, len) = match Header::decode(Path::new(""), bytes) {
+        Ok(found) => found,
+        Err(mongoose_durable::DurableError::DamagedHeader { reason, .. }) => {
+            return Err(HeadError::NotAStore(reason))
+        }
+        Err(_) => return Err(HeadError::NotAStore("its header cannot be read")),
+    };
+    if found.format != FORMAT_NAME {
+        return Err(HeadError::NotAStore(
+            "its header names another format than a replay store",
+        ));
+    }
+    if found.version > FORMAT_VERSION {
+        return Err(HeadError::Newer(found.version));
+    }
+    if found.version < FORMAT_VERSION {
+        return Err(HeadError::NotAStore(
+            "its header names a format version that only the earlier head carries",
+        ));
+    }
+    if !found.owner.is_empty() {
+        return Err(HeadError::NotAStore("its header names an owner"));
+    }
+    Ok(Head::Store {
+        version: found.version,
+        len,
+    })
 }
 
 /// Appends one frame holding `frame` to `buffer`: the durable layer's frame
@@ -506,14 +560,37 @@ mod tests {
     use super::*;
 
     // DESIGN.md "Binary formats carry a magic/version and have layout tests": these bytes
-    // are the format of version 2 (the frames of version 1 and the closing frame);
-    // changing them needs a new FORMAT_VERSION.
+    // are the format of version 3 (the durable layer's header; the frames of version 2:
+    // those of version 1 and the closing frame); changing them needs a new
+    // FORMAT_VERSION.
     #[test]
     fn the_head_and_a_delivery_and_input_frame_have_the_documented_layout() {
+        let mut head = b"MGDH".to_vec();
+        head.extend_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+        head.extend_from_slice(&3u32.to_le_bytes());
+        head.push(21);
+        head.extend_from_slice(b"mongoose-replay-store");
+        head.push(0); // no owner
+        let crc = crc32fast::hash(&head);
+        head.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(header()[..], head[..]);
+        assert_eq!(HEADER_LEN, 37);
+        // the earlier head is still read: magic and version 1 or 2
+        let mut earlier = MAGIC.to_vec();
+        earlier.extend_from_slice(&2u32.to_le_bytes());
         assert_eq!(
-            header(),
-            [b'M', b'G', b'R', b'E', b'P', b'L', b'A', b'Y', 2, 0, 0, 0]
+            check_head(&earlier),
+            Ok(Head::Store {
+                version: 2,
+                len: EARLIER_HEADER_LEN
+            })
         );
+        for cut in 0..HEADER_LEN {
+            assert_eq!(check_head(&header()[..cut]), Ok(Head::Empty), "{cut}");
+        }
+        for cut in 0..EARLIER_HEADER_LEN {
+            assert_eq!(check_head(&earlier[..cut]), Ok(Head::Empty), "{cut}");
+        }
         let delivery = Delivery::new(Arc::from("f"), 3, Epoch(2), PositionValue::at(300), 0);
         let entry = Entry::Indexed {
             feed: "f".into(),

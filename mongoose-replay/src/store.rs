@@ -106,9 +106,10 @@ impl Tally {
         self.checksum.clone().finalize()
     }
 
-    fn new() -> Self {
+    /// The tally of no frame after a head of `head_len` bytes.
+    fn new(head_len: usize) -> Self {
         Tally {
-            end: HEADER_LEN,
+            end: head_len,
             ..Tally::default()
         }
     }
@@ -160,15 +161,15 @@ impl ReplayStore {
             read_only: None,
             buffer: Vec::with_capacity(256),
             write_buffer: 0,
-            tally: Tally::new(),
+            tally: Tally::new(HEADER_LEN),
             reopened_closing_at: None,
         };
         let head = check_head(&bytes).map_err(|error| head_error(&path, error))?;
         // a store that holds nothing past its head is empty: written afresh (so a head
         // of an older version becomes this version's)
         let existing = match head {
-            Head::Store { version } if bytes.len() > HEADER_LEN || version == FORMAT_VERSION => {
-                Some(version)
+            Head::Store { version, len } if bytes.len() > len || version == FORMAT_VERSION => {
+                Some((version, len))
             }
             _ => None,
         };
@@ -180,8 +181,8 @@ impl ReplayStore {
                 store.file.write_all(&header()).map_err(io)?;
                 store.file.sync_data().map_err(io)?;
             }
-            Some(version) => {
-                let recording = Recording::parse(&bytes, version);
+            Some((version, head_len)) => {
+                let recording = Recording::parse(&bytes, version, head_len);
                 for (id, stream) in recording.streams.iter().enumerate() {
                     store.keys.push(stream.key.clone());
                     // ids are checked sequential and keys unique while parsing

@@ -438,3 +438,59 @@ fn a_stores_frames_are_the_durable_layers_frames() {
     changed[layer[1] + 9] ^= 0x10;
     assert!(mongoose_durable::log::read_frame(&changed, layer[1]).is_err());
 }
+
+// issue 38: a store begins with the durable layer's header, naming its format and
+// version (a store has no owner: any reader may read it)
+#[test]
+fn a_new_store_begins_with_the_durable_layers_header() {
+    let (_dir, path) = store_path();
+    let store = ReplayStore::open_for_record(&path).unwrap();
+    drop(store);
+    let bytes = std::fs::read(&path).unwrap();
+    let (found, len) = mongoose_durable::header::Header::decode(&path, &bytes).expect("a header");
+    assert_eq!(
+        (
+            found.format.as_str(),
+            found.version,
+            found.owner.as_slice(),
+            len
+        ),
+        ("mongoose-replay-store", 3, &[][..], HEADER_LEN)
+    );
+    assert_eq!(bytes.len(), HEADER_LEN);
+}
+
+// issue 38: a store of the earlier head (MGREPLAY, format version 2) is still read,
+// complete, and continued as it is (its frames are the same bytes)
+#[test]
+fn a_store_of_the_earlier_head_is_read_and_continued() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store
+        .append(counter, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    store.append(counter, &inline("two", None)).unwrap();
+    store.close().unwrap();
+    drop(store);
+    let written = std::fs::read(&path).unwrap();
+    let mut earlier = b"MGREPLAY".to_vec();
+    earlier.extend_from_slice(&2u32.to_le_bytes());
+    earlier.extend_from_slice(&written[HEADER_LEN..]);
+    std::fs::write(&path, &earlier).unwrap();
+
+    let recording = Recording::read(&path).unwrap();
+    assert!(recording.complete(), "{:?}", recording.incomplete());
+    assert_eq!(entries_of(&recording, "counter").len(), 2);
+
+    let mut store = ReplayStore::open(&path).unwrap();
+    let counter = store.stream("counter").expect("the stream continues");
+    store.append(counter, &inline("three", None)).unwrap();
+    store.close().unwrap();
+    drop(store);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes[..12], earlier[..12], "the earlier head is kept");
+    let recording = Recording::read(&path).unwrap();
+    assert!(recording.complete(), "{:?}", recording.incomplete());
+    assert_eq!(entries_of(&recording, "counter").len(), 3);
+}
