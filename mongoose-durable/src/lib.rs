@@ -24,9 +24,12 @@
 //! * the loss file (`mongoose-source-file/src/losses.rs`), the archive connector's
 //!   pointer, the Kafka epoch file's topic id, the audit capture's records file and
 //!   sidecar (`mongoose-control/src/capture/`), the archive's catalog, the file sink's
-//!   state log (`mongoose-sink/src/file/state.rs`, owned by its state id) and the lane
-//!   registry (`mongoose-source-file/src/lanes.rs`, one record, owned by its glob) are
-//!   [`log`]s with a [`header`];
+//!   state log (`mongoose-sink/src/file/state.rs`, owned by its state id), the lane
+//!   registry (`mongoose-source-file/src/lanes.rs`, one record, owned by its glob) and
+//!   the outbox's segments (`mongoose-outbox`, framed in its group buffer with
+//!   [`log::begin_frame`]) are [`log`]s with a [`header`]; the replay store
+//!   (`mongoose-replay`) has the [`header`] and the [`log`]'s frames, with its own
+//!   recovery (read up to a torn or damaged frame, then read-only);
 //! * every `flock` of the server, by one retry policy ([`lock::FileLock::acquire`]):
 //!   the data folder's lock, the outbox's `LOCK`, the journal's appender lock and
 //!   tailer stores, the archive's lock, a file sink's output, a replay store's file;

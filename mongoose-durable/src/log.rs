@@ -26,6 +26,12 @@
 //!
 //! A record is committed when [`RecordLog::sync`] returns after it: recovery never cuts
 //! a committed record (a torn tail is always after the last sync).
+//!
+//! A writer that commits records in groups frames them into a buffer of its own
+//! ([`begin_frame`], [`finish_frame`]: no allocation, no copy of the payload) and writes
+//! the buffer at once; a reader with recovery rules of its own on top of these (the
+//! outbox's watermark over its segments) reads the frames borrowed with [`read_frame`].
+//! The bytes are the same either way.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -259,13 +265,138 @@ impl<F: DiskFile> RecordLog<F> {
 
 /// Appends `record`'s frame (length, checksum, payload) to `buffer`.
 fn push_frame(buffer: &mut Vec<u8>, record: &[u8]) {
-    let len = (record.len() as u32).to_le_bytes();
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&len);
-    crc.update(record);
-    buffer.extend_from_slice(&len);
-    buffer.extend_from_slice(&crc.finalize().to_le_bytes());
+    let start = begin_frame(buffer);
     buffer.extend_from_slice(record);
+    seal_frame(buffer, start.0);
+}
+
+/// Where a frame being built at the end of a caller's buffer starts ([`begin_frame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameStart(usize);
+
+/// Starts a record's frame at the end of `buffer`, for a writer that frames many
+/// records into one buffer of its own and writes them with one `write` (a group
+/// commit): the caller appends the payload to `buffer` (a serializer writes it there
+/// directly), then [`finish_frame`] fills in the length and the checksum. Nothing is
+/// allocated per record and the payload is never copied. The bytes are those
+/// [`RecordLog::append`] writes, read back by [`RecordLog::open_or_create`], [`read`]
+/// and [`read_frame`].
+#[inline]
+pub fn begin_frame(buffer: &mut Vec<u8>) -> FrameStart {
+    let start = buffer.len();
+    buffer.extend_from_slice(&[0u8; FRAME_HEADER]);
+    FrameStart(start)
+}
+
+/// Ends the frame [`begin_frame`] started at `start`: everything appended to `buffer`
+/// since is its payload. Returns the frame's length (its 8 bytes of length and
+/// checksum included).
+///
+/// # Errors
+/// [`DurableError::TooLarge`] when the payload is over [`MAX_RECORD`]: `buffer` is then
+/// cut back to where the frame started.
+#[inline]
+pub fn finish_frame(buffer: &mut Vec<u8>, start: FrameStart) -> Result<usize, DurableError> {
+    let payload_len = buffer.len() - start.0 - FRAME_HEADER;
+    if payload_len > MAX_RECORD {
+        buffer.truncate(start.0);
+        return Err(DurableError::TooLarge {
+            what: "a record",
+            len: payload_len,
+            max: MAX_RECORD,
+            context: "log",
+        });
+    }
+    seal_frame(buffer, start.0);
+    Ok(FRAME_HEADER + payload_len)
+}
+
+/// A new CRC-32 hasher, cloned from one made once: [`crc32fast::Hasher::new`] asks the
+/// CPU for its features each time, a cost the group-committing writers pay per record.
+#[inline]
+fn hasher() -> crc32fast::Hasher {
+    static PROTOTYPE: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+    PROTOTYPE.get_or_init(crc32fast::Hasher::new).clone()
+}
+
+/// Fills in the length and checksum of the frame at `start`, whose payload runs to the
+/// end of `buffer` (at most [`MAX_RECORD`] bytes).
+#[inline]
+fn seal_frame(buffer: &mut [u8], start: usize) {
+    let len = ((buffer.len() - start - FRAME_HEADER) as u32).to_le_bytes();
+    // The length is put in the checksum's place first, just before the payload, so the
+    // checksum (of the length, then the payload) is taken over one run of bytes.
+    buffer[start + 4..start + FRAME_HEADER].copy_from_slice(&len);
+    let mut crc = hasher();
+    crc.update(&buffer[start + 4..]);
+    buffer[start..start + 4].copy_from_slice(&len);
+    buffer[start + 4..start + FRAME_HEADER].copy_from_slice(&crc.finalize().to_le_bytes());
+}
+
+/// A whole frame whose checksum holds, borrowed from a log's bytes ([`read_frame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameView<'a> {
+    /// The record's payload.
+    pub payload: &'a [u8],
+    /// Where the next frame starts.
+    pub next: usize,
+}
+
+/// Why there is no whole frame at an offset ([`read_frame`]). Which of the two it is
+/// does not decide between a torn tail and damage: that is decided by what follows
+/// (see the module's documentation); a caller with a stricter rule of its own (a bad
+/// frame that is not all zeros is never a torn tail, say) can tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameFault {
+    /// The frame runs past the end of the bytes.
+    CutShort(&'static str),
+    /// The frame is all there but wrong: a length over [`MAX_RECORD`], or a checksum
+    /// that does not match.
+    Bad(&'static str),
+}
+
+impl FrameFault {
+    /// What is wrong, in words.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FrameFault::CutShort(reason) | FrameFault::Bad(reason) => reason,
+        }
+    }
+}
+
+/// Reads the frame at `at` of `bytes` (a log's content, its header included, or any
+/// run of frames), borrowing its payload: for a reader that keeps its own recovery
+/// rules on top of the layer's frames (the outbox's watermark and segments), or that
+/// must not copy every record.
+///
+/// # Errors
+/// [`FrameFault`] when no whole, intact frame starts at `at`.
+pub fn read_frame(bytes: &[u8], at: usize) -> Result<FrameView<'_>, FrameFault> {
+    let rest = bytes.get(at..).unwrap_or_default();
+    if rest.len() < FRAME_HEADER {
+        return Err(FrameFault::CutShort("a record header cut short"));
+    }
+    let len_bytes = [rest[0], rest[1], rest[2], rest[3]];
+    let len = u32::from_le_bytes(len_bytes) as usize;
+    if len > MAX_RECORD {
+        return Err(FrameFault::Bad("a record length over the limit"));
+    }
+    if len > rest.len() - FRAME_HEADER {
+        return Err(FrameFault::CutShort(
+            "a record longer than the rest of the file",
+        ));
+    }
+    let payload = &rest[FRAME_HEADER..FRAME_HEADER + len];
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&len_bytes);
+    crc.update(payload);
+    if crc.finalize() != u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]) {
+        return Err(FrameFault::Bad("a checksum that does not match"));
+    }
+    Ok(FrameView {
+        payload,
+        next: at + FRAME_HEADER + len,
+    })
 }
 
 /// The bytes of a whole log: `header`, then each of `records` framed. For a log
@@ -360,20 +491,7 @@ fn scan(path: &Path, bytes: &[u8], header: &Header) -> Result<Scanned, DurableEr
 
 /// The end of the valid frame at `at`, or what is wrong with it.
 fn frame_at(bytes: &[u8], at: usize) -> Result<usize, &'static str> {
-    let rest = &bytes[at..];
-    if rest.len() < FRAME_HEADER {
-        return Err("a record header cut short");
-    }
-    let len_bytes = [rest[0], rest[1], rest[2], rest[3]];
-    let len = u32::from_le_bytes(len_bytes) as usize;
-    if len > MAX_RECORD || len > rest.len() - FRAME_HEADER {
-        return Err("a record longer than the rest of the file");
-    }
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&len_bytes);
-    crc.update(&rest[FRAME_HEADER..FRAME_HEADER + len]);
-    if crc.finalize() != u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]) {
-        return Err("a checksum that does not match");
-    }
-    Ok(at + FRAME_HEADER + len)
+    read_frame(bytes, at)
+        .map(|frame| frame.next)
+        .map_err(|fault| fault.reason())
 }

@@ -197,3 +197,53 @@ fn a_rewritten_log_is_appended_to_after_its_records_and_a_failed_append_cut_back
     }
     assert!(!mongoose_durable::replace::temporary_path(&path).exists());
 }
+
+/// A writer that frames many records into its own buffer and writes them at once (the
+/// outbox's group commit) writes the same bytes as [`RecordLog::append`], and a reader
+/// that borrows them sees each payload, a cut-short frame and a bad one told apart.
+#[test]
+fn frames_built_in_a_callers_buffer_are_the_logs_frames_and_read_back_borrowed() {
+    use mongoose_durable::log::{begin_frame, finish_frame, read_frame, FrameFault};
+    let folder = tempfile::tempdir().expect("folder");
+    let (path, offsets) = write_log(folder.path(), &RECORDS);
+    let written = std::fs::read(&path).expect("read");
+
+    let mut buffer = header().encode().expect("header");
+    for record in RECORDS {
+        let start = begin_frame(&mut buffer);
+        buffer.extend_from_slice(record);
+        let len = finish_frame(&mut buffer, start).expect("framed");
+        assert_eq!(len, 8 + record.len());
+    }
+    assert_eq!(buffer, written, "the same bytes as appended one by one");
+
+    let mut at = offsets[0] as usize;
+    for (index, record) in RECORDS.iter().enumerate() {
+        let frame = read_frame(&written, at).expect("a whole frame");
+        assert_eq!(
+            (frame.payload, frame.next),
+            (*record, offsets[index + 1] as usize)
+        );
+        at = frame.next;
+    }
+    assert!(matches!(
+        read_frame(&written[..written.len() - 1], offsets[4] as usize),
+        Err(FrameFault::CutShort(_))
+    ));
+    let mut damaged = written.clone();
+    damaged[offsets[2] as usize + 9] ^= 1;
+    assert!(matches!(
+        read_frame(&damaged, offsets[2] as usize),
+        Err(FrameFault::Bad(_))
+    ));
+
+    // a payload over the limit is refused and leaves the buffer as it was
+    let mut buffer = b"kept".to_vec();
+    let start = begin_frame(&mut buffer);
+    buffer.resize(buffer.len() + mongoose_durable::log::MAX_RECORD + 1, 0);
+    assert!(matches!(
+        finish_frame(&mut buffer, start),
+        Err(DurableError::TooLarge { .. })
+    ));
+    assert_eq!(buffer, b"kept");
+}

@@ -71,20 +71,31 @@
 //! `DURABLE` file (the watermark) says up to which sequence records were reported
 //! durable. All integers are little-endian.
 //!
+//! A segment is a record log of the durable layer (`mongoose_durable::log`, header
+//! and frames as that crate describes them); its records are framed into the writer's
+//! group buffer with `log::begin_frame`/`log::finish_frame` and written one group at a
+//! time.
+//!
 //! ```text
-//! segment header (40 bytes; version 1 had 24: no owner, CRC of 20 bytes; still read)
-//!   magic     8  "MGOUTBOX"
-//!   version   4  u32 = 2
-//!   first_seq 8  u64, the same as in the file name
-//!   owner    16  the owner's identity (OutboxConfig::owner; zeros: none)
-//!   crc       4  CRC32 (crc32fast) of the 36 bytes before it
-//! record (repeated)
-//!   length    4  u32, the payload's length (9 ..= 1 GiB)
-//!   crc       4  CRC32 of the payload
+//! segment header (format version 3, 63 bytes: the durable layer's header)
+//!   magic     4  "MGDH"
+//!   length    2  u16 = 63
+//!   version   4  u32 = 3
+//!   name      1 + 23  "mongoose-outbox-segment"
+//!   owner     1 + 24  length 24: the owner's identity (16 bytes, OutboxConfig::owner;
+//!                     zeros: none), then first_seq (u64, the same as in the file name)
+//!   crc       4  CRC32 (crc32fast) of the 59 bytes before it
+//! record (repeated; the durable layer's frame)
+//!   length    4  u32, the payload's length (9 ..= 256 MiB)
+//!   crc       4  CRC32 of the 4 length bytes, then the payload
 //!   payload:
 //!     kind    1  1 = admission, 2 = outcomes
 //!     seq     8  u64; records are numbered 1, 2, 3 ... across segments, with no gap
 //!     body       postcard: an Admission, or a sequence of (OutputKey, Outcome)
+//! earlier segments (versions 1 and 2, still read, never appended to)
+//!   header    "MGOUTBOX", version u32, first_seq u64, [owner 16 in version 2],
+//!             CRC32 of the bytes before it (24 bytes in version 1, 40 in version 2)
+//!   record    length u32 (9 ..= 1 GiB), CRC32 of the payload only, payload as above
 //! DURABLE (24 bytes, rewritten in place after each group, before anyone is told)
 //!   magic     8  "MGDURABL"
 //!   version   4  u32 = 1
@@ -117,6 +128,10 @@
 //!   record is read, only the [`OutboxError::Cut`] check is skipped that once.
 //!
 //! Each refusal changes nothing on disk.
+//!
+//! A last segment of the earlier layout (versions 1 and 2) is never appended to: when
+//! it holds records, the next record starts a new segment; when it holds none, opening
+//! replaces it whole (the durable layer's atomic replace) by a header of this version.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,

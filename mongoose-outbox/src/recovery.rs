@@ -8,7 +8,7 @@ use mongoose_core::sink::OutputKey;
 
 use crate::format::{
     self, check_segment_header, find_whole_record_after, is_torn_header, is_torn_watermark,
-    parse_watermark, read_frame, Frame, KIND_ADMISSION, WATERMARK_FILE,
+    parse_watermark, read_frame, Frame, Framing, KIND_ADMISSION, WATERMARK_FILE,
 };
 use crate::{Admission, AdmittedOutput, OutboxError, OutboxOwner, Outcome};
 
@@ -106,8 +106,12 @@ pub(crate) struct SegmentMeta {
     pub(crate) last_admission: u64,
     /// How many of its outputs have no terminal outcome.
     pub(crate) unsettled: usize,
-    /// The length of its header (24 for format version 1, 40 for version 2).
+    /// The length of its header (24 for format version 1, 40 for version 2,
+    /// [`format::HEADER_LEN`] for version 3).
     pub(crate) header_len: u64,
+    /// How its records are framed: a segment of the earlier layout is read, never
+    /// appended to.
+    pub(crate) framing: Framing,
 }
 
 /// A folder read back, before anything is changed on disk.
@@ -387,6 +391,7 @@ pub(crate) fn scan(
                 last_admission: 0,
                 unsettled: 0,
                 header_len: format::HEADER_LEN as u64,
+                framing: Framing::Layer,
             });
             recovery.last_seq = first_seq - 1;
             tail = Some((path.clone(), 0));
@@ -410,11 +415,12 @@ pub(crate) fn scan(
             last_admission: 0,
             unsettled: 0,
             header_len: header.len as u64,
+            framing: header.framing,
         };
         let mut offset = header.len;
         let mut next_seq = first_seq;
         while offset < bytes.len() {
-            let reason = match read_frame(bytes, offset) {
+            let reason = match read_frame(bytes, offset, header.framing) {
                 Frame::Whole {
                     kind,
                     seq,
@@ -507,7 +513,7 @@ pub(crate) fn scan(
                     format!("{reason}, in a segment that is not the last one"),
                 ));
             }
-            if let Some(whole) = find_whole_record_after(bytes, offset, next_seq) {
+            if let Some(whole) = find_whole_record_after(bytes, offset, next_seq, header.framing) {
                 return Err(damaged(
                     offset,
                     format!("{reason}, and a whole record follows it at byte {whole}"),

@@ -69,9 +69,12 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     paths
 }
 
-/// The length of a segment's header: 40 bytes (format version 2, with an owner), 24 for
-/// version 1.
+/// The length of a segment's header: the durable layer's (format version 3, its length
+/// in its bytes 4..6), 40 bytes for version 2, 24 for version 1.
 fn header_len(bytes: &[u8]) -> usize {
+    if bytes.starts_with(b"MGDH") {
+        return usize::from(u16::from_le_bytes([bytes[4], bytes[5]]));
+    }
     match u32::from_le_bytes(bytes[8..12].try_into().unwrap()) {
         1 => 24,
         _ => 40,
@@ -497,7 +500,7 @@ fn every_flipped_byte_is_refused_or_cut_and_nothing_is_invented() {
     for (path, original) in &originals {
         for at in 0..original.len() {
             // Every byte of the header and of the last records, every fifth elsewhere.
-            if at >= 40 && at + 300 < original.len() && at % 5 != 0 {
+            if at >= 63 && at + 300 < original.len() && at % 5 != 0 {
                 continue;
             }
             let mut bytes = original.clone();
@@ -792,11 +795,13 @@ fn a_segment_of_another_owner_is_refused_and_an_adopted_owner_is_kept() {
     small.segment_bytes = 4096;
     write_admissions(small, 100);
     let all = segments(dir.path());
-    let mut bytes = fs::read(&all[1]).unwrap();
-    bytes[20..36].copy_from_slice(&theirs);
-    let crc = crc32fast::hash(&bytes[0..36]);
-    bytes[36..40].copy_from_slice(&crc.to_le_bytes());
-    fs::write(&all[1], &bytes).unwrap();
+    let bytes = fs::read(&all[1]).unwrap();
+    let (mut header, len) =
+        mongoose_durable::header::Header::decode(&all[1], &bytes).expect("a layer header");
+    header.owner[..16].copy_from_slice(&theirs);
+    let mut rewritten = header.encode().unwrap();
+    rewritten.extend_from_slice(&bytes[len..]);
+    fs::write(&all[1], &rewritten).unwrap();
     for owner in [OutboxOwner::Any, OutboxOwner::AdoptOr(ours)] {
         let error = Outbox::open(owned(dir.path(), owner)).expect_err("two owners");
         assert!(matches!(error, OutboxError::Foreign { .. }), "{error}");
@@ -808,15 +813,22 @@ fn a_segment_of_format_version_1_is_still_read() {
     let dir = tempfile::tempdir().unwrap();
     write_admissions(config(dir.path()), 4);
     // rewrite the segment as the first format wrote it: a 24-byte header, no owner
+    // (and frames whose checksum covers only the payload)
     let segment = segments(dir.path()).pop().unwrap();
-    let bytes = fs::read(&segment).unwrap();
     let mut v1 = Vec::new();
     v1.extend_from_slice(b"MGOUTBOX");
     v1.extend_from_slice(&1u32.to_le_bytes());
     v1.extend_from_slice(&1u64.to_le_bytes());
     let crc = crc32fast::hash(&v1);
     v1.extend_from_slice(&crc.to_le_bytes());
-    v1.extend_from_slice(&bytes[40..]);
+    for offset in record_offsets(&segment) {
+        let bytes = fs::read(&segment).unwrap();
+        let len = u32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap()) as usize;
+        let payload = &bytes[offset + 8..offset + 8 + len];
+        v1.extend_from_slice(&bytes[offset..offset + 4]);
+        v1.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        v1.extend_from_slice(payload);
+    }
     fs::write(&segment, &v1).unwrap();
     fs::remove_file(dir.path().join("DURABLE")).unwrap();
     let mut config = config(dir.path());
@@ -824,15 +836,14 @@ fn a_segment_of_format_version_1_is_still_read() {
     let (mut outbox, recovery) = Outbox::open(config.clone()).unwrap();
     assert_eq!(recovery.owner, None, "a version 1 segment names no owner");
     assert_eq!(recovery.admissions.len(), 4);
-    // appended to as it is; a new segment is version 2
+    // never appended to: the next record starts a segment of the durable layer's layout
     outbox.admit(&admission(5, 1, 40)).unwrap();
-    outbox.roll();
     outbox.admit(&admission(6, 1, 40)).unwrap();
     outbox.close().unwrap();
     let all = segments(dir.path());
     assert_eq!(all.len(), 2);
-    assert_eq!(header_len(&fs::read(&all[0]).unwrap()), 24);
-    assert_eq!(header_len(&fs::read(&all[1]).unwrap()), 40);
+    assert_eq!(fs::read(&all[0]).unwrap(), v1);
+    assert_eq!(header_len(&fs::read(&all[1]).unwrap()), 63);
     let (_, recovery) = Outbox::open(config).unwrap();
     let numbers: Vec<u64> = recovery
         .admissions

@@ -6,24 +6,36 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use mongoose_core::{Delivery, Epoch, PositionValue};
+use mongoose_durable::header::Header;
+use mongoose_durable::log::{self, FrameFault};
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
-use crate::crc::Crc32;
 use crate::entry::{ControlOutcome, Entry, Provenance};
 use crate::error::ReplayError;
 
-/// The first 8 bytes of every replay store.
+/// The format name in a store's header (the durable layer's, `mongoose_durable::header`).
+pub const FORMAT_NAME: &str = "mongoose-replay-store";
+
+/// The first 8 bytes of a store of the earlier head (format versions 1 and 2), still
+/// read.
 pub const MAGIC: [u8; 8] = *b"MGREPLAY";
 
-/// The format version this build writes and the newest it reads. Version 2 added the
+/// The format version this build writes and the newest it reads. Version 3 opens with
+/// the durable layer's header (its frames are those of version 2); version 2 added the
 /// closing frame; version 1 stores (no closing frame) are still read, as incomplete.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The first format version with a closing frame.
 pub(crate) const CLOSING_FRAME_VERSION: u32 = 2;
 
-/// The head: [`MAGIC`], then the format version as a little-endian `u32`.
-pub const HEADER_LEN: usize = 12;
+/// The head this build writes: the durable layer's header (magic `MGDH` 4, length 2,
+/// version 4, name length 1, [`FORMAT_NAME`], owner length 1 = 0, CRC-32 4).
+pub const HEADER_LEN: usize = 4 + 2 + 4 + 1 + FORMAT_NAME.len() + 1 + 4;
+
+/// The earlier head (format versions 1 and 2): [`MAGIC`], then the format version as a
+/// little-endian `u32`.
+pub const EARLIER_HEADER_LEN: usize = 12;
 
 /// A frame's own head: the body's length, then the checksum, each a little-endian `u32`.
 pub const FRAME_HEAD_LEN: usize = 8;
@@ -33,10 +45,10 @@ pub const MAX_FRAME_LEN: usize = 16 << 20;
 
 /// The head of a store of this build's version.
 pub(crate) fn header() -> [u8; HEADER_LEN] {
-    let mut head = [0u8; HEADER_LEN];
-    head[..8].copy_from_slice(&MAGIC);
-    head[8..].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    head
+    let bytes = Header::new(FORMAT_NAME, FORMAT_VERSION, Vec::new())
+        .encode()
+        .expect("a format name within the layer's limits");
+    bytes.try_into().expect("HEADER_LEN bytes")
 }
 
 /// What a file's head says.
@@ -48,6 +60,8 @@ pub(crate) enum Head {
     Store {
         /// Its format version (1 ..= [`FORMAT_VERSION`]).
         version: u32,
+        /// Where its first frame starts.
+        len: usize,
     },
 }
 
@@ -58,36 +72,73 @@ pub(crate) enum HeadError {
 }
 
 pub(crate) fn check_head(bytes: &[u8]) -> Result<Head, HeadError> {
-    if bytes.len() < HEADER_LEN {
-        let magic_part = &bytes[..bytes.len().min(MAGIC.len())];
-        if magic_part == &MAGIC[..magic_part.len()] {
-            return Ok(Head::Empty);
-        }
-        return Err(HeadError::NotAStore(
-            "it does not start with the store's magic",
-        ));
+    let layer_magic = &mongoose_durable::header::MAGIC;
+    let prefix_of = |head: &[u8]| bytes.len() < head.len() && bytes == &head[..bytes.len()];
+    // a head cut short while the store was created (this build's, or the earlier one's
+    // magic): an empty store
+    let earlier_magic_part = &bytes[..bytes.len().min(MAGIC.len())];
+    if prefix_of(&header())
+        || (bytes.len() < EARLIER_HEADER_LEN
+            && earlier_magic_part == &MAGIC[..earlier_magic_part.len()])
+    {
+        return Ok(Head::Empty);
     }
-    if bytes[..8] != MAGIC {
+    if bytes.starts_with(layer_magic) {
+        return check_layer_head(bytes);
+    }
+    if bytes.len() < EARLIER_HEADER_LEN || bytes[..8] != MAGIC {
         return Err(HeadError::NotAStore(
-            "it does not start with the store's magic",
+            "it starts with neither the durable layer's header nor the store's earlier magic",
         ));
     }
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
     if version == 0 {
         return Err(HeadError::NotAStore("its format version is 0"));
     }
-    if version > FORMAT_VERSION {
+    if version >= FORMAT_VERSION {
+        // no build wrote the earlier head with a later version: a newer layout
         return Err(HeadError::Newer(version));
     }
-    Ok(Head::Store { version })
+    Ok(Head::Store {
+        version,
+        len: EARLIER_HEADER_LEN,
+    })
 }
 
-/// The checksum of a frame: CRC-32 of the length bytes, then the body.
-pub(crate) fn frame_checksum(length: [u8; 4], body: &[u8]) -> u32 {
-    Crc32::new().update(&length).update(body).finish()
+/// Checks a head of the durable layer's (format version 3 and later).
+fn check_layer_head(bytes: &[u8]) -> Result<Head, HeadError> {
+    let (found, len) = match Header::decode(Path::new(""), bytes) {
+        Ok(found) => found,
+        Err(mongoose_durable::DurableError::DamagedHeader { reason, .. }) => {
+            return Err(HeadError::NotAStore(reason))
+        }
+        Err(_) => return Err(HeadError::NotAStore("its header cannot be read")),
+    };
+    if found.format != FORMAT_NAME {
+        return Err(HeadError::NotAStore(
+            "its header names another format than a replay store",
+        ));
+    }
+    if found.version > FORMAT_VERSION {
+        return Err(HeadError::Newer(found.version));
+    }
+    if found.version < FORMAT_VERSION {
+        return Err(HeadError::NotAStore(
+            "its header names a format version that only the earlier head carries",
+        ));
+    }
+    if !found.owner.is_empty() {
+        return Err(HeadError::NotAStore("its header names an owner"));
+    }
+    Ok(Head::Store {
+        version: found.version,
+        len,
+    })
 }
 
-/// Appends one frame holding `frame` to `buffer`. On an error `buffer` is as it was.
+/// Appends one frame holding `frame` to `buffer`: the durable layer's frame
+/// (`mongoose_durable::log`: the body's length, the CRC-32 of the length bytes then the
+/// body, the body), built in place. On an error `buffer` is as it was.
 pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<(), ReplayError> {
     let encode_error = |error: postcard::Error| ReplayError::Encode {
         reason: error.to_string(),
@@ -102,6 +153,7 @@ pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<
         });
     }
     let start = buffer.len();
+    let framed = log::begin_frame(buffer);
     buffer.resize(start + FRAME_HEAD_LEN + body_len, 0);
     let written = postcard::to_slice(frame, &mut buffer[start + FRAME_HEAD_LEN..])
         .map(|body| body.len())
@@ -112,21 +164,19 @@ pub(crate) fn push_frame(buffer: &mut Vec<u8>, frame: &WireFrame<'_>) -> Result<
             reason: "the encoded size differs from the measured one".to_owned(),
         }));
     }
-    // body_len <= MAX_FRAME_LEN fits a u32
-    let length = (body_len as u32).to_le_bytes();
-    let checksum = frame_checksum(length, &buffer[start + FRAME_HEAD_LEN..]);
-    buffer[start..start + 4].copy_from_slice(&length);
-    buffer[start + 4..start + FRAME_HEAD_LEN].copy_from_slice(&checksum.to_le_bytes());
+    // body_len <= MAX_FRAME_LEN, under the layer's limit
+    log::finish_frame(buffer, framed).map_err(|error| ReplayError::Encode {
+        reason: error.to_string(),
+    })?;
     Ok(())
 }
 
 /// Appends a frame around an arbitrary `body` (tests of the reader).
 #[cfg(test)]
 pub(crate) fn push_raw_frame_for_tests(buffer: &mut Vec<u8>, body: &[u8]) {
-    let length = (body.len() as u32).to_le_bytes();
-    buffer.extend_from_slice(&length);
-    buffer.extend_from_slice(&frame_checksum(length, body).to_le_bytes());
+    let framed = log::begin_frame(buffer);
     buffer.extend_from_slice(body);
+    log::finish_frame(buffer, framed).expect("a body under the layer's limit");
 }
 
 /// One step of reading the frames.
@@ -142,6 +192,8 @@ pub(crate) enum FrameRead<'a> {
     Damaged(&'static str),
 }
 
+/// Reads the frame at `offset` (the durable layer's frame, with the store's own limits:
+/// a body of 1 ..= [`MAX_FRAME_LEN`] bytes).
 pub(crate) fn read_frame(bytes: &[u8], offset: usize) -> FrameRead<'_> {
     let rest = &bytes[offset.min(bytes.len())..];
     if rest.is_empty() {
@@ -150,22 +202,17 @@ pub(crate) fn read_frame(bytes: &[u8], offset: usize) -> FrameRead<'_> {
     if rest.len() < FRAME_HEAD_LEN {
         return FrameRead::Torn;
     }
-    let length = [rest[0], rest[1], rest[2], rest[3]];
-    let body_len = u32::from_le_bytes(length) as usize;
+    let body_len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
     if body_len == 0 || body_len > MAX_FRAME_LEN {
         return FrameRead::Damaged("a frame length of 0 or past the limit");
     }
-    if rest.len() - FRAME_HEAD_LEN < body_len {
-        return FrameRead::Torn;
-    }
-    let checksum = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-    let body = &rest[FRAME_HEAD_LEN..FRAME_HEAD_LEN + body_len];
-    if frame_checksum(length, body) != checksum {
-        return FrameRead::Damaged("a frame whose checksum does not match");
-    }
-    FrameRead::Frame {
-        body,
-        next: offset + FRAME_HEAD_LEN + body_len,
+    match log::read_frame(bytes, offset) {
+        Ok(frame) => FrameRead::Frame {
+            body: frame.payload,
+            next: frame.next,
+        },
+        Err(FrameFault::CutShort(_)) => FrameRead::Torn,
+        Err(FrameFault::Bad(_)) => FrameRead::Damaged("a frame whose checksum does not match"),
     }
 }
 
@@ -513,14 +560,37 @@ mod tests {
     use super::*;
 
     // DESIGN.md "Binary formats carry a magic/version and have layout tests": these bytes
-    // are the format of version 2 (the frames of version 1 and the closing frame);
-    // changing them needs a new FORMAT_VERSION.
+    // are the format of version 3 (the durable layer's header; the frames of version 2:
+    // those of version 1 and the closing frame); changing them needs a new
+    // FORMAT_VERSION.
     #[test]
     fn the_head_and_a_delivery_and_input_frame_have_the_documented_layout() {
+        let mut head = b"MGDH".to_vec();
+        head.extend_from_slice(&(HEADER_LEN as u16).to_le_bytes());
+        head.extend_from_slice(&3u32.to_le_bytes());
+        head.push(21);
+        head.extend_from_slice(b"mongoose-replay-store");
+        head.push(0); // no owner
+        let crc = crc32fast::hash(&head);
+        head.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(header()[..], head[..]);
+        assert_eq!(HEADER_LEN, 37);
+        // the earlier head is still read: magic and version 1 or 2
+        let mut earlier = MAGIC.to_vec();
+        earlier.extend_from_slice(&2u32.to_le_bytes());
         assert_eq!(
-            header(),
-            [b'M', b'G', b'R', b'E', b'P', b'L', b'A', b'Y', 2, 0, 0, 0]
+            check_head(&earlier),
+            Ok(Head::Store {
+                version: 2,
+                len: EARLIER_HEADER_LEN
+            })
         );
+        for cut in 0..HEADER_LEN {
+            assert_eq!(check_head(&header()[..cut]), Ok(Head::Empty), "{cut}");
+        }
+        for cut in 0..EARLIER_HEADER_LEN {
+            assert_eq!(check_head(&earlier[..cut]), Ok(Head::Empty), "{cut}");
+        }
         let delivery = Delivery::new(Arc::from("f"), 3, Epoch(2), PositionValue::at(300), 0);
         let entry = Entry::Indexed {
             feed: "f".into(),
@@ -570,10 +640,10 @@ mod tests {
             2, 1, 4, // clock: two readings, zigzag -1 and 2
         ];
         assert_eq!(&buffer[split + FRAME_HEAD_LEN..], entry_body);
-        let checksum = Crc32::new()
-            .update(&(entry_body.len() as u32).to_le_bytes())
-            .update(entry_body)
-            .finish();
+        let mut checksum = crc32fast::Hasher::new();
+        checksum.update(&(entry_body.len() as u32).to_le_bytes());
+        checksum.update(entry_body);
+        let checksum = checksum.finalize();
         assert_eq!(
             &buffer[split + 4..split + FRAME_HEAD_LEN],
             &checksum.to_le_bytes()

@@ -248,15 +248,23 @@
 //! # }
 //! ```
 //!
-//! # The store's format (version 2)
+//! # The store's format (version 3)
 //!
-//! All integers of the head and of frame heads are little-endian.
+//! All integers of the head and of frame heads are little-endian. The head is the
+//! durable layer's header (`mongoose_durable::header`) and the frames are its record
+//! log's frames (`mongoose_durable::log`), with the store's own limit on a body.
 //!
 //! ```text
-//! head    : magic "MGREPLAY" (8 bytes) | format version u32 (= 2)
+//! head    : magic "MGDH" | header length u16 (= 37) | format version u32 (= 3)
+//!           | name length u8 (= 21) | "mongoose-replay-store" | owner length u8 (= 0)
+//!           | CRC-32 of the 33 bytes before it
 //! frame*  : length u32 (1 ..= 16 MiB) | crc32 u32 | body (length bytes)
 //! closing : one last frame whose body is a Close (below), written at a clean close
 //! ```
+//!
+//! Stores of versions 1 and 2 open with the earlier head, magic "MGREPLAY" (8 bytes)
+//! then the format version u32, and have the same frames: they are read, and a store of
+//! version 2 is continued as it is (its head kept).
 //!
 //! The checksum is CRC-32 (IEEE 802.3, the zlib/PNG one) of the 4 length bytes followed
 //! by the body. The body is one `WireFrame` encoded by postcard 1.x: a varint variant
@@ -337,7 +345,6 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
-mod crc;
 mod entry;
 mod error;
 mod feeds;
@@ -351,7 +358,10 @@ mod tap;
 pub use entry::{ControlOutcome, Entry, EventCodec, PostcardCodec, Provenance, Utf8Codec};
 pub use error::ReplayError;
 pub use feeds::FeedCodecs;
-pub use format::{FORMAT_VERSION, FRAME_HEAD_LEN, HEADER_LEN, MAGIC, MAX_FRAME_LEN};
+pub use format::{
+    EARLIER_HEADER_LEN, FORMAT_NAME, FORMAT_VERSION, FRAME_HEAD_LEN, HEADER_LEN, MAGIC,
+    MAX_FRAME_LEN,
+};
 pub use key::{parse_stream_key, stream_key, StreamKey, StreamKeys};
 pub use record::{
     RecordConfig, RecordedAdminReply, RecordedOutput, Recorder, RecordingHandle,

@@ -17,7 +17,6 @@ use mongoose_core::{DeliveryContext, ProcessorId};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::crc::Crc32;
 use crate::entry::Entry;
 use crate::error::ReplayError;
 use crate::feeds::FeedCodecs;
@@ -138,7 +137,7 @@ struct Stream {
 struct SealingWriter {
     file: File,
     length: u64,
-    checksum: Crc32,
+    checksum: crc32fast::Hasher,
 }
 
 impl SealingWriter {
@@ -146,12 +145,16 @@ impl SealingWriter {
         SealingWriter {
             file,
             length: 0,
-            checksum: Crc32::new(),
+            checksum: crc32fast::Hasher::new(),
         }
     }
 
     fn seal(&self, name: &str) -> SealedFile {
-        SealedFile::from_parts(name.to_owned(), self.length, self.checksum.finish())
+        SealedFile::from_parts(
+            name.to_owned(),
+            self.length,
+            self.checksum.clone().finalize(),
+        )
     }
 }
 
@@ -159,7 +162,7 @@ impl Write for SealingWriter {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let written = self.file.write(bytes)?;
         self.length += written as u64;
-        self.checksum.add(&bytes[..written]);
+        self.checksum.update(&bytes[..written]);
         Ok(written)
     }
 

@@ -135,8 +135,14 @@ fn a_reader_refuses_a_store_of_a_newer_format_version_and_says_what_to_do() {
     let counter = store.begin("counter", None).unwrap();
     store.append(counter, &indexed(1, None)).unwrap();
     drop(store);
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    let bytes = std::fs::read(&path).unwrap();
+    // the durable layer's header, naming a newer version
+    let mut newer =
+        mongoose_durable::header::Header::new(crate::FORMAT_NAME, FORMAT_VERSION + 1, Vec::new())
+            .encode()
+            .unwrap();
+    newer.extend_from_slice(&bytes[crate::HEADER_LEN..]);
+    let bytes = newer;
     std::fs::write(&path, &bytes).unwrap();
 
     let error = Recording::read(&path).unwrap_err();
@@ -240,9 +246,11 @@ fn a_torn_input_after_its_delivery_adds_neither() {
 }
 
 /// `bytes` with the head of format version 1 (which has no closing frame).
-fn as_version_1(mut bytes: Vec<u8>) -> Vec<u8> {
-    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
-    bytes
+fn as_version_1(bytes: Vec<u8>) -> Vec<u8> {
+    let mut old = crate::MAGIC.to_vec();
+    old.extend_from_slice(&1u32.to_le_bytes());
+    old.extend_from_slice(&bytes[crate::HEADER_LEN..]);
+    old
 }
 
 // issue 10 item 10: a store of format 1 (no closing frame) is still read, and reads as

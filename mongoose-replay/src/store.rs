@@ -10,7 +10,6 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::crc::Crc32;
 use crate::entry::{Entry, Provenance};
 use crate::error::ReplayError;
 use crate::format::{
@@ -81,21 +80,36 @@ pub struct ReplayStore {
 }
 
 /// The frames of a store so far: what its closing frame says.
-#[derive(Clone, PartialEq, Eq, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Tally {
     frames: u64,
     entries: u64,
     /// CRC-32 of the frames' heads, in order (each head holds its frame's length and
     /// CRC-32, so this covers every frame byte at 8 bytes of work per frame).
-    checksum: Crc32,
+    checksum: crc32fast::Hasher,
     /// Where the frames end (the closing frame's start in a closed store).
     end: usize,
 }
 
+impl PartialEq for Tally {
+    fn eq(&self, other: &Self) -> bool {
+        (self.frames, self.entries, self.checksum(), self.end)
+            == (other.frames, other.entries, other.checksum(), other.end)
+    }
+}
+
+impl Eq for Tally {}
+
 impl Tally {
-    fn new() -> Self {
+    /// The checksum of the frames' heads so far (the running state is kept).
+    fn checksum(&self) -> u32 {
+        self.checksum.clone().finalize()
+    }
+
+    /// The tally of no frame after a head of `head_len` bytes.
+    fn new(head_len: usize) -> Self {
         Tally {
-            end: HEADER_LEN,
+            end: head_len,
             ..Tally::default()
         }
     }
@@ -103,7 +117,7 @@ impl Tally {
     fn add(&mut self, frame_bytes: &[u8], entry: bool) {
         self.frames += 1;
         self.entries += u64::from(entry);
-        self.checksum.add(&frame_bytes[..FRAME_HEAD_LEN]);
+        self.checksum.update(&frame_bytes[..FRAME_HEAD_LEN]);
         self.end += frame_bytes.len();
     }
 }
@@ -147,15 +161,15 @@ impl ReplayStore {
             read_only: None,
             buffer: Vec::with_capacity(256),
             write_buffer: 0,
-            tally: Tally::new(),
+            tally: Tally::new(HEADER_LEN),
             reopened_closing_at: None,
         };
         let head = check_head(&bytes).map_err(|error| head_error(&path, error))?;
         // a store that holds nothing past its head is empty: written afresh (so a head
         // of an older version becomes this version's)
         let existing = match head {
-            Head::Store { version } if bytes.len() > HEADER_LEN || version == FORMAT_VERSION => {
-                Some(version)
+            Head::Store { version, len } if bytes.len() > len || version == FORMAT_VERSION => {
+                Some((version, len))
             }
             _ => None,
         };
@@ -167,8 +181,8 @@ impl ReplayStore {
                 store.file.write_all(&header()).map_err(io)?;
                 store.file.sync_data().map_err(io)?;
             }
-            Some(version) => {
-                let recording = Recording::parse(&bytes, version);
+            Some((version, head_len)) => {
+                let recording = Recording::parse(&bytes, version, head_len);
                 for (id, stream) in recording.streams.iter().enumerate() {
                     store.keys.push(stream.key.clone());
                     // ids are checked sequential and keys unique while parsing
@@ -354,7 +368,7 @@ impl ReplayStore {
             &WireFrame::Close {
                 frames: self.tally.frames,
                 entries: self.tally.entries,
-                checksum: self.tally.checksum.finish(),
+                checksum: self.tally.checksum(),
                 sealed,
             },
         )?;

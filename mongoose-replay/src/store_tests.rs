@@ -402,3 +402,95 @@ fn a_second_writer_of_a_store_is_refused_while_the_first_holds_it() {
     let reopened = ReplayStore::open(&path).expect("free once the first let go");
     assert!(reopened.holds_recording());
 }
+
+// issue 38: the store's frames are the durable layer's frames (length, CRC-32 of the
+// length then the body, body), so the layer's reader reads every frame of a store, and
+// a store written before the store framed through the layer reads the same
+#[test]
+fn a_stores_frames_are_the_durable_layers_frames() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store
+        .append(counter, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    store.append(counter, &inline("two", None)).unwrap();
+    store.close().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let ours = frames(&bytes);
+    let mut at = HEADER_LEN;
+    let mut layer = Vec::new();
+    while at < bytes.len() {
+        let frame = mongoose_durable::log::read_frame(&bytes, at).expect("a layer frame");
+        layer.push(at);
+        at = frame.next;
+    }
+    assert_eq!(at, bytes.len());
+    assert_eq!(
+        layer,
+        ours.iter()
+            .map(|(offset, _, _)| *offset)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(ours.last().unwrap().1, "Close");
+    // a changed body byte fails the layer's checksum as it fails the store's
+    let mut changed = bytes.clone();
+    changed[layer[1] + 9] ^= 0x10;
+    assert!(mongoose_durable::log::read_frame(&changed, layer[1]).is_err());
+}
+
+// issue 38: a store begins with the durable layer's header, naming its format and
+// version (a store has no owner: any reader may read it)
+#[test]
+fn a_new_store_begins_with_the_durable_layers_header() {
+    let (_dir, path) = store_path();
+    let store = ReplayStore::open_for_record(&path).unwrap();
+    drop(store);
+    let bytes = std::fs::read(&path).unwrap();
+    let (found, len) = mongoose_durable::header::Header::decode(&path, &bytes).expect("a header");
+    assert_eq!(
+        (
+            found.format.as_str(),
+            found.version,
+            found.owner.as_slice(),
+            len
+        ),
+        ("mongoose-replay-store", 3, &[][..], HEADER_LEN)
+    );
+    assert_eq!(bytes.len(), HEADER_LEN);
+}
+
+// issue 38: a store of the earlier head (MGREPLAY, format version 2) is still read,
+// complete, and continued as it is (its frames are the same bytes)
+#[test]
+fn a_store_of_the_earlier_head_is_read_and_continued() {
+    let (_dir, path) = store_path();
+    let mut store = ReplayStore::open_for_record(&path).unwrap();
+    let counter = store.begin("counter", None).unwrap();
+    store
+        .append(counter, &indexed(1, Some(delivery(1, 10))))
+        .unwrap();
+    store.append(counter, &inline("two", None)).unwrap();
+    store.close().unwrap();
+    drop(store);
+    let written = std::fs::read(&path).unwrap();
+    let mut earlier = b"MGREPLAY".to_vec();
+    earlier.extend_from_slice(&2u32.to_le_bytes());
+    earlier.extend_from_slice(&written[HEADER_LEN..]);
+    std::fs::write(&path, &earlier).unwrap();
+
+    let recording = Recording::read(&path).unwrap();
+    assert!(recording.complete(), "{:?}", recording.incomplete());
+    assert_eq!(entries_of(&recording, "counter").len(), 2);
+
+    let mut store = ReplayStore::open(&path).unwrap();
+    let counter = store.stream("counter").expect("the stream continues");
+    store.append(counter, &inline("three", None)).unwrap();
+    store.close().unwrap();
+    drop(store);
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes[..12], earlier[..12], "the earlier head is kept");
+    let recording = Recording::read(&path).unwrap();
+    assert!(recording.complete(), "{:?}", recording.incomplete());
+    assert_eq!(entries_of(&recording, "counter").len(), 3);
+}

@@ -15,7 +15,8 @@ use mongoose_core::sink::OutputKey;
 use parking_lot::{Condvar, Mutex};
 
 use crate::format::{
-    encode_record, segment_file_name, EncodeError, HEADER_LEN, KIND_ADMISSION, KIND_OUTCOMES,
+    encode_record, segment_file_name, EncodeError, Framing, HEADER_LEN, KIND_ADMISSION,
+    KIND_OUTCOMES, MAX_PAYLOAD_LEN,
 };
 use crate::recovery::{AdmissionView, Recovery, SegmentMeta};
 use crate::{Admission, AdmissionRef, OutboxError, Outcome};
@@ -401,7 +402,7 @@ impl Outbox {
         encode_record(&mut pending.buffer, kind, seq, body).map_err(|error| match error {
             EncodeError::Postcard(error) => OutboxError::Encode(error.to_string()),
             EncodeError::TooLarge(bytes) => OutboxError::Encode(format!(
-                "the record would be {bytes} bytes, more than the 1 GiB limit: split it"
+                "the record would be {bytes} bytes, more than the {MAX_PAYLOAD_LEN} a record may hold: split it"
             )),
         })?;
         let record_len = (pending.buffer.len() - start) as u64;
@@ -421,6 +422,7 @@ impl Outbox {
                 last_admission: 0,
                 unsettled: 0,
                 header_len: HEADER_LEN as u64,
+                framing: Framing::Layer,
             });
             self.segment_len = HEADER_LEN as u64;
         }

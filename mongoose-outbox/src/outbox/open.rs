@@ -14,9 +14,12 @@ use parking_lot::{Condvar, Mutex};
 use super::files::{create_segment, io_error, lock_folder, sync_dir, write_header};
 use super::syncer::{run_syncer, Group, SegmentWriter};
 use super::{Outbox, OutboxConfig, OutboxOwner, Pending, Shared};
-use crate::format::{watermark, HEADER_LEN, WATERMARK_FILE, WATERMARK_LEN};
+use crate::format::{
+    segment_header, watermark, Framing, HEADER_LEN, WATERMARK_FILE, WATERMARK_LEN,
+};
 use crate::recovery::{scan, Recovery, SegmentMeta, Visitor};
 use crate::OutboxError;
+use mongoose_durable::replace::replace;
 
 impl Outbox {
     pub(super) fn open_scanning(
@@ -68,7 +71,24 @@ impl Outbox {
                     .map_err(|source| io_error("open", &path, source))?;
                 let last = segments.back().expect("a last segment");
                 let (first_seq, header_len) = (last.first_seq, last.header_len);
-                let file = if keep < header_len {
+                let holds_records = last.last_seq >= first_seq;
+                let earlier = last.framing == Framing::Earlier;
+                let file = if earlier && !holds_records {
+                    // A segment of the earlier layout with no record: replaced whole by
+                    // one of this layout (the layer's atomic replace), so that what is
+                    // appended to it is framed as its header says.
+                    drop(file);
+                    replace(&path, &segment_header(first_seq, owner))
+                        .map_err(|source| io_error("rewrite", &path, source.into()))?;
+                    let last = segments.back_mut().expect("a last segment");
+                    last.header_len = HEADER_LEN as u64;
+                    last.framing = Framing::Layer;
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&path)
+                        .map_err(|source| io_error("open", &path, source))?
+                } else if keep < header_len {
                     file.set_len(0)
                         .map_err(|source| io_error("truncate", &path, source))?;
                     write_header(file, &path, first_seq, owner)?
@@ -89,6 +109,7 @@ impl Outbox {
                     file.sync_data()
                         .map_err(|source| io_error("sync", &path, source))?;
                 }
+                let header_len = segments.back().expect("a last segment").header_len;
                 (file, keep.max(header_len))
             }
             None => {
@@ -103,6 +124,7 @@ impl Outbox {
                     last_admission: 0,
                     unsettled: 0,
                     header_len: HEADER_LEN as u64,
+                    framing: Framing::Layer,
                 });
                 (file, HEADER_LEN as u64)
             }
@@ -188,6 +210,9 @@ impl Outbox {
                 }
             })
             .map_err(|source| io_error("start the syncer thread for", &dir, source))?;
+        // A last segment of the earlier layout that holds records is never appended
+        // to: the next record starts a segment of this layout.
+        let roll_requested = segments.back().expect("a last segment").framing == Framing::Earlier;
         let outbox = Outbox {
             _lock: lock,
             shared,
@@ -198,7 +223,7 @@ impl Outbox {
             unsettled: scanned.unsettled_keys.into_iter().collect(),
             config,
             owner,
-            roll_requested: false,
+            roll_requested,
             appended_bytes: 0,
         };
         Ok((outbox, recovery))

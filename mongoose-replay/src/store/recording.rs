@@ -14,7 +14,7 @@ use crate::entry::{Entry, Provenance};
 use crate::error::ReplayError;
 use crate::format::{
     check_head, decode_frame, read_frame, FrameRead, Head, WireFrame, WireProvenance,
-    CLOSING_FRAME_VERSION, HEADER_LEN,
+    CLOSING_FRAME_VERSION,
 };
 
 /// Why a recording is incomplete.
@@ -198,15 +198,15 @@ impl Recording {
                 }],
                 ..Recording::default()
             }),
-            Head::Store { version } => Ok(Recording::parse(bytes, version)),
+            Head::Store { version, len } => Ok(Recording::parse(bytes, version, len)),
         }
     }
 
-    /// Parses the frames after a checked head of format `version`.
-    pub(super) fn parse(bytes: &[u8], version: u32) -> Recording {
+    /// Parses the frames after a checked head of format `version`, `head_len` bytes.
+    pub(super) fn parse(bytes: &[u8], version: u32, head_len: usize) -> Recording {
         let mut recording = Recording {
-            holds_recording: bytes.len() > HEADER_LEN,
-            tally: Tally::new(),
+            holds_recording: bytes.len() > head_len,
+            tally: Tally::new(head_len),
             ..Recording::default()
         };
         // where the frames ended without a closing frame (None: reading stopped at a
@@ -214,7 +214,7 @@ impl Recording {
         let mut unclosed_end = None;
         let mut feeds: Vec<Arc<str>> = Vec::new();
         let mut pending: Option<PendingDelivery> = None;
-        let mut offset = HEADER_LEN;
+        let mut offset = head_len;
         loop {
             let (body, next) = match read_frame(bytes, offset) {
                 FrameRead::Frame { body, next } => (body, next),
@@ -328,7 +328,7 @@ impl Recording {
                             tally.entries
                         ));
                     }
-                    let found = tally.checksum.finish();
+                    let found = tally.checksum();
                     if checksum != found {
                         differs.push(format!(
                             "its checksum is {checksum:08x}, the frames' is {found:08x}"

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use crate::crc::Crc32;
 use crate::error::ReplayError;
 
 /// A file beside a store that the store's closing frame seals: its name (in the
@@ -39,7 +38,7 @@ impl SealedFile {
         Ok(SealedFile {
             name,
             length: bytes.len() as u64,
-            checksum: Crc32::new().update(&bytes).finish(),
+            checksum: crc32fast::hash(&bytes),
         })
     }
 
@@ -89,7 +88,7 @@ impl SealedFile {
                 ))
             }
         };
-        let checksum = Crc32::new().update(&bytes).finish();
+        let checksum = crc32fast::hash(&bytes);
         if bytes.len() as u64 != self.length || checksum != self.checksum {
             return Err(format!(
                 "{}: {} bytes (CRC-32 {checksum:08x}), but the recording's closing frame sealed \

@@ -124,7 +124,10 @@ pub(crate) fn truncate(path: &Path, len: u64) {
 /// The kind of each whole frame in `bytes` with its offset, and its end.
 pub(crate) fn frames(bytes: &[u8]) -> Vec<(usize, &'static str, usize)> {
     let mut found = Vec::new();
-    let mut offset = HEADER_LEN;
+    let mut offset = match crate::format::check_head(bytes) {
+        Ok(crate::format::Head::Store { len, .. }) => len,
+        _ => HEADER_LEN,
+    };
     while let FrameRead::Frame { body, next } = read_frame(bytes, offset) {
         let kind = match decode_frame(body).expect("decodable") {
             WireFrame::Stream { .. } => "Stream",

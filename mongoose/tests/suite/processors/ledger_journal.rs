@@ -35,9 +35,13 @@ fn expected_balances(total: usize) -> BTreeMap<String, i64> {
     balances_of(lines(0..total).lines())
 }
 
-/// The segment header's length: 40 bytes in format version 2 (it names the owner), 24
-/// in version 1.
+/// The segment header's length: the durable layer's header in format version 3 (its
+/// length in its bytes 4..6), 40 bytes in version 2 (it names the owner), 24 in
+/// version 1.
 fn header_len(segment: &[u8]) -> usize {
+    if segment.starts_with(b"MGDH") {
+        return usize::from(u16::from_le_bytes([segment[4], segment[5]]));
+    }
     match segment
         .get(8..12)
         .map(|version| u32::from_le_bytes(version.try_into().expect("4 bytes")))
