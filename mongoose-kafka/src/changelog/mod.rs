@@ -230,6 +230,13 @@ impl ProducerContext for ChangelogContext {
 /// docs](self)): writes acknowledged before the input's commit, and a fenced restore
 /// for the member that takes a partition over.
 pub struct Changelog {
+    /// Shared with the transactions' committer, which replaces a partition's producer
+    /// through it (`heal.rs`).
+    core: Arc<ChangelogCore>,
+}
+
+/// What a [`Changelog`] is made of: its clients, its partitions' transactions.
+struct ChangelogCore {
     config: ChangelogConfig,
     producer: ThreadedProducer<ChangelogContext>,
     /// The restore reader (made at the first restore, kept).
@@ -249,7 +256,7 @@ pub struct Changelog {
 
 impl Drop for Changelog {
     fn drop(&mut self) {
-        if let Some(transactions) = &self.transactions {
+        if let Some(transactions) = &self.core.transactions {
             transactions.stop();
         }
     }
@@ -258,8 +265,8 @@ impl Drop for Changelog {
 impl fmt::Debug for Changelog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Changelog")
-            .field("name", &self.config.name)
-            .field("topic", &self.config.topic)
+            .field("name", &self.core.config.name)
+            .field("topic", &self.core.config.topic)
             .finish_non_exhaustive()
     }
 }
@@ -276,6 +283,116 @@ impl Changelog {
     /// topic does not exist, the changelog topic has fewer partitions than the input and
     /// cannot be grown, or an outputs topic is given without transactions.
     pub fn open(
+        config: ChangelogConfig,
+        input_topic: &str,
+        on_durable: OnDurable,
+    ) -> Result<Self, KafkaConnectorError> {
+        let core = Arc::new(ChangelogCore::open(config, input_topic, on_durable)?);
+        Ok(Changelog { core })
+    }
+
+    /// The changelog topic.
+    pub fn topic(&self) -> &str {
+        self.core.topic()
+    }
+
+    /// Sends one change of `partition`'s state: `key` now has `value` (empty: removed),
+    /// after the input record whose position is `offset`, delivered in `epoch`. `tag`
+    /// comes back through `on_durable` once the broker acknowledged it (or the producer
+    /// gave it up). A full producer queue is waited out (the producer's thread drains
+    /// it).
+    ///
+    /// # Errors
+    /// The key starts with a zero byte (reserved), or the producer refused the record
+    /// for good.
+    pub fn write(
+        &self,
+        partition: i32,
+        epoch: Epoch,
+        offset: u64,
+        key: &[u8],
+        value: &[u8],
+        tag: u64,
+    ) -> Result<(), KafkaConnectorError> {
+        self.core.write(partition, epoch, offset, key, value, tag)
+    }
+
+    /// Writes an output of `partition` (an alert) to the outputs topic, in the
+    /// partition's transaction together with the partition's next change
+    /// ([`Changelog::write`], which sends it first): it becomes visible exactly when that
+    /// change does. An output of a partition whose producer was fenced or failed is
+    /// dropped (the change written after it reports why it is not durable).
+    ///
+    /// # Errors
+    /// No outputs topic or no transactions, the partition was not restored by this
+    /// member, or the producer refused the record for good.
+    pub fn write_output(
+        &self,
+        partition: i32,
+        key: &[u8],
+        payload: &[u8],
+    ) -> Result<(), KafkaConnectorError> {
+        self.core.write_output(partition, key, payload)
+    }
+
+    /// Waits until every write sent so far is acknowledged or given up.
+    ///
+    /// # Errors
+    /// Some are still in flight after `timeout`.
+    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaConnectorError> {
+        self.core.flush(timeout)
+    }
+
+    /// Takes `partition` over in `epoch`: writes the owner's marker, reads the
+    /// partition from its start to the marker and folds it ([`fold`]); `counted` sees
+    /// each counted entry in order. Writes of this partition follow the call.
+    ///
+    /// # Errors
+    /// The marker is not acknowledged, or the partition cannot be read to the marker
+    /// within the restore timeout.
+    pub fn restore(
+        &self,
+        partition: i32,
+        epoch: Epoch,
+        counted: impl FnMut(&StoredRecord),
+    ) -> Result<RestoredPartition, KafkaConnectorError> {
+        self.core.restore(partition, epoch, counted)
+    }
+
+    /// After this member's producer of `partition`, held in `epoch`, was fenced (its
+    /// writes reported [`WriteFailure::Fenced`]): true when this member is still the
+    /// partition's newest owner and wrote again what the fenced transaction held; false
+    /// when a newer owner holds the partition (its lines of `epoch` are not this
+    /// member's to apply).
+    ///
+    /// The fencer may be a stale owner: a member whose lines of an earlier assignment
+    /// were still queued took the partition over for them between this member's check
+    /// and its marker (`kafka_broker.rs`: 144 records of one partition skipped by the
+    /// fenced owner, which still held it and committed them, and never applied). This
+    /// member's new producer fences it in turn, a new marker of `epoch` makes this
+    /// member's records count again (the fold follows the last marker), and the kept
+    /// records are written again in a new transaction whose commit reports their tags.
+    ///
+    /// # Errors
+    /// The broker could not be asked, or fenced the new producer at once: the kept
+    /// transaction stays kept, for the next call.
+    pub fn retake(&self, partition: i32, epoch: Epoch) -> Result<bool, KafkaConnectorError> {
+        self.core.retake(partition, epoch)
+    }
+
+    /// Reads `partition` to its current end (a probe written now marks it) without
+    /// taking it over: for tools and tests that inspect a changelog.
+    ///
+    /// # Errors
+    /// As for [`Changelog::restore`].
+    pub fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
+        self.core.read(partition)
+    }
+}
+
+impl ChangelogCore {
+    /// [`Changelog::open`]'s work.
+    pub(super) fn open(
         config: ChangelogConfig,
         input_topic: &str,
         on_durable: OnDurable,
@@ -314,7 +431,7 @@ impl Changelog {
                 ))
             }
         };
-        let changelog = Changelog {
+        let changelog = ChangelogCore {
             config,
             producer,
             reader: Mutex::new(None),
@@ -454,8 +571,8 @@ impl Changelog {
         }
     }
 
-    /// The changelog topic.
-    pub fn topic(&self) -> &str {
+    /// [`Changelog::topic`]'s work.
+    pub(super) fn topic(&self) -> &str {
         &self.config.topic
     }
 
@@ -554,16 +671,8 @@ impl Changelog {
         .unwrap_or_default()
     }
 
-    /// Sends one change of `partition`'s state: `key` now has `value` (empty: removed),
-    /// after the input record whose position is `offset`, delivered in `epoch`. `tag`
-    /// comes back through `on_durable` once the broker acknowledged it (or the producer
-    /// gave it up). A full producer queue is waited out (the producer's thread drains
-    /// it).
-    ///
-    /// # Errors
-    /// The key starts with a zero byte (reserved), or the producer refused the record
-    /// for good.
-    pub fn write(
+    /// [`Changelog::write`]'s work.
+    pub(super) fn write(
         &self,
         partition: i32,
         epoch: Epoch,
@@ -599,16 +708,8 @@ impl Changelog {
         )
     }
 
-    /// Writes an output of `partition` (an alert) to the outputs topic, in the
-    /// partition's transaction together with the partition's next change
-    /// ([`Changelog::write`], which sends it first): it becomes visible exactly when that
-    /// change does. An output of a partition whose producer was fenced or failed is
-    /// dropped (the change written after it reports why it is not durable).
-    ///
-    /// # Errors
-    /// No outputs topic or no transactions, the partition was not restored by this
-    /// member, or the producer refused the record for good.
-    pub fn write_output(
+    /// [`Changelog::write_output`]'s work.
+    pub(super) fn write_output(
         &self,
         partition: i32,
         key: &[u8],
@@ -752,11 +853,8 @@ impl Changelog {
             .map_err(|error| self.broker_error("writing a changelog record", error))
     }
 
-    /// Waits until every write sent so far is acknowledged or given up.
-    ///
-    /// # Errors
-    /// Some are still in flight after `timeout`.
-    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaConnectorError> {
+    /// [`Changelog::flush`]'s work.
+    pub(super) fn flush(&self, timeout: Duration) -> Result<(), KafkaConnectorError> {
         if let Some(transactions) = &self.transactions {
             let deadline = Instant::now() + timeout;
             loop {

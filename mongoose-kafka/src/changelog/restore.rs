@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use super::transactions::TxnPartition;
 use super::{
-    decode, fold, Changelog, Opaque, RecordKind, RestoredPartition, StoredRecord, MARKER_KEY,
+    decode, fold, ChangelogCore, Opaque, RecordKind, RestoredPartition, StoredRecord, MARKER_KEY,
     PROBE_KEY,
 };
 use crate::error::KafkaConnectorError;
@@ -24,7 +24,7 @@ use crate::topic_id::TopicId;
 /// How many times a takeover fenced while it marks the partition is tried.
 const TAKEOVER_ATTEMPTS: u32 = 4;
 
-impl Changelog {
+impl ChangelogCore {
     /// Writes a marker (or a probe) into `partition` and waits for its offset. A marker
     /// carries the input topic's id `input` (see `identity.rs`).
     fn mark(
@@ -119,14 +119,8 @@ impl Changelog {
         }
     }
 
-    /// Takes `partition` over in `epoch`: writes the owner's marker, reads the
-    /// partition from its start to the marker and folds it ([`fold`]); `counted` sees
-    /// each counted entry in order. Writes of this partition follow the call.
-    ///
-    /// # Errors
-    /// The marker is not acknowledged, or the partition cannot be read to the marker
-    /// within the restore timeout.
-    pub fn restore(
+    /// [`Changelog::restore`]'s work.
+    pub(super) fn restore(
         &self,
         partition: i32,
         epoch: Epoch,
@@ -190,24 +184,8 @@ impl Changelog {
         Ok(restored)
     }
 
-    /// After this member's producer of `partition`, held in `epoch`, was fenced (its
-    /// writes reported [`WriteFailure::Fenced`]): true when this member is still the
-    /// partition's newest owner and wrote again what the fenced transaction held; false
-    /// when a newer owner holds the partition (its lines of `epoch` are not this
-    /// member's to apply).
-    ///
-    /// The fencer may be a stale owner: a member whose lines of an earlier assignment
-    /// were still queued took the partition over for them between this member's check
-    /// and its marker (`kafka_broker.rs`: 144 records of one partition skipped by the
-    /// fenced owner, which still held it and committed them, and never applied). This
-    /// member's new producer fences it in turn, a new marker of `epoch` makes this
-    /// member's records count again (the fold follows the last marker), and the kept
-    /// records are written again in a new transaction whose commit reports their tags.
-    ///
-    /// # Errors
-    /// The broker could not be asked, or fenced the new producer at once: the kept
-    /// transaction stays kept, for the next call.
-    pub fn retake(&self, partition: i32, epoch: Epoch) -> Result<bool, KafkaConnectorError> {
+    /// [`Changelog::retake`]'s work.
+    pub(super) fn retake(&self, partition: i32, epoch: Epoch) -> Result<bool, KafkaConnectorError> {
         let Some(transactions) = &self.transactions else {
             return Ok(false);
         };
@@ -427,12 +405,8 @@ impl Changelog {
         result.map(|()| records)
     }
 
-    /// Reads `partition` to its current end (a probe written now marks it) without
-    /// taking it over: for tools and tests that inspect a changelog.
-    ///
-    /// # Errors
-    /// As for [`Changelog::restore`].
-    pub fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
+    /// [`Changelog::read`]'s work.
+    pub(super) fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
         let probe = self.mark(partition, RecordKind::Probe, Epoch(0), None)?;
         self.read_through(partition, probe, false)
     }
