@@ -85,6 +85,7 @@ use tracing::{debug, info, warn};
 use crate::error::KafkaConnectorError;
 
 mod grow;
+mod heal;
 mod identity;
 mod records;
 mod restore;
@@ -288,6 +289,13 @@ impl Changelog {
         on_durable: OnDurable,
     ) -> Result<Self, KafkaConnectorError> {
         let core = Arc::new(ChangelogCore::open(config, input_topic, on_durable)?);
+        if let Some(transactions) = &core.transactions {
+            // the committer replaces a partition's producer the broker left
+            // mid-transaction through the core (`heal.rs`)
+            let replacer: std::sync::Weak<dyn transactions::ReplaceProducer> =
+                Arc::downgrade(&core) as _;
+            transactions.replace_through(replacer);
+        }
         Ok(Changelog { core })
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::bounded;
+use crossbeam_channel::{bounded, Receiver};
 use mongoose_core::state_store::WriteFailure;
 use mongoose_core::Epoch;
 use rdkafka::config::RDKafkaLogLevel;
@@ -13,7 +13,7 @@ use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{info, warn};
 
-use super::transactions::TxnPartition;
+use super::transactions::{Transactions, TxnPartition};
 use super::{
     decode, fold, ChangelogCore, Opaque, RecordKind, RestoredPartition, StoredRecord, MARKER_KEY,
     PROBE_KEY,
@@ -35,15 +35,7 @@ impl ChangelogCore {
         input: Option<TopicId>,
     ) -> Result<i64, KafkaConnectorError> {
         let (reply, answer) = bounded(1);
-        let id = input.map(TopicId::to_bytes);
-        let payload = Self::encode(
-            kind,
-            epoch,
-            partition,
-            0,
-            id.as_ref().map_or(&[][..], |id| &id[..]),
-        );
-        let target = (self.config.topic.as_str(), Some(partition));
+        let payload = Self::marker_payload(kind, epoch, partition, input);
         let opaque = Box::new(Opaque::Marker(reply));
         match &self.transactions {
             Some(transactions) if kind == RecordKind::Marker => {
@@ -53,43 +45,7 @@ impl ChangelogCore {
                 let fresh = self.transactional_producer(partition, &transactions.config)?;
                 let producer = transactions.install(partition, TxnPartition::new(fresh, epoch));
                 let mut producer = producer.lock();
-                let refused = |why: String| KafkaConnectorError::Changelog {
-                    name: self.config.name.clone(),
-                    message: format!("the marker of partition {partition}: {why}"),
-                };
-                // another owner that took the partition over meanwhile fenced this one:
-                // the partition is not this owner's (not a failure: the caller drops it)
-                let taken_over = |failure: &WriteFailure| {
-                    matches!(failure, WriteFailure::Fenced { .. }).then(|| {
-                        KafkaConnectorError::TakenOver {
-                            name: self.config.name.clone(),
-                            failure: failure.clone(),
-                        }
-                    })
-                };
-                if let Err(failure) = producer.begin(partition) {
-                    return Err(
-                        taken_over(&failure).unwrap_or_else(|| refused(failure.to_string()))
-                    );
-                }
-                self.send(&producer.producer, target, MARKER_KEY, &payload, opaque)?;
-                // a marker's transaction is not written again: its reply went out
-                producer.not_replayable();
-                // (the commit retries what may still succeed, for six request timeouts)
-                if !transactions.commit(partition, &mut producer) {
-                    if let Some(error) = producer.dead().and_then(taken_over) {
-                        return Err(error);
-                    }
-                    return Err(refused(producer.dead().map_or_else(
-                        || {
-                            format!(
-                                "its transaction was aborted: check that the broker at {} answers",
-                                self.config.brokers
-                            )
-                        },
-                        ToString::to_string,
-                    )));
-                }
+                self.mark_in_transaction(transactions, partition, &mut producer, &payload, opaque)?;
             }
             _ => {
                 let key = if kind == RecordKind::Probe {
@@ -97,9 +53,109 @@ impl ChangelogCore {
                 } else {
                     MARKER_KEY
                 };
+                let target = (self.config.topic.as_str(), Some(partition));
                 self.send(&self.producer, target, key, &payload, opaque)?;
             }
         }
+        self.marker_offset(partition, &answer)
+    }
+
+    /// Writes the marker of `producer`'s epoch into `partition` on `producer` (a new
+    /// producer put in place of one the broker left mid-transaction: `heal.rs`), in a
+    /// transaction of its own, and waits for its offset.
+    pub(super) fn mark_replaced(
+        &self,
+        transactions: &Transactions,
+        partition: i32,
+        producer: &mut TxnPartition,
+    ) -> Result<i64, KafkaConnectorError> {
+        let (reply, answer) = bounded(1);
+        let payload = Self::marker_payload(
+            RecordKind::Marker,
+            producer.epoch(),
+            partition,
+            self.input_identity(),
+        );
+        let opaque = Box::new(Opaque::Marker(reply));
+        self.mark_in_transaction(transactions, partition, producer, &payload, opaque)?;
+        self.marker_offset(partition, &answer)
+    }
+
+    /// A marker's (or probe's) payload.
+    fn marker_payload(
+        kind: RecordKind,
+        epoch: Epoch,
+        partition: i32,
+        input: Option<TopicId>,
+    ) -> Vec<u8> {
+        let id = input.map(TopicId::to_bytes);
+        Self::encode(
+            kind,
+            epoch,
+            partition,
+            0,
+            id.as_ref().map_or(&[][..], |id| &id[..]),
+        )
+    }
+
+    /// Sends a marker (`payload`, its delivery reported to `opaque`) on `producer` in a
+    /// transaction of its own, and commits it.
+    ///
+    /// # Errors
+    /// [`KafkaConnectorError::TakenOver`] when another producer of the partition's
+    /// transactional id fenced this one; the reason otherwise.
+    fn mark_in_transaction(
+        &self,
+        transactions: &Transactions,
+        partition: i32,
+        producer: &mut TxnPartition,
+        payload: &[u8],
+        opaque: Box<Opaque>,
+    ) -> Result<(), KafkaConnectorError> {
+        let target = (self.config.topic.as_str(), Some(partition));
+        let refused = |why: String| KafkaConnectorError::Changelog {
+            name: self.config.name.clone(),
+            message: format!("the marker of partition {partition}: {why}"),
+        };
+        // another owner that took the partition over meanwhile fenced this one:
+        // the partition is not this owner's (not a failure: the caller drops it)
+        let taken_over = |failure: &WriteFailure| {
+            matches!(failure, WriteFailure::Fenced { .. }).then(|| KafkaConnectorError::TakenOver {
+                name: self.config.name.clone(),
+                failure: failure.clone(),
+            })
+        };
+        if let Err(failure) = producer.begin(partition) {
+            return Err(taken_over(&failure).unwrap_or_else(|| refused(failure.to_string())));
+        }
+        self.send(&producer.producer, target, MARKER_KEY, payload, opaque)?;
+        // a marker's transaction is not written again: its reply went out
+        producer.not_replayable();
+        // (the commit retries what may still succeed, for six request timeouts)
+        if !transactions.commit(partition, producer) {
+            if let Some(error) = producer.dead().and_then(taken_over) {
+                return Err(error);
+            }
+            return Err(refused(producer.dead().map_or_else(
+                || {
+                    format!(
+                        "its transaction was aborted: check that the broker at {} answers",
+                        self.config.brokers
+                    )
+                },
+                ToString::to_string,
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waits for the offset of the marker (or probe) of `partition` whose delivery
+    /// report goes to `answer`.
+    fn marker_offset(
+        &self,
+        partition: i32,
+        answer: &Receiver<Result<i64, String>>,
+    ) -> Result<i64, KafkaConnectorError> {
         let waited = self.config.delivery_timeout + self.config.request_timeout;
         match answer.recv_timeout(waited) {
             Ok(Ok(offset)) => Ok(offset),
@@ -249,7 +305,7 @@ impl ChangelogCore {
     /// partition first, and this member (its lines of `epoch` queued before it was
     /// revoked) is the stale one: it applies nothing (a marker it wrote after the newer
     /// owner's records is undone by that owner's next one).
-    fn refuse_a_newer_marker(
+    pub(super) fn refuse_a_newer_marker(
         &self,
         partition: i32,
         epoch: Epoch,
@@ -287,7 +343,7 @@ impl ChangelogCore {
     /// (`kafka_broker.rs`'s killed broker, 130 records of one partition lost). The
     /// stale lines are left: they are never committed (the feed ignores acknowledgements
     /// of an epoch it no longer holds).
-    fn refuse_a_stale_takeover(
+    pub(super) fn refuse_a_stale_takeover(
         &self,
         partition: i32,
         epoch: Epoch,
@@ -301,7 +357,7 @@ impl ChangelogCore {
 
     /// Reads `partition` from its start through changelog offset `last` (inclusive).
     /// `uncommitted`: records of open and aborted transactions too (`read_uncommitted`).
-    fn read_through(
+    pub(super) fn read_through(
         &self,
         partition: i32,
         last: i64,

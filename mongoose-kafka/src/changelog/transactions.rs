@@ -13,6 +13,11 @@
 //!   commit gate) follows the transaction, which already holds the offsets: a crash
 //!   between the two loses nothing and the new owner's position check skips what the
 //!   transaction holds.
+//! * **A broker that stops answering mid-transaction** (a pause) is waited out, within
+//!   [`TransactionsConfig::broker_patience`]: a transaction that can neither commit nor
+//!   abort gets a new producer of the same transactional id, and is committed once
+//!   (`heal.rs`). A fence stays a fence: a producer the broker fenced is never replaced
+//!   here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -52,16 +57,25 @@ pub struct TransactionsConfig {
     /// up. Keep it above the feed's session timeout, so that a member
     /// stopped long enough for it is out of the group (its commits refused) first.
     pub transaction_timeout: Duration,
+    /// How long a partition whose transaction could neither commit nor abort because the
+    /// broker did not answer (a broker paused or cut off) waits for the broker to come
+    /// back: its producer is then replaced by a new one of the same transactional id,
+    /// and what its transaction held is committed once (`heal.rs`). Its writes wait
+    /// meanwhile; past it, its changes are given up ([`WriteFailure::GivenUp`]) and
+    /// their lines are read again after a restart.
+    pub broker_patience: Duration,
 }
 
 impl TransactionsConfig {
     /// Transactions committing the offsets of `group`, every 100 ms, a 120 s timeout
-    /// (above a commit's retries, 6 request timeouts of 10 s, with room to spare).
+    /// (above a commit's retries, 6 request timeouts of 10 s, with room to spare), and
+    /// 60 s of patience with a broker that stopped answering mid-transaction.
     pub fn new(group: Option<&str>) -> Self {
         TransactionsConfig {
             group: group.map(str::to_owned),
             commit_interval: Duration::from_millis(100),
             transaction_timeout: Duration::from_secs(120),
+            broker_patience: Duration::from_secs(60),
         }
     }
 }
@@ -166,6 +180,34 @@ pub(super) struct SentRecord {
     pub(super) payload: Vec<u8>,
 }
 
+/// Replaces a partition's producer whose transaction could neither commit nor abort
+/// because the broker did not answer (the changelog does: `heal.rs`).
+pub(super) trait ReplaceProducer: Send + Sync {
+    /// Waits (until `until`) for the broker, puts a new producer of the partition's
+    /// transactional id in `producer`'s place and decides what its open transaction
+    /// (which failed with `why`) became. `Ok`: it committed (its tags are back in
+    /// `producer`, durable), or it was aborted and is written again in a new open
+    /// transaction. `Err`: the failure its tags are reported with (they are back in
+    /// `producer`): a newer owner holds the partition (fenced), or the broker did not
+    /// come back in time (given up).
+    fn replace_producer(
+        &self,
+        partition: i32,
+        producer: &mut TxnPartition,
+        why: &str,
+        until: Instant,
+    ) -> Result<Replaced, WriteFailure>;
+}
+
+/// What a replaced producer's transaction turned out to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Replaced {
+    /// It had committed: its tags are durable.
+    Committed,
+    /// It was aborted (or never committed): a new transaction holds it again.
+    Reopened,
+}
+
 /// How many times a transaction the broker made abort is written again.
 const REPLAYS: u32 = 3;
 
@@ -219,6 +261,39 @@ impl TxnPartition {
         }
         self.sent = stash.sent;
         Ok(())
+    }
+
+    /// Takes what the open transaction holds (its records, tags and input offset) out of
+    /// it, to decide its fate on a new producer: the transaction counts as ended here.
+    pub(super) fn take_transaction(&mut self) -> Stash {
+        self.open = false;
+        Stash {
+            epoch: self.epoch,
+            sent: std::mem::take(&mut self.sent),
+            tags: std::mem::take(&mut self.tags),
+            through: self.through.take(),
+        }
+    }
+
+    /// Gives back what [`TxnPartition::take_transaction`] took, when its fate stays
+    /// undecided (the caller reports its tags).
+    pub(super) fn give_back(&mut self, stash: Stash) {
+        self.sent = stash.sent;
+        self.tags.extend_from_slice(&stash.tags);
+        if let Some(through) = stash.through {
+            self.holds(None, Some(through));
+        }
+        self.replayable = true;
+    }
+
+    /// Puts in `fresh`, a new producer of the partition's transactional id, initialised
+    /// (it fenced this one's old producer): no transaction is open on it.
+    pub(super) fn replace(&mut self, fresh: ThreadedProducer<ChangelogContext>) {
+        self.producer = fresh;
+        self.dead = None;
+        self.open = false;
+        self.sent.clear();
+        self.replayable = true;
     }
 
     /// Keeps a record sent in the open transaction, to send again if it aborts.
@@ -363,6 +438,9 @@ pub(super) struct Transactions {
     request_timeout: Duration,
     /// Per partition, the open transaction of its fenced producer, kept for a retake.
     stashes: Mutex<HashMap<i32, Stash>>,
+    /// What replaces a partition's producer when the broker stopped answering in the
+    /// middle of its transaction (the changelog, set once it is made).
+    replacer: std::sync::OnceLock<Weak<dyn ReplaceProducer>>,
     /// Dropped (or sent to) to stop the committer thread at once.
     stop: Mutex<Option<Sender<()>>>,
     committer: Mutex<Option<JoinHandle<()>>>,
@@ -388,6 +466,7 @@ impl Transactions {
             group,
             request_timeout,
             stashes: Mutex::new(HashMap::new()),
+            replacer: std::sync::OnceLock::new(),
             stop: Mutex::new(Some(stop)),
             committer: Mutex::new(None),
         });
@@ -403,6 +482,17 @@ impl Transactions {
             }
         }
         transactions
+    }
+
+    /// Sets what replaces a partition's producer when the broker stopped answering
+    /// mid-transaction (without it, that partition's changes are given up).
+    pub(super) fn replace_through(&self, replacer: Weak<dyn ReplaceProducer>) {
+        let _ = self.replacer.set(replacer);
+    }
+
+    /// Whether the changelog is closing (its committer stopped).
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.lock().is_none()
     }
 
     /// The partition's producer, if it was taken over.
@@ -443,7 +533,7 @@ impl Transactions {
             .collect();
         for (partition, producer) in partitions {
             // a failure reached the tags' callback; the next round goes on
-            let _ = self.commit(partition, &mut producer.lock());
+            let _ = self.commit_or_replace(partition, &mut producer.lock(), true);
         }
     }
 
@@ -462,14 +552,130 @@ impl Transactions {
     /// Returns whether the transaction committed (true when none was open on a live
     /// producer).
     pub(super) fn commit(&self, partition: i32, producer: &mut TxnPartition) -> bool {
+        self.commit_or_replace(partition, producer, false)
+    }
+
+    /// [`Transactions::commit`], and with `replace`, a transaction that could neither
+    /// commit nor abort because the broker did not answer (the error is no fence) is not
+    /// given up: its producer is replaced by a new one of the same transactional id once
+    /// the broker answers again ([`ReplaceProducer`], within
+    /// [`TransactionsConfig::broker_patience`]), which commits it once.
+    fn commit_or_replace(
+        &self,
+        partition: i32,
+        producer: &mut TxnPartition,
+        replace: bool,
+    ) -> bool {
         if producer.dead.is_some() {
             return false;
         }
         if !producer.open {
             return true;
         }
-        // a retriable failure is retried here, holding the partition (its writes wait):
-        // librdkafka takes no new record into a transaction whose commit is under way
+        // set at the first replacement: the broker's patience runs from there
+        let mut until: Option<Instant> = None;
+        loop {
+            let error = match self.try_commit(partition, producer) {
+                Ok(()) => {
+                    self.committed(producer);
+                    return true;
+                }
+                Err(error) => error,
+            };
+            let why = if requires_abort(&error) {
+                match producer.producer.abort_transaction(self.request_timeout) {
+                    Ok(()) => {
+                        warn!(changelog = %self.name, partition, %error, "a transaction could not commit and is aborted: its changes are given up");
+                        self.give_up(producer, &WriteFailure::GivenUp(error.to_string()));
+                        return false;
+                    }
+                    Err(abort) if replace && self.may_replace(partition, producer, &abort) => {
+                        format!("{error}; its abort: {abort}")
+                    }
+                    Err(abort) => {
+                        warn!(changelog = %self.name, partition, %error, %abort, "a transaction could not commit, nor be aborted: its changes are given up");
+                        producer.dead = Some(failure_of(partition, producer.epoch, &abort));
+                        self.give_up(producer, &WriteFailure::GivenUp(error.to_string()));
+                        return false;
+                    }
+                }
+            } else if replace && self.may_replace(partition, producer, &error) {
+                error.to_string()
+            } else {
+                let failure = failure_of(partition, producer.epoch, &error);
+                info!(changelog = %self.name, partition, %error, "a transaction's producer ends: {failure}");
+                producer.dead = Some(failure);
+                self.fail_open(partition, producer);
+                return false;
+            };
+            let Some(replacer) = self.replacer.get().and_then(Weak::upgrade) else {
+                // the changelog is gone: nobody to replace the producer
+                producer.dead = Some(WriteFailure::GivenUp(why));
+                self.fail_open(partition, producer);
+                return false;
+            };
+            let until = *until.get_or_insert_with(|| Instant::now() + self.config.broker_patience);
+            match replacer.replace_producer(partition, producer, &why, until) {
+                Ok(Replaced::Committed) => {
+                    self.committed(producer);
+                    return true;
+                }
+                // the new producer's transaction holds it again: committed next
+                Ok(Replaced::Reopened) => {}
+                Err(failure) => {
+                    producer.dead = Some(failure);
+                    self.fail_open(partition, producer);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Whether the failure `error` of `partition`'s transaction may be healed with a new
+    /// producer of the same transactional id: not when the broker fenced the producer (a
+    /// newer owner took the partition over: stays fenced), nor for a transaction that
+    /// cannot be written again (a takeover's marker).
+    fn may_replace(&self, partition: i32, producer: &TxnPartition, error: &KafkaError) -> bool {
+        let fenced = |failure: WriteFailure| matches!(failure, WriteFailure::Fenced { .. });
+        if !producer.replayable
+            || self.replacer.get().is_none()
+            || fenced(failure_of(partition, producer.epoch, error))
+        {
+            return false;
+        }
+        // a client made fatal by the broker's fence answers later calls with other errors
+        !producer
+            .producer
+            .client()
+            .fatal_error()
+            .is_some_and(|(code, message)| {
+                fenced(failure_from(partition, producer.epoch, Some(code), message))
+            })
+    }
+
+    /// The open transaction committed: its tags are durable.
+    fn committed(&self, producer: &mut TxnPartition) {
+        producer.open = false;
+        producer.through = None;
+        for tag in producer.tags.drain(..) {
+            (self.on_durable)(tag, Ok(()));
+        }
+    }
+
+    /// The open transaction never commits: its tags are reported `failure`.
+    fn give_up(&self, producer: &mut TxnPartition, failure: &WriteFailure) {
+        producer.open = false;
+        producer.through = None;
+        for tag in producer.tags.drain(..) {
+            (self.on_durable)(tag, Err(failure.clone()));
+        }
+    }
+
+    /// Commits the open transaction: a retriable failure is retried (holding the
+    /// partition: librdkafka takes no new record into a transaction whose commit is
+    /// under way) until the commit's deadline, and a transaction the broker makes abort
+    /// is written again in a new one [`REPLAYS`] times at most.
+    fn try_commit(&self, partition: i32, producer: &mut TxnPartition) -> Result<(), KafkaError> {
         let deadline = commit_deadline(
             Instant::now(),
             producer.opened,
@@ -478,7 +684,7 @@ impl Transactions {
         );
         let mut offsets_sent = false;
         let mut replays = 0;
-        let result = loop {
+        loop {
             let attempt = if offsets_sent {
                 Ok(())
             } else {
@@ -505,42 +711,10 @@ impl Transactions {
                     replays += 1;
                     warn!(changelog = %self.name, partition, %error, records = producer.sent.len(), replay = replays,
                         "a transaction could not commit: aborted, and its records are written again in a new one");
-                    if let Err(error) = self.replay(producer) {
-                        break Err(error);
-                    }
+                    self.replay(producer)?;
                     offsets_sent = false;
                 }
-                other => break other,
-            }
-        };
-        match result {
-            Ok(()) => {
-                producer.open = false;
-                producer.through = None;
-                for tag in producer.tags.drain(..) {
-                    (self.on_durable)(tag, Ok(()));
-                }
-                true
-            }
-            Err(error) if requires_abort(&error) => {
-                warn!(changelog = %self.name, partition, %error, "a transaction could not commit and is aborted: its changes are given up");
-                if let Err(abort) = producer.producer.abort_transaction(self.request_timeout) {
-                    producer.dead = Some(failure_of(partition, producer.epoch, &abort));
-                }
-                producer.open = false;
-                producer.through = None;
-                let failure = WriteFailure::GivenUp(error.to_string());
-                for tag in producer.tags.drain(..) {
-                    (self.on_durable)(tag, Err(failure.clone()));
-                }
-                false
-            }
-            Err(error) => {
-                let failure = failure_of(partition, producer.epoch, &error);
-                info!(changelog = %self.name, partition, %error, "a transaction's producer ends: {failure}");
-                producer.dead = Some(failure);
-                self.fail_open(partition, producer);
-                false
+                other => return other,
             }
         }
     }
