@@ -380,45 +380,38 @@ fn a_newer_owners_fence_is_not_undone() {
     );
 }
 
-/// Issue 37.3, the changelog's side, a known hole (ignored: it fails): a one-node
-/// broker of the test's own SIGSTOPped while a partition's transaction holds records
-/// (2 s delivery timeout, 3 s request timeout: a commit is retried for 18 s), continued
-/// 8 s later. The records time out, the commit asks for an abort (to write the
-/// transaction again in a new one), and that abort times out while the broker is
-/// stopped: the partition's producer ends and changes 6 to 10 are given up
-/// (`GivenUp`: the ledger fails, and its lines are read again after a restart). The
-/// changelog never calls `init_transactions` on that producer again, so the sink's
-/// wedge (a conflicting call forever) is not here. Resuming the abort, as librdkafka
-/// asks, was tried: Apache Kafka 4.1 then answered the resumed abort with a fatal
-/// INVALID_TXN_STATE, and the changes were given up all the same. What would heal it
-/// is a new producer for the partition, and in the changelog a new producer of the
-/// partition's transactional id is a takeover (it fences whoever holds the id), which
-/// only the takeover path's marker check may decide (`restore.rs`): left for that
-/// work.
-#[test]
-#[ignore = "issue 37.3, the changelog's side: a paused broker ends the partition's producer (GivenUp); healing it needs a takeover's new producer"]
-fn a_broker_pause_during_a_changelog_transaction_is_waited_out() {
-    let Some(cluster) = mongoose_testkit::kafka::Cluster::start(1) else {
+/// A one-node broker of the test's own, or `None` (skipped) when Apache Kafka's jars
+/// are not resolved.
+fn own_broker(what: &str) -> Option<mongoose_testkit::kafka::Cluster> {
+    let cluster = mongoose_testkit::kafka::Cluster::start(1);
+    if cluster.is_none() {
         assert!(
             std::env::var_os("MONGOOSE_REQUIRE_BROKER").is_none(),
             "Apache Kafka's jars are not resolved and MONGOOSE_REQUIRE_BROKER is set: run `cargo xtask broker start` once"
         );
-        common::skipped("changelog broker pause: Apache Kafka's jars are not resolved (`cargo xtask broker start` resolves them)");
-        return;
-    };
+        common::skipped(&format!("{what}: Apache Kafka's jars are not resolved (`cargo xtask broker start` resolves them)"));
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter("info")
         .with_test_writer()
         .try_init();
-    let brokers = cluster.bootstrap();
-    let (input, outputs, topic, _) = topics(&brokers, "paused");
+    cluster
+}
+
+/// A transactional member on `brokers` (no group: the server's choice, the input's
+/// offsets left to its own commit) with short timeouts (2 s delivery, 3 s requests: a
+/// commit is retried for 18 s) and `patience` with a broker that stops answering, its
+/// partition 0 restored in epoch 1 and lines 1 to 5 committed: `(member, its outcomes,
+/// the outputs topic)`.
+fn member_of_a_broker_to_pause(brokers: &str, patience: Duration) -> (Changelog, Outcomes, String) {
+    let (input, outputs, topic, _) = topics(brokers, "paused");
     let outcomes: Outcomes = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&outcomes);
     let on_durable: OnDurable = Arc::new(move |tag, result| seen.lock().push((tag, result)));
-    let mut config = ChangelogConfig::new("txn-pause", &brokers, &topic);
+    let mut config = ChangelogConfig::new("txn-pause", brokers, &topic);
     config.transactions = Some(TransactionsConfig {
         commit_interval: Duration::from_secs(3600),
-        // the server's choice: the input's offsets are left to its own commit
+        broker_patience: patience,
         ..TransactionsConfig::new(None)
     });
     config.outputs_topic = Some(outputs.clone());
@@ -430,6 +423,30 @@ fn a_broker_pause_during_a_changelog_transaction_is_waited_out() {
     changelog
         .flush(Duration::from_secs(60))
         .expect("the first transaction commits");
+    (changelog, outcomes, outputs)
+}
+
+/// Issue 37.3, the changelog's side: a one-node broker of the test's own SIGSTOPped
+/// while a partition's transaction holds records (2 s delivery timeout, 3 s request
+/// timeout), continued 8 s later. The records time out, the commit asks for an abort
+/// (to write the transaction again in a new one), and that abort times out while the
+/// broker is stopped. Before, the partition's producer ended there and changes 6 to 10
+/// were given up (`GivenUp`: the ledger failed, and its lines were read again after a
+/// restart); resuming the abort, as librdkafka asks, was tried, and Apache Kafka 4.1
+/// answered the resumed abort with a fatal INVALID_TXN_STATE. Now the partition's
+/// writes wait: once the broker answers, no newer owner having marked the partition, a
+/// new producer of the partition's transactional id takes the old one's place (the
+/// broker finishes the old transaction), the member's marker is committed, the
+/// partition read `read_committed` through it tells that the old transaction did not
+/// commit, and its changes and outputs are written again in a new one, each once.
+#[test]
+fn a_broker_pause_during_a_changelog_transaction_is_waited_out() {
+    let Some(cluster) = own_broker("changelog broker pause") else {
+        return;
+    };
+    let brokers = cluster.bootstrap();
+    let (changelog, outcomes, outputs) =
+        member_of_a_broker_to_pause(&brokers, Duration::from_secs(60));
     // the broker stops; the next transaction's records wait in the producer
     cluster.signal(1, "-STOP");
     write_lines(&changelog, 6..=10);
@@ -446,7 +463,48 @@ fn a_broker_pause_during_a_changelog_transaction_is_waited_out() {
         "every change durable after the broker came back ({flushed:?}): {:?}",
         outcomes.lock()
     );
+    assert_eq!(
+        outcomes.lock().len(),
+        10,
+        "each change reported once, durable: {:?}",
+        outcomes.lock()
+    );
     let alerts = committed_outputs(&brokers, &outputs);
     let expected: Vec<String> = (1..=10).map(|offset| format!("alert {offset}")).collect();
     assert_eq!(alerts, expected, "each output once, in order");
+    // and the partition's state holds each change once
+    let records = changelog.read(0).expect("read");
+    let mut counted = Vec::new();
+    let restored = mongoose_kafka::changelog::fold(&records, |record| counted.push(record.offset));
+    assert_eq!(counted, (1..=10).collect::<Vec<u64>>());
+    assert_eq!(restored.position, Some((Epoch(1), 10)));
+}
+
+/// The other side of the pause above: a broker that does not come back within the
+/// changelog's patience (6 s here). The partition's writes waited that long; its changes
+/// are then given up, with a reason that says so (the ledger fails, and its lines are
+/// read again after a restart), never reported durable.
+#[test]
+fn a_broker_that_stays_away_past_the_patience_has_the_transaction_s_changes_given_up() {
+    let Some(cluster) = own_broker("changelog broker gone") else {
+        return;
+    };
+    let brokers = cluster.bootstrap();
+    let (changelog, outcomes, _) = member_of_a_broker_to_pause(&brokers, Duration::from_secs(6));
+    cluster.signal(1, "-STOP");
+    write_lines(&changelog, 6..=10);
+    let _ = changelog.flush(Duration::from_secs(120));
+    let reported = outcomes.lock().clone();
+    assert_eq!(reported.len(), 10, "every change reported: {reported:?}");
+    for (tag, result) in &reported {
+        match result {
+            Ok(()) => assert!(*tag <= 5, "change {tag} reported durable: {reported:?}"),
+            Err(WriteFailure::GivenUp(reason)) => assert!(
+                *tag > 5 && reason.contains("did not answer for"),
+                "change {tag} given up with a reason that names the broker's absence: {reason}"
+            ),
+            Err(other) => panic!("change {tag}: {other} (not given up)"),
+        }
+    }
+    cluster.signal(1, "-CONT");
 }

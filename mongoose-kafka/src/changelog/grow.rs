@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::Changelog;
+use super::ChangelogCore;
 use crate::error::KafkaConnectorError;
 
-impl Changelog {
+impl ChangelogCore {
     /// Grows the changelog topic to `partitions` (`existing` now), and waits until this
     /// store's clients see them.
     pub(super) fn grow(

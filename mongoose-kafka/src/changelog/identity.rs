@@ -16,7 +16,7 @@ use mongoose_core::Epoch;
 use rdkafka::producer::Producer;
 use tracing::warn;
 
-use super::Changelog;
+use super::ChangelogCore;
 use crate::topic_id::{describe, TopicId, TopicIdentity};
 
 /// The input topic id of the marker under which the last counted change of `records`
@@ -43,7 +43,7 @@ pub fn position_topic(records: &[StoredRecord]) -> Option<TopicId> {
     position_topic
 }
 
-impl Changelog {
+impl ChangelogCore {
     /// The input topic's id now, for a takeover's marker; `None` (and a WARN) when the
     /// broker cannot say.
     pub(super) fn input_identity(&self) -> Option<TopicId> {

@@ -62,7 +62,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::fmt;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,12 +84,15 @@ use tracing::{debug, info, warn};
 use crate::error::KafkaConnectorError;
 
 mod grow;
+mod handle;
+mod heal;
 mod identity;
 mod records;
 mod restore;
 mod store;
 mod transactions;
 
+pub use handle::Changelog;
 pub use identity::position_topic;
 use records::StoredValue;
 pub use records::{decode, fold, FORMAT, MARKER_KEY, PROBE_KEY};
@@ -226,10 +228,8 @@ impl ProducerContext for ChangelogContext {
     }
 }
 
-/// A per-partition state store in a compacted changelog topic (see the [module
-/// docs](self)): writes acknowledged before the input's commit, and a fenced restore
-/// for the member that takes a partition over.
-pub struct Changelog {
+/// What a [`Changelog`] is made of: its clients, its partitions' transactions.
+struct ChangelogCore {
     config: ChangelogConfig,
     producer: ThreadedProducer<ChangelogContext>,
     /// The restore reader (made at the first restore, kept).
@@ -247,35 +247,9 @@ pub struct Changelog {
     partitions: AtomicI32,
 }
 
-impl Drop for Changelog {
-    fn drop(&mut self) {
-        if let Some(transactions) = &self.transactions {
-            transactions.stop();
-        }
-    }
-}
-
-impl fmt::Debug for Changelog {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Changelog")
-            .field("name", &self.config.name)
-            .field("topic", &self.config.topic)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Changelog {
-    /// Connects, and makes sure the changelog topic exists with at least as many
-    /// partitions as `input_topic` (creating it compacted, with as many, if missing;
-    /// growing it when the input has more: see `grow.rs`).
-    /// `on_durable` is called on the producer's thread for each write (with
-    /// transactions: on the committer's thread, when the write's transaction commits).
-    ///
-    /// # Errors
-    /// The client configuration is refused, the broker does not answer, the input
-    /// topic does not exist, the changelog topic has fewer partitions than the input and
-    /// cannot be grown, or an outputs topic is given without transactions.
-    pub fn open(
+impl ChangelogCore {
+    /// [`Changelog::open`]'s work.
+    pub(super) fn open(
         config: ChangelogConfig,
         input_topic: &str,
         on_durable: OnDurable,
@@ -314,7 +288,7 @@ impl Changelog {
                 ))
             }
         };
-        let changelog = Changelog {
+        let changelog = ChangelogCore {
             config,
             producer,
             reader: Mutex::new(None),
@@ -454,8 +428,8 @@ impl Changelog {
         }
     }
 
-    /// The changelog topic.
-    pub fn topic(&self) -> &str {
+    /// [`Changelog::topic`]'s work.
+    pub(super) fn topic(&self) -> &str {
         &self.config.topic
     }
 
@@ -554,16 +528,8 @@ impl Changelog {
         .unwrap_or_default()
     }
 
-    /// Sends one change of `partition`'s state: `key` now has `value` (empty: removed),
-    /// after the input record whose position is `offset`, delivered in `epoch`. `tag`
-    /// comes back through `on_durable` once the broker acknowledged it (or the producer
-    /// gave it up). A full producer queue is waited out (the producer's thread drains
-    /// it).
-    ///
-    /// # Errors
-    /// The key starts with a zero byte (reserved), or the producer refused the record
-    /// for good.
-    pub fn write(
+    /// [`Changelog::write`]'s work.
+    pub(super) fn write(
         &self,
         partition: i32,
         epoch: Epoch,
@@ -599,16 +565,8 @@ impl Changelog {
         )
     }
 
-    /// Writes an output of `partition` (an alert) to the outputs topic, in the
-    /// partition's transaction together with the partition's next change
-    /// ([`Changelog::write`], which sends it first): it becomes visible exactly when that
-    /// change does. An output of a partition whose producer was fenced or failed is
-    /// dropped (the change written after it reports why it is not durable).
-    ///
-    /// # Errors
-    /// No outputs topic or no transactions, the partition was not restored by this
-    /// member, or the producer refused the record for good.
-    pub fn write_output(
+    /// [`Changelog::write_output`]'s work.
+    pub(super) fn write_output(
         &self,
         partition: i32,
         key: &[u8],
@@ -752,11 +710,8 @@ impl Changelog {
             .map_err(|error| self.broker_error("writing a changelog record", error))
     }
 
-    /// Waits until every write sent so far is acknowledged or given up.
-    ///
-    /// # Errors
-    /// Some are still in flight after `timeout`.
-    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaConnectorError> {
+    /// [`Changelog::flush`]'s work.
+    pub(super) fn flush(&self, timeout: Duration) -> Result<(), KafkaConnectorError> {
         if let Some(transactions) = &self.transactions {
             let deadline = Instant::now() + timeout;
             loop {

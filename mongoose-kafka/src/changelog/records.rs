@@ -88,7 +88,7 @@ pub fn decode(log_offset: i64, key: &[u8], payload: &[u8]) -> Option<StoredRecor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::changelog::Changelog;
+    use crate::changelog::ChangelogCore;
 
     fn entry(log_offset: i64, epoch: u64, offset: u64, key: &str, value: &str) -> StoredRecord {
         StoredRecord {
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_other_layouts_are_not_read() {
-        let payload = Changelog::encode(RecordKind::Entry, Epoch(9), 2, 77, b"value");
+        let payload = ChangelogCore::encode(RecordKind::Entry, Epoch(9), 2, 77, b"value");
         let record = decode(5, b"key", &payload).expect("decodes");
         assert_eq!(record.epoch, Epoch(9));
         assert_eq!(

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::bounded;
+use crossbeam_channel::{bounded, Receiver};
 use mongoose_core::state_store::WriteFailure;
 use mongoose_core::Epoch;
 use rdkafka::config::RDKafkaLogLevel;
@@ -13,9 +13,9 @@ use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{info, warn};
 
-use super::transactions::TxnPartition;
+use super::transactions::{Transactions, TxnPartition};
 use super::{
-    decode, fold, Changelog, Opaque, RecordKind, RestoredPartition, StoredRecord, MARKER_KEY,
+    decode, fold, ChangelogCore, Opaque, RecordKind, RestoredPartition, StoredRecord, MARKER_KEY,
     PROBE_KEY,
 };
 use crate::error::KafkaConnectorError;
@@ -24,7 +24,7 @@ use crate::topic_id::TopicId;
 /// How many times a takeover fenced while it marks the partition is tried.
 const TAKEOVER_ATTEMPTS: u32 = 4;
 
-impl Changelog {
+impl ChangelogCore {
     /// Writes a marker (or a probe) into `partition` and waits for its offset. A marker
     /// carries the input topic's id `input` (see `identity.rs`).
     fn mark(
@@ -35,15 +35,7 @@ impl Changelog {
         input: Option<TopicId>,
     ) -> Result<i64, KafkaConnectorError> {
         let (reply, answer) = bounded(1);
-        let id = input.map(TopicId::to_bytes);
-        let payload = Self::encode(
-            kind,
-            epoch,
-            partition,
-            0,
-            id.as_ref().map_or(&[][..], |id| &id[..]),
-        );
-        let target = (self.config.topic.as_str(), Some(partition));
+        let payload = Self::marker_payload(kind, epoch, partition, input);
         let opaque = Box::new(Opaque::Marker(reply));
         match &self.transactions {
             Some(transactions) if kind == RecordKind::Marker => {
@@ -53,43 +45,7 @@ impl Changelog {
                 let fresh = self.transactional_producer(partition, &transactions.config)?;
                 let producer = transactions.install(partition, TxnPartition::new(fresh, epoch));
                 let mut producer = producer.lock();
-                let refused = |why: String| KafkaConnectorError::Changelog {
-                    name: self.config.name.clone(),
-                    message: format!("the marker of partition {partition}: {why}"),
-                };
-                // another owner that took the partition over meanwhile fenced this one:
-                // the partition is not this owner's (not a failure: the caller drops it)
-                let taken_over = |failure: &WriteFailure| {
-                    matches!(failure, WriteFailure::Fenced { .. }).then(|| {
-                        KafkaConnectorError::TakenOver {
-                            name: self.config.name.clone(),
-                            failure: failure.clone(),
-                        }
-                    })
-                };
-                if let Err(failure) = producer.begin(partition) {
-                    return Err(
-                        taken_over(&failure).unwrap_or_else(|| refused(failure.to_string()))
-                    );
-                }
-                self.send(&producer.producer, target, MARKER_KEY, &payload, opaque)?;
-                // a marker's transaction is not written again: its reply went out
-                producer.not_replayable();
-                // (the commit retries what may still succeed, for six request timeouts)
-                if !transactions.commit(partition, &mut producer) {
-                    if let Some(error) = producer.dead().and_then(taken_over) {
-                        return Err(error);
-                    }
-                    return Err(refused(producer.dead().map_or_else(
-                        || {
-                            format!(
-                                "its transaction was aborted: check that the broker at {} answers",
-                                self.config.brokers
-                            )
-                        },
-                        ToString::to_string,
-                    )));
-                }
+                self.mark_in_transaction(transactions, partition, &mut producer, &payload, opaque)?;
             }
             _ => {
                 let key = if kind == RecordKind::Probe {
@@ -97,9 +53,109 @@ impl Changelog {
                 } else {
                     MARKER_KEY
                 };
+                let target = (self.config.topic.as_str(), Some(partition));
                 self.send(&self.producer, target, key, &payload, opaque)?;
             }
         }
+        self.marker_offset(partition, &answer)
+    }
+
+    /// Writes the marker of `producer`'s epoch into `partition` on `producer` (a new
+    /// producer put in place of one the broker left mid-transaction: `heal.rs`), in a
+    /// transaction of its own, and waits for its offset.
+    pub(super) fn mark_replaced(
+        &self,
+        transactions: &Transactions,
+        partition: i32,
+        producer: &mut TxnPartition,
+    ) -> Result<i64, KafkaConnectorError> {
+        let (reply, answer) = bounded(1);
+        let payload = Self::marker_payload(
+            RecordKind::Marker,
+            producer.epoch(),
+            partition,
+            self.input_identity(),
+        );
+        let opaque = Box::new(Opaque::Marker(reply));
+        self.mark_in_transaction(transactions, partition, producer, &payload, opaque)?;
+        self.marker_offset(partition, &answer)
+    }
+
+    /// A marker's (or probe's) payload.
+    fn marker_payload(
+        kind: RecordKind,
+        epoch: Epoch,
+        partition: i32,
+        input: Option<TopicId>,
+    ) -> Vec<u8> {
+        let id = input.map(TopicId::to_bytes);
+        Self::encode(
+            kind,
+            epoch,
+            partition,
+            0,
+            id.as_ref().map_or(&[][..], |id| &id[..]),
+        )
+    }
+
+    /// Sends a marker (`payload`, its delivery reported to `opaque`) on `producer` in a
+    /// transaction of its own, and commits it.
+    ///
+    /// # Errors
+    /// [`KafkaConnectorError::TakenOver`] when another producer of the partition's
+    /// transactional id fenced this one; the reason otherwise.
+    fn mark_in_transaction(
+        &self,
+        transactions: &Transactions,
+        partition: i32,
+        producer: &mut TxnPartition,
+        payload: &[u8],
+        opaque: Box<Opaque>,
+    ) -> Result<(), KafkaConnectorError> {
+        let target = (self.config.topic.as_str(), Some(partition));
+        let refused = |why: String| KafkaConnectorError::Changelog {
+            name: self.config.name.clone(),
+            message: format!("the marker of partition {partition}: {why}"),
+        };
+        // another owner that took the partition over meanwhile fenced this one:
+        // the partition is not this owner's (not a failure: the caller drops it)
+        let taken_over = |failure: &WriteFailure| {
+            matches!(failure, WriteFailure::Fenced { .. }).then(|| KafkaConnectorError::TakenOver {
+                name: self.config.name.clone(),
+                failure: failure.clone(),
+            })
+        };
+        if let Err(failure) = producer.begin(partition) {
+            return Err(taken_over(&failure).unwrap_or_else(|| refused(failure.to_string())));
+        }
+        self.send(&producer.producer, target, MARKER_KEY, payload, opaque)?;
+        // a marker's transaction is not written again: its reply went out
+        producer.not_replayable();
+        // (the commit retries what may still succeed, for six request timeouts)
+        if !transactions.commit(partition, producer) {
+            if let Some(error) = producer.dead().and_then(taken_over) {
+                return Err(error);
+            }
+            return Err(refused(producer.dead().map_or_else(
+                || {
+                    format!(
+                        "its transaction was aborted: check that the broker at {} answers",
+                        self.config.brokers
+                    )
+                },
+                ToString::to_string,
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waits for the offset of the marker (or probe) of `partition` whose delivery
+    /// report goes to `answer`.
+    fn marker_offset(
+        &self,
+        partition: i32,
+        answer: &Receiver<Result<i64, String>>,
+    ) -> Result<i64, KafkaConnectorError> {
         let waited = self.config.delivery_timeout + self.config.request_timeout;
         match answer.recv_timeout(waited) {
             Ok(Ok(offset)) => Ok(offset),
@@ -119,14 +175,8 @@ impl Changelog {
         }
     }
 
-    /// Takes `partition` over in `epoch`: writes the owner's marker, reads the
-    /// partition from its start to the marker and folds it ([`fold`]); `counted` sees
-    /// each counted entry in order. Writes of this partition follow the call.
-    ///
-    /// # Errors
-    /// The marker is not acknowledged, or the partition cannot be read to the marker
-    /// within the restore timeout.
-    pub fn restore(
+    /// [`Changelog::restore`]'s work.
+    pub(super) fn restore(
         &self,
         partition: i32,
         epoch: Epoch,
@@ -190,24 +240,8 @@ impl Changelog {
         Ok(restored)
     }
 
-    /// After this member's producer of `partition`, held in `epoch`, was fenced (its
-    /// writes reported [`WriteFailure::Fenced`]): true when this member is still the
-    /// partition's newest owner and wrote again what the fenced transaction held; false
-    /// when a newer owner holds the partition (its lines of `epoch` are not this
-    /// member's to apply).
-    ///
-    /// The fencer may be a stale owner: a member whose lines of an earlier assignment
-    /// were still queued took the partition over for them between this member's check
-    /// and its marker (`kafka_broker.rs`: 144 records of one partition skipped by the
-    /// fenced owner, which still held it and committed them, and never applied). This
-    /// member's new producer fences it in turn, a new marker of `epoch` makes this
-    /// member's records count again (the fold follows the last marker), and the kept
-    /// records are written again in a new transaction whose commit reports their tags.
-    ///
-    /// # Errors
-    /// The broker could not be asked, or fenced the new producer at once: the kept
-    /// transaction stays kept, for the next call.
-    pub fn retake(&self, partition: i32, epoch: Epoch) -> Result<bool, KafkaConnectorError> {
+    /// [`Changelog::retake`]'s work.
+    pub(super) fn retake(&self, partition: i32, epoch: Epoch) -> Result<bool, KafkaConnectorError> {
         let Some(transactions) = &self.transactions else {
             return Ok(false);
         };
@@ -271,7 +305,7 @@ impl Changelog {
     /// partition first, and this member (its lines of `epoch` queued before it was
     /// revoked) is the stale one: it applies nothing (a marker it wrote after the newer
     /// owner's records is undone by that owner's next one).
-    fn refuse_a_newer_marker(
+    pub(super) fn refuse_a_newer_marker(
         &self,
         partition: i32,
         epoch: Epoch,
@@ -309,7 +343,7 @@ impl Changelog {
     /// (`kafka_broker.rs`'s killed broker, 130 records of one partition lost). The
     /// stale lines are left: they are never committed (the feed ignores acknowledgements
     /// of an epoch it no longer holds).
-    fn refuse_a_stale_takeover(
+    pub(super) fn refuse_a_stale_takeover(
         &self,
         partition: i32,
         epoch: Epoch,
@@ -323,7 +357,7 @@ impl Changelog {
 
     /// Reads `partition` from its start through changelog offset `last` (inclusive).
     /// `uncommitted`: records of open and aborted transactions too (`read_uncommitted`).
-    fn read_through(
+    pub(super) fn read_through(
         &self,
         partition: i32,
         last: i64,
@@ -427,12 +461,8 @@ impl Changelog {
         result.map(|()| records)
     }
 
-    /// Reads `partition` to its current end (a probe written now marks it) without
-    /// taking it over: for tools and tests that inspect a changelog.
-    ///
-    /// # Errors
-    /// As for [`Changelog::restore`].
-    pub fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
+    /// [`Changelog::read`]'s work.
+    pub(super) fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, KafkaConnectorError> {
         let probe = self.mark(partition, RecordKind::Probe, Epoch(0), None)?;
         self.read_through(partition, probe, false)
     }

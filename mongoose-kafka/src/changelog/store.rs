@@ -47,7 +47,7 @@ impl PartitionStateStore for Changelog {
     }
 
     fn outputs_location(&self) -> Option<&str> {
-        self.config.outputs_topic.as_deref()
+        self.core.config.outputs_topic.as_deref()
     }
 
     fn write_output(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<(), CoreError> {
@@ -61,7 +61,7 @@ impl Changelog {
         match error {
             KafkaConnectorError::TakenOver { failure, .. } => CoreError::TakenOver(failure),
             error => CoreError::StateStore {
-                store: self.config.topic.clone(),
+                store: self.core.config.topic.clone(),
                 error: Box::new(error),
             },
         }

@@ -13,6 +13,11 @@
 //!   commit gate) follows the transaction, which already holds the offsets: a crash
 //!   between the two loses nothing and the new owner's position check skips what the
 //!   transaction holds.
+//! * **A broker that stops answering mid-transaction** (a pause) is waited out, within
+//!   [`TransactionsConfig::broker_patience`]: a transaction that can neither commit nor
+//!   abort gets a new producer of the same transactional id, and is committed once
+//!   (`heal.rs`). A fence stays a fence: a producer the broker fenced is never replaced
+//!   here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -27,9 +32,11 @@ use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::{debug, info, warn};
+use tracing::warn;
 
 use super::ChangelogContext;
+
+mod commit;
 
 /// How a changelog commits in transactions.
 #[derive(Clone, Debug)]
@@ -52,16 +59,25 @@ pub struct TransactionsConfig {
     /// up. Keep it above the feed's session timeout, so that a member
     /// stopped long enough for it is out of the group (its commits refused) first.
     pub transaction_timeout: Duration,
+    /// How long a partition whose transaction could neither commit nor abort because the
+    /// broker did not answer (a broker paused or cut off) waits for the broker to come
+    /// back: its producer is then replaced by a new one of the same transactional id,
+    /// and what its transaction held is committed once (`heal.rs`). Its writes wait
+    /// meanwhile; past it, its changes are given up ([`WriteFailure::GivenUp`]) and
+    /// their lines are read again after a restart.
+    pub broker_patience: Duration,
 }
 
 impl TransactionsConfig {
     /// Transactions committing the offsets of `group`, every 100 ms, a 120 s timeout
-    /// (above a commit's retries, 6 request timeouts of 10 s, with room to spare).
+    /// (above a commit's retries, 6 request timeouts of 10 s, with room to spare), and
+    /// 60 s of patience with a broker that stopped answering mid-transaction.
     pub fn new(group: Option<&str>) -> Self {
         TransactionsConfig {
             group: group.map(str::to_owned),
             commit_interval: Duration::from_millis(100),
             transaction_timeout: Duration::from_secs(120),
+            broker_patience: Duration::from_secs(60),
         }
     }
 }
@@ -166,6 +182,34 @@ pub(super) struct SentRecord {
     pub(super) payload: Vec<u8>,
 }
 
+/// Replaces a partition's producer whose transaction could neither commit nor abort
+/// because the broker did not answer (the changelog does: `heal.rs`).
+pub(super) trait ReplaceProducer: Send + Sync {
+    /// Waits (until `until`) for the broker, puts a new producer of the partition's
+    /// transactional id in `producer`'s place and decides what its open transaction
+    /// (which failed with `why`) became. `Ok`: it committed (its tags are back in
+    /// `producer`, durable), or it was aborted and is written again in a new open
+    /// transaction. `Err`: the failure its tags are reported with (they are back in
+    /// `producer`): a newer owner holds the partition (fenced), or the broker did not
+    /// come back in time (given up).
+    fn replace_producer(
+        &self,
+        partition: i32,
+        producer: &mut TxnPartition,
+        why: &str,
+        until: Instant,
+    ) -> Result<Replaced, WriteFailure>;
+}
+
+/// What a replaced producer's transaction turned out to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Replaced {
+    /// It had committed: its tags are durable.
+    Committed,
+    /// It was aborted (or never committed): a new transaction holds it again.
+    Reopened,
+}
+
 /// How many times a transaction the broker made abort is written again.
 const REPLAYS: u32 = 3;
 
@@ -219,6 +263,39 @@ impl TxnPartition {
         }
         self.sent = stash.sent;
         Ok(())
+    }
+
+    /// Takes what the open transaction holds (its records, tags and input offset) out of
+    /// it, to decide its fate on a new producer: the transaction counts as ended here.
+    pub(super) fn take_transaction(&mut self) -> Stash {
+        self.open = false;
+        Stash {
+            epoch: self.epoch,
+            sent: std::mem::take(&mut self.sent),
+            tags: std::mem::take(&mut self.tags),
+            through: self.through.take(),
+        }
+    }
+
+    /// Gives back what [`TxnPartition::take_transaction`] took, when its fate stays
+    /// undecided (the caller reports its tags).
+    pub(super) fn give_back(&mut self, stash: Stash) {
+        self.sent = stash.sent;
+        self.tags.extend_from_slice(&stash.tags);
+        if let Some(through) = stash.through {
+            self.holds(None, Some(through));
+        }
+        self.replayable = true;
+    }
+
+    /// Puts in `fresh`, a new producer of the partition's transactional id, initialised
+    /// (it fenced this one's old producer): no transaction is open on it.
+    pub(super) fn replace(&mut self, fresh: ThreadedProducer<ChangelogContext>) {
+        self.producer = fresh;
+        self.dead = None;
+        self.open = false;
+        self.sent.clear();
+        self.replayable = true;
     }
 
     /// Keeps a record sent in the open transaction, to send again if it aborts.
@@ -363,6 +440,9 @@ pub(super) struct Transactions {
     request_timeout: Duration,
     /// Per partition, the open transaction of its fenced producer, kept for a retake.
     stashes: Mutex<HashMap<i32, Stash>>,
+    /// What replaces a partition's producer when the broker stopped answering in the
+    /// middle of its transaction (the changelog, set once it is made).
+    replacer: std::sync::OnceLock<Weak<dyn ReplaceProducer>>,
     /// Dropped (or sent to) to stop the committer thread at once.
     stop: Mutex<Option<Sender<()>>>,
     committer: Mutex<Option<JoinHandle<()>>>,
@@ -388,6 +468,7 @@ impl Transactions {
             group,
             request_timeout,
             stashes: Mutex::new(HashMap::new()),
+            replacer: std::sync::OnceLock::new(),
             stop: Mutex::new(Some(stop)),
             committer: Mutex::new(None),
         });
@@ -403,6 +484,17 @@ impl Transactions {
             }
         }
         transactions
+    }
+
+    /// Sets what replaces a partition's producer when the broker stopped answering
+    /// mid-transaction (without it, that partition's changes are given up).
+    pub(super) fn replace_through(&self, replacer: Weak<dyn ReplaceProducer>) {
+        let _ = self.replacer.set(replacer);
+    }
+
+    /// Whether the changelog is closing (its committer stopped).
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.lock().is_none()
     }
 
     /// The partition's producer, if it was taken over.
@@ -443,7 +535,7 @@ impl Transactions {
             .collect();
         for (partition, producer) in partitions {
             // a failure reached the tags' callback; the next round goes on
-            let _ = self.commit(partition, &mut producer.lock());
+            let _ = self.commit_or_replace(partition, &mut producer.lock(), true);
         }
     }
 
@@ -453,112 +545,6 @@ impl Transactions {
             .lock()
             .values()
             .any(|producer| producer.lock().open)
-    }
-
-    /// Commits `partition`'s open transaction with the input offsets it covers; its tags
-    /// are durable then. A retriable error is retried (the partition's writes wait) for
-    /// up to six request timeouts; an error that requires an abort aborts it (its tags
-    /// are given up); a fatal one (fenced), or retries that never end, end the producer.
-    /// Returns whether the transaction committed (true when none was open on a live
-    /// producer).
-    pub(super) fn commit(&self, partition: i32, producer: &mut TxnPartition) -> bool {
-        if producer.dead.is_some() {
-            return false;
-        }
-        if !producer.open {
-            return true;
-        }
-        // a retriable failure is retried here, holding the partition (its writes wait):
-        // librdkafka takes no new record into a transaction whose commit is under way
-        let deadline = commit_deadline(
-            Instant::now(),
-            producer.opened,
-            self.request_timeout,
-            self.config.transaction_timeout,
-        );
-        let mut offsets_sent = false;
-        let mut replays = 0;
-        let result = loop {
-            let attempt = if offsets_sent {
-                Ok(())
-            } else {
-                self.send_offsets(partition, producer)
-            }
-            .and_then(|()| {
-                offsets_sent = true;
-                producer.producer.commit_transaction(self.request_timeout)
-            });
-            match attempt {
-                Err(error) if retriable(&error) && Instant::now() < deadline => {
-                    debug!(changelog = %self.name, partition, %error, "a transaction's commit is retried");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                // a broker failing over (a coordinator still loading) makes the
-                // transaction abort though nothing is wrong with its records: they are
-                // written again in a new one, with the same offsets
-                Err(error)
-                    if requires_abort(&error)
-                        && producer.replayable
-                        && replays < REPLAYS
-                        && Instant::now() < deadline =>
-                {
-                    replays += 1;
-                    warn!(changelog = %self.name, partition, %error, records = producer.sent.len(), replay = replays,
-                        "a transaction could not commit: aborted, and its records are written again in a new one");
-                    if let Err(error) = self.replay(producer) {
-                        break Err(error);
-                    }
-                    offsets_sent = false;
-                }
-                other => break other,
-            }
-        };
-        match result {
-            Ok(()) => {
-                producer.open = false;
-                producer.through = None;
-                for tag in producer.tags.drain(..) {
-                    (self.on_durable)(tag, Ok(()));
-                }
-                true
-            }
-            Err(error) if requires_abort(&error) => {
-                warn!(changelog = %self.name, partition, %error, "a transaction could not commit and is aborted: its changes are given up");
-                if let Err(abort) = producer.producer.abort_transaction(self.request_timeout) {
-                    producer.dead = Some(failure_of(partition, producer.epoch, &abort));
-                }
-                producer.open = false;
-                producer.through = None;
-                let failure = WriteFailure::GivenUp(error.to_string());
-                for tag in producer.tags.drain(..) {
-                    (self.on_durable)(tag, Err(failure.clone()));
-                }
-                false
-            }
-            Err(error) => {
-                let failure = failure_of(partition, producer.epoch, &error);
-                info!(changelog = %self.name, partition, %error, "a transaction's producer ends: {failure}");
-                producer.dead = Some(failure);
-                self.fail_open(partition, producer);
-                false
-            }
-        }
-    }
-
-    /// Aborts the open transaction and sends its records again in a new one.
-    fn replay(&self, producer: &mut TxnPartition) -> Result<(), KafkaError> {
-        producer.producer.abort_transaction(self.request_timeout)?;
-        producer.producer.begin_transaction()?;
-        for sent in &producer.sent {
-            super::send_record(
-                &producer.producer,
-                (&sent.topic, sent.partition),
-                &sent.key,
-                &sent.payload,
-                Box::new(super::Opaque::InTransaction),
-            )?;
-        }
-        Ok(())
     }
 
     /// Adds records, and the tag and input offset of their change, to the kept
