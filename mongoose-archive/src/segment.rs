@@ -1006,4 +1006,47 @@ mod tests {
         assert!(error.to_string().contains("at byte 32"), "{error}");
         assert_eq!(fs::read(&path).expect("read"), earlier, "nothing cut");
     }
+
+    // issue 38 (every file says whose it is): a segment left by another recording with
+    // the same id and start (an archive made again at the same path numbers its
+    // recordings from 1 again) is refused, by the archiver and by a reader, never read
+    // as this recording's. The earlier header named only the id and the start.
+    #[test]
+    fn a_segment_of_another_recording_with_the_same_id_is_refused() {
+        use crate::{RecordingReader, RecordingSelector};
+
+        let (archive, _) = archive_of_the_earlier_layout(0);
+        let path = segment_path(archive.path(), 7, 0);
+        let other = RecordingIdentity {
+            started_unix_ms: identity().started_unix_ms + 60_000,
+            session: 10,
+            ..identity()
+        };
+        let mut foreign = Vec::new();
+        create_segment_on(&mut RealDisk, &path, &other.segment_header(0)).expect("create");
+        encode_record(&mut foreign, RecordKind::Message, 0, b"m0").expect("encode");
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, &foreign))
+            .expect("a record of the other recording");
+        let before = fs::read(&path).expect("read");
+        for error in [
+            SegmentWriter::recover(archive.path(), identity(), 1 << 20)
+                .map(|_| ())
+                .expect_err("the archiver refuses it"),
+            RecordingReader::open(archive.path(), RecordingSelector::Id(7), None)
+                .map(|_| ())
+                .expect_err("a reader refuses it"),
+        ] {
+            assert!(
+                matches!(
+                    error,
+                    ArchiveError::Durable(mongoose_durable::DurableError::WrongOwner { .. })
+                ),
+                "{error}"
+            );
+        }
+        assert_eq!(fs::read(&path).expect("read"), before, "left as it is");
+    }
 }
