@@ -9,8 +9,8 @@ use mongoose_core::Epoch;
 use crate::catalog::{self, RecordingDescriptor};
 use crate::error::{ArchiveError, Result};
 use crate::segment::{
-    check_segment_header, decode_record, segment_path, segment_starts, Decoded, RecordKind,
-    SEGMENT_HEADER_LEN,
+    check_segment_header, segment_path, segment_starts, Decoded, Framing, RecordKind,
+    RecordingIdentity,
 };
 
 /// Which recording to read.
@@ -57,9 +57,15 @@ pub enum ReplayEvent<'a> {
 pub struct RecordingReader {
     archive: PathBuf,
     descriptor: RecordingDescriptor,
+    /// The recording's identity, which each segment's header names.
+    identity: RecordingIdentity,
     segment_start: u64,
     file: File,
     path: PathBuf,
+    /// How the current segment's records are framed.
+    framing: Framing,
+    /// Where the current segment's first record starts (its header's length).
+    header_len: u64,
     /// The file offset of `buf[0]`.
     buf_offset: u64,
     buf: Vec<u8>,
@@ -115,13 +121,17 @@ impl RecordingReader {
             .find(|&&start| start <= from)
             .copied()
             .unwrap_or(descriptor.start_position);
-        let (file, path) = open_segment(archive, id, segment_start)?;
+        let identity = RecordingIdentity::of(&descriptor);
+        let (file, path, format) = open_segment(archive, &identity, segment_start)?;
         Ok(RecordingReader {
             archive: archive.to_path_buf(),
+            identity,
             segment_start,
             file,
             path,
-            buf_offset: SEGMENT_HEADER_LEN,
+            framing: format.framing,
+            header_len: format.header_len,
+            buf_offset: format.header_len,
             buf: vec![0u8; READ_CHUNK],
             consumed: 0,
             filled: 0,
@@ -181,7 +191,7 @@ impl RecordingReader {
         let mut events = 0;
         let mut refilled = false;
         while events < limit && !self.ended {
-            match decode_record(&self.buf[self.consumed..self.filled]) {
+            match self.framing.decode(&self.buf[self.consumed..self.filled]) {
                 Decoded::Record(record) => {
                     refilled = false;
                     let stored = record.stored_len();
@@ -315,7 +325,7 @@ impl RecordingReader {
     /// At the end of a segment: moves to the next one when the archiver created it.
     fn next_segment(&mut self) -> Result<bool> {
         if self.position == self.segment_start {
-            return Ok(false);
+            return self.follow_replaced_segment();
         }
         let path = segment_path(&self.archive, self.descriptor.id, self.position);
         let file = match File::open(&path) {
@@ -328,22 +338,55 @@ impl RecordingReader {
         if self.filled > 0 {
             return Ok(true);
         }
-        check_segment_header(&file, &path, self.descriptor.id, self.position)?;
+        let format = check_segment_header(&file, &path, &self.identity, self.position)?;
+        self.switch_to(file, path, format.framing, format.header_len);
+        Ok(true)
+    }
+
+    /// In a segment of the earlier layout that holds no record: the archiver continues
+    /// the recording in a new segment of the same name (it never appends to the earlier
+    /// layout), replacing it whole; follows it when it did.
+    fn follow_replaced_segment(&mut self) -> Result<bool> {
+        if self.framing != Framing::Earlier || self.buf_offset != self.header_len {
+            return Ok(false);
+        }
+        use std::os::unix::fs::MetadataExt;
+        let path = segment_path(&self.archive, self.descriptor.id, self.segment_start);
+        let (now, open) = match (std::fs::metadata(&path), self.file.metadata()) {
+            (Ok(now), Ok(open)) => (now, open),
+            _ => return Ok(false),
+        };
+        if (now.dev(), now.ino()) == (open.dev(), open.ino()) {
+            return Ok(false);
+        }
+        let file = File::open(&path).map_err(ArchiveError::io("open a segment", &path))?;
+        let format = check_segment_header(&file, &path, &self.identity, self.segment_start)?;
+        self.switch_to(file, path, format.framing, format.header_len);
+        Ok(true)
+    }
+
+    /// Reads from the start of the segment `file` from now on.
+    fn switch_to(&mut self, file: File, path: PathBuf, framing: Framing, header_len: u64) {
         self.file = file;
         self.path = path;
         self.segment_start = self.position;
-        self.buf_offset = SEGMENT_HEADER_LEN;
+        self.framing = framing;
+        self.header_len = header_len;
+        self.buf_offset = header_len;
         self.consumed = 0;
         self.filled = 0;
-        Ok(true)
     }
 }
 
-fn open_segment(archive: &Path, id: u64, start: u64) -> Result<(File, PathBuf)> {
-    let path = segment_path(archive, id, start);
+fn open_segment(
+    archive: &Path,
+    identity: &RecordingIdentity,
+    start: u64,
+) -> Result<(File, PathBuf, crate::segment::SegmentFormat)> {
+    let path = segment_path(archive, identity.id, start);
     let file = File::open(&path).map_err(ArchiveError::io("open a segment", &path))?;
-    check_segment_header(&file, &path, id, start)?;
-    Ok((file, path))
+    let format = check_segment_header(&file, &path, identity, start)?;
+    Ok((file, path, format))
 }
 
 /// The recordings of an archive, by id.

@@ -18,17 +18,20 @@
 //! It sits one layer above `mongoose-core` (which stays free of I/O) and below every
 //! crate that keeps a file.
 //!
-//! Where it is used so far (moving the other formats onto [`log`] and [`header`] is
-//! under way, one per change, each with a reader for its files already in the field):
+//! Where it is used (each format moved with a reader for its files already in the
+//! field; the formats that stay off [`log`] on purpose, written in place, are listed in
+//! the book's storage chapter, "Formats that stay off the layer"):
 //!
 //! * the loss file (`mongoose-source-file/src/losses.rs`), the archive connector's
 //!   pointer, the Kafka epoch file's topic id, the audit capture's records file and
 //!   sidecar (`mongoose-control/src/capture/`), the archive's catalog, the file sink's
 //!   state log (`mongoose-sink/src/file/state.rs`, owned by its state id), the lane
-//!   registry (`mongoose-source-file/src/lanes.rs`, one record, owned by its glob) and
-//!   the outbox's segments (`mongoose-outbox`, framed in its group buffer with
-//!   [`log::begin_frame`]) are [`log`]s with a [`header`]; the replay store
-//!   (`mongoose-replay`) has the [`header`] and the [`log`]'s frames, with its own
+//!   registry (`mongoose-source-file/src/lanes.rs`, one record, owned by its glob), the
+//!   outbox's segments (`mongoose-outbox`, framed in its group buffer with
+//!   [`log::begin_frame`]) and the archive's segments (`mongoose-archive/src/segment/`,
+//!   owned by their recording's identity, framed in the archiver's batch buffer, read by
+//!   live readers with [`log::read_frame`]) are [`log`]s with a [`header`]; the replay
+//!   store (`mongoose-replay`) has the [`header`] and the [`log`]'s frames, with its own
 //!   recovery (read up to a torn or damaged frame, then read-only);
 //! * every `flock` of the server, by one retry policy ([`lock::FileLock::acquire`]):
 //!   the data folder's lock, the outbox's `LOCK`, the journal's appender lock and
@@ -37,7 +40,7 @@
 //!   an older run's state files (source and sink), the file sink's state (its
 //!   compaction, [`log::RecordLog::rewrite`]), the control
 //!   audit's export and manifest, the ledger's snapshot, the archive connector's
-//!   pointer, the creation of a Kafka epoch file.
+//!   pointer, the creation of a Kafka epoch file and of an archive's segment.
 //!
 //! ```
 //! use mongoose_durable::header::Header;

@@ -13,7 +13,7 @@ use mongoose_durable::DurableError;
 use crate::catalog::{now_unix_ms, Catalog, CatalogEvent, StopReason};
 use crate::error::{ArchiveError, Result};
 use crate::ipc::Ring;
-use crate::segment::SegmentWriter;
+use crate::segment::{RecordingIdentity, SegmentWriter};
 use crate::wire::{self, Kind};
 
 mod ipc;
@@ -227,20 +227,18 @@ impl Archiver {
             .recordings
             .values()
             .filter(|recording| recording.stop_position.is_none())
-            .map(|recording| {
-                (
-                    recording.id,
-                    recording.stream,
-                    recording.session,
-                    recording.start_position,
-                )
-            })
+            .map(RecordingIdentity::of)
             .collect();
-        for (id, stream, session, start) in unfinished {
+        for identity in unfinished {
+            let RecordingIdentity {
+                id,
+                stream,
+                session,
+                ..
+            } = identity;
             let (writer, recovered) = SegmentWriter::recover(
                 &self.config.archive_dir,
-                id,
-                start,
+                identity,
                 self.config.segment_bytes,
             )?;
             if recovered.torn_bytes > 0 {
@@ -421,10 +419,17 @@ impl Archiver {
     fn ensure_recording(&mut self, key: (u32, u32), start: u64, source: String) -> Result<()> {
         if !self.active.contains_key(&key) {
             let id = self.catalog.state.next_id();
+            let identity = RecordingIdentity {
+                id,
+                stream: key.0,
+                session: key.1,
+                start_position: start,
+                started_unix_ms: now_unix_ms(),
+            };
+            // the segments name the recording as the catalog's event does
             let writer = SegmentWriter::create(
                 &self.config.archive_dir,
-                id,
-                start,
+                identity,
                 self.config.segment_bytes,
             )?;
             self.catalog.append(CatalogEvent::Started {
@@ -433,7 +438,7 @@ impl Archiver {
                 session: key.1,
                 start_position: start,
                 source: source.clone(),
-                started_unix_ms: now_unix_ms(),
+                started_unix_ms: identity.started_unix_ms,
             })?;
             tracing::info!(recording = id, stream = key.0, session = key.1, start, %source, "recording started");
             self.active.insert(
