@@ -4,7 +4,7 @@
 //! * `cargo mongoose-bench all [--versus-rsyslog] [--only EXAMPLE] [ARGS...]` runs the
 //!   whole-pipeline benchmarks in release mode, one after the other so they do not
 //!   compete for cores, then the criterion benches and the instructions per line, and
-//!   prints the goal lines together (see [`bench`]); `--only` runs one of them alone.
+//!   prints the goal lines together (see [`mod@bench`]); `--only` runs one of them alone.
 //! * `cargo mongoose-bench callgrind [--lines 200000] [--binary PATH] [--keep DIR]`: the
 //!   instructions each line of a durable forward costs on each thread (see
 //!   [`callgrind`]).
