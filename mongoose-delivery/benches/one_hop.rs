@@ -2,7 +2,7 @@
 //! Criterion micro-benchmarks of the delivery hot path on one thread: a batch of 1,024
 //! positioned items published, dispatched and acknowledged, for 1 and 4 subscriber
 //! queues, against a raw SPSC ring pass-through of the same batch. The cross-thread
-//! pipeline figures come from `cargo xtask bench` (examples/pipeline_bench.rs).
+//! pipeline figures come from `cargo mongoose-bench all` (examples/pipeline_bench.rs).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mongoose_core::engine::PendingCompletion;

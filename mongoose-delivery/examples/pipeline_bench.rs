@@ -1,4 +1,4 @@
-//! Whole-pipeline throughput of the delivery engine, printed for `cargo xtask bench`:
+//! Whole-pipeline throughput of the delivery engine, printed for `cargo mongoose-bench all`:
 //! a positioned in-memory feed -> N subscriber queues -> counting readers on their own
 //! threads, with acknowledgements polled by the source and a no-op committer, against
 //! a raw SPSC ring pass-through of the same items.

@@ -1,4 +1,4 @@
-//! Whole-pipeline figures for `cargo xtask bench`: records/s from a Kafka topic through a
+//! Whole-pipeline figures for `cargo mongoose-bench all`: records/s from a Kafka topic through a
 //! `KafkaSource`, the delivery engine (a PAUSE queue) and a counting processor, with one
 //! consumer, against the test broker (`cargo xtask broker start`).
 //!

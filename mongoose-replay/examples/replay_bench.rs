@@ -1,4 +1,4 @@
-//! Recording overhead and replay speed, printed for `cargo xtask bench`: events/s of a
+//! Recording overhead and replay speed, printed for `cargo mongoose-bench all`: events/s of a
 //! one-hop pipeline (a positioned delivery-engine feed -> a processor group with one
 //! counting processor) with RECORD off, on (a write per entry) and on with a write
 //! buffer (one write per poll), then the replay speed of the recording.

@@ -1,4 +1,4 @@
-//! Whole-pipeline figures for `cargo xtask bench`: a file of 100-byte lines through a
+//! Whole-pipeline figures for `cargo mongoose-bench all`: a file of 100-byte lines through a
 //! COMMITED file feed, against a raw `memchr` line count of the same file.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! The whole server on the `aggregate` processor kind, for `cargo xtask bench` (issue
+//! The whole server on the `aggregate` processor kind, for `cargo mongoose-bench all` (issue
 //! 40's goal): a file feed of lines through an aggregate of 3 sums by key with durable
 //! state (its outbox fsync'd in groups, as the ledger's), over CSV and over JSON, against
 //! the ledger on the same keys and amounts (`account,a`: the ledger reads one amount).

@@ -1,4 +1,4 @@
-//! The whole server on the ledger, for `cargo xtask bench`: a COMMITED file feed of
+//! The whole server on the ledger, for `cargo mongoose-bench all`: a COMMITED file feed of
 //! `account,amount` lines through the ledger, its state saved per delivery into its
 //! outbox without fsync, then with fsync in groups (group commit); and the cost of one
 //! state save with and without an fsync of its own.

@@ -480,39 +480,40 @@ fn status(root: &Path) -> bool {
     healthy
 }
 
-/// The `--brokers N` and `--port P` options of `start`.
-fn start_options(arguments: &[String]) -> Option<(u16, u16)> {
-    let mut nodes = 1;
-    let mut port = FIRST_PORT;
-    let mut arguments = arguments.iter();
-    while let Some(argument) = arguments.next() {
-        let value = arguments.next()?.parse::<u16>().ok()?;
-        match argument.as_str() {
-            "--brokers" if value == 1 || value == 3 => nodes = value,
-            "--port" if (1024..60000).contains(&value) => port = value,
-            _ => return None,
-        }
-    }
-    Some((nodes, port))
+/// What `cargo xtask broker` does.
+#[derive(Debug, PartialEq, Eq, clap::Subcommand)]
+pub(crate) enum BrokerAction {
+    /// Starts the broker in the background (fresh storage; a broker already running is
+    /// left as it is) and waits until every node answers a Metadata request.
+    Start {
+        /// Nodes, each a combined broker and controller: 1 or 3.
+        #[arg(long, default_value_t = 1, value_parser = node_count)]
+        brokers: u16,
+        /// Node 1's client port (node n listens on P + n - 1).
+        #[arg(long, default_value_t = FIRST_PORT, value_parser = clap::value_parser!(u16).range(1024..60000))]
+        port: u16,
+    },
+    /// Stops the nodes this checkout started (SIGTERM, then SIGKILL after 20 s).
+    Stop,
+    /// Prints whether each node runs and answers; fails when one does not.
+    Status,
 }
 
-/// Runs `cargo xtask broker ARGUMENTS`.
-pub(crate) fn broker(root: &Path, arguments: &[String]) -> bool {
-    let usage = "usage: cargo xtask broker start [--brokers 1|3] [--port P] | stop | status";
-    match arguments.first().map(String::as_str) {
-        Some("start") => match start_options(&arguments[1..]) {
-            Some((nodes, port)) => start(root, nodes, port),
-            None => {
-                eprintln!("{usage}");
-                false
-            }
-        },
-        Some("stop") if arguments.len() == 1 => stop(root),
-        Some("status") if arguments.len() == 1 => status(root),
-        _ => {
-            eprintln!("{usage}");
-            false
-        }
+/// `--brokers`' value: 1 or 3 (a quorum of two has no majority to spare).
+fn node_count(text: &str) -> Result<u16, String> {
+    match text {
+        "1" => Ok(1),
+        "3" => Ok(3),
+        _ => Err(format!("wants 1 or 3 nodes, not {text}")),
+    }
+}
+
+/// Runs `cargo xtask broker ACTION`.
+pub(crate) fn broker(root: &Path, action: &BrokerAction) -> bool {
+    match *action {
+        BrokerAction::Start { brokers, port } => start(root, brokers, port),
+        BrokerAction::Stop => stop(root),
+        BrokerAction::Status => status(root),
     }
 }
 
@@ -535,14 +536,36 @@ mod tests {
 
     #[test]
     fn start_takes_brokers_1_or_3_and_a_port() {
-        let arguments =
-            |text: &str| -> Vec<String> { text.split_whitespace().map(str::to_owned).collect() };
-        assert_eq!(start_options(&[]), Some((1, 19092)));
+        use clap::Parser;
+        let action = |line: &str| {
+            crate::Cli::try_parse_from(line.split_whitespace()).map(|cli| match cli.task {
+                crate::Task::Broker { action } => action,
+                other => panic!("{line} parsed as {other:?}"),
+            })
+        };
         assert_eq!(
-            start_options(&arguments("--brokers 3 --port 29092")),
-            Some((3, 29092))
+            action("xtask broker start").ok(),
+            Some(BrokerAction::Start {
+                brokers: 1,
+                port: 19092
+            })
         );
-        assert_eq!(start_options(&arguments("--brokers 2")), None);
-        assert_eq!(start_options(&arguments("--brokers")), None);
+        assert_eq!(
+            action("xtask broker start --brokers 3 --port 29092").ok(),
+            Some(BrokerAction::Start {
+                brokers: 3,
+                port: 29092
+            })
+        );
+        assert_eq!(action("xtask broker stop").ok(), Some(BrokerAction::Stop));
+        for wrong in [
+            "xtask broker start --brokers 2",
+            "xtask broker start --brokers",
+            "xtask broker start --port 80",
+            "xtask broker stop now",
+            "xtask broker",
+        ] {
+            assert!(action(wrong).is_err(), "{wrong} must be refused");
+        }
     }
 }

@@ -20,7 +20,41 @@ use crate::run;
 /// The plugins the chaos scenarios load.
 const PLUGINS: &[&str] = &["journal-plugin", "archive-plugin", "kafka-plugin"];
 
-pub(crate) fn chaos(root: &Path, arguments: &[String]) -> bool {
+/// The options of `cargo xtask chaos`: the harness's own command line, shortened.
+#[derive(Debug, Default, PartialEq, Eq, clap::Args)]
+pub(crate) struct ChaosOptions {
+    /// Passed to mongoose-chaos. None: the fixed CI set (`ci`). Starting with a flag:
+    /// `soak` when `--minutes N` is among them, else `run` (`--seed S`, `--family F`).
+    /// Otherwise as they are: `run --schedule FILE`, `show --seed S`, `minimise --seed
+    /// S --out FILE`, `soak --minutes N --minimise`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub(crate) harness: Vec<String>,
+}
+
+/// The harness's command line for `given`, the arguments after `cargo xtask chaos`.
+fn harness_arguments(given: &[String]) -> Vec<String> {
+    match given.first().map(String::as_str) {
+        None => vec!["ci".to_owned()],
+        Some(flag) if flag.starts_with("--") => {
+            let command = if given.iter().any(|argument| argument == "--minutes") {
+                "soak"
+            } else {
+                "run"
+            };
+            std::iter::once(command.to_owned())
+                .chain(given.iter().cloned())
+                .collect()
+        }
+        Some(_) => given.to_vec(),
+    }
+}
+
+/// Builds what the harness runs and runs it; false when a build or a seed failed.
+pub(crate) fn chaos(root: &Path, options: &ChaosOptions) -> bool {
     let mut build = Command::new(env!("CARGO"));
     build.current_dir(root).args([
         "build",
@@ -72,20 +106,7 @@ pub(crate) fn chaos(root: &Path, arguments: &[String]) -> bool {
     }
     // `--minutes N [--family F]` soaks, `--seed N [--family F]` runs; anything else
     // is the harness's own command line
-    let passed: Vec<String> = match arguments.first().map(String::as_str) {
-        None => vec!["ci".to_owned()],
-        Some(flag) if flag.starts_with("--") => {
-            let command = if arguments.iter().any(|argument| argument == "--minutes") {
-                "soak"
-            } else {
-                "run"
-            };
-            std::iter::once(command.to_owned())
-                .chain(arguments.iter().cloned())
-                .collect()
-        }
-        Some(_) => arguments.to_vec(),
-    };
+    let passed = harness_arguments(&options.harness);
     if mongoose_testkit::kafka::cached_classpath().is_none() {
         eprintln!(
             "xtask: Apache Kafka's jars are not resolved: the kafka family's seeds are skipped ({}); `cargo xtask broker start` resolves them once (Java 17 and Maven), then `cargo xtask broker stop`",
@@ -107,4 +128,40 @@ pub(crate) fn chaos(root: &Path, arguments: &[String]) -> bool {
         .arg(target.join("chaos"))
         .args(&passed);
     run(&mut harness)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::harness_arguments;
+
+    /// The harness's arguments `cargo xtask LINE` gives.
+    fn passed(line: &str) -> Vec<String> {
+        match crate::Cli::try_parse_from(line.split_whitespace()).map(|cli| cli.task) {
+            Ok(crate::Task::Chaos(options)) => harness_arguments(&options.harness),
+            other => panic!("{line} parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn chaos_runs_the_ci_set_soaks_with_minutes_runs_a_seed_and_passes_the_rest() {
+        assert_eq!(passed("xtask chaos"), ["ci"]);
+        assert_eq!(
+            passed("xtask chaos --minutes 30 --family reload"),
+            ["soak", "--minutes", "30", "--family", "reload"]
+        );
+        assert_eq!(
+            passed("xtask chaos --seed 53 --family mixed-consumers"),
+            ["run", "--seed", "53", "--family", "mixed-consumers"]
+        );
+        assert_eq!(
+            passed("xtask chaos soak --minutes 30 --family kafka --minimise"),
+            ["soak", "--minutes", "30", "--family", "kafka", "--minimise"]
+        );
+        assert_eq!(
+            passed("xtask chaos show --seed 1007"),
+            ["show", "--seed", "1007"]
+        );
+    }
 }

@@ -27,7 +27,12 @@ struct TreeRule {
     arguments: &'static [&'static str],
     /// Crates that must not appear in it.
     forbidden: &'static [&'static str],
+    /// Where what was found belongs instead, for the message.
+    instead: &'static str,
 }
+
+/// What the library rules tell to do with a forbidden crate found.
+const BEHIND_A_FEATURE: &str = "keep them behind the binary's feature or in their plugin";
 
 const TREE_RULES: &[TreeRule] = &[
     TreeRule {
@@ -39,11 +44,13 @@ const TREE_RULES: &[TreeRule] = &[
             "mongoose-kafka",
             "mongoose-ledger",
         ],
+        instead: BEHIND_A_FEATURE,
     },
     TreeRule {
         what: "the file-only binary (mongoose --no-default-features)",
         arguments: &["-p", "mongoose", "--no-default-features"],
         forbidden: &["rdkafka", "rdkafka-sys", "mongoose-kafka"],
+        instead: BEHIND_A_FEATURE,
     },
     TreeRule {
         what: "the ledger application",
@@ -54,8 +61,25 @@ const TREE_RULES: &[TreeRule] = &[
             "mongoose-kafka",
             "mongoose-server",
         ],
+        instead: BEHIND_A_FEATURE,
     },
+    XTASK_RULE,
 ];
+
+/// The task runner builds in seconds (issue 42): librdkafka's C++ build and the
+/// server's crates belong to the benchmark lab, `mongoose-bench`.
+const XTASK_RULE: TreeRule = TreeRule {
+    what: "the task runner (xtask)",
+    arguments: &["-p", "xtask"],
+    forbidden: &[
+        "rdkafka",
+        "rdkafka-sys",
+        "mongoose-kafka",
+        "mongoose-ledger",
+        "mongoose-server",
+    ],
+    instead: "measure in mongoose-bench, probe a broker with mongoose_testkit::kafka",
+};
 
 /// Runs the checks; prints each finding and returns false when there is one.
 pub(crate) fn layout(root: &Path) -> bool {
@@ -69,47 +93,57 @@ pub(crate) fn layout(root: &Path) -> bool {
 fn check_trees(root: &Path) -> bool {
     let mut ok = true;
     for rule in TREE_RULES {
-        let output = Command::new(env!("CARGO"))
-            .current_dir(root)
-            .args([
-                "tree", "-e", "normal", "--prefix", "none", "--format", "{p}",
-            ])
-            .args(rule.arguments)
-            .output();
-        let output = match output {
-            Ok(output) if output.status.success() => output,
-            Ok(output) => {
-                eprintln!(
-                    "xtask layout: cargo tree {:?} failed: {}",
-                    rule.arguments,
-                    String::from_utf8_lossy(&output.stderr)
-                );
-                ok = false;
-                continue;
-            }
-            Err(error) => {
-                eprintln!("xtask layout: could not run cargo tree: {error}");
-                return false;
-            }
-        };
-        let tree = String::from_utf8_lossy(&output.stdout);
-        let found = forbidden_in(&tree, rule.forbidden);
-        if found.is_empty() {
-            println!(
-                "layout: {} depends on none of {:?}",
-                rule.what, rule.forbidden
-            );
-        } else {
-            eprintln!(
-                "xtask layout: {} depends on {} (cargo tree -e normal {}): keep them behind the binary's feature or in their plugin",
-                rule.what,
-                found.join(", "),
-                rule.arguments.join(" ")
-            );
-            ok = false;
+        match check_tree(root, rule) {
+            Some(passed) => ok &= passed,
+            None => return false,
         }
     }
     ok
+}
+
+/// Checks one rule: whether the tree holds none of its crates, or None when cargo tree
+/// could not be run at all.
+fn check_tree(root: &Path, rule: &TreeRule) -> Option<bool> {
+    let output = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args([
+            "tree", "-e", "normal", "--prefix", "none", "--format", "{p}",
+        ])
+        .args(rule.arguments)
+        .output();
+    let output = match output {
+        Ok(output) if output.status.success() => output,
+        Ok(output) => {
+            eprintln!(
+                "xtask layout: cargo tree {:?} failed: {}",
+                rule.arguments,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            return Some(false);
+        }
+        Err(error) => {
+            eprintln!("xtask layout: could not run cargo tree: {error}");
+            return None;
+        }
+    };
+    let tree = String::from_utf8_lossy(&output.stdout);
+    let found = forbidden_in(&tree, rule.forbidden);
+    if found.is_empty() {
+        println!(
+            "layout: {} depends on none of {:?}",
+            rule.what, rule.forbidden
+        );
+        Some(true)
+    } else {
+        eprintln!(
+            "xtask layout: {} depends on {} (cargo tree -e normal {}): {}",
+            rule.what,
+            found.join(", "),
+            rule.arguments.join(" "),
+            rule.instead
+        );
+        Some(false)
+    }
 }
 
 /// The forbidden crates a `cargo tree --prefix none --format {p}` output names.
@@ -208,6 +242,13 @@ mod tests {
             ["rdkafka"]
         );
         assert!(forbidden_in("serde v1\n", &["rdkafka"]).is_empty());
+    }
+
+    #[test]
+    fn the_task_runner_links_no_librdkafka() {
+        // the real workspace's tree (`cargo tree` reads the manifests and Cargo.lock)
+        let root = crate::workspace_root();
+        assert_eq!(check_tree(&root, &XTASK_RULE), Some(true));
     }
 
     #[test]

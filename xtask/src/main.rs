@@ -1,12 +1,6 @@
-//! `cargo xtask`: project automation.
+//! `cargo xtask`: the task runner (issue 42: tasks only, parsed with clap, no librdkafka;
+//! the benchmarks are `mongoose-bench`, `cargo mongoose-bench --help`).
 //!
-//! * `cargo xtask bench [--versus-rsyslog]` runs the whole-pipeline benchmarks in release
-//!   mode, one after the other so they do not compete for cores, and prints their
-//!   figures; with `--versus-rsyslog`, `versus-rsyslog` with its defaults as a last step.
-//! * `cargo xtask versus-rsyslog [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep
-//!   DIR]` tails the same file of lines into an output file with `mongoose run` and with
-//!   rsyslog, alternately, and prints the throughput and peak RSS of each (see
-//!   [`versus`]).
 //! * `cargo xtask plugins [--out DIR]` builds every connector crate under `plugins/` in
 //!   release mode and copies each one's shared library into DIR (default
 //!   `target/plugins`): point a config's `plugin_dir` at it.
@@ -18,8 +12,8 @@
 //!   binaries and runs the chaos harness (`mongoose-chaos`): the fixed CI seeds, random
 //!   seeds for N minutes, or one seed (see [`chaos`]).
 //! * `cargo xtask layout` checks the architecture the manifests and files show: no
-//!   librdkafka in the server library nor in the file-only binary, no source file over
-//!   800 lines, every `invariant N` a comment cites listed in the book's
+//!   librdkafka in the server library, the file-only binary nor the task runner, no
+//!   source file over 800 lines, every `invariant N` a comment cites listed in the book's
 //!   `reference/invariants.md`, at most five test binaries in `mongoose/tests/` and
 //!   every path of them the book names existing (see [`layout`], [`invariants`],
 //!   [`test_layout`]).
@@ -27,25 +21,57 @@
 //!   test broker, Apache Kafka in KRaft mode, on 127.0.0.1:19092 (and :19093, :19094
 //!   with three nodes) in the background, resolving its jars with Maven first when
 //!   missing (see [`broker`]).
-//! * `cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000]
-//!   [--paced 2000] [--rate 1000] [--instances 1,3] [--keep DIR]` runs the ledger as ours
-//!   (the release `mongoose` binary, state in a changelog) and as a Kafka Streams
-//!   application (`peers/kafka-streams`, exactly_once_v2) on the same broker and
-//!   records, and prints records/s, CPU per record, latency, peak RSS and the check of
-//!   both results (see [`versus_kstreams`]).
 
-mod bench;
 mod broker;
-mod callgrind;
 mod chaos;
 mod invariants;
 mod layout;
 mod test_layout;
-mod versus;
-mod versus_kstreams;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+use clap::{Parser, Subcommand};
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "xtask",
+    bin_name = "cargo xtask",
+    about = "The task runner: plugins, fuzzing, chaos, the layout check, the test broker (benchmarks: cargo mongoose-bench)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+/// The tasks.
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Builds every connector crate under plugins/ in release and copies its shared
+    /// library into DIR: point a config's plugin_dir at it.
+    Plugins {
+        /// Where the libraries go [default: target/plugins]
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Runs every cargo-fuzz target of the workspace for SECONDS each (installing
+    /// cargo-fuzz first when it is missing).
+    Fuzz {
+        /// How long each target runs.
+        #[arg(default_value_t = 60)]
+        seconds: u64,
+    },
+    /// Builds the release binaries and plugins and runs the chaos harness.
+    Chaos(chaos::ChaosOptions),
+    /// Checks the architecture the manifests and files show (CI runs it).
+    Layout,
+    /// Runs the test broker, Apache Kafka in KRaft mode, in the background.
+    Broker {
+        #[command(subcommand)]
+        action: broker::BrokerAction,
+    },
+}
 
 fn workspace_root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -139,16 +165,9 @@ fn package_name(manifest: &Path) -> Option<String> {
 /// `cargo xtask plugins [--out DIR]`: builds every crate under `plugins/` in release
 /// and copies its `lib<crate>.so` into DIR (replaced atomically: a running server that
 /// loaded the old file keeps it).
-pub(crate) fn plugins(arguments: &[String]) -> bool {
+fn plugins(out: Option<&Path>) -> bool {
     let root = workspace_root();
-    let out = match arguments {
-        [] => root.join("target").join("plugins"),
-        [flag, dir] if flag == "--out" => PathBuf::from(dir),
-        _ => {
-            eprintln!("usage: cargo xtask plugins [--out DIR]");
-            return false;
-        }
-    };
+    let out = out.map_or_else(|| root.join("target").join("plugins"), Path::to_path_buf);
     let mut packages = Vec::new();
     let Ok(entries) = std::fs::read_dir(root.join("plugins")) else {
         eprintln!("xtask: no plugins/ folder in {}", root.display());
@@ -207,35 +226,59 @@ pub(crate) fn plugins(arguments: &[String]) -> bool {
 }
 
 fn main() -> ExitCode {
-    let arguments: Vec<String> = std::env::args().skip(1).collect();
-    let ok = match arguments.first().map(String::as_str) {
-        Some("bench") => bench::bench(&workspace_root(), &arguments[1..]),
-        Some("broker") => broker::broker(&workspace_root(), &arguments[1..]),
-        Some("plugins") => plugins(&arguments[1..]),
-        Some("chaos") => chaos::chaos(&workspace_root(), &arguments[1..]),
-        Some("callgrind") => callgrind::callgrind(&workspace_root(), &arguments[1..]),
-        Some("layout") => layout::layout(&workspace_root()),
-        Some("versus-rsyslog") => versus::versus_rsyslog(&workspace_root(), &arguments[1..]),
-        Some("versus-kafka-streams") => {
-            versus_kstreams::versus_kafka_streams(&workspace_root(), &arguments[1..])
-        }
-        Some("fuzz") => fuzz(
-            arguments
-                .get(1)
-                .and_then(|text| text.parse().ok())
-                .unwrap_or(60),
-        ),
-        _ => {
-            eprintln!(
-                "usage: cargo xtask bench [--versus-rsyslog] [ARGS...] | cargo xtask versus-rsyslog \
-                 [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR] | cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000] [--paced 2000] [--rate 1000] [--instances 1,3] [--keep DIR] | cargo xtask plugins [--out DIR] | cargo xtask fuzz [SECONDS] | cargo xtask broker start [--brokers 1|3] [--port P]|stop|status | cargo xtask chaos [--minutes N | --seed S] [--family F] [ARGS...] | cargo xtask layout"
-            );
-            false
-        }
+    let cli = Cli::parse();
+    let root = workspace_root();
+    let ok = match &cli.task {
+        Task::Plugins { out } => plugins(out.as_deref()),
+        Task::Fuzz { seconds } => fuzz(*seconds),
+        Task::Chaos(options) => chaos::chaos(&root, options),
+        Task::Layout => layout::layout(&root),
+        Task::Broker { action } => broker::broker(&root, action),
     };
     if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Task};
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn plugins_and_fuzz_take_their_defaults_and_refuse_strays() {
+        let parse = |line: &str| Cli::try_parse_from(line.split_whitespace());
+        assert!(matches!(
+            parse("xtask plugins").map(|cli| cli.task),
+            Ok(Task::Plugins { out: None })
+        ));
+        match parse("xtask plugins --out /p").map(|cli| cli.task) {
+            Ok(Task::Plugins { out }) => assert_eq!(out.as_deref(), Some("/p".as_ref())),
+            other => panic!("plugins --out /p parsed as {other:?}"),
+        }
+        assert!(matches!(
+            parse("xtask fuzz").map(|cli| cli.task),
+            Ok(Task::Fuzz { seconds: 60 })
+        ));
+        assert!(matches!(
+            parse("xtask fuzz 5").map(|cli| cli.task),
+            Ok(Task::Fuzz { seconds: 5 })
+        ));
+        for wrong in [
+            "xtask plugins /p",
+            "xtask fuzz soon",
+            "xtask layout --fix",
+            "xtask bench",
+        ] {
+            assert!(parse(wrong).is_err(), "{wrong} must be refused");
+        }
     }
 }

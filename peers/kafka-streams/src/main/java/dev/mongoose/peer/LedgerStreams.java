@@ -24,7 +24,7 @@ import org.apache.kafka.streams.state.Stores;
 
 /**
  * The ledger of Mongoose-rs (mongoose-ledger) as a Kafka Streams application, the peer of
- * {@code cargo xtask versus-kafka-streams}.
+ * {@code cargo mongoose-bench versus-kafka-streams}.
  *
  * <p>Input lines {@code account,amount} (the record's value; the key is the account, as the
  * producer partitions by it). For each line: a malformed one (or one that would overflow the

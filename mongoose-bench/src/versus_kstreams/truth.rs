@@ -1,4 +1,4 @@
-//! The records both sides read, the truth the xtask computes from them, and the check
+//! The records both sides read, the truth the lab computes from them, and the check
 //! of a side's final state and alerts against it.
 
 use std::collections::{BTreeMap, HashMap};

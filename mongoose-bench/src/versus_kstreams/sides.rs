@@ -102,7 +102,7 @@ pub(super) fn build_peer(root: &Path) -> Result<String, String> {
         let started = Instant::now();
         if !maven(true) {
             eprintln!(
-                "xtask: the peer's dependencies are not all in {} yet: resolving them with Maven (about a minute and 130 MB the first time)",
+                "mongoose-bench: the peer's dependencies are not all in {} yet: resolving them with Maven (about a minute and 130 MB the first time)",
                 repository.display()
             );
             if !maven(false) {
@@ -113,7 +113,7 @@ pub(super) fn build_peer(root: &Path) -> Result<String, String> {
             }
         }
         eprintln!(
-            "xtask: the Kafka Streams peer built in {:.1} s",
+            "mongoose-bench: the Kafka Streams peer built in {:.1} s",
             started.elapsed().as_secs_f64()
         );
         fs::write(&stamp, &wanted)

@@ -1,7 +1,10 @@
-//! `cargo xtask bench [--versus-rsyslog] [ARGS...]`: the whole-pipeline benchmarks in
-//! release mode, one after the other so they do not compete for cores, then the
-//! criterion benches (`--quick`), the instructions per line under callgrind, and with
-//! `--versus-rsyslog` the comparison with rsyslog, syslog-ng and `dd`.
+//! `cargo mongoose-bench all [--versus-rsyslog] [--only EXAMPLE] [ARGS...]`: the
+//! whole-pipeline benchmarks in release mode, one after the other so they do not compete
+//! for cores, then the criterion benches (`--quick`), the instructions per line under
+//! callgrind, and with `--versus-rsyslog` the comparison with rsyslog, syslog-ng and
+//! `dd`. ARGS are passed to every whole-pipeline benchmark. `--only EXAMPLE` runs that
+//! one whole-pipeline benchmark and nothing else (the release `mongoose` binary and the
+//! plugins are built only when it needs them).
 //!
 //! Each benchmark prints its own figures; the lines that state a goal of the sink path
 //! (issue 29) are collected and printed again at the end, together, as the summary:
@@ -14,6 +17,45 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::{plugins, run, versus};
+
+/// The options of `cargo mongoose-bench all`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub(crate) struct AllOptions {
+    /// Run `versus-rsyslog` with its defaults as a last step.
+    #[arg(long)]
+    pub(crate) versus_rsyslog: bool,
+    /// Run only this whole-pipeline benchmark (an example's name, e.g. pipeline_bench),
+    /// without the criterion benches and callgrind.
+    #[arg(long, value_name = "EXAMPLE", value_parser = example_name)]
+    pub(crate) only: Option<String>,
+    /// Passed to every whole-pipeline benchmark.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub(crate) extra: Vec<String>,
+}
+
+/// `--only`'s value: the name of one of [`BENCHES`].
+fn example_name(text: &str) -> Result<String, String> {
+    if BENCHES.iter().any(|(_, example, _)| *example == text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "no whole-pipeline benchmark is named {text}; they are {}",
+            BENCHES
+                .iter()
+                .map(|(_, example, _)| *example)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
+/// The benchmarks that run `mongoose` processes with the Kafka plugin: the release
+/// binary and `target/plugins` are built before them.
+const NEEDS_SERVER: &[&str] = &["scale_out_bench"];
 
 /// (package, example, arguments) of each whole-pipeline benchmark, in order.
 const BENCHES: &[(&str, &str, &[&str])] = &[
@@ -69,7 +111,7 @@ fn goal_lines(output: &str) -> Vec<String> {
 
 /// Runs `command` with its output shown, keeping what it printed on stdout.
 fn run_kept(command: &mut Command, kept: &mut String) -> bool {
-    eprintln!("xtask: running {command:?}");
+    eprintln!("mongoose-bench: running {command:?}");
     match command.stderr(Stdio::inherit()).output() {
         Ok(output) => {
             let text = String::from_utf8_lossy(&output.stdout);
@@ -78,37 +120,37 @@ fn run_kept(command: &mut Command, kept: &mut String) -> bool {
             output.status.success()
         }
         Err(error) => {
-            eprintln!("xtask: could not start {command:?}: {error}");
+            eprintln!("mongoose-bench: could not start {command:?}: {error}");
             false
         }
     }
 }
 
-pub(crate) fn bench(root: &Path, arguments: &[String]) -> bool {
-    let versus_rsyslog = arguments
+/// Runs the benchmarks `options` ask for; false when one failed.
+pub(crate) fn bench(root: &Path, options: &AllOptions) -> bool {
+    let selected: Vec<&(&str, &str, &[&str])> = BENCHES
         .iter()
-        .any(|argument| argument == "--versus-rsyslog");
-    let extra: Vec<&String> = arguments
-        .iter()
-        .filter(|argument| *argument != "--versus-rsyslog")
+        .filter(|(_, example, _)| options.only.as_deref().is_none_or(|only| only == *example))
         .collect();
     let mut printed = String::new();
     // the scale-out bench runs `mongoose` processes with the Kafka plugin
-    let built = versus::build_mongoose(root)
-        .map_err(|error| eprintln!("xtask: {error}"))
-        .is_ok();
-    let mut ok = built
-        && plugins(&[
-            "--out".to_owned(),
-            root.join("target").join("plugins").display().to_string(),
-        ]);
-    for (package, example, arguments) in BENCHES {
+    let mut ok = true;
+    if selected
+        .iter()
+        .any(|(_, example, _)| NEEDS_SERVER.contains(example))
+    {
+        ok = versus::build_mongoose(root)
+            .map_err(|error| eprintln!("mongoose-bench: {error}"))
+            .is_ok()
+            && plugins(root, &root.join("target").join("plugins"));
+    }
+    for (package, example, arguments) in selected {
         let source = root
             .join(package)
             .join("examples")
             .join(format!("{example}.rs"));
         if !source.exists() {
-            eprintln!("xtask: skipping {package}/{example}: not built yet");
+            eprintln!("mongoose-bench: skipping {package}/{example}: not built yet");
             continue;
         }
         let mut command = Command::new(env!("CARGO"));
@@ -125,8 +167,11 @@ pub(crate) fn bench(root: &Path, arguments: &[String]) -> bool {
                 "--",
             ])
             .args(*arguments)
-            .args(&extra);
+            .args(&options.extra);
         ok &= run_kept(&mut command, &mut printed);
+    }
+    if options.only.is_some() {
+        return ok;
     }
     for (package, bench) in CRITERION {
         if !root
@@ -143,17 +188,20 @@ pub(crate) fn bench(root: &Path, arguments: &[String]) -> bool {
             .args(["bench", "-p", package, "--bench", bench, "--", "--quick"]);
         ok &= run(&mut command);
     }
-    let mut callgrind = Command::new(env!("CARGO"));
-    callgrind
-        .current_dir(root)
-        .args(["run", "--quiet", "-p", "xtask", "--", "callgrind"]);
-    ok &= run_kept(&mut callgrind, &mut printed);
-    if versus_rsyslog {
-        let mut versus = Command::new(env!("CARGO"));
-        versus
-            .current_dir(root)
-            .args(["run", "--quiet", "-p", "xtask", "--", "versus-rsyslog"]);
-        ok &= run_kept(&mut versus, &mut printed);
+    // this program again, its stdout kept for the goal lines
+    let Ok(lab) = std::env::current_exe() else {
+        eprintln!("mongoose-bench: cannot find its own executable to run callgrind");
+        return false;
+    };
+    ok &= run_kept(
+        Command::new(&lab).current_dir(root).arg("callgrind"),
+        &mut printed,
+    );
+    if options.versus_rsyslog {
+        ok &= run_kept(
+            Command::new(&lab).current_dir(root).arg("versus-rsyslog"),
+            &mut printed,
+        );
     }
     println!("\nthe sink path at disk speed (issue 29), each goal as measured above:");
     for line in goal_lines(&printed) {
@@ -164,7 +212,28 @@ pub(crate) fn bench(root: &Path, arguments: &[String]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::goal_lines;
+    use super::{goal_lines, AllOptions};
+    use crate::parse_options;
+
+    fn arguments(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn all_takes_its_flags_first_and_passes_the_rest_to_every_benchmark() {
+        let options: AllOptions = parse_options(&[]).expect("no arguments are valid");
+        assert_eq!(options, AllOptions::default());
+        let options: AllOptions = parse_options(&arguments(
+            "--versus-rsyslog --only pipeline_bench 1000 hop",
+        ))
+        .expect("flags, then the benchmark's arguments");
+        assert!(options.versus_rsyslog);
+        assert_eq!(options.only.as_deref(), Some("pipeline_bench"));
+        assert_eq!(options.extra, ["1000", "hop"]);
+        let error = parse_options::<AllOptions>(&arguments("--only pipeline"))
+            .expect_err("no benchmark is named pipeline");
+        assert!(error.to_string().contains("pipeline_bench"), "{error}");
+    }
 
     #[test]
     fn the_summary_keeps_the_goal_lines_in_the_order_printed() {

@@ -114,7 +114,7 @@ impl Watched {
             return ended;
         }
         eprintln!(
-            "xtask: process {} did not exit within {STOP_DEADLINE:?} of SIGTERM: killing it",
+            "mongoose-bench: process {} did not exit within {STOP_DEADLINE:?} of SIGTERM: killing it",
             self.pid
         );
         self.signal(libc::SIGKILL);

@@ -23,7 +23,7 @@ pub(crate) fn rsyslog_config(
     // room for the longest line and then some: rsyslog truncates at maxMessageSize
     let max_message_size = (line_bytes + 1024).max(8192);
     format!(
-        r#"# written by cargo xtask versus-rsyslog
+        r#"# written by cargo mongoose-bench versus-rsyslog
 global(
   workDirectory={work}
   maxMessageSize="{max_message_size}"
@@ -50,7 +50,7 @@ input(type="imfile" file={input} tag="t" ruleset="copy" freshStartTail="off" add
 pub(crate) fn syslog_ng_config(input: &Path, output: &Path, line_bytes: u64) -> String {
     let max_message_size = (line_bytes + 1024).max(8192);
     format!(
-        r#"# written by cargo xtask versus-rsyslog
+        r#"# written by cargo mongoose-bench versus-rsyslog
 @version: 3.38
 options {{ log-msg-size({max_message_size}); stats_freq(0); }};
 source s_input {{ file({input} follow-freq(1) flags(no-parse) log-fetch-limit(1000) log-iw-size(100000)); }};
@@ -66,7 +66,7 @@ log {{ source(s_input); destination(d_output); flags(flow-control); }};
 /// the file sink `out`.
 pub(crate) fn mongoose_config(input: &Path, output: &Path) -> String {
     format!(
-        r#"# written by cargo xtask versus-rsyslog
+        r#"# written by cargo mongoose-bench versus-rsyslog
 [[feeds]]
 name = "lines"
 source = "file"

@@ -1,4 +1,4 @@
-//! `cargo xtask callgrind [--lines 200000] [--binary PATH] [--keep DIR]`: the
+//! `cargo mongoose-bench callgrind [--lines 200000] [--binary PATH] [--keep DIR]`: the
 //! instructions each line of a durable forward costs on each of its three threads.
 //!
 //! Runs the release `mongoose` binary (or `--binary`, an earlier build to compare with)
@@ -23,54 +23,34 @@ const THREADS: &[(&str, &str)] = &[
     ("sink", "runner::run::Run"),
 ];
 
-#[derive(Debug)]
-struct Options {
-    lines: u64,
-    binary: Option<PathBuf>,
-    keep: Option<PathBuf>,
-}
-
-fn parse(arguments: &[String]) -> Result<Options, String> {
-    let mut options = Options {
-        lines: 200_000,
-        binary: None,
-        keep: None,
-    };
-    let mut remaining = arguments.iter();
-    while let Some(flag) = remaining.next() {
-        let value = remaining
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--lines" => {
-                options.lines = value
-                    .parse()
-                    .ok()
-                    .filter(|lines| *lines > 0)
-                    .ok_or_else(|| format!("--lines wants a positive integer, not {value}"))?;
-            }
-            "--binary" => options.binary = Some(PathBuf::from(value)),
-            "--keep" => options.keep = Some(PathBuf::from(value)),
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    Ok(options)
+/// The options of `cargo mongoose-bench callgrind`.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub(crate) struct Options {
+    /// Lines of 100 bytes forwarded.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) lines: u64,
+    /// The `mongoose` binary to measure (an earlier build to compare with); default:
+    /// the release build, built first.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) binary: Option<PathBuf>,
+    /// Keep the input, output and callgrind files in this folder.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) keep: Option<PathBuf>,
 }
 
 /// Runs the measurement and prints instructions per line for each thread; false when
 /// it could not run or the output differs from its input.
-pub(crate) fn callgrind(root: &Path, arguments: &[String]) -> bool {
-    match measure(root, arguments) {
+pub(crate) fn callgrind(root: &Path, options: &Options) -> bool {
+    match measure(root, options) {
         Ok(()) => true,
         Err(error) => {
-            eprintln!("xtask: callgrind: {error}; usage: cargo xtask callgrind [--lines 200000] [--binary PATH] [--keep DIR]");
+            eprintln!("mongoose-bench: callgrind: {error}");
             false
         }
     }
 }
 
-fn measure(root: &Path, arguments: &[String]) -> Result<(), String> {
-    let options = parse(arguments)?;
+fn measure(root: &Path, options: &Options) -> Result<(), String> {
     let binary = match &options.binary {
         // the run's folder is its current directory: a relative path would miss
         Some(binary) => binary
@@ -101,7 +81,7 @@ fn measure(root: &Path, arguments: &[String]) -> Result<(), String> {
         .map_err(|error| format!("cannot write {}: {error}", config.display()))?;
     let out_files = work.join("callgrind.out");
     eprintln!(
-        "xtask: callgrind: {} lines through {} (this takes a minute or more)",
+        "mongoose-bench: callgrind: {} lines through {} (this takes a minute or more)",
         options.lines,
         binary.display()
     );
@@ -182,7 +162,8 @@ fn measure(root: &Path, arguments: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::Options;
+    use crate::parse_options;
 
     fn arguments(text: &str) -> Vec<String> {
         text.split_whitespace().map(str::to_owned).collect()
@@ -190,20 +171,18 @@ mod tests {
 
     #[test]
     fn the_options_default_to_200_000_lines_and_refuse_what_cannot_run() {
-        let options = parse(&[]).expect("defaults");
+        let options: Options = parse_options(&[]).expect("defaults");
         assert_eq!(options.lines, 200_000);
         assert!(options.binary.is_none() && options.keep.is_none());
-        let options = parse(&arguments("--lines 5 --binary /b --keep /k")).expect("parsed");
+        let options: Options =
+            parse_options(&arguments("--lines 5 --binary /b --keep /k")).expect("parsed");
         assert_eq!(options.lines, 5);
         assert_eq!(options.binary.as_deref(), Some(std::path::Path::new("/b")));
-        assert!(parse(&arguments("--lines 0"))
-            .unwrap_err()
-            .contains("positive"));
-        assert!(parse(&arguments("--lines"))
-            .unwrap_err()
-            .contains("needs a value"));
-        assert!(parse(&arguments("--fast 1"))
-            .unwrap_err()
-            .contains("unknown"));
+        for wrong in ["--lines 0", "--lines", "--fast 1"] {
+            assert!(
+                parse_options::<Options>(&arguments(wrong)).is_err(),
+                "{wrong} must be refused"
+            );
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000]
+//! `cargo mongoose-bench versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000]
 //! [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers
 //! 127.0.0.1:19092] [--keep DIR]`: the ledger as ours (the release `mongoose` binary,
 //! the ledger with `state = "changelog"` on a Kafka feed, alerts to a topic through a
@@ -6,10 +6,10 @@
 //! `exactly_once_v2`, a persistent store of balances with its changelog, alerts to a
 //! topic) on the same broker and the same records, side by side (issue 27, item 6).
 //!
-//! Setup: the command runs as a release build of xtask (a debug build's librdkafka is
-//! not optimised, and its producer would cap the rates); the test broker is started
-//! when nothing answers on `--brokers` (`cargo xtask broker start`); ours is built
-//! (`cargo build --release -p mongoose`, `cargo xtask plugins`); the peer is built with
+//! Setup: the command runs as a release build of mongoose-bench (a debug build's
+//! librdkafka is not optimised, and its producer would cap the rates); the test broker
+//! is started when nothing answers on `--brokers` (`cargo xtask broker start`); ours is
+//! built (`cargo build --release -p mongoose`, `cargo xtask plugins`); the peer is built with
 //! Maven when its pom or sources changed (offline from the local repository in
 //! `$MONGOOSE_KAFKA_CACHE`, else
 //! `~/.cache/mongoose-kafka/m2`, after the first resolve) into
@@ -59,25 +59,39 @@ use self::report::{report, Series};
 use self::sides::{build_peer, Programs, Side};
 
 /// The command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub(crate) struct Options {
     /// Runs of each side and instance count.
+    #[arg(long, default_value_t = 3, value_parser = crate::versus::positive_count)]
     pub(crate) runs: usize,
     /// Records processed before the throughput phase, not timed.
+    #[arg(long, default_value_t = 20_000)]
     pub(crate) warmup: u64,
     /// Records of the throughput phase.
+    #[arg(long, default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) records: u64,
     /// Records of the paced (latency) phase.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) paced: u64,
     /// The paced phase's rate, records/s.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) rate: u64,
-    /// The instance counts.
+    /// The instance counts, e.g. 1,3.
+    #[arg(
+        long,
+        default_value = "1,3",
+        value_delimiter = ',',
+        value_parser = crate::versus::positive_count
+    )]
     pub(crate) instances: Vec<usize>,
     /// The input topic's partitions.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..))]
     pub(crate) partitions: i32,
     /// The broker.
+    #[arg(long, default_value = "127.0.0.1:19092")]
     pub(crate) brokers: String,
     /// Keep the instances' folders here (else removed at the end).
+    #[arg(long, value_name = "DIR")]
     pub(crate) keep: Option<PathBuf>,
 }
 
@@ -97,89 +111,36 @@ impl Default for Options {
     }
 }
 
-const USAGE: &str = "usage: cargo xtask versus-kafka-streams [--runs 3] [--warmup 20000] [--records 300000] [--paced 2000] [--rate 1000] [--instances 1,3] [--partitions 6] [--brokers 127.0.0.1:19092] [--keep DIR]";
-
-impl Options {
-    /// Parses the arguments after the command's name.
-    pub(crate) fn parse(arguments: &[String]) -> Result<Options, String> {
-        let mut options = Options::default();
-        let mut remaining = arguments.iter();
-        while let Some(flag) = remaining.next() {
-            let value = remaining
-                .next()
-                .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))?;
-            let number = || {
-                value
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|number| *number > 0)
-                    .ok_or_else(|| format!("{flag} wants a positive integer, not {value}; {USAGE}"))
-            };
-            match flag.as_str() {
-                "--runs" => options.runs = usize::try_from(number()?).unwrap_or(1),
-                "--records" => options.records = number()?,
-                "--warmup" => {
-                    options.warmup = value.parse().map_err(|_| {
-                        format!("--warmup wants a count of records, not {value}; {USAGE}")
-                    })?;
-                }
-                "--paced" => options.paced = number()?,
-                "--rate" => options.rate = number()?,
-                "--partitions" => options.partitions = i32::try_from(number()?).unwrap_or(6),
-                "--brokers" => options.brokers = value.clone(),
-                "--keep" => options.keep = Some(PathBuf::from(value)),
-                "--instances" => {
-                    options.instances = value
-                        .split(',')
-                        .map(|count| {
-                            count
-                                .trim()
-                                .parse::<usize>()
-                                .ok()
-                                .filter(|count| *count > 0)
-                        })
-                        .collect::<Option<Vec<_>>>()
-                        .ok_or_else(|| {
-                            format!("--instances wants counts like 1,3, not {value}; {USAGE}")
-                        })?;
-                }
-                other => return Err(format!("unknown argument {other}; {USAGE}")),
-            }
-        }
-        Ok(options)
-    }
-}
-
 /// Runs the comparison and prints its table; false when a side could not run or a
 /// result was wrong.
-pub(crate) fn versus_kafka_streams(root: &Path, arguments: &[String]) -> bool {
-    match versus(root, arguments) {
+pub(crate) fn versus_kafka_streams(root: &Path, options: &Options) -> bool {
+    match versus(root, options) {
         Ok(ok) => ok,
         Err(error) => {
-            eprintln!("xtask: versus-kafka-streams: {error}");
+            eprintln!("mongoose-bench: versus-kafka-streams: {error}");
             false
         }
     }
 }
 
-fn versus(root: &Path, arguments: &[String]) -> Result<bool, String> {
-    let options = Options::parse(arguments)?;
+fn versus(root: &Path, options: &Options) -> Result<bool, String> {
     if cfg!(debug_assertions) {
-        // `cargo xtask` is a debug build, its librdkafka compiled without optimisation:
-        // its producer would set the pace of the faster side. The harness runs as a
-        // release build (its dependencies are mostly those of the release `mongoose`)
-        eprintln!("xtask: versus-kafka-streams runs as a release build of xtask");
+        // `cargo mongoose-bench` is a debug build, its librdkafka compiled without
+        // optimisation: its producer would set the pace of the faster side. The harness
+        // runs as a release build (its dependencies are mostly those of the release
+        // `mongoose`)
+        eprintln!("mongoose-bench: versus-kafka-streams runs as a release build of mongoose-bench");
         return Ok(crate::run(
             std::process::Command::new(env!("CARGO"))
                 .current_dir(root)
-                .args(["run", "--release", "--quiet", "-p", "xtask", "--"])
-                .arg("versus-kafka-streams")
-                .args(arguments),
+                .args(["run", "--release", "--quiet", "-p", "mongoose-bench", "--"])
+                // this command line as it was given: `versus-kafka-streams` and its options
+                .args(std::env::args_os().skip(1)),
         ));
     }
     let first = options.brokers.split(',').next().unwrap_or_default();
     if mongoose_testkit::kafka::metadata_brokers(first).is_none()
-        && !crate::broker::broker(root, &["start".to_owned()])
+        && !crate::xtask(root, &["broker", "start"])
     {
         return Err(format!(
             "no broker answers on {first} and none could be started"
@@ -187,7 +148,7 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, String> {
     }
     let mongoose = crate::versus::build_mongoose(root)?;
     let plugins = root.join("target").join("plugins");
-    if !crate::plugins(&["--out".to_owned(), plugins.display().to_string()]) {
+    if !crate::plugins(root, &plugins) {
         return Err("`cargo xtask plugins` failed".to_owned());
     }
     let programs = Programs {
@@ -218,11 +179,14 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, String> {
                 [Side::Theirs, Side::Ours]
             };
             for side in order {
-                eprintln!("xtask: run {run}: {} with {count} instance(s)", side.name());
-                let result = runs::run_side(side, *count, &options, &programs, &work);
+                eprintln!(
+                    "mongoose-bench: run {run}: {} with {count} instance(s)",
+                    side.name()
+                );
+                let result = runs::run_side(side, *count, options, &programs, &work);
                 match &result {
                     Ok(measured) => eprintln!(
-                        "xtask: run {run}: {} x{count}: {:.0} records/s ({:.2} s; produced before, in {:.2} s; {:.1} us CPU/record), seen p50/p99 {:?} ms, RSS {} MiB, {}",
+                        "mongoose-bench: run {run}: {} x{count}: {:.0} records/s ({:.2} s; produced before, in {:.2} s; {:.1} us CPU/record), seen p50/p99 {:?} ms, RSS {} MiB, {}",
                         side.name(),
                         measured.rate,
                         measured.seconds,
@@ -241,7 +205,7 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, String> {
                             measured.checked.problems()
                         }
                     ),
-                    Err(error) => eprintln!("xtask: run {run}: {} x{count}: FAILED: {error}", side.name()),
+                    Err(error) => eprintln!("mongoose-bench: run {run}: {} x{count}: FAILED: {error}", side.name()),
                 }
                 if let Some(one) = series
                     .iter_mut()
@@ -252,7 +216,7 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, String> {
             }
         }
     }
-    print!("{}", report(&series, &options));
+    print!("{}", report(&series, options));
     if options.keep.is_none() {
         let _ = std::fs::remove_dir_all(&work);
     } else {

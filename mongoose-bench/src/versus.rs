@@ -1,4 +1,4 @@
-//! `cargo xtask versus-rsyslog`: the same file of lines tailed into an output file by
+//! `cargo mongoose-bench versus-rsyslog`: the same file of lines tailed into an output file by
 //! `mongoose run` (a `forward` processor into a `file` sink) and by rsyslog (imfile ->
 //! omfile, one worker, in order), alternately, with the throughput, the peak RSS and a
 //! line-for-line check of each output against the input (issue 13, item 6).
@@ -54,7 +54,7 @@ const INPUT_NAME: &str = "lines.txt";
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum VersusError {
     /// A command-line argument is missing, unknown or malformed.
-    #[error("{0}; usage: cargo xtask versus-rsyslog [--size-mib 1024] [--line-bytes 100] [--runs 3] [--keep DIR]")]
+    #[error("{0}; see cargo mongoose-bench versus-rsyslog --help")]
     Usage(String),
     /// A file or process operation failed.
     #[error("{what} {path}: {source}")]
@@ -77,18 +77,30 @@ fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Versus
     move |source| VersusError::Io { what, path, source }
 }
 
-/// The command line of `cargo xtask versus-rsyslog`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The command line of `cargo mongoose-bench versus-rsyslog`.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub(crate) struct VersusOptions {
     /// The input's size in MiB (rounded down to whole lines).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) size_mib: u64,
-    /// Each line's length in bytes, its newline included.
+    /// Each line's length in bytes, its newline included (at least 15).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) line_bytes: u64,
     /// How many runs of each side, alternating (ours first).
+    #[arg(long, default_value_t = 3, value_parser = positive_count)]
     pub(crate) runs: usize,
     /// Keep the input, configs, logs and outputs in this folder (and reuse an input of
     /// the right size found there); without it everything is removed at the end.
+    #[arg(long, value_name = "DIR")]
     pub(crate) keep: Option<PathBuf>,
+}
+
+/// A count of at least one.
+pub(crate) fn positive_count(text: &str) -> Result<usize, String> {
+    text.parse::<usize>()
+        .ok()
+        .filter(|count| *count > 0)
+        .ok_or_else(|| format!("wants a positive integer, not {text}"))
 }
 
 impl Default for VersusOptions {
@@ -106,43 +118,30 @@ impl Default for VersusOptions {
 const MIN_LINE_BYTES: u64 = 15;
 
 impl VersusOptions {
-    /// Parses `[--size-mib N] [--line-bytes N] [--runs N] [--keep DIR]`.
+    /// Parses `[--size-mib N] [--line-bytes N] [--runs N] [--keep DIR]` (the arguments
+    /// after the command's name) and checks them.
+    #[cfg(test)]
     pub(crate) fn parse(arguments: &[String]) -> Result<VersusOptions, VersusError> {
-        let mut options = VersusOptions::default();
-        let mut remaining = arguments.iter();
-        while let Some(flag) = remaining.next() {
-            let mut value = || {
-                remaining
-                    .next()
-                    .ok_or_else(|| VersusError::Usage(format!("{flag} needs a value")))
-            };
-            let number = |text: &String| {
-                text.parse::<u64>()
-                    .ok()
-                    .filter(|number| *number > 0)
-                    .ok_or_else(|| {
-                        VersusError::Usage(format!("{flag} wants a positive integer, not {text}"))
-                    })
-            };
-            match flag.as_str() {
-                "--size-mib" => options.size_mib = number(value()?)?,
-                "--line-bytes" => options.line_bytes = number(value()?)?,
-                "--runs" => options.runs = usize::try_from(number(value()?)?).unwrap_or(1),
-                "--keep" => options.keep = Some(PathBuf::from(value()?)),
-                other => return Err(VersusError::Usage(format!("unknown argument {other}"))),
-            }
-        }
-        if options.line_bytes < MIN_LINE_BYTES {
+        let options: VersusOptions = crate::parse_options(arguments)
+            .map_err(|error| VersusError::Usage(error.to_string().trim().to_owned()))?;
+        options.check()?;
+        Ok(options)
+    }
+
+    /// Refuses what clap cannot: a line too short for its counter, an input without a
+    /// line.
+    pub(crate) fn check(&self) -> Result<(), VersusError> {
+        if self.line_bytes < MIN_LINE_BYTES {
             return Err(VersusError::Usage(format!(
                 "--line-bytes must be at least {MIN_LINE_BYTES} (a 12-digit counter, a space, padding, the newline)"
             )));
         }
-        if options.size_mib * MIB < options.line_bytes {
+        if self.size_mib * MIB < self.line_bytes {
             return Err(VersusError::Usage(
                 "--size-mib must hold at least one line".to_owned(),
             ));
         }
-        Ok(options)
+        Ok(())
     }
 
     /// The number of lines in the input.
@@ -162,20 +161,20 @@ impl VersusOptions {
 /// Runs the comparison and prints the report; false when the harness itself failed or
 /// an output did not match its input (a side that is merely unavailable is reported,
 /// not a failure).
-pub(crate) fn versus_rsyslog(root: &Path, arguments: &[String]) -> bool {
-    match versus(root, arguments) {
+pub(crate) fn versus_rsyslog(root: &Path, options: &VersusOptions) -> bool {
+    match versus(root, options) {
         Ok(ok) => ok,
         Err(error) => {
-            eprintln!("xtask: versus-rsyslog: {error}");
+            eprintln!("mongoose-bench: versus-rsyslog: {error}");
             false
         }
     }
 }
 
-fn versus(root: &Path, arguments: &[String]) -> Result<bool, VersusError> {
-    let options = VersusOptions::parse(arguments)?;
+fn versus(root: &Path, options: &VersusOptions) -> Result<bool, VersusError> {
+    options.check()?;
     let rsyslogd = ensure_rsyslog()?;
-    eprintln!("xtask: rsyslog is {}", rsyslogd.display());
+    eprintln!("mongoose-bench: rsyslog is {}", rsyslogd.display());
     let binary = build_mongoose(root);
     let work = options
         .keep
@@ -189,20 +188,20 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, VersusError> {
         keep: options.keep.is_some(),
     };
     eprintln!(
-        "xtask: writing the input {} ({} lines of {} bytes)",
+        "mongoose-bench: writing the input {} ({} lines of {} bytes)",
         layout.input.display(),
         thousands(options.lines() as f64),
         options.line_bytes
     );
-    if !write_input(&options, &layout.input)? {
-        eprintln!("xtask: reusing the input already there");
+    if !write_input(options, &layout.input)? {
+        eprintln!("mongoose-bench: reusing the input already there");
     }
     sync_disks();
 
     let syslog_ng = ensure_syslog_ng(root);
     match &syslog_ng {
-        Some(path) => eprintln!("xtask: syslog-ng is {}", path.display()),
-        None => eprintln!("xtask: syslog-ng is missing and unpacking Debian's syslog-ng-core failed: its row says so"),
+        Some(path) => eprintln!("mongoose-bench: syslog-ng is {}", path.display()),
+        None => eprintln!("mongoose-bench: syslog-ng is missing and unpacking Debian's syslog-ng-core failed: its row says so"),
     }
     let mut ours: Vec<RunResult> = Vec::new();
     let mut rsyslog: Vec<RunResult> = Vec::new();
@@ -214,32 +213,32 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, VersusError> {
             // ours failed once: it will fail the same way; do not spend the time again
             (Ok(_), Some(first_failure)) => Err(format!("as run 1: {first_failure}")),
             (Ok(binary), None) => {
-                eprintln!("xtask: run {run}: ours");
+                eprintln!("mongoose-bench: run {run}: ours");
                 run_ours(&layout, binary, run)?
             }
         };
         if let Err(reason) = &our_run {
-            eprintln!("xtask: run {run}: ours: not available ({reason})");
+            eprintln!("mongoose-bench: run {run}: ours: not available ({reason})");
         }
         ours.push(our_run);
-        eprintln!("xtask: run {run}: rsyslog");
-        let their_run = run_peer(&layout, &options, run, Peer::Rsyslog, &rsyslogd)?;
+        eprintln!("mongoose-bench: run {run}: rsyslog");
+        let their_run = run_peer(&layout, options, run, Peer::Rsyslog, &rsyslogd)?;
         if let Err(reason) = &their_run {
-            eprintln!("xtask: run {run}: rsyslog: not available ({reason})");
+            eprintln!("mongoose-bench: run {run}: rsyslog: not available ({reason})");
         }
         rsyslog.push(their_run);
         let their_run = match &syslog_ng {
             Some(program) => {
-                eprintln!("xtask: run {run}: syslog-ng");
-                run_peer(&layout, &options, run, Peer::SyslogNg, program)?
+                eprintln!("mongoose-bench: run {run}: syslog-ng");
+                run_peer(&layout, options, run, Peer::SyslogNg, program)?
             }
             None => Err("syslog-ng is not installed (Debian package syslog-ng-core, unpacked into target/peers)".to_owned()),
         };
         if let Err(reason) = &their_run {
-            eprintln!("xtask: run {run}: syslog-ng: not available ({reason})");
+            eprintln!("mongoose-bench: run {run}: syslog-ng: not available ({reason})");
         }
         syslog_ng_runs.push(their_run);
-        eprintln!("xtask: run {run}: dd oflag=dsync bs=1M");
+        eprintln!("mongoose-bench: run {run}: dd oflag=dsync bs=1M");
         dd.push(run_dd(&layout, run)?);
     }
     let sides = [
@@ -260,10 +259,10 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, VersusError> {
             runs: dd,
         },
     ];
-    print!("{}", report(&sides, &options));
+    print!("{}", report(&sides, options));
     if options.keep.is_none() {
         if let Err(error) = fs::remove_dir_all(&work) {
-            eprintln!("xtask: cannot remove {}: {error}", work.display());
+            eprintln!("mongoose-bench: cannot remove {}: {error}", work.display());
         }
     } else {
         println!("kept: {}", work.display());
@@ -273,7 +272,7 @@ fn versus(root: &Path, arguments: &[String]) -> Result<bool, VersusError> {
             .is_err_and(|reason| reason.starts_with("MISMATCH"))
     });
     if mismatch {
-        eprintln!("xtask: versus-rsyslog: AN OUTPUT DIFFERS FROM ITS INPUT (see above)");
+        eprintln!("mongoose-bench: versus-rsyslog: AN OUTPUT DIFFERS FROM ITS INPUT (see above)");
     }
     Ok(!mismatch)
 }

@@ -9,6 +9,12 @@ fn arguments(text: &str) -> Vec<String> {
     text.split_whitespace().map(str::to_owned).collect()
 }
 
+impl Options {
+    fn parse(arguments: &[String]) -> Result<Options, clap::Error> {
+        crate::parse_options(arguments)
+    }
+}
+
 #[test]
 fn the_options_default_to_a_short_run_and_take_every_flag() {
     let defaults = Options::parse(&[]).expect("defaults");

@@ -280,7 +280,7 @@ fn kept_layout(folder: &Path) -> Layout {
 }
 
 /// The rsyslog side for real, on 1 MiB, when rsyslogd is installed (CI does not install
-/// it: `cargo xtask versus-rsyslog` does). Proves the config copies every line unchanged
+/// it: `cargo mongoose-bench versus-rsyslog` does). Proves the config copies every line unchanged
 /// (no leading space, no internal message, nothing escaped) and that the run ends.
 #[test]
 fn rsyslog_copies_a_small_input_line_for_line_when_installed() {
@@ -313,7 +313,7 @@ fn rsyslog_copies_a_small_input_line_for_line_when_installed() {
 }
 
 /// The syslog-ng side for real, on 1 MiB, when syslog-ng is installed or unpacked
-/// (`cargo xtask versus-rsyslog` unpacks it into `target/peers`): every line copied unchanged, the run ends, and its
+/// (`cargo mongoose-bench versus-rsyslog` unpacks it into `target/peers`): every line copied unchanged, the run ends, and its
 /// persist file is the run's own.
 #[test]
 fn syslog_ng_copies_a_small_input_line_for_line_when_installed() {

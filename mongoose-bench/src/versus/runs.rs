@@ -60,7 +60,10 @@ impl Layout {
         let difference = first_difference(&self.input, output)?;
         if !self.keep {
             if let Err(error) = fs::remove_file(output) {
-                eprintln!("xtask: cannot remove {}: {error}", output.display());
+                eprintln!(
+                    "mongoose-bench: cannot remove {}: {error}",
+                    output.display()
+                );
             }
         }
         sync_disks();
