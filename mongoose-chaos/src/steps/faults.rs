@@ -13,7 +13,7 @@ use crate::scenario::{
 };
 use crate::world::World;
 
-use super::{copy_path, files_below, newest_sink_slot, remove};
+use super::{copy_path, files_below, remove};
 
 impl World {
     pub(super) fn damage(&mut self, what: StateFile, how: Damage) -> Result<(), String> {
@@ -41,12 +41,11 @@ impl World {
                         return Ok(());
                     }
                 };
-                let (start, len) = if what == StateFile::SinkState {
-                    newest_sink_slot(&bytes)
-                } else {
-                    (0, bytes.len())
-                };
-                let offset = start + (len.saturating_sub(1) * at.min(1000) as usize) / 1000;
+                // any byte of any state file: a file sink's state is a record log of
+                // the durable layer, and a byte in its header or in a record others
+                // follow is refused naming it, one in its last record is a torn tail
+                // (cut, then the output file decides)
+                let offset = (bytes.len().saturating_sub(1) * at.min(1000) as usize) / 1000;
                 bytes[offset] ^= 0x5a;
                 std::fs::write(&path, &bytes)
                     .map_err(|error| format!("cannot write {}: {error}", path.display()))?;

@@ -229,24 +229,6 @@ pub fn last_error(log: &str) -> String {
         .unwrap_or_else(|| "(nothing logged)".to_owned())
 }
 
-/// The (start, length) of the newest valid-looking slot of a file sink's state.
-fn newest_sink_slot(bytes: &[u8]) -> (usize, usize) {
-    const SLOT: usize = 64 * 1024;
-    let slot = |index: usize| -> Option<(u64, usize, usize)> {
-        let start = index * SLOT;
-        let head = bytes.get(start..start + 24)?;
-        let counter = u64::from_le_bytes(head[8..16].try_into().ok()?);
-        let len = u32::from_le_bytes(head[16..20].try_into().ok()?) as usize;
-        Some((counter, start, 24 + len))
-    };
-    match (slot(0), slot(1)) {
-        (Some(first), Some(second)) if second.0 > first.0 => (second.1, second.2),
-        (Some(first), _) => (first.1, first.2),
-        (None, Some(second)) => (second.1, second.2),
-        (None, None) => (0, bytes.len()),
-    }
-}
-
 fn rename(from: &Path, to: &Path) -> Result<(), String> {
     std::fs::rename(from, to).map_err(|error| {
         format!(
