@@ -103,12 +103,15 @@
 //! and its load and atomic save; `snapshot` when a snapshot is due (by what a restart
 //! would replay) and taking it; `journal` the checksummed snapshot and journal record
 //! formats and the damage checks; `partitioned` the ledger with its state in a
-//! changelog.
+//! changelog, and [`changelog_writes`] the bookkeeping of its changelog writes (tags at
+//! the commit gate, a write given up, fenced partitions retaken or dropped), which the
+//! `mongoose` binary's partitioned aggregate shares.
 //!
 //! [`Delivery::already_applied`]: mongoose_core::Delivery::already_applied
 //! [`Line`]: mongoose_source_file::Line
 #![forbid(unsafe_code)]
 
+pub mod changelog_writes;
 mod journal;
 mod partitioned;
 #[cfg(test)]

@@ -44,24 +44,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mongoose_core::sink::CommitGate;
-use mongoose_core::state_store::{OnDurable, PartitionStateStore, RestoredPartition, WriteFailure};
+use mongoose_core::state_store::{OnDurable, PartitionStateStore, RestoredPartition};
 use mongoose_core::{
     CoreError, DeliveryContext, Epoch, Processor, ProcessorError, SavedPosition, StartContext,
 };
 use mongoose_source_file::Line;
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::apply::{alert_error, apply_line, open_rejected_log, Applied};
+use crate::changelog_writes::{ChangelogWrites, FENCE_CHECK};
 use crate::{AlertSink, LedgerSettings, LedgerState};
 
-/// The timer that settles fenced partitions, and how often it fires.
+/// The timer that settles fenced partitions (every [`FENCE_CHECK`]).
 const FENCE_TIMER: u64 = 1;
-const FENCE_CHECK: Duration = Duration::from_millis(500);
-
-/// Per `(partition, epoch)` reported fenced, the tags of its fenced writes.
-type FencedWrites = BTreeMap<(i32, u64), Vec<u64>>;
 
 /// The key of the record a rejected line writes (an account never holds `#`).
 const REJECTED_KEY: &[u8] = b"#rejected";
@@ -148,16 +144,10 @@ pub struct PartitionedLedger {
     /// The alerts sink; `None`: the alerts go into the store's transactions.
     alerts: Option<Box<dyn AlertSink>>,
     rejected: File,
-    gate: Option<Arc<dyn CommitGate>>,
-    /// The first changelog write the producer gave up, if any.
-    failure: Arc<Mutex<Option<String>>>,
-    /// Partitions (with the epoch they were held in) the store reported fenced, not yet
-    /// retaken or dropped, with the tags of their fenced writes: those inputs' commits
-    /// are held until the store says whether this member still owns the partition.
-    fenced: Arc<Mutex<FencedWrites>>,
-    /// The epoch of each partition dropped as fenced: its lines in it are skipped.
-    fenced_epochs: HashMap<u32, u64>,
-    next_tag: u64,
+    /// The changelog writes: their tags at the commit gate, the first one given up,
+    /// the fenced ones not settled yet and the epochs of the partitions dropped as
+    /// fenced.
+    writes: ChangelogWrites,
     /// The keys of alerts the sink says are over (no outbox here: forgotten at once).
     over: Vec<mongoose_core::sink::OutputKey>,
 }
@@ -196,46 +186,10 @@ impl PartitionedLedger {
                 settings.state_dir.display()
             ))
         })?;
-        let failure = Arc::new(Mutex::new(None));
-        let fenced = Arc::new(Mutex::new(BTreeMap::new()));
-        let on_durable: OnDurable = {
-            let gate = gate.clone();
-            let failure = Arc::clone(&failure);
-            let fenced = Arc::clone(&fenced);
-            Arc::new(move |tag, result: Result<(), WriteFailure>| match result {
-                Ok(()) => {
-                    if let Some(gate) = &gate {
-                        gate.complete(tag);
-                    }
-                }
-                Err(WriteFailure::Fenced {
-                    partition,
-                    epoch,
-                    message,
-                }) => {
-                    // a newer owner took the partition, or a stale one (lines of an
-                    // earlier assignment still queued in another member) fenced this
-                    // member, which still holds it: the line's commit is held until
-                    // the ledger asks the store which (`settle_fenced`). Completed now,
-                    // a stale owner's fence would commit the line unapplied
-                    let mut fenced = fenced.lock();
-                    let held = fenced.entry((partition, epoch.0)).or_insert_with(|| {
-                        warn!(partition, %epoch, %message, "ledger: a partition's changelog producer was fenced: its writes since the last commit are aborted");
-                        Vec::new()
-                    });
-                    held.push(tag);
-                }
-                Err(WriteFailure::GivenUp(error)) => {
-                    // the line's commit stays held: it is read again after a restart
-                    let mut failure = failure.lock();
-                    if failure.is_none() {
-                        *failure = Some(error);
-                    }
-                }
-            })
-        };
-        let changelog =
-            open_store(on_durable).map_err(|error| ProcessorError::new(error.to_string()))?;
+        let has_gate = gate.is_some();
+        let writes = ChangelogWrites::new("ledger", gate);
+        let changelog = open_store(writes.on_durable())
+            .map_err(|error| ProcessorError::new(error.to_string()))?;
         if alerts.is_none() && changelog.outputs_location().is_none() {
             return Err(ProcessorError::new(format!(
                 "the changelog {} writes no outputs: give the ledger alerts (a file) or alerts_sink",
@@ -243,7 +197,7 @@ impl PartitionedLedger {
             )));
         }
         let rejected = open_rejected_log(&settings.state_dir)?;
-        info!(changelog = %changelog.location(), gate = gate.is_some(),
+        info!(changelog = %changelog.location(), gate = has_gate,
             "ledger: state per partition in the changelog, restored by the member that takes a partition");
         Ok(PartitionedLedger {
             settings,
@@ -251,11 +205,7 @@ impl PartitionedLedger {
             partitions: HashMap::new(),
             alerts,
             rejected,
-            gate,
-            failure,
-            fenced,
-            fenced_epochs: HashMap::new(),
-            next_tag: 0,
+            writes,
             over: Vec::new(),
         })
     }
@@ -285,7 +235,7 @@ impl PartitionedLedger {
                     "ledger: the partition was taken over by another member while this one took it; its lines in this epoch are skipped"
                 );
                 self.partitions.remove(&lane);
-                self.fenced_epochs.insert(lane, epoch);
+                self.writes.skip_epoch(lane, epoch);
                 return Ok(());
             }
             Err(error) => return Err(ProcessorError::new(error.to_string())),
@@ -309,7 +259,7 @@ impl PartitionedLedger {
             fenced = restored.fenced,
             "ledger: partition taken over, state restored from the changelog"
         );
-        self.fenced_epochs.remove(&lane);
+        self.writes.restored(lane);
         self.partitions.insert(
             lane,
             Partition {
@@ -322,12 +272,7 @@ impl PartitionedLedger {
     }
 
     fn on_line(&mut self, line: &Line) -> Result<(), ProcessorError> {
-        if let Some(error) = self.failure.lock().as_ref() {
-            return Err(ProcessorError::new(format!(
-                "a changelog write was given up by the producer ({error}): its line is not committed; restart the server to restore the partitions from the changelog (topic {})",
-                self.changelog.location()
-            )));
-        }
+        self.writes.check_given_up(self.changelog.as_ref())?;
         let Some(delivery) = DeliveryContext::current() else {
             return Err(ProcessorError::new(
                 "the ledger with a changelog reads a Kafka feed (a positioned feed): this line has no position",
@@ -337,7 +282,7 @@ impl PartitionedLedger {
         let epoch = delivery.epoch().get();
         let offset = delivery.position().offset;
         self.settle_fenced(Some((lane, epoch)));
-        if self.fenced_epochs.get(&lane) == Some(&epoch) {
+        if self.writes.is_fenced_off(lane, epoch) {
             // taken over by another member while this one held it: not applied here
             return Ok(());
         }
@@ -347,7 +292,7 @@ impl PartitionedLedger {
             .is_none_or(|partition| partition.state.epoch != epoch)
         {
             self.restore(lane, epoch)?;
-            if self.fenced_epochs.get(&lane) == Some(&epoch) {
+            if self.writes.is_fenced_off(lane, epoch) {
                 return Ok(());
             }
         }
@@ -425,83 +370,36 @@ impl PartitionedLedger {
                 .write_output(lane as i32, &key, alert.as_bytes())
             {
                 let message = error.to_string();
-                *self.failure.lock() = Some(message.clone());
+                self.writes.record_failure(message.clone());
                 return Err(ProcessorError::new(message));
             }
         }
-        self.next_tag += 1;
-        let tag = self.next_tag;
-        if let Some(gate) = &self.gate {
-            gate.pending(tag);
-        }
-        let written = self
-            .changelog
-            .write(lane as i32, Epoch(epoch), offset, &key, &value, tag);
-        if let Err(error) = written {
-            // the state in memory is ahead of the changelog: no later line may be
-            // saved on it (a restart restores)
-            let message = error.to_string();
-            *self.failure.lock() = Some(message.clone());
-            return Err(ProcessorError::new(message));
-        }
-        if self.gate.is_none() {
-            self.changelog
-                .flush(Duration::from_secs(60))
-                .map_err(|error| ProcessorError::new(error.to_string()))?;
-        }
-        Ok(())
+        self.writes.write(
+            self.changelog.as_ref(),
+            lane as i32,
+            Epoch(epoch),
+            offset,
+            &key,
+            &value,
+        )
     }
 
-    /// Settles the partitions the store reported fenced, before a line of `lane` in
-    /// `epoch` (`current`) or on the fence timer: one this member still holds in the fenced epoch is retaken when no newer
-    /// owner marked it (the fencer was stale: the store wrote the fenced writes again,
-    /// and their tags complete when they are durable); otherwise it is dropped from
-    /// memory, its lines in that epoch skipped, and the held tags completed (a newer
-    /// owner holds it: this member's commits of that epoch are refused or ignored).
+    /// Settles the partitions the store reported fenced ([`ChangelogWrites::settle`]),
+    /// before a line of `lane` in `epoch` (`current`) or on the fence timer, and
+    /// forgets the ones dropped.
     fn settle_fenced(&mut self, current: Option<(u32, u64)>) {
-        let fenced = std::mem::take(&mut *self.fenced.lock());
-        for ((partition, fenced_epoch), tags) in fenced {
-            let Ok(fenced_lane) = u32::try_from(partition) else {
-                continue;
-            };
-            let held = self
-                .partitions
-                .get(&fenced_lane)
-                .is_some_and(|held| held.state.epoch == fenced_epoch)
-                // a line of a later epoch of that lane: the fenced one is over here
-                && !current.is_some_and(|(lane, epoch)| fenced_lane == lane && epoch > fenced_epoch);
-            if held {
-                match self.changelog.retake(partition, Epoch(fenced_epoch)) {
-                    Ok(true) => {
-                        info!(partition, epoch = fenced_epoch, writes = tags.len(),
-                            "ledger: fenced by a stale owner: the partition is held on, its fenced writes written again");
-                        continue;
-                    }
-                    Ok(false) => {}
-                    Err(error) => {
-                        warn!(partition, epoch = fenced_epoch, %error,
-                            "ledger: cannot tell yet whether a fenced partition is still this member's: its lines' commits stay held, asked again at the next line or the fence timer");
-                        self.fenced
-                            .lock()
-                            .entry((partition, fenced_epoch))
-                            .or_default()
-                            .extend(tags);
-                        continue;
-                    }
-                }
-                self.partitions.remove(&fenced_lane);
-                info!(
-                    partition,
-                    epoch = fenced_epoch,
-                    "ledger: fenced partition dropped; its lines in this epoch are skipped"
-                );
-                self.fenced_epochs.insert(fenced_lane, fenced_epoch);
-            }
-            if let Some(gate) = &self.gate {
-                for tag in tags {
-                    gate.complete(tag);
-                }
-            }
+        let partitions = &self.partitions;
+        let dropped = self.writes.settle(
+            self.changelog.as_ref(),
+            |lane, epoch| {
+                partitions
+                    .get(&lane)
+                    .is_some_and(|held| held.state.epoch == epoch)
+            },
+            current,
+        );
+        for lane in dropped {
+            self.partitions.remove(&lane);
         }
     }
 

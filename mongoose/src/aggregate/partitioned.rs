@@ -35,26 +35,22 @@ use mongoose_aggregate::{
     Aggregate, AggregateState, Aggregator, Counters, KeyState, LanePosition, LinePosition, Outcome,
 };
 use mongoose_core::sink::{CommitGate, OutputKey};
-use mongoose_core::state_store::{OnDurable, PartitionStateStore, RestoredPartition, WriteFailure};
+use mongoose_core::state_store::{OnDurable, PartitionStateStore, RestoredPartition};
 use mongoose_core::StartContext;
 use mongoose_core::{CoreError, DeliveryContext, Epoch, Processor, ProcessorError, SavedPosition};
+use mongoose_ledger::changelog_writes::{ChangelogWrites, FENCE_CHECK};
 use mongoose_ledger::AlertSink;
 use mongoose_source_file::Line;
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::partitioned_stats::PartitionedStats;
 
-/// The timer that settles fenced partitions, and how often it fires.
+/// The timer that settles fenced partitions (every [`FENCE_CHECK`]).
 const FENCE_TIMER: u64 = 1;
-const FENCE_CHECK: Duration = Duration::from_millis(500);
 
 /// The changelog key of a line that changed no key (not UTF-8: no group key).
 pub const LINES_KEY: &[u8] = b"\xff#lines";
-
-/// Per `(partition, epoch)` reported fenced, the tags of its fenced writes.
-type FencedWrites = BTreeMap<(i32, u64), Vec<u64>>;
 
 /// One changelog record's value (postcard): what the line changed, the partition's
 /// counters after it, and the outputs it gave.
@@ -180,14 +176,10 @@ pub struct PartitionedAggregate {
     partitions: HashMap<u32, Partition>,
     outputs: Option<Box<dyn AlertSink>>,
     dead_letter: Option<Box<dyn AlertSink>>,
-    gate: Option<Arc<dyn CommitGate>>,
-    /// The first changelog write the producer gave up, if any.
-    failure: Arc<Mutex<Option<String>>>,
-    /// Partitions reported fenced, not yet retaken or dropped, with their held tags.
-    fenced: Arc<Mutex<FencedWrites>>,
-    /// The epoch of each partition dropped as fenced: its lines in it are skipped.
-    fenced_epochs: HashMap<u32, u64>,
-    next_tag: u64,
+    /// The changelog writes: their tags at the commit gate, the first one given up,
+    /// the fenced ones not settled yet and the epochs of the partitions dropped as
+    /// fenced.
+    writes: ChangelogWrites,
     stats: Arc<PartitionedStats>,
     /// The outputs of the line being handled, until the sinks took them all (a full
     /// sink makes the processor busy and the line comes again: the ones not taken yet
@@ -231,44 +223,10 @@ impl PartitionedAggregate {
             gate,
             stats,
         } = opening;
-        let failure = Arc::new(Mutex::new(None));
-        let fenced = Arc::new(Mutex::new(BTreeMap::new()));
-        let on_durable: OnDurable = {
-            let gate = gate.clone();
-            let failure = Arc::clone(&failure);
-            let fenced = Arc::clone(&fenced);
-            Arc::new(move |tag, result: Result<(), WriteFailure>| match result {
-                Ok(()) => {
-                    if let Some(gate) = &gate {
-                        gate.complete(tag);
-                    }
-                }
-                Err(WriteFailure::Fenced {
-                    partition,
-                    epoch,
-                    message,
-                }) => {
-                    // held until the aggregate asks the store who owns the partition
-                    // (`settle_fenced`): completed now, a stale owner's fence would
-                    // commit the line unapplied
-                    let mut fenced = fenced.lock();
-                    let held = fenced.entry((partition, epoch.0)).or_insert_with(|| {
-                        warn!(partition, %epoch, %message, "aggregate: a partition's changelog producer was fenced: its writes since the last commit are aborted");
-                        Vec::new()
-                    });
-                    held.push(tag);
-                }
-                Err(WriteFailure::GivenUp(error)) => {
-                    // the line's commit stays held: it is read again after a restart
-                    let mut failure = failure.lock();
-                    if failure.is_none() {
-                        *failure = Some(error);
-                    }
-                }
-            })
-        };
-        let changelog = open_store(on_durable).map_err(|error| error.to_string())?;
-        info!(processor = %name, changelog = %changelog.location(), gate = gate.is_some(),
+        let has_gate = gate.is_some();
+        let writes = ChangelogWrites::new("aggregate", gate);
+        let changelog = open_store(writes.on_durable()).map_err(|error| error.to_string())?;
+        info!(processor = %name, changelog = %changelog.location(), gate = has_gate,
             "aggregate: state per partition in the changelog, restored by the member that takes a partition");
         stats.set_changelog(changelog.location());
         Ok(PartitionedAggregate {
@@ -280,11 +238,7 @@ impl PartitionedAggregate {
             partitions: HashMap::new(),
             outputs,
             dead_letter,
-            gate,
-            failure,
-            fenced,
-            fenced_epochs: HashMap::new(),
-            next_tag: 0,
+            writes,
             stats,
             unsent: Vec::new(),
             unsent_at: None,
@@ -327,7 +281,7 @@ impl PartitionedAggregate {
                     "aggregate: the partition was taken over by another member while this one took it; its lines in this epoch are skipped");
                 self.partitions.remove(&lane);
                 self.stats.forget(lane);
-                self.fenced_epochs.insert(lane, epoch);
+                self.writes.skip_epoch(lane, epoch);
                 return Ok(());
             }
             Err(error) => return Err(ProcessorError::new(error.to_string())),
@@ -351,7 +305,7 @@ impl PartitionedAggregate {
             "aggregate: partition taken over, state restored from the changelog"
         );
         self.stats.update(lane, epoch, through, aggregate.state());
-        self.fenced_epochs.remove(&lane);
+        self.writes.restored(lane);
         self.partitions.insert(
             lane,
             Partition {
@@ -365,12 +319,7 @@ impl PartitionedAggregate {
     }
 
     fn on_line(&mut self, line: &Line) -> Result<(), ProcessorError> {
-        if let Some(error) = self.failure.lock().as_ref() {
-            return Err(ProcessorError::new(format!(
-                "a changelog write was given up by the producer ({error}): its line is not committed; restart the server to restore the partitions from the changelog (topic {})",
-                self.changelog.location()
-            )));
-        }
+        self.writes.check_given_up(self.changelog.as_ref())?;
         let Some((epoch, position)) = DeliveryContext::current_position() else {
             return Err(ProcessorError::new(
                 "the aggregate with a changelog reads a Kafka feed (a positioned feed): this line has no position",
@@ -392,7 +341,7 @@ impl PartitionedAggregate {
         let epoch = at.epoch.0;
         let offset = at.position.offset;
         self.settle_fenced(Some((lane, epoch)));
-        if self.fenced_epochs.get(&lane) == Some(&epoch) {
+        if self.writes.is_fenced_off(lane, epoch) {
             return Ok(()); // taken over by another member: not applied here
         }
         if self
@@ -401,7 +350,7 @@ impl PartitionedAggregate {
             .is_none_or(|partition| partition.epoch != epoch)
         {
             self.restore(lane, epoch)?;
-            if self.fenced_epochs.get(&lane) == Some(&epoch) {
+            if self.writes.is_fenced_off(lane, epoch) {
                 return Ok(());
             }
         }
@@ -481,30 +430,18 @@ impl PartitionedAggregate {
         self.value.clear();
         let value = postcard::to_extend(&change, std::mem::take(&mut self.value))
             .map_err(|error| ProcessorError::new(error.to_string()))?;
-        self.next_tag += 1;
-        let tag = self.next_tag;
-        if let Some(gate) = &self.gate {
-            gate.pending(tag);
-        }
-        let written = self
-            .changelog
-            .write(lane as i32, at.epoch, offset, key, &value, tag);
+        let written = self.writes.write(
+            self.changelog.as_ref(),
+            lane as i32,
+            at.epoch,
+            offset,
+            key,
+            &value,
+        );
         self.value = value;
         self.stats
             .update(lane, epoch, offset, partition.aggregate.state());
-        if let Err(error) = written {
-            // the state in memory is ahead of the changelog: no later line may be
-            // saved on it (a restart restores)
-            let message = error.to_string();
-            *self.failure.lock() = Some(message.clone());
-            return Err(ProcessorError::new(message));
-        }
-        if self.gate.is_none() {
-            self.changelog
-                .flush(Duration::from_secs(60))
-                .map_err(|error| ProcessorError::new(error.to_string()))?;
-        }
-        Ok(())
+        written
     }
 
     /// Writes the line's outputs the sinks did not take yet (keyed by the delivery,
@@ -563,55 +500,22 @@ impl PartitionedAggregate {
         Ok(())
     }
 
-    /// Settles the partitions the store reported fenced (as the ledger does): one this
-    /// member still holds in the fenced epoch is retaken when the fencer was stale;
-    /// otherwise it is dropped, its lines in that epoch skipped, the held tags
-    /// completed.
+    /// Settles the partitions the store reported fenced (as the ledger does:
+    /// [`ChangelogWrites::settle`]) and forgets the ones dropped.
     fn settle_fenced(&mut self, current: Option<(u32, u64)>) {
-        let fenced = std::mem::take(&mut *self.fenced.lock());
-        for ((partition, fenced_epoch), tags) in fenced {
-            let Ok(fenced_lane) = u32::try_from(partition) else {
-                continue;
-            };
-            let held = self
-                .partitions
-                .get(&fenced_lane)
-                .is_some_and(|held| held.epoch == fenced_epoch)
-                && !current
-                    .is_some_and(|(lane, epoch)| fenced_lane == lane && epoch > fenced_epoch);
-            if held {
-                match self.changelog.retake(partition, Epoch(fenced_epoch)) {
-                    Ok(true) => {
-                        info!(partition, epoch = fenced_epoch, writes = tags.len(),
-                            "aggregate: fenced by a stale owner: the partition is held on, its fenced writes written again");
-                        continue;
-                    }
-                    Ok(false) => {}
-                    Err(error) => {
-                        warn!(partition, epoch = fenced_epoch, %error,
-                            "aggregate: cannot tell yet whether a fenced partition is still this member's: its lines' commits stay held, asked again at the next line or the fence timer");
-                        self.fenced
-                            .lock()
-                            .entry((partition, fenced_epoch))
-                            .or_default()
-                            .extend(tags);
-                        continue;
-                    }
-                }
-                self.partitions.remove(&fenced_lane);
-                self.stats.forget(fenced_lane);
-                info!(
-                    partition,
-                    epoch = fenced_epoch,
-                    "aggregate: fenced partition dropped; its lines in this epoch are skipped"
-                );
-                self.fenced_epochs.insert(fenced_lane, fenced_epoch);
-            }
-            if let Some(gate) = &self.gate {
-                for tag in tags {
-                    gate.complete(tag);
-                }
-            }
+        let partitions = &self.partitions;
+        let dropped = self.writes.settle(
+            self.changelog.as_ref(),
+            |lane, epoch| {
+                partitions
+                    .get(&lane)
+                    .is_some_and(|held| held.epoch == epoch)
+            },
+            current,
+        );
+        for lane in dropped {
+            self.partitions.remove(&lane);
+            self.stats.forget(lane);
         }
     }
 
