@@ -8,7 +8,8 @@
 //! - [`http_target::HttpTarget`]: the one scripted HTTP/1.1 target (plain or TLS) of
 //!   the sink's tests, the end-to-end tests, the chaos harness's HTTP peer and the
 //!   benchmarks: each request answered as a script says (a status, late, never,
-//!   closed before the answer or mid-body) and recorded;
+//!   closed before the answer or mid-body) and recorded; [`tcp_target::TcpLineTarget`],
+//!   its raw TCP line counterpart;
 //! - [`https::TestCa`] and [`https::HttpsTarget`]: a generated CA and a real HTTPS
 //!   server (the scripted target over rustls) that records requests and refused
 //!   handshakes;
@@ -39,6 +40,7 @@ pub mod http_target;
 pub mod https;
 pub mod kafka;
 mod plugin_build;
+pub mod tcp_target;
 mod tmpfs;
 
 pub use allocator::CountingAllocator;
