@@ -42,6 +42,10 @@
 //! noted in the protocol log (`peers/http-protocol.log`, one line each), which the
 //! run's checks read ([`protocol_breaches`]); it is still answered as the mode says.
 //!
+//! The server is the testkit's scripted target
+//! ([`mongoose_testkit::http_target::HttpTarget`]); this module is its script: the
+//! answers from the mode file and the dice, the records, the checks of the form.
+//!
 //! Over https the target's certificate is issued by a CA of the harness's own
 //! ([`mongoose_testkit::https::TestCa`]): the CA's certificate is written to the
 //! scenario's `peers/https-ca.pem` (the sink's `ca_file`) before the target listens,
@@ -50,16 +54,15 @@
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mongoose_testkit::http_target::{Answer, HttpTarget, Request, Script};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use rustls::ServerConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::peer::{read_mode, roll};
@@ -186,10 +189,8 @@ impl Headers {
             .map(|(_, value)| value.as_str())
     }
 
-    fn length(&self) -> usize {
-        self.get("content-length")
-            .and_then(|length| length.parse().ok())
-            .unwrap_or(0)
+    fn of(request: &Request) -> Headers {
+        Headers(request.headers.clone())
     }
 }
 
@@ -276,50 +277,27 @@ pub fn protocol_breaches(protocol_log: &Path) -> Vec<String> {
 /// The port cannot be bound, a log cannot be opened, or the https material cannot be
 /// made or read.
 pub fn serve(spec: &TargetSpec) -> std::io::Result<()> {
-    let tls = match &spec.https_ca {
-        Some(ca) => Some(tls_config(ca)?),
-        None => None,
-    };
-    let listener = TcpListener::bind(("127.0.0.1", spec.port))?;
-    let shared = Arc::new(Shared {
-        log: Mutex::new(append(&spec.log)?),
-        protocol: match &spec.protocol_log {
-            Some(path) => Some(Mutex::new(append(path)?)),
-            None => None,
-        },
-        requests: AtomicU64::new(0),
-        mode_file: spec.mode_file.clone(),
-        seed: spec.seed,
-        expected: spec.expected,
-    });
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let shared = Arc::clone(&shared);
-        let tls = tls.clone();
-        std::thread::spawn(move || {
-            let result = match tls {
-                Some(config) => match ServerConnection::new(config) {
-                    Ok(connection) => {
-                        serve_connection(StreamOwned::new(connection, stream), &shared)
-                    }
-                    Err(error) => Err(std::io::Error::other(error)),
-                },
-                None => serve_connection(stream, &shared),
-            };
-            if let Err(error) = result {
-                // a client gone (a killed server, a timeout) ends its connection here
-                if !matches!(
-                    error.kind(),
-                    std::io::ErrorKind::UnexpectedEof
-                        | std::io::ErrorKind::ConnectionReset
-                        | std::io::ErrorKind::BrokenPipe
-                ) {
-                    eprintln!("mongoose-chaos http target: a connection ended: {error}");
-                }
-            }
+    let mut target = HttpTarget::builder()
+        .port(spec.port)
+        // a peer that runs as long as a scenario keeps nothing: its log is the record
+        .keep_requests(false)
+        .script(Shared {
+            log: Mutex::new(append(&spec.log)?),
+            protocol: match &spec.protocol_log {
+                Some(path) => Some(Mutex::new(append(path)?)),
+                None => None,
+            },
+            mode_file: spec.mode_file.clone(),
+            seed: spec.seed,
+            expected: spec.expected,
         });
+    if let Some(ca) = &spec.https_ca {
+        target = target.tls(tls_config(ca)?);
     }
-    Ok(())
+    let _target = target.try_start()?;
+    loop {
+        std::thread::park();
+    }
 }
 
 fn append(path: &Path) -> std::io::Result<File> {
@@ -367,11 +345,10 @@ fn tls_config(ca: &Path) -> std::io::Result<Arc<ServerConfig>> {
     Ok(Arc::new(config))
 }
 
-/// What the connections share.
+/// The target's script: what the connections share.
 struct Shared {
     log: Mutex<File>,
     protocol: Option<Mutex<File>>,
-    requests: AtomicU64,
     mode_file: PathBuf,
     seed: u64,
     expected: Expected,
@@ -408,139 +385,59 @@ impl Shared {
     }
 }
 
-/// A connection, plain or TLS.
-trait Conn: Read + Write {
-    /// The TCP socket under it.
-    fn tcp(&self) -> &TcpStream;
-}
-
-impl Conn for TcpStream {
-    fn tcp(&self) -> &TcpStream {
-        self
-    }
-}
-
-impl Conn for StreamOwned<ServerConnection, TcpStream> {
-    fn tcp(&self) -> &TcpStream {
-        &self.sock
-    }
-}
-
-/// Reads a request's head: `None` when the connection ends first.
-fn read_head<R: BufRead>(reader: &mut R) -> std::io::Result<Option<Headers>> {
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
-        return Ok(None);
-    }
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(None);
-        }
-        let trimmed = line.trim_end();
-        if trimmed.is_empty() {
-            return Ok(Some(Headers(headers)));
-        }
-        if let Some((name, value)) = trimmed.split_once(':') {
-            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
-        }
-    }
-}
-
-/// What a request's answer is, from the mode and the dice.
-enum Answer {
-    Status(u16),
-    Late(u64),
-    Never,
-    Close,
-    CloseMidBody,
-}
-
-fn serve_connection<C: Conn>(conn: C, shared: &Shared) -> std::io::Result<()> {
-    let mut reader = BufReader::new(conn);
-    while let Some(headers) = read_head(&mut reader)? {
-        let count = shared.requests.fetch_add(1, Ordering::Relaxed);
-        let dice = roll(shared.seed, count) % 100;
+impl Script for Shared {
+    /// Every answer is decided from the mode and the dice before the body is read.
+    fn before_body(&self, request: &Request) -> Option<Answer> {
+        let dice = roll(self.seed, request.number) % 100;
         let hit = |percent: u32| dice < u64::from(percent);
-        let answer = match read_mode(&shared.mode_file) {
+        Some(match read_mode(&self.mode_file) {
             HttpMode::Fail { percent, status } if hit(percent) => Answer::Status(status),
-            HttpMode::Timeout { percent } if hit(percent) => Answer::Never,
+            HttpMode::Timeout { percent } if hit(percent) => Answer::Hang,
             HttpMode::Close { percent } if hit(percent) => Answer::Close,
             HttpMode::CloseMidBody { percent } if hit(percent) => Answer::CloseMidBody,
-            HttpMode::Late { percent, ms } if hit(percent) => Answer::Late(ms),
+            HttpMode::Late { percent, ms } if hit(percent) => {
+                Answer::Late(Duration::from_millis(ms), 200)
+            }
             _ => Answer::Status(200),
-        };
-        let length = headers.length();
-        let mut raw = vec![0; length];
-        if matches!(answer, Answer::CloseMidBody) {
-            // half the body, then our side closed: no answer will come while the sink
-            // may still be sending. The rest is read for the log only.
-            let half = length / 2;
-            reader.read_exact(&mut raw[..half])?;
-            let _ = reader.get_ref().tcp().shutdown(Shutdown::Write);
-            let _ = reader
-                .get_ref()
-                .tcp()
-                .set_read_timeout(Some(Duration::from_secs(30)));
-            let read = half + read_up_to(&mut reader, &mut raw[half..]);
-            raw.truncate(read);
-            // a body cut short (the server killed meanwhile) is logged as far as it came,
-            // its form not checked
-            let records = lines_of(&headers, &raw, CLOSED_MID_BODY, shared, read == length);
-            shared.log(&records)?;
-            let _ = reader.get_ref().tcp().shutdown(Shutdown::Both);
-            return Ok(());
-        }
-        reader.read_exact(&mut raw)?;
+        })
+    }
+
+    fn answer(&self, _request: &Request) -> Answer {
+        Answer::Status(200)
+    }
+
+    /// Logs a request's records: before its answer, or once the rest of a body cut
+    /// mid-way is read (a body cut short, the server killed meanwhile, is logged as far
+    /// as it came, its form not checked).
+    fn observe(&self, request: &Request, answer: &Answer) -> std::io::Result<()> {
         let status = match answer {
-            Answer::Status(code) => code.to_string(),
-            Answer::Late(_) => LATE.to_owned(),
-            Answer::Never => "timeout".to_owned(),
+            Answer::Late(..) => LATE.to_owned(),
+            Answer::Hang => "timeout".to_owned(),
             Answer::Close => "close".to_owned(),
             Answer::CloseMidBody => CLOSED_MID_BODY.to_owned(),
+            other => other.status().unwrap_or(200).to_string(),
         };
-        // logged before the answer: a status sample taken after the answer sees it
-        let records = lines_of(&headers, &raw, &status, shared, true);
-        shared.log(&records)?;
-        match answer {
-            Answer::Status(code) => respond(reader.get_mut(), code)?,
-            Answer::Late(ms) => {
-                std::thread::sleep(Duration::from_millis(ms));
-                respond(reader.get_mut(), 200)?;
-            }
-            Answer::Never => {
-                // never answered: wait until the client gives up and closes
-                let mut conn = reader.into_inner();
-                conn.tcp()
-                    .set_read_timeout(Some(Duration::from_secs(120)))?;
-                let mut sink = [0u8; 1024];
-                while matches!(conn.read(&mut sink), Ok(read) if read > 0) {}
-                return Ok(());
-            }
-            Answer::Close | Answer::CloseMidBody => {
-                let _ = reader.get_ref().tcp().shutdown(Shutdown::Both);
-                return Ok(());
-            }
+        let records = lines_of(request, &status, self);
+        self.log(&records)
+    }
+
+    fn connection_failed(&self, error: &std::io::Error) {
+        // a client gone (a killed server, a timeout) ends its connection here
+        if !matches!(
+            error.kind(),
+            std::io::ErrorKind::UnexpectedEof
+                | std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::BrokenPipe
+        ) {
+            eprintln!("mongoose-chaos http target: a connection ended: {error}");
         }
     }
-    Ok(())
-}
-
-fn respond<C: Conn>(conn: &mut C, code: u16) -> std::io::Result<()> {
-    conn.write_all(format!("HTTP/1.1 {code} Chaos\r\ncontent-length: 0\r\n\r\n").as_bytes())?;
-    conn.flush()
 }
 
 /// The records of one request: a line each with its key (a batch), or the one output;
-/// the form of a `complete` body checked against what the sink promises.
-fn lines_of(
-    headers: &Headers,
-    raw: &[u8],
-    status: &str,
-    shared: &Shared,
-    complete: bool,
-) -> Vec<Record> {
+/// the form of a complete body checked against what the sink promises.
+fn lines_of(request: &Request, status: &str, shared: &Shared) -> Vec<Record> {
+    let headers = &Headers::of(request);
     let attempt = headers.get("x-mongoose-attempt").unwrap_or("-").to_owned();
     let first_key = headers
         .get("idempotency-keys")
@@ -548,17 +445,12 @@ fn lines_of(
         .and_then(|keys| keys.split(',').next())
         .unwrap_or("-");
     let mut breaches = Vec::new();
-    let plain = if headers.get("content-encoding") == Some("gzip") {
-        let mut plain = Vec::new();
-        // what decodes of a cut body is kept
-        if let Err(error) = flate2::read::GzDecoder::new(raw).read_to_end(&mut plain) {
-            breaches.push(format!("a gzip body that does not decode ({error})"));
-        }
-        plain
-    } else {
-        raw.to_vec()
-    };
-    let text = String::from_utf8_lossy(&plain);
+    // what decodes of a cut body is kept
+    if let Some(error) = &request.decode_error {
+        breaches.push(format!("a gzip body that does not decode ({error})"));
+    }
+    let plain = &request.body;
+    let text = String::from_utf8_lossy(plain);
     let record = |key: &str, body: &str| Record {
         status: status.to_owned(),
         key: key.to_owned(),
@@ -601,22 +493,10 @@ fn lines_of(
             vec![record(first_key, &text)]
         }
     };
-    if complete {
+    if request.complete {
         shared.breach(first_key, &breaches);
     }
     records
-}
-
-/// Reads into `buffer` until it is full or the connection ends or fails; how much.
-fn read_up_to<R: Read>(reader: &mut R, buffer: &mut [u8]) -> usize {
-    let mut filled = 0;
-    while filled < buffer.len() {
-        match reader.read(&mut buffer[filled..]) {
-            Ok(0) | Err(_) => break,
-            Ok(read) => filled += read,
-        }
-    }
-    filled
 }
 
 #[cfg(test)]

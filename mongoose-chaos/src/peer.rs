@@ -5,10 +5,10 @@
 //! with the peer's settings in [`PEER_ENV`].
 
 use std::fs::OpenOptions;
-use std::io::{BufRead, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::io::BufRead;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mongoose_archive::{LossInjection, Offer, Publication, UdpPublication, UdpPublicationConfig};
@@ -117,33 +117,18 @@ pub(crate) fn roll(seed: u64, count: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The TCP receiver: the testkit's line target appending whole lines to `out` (a line
+/// cut by a broken connection is not received), until it is killed.
 fn tcp_receiver(port: u16, out: &Path) -> std::io::Result<()> {
-    let listener = TcpListener::bind(("127.0.0.1", port))?;
-    let out = Arc::new(Mutex::new(
-        OpenOptions::new().create(true).append(true).open(out)?,
-    ));
-    for stream in listener.incoming() {
-        let Ok(mut stream) = stream else { continue };
-        let out = Arc::clone(&out);
-        std::thread::spawn(move || {
-            let mut pending = Vec::new();
-            let mut buffer = vec![0u8; 64 * 1024];
-            while let Ok(read) = stream.read(&mut buffer) {
-                if read == 0 {
-                    break;
-                }
-                pending.extend_from_slice(&buffer[..read]);
-                // whole lines only: a line cut by a broken connection is not received
-                if let Some(end) = pending.iter().rposition(|byte| *byte == b'\n') {
-                    if let Ok(mut out) = out.lock() {
-                        let _ = out.write_all(&pending[..=end]);
-                    }
-                    pending.drain(..=end);
-                }
-            }
-        });
+    let out = OpenOptions::new().create(true).append(true).open(out)?;
+    let _target = mongoose_testkit::tcp_target::TcpLineTarget::builder()
+        .port(port)
+        .append_to(out)
+        .keep_lines(false)
+        .try_start()?;
+    loop {
+        std::thread::park();
     }
-    Ok(())
 }
 
 fn udp_publisher(

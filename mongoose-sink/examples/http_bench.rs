@@ -3,17 +3,18 @@
 //!
 //! `cargo build --release -p mongoose && cargo run --release -p mongoose-sink --example
 //! http_bench -- target/release/mongoose 100000 5 1 500` forwards 100,000 lines of
-//! about 100 bytes from a file into a keep-alive HTTP server on loopback (in this
-//! process, a thread per connection, answering 200 at once), 5 runs for each
-//! `batch_max_lines` given (1 and 500), and prints each run's lines/s (the binary's
-//! whole run, start-up included, to its settled exit) and the median.
+//! about 100 bytes from a file into a keep-alive HTTP server on loopback (the
+//! testkit's scripted target in this process, a thread per connection, answering 200
+//! at once), 5 runs for each `batch_max_lines` given (1 and 500), and prints each
+//! run's lines/s (the binary's whole run, start-up included, to its settled exit) and
+//! the median.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+use mongoose_testkit::http_target::{Answer, HttpTarget, Request};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -27,16 +28,18 @@ fn main() {
         .collect();
     assert!(!batches.is_empty(), "{usage}");
 
+    // counts each request's lines (a body without a line break is one), answers 200
     let received = Arc::new(AtomicU64::new(0));
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
-    let url = format!("http://{}/events", listener.local_addr().expect("address"));
     let counter = Arc::clone(&received);
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let counter = Arc::clone(&counter);
-            std::thread::spawn(move || serve(stream, &counter));
-        }
-    });
+    let target = HttpTarget::builder()
+        .keep_requests(false)
+        .script(move |request: &Request| {
+            let breaks = request.body.iter().filter(|byte| **byte == b'\n').count() as u64;
+            counter.fetch_add(breaks.max(1), Ordering::SeqCst);
+            Answer::Status(200)
+        })
+        .start();
+    let url = target.url();
 
     let input: String = (0..lines)
         .map(|i| format!("{{\"seq\":{i:012},\"message\":\"{:-<64}\"}}\n", "x"))
@@ -98,47 +101,4 @@ kind = "forward"
 settings = {{ feed = "lines", sink = "out" }}
 "#
     )
-}
-
-/// Reads requests, counts their lines (a body without a line break is one), answers
-/// 200.
-fn serve(stream: TcpStream, received: &AtomicU64) {
-    let mut writer = stream.try_clone().expect("clone");
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    let mut body = Vec::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut length = 0;
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        body.resize(length, 0);
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let breaks = body.iter().filter(|byte| **byte == b'\n').count() as u64;
-        received.fetch_add(breaks.max(1), Ordering::SeqCst);
-        if writer
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-            .is_err()
-        {
-            return;
-        }
-    }
 }

@@ -5,7 +5,8 @@ mod support;
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_sink::{HttpSink, HttpSinkConfig};
-use support::{nothing_listening, output, Reply, TestHttpServer};
+use mongoose_testkit::http_target::{Answer, HttpTarget};
+use support::{nothing_listening, output};
 
 fn sink(url: String, response_timeout_millis: u64) -> HttpSink {
     HttpSink::new(
@@ -43,8 +44,8 @@ fn publish_some(sink: &mut HttpSink, outputs: &[Output]) -> Vec<SinkOutcome> {
 // prove that the target did not persist the record"; issue 13's first named test.
 #[test]
 fn an_uncertain_publish_is_never_reported_as_not_published() {
-    let server = TestHttpServer::start();
-    server.script([Reply::Silence]);
+    let server = HttpTarget::start();
+    server.script([Answer::Hang]);
     // 300 ms is a bound, not an expectation: the server never answers.
     let mut sink = sink(server.url(), 300);
     let first = output(10, 0, "debit 5");
@@ -86,8 +87,8 @@ fn an_uncertain_publish_is_never_reported_as_not_published() {
 
 #[test]
 fn a_connection_closed_after_the_request_is_uncertain_not_unpublished() {
-    let server = TestHttpServer::start();
-    server.script([Reply::Close]);
+    let server = HttpTarget::start();
+    server.script([Answer::Close]);
     let mut sink = sink(server.url(), 5_000);
     let outcomes = publish(&mut sink, &[output(1, 0, "credit 3")]);
     assert!(
@@ -99,14 +100,14 @@ fn a_connection_closed_after_the_request_is_uncertain_not_unpublished() {
 
 #[test]
 fn each_status_is_classified_by_what_the_target_said() {
-    let server = TestHttpServer::start();
+    let server = HttpTarget::start();
     server.script([
-        Reply::Status(201, "ok"),
-        Reply::Status(400, "field 'amount' is missing"),
-        Reply::Status(503, "busy"),
-        Reply::Status(500, "boom"),
-        Reply::Status(429, ""),
-        Reply::Status(504, "upstream timed out"),
+        Answer::StatusWithBody(201, "ok".into()),
+        Answer::StatusWithBody(400, "field 'amount' is missing".into()),
+        Answer::StatusWithBody(503, "busy".into()),
+        Answer::StatusWithBody(500, "boom".into()),
+        Answer::Status(429),
+        Answer::StatusWithBody(504, "upstream timed out".into()),
     ]);
     let mut sink = sink(server.url(), 5_000);
     let mut outcome_of = |position| publish(&mut sink, &[output(position, 0, "x")]).remove(0);
@@ -182,8 +183,8 @@ fn nothing_listening_is_not_published_and_retryable() {
 
 #[test]
 fn every_request_carries_the_key_the_attempt_and_the_configured_headers() {
-    let server = TestHttpServer::start();
-    server.script([Reply::Status(503, "busy")]);
+    let server = HttpTarget::start();
+    server.script([Answer::StatusWithBody(503, "busy".into())]);
     let mut sink = sink(server.url(), 5_000);
     let first = output(42, 3, "{\"amount\":5}");
     assert!(publish(&mut sink, std::slice::from_ref(&first))[0].may_retry());
@@ -211,13 +212,13 @@ fn a_batch_goes_on_while_the_target_answers_whatever_it_answers() {
     // issue 24, item 5: a batch stopped at its first retryable failure and answered
     // the rest "not sent", which the runner charged as failed attempts. A target that
     // answers is asked about every output: each outcome is that request's own.
-    let server = TestHttpServer::start();
+    let server = HttpTarget::start();
     server.script([
-        Reply::Status(200, ""),
-        Reply::Status(422, "bad"),
-        Reply::Status(503, ""),
-        Reply::Status(500, ""),
-        Reply::Close,
+        Answer::Status(200),
+        Answer::StatusWithBody(422, "bad".into()),
+        Answer::Status(503),
+        Answer::Status(500),
+        Answer::Close,
     ]);
     let mut sink = sink(server.url(), 5_000);
     let outputs: Vec<Output> = (0..7).map(|index| output(7, index, "line")).collect();
@@ -244,8 +245,8 @@ fn a_batch_goes_on_while_the_target_answers_whatever_it_answers() {
 fn a_batch_stops_when_the_target_does_not_answer_and_leaves_the_rest_unanswered() {
     // issue 24, item 5: the outputs after a timeout were not sent; they get no
     // outcome, so no attempt is charged to them
-    let server = TestHttpServer::start();
-    server.script([Reply::Status(201, ""), Reply::Silence]);
+    let server = HttpTarget::start();
+    server.script([Answer::Status(201), Answer::Hang]);
     let mut sink = sink(server.url(), 300);
     let outputs: Vec<Output> = (0..5).map(|index| output(8, index, "line")).collect();
     let outcomes = publish_some(&mut sink, &outputs);
@@ -260,23 +261,23 @@ fn a_batch_stops_when_the_target_does_not_answer_and_leaves_the_rest_unanswered(
     assert!(sink.target_not_answering(), "the runner is told to pause");
 
     // a batch of one that times out says so too; one the target answers does not
-    server.script([Reply::Silence]);
+    server.script([Answer::Hang]);
     assert_eq!(publish(&mut sink, &[output(9, 0, "line")]).len(), 1);
     assert!(sink.target_not_answering());
-    server.script([Reply::Status(503, "busy")]);
+    server.script([Answer::StatusWithBody(503, "busy".into())]);
     assert!(publish(&mut sink, &[output(9, 0, "line")])[0].may_retry());
     assert!(!sink.target_not_answering(), "a 503 is an answer");
 }
 
 #[test]
 fn a_connection_the_target_closed_after_a_request_is_replaced() {
-    let server = TestHttpServer::start();
+    let server = HttpTarget::start();
     let mut sink = sink(server.url(), 5_000);
     assert!(publish(&mut sink, &[output(1, 0, "a")])[0].is_published());
     // The next request on that connection is read, then the server hangs up (an
     // idle keep-alive connection the target closes); the one after needs a new
     // connection.
-    server.script([Reply::Close]);
+    server.script([Answer::Close]);
     assert!(matches!(
         publish(&mut sink, &[output(2, 0, "b")])[0],
         SinkOutcome::Uncertain { .. }
@@ -287,8 +288,8 @@ fn a_connection_the_target_closed_after_a_request_is_replaced() {
 
 #[test]
 fn an_idle_connection_the_target_closed_is_not_mistaken_for_a_failed_publish() {
-    let server = TestHttpServer::start();
-    server.script([Reply::StatusThenClose(200)]);
+    let server = HttpTarget::start();
+    server.script([Answer::StatusThenClose(200)]);
     let mut sink = sink(server.url(), 5_000);
     assert!(publish(&mut sink, &[output(1, 0, "a")])[0].is_published());
     support::wait_until("the server closed the kept-alive connection", || {
@@ -304,7 +305,7 @@ fn an_idle_connection_the_target_closed_is_not_mistaken_for_a_failed_publish() {
 fn an_output_key_http_cannot_carry_is_refused_for_good_without_sending() {
     use mongoose_core::sink::OutputKey;
     use mongoose_core::Epoch;
-    let server = TestHttpServer::start();
+    let server = HttpTarget::start();
     let mut sink = sink(server.url(), 5_000);
     let key = OutputKey::new("bad\nfeed", Epoch(1), 0, 1, 0, 1);
     let outcomes = publish(&mut sink, &[Output::new(key, b"x".to_vec())]);

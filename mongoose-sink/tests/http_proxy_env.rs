@@ -5,7 +5,8 @@ mod support;
 
 use mongoose_core::sink::Sink;
 use mongoose_sink::{HttpSink, HttpSinkConfig};
-use support::{nothing_listening, output, TestHttpServer};
+use mongoose_testkit::http_target::HttpTarget;
+use support::{nothing_listening, output};
 
 #[test]
 fn a_proxy_named_in_the_environment_is_not_used() {
@@ -13,7 +14,7 @@ fn a_proxy_named_in_the_environment_is_not_used() {
     for variable in ["ALL_PROXY", "HTTP_PROXY", "http_proxy"] {
         std::env::set_var(variable, &dead_proxy);
     }
-    let server = TestHttpServer::start();
+    let server = HttpTarget::start();
     let mut sink = HttpSink::new(
         "proxy-test",
         HttpSinkConfig {

@@ -1,4 +1,5 @@
-//! The TCP line sink against a real local TcpListener: lines in order, and a peer
+//! The TCP line sink against a real local listener (the testkit's `TcpLineTarget`, or
+//! a peer of the test's own where it misbehaves on purpose): lines in order, and a peer
 //! that goes away part way gives uncertain outcomes, never invented ones.
 
 mod support;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use mongoose_core::sink::{Output, Sink, SinkOutcome};
 use mongoose_sink::{TcpSink, TcpSinkConfig};
+use mongoose_testkit::tcp_target::TcpLineTarget;
 use support::{nothing_listening, output};
 
 fn sink(address: String, write_timeout_millis: u64) -> TcpSink {
@@ -32,32 +34,6 @@ fn publish(sink: &mut TcpSink, outputs: &[Output]) -> Vec<SinkOutcome> {
     outcomes
 }
 
-/// Accepts connections and sends every line read, with its connection's number.
-fn line_reader(listener: TcpListener) -> mpsc::Receiver<(usize, String)> {
-    let (lines, received) = mpsc::channel();
-    thread::spawn(move || {
-        for (connection, stream) in listener.incoming().enumerate() {
-            let Ok(stream) = stream else { continue };
-            let lines = lines.clone();
-            thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { return };
-                    if lines.send((connection, line)).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    received
-}
-
-fn next_line(received: &mpsc::Receiver<(usize, String)>) -> (usize, String) {
-    received
-        .recv_timeout(Duration::from_secs(30))
-        .expect("a line within 30 s")
-}
-
 /// Outputs of `size` bytes each, big enough together to overflow the socket buffers.
 fn big_batch(count: u32, size: usize) -> Vec<Output> {
     (0..count)
@@ -71,9 +47,8 @@ fn big_batch(count: u32, size: usize) -> Vec<Output> {
 
 #[test]
 fn lines_arrive_in_order_and_each_is_published_without_acknowledgement() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let address = listener.local_addr().expect("address").to_string();
-    let received = line_reader(listener);
+    let target = TcpLineTarget::start();
+    let address = target.address().to_string();
     let mut sink = sink(address, 5_000);
 
     let mut expected = Vec::new();
@@ -97,8 +72,10 @@ fn lines_arrive_in_order_and_each_is_published_without_acknowledgement() {
             );
         }
     }
-    let got: Vec<String> = (0..expected.len())
-        .map(|_| next_line(&received).1)
+    let got: Vec<String> = target
+        .wait_for_lines(expected.len())
+        .into_iter()
+        .map(|(_, line)| line)
         .collect();
     assert_eq!(got, expected);
 }
@@ -123,9 +100,8 @@ fn nothing_listening_is_not_published_and_retryable() {
 
 #[test]
 fn a_payload_holding_a_newline_is_refused_for_good_and_the_rest_written() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let address = listener.local_addr().expect("address").to_string();
-    let received = line_reader(listener);
+    let target = TcpLineTarget::start();
+    let address = target.address().to_string();
     let mut sink = sink(address, 5_000);
     let outcomes = publish(
         &mut sink,
@@ -137,8 +113,8 @@ fn a_payload_holding_a_newline_is_refused_for_good_and_the_rest_written() {
     );
     assert!(outcomes[0].is_published() && outcomes[2].is_published());
     assert!(!outcomes[1].may_retry(), "{:?}", outcomes[1]);
-    assert_eq!(next_line(&received).1, "one");
-    assert_eq!(next_line(&received).1, "four");
+    let lines = target.wait_for_lines(2);
+    assert_eq!((lines[0].1.as_str(), lines[1].1.as_str()), ("one", "four"));
 }
 
 // The peer reads a little, then closes while a large write is under way: the lines

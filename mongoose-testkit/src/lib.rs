@@ -5,8 +5,14 @@
 //!   (mounting needs root, as CI and the development machines have);
 //! - [`CountingAllocator`]: a global allocator that counts allocations, for the tests
 //!   that pin a hot path allocating nothing per item;
+//! - [`http_target::HttpTarget`]: the one scripted HTTP/1.1 target (plain or TLS) of
+//!   the sink's tests, the end-to-end tests, the chaos harness's HTTP peer and the
+//!   benchmarks: each request answered as a script says (a status, late, never,
+//!   closed before the answer or mid-body) and recorded; [`tcp_target::TcpLineTarget`],
+//!   its raw TCP line counterpart;
 //! - [`https::TestCa`] and [`https::HttpsTarget`]: a generated CA and a real HTTPS
-//!   server (rustls) that records requests and refused handshakes;
+//!   server (the scripted target over rustls) that records requests and refused
+//!   handshakes;
 //! - [`build_plugin`]: a plugin of `plugins/` built by cargo with test features;
 //! - [`kafka::Cluster`]: Apache Kafka nodes of a test's own (1 or 3, extra listeners
 //!   and properties, one SIGKILLed and started again), from the jars `cargo xtask
@@ -30,9 +36,11 @@
 //! ```
 
 mod allocator;
+pub mod http_target;
 pub mod https;
 pub mod kafka;
 mod plugin_build;
+pub mod tcp_target;
 mod tmpfs;
 
 pub use allocator::CountingAllocator;

@@ -12,12 +12,28 @@
 //! * **One end-to-end test binary.** At most five `.rs` files (test binaries) directly
 //!   in `mongoose/tests/`, and every `mongoose/tests/...` path the book, the README, the
 //!   regression index, the chaos seeds and CI name exists (see [`crate::test_layout`]).
+//! * **One HTTP target.** An `HTTP/1.1` status line or request line (the text
+//!   [`RAW_HTTP`]) appears in a `.rs` file only under `mongoose-testkit/` (the one
+//!   scripted target, `mongoose_testkit::http_target`) or in a test of
+//!   [`RAW_HTTP_ALLOWED`] that writes raw bytes as a client on purpose (issue 42,
+//!   item 4: six hand-written targets had drifted apart).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The longest a source file of a crate may be.
 pub(crate) const MAX_LINES: usize = 800;
+
+/// The text of a hand-written `HTTP/1.1` exchange (built so that this file does not hold
+/// it).
+const RAW_HTTP: &str = concat!("HTTP/1.1", " ");
+
+/// Where [`RAW_HTTP`] may appear: the testkit, which holds the one scripted target.
+const RAW_HTTP_HOME: &str = "mongoose-testkit/";
+
+/// Tests that write raw HTTP bytes as a client on purpose (a server's parser checked
+/// against what no library client sends), relative to the workspace root.
+const RAW_HTTP_ALLOWED: &[&str] = &["mongoose/tests/suite/operating/admin_security.rs"];
 
 /// A dependency tree that must not hold some crates.
 struct TreeRule {
@@ -87,7 +103,8 @@ pub(crate) fn layout(root: &Path) -> bool {
     let sizes = check_sizes(root);
     let invariants = crate::invariants::check(root);
     let tests = crate::test_layout::check(root);
-    trees && sizes && invariants && tests
+    let http = check_raw_http(root);
+    trees && sizes && invariants && tests && http
 }
 
 fn check_trees(root: &Path) -> bool {
@@ -192,6 +209,63 @@ fn check_sizes(root: &Path) -> bool {
     over.is_empty()
 }
 
+/// Every `.rs` file that holds [`RAW_HTTP`] outside [`RAW_HTTP_HOME`] and
+/// [`RAW_HTTP_ALLOWED`], relative to `root`, sorted.
+fn raw_http_outside_the_testkit(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    walk_all(root, &mut files);
+    let mut found: Vec<String> = files
+        .iter()
+        .map(|file| (relative(root, file), file))
+        .filter(|(name, _)| {
+            !name.starts_with(RAW_HTTP_HOME) && !RAW_HTTP_ALLOWED.contains(&name.as_str())
+        })
+        .filter(|(_, file)| std::fs::read_to_string(file).is_ok_and(|text| text.contains(RAW_HTTP)))
+        .map(|(name, _)| name)
+        .collect();
+    found.sort();
+    found
+}
+
+fn check_raw_http(root: &Path) -> bool {
+    let found = raw_http_outside_the_testkit(root);
+    if found.is_empty() {
+        println!(
+            "layout: {RAW_HTTP:?} appears only under {RAW_HTTP_HOME} and in {} raw-socket test(s)",
+            RAW_HTTP_ALLOWED.len()
+        );
+        return true;
+    }
+    for name in &found {
+        eprintln!(
+            "xtask layout: {name} writes an HTTP exchange by hand: use mongoose_testkit::http_target::HttpTarget (a script answers each request), or, for a test that writes raw bytes as a client on purpose, add it to RAW_HTTP_ALLOWED in xtask/src/layout.rs"
+        );
+    }
+    false
+}
+
+/// Every `.rs` file of the workspace (not `target/`, not hidden folders).
+fn walk_all(dir: &Path, files: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            if !name.starts_with('.') && name != "target" {
+                walk_all(&path, files);
+            }
+        } else if name.ends_with(".rs") {
+            files.push(path);
+        }
+    }
+}
+
 fn relative(root: &Path, file: &Path) -> String {
     file.strip_prefix(root)
         .unwrap_or(file)
@@ -242,6 +316,45 @@ mod tests {
             ["rdkafka"]
         );
         assert!(forbidden_in("serde v1\n", &["rdkafka"]).is_empty());
+    }
+
+    #[test]
+    fn raw_http_is_found_outside_the_testkit_and_its_allowed_tests() {
+        let root = std::env::temp_dir().join(format!("xtask-raw-http-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let allowed = RAW_HTTP_ALLOWED[0];
+        for dir in [
+            "mongoose-testkit/src",
+            "a/tests/support",
+            "a/examples",
+            "target/debug",
+            Path::new(allowed).parent().unwrap().to_str().unwrap(),
+        ] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        let server = format!("let answer = \"{RAW_HTTP}200 OK\\r\\n\";\n");
+        for file in [
+            "mongoose-testkit/src/target.rs",
+            "a/tests/support/mod.rs",
+            "a/examples/bench.rs",
+            "target/debug/build.rs",
+            allowed,
+        ] {
+            std::fs::write(root.join(file), &server).unwrap();
+        }
+        std::fs::write(root.join("a/tests/clean.rs"), "HTTP/2 only\n").unwrap();
+        assert_eq!(
+            raw_http_outside_the_testkit(&root),
+            ["a/examples/bench.rs", "a/tests/support/mod.rs"]
+        );
+        assert!(!check_raw_http(&root));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_workspace_has_one_http_target() {
+        let root = crate::workspace_root();
+        assert_eq!(raw_http_outside_the_testkit(&root), Vec::<String>::new());
     }
 
     #[test]

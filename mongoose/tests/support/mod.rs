@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use mongoose_ledger::LedgerState;
 
 pub mod aggregate;
-pub mod http_target;
 pub mod own_process;
 
 /// How long a run may take to settle, or to log what a test waits for.

@@ -303,7 +303,7 @@ fn a_globs_pointers_and_lane_registry_beside_its_files_are_adopted_and_resumed_f
 /// and into a real HTTP target, each by a group of its own.
 struct Spellings {
     dir: tempfile::TempDir,
-    target: support::http_target::HttpTarget,
+    target: mongoose_testkit::http_target::HttpTarget,
     lines: usize,
     runs: usize,
 }
@@ -311,7 +311,7 @@ struct Spellings {
 impl Spellings {
     fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let target = support::http_target::HttpTarget::start();
+        let target = mongoose_testkit::http_target::HttpTarget::start();
         for folder in ["app/logs", "app/out", "sib"] {
             std::fs::create_dir_all(dir.path().join(folder)).expect("a folder");
         }
@@ -416,9 +416,9 @@ settings = {{ feed = "lines", sink = "web" }}
         );
         let mut posted: Vec<String> = self
             .target
-            .received()
+            .taken()
             .into_iter()
-            .map(|received| received.body.trim_end().to_owned())
+            .map(|(_, body)| body.trim_end().to_owned())
             .collect();
         posted.sort();
         let first_difference = posted
@@ -566,7 +566,7 @@ fn state_kept_under_two_older_spellings_is_refused_naming_both() {
         2,
         "nothing moved: {log}"
     );
-    assert_eq!(world.target.received().len(), 1_000, "nothing sent: {log}");
+    assert_eq!(world.target.taken().len(), 1_000, "nothing sent: {log}");
     // the operator keeps one: it is adopted
     std::fs::remove_dir_all(&by_sib).expect("removed");
     let (code, log) = world.run("", &world.path("app/m.toml").display().to_string());
@@ -584,7 +584,7 @@ fn an_input_folder_symlink_moved_while_running_keeps_its_state_at_the_next_start
     // folder is adopted.
     let dir = tempfile::tempdir().expect("temp dir");
     let path = |name: &str| dir.path().join(name);
-    let target = support::http_target::HttpTarget::start();
+    let target = mongoose_testkit::http_target::HttpTarget::start();
     for release in ["rel1/logs", "rel2/logs"] {
         std::fs::create_dir_all(path(release)).expect("a folder");
     }
@@ -639,7 +639,7 @@ settings = {{ feed = "app", sink = "web" }}
     };
     let wait_for = |count: usize, child: &mut std::process::Child| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        while target.received().len() < count {
+        while target.taken().len() < count {
             assert!(
                 child.try_wait().expect("status").is_none(),
                 "the server ended"
@@ -647,7 +647,7 @@ settings = {{ feed = "app", sink = "web" }}
             assert!(
                 std::time::Instant::now() < deadline,
                 "{} of {count} lines sent",
-                target.received().len()
+                target.taken().len()
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
@@ -673,9 +673,9 @@ settings = {{ feed = "app", sink = "web" }}
     let log = std::fs::read_to_string(path("run-2.log")).unwrap_or_default();
     assert_eq!(second.code(), Some(0), "{log}");
     let mut posted: Vec<String> = target
-        .received()
+        .taken()
         .into_iter()
-        .map(|received| received.body.trim_end().to_owned())
+        .map(|(_, body)| body.trim_end().to_owned())
         .collect();
     posted.sort();
     let mut expected: Vec<String> = (0..1_000)

@@ -634,9 +634,9 @@ fn lag_metric(run: &Run) -> f64 {
 // everything read and not yet committed: what a restart would read again
 #[test]
 fn the_status_lag_is_measured_from_the_committed_pointer() {
-    let target = support::http_target::HttpTarget::start();
+    let target = mongoose_testkit::http_target::HttpTarget::start();
     // every output uncertain, retried: the HTTP forward holds the feed's pointer at 0
-    target.answer(503);
+    target.answer(Some(mongoose_testkit::http_target::Answer::Status(503)));
     let extra = format!(
         r#"
 [[sinks]]
@@ -689,7 +689,7 @@ settings = {{ feed = "lines", sink = "web" }}
         "the metric follows the pointer"
     );
     // the target takes them: the pointer moves, and the lag with it
-    target.answer(201);
+    target.answer(None);
     run.wait_until("the file is reported committed to its end", |run| {
         first_file(run).is_some_and(|file| file["committed"] == size)
     });
@@ -697,7 +697,7 @@ settings = {{ feed = "lines", sink = "web" }}
     let file = first_file(&run).expect("reported");
     assert_eq!(file["lag"], 0, "{file}");
     assert_eq!(lag_metric(&run), 0.0);
-    assert_eq!(target.received().len(), 100);
+    assert_eq!(target.taken().len(), 100);
     let log = run.log();
     assert_eq!(run.terminate(), 0, "{log}");
 }

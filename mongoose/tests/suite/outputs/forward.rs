@@ -7,6 +7,7 @@ use crate::support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use mongoose_testkit::http_target::HttpTarget;
 use support::LedgerRun;
 
 fn input(lines: usize) -> String {
@@ -122,44 +123,18 @@ fn an_input_is_committed_only_after_its_outputs_are_published() {
         "no line is committed while its output is not published"
     );
     // a server now listens: everything is published, then committed
-    let server = std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port again");
-    let accepted = std::thread::spawn(move || {
-        use std::io::{BufRead, BufReader, Write};
-        let mut bodies = 0;
-        for stream in server.incoming().take(1) {
-            let mut stream = stream.expect("a connection");
-            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-            while bodies < 100 {
-                let mut length = 0;
-                loop {
-                    let mut header = String::new();
-                    if reader.read_line(&mut header).expect("read") == 0 {
-                        return bodies;
-                    }
-                    if header == "\r\n" {
-                        break;
-                    }
-                    if let Some(value) = header.to_ascii_lowercase().strip_prefix("content-length:")
-                    {
-                        length = value.trim().parse().expect("a length");
-                    }
-                }
-                let mut body = vec![0; length];
-                std::io::Read::read_exact(&mut reader, &mut body).expect("body");
-                bodies += 1;
-                stream
-                    .write_all(b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n")
-                    .expect("answer");
-            }
-        }
-        bodies
-    });
+    let server = HttpTarget::builder().port(port).start();
     let lines = input(100);
     run.wait_until(&mut child, "committed every line", || {
         run.pointer() == lines.len() as u64
     });
     assert_eq!(run.terminate(child), 0, "{}", run.log());
-    assert_eq!(accepted.join().expect("server"), 100);
+    assert_eq!(
+        server.taken().len(),
+        100,
+        "each output posted once, and taken"
+    );
+    assert_eq!(server.requests().len(), 100);
 }
 
 /// Issue 13, item 3: the ledger admits its alerts with its state in its outbox. Run 1

@@ -8,13 +8,12 @@
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::Write;
+use std::net::TcpListener;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use mongoose_testkit::http_target::{Answer, HttpTarget, Request};
 use parking_lot::Mutex;
 use serde_json::Value;
 use support::LedgerRun;
@@ -46,163 +45,84 @@ struct Seen {
     status: u16,
 }
 
-#[derive(Default)]
-struct TargetState {
-    rules: Rules,
-    seen: Vec<Seen>,
-    count: u64,
-    connections: Vec<TcpStream>,
-}
-
-/// A real HTTP/1.1 server on a fixed loopback port, stopped (the port refuses
-/// connections) and started again at will.
+/// The testkit's HTTP target answering by [`Rules`] (changed at will), stopped (the
+/// port refuses connections) and started again on its port.
 struct Target {
-    port: u16,
-    state: Arc<Mutex<TargetState>>,
-    running: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    target: HttpTarget,
+    rules: Arc<Mutex<Rules>>,
 }
 
 impl Target {
     fn start(rules: Rules) -> Target {
-        let mut target = Target {
-            port: free_port(),
-            state: Arc::new(Mutex::new(TargetState {
-                rules,
-                ..TargetState::default()
-            })),
-            running: None,
-        };
-        target.up();
-        target
+        let rules = Arc::new(Mutex::new(rules));
+        let script_rules = Arc::clone(&rules);
+        let target = HttpTarget::builder()
+            .script(move |request: &Request| answer(&script_rules.lock(), request))
+            .start();
+        Target { target, rules }
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/events", self.port)
+        self.target.url()
     }
 
     fn set_rules(&self, rules: Rules) {
-        self.state.lock().rules = rules;
+        *self.rules.lock() = rules;
     }
 
     /// Listens again on its port.
     fn up(&mut self) {
-        assert!(self.running.is_none(), "already up");
-        let listener = TcpListener::bind(("127.0.0.1", self.port)).expect("the target's port");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let stop = Arc::new(AtomicBool::new(false));
-        let state = Arc::clone(&self.state);
-        let stopping = Arc::clone(&stop);
-        let accept = std::thread::spawn(move || {
-            while !stopping.load(Ordering::Acquire) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        stream.set_nonblocking(false).expect("blocking");
-                        if let Ok(clone) = stream.try_clone() {
-                            state.lock().connections.push(clone);
-                        }
-                        let state = Arc::clone(&state);
-                        std::thread::spawn(move || serve(stream, &state));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        self.running = Some((stop, accept));
+        self.target.up();
     }
 
     /// Stops listening and closes every connection: the port refuses from now on.
     fn down(&mut self) {
-        let (stop, accept) = self.running.take().expect("up");
-        stop.store(true, Ordering::Release);
-        accept.join().expect("the accept thread");
-        for connection in self.state.lock().connections.drain(..) {
-            let _ = connection.shutdown(Shutdown::Both);
-        }
+        self.target.down();
     }
 
     fn seen(&self) -> Vec<Seen> {
-        self.state.lock().seen.clone()
+        self.target
+            .exchanges()
+            .into_iter()
+            .map(|(request, answer)| Seen {
+                key: request
+                    .header("idempotency-key")
+                    .unwrap_or_default()
+                    .to_owned(),
+                attempt: request
+                    .header("x-mongoose-attempt")
+                    .unwrap_or_default()
+                    .to_owned(),
+                body: request.text(),
+                status: answer.status().unwrap_or(0),
+            })
+            .collect()
     }
 }
 
 impl Drop for Target {
     fn drop(&mut self) {
-        if self.running.is_some() {
-            self.down();
-        }
+        self.down();
     }
 }
 
-fn serve(stream: TcpStream, state: &Mutex<TargetState>) {
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let (mut length, mut key, mut attempt) = (0usize, String::new(), String::new());
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            if header.trim_end().is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                let value = value.trim().to_owned();
-                match name.trim().to_ascii_lowercase().as_str() {
-                    "content-length" => length = value.parse().unwrap_or(0),
-                    "idempotency-key" => key = value,
-                    "x-mongoose-attempt" => attempt = value,
-                    _ => {}
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let body = String::from_utf8_lossy(&body).into_owned();
-        let status = {
-            let mut state = state.lock();
-            state.count += 1;
-            let rules = &state.rules;
-            let closes = rules
-                .close_every
-                .is_some_and(|every| state.count % every == 0);
-            let status = match (rules.all, rules.poison, rules.fail_every) {
-                _ if rules.hang || closes => 0,
-                (Some(status), _, _) => status,
-                (_, Some((marker, status)), _) if body.contains(marker) => status,
-                (_, _, Some((every, status))) if state.count % every == 0 => status,
-                _ => 201,
-            };
-            state.seen.push(Seen {
-                key,
-                attempt,
-                body,
-                status,
-            });
-            status
-        };
-        if status == 0 {
-            if state.lock().rules.hang {
-                // never answered: wait until the client gives up
-                let mut rest = Vec::new();
-                let _ = reader.read_to_end(&mut rest);
-            }
-            let _ = writer.shutdown(Shutdown::Both);
-            return;
-        }
-        let answer = format!("HTTP/1.1 {status} Target\r\ncontent-length: 0\r\n\r\n");
-        if writer.write_all(answer.as_bytes()).is_err() {
-            return;
-        }
+/// The answer `rules` give to `request` (the n-th of the target's life is number
+/// n - 1).
+fn answer(rules: &Rules, request: &Request) -> Answer {
+    let count = request.number + 1;
+    if rules.hang {
+        return Answer::Hang;
     }
+    if rules.close_every.is_some_and(|every| count % every == 0) {
+        return Answer::Close;
+    }
+    let status = match (rules.all, rules.poison, rules.fail_every) {
+        (Some(status), _, _) => status,
+        (_, Some((marker, status)), _) if request.text().contains(marker) => status,
+        (_, _, Some((every, status))) if count % every == 0 => status,
+        _ => 201,
+    };
+    Answer::Status(status)
 }
 
 fn free_port() -> u16 {
