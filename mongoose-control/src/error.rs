@@ -1,7 +1,5 @@
 //! The crate's error type.
 
-use std::path::PathBuf;
-
 use thiserror::Error;
 
 use crate::reply::ControlReply;
@@ -57,15 +55,6 @@ pub enum ControlError {
         feed: String,
         /// Why.
         reason: String,
-    },
-    /// An audit export could not be written or read.
-    #[error("control audit file {path}: {error}: check the directory exists and is writable")]
-    AuditIo {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        error: std::io::Error,
     },
     /// A processor's control request named a processor that is not admitted.
     #[error("no processor '{name}' is admitted in group '{group}': check the group and processor names (a stopped processor's name is free)")]

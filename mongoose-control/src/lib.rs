@@ -85,7 +85,6 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod audit;
 pub mod capture;
 mod contain;
 pub mod context;
@@ -103,13 +102,9 @@ pub mod memory;
 mod plane;
 pub mod record;
 mod reply;
-mod sentinel;
 pub mod services;
 mod supplier;
 
-pub use audit::{
-    read_request, verify, AuditCounts, AuditRecord, ControlAudit, RecordType, Verification,
-};
 pub use controller::{ControlInterceptor, Controller, StartContextExt};
 #[cfg(feature = "delivery")]
 pub use delivery::DeliveryFeeds;

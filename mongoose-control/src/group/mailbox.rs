@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use mongoose_core::FailureKind;
 
 use super::{write_reply_record, GroupShared, GroupState, ProcessorGroup, Runtime, Supplier};
-use crate::audit::{NewRecord, RecordType};
 use crate::reply::{ControlReply, ReplyOutcome, ReplySender};
 use crate::services::ServiceBroadcast;
+use mongoose_audit::{NewRecord, RecordType};
 
 pub(crate) enum Request {
     Add {

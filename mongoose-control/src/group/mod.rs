@@ -33,7 +33,6 @@ use mongoose_core::Processor;
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{AuditCounts, AuditMirror, ControlAudit, NewRecord, RecordType};
 use crate::error::ControlError;
 use crate::feeds::{FeedConnector, PendingProbe};
 use crate::handle::ServerId;
@@ -41,6 +40,7 @@ use crate::idle::IdleStrategy;
 use crate::record::GroupRecorder;
 use crate::reply::ReplyExecutor;
 use crate::services::ServiceBroadcast;
+use mongoose_audit::{AuditCounts, AuditMirror, ControlAudit, NewRecord, RecordType};
 
 mod admin;
 mod capture;

@@ -14,7 +14,6 @@ use super::{
     answer_not_running, write_reply_record, Captures, GroupDispatcher, GroupShared, GroupState,
     ProcessorStatus, QuarantinedProcessor, RetryPolicy, Seed, ServiceSnapshot,
 };
-use crate::audit::{NewRecord, RecordType};
 use crate::contain::panic_message;
 use crate::context::{self, TimerOp};
 use crate::controller;
@@ -23,6 +22,7 @@ use crate::host::ProcessorHost;
 use crate::idle::Idler;
 use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyOutcome, ReplySender};
+use mongoose_audit::{NewRecord, RecordType};
 
 /// The longest park of an idle group's thread without a wake: what reaches a group
 /// without waking it (an item published by hand, not by a source driver) waits at most

@@ -6,13 +6,13 @@ use std::time::Instant;
 
 use mongoose_core::FailureKind;
 
-use crate::audit::{NewRecord, RecordType};
 use crate::capture::routing::ActiveCapture;
 use crate::capture::{
     create_session_folder, CaptureIdentity, CaptureSettings, CaptureState, CaptureWriter,
 };
 use crate::group::{GroupShared, GroupState, Runtime};
 use crate::reply::{ControlReply, ReplyOutcome};
+use mongoose_audit::{NewRecord, RecordType};
 
 use super::{OpenedCapture, Opening};
 
