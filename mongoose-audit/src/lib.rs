@@ -1,6 +1,7 @@
 //! The control audit of Mongoose-rs.
 #![forbid(unsafe_code)]
 
+pub mod capture;
 pub mod control;
 mod error;
 pub mod sentinel;

@@ -82,12 +82,6 @@ pub enum ControlError {
         #[source]
         error: std::io::Error,
     },
-    /// An audit capture could not be read, or a capture call failed.
-    #[error("audit capture: {reason}")]
-    Capture {
-        /// Why, and what to do.
-        reason: String,
-    },
     /// A processor selector that is neither `name` nor `group/name`.
     #[error("'{selector}' is not a processor selector: write NAME or GROUP/NAME, percent-encoding a '/' or '%' inside a part (%2F, %25)")]
     BadSelector {

@@ -85,7 +85,6 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod capture;
 mod contain;
 pub mod context;
 pub mod controller;

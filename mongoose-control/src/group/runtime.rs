@@ -99,7 +99,7 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
     let agent = agent::mark_current_thread(&shared.name);
     let group = context::install(&shared.name);
     // a processor's audit records reach its capture while the group calls it
-    let hook = mongoose_core::audit::enter_hook(crate::capture::routing::HOOK);
+    let hook = mongoose_core::audit::enter_hook(mongoose_audit::capture::routing::HOOK);
     let link = controller::install(seed.plane, seed.recorder.is_some());
     // writers keep a poll's outputs and hand them to their sinks together at its end
     let batching = mongoose_core::batch_end::batching();

@@ -104,7 +104,7 @@ pub(crate) struct Plane {
     next_request: Arc<AtomicU64>,
     registry: Arc<Registry>,
     /// Audit capture, once enabled ([`ControlPlane::enable_capture`]).
-    capture: Mutex<Option<crate::capture::CaptureSettings>>,
+    capture: Mutex<Option<mongoose_audit::capture::CaptureSettings>>,
     /// The next capture session's sequence number.
     next_capture: AtomicU64,
 }
