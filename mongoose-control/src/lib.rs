@@ -112,10 +112,10 @@ pub use group::{
     DispatchHold, GroupOptions, GroupState, GroupStatus, ProcessorGroup, ProcessorStatus,
     QuarantinedProcessor, QueueOverload, RetryPolicy,
 };
-pub use handle::{ProcessorHandle, ServerId};
+pub use handle::{AddedProcessor, ProcessorHandle, ServerId};
 pub use host::{FeedSubscriptions, HandlerFailure, ProcessorHost, Recording};
 pub use idle::IdleStrategy;
-pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
+pub use plane::{AddFailurePolicy, ControlConfig, ControlPlane};
 pub use record::{AdminOutcome, GroupRecorder};
 pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
 pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent};

@@ -33,6 +33,7 @@ use mongoose_core::Processor;
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
+use crate::controller::ControlRequests;
 use crate::error::ControlError;
 use crate::feeds::{FeedConnector, PendingProbe};
 use crate::handle::ServerId;
@@ -210,7 +211,7 @@ struct Seed {
     poll_limit: usize,
     recorder: Option<Box<dyn GroupRecorder>>,
     /// What the group's processors reach through their [`crate::Controller`].
-    plane: Option<Arc<crate::plane::Plane>>,
+    plane: Option<Arc<dyn ControlRequests>>,
 }
 
 struct GroupShared {
@@ -269,7 +270,7 @@ impl ProcessorGroup {
         executor: ReplyExecutor,
         connector: Arc<dyn FeedConnector>,
         services: ServiceSnapshot,
-        plane: Option<Arc<crate::plane::Plane>>,
+        plane: Option<Arc<dyn ControlRequests>>,
     ) -> Self {
         ProcessorGroup {
             shared: Arc::new(GroupShared {

@@ -6,10 +6,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{AddedProcessor, ControlConfig, Plane};
+use super::{ControlConfig, Plane};
 use crate::error::ControlError;
 use crate::feeds::FeedConnector;
 use crate::group::{GroupOptions, GroupStatus, ProcessorGroup};
+use crate::handle::AddedProcessor;
 use crate::handle::{ProcessorHandle, ServerId};
 use crate::reply::{ControlReply, ReplyHandle};
 use crate::services::{Service, ServiceBroadcast};
