@@ -102,7 +102,7 @@ use mongoose_core::context::{ContextFlag, ContextSlot};
 use mongoose_core::{engine, FailureKind, ProcessorId};
 
 use crate::error::ControlError;
-use crate::plane::{AddedProcessor, Plane};
+use crate::handle::AddedProcessor;
 use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
 use crate::services::Service;
@@ -135,6 +135,27 @@ pub trait ControlInterceptor {
     ) -> Result<(), String>;
 }
 
+/// What a processor's [`Controller`] reaches to make its requests live: the control
+/// plane, as the few calls a processor may make. A group holds it for its processors'
+/// controllers as this trait, so the group side never names the plane (the plane
+/// creates the groups: holding the plane's type would make the two depend on each
+/// other).
+pub(crate) trait ControlRequests: Send + Sync {
+    /// Stops what is admitted under `name` in `group` at call time, admitted at once
+    /// (never backing off, never waiting).
+    fn stop_processor_now(&self, group: &str, name: &str) -> Result<ReplyHandle, ControlError>;
+
+    /// Registers a service: see [`crate::ControlPlane::register_service`].
+    fn register_service(&self, name: &str, service: Arc<dyn Service>) -> Result<(), ControlError>;
+
+    /// Removes a service: see [`crate::ControlPlane::remove_service`].
+    fn remove_service(&self, name: &str);
+
+    /// Adds a processor: see [`crate::ControlPlane::add_processor`].
+    fn add_processor(&self, group: &str, name: &str, supplier: ProcessorSupplier)
+        -> AddedProcessor;
+}
+
 /// A request a processor made, for the group's recorder.
 #[derive(Debug)]
 struct Note {
@@ -146,7 +167,7 @@ struct Note {
 
 /// What a group thread holds for its processors' controllers.
 struct GroupLink {
-    plane: Option<Arc<Plane>>,
+    plane: Option<Arc<dyn ControlRequests>>,
     recording: bool,
     notes: Vec<Note>,
 }
@@ -160,7 +181,7 @@ static INTERCEPTOR: ContextSlot<Option<Box<dyn ControlInterceptor>>> = ContextSl
 
 /// Installs the group's link on its thread until the guard is dropped; `recording`
 /// when the group has a recorder (requests are then noted for it).
-pub(crate) fn install(plane: Option<Arc<Plane>>, recording: bool) -> LinkGuard {
+pub(crate) fn install(plane: Option<Arc<dyn ControlRequests>>, recording: bool) -> LinkGuard {
     let previous = LINK.replace(Some(GroupLink {
         plane,
         recording,
@@ -272,7 +293,7 @@ pub fn controller() -> Option<Controller> {
 /// needs it; it is neither `Send` nor `Sync`, so it never leaves that thread.
 pub struct Controller {
     processor: ProcessorId,
-    plane: Option<Arc<Plane>>,
+    plane: Option<Arc<dyn ControlRequests>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -405,7 +426,7 @@ impl Controller {
         &self,
         call: &'static str,
         args: Vec<String>,
-        live: impl FnOnce(&Plane) -> Result<T, ControlError>,
+        live: impl FnOnce(&dyn ControlRequests) -> Result<T, ControlError>,
         replayed: impl FnOnce() -> T,
     ) -> Result<T, ControlError> {
         // taken out while it answers, so an interceptor may not re-enter itself
@@ -426,7 +447,7 @@ impl Controller {
                 reason: "this thread runs no processor group, so the request has nowhere to go: make it from a processor its group is calling".to_owned(),
             });
         };
-        let result = live(plane);
+        let result = live(plane.as_ref());
         let outcome = match &result {
             Ok(_) => Ok(()),
             Err(error) => Err(error.to_string()),

@@ -14,7 +14,7 @@ use mongoose_delivery::{
 };
 use parking_lot::Mutex;
 
-use crate::audit::{ControlAudit, NewRecord, RecordType};
+use mongoose_audit::{ControlAudit, NewRecord, RecordType};
 
 use crate::error::ControlError;
 use crate::feeds::{FeedBinding, FeedConnector, PendingProbe, QueueProbe, SubscribeRequest};

@@ -1,7 +1,5 @@
 //! The crate's error type.
 
-use std::path::PathBuf;
-
 use thiserror::Error;
 
 use crate::reply::ControlReply;
@@ -58,15 +56,6 @@ pub enum ControlError {
         /// Why.
         reason: String,
     },
-    /// An audit export could not be written or read.
-    #[error("control audit file {path}: {error}: check the directory exists and is writable")]
-    AuditIo {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        error: std::io::Error,
-    },
     /// A processor's control request named a processor that is not admitted.
     #[error("no processor '{name}' is admitted in group '{group}': check the group and processor names (a stopped processor's name is free)")]
     NoSuchProcessor {
@@ -92,12 +81,6 @@ pub enum ControlError {
         /// The error.
         #[source]
         error: std::io::Error,
-    },
-    /// An audit capture could not be read, or a capture call failed.
-    #[error("audit capture: {reason}")]
-    Capture {
-        /// Why, and what to do.
-        reason: String,
     },
     /// A processor selector that is neither `name` nor `group/name`.
     #[error("'{selector}' is not a processor selector: write NAME or GROUP/NAME, percent-encoding a '/' or '%' inside a part (%2F, %25)")]

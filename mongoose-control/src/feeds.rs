@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use mongoose_core::{GroupReader, RetryPolicy};
 
-use crate::audit::ControlAudit;
 use crate::error::ControlError;
+use mongoose_audit::ControlAudit;
 
 /// What a processor asked to subscribe to.
 #[derive(Clone, Copy, Debug)]

@@ -1,9 +1,12 @@
-//! Processor handles: one registration of a processor, scoped to one server.
+//! Processor handles: one registration of a processor, scoped to one server, and what
+//! an add returns ([`AddedProcessor`]: the handle and the reply).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
+
+use crate::reply::ReplyHandle;
 
 static NEXT_SERVER_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -55,4 +58,14 @@ impl fmt::Display for ProcessorHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}#{}", self.group, self.name, self.generation)
     }
+}
+
+/// The result of a stage-style add: the handle of the registration it admitted (none
+/// when refused before admission) and its reply.
+#[derive(Debug)]
+pub struct AddedProcessor {
+    /// The registration admitted, or `None` when refused before admission.
+    pub handle: Option<ProcessorHandle>,
+    /// The add's reply: APPLIED once started, FAILED once a failed start was released.
+    pub reply: ReplyHandle,
 }

@@ -79,11 +79,11 @@ use mongoose_core::{
 };
 
 use crate::admin::AdminCommands;
-use crate::capture::routing::{self, ActiveCapture};
 use crate::contain::{contained, panic_message};
 use crate::controller::{self, ControlInterceptor};
 use crate::record::{AdminOutcome, GroupRecorder};
 use crate::supplier::ProcessorSupplier;
+use mongoose_audit::capture::routing::{self, ActiveCapture};
 
 /// A group's recorder as a host is given it for one call (`None`: no recorder).
 pub type Recording<'a> = Option<&'a mut (dyn GroupRecorder + 'static)>;
@@ -127,7 +127,7 @@ pub struct ProcessorHost {
     /// Its interceptor's installation on this thread (a replay's host).
     intercepting: Option<Intercepting>,
     /// Its audit capture, while an operator captures it: moved into the thread for
-    /// the length of each call (see [`crate::capture`]).
+    /// the length of each call (see [`mongoose_audit::capture`]).
     capture: Option<Box<ActiveCapture>>,
 }
 
@@ -484,7 +484,7 @@ impl ProcessorHost {
     /// (without the open and the session's status): for tests of what a call leaves
     /// on its thread. Only with the `testsuite` feature.
     #[cfg(feature = "testsuite")]
-    pub fn capture_into(&mut self, writer: Box<dyn crate::capture::CaptureWriter>) {
+    pub fn capture_into(&mut self, writer: Box<dyn mongoose_audit::capture::CaptureWriter>) {
         let counters = std::sync::Arc::default();
         self.install_capture(Box::new(ActiveCapture::new(writer, counters)));
     }

@@ -1,36 +1,49 @@
-//! Processor groups, the control mailbox and replies, processor handles, services,
-//! failure containment and the control audit of Mongoose-rs.
+//! Processor groups and the control plane of Mongoose-rs.
 //!
-//! A [`ControlPlane`] owns a server's processor groups. Each [`ProcessorGroup`] runs one
-//! agent thread: a duty cycle over its control mailbox, its timers and its feed queues.
-//! Every control request that reaches a group is decided in order and answered by
-//! exactly one [`ControlReply`] (book: guarantees/control-plane.md).
-//! A processor may register admin commands in its `start` ([`admin`]) that an operator
-//! runs through [`ControlPlane::invoke_admin_command`], on the group's thread.
+//! The jobs this crate keeps:
 //!
-//! Every call to a processor (build, `start`, an item, a completion, a timer, a service,
-//! an admin command, `stop`) goes through its [`ProcessorHost`]: the processor made
-//! current, its failure contained, the recorder told, its control requests reported. A
-//! replay (`mongoose-replay`) calls a replayed processor through a host too.
+//! * **Processor groups** (`group/`): each [`ProcessorGroup`] runs one agent thread, a
+//!   duty cycle over its control mailbox, its timers and its feed queues; every control
+//!   request that reaches a group is decided in order and answered by exactly one
+//!   [`ControlReply`] (book: guarantees/control-plane.md), its inputs, decisions,
+//!   effects and reply written to the group's control audit.
+//! * **The control plane** ([`ControlPlane`], `plane/`): groups created on demand,
+//!   adding and stopping processors (each add takes one [`ProcessorSupplier`]: a closure
+//!   returning a processor, or a boxed factory of configured ones), the service
+//!   registry ([`services`]), processor-owned admin commands ([`admin`], run through
+//!   [`ControlPlane::invoke_admin_command`] on the group's thread), audit capture
+//!   requests ([`ControlPlane::start_capture`] / [`ControlPlane::stop_capture`]) and the
+//!   group-side pieces of a server's shutdown.
+//! * **Replies and handles**: [`ControlReply`], [`ReplyHandle`] and the
+//!   [`ReplyExecutor`] that completes them; a [`ProcessorHandle`] names one
+//!   registration of one server.
+//! * **The processor host** ([`ProcessorHost`]): every call to a processor (build,
+//!   `start`, an item, a completion, a timer, a service, an admin command, `stop`) with
+//!   the processor made current, its failure contained (an error or a panic
+//!   quarantines it, [`RetryPolicy`] for a retry-safe one), the recorder told, its
+//!   control requests reported. A replay (`mongoose-replay`) calls a replayed processor
+//!   through a host too.
+//! * **A processor's own control requests** ([`controller`]): stop or add a processor,
+//!   register or remove a service through a [`Controller`] taken on its group's thread
+//!   while the group calls it; they never wait, and a group's recorder is told of each
+//!   ([`GroupRecorder::control_call`]).
+//! * **What a processor asks of its group** ([`context`]: timers, the group's name).
+//! * **Feeds as a group sees them** ([`feeds`]: the [`feeds::FeedConnector`] a group
+//!   subscribes through; with the `delivery` feature, `DeliveryFeeds` over the delivery
+//!   engine's feed registry).
+//! * **Recording hooks** ([`record`]: the [`GroupRecorder`] of `mongoose-replay`'s
+//!   RECORD mode).
+//! * **Test doubles** behind the `testsuite` cargo feature: the in-memory feeds of the
+//!   `memory` module (`memory::MemoryFeeds`, used by the examples here) and
+//!   `ProcessorGroup::inject_control_fault`. Tests and examples enable it through a
+//!   dev-dependency: `mongoose-control = { ..., features = ["testsuite"] }`.
 //!
-//! A processor makes control requests of its own (stop or add a processor, register or
-//! remove a service) through a [`Controller`] it takes on its group's thread while the
-//! group calls it: see [`controller`]. They never wait, and a group's recorder is told
-//! of each ([`GroupRecorder::control_call`]).
-//!
-//! Test doubles and hooks are behind the `testsuite` cargo feature: the in-memory
-//! feeds of the `memory` module (`memory::MemoryFeeds`, used by the examples here) and
-//! `ProcessorGroup::inject_control_fault`. Tests and examples enable it
-//! through a dev-dependency: `mongoose-control = { ..., features = ["testsuite"] }`.
-//!
-//! An operator captures one processor's audit log (its `tracing` events while its group
-//! calls it, and the records it writes through [`mongoose_core::audit`](mod@mongoose_core::audit)) with
-//! [`ControlPlane::start_capture`] / [`ControlPlane::stop_capture`]: see [`capture`].
-//!
-//! The control plane's own jobs live in its submodules: adding and stopping processors
-//! (each add takes one [`ProcessorSupplier`]: a closure returning a processor, or a boxed
-//! factory of configured ones), the service registry, and processor-owned admin
-//! commands.
+//! What it does not keep: the control audit (its records, ring, export and readers) and
+//! audit capture (the session folder, the records file and sidecar, the routing of a
+//! processor's events and records) are `mongoose-audit`'s. The groups write the audit
+//! and install the captures through its types ([`ProcessorGroup::audit`] is a
+//! [`mongoose_audit::ControlAudit`], [`ControlPlane::enable_capture`] takes
+//! [`mongoose_audit::capture::CaptureSettings`]); import them from `mongoose-audit`.
 //!
 //! # Adding, stopping and quarantining a processor
 //!
@@ -85,8 +98,6 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod audit;
-pub mod capture;
 mod contain;
 pub mod context;
 pub mod controller;
@@ -103,13 +114,9 @@ pub mod memory;
 mod plane;
 pub mod record;
 mod reply;
-mod sentinel;
 pub mod services;
 mod supplier;
 
-pub use audit::{
-    read_request, verify, AuditCounts, AuditRecord, ControlAudit, RecordType, Verification,
-};
 pub use controller::{ControlInterceptor, Controller, StartContextExt};
 #[cfg(feature = "delivery")]
 pub use delivery::DeliveryFeeds;
@@ -118,10 +125,10 @@ pub use group::{
     DispatchHold, GroupOptions, GroupState, GroupStatus, ProcessorGroup, ProcessorStatus,
     QuarantinedProcessor, QueueOverload, RetryPolicy,
 };
-pub use handle::{ProcessorHandle, ServerId};
+pub use handle::{AddedProcessor, ProcessorHandle, ServerId};
 pub use host::{FeedSubscriptions, HandlerFailure, ProcessorHost, Recording};
 pub use idle::IdleStrategy;
-pub use plane::{AddFailurePolicy, AddedProcessor, ControlConfig, ControlPlane};
+pub use plane::{AddFailurePolicy, ControlConfig, ControlPlane};
 pub use record::{AdminOutcome, GroupRecorder};
 pub use reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
 pub use services::{Service, ServiceBroadcast, ServiceChange, ServiceEvent};

@@ -52,14 +52,14 @@ impl fmt::Display for ReplyOutcome {
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct ControlReply {
     /// The request's id (`None`: refused before it reached a group; `-1` on the wire).
-    #[serde(with = "crate::sentinel")]
+    #[serde(with = "mongoose_audit::sentinel")]
     pub request_id: Option<u64>,
     /// What happened.
     pub outcome: ReplyOutcome,
     /// Human detail; classify by `outcome` and `kind`, not by this text.
     pub reason: String,
     /// The registration the reply is about, if any (`-1` on the wire when `None`).
-    #[serde(with = "crate::sentinel")]
+    #[serde(with = "mongoose_audit::sentinel")]
     pub generation: Option<u64>,
     /// The processor (or service) name, if any.
     pub name: Option<String>,

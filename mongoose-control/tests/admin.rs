@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use mongoose_control::{ControlReply, RecordType, ReplyOutcome};
+use mongoose_audit::RecordType;
+use mongoose_control::{ControlReply, ReplyOutcome};
 use mongoose_core::{agent, FailureKind, Processor, ProcessorError, StartContext};
 
 /// Sums the numbers it is given; its admin commands read and change the sum.

@@ -10,10 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use common::*;
-use mongoose_control::{
-    read_request, verify, GroupOptions, IdleStrategy, RecordType, ReplyHandle, Service,
-    Verification,
-};
+use mongoose_audit::{read_request, verify, RecordType, Verification};
+use mongoose_control::{GroupOptions, IdleStrategy, ReplyHandle, Service};
 use mongoose_core::{EvidenceStatus, ProcessorError};
 
 // Control audit: "Control-processor records for one request share its rootId"
@@ -313,7 +311,7 @@ fn an_audit_exported_with_minus_one_ids_still_verifies_and_reads_back_byte_for_b
     assert_eq!(verify(&path), Verification::Complete);
     let text = std::fs::read_to_string(&path).expect("fixture");
     for line in text.lines() {
-        let record: mongoose_control::AuditRecord = serde_json::from_str(line).expect("reads");
+        let record: mongoose_audit::AuditRecord = serde_json::from_str(line).expect("reads");
         assert_eq!(serde_json::to_string(&record).expect("writes"), line);
     }
     let service = read_request(&path, Some(4)).expect("read");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{new_log, plane_with_feed, wait_until, Scripted, WAIT};
-use mongoose_control::capture::{
+use mongoose_audit::capture::{
     CaptureFailure, CaptureIdentity, CaptureRecord, CaptureResources, CaptureSettings,
     CaptureWriter,
 };

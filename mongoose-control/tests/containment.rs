@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use mongoose_control::{
-    ControlPlane, GroupOptions, IdleStrategy, RecordType, ReplyOutcome, RetryPolicy,
-};
+use mongoose_audit::RecordType;
+use mongoose_control::{ControlPlane, GroupOptions, IdleStrategy, ReplyOutcome, RetryPolicy};
 use mongoose_core::{agent, FailureKind, ProcessorError};
 
 fn group_with_retries(plane: &ControlPlane, max_retries: u32) {

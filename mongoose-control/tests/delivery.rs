@@ -354,7 +354,7 @@ fn the_first_drop_of_a_group_queue_leaves_one_queue_drop_record_in_its_control_a
         .filter(|record| record.what == "QueueDrop")
         .collect();
     assert_eq!(drops.len(), 1, "one record per queue binding: {drops:?}");
-    assert_eq!(drops[0].record, mongoose_control::RecordType::Fallback);
+    assert_eq!(drops[0].record, mongoose_audit::RecordType::Fallback);
     assert_eq!(drops[0].name.as_deref(), Some("lines"));
     let reason = drops[0].reason.as_deref().unwrap_or_default();
     assert!(

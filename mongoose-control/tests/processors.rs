@@ -298,7 +298,7 @@ fn mailbox_requests_are_decided_in_publication_order() {
         .audit()
         .records()
         .into_iter()
-        .filter(|r| r.record == mongoose_control::RecordType::Input && ids.contains(&r.request_id))
+        .filter(|r| r.record == mongoose_audit::RecordType::Input && ids.contains(&r.request_id))
         .map(|r| r.request_id)
         .collect();
     assert_eq!(
@@ -747,7 +747,7 @@ fn a_processor_stopping_itself_from_its_own_stop_joins_the_release_in_progress()
         .audit()
         .records()
         .iter()
-        .any(|r| r.record == mongoose_control::RecordType::Reply
+        .any(|r| r.record == mongoose_audit::RecordType::Reply
             && r.reason.as_deref() == Some("alreadyStopped"))));
 }
 

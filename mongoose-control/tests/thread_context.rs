@@ -7,7 +7,7 @@ use std::any::Any;
 use std::panic::{catch_unwind, panic_any, AssertUnwindSafe};
 use std::sync::Arc;
 
-use mongoose_control::capture::{CaptureFailure, CaptureLayer, CaptureWriter};
+use mongoose_audit::capture::{CaptureFailure, CaptureLayer, CaptureWriter};
 use mongoose_control::{FeedSubscriptions, ProcessorHost};
 use mongoose_core::engine;
 use mongoose_core::{

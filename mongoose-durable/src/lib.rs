@@ -24,7 +24,7 @@
 //!
 //! * the loss file (`mongoose-source-file/src/losses.rs`), the archive connector's
 //!   pointer, the Kafka epoch file's topic id, the audit capture's records file and
-//!   sidecar (`mongoose-control/src/capture/`), the archive's catalog, the file sink's
+//!   sidecar (`mongoose-audit/src/capture/`), the archive's catalog, the file sink's
 //!   state log (`mongoose-sink/src/file/state.rs`, owned by its state id), the lane
 //!   registry (`mongoose-source-file/src/lanes.rs`, one record, owned by its glob), the
 //!   outbox's segments (`mongoose-outbox`, framed in its group buffer with

@@ -1,13 +1,13 @@
 //! Audit captures recorded to a journal (`mongoose-journal`): the server's default
 //! capture storage (`[audit] store = "journal"`). Each session's folder holds the
 //! identity sidecar and a `journal/` directory: one excerpt per capture record (a
-//! `mongoose_control::capture::CaptureRecord` encoding), readable while the capture
+//! `mongoose_audit::capture::CaptureRecord` encoding), readable while the capture
 //! runs with `mongoose journal tail` or `mongoose journal dump`, and by
 //! [`read_journal_capture`].
 
 use std::path::Path;
 
-use mongoose_control::capture::{
+use mongoose_audit::capture::{
     CaptureFailure, CaptureIdentity, CaptureRecord, CaptureResources, CaptureWriter,
 };
 use mongoose_journal::{Appender, Journal, JournalConfig};

@@ -64,7 +64,7 @@ pub enum LogFormat {
 /// Installs the tracing subscriber on stderr in `format`: `RUST_LOG` filters (default
 /// `info`). Text is coloured only on a terminal, and never when `NO_COLOR` is set to
 /// anything but the empty string (<https://no-color.org>). The subscriber also carries
-/// the audit capture layer ([`mongoose_control::capture::CaptureLayer`]): an event a
+/// the audit capture layer ([`mongoose_audit::capture::CaptureLayer`]): an event a
 /// captured processor emits while its group calls it (and that passes `RUST_LOG`) is
 /// written to its capture too.
 pub fn init_logging(format: LogFormat) {
@@ -95,12 +95,12 @@ pub fn init_logging_at(format: LogFormat, default: &str) {
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(stderr)
-        .with(mongoose_control::capture::CaptureLayer)
+        .with(mongoose_audit::capture::CaptureLayer)
         .try_init();
 }
 
 /// The capture sessions as a table: id, selector, state, records written, folder.
-pub fn capture_table(sessions: &[mongoose_control::capture::CaptureStatus]) -> String {
+pub fn capture_table(sessions: &[mongoose_audit::capture::CaptureStatus]) -> String {
     use std::fmt::Write as _;
     let mut table = format!(
         "{:<28} {:<24} {:<10} {:>8}  {}\n",

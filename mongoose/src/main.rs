@@ -693,8 +693,8 @@ fn audit(
                 outln!("{text}");
                 return Ok(0);
             }
-            let sessions: Vec<mongoose_control::capture::CaptureStatus> =
-                serde_json::from_str(&text).map_err(|error| {
+            let sessions: Vec<mongoose_audit::capture::CaptureStatus> = serde_json::from_str(&text)
+                .map_err(|error| {
                     (
                         EXIT_FAILED,
                         ServerError::State(format!("unexpected audit status answer: {error}")),
@@ -709,7 +709,7 @@ fn audit(
     // the selector is one path segment: its '/' travels encoded
     let path = format!(
         "/audit/{}/{verb}",
-        mongoose_control::capture::encode_component(&selector)
+        mongoose_audit::capture::encode_component(&selector)
     );
     let (code, text) =
         admin::post_with_token(address, &path, token).map_err(|error| (EXIT_FAILED, error))?;

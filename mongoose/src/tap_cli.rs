@@ -135,7 +135,7 @@ fn one_stream(
 
 /// A path segment with the characters that would change the path encoded.
 fn encode(segment: &str) -> String {
-    mongoose_control::capture::encode_component(segment)
+    mongoose_audit::capture::encode_component(segment)
 }
 
 /// One record, readable: `feed lines #5 epoch 3 at 0:1234 | text` or `sink out <-

@@ -5,6 +5,9 @@
 //!   library, and of the `mongoose` binary built without its `kafka` feature (the
 //!   file-only build), holds no `rdkafka` crate; the server library depends on no
 //!   application crate (`mongoose-ledger`).
+//! * **The audit under control.** `mongoose-audit` (the control audit and audit
+//!   capture) depends on no control, replay, server or delivery crate: control depends
+//!   on it, never the other way (issue 42 item 3).
 //! * **Files along their seams.** No `.rs` file under a crate's `src/` is longer than
 //!   [`MAX_LINES`] lines (tests, examples and benches are not counted).
 //! * **Invariants cited as listed.** Every `invariant N` in a Rust comment names an
@@ -80,7 +83,22 @@ const TREE_RULES: &[TreeRule] = &[
         instead: BEHIND_A_FEATURE,
     },
     XTASK_RULE,
+    AUDIT_RULE,
 ];
+
+/// The audit crate sits under control (issue 42 item 3): the import loop it was cut
+/// out of must not come back as a dependency.
+const AUDIT_RULE: TreeRule = TreeRule {
+    what: "the audit library (mongoose-audit)",
+    arguments: &["-p", "mongoose-audit"],
+    forbidden: &[
+        "mongoose-control",
+        "mongoose-replay",
+        "mongoose-server",
+        "mongoose-delivery",
+    ],
+    instead: "control depends on mongoose-audit, never the other way: mongoose-audit needs only mongoose-core and mongoose-durable (give it a trait where it must call up)",
+};
 
 /// The task runner builds in seconds (issue 42): librdkafka's C++ build and the
 /// server's crates belong to the benchmark lab, `mongoose-bench`.
@@ -362,6 +380,12 @@ mod tests {
         // the real workspace's tree (`cargo tree` reads the manifests and Cargo.lock)
         let root = crate::workspace_root();
         assert_eq!(check_tree(&root, &XTASK_RULE), Some(true));
+    }
+
+    #[test]
+    fn the_audit_crate_depends_on_no_control_crate() {
+        let root = crate::workspace_root();
+        assert_eq!(check_tree(&root, &AUDIT_RULE), Some(true));
     }
 
     #[test]

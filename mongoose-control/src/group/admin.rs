@@ -4,8 +4,8 @@
 use mongoose_core::FailureKind;
 
 use super::{ProcessorGroup, Runtime};
-use crate::audit::{NewRecord, RecordType};
 use crate::reply::{ControlReply, ReplyOutcome};
+use mongoose_audit::{NewRecord, RecordType};
 
 /// Admin commands (see [`crate::admin`]).
 impl ProcessorGroup {

@@ -11,8 +11,8 @@ use mongoose_core::{
 };
 
 use super::Slot;
-use crate::audit::{ControlAudit, NewRecord, RecordType};
 use crate::record::GroupRecorder;
+use mongoose_audit::{ControlAudit, NewRecord, RecordType};
 
 pub(super) struct GroupDispatcher<'a> {
     pub(super) group: &'a str,

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use mongoose_core::{ErasedHandler, FailureKind, GroupReader, ProcessorError, ProcessorId};
 
 use super::{free_name, FeedState, RetryPolicy, Runtime, Slot, Supplier};
-use crate::audit::{ControlAudit, NewRecord, RecordType};
 use crate::feeds::{FeedBinding, FeedConnector, SubscribeRequest};
 use crate::host::{FeedSubscriptions, ProcessorHost};
 use crate::reply::{ControlReply, ReplyOutcome};
 use crate::supplier::ProcessorSupplier;
+use mongoose_audit::{ControlAudit, NewRecord, RecordType};
 
 impl Runtime {
     pub(super) fn apply_add(

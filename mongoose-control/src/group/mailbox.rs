@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use mongoose_core::FailureKind;
 
 use super::{write_reply_record, GroupShared, GroupState, ProcessorGroup, Runtime, Supplier};
-use crate::audit::{NewRecord, RecordType};
 use crate::reply::{ControlReply, ReplyOutcome, ReplySender};
 use crate::services::ServiceBroadcast;
+use mongoose_audit::{NewRecord, RecordType};
 
 pub(crate) enum Request {
     Add {
@@ -34,7 +34,7 @@ pub(crate) enum Request {
         args: Vec<String>,
     },
     /// Starts an audit capture of processor `identity.generation` (see
-    /// [`crate::capture`]).
+    /// [`mongoose_audit::capture`]).
     CaptureStart(Box<CaptureStart>),
     /// Stops processor `generation`'s audit capture.
     CaptureStop {
@@ -76,8 +76,8 @@ impl Request {
 
 /// What a capture start carries (boxed: the mailbox's requests stay small).
 pub(crate) struct CaptureStart {
-    pub(crate) identity: crate::capture::CaptureIdentity,
-    pub(crate) settings: crate::capture::CaptureSettings,
+    pub(crate) identity: mongoose_audit::capture::CaptureIdentity,
+    pub(crate) settings: mongoose_audit::capture::CaptureSettings,
 }
 
 /// A control request in a group's mailbox, with where its reply goes.

@@ -33,7 +33,7 @@ use mongoose_core::Processor;
 use parking_lot::{Condvar, Mutex};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{AuditCounts, AuditMirror, ControlAudit, NewRecord, RecordType};
+use crate::controller::ControlRequests;
 use crate::error::ControlError;
 use crate::feeds::{FeedConnector, PendingProbe};
 use crate::handle::ServerId;
@@ -41,6 +41,8 @@ use crate::idle::IdleStrategy;
 use crate::record::GroupRecorder;
 use crate::reply::ReplyExecutor;
 use crate::services::ServiceBroadcast;
+use mongoose_audit::capture::CaptureSessions;
+use mongoose_audit::{AuditCounts, AuditMirror, ControlAudit, NewRecord, RecordType};
 
 mod admin;
 mod capture;
@@ -53,7 +55,6 @@ mod services;
 mod timers;
 mod trail;
 
-pub(crate) use capture::CaptureShared;
 use capture::{Captures, OpenedCapture};
 use dispatch::GroupDispatcher;
 pub use hold::DispatchHold;
@@ -210,7 +211,7 @@ struct Seed {
     poll_limit: usize,
     recorder: Option<Box<dyn GroupRecorder>>,
     /// What the group's processors reach through their [`crate::Controller`].
-    plane: Option<Arc<crate::plane::Plane>>,
+    plane: Option<Arc<dyn ControlRequests>>,
 }
 
 struct GroupShared {
@@ -235,7 +236,7 @@ struct GroupShared {
     /// dropped while the group lives.
     retained: Mutex<Vec<Box<dyn Processor>>>,
     /// Its audit captures' counters and sessions, shared with their helper threads.
-    captures: Arc<CaptureShared>,
+    captures: Arc<CaptureSessions>,
     /// A helper handed an open back (`Mailbox::opened` is not empty): the duty cycle
     /// takes the mailbox lock for it only then.
     captures_opened: AtomicBool,
@@ -269,7 +270,7 @@ impl ProcessorGroup {
         executor: ReplyExecutor,
         connector: Arc<dyn FeedConnector>,
         services: ServiceSnapshot,
-        plane: Option<Arc<crate::plane::Plane>>,
+        plane: Option<Arc<dyn ControlRequests>>,
     ) -> Self {
         ProcessorGroup {
             shared: Arc::new(GroupShared {
@@ -307,7 +308,7 @@ impl ProcessorGroup {
                 })),
                 fault: AtomicBool::new(false),
                 retained: Mutex::new(Vec::new()),
-                captures: Arc::new(CaptureShared::default()),
+                captures: Arc::new(CaptureSessions::default()),
                 captures_opened: AtomicBool::new(false),
                 dispatch_holds: AtomicU64::new(0),
             }),
@@ -503,8 +504,8 @@ impl ProcessorGroup {
         self.shared.capacity
     }
 
-    /// Its audit capture sessions (see [`crate::capture`]), oldest first.
-    pub fn capture_statuses(&self) -> Vec<crate::capture::CaptureStatus> {
+    /// Its audit capture sessions (see [`mongoose_audit::capture`]), oldest first.
+    pub fn capture_statuses(&self) -> Vec<mongoose_audit::capture::CaptureStatus> {
         self.shared.captures.statuses()
     }
 

@@ -14,7 +14,6 @@ use super::{
     answer_not_running, write_reply_record, Captures, GroupDispatcher, GroupShared, GroupState,
     ProcessorStatus, QuarantinedProcessor, RetryPolicy, Seed, ServiceSnapshot,
 };
-use crate::audit::{NewRecord, RecordType};
 use crate::contain::panic_message;
 use crate::context::{self, TimerOp};
 use crate::controller;
@@ -23,6 +22,7 @@ use crate::host::ProcessorHost;
 use crate::idle::Idler;
 use crate::record::GroupRecorder;
 use crate::reply::{ControlReply, ReplyOutcome, ReplySender};
+use mongoose_audit::{NewRecord, RecordType};
 
 /// The longest park of an idle group's thread without a wake: what reaches a group
 /// without waking it (an item published by hand, not by a source driver) waits at most
@@ -99,7 +99,7 @@ pub(super) fn run_group(shared: Arc<GroupShared>, seed: Seed) {
     let agent = agent::mark_current_thread(&shared.name);
     let group = context::install(&shared.name);
     // a processor's audit records reach its capture while the group calls it
-    let hook = mongoose_core::audit::enter_hook(crate::capture::routing::HOOK);
+    let hook = mongoose_core::audit::enter_hook(mongoose_audit::capture::routing::HOOK);
     let link = controller::install(seed.plane, seed.recorder.is_some());
     // writers keep a poll's outputs and hand them to their sinks together at its end
     let batching = mongoose_core::batch_end::batching();

@@ -6,9 +6,9 @@
 use mongoose_core::FailureKind;
 
 use super::Runtime;
-use crate::audit::{ControlAudit, NewRecord, RecordType};
 use crate::reply::ControlReply;
-use crate::sentinel;
+use mongoose_audit::sentinel;
+use mongoose_audit::{ControlAudit, NewRecord, RecordType};
 
 impl Runtime {
     pub(super) fn audit(&self) -> &ControlAudit {

@@ -5,10 +5,10 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::capture::{CaptureIdentity, CaptureSettings, CaptureStatus, ProcessorSelector};
 use crate::error::ControlError;
 use crate::group::{CaptureStart, ProcessorGroup, Request};
 use crate::reply::{ControlReply, ReplyHandle};
+use mongoose_audit::capture::{CaptureIdentity, CaptureSettings, CaptureStatus, ProcessorSelector};
 
 use super::Plane;
 
@@ -27,7 +27,11 @@ impl Plane {
         &self,
         selector: &str,
     ) -> Result<(ProcessorGroup, String, u64), ControlError> {
-        match ProcessorSelector::parse(selector)? {
+        // parsing fails only for a bad selector
+        let parsed = ProcessorSelector::parse(selector).map_err(|_| ControlError::BadSelector {
+            selector: selector.to_owned(),
+        })?;
+        match parsed {
             ProcessorSelector::Qualified { group, name } => {
                 let found = self.group(&group);
                 let generation = found
@@ -100,7 +104,7 @@ impl Plane {
         let (group, name, generation) = self.resolve_processor(selector)?;
         let capture_id = format!(
             "{}-{}-{}",
-            crate::capture::now_millis(),
+            mongoose_audit::capture::now_millis(),
             std::process::id(),
             self.next_capture.fetch_add(1, Ordering::Relaxed)
         );

@@ -7,14 +7,16 @@
 //! by itself.
 //!
 //! Its jobs live in submodules: `processors` (add and stop a processor),
-//! `registry` (the service registry: register, remove, withdraw and stop services)
-//! and `admin` (processor-owned admin commands).
+//! `registry` (the service registry: register, remove, withdraw and stop services),
+//! `admin` (processor-owned admin commands), `capture` (audit capture requests) and
+//! `requests` (the plane as the [`ControlRequests`] a group's controllers reach).
 
 mod admin;
 mod capture;
 mod owner;
 mod processors;
 mod registry;
+mod requests;
 
 pub use owner::ControlPlane;
 
@@ -29,13 +31,14 @@ use std::time::{Duration, Instant};
 use mongoose_core::{agent, FailureKind};
 use parking_lot::Mutex;
 
+use crate::controller::ControlRequests;
 use crate::error::ControlError;
 use crate::feeds::FeedConnector;
 use crate::group::{
     Admission, GroupOptions, GroupState, GroupStatus, Letter, NotAdmitted, ProcessorGroup, Request,
     ServiceSnapshot,
 };
-use crate::handle::{ProcessorHandle, ServerId};
+use crate::handle::ServerId;
 use crate::idle::IdleStrategy;
 use crate::reply::{ControlReply, ReplyExecutor, ReplyHandle, ReplyOutcome};
 
@@ -79,16 +82,6 @@ impl Default for ControlConfig {
     }
 }
 
-/// The result of a stage-style add: the handle of the registration it admitted (none
-/// when refused before admission) and its reply.
-#[derive(Debug)]
-pub struct AddedProcessor {
-    /// The registration admitted, or `None` when refused before admission.
-    pub handle: Option<ProcessorHandle>,
-    /// The add's reply: APPLIED once started, FAILED once a failed start was released.
-    pub reply: ReplyHandle,
-}
-
 /// The state a control plane's owner ([`ControlPlane`]) and its views share, with
 /// everything the plane does. Nothing here shuts down on drop: only the owner does.
 pub(crate) struct Plane {
@@ -104,7 +97,7 @@ pub(crate) struct Plane {
     next_request: Arc<AtomicU64>,
     registry: Arc<Registry>,
     /// Audit capture, once enabled ([`ControlPlane::enable_capture`]).
-    capture: Mutex<Option<crate::capture::CaptureSettings>>,
+    capture: Mutex<Option<mongoose_audit::capture::CaptureSettings>>,
     /// The next capture session's sequence number.
     next_capture: AtomicU64,
 }
@@ -223,7 +216,7 @@ impl Plane {
                 self.executor.clone(),
                 Arc::clone(&self.feeds),
                 snapshot,
-                Some(self.view()),
+                Some(self.view() as Arc<dyn ControlRequests>),
             );
             groups.insert(name.to_owned(), group.clone());
             group

@@ -6,10 +6,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{AddedProcessor, ControlConfig, Plane};
+use super::{ControlConfig, Plane};
 use crate::error::ControlError;
 use crate::feeds::FeedConnector;
 use crate::group::{GroupOptions, GroupStatus, ProcessorGroup};
+use crate::handle::AddedProcessor;
 use crate::handle::{ProcessorHandle, ServerId};
 use crate::reply::{ControlReply, ReplyHandle};
 use crate::services::{Service, ServiceBroadcast};
@@ -204,10 +205,10 @@ impl ControlPlane {
         self.plane.stop_processor_wait(group, name, wait)
     }
 
-    /// Enables audit capture (see [`crate::capture`]): sessions go below
+    /// Enables audit capture (see [`mongoose_audit::capture`]): sessions go below
     /// `settings.root`, opened by `settings.resources`. Without it, capture calls fail
     /// with [`ControlError::CaptureDisabled`].
-    pub fn enable_capture(&self, settings: crate::capture::CaptureSettings) {
+    pub fn enable_capture(&self, settings: mongoose_audit::capture::CaptureSettings) {
         self.plane.enable_capture(settings);
     }
 
@@ -255,7 +256,7 @@ impl ControlPlane {
     }
 
     /// Every group's capture sessions (this run's, the newest ended ones kept).
-    pub fn capture_statuses(&self) -> Vec<crate::capture::CaptureStatus> {
+    pub fn capture_statuses(&self) -> Vec<mongoose_audit::capture::CaptureStatus> {
         self.plane.capture_statuses()
     }
 

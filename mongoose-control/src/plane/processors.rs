@@ -11,7 +11,8 @@ use crate::handle::ProcessorHandle;
 use crate::reply::{ControlReply, ReplyHandle, ReplyOutcome};
 use crate::supplier::ProcessorSupplier;
 
-use super::{refused, AddFailurePolicy, AddedProcessor, Plane};
+use super::{refused, AddFailurePolicy, Plane};
+use crate::handle::AddedProcessor;
 
 impl Plane {
     fn add_request(name: &str, generation: u64, supplier: ProcessorSupplier) -> Request {

@@ -273,7 +273,7 @@ pub(super) async fn export_audit(
             .audit()
             .export(&path)
             .map_err(|error| internal(format!("the export failed: {error}")))?;
-        let verification = mongoose_control::verify(&path);
+        let verification = mongoose_audit::verify(&path);
         info!(group, export = %path.display(), ?verification, "control audit exported");
         Ok(json!({
             "group": group,

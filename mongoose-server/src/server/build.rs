@@ -6,7 +6,7 @@ use std::sync::Arc;
 use mongoose_core::sink::CommitGate;
 use std::time::Duration;
 
-use mongoose_control::capture::CaptureSettings;
+use mongoose_audit::capture::CaptureSettings;
 use mongoose_control::{
     AddFailurePolicy as ControlAddFailurePolicy, ControlConfig, ControlPlane, DeliveryFeeds,
     IdleStrategy,

@@ -1,26 +1,24 @@
-//! Audit capture in a group (see [`crate::capture`]): a start opens the capture on an
+//! Audit capture in a group (see [`mongoose_audit::capture`]): a start opens the capture on an
 //! I/O helper thread and answers once the group installed it on its own thread; a
 //! stop uninstalls it and hands the writer to a closer thread; the group's counters
 //! bound the opens in flight and the resource slots held.
 //!
-//! * `ledger`: what the captures share with the helper and closer threads and the
-//!   status readers (sessions, opens in flight, resource slots);
+//! * what the captures share with the helper and closer threads and the status
+//!   readers (sessions, opens in flight, resource slots) is the group's
+//!   [`CaptureSessions`](mongoose_audit::capture::CaptureSessions);
 //! * `requests`: a start, a stop, a capture ended with its processor, a group that
 //!   closes;
 //! * `opens`: an open on its helper thread, and what the group does when it returns
 //!   or times out.
 
-mod ledger;
 mod opens;
 mod requests;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::capture::{CaptureIdentity, CaptureWriter};
 use crate::reply::ReplySender;
-
-pub(crate) use ledger::CaptureShared;
+use mongoose_audit::capture::{CaptureIdentity, CaptureWriter};
 
 /// What an open's helper thread hands back to its group, through the mailbox.
 pub(crate) struct OpenedCapture {

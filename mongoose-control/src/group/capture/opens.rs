@@ -6,13 +6,13 @@ use std::time::Instant;
 
 use mongoose_core::FailureKind;
 
-use crate::audit::{NewRecord, RecordType};
-use crate::capture::routing::ActiveCapture;
-use crate::capture::{
-    create_session_folder, CaptureIdentity, CaptureSettings, CaptureState, CaptureWriter,
-};
 use crate::group::{GroupShared, GroupState, Runtime};
 use crate::reply::{ControlReply, ReplyOutcome};
+use mongoose_audit::capture::routing::ActiveCapture;
+use mongoose_audit::capture::{
+    create_session_folder, CaptureIdentity, CaptureSettings, CaptureState, CaptureWriter,
+};
+use mongoose_audit::{NewRecord, RecordType};
 
 use super::{OpenedCapture, Opening};
 
@@ -44,14 +44,11 @@ impl Runtime {
                         .name(Some(&opening.identity.name))
                         .reason(reason.clone()),
                 );
-                {
-                    let mut ledger = self.shared.captures.ledger.lock();
-                    ledger.set_state(
-                        &opening.identity.capture_id,
-                        CaptureState::OpenFailed,
-                        Some("open timed out".to_owned()),
-                    );
-                }
+                self.shared.captures.set_state(
+                    &opening.identity.capture_id,
+                    CaptureState::OpenFailed,
+                    Some("open timed out".to_owned()),
+                );
                 self.fail_waiters(
                     opening,
                     ReplyOutcome::Failed,
@@ -131,15 +128,7 @@ impl Runtime {
                 return;
             }
         };
-        let counters = {
-            let mut ledger = self.shared.captures.ledger.lock();
-            let counters = ledger
-                .session(&id)
-                .map(|entry| Arc::clone(&entry.counters))
-                .unwrap_or_default();
-            ledger.set_state(&id, CaptureState::Recording, None);
-            counters
-        };
+        let counters = self.shared.captures.set_recording(&id);
         let Some(slot) = self
             .processors
             .get_mut(&generation)
@@ -148,8 +137,6 @@ impl Runtime {
             // it left, or was quarantined, while the open ran
             self.shared
                 .captures
-                .ledger
-                .lock()
                 .set_state(&id, CaptureState::Closing, None);
             self.shared.captures.close_later(id, writer);
             self.fail_waiters(
@@ -194,8 +181,6 @@ impl Runtime {
                 );
                 self.shared
                     .captures
-                    .ledger
-                    .lock()
                     .set_state(&id, CaptureState::Closing, None);
                 self.shared.captures.close_later(id, writer);
             }
@@ -246,11 +231,9 @@ pub(super) fn open_on_helper(
             }
         }
         Some(Ok(writer)) => {
-            group.captures.ledger.lock().set_state(
-                &identity.capture_id,
-                CaptureState::Closing,
-                None,
-            );
+            group
+                .captures
+                .set_state(&identity.capture_id, CaptureState::Closing, None);
             group.captures.close_now(&identity.capture_id, writer);
         }
         Some(Err(reason)) => {

@@ -6,12 +6,10 @@ use std::time::Instant;
 
 use mongoose_core::FailureKind;
 
-use crate::capture::routing::SessionCounters;
-use crate::capture::{CaptureIdentity, CaptureSettings, CaptureState};
 use crate::group::{write_reply_record, Runtime};
 use crate::reply::{ControlReply, ReplyOutcome};
+use mongoose_audit::capture::{CaptureIdentity, CaptureSettings, CaptureState};
 
-use super::ledger::SessionEntry;
 use super::opens::open_on_helper;
 use super::{Opening, Waiter};
 
@@ -115,31 +113,10 @@ impl Runtime {
             return None;
         }
         // the limits, then claim a permit and a slot
-        let claimed = {
-            let mut ledger = self.shared.captures.ledger.lock();
-            if ledger.opens_in_flight >= settings.open_limit {
-                Err(format!(
-                    "unresolved capture open limit reached: {} opens in flight in group '{}' (limit {}); try again once they finish or time out",
-                    ledger.opens_in_flight, self.shared.name, settings.open_limit
-                ))
-            } else if ledger.slots_in_use >= settings.resource_limit {
-                Err(format!(
-                    "capture resource limit reached: {} capture resources held in group '{}' (limit {}: opening, recording, closing and failed closes); stop captures, or resolve failed closes",
-                    ledger.slots_in_use, self.shared.name, settings.resource_limit
-                ))
-            } else {
-                ledger.opens_in_flight += 1;
-                ledger.slots_in_use += 1;
-                ledger.sessions.push(SessionEntry {
-                    identity: identity.clone(),
-                    path: settings.root.join(identity.folder_name()),
-                    state: CaptureState::Opening,
-                    counters: Arc::new(SessionCounters::default()),
-                    error: None,
-                });
-                Ok(())
-            }
-        };
+        let claimed = self
+            .shared
+            .captures
+            .claim(&identity, &settings, &self.shared.name);
         if let Err(reason) = claimed {
             self.decision(
                 request_id,
@@ -257,10 +234,9 @@ impl Runtime {
                 .processors
                 .get_mut(&generation)
                 .and_then(|slot| slot.host.take_capture());
-            {
-                let mut ledger = self.shared.captures.ledger.lock();
-                ledger.set_state(&identity.capture_id, CaptureState::Closing, None);
-            }
+            self.shared
+                .captures
+                .set_state(&identity.capture_id, CaptureState::Closing, None);
             match active {
                 Some(active) => self
                     .shared
@@ -275,7 +251,7 @@ impl Runtime {
         }
         if let Some(opening) = self.captures.opening.remove(&generation) {
             let reason = format!("the capture open was cancelled: the processor was {why}");
-            self.shared.captures.ledger.lock().set_state(
+            self.shared.captures.set_state(
                 &opening.identity.capture_id,
                 CaptureState::OpenFailed,
                 Some(format!("cancelled: the processor was {why}")),

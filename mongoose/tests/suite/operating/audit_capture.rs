@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
-use mongoose_control::capture::{
+use mongoose_audit::capture::{
     CaptureFailure, CaptureIdentity, CaptureLayer, CaptureRecord, CaptureResources,
     CaptureSettings, CaptureSidecar, CaptureWriter,
 };

@@ -10,8 +10,8 @@
 //! u32 | crc32 of the bytes u32 | bytes`) is read by the same rules.
 //!
 //! ```
-//! use mongoose_control::capture::file::{read_capture, FileCaptureResources};
-//! use mongoose_control::capture::{
+//! use mongoose_audit::capture::file::{read_capture, FileCaptureResources};
+//! use mongoose_audit::capture::{
 //!     create_session_folder, CaptureIdentity, CaptureRecord, CaptureResources,
 //! };
 //!
@@ -42,7 +42,7 @@ use mongoose_durable::log::RecordLog;
 use mongoose_durable::DurableError;
 
 use super::{CaptureFailure, CaptureIdentity, CaptureRecord, CaptureResources, CaptureWriter};
-use crate::error::ControlError;
+use crate::error::AuditError;
 
 /// The records file in a session folder.
 pub const CAPTURE_FILE: &str = "capture.records";
@@ -139,15 +139,15 @@ pub struct CaptureRead {
 /// Reads the session folder `dir`: its sidecar and its records.
 ///
 /// # Errors
-/// [`ControlError::Capture`] when the sidecar or the records file is missing, the file
+/// [`AuditError::Capture`] when the sidecar or the records file is missing, the file
 /// is not a capture (or another session's), or a record in its middle is damaged (a
 /// record failing its check with whole records after it: refused, never skipped).
-pub fn read_capture(dir: &Path) -> Result<CaptureRead, ControlError> {
+pub fn read_capture(dir: &Path) -> Result<CaptureRead, AuditError> {
     let path = dir.join(CAPTURE_FILE);
-    let bytes = std::fs::read(&path).map_err(|error| ControlError::Capture {
+    let bytes = std::fs::read(&path).map_err(|error| AuditError::Capture {
         reason: format!("cannot read {}: {error}", path.display()),
     })?;
-    let sidecar = super::CaptureSidecar::read(dir).map_err(|_| ControlError::Capture {
+    let sidecar = super::CaptureSidecar::read(dir).map_err(|_| AuditError::Capture {
         reason: format!(
             "{} has no readable {}: not a capture session folder",
             dir.display(),
@@ -167,7 +167,7 @@ pub fn read_capture(dir: &Path) -> Result<CaptureRead, ControlError> {
         });
         (read.records, torn_tail)
     } else {
-        return Err(ControlError::Capture {
+        return Err(AuditError::Capture {
             reason: format!(
                 "{} is not a capture records file (no {FORMAT} header, no {:?} magic)",
                 path.display(),
@@ -179,7 +179,7 @@ pub fn read_capture(dir: &Path) -> Result<CaptureRead, ControlError> {
     for (number, frame) in frames.iter().enumerate() {
         // a whole record that passed its checksum and does not decode is no torn tail
         records.push(
-            CaptureRecord::decode(frame).map_err(|error| ControlError::Capture {
+            CaptureRecord::decode(frame).map_err(|error| AuditError::Capture {
                 reason: format!(
                     "{}: record {number} passes its checksum but does not decode ({error}): \
                      refusing to skip it",
@@ -196,7 +196,7 @@ pub fn read_capture(dir: &Path) -> Result<CaptureRead, ControlError> {
 }
 
 /// The refusal of a records file the durable layer would not read.
-fn refused(path: &Path, error: DurableError) -> ControlError {
+fn refused(path: &Path, error: DurableError) -> AuditError {
     let reason = match error {
         DurableError::DamagedRecord { .. } => format!(
             "{error} (the capture's records before it are whole: copy the folder aside to keep them)"
@@ -207,16 +207,13 @@ fn refused(path: &Path, error: DurableError) -> ControlError {
         ),
         other => format!("{} is not a readable capture records file: {other}", path.display()),
     };
-    ControlError::Capture { reason }
+    AuditError::Capture { reason }
 }
 
 /// The frames of a records file of an earlier release ([`MAGIC`], then `length u32 |
 /// crc32 of the bytes u32 | bytes`), and its torn tail: a bad frame with a whole frame
 /// anywhere after it is damage, refused.
-fn read_version_1(
-    path: &Path,
-    bytes: &[u8],
-) -> Result<(Vec<Vec<u8>>, Option<String>), ControlError> {
+fn read_version_1(path: &Path, bytes: &[u8]) -> Result<(Vec<Vec<u8>>, Option<String>), AuditError> {
     let mut frames = Vec::new();
     let mut offset = MAGIC.len();
     while offset < bytes.len() {

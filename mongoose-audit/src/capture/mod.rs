@@ -33,7 +33,8 @@
 //! [`CaptureRecord::encode`].
 
 pub mod file;
-pub(crate) mod routing;
+pub mod routing;
+mod sessions;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -42,9 +43,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ControlError;
+use crate::error::AuditError;
 
 pub use routing::CaptureLayer;
+pub use sessions::CaptureSessions;
 
 /// The identity sidecar in every capture folder (JSON: group, name, generation,
 /// capture id, start time), framed by the durable layer (header and checksum).
@@ -226,17 +228,17 @@ impl CaptureSidecar {
     /// release wrote.
     ///
     /// # Errors
-    /// [`ControlError::Capture`] when it is missing or not a sidecar (a changed byte of
+    /// [`AuditError::Capture`] when it is missing or not a sidecar (a changed byte of
     /// a sidecar with a header fails its checksum).
-    pub fn read(dir: &Path) -> Result<Self, ControlError> {
+    pub fn read(dir: &Path) -> Result<Self, AuditError> {
         let path = dir.join(SIDECAR_FILE);
-        let bytes = std::fs::read(&path).map_err(|error| ControlError::Capture {
+        let bytes = std::fs::read(&path).map_err(|error| AuditError::Capture {
             reason: format!(
                 "cannot read the capture sidecar {}: {error}: is this a capture-* folder?",
                 path.display()
             ),
         })?;
-        let damaged = |why: String| ControlError::Capture {
+        let damaged = |why: String| AuditError::Capture {
             reason: format!("the capture sidecar {} is damaged: {why}", path.display()),
         };
         let json = if bytes.starts_with(&mongoose_durable::header::MAGIC) {
@@ -281,7 +283,7 @@ fn sidecar_header() -> mongoose_durable::header::Header {
 }
 
 /// Milliseconds since the Unix epoch, now.
-pub(crate) fn now_millis() -> u64 {
+pub fn now_millis() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as u64)
@@ -407,9 +409,9 @@ impl CaptureRecord {
     /// Decodes one record.
     ///
     /// # Errors
-    /// [`ControlError::Capture`] when the bytes are not a capture record.
-    pub fn decode(bytes: &[u8]) -> Result<Self, ControlError> {
-        let damaged = |what: &str| ControlError::Capture {
+    /// [`AuditError::Capture`] when the bytes are not a capture record.
+    pub fn decode(bytes: &[u8]) -> Result<Self, AuditError> {
+        let damaged = |what: &str| AuditError::Capture {
             reason: format!("a capture record is damaged: {what}"),
         };
         let (&tag, rest) = bytes.split_first().ok_or_else(|| damaged("empty"))?;
@@ -468,8 +470,8 @@ pub fn encode_component(part: &str) -> String {
     encoded
 }
 
-fn decode_component(part: &str, selector: &str) -> Result<String, ControlError> {
-    let bad = || ControlError::BadSelector {
+fn decode_component(part: &str, selector: &str) -> Result<String, AuditError> {
+    let bad = || AuditError::BadSelector {
         selector: selector.to_owned(),
     };
     let bytes = part.as_bytes();
@@ -510,9 +512,9 @@ impl ProcessorSelector {
     /// Parses `name` or `group/name` (parts percent-encoded when they hold `/` or `%`).
     ///
     /// # Errors
-    /// [`ControlError::BadSelector`] for an empty part, more than one `/` or a bad
+    /// [`AuditError::BadSelector`] for an empty part, more than one `/` or a bad
     /// escape.
-    pub fn parse(selector: &str) -> Result<Self, ControlError> {
+    pub fn parse(selector: &str) -> Result<Self, AuditError> {
         let mut parts = selector.split('/');
         let first = parts.next().unwrap_or_default();
         match (parts.next(), parts.next()) {
@@ -521,7 +523,7 @@ impl ProcessorSelector {
                 group: decode_component(first, selector)?,
                 name: decode_component(second, selector)?,
             }),
-            (Some(_), Some(_)) => Err(ControlError::BadSelector {
+            (Some(_), Some(_)) => Err(AuditError::BadSelector {
                 selector: selector.to_owned(),
             }),
         }

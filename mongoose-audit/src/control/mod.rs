@@ -27,8 +27,7 @@ mod ring;
 mod tests;
 
 pub use export::{manifest_path, read_request, verify, Manifest, Verification};
-pub(crate) use record::NewRecord;
-pub use record::{AuditRecord, RecordType};
+pub use record::{AuditRecord, NewRecord, RecordType};
 pub use ring::{AuditCounts, AuditMirror, ControlAudit};
 
 /// The default ring capacity per group.

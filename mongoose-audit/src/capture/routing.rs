@@ -19,13 +19,14 @@ use super::{CaptureRecord, CaptureWriter};
 
 /// What a session shares with its status: the records written and a write failure.
 #[derive(Debug, Default)]
-pub(crate) struct SessionCounters {
+pub struct SessionCounters {
     pub(crate) written: AtomicU64,
     pub(crate) write_error: Mutex<Option<String>>,
 }
 
-/// An installed capture: its writer, used on the processor's thread only.
-pub(crate) struct ActiveCapture {
+/// An installed capture: its writer, used on the processor's thread only. Its host
+/// moves it into the thread for each call ([`enter`], [`leave`]).
+pub struct ActiveCapture {
     writer: Box<dyn CaptureWriter>,
     counters: Arc<SessionCounters>,
     /// A write failed: nothing more is written.
@@ -36,8 +37,19 @@ pub(crate) struct ActiveCapture {
     text: String,
 }
 
+impl std::fmt::Debug for ActiveCapture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActiveCapture")
+            .field("counters", &self.counters)
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
 impl ActiveCapture {
-    pub(crate) fn new(writer: Box<dyn CaptureWriter>, counters: Arc<SessionCounters>) -> Self {
+    /// A capture writing to `writer`, counting into `counters` (its session's, from
+    /// [`CaptureSessions::set_recording`](super::CaptureSessions::set_recording)).
+    pub fn new(writer: Box<dyn CaptureWriter>, counters: Arc<SessionCounters>) -> Self {
         ActiveCapture {
             writer,
             counters,
@@ -48,7 +60,7 @@ impl ActiveCapture {
     }
 
     /// The writer, to close.
-    pub(crate) fn into_writer(self) -> Box<dyn CaptureWriter> {
+    pub fn into_writer(self) -> Box<dyn CaptureWriter> {
         self.writer
     }
 
@@ -129,12 +141,12 @@ impl Visit for EventText<'_> {
 static CURRENT: ContextSlot<Option<Box<ActiveCapture>>> = ContextSlot::new();
 
 /// Makes `capture` the current capture for a call; returns what was current.
-pub(crate) fn enter(capture: Box<ActiveCapture>) -> Option<Box<ActiveCapture>> {
+pub fn enter(capture: Box<ActiveCapture>) -> Option<Box<ActiveCapture>> {
     CURRENT.replace(Some(capture))
 }
 
 /// Ends a call: restores `previous` and returns the call's capture.
-pub(crate) fn leave(previous: Option<Box<ActiveCapture>>) -> Option<Box<ActiveCapture>> {
+pub fn leave(previous: Option<Box<ActiveCapture>>) -> Option<Box<ActiveCapture>> {
     CURRENT.replace(previous)
 }
 
@@ -155,7 +167,7 @@ fn record(bytes: &[u8]) -> bool {
 }
 
 /// The hook a group installs on its thread ([`mongoose_core::audit::install_hook`]).
-pub(crate) const HOOK: AuditHook = AuditHook { capturing, record };
+pub const HOOK: AuditHook = AuditHook { capturing, record };
 
 /// A `tracing_subscriber` layer that writes each event emitted on a group's thread
 /// while it calls a captured processor into that processor's capture. It does nothing

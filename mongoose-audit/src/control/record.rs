@@ -1,5 +1,5 @@
 //! What an audit record holds ([`AuditRecord`], [`RecordType`]) and the builder a
-//! group writes one with (`NewRecord`).
+//! group writes one with ([`NewRecord`]).
 
 use mongoose_core::FailureKind;
 use serde::{Deserialize, Serialize};
@@ -74,32 +74,31 @@ pub struct AuditRecord {
     pub cause_op: Option<String>,
 }
 
-/// A record to write; [`ControlAudit::write`] gives it its `seq`.
+/// A record to write: what the control logic of a group (`mongoose-control`) fills in
+/// with the builder methods; [`ControlAudit::write`](super::ControlAudit::write) gives it
+/// its `seq` and bounds its texts. The fields mean what [`AuditRecord`]'s do.
 #[derive(Clone, Debug)]
-pub(crate) struct NewRecord {
-    pub(crate) record: RecordType,
-    pub(crate) request_id: Option<u64>,
-    pub(crate) root_id: Option<u64>,
-    pub(crate) cause_seq: Option<u64>,
-    pub(crate) op_id: Option<String>,
-    pub(crate) what: String,
-    pub(crate) outcome: Option<String>,
-    pub(crate) reason: Option<String>,
-    pub(crate) generation: Option<u64>,
-    pub(crate) name: Option<String>,
-    pub(crate) kind: Option<FailureKind>,
-    pub(crate) from: Option<String>,
-    pub(crate) to: Option<String>,
-    pub(crate) effects: Vec<String>,
-    pub(crate) cause_op: Option<String>,
+pub struct NewRecord {
+    pub(super) record: RecordType,
+    pub(super) request_id: Option<u64>,
+    pub(super) root_id: Option<u64>,
+    pub(super) cause_seq: Option<u64>,
+    pub(super) op_id: Option<String>,
+    pub(super) what: String,
+    pub(super) outcome: Option<String>,
+    pub(super) reason: Option<String>,
+    pub(super) generation: Option<u64>,
+    pub(super) name: Option<String>,
+    pub(super) kind: Option<FailureKind>,
+    pub(super) from: Option<String>,
+    pub(super) to: Option<String>,
+    pub(super) effects: Vec<String>,
+    pub(super) cause_op: Option<String>,
 }
 
 impl NewRecord {
-    pub(crate) fn new(
-        record: RecordType,
-        request_id: Option<u64>,
-        what: impl Into<String>,
-    ) -> Self {
+    /// A record of type `record` for `request_id` (also its `root_id`): `what` it is.
+    pub fn new(record: RecordType, request_id: Option<u64>, what: impl Into<String>) -> Self {
         NewRecord {
             record,
             request_id,
@@ -119,53 +118,63 @@ impl NewRecord {
         }
     }
 
-    pub(crate) fn transition(mut self, from: &str, to: &str) -> Self {
+    /// A decision's states: the one the rule found and the one it leads to.
+    pub fn transition(mut self, from: &str, to: &str) -> Self {
         self.from = Some(from.to_owned());
         self.to = Some(to.to_owned());
         self
     }
 
-    pub(crate) fn effects(mut self, effects: Vec<String>) -> Self {
+    /// A decision's effects, each as `opId Effect(generation)`, in the order they run.
+    pub fn effects(mut self, effects: Vec<String>) -> Self {
         self.effects = effects;
         self
     }
 
-    pub(crate) fn cause_op(mut self, op: Option<String>) -> Self {
+    /// The effect that caused this record.
+    pub fn cause_op(mut self, op: Option<String>) -> Self {
         self.cause_op = op;
         self
     }
 
-    pub(crate) fn cause(mut self, cause_seq: u64) -> Self {
+    /// The record that caused this one.
+    pub fn cause(mut self, cause_seq: u64) -> Self {
         self.cause_seq = Some(cause_seq);
         self
     }
 
-    pub(crate) fn op(mut self, op_id: String) -> Self {
+    /// The effect's operation id (`requestId.n`).
+    pub fn op(mut self, op_id: String) -> Self {
         self.op_id = Some(op_id);
         self
     }
 
-    pub(crate) fn generation(mut self, generation: Option<u64>) -> Self {
+    /// The registration concerned.
+    pub fn generation(mut self, generation: Option<u64>) -> Self {
         self.generation = generation;
         self
     }
 
-    pub(crate) fn name(mut self, name: Option<&str>) -> Self {
+    /// The processor or service name.
+    pub fn name(mut self, name: Option<&str>) -> Self {
         self.name = name.map(str::to_owned);
         self
     }
 
-    pub(crate) fn outcome(mut self, outcome: impl Into<String>) -> Self {
+    /// The outcome (a reply's, an effect's).
+    pub fn outcome(mut self, outcome: impl Into<String>) -> Self {
         self.outcome = Some(outcome.into());
         self
     }
 
-    pub(crate) fn reason(mut self, reason: impl Into<String>) -> Self {
+    /// Human detail.
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
         self.reason = Some(reason.into());
         self
     }
 
-    pub(crate) fn kind(mut self, kind: FailureKind) -> Self {
+    /// The failure kind of a reply or a failed outcome.
+    pub fn kind(mut self, kind: FailureKind) -> Self {
         self.kind = Some(kind);
         self
     }

@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use mongoose_control::capture::file::{read_capture, FileCaptureResources, CAPTURE_FILE, MAGIC};
-use mongoose_control::capture::{
+use mongoose_audit::capture::file::{read_capture, FileCaptureResources, CAPTURE_FILE, MAGIC};
+use mongoose_audit::capture::{
     create_session_folder, CaptureIdentity, CaptureRecord, CaptureResources, SIDECAR_FILE,
 };
 
@@ -118,7 +118,7 @@ fn a_changed_byte_of_a_capture_sidecar_is_refused() {
             read.sidecar.generation
         ),
     }
-    let error = mongoose_control::capture::CaptureSidecar::read(&folder).expect_err("refused");
+    let error = mongoose_audit::capture::CaptureSidecar::read(&folder).expect_err("refused");
     assert!(error.to_string().contains("is damaged"), "{error}");
 }
 

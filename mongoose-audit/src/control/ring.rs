@@ -102,7 +102,7 @@ impl ControlAudit {
     }
 
     /// Writes a record; returns its seq.
-    pub(crate) fn write(&self, new: NewRecord) -> u64 {
+    pub fn write(&self, new: NewRecord) -> u64 {
         let mut ring = self.ring.lock();
         let seq = ring.push(new);
         if ring.mirror.is_some() {

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use super::record::AuditRecord;
 use super::ring::ControlAudit;
 use super::{EXPORT_FORMAT, EXPORT_VERSION};
-use crate::error::ControlError;
+use crate::error::AuditError;
 
 impl ControlAudit {
     /// The records as JSON Lines, with no manifest.
@@ -30,8 +30,8 @@ impl ControlAudit {
     /// an interrupted export never claims to be complete. Returns the manifest path.
     ///
     /// # Errors
-    /// [`ControlError::AuditIo`] when a file cannot be removed or written.
-    pub fn export(&self, path: &Path) -> Result<PathBuf, ControlError> {
+    /// [`AuditError::AuditIo`] when a file cannot be removed or written.
+    pub fn export(&self, path: &Path) -> Result<PathBuf, AuditError> {
         let exported = self.export_on(&mut RealDisk, path);
         if exported.is_err() {
             // a failed export keeps no half-written copy taking space (a full disk)
@@ -47,13 +47,13 @@ impl ControlAudit {
     ///
     /// # Errors
     /// As [`ControlAudit::export`].
-    pub fn export_on<D: Disk>(&self, disk: &mut D, path: &Path) -> Result<PathBuf, ControlError> {
+    pub fn export_on<D: Disk>(&self, disk: &mut D, path: &Path) -> Result<PathBuf, AuditError> {
         let manifest = manifest_path(path);
         match fs::remove_file(&manifest) {
             Ok(()) => {}
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => {
-                return Err(ControlError::AuditIo {
+                return Err(AuditError::AuditIo {
                     path: manifest,
                     error,
                 })
@@ -63,7 +63,7 @@ impl ControlAudit {
         let text = render(&records);
         let io = |path: &Path| {
             let path = path.to_path_buf();
-            move |error: mongoose_durable::DurableError| ControlError::AuditIo {
+            move |error: mongoose_durable::DurableError| AuditError::AuditIo {
                 path,
                 error: error.into(),
             }
@@ -82,7 +82,7 @@ impl ControlAudit {
             sink_failures: counts.sink_failures,
             complete: counts.complete,
         };
-        let json = serde_json::to_vec_pretty(&body).map_err(|error| ControlError::AuditIo {
+        let json = serde_json::to_vec_pretty(&body).map_err(|error| AuditError::AuditIo {
             path: manifest.clone(),
             error: std::io::Error::other(error),
         })?;
@@ -191,9 +191,9 @@ pub fn verify(path: &Path) -> Verification {
 /// order.
 ///
 /// # Errors
-/// [`ControlError::AuditIo`] when the file cannot be read or a line is not a record.
-pub fn read_request(path: &Path, root_id: Option<u64>) -> Result<Vec<AuditRecord>, ControlError> {
-    let io = |error| ControlError::AuditIo {
+/// [`AuditError::AuditIo`] when the file cannot be read or a line is not a record.
+pub fn read_request(path: &Path, root_id: Option<u64>) -> Result<Vec<AuditRecord>, AuditError> {
+    let io = |error| AuditError::AuditIo {
         path: path.to_path_buf(),
         error,
     };
