@@ -202,7 +202,7 @@ pub struct World {
     /// Per partition of a Kafka input: the log start a `DeleteRecords` or a retention
     /// moved it to, and the fault's name. A broker killed before it checkpointed that
     /// log start gives the records back after its restart
-    /// ([`World::log_starts_after_restart`]).
+    /// (`World::log_starts_after_restart`).
     pub removed_below: BTreeMap<u32, (i64, String)>,
     /// Inputs that vanished while the server ran and before it settled: a kill before
     /// it settled may have come before it saw them (an uncertain loss then).
