@@ -633,9 +633,16 @@ fn a_kafka_feed_reads_again_after_its_broker_was_paused_past_its_session() {
     cluster.signal(1, "-STOP");
     std::thread::sleep(Duration::from_secs(15));
     cluster.signal(1, "-CONT");
+    // its controller fences it a moment after it continues, not at once (the metadata
+    // of the first second can still list it): the broker is asked once that is over
+    std::thread::sleep(Duration::from_secs(5));
     run.wait_until(&mut child, "saw the broker answer again", || {
         mongoose_testkit::kafka::metadata_brokers(cluster.address(1)) == Some(1)
     });
+    // the test's own producer is a plain librdkafka client: it may have forgotten the
+    // broker in the same way (its flush then timed out after 240 s): a new one writes
+    drop(producer);
+    let producer = kafka_support::batching_producer(&brokers);
     kafka_support::produce_lines(&producer, &topic, 500..1_000);
     // the patience of every wait (180 s) is shorter than librdkafka's own re-bootstrap
     // (300 s): a member that forgot its broker never gets there
