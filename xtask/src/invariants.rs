@@ -111,7 +111,7 @@ fn leading_number(text: &str) -> Option<(u32, &str)> {
 
 /// Every `.rs` file of the workspace but `target/` and hidden folders (sources, tests,
 /// examples, benches and fuzz targets alike).
-fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };

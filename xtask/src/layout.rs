@@ -231,7 +231,7 @@ fn check_sizes(root: &Path) -> bool {
 /// [`RAW_HTTP_ALLOWED`], relative to `root`, sorted.
 fn raw_http_outside_the_testkit(root: &Path) -> Vec<String> {
     let mut files = Vec::new();
-    walk_all(root, &mut files);
+    crate::invariants::rust_files(root, &mut files);
     let mut found: Vec<String> = files
         .iter()
         .map(|file| (relative(root, file), file))
@@ -260,28 +260,6 @@ fn check_raw_http(root: &Path) -> bool {
         );
     }
     false
-}
-
-/// Every `.rs` file of the workspace (not `target/`, not hidden folders).
-fn walk_all(dir: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_dir() {
-            if !name.starts_with('.') && name != "target" {
-                walk_all(&path, files);
-            }
-        } else if name.ends_with(".rs") {
-            files.push(path);
-        }
-    }
 }
 
 fn relative(root: &Path, file: &Path) -> String {
