@@ -191,6 +191,26 @@ pub fn committed_offsets_of<C: rdkafka::consumer::ConsumerContext>(
         .collect())
 }
 
+/// The offset `consumer`'s group committed of one `partition` of `topic` (`None`: none).
+///
+/// # Errors
+/// The broker does not answer within `timeout`.
+pub(crate) fn committed_offset_of<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<Option<i64>, KafkaError> {
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, partition);
+    Ok(committed_retrying(consumer, &list, timeout)?
+        .find_partition(topic, partition)
+        .and_then(|element| match element.offset() {
+            Offset::Offset(offset) => Some(offset),
+            _ => None,
+        }))
+}
+
 /// Whether `error` says only that the group's coordinator is moving or still loading
 /// (a broker just started, restarted, or the coordinator moved): the same request
 /// answers once it has settled.

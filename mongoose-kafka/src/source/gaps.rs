@@ -43,7 +43,6 @@ use parking_lot::Mutex;
 use mongoose_core::{ConsumerPosition, Epoch, Held};
 use rdkafka::bindings::{rd_kafka_get_watermark_offsets, rd_kafka_resp_err_t};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
 use super::partitions::Assigned;
@@ -364,16 +363,13 @@ impl KafkaSource {
             Some(epoch) => epoch,
             None => {
                 let slot = shared.epochs.as_ref()?.read(partition)?;
-                let mut list = TopicPartitionList::new();
-                list.add_partition(&shared.topic, partition);
-                let committed =
-                    crate::admin::committed_retrying(consumer, &list, shared.request_timeout)
-                        .ok()?
-                        .find_partition(&shared.topic, partition)
-                        .and_then(|element| match element.offset() {
-                            Offset::Offset(offset) => Some(offset),
-                            _ => None,
-                        });
+                let committed = crate::admin::committed_offset_of(
+                    consumer,
+                    &shared.topic,
+                    partition,
+                    shared.request_timeout,
+                )
+                .ok()?;
                 match crate::epoch::decide(Some(slot), committed, None) {
                     crate::epoch::EpochDecision::Keep(epoch) => epoch,
                     crate::epoch::EpochDecision::Mint(_) => return None,
@@ -400,16 +396,13 @@ impl KafkaSource {
             AtEnd::Nothing => None,
             AtEnd::Expected(expected) => Some(expected),
             AtEnd::Committed => {
-                let mut list = TopicPartitionList::new();
-                list.add_partition(&shared.topic, partition);
-                match crate::admin::committed_retrying(consumer, &list, shared.request_timeout) {
-                    Ok(committed) => committed
-                        .find_partition(&shared.topic, partition)
-                        .and_then(|element| match element.offset() {
-                            Offset::Offset(offset) => Some(offset),
-                            _ => None,
-                        })
-                        .or_else(|| expected_from_start(shared, consumer)),
+                match crate::admin::committed_offset_of(
+                    consumer,
+                    &shared.topic,
+                    partition,
+                    shared.request_timeout,
+                ) {
+                    Ok(committed) => committed.or_else(|| expected_from_start(shared, consumer)),
                     Err(error) => {
                         // asked again at the partition's next end; its first record is
                         // checked against the committed offset anyway

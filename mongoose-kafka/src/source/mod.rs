@@ -556,12 +556,7 @@ impl KafkaSource {
         ) else {
             return;
         };
-        let Some(gap) = gap.less_held(self.consumers_hold(consumer, partition)) else {
-            info!(feed = %shared.name, partition, expected, resumed, log_start = gap.log_start,
-                "records removed before the group's commit reached them had been applied and saved by every consumer of the feed (its commit lagged): no loss");
-            return;
-        };
-        self.report_gap(&gap);
+        self.report_gap(consumer, gap);
     }
 
     /// The resets librdkafka logged since the last look: each partition's log start is
@@ -579,13 +574,7 @@ impl KafkaSource {
                 (partition, expected),
                 timeout,
             ) {
-                Ok(Some(gap)) => match gap.less_held(self.consumers_hold(consumer, partition)) {
-                    Some(gap) => self.report_gap(&gap),
-                    None => {
-                        info!(feed = %shared.name, partition, expected, log_start = gap.log_start,
-                            "an offset reset past records every consumer of the feed had applied and saved (its commit lagged): no loss");
-                    }
-                },
+                Ok(Some(gap)) => self.report_gap(consumer, gap),
                 Ok(None) => {
                     debug!(feed = %shared.name, partition, expected,
                         "an offset reset from past the log's end (a truncated log): nothing removed before it was read");
@@ -608,8 +597,15 @@ impl KafkaSource {
         }
     }
 
-    fn report_gap(&self, gap: &Gap) {
+    /// Reports `gap` as a loss, less what every consumer of the feed holds of it
+    /// ([`gaps::held_by_every_consumer`]): a gap they hold whole is no loss.
+    fn report_gap(&self, consumer: &BaseConsumer<SourceContext>, gap: Gap) {
         let shared = &self.shared;
+        let Some(gap) = gap.less_held(self.consumers_hold(consumer, gap.partition)) else {
+            info!(feed = %shared.name, partition = gap.partition, expected = gap.expected, log_start = gap.log_start,
+                "records removed before the group's commit reached them had been applied and saved by every consumer of the feed (its commit lagged): no loss");
+            return;
+        };
         if !shared.log_starts.first_report(gap.partition, gap.expected) {
             debug!(feed = %shared.name, partition = gap.partition, expected = gap.expected,
                 "this gap was reported already");
